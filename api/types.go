@@ -1,0 +1,225 @@
+// Package api holds the JSON types of berth's HTTP API (/v1). The daemon's
+// server and the Go SDK (package client) share them, so the wire format has a
+// single definition. The OpenAPI document in api/openapi.json describes the
+// same shapes for other languages.
+package api
+
+import "time"
+
+// Error is the body of every non-2xx response: {"error": {...}}.
+type Error struct {
+	Code    string `json:"code"`    // stable: invalid_argument, not_found, conflict, ...
+	Message string `json:"message"` // one actionable line
+}
+
+// ErrorBody wraps Error as sent on the wire.
+type ErrorBody struct {
+	Error Error `json:"error"`
+}
+
+// Resources are the cgroup limits of a sandbox.
+type Resources struct {
+	CPUs        float64 `json:"cpus,omitempty"`
+	MemoryBytes int64   `json:"memory_bytes,omitempty"`
+	Pids        int64   `json:"pids,omitempty"`
+}
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes.
+type CreateSandboxRequest struct {
+	Name           string            `json:"name,omitempty"`
+	Template       string            `json:"template,omitempty"` // default: the server's default template
+	Persistent     bool              `json:"persistent,omitempty"`
+	Resources      Resources         `json:"resources,omitzero"`
+	Env            map[string]string `json:"env,omitempty"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	TimeoutSeconds float64           `json:"timeout_seconds,omitempty"` // hard lifetime; 0 = none
+	Network        string            `json:"network,omitempty"`         // none | egress
+	Runtime        string            `json:"runtime,omitempty"`         // runtime class: runc
+	Workdir        string            `json:"workdir,omitempty"`
+}
+
+// Isolation describes the isolation boundary a sandbox runs behind.
+type Isolation struct {
+	Runtime       string   `json:"runtime"`        // runtime class, e.g. runc
+	SharedKernel  bool     `json:"shared_kernel"`  // true for namespace runtimes
+	UserNamespace bool     `json:"user_namespace"` // sandbox root is not host root
+	Seccomp       string   `json:"seccomp"`        // profile name
+	Capabilities  []string `json:"capabilities"`   // what root inside keeps
+	NoNewPrivs    bool     `json:"no_new_privileges"`
+	ReadonlyImage bool     `json:"readonly_image"`
+}
+
+// Sandbox is the representation of a sandbox returned by the API.
+type Sandbox struct {
+	ID             string            `json:"id"`
+	Name           string            `json:"name"`
+	Template       string            `json:"template"`
+	State          string            `json:"state"`
+	Persistent     bool              `json:"persistent"`
+	Resources      Resources         `json:"resources"`
+	Env            map[string]string `json:"env,omitempty"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	TimeoutSeconds float64           `json:"timeout_seconds,omitempty"`
+	Network        string            `json:"network"`
+	Workdir        string            `json:"workdir,omitempty"`
+	Isolation      Isolation         `json:"isolation"`
+	CreatedAt      time.Time         `json:"created_at"`
+	UpdatedAt      time.Time         `json:"updated_at"`
+	StartedAt      *time.Time        `json:"started_at,omitempty"`
+	ExpiresAt      *time.Time        `json:"expires_at,omitempty"`
+	DeletedAt      *time.Time        `json:"deleted_at,omitempty"`
+	Cause          string            `json:"cause,omitempty"`
+	Reason         string            `json:"reason,omitempty"`
+	Error          string            `json:"error,omitempty"`
+}
+
+// ExecRequest is the body of POST /v1/sandboxes/{id}/exec and the first
+// message of GET /v1/sandboxes/{id}/exec/ws.
+type ExecRequest struct {
+	Cmd            []string          `json:"cmd"`
+	Env            map[string]string `json:"env,omitempty"`
+	Workdir        string            `json:"workdir,omitempty"`
+	User           string            `json:"user,omitempty"` // "uid[:gid]" or a name from /etc/passwd
+	Stdin          []byte            `json:"stdin,omitempty"` // whole stdin for non-interactive exec (base64 in JSON)
+	TimeoutSeconds float64           `json:"timeout_seconds,omitempty"`
+	TTY            bool              `json:"tty,omitempty"` // ws only
+	Rows           uint16            `json:"rows,omitempty"`
+	Cols           uint16            `json:"cols,omitempty"`
+}
+
+// ExecExit is the final result of an exec.
+type ExecExit struct {
+	Code      int    `json:"code"`             // exit code; 128+signal when killed
+	Signal    string `json:"signal,omitempty"` // e.g. "SIGKILL" when killed by a signal
+	TimedOut  bool   `json:"timed_out"`
+	OOMKilled bool   `json:"oom_killed"`
+	// DurationMS is the wall time of the process.
+	DurationMS float64 `json:"duration_ms"`
+}
+
+// ExecEvent is one line of the NDJSON stream POST .../exec answers with:
+// output events as produced, then exactly one exit (or error) event.
+type ExecEvent struct {
+	Stream string    `json:"stream,omitempty"` // "stdout" | "stderr"
+	Data   []byte    `json:"data,omitempty"`   // base64 in JSON
+	Exit   *ExecExit `json:"exit,omitempty"`
+	Error  *Error    `json:"error,omitempty"` // the exec could not run or was cut off
+}
+
+// WebSocket frames of /exec/ws after the JSON ExecRequest text message:
+// binary messages whose first byte is the kind.
+const (
+	WSStdin    byte = 0 // client -> server: stdin bytes
+	WSStdout   byte = 1 // server -> client
+	WSStderr   byte = 2 // server -> client
+	WSResize   byte = 3 // client -> server: JSON {"rows":R,"cols":C}
+	WSExit     byte = 4 // server -> client: JSON ExecExit, then close
+	WSStdinEOF byte = 5 // client -> server: stdin closed
+	WSError    byte = 6 // server -> client: JSON Error, then close
+)
+
+// Resize is the payload of WSResize.
+type Resize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// RunRequest is the body of POST /v1/run: a one-shot ephemeral job. The
+// response is the same NDJSON stream as exec; the sandbox is destroyed when
+// the command ends or the client's connection goes away.
+type RunRequest struct {
+	Sandbox CreateSandboxRequest `json:"sandbox"`
+	Exec    ExecRequest          `json:"exec"`
+}
+
+// FileInfo describes one file inside a sandbox.
+type FileInfo struct {
+	Name    string    `json:"name"`
+	Path    string    `json:"path"`
+	Size    int64     `json:"size"`
+	Mode    uint32    `json:"mode"` // Go fs.FileMode bits
+	ModTime time.Time `json:"mod_time"`
+	IsDir   bool      `json:"is_dir"`
+	Link    string    `json:"link,omitempty"` // symlink target
+}
+
+// Template is a template as the API shows it.
+type Template struct {
+	Name      string    `json:"name"`
+	Layers    []string  `json:"layers"`
+	Source    string    `json:"source"`
+	Builtin   bool      `json:"builtin"`
+	Size      int64     `json:"size"`
+	Env       []string  `json:"env,omitempty"`
+	Workdir   string    `json:"workdir,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// ImportTemplateRequest is the body of POST /v1/templates/import. Exactly one
+// of Path (a directory holding an OCI layout, or a docker-save tarball, on the
+// daemon's host) and Ref (a registry reference) is set. A tarball may also be
+// uploaded as the body of PUT /v1/templates/{name}/archive.
+type ImportTemplateRequest struct {
+	Name     string `json:"name"`
+	Path     string `json:"path,omitempty"`
+	Ref      string `json:"ref,omitempty"`
+	Insecure bool   `json:"insecure,omitempty"` // allow plain-HTTP registries
+}
+
+// BuildTemplateRequest is the body of POST /v1/templates/build.
+type BuildTemplateRequest struct {
+	Name           string            `json:"name"`
+	From           string            `json:"from"`
+	Run            []string          `json:"run"` // shell steps, run with /bin/sh -c in order
+	Env            map[string]string `json:"env,omitempty"`
+	TimeoutSeconds float64           `json:"timeout_seconds,omitempty"` // per step
+}
+
+// Event is a recorded transition or mutating call.
+type Event struct {
+	ID        int64     `json:"id"`
+	SandboxID string    `json:"sandbox_id"`
+	Time      time.Time `json:"time"`
+	Type      string    `json:"type"`
+	From      string    `json:"from,omitempty"`
+	To        string    `json:"to,omitempty"`
+	Actor     string    `json:"actor,omitempty"`
+	Cause     string    `json:"cause,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+	Outcome   string    `json:"outcome,omitempty"`
+	Message   string    `json:"message,omitempty"`
+}
+
+// DoctorFinding is one orphan or leak found by GET /v1/doctor.
+type DoctorFinding struct {
+	Kind   string `json:"kind"`   // mount | cgroup | runtime | dir | process | record
+	ID     string `json:"id"`     // the sandbox id it belongs to, if known
+	Detail string `json:"detail"` // path or name
+	Fixed  bool   `json:"fixed"`
+	Error  string `json:"error,omitempty"`
+}
+
+// DoctorReport is the answer of GET /v1/doctor and POST /v1/doctor/fix.
+type DoctorReport struct {
+	Findings []DoctorFinding `json:"findings"`
+	Runtime  string          `json:"runtime"`
+	Healthy  bool            `json:"healthy"`
+}
+
+// Version is the answer of GET /v1/version.
+type Version struct {
+	Version string `json:"version"`
+	Commit  string `json:"commit,omitempty"`
+	Go      string `json:"go"`
+	Runtime string `json:"runtime"`
+}
+
+// BuildEvent is one line of the NDJSON stream POST /v1/templates/build
+// answers with: step output as produced, then one event with Template or Error.
+type BuildEvent struct {
+	Step     int       `json:"step"` // 1-based index into Run; 0 for set-up
+	Stream   string    `json:"stream,omitempty"`
+	Data     []byte    `json:"data,omitempty"`
+	Template *Template `json:"template,omitempty"`
+	Error    *Error    `json:"error,omitempty"`
+}

@@ -1,0 +1,20 @@
+// Package daemon wires berth's daemon together: store, image store, runtime,
+// sandbox manager, reconciler and HTTP server. It is what `berth serve` runs.
+package daemon
+
+import "log/slog"
+
+// Config is the daemon's whole configuration; flags and environment are
+// mapped onto it in one place (cmd/berth).
+type Config struct {
+	DataDir string // default /var/lib/berth
+	Socket  string // unix socket path, default /run/berth/berth.sock
+	Listen  string // optional TCP address; every request there needs an API key
+	Store   string // "" or "sqlite" = embedded SQLite in DataDir; postgres://... later
+	Runtime string // runtime class: "runc" (default)
+	// RuncPath is the runc binary; default "runc" from PATH.
+	RuncPath string
+	// DefaultTemplate is used when a create names none; default "base".
+	DefaultTemplate string
+	Logger          *slog.Logger
+}

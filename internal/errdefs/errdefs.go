@@ -1,0 +1,115 @@
+// Package errdefs defines the error categories that every layer of berth wraps
+// its errors with. The API edge maps a category to an HTTP status and a stable
+// error code exactly once; nothing below it knows about HTTP.
+package errdefs
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Category errors. Wrap them with fmt.Errorf("...: %w", errdefs.ErrNotFound)
+// or use the constructors below, which keep a user-safe message.
+var (
+	ErrInvalid         = errors.New("invalid argument")   // 400 invalid_argument
+	ErrUnauthenticated = errors.New("unauthenticated")    // 401 unauthenticated
+	ErrPermission      = errors.New("permission denied")  // 403 permission_denied
+	ErrNotFound        = errors.New("not found")          // 404 not_found
+	ErrConflict        = errors.New("conflict")           // 409 conflict (wrong state, name taken)
+	ErrTooLarge        = errors.New("too large")          // 413 too_large
+	ErrExhausted       = errors.New("resource exhausted") // 429 resource_exhausted
+	ErrUnavailable     = errors.New("unavailable")        // 503 unavailable
+	ErrNotSupported    = errors.New("not supported")      // 501 not_supported
+)
+
+// Error is an error with a message that is safe to show to an API user, kept
+// apart from the wrapped internal detail.
+type Error struct {
+	Category error  // one of the Err* values above
+	Msg      string // safe for users
+	Err      error  // internal cause, may be nil
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return e.Msg + ": " + e.Err.Error()
+	}
+	return e.Msg
+}
+
+// Unwrap lets errors.Is match both the category and the cause.
+func (e *Error) Unwrap() []error {
+	if e.Err != nil {
+		return []error{e.Category, e.Err}
+	}
+	return []error{e.Category}
+}
+
+func mk(cat error, format string, args ...any) error {
+	return &Error{Category: cat, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Invalid reports bad input (400).
+func Invalid(format string, args ...any) error { return mk(ErrInvalid, format, args...) }
+
+// NotFound reports an unknown object (404).
+func NotFound(format string, args ...any) error { return mk(ErrNotFound, format, args...) }
+
+// Conflict reports an operation in the wrong state or a name clash (409).
+func Conflict(format string, args ...any) error { return mk(ErrConflict, format, args...) }
+
+// TooLarge reports a body or file past its cap (413).
+func TooLarge(format string, args ...any) error { return mk(ErrTooLarge, format, args...) }
+
+// Exhausted reports a quota or rate limit hit (429).
+func Exhausted(format string, args ...any) error { return mk(ErrExhausted, format, args...) }
+
+// Unauthenticated reports a missing or bad credential (401).
+func Unauthenticated(format string, args ...any) error {
+	return mk(ErrUnauthenticated, format, args...)
+}
+
+// Permission reports a credential without the needed scope (403).
+func Permission(format string, args ...any) error { return mk(ErrPermission, format, args...) }
+
+// NotSupported reports a feature the chosen backend lacks (501).
+func NotSupported(format string, args ...any) error { return mk(ErrNotSupported, format, args...) }
+
+// Code returns the stable API error code and HTTP status for err.
+func Code(err error) (code string, status int) {
+	switch {
+	case errors.Is(err, ErrInvalid):
+		return "invalid_argument", 400
+	case errors.Is(err, ErrUnauthenticated):
+		return "unauthenticated", 401
+	case errors.Is(err, ErrPermission):
+		return "permission_denied", 403
+	case errors.Is(err, ErrNotFound):
+		return "not_found", 404
+	case errors.Is(err, ErrConflict):
+		return "conflict", 409
+	case errors.Is(err, ErrTooLarge):
+		return "too_large", 413
+	case errors.Is(err, ErrExhausted):
+		return "resource_exhausted", 429
+	case errors.Is(err, ErrNotSupported):
+		return "not_supported", 501
+	case errors.Is(err, ErrUnavailable):
+		return "unavailable", 503
+	default:
+		return "internal", 500
+	}
+}
+
+// Message returns the user-safe message of err: the Msg of the outermost
+// *Error, or a generic text for uncategorised internal errors.
+func Message(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Msg
+	}
+	if _, status := Code(err); status != 500 {
+		return err.Error()
+	}
+	return "internal error"
+}

@@ -1,0 +1,256 @@
+// Package sandbox holds berth's core domain model: the sandbox record, its
+// state machine and the policy arithmetic (deadlines) as pure functions of the
+// current time. It does no I/O; the daemon, store and API build on it.
+package sandbox
+
+import (
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/berth-sh/berth/internal/errdefs"
+)
+
+// State is a sandbox lifecycle state (see DESIGN.md, "The state layers").
+type State string
+
+const (
+	StateCreating    State = "creating"
+	StateRunning     State = "running"
+	StatePaused      State = "paused"
+	StateStopping    State = "stopping"
+	StateStopped     State = "stopped"
+	StateStarting    State = "starting"
+	StateDeleting    State = "deleting"
+	StateDeleted     State = "deleted"
+	StateFailed      State = "failed"
+	StateQuarantined State = "quarantined"
+)
+
+// transitions lists, for each state, the states it may move to.
+// Every state may move to deleting and failed; those are added in CanTransition.
+var transitions = map[State][]State{
+	StateCreating:    {StateRunning},
+	StateRunning:     {StatePaused, StateStopping, StateQuarantined},
+	StatePaused:      {StateRunning, StateStopping, StateQuarantined},
+	StateStopping:    {StateStopped},
+	StateStopped:     {StateStarting, StateQuarantined},
+	StateStarting:    {StateRunning},
+	StateQuarantined: {StateRunning, StatePaused, StateStopped},
+	StateFailed:      {},
+	StateDeleting:    {StateDeleted},
+	StateDeleted:     {},
+}
+
+// CanTransition reports whether a sandbox may move from one state to another.
+func CanTransition(from, to State) bool {
+	if from == StateDeleted {
+		return false
+	}
+	if to == StateDeleting {
+		return from != StateDeleting
+	}
+	if to == StateFailed {
+		return from != StateDeleting && from != StateFailed
+	}
+	for _, s := range transitions[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+// Terminal reports whether no further transition other than deletion is
+// expected from s.
+func (s State) Terminal() bool { return s == StateDeleted }
+
+// Live reports whether the sandbox may have processes or host resources.
+func (s State) Live() bool { return s != StateDeleted }
+
+// Cause says who or what drove a transition.
+type Cause string
+
+const (
+	CauseUser       Cause = "user"
+	CausePolicy     Cause = "policy"
+	CauseReconciler Cause = "reconciler"
+	CauseAdmin      Cause = "admin"
+	CauseClient     Cause = "client" // the client of a one-shot run went away
+)
+
+// Resources are the cgroup limits of a sandbox.
+type Resources struct {
+	CPUs        float64 `json:"cpus"`         // CPU quota in cores
+	MemoryBytes int64   `json:"memory_bytes"` // memory limit (no swap)
+	Pids        int64   `json:"pids"`         // max processes and threads
+}
+
+// Limits on what a request may ask for; the server may lower them by config.
+const (
+	MaxCPUs        = 64
+	MinMemoryBytes = 16 << 20
+	MaxMemoryBytes = 256 << 30
+	MinPids        = 8
+	MaxPids        = 1 << 20
+	MaxTimeout     = 30 * 24 * time.Hour
+	MaxEnv         = 256
+	MaxLabels      = 64
+)
+
+// DefaultResources applies when neither request nor template says otherwise.
+var DefaultResources = Resources{CPUs: 1, MemoryBytes: 512 << 20, Pids: 512}
+
+// Spec is what the user asked for; it does not change over a sandbox's life.
+type Spec struct {
+	Template   string            `json:"template"`
+	Persistent bool              `json:"persistent"`
+	Resources  Resources         `json:"resources"`
+	Env        map[string]string `json:"env,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	Timeout    time.Duration     `json:"timeout,omitempty"` // hard lifetime limit; 0 = none
+	Network    string            `json:"network,omitempty"` // "none" (default) | "egress"
+	Runtime    string            `json:"runtime,omitempty"` // runtime class, e.g. "runc"
+	Workdir    string            `json:"workdir,omitempty"`
+	// OneShot marks a `berth run` sandbox: it is destroyed when its client's
+	// connection goes away.
+	OneShot bool `json:"one_shot,omitempty"`
+}
+
+// Sandbox is the durable record of one sandbox.
+type Sandbox struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Tenant    string    `json:"tenant"`
+	State     State     `json:"state"`
+	Spec      Spec      `json:"spec"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// StartedAt is when the sandbox last entered running from creating/starting.
+	StartedAt time.Time `json:"started_at,omitzero"`
+	DeletedAt time.Time `json:"deleted_at,omitzero"`
+	// Cause and Reason describe the last transition.
+	Cause  Cause  `json:"cause,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Error holds the last failure, e.g. of a teardown step still being retried.
+	Error string `json:"error,omitempty"`
+	// Generation increments on every update; updates are compare-and-swap on it.
+	Generation int64 `json:"generation"`
+}
+
+// Deadline returns when the sandbox's hard timeout expires, and false if it
+// has none.
+func (s *Sandbox) Deadline() (time.Time, bool) {
+	if s.Spec.Timeout <= 0 || s.StartedAt.IsZero() {
+		return time.Time{}, false
+	}
+	return s.StartedAt.Add(s.Spec.Timeout), true
+}
+
+// Expired reports whether the sandbox's hard timeout has passed at now.
+func (s *Sandbox) Expired(now time.Time) bool {
+	d, ok := s.Deadline()
+	return ok && !now.Before(d)
+}
+
+var (
+	nameRE  = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+	envKey  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,255}$`)
+	labelRE = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9_./-]{0,62})$`)
+)
+
+// ValidName reports whether n is an acceptable sandbox, template or volume name.
+func ValidName(n string) bool { return nameRE.MatchString(n) }
+
+// Validate checks a spec after defaults have been applied.
+func (sp *Spec) Validate() error {
+	r := sp.Resources
+	if r.CPUs <= 0 || r.CPUs > MaxCPUs {
+		return errdefs.Invalid("cpus must be in (0, %d], got %g", MaxCPUs, r.CPUs)
+	}
+	if r.MemoryBytes < MinMemoryBytes || r.MemoryBytes > MaxMemoryBytes {
+		return errdefs.Invalid("memory must be between %d MiB and %d GiB, got %d bytes",
+			MinMemoryBytes>>20, MaxMemoryBytes>>30, r.MemoryBytes)
+	}
+	if r.Pids < MinPids || r.Pids > MaxPids {
+		return errdefs.Invalid("pids must be between %d and %d, got %d", MinPids, MaxPids, r.Pids)
+	}
+	if sp.Timeout < 0 || sp.Timeout > MaxTimeout {
+		return errdefs.Invalid("timeout must be between 0 and %s", MaxTimeout)
+	}
+	if len(sp.Env) > MaxEnv {
+		return errdefs.Invalid("at most %d env variables", MaxEnv)
+	}
+	for k, v := range sp.Env {
+		if !envKey.MatchString(k) {
+			return errdefs.Invalid("bad env name %q: use letters, digits and _", k)
+		}
+		if len(v) > 32<<10 {
+			return errdefs.Invalid("env %s: value longer than 32 KiB", k)
+		}
+	}
+	if len(sp.Labels) > MaxLabels {
+		return errdefs.Invalid("at most %d labels", MaxLabels)
+	}
+	for k, v := range sp.Labels {
+		if !labelRE.MatchString(k) {
+			return errdefs.Invalid("bad label key %q", k)
+		}
+		if len(v) > 256 {
+			return errdefs.Invalid("label %s: value longer than 256 bytes", k)
+		}
+	}
+	switch sp.Network {
+	case "", "none":
+	case "egress":
+		return errdefs.NotSupported("network mode egress is not available yet; use none")
+	default:
+		return errdefs.Invalid("network must be none or egress, got %q", sp.Network)
+	}
+	if sp.Workdir != "" && sp.Workdir[0] != '/' {
+		return errdefs.Invalid("workdir must be an absolute path")
+	}
+	return nil
+}
+
+// Event is one recorded transition or mutating call.
+type Event struct {
+	ID        int64     `json:"id"`
+	SandboxID string    `json:"sandbox_id"`
+	Time      time.Time `json:"time"`
+	Type      string    `json:"type"` // e.g. "state", "exec", "files.write"
+	From      State     `json:"from,omitempty"`
+	To        State     `json:"to,omitempty"`
+	Actor     string    `json:"actor,omitempty"` // e.g. "key:abc123", "policy:timeout", "reconciler"
+	Cause     Cause     `json:"cause,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+	Outcome   string    `json:"outcome,omitempty"` // "ok" | "error"
+	Message   string    `json:"message,omitempty"`
+}
+
+// ErrWrongState builds the 409 returned when an operation does not fit the
+// sandbox's current state.
+func ErrWrongState(op string, s *Sandbox) error {
+	return errdefs.Conflict("cannot %s sandbox %s: it is %s", op, s.ID, s.State)
+}
+
+// Transition moves s to the state to, recording cause and reason; it fails
+// with a 409 if the state machine forbids the move.
+func (s *Sandbox) Transition(to State, cause Cause, reason string, now time.Time) error {
+	if !CanTransition(s.State, to) {
+		return fmt.Errorf("%s -> %s: %w", s.State, to, ErrWrongState(string(to), s))
+	}
+	s.State = to
+	s.Cause = cause
+	s.Reason = reason
+	s.UpdatedAt = now
+	switch to {
+	case StateRunning:
+		if s.StartedAt.IsZero() {
+			s.StartedAt = now
+		}
+	case StateDeleted:
+		s.DeletedAt = now
+	}
+	return nil
+}

@@ -1,0 +1,99 @@
+// Package store defines berth's durable record store: sandboxes (including
+// tombstones), events, templates and API keys. The Store interface is the
+// contract; sqlite (embedded default) and, later, postgres implement it, and
+// storetest is the conformance suite every implementation must pass.
+//
+// Driver errors never leave this package tree: implementations map "no rows"
+// to errdefs.ErrNotFound and unique violations to errdefs.ErrConflict.
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/berth-sh/berth/internal/sandbox"
+)
+
+// Template is a named, read-only root filesystem plus defaults.
+type Template struct {
+	Name string `json:"name"`
+	// Layers are layer ids (content digests, "sha256:..."), bottom first.
+	Layers []string `json:"layers"`
+	// Config carries the image defaults: env, workdir, user, entry command.
+	Config TemplateConfig `json:"config"`
+	// Builtin marks templates berth provides without a download.
+	Builtin bool `json:"builtin"`
+	// Source says where it came from: "oci-layout:/path", "docker-archive:/path",
+	// "registry:ref", "build:base", "builtin:host".
+	Source    string    `json:"source"`
+	Size      int64     `json:"size"` // bytes of unpacked layers
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// TemplateConfig holds a template's defaults.
+type TemplateConfig struct {
+	Env       []string           `json:"env,omitempty"`
+	Workdir   string             `json:"workdir,omitempty"`
+	User      string             `json:"user,omitempty"`
+	Cmd       []string           `json:"cmd,omitempty"`
+	Resources *sandbox.Resources `json:"resources,omitempty"`
+	Timeout   time.Duration      `json:"timeout,omitempty"`
+	// HostUsr marks the builtin template that bind-mounts the host's /usr
+	// read-only instead of carrying it in a layer.
+	HostUsr bool `json:"host_usr,omitempty"`
+}
+
+// APIKey is a bearer credential. Only the SHA-256 of the secret is stored.
+type APIKey struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Tenant    string    `json:"tenant"`
+	Hash      []byte    `json:"-"`
+	Scopes    []string  `json:"scopes"`
+	CreatedAt time.Time `json:"created_at"`
+	RevokedAt time.Time `json:"revoked_at,omitzero"`
+}
+
+// SandboxFilter selects sandboxes in ListSandboxes.
+type SandboxFilter struct {
+	Tenant         string          // "" = all tenants
+	States         []sandbox.State // empty = all states
+	IncludeDeleted bool            // tombstones are excluded unless set
+	Limit          int             // 0 = no limit
+}
+
+// Store is the contract of berth's durable store. All methods are safe for
+// concurrent use.
+type Store interface {
+	// CreateSandbox inserts a new record; a live sandbox with the same
+	// tenant and name gives ErrConflict.
+	CreateSandbox(ctx context.Context, sb *sandbox.Sandbox) error
+	GetSandbox(ctx context.Context, id string) (*sandbox.Sandbox, error)
+	// GetSandboxByName finds a live (not deleted) sandbox by name.
+	GetSandboxByName(ctx context.Context, tenant, name string) (*sandbox.Sandbox, error)
+	ListSandboxes(ctx context.Context, f SandboxFilter) ([]*sandbox.Sandbox, error)
+	// UpdateSandbox writes sb if its Generation still matches the stored one
+	// (compare-and-swap) and increments sb.Generation; on a mismatch it
+	// returns ErrConflict and writes nothing.
+	UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox) error
+	// PurgeSandbox removes a record and its events entirely (retention of tombstones).
+	PurgeSandbox(ctx context.Context, id string) error
+
+	// AppendEvent records ev and sets ev.ID.
+	AppendEvent(ctx context.Context, ev *sandbox.Event) error
+	// ListEvents returns a sandbox's events oldest first, with ID > afterID.
+	ListEvents(ctx context.Context, sandboxID string, afterID int64, limit int) ([]*sandbox.Event, error)
+
+	PutTemplate(ctx context.Context, t *Template) error // insert or replace by name
+	GetTemplate(ctx context.Context, name string) (*Template, error)
+	ListTemplates(ctx context.Context) ([]*Template, error)
+	DeleteTemplate(ctx context.Context, name string) error
+
+	CreateAPIKey(ctx context.Context, k *APIKey) error
+	// GetAPIKeyByHash returns a key, revoked or not; callers check RevokedAt.
+	GetAPIKeyByHash(ctx context.Context, hash []byte) (*APIKey, error)
+	ListAPIKeys(ctx context.Context, tenant string) ([]*APIKey, error)
+	RevokeAPIKey(ctx context.Context, id string, at time.Time) error
+
+	Close() error
+}
