@@ -79,7 +79,7 @@ type ExecRequest struct {
 	Cmd            []string          `json:"cmd"`
 	Env            map[string]string `json:"env,omitempty"`
 	Workdir        string            `json:"workdir,omitempty"`
-	User           string            `json:"user,omitempty"` // "uid[:gid]" or a name from /etc/passwd
+	User           string            `json:"user,omitempty"`  // "uid[:gid]" or a name from /etc/passwd
 	Stdin          []byte            `json:"stdin,omitempty"` // whole stdin for non-interactive exec (base64 in JSON)
 	TimeoutSeconds float64           `json:"timeout_seconds,omitempty"`
 	TTY            bool              `json:"tty,omitempty"` // ws only
