@@ -1,0 +1,188 @@
+// Package cgroups reads and cleans up the cgroups berth's runtime creates
+// for sandboxes, on cgroup v1 (one hierarchy per controller) and v2. All
+// paths are relative to one parent (e.g. /berth-<instance>), so a daemon
+// only ever sees and touches its own sandboxes' cgroups.
+package cgroups
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Root is where cgroup hierarchies are mounted.
+var Root = "/sys/fs/cgroup"
+
+// V2 reports whether the host uses the unified hierarchy only.
+func V2() bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(Root, &st); err != nil {
+		return false
+	}
+	return st.Type == unix.CGROUP2_SUPER_MAGIC
+}
+
+// hierarchies returns the mounted hierarchy roots that runc creates
+// cgroups in: every v1 controller directory, or the single v2 root.
+func hierarchies() []string {
+	if V2() {
+		return []string{Root}
+	}
+	ents, err := os.ReadDir(Root)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		p := filepath.Join(Root, e.Name())
+		if e.Type()&os.ModeSymlink != 0 || !e.IsDir() || e.Name() == "unified" {
+			continue
+		}
+		var st unix.Statfs_t
+		if unix.Statfs(p, &st) == nil && st.Type == unix.CGROUP_SUPER_MAGIC {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Paths returns the directories of cgroup path rel in every hierarchy,
+// whether or not they exist.
+func Paths(rel string) []string {
+	var out []string
+	for _, h := range hierarchies() {
+		out = append(out, filepath.Join(h, rel))
+	}
+	return out
+}
+
+// Exists reports whether cgroup rel exists in any hierarchy.
+func Exists(rel string) bool {
+	for _, p := range Paths(rel) {
+		if _, err := os.Stat(p); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Children lists the names of the child cgroups of parent, across every
+// hierarchy, without duplicates.
+func Children(parent string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range Paths(parent) {
+		ents, err := os.ReadDir(p)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if e.IsDir() && !seen[e.Name()] {
+				seen[e.Name()] = true
+				out = append(out, e.Name())
+			}
+		}
+	}
+	return out
+}
+
+// Procs returns the pids in cgroup rel.
+func Procs(rel string) []int {
+	seen := map[int]bool{}
+	var out []int
+	for _, p := range Paths(rel) {
+		b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil && !seen[pid] {
+				seen[pid] = true
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
+// OOMKills returns how many processes the kernel's OOM killer has killed in
+// cgroup rel so far.
+func OOMKills(rel string) (int64, error) {
+	var file, key string
+	if V2() {
+		file, key = filepath.Join(Root, rel, "memory.events"), "oom_kill"
+	} else {
+		file, key = filepath.Join(Root, "memory", rel, "memory.oom_control"), "oom_kill"
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), " ")
+		if ok && k == key {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, sc.Err()
+}
+
+// Destroy kills every process in cgroup rel (thawing it first so SIGKILL
+// is delivered) and removes its directories. It is idempotent.
+func Destroy(rel string) error {
+	thaw(rel)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		pids := Procs(rel)
+		if len(pids) == 0 {
+			break
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup %s: %d processes survive SIGKILL", rel, len(pids))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var errs []error
+	for _, p := range Paths(rel) {
+		if err := rmdirRetry(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func thaw(rel string) {
+	if V2() {
+		_ = os.WriteFile(filepath.Join(Root, rel, "cgroup.freeze"), []byte("0"), 0)
+		return
+	}
+	_ = os.WriteFile(filepath.Join(Root, "freezer", rel, "freezer.state"), []byte("THAWED"), 0)
+}
+
+func rmdirRetry(p string) error {
+	var err error
+	for i := 0; i < 50; i++ {
+		err = unix.Rmdir(p)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("rmdir %s: %w", p, err)
+}

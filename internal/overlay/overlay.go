@@ -1,0 +1,127 @@
+// Package overlay mounts and unmounts the overlayfs root filesystems of
+// sandboxes (read-only template layers below, a per-sandbox upper dir on
+// top) and lists the mounts under a directory, so that teardown can verify
+// that nothing is left and the reconciler can find orphans.
+package overlay
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Mount mounts an overlay at target with lowers (top first), upper and
+// work. upper and work must be on the same filesystem.
+func Mount(lowers []string, upper, work, target string) error {
+	if len(lowers) == 0 {
+		return errors.New("overlay: no lower layers")
+	}
+	for _, l := range lowers {
+		if strings.ContainsAny(l, ",:") {
+			return fmt.Errorf("overlay: lower path %q contains a separator", l)
+		}
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(lowers, ":"), upper, work)
+	if len(opts) >= os.Getpagesize() {
+		return fmt.Errorf("overlay: %d layers make the mount options longer than a page", len(lowers))
+	}
+	if err := unix.Mount("overlay", target, "overlay", unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("overlay: mount %s: %w", target, err)
+	}
+	return nil
+}
+
+// Unmount unmounts target; a target that is not mounted (or does not
+// exist) is not an error. A busy mount is retried briefly, then detached.
+func Unmount(target string) error {
+	var err error
+	for i := 0; i < 20; i++ {
+		err = unix.Unmount(target, 0)
+		switch {
+		case err == nil:
+			continue // stacked mounts: unmount until none is left
+		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
+			return nil
+		case errors.Is(err, unix.EBUSY):
+			time.Sleep(time.Duration(i+1) * 5 * time.Millisecond)
+		default:
+			return fmt.Errorf("unmount %s: %w", target, err)
+		}
+	}
+	if err := unix.Unmount(target, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("unmount %s (detach): %w", target, err)
+	}
+	return nil
+}
+
+// MountsUnder returns the mount points at or below dir, deepest last, from
+// /proc/self/mountinfo.
+func MountsUnder(dir string) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	dir = strings.TrimSuffix(dir, "/")
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescape(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out, sc.Err()
+}
+
+// Mounted reports whether path is a mount point.
+func Mounted(path string) (bool, error) {
+	ms, err := MountsUnder(path)
+	if err != nil {
+		return false, err
+	}
+	for _, m := range ms {
+		if m == strings.TrimSuffix(path, "/") {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// unescape decodes the octal escapes (\040 etc.) mountinfo uses.
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v byte
+			ok := true
+			for _, c := range s[i+1 : i+4] {
+				if c < '0' || c > '7' {
+					ok = false
+					break
+				}
+				v = v*8 + byte(c-'0')
+			}
+			if ok {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

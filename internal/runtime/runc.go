@@ -1,0 +1,198 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	gorunc "github.com/containerd/go-runc"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
+)
+
+// Runc is the default runtime class: Debian's runc, driven through
+// containerd's go-runc, with its state kept under its own root directory so
+// that two daemons never see each other's containers.
+type Runc struct {
+	r *gorunc.Runc
+}
+
+// NewRunc returns the runc runtime class. binary is the runc executable
+// (empty: "runc" from PATH); root is runc's state directory, private to
+// this daemon.
+func NewRunc(binary, root string) (*Runc, error) {
+	if binary == "" {
+		binary = "runc"
+	}
+	path, err := exec.LookPath(binary)
+	if err != nil {
+		return nil, fmt.Errorf("runc not found (%s): install it with `apt-get install runc`: %w", binary, err)
+	}
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, err
+	}
+	return &Runc{r: &gorunc.Runc{Command: path, Root: root}}, nil
+}
+
+// Name implements Runtime.
+func (*Runc) Name() string { return "runc" }
+
+// Root returns runc's state directory.
+func (rc *Runc) Root() string { return rc.r.Root }
+
+// fileIO hands a log file to runc as the container's stdout and stderr and
+// /dev/null as its stdin.
+type fileIO struct{ f *os.File }
+
+func (fileIO) Close() error             { return nil }
+func (fileIO) Stdin() io.WriteCloser    { return nil }
+func (fileIO) Stdout() io.ReadCloser    { return nil }
+func (fileIO) Stderr() io.ReadCloser    { return nil }
+func (f fileIO) Set(cmd *exec.Cmd)      { cmd.Stdout, cmd.Stderr = f.f, f.f }
+func (f fileIO) CloseAfterStart() error { return nil }
+
+var _ gorunc.IO = fileIO{}
+
+// Start implements Runtime. It writes config.json into the bundle and runs
+// the container detached; runc returns once init has been started.
+func (rc *Runc) Start(ctx context.Context, s *Spec) (int, error) {
+	spec, err := BuildSpec(s)
+	if err != nil {
+		return 0, err
+	}
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return 0, err
+	}
+	if err := os.MkdirAll(s.Bundle, 0o700); err != nil {
+		return 0, err
+	}
+	if err := os.WriteFile(filepath.Join(s.Bundle, "config.json"), data, 0o600); err != nil {
+		return 0, err
+	}
+	logf, err := os.OpenFile(s.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer logf.Close()
+	pidFile := filepath.Join(s.Bundle, "init.pid")
+	var out strings.Builder
+	_, err = rc.r.Run(ctx, s.ID, s.Bundle, &gorunc.CreateOpts{
+		IO:      fileIO{logf},
+		Detach:  true,
+		PidFile: pidFile,
+	})
+	if err != nil {
+		out.WriteString(tailFile(s.LogPath, 2048))
+		return 0, fmt.Errorf("runc run %s: %w: %s", s.ID, err, strings.TrimSpace(out.String()))
+	}
+	pid, err := gorunc.ReadPidFile(pidFile)
+	if err != nil {
+		return 0, fmt.Errorf("runc run %s: reading pid file: %w", s.ID, err)
+	}
+	return pid, nil
+}
+
+// State implements Runtime.
+func (rc *Runc) State(ctx context.Context, id string) (State, error) {
+	c, err := rc.r.State(ctx, id)
+	if err != nil {
+		if notExist(err) {
+			return State{}, fmt.Errorf("runc container %s: %w", id, errdefs.ErrNotFound)
+		}
+		return State{}, fmt.Errorf("runc state %s: %w", id, err)
+	}
+	return State{ID: c.ID, Status: Status(c.Status), Pid: c.Pid, Bundle: c.Bundle}, nil
+}
+
+// List implements Runtime.
+func (rc *Runc) List(ctx context.Context) ([]State, error) {
+	cs, err := rc.r.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("runc list: %w", err)
+	}
+	out := make([]State, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, State{ID: c.ID, Status: Status(c.Status), Pid: c.Pid, Bundle: c.Bundle})
+	}
+	return out, nil
+}
+
+// Kill implements Runtime; it signals every process of the container.
+func (rc *Runc) Kill(ctx context.Context, id string, sig syscall.Signal) error {
+	err := rc.r.Kill(ctx, id, int(sig), &gorunc.KillOpts{All: true})
+	if err != nil && (notExist(err) || notRunning(err)) {
+		return nil
+	}
+	return err
+}
+
+// Delete implements Runtime.
+func (rc *Runc) Delete(ctx context.Context, id string) error {
+	err := rc.r.Delete(ctx, id, &gorunc.DeleteOpts{Force: true})
+	if err != nil && notExist(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("runc delete %s: %w", id, err)
+	}
+	return nil
+}
+
+// Pause implements Runtime (cgroup freezer).
+func (rc *Runc) Pause(ctx context.Context, id string) error { return rc.r.Pause(ctx, id) }
+
+// Resume implements Runtime.
+func (rc *Runc) Resume(ctx context.Context, id string) error { return rc.r.Resume(ctx, id) }
+
+// Isolation implements Runtime.
+func (*Runc) Isolation() api.Isolation {
+	return api.Isolation{
+		Runtime:       "runc",
+		SharedKernel:  true,
+		UserNamespace: true,
+		Seccomp:       "docker-default",
+		Capabilities:  capNames(),
+		NoNewPrivs:    true,
+		ReadonlyImage: true,
+	}
+}
+
+func notExist(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "does not exist") ||
+		errors.Is(err, os.ErrNotExist))
+}
+
+func notRunning(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "not running") || strings.Contains(s, "process already finished") ||
+		strings.Contains(s, "container not running")
+}
+
+// tailFile returns up to n bytes from the end of a file, for error messages.
+func tailFile(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := st.Size() - n
+	if off < 0 {
+		off = 0
+	}
+	buf := make([]byte, st.Size()-off)
+	_, _ = f.ReadAt(buf, off)
+	return string(buf)
+}

@@ -1,0 +1,89 @@
+// Package runtime runs sandboxes as OCI containers. The Runtime interface is
+// the contract between the sandbox manager and a runtime class; runc is the
+// default implementation (namespaces + cgroups + seccomp + user namespace on
+// the shared host kernel). gVisor (runsc) and microVM classes implement the
+// same interface. BuildSpec turns berth's sandbox description into an OCI
+// runtime-spec document with berth's isolation defaults, which no API field
+// can weaken.
+package runtime
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/sandbox"
+)
+
+// IDMap maps container ids 0..Size-1 onto host ids Host..Host+Size-1, for
+// both uids and gids. Sandbox root is never host root.
+type IDMap struct {
+	HostUID uint32
+	HostGID uint32
+	Size    uint32
+}
+
+// HostRoot returns the host uid and gid of root inside the sandbox.
+func (m IDMap) HostRoot() (uid, gid int) { return int(m.HostUID), int(m.HostGID) }
+
+// Mount is an extra bind mount into the sandbox; the set is chosen by berth,
+// never by an API caller.
+type Mount struct {
+	Source      string
+	Destination string
+	ReadOnly    bool
+}
+
+// Spec describes one sandbox container to start.
+type Spec struct {
+	ID          string
+	Bundle      string // directory the runtime keeps config.json in
+	Rootfs      string // the sandbox's root filesystem, already mounted
+	Hostname    string
+	Args        []string // the init process: berth's agent
+	Env         []string
+	Mounts      []Mount
+	Resources   sandbox.Resources
+	IDMap       IDMap
+	CgroupsPath string // e.g. /berth-<instance>/<id>
+	LogPath     string // where init's stdout and stderr go
+}
+
+// Status is a container's status as the runtime sees it.
+type Status string
+
+const (
+	StatusCreated Status = "created"
+	StatusRunning Status = "running"
+	StatusPaused  Status = "paused"
+	StatusStopped Status = "stopped"
+)
+
+// State is a container known to the runtime.
+type State struct {
+	ID     string
+	Status Status
+	Pid    int
+	Bundle string
+}
+
+// Runtime is a runtime class. Every method is idempotent where that makes
+// sense: deleting or killing a container that is already gone succeeds.
+type Runtime interface {
+	Name() string
+	// Start creates and starts the container detached and returns the host
+	// pid of its init process.
+	Start(ctx context.Context, spec *Spec) (pid int, err error)
+	// State returns a container's state; an unknown id gives errdefs.ErrNotFound.
+	State(ctx context.Context, id string) (State, error)
+	// List returns every container in this runtime's root.
+	List(ctx context.Context) ([]State, error)
+	Kill(ctx context.Context, id string, sig syscall.Signal) error
+	// Delete force-deletes the container: kills what is left, removes its
+	// cgroup and runtime state. Unknown ids are not an error.
+	Delete(ctx context.Context, id string) error
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
+	// Isolation describes the boundary this class provides.
+	Isolation() api.Isolation
+}
