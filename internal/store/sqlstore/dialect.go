@@ -1,0 +1,95 @@
+// Package sqlstore implements store.Store on database/sql in portable SQL, so
+// that every SQL backend shares one implementation and one schema: a backend
+// package (sqlite, later postgres) opens the connections, configures the
+// driver and supplies a Dialect for the few differences.
+//
+// Queries are written with ? placeholders; Dialect.Rebind turns them into the
+// driver's style. Timestamps are stored as BIGINT unix microseconds in UTC,
+// with 0 meaning the zero time.Time. Driver errors never leave the package:
+// "no rows" becomes errdefs.ErrNotFound and constraint violations become
+// errdefs.ErrConflict (or ErrNotFound for a missing parent).
+package sqlstore
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Violation is the kind of constraint a failed statement broke.
+type Violation int
+
+const (
+	NoViolation Violation = iota
+	// UniqueViolation covers primary keys and unique indexes.
+	UniqueViolation
+	ForeignKeyViolation
+)
+
+// Dialect describes what differs between SQL backends.
+type Dialect struct {
+	Name string
+	// Identity is the column definition that replaces the {{identity}} macro
+	// in migrations: an auto-incrementing 64-bit primary key whose values are
+	// never reused.
+	Identity string
+	// Rebind rewrites a query written with ? placeholders; nil leaves it as is.
+	Rebind func(query string) string
+	// Classify reports which constraint, if any, err says was violated.
+	Classify func(err error) Violation
+}
+
+func (d Dialect) rebind(q string) string {
+	if d.Rebind == nil {
+		return q
+	}
+	return d.Rebind(q)
+}
+
+func (d Dialect) classify(err error) Violation {
+	if err == nil || d.Classify == nil {
+		return NoViolation
+	}
+	return d.Classify(err)
+}
+
+// expand replaces the dialect macros of a migration.
+func (d Dialect) expand(sql string) string {
+	return strings.ReplaceAll(sql, "{{identity}}", d.Identity)
+}
+
+// DollarPlaceholders rewrites ? placeholders as $1, $2, ... (PostgreSQL),
+// leaving question marks inside quoted strings, quoted identifiers and
+// comments alone.
+func DollarPlaceholders(q string) string {
+	var b strings.Builder
+	b.Grow(len(q) + 8)
+	n := 0
+	for i := 0; i < len(q); i++ {
+		c := q[i]
+		switch {
+		case c == '\'' || c == '"':
+			j := strings.IndexByte(q[i+1:], c)
+			if j < 0 {
+				b.WriteString(q[i:])
+				return b.String()
+			}
+			b.WriteString(q[i : i+j+2])
+			i += j + 1
+		case c == '-' && i+1 < len(q) && q[i+1] == '-':
+			j := strings.IndexByte(q[i:], '\n')
+			if j < 0 {
+				b.WriteString(q[i:])
+				return b.String()
+			}
+			b.WriteString(q[i : i+j+1])
+			i += j
+		case c == '?':
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
