@@ -1,0 +1,437 @@
+package image
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sync"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/berth-sh/berth/internal/errdefs"
+)
+
+const (
+	annotationRefName        = "org.opencontainers.image.ref.name"
+	annotationContainerdName = "io.containerd.image.name"
+	maxIndexDepth            = 4
+)
+
+// ImportOCILayout imports an image from the OCI image layout at dir. ref
+// selects a manifest of index.json by its org.opencontainers.image.ref.name
+// (or io.containerd.image.name) annotation or by digest; if ref is empty
+// the index must name exactly one image, or one per platform, of which
+// linux/GOARCH is taken. Blob, config and layer digests are all verified.
+func (s *Store) ImportOCILayout(ctx context.Context, dir, ref string) (*Image, error) {
+	p, err := layout.FromPath(dir)
+	if err != nil {
+		return nil, invalid("not an OCI layout", err)
+	}
+	ii, err := p.ImageIndex()
+	if err != nil {
+		return nil, invalid("read index.json", err)
+	}
+	img, err := pickImage(ii, ref, 0)
+	if err != nil {
+		return nil, err
+	}
+	return s.importImage(ctx, img, true)
+}
+
+// pickImage resolves ref in index ii down to one image manifest.
+func pickImage(ii v1.ImageIndex, ref string, depth int) (v1.Image, error) {
+	if depth > maxIndexDepth {
+		return nil, errdefs.Invalid("image indexes nested too deep")
+	}
+	im, err := ii.IndexManifest()
+	if err != nil {
+		return nil, invalid("read image index", err)
+	}
+	cands := im.Manifests
+	if ref != "" {
+		var match []v1.Descriptor
+		for _, d := range cands {
+			if d.Digest.String() == ref || d.Annotations[annotationRefName] == ref || d.Annotations[annotationContainerdName] == ref {
+				match = append(match, d)
+			}
+		}
+		if len(match) == 0 {
+			return nil, errdefs.NotFound("no manifest named %q in the image index", ref)
+		}
+		cands = match
+	}
+	if len(cands) > 1 {
+		var plat []v1.Descriptor
+		for _, d := range cands {
+			if d.Platform != nil && d.Platform.OS == "linux" && d.Platform.Architecture == runtime.GOARCH {
+				plat = append(plat, d)
+			}
+		}
+		if len(plat) == 0 {
+			return nil, errdefs.Invalid("image index has %d manifests and none for linux/%s; name one", len(cands), runtime.GOARCH)
+		}
+		cands = plat[:1]
+	}
+	if len(cands) == 0 {
+		return nil, errdefs.Invalid("image index is empty")
+	}
+	d := cands[0]
+	if d.Digest.Algorithm != "sha256" {
+		return nil, errdefs.Invalid("unsupported digest %s", d.Digest)
+	}
+	switch {
+	case d.MediaType.IsIndex():
+		child, err := ii.ImageIndex(d.Digest)
+		if err != nil {
+			return nil, invalid("read image index", err)
+		}
+		if err := checkDigest(child.Digest, d.Digest, "image index"); err != nil {
+			return nil, err
+		}
+		return pickImage(child, "", depth+1)
+	case d.MediaType.IsImage():
+		img, err := ii.Image(d.Digest)
+		if err != nil {
+			return nil, invalid("read image manifest", err)
+		}
+		if err := checkDigest(img.Digest, d.Digest, "image manifest"); err != nil {
+			return nil, err
+		}
+		return img, nil
+	default:
+		return nil, errdefs.Invalid("manifest %s has unsupported media type %q", d.Digest, d.MediaType)
+	}
+}
+
+func checkDigest(got func() (v1.Hash, error), want v1.Hash, what string) error {
+	h, err := got()
+	if err != nil {
+		return invalid("read "+what, err)
+	}
+	if h != want {
+		return invalid("digest mismatch", fmt.Errorf("%s hashes to %s, index says %s", what, h, want))
+	}
+	return nil
+}
+
+// ImportArchive imports a `docker save` tarball or a tar of an OCI layout
+// (optionally gzip-compressed), telling them apart by their contents. An
+// archive that has both (docker 25 and later writes both) is read as a
+// docker archive, which needs no unpacking of the blobs.
+func (s *Store) ImportArchive(ctx context.Context, archive string) (*Image, error) {
+	gz, err := isGzip(archive)
+	if err != nil {
+		return nil, err
+	}
+	opener := func() (io.ReadCloser, error) { return openMaybeGzip(archive, gz) }
+	var docker, oci bool
+	if err := scanTar(opener, func(hdr *tar.Header, _ io.Reader) error {
+		switch path.Clean(hdr.Name) {
+		case "manifest.json":
+			docker = true
+		case "oci-layout":
+			oci = true
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	switch {
+	case docker:
+		img, err := tarball.Image(tarball.Opener(opener), nil)
+		if err != nil {
+			return nil, invalid("read docker archive", err)
+		}
+		return s.importImage(ctx, img, false)
+	case oci:
+		dir, err := os.MkdirTemp(s.work, "oci-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		if err := s.unpackLayoutTar(opener, dir); err != nil {
+			return nil, err
+		}
+		return s.ImportOCILayout(ctx, dir, "")
+	default:
+		return nil, errdefs.Invalid("archive is neither a docker save tarball nor an OCI layout")
+	}
+}
+
+var layoutFileRE = regexp.MustCompile(`^(oci-layout|index\.json|blobs/[a-z0-9]+/[a-f0-9]{32,128})$`)
+
+// unpackLayoutTar writes the OCI layout files of an archive to dir. Only
+// the names a layout has are taken, so nothing can land outside dir.
+func (s *Store) unpackLayoutTar(opener func() (io.ReadCloser, error), dir string) error {
+	var total int64
+	return scanTar(opener, func(hdr *tar.Header, r io.Reader) error {
+		rel := path.Clean(hdr.Name)
+		if hdr.Typeflag != tar.TypeReg || !layoutFileRE.MatchString(rel) {
+			return nil
+		}
+		total += hdr.Size
+		if hdr.Size < 0 || total > s.opts.maxArchiveBytes {
+			return errdefs.TooLarge("OCI layout archive holds more than %d bytes", s.opts.maxArchiveBytes)
+		}
+		dst := filepath.Join(dir, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+			return err
+		}
+		_ = os.Remove(dst)
+		f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(f, tarReader{r})
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	})
+}
+
+// scanTar calls fn for each member of the tar from opener.
+func scanTar(opener func() (io.ReadCloser, error), fn func(*tar.Header, io.Reader) error) error {
+	rc, err := opener()
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return invalid("read archive", err)
+		}
+		if err := fn(hdr, tr); err != nil {
+			return err
+		}
+	}
+}
+
+func isGzip(p string) (bool, error) {
+	f, err := os.Open(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, errdefs.NotFound("archive %s", p)
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	var b [2]byte
+	n, _ := io.ReadFull(f, b[:])
+	return n == 2 && b[0] == 0x1f && b[1] == 0x8b, nil
+}
+
+type multiCloser struct {
+	io.Reader
+	closers []io.Closer
+}
+
+func (m multiCloser) Close() error {
+	var errs []error
+	for _, c := range m.closers {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func openMaybeGzip(p string, gz bool) (io.ReadCloser, error) {
+	f, err := os.Open(p)
+	if err != nil || !gz {
+		return f, err
+	}
+	zr, err := gzip.NewReader(bufio.NewReader(f))
+	if err != nil {
+		f.Close()
+		return nil, invalid("read gzip archive", err)
+	}
+	return multiCloser{zr, []io.Closer{zr, f}}, nil
+}
+
+// Pull fetches ref from its registry (linux/GOARCH of a multi-platform
+// image) and imports it. insecure allows plain http and unverified TLS.
+func (s *Store) Pull(ctx context.Context, ref string, insecure bool) (*Image, error) {
+	var nopts []name.Option
+	if insecure {
+		nopts = append(nopts, name.Insecure)
+	}
+	r, err := name.ParseReference(ref, nopts...)
+	if err != nil {
+		return nil, &errdefs.Error{Category: errdefs.ErrInvalid, Msg: fmt.Sprintf("bad image reference %q", ref), Err: err}
+	}
+	img, err := remote.Image(r,
+		remote.WithContext(ctx),
+		remote.WithAuthFromKeychain(s.opts.keychain),
+		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH}))
+	if err != nil {
+		return nil, registryErr(ref, err)
+	}
+	out, err := s.importImage(ctx, img, true)
+	if err != nil {
+		return nil, registryErr(ref, err)
+	}
+	return out, nil
+}
+
+// registryErr gives registry failures a category; errors that already
+// have one pass through.
+func registryErr(ref string, err error) error {
+	var e *errdefs.Error
+	if errors.As(err, &e) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var terr *transport.Error
+	if errors.As(err, &terr) {
+		switch terr.StatusCode {
+		case 404:
+			return &errdefs.Error{Category: errdefs.ErrNotFound, Msg: fmt.Sprintf("image %s not found", ref), Err: err}
+		case 401, 403:
+			return &errdefs.Error{Category: errdefs.ErrPermission, Msg: fmt.Sprintf("registry refused access to %s", ref), Err: err}
+		}
+	}
+	return &errdefs.Error{Category: errdefs.ErrUnavailable, Msg: fmt.Sprintf("pull %s", ref), Err: err}
+}
+
+// importImage unpacks img's layers and returns it. With verifyBlobs the
+// config and each layer blob are checked against the manifest's digests
+// (layout and registry); without (docker archives, whose manifests are made
+// up by the reader), only diffIDs are checked, which every path does.
+func (s *Store) importImage(ctx context.Context, img v1.Image, verifyBlobs bool) (*Image, error) {
+	rawCfg, err := img.RawConfigFile()
+	if err != nil {
+		return nil, invalid("read image config", err)
+	}
+	cfg, err := v1.ParseConfigFile(bytes.NewReader(rawCfg))
+	if err != nil {
+		return nil, invalid("parse image config", err)
+	}
+	if cfg.OS != "" && cfg.OS != "linux" {
+		return nil, errdefs.Invalid("image is for %s, not linux", cfg.OS)
+	}
+	diffIDs := cfg.RootFS.DiffIDs
+	srcs := make([]layerSource, len(diffIDs))
+	for i, d := range diffIDs {
+		if d.Algorithm != "sha256" {
+			return nil, errdefs.Invalid("unsupported diffID %s", d)
+		}
+		srcs[i].diffID = d.String()
+	}
+	if verifyBlobs {
+		m, err := img.Manifest()
+		if err != nil {
+			return nil, invalid("read image manifest", err)
+		}
+		sum := sha256.Sum256(rawCfg)
+		if got := "sha256:" + hex.EncodeToString(sum[:]); got != m.Config.Digest.String() {
+			return nil, invalid("digest mismatch", fmt.Errorf("config hashes to %s, manifest says %s", got, m.Config.Digest))
+		}
+		if len(m.Layers) != len(diffIDs) {
+			return nil, errdefs.Invalid("manifest has %d layers, config %d diffIDs", len(m.Layers), len(diffIDs))
+		}
+		for i, ld := range m.Layers {
+			if ld.Digest.Algorithm != "sha256" {
+				return nil, errdefs.Invalid("unsupported layer digest %s", ld.Digest)
+			}
+			l, err := img.LayerByDigest(ld.Digest)
+			if err != nil {
+				return nil, invalid("find layer", err)
+			}
+			srcs[i].open = l.Compressed
+			srcs[i].digest = ld.Digest.String()
+		}
+	} else {
+		for i, d := range diffIDs {
+			l, err := img.LayerByDiffID(d)
+			if err != nil {
+				return nil, invalid("find layer", err)
+			}
+			srcs[i].open = l.Uncompressed
+		}
+	}
+	if err := s.ensureAll(ctx, srcs); err != nil {
+		return nil, err
+	}
+	out := &Image{Config: Config{
+		Env:     cfg.Config.Env,
+		Workdir: cfg.Config.WorkingDir,
+		User:    cfg.Config.User,
+		Cmd:     append(append([]string{}, cfg.Config.Entrypoint...), cfg.Config.Cmd...),
+	}}
+	for _, src := range srcs {
+		out.Layers = append(out.Layers, src.diffID)
+		out.Size += max(s.Size(src.diffID), 0)
+	}
+	return out, nil
+}
+
+// ensureAll unpacks layers a few at a time; the first error cancels the rest.
+func (s *Store) ensureAll(ctx context.Context, srcs []layerSource) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, s.opts.parallel)
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for _, src := range srcs {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := s.ensureLayer(ctx, src); err != nil {
+				once.Do(func() { first = err; cancel() })
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
+}
+
+// decompress sniffs r's compression from its magic bytes.
+func decompress(r io.Reader) (io.ReadCloser, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	magic, _ := br.Peek(4)
+	switch {
+	case len(magic) >= 2 && magic[0] == 0x1f && magic[1] == 0x8b:
+		return gzip.NewReader(br)
+	case bytes.Equal(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(1<<27))
+		if err != nil {
+			return nil, err
+		}
+		return zr.IOReadCloser(), nil
+	default:
+		return io.NopCloser(br), nil
+	}
+}

@@ -1,0 +1,515 @@
+package image
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"golang.org/x/sys/unix"
+
+	"github.com/berth-sh/berth/internal/errdefs"
+)
+
+// IDMap is the user-namespace mapping of the sandboxes that use the store's
+// layers: container id c is host id Host+c when c < Size, else
+// HostUID+65534 (nobody). A zero Size means no shift: ids are kept as they
+// are (for hosts that run sandboxes without a user namespace, and tests).
+type IDMap struct{ HostUID, HostGID, Size uint32 }
+
+// Config is the part of an image's configuration a sandbox starts from.
+type Config struct {
+	Env     []string
+	Workdir string
+	User    string
+	Cmd     []string // Entrypoint followed by Cmd
+}
+
+// Image is an imported template image.
+type Image struct {
+	Layers []string // diffIDs, "sha256:<hex>" of each uncompressed layer, bottom first
+	Config Config
+	Size   int64 // bytes unpacked, summed over Layers
+}
+
+// Store is berth's on-disk layer store. It is safe for concurrent use, also
+// by several Stores (or processes) on the same root.
+type Store struct {
+	root   string
+	idmap  IDMap
+	opts   options
+	work   string   // our private scratch dir under root/tmp
+	lockf  *os.File // flock held while work is in use
+	log    *slog.Logger
+	gcMu   sync.RWMutex // imports hold it shared, GC exclusive
+	mu     sync.Mutex
+	layerL map[string]chan struct{} // per-layer unpack locks
+}
+
+type options struct {
+	maxBytes        int64
+	maxEntries      int64
+	maxArchiveBytes int64
+	log             *slog.Logger
+	keychain        authn.Keychain
+	osRelease       string
+	parallel        int
+}
+
+// Option configures a Store.
+type Option func(*options)
+
+// WithMaxLayerBytes caps the regular-file bytes one layer may unpack to
+// (default 16 GiB).
+func WithMaxLayerBytes(n int64) Option { return func(o *options) { o.maxBytes = n } }
+
+// WithMaxLayerEntries caps the members of one layer archive (default 1,000,000).
+func WithMaxLayerEntries(n int64) Option { return func(o *options) { o.maxEntries = n } }
+
+// WithMaxArchiveBytes caps the files an OCI-layout archive may unpack to
+// before its layers are imported (default 64 GiB).
+func WithMaxArchiveBytes(n int64) Option { return func(o *options) { o.maxArchiveBytes = n } }
+
+// WithLogger sets the structured logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithKeychain sets registry credentials for Pull (default: the docker
+// config of the daemon's user, as docker and crane read it).
+func WithKeychain(k authn.Keychain) Option { return func(o *options) { o.keychain = k } }
+
+// WithOSRelease sets the host file Builtin copies to /etc/os-release
+// (default /usr/lib/os-release; a missing file is left out).
+func WithOSRelease(path string) Option { return func(o *options) { o.osRelease = path } }
+
+// Open opens, creating if needed, the layer store at root and sweeps the
+// scratch space left by crashed processes.
+func Open(root string, idmap IDMap, opts ...Option) (*Store, error) {
+	o := options{
+		maxBytes:        defaultMaxB,
+		maxEntries:      defaultMaxN,
+		maxArchiveBytes: 64 << 30,
+		keychain:        authn.DefaultKeychain,
+		osRelease:       "/usr/lib/os-release",
+		parallel:        4,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
+	}
+	if uint64(idmap.HostUID)+uint64(idmap.Size) > math.MaxUint32 || uint64(idmap.HostGID)+uint64(idmap.Size) > math.MaxUint32 ||
+		(idmap.Size > 0 && (uint64(idmap.HostUID)+nobodyID > math.MaxUint32 || uint64(idmap.HostGID)+nobodyID > math.MaxUint32)) {
+		return nil, errdefs.Invalid("id map %+v overflows 32-bit ids", idmap)
+	}
+	if o.maxBytes <= 0 || o.maxEntries <= 0 || o.maxArchiveBytes <= 0 {
+		return nil, errdefs.Invalid("image store limits must be positive")
+	}
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
+	// 0711: overlay mounts made from inside a user namespace must be able
+	// to traverse to the layers, but nobody may list them.
+	for _, d := range []struct {
+		p    string
+		mode os.FileMode
+	}{{root, 0o711}, {filepath.Join(root, "layers"), 0o711}, {filepath.Join(root, "tmp"), 0o700}} {
+		if err := os.MkdirAll(d.p, d.mode); err != nil {
+			return nil, fmt.Errorf("image store: %w", err)
+		}
+		if err := os.Chmod(d.p, d.mode); err != nil {
+			return nil, fmt.Errorf("image store: %w", err)
+		}
+	}
+	s := &Store{root: root, idmap: idmap, opts: o, log: o.log, layerL: map[string]chan struct{}{}}
+	s.sweepTmp()
+	if err := s.claimWork(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close releases the store's scratch space. Layers stay on disk.
+func (s *Store) Close() error {
+	if s.lockf == nil {
+		return nil
+	}
+	err := os.RemoveAll(s.work)
+	if rerr := os.Remove(s.lockf.Name()); err == nil {
+		err = rerr
+	}
+	if cerr := s.lockf.Close(); err == nil {
+		err = cerr
+	}
+	s.lockf = nil
+	return err
+}
+
+// claimWork creates root/tmp/<name> and holds an flock on root/tmp/<name>.lock
+// for as long as the Store lives, so that sweepTmp elsewhere leaves it alone.
+func (s *Store) claimWork() error {
+	tmp := filepath.Join(s.root, "tmp")
+	f, err := os.CreateTemp(tmp, "s-*.lock")
+	if err != nil {
+		return fmt.Errorf("image store: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return fmt.Errorf("image store: lock scratch dir: %w", err)
+	}
+	work := strings.TrimSuffix(f.Name(), ".lock")
+	if err := os.Mkdir(work, 0o700); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return fmt.Errorf("image store: %w", err)
+	}
+	s.work, s.lockf = work, f
+	return nil
+}
+
+// sweepTmp removes scratch dirs whose owner is gone (its flock is free).
+func (s *Store) sweepTmp() {
+	tmp := filepath.Join(s.root, "tmp")
+	ents, err := os.ReadDir(tmp)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), ".lock")
+		if !ok {
+			continue
+		}
+		f, err := os.Open(filepath.Join(tmp, e.Name()))
+		if err != nil {
+			continue
+		}
+		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+			if err := os.RemoveAll(filepath.Join(tmp, name)); err == nil {
+				os.Remove(f.Name())
+				s.log.Info("removed stale image scratch dir", "dir", name)
+			}
+		}
+		f.Close()
+	}
+}
+
+// parseID validates a layer id ("sha256:<hex>", or the bare hex) and
+// returns its hex part.
+func parseID(id string) (string, bool) {
+	h := strings.TrimPrefix(id, "sha256:")
+	if len(h) != 64 {
+		return "", false
+	}
+	for _, c := range h {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return "", false
+		}
+	}
+	return h, true
+}
+
+func (s *Store) layerDir(hexID string) string { return filepath.Join(s.root, "layers", hexID) }
+
+// LayerPath returns the directory holding the unpacked, id-shifted layer,
+// usable as an overlay lowerdir, or "" for a malformed id. The layer need
+// not exist; see HasLayer.
+func (s *Store) LayerPath(id string) string {
+	h, ok := parseID(id)
+	if !ok {
+		return ""
+	}
+	return filepath.Join(s.layerDir(h), "fs")
+}
+
+// HasLayer reports whether layer id is unpacked and complete.
+func (s *Store) HasLayer(id string) bool {
+	h, ok := parseID(id)
+	if !ok {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(s.layerDir(h), metaFile))
+	return err == nil
+}
+
+// Size returns the unpacked size in bytes of layer id, or -1 if it is not
+// in the store.
+func (s *Store) Size(id string) int64 {
+	m, err := s.readMeta(id)
+	if err != nil {
+		return -1
+	}
+	return m.Size
+}
+
+const metaFile = "meta.json"
+
+// layerMeta is stored beside each layer's fs/ directory.
+type layerMeta struct {
+	Size    int64     `json:"size"`
+	Entries int64     `json:"entries"`
+	Skipped int64     `json:"skipped"`
+	Created time.Time `json:"created"`
+}
+
+func (s *Store) readMeta(id string) (layerMeta, error) {
+	var m layerMeta
+	h, ok := parseID(id)
+	if !ok {
+		return m, errdefs.Invalid("malformed layer id %q", id)
+	}
+	b, err := os.ReadFile(filepath.Join(s.layerDir(h), metaFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return m, errdefs.NotFound("layer %s", id)
+	}
+	if err != nil {
+		return m, err
+	}
+	return m, json.Unmarshal(b, &m)
+}
+
+// lockLayer serialises unpacks of one layer within this process; across
+// processes the final rename decides.
+func (s *Store) lockLayer(ctx context.Context, h string) (func(), error) {
+	for {
+		s.mu.Lock()
+		ch, busy := s.layerL[h]
+		if !busy {
+			ch = make(chan struct{})
+			s.layerL[h] = ch
+			s.mu.Unlock()
+			return func() {
+				s.mu.Lock()
+				delete(s.layerL, h)
+				s.mu.Unlock()
+				close(ch)
+			}, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// layerSource is one layer's byte stream and what it must hash to.
+type layerSource struct {
+	diffID string // "sha256:<hex>" of the uncompressed tar
+	// open returns the stream. When digest is set the stream is the
+	// (possibly compressed) blob and must hash to digest; it is
+	// decompressed by sniffing its magic. Otherwise it is the tar itself.
+	open   func() (io.ReadCloser, error)
+	digest string
+}
+
+// ensureLayer unpacks src into root/layers/<hex> unless it is already there.
+// The tar is unpacked into scratch space and renamed into place only after
+// the digests matched, so a layer dir, once visible, is complete and is
+// what its name says.
+func (s *Store) ensureLayer(ctx context.Context, src layerSource) error {
+	h, ok := parseID(src.diffID)
+	if !ok {
+		return errdefs.Invalid("unsupported or malformed diffID %q", src.diffID)
+	}
+	if s.HasLayer(h) {
+		return nil
+	}
+	unlock, err := s.lockLayer(ctx, h)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if s.HasLayer(h) {
+		return nil
+	}
+	rc, err := src.open()
+	if err != nil {
+		return fmt.Errorf("layer %s: %w", src.diffID, err)
+	}
+	defer rc.Close()
+
+	var rawHash hash.Hash
+	var r io.Reader = rc
+	if src.digest != "" {
+		rawHash = sha256.New()
+		r = io.TeeReader(rc, rawHash)
+		dr, err := decompress(r)
+		if err != nil {
+			return invalid("decompress layer "+src.diffID, err)
+		}
+		defer dr.Close()
+		r = dr
+	}
+	diffHash := sha256.New()
+	start := time.Now()
+	got, stats, err := s.unpack(ctx, io.TeeReader(r, diffHash), diffHash, func() error {
+		// Drain what follows the tar end marker so the digests cover the
+		// whole stream; bounded so trailing junk cannot run forever.
+		n, err := io.Copy(io.Discard, io.LimitReader(r, s.opts.maxBytes+1))
+		if err != nil {
+			return invalid("read layer "+src.diffID, err)
+		}
+		if n > s.opts.maxBytes {
+			return errdefs.TooLarge("layer %s has too much trailing data", src.diffID)
+		}
+		if rawHash != nil {
+			// The decompressor may stop at its own end marker.
+			if _, err := io.Copy(rawHash, rc); err != nil {
+				return invalid("read layer "+src.diffID, err)
+			}
+			if d := "sha256:" + hex.EncodeToString(rawHash.Sum(nil)); d != src.digest {
+				return invalid("digest mismatch", fmt.Errorf("layer blob hashes to %s, manifest says %s", d, src.digest))
+			}
+		}
+		return nil
+	}, h)
+	if err != nil {
+		return fmt.Errorf("layer %s: %w", src.diffID, err)
+	}
+	if got != h {
+		// unpack only returns a different id with a nil error when asked to
+		// check against want, so this cannot happen; be loud if it does.
+		return fmt.Errorf("layer %s: internal error: unpacked as %s", src.diffID, got)
+	}
+	s.log.Info("unpacked layer", "layer", src.diffID, "bytes", stats.Bytes, "entries", stats.Entries,
+		"skipped", stats.Skipped, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// unpack extracts the tar r into scratch space, runs finish (which must
+// consume the rest of r), takes the id from sum (which hashes r), checks it
+// against want if set, and renames the result to root/layers/<id>. If the
+// layer already exists, the fresh copy is discarded and the existing one
+// used: content addressing makes them equal.
+func (s *Store) unpack(ctx context.Context, r io.Reader, sum hash.Hash, finish func() error, want string) (string, extractStats, error) {
+	s.gcMu.RLock()
+	defer s.gcMu.RUnlock()
+	tmp, err := os.MkdirTemp(s.work, "layer-")
+	if err != nil {
+		return "", extractStats{}, err
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o711); err != nil {
+		return "", extractStats{}, err
+	}
+	fsDir := filepath.Join(tmp, "fs")
+	if err := os.Mkdir(fsDir, 0o755); err != nil {
+		return "", extractStats{}, err
+	}
+	if err := os.Lchown(fsDir, s.idmap.hostUID(0), s.idmap.hostGID(0)); err != nil {
+		return "", extractStats{}, err
+	}
+	stats, err := extractTar(ctx, r, fsDir, s.idmap, extractLimits{maxBytes: s.opts.maxBytes, maxEntries: s.opts.maxEntries}, s.log)
+	if err != nil {
+		return "", stats, err
+	}
+	if err := finish(); err != nil {
+		return "", stats, err
+	}
+	got := hex.EncodeToString(sum.Sum(nil))
+	if want != "" && got != want {
+		return "", stats, invalid("diffID mismatch", fmt.Errorf("layer content hashes to sha256:%s, config says sha256:%s", got, want))
+	}
+	meta, err := json.Marshal(layerMeta{Size: stats.Bytes, Entries: stats.Entries, Skipped: stats.Skipped, Created: time.Now().UTC()})
+	if err != nil {
+		return "", stats, err
+	}
+	if err := os.WriteFile(filepath.Join(tmp, metaFile), meta, 0o644); err != nil {
+		return "", stats, err
+	}
+	if err := syncFS(tmp); err != nil {
+		return "", stats, err
+	}
+	dst := s.layerDir(got)
+	if err := os.Rename(tmp, dst); err != nil {
+		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
+			// Another unpack (another process) won the race.
+			return got, stats, nil
+		}
+		return "", stats, err
+	}
+	_ = syncDir(filepath.Dir(dst))
+	return got, stats, nil
+}
+
+// syncFS flushes the filesystem holding dir once, cheaper than an fsync per
+// file, so a layer renamed into place survives a crash complete.
+func syncFS(dir string) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Syncfs(fd)
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// GC removes every layer whose id is not in keep and returns the ids it
+// removed. It waits for imports running in this Store; the caller must
+// include in keep the layers of every template it records and of every
+// sandbox that still mounts them.
+func (s *Store) GC(ctx context.Context, keep map[string]bool) ([]string, error) {
+	s.gcMu.Lock()
+	defer s.gcMu.Unlock()
+	keepHex := make(map[string]bool, len(keep))
+	for id, k := range keep {
+		if h, ok := parseID(id); ok && k {
+			keepHex[h] = true
+		}
+	}
+	ents, err := os.ReadDir(filepath.Join(s.root, "layers"))
+	if err != nil {
+		return nil, fmt.Errorf("image gc: %w", err)
+	}
+	var removed []string
+	var errs []error
+	for _, e := range ents {
+		if err := ctx.Err(); err != nil {
+			return removed, err
+		}
+		h, ok := parseID(e.Name())
+		if !ok || e.Name() != h || keepHex[h] {
+			continue
+		}
+		// Rename first so the layer disappears atomically, then delete.
+		trash, err := os.MkdirTemp(s.work, "gc-")
+		if err != nil {
+			return removed, err
+		}
+		dst := filepath.Join(trash, h)
+		if err := os.Rename(s.layerDir(h), dst); err != nil {
+			errs = append(errs, err)
+			os.Remove(trash)
+			continue
+		}
+		if err := os.RemoveAll(trash); err != nil {
+			errs = append(errs, err)
+		}
+		removed = append(removed, "sha256:"+h)
+		s.log.Info("removed layer", "layer", "sha256:"+h)
+	}
+	return removed, errors.Join(errs...)
+}
