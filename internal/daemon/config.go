@@ -1,5 +1,6 @@
-// Package daemon wires berth's daemon together: store, image store, runtime,
-// sandbox manager, reconciler and HTTP server. It is what `berth serve` runs.
+// Package daemon wires berth's daemon together: store, layer store,
+// runtime, sandbox manager, reconciler and HTTP server. It is what
+// `berth serve` runs.
 package daemon
 
 import "log/slog"
@@ -10,11 +11,14 @@ type Config struct {
 	DataDir string // default /var/lib/berth
 	Socket  string // unix socket path, default /run/berth/berth.sock
 	Listen  string // optional TCP address; every request there needs an API key
-	Store   string // "" or "sqlite" = embedded SQLite in DataDir; postgres://... later
+	Store   string // "" or "sqlite" = embedded SQLite in DataDir
 	Runtime string // runtime class: "runc" (default)
 	// RuncPath is the runc binary; default "runc" from PATH.
 	RuncPath string
 	// DefaultTemplate is used when a create names none; default "base".
 	DefaultTemplate string
-	Logger          *slog.Logger
+	// AgentPath is the berth binary mounted into sandboxes as their agent;
+	// default: this executable.
+	AgentPath string
+	Logger    *slog.Logger
 }

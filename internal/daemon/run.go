@@ -3,10 +3,247 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/berth-sh/berth/internal/auth"
+	"github.com/berth-sh/berth/internal/image"
+	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/runtime"
+	"github.com/berth-sh/berth/internal/server"
+	"github.com/berth-sh/berth/internal/store"
+	"github.com/berth-sh/berth/internal/store/sqlite"
 )
 
-// Run starts the daemon and blocks until ctx is cancelled (graceful shutdown:
-// running sandboxes keep running).
+// Defaults for Config fields left empty.
+const (
+	DefaultDataDir = "/var/lib/berth"
+	DefaultSocket  = "/run/berth/berth.sock"
+)
+
+// Daemon is a running berth daemon.
+type Daemon struct {
+	cfg     Config
+	Store   store.Store
+	Manager *manager.Manager
+	Server  *server.Server
+	images  *image.Store
+	servers []*http.Server
+	lns     []net.Listener
+}
+
+func (c *Config) setDefaults() error {
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir
+	}
+	if c.Socket == "" {
+		c.Socket = DefaultSocket
+	}
+	if c.Runtime == "" {
+		c.Runtime = "runc"
+	}
+	if c.DefaultTemplate == "" {
+		c.DefaultTemplate = manager.BuiltinTemplate
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.AgentPath == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		if c.AgentPath, err = filepath.EvalSymlinks(exe); err != nil {
+			return err
+		}
+	}
+	abs, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		return err
+	}
+	c.DataDir = abs
+	return nil
+}
+
+// Open builds a daemon: store, layer store, runtime and manager, then
+// reconciles with the host. It does not listen yet; see Serve.
+func Open(ctx context.Context, cfg Config) (*Daemon, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	var st store.Store
+	var err error
+	switch {
+	case cfg.Store == "" || cfg.Store == "sqlite":
+		st, err = sqlite.Open(ctx, filepath.Join(cfg.DataDir, "berth.db"))
+	default:
+		return nil, fmt.Errorf("unsupported --store %q: use sqlite (PostgreSQL support is not built yet)", cfg.Store)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening store: %w", err)
+	}
+	d := &Daemon{cfg: cfg, Store: st}
+	ok := false
+	defer func() {
+		if !ok {
+			d.Close()
+		}
+	}()
+	idmap := manager.DefaultIDMap
+	d.images, err = image.Open(filepath.Join(cfg.DataDir, "images"),
+		image.IDMap{HostUID: idmap.HostUID, HostGID: idmap.HostGID, Size: idmap.Size},
+		image.WithLogger(log.With("component", "image")))
+	if err != nil {
+		return nil, fmt.Errorf("opening layer store: %w", err)
+	}
+	var rt runtime.Runtime
+	switch cfg.Runtime {
+	case "runc":
+		rt, err = runtime.NewRunc(cfg.RuncPath, filepath.Join(cfg.DataDir, "runc"))
+	default:
+		err = fmt.Errorf("unknown runtime %q: this build supports runc", cfg.Runtime)
+	}
+	if err != nil {
+		return nil, err
+	}
+	d.Manager, err = manager.New(manager.Config{
+		DataDir: cfg.DataDir, AgentPath: cfg.AgentPath, DefaultTemplate: cfg.DefaultTemplate,
+		IDMap: idmap, Logger: log.With("component", "manager"),
+	}, st, d.images, rt)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Manager.EnsureBuiltin(ctx); err != nil {
+		return nil, err
+	}
+	if created, err := auth.Bootstrap(ctx, st, cfg.DataDir, time.Now().UTC()); err != nil {
+		return nil, err
+	} else if created {
+		log.Info("created the bootstrap admin API key", "file", filepath.Join(cfg.DataDir, auth.AdminKeyFile))
+	}
+	if err := d.Manager.Start(ctx); err != nil {
+		return nil, fmt.Errorf("reconciling: %w", err)
+	}
+	d.Server = server.New(d.Manager, auth.New(st), log.With("component", "api"))
+	ok = true
+	return d, nil
+}
+
+// Serve listens on the unix socket (and TCP address, if configured) and
+// serves until ctx is cancelled, then shuts down gracefully. Sandboxes keep
+// running.
+func (d *Daemon) Serve(ctx context.Context) error {
+	log := d.cfg.Logger
+	if err := os.MkdirAll(filepath.Dir(d.cfg.Socket), 0o755); err != nil {
+		return err
+	}
+	if err := removeStaleSocket(d.cfg.Socket); err != nil {
+		return err
+	}
+	ul, err := net.Listen("unix", d.cfg.Socket)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", d.cfg.Socket, err)
+	}
+	// Root only: the socket is the administrator's door.
+	if err := os.Chmod(d.cfg.Socket, 0o600); err != nil {
+		ul.Close()
+		return err
+	}
+	d.addServer(ul, true)
+	if d.cfg.Listen != "" {
+		tl, err := net.Listen("tcp", d.cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("listening on %s: %w", d.cfg.Listen, err)
+		}
+		d.addServer(tl, false)
+		log.Info("listening", "tcp", tl.Addr().String())
+	}
+	log.Info("berth daemon ready", "socket", d.cfg.Socket, "data_dir", d.cfg.DataDir, "runtime", d.Manager.Runtime().Name())
+	errc := make(chan error, len(d.servers))
+	for i, srv := range d.servers {
+		go func() { errc <- srv.Serve(d.lns[i]) }()
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			log.Error("server failed", "err", err)
+		}
+	}
+	log.Info("shutting down; sandboxes keep running")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, srv := range d.servers {
+		_ = srv.Shutdown(sctx)
+	}
+	return nil
+}
+
+// Addr returns the TCP address the daemon listens on, if any.
+func (d *Daemon) Addr() string {
+	for _, l := range d.lns {
+		if l.Addr().Network() == "tcp" {
+			return l.Addr().String()
+		}
+	}
+	return ""
+}
+
+func (d *Daemon) addServer(l net.Listener, trusted bool) {
+	d.lns = append(d.lns, l)
+	d.servers = append(d.servers, &http.Server{
+		Handler:           d.Server.Handler(trusted),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(d.cfg.Logger.Handler(), slog.LevelWarn),
+	})
+}
+
+// Close stops background work and closes the store. Sandboxes keep running.
+func (d *Daemon) Close() {
+	if d.Manager != nil {
+		d.Manager.Close()
+	}
+	if d.images != nil {
+		d.images.Close()
+	}
+	if d.Store != nil {
+		d.Store.Close()
+	}
+}
+
+// removeStaleSocket removes a socket file left by a daemon that is gone,
+// and refuses to start beside one that still answers.
+func removeStaleSocket(path string) error {
+	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("another daemon is serving %s", path)
+	}
+	return os.Remove(path)
+}
+
+// Run starts the daemon and blocks until ctx is cancelled (graceful
+// shutdown: running sandboxes keep running).
 func Run(ctx context.Context, cfg Config) error {
-	return errors.New("daemon: not wired yet")
+	if err := manager.BecomeSubreaper(); err != nil {
+		cfg.Logger.Warn("cannot become child subreaper", "err", err)
+	}
+	d, err := Open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Serve(ctx)
 }

@@ -1,0 +1,49 @@
+# berth — make help lists the targets.
+SHELL := /bin/bash
+export PATH := /usr/local/go/bin:$(PATH)
+export CGO_ENABLED := 0
+GO ?= go
+BIN := bin/berth
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X main.version=$(VERSION)
+
+.PHONY: help deps build test unit e2e fuzz lint vet bench soak demo clean
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+
+deps: ## install what is missing (runc, busybox-static, Go) — idempotent
+	@./scripts/install-deps.sh
+
+build: ## build the static berth binary into bin/
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/berth
+
+vet: ## go vet
+	$(GO) vet ./...
+
+lint: vet ## go vet, gofmt and staticcheck
+	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" && false)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+unit: ## unit tests with the race detector (no daemon)
+	CGO_ENABLED=1 $(GO) test -race -count=1 $$($(GO) list ./... | grep -v /test/)
+
+e2e: ## end-to-end tests against a real daemon, runc, overlayfs, cgroups
+	$(GO) test -count=1 -timeout 20m ./test/...
+
+test: deps lint unit e2e ## the whole suite: what .ci/run runs
+
+fuzz: ## run each fuzzer for a while (seed corpora already run in test)
+	./scripts/fuzz.sh 60s
+
+bench: build ## the performance report (berth bench) beside raw runc
+	./$(BIN) bench
+
+soak: build ## long churn run with leak checks
+	BERTH_SOAK=1 $(GO) test -count=1 -timeout 60m -run Soak ./test/e2e/
+
+demo: deps build ## the quick start: daemon, an ephemeral run, then gone
+	./scripts/demo.sh
+
+clean:
+	rm -rf bin

@@ -1,0 +1,123 @@
+// Package auth authenticates API callers. It is the single seam through
+// which every request's identity flows: callers on the root-only unix
+// socket are the host's administrator; callers over TCP present a bearer
+// API key, of which only a SHA-256 hash is stored. Tenancy and scopes grow
+// here without touching handlers.
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/store"
+)
+
+// Principal is an authenticated caller.
+type Principal struct {
+	Actor  string // recorded in events: "local" or "key:<id>"
+	KeyID  string
+	Tenant string
+	Scopes []string
+}
+
+// Admin is the principal of the local unix socket.
+var Admin = Principal{Actor: "local", Scopes: []string{"admin"}}
+
+// ScopeAdmin grants everything.
+const ScopeAdmin = "admin"
+
+// KeyPrefix starts every berth API key, so leaked keys are recognisable.
+const KeyPrefix = "berth_"
+
+// AdminKeyFile is the file, in the data dir, holding the bootstrap admin key.
+const AdminKeyFile = "admin.key"
+
+type ctxKey struct{}
+
+// With returns ctx carrying p.
+func With(ctx context.Context, p Principal) context.Context {
+	return context.WithValue(ctx, ctxKey{}, p)
+}
+
+// From returns the principal in ctx.
+func From(ctx context.Context) (Principal, bool) {
+	p, ok := ctx.Value(ctxKey{}).(Principal)
+	return p, ok
+}
+
+// Hash returns the stored form of a key.
+func Hash(key string) []byte {
+	h := sha256.Sum256([]byte(key))
+	return h[:]
+}
+
+// NewKey returns a fresh random key and its id.
+func NewKey() (id, key string) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	enc := strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+	return enc[:8], KeyPrefix + enc
+}
+
+// Authenticator checks bearer keys against the store.
+type Authenticator struct{ st store.Store }
+
+// New returns an Authenticator over st.
+func New(st store.Store) *Authenticator { return &Authenticator{st: st} }
+
+// Authenticate resolves a bearer key to a principal.
+func (a *Authenticator) Authenticate(ctx context.Context, key string) (Principal, error) {
+	if key == "" {
+		return Principal{}, errdefs.Unauthenticated("an API key is required: pass --api-key or set BERTH_API_KEY")
+	}
+	if !strings.HasPrefix(key, KeyPrefix) || len(key) > 128 {
+		return Principal{}, errdefs.Unauthenticated("invalid API key")
+	}
+	h := Hash(key)
+	k, err := a.st.GetAPIKeyByHash(ctx, h)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return Principal{}, errdefs.Unauthenticated("invalid API key")
+	} else if err != nil {
+		return Principal{}, err
+	}
+	if subtle.ConstantTimeCompare(k.Hash, h) != 1 || !k.RevokedAt.IsZero() {
+		return Principal{}, errdefs.Unauthenticated("invalid or revoked API key")
+	}
+	return Principal{Actor: "key:" + k.ID, KeyID: k.ID, Tenant: k.Tenant, Scopes: k.Scopes}, nil
+}
+
+// Bootstrap creates the admin key on a daemon's first start and writes it,
+// mode 0600, into dataDir. It does nothing if any key exists.
+func Bootstrap(ctx context.Context, st store.Store, dataDir string, now time.Time) (created bool, err error) {
+	keys, err := st.ListAPIKeys(ctx, "")
+	if err != nil {
+		return false, err
+	}
+	if len(keys) > 0 {
+		return false, nil
+	}
+	id, key := NewKey()
+	path := filepath.Join(dataDir, AdminKeyFile)
+	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
+		return false, fmt.Errorf("writing admin key: %w", err)
+	}
+	if err := st.CreateAPIKey(ctx, &store.APIKey{
+		ID: id, Name: "bootstrap-admin", Hash: Hash(key), Scopes: []string{ScopeAdmin}, CreatedAt: now,
+	}); err != nil {
+		os.Remove(path)
+		return false, err
+	}
+	return true, nil
+}

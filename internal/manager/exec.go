@@ -1,0 +1,189 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/agent"
+	"github.com/berth-sh/berth/internal/cgroups"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
+)
+
+// ExecIO carries an exec's streams. Stdin nil means no input.
+type ExecIO struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	Resize         <-chan api.Resize
+}
+
+// Limits on an exec request.
+const (
+	maxArgs      = 4096
+	maxArgBytes  = 256 << 10
+	maxExecStdin = 64 << 20
+)
+
+// Exec runs a command in a running sandbox, streaming its output, and
+// returns how it ended. Cancelling ctx kills the command.
+func (m *Manager) Exec(ctx context.Context, ref string, req *api.ExecRequest, eio ExecIO, actor string) (api.ExecExit, error) {
+	sb, err := m.Get(ctx, ref)
+	if err != nil {
+		return api.ExecExit{}, err
+	}
+	return m.execIn(ctx, sb, req, eio, actor)
+}
+
+func validateExec(req *api.ExecRequest) error {
+	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
+		return errdefs.Invalid("cmd is required")
+	}
+	if len(req.Cmd) > maxArgs {
+		return errdefs.Invalid("at most %d arguments", maxArgs)
+	}
+	n := 0
+	for _, a := range req.Cmd {
+		n += len(a)
+		if strings.IndexByte(a, 0) >= 0 {
+			return errdefs.Invalid("arguments must not contain NUL bytes")
+		}
+	}
+	if n > maxArgBytes {
+		return errdefs.TooLarge("arguments exceed %d bytes", maxArgBytes)
+	}
+	if len(req.Env) > sandbox.MaxEnv {
+		return errdefs.Invalid("at most %d env variables", sandbox.MaxEnv)
+	}
+	for k, v := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
+			return errdefs.Invalid("bad env variable %q", k)
+		}
+	}
+	if req.Workdir != "" && !strings.HasPrefix(req.Workdir, "/") {
+		return errdefs.Invalid("workdir must be an absolute path")
+	}
+	if req.TimeoutSeconds < 0 || req.TimeoutSeconds > sandbox.MaxTimeout.Seconds() {
+		return errdefs.Invalid("timeout_seconds out of range")
+	}
+	if len(req.Stdin) > maxExecStdin {
+		return errdefs.TooLarge("stdin exceeds %d bytes; stream it over the WebSocket instead", maxExecStdin)
+	}
+	return nil
+}
+
+func (m *Manager) execIn(ctx context.Context, sb *sandbox.Sandbox, req *api.ExecRequest, eio ExecIO, actor string) (api.ExecExit, error) {
+	if err := validateExec(req); err != nil {
+		return api.ExecExit{}, err
+	}
+	if sb.State != sandbox.StateRunning {
+		return api.ExecExit{}, sandbox.ErrWrongState("exec in", sb)
+	}
+	tpl, _ := m.store.GetTemplate(ctx, sb.Spec.Template)
+	areq := agent.ExecRequest{
+		Argv:    req.Cmd,
+		Env:     composeEnv(tpl, sb, req.Env),
+		Dir:     req.Workdir,
+		User:    req.User,
+		TTY:     req.TTY,
+		Rows:    req.Rows,
+		Cols:    req.Cols,
+		Timeout: time.Duration(req.TimeoutSeconds * float64(time.Second)),
+	}
+	if areq.Dir == "" {
+		areq.Dir = sb.Spec.Workdir
+	}
+	if areq.Dir == "" {
+		areq.Dir = "/"
+	}
+	stdin := eio.Stdin
+	if stdin == nil && len(req.Stdin) > 0 {
+		stdin = strings.NewReader(string(req.Stdin))
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	release := m.trackExec(sb.ID, cancel)
+	defer release()
+
+	cg := m.paths(sb.ID).cgroup
+	oomBefore, _ := cgroups.OOMKills(cg)
+	exit, err := m.agentFor(sb.ID).Exec(ctx, areq, agent.ExecIO{
+		Stdin: stdin, Stdout: orDiscard(eio.Stdout), Stderr: orDiscard(eio.Stderr), Resize: eio.Resize,
+	})
+	if err != nil {
+		if cur, gerr := m.store.GetSandbox(context.WithoutCancel(ctx), sb.ID); gerr == nil && cur.State != sandbox.StateRunning {
+			return exit, errdefs.Conflict("sandbox %s is %s (%s); the command was stopped", sb.ID, cur.State, cur.Reason)
+		}
+		return exit, err
+	}
+	if exit.Signal == "SIGKILL" && !exit.TimedOut {
+		if oomAfter, err := cgroups.OOMKills(cg); err == nil && oomAfter > oomBefore {
+			exit.OOMKilled = true
+		}
+	}
+	m.event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "exec", Actor: actor, Cause: sandbox.CauseUser,
+		Outcome: "ok", Message: fmt.Sprintf("%s exited %d", req.Cmd[0], exit.Code)})
+	return exit, nil
+}
+
+// composeEnv layers the environment: berth's defaults, the template's, the
+// sandbox's, then the request's.
+func composeEnv(tpl *store.Template, sb *sandbox.Sandbox, extra map[string]string) []string {
+	env := map[string]string{
+		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME": "/root",
+	}
+	if tpl != nil {
+		for _, kv := range tpl.Config.Env {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				env[k] = v
+			}
+		}
+	}
+	maps.Copy(env, sb.Spec.Env)
+	maps.Copy(env, extra)
+	env["BERTH_SANDBOX_ID"] = sb.ID
+	keys := slices.Sorted(maps.Keys(env))
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, k+"="+env[k])
+	}
+	return out
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+// trackExec registers a running exec so that teardown can stop it.
+func (m *Manager) trackExec(id string, cancel context.CancelFunc) func() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := fmt.Sprintf("%s/%p", id, &cancel)
+	m.cancels[key] = cancel
+	return func() {
+		m.mu.Lock()
+		delete(m.cancels, key)
+		m.mu.Unlock()
+	}
+}
+
+// cancelExecs stops every exec running in sandbox id.
+func (m *Manager) cancelExecs(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, c := range m.cancels {
+		if strings.HasPrefix(k, id+"/") {
+			c()
+		}
+	}
+}

@@ -1,0 +1,418 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/cgroups"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/failpoint"
+	"github.com/berth-sh/berth/internal/overlay"
+	"github.com/berth-sh/berth/internal/runtime"
+	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
+)
+
+// CreateOptions are the server-side facts about a create that are not part
+// of the user's request.
+type CreateOptions struct {
+	Actor  string // e.g. "key:ab12", "unix"
+	Tenant string
+	// OneShot marks a `berth run` sandbox, destroyed with its client.
+	OneShot bool
+	// Internal sandboxes (template builds) are labelled as such.
+	Labels map[string]string
+}
+
+// SpecFromRequest validates a create request against a template's defaults
+// and returns the sandbox spec.
+func SpecFromRequest(req *api.CreateSandboxRequest, tpl *store.Template) (sandbox.Spec, error) {
+	sp := sandbox.Spec{
+		Template:   tpl.Name,
+		Persistent: req.Persistent,
+		Resources:  sandbox.DefaultResources,
+		Env:        req.Env,
+		Labels:     req.Labels,
+		Network:    req.Network,
+		Runtime:    req.Runtime,
+		Workdir:    req.Workdir,
+	}
+	if tpl.Config.Resources != nil {
+		sp.Resources = *tpl.Config.Resources
+	}
+	if tpl.Config.Timeout > 0 {
+		sp.Timeout = tpl.Config.Timeout
+	}
+	if req.Resources.CPUs != 0 {
+		sp.Resources.CPUs = req.Resources.CPUs
+	}
+	if req.Resources.MemoryBytes != 0 {
+		sp.Resources.MemoryBytes = req.Resources.MemoryBytes
+	}
+	if req.Resources.Pids != 0 {
+		sp.Resources.Pids = req.Resources.Pids
+	}
+	if req.TimeoutSeconds < 0 {
+		return sp, errdefs.Invalid("timeout must not be negative")
+	}
+	if req.TimeoutSeconds > 0 {
+		sp.Timeout = time.Duration(req.TimeoutSeconds * float64(time.Second))
+		if sp.Timeout < time.Millisecond {
+			return sp, errdefs.Invalid("timeout must be at least 1ms")
+		}
+	}
+	if sp.Network == "" {
+		sp.Network = "none"
+	}
+	if sp.Workdir == "" {
+		sp.Workdir = tpl.Config.Workdir
+	}
+	if req.Persistent {
+		return sp, errdefs.NotSupported("persistent sandboxes are not available yet")
+	}
+	return sp, sp.Validate()
+}
+
+// Create makes and starts a sandbox. The record is written first (state
+// creating), then the host side effects; a failure undoes them and leaves
+// a failed tombstone.
+func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest, opt CreateOptions) (*sandbox.Sandbox, error) {
+	if req.Name != "" && !sandbox.ValidName(req.Name) {
+		return nil, errdefs.Invalid("bad name %q: use 1-63 letters, digits, '.', '_' or '-'", req.Name)
+	}
+	if req.Runtime != "" && req.Runtime != m.rt.Name() {
+		return nil, errdefs.Invalid("unknown runtime %q: this daemon runs %q", req.Runtime, m.rt.Name())
+	}
+	tname := req.Template
+	if tname == "" {
+		tname = m.cfg.DefaultTemplate
+	}
+	tpl, err := m.store.GetTemplate(ctx, tname)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, errdefs.NotFound("no template %q (see `berth template ls`)", tname)
+	} else if err != nil {
+		return nil, err
+	}
+	spec, err := SpecFromRequest(req, tpl)
+	if err != nil {
+		return nil, err
+	}
+	spec.OneShot = opt.OneShot
+	if len(opt.Labels) > 0 {
+		spec.Labels = mergeMaps(spec.Labels, opt.Labels)
+	}
+	now := m.now()
+	sb := &sandbox.Sandbox{
+		ID: newID(), Name: req.Name, Tenant: opt.Tenant, State: sandbox.StateCreating,
+		Spec: spec, CreatedAt: now, UpdatedAt: now, Cause: sandbox.CauseUser, Reason: "create",
+	}
+	// Side effects must not be cut short by a client that goes away: the
+	// create either finishes or is undone.
+	ctx = context.WithoutCancel(ctx)
+	if err := m.store.CreateSandbox(ctx, sb); err != nil {
+		return nil, err
+	}
+	m.event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "state", To: sandbox.StateCreating,
+		Actor: opt.Actor, Cause: sandbox.CauseUser, Reason: "create", Outcome: "ok"})
+	unlock := m.locks.Lock(sb.ID)
+	defer unlock()
+	if err := m.provision(ctx, sb, tpl); err != nil {
+		m.log.Warn("create failed", "sandbox", sb.ID, "err", err)
+		m.fail(ctx, sb, opt.Actor, err)
+		return nil, fmt.Errorf("creating sandbox: %w", err)
+	}
+	if err := m.transition(ctx, sb, sandbox.StateRunning, sandbox.CauseUser, opt.Actor, "create"); err != nil {
+		m.fail(ctx, sb, opt.Actor, err)
+		return nil, err
+	}
+	m.wakeReconciler()
+	return sb, nil
+}
+
+// fail records err on sb, tears it down and leaves a deleted tombstone
+// carrying the error.
+func (m *Manager) fail(ctx context.Context, sb *sandbox.Sandbox, actor string, cause error) {
+	sb.Error = errdefs.Message(cause)
+	if sb.Error == "internal error" {
+		sb.Error = cause.Error()
+	}
+	if err := m.transition(ctx, sb, sandbox.StateFailed, sandbox.CauseReconciler, actor, "create failed"); err != nil {
+		m.log.Error("recording failure", "sandbox", sb.ID, "err", err)
+	}
+	if err := m.destroyLocked(ctx, sb, sandbox.CauseReconciler, actor, "create failed"); err != nil {
+		m.log.Error("tearing down failed sandbox", "sandbox", sb.ID, "err", err)
+	}
+}
+
+// provision creates the host side of a sandbox: dirs, overlay root, the
+// container with the agent as init, and waits until the agent answers.
+// Every step tolerates having been done before (a restarted create).
+func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox, tpl *store.Template) error {
+	p := m.paths(sb.ID)
+	uid, gid := m.cfg.IDMap.HostRoot()
+	for _, d := range []string{p.dir, p.upper, p.work, p.rootfs, p.run} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return err
+		}
+	}
+	// Root of the sandbox and its agent's socket dir belong to sandbox root.
+	for _, d := range []string{p.upper, p.run} {
+		if err := os.Chown(d, uid, gid); err != nil {
+			return err
+		}
+	}
+	if err := os.Chmod(p.upper, 0o755); err != nil {
+		return err
+	}
+	lowers := make([]string, 0, len(tpl.Layers))
+	for i := len(tpl.Layers) - 1; i >= 0; i-- {
+		id := tpl.Layers[i]
+		if !m.images.HasLayer(id) {
+			return fmt.Errorf("template %s: layer %s is missing from the image store", tpl.Name, id)
+		}
+		lowers = append(lowers, m.images.LayerPath(id))
+	}
+	failpoint.Hit("create.before-mount")
+	if mounted, err := overlay.Mounted(p.rootfs); err != nil {
+		return err
+	} else if !mounted {
+		if err := overlay.Mount(lowers, p.upper, p.work, p.rootfs); err != nil {
+			return err
+		}
+	}
+	failpoint.Hit("create.after-mount")
+	// A restarted create may find a half-made container: start over.
+	if err := m.rt.Delete(ctx, sb.ID); err != nil {
+		return err
+	}
+	mounts := []runtime.Mount{
+		{Source: m.cfg.AgentPath, Destination: agentBinary, ReadOnly: true},
+		{Source: p.run, Destination: "/.berth/run"},
+	}
+	if tpl.Config.HostUsr {
+		mounts = append(mounts, runtime.Mount{Source: "/usr", Destination: "/usr", ReadOnly: true})
+	}
+	hostname := sb.Name
+	if hostname == "" {
+		hostname = "sb-" + sb.ID[:8]
+	}
+	pid, err := m.rt.Start(ctx, &runtime.Spec{
+		ID:          sb.ID,
+		Bundle:      p.bundle,
+		Rootfs:      p.rootfs,
+		Hostname:    hostname,
+		Args:        []string{agentBinary, "agent", "--socket", "/.berth/run/agent.sock"},
+		Env:         []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "BERTH_SANDBOX_ID=" + sb.ID},
+		Mounts:      mounts,
+		Resources:   sb.Spec.Resources,
+		IDMap:       m.cfg.IDMap,
+		CgroupsPath: p.cgroup,
+		LogPath:     p.log,
+	})
+	if err != nil {
+		return err
+	}
+	go reap(pid)
+	failpoint.Hit("create.after-start")
+	return m.waitReady(ctx, sb.ID)
+}
+
+// agentBinary is where the berth binary appears inside every sandbox.
+const agentBinary = "/.berth/berth"
+
+// waitReady polls the agent's socket until it answers a ping.
+func (m *Manager) waitReady(ctx context.Context, id string) error {
+	c := m.agentFor(id)
+	deadline := time.Now().Add(m.cfg.ReadyTimeout)
+	delay := 200 * time.Microsecond
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := c.Ping(pctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			log := strings.TrimSpace(tailLog(m.paths(id).log, 1024))
+			return fmt.Errorf("agent did not become ready within %s: %w (init log: %q)", m.cfg.ReadyTimeout, err, log)
+		}
+		time.Sleep(delay)
+		if delay < 5*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+// Delete destroys a sandbox and leaves a tombstone. Deleting a deleted
+// sandbox returns its tombstone.
+func (m *Manager) Delete(ctx context.Context, ref, actor string, cause sandbox.Cause, reason string) (*sandbox.Sandbox, error) {
+	sb, err := m.Get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	ctx = context.WithoutCancel(ctx)
+	unlock := m.locks.Lock(sb.ID)
+	defer unlock()
+	// Re-read under the lock: another operation may have moved it.
+	if sb, err = m.store.GetSandbox(ctx, sb.ID); err != nil {
+		return nil, err
+	}
+	if sb.State == sandbox.StateDeleted {
+		return sb, nil
+	}
+	if err := m.destroyLocked(ctx, sb, cause, actor, reason); err != nil {
+		return sb, err
+	}
+	return sb, nil
+}
+
+// destroyLocked moves sb to deleting, tears it down (retrying with
+// backoff), verifies nothing is left, and records deleted. If teardown
+// keeps failing the record stays in deleting with the error, and the
+// reconciler retries. The caller holds the sandbox's lock.
+func (m *Manager) destroyLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {
+	if sb.State != sandbox.StateDeleting {
+		if err := m.transition(ctx, sb, sandbox.StateDeleting, cause, actor, reason); err != nil {
+			return err
+		}
+	}
+	var err error
+	backoff := 50 * time.Millisecond
+	for attempt := 0; attempt < 4; attempt++ {
+		if err = m.teardown(ctx, sb.ID); err == nil {
+			if err = m.verifyGone(sb.ID); err == nil {
+				break
+			}
+		}
+		m.log.Warn("teardown incomplete, retrying", "sandbox", sb.ID, "attempt", attempt+1, "err", err)
+		time.Sleep(backoff)
+		backoff *= 2
+	}
+	if err != nil {
+		sb.Error = "teardown: " + err.Error()
+		if uerr := m.store.UpdateSandbox(ctx, sb); uerr != nil {
+			m.log.Error("recording teardown error", "sandbox", sb.ID, "err", uerr)
+		}
+		m.event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "teardown", Actor: actor,
+			Cause: cause, Reason: reason, Outcome: "error", Message: err.Error()})
+		return fmt.Errorf("sandbox %s: teardown will be retried: %w", sb.ID, err)
+	}
+	if sb.Reason != reason {
+		reason = sb.Reason
+	}
+	if sb.Error != "" && strings.HasPrefix(sb.Error, "teardown: ") {
+		sb.Error = ""
+	}
+	return m.transition(ctx, sb, sandbox.StateDeleted, cause, actor, reason)
+}
+
+// teardown removes every host resource of sandbox id. Each step is
+// idempotent; all are attempted and their errors joined.
+func (m *Manager) teardown(ctx context.Context, id string) error {
+	p := m.paths(id)
+	m.cancelExecs(id)
+	var errs []error
+	if err := m.rt.Delete(ctx, id); err != nil {
+		errs = append(errs, err)
+	}
+	failpoint.Hit("delete.after-runtime")
+	if err := cgroups.Destroy(p.cgroup); err != nil {
+		errs = append(errs, err)
+	}
+	mounts, err := overlay.MountsUnder(p.dir)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	slices.Reverse(mounts)
+	for _, mp := range mounts {
+		if err := overlay.Unmount(mp); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	m.forgetAgent(id)
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	// Never remove through a mount: the check above must have left none.
+	if left, _ := overlay.MountsUnder(p.dir); len(left) > 0 {
+		return fmt.Errorf("mounts remain under %s: %v", p.dir, left)
+	}
+	failpoint.Hit("delete.after-unmount")
+	if err := os.RemoveAll(p.dir); err != nil {
+		return err
+	}
+	return nil
+}
+
+// verifyGone checks that nothing of sandbox id is left on the host.
+func (m *Manager) verifyGone(id string) error {
+	p := m.paths(id)
+	var left []string
+	if _, err := m.rt.State(context.Background(), id); err == nil {
+		left = append(left, "runtime container")
+	} else if !errors.Is(err, errdefs.ErrNotFound) {
+		return err
+	}
+	if cgroups.Exists(p.cgroup) {
+		left = append(left, "cgroup "+p.cgroup)
+	}
+	if ms, _ := overlay.MountsUnder(p.dir); len(ms) > 0 {
+		left = append(left, fmt.Sprintf("mounts %v", ms))
+	}
+	if _, err := os.Lstat(p.dir); err == nil {
+		left = append(left, "dir "+p.dir)
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("still present: %s", strings.Join(left, ", "))
+	}
+	return nil
+}
+
+func mergeMaps(a, b map[string]string) map[string]string {
+	out := make(map[string]string, len(a)+len(b))
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}
+
+func tailLog(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(st.Size()-n, 0)
+	buf := make([]byte, st.Size()-off)
+	_, _ = f.ReadAt(buf, off)
+	return string(buf)
+}
+
+// sandboxDirs lists the ids that have a directory under the data dir.
+func (m *Manager) sandboxDirs() ([]string, error) {
+	ents, err := os.ReadDir(filepath.Join(m.cfg.DataDir, "sandboxes"))
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range ents {
+		if e.IsDir() {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}

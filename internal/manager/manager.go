@@ -1,0 +1,339 @@
+// Package manager is berth's sandbox engine: it turns API calls into
+// durable records and host side effects, in that order (intent first), and
+// drives the two to agree. Create mounts an overlay root, starts the agent
+// as PID 1 under the runtime and waits for it; exec and file calls go to the
+// agent over its unix socket; delete tears down in idempotent, verified,
+// retried steps. The reconciler (reconcile.go) adopts, finishes and cleans
+// up after restarts and crashes and enforces timeouts from stored
+// timestamps.
+package manager
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berth-sh/berth/internal/agent"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/image"
+	"github.com/berth-sh/berth/internal/runtime"
+	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
+)
+
+// Config configures a Manager.
+type Config struct {
+	DataDir string
+	// AgentPath is the berth binary bind-mounted into sandboxes as the agent.
+	AgentPath       string
+	DefaultTemplate string
+	IDMap           runtime.IDMap
+	// Instance names this daemon's host resources (cgroup parent, etc.).
+	Instance string
+	// ReadyTimeout bounds the wait for a new sandbox's agent.
+	ReadyTimeout time.Duration
+	// ReconcileInterval is how often the background reconciler runs.
+	ReconcileInterval time.Duration
+	Logger            *slog.Logger
+	// Now is the clock; tests may replace it.
+	Now func() time.Time
+}
+
+// Manager owns every sandbox of one daemon.
+type Manager struct {
+	cfg    Config
+	store  store.Store
+	images *image.Store
+	rt     runtime.Runtime
+	log    *slog.Logger
+
+	locks keyedMutex
+
+	mu      sync.Mutex
+	agents  map[string]*agent.Client // by sandbox id
+	cancels map[string]context.CancelFunc
+
+	wg     sync.WaitGroup
+	stopCh chan struct{}
+	kick   chan struct{}
+}
+
+// DefaultIDMap maps sandbox root to host uid/gid 100000000 (and 65536 ids
+// from there): far above any regular or subordinate id range.
+var DefaultIDMap = runtime.IDMap{HostUID: 100000000, HostGID: 100000000, Size: 65536}
+
+// InstanceName derives a short, stable name for the host resources of the
+// daemon whose data dir is dataDir.
+func InstanceName(dataDir string) string {
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		abs = dataDir
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return "berth-" + hex.EncodeToString(sum[:4])
+}
+
+// New returns a Manager. Call Start to reconcile and run background work.
+func New(cfg Config, st store.Store, images *image.Store, rt runtime.Runtime) (*Manager, error) {
+	if cfg.DataDir == "" || cfg.AgentPath == "" {
+		return nil, errors.New("manager: DataDir and AgentPath are required")
+	}
+	if cfg.Instance == "" {
+		cfg.Instance = InstanceName(cfg.DataDir)
+	}
+	if cfg.IDMap.Size == 0 {
+		cfg.IDMap = DefaultIDMap
+	}
+	if cfg.DefaultTemplate == "" {
+		cfg.DefaultTemplate = "base"
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 15 * time.Second
+	}
+	if cfg.ReconcileInterval == 0 {
+		cfg.ReconcileInterval = 2 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "sandboxes"), 0o711); err != nil {
+		return nil, err
+	}
+	// The runtime enters the user namespace before it mounts the root, so
+	// mapped root must be able to traverse to it.
+	if err := os.Chmod(cfg.DataDir, 0o711); err != nil {
+		return nil, err
+	}
+	return &Manager{
+		cfg: cfg, store: st, images: images, rt: rt, log: cfg.Logger,
+		agents:  map[string]*agent.Client{},
+		cancels: map[string]context.CancelFunc{},
+		stopCh:  make(chan struct{}),
+		kick:    make(chan struct{}, 1),
+	}, nil
+}
+
+// Runtime returns the runtime class in use.
+func (m *Manager) Runtime() runtime.Runtime { return m.rt }
+
+// Store returns the record store.
+func (m *Manager) Store() store.Store { return m.store }
+
+// Images returns the layer store.
+func (m *Manager) Images() *image.Store { return m.images }
+
+// Config returns the manager's configuration.
+func (m *Manager) Config() Config { return m.cfg }
+
+func (m *Manager) now() time.Time { return m.cfg.Now().UTC() }
+
+// Paths of one sandbox's host resources.
+type paths struct {
+	dir, bundle, rootfs, upper, work, run, socket, log string
+	cgroup                                             string
+}
+
+func (m *Manager) paths(id string) paths {
+	dir := filepath.Join(m.cfg.DataDir, "sandboxes", id)
+	return paths{
+		dir:    dir,
+		bundle: filepath.Join(dir, "bundle"),
+		rootfs: filepath.Join(dir, "rootfs"),
+		upper:  filepath.Join(dir, "upper"),
+		work:   filepath.Join(dir, "work"),
+		run:    filepath.Join(dir, "run"),
+		socket: filepath.Join(dir, "run", "agent.sock"),
+		log:    filepath.Join(dir, "init.log"),
+		cgroup: "/" + m.cfg.Instance + "/" + id,
+	}
+}
+
+// CgroupParent is the cgroup under which all of this daemon's sandboxes live.
+func (m *Manager) CgroupParent() string { return "/" + m.cfg.Instance }
+
+func (m *Manager) agentFor(id string) *agent.Client {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.agents[id]
+	if !ok {
+		c = agent.NewClient(m.paths(id).socket)
+		m.agents[id] = c
+	}
+	return c
+}
+
+func (m *Manager) forgetAgent(id string) {
+	m.mu.Lock()
+	delete(m.agents, id)
+	m.mu.Unlock()
+}
+
+// newID returns a random sandbox id: 16 characters of [a-z0-9], about 82 bits.
+func newID() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b[:])
+}
+
+// keyedMutex serialises lifecycle operations per sandbox.
+type keyedMutex struct {
+	mu sync.Mutex
+	m  map[string]*keyedEntry
+}
+
+type keyedEntry struct {
+	mu  sync.Mutex
+	ref int
+}
+
+func (k *keyedMutex) Lock(key string) func() {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]*keyedEntry{}
+	}
+	e, ok := k.m[key]
+	if !ok {
+		e = &keyedEntry{}
+		k.m[key] = e
+	}
+	e.ref++
+	k.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		e.ref--
+		if e.ref == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
+// Get returns a sandbox by id or, failing that, by live name.
+func (m *Manager) Get(ctx context.Context, ref string) (*sandbox.Sandbox, error) {
+	if ref == "" {
+		return nil, errdefs.Invalid("sandbox id or name is required")
+	}
+	sb, err := m.store.GetSandbox(ctx, ref)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		sb, err = m.store.GetSandboxByName(ctx, "", ref)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return nil, errdefs.NotFound("no sandbox %q", ref)
+		}
+	}
+	return sb, err
+}
+
+// List returns live sandboxes, or all including tombstones.
+func (m *Manager) List(ctx context.Context, all bool) ([]*sandbox.Sandbox, error) {
+	return m.store.ListSandboxes(ctx, store.SandboxFilter{IncludeDeleted: all})
+}
+
+// Events returns a sandbox's recorded events.
+func (m *Manager) Events(ctx context.Context, ref string) ([]*sandbox.Event, error) {
+	sb, err := m.Get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	return m.store.ListEvents(ctx, sb.ID, 0, 10000)
+}
+
+// transition moves sb to state to, writes it (compare-and-swap) and records
+// the event. On a write failure sb is left unchanged.
+func (m *Manager) transition(ctx context.Context, sb *sandbox.Sandbox, to sandbox.State, cause sandbox.Cause, actor, reason string) error {
+	from := sb.State
+	prev := *sb
+	if err := sb.Transition(to, cause, reason, m.now()); err != nil {
+		return err
+	}
+	if to != sandbox.StateFailed && to != sandbox.StateDeleting {
+		sb.Error = ""
+	}
+	if err := m.store.UpdateSandbox(ctx, sb); err != nil {
+		*sb = prev
+		return fmt.Errorf("recording %s -> %s: %w", from, to, err)
+	}
+	m.event(ctx, &sandbox.Event{
+		SandboxID: sb.ID, Type: "state", From: from, To: to, Actor: actor,
+		Cause: cause, Reason: reason, Outcome: "ok", Message: sb.Error,
+	})
+	return nil
+}
+
+// event records ev; a failure to record is logged, not returned: the
+// operation it describes has already happened.
+func (m *Manager) event(ctx context.Context, ev *sandbox.Event) {
+	if ev.Time.IsZero() {
+		ev.Time = m.now()
+	}
+	if err := m.store.AppendEvent(context.WithoutCancel(ctx), ev); err != nil {
+		m.log.Error("recording event", "sandbox", ev.SandboxID, "type", ev.Type, "err", err)
+	}
+}
+
+// TryLock takes key's lock if it is free.
+func (k *keyedMutex) TryLock(key string) (func(), bool) {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]*keyedEntry{}
+	}
+	if _, busy := k.m[key]; busy {
+		k.mu.Unlock()
+		return nil, false
+	}
+	e := &keyedEntry{ref: 1}
+	e.mu.Lock()
+	k.m[key] = e
+	k.mu.Unlock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		e.ref--
+		if e.ref == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+	}, true
+}
+
+// BecomeSubreaper makes this process the reaper of the container init
+// processes the runtime leaves behind when it exits, so that they do not
+// depend on the host's PID 1 to be reaped while the daemon runs.
+func BecomeSubreaper() error {
+	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+}
+
+// reap waits for pid if it is our child (we are its subreaper), so that
+// it does not linger as a zombie after the sandbox ends.
+func reap(pid int) {
+	if pid <= 0 {
+		return
+	}
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(pid, &ws, 0, nil)
+		if err != unix.EINTR {
+			return
+		}
+	}
+}

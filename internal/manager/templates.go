@@ -1,0 +1,310 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/image"
+	"github.com/berth-sh/berth/internal/overlay"
+	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
+)
+
+// BuiltinTemplate is the name of the template berth provides without a
+// download: a fresh minimal /etc over the host's own /usr, read-only.
+const BuiltinTemplate = "base"
+
+// maxUpload bounds a template archive uploaded through the API.
+const maxUpload = 16 << 30
+
+// EnsureBuiltin registers (or refreshes) the builtin template.
+func (m *Manager) EnsureBuiltin(ctx context.Context) error {
+	img, err := m.images.Builtin(ctx)
+	if err != nil {
+		return fmt.Errorf("builtin template: %w", err)
+	}
+	cur, err := m.store.GetTemplate(ctx, BuiltinTemplate)
+	if err == nil && slices.Equal(cur.Layers, img.Layers) && cur.Builtin {
+		return nil
+	}
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return err
+	}
+	if err == nil && !cur.Builtin {
+		m.log.Warn("a template named like the builtin exists; leaving it", "template", BuiltinTemplate)
+		return nil
+	}
+	return m.store.PutTemplate(ctx, &store.Template{
+		Name:   BuiltinTemplate,
+		Layers: img.Layers,
+		Config: store.TemplateConfig{
+			Env: img.Config.Env, Workdir: img.Config.Workdir, User: img.Config.User, Cmd: img.Config.Cmd,
+			HostUsr: true,
+		},
+		Builtin: true, Source: "builtin:host", Size: img.Size, CreatedAt: m.now(),
+	})
+}
+
+// ListTemplates returns every template.
+func (m *Manager) ListTemplates(ctx context.Context) ([]*store.Template, error) {
+	return m.store.ListTemplates(ctx)
+}
+
+// GetTemplate returns one template.
+func (m *Manager) GetTemplate(ctx context.Context, name string) (*store.Template, error) {
+	t, err := m.store.GetTemplate(ctx, name)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, errdefs.NotFound("no template %q", name)
+	}
+	return t, err
+}
+
+func (m *Manager) checkNewTemplate(ctx context.Context, name string) error {
+	if !sandbox.ValidName(name) {
+		return errdefs.Invalid("bad template name %q: use 1-63 letters, digits, '.', '_' or '-'", name)
+	}
+	if _, err := m.store.GetTemplate(ctx, name); err == nil {
+		return errdefs.Conflict("template %q exists; remove it first with `berth template rm %s`", name, name)
+	} else if !errors.Is(err, errdefs.ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+func (m *Manager) putImage(ctx context.Context, name, source string, img *image.Image) (*store.Template, error) {
+	t := &store.Template{
+		Name:   name,
+		Layers: img.Layers,
+		Config: store.TemplateConfig{Env: img.Config.Env, Workdir: img.Config.Workdir, User: img.Config.User, Cmd: img.Config.Cmd},
+		Source: source, Size: img.Size, CreatedAt: m.now(),
+	}
+	if err := m.store.PutTemplate(ctx, t); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// ImportTemplate imports an OCI layout directory or a docker-save/OCI
+// tarball at a path on the daemon's host, or pulls a registry reference.
+func (m *Manager) ImportTemplate(ctx context.Context, req *api.ImportTemplateRequest) (*store.Template, error) {
+	if err := m.checkNewTemplate(ctx, req.Name); err != nil {
+		return nil, err
+	}
+	var (
+		img    *image.Image
+		err    error
+		source string
+	)
+	switch {
+	case req.Path != "" && req.Ref != "":
+		return nil, errdefs.Invalid("give either path or ref, not both")
+	case req.Path != "":
+		if !filepath.IsAbs(req.Path) {
+			return nil, errdefs.Invalid("path must be absolute (it is read by the daemon)")
+		}
+		st, serr := os.Stat(req.Path)
+		if serr != nil {
+			return nil, errdefs.NotFound("cannot read %s: %v", req.Path, serr)
+		}
+		if st.IsDir() {
+			source = "oci-layout:" + req.Path
+			img, err = m.images.ImportOCILayout(ctx, req.Path, "")
+		} else {
+			source = "archive:" + req.Path
+			img, err = m.images.ImportArchive(ctx, req.Path)
+		}
+	case req.Ref != "":
+		source = "registry:" + req.Ref
+		img, err = m.images.Pull(ctx, req.Ref, req.Insecure)
+	default:
+		return nil, errdefs.Invalid("path or ref is required")
+	}
+	if err != nil {
+		return nil, err
+	}
+	return m.putImage(ctx, req.Name, source, img)
+}
+
+// UploadTemplate imports a tarball streamed by the client.
+func (m *Manager) UploadTemplate(ctx context.Context, name string, r io.Reader) (*store.Template, error) {
+	if err := m.checkNewTemplate(ctx, name); err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(m.cfg.DataDir, "uploads")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(dir, "upload-*.tar")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	n, err := io.Copy(f, io.LimitReader(r, maxUpload+1))
+	if err != nil {
+		return nil, fmt.Errorf("receiving archive: %w", err)
+	}
+	if n > maxUpload {
+		return nil, errdefs.TooLarge("template archive exceeds %d GiB", maxUpload>>30)
+	}
+	if n == 0 {
+		return nil, errdefs.Invalid("empty archive")
+	}
+	img, err := m.images.ImportArchive(ctx, f.Name())
+	if err != nil {
+		return nil, err
+	}
+	return m.putImage(ctx, name, "upload", img)
+}
+
+// DeleteTemplate removes a template that no live sandbox uses and frees
+// the layers no other template needs.
+func (m *Manager) DeleteTemplate(ctx context.Context, name string) error {
+	t, err := m.GetTemplate(ctx, name)
+	if err != nil {
+		return err
+	}
+	if t.Builtin {
+		return errdefs.Conflict("template %q is builtin and cannot be removed", name)
+	}
+	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{})
+	if err != nil {
+		return err
+	}
+	for _, sb := range live {
+		if sb.Spec.Template == name {
+			return errdefs.Conflict("template %q is used by sandbox %s", name, sb.ID)
+		}
+	}
+	if err := m.store.DeleteTemplate(ctx, name); err != nil {
+		return err
+	}
+	return m.gcLayers(ctx)
+}
+
+func (m *Manager) gcLayers(ctx context.Context) error {
+	ts, err := m.store.ListTemplates(ctx)
+	if err != nil {
+		return err
+	}
+	keep := map[string]bool{}
+	for _, t := range ts {
+		for _, l := range t.Layers {
+			keep[l] = true
+		}
+	}
+	removed, err := m.images.GC(ctx, keep)
+	if len(removed) > 0 {
+		m.log.Info("removed unused layers", "count", len(removed))
+	}
+	return err
+}
+
+// BuildTemplate runs setup steps once in a sandbox made from req.From and
+// stores the result as a new read-only layer on top of it, so tasks
+// started from the new template do not repeat the setup.
+func (m *Manager) BuildTemplate(ctx context.Context, req *api.BuildTemplateRequest, actor string, progress func(api.BuildEvent)) (*store.Template, error) {
+	if err := m.checkNewTemplate(ctx, req.Name); err != nil {
+		return nil, err
+	}
+	if len(req.Run) == 0 {
+		return nil, errdefs.Invalid("at least one --run step is required")
+	}
+	base, err := m.GetTemplate(ctx, req.From)
+	if err != nil {
+		return nil, err
+	}
+	for k := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, errdefs.Invalid("bad env name %q", k)
+		}
+	}
+	sb, err := m.Create(ctx, &api.CreateSandboxRequest{Template: base.Name, Env: req.Env},
+		CreateOptions{Actor: actor, Labels: map[string]string{"berth.build": req.Name}})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if _, err := m.Delete(context.WithoutCancel(ctx), sb.ID, actor, sandbox.CauseUser, "template build finished"); err != nil {
+			m.log.Warn("removing build sandbox", "sandbox", sb.ID, "err", err)
+		}
+	}()
+	timeout := req.TimeoutSeconds
+	if timeout <= 0 {
+		timeout = 3600
+	}
+	for i, step := range req.Run {
+		progress(api.BuildEvent{Step: i + 1, Stream: "stdout", Data: []byte(fmt.Sprintf("--> step %d/%d: %s\n", i+1, len(req.Run), step))})
+		out := &buildWriter{step: i + 1, stream: "stdout", emit: progress}
+		errw := &buildWriter{step: i + 1, stream: "stderr", emit: progress}
+		exit, err := m.Exec(ctx, sb.ID, &api.ExecRequest{Cmd: []string{"/bin/sh", "-c", step}, TimeoutSeconds: timeout},
+			ExecIO{Stdout: out, Stderr: errw}, actor)
+		if err != nil {
+			return nil, fmt.Errorf("step %d: %w", i+1, err)
+		}
+		if exit.Code != 0 {
+			return nil, errdefs.Invalid("step %d (%s) failed with exit code %d", i+1, step, exit.Code)
+		}
+	}
+	// Stop the sandbox so the upper dir is quiescent, then commit it.
+	unlock := m.locks.Lock(sb.ID)
+	p := m.paths(sb.ID)
+	err = m.rt.Delete(ctx, sb.ID)
+	if err == nil {
+		err = overlay.Unmount(p.rootfs)
+	}
+	var layer string
+	if err == nil {
+		// Mount points the runtime made are not part of the result.
+		_ = os.RemoveAll(filepath.Join(p.upper, ".berth"))
+		layer, _, err = m.images.CommitDir(ctx, p.upper)
+	}
+	unlock()
+	if err != nil {
+		return nil, fmt.Errorf("committing build: %w", err)
+	}
+	cfg := base.Config
+	cfg.Env = slices.Clone(cfg.Env)
+	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
+		cfg.Env = setEnv(cfg.Env, k, req.Env[k])
+	}
+	size := base.Size + m.images.Size(layer)
+	t := &store.Template{
+		Name: req.Name, Layers: append(slices.Clone(base.Layers), layer), Config: cfg,
+		Source: "build:" + base.Name, Size: size, CreatedAt: m.now(),
+	}
+	if err := m.store.PutTemplate(ctx, t); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func setEnv(env []string, k, v string) []string {
+	for i, kv := range env {
+		if strings.HasPrefix(kv, k+"=") {
+			env[i] = k + "=" + v
+			return env
+		}
+	}
+	return append(env, k+"="+v)
+}
+
+type buildWriter struct {
+	step   int
+	stream string
+	emit   func(api.BuildEvent)
+}
+
+func (w *buildWriter) Write(p []byte) (int, error) {
+	w.emit(api.BuildEvent{Step: w.step, Stream: w.stream, Data: slices.Clone(p)})
+	return len(p), nil
+}

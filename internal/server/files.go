@@ -1,0 +1,232 @@
+package server
+
+import (
+	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+
+	"github.com/berth-sh/berth/internal/errdefs"
+)
+
+func goVersion() string { return runtime.Version() }
+
+// maxPathLen bounds a path query parameter.
+const maxPathLen = 4096
+
+func pathParam(r *http.Request) (string, error) {
+	p := r.URL.Query().Get("path")
+	if p == "" {
+		return "", errdefs.Invalid("path query parameter is required")
+	}
+	if len(p) > maxPathLen {
+		return "", errdefs.Invalid("path longer than %d bytes", maxPathLen)
+	}
+	return p, nil
+}
+
+func boolParam(r *http.Request, name string) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, errdefs.Invalid("%s must be true or false", name)
+	}
+	return b, nil
+}
+
+func modeParam(r *http.Request, def os.FileMode) (os.FileMode, error) {
+	v := r.URL.Query().Get("mode")
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseUint(v, 8, 32)
+	if err != nil || n > 0o7777 {
+		return 0, errdefs.Invalid("mode must be octal permission bits such as 0644")
+	}
+	return os.FileMode(n), nil
+}
+
+func formatParam(r *http.Request) (tar bool, err error) {
+	switch f := r.URL.Query().Get("format"); f {
+	case "", "raw":
+		return false, nil
+	case "tar":
+		return true, nil
+	default:
+		return false, errdefs.Invalid("format must be raw or tar, got %q", f)
+	}
+}
+
+func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
+	path, err := pathParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	asTar, err := formatParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	f, err := s.m.Files(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	fi, err := f.Stat(r.Context(), path)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if asTar {
+		w.Header().Set("Content-Type", "application/x-tar")
+		err = f.ReadTar(r.Context(), path, w)
+	} else {
+		if fi.IsDir {
+			writeError(w, errdefs.Invalid("%s is a directory; ask for format=tar", path))
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("X-Berth-File-Mode", strconv.FormatUint(uint64(os.FileMode(fi.Mode).Perm()), 8))
+		w.Header().Set("X-Berth-File-Size", strconv.FormatInt(fi.Size, 10))
+		_, err = f.ReadFile(r.Context(), path, w)
+	}
+	if err != nil {
+		if !headerWritten(w) {
+			writeError(w, err)
+			return
+		}
+		// Mid-stream: abort the response so the client sees a broken
+		// transfer rather than a short file.
+		panic(http.ErrAbortHandler)
+	}
+}
+
+func (s *Server) writeFiles(w http.ResponseWriter, r *http.Request) {
+	path, err := pathParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	asTar, err := formatParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	mode, err := modeParam(r, 0o644)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	f, err := s.m.Files(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if asTar {
+		if err := f.WriteTar(r.Context(), path, r.Body, actor(r)); err != nil {
+			writeError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	fi, err := f.WriteFile(r.Context(), path, mode, r.Body, actor(r))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, fi)
+}
+
+func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
+	path, err := pathParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	f, err := s.m.Files(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	fi, err := f.Stat(r.Context(), path)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, fi)
+}
+
+func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
+	path, err := pathParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	f, err := s.m.Files(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	fis, err := f.List(r.Context(), path)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, fis)
+}
+
+func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
+	path, err := pathParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	parents, err := boolParam(r, "parents")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	mode, err := modeParam(r, 0o755)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	f, err := s.m.Files(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := f.Mkdir(r.Context(), path, mode, parents, actor(r)); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
+	path, err := pathParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	recursive, err := boolParam(r, "recursive")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	f, err := s.m.Files(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := f.Remove(r.Context(), path, recursive, actor(r)); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,558 @@
+// Package server is berth's HTTP API (/v1): JSON over a root-only unix
+// socket and, with API keys, over TCP. Handlers decode and validate input,
+// call the sandbox manager, and map error categories (internal/errdefs) to
+// statuses and stable codes in one place (writeError).
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/auth"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
+)
+
+// maxJSONBody bounds every JSON request body.
+const maxJSONBody = 1 << 20
+
+// Version is set by the daemon from the build.
+var Version = "dev"
+
+// Server serves the API.
+type Server struct {
+	m       *manager.Manager
+	authn   *auth.Authenticator
+	log     *slog.Logger
+	mux     *http.ServeMux
+	metrics *metrics
+}
+
+// New returns the API server for m.
+func New(m *manager.Manager, authn *auth.Authenticator, log *slog.Logger) *Server {
+	s := &Server{m: m, authn: authn, log: log, mux: http.NewServeMux(), metrics: newMetrics()}
+	s.routes()
+	return s
+}
+
+func (s *Server) routes() {
+	h := s.mux.HandleFunc
+	h("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	h("GET /v1/version", s.version)
+	h("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(api.OpenAPI)
+	})
+	h("POST /v1/sandboxes", s.createSandbox)
+	h("GET /v1/sandboxes", s.listSandboxes)
+	h("GET /v1/sandboxes/{id}", s.getSandbox)
+	h("DELETE /v1/sandboxes/{id}", s.deleteSandbox)
+	h("GET /v1/sandboxes/{id}/events", s.events)
+	h("POST /v1/sandboxes/{id}/exec", s.exec)
+	h("GET /v1/sandboxes/{id}/exec/ws", s.execWS)
+	h("GET /v1/sandboxes/{id}/files", s.readFiles)
+	h("PUT /v1/sandboxes/{id}/files", s.writeFiles)
+	h("DELETE /v1/sandboxes/{id}/files", s.removeFile)
+	h("GET /v1/sandboxes/{id}/files/stat", s.statFile)
+	h("GET /v1/sandboxes/{id}/files/list", s.listFiles)
+	h("POST /v1/sandboxes/{id}/files/mkdir", s.mkdir)
+	h("POST /v1/run", s.run)
+	h("GET /v1/templates", s.listTemplates)
+	h("GET /v1/templates/{name}", s.getTemplate)
+	h("DELETE /v1/templates/{name}", s.deleteTemplate)
+	h("POST /v1/templates/import", s.importTemplate)
+	h("PUT /v1/templates/{name}/archive", s.uploadTemplate)
+	h("POST /v1/templates/build", s.buildTemplate)
+	h("GET /v1/doctor", s.doctor)
+	h("POST /v1/doctor/fix", s.doctor)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, errdefs.NotFound("no route %s %s", r.Method, r.URL.Path))
+	})
+}
+
+// Handler returns the handler for one listener. On the local unix socket
+// (trusted) callers are the host administrator; elsewhere every request
+// but /healthz needs a bearer API key.
+func (s *Server) Handler(trusted bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, status: 200}
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("handler panic", "path", r.URL.Path, "panic", v)
+				if !sw.wrote {
+					writeError(sw, fmt.Errorf("panic: %v", v))
+				}
+			}
+			s.metrics.observe(r, sw.status, time.Since(start))
+		}()
+		p := auth.Admin
+		if !trusted && r.URL.Path != "/healthz" {
+			key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			var err error
+			if p, err = s.authn.Authenticate(r.Context(), strings.TrimSpace(key)); err != nil {
+				writeError(sw, err)
+				return
+			}
+		}
+		s.mux.ServeHTTP(sw, r.WithContext(auth.With(r.Context(), p)))
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController and the WebSocket upgrade reach the
+// underlying writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func actor(r *http.Request) string {
+	p, _ := auth.From(r.Context())
+	return p.Actor
+}
+
+func tenant(r *http.Request) string {
+	p, _ := auth.From(r.Context())
+	return p.Tenant
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func apiError(err error) *api.Error {
+	code, _ := errdefs.Code(err)
+	return &api.Error{Code: code, Message: errdefs.Message(err)}
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	_, status := errdefs.Code(err)
+	writeJSON(w, status, api.ErrorBody{Error: *apiError(err)})
+}
+
+// decode reads a JSON body strictly: bounded size, no unknown fields, no
+// trailing data.
+func decode(r *http.Request, v any) error {
+	body := http.MaxBytesReader(nil, r.Body, maxJSONBody)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return errdefs.TooLarge("request body exceeds %d bytes", maxJSONBody)
+		}
+		if errors.Is(err, io.EOF) {
+			return errdefs.Invalid("request body is empty; expected JSON")
+		}
+		return errdefs.Invalid("bad JSON body: %v", err)
+	}
+	if dec.More() {
+		return errdefs.Invalid("bad JSON body: trailing data after the object")
+	}
+	return nil
+}
+
+func (s *Server) version(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, 200, api.Version{Version: Version, Go: goVersion(), Runtime: s.m.Runtime().Name()})
+}
+
+// toAPI converts a sandbox record to its API form.
+func (s *Server) toAPI(sb *sandbox.Sandbox) api.Sandbox {
+	out := api.Sandbox{
+		ID: sb.ID, Name: sb.Name, Template: sb.Spec.Template, State: string(sb.State),
+		Persistent: sb.Spec.Persistent,
+		Resources: api.Resources{CPUs: sb.Spec.Resources.CPUs, MemoryBytes: sb.Spec.Resources.MemoryBytes,
+			Pids: sb.Spec.Resources.Pids},
+		Env: sb.Spec.Env, Labels: sb.Spec.Labels, TimeoutSeconds: sb.Spec.Timeout.Seconds(),
+		Network: sb.Spec.Network, Workdir: sb.Spec.Workdir, Isolation: s.m.Runtime().Isolation(),
+		CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt, Cause: string(sb.Cause), Reason: sb.Reason,
+		Error: sb.Error,
+	}
+	if !sb.StartedAt.IsZero() {
+		t := sb.StartedAt
+		out.StartedAt = &t
+	}
+	if d, ok := sb.Deadline(); ok && sb.State != sandbox.StateDeleted {
+		out.ExpiresAt = &d
+	}
+	if !sb.DeletedAt.IsZero() {
+		t := sb.DeletedAt
+		out.DeletedAt = &t
+	}
+	return out
+}
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
+	var req api.CreateSandboxRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	sb, err := s.m.Create(r.Context(), &req, manager.CreateOptions{Actor: actor(r), Tenant: tenant(r)})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.metrics.created.Inc()
+	writeJSON(w, http.StatusCreated, s.toAPI(sb))
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
+	all, _ := strconv.ParseBool(r.URL.Query().Get("all"))
+	sbs, err := s.m.List(r.Context(), all)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := make([]api.Sandbox, 0, len(sbs))
+	for _, sb := range sbs {
+		out = append(out, s.toAPI(sb))
+	}
+	writeJSON(w, 200, out)
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.m.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, s.toAPI(sb))
+}
+
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.m.Delete(r.Context(), r.PathValue("id"), actor(r), sandbox.CauseUser, "deleted by user")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.metrics.deleted.Inc()
+	writeJSON(w, 200, s.toAPI(sb))
+}
+
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	evs, err := s.m.Events(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := make([]api.Event, 0, len(evs))
+	for _, e := range evs {
+		out = append(out, api.Event{ID: e.ID, SandboxID: e.SandboxID, Time: e.Time, Type: e.Type,
+			From: string(e.From), To: string(e.To), Actor: e.Actor, Cause: string(e.Cause),
+			Reason: e.Reason, Outcome: e.Outcome, Message: e.Message})
+	}
+	writeJSON(w, 200, out)
+}
+
+// ndjson writes a stream of JSON lines, flushing each, safe for
+// concurrent writers (stdout and stderr).
+type ndjson struct {
+	mu  sync.Mutex
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	enc *json.Encoder
+	err error
+}
+
+func newNDJSON(w http.ResponseWriter) *ndjson {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	return &ndjson{w: w, rc: http.NewResponseController(w), enc: json.NewEncoder(w)}
+}
+
+func (n *ndjson) send(v any) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.err != nil {
+		return n.err
+	}
+	if n.err = n.enc.Encode(v); n.err == nil {
+		n.err = n.rc.Flush()
+	}
+	return n.err
+}
+
+// streamWriter turns writes into ExecEvents on one stream.
+type streamWriter struct {
+	nd     *ndjson
+	stream string
+}
+
+func (sw streamWriter) Write(p []byte) (int, error) {
+	if err := sw.nd.send(api.ExecEvent{Stream: sw.stream, Data: p}); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
+	var req api.ExecRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.TTY {
+		writeError(w, errdefs.Invalid("tty needs the interactive exec at /exec/ws"))
+		return
+	}
+	s.streamExec(w, r, func(ctx context.Context, eio manager.ExecIO) (api.ExecExit, error) {
+		return s.m.Exec(ctx, r.PathValue("id"), &req, eio, actor(r))
+	})
+}
+
+// streamExec answers with an NDJSON exec stream. Errors before any output
+// get a plain error status; once streaming, they become an error event.
+func (s *Server) streamExec(w http.ResponseWriter, r *http.Request, run func(context.Context, manager.ExecIO) (api.ExecExit, error)) {
+	nd := newNDJSON(w)
+	started := false
+	lazy := func(stream string) streamWriter {
+		return streamWriter{nd: nd, stream: stream}
+	}
+	eio := manager.ExecIO{Stdout: &startWriter{w: lazy("stdout"), started: &started, mu: &nd.mu},
+		Stderr: &startWriter{w: lazy("stderr"), started: &started, mu: &nd.mu}}
+	start := time.Now()
+	exit, err := run(r.Context(), eio)
+	s.metrics.execs.Inc()
+	s.metrics.execDur.Observe(time.Since(start).Seconds())
+	nd.mu.Lock()
+	wasStarted := started
+	nd.mu.Unlock()
+	if err != nil {
+		if !wasStarted && nd.err == nil {
+			writeError(w, err)
+			return
+		}
+		_ = nd.send(api.ExecEvent{Error: apiError(err)})
+		return
+	}
+	_ = nd.send(api.ExecEvent{Exit: &exit})
+}
+
+// startWriter records that output has begun, so the handler knows it can
+// no longer answer with an error status.
+type startWriter struct {
+	w       streamWriter
+	started *bool
+	mu      *sync.Mutex
+}
+
+func (sw *startWriter) Write(p []byte) (int, error) {
+	sw.mu.Lock()
+	*sw.started = true
+	sw.mu.Unlock()
+	return sw.w.Write(p)
+}
+
+// run is the one-shot job: create an ephemeral sandbox, exec, stream,
+// destroy — also when the client goes away mid-run.
+func (s *Server) run(w http.ResponseWriter, r *http.Request) {
+	var req api.RunRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.Exec.TTY {
+		writeError(w, errdefs.Invalid("tty is not available for run"))
+		return
+	}
+	if req.Sandbox.Persistent {
+		writeError(w, errdefs.Invalid("run makes an ephemeral sandbox; use create --persistent"))
+		return
+	}
+	sb, err := s.m.Create(r.Context(), &req.Sandbox, manager.CreateOptions{Actor: actor(r), Tenant: tenant(r), OneShot: true})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.metrics.created.Inc()
+	defer func() {
+		reason := "run finished"
+		if r.Context().Err() != nil {
+			reason = "client went away"
+		}
+		if _, err := s.m.Delete(context.WithoutCancel(r.Context()), sb.ID, actor(r), sandbox.CauseClient, reason); err != nil {
+			s.log.Warn("run: destroying sandbox", "sandbox", sb.ID, "err", err)
+		}
+		s.metrics.deleted.Inc()
+	}()
+	w.Header().Set("X-Berth-Sandbox-Id", sb.ID)
+	s.streamExec(w, r, func(ctx context.Context, eio manager.ExecIO) (api.ExecExit, error) {
+		return s.m.Exec(ctx, sb.ID, &req.Exec, eio, actor(r))
+	})
+}
+
+func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
+	ts, err := s.m.ListTemplates(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := make([]api.Template, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, templateToAPI(t))
+	}
+	writeJSON(w, 200, out)
+}
+
+func templateToAPI(t *store.Template) api.Template {
+	return api.Template{Name: t.Name, Layers: t.Layers, Source: t.Source, Builtin: t.Builtin,
+		Size: t.Size, Env: t.Config.Env, Workdir: t.Config.Workdir, CreatedAt: t.CreatedAt}
+}
+
+func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
+	t, err := s.m.GetTemplate(r.Context(), r.PathValue("name"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, templateToAPI(t))
+}
+
+func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
+	if err := s.m.DeleteTemplate(r.Context(), r.PathValue("name")); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
+	var req api.ImportTemplateRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	t, err := s.m.ImportTemplate(r.Context(), &req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, templateToAPI(t))
+}
+
+func (s *Server) uploadTemplate(w http.ResponseWriter, r *http.Request) {
+	t, err := s.m.UploadTemplate(r.Context(), r.PathValue("name"), r.Body)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, templateToAPI(t))
+}
+
+func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
+	var req api.BuildTemplateRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	nd := newNDJSON(w)
+	t, err := s.m.BuildTemplate(r.Context(), &req, actor(r), func(ev api.BuildEvent) { _ = nd.send(ev) })
+	if err != nil {
+		if nd.err == nil && !headerWritten(w) {
+			writeError(w, err)
+			return
+		}
+		_ = nd.send(api.BuildEvent{Error: apiError(err)})
+		return
+	}
+	tt := templateToAPI(t)
+	_ = nd.send(api.BuildEvent{Template: &tt})
+}
+
+func headerWritten(w http.ResponseWriter) bool {
+	if sw, ok := w.(*statusWriter); ok {
+		return sw.wrote
+	}
+	return true
+}
+
+func (s *Server) doctor(w http.ResponseWriter, r *http.Request) {
+	rep, err := s.m.Doctor(r.Context(), r.Method == http.MethodPost)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, rep)
+}
+
+type metrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	created  prometheus.Counter
+	deleted  prometheus.Counter
+	execs    prometheus.Counter
+	execDur  prometheus.Histogram
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "berth_http_requests_total", Help: "API requests by method and status code.",
+		}, []string{"method", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "berth_http_request_seconds", Help: "API request latency.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"method"}),
+		created: prometheus.NewCounter(prometheus.CounterOpts{Name: "berth_sandboxes_created_total", Help: "Sandboxes created."}),
+		deleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "berth_sandboxes_deleted_total", Help: "Sandboxes deleted."}),
+		execs:   prometheus.NewCounter(prometheus.CounterOpts{Name: "berth_execs_total", Help: "Commands executed."}),
+		execDur: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "berth_exec_seconds", Help: "Exec wall time.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 20),
+		}),
+	}
+	m.reg.MustRegister(m.requests, m.latency, m.created, m.deleted, m.execs, m.execDur,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) observe(r *http.Request, status int, d time.Duration) {
+	m.requests.WithLabelValues(r.Method, strconv.Itoa(status)).Inc()
+	m.latency.WithLabelValues(r.Method).Observe(d.Seconds())
+}

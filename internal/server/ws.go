@@ -1,0 +1,124 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/manager"
+)
+
+// execWS serves an interactive exec over a WebSocket: the first message is
+// the JSON ExecRequest, then binary frames tagged by their first byte (see
+// api.WSStdin and friends).
+func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	// Fail fast with a plain HTTP error for an unknown sandbox.
+	if _, err := s.m.Get(r.Context(), id); err != nil {
+		writeError(w, err)
+		return
+	}
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{})
+	if err != nil {
+		return
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(1 << 20)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+
+	var wmu sync.Mutex
+	send := func(kind byte, p []byte) error {
+		wmu.Lock()
+		defer wmu.Unlock()
+		wctx, c := context.WithTimeout(ctx, 30*time.Second)
+		defer c()
+		return conn.Write(wctx, websocket.MessageBinary, append([]byte{kind}, p...))
+	}
+	sendErr := func(err error) {
+		b, _ := json.Marshal(apiError(err))
+		_ = send(api.WSError, b)
+		conn.Close(websocket.StatusNormalClosure, "")
+	}
+
+	typ, first, err := conn.Read(ctx)
+	if err != nil {
+		return
+	}
+	var req api.ExecRequest
+	if typ != websocket.MessageText {
+		sendErr(errdefs.Invalid("the first message must be the JSON exec request"))
+		return
+	}
+	if err := json.Unmarshal(first, &req); err != nil {
+		sendErr(errdefs.Invalid("bad exec request: %v", err))
+		return
+	}
+	stdinR, stdinW := io.Pipe()
+	resize := make(chan api.Resize, 4)
+	go func() {
+		defer stdinW.Close()
+		for {
+			typ, msg, err := conn.Read(ctx)
+			if err != nil {
+				stdinW.CloseWithError(err)
+				cancel()
+				return
+			}
+			if typ != websocket.MessageBinary || len(msg) == 0 {
+				continue
+			}
+			switch msg[0] {
+			case api.WSStdin:
+				if _, err := stdinW.Write(msg[1:]); err != nil {
+					return
+				}
+			case api.WSStdinEOF:
+				stdinW.Close()
+			case api.WSResize:
+				var rs api.Resize
+				if json.Unmarshal(msg[1:], &rs) == nil {
+					select {
+					case resize <- rs:
+					default:
+					}
+				}
+			}
+		}
+	}()
+	exit, err := s.m.Exec(ctx, id, &req, manager.ExecIO{
+		Stdin:  stdinR,
+		Stdout: kindWriter{api.WSStdout, send},
+		Stderr: kindWriter{api.WSStderr, send},
+		Resize: resize,
+	}, actor(r))
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			sendErr(err)
+		}
+		return
+	}
+	b, _ := json.Marshal(exit)
+	_ = send(api.WSExit, b)
+	conn.Close(websocket.StatusNormalClosure, "")
+}
+
+type kindWriter struct {
+	kind byte
+	send func(byte, []byte) error
+}
+
+func (k kindWriter) Write(p []byte) (int, error) {
+	if err := k.send(k.kind, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}

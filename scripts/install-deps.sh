@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs what berth needs on a Debian 12 host, as root, and nothing that
+# is already there: runc (the default runtime), busybox-static (a tiny
+# static image the tests import), iproute2, and a Go toolchain new enough
+# to build berth (taken from the Go module proxy when the host has none).
+# Idempotent: a second run changes nothing.
+set -euo pipefail
+
+GO_VERSION=1.26.8
+
+need_apt=()
+command -v runc >/dev/null || need_apt+=(runc)
+[ -x /bin/busybox ] || need_apt+=(busybox-static)
+command -v ip >/dev/null || need_apt+=(iproute2)
+command -v curl >/dev/null || need_apt+=(curl ca-certificates)
+command -v unzip >/dev/null || need_apt+=(unzip)
+command -v make >/dev/null || need_apt+=(make)
+command -v git >/dev/null || need_apt+=(git)
+
+if [ ${#need_apt[@]} -gt 0 ]; then
+	echo "installing: ${need_apt[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+go_ok() {
+	command -v go >/dev/null || return 1
+	local v
+	v=$(go env GOVERSION 2>/dev/null | sed 's/^go//')
+	[ "$(printf '%s\n%s\n' "1.26" "$v" | sort -V | head -1)" = "1.26" ]
+}
+if ! go_ok && [ -x /usr/local/go/bin/go ]; then
+	export PATH=/usr/local/go/bin:$PATH
+fi
+if ! go_ok; then
+	echo "installing Go ${GO_VERSION} from the Go module proxy"
+	tmp=$(mktemp -d)
+	curl -fsSL -o "$tmp/go.zip" \
+		"https://proxy.golang.org/golang.org/toolchain/@v/v0.0.1-go${GO_VERSION}.linux-amd64.zip"
+	unzip -q "$tmp/go.zip" -d "$tmp"
+	rm -rf /usr/local/go
+	mv "$tmp/golang.org/toolchain@v0.0.1-go${GO_VERSION}.linux-amd64" /usr/local/go
+	chmod +x /usr/local/go/bin/* /usr/local/go/pkg/tool/*/* 2>/dev/null || true
+	rm -rf "$tmp"
+	export PATH=/usr/local/go/bin:$PATH
+fi
+go version
+runc --version | head -1
