@@ -1,0 +1,240 @@
+package api
+
+import (
+	"encoding/json"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+type oaSchema struct {
+	Ref        string               `json:"$ref"`
+	Type       string               `json:"type"`
+	Format     string               `json:"format"`
+	Properties map[string]*oaSchema `json:"properties"`
+	Required   []string             `json:"required"`
+	Items      *oaSchema            `json:"items"`
+	AddProps   *oaSchema            `json:"additionalProperties"`
+}
+
+type oaDoc struct {
+	OpenAPI    string                                `json:"openapi"`
+	Paths      map[string]map[string]json.RawMessage `json:"paths"`
+	Components struct {
+		Schemas map[string]*oaSchema `json:"schemas"`
+	} `json:"components"`
+}
+
+func loadDoc(t *testing.T) oaDoc {
+	t.Helper()
+	var doc oaDoc
+	if err := json.Unmarshal(OpenAPI, &doc); err != nil {
+		t.Fatalf("openapi.json is not valid JSON: %v", err)
+	}
+	if !strings.HasPrefix(doc.OpenAPI, "3.0") {
+		t.Fatalf("openapi = %q, want 3.0.x", doc.OpenAPI)
+	}
+	return doc
+}
+
+// TestOpenAPIRoutes checks that every route of the API is described.
+func TestOpenAPIRoutes(t *testing.T) {
+	doc := loadDoc(t)
+	routes := []string{
+		"GET /healthz",
+		"GET /v1/version",
+		"GET /v1/openapi.json",
+		"POST /v1/sandboxes",
+		"GET /v1/sandboxes",
+		"GET /v1/sandboxes/{id}",
+		"DELETE /v1/sandboxes/{id}",
+		"POST /v1/sandboxes/{id}/exec",
+		"GET /v1/sandboxes/{id}/exec/ws",
+		"GET /v1/sandboxes/{id}/files",
+		"PUT /v1/sandboxes/{id}/files",
+		"DELETE /v1/sandboxes/{id}/files",
+		"GET /v1/sandboxes/{id}/files/stat",
+		"GET /v1/sandboxes/{id}/files/list",
+		"POST /v1/sandboxes/{id}/files/mkdir",
+		"GET /v1/sandboxes/{id}/events",
+		"POST /v1/run",
+		"GET /v1/templates",
+		"GET /v1/templates/{name}",
+		"DELETE /v1/templates/{name}",
+		"POST /v1/templates/import",
+		"PUT /v1/templates/{name}/archive",
+		"POST /v1/templates/build",
+		"GET /v1/doctor",
+		"POST /v1/doctor/fix",
+	}
+	for _, r := range routes {
+		method, path, _ := strings.Cut(r, " ")
+		ops, ok := doc.Paths[path]
+		if !ok {
+			t.Errorf("%s: path missing", r)
+			continue
+		}
+		raw, ok := ops[strings.ToLower(method)]
+		if !ok {
+			t.Errorf("%s: method missing", r)
+			continue
+		}
+		var op struct {
+			OperationID string                     `json:"operationId"`
+			Responses   map[string]json.RawMessage `json:"responses"`
+		}
+		if err := json.Unmarshal(raw, &op); err != nil {
+			t.Errorf("%s: %v", r, err)
+			continue
+		}
+		if op.OperationID == "" || len(op.Responses) == 0 {
+			t.Errorf("%s: no operationId or responses", r)
+		}
+		if strings.HasPrefix(path, "/v1/") && path != "/v1/openapi.json" {
+			for _, code := range []string{"400", "401", "403", "429", "default"} {
+				if _, ok := op.Responses[code]; !ok {
+					t.Errorf("%s: no %s response", r, code)
+				}
+			}
+		}
+	}
+	// Every error status the API uses is described with the error body.
+	for _, code := range []string{"400", "401", "403", "404", "409", "413", "429"} {
+		if !strings.Contains(string(OpenAPI), `"`+code+`": {`) {
+			t.Errorf("status %s appears in no operation", code)
+		}
+	}
+}
+
+// TestOpenAPIRefsResolve checks that every $ref points at a component.
+func TestOpenAPIRefsResolve(t *testing.T) {
+	var root map[string]any
+	if err := json.Unmarshal(OpenAPI, &root); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if ref, ok := v["$ref"].(string); ok {
+				cur := any(root)
+				for _, part := range strings.Split(strings.TrimPrefix(ref, "#/"), "/") {
+					m, _ := cur.(map[string]any)
+					cur = m[part]
+				}
+				if cur == nil {
+					t.Errorf("unresolved $ref %q", ref)
+				}
+			}
+			for _, x := range v {
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	walk(root)
+}
+
+// TestOpenAPISchemasMatchTypes checks each component schema against the Go
+// type of the same name: the same JSON fields, of matching kinds, with the
+// fields that are always sent (no omitempty) marked required.
+func TestOpenAPISchemasMatchTypes(t *testing.T) {
+	doc := loadDoc(t)
+	types := []any{
+		Error{}, ErrorBody{}, Resources{}, CreateSandboxRequest{}, Isolation{}, Sandbox{},
+		ExecRequest{}, ExecExit{}, ExecEvent{}, Resize{}, RunRequest{}, FileInfo{}, Template{},
+		ImportTemplateRequest{}, BuildTemplateRequest{}, BuildEvent{}, Event{}, DoctorFinding{},
+		DoctorReport{}, Version{},
+	}
+	for _, v := range types {
+		rt := reflect.TypeOf(v)
+		t.Run(rt.Name(), func(t *testing.T) {
+			s := doc.Components.Schemas[rt.Name()]
+			if s == nil {
+				t.Fatalf("no schema %s", rt.Name())
+			}
+			var fields, required []string
+			for i := range rt.NumField() {
+				f := rt.Field(i)
+				name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+				if name == "" || name == "-" {
+					continue
+				}
+				fields = append(fields, name)
+				if !strings.Contains(opts, "omitempty") && !strings.Contains(opts, "omitzero") {
+					required = append(required, name)
+				}
+				p := s.Properties[name]
+				if p == nil {
+					t.Errorf("field %s missing from schema", name)
+					continue
+				}
+				checkKind(t, name, f.Type, p)
+			}
+			for name := range s.Properties {
+				if !slices.Contains(fields, name) {
+					t.Errorf("schema property %s is not a field of %s", name, rt.Name())
+				}
+			}
+			got := slices.Clone(s.Required)
+			slices.Sort(got)
+			slices.Sort(required)
+			if !slices.Equal(got, required) {
+				t.Errorf("required = %v, want %v", got, required)
+			}
+		})
+	}
+}
+
+func checkKind(t *testing.T, name string, rt reflect.Type, s *oaSchema) {
+	t.Helper()
+	if rt.Kind() == reflect.Pointer {
+		rt = rt.Elem()
+	}
+	want := ""
+	switch {
+	case rt == reflect.TypeOf(time.Time{}):
+		if s.Type != "string" || s.Format != "date-time" {
+			t.Errorf("%s: want string/date-time, got %s/%s", name, s.Type, s.Format)
+		}
+		return
+	case rt.Kind() == reflect.Slice && rt.Elem().Kind() == reflect.Uint8:
+		if s.Type != "string" || s.Format != "byte" {
+			t.Errorf("%s: want string/byte, got %s/%s", name, s.Type, s.Format)
+		}
+		return
+	case rt.Kind() == reflect.Struct:
+		if s.Ref != "#/components/schemas/"+rt.Name() {
+			t.Errorf("%s: want $ref to %s, got %q", name, rt.Name(), s.Ref)
+		}
+		return
+	case rt.Kind() == reflect.Slice:
+		if s.Type != "array" || s.Items == nil {
+			t.Errorf("%s: want array, got %q", name, s.Type)
+			return
+		}
+		checkKind(t, name+"[]", rt.Elem(), s.Items)
+		return
+	case rt.Kind() == reflect.Map:
+		want = "object"
+	case rt.Kind() == reflect.String:
+		want = "string"
+	case rt.Kind() == reflect.Bool:
+		want = "boolean"
+	case rt.Kind() >= reflect.Int && rt.Kind() <= reflect.Uint64:
+		want = "integer"
+	case rt.Kind() == reflect.Float32 || rt.Kind() == reflect.Float64:
+		want = "number"
+	default:
+		t.Errorf("%s: unhandled Go kind %s", name, rt.Kind())
+		return
+	}
+	if s.Type != want {
+		t.Errorf("%s: type %q, want %q", name, s.Type, want)
+	}
+}

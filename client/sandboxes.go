@@ -1,0 +1,70 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+
+	"github.com/berth-sh/berth/api"
+)
+
+// CreateSandbox creates a sandbox and returns it once it is running.
+func (c *Client) CreateSandbox(ctx context.Context, req api.CreateSandboxRequest) (*api.Sandbox, error) {
+	var sb api.Sandbox
+	if err := c.do(ctx, http.MethodPost, "/v1/sandboxes", nil, req, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// GetSandbox returns a sandbox by id or name.
+func (c *Client) GetSandbox(ctx context.Context, id string) (*api.Sandbox, error) {
+	var sb api.Sandbox
+	if err := c.do(ctx, http.MethodGet, sandboxPath(id), nil, nil, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// ListSandboxes lists the caller's sandboxes; all includes the tombstones of
+// deleted ones.
+func (c *Client) ListSandboxes(ctx context.Context, all bool) ([]api.Sandbox, error) {
+	var q url.Values
+	if all {
+		q = url.Values{"all": {"true"}}
+	}
+	sbs := []api.Sandbox{}
+	if err := c.do(ctx, http.MethodGet, "/v1/sandboxes", q, nil, &sbs); err != nil {
+		return nil, err
+	}
+	if sbs == nil { // the server answered null
+		sbs = []api.Sandbox{}
+	}
+	return sbs, nil
+}
+
+// DeleteSandbox destroys a sandbox and returns its tombstone. force deletes
+// it whatever its state.
+func (c *Client) DeleteSandbox(ctx context.Context, id string, force bool) (*api.Sandbox, error) {
+	var q url.Values
+	if force {
+		q = url.Values{"force": {"true"}}
+	}
+	var sb api.Sandbox
+	if err := c.do(ctx, http.MethodDelete, sandboxPath(id), q, nil, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// Events returns the recorded events of a sandbox, oldest first.
+func (c *Client) Events(ctx context.Context, id string) ([]api.Event, error) {
+	evs := []api.Event{}
+	if err := c.do(ctx, http.MethodGet, sandboxPath(id, "events"), nil, nil, &evs); err != nil {
+		return nil, err
+	}
+	if evs == nil {
+		evs = []api.Event{}
+	}
+	return evs, nil
+}

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/client"
+)
+
+func newExecCmd(g *globals) *cobra.Command {
+	var (
+		interactive, tty bool
+		env              []string
+		workdir, user    string
+		timeout          durationValue
+	)
+	cmd := &cobra.Command{
+		Use:   "exec [flags] ID [--] CMD [ARG...]",
+		Short: "Run a command in a running sandbox",
+		Long: `Run a command in a running sandbox and exit with its exit code.
+
+Without -i or -t the command's stdin is empty and its output is streamed back.
+-i attaches stdin; -t gives the command a terminal (the local terminal is put in
+raw mode and resizes are passed on). Use both for a shell: berth exec -it ID sh`,
+		Example: `  berth exec $id -- python3 -c 'print(42)'
+  berth exec -it $id bash
+  tar c src | berth exec -i $id -- tar x -C /work`,
+		Args: minArgs(2, "a sandbox id and a command"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, argv := args[0], args[1:]
+			// Flags stop at the id, so a "--" after it reaches us.
+			if argv[0] == "--" {
+				argv = argv[1:]
+			}
+			if len(argv) == 0 {
+				return minArgs(2, "a sandbox id and a command")(cmd, nil)
+			}
+			envMap, err := parseEnv(env, os.LookupEnv)
+			if err != nil {
+				return err
+			}
+			req := api.ExecRequest{Cmd: argv, Env: envMap, Workdir: workdir, User: user, TimeoutSeconds: timeout.seconds()}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			var exit api.ExecExit
+			if interactive || tty {
+				exit, err = execInteractive(ctx, cmd, c, id, req, interactive, tty)
+			} else {
+				exit, err = c.Exec(ctx, id, req, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
+			return commandExit(ctx, cmd, exit, err)
+		},
+	}
+	f := cmd.Flags()
+	f.SetInterspersed(false)
+	f.BoolVarP(&interactive, "interactive", "i", false, "attach stdin")
+	f.BoolVarP(&tty, "tty", "t", false, "allocate a terminal")
+	f.StringArrayVarP(&env, "env", "e", nil, "environment variable `K=V` (or K to pass the local value); repeatable")
+	f.StringVarP(&workdir, "workdir", "w", "", "working directory inside the sandbox")
+	f.StringVarP(&user, "user", "u", "", "user to run as: uid[:gid] or a name from the sandbox's /etc/passwd")
+	f.Var(&timeout, "timeout", "kill the command after this long (e.g. 30s, 5m, or seconds)")
+	return cmd
+}
+
+// execInteractive runs req over the WebSocket route. With tty and a local
+// terminal, that terminal is in raw mode for the duration (so Ctrl-C reaches
+// the command rather than berth) and its size follows SIGWINCH.
+func execInteractive(ctx context.Context, cmd *cobra.Command, c *client.Client, id string, req api.ExecRequest, interactive, tty bool) (api.ExecExit, error) {
+	var stdin io.Reader = blockingReader{ctx}
+	if interactive {
+		stdin = cmd.InOrStdin()
+	}
+	var resize chan api.Resize
+	if tty {
+		req.TTY = true
+		inFd, outFd := int(os.Stdin.Fd()), int(os.Stdout.Fd())
+		if term.IsTerminal(outFd) {
+			if cols, rows, err := term.GetSize(outFd); err == nil {
+				req.Rows, req.Cols = uint16(rows), uint16(cols)
+			}
+			resize = make(chan api.Resize, 1)
+			winch := make(chan os.Signal, 1)
+			signal.Notify(winch, syscall.SIGWINCH)
+			defer signal.Stop(winch)
+			go forwardResizes(ctx, outFd, winch, resize)
+		}
+		if interactive && term.IsTerminal(inFd) {
+			old, err := term.MakeRaw(inFd)
+			if err != nil {
+				return api.ExecExit{}, err
+			}
+			defer term.Restore(inFd, old)
+		}
+	}
+	return c.ExecInteractive(ctx, id, req, stdin, cmd.OutOrStdout(), cmd.ErrOrStderr(), resize)
+}
+
+// forwardResizes sends the terminal's size after each SIGWINCH; a pending
+// size not yet sent is replaced by the newer one.
+func forwardResizes(ctx context.Context, fd int, winch <-chan os.Signal, out chan api.Resize) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-winch:
+			cols, rows, err := term.GetSize(fd)
+			if err != nil {
+				continue
+			}
+			r := api.Resize{Rows: uint16(rows), Cols: uint16(cols)}
+			select {
+			case <-out:
+			default:
+			}
+			out <- r
+		}
+	}
+}
+
+// blockingReader is the stdin of `exec -t` without -i: nothing is sent and
+// the command's stdin stays open (as with docker), until ctx ends.
+type blockingReader struct{ ctx context.Context }
+
+func (b blockingReader) Read([]byte) (int, error) {
+	<-b.ctx.Done()
+	return 0, io.EOF
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth-sh/berth/client"
+)
+
+// globals are the flags every client verb shares.
+type globals struct {
+	host   string
+	apiKey string
+}
+
+// client connects to the daemon named by --host, then BERTH_HOST, then the
+// default socket; --api-key falls back to BERTH_API_KEY.
+func (g *globals) client() (*client.Client, error) {
+	host := g.host
+	if host == "" {
+		host = os.Getenv("BERTH_HOST")
+	}
+	key := g.apiKey
+	if key == "" {
+		key = os.Getenv("BERTH_API_KEY")
+	}
+	return client.New(host, key, client.WithUserAgent("berth-cli/"+version))
+}
+
+func newRootCmd() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "berth",
+		Short: "Self-hostable sandboxes for AI agents",
+		Long: `berth runs isolated Linux sandboxes for code that agents (or their users) write.
+
+One binary is the daemon ("berth serve"), this CLI and the in-sandbox agent.
+The CLI talks to the daemon over its unix socket, or over HTTP(S) with an API key.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       version,
+	}
+	root.SetVersionTemplate("berth {{.Version}}\n")
+	root.CompletionOptions.HiddenDefaultCmd = true
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.host, "host", "", "daemon address: unix:///path.sock or http(s)://host:port (env BERTH_HOST; default "+client.DefaultHost+")")
+	pf.StringVar(&g.apiKey, "api-key", "", "API key for a TCP daemon (env BERTH_API_KEY)")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())
+	})
+
+	root.AddGroup(
+		&cobra.Group{ID: "sandbox", Title: "Sandboxes:"},
+		&cobra.Group{ID: "admin", Title: "Daemon and templates:"},
+	)
+	for _, c := range []*cobra.Command{
+		newRunCmd(g), newCreateCmd(g), newLsCmd(g), newInspectCmd(g), newEventsCmd(g),
+		newRmCmd(g), newExecCmd(g), newCpCmd(g),
+	} {
+		c.GroupID = "sandbox"
+		root.AddCommand(c)
+	}
+	for _, c := range []*cobra.Command{newServeCmd(), newTemplateCmd(g), newDoctorCmd(g), newVersionCmd(g)} {
+		c.GroupID = "admin"
+		root.AddCommand(c)
+	}
+	root.AddCommand(newAgentCmd())
+	return root
+}
+
+// exitError ends the process with code, printing nothing more: the command
+// already said what there was to say (or, for exec and run, the code is the
+// sandboxed command's own).
+type exitError struct{ code int }
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// execute runs the CLI and returns the process exit code. Errors become one
+// line on stderr: "berth: <message>".
+func execute(ctx context.Context, root *cobra.Command, args []string, stderr io.Writer) int {
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	fmt.Fprintf(stderr, "berth: %s\n", oneLine(err.Error()))
+	return 1
+}
+
+// oneLine keeps an error to the single line the CLI promises.
+func oneLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+// exactArgs is cobra.ExactArgs with a message that names what is missing.
+func exactArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return fmt.Errorf("%q needs %s (usage: %s)", cmd.CommandPath(), names, cmd.UseLine())
+		}
+		return nil
+	}
+}
+
+func minArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < n {
+			return fmt.Errorf("%q needs %s (usage: %s)", cmd.CommandPath(), names, cmd.UseLine())
+		}
+		return nil
+	}
+}

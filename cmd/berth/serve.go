@@ -1,0 +1,64 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth-sh/berth/internal/daemon"
+)
+
+func newServeCmd() *cobra.Command {
+	cfg := daemon.Config{}
+	var logLevel, logFormat string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the berth daemon",
+		Long: `Run the berth daemon: the API on a unix socket (and optionally TCP), the
+store, the reconciler and the sandboxes' runtime. It stops on SIGINT or SIGTERM;
+running sandboxes keep running and are picked up again on the next start.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger, err := newLogger(logLevel, logFormat)
+			if err != nil {
+				return err
+			}
+			cfg.Logger = logger
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return daemon.Run(ctx, cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/berth", "directory for all of berth's state")
+	f.StringVar(&cfg.Socket, "socket", "/run/berth/berth.sock", "unix socket to serve the API on")
+	f.StringVar(&cfg.Listen, "listen", "", "also serve the API on this TCP `ADDR` (every request needs an API key)")
+	f.StringVar(&cfg.Store, "store", "", "store `URL`: empty or sqlite for the embedded SQLite database in the data dir")
+	f.StringVar(&cfg.Runtime, "runtime", "runc", "runtime class for sandboxes")
+	f.StringVar(&cfg.RuncPath, "runc", "runc", "runc binary (`PATH` or name looked up in $PATH)")
+	f.StringVar(&cfg.DefaultTemplate, "default-template", "base", "template used when a create names none")
+	f.StringVar(&cfg.AgentPath, "agent", "", "berth binary mounted into sandboxes as their agent (default: this executable)")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
+	return cmd
+}
+
+func newLogger(level, format string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("invalid --log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("invalid --log-format %q: want text or json", format)
+}
