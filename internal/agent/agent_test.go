@@ -1,0 +1,166 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/berth-sh/berth/internal/errdefs"
+)
+
+// mainEnv makes the test binary run Main instead of the tests, so that the
+// PID-1 duties can be tested in a child process (see TestMainPID1).
+const mainEnv = "BERTH_AGENT_TEST_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(mainEnv) == "1" {
+		os.Exit(Main(os.Args[1:]))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+type testAgent struct {
+	client *Client
+	root   string // host path of Config.Root
+	socket string
+}
+
+type agentOpt func(*Config)
+
+// startAgent serves an agent in-process with Root a fresh temporary
+// directory, and stops it when the test ends.
+func startAgent(t testing.TB, opts ...agentOpt) *testAgent {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Socket paths are limited to 108 bytes: keep it short.
+	sockDir, err := os.MkdirTemp("", "ag")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	cfg := Config{Socket: filepath.Join(sockDir, "a.sock"), Root: root}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s, err := newServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("serve did not return")
+		}
+	})
+	return &testAgent{client: NewClient(cfg.Socket), root: root, socket: cfg.Socket}
+}
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a polling reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func wantCategory(t *testing.T, err error, cat error) {
+	t.Helper()
+	if !errors.Is(err, cat) {
+		t.Fatalf("error = %v, want category %v", err, cat)
+	}
+}
+
+func TestPing(t *testing.T) {
+	a := startAgent(t)
+	info, err := a.client.Ping(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.PID != os.Getpid() || info.Version == "" || info.Uptime <= 0 {
+		t.Fatalf("ping = %+v", info)
+	}
+}
+
+func TestUnavailable(t *testing.T) {
+	c := NewClient(filepath.Join(t.TempDir(), "none.sock"))
+	_, err := c.Ping(testCtx(t))
+	wantCategory(t, err, errdefs.ErrUnavailable)
+	if code, _ := errdefs.Code(err); code != "unavailable" {
+		t.Fatalf("code = %s", code)
+	}
+}
+
+func TestStaleSocketReplaced(t *testing.T) {
+	dir, err := os.MkdirTemp("", "ag")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "a.sock")
+	// A socket file left by a dead agent.
+	ln, err := listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	ln.Close()
+	if _, err := os.Stat(sock); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, Config{Socket: sock, Root: t.TempDir()}) }()
+	c := NewClient(sock)
+	var pingErr error
+	for range 100 {
+		if _, pingErr = c.Ping(testCtx(t)); pingErr == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if pingErr != nil {
+		t.Fatal(pingErr)
+	}
+	fi, err := os.Stat(sock)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket mode: %v %v", fi.Mode(), err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,503 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
+)
+
+// Client talks to one sandbox's agent. It holds no connection: every call
+// dials the socket afresh, so it survives agent and daemon restarts alike.
+// It is safe for concurrent use.
+//
+// The agent runs inside the sandbox and is not trusted: frames and header
+// sizes are capped, JSON results are bounded, and streams go straight to
+// the caller's writers without being buffered whole.
+type Client struct {
+	socket string
+	dial   func(ctx context.Context) (net.Conn, error)
+}
+
+// NewClient returns a client for the agent listening on socketPath.
+func NewClient(socketPath string) *Client {
+	c := &Client{socket: socketPath}
+	c.dial = func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", c.socket)
+	}
+	return c
+}
+
+// Info describes a running agent.
+type Info struct {
+	Version string
+	PID     int
+	Uptime  time.Duration
+}
+
+// ExecRequest describes a process to run.
+type ExecRequest struct {
+	Argv []string
+	Env  []string // the whole environment; the daemon composes it
+	Dir  string   // working directory; "" is "/"
+	User string   // "uid", "uid:gid", "name" or "name:group"; "" is root
+	TTY  bool
+	// Rows and Cols size the terminal under TTY (24x80 when zero).
+	Rows, Cols uint16
+	// Timeout kills the process group with SIGKILL; zero means none.
+	Timeout time.Duration
+}
+
+// ExecIO connects a process's stdio.
+type ExecIO struct {
+	// Stdin is copied to the process; nil means no stdin (closed at
+	// once). Exec does not wait for a Read of Stdin that is in progress
+	// when the process exits; that goroutine ends when the Read returns.
+	Stdin io.Reader
+	// Stdout and Stderr receive output as produced; nil discards it.
+	// Under TTY everything arrives on Stdout.
+	Stdout, Stderr io.Writer
+	// Resize carries terminal size changes (TTY only).
+	Resize <-chan api.Resize
+}
+
+// clientConn is one operation's connection.
+type clientConn struct {
+	ctx  context.Context
+	conn net.Conn
+	fr   *frameReader
+	fw   *frameWriter
+	stop func() bool
+}
+
+func (c *Client) open(ctx context.Context, req request) (*clientConn, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	conn, err := c.dial(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &errdefs.Error{Category: errdefs.ErrUnavailable, Msg: "sandbox agent unreachable", Err: err}
+	}
+	cc := &clientConn{ctx: ctx, conn: conn, fr: newFrameReader(bufio.NewReaderSize(conn, 64<<10)), fw: newFrameWriter(conn)}
+	// Cancelling ctx closes the connection, which unblocks every read and
+	// write and tells the agent to give up (and to kill an exec).
+	cc.stop = context.AfterFunc(ctx, func() { conn.Close() })
+	req.V = protocolVersion
+	b, err := json.Marshal(req)
+	if err != nil {
+		cc.close()
+		return nil, errdefs.Invalid("encode request: %v", err)
+	}
+	if len(b) >= maxHeaderBytes {
+		cc.close()
+		return nil, errdefs.TooLarge("request header exceeds %d bytes", maxHeaderBytes)
+	}
+	b = append(b, '\n')
+	if _, err := conn.Write(b); err != nil {
+		cc.close()
+		return nil, cc.ioErr(err)
+	}
+	return cc, nil
+}
+
+func (cc *clientConn) close() {
+	cc.stop()
+	cc.conn.Close()
+}
+
+// ioErr classifies a failure of the connection: the caller's cancellation,
+// the agent breaking the protocol (internal), or the agent being gone.
+func (cc *clientConn) ioErr(err error) error {
+	if cerr := cc.ctx.Err(); cerr != nil {
+		return cerr
+	}
+	if errors.Is(err, errProtocol) {
+		return err
+	}
+	return &errdefs.Error{Category: errdefs.ErrUnavailable, Msg: "sandbox agent connection lost", Err: err}
+}
+
+// next reads a frame, turning error frames into errors.
+func (cc *clientConn) next() (frameType, []byte, error) {
+	t, p, err := cc.fr.next()
+	if err != nil {
+		return 0, nil, cc.ioErr(err)
+	}
+	if t == frameError {
+		var we wireError
+		if len(p) > 64<<10 || json.Unmarshal(p, &we) != nil {
+			return 0, nil, protoErrorf("malformed error frame")
+		}
+		return t, nil, errorFromWire(we)
+	}
+	return t, p, nil
+}
+
+// expect reads the next frame and requires type want.
+func (cc *clientConn) expect(want frameType) ([]byte, error) {
+	t, p, err := cc.next()
+	if err != nil {
+		return nil, err
+	}
+	if t != want {
+		return nil, protoErrorf("got a %s frame, want %s", t, want)
+	}
+	return p, nil
+}
+
+func (cc *clientConn) result(v any) error {
+	p, err := cc.expect(frameResult)
+	if err != nil {
+		return err
+	}
+	if len(p) > 64<<10 {
+		return protoErrorf("result of %d bytes", len(p))
+	}
+	if err := json.Unmarshal(p, v); err != nil {
+		return protoErrorf("malformed result: %v", err)
+	}
+	return nil
+}
+
+// Ping checks that the agent answers.
+func (c *Client) Ping(ctx context.Context) (Info, error) {
+	cc, err := c.open(ctx, request{Op: opPing})
+	if err != nil {
+		return Info{}, err
+	}
+	defer cc.close()
+	var r pingResult
+	if err := cc.result(&r); err != nil {
+		return Info{}, err
+	}
+	return Info{Version: r.Version, PID: r.PID, Uptime: time.Duration(r.UptimeNS)}, nil
+}
+
+// Exec runs a process and streams its stdio until it exits. Cancelling ctx
+// closes the connection, on which the agent kills the process group.
+// OOMKilled is left false: the daemon knows it from the cgroup.
+func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (api.ExecExit, error) {
+	if len(req.Argv) == 0 {
+		return api.ExecExit{}, errdefs.Invalid("exec: empty argv")
+	}
+	spec := &execSpec{
+		Argv: req.Argv, Env: req.Env, Dir: req.Dir, User: req.User,
+		TTY: req.TTY, Rows: req.Rows, Cols: req.Cols,
+	}
+	if req.Timeout > 0 {
+		spec.TimeoutMS = max(1, req.Timeout.Milliseconds())
+	}
+	cc, err := c.open(ctx, request{Op: opExec, Exec: spec})
+	if err != nil {
+		return api.ExecExit{}, err
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() {
+		close(done)
+		cc.close() // unblocks the pumps' writes
+		wg.Wait()
+	}()
+
+	// Send errors are not reported here: an agent that refuses the
+	// request answers with an error frame and closes, and reading that
+	// answer below tells more than the broken pipe.
+	if eio.Stdin == nil {
+		cc.fw.send(frameStdinEOF, nil)
+	} else {
+		go pumpStdin(eio.Stdin, cc.fw)
+	}
+	if eio.Resize != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case rs, ok := <-eio.Resize:
+					if !ok {
+						return
+					}
+					if cc.fw.sendJSON(frameResize, rs) != nil {
+						return
+					}
+				case <-done:
+					return
+				}
+			}
+		}()
+	}
+
+	stdout, stderr := eio.Stdout, eio.Stderr
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	for {
+		t, p, err := cc.next()
+		if err != nil {
+			return api.ExecExit{}, err
+		}
+		switch t {
+		case frameStdout, frameStderr:
+			w := stdout
+			if t == frameStderr {
+				w = stderr
+			}
+			if _, err := w.Write(p); err != nil {
+				// Whoever wanted the output is gone: closing the
+				// connection (deferred) kills the process.
+				return api.ExecExit{}, fmt.Errorf("exec: write output: %w", err)
+			}
+		case frameExit:
+			var ex api.ExecExit
+			if len(p) > 64<<10 || json.Unmarshal(p, &ex) != nil {
+				return api.ExecExit{}, protoErrorf("malformed exit frame")
+			}
+			ex.OOMKilled = false
+			if len(ex.Signal) > 32 {
+				ex.Signal = ex.Signal[:32]
+			}
+			return ex, nil
+		default:
+			return api.ExecExit{}, protoErrorf("unexpected %s frame during exec", t)
+		}
+	}
+}
+
+// pumpStdin copies r to stdin frames and ends them with stdin-EOF (also
+// when r fails: the process sees the end of its input either way).
+func pumpStdin(r io.Reader, fw *frameWriter) {
+	buf := make([]byte, dataChunk)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if fw.send(frameStdin, buf[:n]) != nil {
+				return
+			}
+		}
+		if err != nil {
+			fw.send(frameStdinEOF, nil)
+			return
+		}
+	}
+}
+
+// Stat describes path; a symlink is described, not followed.
+func (c *Client) Stat(ctx context.Context, path string) (api.FileInfo, error) {
+	cc, err := c.open(ctx, request{Op: opStat, Path: path})
+	if err != nil {
+		return api.FileInfo{}, err
+	}
+	defer cc.close()
+	var fi api.FileInfo
+	err = cc.result(&fi)
+	return fi, err
+}
+
+// List returns the entries of a directory, sorted by name.
+func (c *Client) List(ctx context.Context, path string) ([]api.FileInfo, error) {
+	cc, err := c.open(ctx, request{Op: opList, Path: path})
+	if err != nil {
+		return nil, err
+	}
+	defer cc.close()
+	var out []api.FileInfo
+	total := 0
+	for {
+		t, p, err := cc.next()
+		if err != nil {
+			return nil, err
+		}
+		switch t {
+		case frameEnd:
+			return out, nil
+		case frameResult:
+			total += len(p)
+			if len(out) >= maxListEntries || len(p) > maxEntryJSON || total > maxListBytes {
+				return nil, protoErrorf("list answer over its caps")
+			}
+			var fi api.FileInfo
+			if err := json.Unmarshal(p, &fi); err != nil {
+				return nil, protoErrorf("malformed list entry: %v", err)
+			}
+			out = append(out, fi)
+		default:
+			return nil, protoErrorf("unexpected %s frame in a list", t)
+		}
+	}
+}
+
+// Mkdir creates a directory (mode 0755 when zero); with parents, missing
+// parents too, and an existing directory is no error.
+func (c *Client) Mkdir(ctx context.Context, path string, mode os.FileMode, parents bool) error {
+	return c.simple(ctx, request{Op: opMkdir, Path: path, Mode: unixMode(mode), Parents: parents})
+}
+
+// Remove deletes a file, symlink or directory; a non-empty directory only
+// when recursive. Removing "/" is refused.
+func (c *Client) Remove(ctx context.Context, path string, recursive bool) error {
+	return c.simple(ctx, request{Op: opRemove, Path: path, Recursive: recursive})
+}
+
+func (c *Client) simple(ctx context.Context, req request) error {
+	cc, err := c.open(ctx, req)
+	if err != nil {
+		return err
+	}
+	defer cc.close()
+	_, err = cc.expect(frameEnd)
+	return err
+}
+
+// unixMode converts Go's permission, setuid, setgid and sticky bits to the
+// wire's unix bits.
+func unixMode(m os.FileMode) uint32 {
+	u := uint32(m.Perm())
+	if m&os.ModeSetuid != 0 {
+		u |= 0o4000
+	}
+	if m&os.ModeSetgid != 0 {
+		u |= 0o2000
+	}
+	if m&os.ModeSticky != 0 {
+		u |= 0o1000
+	}
+	return u
+}
+
+// ReadFile copies a regular file to w and returns its info (from when it
+// was opened).
+func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) (api.FileInfo, error) {
+	cc, err := c.open(ctx, request{Op: opReadFile, Path: path})
+	if err != nil {
+		return api.FileInfo{}, err
+	}
+	defer cc.close()
+	var fi api.FileInfo
+	if err := cc.result(&fi); err != nil {
+		return api.FileInfo{}, err
+	}
+	return fi, cc.readData(w)
+}
+
+// readData copies data frames to w up to the end frame.
+func (cc *clientConn) readData(w io.Writer) error {
+	for {
+		t, p, err := cc.next()
+		if err != nil {
+			return err
+		}
+		switch t {
+		case frameEnd:
+			return nil
+		case frameData:
+			if _, err := w.Write(p); err != nil {
+				return fmt.Errorf("write: %w", err)
+			}
+		default:
+			return protoErrorf("unexpected %s frame in a data stream", t)
+		}
+	}
+}
+
+// sendData copies r to data frames and an end frame. A failed send is not
+// returned: the agent has answered (an error, say too_large) and closed,
+// and the answer tells more than the broken pipe. A failure of r is.
+func (cc *clientConn) sendData(r io.Reader) (sendErr error, readErr error) {
+	dw := dataWriter{cc.fw}
+	buf := make([]byte, dataChunk)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if _, werr := dw.Write(buf[:n]); werr != nil {
+				return werr, nil
+			}
+			if werr := cc.fw.flush(); werr != nil {
+				return werr, nil
+			}
+		}
+		if err == io.EOF {
+			return cc.fw.send(frameEnd, nil), nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// WriteFile replaces path with the bytes of r, atomically: the agent
+// writes a temporary file beside it and renames it over the target, so a
+// failed or too large (too_large) upload leaves the old file as it was.
+// mode zero keeps an existing file's mode, or 0644.
+func (c *Client) WriteFile(ctx context.Context, path string, mode os.FileMode, r io.Reader) (api.FileInfo, error) {
+	cc, err := c.open(ctx, request{Op: opWriteFile, Path: path, Mode: unixMode(mode)})
+	if err != nil {
+		return api.FileInfo{}, err
+	}
+	defer cc.close()
+	sendErr, readErr := cc.sendData(r)
+	if readErr != nil {
+		return api.FileInfo{}, fmt.Errorf("write %s: read upload: %w", path, readErr)
+	}
+	var fi api.FileInfo
+	if err := cc.result(&fi); err != nil {
+		if sendErr != nil && errors.Is(err, errdefs.ErrUnavailable) {
+			return api.FileInfo{}, cc.ioErr(sendErr)
+		}
+		return api.FileInfo{}, err
+	}
+	return fi, nil
+}
+
+// ReadTar writes a tar archive of path (a file or a directory tree;
+// symlinks archived as symlinks) to w.
+func (c *Client) ReadTar(ctx context.Context, path string, w io.Writer) error {
+	cc, err := c.open(ctx, request{Op: opReadTar, Path: path})
+	if err != nil {
+		return err
+	}
+	defer cc.close()
+	return cc.readData(w)
+}
+
+// WriteTar extracts the tar archive r into the existing directory dir. The
+// archive is untrusted: entries that are absolute, have ".." components,
+// would land outside dir, link outside it, or are devices or FIFOs fail
+// the call with an invalid_argument error (entries before it stay).
+func (c *Client) WriteTar(ctx context.Context, dir string, r io.Reader) error {
+	return c.writeTar(ctx, request{Op: opWriteTar, Path: dir}, r)
+}
+
+func (c *Client) writeTar(ctx context.Context, req request, r io.Reader) error {
+	cc, err := c.open(ctx, req)
+	if err != nil {
+		return err
+	}
+	defer cc.close()
+	sendErr, readErr := cc.sendData(r)
+	if readErr != nil {
+		return fmt.Errorf("extract into %s: read upload: %w", req.Path, readErr)
+	}
+	if _, err := cc.expect(frameEnd); err != nil {
+		if sendErr != nil && errors.Is(err, errdefs.ErrUnavailable) {
+			return cc.ioErr(sendErr)
+		}
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,116 @@
+package agent
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultSocket is where the agent listens inside a sandbox; /.berth/run is
+// a bind mount of a per-sandbox directory on the host.
+const DefaultSocket = "/.berth/run/agent.sock"
+
+// forwarded are the signals PID 1 passes on to every exec'd process group.
+var forwarded = []os.Signal{unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGUSR1, unix.SIGUSR2}
+
+// Main is the hidden verb "berth agent": it parses args (flags only),
+// takes on the duties of PID 1 when it is PID 1 (or --init says so) and
+// serves until SIGTERM. It returns the process's exit code.
+//
+// As PID 1 it becomes the child subreaper, reaps every zombie, forwards
+// SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 to all exec'd process
+// groups, and after a SIGTERM exits once they are gone or after the grace
+// period; the kernel then kills whatever is left in the sandbox.
+func Main(args []string) int {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	socket := fs.String("socket", DefaultSocket, "unix socket to listen on")
+	root := fs.String("root", "/", "directory file operations are confined to")
+	init := fs.Bool("init", os.Getpid() == 1, "act as PID 1: subreaper, reap all children, forward signals")
+	grace := fs.Duration("shutdown-grace", 5*time.Second, "after SIGTERM, how long to wait for processes to exit")
+	maxFile := fs.Int64("max-file-bytes", defaultMaxFileBytes, "cap of one file or tar upload")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "berth agent: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
+		fmt.Fprintf(os.Stderr, "berth agent: --log-level: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("component", "agent")
+
+	// A closed daemon connection must be an error on write, not death.
+	signal.Ignore(unix.SIGPIPE)
+	if *init {
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			log.Warn("cannot become child subreaper", "err", err)
+		}
+	}
+	sigc := make(chan os.Signal, 8)
+	signal.Notify(sigc, forwarded...)
+	defer signal.Stop(sigc)
+
+	s, err := newServer(Config{Socket: *socket, Root: *root, Logger: log, MaxFileBytes: *maxFile, reap: *init})
+	if err != nil {
+		log.Error("start", "err", err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- s.serve(ctx) }()
+
+	for {
+		select {
+		case err := <-served:
+			if err != nil {
+				log.Error("serve", "err", err)
+				return 1
+			}
+			return 0
+		case sig := <-sigc:
+			us := sig.(unix.Signal)
+			s.procs.signalAll(us)
+			stop := us == unix.SIGTERM || (!*init && us == unix.SIGINT)
+			log.Info("signal", "signal", unix.SignalName(us), "forwarded", true, "shutdown", stop)
+			if !stop {
+				continue
+			}
+			s.awaitChildren(*grace, *init)
+			cancel()
+			if err := <-served; err != nil {
+				log.Error("serve", "err", err)
+				return 1
+			}
+			return 0
+		}
+	}
+}
+
+// awaitChildren waits until no exec'd process (and, as reaper, no child at
+// all) is left, or grace has passed.
+func (s *server) awaitChildren(grace time.Duration, reaper bool) {
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		// execs, not just processes: a handler still has to send the
+		// exit frame of a process that has just ended.
+		if s.execs.Load() == 0 && (!reaper || !s.procs.hasChildren()) {
+			return
+		}
+		select {
+		case <-s.procs.count:
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	s.log.Warn("shutdown grace period over", "running", s.procs.running())
+}

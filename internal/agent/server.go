@@ -1,0 +1,309 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/berth-sh/berth/internal/errdefs"
+)
+
+// Config configures the agent's server.
+type Config struct {
+	// Socket is the path of the unix socket to listen on. A stale socket
+	// file is removed first; the socket is made mode 0600.
+	Socket string
+	// Root is the directory every path of a file operation resolves
+	// inside: "/" in a sandbox, a temporary directory in tests. Exec's
+	// working directory is not resolved in it.
+	Root string
+	// Logger receives the agent's logs; nil discards them.
+	Logger *slog.Logger
+	// MaxFileBytes caps one WriteFile and the bytes of one WriteTar.
+	// Zero means 1 GiB.
+	MaxFileBytes int64
+
+	// reap makes the server the reaper of every child of the process
+	// (wait4(-1)); set by Main for PID 1 or a subreaper only, because it
+	// steals the exit status of any child that anything else started.
+	reap bool
+}
+
+const defaultMaxFileBytes = 1 << 30
+
+// headerTimeout bounds how long a connection may take to send its header.
+const headerTimeout = 10 * time.Second
+
+type server struct {
+	cfg   Config
+	log   *slog.Logger
+	root  *fsRoot
+	procs *procTable
+	start time.Time
+	ln    *net.UnixListener
+	execs atomic.Int32 // exec handlers running
+
+	wg     sync.WaitGroup // connection handlers and output drainers
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	drains map[*os.File]struct{}
+	closed bool
+}
+
+// Serve runs the agent's server on cfg.Socket until ctx is done. Then it
+// closes every connection (which kills the processes of running execs) and
+// returns nil once all of them are finished.
+func Serve(ctx context.Context, cfg Config) error {
+	s, err := newServer(cfg)
+	if err != nil {
+		return err
+	}
+	return s.serve(ctx)
+}
+
+func newServer(cfg Config) (*server, error) {
+	if cfg.Socket == "" {
+		return nil, errors.New("agent: no socket path")
+	}
+	if cfg.Root == "" {
+		cfg.Root = "/"
+	}
+	if cfg.MaxFileBytes <= 0 {
+		cfg.MaxFileBytes = defaultMaxFileBytes
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	root, err := openRoot(cfg.Root)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	ln, err := listen(cfg.Socket)
+	if err != nil {
+		root.close()
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	return &server{
+		cfg:    cfg,
+		log:    log,
+		root:   root,
+		procs:  newProcTable(cfg.reap),
+		start:  time.Now(),
+		ln:     ln,
+		conns:  make(map[net.Conn]struct{}),
+		drains: make(map[*os.File]struct{}),
+	}, nil
+}
+
+// listen replaces a stale socket file and listens, mode 0600.
+func listen(path string) (*net.UnixListener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("%s exists and is not a socket", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, err
+		}
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(true)
+	return ln, nil
+}
+
+func (s *server) serve(ctx context.Context) error {
+	s.log.Info("agent listening", "socket", s.cfg.Socket, "root", s.cfg.Root, "pid", os.Getpid(), "reaper", s.cfg.reap)
+	stop := context.AfterFunc(ctx, func() { s.ln.Close() })
+	defer stop()
+	for {
+		c, err := s.ln.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				break
+			}
+			// EMFILE and friends: back off rather than spin.
+			s.log.Warn("accept", "err", err)
+			select {
+			case <-time.After(50 * time.Millisecond):
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if !s.track(c) {
+			c.Close()
+			break
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer s.untrack(c)
+			s.handle(ctx, c)
+		}()
+	}
+	s.ln.Close()
+	s.shutdown()
+	s.wg.Wait()
+	s.procs.stop()
+	s.root.close()
+	return nil
+}
+
+// shutdown closes every connection and output drainer.
+func (s *server) shutdown() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for c := range s.conns {
+		c.Close()
+	}
+	for f := range s.drains {
+		f.Close()
+	}
+}
+
+func (s *server) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *server) untrack(c net.Conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	c.Close()
+}
+
+// conn is one operation's connection.
+type conn struct {
+	c   *net.UnixConn
+	br  *bufio.Reader
+	fr  *frameReader
+	fw  *frameWriter
+	req request
+}
+
+func (s *server) handle(ctx context.Context, c *net.UnixConn) {
+	begin := time.Now()
+	cn := &conn{c: c, br: bufio.NewReaderSize(c, maxHeaderBytes), fw: newFrameWriter(c)}
+	cn.fr = newFrameReader(cn.br)
+	c.SetReadDeadline(begin.Add(headerTimeout))
+	req, err := readRequest(cn.br)
+	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			s.sendError(cn, err)
+		}
+		s.log.Debug("bad request", "err", err)
+		return
+	}
+	c.SetReadDeadline(time.Time{})
+	cn.req = req
+	switch req.Op {
+	case opPing:
+		err = cn.fw.sendJSON(frameResult, pingResult{Version: version(), PID: os.Getpid(), UptimeNS: int64(time.Since(s.start))})
+	case opExec:
+		err = s.handleExec(ctx, cn)
+	case opStat:
+		err = s.handleStat(cn)
+	case opList:
+		err = s.handleList(cn)
+	case opMkdir:
+		err = s.root.mkdir(req.Path, req.Mode, req.Parents)
+		if err == nil {
+			err = cn.fw.send(frameEnd, nil)
+		}
+	case opRemove:
+		err = s.root.remove(req.Path, req.Recursive)
+		if err == nil {
+			err = cn.fw.send(frameEnd, nil)
+		}
+	case opReadFile:
+		err = s.handleReadFile(cn)
+	case opWriteFile:
+		err = s.handleWriteFile(cn)
+	case opReadTar:
+		err = s.handleReadTar(cn)
+	case opWriteTar:
+		err = s.handleWriteTar(cn)
+	default:
+		err = errdefs.Invalid("unknown op %q", req.Op)
+	}
+	if err != nil {
+		s.sendError(cn, err)
+	}
+	lvl := slog.LevelDebug
+	if err != nil && codeOf(err) == codeInternal {
+		lvl = slog.LevelWarn
+	}
+	s.log.Log(ctx, lvl, "op", "op", req.Op, "path", req.Path, "dur", time.Since(begin), "err", err)
+}
+
+// sendError sends err as an error frame: the user-safe message of a
+// categorised error, the whole text of any other (the agent's internals are
+// the sandbox's own, there is nothing of the host's in them).
+func (s *server) sendError(cn *conn, err error) {
+	we := wireError{Code: codeOf(err), Message: err.Error()}
+	var de *errdefs.Error
+	if errors.As(err, &de) {
+		we.Message = de.Msg
+	}
+	if len(we.Message) > 4096 {
+		we.Message = we.Message[:4096]
+	}
+	cn.fw.sendJSON(frameError, we)
+}
+
+// drain hands an exec's output that outlived its process (a background
+// child still holding the pipe) to a goroutine that discards it until EOF,
+// so the child is not killed by SIGPIPE. It ends with the server.
+func (s *server) drain(f *os.File) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		f.Close()
+		return
+	}
+	s.drains[f] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		f.SetReadDeadline(time.Time{})
+		io.Copy(io.Discard, f)
+		s.mu.Lock()
+		delete(s.drains, f)
+		s.mu.Unlock()
+		f.Close()
+	}()
+}
+
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "devel"
+}
