@@ -137,15 +137,16 @@ func OOMKills(rel string) (int64, error) {
 	return 0, sc.Err()
 }
 
-// Destroy kills every process in cgroup rel (thawing it first so SIGKILL
-// is delivered) and removes its directories. It is idempotent.
-func Destroy(rel string) error {
+// KillAll sends SIGKILL to every process in cgroup rel (thawing it first
+// so the signal is delivered) and waits until none is left.
+func KillAll(rel string) error {
 	thaw(rel)
 	deadline := time.Now().Add(5 * time.Second)
+	delay := 500 * time.Microsecond
 	for {
 		pids := Procs(rel)
 		if len(pids) == 0 {
-			break
+			return nil
 		}
 		for _, pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -153,7 +154,18 @@ func Destroy(rel string) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("cgroup %s: %d processes survive SIGKILL", rel, len(pids))
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(delay)
+		if delay < 10*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+// Destroy kills every process in cgroup rel and removes its directories.
+// It is idempotent.
+func Destroy(rel string) error {
+	if err := KillAll(rel); err != nil {
+		return err
 	}
 	var errs []error
 	for _, p := range Paths(rel) {

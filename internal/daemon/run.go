@@ -143,6 +143,15 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 // running.
 func (d *Daemon) Serve(ctx context.Context) error {
 	log := d.cfg.Logger
+	// TCP first: once the socket answers, clients may rely on every listener.
+	if d.cfg.Listen != "" {
+		tl, err := net.Listen("tcp", d.cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("listening on %s: %w", d.cfg.Listen, err)
+		}
+		d.addServer(tl, false)
+		log.Info("listening", "tcp", tl.Addr().String())
+	}
 	if err := os.MkdirAll(filepath.Dir(d.cfg.Socket), 0o755); err != nil {
 		return err
 	}
@@ -159,14 +168,6 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		return err
 	}
 	d.addServer(ul, true)
-	if d.cfg.Listen != "" {
-		tl, err := net.Listen("tcp", d.cfg.Listen)
-		if err != nil {
-			return fmt.Errorf("listening on %s: %w", d.cfg.Listen, err)
-		}
-		d.addServer(tl, false)
-		log.Info("listening", "tcp", tl.Addr().String())
-	}
 	log.Info("berth daemon ready", "socket", d.cfg.Socket, "data_dir", d.cfg.DataDir, "runtime", d.Manager.Runtime().Name())
 	errc := make(chan error, len(d.servers))
 	for i, srv := range d.servers {

@@ -41,7 +41,8 @@ func (m *Manager) Exec(ctx context.Context, ref string, req *api.ExecRequest, ei
 	return m.execIn(ctx, sb, req, eio, actor)
 }
 
-func validateExec(req *api.ExecRequest) error {
+// ValidateExec checks an exec request before it reaches the agent.
+func ValidateExec(req *api.ExecRequest) error {
 	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
 		return errdefs.Invalid("cmd is required")
 	}
@@ -79,7 +80,7 @@ func validateExec(req *api.ExecRequest) error {
 }
 
 func (m *Manager) execIn(ctx context.Context, sb *sandbox.Sandbox, req *api.ExecRequest, eio ExecIO, actor string) (api.ExecExit, error) {
-	if err := validateExec(req); err != nil {
+	if err := ValidateExec(req); err != nil {
 		return api.ExecExit{}, err
 	}
 	if sb.State != sandbox.StateRunning {

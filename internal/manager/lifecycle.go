@@ -203,13 +203,14 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox, tpl *store
 	if hostname == "" {
 		hostname = "sb-" + sb.ID[:8]
 	}
+	tStart := time.Now()
 	pid, err := m.rt.Start(ctx, &runtime.Spec{
 		ID:          sb.ID,
 		Bundle:      p.bundle,
 		Rootfs:      p.rootfs,
 		Hostname:    hostname,
 		Args:        []string{agentBinary, "agent", "--socket", "/.berth/run/agent.sock"},
-		Env:         []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "BERTH_SANDBOX_ID=" + sb.ID},
+		Env:         []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "BERTH_SANDBOX_ID=" + sb.ID, "GOMAXPROCS=1"},
 		Mounts:      mounts,
 		Resources:   sb.Spec.Resources,
 		IDMap:       m.cfg.IDMap,
@@ -221,7 +222,10 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox, tpl *store
 	}
 	go reap(pid)
 	failpoint.Hit("create.after-start")
-	return m.waitReady(ctx, sb.ID)
+	tReady := time.Now()
+	err = m.waitReady(ctx, sb.ID)
+	m.log.Debug("provisioned", "sandbox", sb.ID, "runtime_start", tReady.Sub(tStart), "agent_ready", time.Since(tReady))
+	return err
 }
 
 // agentBinary is where the berth binary appears inside every sandbox.
@@ -244,7 +248,7 @@ func (m *Manager) waitReady(ctx context.Context, id string) error {
 			return fmt.Errorf("agent did not become ready within %s: %w (init log: %q)", m.cfg.ReadyTimeout, err, log)
 		}
 		time.Sleep(delay)
-		if delay < 5*time.Millisecond {
+		if delay < time.Millisecond {
 			delay *= 2
 		}
 	}
@@ -319,6 +323,11 @@ func (m *Manager) teardown(ctx context.Context, id string) error {
 	p := m.paths(id)
 	m.cancelExecs(id)
 	var errs []error
+	// Kill every process in the sandbox's cgroup first: it is immediate,
+	// where the runtime's own forced delete polls for the container to die.
+	if err := cgroups.KillAll(p.cgroup); err != nil {
+		errs = append(errs, err)
+	}
 	if err := m.rt.Delete(ctx, id); err != nil {
 		errs = append(errs, err)
 	}

@@ -103,6 +103,11 @@ func (rc *Runc) Start(ctx context.Context, s *Spec) (int, error) {
 
 // State implements Runtime.
 func (rc *Runc) State(ctx context.Context, id string) (State, error) {
+	// runc keeps each container's state in <root>/<id>; without it runc
+	// knows no such container, and asking it would cost a process.
+	if _, err := os.Stat(filepath.Join(rc.r.Root, id)); errors.Is(err, os.ErrNotExist) {
+		return State{}, fmt.Errorf("runc container %s: %w", id, errdefs.ErrNotFound)
+	}
 	c, err := rc.r.State(ctx, id)
 	if err != nil {
 		if notExist(err) {
@@ -135,8 +140,13 @@ func (rc *Runc) Kill(ctx context.Context, id string, sig syscall.Signal) error {
 	return err
 }
 
-// Delete implements Runtime.
+// Delete implements Runtime. Callers that can should kill the
+// container's processes first (cgroups.Destroy): `runc delete --force` on a
+// running container waits in 100 ms steps for it to die.
 func (rc *Runc) Delete(ctx context.Context, id string) error {
+	if _, err := os.Stat(filepath.Join(rc.r.Root, id)); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
 	err := rc.r.Delete(ctx, id, &gorunc.DeleteOpts{Force: true})
 	if err != nil && notExist(err) {
 		return nil

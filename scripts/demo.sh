@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The quick start: starts a berth daemon on the embedded defaults (SQLite in
+# /var/lib/berth, the builtin "base" template that needs no download),
+# runs a one-shot ephemeral job, then a longer-lived sandbox, and shows that
+# nothing is left. The daemon keeps running for you afterwards
+# (stop it with: kill "$(cat /run/berth/berth.pid)").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BERTH=${BERTH:-$PWD/bin/berth}
+SOCK=/run/berth/berth.sock
+export BERTH_HOST=unix://$SOCK
+
+if ! "$BERTH" version >/dev/null 2>&1; then
+	mkdir -p /run/berth /var/log
+	echo "==> starting the daemon (log: /var/log/berth.log)"
+	setsid "$BERTH" serve >>/var/log/berth.log 2>&1 < /dev/null &
+	echo $! > /run/berth/berth.pid
+	for _ in $(seq 100); do "$BERTH" version >/dev/null 2>&1 && break; sleep 0.1; done
+fi
+"$BERTH" version
+
+echo "==> an ephemeral one-shot job: create, run, stream, destroy"
+set +e
+"$BERTH" run -- sh -c 'echo "hello from $(hostname): uid $(id -u) inside, kernel $(uname -r)"; exit 3'
+echo "    exit code: $? (the command's own)"
+set -e
+
+echo "==> a sandbox that stays until removed"
+id=$("$BERTH" create --name demo-$$ --label demo=yes)
+echo "    created $id"
+"$BERTH" exec "$id" -- sh -c 'echo "work in progress" > /workspace/notes.txt'
+"$BERTH" exec "$id" -- cat /workspace/notes.txt
+"$BERTH" ls
+"$BERTH" rm "$id"
+
+echo "==> what is left on the host"
+"$BERTH" ls --all | tail -n 3
+"$BERTH" doctor
