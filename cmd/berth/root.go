@@ -66,7 +66,7 @@ The CLI talks to the daemon over its unix socket, or over HTTP(S) with an API ke
 		c.GroupID = "sandbox"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{newServeCmd(), newTemplateCmd(g), newDoctorCmd(g), newVersionCmd(g)} {
+	for _, c := range []*cobra.Command{newServeCmd(), newTemplateCmd(g), newDoctorCmd(g), newVersionCmd(g), newBenchCmd()} {
 		c.GroupID = "admin"
 		root.AddCommand(c)
 	}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth-sh/berth/internal/bench"
+)
+
+func newBenchCmd() *cobra.Command {
+	var (
+		opts   bench.Options
+		churn  float64
+		strict bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench [--iterations N] [--idle N] [--churn-seconds S] [--only a,b,...] [-o json]",
+		Short: "Measure berth's performance beside raw runc on this host",
+		Long: `Measure berth on this host and print each figure (p50, p95, n) beside a peer
+measured in the same run: raw runc, the same binary, with an equivalent bundle
+(same overlay root, host /usr bind, user namespace id map, seccomp profile,
+resources and cgroup layout).
+
+The bench starts its own private daemon (a temporary data dir under /tmp, its
+own socket, cgroup parent and runc root), so it neither needs nor touches a
+running "berth serve". At the end it deletes its sandboxes, checks doctor,
+stops the daemon and removes everything it created. It must run as root.
+
+Measurements (--only takes these names, or the letters a-e):
+  tti      time to interactive: create + first exec of true, vs runc run true
+  exec     exec round trip of true through the SDK, vs runc exec true
+  run      one-shot "berth run -- true" (CLI wall time), vs runc run true
+  churn    create/exec/delete cycles per second from concurrent clients
+  density  memory per idle sandbox, daemon RSS, exec round trip and delete time
+           with --idle sandboxes running
+
+The exit code is 0 when the bench ran and cleaned up, whether or not every
+target was met (use --strict to fail on a missed target).`,
+		Example: `  berth bench
+  berth bench --iterations 10 --idle 20 --churn-seconds 3
+  berth bench --only tti,exec -o json`,
+		Args: cobra.NoArgs,
+	}
+	out := addOutputFlag(cmd)
+	f := cmd.Flags()
+	f.IntVar(&opts.Iterations, "iterations", bench.DefaultIterations, "samples of each latency")
+	f.IntVar(&opts.Idle, "idle", bench.DefaultIdle, "idle sandboxes the density measurement keeps running")
+	f.Float64Var(&churn, "churn-seconds", bench.DefaultChurn.Seconds(), "how long the churn measurement runs, in seconds")
+	f.IntVar(&opts.Concurrency, "concurrency", bench.DefaultConcurrency, "concurrent clients in churn and in the density creates and deletes")
+	f.StringSliceVar(&opts.Only, "only", nil, "run only these measurements: tti, exec, run, churn, density (or a-e)")
+	f.StringVar(&opts.Runc, "runc", "runc", "runc binary for the daemon's peer (`PATH` or name looked up in $PATH)")
+	f.BoolVar(&strict, "strict", false, "exit 1 when a target is missed")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if opts.Iterations < 1 || opts.Idle < 1 || churn <= 0 || opts.Concurrency < 1 {
+			return fmt.Errorf("--iterations, --idle, --churn-seconds and --concurrency must be positive")
+		}
+		opts.Churn = time.Duration(churn * float64(time.Second))
+		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		rep, err := bench.Run(ctx, opts, cmd.ErrOrStderr())
+		if rep != nil && (err == nil || len(rep.Rows) > 0) {
+			w := cmd.OutOrStdout()
+			var perr error
+			if out.json() {
+				perr = printJSON(w, rep)
+			} else {
+				perr = bench.WriteTable(w, rep)
+			}
+			if err == nil {
+				err = perr
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if strict && rep.Failed > 0 {
+			return fmt.Errorf("%d target(s) missed", rep.Failed)
+		}
+		return nil
+	}
+	return cmd
+}

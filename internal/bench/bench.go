@@ -1,0 +1,364 @@
+// Package bench is berth's performance report (`berth bench`).
+//
+// Run starts a private daemon as a subprocess of the berth binary (its own
+// data dir, socket, cgroup parent and runc root under a fresh temporary
+// directory), drives it through the Go SDK and the CLI as users do, and
+// measures each figure beside a peer measured in the same run: raw runc,
+// the same runc binary, given an equivalent bundle (runtime.BuildSpec with
+// the same overlay root over the daemon's base template layers, the host
+// /usr bind, the same id map, resources, seccomp profile and a cgroup under
+// a bench-only parent), so that both pay the same user namespace, seccomp
+// and cgroup costs.
+//
+// The measurements:
+//
+//	tti      time to interactive: CreateSandbox until the first exec of
+//	         `true` returns, vs `runc run` of true
+//	exec     exec round trip of `true` via the SDK, vs `runc exec`
+//	run      one-shot `berth run -- true` (CLI process wall time), vs `runc run`
+//	churn    create/exec/delete cycles per second from concurrent clients,
+//	         vs `runc run` cycles from as many concurrent callers
+//	density  host memory per idle sandbox, daemon RSS, exec round trip
+//	         with all of them running, and the time to delete them all
+//
+// Every figure is a p50 and p95 over n samples. At the end the bench
+// deletes its sandboxes, checks `doctor` is clean, stops the daemon by pid,
+// verifies that no mounts or cgroups are left and removes what it created.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berth-sh/berth/internal/cgroups"
+)
+
+// Measurement names, as --only takes them.
+const (
+	TTI     = "tti"
+	Exec    = "exec"
+	RunCLI  = "run"
+	Churn   = "churn"
+	Density = "density"
+)
+
+// All lists every measurement in the order Run performs them.
+var All = []string{TTI, Exec, RunCLI, Churn, Density}
+
+// aliases lets --only name measurements by their letter in the design notes.
+var aliases = map[string]string{"a": TTI, "b": Exec, "c": RunCLI, "d": Churn, "e": Density}
+
+// Options configures a bench run. Zero values take the defaults.
+type Options struct {
+	// Binary is the berth executable: the daemon, the CLI measured by
+	// "run" and the sandboxes' agent. Default: this executable.
+	Binary string
+	// Runc is the runc binary the peer uses (the daemon uses the same).
+	// Default: "runc" from PATH.
+	Runc string
+	// Iterations is the number of samples of each latency (default 50).
+	Iterations int
+	// Idle is how many sandboxes the density measurement keeps running
+	// (default 300).
+	Idle int
+	// Churn is how long the churn measurement runs (default 10s).
+	Churn time.Duration
+	// Concurrency is the number of concurrent clients in churn and in the
+	// density creates and deletes (default 4).
+	Concurrency int
+	// Only restricts the run to these measurements (see All); empty: all.
+	Only []string
+	// TempRoot is where the private temporary directory is made
+	// (default /tmp).
+	TempRoot string
+}
+
+// Defaults of Options.
+const (
+	DefaultIterations  = 50
+	DefaultIdle        = 300
+	DefaultChurn       = 10 * time.Second
+	DefaultConcurrency = 4
+)
+
+// Row is one line of the report: berth's figure beside its peer's.
+type Row struct {
+	Measurement string `json:"measurement"` // tti, exec, run, churn, density
+	Name        string `json:"name"`
+	Unit        string `json:"unit"` // ms, MiB, /s, s
+	Berth       Stat   `json:"berth"`
+	Peer        string `json:"peer,omitempty"`
+	PeerStat    *Stat  `json:"peer_stat,omitempty"`
+	// Ratio is berth's p50 divided by the peer's p50.
+	Ratio  float64 `json:"ratio,omitempty"`
+	Target string  `json:"target,omitempty"`
+	// Pass is nil for informational rows.
+	Pass *bool  `json:"pass,omitempty"`
+	Note string `json:"note,omitempty"`
+}
+
+// Machine describes the host the figures come from.
+type Machine struct {
+	CPUs        int    `json:"cpus"`
+	CPUModel    string `json:"cpu_model,omitempty"`
+	MemTotalMiB int64  `json:"mem_total_mib"`
+	Kernel      string `json:"kernel"`
+	Runc        string `json:"runc"`
+	Cgroup      string `json:"cgroup"`
+	Go          string `json:"go"`
+	Berth       string `json:"berth,omitempty"`
+}
+
+// Cleanup is what the end of the run found and removed.
+type Cleanup struct {
+	DoctorHealthy  bool     `json:"doctor_healthy"`
+	DoctorFindings []string `json:"doctor_findings,omitempty"`
+	// Leftover lists mounts, cgroups, containers or files that were still
+	// there after the sandboxes were deleted (they are removed anyway).
+	Leftover []string `json:"leftover,omitempty"`
+	Errors   []string `json:"errors,omitempty"`
+}
+
+// Clean reports whether cleanup found nothing left behind.
+func (c *Cleanup) Clean() bool {
+	return c.DoctorHealthy && len(c.Leftover) == 0 && len(c.Errors) == 0
+}
+
+// Report is the result of a bench run.
+type Report struct {
+	Started time.Time `json:"started"`
+	// WorkDir was the private temporary directory (data dir of the daemon,
+	// the peer's bundles); it is removed at the end.
+	WorkDir     string  `json:"work_dir"`
+	Seconds     float64 `json:"seconds"`
+	Machine     Machine `json:"machine"`
+	Iterations  int     `json:"iterations"`
+	Idle        int     `json:"idle"`
+	ChurnSecs   float64 `json:"churn_seconds"`
+	Concurrency int     `json:"concurrency"`
+	Rows        []Row   `json:"rows"`
+	Cleanup     Cleanup `json:"cleanup"`
+	// Failed counts the rows whose target was missed.
+	Failed int `json:"failed"`
+}
+
+func (o *Options) setDefaults() error {
+	if o.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		o.Binary = exe
+	}
+	bin, err := filepath.EvalSymlinks(o.Binary)
+	if err != nil {
+		return fmt.Errorf("berth binary: %w", err)
+	}
+	if o.Binary, err = filepath.Abs(bin); err != nil {
+		return err
+	}
+	if o.Runc == "" {
+		o.Runc = "runc"
+	}
+	if o.Runc, err = exec.LookPath(o.Runc); err != nil {
+		return fmt.Errorf("runc not found (install it with `apt-get install runc`): %w", err)
+	}
+	if o.Iterations == 0 {
+		o.Iterations = DefaultIterations
+	}
+	if o.Idle == 0 {
+		o.Idle = DefaultIdle
+	}
+	if o.Churn == 0 {
+		o.Churn = DefaultChurn
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	if o.TempRoot == "" {
+		o.TempRoot = "/tmp"
+	}
+	if o.Iterations < 1 || o.Idle < 1 || o.Churn <= 0 || o.Concurrency < 1 {
+		return fmt.Errorf("bench: iterations, idle, churn duration and concurrency must be positive")
+	}
+	var only []string
+	for _, n := range o.Only {
+		for _, f := range strings.Split(n, ",") {
+			f = strings.ToLower(strings.TrimSpace(f))
+			if f == "" {
+				continue
+			}
+			if a, ok := aliases[f]; ok {
+				f = a
+			}
+			if !slices.Contains(All, f) {
+				return fmt.Errorf("bench: unknown measurement %q: want one of %s", f, strings.Join(All, ", "))
+			}
+			if !slices.Contains(only, f) {
+				only = append(only, f)
+			}
+		}
+	}
+	o.Only = only
+	return nil
+}
+
+func (o *Options) selected(name string) bool {
+	return len(o.Only) == 0 || slices.Contains(o.Only, name)
+}
+
+// Run performs the bench and returns its report. progress, if not nil,
+// receives one line per phase. The report is returned also with an error
+// (a failed measurement or an unclean cleanup), holding what was measured.
+func Run(ctx context.Context, opts Options, progress io.Writer) (*Report, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("bench: must run as root (it starts a daemon, mounts overlays and runs runc)")
+	}
+	if progress == nil {
+		progress = io.Discard
+	}
+	rep := &Report{
+		Started:     time.Now().UTC(),
+		Machine:     machineInfo(opts.Runc),
+		Iterations:  opts.Iterations,
+		Idle:        opts.Idle,
+		ChurnSecs:   opts.Churn.Seconds(),
+		Concurrency: opts.Concurrency,
+		Rows:        []Row{},
+	}
+	b := &bench{opts: opts, log: progress, rep: rep}
+	err := b.run(ctx)
+	// Cleanup runs whatever happened, and is not cut short by ctx.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+	defer cancel()
+	b.cleanup(cctx)
+	rep.Seconds = time.Since(rep.Started).Seconds()
+	for _, r := range rep.Rows {
+		if r.Pass != nil && !*r.Pass {
+			rep.Failed++
+		}
+	}
+	if err == nil && !rep.Cleanup.Clean() {
+		err = fmt.Errorf("bench: cleanup was not clean: leftover %v, errors %v, doctor findings %v",
+			rep.Cleanup.Leftover, rep.Cleanup.Errors, rep.Cleanup.DoctorFindings)
+	}
+	return rep, err
+}
+
+// bench is the state of one run.
+type bench struct {
+	opts Options
+	log  io.Writer
+	rep  *Report
+
+	tmp  string
+	d    *daemon
+	peer *peer
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(b.log, "bench: "+format+"\n", args...)
+}
+
+func (b *bench) run(ctx context.Context) error {
+	tmp, err := os.MkdirTemp(b.opts.TempRoot, "berth-bench-")
+	if err != nil {
+		return err
+	}
+	// Sandbox root (a mapped uid) must traverse to the overlay roots below.
+	if err := os.Chmod(tmp, 0o711); err != nil {
+		return err
+	}
+	b.tmp = tmp
+	b.rep.WorkDir = tmp
+	b.logf("working in %s", tmp)
+	b.d, err = startDaemon(ctx, b.opts.Binary, tmp)
+	if err != nil {
+		return err
+	}
+	b.logf("daemon pid %d ready on %s", b.d.pid(), b.d.sock)
+	if v, err := b.d.c.Version(ctx); err == nil {
+		b.rep.Machine.Berth = v.Version
+	}
+	b.peer, err = newPeer(ctx, b.opts.Runc, tmp, b.d)
+	if err != nil {
+		return fmt.Errorf("setting up the runc peer: %w", err)
+	}
+	if err := b.warmUp(ctx); err != nil {
+		return err
+	}
+	steps := []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{TTI, b.measureTTI},
+		{Exec, b.measureExec},
+		{RunCLI, b.measureRunCLI},
+		{Churn, b.measureChurn},
+		{Density, b.measureDensity},
+	}
+	for _, s := range steps {
+		if !b.opts.selected(s.name) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := s.fn(ctx); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	return nil
+}
+
+// add appends a row, computing its ratio.
+func (b *bench) add(r Row) {
+	if r.PeerStat != nil && r.PeerStat.P50 > 0 {
+		r.Ratio = r.Berth.P50 / r.PeerStat.P50
+	}
+	b.rep.Rows = append(b.rep.Rows, r)
+}
+
+func pass(ok bool) *bool { return &ok }
+
+// machineInfo describes the host.
+func machineInfo(runc string) Machine {
+	m := Machine{CPUs: goruntime.NumCPU(), Go: goruntime.Version(), Cgroup: "v1"}
+	if cgroups.V2() {
+		m.Cgroup = "v2"
+	}
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		m.Kernel = unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:]) +
+			" " + unix.ByteSliceToString(u.Machine[:])
+	}
+	if out, err := exec.Command(runc, "--version").Output(); err == nil {
+		m.Runc = strings.TrimPrefix(strings.SplitN(strings.TrimSpace(string(out)), "\n", 2)[0], "runc version ")
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if v, err := meminfo("MemTotal"); err == nil {
+		m.MemTotalMiB = v >> 20
+	}
+	return m
+}

@@ -1,0 +1,545 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/internal/cgroups"
+)
+
+var trueCmd = api.ExecRequest{Cmd: []string{"true"}}
+
+// execTrue runs `true` in sandbox id and returns the round trip.
+func execTrue(ctx context.Context, c *client.Client, id string) (time.Duration, error) {
+	t0 := time.Now()
+	exit, err := c.Exec(ctx, id, trueCmd, nil, nil)
+	d := time.Since(t0)
+	if err != nil {
+		return d, fmt.Errorf("exec in %s: %w", id, err)
+	}
+	if exit.Code != 0 {
+		return d, fmt.Errorf("exec of true in %s exited %d", id, exit.Code)
+	}
+	return d, nil
+}
+
+// cycle creates a sandbox, execs true in it and deletes it. It returns the
+// time until the first exec returned (time to interactive), the time of the
+// create call alone and of the delete call.
+func cycle(ctx context.Context, c *client.Client) (tti, create, del time.Duration, err error) {
+	t0 := time.Now()
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("create: %w", err)
+	}
+	create = time.Since(t0)
+	if _, err = execTrue(ctx, c, sb.ID); err != nil {
+		_, _ = c.DeleteSandbox(context.WithoutCancel(ctx), sb.ID, true)
+		return 0, 0, 0, err
+	}
+	tti = time.Since(t0)
+	t1 := time.Now()
+	if _, err = c.DeleteSandbox(ctx, sb.ID, true); err != nil {
+		return 0, 0, 0, fmt.Errorf("delete %s: %w", sb.ID, err)
+	}
+	return tti, create, time.Since(t1), nil
+}
+
+// warmUp pays the one-time costs (page cache, first connections, runc's
+// first start) on both sides before anything is timed.
+func (b *bench) warmUp(ctx context.Context) error {
+	b.logf("warming up")
+	for range 2 {
+		if _, _, _, err := cycle(ctx, b.d.c); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+		if _, err := b.peer.runTrue(ctx); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	return nil
+}
+
+func (b *bench) every(i, n int, what string) {
+	if step := max(n/5, 1); (i+1)%step == 0 || i+1 == n {
+		b.logf("%s %d/%d", what, i+1, n)
+	}
+}
+
+// (a) time to interactive.
+func (b *bench) measureTTI(ctx context.Context) error {
+	n := b.opts.Iterations
+	var tti, create, del, peer samples
+	for i := range n {
+		t, c, d, err := cycle(ctx, b.d.c)
+		if err != nil {
+			return err
+		}
+		tti.add(t)
+		create.add(c)
+		del.add(d)
+		pd, err := b.peer.runTrue(ctx)
+		if err != nil {
+			return err
+		}
+		peer.add(pd)
+		b.every(i, n, "time to interactive")
+	}
+	ps := summarize(peer.v)
+	row := Row{Measurement: TTI, Name: "time to interactive (create + first exec)", Unit: "ms",
+		Berth: summarize(tti.v), Peer: "runc run true", PeerStat: &ps, Target: "≤ 1.0× peer"}
+	row.Pass = pass(row.Berth.P50 <= ps.P50)
+	b.add(row)
+	b.add(Row{Measurement: TTI, Name: "  of which: create call", Unit: "ms", Berth: summarize(create.v),
+		Peer: "runc run true", PeerStat: &ps})
+	b.add(Row{Measurement: TTI, Name: "  delete call (after the exec)", Unit: "ms", Berth: summarize(del.v),
+		Note: "runc run's own teardown is inside the peer's figure"})
+	return nil
+}
+
+// (b) exec round trip in a running sandbox.
+func (b *bench) measureExec(ctx context.Context) error {
+	c := b.d.c
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		return fmt.Errorf("create: %w", err)
+	}
+	defer c.DeleteSandbox(context.WithoutCancel(ctx), sb.ID, true)
+	pid, _, err := b.peer.startSleep(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.peer.remove(context.WithoutCancel(ctx), pid)
+	for range 5 {
+		if _, err := execTrue(ctx, c, sb.ID); err != nil {
+			return err
+		}
+	}
+	for range 2 {
+		if _, err := b.peer.execTrue(ctx, pid); err != nil {
+			return err
+		}
+	}
+	n := b.opts.Iterations
+	var bs, ps samples
+	for i := range n {
+		d, err := execTrue(ctx, c, sb.ID)
+		if err != nil {
+			return err
+		}
+		bs.add(d)
+		pd, err := b.peer.execTrue(ctx, pid)
+		if err != nil {
+			return err
+		}
+		ps.add(pd)
+		b.every(i, n, "exec round trip")
+	}
+	peer := summarize(ps.v)
+	row := Row{Measurement: Exec, Name: "exec round trip of true (SDK)", Unit: "ms", Berth: summarize(bs.v),
+		Peer: "runc exec true", PeerStat: &peer, Target: "p50 ≤ 3 ms and ≤ 0.1× peer"}
+	row.Pass = pass(row.Berth.P50 <= 3 && row.Berth.P50 <= 0.1*peer.P50)
+	b.add(row)
+	return nil
+}
+
+// cliEnv is the environment of the CLI processes: the private daemon's
+// host, no API key.
+func (b *bench) cliEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "BERTH_HOST=") && !strings.HasPrefix(kv, "BERTH_API_KEY=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "BERTH_HOST="+b.d.host)
+}
+
+// waitNoSandboxes waits (untimed) until the daemon has no live sandbox:
+// `berth run` returns with the command's exit, while its sandbox is
+// still being destroyed.
+func (b *bench) waitNoSandboxes(ctx context.Context) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		sbs, err := b.d.c.ListSandboxes(ctx, false)
+		if err != nil {
+			return err
+		}
+		if len(sbs) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d sandboxes still live 60s after their run ended", len(sbs))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// (c) one-shot `berth run -- true` from the CLI binary.
+func (b *bench) measureRunCLI(ctx context.Context) error {
+	env := b.cliEnv()
+	run := func() (time.Duration, error) {
+		cmd := exec.CommandContext(ctx, b.opts.Binary, "run", "--", "true")
+		cmd.Env = env
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		t0 := time.Now()
+		err := cmd.Run()
+		d := time.Since(t0)
+		if err != nil {
+			return d, fmt.Errorf("berth run -- true: %w: %s", err, strings.TrimSpace(out.String()))
+		}
+		return d, b.waitNoSandboxes(ctx)
+	}
+	if _, err := run(); err != nil { // warm the binary's pages
+		return err
+	}
+	n := b.opts.Iterations
+	var bs, ps samples
+	for i := range n {
+		d, err := run()
+		if err != nil {
+			return err
+		}
+		bs.add(d)
+		pd, err := b.peer.runTrue(ctx)
+		if err != nil {
+			return err
+		}
+		ps.add(pd)
+		b.every(i, n, "berth run")
+	}
+	peer := summarize(ps.v)
+	row := Row{Measurement: RunCLI, Name: "one-shot `berth run -- true` (CLI wall time)", Unit: "ms",
+		Berth: summarize(bs.v), Peer: "runc run true", PeerStat: &peer, Target: "≤ 1.5× peer"}
+	row.Pass = pass(row.Berth.P50 <= 1.5*peer.P50)
+	b.add(row)
+	return nil
+}
+
+// loop runs fn from workers goroutines until d has passed and returns the
+// per-call latencies and the wall time until the last call ended.
+func loop(ctx context.Context, workers int, d time.Duration, fn func(ctx context.Context, w int) (time.Duration, error)) ([]float64, time.Duration, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		lat      []float64
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	start := time.Now()
+	deadline := start.Add(d)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				l, err := fn(ctx, w)
+				mu.Lock()
+				if err != nil {
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					cancel()
+					return
+				}
+				lat = append(lat, ms(l))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return lat, time.Since(start), firstErr
+}
+
+// (d) churn: create/exec/delete cycles from concurrent clients.
+func (b *bench) measureChurn(ctx context.Context) error {
+	workers := b.opts.Concurrency
+	clients := make([]*client.Client, workers)
+	for i := range clients {
+		c, err := client.New(b.d.host, "", client.WithUserAgent("berth-bench"))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		clients[i] = c
+	}
+	b.logf("churn: %d clients for %s", workers, b.opts.Churn)
+	bl, bwall, err := loop(ctx, workers, b.opts.Churn, func(ctx context.Context, w int) (time.Duration, error) {
+		t0 := time.Now()
+		_, _, _, err := cycle(ctx, clients[w])
+		return time.Since(t0), err
+	})
+	if err != nil {
+		return err
+	}
+	b.logf("churn: %d runc run callers for %s", workers, b.opts.Churn)
+	pl, pwall, err := loop(ctx, workers, b.opts.Churn, func(ctx context.Context, _ int) (time.Duration, error) {
+		return b.peer.runTrue(ctx)
+	})
+	if err != nil {
+		return err
+	}
+	peerLat := summarize(pl)
+	b.add(Row{Measurement: Churn, Name: fmt.Sprintf("churn cycle create+exec+delete (%d clients)", workers), Unit: "ms",
+		Berth: summarize(bl), Peer: fmt.Sprintf("runc run true (%d concurrent)", workers), PeerStat: &peerLat})
+	brate := float64(len(bl)) / bwall.Seconds()
+	prate := aggregate(float64(len(pl))/pwall.Seconds(), len(pl))
+	row := Row{Measurement: Churn, Name: fmt.Sprintf("churn throughput (%d clients)", workers), Unit: "/s",
+		Berth: aggregate(brate, len(bl)), Peer: fmt.Sprintf("runc run true (%d concurrent)", workers), PeerStat: &prate,
+		Target: "≥ 20/s", Pass: pass(brate >= 20),
+		Note: fmt.Sprintf("%d cycles in %.1fs; peer %d in %.1fs", len(bl), bwall.Seconds(), len(pl), pwall.Seconds())}
+	b.add(row)
+	return nil
+}
+
+// parallel runs fn(i) for i in [0,n) on workers goroutines and returns
+// each call's latency.
+func parallel(ctx context.Context, n, workers int, progress func(done int), fn func(ctx context.Context, i int) error) ([]float64, time.Duration, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lat := make([]float64, n)
+	var (
+		next     atomic.Int64
+		done     atomic.Int64
+		errOnce  sync.Once
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	start := time.Now()
+	for range min(workers, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				t0 := time.Now()
+				if err := fn(ctx, i); err != nil {
+					errOnce.Do(func() { firstErr = err })
+					cancel()
+					return
+				}
+				lat[i] = ms(time.Since(t0))
+				if progress != nil {
+					progress(int(done.Add(1)))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = ctx.Err()
+	}
+	return lat, time.Since(start), firstErr
+}
+
+// cgroupMemory returns the memory charged to cgroup rel, in bytes.
+func cgroupMemory(rel string) (int64, error) {
+	file := filepath.Join(cgroups.Root, "memory", rel, "memory.usage_in_bytes")
+	if cgroups.V2() {
+		file = filepath.Join(cgroups.Root, rel, "memory.current")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+}
+
+// cgroupRSS sums the VmRSS of the processes in cgroup rel, in bytes.
+func cgroupRSS(rel string) (int64, int, error) {
+	pids := cgroups.Procs(rel)
+	var sum int64
+	n := 0
+	for _, pid := range pids {
+		r, err := rss(pid)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		sum += r
+		n++
+	}
+	if n == 0 {
+		return 0, 0, fmt.Errorf("cgroup %s has no processes", rel)
+	}
+	return sum, n, nil
+}
+
+// memOf measures the cgroup memory and process RSS (MiB) of each cgroup.
+func memOf(rels []string) (cg, rs []float64, err error) {
+	for _, rel := range rels {
+		m, err := cgroupMemory(rel)
+		if err != nil {
+			return nil, nil, err
+		}
+		r, _, err := cgroupRSS(rel)
+		if err != nil {
+			return nil, nil, err
+		}
+		cg = append(cg, mib(float64(m)))
+		rs = append(rs, mib(float64(r)))
+	}
+	return cg, rs, nil
+}
+
+// peerIdleMax bounds the idle raw runc containers of the density peer.
+const peerIdleMax = 20
+
+// (e) density: many idle sandboxes.
+func (b *bench) measureDensity(ctx context.Context) error {
+	c := b.d.c
+	n, workers := b.opts.Idle, b.opts.Concurrency
+	k := min(n, peerIdleMax)
+	if err := b.waitNoSandboxes(ctx); err != nil {
+		return err
+	}
+	settle := func() { time.Sleep(time.Second) }
+	settle()
+	m0, err := meminfo("MemAvailable")
+	if err != nil {
+		return err
+	}
+	ids := make([]string, n)
+	b.logf("density: creating %d sandboxes (%d concurrent)", n, workers)
+	createLat, createWall, err := parallel(ctx, n, workers, func(done int) { b.every(done-1, n, "density: created") },
+		func(ctx context.Context, i int) error {
+			sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+			if err != nil {
+				return fmt.Errorf("create %d of %d: %w", i+1, n, err)
+			}
+			ids[i] = sb.ID
+			return nil
+		})
+	if err != nil {
+		return err
+	}
+	settle()
+	m1, err := meminfo("MemAvailable")
+	if err != nil {
+		return err
+	}
+	rels := make([]string, n)
+	for i, id := range ids {
+		rels[i] = "/" + b.d.instance + "/" + id
+	}
+	bcg, brss, err := memOf(rels)
+	if err != nil {
+		return err
+	}
+	drss, err := rss(b.d.pid())
+	if err != nil {
+		return err
+	}
+
+	b.logf("density: starting %d raw runc containers", k)
+	pids := make([]string, k)
+	peerStart, _, err := parallel(ctx, k, workers, nil, func(ctx context.Context, i int) error {
+		id, _, err := b.peer.startSleep(ctx)
+		pids[i] = id
+		return err
+	})
+	defer func() {
+		for _, id := range pids {
+			if id != "" {
+				b.peer.remove(context.WithoutCancel(ctx), id)
+			}
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	settle()
+	m2, err := meminfo("MemAvailable")
+	if err != nil {
+		return err
+	}
+	prels := make([]string, k)
+	for i, id := range pids {
+		prels[i] = b.peer.cgroupRel(id)
+	}
+	pcg, prss, err := memOf(prels)
+	if err != nil {
+		return err
+	}
+
+	b.logf("density: exec round trips with %d sandboxes running", n)
+	var bex, pex samples
+	iters := b.opts.Iterations
+	for i := range iters {
+		d, err := execTrue(ctx, c, ids[i%n])
+		if err != nil {
+			return err
+		}
+		bex.add(d)
+		pd, err := b.peer.execTrue(ctx, pids[i%k])
+		if err != nil {
+			return err
+		}
+		pex.add(pd)
+	}
+
+	b.logf("density: deleting %d sandboxes (%d concurrent)", n, workers)
+	delLat, delWall, err := parallel(ctx, n, workers, func(done int) { b.every(done-1, n, "density: deleted") },
+		func(ctx context.Context, i int) error {
+			if _, err := c.DeleteSandbox(ctx, ids[i], true); err != nil {
+				return fmt.Errorf("delete %s: %w", ids[i], err)
+			}
+			return nil
+		})
+	if err != nil {
+		return err
+	}
+	pdel, _, err := parallel(ctx, k, workers, nil, func(ctx context.Context, i int) error {
+		_, err := b.peer.remove(ctx, pids[i])
+		if err == nil {
+			pids[i] = ""
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+
+	peerName := fmt.Sprintf("runc, %d idle `sleep` containers", k)
+	ps := summarize(peerStart)
+	b.add(Row{Measurement: Density, Name: fmt.Sprintf("density: create %d (%d concurrent), per create", n, workers), Unit: "ms",
+		Berth: summarize(createLat), Peer: fmt.Sprintf("runc run -d sleep (%d, %d concurrent)", k, workers), PeerStat: &ps,
+		Note: fmt.Sprintf("all %d created in %.1fs", n, createWall.Seconds())})
+	memRow := Row{Measurement: Density, Name: "density: host memory per idle sandbox (MemAvailable Δ / N)", Unit: "MiB",
+		Berth: aggregate(mib(float64(m0-m1))/float64(n), n), Peer: peerName}
+	pm := aggregate(mib(float64(m1-m2))/float64(k), k)
+	memRow.PeerStat = &pm
+	b.add(memRow)
+	pc := summarize(pcg)
+	b.add(Row{Measurement: Density, Name: "density: cgroup memory per idle sandbox", Unit: "MiB",
+		Berth: summarize(bcg), Peer: peerName, PeerStat: &pc, Note: "memory.usage_in_bytes, page cache included"})
+	pr := summarize(prss)
+	b.add(Row{Measurement: Density, Name: "density: RSS of processes per idle sandbox", Unit: "MiB",
+		Berth: summarize(brss), Peer: peerName, PeerStat: &pr, Note: "VmRSS summed over the cgroup; shared pages counted in each"})
+	b.add(Row{Measurement: Density, Name: fmt.Sprintf("density: daemon RSS with %d idle", n), Unit: "MiB",
+		Berth: aggregate(mib(float64(drss)), 1)})
+	pe := summarize(pex.v)
+	b.add(Row{Measurement: Density, Name: fmt.Sprintf("density: exec round trip with %d idle", n), Unit: "ms",
+		Berth: summarize(bex.v), Peer: fmt.Sprintf("runc exec true (%d idle)", k), PeerStat: &pe})
+	pd := summarize(pdel)
+	b.add(Row{Measurement: Density, Name: fmt.Sprintf("density: delete %d (%d concurrent), per delete", n, workers), Unit: "ms",
+		Berth: summarize(delLat), Peer: fmt.Sprintf("runc delete --force (%d, %d concurrent)", k, workers), PeerStat: &pd})
+	b.add(Row{Measurement: Density, Name: fmt.Sprintf("density: delete all %d (%d concurrent), wall time", n, workers), Unit: "s",
+		Berth: aggregate(delWall.Seconds(), n), Note: fmt.Sprintf("%.1f deletes/s", float64(n)/delWall.Seconds())})
+	return nil
+}
