@@ -32,6 +32,7 @@ e2e: ## end-to-end tests against a real daemon, runc, overlayfs, cgroups
 	$(GO) test -count=1 -timeout 20m ./test/...
 
 test: deps lint unit e2e ## the whole suite: what .ci/run runs
+	@./scripts/leakcheck.sh
 
 fuzz: ## run each fuzzer for a while (seed corpora already run in test)
 	./scripts/fuzz.sh 60s

@@ -25,7 +25,6 @@ type cpEndpoint struct {
 }
 
 func (e cpEndpoint) remote() bool { return e.sandbox != "" }
-func (e cpEndpoint) stdio() bool  { return e.sandbox == "" && e.path == "-" }
 
 // parseCpArg splits ID:/path as docker cp does: a colon before any slash
 // marks a sandbox. A local path with a colon in it needs a ./ prefix.
@@ -351,7 +350,7 @@ func archiveName(n string) (string, error) {
 	}
 	for _, part := range strings.Split(n, "/") {
 		if part == ".." {
-			return "", fmt.Errorf("refusing archive entry %q: contains ..", n)
+			return "", fmt.Errorf("refusing archive entry %q: it contains a .. component", n)
 		}
 	}
 	c := path.Clean(n)

@@ -31,7 +31,8 @@ func V2() bool {
 }
 
 // hierarchies returns the mounted hierarchy roots that runc creates
-// cgroups in: every v1 controller directory, or the single v2 root.
+// cgroups in: every v1 controller directory (and the v2 one of a hybrid
+// layout), or the single v2 root.
 func hierarchies() []string {
 	if V2() {
 		return []string{Root}
@@ -43,11 +44,13 @@ func hierarchies() []string {
 	var out []string
 	for _, e := range ents {
 		p := filepath.Join(Root, e.Name())
-		if e.Type()&os.ModeSymlink != 0 || !e.IsDir() || e.Name() == "unified" {
+		if e.Type()&os.ModeSymlink != 0 || !e.IsDir() {
 			continue
 		}
+		// In the hybrid layout runc also creates the sandbox's cgroup in
+		// the v2 hierarchy mounted at "unified".
 		var st unix.Statfs_t
-		if unix.Statfs(p, &st) == nil && st.Type == unix.CGROUP_SUPER_MAGIC {
+		if unix.Statfs(p, &st) == nil && (st.Type == unix.CGROUP_SUPER_MAGIC || st.Type == unix.CGROUP2_SUPER_MAGIC) {
 			out = append(out, p)
 		}
 	}

@@ -225,6 +225,12 @@ func assertNoLeaks(t *testing.T, dataDir string) {
 	if kids := cgroups.Children(parent); len(kids) > 0 {
 		t.Errorf("leaked cgroups under %s: %v", parent, kids)
 	}
+	// The daemon's (now empty) cgroup parent goes with its data dir.
+	for _, p := range cgroups.Paths(parent) {
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			t.Errorf("removing cgroup parent: %v", err)
+		}
+	}
 }
 
 func tail(s string, n int) string {
