@@ -117,8 +117,14 @@ func (x *extractor) run(ctx context.Context, tr *tar.Reader) error {
 	return nil
 }
 
-// invalid wraps a cause as a user-facing ErrInvalid.
+// invalid wraps a cause as a user-facing ErrInvalid, unless it already has
+// a category (a registry read failing, a cap hit) or is a cancellation:
+// those keep theirs.
 func invalid(what string, err error) error {
+	var e *errdefs.Error
+	if errors.As(err, &e) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
 	return &errdefs.Error{Category: errdefs.ErrInvalid, Msg: "invalid layer archive: " + what, Err: err}
 }
 

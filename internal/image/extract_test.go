@@ -244,10 +244,20 @@ func FuzzExtract(f *testing.F) {
 	f.Add(mkTar(f, sym("l", "/"), sym("l2", "l"), reg("l2"+hostCanary, "x")))
 	f.Add(mkTar(f, reg("a", "x"), dir("a/"), sym("a", "."), hard("b", "a")))
 	f.Add([]byte{})
+	requireRoot(f)
+	// One sentinel per fuzzing process, a fresh root per input: making the
+	// whole sandbox anew each time would be most of the cost of an input.
+	base, root0 := sandboxDirs(f)
+	if err := os.Remove(root0); err != nil {
+		f.Fatal(err)
+	}
+	before := outsideState(f, base)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		requireRoot(t)
-		base, root := sandboxDirs(t)
-		before := outsideState(t, base)
+		root := filepath.Join(base, "root")
+		if err := os.Mkdir(root, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(root)
 		_, _ = extractTar(context.Background(), bytes.NewReader(data), root, testMap, extractLimits{maxBytes: 1 << 20, maxEntries: 256}, nil)
 		if after := outsideState(t, base); after != before {
 			t.Fatalf("extraction changed files outside the root:\nbefore %q\nafter  %q", before, after)

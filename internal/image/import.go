@@ -41,6 +41,9 @@ const (
 // the index must name exactly one image, or one per platform, of which
 // linux/GOARCH is taken. Blob, config and layer digests are all verified.
 func (s *Store) ImportOCILayout(ctx context.Context, dir, ref string) (*Image, error) {
+	if _, err := os.Stat(filepath.Join(dir, "index.json")); errors.Is(err, os.ErrNotExist) {
+		return nil, errdefs.NotFound("no OCI layout at %s", dir)
+	}
 	p, err := layout.FromPath(dir)
 	if err != nil {
 		return nil, invalid("not an OCI layout", err)
@@ -53,7 +56,7 @@ func (s *Store) ImportOCILayout(ctx context.Context, dir, ref string) (*Image, e
 	if err != nil {
 		return nil, err
 	}
-	return s.importImage(ctx, img, true)
+	return s.importImage(ctx, img, fromLayout)
 }
 
 // pickImage resolves ref in index ii down to one image manifest.
@@ -160,7 +163,7 @@ func (s *Store) ImportArchive(ctx context.Context, archive string) (*Image, erro
 		if err != nil {
 			return nil, invalid("read docker archive", err)
 		}
-		return s.importImage(ctx, img, false)
+		return s.importImage(ctx, img, fromArchive)
 	case oci:
 		dir, err := os.MkdirTemp(s.work, "oci-")
 		if err != nil {
@@ -288,7 +291,7 @@ func (s *Store) Pull(ctx context.Context, ref string, insecure bool) (*Image, er
 	if err != nil {
 		return nil, registryErr(ref, err)
 	}
-	out, err := s.importImage(ctx, img, true)
+	out, err := s.importImage(ctx, img, fromRegistry)
 	if err != nil {
 		return nil, registryErr(ref, err)
 	}
@@ -314,11 +317,21 @@ func registryErr(ref string, err error) error {
 	return &errdefs.Error{Category: errdefs.ErrUnavailable, Msg: fmt.Sprintf("pull %s", ref), Err: err}
 }
 
-// importImage unpacks img's layers and returns it. With verifyBlobs the
-// config and each layer blob are checked against the manifest's digests
-// (layout and registry); without (docker archives, whose manifests are made
-// up by the reader), only diffIDs are checked, which every path does.
-func (s *Store) importImage(ctx context.Context, img v1.Image, verifyBlobs bool) (*Image, error) {
+// source is where an image's blobs come from; it decides what is checked
+// and how failures are classified.
+type source int
+
+const (
+	fromLayout   source = iota // local OCI layout: digests checked, bad blobs are bad input
+	fromArchive                // docker archive: its manifest is made up by the reader, diffIDs checked
+	fromRegistry               // registry: digests checked, read failures are the registry's
+)
+
+// importImage unpacks img's layers and returns it. For layouts and
+// registries, the config and each layer blob are checked against the
+// manifest's digests; docker archives carry no digests, so there only the
+// diffIDs are checked, which every source is.
+func (s *Store) importImage(ctx context.Context, img v1.Image, src source) (*Image, error) {
 	rawCfg, err := img.RawConfigFile()
 	if err != nil {
 		return nil, invalid("read image config", err)
@@ -338,7 +351,15 @@ func (s *Store) importImage(ctx context.Context, img v1.Image, verifyBlobs bool)
 		}
 		srcs[i].diffID = d.String()
 	}
-	if verifyBlobs {
+	if src == fromArchive {
+		for i, d := range diffIDs {
+			l, err := img.LayerByDiffID(d)
+			if err != nil {
+				return nil, invalid("find layer", err)
+			}
+			srcs[i].open = openWith(l.Uncompressed, src)
+		}
+	} else {
 		m, err := img.Manifest()
 		if err != nil {
 			return nil, invalid("read image manifest", err)
@@ -358,16 +379,8 @@ func (s *Store) importImage(ctx context.Context, img v1.Image, verifyBlobs bool)
 			if err != nil {
 				return nil, invalid("find layer", err)
 			}
-			srcs[i].open = l.Compressed
+			srcs[i].open = openWith(l.Compressed, src)
 			srcs[i].digest = ld.Digest.String()
-		}
-	} else {
-		for i, d := range diffIDs {
-			l, err := img.LayerByDiffID(d)
-			if err != nil {
-				return nil, invalid("find layer", err)
-			}
-			srcs[i].open = l.Uncompressed
 		}
 	}
 	if err := s.ensureAll(ctx, srcs); err != nil {
@@ -384,6 +397,39 @@ func (s *Store) importImage(ctx context.Context, img v1.Image, verifyBlobs bool)
 		out.Size += max(s.Size(src.diffID), 0)
 	}
 	return out, nil
+}
+
+// openWith classifies the failures of open and of reading what it returns:
+// a registry's are ErrUnavailable, a local file's are ErrInvalid.
+func openWith(open func() (io.ReadCloser, error), src source) func() (io.ReadCloser, error) {
+	return func() (io.ReadCloser, error) {
+		rc, err := open()
+		if err != nil {
+			if src == fromRegistry {
+				return nil, err // Pull's registryErr classifies it
+			}
+			return nil, invalid("open layer blob", err)
+		}
+		if src == fromRegistry {
+			return unavailableReader{rc}, nil
+		}
+		return rc, nil
+	}
+}
+
+// unavailableReader marks errors reading a registry's stream as
+// ErrUnavailable, so a dropped connection is not reported as a bad archive.
+type unavailableReader struct{ io.ReadCloser }
+
+func (u unavailableReader) Read(p []byte) (int, error) {
+	n, err := u.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		var e *errdefs.Error
+		if !errors.As(err, &e) {
+			err = &errdefs.Error{Category: errdefs.ErrUnavailable, Msg: "registry read failed", Err: err}
+		}
+	}
+	return n, err
 }
 
 // ensureAll unpacks layers a few at a time; the first error cancels the rest.

@@ -3,6 +3,7 @@ package image
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -281,6 +282,31 @@ func TestImportArchiveDocker(t *testing.T) {
 	}
 	checkTestImage(t, s, got, img)
 	assertNoScratch(t, s)
+
+	// The same archive gzipped, into a fresh store.
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	if _, err := zw.Write(raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path+".gz", gz.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s2 := newStore(t)
+	got, err = s2.ImportArchive(context.Background(), path+".gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Layers, diffIDs(t, img)) || !s2.HasLayer(got.Layers[1]) {
+		t.Errorf("gzipped archive imported %v", got.Layers)
+	}
 }
 
 // tarDir archives dir's regular files and dirs, as `tar -C dir -c .` would.
@@ -401,7 +427,7 @@ func TestImportDigestMismatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := s.ImportArchive(ctx, path)
-		if !errors.Is(err, errdefs.ErrInvalid) {
+		if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "diffID mismatch") {
 			t.Errorf("err = %v, want ErrInvalid", err)
 		}
 		if s.HasLayer(strings.Repeat("ab", 32)) {
@@ -744,5 +770,28 @@ func TestLayerIDs(t *testing.T) {
 	good := "sha256:" + strings.Repeat("a", 64)
 	if p := s.LayerPath(good); p != filepath.Join(s.root, "layers", strings.Repeat("a", 64), "fs") {
 		t.Errorf("LayerPath = %s", p)
+	}
+}
+
+func TestImportLimits(t *testing.T) {
+	ctx := context.Background()
+	img := testImage(t)
+	dir := writeLayout(t, img, "x")
+	s := newStore(t, WithMaxLayerBytes(8))
+	if _, err := s.ImportOCILayout(ctx, dir, ""); !errors.Is(err, errdefs.ErrTooLarge) {
+		t.Errorf("byte cap: err = %v, want ErrTooLarge", err)
+	}
+	s = newStore(t, WithMaxLayerEntries(3))
+	if _, err := s.ImportOCILayout(ctx, dir, ""); !errors.Is(err, errdefs.ErrTooLarge) {
+		t.Errorf("entry cap: err = %v, want ErrTooLarge", err)
+	}
+	for _, id := range diffIDs(t, img) {
+		if s.HasLayer(id) {
+			t.Errorf("layer %s stored despite the cap", id)
+		}
+	}
+	assertNoScratch(t, s)
+	if _, err := s.ImportOCILayout(ctx, filepath.Join(t.TempDir(), "none"), ""); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("missing layout: err = %v, want ErrNotFound", err)
 	}
 }
