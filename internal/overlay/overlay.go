@@ -26,7 +26,9 @@ func Mount(lowers []string, upper, work, target string) error {
 			return fmt.Errorf("overlay: lower path %q contains a separator", l)
 		}
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(lowers, ":"), upper, work)
+	// redirect_dir and metacopy stay off: layers carry no such xattrs, and
+	// they would let an upper dir point at data outside itself.
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,redirect_dir=off,metacopy=off", strings.Join(lowers, ":"), upper, work)
 	if len(opts) >= os.Getpagesize() {
 		return fmt.Errorf("overlay: %d layers make the mount options longer than a page", len(lowers))
 	}

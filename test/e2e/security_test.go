@@ -1,0 +1,66 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/berth-sh/berth/api"
+)
+
+// TestSecurityBoundary checks, from inside a real sandbox, the isolation
+// its spec promises. Each command must fail (or report the safe value).
+func TestSecurityBoundary(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(cmd string) (string, int) {
+		var out strings.Builder
+		exit, err := d.c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sh", "-c", cmd}, TimeoutSeconds: 20}, &out, &out)
+		if err != nil {
+			t.Fatalf("%s: %v", cmd, err)
+		}
+		return out.String(), exit.Code
+	}
+	mustFail := map[string]string{
+		"mount tmpfs":           "mount -t tmpfs none /mnt",
+		"write /proc/sys":       "echo 1 > /proc/sys/kernel/panic",
+		"write /sys":            "echo x > /sys/kernel/uevent_helper",
+		"write host /usr":       "touch /usr/bin/berth-was-here",
+		"new user namespace":    "unshare -U true",
+		"mknod":                 "mknod /tmp/sda b 8 0",
+		"raw socket":            "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, 1)'",
+		"load kernel module":    "python3 -c 'import ctypes; l=ctypes.CDLL(None); import sys; sys.exit(0 if l.syscall(175, 0, 0, 0)==0 else 1)'",
+		"read kcore":            "head -c 1 /proc/kcore",
+		"change hostname of ns": "hostname pwned",
+		"chroot escape tools":   "test -e /var/lib/berth || test -e /proc/1/root/../../../../etc/shadow && exit 0; exit 1",
+		"see host processes":    "ps -eo args | grep -v grep | grep -q 'berth serve' && exit 0; test $(ps -e | wc -l) -gt 8",
+		"write agent binary":    "echo x >> /.berth/berth",
+		"setuid escalation":     "cp /usr/bin/id /tmp/id && chmod u+s /tmp/id && su -s /bin/sh nobody -c /tmp/id | grep -q 'euid=0' && exit 0 || exit 1",
+	}
+	for name, cmd := range mustFail {
+		if out, code := run(cmd); code == 0 {
+			t.Errorf("%s succeeded inside the sandbox: %q", name, out)
+		}
+	}
+	checks := map[string]string{
+		"grep NoNewPrivs /proc/self/status":                               "NoNewPrivs:\t1",
+		"grep Seccomp: /proc/self/status":                                 "Seccomp:\t2",
+		"cat /proc/self/uid_map":                                          "0  100000000      65536",
+		"grep CapEff /proc/self/status":                                   "CapEff:\t00000000200405fb",
+		"ls /sys/fs/cgroup 2>/dev/null | wc -l":                           "0",
+		"cat /proc/1/cmdline | tr '\\0' ' '":                              "/.berth/berth agent",
+		"ip -o link 2>/dev/null | wc -l; cat /sys/class/net/lo/operstate": "1\nunknown",
+	}
+	for cmd, want := range checks {
+		out, _ := run(cmd)
+		if !strings.Contains(strings.Join(strings.Fields(out), " "), strings.Join(strings.Fields(want), " ")) {
+			t.Errorf("%s: got %q, want %q", cmd, out, want)
+		}
+	}
+	_ = io.Discard
+}
