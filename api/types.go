@@ -36,6 +36,74 @@ type CreateSandboxRequest struct {
 	Network        string            `json:"network,omitempty"`         // none | egress
 	Runtime        string            `json:"runtime,omitempty"`         // runtime class: runc
 	Workdir        string            `json:"workdir,omitempty"`
+
+	// PersistRoot keeps the whole writable root layer of a persistent
+	// sandbox (packages installed with apt or pip survive stop/start), not
+	// only its workspace volume.
+	PersistRoot bool `json:"persist_root,omitempty"`
+	// VolumeSizeBytes is the quota of a persistent sandbox's workspace
+	// volume (and of its root layer with PersistRoot); default 1 GiB.
+	VolumeSizeBytes int64 `json:"volume_size_bytes,omitempty"`
+	// VolumeInodes caps the files on that volume; default 1 per 16 KiB.
+	VolumeInodes int64 `json:"volume_inodes,omitempty"`
+	// Volumes attaches existing named volumes.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
+	// KeepVolume keeps the workspace volume when the sandbox is deleted.
+	KeepVolume bool `json:"keep_volume,omitempty"`
+	Policy
+}
+
+// Policy is a sandbox's lifecycle policy. Zero values mean "none" (or the
+// template's or server's default).
+type Policy struct {
+	IdleTimeoutSeconds float64 `json:"idle_timeout_seconds,omitempty"`
+	OnIdle             string  `json:"on_idle,omitempty"` // pause (default) | stop
+	MaxAgeSeconds      float64 `json:"max_age_seconds,omitempty"`
+	OnMaxAge           string  `json:"on_max_age,omitempty"` // stop | delete (default)
+	// RetentionSeconds deletes a stopped sandbox this long after it stopped.
+	RetentionSeconds float64 `json:"retention_seconds,omitempty"`
+	// AutoResume makes exec, file and port requests to a paused or stopped
+	// sandbox resume or start it first.
+	AutoResume bool `json:"auto_resume,omitempty"`
+	// IdleCPUThreshold: CPU use (in cores) above which the sandbox's
+	// processes count as activity; 0 = default 0.05, negative = CPU is ignored.
+	IdleCPUThreshold float64 `json:"idle_cpu_threshold,omitempty"`
+}
+
+// VolumeMount attaches a named volume at a path inside the sandbox.
+type VolumeMount struct {
+	Name     string `json:"name"`
+	Path     string `json:"path"` // default /workspace for the first, required otherwise
+	ReadOnly bool   `json:"read_only,omitempty"`
+}
+
+// Volume is a named, quota-limited filesystem.
+type Volume struct {
+	ID         string    `json:"id"`
+	Name       string    `json:"name"`
+	State      string    `json:"state"` // available | attached | deleted
+	SizeBytes  int64     `json:"size_bytes"`
+	Inodes     int64     `json:"inodes"`
+	UsedBytes  int64     `json:"used_bytes"`
+	UsedInodes int64     `json:"used_inodes"`
+	AttachedTo string    `json:"attached_to,omitempty"` // sandbox id
+	Keep       bool      `json:"keep"`                  // outlives its sandbox
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+// CreateVolumeRequest is the body of POST /v1/volumes.
+type CreateVolumeRequest struct {
+	Name      string `json:"name"`
+	SizeBytes int64  `json:"size_bytes,omitempty"` // default 1 GiB
+	Inodes    int64  `json:"inodes,omitempty"`
+}
+
+// DiffEntry is one path that differs from the sandbox's template.
+type DiffEntry struct {
+	Path string `json:"path"`
+	Kind string `json:"kind"` // added | changed | removed
+	Size int64  `json:"size"`
+	Dir  bool   `json:"dir,omitempty"`
 }
 
 // Isolation describes the isolation boundary a sandbox runs behind.
@@ -71,6 +139,20 @@ type Sandbox struct {
 	Cause          string            `json:"cause,omitempty"`
 	Reason         string            `json:"reason,omitempty"`
 	Error          string            `json:"error,omitempty"`
+
+	Hostname       string        `json:"hostname"`
+	PersistRoot    bool          `json:"persist_root,omitempty"`
+	Volumes        []VolumeMount `json:"volumes,omitempty"`
+	KeepVolume     bool          `json:"keep_volume,omitempty"`
+	Policy         Policy        `json:"policy"`
+	LastActivityAt *time.Time    `json:"last_activity_at,omitempty"`
+	PausedAt       *time.Time    `json:"paused_at,omitempty"`
+	StoppedAt      *time.Time    `json:"stopped_at,omitempty"`
+	// NextAction is the policy action the reconciler will take next, and when.
+	NextAction   string     `json:"next_action,omitempty"`
+	NextActionAt *time.Time `json:"next_action_at,omitempty"`
+	// Storage is the usage of the sandbox's workspace volume, if any.
+	Storage *Volume `json:"storage,omitempty"`
 }
 
 // ExecRequest is the body of POST /v1/sandboxes/{id}/exec and the first

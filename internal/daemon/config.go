@@ -20,5 +20,9 @@ type Config struct {
 	// AgentPath is the berth binary mounted into sandboxes as their agent;
 	// default: this executable.
 	AgentPath string
-	Logger    *slog.Logger
+	// WebhookURL receives every lifecycle event as a signed JSON POST
+	// (X-Berth-Signature: sha256=HMAC-SHA256(WebhookSecret, body)).
+	WebhookURL    string
+	WebhookSecret string
+	Logger        *slog.Logger
 }
