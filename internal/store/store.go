@@ -54,6 +54,30 @@ type APIKey struct {
 	RevokedAt time.Time `json:"revoked_at,omitzero"`
 }
 
+// Volume states.
+const (
+	VolumeAvailable = "available" // exists, not in use
+	VolumeAttached  = "attached"  // used by a live sandbox
+	VolumeDeleted   = "deleted"   // tombstone
+)
+
+// Volume is the durable record of a named, quota-limited filesystem.
+type Volume struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Tenant    string    `json:"tenant"`
+	State     string    `json:"state"`
+	SizeBytes int64     `json:"size_bytes"`
+	Inodes    int64     `json:"inodes"`
+	SandboxID string    `json:"sandbox_id,omitempty"` // attached to
+	Keep      bool      `json:"keep"`                 // outlives its sandbox
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	DeletedAt time.Time `json:"deleted_at,omitzero"`
+	// Generation: updates are compare-and-swap on it, as for sandboxes.
+	Generation int64 `json:"generation"`
+}
+
 // SandboxFilter selects sandboxes in ListSandboxes.
 type SandboxFilter struct {
 	Tenant         string          // "" = all tenants
@@ -88,6 +112,17 @@ type Store interface {
 	GetTemplate(ctx context.Context, name string) (*Template, error)
 	ListTemplates(ctx context.Context) ([]*Template, error)
 	DeleteTemplate(ctx context.Context, name string) error
+
+	// CreateVolume inserts a volume; a live volume with the same tenant and
+	// name gives ErrConflict.
+	CreateVolume(ctx context.Context, v *Volume) error
+	GetVolume(ctx context.Context, id string) (*Volume, error)
+	// GetVolumeByName finds a live (not deleted) volume.
+	GetVolumeByName(ctx context.Context, tenant, name string) (*Volume, error)
+	// ListVolumes returns volumes ordered by creation; tenant "" = all.
+	ListVolumes(ctx context.Context, tenant string, includeDeleted bool) ([]*Volume, error)
+	// UpdateVolume is compare-and-swap on Generation, like UpdateSandbox.
+	UpdateVolume(ctx context.Context, v *Volume) error
 
 	CreateAPIKey(ctx context.Context, k *APIKey) error
 	// GetAPIKeyByHash returns a key, revoked or not; callers check RevokedAt.

@@ -69,16 +69,17 @@ type scanner interface{ Scan(dest ...any) error }
 
 // ---- sandboxes ----
 
-const sandboxCols = `id, tenant, name, state, spec, created_at, updated_at, started_at, deleted_at, cause, reason, error, generation`
+const sandboxCols = `id, tenant, name, state, spec, created_at, updated_at, started_at, deleted_at, cause, reason, error, generation, last_activity_at, paused_at, stopped_at, prev_state`
 
 func scanSandbox(sc scanner) (*sandbox.Sandbox, error) {
 	var (
 		sb                                      sandbox.Sandbox
-		state, spec, cause                      string
+		state, spec, cause, prev                string
 		created, updated, started, deleted, gen int64
+		activity, paused, stopped               int64
 	)
 	if err := sc.Scan(&sb.ID, &sb.Tenant, &sb.Name, &state, &spec, &created, &updated, &started, &deleted,
-		&cause, &sb.Reason, &sb.Error, &gen); err != nil {
+		&cause, &sb.Reason, &sb.Error, &gen, &activity, &paused, &stopped, &prev); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(spec), &sb.Spec); err != nil {
@@ -89,6 +90,8 @@ func scanSandbox(sc scanner) (*sandbox.Sandbox, error) {
 	sb.CreatedAt, sb.UpdatedAt = fromMicros(created), fromMicros(updated)
 	sb.StartedAt, sb.DeletedAt = fromMicros(started), fromMicros(deleted)
 	sb.Generation = gen
+	sb.LastActivityAt, sb.PausedAt, sb.StoppedAt = fromMicros(activity), fromMicros(paused), fromMicros(stopped)
+	sb.PrevState = sandbox.State(prev)
 	return &sb, nil
 }
 
@@ -100,10 +103,11 @@ func (s *sqlStore) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox) error
 	if err != nil {
 		return fmt.Errorf("sandbox %s: encode spec: %w", sb.ID, err)
 	}
-	_, err = s.exec(ctx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`,
+	_, err = s.exec(ctx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)`,
 		sb.ID, sb.Tenant, sb.Name, string(sb.State), string(spec),
 		micros(sb.CreatedAt), micros(sb.UpdatedAt), micros(sb.StartedAt), micros(sb.DeletedAt),
-		string(sb.Cause), sb.Reason, sb.Error)
+		string(sb.Cause), sb.Reason, sb.Error,
+		micros(sb.LastActivityAt), micros(sb.PausedAt), micros(sb.StoppedAt), string(sb.PrevState))
 	if err != nil {
 		if s.d.classify(err) == UniqueViolation {
 			return s.sandboxConflict(ctx, sb)
@@ -205,11 +209,14 @@ func (s *sqlStore) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox) error
 	}
 	res, err := s.exec(ctx, `UPDATE sandboxes SET tenant = ?, name = ?, state = ?, spec = ?,
 		created_at = ?, updated_at = ?, started_at = ?, deleted_at = ?,
-		cause = ?, reason = ?, error = ?, generation = generation + 1
+		cause = ?, reason = ?, error = ?, generation = generation + 1,
+		last_activity_at = ?, paused_at = ?, stopped_at = ?, prev_state = ?
 		WHERE id = ? AND generation = ?`,
 		sb.Tenant, sb.Name, string(sb.State), string(spec),
 		micros(sb.CreatedAt), micros(sb.UpdatedAt), micros(sb.StartedAt), micros(sb.DeletedAt),
-		string(sb.Cause), sb.Reason, sb.Error, sb.ID, sb.Generation)
+		string(sb.Cause), sb.Reason, sb.Error,
+		micros(sb.LastActivityAt), micros(sb.PausedAt), micros(sb.StoppedAt), string(sb.PrevState),
+		sb.ID, sb.Generation)
 	if err != nil {
 		if s.d.classify(err) == UniqueViolation {
 			return errdefs.Conflict("a sandbox named %q already exists; choose another name or remove it first", sb.Name)

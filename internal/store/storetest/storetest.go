@@ -39,6 +39,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentUpdates", testConcurrentUpdates},
 		{"ConcurrentWriters", testConcurrentWriters},
 		{"NotFound", testNotFound},
+		{"Volumes", testVolumes},
+		{"SandboxLifecycleTimes", testSandboxLifecycleTimes},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)
@@ -98,6 +100,7 @@ func wantSandbox(sb *sandbox.Sandbox) *sandbox.Sandbox {
 	c := *sb
 	c.CreatedAt, c.UpdatedAt = stored(c.CreatedAt), stored(c.UpdatedAt)
 	c.StartedAt, c.DeletedAt = stored(c.StartedAt), stored(c.DeletedAt)
+	c.LastActivityAt, c.PausedAt, c.StoppedAt = stored(c.LastActivityAt), stored(c.PausedAt), stored(c.StoppedAt)
 	return &c
 }
 
