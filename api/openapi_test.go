@@ -68,6 +68,19 @@ func TestOpenAPIRoutes(t *testing.T) {
 		"POST /v1/templates/build",
 		"GET /v1/doctor",
 		"POST /v1/doctor/fix",
+		"POST /v1/sandboxes/{id}/pause",
+		"POST /v1/sandboxes/{id}/resume",
+		"POST /v1/sandboxes/{id}/stop",
+		"POST /v1/sandboxes/{id}/start",
+		"POST /v1/sandboxes/{id}/reset",
+		"POST /v1/sandboxes/{id}/quarantine",
+		"POST /v1/sandboxes/{id}/release",
+		"POST /v1/sandboxes/{id}/touch",
+		"GET /v1/sandboxes/{id}/diff",
+		"POST /v1/volumes",
+		"GET /v1/volumes",
+		"GET /v1/volumes/{name}",
+		"DELETE /v1/volumes/{name}",
 	}
 	for _, r := range routes {
 		method, path, _ := strings.Cut(r, " ")
@@ -149,7 +162,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		Error{}, ErrorBody{}, Resources{}, CreateSandboxRequest{}, Isolation{}, Sandbox{},
 		ExecRequest{}, ExecExit{}, ExecEvent{}, Resize{}, RunRequest{}, FileInfo{}, Template{},
 		ImportTemplateRequest{}, BuildTemplateRequest{}, BuildEvent{}, Event{}, DoctorFinding{},
-		DoctorReport{}, Version{},
+		DoctorReport{}, Version{}, Policy{}, VolumeMount{}, Volume{}, CreateVolumeRequest{}, DiffEntry{},
 	}
 	for _, v := range types {
 		rt := reflect.TypeOf(v)
@@ -159,10 +172,10 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 				t.Fatalf("no schema %s", rt.Name())
 			}
 			var fields, required []string
-			for i := range rt.NumField() {
-				f := rt.Field(i)
+			for _, f := range jsonFields(rt) {
 				name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
 				if name == "" || name == "-" {
+					t.Errorf("field %s has no JSON name", f.Name)
 					continue
 				}
 				fields = append(fields, name)
@@ -188,6 +201,49 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 				t.Errorf("required = %v, want %v", got, required)
 			}
 		})
+	}
+}
+
+// jsonFields lists the fields of rt as encoding/json sees them: the fields
+// of an embedded struct without a JSON name are promoted into rt's object
+// (as CreateSandboxRequest's Policy is), fields named "-" dropped.
+func jsonFields(rt reflect.Type) []reflect.StructField {
+	var out []reflect.StructField
+	for i := range rt.NumField() {
+		f := rt.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" || !f.IsExported() && !f.Anonymous {
+			continue
+		}
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			out = append(out, jsonFields(f.Type)...)
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// TestOpenAPIEmbeddedPolicyIsFlat checks the reflection above against
+// encoding/json itself: a create request's policy fields are top-level keys.
+func TestOpenAPIEmbeddedPolicyIsFlat(t *testing.T) {
+	b, err := json.Marshal(CreateSandboxRequest{Policy: Policy{IdleTimeoutSeconds: 1, OnIdle: "stop"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["idle_timeout_seconds"] != 1.0 || m["on_idle"] != "stop" {
+		t.Errorf("create request JSON = %s, want flat policy fields", b)
+	}
+	doc := loadDoc(t)
+	for _, f := range jsonFields(reflect.TypeOf(Policy{})) {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if doc.Components.Schemas["CreateSandboxRequest"].Properties[name] == nil {
+			t.Errorf("CreateSandboxRequest schema lacks policy field %s", name)
+		}
 	}
 }
 

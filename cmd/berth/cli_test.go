@@ -25,6 +25,8 @@ type fakeDaemon struct {
 	lastCreate api.CreateSandboxRequest
 	lastRun    api.RunRequest
 	lastExec   api.ExecRequest
+	volumes    map[string]api.Volume
+	afterQuery string // the after parameter of the last events request
 }
 
 func newFakeDaemon(t *testing.T) (*fakeDaemon, string) {
@@ -34,7 +36,8 @@ func newFakeDaemon(t *testing.T) (*fakeDaemon, string) {
 	}
 	created := time.Now().Add(-5 * time.Minute).UTC()
 	f.sandboxes["sb1"] = api.Sandbox{ID: "sb1", Name: "dev", Template: "base", State: "running", Persistent: true, CreatedAt: created,
-		Resources: api.Resources{MemoryBytes: 256 << 20}, Isolation: api.Isolation{Runtime: "runc", UserNamespace: true}}
+		Resources: api.Resources{MemoryBytes: 256 << 20}, Isolation: api.Isolation{Runtime: "runc", UserNamespace: true},
+		Storage: &api.Volume{Name: "sb1-workspace", SizeBytes: 1 << 30, UsedBytes: 12 << 20, Inodes: 65536, UsedInodes: 120}}
 	f.sandboxes["sb2"] = api.Sandbox{ID: "sb2", Template: "base", State: "paused", CreatedAt: created}
 
 	notFound := func(w http.ResponseWriter, what string) {
@@ -63,6 +66,7 @@ func newFakeDaemon(t *testing.T) (*fakeDaemon, string) {
 	mux.HandleFunc("POST /v1/sandboxes", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		f.lastCreate = api.CreateSandboxRequest{}
 		_ = json.NewDecoder(r.Body).Decode(&f.lastCreate)
 		writeTestJSON(w, 201, api.Sandbox{ID: "sbnew", Name: f.lastCreate.Name, State: "running", Template: "base"})
 	})
@@ -78,6 +82,9 @@ func newFakeDaemon(t *testing.T) (*fakeDaemon, string) {
 		writeTestJSON(w, 200, sb)
 	})
 	mux.HandleFunc("GET /v1/sandboxes/{id}/events", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.afterQuery = r.URL.Query().Get("after")
+		f.mu.Unlock()
 		writeTestJSON(w, 200, []api.Event{{ID: 1, SandboxID: r.PathValue("id"), Type: "state", From: "creating", To: "running", Actor: "user"}})
 	})
 	execStream := func(w http.ResponseWriter, cmd []string) {
@@ -152,6 +159,7 @@ func newFakeDaemon(t *testing.T) (*fakeDaemon, string) {
 	mux.HandleFunc("GET /v1/version", func(w http.ResponseWriter, r *http.Request) {
 		writeTestJSON(w, 200, api.Version{Version: "v0.1.0", Go: "go1.26", Runtime: "runc"})
 	})
+	f.addPersistRoutes(mux)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return f, srv.URL
@@ -208,11 +216,14 @@ func TestListTable(t *testing.T) {
 	if code != 0 || len(lines) != 3 {
 		t.Fatalf("exit %d, output:\n%s", code, out)
 	}
-	if f := strings.Fields(lines[0]); strings.Join(f, " ") != "ID NAME TEMPLATE STATE PERSISTENT AGE" {
+	if f := strings.Fields(lines[0]); strings.Join(f, " ") != "ID NAME TEMPLATE STATE PERSISTENT STORAGE AGE" {
 		t.Errorf("header = %q", lines[0])
 	}
-	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "sb1 dev base running yes 5m" {
+	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "sb1 dev base running yes 12MiB/1GiB 5m" {
 		t.Errorf("row = %q", lines[1])
+	}
+	if f := strings.Fields(lines[2]); strings.Join(f, " ") != "sb2 - base paused no - 5m" {
+		t.Errorf("row = %q", lines[2])
 	}
 }
 

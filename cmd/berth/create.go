@@ -8,19 +8,32 @@ import (
 
 func newCreateCmd(g *globals) *cobra.Command {
 	var (
-		sf         sandboxFlags
-		name       string
-		persistent bool
-		labels     []string
+		sf     sandboxFlags
+		pf     persistFlags
+		name   string
+		labels []string
 	)
 	cmd := &cobra.Command{
 		Use:   "create [flags]",
 		Short: "Create a sandbox and print its id",
-		Long: `Create a sandbox and print its id once it is running. An ephemeral sandbox
-(the default) loses its files when it is deleted or times out; --persistent
-keeps its workspace across stop, start and daemon restarts.`,
+		Long: `Create a sandbox and print its id once it is running.
+
+An ephemeral sandbox (the default) loses its files when it is deleted or times
+out. --persistent gives it a workspace volume, mounted at /workspace, that
+survives pause/resume, stop/start and daemon restarts (--persist-root keeps the
+whole writable root layer too); 'berth rm' deletes the volume unless
+--keep-volume was given. --volume attaches existing volumes ('berth volume').
+
+Policies act on the sandbox without anyone asking: --idle-timeout pauses (or,
+with --on-idle stop, stops) it after a time without API activity, exec sessions
+or CPU use above --idle-cpu-threshold; --max-age stops or deletes it at an age;
+--retention deletes it that long after it was stopped; --auto-resume wakes it
+when an exec, file or port request reaches it paused or stopped. Durations are
+seconds or like 30s, 10m, 1h30m, 7d.`,
 		Example: `  id=$(berth create --memory 512m --timeout 1h)
-  berth create --name dev --persistent --label team=ml`,
+  berth create --name dev --persistent --volume-size 10g --idle-timeout 15m --auto-resume
+  berth create --persist-root --keep-volume --max-age 7d --on-max-age stop --retention 30d
+  berth create --volume data:/data --volume models:/models:ro --label team=ml`,
 		Args: cobra.NoArgs,
 	}
 	out := addOutputFlag(cmd)
@@ -29,7 +42,10 @@ keeps its workspace across stop, start and daemon restarts.`,
 		if err != nil {
 			return err
 		}
-		req.Name, req.Persistent = name, persistent
+		req.Name = name
+		if err := pf.apply(&req, cmd.Flags().Changed("persistent")); err != nil {
+			return err
+		}
 		if req.Labels, err = parseKV(labels, "label"); err != nil {
 			return err
 		}
@@ -50,8 +66,8 @@ keeps its workspace across stop, start and daemon restarts.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&name, "name", "", "unique name, usable wherever an id is")
-	f.BoolVar(&persistent, "persistent", false, "keep the sandbox's workspace across stop/start and restarts")
 	f.StringArrayVarP(&labels, "label", "l", nil, "label `K=V`; repeatable")
 	sf.register(f, "hard lifetime of the sandbox; it is deleted when it runs out")
+	pf.register(f)
 	return cmd
 }

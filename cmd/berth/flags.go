@@ -27,10 +27,22 @@ func parseDuration(s string) (time.Duration, error) {
 		}
 		d = time.Duration(secs * float64(time.Second))
 	} else {
-		d, err = time.ParseDuration(s)
-		if err != nil {
-			return 0, fmt.Errorf("invalid duration %q: use seconds or Go syntax like 30s, 5m, 1h30m", s)
+		// Go syntax, plus a leading number of days: 7d, 1d12h.
+		rest, days := s, 0.0
+		if i := strings.IndexByte(s, 'd'); i > 0 {
+			if days, err = strconv.ParseFloat(s[:i], 64); err != nil || days < 0 || days > 100*365 {
+				return 0, fmt.Errorf("invalid duration %q: use seconds or Go syntax like 30s, 5m, 1h30m, 7d", s)
+			}
+			if rest = s[i+1:]; strings.HasPrefix(rest, "-") || strings.HasPrefix(rest, "+") {
+				return 0, fmt.Errorf("invalid duration %q: use seconds or Go syntax like 30s, 5m, 1h30m, 7d", s)
+			}
 		}
+		if rest != "" {
+			if d, err = time.ParseDuration(rest); err != nil {
+				return 0, fmt.Errorf("invalid duration %q: use seconds or Go syntax like 30s, 5m, 1h30m, 7d", s)
+			}
+		}
+		d += time.Duration(days * float64(24*time.Hour))
 	}
 	if d < 0 {
 		return 0, fmt.Errorf("invalid duration %q: must not be negative", s)
@@ -224,4 +236,205 @@ func (f *sandboxFlags) request() (api.CreateSandboxRequest, error) {
 		Network:        string(f.network),
 		Workdir:        f.workdir,
 	}, nil
+}
+
+// parseVolumeSpec parses a --volume value: NAME[:PATH[:ro|rw]]. An empty PATH
+// leaves the mount point to the daemon (/workspace for the first volume).
+func parseVolumeSpec(s string) (api.VolumeMount, error) {
+	const want = "want NAME[:PATH[:ro]]"
+	parts := strings.Split(s, ":")
+	if len(parts) > 3 {
+		return api.VolumeMount{}, fmt.Errorf("invalid volume %q: %s", s, want)
+	}
+	m := api.VolumeMount{Name: parts[0]}
+	if m.Name == "" || strings.ContainsAny(m.Name, "/ \t\n") {
+		return api.VolumeMount{}, fmt.Errorf("invalid volume %q: NAME must be a volume name (%s)", s, want)
+	}
+	if len(parts) > 1 {
+		m.Path = parts[1]
+		if m.Path != "" && !strings.HasPrefix(m.Path, "/") {
+			return api.VolumeMount{}, fmt.Errorf("invalid volume %q: PATH must be absolute, like /data (%s)", s, want)
+		}
+	}
+	if len(parts) > 2 {
+		switch parts[2] {
+		case "ro":
+			m.ReadOnly = true
+		case "rw":
+		default:
+			return api.VolumeMount{}, fmt.Errorf("invalid volume %q: the mode must be ro or rw (%s)", s, want)
+		}
+	}
+	return m, nil
+}
+
+// parseVolumeSpecs parses every --volume value; a name given twice is an
+// error.
+func parseVolumeSpecs(specs []string) ([]api.VolumeMount, error) {
+	var out []api.VolumeMount
+	seen := map[string]bool{}
+	for _, s := range specs {
+		m, err := parseVolumeSpec(s)
+		if err != nil {
+			return nil, err
+		}
+		if seen[m.Name] {
+			return nil, fmt.Errorf("volume %q is given twice", m.Name)
+		}
+		seen[m.Name] = true
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// enumValue is a pflag.Value accepting one of a fixed set of words.
+type enumValue struct {
+	value   string
+	allowed []string
+}
+
+func newEnum(allowed ...string) *enumValue { return &enumValue{allowed: allowed} }
+
+func (e *enumValue) Set(v string) error {
+	for _, a := range e.allowed {
+		if v == a {
+			e.value = v
+			return nil
+		}
+	}
+	return fmt.Errorf("want %s", orList(e.allowed))
+}
+func (e *enumValue) Type() string   { return strings.Join(e.allowed, "|") }
+func (e *enumValue) String() string { return e.value }
+
+// orList joins words as "a, b or c".
+func orList(words []string) string {
+	if len(words) <= 1 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
+}
+
+// cpuThresholdValue is the --idle-cpu-threshold flag: cores, any finite
+// number (negative means CPU use is ignored).
+type cpuThresholdValue float64
+
+func (c *cpuThresholdValue) Set(s string) error {
+	v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return fmt.Errorf("want a number of cores like 0.05, or -1 to ignore CPU use")
+	}
+	*c = cpuThresholdValue(v)
+	return nil
+}
+func (c *cpuThresholdValue) Type() string { return "cores" }
+func (c *cpuThresholdValue) String() string {
+	if *c == 0 {
+		return ""
+	}
+	return strconv.FormatFloat(float64(*c), 'f', -1, 64)
+}
+
+// persistFlags are create's flags for persistent state and lifecycle
+// policy; run, being ephemeral, has none of them.
+type persistFlags struct {
+	persistent   bool
+	persistRoot  bool
+	volumeSize   sizeValue
+	volumeInodes int64
+	volumes      []string
+	keepVolume   bool
+
+	idleTimeout durationValue
+	onIdle      *enumValue
+	maxAge      durationValue
+	onMaxAge    *enumValue
+	retention   durationValue
+	autoResume  bool
+	idleCPU     cpuThresholdValue
+}
+
+func (p *persistFlags) register(fs *pflag.FlagSet) {
+	p.onIdle = newEnum("pause", "stop")
+	p.onMaxAge = newEnum("stop", "delete")
+	fs.BoolVar(&p.persistent, "persistent", false, "give the sandbox a workspace volume (at /workspace) that survives pause, stop/start and daemon restarts")
+	fs.BoolVar(&p.persistRoot, "persist-root", false, "also keep the whole writable root layer (apt/pip installs survive stop/start); implies --persistent")
+	fs.Var(&p.volumeSize, "volume-size", "quota of the workspace volume (e.g. 512m, 10g; default 1GiB); implies --persistent")
+	fs.Int64Var(&p.volumeInodes, "volume-inodes", 0, "limit on the files of the workspace volume (default 1 per 16KiB); implies --persistent")
+	fs.StringArrayVar(&p.volumes, "volume", nil, "attach an existing volume `NAME[:PATH[:ro]]` (see 'berth volume'); repeatable")
+	fs.BoolVar(&p.keepVolume, "keep-volume", false, "keep the workspace volume when the sandbox is deleted; implies --persistent")
+	fs.Var(&p.idleTimeout, "idle-timeout", "act (see --on-idle) after this long without activity (e.g. 10m)")
+	fs.Var(p.onIdle, "on-idle", "what to do when idle: pause (default) or stop")
+	fs.Var(&p.maxAge, "max-age", "act (see --on-max-age) when the sandbox is this old (e.g. 24h)")
+	fs.Var(p.onMaxAge, "on-max-age", "what to do at --max-age: stop or delete (default)")
+	fs.Var(&p.retention, "retention", "delete the sandbox this long after it was stopped (e.g. 168h)")
+	fs.BoolVar(&p.autoResume, "auto-resume", false, "resume or start the sandbox when an exec, file or port request reaches it paused or stopped")
+	fs.Var(&p.idleCPU, "idle-cpu-threshold", "CPU use in cores above which processes count as activity (default 0.05; negative: ignore CPU)")
+}
+
+// apply sets the persistence and policy fields of req. persistentSet says
+// whether --persistent was given explicitly.
+func (p *persistFlags) apply(req *api.CreateSandboxRequest, persistentSet bool) error {
+	var implied []string
+	if p.persistRoot {
+		implied = append(implied, "--persist-root")
+	}
+	if p.volumeSize > 0 {
+		implied = append(implied, "--volume-size")
+	}
+	if p.volumeInodes != 0 {
+		implied = append(implied, "--volume-inodes")
+	}
+	if p.keepVolume {
+		implied = append(implied, "--keep-volume")
+	}
+	if p.volumeInodes < 0 {
+		return fmt.Errorf("--volume-inodes must not be negative")
+	}
+	if len(implied) > 0 {
+		if persistentSet && !p.persistent {
+			return fmt.Errorf("%s needs a persistent sandbox: drop --persistent=false", implied[0])
+		}
+		p.persistent = true
+	}
+	vols, err := parseVolumeSpecs(p.volumes)
+	if err != nil {
+		return err
+	}
+	req.Persistent = p.persistent
+	req.PersistRoot = p.persistRoot
+	req.VolumeSizeBytes = int64(p.volumeSize)
+	req.VolumeInodes = p.volumeInodes
+	req.Volumes = vols
+	req.KeepVolume = p.keepVolume
+	req.Policy = api.Policy{
+		IdleTimeoutSeconds: p.idleTimeout.seconds(),
+		OnIdle:             p.onIdle.value,
+		MaxAgeSeconds:      p.maxAge.seconds(),
+		OnMaxAge:           p.onMaxAge.value,
+		RetentionSeconds:   p.retention.seconds(),
+		AutoResume:         p.autoResume,
+		IdleCPUThreshold:   float64(p.idleCPU),
+	}
+	return nil
+}
+
+// formatDuration prints a duration compactly: 10m rather than 10m0s, and
+// whole days as such (7d).
+func formatDuration(d time.Duration) string {
+	if d >= 24*time.Hour && d%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+func secondsDuration(secs float64) time.Duration {
+	return time.Duration(secs * float64(time.Second))
 }

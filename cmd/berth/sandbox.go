@@ -44,10 +44,14 @@ func newLsCmd(g *globals) *cobra.Command {
 
 func printSandboxTable(w io.Writer, sbs []api.Sandbox, now time.Time) error {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "ID\tNAME\tTEMPLATE\tSTATE\tPERSISTENT\tAGE")
+	fmt.Fprintln(tw, "ID\tNAME\tTEMPLATE\tSTATE\tPERSISTENT\tSTORAGE\tAGE")
 	for _, sb := range sbs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, orDash(sb.Name), orDash(sb.Template),
-			sb.State, yesNo(sb.Persistent), age(now, sb.CreatedAt))
+		storage := "-"
+		if sb.Storage != nil {
+			storage = formatSize(sb.Storage.UsedBytes) + "/" + formatSize(sb.Storage.SizeBytes)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, orDash(sb.Name), orDash(sb.Template),
+			sb.State, yesNo(sb.Persistent), storage, age(now, sb.CreatedAt))
 	}
 	return tw.Flush()
 }
@@ -95,13 +99,37 @@ func printSandbox(w io.Writer, sb *api.Sandbox, now time.Time) error {
 	row("Template", sb.Template)
 	row("State", sb.State)
 	row("Persistent", yesNo(sb.Persistent))
+	if sb.Persistent {
+		row("Persist root", yesNo(sb.PersistRoot))
+		row("Keep volume", yesNo(sb.KeepVolume))
+	}
+	row("Hostname", sb.Hostname)
 	row("Created", ts(&sb.CreatedAt))
 	row("Started", ts(sb.StartedAt))
+	row("Last activity", ts(sb.LastActivityAt))
+	row("Paused", ts(sb.PausedAt))
+	row("Stopped", ts(sb.StoppedAt))
 	row("Expires", ts(sb.ExpiresAt))
 	row("Deleted", ts(sb.DeletedAt))
-	if sb.TimeoutSeconds > 0 {
-		row("Timeout", (time.Duration(sb.TimeoutSeconds * float64(time.Second))).String())
+	if sb.NextAction != "" {
+		next := sb.NextAction
+		if at := ts(sb.NextActionAt); at != "" {
+			next += " at " + at
+		}
+		row("Next action", next)
 	}
+	if sb.TimeoutSeconds > 0 {
+		row("Timeout", formatDuration(secondsDuration(sb.TimeoutSeconds)))
+	}
+	row("Policy", formatPolicy(sb.Policy))
+	if st := sb.Storage; st != nil {
+		v := formatUsage(st.UsedBytes, st.SizeBytes) + ", inodes " + formatInodes(*st)
+		if st.Name != "" {
+			v += " (volume " + st.Name + ")"
+		}
+		row("Storage", v)
+	}
+	row("Volumes", formatMounts(sb.Volumes))
 	row("Resources", formatResources(sb.Resources))
 	row("Network", sb.Network)
 	row("Workdir", sb.Workdir)
@@ -121,6 +149,43 @@ func printSandbox(w io.Writer, sb *api.Sandbox, now time.Time) error {
 	row("Reason", sb.Reason)
 	row("Error", sb.Error)
 	return tw.Flush()
+}
+
+// formatPolicy prints every policy setting as key=value, "none" for a timer
+// that is not set.
+func formatPolicy(p api.Policy) string {
+	var parts []string
+	timer := func(k string, secs float64, actionKey, action string) {
+		if secs <= 0 {
+			parts = append(parts, k+"=none")
+			return
+		}
+		parts = append(parts, k+"="+formatDuration(secondsDuration(secs)))
+		if actionKey != "" && action != "" {
+			parts = append(parts, actionKey+"="+action)
+		}
+	}
+	timer("idle_timeout", p.IdleTimeoutSeconds, "on_idle", p.OnIdle)
+	timer("max_age", p.MaxAgeSeconds, "on_max_age", p.OnMaxAge)
+	timer("retention", p.RetentionSeconds, "", "")
+	parts = append(parts, "auto_resume="+strconv.FormatBool(p.AutoResume))
+	if p.IdleCPUThreshold != 0 {
+		parts = append(parts, "idle_cpu_threshold="+strconv.FormatFloat(p.IdleCPUThreshold, 'f', -1, 64))
+	}
+	return strings.Join(parts, " ")
+}
+
+// formatMounts prints volume mounts as NAME:PATH[:ro], comma-separated.
+func formatMounts(ms []api.VolumeMount) string {
+	var parts []string
+	for _, m := range ms {
+		s := m.Name + ":" + m.Path
+		if m.ReadOnly {
+			s += ":ro"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func relTime(now, t time.Time) string {
@@ -156,19 +221,33 @@ func formatMap(m map[string]string) string {
 }
 
 func newEventsCmd(g *globals) *cobra.Command {
+	var after int64
 	cmd := &cobra.Command{
 		Use:   "events ID",
 		Short: "Show a sandbox's lifecycle events and mutating calls",
-		Args:  exactArgs(1, "a sandbox id or name"),
+		Long: `Show a sandbox's recorded events, oldest first: every state transition with
+its cause (user, policy, reconciler, admin) and outcome, and every mutating call.
+--after N shows only the events whose id is greater than N (the ID column of
+-o json), to pick up where an earlier call left off.`,
+		Args: exactArgs(1, "a sandbox id or name"),
 	}
 	out := addOutputFlag(cmd)
+	cmd.Flags().Int64Var(&after, "after", 0, "only events with an id greater than `N`")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if after < 0 {
+			return fmt.Errorf("--after must not be negative")
+		}
 		c, err := g.client()
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		evs, err := c.Events(cmd.Context(), args[0])
+		var evs []api.Event
+		if cmd.Flags().Changed("after") {
+			evs, err = c.EventsAfter(cmd.Context(), args[0], after)
+		} else {
+			evs, err = c.Events(cmd.Context(), args[0])
+		}
 		if err != nil {
 			return err
 		}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -13,7 +15,15 @@ import (
 	"github.com/berth-sh/berth/internal/daemon"
 )
 
-func newServeCmd() *cobra.Command {
+// webhookSecretEnv supplies --webhook-secret when the flag is not given, so
+// the secret need not appear in the process list.
+const webhookSecretEnv = "BERTH_WEBHOOK_SECRET"
+
+func newServeCmd() *cobra.Command { return newServeCmdWith(daemon.Run) }
+
+// newServeCmdWith is newServeCmd with the daemon's entry point replaced
+// (tests check the flags' mapping onto daemon.Config with it).
+func newServeCmdWith(run func(context.Context, daemon.Config) error) *cobra.Command {
 	cfg := daemon.Config{}
 	var logLevel, logFormat string
 	cmd := &cobra.Command{
@@ -21,17 +31,27 @@ func newServeCmd() *cobra.Command {
 		Short: "Run the berth daemon",
 		Long: `Run the berth daemon: the API on a unix socket (and optionally TCP), the
 store, the reconciler and the sandboxes' runtime. It stops on SIGINT or SIGTERM;
-running sandboxes keep running and are picked up again on the next start.`,
+running sandboxes keep running and are picked up again on the next start.
+
+With --webhook-url, every lifecycle event is POSTed there as JSON, signed with
+X-Berth-Signature: sha256=<hex HMAC-SHA256 of the body keyed with the secret>,
+and retried with backoff; each delivery is recorded.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(logLevel, logFormat)
 			if err != nil {
 				return err
 			}
+			if err := webhookConfig(&cfg, cmd.Flags().Changed("webhook-secret"), os.Getenv(webhookSecretEnv)); err != nil {
+				return err
+			}
+			if cfg.WebhookURL != "" && cfg.WebhookSecret == "" {
+				logger.Warn("webhook deliveries are unsigned: set --webhook-secret or " + webhookSecretEnv)
+			}
 			cfg.Logger = logger
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return daemon.Run(ctx, cfg)
+			return run(ctx, cfg)
 		},
 	}
 	f := cmd.Flags()
@@ -43,9 +63,30 @@ running sandboxes keep running and are picked up again on the next start.`,
 	f.StringVar(&cfg.RuncPath, "runc", "runc", "runc binary (`PATH` or name looked up in $PATH)")
 	f.StringVar(&cfg.DefaultTemplate, "default-template", "base", "template used when a create names none")
 	f.StringVar(&cfg.AgentPath, "agent", "", "berth binary mounted into sandboxes as their agent (default: this executable)")
+	f.StringVar(&cfg.WebhookURL, "webhook-url", "", "POST every lifecycle event as JSON to this http(s) `URL`, signed in X-Berth-Signature")
+	f.StringVar(&cfg.WebhookSecret, "webhook-secret", "", "HMAC-SHA256 key of the webhook signature (env "+webhookSecretEnv+")")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	return cmd
+}
+
+// webhookConfig checks the webhook settings and fills the secret from the
+// environment when the flag was not given.
+func webhookConfig(cfg *daemon.Config, secretFlagSet bool, envSecret string) error {
+	if !secretFlagSet {
+		cfg.WebhookSecret = envSecret
+	}
+	if cfg.WebhookURL == "" {
+		if secretFlagSet {
+			return fmt.Errorf("--webhook-secret needs --webhook-url")
+		}
+		return nil
+	}
+	u, err := url.Parse(cfg.WebhookURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("invalid --webhook-url %q: want http(s)://host[:port]/path", cfg.WebhookURL)
+	}
+	return nil
 }
 
 func newLogger(level, format string) (*slog.Logger, error) {

@@ -1,0 +1,94 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/berth-sh/berth/api"
+)
+
+// The lifecycle verbs below answer with the sandbox after the transition. A
+// verb that does not apply to the sandbox's current state fails with a
+// conflict error (IsConflict) whose message names that state.
+
+// Pause freezes every process of a running sandbox: memory and processes are
+// kept, no CPU is used.
+func (c *Client) Pause(ctx context.Context, id string) (*api.Sandbox, error) {
+	return c.lifecycle(ctx, id, "pause")
+}
+
+// Resume thaws a paused sandbox.
+func (c *Client) Resume(ctx context.Context, id string) (*api.Sandbox, error) {
+	return c.lifecycle(ctx, id, "resume")
+}
+
+// Stop scales a sandbox to zero: its processes and memory are gone; its
+// volume, config, policies and network identity are kept.
+func (c *Client) Stop(ctx context.Context, id string) (*api.Sandbox, error) {
+	return c.lifecycle(ctx, id, "stop")
+}
+
+// Start brings a stopped sandbox back from its template plus its volume.
+func (c *Client) Start(ctx context.Context, id string) (*api.Sandbox, error) {
+	return c.lifecycle(ctx, id, "start")
+}
+
+// Reset returns a sandbox's workspace and writable layer to its template;
+// its config is kept.
+func (c *Client) Reset(ctx context.Context, id string) (*api.Sandbox, error) {
+	return c.lifecycle(ctx, id, "reset")
+}
+
+// Quarantine freezes a sandbox, cuts its network, refuses exec and writes
+// and keeps all of its state for inspection until Release or deletion.
+func (c *Client) Quarantine(ctx context.Context, id string) (*api.Sandbox, error) {
+	return c.lifecycle(ctx, id, "quarantine")
+}
+
+// Release ends a sandbox's quarantine.
+func (c *Client) Release(ctx context.Context, id string) (*api.Sandbox, error) {
+	return c.lifecycle(ctx, id, "release")
+}
+
+// Touch records activity on a sandbox (a keep-alive): its idle timer starts
+// again.
+func (c *Client) Touch(ctx context.Context, id string) (*api.Sandbox, error) {
+	return c.lifecycle(ctx, id, "touch")
+}
+
+func (c *Client) lifecycle(ctx context.Context, id, verb string) (*api.Sandbox, error) {
+	var sb api.Sandbox
+	if err := c.do(ctx, http.MethodPost, sandboxPath(id, verb), nil, nil, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// Diff lists the paths of a sandbox's filesystem that were added, changed or
+// removed against its template, with their sizes.
+func (c *Client) Diff(ctx context.Context, id string) ([]api.DiffEntry, error) {
+	d := []api.DiffEntry{}
+	if err := c.do(ctx, http.MethodGet, sandboxPath(id, "diff"), nil, nil, &d); err != nil {
+		return nil, err
+	}
+	if d == nil {
+		d = []api.DiffEntry{}
+	}
+	return d, nil
+}
+
+// EventsAfter returns the events of a sandbox whose id is greater than after,
+// oldest first: pass the id of the last event seen to follow a sandbox.
+func (c *Client) EventsAfter(ctx context.Context, id string, after int64) ([]api.Event, error) {
+	q := url.Values{"after": {strconv.FormatInt(after, 10)}}
+	evs := []api.Event{}
+	if err := c.do(ctx, http.MethodGet, sandboxPath(id, "events"), q, nil, &evs); err != nil {
+		return nil, err
+	}
+	if evs == nil {
+		evs = []api.Event{}
+	}
+	return evs, nil
+}
