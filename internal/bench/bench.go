@@ -242,6 +242,12 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (*Report, error)
 	}
 	b := &bench{opts: opts, log: progress, rep: rep}
 	err := b.run(ctx)
+	if err != nil && b.d != nil {
+		// The work dir goes away with cleanup; keep the daemon's log.
+		if kept, kerr := b.keepLog(); kerr == nil {
+			err = fmt.Errorf("%w (daemon log kept in %s)", err, kept)
+		}
+	}
 	// Cleanup runs whatever happened, and is not cut short by ctx.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
 	defer cancel()
@@ -361,4 +367,14 @@ func machineInfo(runc string) Machine {
 		m.MemTotalMiB = v >> 20
 	}
 	return m
+}
+
+// keepLog copies the daemon's log out of the work dir.
+func (b *bench) keepLog() (string, error) {
+	data, err := os.ReadFile(b.d.logPath)
+	if err != nil {
+		return "", err
+	}
+	dst := b.tmp + "-daemon.log"
+	return dst, os.WriteFile(dst, data, 0o600)
 }

@@ -172,3 +172,9 @@ func parseKB(s string) (int64, error) {
 	}
 	return n, nil
 }
+
+// logContains reports whether the daemon's log mentions s.
+func (d *daemon) logContains(s string) bool {
+	b, err := os.ReadFile(d.logPath)
+	return err == nil && strings.Contains(string(b), s)
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
 	"github.com/berth-sh/berth/internal/cgroups"
+	"github.com/berth-sh/berth/internal/manager"
 )
 
 var trueCmd = api.ExecRequest{Cmd: []string{"true"}}
@@ -306,15 +308,16 @@ func (b *bench) measureChurn(ctx context.Context) error {
 }
 
 // parallel runs fn(i) for i in [0,n) on workers goroutines and returns
-// each call's latency.
+// the latencies of the calls that succeeded. After the first error no new
+// call starts, but calls in flight finish (their side effects are known to
+// the caller); that error is returned.
 func parallel(ctx context.Context, n, workers int, progress func(done int), fn func(ctx context.Context, i int) error) ([]float64, time.Duration, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	lat := make([]float64, n)
 	var (
 		next     atomic.Int64
 		done     atomic.Int64
-		errOnce  sync.Once
+		stop     atomic.Bool
+		mu       sync.Mutex
+		lat      []float64
 		firstErr error
 		wg       sync.WaitGroup
 	)
@@ -323,19 +326,25 @@ func parallel(ctx context.Context, n, workers int, progress func(done int), fn f
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for ctx.Err() == nil {
+			for !stop.Load() && ctx.Err() == nil {
 				i := int(next.Add(1) - 1)
 				if i >= n {
 					return
 				}
 				t0 := time.Now()
-				if err := fn(ctx, i); err != nil {
-					errOnce.Do(func() { firstErr = err })
-					cancel()
-					return
+				err := fn(ctx, i)
+				d := time.Since(t0)
+				mu.Lock()
+				if err != nil {
+					if firstErr == nil {
+						firstErr = err
+					}
+					stop.Store(true)
+				} else {
+					lat = append(lat, ms(d))
 				}
-				lat[i] = ms(time.Since(t0))
-				if progress != nil {
+				mu.Unlock()
+				if err == nil && progress != nil {
 					progress(int(done.Add(1)))
 				}
 			}
@@ -414,38 +423,9 @@ func (b *bench) measureDensity(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ids := make([]string, n)
-	b.logf("density: creating %d sandboxes (%d concurrent)", n, workers)
-	createLat, createWall, err := parallel(ctx, n, workers, func(done int) { b.every(done-1, n, "density: created") },
-		func(ctx context.Context, i int) error {
-			sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-			if err != nil {
-				return fmt.Errorf("create %d of %d: %w", i+1, n, err)
-			}
-			ids[i] = sb.ID
-			return nil
-		})
-	if err != nil {
-		return err
-	}
-	settle()
-	m1, err := meminfo("MemAvailable")
-	if err != nil {
-		return err
-	}
-	rels := make([]string, n)
-	for i, id := range ids {
-		rels[i] = "/" + b.d.instance + "/" + id
-	}
-	bcg, brss, err := memOf(rels)
-	if err != nil {
-		return err
-	}
-	drss, err := rss(b.d.pid())
-	if err != nil {
-		return err
-	}
 
+	// The peer's containers first: they draw on the same per-uid kernel
+	// key quota as the sandboxes (see below), and are few.
 	b.logf("density: starting %d raw runc containers", k)
 	pids := make([]string, k)
 	peerStart, _, err := parallel(ctx, k, workers, nil, func(ctx context.Context, i int) error {
@@ -464,7 +444,7 @@ func (b *bench) measureDensity(ctx context.Context) error {
 		return err
 	}
 	settle()
-	m2, err := meminfo("MemAvailable")
+	m1, err := meminfo("MemAvailable")
 	if err != nil {
 		return err
 	}
@@ -476,21 +456,75 @@ func (b *bench) measureDensity(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-
-	b.logf("density: exec round trips with %d sandboxes running", n)
-	var bex, pex samples
-	iters := b.opts.Iterations
-	for i := range iters {
-		d, err := execTrue(ctx, c, ids[i%n])
-		if err != nil {
-			return err
-		}
-		bex.add(d)
+	// runc exec needs a key too (a new session keyring for the process):
+	// measure it before the sandboxes may have used up the quota.
+	var pex samples
+	for i := range b.opts.Iterations {
 		pd, err := b.peer.execTrue(ctx, pids[i%k])
 		if err != nil {
 			return err
 		}
 		pex.add(pd)
+	}
+
+	// Each container's session keyring is a key owned by the sandboxes'
+	// root uid, whose quota (kernel.keys.maxkeys, 200 by default) is
+	// shared by every sandbox on the host.
+	if used, limit, ok := keyQuota(manager.DefaultIDMap.HostUID); ok && limit-used < n {
+		b.logf("density: warning: the kernel key quota of uid %d (the sandboxes' root) has room for %d more keys, "+
+			"one per sandbox; creates beyond that fail (raise kernel.keys.maxkeys)", manager.DefaultIDMap.HostUID, limit-used)
+	}
+	ids := make([]string, n)
+	b.logf("density: creating %d sandboxes (%d concurrent)", n, workers)
+	createLat, createWall, err := parallel(ctx, n, workers, func(done int) { b.every(done-1, n, "density: created") },
+		func(ctx context.Context, i int) error {
+			sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+			if err != nil {
+				return fmt.Errorf("create %d of %d: %w", i+1, n, err)
+			}
+			ids[i] = sb.ID
+			return nil
+		})
+	// A create that fails (a host limit reached) ends the creates; the
+	// figures are then those of the sandboxes that were made.
+	createErr := err
+	if createErr != nil {
+		b.logf("density: create failed after %d sandboxes: %v", len(createLat), createErr)
+		if ctx.Err() != nil {
+			return createErr
+		}
+	}
+	ids = slices.DeleteFunc(ids, func(id string) bool { return id == "" })
+	want := n
+	if n = len(ids); n == 0 {
+		return createErr
+	}
+	settle()
+	m2, err := meminfo("MemAvailable")
+	if err != nil {
+		return err
+	}
+	rels := make([]string, n)
+	for i, id := range ids {
+		rels[i] = "/" + b.d.instance + "/" + id
+	}
+	bcg, brss, err := memOf(rels)
+	if err != nil {
+		return err
+	}
+	drss, err := rss(b.d.pid())
+	if err != nil {
+		return err
+	}
+
+	b.logf("density: exec round trips with %d sandboxes running", n)
+	var bex samples
+	for i := range b.opts.Iterations {
+		d, err := execTrue(ctx, c, ids[i%n])
+		if err != nil {
+			return err
+		}
+		bex.add(d)
 	}
 
 	b.logf("density: deleting %d sandboxes (%d concurrent)", n, workers)
@@ -515,14 +549,26 @@ func (b *bench) measureDensity(ctx context.Context) error {
 		return err
 	}
 
+	if createErr != nil {
+		note := fmt.Sprintf("creates stopped after %d sandboxes: %v", n, createErr)
+		if b.d.logContains("session keyring") || strings.Contains(createErr.Error(), "keyring") {
+			note += " (daemon log: runc could not create the container's session keyring)"
+			note += fmt.Sprintf(" — every sandbox's session keyring counts against the mapped root uid's kernel key quota "+
+				"(kernel.keys.maxkeys=%s, maxbytes=%s, shared by all berth sandboxes on the host)",
+				sysctl("kernel/keys/maxkeys"), sysctl("kernel/keys/maxbytes"))
+		}
+		b.add(Row{Measurement: Density, Name: "density: idle sandboxes reached", Unit: "",
+			Berth: aggregate(float64(n), n), Target: fmt.Sprintf("= %d", want), Pass: pass(false), Note: note})
+	}
 	peerName := fmt.Sprintf("runc, %d idle `sleep` containers", k)
 	ps := summarize(peerStart)
 	b.add(Row{Measurement: Density, Name: fmt.Sprintf("density: create %d (%d concurrent), per create", n, workers), Unit: "ms",
 		Berth: summarize(createLat), Peer: fmt.Sprintf("runc run -d sleep (%d, %d concurrent)", k, workers), PeerStat: &ps,
 		Note: fmt.Sprintf("all %d created in %.1fs", n, createWall.Seconds())})
 	memRow := Row{Measurement: Density, Name: "density: host memory per idle sandbox (MemAvailable Δ / N)", Unit: "MiB",
-		Berth: aggregate(mib(float64(m0-m1))/float64(n), n), Peer: peerName}
-	pm := aggregate(mib(float64(m1-m2))/float64(k), k)
+		Berth: aggregate(mib(float64(m1-m2))/float64(n), n), Peer: peerName,
+		Note: "MemAvailable is host-wide: anything else running on the host adds noise, most for the small peer"}
+	pm := aggregate(mib(float64(m0-m1))/float64(k), k)
 	memRow.PeerStat = &pm
 	b.add(memRow)
 	pc := summarize(pcg)
@@ -542,4 +588,44 @@ func (b *bench) measureDensity(ctx context.Context) error {
 	b.add(Row{Measurement: Density, Name: fmt.Sprintf("density: delete all %d (%d concurrent), wall time", n, workers), Unit: "s",
 		Berth: aggregate(delWall.Seconds(), n), Note: fmt.Sprintf("%.1f deletes/s", float64(n)/delWall.Seconds())})
 	return nil
+}
+
+// sysctl reads /proc/sys/<name>, or "?".
+func sysctl(name string) string {
+	b, err := os.ReadFile(filepath.Join("/proc/sys", name))
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// keyQuota returns the number of keys uid owns and its quota, from
+// /proc/key-users; a uid without keys reports the default quota.
+func keyQuota(uid uint32) (used, limit int, ok bool) {
+	if l, err := strconv.Atoi(sysctl("kernel/keys/maxkeys")); err == nil {
+		limit, ok = l, true
+	}
+	data, err := os.ReadFile("/proc/key-users")
+	if err != nil {
+		return 0, 0, false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		// "100000000:     3 3/3 3/200 31/20000"
+		u, rest, found := strings.Cut(strings.TrimSpace(line), ":")
+		if !found || u != strconv.FormatUint(uint64(uid), 10) {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) < 3 {
+			return 0, 0, false
+		}
+		q, l, _ := strings.Cut(f[2], "/")
+		qn, err1 := strconv.Atoi(q)
+		ln, err2 := strconv.Atoi(l)
+		if err1 != nil || err2 != nil {
+			return 0, 0, false
+		}
+		return qn, ln, true
+	}
+	return 0, limit, ok
 }

@@ -98,6 +98,8 @@ func value(v float64, unit string) string {
 		return fmt.Sprintf("%.1f/s", v)
 	case "s":
 		return fmt.Sprintf("%.2f s", v)
+	case "":
+		return fmt.Sprintf("%g", v)
 	}
 	return fmt.Sprintf("%g %s", v, unit)
 }
