@@ -201,3 +201,94 @@ func rmdirRetry(p string) error {
 	}
 	return fmt.Errorf("rmdir %s: %w", p, err)
 }
+
+// Freeze stops every process in cgroup rel (the cgroup freezer: no CPU,
+// memory kept) and waits until the kernel reports the cgroup frozen.
+func Freeze(rel string) error {
+	file, want := freezerFile(rel), "FROZEN"
+	val := "FROZEN"
+	if V2() {
+		val, want = "1", "1"
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := os.WriteFile(file, []byte(val), 0); err != nil {
+			return fmt.Errorf("freezing %s: %w", rel, err)
+		}
+		if st, err := freezeState(rel); err != nil {
+			return err
+		} else if st == want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			thaw(rel)
+			return fmt.Errorf("freezing %s: still not frozen after 10s", rel)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// Thaw resumes the processes of cgroup rel.
+func Thaw(rel string) error {
+	val := "THAWED"
+	if V2() {
+		val = "0"
+	}
+	if err := os.WriteFile(freezerFile(rel), []byte(val), 0); err != nil {
+		return fmt.Errorf("thawing %s: %w", rel, err)
+	}
+	return nil
+}
+
+// Frozen reports whether cgroup rel is frozen.
+func Frozen(rel string) bool {
+	st, err := freezeState(rel)
+	return err == nil && (st == "FROZEN" || st == "1")
+}
+
+func freezerFile(rel string) string {
+	if V2() {
+		return filepath.Join(Root, rel, "cgroup.freeze")
+	}
+	return filepath.Join(Root, "freezer", rel, "freezer.state")
+}
+
+func freezeState(rel string) (string, error) {
+	if V2() {
+		b, err := os.ReadFile(filepath.Join(Root, rel, "cgroup.events"))
+		if err != nil {
+			return "", err
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "frozen "); ok {
+				return strings.TrimSpace(v), nil
+			}
+		}
+		return "0", nil
+	}
+	b, err := os.ReadFile(filepath.Join(Root, "freezer", rel, "freezer.state"))
+	return strings.TrimSpace(string(b)), err
+}
+
+// CPUUsage returns the CPU time consumed by cgroup rel so far.
+func CPUUsage(rel string) (time.Duration, error) {
+	if V2() {
+		b, err := os.ReadFile(filepath.Join(Root, rel, "cpu.stat"))
+		if err != nil {
+			return 0, err
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
+				us, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				return time.Duration(us) * time.Microsecond, err
+			}
+		}
+		return 0, fmt.Errorf("no usage_usec in cpu.stat of %s", rel)
+	}
+	b, err := os.ReadFile(filepath.Join(Root, "cpuacct", rel, "cpuacct.usage"))
+	if err != nil {
+		return 0, err
+	}
+	ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return time.Duration(ns), err
+}

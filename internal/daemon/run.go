@@ -18,6 +18,7 @@ import (
 	"github.com/berth-sh/berth/internal/server"
 	"github.com/berth-sh/berth/internal/store"
 	"github.com/berth-sh/berth/internal/store/sqlite"
+	"github.com/berth-sh/berth/internal/webhook"
 )
 
 // Defaults for Config fields left empty.
@@ -33,6 +34,7 @@ type Daemon struct {
 	Manager *manager.Manager
 	Server  *server.Server
 	images  *image.Store
+	webhook *webhook.Deliverer
 	servers []*http.Server
 	lns     []net.Listener
 }
@@ -115,10 +117,16 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.Manager, err = manager.New(manager.Config{
+	mcfg := manager.Config{
 		DataDir: cfg.DataDir, AgentPath: cfg.AgentPath, DefaultTemplate: cfg.DefaultTemplate,
 		IDMap: idmap, Logger: log.With("component", "manager"),
-	}, st, d.images, rt)
+	}
+	if cfg.WebhookURL != "" {
+		d.webhook = webhook.New(webhook.Config{URL: cfg.WebhookURL, Secret: cfg.WebhookSecret,
+			Logger: log.With("component", "webhook")}, st)
+		mcfg.OnEvent = d.webhook.Kick
+	}
+	d.Manager, err = manager.New(mcfg, st, d.images, rt)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +138,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	} else if created {
 		log.Info("created the bootstrap admin API key", "file", filepath.Join(cfg.DataDir, auth.AdminKeyFile))
 	}
-	if err := d.Manager.Start(ctx); err != nil {
+	if err := d.Manager.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("reconciling: %w", err)
 	}
 	d.Server = server.New(d.Manager, auth.New(st), log.With("component", "api"))
@@ -169,6 +177,12 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	}
 	d.addServer(ul, true)
 	log.Info("berth daemon ready", "socket", d.cfg.Socket, "data_dir", d.cfg.DataDir, "runtime", d.Manager.Runtime().Name())
+	if d.webhook != nil {
+		wctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { d.webhook.Run(wctx); close(done) }()
+		defer func() { cancel(); <-done }()
+	}
 	errc := make(chan error, len(d.servers))
 	for i, srv := range d.servers {
 		go func() { errc <- srv.Serve(d.lns[i]) }()

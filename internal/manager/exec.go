@@ -83,9 +83,12 @@ func (m *Manager) execIn(ctx context.Context, sb *sandbox.Sandbox, req *api.Exec
 	if err := ValidateExec(req); err != nil {
 		return api.ExecExit{}, err
 	}
-	if sb.State != sandbox.StateRunning {
-		return api.ExecExit{}, sandbox.ErrWrongState("exec in", sb)
+	sb, err := m.readyForUse(ctx, sb, "exec", actor)
+	if err != nil {
+		return api.ExecExit{}, err
 	}
+	m.touch(sb.ID)
+	defer m.touch(sb.ID)
 	tpl, _ := m.store.GetTemplate(ctx, sb.Spec.Template)
 	areq := agent.ExecRequest{
 		Argv:    req.Cmd,

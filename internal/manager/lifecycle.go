@@ -74,9 +74,13 @@ func SpecFromRequest(req *api.CreateSandboxRequest, tpl *store.Template) (sandbo
 	if sp.Workdir == "" {
 		sp.Workdir = tpl.Config.Workdir
 	}
-	if req.Persistent {
-		return sp, errdefs.NotSupported("persistent sandboxes are not available yet")
+	sp.PersistRoot = req.PersistRoot
+	sp.KeepVolume = req.KeepVolume
+	pol, err := policyFromAPI(req.Policy)
+	if err != nil {
+		return sp, err
 	}
+	sp.Policy = pol
 	return sp, sp.Validate()
 }
 
@@ -102,6 +106,9 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest, opt
 	}
 	spec, err := SpecFromRequest(req, tpl)
 	if err != nil {
+		return nil, err
+	}
+	if err := m.resolveVolumes(ctx, req, &spec); err != nil {
 		return nil, err
 	}
 	spec.OneShot = opt.OneShot
@@ -151,24 +158,32 @@ func (m *Manager) fail(ctx context.Context, sb *sandbox.Sandbox, actor string, c
 	}
 }
 
-// provision creates the host side of a sandbox: dirs, overlay root, the
-// container with the agent as init, and waits until the agent answers.
-// Every step tolerates having been done before (a restarted create).
+// provision creates the host side of a sandbox: dirs, volumes, overlay
+// root, the container with the agent as init, and waits until the agent
+// answers. Every step tolerates having been done before (a restarted
+// create or start).
 func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox, tpl *store.Template) error {
 	p := m.paths(sb.ID)
 	uid, gid := m.cfg.IDMap.HostRoot()
-	for _, d := range []string{p.dir, p.upper, p.work, p.rootfs, p.run} {
+	if err := m.attachVolumes(ctx, sb); err != nil {
+		return err
+	}
+	if err := m.mountVolumes(sb); err != nil {
+		return err
+	}
+	upper, work := m.layerDirs(sb)
+	for _, d := range []string{p.dir, upper, work, p.rootfs, p.run} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return err
 		}
 	}
 	// Root of the sandbox and its agent's socket dir belong to sandbox root.
-	for _, d := range []string{p.upper, p.run} {
+	for _, d := range []string{upper, p.run} {
 		if err := os.Chown(d, uid, gid); err != nil {
 			return err
 		}
 	}
-	if err := os.Chmod(p.upper, 0o755); err != nil {
+	if err := os.Chmod(upper, 0o755); err != nil {
 		return err
 	}
 	lowers := make([]string, 0, len(tpl.Layers))
@@ -183,7 +198,7 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox, tpl *store
 	if mounted, err := overlay.Mounted(p.rootfs); err != nil {
 		return err
 	} else if !mounted {
-		if err := overlay.Mount(lowers, p.upper, p.work, p.rootfs); err != nil {
+		if err := overlay.Mount(lowers, upper, work, p.rootfs); err != nil {
 			return err
 		}
 	}
@@ -199,16 +214,18 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox, tpl *store
 	if tpl.Config.HostUsr {
 		mounts = append(mounts, runtime.Mount{Source: "/usr", Destination: "/usr", ReadOnly: true})
 	}
-	hostname := sb.Name
-	if hostname == "" {
-		hostname = "sb-" + sb.ID[:8]
+	for _, vm := range sb.Spec.Volumes {
+		mounts = append(mounts, runtime.Mount{
+			Source:      filepath.Join(m.volumes.Path(vm.VolumeID), volumeDataDir),
+			Destination: vm.Path, ReadOnly: vm.ReadOnly,
+		})
 	}
 	tStart := time.Now()
 	pid, err := m.rt.Start(ctx, &runtime.Spec{
 		ID:          sb.ID,
 		Bundle:      p.bundle,
 		Rootfs:      p.rootfs,
-		Hostname:    hostname,
+		Hostname:    sb.Hostname(),
 		Args:        []string{agentBinary, "agent", "--socket", "/.berth/run/agent.sock"},
 		Env:         []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "BERTH_SANDBOX_ID=" + sb.ID, "GOMAXPROCS=1"},
 		Mounts:      mounts,
@@ -290,7 +307,7 @@ func (m *Manager) destroyLocked(ctx context.Context, sb *sandbox.Sandbox, cause 
 	var err error
 	backoff := 50 * time.Millisecond
 	for attempt := 0; attempt < 4; attempt++ {
-		if err = m.teardown(ctx, sb.ID); err == nil {
+		if err = m.teardown(ctx, sb); err == nil {
 			if err = m.verifyGone(sb.ID); err == nil {
 				break
 			}
@@ -308,6 +325,20 @@ func (m *Manager) destroyLocked(ctx context.Context, sb *sandbox.Sandbox, cause 
 			Cause: cause, Reason: reason, Outcome: "error", Message: err.Error()})
 		return fmt.Errorf("sandbox %s: teardown will be retried: %w", sb.ID, err)
 	}
+	if err == nil {
+		err = m.releaseVolumes(ctx, sb)
+	}
+	if err != nil {
+		sb.Error = "teardown: " + err.Error()
+		if uerr := m.store.UpdateSandbox(ctx, sb); uerr != nil {
+			m.log.Error("recording teardown error", "sandbox", sb.ID, "err", uerr)
+		}
+		return fmt.Errorf("sandbox %s: releasing volumes will be retried: %w", sb.ID, err)
+	}
+	m.mu.Lock()
+	delete(m.activity, sb.ID)
+	delete(m.cpu, sb.ID)
+	m.mu.Unlock()
 	if sb.Reason != reason {
 		reason = sb.Reason
 	}
@@ -317,9 +348,25 @@ func (m *Manager) destroyLocked(ctx context.Context, sb *sandbox.Sandbox, cause 
 	return m.transition(ctx, sb, sandbox.StateDeleted, cause, actor, reason)
 }
 
-// teardown removes every host resource of sandbox id. Each step is
-// idempotent; all are attempted and their errors joined.
-func (m *Manager) teardown(ctx context.Context, id string) error {
+// teardown removes every host resource of sandbox sb but its volumes'
+// data. Each step is idempotent; all are attempted and their errors joined.
+func (m *Manager) teardown(ctx context.Context, sb *sandbox.Sandbox) error {
+	id := sb.ID
+	if err := m.stopHost(ctx, sb); err != nil {
+		return err
+	}
+	p := m.paths(id)
+	failpoint.Hit("delete.after-unmount")
+	if err := os.RemoveAll(p.dir); err != nil {
+		return err
+	}
+	return nil
+}
+
+// stopHost ends sb's processes and unmounts its root and volumes,
+// leaving files in place. Idempotent.
+func (m *Manager) stopHost(ctx context.Context, sb *sandbox.Sandbox) error {
+	id := sb.ID
 	p := m.paths(id)
 	m.cancelExecs(id)
 	var errs []error
@@ -345,17 +392,16 @@ func (m *Manager) teardown(ctx context.Context, id string) error {
 			errs = append(errs, err)
 		}
 	}
+	if err := m.unmountVolumes(sb); err != nil {
+		errs = append(errs, err)
+	}
 	m.forgetAgent(id)
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	// Never remove through a mount: the check above must have left none.
+	// Never remove through a mount: the checks above must have left none.
 	if left, _ := overlay.MountsUnder(p.dir); len(left) > 0 {
 		return fmt.Errorf("mounts remain under %s: %v", p.dir, left)
-	}
-	failpoint.Hit("delete.after-unmount")
-	if err := os.RemoveAll(p.dir); err != nil {
-		return err
 	}
 	return nil
 }
@@ -424,4 +470,35 @@ func (m *Manager) sandboxDirs() ([]string, error) {
 		}
 	}
 	return ids, nil
+}
+
+// seconds converts an API duration in seconds, rejecting nonsense.
+func seconds(name string, v float64) (time.Duration, error) {
+	if v < 0 || v > sandbox.MaxTimeout.Seconds() {
+		return 0, errdefs.Invalid("%s must be between 0 and %s", name, sandbox.MaxTimeout)
+	}
+	d := time.Duration(v * float64(time.Second))
+	if v > 0 && d < time.Millisecond {
+		return 0, errdefs.Invalid("%s must be at least 1ms", name)
+	}
+	return d, nil
+}
+
+func policyFromAPI(p api.Policy) (sandbox.Policy, error) {
+	var out sandbox.Policy
+	var err error
+	if out.IdleTimeout, err = seconds("idle_timeout_seconds", p.IdleTimeoutSeconds); err != nil {
+		return out, err
+	}
+	if out.MaxAge, err = seconds("max_age_seconds", p.MaxAgeSeconds); err != nil {
+		return out, err
+	}
+	if out.Retention, err = seconds("retention_seconds", p.RetentionSeconds); err != nil {
+		return out, err
+	}
+	out.OnIdle = sandbox.Action(p.OnIdle)
+	out.OnMaxAge = sandbox.Action(p.OnMaxAge)
+	out.AutoResume = p.AutoResume
+	out.IdleCPUThreshold = p.IdleCPUThreshold
+	return out, nil
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/berth-sh/berth/internal/runtime"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
+	"github.com/berth-sh/berth/internal/volume"
 )
 
 // Config configures a Manager.
@@ -47,21 +48,27 @@ type Config struct {
 	Logger            *slog.Logger
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
+	// OnEvent, if set, is called after every recorded event (the webhook
+	// deliverer's kick).
+	OnEvent func()
 }
 
 // Manager owns every sandbox of one daemon.
 type Manager struct {
-	cfg    Config
-	store  store.Store
-	images *image.Store
-	rt     runtime.Runtime
-	log    *slog.Logger
+	cfg     Config
+	store   store.Store
+	images  *image.Store
+	volumes *volume.Manager
+	rt      runtime.Runtime
+	log     *slog.Logger
 
 	locks keyedMutex
 
-	mu      sync.Mutex
-	agents  map[string]*agent.Client // by sandbox id
-	cancels map[string]context.CancelFunc
+	mu       sync.Mutex
+	agents   map[string]*agent.Client // by sandbox id
+	cancels  map[string]context.CancelFunc
+	activity map[string]time.Time // latest activity not yet stored
+	cpu      map[string]cpuSample
 
 	wg     sync.WaitGroup
 	stopCh chan struct{}
@@ -101,7 +108,7 @@ func New(cfg Config, st store.Store, images *image.Store, rt runtime.Runtime) (*
 		cfg.ReadyTimeout = 15 * time.Second
 	}
 	if cfg.ReconcileInterval == 0 {
-		cfg.ReconcileInterval = 2 * time.Second
+		cfg.ReconcileInterval = time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -117,12 +124,19 @@ func New(cfg Config, st store.Store, images *image.Store, rt runtime.Runtime) (*
 	if err := os.Chmod(cfg.DataDir, 0o711); err != nil {
 		return nil, err
 	}
+	uid, gid := cfg.IDMap.HostRoot()
+	vols, err := volume.New(filepath.Join(cfg.DataDir, "volumes"), uid, gid)
+	if err != nil {
+		return nil, err
+	}
 	return &Manager{
-		cfg: cfg, store: st, images: images, rt: rt, log: cfg.Logger,
-		agents:  map[string]*agent.Client{},
-		cancels: map[string]context.CancelFunc{},
-		stopCh:  make(chan struct{}),
-		kick:    make(chan struct{}, 1),
+		cfg: cfg, store: st, images: images, volumes: vols, rt: rt, log: cfg.Logger,
+		agents:   map[string]*agent.Client{},
+		cancels:  map[string]context.CancelFunc{},
+		activity: map[string]time.Time{},
+		cpu:      map[string]cpuSample{},
+		stopCh:   make(chan struct{}),
+		kick:     make(chan struct{}, 1),
 	}, nil
 }
 
@@ -249,14 +263,18 @@ func (m *Manager) List(ctx context.Context, all bool) ([]*sandbox.Sandbox, error
 	return m.store.ListSandboxes(ctx, store.SandboxFilter{IncludeDeleted: all})
 }
 
-// Events returns a sandbox's recorded events.
-func (m *Manager) Events(ctx context.Context, ref string) ([]*sandbox.Event, error) {
+// Events returns a sandbox's recorded events with ids above after.
+func (m *Manager) Events(ctx context.Context, ref string, after int64) ([]*sandbox.Event, error) {
 	sb, err := m.Get(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	return m.store.ListEvents(ctx, sb.ID, 0, 10000)
+	return m.store.ListEvents(ctx, sb.ID, after, 10000)
 }
+
+// LastActivity is the latest activity known for sb (API calls, exec
+// sessions, busy CPU), stored or not yet.
+func (m *Manager) LastActivity(sb *sandbox.Sandbox) time.Time { return m.lastActivity(sb) }
 
 // transition moves sb to state to, writes it (compare-and-swap) and records
 // the event. On a write failure sb is left unchanged.
@@ -288,6 +306,10 @@ func (m *Manager) event(ctx context.Context, ev *sandbox.Event) {
 	}
 	if err := m.store.AppendEvent(context.WithoutCancel(ctx), ev); err != nil {
 		m.log.Error("recording event", "sandbox", ev.SandboxID, "type", ev.Type, "err", err)
+		return
+	}
+	if m.cfg.OnEvent != nil && ev.Type == "state" {
+		m.cfg.OnEvent()
 	}
 }
 

@@ -13,16 +13,17 @@ import (
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/overlay"
+	"github.com/berth-sh/berth/internal/runtime"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
 
 const actorReconciler = "reconciler"
 
-// Start reconciles the records with the host once (adopting live
+// Recover reconciles the records with the host once (adopting live
 // sandboxes, finishing interrupted creates and deletes, removing orphans)
 // and then runs the reconciler in the background until Close.
-func (m *Manager) Start(ctx context.Context) error {
+func (m *Manager) Recover(ctx context.Context) error {
 	if err := m.recover(ctx); err != nil {
 		return err
 	}
@@ -93,12 +94,56 @@ func (m *Manager) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 		if err := m.transition(ctx, sb, sandbox.StateRunning, sandbox.CauseReconciler, actorReconciler, "create finished after restart"); err != nil {
 			log.Warn("recording finished create", "err", err)
 		}
-	case sb.State == sandbox.StateRunning:
-		if !m.alive(ctx, sb.ID) {
+	case sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused ||
+		(sb.State == sandbox.StateQuarantined && sb.PrevState != sandbox.StateStopped):
+		if sb.State != sandbox.StateRunning {
+			if st, err := m.rt.State(ctx, sb.ID); err == nil && (st.Status == runtime.StatusPaused || st.Status == runtime.StatusRunning) {
+				log.Info("adopted paused sandbox")
+				return
+			}
+		} else if m.alive(ctx, sb.ID) {
+			log.Info("adopted running sandbox")
+			return
+		}
+		if !sb.Spec.Persistent {
 			destroy("sandbox died while the daemon was down")
 			return
 		}
-		log.Info("adopted running sandbox")
+		// A persistent sandbox's files outlive its processes (a host
+		// reboot, say): bring it back as it was asked to be.
+		log.Info("restarting persistent sandbox whose processes are gone")
+		wasPaused := sb.State == sandbox.StatePaused
+		if sb.State == sandbox.StateQuarantined {
+			log.Warn("quarantined sandbox lost its processes; it stays quarantined, stopped")
+			_ = m.stopHost(ctx, sb)
+			sb.PrevState = sandbox.StateStopped
+			_ = m.store.UpdateSandbox(ctx, sb)
+			return
+		}
+		if err := m.stopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "processes gone after restart"); err != nil {
+			log.Warn("stopping dead sandbox", "err", err)
+			return
+		}
+		if err := m.startLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "restarted after its processes were lost"); err != nil {
+			log.Warn("restarting persistent sandbox", "err", err)
+			return
+		}
+		if wasPaused {
+			_ = m.pauseLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "paused again after restart")
+		}
+	case sb.State == sandbox.StateStopping:
+		if err := m.stopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "stop finished after restart"); err != nil {
+			log.Warn("finishing stop", "err", err)
+		}
+	case sb.State == sandbox.StateStarting:
+		if err := m.startLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "start finished after restart"); err != nil {
+			log.Warn("finishing start", "err", err)
+		}
+	case sb.State == sandbox.StateStopped:
+		// Nothing may run or stay mounted for a stopped sandbox.
+		if err := m.stopHost(ctx, sb); err != nil {
+			log.Warn("cleaning stopped sandbox", "err", err)
+		}
 	}
 }
 
@@ -142,8 +187,8 @@ func (m *Manager) loop() {
 	}
 }
 
-// tick enforces deadlines, retries unfinished teardowns and notices dead
-// sandboxes. It returns the next deadline it knows of.
+// tick enforces policies, stores activity, retries unfinished teardowns
+// and notices dead sandboxes. It returns the next deadline it knows of.
 func (m *Manager) tick(ctx context.Context) time.Time {
 	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{})
 	if err != nil {
@@ -153,18 +198,22 @@ func (m *Manager) tick(ctx context.Context) time.Time {
 	now := m.now()
 	var next time.Time
 	for _, sb := range live {
-		if d, ok := sb.Deadline(); ok && sb.State != sandbox.StateDeleting {
-			if !now.Before(d) {
-				m.async(sb.ID, func(ctx context.Context, sb *sandbox.Sandbox) {
-					if sb.Expired(m.now()) && sb.State != sandbox.StateDeleted {
-						_ = m.destroyLocked(ctx, sb, sandbox.CausePolicy, "policy:timeout",
-							fmt.Sprintf("timeout %s reached", sb.Spec.Timeout))
-					}
-				})
-				continue
+		if sb.State == sandbox.StateRunning && sb.Spec.Policy.IdleTimeout > 0 {
+			// Open exec sessions and busy processes are activity.
+			if m.openExecs(sb.ID) > 0 || m.busy(sb) {
+				m.touch(sb.ID)
 			}
-			if next.IsZero() || d.Before(next) {
-				next = d
+		}
+		m.flushActivity(ctx, sb)
+		if due, ok := sandbox.Next(sb, m.lastActivity(sb)); ok {
+			if !now.Before(due.At) {
+				if !m.async(sb.ID, func(ctx context.Context, cur *sandbox.Sandbox) { m.enforce(ctx, cur) }) {
+					// Busy with another operation: look again shortly.
+					due.At = now.Add(50 * time.Millisecond)
+				}
+			}
+			if now.Before(due.At) && (next.IsZero() || due.At.Before(next)) {
+				next = due.At
 			}
 		}
 		switch sb.State {
@@ -174,13 +223,24 @@ func (m *Manager) tick(ctx context.Context) time.Time {
 					_ = m.destroyLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, sb.Reason)
 				}
 			})
+		case sandbox.StateStopping:
+			m.async(sb.ID, func(ctx context.Context, sb *sandbox.Sandbox) {
+				if sb.State == sandbox.StateStopping {
+					_ = m.stopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, sb.Reason)
+				}
+			})
 		case sandbox.StateRunning:
 			if len(cgroups.Procs(m.paths(sb.ID).cgroup)) == 0 {
 				m.async(sb.ID, func(ctx context.Context, sb *sandbox.Sandbox) {
-					if sb.State == sandbox.StateRunning && !m.alive(ctx, sb.ID) {
-						_ = m.destroyLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler,
-							"sandbox exited unexpectedly: "+strings.TrimSpace(tailLog(m.paths(sb.ID).log, 256)))
+					if sb.State != sandbox.StateRunning || m.alive(ctx, sb.ID) {
+						return
 					}
+					reason := "sandbox exited unexpectedly: " + strings.TrimSpace(tailLog(m.paths(sb.ID).log, 256))
+					if sb.Spec.Persistent {
+						_ = m.stopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason)
+						return
+					}
+					_ = m.destroyLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason)
 				})
 			}
 		}
@@ -188,12 +248,75 @@ func (m *Manager) tick(ctx context.Context) time.Time {
 	return next
 }
 
+// enforce takes the policy action due for sb, if it is still due.
+func (m *Manager) enforce(ctx context.Context, sb *sandbox.Sandbox) {
+	due, ok := sandbox.Next(sb, m.lastActivity(sb))
+	if !ok || m.now().Before(due.At) {
+		return
+	}
+	// Last look before idling: a command may have just started.
+	if due.Policy == "idle" && (m.openExecs(sb.ID) > 0 || m.busy(sb)) {
+		m.touch(sb.ID)
+		return
+	}
+	actor := "policy:" + due.Policy
+	reason := fmt.Sprintf("%s policy: %s", due.Policy, due.Action)
+	switch due.Policy {
+	case "timeout":
+		reason = fmt.Sprintf("timeout %s reached", sb.Spec.Timeout)
+	case "idle":
+		reason = fmt.Sprintf("idle for %s", sb.Spec.Policy.IdleTimeout)
+	case "max_age":
+		reason = fmt.Sprintf("max age %s reached", sb.Spec.Policy.MaxAge)
+	case "retention":
+		reason = fmt.Sprintf("stopped for longer than its retention %s", sb.Spec.Policy.Retention)
+	}
+	var err error
+	switch due.Action {
+	case sandbox.ActionPause:
+		err = m.pauseLocked(ctx, sb, sandbox.CausePolicy, actor, reason)
+	case sandbox.ActionStop:
+		if sb.State == sandbox.StatePaused || sb.State == sandbox.StateRunning {
+			err = m.stopLocked(ctx, sb, sandbox.CausePolicy, actor, reason)
+		}
+	case sandbox.ActionDelete:
+		err = m.destroyLocked(ctx, sb, sandbox.CausePolicy, actor, reason)
+	}
+	if err != nil {
+		m.log.Warn("policy action failed", "sandbox", sb.ID, "policy", due.Policy, "action", due.Action, "err", err)
+	}
+}
+
+// flushActivity stores activity seen since the record was last written,
+// so idle timers survive a restart. Writes are coalesced to one a second.
+func (m *Manager) flushActivity(ctx context.Context, sb *sandbox.Sandbox) {
+	m.mu.Lock()
+	t, ok := m.activity[sb.ID]
+	m.mu.Unlock()
+	if !ok || !t.After(sb.LastActivityAt.Add(time.Second)) {
+		return
+	}
+	m.async(sb.ID, func(ctx context.Context, cur *sandbox.Sandbox) {
+		if !cur.State.Live() || !t.After(cur.LastActivityAt) {
+			return
+		}
+		cur.LastActivityAt = t
+		if err := m.store.UpdateSandbox(ctx, cur); err == nil {
+			m.mu.Lock()
+			if m.activity[cur.ID].Equal(t) {
+				delete(m.activity, cur.ID)
+			}
+			m.mu.Unlock()
+		}
+	})
+}
+
 // async runs fn on a fresh copy of sandbox id under its lock, unless an
-// operation already holds the lock.
-func (m *Manager) async(id string, fn func(context.Context, *sandbox.Sandbox)) {
+// operation already holds the lock; it reports whether fn was started.
+func (m *Manager) async(id string, fn func(context.Context, *sandbox.Sandbox)) bool {
 	unlock, ok := m.locks.TryLock(id)
 	if !ok {
-		return
+		return false
 	}
 	m.wg.Add(1)
 	go func() {
@@ -206,6 +329,7 @@ func (m *Manager) async(id string, fn func(context.Context, *sandbox.Sandbox)) {
 		}
 		fn(ctx, sb)
 	}()
+	return true
 }
 
 // Doctor lists orphans and leaks: host resources with no live record, and
@@ -268,7 +392,7 @@ func (m *Manager) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, erro
 	dirs, _ := m.sandboxDirs()
 	for _, id := range dirs {
 		if live[id] == nil && !busy(id) {
-			add("dir", id, filepath.Join(sbRoot, id), func() error { return m.teardown(ctx, id) })
+			add("dir", id, filepath.Join(sbRoot, id), func() error { return m.teardown(ctx, &sandbox.Sandbox{ID: id}) })
 		}
 	}
 	for id, sb := range live {

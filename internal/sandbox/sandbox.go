@@ -35,7 +35,7 @@ var transitions = map[State][]State{
 	StatePaused:      {StateRunning, StateStopping, StateQuarantined},
 	StateStopping:    {StateStopped},
 	StateStopped:     {StateStarting, StateQuarantined},
-	StateStarting:    {StateRunning},
+	StateStarting:    {StateRunning, StateStopped}, // a failed start falls back to stopped
 	StateQuarantined: {StateRunning, StatePaused, StateStopped},
 	StateFailed:      {},
 	StateDeleting:    {StateDeleted},
@@ -115,7 +115,56 @@ type Spec struct {
 	// OneShot marks a `berth run` sandbox: it is destroyed when its client's
 	// connection goes away.
 	OneShot bool `json:"one_shot,omitempty"`
+
+	// PersistRoot keeps the whole writable root layer of a persistent
+	// sandbox on its workspace volume.
+	PersistRoot bool `json:"persist_root,omitempty"`
+	// Volumes are mounted in order; a persistent sandbox's own workspace
+	// volume comes first.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
+	// VolumeSize and VolumeInodes size the workspace volume it creates.
+	VolumeSize   int64 `json:"volume_size,omitempty"`
+	VolumeInodes int64 `json:"volume_inodes,omitempty"`
+	// KeepVolume keeps the workspace volume after the sandbox is deleted.
+	KeepVolume bool   `json:"keep_volume,omitempty"`
+	Policy     Policy `json:"policy"`
 }
+
+// VolumeMount attaches volume VolumeID (named Name) at Path.
+type VolumeMount struct {
+	VolumeID string `json:"volume_id"`
+	Name     string `json:"name"`
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+	// Owned volumes were made for this sandbox and go with it unless kept.
+	Owned bool `json:"owned,omitempty"`
+}
+
+// Policy is a sandbox's lifecycle policy; zero durations mean none.
+type Policy struct {
+	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
+	OnIdle      Action        `json:"on_idle,omitempty"`
+	MaxAge      time.Duration `json:"max_age,omitempty"`
+	OnMaxAge    Action        `json:"on_max_age,omitempty"`
+	Retention   time.Duration `json:"retention,omitempty"`
+	AutoResume  bool          `json:"auto_resume,omitempty"`
+	// IdleCPUThreshold in cores; negative: CPU use never counts as activity.
+	IdleCPUThreshold float64 `json:"idle_cpu_threshold,omitempty"`
+}
+
+// DefaultIdleCPUThreshold is the CPU use, in cores, above which a
+// sandbox's processes count as activity.
+const DefaultIdleCPUThreshold = 0.05
+
+// Action is what a policy does when its deadline passes.
+type Action string
+
+const (
+	ActionNone   Action = ""
+	ActionPause  Action = "pause"
+	ActionStop   Action = "stop"
+	ActionDelete Action = "delete"
+)
 
 // Sandbox is the durable record of one sandbox.
 type Sandbox struct {
@@ -136,6 +185,22 @@ type Sandbox struct {
 	Error string `json:"error,omitempty"`
 	// Generation increments on every update; updates are compare-and-swap on it.
 	Generation int64 `json:"generation"`
+
+	// LastActivityAt is the last API activity (exec, files, touch) or
+	// observed busy CPU; idle timeouts count from it.
+	LastActivityAt time.Time `json:"last_activity_at,omitzero"`
+	PausedAt       time.Time `json:"paused_at,omitzero"`
+	StoppedAt      time.Time `json:"stopped_at,omitzero"`
+	// PrevState is the state a quarantined sandbox returns to on release.
+	PrevState State `json:"prev_state,omitempty"`
+}
+
+// Hostname is the sandbox's host name: its name, or sb-<id prefix>.
+func (s *Sandbox) Hostname() string {
+	if s.Name != "" {
+		return s.Name
+	}
+	return "sb-" + s.ID[:min(8, len(s.ID))]
 }
 
 // Deadline returns when the sandbox's hard timeout expires, and false if it
@@ -210,6 +275,29 @@ func (sp *Spec) Validate() error {
 	if sp.Workdir != "" && sp.Workdir[0] != '/' {
 		return errdefs.Invalid("workdir must be an absolute path")
 	}
+	return sp.Policy.validate(sp.Persistent)
+}
+
+func (p *Policy) validate(persistent bool) error {
+	for name, d := range map[string]time.Duration{"idle timeout": p.IdleTimeout, "max age": p.MaxAge, "retention": p.Retention} {
+		if d < 0 || d > MaxTimeout {
+			return errdefs.Invalid("%s must be between 0 and %s", name, MaxTimeout)
+		}
+	}
+	switch p.OnIdle {
+	case ActionNone, ActionPause:
+	case ActionStop:
+	default:
+		return errdefs.Invalid("on_idle must be pause or stop, got %q", p.OnIdle)
+	}
+	switch p.OnMaxAge {
+	case ActionNone, ActionStop, ActionDelete:
+	default:
+		return errdefs.Invalid("on_max_age must be stop or delete, got %q", p.OnMaxAge)
+	}
+	if p.IdleCPUThreshold > MaxCPUs {
+		return errdefs.Invalid("idle_cpu_threshold is in cores: at most %d", MaxCPUs)
+	}
 	return nil
 }
 
@@ -240,15 +328,26 @@ func (s *Sandbox) Transition(to State, cause Cause, reason string, now time.Time
 	if !CanTransition(s.State, to) {
 		return fmt.Errorf("%s -> %s: %w", s.State, to, ErrWrongState(string(to), s))
 	}
+	from := s.State
 	s.State = to
 	s.Cause = cause
 	s.Reason = reason
 	s.UpdatedAt = now
 	switch to {
 	case StateRunning:
-		if s.StartedAt.IsZero() {
+		// The hard timeout counts per run: from create, and again from
+		// each start of a stopped sandbox.
+		if from == StateCreating || from == StateStarting {
 			s.StartedAt = now
+			s.LastActivityAt = now
 		}
+		s.PausedAt = time.Time{}
+		s.StoppedAt = time.Time{}
+	case StatePaused:
+		s.PausedAt = now
+	case StateStopped:
+		s.StoppedAt = now
+		s.PausedAt = time.Time{}
 	case StateDeleted:
 		s.DeletedAt = now
 	}

@@ -71,11 +71,12 @@ func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"))
+	f, err := s.m.Files(r.Context(), r.PathValue("id"), false, actor(r))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	defer f.Close()
 	fi, err := f.Stat(r.Context(), path)
 	if err != nil {
 		writeError(w, err)
@@ -121,11 +122,12 @@ func (s *Server) writeFiles(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"))
+	f, err := s.m.Files(r.Context(), r.PathValue("id"), true, actor(r))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	defer f.Close()
 	if asTar {
 		if err := f.WriteTar(r.Context(), path, r.Body, actor(r)); err != nil {
 			writeError(w, err)
@@ -148,11 +150,12 @@ func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"))
+	f, err := s.m.Files(r.Context(), r.PathValue("id"), false, actor(r))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	defer f.Close()
 	fi, err := f.Stat(r.Context(), path)
 	if err != nil {
 		writeError(w, err)
@@ -167,11 +170,12 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"))
+	f, err := s.m.Files(r.Context(), r.PathValue("id"), false, actor(r))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	defer f.Close()
 	fis, err := f.List(r.Context(), path)
 	if err != nil {
 		writeError(w, err)
@@ -196,11 +200,12 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"))
+	f, err := s.m.Files(r.Context(), r.PathValue("id"), true, actor(r))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	defer f.Close()
 	if err := f.Mkdir(r.Context(), path, mode, parents, actor(r)); err != nil {
 		writeError(w, err)
 		return
@@ -219,11 +224,12 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"))
+	f, err := s.m.Files(r.Context(), r.PathValue("id"), true, actor(r))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	defer f.Close()
 	if err := f.Remove(r.Context(), path, recursive, actor(r)); err != nil {
 		writeError(w, err)
 		return

@@ -72,6 +72,14 @@ func (s *Server) routes() {
 	h("GET /v1/sandboxes/{id}/files/stat", s.statFile)
 	h("GET /v1/sandboxes/{id}/files/list", s.listFiles)
 	h("POST /v1/sandboxes/{id}/files/mkdir", s.mkdir)
+	for _, op := range []string{"pause", "resume", "stop", "start", "reset", "quarantine", "release", "touch"} {
+		h("POST /v1/sandboxes/{id}/"+op, s.lifecycle(op))
+	}
+	h("GET /v1/sandboxes/{id}/diff", s.diff)
+	h("POST /v1/volumes", s.createVolume)
+	h("GET /v1/volumes", s.listVolumes)
+	h("GET /v1/volumes/{name}", s.getVolume)
+	h("DELETE /v1/volumes/{name}", s.deleteVolume)
 	h("POST /v1/run", s.run)
 	h("GET /v1/templates", s.listTemplates)
 	h("GET /v1/templates/{name}", s.getTemplate)
@@ -224,7 +232,40 @@ func (s *Server) toAPI(sb *sandbox.Sandbox) api.Sandbox {
 		t := sb.DeletedAt
 		out.DeletedAt = &t
 	}
+	out.Hostname = sb.Hostname()
+	out.PersistRoot, out.KeepVolume = sb.Spec.PersistRoot, sb.Spec.KeepVolume
+	for _, vm := range sb.Spec.Volumes {
+		out.Volumes = append(out.Volumes, api.VolumeMount{Name: vm.Name, Path: vm.Path, ReadOnly: vm.ReadOnly})
+	}
+	p := sb.Spec.Policy
+	out.Policy = api.Policy{
+		IdleTimeoutSeconds: p.IdleTimeout.Seconds(), OnIdle: string(p.OnIdle),
+		MaxAgeSeconds: p.MaxAge.Seconds(), OnMaxAge: string(p.OnMaxAge),
+		RetentionSeconds: p.Retention.Seconds(), AutoResume: p.AutoResume, IdleCPUThreshold: p.IdleCPUThreshold,
+	}
+	out.LastActivityAt = timePtr(s.m.LastActivity(sb))
+	out.PausedAt, out.StoppedAt = timePtr(sb.PausedAt), timePtr(sb.StoppedAt)
+	if due, ok := sandbox.Next(sb, s.m.LastActivity(sb)); ok {
+		out.NextAction, out.NextActionAt = string(due.Action)+" ("+due.Policy+")", timePtr(due.At)
+	}
+	if sb.State.Live() {
+		for _, vm := range sb.Spec.Volumes {
+			if vm.Owned {
+				if v, err := s.m.Store().GetVolume(context.Background(), vm.VolumeID); err == nil {
+					av := s.volumeToAPI(v)
+					out.Storage = &av
+				}
+			}
+		}
+	}
 	return out
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
@@ -276,7 +317,16 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
-	evs, err := s.m.Events(r.Context(), r.PathValue("id"))
+	var after int64
+	if v := r.URL.Query().Get("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, errdefs.Invalid("after must be an event id"))
+			return
+		}
+		after = n
+	}
+	evs, err := s.m.Events(r.Context(), r.PathValue("id"), after)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -78,6 +78,17 @@ type Volume struct {
 	Generation int64 `json:"generation"`
 }
 
+// WebhookDelivery is one attempt to deliver an event to a webhook.
+type WebhookDelivery struct {
+	ID      int64     `json:"id"`
+	EventID int64     `json:"event_id"`
+	URL     string    `json:"url"`
+	Attempt int       `json:"attempt"`
+	Status  int       `json:"status"` // HTTP status; 0 if no response
+	Error   string    `json:"error,omitempty"`
+	Time    time.Time `json:"time"`
+}
+
 // SandboxFilter selects sandboxes in ListSandboxes.
 type SandboxFilter struct {
 	Tenant         string          // "" = all tenants
@@ -123,6 +134,16 @@ type Store interface {
 	ListVolumes(ctx context.Context, tenant string, includeDeleted bool) ([]*Volume, error)
 	// UpdateVolume is compare-and-swap on Generation, like UpdateSandbox.
 	UpdateVolume(ctx context.Context, v *Volume) error
+
+	// ListEventsSince returns events of every sandbox with ID > afterID,
+	// oldest first: the outbox webhooks are delivered from.
+	ListEventsSince(ctx context.Context, afterID int64, limit int) ([]*sandbox.Event, error)
+	// WebhookCursor returns the last event id handled for url, and false if
+	// none is stored.
+	WebhookCursor(ctx context.Context, url string) (int64, bool, error)
+	SetWebhookCursor(ctx context.Context, url string, eventID int64) error
+	RecordWebhookDelivery(ctx context.Context, d *WebhookDelivery) error
+	ListWebhookDeliveries(ctx context.Context, eventID int64) ([]*WebhookDelivery, error)
 
 	CreateAPIKey(ctx context.Context, k *APIKey) error
 	// GetAPIKeyByHash returns a key, revoked or not; callers check RevokedAt.

@@ -41,6 +41,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"NotFound", testNotFound},
 		{"Volumes", testVolumes},
 		{"SandboxLifecycleTimes", testSandboxLifecycleTimes},
+		{"WebhookOutbox", testWebhookOutbox},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)

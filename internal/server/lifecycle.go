@@ -1,0 +1,86 @@
+package server
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
+)
+
+// lifecycle serves POST /v1/sandboxes/{id}/{op}.
+func (s *Server) lifecycle(op string) http.HandlerFunc {
+	fns := map[string]func(context.Context, string, string) (*sandbox.Sandbox, error){
+		"pause": s.m.Pause, "resume": s.m.Resume, "stop": s.m.Stop, "start": s.m.Start,
+		"reset": s.m.Reset, "quarantine": s.m.Quarantine, "release": s.m.Release, "touch": s.m.Touch,
+	}
+	fn := fns[op]
+	return func(w http.ResponseWriter, r *http.Request) {
+		sb, err := fn(r.Context(), r.PathValue("id"), actor(r))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, 200, s.toAPI(sb))
+	}
+}
+
+func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
+	entries, err := s.m.Diff(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, entries)
+}
+
+func (s *Server) volumeToAPI(v *store.Volume) api.Volume {
+	u := s.m.VolumeUsage(v)
+	return api.Volume{ID: v.ID, Name: v.Name, State: v.State, SizeBytes: v.SizeBytes, Inodes: v.Inodes,
+		UsedBytes: u.UsedBytes, UsedInodes: u.UsedInodes, AttachedTo: v.SandboxID, Keep: v.Keep, CreatedAt: v.CreatedAt}
+}
+
+func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
+	var req api.CreateVolumeRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	v, err := s.m.CreateVolume(r.Context(), &req, tenant(r))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.volumeToAPI(v))
+}
+
+func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
+	vs, err := s.m.ListVolumes(r.Context(), r.URL.Query().Get("all") == "true")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := make([]api.Volume, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, s.volumeToAPI(v))
+	}
+	writeJSON(w, 200, out)
+}
+
+func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) {
+	v, err := s.m.GetVolume(r.Context(), r.PathValue("name"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, s.volumeToAPI(v))
+}
+
+func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) {
+	if err := s.m.DeleteVolume(r.Context(), r.PathValue("name")); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

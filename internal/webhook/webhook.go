@@ -1,0 +1,218 @@
+// Package webhook delivers sandbox lifecycle events to a configured URL.
+// The events table is the outbox: a per-URL cursor in the store records the
+// last event handled, so delivery resumes after a restart without loss or
+// replay of old history. Each POST carries the event as JSON and an
+// HMAC-SHA256 signature of the body (X-Berth-Signature: sha256=<hex>);
+// failures are retried with exponential backoff and every attempt is
+// recorded in the store.
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
+)
+
+// Headers of a delivery.
+const (
+	SignatureHeader = "X-Berth-Signature"
+	EventIDHeader   = "X-Berth-Event-Id"
+	AttemptHeader   = "X-Berth-Delivery-Attempt"
+)
+
+// Config configures a Deliverer.
+type Config struct {
+	URL    string
+	Secret string
+	// Attempts per event before it is given up (default 6); backoff starts
+	// at Backoff (default 500ms) and doubles.
+	Attempts int
+	Backoff  time.Duration
+	// Poll is how often the outbox is read when not kicked (default 1s).
+	Poll   time.Duration
+	Client *http.Client
+	Logger *slog.Logger
+}
+
+// Deliverer sends lifecycle events to one URL, in order.
+type Deliverer struct {
+	cfg  Config
+	st   store.Store
+	kick chan struct{}
+}
+
+// New returns a Deliverer; Run starts it.
+func New(cfg Config, st store.Store) *Deliverer {
+	if cfg.Attempts <= 0 {
+		cfg.Attempts = 6
+	}
+	if cfg.Backoff <= 0 {
+		cfg.Backoff = 500 * time.Millisecond
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = time.Second
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{Timeout: 10 * time.Second}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Deliverer{cfg: cfg, st: st, kick: make(chan struct{}, 1)}
+}
+
+// Kick tells the deliverer that new events may be waiting.
+func (d *Deliverer) Kick() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Sign returns the signature header value of body under secret.
+func Sign(secret string, body []byte) string {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write(body)
+	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// Verify checks a signature header value in constant time.
+func Verify(secret string, body []byte, sig string) bool {
+	return hmac.Equal([]byte(Sign(secret, body)), []byte(sig))
+}
+
+// Run delivers until ctx ends. A new URL starts from the newest event: it
+// gets what happens from now on, not the history.
+func (d *Deliverer) Run(ctx context.Context) {
+	cursor, ok, err := d.st.WebhookCursor(ctx, d.cfg.URL)
+	for err != nil {
+		d.cfg.Logger.Error("webhook: reading cursor", "err", err)
+		if !sleep(ctx, d.cfg.Poll) {
+			return
+		}
+		cursor, ok, err = d.st.WebhookCursor(ctx, d.cfg.URL)
+	}
+	if !ok {
+		cursor = d.latest(ctx)
+		if err := d.st.SetWebhookCursor(ctx, d.cfg.URL, cursor); err != nil {
+			d.cfg.Logger.Error("webhook: storing cursor", "err", err)
+		}
+	}
+	for {
+		evs, err := d.st.ListEventsSince(ctx, cursor, 100)
+		if err != nil {
+			d.cfg.Logger.Error("webhook: reading events", "err", err)
+		}
+		for _, ev := range evs {
+			if ev.Type == "state" {
+				if !d.deliver(ctx, ev) {
+					return
+				}
+			}
+			cursor = ev.ID
+			if err := d.st.SetWebhookCursor(ctx, d.cfg.URL, cursor); err != nil {
+				d.cfg.Logger.Error("webhook: storing cursor", "err", err)
+			}
+		}
+		if len(evs) == 100 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.kick:
+		case <-time.After(d.cfg.Poll):
+		}
+	}
+}
+
+func (d *Deliverer) latest(ctx context.Context) int64 {
+	var last int64
+	for {
+		evs, err := d.st.ListEventsSince(ctx, last, 1000)
+		if err != nil || len(evs) == 0 {
+			return last
+		}
+		last = evs[len(evs)-1].ID
+	}
+}
+
+// deliver posts ev until it is accepted or attempts run out; it returns
+// false only when ctx ended.
+func (d *Deliverer) deliver(ctx context.Context, ev *sandbox.Event) bool {
+	body, _ := json.Marshal(api.Event{ID: ev.ID, SandboxID: ev.SandboxID, Time: ev.Time, Type: ev.Type,
+		From: string(ev.From), To: string(ev.To), Actor: ev.Actor, Cause: string(ev.Cause),
+		Reason: ev.Reason, Outcome: ev.Outcome, Message: ev.Message})
+	backoff := d.cfg.Backoff
+	for attempt := 1; attempt <= d.cfg.Attempts; attempt++ {
+		status, err := d.post(ctx, ev.ID, attempt, body)
+		rec := &store.WebhookDelivery{EventID: ev.ID, URL: d.cfg.URL, Attempt: attempt, Status: status, Time: time.Now().UTC()}
+		if err != nil {
+			rec.Error = err.Error()
+		}
+		if rerr := d.st.RecordWebhookDelivery(context.WithoutCancel(ctx), rec); rerr != nil {
+			d.cfg.Logger.Error("webhook: recording delivery", "err", rerr)
+		}
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		d.cfg.Logger.Warn("webhook delivery failed", "event", ev.ID, "attempt", attempt, "err", err)
+		if attempt < d.cfg.Attempts && !sleep(ctx, backoff) {
+			return false
+		}
+		backoff *= 2
+	}
+	d.cfg.Logger.Error("webhook: giving up on event", "event", ev.ID, "attempts", d.cfg.Attempts)
+	return true
+}
+
+func (d *Deliverer) post(ctx context.Context, id int64, attempt int, body []byte) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.cfg.URL, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "berth-webhook/1")
+	req.Header.Set(EventIDHeader, strconv.FormatInt(id, 10))
+	req.Header.Set(AttemptHeader, strconv.Itoa(attempt))
+	if d.cfg.Secret != "" {
+		req.Header.Set(SignatureHeader, Sign(d.cfg.Secret, body))
+	}
+	resp, err := d.cfg.Client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return resp.StatusCode, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return resp.StatusCode, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

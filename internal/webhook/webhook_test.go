@@ -1,0 +1,99 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store/sqlite"
+)
+
+func TestDeliverSignedRetriedRecorded(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	sb := &sandbox.Sandbox{ID: "s1", State: sandbox.StateCreating, Spec: sandbox.Spec{Resources: sandbox.DefaultResources}}
+	if err := st.CreateSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	// History before the webhook existed is not replayed.
+	st.AppendEvent(ctx, &sandbox.Event{SandboxID: "s1", Type: "state", To: sandbox.StateCreating, Time: time.Now()})
+
+	var mu sync.Mutex
+	var got []api.Event
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if !Verify("s3cret", body, r.Header.Get(SignatureHeader)) {
+			t.Errorf("bad signature %q", r.Header.Get(SignatureHeader))
+		}
+		if calls == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable) // first attempt fails
+			return
+		}
+		var ev api.Event
+		json.Unmarshal(body, &ev)
+		got = append(got, ev)
+	}))
+	defer srv.Close()
+	d := New(Config{URL: srv.URL, Secret: "s3cret", Backoff: 20 * time.Millisecond, Poll: 20 * time.Millisecond}, st)
+	done := make(chan struct{})
+	go func() { d.Run(ctx); close(done) }()
+	time.Sleep(100 * time.Millisecond) // let it take its starting cursor
+	var ids []int64
+	for _, to := range []sandbox.State{sandbox.StateRunning, sandbox.StatePaused} {
+		ev := &sandbox.Event{SandboxID: "s1", Type: "state", From: "x", To: to, Time: time.Now()}
+		st.AppendEvent(ctx, ev)
+		ids = append(ids, ev.ID)
+		st.AppendEvent(ctx, &sandbox.Event{SandboxID: "s1", Type: "exec", Time: time.Now()}) // not a lifecycle event
+	}
+	d.Kick()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("delivered %d of 2", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if got[0].ID != ids[0] || got[0].To != "running" || got[1].To != "paused" {
+		t.Fatalf("delivered %+v", got)
+	}
+	ds, _ := st.ListWebhookDeliveries(context.Background(), ids[0])
+	if len(ds) != 2 || ds[0].Status != 503 || ds[1].Status != 200 || ds[1].Attempt != 2 {
+		t.Fatalf("deliveries of first event: %+v", ds)
+	}
+	if c, _, _ := st.WebhookCursor(context.Background(), srv.URL); c < ids[1] {
+		t.Fatalf("cursor %d did not pass event %d", c, ids[1])
+	}
+}
+
+func TestSignature(t *testing.T) {
+	body := []byte(`{"a":1}`)
+	sig := Sign("k", body)
+	if !Verify("k", body, sig) || Verify("other", body, sig) || Verify("k", []byte(`{"a":2}`), sig) {
+		t.Fatal("signature check is wrong")
+	}
+}
