@@ -8,9 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/cgroups"
@@ -403,7 +402,7 @@ func (m *Manager) Diff(ctx context.Context, ref string) ([]api.DiffEntry, error)
 			return nil
 		}
 		if info.Mode()&fs.ModeCharDevice != 0 {
-			if st, ok := info.Sys().(*unix.Stat_t); ok && st.Rdev == 0 {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Rdev == 0 {
 				return add(api.DiffEntry{Path: "/" + rel, Kind: "removed"})
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
 	"testing"
 
 	"github.com/berth-sh/berth/client"
@@ -44,4 +45,21 @@ func jsonDecode(t *testing.T, s string, v any) {
 	if err := json.Unmarshal([]byte(s), v); err != nil {
 		t.Fatalf("decoding %q: %v", s, err)
 	}
+}
+
+// startDaemonWith starts a private daemon with extra serve flags.
+func startDaemonWith(t *testing.T, extra ...string) *daemon {
+	t.Helper()
+	base, err := os.MkdirTemp("", "berth-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(base, 0o711)
+	d := &daemon{t: t, dataDir: base + "/data", socket: base + "/berth.sock", extra: extra}
+	d.start()
+	t.Cleanup(func() {
+		d.cleanup()
+		os.RemoveAll(base)
+	})
+	return d
 }
