@@ -44,7 +44,9 @@ func (c *Client) Run(ctx context.Context, req api.RunRequest, stdout, stderr io.
 	if err != nil {
 		return "", api.ExecExit{}, err
 	}
-	defer closeBody(resp.Body)
+	// Close without draining: after the exit event the daemon is only
+	// tearing the sandbox down, which the caller need not wait for.
+	defer resp.Body.Close()
 	id := resp.Header.Get(SandboxIDHeader)
 	exit, err := readExecStream(ctx, resp.Body, stdout, stderr)
 	return id, exit, err

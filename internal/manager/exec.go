@@ -34,7 +34,7 @@ const (
 // Exec runs a command in a running sandbox, streaming its output, and
 // returns how it ended. Cancelling ctx kills the command.
 func (m *Manager) Exec(ctx context.Context, ref string, req *api.ExecRequest, eio ExecIO, actor string) (api.ExecExit, error) {
-	sb, err := m.Get(ctx, ref)
+	sb, err := m.local(ctx, ref)
 	if err != nil {
 		return api.ExecExit{}, err
 	}

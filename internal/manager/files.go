@@ -31,7 +31,7 @@ type Files struct {
 // write says whether the caller will change files; a quarantined sandbox
 // refuses writes, and serves reads from the host side while frozen.
 func (m *Manager) Files(ctx context.Context, ref string, write bool, actor string) (*Files, error) {
-	sb, err := m.Get(ctx, ref)
+	sb, err := m.local(ctx, ref)
 	if err != nil {
 		return nil, err
 	}

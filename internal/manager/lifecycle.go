@@ -117,7 +117,7 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest, opt
 	}
 	now := m.now()
 	sb := &sandbox.Sandbox{
-		ID: newID(), Name: req.Name, Tenant: opt.Tenant, State: sandbox.StateCreating,
+		ID: newID(), Name: req.Name, Tenant: opt.Tenant, State: sandbox.StateCreating, Node: m.cfg.Node,
 		Spec: spec, CreatedAt: now, UpdatedAt: now, Cause: sandbox.CauseUser, Reason: "create",
 	}
 	// Side effects must not be cut short by a client that goes away: the
@@ -274,7 +274,7 @@ func (m *Manager) waitReady(ctx context.Context, id string) error {
 // Delete destroys a sandbox and leaves a tombstone. Deleting a deleted
 // sandbox returns its tombstone.
 func (m *Manager) Delete(ctx context.Context, ref, actor string, cause sandbox.Cause, reason string) (*sandbox.Sandbox, error) {
-	sb, err := m.Get(ctx, ref)
+	sb, err := m.local(ctx, ref)
 	if err != nil {
 		return nil, err
 	}

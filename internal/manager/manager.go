@@ -41,6 +41,9 @@ type Config struct {
 	IDMap           runtime.IDMap
 	// Instance names this daemon's host resources (cgroup parent, etc.).
 	Instance string
+	// Node names this daemon in a store shared by several (PostgreSQL):
+	// each acts only on its own sandboxes. Default: Instance.
+	Node string
 	// ReadyTimeout bounds the wait for a new sandbox's agent.
 	ReadyTimeout time.Duration
 	// ReconcileInterval is how often the background reconciler runs.
@@ -97,6 +100,9 @@ func New(cfg Config, st store.Store, images *image.Store, rt runtime.Runtime) (*
 	}
 	if cfg.Instance == "" {
 		cfg.Instance = InstanceName(cfg.DataDir)
+	}
+	if cfg.Node == "" {
+		cfg.Node = cfg.Instance
 	}
 	if cfg.IDMap.Size == 0 {
 		cfg.IDMap = DefaultIDMap
@@ -241,6 +247,22 @@ func (k *keyedMutex) Lock(key string) func() {
 		}
 		k.mu.Unlock()
 	}
+}
+
+// mine reports whether this daemon runs sb.
+func (m *Manager) mine(sb *sandbox.Sandbox) bool { return sb.Node == "" || sb.Node == m.cfg.Node }
+
+// local returns sandbox ref if this daemon runs it; a sandbox of another
+// node is a 409 naming it, so no two daemons ever act on one sandbox.
+func (m *Manager) local(ctx context.Context, ref string) (*sandbox.Sandbox, error) {
+	sb, err := m.Get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if !m.mine(sb) && sb.State != sandbox.StateDeleted {
+		return nil, errdefs.Conflict("sandbox %s runs on node %s; send the request to that daemon", sb.ID, sb.Node)
+	}
+	return sb, nil
 }
 
 // Get returns a sandbox by id or, failing that, by live name.

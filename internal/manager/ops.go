@@ -19,7 +19,7 @@ import (
 
 // op runs fn on the current record of sandbox ref under its lock.
 func (m *Manager) op(ctx context.Context, ref string, fn func(context.Context, *sandbox.Sandbox) error) (*sandbox.Sandbox, error) {
-	sb, err := m.Get(ctx, ref)
+	sb, err := m.local(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -356,7 +356,7 @@ func (m *Manager) readyForUse(ctx context.Context, sb *sandbox.Sandbox, what, ac
 // root layer (overlay upper dir) against the template's layers, plus
 // everything in its workspace volume.
 func (m *Manager) Diff(ctx context.Context, ref string) ([]api.DiffEntry, error) {
-	sb, err := m.Get(ctx, ref)
+	sb, err := m.local(ctx, ref)
 	if err != nil {
 		return nil, err
 	}

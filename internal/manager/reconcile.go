@@ -56,7 +56,7 @@ func (m *Manager) wakeReconciler() {
 
 // recover brings every live record to a resting state after a start.
 func (m *Manager) recover(ctx context.Context) error {
-	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{})
+	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node})
 	if err != nil {
 		return err
 	}
@@ -190,7 +190,7 @@ func (m *Manager) loop() {
 // tick enforces policies, stores activity, retries unfinished teardowns
 // and notices dead sandboxes. It returns the next deadline it knows of.
 func (m *Manager) tick(ctx context.Context) time.Time {
-	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{})
+	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node})
 	if err != nil {
 		m.log.Error("reconciler: listing sandboxes", "err", err)
 		return time.Time{}
@@ -335,7 +335,7 @@ func (m *Manager) async(id string, fn func(context.Context, *sandbox.Sandbox)) b
 // Doctor lists orphans and leaks: host resources with no live record, and
 // live records whose host resources are gone. With fix it removes orphans.
 func (m *Manager) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, error) {
-	all, err := m.store.ListSandboxes(ctx, store.SandboxFilter{})
+	all, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node})
 	if err != nil {
 		return nil, err
 	}

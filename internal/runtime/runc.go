@@ -92,6 +92,12 @@ func (rc *Runc) Start(ctx context.Context, s *Spec) (int, error) {
 		IO:      fileIO{logf},
 		Detach:  true,
 		PidFile: pidFile,
+		// A new session keyring per container is charged to the owning
+		// uid, and every sandbox's root is the same host uid: the kernel's
+		// default quota (kernel.keys.maxkeys = 200) would cap a host at
+		// about 200 sandboxes. Sandboxes cannot use keyrings anyway: the
+		// seccomp profile denies keyctl, add_key and request_key.
+		NoNewKeyring: true,
 	})
 	if err != nil {
 		out.WriteString(tailFile(s.LogPath, 2048))

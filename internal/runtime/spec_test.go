@@ -64,7 +64,7 @@ func TestBuildSpecIsolationDefaults(t *testing.T) {
 	}
 	// Unconditionally allowed would be an escape hatch: these need
 	// capabilities the sandbox does not have, or are never allowed.
-	for _, n := range []string{"mount", "umount2", "pivot_root", "kexec_load", "init_module", "bpf", "keyctl", "add_key", "open_by_handle_at", "unshare", "setns"} {
+	for _, n := range []string{"mount", "umount2", "pivot_root", "kexec_load", "init_module", "bpf", "keyctl", "add_key", "request_key", "open_by_handle_at", "unshare", "setns"} {
 		if allowed[n] {
 			t.Errorf("seccomp allows %s unconditionally", n)
 		}

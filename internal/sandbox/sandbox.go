@@ -193,6 +193,8 @@ type Sandbox struct {
 	StoppedAt      time.Time `json:"stopped_at,omitzero"`
 	// PrevState is the state a quarantined sandbox returns to on release.
 	PrevState State `json:"prev_state,omitempty"`
+	// Node is the daemon whose host runs the sandbox; only it acts on it.
+	Node string `json:"node,omitempty"`
 }
 
 // Hostname is the sandbox's host name: its name, or sb-<id prefix>.

@@ -92,6 +92,7 @@ type WebhookDelivery struct {
 // SandboxFilter selects sandboxes in ListSandboxes.
 type SandboxFilter struct {
 	Tenant         string          // "" = all tenants
+	Node           string          // "" = all nodes
 	States         []sandbox.State // empty = all states
 	IncludeDeleted bool            // tombstones are excluded unless set
 	Limit          int             // 0 = no limit

@@ -30,11 +30,12 @@ func TestRunPrintsAndExitsWithCode(t *testing.T) {
 	}
 	// The one-shot sandbox is gone and left a tombstone.
 	sbs, err := d.c.ListSandboxes(context.Background(), true)
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || len(sbs) != 1 {
+		t.Fatalf("want one sandbox record, got %+v %v", sbs, err)
 	}
-	if len(sbs) != 1 || sbs[0].State != "deleted" || sbs[0].Cause != "client" {
-		t.Fatalf("want one deleted tombstone, got %+v", sbs)
+	waitState(t, d, sbs[0].ID, "deleted", 5*time.Second)
+	if sb, _ := d.c.GetSandbox(context.Background(), sbs[0].ID); sb.Cause != "client" {
+		t.Fatalf("tombstone cause %q", sb.Cause)
 	}
 }
 

@@ -40,6 +40,7 @@ func TestSecurityBoundary(t *testing.T) {
 		"chroot escape tools":   "test -e /var/lib/berth || test -e /proc/1/root/../../../../etc/shadow && exit 0; exit 1",
 		"see host processes":    "ps -eo args | grep -v grep | grep -q 'berth serve' && exit 0; test $(ps -e | wc -l) -gt 8",
 		"write agent binary":    "echo x >> /.berth/berth",
+		"use a keyring":         "python3 -c 'import ctypes,sys; l=ctypes.CDLL(None); sys.exit(0 if l.syscall(250, 0, -3, 0) >= 0 else 1)'",
 		"setuid escalation":     "cp /usr/bin/id /tmp/id && chmod u+s /tmp/id && su -s /bin/sh nobody -c /tmp/id | grep -q 'euid=0' && exit 0 || exit 1",
 	}
 	for name, cmd := range mustFail {

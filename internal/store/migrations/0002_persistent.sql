@@ -1,11 +1,14 @@
 -- 0002_persistent: what persistent sandboxes need — activity and pause/stop
--- timestamps, the state a quarantined sandbox returns to, volumes, and the
--- webhook delivery log with its cursor.
+-- timestamps, the state a quarantined sandbox returns to, the node that
+-- owns each sandbox, volumes, and the webhook delivery log with its cursor.
 
 ALTER TABLE sandboxes ADD COLUMN last_activity_at BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE sandboxes ADD COLUMN paused_at BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE sandboxes ADD COLUMN stopped_at BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE sandboxes ADD COLUMN prev_state TEXT NOT NULL DEFAULT '';
+-- The daemon (node) whose host runs the sandbox: only it acts on it.
+ALTER TABLE sandboxes ADD COLUMN node TEXT NOT NULL DEFAULT '';
+CREATE INDEX sandboxes_node ON sandboxes (node, state);
 
 CREATE TABLE volumes (
     id          TEXT    NOT NULL PRIMARY KEY,

@@ -69,7 +69,7 @@ type scanner interface{ Scan(dest ...any) error }
 
 // ---- sandboxes ----
 
-const sandboxCols = `id, tenant, name, state, spec, created_at, updated_at, started_at, deleted_at, cause, reason, error, generation, last_activity_at, paused_at, stopped_at, prev_state`
+const sandboxCols = `id, tenant, name, state, spec, created_at, updated_at, started_at, deleted_at, cause, reason, error, generation, last_activity_at, paused_at, stopped_at, prev_state, node`
 
 func scanSandbox(sc scanner) (*sandbox.Sandbox, error) {
 	var (
@@ -79,7 +79,7 @@ func scanSandbox(sc scanner) (*sandbox.Sandbox, error) {
 		activity, paused, stopped               int64
 	)
 	if err := sc.Scan(&sb.ID, &sb.Tenant, &sb.Name, &state, &spec, &created, &updated, &started, &deleted,
-		&cause, &sb.Reason, &sb.Error, &gen, &activity, &paused, &stopped, &prev); err != nil {
+		&cause, &sb.Reason, &sb.Error, &gen, &activity, &paused, &stopped, &prev, &sb.Node); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(spec), &sb.Spec); err != nil {
@@ -103,11 +103,11 @@ func (s *sqlStore) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox) error
 	if err != nil {
 		return fmt.Errorf("sandbox %s: encode spec: %w", sb.ID, err)
 	}
-	_, err = s.exec(ctx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)`,
+	_, err = s.exec(ctx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)`,
 		sb.ID, sb.Tenant, sb.Name, string(sb.State), string(spec),
 		micros(sb.CreatedAt), micros(sb.UpdatedAt), micros(sb.StartedAt), micros(sb.DeletedAt),
 		string(sb.Cause), sb.Reason, sb.Error,
-		micros(sb.LastActivityAt), micros(sb.PausedAt), micros(sb.StoppedAt), string(sb.PrevState))
+		micros(sb.LastActivityAt), micros(sb.PausedAt), micros(sb.StoppedAt), string(sb.PrevState), sb.Node)
 	if err != nil {
 		if s.d.classify(err) == UniqueViolation {
 			return s.sandboxConflict(ctx, sb)
@@ -164,6 +164,10 @@ func (s *sqlStore) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]
 		where = append(where, "tenant = ?")
 		args = append(args, f.Tenant)
 	}
+	if f.Node != "" {
+		where = append(where, "node = ?")
+		args = append(args, f.Node)
+	}
 	if !f.IncludeDeleted {
 		where = append(where, "state <> ?")
 		args = append(args, string(sandbox.StateDeleted))
@@ -210,12 +214,12 @@ func (s *sqlStore) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox) error
 	res, err := s.exec(ctx, `UPDATE sandboxes SET tenant = ?, name = ?, state = ?, spec = ?,
 		created_at = ?, updated_at = ?, started_at = ?, deleted_at = ?,
 		cause = ?, reason = ?, error = ?, generation = generation + 1,
-		last_activity_at = ?, paused_at = ?, stopped_at = ?, prev_state = ?
+		last_activity_at = ?, paused_at = ?, stopped_at = ?, prev_state = ?, node = ?
 		WHERE id = ? AND generation = ?`,
 		sb.Tenant, sb.Name, string(sb.State), string(spec),
 		micros(sb.CreatedAt), micros(sb.UpdatedAt), micros(sb.StartedAt), micros(sb.DeletedAt),
 		string(sb.Cause), sb.Reason, sb.Error,
-		micros(sb.LastActivityAt), micros(sb.PausedAt), micros(sb.StoppedAt), string(sb.PrevState),
+		micros(sb.LastActivityAt), micros(sb.PausedAt), micros(sb.StoppedAt), string(sb.PrevState), sb.Node,
 		sb.ID, sb.Generation)
 	if err != nil {
 		if s.d.classify(err) == UniqueViolation {

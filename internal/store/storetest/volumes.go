@@ -75,8 +75,17 @@ func testSandboxLifecycleTimes(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	sb := newSandbox("lt", "t", "lt", sandbox.StateRunning, at(0))
 	sb.LastActivityAt = at(3 * time.Second)
+	sb.Node = "node-a"
 	if err := s.CreateSandbox(ctx, sb); err != nil {
 		t.Fatal(err)
+	}
+	other := newSandbox("lt2", "t", "lt2", sandbox.StateRunning, at(time.Second))
+	other.Node = "node-b"
+	if err := s.CreateSandbox(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if mine, err := s.ListSandboxes(ctx, store.SandboxFilter{Node: "node-a"}); err != nil || len(mine) != 1 || mine[0].ID != "lt" {
+		t.Fatalf("node filter: %v %v", mine, err)
 	}
 	sb.State, sb.PausedAt, sb.StoppedAt, sb.PrevState = sandbox.StateQuarantined, at(4*time.Second), at(5*time.Second), sandbox.StatePaused
 	if err := s.UpdateSandbox(ctx, sb); err != nil {
