@@ -30,6 +30,7 @@ var forwarded = []os.Signal{unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGUSR1
 func Main(args []string) int {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	socket := fs.String("socket", DefaultSocket, "unix socket to listen on")
+	listenFD := fs.Int("listen-fd", 0, "serve on this inherited listening socket instead of creating --socket")
 	root := fs.String("root", "/", "directory file operations are confined to")
 	init := fs.Bool("init", os.Getpid() == 1, "act as PID 1: subreaper, reap all children, forward signals")
 	grace := fs.Duration("shutdown-grace", 5*time.Second, "after SIGTERM, how long to wait for processes to exit")
@@ -60,7 +61,7 @@ func Main(args []string) int {
 	signal.Notify(sigc, forwarded...)
 	defer signal.Stop(sigc)
 
-	s, err := newServer(Config{Socket: *socket, Root: *root, Logger: log, MaxFileBytes: *maxFile, reap: *init})
+	s, err := newServer(Config{Socket: *socket, ListenFD: *listenFD, Root: *root, Logger: log, MaxFileBytes: *maxFile, reap: *init})
 	if err != nil {
 		log.Error("start", "err", err)
 		return 1

@@ -23,6 +23,10 @@ type Config struct {
 	// Socket is the path of the unix socket to listen on. A stale socket
 	// file is removed first; the socket is made mode 0600.
 	Socket string
+	// ListenFD, if positive, is an inherited listening socket to serve on
+	// instead of creating Socket: the daemon binds the socket before the
+	// sandbox starts, so it can connect without waiting for the agent.
+	ListenFD int
 	// Root is the directory every path of a file operation resolves
 	// inside: "/" in a sandbox, a temporary directory in tests. Exec's
 	// working directory is not resolved in it.
@@ -72,7 +76,7 @@ func Serve(ctx context.Context, cfg Config) error {
 }
 
 func newServer(cfg Config) (*server, error) {
-	if cfg.Socket == "" {
+	if cfg.Socket == "" && cfg.ListenFD <= 0 {
 		return nil, errors.New("agent: no socket path")
 	}
 	if cfg.Root == "" {
@@ -89,7 +93,12 @@ func newServer(cfg Config) (*server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
-	ln, err := listen(cfg.Socket)
+	var ln *net.UnixListener
+	if cfg.ListenFD > 0 {
+		ln, err = inherited(cfg.ListenFD)
+	} else {
+		ln, err = listen(cfg.Socket)
+	}
 	if err != nil {
 		root.close()
 		return nil, fmt.Errorf("agent: %w", err)
@@ -104,6 +113,27 @@ func newServer(cfg Config) (*server, error) {
 		conns:  make(map[net.Conn]struct{}),
 		drains: make(map[*os.File]struct{}),
 	}, nil
+}
+
+// inherited serves on a listening unix socket passed in as fd; its file
+// belongs to whoever bound it and stays when the agent exits.
+func inherited(fd int) (*net.UnixListener, error) {
+	f := os.NewFile(uintptr(fd), "listener")
+	if f == nil {
+		return nil, fmt.Errorf("fd %d is not open", fd)
+	}
+	defer f.Close()
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("fd %d: %w", fd, err)
+	}
+	ul, ok := l.(*net.UnixListener)
+	if !ok {
+		l.Close()
+		return nil, fmt.Errorf("fd %d is not a unix socket listener", fd)
+	}
+	ul.SetUnlinkOnClose(false)
+	return ul, nil
 }
 
 // listen replaces a stale socket file and listens, mode 0600.

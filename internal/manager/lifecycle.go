@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -220,13 +221,21 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox, tpl *store
 			Destination: vm.Path, ReadOnly: vm.ReadOnly,
 		})
 	}
+	// Bind the agent's socket here and hand it to the agent: the daemon
+	// can connect at once, without polling for the agent to come up.
+	lnFile, err := bindAgentSocket(p.socket)
+	if err != nil {
+		return err
+	}
+	defer lnFile.Close()
 	tStart := time.Now()
 	pid, err := m.rt.Start(ctx, &runtime.Spec{
 		ID:          sb.ID,
 		Bundle:      p.bundle,
 		Rootfs:      p.rootfs,
 		Hostname:    sb.Hostname(),
-		Args:        []string{agentBinary, "agent", "--socket", "/.berth/run/agent.sock"},
+		Args:        []string{agentBinary, "agent", "--listen-fd", "3"},
+		ExtraFiles:  []*os.File{lnFile},
 		Env:         []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "BERTH_SANDBOX_ID=" + sb.ID, "GOMAXPROCS=1"},
 		Mounts:      mounts,
 		Resources:   sb.Spec.Resources,
@@ -243,6 +252,24 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox, tpl *store
 	err = m.waitReady(ctx, sb.ID)
 	m.log.Debug("provisioned", "sandbox", sb.ID, "runtime_start", tReady.Sub(tStart), "agent_ready", time.Since(tReady))
 	return err
+}
+
+// bindAgentSocket creates the listening socket the agent will serve on and
+// returns it as a file to pass to the sandbox.
+func bindAgentSocket(path string) (*os.File, error) {
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("agent socket: %w", err)
+	}
+	l.SetUnlinkOnClose(false)
+	defer l.Close()
+	if err := os.Chmod(path, 0o600); err != nil {
+		return nil, err
+	}
+	return l.File()
 }
 
 // agentBinary is where the berth binary appears inside every sandbox.

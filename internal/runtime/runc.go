@@ -98,6 +98,7 @@ func (rc *Runc) Start(ctx context.Context, s *Spec) (int, error) {
 		// about 200 sandboxes. Sandboxes cannot use keyrings anyway: the
 		// seccomp profile denies keyctl, add_key and request_key.
 		NoNewKeyring: true,
+		ExtraFiles:   s.ExtraFiles,
 	})
 	if err != nil {
 		out.WriteString(tailFile(s.LogPath, 2048))

@@ -9,6 +9,7 @@ package runtime
 
 import (
 	"context"
+	"os"
 	"syscall"
 
 	"github.com/berth-sh/berth/api"
@@ -47,6 +48,8 @@ type Spec struct {
 	IDMap       IDMap
 	CgroupsPath string // e.g. /berth-<instance>/<id>
 	LogPath     string // where init's stdout and stderr go
+	// ExtraFiles are passed to init as fds 3, 4, ...
+	ExtraFiles []*os.File
 }
 
 // Status is a container's status as the runtime sees it.
