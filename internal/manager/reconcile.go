@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -37,7 +38,8 @@ func (m *Manager) Recover(ctx context.Context) error {
 	return nil
 }
 
-// Close stops background work. Sandboxes keep running.
+// Close stops background work. Sandboxes keep running; if none is left,
+// the daemon's cgroup parent is removed too.
 func (m *Manager) Close() {
 	select {
 	case <-m.stopCh:
@@ -45,6 +47,11 @@ func (m *Manager) Close() {
 		close(m.stopCh)
 	}
 	m.wg.Wait()
+	if len(cgroups.Children(m.CgroupParent())) == 0 {
+		for _, p := range cgroups.Paths(m.CgroupParent()) {
+			_ = os.Remove(p) // rmdir: fails harmlessly if a sandbox appeared
+		}
+	}
 }
 
 func (m *Manager) wakeReconciler() {
