@@ -50,6 +50,9 @@ type CreateSandboxRequest struct {
 	Volumes []VolumeMount `json:"volumes,omitempty"`
 	// KeepVolume keeps the workspace volume when the sandbox is deleted.
 	KeepVolume bool `json:"keep_volume,omitempty"`
+	// Snapshot starts the sandbox from a snapshot (its template, workspace
+	// and writable root) instead of a template.
+	Snapshot string `json:"snapshot,omitempty"`
 	Policy
 }
 
@@ -152,7 +155,8 @@ type Sandbox struct {
 	NextAction   string     `json:"next_action,omitempty"`
 	NextActionAt *time.Time `json:"next_action_at,omitempty"`
 	// Storage is the usage of the sandbox's workspace volume, if any.
-	Storage *Volume `json:"storage,omitempty"`
+	Storage *Volume  `json:"storage,omitempty"`
+	Lineage *Lineage `json:"lineage,omitempty"`
 }
 
 // ExecRequest is the body of POST /v1/sandboxes/{id}/exec and the first
@@ -227,6 +231,7 @@ type FileInfo struct {
 
 // Template is a template as the API shows it.
 type Template struct {
+	Pool      *Pool     `json:"pool,omitempty"`
 	Name      string    `json:"name"`
 	Layers    []string  `json:"layers"`
 	Source    string    `json:"source"`
@@ -304,4 +309,92 @@ type BuildEvent struct {
 	Data     []byte    `json:"data,omitempty"`
 	Template *Template `json:"template,omitempty"`
 	Error    *Error    `json:"error,omitempty"`
+}
+
+// ForkRequest is the body of POST /v1/sandboxes/{id}/fork. Children start
+// as a copy-on-write view of the parent's filesystem (workspace and
+// writable root) at the instant of the fork.
+type ForkRequest struct {
+	Count int `json:"count,omitempty"` // default 1, at most 64
+	// Persistent makes the children persistent; by default they are
+	// ephemeral and destroyed at the end of their timeout or on delete.
+	Persistent     bool              `json:"persistent,omitempty"`
+	TimeoutSeconds float64           `json:"timeout_seconds,omitempty"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	NamePrefix     string            `json:"name_prefix,omitempty"` // children are named PREFIX-1, PREFIX-2, ...
+}
+
+// ForkResponse lists the children made by a fork.
+type ForkResponse struct {
+	Children []Sandbox `json:"children"`
+	// FreezeMS is how long the parent was frozen for the snapshot.
+	FreezeMS float64 `json:"freeze_ms"`
+}
+
+// Lineage shows where a sandbox comes from and what came from it.
+type Lineage struct {
+	Parent       string   `json:"parent,omitempty"`        // sandbox it was forked from
+	FromSnapshot string   `json:"from_snapshot,omitempty"` // snapshot it was made from
+	Children     []string `json:"children,omitempty"`
+}
+
+// Snapshot is a named, crash-consistent copy of a sandbox's filesystem
+// state (workspace volume and writable root layer).
+type Snapshot struct {
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	SandboxID string     `json:"sandbox_id"`
+	Template  string     `json:"template"`
+	SizeBytes int64      `json:"size_bytes"`
+	Parent    string     `json:"parent,omitempty"` // the snapshot the sandbox was made from, if any
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// CreateSnapshotRequest is the body of POST /v1/sandboxes/{id}/snapshots.
+type CreateSnapshotRequest struct {
+	Name             string  `json:"name,omitempty"`
+	RetentionSeconds float64 `json:"retention_seconds,omitempty"` // deleted this long after creation; 0 = kept
+}
+
+// ExportRequest is the body of POST /v1/sandboxes/{id}/export: the response
+// is a tar stream of exactly the named paths.
+type ExportRequest struct {
+	Paths []string `json:"paths"`
+}
+
+// CopyRequest is the body of POST /v1/copy: copy a path from one sandbox to
+// another directly (berth cp CHILD:/path PARENT:/path).
+type CopyRequest struct {
+	From     string `json:"from"`      // sandbox id or name
+	FromPath string `json:"from_path"` // file or directory
+	To       string `json:"to"`
+	ToPath   string `json:"to_path"` // directory to extract into (created if missing)
+}
+
+// PoolRequest is the body of PUT /v1/templates/{name}/pool.
+type PoolRequest struct {
+	Min int `json:"min"` // ready sandboxes kept for this template; 0 = no pool
+}
+
+// Pool is a template's warm pool as the API shows it.
+type Pool struct {
+	Template string `json:"template"`
+	Min      int    `json:"min"`
+	Ready    int    `json:"ready"`
+	Starting int    `json:"starting"`
+	Hits     int64  `json:"hits"`
+	Misses   int64  `json:"misses"`
+}
+
+// ApplyRequest is the body of POST /v1/apply: a declarative template.
+// The response is an NDJSON stream of BuildEvent (progress, then the
+// template or an error).
+type ApplyRequest struct {
+	// Spec is the template file's content (YAML or JSON).
+	Spec string `json:"spec"`
+	// Files holds the content of files that copy steps name, by their path
+	// in the spec, as a tar archive (base64 in JSON).
+	Files []byte `json:"files,omitempty"`
 }
