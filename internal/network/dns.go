@@ -1,0 +1,226 @@
+package network
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
+)
+
+// resolver is berth's DNS server on the gateway addresses: the only
+// resolver a sandbox can reach.
+type resolver struct {
+	n       *Network
+	servers []*dns.Server
+	wg      sync.WaitGroup
+	ctx     context.Context
+	cancel  context.CancelFunc
+}
+
+// maxNamesPerSandbox bounds the address→name memory used by the flow log.
+const maxNamesPerSandbox = 4096
+
+func freebind(network, address string, c syscall.RawConn) error {
+	return c.Control(func(fd uintptr) {
+		_ = unix.SetsockoptInt(int(fd), unix.SOL_IP, unix.IP_FREEBIND, 1)
+		_ = unix.SetsockoptInt(int(fd), unix.SOL_IPV6, unix.IPV6_FREEBIND, 1)
+	})
+}
+
+func startResolver(n *Network) (*resolver, error) {
+	r := &resolver{n: n}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	lc := net.ListenConfig{Control: freebind}
+	for _, gw := range []netip.Addr{n.gw4, n.gw6} {
+		addr := netip.AddrPortFrom(gw, 53).String()
+		pc, err := lc.ListenPacket(context.Background(), "udp", addr)
+		if err != nil {
+			r.close()
+			return nil, fmt.Errorf("network: resolver on udp %s: %w", addr, err)
+		}
+		ln, err := lc.Listen(context.Background(), "tcp", addr)
+		if err != nil {
+			pc.Close()
+			r.close()
+			return nil, fmt.Errorf("network: resolver on tcp %s: %w", addr, err)
+		}
+		r.servers = append(r.servers,
+			&dns.Server{PacketConn: pc, Handler: r},
+			&dns.Server{Listener: ln, Handler: r, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: func() time.Duration { return 10 * time.Second }})
+	}
+	for _, s := range r.servers {
+		s := s
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			if err := s.ActivateAndServe(); err != nil {
+				n.log.Debug("resolver stopped", "err", err)
+			}
+		}()
+	}
+	return r, nil
+}
+
+func (r *resolver) close() error {
+	r.cancel()
+	var first error
+	for _, s := range r.servers {
+		if err := s.Shutdown(); err != nil && first == nil {
+			first = err
+		}
+	}
+	r.wg.Wait()
+	return first
+}
+
+func addrPortOf(a net.Addr) (netip.AddrPort, string) {
+	switch v := a.(type) {
+	case *net.UDPAddr:
+		return v.AddrPort(), "udp"
+	case *net.TCPAddr:
+		return v.AddrPort(), "tcp"
+	}
+	ap, _ := netip.ParseAddrPort(a.String())
+	return ap, a.Network()
+}
+
+func unmapAP(ap netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// ServeDNS answers one query of a sandbox.
+func (r *resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
+	n := r.n
+	src, proto := addrPortOf(w.RemoteAddr())
+	src = unmapAP(src)
+	dst, _ := addrPortOf(w.LocalAddr())
+	dst = unmapAP(dst)
+	n.mu.Lock()
+	sb := n.byAddr[src.Addr()]
+	var rules []Rule
+	var id string
+	if sb != nil {
+		rules, id = sb.rules, sb.id
+	}
+	n.mu.Unlock()
+	if sb == nil {
+		reply(w, req, dns.RcodeRefused)
+		return
+	}
+	if req.Opcode != dns.OpcodeQuery || len(req.Question) != 1 {
+		reply(w, req, dns.RcodeNotImplemented)
+		return
+	}
+	name := normDomain(req.Question[0].Name)
+	f := Flow{Time: time.Now(), Kind: "dns", Proto: proto, Src: src, Dst: dst, Name: name}
+	var tags []string
+	for _, rule := range rules {
+		if rule.Domain != "" && matchDomain(rule.Domain, name) {
+			if len(tags) == 0 {
+				f.Rule = rule.String()
+			}
+			tags = append(tags, rule.tag())
+		}
+	}
+	if len(tags) == 0 {
+		f.Decision, f.Rule = Deny, reasonNotAllowed
+		n.record(id, f)
+		reply(w, req, dns.RcodeNameError)
+		return
+	}
+	f.Decision = Allow
+	resp, err := r.exchange(req, proto)
+	if err != nil {
+		n.log.Warn("resolver: upstream failed", "name", name, "err", err)
+		n.record(id, f)
+		reply(w, req, dns.RcodeServerFailure)
+		return
+	}
+	// Pin every address of the answer for its TTL (clamped) before the
+	// sandbox sees it; hand out no TTL longer than the pin.
+	maxTTL := uint32(n.cfg.PinMaxTTL / time.Second)
+	byTTL := map[time.Duration][]netip.Addr{}
+	for _, rr := range resp.Answer {
+		if rr.Header().Ttl > maxTTL {
+			rr.Header().Ttl = maxTTL
+		}
+		var a netip.Addr
+		switch v := rr.(type) {
+		case *dns.A:
+			a, _ = netip.AddrFromSlice(v.A.To4())
+		case *dns.AAAA:
+			a, _ = netip.AddrFromSlice(v.AAAA.To16())
+		default:
+			continue
+		}
+		if !a.IsValid() {
+			continue
+		}
+		ttl := max(time.Duration(rr.Header().Ttl)*time.Second, n.cfg.PinMinTTL)
+		byTTL[ttl] = append(byTTL[ttl], a.Unmap())
+		f.Answers = append(f.Answers, a.Unmap())
+	}
+	n.mu.Lock()
+	if cur := n.sandboxes[id]; cur == sb {
+		for ttl, addrs := range byTTL {
+			if err := n.pin(sb, tags, addrs, ttl); err != nil {
+				n.log.Warn("resolver: pinning", "sandbox", id, "err", err)
+			}
+			if len(sb.names) > maxNamesPerSandbox {
+				clear(sb.names)
+			}
+			for _, a := range addrs {
+				sb.names[a] = name
+			}
+		}
+	}
+	n.mu.Unlock()
+	n.record(id, f)
+	resp.Id = req.Id
+	resp.Compress = true
+	if proto == "udp" {
+		size := dns.MinMsgSize
+		if o := req.IsEdns0(); o != nil {
+			size = int(o.UDPSize())
+		}
+		resp.Truncate(size)
+	}
+	_ = w.WriteMsg(resp)
+}
+
+func reply(w dns.ResponseWriter, req *dns.Msg, rcode int) {
+	m := new(dns.Msg)
+	m.SetRcode(req, rcode)
+	m.RecursionAvailable = true
+	_ = w.WriteMsg(m)
+}
+
+// exchange forwards req to the upstreams in order, over UDP (TCP when the
+// answer is truncated or the sandbox asked over TCP).
+func (r *resolver) exchange(req *dns.Msg, proto string) (*dns.Msg, error) {
+	n := r.n
+	m := req.Copy()
+	m.Id = dns.Id()
+	var last error
+	for _, up := range n.cfg.Upstream {
+		ctx, cancel := context.WithTimeout(r.ctx, n.cfg.UpstreamTimeout)
+		c := &dns.Client{Net: proto, Timeout: n.cfg.UpstreamTimeout}
+		resp, _, err := c.ExchangeContext(ctx, m, up.String())
+		if err == nil && resp.Truncated && proto == "udp" {
+			c.Net = "tcp"
+			resp, _, err = c.ExchangeContext(ctx, m, up.String())
+		}
+		cancel()
+		if err == nil {
+			return resp, nil
+		}
+		last = err
+	}
+	return nil, last
+}

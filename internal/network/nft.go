@@ -1,0 +1,613 @@
+package network
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// Object names inside the instance's tables.
+const (
+	chForward        = "forward"
+	chInput          = "input"
+	chNAT            = "postrouting"
+	chFromSB         = "from_sb"
+	chToSB           = "to_sb"
+	chInSB           = "in_sb"
+	chGuardProtected = "guard_protected"
+	chGuardDNS       = "guard_dns"
+	chDenyProtected  = "deny_protected"
+	chDenyDNS        = "deny_dns"
+	chDenyNoRule     = "deny_norule"
+	mapSB4           = "sb4"
+	mapSB6           = "sb6"
+	chBrPre          = "pre"
+	mapPorts         = "ports"
+)
+
+// Log prefixes: "berth <decision> <reason or rule tag>".
+const (
+	logPrefix         = "berth "
+	reasonNoRule      = "norule"
+	reasonProtected   = "protected"
+	reasonDNS         = "dns"
+	reasonHost        = "host"
+	reasonInbound     = "inbound"
+	reasonUnknown     = "unknown"
+	reasonNotAllowed  = "notallowed" // DNS: name not allowed
+	reasonAllowedName = "allowed"
+)
+
+// deny logs are rate limited per chain so a flood cannot swamp the reader.
+const denyLogRate, denyLogBurst = 200, 400
+
+func (n *Network) conn() (*nftables.Conn, error) { return nftables.New() }
+
+// ---- expression helpers ----
+
+func be16(v uint16) []byte { b := make([]byte, 2); binary.BigEndian.PutUint16(b, v); return b }
+
+func metaCmp(key expr.MetaKey, data []byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: data},
+	}
+}
+
+func nfproto(is4 bool) []expr.Any {
+	if is4 {
+		return metaCmp(expr.MetaKeyNFPROTO, []byte{unix.NFPROTO_IPV4})
+	}
+	return metaCmp(expr.MetaKeyNFPROTO, []byte{unix.NFPROTO_IPV6})
+}
+
+func ifnameBytes(name string) []byte {
+	b := make([]byte, 16)
+	copy(b, name)
+	return b
+}
+
+func ifnameCmp(key expr.MetaKey, op expr.CmpOp, name string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: 1},
+		&expr.Cmp{Op: op, Register: 1, Data: ifnameBytes(name)},
+	}
+}
+
+// addrMatch matches the source (src) or destination address against p,
+// with op Eq or Neq. The caller checks the protocol family first.
+func addrMatch(src bool, p netip.Prefix, op expr.CmpOp) []expr.Any {
+	a := p.Masked().Addr()
+	var off, ln uint32
+	if a.Is4() {
+		off, ln = 16, 4
+		if src {
+			off = 12
+		}
+	} else {
+		off, ln = 24, 16
+		if src {
+			off = 8
+		}
+	}
+	out := []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: ln}}
+	if p.Bits() < a.BitLen() {
+		mask := net.CIDRMask(p.Bits(), a.BitLen())
+		out = append(out, &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: ln, Mask: mask, Xor: make([]byte, ln)})
+	}
+	return append(out, &expr.Cmp{Op: op, Register: 1, Data: a.AsSlice()})
+}
+
+func l4proto(p uint8) []expr.Any { return metaCmp(expr.MetaKeyL4PROTO, []byte{p}) }
+
+func dport(p uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: be16(p)},
+	}
+}
+
+func ctState(bits uint32) []expr.Any {
+	mask := make([]byte, 4)
+	binary.NativeEndian.PutUint32(mask, bits)
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+	}
+}
+
+func (n *Network) logTo(prefix string) *expr.Log {
+	return &expr.Log{
+		Key:     1<<unix.NFTA_LOG_GROUP | 1<<unix.NFTA_LOG_PREFIX | 1<<unix.NFTA_LOG_SNAPLEN,
+		Group:   n.cfg.LogGroup,
+		Snaplen: 128,
+		Data:    []byte(prefix),
+	}
+}
+
+func accept() *expr.Verdict              { return &expr.Verdict{Kind: expr.VerdictAccept} }
+func drop() *expr.Verdict                { return &expr.Verdict{Kind: expr.VerdictDrop} }
+func jump(chain string) *expr.Verdict    { return &expr.Verdict{Kind: expr.VerdictJump, Chain: chain} }
+func gotoChain(c string) *expr.Verdict   { return &expr.Verdict{Kind: expr.VerdictGoto, Chain: c} }
+func cat(parts ...[]expr.Any) []expr.Any { return slices.Concat(parts...) }
+func one(e expr.Any) []expr.Any          { return []expr.Any{e} }
+
+func limited() *expr.Limit {
+	return &expr.Limit{Type: expr.LimitTypePkts, Rate: denyLogRate, Unit: expr.LimitTimeSecond, Burst: denyLogBurst}
+}
+
+// ---- global objects ----
+
+func (n *Network) dispatchMaps() (sb4, sb6 *nftables.Set) {
+	t := n.nm.inet()
+	return &nftables.Set{Table: t, Name: mapSB4, KeyType: nftables.TypeIPAddr, DataType: nftables.TypeVerdict, IsMap: true},
+		&nftables.Set{Table: t, Name: mapSB6, KeyType: nftables.TypeIP6Addr, DataType: nftables.TypeVerdict, IsMap: true}
+}
+
+func (n *Network) portsMap() *nftables.Set {
+	return &nftables.Set{Table: n.nm.brTable(), Name: mapPorts, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict, IsMap: true}
+}
+
+// ensureTables creates or refreshes the instance's tables, maps and global
+// chains in one transaction. Per-sandbox chains, sets and map elements are
+// left alone (adoption). Caller holds n.mu.
+func (n *Network) ensureTables() error {
+	c, err := n.conn()
+	if err != nil {
+		return err
+	}
+	inet, brt := n.nm.inet(), n.nm.brTable()
+	c.AddTable(inet)
+	c.AddTable(brt)
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("network: creating nft tables %s: %w", n.nm.table, err)
+	}
+	existing := map[string]bool{}
+	for _, t := range []*nftables.Table{inet, brt} {
+		sets, err := c.GetSets(t)
+		if err != nil {
+			return fmt.Errorf("network: listing nft sets: %w", err)
+		}
+		for _, s := range sets {
+			existing[fmt.Sprint(t.Family, s.Name)] = true
+		}
+	}
+	sb4, sb6 := n.dispatchMaps()
+	ports := n.portsMap()
+	for _, s := range []*nftables.Set{sb4, sb6, ports} {
+		if !existing[fmt.Sprint(s.Table.Family, s.Name)] {
+			if err := c.AddSet(s, nil); err != nil {
+				return err
+			}
+		}
+	}
+
+	policy := nftables.ChainPolicyAccept
+	base := func(t *nftables.Table, name string, typ nftables.ChainType, hook *nftables.ChainHook, prio *nftables.ChainPriority) *nftables.Chain {
+		ch := c.AddChain(&nftables.Chain{Table: t, Name: name, Type: typ, Hooknum: hook, Priority: prio, Policy: &policy})
+		c.FlushChain(ch)
+		return ch
+	}
+	reg := func(t *nftables.Table, name string) *nftables.Chain {
+		ch := c.AddChain(&nftables.Chain{Table: t, Name: name})
+		c.FlushChain(ch)
+		return ch
+	}
+	rule := func(ch *nftables.Chain, e ...[]expr.Any) {
+		c.AddRule(&nftables.Rule{Table: ch.Table, Chain: ch, Exprs: cat(e...)})
+	}
+	br := n.nm.bridge
+
+	// Regular chains first: base chains jump to them.
+	fromSB := reg(inet, chFromSB)
+	toSB := reg(inet, chToSB)
+	inSB := reg(inet, chInSB)
+	guardP := reg(inet, chGuardProtected)
+	guardD := reg(inet, chGuardDNS)
+	denyP := reg(inet, chDenyProtected)
+	denyD := reg(inet, chDenyDNS)
+	denyN := reg(inet, chDenyNoRule)
+
+	fwd := base(inet, chForward, nftables.ChainTypeFilter, nftables.ChainHookForward, nftables.ChainPriorityFilter)
+	rule(fwd, ifnameCmp(expr.MetaKeyIIFNAME, expr.CmpOpEq, br), one(jump(chFromSB)))
+	rule(fwd, ifnameCmp(expr.MetaKeyOIFNAME, expr.CmpOpEq, br), one(jump(chToSB)))
+
+	in := base(inet, chInput, nftables.ChainTypeFilter, nftables.ChainHookInput, nftables.ChainPriorityFilter)
+	rule(in, ifnameCmp(expr.MetaKeyIIFNAME, expr.CmpOpEq, br), one(jump(chInSB)))
+
+	nat := base(inet, chNAT, nftables.ChainTypeNAT, nftables.ChainHookPostrouting, nftables.ChainPriorityNATSource)
+	for _, s := range []netip.Prefix{n.cfg.Subnet4, n.cfg.Subnet6} {
+		rule(nat, nfproto(s.Addr().Is4()), addrMatch(true, s, expr.CmpOpEq),
+			ifnameCmp(expr.MetaKeyOIFNAME, expr.CmpOpNeq, br), one(&expr.Masq{}))
+	}
+
+	established := ctState(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED)
+	rule(fromSB, established, one(accept()))
+	rule(fromSB, ctState(expr.CtStateBitINVALID), one(drop()))
+	rule(fromSB, nfproto(true),
+		one(&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4}),
+		one(&expr.Lookup{SourceRegister: 1, SetName: mapSB4, SetID: sb4.ID, DestRegister: 0, IsDestRegSet: true}))
+	rule(fromSB, nfproto(false),
+		one(&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16}),
+		one(&expr.Lookup{SourceRegister: 1, SetName: mapSB6, SetID: sb6.ID, DestRegister: 0, IsDestRegSet: true}))
+	rule(fromSB, one(limited()), one(n.logTo(logPrefix+"d "+reasonUnknown)))
+	rule(fromSB, one(drop()))
+
+	rule(toSB, established, one(accept()))
+	rule(toSB, one(limited()), one(n.logTo(logPrefix+"d "+reasonInbound)))
+	rule(toSB, one(drop()))
+
+	rule(inSB, established, one(accept()))
+	// Neighbour discovery with the gateway.
+	for _, typ := range []byte{135, 136} {
+		rule(inSB, nfproto(false), l4proto(protoICMPv6),
+			one(&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1}),
+			one(&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{typ}}), one(accept()))
+	}
+	for _, gw := range []netip.Addr{n.gw4, n.gw6} {
+		for _, p := range []uint8{protoUDP, protoTCP} {
+			rule(inSB, nfproto(gw.Is4()), addrMatch(false, netip.PrefixFrom(gw, gw.BitLen()), expr.CmpOpEq),
+				l4proto(p), dport(53), one(accept()))
+		}
+	}
+	rule(inSB, one(limited()), one(n.logTo(logPrefix+"d "+reasonHost)))
+	rule(inSB, one(drop()))
+
+	for _, p := range slices.Concat(n.protected4, n.protected6) {
+		rule(guardP, nfproto(p.Addr().Is4()), addrMatch(false, p, expr.CmpOpEq), one(gotoChain(chDenyProtected)))
+	}
+	for _, p := range []uint8{protoUDP, protoTCP} {
+		for _, port := range []uint16{53, 853} {
+			rule(guardD, l4proto(p), dport(port), one(gotoChain(chDenyDNS)))
+		}
+	}
+	for ch, reason := range map[*nftables.Chain]string{denyP: reasonProtected, denyD: reasonDNS, denyN: reasonNoRule} {
+		rule(ch, one(limited()), one(n.logTo(logPrefix+"d "+reason)))
+		rule(ch, one(drop()))
+	}
+
+	// Bridge family: per-port anti-spoofing, and nothing from a port of
+	// this bridge that is not a known sandbox.
+	pre := base(brt, chBrPre, nftables.ChainTypeFilter, nftables.ChainHookPrerouting, nftables.ChainPriorityRef(-200))
+	rule(pre, one(&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}),
+		one(&expr.Lookup{SourceRegister: 1, SetName: mapPorts, SetID: ports.ID, DestRegister: 0, IsDestRegSet: true}))
+	// Every port of the bridge is a veth of this instance (name prefix);
+	// one that is not in the map (being set up or torn down) sends nothing.
+	rule(pre, one(&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}),
+		one(&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(n.nm.prefix)}), one(drop()))
+
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("network: programming nft tables %s: %w", n.nm.table, err)
+	}
+	return nil
+}
+
+// ---- per-sandbox objects ----
+
+func domainSetKey(fam int) nftables.SetDatatype {
+	if fam == 4 {
+		return nftables.TypeIPAddr
+	}
+	return nftables.TypeIP6Addr
+}
+
+func (n *Network) domainSet(fam int, tag, rtag string) *nftables.Set {
+	return &nftables.Set{Table: n.nm.inet(), Name: n.nm.domainSet(fam, tag, rtag), KeyType: domainSetKey(fam), HasTimeout: true}
+}
+
+// ruleOrder splits CIDR rules into the three places they go in a
+// sandbox's chain (see the package doc) and returns the domain rules.
+func (n *Network) ruleOrder(rules []Rule) (explicitProtected, explicitDNS, plain, domains []Rule) {
+	for _, r := range rules {
+		switch {
+		case r.Domain != "":
+			domains = append(domains, r)
+		case n.insideProtected(r.CIDR):
+			explicitProtected = append(explicitProtected, r)
+		case slices.Contains(r.Ports, 53) || slices.Contains(r.Ports, 853):
+			explicitDNS = append(explicitDNS, r)
+		default:
+			plain = append(plain, r)
+		}
+	}
+	return
+}
+
+// allowRules returns the nft rule bodies for one allow rule: match is the
+// address match for one family (CIDR compare or domain set lookup).
+func (n *Network) allowExprs(r Rule, match []expr.Any) [][]expr.Any {
+	lg := n.logTo(logPrefix + "a " + r.tag())
+	var out [][]expr.Any
+	protos := r.protos()
+	if protos == nil {
+		return [][]expr.Any{cat(match, one(lg), one(accept()))}
+	}
+	for _, p := range protos {
+		if len(r.Ports) == 0 {
+			out = append(out, cat(match, l4proto(p), one(lg), one(accept())))
+			continue
+		}
+		ps := slices.Clone(r.Ports)
+		slices.Sort(ps)
+		for _, port := range slices.Compact(ps) {
+			out = append(out, cat(match, l4proto(p), dport(port), one(lg), one(accept())))
+		}
+	}
+	return out
+}
+
+// programSandbox (re)writes the sandbox's chain in the inet table, creates
+// missing domain sets and deletes stale ones, and (when withDispatch)
+// adds the dispatch-map elements and the bridge anti-spoofing chain, all
+// in one transaction. Caller holds n.mu.
+func (n *Network) programSandbox(sb *sandbox, withDispatch bool) error {
+	c, err := n.conn()
+	if err != nil {
+		return err
+	}
+	inet := n.nm.inet()
+	existingSets := map[string]bool{}
+	if sets, err := c.GetSets(inet); err == nil {
+		for _, s := range sets {
+			existingSets[s.Name] = true
+		}
+	} else {
+		return fmt.Errorf("network: listing nft sets: %w", err)
+	}
+	ch := c.AddChain(&nftables.Chain{Table: inet, Name: n.nm.sbChain(sb.tag)})
+	c.FlushChain(ch)
+	ud := []byte("berth:" + sb.id)
+	add := func(e []expr.Any) {
+		c.AddRule(&nftables.Rule{Table: inet, Chain: ch, Exprs: e, UserData: ud})
+	}
+	cidr := func(r Rule) {
+		for _, e := range n.allowExprs(r, cat(nfproto(r.CIDR.Addr().Is4()), addrMatch(false, r.CIDR, expr.CmpOpEq))) {
+			add(e)
+		}
+	}
+	ep, ed, plain, domains := n.ruleOrder(sb.rules)
+	for _, r := range ep {
+		cidr(r)
+	}
+	add(one(jump(chGuardProtected)))
+	for _, r := range ed {
+		cidr(r)
+	}
+	add(one(jump(chGuardDNS)))
+	for _, r := range plain {
+		cidr(r)
+	}
+	wantSets := map[string]bool{}
+	for _, r := range domains {
+		for _, fam := range []int{4, 6} {
+			s := n.domainSet(fam, sb.tag, r.tag())
+			if wantSets[s.Name] {
+				continue
+			}
+			wantSets[s.Name] = true
+			if !existingSets[s.Name] {
+				if err := c.AddSet(s, nil); err != nil {
+					return err
+				}
+			}
+			var off, ln uint32 = 16, 4
+			if fam == 6 {
+				off, ln = 24, 16
+			}
+			match := cat(nfproto(fam == 4),
+				one(&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: ln}),
+				one(&expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID}))
+			for _, e := range n.allowExprs(r, match) {
+				add(e)
+			}
+		}
+	}
+	add(one(gotoChain(chDenyNoRule)))
+	// Domain sets of rules that are gone (after the flush above, nothing
+	// references them).
+	prefix4, prefix6 := "d4-"+sb.tag+"-", "d6-"+sb.tag+"-"
+	for name := range existingSets {
+		if (strings.HasPrefix(name, prefix4) || strings.HasPrefix(name, prefix6)) && !wantSets[name] {
+			c.DelSet(&nftables.Set{Table: inet, Name: name})
+		}
+	}
+	if withDispatch {
+		sb4, sb6 := n.dispatchMaps()
+		if err := c.SetAddElements(sb4, []nftables.SetElement{{Key: sb.v4.AsSlice(), VerdictData: jump(ch.Name), Comment: elemComment(sb.tag)}}); err != nil {
+			return err
+		}
+		if err := c.SetAddElements(sb6, []nftables.SetElement{{Key: sb.v6.AsSlice(), VerdictData: jump(ch.Name), Comment: elemComment(sb.tag)}}); err != nil {
+			return err
+		}
+		n.addSpoofChain(c, sb)
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("network: programming nft for sandbox %s: %w", sb.id, err)
+	}
+	return nil
+}
+
+// addSpoofChain queues the bridge-family chain that lets frames from the
+// sandbox's port in only with its own MAC and addresses.
+func (n *Network) addSpoofChain(c *nftables.Conn, sb *sandbox) {
+	brt := n.nm.brTable()
+	ch := c.AddChain(&nftables.Chain{Table: brt, Name: n.nm.spChain(sb.tag)})
+	c.FlushChain(ch)
+	ud := []byte("berth:" + sb.id)
+	rule := func(e ...[]expr.Any) {
+		c.AddRule(&nftables.Rule{Table: brt, Chain: ch, Exprs: cat(e...), UserData: ud})
+	}
+	ethType := func(t uint16) []expr.Any { return metaCmp(expr.MetaKeyPROTOCOL, be16(t)) }
+	payloadNeq := func(base expr.PayloadBase, off uint32, data []byte) []expr.Any {
+		return []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: base, Offset: off, Len: uint32(len(data))},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: data},
+		}
+	}
+	rule(payloadNeq(expr.PayloadBaseLLHeader, 6, sb.mac), one(drop()))
+	rule(ethType(unix.ETH_P_IP), addrMatch(true, netip.PrefixFrom(sb.v4, 32), expr.CmpOpNeq), one(drop()))
+	rule(ethType(unix.ETH_P_IP), one(accept()))
+	rule(ethType(unix.ETH_P_ARP), payloadNeq(expr.PayloadBaseNetworkHeader, 14, sb.v4.AsSlice()), one(drop()))
+	rule(ethType(unix.ETH_P_ARP), payloadNeq(expr.PayloadBaseNetworkHeader, 8, sb.mac), one(drop()))
+	rule(ethType(unix.ETH_P_ARP), one(accept()))
+	rule(ethType(unix.ETH_P_IPV6), addrMatch(true, netip.PrefixFrom(sb.v6, 128), expr.CmpOpNeq),
+		addrMatch(true, netip.MustParsePrefix("fe80::/10"), expr.CmpOpNeq),
+		addrMatch(true, netip.MustParsePrefix("::/128"), expr.CmpOpNeq), one(drop()))
+	rule(ethType(unix.ETH_P_IPV6), one(accept()))
+	rule(one(drop()))
+	_ = c.SetAddElements(n.portsMap(), []nftables.SetElement{{Key: ifnameBytes(n.nm.veth(sb.tag)), VerdictData: jump(ch.Name), Comment: elemComment(sb.tag)}})
+}
+
+// removeSandboxNFT deletes every nft object of the sandbox with tag:
+// dispatch elements (found by their verdict), bridge port element, both
+// chains and the domain sets. Missing objects are fine. Caller holds n.mu.
+func (n *Network) removeSandboxNFT(tag string) (addrs []netip.Addr, err error) {
+	c, err := n.conn()
+	if err != nil {
+		return nil, err
+	}
+	inet, brt := n.nm.inet(), n.nm.brTable()
+	sbChain, spChain := n.nm.sbChain(tag), n.nm.spChain(tag)
+	sb4, sb6 := n.dispatchMaps()
+	for _, m := range []*nftables.Set{sb4, sb6} {
+		els, err := c.GetSetElements(m)
+		if err != nil {
+			if isNFTNotFound(err) {
+				continue
+			}
+			return nil, fmt.Errorf("network: listing %s: %w", m.Name, err)
+		}
+		var del []nftables.SetElement
+		for _, e := range els {
+			if e.Comment == elemComment(tag) {
+				del = append(del, nftables.SetElement{Key: e.Key})
+				if a, ok := netip.AddrFromSlice(e.Key); ok {
+					addrs = append(addrs, a)
+				}
+			}
+		}
+		if len(del) > 0 {
+			if err := c.SetDeleteElements(m, del); err != nil {
+				return nil, err
+			}
+		}
+	}
+	ports := n.portsMap()
+	if els, err := c.GetSetElements(ports); err == nil {
+		var del []nftables.SetElement
+		for _, e := range els {
+			if e.Comment == elemComment(tag) {
+				del = append(del, nftables.SetElement{Key: e.Key})
+			}
+		}
+		if len(del) > 0 {
+			if err := c.SetDeleteElements(ports, del); err != nil {
+				return nil, err
+			}
+		}
+	}
+	chains, err := c.ListChains()
+	if err != nil {
+		return nil, fmt.Errorf("network: listing chains: %w", err)
+	}
+	for _, ch := range chains {
+		if ch.Table.Name != n.nm.table {
+			continue
+		}
+		if (ch.Table.Family == nftables.TableFamilyINet && ch.Name == sbChain) ||
+			(ch.Table.Family == nftables.TableFamilyBridge && ch.Name == spChain) {
+			t := inet
+			if ch.Table.Family == nftables.TableFamilyBridge {
+				t = brt
+			}
+			x := &nftables.Chain{Table: t, Name: ch.Name}
+			c.FlushChain(x)
+			c.DelChain(x)
+		}
+	}
+	sets, err := c.GetSets(inet)
+	if err != nil && !isNFTNotFound(err) {
+		return nil, fmt.Errorf("network: listing sets: %w", err)
+	}
+	for _, s := range sets {
+		if strings.HasPrefix(s.Name, "d4-"+tag+"-") || strings.HasPrefix(s.Name, "d6-"+tag+"-") {
+			c.DelSet(&nftables.Set{Table: inet, Name: s.Name})
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return nil, fmt.Errorf("network: removing nft objects of %s: %w", tag, err)
+	}
+	return addrs, nil
+}
+
+// elemComment marks dispatch and port map elements with the sandbox tag
+// (the library does not decode verdicts of listed elements).
+func elemComment(tag string) string { return "sb-" + tag }
+
+func isNFTNotFound(err error) bool {
+	return errors.Is(err, unix.ENOENT) || strings.Contains(err.Error(), "no such file")
+}
+
+// pin allows addrs for the sandbox under the domain rules rtags until ttl
+// passes: each address goes into the rule's set with that timeout. An
+// address already pinned gets the new timeout (delete and re-add in one
+// transaction). Caller holds n.mu.
+func (n *Network) pin(sb *sandbox, rtags []string, addrs []netip.Addr, ttl time.Duration) error {
+	if len(addrs) == 0 || len(rtags) == 0 {
+		return nil
+	}
+	build := func(refresh bool) error {
+		c, err := n.conn()
+		if err != nil {
+			return err
+		}
+		for _, rt := range rtags {
+			for _, fam := range []int{4, 6} {
+				var els []nftables.SetElement
+				for _, a := range addrs {
+					if a.Is4() == (fam == 4) {
+						els = append(els, nftables.SetElement{Key: a.AsSlice(), Timeout: ttl})
+					}
+				}
+				if len(els) == 0 {
+					continue
+				}
+				s := n.domainSet(fam, sb.tag, rt)
+				if err := c.SetAddElements(s, els); err != nil {
+					return err
+				}
+				if refresh {
+					keys := make([]nftables.SetElement, len(els))
+					for i, e := range els {
+						keys[i] = nftables.SetElement{Key: e.Key}
+					}
+					if err := c.SetDeleteElements(s, keys); err != nil {
+						return err
+					}
+					if err := c.SetAddElements(s, els); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return c.Flush()
+	}
+	if err := build(true); err != nil {
+		// An element expiring inside the transaction can make the delete
+		// fail; a plain add is then correct.
+		if err2 := build(false); err2 != nil {
+			return fmt.Errorf("network: pinning %v for %s: %w", addrs, sb.id, err2)
+		}
+	}
+	return nil
+}
