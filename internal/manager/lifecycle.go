@@ -113,6 +113,8 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest, opt
 		return nil, err
 	}
 	spec.OneShot = opt.OneShot
+	spec.Layers = tpl.Layers
+	spec.HostUsr = tpl.Config.HostUsr
 	if len(opt.Labels) > 0 {
 		spec.Labels = mergeMaps(spec.Labels, opt.Labels)
 	}
@@ -187,9 +189,13 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox, tpl *store
 	if err := os.Chmod(upper, 0o755); err != nil {
 		return err
 	}
-	lowers := make([]string, 0, len(tpl.Layers))
-	for i := len(tpl.Layers) - 1; i >= 0; i-- {
-		id := tpl.Layers[i]
+	layers := sb.Spec.Layers
+	if len(layers) == 0 {
+		layers = tpl.Layers
+	}
+	lowers := make([]string, 0, len(layers))
+	for i := len(layers) - 1; i >= 0; i-- {
+		id := layers[i]
 		if !m.images.HasLayer(id) {
 			return fmt.Errorf("template %s: layer %s is missing from the image store", tpl.Name, id)
 		}
@@ -212,7 +218,7 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox, tpl *store
 		{Source: m.cfg.AgentPath, Destination: agentBinary, ReadOnly: true},
 		{Source: p.run, Destination: "/.berth/run"},
 	}
-	if tpl.Config.HostUsr {
+	if tpl.Config.HostUsr || sb.Spec.HostUsr {
 		mounts = append(mounts, runtime.Mount{Source: "/usr", Destination: "/usr", ReadOnly: true})
 	}
 	for _, vm := range sb.Spec.Volumes {
@@ -384,6 +390,9 @@ func (m *Manager) teardown(ctx context.Context, sb *sandbox.Sandbox) error {
 	}
 	p := m.paths(id)
 	failpoint.Hit("delete.after-unmount")
+	if err := os.RemoveAll(p.scratch); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(p.dir); err != nil {
 		return err
 	}
@@ -448,8 +457,10 @@ func (m *Manager) verifyGone(id string) error {
 	if ms, _ := overlay.MountsUnder(p.dir); len(ms) > 0 {
 		left = append(left, fmt.Sprintf("mounts %v", ms))
 	}
-	if _, err := os.Lstat(p.dir); err == nil {
-		left = append(left, "dir "+p.dir)
+	for _, d := range []string{p.dir, p.scratch} {
+		if _, err := os.Lstat(d); err == nil {
+			left = append(left, "dir "+d)
+		}
 	}
 	if len(left) > 0 {
 		return fmt.Errorf("still present: %s", strings.Join(left, ", "))

@@ -54,6 +54,8 @@ type Config struct {
 	// OnEvent, if set, is called after every recorded event (the webhook
 	// deliverer's kick).
 	OnEvent func()
+	// PoolSize is the size of the storage pool image, when one is made.
+	PoolSize int64
 }
 
 // Manager owns every sandbox of one daemon.
@@ -62,6 +64,7 @@ type Manager struct {
 	store   store.Store
 	images  *image.Store
 	volumes *volume.Manager
+	pool    *volume.Pool
 	rt      runtime.Runtime
 	log     *slog.Logger
 
@@ -131,12 +134,17 @@ func New(cfg Config, st store.Store, images *image.Store, rt runtime.Runtime) (*
 		return nil, err
 	}
 	uid, gid := cfg.IDMap.HostRoot()
-	vols, err := volume.New(filepath.Join(cfg.DataDir, "volumes"), uid, gid)
+	pool, err := volume.OpenPool(cfg.DataDir, cfg.PoolSize)
+	if err != nil {
+		return nil, fmt.Errorf("storage pool: %w", err)
+	}
+	cfg.Logger.Info("storage pool", "kind", pool.Kind())
+	vols, err := volume.New(filepath.Join(pool.Root(), "volumes"), uid, gid)
 	if err != nil {
 		return nil, err
 	}
 	return &Manager{
-		cfg: cfg, store: st, images: images, volumes: vols, rt: rt, log: cfg.Logger,
+		cfg: cfg, store: st, images: images, volumes: vols, pool: pool, rt: rt, log: cfg.Logger,
 		agents:   map[string]*agent.Client{},
 		cancels:  map[string]context.CancelFunc{},
 		activity: map[string]time.Time{},
@@ -162,18 +170,23 @@ func (m *Manager) now() time.Time { return m.cfg.Now().UTC() }
 
 // Paths of one sandbox's host resources.
 type paths struct {
-	dir, bundle, rootfs, upper, work, run, socket, log string
-	cgroup                                             string
+	dir, bundle, rootfs, run, socket, log string
+	// scratch holds the writable layer that does not persist (upper, work),
+	// in the storage pool so forks and snapshots can reflink it.
+	scratch, upper, work string
+	cgroup               string
 }
 
 func (m *Manager) paths(id string) paths {
 	dir := filepath.Join(m.cfg.DataDir, "sandboxes", id)
+	scratch := filepath.Join(m.pool.Root(), "scratch", id)
 	return paths{
-		dir:    dir,
-		bundle: filepath.Join(dir, "bundle"),
-		rootfs: filepath.Join(dir, "rootfs"),
-		upper:  filepath.Join(dir, "upper"),
-		work:   filepath.Join(dir, "work"),
+		dir:     dir,
+		bundle:  filepath.Join(dir, "bundle"),
+		rootfs:  filepath.Join(dir, "rootfs"),
+		scratch: scratch,
+		upper:   filepath.Join(scratch, "upper"),
+		work:    filepath.Join(scratch, "work"),
 		run:    filepath.Join(dir, "run"),
 		socket: filepath.Join(dir, "run", "agent.sock"),
 		log:    filepath.Join(dir, "init.log"),

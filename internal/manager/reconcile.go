@@ -47,6 +47,9 @@ func (m *Manager) Close() {
 		close(m.stopCh)
 	}
 	m.wg.Wait()
+	if err := m.pool.Close(); err != nil {
+		m.log.Warn("unmounting the storage pool", "err", err)
+	}
 	if len(cgroups.Children(m.CgroupParent())) == 0 {
 		for _, p := range cgroups.Paths(m.CgroupParent()) {
 			_ = os.Remove(p) // rmdir: fails harmlessly if a sandbox appeared
@@ -389,11 +392,58 @@ func (m *Manager) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, erro
 		}
 	}
 	sbRoot := filepath.Join(m.cfg.DataDir, "sandboxes")
+	// Volumes mounted for no running sandbox of ours.
+	if vmounts, err := overlay.MountsUnder(m.volumes.Root()); err == nil {
+		running := map[string]bool{}
+		for _, sb := range live {
+			if sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused || sb.State == sandbox.StateQuarantined ||
+				sb.State == sandbox.StateCreating || sb.State == sandbox.StateStarting {
+				for _, vm := range sb.Spec.Volumes {
+					running[vm.VolumeID] = true
+				}
+			}
+		}
+		for _, mp := range vmounts {
+			vid, _, _ := strings.Cut(strings.TrimPrefix(mp, m.volumes.Root()+"/"), "/")
+			if !running[vid] && !busy(vid) {
+				add("mount", vid, mp, func() error { return overlay.Unmount(mp) })
+			}
+		}
+	}
 	mounts, _ := overlay.MountsUnder(sbRoot)
 	for _, mp := range mounts {
 		id, _, _ := strings.Cut(strings.TrimPrefix(mp, sbRoot+"/"), "/")
 		if live[id] == nil && !busy(id) {
 			add("mount", id, mp, func() error { return overlay.Unmount(mp) })
+		}
+	}
+	if ents, err := os.ReadDir(filepath.Join(m.pool.Root(), "scratch")); err == nil {
+		for _, e := range ents {
+			id := e.Name()
+			if live[id] == nil && !busy(id) {
+				add("dir", id, filepath.Join(m.pool.Root(), "scratch", id), func() error {
+					return os.RemoveAll(filepath.Join(m.pool.Root(), "scratch", id))
+				})
+			}
+		}
+	}
+	if vids, err := m.volumes.IDs(); err == nil {
+		vols, _ := m.store.ListVolumes(ctx, "", false)
+		known := map[string]bool{}
+		for _, v := range vols {
+			known[v.ID] = true
+		}
+		// A workspace volume being made for a sandbox in creation has
+		// its image before its record.
+		for _, sb := range live {
+			for _, vm := range sb.Spec.Volumes {
+				known[vm.VolumeID] = true
+			}
+		}
+		for _, vid := range vids {
+			if !known[vid] {
+				add("volume", vid, m.volumes.Image(vid), func() error { return m.volumes.Delete(vid) })
+			}
 		}
 	}
 	dirs, _ := m.sandboxDirs()

@@ -202,6 +202,26 @@ func (m *Manager) gcLayers(ctx context.Context) error {
 			keep[l] = true
 		}
 	}
+	// Sandboxes and snapshots keep the layers they were made from, even
+	// after their template changed or went.
+	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{})
+	if err != nil {
+		return err
+	}
+	for _, sb := range live {
+		for _, l := range sb.Spec.Layers {
+			keep[l] = true
+		}
+	}
+	snaps, err := m.store.ListSnapshots(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, sn := range snaps {
+		for _, l := range sn.Layers {
+			keep[l] = true
+		}
+	}
 	removed, err := m.images.GC(ctx, keep)
 	if len(removed) > 0 {
 		m.log.Info("removed unused layers", "count", len(removed))

@@ -128,6 +128,17 @@ type Spec struct {
 	// KeepVolume keeps the workspace volume after the sandbox is deleted.
 	KeepVolume bool   `json:"keep_volume,omitempty"`
 	Policy     Policy `json:"policy"`
+	// Layers are the template's layers when the sandbox was made: a
+	// template updated later does not change what this sandbox's writable
+	// layer sits on.
+	Layers []string `json:"layers,omitempty"`
+	// HostUsr: the host's /usr is bind-mounted read-only (builtin template).
+	HostUsr bool `json:"host_usr,omitempty"`
+	// Parent and FromSnapshot record lineage.
+	Parent       string `json:"parent,omitempty"`
+	FromSnapshot string `json:"from_snapshot,omitempty"`
+	// Pool marks a warm-pool member not yet handed out, for template Pool.
+	Pool string `json:"pool,omitempty"`
 }
 
 // VolumeMount attaches volume VolumeID (named Name) at Path.

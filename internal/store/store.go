@@ -89,6 +89,22 @@ type WebhookDelivery struct {
 	Time    time.Time `json:"time"`
 }
 
+// Snapshot is the record of a crash-consistent copy of a sandbox's
+// filesystem state; its data lives in the storage pool.
+type Snapshot struct {
+	ID        string       `json:"id"`
+	Name      string       `json:"name"`
+	Tenant    string       `json:"tenant"`
+	SandboxID string       `json:"sandbox_id"`
+	Template  string       `json:"template"`
+	Layers    []string     `json:"layers"`
+	Spec      sandbox.Spec `json:"spec"`
+	Parent    string       `json:"parent,omitempty"`
+	SizeBytes int64        `json:"size_bytes"`
+	CreatedAt time.Time    `json:"created_at"`
+	ExpiresAt time.Time    `json:"expires_at,omitzero"`
+}
+
 // SandboxFilter selects sandboxes in ListSandboxes.
 type SandboxFilter struct {
 	Tenant         string          // "" = all tenants
@@ -145,6 +161,23 @@ type Store interface {
 	SetWebhookCursor(ctx context.Context, url string, eventID int64) error
 	RecordWebhookDelivery(ctx context.Context, d *WebhookDelivery) error
 	ListWebhookDeliveries(ctx context.Context, eventID int64) ([]*WebhookDelivery, error)
+
+	// CreateSnapshot inserts a snapshot; a name taken in the tenant gives
+	// ErrConflict.
+	CreateSnapshot(ctx context.Context, sn *Snapshot) error
+	GetSnapshot(ctx context.Context, id string) (*Snapshot, error)
+	GetSnapshotByName(ctx context.Context, tenant, name string) (*Snapshot, error)
+	// ListSnapshots lists a sandbox's snapshots ("" = all), oldest first.
+	ListSnapshots(ctx context.Context, sandboxID string) ([]*Snapshot, error)
+	DeleteSnapshot(ctx context.Context, id string) error
+
+	// BuildCache maps a build step's content key to the layer it made.
+	GetBuildCache(ctx context.Context, key string) (string, error)
+	PutBuildCache(ctx context.Context, key, layer string) error
+
+	// SetPool sets a template's warm-pool size (0 removes it).
+	SetPool(ctx context.Context, template string, min int) error
+	ListPools(ctx context.Context) (map[string]int, error)
 
 	CreateAPIKey(ctx context.Context, k *APIKey) error
 	// GetAPIKeyByHash returns a key, revoked or not; callers check RevokedAt.

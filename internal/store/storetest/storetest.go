@@ -42,6 +42,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Volumes", testVolumes},
 		{"SandboxLifecycleTimes", testSandboxLifecycleTimes},
 		{"WebhookOutbox", testWebhookOutbox},
+		{"Snapshots", testSnapshots},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)
@@ -606,13 +607,20 @@ func testAPIKeys(t *testing.T, s store.Store) {
 // one wins each round and the others see a conflict, never a driver error
 // such as SQLITE_BUSY.
 func testConcurrentUpdates(t *testing.T, s store.Store) {
+	raceUpdates(t, []store.Store{s})
+}
+
+// raceUpdates is testConcurrentUpdates with the writers spread round-robin
+// over handles, which all open the same database.
+func raceUpdates(t *testing.T, handles []store.Store) {
 	ctx := t.Context()
 	const workers, rounds = 20, 5
+	s := handles[0]
 	must(t, s.CreateSandbox(ctx, newSandbox("race", "t", "race", sandbox.StateRunning, at(0))))
 	for round := range rounds {
 		copies := make([]*sandbox.Sandbox, workers)
 		for i := range copies {
-			sb, err := s.GetSandbox(ctx, "race")
+			sb, err := handles[i%len(handles)].GetSandbox(ctx, "race")
 			must(t, err)
 			copies[i] = sb
 		}
@@ -628,7 +636,7 @@ func testConcurrentUpdates(t *testing.T, s store.Store) {
 			wg.Go(func() {
 				sb.Reason = fmt.Sprintf("round %d worker %d", round, i)
 				<-start
-				err := s.UpdateSandbox(ctx, sb)
+				err := handles[i%len(handles)].UpdateSandbox(ctx, sb)
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -649,13 +657,15 @@ func testConcurrentUpdates(t *testing.T, s store.Store) {
 		if len(wins) != 1 || conflicts != workers-1 {
 			t.Fatalf("round %d: %d wins (%v) and %d conflicts, want 1 and %d", round, len(wins), wins, conflicts, workers-1)
 		}
-		got, err := s.GetSandbox(ctx, "race")
-		must(t, err)
-		if want := int64(round + 2); got.Generation != want {
-			t.Fatalf("round %d: generation %d, want %d", round, got.Generation, want)
-		}
-		if want := fmt.Sprintf("round %d worker %d", round, wins[0]); got.Reason != want {
-			t.Errorf("round %d: stored reason %q, want the winner's %q", round, got.Reason, want)
+		for h, s := range handles {
+			got, err := s.GetSandbox(ctx, "race")
+			must(t, err)
+			if want := int64(round + 2); got.Generation != want {
+				t.Fatalf("round %d: handle %d reads generation %d, want %d", round, h, got.Generation, want)
+			}
+			if want := fmt.Sprintf("round %d worker %d", round, wins[0]); got.Reason != want {
+				t.Errorf("round %d: handle %d reads reason %q, want the winner's %q", round, h, got.Reason, want)
+			}
 		}
 	}
 }

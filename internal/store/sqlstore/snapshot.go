@@ -1,0 +1,144 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/store"
+)
+
+const snapshotCols = `id, name, tenant, sandbox_id, template, layers, spec, parent, size_bytes, created_at, expires_at`
+
+func scanSnapshot(sc scanner) (*store.Snapshot, error) {
+	var (
+		sn               store.Snapshot
+		layers, spec     string
+		created, expires int64
+	)
+	if err := sc.Scan(&sn.ID, &sn.Name, &sn.Tenant, &sn.SandboxID, &sn.Template, &layers, &spec, &sn.Parent,
+		&sn.SizeBytes, &created, &expires); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(layers), &sn.Layers); err != nil {
+		return nil, fmt.Errorf("snapshot %s: layers: %w", sn.ID, err)
+	}
+	if err := json.Unmarshal([]byte(spec), &sn.Spec); err != nil {
+		return nil, fmt.Errorf("snapshot %s: spec: %w", sn.ID, err)
+	}
+	sn.CreatedAt, sn.ExpiresAt = fromMicros(created), fromMicros(expires)
+	return &sn, nil
+}
+
+func (s *sqlStore) CreateSnapshot(ctx context.Context, sn *store.Snapshot) error {
+	layers, _ := json.Marshal(sn.Layers)
+	spec, err := json.Marshal(sn.Spec)
+	if err != nil {
+		return err
+	}
+	_, err = s.exec(ctx, `INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		sn.ID, sn.Name, sn.Tenant, sn.SandboxID, sn.Template, string(layers), string(spec), sn.Parent,
+		sn.SizeBytes, micros(sn.CreatedAt), micros(sn.ExpiresAt))
+	if err != nil {
+		if s.d.classify(err) == UniqueViolation {
+			return errdefs.Conflict("a snapshot named %q already exists", sn.Name)
+		}
+		return fmt.Errorf("create snapshot: %w", err)
+	}
+	return nil
+}
+
+func (s *sqlStore) GetSnapshot(ctx context.Context, id string) (*store.Snapshot, error) {
+	sn, err := scanSnapshot(s.queryRow(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errdefs.NotFound("snapshot %s not found", id)
+	}
+	return sn, err
+}
+
+func (s *sqlStore) GetSnapshotByName(ctx context.Context, tenant, name string) (*store.Snapshot, error) {
+	sn, err := scanSnapshot(s.queryRow(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE tenant = ? AND name = ?`, tenant, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errdefs.NotFound("snapshot %q not found", name)
+	}
+	return sn, err
+}
+
+func (s *sqlStore) ListSnapshots(ctx context.Context, sandboxID string) ([]*store.Snapshot, error) {
+	rows, err := s.query(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE (? = '' OR sandbox_id = ?) ORDER BY created_at, id`,
+		sandboxID, sandboxID)
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.Snapshot
+	for rows.Next() {
+		sn, err := scanSnapshot(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sn)
+	}
+	return out, rows.Err()
+}
+
+func (s *sqlStore) DeleteSnapshot(ctx context.Context, id string) error {
+	res, err := s.exec(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("delete snapshot %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errdefs.NotFound("snapshot %s not found", id)
+	}
+	return nil
+}
+
+func (s *sqlStore) GetBuildCache(ctx context.Context, key string) (string, error) {
+	var layer string
+	err := s.queryRow(ctx, `SELECT layer FROM build_cache WHERE key = ?`, key).Scan(&layer)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", errdefs.NotFound("no cached build step")
+	}
+	return layer, err
+}
+
+func (s *sqlStore) PutBuildCache(ctx context.Context, key, layer string) error {
+	if _, err := s.exec(ctx, `DELETE FROM build_cache WHERE key = ?`, key); err != nil {
+		return err
+	}
+	_, err := s.exec(ctx, `INSERT INTO build_cache (key, layer, created_at) VALUES (?, ?, ?)`, key, layer, micros(time.Now()))
+	return err
+}
+
+func (s *sqlStore) SetPool(ctx context.Context, template string, min int) error {
+	if _, err := s.exec(ctx, `DELETE FROM pools WHERE template = ?`, template); err != nil {
+		return err
+	}
+	if min <= 0 {
+		return nil
+	}
+	_, err := s.exec(ctx, `INSERT INTO pools (template, min_ready, updated_at) VALUES (?, ?, ?)`, template, min, micros(time.Now()))
+	return err
+}
+
+func (s *sqlStore) ListPools(ctx context.Context) (map[string]int, error) {
+	rows, err := s.query(ctx, `SELECT template, min_ready FROM pools`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var t string
+		var n int
+		if err := rows.Scan(&t, &n); err != nil {
+			return nil, err
+		}
+		out[t] = n
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,144 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
+)
+
+// RunShared runs the cases about two daemons sharing one database: open must
+// return two independently opened Store handles (separate connection pools,
+// as two processes would have) on the same new, empty database. RunShared
+// closes both when the sub-test ends.
+//
+// What it proves: every update is a compare-and-swap on the sandbox's
+// generation, so two handles can never both win a transition, each sees the
+// other's committed writes, and live-name uniqueness holds across handles.
+func RunShared(t *testing.T, open func(t *testing.T) (a, b store.Store)) {
+	for _, tc := range []struct {
+		name string
+		fn   func(t *testing.T, a, b store.Store)
+	}{
+		{"SharedCAS", testSharedCAS},
+		{"SharedConcurrentUpdates", testSharedConcurrentUpdates},
+		{"SharedNameUnique", testSharedNameUnique},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := open(t)
+			t.Cleanup(func() {
+				if err := errors.Join(a.Close(), b.Close()); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			})
+			tc.fn(t, a, b)
+		})
+	}
+}
+
+// testSharedCAS: two daemons load the same record; the first to write wins
+// and the other's stale write is refused until it reloads.
+func testSharedCAS(t *testing.T, a, b store.Store) {
+	ctx := t.Context()
+	must(t, a.CreateSandbox(ctx, newSandbox("shared", "t", "s", sandbox.StateCreating, at(0))))
+	fromA, err := a.GetSandbox(ctx, "shared")
+	must(t, err)
+	fromB, err := b.GetSandbox(ctx, "shared")
+	must(t, err)
+	checkSandbox(t, fromB, fromA)
+
+	must(t, fromB.Transition(sandbox.StateRunning, sandbox.CauseReconciler, "started by b", at(time.Second)))
+	must(t, b.UpdateSandbox(ctx, fromB))
+
+	must(t, fromA.Transition(sandbox.StateFailed, sandbox.CauseReconciler, "a thinks it failed", at(2*time.Second)))
+	wantCategory(t, a.UpdateSandbox(ctx, fromA), errdefs.ErrConflict, "shared", "modified concurrently")
+	if fromA.Generation != 1 {
+		t.Errorf("refused update changed Generation to %d", fromA.Generation)
+	}
+	got, err := a.GetSandbox(ctx, "shared")
+	must(t, err)
+	checkSandbox(t, got, fromB)
+
+	// a reloads and retries; now b's copy is the stale one.
+	must(t, got.Transition(sandbox.StatePaused, sandbox.CauseUser, "pause", at(3*time.Second)))
+	must(t, a.UpdateSandbox(ctx, got))
+	fromB.Reason = "stale"
+	wantCategory(t, b.UpdateSandbox(ctx, fromB), errdefs.ErrConflict, "shared")
+	final, err := b.GetSandbox(ctx, "shared")
+	must(t, err)
+	checkSandbox(t, final, got)
+	if final.Generation != 3 {
+		t.Errorf("Generation = %d, want 3", final.Generation)
+	}
+
+	// Events and purges are visible across handles too.
+	ev := newEvent("shared", 1)
+	must(t, b.AppendEvent(ctx, ev))
+	evs, err := a.ListEvents(ctx, "shared", 0, 0)
+	must(t, err)
+	if len(evs) != 1 || evs[0].ID != ev.ID {
+		t.Errorf("events through the other handle = %v, want [%d]", evs, ev.ID)
+	}
+	must(t, a.PurgeSandbox(ctx, "shared"))
+	_, err = b.GetSandbox(ctx, "shared")
+	wantCategory(t, err, errdefs.ErrNotFound, "shared")
+}
+
+// testSharedConcurrentUpdates is ConcurrentUpdates with the 20 writers split
+// across the two handles: still exactly one winner per generation.
+func testSharedConcurrentUpdates(t *testing.T, a, b store.Store) {
+	raceUpdates(t, []store.Store{a, b})
+}
+
+// testSharedNameUnique races creates of one live name through both handles:
+// exactly one succeeds.
+func testSharedNameUnique(t *testing.T, a, b store.Store) {
+	ctx := t.Context()
+	const workers = 10
+	var (
+		wg        sync.WaitGroup
+		start     = make(chan struct{})
+		mu        sync.Mutex
+		wins      int
+		conflicts int
+		others    []error
+	)
+	for i := range workers {
+		s := []store.Store{a, b}[i%2]
+		wg.Go(func() {
+			sb := newSandbox(fmt.Sprintf("dup-%d", i), "t", "web", sandbox.StateCreating, at(time.Duration(i)))
+			<-start
+			err := s.CreateSandbox(ctx, sb)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				wins++
+			case errors.Is(err, errdefs.ErrConflict):
+				conflicts++
+			default:
+				others = append(others, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if len(others) > 0 {
+		t.Fatalf("unexpected errors: %v", errors.Join(others...))
+	}
+	if wins != 1 || conflicts != workers-1 {
+		t.Fatalf("%d creates won and %d conflicted, want 1 and %d", wins, conflicts, workers-1)
+	}
+	for _, s := range []store.Store{a, b} {
+		all, err := s.ListSandboxes(ctx, store.SandboxFilter{IncludeDeleted: true})
+		must(t, err)
+		if len(all) != 1 {
+			t.Errorf("%d records after the race, want 1: %v", len(all), ids(all))
+		}
+	}
+}

@@ -1,0 +1,64 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
+)
+
+func testSnapshots(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	sn := &store.Snapshot{ID: "sn1", Name: "before", Tenant: "t", SandboxID: "sb", Template: "base",
+		Layers: []string{"sha256:aa"}, Spec: sandbox.Spec{PersistRoot: true, VolumeSize: 1 << 30},
+		SizeBytes: 42, CreatedAt: at(0), ExpiresAt: at(time.Hour)}
+	if err := s.CreateSnapshot(ctx, sn); err != nil {
+		t.Fatal(err)
+	}
+	dup := *sn
+	dup.ID = "sn2"
+	if err := s.CreateSnapshot(ctx, &dup); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("duplicate name: %v", err)
+	}
+	got, err := s.GetSnapshotByName(ctx, "t", "before")
+	if err != nil || got.ID != "sn1" || !got.Spec.PersistRoot || got.Layers[0] != "sha256:aa" ||
+		!got.ExpiresAt.Equal(stored(at(time.Hour))) {
+		t.Fatalf("by name: %+v %v", got, err)
+	}
+	dup.Name, dup.SandboxID, dup.CreatedAt = "after", "other", at(time.Second)
+	s.CreateSnapshot(ctx, &dup)
+	if l, _ := s.ListSnapshots(ctx, "sb"); len(l) != 1 {
+		t.Fatalf("list by sandbox: %d", len(l))
+	}
+	if l, _ := s.ListSnapshots(ctx, ""); len(l) != 2 || l[0].ID != "sn1" {
+		t.Fatalf("list all: %v", l)
+	}
+	if err := s.DeleteSnapshot(ctx, "sn1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetSnapshot(ctx, "sn1"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("after delete: %v", err)
+	}
+	if err := s.DeleteSnapshot(ctx, "sn1"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("second delete: %v", err)
+	}
+	// Build cache and pools.
+	if _, err := s.GetBuildCache(ctx, "k"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("empty cache: %v", err)
+	}
+	s.PutBuildCache(ctx, "k", "sha256:1")
+	s.PutBuildCache(ctx, "k", "sha256:2")
+	if l, err := s.GetBuildCache(ctx, "k"); err != nil || l != "sha256:2" {
+		t.Fatalf("cache: %q %v", l, err)
+	}
+	s.SetPool(ctx, "py", 3)
+	s.SetPool(ctx, "go", 1)
+	s.SetPool(ctx, "go", 0)
+	if p, err := s.ListPools(ctx); err != nil || len(p) != 1 || p["py"] != 3 {
+		t.Fatalf("pools: %v %v", p, err)
+	}
+}
