@@ -19,7 +19,7 @@ func newBenchCmd() *cobra.Command {
 		strict bool
 	)
 	cmd := &cobra.Command{
-		Use:   "bench [--iterations N] [--idle N] [--churn-seconds S] [--only a,b,...] [-o json]",
+		Use:   "bench [--iterations N] [--idle N] [--churn-seconds S] [--expiry N] [--only a,b,...] [-o json]",
 		Short: "Measure berth's performance beside raw runc on this host",
 		Long: `Measure berth on this host and print each figure (p50, p95, n) beside a peer
 measured in the same run: raw runc, the same binary, with an equivalent bundle
@@ -31,19 +31,27 @@ own socket, cgroup parent and runc root), so it neither needs nor touches a
 running "berth serve". At the end it deletes its sandboxes, checks doctor,
 stops the daemon and removes everything it created. It must run as root.
 
-Measurements (--only takes these names, or the letters a-e):
+Measurements (--only takes these names, or the letters a-h):
   tti      time to interactive: create + first exec of true, vs runc run true
   exec     exec round trip of true through the SDK, vs runc exec true
   run      one-shot "berth run -- true" (CLI wall time), vs runc run true
   churn    create/exec/delete cycles per second from concurrent clients
   density  memory per idle sandbox, daemon RSS, exec round trip and delete time
            with --idle sandboxes running
+  pause    pause and resume of a running persistent sandbox through the SDK,
+           vs runc pause / runc resume of a running sleep
+  restart  stop -> start -> first exec of a persistent sandbox (persist_root,
+           a few MiB written to /workspace), vs a fresh create -> first exec
+           of the same request
+  expiry   lag from idle deadline to completed pause with --expiry sandboxes
+           expiring together (and to completed stop with --expiry-stop N)
 
 The exit code is 0 when the bench ran and cleaned up, whether or not every
 target was met (use --strict to fail on a missed target).`,
 		Example: `  berth bench
   berth bench --iterations 10 --idle 20 --churn-seconds 3
-  berth bench --only tti,exec -o json`,
+  berth bench --only tti,exec -o json
+  berth bench --only pause,restart,expiry --expiry 50`,
 		Args: cobra.NoArgs,
 	}
 	out := addOutputFlag(cmd)
@@ -51,13 +59,15 @@ target was met (use --strict to fail on a missed target).`,
 	f.IntVar(&opts.Iterations, "iterations", bench.DefaultIterations, "samples of each latency")
 	f.IntVar(&opts.Idle, "idle", bench.DefaultIdle, "idle sandboxes the density measurement keeps running")
 	f.Float64Var(&churn, "churn-seconds", bench.DefaultChurn.Seconds(), "how long the churn measurement runs, in seconds")
-	f.IntVar(&opts.Concurrency, "concurrency", bench.DefaultConcurrency, "concurrent clients in churn and in the density creates and deletes")
-	f.StringSliceVar(&opts.Only, "only", nil, "run only these measurements: tti, exec, run, churn, density (or a-e)")
+	f.IntVar(&opts.Concurrency, "concurrency", bench.DefaultConcurrency, "concurrent clients in churn, in the density creates and deletes and in the expiry creates and touches")
+	f.IntVar(&opts.Expiry, "expiry", bench.DefaultExpiry, "sandboxes the expiry measurement lets expire together (on_idle pause)")
+	f.IntVar(&opts.ExpiryStop, "expiry-stop", 0, "sandboxes the expiry measurement then lets expire together with on_idle stop (0: skip, -1: as many as --expiry)")
+	f.StringSliceVar(&opts.Only, "only", nil, "run only these measurements: tti, exec, run, churn, density, pause, restart, expiry (or a-h)")
 	f.StringVar(&opts.Runc, "runc", "runc", "runc binary for the daemon's peer (`PATH` or name looked up in $PATH)")
 	f.BoolVar(&strict, "strict", false, "exit 1 when a target is missed")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if opts.Iterations < 1 || opts.Idle < 1 || churn <= 0 || opts.Concurrency < 1 {
-			return fmt.Errorf("--iterations, --idle, --churn-seconds and --concurrency must be positive")
+		if opts.Iterations < 1 || opts.Idle < 1 || churn <= 0 || opts.Concurrency < 1 || opts.Expiry < 1 {
+			return fmt.Errorf("--iterations, --idle, --churn-seconds, --concurrency and --expiry must be positive")
 		}
 		opts.Churn = time.Duration(churn * float64(time.Second))
 		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)

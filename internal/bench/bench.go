@@ -20,6 +20,13 @@
 //	         vs `runc run` cycles from as many concurrent callers
 //	density  host memory per idle sandbox, daemon RSS, exec round trip
 //	         with all of them running, and the time to delete them all
+//	pause    pause and resume of a running persistent sandbox via the SDK,
+//	         vs `runc pause` / `runc resume` of a running sleep
+//	restart  stop → start → first exec of a persistent sandbox with a
+//	         filled workspace, vs a fresh create → first exec of the same
+//	         request in the same run
+//	expiry   lag from idle deadline to completed pause of many sandboxes
+//	         expiring together (and, optionally, to completed stop)
 //
 // Every figure is a p50 and p95 over n samples. At the end the bench
 // deletes its sandboxes, checks `doctor` is clean, stops the daemon by pid,
@@ -51,13 +58,17 @@ const (
 	RunCLI  = "run"
 	Churn   = "churn"
 	Density = "density"
+	Pause   = "pause"
+	Restart = "restart"
+	Expiry  = "expiry"
 )
 
 // All lists every measurement in the order Run performs them.
-var All = []string{TTI, Exec, RunCLI, Churn, Density}
+var All = []string{TTI, Exec, RunCLI, Churn, Density, Pause, Restart, Expiry}
 
 // aliases lets --only name measurements by their letter in the design notes.
-var aliases = map[string]string{"a": TTI, "b": Exec, "c": RunCLI, "d": Churn, "e": Density}
+var aliases = map[string]string{"a": TTI, "b": Exec, "c": RunCLI, "d": Churn, "e": Density,
+	"f": Pause, "g": Restart, "h": Expiry}
 
 // Options configures a bench run. Zero values take the defaults.
 type Options struct {
@@ -74,9 +85,16 @@ type Options struct {
 	Idle int
 	// Churn is how long the churn measurement runs (default 10s).
 	Churn time.Duration
-	// Concurrency is the number of concurrent clients in churn and in the
-	// density creates and deletes (default 4).
+	// Concurrency is the number of concurrent clients in churn, in the
+	// density creates and deletes and in the expiry creates, touches and
+	// deletes (default 4).
 	Concurrency int
+	// Expiry is how many sandboxes the expiry measurement lets expire
+	// together with on_idle=pause (default 200).
+	Expiry int
+	// ExpiryStop is how many expire together with on_idle=stop, measured
+	// after the pause ones; 0 skips it, negative: as many as Expiry.
+	ExpiryStop int
 	// Only restricts the run to these measurements (see All); empty: all.
 	Only []string
 	// TempRoot is where the private temporary directory is made
@@ -90,11 +108,12 @@ const (
 	DefaultIdle        = 300
 	DefaultChurn       = 10 * time.Second
 	DefaultConcurrency = 4
+	DefaultExpiry      = 200
 )
 
 // Row is one line of the report: berth's figure beside its peer's.
 type Row struct {
-	Measurement string `json:"measurement"` // tti, exec, run, churn, density
+	Measurement string `json:"measurement"` // one of All
 	Name        string `json:"name"`
 	Unit        string `json:"unit"` // ms, MiB, /s, s
 	Berth       Stat   `json:"berth"`
@@ -147,6 +166,8 @@ type Report struct {
 	Idle        int     `json:"idle"`
 	ChurnSecs   float64 `json:"churn_seconds"`
 	Concurrency int     `json:"concurrency"`
+	Expiry      int     `json:"expiry"`
+	ExpiryStop  int     `json:"expiry_stop,omitempty"`
 	Rows        []Row   `json:"rows"`
 	Cleanup     Cleanup `json:"cleanup"`
 	// Failed counts the rows whose target was missed.
@@ -186,11 +207,17 @@ func (o *Options) setDefaults() error {
 	if o.Concurrency == 0 {
 		o.Concurrency = DefaultConcurrency
 	}
+	if o.Expiry == 0 {
+		o.Expiry = DefaultExpiry
+	}
+	if o.ExpiryStop < 0 {
+		o.ExpiryStop = o.Expiry
+	}
 	if o.TempRoot == "" {
 		o.TempRoot = "/tmp"
 	}
-	if o.Iterations < 1 || o.Idle < 1 || o.Churn <= 0 || o.Concurrency < 1 {
-		return fmt.Errorf("bench: iterations, idle, churn duration and concurrency must be positive")
+	if o.Iterations < 1 || o.Idle < 1 || o.Churn <= 0 || o.Concurrency < 1 || o.Expiry < 1 {
+		return fmt.Errorf("bench: iterations, idle, churn duration, concurrency and expiry must be positive")
 	}
 	var only []string
 	for _, n := range o.Only {
@@ -238,6 +265,8 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (*Report, error)
 		Idle:        opts.Idle,
 		ChurnSecs:   opts.Churn.Seconds(),
 		Concurrency: opts.Concurrency,
+		Expiry:      opts.Expiry,
+		ExpiryStop:  opts.ExpiryStop,
 		Rows:        []Row{},
 	}
 	b := &bench{opts: opts, log: progress, rep: rep}
@@ -316,6 +345,9 @@ func (b *bench) run(ctx context.Context) error {
 		{RunCLI, b.measureRunCLI},
 		{Churn, b.measureChurn},
 		{Density, b.measureDensity},
+		{Pause, b.measurePause},
+		{Restart, b.measureRestart},
+		{Expiry, b.measureExpiry},
 	}
 	for _, s := range steps {
 		if !b.opts.selected(s.name) {

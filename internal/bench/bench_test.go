@@ -72,7 +72,7 @@ func TestRunTiny(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, Options{
-		Binary: bin, Iterations: 3, Idle: 3, Churn: time.Second, TempRoot: dir,
+		Binary: bin, Iterations: 3, Idle: 3, Churn: time.Second, Expiry: 3, ExpiryStop: 2, TempRoot: dir,
 	}, testWriter{t})
 	if rep != nil {
 		var sb strings.Builder
@@ -83,6 +83,9 @@ func TestRunTiny(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	if len(rep.Rows) == 0 {
+		t.Fatal("no rows")
+	}
 	seen := map[string]bool{}
 	for _, r := range rep.Rows {
 		seen[r.Measurement] = true

@@ -15,8 +15,12 @@ func WriteTable(w io.Writer, rep *Report) error {
 	fmt.Fprintf(w, "berth bench  %s\n", rep.Started.Format("2006-01-02 15:04:05 UTC"))
 	fmt.Fprintf(w, "machine: %d CPUs (%s), %d MiB RAM, %s, cgroup %s\n", m.CPUs, orDash(m.CPUModel), m.MemTotalMiB, m.Kernel, m.Cgroup)
 	fmt.Fprintf(w, "runc %s, berth %s (%s)\n", orDash(m.Runc), orDash(m.Berth), m.Go)
-	fmt.Fprintf(w, "iterations %d, idle %d, churn %gs, concurrency %d; took %.0fs\n\n",
-		rep.Iterations, rep.Idle, rep.ChurnSecs, rep.Concurrency, rep.Seconds)
+	fmt.Fprintf(w, "iterations %d, idle %d, churn %gs, concurrency %d, expiry %d", rep.Iterations, rep.Idle,
+		rep.ChurnSecs, rep.Concurrency, rep.Expiry)
+	if rep.ExpiryStop > 0 {
+		fmt.Fprintf(w, " (stop %d)", rep.ExpiryStop)
+	}
+	fmt.Fprintf(w, "; took %.0fs\n\n", rep.Seconds)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "MEASUREMENT\tBERTH p50\tp95\tn\tPEER\tp50\tp95\tn\tRATIO\tTARGET\tRESULT")

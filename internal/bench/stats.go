@@ -11,6 +11,7 @@ type Stat struct {
 	N    int     `json:"n"`
 	P50  float64 `json:"p50"`
 	P95  float64 `json:"p95"`
+	P99  float64 `json:"p99"`
 	Min  float64 `json:"min"`
 	Max  float64 `json:"max"`
 	Mean float64 `json:"mean"`
@@ -34,6 +35,7 @@ func summarize(samples []float64) Stat {
 		N:    len(s),
 		P50:  percentile(s, 0.50),
 		P95:  percentile(s, 0.95),
+		P99:  percentile(s, 0.99),
 		Min:  s[0],
 		Max:  s[len(s)-1],
 		Mean: sum / float64(len(s)),
@@ -52,7 +54,7 @@ func percentile(sorted []float64, q float64) float64 {
 
 // aggregate is a Stat holding one value computed over n items.
 func aggregate(v float64, n int) Stat {
-	return Stat{N: n, P50: v, P95: v, Min: v, Max: v, Mean: v, Aggregate: true}
+	return Stat{N: n, P50: v, P95: v, P99: v, Min: v, Max: v, Mean: v, Aggregate: true}
 }
 
 // ms converts a duration to milliseconds.
