@@ -376,17 +376,36 @@ func (n *Network) detachLocked(tag, id string) error {
 			if err != nil && !isNotFound(err) {
 				errs = append(errs, fmt.Errorf("network: neighbour %s: %w", ip, err))
 			}
-			// A later sandbox with this address must not inherit flows.
-			f := &netlink.ConntrackFilter{}
-			_ = f.AddIP(netlink.ConntrackOrigSrcIP, ipOf(ip))
-			fam := netlink.InetFamily(unix.AF_INET)
-			if ip.Is6() {
-				fam = unix.AF_INET6
-			}
-			_, _ = netlink.ConntrackDeleteFilters(netlink.ConntrackTable, fam, f)
 		}
+		n.flushConntrack(addrs)
 	}
 	return errors.Join(errs...)
+}
+
+// flushConntrack drops the conntrack entries of addrs so that a later
+// sandbox with one of them inherits no flows. A conntrack dump costs ~10ms,
+// so it runs in the background; Close waits for it.
+func (n *Network) flushConntrack(addrs []netip.Addr) {
+	if len(addrs) == 0 {
+		return
+	}
+	n.bg.Add(1)
+	go func() {
+		defer n.bg.Done()
+		for _, fam := range []netlink.InetFamily{unix.AF_INET, unix.AF_INET6} {
+			var filters []netlink.CustomConntrackFilter
+			for _, ip := range addrs {
+				if ip.Is4() == (fam == unix.AF_INET) {
+					f := &netlink.ConntrackFilter{}
+					_ = f.AddIP(netlink.ConntrackOrigSrcIP, ipOf(ip))
+					filters = append(filters, f)
+				}
+			}
+			if len(filters) > 0 {
+				_, _ = netlink.ConntrackDeleteFilters(netlink.ConntrackTable, fam, filters...)
+			}
+		}
+	}()
 }
 
 // Prune detaches every sandbox of this instance found on the host whose

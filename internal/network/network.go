@@ -92,6 +92,7 @@ type Network struct {
 
 	dns   *resolver
 	nflog *nflogReader
+	bg    sync.WaitGroup // background conntrack flushes
 
 	closeOnce sync.Once
 	closeErr  error
@@ -509,6 +510,7 @@ func (n *Network) Close() error {
 		if n.nflog != nil {
 			n.nflog.close()
 		}
+		n.bg.Wait()
 	})
 	return n.closeErr
 }

@@ -36,15 +36,14 @@ const (
 
 // Log prefixes: "berth <decision> <reason or rule tag>".
 const (
-	logPrefix         = "berth "
-	reasonNoRule      = "norule"
-	reasonProtected   = "protected"
-	reasonDNS         = "dns"
-	reasonHost        = "host"
-	reasonInbound     = "inbound"
-	reasonUnknown     = "unknown"
-	reasonNotAllowed  = "notallowed" // DNS: name not allowed
-	reasonAllowedName = "allowed"
+	logPrefix        = "berth "
+	reasonNoRule     = "norule"
+	reasonProtected  = "protected"
+	reasonDNS        = "dns"
+	reasonHost       = "host"
+	reasonInbound    = "inbound"
+	reasonUnknown    = "unknown"
+	reasonNotAllowed = "notallowed" // DNS: name not allowed
 )
 
 // deny logs are rate limited per chain so a flood cannot swamp the reader.
@@ -478,6 +477,13 @@ func (n *Network) removeSandboxNFT(tag string) (addrs []netip.Addr, err error) {
 	}
 	inet, brt := n.nm.inet(), n.nm.brTable()
 	sbChain, spChain := n.nm.sbChain(tag), n.nm.spChain(tag)
+	// Fast path: the chains are created in the same transaction as every
+	// other object of the sandbox, so without them there is nothing.
+	_, err1 := c.GetRules(inet, &nftables.Chain{Table: inet, Name: sbChain})
+	_, err2 := c.GetRules(brt, &nftables.Chain{Table: brt, Name: spChain})
+	if err1 != nil && err2 != nil && isNFTNotFound(err1) && isNFTNotFound(err2) {
+		return nil, nil
+	}
 	sb4, sb6 := n.dispatchMaps()
 	for _, m := range []*nftables.Set{sb4, sb6} {
 		els, err := c.GetSetElements(m)

@@ -165,9 +165,6 @@ func (r Rule) matchesPort(port uint16, proto uint8) bool {
 	return len(r.Ports) == 0 || slices.Contains(r.Ports, port)
 }
 
-// overlapsPrefix reports whether two prefixes share an address.
-func overlapsPrefix(a, b netip.Prefix) bool { return a.Overlaps(b) }
-
 // insidePrefix reports whether inner lies wholly inside outer.
 func insidePrefix(inner, outer netip.Prefix) bool {
 	return outer.Bits() <= inner.Bits() && outer.Contains(inner.Addr())

@@ -1,0 +1,142 @@
+package network
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"testing"
+)
+
+func TestRules(t *testing.T) {
+	good := []Rule{
+		{CIDR: netip.MustParsePrefix("10.0.0.0/8")},
+		{Domain: "*.PyPI.org."},
+		{Domain: "example.com", Ports: []uint16{443, 80, 443}, Proto: "tcp"},
+	}
+	if err := ValidateRules(good); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []Rule{
+		{},
+		{CIDR: netip.MustParsePrefix("10.0.0.0/8"), Domain: "x.org"},
+		{Domain: "a.*.org"},
+		{Domain: "bad name"},
+		{Domain: "x.org", Proto: "icmp"},
+		{Domain: "x.org", Ports: []uint16{0}},
+	} {
+		if r.Validate() == nil {
+			t.Errorf("%+v validated", r)
+		}
+	}
+	if s := good[2].String(); s != "example.com tcp port 80,443" {
+		t.Fatalf("String %q", s)
+	}
+	if good[1].String() != "*.pypi.org" {
+		t.Fatal(good[1].String())
+	}
+	for _, c := range []struct {
+		pat, name string
+		want      bool
+	}{
+		{"*.pypi.org", "files.pypi.org", true},
+		{"*.pypi.org", "a.b.pypi.org", true},
+		{"*.pypi.org", "pypi.org", false},
+		{"*.pypi.org", "evilpypi.org", false},
+		{"pypi.org", "pypi.org", true},
+		{"pypi.org", "x.pypi.org", false},
+	} {
+		if got := matchDomain(c.pat, c.name); got != c.want {
+			t.Errorf("matchDomain(%q, %q) = %v", c.pat, c.name, got)
+		}
+	}
+	r := Rule{CIDR: netip.MustParsePrefix("203.0.113.0/24"), Ports: []uint16{53}}
+	if !r.matchesFlow(netip.MustParseAddrPort("203.0.113.9:53"), protoUDP) || r.matchesFlow(netip.MustParseAddrPort("203.0.113.9:54"), protoUDP) {
+		t.Fatal("matchesFlow")
+	}
+}
+
+func TestRing(t *testing.T) {
+	r := newRing(3)
+	for i := 0; i < 5; i++ {
+		r.add(Flow{Name: string(rune('a' + i))})
+	}
+	all := r.after(0, 0)
+	if len(all) != 3 || all[0].Seq != 3 || all[2].Seq != 5 || all[2].Name != "e" {
+		t.Fatalf("%+v", all)
+	}
+	if got := r.after(4, 10); len(got) != 1 || got[0].Seq != 5 {
+		t.Fatalf("%+v", got)
+	}
+	if got := r.after(3, 1); len(got) != 1 || got[0].Seq != 4 {
+		t.Fatalf("%+v", got)
+	}
+	if got := r.after(9, 0); len(got) != 0 {
+		t.Fatalf("%+v", got)
+	}
+}
+
+func TestParseL3(t *testing.T) {
+	p := make([]byte, 28)
+	p[0] = 0x45
+	p[9] = protoTCP
+	copy(p[12:16], []byte{100, 96, 0, 5})
+	copy(p[16:20], []byte{203, 0, 113, 10})
+	binary.BigEndian.PutUint16(p[20:], 40000)
+	binary.BigEndian.PutUint16(p[22:], 443)
+	proto, src, dst, ok := parseL3(2, p)
+	if !ok || proto != protoTCP || src.String() != "100.96.0.5:40000" || dst.String() != "203.0.113.10:443" {
+		t.Fatalf("%v %v %v %v", proto, src, dst, ok)
+	}
+	q := make([]byte, 48)
+	q[0] = 0x60
+	q[6] = protoUDP
+	a := netip.MustParseAddr("2001:db8::1").As16()
+	copy(q[24:40], a[:])
+	binary.BigEndian.PutUint16(q[42:], 53)
+	proto, _, dst, ok = parseL3(10, q)
+	if !ok || proto != protoUDP || dst.String() != "[2001:db8::1]:53" {
+		t.Fatalf("%v %v %v", proto, dst, ok)
+	}
+	if _, _, _, ok := parseL3(2, []byte{0x45}); ok {
+		t.Fatal("short packet parsed")
+	}
+}
+
+func TestAllocateAndNames(t *testing.T) {
+	cfg := Config{Instance: "berth-1a2b3c4d", Subnet4: netip.MustParsePrefix("100.96.0.0/29"), Upstream: []netip.AddrPort{netip.MustParseAddrPort("192.0.2.1:53")}}
+	if err := cfg.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	nm, err := newNames(cfg.Instance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nm.veth(sandboxTag("x"))) > 15 || len(nm.bridge) > 15 {
+		t.Fatal("interface name too long")
+	}
+	if _, err := newNames("bad name"); err == nil {
+		t.Fatal("bad instance accepted")
+	}
+	n := &Network{cfg: cfg, nm: nm, byAddr: map[netip.Addr]*sandbox{}}
+	taken := map[netip.Addr]bool{}
+	for i := 0; i < 5; i++ { // /29: 8 addresses, minus network, gateway, broadcast
+		v4, v6, err := n.Allocate(randHex(6), func(a netip.Addr) bool { return taken[a] })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if taken[v4] || !cfg.Subnet4.Contains(v4) || !cfg.Subnet6.Contains(v6) || v4 == cfg.Subnet4.Addr().Next() {
+			t.Fatalf("bad allocation %s %s", v4, v6)
+		}
+		taken[v4] = true
+	}
+	if _, _, err := n.Allocate("full", func(a netip.Addr) bool { return taken[a] }); err == nil {
+		t.Fatal("allocated from a full subnet")
+	}
+	a1, _, _ := n.Allocate("same", nil)
+	a2, _, _ := n.Allocate("same", nil)
+	if a1 != a2 {
+		t.Fatal("allocation not stable for an id")
+	}
+	if p := ula("x"); p.Bits() != 64 || p.Addr().As16()[0] != 0xfd {
+		t.Fatal(p)
+	}
+}
