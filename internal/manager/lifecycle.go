@@ -95,6 +95,9 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest, opt
 	if req.Runtime != "" && req.Runtime != m.rt.Name() {
 		return nil, errdefs.Invalid("unknown runtime %q: this daemon runs %q", req.Runtime, m.rt.Name())
 	}
+	if req.Snapshot != "" {
+		return m.createFromSnapshot(ctx, req, opt)
+	}
 	tname := req.Template
 	if tname == "" {
 		tname = m.cfg.DefaultTemplate
@@ -123,27 +126,44 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest, opt
 		ID: newID(), Name: req.Name, Tenant: opt.Tenant, State: sandbox.StateCreating, Node: m.cfg.Node,
 		Spec: spec, CreatedAt: now, UpdatedAt: now, Cause: sandbox.CauseUser, Reason: "create",
 	}
+	if err := m.launch(ctx, sb, opt.Actor, nil); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// launch records a new sandbox (state creating) and then makes it: prep,
+// if given, runs first (to lay down forked or snapshotted data), then
+// provision. A failure tears down and leaves a failed tombstone.
+func (m *Manager) launch(ctx context.Context, sb *sandbox.Sandbox, actor string, prep func() error) error {
 	// Side effects must not be cut short by a client that goes away: the
 	// create either finishes or is undone.
 	ctx = context.WithoutCancel(ctx)
 	if err := m.store.CreateSandbox(ctx, sb); err != nil {
-		return nil, err
+		return err
 	}
 	m.event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "state", To: sandbox.StateCreating,
-		Actor: opt.Actor, Cause: sandbox.CauseUser, Reason: "create", Outcome: "ok"})
+		Actor: actor, Cause: sandbox.CauseUser, Reason: sb.Reason, Outcome: "ok"})
 	unlock := m.locks.Lock(sb.ID)
 	defer unlock()
-	if err := m.provision(ctx, sb, tpl); err != nil {
-		m.log.Warn("create failed", "sandbox", sb.ID, "err", err)
-		m.fail(ctx, sb, opt.Actor, err)
-		return nil, fmt.Errorf("creating sandbox: %w", err)
+	err := error(nil)
+	if prep != nil {
+		err = prep()
 	}
-	if err := m.transition(ctx, sb, sandbox.StateRunning, sandbox.CauseUser, opt.Actor, "create"); err != nil {
-		m.fail(ctx, sb, opt.Actor, err)
-		return nil, err
+	if err == nil {
+		err = m.provision(ctx, sb)
+	}
+	if err != nil {
+		m.log.Warn("create failed", "sandbox", sb.ID, "err", err)
+		m.fail(ctx, sb, actor, err)
+		return fmt.Errorf("creating sandbox: %w", err)
+	}
+	if err := m.transition(ctx, sb, sandbox.StateRunning, sandbox.CauseUser, actor, sb.Reason); err != nil {
+		m.fail(ctx, sb, actor, err)
+		return err
 	}
 	m.wakeReconciler()
-	return sb, nil
+	return nil
 }
 
 // fail records err on sb, tears it down and leaves a deleted tombstone
@@ -165,8 +185,16 @@ func (m *Manager) fail(ctx context.Context, sb *sandbox.Sandbox, actor string, c
 // root, the container with the agent as init, and waits until the agent
 // answers. Every step tolerates having been done before (a restarted
 // create or start).
-func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox, tpl *store.Template) error {
+func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	p := m.paths(sb.ID)
+	layers, hostUsr := sb.Spec.Layers, sb.Spec.HostUsr
+	if len(layers) == 0 { // records from before layers were kept
+		tpl, err := m.store.GetTemplate(ctx, sb.Spec.Template)
+		if err != nil {
+			return fmt.Errorf("template %s: %w", sb.Spec.Template, err)
+		}
+		layers, hostUsr = tpl.Layers, tpl.Config.HostUsr
+	}
 	uid, gid := m.cfg.IDMap.HostRoot()
 	if err := m.attachVolumes(ctx, sb); err != nil {
 		return err
@@ -189,15 +217,11 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox, tpl *store
 	if err := os.Chmod(upper, 0o755); err != nil {
 		return err
 	}
-	layers := sb.Spec.Layers
-	if len(layers) == 0 {
-		layers = tpl.Layers
-	}
 	lowers := make([]string, 0, len(layers))
 	for i := len(layers) - 1; i >= 0; i-- {
 		id := layers[i]
 		if !m.images.HasLayer(id) {
-			return fmt.Errorf("template %s: layer %s is missing from the image store", tpl.Name, id)
+			return fmt.Errorf("template %s: layer %s is missing from the image store", sb.Spec.Template, id)
 		}
 		lowers = append(lowers, m.images.LayerPath(id))
 	}
@@ -218,7 +242,7 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox, tpl *store
 		{Source: m.cfg.AgentPath, Destination: agentBinary, ReadOnly: true},
 		{Source: p.run, Destination: "/.berth/run"},
 	}
-	if tpl.Config.HostUsr || sb.Spec.HostUsr {
+	if hostUsr {
 		mounts = append(mounts, runtime.Mount{Source: "/usr", Destination: "/usr", ReadOnly: true})
 	}
 	for _, vm := range sb.Spec.Volumes {

@@ -76,6 +76,8 @@ type Manager struct {
 	activity map[string]time.Time // latest activity not yet stored
 	cpu      map[string]cpuSample
 
+	snapTick int // counts ticks; snapshots expire every few
+
 	wg     sync.WaitGroup
 	stopCh chan struct{}
 	kick   chan struct{}
@@ -187,10 +189,10 @@ func (m *Manager) paths(id string) paths {
 		scratch: scratch,
 		upper:   filepath.Join(scratch, "upper"),
 		work:    filepath.Join(scratch, "work"),
-		run:    filepath.Join(dir, "run"),
-		socket: filepath.Join(dir, "run", "agent.sock"),
-		log:    filepath.Join(dir, "init.log"),
-		cgroup: "/" + m.cfg.Instance + "/" + id,
+		run:     filepath.Join(dir, "run"),
+		socket:  filepath.Join(dir, "run", "agent.sock"),
+		log:     filepath.Join(dir, "init.log"),
+		cgroup:  "/" + m.cfg.Instance + "/" + id,
 	}
 }
 

@@ -128,16 +128,12 @@ func (m *Manager) startLocked(ctx context.Context, sb *sandbox.Sandbox, cause sa
 	if sb.State != sandbox.StateStopped && sb.State != sandbox.StateStarting {
 		return sandbox.ErrWrongState("start", sb)
 	}
-	tpl, err := m.store.GetTemplate(ctx, sb.Spec.Template)
-	if err != nil {
-		return fmt.Errorf("template %s: %w", sb.Spec.Template, err)
-	}
 	if sb.State != sandbox.StateStarting {
 		if err := m.transition(ctx, sb, sandbox.StateStarting, cause, actor, reason); err != nil {
 			return err
 		}
 	}
-	if err := m.provision(ctx, sb, tpl); err != nil {
+	if err := m.provision(ctx, sb); err != nil {
 		m.log.Warn("start failed", "sandbox", sb.ID, "err", err)
 		if herr := m.stopHost(ctx, sb); herr != nil {
 			m.log.Warn("cleaning up failed start", "sandbox", sb.ID, "err", herr)

@@ -92,9 +92,9 @@ func (m *Manager) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 	case sb.Spec.OneShot:
 		destroy("client went away (daemon restart)")
 	case sb.State == sandbox.StateCreating:
-		tpl, err := m.store.GetTemplate(ctx, sb.Spec.Template)
-		if err == nil && !m.alive(ctx, sb.ID) {
-			err = m.provision(ctx, sb, tpl)
+		var err error
+		if !m.alive(ctx, sb.ID) {
+			err = m.provision(ctx, sb)
 		}
 		if err != nil {
 			log.Warn("interrupted create cannot be finished", "err", err)
@@ -207,6 +207,9 @@ func (m *Manager) tick(ctx context.Context) time.Time {
 	}
 	now := m.now()
 	var next time.Time
+	if m.snapTick++; m.snapTick%5 == 0 {
+		m.expireSnapshots(ctx)
+	}
 	for _, sb := range live {
 		if sb.State == sandbox.StateRunning && sb.Spec.Policy.IdleTimeout > 0 {
 			// Open exec sessions and busy processes are activity.

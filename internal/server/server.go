@@ -76,6 +76,15 @@ func (s *Server) routes() {
 		h("POST /v1/sandboxes/{id}/"+op, s.lifecycle(op))
 	}
 	h("GET /v1/sandboxes/{id}/diff", s.diff)
+	h("POST /v1/sandboxes/{id}/fork", s.fork)
+	h("POST /v1/sandboxes/{id}/snapshots", s.createSnapshot)
+	h("GET /v1/sandboxes/{id}/snapshots", s.listSnapshots)
+	h("GET /v1/snapshots", s.listSnapshots)
+	h("GET /v1/snapshots/{id}", s.getSnapshot)
+	h("DELETE /v1/snapshots/{id}", s.deleteSnapshot)
+	h("POST /v1/snapshots/{id}/restore", s.restoreSnapshot)
+	h("POST /v1/sandboxes/{id}/export", s.export)
+	h("POST /v1/copy", s.copy)
 	h("POST /v1/volumes", s.createVolume)
 	h("GET /v1/volumes", s.listVolumes)
 	h("GET /v1/volumes/{name}", s.getVolume)
@@ -248,6 +257,9 @@ func (s *Server) toAPI(sb *sandbox.Sandbox) api.Sandbox {
 	if due, ok := sandbox.Next(sb, s.m.LastActivity(sb)); ok {
 		out.NextAction, out.NextActionAt = string(due.Action)+" ("+due.Policy+")", timePtr(due.At)
 	}
+	if sb.Spec.Parent != "" || sb.Spec.FromSnapshot != "" {
+		out.Lineage = &api.Lineage{Parent: sb.Spec.Parent, FromSnapshot: sb.Spec.FromSnapshot}
+	}
 	if sb.State.Live() {
 		for _, vm := range sb.Spec.Volumes {
 			if vm.Owned {
@@ -303,7 +315,14 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, s.toAPI(sb))
+	out := s.toAPI(sb)
+	if kids := s.m.Children(r.Context(), sb.ID); len(kids) > 0 {
+		if out.Lineage == nil {
+			out.Lineage = &api.Lineage{}
+		}
+		out.Lineage.Children = kids
+	}
+	writeJSON(w, 200, out)
 }
 
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
