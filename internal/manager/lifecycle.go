@@ -121,6 +121,11 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest, opt
 	if len(opt.Labels) > 0 {
 		spec.Labels = mergeMaps(spec.Labels, opt.Labels)
 	}
+	if poolable(req, tpl, &spec) {
+		if sb, err := m.claim(ctx, tpl, spec, req, opt); err != nil || sb != nil {
+			return sb, err
+		}
+	}
 	now := m.now()
 	sb := &sandbox.Sandbox{
 		ID: newID(), Name: req.Name, Tenant: opt.Tenant, State: sandbox.StateCreating, Node: m.cfg.Node,

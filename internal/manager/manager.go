@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -76,7 +77,9 @@ type Manager struct {
 	activity map[string]time.Time // latest activity not yet stored
 	cpu      map[string]cpuSample
 
-	snapTick int // counts ticks; snapshots expire every few
+	snapTick     int // counts ticks; snapshots expire every few
+	poolStats    map[string]*poolStats
+	poolBuilding atomic.Int64
 
 	wg     sync.WaitGroup
 	stopCh chan struct{}
@@ -147,12 +150,13 @@ func New(cfg Config, st store.Store, images *image.Store, rt runtime.Runtime) (*
 	}
 	return &Manager{
 		cfg: cfg, store: st, images: images, volumes: vols, pool: pool, rt: rt, log: cfg.Logger,
-		agents:   map[string]*agent.Client{},
-		cancels:  map[string]context.CancelFunc{},
-		activity: map[string]time.Time{},
-		cpu:      map[string]cpuSample{},
-		stopCh:   make(chan struct{}),
-		kick:     make(chan struct{}, 1),
+		agents:    map[string]*agent.Client{},
+		cancels:   map[string]context.CancelFunc{},
+		activity:  map[string]time.Time{},
+		poolStats: map[string]*poolStats{},
+		cpu:       map[string]cpuSample{},
+		stopCh:    make(chan struct{}),
+		kick:      make(chan struct{}, 1),
 	}, nil
 }
 

@@ -210,6 +210,7 @@ func (m *Manager) tick(ctx context.Context) time.Time {
 	if m.snapTick++; m.snapTick%5 == 0 {
 		m.expireSnapshots(ctx)
 	}
+	m.refillPools(ctx)
 	for _, sb := range live {
 		if sb.State == sandbox.StateRunning && sb.Spec.Policy.IdleTimeout > 0 {
 			// Open exec sessions and busy processes are activity.

@@ -181,8 +181,19 @@ func (m *Manager) DeleteTemplate(ctx context.Context, name string) error {
 		return err
 	}
 	for _, sb := range live {
-		if sb.Spec.Template == name {
+		if sb.Spec.Template == name && sb.Spec.Pool == "" {
 			return errdefs.Conflict("template %q is used by sandbox %s", name, sb.ID)
+		}
+	}
+	// Its warm pool goes with it.
+	if err := m.store.SetPool(ctx, name, 0); err != nil {
+		return err
+	}
+	for _, sb := range live {
+		if sb.Spec.Pool == name {
+			if _, err := m.Delete(ctx, sb.ID, "template-rm", sandbox.CauseUser, "template removed"); err != nil {
+				return err
+			}
 		}
 	}
 	if err := m.store.DeleteTemplate(ctx, name); err != nil {

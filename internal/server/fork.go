@@ -139,3 +139,39 @@ func (s *Server) copy(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
+
+func (s *Server) setPool(w http.ResponseWriter, r *http.Request) {
+	var req api.PoolRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	p, err := s.m.SetPool(r.Context(), r.PathValue("name"), req.Min)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, p)
+}
+
+func (s *Server) getPool(w http.ResponseWriter, r *http.Request) {
+	if _, err := s.m.GetTemplate(r.Context(), r.PathValue("name")); err != nil {
+		writeError(w, err)
+		return
+	}
+	p, err := s.m.Pool(r.Context(), r.PathValue("name"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, p)
+}
+
+func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
+	ps, err := s.m.Pools(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, ps)
+}

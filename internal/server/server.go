@@ -85,6 +85,9 @@ func (s *Server) routes() {
 	h("POST /v1/snapshots/{id}/restore", s.restoreSnapshot)
 	h("POST /v1/sandboxes/{id}/export", s.export)
 	h("POST /v1/copy", s.copy)
+	h("PUT /v1/templates/{name}/pool", s.setPool)
+	h("GET /v1/templates/{name}/pool", s.getPool)
+	h("GET /v1/pools", s.listPools)
 	h("POST /v1/volumes", s.createVolume)
 	h("GET /v1/volumes", s.listVolumes)
 	h("GET /v1/volumes/{name}", s.getVolume)
@@ -304,6 +307,9 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]api.Sandbox, 0, len(sbs))
 	for _, sb := range sbs {
+		if sb.Spec.Pool != "" {
+			continue // unclaimed warm-pool members are not anyone's sandboxes
+		}
 		out = append(out, s.toAPI(sb))
 	}
 	writeJSON(w, 200, out)
@@ -504,9 +510,17 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]api.Template, 0, len(ts))
 	for _, t := range ts {
-		out = append(out, templateToAPI(t))
+		out = append(out, s.templateToAPI(t))
 	}
 	writeJSON(w, 200, out)
+}
+
+func (s *Server) templateToAPI(t *store.Template) api.Template {
+	out := templateToAPI(t)
+	if p, err := s.m.Pool(context.Background(), t.Name); err == nil && (p.Min > 0 || p.Ready > 0) {
+		out.Pool = p
+	}
+	return out
 }
 
 func templateToAPI(t *store.Template) api.Template {
@@ -520,7 +534,7 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, templateToAPI(t))
+	writeJSON(w, 200, s.templateToAPI(t))
 }
 
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
