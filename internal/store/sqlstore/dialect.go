@@ -36,6 +36,21 @@ type Dialect struct {
 	Rebind func(query string) string
 	// Classify reports which constraint, if any, err says was violated.
 	Classify func(err error) Violation
+	// MigrationLock, if set, is the first statement Migrate runs in its
+	// transaction, to serialize concurrent migrators on backends whose
+	// BeginTx does not already take a database-wide write lock (PostgreSQL:
+	// SELECT pg_advisory_xact_lock(n)). The lock must last until the
+	// transaction ends.
+	MigrationLock string
+	// EventOrderLock, if set, is the first statement of the transaction that
+	// appends an event, and must hold a lock until that transaction ends, so
+	// that event ids become visible in id order. Readers follow events with
+	// an id cursor (ListEventsSince, ListEvents with afterID) and would skip
+	// for ever an id that commits after a higher one. Backends whose identity
+	// values can commit out of order under concurrent writers need it
+	// (PostgreSQL: SELECT pg_advisory_xact_lock(n)); SQLite serializes
+	// writers and leaves it empty.
+	EventOrderLock string
 }
 
 func (d Dialect) rebind(q string) string {

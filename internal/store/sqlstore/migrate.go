@@ -22,8 +22,10 @@ var ErrSchemaTooNew = errors.New("database schema is newer than this berth")
 // version is newer than this binary knows (ErrSchemaTooNew) or whose applied
 // migrations differ from the embedded ones, then runs each pending migration
 // and records it. Either every pending migration is applied or none is, and
-// running it again is a no-op. Backends must make BeginTx take the write lock
-// up front (SQLite: BEGIN IMMEDIATE) so concurrent openers serialize.
+// running it again is a no-op. Concurrent openers must serialize: either
+// BeginTx takes the write lock up front (SQLite: BEGIN IMMEDIATE) or the
+// dialect's MigrationLock takes a transaction-scoped lock (PostgreSQL: an
+// advisory lock) before anything else is read or written.
 func Migrate(ctx context.Context, db *sql.DB, d Dialect) (applied []int, err error) {
 	ms, err := migrations.All()
 	if err != nil {
@@ -38,6 +40,11 @@ func Migrate(ctx context.Context, db *sql.DB, d Dialect) (applied []int, err err
 			_ = tx.Rollback()
 		}
 	}()
+	if d.MigrationLock != "" {
+		if _, err := tx.ExecContext(ctx, d.MigrationLock); err != nil {
+			return nil, fmt.Errorf("migrate: lock: %w", err)
+		}
+	}
 	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    BIGINT NOT NULL PRIMARY KEY,
 		name       TEXT   NOT NULL,

@@ -282,11 +282,17 @@ func (s *sqlStore) PurgeSandbox(ctx context.Context, id string) (err error) {
 
 func (s *sqlStore) AppendEvent(ctx context.Context, ev *sandbox.Event) error {
 	var id int64
-	err := s.w.QueryRowContext(ctx, s.d.rebind(`INSERT INTO events
+	q := s.d.rebind(`INSERT INTO events
 		(sandbox_id, at, type, from_state, to_state, actor, cause, reason, outcome, message)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`),
-		ev.SandboxID, micros(ev.Time), ev.Type, string(ev.From), string(ev.To), ev.Actor,
-		string(ev.Cause), ev.Reason, ev.Outcome, ev.Message).Scan(&id)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`)
+	args := []any{ev.SandboxID, micros(ev.Time), ev.Type, string(ev.From), string(ev.To), ev.Actor,
+		string(ev.Cause), ev.Reason, ev.Outcome, ev.Message}
+	var err error
+	if s.d.EventOrderLock == "" {
+		err = s.w.QueryRowContext(ctx, q, args...).Scan(&id)
+	} else {
+		err = s.appendEventLocked(ctx, q, args, &id)
+	}
 	if err != nil {
 		if s.d.classify(err) == ForeignKeyViolation {
 			return errdefs.NotFound("sandbox %s not found", ev.SandboxID)
@@ -295,6 +301,27 @@ func (s *sqlStore) AppendEvent(ctx context.Context, ev *sandbox.Event) error {
 	}
 	ev.ID = id
 	return nil
+}
+
+// appendEventLocked runs the insert in a transaction behind the dialect's
+// EventOrderLock, so ids commit in the order they are drawn.
+func (s *sqlStore) appendEventLocked(ctx context.Context, q string, args []any, id *int64) (err error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if _, err := tx.ExecContext(ctx, s.d.EventOrderLock); err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	if err := tx.QueryRowContext(ctx, q, args...).Scan(id); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 func (s *sqlStore) ListEvents(ctx context.Context, sandboxID string, afterID int64, limit int) ([]*sandbox.Event, error) {

@@ -28,6 +28,7 @@ func RunShared(t *testing.T, open func(t *testing.T) (a, b store.Store)) {
 		{"SharedCAS", testSharedCAS},
 		{"SharedConcurrentUpdates", testSharedConcurrentUpdates},
 		{"SharedNameUnique", testSharedNameUnique},
+		{"SharedEventCursor", testSharedEventCursor},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := open(t)
@@ -140,5 +141,79 @@ func testSharedNameUnique(t *testing.T, a, b store.Store) {
 		if len(all) != 1 {
 			t.Errorf("%d records after the race, want 1: %v", len(all), ids(all))
 		}
+	}
+}
+
+// testSharedEventCursor appends events through both handles while a reader
+// follows them with a cursor, as the webhook deliverer does with
+// ListEventsSince: the reader must see every event. So event ids must become
+// visible in id order: an id above the cursor that committed after the
+// reader passed it would be skipped for ever.
+func testSharedEventCursor(t *testing.T, a, b store.Store) {
+	ctx := t.Context()
+	const writers, each = 8, 40
+	for w := range writers {
+		must(t, a.CreateSandbox(ctx, newSandbox(fmt.Sprintf("ev-%d", w), "t", "", sandbox.StateRunning, at(0))))
+	}
+	var (
+		wg   sync.WaitGroup
+		errc = make(chan error, writers)
+		done = make(chan struct{})
+	)
+	for w := range writers {
+		s := []store.Store{a, b}[w%2]
+		wg.Go(func() {
+			for i := range each {
+				if err := s.AppendEvent(ctx, newEvent(fmt.Sprintf("ev-%d", w), i)); err != nil {
+					errc <- err
+					return
+				}
+			}
+		})
+	}
+	go func() { wg.Wait(); close(done) }()
+
+	seen := map[int64]bool{}
+	var cursor int64
+	poll := func(s store.Store) {
+		evs, err := s.ListEventsSince(ctx, cursor, 50)
+		must(t, err)
+		for _, ev := range evs {
+			if ev.ID <= cursor {
+				t.Fatalf("ListEventsSince(%d) returned id %d", cursor, ev.ID)
+			}
+			seen[ev.ID] = true
+			cursor = ev.ID
+		}
+	}
+	for finished := false; !finished; {
+		select {
+		case <-done:
+			finished = true
+		default:
+		}
+		poll([]store.Store{a, b}[len(seen)%2])
+	}
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	for before := -1; before != len(seen); {
+		before = len(seen)
+		poll(b)
+	}
+	var total int
+	for w := range writers {
+		evs, err := b.ListEvents(ctx, fmt.Sprintf("ev-%d", w), 0, 0)
+		must(t, err)
+		total += len(evs)
+		for _, ev := range evs {
+			if !seen[ev.ID] {
+				t.Errorf("the cursor skipped event %d of %s: it became visible after a later id", ev.ID, ev.SandboxID)
+			}
+		}
+	}
+	if total != writers*each {
+		t.Errorf("%d events stored, want %d", total, writers*each)
 	}
 }
