@@ -81,6 +81,19 @@ func TestOpenAPIRoutes(t *testing.T) {
 		"GET /v1/volumes",
 		"GET /v1/volumes/{name}",
 		"DELETE /v1/volumes/{name}",
+		"POST /v1/sandboxes/{id}/fork",
+		"POST /v1/sandboxes/{id}/snapshots",
+		"GET /v1/sandboxes/{id}/snapshots",
+		"GET /v1/snapshots",
+		"GET /v1/snapshots/{id}",
+		"DELETE /v1/snapshots/{id}",
+		"POST /v1/snapshots/{id}/restore",
+		"POST /v1/sandboxes/{id}/export",
+		"POST /v1/copy",
+		"PUT /v1/templates/{name}/pool",
+		"GET /v1/templates/{name}/pool",
+		"GET /v1/pools",
+		"POST /v1/apply",
 	}
 	for _, r := range routes {
 		method, path, _ := strings.Cut(r, " ")
@@ -163,6 +176,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		ExecRequest{}, ExecExit{}, ExecEvent{}, Resize{}, RunRequest{}, FileInfo{}, Template{},
 		ImportTemplateRequest{}, BuildTemplateRequest{}, BuildEvent{}, Event{}, DoctorFinding{},
 		DoctorReport{}, Version{}, Policy{}, VolumeMount{}, Volume{}, CreateVolumeRequest{}, DiffEntry{},
+		ForkRequest{}, ForkResponse{}, Lineage{}, Snapshot{}, CreateSnapshotRequest{}, ExportRequest{},
+		CopyRequest{}, PoolRequest{}, Pool{}, ApplyRequest{},
 	}
 	for _, v := range types {
 		rt := reflect.TypeOf(v)
@@ -292,5 +307,58 @@ func checkKind(t *testing.T, name string, rt reflect.Type, s *oaSchema) {
 	}
 	if s.Type != want {
 		t.Errorf("%s: type %q, want %q", name, s.Type, want)
+	}
+}
+
+// TestOpenAPISuccessStatus checks the success status and body type of the
+// routes whose answer is not a plain 200 JSON object.
+func TestOpenAPISuccessStatus(t *testing.T) {
+	doc := loadDoc(t)
+	for _, tc := range []struct {
+		route, status, contentType, schema string
+	}{
+		{"POST /v1/sandboxes/{id}/fork", "201", "application/json", "#/components/schemas/ForkResponse"},
+		{"POST /v1/sandboxes/{id}/snapshots", "201", "application/json", "#/components/schemas/Snapshot"},
+		{"GET /v1/sandboxes/{id}/snapshots", "200", "application/json", ""},
+		{"GET /v1/snapshots", "200", "application/json", ""},
+		{"DELETE /v1/snapshots/{id}", "204", "", ""},
+		{"POST /v1/snapshots/{id}/restore", "200", "application/json", "#/components/schemas/Sandbox"},
+		{"POST /v1/sandboxes/{id}/export", "200", "application/x-tar", ""},
+		{"POST /v1/copy", "204", "", ""},
+		{"PUT /v1/templates/{name}/pool", "200", "application/json", "#/components/schemas/Pool"},
+		{"GET /v1/pools", "200", "application/json", ""},
+		{"POST /v1/apply", "200", "application/x-ndjson", "#/components/schemas/BuildEvent"},
+	} {
+		method, path, _ := strings.Cut(tc.route, " ")
+		var op struct {
+			Responses map[string]struct {
+				Content map[string]struct {
+					Schema oaSchema `json:"schema"`
+				} `json:"content"`
+			} `json:"responses"`
+		}
+		if err := json.Unmarshal(doc.Paths[path][strings.ToLower(method)], &op); err != nil {
+			t.Errorf("%s: %v", tc.route, err)
+			continue
+		}
+		resp, ok := op.Responses[tc.status]
+		if !ok {
+			t.Errorf("%s: no %s response", tc.route, tc.status)
+			continue
+		}
+		if tc.contentType == "" {
+			if len(resp.Content) != 0 {
+				t.Errorf("%s: %s has a body", tc.route, tc.status)
+			}
+			continue
+		}
+		c, ok := resp.Content[tc.contentType]
+		if !ok {
+			t.Errorf("%s: %s is not %s", tc.route, tc.status, tc.contentType)
+			continue
+		}
+		if tc.schema != "" && c.Schema.Ref != tc.schema {
+			t.Errorf("%s: schema %q, want %q", tc.route, c.Schema.Ref, tc.schema)
+		}
 	}
 }

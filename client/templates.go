@@ -73,7 +73,14 @@ func (c *Client) UploadTemplateArchive(ctx context.Context, name string, r io.Re
 // req.From. The steps' output is written to progress (if non-nil) as it is
 // produced; the built template is returned when the build succeeds.
 func (c *Client) BuildTemplate(ctx context.Context, req api.BuildTemplateRequest, progress io.Writer) (*api.Template, error) {
-	hreq, err := c.newRequest(ctx, http.MethodPost, "/v1/templates/build", nil, req)
+	return c.buildStream(ctx, "/v1/templates/build", req, progress)
+}
+
+// buildStream posts body to path and reads the NDJSON stream of
+// api.BuildEvent it answers: output is copied to progress, and the stream
+// ends with the template or an error.
+func (c *Client) buildStream(ctx context.Context, path string, body any, progress io.Writer) (*api.Template, error) {
+	hreq, err := c.newRequest(ctx, http.MethodPost, path, nil, body)
 	if err != nil {
 		return nil, err
 	}

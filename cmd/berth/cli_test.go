@@ -27,6 +27,7 @@ type fakeDaemon struct {
 	lastExec   api.ExecRequest
 	volumes    map[string]api.Volume
 	afterQuery string // the after parameter of the last events request
+	fork       forkState
 }
 
 func newFakeDaemon(t *testing.T) (*fakeDaemon, string) {
@@ -160,6 +161,7 @@ func newFakeDaemon(t *testing.T) (*fakeDaemon, string) {
 		writeTestJSON(w, 200, api.Version{Version: "v0.1.0", Go: "go1.26", Runtime: "runc"})
 	})
 	f.addPersistRoutes(mux)
+	f.addForkRoutes(mux)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return f, srv.URL

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
 )
 
@@ -46,7 +47,8 @@ func parseCpArg(s string) (cpEndpoint, error) {
 	return cpEndpoint{sandbox: s[:i], path: p}, nil
 }
 
-// parseCpArgs checks that exactly one side is in a sandbox.
+// parseCpArgs checks that at least one side is in a sandbox; when both are,
+// the copy goes from sandbox to sandbox, and "-" cannot be used.
 func parseCpArgs(src, dst string) (cpEndpoint, cpEndpoint, error) {
 	s, err := parseCpArg(src)
 	if err != nil {
@@ -57,8 +59,6 @@ func parseCpArgs(src, dst string) (cpEndpoint, cpEndpoint, error) {
 		return s, d, err
 	}
 	switch {
-	case s.remote() && d.remote():
-		return s, d, errors.New("copying between two sandboxes is not supported: copy through a local path")
 	case !s.remote() && !d.remote():
 		return s, d, errors.New("one of SRC and DST must be in a sandbox, as ID:/path")
 	}
@@ -68,9 +68,10 @@ func parseCpArgs(src, dst string) (cpEndpoint, cpEndpoint, error) {
 func newCpCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "cp SRC DST",
-		Short: "Copy files between the local machine and a sandbox",
+		Short: "Copy files between the local machine and a sandbox, or between sandboxes",
 		Long: `Copy files or directories between the local machine and a sandbox, as docker cp
-does. Exactly one side is ID:/path (the id or name of a sandbox).
+does, or directly from one sandbox to another. A sandbox side is ID:/path (the
+id or name of a sandbox).
 
   A file is copied to DST, or into DST when DST is an existing directory.
   A directory SRC becomes DST when DST does not exist, or DST/<name of SRC>
@@ -78,11 +79,16 @@ does. Exactly one side is ID:/path (the id or name of a sandbox).
   "-" as the local side is a tar stream: read from stdin into the sandbox
   directory DST, or written to stdout from the sandbox path SRC.
 
+When both sides are sandboxes (berth cp CHILD:/path PARENT:/dir), the daemon
+copies SRC, a file or a directory, into the directory DST of the other sandbox
+(created if missing); nothing passes through this machine.
+
 Archives from a sandbox are extracted safely: absolute paths, ".." and links
 that lead outside the destination are refused.`,
 		Example: `  berth cp ./src $id:/work
   berth cp $id:/work/out.json .
-  berth cp $id:/work - | tar t`,
+  berth cp $id:/work - | tar t
+  berth cp $child:/workspace/result $parent:/workspace/incoming`,
 		Args: exactArgs(2, "SRC and DST"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			src, dst, err := parseCpArgs(args[0], args[1])
@@ -94,6 +100,9 @@ that lead outside the destination are refused.`,
 				return err
 			}
 			defer c.Close()
+			if src.remote() && dst.remote() {
+				return c.Copy(cmd.Context(), api.CopyRequest{From: src.sandbox, FromPath: src.path, To: dst.sandbox, ToPath: dst.path})
+			}
 			if src.remote() {
 				return copyFromSandbox(cmd.Context(), c, src, dst.path, cmd.OutOrStdout())
 			}

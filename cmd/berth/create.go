@@ -8,10 +8,11 @@ import (
 
 func newCreateCmd(g *globals) *cobra.Command {
 	var (
-		sf     sandboxFlags
-		pf     persistFlags
-		name   string
-		labels []string
+		sf       sandboxFlags
+		pf       persistFlags
+		name     string
+		labels   []string
+		snapshot string
 	)
 	cmd := &cobra.Command{
 		Use:   "create [flags]",
@@ -29,11 +30,15 @@ with --on-idle stop, stops) it after a time without API activity, exec sessions
 or CPU use above --idle-cpu-threshold; --max-age stops or deletes it at an age;
 --retention deletes it that long after it was stopped; --auto-resume wakes it
 when an exec, file or port request reaches it paused or stopped. Durations are
-seconds or like 30s, 10m, 1h30m, 7d.`,
+seconds or like 30s, 10m, 1h30m, 7d.
+
+--snapshot SNAP starts the sandbox from a snapshot ('berth snapshot'): its
+template, workspace and writable root; --template is not needed then.`,
 		Example: `  id=$(berth create --memory 512m --timeout 1h)
   berth create --name dev --persistent --volume-size 10g --idle-timeout 15m --auto-resume
   berth create --persist-root --keep-volume --max-age 7d --on-max-age stop --retention 30d
-  berth create --volume data:/data --volume models:/models:ro --label team=ml`,
+  berth create --volume data:/data --volume models:/models:ro --label team=ml
+  berth create --snapshot before-upgrade --name dev2 --persistent`,
 		Args: cobra.NoArgs,
 	}
 	out := addOutputFlag(cmd)
@@ -43,6 +48,7 @@ seconds or like 30s, 10m, 1h30m, 7d.`,
 			return err
 		}
 		req.Name = name
+		req.Snapshot = snapshot
 		if err := pf.apply(&req, cmd.Flags().Changed("persistent")); err != nil {
 			return err
 		}
@@ -67,7 +73,9 @@ seconds or like 30s, 10m, 1h30m, 7d.`,
 	f := cmd.Flags()
 	f.StringVar(&name, "name", "", "unique name, usable wherever an id is")
 	f.StringArrayVarP(&labels, "label", "l", nil, "label `K=V`; repeatable")
+	f.StringVar(&snapshot, "snapshot", "", "start from snapshot `SNAP` (its template, workspace and writable root) instead of a template")
 	sf.register(f, "hard lifetime of the sandbox; it is deleted when it runs out")
 	pf.register(f)
+	cmd.MarkFlagsMutuallyExclusive("snapshot", "template")
 	return cmd
 }

@@ -62,6 +62,7 @@ The CLI talks to the daemon over its unix socket, or over HTTP(S) with an API ke
 	for _, c := range []*cobra.Command{
 		newRunCmd(g), newCreateCmd(g), newLsCmd(g), newInspectCmd(g), newEventsCmd(g),
 		newRmCmd(g), newExecCmd(g), newCpCmd(g), newDiffCmd(g), newVolumeCmd(g),
+		newForkCmd(g), newExportCmd(g), newSnapshotCmd(g),
 	} {
 		c.GroupID = "sandbox"
 		root.AddCommand(c)
@@ -71,7 +72,7 @@ The CLI talks to the daemon over its unix socket, or over HTTP(S) with an API ke
 		c.GroupID = "sandbox"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{newServeCmd(), newTemplateCmd(g), newDoctorCmd(g), newVersionCmd(g), newBenchCmd()} {
+	for _, c := range []*cobra.Command{newServeCmd(), newTemplateCmd(g), newApplyCmd(g), newPoolCmd(g), newDoctorCmd(g), newVersionCmd(g), newBenchCmd()} {
 		c.GroupID = "admin"
 		root.AddCommand(c)
 	}

@@ -145,6 +145,11 @@ func printSandbox(w io.Writer, sb *api.Sandbox, now time.Time) error {
 		}
 		row("Capabilities", caps)
 	}
+	if l := sb.Lineage; l != nil {
+		row("Parent", l.Parent)
+		row("From snapshot", l.FromSnapshot)
+		row("Children", strings.Join(l.Children, ", "))
+	}
 	row("Cause", sb.Cause)
 	row("Reason", sb.Reason)
 	row("Error", sb.Error)

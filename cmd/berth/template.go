@@ -20,7 +20,8 @@ func newTemplateCmd(g *globals) *cobra.Command {
 		Aliases: []string{"templates"},
 		Short:   "Manage templates (the root filesystems sandboxes start from)",
 	}
-	cmd.AddCommand(newTemplateLsCmd(g), newTemplateInspectCmd(g), newTemplateImportCmd(g), newTemplateBuildCmd(g), newTemplateRmCmd(g))
+	cmd.AddCommand(newTemplateLsCmd(g), newTemplateInspectCmd(g), newTemplateImportCmd(g), newTemplateBuildCmd(g), newTemplateRmCmd(g),
+		newTemplatePoolCmd(g))
 	return cmd
 }
 
@@ -47,10 +48,10 @@ func newTemplateLsCmd(g *globals) *cobra.Command {
 		}
 		now := time.Now()
 		tw := newTable(cmd.OutOrStdout())
-		fmt.Fprintln(tw, "NAME\tSOURCE\tBUILTIN\tSIZE\tLAYERS\tAGE")
+		fmt.Fprintln(tw, "NAME\tSOURCE\tBUILTIN\tSIZE\tLAYERS\tPOOL\tAGE")
 		for _, t := range ts {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", t.Name, orDash(t.Source), yesNo(t.Builtin),
-				formatSize(t.Size), len(t.Layers), age(now, t.CreatedAt))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", t.Name, orDash(t.Source), yesNo(t.Builtin),
+				formatSize(t.Size), len(t.Layers), poolColumn(t.Pool), age(now, t.CreatedAt))
 		}
 		return tw.Flush()
 	}
@@ -97,6 +98,9 @@ func printTemplate(cmd *cobra.Command, out *outputValue, t *api.Template) error 
 	}
 	if len(t.Env) > 0 {
 		fmt.Fprintf(tw, "Env:\t%s\n", strings.Join(t.Env, " "))
+	}
+	if p := t.Pool; p != nil {
+		fmt.Fprintf(tw, "Pool:\tmin=%d ready=%d starting=%d hits=%d misses=%d\n", p.Min, p.Ready, p.Starting, p.Hits, p.Misses)
 	}
 	for i, l := range t.Layers {
 		fmt.Fprintf(tw, "Layer %d:\t%s\n", i+1, l)
