@@ -19,7 +19,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -79,7 +78,8 @@ type Manager struct {
 
 	snapTick     int // counts ticks; snapshots expire every few
 	poolStats    map[string]*poolStats
-	poolBuilding atomic.Int64
+	poolBuilding int            // members being made, all templates (under mu)
+	poolInFlight map[string]int // members being made, per template (under mu)
 
 	wg     sync.WaitGroup
 	stopCh chan struct{}
@@ -150,13 +150,14 @@ func New(cfg Config, st store.Store, images *image.Store, rt runtime.Runtime) (*
 	}
 	return &Manager{
 		cfg: cfg, store: st, images: images, volumes: vols, pool: pool, rt: rt, log: cfg.Logger,
-		agents:    map[string]*agent.Client{},
-		cancels:   map[string]context.CancelFunc{},
-		activity:  map[string]time.Time{},
-		poolStats: map[string]*poolStats{},
-		cpu:       map[string]cpuSample{},
-		stopCh:    make(chan struct{}),
-		kick:      make(chan struct{}, 1),
+		agents:       map[string]*agent.Client{},
+		cancels:      map[string]context.CancelFunc{},
+		activity:     map[string]time.Time{},
+		poolStats:    map[string]*poolStats{},
+		poolInFlight: map[string]int{},
+		cpu:          map[string]cpuSample{},
+		stopCh:       make(chan struct{}),
+		kick:         make(chan struct{}, 1),
 	}, nil
 }
 

@@ -102,6 +102,11 @@ func (m *Manager) poolReport(name string, min int, members []*sandbox.Sandbox) *
 			p.Starting++
 		}
 	}
+	m.mu.Lock()
+	if n := m.poolInFlight[name]; n > p.Starting {
+		p.Starting = n // members being made may not have a record yet
+	}
+	m.mu.Unlock()
 	st := m.stats(name)
 	p.Hits, p.Misses = st.hits.Load(), st.misses.Load()
 	return p
@@ -261,21 +266,26 @@ func (m *Manager) refillPools(ctx context.Context) {
 				have++
 			}
 		}
-		for i := have; i < min; i++ {
-			if m.poolBuilding.Load() >= 2 {
-				return
-			}
-			m.poolBuilding.Add(1)
+		m.mu.Lock()
+		// Members being made may not have a record yet.
+		have += m.poolInFlight[name]
+		for i := have; i < min && m.poolBuilding < 2; i++ {
+			m.poolBuilding++
+			m.poolInFlight[name]++
 			m.wg.Add(1)
 			go func() {
 				defer m.wg.Done()
-				defer m.poolBuilding.Add(-1)
 				if err := m.addPoolMember(context.Background(), tpl); err != nil {
 					m.log.Warn("refilling warm pool", "template", tpl.Name, "err", err)
 				}
+				m.mu.Lock()
+				m.poolBuilding--
+				m.poolInFlight[tpl.Name]--
+				m.mu.Unlock()
 				m.wakeReconciler()
 			}()
 		}
+		m.mu.Unlock()
 	}
 }
 
@@ -305,6 +315,12 @@ func (m *Manager) addPoolMember(ctx context.Context, tpl *store.Template) error 
 	}
 	if cur.Spec.Pool == "" || cur.State != sandbox.StateRunning {
 		return nil
+	}
+	// The pool may have shrunk or its template changed meanwhile.
+	pools, err := m.store.ListPools(ctx)
+	latest, terr := m.store.GetTemplate(ctx, tpl.Name)
+	if err != nil || terr != nil || pools[tpl.Name] == 0 || !slices.Equal(latest.Layers, tpl.Layers) {
+		return m.destroyLocked(ctx, cur, sandbox.CauseReconciler, actorReconciler, "warm pool no longer wants it")
 	}
 	return m.pauseLocked(ctx, cur, sandbox.CauseReconciler, "pool:"+tpl.Name, "ready in warm pool")
 }

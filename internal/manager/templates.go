@@ -14,7 +14,6 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/image"
-	"github.com/berth-sh/berth/internal/overlay"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -259,54 +258,26 @@ func (m *Manager) BuildTemplate(ctx context.Context, req *api.BuildTemplateReque
 			return nil, errdefs.Invalid("bad env name %q", k)
 		}
 	}
-	sb, err := m.Create(ctx, &api.CreateSandboxRequest{Template: base.Name, Env: req.Env},
-		CreateOptions{Actor: actor, Labels: map[string]string{"berth.build": req.Name}})
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if _, err := m.Delete(context.WithoutCancel(ctx), sb.ID, actor, sandbox.CauseUser, "template build finished"); err != nil {
-			m.log.Warn("removing build sandbox", "sandbox", sb.ID, "err", err)
-		}
-	}()
 	timeout := req.TimeoutSeconds
 	if timeout <= 0 {
 		timeout = 3600
-	}
-	for i, step := range req.Run {
-		progress(api.BuildEvent{Step: i + 1, Stream: "stdout", Data: []byte(fmt.Sprintf("--> step %d/%d: %s\n", i+1, len(req.Run), step))})
-		out := &buildWriter{step: i + 1, stream: "stdout", emit: progress}
-		errw := &buildWriter{step: i + 1, stream: "stderr", emit: progress}
-		exit, err := m.Exec(ctx, sb.ID, &api.ExecRequest{Cmd: []string{"/bin/sh", "-c", step}, TimeoutSeconds: timeout},
-			ExecIO{Stdout: out, Stderr: errw}, actor)
-		if err != nil {
-			return nil, fmt.Errorf("step %d: %w", i+1, err)
-		}
-		if exit.Code != 0 {
-			return nil, errdefs.Invalid("step %d (%s) failed with exit code %d", i+1, step, exit.Code)
-		}
-	}
-	// Stop the sandbox so the upper dir is quiescent, then commit it.
-	unlock := m.locks.Lock(sb.ID)
-	p := m.paths(sb.ID)
-	err = m.rt.Delete(ctx, sb.ID)
-	if err == nil {
-		err = overlay.Unmount(p.rootfs)
-	}
-	var layer string
-	if err == nil {
-		// Mount points the runtime made are not part of the result.
-		_ = os.RemoveAll(filepath.Join(p.upper, ".berth"))
-		layer, _, err = m.images.CommitDir(ctx, p.upper)
-	}
-	unlock()
-	if err != nil {
-		return nil, fmt.Errorf("committing build: %w", err)
 	}
 	cfg := base.Config
 	cfg.Env = slices.Clone(cfg.Env)
 	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
 		cfg.Env = setEnv(cfg.Env, k, req.Env[k])
+	}
+	layer, err := m.buildLayer(ctx, base.Layers, cfg, actor, func(sb *sandbox.Sandbox) error {
+		for i, step := range req.Run {
+			progress(api.BuildEvent{Step: i + 1, Stream: "stdout", Data: []byte(fmt.Sprintf("--> step %d/%d: %s\n", i+1, len(req.Run), step))})
+			if err := m.runStep(ctx, sb.ID, i+1, step, "", timeout, actor, progress); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	size := base.Size + m.images.Size(layer)
 	t := &store.Template{
@@ -317,6 +288,22 @@ func (m *Manager) BuildTemplate(ctx context.Context, req *api.BuildTemplateReque
 		return nil, err
 	}
 	return t, nil
+}
+
+// runStep runs one shell step of a template build in sandbox id,
+// streaming its output as build events; a non-zero exit fails the build.
+func (m *Manager) runStep(ctx context.Context, id string, n int, step, workdir string, timeout float64, actor string, progress func(api.BuildEvent)) error {
+	out := &buildWriter{step: n, stream: "stdout", emit: progress}
+	errw := &buildWriter{step: n, stream: "stderr", emit: progress}
+	exit, err := m.Exec(ctx, id, &api.ExecRequest{Cmd: []string{"/bin/sh", "-c", step}, Workdir: workdir, TimeoutSeconds: timeout},
+		ExecIO{Stdout: out, Stderr: errw}, actor)
+	if err != nil {
+		return fmt.Errorf("step %d: %w", n, err)
+	}
+	if exit.Code != 0 {
+		return errdefs.Invalid("step %d (%s) failed with exit code %d", n, step, exit.Code)
+	}
+	return nil
 }
 
 func setEnv(env []string, k, v string) []string {

@@ -175,3 +175,19 @@ func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, 200, ps)
 }
+
+func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
+	var req api.ApplyRequest
+	if err := decodeLarge(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	nd := newNDJSON(w)
+	t, err := s.m.Apply(r.Context(), &req, actor(r), func(ev api.BuildEvent) { _ = nd.send(ev) })
+	if err != nil {
+		_ = nd.send(api.BuildEvent{Error: apiError(err)})
+		return
+	}
+	tt := s.templateToAPI(t)
+	_ = nd.send(api.BuildEvent{Template: &tt})
+}

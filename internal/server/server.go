@@ -88,6 +88,7 @@ func (s *Server) routes() {
 	h("PUT /v1/templates/{name}/pool", s.setPool)
 	h("GET /v1/templates/{name}/pool", s.getPool)
 	h("GET /v1/pools", s.listPools)
+	h("POST /v1/apply", s.apply)
 	h("POST /v1/volumes", s.createVolume)
 	h("GET /v1/volumes", s.listVolumes)
 	h("GET /v1/volumes/{name}", s.getVolume)
@@ -198,13 +199,22 @@ func writeError(w http.ResponseWriter, err error) {
 // decode reads a JSON body strictly: bounded size, no unknown fields, no
 // trailing data.
 func decode(r *http.Request, v any) error {
-	body := http.MaxBytesReader(nil, r.Body, maxJSONBody)
+	return decodeLimit(r, v, maxJSONBody)
+}
+
+// decodeLarge is decode for the one body that carries files (apply).
+func decodeLarge(r *http.Request, v any) error {
+	return decodeLimit(r, v, 1<<30+4<<20)
+}
+
+func decodeLimit(r *http.Request, v any, limit int64) error {
+	body := http.MaxBytesReader(nil, r.Body, limit)
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return errdefs.TooLarge("request body exceeds %d bytes", maxJSONBody)
+			return errdefs.TooLarge("request body exceeds %d bytes", limit)
 		}
 		if errors.Is(err, io.EOF) {
 			return errdefs.Invalid("request body is empty; expected JSON")
