@@ -14,12 +14,13 @@ import (
 
 func newBenchCmd() *cobra.Command {
 	var (
-		opts   bench.Options
-		churn  float64
-		strict bool
+		opts      bench.Options
+		churn     float64
+		strict    bool
+		forkSizes []string
 	)
 	cmd := &cobra.Command{
-		Use:   "bench [--iterations N] [--idle N] [--churn-seconds S] [--expiry N] [--only a,b,...] [-o json]",
+		Use:   "bench [--iterations N] [--idle N] [--churn-seconds S] [--expiry N] [--fork-sizes 10m,100m,1g] [--only a,b,...] [-o json]",
 		Short: "Measure berth's performance beside raw runc on this host",
 		Long: `Measure berth on this host and print each figure (p50, p95, n) beside a peer
 measured in the same run: raw runc, the same binary, with an equivalent bundle
@@ -31,7 +32,7 @@ own socket, cgroup parent and runc root), so it neither needs nor touches a
 running "berth serve". At the end it deletes its sandboxes, checks doctor,
 stops the daemon and removes everything it created. It must run as root.
 
-Measurements (--only takes these names, or the letters a-h):
+Measurements (--only takes these names, or the letters a-k):
   tti      time to interactive: create + first exec of true, vs runc run true
   exec     exec round trip of true through the SDK, vs runc exec true
   run      one-shot "berth run -- true" (CLI wall time), vs runc run true
@@ -45,13 +46,21 @@ Measurements (--only takes these names, or the letters a-h):
            of the same request
   expiry   lag from idle deadline to completed pause with --expiry sandboxes
            expiring together (and to completed stop with --expiry-stop N)
+  fork     fork (count 1, until the child runs) of a persistent parent whose
+           workspace holds each of --fork-sizes (10k files per GiB), and the
+           parent's freeze time, vs a full copy of its volume image
+           (cp --reflink=never + fsync, same filesystem)
+  pool     warm-pool claim -> first exec result, vs a cold create -> first exec
+  snapshot snapshot and restore (running -> running) of the same parents, vs
+           the full copy and a stop -> start of the same sandbox
 
 The exit code is 0 when the bench ran and cleaned up, whether or not every
 target was met (use --strict to fail on a missed target).`,
 		Example: `  berth bench
   berth bench --iterations 10 --idle 20 --churn-seconds 3
   berth bench --only tti,exec -o json
-  berth bench --only pause,restart,expiry --expiry 50`,
+  berth bench --only pause,restart,expiry --expiry 50
+  berth bench --only fork,pool,snapshot --fork-sizes 10m,100m`,
 		Args: cobra.NoArgs,
 	}
 	out := addOutputFlag(cmd)
@@ -62,7 +71,9 @@ target was met (use --strict to fail on a missed target).`,
 	f.IntVar(&opts.Concurrency, "concurrency", bench.DefaultConcurrency, "concurrent clients in churn, in the density creates and deletes and in the expiry creates and touches")
 	f.IntVar(&opts.Expiry, "expiry", bench.DefaultExpiry, "sandboxes the expiry measurement lets expire together (on_idle pause)")
 	f.IntVar(&opts.ExpiryStop, "expiry-stop", 0, "sandboxes the expiry measurement then lets expire together with on_idle stop (0: skip, -1: as many as --expiry)")
-	f.StringSliceVar(&opts.Only, "only", nil, "run only these measurements: tti, exec, run, churn, density, pause, restart, expiry (or a-h)")
+	f.StringSliceVar(&forkSizes, "fork-sizes", []string{"10m", "100m", "1g"}, "workspace sizes of the parents that fork and snapshot measure")
+	f.IntVar(&opts.ForkIterations, "fork-iterations", 0, "samples of each fork, snapshot and restore size (0: --iterations, at most 10)")
+	f.StringSliceVar(&opts.Only, "only", nil, "run only these measurements: tti, exec, run, churn, density, pause, restart, expiry, fork, pool, snapshot (or a-k)")
 	f.StringVar(&opts.Runc, "runc", "runc", "runc binary for the daemon's peer (`PATH` or name looked up in $PATH)")
 	f.BoolVar(&strict, "strict", false, "exit 1 when a target is missed")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -70,6 +81,16 @@ target was met (use --strict to fail on a missed target).`,
 			return fmt.Errorf("--iterations, --idle, --churn-seconds, --concurrency and --expiry must be positive")
 		}
 		opts.Churn = time.Duration(churn * float64(time.Second))
+		for _, s := range forkSizes {
+			sz, err := parseSize(s)
+			if err != nil {
+				return fmt.Errorf("--fork-sizes: %w", err)
+			}
+			opts.ForkSizes = append(opts.ForkSizes, sz)
+		}
+		if opts.ForkIterations < 0 {
+			return fmt.Errorf("--fork-iterations must not be negative")
+		}
 		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		rep, err := bench.Run(ctx, opts, cmd.ErrOrStderr())

@@ -27,6 +27,14 @@
 //	         request in the same run
 //	expiry   lag from idle deadline to completed pause of many sandboxes
 //	         expiring together (and, optionally, to completed stop)
+//	fork     fork (count 1, until the child runs) of a persistent parent
+//	         whose workspace holds each of ForkSizes, and the parent's
+//	         freeze time, vs a full copy (cp --reflink=never + fsync) of
+//	         the parent's volume image on the same filesystem
+//	pool     warm-pool claim → first exec result, vs a cold create (a
+//	         request no pool member fits) → first exec
+//	snapshot snapshot and restore of the same parents, vs the full copy
+//	         and a stop → start of the same sandbox
 //
 // Every figure is a p50 and p95 over n samples. At the end the bench
 // deletes its sandboxes, checks `doctor` is clean, stops the daemon by pid,
@@ -61,14 +69,18 @@ const (
 	Pause   = "pause"
 	Restart = "restart"
 	Expiry  = "expiry"
+	// Issue 4: parent workspaces with ephemeral children.
+	Fork     = "fork"
+	Pool     = "pool"
+	Snapshot = "snapshot"
 )
 
 // All lists every measurement in the order Run performs them.
-var All = []string{TTI, Exec, RunCLI, Churn, Density, Pause, Restart, Expiry}
+var All = []string{TTI, Exec, RunCLI, Churn, Density, Pause, Restart, Expiry, Fork, Pool, Snapshot}
 
 // aliases lets --only name measurements by their letter in the design notes.
 var aliases = map[string]string{"a": TTI, "b": Exec, "c": RunCLI, "d": Churn, "e": Density,
-	"f": Pause, "g": Restart, "h": Expiry}
+	"f": Pause, "g": Restart, "h": Expiry, "i": Fork, "j": Pool, "k": Snapshot}
 
 // Options configures a bench run. Zero values take the defaults.
 type Options struct {
@@ -95,6 +107,12 @@ type Options struct {
 	// ExpiryStop is how many expire together with on_idle=stop, measured
 	// after the pause ones; 0 skips it, negative: as many as Expiry.
 	ExpiryStop int
+	// ForkSizes are the workspace sizes, in bytes, of the parents that
+	// fork and snapshot measure (default 10 MiB, 100 MiB, 1 GiB).
+	ForkSizes []int64
+	// ForkIterations is the number of samples of each fork, snapshot and
+	// restore size, and of their copy peer (default: Iterations, at most 10).
+	ForkIterations int
 	// Only restricts the run to these measurements (see All); empty: all.
 	Only []string
 	// TempRoot is where the private temporary directory is made
@@ -109,7 +127,12 @@ const (
 	DefaultChurn       = 10 * time.Second
 	DefaultConcurrency = 4
 	DefaultExpiry      = 200
+	// DefaultForkIterations bounds the default ForkIterations.
+	DefaultForkIterations = 10
 )
+
+// DefaultForkSizes are the parent workspace sizes of fork and snapshot.
+var DefaultForkSizes = []int64{10 << 20, 100 << 20, 1 << 30}
 
 // Row is one line of the report: berth's figure beside its peer's.
 type Row struct {
@@ -168,8 +191,11 @@ type Report struct {
 	Concurrency int     `json:"concurrency"`
 	Expiry      int     `json:"expiry"`
 	ExpiryStop  int     `json:"expiry_stop,omitempty"`
-	Rows        []Row   `json:"rows"`
-	Cleanup     Cleanup `json:"cleanup"`
+	// ForkSizes and ForkIterations are those of fork and snapshot.
+	ForkSizes      []int64 `json:"fork_sizes,omitempty"`
+	ForkIterations int     `json:"fork_iterations,omitempty"`
+	Rows           []Row   `json:"rows"`
+	Cleanup        Cleanup `json:"cleanup"`
 	// Failed counts the rows whose target was missed.
 	Failed int `json:"failed"`
 }
@@ -215,6 +241,20 @@ func (o *Options) setDefaults() error {
 	}
 	if o.TempRoot == "" {
 		o.TempRoot = "/tmp"
+	}
+	if len(o.ForkSizes) == 0 {
+		o.ForkSizes = slices.Clone(DefaultForkSizes)
+	}
+	for _, sz := range o.ForkSizes {
+		if sz < 1<<10 || sz > 64<<30 {
+			return fmt.Errorf("bench: fork sizes must be between 1 KiB and 64 GiB, not %d bytes", sz)
+		}
+	}
+	if o.ForkIterations == 0 {
+		o.ForkIterations = min(o.Iterations, DefaultForkIterations)
+	}
+	if o.ForkIterations < 1 {
+		return fmt.Errorf("bench: fork iterations must be positive")
 	}
 	if o.Iterations < 1 || o.Idle < 1 || o.Churn <= 0 || o.Concurrency < 1 || o.Expiry < 1 {
 		return fmt.Errorf("bench: iterations, idle, churn duration, concurrency and expiry must be positive")
@@ -269,6 +309,9 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (*Report, error)
 		ExpiryStop:  opts.ExpiryStop,
 		Rows:        []Row{},
 	}
+	if opts.selected(Fork) || opts.selected(Snapshot) {
+		rep.ForkSizes, rep.ForkIterations = opts.ForkSizes, opts.ForkIterations
+	}
 	b := &bench{opts: opts, log: progress, rep: rep}
 	err := b.run(ctx)
 	if err != nil && b.d != nil {
@@ -303,6 +346,11 @@ type bench struct {
 	tmp  string
 	d    *daemon
 	peer *peer
+
+	// parents are the filled parents of fork and snapshot, by size, and
+	// copies the copy peer's samples of each.
+	parents map[int64]*forkParent
+	copies  map[int64][]float64
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -348,6 +396,9 @@ func (b *bench) run(ctx context.Context) error {
 		{Pause, b.measurePause},
 		{Restart, b.measureRestart},
 		{Expiry, b.measureExpiry},
+		{Fork, b.measureFork},
+		{Pool, b.measurePool},
+		{Snapshot, b.measureSnapshot},
 	}
 	for _, s := range steps {
 		if !b.opts.selected(s.name) {
@@ -360,7 +411,7 @@ func (b *bench) run(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 	}
-	return nil
+	return b.dropParents(ctx)
 }
 
 // add appends a row, computing its ratio.

@@ -25,11 +25,11 @@ func TestSummarize(t *testing.T) {
 }
 
 func TestOnlyNames(t *testing.T) {
-	o := Options{Binary: "/proc/self/exe", Runc: "sh", Only: []string{"a,exec", " density ", "b"}}
+	o := Options{Binary: "/proc/self/exe", Runc: "sh", Only: []string{"a,exec", " density ", "b", "i,j", "snapshot"}}
 	if err := o.setDefaults(); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(o.Only, []string{TTI, Exec, Density}) {
+	if !slices.Equal(o.Only, []string{TTI, Exec, Density, Fork, Pool, Snapshot}) {
 		t.Fatalf("Only = %v", o.Only)
 	}
 	o = Options{Binary: "/proc/self/exe", Runc: "sh", Only: []string{"nope"}}
@@ -69,10 +69,11 @@ func TestRunTiny(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, Options{
 		Binary: bin, Iterations: 3, Idle: 3, Churn: time.Second, Expiry: 3, ExpiryStop: 2, TempRoot: dir,
+		ForkSizes: []int64{1 << 20},
 	}, testWriter{t})
 	if rep != nil {
 		var sb strings.Builder

@@ -20,6 +20,13 @@ func WriteTable(w io.Writer, rep *Report) error {
 	if rep.ExpiryStop > 0 {
 		fmt.Fprintf(w, " (stop %d)", rep.ExpiryStop)
 	}
+	if len(rep.ForkSizes) > 0 {
+		sizes := make([]string, len(rep.ForkSizes))
+		for i, sz := range rep.ForkSizes {
+			sizes[i] = sizeLabel(sz)
+		}
+		fmt.Fprintf(w, "; fork sizes %s (%d iterations each)", strings.Join(sizes, ", "), rep.ForkIterations)
+	}
 	fmt.Fprintf(w, "; took %.0fs\n\n", rep.Seconds)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
