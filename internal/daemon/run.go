@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/berth-sh/berth/internal/auth"
@@ -17,6 +18,7 @@ import (
 	"github.com/berth-sh/berth/internal/runtime"
 	"github.com/berth-sh/berth/internal/server"
 	"github.com/berth-sh/berth/internal/store"
+	"github.com/berth-sh/berth/internal/store/postgres"
 	"github.com/berth-sh/berth/internal/store/sqlite"
 	"github.com/berth-sh/berth/internal/webhook"
 )
@@ -87,8 +89,10 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	switch {
 	case cfg.Store == "" || cfg.Store == "sqlite":
 		st, err = sqlite.Open(ctx, filepath.Join(cfg.DataDir, "berth.db"))
+	case strings.HasPrefix(cfg.Store, "postgres://") || strings.HasPrefix(cfg.Store, "postgresql://"):
+		st, err = postgres.Open(ctx, cfg.Store)
 	default:
-		return nil, fmt.Errorf("unsupported --store %q: use sqlite (PostgreSQL support is not built yet)", cfg.Store)
+		return nil, fmt.Errorf("unsupported --store %q: use sqlite or a postgres:// URL", cfg.Store)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("opening store: %w", err)

@@ -47,7 +47,8 @@ func (m *Manager) Close() {
 		close(m.stopCh)
 	}
 	m.wg.Wait()
-	if err := m.pool.Close(); err != nil {
+	sbMounts, _ := overlay.MountsUnder(filepath.Join(m.cfg.DataDir, "sandboxes"))
+	if err := m.pool.Close(len(sbMounts) > 0); err != nil {
 		m.log.Warn("unmounting the storage pool", "err", err)
 	}
 	if len(cgroups.Children(m.CgroupParent())) == 0 {

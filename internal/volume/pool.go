@@ -106,16 +106,22 @@ func (p *Pool) Kind() string {
 	}
 }
 
-// Close unmounts a loop-mounted pool if nothing is mounted inside it.
-func (p *Pool) Close() error {
-	if p.image == "" {
+// Close unmounts a loop-mounted pool if nothing uses it; inUse says
+// whether anything outside the pool (an overlay whose writable layer is in
+// it) still does. A busy pool stays mounted: never detached lazily, which
+// would leave it alive but unreachable.
+func (p *Pool) Close(inUse bool) error {
+	if p.image == "" || inUse {
 		return nil
 	}
 	ms, err := overlay.MountsUnder(p.root)
 	if err != nil || len(ms) > 1 {
 		return err
 	}
-	return overlay.Unmount(p.root)
+	if err := unix.Unmount(p.root, 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EBUSY) {
+		return err
+	}
+	return nil
 }
 
 // reflinkWorks tries a FICLONE between two files in dir.

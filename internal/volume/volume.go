@@ -194,8 +194,35 @@ func (m *Manager) Usage(id string) (Usage, error) {
 	return Usage{UsedBytes: st.Blocks * 512}, nil
 }
 
-// attachLoop binds a free loop device to file, with autoclear.
+// findLoop returns the loop device already bound to file, if any. A file
+// must never be bound twice: two filesystems on one image corrupt it. (A
+// lazily unmounted filesystem keeps its device until its last user goes.)
+func findLoop(file string) (string, bool) {
+	var want unix.Stat_t
+	if err := unix.Stat(file, &want); err != nil {
+		return "", false
+	}
+	devs, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, bf := range devs {
+		b, err := os.ReadFile(bf)
+		if err != nil {
+			continue
+		}
+		name := strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)")
+		var st unix.Stat_t
+		if unix.Stat(name, &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
+			return "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(bf))), true
+		}
+	}
+	return "", false
+}
+
+// attachLoop binds a free loop device to file, with autoclear, or returns
+// the device it is already bound to.
 func attachLoop(file string) (*os.File, error) {
+	if dev, ok := findLoop(file); ok {
+		return os.OpenFile(dev, os.O_RDWR, 0)
+	}
 	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
 	if err != nil {
 		return nil, fmt.Errorf("opening /dev/loop-control: %w", err)

@@ -52,6 +52,7 @@ func TestMain(m *testing.M) {
 	}
 	os.Chmod(dir, 0o755)
 	code := m.Run()
+	stopPG()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -202,6 +203,9 @@ func (d *daemon) cleanup() {
 	if sbs, err := d.c.ListSandboxes(ctx, false); err == nil {
 		for _, sb := range sbs {
 			if _, err := d.c.DeleteSandbox(ctx, sb.ID, true); err != nil {
+				if client.IsConflict(err) && strings.Contains(err.Error(), "runs on node") {
+					continue // another daemon's, in a shared store: its own cleanup removes it
+				}
 				t.Errorf("cleanup: deleting %s: %v", sb.ID, err)
 			}
 		}
