@@ -345,7 +345,7 @@ func TestInspectLineage(t *testing.T) {
 
 func TestPoolCLI(t *testing.T) {
 	f, host := newFakeDaemon(t)
-	out, errs, code := runCLI(t, host, "", "template", "pool", "py", "--min", "0")
+	_, errs, code := runCLI(t, host, "", "template", "pool", "py", "--min", "0")
 	if code != 0 || f.fork.pool == nil || f.fork.pool.Min != 0 {
 		t.Fatalf("set min 0: exit %d, %q, sent %+v", code, errs, f.fork.pool)
 	}

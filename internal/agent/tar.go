@@ -248,7 +248,7 @@ func extractTar(dfd int, r io.Reader, o extractOpts) error {
 		if hdr.Size < 0 {
 			return errdefs.Invalid("tar entry %q: negative size", hdr.Name)
 		}
-		if hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeRegA || hdr.Typeflag == tar.TypeGNUSparse {
+		if hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeGNUSparse {
 			total += hdr.Size
 			if total > o.maxBytes {
 				return errdefs.TooLarge("tar archive holds more than %d bytes", o.maxBytes)
@@ -380,7 +380,7 @@ func extractEntry(dfd int, hdr *tar.Header, tr io.Reader, o extractOpts) error {
 			}
 		}
 		return bad(mkdirOwned(pfd, name, mode, o))
-	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse:
+	case tar.TypeReg, tar.TypeGNUSparse: // tar.Reader reports the old TypeRegA as TypeReg
 		_, err := writeAtomic(pfd, name, hdr.Name, mode, o.uid, o.gid, io.LimitReader(tr, hdr.Size), hdr.Size)
 		if err != nil {
 			return bad(err)

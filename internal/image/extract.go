@@ -295,7 +295,8 @@ func (x *extractor) whiteout(pfd int, name string, uid, gid int) error {
 	if err := x.replace(pfd, name, false); err != nil {
 		return x.pathErr(name, err)
 	}
-	if err := unix.Mknodat(pfd, name, unix.S_IFCHR|0, int(unix.Mkdev(0, 0))); err != nil {
+	// A character device 0/0 with mode 0 is an overlay whiteout.
+	if err := unix.Mknodat(pfd, name, unix.S_IFCHR, int(unix.Mkdev(0, 0))); err != nil {
 		return fmt.Errorf("create whiteout %q: %w", name, err)
 	}
 	return unix.Fchownat(pfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW)
