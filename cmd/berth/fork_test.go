@@ -350,7 +350,7 @@ func TestPoolCLI(t *testing.T) {
 		t.Fatalf("set min 0: exit %d, %q, sent %+v", code, errs, f.fork.pool)
 	}
 	f.fork.pool = nil
-	out, errs, code = runCLI(t, host, "", "template", "pool", "py")
+	out, errs, code := runCLI(t, host, "", "template", "pool", "py")
 	if code != 0 || f.fork.pool != nil || !strings.Contains(strings.Join(strings.Fields(out), " "), "py 4 3 1 10 2") {
 		t.Fatalf("show: exit %d, %q, %q", code, out, errs)
 	}
