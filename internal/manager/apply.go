@@ -391,7 +391,7 @@ func (m *Manager) buildLayer(ctx context.Context, layers []string, cfg store.Tem
 	unlock := m.locks.Lock(sb.ID)
 	defer unlock()
 	p := m.paths(sb.ID)
-	if err := m.rt.Delete(ctx, sb.ID); err != nil {
+	if err := m.rtFor(sb).Delete(ctx, sb.ID); err != nil {
 		return "", err
 	}
 	if err := overlay.Unmount(p.rootfs); err != nil {

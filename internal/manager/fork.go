@@ -56,10 +56,10 @@ func (m *Manager) capture(ctx context.Context, sb *sandbox.Sandbox, dir string) 
 	}()
 	start := time.Now()
 	if sb.State == sandbox.StateRunning {
-		if err := m.rt.Pause(ctx, sb.ID); err != nil {
+		if err := m.rtFor(sb).Pause(ctx, sb.ID); err != nil {
 			return 0, fmt.Errorf("freezing: %w", err)
 		}
-		defer m.rt.Resume(ctx, sb.ID)
+		defer m.rtFor(sb).Resume(ctx, sb.ID)
 	}
 	for i, vm := range sb.Spec.Volumes {
 		if !vm.Owned {

@@ -92,8 +92,8 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest, opt
 	if req.Name != "" && !sandbox.ValidName(req.Name) {
 		return nil, errdefs.Invalid("bad name %q: use 1-63 letters, digits, '.', '_' or '-'", req.Name)
 	}
-	if req.Runtime != "" && req.Runtime != m.rt.Name() {
-		return nil, errdefs.Invalid("unknown runtime %q: this daemon runs %q", req.Runtime, m.rt.Name())
+	if req.Runtime != "" && m.runtimes[req.Runtime] == nil {
+		return nil, errdefs.Invalid("unknown runtime %q: this daemon runs %s", req.Runtime, strings.Join(m.RuntimeNames(), ", "))
 	}
 	if req.Snapshot != "" {
 		return m.createFromSnapshot(ctx, req, opt)
@@ -240,7 +240,8 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	}
 	failpoint.Hit("create.after-mount")
 	// A restarted create may find a half-made container: start over.
-	if err := m.rt.Delete(ctx, sb.ID); err != nil {
+	rt := m.rtFor(sb)
+	if err := rt.Delete(ctx, sb.ID); err != nil {
 		return err
 	}
 	mounts := []runtime.Mount{
@@ -264,7 +265,7 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	}
 	defer lnFile.Close()
 	tStart := time.Now()
-	pid, err := m.rt.Start(ctx, &runtime.Spec{
+	pid, err := rt.Start(ctx, &runtime.Spec{
 		ID:          sb.ID,
 		Bundle:      p.bundle,
 		Rootfs:      p.rootfs,
@@ -370,7 +371,7 @@ func (m *Manager) destroyLocked(ctx context.Context, sb *sandbox.Sandbox, cause 
 	backoff := 50 * time.Millisecond
 	for attempt := 0; attempt < 4; attempt++ {
 		if err = m.teardown(ctx, sb); err == nil {
-			if err = m.verifyGone(sb.ID); err == nil {
+			if err = m.verifyGone(sb); err == nil {
 				break
 			}
 		}
@@ -440,7 +441,7 @@ func (m *Manager) stopHost(ctx context.Context, sb *sandbox.Sandbox) error {
 	if err := cgroups.KillAll(p.cgroup); err != nil {
 		errs = append(errs, err)
 	}
-	if err := m.rt.Delete(ctx, id); err != nil {
+	if err := m.rtFor(sb).Delete(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
 	failpoint.Hit("delete.after-runtime")
@@ -471,11 +472,12 @@ func (m *Manager) stopHost(ctx context.Context, sb *sandbox.Sandbox) error {
 	return nil
 }
 
-// verifyGone checks that nothing of sandbox id is left on the host.
-func (m *Manager) verifyGone(id string) error {
+// verifyGone checks that nothing of sandbox sb is left on the host.
+func (m *Manager) verifyGone(sb *sandbox.Sandbox) error {
+	id := sb.ID
 	p := m.paths(id)
 	var left []string
-	if _, err := m.rt.State(context.Background(), id); err == nil {
+	if _, err := m.rtFor(sb).State(context.Background(), id); err == nil {
 		left = append(left, "runtime container")
 	} else if !errors.Is(err, errdefs.ErrNotFound) {
 		return err

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -65,8 +66,11 @@ type Manager struct {
 	images  *image.Store
 	volumes *volume.Manager
 	pool    *volume.Pool
-	rt      runtime.Runtime
-	log     *slog.Logger
+	// runtimes are the runtime classes this daemon offers, by name;
+	// defaultRuntime serves sandboxes that name none.
+	runtimes       map[string]runtime.Runtime
+	defaultRuntime string
+	log            *slog.Logger
 
 	locks keyedMutex
 
@@ -102,7 +106,10 @@ func InstanceName(dataDir string) string {
 }
 
 // New returns a Manager. Call Start to reconcile and run background work.
-func New(cfg Config, st store.Store, images *image.Store, rt runtime.Runtime) (*Manager, error) {
+func New(cfg Config, st store.Store, images *image.Store, rts ...runtime.Runtime) (*Manager, error) {
+	if len(rts) == 0 {
+		return nil, errors.New("manager: no runtime class")
+	}
 	if cfg.DataDir == "" || cfg.AgentPath == "" {
 		return nil, errors.New("manager: DataDir and AgentPath are required")
 	}
@@ -149,7 +156,8 @@ func New(cfg Config, st store.Store, images *image.Store, rt runtime.Runtime) (*
 		return nil, err
 	}
 	return &Manager{
-		cfg: cfg, store: st, images: images, volumes: vols, pool: pool, rt: rt, log: cfg.Logger,
+		cfg: cfg, store: st, images: images, volumes: vols, pool: pool, log: cfg.Logger,
+		runtimes: runtimesByName(rts), defaultRuntime: rts[0].Name(),
 		agents:       map[string]*agent.Client{},
 		cancels:      map[string]context.CancelFunc{},
 		activity:     map[string]time.Time{},
@@ -161,8 +169,30 @@ func New(cfg Config, st store.Store, images *image.Store, rt runtime.Runtime) (*
 	}, nil
 }
 
-// Runtime returns the runtime class in use.
-func (m *Manager) Runtime() runtime.Runtime { return m.rt }
+// Runtime returns the default runtime class.
+func (m *Manager) Runtime() runtime.Runtime { return m.runtimes[m.defaultRuntime] }
+
+// RuntimeFor returns the runtime class of sb.
+func (m *Manager) RuntimeFor(sb *sandbox.Sandbox) runtime.Runtime { return m.rtFor(sb) }
+
+func (m *Manager) rtFor(sb *sandbox.Sandbox) runtime.Runtime {
+	if rt, ok := m.runtimes[sb.Spec.Runtime]; ok {
+		return rt
+	}
+	return m.runtimes[m.defaultRuntime]
+}
+
+// RuntimeNames lists the runtime classes, the default first.
+func (m *Manager) RuntimeNames() []string {
+	out := []string{m.defaultRuntime}
+	for n := range m.runtimes {
+		if n != m.defaultRuntime {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out[1:])
+	return out
+}
 
 // Store returns the record store.
 func (m *Manager) Store() store.Store { return m.store }
@@ -400,4 +430,12 @@ func reap(pid int) {
 			return
 		}
 	}
+}
+
+func runtimesByName(rts []runtime.Runtime) map[string]runtime.Runtime {
+	out := make(map[string]runtime.Runtime, len(rts))
+	for _, rt := range rts {
+		out[rt.Name()] = rt
+	}
+	return out
 }

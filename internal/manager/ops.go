@@ -48,11 +48,11 @@ func (m *Manager) pauseLocked(ctx context.Context, sb *sandbox.Sandbox, cause sa
 	if sb.State != sandbox.StateRunning {
 		return sandbox.ErrWrongState("pause", sb)
 	}
-	if err := m.rt.Pause(ctx, sb.ID); err != nil {
+	if err := m.rtFor(sb).Pause(ctx, sb.ID); err != nil {
 		return fmt.Errorf("pausing: %w", err)
 	}
 	if err := m.transition(ctx, sb, sandbox.StatePaused, cause, actor, reason); err != nil {
-		_ = m.rt.Resume(ctx, sb.ID)
+		_ = m.rtFor(sb).Resume(ctx, sb.ID)
 		return err
 	}
 	return nil
@@ -69,7 +69,7 @@ func (m *Manager) resumeLocked(ctx context.Context, sb *sandbox.Sandbox, cause s
 	if sb.State != sandbox.StatePaused {
 		return sandbox.ErrWrongState("resume", sb)
 	}
-	if err := m.rt.Resume(ctx, sb.ID); err != nil {
+	if err := m.rtFor(sb).Resume(ctx, sb.ID); err != nil {
 		return fmt.Errorf("resuming: %w", err)
 	}
 	m.touch(sb.ID)
@@ -205,7 +205,7 @@ func (m *Manager) Quarantine(ctx context.Context, ref, actor string) (*sandbox.S
 		prev := sb.State
 		switch prev {
 		case sandbox.StateRunning:
-			if err := m.rt.Pause(ctx, sb.ID); err != nil {
+			if err := m.rtFor(sb).Pause(ctx, sb.ID); err != nil {
 				return fmt.Errorf("freezing: %w", err)
 			}
 			m.cancelExecs(sb.ID)
@@ -216,7 +216,7 @@ func (m *Manager) Quarantine(ctx context.Context, ref, actor string) (*sandbox.S
 		sb.PrevState = prev
 		if err := m.transition(ctx, sb, sandbox.StateQuarantined, sandbox.CauseAdmin, actor, "quarantined"); err != nil {
 			if prev == sandbox.StateRunning {
-				_ = m.rt.Resume(ctx, sb.ID)
+				_ = m.rtFor(sb).Resume(ctx, sb.ID)
 			}
 			return err
 		}
@@ -235,7 +235,7 @@ func (m *Manager) Release(ctx context.Context, ref, actor string) (*sandbox.Sand
 			to = sandbox.StatePaused
 		}
 		if to == sandbox.StateRunning {
-			if err := m.rt.Resume(ctx, sb.ID); err != nil {
+			if err := m.rtFor(sb).Resume(ctx, sb.ID); err != nil {
 				return fmt.Errorf("thawing: %w", err)
 			}
 		}

@@ -198,12 +198,12 @@ func (m *Manager) claimLocked(ctx context.Context, id string, spec sandbox.Spec,
 			return nil, fmt.Errorf("setting hostname: %w", err)
 		}
 	}
-	if err := m.rt.Resume(ctx, sb.ID); err != nil {
+	if err := m.rtFor(sb).Resume(ctx, sb.ID); err != nil {
 		return nil, fmt.Errorf("thawing pool member: %w", err)
 	}
 	if err := m.transition(ctx, sb, sandbox.StateRunning, sandbox.CauseUser, opt.Actor, "create (warm pool)"); err != nil {
 		// Not handed out: back to the pool as it was.
-		_ = m.rt.Pause(ctx, prev.ID)
+		_ = m.rtFor(&prev).Pause(ctx, prev.ID)
 		if prev.Name == "" {
 			_ = m.setHostname(prev.ID, prev.Hostname())
 		}

@@ -94,7 +94,7 @@ func (m *Manager) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 		destroy("client went away (daemon restart)")
 	case sb.State == sandbox.StateCreating:
 		var err error
-		if !m.alive(ctx, sb.ID) {
+		if !m.alive(ctx, sb) {
 			err = m.provision(ctx, sb)
 		}
 		if err != nil {
@@ -108,11 +108,11 @@ func (m *Manager) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 	case sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused ||
 		(sb.State == sandbox.StateQuarantined && sb.PrevState != sandbox.StateStopped):
 		if sb.State != sandbox.StateRunning {
-			if st, err := m.rt.State(ctx, sb.ID); err == nil && (st.Status == runtime.StatusPaused || st.Status == runtime.StatusRunning) {
+			if st, err := m.rtFor(sb).State(ctx, sb.ID); err == nil && (st.Status == runtime.StatusPaused || st.Status == runtime.StatusRunning) {
 				log.Info("adopted paused sandbox")
 				return
 			}
-		} else if m.alive(ctx, sb.ID) {
+		} else if m.alive(ctx, sb) {
 			log.Info("adopted running sandbox")
 			return
 		}
@@ -158,9 +158,10 @@ func (m *Manager) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 	}
 }
 
-// alive reports whether sandbox id's container runs and its agent answers.
-func (m *Manager) alive(ctx context.Context, id string) bool {
-	st, err := m.rt.State(ctx, id)
+// alive reports whether sb's container runs and its agent answers.
+func (m *Manager) alive(ctx context.Context, sb *sandbox.Sandbox) bool {
+	id := sb.ID
+	st, err := m.rtFor(sb).State(ctx, id)
 	if err != nil || st.Status != "running" {
 		return false
 	}
@@ -247,7 +248,7 @@ func (m *Manager) tick(ctx context.Context) time.Time {
 		case sandbox.StateRunning:
 			if len(cgroups.Procs(m.paths(sb.ID).cgroup)) == 0 {
 				m.async(sb.ID, func(ctx context.Context, sb *sandbox.Sandbox) {
-					if sb.State != sandbox.StateRunning || m.alive(ctx, sb.ID) {
+					if sb.State != sandbox.StateRunning || m.alive(ctx, sb) {
 						return
 					}
 					reason := "sandbox exited unexpectedly: " + strings.TrimSpace(tailLog(m.paths(sb.ID).log, 256))
@@ -358,7 +359,7 @@ func (m *Manager) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, erro
 	for _, sb := range all {
 		live[sb.ID] = sb
 	}
-	rep := &api.DoctorReport{Runtime: m.rt.Name(), Findings: []api.DoctorFinding{}}
+	rep := &api.DoctorReport{Runtime: strings.Join(m.RuntimeNames(), ","), Findings: []api.DoctorFinding{}}
 	add := func(kind, id, detail string, fixFn func() error) {
 		f := api.DoctorFinding{Kind: kind, ID: id, Detail: detail}
 		if fix && fixFn != nil {
@@ -379,15 +380,18 @@ func (m *Manager) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, erro
 		return !ok
 	}
 
-	containers, err := m.rt.List(ctx)
-	if err != nil {
-		add("runtime", "", "listing containers: "+err.Error(), nil)
-	}
-	for _, c := range containers {
-		if live[c.ID] == nil && !busy(c.ID) {
-			add("runtime", c.ID, fmt.Sprintf("container %s (%s) has no live sandbox", c.ID, c.Status), func() error {
-				return m.rt.Delete(ctx, c.ID)
-			})
+	for _, name := range m.RuntimeNames() {
+		rt := m.runtimes[name]
+		containers, err := rt.List(ctx)
+		if err != nil {
+			add("runtime", "", name+": listing containers: "+err.Error(), nil)
+		}
+		for _, c := range containers {
+			if (live[c.ID] == nil || m.rtFor(live[c.ID]) != rt) && !busy(c.ID) {
+				add("runtime", c.ID, fmt.Sprintf("%s container %s (%s) has no live sandbox", name, c.ID, c.Status), func() error {
+					return rt.Delete(ctx, c.ID)
+				})
+			}
 		}
 	}
 	for _, id := range cgroups.Children(m.CgroupParent()) {
@@ -463,7 +467,7 @@ func (m *Manager) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, erro
 		}
 		switch sb.State {
 		case sandbox.StateRunning:
-			if _, err := m.rt.State(ctx, id); errors.Is(err, errdefs.ErrNotFound) {
+			if _, err := m.rtFor(sb).State(ctx, id); errors.Is(err, errdefs.ErrNotFound) {
 				add("record", id, "sandbox is running but has no container", nil)
 			}
 		case sandbox.StateDeleting, sandbox.StateFailed:

@@ -228,7 +228,7 @@ func decodeLimit(r *http.Request, v any, limit int64) error {
 }
 
 func (s *Server) version(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, 200, api.Version{Version: Version, Go: goVersion(), Runtime: s.m.Runtime().Name()})
+	writeJSON(w, 200, api.Version{Version: Version, Go: goVersion(), Runtime: strings.Join(s.m.RuntimeNames(), ",")})
 }
 
 // toAPI converts a sandbox record to its API form.
@@ -239,7 +239,7 @@ func (s *Server) toAPI(sb *sandbox.Sandbox) api.Sandbox {
 		Resources: api.Resources{CPUs: sb.Spec.Resources.CPUs, MemoryBytes: sb.Spec.Resources.MemoryBytes,
 			Pids: sb.Spec.Resources.Pids},
 		Env: sb.Spec.Env, Labels: sb.Spec.Labels, TimeoutSeconds: sb.Spec.Timeout.Seconds(),
-		Network: sb.Spec.Network, Workdir: sb.Spec.Workdir, Isolation: s.m.Runtime().Isolation(),
+		Network: sb.Spec.Network, Workdir: sb.Spec.Workdir, Isolation: s.m.RuntimeFor(sb).Isolation(),
 		CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt, Cause: string(sb.Cause), Reason: sb.Reason,
 		Error: sb.Error,
 	}
