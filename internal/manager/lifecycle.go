@@ -259,19 +259,28 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	}
 	// Bind the agent's socket here and hand it to the agent: the daemon
 	// can connect at once, without polling for the agent to come up.
-	lnFile, err := bindAgentSocket(p.socket)
-	if err != nil {
-		return err
+	// Runtimes that cannot pass a host socket in (gVisor) let the agent
+	// create it.
+	args := []string{agentBinary, "agent", "--listen-fd", "3"}
+	var extra []*os.File
+	if _, noFDs := rt.(interface{ NoInheritedListeners() }); noFDs {
+		args = []string{agentBinary, "agent", "--socket", "/.berth/run/agent.sock"}
+	} else {
+		lnFile, err := bindAgentSocket(p.socket)
+		if err != nil {
+			return err
+		}
+		defer lnFile.Close()
+		extra = []*os.File{lnFile}
 	}
-	defer lnFile.Close()
 	tStart := time.Now()
 	pid, err := rt.Start(ctx, &runtime.Spec{
 		ID:          sb.ID,
 		Bundle:      p.bundle,
 		Rootfs:      p.rootfs,
 		Hostname:    sb.Hostname(),
-		Args:        []string{agentBinary, "agent", "--listen-fd", "3"},
-		ExtraFiles:  []*os.File{lnFile},
+		Args:        args,
+		ExtraFiles:  extra,
 		Env:         []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "BERTH_SANDBOX_ID=" + sb.ID, "GOMAXPROCS=1"},
 		Mounts:      mounts,
 		Resources:   sb.Spec.Resources,
