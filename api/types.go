@@ -53,6 +53,11 @@ type CreateSandboxRequest struct {
 	// Snapshot starts the sandbox from a snapshot (its template, workspace
 	// and writable root) instead of a template.
 	Snapshot string `json:"snapshot,omitempty"`
+	// Allow lists egress rules for network mode egress:
+	// [tcp://|udp://]IP|CIDR|DOMAIN|*.DOMAIN[:PORT[,PORT]]. All else is denied.
+	Allow []string `json:"allow,omitempty"`
+	// PublicPorts are sandbox ports the port proxy serves without credentials.
+	PublicPorts []int `json:"public_ports,omitempty"`
 	Policy
 }
 
@@ -157,6 +162,40 @@ type Sandbox struct {
 	// Storage is the usage of the sandbox's workspace volume, if any.
 	Storage *Volume  `json:"storage,omitempty"`
 	Lineage *Lineage `json:"lineage,omitempty"`
+	// IPv4 and IPv6 are the sandbox's addresses in network mode egress;
+	// a persistent sandbox keeps them across stop/start.
+	IPv4        string   `json:"ipv4,omitempty"`
+	IPv6        string   `json:"ipv6,omitempty"`
+	Allow       []string `json:"allow,omitempty"`
+	PublicPorts []int    `json:"public_ports,omitempty"`
+}
+
+// NetworkRulesRequest is the body of POST /v1/sandboxes/{id}/network:
+// rules to add and to remove, effective at once on a running sandbox.
+type NetworkRulesRequest struct {
+	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
+}
+
+// NetworkRules is the answer of GET|POST /v1/sandboxes/{id}/network.
+type NetworkRules struct {
+	Mode  string   `json:"mode"`
+	IPv4  string   `json:"ipv4,omitempty"`
+	IPv6  string   `json:"ipv6,omitempty"`
+	Allow []string `json:"allow"`
+}
+
+// Flow is one connection attempt or DNS query of a sandbox.
+type Flow struct {
+	Seq      uint64    `json:"seq"`
+	Time     time.Time `json:"time"`
+	Kind     string    `json:"kind"` // conn | dns
+	Proto    string    `json:"proto"`
+	Src      string    `json:"src"`
+	Dst      string    `json:"dst"`
+	Name     string    `json:"name,omitempty"` // DNS name queried, or the name the address was resolved from
+	Decision string    `json:"decision"`       // allow | deny
+	Rule     string    `json:"rule,omitempty"`
 }
 
 // ExecRequest is the body of POST /v1/sandboxes/{id}/exec and the first

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -52,6 +54,9 @@ func Main(args []string) int {
 
 	// A closed daemon connection must be an error on write, not death.
 	signal.Ignore(unix.SIGPIPE)
+	if *init {
+		warmThreads(8)
+	}
 	if *init {
 		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 			log.Warn("cannot become child subreaper", "err", err)
@@ -114,4 +119,24 @@ func (s *server) awaitChildren(grace time.Duration, reaper bool) {
 		}
 	}
 	s.log.Warn("shutdown grace period over", "running", s.procs.running())
+}
+
+// warmThreads makes the Go runtime start n OS threads now and keep them
+// idle. The agent shares the sandbox's pids limit with the code it runs; a
+// fork flood can leave no room for a new thread later, and a Go program
+// that cannot create a thread it needs dies. Idle threads are reused.
+func warmThreads(n int) {
+	var started sync.WaitGroup
+	release := make(chan struct{})
+	for range n {
+		started.Add(1)
+		go func() {
+			runtime.LockOSThread()
+			started.Done()
+			<-release
+			runtime.UnlockOSThread()
+		}()
+	}
+	started.Wait()
+	close(release)
 }

@@ -113,3 +113,6 @@ func Message(err error) string {
 	}
 	return "internal error"
 }
+
+// Unavailable reports a dependency that cannot be reached now (503).
+func Unavailable(format string, args ...any) error { return mk(ErrUnavailable, format, args...) }

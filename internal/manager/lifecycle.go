@@ -121,14 +121,25 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest, opt
 	if len(opt.Labels) > 0 {
 		spec.Labels = mergeMaps(spec.Labels, opt.Labels)
 	}
+	spec.Allow, spec.PublicPorts = req.Allow, req.PublicPorts
+	if spec.Network == "egress" && spec.Runtime == "runsc" {
+		return nil, errdefs.Invalid("network mode egress is not available with runtime runsc yet")
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
 	if poolable(req, tpl, &spec) {
 		if sb, err := m.claim(ctx, tpl, spec, req, opt); err != nil || sb != nil {
 			return sb, err
 		}
 	}
+	id := newID()
+	if err := m.prepareNetwork(ctx, &spec, id); err != nil {
+		return nil, err
+	}
 	now := m.now()
 	sb := &sandbox.Sandbox{
-		ID: newID(), Name: req.Name, Tenant: opt.Tenant, State: sandbox.StateCreating, Node: m.cfg.Node,
+		ID: id, Name: req.Name, Tenant: opt.Tenant, State: sandbox.StateCreating, Node: m.cfg.Node,
 		Spec: spec, CreatedAt: now, UpdatedAt: now, Cause: sandbox.CauseUser, Reason: "create",
 	}
 	if err := m.launch(ctx, sb, opt.Actor, nil); err != nil {
@@ -257,6 +268,13 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 			Destination: vm.Path, ReadOnly: vm.ReadOnly,
 		})
 	}
+	if sb.Spec.Network == "egress" {
+		rc, err := m.resolvConf(ctx, sb)
+		if err != nil {
+			return err
+		}
+		mounts = append(mounts, runtime.Mount{Source: rc, Destination: "/etc/resolv.conf", ReadOnly: true})
+	}
 	// Bind the agent's socket here and hand it to the agent: the daemon
 	// can connect at once, without polling for the agent to come up.
 	// Runtimes that cannot pass a host socket in (gVisor) let the agent
@@ -292,6 +310,9 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 		return err
 	}
 	go reap(pid)
+	if err := m.attachNetwork(ctx, sb, pid); err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
 	failpoint.Hit("create.after-start")
 	tReady := time.Now()
 	err = m.waitReady(ctx, sb.ID)
@@ -468,6 +489,9 @@ func (m *Manager) stopHost(ctx context.Context, sb *sandbox.Sandbox) error {
 		}
 	}
 	if err := m.unmountVolumes(sb); err != nil {
+		errs = append(errs, err)
+	}
+	if err := m.detachNetwork(ctx, sb); err != nil {
 		errs = append(errs, err)
 	}
 	m.forgetAgent(id)

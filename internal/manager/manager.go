@@ -27,6 +27,7 @@ import (
 	"github.com/berth-sh/berth/internal/agent"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/image"
+	"github.com/berth-sh/berth/internal/network"
 	"github.com/berth-sh/berth/internal/runtime"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -79,6 +80,10 @@ type Manager struct {
 	cancels  map[string]context.CancelFunc
 	activity map[string]time.Time // latest activity not yet stored
 	cpu      map[string]cpuSample
+
+	netMu      sync.Mutex
+	network    *network.Network // made on first use (see net)
+	flowEvents chan flowEvent
 
 	snapTick     int // counts ticks; snapshots expire every few
 	poolStats    map[string]*poolStats

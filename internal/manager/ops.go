@@ -213,6 +213,9 @@ func (m *Manager) Quarantine(ctx context.Context, ref, actor string) (*sandbox.S
 		default:
 			return sandbox.ErrWrongState("quarantine", sb)
 		}
+		if err := m.setQuarantineNetwork(sb, true); err != nil {
+			m.log.Warn("cutting quarantined sandbox's network", "sandbox", sb.ID, "err", err)
+		}
 		sb.PrevState = prev
 		if err := m.transition(ctx, sb, sandbox.StateQuarantined, sandbox.CauseAdmin, actor, "quarantined"); err != nil {
 			if prev == sandbox.StateRunning {
@@ -240,6 +243,9 @@ func (m *Manager) Release(ctx context.Context, ref, actor string) (*sandbox.Sand
 			}
 		}
 		sb.PrevState = ""
+		if err := m.setQuarantineNetwork(sb, false); err != nil {
+			return fmt.Errorf("restoring network rules: %w", err)
+		}
 		return m.transition(ctx, sb, to, sandbox.CauseAdmin, actor, "released from quarantine")
 	})
 }

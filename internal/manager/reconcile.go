@@ -33,8 +33,9 @@ func (m *Manager) Recover(ctx context.Context) error {
 			m.log.Warn("removing orphans", "err", err)
 		}
 	}
-	m.wg.Add(1)
+	m.wg.Add(2)
 	go m.loop()
+	go m.recordFlows()
 	return nil
 }
 
@@ -47,6 +48,9 @@ func (m *Manager) Close() {
 		close(m.stopCh)
 	}
 	m.wg.Wait()
+	if m.network != nil {
+		m.network.Close() // the bridge and rules stay for running sandboxes
+	}
 	sbMounts, _ := overlay.MountsUnder(filepath.Join(m.cfg.DataDir, "sandboxes"))
 	if err := m.pool.Close(len(sbMounts) > 0); err != nil {
 		m.log.Warn("unmounting the storage pool", "err", err)
@@ -74,7 +78,10 @@ func (m *Manager) recover(ctx context.Context) error {
 	for _, sb := range live {
 		m.recoverOne(ctx, sb)
 	}
-	return nil
+	if live, err = m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node}); err != nil {
+		return err
+	}
+	return m.recoverNetwork(ctx, live)
 }
 
 func (m *Manager) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {

@@ -555,3 +555,14 @@ func isNotFound(err error) bool {
 	var nf netlink.LinkNotFoundError
 	return errors.As(err, &nf) || errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENOENT)
 }
+
+// Exists reports whether instance's bridge exists on this host (in this
+// network namespace): whether a daemon of that instance ever set up egress.
+func Exists(instance string) bool {
+	nm, err := newNames(instance)
+	if err != nil {
+		return false
+	}
+	_, err = netlink.LinkByName(nm.bridge)
+	return err == nil
+}

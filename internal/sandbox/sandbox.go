@@ -139,6 +139,12 @@ type Spec struct {
 	FromSnapshot string `json:"from_snapshot,omitempty"`
 	// Pool marks a warm-pool member not yet handed out, for template Pool.
 	Pool string `json:"pool,omitempty"`
+	// Network identity and egress rules (mode egress): addresses are
+	// assigned once and kept; rules can change while it runs.
+	IPv4        string   `json:"ipv4,omitempty"`
+	IPv6        string   `json:"ipv6,omitempty"`
+	Allow       []string `json:"allow,omitempty"`
+	PublicPorts []int    `json:"public_ports,omitempty"`
 }
 
 // VolumeMount attaches volume VolumeID (named Name) at Path.
@@ -281,9 +287,16 @@ func (sp *Spec) Validate() error {
 	switch sp.Network {
 	case "", "none":
 	case "egress":
-		return errdefs.NotSupported("network mode egress is not available yet; use none")
 	default:
 		return errdefs.Invalid("network must be none or egress, got %q", sp.Network)
+	}
+	if sp.Network != "egress" && len(sp.Allow) > 0 {
+		return errdefs.Invalid("allow rules need network mode egress")
+	}
+	for _, p := range sp.PublicPorts {
+		if p < 1 || p > 65535 {
+			return errdefs.Invalid("public port %d out of range", p)
+		}
 	}
 	if sp.Workdir != "" && sp.Workdir[0] != '/' {
 		return errdefs.Invalid("workdir must be an absolute path")

@@ -37,6 +37,9 @@ var Version = "dev"
 
 // Server serves the API.
 type Server struct {
+	// Domain, if set, routes requests for {port}-{id}.{Domain} to that
+	// sandbox port.
+	Domain  string
 	m       *manager.Manager
 	authn   *auth.Authenticator
 	log     *slog.Logger
@@ -102,6 +105,7 @@ func (s *Server) routes() {
 	h("POST /v1/templates/build", s.buildTemplate)
 	h("GET /v1/doctor", s.doctor)
 	h("POST /v1/doctor/fix", s.doctor)
+	s.networkRoutes()
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.NotFound("no route %s %s", r.Method, r.URL.Path))
@@ -128,7 +132,20 @@ func (s *Server) Handler(trusted bool) http.Handler {
 			s.metrics.observe(r, sw.status, time.Since(start))
 		}()
 		p := auth.Admin
-		if !trusted && r.URL.Path != "/healthz" {
+		if _, _, ok := s.hostTarget(r); ok {
+			// {port}-{id}.{domain}: the whole request goes to the sandbox.
+			if !trusted && !s.publicPort(r) {
+				key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+				if _, err := s.authn.Authenticate(r.Context(), strings.TrimSpace(key)); err != nil {
+					writeError(sw, err)
+					return
+				}
+			}
+			id, port, _ := s.hostTarget(r)
+			s.proxy(sw, r, id, strconv.Itoa(port), r.URL.Path)
+			return
+		}
+		if !trusted && r.URL.Path != "/healthz" && !s.publicPort(r) {
 			key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			var err error
 			if p, err = s.authn.Authenticate(r.Context(), strings.TrimSpace(key)); err != nil {
@@ -255,6 +272,7 @@ func (s *Server) toAPI(sb *sandbox.Sandbox) api.Sandbox {
 		out.DeletedAt = &t
 	}
 	out.Hostname = sb.Hostname()
+	out.IPv4, out.IPv6, out.Allow, out.PublicPorts = sb.Spec.IPv4, sb.Spec.IPv6, sb.Spec.Allow, sb.Spec.PublicPorts
 	out.PersistRoot, out.KeepVolume = sb.Spec.PersistRoot, sb.Spec.KeepVolume
 	for _, vm := range sb.Spec.Volumes {
 		out.Volumes = append(out.Volumes, api.VolumeMount{Name: vm.Name, Path: vm.Path, ReadOnly: vm.ReadOnly})

@@ -1,0 +1,79 @@
+package network
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// ParseRule reads a rule as users write it:
+//
+//	[tcp://|udp://]TARGET[:PORT[,PORT...]]
+//
+// TARGET is an IP address, a CIDR, a domain or a wildcard domain
+// (*.pypi.org); an IPv6 address with ports is bracketed ([2001:db8::1]:443).
+// Examples: 10.0.0.0/8, 1.1.1.1, pypi.org:443, tcp://*.github.com:443,22.
+func ParseRule(s string) (Rule, error) {
+	var r Rule
+	orig := s
+	s = strings.TrimSpace(s)
+	for _, p := range []string{"tcp", "udp"} {
+		if rest, ok := strings.CutPrefix(s, p+"://"); ok {
+			r.Proto, s = p, rest
+		}
+	}
+	if s == "" {
+		return r, fmt.Errorf("empty rule")
+	}
+	target, ports := s, ""
+	switch {
+	case strings.HasPrefix(s, "["):
+		end := strings.Index(s, "]")
+		if end < 0 {
+			return r, fmt.Errorf("rule %q: unclosed [", orig)
+		}
+		target = s[1:end]
+		if rest := s[end+1:]; rest != "" {
+			if !strings.HasPrefix(rest, ":") {
+				return r, fmt.Errorf("rule %q: expected :PORT after ]", orig)
+			}
+			ports = rest[1:]
+		}
+	case strings.Count(s, ":") == 1:
+		target, ports, _ = strings.Cut(s, ":")
+	}
+	if ports != "" {
+		for _, p := range strings.Split(ports, ",") {
+			n, err := strconv.ParseUint(p, 10, 16)
+			if err != nil || n == 0 {
+				return r, fmt.Errorf("rule %q: bad port %q", orig, p)
+			}
+			r.Ports = append(r.Ports, uint16(n))
+		}
+	}
+	if pfx, err := netip.ParsePrefix(target); err == nil {
+		r.CIDR = pfx.Masked()
+	} else if a, err := netip.ParseAddr(target); err == nil {
+		r.CIDR = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+	} else {
+		r.Domain = strings.ToLower(strings.TrimSuffix(target, "."))
+	}
+	if err := r.Validate(); err != nil {
+		return r, fmt.Errorf("rule %q: %w", orig, err)
+	}
+	return r, nil
+}
+
+// ParseRules reads several rules.
+func ParseRules(ss []string) ([]Rule, error) {
+	out := make([]Rule, 0, len(ss))
+	for _, s := range ss {
+		r, err := ParseRule(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, ValidateRules(out)
+}
