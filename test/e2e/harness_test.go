@@ -69,6 +69,7 @@ type daemon struct {
 	c       *client.Client
 	extra   []string
 	env     []string
+	netns   string // run the daemon in this network namespace
 }
 
 // startDaemon starts a private daemon; it is stopped and every sandbox
@@ -95,6 +96,9 @@ func (d *daemon) start() {
 	d.logs = &bytes.Buffer{}
 	args := append([]string{"serve", "--data-dir", d.dataDir, "--socket", d.socket, "--log-level", "debug"}, d.extra...)
 	d.cmd = exec.Command(berthBin, args...)
+	if d.netns != "" {
+		d.cmd = exec.Command("nsenter", append([]string{"--net=/var/run/netns/" + d.netns, "--", berthBin}, args...)...)
+	}
 	d.cmd.Env = append(os.Environ(), d.env...)
 	d.cmd.Stdout = d.logs
 	d.cmd.Stderr = d.logs

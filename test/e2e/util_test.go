@@ -63,3 +63,21 @@ func startDaemonWith(t *testing.T, extra ...string) *daemon {
 	})
 	return d
 }
+
+// startDaemonIn starts a private daemon inside network namespace ns (only
+// its network namespace: mounts stay visible to the test's leak checks).
+func startDaemonIn(t *testing.T, ns string) *daemon {
+	t.Helper()
+	base, err := os.MkdirTemp("", "berth-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(base, 0o711)
+	d := &daemon{t: t, dataDir: base + "/data", socket: base + "/berth.sock", netns: ns}
+	d.start()
+	t.Cleanup(func() {
+		d.cleanup()
+		os.RemoveAll(base)
+	})
+	return d
+}
