@@ -202,6 +202,7 @@ type sandboxFlags struct {
 	pids     int64
 	network  networkValue
 	workdir  string
+	runtime  string
 }
 
 func (f *sandboxFlags) register(fs *pflag.FlagSet, timeoutHelp string) {
@@ -213,6 +214,7 @@ func (f *sandboxFlags) register(fs *pflag.FlagSet, timeoutHelp string) {
 	fs.Int64Var(&f.pids, "pids", 0, "limit on the number of processes")
 	fs.Var(&f.network, "network", "network mode: none or egress")
 	fs.StringVarP(&f.workdir, "workdir", "w", "", "working directory inside the sandbox")
+	fs.StringVar(&f.runtime, "runtime", "", "runtime class: runc or runsc (gVisor; when the daemon offers it); default: the daemon's")
 }
 
 // request builds the create request these flags describe.
@@ -235,6 +237,7 @@ func (f *sandboxFlags) request() (api.CreateSandboxRequest, error) {
 		TimeoutSeconds: f.timeout.seconds(),
 		Network:        string(f.network),
 		Workdir:        f.workdir,
+		Runtime:        f.runtime,
 	}, nil
 }
 

@@ -62,12 +62,12 @@ The CLI talks to the daemon over its unix socket, or over HTTP(S) with an API ke
 	for _, c := range []*cobra.Command{
 		newRunCmd(g), newCreateCmd(g), newLsCmd(g), newInspectCmd(g), newEventsCmd(g),
 		newRmCmd(g), newExecCmd(g), newCpCmd(g), newDiffCmd(g), newVolumeCmd(g),
-		newForkCmd(g), newExportCmd(g), newSnapshotCmd(g),
+		newForkCmd(g), newExportCmd(g), newSnapshotCmd(g), newNetworkCmd(g), newFlowsCmd(g),
 	} {
 		c.GroupID = "sandbox"
 		root.AddCommand(c)
 	}
-	for _, v := range lifecycleVerbs {
+	for _, v := range append(lifecycleVerbs, hibernateVerbs...) {
 		c := newLifecycleCmd(g, v)
 		c.GroupID = "sandbox"
 		root.AddCommand(c)
