@@ -25,11 +25,18 @@ set +e
 echo "    exit code: $? (the command's own)"
 set -e
 
-echo "==> a sandbox that stays until removed"
-id=$("$BERTH" create --name demo-$$ --label demo=yes)
+echo "==> a persistent sandbox: its workspace survives scale-to-zero"
+id=$("$BERTH" create --name demo-$$ --persistent --persist-root --volume-size 256m --idle-timeout 10m --on-idle stop)
 echo "    created $id"
-"$BERTH" exec "$id" -- sh -c 'echo "work in progress" > /workspace/notes.txt'
+"$BERTH" exec "$id" -- sh -c 'echo "work in progress" > /workspace/notes.txt; echo tool > /opt/installed'
+"$BERTH" stop "$id" >/dev/null && echo "    stopped (no processes, no memory; volume kept)"
+"$BERTH" start "$id" >/dev/null && echo "    started again"
+"$BERTH" exec "$id" -- cat /workspace/notes.txt /opt/installed
+echo "==> fork it: a disposable child sees the parent's files, its writes stay its own"
+kid=$("$BERTH" fork "$id")
+"$BERTH" exec "$kid" -- sh -c 'cat /workspace/notes.txt; echo child-only > /workspace/notes.txt'
 "$BERTH" exec "$id" -- cat /workspace/notes.txt
+"$BERTH" rm "$kid" >/dev/null
 "$BERTH" ls
 "$BERTH" rm "$id"
 
