@@ -49,3 +49,13 @@ if ! go_ok; then
 fi
 go version
 runc --version | head -1
+
+# gVisor's runsc (the runsc runtime class): a static build from the Go
+# module proxy, 2-3 minutes the first time; idempotent. BERTH_SKIP_RUNSC=1
+# skips it (the daemon then offers runc only and the runsc tests skip).
+if [ "${BERTH_SKIP_RUNSC:-0}" = "1" ]; then
+	echo "skipping runsc (BERTH_SKIP_RUNSC=1)"
+else
+	"$(dirname "$0")/install-runsc.sh"
+	runsc --version | head -1
+fi

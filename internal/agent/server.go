@@ -54,8 +54,13 @@ type server struct {
 	root  *fsRoot
 	procs *procTable
 	start time.Time
-	ln    *net.UnixListener
 	execs atomic.Int32 // exec handlers running
+
+	lnMu sync.Mutex
+	ln   *net.UnixListener
+	// resumed is non-nil while the listener is closed for a checkpoint
+	// (hibernate.go); it is closed when the agent listens again.
+	resumed chan struct{}
 
 	wg     sync.WaitGroup // connection handlers and output drainers
 	mu     sync.Mutex
@@ -163,11 +168,16 @@ func listen(path string) (*net.UnixListener, error) {
 
 func (s *server) serve(ctx context.Context) error {
 	s.log.Info("agent listening", "socket", s.cfg.Socket, "root", s.cfg.Root, "pid", os.Getpid(), "reaper", s.cfg.reap)
-	stop := context.AfterFunc(ctx, func() { s.ln.Close() })
+	stop := context.AfterFunc(ctx, func() { s.listener().Close() })
 	defer stop()
+	s.watchHibernate(ctx)
 	for {
-		c, err := s.ln.AcceptUnix()
+		ln := s.listener()
+		c, err := ln.AcceptUnix()
 		if err != nil {
+			if ctx.Err() == nil && errors.Is(err, net.ErrClosed) && s.awaitRelisten(ctx, ln) {
+				continue
+			}
 			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				break
 			}
@@ -190,7 +200,7 @@ func (s *server) serve(ctx context.Context) error {
 			s.handle(ctx, c)
 		}()
 	}
-	s.ln.Close()
+	s.listener().Close()
 	s.shutdown()
 	s.wg.Wait()
 	s.procs.stop()

@@ -35,6 +35,8 @@
 //	         request no pool member fits) → first exec
 //	snapshot snapshot and restore of the same parents, vs the full copy
 //	         and a stop → start of the same sandbox
+//	runsc    create → first exec on gVisor beside runc, and hibernate /
+//	         wake of a runsc sandbox holding 100 MiB and 1 GiB of memory
 //
 // Every figure is a p50 and p95 over n samples. At the end the bench
 // deletes its sandboxes, checks `doctor` is clean, stops the daemon by pid,
@@ -76,11 +78,11 @@ const (
 )
 
 // All lists every measurement in the order Run performs them.
-var All = []string{TTI, Exec, RunCLI, Churn, Density, Pause, Restart, Expiry, Fork, Pool, Snapshot}
+var All = []string{TTI, Exec, RunCLI, Churn, Density, Pause, Restart, Expiry, Fork, Pool, Snapshot, Runsc}
 
 // aliases lets --only name measurements by their letter in the design notes.
 var aliases = map[string]string{"a": TTI, "b": Exec, "c": RunCLI, "d": Churn, "e": Density,
-	"f": Pause, "g": Restart, "h": Expiry, "i": Fork, "j": Pool, "k": Snapshot}
+	"f": Pause, "g": Restart, "h": Expiry, "i": Fork, "j": Pool, "k": Snapshot, "l": Runsc}
 
 // Options configures a bench run. Zero values take the defaults.
 type Options struct {
@@ -399,6 +401,7 @@ func (b *bench) run(ctx context.Context) error {
 		{Fork, b.measureFork},
 		{Pool, b.measurePool},
 		{Snapshot, b.measureSnapshot},
+		{Runsc, b.measureRunsc},
 	}
 	for _, s := range steps {
 		if !b.opts.selected(s.name) {

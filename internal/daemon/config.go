@@ -15,6 +15,11 @@ type Config struct {
 	Runtime string // runtime class: "runc" (default)
 	// RuncPath is the runc binary; default "runc" from PATH.
 	RuncPath string
+	// RunscPath is gVisor's runsc binary; default "runsc" from PATH.
+	// When it is installed, statically linked and starts a sandbox here,
+	// the daemon offers the "runsc" class beside runc (sandboxes choose it
+	// with runtime "runsc"); "none" turns it off.
+	RunscPath string
 	// DefaultTemplate is used when a create names none; default "base".
 	DefaultTemplate string
 	// AgentPath is the berth binary mounted into sandboxes as their agent;

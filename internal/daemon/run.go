@@ -36,6 +36,7 @@ type Daemon struct {
 	Manager *manager.Manager
 	Server  *server.Server
 	images  *image.Store
+	runsc   *runtime.Runsc // the gVisor class, when available
 	webhook *webhook.Deliverer
 	servers []*http.Server
 	lns     []net.Listener
@@ -111,15 +112,27 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening layer store: %w", err)
 	}
-	var rt runtime.Runtime
-	switch cfg.Runtime {
-	case "runc":
-		rt, err = runtime.NewRunc(cfg.RuncPath, filepath.Join(cfg.DataDir, "runc"))
-	default:
-		err = fmt.Errorf("unknown runtime %q: this build supports runc", cfg.Runtime)
-	}
+	runc, err := runtime.NewRunc(cfg.RuncPath, filepath.Join(cfg.DataDir, "runc"))
 	if err != nil {
 		return nil, err
+	}
+	rts := []runtime.Runtime{runc}
+	rs, why := openRunsc(ctx, &cfg, log)
+	if rs != nil {
+		d.runsc = rs
+		rts = append(rts, rs)
+	} else {
+		log.Info("runtime class runsc unavailable; sandboxes run on runc only", "reason", why)
+	}
+	switch cfg.Runtime {
+	case "runc":
+	case "runsc":
+		if rs == nil {
+			return nil, fmt.Errorf("--runtime runsc: %s", why)
+		}
+		rts[0], rts[1] = rts[1], rts[0] // the default class comes first
+	default:
+		return nil, fmt.Errorf("unknown runtime %q: this build supports runc and runsc", cfg.Runtime)
 	}
 	mcfg := manager.Config{
 		DataDir: cfg.DataDir, AgentPath: cfg.AgentPath, DefaultTemplate: cfg.DefaultTemplate,
@@ -130,7 +143,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 			Logger: log.With("component", "webhook")}, st)
 		mcfg.OnEvent = d.webhook.Kick
 	}
-	d.Manager, err = manager.New(mcfg, st, d.images, rt)
+	d.Manager, err = manager.New(mcfg, st, d.images, rts...)
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +193,8 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		return err
 	}
 	d.addServer(ul, true)
-	log.Info("berth daemon ready", "socket", d.cfg.Socket, "data_dir", d.cfg.DataDir, "runtime", d.Manager.Runtime().Name())
+	log.Info("berth daemon ready", "socket", d.cfg.Socket, "data_dir", d.cfg.DataDir, "runtime", d.Manager.Runtime().Name(),
+		"runtimes", strings.Join(d.Manager.RuntimeNames(), ","))
 	if d.webhook != nil {
 		wctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
@@ -230,6 +244,12 @@ func (d *Daemon) addServer(l net.Listener, trusted bool) {
 func (d *Daemon) Close() {
 	if d.Manager != nil {
 		d.Manager.Close()
+	}
+	if d.runsc != nil {
+		// runsc's shared null-netns mount; running sandboxes keep theirs.
+		if err := d.runsc.Close(); err != nil {
+			d.cfg.Logger.Warn("closing runsc", "err", err)
+		}
 	}
 	if d.images != nil {
 		d.images.Close()

@@ -107,6 +107,13 @@ func NewRunsc(binary, root string, opts ...RunscOption) (*Runsc, error) {
 // Name implements Runtime.
 func (*Runsc) Name() string { return "runsc" }
 
+// NoInheritedListeners tells the manager that runsc cannot hand a host
+// socket to the sandbox's init: a listening socket passed as an extra fd
+// would be a host fd the Sentry does not serve. berth's agent creates
+// /.berth/run/agent.sock itself instead; with --host-uds=create the socket
+// is created on the host through the bind mount, where the daemon connects.
+func (*Runsc) NoInheritedListeners() {}
+
 // Root returns runsc's state directory.
 func (r *Runsc) Root() string { return r.root }
 
@@ -274,6 +281,11 @@ func (r *Runsc) Start(ctx context.Context, s *Spec) (int, error) {
 	if other := r.prefixClash(s.ID); other != "" {
 		return 0, fmt.Errorf("runsc: container id %q and existing %q are prefixes of one another, which runsc cannot tell apart: %w",
 			s.ID, other, errdefs.ErrConflict)
+	}
+	// A fresh start would overwrite the bundle a checkpoint needs and lose
+	// the processes saved in it.
+	if _, err := os.Stat(filepath.Join(s.Bundle, HibernatedMarker)); err == nil {
+		return 0, errdefs.Conflict("sandbox %s is hibernated: use wake to restore it", s.ID)
 	}
 	if err := writeRunscBundle(s); err != nil {
 		return 0, err
@@ -508,6 +520,21 @@ func (r *Runsc) Kill(ctx context.Context, id string, sig syscall.Signal) error {
 	return err
 }
 
+// SignalInit sends sig to the container's init process only (Kill signals
+// every process): berth's agent takes signals around a checkpoint.
+func (r *Runsc) SignalInit(ctx context.Context, id string, sig syscall.Signal) error {
+	if !r.known(id) {
+		return fmt.Errorf("runsc container %s: %w", id, errdefs.ErrNotFound)
+	}
+	_, err := r.run(ctx, "kill", id, strconv.Itoa(int(sig)))
+	return err
+}
+
+// HibernatedMarker is the file the manager keeps in a hibernated sandbox's
+// bundle: the bundle (config.json) and root filesystem belong to a
+// checkpoint image and must stay as they are until it is restored.
+const HibernatedMarker = "berth-hibernated.json"
+
 // Delete implements Runtime: `runsc delete --force` kills the sandbox and
 // removes its state and cgroup. Unknown ids are not an error.
 func (r *Runsc) Delete(ctx context.Context, id string) error {
@@ -646,13 +673,25 @@ func (*Runsc) Isolation() api.Isolation {
 // (/bin/busybox from busybox-static) and returns the error runsc reported,
 // or nil. scratch is a directory Probe may use.
 func (r *Runsc) Probe(ctx context.Context, busybox, scratch string) error {
+	return r.ProbeWith(ctx, busybox, []string{"echo", "runsc-probe-ok"}, "runsc-probe-ok", scratch)
+}
+
+// ProbeWith is Probe with another statically linked program: it runs
+// `bin args...` as the only file of a bundle and checks that its output
+// contains want (e.g. the berth binary itself with --version).
+func (r *Runsc) ProbeWith(ctx context.Context, bin string, args []string, want, scratch string) error {
 	bundle := filepath.Join(scratch, "runsc-probe")
 	rootfs := filepath.Join(bundle, "rootfs")
 	if err := os.MkdirAll(filepath.Join(rootfs, "bin"), 0o755); err != nil {
 		return err
 	}
 	defer os.RemoveAll(bundle)
-	data, err := os.ReadFile(busybox)
+	if interp, err := runscELFInterp(bin); err != nil {
+		return fmt.Errorf("runsc probe: %s: %w", bin, err)
+	} else if interp != "" {
+		return fmt.Errorf("runsc probe: %s is dynamically linked", bin)
+	}
+	data, err := os.ReadFile(bin)
 	if err != nil {
 		return err
 	}
@@ -664,7 +703,7 @@ func (r *Runsc) Probe(ctx context.Context, busybox, scratch string) error {
 		Root:     &specs.Root{Path: rootfs},
 		Hostname: "probe",
 		Process: &specs.Process{
-			Args: []string{"/bin/busybox", "echo", "runsc-probe-ok"},
+			Args: append([]string{"/bin/busybox"}, args...),
 			Env:  []string{"PATH=/bin"},
 			Cwd:  "/",
 		},
@@ -690,7 +729,7 @@ func (r *Runsc) Probe(ctx context.Context, busybox, scratch string) error {
 		}
 		return err
 	}
-	if !strings.Contains(string(out), "runsc-probe-ok") {
+	if !strings.Contains(string(out), want) {
 		return fmt.Errorf("runsc probe: container ran but printed %q", out)
 	}
 	return nil

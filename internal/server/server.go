@@ -110,6 +110,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.NotFound("no route %s %s", r.Method, r.URL.Path))
 	})
+	s.hibernateRoutes()
 }
 
 // Handler returns the handler for one listener. On the local unix socket
