@@ -128,6 +128,10 @@ func (m *Manager) startLocked(ctx context.Context, sb *sandbox.Sandbox, cause sa
 	if sb.State != sandbox.StateStopped && sb.State != sandbox.StateStarting {
 		return sandbox.ErrWrongState("start", sb)
 	}
+	if sb.State == sandbox.StateStopped && m.Hibernated(sb) {
+		// Its processes and memory were checkpointed: bring them back.
+		return m.wakeLocked(ctx, sb, cause, actor, reason)
+	}
 	if sb.State != sandbox.StateStarting {
 		if err := m.transition(ctx, sb, sandbox.StateStarting, cause, actor, reason); err != nil {
 			return err
