@@ -3,7 +3,10 @@
 // `berth serve` runs.
 package daemon
 
-import "log/slog"
+import (
+	"log/slog"
+	"time"
+)
 
 // Config is the daemon's whole configuration; flags and environment are
 // mapped onto it in one place (cmd/berth).
@@ -27,7 +30,15 @@ type Config struct {
 	AgentPath string
 	// WebhookURL receives every lifecycle event as a signed JSON POST
 	// (X-Berth-Signature: sha256=HMAC-SHA256(WebhookSecret, body)).
-	WebhookURL    string
-	WebhookSecret string
-	Logger        *slog.Logger
+	// Domain, if set, makes the port proxy answer {port}-{id}.{Domain}.
+	Domain string
+	// Server-wide policy defaults, under a template's and a request's own.
+	DefaultTimeout     time.Duration
+	DefaultIdleTimeout time.Duration
+	DefaultOnIdle      string // pause | stop
+	DefaultMaxAge      time.Duration
+	DefaultRetention   time.Duration
+	WebhookURL         string
+	WebhookSecret      string
+	Logger             *slog.Logger
 }

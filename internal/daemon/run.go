@@ -16,6 +16,7 @@ import (
 	"github.com/berth-sh/berth/internal/image"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/runtime"
+	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server"
 	"github.com/berth-sh/berth/internal/store"
 	"github.com/berth-sh/berth/internal/store/postgres"
@@ -137,6 +138,12 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	mcfg := manager.Config{
 		DataDir: cfg.DataDir, AgentPath: cfg.AgentPath, DefaultTemplate: cfg.DefaultTemplate,
 		IDMap: idmap, Logger: log.With("component", "manager"),
+		DefaultTimeout: cfg.DefaultTimeout,
+		DefaultPolicy: sandbox.Policy{IdleTimeout: cfg.DefaultIdleTimeout, OnIdle: sandbox.Action(cfg.DefaultOnIdle),
+			MaxAge: cfg.DefaultMaxAge, Retention: cfg.DefaultRetention},
+	}
+	if err := (&sandbox.Spec{Resources: sandbox.DefaultResources, Policy: mcfg.DefaultPolicy}).Validate(); err != nil {
+		return nil, fmt.Errorf("default policy: %w", err)
 	}
 	if cfg.WebhookURL != "" {
 		d.webhook = webhook.New(webhook.Config{URL: cfg.WebhookURL, Secret: cfg.WebhookSecret,
@@ -159,6 +166,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("reconciling: %w", err)
 	}
 	d.Server = server.New(d.Manager, auth.New(st), log.With("component", "api"))
+	d.Server.Domain = strings.ToLower(strings.TrimSuffix(cfg.Domain, "."))
 	ok = true
 	return d, nil
 }

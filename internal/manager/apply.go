@@ -21,6 +21,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/network"
 	"github.com/berth-sh/berth/internal/overlay"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -40,7 +41,19 @@ type TemplateFile struct {
 		Pids   int64   `yaml:"pids" json:"pids"`
 	} `yaml:"resources" json:"resources"`
 	Timeout string `yaml:"timeout" json:"timeout"`
-	Pool    *struct {
+	Policy  *struct {
+		IdleTimeout string `yaml:"idle_timeout" json:"idle_timeout"`
+		OnIdle      string `yaml:"on_idle" json:"on_idle"`
+		MaxAge      string `yaml:"max_age" json:"max_age"`
+		OnMaxAge    string `yaml:"on_max_age" json:"on_max_age"`
+		Retention   string `yaml:"retention" json:"retention"`
+		AutoResume  bool   `yaml:"auto_resume" json:"auto_resume"`
+	} `yaml:"policy" json:"policy"`
+	Network *struct {
+		Mode  string   `yaml:"mode" json:"mode"`
+		Allow []string `yaml:"allow" json:"allow"`
+	} `yaml:"network" json:"network"`
+	Pool *struct {
 		Min int `yaml:"min" json:"min"`
 	} `yaml:"pool" json:"pool"`
 }
@@ -295,6 +308,37 @@ func (m *Manager) Apply(ctx context.Context, req *api.ApplyRequest, actor string
 			return nil, errdefs.Invalid("timeout %q: want a duration such as 1h", tf.Timeout)
 		}
 		cfg.Timeout = d
+	}
+	if p := tf.Policy; p != nil {
+		var pol sandbox.Policy
+		for _, f := range []struct {
+			name string
+			in   string
+			out  *time.Duration
+		}{{"idle_timeout", p.IdleTimeout, &pol.IdleTimeout}, {"max_age", p.MaxAge, &pol.MaxAge}, {"retention", p.Retention, &pol.Retention}} {
+			if f.in == "" {
+				continue
+			}
+			d, err := time.ParseDuration(f.in)
+			if err != nil {
+				return nil, errdefs.Invalid("policy.%s %q: want a duration such as 15m", f.name, f.in)
+			}
+			*f.out = d
+		}
+		pol.OnIdle, pol.OnMaxAge, pol.AutoResume = sandbox.Action(p.OnIdle), sandbox.Action(p.OnMaxAge), p.AutoResume
+		if err := (&sandbox.Spec{Resources: sandbox.DefaultResources, Policy: pol}).Validate(); err != nil {
+			return nil, err
+		}
+		cfg.Policy = &pol
+	}
+	if n := tf.Network; n != nil {
+		if n.Mode != "" && n.Mode != "none" && n.Mode != "egress" {
+			return nil, errdefs.Invalid("network.mode must be none or egress")
+		}
+		if _, err := network.ParseRules(n.Allow); err != nil {
+			return nil, errdefs.Invalid("network.allow: %v", err)
+		}
+		cfg.Network, cfg.Allow = n.Mode, n.Allow
 	}
 	tpl := &store.Template{Name: tf.Name, Layers: layers, Config: cfg, Source: "apply", CreatedAt: m.now()}
 	for _, l := range layers {

@@ -81,7 +81,13 @@ func SpecFromRequest(req *api.CreateSandboxRequest, tpl *store.Template) (sandbo
 	if err != nil {
 		return sp, err
 	}
+	if tpl.Config.Policy != nil {
+		pol = mergePolicy(pol, *tpl.Config.Policy)
+	}
 	sp.Policy = pol
+	if req.Network == "" && tpl.Config.Network != "" {
+		sp.Network = tpl.Config.Network
+	}
 	return sp, sp.Validate()
 }
 
@@ -122,6 +128,13 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest, opt
 		spec.Labels = mergeMaps(spec.Labels, opt.Labels)
 	}
 	spec.Allow, spec.PublicPorts = req.Allow, req.PublicPorts
+	if len(spec.Allow) == 0 && req.Network == "" {
+		spec.Allow = tpl.Config.Allow // the template's rules come with its network mode
+	}
+	spec.Policy = mergePolicy(spec.Policy, m.cfg.DefaultPolicy)
+	if spec.Timeout == 0 {
+		spec.Timeout = m.cfg.DefaultTimeout
+	}
 	if spec.Network == "egress" && spec.Runtime == "runsc" {
 		return nil, errdefs.Invalid("network mode egress is not available with runtime runsc yet")
 	}
@@ -584,6 +597,32 @@ func seconds(name string, v float64) (time.Duration, error) {
 		return 0, errdefs.Invalid("%s must be at least 1ms", name)
 	}
 	return d, nil
+}
+
+// mergePolicy fills the fields p leaves unset from def.
+func mergePolicy(p, def sandbox.Policy) sandbox.Policy {
+	if p.IdleTimeout == 0 {
+		p.IdleTimeout = def.IdleTimeout
+	}
+	if p.OnIdle == sandbox.ActionNone {
+		p.OnIdle = def.OnIdle
+	}
+	if p.MaxAge == 0 {
+		p.MaxAge = def.MaxAge
+	}
+	if p.OnMaxAge == sandbox.ActionNone {
+		p.OnMaxAge = def.OnMaxAge
+	}
+	if p.Retention == 0 {
+		p.Retention = def.Retention
+	}
+	if !p.AutoResume {
+		p.AutoResume = def.AutoResume
+	}
+	if p.IdleCPUThreshold == 0 {
+		p.IdleCPUThreshold = def.IdleCPUThreshold
+	}
+	return p
 }
 
 func policyFromAPI(p api.Policy) (sandbox.Policy, error) {

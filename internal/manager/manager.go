@@ -58,6 +58,10 @@ type Config struct {
 	OnEvent func()
 	// PoolSize is the size of the storage pool image, when one is made.
 	PoolSize int64
+	// DefaultPolicy and DefaultTimeout are the server-wide defaults, under
+	// a template's and a request's own.
+	DefaultPolicy  sandbox.Policy
+	DefaultTimeout time.Duration
 }
 
 // Manager owns every sandbox of one daemon.

@@ -38,6 +38,12 @@ type TemplateConfig struct {
 	Cmd       []string           `json:"cmd,omitempty"`
 	Resources *sandbox.Resources `json:"resources,omitempty"`
 	Timeout   time.Duration      `json:"timeout,omitempty"`
+	// Policy holds default lifecycle policies; a request's own win field
+	// by field.
+	Policy *sandbox.Policy `json:"policy,omitempty"`
+	// Network and Allow are the default network mode and egress rules.
+	Network string   `json:"network,omitempty"`
+	Allow   []string `json:"allow,omitempty"`
 	// HostUsr marks the builtin template that bind-mounts the host's /usr
 	// read-only instead of carrying it in a layer.
 	HostUsr bool `json:"host_usr,omitempty"`
