@@ -94,6 +94,12 @@ func TestOpenAPIRoutes(t *testing.T) {
 		"GET /v1/templates/{name}/pool",
 		"GET /v1/pools",
 		"POST /v1/apply",
+		"GET /v1/sandboxes/{id}/network",
+		"POST /v1/sandboxes/{id}/network",
+		"GET /v1/sandboxes/{id}/flows",
+		"GET /v1/sandboxes/{id}/ports/{port}/{path}",
+		"POST /v1/sandboxes/{id}/hibernate",
+		"POST /v1/sandboxes/{id}/wake",
 	}
 	for _, r := range routes {
 		method, path, _ := strings.Cut(r, " ")
