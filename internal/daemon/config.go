@@ -23,6 +23,9 @@ type Config struct {
 	// the daemon offers the "runsc" class beside runc (sandboxes choose it
 	// with runtime "runsc"); "none" turns it off.
 	RunscPath string
+	// MicroVMPath, if set, offers runtime class "kata": a runc-compatible
+	// OCI runtime that runs each sandbox in a VM (needs /dev/kvm).
+	MicroVMPath string
 	// DefaultTemplate is used when a create names none; default "base".
 	DefaultTemplate string
 	// AgentPath is the berth binary mounted into sandboxes as their agent;

@@ -125,6 +125,14 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	} else {
 		log.Info("runtime class runsc unavailable; sandboxes run on runc only", "reason", why)
 	}
+	if cfg.MicroVMPath != "" {
+		vm, err := runtime.NewMicroVM("kata", cfg.MicroVMPath, filepath.Join(cfg.DataDir, "microvm"))
+		if err != nil {
+			return nil, fmt.Errorf("--microvm: %w", err)
+		}
+		rts = append(rts, vm)
+		log.Warn("runtime class kata (microVM) enabled: not covered by berth's test suite on this host kind", "binary", cfg.MicroVMPath)
+	}
 	switch cfg.Runtime {
 	case "runc":
 	case "runsc":

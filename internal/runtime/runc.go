@@ -26,6 +26,10 @@ import (
 type Runc struct {
 	r           *gorunc.Runc
 	cgroupCache sync.Map // container id -> cgroup path
+	// name and iso are set for other OCI runtimes driven through the same
+	// runc-compatible CLI (the microVM class); zero for runc itself.
+	name string
+	iso  *api.Isolation
 }
 
 // NewRunc returns the runc runtime class. binary is the runc executable
@@ -46,7 +50,12 @@ func NewRunc(binary, root string) (*Runc, error) {
 }
 
 // Name implements Runtime.
-func (*Runc) Name() string { return "runc" }
+func (rc *Runc) Name() string {
+	if rc.name != "" {
+		return rc.name
+	}
+	return "runc"
+}
 
 // Root returns runc's state directory.
 func (rc *Runc) Root() string { return rc.r.Root }
@@ -210,7 +219,10 @@ func (rc *Runc) cgroupPath(id string) (string, error) {
 }
 
 // Isolation implements Runtime.
-func (*Runc) Isolation() api.Isolation {
+func (rc *Runc) Isolation() api.Isolation {
+	if rc.iso != nil {
+		return *rc.iso
+	}
 	return api.Isolation{
 		Runtime:       "runc",
 		SharedKernel:  true,
