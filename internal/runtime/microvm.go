@@ -23,9 +23,17 @@ import (
 // KVMDevice is where a KVM-capable host exposes virtualisation.
 var KVMDevice = "/dev/kvm"
 
+// MicroVM is the microVM class: the runc driver, another binary.
+type MicroVM struct{ *Runc }
+
+// NoInheritedListeners tells the manager that host descriptors do not
+// reach the guest: the agent binds its socket itself (Kata shares the
+// bind-mounted /.berth/run directory into the VM).
+func (MicroVM) NoInheritedListeners() {}
+
 // NewMicroVM returns the microVM runtime class named name, driving the
 // OCI runtime binary with state under root.
-func NewMicroVM(name, binary, root string) (*Runc, error) {
+func NewMicroVM(name, binary, root string) (*MicroVM, error) {
 	if name == "" || name == "runc" || name == "runsc" {
 		return nil, fmt.Errorf("microvm: bad class name %q", name)
 	}
@@ -51,5 +59,5 @@ func NewMicroVM(name, binary, root string) (*Runc, error) {
 		NoNewPrivs:    true,
 		ReadonlyImage: true,
 	}
-	return rc, nil
+	return &MicroVM{rc}, nil
 }

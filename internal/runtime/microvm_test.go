@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"path/filepath"
+
+	"github.com/berth-sh/berth/api"
 	"strings"
 	"testing"
 )
@@ -20,10 +22,11 @@ func TestMicroVMRefusesHostsWithoutKVM(t *testing.T) {
 }
 
 func TestMicroVMIsolationIsNotSharedKernel(t *testing.T) {
-	rc := &Runc{name: "kata"}
-	if rc.Name() != "kata" {
+	rc := MicroVM{&Runc{name: "kata", iso: &api.Isolation{Runtime: "kata"}}}
+	if rc.Name() != "kata" || rc.Isolation().SharedKernel {
 		t.Fatal(rc.Name())
 	}
+	var _ interface{ NoInheritedListeners() } = rc
 	if (&Runc{}).Isolation().SharedKernel != true {
 		t.Fatal("runc shares the host kernel")
 	}
