@@ -5,7 +5,6 @@ package sandbox
 
 import (
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/berth-sh/berth/internal/errdefs"
@@ -237,14 +236,37 @@ func (s *Sandbox) Expired(now time.Time) bool {
 	return ok && !now.Before(d)
 }
 
-var (
-	nameRE  = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
-	envKey  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,255}$`)
-	labelRE = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9_./-]{0,62})$`)
-)
+// charset checks that s is 1..max bytes, its first byte in first and the
+// rest in rest. (Hand-written: compiling the equivalent regexps at start-up
+// cost every berth process, the agent included, over a millisecond.)
+func charset(s string, max int, first, rest func(byte) bool) bool {
+	if len(s) == 0 || len(s) > max || !first(s[0]) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if !rest(s[i]) {
+			return false
+		}
+	}
+	return true
+}
 
-// ValidName reports whether n is an acceptable sandbox, template or volume name.
-func ValidName(n string) bool { return nameRE.MatchString(n) }
+func alnum(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' }
+
+// ValidName reports whether n is an acceptable sandbox, template or volume
+// name: a letter or digit, then up to 62 letters, digits, '_', '.', '-'.
+func ValidName(n string) bool {
+	return charset(n, 63, alnum, func(c byte) bool { return alnum(c) || c == '_' || c == '.' || c == '-' })
+}
+
+func validEnvKey(k string) bool {
+	return charset(k, 256, func(c byte) bool { return alnum(c) && !(c >= '0' && c <= '9') || c == '_' },
+		func(c byte) bool { return alnum(c) || c == '_' })
+}
+
+func validLabelKey(k string) bool {
+	return charset(k, 63, alnum, func(c byte) bool { return alnum(c) || c == '_' || c == '.' || c == '/' || c == '-' })
+}
 
 // Validate checks a spec after defaults have been applied.
 func (sp *Spec) Validate() error {
@@ -266,7 +288,7 @@ func (sp *Spec) Validate() error {
 		return errdefs.Invalid("at most %d env variables", MaxEnv)
 	}
 	for k, v := range sp.Env {
-		if !envKey.MatchString(k) {
+		if !validEnvKey(k) {
 			return errdefs.Invalid("bad env name %q: use letters, digits and _", k)
 		}
 		if len(v) > 32<<10 {
@@ -277,7 +299,7 @@ func (sp *Spec) Validate() error {
 		return errdefs.Invalid("at most %d labels", MaxLabels)
 	}
 	for k, v := range sp.Labels {
-		if !labelRE.MatchString(k) {
+		if !validLabelKey(k) {
 			return errdefs.Invalid("bad label key %q", k)
 		}
 		if len(v) > 256 {

@@ -106,3 +106,22 @@ func TestSpecValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestNameAndKeyCharsets(t *testing.T) {
+	for n, ok := range map[string]bool{"a": true, "web-1.x_y": true, "-a": false, "": false, "a b": false,
+		"a/b": false, string(make([]byte, 64)): false, "Z9": true} {
+		if ValidName(n) != ok {
+			t.Errorf("ValidName(%q) = %v", n, !ok)
+		}
+	}
+	for k, ok := range map[string]bool{"PATH": true, "_x1": true, "1X": false, "A-B": false, "": false} {
+		if validEnvKey(k) != ok {
+			t.Errorf("validEnvKey(%q) = %v", k, !ok)
+		}
+	}
+	for k, ok := range map[string]bool{"team": true, "a.b/c-d_e": true, "/x": false, "": false} {
+		if validLabelKey(k) != ok {
+			t.Errorf("validLabelKey(%q) = %v", k, !ok)
+		}
+	}
+}
