@@ -168,6 +168,9 @@ type Sandbox struct {
 	IPv6        string   `json:"ipv6,omitempty"`
 	Allow       []string `json:"allow,omitempty"`
 	PublicPorts []int    `json:"public_ports,omitempty"`
+	// LeaseToken, returned by create only, is a bearer credential that acts
+	// on this sandbox alone (exec, files, ports, lifecycle) and dies with it.
+	LeaseToken string `json:"lease_token,omitempty"`
 }
 
 // NetworkRulesRequest is the body of POST /v1/sandboxes/{id}/network:

@@ -7,10 +7,12 @@ package auth
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base32"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -24,10 +26,12 @@ import (
 
 // Principal is an authenticated caller.
 type Principal struct {
-	Actor  string // recorded in events: "local" or "key:<id>"
-	KeyID  string
-	Tenant string
-	Scopes []string
+	Actor string // recorded in events: "local", "key:<id>" or "lease:<sandbox id>"
+	// Sandbox, for a lease token, is the one sandbox it may act on.
+	Sandbox string
+	KeyID   string
+	Tenant  string
+	Scopes  []string
 }
 
 // Admin is the principal of the local unix socket.
@@ -71,16 +75,28 @@ func NewKey() (id, key string) {
 	return enc[:8], KeyPrefix + enc
 }
 
-// Authenticator checks bearer keys against the store.
-type Authenticator struct{ st store.Store }
+// Authenticator checks bearer keys against the store, and lease tokens.
+type Authenticator struct {
+	st     store.Store
+	leases *Leases
+}
 
-// New returns an Authenticator over st.
-func New(st store.Store) *Authenticator { return &Authenticator{st: st} }
+// New returns an Authenticator over st; leases may be nil (no lease tokens).
+func New(st store.Store, leases *Leases) *Authenticator {
+	return &Authenticator{st: st, leases: leases}
+}
 
 // Authenticate resolves a bearer key to a principal.
 func (a *Authenticator) Authenticate(ctx context.Context, key string) (Principal, error) {
 	if key == "" {
 		return Principal{}, errdefs.Unauthenticated("an API key is required: pass --api-key or set BERTH_API_KEY")
+	}
+	if a.leases != nil && strings.HasPrefix(key, LeasePrefix) {
+		id, ok := a.leases.Check(key)
+		if !ok {
+			return Principal{}, errdefs.Unauthenticated("invalid lease token")
+		}
+		return Principal{Actor: "lease:" + id, Sandbox: id, Scopes: []string{"sandbox"}}, nil
 	}
 	if !strings.HasPrefix(key, KeyPrefix) || len(key) > 128 {
 		return Principal{}, errdefs.Unauthenticated("invalid API key")
@@ -120,4 +136,59 @@ func Bootstrap(ctx context.Context, st store.Store, dataDir string, now time.Tim
 		return false, err
 	}
 	return true, nil
+}
+
+// LeasePrefix starts every lease token.
+const LeasePrefix = "berth_lease_"
+
+// LeaseKeyFile holds the key lease tokens are signed with.
+const LeaseKeyFile = "lease.key"
+
+// Leases mints and checks lease tokens: credentials that act on one
+// sandbox only. A token is the sandbox id with an HMAC of it under a key
+// kept in the data dir; nothing is stored per token, and it dies with its
+// sandbox because the server refuses tokens of sandboxes that are gone.
+type Leases struct{ key []byte }
+
+// OpenLeases loads (creating on first use) the lease key in dataDir.
+func OpenLeases(dataDir string) (*Leases, error) {
+	path := filepath.Join(dataDir, LeaseKeyFile)
+	key, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		key = make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(path, key, 0o600); err != nil {
+			return nil, fmt.Errorf("writing lease key: %w", err)
+		}
+	} else if err != nil {
+		return nil, err
+	}
+	if len(key) < 32 {
+		return nil, fmt.Errorf("lease key %s is too short", path)
+	}
+	return &Leases{key: key}, nil
+}
+
+func (l *Leases) mac(id string) string {
+	m := hmac.New(sha256.New, l.key)
+	m.Write([]byte(id))
+	return hex.EncodeToString(m.Sum(nil))[:40]
+}
+
+// Token returns the lease token of sandbox id.
+func (l *Leases) Token(id string) string { return LeasePrefix + id + "_" + l.mac(id) }
+
+// Check returns the sandbox id a lease token is for.
+func (l *Leases) Check(token string) (string, bool) {
+	rest, ok := strings.CutPrefix(token, LeasePrefix)
+	if !ok {
+		return "", false
+	}
+	id, mac, ok := strings.Cut(rest, "_")
+	if !ok || id == "" {
+		return "", false
+	}
+	return id, hmac.Equal([]byte(mac), []byte(l.mac(id)))
 }

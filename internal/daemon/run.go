@@ -173,7 +173,12 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err := d.Manager.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("reconciling: %w", err)
 	}
-	d.Server = server.New(d.Manager, auth.New(st), log.With("component", "api"))
+	leases, err := auth.OpenLeases(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	d.Server = server.New(d.Manager, auth.New(st, leases), log.With("component", "api"))
+	d.Server.Leases = leases
 	d.Server.Domain = strings.ToLower(strings.TrimSuffix(cfg.Domain, "."))
 	ok = true
 	return d, nil

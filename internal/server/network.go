@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -154,4 +155,30 @@ func (s *Server) hostTarget(r *http.Request) (string, int, bool) {
 	p, id, ok := strings.Cut(label, "-")
 	port, err := strconv.Atoi(p)
 	return id, port, ok && err == nil && id != ""
+}
+
+// leaseAllows confines a lease token to its sandbox: requests about that
+// sandbox only (by path or port host name), and only while it lives.
+func (s *Server) leaseAllows(r *http.Request, p auth.Principal) error {
+	if p.Sandbox == "" {
+		return nil
+	}
+	ref, ok := "", false
+	if id, _, hok := s.hostTarget(r); hok {
+		ref, ok = id, true
+	} else if rest, pok := strings.CutPrefix(r.URL.Path, "/v1/sandboxes/"); pok {
+		ref, _, _ = strings.Cut(rest, "/")
+		ok = ref != ""
+	}
+	if !ok {
+		return errdefs.Permission("a lease token acts on its own sandbox only")
+	}
+	sb, err := s.m.Get(r.Context(), ref)
+	if err != nil || sb.ID != p.Sandbox {
+		return errdefs.Permission("a lease token acts on its own sandbox only")
+	}
+	if !sb.State.Live() {
+		return errdefs.Unauthenticated("the lease token ended with its sandbox")
+	}
+	return nil
 }

@@ -39,7 +39,9 @@ var Version = "dev"
 type Server struct {
 	// Domain, if set, routes requests for {port}-{id}.{Domain} to that
 	// sandbox port.
-	Domain  string
+	Domain string
+	// Leases mints the lease token a create returns (nil: none).
+	Leases  *auth.Leases
 	m       *manager.Manager
 	authn   *auth.Authenticator
 	log     *slog.Logger
@@ -137,7 +139,11 @@ func (s *Server) Handler(trusted bool) http.Handler {
 			// {port}-{id}.{domain}: the whole request goes to the sandbox.
 			if !trusted && !s.publicPort(r) {
 				key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-				if _, err := s.authn.Authenticate(r.Context(), strings.TrimSpace(key)); err != nil {
+				lp, err := s.authn.Authenticate(r.Context(), strings.TrimSpace(key))
+				if err == nil {
+					err = s.leaseAllows(r, lp)
+				}
+				if err != nil {
 					writeError(sw, err)
 					return
 				}
@@ -150,6 +156,10 @@ func (s *Server) Handler(trusted bool) http.Handler {
 			key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			var err error
 			if p, err = s.authn.Authenticate(r.Context(), strings.TrimSpace(key)); err != nil {
+				writeError(sw, err)
+				return
+			}
+			if err := s.leaseAllows(r, p); err != nil {
 				writeError(sw, err)
 				return
 			}
@@ -324,7 +334,11 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.metrics.created.Inc()
-	writeJSON(w, http.StatusCreated, s.toAPI(sb))
+	out := s.toAPI(sb)
+	if s.Leases != nil {
+		out.LeaseToken = s.Leases.Token(sb.ID)
+	}
+	writeJSON(w, http.StatusCreated, out)
 }
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
