@@ -13,6 +13,7 @@ import (
 	"github.com/berth-sh/berth/internal/cgroups"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/failpoint"
+	"github.com/berth-sh/berth/internal/network"
 	"github.com/berth-sh/berth/internal/overlay"
 	"github.com/berth-sh/berth/internal/runtime"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -481,6 +482,7 @@ func (m *Manager) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, erro
 			add("record", id, fmt.Sprintf("sandbox is %s: teardown pending (%s)", sb.State, sb.Error), nil)
 		}
 	}
+	m.doctorNetwork(ctx, live, fix, add)
 	rep.Healthy = true
 	for _, f := range rep.Findings {
 		if !f.Fixed {
@@ -488,4 +490,47 @@ func (m *Manager) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, erro
 		}
 	}
 	return rep, nil
+}
+
+// doctorNetwork counts this daemon's network objects (veths, per-sandbox
+// chains) against its attached egress sandboxes; with fix, removes the
+// extra ones.
+func (m *Manager) doctorNetwork(ctx context.Context, live map[string]*sandbox.Sandbox, fix bool, add func(kind, id, detail string, fixFn func() error)) {
+	if m.network == nil && !network.Exists(m.cfg.Instance) {
+		return
+	}
+	n, err := m.net(ctx)
+	if err != nil {
+		add("network", "", err.Error(), nil)
+		return
+	}
+	attached := map[string]bool{}
+	for id, sb := range live {
+		if sb.Spec.Network == "egress" && (sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused ||
+			sb.State == sandbox.StateQuarantined || sb.State == sandbox.StateCreating || sb.State == sandbox.StateStarting) {
+			attached[id] = true
+		}
+	}
+	ifaces, objs, err := n.Resources()
+	if err != nil {
+		add("network", "", "listing network objects: "+err.Error(), nil)
+		return
+	}
+	veths, chains := 0, 0
+	for _, i := range ifaces {
+		if i != n.Bridge() {
+			veths++
+		}
+	}
+	for _, o := range objs {
+		if strings.HasPrefix(o, "chain:") && strings.Contains(o, "/sb-") {
+			chains++
+		}
+	}
+	if veths > len(attached) || chains > len(attached) {
+		add("network", "", fmt.Sprintf("%d veths and %d sandbox chains for %d attached egress sandboxes", veths, chains, len(attached)), func() error {
+			_, err := n.Prune(ctx, func(id string) bool { return attached[id] })
+			return err
+		})
+	}
 }

@@ -249,6 +249,19 @@ func TestEgressNetwork(t *testing.T) {
 	if out, code := fetch(sb.ID, "http://198.51.100.2:8080/index.html"); code != 0 {
 		t.Fatalf("after restart: %q", out)
 	}
+	// And across a daemon restart: adopted with its address and rules.
+	d.stop()
+	d.startWithEnv()
+	if got, _ := d.c.GetSandbox(ctx, sb.ID); got.IPv4 != sb.IPv4 || got.State != "running" {
+		t.Fatalf("after daemon restart: %+v", got)
+	}
+	if out, code := fetch(sb.ID, "http://198.51.100.2:8080/index.html"); code != 0 {
+		t.Fatalf("egress after daemon restart: %q", out)
+	}
+	if out, code := fetch(sb.ID, "http://169.254.169.254:8080/"); code == 0 {
+		t.Fatalf("metadata reachable after daemon restart: %q", out)
+	}
+	assertDoctorClean(t, d)
 	// A second sandbox is not reachable from the first.
 	other, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Network: "egress", Allow: []string{"0.0.0.0/0"}})
 	if err != nil {
