@@ -18,9 +18,10 @@ func newBenchCmd() *cobra.Command {
 		churn     float64
 		strict    bool
 		forkSizes []string
+		netBytes  string
 	)
 	cmd := &cobra.Command{
-		Use:   "bench [--iterations N] [--idle N] [--churn-seconds S] [--expiry N] [--fork-sizes 10m,100m,1g] [--only a,b,...] [-o json]",
+		Use:   "bench [--iterations N] [--idle N] [--churn-seconds S] [--expiry N] [--fork-sizes 10m,100m,1g] [--net-bytes 256m] [--only a,b,...] [-o json]",
 		Short: "Measure berth's performance beside raw runc on this host",
 		Long: `Measure berth on this host and print each figure (p50, p95, n) beside a peer
 measured in the same run: raw runc, the same binary, with an equivalent bundle
@@ -32,7 +33,7 @@ own socket, cgroup parent and runc root), so it neither needs nor touches a
 running "berth serve". At the end it deletes its sandboxes, checks doctor,
 stops the daemon and removes everything it created. It must run as root.
 
-Measurements (--only takes these names, or the letters a-k):
+Measurements (--only takes these names, or the letters a-n):
   tti      time to interactive: create + first exec of true, vs runc run true
   exec     exec round trip of true through the SDK, vs runc exec true
   run      one-shot "berth run -- true" (CLI wall time), vs runc run true
@@ -53,6 +54,20 @@ Measurements (--only takes these names, or the letters a-k):
   pool     warm-pool claim -> first exec result, vs a cold create -> first exec
   snapshot snapshot and restore (running -> running) of the same parents, vs
            the full copy and a stop -> start of the same sandbox
+  runsc    create -> first exec on gVisor beside runc, and hibernate / wake of
+           a runsc sandbox holding 100 MiB and 1 GiB (skipped without runsc)
+  egress   create -> first exec in network mode egress vs mode none, and the
+           extra time of egress (target p50 <= 15 ms)
+  nat      TCP throughput (--net-bytes per transfer) from an egress sandbox
+           through berth's bridge and NAT to a test host, vs the same
+           transfer over a plain veth pair
+
+egress and nat never send a packet off this machine: they run a second
+private daemon inside a network namespace the bench makes (nsenter --net),
+whose only link is a veth into another bench-made namespace holding the test
+host (198.51.100.2, a documentation address) and a TCP sink; the peer's
+sender is a third namespace on a plain veth to the same sink. The
+namespaces have no route to the real network and are deleted at the end.
 
 The exit code is 0 when the bench ran and cleaned up, whether or not every
 target was met (use --strict to fail on a missed target).`,
@@ -60,7 +75,8 @@ target was met (use --strict to fail on a missed target).`,
   berth bench --iterations 10 --idle 20 --churn-seconds 3
   berth bench --only tti,exec -o json
   berth bench --only pause,restart,expiry --expiry 50
-  berth bench --only fork,pool,snapshot --fork-sizes 10m,100m`,
+  berth bench --only fork,pool,snapshot --fork-sizes 10m,100m
+  berth bench --only egress,nat --net-bytes 64m`,
 		Args: cobra.NoArgs,
 	}
 	out := addOutputFlag(cmd)
@@ -73,7 +89,8 @@ target was met (use --strict to fail on a missed target).`,
 	f.IntVar(&opts.ExpiryStop, "expiry-stop", 0, "sandboxes the expiry measurement then lets expire together with on_idle stop (0: skip, -1: as many as --expiry)")
 	f.StringSliceVar(&forkSizes, "fork-sizes", []string{"10m", "100m", "1g"}, "workspace sizes of the parents that fork and snapshot measure")
 	f.IntVar(&opts.ForkIterations, "fork-iterations", 0, "samples of each fork, snapshot and restore size (0: --iterations, at most 10)")
-	f.StringSliceVar(&opts.Only, "only", nil, "run only these measurements: tti, exec, run, churn, density, pause, restart, expiry, fork, pool, snapshot (or a-k)")
+	f.StringVar(&netBytes, "net-bytes", "256m", "bytes each transfer of the nat measurement sends")
+	f.StringSliceVar(&opts.Only, "only", nil, "run only these measurements: tti, exec, run, churn, density, pause, restart, expiry, fork, pool, snapshot, runsc, egress, nat (or a-n)")
 	f.StringVar(&opts.Runc, "runc", "runc", "runc binary for the daemon's peer (`PATH` or name looked up in $PATH)")
 	f.BoolVar(&strict, "strict", false, "exit 1 when a target is missed")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -88,6 +105,11 @@ target was met (use --strict to fail on a missed target).`,
 			}
 			opts.ForkSizes = append(opts.ForkSizes, sz)
 		}
+		nb, err := parseSize(netBytes)
+		if err != nil {
+			return fmt.Errorf("--net-bytes: %w", err)
+		}
+		opts.NetBytes = nb
 		if opts.ForkIterations < 0 {
 			return fmt.Errorf("--fork-iterations must not be negative")
 		}

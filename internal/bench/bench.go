@@ -37,6 +37,11 @@
 //	         and a stop → start of the same sandbox
 //	runsc    create → first exec on gVisor beside runc, and hibernate /
 //	         wake of a runsc sandbox holding 100 MiB and 1 GiB of memory
+//	egress   create → first exec in network mode egress vs mode none, and
+//	         the extra time (a second daemon, in a bench-made netns)
+//	nat      TCP throughput from an egress sandbox through berth's NAT to a
+//	         sink in a bench-made "internet" netns, vs the same transfer
+//	         over a plain veth pair (nothing leaves the machine)
 //
 // Every figure is a p50 and p95 over n samples. At the end the bench
 // deletes its sandboxes, checks `doctor` is clean, stops the daemon by pid,
@@ -78,11 +83,12 @@ const (
 )
 
 // All lists every measurement in the order Run performs them.
-var All = []string{TTI, Exec, RunCLI, Churn, Density, Pause, Restart, Expiry, Fork, Pool, Snapshot, Runsc}
+var All = []string{TTI, Exec, RunCLI, Churn, Density, Pause, Restart, Expiry, Fork, Pool, Snapshot, Runsc, Egress, NAT}
 
 // aliases lets --only name measurements by their letter in the design notes.
 var aliases = map[string]string{"a": TTI, "b": Exec, "c": RunCLI, "d": Churn, "e": Density,
-	"f": Pause, "g": Restart, "h": Expiry, "i": Fork, "j": Pool, "k": Snapshot, "l": Runsc}
+	"f": Pause, "g": Restart, "h": Expiry, "i": Fork, "j": Pool, "k": Snapshot, "l": Runsc,
+	"m": Egress, "n": NAT}
 
 // Options configures a bench run. Zero values take the defaults.
 type Options struct {
@@ -115,6 +121,9 @@ type Options struct {
 	// ForkIterations is the number of samples of each fork, snapshot and
 	// restore size, and of their copy peer (default: Iterations, at most 10).
 	ForkIterations int
+	// NetBytes is what each transfer of the nat measurement sends
+	// (default 256 MiB).
+	NetBytes int64
 	// Only restricts the run to these measurements (see All); empty: all.
 	Only []string
 	// TempRoot is where the private temporary directory is made
@@ -241,6 +250,12 @@ func (o *Options) setDefaults() error {
 	if o.ExpiryStop < 0 {
 		o.ExpiryStop = o.Expiry
 	}
+	if o.NetBytes == 0 {
+		o.NetBytes = DefaultNetBytes
+	}
+	if o.NetBytes < 1<<10 {
+		return fmt.Errorf("bench: net bytes must be at least 1 KiB")
+	}
 	if o.TempRoot == "" {
 		o.TempRoot = "/tmp"
 	}
@@ -348,6 +363,8 @@ type bench struct {
 	tmp  string
 	d    *daemon
 	peer *peer
+	// net is the network measurements' namespaces, sink and daemon.
+	net *netBench
 
 	// parents are the filled parents of fork and snapshot, by size, and
 	// copies the copy peer's samples of each.
@@ -402,6 +419,8 @@ func (b *bench) run(ctx context.Context) error {
 		{Pool, b.measurePool},
 		{Snapshot, b.measureSnapshot},
 		{Runsc, b.measureRunsc},
+		{Egress, b.measureEgress},
+		{NAT, b.measureNAT},
 	}
 	for _, s := range steps {
 		if !b.opts.selected(s.name) {

@@ -25,6 +25,8 @@ func (b *bench) cleanup(ctx context.Context) {
 		return
 	}
 	b.logf("cleaning up")
+	// The network daemon first: its sandboxes' mounts are under b.tmp.
+	b.cleanupNet(ctx)
 	if b.d != nil {
 		c := b.d.c
 		if sbs, err := c.ListSandboxes(ctx, false); err != nil {
@@ -83,7 +85,11 @@ func (b *bench) cleanup(ctx context.Context) {
 	// The cgroup parents: the daemon's and the peer's. Their children
 	// should be gone; the parents themselves are removed here.
 	instance := manager.InstanceName(b.tmp)
-	for _, parent := range []string{"/" + instance, "/" + peerParent(instance)} {
+	parents := []string{"/" + instance, "/" + peerParent(instance)}
+	if nd := netDataDir(b.tmp); exists(nd) {
+		parents = append(parents, "/"+manager.InstanceName(nd))
+	}
+	for _, parent := range parents {
 		for _, child := range cgroups.Children(parent) {
 			cl.Leftover = append(cl.Leftover, "cgroup "+parent+"/"+child)
 			if err := cgroups.Destroy(parent + "/" + child); err != nil {
@@ -153,4 +159,9 @@ func removeCgroupTree(dir string) error {
 		return fmt.Errorf("rmdir %s: %w", dir, err)
 	}
 	return nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

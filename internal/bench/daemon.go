@@ -33,6 +33,14 @@ type daemon struct {
 // startDaemon runs `<bin> serve` with its data dir at dataDir and waits
 // until it answers /healthz.
 func startDaemon(ctx context.Context, bin, dataDir string) (*daemon, error) {
+	return startDaemonIn(ctx, bin, dataDir, "")
+}
+
+// startDaemonIn is startDaemon with the daemon in the named network
+// namespace (/var/run/netns/NAME) when netns is not empty: it runs under
+// `nsenter --net`, so only its network namespace changes (its mounts and
+// cgroups stay visible to the bench's checks). extra are more serve flags.
+func startDaemonIn(ctx context.Context, bin, dataDir, netns string, extra ...string) (*daemon, error) {
 	d := &daemon{
 		dataDir:  dataDir,
 		sock:     filepath.Join(dataDir, "berth.sock"),
@@ -46,7 +54,11 @@ func startDaemon(ctx context.Context, bin, dataDir string) (*daemon, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	d.cmd = exec.Command(bin, "serve", "--data-dir", dataDir, "--socket", d.sock)
+	args := append([]string{"serve", "--data-dir", dataDir, "--socket", d.sock}, extra...)
+	d.cmd = exec.Command(bin, args...)
+	if netns != "" {
+		d.cmd = exec.Command("nsenter", append([]string{"--net=" + netnsPath(netns), "--", bin}, args...)...)
+	}
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	// Its own process group: a Ctrl-C at the terminal reaches the bench,
 	// which then deletes the sandboxes through the daemon before stopping it.

@@ -105,6 +105,8 @@ func value(v float64, unit string) string {
 		return fmt.Sprintf("%.0f ms", v)
 	case "MiB":
 		return fmt.Sprintf("%.1f MiB", v)
+	case "MiB/s":
+		return fmt.Sprintf("%.0f MiB/s", v)
 	case "/s":
 		return fmt.Sprintf("%.1f/s", v)
 	case "s":
