@@ -366,6 +366,9 @@ func (m *Manager) Diff(ctx context.Context, ref string) ([]api.DiffEntry, error)
 	if err != nil {
 		return nil, err
 	}
+	// Held while the volumes of a stopped sandbox are mounted to be read.
+	unlock := m.locks.Lock(sb.ID)
+	defer unlock()
 	if !sb.State.Live() {
 		return nil, sandbox.ErrWrongState("diff", sb)
 	}

@@ -379,13 +379,25 @@ func (m *Manager) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, erro
 		}
 		rep.Findings = append(rep.Findings, f)
 	}
-	// The locks keep doctor from racing a create or delete in progress.
+	// The locks keep doctor from racing a create or delete in progress;
+	// the record is read again under the lock, since the list above may be
+	// older than an operation that has just finished.
 	busy := func(id string) bool {
 		unlock, ok := m.locks.TryLock(id)
-		if ok {
-			unlock()
+		if !ok {
+			return true
 		}
-		return !ok
+		defer unlock()
+		sb, err := m.store.GetSandbox(ctx, id)
+		switch {
+		case err == nil && sb.State.Live() && m.mine(sb):
+			live[id] = sb
+		case err == nil || errors.Is(err, errdefs.ErrNotFound):
+			delete(live, id)
+		default:
+			return true // cannot tell: leave it alone
+		}
+		return false
 	}
 
 	for _, name := range m.RuntimeNames() {
@@ -395,7 +407,7 @@ func (m *Manager) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, erro
 			add("runtime", "", name+": listing containers: "+err.Error(), nil)
 		}
 		for _, c := range containers {
-			if (live[c.ID] == nil || m.rtFor(live[c.ID]) != rt) && !busy(c.ID) {
+			if !busy(c.ID) && (live[c.ID] == nil || m.rtFor(live[c.ID]) != rt) {
 				add("runtime", c.ID, fmt.Sprintf("%s container %s (%s) has no live sandbox", name, c.ID, c.Status), func() error {
 					return rt.Delete(ctx, c.ID)
 				})
@@ -403,7 +415,7 @@ func (m *Manager) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, erro
 		}
 	}
 	for _, id := range cgroups.Children(m.CgroupParent()) {
-		if live[id] == nil && !busy(id) {
+		if !busy(id) && live[id] == nil {
 			rel := m.CgroupParent() + "/" + id
 			add("cgroup", id, rel, func() error { return cgroups.Destroy(rel) })
 		}
@@ -422,22 +434,33 @@ func (m *Manager) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, erro
 		}
 		for _, mp := range vmounts {
 			vid, _, _ := strings.Cut(strings.TrimPrefix(mp, m.volumes.Root()+"/"), "/")
-			if !running[vid] && !busy(vid) {
-				add("mount", vid, mp, func() error { return overlay.Unmount(mp) })
+			if running[vid] {
+				continue
 			}
+			// Look again at the sandbox that holds the volume: it may have
+			// started since the list was read, or be stopping right now.
+			if v, err := m.store.GetVolume(ctx, vid); err == nil && v.SandboxID != "" {
+				if busy(v.SandboxID) {
+					continue
+				}
+				if sb := live[v.SandboxID]; sb != nil && sb.State != sandbox.StateStopped {
+					continue
+				}
+			}
+			add("mount", vid, mp, func() error { return overlay.Unmount(mp) })
 		}
 	}
 	mounts, _ := overlay.MountsUnder(sbRoot)
 	for _, mp := range mounts {
 		id, _, _ := strings.Cut(strings.TrimPrefix(mp, sbRoot+"/"), "/")
-		if live[id] == nil && !busy(id) {
+		if !busy(id) && live[id] == nil {
 			add("mount", id, mp, func() error { return overlay.Unmount(mp) })
 		}
 	}
 	if ents, err := os.ReadDir(filepath.Join(m.pool.Root(), "scratch")); err == nil {
 		for _, e := range ents {
 			id := e.Name()
-			if live[id] == nil && !busy(id) {
+			if !busy(id) && live[id] == nil {
 				add("dir", id, filepath.Join(m.pool.Root(), "scratch", id), func() error {
 					return os.RemoveAll(filepath.Join(m.pool.Root(), "scratch", id))
 				})
@@ -465,14 +488,15 @@ func (m *Manager) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, erro
 	}
 	dirs, _ := m.sandboxDirs()
 	for _, id := range dirs {
-		if live[id] == nil && !busy(id) {
+		if !busy(id) && live[id] == nil {
 			add("dir", id, filepath.Join(sbRoot, id), func() error { return m.teardown(ctx, &sandbox.Sandbox{ID: id}) })
 		}
 	}
-	for id, sb := range live {
-		if busy(id) {
+	for id := range live {
+		if busy(id) || live[id] == nil {
 			continue
 		}
+		sb := live[id]
 		switch sb.State {
 		case sandbox.StateRunning:
 			if _, err := m.rtFor(sb).State(ctx, id); errors.Is(err, errdefs.ErrNotFound) {
