@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/manager"
 )
 
 func goVersion() string { return runtime.Version() }
@@ -145,14 +146,8 @@ func (s *Server) writeFiles(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
-	path, err := pathParam(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"), false, actor(r))
-	if err != nil {
-		writeError(w, err)
+	f, path, ok := s.openFiles(w, r, false)
+	if !ok {
 		return
 	}
 	defer f.Close()
@@ -165,14 +160,8 @@ func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
-	path, err := pathParam(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"), false, actor(r))
-	if err != nil {
-		writeError(w, err)
+	f, path, ok := s.openFiles(w, r, false)
+	if !ok {
 		return
 	}
 	defer f.Close()
@@ -235,4 +224,20 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// openFiles parses the path parameter and opens file access to the
+// sandbox for a handler; on failure it has answered and returns false.
+func (s *Server) openFiles(w http.ResponseWriter, r *http.Request, write bool) (*manager.Files, string, bool) {
+	path, err := pathParam(r)
+	if err != nil {
+		writeError(w, err)
+		return nil, "", false
+	}
+	f, err := s.m.Files(r.Context(), r.PathValue("id"), write, actor(r))
+	if err != nil {
+		writeError(w, err)
+		return nil, "", false
+	}
+	return f, path, true
 }
