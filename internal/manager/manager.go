@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -85,9 +86,10 @@ type Manager struct {
 	activity map[string]time.Time // latest activity not yet stored
 	cpu      map[string]cpuSample
 
-	netMu      sync.Mutex
-	network    *network.Network // made on first use (see net)
-	flowEvents chan flowEvent
+	netMu        sync.Mutex
+	network      *network.Network // made on first use (see net)
+	flowEvents   chan flowEvent
+	flowsDropped atomic.Int64
 
 	snapTick     int // counts ticks; snapshots expire every few
 	poolStats    map[string]*poolStats
@@ -171,6 +173,7 @@ func New(cfg Config, st store.Store, images *image.Store, rts ...runtime.Runtime
 		cancels:      map[string]context.CancelFunc{},
 		activity:     map[string]time.Time{},
 		poolStats:    map[string]*poolStats{},
+		flowEvents:   make(chan flowEvent, 4096),
 		poolInFlight: map[string]int{},
 		cpu:          map[string]cpuSample{},
 		stopCh:       make(chan struct{}),

@@ -47,15 +47,13 @@ func (m *Manager) net(ctx context.Context) (*network.Network, error) {
 	return n, nil
 }
 
-// onFlow records denied connection attempts and DNS queries as events, at
-// most a few a second per sandbox. It must not block.
+// onFlow queues a flow for the store; denials also become events. It
+// must not block: under a flood, what does not fit is dropped (and counted).
 func (m *Manager) onFlow(id string, f network.Flow) {
-	if f.Decision != network.Deny {
-		return
-	}
 	select {
 	case m.flowEvents <- flowEvent{id, f}:
-	default: // a flood: the flow log keeps them; events are a summary
+	default:
+		m.flowsDropped.Add(1)
 	}
 }
 
@@ -64,25 +62,54 @@ type flowEvent struct {
 	f  network.Flow
 }
 
-// recordFlows turns denials into events, rate-limited per sandbox.
+// flowsKept bounds each sandbox's stored flow log; it is kept as long as
+// the sandbox's other records.
+const flowsKept = 10000
+
+// recordFlows stores flows in batches and turns denials into events,
+// rate-limited per sandbox.
 func (m *Manager) recordFlows() {
 	defer m.wg.Done()
 	last := map[string]time.Time{}
+	var batch []*store.Flow
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		if err := m.store.AppendFlows(context.Background(), batch, flowsKept); err != nil {
+			m.log.Warn("storing flow log", "flows", len(batch), "err", err)
+		}
+		batch = batch[:0]
+	}
 	for {
 		select {
 		case <-m.stopCh:
+			flush()
 			return
+		case <-tick.C:
+			flush()
 		case fe := <-m.flowEvents:
+			f := fe.f
+			batch = append(batch, &store.Flow{SandboxID: fe.id, Time: f.Time, Kind: f.Kind, Proto: f.Proto,
+				Src: f.Src.String(), Dst: f.Dst.String(), Name: f.Name, Decision: f.Decision, Rule: f.Rule})
+			if len(batch) >= 500 {
+				flush()
+			}
+			if f.Decision != network.Deny {
+				continue
+			}
 			if t, ok := last[fe.id]; ok && time.Since(t) < 200*time.Millisecond {
 				continue
 			}
 			last[fe.id] = time.Now()
-			dst := fe.f.Dst.String()
-			if fe.f.Name != "" {
-				dst = fe.f.Name + " (" + dst + ")"
+			dst := f.Dst.String()
+			if f.Name != "" {
+				dst = f.Name + " (" + dst + ")"
 			}
 			m.event(context.Background(), &sandbox.Event{SandboxID: fe.id, Type: "network.deny", Actor: "network",
-				Cause: sandbox.CausePolicy, Outcome: "denied", Message: fmt.Sprintf("%s %s %s: %s", fe.f.Kind, fe.f.Proto, dst, fe.f.Rule)})
+				Cause: sandbox.CausePolicy, Outcome: "denied", Message: fmt.Sprintf("%s %s %s: %s", f.Kind, f.Proto, dst, f.Rule)})
 		}
 	}
 }
@@ -293,19 +320,20 @@ func (m *Manager) setQuarantineNetwork(sb *sandbox.Sandbox, cut bool) error {
 	return err
 }
 
-// Flows returns a sandbox's flow log after sequence number after.
+// Flows returns a sandbox's stored flow log after sequence number after.
 func (m *Manager) Flows(ctx context.Context, ref string, after uint64, limit int) ([]api.Flow, error) {
 	sb, err := m.Get(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	out := []api.Flow{}
-	if sb.Spec.Network != "egress" || m.network == nil {
-		return out, nil
+	fs, err := m.store.ListFlows(ctx, sb.ID, int64(after), limit)
+	if err != nil {
+		return nil, err
 	}
-	for _, f := range m.network.FlowLog(sb.ID, after, limit) {
-		out = append(out, api.Flow{Seq: f.Seq, Time: f.Time, Kind: f.Kind, Proto: f.Proto, Src: f.Src.String(),
-			Dst: f.Dst.String(), Name: f.Name, Decision: f.Decision, Rule: f.Rule})
+	out := make([]api.Flow, 0, len(fs))
+	for _, f := range fs {
+		out = append(out, api.Flow{Seq: uint64(f.ID), Time: f.Time, Kind: f.Kind, Proto: f.Proto, Src: f.Src,
+			Dst: f.Dst, Name: f.Name, Decision: f.Decision, Rule: f.Rule})
 	}
 	return out, nil
 }

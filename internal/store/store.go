@@ -111,6 +111,20 @@ type Snapshot struct {
 	ExpiresAt time.Time    `json:"expires_at,omitzero"`
 }
 
+// Flow is one recorded connection attempt or DNS query of a sandbox.
+type Flow struct {
+	ID        int64     `json:"id"`
+	SandboxID string    `json:"sandbox_id"`
+	Time      time.Time `json:"time"`
+	Kind      string    `json:"kind"`
+	Proto     string    `json:"proto"`
+	Src       string    `json:"src"`
+	Dst       string    `json:"dst"`
+	Name      string    `json:"name,omitempty"`
+	Decision  string    `json:"decision"`
+	Rule      string    `json:"rule,omitempty"`
+}
+
 // SandboxFilter selects sandboxes in ListSandboxes.
 type SandboxFilter struct {
 	Tenant         string          // "" = all tenants
@@ -184,6 +198,12 @@ type Store interface {
 	// SetPool sets a template's warm-pool size (0 removes it).
 	SetPool(ctx context.Context, template string, min int) error
 	ListPools(ctx context.Context) (map[string]int, error)
+
+	// AppendFlows records flows and keeps at most keep per sandbox (the
+	// oldest go first).
+	AppendFlows(ctx context.Context, flows []*Flow, keep int) error
+	// ListFlows returns a sandbox's flows with ID > afterID, oldest first.
+	ListFlows(ctx context.Context, sandboxID string, afterID int64, limit int) ([]*Flow, error)
 
 	CreateAPIKey(ctx context.Context, k *APIKey) error
 	// GetAPIKeyByHash returns a key, revoked or not; callers check RevokedAt.

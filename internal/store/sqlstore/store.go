@@ -263,6 +263,9 @@ func (s *sqlStore) PurgeSandbox(ctx context.Context, id string) (err error) {
 	if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM events WHERE sandbox_id = ?`), id); err != nil {
 		return fmt.Errorf("purge sandbox %s: events: %w", id, err)
 	}
+	if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM flows WHERE sandbox_id = ?`), id); err != nil {
+		return fmt.Errorf("purge sandbox %s: flows: %w", id, err)
+	}
 	res, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM sandboxes WHERE id = ?`), id)
 	if err != nil {
 		return fmt.Errorf("purge sandbox %s: %w", id, err)

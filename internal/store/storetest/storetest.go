@@ -43,6 +43,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"SandboxLifecycleTimes", testSandboxLifecycleTimes},
 		{"WebhookOutbox", testWebhookOutbox},
 		{"Snapshots", testSnapshots},
+		{"Flows", testFlows},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)
