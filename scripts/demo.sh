@@ -28,7 +28,7 @@ set -e
 echo "==> a persistent sandbox: its workspace survives scale-to-zero"
 id=$("$BERTH" create --name demo-$$ --persistent --persist-root --volume-size 256m --idle-timeout 10m --on-idle stop)
 echo "    created $id"
-"$BERTH" exec "$id" -- sh -c 'echo "work in progress" > /workspace/notes.txt; echo tool > /opt/installed'
+"$BERTH" exec "$id" -- sh -c 'echo "work in progress" > /workspace/notes.txt; mkdir -p /opt && echo tool > /opt/installed'
 "$BERTH" stop "$id" >/dev/null && echo "    stopped (no processes, no memory; volume kept)"
 "$BERTH" start "$id" >/dev/null && echo "    started again"
 "$BERTH" exec "$id" -- cat /workspace/notes.txt /opt/installed

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-sh/berth/internal/daemon"
+	"github.com/berth-sh/berth/internal/server"
 )
 
 // webhookSecretEnv supplies --webhook-secret when the flag is not given, so
@@ -49,6 +50,7 @@ and retried with backoff; each delivery is recorded.`,
 				logger.Warn("webhook deliveries are unsigned: set --webhook-secret or " + webhookSecretEnv)
 			}
 			cfg.Logger = logger
+			server.Version = version
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return run(ctx, cfg)
