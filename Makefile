@@ -43,7 +43,7 @@ bench: build ## the performance report (berth bench) beside raw runc
 soak: build ## long churn run with leak checks
 	BERTH_SOAK=1 $(GO) test -count=1 -timeout 60m -run Soak ./test/e2e/
 
-demo: deps build ## the quick start: daemon, an ephemeral run, then gone
+demo: ## the quick start: installs what is missing, builds, runs the demo
 	./scripts/demo.sh
 
 clean:

@@ -6,6 +6,12 @@
 # (stop it with: kill "$(cat /run/berth/berth.pid)").
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Everything missing on a fresh Debian 12 machine (make included), then a build.
+./scripts/install-deps.sh
+export PATH=/usr/local/go/bin:$PATH
+if [ -z "${BERTH:-}" ]; then
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(git describe --always --dirty 2>/dev/null || echo dev)" -o bin/berth ./cmd/berth
+fi
 BERTH=${BERTH:-$PWD/bin/berth}
 SOCK=/run/berth/berth.sock
 export BERTH_HOST=unix://$SOCK
