@@ -123,7 +123,9 @@ func (d *Deliverer) Run(ctx context.Context) {
 				}
 			}
 			cursor = ev.ID
-			if err := d.st.SetWebhookCursor(ctx, d.cfg.URL, cursor); err != nil {
+			// Recorded even if we are shutting down: what was delivered
+			// must not be sent again after a restart.
+			if err := d.st.SetWebhookCursor(context.WithoutCancel(ctx), d.cfg.URL, cursor); err != nil {
 				d.cfg.Logger.Error("webhook: storing cursor", "err", err)
 			}
 		}
