@@ -108,6 +108,9 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id, portStr, path
 		},
 	}
 	rp.ServeHTTP(w, r)
+	if !used {
+		conn.Close() // the proxy never dialled: the request failed before
+	}
 }
 
 // publicPort reports whether a request is for a port its sandbox made
