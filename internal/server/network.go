@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/auth"
@@ -81,7 +82,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id, portStr, path
 		writeError(w, err)
 		return
 	}
-	used := false
+	var used atomic.Bool // set by the transport's dialling goroutine
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "http"
@@ -95,8 +96,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id, portStr, path
 		Transport: &http.Transport{
 			DisableKeepAlives: true,
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				if !used {
-					used = true
+				if used.CompareAndSwap(false, true) {
 					return conn, nil
 				}
 				c, _, err := s.m.DialPort(ctx, id, port)
@@ -108,7 +108,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id, portStr, path
 		},
 	}
 	rp.ServeHTTP(w, r)
-	if !used {
+	if used.CompareAndSwap(false, true) {
 		conn.Close() // the proxy never dialled: the request failed before
 	}
 }
