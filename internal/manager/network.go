@@ -29,6 +29,13 @@ import (
 // first use, so a daemon that never runs an egress sandbox never changes
 // the host's network.
 
+// netIfUp returns the network if it has been set up, else nil.
+func (m *Manager) netIfUp() *network.Network {
+	m.netMu.Lock()
+	defer m.netMu.Unlock()
+	return m.network
+}
+
 func (m *Manager) net(ctx context.Context) (*network.Network, error) {
 	m.netMu.Lock()
 	defer m.netMu.Unlock()
@@ -306,14 +313,15 @@ func (m *Manager) UpdateNetworkRules(ctx context.Context, ref string, req *api.N
 
 // setQuarantineNetwork cuts (or restores) a sandbox's egress.
 func (m *Manager) setQuarantineNetwork(sb *sandbox.Sandbox, cut bool) error {
-	if sb.Spec.Network != "egress" || m.network == nil {
+	n := m.netIfUp()
+	if sb.Spec.Network != "egress" || n == nil {
 		return nil
 	}
 	var rules []network.Rule
 	if !cut {
 		rules, _ = network.ParseRules(sb.Spec.Allow)
 	}
-	err := m.network.SetRules(sb.ID, rules)
+	err := n.SetRules(sb.ID, rules)
 	if err == network.ErrNotAttached {
 		return nil // stopped: nothing to cut
 	}

@@ -49,8 +49,8 @@ func (m *Manager) Close() {
 		close(m.stopCh)
 	}
 	m.wg.Wait()
-	if m.network != nil {
-		m.network.Close() // the bridge and rules stay for running sandboxes
+	if n := m.netIfUp(); n != nil {
+		n.Close() // the bridge and rules stay for running sandboxes
 	}
 	sbMounts, _ := overlay.MountsUnder(filepath.Join(m.cfg.DataDir, "sandboxes"))
 	if err := m.pool.Close(len(sbMounts) > 0); err != nil {
@@ -520,7 +520,7 @@ func (m *Manager) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, erro
 // chains) against its attached egress sandboxes; with fix, removes the
 // extra ones.
 func (m *Manager) doctorNetwork(ctx context.Context, live map[string]*sandbox.Sandbox, fix bool, add func(kind, id, detail string, fixFn func() error)) {
-	if m.network == nil && !network.Exists(m.cfg.Instance) {
+	if m.netIfUp() == nil && !network.Exists(m.cfg.Instance) {
 		return
 	}
 	n, err := m.net(ctx)
