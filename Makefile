@@ -7,7 +7,7 @@ BIN := bin/berth
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: help deps build test unit e2e fuzz lint vet bench soak demo clean
+.PHONY: help deps build test unit e2e e2e-race fuzz lint vet bench soak demo clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -30,6 +30,9 @@ unit: ## unit tests with the race detector (no daemon)
 
 e2e: ## end-to-end tests against a real daemon, runc, overlayfs, cgroups
 	$(GO) test -count=1 -timeout 20m ./test/...
+
+e2e-race: ## the e2e suite with the daemon under the race detector
+	BERTH_E2E_RACE=1 $(GO) test -count=1 -timeout 30m -run '$(RUN)' ./test/...
 
 test: deps lint unit e2e ## the whole suite: what .ci/run runs
 	@./scripts/leakcheck.sh
