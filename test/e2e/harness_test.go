@@ -149,12 +149,23 @@ func (d *daemon) stop() {
 		<-d.waitErr
 		d.t.Errorf("daemon did not stop on SIGTERM\n%s", d.logs)
 	}
+	d.checkRaces()
+}
+
+// checkRaces fails the test if the daemon (built with BERTH_E2E_RACE)
+// reported a data race.
+func (d *daemon) checkRaces() {
+	if log := d.logs.String(); strings.Contains(log, "WARNING: DATA RACE") {
+		i := strings.Index(log, "WARNING: DATA RACE")
+		d.t.Errorf("the daemon reported a data race:\n%s", tail(log[i:], 6000)[:min(6000, len(log)-i)])
+	}
 }
 
 // kill stops the daemon with SIGKILL, as a crash would.
 func (d *daemon) kill() {
 	_ = d.cmd.Process.Kill()
 	<-d.waitErr
+	d.checkRaces()
 }
 
 // cli runs the berth CLI against this daemon.
