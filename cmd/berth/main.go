@@ -6,8 +6,14 @@ package main
 import (
 	"context"
 	"os"
+
+	"github.com/berth-sh/berth/internal/agent"
 )
 
 func main() {
+	// The agent starts every sandbox: skip building the CLI's command tree.
+	if len(os.Args) > 1 && os.Args[1] == "agent" {
+		os.Exit(agent.Main(os.Args[2:]))
+	}
 	os.Exit(execute(context.Background(), newRootCmd(), os.Args[1:], os.Stderr))
 }
