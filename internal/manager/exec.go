@@ -14,7 +14,6 @@ import (
 	"github.com/berth-sh/berth/internal/cgroups"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
-	"github.com/berth-sh/berth/internal/store"
 )
 
 // ExecIO carries an exec's streams. Stdin nil means no input.
@@ -89,10 +88,15 @@ func (m *Manager) execIn(ctx context.Context, sb *sandbox.Sandbox, req *api.Exec
 	}
 	m.touch(sb.ID)
 	defer m.touch(sb.ID)
-	tpl, _ := m.store.GetTemplate(ctx, sb.Spec.Template)
+	tplEnv := sb.Spec.TemplateEnv
+	if tplEnv == nil && !sb.Spec.HostUsr && len(sb.Spec.Layers) == 0 { // records from before it was kept
+		if tpl, err := m.store.GetTemplate(ctx, sb.Spec.Template); err == nil {
+			tplEnv = tpl.Config.Env
+		}
+	}
 	areq := agent.ExecRequest{
 		Argv:    req.Cmd,
-		Env:     composeEnv(tpl, sb, req.Env),
+		Env:     composeEnv(tplEnv, sb, req.Env),
 		Dir:     req.Workdir,
 		User:    req.User,
 		TTY:     req.TTY,
@@ -131,23 +135,21 @@ func (m *Manager) execIn(ctx context.Context, sb *sandbox.Sandbox, req *api.Exec
 			exit.OOMKilled = true
 		}
 	}
-	m.event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "exec", Actor: actor, Cause: sandbox.CauseUser,
+	m.eventAsync(&sandbox.Event{SandboxID: sb.ID, Type: "exec", Actor: actor, Cause: sandbox.CauseUser,
 		Outcome: "ok", Message: fmt.Sprintf("%s exited %d", req.Cmd[0], exit.Code)})
 	return exit, nil
 }
 
 // composeEnv layers the environment: berth's defaults, the template's, the
 // sandbox's, then the request's.
-func composeEnv(tpl *store.Template, sb *sandbox.Sandbox, extra map[string]string) []string {
+func composeEnv(tplEnv []string, sb *sandbox.Sandbox, extra map[string]string) []string {
 	env := map[string]string{
 		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME": "/root",
 	}
-	if tpl != nil {
-		for _, kv := range tpl.Config.Env {
-			if k, v, ok := strings.Cut(kv, "="); ok {
-				env[k] = v
-			}
+	for _, kv := range tplEnv {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
 		}
 	}
 	maps.Copy(env, sb.Spec.Env)

@@ -124,6 +124,7 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest, opt
 	spec.OneShot = opt.OneShot
 	spec.Layers = tpl.Layers
 	spec.HostUsr = tpl.Config.HostUsr
+	spec.TemplateEnv = tpl.Config.Env
 	if len(opt.Labels) > 0 {
 		spec.Labels = mergeMaps(spec.Labels, opt.Labels)
 	}

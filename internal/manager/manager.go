@@ -86,9 +86,11 @@ type Manager struct {
 	activity map[string]time.Time // latest activity not yet stored
 	cpu      map[string]cpuSample
 
-	netMu        sync.Mutex
-	network      *network.Network // made on first use (see net)
-	flowEvents   chan flowEvent
+	netMu      sync.Mutex
+	network    *network.Network // made on first use (see net)
+	flowEvents chan flowEvent
+	// asyncEvents carries events recorded off the request path (exec).
+	asyncEvents  chan *sandbox.Event
 	flowsDropped atomic.Int64
 
 	snapTick     int // counts ticks; snapshots expire every few
@@ -174,6 +176,7 @@ func New(cfg Config, st store.Store, images *image.Store, rts ...runtime.Runtime
 		activity:     map[string]time.Time{},
 		poolStats:    map[string]*poolStats{},
 		flowEvents:   make(chan flowEvent, 4096),
+		asyncEvents:  make(chan *sandbox.Event, 1024),
 		poolInFlight: map[string]int{},
 		cpu:          map[string]cpuSample{},
 		stopCh:       make(chan struct{}),
@@ -450,4 +453,37 @@ func runtimesByName(rts []runtime.Runtime) map[string]runtime.Runtime {
 		out[rt.Name()] = rt
 	}
 	return out
+}
+
+// eventAsync records ev off the caller's path; if the queue is full it
+// records it at once (events are never dropped).
+func (m *Manager) eventAsync(ev *sandbox.Event) {
+	if ev.Time.IsZero() {
+		ev.Time = m.now()
+	}
+	select {
+	case m.asyncEvents <- ev:
+	default:
+		m.event(context.Background(), ev)
+	}
+}
+
+// recordEvents writes queued events until Close, then drains the queue.
+func (m *Manager) recordEvents() {
+	defer m.wg.Done()
+	for {
+		select {
+		case ev := <-m.asyncEvents:
+			m.event(context.Background(), ev)
+		case <-m.stopCh:
+			for {
+				select {
+				case ev := <-m.asyncEvents:
+					m.event(context.Background(), ev)
+				default:
+					return
+				}
+			}
+		}
+	}
 }

@@ -34,9 +34,10 @@ func (m *Manager) Recover(ctx context.Context) error {
 			m.log.Warn("removing orphans", "err", err)
 		}
 	}
-	m.wg.Add(2)
+	m.wg.Add(3)
 	go m.loop()
 	go m.recordFlows()
+	go m.recordEvents()
 	return nil
 }
 

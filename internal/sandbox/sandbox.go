@@ -133,6 +133,8 @@ type Spec struct {
 	Layers []string `json:"layers,omitempty"`
 	// HostUsr: the host's /usr is bind-mounted read-only (builtin template).
 	HostUsr bool `json:"host_usr,omitempty"`
+	// TemplateEnv is the template's environment when the sandbox was made.
+	TemplateEnv []string `json:"template_env,omitempty"`
 	// Parent and FromSnapshot record lineage.
 	Parent       string `json:"parent,omitempty"`
 	FromSnapshot string `json:"from_snapshot,omitempty"`
