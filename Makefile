@@ -44,7 +44,7 @@ bench: build ## the performance report (berth bench) beside raw runc
 	./$(BIN) bench
 
 soak: build ## long churn run with leak checks
-	BERTH_SOAK=1 $(GO) test -count=1 -timeout 60m -run Soak ./test/e2e/
+	BERTH_SOAK=1 $(GO) test -count=1 -timeout 60m -run TestSoak -v ./test/e2e/
 
 demo: ## the quick start: installs what is missing, builds, runs the demo
 	./scripts/demo.sh
