@@ -291,19 +291,13 @@ func newSnapshotRmCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			failed := 0
-			for _, id := range args {
+			return eachArg(cmd, args, func(id string) error {
 				if err := c.DeleteSnapshot(cmd.Context(), id); err != nil {
-					failed++
-					fmt.Fprintf(cmd.ErrOrStderr(), "berth: %s\n", oneLine(err.Error()))
-					continue
+					return err
 				}
 				fmt.Fprintln(cmd.OutOrStdout(), id)
-			}
-			if failed > 0 {
-				return &exitError{code: 1}
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 }

@@ -83,31 +83,23 @@ func newLifecycleCmd(g *globals, v lifecycleVerb) *cobra.Command {
 			return err
 		}
 		done := []api.Sandbox{}
-		var failed int
-		for _, id := range args {
+		failed := eachArg(cmd, args, func(id string) error {
 			sb, err := v.call(c, cmd.Context(), id)
 			if err != nil {
-				if cmd.Context().Err() != nil {
-					return err
-				}
-				failed++
-				fmt.Fprintf(cmd.ErrOrStderr(), "berth: %s\n", oneLine(err.Error()))
-				continue
+				return err
 			}
 			done = append(done, *sb)
 			if !out.json() {
 				fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
 			}
-		}
+			return nil
+		})
 		if out.json() {
 			if err := printJSON(cmd.OutOrStdout(), done); err != nil {
 				return err
 			}
 		}
-		if failed > 0 {
-			return &exitError{code: 1}
-		}
-		return nil
+		return failed
 	}
 	return cmd
 }

@@ -130,3 +130,23 @@ func minArgs(n int, names string) cobra.PositionalArgs {
 		return nil
 	}
 }
+
+// eachArg runs fn for every argument of a verb that takes several (rm,
+// pause, ...): a failure is reported on its own line and the rest still
+// run; the verb then exits 1. Cancellation (Ctrl-C) stops at once.
+func eachArg(cmd *cobra.Command, args []string, fn func(arg string) error) error {
+	failed := 0
+	for _, a := range args {
+		if err := fn(a); err != nil {
+			if cmd.Context().Err() != nil {
+				return err
+			}
+			failed++
+			fmt.Fprintf(cmd.ErrOrStderr(), "berth: %s\n", oneLine(err.Error()))
+		}
+	}
+	if failed > 0 {
+		return &exitError{code: 1}
+	}
+	return nil
+}

@@ -292,28 +292,23 @@ func newRmCmd(g *globals) *cobra.Command {
 		}
 		defer c.Close()
 		removed := []api.Sandbox{}
-		var failed int
-		for _, id := range args {
+		failed := eachArg(cmd, args, func(id string) error {
 			sb, err := c.DeleteSandbox(cmd.Context(), id, force)
 			if err != nil {
-				failed++
-				fmt.Fprintf(cmd.ErrOrStderr(), "berth: %s\n", oneLine(err.Error()))
-				continue
+				return err
 			}
 			removed = append(removed, *sb)
 			if !out.json() {
 				fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
 			}
-		}
+			return nil
+		})
 		if out.json() {
 			if err := printJSON(cmd.OutOrStdout(), removed); err != nil {
 				return err
 			}
 		}
-		if failed > 0 {
-			return &exitError{code: 1}
-		}
-		return nil
+		return failed
 	}
 	return cmd
 }

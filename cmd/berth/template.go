@@ -227,19 +227,13 @@ func newTemplateRmCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			failed := 0
-			for _, name := range args {
+			return eachArg(cmd, args, func(name string) error {
 				if err := c.DeleteTemplate(cmd.Context(), name); err != nil {
-					failed++
-					fmt.Fprintf(cmd.ErrOrStderr(), "berth: %s\n", oneLine(err.Error()))
-					continue
+					return err
 				}
 				fmt.Fprintln(cmd.OutOrStdout(), name)
-			}
-			if failed > 0 {
-				return &exitError{code: 1}
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 }

@@ -170,22 +170,13 @@ func newVolumeRmCmd(g *globals) *cobra.Command {
 			return err
 		}
 		defer c.Close()
-		var failed int
-		for _, name := range args {
+		return eachArg(cmd, args, func(name string) error {
 			if err := c.DeleteVolume(cmd.Context(), name); err != nil {
-				if cmd.Context().Err() != nil {
-					return err
-				}
-				failed++
-				fmt.Fprintf(cmd.ErrOrStderr(), "berth: %s\n", oneLine(err.Error()))
-				continue
+				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), name)
-		}
-		if failed > 0 {
-			return &exitError{code: 1}
-		}
-		return nil
+			return nil
+		})
 	}
 	return cmd
 }
