@@ -118,13 +118,19 @@ func (m *Manager) poolMembers(ctx context.Context) (map[string][]*sandbox.Sandbo
 	if err != nil {
 		return nil, err
 	}
+	return groupPoolMembers(live), nil
+}
+
+// groupPoolMembers picks the unclaimed pool members out of live sandboxes,
+// by template.
+func groupPoolMembers(live []*sandbox.Sandbox) map[string][]*sandbox.Sandbox {
 	out := map[string][]*sandbox.Sandbox{}
 	for _, sb := range live {
 		if sb.Spec.Pool != "" {
 			out[sb.Spec.Pool] = append(out[sb.Spec.Pool], sb)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // poolable reports whether a create request can be served by a pool
@@ -233,13 +239,11 @@ func (m *Manager) setHostname(id, name string) error {
 // refillPools creates members for pools below their size and replaces
 // members made from an older version of their template. At most two
 // members are made at a time, so a refill never starves claims.
-func (m *Manager) refillPools(ctx context.Context) {
+// live is this node's live sandboxes, as the reconciler just read them.
+func (m *Manager) refillPools(ctx context.Context, live []*sandbox.Sandbox) {
+	members := groupPoolMembers(live)
 	pools, err := m.store.ListPools(ctx)
-	if err != nil || len(pools) == 0 && !m.anyPoolMembers(ctx) {
-		return
-	}
-	members, err := m.poolMembers(ctx)
-	if err != nil {
+	if err != nil || len(pools) == 0 && len(members) == 0 {
 		return
 	}
 	for name, list := range members {
@@ -287,11 +291,6 @@ func (m *Manager) refillPools(ctx context.Context) {
 		}
 		m.mu.Unlock()
 	}
-}
-
-func (m *Manager) anyPoolMembers(ctx context.Context) bool {
-	members, err := m.poolMembers(ctx)
-	return err == nil && len(members) > 0
 }
 
 // addPoolMember makes one frozen, ready sandbox for tpl.

@@ -221,7 +221,7 @@ func (m *Manager) tick(ctx context.Context) time.Time {
 	if m.snapTick++; m.snapTick%5 == 0 {
 		m.expireSnapshots(ctx)
 	}
-	m.refillPools(ctx)
+	m.refillPools(ctx, live)
 	for _, sb := range live {
 		if sb.State == sandbox.StateRunning && sb.Spec.Policy.IdleTimeout > 0 {
 			// Open exec sessions and busy processes are activity.
@@ -260,7 +260,7 @@ func (m *Manager) tick(ctx context.Context) time.Time {
 					if sb.State != sandbox.StateRunning || m.alive(ctx, sb) {
 						return
 					}
-					reason := "sandbox exited unexpectedly: " + strings.TrimSpace(tailLog(m.paths(sb.ID).log, 256))
+					reason := "sandbox exited unexpectedly: " + strings.TrimSpace(runtime.TailFile(m.paths(sb.ID).log, 256))
 					if sb.Spec.Persistent {
 						_ = m.stopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason)
 						return
