@@ -158,7 +158,7 @@ func (p *peer) cmd(ctx context.Context, args ...string) (time.Duration, error) {
 	err = c.Run()
 	d := time.Since(t0)
 	if err != nil {
-		return d, fmt.Errorf("runc %s: %w: %s", strings.Join(args, " "), err, tail(p.logf, 600))
+		return d, fmt.Errorf("runc %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(runtime.TailFile(p.logf, 600)))
 	}
 	return d, nil
 }
@@ -228,17 +228,4 @@ func firstErr(errs ...error) error {
 		}
 	}
 	return nil
-}
-
-// tail returns up to n bytes from the end of a file.
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	s := strings.TrimSpace(string(b))
-	if len(s) > n {
-		s = s[len(s)-n:]
-	}
-	return s
 }

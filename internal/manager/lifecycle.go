@@ -368,7 +368,7 @@ func (m *Manager) waitReady(ctx context.Context, id string) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			log := strings.TrimSpace(tailLog(m.paths(id).log, 1024))
+			log := strings.TrimSpace(runtime.TailFile(m.paths(id).log, 1024))
 			return fmt.Errorf("agent did not become ready within %s: %w (init log: %q)", m.cfg.ReadyTimeout, err, log)
 		}
 		time.Sleep(delay)
@@ -555,22 +555,6 @@ func mergeMaps(a, b map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
-}
-
-func tailLog(path string, n int64) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return ""
-	}
-	off := max(st.Size()-n, 0)
-	buf := make([]byte, st.Size()-off)
-	_, _ = f.ReadAt(buf, off)
-	return string(buf)
 }
 
 // sandboxDirs lists the ids that have a directory under the data dir.

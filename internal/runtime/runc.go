@@ -110,7 +110,7 @@ func (rc *Runc) Start(ctx context.Context, s *Spec) (int, error) {
 		ExtraFiles:   s.ExtraFiles,
 	})
 	if err != nil {
-		out.WriteString(tailFile(s.LogPath, 2048))
+		out.WriteString(TailFile(s.LogPath, 2048))
 		return 0, fmt.Errorf("runc run %s: %w: %s", s.ID, err, strings.TrimSpace(out.String()))
 	}
 	pid, err := gorunc.ReadPidFile(pidFile)
@@ -245,8 +245,9 @@ func notRunning(err error) bool {
 		strings.Contains(s, "container not running")
 }
 
-// tailFile returns up to n bytes from the end of a file, for error messages.
-func tailFile(path string, n int64) string {
+// TailFile returns up to n bytes from the end of a file, for error messages
+// (a sandbox init log, say).
+func TailFile(path string, n int64) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return ""
