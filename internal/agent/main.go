@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berth-sh/berth/internal/seccomp"
 )
 
 // DefaultSocket is where the agent listens inside a sandbox; /.berth/run is
@@ -38,8 +40,17 @@ func Main(args []string) int {
 	grace := fs.Duration("shutdown-grace", 5*time.Second, "after SIGTERM, how long to wait for processes to exit")
 	maxFile := fs.Int64("max-file-bytes", defaultMaxFileBytes, "cap of one file or tar upload")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	seccompFD := fs.Int("seccomp-fd", 0, "install the compiled seccomp program read from this inherited descriptor before anything else")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	// First act: nothing from outside has been read yet, and every
+	// process the agent starts from here on inherits the filter.
+	if *seccompFD > 0 {
+		if err := installSeccomp(*seccompFD); err != nil {
+			fmt.Fprintf(os.Stderr, "berth agent: seccomp: %v\n", err)
+			return 1
+		}
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "berth agent: unexpected arguments %q\n", fs.Args())
@@ -101,6 +112,36 @@ func Main(args []string) int {
 			return 0
 		}
 	}
+}
+
+// installSeccomp reads a compiled seccomp program (internal/seccomp's
+// encoding) from the inherited descriptor fd, closes it and installs the
+// program on every thread of the agent. Any failure is fatal: the agent
+// never serves without the filter it was told to install.
+func installSeccomp(fd int) error {
+	f := os.NewFile(uintptr(fd), "seccomp")
+	if f == nil {
+		return fmt.Errorf("descriptor %d is not open", fd)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	const max = 8 * 4096 // BPF_MAXINSNS instructions
+	if st.Size() <= 0 || st.Size() > max {
+		return fmt.Errorf("program of %d bytes", st.Size())
+	}
+	b := make([]byte, st.Size())
+	// pread: the descriptor's offset is shared with every sandbox.
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return err
+	}
+	prog, err := seccomp.Parse(b)
+	if err != nil {
+		return err
+	}
+	return prog.Install()
 }
 
 // awaitChildren waits until no exec'd process (and, as reaper, no child at

@@ -293,10 +293,18 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	// can connect at once, without polling for the agent to come up.
 	// Runtimes that cannot pass a host socket in (gVisor) let the agent
 	// create it.
-	args := []string{agentBinary, "agent", "--listen-fd", "3"}
+	//
+	// The same runtimes hand the agent the sandbox's seccomp filter,
+	// compiled once per daemon, as fd 4: the agent installs it on all its
+	// threads before it reads a byte from anyone, so every process in the
+	// sandbox runs under it, and runc is spared compiling the profile with
+	// libseccomp on every start (about 20 ms of a ~50 ms `runc run` here).
+	args := []string{agentBinary, "agent", "--listen-fd", "3", "--seccomp-fd", "4"}
 	var extra []*os.File
+	seccompFD := 4
 	if _, noFDs := rt.(interface{ NoInheritedListeners() }); noFDs {
 		args = []string{agentBinary, "agent", "--socket", "/.berth/run/agent.sock"}
+		seccompFD = 0
 	} else {
 		lnFile, err := bindAgentSocket(p.socket)
 		if err != nil {
@@ -307,18 +315,19 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	}
 	tStart := time.Now()
 	pid, err := rt.Start(ctx, &runtime.Spec{
-		ID:          sb.ID,
-		Bundle:      p.bundle,
-		Rootfs:      p.rootfs,
-		Hostname:    sb.Hostname(),
-		Args:        args,
-		ExtraFiles:  extra,
-		Env:         []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "BERTH_SANDBOX_ID=" + sb.ID, "GOMAXPROCS=1"},
-		Mounts:      mounts,
-		Resources:   sb.Spec.Resources,
-		IDMap:       m.cfg.IDMap,
-		CgroupsPath: p.cgroup,
-		LogPath:     p.log,
+		ID:            sb.ID,
+		Bundle:        p.bundle,
+		Rootfs:        p.rootfs,
+		Hostname:      sb.Hostname(),
+		Args:          args,
+		ExtraFiles:    extra,
+		Env:           []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "BERTH_SANDBOX_ID=" + sb.ID, "GOMAXPROCS=1"},
+		Mounts:        mounts,
+		Resources:     sb.Spec.Resources,
+		IDMap:         m.cfg.IDMap,
+		CgroupsPath:   p.cgroup,
+		LogPath:       p.log,
+		InitSeccompFD: seccompFD,
 	})
 	if err != nil {
 		return err

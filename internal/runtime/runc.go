@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,10 +15,13 @@ import (
 	"syscall"
 
 	gorunc "github.com/containerd/go-runc"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/cgroups"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/seccomp"
 )
 
 // Runc is the default runtime class: Debian's runc, driven through
@@ -26,6 +30,7 @@ import (
 type Runc struct {
 	r           *gorunc.Runc
 	cgroupCache sync.Map // container id -> cgroup path
+	filters     sync.Map // sha256 of a seccomp profile's JSON -> *os.File (sealed memfd of its program)
 	// name and iso are set for other OCI runtimes driven through the same
 	// runc-compatible CLI (the microVM class); zero for runc itself.
 	name string
@@ -80,6 +85,21 @@ func (rc *Runc) Start(ctx context.Context, s *Spec) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	extra := s.ExtraFiles
+	if s.InitSeccompFD > 0 {
+		if rc.name != "" {
+			return 0, fmt.Errorf("%s: init cannot be handed a seccomp program; the guest applies the profile", rc.name)
+		}
+		if s.InitSeccompFD != 3+len(s.ExtraFiles) {
+			return 0, fmt.Errorf("runc: seccomp descriptor %d does not follow the %d extra files", s.InitSeccompFD, len(s.ExtraFiles))
+		}
+		prog, err := rc.initSeccomp(spec.Linux.Seccomp)
+		if err != nil {
+			return 0, err
+		}
+		extra = append(append([]*os.File(nil), s.ExtraFiles...), prog)
+		spec.Linux.Seccomp = nil
+	}
 	data, err := json.Marshal(spec)
 	if err != nil {
 		return 0, err
@@ -107,7 +127,7 @@ func (rc *Runc) Start(ctx context.Context, s *Spec) (int, error) {
 		// about 200 sandboxes. Sandboxes cannot use keyrings anyway: the
 		// seccomp profile denies keyctl, add_key and request_key.
 		NoNewKeyring: true,
-		ExtraFiles:   s.ExtraFiles,
+		ExtraFiles:   extra,
 	})
 	if err != nil {
 		out.WriteString(TailFile(s.LogPath, 2048))
@@ -118,6 +138,60 @@ func (rc *Runc) Start(ctx context.Context, s *Spec) (int, error) {
 		return 0, fmt.Errorf("runc run %s: reading pid file: %w", s.ID, err)
 	}
 	return pid, nil
+}
+
+// initSeccomp returns a sealed memfd holding profile compiled to BPF, for
+// the sandbox's init to install (Spec.InitSeccompFD). Each distinct
+// profile is compiled once per daemon; the file stays open for the
+// daemon's life and is shared by every start (init reads it with pread).
+func (rc *Runc) initSeccomp(profile *specs.LinuxSeccomp) (*os.File, error) {
+	if profile == nil {
+		return nil, errors.New("runc: no seccomp profile to hand to init")
+	}
+	key, err := json.Marshal(profile)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(key)
+	if f, ok := rc.filters.Load(sum); ok {
+		return f.(*os.File), nil
+	}
+	prog, err := seccomp.Compile(profile)
+	if err != nil {
+		return nil, fmt.Errorf("runc: compiling the seccomp profile: %w", err)
+	}
+	b, err := prog.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	f, err := sealedMemfd("berth-seccomp", b)
+	if err != nil {
+		return nil, err
+	}
+	if prev, loaded := rc.filters.LoadOrStore(sum, f); loaded {
+		f.Close()
+		return prev.(*os.File), nil
+	}
+	return f, nil
+}
+
+// sealedMemfd returns a memfd holding b, sealed against any change.
+func sealedMemfd(name string, b []byte) (*os.File, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("memfd: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("memfd: %w", err)
+	}
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS,
+		unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("memfd seals: %w", err)
+	}
+	return f, nil
 }
 
 // State implements Runtime.

@@ -278,6 +278,9 @@ func writeRunscBundle(s *Spec) error {
 // A failed Start leaves no runsc state and no cgroup behind (runsc itself
 // leaves the container's cgroup when create fails).
 func (r *Runsc) Start(ctx context.Context, s *Spec) (int, error) {
+	if s.InitSeccompFD > 0 {
+		return 0, errors.New("runsc: init cannot be handed a seccomp program; the sentry applies the profile")
+	}
 	if other := r.prefixClash(s.ID); other != "" {
 		return 0, fmt.Errorf("runsc: container id %q and existing %q are prefixes of one another, which runsc cannot tell apart: %w",
 			s.ID, other, errdefs.ErrConflict)

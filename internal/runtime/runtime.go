@@ -50,6 +50,14 @@ type Spec struct {
 	LogPath     string // where init's stdout and stderr go
 	// ExtraFiles are passed to init as fds 3, 4, ...
 	ExtraFiles []*os.File
+	// InitSeccompFD, when positive, says the init process (berth's agent,
+	// started with --seccomp-fd) installs the sandbox's seccomp filter
+	// itself, before it reads any input, from the compiled program the
+	// runtime passes it on this descriptor (3+len(ExtraFiles)). The
+	// runtime then leaves the profile out of the bundle, so that it is not
+	// compiled again on every start. Only runtimes that hand descriptors to
+	// init (runc) accept it; the others refuse it.
+	InitSeccompFD int
 }
 
 // Status is a container's status as the runtime sees it.
