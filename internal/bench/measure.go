@@ -81,7 +81,7 @@ func (b *bench) every(i, n int, what string) {
 // (a) time to interactive.
 func (b *bench) measureTTI(ctx context.Context) error {
 	n := b.opts.Iterations
-	var tti, create, del, peer samples
+	var tti, create, del, peer, bare samples
 	for i := range n {
 		t, c, d, err := cycle(ctx, b.d.c)
 		if err != nil {
@@ -95,6 +95,11 @@ func (b *bench) measureTTI(ctx context.Context) error {
 			return err
 		}
 		peer.add(pd)
+		bd, err := b.peer.runTrueSeccomp(ctx, false)
+		if err != nil {
+			return err
+		}
+		bare.add(bd)
 		b.every(i, n, "time to interactive")
 	}
 	ps := summarize(peer.v)
@@ -106,6 +111,13 @@ func (b *bench) measureTTI(ctx context.Context) error {
 		Peer: "runc run true", PeerStat: &ps})
 	b.add(Row{Measurement: TTI, Name: "  delete call (after the exec)", Unit: "ms", Berth: summarize(del.v),
 		Note: "runc run's own teardown is inside the peer's figure"})
+	// berth's agent installs the same profile, compiled once (see
+	// internal/seccomp); this row shows runc without any profile, the
+	// floor of what a runc-based create can cost.
+	bs := summarize(bare.v)
+	b.add(Row{Measurement: TTI, Name: "  vs runc without seccomp (floor)", Unit: "ms", Berth: summarize(tti.v),
+		Peer: "runc run true, no seccomp", PeerStat: &bs,
+		Note: "berth's agent installs the profile the peer has runc compile on every run"})
 	return nil
 }
 
