@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what berth needs on a Debian 12 host, as root, and nothing that
 # is already there: runc (the default runtime), busybox-static (a tiny
-# static image the tests import), iproute2, and a Go toolchain new enough
+# static image the tests import), iproute2, python3, and a Go toolchain new enough
 # to build berth (taken from the Go module proxy when the host has none).
 # Idempotent: a second run changes nothing.
 set -euo pipefail
@@ -18,6 +18,9 @@ command -v curl >/dev/null || need_apt+=(curl ca-certificates)
 command -v unzip >/dev/null || need_apt+=(unzip)
 command -v make >/dev/null || need_apt+=(make)
 command -v git >/dev/null || need_apt+=(git)
+# The tests drive python3 inside sandboxes (host /usr) and through it the
+# host's libseccomp (runc's dependency) as a reference for berth's compiler.
+command -v python3 >/dev/null || need_apt+=(python3)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
 	echo "installing: ${need_apt[*]}"

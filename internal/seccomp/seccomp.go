@@ -12,23 +12,37 @@
 // The compiler implements exactly the subset of the OCI format that
 // berth's profiles use and refuses everything else with an error wrapping
 // ErrUnsupported, so a profile it cannot express faithfully is never
-// loaded in a weakened form: the caller leaves it to runc instead.
-// Semantics follow runc + libseccomp:
+// loaded in a weakened form: the sandbox then fails to start (closed).
+// Semantics follow runc 1.1 + libseccomp 2.5:
 //   - each listed architecture gets its own section, selected by
-//     seccomp_data.arch (x32 by the syscall number's x32 bit); a syscall
-//     from an architecture the profile does not list kills the process;
+//     seccomp_data.arch; a syscall from an architecture the profile does
+//     not list kills the process;
+//   - the x32 ABI is refused outright with ENOSYS when the profile lists
+//     it (stricter than libseccomp, which would apply the rules: the
+//     kernel offers x32 only with CONFIG_X86_X32_ABI and syscall.x32,
+//     off in Debian's and this host's kernel, and no syscall table for it
+//     is available here that is not also polluted with 64-bit-only rows);
 //   - rules for one syscall with the same action are OR'ed; the
 //     arguments of one rule are AND'ed; a syscall given two different
 //     actions, or two conditions on one argument in one rule, is refused;
 //   - syscall names unknown to an architecture's table are skipped, as
 //     runc skips names unknown to libseccomp; rules whose action is the
 //     default action are dropped, as runc drops them;
-//   - SCMP_CMP_MASKED_EQ is supported with a zero datum (the only form
-//     Docker's profile uses: "none of these bits set").
+//   - a syscall number above the highest one the profile names for an
+//     architecture returns ENOSYS instead of the default action, as
+//     runc's stub does, so that programs probing newer syscalls fall
+//     back instead of failing;
+//   - arguments are compared as 64-bit values on 64-bit architectures
+//     and on their low 32 bits on 32-bit ones (what the syscall itself
+//     uses there, and what libseccomp does); a 32-bit section refuses
+//     rule values that do not fit in 32 bits;
+//   - SCMP_CMP_MASKED_EQ is (arg & mask) == (datum & mask).
 //
-// Arguments are compared as 64-bit values on every architecture (the
-// kernel zero-extends 32-bit arguments), which is never weaker than
-// libseccomp's low-word comparison on 32-bit architectures.
+// The syscall tables are those of github.com/elastic/go-seccomp-bpf
+// (Linux 6.15), newer than libseccomp 2.5.4's: syscalls Docker's profile
+// allows that libseccomp 2.5.4 does not know (statmount, listmount, mseal,
+// the *xattrat family) are allowed here, as the profile intends, where
+// runc on this host would answer ENOSYS.
 package seccomp
 
 import (
@@ -154,7 +168,6 @@ type archSection struct {
 var archInfos = map[specs.Arch]*arch.Info{
 	specs.ArchX86_64:  arch.X86_64,
 	specs.ArchX86:     arch.I386,
-	specs.ArchX32:     arch.X32,
 	specs.ArchAARCH64: arch.AARCH64,
 	specs.ArchARM:     arch.ARM,
 }
@@ -212,6 +225,9 @@ func Compile(s *specs.LinuxSeccomp) (*Filter, error) {
 	var sections []archSection
 	seen := map[specs.Arch]bool{}
 	for _, a := range archs {
+		if a == specs.ArchX32 {
+			continue // refused as a whole in link
+		}
 		info, ok := archInfos[a]
 		if !ok {
 			return nil, fmt.Errorf("%w: architecture %s", ErrUnsupported, a)
@@ -225,23 +241,27 @@ func Compile(s *specs.LinuxSeccomp) (*Filter, error) {
 	if !seen[native] {
 		return nil, fmt.Errorf("%w: profile does not list the native architecture %s", ErrUnsupported, native)
 	}
-	if seen[specs.ArchX32] && native != specs.ArchX86_64 {
+	x32 := false
+	for _, a := range archs {
+		x32 = x32 || a == specs.ArchX32
+	}
+	if x32 && native != specs.ArchX86_64 {
 		return nil, fmt.Errorf("%w: x32 on %s", ErrUnsupported, native)
 	}
 
 	progs := map[specs.Arch][]bpf.Instruction{}
 	for _, sec := range sections {
-		rules, err := collect(s, sec.info, def)
+		rules, last, err := collect(s, sec.info, def)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sec.name, err)
 		}
-		insts, err := assemble(rules, def)
+		insts, err := assemble(rules, last, def, wide(sec.name))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sec.name, err)
 		}
 		progs[sec.name] = insts
 	}
-	insts, err := link(sections, progs)
+	insts, err := link(sections, progs, x32)
 	if err != nil {
 		return nil, err
 	}
@@ -281,35 +301,45 @@ func action(a specs.LinuxSeccompAction, errnoRet *uint) (uint32, error) {
 	return 0, fmt.Errorf("%w: action %q", ErrUnsupported, a)
 }
 
+// wide reports whether arguments of architecture a are 64-bit.
+func wide(a specs.Arch) bool { return a == specs.ArchX86_64 || a == specs.ArchAARCH64 }
+
 // collect gathers, per syscall number of one architecture, what the
-// profile's rules say, sorted by number.
-func collect(s *specs.LinuxSeccomp, info *arch.Info, def uint32) ([]*rule, error) {
+// profile's rules say, sorted by number, and the highest number the
+// profile names for it (under any action, as runc counts).
+func collect(s *specs.LinuxSeccomp, info *arch.Info, def uint32) ([]*rule, uint32, error) {
 	byNr := map[uint32]*rule{}
+	var last uint32
 	for i, sc := range s.Syscalls {
 		act, err := action(sc.Action, sc.ErrnoRet)
 		if err != nil {
-			return nil, fmt.Errorf("syscall rule %d: %w", i, err)
+			return nil, 0, fmt.Errorf("syscall rule %d: %w", i, err)
+		}
+		for _, name := range sc.Names {
+			if num, ok := info.SyscallNames[name]; ok {
+				last = max(last, uint32(num))
+			}
 		}
 		if act == def {
 			continue
 		}
 		set, err := conditions(sc.Args)
 		if err != nil {
-			return nil, fmt.Errorf("syscall rule %d (%v): %w", i, sc.Names, err)
+			return nil, 0, fmt.Errorf("syscall rule %d (%v): %w", i, sc.Names, err)
 		}
 		for _, name := range sc.Names {
-			num, ok := syscallNumber(info, name)
+			num, ok := info.SyscallNames[name]
 			if !ok {
 				continue
 			}
-			nr := uint32(num) | uint32(info.SeccompMask)
+			nr := uint32(num)
 			r := byNr[nr]
 			if r == nil {
 				r = &rule{nr: nr, action: act}
 				byNr[nr] = r
 			}
 			if r.action != act {
-				return nil, fmt.Errorf("%w: syscall %s has two actions", ErrUnsupported, name)
+				return nil, 0, fmt.Errorf("%w: syscall %s has two actions", ErrUnsupported, name)
 			}
 			switch {
 			case r.unconditional:
@@ -325,24 +355,7 @@ func collect(s *specs.LinuxSeccomp, info *arch.Info, def uint32) ([]*rule, error
 		out = append(out, r)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].nr < out[j].nr })
-	return out, nil
-}
-
-// syscallNumber is name's number in info's table. The x32 table lists
-// some names twice, under the x86_64 number (which the x32 ABI does not
-// serve) and under the x32 one (512 and up); the x32 number is the one
-// libseccomp uses, and the choice must not depend on map order.
-func syscallNumber(info *arch.Info, name string) (int, bool) {
-	num, ok := info.SyscallNames[name]
-	if !ok || info != arch.X32 {
-		return num, ok
-	}
-	for n, s := range info.SyscallNumbers {
-		if s == name && n > num {
-			num = n
-		}
-	}
-	return num, true
+	return out, last, nil
 }
 
 // conditions converts one rule's argument checks (AND'ed).
@@ -448,12 +461,36 @@ func (a *asm) resolve() ([]bpf.Instruction, error) {
 func argLo(i uint32) uint32 { return 16 + 8*i }
 func argHi(i uint32) uint32 { return 16 + 8*i + 4 }
 
-// emitCond emits one 64-bit argument check: it falls through when the
-// check passes and jumps to fail when it does not.
-func (a *asm) emitCond(c cond, fail int) {
+// emitCond emits one argument check: it falls through when the check
+// passes and jumps to fail when it does not. Checks are on the whole
+// 64-bit value when wide, else on its low 32 bits (see the package
+// comment).
+func (a *asm) emitCond(c cond, fail int, wide bool) {
 	hi, lo := uint32(c.value>>32), uint32(c.value)
 	ld := func(off uint32) { a.emit(bpf.LoadAbsolute{Off: off, Size: 4}) }
 	pass := a.label()
+	if !wide {
+		ld(argLo(c.arg))
+		switch c.op {
+		case specs.OpEqualTo:
+			a.jump(bpf.JumpEqual, lo, -1, fail)
+		case specs.OpNotEqual:
+			a.jump(bpf.JumpEqual, lo, fail, -1)
+		case specs.OpGreaterThan:
+			a.jump(bpf.JumpGreaterThan, lo, -1, fail)
+		case specs.OpGreaterEqual:
+			a.jump(bpf.JumpGreaterOrEqual, lo, -1, fail)
+		case specs.OpLessThan:
+			a.jump(bpf.JumpGreaterOrEqual, lo, fail, -1)
+		case specs.OpLessEqual:
+			a.jump(bpf.JumpGreaterThan, lo, fail, -1)
+		case specs.OpMaskedEqual:
+			a.emit(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: lo})
+			a.jump(bpf.JumpEqual, uint32(c.two)&lo, -1, fail)
+		}
+		a.place(pass)
+		return
+	}
 	switch c.op {
 	case specs.OpEqualTo:
 		ld(argHi(c.arg))
@@ -486,13 +523,13 @@ func (a *asm) emitCond(c cond, fail int) {
 			a.jump(bpf.JumpGreaterThan, lo, fail, -1)
 		}
 	case specs.OpMaskedEqual:
-		// (arg & value) == valueTwo
+		// (arg & mask) == (datum & mask)
 		ld(argHi(c.arg))
 		a.emit(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: hi})
-		a.jump(bpf.JumpEqual, uint32(c.two>>32), -1, fail)
+		a.jump(bpf.JumpEqual, uint32(c.two>>32)&hi, -1, fail)
 		ld(argLo(c.arg))
 		a.emit(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: lo})
-		a.jump(bpf.JumpEqual, uint32(c.two), -1, fail)
+		a.jump(bpf.JumpEqual, uint32(c.two)&lo, -1, fail)
 	}
 	a.place(pass)
 }
@@ -501,12 +538,32 @@ func (a *asm) emitCond(c cond, fail int) {
 // The syscall number is in the accumulator on entry and again after every
 // rule that did not decide (argument checks reload it).
 //
-// Unconditional rules come first, in runs of up to 255 syscalls sharing
+// First, numbers above last (the highest the profile names) return
+// ENOSYS. Then unconditional rules, in runs of up to 255 syscalls sharing
 // one action, each run a chain of jeq into one return. A rule with
 // argument checks is: jeq nr (else skip the block); for each OR'ed set,
 // its checks then return the action; when none matched, reload the number.
-func assemble(rules []*rule, def uint32) ([]bpf.Instruction, error) {
+func assemble(rules []*rule, last, def uint32, wide bool) ([]bpf.Instruction, error) {
 	var a asm
+	if !wide {
+		for _, r := range rules {
+			for _, set := range r.sets {
+				for _, c := range set {
+					if c.value>>32 != 0 || c.two>>32 != 0 {
+						return nil, fmt.Errorf("%w: 64-bit value %#x in a rule for a 32-bit architecture", ErrUnsupported, c.value)
+					}
+				}
+			}
+		}
+	}
+	if def != unix.SECCOMP_RET_ALLOW {
+		cont := a.label()
+		stub := a.label()
+		a.jump(bpf.JumpGreaterThan, last, stub, cont)
+		a.place(stub)
+		a.emit(bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)})
+		a.place(cont)
+	}
 	var uncond, condl []*rule
 	for _, r := range rules {
 		if r.unconditional {
@@ -544,7 +601,7 @@ func assemble(rules []*rule, def uint32) ([]bpf.Instruction, error) {
 		for _, set := range r.sets {
 			next := a.label()
 			for _, c := range set {
-				a.emitCond(c, next)
+				a.emitCond(c, next, wide)
 			}
 			a.emit(bpf.RetConstant{Val: r.action})
 			a.place(next)
@@ -559,63 +616,35 @@ func assemble(rules []*rule, def uint32) ([]bpf.Instruction, error) {
 // link lays the sections out behind a dispatch on the architecture:
 //
 //	ld arch; jeq A1 → sec1; jeq A2 → sec2; ...; ret KILL_PROCESS
-//	sec(x86_64): ld nr; jge x32bit → x32 section or KILL; <rules>
+//	sec(x86_64): ld nr; jge x32bit → ret ENOSYS (x32 listed) or KILL; <rules>
 //	sec(other):  ld nr; <rules>
-func link(sections []archSection, progs map[specs.Arch][]bpf.Instruction) ([]bpf.Instruction, error) {
-	// Sections selected by seccomp_data.arch (x32 shares x86_64's and is
-	// reached from inside it).
-	var heads []archSection
+func link(sections []archSection, progs map[specs.Arch][]bpf.Instruction, x32 bool) ([]bpf.Instruction, error) {
+	x32Action := uint32(actionBadArch)
+	if x32 {
+		x32Action = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
+	}
+	var blocks [][]bpf.Instruction
 	for _, s := range sections {
-		if s.name != specs.ArchX32 {
-			heads = append(heads, s)
-		}
-	}
-	_, hasX32 := progs[specs.ArchX32]
-
-	// Body of each section, with the x86_64 prologue's jump to x32 fixed
-	// up below.
-	type block struct {
-		name  specs.Arch
-		insts []bpf.Instruction
-	}
-	var blocks []block
-	for _, s := range heads {
 		b := []bpf.Instruction{bpf.LoadAbsolute{Off: offNr, Size: 4}}
 		if s.name == specs.ArchX86_64 {
-			b = append(b, bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: x32Bit, SkipTrue: 0, SkipFalse: 1})
-			if hasX32 {
-				b = append(b, bpf.Jump{}) // to the x32 block; patched below
-			} else {
-				b = append(b, bpf.RetConstant{Val: actionBadArch})
-			}
+			// x32 shares x86_64's audit arch; its numbers carry the x32 bit.
+			b = append(b, bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: x32Bit, SkipTrue: 0, SkipFalse: 1},
+				bpf.RetConstant{Val: x32Action})
 		}
-		blocks = append(blocks, block{s.name, append(b, progs[s.name]...)})
+		blocks = append(blocks, append(b, progs[s.name]...))
 	}
-	if hasX32 {
-		blocks = append(blocks, block{specs.ArchX32, progs[specs.ArchX32]})
-	}
-
-	// Dispatch: per head two instructions (jeq; ja), then the bad-arch return.
+	// Dispatch: per section two instructions (jeq; ja), then the bad-arch return.
 	out := []bpf.Instruction{bpf.LoadAbsolute{Off: offArch, Size: 4}}
-	dispatchLen := 1 + 2*len(heads) + 1
-	start := map[specs.Arch]int{}
-	pos := dispatchLen
-	for _, b := range blocks {
-		start[b.name] = pos
-		pos += len(b.insts)
-	}
-	for _, s := range heads {
+	pos := 1 + 2*len(sections) + 1
+	for i, s := range sections {
 		out = append(out, bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(s.info.ID), SkipTrue: 0, SkipFalse: 1})
 		ja := len(out)
-		out = append(out, bpf.Jump{Skip: uint32(start[s.name] - ja - 1)})
+		out = append(out, bpf.Jump{Skip: uint32(pos - ja - 1)})
+		pos += len(blocks[i])
 	}
 	out = append(out, bpf.RetConstant{Val: actionBadArch})
 	for _, b := range blocks {
-		if b.name == specs.ArchX86_64 && hasX32 {
-			at := start[b.name] + 2
-			b.insts[2] = bpf.Jump{Skip: uint32(start[specs.ArchX32] - at - 1)}
-		}
-		out = append(out, b.insts...)
+		out = append(out, b...)
 	}
 	if len(out) != pos {
 		return nil, fmt.Errorf("seccomp: internal layout error (%d != %d)", len(out), pos)
