@@ -57,6 +57,9 @@ func TestSecurityBoundary(t *testing.T) {
 		// clone3(NULL, 0) is EINVAL.
 		"python3 -c 'import ctypes,os;l=ctypes.CDLL(None,use_errno=True);l.syscall(435,0,0);print(os.strerror(ctypes.get_errno()))'": "Function not implemented",
 		"python3 -c 'import ctypes,os;l=ctypes.CDLL(None,use_errno=True);l.socket(40,1,0);print(os.strerror(ctypes.get_errno()))'":   "Operation not permitted",
+		// The agent installs the filter itself (TSYNC): every one of its
+		// threads must carry it.
+		"n=0; bad=0; for f in /proc/1/task/*/status; do grep -q '^Seccomp:.2' $f || bad=1; n=$((n+1)); done; test $n -gt 1 && test $bad = 0 && echo all-threads-filtered": "all-threads-filtered",
 		"cat /proc/self/uid_map":                                          "0  100000000      65536",
 		"grep CapEff /proc/self/status":                                   "CapEff:\t00000000200405fb",
 		"ls /sys/fs/cgroup 2>/dev/null | wc -l":                           "0",
