@@ -28,6 +28,12 @@ import (
 // berthBin is the binary under test, built once by TestMain.
 var berthBin string
 
+// agentBin, when set, is a static build of the same source handed to the
+// daemon as the sandboxes' agent (--agent): a -race daemon needs cgo and is
+// dynamically linked, which templates without the host's /usr (busybox
+// images) cannot run.
+var agentBin string
+
 func TestMain(m *testing.M) {
 	if os.Geteuid() != 0 {
 		fmt.Println("e2e tests need root (runc, mounts, cgroups); skipping")
@@ -48,8 +54,16 @@ func TestMain(m *testing.M) {
 	build.Dir = root
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if os.Getenv("BERTH_E2E_RACE") != "" {
-		// The daemon under the race detector (needs cgo, so the agent is
-		// dynamically linked: fine for templates on the host's /usr).
+		// The daemon under the race detector; the static build above
+		// becomes the agent.
+		agentBin = filepath.Join(dir, "berth-agent")
+		static := exec.Command("go", "build", "-o", agentBin, "./cmd/berth")
+		static.Dir = root
+		static.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := static.CombinedOutput(); err != nil {
+			fmt.Printf("building the agent: %v\n%s", err, out)
+			os.Exit(1)
+		}
 		build = exec.Command("go", "build", "-race", "-o", berthBin, "./cmd/berth")
 		build.Dir = root
 		build.Env = append(os.Environ(), "CGO_ENABLED=1")
@@ -102,6 +116,9 @@ func (d *daemon) start() {
 	t.Helper()
 	d.logs = &bytes.Buffer{}
 	args := append([]string{"serve", "--data-dir", d.dataDir, "--socket", d.socket, "--log-level", "debug"}, d.extra...)
+	if agentBin != "" {
+		args = append(args, "--agent", agentBin)
+	}
 	d.cmd = exec.Command(berthBin, args...)
 	if d.netns != "" {
 		d.cmd = exec.Command("nsenter", append([]string{"--net=/var/run/netns/" + d.netns, "--", berthBin}, args...)...)
