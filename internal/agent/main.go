@@ -124,20 +124,7 @@ func installSeccomp(fd int) error {
 		return fmt.Errorf("descriptor %d is not open", fd)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	const max = 8 * 4096 // BPF_MAXINSNS instructions
-	if st.Size() <= 0 || st.Size() > max {
-		return fmt.Errorf("program of %d bytes", st.Size())
-	}
-	b := make([]byte, st.Size())
-	// pread: the descriptor's offset is shared with every sandbox.
-	if _, err := f.ReadAt(b, 0); err != nil {
-		return err
-	}
-	prog, err := seccomp.Parse(b)
+	prog, err := seccomp.ReadFile(f)
 	if err != nil {
 		return err
 	}

@@ -34,12 +34,7 @@ func TestInitSeccompProgram(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _ := f.Stat()
-	b := make([]byte, st.Size())
-	if _, err := f.ReadAt(b, 0); err != nil {
-		t.Fatal(err)
-	}
-	got, err := seccomp.Parse(b)
+	got, err := seccomp.ReadFile(f)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,6 +49,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	goruntime "runtime"
 	"sort"
 	"unsafe"
@@ -126,6 +127,24 @@ func Parse(b []byte) (*Filter, error) {
 		return nil, fmt.Errorf("seccomp: invalid program: %w", err)
 	}
 	return &Filter{raw: raw}, nil
+}
+
+// ReadFile reads a program in MarshalBinary's encoding from f with pread
+// (f's offset may be shared with other processes), refusing sizes no
+// program can have before allocating, and parses it.
+func ReadFile(f *os.File) (*Filter, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() <= 0 || st.Size() > 8*maxInstructions {
+		return nil, fmt.Errorf("seccomp: program of %d bytes", st.Size())
+	}
+	b := make([]byte, st.Size())
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return nil, err
+	}
+	return Parse(b)
 }
 
 // Install loads the filter into the calling process, synchronised across
