@@ -26,9 +26,37 @@ import (
 type Client struct {
 	socket string
 	dial   func(ctx context.Context) (net.Conn, error)
+	// idle, when positive, ends any operation but exec whose connection
+	// moves no byte either way for that long: the daemon's own deadline
+	// on file transfers, whatever the agent does. (An exec may be silent
+	// for as long as its command runs; its deadline is its timeout,
+	// which the daemon enforces above the client.)
+	idle time.Duration
 }
 
-// NewClient returns a client for the agent listening on socketPath.
+// SetIdleTimeout sets the client's idle deadline (see Client.idle).
+func (c *Client) SetIdleTimeout(d time.Duration) { c.idle = d }
+
+// idleConn pushes its deadline forward on every read and write.
+type idleConn struct {
+	net.Conn
+	idle time.Duration
+}
+
+func (c idleConn) Read(p []byte) (int, error) {
+	c.Conn.SetDeadline(time.Now().Add(c.idle))
+	return c.Conn.Read(p)
+}
+
+func (c idleConn) Write(p []byte) (int, error) {
+	c.Conn.SetDeadline(time.Now().Add(c.idle))
+	return c.Conn.Write(p)
+}
+
+// NewClient returns a client for the agent listening on socketPath, for
+// agents whose socket path nothing untrusted can change (tests, the
+// daemon's own quarantine reader). Sandboxes' agents are reached with
+// NewClientDialer and a SocketDialer.
 func NewClient(socketPath string) *Client {
 	c := &Client{socket: socketPath}
 	c.dial = func(ctx context.Context) (net.Conn, error) {
@@ -36,6 +64,11 @@ func NewClient(socketPath string) *Client {
 		return d.DialContext(ctx, "unix", c.socket)
 	}
 	return c
+}
+
+// NewClientDialer returns a client that opens every connection with dial.
+func NewClientDialer(dial func(ctx context.Context) (net.Conn, error)) *Client {
+	return &Client{dial: dial}
 }
 
 // Info describes a running agent.
@@ -90,6 +123,9 @@ func (c *Client) open(ctx context.Context, req request) (*clientConn, error) {
 			return nil, ctx.Err()
 		}
 		return nil, &errdefs.Error{Category: errdefs.ErrUnavailable, Msg: "sandbox agent unreachable", Err: err}
+	}
+	if c.idle > 0 && req.Op != opExec {
+		conn = idleConn{Conn: conn, idle: c.idle}
 	}
 	cc := &clientConn{ctx: ctx, conn: conn, fr: newFrameReader(bufio.NewReaderSize(conn, 64<<10)), fw: newFrameWriter(conn)}
 	// Cancelling ctx closes the connection, which unblocks every read and
@@ -184,6 +220,12 @@ func (c *Client) Ping(ctx context.Context) (Info, error) {
 		return Info{}, err
 	}
 	return Info{Version: r.Version, PID: r.PID, Uptime: time.Duration(r.UptimeNS)}, nil
+}
+
+// Quiesce asks an agent that made its own listening socket (gVisor) to
+// close it before a checkpoint; SigRelisten opens it again.
+func (c *Client) Quiesce(ctx context.Context) error {
+	return c.simple(ctx, request{Op: opQuiesce})
 }
 
 // Exec runs a process and streams its stdio until it exits. Cancelling ctx

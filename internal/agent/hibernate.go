@@ -9,24 +9,25 @@ import (
 	"time"
 )
 
-// Signals the daemon sends the agent (PID 1 only, never the sandbox's other
-// processes) around a checkpoint of a gVisor sandbox. gVisor cannot save a
-// listening socket bound on the host (the agent's socket, created through
-// runsc --host-uds=create): "Cannot save endpoint with bound host socket",
-// and the sandbox dies. So before `runsc checkpoint` the daemon sends
-// SigQuiesce: the agent closes its listener, which unlinks the socket file
-// (the daemon waits for it to disappear). After `runsc restore` it sends
-// SigRelisten: the agent listens again on the same path. Connections the
-// agent had accepted are severed by the checkpoint; exec'd processes keep
-// running. Signals nothing sends PID 1 otherwise (runsc kill accepts only
-// the classic signals, not realtime ones); both are idempotent, the agent
-// listens again by itself relistenAfter after a quiesce no checkpoint
-// followed, and an agent serving on an inherited socket (runc) ignores
-// them.
-const (
-	SigQuiesce  = syscall.SIGPWR
-	SigRelisten = syscall.SIGSTKFLT
-)
+// Around a checkpoint of a gVisor sandbox the agent's listening socket must
+// go: gVisor cannot save a listening socket bound on the host (the agent's
+// socket, created through runsc --host-uds=create): "Cannot save endpoint
+// with bound host socket", and the sandbox dies. So before `runsc
+// checkpoint` the daemon sends the quiesce operation (Client.Quiesce): the
+// agent closes its listener, which unlinks the socket file (the daemon
+// waits for it to disappear). After `runsc restore` the daemon sends
+// SigRelisten, since no one can connect to a closed listener: the agent
+// listens again on the same path. Connections the agent had accepted are
+// severed by the checkpoint; exec'd processes keep running.
+//
+// Quiesce is an operation, not a signal, because processes of the sandbox
+// can signal PID 1 too: a relisten they send is harmless (it does nothing
+// unless the agent is quiesced), a quiesce would not be. SigRelisten is a
+// signal nothing sends PID 1 otherwise (runsc kill accepts only the classic
+// signals, not realtime ones); the agent listens again by itself
+// relistenAfter after a quiesce no checkpoint followed, and an agent
+// serving on an inherited socket (runc) ignores it.
+const SigRelisten = syscall.SIGSTKFLT
 
 // relistenAfter bounds how long the agent stays unreachable after a
 // quiesce: a daemon that died before its checkpoint must not leave it
@@ -40,19 +41,15 @@ func (s *server) watchHibernate(ctx context.Context) {
 		return // the daemon owns the socket; nothing to close or reopen
 	}
 	sigc := make(chan os.Signal, 4)
-	signal.Notify(sigc, SigQuiesce, SigRelisten)
+	signal.Notify(sigc, SigRelisten)
 	go func() {
 		defer signal.Stop(sigc)
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case sig := <-sigc:
-				if sig == SigQuiesce {
-					s.quiesce()
-				} else {
-					s.relisten()
-				}
+			case <-sigc:
+				s.relisten()
 			}
 		}
 	}()

@@ -25,12 +25,15 @@ var forwarded = []os.Signal{unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGUSR1
 
 // Main is the hidden verb "berth agent": it parses args (flags only),
 // takes on the duties of PID 1 when it is PID 1 (or --init says so) and
-// serves until SIGTERM. It returns the process's exit code.
+// serves. It returns the process's exit code.
 //
-// As PID 1 it becomes the child subreaper, reaps every zombie, forwards
+// As PID 1 it becomes the child subreaper, leads its own session, reaps
+// every zombie, and survives every signal the sandbox's own processes send
+// it: it is not stopped by signals at all (the daemon ends a sandbox from
+// the host, through its cgroup). Not as PID 1 (tests, tools) it forwards
 // SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 to all exec'd process
 // groups, and after a SIGTERM exits once they are gone or after the grace
-// period; the kernel then kills whatever is left in the sandbox.
+// period.
 func Main(args []string) int {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	socket := fs.String("socket", DefaultSocket, "unix socket to listen on")
@@ -63,18 +66,37 @@ func Main(args []string) int {
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("component", "agent")
 
+	// Out of reach of the code it runs: not dumpable, so no process of the
+	// sandbox may ptrace it or open its /proc/1/{mem,environ,fd,exe,...}
+	// (that needs CAP_SYS_PTRACE, which no sandbox has); the flag is per
+	// address space and execve resets it, so the agent's children are
+	// unaffected.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fmt.Fprintf(os.Stderr, "berth agent: PR_SET_DUMPABLE: %v\n", err)
+		return 1
+	}
 	// A closed daemon connection must be an error on write, not death.
 	signal.Ignore(unix.SIGPIPE)
 	if *init {
+		// Its own session and process group: no job-control signal
+		// aimed at a group of the workload's reaches it. (runc's init
+		// may already lead one: EPERM is fine.)
+		_, _ = unix.Setsid()
 		warmThreads(8)
-	}
-	if *init {
 		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 			log.Warn("cannot become child subreaper", "err", err)
 		}
 	}
 	sigc := make(chan os.Signal, 8)
-	signal.Notify(sigc, forwarded...)
+	if *init {
+		// Every catchable signal: the Go runtime's own default for many
+		// (SIGQUIT, SIGABRT, SIGTRAP, SIGSYS, ...) is to exit, and as
+		// PID 1 a signal with a handler is one the sandbox's processes
+		// can send. Relayed here, each is dropped below.
+		signal.Notify(sigc)
+	} else {
+		signal.Notify(sigc, forwarded...)
+	}
 	defer signal.Stop(sigc)
 
 	s, err := newServer(Config{Socket: *socket, ListenFD: *listenFD, Root: *root, Logger: log, MaxFileBytes: *maxFile, reap: *init})
@@ -97,6 +119,18 @@ func Main(args []string) int {
 			return 0
 		case sig := <-sigc:
 			us := sig.(unix.Signal)
+			if *init {
+				// Any process of the sandbox may send PID 1 a signal
+				// it has a handler for, and the daemon never signals
+				// the agent to stop it: it ends a sandbox through its
+				// cgroup. So a signal is never an order to shut down:
+				// it is dropped (SIGURG is the Go runtime's own
+				// preemption, SIGCHLD the reaper's business).
+				if us != unix.SIGURG && us != unix.SIGCHLD {
+					log.Debug("signal to PID 1 ignored", "signal", unix.SignalName(us))
+				}
+				continue
+			}
 			s.procs.signalAll(us)
 			stop := us == unix.SIGTERM || (!*init && us == unix.SIGINT)
 			log.Info("signal", "signal", unix.SignalName(us), "forwarded", true, "shutdown", stop)

@@ -86,6 +86,9 @@ const (
 	opWriteFile = "write_file"
 	opReadTar   = "read_tar"
 	opWriteTar  = "write_tar"
+	// opQuiesce closes the agent's own listening socket (gVisor) before a
+	// checkpoint; it listens again on SigRelisten after the restore.
+	opQuiesce = "quiesce"
 )
 
 // request is the JSON header line that opens every connection.

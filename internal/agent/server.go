@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -120,9 +122,16 @@ func newServer(cfg Config) (*server, error) {
 	}, nil
 }
 
-// inherited serves on a listening unix socket passed in as fd; its file
-// belongs to whoever bound it and stays when the agent exits.
+// inherited serves on a unix socket passed in as fd, bound by the daemon
+// (its file belongs to the daemon and stays when the agent exits). The
+// agent calls listen(2) on it itself, so that the credentials the kernel
+// reports to every connecting daemon (SO_PEERCRED) are the agent's, in the
+// sandbox's cgroup, rather than those of whoever bound it; listen on a
+// socket that already listens only sets its backlog.
 func inherited(fd int) (*net.UnixListener, error) {
+	if err := unix.Listen(fd, unix.SOMAXCONN); err != nil {
+		return nil, fmt.Errorf("fd %d: listen: %w", fd, err)
+	}
 	f := os.NewFile(uintptr(fd), "listener")
 	if f == nil {
 		return nil, fmt.Errorf("fd %d is not open", fd)
@@ -265,6 +274,16 @@ func (s *server) handle(ctx context.Context, c *net.UnixConn) {
 	switch req.Op {
 	case opPing:
 		err = cn.fw.sendJSON(frameResult, pingResult{Version: version(), PID: os.Getpid(), UptimeNS: int64(time.Since(s.start))})
+	case opQuiesce:
+		if s.cfg.ListenFD > 0 {
+			err = errdefs.Conflict("the agent serves on the daemon's socket; there is nothing to quiesce")
+			break
+		}
+		// Answer first: closing the listener does not end this
+		// connection, but the daemon waits for the socket file to go.
+		if err = cn.fw.send(frameEnd, nil); err == nil {
+			s.quiesce()
+		}
 	case opExec:
 		err = s.handleExec(ctx, cn)
 	case opStat:

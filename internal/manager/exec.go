@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/berth-sh/berth/api"
@@ -119,11 +120,29 @@ func (m *Manager) execIn(ctx context.Context, sb *sandbox.Sandbox, req *api.Exec
 	release := m.trackExec(sb.ID, cancel)
 	defer release()
 
+	// The timeout is the daemon's, not only the agent's: if the agent has
+	// not reported the end of the command shortly after it, the exec ends
+	// here (closing the connection, on which a working agent kills the
+	// process group) and an agent that does not answer is dealt with from
+	// the host.
+	var overdue atomic.Bool
+	begin := time.Now()
+	if areq.Timeout > 0 {
+		t := time.AfterFunc(areq.Timeout+execOverdue, func() { overdue.Store(true); cancel() })
+		defer t.Stop()
+	}
 	cg := m.paths(sb.ID).cgroup
 	oomBefore, _ := cgroups.OOMKills(cg)
 	exit, err := m.agentFor(sb.ID).Exec(ctx, areq, agent.ExecIO{
 		Stdin: stdin, Stdout: orDiscard(eio.Stdout), Stderr: orDiscard(eio.Stderr), Resize: eio.Resize,
 	})
+	if err != nil && overdue.Load() {
+		m.agentOverdue(sb.ID, "an exec")
+		m.eventAsync(&sandbox.Event{SandboxID: sb.ID, Type: "exec", Actor: actor, Cause: sandbox.CauseUser,
+			Outcome: "timeout", Message: fmt.Sprintf("%s timed out; the agent did not end it", req.Cmd[0])})
+		return api.ExecExit{Code: 128 + 9, Signal: "SIGKILL", TimedOut: true,
+			DurationMS: float64(time.Since(begin).Microseconds()) / 1000}, nil
+	}
 	if err != nil {
 		if cur, gerr := m.store.GetSandbox(context.WithoutCancel(ctx), sb.ID); gerr == nil && cur.State != sandbox.StateRunning {
 			return exit, errdefs.Conflict("sandbox %s is %s (%s); the command was stopped", sb.ID, cur.State, cur.Reason)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,7 +24,7 @@ import (
 // CRIU 3.17 (Debian 12) fails on this kernel.
 type Checkpointer interface {
 	Checkpoint(ctx context.Context, id, dir string) error
-	Restore(ctx context.Context, id, bundle, dir string) error
+	Restore(ctx context.Context, id, bundle, dir string, log *os.File) error
 }
 
 // initSignaller signals only a container's init process (the agent).
@@ -104,7 +105,6 @@ func (m *Manager) hibernateLocked(ctx context.Context, sb *sandbox.Sandbox, caus
 		return sandbox.ErrWrongState("hibernate", sb)
 	}
 	id := sb.ID
-	p := m.paths(id)
 	dir := m.checkpointDir(id)
 	wasPaused := sb.State == sandbox.StatePaused
 	// The agent must run to close its socket.
@@ -125,7 +125,7 @@ func (m *Manager) hibernateLocked(ctx context.Context, sb *sandbox.Sandbox, caus
 	}
 	// gVisor cannot save the agent's listening socket (it is bound on the
 	// host): have the agent close it, which removes the socket file.
-	if err := quiesceAgent(ctx, sig, id, p.socket); err != nil {
+	if err := m.quiesceAgent(ctx, id); err != nil {
 		_ = sig.SignalInit(ctx, id, agent.SigRelisten)
 		undo()
 		return fmt.Errorf("hibernate: %w", err)
@@ -181,10 +181,13 @@ func (m *Manager) hibernateLocked(ctx context.Context, sb *sandbox.Sandbox, caus
 
 // quiesceAgent asks the agent to close its listening socket and waits
 // until the socket file is gone.
-func quiesceAgent(ctx context.Context, sig initSignaller, id, socket string) error {
-	if err := sig.SignalInit(ctx, id, agent.SigQuiesce); err != nil {
-		return fmt.Errorf("signalling the agent: %w", err)
+func (m *Manager) quiesceAgent(ctx context.Context, id string) error {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := m.agentFor(id).Quiesce(qctx); err != nil {
+		return fmt.Errorf("asking the agent to close its socket: %w", err)
 	}
+	socket := filepath.Join(m.paths(id).run, agentSockName)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		if _, err := os.Lstat(socket); errors.Is(err, os.ErrNotExist) {
@@ -285,7 +288,25 @@ func (m *Manager) restoreHost(ctx context.Context, sb *sandbox.Sandbox, cp Check
 	if err := rt.Delete(ctx, id); err != nil {
 		return err
 	}
-	if err := cp.Restore(ctx, id, p.bundle, h.Dir); err != nil {
+	// The guest's socket dir as at the checkpoint (stopHost unmounted
+	// it), and a socket the daemon pins anew once the agent listens.
+	uid, gid := m.cfg.IDMap.HostRoot()
+	if err := mountRunTmpfs(p.run, uid, gid); err != nil {
+		return err
+	}
+	if err := m.resetAgentPin(id); err != nil {
+		return err
+	}
+	logw, err := m.openInitLog(id)
+	if err != nil {
+		return err
+	}
+	err = cp.Restore(ctx, id, p.bundle, h.Dir, logw)
+	logw.Close()
+	if err != nil {
+		if tail := strings.TrimSpace(m.initLogTail(id, 2048, 100*time.Millisecond)); tail != "" {
+			err = fmt.Errorf("%w: %s", err, tail)
+		}
 		return err
 	}
 	if data, err := os.ReadFile(filepath.Join(p.bundle, "init.pid")); err == nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -233,16 +232,17 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 		return err
 	}
 	upper, work := m.layerDirs(sb)
-	for _, d := range []string{p.dir, upper, work, p.rootfs, p.run} {
+	for _, d := range []string{p.dir, upper, work, p.rootfs} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return err
 		}
 	}
-	// Root of the sandbox and its agent's socket dir belong to sandbox root.
-	for _, d := range []string{upper, p.run} {
-		if err := os.Chown(d, uid, gid); err != nil {
-			return err
-		}
+	if err := os.MkdirAll(p.ctl, 0o700); err != nil {
+		return err
+	}
+	// Root of the sandbox belongs to sandbox root.
+	if err := os.Chown(upper, uid, gid); err != nil {
+		return err
 	}
 	if err := os.Chmod(upper, 0o755); err != nil {
 		return err
@@ -271,7 +271,6 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	}
 	mounts := []runtime.Mount{
 		{Source: m.cfg.AgentPath, Destination: agentBinary, ReadOnly: true},
-		{Source: p.run, Destination: "/.berth/run"},
 	}
 	if hostUsr {
 		mounts = append(mounts, runtime.Mount{Source: "/usr", Destination: "/usr", ReadOnly: true})
@@ -289,21 +288,33 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 		}
 		mounts = append(mounts, runtime.Mount{Source: rc, Destination: "/etc/resolv.conf", ReadOnly: true})
 	}
-	// Bind the agent's socket here and hand it to the agent: the daemon
-	// can connect at once, without polling for the agent to come up.
-	// Runtimes that cannot pass a host socket in (gVisor) let the agent
-	// create it.
+	// The agent's channel (agentchan.go). Where the runtime can hand init
+	// a descriptor, the daemon binds the agent's socket in its own ctl
+	// dir, never mounted into the sandbox, and passes it as fd 3; the
+	// agent listens on it. Runtimes that cannot (gVisor) get a tiny
+	// tmpfs at /.berth/run for the agent to bind its socket in, which
+	// the daemon pins at the first ping.
 	//
 	// The same runtimes hand the agent the sandbox's seccomp filter,
 	// compiled once per daemon, as fd 4: the agent installs it on all its
 	// threads before it reads a byte from anyone, so every process in the
 	// sandbox runs under it, and runc is spared compiling the profile with
 	// libseccomp on every start (about 20 ms of a ~50 ms `runc run` here).
+	if err := m.resetAgentPin(sb.ID); err != nil {
+		return err
+	}
 	args := []string{agentBinary, "agent", "--listen-fd", "3", "--seccomp-fd", "4"}
 	var extra []*os.File
 	seccompFD := 4
 	if _, noFDs := rt.(interface{ NoInheritedListeners() }); noFDs {
-		args = []string{agentBinary, "agent", "--socket", "/.berth/run/agent.sock"}
+		if err := os.Remove(p.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if err := mountRunTmpfs(p.run, uid, gid); err != nil {
+			return err
+		}
+		mounts = append(mounts, runtime.Mount{Source: p.run, Destination: "/.berth/run"})
+		args = []string{agentBinary, "agent", "--socket", "/.berth/run/" + agentSockName}
 		seccompFD = 0
 	} else {
 		lnFile, err := bindAgentSocket(p.socket)
@@ -313,6 +324,11 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 		defer lnFile.Close()
 		extra = []*os.File{lnFile}
 	}
+	logw, err := m.openInitLog(sb.ID)
+	if err != nil {
+		return err
+	}
+	defer logw.Close()
 	tStart := time.Now()
 	pid, err := rt.Start(ctx, &runtime.Spec{
 		ID:            sb.ID,
@@ -326,10 +342,14 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 		Resources:     sb.Spec.Resources,
 		IDMap:         m.cfg.IDMap,
 		CgroupsPath:   p.cgroup,
-		LogPath:       p.log,
+		Log:           logw,
 		InitSeccompFD: seccompFD,
 	})
+	logw.Close()
 	if err != nil {
+		if tail := strings.TrimSpace(m.initLogTail(sb.ID, 2048, 100*time.Millisecond)); tail != "" {
+			err = fmt.Errorf("%w: %s", err, tail)
+		}
 		return err
 	}
 	go reap(pid)
@@ -341,24 +361,6 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	err = m.waitReady(ctx, sb.ID)
 	m.log.Debug("provisioned", "sandbox", sb.ID, "runtime_start", tReady.Sub(tStart), "agent_ready", time.Since(tReady))
 	return err
-}
-
-// bindAgentSocket creates the listening socket the agent will serve on and
-// returns it as a file to pass to the sandbox.
-func bindAgentSocket(path string) (*os.File, error) {
-	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
-		return nil, err
-	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("agent socket: %w", err)
-	}
-	l.SetUnlinkOnClose(false)
-	defer l.Close()
-	if err := os.Chmod(path, 0o600); err != nil {
-		return nil, err
-	}
-	return l.File()
 }
 
 // agentBinary is where the berth binary appears inside every sandbox.
@@ -377,7 +379,7 @@ func (m *Manager) waitReady(ctx context.Context, id string) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			log := strings.TrimSpace(runtime.TailFile(m.paths(id).log, 1024))
+			log := strings.TrimSpace(m.initLogTail(id, 1024, 0))
 			return fmt.Errorf("agent did not become ready within %s: %w (init log: %q)", m.cfg.ReadyTimeout, err, log)
 		}
 		time.Sleep(delay)
@@ -455,6 +457,7 @@ func (m *Manager) destroyLocked(ctx context.Context, sb *sandbox.Sandbox, cause 
 	delete(m.activity, sb.ID)
 	delete(m.cpu, sb.ID)
 	m.mu.Unlock()
+	m.forgetChannel(sb.ID)
 	if sb.Reason != reason {
 		reason = sb.Reason
 	}
@@ -477,6 +480,9 @@ func (m *Manager) teardown(ctx context.Context, sb *sandbox.Sandbox) error {
 		return err
 	}
 	if err := os.RemoveAll(p.dir); err != nil {
+		return err
+	}
+	if err := os.Remove(m.resolvConfPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return nil

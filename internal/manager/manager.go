@@ -82,6 +82,8 @@ type Manager struct {
 
 	mu       sync.Mutex
 	agents   map[string]*agent.Client // by sandbox id
+	channels map[string]*agentChannel // by sandbox id (agentchan.go)
+	initLogs map[string]*initLog      // by sandbox id (agentchan.go)
 	cancels  map[string]context.CancelFunc
 	activity map[string]time.Time // latest activity not yet stored
 	cpu      map[string]cpuSample
@@ -92,6 +94,7 @@ type Manager struct {
 	// asyncEvents carries events recorded off the request path (exec).
 	asyncEvents  chan *sandbox.Event
 	flowsDropped atomic.Int64
+	agentRefused atomic.Uint64
 
 	snapTick     int // counts ticks; snapshots expire every few
 	poolStats    map[string]*poolStats
@@ -159,6 +162,11 @@ func New(cfg Config, st store.Store, images *image.Store, rts ...runtime.Runtime
 		return nil, err
 	}
 	uid, gid := cfg.IDMap.HostRoot()
+	agentCopy, err := openShare(cfg.DataDir, cfg.AgentPath)
+	if err != nil {
+		return nil, err
+	}
+	cfg.AgentPath = agentCopy
 	pool, err := volume.OpenPool(cfg.DataDir, cfg.PoolSize)
 	if err != nil {
 		return nil, fmt.Errorf("storage pool: %w", err)
@@ -172,6 +180,8 @@ func New(cfg Config, st store.Store, images *image.Store, rts ...runtime.Runtime
 		cfg: cfg, store: st, images: images, volumes: vols, pool: pool, log: cfg.Logger,
 		runtimes: runtimesByName(rts), defaultRuntime: rts[0].Name(),
 		agents:       map[string]*agent.Client{},
+		channels:     map[string]*agentChannel{},
+		initLogs:     map[string]*initLog{},
 		cancels:      map[string]context.CancelFunc{},
 		activity:     map[string]time.Time{},
 		poolStats:    map[string]*poolStats{},
@@ -222,7 +232,12 @@ func (m *Manager) now() time.Time { return m.cfg.Now().UTC() }
 
 // Paths of one sandbox's host resources.
 type paths struct {
-	dir, bundle, rootfs, run, socket, log string
+	dir, bundle, rootfs string
+	// ctl is root-only and never mounted into the sandbox: the agent's
+	// socket where the daemon binds it (socket), and the pin of the one
+	// the agent binds itself (pin). run is the tmpfs that gVisor agents
+	// bind their socket in, mounted into the sandbox at /.berth/run.
+	ctl, socket, pin, run string
 	// scratch holds the writable layer that does not persist (upper, work),
 	// in the storage pool so forks and snapshots can reflink it.
 	scratch, upper, work string
@@ -239,9 +254,10 @@ func (m *Manager) paths(id string) paths {
 		scratch: scratch,
 		upper:   filepath.Join(scratch, "upper"),
 		work:    filepath.Join(scratch, "work"),
+		ctl:     filepath.Join(dir, ctlDir),
+		socket:  filepath.Join(dir, ctlDir, agentSockName),
+		pin:     filepath.Join(dir, ctlDir, agentPinName),
 		run:     filepath.Join(dir, "run"),
-		socket:  filepath.Join(dir, "run", "agent.sock"),
-		log:     filepath.Join(dir, "init.log"),
 		cgroup:  "/" + m.cfg.Instance + "/" + id,
 	}
 }
@@ -254,7 +270,12 @@ func (m *Manager) agentFor(id string) *agent.Client {
 	defer m.mu.Unlock()
 	c, ok := m.agents[id]
 	if !ok {
-		c = agent.NewClient(m.paths(id).socket)
+		m.mu.Unlock()
+		c = m.newAgentClient(id)
+		m.mu.Lock()
+		if prev, ok := m.agents[id]; ok {
+			return prev
+		}
 		m.agents[id] = c
 	}
 	return c

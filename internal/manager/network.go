@@ -175,7 +175,7 @@ func (m *Manager) resolvConf(ctx context.Context, sb *sandbox.Sandbox) (string, 
 	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(m.paths(sb.ID).dir, "resolv.conf")
+	path := m.resolvConfPath(sb.ID)
 	return path, os.WriteFile(path, []byte(n.ResolvConf()), 0o644)
 }
 

@@ -53,6 +53,9 @@ func (m *Manager) Close() {
 	if n := m.netIfUp(); n != nil {
 		n.Close() // the bridge and rules stay for running sandboxes
 	}
+	if err := closeShare(m.cfg.DataDir); err != nil {
+		m.log.Warn("unmounting the share", "err", err)
+	}
 	sbMounts, _ := overlay.MountsUnder(filepath.Join(m.cfg.DataDir, "sandboxes"))
 	if err := m.pool.Close(len(sbMounts) > 0); err != nil {
 		m.log.Warn("unmounting the storage pool", "err", err)
@@ -260,7 +263,7 @@ func (m *Manager) tick(ctx context.Context) time.Time {
 					if sb.State != sandbox.StateRunning || m.alive(ctx, sb) {
 						return
 					}
-					reason := "sandbox exited unexpectedly: " + strings.TrimSpace(runtime.TailFile(m.paths(sb.ID).log, 256))
+					reason := "sandbox exited unexpectedly: " + strings.TrimSpace(m.initLogTail(sb.ID, 256, 50*time.Millisecond))
 					if sb.Spec.Persistent {
 						_ = m.stopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason)
 						return

@@ -26,9 +26,26 @@ func Mount(lowers []string, upper, work, target string) error {
 			return fmt.Errorf("overlay: lower path %q contains a separator", l)
 		}
 	}
+	// Every layer is named by a descriptor (/proc/self/fd/N), not by its
+	// path: the kernel shows the options as given in the mount table,
+	// which the sandbox can read (/proc/self/mountinfo), and host paths
+	// are none of its business. The descriptors only need to live until
+	// mount returns. It also keeps the options short for many layers.
+	dirs := append(append([]string(nil), lowers...), upper, work)
+	names := make([]string, len(dirs))
+	for i, d := range dirs {
+		fd, err := unix.Open(d, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("overlay: open %s: %w", d, err)
+		}
+		defer unix.Close(fd)
+		names[i] = fmt.Sprintf("/proc/self/fd/%d", fd)
+	}
+	n := len(lowers)
 	// redirect_dir and metacopy stay off: layers carry no such xattrs, and
 	// they would let an upper dir point at data outside itself.
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,redirect_dir=off,metacopy=off", strings.Join(lowers, ":"), upper, work)
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,redirect_dir=off,metacopy=off",
+		strings.Join(names[:n], ":"), names[n], names[n+1])
 	if len(opts) >= os.Getpagesize() {
 		return fmt.Errorf("overlay: %d layers make the mount options longer than a page", len(lowers))
 	}

@@ -110,13 +110,14 @@ func (rc *Runc) Start(ctx context.Context, s *Spec) (int, error) {
 	if err := os.WriteFile(filepath.Join(s.Bundle, "config.json"), data, 0o600); err != nil {
 		return 0, err
 	}
-	logf, err := os.OpenFile(s.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logf, err := logFile(s.Log)
 	if err != nil {
 		return 0, err
 	}
-	defer logf.Close()
+	if logf != s.Log {
+		defer logf.Close()
+	}
 	pidFile := filepath.Join(s.Bundle, "init.pid")
-	var out strings.Builder
 	_, err = rc.r.Run(ctx, s.ID, s.Bundle, &gorunc.CreateOpts{
 		IO:      fileIO{logf},
 		Detach:  true,
@@ -130,8 +131,8 @@ func (rc *Runc) Start(ctx context.Context, s *Spec) (int, error) {
 		ExtraFiles:   extra,
 	})
 	if err != nil {
-		out.WriteString(TailFile(s.LogPath, 2048))
-		return 0, fmt.Errorf("runc run %s: %w: %s", s.ID, err, strings.TrimSpace(out.String()))
+		// What runc printed went to s.Log, whose reader adds it.
+		return 0, fmt.Errorf("runc run %s: %w", s.ID, err)
 	}
 	pid, err := gorunc.ReadPidFile(pidFile)
 	if err != nil {
@@ -317,6 +318,14 @@ func notRunning(err error) bool {
 	s := err.Error()
 	return strings.Contains(s, "not running") || strings.Contains(s, "process already finished") ||
 		strings.Contains(s, "container not running")
+}
+
+// logFile returns f, or /dev/null open for writing when f is nil.
+func logFile(f *os.File) (*os.File, error) {
+	if f != nil {
+		return f, nil
+	}
+	return os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 }
 
 // TailFile returns up to n bytes from the end of a file, for error messages

@@ -18,7 +18,7 @@ func startSpec(t *testing.T) *Spec {
 	return &Spec{
 		ID: "seccomp-test", Bundle: filepath.Join(dir, "bundle"), Rootfs: filepath.Join(dir, "rootfs"),
 		Args: []string{"/bin/true"}, Resources: sandbox.DefaultResources,
-		IDMap: IDMap{HostUID: 100000000, HostGID: 100000000, Size: 65536}, LogPath: filepath.Join(dir, "log"),
+		IDMap: IDMap{HostUID: 100000000, HostGID: 100000000, Size: 65536},
 	}
 }
 

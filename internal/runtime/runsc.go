@@ -202,10 +202,6 @@ func runscNotRunning(err error) bool {
 		strings.Contains(s, "no such process")
 }
 
-// Annotations runsc's bundle carries for berth: where the container's
-// output goes, so that Restore can reattach it.
-const runscLogAnnotation = "sh.berth.runsc.log-path"
-
 // RunscSpec returns the OCI spec for s as runsc runs it: BuildSpec's
 // document with the fields gVisor handles differently adjusted.
 //
@@ -244,10 +240,6 @@ func RunscSpec(s *Spec) (*specs.Spec, error) {
 		lim := RunscHostPids(*p.Limit)
 		spec.Linux.Resources.Pids = &specs.LinuxPids{Limit: &lim}
 	}
-	if spec.Annotations == nil {
-		spec.Annotations = map[string]string{}
-	}
-	spec.Annotations[runscLogAnnotation] = s.LogPath
 	return spec, nil
 }
 
@@ -274,7 +266,7 @@ func writeRunscBundle(s *Spec) error {
 
 // Start implements Runtime. It writes config.json into the bundle, then
 // runs `runsc create` and `runsc start`; the container's output goes to
-// s.LogPath. The pid returned is the sandbox (Sentry) process on the host.
+// s.Log. The pid returned is the sandbox (Sentry) process on the host.
 // A failed Start leaves no runsc state and no cgroup behind (runsc itself
 // leaves the container's cgroup when create fails).
 func (r *Runsc) Start(ctx context.Context, s *Spec) (int, error) {
@@ -295,7 +287,7 @@ func (r *Runsc) Start(ctx context.Context, s *Spec) (int, error) {
 	}
 	pidFile := filepath.Join(s.Bundle, "init.pid")
 	_ = os.Remove(pidFile)
-	err := r.detached(ctx, s.Bundle, s.LogPath, "create", "--bundle", s.Bundle, "--pid-file", pidFile, s.ID)
+	err := r.detached(ctx, s.Bundle, s.Log, "create", "--bundle", s.Bundle, "--pid-file", pidFile, s.ID)
 	if err == nil {
 		_, err = r.run(ctx, "start", s.ID)
 	}
@@ -321,13 +313,15 @@ func (r *Runsc) cleanupFailed(ctx context.Context, id, cgroupsPath string) {
 func runscLogDir(bundle string) string { return filepath.Join(bundle, "runsc-log") + "/" }
 
 // detached runs a runsc command that leaves a sandbox behind (create,
-// restore --detach) with the container's stdio on the log file.
-func (r *Runsc) detached(ctx context.Context, bundle, logPath string, args ...string) error {
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+// restore --detach) with the container's stdio on log (nil: /dev/null).
+func (r *Runsc) detached(ctx context.Context, bundle string, log *os.File, args ...string) error {
+	logf, err := logFile(log)
 	if err != nil {
 		return err
 	}
-	defer logf.Close()
+	if logf != log {
+		defer logf.Close()
+	}
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		return err
@@ -343,21 +337,17 @@ func (r *Runsc) detached(ctx context.Context, bundle, logPath string, args ...st
 	}
 	cmd := r.commandWith(ctx, global, args...)
 	// The sandbox inherits these as the container's stdio. runsc's own
-	// messages go to stderr too; they are collected from the log's tail.
+	// messages go to stderr too, which the log's reader keeps.
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, logf, logf
 	// Pdeathsig would kill the sandbox with the daemon: it outlives us.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	st, _ := logf.Stat()
 	start := time.Now()
 	if err := cmd.Run(); err != nil {
 		msg := ""
-		if st != nil {
-			msg = strings.TrimSpace(runscTailFrom(logPath, st.Size(), 2048))
-		}
 		if f := runscFatals(logDir, start); f != "" {
-			msg += " (" + f + ")"
+			msg = " (" + f + ")"
 		}
-		return fmt.Errorf("runsc %s %s: %w: %s", args[0], args[len(args)-1], err, msg)
+		return fmt.Errorf("runsc %s %s: %w%s", args[0], args[len(args)-1], err, msg)
 	}
 	return nil
 }
@@ -391,19 +381,6 @@ func runscFatals(dir string, since time.Time) string {
 		}
 	}
 	return strings.Join(out, "; ")
-}
-
-// runscTailFrom returns what a file gained after offset off, at most n bytes.
-func runscTailFrom(path string, off, n int64) string {
-	data, err := os.ReadFile(path)
-	if err != nil || int64(len(data)) < off {
-		return ""
-	}
-	data = data[off:]
-	if int64(len(data)) > n {
-		data = data[int64(len(data))-n:]
-	}
-	return string(data)
 }
 
 func runscReadPid(path string) (int, error) {
@@ -609,8 +586,8 @@ func (r *Runsc) Checkpoint(ctx context.Context, id, dir string) error {
 
 // Restore starts the container id again from the image Checkpoint wrote
 // into dir, with the bundle (config.json and root filesystem) it had. The
-// container's output goes to the log file it had at Start.
-func (r *Runsc) Restore(ctx context.Context, id, bundle, dir string) error {
+// container's output goes to log.
+func (r *Runsc) Restore(ctx context.Context, id, bundle, dir string, log *os.File) error {
 	if _, err := os.Stat(filepath.Join(dir, "checkpoint.img")); err != nil {
 		if _, err2 := os.Stat(dir); err2 != nil {
 			return fmt.Errorf("runsc restore %s: no checkpoint in %s: %w", id, dir, errdefs.ErrNotFound)
@@ -623,13 +600,13 @@ func (r *Runsc) Restore(ctx context.Context, id, bundle, dir string) error {
 		return fmt.Errorf("runsc restore: container id %q and existing %q are prefixes of one another: %w",
 			id, other, errdefs.ErrConflict)
 	}
-	logPath, cgroupsPath, err := runscBundleInfo(bundle)
+	cgroupsPath, err := runscBundleCgroup(bundle)
 	if err != nil {
 		return err
 	}
 	pidFile := filepath.Join(bundle, "init.pid")
 	_ = os.Remove(pidFile)
-	if err := r.detached(ctx, bundle, logPath, "restore", "--detach", "--bundle", bundle, "--image-path", dir,
+	if err := r.detached(ctx, bundle, log, "restore", "--detach", "--bundle", bundle, "--image-path", dir,
 		"--pid-file", pidFile, id); err != nil {
 		r.cleanupFailed(ctx, id, cgroupsPath)
 		return err
@@ -637,25 +614,20 @@ func (r *Runsc) Restore(ctx context.Context, id, bundle, dir string) error {
 	return nil
 }
 
-// runscBundleInfo returns the log path and cgroup a bundle's config.json
-// records.
-func runscBundleInfo(bundle string) (logPath, cgroupsPath string, err error) {
+// runscBundleCgroup returns the cgroup a bundle's config.json records.
+func runscBundleCgroup(bundle string) (string, error) {
 	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
 	if err != nil {
-		return "", "", fmt.Errorf("runsc: bundle %s: %w", bundle, err)
+		return "", fmt.Errorf("runsc: bundle %s: %w", bundle, err)
 	}
 	var spec specs.Spec
 	if err := json.Unmarshal(data, &spec); err != nil {
-		return "", "", fmt.Errorf("runsc: bundle %s: %w", bundle, err)
-	}
-	logPath = spec.Annotations[runscLogAnnotation]
-	if logPath == "" {
-		logPath = os.DevNull
+		return "", fmt.Errorf("runsc: bundle %s: %w", bundle, err)
 	}
 	if spec.Linux != nil {
-		cgroupsPath = spec.Linux.CgroupsPath
+		return spec.Linux.CgroupsPath, nil
 	}
-	return logPath, cgroupsPath, nil
+	return "", nil
 }
 
 // Isolation implements Runtime.

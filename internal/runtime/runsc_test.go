@@ -149,8 +149,19 @@ func runscTestSpec(t *testing.T, id, script string) *Spec {
 		Resources:   sandbox.Resources{CPUs: 1, MemoryBytes: 256 << 20, Pids: 64},
 		IDMap:       idmap,
 		CgroupsPath: fmt.Sprintf("/berth-runsc-test-%d/%s", os.Getpid(), id),
-		LogPath:     filepath.Join(dir, "init.log"),
+		Log:         testLog(t, filepath.Join(dir, "init.log")),
 	}
+}
+
+// testLog opens a host file as a container's log, for tests that read what
+// it printed (the daemon hands containers a pipe instead).
+func testLog(t *testing.T, path string) *os.File {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
 }
 
 // runscCounterScript counts in a shell variable (state held only in memory),
@@ -290,7 +301,6 @@ func TestRunscSpecAdjustments(t *testing.T) {
 		ID: "t", Bundle: "/b", Rootfs: "/r", Hostname: "h", Args: []string{"/init"},
 		Resources: sandbox.Resources{CPUs: 0.5, MemoryBytes: 256 << 20, Pids: 64},
 		IDMap:     IDMap{HostUID: 100000000, HostGID: 100000000, Size: 65536},
-		LogPath:   "/l/init.log",
 	}
 	spec, err := RunscSpec(s)
 	if err != nil {
@@ -304,9 +314,6 @@ func TestRunscSpecAdjustments(t *testing.T) {
 	}
 	if got := *spec.Linux.Resources.Pids.Limit; got != RunscHostPids(s.Resources.Pids) || got <= s.Resources.Pids {
 		t.Errorf("host pids limit %d for %d sandbox processes", got, s.Resources.Pids)
-	}
-	if spec.Annotations[runscLogAnnotation] != s.LogPath {
-		t.Errorf("log annotation %q", spec.Annotations[runscLogAnnotation])
 	}
 	// The runc spec is unchanged by it.
 	if rs, _ := BuildSpec(s); rs.Linux.Seccomp == nil {
@@ -363,7 +370,7 @@ func TestRunscLifecycle(t *testing.T) {
 	if st.Status != StatusRunning || st.ID != s.ID || st.Bundle != s.Bundle {
 		t.Errorf("state %+v", st)
 	}
-	runscWaitCount(t, s.LogPath, 2)
+	runscWaitCount(t, s.Log.Name(), 2)
 
 	// The sandbox's host processes (Sentry, gofer) live in the sandbox's
 	// cgroup, under its limits.
@@ -380,10 +387,10 @@ func TestRunscLifecycle(t *testing.T) {
 
 	// The sandbox's root is mapped, not host root: inside it is uid 0, and
 	// the file it wrote on the bind mount belongs to the mapped id.
-	if data, _ := os.ReadFile(filepath.Join(filepath.Dir(s.LogPath), "work", "id")); !strings.Contains(string(data), "uid=0") {
+	if data, _ := os.ReadFile(filepath.Join(filepath.Dir(s.Log.Name()), "work", "id")); !strings.Contains(string(data), "uid=0") {
 		t.Errorf("id inside the sandbox: %q", data)
 	}
-	if fi, err := os.Stat(filepath.Join(filepath.Dir(s.LogPath), "work", "file")); err != nil {
+	if fi, err := os.Stat(filepath.Join(filepath.Dir(s.Log.Name()), "work", "file")); err != nil {
 		t.Errorf("file written through the bind mount: %v", err)
 	} else if sys := fi.Sys().(*syscall.Stat_t); sys.Uid != s.IDMap.HostUID {
 		t.Logf("file the sandbox created is owned by host uid %d (mapped root is %d)", sys.Uid, s.IDMap.HostUID)
@@ -402,9 +409,9 @@ func TestRunscLifecycle(t *testing.T) {
 		t.Errorf("after Pause: %+v", st)
 	}
 	time.Sleep(300 * time.Millisecond)
-	frozen := runscLastCount(t, s.LogPath)
+	frozen := runscLastCount(t, s.Log.Name())
 	time.Sleep(700 * time.Millisecond)
-	if c := runscLastCount(t, s.LogPath); c != frozen {
+	if c := runscLastCount(t, s.Log.Name()); c != frozen {
 		t.Errorf("counter moved while paused: %d -> %d", frozen, c)
 	}
 	if err := r.Resume(ctx, s.ID); err != nil {
@@ -413,7 +420,7 @@ func TestRunscLifecycle(t *testing.T) {
 	if st, _ := r.State(ctx, s.ID); st.Status != StatusRunning {
 		t.Errorf("after Resume: %+v", st)
 	}
-	runscWaitCount(t, s.LogPath, frozen)
+	runscWaitCount(t, s.Log.Name(), frozen)
 
 	// Kill ends init: the container stops.
 	if err := r.Kill(ctx, s.ID, syscall.SIGKILL); err != nil {
@@ -526,7 +533,7 @@ func TestRunscDeleteRunning(t *testing.T) {
 	if _, err := r.Start(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	runscWaitCount(t, s.LogPath, 1)
+	runscWaitCount(t, s.Log.Name(), 1)
 	if err := r.Delete(ctx, s.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -540,29 +547,29 @@ func TestRunscCheckpointRestore(t *testing.T) {
 	if _, err := r.Start(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	runscWaitCount(t, s.LogPath, 5)
+	runscWaitCount(t, s.Log.Name(), 5)
 	img := filepath.Join(t.TempDir(), "image")
 	if err := r.Checkpoint(ctx, s.ID, img); err != nil {
 		t.Fatal(err)
 	}
-	before := runscLastCount(t, s.LogPath)
+	before := runscLastCount(t, s.Log.Name())
 	if _, err := r.State(ctx, s.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("State after Checkpoint = %v, want not found (compute released)", err)
 	}
 	time.Sleep(500 * time.Millisecond)
-	if c := runscLastCount(t, s.LogPath); c != before {
+	if c := runscLastCount(t, s.Log.Name()); c != before {
 		t.Errorf("counter moved after checkpoint: %d -> %d", before, c)
 	}
-	if err := r.Restore(ctx, s.ID, s.Bundle, img); err != nil {
+	if err := r.Restore(ctx, s.ID, s.Bundle, img, s.Log); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := r.State(ctx, s.ID); err != nil || st.Status != StatusRunning {
 		t.Errorf("State after Restore = %+v, %v", st, err)
 	}
-	runscWaitCount(t, s.LogPath, before+3)
+	runscWaitCount(t, s.Log.Name(), before+3)
 	// The values after the restore continue from where the counter was:
 	// no restart from 1, no gap.
-	c := runscCounts(t, s.LogPath)
+	c := runscCounts(t, s.Log.Name())
 	for i := 1; i < len(c); i++ {
 		if c[i] != c[i-1]+1 {
 			t.Fatalf("counter did not continue: ... %v", c[max(0, i-3):min(len(c), i+3)])
@@ -588,7 +595,7 @@ func TestRunscAgent(t *testing.T) {
 	}
 	ctx := context.Background()
 	s := runscTestSpec(t, fmt.Sprintf("agent-%d", os.Getpid()), "")
-	run := filepath.Join(filepath.Dir(s.LogPath), "work")
+	run := filepath.Join(filepath.Dir(s.Log.Name()), "work")
 	if err := os.MkdirAll(filepath.Join(s.Rootfs, ".berth"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -611,7 +618,7 @@ func TestRunscAgent(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(s.LogPath)
+			log, _ := os.ReadFile(s.Log.Name())
 			t.Fatalf("agent not reachable: %v; log:\n%s", err, log)
 		}
 		time.Sleep(50 * time.Millisecond)

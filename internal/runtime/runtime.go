@@ -47,7 +47,11 @@ type Spec struct {
 	Resources   sandbox.Resources
 	IDMap       IDMap
 	CgroupsPath string // e.g. /berth-<instance>/<id>
-	LogPath     string // where init's stdout and stderr go
+	// Log receives init's stdout and stderr (and the runtime's own
+	// messages while it starts the container): the write end of a pipe
+	// the daemon drains into a bounded buffer, never a host file a
+	// sandbox could grow or see the path of. nil is /dev/null.
+	Log *os.File
 	// ExtraFiles are passed to init as fds 3, 4, ...
 	ExtraFiles []*os.File
 	// InitSeccompFD, when positive, says the init process (berth's agent,

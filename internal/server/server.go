@@ -52,6 +52,9 @@ type Server struct {
 // New returns the API server for m.
 func New(m *manager.Manager, authn *auth.Authenticator, log *slog.Logger) *Server {
 	s := &Server{m: m, authn: authn, log: log, mux: http.NewServeMux(), metrics: newMetrics()}
+	if m != nil {
+		s.metrics.watchManager(m)
+	}
 	s.routes()
 	return s
 }
@@ -677,6 +680,14 @@ func newMetrics() *metrics {
 	m.reg.MustRegister(m.requests, m.latency, m.created, m.deleted, m.execs, m.execDur,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// watchManager adds the measures the manager keeps itself.
+func (m *metrics) watchManager(mgr *manager.Manager) {
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "berth_agent_channel_refused_total",
+		Help: "Connections to sandbox agents the daemon refused for who was listening (a replaced, redirected or impostor socket).",
+	}, func() float64 { return float64(mgr.AgentRefusals()) }))
 }
 
 func (m *metrics) observe(r *http.Request, status int, d time.Duration) {
