@@ -168,8 +168,9 @@ type Sandbox struct {
 	IPv6        string   `json:"ipv6,omitempty"`
 	Allow       []string `json:"allow,omitempty"`
 	PublicPorts []int    `json:"public_ports,omitempty"`
-	// LeaseToken, returned by create only, is a bearer credential that acts
-	// on this sandbox alone (exec, files, ports, lifecycle) and dies with it.
+	// LeaseToken, returned by create only, is a bearer credential for this
+	// sandbox alone, by id, that dies with it: exec, files (export
+	// included), ports, reading the sandbox and its events, and touch.
 	LeaseToken string `json:"lease_token,omitempty"`
 }
 

@@ -1,8 +1,9 @@
 // Package auth authenticates API callers. It is the single seam through
 // which every request's identity flows: callers on the root-only unix
 // socket are the host's administrator; callers over TCP present a bearer
-// API key, of which only a SHA-256 hash is stored. Tenancy and scopes grow
-// here without touching handlers.
+// API key, of which only a SHA-256 hash is stored, or a sandbox's lease
+// token. Authorize decides, from a route's Rule alone, whether a principal
+// may call it. Tenancy and roles grow here without touching handlers.
 package auth
 
 import (
@@ -35,10 +36,7 @@ type Principal struct {
 }
 
 // Admin is the principal of the local unix socket.
-var Admin = Principal{Actor: "local", Scopes: []string{"admin"}}
-
-// ScopeAdmin grants everything.
-const ScopeAdmin = "admin"
+var Admin = Principal{Actor: "local", Scopes: []string{string(ScopeAdmin)}}
 
 // KeyPrefix starts every berth API key, so leaked keys are recognisable.
 const KeyPrefix = "berth_"
@@ -96,7 +94,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, key string) (Principal
 		if !ok {
 			return Principal{}, errdefs.Unauthenticated("invalid lease token")
 		}
-		return Principal{Actor: "lease:" + id, Sandbox: id, Scopes: []string{"sandbox"}}, nil
+		return Principal{Actor: "lease:" + id, Sandbox: id}, nil
 	}
 	if !strings.HasPrefix(key, KeyPrefix) || len(key) > 128 {
 		return Principal{}, errdefs.Unauthenticated("invalid API key")
@@ -130,7 +128,7 @@ func Bootstrap(ctx context.Context, st store.Store, dataDir string, now time.Tim
 		return false, fmt.Errorf("writing admin key: %w", err)
 	}
 	if err := st.CreateAPIKey(ctx, &store.APIKey{
-		ID: id, Name: "bootstrap-admin", Hash: Hash(key), Scopes: []string{ScopeAdmin}, CreatedAt: now,
+		ID: id, Name: "bootstrap-admin", Hash: Hash(key), Scopes: []string{string(ScopeAdmin)}, CreatedAt: now,
 	}); err != nil {
 		os.Remove(path)
 		return false, err

@@ -19,7 +19,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/auth"
@@ -47,80 +46,27 @@ type Server struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 	metrics *metrics
+	// table is the mounted route table; hostRoute its host-routed proxy.
+	table     []Route
+	hostRoute Route
+	// lookup resolves a sandbox for authorization (the manager's Get).
+	lookup func(context.Context, string) (*sandbox.Sandbox, error)
 }
 
 // New returns the API server for m.
 func New(m *manager.Manager, authn *auth.Authenticator, log *slog.Logger) *Server {
-	s := &Server{m: m, authn: authn, log: log, mux: http.NewServeMux(), metrics: newMetrics()}
+	s := &Server{m: m, authn: authn, log: log, metrics: newMetrics(), lookup: m.Get}
 	if m != nil {
 		s.metrics.watchManager(m)
 	}
-	s.routes()
+	s.mount(s.routeTable())
 	return s
 }
 
-func (s *Server) routes() {
-	h := s.mux.HandleFunc
-	h("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
-	h("GET /v1/version", s.version)
-	h("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(api.OpenAPI)
-	})
-	h("POST /v1/sandboxes", s.createSandbox)
-	h("GET /v1/sandboxes", s.listSandboxes)
-	h("GET /v1/sandboxes/{id}", s.getSandbox)
-	h("DELETE /v1/sandboxes/{id}", s.deleteSandbox)
-	h("GET /v1/sandboxes/{id}/events", s.events)
-	h("POST /v1/sandboxes/{id}/exec", s.exec)
-	h("GET /v1/sandboxes/{id}/exec/ws", s.execWS)
-	h("GET /v1/sandboxes/{id}/files", s.readFiles)
-	h("PUT /v1/sandboxes/{id}/files", s.writeFiles)
-	h("DELETE /v1/sandboxes/{id}/files", s.removeFile)
-	h("GET /v1/sandboxes/{id}/files/stat", s.statFile)
-	h("GET /v1/sandboxes/{id}/files/list", s.listFiles)
-	h("POST /v1/sandboxes/{id}/files/mkdir", s.mkdir)
-	for _, op := range []string{"pause", "resume", "stop", "start", "reset", "quarantine", "release", "touch"} {
-		h("POST /v1/sandboxes/{id}/"+op, s.lifecycle(op))
-	}
-	h("GET /v1/sandboxes/{id}/diff", s.diff)
-	h("POST /v1/sandboxes/{id}/fork", s.fork)
-	h("POST /v1/sandboxes/{id}/snapshots", s.createSnapshot)
-	h("GET /v1/sandboxes/{id}/snapshots", s.listSnapshots)
-	h("GET /v1/snapshots", s.listSnapshots)
-	h("GET /v1/snapshots/{id}", s.getSnapshot)
-	h("DELETE /v1/snapshots/{id}", s.deleteSnapshot)
-	h("POST /v1/snapshots/{id}/restore", s.restoreSnapshot)
-	h("POST /v1/sandboxes/{id}/export", s.export)
-	h("POST /v1/copy", s.copy)
-	h("PUT /v1/templates/{name}/pool", s.setPool)
-	h("GET /v1/templates/{name}/pool", s.getPool)
-	h("GET /v1/pools", s.listPools)
-	h("POST /v1/apply", s.apply)
-	h("POST /v1/volumes", s.createVolume)
-	h("GET /v1/volumes", s.listVolumes)
-	h("GET /v1/volumes/{name}", s.getVolume)
-	h("DELETE /v1/volumes/{name}", s.deleteVolume)
-	h("POST /v1/run", s.run)
-	h("GET /v1/templates", s.listTemplates)
-	h("GET /v1/templates/{name}", s.getTemplate)
-	h("DELETE /v1/templates/{name}", s.deleteTemplate)
-	h("POST /v1/templates/import", s.importTemplate)
-	h("PUT /v1/templates/{name}/archive", s.uploadTemplate)
-	h("POST /v1/templates/build", s.buildTemplate)
-	h("GET /v1/doctor", s.doctor)
-	h("POST /v1/doctor/fix", s.doctor)
-	s.networkRoutes()
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, errdefs.NotFound("no route %s %s", r.Method, r.URL.Path))
-	})
-	s.hibernateRoutes()
-}
-
 // Handler returns the handler for one listener. On the local unix socket
-// (trusted) callers are the host administrator; elsewhere every request
-// but /healthz needs a bearer API key.
+// (trusted) callers are the host administrator; elsewhere each route's
+// guard authenticates and authorizes the request after the mux (or the
+// host name, for {port}-{id}.{domain}) has chosen its route.
 func (s *Server) Handler(trusted bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -137,37 +83,18 @@ func (s *Server) Handler(trusted bool) http.Handler {
 			}
 			s.metrics.observe(r, sw.status, time.Since(start))
 		}()
-		p := auth.Admin
-		if _, _, ok := s.hostTarget(r); ok {
+		r = r.WithContext(context.WithValue(r.Context(), trustedKey{}, trusted))
+		if id, port, ok := s.hostTarget(r); ok {
 			// {port}-{id}.{domain}: the whole request goes to the sandbox.
-			if !trusted && !s.publicPort(r) {
-				key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-				lp, err := s.authn.Authenticate(r.Context(), strings.TrimSpace(key))
-				if err == nil {
-					err = s.leaseAllows(r, lp)
-				}
-				if err != nil {
-					writeError(sw, err)
-					return
-				}
-			}
-			id, port, _ := s.hostTarget(r)
-			s.proxy(sw, r, id, strconv.Itoa(port), r.URL.Path)
+			// The host name is parsed once, into the path values the
+			// guard and the proxy both read.
+			r.Pattern = s.hostRoute.Pattern
+			r.SetPathValue("id", id)
+			r.SetPathValue("port", strconv.Itoa(port))
+			s.guard(s.hostRoute).ServeHTTP(sw, r)
 			return
 		}
-		if !trusted && r.URL.Path != "/healthz" && !s.publicPort(r) {
-			key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			var err error
-			if p, err = s.authn.Authenticate(r.Context(), strings.TrimSpace(key)); err != nil {
-				writeError(sw, err)
-				return
-			}
-			if err := s.leaseAllows(r, p); err != nil {
-				writeError(sw, err)
-				return
-			}
-		}
-		s.mux.ServeHTTP(sw, r.WithContext(auth.With(r.Context(), p)))
+		s.mux.ServeHTTP(sw, r)
 	})
 }
 

@@ -1,0 +1,105 @@
+package auth
+
+import (
+	"slices"
+
+	"github.com/berth-sh/berth/internal/errdefs"
+)
+
+// Scope names what a credential may do. An API key carries a list of
+// scopes; ScopeAdmin implies every other. Lease tokens carry none: what a
+// lease may call is fixed per route (Rule.Lease), on its own sandbox only.
+type Scope string
+
+// The scopes of the API. Each route needs exactly the scopes its Rule
+// lists.
+const (
+	// ScopeSandboxesRead reads sandboxes and their events, rules, flows,
+	// diffs, snapshots, volumes, templates and pools.
+	ScopeSandboxesRead Scope = "sandboxes:read"
+	// ScopeSandboxesWrite creates, deletes and changes the lifecycle of
+	// sandboxes and the objects made from them (forks, snapshots,
+	// volumes).
+	ScopeSandboxesWrite Scope = "sandboxes:write"
+	// ScopeExec runs commands in a sandbox.
+	ScopeExec Scope = "exec"
+	// ScopeFiles reads and writes a sandbox's files (export and copy
+	// included).
+	ScopeFiles Scope = "files"
+	// ScopePorts reaches a sandbox's ports through the proxy.
+	ScopePorts Scope = "ports"
+	// ScopeNetwork sets the containment of a sandbox: its egress rules,
+	// its quarantine and release.
+	ScopeNetwork Scope = "network"
+	// ScopeAdmin is the host operator's: templates, pools, apply,
+	// doctor, metrics, and every other scope.
+	ScopeAdmin Scope = "admin"
+)
+
+// Scopes lists every scope, for documentation and tests.
+var Scopes = []Scope{ScopeSandboxesRead, ScopeSandboxesWrite, ScopeExec, ScopeFiles, ScopePorts,
+	ScopeNetwork, ScopeAdmin}
+
+// Rule is what a route requires of its caller. The zero Rule is invalid:
+// a route is either Public or names the scopes it needs, so a route
+// registered without a decision cannot serve.
+type Rule struct {
+	// Public routes need no credential (the health check).
+	Public bool
+	// Scopes an API key needs, all of them (ScopeAdmin has all).
+	Scopes []Scope
+	// Lease lets a lease token call the route, on the sandbox named by
+	// the route's {id} path value when that is the token's own sandbox.
+	// Only routes under /v1/sandboxes/{id} may set it.
+	Lease bool
+}
+
+// Valid reports whether r states a requirement.
+func (r Rule) Valid() bool {
+	for _, s := range r.Scopes {
+		if !slices.Contains(Scopes, s) {
+			return false
+		}
+	}
+	return r.Public != (len(r.Scopes) > 0) && !(r.Public && r.Lease)
+}
+
+// Has reports whether p holds scope s.
+func (p Principal) Has(s Scope) bool {
+	return slices.Contains(p.Scopes, string(ScopeAdmin)) || slices.Contains(p.Scopes, string(s))
+}
+
+// IsLease reports whether p is a sandbox's lease token.
+func (p Principal) IsLease() bool { return p.Sandbox != "" }
+
+// Anonymous is the principal of a request that presented no credential
+// and reached a route that needs none (the health check, a public port).
+var Anonymous = Principal{Actor: "anonymous"}
+
+// Authorize decides whether p may call a route with rule, where sandbox
+// is the route's decoded {id} path value ("" if it has none). It never
+// looks at the request itself: the router's match is the only input.
+// A lease token also needs its sandbox to be live, which the caller
+// checks against the store.
+func Authorize(p Principal, rule Rule, sandbox string) error {
+	switch {
+	case !rule.Valid():
+		return errdefs.Permission("this route has no access rule")
+	case rule.Public:
+		return nil
+	case p.IsLease():
+		if !rule.Lease {
+			return errdefs.Permission("a lease token cannot call this route")
+		}
+		if sandbox == "" || sandbox != p.Sandbox {
+			return errdefs.Permission("a lease token acts on its own sandbox only, by its id")
+		}
+		return nil
+	}
+	for _, s := range rule.Scopes {
+		if !p.Has(s) {
+			return errdefs.Permission("the credential lacks the %q scope", s)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,254 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/auth"
+	"github.com/berth-sh/berth/internal/errdefs"
+)
+
+// Route is one entry of the API's route table: a ServeMux pattern and
+// who may call it. Every handler is mounted through guard, which decides
+// from the route and the path values the mux matched, never from the URL.
+type Route struct {
+	// Pattern is the ServeMux pattern ("GET /v1/sandboxes/{id}"; the port
+	// proxy's patterns have no method). HostPortPattern is the host-routed
+	// port proxy, dispatched before the mux.
+	Pattern string
+	Rule    auth.Rule
+	// PublicPort marks the port proxy: when the {id} sandbox lists the
+	// {port} path value among its public ports, no credential is needed.
+	PublicPort bool
+	h          http.Handler
+}
+
+// HostPortPattern is the pattern of the host-routed port proxy,
+// {port}-{id}.{domain}: every request to such a host name goes to that
+// sandbox port, whatever its path.
+const HostPortPattern = "{port}-{id}.{domain}"
+
+var public = auth.Rule{Public: true}
+
+// need is a route API keys with all of scopes may call; leases may not.
+func need(scopes ...auth.Scope) auth.Rule { return auth.Rule{Scopes: scopes} }
+
+// lease is need, and the sandbox's own lease token may call it too.
+func lease(scopes ...auth.Scope) auth.Rule { return auth.Rule{Scopes: scopes, Lease: true} }
+
+const (
+	read  = auth.ScopeSandboxesRead
+	write = auth.ScopeSandboxesWrite
+	admin = auth.ScopeAdmin
+)
+
+// routeTable is the whole API: every route with its rule, in one place.
+// What a lease token may do is the routes marked lease: exec, files, the
+// port proxy, reading its sandbox and events, and touch.
+func (s *Server) routeTable() []Route {
+	hf := func(f http.HandlerFunc) http.Handler { return f }
+	rt := []Route{
+		{Pattern: "GET /healthz", Rule: public, h: hf(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })},
+		{Pattern: "GET /v1/version", Rule: need(read), h: hf(s.version)},
+		{Pattern: "GET /v1/openapi.json", Rule: need(read), h: hf(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(api.OpenAPI)
+		})},
+		{Pattern: "GET /metrics", Rule: need(admin), h: promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})},
+
+		{Pattern: "POST /v1/sandboxes", Rule: need(write), h: hf(s.createSandbox)},
+		{Pattern: "GET /v1/sandboxes", Rule: need(read), h: hf(s.listSandboxes)},
+		{Pattern: "GET /v1/sandboxes/{id}", Rule: lease(read), h: hf(s.getSandbox)},
+		{Pattern: "DELETE /v1/sandboxes/{id}", Rule: need(write), h: hf(s.deleteSandbox)},
+		{Pattern: "GET /v1/sandboxes/{id}/events", Rule: lease(read), h: hf(s.events)},
+		{Pattern: "POST /v1/run", Rule: need(write, auth.ScopeExec), h: hf(s.run)},
+
+		{Pattern: "POST /v1/sandboxes/{id}/exec", Rule: lease(auth.ScopeExec), h: hf(s.exec)},
+		{Pattern: "GET /v1/sandboxes/{id}/exec/ws", Rule: lease(auth.ScopeExec), h: hf(s.execWS)},
+
+		{Pattern: "GET /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), h: hf(s.readFiles)},
+		{Pattern: "PUT /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), h: hf(s.writeFiles)},
+		{Pattern: "DELETE /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), h: hf(s.removeFile)},
+		{Pattern: "GET /v1/sandboxes/{id}/files/stat", Rule: lease(auth.ScopeFiles), h: hf(s.statFile)},
+		{Pattern: "GET /v1/sandboxes/{id}/files/list", Rule: lease(auth.ScopeFiles), h: hf(s.listFiles)},
+		{Pattern: "POST /v1/sandboxes/{id}/files/mkdir", Rule: lease(auth.ScopeFiles), h: hf(s.mkdir)},
+		{Pattern: "POST /v1/sandboxes/{id}/export", Rule: lease(auth.ScopeFiles), h: hf(s.export)},
+		{Pattern: "POST /v1/copy", Rule: need(auth.ScopeFiles), h: hf(s.copy)},
+
+		{Pattern: "POST /v1/sandboxes/{id}/touch", Rule: lease(write), h: s.lifecycle("touch")},
+		{Pattern: "GET /v1/sandboxes/{id}/diff", Rule: need(read), h: hf(s.diff)},
+		{Pattern: "POST /v1/sandboxes/{id}/fork", Rule: need(write), h: hf(s.fork)},
+		{Pattern: "POST /v1/sandboxes/{id}/snapshots", Rule: need(write), h: hf(s.createSnapshot)},
+		{Pattern: "GET /v1/sandboxes/{id}/snapshots", Rule: need(read), h: hf(s.listSnapshots)},
+		{Pattern: "GET /v1/snapshots", Rule: need(read), h: hf(s.listSnapshots)},
+		{Pattern: "GET /v1/snapshots/{id}", Rule: need(read), h: hf(s.getSnapshot)},
+		{Pattern: "DELETE /v1/snapshots/{id}", Rule: need(write), h: hf(s.deleteSnapshot)},
+		{Pattern: "POST /v1/snapshots/{id}/restore", Rule: need(write), h: hf(s.restoreSnapshot)},
+
+		{Pattern: "POST /v1/volumes", Rule: need(write), h: hf(s.createVolume)},
+		{Pattern: "GET /v1/volumes", Rule: need(read), h: hf(s.listVolumes)},
+		{Pattern: "GET /v1/volumes/{name}", Rule: need(read), h: hf(s.getVolume)},
+		{Pattern: "DELETE /v1/volumes/{name}", Rule: need(write), h: hf(s.deleteVolume)},
+
+		{Pattern: "GET /v1/templates", Rule: need(read), h: hf(s.listTemplates)},
+		{Pattern: "GET /v1/templates/{name}", Rule: need(read), h: hf(s.getTemplate)},
+		{Pattern: "DELETE /v1/templates/{name}", Rule: need(admin), h: hf(s.deleteTemplate)},
+		{Pattern: "POST /v1/templates/import", Rule: need(admin), h: hf(s.importTemplate)},
+		{Pattern: "PUT /v1/templates/{name}/archive", Rule: need(admin), h: hf(s.uploadTemplate)},
+		{Pattern: "POST /v1/templates/build", Rule: need(admin), h: hf(s.buildTemplate)},
+		{Pattern: "PUT /v1/templates/{name}/pool", Rule: need(admin), h: hf(s.setPool)},
+		{Pattern: "GET /v1/templates/{name}/pool", Rule: need(read), h: hf(s.getPool)},
+		{Pattern: "GET /v1/pools", Rule: need(read), h: hf(s.listPools)},
+		{Pattern: "POST /v1/apply", Rule: need(admin), h: hf(s.apply)},
+		{Pattern: "GET /v1/doctor", Rule: need(admin), h: hf(s.doctor)},
+		{Pattern: "POST /v1/doctor/fix", Rule: need(admin), h: hf(s.doctor)},
+
+		{Pattern: "GET /v1/sandboxes/{id}/network", Rule: need(read), h: hf(s.getNetwork)},
+		{Pattern: "POST /v1/sandboxes/{id}/network", Rule: need(auth.ScopeNetwork), h: hf(s.updateNetwork)},
+		{Pattern: "GET /v1/sandboxes/{id}/flows", Rule: need(read), h: hf(s.flows)},
+		{Pattern: "/v1/sandboxes/{id}/ports/{port}/{path...}", Rule: lease(auth.ScopePorts), PublicPort: true,
+			h: hf(func(w http.ResponseWriter, r *http.Request) {
+				s.proxy(w, r, r.PathValue("id"), r.PathValue("port"), "/"+r.PathValue("path"))
+			})},
+		{Pattern: "/v1/sandboxes/{id}/ports/{port}", Rule: lease(auth.ScopePorts), PublicPort: true,
+			h: hf(func(w http.ResponseWriter, r *http.Request) {
+				u := *r.URL
+				u.Path, u.RawPath = r.URL.Path+"/", r.URL.EscapedPath()+"/"
+				http.Redirect(w, r, u.RequestURI(), http.StatusPermanentRedirect)
+			})},
+		{Pattern: HostPortPattern, Rule: lease(auth.ScopePorts), PublicPort: true,
+			h: hf(func(w http.ResponseWriter, r *http.Request) {
+				s.proxy(w, r, r.PathValue("id"), r.PathValue("port"), r.URL.Path)
+			})},
+
+		// Anything else: a 404, for callers with a credential.
+		{Pattern: "/", Rule: need(read), h: hf(func(w http.ResponseWriter, r *http.Request) {
+			writeError(w, errdefs.NotFound("no route %s %s", r.Method, r.URL.Path))
+		})},
+	}
+	for _, op := range []string{"pause", "resume", "stop", "start", "reset"} {
+		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(write), h: s.lifecycle(op)})
+	}
+	// Quarantine and release are containment, like the egress rules: a
+	// sandbox's own lease must never lift them.
+	for _, op := range []string{"quarantine", "release"} {
+		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(auth.ScopeNetwork), h: s.lifecycle(op)})
+	}
+	for _, op := range []string{"hibernate", "wake"} {
+		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(write), h: s.hibernate(op)})
+	}
+	return rt
+}
+
+// mount checks every route's rule and registers the table: mux routes
+// each behind guard, the host-routed proxy kept for Handler.
+func (s *Server) mount(table []Route) {
+	s.mux = http.NewServeMux()
+	s.table = nil
+	for _, rt := range table {
+		if err := checkRoute(rt); err != nil {
+			panic(err)
+		}
+		s.table = append(s.table, rt)
+		if rt.Pattern == HostPortPattern {
+			s.hostRoute = rt
+			continue
+		}
+		s.mux.Handle(rt.Pattern, s.guard(rt))
+	}
+	if s.hostRoute.h == nil {
+		panic("server: no route for " + HostPortPattern)
+	}
+}
+
+// checkRoute refuses a route whose rule would be unsafe to serve.
+func checkRoute(rt Route) error {
+	_, path, hasMethod := strings.Cut(rt.Pattern, " ")
+	if !hasMethod {
+		path = rt.Pattern
+	}
+	switch {
+	case !rt.Rule.Valid():
+		return fmt.Errorf("server: route %q has no valid access rule", rt.Pattern)
+	case rt.Rule.Lease && rt.Pattern != HostPortPattern && !strings.HasPrefix(path, "/v1/sandboxes/{id}"):
+		// A lease names a sandbox: its {id} must be a sandbox's.
+		return fmt.Errorf("server: route %q lets leases in but is not under /v1/sandboxes/{id}", rt.Pattern)
+	case rt.PublicPort && (!strings.Contains(path, "{id}") || !strings.Contains(path, "{port}")):
+		return fmt.Errorf("server: public-port route %q lacks {id} or {port}", rt.Pattern)
+	}
+	return nil
+}
+
+// Routes returns the server's route table, in registration order.
+func (s *Server) Routes() []Route { return slices.Clone(s.table) }
+
+// Routes returns the API's route table (for tests and documentation).
+func Routes() []Route { return New(nil, nil, nil).Routes() }
+
+type trustedKey struct{}
+
+// guard is the authorization of one route: it runs after the mux has
+// matched rt, and decides from rt's rule and the decoded path values the
+// mux matched — the same values the handler reads.
+func (s *Server) guard(rt Route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Pattern != rt.Pattern {
+			// Mounted anywhere but on its own pattern: refuse.
+			writeError(w, errdefs.Permission("route %q reached by pattern %q", rt.Pattern, r.Pattern))
+			return
+		}
+		p, err := s.authorize(r, rt)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		rt.h.ServeHTTP(w, r.WithContext(auth.With(r.Context(), p)))
+	})
+}
+
+// authorize returns the principal of a request for rt, or why it may not
+// call it.
+func (s *Server) authorize(r *http.Request, rt Route) (auth.Principal, error) {
+	ctx := r.Context()
+	if trusted, _ := ctx.Value(trustedKey{}).(bool); trusted {
+		return auth.Admin, nil
+	}
+	id := r.PathValue("id")
+	if rt.Rule.Public || rt.PublicPort && s.publicPort(ctx, id, r.PathValue("port")) {
+		return auth.Anonymous, nil
+	}
+	key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	p, err := s.authn.Authenticate(ctx, strings.TrimSpace(key))
+	if err != nil {
+		return auth.Principal{}, err
+	}
+	if p.IsLease() {
+		// A lease is a credential only while its sandbox lives.
+		if sb, err := s.lookup(ctx, p.Sandbox); err != nil || !sb.State.Live() {
+			return auth.Principal{}, errdefs.Unauthenticated("the lease token ended with its sandbox")
+		}
+	}
+	if err := auth.Authorize(p, rt.Rule, id); err != nil {
+		return auth.Principal{}, err
+	}
+	return p, nil
+}
+
+// publicPort reports whether sandbox id made port public: then its proxy
+// needs no credential.
+func (s *Server) publicPort(ctx context.Context, id, port string) bool {
+	n, err := strconv.Atoi(port)
+	if err != nil || id == "" {
+		return false
+	}
+	sb, err := s.lookup(ctx, id)
+	return err == nil && sb.State.Live() && slices.Contains(sb.Spec.PublicPorts, n)
+}
