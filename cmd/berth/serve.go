@@ -67,6 +67,7 @@ and retried with backoff; each delivery is recorded.`,
 	f.StringVar(&cfg.DefaultTemplate, "default-template", "base", "template used when a create names none")
 	f.StringVar(&cfg.AgentPath, "agent", "", "berth binary mounted into sandboxes as their agent (default: this executable)")
 	f.StringVar(&cfg.MicroVMPath, "microvm", "", "offer runtime class kata: this runc-compatible microVM OCI runtime `PATH` (e.g. kata-runtime; needs /dev/kvm; untested by berth's CI)")
+	f.StringVar(&cfg.EgressSubnet, "egress-subnet", "", "IPv4 `CIDR` of egress sandboxes (default: the one this data dir used, else 100.96.0.0/16 or the first free /16 of 100.64.0.0/10)")
 	f.StringVar(&cfg.Domain, "domain", "", "serve sandbox ports at {port}-{id}.`DOMAIN` (point a wildcard DNS name at the daemon)")
 	f.DurationVar(&cfg.DefaultTimeout, "default-timeout", 0, "server-wide default hard timeout of sandboxes (0: none)")
 	f.DurationVar(&cfg.DefaultIdleTimeout, "default-idle-timeout", 0, "server-wide default idle timeout (0: none)")

@@ -35,6 +35,9 @@ type Config struct {
 	// (X-Berth-Signature: sha256=HMAC-SHA256(WebhookSecret, body)).
 	// Domain, if set, makes the port proxy answer {port}-{id}.{Domain}.
 	Domain string
+	// EgressSubnet is the IPv4 subnet of egress sandboxes (CIDR); empty:
+	// the one this data dir used before, else the first free one.
+	EgressSubnet string
 	// Server-wide policy defaults, under a template's and a request's own.
 	DefaultTimeout     time.Duration
 	DefaultIdleTimeout time.Duration

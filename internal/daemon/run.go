@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -143,8 +144,17 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	default:
 		return nil, fmt.Errorf("unknown runtime %q: this build supports runc and runsc", cfg.Runtime)
 	}
+	var egressSubnet netip.Prefix
+	if cfg.EgressSubnet != "" {
+		p, err := netip.ParsePrefix(cfg.EgressSubnet)
+		if err != nil || !p.Addr().Is4() || p.Bits() < 8 || p.Bits() > 29 {
+			return nil, fmt.Errorf("--egress-subnet %q: want an IPv4 prefix between /8 and /29, e.g. 100.97.0.0/16", cfg.EgressSubnet)
+		}
+		egressSubnet = p.Masked()
+	}
 	mcfg := manager.Config{
-		DataDir: cfg.DataDir, AgentPath: cfg.AgentPath, DefaultTemplate: cfg.DefaultTemplate,
+		EgressSubnet: egressSubnet,
+		DataDir:      cfg.DataDir, AgentPath: cfg.AgentPath, DefaultTemplate: cfg.DefaultTemplate,
 		IDMap: idmap, Logger: log.With("component", "manager"),
 		DefaultTimeout: cfg.DefaultTimeout,
 		DefaultPolicy: sandbox.Policy{IdleTimeout: cfg.DefaultIdleTimeout, OnIdle: sandbox.Action(cfg.DefaultOnIdle),

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -59,6 +60,10 @@ type Config struct {
 	OnEvent func()
 	// PoolSize is the size of the storage pool image, when one is made.
 	PoolSize int64
+	// EgressSubnet is the IPv4 subnet of egress sandboxes; unset, the one
+	// this data dir used before, else the first free one (package
+	// network), kept in <data-dir>/network.json.
+	EgressSubnet netip.Prefix
 	// DefaultPolicy and DefaultTimeout are the server-wide defaults, under
 	// a template's and a request's own.
 	DefaultPolicy  sandbox.Policy

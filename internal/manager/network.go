@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
@@ -42,16 +43,82 @@ func (m *Manager) net(ctx context.Context) (*network.Network, error) {
 	if m.network != nil {
 		return m.network, nil
 	}
+	kept := m.keptSubnet()
+	sub := m.cfg.EgressSubnet
+	if !sub.IsValid() {
+		sub = kept
+	} else if kept.IsValid() && kept != sub {
+		m.log.Warn("egress subnet changed: sandboxes recorded with addresses of the old one will not start", "was", kept, "now", sub)
+	}
 	n, err := network.New(ctx, network.Config{
 		Instance: m.cfg.Instance,
+		Subnet4:  sub,
 		Logger:   m.log.With("component", "network"),
 		OnFlow:   m.onFlow,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("network: %w", err)
 	}
+	if got := n.Subnet4(); got != kept {
+		b, _ := json.Marshal(netState{Subnet4: got.String()})
+		if err := writeFileAtomic(m.netStatePath(), b); err != nil {
+			n.Close()
+			return nil, fmt.Errorf("network: recording the subnet: %w", err)
+		}
+	}
 	m.network = n
 	return n, nil
+}
+
+// netState is what <data-dir>/network.json keeps: the subnet this data
+// dir's sandboxes have addresses in, so that a restart (with another
+// daemon's bridge on the default meanwhile, or without it) keeps it.
+type netState struct {
+	Subnet4 string `json:"subnet4"`
+}
+
+func (m *Manager) netStatePath() string { return filepath.Join(m.cfg.DataDir, "network.json") }
+
+// keptSubnet returns the subnet network.json records, or the zero prefix.
+func (m *Manager) keptSubnet() netip.Prefix {
+	b, err := os.ReadFile(m.netStatePath())
+	if err != nil {
+		return netip.Prefix{}
+	}
+	var st netState
+	if json.Unmarshal(b, &st) != nil {
+		return netip.Prefix{}
+	}
+	p, err := netip.ParsePrefix(st.Subnet4)
+	if err != nil {
+		return netip.Prefix{}
+	}
+	return p
+}
+
+// closeNetwork stops the network's resolver and flow log and, when no
+// sandbox of this daemon needs them any more (none with egress is
+// running, paused or quarantined), removes its bridge and nft tables from
+// the host; they come back with the next egress sandbox.
+func (m *Manager) closeNetwork(ctx context.Context) {
+	if n := m.netIfUp(); n != nil {
+		n.Close()
+	}
+	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node})
+	if err != nil {
+		m.log.Warn("leaving the network in place: listing sandboxes", "err", err)
+		return
+	}
+	for _, sb := range live {
+		if sb.Spec.Network == "egress" && sb.State != sandbox.StateStopped && sb.State != sandbox.StateDeleted &&
+			sb.State != sandbox.StateFailed {
+			m.log.Info("leaving the network in place for running egress sandboxes", "sandbox", sb.ID, "state", sb.State)
+			return
+		}
+	}
+	if err := network.Destroy(m.cfg.Instance); err != nil {
+		m.log.Warn("removing the network", "err", err)
+	}
 }
 
 // onFlow queues a flow for the store; denials also become events. It

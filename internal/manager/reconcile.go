@@ -50,9 +50,7 @@ func (m *Manager) Close() {
 		close(m.stopCh)
 	}
 	m.wg.Wait()
-	if n := m.netIfUp(); n != nil {
-		n.Close() // the bridge and rules stay for running sandboxes
-	}
+	m.closeNetwork(context.Background())
 	if err := closeShare(m.cfg.DataDir); err != nil {
 		m.log.Warn("unmounting the share", "err", err)
 	}

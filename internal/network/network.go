@@ -33,8 +33,10 @@ type Config struct {
 	// objects. Letters, digits, '-', '_' and '.', at most 64 characters.
 	Instance string
 	// Subnet4 is the sandboxes' IPv4 subnet; the gateway is its first
-	// address, on the bridge. Default 100.96.0.0/16. It must not overlap
-	// an address already on the host.
+	// address, on the bridge. It must not overlap an address already on
+	// the host. Default: 100.96.0.0/16, or, when that is taken (another
+	// daemon's bridge, say), the first free /16 of 100.64.0.0/10 from one
+	// derived from Instance on (see Network.Subnet4 for the one chosen).
 	Subnet4 netip.Prefix
 	// Subnet6 is the sandboxes' IPv6 subnet (a /64 or longer prefix
 	// length up to /112); default a ULA /64 derived from Instance.
@@ -168,6 +170,25 @@ func ula(instance string) netip.Prefix {
 	return netip.PrefixFrom(netip.AddrFrom16(a), 64)
 }
 
+// autoSubnet4 returns DefaultSubnet4 if no address of the host overlaps
+// it, else the first free /16 of 100.64.0.0/10 (CGNAT space, which no
+// sandbox needs to reach), starting from one derived from instance so that
+// daemons started together tend to pick different ones.
+func autoSubnet4(instance string, taken func(netip.Prefix) bool) (netip.Prefix, error) {
+	if !taken(DefaultSubnet4) {
+		return DefaultSubnet4, nil
+	}
+	h := sha256.Sum256([]byte("berth-subnet4:" + instance))
+	start := int(h[0]) % 64
+	for i := range 64 {
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{100, byte(64 + (start+i)%64), 0, 0}), 16)
+		if !taken(p) {
+			return p, nil
+		}
+	}
+	return netip.Prefix{}, errors.New("network: every /16 of 100.64.0.0/10 overlaps an address of the host; configure a subnet")
+}
+
 func (c *Config) setDefaults() error {
 	if !c.Subnet4.IsValid() {
 		c.Subnet4 = DefaultSubnet4
@@ -239,6 +260,13 @@ func New(ctx context.Context, cfg Config) (*Network, error) {
 	nm, err := newNames(cfg.Instance)
 	if err != nil {
 		return nil, err
+	}
+	if !cfg.Subnet4.IsValid() {
+		// This instance's own bridge (left by an earlier run) is no
+		// reason to move.
+		if cfg.Subnet4, err = autoSubnet4(cfg.Instance, func(p netip.Prefix) bool { return hostOverlap(p, nm.bridge) != "" }); err != nil {
+			return nil, err
+		}
 	}
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
@@ -365,13 +393,24 @@ func uplinkMTU() int {
 
 // checkSubnets refuses subnets that overlap an address on another link.
 func (n *Network) checkSubnets() error {
+	for _, s := range []netip.Prefix{n.cfg.Subnet4, n.cfg.Subnet6} {
+		if what := hostOverlap(s, n.nm.bridge); what != "" {
+			return fmt.Errorf("network: subnet %s overlaps %s; configure another subnet", s, what)
+		}
+	}
+	return nil
+}
+
+// hostOverlap names an address of the host (on a link other than except)
+// that overlaps s, or returns "".
+func hostOverlap(s netip.Prefix, except string) string {
 	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
-		return fmt.Errorf("network: listing host addresses: %w", err)
+		return "(host addresses unreadable: " + err.Error() + ")"
 	}
 	for _, a := range addrs {
 		l, err := netlink.LinkByIndex(a.LinkIndex)
-		if err != nil || l.Attrs().Name == n.nm.bridge {
+		if err != nil || l.Attrs().Name == except {
 			continue
 		}
 		ip, ok := netip.AddrFromSlice(a.IP)
@@ -380,14 +419,15 @@ func (n *Network) checkSubnets() error {
 		}
 		ones, _ := a.Mask.Size()
 		p := netip.PrefixFrom(ip.Unmap(), ones).Masked()
-		for _, s := range []netip.Prefix{n.cfg.Subnet4, n.cfg.Subnet6} {
-			if s.Overlaps(p) && !p.Addr().IsLinkLocalUnicast() {
-				return fmt.Errorf("network: subnet %s overlaps %s on %s; configure another subnet", s, p, l.Attrs().Name)
-			}
+		if s.Overlaps(p) && !p.Addr().IsLinkLocalUnicast() {
+			return p.String() + " on " + l.Attrs().Name
 		}
 	}
-	return nil
+	return ""
 }
+
+// Subnet4 returns the sandboxes' IPv4 subnet in use.
+func (n *Network) Subnet4() netip.Prefix { return n.cfg.Subnet4 }
 
 // ensureBridge creates or adopts the bridge with the gateway addresses.
 func (n *Network) ensureBridge() error {

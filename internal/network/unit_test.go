@@ -2,6 +2,7 @@ package network
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net/netip"
 	"testing"
 )
@@ -138,5 +139,38 @@ func TestAllocateAndNames(t *testing.T) {
 	}
 	if p := ula("x"); p.Bits() != 64 || p.Addr().As16()[0] != 0xfd {
 		t.Fatal(p)
+	}
+}
+
+func TestAutoSubnet4(t *testing.T) {
+	none := func(netip.Prefix) bool { return false }
+	if p, err := autoSubnet4("a", none); err != nil || p != DefaultSubnet4 {
+		t.Fatalf("free default: %v %v", p, err)
+	}
+	// The default taken (another daemon's bridge): a /16 of 100.64/10,
+	// stable per instance, and not the same for every instance.
+	def := func(p netip.Prefix) bool { return p.Overlaps(DefaultSubnet4) }
+	a, err := autoSubnet4("berth-aaaa", def)
+	if err != nil || a == DefaultSubnet4 || a.Bits() != 16 || !netip.MustParsePrefix("100.64.0.0/10").Contains(a.Addr()) {
+		t.Fatalf("taken default: %v %v", a, err)
+	}
+	if again, _ := autoSubnet4("berth-aaaa", def); again != a {
+		t.Fatalf("not stable: %v then %v", a, again)
+	}
+	seen := map[netip.Prefix]bool{}
+	for i := range 8 {
+		p, _ := autoSubnet4(fmt.Sprintf("berth-%d", i), def)
+		seen[p] = true
+	}
+	if len(seen) < 4 {
+		t.Errorf("8 instances share %d subnets", len(seen))
+	}
+	// Everything taken but one: that one.
+	want := netip.MustParsePrefix("100.101.0.0/16")
+	if p, err := autoSubnet4("x", func(p netip.Prefix) bool { return p != want }); err != nil || p != want {
+		t.Fatalf("last free: %v %v", p, err)
+	}
+	if _, err := autoSubnet4("x", func(netip.Prefix) bool { return true }); err == nil {
+		t.Fatal("all taken: no error")
 	}
 }
