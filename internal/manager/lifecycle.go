@@ -328,6 +328,7 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 		CgroupsPath:   p.cgroup,
 		LogPath:       p.log,
 		InitSeccompFD: seccompFD,
+		Helper:        agentBinary,
 	})
 	if err != nil {
 		return err
