@@ -114,6 +114,13 @@ func (*Runsc) Name() string { return "runsc" }
 // is created on the host through the bind mount, where the daemon connects.
 func (*Runsc) NoInheritedListeners() {}
 
+// NetworkViaAgent tells the manager that the sandbox's network cannot be
+// entered from the host: with --network none the sandbox's loopback lives
+// in the Sentry's own network stack, and no host network namespace holds
+// it. The port proxy reaches such sandboxes through the agent's dial
+// operation instead.
+func (*Runsc) NetworkViaAgent() {}
+
 // Root returns runsc's state directory.
 func (r *Runsc) Root() string { return r.root }
 
