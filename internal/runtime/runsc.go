@@ -318,7 +318,7 @@ func (r *Runsc) Start(ctx context.Context, s *Spec) (int, error) {
 		_, err = r.run(ctx, "start", s.ID)
 	}
 	if err == nil {
-		err = r.afterStart(ctx, s.ID, spec)
+		err = r.afterStart(ctx, s.ID, spec, false)
 	}
 	if err != nil {
 		r.cleanupFailed(ctx, s.ID, s.CgroupsPath)
@@ -661,9 +661,9 @@ func (r *Runsc) Restore(ctx context.Context, id, bundle, dir string) error {
 	err = r.detached(ctx, bundle, logPath, "restore", "--detach", "--bundle", bundle, "--image-path", dir,
 		"--pid-file", pidFile, id)
 	if err == nil {
-		// The task limit is part of the checkpoint; setting it again is
-		// harmless. The host processes are new.
-		err = r.afterStart(ctx, id, spec)
+		// The task limit is part of the checkpoint (checked); the host
+		// processes are new.
+		err = r.afterStart(ctx, id, spec, true)
 	}
 	if err != nil {
 		r.cleanupFailed(ctx, id, cgroupsPath)

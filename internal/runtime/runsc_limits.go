@@ -211,10 +211,20 @@ func raiseOOMScore(pid, score int) (bool, error) {
 
 // afterStart applies what runsc leaves out once the container runs: the
 // task limit inside the Sentry and the oom_score_adj of its host
-// processes.
-func (r *Runsc) afterStart(ctx context.Context, id string, spec *specs.Spec) error {
+// processes. A restored sandbox brings its limit and read-only cgroup
+// mount back from the checkpoint (the Sentry's cgroupfs is part of it);
+// it is only checked.
+func (r *Runsc) afterStart(ctx context.Context, id string, spec *specs.Spec, restored bool) error {
 	if n, err := strconv.ParseInt(spec.Annotations[runscGuestPidsAnnotation], 10, 64); err == nil {
-		if err := r.setGuestPids(ctx, id, spec.Annotations[runscHelperAnnotation], n); err != nil {
+		if restored {
+			lim, _, err := r.GuestPids(ctx, id)
+			if err != nil {
+				return fmt.Errorf("runsc: reading the restored sandbox's task limit: %w", err)
+			}
+			if lim != n {
+				return fmt.Errorf("runsc: restored sandbox's task limit is %d, want %d", lim, n)
+			}
+		} else if err := r.setGuestPids(ctx, id, spec.Annotations[runscHelperAnnotation], n); err != nil {
 			return err
 		}
 	}
