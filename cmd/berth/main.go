@@ -15,5 +15,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "agent" {
 		os.Exit(agent.Main(os.Args[2:]))
 	}
+	// The set-up helper the runsc class runs inside a sandbox.
+	if len(os.Args) > 1 && os.Args[1] == agent.LimitTasksVerb {
+		os.Exit(agent.LimitTasksMain(os.Args[2:]))
+	}
 	os.Exit(execute(context.Background(), newRootCmd(), os.Args[1:], os.Stderr))
 }

@@ -89,6 +89,7 @@ const (
 	// opQuiesce closes the agent's own listening socket (gVisor) before a
 	// checkpoint; it listens again on SigRelisten after the restore.
 	opQuiesce = "quiesce"
+	opDial      = "dial" // dial.go
 )
 
 // request is the JSON header line that opens every connection.
@@ -102,6 +103,7 @@ type request struct {
 	UID       *int      `json:"uid,omitempty"` // owner of created files; nil = the agent's
 	GID       *int      `json:"gid,omitempty"`
 	Exec      *execSpec `json:"exec,omitempty"`
+	Port      int       `json:"port,omitempty"` // dial: loopback port in the sandbox
 }
 
 // execSpec is the exec part of a request.
@@ -130,12 +132,14 @@ type signalMsg struct {
 
 // Stable error codes of error frames.
 const (
-	codeInvalid    = "invalid_argument"
-	codeNotFound   = "not_found"
-	codeConflict   = "conflict"
-	codeTooLarge   = "too_large"
-	codePermission = "permission_denied"
-	codeInternal   = "internal"
+	codeInvalid     = "invalid_argument"
+	codeNotFound    = "not_found"
+	codeConflict    = "conflict"
+	codeTooLarge    = "too_large"
+	codePermission  = "permission_denied"
+	codeUnreachable = "unreachable"
+	codeExhausted   = "resource_exhausted"
+	codeInternal    = "internal"
 )
 
 // wireError is the payload of an error frame.
@@ -355,6 +359,10 @@ func codeOf(err error) string {
 		return codeTooLarge
 	case errors.Is(err, errdefs.ErrPermission):
 		return codePermission
+	case errors.Is(err, errdefs.ErrUnreachable):
+		return codeUnreachable
+	case errors.Is(err, errdefs.ErrExhausted):
+		return codeExhausted
 	}
 	return codeInternal
 }
@@ -378,6 +386,10 @@ func errorFromWire(we wireError) error {
 		return errdefs.TooLarge("%s", msg)
 	case codePermission:
 		return errdefs.Permission("%s", msg)
+	case codeUnreachable:
+		return errdefs.Unreachable("%s", msg)
+	case codeExhausted:
+		return errdefs.Exhausted("%s", msg)
 	}
 	return fmt.Errorf("agent: %s", msg)
 }

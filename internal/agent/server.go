@@ -308,6 +308,8 @@ func (s *server) handle(ctx context.Context, c *net.UnixConn) {
 		err = s.handleReadTar(cn)
 	case opWriteTar:
 		err = s.handleWriteTar(cn)
+	case opDial:
+		err = s.handleDial(ctx, cn)
 	default:
 		err = errdefs.Invalid("unknown op %q", req.Op)
 	}

@@ -19,6 +19,7 @@ var (
 	ErrTooLarge        = errors.New("too large")          // 413 too_large
 	ErrExhausted       = errors.New("resource exhausted") // 429 resource_exhausted
 	ErrUnavailable     = errors.New("unavailable")        // 503 unavailable
+	ErrUnreachable     = errors.New("unreachable")        // 502 unreachable (the sandbox is up, nothing answers at the target)
 	ErrNotSupported    = errors.New("not supported")      // 501 not_supported
 )
 
@@ -96,6 +97,8 @@ func Code(err error) (code string, status int) {
 		return "not_supported", 501
 	case errors.Is(err, ErrUnavailable):
 		return "unavailable", 503
+	case errors.Is(err, ErrUnreachable):
+		return "unreachable", 502
 	default:
 		return "internal", 500
 	}
@@ -113,6 +116,10 @@ func Message(err error) string {
 	}
 	return "internal error"
 }
+
+// Unreachable reports a target inside a running sandbox that refuses or
+// does not answer, e.g. a port nothing listens on (502).
+func Unreachable(format string, args ...any) error { return mk(ErrUnreachable, format, args...) }
 
 // Unavailable reports a dependency that cannot be reached now (503).
 func Unavailable(format string, args ...any) error { return mk(ErrUnavailable, format, args...) }

@@ -344,6 +344,7 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 		CgroupsPath:   p.cgroup,
 		Log:           logw,
 		InitSeccompFD: seccompFD,
+		Helper:        agentBinary,
 	})
 	logw.Close()
 	if err != nil {

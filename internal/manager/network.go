@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -413,8 +415,11 @@ func (m *Manager) Flows(ctx context.Context, ref string, after uint64, limit int
 	return out, nil
 }
 
-// DialPort connects to a port of a running sandbox: over the bridge for
-// egress sandboxes, else inside its network namespace on loopback.
+// DialPort connects to a port of a running sandbox: through its agent
+// when its runtime's network cannot be entered from the host (the
+// runtime has NetworkViaAgent: gVisor), over the bridge for egress
+// sandboxes, else inside its network namespace on loopback. A port
+// nothing listens on is errdefs.ErrUnreachable (502).
 func (m *Manager) DialPort(ctx context.Context, ref string, port int) (net.Conn, *sandbox.Sandbox, error) {
 	if port < 1 || port > 65535 {
 		return nil, nil, errdefs.Invalid("port %d out of range", port)
@@ -427,6 +432,13 @@ func (m *Manager) DialPort(ctx context.Context, ref string, port int) (net.Conn,
 		return nil, nil, err
 	}
 	m.touch(sb.ID)
+	if _, viaAgent := m.rtFor(sb).(interface{ NetworkViaAgent() }); viaAgent {
+		c, err := m.agentFor(sb.ID).DialPort(ctx, port)
+		if err != nil {
+			return nil, nil, portError(sb.ID, port, err)
+		}
+		return c, sb, nil
+	}
 	if sb.Spec.Network == "egress" {
 		n, err := m.net(ctx)
 		if err != nil {
@@ -434,7 +446,7 @@ func (m *Manager) DialPort(ctx context.Context, ref string, port int) (net.Conn,
 		}
 		c, err := n.Dial(ctx, sb.ID, uint16(port))
 		if err != nil {
-			return nil, nil, errdefs.Unavailable("sandbox %s port %d: %v", sb.ID, port, err)
+			return nil, nil, portError(sb.ID, port, err)
 		}
 		return c, sb, nil
 	}
@@ -445,9 +457,20 @@ func (m *Manager) DialPort(ctx context.Context, ref string, port int) (net.Conn,
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 	c, err := dialInNetns(ctx, pid, "127.0.0.1:"+strconv.Itoa(port))
 	if err != nil {
-		return nil, nil, errdefs.Unavailable("sandbox %s port %d: %v", sb.ID, port, err)
+		return nil, nil, portError(sb.ID, port, err)
 	}
 	return c, sb, nil
+}
+
+// portError categorises a failed dial of a sandbox's port: nothing
+// listening (refused, or the agent's unreachable) is 502 unreachable;
+// anything else (the agent or the namespace gone) 503 unavailable.
+func portError(id string, port int, err error) error {
+	if errors.Is(err, errdefs.ErrUnreachable) || errors.Is(err, syscall.ECONNREFUSED) {
+		return &errdefs.Error{Category: errdefs.ErrUnreachable,
+			Msg: fmt.Sprintf("sandbox %s port %d: nothing listens there", id, port), Err: err}
+	}
+	return errdefs.Unavailable("sandbox %s port %d: %v", id, port, err)
 }
 
 // dialInNetns dials addr from inside the network namespace of pid. The

@@ -114,6 +114,13 @@ func (*Runsc) Name() string { return "runsc" }
 // is created on the host through the bind mount, where the daemon connects.
 func (*Runsc) NoInheritedListeners() {}
 
+// NetworkViaAgent tells the manager that the sandbox's network cannot be
+// entered from the host: with --network none the sandbox's loopback lives
+// in the Sentry's own network stack, and no host network namespace holds
+// it. The port proxy reaches such sandboxes through the agent's dial
+// operation instead.
+func (*Runsc) NetworkViaAgent() {}
+
 // Root returns runsc's state directory.
 func (r *Runsc) Root() string { return r.root }
 
@@ -127,9 +134,13 @@ func (r *Runsc) Platform() string { return r.platform }
 // sandbox has no network stack at all (berth's network policy for runsc
 // sandboxes is "none"; a host where sandboxes need a network would use
 // runsc's netstack, --network=sandbox, inside a prepared netns).
+// --in-sandbox-cgroup=v2: the Sentry's cgroup v2 pids controller checks
+// every task creation hierarchically; its v1 one charges a random one of
+// the task's cgroups (kernel.Task.chargeLocked iterates a map), so a fork
+// at the limit passes six times in seven (runsc_limits.go).
 func (r *Runsc) globalArgs() []string {
 	a := []string{"--root", r.root, "--platform", r.platform, "--network", "none",
-		"--host-uds", r.hostUDS, "--overlay2", r.overlay}
+		"--host-uds", r.hostUDS, "--overlay2", r.overlay, "--in-sandbox-cgroup", "v2"}
 	if r.debugLog != "" {
 		a = append(a, "--debug", "--debug-log", strings.TrimSuffix(r.debugLog, "/")+"/")
 	}
@@ -220,48 +231,57 @@ func runscNotRunning(err error) bool {
 //   - linux.resources: applied by runsc to the sandbox's cgroup (memory,
 //     CPU, pids) as with runc; the devices rules are irrelevant (the
 //     sandbox opens no host devices).
-//   - linux.resources.pids: raised to RunscHostPids(pids). The limit is
-//     enforced on the sandbox's host cgroup, which holds gVisor's own
-//     threads (about 25 for an idle sandbox on systrap) and, on systrap, a
-//     stub process for every process in the sandbox; measured here: 25
-//     host tasks idle, 47 with 10 extra processes, 107 with 40. When the
-//     host limit is hit the Sentry cannot create a thread and the whole
-//     sandbox dies, where runc would fail one fork with EAGAIN.
+//   - linux.resources.pids: the sandbox's own limit is set on its cgroup
+//     inside the Sentry after start (runsc_limits.go; recorded in an
+//     annotation for Restore), for which a read-only cgroup mount at
+//     /sys/fs/cgroup is added. The host cgroup's limit is raised to
+//     RunscHostPids(pids): it holds gVisor's own threads and stubs, and
+//     hitting it kills the whole sandbox.
 //   - linux.resources.memory: kept; the limit covers the Sentry's own
 //     memory too (tens of MiB), so the application gets a little less.
-//   - process.oomScoreAdj and rlimits: applied.
+//   - process.oomScoreAdj: runsc applies it to the Sentry and gofer; Start
+//     raises the stub processes it misses (runsc_limits.go).
+//   - rlimits: applied.
 func RunscSpec(s *Spec) (*specs.Spec, error) {
 	spec, err := BuildSpec(s)
 	if err != nil {
 		return nil, err
 	}
 	spec.Linux.Seccomp = nil
+	if spec.Annotations == nil {
+		spec.Annotations = map[string]string{}
+	}
 	if p := spec.Linux.Resources.Pids; p != nil && p.Limit != nil && *p.Limit > 0 {
 		lim := RunscHostPids(*p.Limit)
 		spec.Linux.Resources.Pids = &specs.LinuxPids{Limit: &lim}
+		if s.Helper != "" {
+			spec.Annotations[runscGuestPidsAnnotation] = strconv.FormatInt(*p.Limit, 10)
+			spec.Annotations[runscHelperAnnotation] = s.Helper
+			spec.Mounts = append(spec.Mounts, runscCgroupMount)
+			// In a cgroup namespace rooted at its cgroup the helper
+			// could not write that cgroup's pids.max (nsdelegate).
+			spec.Linux.Namespaces = slices.DeleteFunc(spec.Linux.Namespaces, func(ns specs.LinuxNamespace) bool {
+				return ns.Type == specs.CgroupNamespace
+			})
+		}
 	}
 	return spec, nil
 }
 
-// RunscHostPids is the host pids-cgroup limit that lets a runsc sandbox
-// run about pids processes: two host tasks per sandbox process (the
-// process's systrap stub and its thread) plus gVisor's own threads.
-func RunscHostPids(pids int64) int64 { return 2*pids + 64 }
-
 // writeRunscBundle writes config.json for s into its bundle.
-func writeRunscBundle(s *Spec) error {
+func writeRunscBundle(s *Spec) (*specs.Spec, error) {
 	spec, err := RunscSpec(s)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	data, err := json.Marshal(spec)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := os.MkdirAll(s.Bundle, 0o700); err != nil {
-		return err
+		return nil, err
 	}
-	return os.WriteFile(filepath.Join(s.Bundle, "config.json"), data, 0o600)
+	return spec, os.WriteFile(filepath.Join(s.Bundle, "config.json"), data, 0o600)
 }
 
 // Start implements Runtime. It writes config.json into the bundle, then
@@ -282,14 +302,18 @@ func (r *Runsc) Start(ctx context.Context, s *Spec) (int, error) {
 	if _, err := os.Stat(filepath.Join(s.Bundle, HibernatedMarker)); err == nil {
 		return 0, errdefs.Conflict("sandbox %s is hibernated: use wake to restore it", s.ID)
 	}
-	if err := writeRunscBundle(s); err != nil {
+	spec, err := writeRunscBundle(s)
+	if err != nil {
 		return 0, err
 	}
 	pidFile := filepath.Join(s.Bundle, "init.pid")
 	_ = os.Remove(pidFile)
-	err := r.detached(ctx, s.Bundle, s.Log, "create", "--bundle", s.Bundle, "--pid-file", pidFile, s.ID)
+	err = r.detached(ctx, s.Bundle, s.Log, "create", "--bundle", s.Bundle, "--pid-file", pidFile, s.ID)
 	if err == nil {
 		_, err = r.run(ctx, "start", s.ID)
+	}
+	if err == nil {
+		err = r.afterStart(ctx, s.ID, spec, false)
 	}
 	if err != nil {
 		r.cleanupFailed(ctx, s.ID, s.CgroupsPath)
@@ -600,34 +624,41 @@ func (r *Runsc) Restore(ctx context.Context, id, bundle, dir string, log *os.Fil
 		return fmt.Errorf("runsc restore: container id %q and existing %q are prefixes of one another: %w",
 			id, other, errdefs.ErrConflict)
 	}
-	cgroupsPath, err := runscBundleCgroup(bundle)
+	spec, err := runscBundleSpec(bundle)
 	if err != nil {
 		return err
 	}
+	var cgroupsPath string
+	if spec.Linux != nil {
+		cgroupsPath = spec.Linux.CgroupsPath
+	}
 	pidFile := filepath.Join(bundle, "init.pid")
 	_ = os.Remove(pidFile)
-	if err := r.detached(ctx, bundle, log, "restore", "--detach", "--bundle", bundle, "--image-path", dir,
-		"--pid-file", pidFile, id); err != nil {
+	err = r.detached(ctx, bundle, log, "restore", "--detach", "--bundle", bundle, "--image-path", dir,
+		"--pid-file", pidFile, id)
+	if err == nil {
+		// The task limit is part of the checkpoint (checked); the host
+		// processes are new.
+		err = r.afterStart(ctx, id, spec, true)
+	}
+	if err != nil {
 		r.cleanupFailed(ctx, id, cgroupsPath)
 		return err
 	}
 	return nil
 }
 
-// runscBundleCgroup returns the cgroup a bundle's config.json records.
-func runscBundleCgroup(bundle string) (string, error) {
+// runscBundleSpec reads a bundle's config.json.
+func runscBundleSpec(bundle string) (*specs.Spec, error) {
 	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
 	if err != nil {
-		return "", fmt.Errorf("runsc: bundle %s: %w", bundle, err)
+		return nil, fmt.Errorf("runsc: bundle %s: %w", bundle, err)
 	}
 	var spec specs.Spec
 	if err := json.Unmarshal(data, &spec); err != nil {
-		return "", fmt.Errorf("runsc: bundle %s: %w", bundle, err)
+		return nil, fmt.Errorf("runsc: bundle %s: %w", bundle, err)
 	}
-	if spec.Linux != nil {
-		return spec.Linux.CgroupsPath, nil
-	}
-	return "", nil
+	return &spec, nil
 }
 
 // Isolation implements Runtime.

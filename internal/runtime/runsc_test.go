@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/berth-sh/berth/internal/agent"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -315,10 +317,34 @@ func TestRunscSpecAdjustments(t *testing.T) {
 	if got := *spec.Linux.Resources.Pids.Limit; got != RunscHostPids(s.Resources.Pids) || got <= s.Resources.Pids {
 		t.Errorf("host pids limit %d for %d sandbox processes", got, s.Resources.Pids)
 	}
+	// Without a helper there is no guest task limit to set, and no cgroup
+	// mount for it.
+	if _, ok := spec.Annotations[runscGuestPidsAnnotation]; ok || hasCgroupMount(spec.Mounts) {
+		t.Errorf("guest task limit without a helper: %v", spec.Annotations)
+	}
+	s.Helper = "/.berth/berth"
+	if spec, err = RunscSpec(s); err != nil {
+		t.Fatal(err)
+	}
+	if spec.Annotations[runscGuestPidsAnnotation] != "64" || spec.Annotations[runscHelperAnnotation] != s.Helper {
+		t.Errorf("guest task limit annotations %v", spec.Annotations)
+	}
+	if !hasCgroupMount(spec.Mounts) {
+		t.Errorf("no cgroup mount for the sentry's per-container cgroup: %+v", spec.Mounts)
+	}
 	// The runc spec is unchanged by it.
-	if rs, _ := BuildSpec(s); rs.Linux.Seccomp == nil {
+	if rs, _ := BuildSpec(s); rs.Linux.Seccomp == nil || hasCgroupMount(rs.Mounts) {
 		t.Error("BuildSpec lost its seccomp profile")
 	}
+}
+
+func hasCgroupMount(ms []specs.Mount) bool {
+	for _, m := range ms {
+		if m.Type == "cgroup" && m.Destination == "/sys/fs/cgroup" {
+			return true
+		}
+	}
+	return false
 }
 
 func TestRunscIsolation(t *testing.T) {

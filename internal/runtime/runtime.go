@@ -62,6 +62,10 @@ type Spec struct {
 	// compiled again on every start. Only runtimes that hand descriptors to
 	// init (runc) accept it; the others refuse it.
 	InitSeccompFD int
+	// Helper, when set, is the path inside the sandbox of a berth binary
+	// the runtime may run for set-up steps that cannot be done from the
+	// host (runsc: the sandbox's task limit, see runsc_limits.go).
+	Helper string
 }
 
 // Status is a container's status as the runtime sees it.

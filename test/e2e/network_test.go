@@ -55,7 +55,7 @@ func TestPortProxyHTTPAndWebSocket(t *testing.T) {
 		var resp *http.Response
 		var err error
 		for i := 0; i < 50; i++ { // the server is starting
-			if resp, err = hc.Get(url); err == nil && resp.StatusCode != 503 {
+			if resp, err = hc.Get(url); err == nil && resp.StatusCode != 503 && resp.StatusCode != 502 {
 				break
 			}
 			if resp != nil {
