@@ -89,7 +89,7 @@ const (
 	// opQuiesce closes the agent's own listening socket (gVisor) before a
 	// checkpoint; it listens again on SigRelisten after the restore.
 	opQuiesce = "quiesce"
-	opDial      = "dial" // dial.go
+	opDial    = "dial" // dial.go
 )
 
 // request is the JSON header line that opens every connection.
