@@ -240,6 +240,7 @@ func RunscSpec(s *Spec) (*specs.Spec, error) {
 		return nil, err
 	}
 	spec.Linux.Seccomp = nil
+	spec.Linux.Namespaces[0].Path = "" // the Sentry makes its own user namespace
 	if p := spec.Linux.Resources.Pids; p != nil && p.Limit != nil && *p.Limit > 0 {
 		lim := RunscHostPids(*p.Limit)
 		spec.Linux.Resources.Pids = &specs.LinuxPids{Limit: &lim}
