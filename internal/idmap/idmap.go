@@ -243,4 +243,3 @@ func Probe(dir string, m Mapping, owner uint32) (err error) {
 	}
 	return nil
 }
-

@@ -276,7 +276,16 @@ func (m *Manager) restoreHost(ctx context.Context, sb *sandbox.Sandbox, cp Check
 	if mounted, err := overlay.Mounted(p.rootfs); err != nil {
 		return err
 	} else if !mounted {
+		lowers, upper, work, err := m.idmapRoot(sb, lowers, upper, work)
+		if err != nil {
+			return err
+		}
 		if err := overlay.Mount(lowers, upper, work, p.rootfs); err != nil {
+			return err
+		}
+	}
+	for i := range sb.Spec.Volumes { // the checkpoint's bundle mounts them from there
+		if _, err := m.volumeSource(sb, i); err != nil {
 			return err
 		}
 	}

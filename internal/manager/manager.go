@@ -93,6 +93,8 @@ type Manager struct {
 	asyncEvents  chan *sandbox.Event
 	flowsDropped atomic.Int64
 
+	ids *idState // host id ranges (ids.go)
+
 	snapTick     int // counts ticks; snapshots expire every few
 	poolStats    map[string]*poolStats
 	poolBuilding int            // members being made, all templates (under mu)
@@ -170,6 +172,7 @@ func New(cfg Config, st store.Store, images *image.Store, rts ...runtime.Runtime
 	}
 	return &Manager{
 		cfg: cfg, store: st, images: images, volumes: vols, pool: pool, log: cfg.Logger,
+		ids:      probeIDs(cfg, pool.Root()),
 		runtimes: runtimesByName(rts), defaultRuntime: rts[0].Name(),
 		agents:       map[string]*agent.Client{},
 		cancels:      map[string]context.CancelFunc{},
