@@ -34,6 +34,7 @@ import (
 	"sync/atomic"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/idmap"
 	"github.com/berth-sh/berth/internal/overlay"
 	"github.com/berth-sh/berth/internal/runtime"
@@ -68,7 +69,9 @@ func probeIDs(cfg Config, poolRoot string) *idState {
 	stored := cfg.IDMap
 	first := stored.HostUID + idSlotSize
 	var err error
-	if stored.HostUID != stored.HostGID || stored.Size != idSlotSize {
+	if failpoint.Enabled("ids.no-idmap") { // a host without idmapped mounts, for tests
+		err = errors.New("idmapped mounts disabled (failpoint ids.no-idmap)")
+	} else if stored.HostUID != stored.HostGID || stored.Size != idSlotSize {
 		err = fmt.Errorf("the stored id map %+v is not one %d-id block with uid = gid", stored, idSlotSize)
 	}
 	for _, dir := range []string{cfg.DataDir, poolRoot} {
@@ -259,6 +262,7 @@ func (m *Manager) sandboxUserns(sb *sandbox.Sandbox, rt runtime.Runtime) (string
 	ns := m.ids.ready[ids.HostUID]
 	delete(m.ids.ready, ids.HostUID)
 	m.ids.mu.Unlock()
+	m.log.Debug("sandbox user namespace", "sandbox", sb.ID, "owner", ids.HostUID, "made_ahead", ns != nil)
 	if ns == nil {
 		var err error
 		if ns, err = m.newSandboxNS(ids.HostUID, ids.Size); err != nil {
@@ -353,8 +357,10 @@ func (m *Manager) refillIDs(ctx context.Context) {
 		live[m.slotBase(s)] = true
 	}
 	m.ids.mu.Lock()
+	// A slot just taken keeps its namespaces for the create that took it
+	// (which takes the sandbox's own); those of released slots go.
 	for b, ns := range m.ids.ready {
-		if !want[b] {
+		if !want[b] && !live[b] {
 			ns.Close()
 			delete(m.ids.ready, b)
 		}

@@ -367,3 +367,52 @@ func TestHostIDsRunsc(t *testing.T) {
 		}
 	}
 }
+
+// TestHostIDsSharedFallback: where idmapped mounts are unavailable (here
+// simulated) the daemon says so and runs every sandbox in the one stored
+// range, as before per-sandbox ranges; forks and persistence still work.
+func TestHostIDsSharedFallback(t *testing.T) {
+	base, err := os.MkdirTemp("", "berth-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(base, 0o711)
+	d := &daemon{t: t, dataDir: base + "/data", socket: base + "/berth.sock", env: []string{"BERTH_FAILPOINTS=ids.no-idmap"}}
+	d.start()
+	t.Cleanup(func() {
+		d.cleanup()
+		os.RemoveAll(base)
+	})
+	if !strings.Contains(d.logs.String(), "idmapped mounts unavailable") {
+		t.Errorf("the daemon did not log the fallback:\n%s", d.logs)
+	}
+	ctx := context.Background()
+	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Persistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if iso := sb.Isolation; iso.IDMode != "shared" || iso.HostUID != storedRoot || iso.HostIDs != 65536 {
+		t.Fatalf("isolation %+v", iso)
+	}
+	execOut(t, d, sb.ID, "sh", "-c", "echo x > /workspace/f; chown 5:5 /workspace/f; touch /root/r")
+	resp, err := d.c.Fork(ctx, sb.ID, api.ForkRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := resp.Children[0]
+	if child.Isolation.HostUID != storedRoot || child.Isolation.IDMode != "shared" {
+		t.Fatalf("child isolation %+v", child.Isolation)
+	}
+	if out := execOut(t, d, child.ID, "stat", "-c", "%u %s", "/workspace/f", "/root/r"); out != "5 2\n0 0\n" {
+		t.Errorf("child sees %q", out)
+	}
+	if uid, _ := hostOwner(t, initPid(t, d, child.ID), "/workspace/f"); uid != storedRoot+5 {
+		t.Errorf("child's /workspace/f is host uid %d", uid)
+	}
+	for _, id := range []string{child.ID, sb.ID} {
+		if _, err := d.c.DeleteSandbox(ctx, id, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	assertDoctorClean(t, d)
+}
