@@ -184,9 +184,9 @@ func Owner(ns *os.File) (uint32, error) {
 }
 
 // Probe reports whether this kernel and the filesystem of dir support
-// what per-sandbox ranges need: a user namespace owned by owner, an
-// idmapped mount of a directory of dir, and an overlay whose lower, upper
-// and work dirs are all idmapped. It leaves nothing behind.
+// what per-sandbox ranges need: a user namespace owned by owner (0: host
+// root), an idmapped mount of a directory of dir, and an overlay whose
+// lower, upper and work dirs are all idmapped. It leaves nothing behind.
 func Probe(dir string, m Mapping, owner uint32) (err error) {
 	ns, err := NewUserns(MountMaps(m), owner)
 	if err != nil {

@@ -76,21 +76,33 @@ func probeIDs(cfg Config, poolRoot string) *idState {
 	}
 	for _, dir := range []string{cfg.DataDir, poolRoot} {
 		if err == nil {
-			err = idmap.Probe(dir, idmap.Mapping{Inside: stored.HostUID, Outside: first, Size: idSlotSize}, first)
+			err = idmap.Probe(dir, idmap.Mapping{Inside: stored.HostUID, Outside: first, Size: idSlotSize}, 0)
 		}
 	}
+	owner := stored.HostUID
 	if err == nil {
-		st.perSandbox, st.ownedNS = true, true
+		st.perSandbox = true
+		owner = first
 		cfg.Logger.Info("host ids: each sandbox has its own uid/gid range (idmapped layers)",
 			"first", first, "size", idSlotSize, "slots", idSlotLimit)
-		return st
+	} else {
+		cfg.Logger.Warn("host ids: idmapped mounts unavailable; every sandbox shares one uid/gid range and per-user kernel limits",
+			"host_uid", stored.HostUID, "size", stored.Size, "err", err)
 	}
-	cfg.Logger.Warn("host ids: idmapped mounts unavailable; every sandbox shares one uid/gid range and per-user kernel limits",
-		"host_uid", stored.HostUID, "size", stored.Size, "err", err)
-	if ns, nerr := idmap.NewUserns([]idmap.Mapping{{Inside: 0, Outside: stored.HostUID, Size: stored.Size}}, stored.HostUID); nerr == nil {
+	// A namespace owned by a sandbox's uid is made by that uid, unprivileged:
+	// hosts that forbid unprivileged user namespaces refuse it.
+	ns, nerr := idmap.NewUserns([]idmap.Mapping{{Inside: 0, Outside: owner, Size: stored.Size}}, owner)
+	if nerr == nil {
+		if got, oerr := idmap.Owner(ns); oerr != nil || got != owner {
+			nerr = fmt.Errorf("namespace owned by %d, not %d (%v)", got, owner, oerr)
+		}
 		ns.Close()
-		st.ownedNS = true
 	}
+	if nerr != nil {
+		cfg.Logger.Warn("host ids: cannot make user namespaces owned by a sandbox's uid; runc makes them as host root, which is charged their inotify instances",
+			"err", nerr)
+	}
+	st.ownedNS = nerr == nil
 	return st
 }
 
