@@ -239,6 +239,65 @@ func TestHostIDsForkChild(t *testing.T) {
 	if uid, gid := hostOwner(t, pp, "/workspace/u"); uid != parent.Isolation.HostUID+123 || gid != parent.Isolation.HostGID+456 {
 		t.Errorf("parent's /workspace/u is host %d:%d", uid, gid)
 	}
+	// A sandbox made from a snapshot has its own range as well.
+	sn, err := d.c.CreateSnapshot(ctx, parent.ID, api.CreateSnapshotRequest{Name: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Snapshot: sn.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base := restored.Isolation.HostUID; seen[base] || restored.Isolation.IDMode != "per-sandbox" {
+		t.Fatalf("sandbox from snapshot: %+v (taken: %v)", restored.Isolation, seen)
+	}
+	if out := execOut(t, d, restored.ID, "stat", "-c", "%u %g", "/workspace/u", "/root/u"); out != "123 456\n123 456\n" {
+		t.Errorf("sandbox from snapshot sees %q", out)
+	}
+	if uid, _ := hostOwner(t, initPid(t, d, restored.ID), "/root/u"); uid != restored.Isolation.HostUID+123 {
+		t.Errorf("sandbox from snapshot: /root/u is host uid %d", uid)
+	}
+}
+
+// TestHostIDsPoolMember: a warm-pool member has its own range from when
+// it was made, and the sandbox it becomes keeps it.
+func TestHostIDsPoolMember(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	if _, err := d.c.SetPool(ctx, "base", 1); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if p, err := d.c.GetPool(ctx, "base"); err == nil && p.Ready >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("pool did not fill")
+		}
+	}
+	first, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Reason != "create (warm pool)" {
+		t.Fatalf("the first create did not claim the pool member: %q", first.Reason)
+	}
+	second, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range []*api.Sandbox{first, second} {
+		if sb.Isolation.IDMode != "per-sandbox" {
+			t.Fatalf("%s: %+v", sb.ID, sb.Isolation)
+		}
+		want := strings.TrimSpace(strings.Repeat(fmt.Sprint(sb.Isolation.HostUID)+" ", 4))
+		if got := hostUids(t, initPid(t, d, sb.ID)); got != want {
+			t.Errorf("%s runs as %q, its record says %d", sb.ID, got, sb.Isolation.HostUID)
+		}
+	}
+	if first.Isolation.HostUID == second.Isolation.HostUID {
+		t.Errorf("two sandboxes share host uid %d", first.Isolation.HostUID)
+	}
 }
 
 // TestHostIDsKernelLimits: the per-user kernel counts one sandbox spends
