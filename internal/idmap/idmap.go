@@ -159,21 +159,6 @@ func BindNS(ns *os.File, target string) error {
 	return nil
 }
 
-// ReadMap returns the single-line uid map of the user namespace at path
-// (a bind mount made by BindNS, or /proc/PID/ns/user), read through a
-// process that must be in it: pid.
-func ReadMap(pid int) (Mapping, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", pid))
-	if err != nil {
-		return Mapping{}, err
-	}
-	var m Mapping
-	if _, err := fmt.Sscan(string(b), &m.Inside, &m.Outside, &m.Size); err != nil {
-		return Mapping{}, fmt.Errorf("idmap: uid_map of %d: %q", pid, b)
-	}
-	return m, nil
-}
-
 // Owner returns the host uid that owns the user namespace ns.
 func Owner(ns *os.File) (uint32, error) {
 	var uid uint32
