@@ -123,6 +123,20 @@ type Isolation struct {
 	Capabilities  []string `json:"capabilities"`   // what root inside keeps
 	NoNewPrivs    bool     `json:"no_new_privileges"`
 	ReadonlyImage bool     `json:"readonly_image"`
+	// IDMode is "per-sandbox" (its own host uid/gid range, image layers
+	// idmapped onto it) or "shared" (one range for every sandbox: hosts
+	// without idmapped mounts).
+	IDMode string `json:"id_mode,omitempty"`
+	// HostUID and HostGID are the host ids of root inside; HostIDs ids
+	// from there are the sandbox's.
+	HostUID uint32 `json:"host_uid,omitempty"`
+	HostGID uint32 `json:"host_gid,omitempty"`
+	HostIDs uint32 `json:"host_ids,omitempty"`
+	// UsernsOwner says who owns the sandbox's user namespace, and so is
+	// charged its per-user kernel counts (inotify instances): "sandbox"
+	// (its own host root uid), "host-root", or "sentry" (runsc: gVisor
+	// serves them itself).
+	UsernsOwner string `json:"userns_owner,omitempty"`
 }
 
 // Sandbox is the representation of a sandbox returned by the API.

@@ -144,6 +144,10 @@ func printSandbox(w io.Writer, sb *api.Sandbox, now time.Time) error {
 			caps = strings.Join(iso.Capabilities, ",")
 		}
 		row("Capabilities", caps)
+		if iso.IDMode != "" {
+			row("Host ids", fmt.Sprintf("mode=%s uid=%d gid=%d count=%d userns_owner=%s",
+				iso.IDMode, iso.HostUID, iso.HostGID, iso.HostIDs, orDash(iso.UsernsOwner)))
+		}
 	}
 	if l := sb.Lineage; l != nil {
 		row("Parent", l.Parent)

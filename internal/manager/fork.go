@@ -132,6 +132,7 @@ func childSpec(src sandbox.Spec) sandbox.Spec {
 	sp.OneShot = false
 	sp.Pool = ""
 	sp.KeepVolume = false
+	sp.IDs = nil // a child gets its own host id range
 	return sp
 }
 

@@ -279,7 +279,16 @@ func (m *Manager) restoreHost(ctx context.Context, sb *sandbox.Sandbox, cp Check
 	if mounted, err := overlay.Mounted(p.rootfs); err != nil {
 		return err
 	} else if !mounted {
+		lowers, upper, work, err := m.idmapRoot(sb, lowers, upper, work)
+		if err != nil {
+			return err
+		}
 		if err := overlay.Mount(lowers, upper, work, p.rootfs); err != nil {
+			return err
+		}
+	}
+	for i := range sb.Spec.Volumes { // the checkpoint's bundle mounts them from there
+		if _, err := m.volumeSource(sb, i); err != nil {
 			return err
 		}
 	}
@@ -290,7 +299,7 @@ func (m *Manager) restoreHost(ctx context.Context, sb *sandbox.Sandbox, cp Check
 	}
 	// The guest's socket dir as at the checkpoint (stopHost unmounted
 	// it), and a socket the daemon pins anew once the agent listens.
-	uid, gid := m.cfg.IDMap.HostRoot()
+	uid, gid := m.idMapOf(sb).HostRoot()
 	if err := mountRunTmpfs(p.run, uid, gid); err != nil {
 		return err
 	}

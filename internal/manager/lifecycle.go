@@ -168,7 +168,11 @@ func (m *Manager) launch(ctx context.Context, sb *sandbox.Sandbox, actor string,
 	// Side effects must not be cut short by a client that goes away: the
 	// create either finishes or is undone.
 	ctx = context.WithoutCancel(ctx)
+	if err := m.assignIDs(ctx, sb); err != nil {
+		return err
+	}
 	if err := m.store.CreateSandbox(ctx, sb); err != nil {
+		_ = m.releaseIDs(ctx, sb)
 		return err
 	}
 	m.event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "state", To: sandbox.StateCreating,
@@ -224,7 +228,10 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 		}
 		layers, hostUsr = tpl.Layers, tpl.Config.HostUsr
 	}
-	uid, gid := m.cfg.IDMap.HostRoot()
+	if err := m.ensureIDs(ctx, sb); err != nil {
+		return err
+	}
+	uid, gid := m.cfg.IDMap.HostRoot() // stored range: the upper dir as kept on disk
 	if err := m.attachVolumes(ctx, sb); err != nil {
 		return err
 	}
@@ -259,6 +266,10 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	if mounted, err := overlay.Mounted(p.rootfs); err != nil {
 		return err
 	} else if !mounted {
+		lowers, upper, work, err := m.idmapRoot(sb, lowers, upper, work)
+		if err != nil {
+			return err
+		}
 		if err := overlay.Mount(lowers, upper, work, p.rootfs); err != nil {
 			return err
 		}
@@ -275,11 +286,16 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	if hostUsr {
 		mounts = append(mounts, runtime.Mount{Source: "/usr", Destination: "/usr", ReadOnly: true})
 	}
-	for _, vm := range sb.Spec.Volumes {
-		mounts = append(mounts, runtime.Mount{
-			Source:      filepath.Join(m.volumes.Path(vm.VolumeID), volumeDataDir),
-			Destination: vm.Path, ReadOnly: vm.ReadOnly,
-		})
+	for i, vm := range sb.Spec.Volumes {
+		src, err := m.volumeSource(sb, i)
+		if err != nil {
+			return err
+		}
+		mounts = append(mounts, runtime.Mount{Source: src, Destination: vm.Path, ReadOnly: vm.ReadOnly})
+	}
+	userns, err := m.sandboxUserns(sb, rt)
+	if err != nil {
+		return err
 	}
 	if sb.Spec.Network == "egress" {
 		rc, err := m.resolvConf(ctx, sb)
@@ -310,7 +326,8 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 		if err := os.Remove(p.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
-		if err := mountRunTmpfs(p.run, uid, gid); err != nil {
+		ruid, rgid := m.idMapOf(sb).HostRoot()
+		if err := mountRunTmpfs(p.run, ruid, rgid); err != nil {
 			return err
 		}
 		mounts = append(mounts, runtime.Mount{Source: p.run, Destination: "/.berth/run"})
@@ -340,7 +357,8 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 		Env:           []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "BERTH_SANDBOX_ID=" + sb.ID, "GOMAXPROCS=1"},
 		Mounts:        mounts,
 		Resources:     sb.Spec.Resources,
-		IDMap:         m.cfg.IDMap,
+		IDMap:         m.idMapOf(sb),
+		UsernsPath:    userns,
 		CgroupsPath:   p.cgroup,
 		Log:           logw,
 		InitSeccompFD: seccompFD,
@@ -446,6 +464,9 @@ func (m *Manager) destroyLocked(ctx context.Context, sb *sandbox.Sandbox, cause 
 	}
 	if err == nil {
 		err = m.releaseVolumes(ctx, sb)
+	}
+	if err == nil {
+		err = m.releaseIDs(ctx, sb)
 	}
 	if err != nil {
 		sb.Error = "teardown: " + err.Error()

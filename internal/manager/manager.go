@@ -101,6 +101,8 @@ type Manager struct {
 	flowsDropped atomic.Int64
 	agentRefused atomic.Uint64
 
+	ids *idState // host id ranges (ids.go)
+
 	snapTick     int // counts ticks; snapshots expire every few
 	poolStats    map[string]*poolStats
 	poolBuilding int            // members being made, all templates (under mu)
@@ -183,6 +185,7 @@ func New(cfg Config, st store.Store, images *image.Store, rts ...runtime.Runtime
 	}
 	return &Manager{
 		cfg: cfg, store: st, images: images, volumes: vols, pool: pool, log: cfg.Logger,
+		ids:      probeIDs(cfg, pool.Root()),
 		runtimes: runtimesByName(rts), defaultRuntime: rts[0].Name(),
 		agents:       map[string]*agent.Client{},
 		channels:     map[string]*agentChannel{},

@@ -193,6 +193,7 @@ func (m *Manager) claimLocked(ctx context.Context, id string, spec sandbox.Spec,
 	// The claimant's identity and settings; what the container was started
 	// with (layers, resources, host /usr) is the member's and equal.
 	spec.Layers, spec.HostUsr = sb.Spec.Layers, sb.Spec.HostUsr
+	spec.IDs = sb.Spec.IDs // its processes run in the member's range
 	spec.Pool = ""
 	now := m.now()
 	prev := *sb

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,7 +35,8 @@ func (m *Manager) Recover(ctx context.Context) error {
 			m.log.Warn("removing orphans", "err", err)
 		}
 	}
-	m.wg.Add(3)
+	m.wg.Add(4)
+	go m.idLoop()
 	go m.loop()
 	go m.recordFlows()
 	go m.recordEvents()
@@ -453,6 +455,7 @@ func (m *Manager) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, erro
 		}
 	}
 	mounts, _ := overlay.MountsUnder(sbRoot)
+	slices.Reverse(mounts) // a sandbox's root before the idmapped layers under it
 	for _, mp := range mounts {
 		id, _, _ := strings.Cut(strings.TrimPrefix(mp, sbRoot+"/"), "/")
 		if !busy(id) && live[id] == nil {
@@ -488,6 +491,7 @@ func (m *Manager) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, erro
 			}
 		}
 	}
+	m.doctorIDs(ctx, busy, live, add)
 	dirs, _ := m.sandboxDirs()
 	for _, id := range dirs {
 		if !busy(id) && live[id] == nil {

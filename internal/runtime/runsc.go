@@ -248,6 +248,7 @@ func RunscSpec(s *Spec) (*specs.Spec, error) {
 		return nil, err
 	}
 	spec.Linux.Seccomp = nil
+	spec.Linux.Namespaces[0].Path = "" // the Sentry makes its own user namespace
 	if spec.Annotations == nil {
 		spec.Annotations = map[string]string{}
 	}

@@ -138,6 +138,20 @@ func BuildSpec(s *Spec) (*specs.Spec, error) {
 			ReadonlyPaths: readonlyPaths,
 		},
 	}
+	if s.UsernsPath != "" {
+		// runc 1.1 joins the namespace and writes no maps; the mappings
+		// stay in the spec (they must equal the namespace's) for runc's
+		// own use (ownership of /dev and the like).
+		spec.Linux.Namespaces[0].Path = s.UsernsPath
+		if inheritRlimits() {
+			// runc sets rlimits on init with prlimit(2) from outside its
+			// user namespace, which needs CAP_SYS_RESOURCE there: a
+			// namespace host root does not own gives it that only if it
+			// has the capability on the host, which some hosts' root
+			// lacks. init then inherits the daemon's (inheritRlimits).
+			spec.Process.Rlimits = nil
+		}
+	}
 	for _, m := range s.Mounts {
 		opts := []string{"rbind", "nosuid", "nodev"}
 		if m.ReadOnly {

@@ -113,3 +113,32 @@ func TestBuildSpecRefusesUnsafeInput(t *testing.T) {
 		}
 	}
 }
+
+// A sandbox's own user namespace is joined by path with the mappings kept
+// (runc needs them, and they must be the namespace's); runsc makes its own.
+func TestBuildSpecJoinsUserns(t *testing.T) {
+	in := testSpec()
+	in.IDMap = IDMap{HostUID: 100065536, HostGID: 100065536, Size: 65536}
+	in.UsernsPath = "/data/sandboxes/t/userns"
+	s, err := BuildSpec(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := s.Linux.Namespaces[0]
+	if ns.Type != specs.UserNamespace || ns.Path != in.UsernsPath {
+		t.Errorf("user namespace entry %+v", ns)
+	}
+	if m := s.Linux.UIDMappings; len(m) != 1 || m[0] != (specs.LinuxIDMapping{ContainerID: 0, HostID: 100065536, Size: 65536}) {
+		t.Errorf("uid mappings %+v", m)
+	}
+	if inheritRlimits() != (s.Process.Rlimits == nil) {
+		t.Errorf("rlimits %+v with inheritRlimits %v", s.Process.Rlimits, inheritRlimits())
+	}
+	rs, err := RunscSpec(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := rs.Linux.Namespaces[0].Path; p != "" {
+		t.Errorf("runsc spec joins user namespace %q", p)
+	}
+}

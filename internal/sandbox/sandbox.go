@@ -146,7 +146,28 @@ type Spec struct {
 	IPv6        string   `json:"ipv6,omitempty"`
 	Allow       []string `json:"allow,omitempty"`
 	PublicPorts []int    `json:"public_ports,omitempty"`
+	// IDs is the sandbox's host uid/gid range, given at create and
+	// released at delete; never inherited by a fork or snapshot.
+	IDs *HostIDs `json:"ids,omitempty"`
 }
+
+// HostIDs is where a sandbox's ids 0..Size-1 are on the host: uid and gid
+// Base..Base+Size-1.
+type HostIDs struct {
+	// Slot is the id_slots row held (-1: the shared range, no slot).
+	Slot int    `json:"slot"`
+	Base uint32 `json:"base"`
+	Size uint32 `json:"size"`
+	// Mode is IDModePerSandbox or IDModeShared.
+	Mode string `json:"mode"`
+}
+
+// Host id modes: each sandbox its own range (idmapped layers), or one
+// range for all (layers chowned into it; hosts without idmapped mounts).
+const (
+	IDModePerSandbox = "per-sandbox"
+	IDModeShared     = "shared"
+)
 
 // VolumeMount attaches volume VolumeID (named Name) at Path.
 type VolumeMount struct {

@@ -197,7 +197,7 @@ func (s *Server) toAPI(sb *sandbox.Sandbox) api.Sandbox {
 		Resources: api.Resources{CPUs: sb.Spec.Resources.CPUs, MemoryBytes: sb.Spec.Resources.MemoryBytes,
 			Pids: sb.Spec.Resources.Pids},
 		Env: sb.Spec.Env, Labels: sb.Spec.Labels, TimeoutSeconds: sb.Spec.Timeout.Seconds(),
-		Network: sb.Spec.Network, Workdir: sb.Spec.Workdir, Isolation: s.m.RuntimeFor(sb).Isolation(),
+		Network: sb.Spec.Network, Workdir: sb.Spec.Workdir, Isolation: s.m.Isolation(sb),
 		CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt, Cause: string(sb.Cause), Reason: sb.Reason,
 		Error: sb.Error,
 	}

@@ -205,6 +205,16 @@ type Store interface {
 	// ListFlows returns a sandbox's flows with ID > afterID, oldest first.
 	ListFlows(ctx context.Context, sandboxID string, afterID int64, limit int) ([]*Flow, error)
 
+	// AllocateIDSlot gives sandboxID the lowest free host-id slot below
+	// limit, recorded for node, or the slot it already holds; every slot
+	// has at most one holder, also under concurrent allocators. All slots
+	// taken gives ErrExhausted.
+	AllocateIDSlot(ctx context.Context, sandboxID, node string, limit int) (int, error)
+	// ReleaseIDSlot frees sandboxID's slot for reuse; none is not an error.
+	ReleaseIDSlot(ctx context.Context, sandboxID string) error
+	// ListIDSlots returns the allocated slots by sandbox id (node "" = all).
+	ListIDSlots(ctx context.Context, node string) (map[string]int, error)
+
 	CreateAPIKey(ctx context.Context, k *APIKey) error
 	// GetAPIKeyByHash returns a key, revoked or not; callers check RevokedAt.
 	GetAPIKeyByHash(ctx context.Context, hash []byte) (*APIKey, error)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -60,12 +61,16 @@ func TestSecurityBoundary(t *testing.T) {
 		// The agent installs the filter itself (TSYNC): every one of its
 		// threads must carry it.
 		"n=0; bad=0; for f in /proc/1/task/*/status; do grep -q '^Seccomp:.2' $f || bad=1; n=$((n+1)); done; test $n -gt 1 && test $bad = 0 && echo all-threads-filtered": "all-threads-filtered",
-		"cat /proc/self/uid_map":                                          "0  100000000      65536",
 		"grep CapEff /proc/self/status":                                   "CapEff:\t00000000200405fb",
 		"ls /sys/fs/cgroup 2>/dev/null | wc -l":                           "0",
 		"cat /proc/1/cmdline | tr '\\0' ' '":                              "/.berth/berth agent",
 		"ip -o link 2>/dev/null | wc -l; cat /sys/class/net/lo/operstate": "1\nunknown",
 	}
+	// Its own host range (see TestHostIDsPerSandbox), never host root's.
+	if iso := sb.Isolation; iso.IDMode != "per-sandbox" || iso.HostUID <= 100000000 || iso.HostIDs != 65536 {
+		t.Errorf("isolation ids: %+v", iso)
+	}
+	checks["cat /proc/self/uid_map /proc/self/gid_map"] = fmt.Sprintf("0 %d 65536 0 %d 65536", sb.Isolation.HostUID, sb.Isolation.HostGID)
 	for cmd, want := range checks {
 		out, _ := run(cmd)
 		if !strings.Contains(strings.Join(strings.Fields(out), " "), strings.Join(strings.Fields(want), " ")) {

@@ -79,6 +79,11 @@ func TestReopenKeepsDataAndMigratesOnce(t *testing.T) {
 	if err := s.AppendEvent(ctx, &sandbox.Event{SandboxID: "keep", Type: "state", Time: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
+	for _, id := range []string{"other", "keep"} {
+		if _, err := s.AllocateIDSlot(ctx, id, "n", 10); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -102,6 +107,13 @@ func TestReopenKeepsDataAndMigratesOnce(t *testing.T) {
 	evs, err := s.ListEvents(ctx, "keep", 0, 0)
 	if err != nil || len(evs) != 1 {
 		t.Errorf("reopened events = %v, %v", evs, err)
+	}
+	// A restarted daemon finds every sandbox's host id range where it was.
+	if slot, err := s.AllocateIDSlot(ctx, "keep", "n", 10); err != nil || slot != 1 {
+		t.Errorf("reopened id slot of keep = %d, %v; want 1", slot, err)
+	}
+	if slot, err := s.AllocateIDSlot(ctx, "new", "n", 10); err != nil || slot != 2 {
+		t.Errorf("new id slot after reopen = %d, %v; want 2", slot, err)
 	}
 	after := migrationRows(t, path)
 	if len(after) != len(before) {

@@ -29,6 +29,7 @@ func RunShared(t *testing.T, open func(t *testing.T) (a, b store.Store)) {
 		{"SharedConcurrentUpdates", testSharedConcurrentUpdates},
 		{"SharedNameUnique", testSharedNameUnique},
 		{"SharedEventCursor", testSharedEventCursor},
+		{"SharedIDSlots", testSharedIDSlots},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := open(t)

@@ -44,6 +44,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"WebhookOutbox", testWebhookOutbox},
 		{"Snapshots", testSnapshots},
 		{"Flows", testFlows},
+		{"IDSlots", testIDSlots},
+		{"IDSlotsConcurrent", testIDSlotsConcurrent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)
