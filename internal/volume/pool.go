@@ -198,6 +198,26 @@ func CloneTree(src, dst string) error {
 	return nil
 }
 
+// CloneTreeInto copies the contents of directory src into the existing
+// directory dst (dst itself takes src's owner, mode and xattrs), like
+// CloneTree.
+func CloneTreeInto(src, dst string) error {
+	out, err := exec.Command("cp", "-a", "--reflink=auto", "--", src+"/.", dst).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("copying %s: %w: %s", src, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// Capacity is the size of the pool's filesystem in bytes.
+func (p *Pool) Capacity() (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(p.root, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Blocks) * st.Bsize, nil
+}
+
 // Filesystem freeze ioctls (linux/fs.h: _IOWR('X', 119/120, int)).
 const (
 	fifreeze = 0xc0045877

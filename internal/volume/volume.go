@@ -34,8 +34,9 @@ const (
 
 // Manager owns the volumes under one root directory.
 type Manager struct {
-	root     string
-	uid, gid int // owner of a new volume's root dir (sandbox root on the host)
+	root      string
+	uid, gid  int    // owner of a new volume's root dir (sandbox root on the host)
+	mountOpts string // filesystem options of Mount
 }
 
 // New returns a Manager for volumes under root, whose top directory is
@@ -47,7 +48,20 @@ func New(root string, uid, gid int) (*Manager, error) {
 	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
 		return nil, fmt.Errorf("volumes need mkfs.ext4 (apt-get install e2fsprogs): %w", err)
 	}
-	return &Manager{root: root, uid: uid, gid: gid}, nil
+	return &Manager{root: root, uid: uid, gid: gid, mountOpts: "errors=remount-ro"}, nil
+}
+
+// NewScratch returns a Manager for sandboxes' writable root layers under
+// root: the same ext4 images as volumes (the image's size and inode count
+// are the layer's cap), mounted with discard, so that what a sandbox
+// deletes is given back to the pool at once.
+func NewScratch(root string, uid, gid int) (*Manager, error) {
+	m, err := New(root, uid, gid)
+	if err != nil {
+		return nil, err
+	}
+	m.mountOpts = "errors=remount-ro,discard"
+	return m, nil
 }
 
 // Root returns the directory holding the volumes.
@@ -122,7 +136,7 @@ func (m *Manager) Mount(id string) error {
 		return err
 	}
 	defer loop.Close()
-	if err := unix.Mount(loop.Name(), mp, "ext4", unix.MS_NOSUID|unix.MS_NODEV, "errors=remount-ro"); err != nil {
+	if err := unix.Mount(loop.Name(), mp, "ext4", unix.MS_NOSUID|unix.MS_NODEV, m.mountOpts); err != nil {
 		return fmt.Errorf("mounting volume %s: %w", id, err)
 	}
 	return nil
@@ -146,6 +160,16 @@ func (m *Manager) Delete(id string) error {
 		return fmt.Errorf("volume %s: still mounted at %v", id, ms)
 	}
 	return os.RemoveAll(m.dir(id))
+}
+
+// Capacity is what volume id can hold, from its mounted filesystem: bytes
+// and inodes.
+func (m *Manager) Capacity(id string) (bytes, inodes int64, err error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(m.Path(id), &st); err != nil {
+		return 0, 0, err
+	}
+	return int64(st.Blocks) * st.Bsize, int64(st.Files), nil
 }
 
 // Exists reports whether volume id has an image.
