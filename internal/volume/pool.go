@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -118,10 +119,23 @@ func (p *Pool) Close(inUse bool) error {
 	if err != nil || len(ms) > 1 {
 		return err
 	}
-	if err := unix.Unmount(p.root, 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EBUSY) {
-		return err
+	// A writable layer's filesystem just unmounted may hold the pool a
+	// little longer (a lazily detached one whose last user is exiting, a
+	// mount namespace being set up for another container that copied it):
+	// retry for about a second.
+	for i := 0; ; i++ {
+		err := unix.Unmount(p.root, 0)
+		switch {
+		case err == nil, errors.Is(err, unix.EINVAL):
+			return nil
+		case errors.Is(err, unix.EBUSY) && i < 20:
+			time.Sleep(time.Duration(i+1) * 5 * time.Millisecond)
+		case errors.Is(err, unix.EBUSY):
+			return nil // stays mounted, never detached lazily
+		default:
+			return err
+		}
 	}
-	return nil
 }
 
 // reflinkWorks tries a FICLONE between two files in dir.

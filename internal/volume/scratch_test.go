@@ -170,3 +170,45 @@ func TestScratchCapInPool(t *testing.T) {
 		}
 	}
 }
+
+// TestRemadeImageIsNotTheLazilyUnmountedOne: a layer's filesystem that
+// could only be detached lazily (something still held it) keeps its loop
+// device bound to the deleted image; a new image made at the same path
+// must get a new filesystem, not that one (a restarted sandbox would see
+// its discarded files again).
+func TestRemadeImageIsNotTheLazilyUnmountedOne(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test needs root (loop devices, mounts)")
+	}
+	m, err := NewScratch(t.TempDir(), 100000000, 100000000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Create("a", 16<<20, 1024); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Mount("a"); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Create(filepath.Join(m.Path("a"), "old"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := unix.Unmount(m.Path("a"), unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(m.Image("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Create("a", 16<<20, 1024); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Mount("a"); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Delete("a")
+	if _, err := os.Stat(filepath.Join(m.Path("a"), "old")); err == nil {
+		t.Fatal("the new image mounted the old, lazily unmounted filesystem")
+	}
+}

@@ -232,7 +232,13 @@ func findLoop(file string) (string, bool) {
 		if err != nil {
 			continue
 		}
-		name := strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)")
+		name := strings.TrimSpace(string(b))
+		if strings.HasSuffix(name, " (deleted)") {
+			// Bound to a file since deleted (its lazily unmounted
+			// filesystem still alive): a new file at the same path is
+			// not it, and must not be handed that filesystem.
+			continue
+		}
 		var st unix.Stat_t
 		if unix.Stat(name, &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
 			return "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(bf))), true
