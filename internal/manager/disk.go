@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
@@ -113,12 +114,15 @@ func (m *Manager) prepareScratch(sb *sandbox.Sandbox) error {
 	}
 	p := m.paths(sb.ID)
 	if b := m.diskCap(sb); b > 0 || m.scratch.Exists(sb.ID) {
+		t0 := time.Now()
 		if err := m.scratch.Create(sb.ID, b, sandbox.DiskInodes(b)); err != nil {
 			return fmt.Errorf("disk: %w", err)
 		}
+		t1 := time.Now()
 		if err := m.scratch.Mount(sb.ID); err != nil {
 			return fmt.Errorf("disk: %w", err)
 		}
+		m.log.Debug("writable layer ready", "sandbox", sb.ID, "cap", b, "create", t1.Sub(t0), "mount", time.Since(t1))
 	}
 	for _, d := range []string{p.upper, p.work} {
 		if err := os.MkdirAll(d, 0o711); err != nil {

@@ -173,7 +173,7 @@ func New(cfg Config, st store.Store, images *image.Store, rts ...runtime.Runtime
 	if err != nil {
 		return nil, err
 	}
-	scratch, err := volume.NewScratch(filepath.Join(pool.Root(), "scratch"), uid, gid)
+	scratch, err := volume.NewScratch(filepath.Join(pool.Root(), "scratch"), uid, gid, pool.Reflink())
 	if err != nil {
 		return nil, err
 	}
