@@ -48,18 +48,23 @@ func (m *Manager) diskDefault() int64 {
 	return m.cfg.DiskDefault
 }
 
-// withDiskDefault fills a spec's disk cap from the server default.
+// withDiskDefault fills a spec's disk cap from the server default, unless
+// its root layer is on its workspace volume.
 func (m *Manager) withDiskDefault(sp *sandbox.Spec) {
-	if sp.Resources.DiskBytes == 0 {
+	if sp.Resources.DiskBytes == 0 && !specPersistsRoot(sp) {
 		sp.Resources.DiskBytes = m.diskDefault()
 	}
 }
 
-// checkDisk refuses a disk cap the storage pool cannot hold.
+// checkDisk refuses a disk cap the storage pool cannot hold, and one for
+// a root layer that lives on the workspace volume.
 func (m *Manager) checkDisk(sp *sandbox.Spec) error {
 	b := sp.Resources.DiskBytes
 	if b == 0 {
 		return nil
+	}
+	if specPersistsRoot(sp) {
+		return errdefs.Invalid("disk does not apply with persist_root: the root layer is on the workspace volume; size that (volume_size_bytes)")
 	}
 	max := int64(sandbox.MaxDiskBytes)
 	if c, err := m.pool.Capacity(); err == nil && c < max {
@@ -82,8 +87,10 @@ func (m *Manager) diskCap(sb *sandbox.Sandbox) int64 {
 
 // persistsRoot reports whether sb's writable root layer is on its
 // workspace volume (whose size caps it) rather than in scratch space.
-func persistsRoot(sb *sandbox.Sandbox) bool {
-	return sb.Spec.PersistRoot && len(sb.Spec.Volumes) > 0 && sb.Spec.Volumes[0].Owned
+func persistsRoot(sb *sandbox.Sandbox) bool { return specPersistsRoot(&sb.Spec) }
+
+func specPersistsRoot(sp *sandbox.Spec) bool {
+	return sp.PersistRoot && len(sp.Volumes) > 0 && sp.Volumes[0].Owned
 }
 
 // legacyUpper returns the upper dir of a sandbox made before disk caps

@@ -240,10 +240,17 @@ func TestDiskCapPersistRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if sb.Resources.DiskBytes != 0 || sb.Disk != nil || sb.Storage == nil {
+		t.Errorf("persist_root: resources %+v, disk %+v, storage %+v; want the volume as the only cap", sb.Resources, sb.Disk, sb.Storage)
+	}
 	w := fill(t, d, sb.ID)
 	t.Logf("persist_root on a 32 MiB volume: wrote %d bytes into / and /tmp", w)
 	if w > 32<<20 {
 		t.Fatalf("wrote %d bytes into a 32 MiB volume", w)
+	}
+	_, err = d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Persistent: true, PersistRoot: true, Resources: api.Resources{DiskBytes: 64 << 20}})
+	if !client.IsInvalid(err) || !strings.Contains(err.Error(), "volume_size_bytes") {
+		t.Errorf("disk with persist_root: %v, want a 400 pointing at volume_size_bytes", err)
 	}
 }
 
