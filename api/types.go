@@ -17,11 +17,30 @@ type ErrorBody struct {
 	Error Error `json:"error"`
 }
 
-// Resources are the cgroup limits of a sandbox.
+// Resources are the limits of a sandbox: cgroup limits and the disk cap
+// of its writable root layer.
 type Resources struct {
 	CPUs        float64 `json:"cpus,omitempty"`
 	MemoryBytes int64   `json:"memory_bytes,omitempty"`
 	Pids        int64   `json:"pids,omitempty"`
+	// DiskBytes caps the writable root layer and /tmp together (0: the
+	// template's or the server's default).
+	DiskBytes int64 `json:"disk_bytes,omitempty"`
+}
+
+// Disk is the cap and usage of a sandbox's writable root layer (/tmp
+// included): its own filesystem, so a write past the cap fails with
+// ENOSPC inside the sandbox. For persist_root sandboxes the layer is on
+// the workspace volume, whose size caps it (see storage).
+type Disk struct {
+	CapBytes   int64 `json:"cap_bytes"`
+	CapInodes  int64 `json:"cap_inodes"`
+	UsedBytes  int64 `json:"used_bytes"`
+	UsedInodes int64 `json:"used_inodes"`
+	// Enforced is false when the cap is recorded but not in force; Note
+	// says why.
+	Enforced bool   `json:"enforced"`
+	Note     string `json:"note,omitempty"`
 }
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes.
@@ -174,7 +193,9 @@ type Sandbox struct {
 	NextAction   string     `json:"next_action,omitempty"`
 	NextActionAt *time.Time `json:"next_action_at,omitempty"`
 	// Storage is the usage of the sandbox's workspace volume, if any.
-	Storage *Volume  `json:"storage,omitempty"`
+	Storage *Volume `json:"storage,omitempty"`
+	// Disk is the cap and usage of the writable root layer.
+	Disk    *Disk    `json:"disk,omitempty"`
 	Lineage *Lineage `json:"lineage,omitempty"`
 	// IPv4 and IPv6 are the sandbox's addresses in network mode egress;
 	// a persistent sandbox keeps them across stop/start.

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/daemon"
+	"github.com/berth-sh/berth/internal/manager"
 )
 
 // fakeDaemon is just enough of the API to drive the CLI end to end.
@@ -260,7 +262,7 @@ func TestCreateMapsFlags(t *testing.T) {
 	t.Setenv("BERTH_TEST_TOKEN", "tok")
 	out, errs, code := runCLI(t, host, "", "create", "--name", "job", "--template", "py", "--persistent",
 		"--timeout", "90", "--env", "A=1", "--env", "BERTH_TEST_TOKEN", "--label", "team=ml",
-		"--cpus", "1.5", "--memory", "256m", "--pids", "64", "--network", "none", "--workdir", "/work")
+		"--cpus", "1.5", "--memory", "256m", "--pids", "64", "--disk", "2g", "--network", "none", "--workdir", "/work")
 	if code != 0 || out != "sbnew\n" {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errs)
 	}
@@ -268,7 +270,7 @@ func TestCreateMapsFlags(t *testing.T) {
 	if req.Name != "job" || req.Template != "py" || !req.Persistent || req.TimeoutSeconds != 90 ||
 		req.Env["A"] != "1" || req.Env["BERTH_TEST_TOKEN"] != "tok" || req.Labels["team"] != "ml" ||
 		req.Resources.CPUs != 1.5 || req.Resources.MemoryBytes != 256<<20 || req.Resources.Pids != 64 ||
-		req.Network != "none" || req.Workdir != "/work" {
+		req.Resources.DiskBytes != 2<<30 || req.Network != "none" || req.Workdir != "/work" {
 		t.Errorf("request = %+v", req)
 	}
 	if _, errs, code := runCLI(t, host, "", "create", "--network", "host"); code != 1 || !strings.Contains(errs, "want none or egress") {
@@ -396,5 +398,28 @@ func TestOutputFlagRejectsUnknown(t *testing.T) {
 	_, errs, code := runCLI(t, host, "", "ls", "-o", "yaml")
 	if code != 1 || !strings.Contains(errs, "want table or json") || strings.Count(errs, "\n") != 1 {
 		t.Errorf("exit %d, stderr %q", code, errs)
+	}
+}
+
+func TestServeDiskDefaultFlag(t *testing.T) {
+	serve := func(args ...string) daemon.Config {
+		t.Helper()
+		var got daemon.Config
+		cmd := newServeCmdWith(func(_ context.Context, cfg daemon.Config) error { got = cfg; return nil })
+		cmd.SetArgs(append(args, "--log-level", "error"))
+		cmd.SilenceErrors, cmd.SilenceUsage = true, true
+		if err := cmd.ExecuteContext(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if c := serve(); c.DiskDefault != manager.DefaultDiskBytes {
+		t.Errorf("no flag: DiskDefault %d, want %d", c.DiskDefault, manager.DefaultDiskBytes)
+	}
+	if c := serve("--disk-default", "2g"); c.DiskDefault != 2<<30 {
+		t.Errorf("--disk-default 2g: %d", c.DiskDefault)
+	}
+	if c := serve("--disk-default", "0"); c.DiskDefault >= 0 {
+		t.Errorf("--disk-default 0: %d, want negative (no cap)", c.DiskDefault)
 	}
 }

@@ -200,6 +200,7 @@ type sandboxFlags struct {
 	cpus     float64
 	memory   sizeValue
 	pids     int64
+	disk     sizeValue
 	network  networkValue
 	workdir  string
 	runtime  string
@@ -212,6 +213,7 @@ func (f *sandboxFlags) register(fs *pflag.FlagSet, timeoutHelp string) {
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit in cores (e.g. 0.5, 2)")
 	fs.Var(&f.memory, "memory", "memory limit (e.g. 256m, 1g, 512MiB)")
 	fs.Int64Var(&f.pids, "pids", 0, "limit on the number of processes")
+	fs.Var(&f.disk, "disk", "cap of the writable root layer and /tmp together, e.g. 64m, 20g (default: the template's or the daemon's --disk-default); writes past it fail with ENOSPC")
 	fs.Var(&f.network, "network", "network mode: none or egress")
 	fs.StringVarP(&f.workdir, "workdir", "w", "", "working directory inside the sandbox")
 	fs.StringVar(&f.runtime, "runtime", "", "runtime class: runc or runsc (gVisor; when the daemon offers it); default: the daemon's")
@@ -232,6 +234,7 @@ func (f *sandboxFlags) request() (api.CreateSandboxRequest, error) {
 			CPUs:        f.cpus,
 			MemoryBytes: int64(f.memory),
 			Pids:        f.pids,
+			DiskBytes:   int64(f.disk),
 		},
 		Env:            env,
 		TimeoutSeconds: f.timeout.seconds(),

@@ -129,6 +129,16 @@ func printSandbox(w io.Writer, sb *api.Sandbox, now time.Time) error {
 		}
 		row("Storage", v)
 	}
+	if d := sb.Disk; d != nil {
+		v := formatUsage(d.UsedBytes, d.CapBytes) + fmt.Sprintf(", inodes %d/%d", d.UsedInodes, d.CapInodes)
+		if d.CapBytes == 0 {
+			v = "uncapped"
+		}
+		if !d.Enforced {
+			v += " (not enforced: " + d.Note + ")"
+		}
+		row("Disk", v)
+	}
 	row("Volumes", formatMounts(sb.Volumes))
 	row("Resources", formatResources(sb.Resources))
 	row("Network", sb.Network)
@@ -214,6 +224,9 @@ func formatResources(r api.Resources) string {
 	}
 	if r.Pids > 0 {
 		parts = append(parts, "pids="+strconv.FormatInt(r.Pids, 10))
+	}
+	if r.DiskBytes > 0 {
+		parts = append(parts, "disk="+formatSize(r.DiskBytes))
 	}
 	if len(parts) == 0 {
 		return "unlimited"

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-sh/berth/internal/daemon"
+	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/server"
 )
 
@@ -27,6 +28,7 @@ func newServeCmd() *cobra.Command { return newServeCmdWith(daemon.Run) }
 func newServeCmdWith(run func(context.Context, daemon.Config) error) *cobra.Command {
 	cfg := daemon.Config{}
 	var logLevel, logFormat string
+	diskDefault := sizeValue(manager.DefaultDiskBytes)
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the berth daemon",
@@ -50,6 +52,9 @@ and retried with backoff; each delivery is recorded.`,
 				logger.Warn("webhook deliveries are unsigned: set --webhook-secret or " + webhookSecretEnv)
 			}
 			cfg.Logger = logger
+			if cfg.DiskDefault = int64(diskDefault); cfg.DiskDefault == 0 {
+				cfg.DiskDefault = -1 // none
+			}
 			server.Version = version
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -74,6 +79,7 @@ and retried with backoff; each delivery is recorded.`,
 	f.StringVar(&cfg.DefaultOnIdle, "default-on-idle", "", "server-wide default idle action: pause or stop")
 	f.DurationVar(&cfg.DefaultMaxAge, "default-max-age", 0, "server-wide default maximum age (0: none)")
 	f.DurationVar(&cfg.DefaultRetention, "default-retention", 0, "server-wide default retention of stopped sandboxes (0: kept)")
+	f.Var(&diskDefault, "disk-default", "server-wide default cap of each sandbox's writable root layer and /tmp, under a template's and a request's own (0: none)")
 	f.StringVar(&cfg.WebhookURL, "webhook-url", "", "POST every lifecycle event as JSON to this http(s) `URL`, signed in X-Berth-Signature")
 	f.StringVar(&cfg.WebhookSecret, "webhook-secret", "", "HMAC-SHA256 key of the webhook signature (env "+webhookSecretEnv+")")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")

@@ -47,4 +47,9 @@ type Config struct {
 	WebhookURL         string
 	WebhookSecret      string
 	Logger             *slog.Logger
+
+	// DiskDefault caps each sandbox's writable root layer and /tmp when
+	// neither request nor template does: 0 means manager.DefaultDiskBytes,
+	// negative no cap.
+	DiskDefault int64
 }

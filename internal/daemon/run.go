@@ -156,7 +156,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		EgressSubnet: egressSubnet,
 		DataDir:      cfg.DataDir, AgentPath: cfg.AgentPath, DefaultTemplate: cfg.DefaultTemplate,
 		IDMap: idmap, Logger: log.With("component", "manager"),
-		DefaultTimeout: cfg.DefaultTimeout,
+		DefaultTimeout: cfg.DefaultTimeout, DiskDefault: cfg.DiskDefault,
 		DefaultPolicy: sandbox.Policy{IdleTimeout: cfg.DefaultIdleTimeout, OnIdle: sandbox.Action(cfg.DefaultOnIdle),
 			MaxAge: cfg.DefaultMaxAge, Retention: cfg.DefaultRetention},
 	}

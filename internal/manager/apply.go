@@ -39,6 +39,7 @@ type TemplateFile struct {
 		CPUs   float64 `yaml:"cpus" json:"cpus"`
 		Memory string  `yaml:"memory" json:"memory"`
 		Pids   int64   `yaml:"pids" json:"pids"`
+		Disk   string  `yaml:"disk" json:"disk"` // cap of the writable root layer and /tmp
 	} `yaml:"resources" json:"resources"`
 	Timeout string `yaml:"timeout" json:"timeout"`
 	Policy  *struct {
@@ -297,7 +298,17 @@ func (m *Manager) Apply(ctx context.Context, req *api.ApplyRequest, actor string
 			}
 			res.MemoryBytes = b
 		}
+		if r.Disk != "" {
+			b, err := parseSize(r.Disk)
+			if err != nil {
+				return nil, errdefs.Invalid("resources.disk: %v", err)
+			}
+			res.DiskBytes = b
+		}
 		if err := (&sandbox.Spec{Resources: res}).Validate(); err != nil {
+			return nil, err
+		}
+		if err := m.checkDisk(&sandbox.Spec{Resources: res}); err != nil {
 			return nil, err
 		}
 		cfg.Resources = &res

@@ -35,7 +35,7 @@ func (m *Manager) snapshotDir(id string) string {
 
 // capture writes a crash-consistent copy of sb's filesystem state into dir
 // (which must not exist): a reflink clone of each owned volume's image,
-// and of the scratch writable layer when it is not on the volume. The
+// and of the scratch writable layer's image when it is not on the volume. The
 // sandbox's processes are frozen, and its volumes' filesystems flushed and
 // frozen, only while the clones are made. It returns how long that took.
 // The caller holds sb's lock.
@@ -75,12 +75,8 @@ func (m *Manager) capture(ctx context.Context, sb *sandbox.Sandbox, dir string) 
 			return 0, fmt.Errorf("cloning volume: %w", err)
 		}
 	}
-	upper, _ := m.layerDirs(sb)
-	if upper == m.paths(sb.ID).upper {
-		syscall.Sync() // the scratch layer's dirty pages, while nothing writes
-		if err := volume.CloneTree(upper, filepath.Join(tmp, snapshotUpperDir)); err != nil {
-			return 0, err
-		}
+	if err := m.captureScratch(sb, tmp); err != nil {
+		return 0, err
 	}
 	frozen := time.Since(start)
 	if err := os.Rename(tmp, dir); err != nil {
@@ -91,7 +87,7 @@ func (m *Manager) capture(ctx context.Context, sb *sandbox.Sandbox, dir string) 
 }
 
 // materialize lays a captured state down as sandbox sb's own: new owned
-// volumes cloned from the images, the scratch layer from the copy.
+// volumes cloned from the images, the scratch layer's image from its clone.
 func (m *Manager) materialize(sb *sandbox.Sandbox, dir string) error {
 	for i, vm := range sb.Spec.Volumes {
 		if !vm.Owned {
@@ -105,15 +101,7 @@ func (m *Manager) materialize(sb *sandbox.Sandbox, dir string) error {
 			return err
 		}
 	}
-	p := m.paths(sb.ID)
-	if err := os.MkdirAll(p.scratch, 0o711); err != nil {
-		return err
-	}
-	if _, err := os.Stat(filepath.Join(dir, snapshotUpperDir)); err == nil {
-		os.RemoveAll(p.upper)
-		return volume.CloneTree(filepath.Join(dir, snapshotUpperDir), p.upper)
-	}
-	return nil
+	return m.restoreScratch(sb, dir)
 }
 
 // childSpec derives the spec of a sandbox made from captured state: same
@@ -365,16 +353,9 @@ func (m *Manager) RestoreSnapshot(ctx context.Context, ref, actor string) (*sand
 				return err
 			}
 		}
-		p := m.paths(sb.ID)
-		if err := os.RemoveAll(p.upper); err != nil {
+		if err := m.restoreScratch(sb, dir); err != nil {
 			return err
 		}
-		if _, err := os.Stat(filepath.Join(dir, snapshotUpperDir)); err == nil {
-			if err := volume.CloneTree(filepath.Join(dir, snapshotUpperDir), p.upper); err != nil {
-				return err
-			}
-		}
-		os.RemoveAll(p.work)
 		m.event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "restore", Actor: actor, Cause: sandbox.CauseUser,
 			Outcome: "ok", Message: "restored snapshot " + sn.ID + " (" + sn.Name + ")"})
 		if wasRunning {

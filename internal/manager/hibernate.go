@@ -268,6 +268,9 @@ func (m *Manager) restoreHost(ctx context.Context, sb *sandbox.Sandbox, cp Check
 	if err := m.mountVolumes(sb); err != nil {
 		return err
 	}
+	if err := m.prepareScratch(sb); err != nil {
+		return err
+	}
 	upper, work := m.layerDirs(sb)
 	lowers := make([]string, 0, len(layers))
 	for i := len(layers) - 1; i >= 0; i-- {

@@ -59,6 +59,9 @@ func SpecFromRequest(req *api.CreateSandboxRequest, tpl *store.Template) (sandbo
 	if req.Resources.Pids != 0 {
 		sp.Resources.Pids = req.Resources.Pids
 	}
+	if req.Resources.DiskBytes != 0 {
+		sp.Resources.DiskBytes = req.Resources.DiskBytes
+	}
 	if req.TimeoutSeconds < 0 {
 		return sp, errdefs.Invalid("timeout must not be negative")
 	}
@@ -138,10 +141,14 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest, opt
 	if spec.Network == "egress" && spec.Runtime == "runsc" {
 		return nil, errdefs.Invalid("network mode egress is not available with runtime runsc yet")
 	}
+	m.withDiskDefault(&spec)
+	if err := m.checkDisk(&spec); err != nil { // names the pool's bound
+		return nil, err
+	}
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	if poolable(req, tpl, &spec) {
+	if poolable(req, tpl, &spec, m.diskDefault()) {
 		if sb, err := m.claim(ctx, tpl, spec, req, opt); err != nil || sb != nil {
 			return sb, err
 		}
@@ -236,6 +243,9 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 		return err
 	}
 	if err := m.mountVolumes(sb); err != nil {
+		return err
+	}
+	if err := m.prepareScratch(sb); err != nil { // the disk cap (disk.go)
 		return err
 	}
 	upper, work := m.layerDirs(sb)
@@ -498,7 +508,7 @@ func (m *Manager) teardown(ctx context.Context, sb *sandbox.Sandbox) error {
 	}
 	p := m.paths(id)
 	failpoint.Hit("delete.after-unmount")
-	if err := os.RemoveAll(p.scratch); err != nil {
+	if err := m.removeScratch(id); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(p.dir); err != nil {
@@ -540,6 +550,9 @@ func (m *Manager) stopHost(ctx context.Context, sb *sandbox.Sandbox) error {
 		}
 	}
 	if err := m.unmountVolumes(sb); err != nil {
+		errs = append(errs, err)
+	}
+	if err := m.unmountScratch(sb); err != nil {
 		errs = append(errs, err)
 	}
 	if err := m.detachNetwork(ctx, sb); err != nil {

@@ -68,6 +68,10 @@ type Config struct {
 	// a template's and a request's own.
 	DefaultPolicy  sandbox.Policy
 	DefaultTimeout time.Duration
+	// DiskDefault is the server-wide disk cap of a sandbox's writable root
+	// layer, under a template's and a request's own: 0 means
+	// DefaultDiskBytes, negative none.
+	DiskDefault int64
 }
 
 // Manager owns every sandbox of one daemon.
@@ -76,6 +80,7 @@ type Manager struct {
 	store   store.Store
 	images  *image.Store
 	volumes *volume.Manager
+	scratch *volume.Manager // sandboxes' writable root layers (disk.go)
 	pool    *volume.Pool
 	// runtimes are the runtime classes this daemon offers, by name;
 	// defaultRuntime serves sandboxes that name none.
@@ -183,8 +188,28 @@ func New(cfg Config, st store.Store, images *image.Store, rts ...runtime.Runtime
 	if err != nil {
 		return nil, err
 	}
+	scratch, err := volume.NewScratch(filepath.Join(pool.Root(), "scratch"), uid, gid, pool.Reflink())
+	if err != nil {
+		return nil, err
+	}
+	if cfg.DiskDefault == 0 {
+		cfg.DiskDefault = DefaultDiskBytes
+	}
+	if cfg.DiskDefault > 0 {
+		capacity, err := pool.Capacity()
+		if err != nil {
+			return nil, fmt.Errorf("storage pool: %w", err)
+		}
+		if cfg.DiskDefault < sandbox.MinDiskBytes || cfg.DiskDefault > capacity {
+			return nil, fmt.Errorf("default disk cap %d MiB: must be between %d MiB and the storage pool's size, %d MiB",
+				cfg.DiskDefault>>20, sandbox.MinDiskBytes>>20, capacity>>20)
+		}
+		cfg.Logger.Info("disk caps", "default", fmt.Sprintf("%d MiB", cfg.DiskDefault>>20), "pool_size", fmt.Sprintf("%d MiB", capacity>>20))
+	} else {
+		cfg.Logger.Warn("no default disk cap: sandboxes created without --disk can fill the storage pool")
+	}
 	return &Manager{
-		cfg: cfg, store: st, images: images, volumes: vols, pool: pool, log: cfg.Logger,
+		cfg: cfg, store: st, images: images, volumes: vols, scratch: scratch, pool: pool, log: cfg.Logger,
 		ids:      probeIDs(cfg, pool.Root()),
 		runtimes: runtimesByName(rts), defaultRuntime: rts[0].Name(),
 		agents:       map[string]*agent.Client{},
@@ -246,8 +271,9 @@ type paths struct {
 	// the agent binds itself (pin). run is the tmpfs that gVisor agents
 	// bind their socket in, mounted into the sandbox at /.berth/run.
 	ctl, socket, pin, run string
-	// scratch holds the writable layer that does not persist (upper, work),
-	// in the storage pool so forks and snapshots can reflink it.
+	// scratch holds the writable layer that does not persist: upper and
+	// work on its own filesystem (disk.go) mounted at scratch/mnt, in the
+	// storage pool so forks and snapshots can reflink it.
 	scratch, upper, work string
 	cgroup               string
 }
@@ -260,8 +286,8 @@ func (m *Manager) paths(id string) paths {
 		bundle:  filepath.Join(dir, "bundle"),
 		rootfs:  filepath.Join(dir, "rootfs"),
 		scratch: scratch,
-		upper:   filepath.Join(scratch, "upper"),
-		work:    filepath.Join(scratch, "work"),
+		upper:   filepath.Join(scratch, "mnt", "upper"),
+		work:    filepath.Join(scratch, "mnt", "work"),
 		ctl:     filepath.Join(dir, ctlDir),
 		socket:  filepath.Join(dir, ctlDir, agentSockName),
 		pin:     filepath.Join(dir, ctlDir, agentPinName),

@@ -108,13 +108,12 @@ func (m *Manager) stopLocked(ctx context.Context, sb *sandbox.Sandbox, cause san
 // discardScratch removes the writable layer that does not persist: all of
 // an ephemeral sandbox's, and a persistent one's unless persist_root.
 func (m *Manager) discardScratch(sb *sandbox.Sandbox) error {
-	p := m.paths(sb.ID)
-	for _, d := range []string{p.upper, p.work, p.bundle} {
-		if err := os.RemoveAll(d); err != nil {
+	if !persistsRoot(sb) {
+		if err := m.dropScratch(sb.ID); err != nil {
 			return err
 		}
 	}
-	return nil
+	return os.RemoveAll(m.paths(sb.ID).bundle)
 }
 
 // Start brings a stopped sandbox back from its template plus its volume.
@@ -394,6 +393,12 @@ func (m *Manager) Diff(ctx context.Context, ref string) ([]api.DiffEntry, error)
 		return false
 	}
 	upper, _ := m.layerDirs(sb)
+	// So must the writable layer of a hibernated one.
+	if m.scratch.Exists(sb.ID) && !m.scratch.Mounted(sb.ID) {
+		if err := m.scratch.Mount(sb.ID); err == nil {
+			defer m.scratch.Unmount(sb.ID)
+		}
+	}
 	// Volumes of a stopped sandbox must be mounted to be read.
 	for _, vm := range sb.Spec.Volumes {
 		if vm.Owned && !m.volumes.Mounted(vm.VolumeID) {

@@ -135,11 +135,14 @@ func groupPoolMembers(live []*sandbox.Sandbox) map[string][]*sandbox.Sandbox {
 
 // poolable reports whether a create request can be served by a pool
 // member of tpl: an ephemeral sandbox with the template's defaults for
-// everything fixed at container start.
-func poolable(req *api.CreateSandboxRequest, tpl *store.Template, spec *sandbox.Spec) bool {
+// everything fixed at container start (the disk cap included).
+func poolable(req *api.CreateSandboxRequest, tpl *store.Template, spec *sandbox.Spec, diskDefault int64) bool {
 	def := sandbox.DefaultResources
 	if tpl.Config.Resources != nil {
 		def = *tpl.Config.Resources
+	}
+	if def.DiskBytes == 0 {
+		def.DiskBytes = diskDefault // as members are made (addPoolMember)
 	}
 	return !req.Persistent && len(spec.Volumes) == 0 && req.Snapshot == "" &&
 		spec.Resources == def && (spec.Network == "" || spec.Network == "none") &&
@@ -159,7 +162,8 @@ func (m *Manager) claim(ctx context.Context, tpl *store.Template, spec sandbox.S
 	}
 	defer m.wakeReconciler() // refill
 	for _, cand := range members[tpl.Name] {
-		if cand.State != sandbox.StatePaused || !slices.Equal(cand.Spec.Layers, tpl.Layers) {
+		if cand.State != sandbox.StatePaused || !slices.Equal(cand.Spec.Layers, tpl.Layers) ||
+			cand.Spec.Resources.DiskBytes != spec.Resources.DiskBytes { // made under another default
 			continue
 		}
 		unlock, ok := m.locks.TryLock(cand.ID)
@@ -301,6 +305,7 @@ func (m *Manager) addPoolMember(ctx context.Context, tpl *store.Template) error 
 		return err
 	}
 	spec.Layers, spec.HostUsr, spec.Pool = tpl.Layers, tpl.Config.HostUsr, tpl.Name
+	m.withDiskDefault(&spec)
 	now := m.now()
 	sb := &sandbox.Sandbox{ID: newID(), State: sandbox.StateCreating, Node: m.cfg.Node, Spec: spec,
 		CreatedAt: now, UpdatedAt: now, Cause: sandbox.CauseReconciler, Reason: "warm pool"}

@@ -462,14 +462,25 @@ func (m *Manager) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, erro
 			add("mount", id, mp, func() error { return overlay.Unmount(mp) })
 		}
 	}
-	if ents, err := os.ReadDir(filepath.Join(m.pool.Root(), "scratch")); err == nil {
+	if ents, err := os.ReadDir(m.scratch.Root()); err == nil {
 		for _, e := range ents {
 			id := e.Name()
 			if !busy(id) && live[id] == nil {
-				add("dir", id, filepath.Join(m.pool.Root(), "scratch", id), func() error {
-					return os.RemoveAll(filepath.Join(m.pool.Root(), "scratch", id))
-				})
+				add("dir", id, filepath.Join(m.scratch.Root(), id), func() error { return m.removeScratch(id) })
 			}
+		}
+	}
+	// Writable-layer filesystems mounted for a sandbox that is not running.
+	if smounts, err := overlay.MountsUnder(m.scratch.Root()); err == nil {
+		for _, mp := range smounts {
+			id, _, _ := strings.Cut(strings.TrimPrefix(mp, m.scratch.Root()+"/"), "/")
+			if busy(id) {
+				continue
+			}
+			if sb := live[id]; sb == nil || sb.State != sandbox.StateStopped {
+				continue // none: the dir finding above removes it; else in use
+			}
+			add("mount", id, mp, func() error { return overlay.Unmount(mp) })
 		}
 	}
 	if vids, err := m.volumes.IDs(); err == nil {

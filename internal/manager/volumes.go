@@ -242,9 +242,12 @@ func (m *Manager) releaseVolumes(ctx context.Context, sb *sandbox.Sandbox) error
 // layerDirs returns the upper and work dirs of sb's writable root layer:
 // on its workspace volume when the root persists, else in scratch space.
 func (m *Manager) layerDirs(sb *sandbox.Sandbox) (upper, work string) {
-	if sb.Spec.PersistRoot && len(sb.Spec.Volumes) > 0 && sb.Spec.Volumes[0].Owned {
+	if persistsRoot(sb) {
 		base := filepath.Join(m.volumes.Path(sb.Spec.Volumes[0].VolumeID), rootLayerDir)
 		return filepath.Join(base, "upper"), filepath.Join(base, "work")
+	}
+	if upper, work, ok := m.legacyUpper(sb.ID); ok {
+		return upper, work
 	}
 	p := m.paths(sb.ID)
 	return p.upper, p.work

@@ -242,10 +242,19 @@ func runscNotRunning(err error) bool {
 //   - process.oomScoreAdj: runsc applies it to the Sentry and gofer; Start
 //     raises the stub processes it misses (runsc_limits.go).
 //   - rlimits: applied.
+//   - /tmp: bound to the root's own /tmp. With no /tmp mount in the spec
+//     runsc mounts an internal tmpfs there when the image's /tmp is empty
+//     (a gVisor optimization); its files would be the Sentry's memory, and
+//     escape the disk cap of the writable root layer. The bind keeps /tmp
+//     on that layer, as with runc.
 func RunscSpec(s *Spec) (*specs.Spec, error) {
 	spec, err := BuildSpec(s)
 	if err != nil {
 		return nil, err
+	}
+	if !hasMount(spec, "/tmp") {
+		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/tmp", Type: "bind",
+			Source: filepath.Join(s.Rootfs, "tmp"), Options: []string{"rbind", "nosuid", "nodev"}})
 	}
 	spec.Linux.Seccomp = nil
 	spec.Linux.Namespaces[0].Path = "" // the Sentry makes its own user namespace
@@ -269,8 +278,36 @@ func RunscSpec(s *Spec) (*specs.Spec, error) {
 	return spec, nil
 }
 
+func hasMount(spec *specs.Spec, dst string) bool {
+	for _, m := range spec.Mounts {
+		if filepath.Clean(m.Destination) == dst {
+			return true
+		}
+	}
+	return false
+}
+
+// rootTmp makes the root's /tmp if the image lacks one: sticky and
+// world-writable, owned by sandbox root.
+func rootTmp(s *Spec) error {
+	dir := filepath.Join(s.Rootfs, "tmp")
+	if _, err := os.Lstat(dir); err == nil {
+		return nil
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
+		return err
+	}
+	if err := os.Chown(dir, int(s.IDMap.HostUID), int(s.IDMap.HostGID)); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o777|os.ModeSticky)
+}
+
 // writeRunscBundle writes config.json for s into its bundle.
 func writeRunscBundle(s *Spec) (*specs.Spec, error) {
+	if err := rootTmp(s); err != nil {
+		return nil, err
+	}
 	spec, err := RunscSpec(s)
 	if err != nil {
 		return nil, err

@@ -78,11 +78,15 @@ const (
 	CauseClient     Cause = "client" // the client of a one-shot run went away
 )
 
-// Resources are the cgroup limits of a sandbox.
+// Resources are the limits of a sandbox: cgroup limits, and the disk cap
+// of its writable root layer (/tmp included).
 type Resources struct {
 	CPUs        float64 `json:"cpus"`         // CPU quota in cores
 	MemoryBytes int64   `json:"memory_bytes"` // memory limit (no swap)
 	Pids        int64   `json:"pids"`         // max processes and threads
+	// DiskBytes caps the writable root layer; its inode cap follows from
+	// it (DiskInodes). 0: the server's default.
+	DiskBytes int64 `json:"disk_bytes,omitempty"`
 }
 
 // Limits on what a request may ask for; the server may lower them by config.
@@ -91,11 +95,19 @@ const (
 	MinMemoryBytes = 16 << 20
 	MaxMemoryBytes = 256 << 30
 	MinPids        = 8
+	MinDiskBytes   = 16 << 20
+	MaxDiskBytes   = 16 << 40 // the storage pool's size bounds it further
 	MaxPids        = 1 << 20
 	MaxTimeout     = 30 * 24 * time.Hour
 	MaxEnv         = 256
 	MaxLabels      = 64
 )
+
+// bytesPerDiskInode sets a disk cap's inode cap: one inode per 16 KiB.
+const bytesPerDiskInode = 16 << 10
+
+// DiskInodes is the inode cap that goes with a disk cap of bytes.
+func DiskInodes(bytes int64) int64 { return bytes / bytesPerDiskInode }
 
 // DefaultResources applies when neither request nor template says otherwise.
 var DefaultResources = Resources{CPUs: 1, MemoryBytes: 512 << 20, Pids: 512}
@@ -303,6 +315,10 @@ func (sp *Spec) Validate() error {
 	}
 	if r.Pids < MinPids || r.Pids > MaxPids {
 		return errdefs.Invalid("pids must be between %d and %d, got %d", MinPids, MaxPids, r.Pids)
+	}
+	// The upper bound is the storage pool's size, which the manager checks.
+	if r.DiskBytes < 0 || r.DiskBytes != 0 && r.DiskBytes < MinDiskBytes {
+		return errdefs.Invalid("disk must be at least %d MiB, got %d bytes", MinDiskBytes>>20, r.DiskBytes)
 	}
 	if sp.Timeout < 0 || sp.Timeout > MaxTimeout {
 		return errdefs.Invalid("timeout must be between 0 and %s", MaxTimeout)

@@ -195,7 +195,7 @@ func (s *Server) toAPI(sb *sandbox.Sandbox) api.Sandbox {
 		ID: sb.ID, Name: sb.Name, Template: sb.Spec.Template, State: string(sb.State),
 		Persistent: sb.Spec.Persistent,
 		Resources: api.Resources{CPUs: sb.Spec.Resources.CPUs, MemoryBytes: sb.Spec.Resources.MemoryBytes,
-			Pids: sb.Spec.Resources.Pids},
+			Pids: sb.Spec.Resources.Pids, DiskBytes: sb.Spec.Resources.DiskBytes},
 		Env: sb.Spec.Env, Labels: sb.Spec.Labels, TimeoutSeconds: sb.Spec.Timeout.Seconds(),
 		Network: sb.Spec.Network, Workdir: sb.Spec.Workdir, Isolation: s.m.Isolation(sb),
 		CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt, Cause: string(sb.Cause), Reason: sb.Reason,
@@ -229,6 +229,7 @@ func (s *Server) toAPI(sb *sandbox.Sandbox) api.Sandbox {
 	if due, ok := sandbox.Next(sb, s.m.LastActivity(sb)); ok {
 		out.NextAction, out.NextActionAt = string(due.Action)+" ("+due.Policy+")", timePtr(due.At)
 	}
+	out.Disk = s.m.DiskUsage(sb)
 	if sb.Spec.Parent != "" || sb.Spec.FromSnapshot != "" {
 		out.Lineage = &api.Lineage{Parent: sb.Spec.Parent, FromSnapshot: sb.Spec.FromSnapshot}
 	}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -118,10 +119,23 @@ func (p *Pool) Close(inUse bool) error {
 	if err != nil || len(ms) > 1 {
 		return err
 	}
-	if err := unix.Unmount(p.root, 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EBUSY) {
-		return err
+	// A writable layer's filesystem just unmounted may hold the pool a
+	// little longer (a lazily detached one whose last user is exiting, a
+	// mount namespace being set up for another container that copied it):
+	// retry for about a second.
+	for i := 0; ; i++ {
+		err := unix.Unmount(p.root, 0)
+		switch {
+		case err == nil, errors.Is(err, unix.EINVAL):
+			return nil
+		case errors.Is(err, unix.EBUSY) && i < 20:
+			time.Sleep(time.Duration(i+1) * 5 * time.Millisecond)
+		case errors.Is(err, unix.EBUSY):
+			return nil // stays mounted, never detached lazily
+		default:
+			return err
+		}
 	}
-	return nil
 }
 
 // reflinkWorks tries a FICLONE between two files in dir.
@@ -196,6 +210,26 @@ func CloneTree(src, dst string) error {
 		return fmt.Errorf("copying %s: %w: %s", src, err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// CloneTreeInto copies the contents of directory src into the existing
+// directory dst (dst itself takes src's owner, mode and xattrs), like
+// CloneTree.
+func CloneTreeInto(src, dst string) error {
+	out, err := exec.Command("cp", "-a", "--reflink=auto", "--", src+"/.", dst).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("copying %s: %w: %s", src, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// Capacity is the size of the pool's filesystem in bytes.
+func (p *Pool) Capacity() (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(p.root, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Blocks) * st.Bsize, nil
 }
 
 // Filesystem freeze ioctls (linux/fs.h: _IOWR('X', 119/120, int)).

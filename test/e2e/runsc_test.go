@@ -215,10 +215,14 @@ func TestRunscSecurityBoundary(t *testing.T) {
 		}
 	}
 	// Files the sandbox creates are owned on the host by the mapped root.
-	// (Not in /tmp: gVisor mounts a tmpfs of its own on an image's empty
-	// /tmp, so those files never reach the host.)
-	run("touch /workspace/owned")
-	fi, err := os.Stat(filepath.Join(d.dataDir, "pool", "scratch", sb.ID, "upper", "workspace", "owned"))
+	// /tmp included: berth binds the root's own /tmp over the tmpfs gVisor
+	// would mount there, so /tmp stays on the disk-capped writable layer.
+	run("touch /workspace/owned /tmp/owned")
+	upper := filepath.Join(d.dataDir, "pool", "scratch", sb.ID, "mnt", "upper")
+	if _, err := os.Stat(filepath.Join(upper, "tmp", "owned")); err != nil {
+		t.Errorf("/tmp is not on the writable layer: %v", err)
+	}
+	fi, err := os.Stat(filepath.Join(upper, "workspace", "owned"))
 	if err != nil {
 		t.Fatal(err)
 	}
