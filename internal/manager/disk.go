@@ -28,6 +28,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/volume"
 )
@@ -175,7 +176,7 @@ func (m *Manager) removeScratch(id string) error {
 // snapshot or fork stage: its image by reflink, its filesystem frozen
 // (FIFREEZE) meanwhile; or a legacy or uncapped plain upper dir as a tree.
 // The caller has frozen sb's processes.
-func (m *Manager) captureScratch(sb *sandbox.Sandbox, dir string) error {
+func (m *Manager) captureScratch(sb *sandbox.Sandbox, dir string) (err error) {
 	if persistsRoot(sb) {
 		return nil
 	}
@@ -185,8 +186,13 @@ func (m *Manager) captureScratch(sb *sandbox.Sandbox, dir string) error {
 			if err := m.scratch.Freeze(id); err != nil {
 				return err
 			}
-			defer m.scratch.Thaw(id)
+			defer func() {
+				if terr := m.scratch.Thaw(id); terr != nil && err == nil {
+					err = fmt.Errorf("thawing the writable layer: %w", terr)
+				}
+			}()
 		}
+		failpoint.Hit("capture.frozen")
 		if err := volume.CloneFile(m.scratch.Image(id), filepath.Join(dir, snapshotScratchImage)); err != nil {
 			return fmt.Errorf("cloning the writable layer: %w", err)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 	"github.com/berth-sh/berth/internal/volume"
@@ -39,7 +40,7 @@ func (m *Manager) snapshotDir(id string) string {
 // sandbox's processes are frozen, and its volumes' filesystems flushed and
 // frozen, only while the clones are made. It returns how long that took.
 // The caller holds sb's lock.
-func (m *Manager) capture(ctx context.Context, sb *sandbox.Sandbox, dir string) (time.Duration, error) {
+func (m *Manager) capture(ctx context.Context, sb *sandbox.Sandbox, dir string) (frozen time.Duration, err error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
 		return 0, err
 	}
@@ -49,9 +50,26 @@ func (m *Manager) capture(ctx context.Context, sb *sandbox.Sandbox, dir string) 
 		return 0, err
 	}
 	ok := false
+	// Every freeze is undone, last first, whatever happens; a thaw that
+	// fails is the capture's error (the sandbox may be left frozen), not
+	// dropped. A daemon killed in between leaves the freezes to the
+	// restart: thawPool for filesystems, recoverOne for the cgroup.
+	var thaws []func() error
 	defer func() {
-		if !ok {
+		var errs []error
+		for i := len(thaws) - 1; i >= 0; i-- {
+			if terr := thaws[i](); terr != nil {
+				errs = append(errs, terr)
+			}
+		}
+		if terr := errors.Join(errs...); terr != nil && err == nil {
+			err = fmt.Errorf("capture of %s done, but thawing failed: %w", sb.ID, terr)
+		}
+		if !ok || err != nil {
 			os.RemoveAll(tmp)
+		}
+		if ok && err != nil {
+			os.RemoveAll(dir)
 		}
 	}()
 	start := time.Now()
@@ -59,7 +77,7 @@ func (m *Manager) capture(ctx context.Context, sb *sandbox.Sandbox, dir string) 
 		if err := m.rtFor(sb).Pause(ctx, sb.ID); err != nil {
 			return 0, fmt.Errorf("freezing: %w", err)
 		}
-		defer m.rtFor(sb).Resume(ctx, sb.ID)
+		thaws = append(thaws, func() error { return m.rtFor(sb).Resume(context.WithoutCancel(ctx), sb.ID) })
 	}
 	for i, vm := range sb.Spec.Volumes {
 		if !vm.Owned {
@@ -69,8 +87,10 @@ func (m *Manager) capture(ctx context.Context, sb *sandbox.Sandbox, dir string) 
 			if err := m.volumes.Freeze(vm.VolumeID); err != nil {
 				return 0, err
 			}
-			defer m.volumes.Thaw(vm.VolumeID)
+			id := vm.VolumeID
+			thaws = append(thaws, func() error { return m.volumes.Thaw(id) })
 		}
+		failpoint.Hit("capture.frozen")
 		if err := volume.CloneFile(m.volumes.Image(vm.VolumeID), filepath.Join(tmp, fmt.Sprintf(snapshotVolumeImageName, i))); err != nil {
 			return 0, fmt.Errorf("cloning volume: %w", err)
 		}
@@ -78,7 +98,7 @@ func (m *Manager) capture(ctx context.Context, sb *sandbox.Sandbox, dir string) 
 	if err := m.captureScratch(sb, tmp); err != nil {
 		return 0, err
 	}
-	frozen := time.Since(start)
+	frozen = time.Since(start)
 	if err := os.Rename(tmp, dir); err != nil {
 		return 0, err
 	}

@@ -184,6 +184,7 @@ func New(cfg Config, st store.Store, images *image.Store, rts ...runtime.Runtime
 		return nil, fmt.Errorf("storage pool: %w", err)
 	}
 	cfg.Logger.Info("storage pool", "kind", pool.Kind())
+	thawPool(pool.Root(), cfg.Logger)
 	vols, err := volume.New(filepath.Join(pool.Root(), "volumes"), uid, gid)
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/cgroups"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
@@ -51,6 +52,9 @@ func (m *Manager) pauseLocked(ctx context.Context, sb *sandbox.Sandbox, cause sa
 	if err := m.rtFor(sb).Pause(ctx, sb.ID); err != nil {
 		return fmt.Errorf("pausing: %w", err)
 	}
+	// A crash here leaves a frozen sandbox under a running record: the
+	// restart thaws it (recoverOne), the record being the intent.
+	failpoint.Hit("pause.after-freeze")
 	if err := m.transition(ctx, sb, sandbox.StatePaused, cause, actor, reason); err != nil {
 		_ = m.rtFor(sb).Resume(ctx, sb.ID)
 		return err

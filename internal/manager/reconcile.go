@@ -124,9 +124,24 @@ func (m *Manager) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 				log.Info("adopted paused sandbox")
 				return
 			}
-		} else if m.alive(ctx, sb) {
-			log.Info("adopted running sandbox")
-			return
+		} else {
+			// Frozen under a running record: a pause, fork or snapshot
+			// the daemon died in the middle of (the record is written
+			// after the freeze, and is the intent). A frozen sandbox is
+			// alive: thaw it, as its record says it runs.
+			if st, err := m.rtFor(sb).State(ctx, sb.ID); err == nil && st.Status == runtime.StatusPaused {
+				if err := m.rtFor(sb).Resume(ctx, sb.ID); err != nil {
+					log.Warn("thawing a sandbox left frozen", "err", err)
+				} else {
+					log.Info("thawed a sandbox left frozen by an interrupted operation")
+					m.event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "thaw", Actor: actorReconciler,
+						Cause: sandbox.CauseReconciler, Outcome: "ok", Message: "left frozen by an operation the daemon did not finish; thawed after restart"})
+				}
+			}
+			if m.alive(ctx, sb) {
+				log.Info("adopted running sandbox")
+				return
+			}
 		}
 		if !sb.Spec.Persistent {
 			destroy("sandbox died while the daemon was down")
