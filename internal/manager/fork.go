@@ -44,6 +44,7 @@ func (m *Manager) capture(ctx context.Context, sb *sandbox.Sandbox, dir string) 
 	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
 		return 0, err
 	}
+	defer m.markClone(dir)()
 	tmp := dir + ".tmp"
 	os.RemoveAll(tmp)
 	if err := os.Mkdir(tmp, 0o700); err != nil {
@@ -162,14 +163,15 @@ func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest, ac
 	if err != nil {
 		return nil, 0, err
 	}
-	stage := m.snapshotDir("fork-" + newID())
 	var parent *sandbox.Sandbox
+	var stage string
 	var frozen time.Duration
 	_, err = m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
 		if sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused && sb.State != sandbox.StateStopped {
 			return sandbox.ErrWrongState("fork", sb)
 		}
 		parent = sb
+		stage = m.snapshotDir(stageName(sb.ID))
 		frozen, err = m.capture(ctx, sb, stage)
 		return err
 	})
@@ -177,6 +179,7 @@ func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest, ac
 		return nil, 0, err
 	}
 	defer os.RemoveAll(stage)
+	defer m.markClone(stage)()
 	children := make([]*sandbox.Sandbox, n)
 	errs := make([]error, n)
 	done := make(chan int, n)

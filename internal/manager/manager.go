@@ -94,9 +94,12 @@ type Manager struct {
 	agents   map[string]*agent.Client // by sandbox id
 	channels map[string]*agentChannel // by sandbox id (agentchan.go)
 	initLogs map[string]*initLog      // by sandbox id (agentchan.go)
-	cancels  map[string]context.CancelFunc
-	activity map[string]time.Time // latest activity not yet stored
-	cpu      map[string]cpuSample
+	// clonesInFlight are the snapshots-dir entries operations of this
+	// daemon are using (clones.go).
+	clonesInFlight map[string]int
+	cancels        map[string]context.CancelFunc
+	activity       map[string]time.Time // latest activity not yet stored
+	cpu            map[string]cpuSample
 
 	netMu      sync.Mutex
 	network    *network.Network // made on first use (see net)
@@ -213,18 +216,19 @@ func New(cfg Config, st store.Store, images *image.Store, rts ...runtime.Runtime
 		cfg: cfg, store: st, images: images, volumes: vols, scratch: scratch, pool: pool, log: cfg.Logger,
 		ids:      probeIDs(cfg, pool.Root()),
 		runtimes: runtimesByName(rts), defaultRuntime: rts[0].Name(),
-		agents:       map[string]*agent.Client{},
-		channels:     map[string]*agentChannel{},
-		initLogs:     map[string]*initLog{},
-		cancels:      map[string]context.CancelFunc{},
-		activity:     map[string]time.Time{},
-		poolStats:    map[string]*poolStats{},
-		flowEvents:   make(chan flowEvent, 4096),
-		asyncEvents:  make(chan *sandbox.Event, 1024),
-		poolInFlight: map[string]int{},
-		cpu:          map[string]cpuSample{},
-		stopCh:       make(chan struct{}),
-		kick:         make(chan struct{}, 1),
+		agents:         map[string]*agent.Client{},
+		channels:       map[string]*agentChannel{},
+		initLogs:       map[string]*initLog{},
+		clonesInFlight: map[string]int{},
+		cancels:        map[string]context.CancelFunc{},
+		activity:       map[string]time.Time{},
+		poolStats:      map[string]*poolStats{},
+		flowEvents:     make(chan flowEvent, 4096),
+		asyncEvents:    make(chan *sandbox.Event, 1024),
+		poolInFlight:   map[string]int{},
+		cpu:            map[string]cpuSample{},
+		stopCh:         make(chan struct{}),
+		kick:           make(chan struct{}, 1),
 	}, nil
 }
 

@@ -538,6 +538,8 @@ func (m *Manager) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, erro
 			add("record", id, fmt.Sprintf("sandbox is %s: teardown pending (%s)", sb.State, sb.Error), nil)
 		}
 	}
+	m.doctorClones(ctx, add)
+	m.doctorFrozen(ctx, live, busy, add)
 	m.doctorNetwork(ctx, live, fix, add)
 	rep.Healthy = true
 	for _, f := range rep.Findings {

@@ -273,11 +273,13 @@ func (d *daemon) cleanup() {
 // processes under the daemon's cgroup parent.
 func assertNoLeaks(t *testing.T, dataDir string) {
 	t.Helper()
-	// The storage pool is the daemon's own while it runs; it is checked
-	// separately once the daemon has stopped.
+	// The storage pool and the share (agent binary, resolv.conf files)
+	// are the daemon's own while it runs; they are checked separately
+	// once the daemon has stopped.
 	ms, _ := overlay.MountsUnder(dataDir)
 	ms = slices.DeleteFunc(ms, func(m string) bool {
-		return m == filepath.Join(dataDir, "pool") || m == filepath.Join(dataDir, "runsc", "null-netns")
+		return m == filepath.Join(dataDir, "pool") || m == filepath.Join(dataDir, "runsc", "null-netns") ||
+			m == filepath.Join(dataDir, "share")
 	})
 	if len(ms) > 0 {
 		t.Errorf("leaked mounts: %v", ms)
