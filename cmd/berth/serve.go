@@ -29,6 +29,7 @@ func newServeCmdWith(run func(context.Context, daemon.Config) error) *cobra.Comm
 	cfg := daemon.Config{}
 	var logLevel, logFormat string
 	diskDefault := sizeValue(manager.DefaultDiskBytes)
+	var lowWater, poolSize sizeValue
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the berth daemon",
@@ -52,6 +53,7 @@ and retried with backoff; each delivery is recorded.`,
 				logger.Warn("webhook deliveries are unsigned: set --webhook-secret or " + webhookSecretEnv)
 			}
 			cfg.Logger = logger
+			cfg.DiskLowWater, cfg.PoolSize = int64(lowWater), int64(poolSize)
 			if cfg.DiskDefault = int64(diskDefault); cfg.DiskDefault == 0 {
 				cfg.DiskDefault = -1 // none
 			}
@@ -79,6 +81,8 @@ and retried with backoff; each delivery is recorded.`,
 	f.StringVar(&cfg.DefaultOnIdle, "default-on-idle", "", "server-wide default idle action: pause or stop")
 	f.DurationVar(&cfg.DefaultMaxAge, "default-max-age", 0, "server-wide default maximum age (0: none)")
 	f.DurationVar(&cfg.DefaultRetention, "default-retention", 0, "server-wide default retention of stopped sandboxes (0: kept)")
+	f.Var(&lowWater, "disk-low-water", "free space creates must leave on the filesystem under the data dir, else 507 (default 1 GiB, or 5% of a smaller filesystem)")
+	f.Var(&poolSize, "pool-size", "size of the storage pool image when berth makes one (sparse; default 256 GiB)")
 	f.Var(&diskDefault, "disk-default", "server-wide default cap of each sandbox's writable root layer and /tmp, under a template's and a request's own (0: none)")
 	f.StringVar(&cfg.WebhookURL, "webhook-url", "", "POST every lifecycle event as JSON to this http(s) `URL`, signed in X-Berth-Signature")
 	f.StringVar(&cfg.WebhookSecret, "webhook-secret", "", "HMAC-SHA256 key of the webhook signature (env "+webhookSecretEnv+")")

@@ -52,4 +52,10 @@ type Config struct {
 	// neither request nor template does: 0 means manager.DefaultDiskBytes,
 	// negative no cap.
 	DiskDefault int64
+	// DiskLowWater is the free space creates must leave on the filesystem
+	// under the data dir (0: 1 GiB, or 5% of a smaller one).
+	DiskLowWater int64
+	// PoolSize is the size of the storage pool image when one is made
+	// (0: volume.DefaultPoolSize).
+	PoolSize int64
 }

@@ -157,6 +157,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		DataDir:      cfg.DataDir, AgentPath: cfg.AgentPath, DefaultTemplate: cfg.DefaultTemplate,
 		IDMap: idmap, Logger: log.With("component", "manager"),
 		DefaultTimeout: cfg.DefaultTimeout, DiskDefault: cfg.DiskDefault,
+		DiskLowWater: cfg.DiskLowWater, PoolSize: cfg.PoolSize,
 		DefaultPolicy: sandbox.Policy{IdleTimeout: cfg.DefaultIdleTimeout, OnIdle: sandbox.Action(cfg.DefaultOnIdle),
 			MaxAge: cfg.DefaultMaxAge, Retention: cfg.DefaultRetention},
 	}

@@ -21,6 +21,9 @@ var (
 	ErrUnavailable     = errors.New("unavailable")        // 503 unavailable
 	ErrUnreachable     = errors.New("unreachable")        // 502 unreachable (the sandbox is up, nothing answers at the target)
 	ErrNotSupported    = errors.New("not supported")      // 501 not_supported
+	// ErrInsufficientStorage: the request's data cannot fit on the host
+	// (507 insufficient_storage).
+	ErrInsufficientStorage = errors.New("insufficient storage")
 )
 
 // Error is an error with a message that is safe to show to an API user, kept
@@ -95,6 +98,8 @@ func Code(err error) (code string, status int) {
 		return "resource_exhausted", 429
 	case errors.Is(err, ErrNotSupported):
 		return "not_supported", 501
+	case errors.Is(err, ErrInsufficientStorage):
+		return "insufficient_storage", 507
 	case errors.Is(err, ErrUnavailable):
 		return "unavailable", 503
 	case errors.Is(err, ErrUnreachable):
@@ -120,6 +125,12 @@ func Message(err error) string {
 // Unreachable reports a target inside a running sandbox that refuses or
 // does not answer, e.g. a port nothing listens on (502).
 func Unreachable(format string, args ...any) error { return mk(ErrUnreachable, format, args...) }
+
+// InsufficientStorage reports a request whose data the host cannot hold
+// (507); the message names the limit.
+func InsufficientStorage(format string, args ...any) error {
+	return mk(ErrInsufficientStorage, format, args...)
+}
 
 // Unavailable reports a dependency that cannot be reached now (503).
 func Unavailable(format string, args ...any) error { return mk(ErrUnavailable, format, args...) }

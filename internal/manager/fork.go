@@ -170,6 +170,9 @@ func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest, ac
 		if sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused && sb.State != sandbox.StateStopped {
 			return sandbox.ErrWrongState("fork", sb)
 		}
+		if err := m.admit(ctx, int64(n)*m.sandboxNeed(&sb.Spec), fmt.Sprintf("forking %s into %d", sb.ID, n)); err != nil {
+			return err
+		}
 		parent = sb
 		stage = m.snapshotDir(stageName(sb.ID))
 		frozen, err = m.capture(ctx, sb, stage)
@@ -285,6 +288,11 @@ func (m *Manager) CreateSnapshot(ctx context.Context, ref string, req *api.Creat
 		}
 		if _, err := m.store.GetSnapshotByName(ctx, sb.Tenant, name); err == nil {
 			return errdefs.Conflict("a snapshot named %q already exists", name)
+		}
+		// The snapshot's clones share the sandbox's data now, and may come
+		// to hold all of it as the sandbox changes.
+		if err := m.admit(ctx, m.sandboxNeed(&sb.Spec), "a snapshot of "+sb.ID); err != nil {
+			return err
 		}
 		dir := m.snapshotDir(id)
 		if _, err := m.capture(ctx, sb, dir); err != nil {

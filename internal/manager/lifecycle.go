@@ -148,6 +148,9 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest, opt
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
+	if err := m.admit(ctx, m.sandboxNeed(&spec), "a new sandbox"); err != nil {
+		return nil, err
+	}
 	if poolable(req, tpl, &spec, m.diskDefault()) {
 		if sb, err := m.claim(ctx, tpl, spec, req, opt); err != nil || sb != nil {
 			return sb, err
@@ -421,6 +424,7 @@ func (m *Manager) waitReady(ctx context.Context, id string) error {
 // Delete destroys a sandbox and leaves a tombstone. Deleting a deleted
 // sandbox returns its tombstone.
 func (m *Manager) Delete(ctx context.Context, ref, actor string, cause sandbox.Cause, reason string) (*sandbox.Sandbox, error) {
+	m.releaseReserveIfFull()
 	sb, err := m.local(ctx, ref)
 	if err != nil {
 		return nil, err

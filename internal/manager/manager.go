@@ -72,6 +72,9 @@ type Config struct {
 	// layer, under a template's and a request's own: 0 means
 	// DefaultDiskBytes, negative none.
 	DiskDefault int64
+	// DiskLowWater is the free space creates leave on the filesystem
+	// under the data dir (capacity.go); 0: 1 GiB or 5% of a smaller one.
+	DiskLowWater int64
 }
 
 // Manager owns every sandbox of one daemon.

@@ -229,6 +229,7 @@ func (m *Manager) loop() {
 // tick enforces policies, stores activity, retries unfinished teardowns
 // and notices dead sandboxes. It returns the next deadline it knows of.
 func (m *Manager) tick(ctx context.Context) time.Time {
+	m.ensureReserve()
 	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node})
 	if err != nil {
 		m.log.Error("reconciler: listing sandboxes", "err", err)

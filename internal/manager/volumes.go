@@ -30,6 +30,12 @@ func (m *Manager) CreateVolume(ctx context.Context, req *api.CreateVolumeRequest
 	if err != nil {
 		return nil, err
 	}
+	if c, err := m.pool.Capacity(); err == nil && size > c {
+		return nil, errdefs.Invalid("volume size %s exceeds the storage pool's size %s", humanBytes(size), humanBytes(c))
+	}
+	if err := m.admit(ctx, size, "volume "+req.Name); err != nil {
+		return nil, err
+	}
 	now := m.now()
 	v := &store.Volume{ID: newID(), Name: req.Name, Tenant: tenant, State: store.VolumeAvailable,
 		SizeBytes: size, Inodes: inodes, Keep: true, CreatedAt: now, UpdatedAt: now}
@@ -99,6 +105,9 @@ func (m *Manager) resolveVolumes(ctx context.Context, req *api.CreateSandboxRequ
 		size, inodes, err := volume.Normalize(req.VolumeSizeBytes, req.VolumeInodes)
 		if err != nil {
 			return err
+		}
+		if c, err := m.pool.Capacity(); err == nil && size > c {
+			return errdefs.Invalid("volume size %s exceeds the storage pool's size %s", humanBytes(size), humanBytes(c))
 		}
 		sp.VolumeSize, sp.VolumeInodes = size, inodes
 		sp.Volumes = append(sp.Volumes, sandbox.VolumeMount{VolumeID: newID(), Path: "/workspace", Owned: true})
