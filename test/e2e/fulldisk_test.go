@@ -84,7 +84,10 @@ func TestFullDisk(t *testing.T) {
 			_, err := d.c.CreateSnapshot(ctx, p.ID, api.CreateSnapshotRequest{})
 			return err
 		},
-		"volume": func() error { _, err := d.c.CreateVolume(ctx, api.CreateVolumeRequest{Name: "v1", SizeBytes: 64 << 20}); return err },
+		"volume": func() error {
+			_, err := d.c.CreateVolume(ctx, api.CreateVolumeRequest{Name: "v1", SizeBytes: 64 << 20})
+			return err
+		},
 	} {
 		err := call()
 		if !isCode(err, 507, "insufficient_storage") {
