@@ -41,6 +41,9 @@ type Disk struct {
 	// says why.
 	Enforced bool   `json:"enforced"`
 	Note     string `json:"note,omitempty"`
+	// ReadOnly: the kernel made the layer's filesystem read-only (an I/O
+	// error); a stop/start makes it anew.
+	ReadOnly bool `json:"read_only,omitempty"`
 }
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes.
@@ -115,6 +118,10 @@ type Volume struct {
 	UsedInodes int64     `json:"used_inodes"`
 	AttachedTo string    `json:"attached_to,omitempty"` // sandbox id
 	Keep       bool      `json:"keep"`                  // outlives its sandbox
+	// ReadOnly: the kernel made the mounted filesystem read-only (an I/O
+	// error, e.g. the host disk under the pool filled); a stop/start
+	// mounts it read-write again.
+	ReadOnly bool `json:"read_only,omitempty"`
 	CreatedAt  time.Time `json:"created_at"`
 }
 

@@ -175,3 +175,43 @@ func (m *Manager) releaseReserveIfFull() {
 		m.log.Warn("releasing the reserve", "err", err)
 	}
 }
+
+// watchReadOnly records, once per occurrence, that a running sandbox's
+// workspace volume or writable layer went read-only (the kernel remounts
+// ext4 so after an I/O error: the host disk under the pool filled, say);
+// inspect shows it (read_only) and doctor reports it; a stop/start mounts
+// it read-write again.
+func (m *Manager) watchReadOnly(ctx context.Context, live []*sandbox.Sandbox) {
+	for _, sb := range live {
+		if sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused {
+			continue
+		}
+		check := func(what string, ro bool) {
+			key := sb.ID + "/" + what
+			m.mu.Lock()
+			seen := m.readOnly[key]
+			if ro {
+				m.readOnly[key] = true
+			} else {
+				delete(m.readOnly, key)
+			}
+			m.mu.Unlock()
+			if ro && !seen {
+				m.log.Warn("filesystem went read-only", "sandbox", sb.ID, "what", what)
+				m.event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "storage", Actor: actorReconciler,
+					Cause: sandbox.CauseReconciler, Outcome: "read_only",
+					Message: what + " is read-only (the kernel remounted it after an I/O error); stop and start the sandbox to mount it again"})
+			}
+		}
+		if !persistsRoot(sb) && m.scratch.Mounted(sb.ID) {
+			u, err := m.scratch.Usage(sb.ID)
+			check("the writable root layer", err == nil && u.ReadOnly)
+		}
+		for _, vm := range sb.Spec.Volumes {
+			if vm.Owned && m.volumes.Mounted(vm.VolumeID) {
+				u, err := m.volumes.Usage(vm.VolumeID)
+				check("volume "+vm.VolumeID, err == nil && u.ReadOnly)
+			}
+		}
+	}
+}

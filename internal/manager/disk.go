@@ -259,7 +259,7 @@ func (m *Manager) DiskUsage(sb *sandbox.Sandbox) *api.Disk {
 			d.CapBytes, d.CapInodes = c, i
 		}
 		if u, err := m.scratch.Usage(sb.ID); err == nil {
-			d.UsedBytes, d.UsedInodes = u.UsedBytes, u.UsedInodes
+			d.UsedBytes, d.UsedInodes, d.ReadOnly = u.UsedBytes, u.UsedInodes, u.ReadOnly
 		}
 	default:
 		d.Enforced = true // made at the next start

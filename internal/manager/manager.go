@@ -100,9 +100,11 @@ type Manager struct {
 	// clonesInFlight are the snapshots-dir entries operations of this
 	// daemon are using (clones.go).
 	clonesInFlight map[string]int
-	cancels        map[string]context.CancelFunc
-	activity       map[string]time.Time // latest activity not yet stored
-	cpu            map[string]cpuSample
+	// readOnly are the sandbox filesystems seen read-only (capacity.go).
+	readOnly map[string]bool
+	cancels  map[string]context.CancelFunc
+	activity map[string]time.Time // latest activity not yet stored
+	cpu      map[string]cpuSample
 
 	netMu      sync.Mutex
 	network    *network.Network // made on first use (see net)
@@ -223,6 +225,7 @@ func New(cfg Config, st store.Store, images *image.Store, rts ...runtime.Runtime
 		channels:       map[string]*agentChannel{},
 		initLogs:       map[string]*initLog{},
 		clonesInFlight: map[string]int{},
+		readOnly:       map[string]bool{},
 		cancels:        map[string]context.CancelFunc{},
 		activity:       map[string]time.Time{},
 		poolStats:      map[string]*poolStats{},

@@ -241,6 +241,7 @@ func (m *Manager) tick(ctx context.Context) time.Time {
 		m.expireSnapshots(ctx)
 	}
 	m.refillPools(ctx, live)
+	m.watchReadOnly(ctx, live)
 	for _, sb := range live {
 		if sb.State == sandbox.StateRunning && sb.Spec.Policy.IdleTimeout > 0 {
 			// Open exec sessions and busy processes are activity.

@@ -38,7 +38,8 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 func (s *Server) volumeToAPI(v *store.Volume) api.Volume {
 	u := s.m.VolumeUsage(v)
 	return api.Volume{ID: v.ID, Name: v.Name, State: v.State, SizeBytes: v.SizeBytes, Inodes: v.Inodes,
-		UsedBytes: u.UsedBytes, UsedInodes: u.UsedInodes, AttachedTo: v.SandboxID, Keep: v.Keep, CreatedAt: v.CreatedAt}
+		UsedBytes: u.UsedBytes, UsedInodes: u.UsedInodes, AttachedTo: v.SandboxID, Keep: v.Keep, CreatedAt: v.CreatedAt,
+		ReadOnly: u.ReadOnly}
 }
 
 func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {

@@ -257,6 +257,10 @@ func (m *Manager) IDs() ([]string, error) {
 // Usage is what a volume holds.
 type Usage struct {
 	UsedBytes, UsedInodes int64
+	// ReadOnly: the mounted filesystem is read-only — the kernel remounts
+	// ext4 so after an I/O error (the host disk under the pool filled,
+	// say). The next mount (stop/start) is read-write again.
+	ReadOnly bool
 }
 
 // Usage reports volume id's usage: exact from the filesystem when mounted,
@@ -270,6 +274,7 @@ func (m *Manager) Usage(id string) (Usage, error) {
 		return Usage{
 			UsedBytes:  int64(st.Blocks-st.Bfree) * st.Bsize,
 			UsedInodes: int64(st.Files - st.Ffree),
+			ReadOnly:   st.Flags&unix.ST_RDONLY != 0,
 		}, nil
 	}
 	var st unix.Stat_t

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -104,5 +105,42 @@ func TestDoctorFindsFrozenReadonlyAndClones(t *testing.T) {
 	}
 	if rep, err := d.c.Doctor(ctx, false); err != nil || !rep.Healthy {
 		t.Fatalf("doctor after the fixes: %+v %v", rep, err)
+	}
+
+	// Read-only again: inspect and the events say so, and a stop/start
+	// (a fresh mount) repairs it.
+	if err := unix.Mount("", vol, "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, err := d.c.GetSandbox(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, _ := d.c.Events(ctx, sb.ID)
+		evSeen := false
+		for _, ev := range evs {
+			evSeen = evSeen || (ev.Type == "storage" && ev.Outcome == "read_only")
+		}
+		if got.Storage != nil && got.Storage.ReadOnly && evSeen {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("read-only volume not in inspect (%+v) or events (%+v)", got.Storage, evs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := d.c.Stop(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.c.Start(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if out, code, err := runIn(d, sb.ID, "touch /workspace/after-restart && ls /workspace/thawed && echo ok", nil); err != nil || code != 0 || !strings.Contains(out, "ok") {
+		t.Fatalf("volume after stop/start: %d %v %q", code, err, out)
+	}
+	if got, _ := d.c.GetSandbox(ctx, sb.ID); got == nil || got.Storage == nil || got.Storage.ReadOnly {
+		t.Fatalf("still read-only after stop/start: %+v", got)
 	}
 }
