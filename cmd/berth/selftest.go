@@ -22,6 +22,7 @@ func newSelftestCmd(g *globals) *cobra.Command {
 		dataDir  string
 		tcp      string
 		runsc    string
+		agent    string
 		quiet    bool
 	)
 	cmd := &cobra.Command{
@@ -60,6 +61,7 @@ run as root on the daemon's host. docs/security.md lists the attacks.`,
 	f.StringVar(&dataDir, "data-dir", "/var/lib/berth", "the daemon's data dir on this host (ignored with --private)")
 	f.StringVar(&tcp, "tcp", "", "the daemon's TCP listener, http://host:port, for the credential attacks (ignored with --private)")
 	f.StringVar(&runsc, "runsc", "", "with --private: the daemon's --runsc (default: runsc from PATH)")
+	f.StringVar(&agent, "agent", "", "with --private: the daemon's --agent (a static berth binary for inside sandboxes)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress lines on stderr")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -71,7 +73,7 @@ run as root on the daemon's host. docs/security.md lists the attacks.`,
 		var rep *selftest.Report
 		var err error
 		if private {
-			rep, err = selftest.RunPrivate(ctx, selftest.PrivateOptions{Runsc: runsc, Runtimes: runtimes, Only: only,
+			rep, err = selftest.RunPrivate(ctx, selftest.PrivateOptions{Runsc: runsc, Agent: agent, Runtimes: runtimes, Only: only,
 				Progress: progress, Log: cmd.ErrOrStderr()})
 		} else {
 			host := g.host

@@ -23,7 +23,10 @@ type PrivateOptions struct {
 	// Binary is the berth executable (default: this one).
 	Binary string
 	// Runsc is the daemon's --runsc value ("" = its default, from PATH).
-	Runsc    string
+	Runsc string
+	// Agent is the daemon's --agent: a static berth binary for inside the
+	// sandboxes when Binary is not one (a -race build). "" = Binary.
+	Agent    string
 	Runtimes []string
 	Only     []string
 	Progress io.Writer
@@ -69,6 +72,9 @@ func RunPrivate(ctx context.Context, po PrivateOptions) (*Report, error) {
 	args := []string{"--listen", tcpAddr}
 	if po.Runsc != "" {
 		args = append(args, "--runsc", po.Runsc)
+	}
+	if po.Agent != "" {
+		args = append(args, "--agent", po.Agent)
 	}
 	d, err := bench.StartPrivate(ctx, po.Binary, dataDir, args...)
 	if err != nil {
