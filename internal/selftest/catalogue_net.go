@@ -182,7 +182,7 @@ func (e *Env) crossPair(ctx ctxT) (*api.Sandbox, *api.Sandbox, error) {
 		}
 		out, exit, err := e.Sh(ctx, b.ID, `(setsid python3 /tmp/st-xsb.py st-xsb-marker-$ST_TAG >/tmp/st-xsb.log 2>&1 &); for i in $(seq 200); do test -e /tmp/st-xsb.ready && exit 0; sleep 0.05; done; cat /tmp/st-xsb.log; exit 1`)
 		if err != nil || exit.Code != 0 {
-			return nil, nil, fmt.Errorf("B's holder did not start: %v %s", errText(err), strings.TrimSpace(out))
+			return nil, nil, fmt.Errorf("the holder in sandbox B did not start: %v %s", errText(err), strings.TrimSpace(out))
 		}
 	}
 	a, err := e.Group(ctx, "cross-a")

@@ -145,18 +145,6 @@ func shFails(group, script string) func(context.Context, *Env) Outcome {
 	})
 }
 
-// shResult is an attack whose shell script prints RESULT lines: "ok ..."
-// means the attack worked, "err ..." that it was refused.
-func shResult(group, script string) func(context.Context, *Env) Outcome {
-	return runIn(group, func(ctx context.Context, e *Env, sb *api.Sandbox) Outcome {
-		out, exit, err := e.Sh(ctx, sb.ID, script)
-		if err != nil {
-			return escaped("exec failed: %v", err)
-		}
-		return sysCheck(out, exit, "*")
-	})
-}
-
 type (
 	ctxT     = context.Context
 	sandboxT = api.Sandbox

@@ -18,7 +18,6 @@ package selftest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -520,15 +519,6 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-// apiStatus is the HTTP status of an SDK error (0: not an API error).
-func apiStatus(err error) int {
-	var ae *client.Error
-	if errors.As(err, &ae) {
-		return ae.Status
-	}
-	return 0
 }
 
 // denied reports whether an HTTP status is an authorization denial.
