@@ -24,6 +24,7 @@ func newSelftestCmd(g *globals) *cobra.Command {
 		runsc    string
 		agent    string
 		quiet    bool
+		list     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "selftest [--private] [--runtime runc,runsc] [--only PATTERN,...] [-o json]",
@@ -62,8 +63,12 @@ run as root on the daemon's host. docs/security.md lists the attacks.`,
 	f.StringVar(&tcp, "tcp", "", "the daemon's TCP listener, http://host:port, for the credential attacks (ignored with --private)")
 	f.StringVar(&runsc, "runsc", "", "with --private: the daemon's --runsc (default: runsc from PATH)")
 	f.StringVar(&agent, "agent", "", "with --private: the daemon's --agent (a static berth binary for inside sandboxes)")
+	f.BoolVar(&list, "list", false, "print the catalogue (markdown) and exit; nothing runs")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress lines on stderr")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if list {
+			return selftest.WriteCatalogue(cmd.OutOrStdout(), selftest.Select(only))
+		}
 		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		progress := cmd.ErrOrStderr()

@@ -70,22 +70,27 @@ func agentAttacks() []*Attack {
 	signal := func(sig string) *Attack {
 		return a("kill-"+strings.ToLower(sig)+"-pid1", "kill -"+sig+" 1 from inside, then exec", "the agent survives; the sandbox still answers",
 			fresh(api.CreateSandboxRequest{}, func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
-				out, exit, err := e.Sh(ctx, sb.ID, fmt.Sprintf(`s=$(cut -d' ' -f22 /proc/1/stat); kill -%s 1; echo "RESULT rc=$? start=$s"`, sig))
+				before, _, err := e.Sh(ctx, sb.ID, `cut -d' ' -f22 /proc/1/stat`)
 				if err != nil {
 					return escaped("exec failed: %v", err)
 				}
-				r, _ := result(out)
+				// The signal may reach the attacking shell too (the agent
+				// forwards some): its own exit says little.
+				out, exit, err := e.Sh(ctx, sb.ID, fmt.Sprintf(`kill -%s 1; echo "RESULT rc=$?"`, sig))
+				if err != nil {
+					return escaped("exec failed: %v", err)
+				}
+				r := orExit(firstResult(out), out, exit)
 				time.Sleep(500 * time.Millisecond)
 				ok, why := e.Alive(ctx, sb.ID)
 				if !ok {
-					return escaped("kill %s (%s): the sandbox no longer answers: %s", r, describeExit("", exit), why)
+					return escaped("kill (%s): the sandbox no longer answers: %s", r, why)
 				}
 				after, _, _ := e.Sh(ctx, sb.ID, `cut -d' ' -f22 /proc/1/stat`)
-				start := r[strings.Index(r, "start=")+6:]
-				if strings.TrimSpace(after) != strings.TrimSpace(start) {
-					return escaped("kill %s: pid 1 was replaced (start %s -> %s)", r, start, strings.TrimSpace(after))
+				if strings.TrimSpace(after) != strings.TrimSpace(before) {
+					return escaped("kill (%s): pid 1 was replaced (start %s -> %s)", r, strings.TrimSpace(before), strings.TrimSpace(after))
 				}
-				return contained("kill %s; the agent still answers", r)
+				return contained("kill (%s); the agent still answers", r)
 			}))
 	}
 	return []*Attack{
@@ -164,7 +169,9 @@ func agentAttacks() []*Attack {
 					return contained("the impostor could not take the socket's place: %v %s", err, describeExit(out, exit))
 				}
 				secret := "st-secret-" + e.Tag
-				_, xexit, xerr := e.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}, Env: map[string]string{"ST_SECRET": secret}, TimeoutSeconds: 5})
+				xctx, cancel := context.WithTimeout(ctx, 8*time.Second) // a hijacked channel may never answer
+				defer cancel()
+				_, xexit, xerr := e.Exec(xctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}, Env: map[string]string{"ST_SECRET": secret}, TimeoutSeconds: 5})
 				var captured string
 				onHost := e.DataDir() != "" && e.Local()
 				if onHost {
@@ -257,6 +264,11 @@ report(("ok listening sockets inherited: fds %s" % got) if got else "err none")`
 func writeFileIn(ctx ctxT, e *Env, id, path, content string) error {
 	_, err := e.C.WriteFile(ctx, id, path, 0o755, strings.NewReader(content))
 	return err
+}
+
+func firstResult(out string) string {
+	r, _ := result(out)
+	return r
 }
 
 func errText(err error) string {

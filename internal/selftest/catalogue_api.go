@@ -46,7 +46,7 @@ func apiAttacks() []*Attack {
 			if err != nil {
 				return escaped("request: %v", err)
 			}
-			return judged(ok(st, resp, a), "%s %s with A's lease token: %d %s", m, strings.Replace(p, a.ID, "A", 1), st, clip(oneLine(resp), 60))
+			return judged(ok(st, resp, a), "%s %s with A's lease token: %d %s", m, strings.Replace(p, a.ID, "A", 1), st, clip(oneLine(resp), 110))
 		})
 	}
 	deny := func(st int, _ string, _ *api.Sandbox) bool { return denied(st) }

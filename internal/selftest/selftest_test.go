@@ -243,3 +243,17 @@ func TestMakeTar(t *testing.T) {
 		t.Errorf("tar of %d bytes", len(b))
 	}
 }
+
+func TestWriteCatalogue(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteCatalogue(&b, Catalogue()); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if n := strings.Count(out, "\n| `"); n != len(Catalogue()) {
+		t.Errorf("%d rows, want %d", n, len(Catalogue()))
+	}
+	if !strings.Contains(out, "| `kernel.clone3` | runc, kata |") {
+		t.Errorf("classes not shown:\n%s", out[:500])
+	}
+}

@@ -68,3 +68,30 @@ func clip(s string, n int) string {
 	}
 	return string(r[:n-1]) + "…"
 }
+
+// WriteCatalogue prints the catalogue as a markdown table (id, category,
+// classes, what it does, what a secure system does), with counts per
+// category: the attack table of docs/security.md.
+func WriteCatalogue(w io.Writer, as []*Attack) error {
+	counts := Counts(as)
+	fmt.Fprintf(w, "%d attacks:", len(as))
+	for i, c := range Categories {
+		sep := ","
+		if i == 0 {
+			sep = ""
+		}
+		fmt.Fprintf(w, "%s %s %d", sep, c, counts[c])
+	}
+	fmt.Fprint(w, ".\n\n| id | classes | attack | expected (contained) |\n|---|---|---|---|\n")
+	esc := func(s string) string { return strings.ReplaceAll(s, "|", "\\|") }
+	for _, a := range as {
+		cl := "all"
+		if len(a.Classes) > 0 {
+			cl = strings.Join(a.Classes, ", ")
+		}
+		if _, err := fmt.Fprintf(w, "| `%s` | %s | %s | %s |\n", a.ID, cl, esc(a.Description), esc(a.Expected)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
