@@ -7,10 +7,10 @@ BIN := bin/berth
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: help deps build test unit e2e e2e-race fuzz lint vet bench soak demo clean
+.PHONY: help deps build test unit e2e e2e-race security-test fuzz lint vet bench soak demo clean
 
 help: ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 deps: ## install what is missing (runc, busybox-static, Go) — idempotent
 	@./scripts/install-deps.sh
@@ -34,8 +34,11 @@ e2e: ## end-to-end tests against a real daemon, runc, overlayfs, cgroups
 e2e-race: ## the e2e suite with the daemon under the race detector
 	BERTH_E2E_RACE=1 $(GO) test -count=1 -timeout 30m -run '$(RUN)' ./test/...
 
-test: deps lint unit e2e ## the whole suite: what .ci/run runs
+test: deps lint unit e2e ## the whole suite (.ci/run runs it, then security-test)
 	@./scripts/leakcheck.sh
+
+security-test: build ## the attack suite from inside sandboxes on every runtime class (berth selftest --private)
+	./$(BIN) selftest --private
 
 fuzz: ## run each fuzzer for a while (seed corpora already run in test)
 	./scripts/fuzz.sh 60s

@@ -1,0 +1,150 @@
+package selftest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berth-sh/berth/internal/bench"
+	"github.com/berth-sh/berth/internal/cgroups"
+	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/overlay"
+)
+
+// PrivateOptions configures RunPrivate.
+type PrivateOptions struct {
+	// Binary is the berth executable (default: this one).
+	Binary string
+	// Runsc is the daemon's --runsc value ("" = its default, from PATH).
+	Runsc string
+	// Agent is the daemon's --agent: a static berth binary for inside the
+	// sandboxes when Binary is not one (a -race build). "" = Binary.
+	Agent    string
+	Runtimes []string
+	Only     []string
+	Progress io.Writer
+	// TempRoot is where the private directory is made (default /tmp).
+	TempRoot string
+	// Log receives harness messages (daemon start, cleanup).
+	Log io.Writer
+}
+
+// RunPrivate starts a private daemon (a fresh data dir under TempRoot,
+// its own socket, a TCP listener on 127.0.0.1 for the credential
+// attacks), runs the suite against it, stops it and removes everything.
+func RunPrivate(ctx context.Context, po PrivateOptions) (*Report, error) {
+	if po.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		po.Binary = exe
+	}
+	if po.Log == nil {
+		po.Log = io.Discard
+	}
+	if po.TempRoot == "" {
+		po.TempRoot = "/tmp"
+	}
+	work, err := os.MkdirTemp(po.TempRoot, "berth-selftest-")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(work, 0o711); err != nil {
+		return nil, err
+	}
+	dataDir := filepath.Join(work, "data")
+	if err := os.Mkdir(dataDir, 0o711); err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	tcpAddr := fmt.Sprintf("127.0.0.1:%d", port)
+	args := []string{"--listen", tcpAddr}
+	if po.Runsc != "" {
+		args = append(args, "--runsc", po.Runsc)
+	}
+	if po.Agent != "" {
+		args = append(args, "--agent", po.Agent)
+	}
+	d, err := bench.StartPrivate(ctx, po.Binary, dataDir, args...)
+	if err != nil {
+		os.RemoveAll(work)
+		return nil, err
+	}
+	fmt.Fprintf(po.Log, "selftest: private daemon pid %d, data dir %s, tcp %s\n", d.PID(), dataDir, tcpAddr)
+	key, err := os.ReadFile(filepath.Join(dataDir, "admin.key"))
+	if err != nil {
+		d.Stop()
+		return nil, fmt.Errorf("admin key: %w", err)
+	}
+	opts := Options{Client: d.Client(), Host: d.Host(), APIKey: strings.TrimSpace(string(key)),
+		TCP: "http://" + tcpAddr, DataDir: dataDir, DaemonPID: d.PID(), Runtimes: po.Runtimes, Only: po.Only,
+		Binary: po.Binary, WorkDir: work, Progress: po.Progress}
+	// The unix socket is the admin's: the key is for the TCP attacks only.
+	opts.APIKey = ""
+	rep, runErr := Run(ctx, opts)
+	left := stopPrivate(d, work, dataDir)
+	if rep != nil {
+		rep.Cleanup = append(rep.Cleanup, left...)
+	} else if len(left) > 0 {
+		fmt.Fprintf(po.Log, "selftest: cleanup: %s\n", strings.Join(left, "; "))
+	}
+	return rep, runErr
+}
+
+// stopPrivate stops the daemon and removes what it left: mounts under the
+// work dir, its cgroup parent, the work dir. It returns what it had to
+// remove by hand or could not remove.
+func stopPrivate(d *bench.Private, work, dataDir string) []string {
+	var out []string
+	if err := d.Stop(); err != nil {
+		out = append(out, "stopping the daemon: "+err.Error())
+	}
+	mounts, _ := overlay.MountsUnder(work)
+	slices.Reverse(mounts)
+	for _, m := range mounts {
+		// The pool's loop mount is the daemon's to keep across restarts;
+		// anything else left mounted is a leak.
+		if !strings.HasSuffix(m, "/pool") {
+			out = append(out, "mount left: "+m)
+		}
+		if err := overlay.Unmount(m); err != nil {
+			out = append(out, err.Error())
+		}
+	}
+	parent := "/" + manager.InstanceName(dataDir)
+	for _, c := range cgroups.Children(parent) {
+		out = append(out, "cgroup left: "+parent+"/"+c)
+		cgroups.Destroy(parent + "/" + c)
+	}
+	cgroups.Destroy(parent)
+	for _, dir := range bench.CgroupDirs(parent) {
+		_ = unix.Rmdir(dir)
+	}
+	if left, _ := overlay.MountsUnder(work); len(left) > 0 {
+		return append(out, fmt.Sprintf("not removing %s: mounts remain: %v", work, left))
+	}
+	if err := os.RemoveAll(work); err != nil {
+		out = append(out, err.Error())
+	}
+	return out
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

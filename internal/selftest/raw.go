@@ -1,0 +1,128 @@
+package selftest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// rawClient sends requests exactly as written (no client-side path
+// cleaning or escaping), with a chosen credential.
+type rawClient struct {
+	base   string // http://berth for a unix socket, else the http(s) base
+	apiKey string
+	hc     *http.Client
+}
+
+func newRawClient(host, apiKey string) (*rawClient, error) {
+	u, err := url.Parse(host)
+	if err != nil {
+		return nil, err
+	}
+	tr := &http.Transport{DisableKeepAlives: true}
+	r := &rawClient{apiKey: apiKey, hc: &http.Client{Transport: tr, Timeout: 60 * time.Second}}
+	switch u.Scheme {
+	case "unix":
+		sock := u.Path
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}
+		r.base = "http://berth"
+	case "http", "https":
+		r.base = strings.TrimSuffix(host, "/")
+	case "tcp":
+		r.base = "http://" + u.Host
+	default:
+		return nil, fmt.Errorf("host %q: unsupported scheme", host)
+	}
+	return r, nil
+}
+
+// tcpRaw is a raw client on an http:// base with no key.
+func tcpRaw(base string) *rawClient {
+	return &rawClient{base: strings.TrimSuffix(base, "/"),
+		hc: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 60 * time.Second}}
+}
+
+// noKey is the credential value that sends no Authorization header.
+const noKey = "\x00none"
+
+// do sends method rawPath (already escaped as it must appear on the wire)
+// with token as bearer ("" = the client's key, noKey = none). It returns
+// the status and up to 64 KiB of the body.
+func (r *rawClient) do(ctx context.Context, method, rawPath, token string, body any) (int, string, error) {
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	case io.Reader:
+		rd = b
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			return 0, "", err
+		}
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, r.base+"/", rd)
+	if err != nil {
+		return 0, "", err
+	}
+	// Opaque keeps the path byte for byte (%2F stays %2F, .. stays ..).
+	req.URL.Opaque = "//" + req.URL.Host + rawPath
+	if body != nil {
+		if _, ok := body.(io.Reader); ok {
+			req.Header.Set("Content-Type", "application/x-tar")
+		} else {
+			req.Header.Set("Content-Type", "application/json")
+		}
+	}
+	switch token {
+	case noKey:
+	case "":
+		if r.apiKey != "" {
+			req.Header.Set("Authorization", "Bearer "+r.apiKey)
+		}
+	default:
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := r.hc.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return resp.StatusCode, string(b), nil
+}
+
+// PeerPID returns the pid of the process serving the unix socket at sock
+// (SO_PEERCRED), 0 when it cannot tell.
+func PeerPID(sock string) int {
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		return 0
+	}
+	defer c.Close()
+	raw, err := c.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		return 0
+	}
+	pid := 0
+	raw.Control(func(fd uintptr) {
+		if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
+			pid = int(cred.Pid)
+		}
+	})
+	return pid
+}
