@@ -34,7 +34,7 @@ e2e: ## end-to-end tests against a real daemon, runc, overlayfs, cgroups
 e2e-race: ## the e2e suite with the daemon under the race detector
 	BERTH_E2E_RACE=1 $(GO) test -count=1 -timeout 30m -run '$(RUN)' ./test/...
 
-test: deps lint unit e2e ## the whole suite (.ci/run runs it, then security-test)
+test: deps lint unit e2e security-test ## the whole suite: what .ci/run runs
 	@./scripts/leakcheck.sh
 
 security-test: build ## the attack suite from inside sandboxes on every runtime class (berth selftest --private)

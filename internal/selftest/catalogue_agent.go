@@ -68,7 +68,7 @@ func agentAttacks() []*Attack {
 		})
 	}
 	signal := func(sig string) *Attack {
-		return a("kill-"+strings.ToLower(sig)+"-pid1", "kill -"+sig+" 1 from inside, then exec", "the agent survives; the sandbox still answers",
+		return a("kill-"+strings.ToLower(sig)+"-pid1", "kill -"+sig+" 1 from inside, then exec", "the agent survives; the sandbox still answers (gVisor, SIGKILL: that sandbox alone ends)",
 			fresh(api.CreateSandboxRequest{}, func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
 				before, _, err := e.Sh(ctx, sb.ID, `cut -d' ' -f22 /proc/1/stat`)
 				if err != nil {
@@ -77,12 +77,23 @@ func agentAttacks() []*Attack {
 				// The signal may reach the attacking shell too (the agent
 				// forwards some): its own exit says little.
 				out, exit, err := e.Sh(ctx, sb.ID, fmt.Sprintf(`kill -%s 1; echo "RESULT rc=$?"`, sig))
+				if err != nil && sig == "KILL" && e.Class == Runsc {
+					if ok, _ := e.Alive(ctx, sb.ID); !ok {
+						return e.endedAlone(ctx, "kill -KILL 1 ended the gVisor sandbox (its init is not protected from SIGKILL inside, unlike Linux's); nothing else was affected")
+					}
+				}
 				if err != nil {
 					return escaped("exec failed: %v", err)
 				}
 				r := orExit(firstResult(out), out, exit)
 				time.Sleep(500 * time.Millisecond)
 				ok, why := e.Alive(ctx, sb.ID)
+				if !ok && sig == "KILL" && e.Class == Runsc {
+					// gVisor does not keep SIGKILL from its init as
+					// Linux does: the sandbox ends with its init, and
+					// nothing can take PID 1's place. Its own end only.
+					return e.endedAlone(ctx, "kill -KILL 1 (%s) ended the gVisor sandbox (its init is not protected from SIGKILL inside, unlike Linux's); nothing else was affected", r)
+				}
 				if !ok {
 					return escaped("kill (%s): the sandbox no longer answers: %s", r, why)
 				}

@@ -160,3 +160,17 @@ func hostKernelVersion() string {
 	}
 	return strings.TrimSpace(string(b))
 }
+
+// endedAlone judges an attack that ended its own sandbox: contained when
+// nothing beyond it was affected — the daemon answers and a new sandbox of
+// the same class runs a command.
+func (e *Env) endedAlone(ctx context.Context, format string, args ...any) Outcome {
+	sb, err := e.Create(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		return escaped("the sandbox ended and the daemon cannot create another: %v", err)
+	}
+	if ok, why := e.Alive(ctx, sb.ID); !ok {
+		return escaped("the sandbox ended and another one does not answer: %s", why)
+	}
+	return contained(format, args...)
+}
