@@ -109,20 +109,20 @@ type VolumeMount struct {
 
 // Volume is a named, quota-limited filesystem.
 type Volume struct {
-	ID         string    `json:"id"`
-	Name       string    `json:"name"`
-	State      string    `json:"state"` // available | attached | deleted
-	SizeBytes  int64     `json:"size_bytes"`
-	Inodes     int64     `json:"inodes"`
-	UsedBytes  int64     `json:"used_bytes"`
-	UsedInodes int64     `json:"used_inodes"`
-	AttachedTo string    `json:"attached_to,omitempty"` // sandbox id
-	Keep       bool      `json:"keep"`                  // outlives its sandbox
+	ID         string `json:"id"`
+	Name       string `json:"name"`
+	State      string `json:"state"` // available | attached | deleted
+	SizeBytes  int64  `json:"size_bytes"`
+	Inodes     int64  `json:"inodes"`
+	UsedBytes  int64  `json:"used_bytes"`
+	UsedInodes int64  `json:"used_inodes"`
+	AttachedTo string `json:"attached_to,omitempty"` // sandbox id
+	Keep       bool   `json:"keep"`                  // outlives its sandbox
 	// ReadOnly: the kernel made the mounted filesystem read-only (an I/O
 	// error, e.g. the host disk under the pool filled); a stop/start
 	// mounts it read-write again.
-	ReadOnly bool `json:"read_only,omitempty"`
-	CreatedAt  time.Time `json:"created_at"`
+	ReadOnly  bool      `json:"read_only,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // CreateVolumeRequest is the body of POST /v1/volumes.
