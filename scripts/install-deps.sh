@@ -51,7 +51,7 @@ if ! go_ok; then
 	export PATH=/usr/local/go/bin:$PATH
 fi
 go version
-runc --version | head -1
+runc --version | sed -n 1p
 
 # gVisor's runsc (the runsc runtime class): a static build from the Go
 # module proxy, 2-3 minutes the first time; idempotent. BERTH_SKIP_RUNSC=1
@@ -60,5 +60,5 @@ if [ "${BERTH_SKIP_RUNSC:-0}" = "1" ]; then
 	echo "skipping runsc (BERTH_SKIP_RUNSC=1)"
 else
 	"$(dirname "$0")/install-runsc.sh"
-	runsc --version | head -1
+	runsc --version | sed -n 1p
 fi
