@@ -286,12 +286,6 @@ func (m *Manager) sandboxUserns(sb *sandbox.Sandbox, rt runtime.Runtime) (string
 	return path, idmap.BindNS(ns, path)
 }
 
-// chownToSandboxRoot makes dir (a host dir bind-mounted in, not idmapped)
-// belong to sb's root.
-func (m *Manager) chownToSandboxRoot(sb *sandbox.Sandbox, dir string) error {
-	ids := m.idMapOf(sb)
-	return os.Chown(dir, int(ids.HostUID), int(ids.HostGID))
-}
 
 // Isolation describes sb's boundary: its runtime class's, plus its ids.
 func (m *Manager) Isolation(sb *sandbox.Sandbox) api.Isolation {
