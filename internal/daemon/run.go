@@ -180,6 +180,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	d.Server = server.New(d.Manager, auth.New(st, leases), log.With("component", "api"))
 	d.Server.Leases = leases
 	d.Server.Domain = strings.ToLower(strings.TrimSuffix(cfg.Domain, "."))
+	d.Server.MaxHeaderBytes = server.DefaultMaxHeaderBytes
 	ok = true
 	return d, nil
 }
@@ -252,11 +253,14 @@ func (d *Daemon) Addr() string {
 	return ""
 }
 
+// addServer serves l through server.Listener, which rewrites the answers
+// net/http gives itself into the API's JSON error body.
 func (d *Daemon) addServer(l net.Listener, trusted bool) {
-	d.lns = append(d.lns, l)
+	d.lns = append(d.lns, d.Server.Listener(l, 0))
 	d.servers = append(d.servers, &http.Server{
 		Handler:           d.Server.Handler(trusted),
 		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    server.DefaultMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(d.cfg.Logger.Handler(), slog.LevelWarn),
 	})
 }

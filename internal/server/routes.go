@@ -205,6 +205,9 @@ func (s *Server) guard(rt Route) http.Handler {
 			writeError(w, errdefs.Permission("route %q reached by pattern %q", rt.Pattern, r.Pattern))
 			return
 		}
+		if info := infoOf(w); info != nil {
+			info.route = rt.Pattern
+		}
 		p, err := s.authorize(r, rt)
 		if err != nil {
 			writeError(w, err)

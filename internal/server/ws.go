@@ -44,7 +44,7 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 		return conn.Write(wctx, websocket.MessageBinary, append([]byte{kind}, p...))
 	}
 	sendErr := func(err error) {
-		b, _ := json.Marshal(apiError(err))
+		b, _ := json.Marshal(apiErrorFor(w, err))
 		_ = send(api.WSError, b)
 		conn.Close(websocket.StatusNormalClosure, "")
 	}
