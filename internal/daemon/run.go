@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -100,6 +101,11 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("opening store: %w", err)
 	}
 	d := &Daemon{cfg: cfg, Store: st}
+	if n, err := hostPidMax(); err == nil {
+		sandbox.SetHostPidMax(n)
+	} else {
+		log.Warn("cannot read kernel.pid_max; pids limits are checked against berth's own maximum", "err", err)
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -310,4 +316,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer d.Close()
 	return d.Serve(ctx)
+}
+
+// hostPidMax reads kernel.pid_max.
+func hostPidMax() (int64, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 }

@@ -208,6 +208,10 @@ func (s *Server) guard(rt Route) http.Handler {
 		if info := infoOf(w); info != nil {
 			info.route = rt.Pattern
 		}
+		if err := checkPathValues(r); err != nil {
+			writeError(w, err)
+			return
+		}
 		p, err := s.authorize(r, rt)
 		if err != nil {
 			writeError(w, err)

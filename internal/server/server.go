@@ -7,9 +7,7 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -168,37 +166,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func writeError(w http.ResponseWriter, err error) {
 	e, status := errorFor(w, err)
 	writeJSON(w, status, api.ErrorBody{Error: *e})
-}
-
-// decode reads a JSON body strictly: bounded size, no unknown fields, no
-// trailing data.
-func decode(r *http.Request, v any) error {
-	return decodeLimit(r, v, maxJSONBody)
-}
-
-// decodeLarge is decode for the one body that carries files (apply).
-func decodeLarge(r *http.Request, v any) error {
-	return decodeLimit(r, v, 1<<30+4<<20)
-}
-
-func decodeLimit(r *http.Request, v any, limit int64) error {
-	body := http.MaxBytesReader(nil, r.Body, limit)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return errdefs.TooLarge("request body exceeds %d bytes", limit)
-		}
-		if errors.Is(err, io.EOF) {
-			return errdefs.Invalid("request body is empty; expected JSON")
-		}
-		return errdefs.Invalid("bad JSON body: %v", err)
-	}
-	if dec.More() {
-		return errdefs.Invalid("bad JSON body: trailing data after the object")
-	}
-	return nil
 }
 
 func (s *Server) version(w http.ResponseWriter, r *http.Request) {

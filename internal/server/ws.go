@@ -58,8 +58,12 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 		sendErr(errdefs.Invalid("the first message must be the JSON exec request"))
 		return
 	}
-	if err := json.Unmarshal(first, &req); err != nil {
-		sendErr(errdefs.Invalid("bad exec request: %v", err))
+	if err := decodeBytes(first, &req); err != nil {
+		sendErr(err)
+		return
+	}
+	if err := validateExec(&req); err != nil {
+		sendErr(err)
 		return
 	}
 	stdinR, stdinW := io.Pipe()
