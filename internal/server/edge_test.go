@@ -42,7 +42,8 @@ func (s *syncBuf) String() string {
 func edgeServer(t *testing.T, maxPerClient int, hs *http.Server) (string, *syncBuf) {
 	t.Helper()
 	logs := &syncBuf{}
-	s := &Server{log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), metrics: newMetrics()}
+	s := &Server{log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), metrics: newMetrics(),
+		WriteTimeout: time.Minute, BodyTimeout: time.Minute}
 	hf := func(f http.HandlerFunc) http.Handler { return f }
 	s.mount([]Route{
 		{Pattern: "GET /ok", Rule: public, h: hf(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })},
@@ -214,5 +215,156 @@ func TestRewriteOnlyNetHTTPErrors(t *testing.T) {
 	}
 	if _, ok := s.rewriteHTTPError([]byte("HTTP/1.1 400 Bad Request" + netHTTPErrorHeaders + "400 Bad Request")); !ok {
 		t.Error("did not rewrite net/http's 400")
+	}
+}
+
+func TestConnectionCapPerClient(t *testing.T) {
+	addr, logs := edgeServer(t, 3, nil)
+	var held []net.Conn
+	for range 3 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		held = append(held, c)
+		io.WriteString(c, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
+		if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("conn %d: %v", len(held), err)
+		}
+	}
+	// The fourth is closed at accept with nothing written.
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(c, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := c.Read(make([]byte, 64)); n != 0 || err == nil || errors.Is(err, errTimeout) {
+		t.Fatalf("over the cap: read %d, %v; want closed", n, err)
+	}
+	c.Close()
+	if !strings.Contains(logs.String(), "too many open from one client") {
+		t.Errorf("refusal not logged:\n%s", logs)
+	}
+	// Closing one makes room.
+	held[0].Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, _, _ := tryRaw(addr, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
+		if resp != nil && resp.StatusCode == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no room after a connection closed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+var errTimeout = errors.New("timeout")
+
+func tryRaw(addr, req string) (*http.Response, string, error) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, req)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return nil, "", err
+	}
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b), nil
+}
+
+// TestBodyDeadline: a non-streaming route's body must arrive within
+// BodyTimeout; a handler still working after the body is not cut off.
+func TestBodyDeadline(t *testing.T) {
+	logs := &syncBuf{}
+	s := &Server{log: slog.New(slog.NewTextHandler(logs, nil)), metrics: newMetrics(), BodyTimeout: 300 * time.Millisecond, WriteTimeout: 5 * time.Second}
+	hf := func(f http.HandlerFunc) http.Handler { return f }
+	s.mount([]Route{
+		{Pattern: "POST /slow", Rule: public, h: hf(func(w http.ResponseWriter, r *http.Request) {
+			var req api.PoolRequest
+			if err := decode(r, &req); err != nil {
+				writeError(w, err)
+				return
+			}
+			select { // longer than the body deadline
+			case <-time.After(time.Second):
+				writeJSON(w, 200, req)
+			case <-r.Context().Done():
+				t.Error("the request was cancelled after its body was read")
+			}
+		})},
+		{Pattern: HostPortPattern, Rule: lease(auth.ScopePorts), PublicPort: true, h: hf(func(w http.ResponseWriter, r *http.Request) {})},
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: s.Handler(true)}
+	go hs.Serve(s.Listener(ln, 0))
+	defer hs.Close()
+	resp, body, err := tryRaw(ln.Addr().String(), "POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\n{\"min\":1}")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("fast body, slow handler: %v %v %s", resp, err, body)
+	}
+	// A body that trickles in past the deadline is cut off.
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\n{")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	r, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || r.StatusCode != 400 || time.Since(start) > 2*time.Second {
+		t.Fatalf("slow body: %v %v after %s", r, err, time.Since(start))
+	}
+}
+
+// TestWriteDeadline: a non-streaming route must answer within
+// WriteTimeout; a streaming one is not bounded by it.
+func TestWriteDeadline(t *testing.T) {
+	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: newMetrics(), WriteTimeout: 200 * time.Millisecond}
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(600 * time.Millisecond)
+		io.WriteString(w, "late\n")
+	})
+	s.mount([]Route{
+		{Pattern: "GET /short", Rule: public, h: slow},
+		{Pattern: "GET /stream", Rule: public, Stream: true, h: slow},
+		{Pattern: HostPortPattern, Rule: lease(auth.ScopePorts), PublicPort: true, h: slow},
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: s.Handler(true)}
+	go hs.Serve(s.Listener(ln, 0))
+	defer hs.Close()
+	if resp, _, err := tryRaw(ln.Addr().String(), "GET /short HTTP/1.1\r\nHost: x\r\n\r\n"); err == nil {
+		t.Errorf("non-streaming route answered past its write deadline: %d", resp.StatusCode)
+	}
+	// The same connection's next request is not hit by the first one's
+	// deadline: a keep-alive connection carries one per request.
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for _, path := range []string{"/stream", "/stream"} {
+		io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("streaming route: %v %v", resp, err)
+		}
+		io.Copy(io.Discard, resp.Body)
 	}
 }

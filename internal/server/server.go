@@ -39,6 +39,12 @@ type Server struct {
 	Domain string
 	// Leases mints the lease token a create returns (nil: none).
 	Leases *auth.Leases
+	// BodyTimeout bounds how long a request on a non-streaming route may
+	// take to send its body; WriteTimeout how long such a request may take
+	// to be answered (0: no bound). Streaming routes (Route.Stream) have
+	// neither; see deadlines.
+	BodyTimeout  time.Duration
+	WriteTimeout time.Duration
 	// MaxHeaderBytes is the http.Server's limit, quoted in the 431 answer
 	// (0: DefaultMaxHeaderBytes).
 	MaxHeaderBytes int
