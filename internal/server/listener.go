@@ -59,9 +59,9 @@ func (l *edgeListener) Accept() (net.Conn, error) {
 				l.mu.Lock()
 				if l.open[addr] >= l.max {
 					l.mu.Unlock()
-					c.Close()
 					l.s.metrics.connRefused.Inc()
 					l.logRefusal(addr)
+					c.Close()
 					continue
 				}
 				l.open[addr]++

@@ -33,6 +33,18 @@ func openConns(t *testing.T, d *daemon) int {
 	return n
 }
 
+// waitLog waits up to 2 s for the daemon's log to contain s (it reaches
+// the buffer through a pipe, after the answer may have).
+func waitLog(d *daemon, s string) bool {
+	for range 100 {
+		if strings.Contains(d.logs.String(), s) {
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
+}
+
 // sendOn writes req on c and reads one response.
 func sendOn(c net.Conn, br *bufio.Reader, req string) (*http.Response, []byte, error) {
 	if _, err := io.WriteString(c, req); err != nil {
@@ -169,7 +181,7 @@ func TestEdgeConnectionCap(t *testing.T) {
 	if m := daemonMetrics(t, d); !regexp.MustCompile(`(?m)^berth_http_connections_refused_total [1-9]`).MatchString(m) {
 		t.Errorf("refusal not counted")
 	}
-	if !strings.Contains(d.logs.String(), "too many open from one client") {
+	if !waitLog(d, "too many open from one client") {
 		t.Errorf("refusal not logged")
 	}
 	held[0].Close()
@@ -330,8 +342,8 @@ func TestEdgeErrorsOverTCP(t *testing.T) {
 	if r5.StatusCode < 500 || !strings.Contains(string(b5), `"request_id": "e2e-5xx-1"`) {
 		t.Fatalf("proxy to a closed port: %d %s", r5.StatusCode, b5)
 	}
-	if l := d.logs.String(); !strings.Contains(l, "request_id=e2e-5xx-1") || !strings.Contains(l, `route=/v1/sandboxes/{id}/ports/{port}/{path...}`) {
-		t.Errorf("5xx not logged with its request id and route:\n%s", tail(l, 3000))
+	if !waitLog(d, "request_id=e2e-5xx-1 method=GET route=/v1/sandboxes/{id}/ports/{port}/{path...} status=503") {
+		t.Errorf("5xx not logged with its request id and route:\n%s", tail(d.logs.String(), 3000))
 	}
 	if strings.Contains(d.logs.String(), "forged entry") {
 		t.Errorf("the forged request id reached the log")
