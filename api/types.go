@@ -10,6 +10,9 @@ import "time"
 type Error struct {
 	Code    string `json:"code"`    // stable: invalid_argument, not_found, conflict, ...
 	Message string `json:"message"` // one actionable line
+	// RequestID is the request's X-Request-Id: quote it when reporting a
+	// 5xx, whose cause is in the daemon's log under this id.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // ErrorBody wraps Error as sent on the wire.

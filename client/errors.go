@@ -16,6 +16,10 @@ type Error struct {
 	Status  int    // HTTP status
 	Code    string // stable code: invalid_argument, not_found, conflict, ...
 	Message string // one actionable line, safe to show
+	// RequestID is the request's X-Request-Id (from the error body, else
+	// the response header): quote it when reporting a 5xx, whose cause
+	// the daemon logged under it.
+	RequestID string
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -62,11 +66,14 @@ var codes = map[int]string{
 
 // decodeError turns a non-2xx response into an *Error.
 func decodeError(resp *http.Response) error {
-	e := &Error{Status: resp.StatusCode}
+	e := &Error{Status: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id")}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var eb api.ErrorBody
 	if json.Unmarshal(body, &eb) == nil && (eb.Error.Code != "" || eb.Error.Message != "") {
 		e.Code, e.Message = eb.Error.Code, eb.Error.Message
+		if eb.Error.RequestID != "" {
+			e.RequestID = eb.Error.RequestID
+		}
 	}
 	if e.Code == "" {
 		e.Code = codes[resp.StatusCode]
@@ -94,5 +101,5 @@ func apiError(e *api.Error) error {
 	if msg == "" {
 		msg = e.Code
 	}
-	return &Error{Code: e.Code, Message: msg}
+	return &Error{Code: e.Code, Message: msg, RequestID: e.RequestID}
 }

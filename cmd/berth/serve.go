@@ -86,6 +86,11 @@ and retried with backoff; each delivery is recorded.`,
 	f.Var(&diskDefault, "disk-default", "server-wide default cap of each sandbox's writable root layer and /tmp, under a template's and a request's own (0: none)")
 	f.StringVar(&cfg.WebhookURL, "webhook-url", "", "POST every lifecycle event as JSON to this http(s) `URL`, signed in X-Berth-Signature")
 	f.StringVar(&cfg.WebhookSecret, "webhook-secret", "", "HMAC-SHA256 key of the webhook signature (env "+webhookSecretEnv+")")
+	f.DurationVar(&cfg.ReadHeaderTimeout, "http-read-header-timeout", daemon.DefaultReadHeaderTimeout, "time a client has to send a request's headers (slower clients are cut off)")
+	f.DurationVar(&cfg.IdleTimeout, "http-idle-timeout", daemon.DefaultIdleTimeout, "close keep-alive API connections idle this long")
+	f.DurationVar(&cfg.BodyTimeout, "http-body-timeout", daemon.DefaultBodyTimeout, "time to send a request body on non-streaming routes")
+	f.DurationVar(&cfg.WriteTimeout, "http-write-timeout", daemon.DefaultWriteTimeout, "time to answer a request on non-streaming routes (exec, files, builds and the port proxy are not bounded)")
+	f.IntVar(&cfg.MaxConnsPerClient, "max-conns-per-client", daemon.DefaultMaxConnsPerClient, "TCP connections one client IP may hold open; more are closed at accept (-1: no cap)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	return cmd

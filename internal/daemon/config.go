@@ -58,4 +58,29 @@ type Config struct {
 	// PoolSize is the size of the storage pool image when one is made
 	// (0: volume.DefaultPoolSize).
 	PoolSize int64
+	// The HTTP edge of every listener (TCP and the unix socket); zero
+	// values take the defaults below.
+	//
+	// ReadHeaderTimeout bounds the time to send a request's headers (a
+	// slowloris client is cut off); IdleTimeout closes keep-alive
+	// connections idle that long; BodyTimeout and WriteTimeout bound a
+	// request body and its answer on the non-streaming routes (exec
+	// streams, the WebSocket PTY, file transfers, builds and the port
+	// proxy have no such deadline).
+	ReadHeaderTimeout time.Duration
+	IdleTimeout       time.Duration
+	BodyTimeout       time.Duration
+	WriteTimeout      time.Duration
+	// MaxConnsPerClient caps the TCP connections open at once from one
+	// client IP; more are closed at accept. 0: the default; negative: no cap.
+	MaxConnsPerClient int
 }
+
+// Defaults of the HTTP edge.
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 2 * time.Minute
+	DefaultBodyTimeout       = time.Minute
+	DefaultWriteTimeout      = 10 * time.Minute
+	DefaultMaxConnsPerClient = 256
+)

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,6 +61,21 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&c.ReadHeaderTimeout, DefaultReadHeaderTimeout}, {&c.IdleTimeout, DefaultIdleTimeout},
+		{&c.BodyTimeout, DefaultBodyTimeout}, {&c.WriteTimeout, DefaultWriteTimeout}} {
+		if *d.v < 0 {
+			return fmt.Errorf("HTTP timeouts must not be negative, got %s", *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if c.MaxConnsPerClient == 0 {
+		c.MaxConnsPerClient = DefaultMaxConnsPerClient
+	}
 	if c.AgentPath == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -101,6 +117,11 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("opening store: %w", err)
 	}
 	d := &Daemon{cfg: cfg, Store: st}
+	if n, err := hostPidMax(); err == nil {
+		sandbox.SetHostPidMax(n)
+	} else {
+		log.Warn("cannot read kernel.pid_max; pids limits are checked against berth's own maximum", "err", err)
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -191,6 +212,8 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	d.Server = server.New(d.Manager, auth.New(st, leases), log.With("component", "api"))
 	d.Server.Leases = leases
 	d.Server.Domain = strings.ToLower(strings.TrimSuffix(cfg.Domain, "."))
+	d.Server.BodyTimeout, d.Server.WriteTimeout = cfg.BodyTimeout, cfg.WriteTimeout
+	d.Server.MaxHeaderBytes = server.DefaultMaxHeaderBytes
 	ok = true
 	return d, nil
 }
@@ -263,13 +286,34 @@ func (d *Daemon) Addr() string {
 	return ""
 }
 
+// addServer serves l: the connection cap (TCP only: on the unix socket
+// every caller is root) and the JSON rewrite of net/http's own errors
+// (server.Listener), the header, idle and per-request deadlines.
+// ReadTimeout and WriteTimeout stay 0: they would cut exec streams, the
+// WebSocket PTY and file transfers; the server sets deadlines per request
+// on the other routes instead (Server.BodyTimeout, Server.WriteTimeout).
 func (d *Daemon) addServer(l net.Listener, trusted bool) {
-	d.lns = append(d.lns, l)
+	max := d.cfg.MaxConnsPerClient
+	if trusted || max < 0 {
+		max = 0
+	}
+	d.lns = append(d.lns, d.Server.Listener(l, max))
 	d.servers = append(d.servers, &http.Server{
 		Handler:           d.Server.Handler(trusted),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: d.cfg.ReadHeaderTimeout,
+		IdleTimeout:       d.cfg.IdleTimeout,
+		MaxHeaderBytes:    server.DefaultMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(d.cfg.Logger.Handler(), slog.LevelWarn),
 	})
+}
+
+// hostPidMax reads kernel.pid_max.
+func hostPidMax() (int64, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 }
 
 // Close stops background work and closes the store. Sandboxes keep running.

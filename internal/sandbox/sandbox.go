@@ -5,6 +5,7 @@ package sandbox
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/berth-sh/berth/internal/errdefs"
@@ -305,44 +306,43 @@ func validLabelKey(k string) bool {
 
 // Validate checks a spec after defaults have been applied.
 func (sp *Spec) Validate() error {
-	r := sp.Resources
-	if r.CPUs <= 0 || r.CPUs > MaxCPUs {
-		return errdefs.Invalid("cpus must be in (0, %d], got %g", MaxCPUs, r.CPUs)
-	}
-	if r.MemoryBytes < MinMemoryBytes || r.MemoryBytes > MaxMemoryBytes {
-		return errdefs.Invalid("memory must be between %d MiB and %d GiB, got %d bytes",
-			MinMemoryBytes>>20, MaxMemoryBytes>>30, r.MemoryBytes)
-	}
-	if r.Pids < MinPids || r.Pids > MaxPids {
-		return errdefs.Invalid("pids must be between %d and %d, got %d", MinPids, MaxPids, r.Pids)
+	if err := validateResources(sp.Resources); err != nil {
+		return err
 	}
 	// The upper bound is the storage pool's size, which the manager checks.
-	if r.DiskBytes < 0 || r.DiskBytes != 0 && r.DiskBytes < MinDiskBytes {
-		return errdefs.Invalid("disk must be at least %d MiB, got %d bytes", MinDiskBytes>>20, r.DiskBytes)
+	if r := sp.Resources; r.DiskBytes < 0 || r.DiskBytes != 0 && r.DiskBytes < MinDiskBytes {
+		return errdefs.Invalid("disk must be at least %d MiB, got %d bytes", MinDiskBytes>>20, sp.Resources.DiskBytes)
 	}
 	if sp.Timeout < 0 || sp.Timeout > MaxTimeout {
 		return errdefs.Invalid("timeout must be between 0 and %s", MaxTimeout)
 	}
-	if len(sp.Env) > MaxEnv {
-		return errdefs.Invalid("at most %d env variables", MaxEnv)
+	if err := CheckEnv(sp.Env); err != nil {
+		return err
 	}
-	for k, v := range sp.Env {
-		if !validEnvKey(k) {
-			return errdefs.Invalid("bad env name %q: use letters, digits and _", k)
-		}
-		if len(v) > 32<<10 {
-			return errdefs.Invalid("env %s: value longer than 32 KiB", k)
+	if err := CheckLabels(sp.Labels); err != nil {
+		return err
+	}
+	if err := CheckText("template", sp.Template); err != nil {
+		return err
+	}
+	for _, e := range sp.TemplateEnv {
+		if err := CheckEnvValue("of the template", e); err != nil {
+			return err
 		}
 	}
-	if len(sp.Labels) > MaxLabels {
-		return errdefs.Invalid("at most %d labels", MaxLabels)
-	}
-	for k, v := range sp.Labels {
-		if !validLabelKey(k) {
-			return errdefs.Invalid("bad label key %q", k)
+	for _, a := range sp.Allow {
+		if err := CheckText("allow rule", a); err != nil {
+			return err
 		}
-		if len(v) > 256 {
-			return errdefs.Invalid("label %s: value longer than 256 bytes", k)
+	}
+	for _, vm := range sp.Volumes {
+		if err := CheckText("volume name", vm.Name); err != nil {
+			return err
+		}
+		if vm.Path != "" {
+			if err := CheckPath("volume "+vm.Name+" path", vm.Path); err != nil {
+				return err
+			}
 		}
 	}
 	switch sp.Network {
@@ -359,8 +359,10 @@ func (sp *Spec) Validate() error {
 			return errdefs.Invalid("public port %d out of range", p)
 		}
 	}
-	if sp.Workdir != "" && sp.Workdir[0] != '/' {
-		return errdefs.Invalid("workdir must be an absolute path")
+	if sp.Workdir != "" {
+		if err := CheckPath("workdir", sp.Workdir); err != nil {
+			return err
+		}
 	}
 	return sp.Policy.validate(sp.Persistent)
 }
@@ -382,7 +384,7 @@ func (p *Policy) validate(persistent bool) error {
 	default:
 		return errdefs.Invalid("on_max_age must be stop or delete, got %q", p.OnMaxAge)
 	}
-	if p.IdleCPUThreshold > MaxCPUs {
+	if math.IsNaN(p.IdleCPUThreshold) || p.IdleCPUThreshold > MaxCPUs {
 		return errdefs.Invalid("idle_cpu_threshold is in cores: at most %d", MaxCPUs)
 	}
 	return nil

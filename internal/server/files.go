@@ -8,6 +8,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/sandbox"
 )
 
 func goVersion() string { return runtime.Version() }
@@ -22,6 +23,9 @@ func pathParam(r *http.Request) (string, error) {
 	}
 	if len(p) > maxPathLen {
 		return "", errdefs.Invalid("path longer than %d bytes", maxPathLen)
+	}
+	if err := sandbox.CheckText("path", p); err != nil {
+		return "", err
 	}
 	return p, nil
 }

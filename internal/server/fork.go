@@ -185,7 +185,7 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 	nd := newNDJSON(w)
 	t, err := s.m.Apply(r.Context(), &req, actor(r), func(ev api.BuildEvent) { _ = nd.send(ev) })
 	if err != nil {
-		_ = nd.send(api.BuildEvent{Error: apiError(err)})
+		_ = nd.send(api.BuildEvent{Error: apiErrorFor(w, err)})
 		return
 	}
 	tt := s.templateToAPI(t)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -28,7 +29,13 @@ type Route struct {
 	// PublicPort marks the port proxy: when the {id} sandbox lists the
 	// {port} path value among its public ports, no credential is needed.
 	PublicPort bool
-	h          http.Handler
+	// Stream marks a route whose request or response may last as long as
+	// the work it carries (exec streams, the WebSocket PTY, file and tar
+	// transfers, builds, registry pulls, the port proxy): it gets no
+	// per-request read or write deadline. Every other route gets both
+	// (Server.BodyTimeout, Server.WriteTimeout).
+	Stream bool
+	h      http.Handler
 }
 
 // HostPortPattern is the pattern of the host-routed port proxy,
@@ -69,19 +76,19 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "GET /v1/sandboxes/{id}", Rule: lease(read), h: hf(s.getSandbox)},
 		{Pattern: "DELETE /v1/sandboxes/{id}", Rule: need(write), h: hf(s.deleteSandbox)},
 		{Pattern: "GET /v1/sandboxes/{id}/events", Rule: lease(read), h: hf(s.events)},
-		{Pattern: "POST /v1/run", Rule: need(write, auth.ScopeExec), h: hf(s.run)},
+		{Pattern: "POST /v1/run", Rule: need(write, auth.ScopeExec), Stream: true, h: hf(s.run)},
 
-		{Pattern: "POST /v1/sandboxes/{id}/exec", Rule: lease(auth.ScopeExec), h: hf(s.exec)},
-		{Pattern: "GET /v1/sandboxes/{id}/exec/ws", Rule: lease(auth.ScopeExec), h: hf(s.execWS)},
+		{Pattern: "POST /v1/sandboxes/{id}/exec", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.exec)},
+		{Pattern: "GET /v1/sandboxes/{id}/exec/ws", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.execWS)},
 
-		{Pattern: "GET /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), h: hf(s.readFiles)},
-		{Pattern: "PUT /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), h: hf(s.writeFiles)},
+		{Pattern: "GET /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.readFiles)},
+		{Pattern: "PUT /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.writeFiles)},
 		{Pattern: "DELETE /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), h: hf(s.removeFile)},
 		{Pattern: "GET /v1/sandboxes/{id}/files/stat", Rule: lease(auth.ScopeFiles), h: hf(s.statFile)},
 		{Pattern: "GET /v1/sandboxes/{id}/files/list", Rule: lease(auth.ScopeFiles), h: hf(s.listFiles)},
 		{Pattern: "POST /v1/sandboxes/{id}/files/mkdir", Rule: lease(auth.ScopeFiles), h: hf(s.mkdir)},
-		{Pattern: "POST /v1/sandboxes/{id}/export", Rule: lease(auth.ScopeFiles), h: hf(s.export)},
-		{Pattern: "POST /v1/copy", Rule: need(auth.ScopeFiles), h: hf(s.copy)},
+		{Pattern: "POST /v1/sandboxes/{id}/export", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.export)},
+		{Pattern: "POST /v1/copy", Rule: need(auth.ScopeFiles), Stream: true, h: hf(s.copy)},
 
 		{Pattern: "POST /v1/sandboxes/{id}/touch", Rule: lease(write), h: s.lifecycle("touch")},
 		{Pattern: "GET /v1/sandboxes/{id}/diff", Rule: need(read), h: hf(s.diff)},
@@ -101,30 +108,30 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "GET /v1/templates", Rule: need(read), h: hf(s.listTemplates)},
 		{Pattern: "GET /v1/templates/{name}", Rule: need(read), h: hf(s.getTemplate)},
 		{Pattern: "DELETE /v1/templates/{name}", Rule: need(admin), h: hf(s.deleteTemplate)},
-		{Pattern: "POST /v1/templates/import", Rule: need(admin), h: hf(s.importTemplate)},
-		{Pattern: "PUT /v1/templates/{name}/archive", Rule: need(admin), h: hf(s.uploadTemplate)},
-		{Pattern: "POST /v1/templates/build", Rule: need(admin), h: hf(s.buildTemplate)},
+		{Pattern: "POST /v1/templates/import", Rule: need(admin), Stream: true, h: hf(s.importTemplate)},
+		{Pattern: "PUT /v1/templates/{name}/archive", Rule: need(admin), Stream: true, h: hf(s.uploadTemplate)},
+		{Pattern: "POST /v1/templates/build", Rule: need(admin), Stream: true, h: hf(s.buildTemplate)},
 		{Pattern: "PUT /v1/templates/{name}/pool", Rule: need(admin), h: hf(s.setPool)},
 		{Pattern: "GET /v1/templates/{name}/pool", Rule: need(read), h: hf(s.getPool)},
 		{Pattern: "GET /v1/pools", Rule: need(read), h: hf(s.listPools)},
-		{Pattern: "POST /v1/apply", Rule: need(admin), h: hf(s.apply)},
+		{Pattern: "POST /v1/apply", Rule: need(admin), Stream: true, h: hf(s.apply)},
 		{Pattern: "GET /v1/doctor", Rule: need(admin), h: hf(s.doctor)},
 		{Pattern: "POST /v1/doctor/fix", Rule: need(admin), h: hf(s.doctor)},
 
 		{Pattern: "GET /v1/sandboxes/{id}/network", Rule: need(read), h: hf(s.getNetwork)},
 		{Pattern: "POST /v1/sandboxes/{id}/network", Rule: need(auth.ScopeNetwork), h: hf(s.updateNetwork)},
 		{Pattern: "GET /v1/sandboxes/{id}/flows", Rule: need(read), h: hf(s.flows)},
-		{Pattern: "/v1/sandboxes/{id}/ports/{port}/{path...}", Rule: lease(auth.ScopePorts), PublicPort: true,
+		{Pattern: "/v1/sandboxes/{id}/ports/{port}/{path...}", Rule: lease(auth.ScopePorts), PublicPort: true, Stream: true,
 			h: hf(func(w http.ResponseWriter, r *http.Request) {
 				s.proxy(w, r, r.PathValue("id"), r.PathValue("port"), "/"+r.PathValue("path"))
 			})},
-		{Pattern: "/v1/sandboxes/{id}/ports/{port}", Rule: lease(auth.ScopePorts), PublicPort: true,
+		{Pattern: "/v1/sandboxes/{id}/ports/{port}", Rule: lease(auth.ScopePorts), PublicPort: true, Stream: true,
 			h: hf(func(w http.ResponseWriter, r *http.Request) {
 				u := *r.URL
 				u.Path, u.RawPath = r.URL.Path+"/", r.URL.EscapedPath()+"/"
 				http.Redirect(w, r, u.RequestURI(), http.StatusPermanentRedirect)
 			})},
-		{Pattern: HostPortPattern, Rule: lease(auth.ScopePorts), PublicPort: true,
+		{Pattern: HostPortPattern, Rule: lease(auth.ScopePorts), PublicPort: true, Stream: true,
 			h: hf(func(w http.ResponseWriter, r *http.Request) {
 				s.proxy(w, r, r.PathValue("id"), r.PathValue("port"), r.URL.Path)
 			})},
@@ -205,13 +212,70 @@ func (s *Server) guard(rt Route) http.Handler {
 			writeError(w, errdefs.Permission("route %q reached by pattern %q", rt.Pattern, r.Pattern))
 			return
 		}
+		if info := infoOf(w); info != nil {
+			info.route = rt.Pattern
+		}
+		r = s.deadlines(w, r, rt)
+		if err := checkPathValues(r); err != nil {
+			writeError(w, err)
+			return
+		}
 		p, err := s.authorize(r, rt)
 		if err != nil {
+			if _, status := errdefs.Code(err); status == http.StatusUnauthorized || status == http.StatusForbidden {
+				// A caller without a working credential gets its answer
+				// and the connection back: no keep-alive to hold.
+				w.Header().Set("Connection", "close")
+			}
 			writeError(w, err)
 			return
 		}
 		rt.h.ServeHTTP(w, r.WithContext(auth.With(r.Context(), p)))
 	})
+}
+
+// deadlines gives a request on a non-streaming route a deadline to send
+// its body in (BodyTimeout, lifted once the body has been read, so a
+// handler still working is not cut off by the connection's background
+// read) and one to be answered in (WriteTimeout). Streaming routes get
+// neither: their own work bounds them. Deadlines are per connection, so
+// each request sets both, lifting what an earlier one on the same
+// keep-alive connection left.
+func (s *Server) deadlines(w http.ResponseWriter, r *http.Request, rt Route) *http.Request {
+	rc := http.NewResponseController(w)
+	if rt.Stream || s.WriteTimeout <= 0 {
+		_ = rc.SetWriteDeadline(time.Time{})
+	} else {
+		_ = rc.SetWriteDeadline(time.Now().Add(s.WriteTimeout))
+	}
+	if rt.Stream || s.BodyTimeout <= 0 || r.Body == nil || r.Body == http.NoBody {
+		return r
+	}
+	if rc.SetReadDeadline(time.Now().Add(s.BodyTimeout)) != nil {
+		return r
+	}
+	r2 := r.WithContext(r.Context())
+	r2.Body = &deadlineBody{ReadCloser: r.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+	return r2
+}
+
+// deadlineBody lifts the body's read deadline when the body has been
+// read to its end.
+type deadlineBody struct {
+	io.ReadCloser
+	lift func()
+	done bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	// Only at the end: after a timeout the deadline must stay, or
+	// net/http's discard of the unread rest would wait for it forever.
+	if err == io.EOF && !b.done {
+		b.done = true
+		b.lift()
+	}
+	return n, err
 }
 
 // authorize returns the principal of a request for rt, or why it may not

@@ -7,9 +7,7 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -40,12 +38,21 @@ type Server struct {
 	// sandbox port.
 	Domain string
 	// Leases mints the lease token a create returns (nil: none).
-	Leases  *auth.Leases
-	m       *manager.Manager
-	authn   *auth.Authenticator
-	log     *slog.Logger
-	mux     *http.ServeMux
-	metrics *metrics
+	Leases *auth.Leases
+	// BodyTimeout bounds how long a request on a non-streaming route may
+	// take to send its body; WriteTimeout how long such a request may take
+	// to be answered (0: no bound). Streaming routes (Route.Stream) have
+	// neither; see deadlines.
+	BodyTimeout  time.Duration
+	WriteTimeout time.Duration
+	// MaxHeaderBytes is the http.Server's limit, quoted in the 431 answer
+	// (0: DefaultMaxHeaderBytes).
+	MaxHeaderBytes int
+	m              *manager.Manager
+	authn          *auth.Authenticator
+	log            *slog.Logger
+	mux            *http.ServeMux
+	metrics        *metrics
 	// table is the mounted route table; hostRoute its host-routed proxy.
 	table     []Route
 	hostRoute Route
@@ -70,19 +77,27 @@ func New(m *manager.Manager, authn *auth.Authenticator, log *slog.Logger) *Serve
 func (s *Server) Handler(trusted bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w, status: 200}
+		info := &reqInfo{id: requestID(r), method: r.Method, log: s.log}
+		w.Header().Set(RequestIDHeader, info.id)
+		sw := &statusWriter{ResponseWriter: w, status: 200, info: info}
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				s.log.Error("handler panic", "path", r.URL.Path, "panic", v)
 				if !sw.wrote {
-					writeError(sw, fmt.Errorf("panic: %v", v))
+					writeError(sw, fmt.Errorf("handler panic: %v", v))
+				} else {
+					s.logger().Error("handler panic", "request_id", info.id, "method", r.Method, "route", info.route, "panic", v)
 				}
 			}
 			s.metrics.observe(r, sw.status, time.Since(start))
 		}()
+		if r.RequestURI == "*" {
+			// The mux would answer an empty 400 (OPTIONS * never gets here).
+			writeError(sw, errdefs.Invalid("request target * is only for OPTIONS"))
+			return
+		}
 		r = r.WithContext(context.WithValue(r.Context(), trustedKey{}, trusted))
 		if id, port, ok := s.hostTarget(r); ok {
 			// {port}-{id}.{domain}: the whole request goes to the sandbox.
@@ -102,6 +117,14 @@ type statusWriter struct {
 	http.ResponseWriter
 	status int
 	wrote  bool
+	info   *reqInfo
+}
+
+func (s *Server) logger() *slog.Logger {
+	if s.log == nil {
+		return slog.Default()
+	}
+	return s.log
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -144,45 +167,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-func apiError(err error) *api.Error {
-	code, _ := errdefs.Code(err)
-	return &api.Error{Code: code, Message: errdefs.Message(err)}
-}
-
+// writeError answers err as the JSON error body with its category's
+// status and stable code (5xx logged with the request id; see errorFor).
 func writeError(w http.ResponseWriter, err error) {
-	_, status := errdefs.Code(err)
-	writeJSON(w, status, api.ErrorBody{Error: *apiError(err)})
-}
-
-// decode reads a JSON body strictly: bounded size, no unknown fields, no
-// trailing data.
-func decode(r *http.Request, v any) error {
-	return decodeLimit(r, v, maxJSONBody)
-}
-
-// decodeLarge is decode for the one body that carries files (apply).
-func decodeLarge(r *http.Request, v any) error {
-	return decodeLimit(r, v, 1<<30+4<<20)
-}
-
-func decodeLimit(r *http.Request, v any, limit int64) error {
-	body := http.MaxBytesReader(nil, r.Body, limit)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return errdefs.TooLarge("request body exceeds %d bytes", limit)
-		}
-		if errors.Is(err, io.EOF) {
-			return errdefs.Invalid("request body is empty; expected JSON")
-		}
-		return errdefs.Invalid("bad JSON body: %v", err)
-	}
-	if dec.More() {
-		return errdefs.Invalid("bad JSON body: trailing data after the object")
-	}
-	return nil
+	e, status := errorFor(w, err)
+	writeJSON(w, status, api.ErrorBody{Error: *e})
 }
 
 func (s *Server) version(w http.ResponseWriter, r *http.Request) {
@@ -417,7 +406,7 @@ func (s *Server) streamExec(w http.ResponseWriter, r *http.Request, run func(con
 			writeError(w, err)
 			return
 		}
-		_ = nd.send(api.ExecEvent{Error: apiError(err)})
+		_ = nd.send(api.ExecEvent{Error: apiErrorFor(w, err)})
 		return
 	}
 	_ = nd.send(api.ExecEvent{Exit: &exit})
@@ -555,7 +544,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
-		_ = nd.send(api.BuildEvent{Error: apiError(err)})
+		_ = nd.send(api.BuildEvent{Error: apiErrorFor(w, err)})
 		return
 	}
 	tt := templateToAPI(t)
@@ -586,6 +575,9 @@ type metrics struct {
 	deleted  prometheus.Counter
 	execs    prometheus.Counter
 	execDur  prometheus.Histogram
+	// connOpen and connRefused count the API's connections (Listener).
+	connOpen    prometheus.Gauge
+	connRefused prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -605,7 +597,10 @@ func newMetrics() *metrics {
 			Name: "berth_exec_seconds", Help: "Exec wall time.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 20),
 		}),
 	}
-	m.reg.MustRegister(m.requests, m.latency, m.created, m.deleted, m.execs, m.execDur,
+	m.connOpen = prometheus.NewGauge(prometheus.GaugeOpts{Name: "berth_http_connections_open", Help: "API connections open."})
+	m.connRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "berth_http_connections_refused_total",
+		Help: "API connections closed at accept: the client had --max-conns-per-client open."})
+	m.reg.MustRegister(m.requests, m.latency, m.created, m.deleted, m.execs, m.execDur, m.connOpen, m.connRefused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

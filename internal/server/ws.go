@@ -44,7 +44,7 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 		return conn.Write(wctx, websocket.MessageBinary, append([]byte{kind}, p...))
 	}
 	sendErr := func(err error) {
-		b, _ := json.Marshal(apiError(err))
+		b, _ := json.Marshal(apiErrorFor(w, err))
 		_ = send(api.WSError, b)
 		conn.Close(websocket.StatusNormalClosure, "")
 	}
@@ -58,8 +58,12 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 		sendErr(errdefs.Invalid("the first message must be the JSON exec request"))
 		return
 	}
-	if err := json.Unmarshal(first, &req); err != nil {
-		sendErr(errdefs.Invalid("bad exec request: %v", err))
+	if err := decodeBytes(first, &req); err != nil {
+		sendErr(err)
+		return
+	}
+	if err := validateExec(&req); err != nil {
+		sendErr(err)
 		return
 	}
 	stdinR, stdinW := io.Pipe()

@@ -1,0 +1,234 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"reflect"
+	"strings"
+	"sync"
+	"unicode"
+
+	"github.com/berth-sh/berth/internal/errdefs"
+)
+
+// maxJSONDepth bounds the nesting of a request body. The deepest request
+// type nests four levels; the bound keeps the checker's recursion small.
+const maxJSONDepth = 32
+
+// decode reads a JSON body strictly: bounded size, a JSON object (not
+// null), no duplicate key at any depth, no unknown fields, no trailing data.
+func decode(r *http.Request, v any) error {
+	return decodeLimit(r, v, maxJSONBody)
+}
+
+// decodeLarge is decode for the one body that carries files (apply).
+func decodeLarge(r *http.Request, v any) error {
+	return decodeLimit(r, v, 1<<30+4<<20)
+}
+
+func decodeLimit(r *http.Request, v any, limit int64) error {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return errdefs.TooLarge("request body exceeds %d bytes", limit)
+		}
+		return errdefs.Invalid("reading the request body: %v", err)
+	}
+	return decodeBytes(body, v)
+}
+
+// decodeBytes is decode for a body already read (also the first message
+// of the WebSocket exec).
+func decodeBytes(body []byte, v any) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return errdefs.Invalid("request body is empty; expected JSON")
+	}
+	if err := checkJSON(body, reflect.TypeOf(v)); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return errdefs.Invalid("bad JSON body: %v", err)
+	}
+	return validateRequest(v)
+}
+
+// checkJSON is a token-level pass over body before it is decoded into a
+// value of type t (a pointer to a request struct): body must be one JSON
+// value, an object, nested at most maxJSONDepth deep, with no key twice in
+// one object. encoding/json would keep the last of duplicate keys, and
+// matches struct fields case-insensitively, so within a struct "name" and
+// "NAME" are the same key too; within a map (env, labels) keys are exact.
+// A second reader of the same bytes (a proxy, an audit log) must not see
+// a different request than berth does.
+func checkJSON(body []byte, t reflect.Type) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return badJSON(err)
+	}
+	if tok == nil {
+		return errdefs.Invalid("request body is null; expected a JSON object")
+	}
+	if t != nil && t.Kind() == reflect.Struct && tok != json.Delim('{') {
+		return errdefs.Invalid("request body must be a JSON object")
+	}
+	if err := checkValue(dec, tok, t, 1, ""); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errdefs.Invalid("bad JSON body: trailing data after the object")
+	}
+	return nil
+}
+
+func badJSON(err error) error {
+	if err == io.EOF {
+		return errdefs.Invalid("bad JSON body: unexpected end")
+	}
+	return errdefs.Invalid("bad JSON body: %v", err)
+}
+
+// checkValue checks the value that starts with tok, of Go type t (nil:
+// unknown, e.g. a field the decoder will refuse), at depth, under path.
+func checkValue(dec *json.Decoder, tok json.Token, t reflect.Type, depth int, path string) error {
+	d, ok := tok.(json.Delim)
+	if !ok {
+		return nil // a scalar
+	}
+	if depth > maxJSONDepth {
+		return errdefs.Invalid("bad JSON body: nested deeper than %d", maxJSONDepth)
+	}
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch d {
+	case '[':
+		var elem reflect.Type
+		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			elem = t.Elem()
+		}
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				return badJSON(err)
+			}
+			if err := checkValue(dec, tok, elem, depth+1, path+"[]"); err != nil {
+				return err
+			}
+		}
+	case '{':
+		var fields map[string]reflect.Type
+		isStruct := t != nil && t.Kind() == reflect.Struct
+		if isStruct {
+			fields = jsonFieldsOf(t)
+		}
+		seen := map[string]bool{}
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				return badJSON(err)
+			}
+			key, _ := tok.(string)
+			id := key
+			var vt reflect.Type
+			if isStruct {
+				id = foldKey(key)
+				vt = fields[id]
+			} else if t != nil && t.Kind() == reflect.Map {
+				vt = t.Elem()
+			}
+			if seen[id] {
+				return errdefs.Invalid("bad JSON body: duplicate key %q in %s", key, orTop(path))
+			}
+			seen[id] = true
+			tok, err = dec.Token()
+			if err != nil {
+				return badJSON(err)
+			}
+			if err := checkValue(dec, tok, vt, depth+1, path+"."+key); err != nil {
+				return err
+			}
+		}
+	default:
+		return errdefs.Invalid("bad JSON body: unexpected %v", d)
+	}
+	if _, err := dec.Token(); err != nil { // the closing delimiter
+		return badJSON(err)
+	}
+	return nil
+}
+
+func orTop(path string) string {
+	if path == "" {
+		return "the body"
+	}
+	return strings.TrimPrefix(path, ".")
+}
+
+// foldKey folds a key the way encoding/json matches struct field names
+// (bytes.EqualFold): each rune to the smallest of its simple-fold orbit.
+func foldKey(k string) string {
+	return strings.Map(func(r rune) rune {
+		min := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			if f < min {
+				min = f
+			}
+		}
+		return min
+	}, k)
+}
+
+var fieldCache sync.Map // reflect.Type -> map[string]reflect.Type
+
+// jsonFieldsOf maps the folded JSON names of struct t's fields (those of
+// embedded structs promoted, as encoding/json does) to their types.
+func jsonFieldsOf(t reflect.Type) map[string]reflect.Type {
+	if m, ok := fieldCache.Load(t); ok {
+		return m.(map[string]reflect.Type)
+	}
+	m := map[string]reflect.Type{}
+	var walk func(reflect.Type)
+	walk = func(t reflect.Type) {
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			tag := f.Tag.Get("json")
+			if tag == "-" {
+				continue
+			}
+			name, _, _ := strings.Cut(tag, ",")
+			if f.Anonymous && name == "" {
+				ft := f.Type
+				if ft.Kind() == reflect.Pointer {
+					ft = ft.Elem()
+				}
+				if ft.Kind() == reflect.Struct {
+					walk(ft)
+					continue
+				}
+			}
+			if !f.IsExported() {
+				continue
+			}
+			if name == "" {
+				name = f.Name
+			}
+			if _, dup := m[foldKey(name)]; !dup {
+				m[foldKey(name)] = f.Type
+			}
+		}
+	}
+	walk(t)
+	fieldCache.Store(t, m)
+	return m
+}

@@ -1,0 +1,213 @@
+package server
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/sandbox"
+)
+
+// validateRequest checks the fields of a decoded request body that the
+// edge can judge alone: no control characters in names, paths, env,
+// labels, users and rules, and numbers within what the kernel and the
+// store accept. What needs a template or the host's state (defaults
+// merged, volumes resolved) is the spec's own validation
+// (sandbox.Spec.Validate), which the manager runs before any side effect.
+func validateRequest(v any) error {
+	switch req := v.(type) {
+	case *api.CreateSandboxRequest:
+		return validateCreate(req)
+	case *api.RunRequest:
+		if err := validateCreate(&req.Sandbox); err != nil {
+			return err
+		}
+		return validateExec(&req.Exec)
+	case *api.ExecRequest:
+		return validateExec(req)
+	case *api.ForkRequest:
+		if err := checkSeconds("timeout_seconds", req.TimeoutSeconds); err != nil {
+			return err
+		}
+		if err := sandbox.CheckText("name_prefix", req.NamePrefix); err != nil {
+			return err
+		}
+		if err := sandbox.CheckEnv(req.Env); err != nil {
+			return err
+		}
+		return sandbox.CheckLabels(req.Labels)
+	case *api.CreateSnapshotRequest:
+		if err := checkSeconds("retention_seconds", req.RetentionSeconds); err != nil {
+			return err
+		}
+		return sandbox.CheckText("snapshot name", req.Name)
+	case *api.ExportRequest:
+		for _, p := range req.Paths {
+			if err := sandbox.CheckPath("export path", p); err != nil {
+				return err
+			}
+		}
+	case *api.CopyRequest:
+		for _, f := range [][2]string{{"from", req.From}, {"to", req.To}} {
+			if err := sandbox.CheckText(f[0], f[1]); err != nil {
+				return err
+			}
+		}
+		for _, f := range [][2]string{{"from_path", req.FromPath}, {"to_path", req.ToPath}} {
+			if err := sandbox.CheckPath(f[0], f[1]); err != nil {
+				return err
+			}
+		}
+	case *api.CreateVolumeRequest:
+		if req.SizeBytes < 0 || req.Inodes < 0 {
+			return errdefs.Invalid("volume size_bytes and inodes must not be negative")
+		}
+		return sandbox.CheckText("volume name", req.Name)
+	case *api.PoolRequest:
+		if req.Min < 0 {
+			return errdefs.Invalid("pool min must not be negative")
+		}
+	case *api.NetworkRulesRequest:
+		for _, a := range append(append([]string(nil), req.Allow...), req.Deny...) {
+			if err := sandbox.CheckText("network rule", a); err != nil {
+				return err
+			}
+		}
+	case *api.ImportTemplateRequest:
+		for _, f := range [][2]string{{"template name", req.Name}, {"path", req.Path}, {"ref", req.Ref}} {
+			if err := sandbox.CheckText(f[0], f[1]); err != nil {
+				return err
+			}
+		}
+	case *api.BuildTemplateRequest:
+		for _, f := range [][2]string{{"template name", req.Name}, {"from", req.From}} {
+			if err := sandbox.CheckText(f[0], f[1]); err != nil {
+				return err
+			}
+		}
+		for i, step := range req.Run {
+			if strings.IndexByte(step, 0) >= 0 {
+				return errdefs.Invalid("run step %d contains a NUL byte", i+1)
+			}
+		}
+		if err := checkSeconds("timeout_seconds", req.TimeoutSeconds); err != nil {
+			return err
+		}
+		return sandbox.CheckEnv(req.Env)
+	case *api.ApplyRequest:
+		if strings.IndexByte(req.Spec, 0) >= 0 {
+			return errdefs.Invalid("the spec contains a NUL byte")
+		}
+	}
+	return nil
+}
+
+// checkSeconds refuses a duration in seconds that is negative or past the
+// longest the store keeps (a float that large would overflow a Duration).
+func checkSeconds(name string, v float64) error {
+	if !(v >= 0 && v <= sandbox.MaxTimeout.Seconds()) {
+		return errdefs.Invalid("%s must be between 0 and %g", name, sandbox.MaxTimeout.Seconds())
+	}
+	return nil
+}
+
+// validateCreate checks a create request's own fields; the merged spec is
+// checked again by sandbox.Spec.Validate.
+func validateCreate(req *api.CreateSandboxRequest) error {
+	for _, f := range [][2]string{{"name", req.Name}, {"template", req.Template}, {"runtime", req.Runtime},
+		{"network", req.Network}, {"snapshot", req.Snapshot}, {"on_idle", req.OnIdle}, {"on_max_age", req.OnMaxAge}} {
+		if err := sandbox.CheckText(f[0], f[1]); err != nil {
+			return err
+		}
+	}
+	res := req.Resources
+	if res.CPUs != 0 && (res.CPUs < sandbox.MinCPUs || sandbox.CPUQuota(res.CPUs) < sandbox.MinCPUQuota) {
+		return errdefs.Invalid("cpus must be at least %g (the kernel's CFS quota minimum is 1 ms per 100 ms period), got %g",
+			sandbox.MinCPUs, res.CPUs)
+	}
+	if res.CPUs > sandbox.MaxCPUs {
+		return errdefs.Invalid("cpus must be at most %d, got %g", sandbox.MaxCPUs, res.CPUs)
+	}
+	if res.MemoryBytes != 0 && (res.MemoryBytes < sandbox.MinMemoryBytes || res.MemoryBytes > sandbox.MaxMemoryBytes) {
+		return errdefs.Invalid("memory_bytes must be between %d MiB and %d GiB, got %d",
+			sandbox.MinMemoryBytes>>20, sandbox.MaxMemoryBytes>>30, res.MemoryBytes)
+	}
+	if res.Pids != 0 && (res.Pids < sandbox.MinPids || res.Pids > sandbox.MaxPidsHere()) {
+		return errdefs.Invalid("pids must be between %d and %d, got %d", sandbox.MinPids, sandbox.MaxPidsHere(), res.Pids)
+	}
+	if req.VolumeSizeBytes < 0 || req.VolumeInodes < 0 {
+		return errdefs.Invalid("volume_size_bytes and volume_inodes must not be negative")
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"timeout_seconds", req.TimeoutSeconds}, {"idle_timeout_seconds", req.IdleTimeoutSeconds},
+		{"max_age_seconds", req.MaxAgeSeconds}, {"retention_seconds", req.RetentionSeconds}} {
+		if err := checkSeconds(f.name, f.v); err != nil {
+			return err
+		}
+	}
+	if err := sandbox.CheckEnv(req.Env); err != nil {
+		return err
+	}
+	if err := sandbox.CheckLabels(req.Labels); err != nil {
+		return err
+	}
+	if req.Workdir != "" {
+		if err := sandbox.CheckPath("workdir", req.Workdir); err != nil {
+			return err
+		}
+	}
+	for _, vm := range req.Volumes {
+		if err := sandbox.CheckText("volume name", vm.Name); err != nil {
+			return err
+		}
+		if err := sandbox.CheckText("volume "+vm.Name+" path", vm.Path); err != nil {
+			return err
+		}
+	}
+	for _, a := range req.Allow {
+		if err := sandbox.CheckText("allow rule", a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateExec checks an exec request at the edge: the manager refuses
+// NUL in arguments (control characters there are a script's business);
+// here env, workdir and user are held to the same rules as a create.
+func validateExec(req *api.ExecRequest) error {
+	for k, v := range req.Env {
+		if k == "" || strings.Contains(k, "=") {
+			return errdefs.Invalid("bad env name %q", k)
+		}
+		if err := sandbox.CheckText("env name", k); err != nil {
+			return err
+		}
+		if err := sandbox.CheckEnvValue(k, v); err != nil {
+			return err
+		}
+	}
+	if req.Workdir != "" {
+		if err := sandbox.CheckPath("workdir", req.Workdir); err != nil {
+			return err
+		}
+	}
+	if err := sandbox.CheckText("user", req.User); err != nil {
+		return err
+	}
+	return checkSeconds("timeout_seconds", req.TimeoutSeconds)
+}
+
+// checkPathValues refuses control characters in the {id} and {name} path
+// values a route matched, before they reach a lookup or a log line.
+func checkPathValues(r *http.Request) error {
+	for _, k := range []string{"id", "name"} {
+		if err := sandbox.CheckText(k, r.PathValue(k)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
