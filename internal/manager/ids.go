@@ -286,7 +286,6 @@ func (m *Manager) sandboxUserns(sb *sandbox.Sandbox, rt runtime.Runtime) (string
 	return path, idmap.BindNS(ns, path)
 }
 
-
 // Isolation describes sb's boundary: its runtime class's, plus its ids.
 func (m *Manager) Isolation(sb *sandbox.Sandbox) api.Isolation {
 	rt := m.rtFor(sb)
