@@ -342,7 +342,7 @@ func TestEdgeErrorsOverTCP(t *testing.T) {
 	if r5.StatusCode < 500 || !strings.Contains(string(b5), `"request_id": "e2e-5xx-1"`) {
 		t.Fatalf("proxy to a closed port: %d %s", r5.StatusCode, b5)
 	}
-	if !waitLog(d, "request_id=e2e-5xx-1 method=GET route=/v1/sandboxes/{id}/ports/{port}/{path...} status=503") {
+	if !waitLog(d, "request_id=e2e-5xx-1 method=GET route=/v1/sandboxes/{id}/ports/{port}/{path...} status=502") {
 		t.Errorf("5xx not logged with its request id and route:\n%s", tail(d.logs.String(), 3000))
 	}
 	if strings.Contains(d.logs.String(), "forged entry") {

@@ -137,7 +137,7 @@ func TestHostIDsPerSandbox(t *testing.T) {
 		}
 	}
 	var st syscall.Stat_t
-	if err := syscall.Lstat(filepath.Join(d.dataDir, "pool", "scratch", b.ID, "upper", "tmp", "u"), &st); err == nil {
+	if err := syscall.Lstat(filepath.Join(d.dataDir, "pool", "scratch", b.ID, "mnt", "upper", "tmp", "u"), &st); err == nil {
 		if st.Uid != storedRoot+1000 {
 			t.Errorf("on disk /tmp/u is stored as %d, want %d", st.Uid, storedRoot+1000)
 		}
