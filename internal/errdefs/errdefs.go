@@ -21,6 +21,11 @@ var (
 	ErrUnavailable     = errors.New("unavailable")        // 503 unavailable
 	ErrUnreachable     = errors.New("unreachable")        // 502 unreachable (the sandbox is up, nothing answers at the target)
 	ErrNotSupported    = errors.New("not supported")      // 501 not_supported
+
+	// Idempotency-Key answers (internal/server/idempotency.go).
+	ErrIdempotencyKeyInvalid = errors.New("invalid idempotency key") // 400 invalid_idempotency_key
+	ErrIdempotencyKeyReused  = errors.New("idempotency key reused")  // 422 idempotency_key_reused
+	ErrIdempotencyInProgress = errors.New("idempotency in progress") // 409 idempotency_in_progress
 )
 
 // Error is an error with a message that is safe to show to an API user, kept
@@ -79,6 +84,12 @@ func NotSupported(format string, args ...any) error { return mk(ErrNotSupported,
 // Code returns the stable API error code and HTTP status for err.
 func Code(err error) (code string, status int) {
 	switch {
+	case errors.Is(err, ErrIdempotencyKeyInvalid):
+		return "invalid_idempotency_key", 400
+	case errors.Is(err, ErrIdempotencyKeyReused):
+		return "idempotency_key_reused", 422
+	case errors.Is(err, ErrIdempotencyInProgress):
+		return "idempotency_in_progress", 409
 	case errors.Is(err, ErrInvalid):
 		return "invalid_argument", 400
 	case errors.Is(err, ErrUnauthenticated):
