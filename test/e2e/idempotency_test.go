@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
@@ -166,4 +167,40 @@ func childrenOf(t *testing.T, d *daemon, parent string) int {
 		}
 	}
 	return n
+}
+
+// TestIdempotentPoolClaim: a keyed create served from the warm pool
+// records the member's id (not the one chosen beforehand), so the
+// replay names the claimed sandbox.
+func TestIdempotentPoolClaim(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	if _, err := d.c.SetPool(ctx, "base", 1); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if p, err := d.c.GetPool(ctx, "base"); err == nil && p.Ready >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("pool not filled")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	kctx := client.WithIdempotencyKey(ctx, "e2e-pool")
+	a, err := d.c.CreateSandbox(kctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := d.c.GetPool(ctx, "base"); err != nil || p.Hits != 1 {
+		t.Fatalf("the create was not served by the pool: %+v %v", p, err)
+	}
+	b, err := d.c.CreateSandbox(kctx, api.CreateSandboxRequest{})
+	if err != nil || b.ID != a.ID {
+		t.Fatalf("replay of a pool claim: %v %v, want %s", b, err, a.ID)
+	}
+	if _, err := d.c.GetSandbox(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
 }
