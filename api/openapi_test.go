@@ -368,3 +368,37 @@ func TestOpenAPISuccessStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAPIIdempotencyKey: the routes that take an Idempotency-Key say
+// so, with the answers it brings.
+func TestOpenAPIIdempotencyKey(t *testing.T) {
+	doc := loadDoc(t)
+	for _, path := range []string{"/v1/sandboxes", "/v1/sandboxes/{id}/fork", "/v1/sandboxes/{id}/snapshots", "/v1/volumes"} {
+		var op struct {
+			Parameters []struct {
+				Ref string `json:"$ref"`
+			} `json:"parameters"`
+			Responses map[string]json.RawMessage `json:"responses"`
+		}
+		if err := json.Unmarshal(doc.Paths[path]["post"], &op); err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		if !slices.ContainsFunc(op.Parameters, func(p struct {
+			Ref string `json:"$ref"`
+		}) bool {
+			return p.Ref == "#/components/parameters/IdempotencyKey"
+		}) {
+			t.Errorf("POST %s does not document the Idempotency-Key header", path)
+		}
+		for _, code := range []string{"400", "409", "422"} {
+			if op.Responses[code] == nil {
+				t.Errorf("POST %s does not document its %s answer", path, code)
+			}
+		}
+	}
+	for _, code := range []string{"invalid_idempotency_key", "idempotency_key_reused", "idempotency_in_progress"} {
+		if !strings.Contains(string(OpenAPI), code) {
+			t.Errorf("error code %s is not documented", code)
+		}
+	}
+}

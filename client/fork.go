@@ -15,7 +15,7 @@ import (
 // unless req.Persistent is set.
 func (c *Client) Fork(ctx context.Context, id string, req api.ForkRequest) (*api.ForkResponse, error) {
 	var fr api.ForkResponse
-	if err := c.do(ctx, http.MethodPost, sandboxPath(id, "fork"), nil, req, &fr); err != nil {
+	if err := c.doIdempotent(ctx, http.MethodPost, sandboxPath(id, "fork"), req, &fr); err != nil {
 		return nil, err
 	}
 	if fr.Children == nil {
@@ -36,7 +36,7 @@ func snapshotPath(id string, rest ...string) string {
 // (workspace volume and writable root) of the sandbox id.
 func (c *Client) CreateSnapshot(ctx context.Context, id string, req api.CreateSnapshotRequest) (*api.Snapshot, error) {
 	var s api.Snapshot
-	if err := c.do(ctx, http.MethodPost, sandboxPath(id, "snapshots"), nil, req, &s); err != nil {
+	if err := c.doIdempotent(ctx, http.MethodPost, sandboxPath(id, "snapshots"), req, &s); err != nil {
 		return nil, err
 	}
 	return &s, nil

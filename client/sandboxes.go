@@ -8,10 +8,12 @@ import (
 	"github.com/berth-sh/berth/api"
 )
 
-// CreateSandbox creates a sandbox and returns it once it is running.
+// CreateSandbox creates a sandbox and returns it once it is running. Like
+// every create, it sends an Idempotency-Key and retries a request that got
+// no answer with the same key (see IdempotencyHeader).
 func (c *Client) CreateSandbox(ctx context.Context, req api.CreateSandboxRequest) (*api.Sandbox, error) {
 	var sb api.Sandbox
-	if err := c.do(ctx, http.MethodPost, "/v1/sandboxes", nil, req, &sb); err != nil {
+	if err := c.doIdempotent(ctx, http.MethodPost, "/v1/sandboxes", req, &sb); err != nil {
 		return nil, err
 	}
 	return &sb, nil

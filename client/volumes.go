@@ -13,7 +13,7 @@ func volumePath(name string) string { return "/v1/volumes/" + pathEscape(name) }
 // attach at create (api.CreateSandboxRequest.Volumes).
 func (c *Client) CreateVolume(ctx context.Context, req api.CreateVolumeRequest) (*api.Volume, error) {
 	var v api.Volume
-	if err := c.do(ctx, http.MethodPost, "/v1/volumes", nil, req, &v); err != nil {
+	if err := c.doIdempotent(ctx, http.MethodPost, "/v1/volumes", req, &v); err != nil {
 		return nil, err
 	}
 	return &v, nil

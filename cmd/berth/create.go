@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/berth-sh/berth/client"
 )
 
 func newCreateCmd(g *globals) *cobra.Command {
@@ -13,6 +15,7 @@ func newCreateCmd(g *globals) *cobra.Command {
 		name     string
 		labels   []string
 		snapshot string
+		idemKey  string
 	)
 	cmd := &cobra.Command{
 		Use:   "create [flags]",
@@ -33,12 +36,19 @@ when an exec, file or port request reaches it paused or stopped. Durations are
 seconds or like 30s, 10m, 1h30m, 7d.
 
 --snapshot SNAP starts the sandbox from a snapshot ('berth snapshot'): its
-template, workspace and writable root; --template is not needed then.`,
+template, workspace and writable root; --template is not needed then.
+
+Every create carries an idempotency key, and a request that got no answer
+(the daemon restarting) is retried with it, so it never makes two sandboxes.
+--idempotency-key KEY chooses the key: a script that runs 'berth create' again
+after a failure, with the same KEY and flags, gets the one sandbox (for 24
+hours); with other flags it is refused.`,
 		Example: `  id=$(berth create --memory 512m --timeout 1h)
   berth create --name dev --persistent --volume-size 10g --idle-timeout 15m --auto-resume
   berth create --persist-root --keep-volume --max-age 7d --on-max-age stop --retention 30d
   berth create --volume data:/data --volume models:/models:ro --label team=ml
-  berth create --snapshot before-upgrade --name dev2 --persistent`,
+  berth create --snapshot before-upgrade --name dev2 --persistent
+  berth create --idempotency-key "job-$JOB_ID" --template python`,
 		Args: cobra.NoArgs,
 	}
 	out := addOutputFlag(cmd)
@@ -60,7 +70,11 @@ template, workspace and writable root; --template is not needed then.`,
 			return err
 		}
 		defer c.Close()
-		sb, err := c.CreateSandbox(cmd.Context(), req)
+		ctx := cmd.Context()
+		if idemKey != "" {
+			ctx = client.WithIdempotencyKey(ctx, idemKey)
+		}
+		sb, err := c.CreateSandbox(ctx, req)
 		if err != nil {
 			return err
 		}
@@ -73,6 +87,7 @@ template, workspace and writable root; --template is not needed then.`,
 	f := cmd.Flags()
 	f.StringVar(&name, "name", "", "unique name, usable wherever an id is")
 	f.StringArrayVarP(&labels, "label", "l", nil, "label `K=V`; repeatable")
+	f.StringVar(&idemKey, "idempotency-key", "", "`KEY` that makes a repeated create return the first one's sandbox (1-255 printable ASCII)")
 	f.StringVar(&snapshot, "snapshot", "", "start from snapshot `SNAP` (its template, workspace and writable root) instead of a template")
 	sf.register(f, "hard lifetime of the sandbox; it is deleted when it runs out")
 	pf.register(f)

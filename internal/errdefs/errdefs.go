@@ -24,6 +24,11 @@ var (
 	// ErrInsufficientStorage: the request's data cannot fit on the host
 	// (507 insufficient_storage).
 	ErrInsufficientStorage = errors.New("insufficient storage")
+
+	// Idempotency-Key answers (internal/server/idempotency.go).
+	ErrIdempotencyKeyInvalid = errors.New("invalid idempotency key") // 400 invalid_idempotency_key
+	ErrIdempotencyKeyReused  = errors.New("idempotency key reused")  // 422 idempotency_key_reused
+	ErrIdempotencyInProgress = errors.New("idempotency in progress") // 409 idempotency_in_progress
 )
 
 // Error is an error with a message that is safe to show to an API user, kept
@@ -82,6 +87,12 @@ func NotSupported(format string, args ...any) error { return mk(ErrNotSupported,
 // Code returns the stable API error code and HTTP status for err.
 func Code(err error) (code string, status int) {
 	switch {
+	case errors.Is(err, ErrIdempotencyKeyInvalid):
+		return "invalid_idempotency_key", 400
+	case errors.Is(err, ErrIdempotencyKeyReused):
+		return "idempotency_key_reused", 422
+	case errors.Is(err, ErrIdempotencyInProgress):
+		return "idempotency_in_progress", 409
 	case errors.Is(err, ErrInvalid):
 		return "invalid_argument", 400
 	case errors.Is(err, ErrUnauthenticated):

@@ -148,13 +148,17 @@ func childSpec(src sandbox.Spec) sandbox.Spec {
 // Fork makes req.Count children of the sandbox ref, each starting from a
 // copy-on-write view of its filesystem now. The parent is frozen only for
 // the instant of the capture. Children are ephemeral unless asked.
-func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest, actor string) ([]*sandbox.Sandbox, time.Duration, error) {
+// ids, if given, are the children's ids (one per child, see ValidID).
+func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest, actor string, ids ...string) ([]*sandbox.Sandbox, time.Duration, error) {
 	n := req.Count
 	if n == 0 {
 		n = 1
 	}
 	if n < 0 || n > MaxForkCount {
 		return nil, 0, errdefs.Invalid("count must be between 1 and %d", MaxForkCount)
+	}
+	if err := checkIDs(ids, n); err != nil {
+		return nil, 0, err
 	}
 	if req.NamePrefix != "" && !sandbox.ValidName(req.NamePrefix+"-64") {
 		return nil, 0, errdefs.Invalid("bad name prefix %q", req.NamePrefix)
@@ -220,7 +224,11 @@ func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest, ac
 				name = fmt.Sprintf("%s-%d", req.NamePrefix, i+1)
 			}
 			now := m.now()
-			child := &sandbox.Sandbox{ID: newID(), Name: name, Tenant: parent.Tenant, State: sandbox.StateCreating,
+			id := newID()
+			if len(ids) > 0 {
+				id = ids[i]
+			}
+			child := &sandbox.Sandbox{ID: id, Name: name, Tenant: parent.Tenant, State: sandbox.StateCreating,
 				Node: m.cfg.Node, Spec: sp, CreatedAt: now, UpdatedAt: now, Cause: sandbox.CauseUser,
 				Reason: "forked from " + parent.ID}
 			errs[i] = m.launch(ctx, child, actor, func() error { return m.materialize(child, stage) })
@@ -244,6 +252,24 @@ func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest, ac
 	return out, frozen, nil
 }
 
+// checkIDs accepts no pre-chosen ids or exactly n valid, distinct ones.
+func checkIDs(ids []string, n int) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if len(ids) != n {
+		return errdefs.Invalid("%d ids given for %d new objects", len(ids), n)
+	}
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if !ValidID(id) || seen[id] {
+			return errdefs.Invalid("bad or repeated id %q", id)
+		}
+		seen[id] = true
+	}
+	return nil
+}
+
 // Children lists the live sandboxes forked from id.
 func (m *Manager) Children(ctx context.Context, id string) []string {
 	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{})
@@ -260,9 +286,13 @@ func (m *Manager) Children(ctx context.Context, id string) []string {
 }
 
 // CreateSnapshot takes a named, crash-consistent snapshot of sandbox ref.
-func (m *Manager) CreateSnapshot(ctx context.Context, ref string, req *api.CreateSnapshotRequest, actor string) (*store.Snapshot, error) {
+// ids, if given, is the snapshot's id (one, see ValidID).
+func (m *Manager) CreateSnapshot(ctx context.Context, ref string, req *api.CreateSnapshotRequest, actor string, ids ...string) (*store.Snapshot, error) {
 	if req.Name != "" && !sandbox.ValidName(req.Name) {
 		return nil, errdefs.Invalid("bad snapshot name %q", req.Name)
+	}
+	if err := checkIDs(ids, 1); err != nil {
+		return nil, err
 	}
 	retention, err := seconds("retention_seconds", req.RetentionSeconds)
 	if err != nil {
@@ -282,6 +312,9 @@ func (m *Manager) CreateSnapshot(ctx context.Context, ref string, req *api.Creat
 			return errdefs.Exhausted("sandbox %s has %d snapshots, the limit; delete some first", sb.ID, len(existing))
 		}
 		id := newID()
+		if len(ids) > 0 {
+			id = ids[0]
+		}
 		name := req.Name
 		if name == "" {
 			name = sb.Hostname() + "-" + id[:6]
@@ -426,7 +459,11 @@ func (m *Manager) createFromSnapshot(ctx context.Context, req *api.CreateSandbox
 		return nil, err
 	}
 	now := m.now()
-	sb := &sandbox.Sandbox{ID: newID(), Name: req.Name, Tenant: opt.Tenant, State: sandbox.StateCreating,
+	id, err := opt.reserve()
+	if err != nil {
+		return nil, err
+	}
+	sb := &sandbox.Sandbox{ID: id, Name: req.Name, Tenant: opt.Tenant, State: sandbox.StateCreating,
 		Node: m.cfg.Node, Spec: sp, CreatedAt: now, UpdatedAt: now, Cause: sandbox.CauseUser,
 		Reason: "from snapshot " + sn.Name}
 	if err := m.launch(ctx, sb, opt.Actor, func() error { return m.materialize(sb, m.snapshotDir(sn.ID)) }); err != nil {

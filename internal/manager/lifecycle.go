@@ -29,6 +29,13 @@ type CreateOptions struct {
 	OneShot bool
 	// Internal sandboxes (template builds) are labelled as such.
 	Labels map[string]string
+	// ID, if set, is the id the new sandbox gets (an Idempotency-Key
+	// recorded it before the create acts); see ValidID.
+	ID string
+	// Reserve, if set, is called with the id of the sandbox the create
+	// will hand out, before it is recorded or, for a warm-pool member,
+	// claimed; an error stops the create (or that claim).
+	Reserve func(id string) error
 }
 
 // SpecFromRequest validates a create request against a template's defaults
@@ -103,6 +110,9 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest, opt
 	if req.Runtime != "" && m.runtimes[req.Runtime] == nil {
 		return nil, errdefs.Invalid("unknown runtime %q: this daemon runs %s", req.Runtime, strings.Join(m.RuntimeNames(), ", "))
 	}
+	if opt.ID != "" && !ValidID(opt.ID) {
+		return nil, errdefs.Invalid("bad sandbox id %q", opt.ID)
+	}
 	if req.Snapshot != "" {
 		return m.createFromSnapshot(ctx, req, opt)
 	}
@@ -156,7 +166,10 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest, opt
 			return sb, err
 		}
 	}
-	id := newID()
+	id, err := opt.reserve()
+	if err != nil {
+		return nil, err
+	}
 	if err := m.prepareNetwork(ctx, &spec, id); err != nil {
 		return nil, err
 	}
@@ -169,6 +182,21 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest, opt
 		return nil, err
 	}
 	return sb, nil
+}
+
+// reserve returns the new sandbox's id (the chosen one, else a new one)
+// once Reserve has accepted it.
+func (opt CreateOptions) reserve() (string, error) {
+	id := opt.ID
+	if id == "" {
+		id = newID()
+	}
+	if opt.Reserve != nil {
+		if err := opt.Reserve(id); err != nil {
+			return "", err
+		}
+	}
+	return id, nil
 }
 
 // launch records a new sandbox (state creating) and then makes it: prep,

@@ -333,6 +333,26 @@ func (m *Manager) forgetAgent(id string) {
 }
 
 // newID returns a random sandbox id: 16 characters of [a-z0-9], about 82 bits.
+// NewID returns a new random sandbox or snapshot id.
+func NewID() string { return newID() }
+
+// ValidID reports whether id has the form of the ids newID makes (16
+// lowercase letters and digits), as a pre-chosen id must.
+func ValidID(id string) bool {
+	if len(id) != 16 {
+		return false
+	}
+	for i := range len(id) {
+		if c := id[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// Node is the name this daemon records on its sandboxes.
+func (m *Manager) Node() string { return m.cfg.Node }
+
 func newID() string {
 	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 	var b [16]byte

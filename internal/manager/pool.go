@@ -204,6 +204,11 @@ func (m *Manager) claimLocked(ctx context.Context, id string, spec sandbox.Spec,
 	sb.Spec = spec
 	sb.Name, sb.Tenant = req.Name, opt.Tenant
 	sb.CreatedAt, sb.StartedAt, sb.LastActivityAt = now, now, now
+	if opt.Reserve != nil {
+		if err := opt.Reserve(sb.ID); err != nil {
+			return nil, err
+		}
+	}
 	if sb.Name != "" {
 		if err := m.setHostname(sb.ID, sb.Hostname()); err != nil {
 			return nil, fmt.Errorf("setting hostname: %w", err)

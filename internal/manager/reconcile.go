@@ -239,6 +239,11 @@ func (m *Manager) tick(ctx context.Context) time.Time {
 	var next time.Time
 	if m.snapTick++; m.snapTick%5 == 0 {
 		m.expireSnapshots(ctx)
+		if n, err := m.store.PurgeIdempotencyKeys(ctx, now); err != nil {
+			m.log.Warn("reconciler: purging expired idempotency keys", "err", err)
+		} else if n > 0 {
+			m.log.Debug("reconciler: purged expired idempotency keys", "n", n)
+		}
 	}
 	m.refillPools(ctx, live)
 	m.watchReadOnly(ctx, live)

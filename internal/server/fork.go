@@ -13,7 +13,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	kids, frozen, err := s.m.Fork(r.Context(), r.PathValue("id"), &req, actor(r))
+	kids, frozen, err := s.m.Fork(r.Context(), r.PathValue("id"), &req, actor(r), idemIDs(r)...)
 	if err != nil && len(kids) == 0 {
 		writeError(w, err)
 		return
@@ -45,7 +45,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	sn, err := s.m.CreateSnapshot(r.Context(), r.PathValue("id"), &req, actor(r))
+	sn, err := s.m.CreateSnapshot(r.Context(), r.PathValue("id"), &req, actor(r), idemIDs(r)...)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -71,7 +71,7 @@ func (s *Server) routeTable() []Route {
 		})},
 		{Pattern: "GET /metrics", Rule: need(admin), h: promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})},
 
-		{Pattern: "POST /v1/sandboxes", Rule: need(write), h: hf(s.createSandbox)},
+		{Pattern: "POST /v1/sandboxes", Rule: need(write), h: hf(s.idempotent(s.idemCreate(), s.createSandbox))},
 		{Pattern: "GET /v1/sandboxes", Rule: need(read), h: hf(s.listSandboxes)},
 		{Pattern: "GET /v1/sandboxes/{id}", Rule: lease(read), h: hf(s.getSandbox)},
 		{Pattern: "DELETE /v1/sandboxes/{id}", Rule: need(write), h: hf(s.deleteSandbox)},
@@ -92,15 +92,15 @@ func (s *Server) routeTable() []Route {
 
 		{Pattern: "POST /v1/sandboxes/{id}/touch", Rule: lease(write), h: s.lifecycle("touch")},
 		{Pattern: "GET /v1/sandboxes/{id}/diff", Rule: need(read), h: hf(s.diff)},
-		{Pattern: "POST /v1/sandboxes/{id}/fork", Rule: need(write), h: hf(s.fork)},
-		{Pattern: "POST /v1/sandboxes/{id}/snapshots", Rule: need(write), h: hf(s.createSnapshot)},
+		{Pattern: "POST /v1/sandboxes/{id}/fork", Rule: need(write), h: hf(s.idempotent(s.idemFork(), s.fork))},
+		{Pattern: "POST /v1/sandboxes/{id}/snapshots", Rule: need(write), h: hf(s.idempotent(s.idemSnapshot(), s.createSnapshot))},
 		{Pattern: "GET /v1/sandboxes/{id}/snapshots", Rule: need(read), h: hf(s.listSnapshots)},
 		{Pattern: "GET /v1/snapshots", Rule: need(read), h: hf(s.listSnapshots)},
 		{Pattern: "GET /v1/snapshots/{id}", Rule: need(read), h: hf(s.getSnapshot)},
 		{Pattern: "DELETE /v1/snapshots/{id}", Rule: need(write), h: hf(s.deleteSnapshot)},
 		{Pattern: "POST /v1/snapshots/{id}/restore", Rule: need(write), h: hf(s.restoreSnapshot)},
 
-		{Pattern: "POST /v1/volumes", Rule: need(write), h: hf(s.createVolume)},
+		{Pattern: "POST /v1/volumes", Rule: need(write), h: hf(s.idempotent(s.idemVolume(), s.createVolume))},
 		{Pattern: "GET /v1/volumes", Rule: need(read), h: hf(s.listVolumes)},
 		{Pattern: "GET /v1/volumes/{name}", Rule: need(read), h: hf(s.getVolume)},
 		{Pattern: "DELETE /v1/volumes/{name}", Rule: need(write), h: hf(s.deleteVolume)},

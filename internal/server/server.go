@@ -58,6 +58,7 @@ type Server struct {
 	hostRoute Route
 	// lookup resolves a sandbox for authorization (the manager's Get).
 	lookup func(context.Context, string) (*sandbox.Sandbox, error)
+	idem   idemState // Idempotency-Key attempts (idempotency.go)
 }
 
 // New returns the API server for m.
@@ -248,7 +249,8 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	sb, err := s.m.Create(r.Context(), &req, manager.CreateOptions{Actor: actor(r), Tenant: tenant(r)})
+	sb, err := s.m.Create(r.Context(), &req, manager.CreateOptions{Actor: actor(r), Tenant: tenant(r),
+		ID: idemID(r), Reserve: idemReserve(r)})
 	if err != nil {
 		writeError(w, err)
 		return

@@ -125,6 +125,28 @@ type Flow struct {
 	Rule      string    `json:"rule,omitempty"`
 }
 
+// IdempotencyKey is the record of one Idempotency-Key: written before the
+// request acts, completed with its answer.
+type IdempotencyKey struct {
+	Scope string `json:"scope"` // the caller (tenant and actor)
+	Route string `json:"route"` // the route pattern
+	Key   string `json:"key"`
+	// RequestHash identifies the request (method, path, canonical body).
+	RequestHash string `json:"request_hash"`
+	// IDs are the ids the objects the request makes get, chosen before
+	// they exist.
+	IDs []string `json:"ids"`
+	// Owner names the attempt acting on a pending key.
+	Owner string `json:"owner"`
+	// Done: the answer below is final.
+	Done        bool      `json:"done"`
+	Status      int       `json:"status"`
+	ContentType string    `json:"content_type"`
+	Body        []byte    `json:"body"`
+	CreatedAt   time.Time `json:"created_at"`
+	ExpiresAt   time.Time `json:"expires_at"`
+}
+
 // SandboxFilter selects sandboxes in ListSandboxes.
 type SandboxFilter struct {
 	Tenant         string          // "" = all tenants
@@ -214,6 +236,21 @@ type Store interface {
 	ReleaseIDSlot(ctx context.Context, sandboxID string) error
 	// ListIDSlots returns the allocated slots by sandbox id (node "" = all).
 	ListIDSlots(ctx context.Context, node string) (map[string]int, error)
+
+	// PutIdempotencyKey inserts k unless its (Scope, Route, Key) is
+	// stored and not expired at k.CreatedAt: then it returns the stored
+	// record and false. Of concurrent puts of one key exactly one inserts.
+	PutIdempotencyKey(ctx context.Context, k *IdempotencyKey) (*IdempotencyKey, bool, error)
+	GetIdempotencyKey(ctx context.Context, scope, route, key string) (*IdempotencyKey, error)
+	// UpdateIdempotencyKey writes k's ids, owner, state and answer if the
+	// stored key is pending and held by owner (compare-and-swap), else
+	// ErrConflict (ErrNotFound if it is gone).
+	UpdateIdempotencyKey(ctx context.Context, k *IdempotencyKey, owner string) error
+	// DeleteIdempotencyKey removes a pending key held by owner (an attempt
+	// whose answer is not to be kept); another owner's is left alone.
+	DeleteIdempotencyKey(ctx context.Context, scope, route, key, owner string) error
+	// PurgeIdempotencyKeys removes keys expired at now and says how many.
+	PurgeIdempotencyKeys(ctx context.Context, now time.Time) (int64, error)
 
 	CreateAPIKey(ctx context.Context, k *APIKey) error
 	// GetAPIKeyByHash returns a key, revoked or not; callers check RevokedAt.

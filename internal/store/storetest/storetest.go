@@ -46,6 +46,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Flows", testFlows},
 		{"IDSlots", testIDSlots},
 		{"IDSlotsConcurrent", testIDSlotsConcurrent},
+		{"IdempotencyKeys", testIdempotencyKeys},
+		{"IdempotencyConcurrent", testIdempotencyConcurrent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)
