@@ -106,7 +106,22 @@ func (m *Manager) newAgentClient(id string) *agent.Client {
 			m.log.Warn("recording the agent's socket", "sandbox", id, "err", err)
 		}
 	}
-	own := &agent.SocketDialer{Dir: p.ctl, Name: agentSockName, Pin: pin, Verify: verify, Connected: connected}
+	// The daemon's own socket listens before the agent starts, so that a
+	// connection made meanwhile waits in the backlog for the agent to
+	// accept it (no polling on the create path); the kernel then reports
+	// the daemon itself as the listener (SO_PEERCRED copies the creds of
+	// the last listen(2)). That is sound here: the socket lives in a dir
+	// the sandbox cannot reach and the daemon closes its copy of the
+	// descriptor once the container has it, so the only process that can
+	// ever accept is the agent, which calls listen(2) again as it starts,
+	// after which connections name it, in the sandbox's cgroup.
+	ownVerify := func(cred *unix.Ucred) error {
+		if int(cred.Pid) == os.Getpid() {
+			return nil
+		}
+		return verify(cred)
+	}
+	own := &agent.SocketDialer{Dir: p.ctl, Name: agentSockName, Pin: pin, Verify: ownVerify, Connected: connected}
 	guest := &agent.SocketDialer{Dir: p.run, Name: agentSockName, Pin: pin, Verify: verify, Connected: connected}
 	c := agent.NewClientDialer(func(ctx context.Context) (net.Conn, error) {
 		c, err := own.Dial(ctx)
@@ -207,9 +222,9 @@ func inCgroup(pid int, path string) error {
 	return fmt.Errorf("not a process of the sandbox's cgroup %s", path)
 }
 
-// bindAgentSocket creates the socket the agent will listen on, bound at
-// path but not listening (the agent listens, so that SO_PEERCRED names
-// it), and returns it as a file to pass to the sandbox.
+// bindAgentSocket creates the socket the agent serves on, bound at path
+// and listening (the agent listens again as it starts, so that SO_PEERCRED
+// names it from then on), and returns it as a file to pass to the sandbox.
 func bindAgentSocket(path string) (*os.File, error) {
 	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
 		return nil, err
@@ -226,6 +241,10 @@ func bindAgentSocket(path string) (*os.File, error) {
 	if err := os.Chmod(path, 0o600); err != nil {
 		f.Close()
 		return nil, err
+	}
+	if err := unix.Listen(fd, unix.SOMAXCONN); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("agent socket: listen: %w", err)
 	}
 	return f, nil
 }
