@@ -24,9 +24,10 @@ import (
 //
 // runc (and every class that can hand init a descriptor): the daemon binds
 // the agent's socket in <sandbox dir>/ctl, a root-only directory that is
-// not mounted into the sandbox at all, and passes the bound socket to the
-// agent as fd 3; the agent calls listen(2) on it. Code in the sandbox can
-// neither see nor replace that socket.
+// not mounted into the sandbox at all, listens on it, and passes it to the
+// agent as fd 3; the agent calls listen(2) on it again, so that the kernel
+// names the agent as its listener. Code in the sandbox can neither see nor
+// replace that socket.
 //
 // gVisor: a host socket cannot be passed into the Sentry as a listener, so
 // the agent binds /.berth/run/agent.sock itself, through runsc
