@@ -14,6 +14,7 @@ import (
 	"github.com/berth-sh/berth/internal/overlay"
 	"github.com/berth-sh/berth/internal/runtime"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/volume"
 )
 
 // Clones of captured state live in the pool's snapshots dir under names
@@ -84,7 +85,7 @@ func (m *Manager) doctorClones(ctx context.Context, add func(kind, id, detail st
 // allows it, and thaws or freezes the cgroup as the record says. busy
 // sandboxes (an operation in flight may freeze them) are left alone.
 func (m *Manager) doctorFrozen(ctx context.Context, live map[string]*sandbox.Sandbox, busy func(string) bool,
-	add func(kind, id, detail string, fixFn func() error)) {
+	probeFreeze bool, add func(kind, id, detail string, fixFn func() error)) {
 	mounts, _ := overlay.MountsUnder(m.pool.Root())
 	for _, mp := range mounts {
 		// Only a sandbox's own mounts, under its lock for the whole
@@ -97,14 +98,13 @@ func (m *Manager) doctorFrozen(ctx context.Context, live map[string]*sandbox.San
 		if !ok {
 			continue
 		}
-		// A second FIFREEZE answers EBUSY on a frozen filesystem; on a
-		// thawed one it freezes it, which is undone at once (a flush, a
-		// few ms of writers waiting).
-		if frozen, err := probeFrozen(mp); err == nil && frozen {
-			add("frozen", owner, "filesystem frozen with no operation in flight: "+mp, func() error {
-				_, err := thaw(mp)
-				return err
-			})
+		if probeFreeze {
+			if frozen, err := volume.FrozenFS(mp); err == nil && frozen {
+				add("frozen", owner, "filesystem frozen with no operation in flight: "+mp, func() error {
+					_, err := volume.ThawFS(mp)
+					return err
+				})
+			}
 		}
 		var st unix.Statfs_t
 		if err := unix.Statfs(mp, &st); err == nil && st.Flags&unix.ST_RDONLY != 0 {
@@ -160,23 +160,3 @@ func (m *Manager) mountOwner(mp string) string {
 	}
 	return ""
 }
-
-// probeFrozen reports whether the filesystem at mp is frozen.
-func probeFrozen(mp string) (bool, error) {
-	fd, err := unix.Open(mp, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOATIME|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return false, err
-	}
-	defer unix.Close(fd)
-	if _, err := unix.IoctlRetInt(fd, fifreeze); err != nil {
-		if errors.Is(err, unix.EBUSY) {
-			return true, nil
-		}
-		return false, err
-	}
-	_, err = unix.IoctlRetInt(fd, fithaw)
-	return false, err
-}
-
-// fifreeze is FIFREEZE (_IOWR('X', 119, int)).
-const fifreeze = 0xc0045877

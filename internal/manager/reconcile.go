@@ -31,7 +31,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		return err
 	}
 	if !failpoint.Enabled("startup.skip-sweep") {
-		if _, err := m.Doctor(ctx, true); err != nil {
+		if _, err := m.doctor(ctx, true, true); err != nil {
 			m.log.Warn("removing orphans", "err", err)
 		}
 	}
@@ -385,6 +385,13 @@ func (m *Manager) async(id string, fn func(context.Context, *sandbox.Sandbox)) b
 // Doctor lists orphans and leaks: host resources with no live record, and
 // live records whose host resources are gone. With fix it removes orphans.
 func (m *Manager) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, error) {
+	return m.doctor(ctx, fix, false)
+}
+
+// doctor is Doctor; atStart says it runs in the start-up sweep, right after
+// thawPool thawed every filesystem of the pool, so that they are not probed
+// for a freeze (a flush each) a second time.
+func (m *Manager) doctor(ctx context.Context, fix, atStart bool) (*api.DoctorReport, error) {
 	all, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node})
 	if err != nil {
 		return nil, err
@@ -546,7 +553,7 @@ func (m *Manager) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, erro
 		}
 	}
 	m.doctorClones(ctx, add)
-	m.doctorFrozen(ctx, live, busy, add)
+	m.doctorFrozen(ctx, live, busy, !atStart, add)
 	m.doctorNetwork(ctx, live, fix, add)
 	rep.Healthy = true
 	for _, f := range rep.Findings {

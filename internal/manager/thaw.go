@@ -1,18 +1,12 @@
 package manager
 
 import (
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/berth-sh/berth/internal/overlay"
+	"github.com/berth-sh/berth/internal/volume"
 )
-
-// fithaw is FITHAW (_IOWR('X', 120, int)), which x/sys/unix lacks.
-const fithaw = 0xc0045878
 
 // thawTimeout bounds the whole thaw pass at start: the API must come up
 // whatever state the host is in.
@@ -36,7 +30,7 @@ func thawPool(root string, log *slog.Logger) []string {
 			log.Warn("listing the pool's mounts to thaw them", "err", err)
 		}
 		for _, mp := range mounts {
-			ok, err := thaw(mp)
+			ok, err := volume.ThawFS(mp)
 			if err != nil {
 				log.Warn("thawing a volume", "mount", mp, "err", err)
 			}
@@ -56,21 +50,4 @@ func thawPool(root string, log *slog.Logger) []string {
 		log.Error("thawing the pool's volumes did not finish; going on", "timeout", thawTimeout)
 		return nil
 	}
-}
-
-// thaw undoes a FIFREEZE of the filesystem mounted at mp; it reports
-// whether the filesystem was frozen.
-func thaw(mp string) (bool, error) {
-	fd, err := unix.Open(mp, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOATIME|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return false, err
-	}
-	defer unix.Close(fd)
-	if _, err := unix.IoctlRetInt(fd, fithaw); err != nil {
-		if errors.Is(err, unix.EINVAL) {
-			return false, nil
-		}
-		return false, fmt.Errorf("FITHAW: %w", err)
-	}
-	return true, nil
 }

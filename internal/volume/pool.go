@@ -241,12 +241,7 @@ const (
 // Freeze flushes and freezes volume id's filesystem (FIFREEZE): its image
 // is then crash-consistent on disk until Thaw. Writers block meanwhile.
 func (m *Manager) Freeze(id string) error {
-	f, err := os.Open(m.Path(id))
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if _, err := unix.IoctlRetInt(int(f.Fd()), fifreeze); err != nil && !errors.Is(err, unix.EBUSY) {
+	if err := FreezeFS(m.Path(id)); err != nil {
 		return fmt.Errorf("freezing volume %s: %w", id, err)
 	}
 	return nil
@@ -254,15 +249,69 @@ func (m *Manager) Freeze(id string) error {
 
 // Thaw undoes Freeze.
 func (m *Manager) Thaw(id string) error {
-	f, err := os.Open(m.Path(id))
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if _, err := unix.IoctlRetInt(int(f.Fd()), fithaw); err != nil && !errors.Is(err, unix.EINVAL) {
+	if _, err := ThawFS(m.Path(id)); err != nil {
 		return fmt.Errorf("thawing volume %s: %w", id, err)
 	}
 	return nil
+}
+
+// openFS opens the mount point of a filesystem for its freeze ioctls.
+// Opening for reading does not block on a frozen filesystem (atime
+// updates are skipped there, not waited for).
+func openFS(mp string) (int, error) {
+	return unix.Open(mp, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOATIME|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+}
+
+// FreezeFS flushes and freezes the filesystem mounted at mp (FIFREEZE);
+// one already frozen is no error.
+func FreezeFS(mp string) error {
+	fd, err := openFS(mp)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if _, err := unix.IoctlRetInt(fd, fifreeze); err != nil && !errors.Is(err, unix.EBUSY) {
+		return err
+	}
+	return nil
+}
+
+// ThawFS undoes a freeze of the filesystem mounted at mp (FITHAW) and
+// reports whether it was frozen; one that is not is no error.
+func ThawFS(mp string) (bool, error) {
+	fd, err := openFS(mp)
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(fd)
+	if _, err := unix.IoctlRetInt(fd, fithaw); err != nil {
+		if errors.Is(err, unix.EINVAL) {
+			return false, nil
+		}
+		return false, fmt.Errorf("FITHAW: %w", err)
+	}
+	return true, nil
+}
+
+// FrozenFS reports whether the filesystem mounted at mp is frozen. There
+// is no read-only question for it: a second FIFREEZE answers EBUSY on a
+// frozen filesystem; on a thawed one it freezes it, which is undone at
+// once (a flush, a few ms of writers waiting). The caller keeps anything
+// that may freeze it meanwhile away.
+func FrozenFS(mp string) (bool, error) {
+	fd, err := openFS(mp)
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(fd)
+	if _, err := unix.IoctlRetInt(fd, fifreeze); err != nil {
+		if errors.Is(err, unix.EBUSY) {
+			return true, nil
+		}
+		return false, err
+	}
+	_, err = unix.IoctlRetInt(fd, fithaw)
+	return false, err
 }
 
 // Image returns the path of volume id's image file.
