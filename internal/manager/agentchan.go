@@ -17,6 +17,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/agent"
 	"github.com/berth-sh/berth/internal/cgroups"
+	"github.com/berth-sh/berth/internal/overlay"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
@@ -256,7 +257,7 @@ func mountRunTmpfs(dir string, uid, gid int) error {
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return err
 	}
-	if mounted, err := isMountPoint(dir); err != nil || mounted {
+	if mounted, err := overlay.Mounted(dir); err != nil || mounted {
 		return err
 	}
 	opts := fmt.Sprintf("%s,uid=%d,gid=%d", runTmpfsOpts, uid, gid)

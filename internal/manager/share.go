@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berth-sh/berth/internal/overlay"
 )
 
 // The files the daemon bind-mounts into sandboxes (the agent binary, the
@@ -40,7 +42,7 @@ func openShare(dataDir, agentPath string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	mounted, err := isMountPoint(dir)
+	mounted, err := overlay.Mounted(dir)
 	if err != nil {
 		return "", err
 	}
@@ -89,16 +91,4 @@ func closeShare(dataDir string) error {
 // resolvConfPath returns where the resolv.conf of egress sandbox id lives.
 func (m *Manager) resolvConfPath(id string) string {
 	return filepath.Join(m.cfg.DataDir, shareDir, shareResolvDir, id)
-}
-
-// isMountPoint reports whether dir is the root of a mount.
-func isMountPoint(dir string) (bool, error) {
-	var st, parent unix.Stat_t
-	if err := unix.Lstat(dir, &st); err != nil {
-		return false, err
-	}
-	if err := unix.Lstat(filepath.Dir(dir), &parent); err != nil {
-		return false, err
-	}
-	return st.Dev != parent.Dev, nil
 }
