@@ -35,7 +35,7 @@ const (
 	reserveBytes = 32 << 20
 )
 
-// DefaultLowWater is the host free space kept when no --disk-low-water is
+// defaultLowWater is the host free space kept when no --disk-low-water is
 // given: 1 GiB, or 5% of a smaller filesystem.
 func defaultLowWater(total int64) int64 { return min(1<<30, total/20) }
 
@@ -72,11 +72,12 @@ func (m *Manager) admit(ctx context.Context, need int64, what string) error {
 	if _, err := os.Stat(filepath.Join(m.cfg.DataDir, reserveName)); err != nil {
 		low += reserveBytes
 	}
-	committed := m.committed(ctx)
 	if hostFree-need < low {
+		// What the others may still grow to is read (a store list) only
+		// for the answer, never on the create path that fits.
 		return errdefs.InsufficientStorage("%s needs up to %s, but the filesystem under the data dir %s has %s free and "+
 			"%s must stay free (--disk-low-water); existing sandboxes and volumes may still grow by up to %s",
-			what, humanBytes(need), m.cfg.DataDir, humanBytes(hostFree), humanBytes(low), humanBytes(committed))
+			what, humanBytes(need), m.cfg.DataDir, humanBytes(hostFree), humanBytes(low), humanBytes(m.committed(ctx)))
 	}
 	if m.pool.Root() != m.cfg.DataDir {
 		if _, poolFree, err := fsSpace(m.pool.Root()); err == nil && need > poolFree {
