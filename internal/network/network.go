@@ -264,7 +264,11 @@ func New(ctx context.Context, cfg Config) (*Network, error) {
 	if !cfg.Subnet4.IsValid() {
 		// This instance's own bridge (left by an earlier run) is no
 		// reason to move.
-		if cfg.Subnet4, err = autoSubnet4(cfg.Instance, func(p netip.Prefix) bool { return hostOverlap(p, nm.bridge) != "" }); err != nil {
+		host, err := hostPrefixes(nm.bridge)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.Subnet4, err = autoSubnet4(cfg.Instance, func(p netip.Prefix) bool { return host.overlap(p) != "" }); err != nil {
 			return nil, err
 		}
 	}
@@ -393,21 +397,35 @@ func uplinkMTU() int {
 
 // checkSubnets refuses subnets that overlap an address on another link.
 func (n *Network) checkSubnets() error {
+	host, err := hostPrefixes(n.nm.bridge)
+	if err != nil {
+		return err
+	}
 	for _, s := range []netip.Prefix{n.cfg.Subnet4, n.cfg.Subnet6} {
-		if what := hostOverlap(s, n.nm.bridge); what != "" {
+		if what := host.overlap(s); what != "" {
 			return fmt.Errorf("network: subnet %s overlaps %s; configure another subnet", s, what)
 		}
 	}
 	return nil
 }
 
-// hostOverlap names an address of the host (on a link other than except)
-// that overlaps s, or returns "".
-func hostOverlap(s netip.Prefix, except string) string {
+// hostNet is one of the host's addresses as a prefix, with its link.
+type hostNet struct {
+	p    netip.Prefix
+	link string
+}
+
+// hostNets are the host's addresses.
+type hostNets []hostNet
+
+// hostPrefixes reads the addresses of every link but except (link-local
+// ones left out: they never collide with a sandbox subnet).
+func hostPrefixes(except string) (hostNets, error) {
 	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
-		return "(host addresses unreadable: " + err.Error() + ")"
+		return nil, fmt.Errorf("network: listing host addresses: %w", err)
 	}
+	var out hostNets
 	for _, a := range addrs {
 		l, err := netlink.LinkByIndex(a.LinkIndex)
 		if err != nil || l.Attrs().Name == except {
@@ -418,9 +436,18 @@ func hostOverlap(s netip.Prefix, except string) string {
 			continue
 		}
 		ones, _ := a.Mask.Size()
-		p := netip.PrefixFrom(ip.Unmap(), ones).Masked()
-		if s.Overlaps(p) && !p.Addr().IsLinkLocalUnicast() {
-			return p.String() + " on " + l.Attrs().Name
+		if p := netip.PrefixFrom(ip.Unmap(), ones).Masked(); !p.Addr().IsLinkLocalUnicast() {
+			out = append(out, hostNet{p, l.Attrs().Name})
+		}
+	}
+	return out, nil
+}
+
+// overlap names the host address that overlaps s, or returns "".
+func (h hostNets) overlap(s netip.Prefix) string {
+	for _, a := range h {
+		if s.Overlaps(a.p) {
+			return a.p.String() + " on " + a.link
 		}
 	}
 	return ""
