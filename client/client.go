@@ -232,6 +232,12 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	if err != nil {
 		return err
 	}
+	return c.roundTrip(req, method, path, out)
+}
+
+// roundTrip sends a built request (to method path) and decodes a JSON
+// answer into out (when non-nil).
+func (c *Client) roundTrip(req *http.Request, method, path string, out any) error {
 	resp, err := c.send(req)
 	if err != nil {
 		return err

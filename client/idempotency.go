@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"syscall"
@@ -72,18 +70,7 @@ func (c *Client) doKeyed(ctx context.Context, method, path, key string, body, ou
 		return err
 	}
 	req.Header.Set(IdempotencyHeader, key)
-	resp, err := c.send(req)
-	if err != nil {
-		return err
-	}
-	defer closeBody(resp.Body)
-	if out == nil || resp.StatusCode == http.StatusNoContent {
-		return nil
-	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("%s %s: decode response: %w", method, path, err)
-	}
-	return nil
+	return c.roundTrip(req, method, path, out)
 }
 
 // retryable: the request may not have been answered, and asking again
