@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/node/local"
 	"github.com/berth-sh/berth/internal/overlay"
 )
 
@@ -122,8 +122,8 @@ func TestRunTiny(t *testing.T) {
 	if ms, err := overlay.MountsUnder(dir); err != nil || len(ms) > 0 {
 		t.Errorf("mounts left under %s: %v (%v)", dir, ms, err)
 	}
-	instance := manager.InstanceName(rep.WorkDir)
-	netInstance := manager.InstanceName(netDataDir(rep.WorkDir))
+	instance := local.InstanceName(rep.WorkDir)
+	netInstance := local.InstanceName(netDataDir(rep.WorkDir))
 	for _, parent := range []string{"/" + instance, "/" + peerParent(instance), "/" + netInstance} {
 		if left := CgroupDirs(parent); len(left) > 0 {
 			t.Errorf("cgroups left: %v", left)

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-sh/berth/internal/cgroups"
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/node/local"
 	"github.com/berth-sh/berth/internal/overlay"
 )
 
@@ -84,10 +84,10 @@ func (b *bench) cleanup(ctx context.Context) {
 	}
 	// The cgroup parents: the daemon's and the peer's. Their children
 	// should be gone; the parents themselves are removed here.
-	instance := manager.InstanceName(b.tmp)
+	instance := local.InstanceName(b.tmp)
 	parents := []string{"/" + instance, "/" + peerParent(instance)}
 	if nd := netDataDir(b.tmp); exists(nd) {
-		parents = append(parents, "/"+manager.InstanceName(nd))
+		parents = append(parents, "/"+local.InstanceName(nd))
 	}
 	for _, parent := range parents {
 		for _, child := range cgroups.Children(parent) {

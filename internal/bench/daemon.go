@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/client"
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/node/local"
 )
 
 // daemon is the bench's private `berth serve`.
@@ -45,7 +45,7 @@ func startDaemonIn(ctx context.Context, bin, dataDir, netns string, extra ...str
 		dataDir:  dataDir,
 		sock:     filepath.Join(dataDir, "berth.sock"),
 		logPath:  filepath.Join(dataDir, "daemon.log"),
-		instance: manager.InstanceName(dataDir),
+		instance: local.InstanceName(dataDir),
 		done:     make(chan struct{}),
 	}
 	d.host = "unix://" + d.sock

@@ -16,7 +16,7 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
 	"github.com/berth-sh/berth/internal/cgroups"
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/node/local"
 )
 
 var trueCmd = api.ExecRequest{Cmd: []string{"true"}}
@@ -482,9 +482,9 @@ func (b *bench) measureDensity(ctx context.Context) error {
 	// Each container's session keyring is a key owned by the sandboxes'
 	// root uid, whose quota (kernel.keys.maxkeys, 200 by default) is
 	// shared by every sandbox on the host.
-	if used, limit, ok := keyQuota(manager.DefaultIDMap.HostUID); ok && limit-used < n {
+	if used, limit, ok := keyQuota(local.DefaultIDMap.HostUID); ok && limit-used < n {
 		b.logf("density: warning: the kernel key quota of uid %d (the sandboxes' root) has room for %d more keys, "+
-			"one per sandbox; creates beyond that fail (raise kernel.keys.maxkeys)", manager.DefaultIDMap.HostUID, limit-used)
+			"one per sandbox; creates beyond that fail (raise kernel.keys.maxkeys)", local.DefaultIDMap.HostUID, limit-used)
 	}
 	ids := make([]string, n)
 	b.logf("density: creating %d sandboxes (%d concurrent)", n, workers)

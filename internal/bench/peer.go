@@ -15,6 +15,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/image"
 	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/node/local"
 	"github.com/berth-sh/berth/internal/overlay"
 	"github.com/berth-sh/berth/internal/runtime"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -51,7 +52,7 @@ func newPeer(ctx context.Context, runc, tmp string, d *daemon) (*peer, error) {
 	if len(tpl.Layers) == 0 {
 		return nil, fmt.Errorf("template %s has no layers", tpl.Name)
 	}
-	idmap := manager.DefaultIDMap
+	idmap := local.DefaultIDMap
 	images, err := image.Open(filepath.Join(tmp, "images"),
 		image.IDMap{HostUID: idmap.HostUID, HostGID: idmap.HostGID, Size: idmap.Size})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/image"
 	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/node/local"
 	"github.com/berth-sh/berth/internal/runtime"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server"
@@ -40,6 +41,7 @@ type Daemon struct {
 	Server  *server.Server
 	images  *image.Store
 	runsc   *runtime.Runsc // the gVisor class, when available
+	backend *local.Backend
 	webhook *webhook.Deliverer
 	servers []*http.Server
 	lns     []net.Listener
@@ -128,7 +130,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 			d.Close()
 		}
 	}()
-	idmap := manager.DefaultIDMap
+	idmap := local.DefaultIDMap
 	d.images, err = image.Open(filepath.Join(cfg.DataDir, "images"),
 		image.IDMap{HostUID: idmap.HostUID, HostGID: idmap.HostGID, Size: idmap.Size},
 		image.WithLogger(log.With("component", "image")))
@@ -173,14 +175,30 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		}
 		egressSubnet = p.Masked()
 	}
+	diskDefault := cfg.DiskDefault
+	if diskDefault == 0 {
+		diskDefault = manager.DefaultDiskBytes
+	}
+	backend, err := local.New(local.Config{
+		DataDir: cfg.DataDir, AgentPath: cfg.AgentPath, IDMap: idmap,
+		Instance: local.InstanceName(cfg.DataDir), Logger: log.With("component", "node"),
+		PoolSize: cfg.PoolSize, EgressSubnet: egressSubnet, DiskDefault: diskDefault,
+		DiskLowWater: cfg.DiskLowWater, Runtimes: rts, Images: d.images,
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.backend = backend
 	mcfg := manager.Config{
-		EgressSubnet: egressSubnet,
-		DataDir:      cfg.DataDir, AgentPath: cfg.AgentPath, DefaultTemplate: cfg.DefaultTemplate,
-		IDMap: idmap, Logger: log.With("component", "manager"),
-		DefaultTimeout: cfg.DefaultTimeout, DiskDefault: cfg.DiskDefault,
-		DiskLowWater: cfg.DiskLowWater, PoolSize: cfg.PoolSize,
+		DefaultTemplate: cfg.DefaultTemplate,
+		UploadDir:       filepath.Join(cfg.DataDir, "uploads"),
+		Logger:          log.With("component", "manager"),
+		DefaultTimeout:  cfg.DefaultTimeout, DiskDefault: cfg.DiskDefault,
 		DefaultPolicy: sandbox.Policy{IdleTimeout: cfg.DefaultIdleTimeout, OnIdle: sandbox.Action(cfg.DefaultOnIdle),
 			MaxAge: cfg.DefaultMaxAge, Retention: cfg.DefaultRetention},
+	}
+	if mcfg.Node == "" {
+		mcfg.Node = local.InstanceName(cfg.DataDir)
 	}
 	if err := (&sandbox.Spec{Resources: sandbox.DefaultResources, Policy: mcfg.DefaultPolicy}).Validate(); err != nil {
 		return nil, fmt.Errorf("default policy: %w", err)
@@ -190,7 +208,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 			Logger: log.With("component", "webhook")}, st)
 		mcfg.OnEvent = d.webhook.Kick
 	}
-	d.Manager, err = manager.New(mcfg, st, d.images, rts...)
+	d.Manager, err = manager.New(mcfg, st, d.images, backend)
 	if err != nil {
 		return nil, err
 	}
@@ -248,7 +266,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		return err
 	}
 	d.addServer(ul, true)
-	log.Info("berth daemon ready", "socket", d.cfg.Socket, "data_dir", d.cfg.DataDir, "runtime", d.Manager.Runtime().Name(),
+	log.Info("berth daemon ready", "socket", d.cfg.Socket, "data_dir", d.cfg.DataDir, "runtime", d.Manager.DefaultRuntime(),
 		"runtimes", strings.Join(d.Manager.RuntimeNames(), ","))
 	if d.webhook != nil {
 		wctx, cancel := context.WithCancel(ctx)
@@ -319,7 +337,9 @@ func hostPidMax() (int64, error) {
 // Close stops background work and closes the store. Sandboxes keep running.
 func (d *Daemon) Close() {
 	if d.Manager != nil {
-		d.Manager.Close()
+		d.Manager.Close() // closes the backend too
+	} else if d.backend != nil {
+		d.backend.Close(true)
 	}
 	if d.runsc != nil {
 		// runsc's shared null-netns mount; running sandboxes keep theirs.
@@ -352,7 +372,7 @@ func removeStaleSocket(path string) error {
 // Run starts the daemon and blocks until ctx is cancelled (graceful
 // shutdown: running sandboxes keep running).
 func Run(ctx context.Context, cfg Config) error {
-	if err := manager.BecomeSubreaper(); err != nil {
+	if err := local.BecomeSubreaper(); err != nil {
 		cfg.Logger.Warn("cannot become child subreaper", "err", err)
 	}
 	d, err := Open(ctx, cfg)

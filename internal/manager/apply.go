@@ -12,7 +12,6 @@ import (
 	"maps"
 	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -21,8 +20,6 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/network"
-	"github.com/berth-sh/berth/internal/overlay"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -346,8 +343,8 @@ func (m *Manager) Apply(ctx context.Context, req *api.ApplyRequest, actor string
 		if n.Mode != "" && n.Mode != "none" && n.Mode != "egress" {
 			return nil, errdefs.Invalid("network.mode must be none or egress")
 		}
-		if _, err := network.ParseRules(n.Allow); err != nil {
-			return nil, errdefs.Invalid("network.allow: %v", err)
+		if err := m.node.CheckRules(n.Allow); err != nil {
+			return nil, errdefs.Invalid("network.allow: %s", errdefs.Message(err))
 		}
 		cfg.Network, cfg.Allow = n.Mode, n.Allow
 	}
@@ -443,19 +440,9 @@ func (m *Manager) buildLayer(ctx context.Context, layers []string, cfg store.Tem
 	if err := action(sb); err != nil {
 		return "", err
 	}
-	unlock := m.locks.Lock(sb.ID)
+	unlock := m.live.lock(sb.ID)
 	defer unlock()
-	p := m.paths(sb.ID)
-	if err := m.rtFor(sb).Delete(ctx, sb.ID); err != nil {
-		return "", err
-	}
-	if err := overlay.Unmount(p.rootfs); err != nil {
-		return "", err
-	}
-	// Mount points the runtime made are not part of the result.
-	_ = os.RemoveAll(filepath.Join(p.upper, ".berth"))
-	layer, _, err := m.images.CommitDir(ctx, p.upper)
-	return layer, err
+	return m.node.CommitLayer(ctx, sb)
 }
 
 // parseSize reads sizes such as 512Mi, 1G, 256m or plain bytes.

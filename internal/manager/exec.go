@@ -12,7 +12,6 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/agent"
-	"github.com/berth-sh/berth/internal/cgroups"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
@@ -117,7 +116,7 @@ func (m *Manager) execIn(ctx context.Context, sb *sandbox.Sandbox, req *api.Exec
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	release := m.trackExec(sb.ID, cancel)
+	release := m.live.get(sb.ID).trackExec(cancel)
 	defer release()
 
 	// The timeout is the daemon's, not only the agent's: if the agent has
@@ -131,13 +130,12 @@ func (m *Manager) execIn(ctx context.Context, sb *sandbox.Sandbox, req *api.Exec
 		t := time.AfterFunc(areq.Timeout+execOverdue, func() { overdue.Store(true); cancel() })
 		defer t.Stop()
 	}
-	cg := m.paths(sb.ID).cgroup
-	oomBefore, _ := cgroups.OOMKills(cg)
-	exit, err := m.agentFor(sb.ID).Exec(ctx, areq, agent.ExecIO{
+	oomBefore, _ := m.node.OOMKills(sb)
+	exit, err := m.node.Agent(sb).Exec(ctx, areq, agent.ExecIO{
 		Stdin: stdin, Stdout: orDiscard(eio.Stdout), Stderr: orDiscard(eio.Stderr), Resize: eio.Resize,
 	})
 	if err != nil && overdue.Load() {
-		m.agentOverdue(sb.ID, "an exec")
+		m.agentOverdue(sb, "an exec")
 		m.eventAsync(&sandbox.Event{SandboxID: sb.ID, Type: "exec", Actor: actor, Cause: sandbox.CauseUser,
 			Outcome: "timeout", Message: fmt.Sprintf("%s timed out; the agent did not end it", req.Cmd[0])})
 		return api.ExecExit{Code: 128 + 9, Signal: "SIGKILL", TimedOut: true,
@@ -150,7 +148,7 @@ func (m *Manager) execIn(ctx context.Context, sb *sandbox.Sandbox, req *api.Exec
 		return exit, err
 	}
 	if exit.Signal == "SIGKILL" && !exit.TimedOut {
-		if oomAfter, err := cgroups.OOMKills(cg); err == nil && oomAfter > oomBefore {
+		if oomAfter, err := m.node.OOMKills(sb); err == nil && oomAfter > oomBefore {
 			exit.OOMKilled = true
 		}
 	}
@@ -189,26 +187,36 @@ func orDiscard(w io.Writer) io.Writer {
 	return w
 }
 
-// trackExec registers a running exec so that teardown can stop it.
-func (m *Manager) trackExec(id string, cancel context.CancelFunc) func() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	key := fmt.Sprintf("%s/%p", id, &cancel)
-	m.cancels[key] = cancel
-	return func() {
-		m.mu.Lock()
-		delete(m.cancels, key)
-		m.mu.Unlock()
-	}
-}
+// execOverdue is how long past its timeout the daemon waits for the agent
+// to report the end of a command before it ends the exec itself.
+const execOverdue = 500 * time.Millisecond
 
-// cancelExecs stops every exec running in sandbox id.
-func (m *Manager) cancelExecs(id string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for k, c := range m.cancels {
-		if strings.HasPrefix(k, id+"/") {
-			c()
+// agentOverdue handles an agent that let a deadline pass: if it does not
+// answer a ping either, it is hung or not the agent at all, and the
+// sandbox's processes are ended from outside (the backend's KillAll); the
+// reconciler then finds the sandbox dead and handles it by its lifecycle.
+// It runs in the background, cancelled at Close.
+func (m *Manager) agentOverdue(sb *sandbox.Sandbox, what string) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		ctx, cancel := context.WithTimeout(m.bg, 2*time.Second)
+		_, err := m.node.Agent(sb).Ping(ctx)
+		cancel()
+		if err == nil {
+			m.log.Warn("agent let a deadline pass but answers", "sandbox", sb.ID, "what", what)
+			return
 		}
-	}
+		if m.bg.Err() != nil {
+			return // shutting down: the next start looks at it again
+		}
+		m.log.Warn("agent unresponsive past a deadline: ending the sandbox's processes", "sandbox", sb.ID, "what", what, "err", err)
+		m.event(context.Background(), &sandbox.Event{SandboxID: sb.ID, Type: "security", Actor: "daemon",
+			Cause: sandbox.CauseReconciler, Outcome: "killed",
+			Message: fmt.Sprintf("the agent did not end %s at its deadline and does not answer: processes ended from the host", what)})
+		if err := m.node.KillAll(context.Background(), sb); err != nil {
+			m.log.Error("killing an unresponsive sandbox", "sandbox", sb.ID, "err", err)
+		}
+		m.wakeReconciler()
+	}()
 }

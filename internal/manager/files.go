@@ -2,17 +2,13 @@ package manager
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"strings"
-	"time"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/agent"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/overlay"
+	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
@@ -22,8 +18,8 @@ type Files struct {
 	m  *Manager
 	sb *sandbox.Sandbox
 	c  *agent.Client
-	// q serves reads of a quarantined (frozen) sandbox from the host side.
-	q *quarantineReader
+	// q serves reads of a quarantined (frozen) sandbox from outside it.
+	q node.FileSource
 }
 
 // Files returns file access to the sandbox ref: a running one (or, with
@@ -36,7 +32,11 @@ func (m *Manager) Files(ctx context.Context, ref string, write bool, actor strin
 		return nil, err
 	}
 	if sb.State == sandbox.StateQuarantined && !write {
-		return m.quarantineFiles(sb)
+		q, err := m.node.QuarantineFiles(ctx, sb)
+		if err != nil {
+			return nil, err
+		}
+		return &Files{m: m, sb: sb, q: q}, nil
 	}
 	what := "read files of"
 	if write {
@@ -46,7 +46,7 @@ func (m *Manager) Files(ctx context.Context, ref string, write bool, actor strin
 		return nil, err
 	}
 	m.touch(sb.ID)
-	return &Files{m: m, sb: sb, c: m.agentFor(sb.ID)}, nil
+	return &Files{m: m, sb: sb, c: m.node.Agent(sb)}, nil
 }
 
 // Sandbox returns the sandbox the files belong to.
@@ -62,7 +62,7 @@ func (f *Files) reader(ctx context.Context, path string) (*agent.Client, string,
 	if f.q == nil {
 		return f.c, path, nil
 	}
-	return f.q.client(ctx, path)
+	return f.q.Client(ctx, path)
 }
 
 func (f *Files) Stat(ctx context.Context, path string) (api.FileInfo, error) {
@@ -101,7 +101,7 @@ func (f *Files) ReadTar(ctx context.Context, path string, w io.Writer) error {
 // quarantined sandbox).
 func (f *Files) Close() {
 	if f.q != nil {
-		f.q.close()
+		f.q.Close()
 	}
 }
 
@@ -154,69 +154,4 @@ func (f *Files) Remove(ctx context.Context, path string, recursive bool, actor s
 		f.record(ctx, "files.remove", actor, path)
 	}
 	return err
-}
-
-// quarantineReader serves read-only file access to a quarantined sandbox
-// whose processes are frozen (or gone): an agent server runs inside the
-// daemon, confined with openat2(RESOLVE_IN_ROOT) to the sandbox's root
-// filesystem as mounted on the host, or to a volume's data for paths under
-// a volume. Nothing in the sandbox runs to serve the request.
-type quarantineReader struct {
-	m       *Manager
-	sb      *sandbox.Sandbox
-	dir     string
-	cancels []context.CancelFunc
-	waits   []chan struct{}
-}
-
-func (m *Manager) quarantineFiles(sb *sandbox.Sandbox) (*Files, error) {
-	if mounted, _ := overlay.Mounted(m.paths(sb.ID).rootfs); !mounted {
-		return nil, errdefs.Conflict("sandbox %s is quarantined and stopped: its root is not mounted; release and start it to read files", sb.ID)
-	}
-	dir, err := os.MkdirTemp(m.paths(sb.ID).dir, "q-")
-	if err != nil {
-		return nil, err
-	}
-	return &Files{m: m, sb: sb, q: &quarantineReader{m: m, sb: sb, dir: dir}}, nil
-}
-
-func (q *quarantineReader) client(ctx context.Context, path string) (*agent.Client, string, error) {
-	root := q.m.paths(q.sb.ID).rootfs
-	clean := filepath.Clean("/" + path)
-	for _, vm := range q.sb.Spec.Volumes {
-		if rel, ok := strings.CutPrefix(clean, vm.Path); ok && (rel == "" || rel[0] == '/') {
-			root = filepath.Join(q.m.volumes.Path(vm.VolumeID), volumeDataDir)
-			clean = "/" + strings.TrimPrefix(rel, "/")
-			break
-		}
-	}
-	sock := filepath.Join(q.dir, fmt.Sprintf("r%d.sock", len(q.cancels)))
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := agent.Serve(sctx, agent.Config{Socket: sock, Root: root, Logger: q.m.log}); err != nil {
-			q.m.log.Warn("quarantine reader", "sandbox", q.sb.ID, "err", err)
-		}
-	}()
-	q.cancels = append(q.cancels, cancel)
-	q.waits = append(q.waits, done)
-	c := agent.NewClient(sock)
-	for i := 0; ; i++ {
-		if _, err := c.Ping(ctx); err == nil {
-			break
-		} else if i > 200 {
-			return nil, "", fmt.Errorf("quarantine reader did not start: %w", err)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return c, clean, nil
-}
-
-func (q *quarantineReader) close() {
-	for i, c := range q.cancels {
-		c()
-		<-q.waits[i]
-	}
-	os.RemoveAll(q.dir)
 }

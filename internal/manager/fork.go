@@ -7,123 +7,22 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"path"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/failpoint"
+	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
-	"github.com/berth-sh/berth/internal/volume"
 )
 
 // Limits of fork and snapshots.
 const (
-	MaxForkCount            = 64
-	MaxSnapshotsPerSandbox  = 32
-	snapshotUpperDir        = "upper"
-	snapshotVolumeImageName = "vol-%d.img"
+	MaxForkCount           = 64
+	MaxSnapshotsPerSandbox = 32
 )
-
-func (m *Manager) snapshotDir(id string) string {
-	return filepath.Join(m.pool.Root(), "snapshots", id)
-}
-
-// capture writes a crash-consistent copy of sb's filesystem state into dir
-// (which must not exist): a reflink clone of each owned volume's image,
-// and of the scratch writable layer's image when it is not on the volume. The
-// sandbox's processes are frozen, and its volumes' filesystems flushed and
-// frozen, only while the clones are made. It returns how long that took.
-// The caller holds sb's lock.
-func (m *Manager) capture(ctx context.Context, sb *sandbox.Sandbox, dir string) (frozen time.Duration, err error) {
-	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
-		return 0, err
-	}
-	defer m.markClone(dir)()
-	tmp := dir + ".tmp"
-	os.RemoveAll(tmp)
-	if err := os.Mkdir(tmp, 0o700); err != nil {
-		return 0, err
-	}
-	ok := false
-	// Every freeze is undone, last first, whatever happens; a thaw that
-	// fails is the capture's error (the sandbox may be left frozen), not
-	// dropped. A daemon killed in between leaves the freezes to the
-	// restart: thawPool for filesystems, recoverOne for the cgroup.
-	var thaws []func() error
-	defer func() {
-		var errs []error
-		for i := len(thaws) - 1; i >= 0; i-- {
-			if terr := thaws[i](); terr != nil {
-				errs = append(errs, terr)
-			}
-		}
-		if terr := errors.Join(errs...); terr != nil && err == nil {
-			err = fmt.Errorf("capture of %s done, but thawing failed: %w", sb.ID, terr)
-		}
-		if !ok || err != nil {
-			os.RemoveAll(tmp)
-		}
-		if ok && err != nil {
-			os.RemoveAll(dir)
-		}
-	}()
-	start := time.Now()
-	if sb.State == sandbox.StateRunning {
-		if err := m.rtFor(sb).Pause(ctx, sb.ID); err != nil {
-			return 0, fmt.Errorf("freezing: %w", err)
-		}
-		thaws = append(thaws, func() error { return m.rtFor(sb).Resume(context.WithoutCancel(ctx), sb.ID) })
-	}
-	for i, vm := range sb.Spec.Volumes {
-		if !vm.Owned {
-			continue // named volumes belong to their owner, not to the sandbox's state
-		}
-		if m.volumes.Mounted(vm.VolumeID) {
-			if err := m.volumes.Freeze(vm.VolumeID); err != nil {
-				return 0, err
-			}
-			id := vm.VolumeID
-			thaws = append(thaws, func() error { return m.volumes.Thaw(id) })
-		}
-		failpoint.Hit("capture.frozen")
-		if err := volume.CloneFile(m.volumes.Image(vm.VolumeID), filepath.Join(tmp, fmt.Sprintf(snapshotVolumeImageName, i))); err != nil {
-			return 0, fmt.Errorf("cloning volume: %w", err)
-		}
-	}
-	if err := m.captureScratch(sb, tmp); err != nil {
-		return 0, err
-	}
-	frozen = time.Since(start)
-	if err := os.Rename(tmp, dir); err != nil {
-		return 0, err
-	}
-	ok = true
-	return frozen, nil
-}
-
-// materialize lays a captured state down as sandbox sb's own: new owned
-// volumes cloned from the images, the scratch layer's image from its clone.
-func (m *Manager) materialize(sb *sandbox.Sandbox, dir string) error {
-	for i, vm := range sb.Spec.Volumes {
-		if !vm.Owned {
-			continue
-		}
-		img := filepath.Join(dir, fmt.Sprintf(snapshotVolumeImageName, i))
-		if _, err := os.Stat(img); err != nil {
-			return fmt.Errorf("snapshot lacks volume %d: %w", i, err)
-		}
-		if err := m.volumes.CreateFrom(vm.VolumeID, img); err != nil {
-			return err
-		}
-	}
-	return m.restoreScratch(sb, dir)
-}
 
 // childSpec derives the spec of a sandbox made from captured state: same
 // template layers and root layout; fresh owned volumes; named volumes are
@@ -168,8 +67,8 @@ func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest, ac
 		return nil, 0, err
 	}
 	var parent *sandbox.Sandbox
-	var stage string
-	var frozen time.Duration
+	var stage node.Capture
+	var release func()
 	_, err = m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
 		if sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused && sb.State != sandbox.StateStopped {
 			return sandbox.ErrWrongState("fork", sb)
@@ -178,15 +77,19 @@ func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest, ac
 			return err
 		}
 		parent = sb
-		stage = m.snapshotDir(stageName(sb.ID))
-		frozen, err = m.capture(ctx, sb, stage)
+		stage, release, err = m.node.Capture(ctx, sb, m.node.CaptureName(sb.ID))
 		return err
 	})
 	if err != nil {
 		return nil, 0, err
 	}
-	defer os.RemoveAll(stage)
-	defer m.markClone(stage)()
+	frozen := stage.Frozen
+	defer func() {
+		release()
+		if err := m.node.DropCapture(stage.Name); err != nil {
+			m.log.Warn("removing a fork's capture", "capture", stage.Name, "err", err)
+		}
+	}()
 	children := make([]*sandbox.Sandbox, n)
 	errs := make([]error, n)
 	done := make(chan int, n)
@@ -231,7 +134,7 @@ func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest, ac
 			child := &sandbox.Sandbox{ID: id, Name: name, Tenant: parent.Tenant, State: sandbox.StateCreating,
 				Node: m.cfg.Node, Spec: sp, CreatedAt: now, UpdatedAt: now, Cause: sandbox.CauseUser,
 				Reason: "forked from " + parent.ID}
-			errs[i] = m.launch(ctx, child, actor, func() error { return m.materialize(child, stage) })
+			errs[i] = m.launch(ctx, child, actor, func() error { return m.node.Materialize(ctx, child, stage.Name) })
 			children[i] = child
 		}()
 	}
@@ -327,18 +230,21 @@ func (m *Manager) CreateSnapshot(ctx context.Context, ref string, req *api.Creat
 		if err := m.admit(ctx, m.sandboxNeed(&sb.Spec), "a snapshot of "+sb.ID); err != nil {
 			return err
 		}
-		dir := m.snapshotDir(id)
-		if _, err := m.capture(ctx, sb, dir); err != nil {
+		c, release, err := m.node.Capture(ctx, sb, id)
+		if err != nil {
 			return err
 		}
+		defer release()
 		now := m.now()
 		sn = &store.Snapshot{ID: id, Name: name, Tenant: sb.Tenant, SandboxID: sb.ID, Template: sb.Spec.Template,
-			Layers: sb.Spec.Layers, Spec: sb.Spec, Parent: sb.Spec.FromSnapshot, SizeBytes: duBytes(dir), CreatedAt: now}
+			Layers: sb.Spec.Layers, Spec: sb.Spec, Parent: sb.Spec.FromSnapshot, SizeBytes: c.SizeBytes, CreatedAt: now}
 		if retention > 0 {
 			sn.ExpiresAt = now.Add(retention)
 		}
 		if err := m.store.CreateSnapshot(ctx, sn); err != nil {
-			os.RemoveAll(dir)
+			if derr := m.node.DropCapture(id); derr != nil {
+				m.log.Warn("removing an unrecorded snapshot's capture", "snapshot", id, "err", derr)
+			}
 			return err
 		}
 		m.event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "snapshot", Actor: actor, Cause: sandbox.CauseUser,
@@ -379,7 +285,7 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, ref string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.RemoveAll(m.snapshotDir(sn.ID)); err != nil {
+	if err := m.node.DropCapture(sn.ID); err != nil {
 		return err
 	}
 	return m.store.DeleteSnapshot(ctx, sn.ID)
@@ -402,22 +308,7 @@ func (m *Manager) RestoreSnapshot(ctx context.Context, ref, actor string) (*sand
 				return err
 			}
 		}
-		dir := m.snapshotDir(sn.ID)
-		for i, vm := range sb.Spec.Volumes {
-			if !vm.Owned {
-				continue
-			}
-			img := filepath.Join(dir, fmt.Sprintf(snapshotVolumeImageName, i))
-			tmp := m.volumes.Image(vm.VolumeID) + ".restore"
-			os.Remove(tmp)
-			if err := volume.CloneFile(img, tmp); err != nil {
-				return fmt.Errorf("restoring volume: %w", err)
-			}
-			if err := os.Rename(tmp, m.volumes.Image(vm.VolumeID)); err != nil {
-				return err
-			}
-		}
-		if err := m.restoreScratch(sb, dir); err != nil {
+		if err := m.node.Revert(ctx, sb, sn.ID); err != nil {
 			return err
 		}
 		m.event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "restore", Actor: actor, Cause: sandbox.CauseUser,
@@ -466,7 +357,7 @@ func (m *Manager) createFromSnapshot(ctx context.Context, req *api.CreateSandbox
 	sb := &sandbox.Sandbox{ID: id, Name: req.Name, Tenant: opt.Tenant, State: sandbox.StateCreating,
 		Node: m.cfg.Node, Spec: sp, CreatedAt: now, UpdatedAt: now, Cause: sandbox.CauseUser,
 		Reason: "from snapshot " + sn.Name}
-	if err := m.launch(ctx, sb, opt.Actor, func() error { return m.materialize(sb, m.snapshotDir(sn.ID)) }); err != nil {
+	if err := m.launch(ctx, sb, opt.Actor, func() error { return m.node.Materialize(ctx, sb, sn.ID) }); err != nil {
 		return nil, err
 	}
 	return sb, nil
@@ -568,21 +459,4 @@ func (m *Manager) Copy(ctx context.Context, req *api.CopyRequest, actor string) 
 	err = dst.WriteTar(ctx, req.ToPath, pr, actor)
 	pr.CloseWithError(io.ErrClosedPipe)
 	return err
-}
-
-// duBytes returns the bytes allocated under dir (shared extents counted
-// once per file: an upper bound of what the snapshot pins).
-func duBytes(dir string) int64 {
-	var n int64
-	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if info, err := d.Info(); err == nil {
-				if st, ok := info.Sys().(*syscall.Stat_t); ok {
-					n += st.Blocks * 512
-				}
-			}
-		}
-		return nil
-	})
-	return n
 }

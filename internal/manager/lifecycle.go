@@ -4,18 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/berth-sh/berth/api"
-	"github.com/berth-sh/berth/internal/cgroups"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/failpoint"
-	"github.com/berth-sh/berth/internal/overlay"
-	"github.com/berth-sh/berth/internal/runtime"
+	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -107,7 +101,7 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest, opt
 	if req.Name != "" && !sandbox.ValidName(req.Name) {
 		return nil, errdefs.Invalid("bad name %q: use 1-63 letters, digits, '.', '_' or '-'", req.Name)
 	}
-	if req.Runtime != "" && m.runtimes[req.Runtime] == nil {
+	if _, ok := node.ClassCaps(m.node, req.Runtime); !ok {
 		return nil, errdefs.Invalid("unknown runtime %q: this daemon runs %s", req.Runtime, strings.Join(m.RuntimeNames(), ", "))
 	}
 	if opt.ID != "" && !ValidID(opt.ID) {
@@ -148,8 +142,14 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest, opt
 	if spec.Timeout == 0 {
 		spec.Timeout = m.cfg.DefaultTimeout
 	}
-	if spec.Network == "egress" && spec.Runtime == "runsc" {
-		return nil, errdefs.Invalid("network mode egress is not available with runtime runsc yet")
+	// The class is recorded by name, never as "the default": a daemon
+	// restarted with another default keeps each sandbox on its own class,
+	// and what the class can do is checked on the class it really is.
+	if spec.Runtime == "" {
+		spec.Runtime = m.DefaultRuntime()
+	}
+	if caps, _ := node.ClassCaps(m.node, spec.Runtime); spec.Network == "egress" && !caps.Egress {
+		return nil, errdefs.Invalid("network mode egress is not available with runtime %s yet", spec.Runtime)
 	}
 	m.withDiskDefault(&spec)
 	if err := m.checkDisk(&spec); err != nil { // names the pool's bound
@@ -161,7 +161,7 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest, opt
 	if err := m.admit(ctx, m.sandboxNeed(&spec), "a new sandbox"); err != nil {
 		return nil, err
 	}
-	if poolable(req, tpl, &spec, m.diskDefault()) {
+	if m.poolable(req, tpl, &spec) {
 		if sb, err := m.claim(ctx, tpl, spec, req, opt); err != nil || sb != nil {
 			return sb, err
 		}
@@ -215,7 +215,7 @@ func (m *Manager) launch(ctx context.Context, sb *sandbox.Sandbox, actor string,
 	}
 	m.event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "state", To: sandbox.StateCreating,
 		Actor: actor, Cause: sandbox.CauseUser, Reason: sb.Reason, Outcome: "ok"})
-	unlock := m.locks.Lock(sb.ID)
+	unlock := m.live.lock(sb.ID)
 	defer unlock()
 	err := error(nil)
 	if prep != nil {
@@ -252,213 +252,44 @@ func (m *Manager) fail(ctx context.Context, sb *sandbox.Sandbox, actor string, c
 	}
 }
 
-// provision creates the host side of a sandbox: dirs, volumes, overlay
-// root, the container with the agent as init, and waits until the agent
-// answers. Every step tolerates having been done before (a restarted
-// create or start).
+// provision makes sb's records complete (its host id range, its layers,
+// its volumes attached) and has the backend lay down and start its host
+// side. Every step tolerates having been done before (a restarted create
+// or start).
 func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
-	p := m.paths(sb.ID)
-	layers, hostUsr := sb.Spec.Layers, sb.Spec.HostUsr
-	if len(layers) == 0 { // records from before layers were kept
+	if err := m.prepareRecord(ctx, sb); err != nil {
+		return err
+	}
+	return m.node.Provision(ctx, sb)
+}
+
+// prepareRecord fills what the backend needs of a record: the template's
+// layers of records from before they were kept, a host id range, and its
+// volumes recorded as attached (their images made).
+func (m *Manager) prepareRecord(ctx context.Context, sb *sandbox.Sandbox) error {
+	if len(sb.Spec.Layers) == 0 { // records from before layers were kept
 		tpl, err := m.store.GetTemplate(ctx, sb.Spec.Template)
 		if err != nil {
 			return fmt.Errorf("template %s: %w", sb.Spec.Template, err)
 		}
-		layers, hostUsr = tpl.Layers, tpl.Config.HostUsr
+		sb.Spec.Layers, sb.Spec.HostUsr = tpl.Layers, tpl.Config.HostUsr
 	}
 	if err := m.ensureIDs(ctx, sb); err != nil {
 		return err
 	}
-	uid, gid := m.cfg.IDMap.HostRoot() // stored range: the upper dir as kept on disk
-	if err := m.attachVolumes(ctx, sb); err != nil {
-		return err
-	}
-	if err := m.mountVolumes(sb); err != nil {
-		return err
-	}
-	if err := m.prepareScratch(sb); err != nil { // the disk cap (disk.go)
-		return err
-	}
-	upper, work := m.layerDirs(sb)
-	for _, d := range []string{p.dir, upper, work, p.rootfs} {
-		if err := os.MkdirAll(d, 0o711); err != nil {
-			return err
-		}
-	}
-	if err := os.MkdirAll(p.ctl, 0o700); err != nil {
-		return err
-	}
-	// Root of the sandbox belongs to sandbox root.
-	if err := os.Chown(upper, uid, gid); err != nil {
-		return err
-	}
-	if err := os.Chmod(upper, 0o755); err != nil {
-		return err
-	}
-	lowers := make([]string, 0, len(layers))
-	for i := len(layers) - 1; i >= 0; i-- {
-		id := layers[i]
-		if !m.images.HasLayer(id) {
-			return fmt.Errorf("template %s: layer %s is missing from the image store", sb.Spec.Template, id)
-		}
-		lowers = append(lowers, m.images.LayerPath(id))
-	}
-	failpoint.Hit("create.before-mount")
-	if mounted, err := overlay.Mounted(p.rootfs); err != nil {
-		return err
-	} else if !mounted {
-		lowers, upper, work, err := m.idmapRoot(sb, lowers, upper, work)
-		if err != nil {
-			return err
-		}
-		if err := overlay.Mount(lowers, upper, work, p.rootfs); err != nil {
-			return err
-		}
-	}
-	failpoint.Hit("create.after-mount")
-	// A restarted create may find a half-made container: start over.
-	rt := m.rtFor(sb)
-	if err := rt.Delete(ctx, sb.ID); err != nil {
-		return err
-	}
-	mounts := []runtime.Mount{
-		{Source: m.cfg.AgentPath, Destination: agentBinary, ReadOnly: true},
-	}
-	if hostUsr {
-		mounts = append(mounts, runtime.Mount{Source: "/usr", Destination: "/usr", ReadOnly: true})
-	}
-	for i, vm := range sb.Spec.Volumes {
-		src, err := m.volumeSource(sb, i)
-		if err != nil {
-			return err
-		}
-		mounts = append(mounts, runtime.Mount{Source: src, Destination: vm.Path, ReadOnly: vm.ReadOnly})
-	}
-	userns, err := m.sandboxUserns(sb, rt)
-	if err != nil {
-		return err
-	}
-	if sb.Spec.Network == "egress" {
-		rc, err := m.resolvConf(ctx, sb)
-		if err != nil {
-			return err
-		}
-		mounts = append(mounts, runtime.Mount{Source: rc, Destination: "/etc/resolv.conf", ReadOnly: true})
-	}
-	// The agent's channel (agentchan.go). Where the runtime can hand init
-	// a descriptor, the daemon binds the agent's socket in its own ctl
-	// dir, never mounted into the sandbox, and passes it as fd 3; the
-	// agent listens on it. Runtimes that cannot (gVisor) get a tiny
-	// tmpfs at /.berth/run for the agent to bind its socket in, which
-	// the daemon pins at the first ping.
-	//
-	// The same runtimes hand the agent the sandbox's seccomp filter,
-	// compiled once per daemon, as fd 4: the agent installs it on all its
-	// threads before it reads a byte from anyone, so every process in the
-	// sandbox runs under it, and runc is spared compiling the profile with
-	// libseccomp on every start (about 20 ms of a ~50 ms `runc run` here).
-	if err := m.resetAgentPin(sb.ID); err != nil {
-		return err
-	}
-	args := []string{agentBinary, "agent", "--listen-fd", "3", "--seccomp-fd", "4"}
-	var extra []*os.File
-	seccompFD := 4
-	if _, noFDs := rt.(interface{ NoInheritedListeners() }); noFDs {
-		if err := os.Remove(p.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-		ruid, rgid := m.idMapOf(sb).HostRoot()
-		if err := mountRunTmpfs(p.run, ruid, rgid); err != nil {
-			return err
-		}
-		mounts = append(mounts, runtime.Mount{Source: p.run, Destination: "/.berth/run"})
-		args = []string{agentBinary, "agent", "--socket", "/.berth/run/" + agentSockName}
-		seccompFD = 0
-	} else {
-		lnFile, err := bindAgentSocket(p.socket)
-		if err != nil {
-			return err
-		}
-		defer lnFile.Close()
-		extra = []*os.File{lnFile}
-	}
-	logw, err := m.openInitLog(sb.ID)
-	if err != nil {
-		return err
-	}
-	defer logw.Close()
-	tStart := time.Now()
-	pid, err := rt.Start(ctx, &runtime.Spec{
-		ID:            sb.ID,
-		Bundle:        p.bundle,
-		Rootfs:        p.rootfs,
-		Hostname:      sb.Hostname(),
-		Args:          args,
-		ExtraFiles:    extra,
-		Env:           []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "BERTH_SANDBOX_ID=" + sb.ID, "GOMAXPROCS=1"},
-		Mounts:        mounts,
-		Resources:     sb.Spec.Resources,
-		IDMap:         m.idMapOf(sb),
-		UsernsPath:    userns,
-		CgroupsPath:   p.cgroup,
-		Log:           logw,
-		InitSeccompFD: seccompFD,
-		Helper:        agentBinary,
-	})
-	logw.Close()
-	if err != nil {
-		if tail := strings.TrimSpace(m.initLogTail(sb.ID, 2048, 100*time.Millisecond)); tail != "" {
-			err = fmt.Errorf("%w: %s", err, tail)
-		}
-		return err
-	}
-	go reap(pid)
-	if err := m.attachNetwork(ctx, sb, pid); err != nil {
-		return fmt.Errorf("network: %w", err)
-	}
-	failpoint.Hit("create.after-start")
-	tReady := time.Now()
-	err = m.waitReady(ctx, sb.ID)
-	m.log.Debug("provisioned", "sandbox", sb.ID, "runtime_start", tReady.Sub(tStart), "agent_ready", time.Since(tReady))
-	return err
-}
-
-// agentBinary is where the berth binary appears inside every sandbox.
-const agentBinary = "/.berth/berth"
-
-// waitReady polls the agent's socket until it answers a ping.
-func (m *Manager) waitReady(ctx context.Context, id string) error {
-	c := m.agentFor(id)
-	deadline := time.Now().Add(m.cfg.ReadyTimeout)
-	delay := 200 * time.Microsecond
-	for {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, err := c.Ping(pctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			log := strings.TrimSpace(m.initLogTail(id, 1024, 0))
-			return fmt.Errorf("agent did not become ready within %s: %w (init log: %q)", m.cfg.ReadyTimeout, err, log)
-		}
-		time.Sleep(delay)
-		if delay < time.Millisecond {
-			delay *= 2
-		}
-	}
+	return m.attachVolumes(ctx, sb)
 }
 
 // Delete destroys a sandbox and leaves a tombstone. Deleting a deleted
 // sandbox returns its tombstone.
 func (m *Manager) Delete(ctx context.Context, ref, actor string, cause sandbox.Cause, reason string) (*sandbox.Sandbox, error) {
-	m.releaseReserveIfFull()
+	m.node.ReleaseReserve()
 	sb, err := m.local(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
 	ctx = context.WithoutCancel(ctx)
-	unlock := m.locks.Lock(sb.ID)
+	unlock := m.live.lock(sb.ID)
 	defer unlock()
 	// Re-read under the lock: another operation may have moved it.
 	if sb, err = m.store.GetSandbox(ctx, sb.ID); err != nil {
@@ -486,10 +317,8 @@ func (m *Manager) destroyLocked(ctx context.Context, sb *sandbox.Sandbox, cause 
 	var err error
 	backoff := 50 * time.Millisecond
 	for attempt := 0; attempt < 4; attempt++ {
-		if err = m.teardown(ctx, sb); err == nil {
-			if err = m.verifyGone(sb); err == nil {
-				break
-			}
+		if err = m.stopProcesses(ctx, sb, m.node.Remove); err == nil {
+			break
 		}
 		m.log.Warn("teardown incomplete, retrying", "sandbox", sb.ID, "attempt", attempt+1, "err", err)
 		time.Sleep(backoff)
@@ -517,11 +346,8 @@ func (m *Manager) destroyLocked(ctx context.Context, sb *sandbox.Sandbox, cause 
 		}
 		return fmt.Errorf("sandbox %s: releasing volumes will be retried: %w", sb.ID, err)
 	}
-	m.mu.Lock()
-	delete(m.activity, sb.ID)
-	delete(m.cpu, sb.ID)
-	m.mu.Unlock()
-	m.forgetChannel(sb.ID)
+	m.node.Forget(sb)
+	m.live.drop(sb.ID)
 	if sb.Reason != reason {
 		reason = sb.Reason
 	}
@@ -531,101 +357,14 @@ func (m *Manager) destroyLocked(ctx context.Context, sb *sandbox.Sandbox, cause 
 	return m.transition(ctx, sb, sandbox.StateDeleted, cause, actor, reason)
 }
 
-// teardown removes every host resource of sandbox sb but its volumes'
-// data. Each step is idempotent; all are attempted and their errors joined.
-func (m *Manager) teardown(ctx context.Context, sb *sandbox.Sandbox) error {
-	id := sb.ID
-	if err := m.stopHost(ctx, sb); err != nil {
-		return err
+// stopProcesses ends sb's execs and has the backend act (stop, remove):
+// an exec's client learns that its sandbox went away, not that its
+// command failed.
+func (m *Manager) stopProcesses(ctx context.Context, sb *sandbox.Sandbox, act func(context.Context, *sandbox.Sandbox) error) error {
+	if l := m.live.peek(sb.ID); l != nil {
+		l.cancelExecs()
 	}
-	p := m.paths(id)
-	failpoint.Hit("delete.after-unmount")
-	if err := m.removeScratch(id); err != nil {
-		return err
-	}
-	if err := os.RemoveAll(p.dir); err != nil {
-		return err
-	}
-	if err := os.Remove(m.resolvConfPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return nil
-}
-
-// stopHost ends sb's processes and unmounts its root and volumes,
-// leaving files in place. Idempotent.
-func (m *Manager) stopHost(ctx context.Context, sb *sandbox.Sandbox) error {
-	id := sb.ID
-	p := m.paths(id)
-	m.cancelExecs(id)
-	var errs []error
-	// Kill every process in the sandbox's cgroup first: it is immediate,
-	// where the runtime's own forced delete polls for the container to die.
-	if err := cgroups.KillAll(p.cgroup); err != nil {
-		errs = append(errs, err)
-	}
-	if err := m.rtFor(sb).Delete(ctx, id); err != nil {
-		errs = append(errs, err)
-	}
-	failpoint.Hit("delete.after-runtime")
-	if err := cgroups.Destroy(p.cgroup); err != nil {
-		errs = append(errs, err)
-	}
-	mounts, err := overlay.MountsUnder(p.dir)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	slices.Reverse(mounts)
-	for _, mp := range mounts {
-		if err := overlay.Unmount(mp); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := m.unmountVolumes(sb); err != nil {
-		errs = append(errs, err)
-	}
-	if err := m.unmountScratch(sb); err != nil {
-		errs = append(errs, err)
-	}
-	if err := m.detachNetwork(ctx, sb); err != nil {
-		errs = append(errs, err)
-	}
-	m.forgetAgent(id)
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	// Never remove through a mount: the checks above must have left none.
-	if left, _ := overlay.MountsUnder(p.dir); len(left) > 0 {
-		return fmt.Errorf("mounts remain under %s: %v", p.dir, left)
-	}
-	return nil
-}
-
-// verifyGone checks that nothing of sandbox sb is left on the host.
-func (m *Manager) verifyGone(sb *sandbox.Sandbox) error {
-	id := sb.ID
-	p := m.paths(id)
-	var left []string
-	if _, err := m.rtFor(sb).State(context.Background(), id); err == nil {
-		left = append(left, "runtime container")
-	} else if !errors.Is(err, errdefs.ErrNotFound) {
-		return err
-	}
-	if cgroups.Exists(p.cgroup) {
-		left = append(left, "cgroup "+p.cgroup)
-	}
-	if ms, _ := overlay.MountsUnder(p.dir); len(ms) > 0 {
-		left = append(left, fmt.Sprintf("mounts %v", ms))
-	}
-	for _, d := range []string{p.dir, p.scratch} {
-		if _, err := os.Lstat(d); err == nil {
-			left = append(left, "dir "+d)
-		}
-	}
-	if len(left) > 0 {
-		return fmt.Errorf("still present: %s", strings.Join(left, ", "))
-	}
-	return nil
+	return act(ctx, sb)
 }
 
 func mergeMaps(a, b map[string]string) map[string]string {
@@ -637,21 +376,6 @@ func mergeMaps(a, b map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
-}
-
-// sandboxDirs lists the ids that have a directory under the data dir.
-func (m *Manager) sandboxDirs() ([]string, error) {
-	ents, err := os.ReadDir(filepath.Join(m.cfg.DataDir, "sandboxes"))
-	if err != nil {
-		return nil, err
-	}
-	var ids []string
-	for _, e := range ents {
-		if e.IsDir() {
-			ids = append(ids, e.Name())
-		}
-	}
-	return ids, nil
 }
 
 // seconds converts an API duration in seconds, rejecting nonsense.

@@ -11,45 +11,31 @@ package manager
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/berth-sh/berth/internal/agent"
+	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/image"
-	"github.com/berth-sh/berth/internal/network"
-	"github.com/berth-sh/berth/internal/runtime"
+	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
-	"github.com/berth-sh/berth/internal/volume"
 )
 
 // Config configures a Manager.
 type Config struct {
-	DataDir string
-	// AgentPath is the berth binary bind-mounted into sandboxes as the agent.
-	AgentPath       string
 	DefaultTemplate string
-	IDMap           runtime.IDMap
-	// Instance names this daemon's host resources (cgroup parent, etc.).
-	Instance string
+	// UploadDir stages uploaded template archives (on the layer store's
+	// filesystem, so an import moves rather than copies).
+	UploadDir string
 	// Node names this daemon in a store shared by several (PostgreSQL):
-	// each acts only on its own sandboxes. Default: Instance.
+	// each acts only on its own sandboxes.
 	Node string
-	// ReadyTimeout bounds the wait for a new sandbox's agent.
-	ReadyTimeout time.Duration
 	// ReconcileInterval is how often the background reconciler runs.
 	ReconcileInterval time.Duration
 	Logger            *slog.Logger
@@ -58,12 +44,6 @@ type Config struct {
 	// OnEvent, if set, is called after every recorded event (the webhook
 	// deliverer's kick).
 	OnEvent func()
-	// PoolSize is the size of the storage pool image, when one is made.
-	PoolSize int64
-	// EgressSubnet is the IPv4 subnet of egress sandboxes; unset, the one
-	// this data dir used before, else the first free one (package
-	// network), kept in <data-dir>/network.json.
-	EgressSubnet netip.Prefix
 	// DefaultPolicy and DefaultTimeout are the server-wide defaults, under
 	// a template's and a request's own.
 	DefaultPolicy  sandbox.Policy
@@ -72,97 +52,56 @@ type Config struct {
 	// layer, under a template's and a request's own: 0 means
 	// DefaultDiskBytes, negative none.
 	DiskDefault int64
-	// DiskLowWater is the free space creates leave on the filesystem
-	// under the data dir (capacity.go); 0: 1 GiB or 5% of a smaller one.
-	DiskLowWater int64
 }
 
-// Manager owns every sandbox of one daemon.
+// DefaultDiskBytes is the server-wide disk cap of a sandbox's writable
+// root layer when neither the request nor its template gives one.
+const DefaultDiskBytes = 10 << 30
+
+// Manager owns every sandbox of one daemon: their records, states,
+// policies and events. Everything on the host is the node backend's.
 type Manager struct {
-	cfg     Config
-	store   store.Store
-	images  *image.Store
-	volumes *volume.Manager
-	scratch *volume.Manager // sandboxes' writable root layers (disk.go)
-	pool    *volume.Pool
-	// runtimes are the runtime classes this daemon offers, by name;
-	// defaultRuntime serves sandboxes that name none.
-	runtimes       map[string]runtime.Runtime
-	defaultRuntime string
-	log            *slog.Logger
+	cfg    Config
+	store  store.Store
+	images *image.Store
+	node   node.Backend
+	log    *slog.Logger
 
-	locks keyedMutex
+	live liveSet // one live object per sandbox (live.go)
 
-	mu       sync.Mutex
-	agents   map[string]*agent.Client // by sandbox id
-	channels map[string]*agentChannel // by sandbox id (agentchan.go)
-	initLogs map[string]*initLog      // by sandbox id (agentchan.go)
-	// clonesInFlight are the snapshots-dir entries operations of this
-	// daemon are using (clones.go).
-	clonesInFlight map[string]int
-	// readOnly are the sandbox filesystems seen read-only (capacity.go).
-	readOnly map[string]bool
-	cancels  map[string]context.CancelFunc
-	activity map[string]time.Time // latest activity not yet stored
-	cpu      map[string]cpuSample
-
-	netMu      sync.Mutex
-	network    *network.Network // made on first use (see net)
-	flowEvents chan flowEvent
+	flows chan node.Flow
 	// asyncEvents carries events recorded off the request path (exec).
 	asyncEvents  chan *sandbox.Event
 	flowsDropped atomic.Int64
-	agentRefused atomic.Uint64
-
-	ids *idState // host id ranges (ids.go)
 
 	snapTick     int // counts ticks; snapshots expire every few
+	mu           sync.Mutex
 	poolStats    map[string]*poolStats
 	poolBuilding int            // members being made, all templates (under mu)
 	poolInFlight map[string]int // members being made, per template (under mu)
+	idSwept      atomic.Bool    // the startup sweep of leaked id slots has run
 
+	// bg is cancelled at Close: background work (policy actions, refills,
+	// deadline handling) stops at its next step instead of being only
+	// awaited.
+	bg     context.Context
+	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	stopCh chan struct{}
 	kick   chan struct{}
 }
 
-// DefaultIDMap maps sandbox root to host uid/gid 100000000 (and 65536 ids
-// from there): far above any regular or subordinate id range.
-var DefaultIDMap = runtime.IDMap{HostUID: 100000000, HostGID: 100000000, Size: 65536}
-
-// InstanceName derives a short, stable name for the host resources of the
-// daemon whose data dir is dataDir.
-func InstanceName(dataDir string) string {
-	abs, err := filepath.Abs(dataDir)
-	if err != nil {
-		abs = dataDir
-	}
-	sum := sha256.Sum256([]byte(abs))
-	return "berth-" + hex.EncodeToString(sum[:4])
-}
-
-// New returns a Manager. Call Start to reconcile and run background work.
-func New(cfg Config, st store.Store, images *image.Store, rts ...runtime.Runtime) (*Manager, error) {
-	if len(rts) == 0 {
-		return nil, errors.New("manager: no runtime class")
-	}
-	if cfg.DataDir == "" || cfg.AgentPath == "" {
-		return nil, errors.New("manager: DataDir and AgentPath are required")
-	}
-	if cfg.Instance == "" {
-		cfg.Instance = InstanceName(cfg.DataDir)
+// New returns a Manager over backend. Call Recover to reconcile and run
+// background work.
+func New(cfg Config, st store.Store, images *image.Store, backend node.Backend) (*Manager, error) {
+	if backend == nil || len(backend.Classes()) == 0 {
+		return nil, errors.New("manager: no node backend or no runtime class")
 	}
 	if cfg.Node == "" {
-		cfg.Node = cfg.Instance
-	}
-	if cfg.IDMap.Size == 0 {
-		cfg.IDMap = DefaultIDMap
+		return nil, errors.New("manager: Node is required")
 	}
 	if cfg.DefaultTemplate == "" {
 		cfg.DefaultTemplate = "base"
-	}
-	if cfg.ReadyTimeout == 0 {
-		cfg.ReadyTimeout = 15 * time.Second
 	}
 	if cfg.ReconcileInterval == 0 {
 		cfg.ReconcileInterval = time.Second
@@ -173,39 +112,11 @@ func New(cfg Config, st store.Store, images *image.Store, rts ...runtime.Runtime
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "sandboxes"), 0o711); err != nil {
-		return nil, err
-	}
-	// The runtime enters the user namespace before it mounts the root, so
-	// mapped root must be able to traverse to it.
-	if err := os.Chmod(cfg.DataDir, 0o711); err != nil {
-		return nil, err
-	}
-	uid, gid := cfg.IDMap.HostRoot()
-	agentCopy, err := openShare(cfg.DataDir, cfg.AgentPath)
-	if err != nil {
-		return nil, err
-	}
-	cfg.AgentPath = agentCopy
-	pool, err := volume.OpenPool(cfg.DataDir, cfg.PoolSize)
-	if err != nil {
-		return nil, fmt.Errorf("storage pool: %w", err)
-	}
-	cfg.Logger.Info("storage pool", "kind", pool.Kind())
-	thawPool(pool.Root(), cfg.Logger)
-	vols, err := volume.New(filepath.Join(pool.Root(), "volumes"), uid, gid)
-	if err != nil {
-		return nil, err
-	}
-	scratch, err := volume.NewScratch(filepath.Join(pool.Root(), "scratch"), uid, gid, pool.Reflink())
-	if err != nil {
-		return nil, err
-	}
 	if cfg.DiskDefault == 0 {
 		cfg.DiskDefault = DefaultDiskBytes
 	}
 	if cfg.DiskDefault > 0 {
-		capacity, err := pool.Capacity()
+		capacity, err := backend.Capacity()
 		if err != nil {
 			return nil, fmt.Errorf("storage pool: %w", err)
 		}
@@ -217,47 +128,47 @@ func New(cfg Config, st store.Store, images *image.Store, rts ...runtime.Runtime
 	} else {
 		cfg.Logger.Warn("no default disk cap: sandboxes created without --disk can fill the storage pool")
 	}
+	bg, cancel := context.WithCancel(context.Background())
 	return &Manager{
-		cfg: cfg, store: st, images: images, volumes: vols, scratch: scratch, pool: pool, log: cfg.Logger,
-		ids:      probeIDs(cfg, pool.Root()),
-		runtimes: runtimesByName(rts), defaultRuntime: rts[0].Name(),
-		agents:         map[string]*agent.Client{},
-		channels:       map[string]*agentChannel{},
-		initLogs:       map[string]*initLog{},
-		clonesInFlight: map[string]int{},
-		readOnly:       map[string]bool{},
-		cancels:        map[string]context.CancelFunc{},
-		activity:       map[string]time.Time{},
-		poolStats:      map[string]*poolStats{},
-		flowEvents:     make(chan flowEvent, 4096),
-		asyncEvents:    make(chan *sandbox.Event, 1024),
-		poolInFlight:   map[string]int{},
-		cpu:            map[string]cpuSample{},
-		stopCh:         make(chan struct{}),
-		kick:           make(chan struct{}, 1),
+		cfg: cfg, store: st, images: images, node: backend, log: cfg.Logger,
+		poolStats:    map[string]*poolStats{},
+		flows:        make(chan node.Flow, 4096),
+		asyncEvents:  make(chan *sandbox.Event, 1024),
+		poolInFlight: map[string]int{},
+		bg:           bg, cancel: cancel,
+		stopCh: make(chan struct{}),
+		kick:   make(chan struct{}, 1),
 	}, nil
 }
 
-// Runtime returns the default runtime class.
-func (m *Manager) Runtime() runtime.Runtime { return m.runtimes[m.defaultRuntime] }
+// Backend returns the node backend.
+func (m *Manager) Backend() node.Backend { return m.node }
 
-// RuntimeFor returns the runtime class of sb.
-func (m *Manager) RuntimeFor(sb *sandbox.Sandbox) runtime.Runtime { return m.rtFor(sb) }
+// Isolation describes sb's boundary (its runtime class's and its ids).
+func (m *Manager) Isolation(sb *sandbox.Sandbox) api.Isolation { return m.node.Isolation(sb) }
 
-func (m *Manager) rtFor(sb *sandbox.Sandbox) runtime.Runtime {
-	if rt, ok := m.runtimes[sb.Spec.Runtime]; ok {
-		return rt
-	}
-	return m.runtimes[m.defaultRuntime]
+// DiskUsage reports the cap and usage of sb's writable root layer; nil
+// when the layer is on the workspace volume or sb is gone.
+func (m *Manager) DiskUsage(sb *sandbox.Sandbox) *api.Disk { return m.node.DiskUsage(sb) }
+
+// AgentRefusals counts refused agent connections (the backend's).
+func (m *Manager) AgentRefusals() uint64 { return m.node.AgentRefusals() }
+
+// DefaultRuntime is the runtime class of sandboxes that name none.
+func (m *Manager) DefaultRuntime() string { return m.node.Classes()[0].Name }
+
+// caps returns the capabilities of sb's runtime class.
+func (m *Manager) caps(sb *sandbox.Sandbox) node.Caps {
+	c, _ := node.ClassCaps(m.node, sb.Spec.Runtime)
+	return c
 }
 
 // RuntimeNames lists the runtime classes, the default first.
 func (m *Manager) RuntimeNames() []string {
-	out := []string{m.defaultRuntime}
-	for n := range m.runtimes {
-		if n != m.defaultRuntime {
-			out = append(out, n)
-		}
+	cls := m.node.Classes()
+	out := make([]string, 0, len(cls))
+	for _, c := range cls {
+		out = append(out, c.Name)
 	}
 	slices.Sort(out[1:])
 	return out
@@ -273,64 +184,6 @@ func (m *Manager) Images() *image.Store { return m.images }
 func (m *Manager) Config() Config { return m.cfg }
 
 func (m *Manager) now() time.Time { return m.cfg.Now().UTC() }
-
-// Paths of one sandbox's host resources.
-type paths struct {
-	dir, bundle, rootfs string
-	// ctl is root-only and never mounted into the sandbox: the agent's
-	// socket where the daemon binds it (socket), and the pin of the one
-	// the agent binds itself (pin). run is the tmpfs that gVisor agents
-	// bind their socket in, mounted into the sandbox at /.berth/run.
-	ctl, socket, pin, run string
-	// scratch holds the writable layer that does not persist: upper and
-	// work on its own filesystem (disk.go) mounted at scratch/mnt, in the
-	// storage pool so forks and snapshots can reflink it.
-	scratch, upper, work string
-	cgroup               string
-}
-
-func (m *Manager) paths(id string) paths {
-	dir := filepath.Join(m.cfg.DataDir, "sandboxes", id)
-	scratch := filepath.Join(m.pool.Root(), "scratch", id)
-	return paths{
-		dir:     dir,
-		bundle:  filepath.Join(dir, "bundle"),
-		rootfs:  filepath.Join(dir, "rootfs"),
-		scratch: scratch,
-		upper:   filepath.Join(scratch, "mnt", "upper"),
-		work:    filepath.Join(scratch, "mnt", "work"),
-		ctl:     filepath.Join(dir, ctlDir),
-		socket:  filepath.Join(dir, ctlDir, agentSockName),
-		pin:     filepath.Join(dir, ctlDir, agentPinName),
-		run:     filepath.Join(dir, "run"),
-		cgroup:  "/" + m.cfg.Instance + "/" + id,
-	}
-}
-
-// CgroupParent is the cgroup under which all of this daemon's sandboxes live.
-func (m *Manager) CgroupParent() string { return "/" + m.cfg.Instance }
-
-func (m *Manager) agentFor(id string) *agent.Client {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	c, ok := m.agents[id]
-	if !ok {
-		m.mu.Unlock()
-		c = m.newAgentClient(id)
-		m.mu.Lock()
-		if prev, ok := m.agents[id]; ok {
-			return prev
-		}
-		m.agents[id] = c
-	}
-	return c
-}
-
-func (m *Manager) forgetAgent(id string) {
-	m.mu.Lock()
-	delete(m.agents, id)
-	m.mu.Unlock()
-}
 
 // newID returns a random sandbox id: 16 characters of [a-z0-9], about 82 bits.
 // NewID returns a new random sandbox or snapshot id.
@@ -363,41 +216,6 @@ func newID() string {
 		b[i] = alphabet[int(b[i])%len(alphabet)]
 	}
 	return string(b[:])
-}
-
-// keyedMutex serialises lifecycle operations per sandbox.
-type keyedMutex struct {
-	mu sync.Mutex
-	m  map[string]*keyedEntry
-}
-
-type keyedEntry struct {
-	mu  sync.Mutex
-	ref int
-}
-
-func (k *keyedMutex) Lock(key string) func() {
-	k.mu.Lock()
-	if k.m == nil {
-		k.m = map[string]*keyedEntry{}
-	}
-	e, ok := k.m[key]
-	if !ok {
-		e = &keyedEntry{}
-		k.m[key] = e
-	}
-	e.ref++
-	k.mu.Unlock()
-	e.mu.Lock()
-	return func() {
-		e.mu.Unlock()
-		k.mu.Lock()
-		e.ref--
-		if e.ref == 0 {
-			delete(k.m, key)
-		}
-		k.mu.Unlock()
-	}
 }
 
 // mine reports whether this daemon runs sb.
@@ -484,61 +302,6 @@ func (m *Manager) event(ctx context.Context, ev *sandbox.Event) {
 	if m.cfg.OnEvent != nil && ev.Type == "state" {
 		m.cfg.OnEvent()
 	}
-}
-
-// TryLock takes key's lock if it is free.
-func (k *keyedMutex) TryLock(key string) (func(), bool) {
-	k.mu.Lock()
-	if k.m == nil {
-		k.m = map[string]*keyedEntry{}
-	}
-	if _, busy := k.m[key]; busy {
-		k.mu.Unlock()
-		return nil, false
-	}
-	e := &keyedEntry{ref: 1}
-	e.mu.Lock()
-	k.m[key] = e
-	k.mu.Unlock()
-	return func() {
-		e.mu.Unlock()
-		k.mu.Lock()
-		e.ref--
-		if e.ref == 0 {
-			delete(k.m, key)
-		}
-		k.mu.Unlock()
-	}, true
-}
-
-// BecomeSubreaper makes this process the reaper of the container init
-// processes the runtime leaves behind when it exits, so that they do not
-// depend on the host's PID 1 to be reaped while the daemon runs.
-func BecomeSubreaper() error {
-	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-}
-
-// reap waits for pid if it is our child (we are its subreaper), so that
-// it does not linger as a zombie after the sandbox ends.
-func reap(pid int) {
-	if pid <= 0 {
-		return
-	}
-	var ws unix.WaitStatus
-	for {
-		_, err := unix.Wait4(pid, &ws, 0, nil)
-		if err != unix.EINTR {
-			return
-		}
-	}
-}
-
-func runtimesByName(rts []runtime.Runtime) map[string]runtime.Runtime {
-	out := make(map[string]runtime.Runtime, len(rts))
-	for _, rt := range rts {
-		out[rt.Name()] = rt
-	}
-	return out
 }
 
 // eventAsync records ev off the caller's path; if the queue is full it

@@ -4,15 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/berth-sh/berth/api"
-	"github.com/berth-sh/berth/internal/cgroups"
+	"github.com/berth-sh/berth/internal/cleanup"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -25,7 +20,7 @@ func (m *Manager) op(ctx context.Context, ref string, fn func(context.Context, *
 		return nil, err
 	}
 	ctx = context.WithoutCancel(ctx)
-	unlock := m.locks.Lock(sb.ID)
+	unlock := m.live.lock(sb.ID)
 	defer unlock()
 	if sb, err = m.store.GetSandbox(ctx, sb.ID); err != nil {
 		return nil, err
@@ -49,14 +44,16 @@ func (m *Manager) pauseLocked(ctx context.Context, sb *sandbox.Sandbox, cause sa
 	if sb.State != sandbox.StateRunning {
 		return sandbox.ErrWrongState("pause", sb)
 	}
-	if err := m.rtFor(sb).Pause(ctx, sb.ID); err != nil {
+	if err := m.node.Freeze(ctx, sb); err != nil {
 		return fmt.Errorf("pausing: %w", err)
 	}
 	// A crash here leaves a frozen sandbox under a running record: the
 	// restart thaws it (recoverOne), the record being the intent.
 	failpoint.Hit("pause.after-freeze")
 	if err := m.transition(ctx, sb, sandbox.StatePaused, cause, actor, reason); err != nil {
-		_ = m.rtFor(sb).Resume(ctx, sb.ID)
+		if terr := m.node.Thaw(ctx, sb); terr != nil {
+			err = errors.Join(err, fmt.Errorf("thawing again: %w", terr))
+		}
 		return err
 	}
 	return nil
@@ -73,7 +70,7 @@ func (m *Manager) resumeLocked(ctx context.Context, sb *sandbox.Sandbox, cause s
 	if sb.State != sandbox.StatePaused {
 		return sandbox.ErrWrongState("resume", sb)
 	}
-	if err := m.rtFor(sb).Resume(ctx, sb.ID); err != nil {
+	if err := m.node.Thaw(ctx, sb); err != nil {
 		return fmt.Errorf("resuming: %w", err)
 	}
 	m.touch(sb.ID)
@@ -98,26 +95,15 @@ func (m *Manager) stopLocked(ctx context.Context, sb *sandbox.Sandbox, cause san
 			return err
 		}
 	}
-	if err := m.stopHost(ctx, sb); err != nil {
+	if err := m.stopProcesses(ctx, sb, m.node.Stop); err != nil {
 		sb.Error = "stop: " + err.Error()
 		_ = m.store.UpdateSandbox(ctx, sb)
 		return fmt.Errorf("stopping (will be retried): %w", err)
 	}
-	if err := m.discardScratch(sb); err != nil {
+	if err := m.node.Discard(ctx, sb); err != nil {
 		return err
 	}
 	return m.transition(ctx, sb, sandbox.StateStopped, cause, actor, reason)
-}
-
-// discardScratch removes the writable layer that does not persist: all of
-// an ephemeral sandbox's, and a persistent one's unless persist_root.
-func (m *Manager) discardScratch(sb *sandbox.Sandbox) error {
-	if !persistsRoot(sb) {
-		if err := m.dropScratch(sb.ID); err != nil {
-			return err
-		}
-	}
-	return os.RemoveAll(m.paths(sb.ID).bundle)
 }
 
 // Start brings a stopped sandbox back from its template plus its volume.
@@ -131,7 +117,7 @@ func (m *Manager) startLocked(ctx context.Context, sb *sandbox.Sandbox, cause sa
 	if sb.State != sandbox.StateStopped && sb.State != sandbox.StateStarting {
 		return sandbox.ErrWrongState("start", sb)
 	}
-	if sb.State == sandbox.StateStopped && m.Hibernated(sb) {
+	if sb.State == sandbox.StateStopped && m.node.Hibernated(sb) {
 		// Its processes and memory were checkpointed: bring them back.
 		return m.wakeLocked(ctx, sb, cause, actor, reason)
 	}
@@ -142,7 +128,7 @@ func (m *Manager) startLocked(ctx context.Context, sb *sandbox.Sandbox, cause sa
 	}
 	if err := m.provision(ctx, sb); err != nil {
 		m.log.Warn("start failed", "sandbox", sb.ID, "err", err)
-		if herr := m.stopHost(ctx, sb); herr != nil {
+		if herr := m.stopProcesses(ctx, sb, m.node.Stop); herr != nil {
 			m.log.Warn("cleaning up failed start", "sandbox", sb.ID, "err", herr)
 		}
 		sb.Error = "start: " + errdefs.Message(err)
@@ -167,7 +153,7 @@ func (m *Manager) Reset(ctx context.Context, ref, actor string) (*sandbox.Sandbo
 				return err
 			}
 		}
-		if err := m.wipe(sb); err != nil {
+		if err := m.node.Wipe(ctx, sb); err != nil {
 			return fmt.Errorf("reset: %w", err)
 		}
 		m.event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "reset", Actor: actor, Cause: sandbox.CauseUser,
@@ -179,64 +165,55 @@ func (m *Manager) Reset(ctx context.Context, ref, actor string) (*sandbox.Sandbo
 	})
 }
 
-// wipe empties a stopped sandbox's writable layer and owned workspace.
-func (m *Manager) wipe(sb *sandbox.Sandbox) error {
-	if err := m.discardScratch(sb); err != nil {
-		return err
-	}
-	for _, vm := range sb.Spec.Volumes {
-		if !vm.Owned {
-			continue // named volumes are the user's, not the template's
-		}
-		if err := m.volumes.Mount(vm.VolumeID); err != nil {
-			return err
-		}
-		root := m.volumes.Path(vm.VolumeID)
-		for _, d := range []string{volumeDataDir, rootLayerDir} {
-			if err := os.RemoveAll(filepath.Join(root, d)); err != nil {
-				return err
-			}
-		}
-		if err := m.volumes.Unmount(vm.VolumeID); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // Quarantine freezes a sandbox and refuses exec and writes, keeping all of
 // its state for inspection; file reads stay possible. Release or delete
-// ends it.
+// ends it. A failure undoes exactly the steps taken (cleanup stack): the
+// sandbox runs again with its egress rules as before.
 func (m *Manager) Quarantine(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
-	return m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
+	return m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) (err error) {
 		prev := sb.State
+		cu := cleanup.Make()
+		defer func() {
+			cu.Clean()
+			if uerr := cu.Err(); uerr != nil {
+				err = errors.Join(err, fmt.Errorf("undoing the quarantine: %w", uerr))
+			}
+		}()
 		switch prev {
 		case sandbox.StateRunning:
-			if err := m.rtFor(sb).Pause(ctx, sb.ID); err != nil {
+			if err := m.node.Freeze(ctx, sb); err != nil {
 				return fmt.Errorf("freezing: %w", err)
 			}
-			m.cancelExecs(sb.ID)
+			cu.Add(func() error { return m.node.Thaw(ctx, sb) })
+			if l := m.live.peek(sb.ID); l != nil {
+				l.cancelExecs()
+			}
 		case sandbox.StatePaused, sandbox.StateStopped:
 		default:
 			return sandbox.ErrWrongState("quarantine", sb)
 		}
-		if err := m.setQuarantineNetwork(sb, true); err != nil {
+		if err := m.node.SetRules(ctx, sb, true); err != nil {
+			// The sandbox is frozen: it sends nothing meanwhile; a stopped
+			// one has no attachment. Recorded, not fatal.
 			m.log.Warn("cutting quarantined sandbox's network", "sandbox", sb.ID, "err", err)
 		}
+		cu.Add(func() error { return m.node.SetRules(ctx, sb, false) })
 		sb.PrevState = prev
 		if err := m.transition(ctx, sb, sandbox.StateQuarantined, sandbox.CauseAdmin, actor, "quarantined"); err != nil {
-			if prev == sandbox.StateRunning {
-				_ = m.rtFor(sb).Resume(ctx, sb.ID)
-			}
+			sb.PrevState = ""
 			return err
 		}
+		cu.Release()
 		return nil
 	})
 }
 
-// Release ends a quarantine: the sandbox returns to the state it had.
+// Release ends a quarantine: the sandbox returns to the state it had. Its
+// egress rules come back before its processes run again, and a failing
+// step undoes the ones before it, so the record never says quarantined
+// while the sandbox runs with its rules (nor running while it is frozen).
 func (m *Manager) Release(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
-	return m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
+	return m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) (err error) {
 		if sb.State != sandbox.StateQuarantined {
 			return sandbox.ErrWrongState("release", sb)
 		}
@@ -244,16 +221,31 @@ func (m *Manager) Release(ctx context.Context, ref, actor string) (*sandbox.Sand
 		if to == "" {
 			to = sandbox.StatePaused
 		}
-		if to == sandbox.StateRunning {
-			if err := m.rtFor(sb).Resume(ctx, sb.ID); err != nil {
-				return fmt.Errorf("thawing: %w", err)
+		cu := cleanup.Make()
+		defer func() {
+			cu.Clean()
+			if uerr := cu.Err(); uerr != nil {
+				err = errors.Join(err, fmt.Errorf("undoing the release: %w", uerr))
 			}
-		}
-		sb.PrevState = ""
-		if err := m.setQuarantineNetwork(sb, false); err != nil {
+		}()
+		if err := m.node.SetRules(ctx, sb, false); err != nil {
 			return fmt.Errorf("restoring network rules: %w", err)
 		}
-		return m.transition(ctx, sb, to, sandbox.CauseAdmin, actor, "released from quarantine")
+		cu.Add(func() error { return m.node.SetRules(ctx, sb, true) })
+		if to == sandbox.StateRunning {
+			if err := m.node.Thaw(ctx, sb); err != nil {
+				return fmt.Errorf("thawing: %w", err)
+			}
+			cu.Add(func() error { return m.node.Freeze(ctx, sb) })
+		}
+		prev := sb.PrevState
+		sb.PrevState = ""
+		if err := m.transition(ctx, sb, to, sandbox.CauseAdmin, actor, "released from quarantine"); err != nil {
+			sb.PrevState = prev
+			return err
+		}
+		cu.Release()
+		return nil
 	})
 }
 
@@ -264,25 +256,23 @@ func (m *Manager) Touch(ctx context.Context, ref, actor string) (*sandbox.Sandbo
 			return sandbox.ErrWrongState("touch", sb)
 		}
 		sb.LastActivityAt = m.now()
-		m.mu.Lock()
-		delete(m.activity, sb.ID)
-		m.mu.Unlock()
-		return m.store.UpdateSandbox(ctx, sb)
+		if err := m.store.UpdateSandbox(ctx, sb); err != nil {
+			return err
+		}
+		m.live.get(sb.ID).stored(sb.LastActivityAt)
+		return nil
 	})
 }
 
 // touch notes activity in memory; the reconciler stores it.
-func (m *Manager) touch(id string) {
-	m.mu.Lock()
-	m.activity[id] = m.now()
-	m.mu.Unlock()
-}
+func (m *Manager) touch(id string) { m.live.get(id).touch(m.now()) }
 
 // lastActivity is the latest known activity of sb: stored or in memory.
 func (m *Manager) lastActivity(sb *sandbox.Sandbox) time.Time {
-	m.mu.Lock()
-	t := m.activity[sb.ID]
-	m.mu.Unlock()
+	t := time.Time{}
+	if l := m.live.peek(sb.ID); l != nil {
+		t = l.lastActivity()
+	}
 	if sb.LastActivityAt.After(t) {
 		return sb.LastActivityAt
 	}
@@ -291,20 +281,10 @@ func (m *Manager) lastActivity(sb *sandbox.Sandbox) time.Time {
 
 // openExecs counts the execs running in sandbox id.
 func (m *Manager) openExecs(id string) int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	n := 0
-	for k := range m.cancels {
-		if strings.HasPrefix(k, id+"/") {
-			n++
-		}
+	if l := m.live.peek(id); l != nil {
+		return l.openExecs()
 	}
-	return n
-}
-
-type cpuSample struct {
-	at    time.Time
-	usage time.Duration
+	return 0
 }
 
 // busy reports whether sb's processes used more CPU than its idle
@@ -317,15 +297,12 @@ func (m *Manager) busy(sb *sandbox.Sandbox) bool {
 	if th == 0 {
 		th = sandbox.DefaultIdleCPUThreshold
 	}
-	usage, err := cgroups.CPUUsage(m.paths(sb.ID).cgroup)
+	usage, err := m.node.CPUUsage(sb)
 	if err != nil {
 		return false
 	}
 	now := time.Now()
-	m.mu.Lock()
-	prev, ok := m.cpu[sb.ID]
-	m.cpu[sb.ID] = cpuSample{at: now, usage: usage}
-	m.mu.Unlock()
+	prev, ok := m.live.get(sb.ID).sample(cpuSample{at: now, usage: usage})
 	if !ok {
 		return false
 	}
@@ -362,124 +339,28 @@ func (m *Manager) readyForUse(ctx context.Context, sb *sandbox.Sandbox, what, ac
 }
 
 // Diff lists the files of sb that differ from its template: the writable
-// root layer (overlay upper dir) against the template's layers, plus
-// everything in its workspace volume.
+// root layer against the template's layers, plus everything in its
+// workspace volume.
 func (m *Manager) Diff(ctx context.Context, ref string) ([]api.DiffEntry, error) {
 	sb, err := m.local(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
 	// Held while the volumes of a stopped sandbox are mounted to be read.
-	unlock := m.locks.Lock(sb.ID)
+	unlock := m.live.lock(sb.ID)
 	defer unlock()
+	if sb, err = m.store.GetSandbox(ctx, sb.ID); err != nil {
+		return nil, err
+	}
 	if !sb.State.Live() {
 		return nil, sandbox.ErrWrongState("diff", sb)
 	}
-	tpl, err := m.store.GetTemplate(ctx, sb.Spec.Template)
-	if err != nil {
-		return nil, err
-	}
-	const maxEntries = 100000
-	out := []api.DiffEntry{}
-	add := func(e api.DiffEntry) error {
-		if len(out) >= maxEntries {
-			return errdefs.TooLarge("more than %d changed paths", maxEntries)
-		}
-		out = append(out, e)
-		return nil
-	}
-	inLower := func(rel string) bool {
-		for _, l := range tpl.Layers {
-			if _, err := os.Lstat(filepath.Join(m.images.LayerPath(l), rel)); err == nil {
-				return true
-			}
-		}
-		return false
-	}
-	upper, _ := m.layerDirs(sb)
-	// So must the writable layer of a hibernated one.
-	if m.scratch.Exists(sb.ID) && !m.scratch.Mounted(sb.ID) {
-		if err := m.scratch.Mount(sb.ID); err == nil {
-			defer m.scratch.Unmount(sb.ID)
-		}
-	}
-	// Volumes of a stopped sandbox must be mounted to be read.
-	for _, vm := range sb.Spec.Volumes {
-		if vm.Owned && !m.volumes.Mounted(vm.VolumeID) {
-			if err := m.volumes.Mount(vm.VolumeID); err == nil {
-				defer func(id string) {
-					if cur, err := m.store.GetSandbox(context.WithoutCancel(ctx), sb.ID); err == nil && cur.State == sandbox.StateStopped {
-						_ = m.volumes.Unmount(id)
-					}
-				}(vm.VolumeID)
-			}
-		}
-	}
-	err = walk(upper, func(rel string, d fs.DirEntry, info fs.FileInfo) error {
-		if rel == ".berth" || strings.HasPrefix(rel, ".berth/") {
-			return nil
-		}
-		if info.Mode()&fs.ModeCharDevice != 0 {
-			if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Rdev == 0 {
-				return add(api.DiffEntry{Path: "/" + rel, Kind: "removed"})
-			}
-		}
-		existed := inLower(rel)
-		if info.IsDir() {
-			if existed {
-				return nil // contents are listed one by one
-			}
-			return add(api.DiffEntry{Path: "/" + rel, Kind: "added", Dir: true})
-		}
-		kind := "added"
-		if existed {
-			kind = "changed"
-		}
-		return add(api.DiffEntry{Path: "/" + rel, Kind: kind, Size: info.Size()})
-	})
-	if err != nil {
-		return nil, err
-	}
-	for _, vm := range sb.Spec.Volumes {
-		if !vm.Owned {
-			continue
-		}
-		err := walk(filepath.Join(m.volumes.Path(vm.VolumeID), volumeDataDir), func(rel string, d fs.DirEntry, info fs.FileInfo) error {
-			return add(api.DiffEntry{Path: filepath.Join(vm.Path, rel), Kind: "added", Size: sizeOf(info), Dir: info.IsDir()})
-		})
+	if len(sb.Spec.Layers) == 0 {
+		tpl, err := m.store.GetTemplate(ctx, sb.Spec.Template)
 		if err != nil {
 			return nil, err
 		}
+		sb.Spec.Layers = tpl.Layers
 	}
-	return out, nil
-}
-
-func sizeOf(info fs.FileInfo) int64 {
-	if info.IsDir() {
-		return 0
-	}
-	return info.Size()
-}
-
-// walk visits every entry below root (not root itself) without following
-// symlinks; a missing root is empty.
-func walk(root string, fn func(rel string, d fs.DirEntry, info fs.FileInfo) error) error {
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if path == root {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return nil
-		}
-		rel, _ := filepath.Rel(root, path)
-		return fn(rel, d, info)
-	})
-	return err
+	return m.node.Diff(ctx, sb)
 }

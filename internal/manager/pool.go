@@ -4,16 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/cleanup"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -135,18 +133,30 @@ func groupPoolMembers(live []*sandbox.Sandbox) map[string][]*sandbox.Sandbox {
 
 // poolable reports whether a create request can be served by a pool
 // member of tpl: an ephemeral sandbox with the template's defaults for
-// everything fixed at container start (the disk cap included).
-func poolable(req *api.CreateSandboxRequest, tpl *store.Template, spec *sandbox.Spec, diskDefault int64) bool {
+// everything fixed at container start (the disk cap included), of the
+// class pool members are made in (the default), which must be able to
+// keep members.
+func (m *Manager) poolable(req *api.CreateSandboxRequest, tpl *store.Template, spec *sandbox.Spec) bool {
 	def := sandbox.DefaultResources
 	if tpl.Config.Resources != nil {
 		def = *tpl.Config.Resources
 	}
 	if def.DiskBytes == 0 {
-		def.DiskBytes = diskDefault // as members are made (addPoolMember)
+		def.DiskBytes = m.diskDefault() // as members are made (addPoolMember)
 	}
+	caps, _ := node.ClassCaps(m.node, spec.Runtime)
 	return !req.Persistent && len(spec.Volumes) == 0 && req.Snapshot == "" &&
 		spec.Resources == def && (spec.Network == "" || spec.Network == "none") &&
-		(req.Runtime == "" || req.Runtime == "runc")
+		spec.Runtime == m.DefaultRuntime() && caps.Pool
+}
+
+// runtimeOf is sb's runtime class, records from before classes were
+// recorded by name being the default's.
+func (m *Manager) runtimeOf(sb *sandbox.Sandbox) string {
+	if sb.Spec.Runtime == "" {
+		return m.DefaultRuntime()
+	}
+	return sb.Spec.Runtime
 }
 
 // claim hands out a ready pool member of tpl as the sandbox the request
@@ -163,10 +173,11 @@ func (m *Manager) claim(ctx context.Context, tpl *store.Template, spec sandbox.S
 	defer m.wakeReconciler() // refill
 	for _, cand := range members[tpl.Name] {
 		if cand.State != sandbox.StatePaused || !slices.Equal(cand.Spec.Layers, tpl.Layers) ||
-			cand.Spec.Resources.DiskBytes != spec.Resources.DiskBytes { // made under another default
+			cand.Spec.Resources.DiskBytes != spec.Resources.DiskBytes || // made under another default
+			m.runtimeOf(cand) != spec.Runtime { // made under another default class
 			continue
 		}
-		unlock, ok := m.locks.TryLock(cand.ID)
+		unlock, ok := m.live.tryLock(cand.ID)
 		if !ok {
 			continue // another claim or the reconciler has it
 		}
@@ -191,7 +202,7 @@ func (m *Manager) claimLocked(ctx context.Context, id string, spec sandbox.Spec,
 	if err != nil {
 		return nil, err
 	}
-	if sb.State != sandbox.StatePaused || sb.Spec.Pool == "" {
+	if sb.State != sandbox.StatePaused || sb.Spec.Pool == "" || m.runtimeOf(sb) != spec.Runtime {
 		return nil, errdefs.Conflict("pool member %s was taken", id)
 	}
 	// The claimant's identity and settings; what the container was started
@@ -209,41 +220,25 @@ func (m *Manager) claimLocked(ctx context.Context, id string, spec sandbox.Spec,
 			return nil, err
 		}
 	}
+	// Each step pushes its undo: a claim that fails leaves the member in
+	// the pool exactly as it was (named as before, frozen).
+	cu := cleanup.Make()
+	defer cu.Clean()
 	if sb.Name != "" {
-		if err := m.setHostname(sb.ID, sb.Hostname()); err != nil {
+		if err := m.node.SetHostname(ctx, sb, sb.Hostname()); err != nil {
 			return nil, fmt.Errorf("setting hostname: %w", err)
 		}
+		cu.Add(func() error { return m.node.SetHostname(ctx, &prev, prev.Hostname()) })
 	}
-	if err := m.rtFor(sb).Resume(ctx, sb.ID); err != nil {
+	if err := m.node.Thaw(ctx, sb); err != nil {
 		return nil, fmt.Errorf("thawing pool member: %w", err)
 	}
+	cu.Add(func() error { return m.node.Freeze(ctx, &prev) })
 	if err := m.transition(ctx, sb, sandbox.StateRunning, sandbox.CauseUser, opt.Actor, "create (warm pool)"); err != nil {
-		// Not handed out: back to the pool as it was.
-		_ = m.rtFor(&prev).Pause(ctx, prev.ID)
-		if prev.Name == "" {
-			_ = m.setHostname(prev.ID, prev.Hostname())
-		}
 		return nil, err
 	}
+	cu.Release()
 	return sb, nil
-}
-
-// setHostname changes a running sandbox's host name inside its UTS
-// namespace (the sandbox itself lacks the privilege to).
-func (m *Manager) setHostname(id, name string) error {
-	b, err := os.ReadFile(filepath.Join(m.paths(id).bundle, "init.pid"))
-	if err != nil {
-		return err
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return err
-	}
-	out, err := exec.Command("nsenter", "--target", strconv.Itoa(pid), "--uts", "--", "hostname", name).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
-	}
-	return nil
 }
 
 // refillPools creates members for pools below their size and replaces
@@ -283,13 +278,13 @@ func (m *Manager) refillPools(ctx context.Context, live []*sandbox.Sandbox) {
 		m.mu.Lock()
 		// Members being made may not have a record yet.
 		have += m.poolInFlight[name]
-		for i := have; i < min && m.poolBuilding < 2; i++ {
+		for i := have; i < min && m.poolBuilding < 2 && m.bg.Err() == nil; i++ {
 			m.poolBuilding++
 			m.poolInFlight[name]++
 			m.wg.Add(1)
 			go func() {
 				defer m.wg.Done()
-				if err := m.addPoolMember(context.Background(), tpl); err != nil {
+				if err := m.addPoolMember(m.bg, tpl); err != nil {
 					m.log.Warn("refilling warm pool", "template", tpl.Name, "err", err)
 				}
 				m.mu.Lock()
@@ -310,6 +305,10 @@ func (m *Manager) addPoolMember(ctx context.Context, tpl *store.Template) error 
 		return err
 	}
 	spec.Layers, spec.HostUsr, spec.Pool = tpl.Layers, tpl.Config.HostUsr, tpl.Name
+	spec.Runtime = m.DefaultRuntime()
+	if caps, _ := node.ClassCaps(m.node, spec.Runtime); !caps.Pool {
+		return fmt.Errorf("runtime class %s cannot keep warm-pool members", spec.Runtime)
+	}
 	m.withDiskDefault(&spec)
 	now := m.now()
 	sb := &sandbox.Sandbox{ID: newID(), State: sandbox.StateCreating, Node: m.cfg.Node, Spec: spec,
@@ -317,7 +316,7 @@ func (m *Manager) addPoolMember(ctx context.Context, tpl *store.Template) error 
 	if err := m.launch(ctx, sb, "pool:"+tpl.Name, nil); err != nil {
 		return err
 	}
-	unlock := m.locks.Lock(sb.ID)
+	unlock := m.live.lock(sb.ID)
 	defer unlock()
 	cur, err := m.store.GetSandbox(ctx, sb.ID)
 	if err != nil {

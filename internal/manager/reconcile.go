@@ -4,19 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/berth-sh/berth/api"
-	"github.com/berth-sh/berth/internal/cgroups"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/failpoint"
-	"github.com/berth-sh/berth/internal/network"
-	"github.com/berth-sh/berth/internal/overlay"
-	"github.com/berth-sh/berth/internal/runtime"
+	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -27,6 +21,11 @@ const actorReconciler = "reconciler"
 // sandboxes, finishing interrupted creates and deletes, removing orphans)
 // and then runs the reconciler in the background until Close.
 func (m *Manager) Recover(ctx context.Context) error {
+	m.node.Start(node.Hooks{
+		Event: m.eventAsync,
+		Flow:  m.onFlow,
+		Slots: func(ctx context.Context) (map[string]int, error) { return m.store.ListIDSlots(ctx, "") },
+	})
 	if err := m.recover(ctx); err != nil {
 		return err
 	}
@@ -35,36 +34,25 @@ func (m *Manager) Recover(ctx context.Context) error {
 			m.log.Warn("removing orphans", "err", err)
 		}
 	}
-	m.wg.Add(4)
-	go m.idLoop()
+	m.wg.Add(3)
 	go m.loop()
 	go m.recordFlows()
 	go m.recordEvents()
 	return nil
 }
 
-// Close stops background work. Sandboxes keep running; if none is left,
-// the daemon's cgroup parent is removed too.
+// Close stops background work: what is in flight is cancelled (m.bg) and
+// awaited. Sandboxes keep running; the backend keeps the egress network
+// for those that need it.
 func (m *Manager) Close() {
 	select {
 	case <-m.stopCh:
 	default:
 		close(m.stopCh)
 	}
+	m.cancel()
 	m.wg.Wait()
-	m.closeNetwork(context.Background())
-	if err := closeShare(m.cfg.DataDir); err != nil {
-		m.log.Warn("unmounting the share", "err", err)
-	}
-	sbMounts, _ := overlay.MountsUnder(filepath.Join(m.cfg.DataDir, "sandboxes"))
-	if err := m.pool.Close(len(sbMounts) > 0); err != nil {
-		m.log.Warn("unmounting the storage pool", "err", err)
-	}
-	if len(cgroups.Children(m.CgroupParent())) == 0 {
-		for _, p := range cgroups.Paths(m.CgroupParent()) {
-			_ = os.Remove(p) // rmdir: fails harmlessly if a sandbox appeared
-		}
-	}
+	m.node.Close(m.keepNetwork(context.Background()))
 }
 
 func (m *Manager) wakeReconciler() {
@@ -86,11 +74,11 @@ func (m *Manager) recover(ctx context.Context) error {
 	if live, err = m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node}); err != nil {
 		return err
 	}
-	return m.recoverNetwork(ctx, live)
+	return m.node.Recover(ctx, live)
 }
 
 func (m *Manager) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
-	unlock := m.locks.Lock(sb.ID)
+	unlock := m.live.lock(sb.ID)
 	defer unlock()
 	log := m.log.With("sandbox", sb.ID, "state", sb.State)
 	destroy := func(reason string) {
@@ -120,7 +108,7 @@ func (m *Manager) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 	case sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused ||
 		(sb.State == sandbox.StateQuarantined && sb.PrevState != sandbox.StateStopped):
 		if sb.State != sandbox.StateRunning {
-			if st, err := m.rtFor(sb).State(ctx, sb.ID); err == nil && (st.Status == runtime.StatusPaused || st.Status == runtime.StatusRunning) {
+			if st, err := m.node.Status(ctx, sb); err == nil && (st == node.StatusPaused || st == node.StatusRunning) {
 				log.Info("adopted paused sandbox")
 				return
 			}
@@ -129,8 +117,8 @@ func (m *Manager) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 			// the daemon died in the middle of (the record is written
 			// after the freeze, and is the intent). A frozen sandbox is
 			// alive: thaw it, as its record says it runs.
-			if st, err := m.rtFor(sb).State(ctx, sb.ID); err == nil && st.Status == runtime.StatusPaused {
-				if err := m.rtFor(sb).Resume(ctx, sb.ID); err != nil {
+			if st, err := m.node.Status(ctx, sb); err == nil && st == node.StatusPaused {
+				if err := m.node.Thaw(ctx, sb); err != nil {
 					log.Warn("thawing a sandbox left frozen", "err", err)
 				} else {
 					log.Info("thawed a sandbox left frozen by an interrupted operation")
@@ -153,7 +141,7 @@ func (m *Manager) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 		wasPaused := sb.State == sandbox.StatePaused
 		if sb.State == sandbox.StateQuarantined {
 			log.Warn("quarantined sandbox lost its processes; it stays quarantined, stopped")
-			_ = m.stopHost(ctx, sb)
+			_ = m.stopProcesses(ctx, sb, m.node.Stop)
 			sb.PrevState = sandbox.StateStopped
 			_ = m.store.UpdateSandbox(ctx, sb)
 			return
@@ -179,7 +167,7 @@ func (m *Manager) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 		}
 	case sb.State == sandbox.StateStopped:
 		// Nothing may run or stay mounted for a stopped sandbox.
-		if err := m.stopHost(ctx, sb); err != nil {
+		if err := m.stopProcesses(ctx, sb, m.node.Stop); err != nil {
 			log.Warn("cleaning stopped sandbox", "err", err)
 		}
 	}
@@ -187,14 +175,13 @@ func (m *Manager) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 
 // alive reports whether sb's container runs and its agent answers.
 func (m *Manager) alive(ctx context.Context, sb *sandbox.Sandbox) bool {
-	id := sb.ID
-	st, err := m.rtFor(sb).State(ctx, id)
-	if err != nil || st.Status != "running" {
+	st, err := m.node.Status(ctx, sb)
+	if err != nil || st != node.StatusRunning {
 		return false
 	}
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_, err = m.agentFor(id).Ping(pctx)
+	_, err = m.node.Agent(sb).Ping(pctx)
 	return err == nil
 }
 
@@ -229,7 +216,6 @@ func (m *Manager) loop() {
 // tick enforces policies, stores activity, retries unfinished teardowns
 // and notices dead sandboxes. It returns the next deadline it knows of.
 func (m *Manager) tick(ctx context.Context) time.Time {
-	m.ensureReserve()
 	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node})
 	if err != nil {
 		m.log.Error("reconciler: listing sandboxes", "err", err)
@@ -246,7 +232,7 @@ func (m *Manager) tick(ctx context.Context) time.Time {
 		}
 	}
 	m.refillPools(ctx, live)
-	m.watchReadOnly(ctx, live)
+	m.node.Tick(ctx, live)
 	for _, sb := range live {
 		if sb.State == sandbox.StateRunning && sb.Spec.Policy.IdleTimeout > 0 {
 			// Open exec sessions and busy processes are activity.
@@ -280,12 +266,12 @@ func (m *Manager) tick(ctx context.Context) time.Time {
 				}
 			})
 		case sandbox.StateRunning:
-			if len(cgroups.Procs(m.paths(sb.ID).cgroup)) == 0 {
+			if m.node.Exited(sb) {
 				m.async(sb.ID, func(ctx context.Context, sb *sandbox.Sandbox) {
 					if sb.State != sandbox.StateRunning || m.alive(ctx, sb) {
 						return
 					}
-					reason := "sandbox exited unexpectedly: " + strings.TrimSpace(m.initLogTail(sb.ID, 256, 50*time.Millisecond))
+					reason := "sandbox exited unexpectedly: " + strings.TrimSpace(m.node.InitLog(sb, 256, 50*time.Millisecond))
 					if sb.Spec.Persistent {
 						_ = m.stopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason)
 						return
@@ -340,10 +326,12 @@ func (m *Manager) enforce(ctx context.Context, sb *sandbox.Sandbox) {
 // flushActivity stores activity seen since the record was last written,
 // so idle timers survive a restart. Writes are coalesced to one a second.
 func (m *Manager) flushActivity(ctx context.Context, sb *sandbox.Sandbox) {
-	m.mu.Lock()
-	t, ok := m.activity[sb.ID]
-	m.mu.Unlock()
-	if !ok || !t.After(sb.LastActivityAt.Add(time.Second)) {
+	l := m.live.peek(sb.ID)
+	if l == nil {
+		return
+	}
+	t := l.lastActivity()
+	if t.IsZero() || !t.After(sb.LastActivityAt.Add(time.Second)) {
 		return
 	}
 	m.async(sb.ID, func(ctx context.Context, cur *sandbox.Sandbox) {
@@ -352,11 +340,7 @@ func (m *Manager) flushActivity(ctx context.Context, sb *sandbox.Sandbox) {
 		}
 		cur.LastActivityAt = t
 		if err := m.store.UpdateSandbox(ctx, cur); err == nil {
-			m.mu.Lock()
-			if m.activity[cur.ID].Equal(t) {
-				delete(m.activity, cur.ID)
-			}
-			m.mu.Unlock()
+			l.stored(t)
 		}
 	})
 }
@@ -364,7 +348,10 @@ func (m *Manager) flushActivity(ctx context.Context, sb *sandbox.Sandbox) {
 // async runs fn on a fresh copy of sandbox id under its lock, unless an
 // operation already holds the lock; it reports whether fn was started.
 func (m *Manager) async(id string, fn func(context.Context, *sandbox.Sandbox)) bool {
-	unlock, ok := m.locks.TryLock(id)
+	if m.bg.Err() != nil {
+		return false // shutting down
+	}
+	unlock, ok := m.live.tryLock(id)
 	if !ok {
 		return false
 	}
@@ -372,6 +359,9 @@ func (m *Manager) async(id string, fn func(context.Context, *sandbox.Sandbox)) b
 	go func() {
 		defer m.wg.Done()
 		defer unlock()
+		// Policy actions and retries are whole operations: they finish
+		// (or are undone) once started, like a request's; Close stops
+		// new ones from starting.
 		ctx := context.Background()
 		sb, err := m.store.GetSandbox(ctx, id)
 		if err != nil {
@@ -416,7 +406,7 @@ func (m *Manager) doctor(ctx context.Context, fix, atStart bool) (*api.DoctorRep
 	// the record is read again under the lock, since the list above may be
 	// older than an operation that has just finished.
 	busy := func(id string) bool {
-		unlock, ok := m.locks.TryLock(id)
+		unlock, ok := m.live.tryLock(id)
 		if !ok {
 			return true
 		}
@@ -432,129 +422,47 @@ func (m *Manager) doctor(ctx context.Context, fix, atStart bool) (*api.DoctorRep
 		}
 		return false
 	}
-
-	for _, name := range m.RuntimeNames() {
-		rt := m.runtimes[name]
-		containers, err := rt.List(ctx)
-		if err != nil {
-			add("runtime", "", name+": listing containers: "+err.Error(), nil)
-		}
-		for _, c := range containers {
-			if !busy(c.ID) && (live[c.ID] == nil || m.rtFor(live[c.ID]) != rt) {
-				add("runtime", c.ID, fmt.Sprintf("%s container %s (%s) has no live sandbox", name, c.ID, c.Status), func() error {
-					return rt.Delete(ctx, c.ID)
-				})
+	for _, sb := range live {
+		if len(sb.Spec.Layers) == 0 { // records from before layers were kept
+			if tpl, err := m.store.GetTemplate(ctx, sb.Spec.Template); err == nil {
+				sb.Spec.Layers = tpl.Layers
 			}
 		}
 	}
-	for _, id := range cgroups.Children(m.CgroupParent()) {
-		if !busy(id) && live[id] == nil {
-			rel := m.CgroupParent() + "/" + id
-			add("cgroup", id, rel, func() error { return cgroups.Destroy(rel) })
-		}
+	vols, _ := m.store.ListVolumes(ctx, "", false)
+	owners := map[string]string{}
+	for _, v := range vols {
+		owners[v.ID] = v.SandboxID
 	}
-	sbRoot := filepath.Join(m.cfg.DataDir, "sandboxes")
-	// Volumes mounted for no running sandbox of ours.
-	if vmounts, err := overlay.MountsUnder(m.volumes.Root()); err == nil {
-		running := map[string]bool{}
-		for _, sb := range live {
-			if sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused || sb.State == sandbox.StateQuarantined ||
-				sb.State == sandbox.StateCreating || sb.State == sandbox.StateStarting {
-				for _, vm := range sb.Spec.Volumes {
-					running[vm.VolumeID] = true
-				}
+	m.node.Sweep(ctx, node.SweepInput{
+		Live:    live,
+		Busy:    busy,
+		TryLock: m.live.tryLock,
+		VolumeOwner: func(vid string) (string, bool) {
+			if owner, ok := owners[vid]; ok {
+				return owner, true
 			}
-		}
-		for _, mp := range vmounts {
-			vid, _, _ := strings.Cut(strings.TrimPrefix(mp, m.volumes.Root()+"/"), "/")
-			if running[vid] {
-				continue
+			// A volume looked at by its mount may be a tombstone now.
+			if v, err := m.store.GetVolume(ctx, vid); err == nil {
+				return v.SandboxID, v.State != store.VolumeDeleted
 			}
-			// Look again at the sandbox that holds the volume: it may have
-			// started since the list was read, or be stopping right now.
-			if v, err := m.store.GetVolume(ctx, vid); err == nil && v.SandboxID != "" {
-				if busy(v.SandboxID) {
-					continue
-				}
-				if sb := live[v.SandboxID]; sb != nil && sb.State != sandbox.StateStopped {
-					continue
-				}
-			}
-			add("mount", vid, mp, func() error { return overlay.Unmount(mp) })
-		}
-	}
-	mounts, _ := overlay.MountsUnder(sbRoot)
-	slices.Reverse(mounts) // a sandbox's root before the idmapped layers under it
-	for _, mp := range mounts {
-		id, _, _ := strings.Cut(strings.TrimPrefix(mp, sbRoot+"/"), "/")
-		if !busy(id) && live[id] == nil {
-			add("mount", id, mp, func() error { return overlay.Unmount(mp) })
-		}
-	}
-	if ents, err := os.ReadDir(m.scratch.Root()); err == nil {
-		for _, e := range ents {
-			id := e.Name()
-			if !busy(id) && live[id] == nil {
-				add("dir", id, filepath.Join(m.scratch.Root(), id), func() error { return m.removeScratch(id) })
-			}
-		}
-	}
-	// Writable-layer filesystems mounted for a sandbox that is not running.
-	if smounts, err := overlay.MountsUnder(m.scratch.Root()); err == nil {
-		for _, mp := range smounts {
-			id, _, _ := strings.Cut(strings.TrimPrefix(mp, m.scratch.Root()+"/"), "/")
-			if busy(id) {
-				continue
-			}
-			if sb := live[id]; sb == nil || sb.State != sandbox.StateStopped {
-				continue // none: the dir finding above removes it; else in use
-			}
-			add("mount", id, mp, func() error { return overlay.Unmount(mp) })
-		}
-	}
-	if vids, err := m.volumes.IDs(); err == nil {
-		vols, _ := m.store.ListVolumes(ctx, "", false)
-		known := map[string]bool{}
-		for _, v := range vols {
-			known[v.ID] = true
-		}
-		// A workspace volume being made for a sandbox in creation has
-		// its image before its record.
-		for _, sb := range live {
-			for _, vm := range sb.Spec.Volumes {
-				known[vm.VolumeID] = true
-			}
-		}
-		for _, vid := range vids {
-			if !known[vid] {
-				add("volume", vid, m.volumes.Image(vid), func() error { return m.volumes.Delete(vid) })
-			}
-		}
-	}
+			return "", false
+		},
+		Snapshot: func(id string) bool {
+			_, err := m.store.GetSnapshot(ctx, id)
+			return !errors.Is(err, errdefs.ErrNotFound)
+		},
+		AtStart: atStart,
+	}, add)
 	m.doctorIDs(ctx, busy, live, add)
-	dirs, _ := m.sandboxDirs()
-	for _, id := range dirs {
-		if !busy(id) && live[id] == nil {
-			add("dir", id, filepath.Join(sbRoot, id), func() error { return m.teardown(ctx, &sandbox.Sandbox{ID: id}) })
-		}
-	}
 	for id := range live {
 		if busy(id) || live[id] == nil {
 			continue
 		}
-		sb := live[id]
-		switch sb.State {
-		case sandbox.StateRunning:
-			if _, err := m.rtFor(sb).State(ctx, id); errors.Is(err, errdefs.ErrNotFound) {
-				add("record", id, "sandbox is running but has no container", nil)
-			}
-		case sandbox.StateDeleting, sandbox.StateFailed:
+		if sb := live[id]; sb.State == sandbox.StateDeleting || sb.State == sandbox.StateFailed {
 			add("record", id, fmt.Sprintf("sandbox is %s: teardown pending (%s)", sb.State, sb.Error), nil)
 		}
 	}
-	m.doctorClones(ctx, add)
-	m.doctorFrozen(ctx, live, busy, !atStart, add)
-	m.doctorNetwork(ctx, live, fix, add)
 	rep.Healthy = true
 	for _, f := range rep.Findings {
 		if !f.Fixed {
@@ -562,47 +470,4 @@ func (m *Manager) doctor(ctx context.Context, fix, atStart bool) (*api.DoctorRep
 		}
 	}
 	return rep, nil
-}
-
-// doctorNetwork counts this daemon's network objects (veths, per-sandbox
-// chains) against its attached egress sandboxes; with fix, removes the
-// extra ones.
-func (m *Manager) doctorNetwork(ctx context.Context, live map[string]*sandbox.Sandbox, fix bool, add func(kind, id, detail string, fixFn func() error)) {
-	if m.netIfUp() == nil && !network.Exists(m.cfg.Instance) {
-		return
-	}
-	n, err := m.net(ctx)
-	if err != nil {
-		add("network", "", err.Error(), nil)
-		return
-	}
-	attached := map[string]bool{}
-	for id, sb := range live {
-		if sb.Spec.Network == "egress" && (sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused ||
-			sb.State == sandbox.StateQuarantined || sb.State == sandbox.StateCreating || sb.State == sandbox.StateStarting) {
-			attached[id] = true
-		}
-	}
-	ifaces, objs, err := n.Resources()
-	if err != nil {
-		add("network", "", "listing network objects: "+err.Error(), nil)
-		return
-	}
-	veths, chains := 0, 0
-	for _, i := range ifaces {
-		if i != n.Bridge() {
-			veths++
-		}
-	}
-	for _, o := range objs {
-		if strings.HasPrefix(o, "chain:") && strings.Contains(o, "/sb-") {
-			chains++
-		}
-	}
-	if veths > len(attached) || chains > len(attached) {
-		add("network", "", fmt.Sprintf("%d veths and %d sandbox chains for %d attached egress sandboxes", veths, chains, len(attached)), func() error {
-			_, err := n.Prune(ctx, func(id string) bool { return attached[id] })
-			return err
-		})
-	}
 }

@@ -138,7 +138,7 @@ func (m *Manager) UploadTemplate(ctx context.Context, name string, r io.Reader) 
 	if err := m.checkNewTemplate(ctx, name); err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(m.cfg.DataDir, "uploads")
+	dir := m.cfg.UploadDir
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}

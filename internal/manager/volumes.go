@@ -4,21 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
-	"github.com/berth-sh/berth/internal/volume"
-)
-
-// volumeDataDir is the directory, inside a volume's filesystem, that is
-// mounted into sandboxes; rootLayerDir holds a persisted writable root.
-const (
-	volumeDataDir = "data"
-	rootLayerDir  = "root"
 )
 
 // CreateVolume makes a named volume.
@@ -26,11 +18,11 @@ func (m *Manager) CreateVolume(ctx context.Context, req *api.CreateVolumeRequest
 	if !sandbox.ValidName(req.Name) {
 		return nil, errdefs.Invalid("bad volume name %q: use 1-63 letters, digits, '.', '_' or '-'", req.Name)
 	}
-	size, inodes, err := volume.Normalize(req.SizeBytes, req.Inodes)
+	size, inodes, err := m.node.NormalizeVolume(req.SizeBytes, req.Inodes)
 	if err != nil {
 		return nil, err
 	}
-	if c, err := m.pool.Capacity(); err == nil && size > c {
+	if c, err := m.node.Capacity(); err == nil && size > c {
 		return nil, errdefs.Invalid("volume size %s exceeds the storage pool's size %s", humanBytes(size), humanBytes(c))
 	}
 	if err := m.admit(ctx, size, "volume "+req.Name); err != nil {
@@ -42,10 +34,10 @@ func (m *Manager) CreateVolume(ctx context.Context, req *api.CreateVolumeRequest
 	if err := m.store.CreateVolume(ctx, v); err != nil {
 		return nil, err
 	}
-	if err := m.volumes.Create(v.ID, size, inodes); err != nil {
+	if err := m.node.CreateVolume(v.ID, size, inodes); err != nil {
 		v.State, v.DeletedAt = store.VolumeDeleted, m.now()
 		_ = m.store.UpdateVolume(context.WithoutCancel(ctx), v)
-		_ = m.volumes.Delete(v.ID)
+		_ = m.node.DeleteVolume(v.ID)
 		return nil, fmt.Errorf("creating volume: %w", err)
 	}
 	return v, nil
@@ -69,11 +61,11 @@ func (m *Manager) ListVolumes(ctx context.Context, all bool) ([]*store.Volume, e
 }
 
 // VolumeUsage reports what a volume holds.
-func (m *Manager) VolumeUsage(v *store.Volume) volume.Usage {
+func (m *Manager) VolumeUsage(v *store.Volume) node.VolumeUsage {
 	if v.State == store.VolumeDeleted {
-		return volume.Usage{}
+		return node.VolumeUsage{}
 	}
-	u, _ := m.volumes.Usage(v.ID)
+	u, _ := m.node.VolumeUsage(v.ID)
 	return u
 }
 
@@ -90,7 +82,7 @@ func (m *Manager) DeleteVolume(ctx context.Context, ref string) error {
 }
 
 func (m *Manager) dropVolume(ctx context.Context, v *store.Volume) error {
-	if err := m.volumes.Delete(v.ID); err != nil {
+	if err := m.node.DeleteVolume(v.ID); err != nil {
 		return err
 	}
 	v.State, v.SandboxID, v.DeletedAt, v.UpdatedAt = store.VolumeDeleted, "", m.now(), m.now()
@@ -102,11 +94,11 @@ func (m *Manager) dropVolume(ctx context.Context, v *store.Volume) error {
 func (m *Manager) resolveVolumes(ctx context.Context, req *api.CreateSandboxRequest, sp *sandbox.Spec) error {
 	used := map[string]bool{}
 	if sp.Persistent {
-		size, inodes, err := volume.Normalize(req.VolumeSizeBytes, req.VolumeInodes)
+		size, inodes, err := m.node.NormalizeVolume(req.VolumeSizeBytes, req.VolumeInodes)
 		if err != nil {
 			return err
 		}
-		if c, err := m.pool.Capacity(); err == nil && size > c {
+		if c, err := m.node.Capacity(); err == nil && size > c {
 			return errdefs.Invalid("volume size %s exceeds the storage pool's size %s", humanBytes(size), humanBytes(c))
 		}
 		sp.VolumeSize, sp.VolumeInodes = size, inodes
@@ -178,40 +170,11 @@ func (m *Manager) attachVolumes(ctx context.Context, sb *sandbox.Sandbox) error 
 				return fmt.Errorf("attaching volume %s: %w", v.Name, err)
 			}
 		}
-		if err := m.volumes.Create(v.ID, v.SizeBytes, v.Inodes); err != nil {
+		if err := m.node.CreateVolume(v.ID, v.SizeBytes, v.Inodes); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// mountVolumes mounts sb's volumes on the host and makes sure their data
-// dirs exist, owned by sandbox root.
-func (m *Manager) mountVolumes(sb *sandbox.Sandbox) error {
-	uid, gid := m.cfg.IDMap.HostRoot()
-	for _, vm := range sb.Spec.Volumes {
-		if err := m.volumes.Mount(vm.VolumeID); err != nil {
-			return err
-		}
-		d := filepath.Join(m.volumes.Path(vm.VolumeID), volumeDataDir)
-		if err := os.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
-			return err
-		}
-		if err := os.Chown(d, uid, gid); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (m *Manager) unmountVolumes(sb *sandbox.Sandbox) error {
-	var errs []error
-	for _, vm := range sb.Spec.Volumes {
-		if err := m.volumes.Unmount(vm.VolumeID); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // releaseVolumes runs after a sandbox is gone: owned volumes are deleted
@@ -223,7 +186,7 @@ func (m *Manager) releaseVolumes(ctx context.Context, sb *sandbox.Sandbox) error
 		if errors.Is(err, errdefs.ErrNotFound) {
 			// An interrupted create may have made the image only.
 			if vm.Owned {
-				errs = append(errs, m.volumes.Delete(vm.VolumeID))
+				errs = append(errs, m.node.DeleteVolume(vm.VolumeID))
 			}
 			continue
 		}
@@ -238,26 +201,9 @@ func (m *Manager) releaseVolumes(ctx context.Context, sb *sandbox.Sandbox) error
 			errs = append(errs, m.dropVolume(ctx, v))
 			continue
 		}
-		if err := m.volumes.Unmount(v.ID); err != nil {
-			errs = append(errs, err)
-			continue
-		}
+		// The backend unmounted it with the rest of the sandbox (Remove).
 		v.State, v.SandboxID, v.UpdatedAt = store.VolumeAvailable, "", m.now()
 		errs = append(errs, m.store.UpdateVolume(ctx, v))
 	}
 	return errors.Join(errs...)
-}
-
-// layerDirs returns the upper and work dirs of sb's writable root layer:
-// on its workspace volume when the root persists, else in scratch space.
-func (m *Manager) layerDirs(sb *sandbox.Sandbox) (upper, work string) {
-	if persistsRoot(sb) {
-		base := filepath.Join(m.volumes.Path(sb.Spec.Volumes[0].VolumeID), rootLayerDir)
-		return filepath.Join(base, "upper"), filepath.Join(base, "work")
-	}
-	if upper, work, ok := m.legacyUpper(sb.ID); ok {
-		return upper, work
-	}
-	p := m.paths(sb.ID)
-	return p.upper, p.work
 }

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/node/local"
 )
 
 // Resource limits: what one sandbox can take from the host and from the
@@ -87,9 +87,9 @@ report(("ok forked all %d" % n) if not err else "err forked %d then %s" % (n, er
 				if e.DataDir() == "" || !e.Local() {
 					return notApplicable("needs the daemon's data dir on this host")
 				}
-				pids := cgroupPids(manager.InstanceName(e.DataDir()), sb.ID)
+				pids := cgroupPids(local.InstanceName(e.DataDir()), sb.ID)
 				if len(pids) == 0 {
-					return escaped("no process found in the sandbox's cgroup /%s/%s", manager.InstanceName(e.DataDir()), sb.ID)
+					return escaped("no process found in the sandbox's cgroup /%s/%s", local.InstanceName(e.DataDir()), sb.ID)
 				}
 				var low []string
 				for _, p := range pids {
@@ -111,7 +111,7 @@ report(("ok forked all %d" % n) if not err else "err forked %d then %s" % (n, er
 				var pids []int
 				before := map[int]int{}
 				if e.DataDir() != "" && e.Local() {
-					pids = cgroupPids(manager.InstanceName(e.DataDir()), sb.ID)
+					pids = cgroupPids(local.InstanceName(e.DataDir()), sb.ID)
 					for _, p := range pids {
 						before[p] = oomScoreAdj(p)
 					}
@@ -132,7 +132,7 @@ report(r)`)
 				// Accepted inside: it matters only if a host process of
 				// the sandbox now has a lower score (runc: the process
 				// itself; gVisor: emulated, the host's stay as they were).
-				for _, p := range cgroupPids(manager.InstanceName(e.DataDir()), sb.ID) {
+				for _, p := range cgroupPids(local.InstanceName(e.DataDir()), sb.ID) {
 					if b, ok := before[p]; ok && oomScoreAdj(p) < b {
 						return escaped("%s: host pid %d lowered %d -> %d", o.Observed, p, b, oomScoreAdj(p))
 					}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/bench"
 	"github.com/berth-sh/berth/internal/cgroups"
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/node/local"
 	"github.com/berth-sh/berth/internal/overlay"
 )
 
@@ -122,7 +122,7 @@ func stopPrivate(d *bench.Private, work, dataDir string) []string {
 			out = append(out, err.Error())
 		}
 	}
-	parent := "/" + manager.InstanceName(dataDir)
+	parent := "/" + local.InstanceName(dataDir)
 	for _, c := range cgroups.Children(parent) {
 		out = append(out, "cgroup left: "+parent+"/"+c)
 		cgroups.Destroy(parent + "/" + c)

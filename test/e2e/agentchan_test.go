@@ -16,7 +16,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/cgroups"
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/node/local"
 )
 
 // agentClasses returns the runtime classes the daemon offers, runc first.
@@ -254,7 +254,7 @@ func TestExecTimeoutIsTheDaemons(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cg := "/" + manager.InstanceName(d.dataDir) + "/" + sb.ID
+			cg := "/" + local.InstanceName(d.dataDir) + "/" + sb.ID
 			pids := cgroups.Procs(cg)
 			if len(pids) == 0 {
 				t.Fatalf("no processes in %s", cg)

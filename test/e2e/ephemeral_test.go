@@ -19,7 +19,7 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
 	"github.com/berth-sh/berth/internal/cgroups"
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/node/local"
 )
 
 func TestRunPrintsAndExitsWithCode(t *testing.T) {
@@ -153,7 +153,7 @@ func TestTimeoutKillsAndDestroys(t *testing.T) {
 	if el := time.Since(start); el > 5*time.Second {
 		t.Fatalf("timeout of 1s acted on after %s", el)
 	}
-	if cgroups.Exists("/" + manager.InstanceName(d.dataDir) + "/" + sb.ID) {
+	if cgroups.Exists("/" + local.InstanceName(d.dataDir) + "/" + sb.ID) {
 		t.Fatal("cgroup left after timeout")
 	}
 }
@@ -177,7 +177,7 @@ func TestForkFloodStoppedAtPidsLimit(t *testing.T) {
 	if exit.Code == 0 || !strings.Contains(stderr.String(), "fork") {
 		t.Fatalf("flood was not stopped: %+v stderr %q", exit, stderr.String())
 	}
-	procs := cgroups.Procs("/" + manager.InstanceName(d.dataDir) + "/" + sb.ID)
+	procs := cgroups.Procs("/" + local.InstanceName(d.dataDir) + "/" + sb.ID)
 	if len(procs) > 64 || len(procs) < 32 {
 		t.Errorf("flood left %d processes in the sandbox; limit 64", len(procs))
 	}
@@ -193,7 +193,7 @@ func TestForkFloodStoppedAtPidsLimit(t *testing.T) {
 	if _, err := d.c.DeleteSandbox(ctx, sb.ID, true); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(cgroups.Procs("/" + manager.InstanceName(d.dataDir) + "/" + sb.ID)); n != 0 {
+	if n := len(cgroups.Procs("/" + local.InstanceName(d.dataDir) + "/" + sb.ID)); n != 0 {
 		t.Fatalf("%d processes survive delete", n)
 	}
 }

@@ -21,7 +21,7 @@ import (
 
 	"github.com/berth-sh/berth/client"
 	"github.com/berth-sh/berth/internal/cgroups"
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/node/local"
 	"github.com/berth-sh/berth/internal/overlay"
 )
 
@@ -294,7 +294,7 @@ func assertNoLeaks(t *testing.T, dataDir string) {
 		}
 		t.Errorf("leaked runc containers: %v", names)
 	}
-	parent := "/" + manager.InstanceName(dataDir)
+	parent := "/" + local.InstanceName(dataDir)
 	if kids := cgroups.Children(parent); len(kids) > 0 {
 		t.Errorf("leaked cgroups under %s: %v", parent, kids)
 	}

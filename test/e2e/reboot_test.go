@@ -7,7 +7,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/cgroups"
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/node/local"
 	"github.com/berth-sh/berth/internal/overlay"
 )
 
@@ -30,7 +30,7 @@ func TestPersistentSurvivesHostReboot(t *testing.T) {
 	execOut(t, d, keep.ID, "sh", "-c", "head -c 1000000 /dev/urandom > /workspace/w; mkdir -p /opt && head -c 1000 /dev/urandom > /opt/r; sha256sum /workspace/w /opt/r > /root/sums; sync")
 	d.stop()
 	// The "reboot".
-	parent := "/" + manager.InstanceName(d.dataDir)
+	parent := "/" + local.InstanceName(d.dataDir)
 	for _, id := range []string{keep.ID, gone.ID} {
 		if err := cgroups.Destroy(parent + "/" + id); err != nil {
 			t.Fatal(err)

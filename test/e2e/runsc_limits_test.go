@@ -14,7 +14,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/cgroups"
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/node/local"
 	"github.com/berth-sh/berth/internal/runtime"
 )
 
@@ -67,7 +67,7 @@ func TestRunscTaskLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cg := "/" + manager.InstanceName(d.dataDir) + "/" + sb.ID
+	cg := "/" + local.InstanceName(d.dataDir) + "/" + sb.ID
 	assertOOMScores(t, rs, sb.ID, cg, "after start")
 	guest := func() int64 {
 		lim, cur, err := rs.GuestPids(ctx, sb.ID)

@@ -16,7 +16,7 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
 	"github.com/berth-sh/berth/internal/cgroups"
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/node/local"
 )
 
 // startRunscDaemon starts a daemon and skips the test, naming the daemon's
@@ -92,7 +92,7 @@ func TestRunscConformance(t *testing.T) {
 	if got := sh(t, d, sb.ID, "head -1 /proc/meminfo"); !strings.Contains(strings.Join(strings.Fields(got), " "), "MemTotal: 262144 kB") {
 		t.Errorf("meminfo: %q, want MemTotal of the 256 MiB limit", got)
 	}
-	cg := "/" + manager.InstanceName(d.dataDir) + "/" + sb.ID
+	cg := "/" + local.InstanceName(d.dataDir) + "/" + sb.ID
 	if len(cgroups.Procs(cg)) == 0 {
 		t.Errorf("no processes in the sandbox's host cgroup %s", cg)
 	}
@@ -226,8 +226,8 @@ func TestRunscSecurityBoundary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := fi.Sys().(*syscall.Stat_t); st.Uid != manager.DefaultIDMap.HostUID {
-		t.Errorf("file made in the sandbox is owned by host uid %d, want %d", st.Uid, manager.DefaultIDMap.HostUID)
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != local.DefaultIDMap.HostUID {
+		t.Errorf("file made in the sandbox is owned by host uid %d, want %d", st.Uid, local.DefaultIDMap.HostUID)
 	}
 }
 
@@ -278,7 +278,7 @@ func TestRunscHibernateAcrossRestart(t *testing.T) {
 		t.Fatalf("after hibernate: state %s reason %q, want stopped/hibernated", hib.State, hib.Reason)
 	}
 	// Compute and memory are released: no process in its cgroup.
-	cg := "/" + manager.InstanceName(d.dataDir) + "/" + sb.ID
+	cg := "/" + local.InstanceName(d.dataDir) + "/" + sb.ID
 	if procs := cgroups.Procs(cg); len(procs) > 0 {
 		t.Errorf("processes left in %s after hibernate: %v", cg, procs)
 	}

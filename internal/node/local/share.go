@@ -1,4 +1,4 @@
-package manager
+package local
 
 import (
 	"errors"
@@ -89,6 +89,6 @@ func closeShare(dataDir string) error {
 }
 
 // resolvConfPath returns where the resolv.conf of egress sandbox id lives.
-func (m *Manager) resolvConfPath(id string) string {
-	return filepath.Join(m.cfg.DataDir, shareDir, shareResolvDir, id)
+func (b *Backend) resolvConfPath(id string) string {
+	return filepath.Join(b.cfg.DataDir, shareDir, shareResolvDir, id)
 }

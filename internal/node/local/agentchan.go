@@ -1,4 +1,4 @@
-package manager
+package local
 
 import (
 	"bufio"
@@ -16,7 +16,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-sh/berth/internal/agent"
-	"github.com/berth-sh/berth/internal/cgroups"
 	"github.com/berth-sh/berth/internal/overlay"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
@@ -62,36 +61,32 @@ type agentChannel struct {
 	lastEvent time.Time
 }
 
-// AgentRefusals counts dials to an agent the daemon refused because of
-// who listened (an impostor, a replaced or redirected socket).
-func (m *Manager) AgentRefusals() uint64 { return m.agentRefused.Load() }
-
-func (m *Manager) channel(id string) *agentChannel {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	ch, ok := m.channels[id]
+func (b *Backend) channel(id string) *agentChannel {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ch, ok := b.channels[id]
 	if !ok {
 		ch = &agentChannel{}
-		m.channels[id] = ch
+		b.channels[id] = ch
 	}
 	return ch
 }
 
 // newAgentClient returns the client of sandbox id's agent.
-func (m *Manager) newAgentClient(id string) *agent.Client {
-	p := m.paths(id)
-	ch := m.channel(id)
+func (b *Backend) newAgentClient(id string) *agent.Client {
+	p := b.paths(id)
+	ch := b.channel(id)
 	verify := func(cred *unix.Ucred) error { return inCgroup(int(cred.Pid), p.cgroup) }
 	pin := func() (agent.Pin, bool) {
 		ch.mu.Lock()
 		defer ch.mu.Unlock()
 		if !ch.loaded {
 			ch.loaded = true
-			if b, err := os.ReadFile(p.pin); err == nil {
-				if pn, err := agent.ParsePin(string(b)); err == nil {
+			if data, err := os.ReadFile(p.pin); err == nil {
+				if pn, err := agent.ParsePin(string(data)); err == nil {
 					ch.pin, ch.pinned = pn, true
 				} else {
-					m.log.Warn("agent pin unreadable; the next connection is trusted", "sandbox", id, "err", err)
+					b.log.Warn("agent pin unreadable; the next connection is trusted", "sandbox", id, "err", err)
 				}
 			}
 		}
@@ -105,7 +100,7 @@ func (m *Manager) newAgentClient(id string) *agent.Client {
 		}
 		ch.pin, ch.pinned, ch.loaded = pn, true, true
 		if err := writeFileAtomic(p.pin, []byte(pn.String()+"\n")); err != nil {
-			m.log.Warn("recording the agent's socket", "sandbox", id, "err", err)
+			b.log.Warn("recording the agent's socket", "sandbox", id, "err", err)
 		}
 	}
 	// The daemon's own socket listens before the agent starts, so that a
@@ -132,7 +127,7 @@ func (m *Manager) newAgentClient(id string) *agent.Client {
 			c, err = guest.Dial(ctx)
 		}
 		if err != nil && errors.Is(err, agent.ErrPeerRefused) {
-			m.refuseAgent(id, ch, err)
+			b.refuseAgent(id, ch, err)
 		}
 		return c, err
 	})
@@ -144,42 +139,12 @@ func (m *Manager) newAgentClient(id string) *agent.Client {
 // byte for that long: the daemon's deadline, not the agent's.
 const agentIdleTimeout = 30 * time.Second
 
-// execOverdue is how long past its timeout the daemon waits for the agent
-// to report the end of a command before it ends the exec itself.
-const execOverdue = 500 * time.Millisecond
-
-// agentOverdue handles an agent that let a deadline pass: if it does not
-// answer a ping either, it is hung or not the agent at all, and the
-// sandbox's processes are ended from the host (cgroup kill); the
-// reconciler then finds the sandbox dead and handles it by its lifecycle.
-func (m *Manager) agentOverdue(id, what string) {
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err := m.agentFor(id).Ping(ctx)
-		cancel()
-		if err == nil {
-			m.log.Warn("agent let a deadline pass but answers", "sandbox", id, "what", what)
-			return
-		}
-		m.log.Warn("agent unresponsive past a deadline: ending the sandbox's processes", "sandbox", id, "what", what, "err", err)
-		m.event(context.Background(), &sandbox.Event{SandboxID: id, Type: "security", Actor: "daemon",
-			Cause: sandbox.CauseReconciler, Outcome: "killed",
-			Message: fmt.Sprintf("the agent did not end %s at its deadline and does not answer: processes ended from the host", what)})
-		if err := cgroups.KillAll(m.paths(id).cgroup); err != nil {
-			m.log.Error("killing an unresponsive sandbox", "sandbox", id, "err", err)
-		}
-		m.wakeReconciler()
-	}()
-}
-
 // refuseAgent records a refused dial: always in the log and the counter,
 // as an event at most every 10 s per sandbox (the store is not a sink a
 // sandbox may fill).
-func (m *Manager) refuseAgent(id string, ch *agentChannel, cause error) {
-	m.agentRefused.Add(1)
-	m.log.Warn("agent channel refused", "sandbox", id, "err", cause)
+func (b *Backend) refuseAgent(id string, ch *agentChannel, cause error) {
+	b.agentRefused.Add(1)
+	b.log.Warn("agent channel refused", "sandbox", id, "err", cause)
 	ch.mu.Lock()
 	due := time.Since(ch.lastEvent) >= 10*time.Second
 	if due {
@@ -187,19 +152,19 @@ func (m *Manager) refuseAgent(id string, ch *agentChannel, cause error) {
 	}
 	ch.mu.Unlock()
 	if due {
-		m.event(context.Background(), &sandbox.Event{SandboxID: id, Type: "security", Actor: "daemon",
+		b.emit(&sandbox.Event{SandboxID: id, Type: "security", Actor: "daemon",
 			Cause: sandbox.CauseReconciler, Outcome: "refused", Message: cause.Error()})
 	}
 }
 
 // resetAgentPin forgets the pinned agent socket of id: called before its
 // agent starts (or is restored), whose new socket the next ping pins.
-func (m *Manager) resetAgentPin(id string) error {
-	ch := m.channel(id)
+func (b *Backend) resetAgentPin(id string) error {
+	ch := b.channel(id)
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	ch.pin, ch.pinned, ch.loaded = agent.Pin{}, false, true
-	if err := os.Remove(m.paths(id).pin); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(b.paths(id).pin); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return nil
@@ -268,9 +233,9 @@ func mountRunTmpfs(dir string, uid, gid int) error {
 }
 
 // writeFileAtomic writes a root-only file by rename.
-func writeFileAtomic(path string, b []byte) error {
+func writeFileAtomic(path string, data []byte) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)
@@ -292,24 +257,24 @@ const initLogBytes = 16 << 10
 // openInitLog returns the write end of a new init log pipe for id; the
 // caller passes it to the runtime and closes its copy once the container
 // holds it.
-func (m *Manager) openInitLog(id string) (*os.File, error) {
+func (b *Backend) openInitLog(id string) (*os.File, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
 	l := &initLog{done: make(chan struct{})}
-	m.mu.Lock()
-	m.initLogs[id] = l
-	m.mu.Unlock()
+	b.mu.Lock()
+	b.initLogs[id] = l
+	b.mu.Unlock()
 	go func() {
 		defer close(l.done)
 		defer r.Close()
-		b := make([]byte, 4096)
+		buf := make([]byte, 4096)
 		for {
-			n, err := r.Read(b)
+			n, err := r.Read(buf)
 			if n > 0 {
 				l.mu.Lock()
-				l.buf = append(l.buf, b[:n]...)
+				l.buf = append(l.buf, buf[:n]...)
 				if over := len(l.buf) - initLogBytes; over > 0 {
 					l.buf = append(l.buf[:0], l.buf[over:]...)
 				}
@@ -326,10 +291,10 @@ func (m *Manager) openInitLog(id string) (*os.File, error) {
 // initLogTail returns up to n bytes of the end of id's init log. wait
 // gives the drain that long to reach the end of what was written (a
 // container that failed to start holds no write end any more).
-func (m *Manager) initLogTail(id string, n int, wait time.Duration) string {
-	m.mu.Lock()
-	l := m.initLogs[id]
-	m.mu.Unlock()
+func (b *Backend) initLogTail(id string, n int, wait time.Duration) string {
+	b.mu.Lock()
+	l := b.initLogs[id]
+	b.mu.Unlock()
 	if l == nil {
 		return ""
 	}
@@ -341,17 +306,9 @@ func (m *Manager) initLogTail(id string, n int, wait time.Duration) string {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	b := l.buf
-	if len(b) > n {
-		b = b[len(b)-n:]
+	tail := l.buf
+	if len(tail) > n {
+		tail = tail[len(tail)-n:]
 	}
-	return string(b)
-}
-
-// forgetChannel drops what the manager kept about id's agent channel.
-func (m *Manager) forgetChannel(id string) {
-	m.mu.Lock()
-	delete(m.channels, id)
-	delete(m.initLogs, id)
-	m.mu.Unlock()
+	return string(tail)
 }

@@ -1,4 +1,4 @@
-package manager
+package local
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
-	"github.com/berth-sh/berth/internal/store"
 )
 
 // Capacity. Volumes and writable layers are sparse images: they take host
@@ -49,27 +48,30 @@ func fsSpace(path string) (total, avail int64, err error) {
 }
 
 // lowWater is the host free space creates must leave.
-func (m *Manager) lowWater() int64 {
-	if m.cfg.DiskLowWater > 0 {
-		return m.cfg.DiskLowWater
+func (b *Backend) lowWater() int64 {
+	if b.cfg.DiskLowWater > 0 {
+		return b.cfg.DiskLowWater
 	}
-	total, _, err := fsSpace(m.cfg.DataDir)
+	total, _, err := fsSpace(b.cfg.DataDir)
 	if err != nil {
 		return 0
 	}
 	return defaultLowWater(total)
 }
 
-// admit refuses (507) making objects that may grow to need bytes, for
+// Capacity is the storage pool's size: the most a disk cap or volume may be.
+func (b *Backend) Capacity() (int64, error) { return b.pool.Capacity() }
+
+// Admit refuses (507) making objects that may grow to need bytes, for
 // what (e.g. "a sandbox with a 10 GiB disk"), when they cannot fit.
-func (m *Manager) admit(ctx context.Context, need int64, what string) error {
-	_, hostFree, err := fsSpace(m.cfg.DataDir)
+func (b *Backend) Admit(need int64, what string, committed func() int64) error {
+	_, hostFree, err := fsSpace(b.cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("capacity: %w", err)
 	}
-	low := m.lowWater()
+	low := b.lowWater()
 	// The reserve is the daemon's, not free space to give away.
-	if _, err := os.Stat(filepath.Join(m.cfg.DataDir, reserveName)); err != nil {
+	if _, err := os.Stat(filepath.Join(b.cfg.DataDir, reserveName)); err != nil {
 		low += reserveBytes
 	}
 	if hostFree-need < low {
@@ -77,10 +79,10 @@ func (m *Manager) admit(ctx context.Context, need int64, what string) error {
 		// for the answer, never on the create path that fits.
 		return errdefs.InsufficientStorage("%s needs up to %s, but the filesystem under the data dir %s has %s free and "+
 			"%s must stay free (--disk-low-water); existing sandboxes and volumes may still grow by up to %s",
-			what, humanBytes(need), m.cfg.DataDir, humanBytes(hostFree), humanBytes(low), humanBytes(m.committed(ctx)))
+			what, humanBytes(need), b.cfg.DataDir, humanBytes(hostFree), humanBytes(low), humanBytes(committed()))
 	}
-	if m.pool.Root() != m.cfg.DataDir {
-		if _, poolFree, err := fsSpace(m.pool.Root()); err == nil && need > poolFree {
+	if b.pool.Root() != b.cfg.DataDir {
+		if _, poolFree, err := fsSpace(b.pool.Root()); err == nil && need > poolFree {
 			return errdefs.InsufficientStorage("%s needs up to %s, but the storage pool has %s free",
 				what, humanBytes(need), humanBytes(poolFree))
 		}
@@ -88,28 +90,19 @@ func (m *Manager) admit(ctx context.Context, need int64, what string) error {
 	return nil
 }
 
-// committed is what this daemon's live volumes and writable layers may
-// still grow to: their sizes less what they hold already.
-func (m *Manager) committed(ctx context.Context) int64 {
+// Committed is what sb's writable layer and owned volumes may still grow
+// by: their sizes less what they hold already.
+func (b *Backend) Committed(sb *sandbox.Sandbox) int64 {
 	var sum int64
-	sbs, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node})
-	if err != nil {
-		return 0
+	if !persistsRoot(sb) {
+		sum += b.diskCap(sb) - allocated(b.scratch.Image(sb.ID))
 	}
-	for _, sb := range sbs {
-		if !sb.State.Live() {
-			continue
-		}
-		if !persistsRoot(sb) {
-			sum += m.diskCap(sb) - allocated(m.scratch.Image(sb.ID))
-		}
-		for _, vm := range sb.Spec.Volumes {
-			if vm.Owned {
-				sum += sb.Spec.VolumeSize - allocated(m.volumes.Image(vm.VolumeID))
-			}
+	for _, vm := range sb.Spec.Volumes {
+		if vm.Owned {
+			sum += sb.Spec.VolumeSize - allocated(b.volumes.Image(vm.VolumeID))
 		}
 	}
-	return max(sum, 0)
+	return sum
 }
 
 // allocated is the disk a (sparse) file takes.
@@ -121,31 +114,13 @@ func allocated(path string) int64 {
 	return st.Blocks * 512
 }
 
-// sandboxNeed is what a new sandbox of spec may grow to.
-func (m *Manager) sandboxNeed(sp *sandbox.Spec) int64 {
-	var need int64
-	if !specPersistsRoot(sp) {
-		if b := sp.Resources.DiskBytes; b != 0 {
-			need += b
-		} else {
-			need += m.diskDefault()
-		}
-	}
-	for _, vm := range sp.Volumes {
-		if vm.Owned {
-			need += sp.VolumeSize
-		}
-	}
-	return need
-}
-
 // ensureReserve makes the reserve file when there is room for it.
-func (m *Manager) ensureReserve() {
-	path := filepath.Join(m.cfg.DataDir, reserveName)
+func (b *Backend) ensureReserve() {
+	path := filepath.Join(b.cfg.DataDir, reserveName)
 	if _, err := os.Stat(path); err == nil {
 		return
 	}
-	if _, free, err := fsSpace(m.cfg.DataDir); err != nil || free < m.lowWater()+2*reserveBytes {
+	if _, free, err := fsSpace(b.cfg.DataDir); err != nil || free < b.lowWater()+2*reserveBytes {
 		return
 	}
 	f, err := os.OpenFile(path+".tmp", os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
@@ -162,18 +137,18 @@ func (m *Manager) ensureReserve() {
 	}
 }
 
-// releaseReserveIfFull frees the reserve when the host filesystem is
-// nearly full, so that a delete can be recorded.
-func (m *Manager) releaseReserveIfFull() {
-	_, free, err := fsSpace(m.cfg.DataDir)
+// ReleaseReserve frees the reserve when the host filesystem is nearly
+// full, so that a delete can be recorded.
+func (b *Backend) ReleaseReserve() {
+	_, free, err := fsSpace(b.cfg.DataDir)
 	if err != nil || free >= 2*reserveBytes {
 		return
 	}
-	if err := os.Remove(filepath.Join(m.cfg.DataDir, reserveName)); err == nil {
-		m.log.Warn("the filesystem under the data dir is full: released the reserve so that deletes can be recorded",
+	if err := os.Remove(filepath.Join(b.cfg.DataDir, reserveName)); err == nil {
+		b.log.Warn("the filesystem under the data dir is full: released the reserve so that deletes can be recorded",
 			"free", humanBytes(free))
 	} else if !errors.Is(err, os.ErrNotExist) {
-		m.log.Warn("releasing the reserve", "err", err)
+		b.log.Warn("releasing the reserve", "err", err)
 	}
 }
 
@@ -182,37 +157,44 @@ func (m *Manager) releaseReserveIfFull() {
 // ext4 so after an I/O error: the host disk under the pool filled, say);
 // inspect shows it (read_only) and doctor reports it; a stop/start mounts
 // it read-write again.
-func (m *Manager) watchReadOnly(ctx context.Context, live []*sandbox.Sandbox) {
+func (b *Backend) watchReadOnly(live []*sandbox.Sandbox) {
 	for _, sb := range live {
 		if sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused {
 			continue
 		}
 		check := func(what string, ro bool) {
 			key := sb.ID + "/" + what
-			m.mu.Lock()
-			seen := m.readOnly[key]
+			b.mu.Lock()
+			seen := b.readOnly[key]
 			if ro {
-				m.readOnly[key] = true
+				b.readOnly[key] = true
 			} else {
-				delete(m.readOnly, key)
+				delete(b.readOnly, key)
 			}
-			m.mu.Unlock()
+			b.mu.Unlock()
 			if ro && !seen {
-				m.log.Warn("filesystem went read-only", "sandbox", sb.ID, "what", what)
-				m.event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "storage", Actor: actorReconciler,
+				b.log.Warn("filesystem went read-only", "sandbox", sb.ID, "what", what)
+				b.emit(&sandbox.Event{SandboxID: sb.ID, Type: "storage", Actor: "reconciler",
 					Cause: sandbox.CauseReconciler, Outcome: "read_only",
 					Message: what + " is read-only (the kernel remounted it after an I/O error); stop and start the sandbox to mount it again"})
 			}
 		}
-		if !persistsRoot(sb) && m.scratch.Mounted(sb.ID) {
-			u, err := m.scratch.Usage(sb.ID)
+		if !persistsRoot(sb) && b.scratch.Mounted(sb.ID) {
+			u, err := b.scratch.Usage(sb.ID)
 			check("the writable root layer", err == nil && u.ReadOnly)
 		}
 		for _, vm := range sb.Spec.Volumes {
-			if vm.Owned && m.volumes.Mounted(vm.VolumeID) {
-				u, err := m.volumes.Usage(vm.VolumeID)
+			if vm.Owned && b.volumes.Mounted(vm.VolumeID) {
+				u, err := b.volumes.Usage(vm.VolumeID)
 				check("volume "+vm.VolumeID, err == nil && u.ReadOnly)
 			}
 		}
 	}
+}
+
+// Tick makes the reserve when there is room and watches the live
+// sandboxes' filesystems for read-only remounts.
+func (b *Backend) Tick(ctx context.Context, live []*sandbox.Sandbox) {
+	b.ensureReserve()
+	b.watchReadOnly(live)
 }

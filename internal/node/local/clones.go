@@ -1,8 +1,7 @@
-package manager
+package local
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/overlay"
 	"github.com/berth-sh/berth/internal/runtime"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -27,41 +26,44 @@ import (
 // (and every start) removes.
 
 // stageName is the fork stage of parent: its id and a random suffix.
-func stageName(parent string) string { return "fork-" + parent + "-" + newID() }
+func stageName(parent string) string { return "fork-" + parent + "-" + randomSuffix() }
+
+// CaptureName returns a fresh name for a fork's capture of parent.
+func (b *Backend) CaptureName(parent string) string { return stageName(parent) }
 
 // markClone records that an operation of this daemon uses dir (and its
 // .tmp) until the returned func is called.
-func (m *Manager) markClone(dir string) func() {
+func (b *Backend) markClone(dir string) func() {
 	name := filepath.Base(dir)
-	m.mu.Lock()
-	m.clonesInFlight[name]++
-	m.mu.Unlock()
+	b.mu.Lock()
+	b.clonesInFlight[name]++
+	b.mu.Unlock()
 	return func() {
-		m.mu.Lock()
-		if m.clonesInFlight[name]--; m.clonesInFlight[name] <= 0 {
-			delete(m.clonesInFlight, name)
+		b.mu.Lock()
+		if b.clonesInFlight[name]--; b.clonesInFlight[name] <= 0 {
+			delete(b.clonesInFlight, name)
 		}
-		m.mu.Unlock()
+		b.mu.Unlock()
 	}
 }
 
-func (m *Manager) cloneInFlight(name string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.clonesInFlight[strings.TrimSuffix(name, ".tmp")] > 0
+func (b *Backend) cloneInFlight(name string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.clonesInFlight[strings.TrimSuffix(name, ".tmp")] > 0
 }
 
 // doctorClones reports unfinished or unrecorded clones in the snapshots
 // dir.
-func (m *Manager) doctorClones(ctx context.Context, add func(kind, id, detail string, fixFn func() error)) {
-	root := filepath.Join(m.pool.Root(), "snapshots")
+func (b *Backend) doctorClones(in node.SweepInput, add node.Report) {
+	root := filepath.Join(b.pool.Root(), "snapshots")
 	ents, err := os.ReadDir(root)
 	if err != nil {
 		return
 	}
 	for _, e := range ents {
 		name := e.Name()
-		if m.cloneInFlight(name) {
+		if b.cloneInFlight(name) {
 			continue
 		}
 		path := filepath.Join(root, name)
@@ -72,7 +74,7 @@ func (m *Manager) doctorClones(ctx context.Context, add func(kind, id, detail st
 		case strings.HasPrefix(name, "fork-"):
 			add("clone", name, "fork stage of no fork in progress "+path, remove)
 		default:
-			if _, err := m.store.GetSnapshot(ctx, name); errors.Is(err, errdefs.ErrNotFound) {
+			if !in.Snapshot(name) {
 				add("clone", name, "snapshot clone with no record "+path, remove)
 			}
 		}
@@ -84,17 +86,17 @@ func (m *Manager) doctorClones(ctx context.Context, add func(kind, id, detail st
 // with their record; fix thaws, remounts read-write where the filesystem
 // allows it, and thaws or freezes the cgroup as the record says. busy
 // sandboxes (an operation in flight may freeze them) are left alone.
-func (m *Manager) doctorFrozen(ctx context.Context, live map[string]*sandbox.Sandbox, busy func(string) bool,
-	probeFreeze bool, add func(kind, id, detail string, fixFn func() error)) {
-	mounts, _ := overlay.MountsUnder(m.pool.Root())
+func (b *Backend) doctorFrozen(ctx context.Context, in node.SweepInput, add node.Report) {
+	live, busy, probeFreeze := in.Live, in.Busy, !in.AtStart
+	mounts, _ := overlay.MountsUnder(b.pool.Root())
 	for _, mp := range mounts {
 		// Only a sandbox's own mounts, under its lock for the whole
 		// look: a capture (which freezes them) holds it.
-		owner := m.mountOwner(mp)
+		owner := b.mountOwner(in, mp)
 		if owner == "" {
 			continue
 		}
-		unlock, ok := m.locks.TryLock(owner)
+		unlock, ok := in.TryLock(owner)
 		if !ok {
 			continue
 		}
@@ -127,11 +129,11 @@ func (m *Manager) doctorFrozen(ctx context.Context, live map[string]*sandbox.San
 		default:
 			continue
 		}
-		st, err := m.rtFor(sb).State(ctx, id)
+		st, err := b.rtFor(sb).State(ctx, id)
 		if err != nil || (st.Status != runtime.StatusRunning && st.Status != runtime.StatusPaused) || string(st.Status) == want {
 			continue
 		}
-		rt := m.rtFor(sb)
+		rt := b.rtFor(sb)
 		add("freezer", id, fmt.Sprintf("sandbox is %s but its processes are %s", sb.State, st.Status), func() error {
 			if want == string(runtime.StatusRunning) {
 				return rt.Resume(ctx, id)
@@ -143,8 +145,8 @@ func (m *Manager) doctorFrozen(ctx context.Context, live map[string]*sandbox.San
 
 // mountOwner returns the sandbox a mount under the pool belongs to, when
 // its path says (scratch/<id>/..., volumes/<vid> of a sandbox's volume).
-func (m *Manager) mountOwner(mp string) string {
-	rel, err := filepath.Rel(m.pool.Root(), mp)
+func (b *Backend) mountOwner(in node.SweepInput, mp string) string {
+	rel, err := filepath.Rel(b.pool.Root(), mp)
 	if err != nil {
 		return ""
 	}
@@ -154,9 +156,8 @@ func (m *Manager) mountOwner(mp string) string {
 	case "scratch":
 		return id
 	case "volumes":
-		if v, err := m.store.GetVolume(context.Background(), id); err == nil {
-			return v.SandboxID
-		}
+		owner, _ := in.VolumeOwner(id)
+		return owner
 	}
 	return ""
 }

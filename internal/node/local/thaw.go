@@ -1,4 +1,4 @@
-package manager
+package local
 
 import (
 	"log/slog"

@@ -1,0 +1,270 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/berth-sh/berth/internal/agent"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/node"
+	"github.com/berth-sh/berth/internal/runtime"
+	"github.com/berth-sh/berth/internal/sandbox"
+)
+
+// checkpointer is a runtime class that can save a container's processes
+// and memory to a directory, ending the container, and start it again from
+// there (gVisor: runsc checkpoint / restore). runc does not implement it:
+// CRIU 3.17 (Debian 12) fails on this kernel.
+type checkpointer interface {
+	Checkpoint(ctx context.Context, id, dir string) error
+	Restore(ctx context.Context, id, bundle, dir string, log *os.File) error
+}
+
+// initSignaller signals only a container's init process (the agent).
+type initSignaller interface {
+	SignalInit(ctx context.Context, id string, sig syscall.Signal) error
+}
+
+// hibernation is the marker kept in a hibernated sandbox's bundle
+// (runtime.HibernatedMarker). The bundle is removed by a stop, reset or
+// delete, which ends the hibernation with it; the runsc class refuses a
+// fresh start while it exists.
+type hibernation struct {
+	Dir     string    `json:"dir"` // the checkpoint image
+	Runtime string    `json:"runtime"`
+	At      time.Time `json:"at"`
+	Took    float64   `json:"checkpoint_seconds"`
+}
+
+// checkpointDir is where sandbox id's checkpoint image goes: in its scratch
+// dir in the storage pool, so that a delete (which removes the scratch
+// dir) removes the image too and doctor sees an orphaned one.
+func (b *Backend) checkpointDir(id string) string {
+	return filepath.Join(b.paths(id).scratch, "checkpoint")
+}
+
+func (b *Backend) hibernationMarker(id string) string {
+	return filepath.Join(b.paths(id).bundle, runtime.HibernatedMarker)
+}
+
+// hibernationOf returns sb's hibernation marker, if it has one.
+func (b *Backend) hibernationOf(sb *sandbox.Sandbox) (*hibernation, bool) {
+	data, err := os.ReadFile(b.hibernationMarker(sb.ID))
+	if err != nil {
+		return nil, false
+	}
+	var h hibernation
+	if json.Unmarshal(data, &h) != nil || h.Dir == "" {
+		return nil, false
+	}
+	return &h, true
+}
+
+// Hibernated reports whether sb has its processes and memory saved, to be
+// restored by Restore.
+func (b *Backend) Hibernated(sb *sandbox.Sandbox) bool {
+	_, ok := b.hibernationOf(sb)
+	return ok
+}
+
+func (b *Backend) checkpointClass(sb *sandbox.Sandbox) (checkpointer, initSignaller, error) {
+	rt := b.rtFor(sb)
+	cp, ok := rt.(checkpointer)
+	sig, ok2 := rt.(initSignaller)
+	if !ok || !ok2 {
+		return nil, nil, errdefs.Conflict("hibernate is not supported by runtime class %s: it cannot checkpoint processes "+
+			"(runc would need CRIU, and Debian's CRIU 3.17 fails on this kernel); create the sandbox with "+
+			"runtime runsc, or use stop (files only) or pause (memory kept, in RAM)", rt.Name())
+	}
+	return cp, sig, nil
+}
+
+// Checkpoint saves a running or paused sandbox's processes and memory in
+// its scratch dir and ends its container; the marker in its bundle says
+// so. On failure alive says whether it still runs (as it did before).
+func (b *Backend) Checkpoint(ctx context.Context, sb *sandbox.Sandbox) (node.Checkpoint, bool, error) {
+	cp, sig, err := b.checkpointClass(sb)
+	if err != nil {
+		return node.Checkpoint{}, true, err
+	}
+	rt := b.rtFor(sb)
+	id := sb.ID
+	dir := b.checkpointDir(id)
+	wasPaused := sb.State == sandbox.StatePaused
+	// The agent must run to close its socket.
+	if wasPaused {
+		if err := rt.Resume(ctx, id); err != nil {
+			return node.Checkpoint{}, true, fmt.Errorf("hibernate: resuming to checkpoint: %w", err)
+		}
+	}
+	undo := func() {
+		if wasPaused {
+			_ = rt.Pause(context.WithoutCancel(ctx), id)
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		undo()
+		return node.Checkpoint{}, true, err
+	}
+	// gVisor cannot save the agent's listening socket (it is bound on the
+	// host): have the agent close it, which removes the socket file.
+	if err := b.quiesceAgent(ctx, id); err != nil {
+		_ = sig.SignalInit(ctx, id, agent.SigRelisten)
+		undo()
+		return node.Checkpoint{}, true, fmt.Errorf("hibernate: %w", err)
+	}
+	b.forgetAgent(id)
+	t0 := time.Now()
+	if err := cp.Checkpoint(ctx, id, dir); err != nil {
+		_ = os.RemoveAll(dir)
+		if st, serr := rt.State(ctx, id); serr == nil && (st.Status == runtime.StatusRunning || st.Status == runtime.StatusPaused) {
+			// Still alive: serve again as before.
+			if st.Status == runtime.StatusPaused {
+				_ = rt.Resume(ctx, id)
+			}
+			_ = sig.SignalInit(ctx, id, agent.SigRelisten)
+			if werr := b.waitReady(ctx, id); werr != nil {
+				b.log.Warn("agent after failed checkpoint", "sandbox", id, "err", werr)
+			}
+			undo()
+			return node.Checkpoint{}, true, fmt.Errorf("hibernate: checkpoint failed, sandbox left %s: %w", sb.State, err)
+		}
+		// gVisor ends the sandbox when a save fails part way.
+		return node.Checkpoint{}, false, fmt.Errorf("hibernate: checkpoint failed and the sandbox's processes are gone (it is stopped now): %w", err)
+	}
+	took := time.Since(t0)
+	mk, err := json.Marshal(hibernation{Dir: dir, Runtime: rt.Name(), At: time.Now().UTC(), Took: took.Seconds()})
+	if err == nil {
+		err = os.WriteFile(b.hibernationMarker(id), mk, 0o600)
+	}
+	if err != nil {
+		return node.Checkpoint{}, false, fmt.Errorf("hibernate: writing marker: %w", err)
+	}
+	return node.Checkpoint{Took: took, SizeBytes: dirSize(dir)}, false, nil
+}
+
+// quiesceAgent asks the agent to close its listening socket and waits
+// until the socket file is gone.
+func (b *Backend) quiesceAgent(ctx context.Context, id string) error {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := b.agentFor(id).Quiesce(qctx); err != nil {
+		return fmt.Errorf("asking the agent to close its socket: %w", err)
+	}
+	socket := filepath.Join(b.paths(id).run, agentSockName)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := os.Lstat(socket); errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the agent did not close its socket within 5s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// Restore mounts a hibernated sandbox's volumes and root as they were at
+// the checkpoint, restores its container and waits for its agent; the
+// marker and image are removed once it runs.
+func (b *Backend) Restore(ctx context.Context, sb *sandbox.Sandbox) error {
+	h, ok := b.hibernationOf(sb)
+	if !ok {
+		return errdefs.Conflict("sandbox %s is stopped, not hibernated: use start", sb.ID)
+	}
+	cp, sig, err := b.checkpointClass(sb)
+	if err != nil {
+		return errdefs.Conflict("sandbox %s was hibernated by runtime class %s, which this daemon's %s cannot restore",
+			sb.ID, h.Runtime, b.rtFor(sb).Name())
+	}
+	id := sb.ID
+	p := b.paths(id)
+	if err := b.mountVolumes(sb); err != nil {
+		return err
+	}
+	if err := b.prepareScratch(sb); err != nil {
+		return err
+	}
+	upper, work := b.layerDirs(sb)
+	lowers, err := b.lowerDirs(sb)
+	if err != nil {
+		return err
+	}
+	if err := b.mountRoot(sb, lowers, upper, work); err != nil {
+		return err
+	}
+	for i := range sb.Spec.Volumes { // the checkpoint's bundle mounts them from there
+		if _, err := b.volumeSource(sb, i); err != nil {
+			return err
+		}
+	}
+	// A wake interrupted after the restore left a container: start over.
+	rt := b.rtFor(sb)
+	if err := rt.Delete(ctx, id); err != nil {
+		return err
+	}
+	// The guest's socket dir as at the checkpoint (Stop unmounted it),
+	// and a socket the daemon pins anew once the agent listens.
+	uid, gid := b.idMapOf(sb).HostRoot()
+	if err := mountRunTmpfs(p.run, uid, gid); err != nil {
+		return err
+	}
+	if err := b.resetAgentPin(id); err != nil {
+		return err
+	}
+	logw, err := b.openInitLog(id)
+	if err != nil {
+		return err
+	}
+	err = cp.Restore(ctx, id, p.bundle, h.Dir, logw)
+	logw.Close()
+	if err != nil {
+		if tail := strings.TrimSpace(b.initLogTail(id, 2048, 100*time.Millisecond)); tail != "" {
+			err = fmt.Errorf("%w: %s", err, tail)
+		}
+		return err
+	}
+	if pid, err := b.initPid(id); err == nil {
+		go reap(pid)
+	}
+	if err := sig.SignalInit(ctx, id, agent.SigRelisten); err != nil {
+		return fmt.Errorf("signalling the restored agent: %w", err)
+	}
+	if err := b.waitReady(ctx, id); err != nil {
+		return err
+	}
+	_ = os.Remove(b.hibernationMarker(id))
+	_ = os.RemoveAll(h.Dir)
+	return nil
+}
+
+func dirSize(dir string) int64 {
+	var n int64
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for v := n / unit; v >= unit; v /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,414 @@
+package local
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/berth-sh/berth/internal/cgroups"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/failpoint"
+	"github.com/berth-sh/berth/internal/overlay"
+	"github.com/berth-sh/berth/internal/runtime"
+	"github.com/berth-sh/berth/internal/sandbox"
+)
+
+// agentBinary is where the berth binary appears inside every sandbox.
+const agentBinary = "/.berth/berth"
+
+func isNotFound(err error) bool { return errors.Is(err, errdefs.ErrNotFound) }
+
+func readRandom(b []byte) (int, error) { return rand.Read(b) }
+
+// lowerDirs returns the overlay lower dirs of layers, top first.
+func (b *Backend) lowerDirs(sb *sandbox.Sandbox) ([]string, error) {
+	layers := sb.Spec.Layers
+	if len(layers) == 0 {
+		return nil, fmt.Errorf("sandbox %s: no template layers recorded", sb.ID)
+	}
+	lowers := make([]string, 0, len(layers))
+	for i := len(layers) - 1; i >= 0; i-- {
+		id := layers[i]
+		if !b.images.HasLayer(id) {
+			return nil, fmt.Errorf("template %s: layer %s is missing from the image store", sb.Spec.Template, id)
+		}
+		lowers = append(lowers, b.images.LayerPath(id))
+	}
+	return lowers, nil
+}
+
+// mountRoot mounts sb's overlay root (through its idmapped views) unless
+// it is mounted already.
+func (b *Backend) mountRoot(sb *sandbox.Sandbox, lowers []string, upper, work string) error {
+	p := b.paths(sb.ID)
+	if mounted, err := overlay.Mounted(p.rootfs); err != nil || mounted {
+		return err
+	}
+	lowers, upper, work, err := b.idmapRoot(sb, lowers, upper, work)
+	if err != nil {
+		return err
+	}
+	return overlay.Mount(lowers, upper, work, p.rootfs)
+}
+
+// Provision creates the host side of a sandbox: dirs, volumes, overlay
+// root, the container with the agent as init, and waits until the agent
+// answers. Every step tolerates having been done before (a restarted
+// create or start).
+func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
+	p := b.paths(sb.ID)
+	uid, gid := b.cfg.IDMap.HostRoot() // stored range: the upper dir as kept on disk
+	if err := b.mountVolumes(sb); err != nil {
+		return err
+	}
+	if err := b.prepareScratch(sb); err != nil { // the disk cap (disk.go)
+		return err
+	}
+	upper, work := b.layerDirs(sb)
+	for _, d := range []string{p.dir, upper, work, p.rootfs} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(p.ctl, 0o700); err != nil {
+		return err
+	}
+	// Root of the sandbox belongs to sandbox root.
+	if err := os.Chown(upper, uid, gid); err != nil {
+		return err
+	}
+	if err := os.Chmod(upper, 0o755); err != nil {
+		return err
+	}
+	lowers, err := b.lowerDirs(sb)
+	if err != nil {
+		return err
+	}
+	failpoint.Hit("create.before-mount")
+	if err := b.mountRoot(sb, lowers, upper, work); err != nil {
+		return err
+	}
+	failpoint.Hit("create.after-mount")
+	// A restarted create may find a half-made container: start over.
+	rt := b.rtFor(sb)
+	if err := rt.Delete(ctx, sb.ID); err != nil {
+		return err
+	}
+	mounts := []runtime.Mount{
+		{Source: b.cfg.AgentPath, Destination: agentBinary, ReadOnly: true},
+	}
+	if sb.Spec.HostUsr {
+		mounts = append(mounts, runtime.Mount{Source: "/usr", Destination: "/usr", ReadOnly: true})
+	}
+	for i, vm := range sb.Spec.Volumes {
+		src, err := b.volumeSource(sb, i)
+		if err != nil {
+			return err
+		}
+		mounts = append(mounts, runtime.Mount{Source: src, Destination: vm.Path, ReadOnly: vm.ReadOnly})
+	}
+	userns, err := b.sandboxUserns(sb, rt)
+	if err != nil {
+		return err
+	}
+	if sb.Spec.Network == "egress" {
+		rc, err := b.resolvConf(ctx, sb)
+		if err != nil {
+			return err
+		}
+		mounts = append(mounts, runtime.Mount{Source: rc, Destination: "/etc/resolv.conf", ReadOnly: true})
+	}
+	// The agent's channel (agentchan.go). Where the runtime can hand init
+	// a descriptor, the daemon binds the agent's socket in its own ctl
+	// dir, never mounted into the sandbox, and passes it as fd 3; the
+	// agent listens on it. Runtimes that cannot (gVisor) get a tiny
+	// tmpfs at /.berth/run for the agent to bind its socket in, which
+	// the daemon pins at the first ping.
+	//
+	// The same runtimes hand the agent the sandbox's seccomp filter,
+	// compiled once per daemon, as fd 4: the agent installs it on all its
+	// threads before it reads a byte from anyone, so every process in the
+	// sandbox runs under it, and runc is spared compiling the profile with
+	// libseccomp on every start (about 20 ms of a ~50 ms `runc run` here).
+	if err := b.resetAgentPin(sb.ID); err != nil {
+		return err
+	}
+	args := []string{agentBinary, "agent", "--listen-fd", "3", "--seccomp-fd", "4"}
+	var extra []*os.File
+	seccompFD := 4
+	if !capsOf(rt).InheritFDs {
+		if err := os.Remove(p.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		ruid, rgid := b.idMapOf(sb).HostRoot()
+		if err := mountRunTmpfs(p.run, ruid, rgid); err != nil {
+			return err
+		}
+		mounts = append(mounts, runtime.Mount{Source: p.run, Destination: "/.berth/run"})
+		args = []string{agentBinary, "agent", "--socket", "/.berth/run/" + agentSockName}
+		seccompFD = 0
+	} else {
+		lnFile, err := bindAgentSocket(p.socket)
+		if err != nil {
+			return err
+		}
+		defer lnFile.Close()
+		extra = []*os.File{lnFile}
+	}
+	logw, err := b.openInitLog(sb.ID)
+	if err != nil {
+		return err
+	}
+	defer logw.Close()
+	tStart := time.Now()
+	pid, err := rt.Start(ctx, &runtime.Spec{
+		ID:            sb.ID,
+		Bundle:        p.bundle,
+		Rootfs:        p.rootfs,
+		Hostname:      sb.Hostname(),
+		Args:          args,
+		ExtraFiles:    extra,
+		Env:           []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "BERTH_SANDBOX_ID=" + sb.ID, "GOMAXPROCS=1"},
+		Mounts:        mounts,
+		Resources:     sb.Spec.Resources,
+		IDMap:         b.idMapOf(sb),
+		UsernsPath:    userns,
+		CgroupsPath:   p.cgroup,
+		Log:           logw,
+		InitSeccompFD: seccompFD,
+		Helper:        agentBinary,
+	})
+	logw.Close()
+	if err != nil {
+		if tail := strings.TrimSpace(b.initLogTail(sb.ID, 2048, 100*time.Millisecond)); tail != "" {
+			err = fmt.Errorf("%w: %s", err, tail)
+		}
+		return err
+	}
+	go reap(pid)
+	if err := b.attachNetwork(ctx, sb, pid); err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	failpoint.Hit("create.after-start")
+	tReady := time.Now()
+	err = b.WaitReady(ctx, sb)
+	b.log.Debug("provisioned", "sandbox", sb.ID, "runtime_start", tReady.Sub(tStart), "agent_ready", time.Since(tReady))
+	return err
+}
+
+// WaitReady polls the agent's socket until it answers a ping.
+func (b *Backend) WaitReady(ctx context.Context, sb *sandbox.Sandbox) error {
+	return b.waitReady(ctx, sb.ID)
+}
+
+func (b *Backend) waitReady(ctx context.Context, id string) error {
+	c := b.agentFor(id)
+	deadline := time.Now().Add(b.cfg.ReadyTimeout)
+	delay := 200 * time.Microsecond
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := c.Ping(pctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			log := strings.TrimSpace(b.initLogTail(id, 1024, 0))
+			return fmt.Errorf("agent did not become ready within %s: %w (init log: %q)", b.cfg.ReadyTimeout, err, log)
+		}
+		time.Sleep(delay)
+		if delay < time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+// InitLog returns up to n bytes of the end of sb's init log.
+func (b *Backend) InitLog(sb *sandbox.Sandbox, n int, wait time.Duration) string {
+	return b.initLogTail(sb.ID, n, wait)
+}
+
+// Remove removes every host resource of sandbox sb but its volumes' data,
+// then verifies nothing is left. Each step is idempotent.
+func (b *Backend) Remove(ctx context.Context, sb *sandbox.Sandbox) error {
+	if err := b.teardown(ctx, sb); err != nil {
+		return err
+	}
+	return b.verifyGone(sb)
+}
+
+func (b *Backend) teardown(ctx context.Context, sb *sandbox.Sandbox) error {
+	id := sb.ID
+	if err := b.Stop(ctx, sb); err != nil {
+		return err
+	}
+	p := b.paths(id)
+	failpoint.Hit("delete.after-unmount")
+	if err := b.scratch.Delete(id); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(p.dir); err != nil {
+		return err
+	}
+	if err := os.Remove(b.resolvConfPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Stop ends sb's processes and unmounts its root and volumes, leaving
+// files in place. Idempotent.
+func (b *Backend) Stop(ctx context.Context, sb *sandbox.Sandbox) error {
+	id := sb.ID
+	p := b.paths(id)
+	var errs []error
+	// Kill every process in the sandbox's cgroup first: it is immediate,
+	// where the runtime's own forced delete polls for the container to die.
+	if err := cgroups.KillAll(p.cgroup); err != nil {
+		errs = append(errs, err)
+	}
+	if err := b.rtFor(sb).Delete(ctx, id); err != nil {
+		errs = append(errs, err)
+	}
+	failpoint.Hit("delete.after-runtime")
+	if err := cgroups.Destroy(p.cgroup); err != nil {
+		errs = append(errs, err)
+	}
+	mounts, err := overlay.MountsUnder(p.dir)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	slices.Reverse(mounts)
+	for _, mp := range mounts {
+		if err := overlay.Unmount(mp); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := b.unmountVolumes(sb); err != nil {
+		errs = append(errs, err)
+	}
+	if err := b.scratch.Unmount(sb.ID); err != nil {
+		errs = append(errs, err)
+	}
+	if err := b.detachNetwork(ctx, sb); err != nil {
+		errs = append(errs, err)
+	}
+	b.forgetAgent(id)
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	// Never remove through a mount: the checks above must have left none.
+	if left, _ := overlay.MountsUnder(p.dir); len(left) > 0 {
+		return fmt.Errorf("mounts remain under %s: %v", p.dir, left)
+	}
+	return nil
+}
+
+// Discard removes the writable layer that does not persist: all of an
+// ephemeral sandbox's, and a persistent one's unless persist_root.
+func (b *Backend) Discard(ctx context.Context, sb *sandbox.Sandbox) error {
+	if !persistsRoot(sb) {
+		if err := b.dropScratch(sb.ID); err != nil {
+			return err
+		}
+	}
+	return os.RemoveAll(b.paths(sb.ID).bundle)
+}
+
+// Wipe empties a stopped sandbox's writable layer and owned workspace.
+func (b *Backend) Wipe(ctx context.Context, sb *sandbox.Sandbox) error {
+	if err := b.Discard(ctx, sb); err != nil {
+		return err
+	}
+	for _, vm := range sb.Spec.Volumes {
+		if !vm.Owned {
+			continue // named volumes are the user's, not the template's
+		}
+		if err := b.volumes.Mount(vm.VolumeID); err != nil {
+			return err
+		}
+		root := b.volumes.Path(vm.VolumeID)
+		for _, d := range []string{volumeDataDir, rootLayerDir} {
+			if err := os.RemoveAll(filepath.Join(root, d)); err != nil {
+				return err
+			}
+		}
+		if err := b.volumes.Unmount(vm.VolumeID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// verifyGone checks that nothing of sandbox sb is left on the host.
+func (b *Backend) verifyGone(sb *sandbox.Sandbox) error {
+	id := sb.ID
+	p := b.paths(id)
+	var left []string
+	if _, err := b.rtFor(sb).State(context.Background(), id); err == nil {
+		left = append(left, "runtime container")
+	} else if !errors.Is(err, errdefs.ErrNotFound) {
+		return err
+	}
+	if cgroups.Exists(p.cgroup) {
+		left = append(left, "cgroup "+p.cgroup)
+	}
+	if ms, _ := overlay.MountsUnder(p.dir); len(ms) > 0 {
+		left = append(left, fmt.Sprintf("mounts %v", ms))
+	}
+	for _, d := range []string{p.dir, p.scratch} {
+		if _, err := os.Lstat(d); err == nil {
+			left = append(left, "dir "+d)
+		}
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("still present: %s", strings.Join(left, ", "))
+	}
+	return nil
+}
+
+// initPid reads the host pid of sb's init from its bundle.
+func (b *Backend) initPid(id string) (int, error) {
+	data, err := os.ReadFile(filepath.Join(b.paths(id).bundle, "init.pid"))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(data)))
+}
+
+// SetHostname changes a running sandbox's host name inside its UTS
+// namespace (the sandbox itself lacks the privilege to).
+func (b *Backend) SetHostname(ctx context.Context, sb *sandbox.Sandbox, name string) error {
+	pid, err := b.initPid(sb.ID)
+	if err != nil {
+		return err
+	}
+	out, err := exec.CommandContext(ctx, "nsenter", "--target", strconv.Itoa(pid), "--uts", "--", "hostname", name).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// sandboxDirs lists the ids that have a directory under the data dir.
+func (b *Backend) sandboxDirs() ([]string, error) {
+	ents, err := os.ReadDir(filepath.Join(b.cfg.DataDir, "sandboxes"))
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range ents {
+		if e.IsDir() {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}

@@ -1,0 +1,345 @@
+// Package node is the seam between berth's engine and what runs its
+// sandboxes: a Backend provisions, starts, stops, freezes, captures,
+// materializes, checkpoints, removes and sweeps one sandbox at a time, and
+// says what it can do as data (Caps), so the engine never tests runtime
+// names or probes for anonymous interfaces. The engine owns records,
+// state, policies and events; a Backend owns every host resource.
+//
+// It sits where containerd's sandbox Controller sits above its shims: one
+// level above the OCI runtime, at the sandbox rather than the container.
+// The local implementation (package node/local) runs sandboxes on this
+// machine with runc, runsc or a microVM runtime over overlayfs, loop
+// images, cgroups and nftables. A Kubernetes implementation is the second:
+// its sandbox is a pod reached at an address (the agent client comes from
+// the backend, so the engine never sees a socket path), its workspace a
+// PVC (volumes are ids the backend maps to its own storage).
+//
+// Every method that changes the host is idempotent: the engine may call it
+// again after a crash, with the record as its intent.
+package node
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/agent"
+	"github.com/berth-sh/berth/internal/sandbox"
+)
+
+// Caps is what a runtime class of a backend can do.
+type Caps struct {
+	// InheritFDs: init can be handed descriptors (the daemon-bound agent
+	// socket, the compiled seccomp program).
+	InheritFDs bool `json:"inherit_fds"`
+	// Egress: network mode egress (default-deny, rules, flow log).
+	Egress bool `json:"egress"`
+	// Checkpoint: processes and memory can be saved to disk and restored
+	// (hibernate / wake).
+	Checkpoint bool `json:"checkpoint"`
+	// Pool: warm-pool members (made ahead, frozen, thawed at a claim).
+	Pool bool `json:"pool"`
+	// Freeze: processes can be frozen in place (pause, quarantine, and the
+	// instant of a fork or snapshot capture).
+	Freeze bool `json:"freeze"`
+	// PortsViaAgent: ports are reached through the agent, not by entering
+	// the sandbox's network from the host.
+	PortsViaAgent bool `json:"ports_via_agent"`
+}
+
+// Class is a runtime class a backend offers.
+type Class struct {
+	Name string
+	Caps Caps
+}
+
+// Status is what a backend sees of a sandbox's processes.
+type Status string
+
+const (
+	StatusRunning Status = "running"
+	StatusPaused  Status = "paused"
+	StatusStopped Status = "stopped" // made but not running, or exited
+	StatusGone    Status = "gone"    // nothing of its processes exists
+)
+
+// Capture is a crash-consistent copy of a sandbox's files (its owned
+// volumes and writable root layer) kept by the backend under Name, for a
+// fork's children or a snapshot.
+type Capture struct {
+	Name string
+	// Frozen is how long the sandbox's processes and filesystems were
+	// frozen while the copy was made.
+	Frozen time.Duration
+	// SizeBytes is an upper bound of what the copy pins.
+	SizeBytes int64
+}
+
+// Checkpoint reports a hibernation: processes and memory saved.
+type Checkpoint struct {
+	Took      time.Duration
+	SizeBytes int64
+}
+
+// Flow is one connection decision of an egress sandbox's network.
+type Flow struct {
+	SandboxID string
+	Time      time.Time
+	Kind      string
+	Proto     string
+	Src, Dst  string
+	Name      string
+	Decision  string
+	Rule      string
+}
+
+// Deny is Flow.Decision of a refused connection.
+const Deny = "deny"
+
+// Change is one path of a sandbox that differs from its template.
+type Change = api.DiffEntry
+
+// Report receives what a sweep finds: a host resource no record accounts
+// for, or a record whose host side disagrees with it; fix, if not nil,
+// repairs it, and the engine calls it at once (under whatever lock the
+// sweep holds) when it was asked to fix.
+type Report func(kind, id, detail string, fix func() error)
+
+// SweepInput is what the engine knows that a sweep needs: the live
+// records of this node, a way to look at one again under its lock, and
+// which volumes and captures are recorded.
+type SweepInput struct {
+	// Live are this node's live sandboxes by id. Busy updates it.
+	Live map[string]*sandbox.Sandbox
+	// Busy reports whether an operation holds id (leave it alone); when
+	// not, it re-reads the record into Live (or removes it).
+	Busy func(id string) bool
+	// TryLock takes id's operation lock if it is free, for a look that
+	// must not race an operation (a capture freezes filesystems).
+	TryLock func(id string) (unlock func(), ok bool)
+	// VolumeOwner returns the sandbox a recorded live volume is attached
+	// to ("" none), and whether the volume is recorded at all.
+	VolumeOwner func(volumeID string) (sandboxID string, known bool)
+	// Snapshot reports whether a snapshot id is recorded.
+	Snapshot func(id string) bool
+	// AtStart: the sweep right after the backend opened (it has just
+	// thawed every filesystem; do not probe them again).
+	AtStart bool
+}
+
+// FileSource serves reads of a sandbox whose processes do not run
+// (quarantined, frozen): an agent that runs outside the sandbox, confined
+// to its files.
+type FileSource interface {
+	// Client returns the agent to read path from and the path as that
+	// agent sees it.
+	Client(ctx context.Context, path string) (*agent.Client, string, error)
+	Close()
+}
+
+// Lifecycle makes, runs and removes one sandbox on the backend.
+type Lifecycle interface {
+	// Provision lays down sb's host side (root, writable layer, volumes,
+	// network) and starts it with the agent as init, returning once the
+	// agent answers. sb.Spec.Layers must be set. Idempotent: a half-made
+	// sandbox (a restarted create or start) is finished or made again.
+	Provision(ctx context.Context, sb *sandbox.Sandbox) error
+	// Stop ends sb's processes and releases its host resources, keeping
+	// its files (writable layer, volumes, bundle).
+	Stop(ctx context.Context, sb *sandbox.Sandbox) error
+	// Discard drops the writable layer that does not persist (all of an
+	// ephemeral sandbox's, a persistent one's unless persist_root) of a
+	// stopped sandbox.
+	Discard(ctx context.Context, sb *sandbox.Sandbox) error
+	// Wipe returns a stopped sandbox's writable layer and owned volumes'
+	// contents to empty (reset).
+	Wipe(ctx context.Context, sb *sandbox.Sandbox) error
+	// Remove deletes every host resource of sb except its volumes' data,
+	// then checks that nothing is left.
+	Remove(ctx context.Context, sb *sandbox.Sandbox) error
+	// Freeze and Thaw stop and continue every process of sb in place.
+	Freeze(ctx context.Context, sb *sandbox.Sandbox) error
+	Thaw(ctx context.Context, sb *sandbox.Sandbox) error
+	// Status reports sb's processes as the backend sees them.
+	Status(ctx context.Context, sb *sandbox.Sandbox) (Status, error)
+	// Exited reports, cheaply, that no process of sb runs any more.
+	Exited(sb *sandbox.Sandbox) bool
+	// KillAll ends every process of sb from outside (an agent that does
+	// not answer past a deadline).
+	KillAll(ctx context.Context, sb *sandbox.Sandbox) error
+	// SetHostname changes a running sandbox's host name (a pool claim).
+	SetHostname(ctx context.Context, sb *sandbox.Sandbox, name string) error
+	// Agent returns the client of sb's agent. The backend decides how it
+	// is reached and verifies every connection.
+	Agent(sb *sandbox.Sandbox) *agent.Client
+	// WaitReady waits until sb's agent answers.
+	WaitReady(ctx context.Context, sb *sandbox.Sandbox) error
+	// DialPort connects to a TCP port of a running sandbox; nothing
+	// listening is errdefs.ErrUnreachable.
+	DialPort(ctx context.Context, sb *sandbox.Sandbox, port int) (net.Conn, error)
+	// InitLog returns up to n bytes of the end of what sb's init printed.
+	InitLog(sb *sandbox.Sandbox, n int, wait time.Duration) string
+	// Forget drops what the backend keeps in memory about a deleted sb.
+	Forget(sb *sandbox.Sandbox)
+}
+
+// Captures copy a sandbox's files for forks and snapshots.
+type Captures interface {
+	// Capture copies sb's files under name (which must be new), freezing
+	// sb's processes (if running) and filesystems only while it copies.
+	// release ends the capture's use by the caller; until then a sweep
+	// leaves it alone. Every freeze is undone; a thaw that fails is the
+	// error.
+	Capture(ctx context.Context, sb *sandbox.Sandbox, name string) (c Capture, release func(), err error)
+	// Materialize lays capture name down as the files of new sandbox sb.
+	Materialize(ctx context.Context, sb *sandbox.Sandbox, name string) error
+	// Revert replaces stopped sandbox sb's files with capture name's.
+	Revert(ctx context.Context, sb *sandbox.Sandbox, name string) error
+	// DropCapture removes capture name; a missing one is not an error.
+	DropCapture(name string) error
+	// CaptureName returns a fresh name for a fork's capture of parent.
+	CaptureName(parent string) string
+}
+
+// Hibernation saves and restores processes and memory (Caps.Checkpoint).
+type Hibernation interface {
+	// Checkpoint saves running or paused sb's processes and memory and
+	// ends them. On failure, alive says whether sb still runs as before.
+	Checkpoint(ctx context.Context, sb *sandbox.Sandbox) (cp Checkpoint, alive bool, err error)
+	// Hibernated reports whether stopped sb has a checkpoint to restore.
+	Hibernated(sb *sandbox.Sandbox) bool
+	// Restore brings a hibernated sb back from its checkpoint, its agent
+	// answering; the checkpoint is removed once it runs.
+	Restore(ctx context.Context, sb *sandbox.Sandbox) error
+}
+
+// Volumes hold volume data, by the volume's id.
+type Volumes interface {
+	// NormalizeVolume applies the backend's defaults to a volume's size
+	// and inode count and checks them against its limits.
+	NormalizeVolume(size, inodes int64) (int64, int64, error)
+	CreateVolume(id string, size, inodes int64) error
+	DeleteVolume(id string) error
+	VolumeUsage(id string) (VolumeUsage, error)
+	// VolumeIDs lists the volumes the backend holds.
+	VolumeIDs() ([]string, error)
+}
+
+// VolumeUsage is what a volume holds.
+type VolumeUsage struct {
+	UsedBytes, UsedInodes int64
+	// ReadOnly: the kernel made the filesystem read-only (an I/O error).
+	ReadOnly bool
+}
+
+// Network gives egress sandboxes their addresses and rules.
+type Network interface {
+	// CheckRules validates egress rules.
+	CheckRules(allow []string) error
+	// CanonicalRule returns the form two spellings of one rule share.
+	CanonicalRule(rule string) (string, error)
+	// Allocate returns addresses for new egress sandbox id that used does
+	// not report taken.
+	Allocate(ctx context.Context, id string, used func(addr string) bool) (ipv4, ipv6 string, err error)
+	// SetRules applies sb's rules now (cut: none at all, a quarantine).
+	SetRules(ctx context.Context, sb *sandbox.Sandbox, cut bool) error
+}
+
+// Storage admits and reports the space sandboxes and volumes take.
+type Storage interface {
+	// Capacity is the most a disk cap or volume may be.
+	Capacity() (int64, error)
+	// Admit refuses (errdefs.InsufficientStorage) objects that may grow
+	// to need bytes when they cannot fit; committed is what existing ones
+	// may still grow to, read only for the refusal's message.
+	Admit(need int64, what string, committed func() int64) error
+	// Committed is what sb's disk cap and owned volumes may still grow by.
+	Committed(sb *sandbox.Sandbox) int64
+	// ReleaseReserve frees room kept for recording deletes on a full disk.
+	ReleaseReserve()
+	// DiskUsage reports sb's writable layer's cap and use (nil: none).
+	DiskUsage(sb *sandbox.Sandbox) *api.Disk
+	// Diff lists sb's files that differ from its template.
+	Diff(ctx context.Context, sb *sandbox.Sandbox) ([]Change, error)
+	// QuarantineFiles serves reads of a quarantined sandbox.
+	QuarantineFiles(ctx context.Context, sb *sandbox.Sandbox) (FileSource, error)
+	// CommitLayer ends build sandbox sb and stores what it wrote as a new
+	// template layer, returning its id.
+	CommitLayer(ctx context.Context, sb *sandbox.Sandbox) (string, error)
+}
+
+// Backend is one node's sandbox machinery.
+type Backend interface {
+	Lifecycle
+	Captures
+	Hibernation
+	Volumes
+	Network
+	Storage
+
+	// Classes lists the runtime classes, the default first.
+	Classes() []Class
+	// Isolation describes sb's boundary.
+	Isolation(sb *sandbox.Sandbox) api.Isolation
+	// IDRange returns host id range slot's ids, or, when ok is false, the
+	// one shared range every sandbox uses (no slot is needed).
+	IDRange(slot int) (ids sandbox.HostIDs, ok bool)
+	// AgentRefusals counts connections to agents refused for who
+	// listened (a replaced, redirected or impostor endpoint).
+	AgentRefusals() uint64
+	// CPUUsage and OOMKills sample sb's accounting.
+	CPUUsage(sb *sandbox.Sandbox) (time.Duration, error)
+	OOMKills(sb *sandbox.Sandbox) (uint64, error)
+
+	// Recover re-registers the host side of live sandboxes after a start
+	// (network attachments) and removes what belongs to none of them.
+	Recover(ctx context.Context, live []*sandbox.Sandbox) error
+	// Sweep reports host resources no live record accounts for, and
+	// records whose host side disagrees with them (the host half of
+	// doctor).
+	Sweep(ctx context.Context, in SweepInput, report Report)
+	// Tick is the backend's share of the reconciler's periodic pass over
+	// the live sandboxes.
+	Tick(ctx context.Context, live []*sandbox.Sandbox)
+	// Start begins the backend's background work; h is how it reports
+	// back. The engine calls it once, before reconciling.
+	Start(h Hooks)
+	// Close stops background work and releases the node's shared
+	// resources; keepNetwork leaves the egress network in place for
+	// sandboxes that keep running.
+	Close(keepNetwork bool)
+}
+
+// Hooks are how a backend tells the engine what it saw.
+type Hooks struct {
+	// Event records an event about a sandbox (security refusals, storage
+	// going read-only). It must not block.
+	Event func(*sandbox.Event)
+	// Flow receives egress flow decisions. It must not block.
+	Flow func(Flow)
+	// Slots lists the host id slots held on this node (by sandbox id).
+	Slots func(ctx context.Context) (map[string]int, error)
+}
+
+// MaxIDSlots bounds the host id ranges (slots) of one node.
+const MaxIDSlots = 16384
+
+// ErrNoCapture is returned for a capture that does not exist.
+var ErrNoCapture = errors.New("no such capture")
+
+// ClassCaps returns the capabilities of class name of b (the default
+// class for ""), and whether b offers it.
+func ClassCaps(b Backend, name string) (Caps, bool) {
+	cls := b.Classes()
+	if name == "" && len(cls) > 0 {
+		return cls[0].Caps, true
+	}
+	for _, c := range cls {
+		if c.Name == name {
+			return c.Caps, true
+		}
+	}
+	return Caps{}, false
+}
