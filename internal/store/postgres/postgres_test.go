@@ -67,8 +67,7 @@ func serverURL(t *testing.T) string {
 			server.url = u
 		} else if os.Geteuid() != 0 {
 			server.err = fmt.Errorf("%s is unset and starting a private PostgreSQL (scripts/pg-test-server.sh) needs root: "+
-				"run the tests as root (make deps installs postgresql: scripts/install-deps.sh), or point %s at a server whose user may CREATE DATABASE",
-				urlEnv, urlEnv)
+				"run the tests as root, or point %s at a server whose user may CREATE DATABASE", urlEnv, urlEnv)
 			return
 		} else {
 			server.url, server.stop, server.err = startPrivateServer()
@@ -87,7 +86,7 @@ func serverURL(t *testing.T) string {
 		}
 	})
 	if server.err != nil {
-		t.Fatalf("no PostgreSQL to test against: %v (install it with scripts/install-deps.sh; scripts/pg-test-server.sh start runs a private one)", server.err)
+		t.Fatalf("no PostgreSQL to test against: %v (make deps, i.e. scripts/install-deps.sh, installs PostgreSQL)", server.err)
 	}
 	return server.url
 }
