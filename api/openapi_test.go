@@ -39,100 +39,12 @@ func loadDoc(t *testing.T) oaDoc {
 	return doc
 }
 
-// TestOpenAPIRoutes checks that every route of the API is described.
-func TestOpenAPIRoutes(t *testing.T) {
-	doc := loadDoc(t)
-	routes := []string{
-		"GET /healthz",
-		"GET /v1/version",
-		"GET /v1/openapi.json",
-		"POST /v1/sandboxes",
-		"GET /v1/sandboxes",
-		"GET /v1/sandboxes/{id}",
-		"DELETE /v1/sandboxes/{id}",
-		"POST /v1/sandboxes/{id}/exec",
-		"GET /v1/sandboxes/{id}/exec/ws",
-		"GET /v1/sandboxes/{id}/files",
-		"PUT /v1/sandboxes/{id}/files",
-		"DELETE /v1/sandboxes/{id}/files",
-		"GET /v1/sandboxes/{id}/files/stat",
-		"GET /v1/sandboxes/{id}/files/list",
-		"POST /v1/sandboxes/{id}/files/mkdir",
-		"GET /v1/sandboxes/{id}/events",
-		"POST /v1/run",
-		"GET /v1/templates",
-		"GET /v1/templates/{name}",
-		"DELETE /v1/templates/{name}",
-		"POST /v1/templates/import",
-		"PUT /v1/templates/{name}/archive",
-		"POST /v1/templates/build",
-		"GET /v1/doctor",
-		"POST /v1/doctor/fix",
-		"POST /v1/sandboxes/{id}/pause",
-		"POST /v1/sandboxes/{id}/resume",
-		"POST /v1/sandboxes/{id}/stop",
-		"POST /v1/sandboxes/{id}/start",
-		"POST /v1/sandboxes/{id}/reset",
-		"POST /v1/sandboxes/{id}/quarantine",
-		"POST /v1/sandboxes/{id}/release",
-		"POST /v1/sandboxes/{id}/touch",
-		"GET /v1/sandboxes/{id}/diff",
-		"POST /v1/volumes",
-		"GET /v1/volumes",
-		"GET /v1/volumes/{name}",
-		"DELETE /v1/volumes/{name}",
-		"POST /v1/sandboxes/{id}/fork",
-		"POST /v1/sandboxes/{id}/snapshots",
-		"GET /v1/sandboxes/{id}/snapshots",
-		"GET /v1/snapshots",
-		"GET /v1/snapshots/{id}",
-		"DELETE /v1/snapshots/{id}",
-		"POST /v1/snapshots/{id}/restore",
-		"POST /v1/sandboxes/{id}/export",
-		"POST /v1/copy",
-		"PUT /v1/templates/{name}/pool",
-		"GET /v1/templates/{name}/pool",
-		"GET /v1/pools",
-		"POST /v1/apply",
-		"GET /v1/sandboxes/{id}/network",
-		"POST /v1/sandboxes/{id}/network",
-		"GET /v1/sandboxes/{id}/flows",
-		"GET /v1/sandboxes/{id}/ports/{port}/{path}",
-		"POST /v1/sandboxes/{id}/hibernate",
-		"POST /v1/sandboxes/{id}/wake",
-	}
-	for _, r := range routes {
-		method, path, _ := strings.Cut(r, " ")
-		ops, ok := doc.Paths[path]
-		if !ok {
-			t.Errorf("%s: path missing", r)
-			continue
-		}
-		raw, ok := ops[strings.ToLower(method)]
-		if !ok {
-			t.Errorf("%s: method missing", r)
-			continue
-		}
-		var op struct {
-			OperationID string                     `json:"operationId"`
-			Responses   map[string]json.RawMessage `json:"responses"`
-		}
-		if err := json.Unmarshal(raw, &op); err != nil {
-			t.Errorf("%s: %v", r, err)
-			continue
-		}
-		if op.OperationID == "" || len(op.Responses) == 0 {
-			t.Errorf("%s: no operationId or responses", r)
-		}
-		if strings.HasPrefix(path, "/v1/") && path != "/v1/openapi.json" {
-			for _, code := range []string{"400", "401", "403", "429", "default"} {
-				if _, ok := op.Responses[code]; !ok {
-					t.Errorf("%s: no %s response", r, code)
-				}
-			}
-		}
-	}
-	// Every error status the API uses is described with the error body.
+// TestOpenAPIErrorStatuses: every error status the API uses is described
+// with the error body somewhere. Which routes exist, with which method,
+// path, scopes and error answers, is checked against the server's route
+// table itself (internal/server TestRoutesDocumented), not a copy here.
+func TestOpenAPIErrorStatuses(t *testing.T) {
+	loadDoc(t)
 	for _, code := range []string{"400", "401", "403", "404", "409", "413", "429"} {
 		if !strings.Contains(string(OpenAPI), `"`+code+`": {`) {
 			t.Errorf("status %s appears in no operation", code)

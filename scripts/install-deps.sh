@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Installs what berth needs on a Debian 12 host, as root, and nothing that
-# is already there: runc (the default runtime), busybox-static (a tiny
-# static image the tests import), iproute2, python3, and a Go toolchain new enough
-# to build berth (taken from the Go module proxy when the host has none).
-# Idempotent: a second run changes nothing.
+# Installs what berth and its tests need on a Debian 12 host, as root, and
+# nothing that is already there: runc (the default runtime), busybox-static
+# (a tiny static image the tests import), iproute2, python3, PostgreSQL
+# (server and psql: the PostgreSQL store's tests and e2e start a private
+# cluster with scripts/pg-test-server.sh), a Go toolchain new enough to
+# build berth (taken from the Go module proxy when the host has none), and
+# gVisor's runsc (scripts/install-runsc.sh). The tests fail, not skip, when
+# any of these is missing. Idempotent: a second run changes nothing.
 set -euo pipefail
 
 GO_VERSION=1.26.8
@@ -21,6 +24,10 @@ command -v git >/dev/null || need_apt+=(git)
 # The tests drive python3 inside sandboxes (host /usr) and through it the
 # host's libseccomp (runc's dependency) as a reference for berth's compiler.
 command -v python3 >/dev/null || need_apt+=(python3)
+# make unit runs go test -race, which needs cgo: a C compiler and libc headers.
+command -v gcc >/dev/null || need_apt+=(gcc libc6-dev)
+# PostgreSQL: the server binaries (Debian layout, any version) and psql.
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && command -v psql >/dev/null || need_apt+=(postgresql)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
 	echo "installing: ${need_apt[*]}"
@@ -55,7 +62,8 @@ runc --version | sed -n 1p
 
 # gVisor's runsc (the runsc runtime class): a static build from the Go
 # module proxy, 2-3 minutes the first time; idempotent. BERTH_SKIP_RUNSC=1
-# skips it (the daemon then offers runc only and the runsc tests skip).
+# skips it (the daemon then offers runc only, and make test fails in the
+# runsc tests: only for machines that build, not test).
 if [ "${BERTH_SKIP_RUNSC:-0}" = "1" ]; then
 	echo "skipping runsc (BERTH_SKIP_RUNSC=1)"
 else

@@ -2,22 +2,17 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/berth-sh/berth/internal/cgroups"
 	"github.com/berth-sh/berth/internal/node/local"
 	"github.com/berth-sh/berth/internal/overlay"
+	"github.com/berth-sh/berth/internal/testenv"
 )
 
 // cleanup deletes every sandbox, checks doctor, stops the daemon, removes
-// the peer's containers and mount, then verifies and removes what is left:
-// mounts under the temp dir, the two cgroup parents, the temp dir.
+// the peer's containers and mount, then has testenv check and remove what
+// is left (mounts, loop devices, cgroups of both parents, processes,
+// files) and removes the temp dir.
 func (b *bench) cleanup(ctx context.Context) {
 	cl := &b.rep.Cleanup
 	fail := func(format string, args ...any) { cl.Errors = append(cl.Errors, fmt.Sprintf(format, args...)) }
@@ -70,98 +65,32 @@ func (b *bench) cleanup(ctx context.Context) {
 			fail("%v", err)
 		}
 	}
-	// Nothing may be mounted under the temp dir any more.
-	mounts, err := overlay.MountsUnder(b.tmp)
-	if err != nil {
-		fail("reading mounts: %v", err)
-	}
-	slices.Reverse(mounts)
-	for _, mp := range mounts {
-		cl.Leftover = append(cl.Leftover, "mount "+mp)
-		if err := overlay.Unmount(mp); err != nil {
-			fail("%v", err)
-		}
-	}
-	// The cgroup parents: the daemon's and the peer's. Their children
-	// should be gone; the parents themselves are removed here.
+	// Then the host, read directly (testenv's one definition of a leak):
+	// what of the daemon and the peer is left is recorded and removed.
 	instance := local.InstanceName(b.tmp)
-	parents := []string{"/" + instance, "/" + peerParent(instance)}
-	if nd := netDataDir(b.tmp); exists(nd) {
-		parents = append(parents, "/"+local.InstanceName(nd))
+	scope := testenv.Scope{DataDir: b.tmp, Cgroups: []string{"/" + peerParent(instance)}}
+	if b.d != nil {
+		scope.PGID = b.d.pid()
 	}
-	for _, parent := range parents {
-		for _, child := range cgroups.Children(parent) {
-			cl.Leftover = append(cl.Leftover, "cgroup "+parent+"/"+child)
-			if err := cgroups.Destroy(parent + "/" + child); err != nil {
-				fail("%v", err)
-			}
-		}
-		if err := cgroups.Destroy(parent); err != nil {
-			fail("%v", err)
-		}
-		// cgroups covers the v1 controllers (or the v2 root); runc also
-		// makes the parent in a hybrid host's unified hierarchy.
-		for _, dir := range CgroupDirs(parent) {
-			ents, _ := os.ReadDir(dir)
-			for _, e := range ents {
-				if e.IsDir() {
-					cl.Leftover = append(cl.Leftover, "cgroup "+filepath.Join(dir, e.Name()))
-				}
-			}
-			if err := removeCgroupTree(dir); err != nil {
-				fail("%v", err)
-			}
-		}
-		if left := CgroupDirs(parent); len(left) > 0 {
-			fail("cgroups could not be removed: %v", left)
-		}
+	leaks, err := testenv.Clean(scope)
+	for _, l := range leaks {
+		cl.Leftover = append(cl.Leftover, l.String())
 	}
-	if left, _ := overlay.MountsUnder(b.tmp); len(left) > 0 {
-		fail("not removing %s: mounts remain: %v", b.tmp, left)
-		return
+	if err != nil {
+		fail("%v", err)
 	}
-	if err := os.RemoveAll(b.tmp); err != nil {
-		fail("removing %s: %v", b.tmp, err)
+	if err := testenv.RemoveDir(b.tmp); err != nil {
+		fail("%v", err)
 	}
 }
 
-// CgroupDirs returns the directories of cgroup parent (e.g. "/berth-1a2b")
-// in every mounted hierarchy, v1 controllers and unified alike.
-func CgroupDirs(parent string) []string {
-	var out []string
-	for _, base := range []string{cgroups.Root, cgroups.Root + "/*"} {
-		ms, _ := filepath.Glob(filepath.Join(base, parent))
-		for _, m := range ms {
-			if st, err := os.Lstat(m); err == nil && st.IsDir() {
-				out = append(out, m)
-			}
-		}
+// LeakScopes are the parts of the host a bench working in workDir
+// (Report.WorkDir) uses: its daemon with the raw runc peer's cgroup
+// parent, and the network daemon with its namespaces. After a run,
+// testenv.Check of each must find nothing.
+func LeakScopes(workDir string) []testenv.Scope {
+	return []testenv.Scope{
+		{DataDir: workDir, Cgroups: []string{"/" + peerParent(local.InstanceName(workDir))}},
+		{DataDir: netDataDir(workDir), Namespaces: NetNamespaces(workDir)},
 	}
-	return out
-}
-
-// removeCgroupTree removes an empty cgroup directory tree, deepest first.
-func removeCgroupTree(dir string) error {
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		if e.IsDir() {
-			if err := removeCgroupTree(filepath.Join(dir, e.Name())); err != nil {
-				return err
-			}
-		}
-	}
-	if err := unix.Rmdir(dir); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("rmdir %s: %w", dir, err)
-	}
-	return nil
-}
-
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
 }

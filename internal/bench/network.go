@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/testenv"
 )
 
 // Issue 5 measurements: sandbox networking.
@@ -86,7 +87,7 @@ func NetNamespaces(workDir string) []string {
 // netDataDir is the network daemon's data dir inside the work dir.
 func netDataDir(tmp string) string { return filepath.Join(tmp, "netd") }
 
-func netnsPath(name string) string { return "/var/run/netns/" + name }
+func netnsPath(name string) string { return testenv.NetnsPath(name) }
 
 func ipRun(args ...string) error {
 	out, err := exec.Command("ip", args...).CombinedOutput()
@@ -186,18 +187,22 @@ func (b *bench) cleanupNet(ctx context.Context) {
 				cl.DoctorFindings = append(cl.DoctorFindings, fmt.Sprintf("network daemon: %s %s: %s", f.Kind, f.ID, f.Detail))
 			}
 		}
-		// Sandbox veths left in the daemon's namespace (its bridge stays
-		// until the namespace goes).
-		if out, err := exec.CommandContext(ctx, "ip", "-n", nb.host, "-o", "link", "show", "type", "veth").Output(); err == nil {
-			for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-				if l != "" && !strings.Contains(l, nb.hostIf+"@") {
-					cl.Leftover = append(cl.Leftover, "veth in "+nb.host+": "+strings.TrimSpace(strings.SplitN(l, ":", 3)[1]))
-				}
-			}
-		}
 		if err := nb.d.stop(); err != nil {
 			fail("stopping the daemon: %v", err)
 		}
+	}
+	// What the network daemon left, its namespace still there to look in
+	// (its veths, bridge and nft tables, besides mounts and cgroups).
+	scope := testenv.Scope{DataDir: nb.dir, Netns: nb.host}
+	if nb.d != nil {
+		scope.PGID = nb.d.pid()
+	}
+	leaks, err := testenv.Clean(scope)
+	for _, l := range leaks {
+		cl.Leftover = append(cl.Leftover, "network daemon: "+l.String())
+	}
+	if err != nil {
+		fail("%v", err)
 	}
 	if nb.sink != nil {
 		nb.sink.close()
@@ -207,9 +212,9 @@ func (b *bench) cleanupNet(ctx context.Context) {
 			fail("%v", err)
 		}
 	}
-	for _, ns := range nb.made {
-		if _, err := os.Stat(netnsPath(ns)); err == nil {
-			fail("netns %s still there", ns)
+	for _, l := range testenv.Check(testenv.Scope{DataDir: nb.dir, Namespaces: nb.made}) {
+		if l.Kind == "netns" {
+			fail("%s still there", l)
 		}
 	}
 	b.net = nil

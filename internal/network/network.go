@@ -21,6 +21,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -632,4 +633,61 @@ func Exists(instance string) bool {
 	}
 	_, err = netlink.LinkByName(nm.bridge)
 	return err == nil
+}
+
+// HostObjects are the host objects of one instance that exist in one
+// network namespace: what Destroy would remove.
+type HostObjects struct {
+	Bridge string   // the bridge's name, "" when it does not exist
+	Veths  []string // host ends of sandboxes' veths
+	Tables []string // nft tables, as "<family>/<name>"
+}
+
+// Objects lists instance's host objects in the network namespace at
+// netnsPath ("" = this process's), for leak checks: the same names
+// Destroy removes, so a checker cannot disagree with it about what is
+// this instance's.
+func Objects(instance, netnsPath string) (HostObjects, error) {
+	var out HostObjects
+	nm, err := newNames(instance)
+	if err != nil {
+		return out, err
+	}
+	h := &netlink.Handle{} // this namespace's
+	var nftOpts []nftables.ConnOption
+	if netnsPath != "" {
+		ns, err := netns.GetFromPath(netnsPath)
+		if err != nil {
+			return out, fmt.Errorf("network: %s: %w", netnsPath, err)
+		}
+		defer ns.Close()
+		if h, err = netlink.NewHandleAt(ns); err != nil {
+			return out, fmt.Errorf("network: netlink in %s: %w", netnsPath, err)
+		}
+		defer h.Close()
+		nftOpts = append(nftOpts, nftables.WithNetNSFd(int(ns)))
+	}
+	links, err := h.LinkList()
+	if err != nil {
+		return out, err
+	}
+	for _, l := range links {
+		switch name := l.Attrs().Name; {
+		case name == nm.bridge:
+			out.Bridge = name
+		case strings.HasPrefix(name, nm.prefix):
+			out.Veths = append(out.Veths, name)
+		}
+	}
+	c, err := nftables.New(nftOpts...)
+	if err != nil {
+		return out, err
+	}
+	fam := map[nftables.TableFamily]string{nftables.TableFamilyINet: "inet", nftables.TableFamilyBridge: "bridge"}
+	for _, t := range []*nftables.Table{nm.inet(), nm.brTable()} {
+		if _, err := c.ListTableOfFamily(t.Name, t.Family); err == nil {
+			out.Tables = append(out.Tables, fam[t.Family]+"/"+t.Name)
+		}
+	}
+	return out, nil
 }

@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-sh/berth/api"
-	"github.com/berth-sh/berth/internal/bench"
+	"github.com/berth-sh/berth/internal/testenv"
 )
 
 // The egress attacks never send a packet off this machine. They run a
@@ -40,7 +40,7 @@ type egressWorld struct {
 	host, inet, hostIf string
 	made               []string
 	dir                string
-	d                  *bench.Private
+	d                  *testenv.Daemon
 	denied, allowed    atomic.Int32
 	lns                []net.Listener
 	lock               *os.File
@@ -133,7 +133,8 @@ func startEgress(ctx context.Context, bin, workDir string) (w *egressWorld, err 
 	if err := os.MkdirAll(w.dir, 0o711); err != nil {
 		return w, err
 	}
-	if w.d, err = bench.StartPrivateIn(ctx, bin, w.dir, w.host); err != nil {
+	if w.d, err = testenv.Start(ctx, testenv.Config{Binary: bin, DataDir: w.dir, Netns: w.host,
+		LogFile: filepath.Join(w.dir, "daemon.log"), UserAgent: "berth-selftest"}); err != nil {
 		return w, fmt.Errorf("egress daemon: %w", err)
 	}
 	return w, nil
@@ -188,6 +189,14 @@ func (w *egressWorld) close(ctx context.Context) []string {
 		}
 		if err := w.d.Stop(); err != nil {
 			errs = append(errs, "egress daemon: stop: "+err.Error())
+		}
+		// Its namespace still there to look in (veths, bridge, tables).
+		leaks, err := testenv.Clean(w.d.Scope())
+		for _, l := range leaks {
+			errs = append(errs, "egress daemon: left: "+l.String())
+		}
+		if err != nil {
+			errs = append(errs, "egress daemon: "+err.Error())
 		}
 	}
 	for _, ln := range w.lns {

@@ -7,15 +7,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/berth-sh/berth/internal/bench"
-	"github.com/berth-sh/berth/internal/cgroups"
-	"github.com/berth-sh/berth/internal/node/local"
-	"github.com/berth-sh/berth/internal/overlay"
+	"github.com/berth-sh/berth/internal/testenv"
 )
 
 // PrivateOptions configures RunPrivate.
@@ -76,7 +70,8 @@ func RunPrivate(ctx context.Context, po PrivateOptions) (*Report, error) {
 	if po.Agent != "" {
 		args = append(args, "--agent", po.Agent)
 	}
-	d, err := bench.StartPrivate(ctx, po.Binary, dataDir, args...)
+	d, err := testenv.Start(ctx, testenv.Config{Binary: po.Binary, DataDir: dataDir, Args: args,
+		LogFile: filepath.Join(dataDir, "daemon.log"), UserAgent: "berth-selftest"})
 	if err != nil {
 		os.RemoveAll(work)
 		return nil, err
@@ -102,39 +97,23 @@ func RunPrivate(ctx context.Context, po PrivateOptions) (*Report, error) {
 	return rep, runErr
 }
 
-// stopPrivate stops the daemon and removes what it left: mounts under the
-// work dir, its cgroup parent, the work dir. It returns what it had to
-// remove by hand or could not remove.
-func stopPrivate(d *bench.Private, work, dataDir string) []string {
+// stopPrivate stops the daemon and removes what it left (testenv's one
+// definition of a leak: mounts, loop devices, cgroups, processes, files
+// of its data dir and instance), then the work dir. It returns what it had
+// to remove by hand or could not remove.
+func stopPrivate(d *testenv.Daemon, work, dataDir string) []string {
 	var out []string
 	if err := d.Stop(); err != nil {
 		out = append(out, "stopping the daemon: "+err.Error())
 	}
-	mounts, _ := overlay.MountsUnder(work)
-	slices.Reverse(mounts)
-	for _, m := range mounts {
-		// The pool's loop mount is the daemon's to keep across restarts;
-		// anything else left mounted is a leak.
-		if !strings.HasSuffix(m, "/pool") {
-			out = append(out, "mount left: "+m)
-		}
-		if err := overlay.Unmount(m); err != nil {
-			out = append(out, err.Error())
-		}
+	leaks, err := testenv.Clean(d.Scope())
+	for _, l := range leaks {
+		out = append(out, "left: "+l.String())
 	}
-	parent := "/" + local.InstanceName(dataDir)
-	for _, c := range cgroups.Children(parent) {
-		out = append(out, "cgroup left: "+parent+"/"+c)
-		cgroups.Destroy(parent + "/" + c)
+	if err != nil {
+		out = append(out, err.Error())
 	}
-	cgroups.Destroy(parent)
-	for _, dir := range bench.CgroupDirs(parent) {
-		_ = unix.Rmdir(dir)
-	}
-	if left, _ := overlay.MountsUnder(work); len(left) > 0 {
-		return append(out, fmt.Sprintf("not removing %s: mounts remain: %v", work, left))
-	}
-	if err := os.RemoveAll(work); err != nil {
+	if err := testenv.RemoveDir(work); err != nil {
 		out = append(out, err.Error())
 	}
 	return out

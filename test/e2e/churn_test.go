@@ -55,7 +55,7 @@ func TestChurnLeavesNothing(t *testing.T) {
 		t.Fatalf("%d cycles failed", failed.Load())
 	}
 	assertDoctorClean(t, d)
-	assertNoLeaks(t, d.dataDir)
+	assertNoLeaks(t, d)
 	sbs, _ := d.c.ListSandboxes(ctx, true)
 	if len(sbs) != cycles {
 		t.Fatalf("want %d tombstones, got %d", cycles, len(sbs))

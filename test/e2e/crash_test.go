@@ -133,7 +133,7 @@ func TestOrphansFoundAndRemoved(t *testing.T) {
 		t.Fatalf("doctor --fix failed: %s %s", out, e)
 	}
 	assertDoctorClean(t, d)
-	assertNoLeaks(t, d.dataDir)
+	assertNoLeaks(t, d)
 }
 
 func execOut(t *testing.T, d *daemon, id string, cmd ...string) string {
@@ -163,7 +163,7 @@ func assertDoctorClean(t *testing.T, d *daemon) {
 // waitExit waits for a daemon that is expected to die (a failpoint).
 func (d *daemon) waitExit() {
 	select {
-	case <-d.waitErr:
+	case <-d.proc.Done():
 	case <-time.After(30 * time.Second):
 		d.t.Fatal("daemon did not die at its failpoint")
 	}

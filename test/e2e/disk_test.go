@@ -276,5 +276,5 @@ func TestDiskCapRunsc(t *testing.T) {
 	if _, err := d.c.DeleteSandbox(ctx, sb.ID, true); err != nil {
 		t.Fatal(err)
 	}
-	assertNoRunscLeaks(t, d)
+	assertNoLeaks(t, d)
 }

@@ -255,7 +255,7 @@ func TestStdoutFloodDoesNotGrowDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := daemonRSS(t, d.cmd.Process.Pid)
+	before := daemonRSS(t, d.pid())
 	var peak int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -267,7 +267,7 @@ func TestStdoutFloodDoesNotGrowDaemon(t *testing.T) {
 			case <-stop:
 				return
 			case <-time.After(100 * time.Millisecond):
-				peak = max(peak, daemonRSS(t, d.cmd.Process.Pid))
+				peak = max(peak, daemonRSS(t, d.pid()))
 			}
 		}
 	}()
@@ -393,7 +393,6 @@ func TestTCPNeedsAPIKey(t *testing.T) {
 	d := startDaemon(t)
 	// Restart with a TCP listener on loopback.
 	d.stop()
-	d.cmd = nil
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := ln.Addr().String()
 	ln.Close()

@@ -8,21 +8,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/berth-sh/berth/client"
-	"github.com/berth-sh/berth/internal/cgroups"
-	"github.com/berth-sh/berth/internal/node/local"
-	"github.com/berth-sh/berth/internal/overlay"
+	"github.com/berth-sh/berth/internal/testenv"
 )
 
 // berthBin is the binary under test, built once by TestMain.
@@ -35,136 +30,122 @@ var berthBin string
 var agentBin string
 
 func TestMain(m *testing.M) {
-	if os.Geteuid() != 0 {
-		fmt.Println("e2e tests need root (runc, mounts, cgroups); skipping")
-		os.Exit(0)
-	}
-	if _, err := exec.LookPath("runc"); err != nil {
-		fmt.Println("e2e tests need runc: run scripts/install-deps.sh")
+	// A suite that cannot run must fail, not pass with nothing tested.
+	if err := testenv.RequireRoot("the e2e suite (test/e2e)"); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
 		os.Exit(1)
 	}
-	dir, err := os.MkdirTemp("", "berth-e2e-bin-")
+	if _, err := exec.LookPath("runc"); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL: the e2e suite needs runc: run scripts/install-deps.sh (make deps)")
+		os.Exit(1)
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		os.Exit(1)
+	}
+	dir, err := testenv.TempDir("", "e2e-bin")
 	if err != nil {
 		panic(err)
 	}
+	ctx := context.Background()
 	berthBin = filepath.Join(dir, "berth")
-	_, self, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(self), "..", "..")
-	build := exec.Command("go", "build", "-o", berthBin, "./cmd/berth")
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if os.Getenv("BERTH_E2E_RACE") != "" {
-		// The daemon under the race detector; the static build above
-		// becomes the agent.
+	race := os.Getenv("BERTH_E2E_RACE") != ""
+	if race {
+		// The daemon under the race detector; a static build becomes the
+		// agent.
 		agentBin = filepath.Join(dir, "berth-agent")
-		static := exec.Command("go", "build", "-o", agentBin, "./cmd/berth")
-		static.Dir = root
-		static.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := static.CombinedOutput(); err != nil {
-			fmt.Printf("building the agent: %v\n%s", err, out)
+		if err := testenv.Build(ctx, root, agentBin, false); err != nil {
+			fmt.Fprintln(os.Stderr, "building the agent:", err)
 			os.Exit(1)
 		}
-		build = exec.Command("go", "build", "-race", "-o", berthBin, "./cmd/berth")
-		build.Dir = root
-		build.Env = append(os.Environ(), "CGO_ENABLED=1")
 	}
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Printf("building berth: %v\n%s", err, out)
+	if err := testenv.Build(ctx, root, berthBin, race); err != nil {
+		fmt.Fprintln(os.Stderr, "building berth:", err)
 		os.Exit(1)
 	}
-	os.Chmod(dir, 0o755)
 	code := m.Run()
 	stopPG()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
 
-// daemon is one berth daemon process started by a test.
+// daemon is one berth daemon process started by a test: a testenv.Daemon
+// with the test's failure reporting around it.
 type daemon struct {
 	t       *testing.T
 	dataDir string
 	socket  string
-	cmd     *exec.Cmd
-	logs    *bytes.Buffer
-	waitErr chan error
+	proc    *testenv.Daemon
+	logs    *testenv.Log // the current process's output
 	c       *client.Client
 	extra   []string
 	env     []string
 	netns   string // run the daemon in this network namespace
 }
 
+// newDaemon starts a private daemon in a fresh temp dir; it is stopped and
+// every sandbox removed, with a leak check, when the test ends.
+func newDaemon(t *testing.T, d *daemon) *daemon {
+	t.Helper()
+	base, err := testenv.TempDir("", "e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.t, d.dataDir, d.socket = t, filepath.Join(base, "data"), filepath.Join(base, "berth.sock")
+	d.start()
+	t.Cleanup(func() {
+		d.cleanup()
+		if err := testenv.RemoveDir(base); err != nil {
+			t.Error(err)
+		}
+	})
+	return d
+}
+
 // startDaemon starts a private daemon; it is stopped and every sandbox
 // removed, with a leak check, when the test ends.
 func startDaemon(t *testing.T) *daemon {
 	t.Helper()
-	base, err := os.MkdirTemp("", "berth-e2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(base, 0o711)
-	d := &daemon{t: t, dataDir: filepath.Join(base, "data"), socket: filepath.Join(base, "berth.sock")}
-	d.start()
-	t.Cleanup(func() {
-		d.cleanup()
-		os.RemoveAll(base)
-	})
-	return d
+	return newDaemon(t, &daemon{})
 }
 
 func (d *daemon) start() {
 	t := d.t
 	t.Helper()
-	d.logs = &bytes.Buffer{}
-	args := append([]string{"serve", "--data-dir", d.dataDir, "--socket", d.socket, "--log-level", "debug"}, d.extra...)
+	args := slices.Clone(d.extra)
 	if agentBin != "" {
 		args = append(args, "--agent", agentBin)
 	}
-	d.cmd = exec.Command(berthBin, args...)
-	if d.netns != "" {
-		d.cmd = exec.Command("nsenter", append([]string{"--net=/var/run/netns/" + d.netns, "--", berthBin}, args...)...)
-	}
-	d.cmd.Env = append(os.Environ(), d.env...)
-	d.cmd.Stdout = d.logs
-	d.cmd.Stderr = d.logs
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	d.waitErr = make(chan error, 1)
-	go func(cmd *exec.Cmd) { d.waitErr <- cmd.Wait() }(d.cmd)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if c, err := net.Dial("unix", d.socket); err == nil {
-			c.Close()
-			break
-		}
-		select {
-		case err := <-d.waitErr:
-			t.Fatalf("daemon exited: %v\n%s", err, d.logs)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon did not start\n%s", d.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	c, err := client.New("unix://"+d.socket, "")
+	p, err := testenv.Start(context.Background(), testenv.Config{
+		Binary: berthBin, DataDir: d.dataDir, Socket: d.socket, Args: args, Env: d.env,
+		Netns: d.netns, LogLevel: "debug", UserAgent: "berth-e2e", ReadyTimeout: 30 * time.Second,
+		StopTimeout: 20 * time.Second,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.c = c
+	d.proc, d.logs, d.c = p, p.Log(), p.Client()
 }
 
-// stop stops the daemon gracefully (SIGTERM).
+// running reports whether the daemon process is alive.
+func (d *daemon) running() bool {
+	select {
+	case <-d.proc.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+// pid is the daemon's process id.
+func (d *daemon) pid() int { return d.proc.PID() }
+
+// stop stops the daemon gracefully (SIGTERM to its pid).
 func (d *daemon) stop() {
 	d.t.Helper()
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.waitErr:
-	case <-time.After(20 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-d.waitErr
-		d.t.Errorf("daemon did not stop on SIGTERM\n%s", d.logs)
+	if err := d.proc.Stop(); err != nil {
+		d.t.Errorf("stopping the daemon: %v\n%s", err, d.logs)
 	}
 	d.checkRaces()
 }
@@ -180,8 +161,7 @@ func (d *daemon) checkRaces() {
 
 // kill stops the daemon with SIGKILL, as a crash would.
 func (d *daemon) kill() {
-	_ = d.cmd.Process.Kill()
-	<-d.waitErr
+	d.proc.Kill()
 	d.checkRaces()
 }
 
@@ -215,11 +195,9 @@ func (d *daemon) cliIn(stdin string, args ...string) (stdout, stderr string, cod
 // nothing of it remains on the host.
 func (d *daemon) cleanup() {
 	t := d.t
-	select {
-	case <-d.waitErr:
+	if !d.running() {
 		// Not running (a test killed it): start it to clean up.
 		d.start()
-	default:
 	}
 	ctx := context.Background()
 	// Warm pools hold sandboxes no list shows: empty them first.
@@ -259,50 +237,29 @@ func (d *daemon) cleanup() {
 		t.Errorf("doctor found leaks after the test: %+v", rep.Findings)
 	}
 	d.stop()
-	assertNoLeaks(t, d.dataDir)
-	if ms, _ := overlay.MountsUnder(d.dataDir); len(slices.DeleteFunc(ms, func(m string) bool { return m == d.dataDir })) > 0 {
-		t.Errorf("mounts stayed after the daemon stopped with no sandboxes: %v", ms)
+	// The host, read directly: nothing of the daemon may be left once it
+	// stopped with no sandboxes (testenv.Check is the definition).
+	leaks, err := testenv.Clean(d.proc.Scope())
+	for _, l := range leaks {
+		t.Errorf("leaked after the daemon stopped: %s", l)
+	}
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
 	}
 	if t.Failed() {
 		t.Logf("daemon log:\n%s", tail(d.logs.String(), 8000))
 	}
 }
 
-// assertNoLeaks checks the host directly, without the daemon: no mounts
-// under the data dir, no runc containers, no sandbox dirs, no cgroups with
-// processes under the daemon's cgroup parent.
-func assertNoLeaks(t *testing.T, dataDir string) {
+// assertNoLeaks checks the host directly, without the daemon, while it
+// runs with no sandboxes: only its own mounts, pool device, bridge and
+// process group may be there.
+func assertNoLeaks(t *testing.T, d *daemon) {
 	t.Helper()
-	// The storage pool and the share (agent binary, resolv.conf files)
-	// are the daemon's own while it runs; they are checked separately
-	// once the daemon has stopped.
-	ms, _ := overlay.MountsUnder(dataDir)
-	ms = slices.DeleteFunc(ms, func(m string) bool {
-		return m == filepath.Join(dataDir, "pool") || m == filepath.Join(dataDir, "runsc", "null-netns") ||
-			m == filepath.Join(dataDir, "share") || m == dataDir // a test's own filesystem for the data dir
-	})
-	if len(ms) > 0 {
-		t.Errorf("leaked mounts: %v", ms)
-	}
-	if ents, _ := os.ReadDir(filepath.Join(dataDir, "sandboxes")); len(ents) > 0 {
-		t.Errorf("leaked sandbox dirs: %d", len(ents))
-	}
-	if ents, _ := os.ReadDir(filepath.Join(dataDir, "runc")); len(ents) > 0 {
-		var names []string
-		for _, e := range ents {
-			names = append(names, e.Name())
-		}
-		t.Errorf("leaked runc containers: %v", names)
-	}
-	parent := "/" + local.InstanceName(dataDir)
-	if kids := cgroups.Children(parent); len(kids) > 0 {
-		t.Errorf("leaked cgroups under %s: %v", parent, kids)
-	}
-	// The daemon's (now empty) cgroup parent goes with its data dir.
-	for _, p := range cgroups.Paths(parent) {
-		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
-			t.Errorf("removing cgroup parent: %v", err)
-		}
+	s := d.proc.Scope()
+	s.Running = true
+	for _, l := range testenv.Check(s) {
+		t.Errorf("leaked: %s", l)
 	}
 }
 

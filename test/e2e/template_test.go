@@ -26,7 +26,8 @@ func busyboxImage(t *testing.T) v1.Image {
 	t.Helper()
 	bb, err := os.ReadFile("/bin/busybox")
 	if err != nil {
-		t.Skip("busybox-static is not installed (scripts/install-deps.sh installs it)")
+		t.Fatalf("the e2e suite needs busybox-static (/bin/busybox: %v): install it with scripts/install-deps.sh (make deps), "+
+			"or apt-get install busybox-static", err)
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)

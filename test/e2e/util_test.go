@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"os"
 	"testing"
 
 	"github.com/berth-sh/berth/client"
@@ -50,34 +49,12 @@ func jsonDecode(t *testing.T, s string, v any) {
 // startDaemonWith starts a private daemon with extra serve flags.
 func startDaemonWith(t *testing.T, extra ...string) *daemon {
 	t.Helper()
-	base, err := os.MkdirTemp("", "berth-e2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(base, 0o711)
-	d := &daemon{t: t, dataDir: base + "/data", socket: base + "/berth.sock", extra: extra}
-	d.start()
-	t.Cleanup(func() {
-		d.cleanup()
-		os.RemoveAll(base)
-	})
-	return d
+	return newDaemon(t, &daemon{extra: extra})
 }
 
 // startDaemonIn starts a private daemon inside network namespace ns (only
 // its network namespace: mounts stay visible to the test's leak checks).
 func startDaemonIn(t *testing.T, ns string) *daemon {
 	t.Helper()
-	base, err := os.MkdirTemp("", "berth-e2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(base, 0o711)
-	d := &daemon{t: t, dataDir: base + "/data", socket: base + "/berth.sock", netns: ns}
-	d.start()
-	t.Cleanup(func() {
-		d.cleanup()
-		os.RemoveAll(base)
-	})
-	return d
+	return newDaemon(t, &daemon{netns: ns})
 }

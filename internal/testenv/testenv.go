@@ -1,0 +1,96 @@
+// Package testenv is the one test environment of berth's end-to-end
+// suites (test/e2e, its soak) and of the harnesses in the production
+// binary (`berth bench`, `berth selftest --private`): it builds the
+// binary, starts private daemons (Start: a data dir, socket, cgroup parent
+// and process group of their own, logs captured, stopped by pid), and
+// decides what counts as a leak (Check, Clean, Sweep) — one definition for
+// every suite and for scripts/leakcheck.sh.
+//
+// It is not a test package: `berth bench` and `berth selftest` link it.
+// Nothing in it needs the testing package; callers turn its errors and
+// leaks into test failures or report lines.
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+)
+
+// Prefixes are the names of the temporary directories the harnesses make
+// (TempDir): Sweep looks for what is left of them and only of them.
+var Prefixes = []string{"berth-e2e-", "berth-bench-", "berth-selftest-"}
+
+// TempDir makes a fresh directory root/berth-<kind>-XXXX (root "" = the
+// system's temp dir), mode 0711: sandboxes' mapped root must traverse it
+// to reach the agent binary and the data dir beneath, but not list it.
+func TempDir(root, kind string) (string, error) {
+	dir, err := os.MkdirTemp(root, "berth-"+kind+"-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
+}
+
+// RepoRoot is the root of the berth module this package was built from:
+// the directory holding go.mod above this file, else above the working
+// directory.
+func RepoRoot() (string, error) {
+	var starts []string
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		starts = append(starts, filepath.Dir(file))
+	}
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	for _, dir := range starts {
+		for d := dir; ; d = filepath.Dir(d) {
+			if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && strings.Contains(string(b), "module github.com/berth-sh/berth\n") {
+				return d, nil
+			}
+			if d == filepath.Dir(d) {
+				break
+			}
+		}
+	}
+	return "", errors.New("testenv: the berth module's root (go.mod) not found")
+}
+
+// Build compiles cmd/berth of the module at root into out: static
+// (CGO_ENABLED=0) as shipped, or with the race detector (cgo, dynamically
+// linked: such a daemon needs a static agent, see Config.Args --agent).
+func Build(ctx context.Context, root, out string, race bool) error {
+	args := []string{"build", "-o", out}
+	env := append(os.Environ(), "CGO_ENABLED=0")
+	if race {
+		args = append(args, "-race")
+		env = append(os.Environ(), "CGO_ENABLED=1")
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, "./cmd/berth")...)
+	cmd.Dir = root
+	cmd.Env = env
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("testenv: go %s: %w\n%s", strings.Join(args, " "), err, b)
+	}
+	return nil
+}
+
+// RequireRoot is the end-to-end suites' first check: they drive runc,
+// mounts, cgroups and network namespaces, and a run that cannot must fail
+// rather than pass with nothing tested.
+func RequireRoot(suite string) error {
+	if os.Geteuid() == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s needs root (runc, overlayfs, cgroups, loop devices, network namespaces) and runs as uid %d: "+
+		"run it as root (sudo make e2e, or make test on a CI machine as root); it does not skip", suite, os.Geteuid())
+}

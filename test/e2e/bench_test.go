@@ -1,0 +1,104 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-sh/berth/internal/bench"
+	"github.com/berth-sh/berth/internal/testenv"
+)
+
+// TestBenchTiny runs every measurement of `berth bench` end to end in a
+// tiny configuration against the suite's binary, then checks that the
+// bench left nothing behind: testenv's leak check over each of its
+// scopes (daemon and raw runc peer, network daemon and its namespaces),
+// no cgroup parent and no work dir.
+func TestBenchTiny(t *testing.T) {
+	// The binary is the sandboxes' agent too: mapped root must traverse to
+	// it and to the work dir, so not t.TempDir (0700).
+	dir, err := testenv.TempDir("", "bench")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	bin := berthBin
+	if agentBin != "" {
+		bin = agentBin // the bench's daemons run the binary as their agent too
+	}
+	rep, err := bench.Run(ctx, bench.Options{
+		Binary: bin, Iterations: 3, Idle: 3, Churn: time.Second, Expiry: 3, ExpiryStop: 2, TempRoot: dir,
+		ForkSizes: []int64{1 << 20}, NetBytes: 1 << 20,
+	}, testWriter{t})
+	if rep != nil {
+		var sb strings.Builder
+		_ = bench.WriteTable(&sb, rep)
+		t.Logf("report:\n%s", sb.String())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if len(rep.Rows) == 0 {
+		t.Fatal("no rows")
+	}
+	seen := map[string]bool{}
+	for _, r := range rep.Rows {
+		seen[r.Measurement] = true
+		timing := r.Unit == "ms" || r.Unit == "s" || r.Unit == "/s" || r.Unit == "MiB/s"
+		if r.Measurement == bench.Egress && strings.Contains(r.Name, "extra") {
+			timing = false // a difference of two timings may be negative
+		}
+		if r.Berth.N <= 0 {
+			t.Errorf("%s: berth n = %d", r.Name, r.Berth.N)
+		}
+		if timing && (r.Berth.P50 <= 0 || r.Berth.P95 <= 0) {
+			t.Errorf("%s: berth timings %+v", r.Name, r.Berth)
+		}
+		if r.PeerStat != nil {
+			if r.PeerStat.N <= 0 {
+				t.Errorf("%s: peer n = %d", r.Name, r.PeerStat.N)
+			}
+			if timing && (r.PeerStat.P50 <= 0 || r.PeerStat.P95 <= 0) {
+				t.Errorf("%s: peer timings %+v", r.Name, *r.PeerStat)
+			}
+		}
+	}
+	for _, m := range bench.All {
+		if !seen[m] {
+			t.Errorf("no row for measurement %s", m)
+		}
+	}
+
+	// Cleanup: the bench's own report, then the host read directly.
+	if !rep.Cleanup.Clean() {
+		t.Errorf("cleanup: %+v", rep.Cleanup)
+	}
+	for _, s := range bench.LeakScopes(rep.WorkDir) {
+		for _, l := range testenv.Check(s) {
+			t.Errorf("left by the bench: %s", l)
+		}
+		for _, parent := range s.CgroupParents() {
+			if left := testenv.CgroupDirs(parent); len(left) > 0 {
+				t.Errorf("cgroup parent left: %v", left)
+			}
+		}
+	}
+	if left := testenv.Sweep(testenv.SweepOptions{TempRoot: dir}); len(left) > 0 {
+		t.Errorf("left under %s: %v", dir, left)
+	}
+	if _, err := os.Stat(rep.WorkDir); !os.IsNotExist(err) {
+		t.Errorf("work dir %s still there (%v)", rep.WorkDir, err)
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
