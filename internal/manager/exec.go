@@ -133,9 +133,10 @@ func (m *Manager) execIn(ctx context.Context, sb *sandbox.Sandbox, req *api.Exec
 	}
 	cg := m.paths(sb.ID).cgroup
 	oomBefore, _ := cgroups.OOMKills(cg)
-	exit, err := m.agentFor(sb.ID).Exec(ctx, areq, agent.ExecIO{
-		Stdin: stdin, Stdout: orDiscard(eio.Stdout), Stderr: orDiscard(eio.Stderr), Resize: eio.Resize,
+	aexit, err := m.agentFor(sb.ID).Exec(ctx, areq, agent.ExecIO{
+		Stdin: stdin, Stdout: orDiscard(eio.Stdout), Stderr: orDiscard(eio.Stderr), Resize: agentResizes(ctx, eio.Resize),
 	})
+	exit := apiExit(aexit)
 	if err != nil && overdue.Load() {
 		m.agentOverdue(sb.ID, "an exec")
 		m.eventAsync(&sandbox.Event{SandboxID: sb.ID, Type: "exec", Actor: actor, Cause: sandbox.CauseUser,

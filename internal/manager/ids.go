@@ -289,7 +289,7 @@ func (m *Manager) sandboxUserns(sb *sandbox.Sandbox, rt runtime.Runtime) (string
 // Isolation describes sb's boundary: its runtime class's, plus its ids.
 func (m *Manager) Isolation(sb *sandbox.Sandbox) api.Isolation {
 	rt := m.rtFor(sb)
-	iso := rt.Isolation()
+	iso := apiIsolation(rt.Isolation())
 	ids := m.idMapOf(sb)
 	iso.IDMode = sandbox.IDModeShared
 	if perSandboxIDs(sb) {
