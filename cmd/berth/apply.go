@@ -8,15 +8,13 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/templatefile"
 )
 
 // maxApplyFiles caps the local files a template file's copy steps may send:
@@ -76,8 +74,8 @@ inside it: absolute paths, ".." out of it and symlinks leading out are refused.
 	return cmd
 }
 
-// applyRequest reads the template file (stdin for "-") and packs the local
-// files its copy steps name.
+// applyRequest reads and checks the template file (stdin for "-") and
+// packs the local files its copy steps name.
 func applyRequest(file string, stdin io.Reader) (api.ApplyRequest, error) {
 	var (
 		spec []byte
@@ -93,62 +91,15 @@ func applyRequest(file string, stdin io.Reader) (api.ApplyRequest, error) {
 	if err != nil {
 		return api.ApplyRequest{}, fmt.Errorf("cannot read %s: %w", file, unwrapPathError(err))
 	}
-	srcs, err := copySources(spec)
+	tf, err := templatefile.Parse(spec)
 	if err != nil {
 		return api.ApplyRequest{}, fmt.Errorf("%s: %w", file, err)
 	}
-	files, err := packCopySources(dir, srcs)
+	files, err := packCopySources(dir, tf.CopySources())
 	if err != nil {
 		return api.ApplyRequest{}, fmt.Errorf("%s: %w", file, err)
 	}
 	return api.ApplyRequest{Spec: string(spec), Files: files}, nil
-}
-
-// copySources returns the src of every copy step of a template file, in
-// order. Only as much of the file is understood as finding them needs; the
-// daemon validates the rest.
-func copySources(spec []byte) ([]string, error) {
-	var doc struct {
-		Steps []any `yaml:"steps"`
-	}
-	if err := yaml.Unmarshal(spec, &doc); err != nil {
-		return nil, fmt.Errorf("not a valid template file: %s", strings.TrimPrefix(err.Error(), "yaml: "))
-	}
-	var srcs []string
-	for i, st := range doc.Steps {
-		m, ok := st.(map[string]any)
-		if !ok {
-			continue
-		}
-		c, ok := m["copy"]
-		if !ok {
-			continue
-		}
-		cm, ok := c.(map[string]any)
-		if !ok {
-			return nil, fmt.Errorf("step %d: copy wants {src: PATH, dst: PATH}", i+1)
-		}
-		src, ok := cm["src"].(string)
-		if !ok || src == "" {
-			return nil, fmt.Errorf("step %d: copy has no src", i+1)
-		}
-		srcs = append(srcs, src)
-	}
-	return srcs, nil
-}
-
-// copySourceName checks the src of a copy step and returns the name it has
-// in the archive (and under the template file's directory): the cleaned,
-// slash-separated relative path.
-func copySourceName(src string) (string, error) {
-	if path.IsAbs(src) || filepath.IsAbs(src) || strings.HasPrefix(src, `\`) {
-		return "", fmt.Errorf("copy src %q: must be relative to the template file's directory", src)
-	}
-	name := path.Clean(filepath.ToSlash(src))
-	if name == ".." || strings.HasPrefix(name, "../") {
-		return "", fmt.Errorf("copy src %q: leads out of the template file's directory", src)
-	}
-	return name, nil
 }
 
 // packCopySources writes a tar of the copy sources srcs, read under dir, and
@@ -164,9 +115,9 @@ func packCopySources(dir string, srcs []string) ([]byte, error) {
 	}
 	names := make([]string, 0, len(srcs))
 	for _, src := range srcs {
-		name, err := copySourceName(src)
+		name, err := templatefile.SourceName(src)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("copy src: %w", err)
 		}
 		names = append(names, name)
 	}

@@ -433,39 +433,6 @@ func readPacked(t *testing.T, b []byte) map[string]string {
 	}
 }
 
-func TestCopySources(t *testing.T) {
-	spec := `name: py
-from: base
-steps:
-  - run: apk add python3
-  - copy: {src: ./app, dst: /app}
-  - copy:
-      src: "requirements.txt"
-      dst: /app/requirements.txt
-  - env: {A: "1"}
-`
-	srcs, err := copySources([]byte(spec))
-	if err != nil || !slices.Equal(srcs, []string{"./app", "requirements.txt"}) {
-		t.Fatalf("yaml: %v, %v", srcs, err)
-	}
-	srcs, err = copySources([]byte(`{"name": "py", "steps": [{"run": "x"}, {"copy": {"src": "a/b", "dst": "/b"}}]}`))
-	if err != nil || !slices.Equal(srcs, []string{"a/b"}) {
-		t.Fatalf("json: %v, %v", srcs, err)
-	}
-	if srcs, err := copySources([]byte("name: x\n")); err != nil || len(srcs) != 0 {
-		t.Errorf("no steps: %v, %v", srcs, err)
-	}
-	for spec, want := range map[string]string{
-		"steps: [{copy: ./a}]":                 "step 1: copy wants {src: PATH, dst: PATH}",
-		"steps: [{run: x}, {copy: {dst: /x}}]": "step 2: copy has no src",
-		"steps: [\n  - {":                      "not a valid template file",
-	} {
-		if _, err := copySources([]byte(spec)); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%q: err = %v, want %q", spec, err, want)
-		}
-	}
-}
-
 func TestPackCopySources(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -101,7 +100,7 @@ type ExecIO struct {
 	// Under TTY everything arrives on Stdout.
 	Stdout, Stderr io.Writer
 	// Resize carries terminal size changes (TTY only).
-	Resize <-chan api.Resize
+	Resize <-chan Resize
 }
 
 // clientConn is one operation's connection.
@@ -231,9 +230,9 @@ func (c *Client) Quiesce(ctx context.Context) error {
 // Exec runs a process and streams its stdio until it exits. Cancelling ctx
 // closes the connection, on which the agent kills the process group.
 // OOMKilled is left false: the daemon knows it from the cgroup.
-func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (api.ExecExit, error) {
+func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (Exit, error) {
 	if len(req.Argv) == 0 {
-		return api.ExecExit{}, errdefs.Invalid("exec: empty argv")
+		return Exit{}, errdefs.Invalid("exec: empty argv")
 	}
 	spec := &execSpec{
 		Argv: req.Argv, Env: req.Env, Dir: req.Dir, User: req.User,
@@ -244,7 +243,7 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (api.Exe
 	}
 	cc, err := c.open(ctx, request{Op: opExec, Exec: spec})
 	if err != nil {
-		return api.ExecExit{}, err
+		return Exit{}, err
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -292,7 +291,7 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (api.Exe
 	for {
 		t, p, err := cc.next()
 		if err != nil {
-			return api.ExecExit{}, err
+			return Exit{}, err
 		}
 		switch t {
 		case frameStdout, frameStderr:
@@ -303,12 +302,12 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (api.Exe
 			if _, err := w.Write(p); err != nil {
 				// Whoever wanted the output is gone: closing the
 				// connection (deferred) kills the process.
-				return api.ExecExit{}, fmt.Errorf("exec: write output: %w", err)
+				return Exit{}, fmt.Errorf("exec: write output: %w", err)
 			}
 		case frameExit:
-			var ex api.ExecExit
+			var ex Exit
 			if len(p) > 64<<10 || json.Unmarshal(p, &ex) != nil {
-				return api.ExecExit{}, protoErrorf("malformed exit frame")
+				return Exit{}, protoErrorf("malformed exit frame")
 			}
 			ex.OOMKilled = false
 			if len(ex.Signal) > 32 {
@@ -316,7 +315,7 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (api.Exe
 			}
 			return ex, nil
 		default:
-			return api.ExecExit{}, protoErrorf("unexpected %s frame during exec", t)
+			return Exit{}, protoErrorf("unexpected %s frame during exec", t)
 		}
 	}
 }
@@ -340,25 +339,25 @@ func pumpStdin(r io.Reader, fw *frameWriter) {
 }
 
 // Stat describes path; a symlink is described, not followed.
-func (c *Client) Stat(ctx context.Context, path string) (api.FileInfo, error) {
+func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
 	cc, err := c.open(ctx, request{Op: opStat, Path: path})
 	if err != nil {
-		return api.FileInfo{}, err
+		return FileInfo{}, err
 	}
 	defer cc.close()
-	var fi api.FileInfo
+	var fi FileInfo
 	err = cc.result(&fi)
 	return fi, err
 }
 
 // List returns the entries of a directory, sorted by name.
-func (c *Client) List(ctx context.Context, path string) ([]api.FileInfo, error) {
+func (c *Client) List(ctx context.Context, path string) ([]FileInfo, error) {
 	cc, err := c.open(ctx, request{Op: opList, Path: path})
 	if err != nil {
 		return nil, err
 	}
 	defer cc.close()
-	var out []api.FileInfo
+	var out []FileInfo
 	total := 0
 	for {
 		t, p, err := cc.next()
@@ -373,7 +372,7 @@ func (c *Client) List(ctx context.Context, path string) ([]api.FileInfo, error) 
 			if len(out) >= maxListEntries || len(p) > maxEntryJSON || total > maxListBytes {
 				return nil, protoErrorf("list answer over its caps")
 			}
-			var fi api.FileInfo
+			var fi FileInfo
 			if err := json.Unmarshal(p, &fi); err != nil {
 				return nil, protoErrorf("malformed list entry: %v", err)
 			}
@@ -424,15 +423,15 @@ func unixMode(m os.FileMode) uint32 {
 
 // ReadFile copies a regular file to w and returns its info (from when it
 // was opened).
-func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) (api.FileInfo, error) {
+func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) (FileInfo, error) {
 	cc, err := c.open(ctx, request{Op: opReadFile, Path: path})
 	if err != nil {
-		return api.FileInfo{}, err
+		return FileInfo{}, err
 	}
 	defer cc.close()
-	var fi api.FileInfo
+	var fi FileInfo
 	if err := cc.result(&fi); err != nil {
-		return api.FileInfo{}, err
+		return FileInfo{}, err
 	}
 	return fi, cc.readData(w)
 }
@@ -486,22 +485,22 @@ func (cc *clientConn) sendData(r io.Reader) (sendErr error, readErr error) {
 // writes a temporary file beside it and renames it over the target, so a
 // failed or too large (too_large) upload leaves the old file as it was.
 // mode zero keeps an existing file's mode, or 0644.
-func (c *Client) WriteFile(ctx context.Context, path string, mode os.FileMode, r io.Reader) (api.FileInfo, error) {
+func (c *Client) WriteFile(ctx context.Context, path string, mode os.FileMode, r io.Reader) (FileInfo, error) {
 	cc, err := c.open(ctx, request{Op: opWriteFile, Path: path, Mode: unixMode(mode)})
 	if err != nil {
-		return api.FileInfo{}, err
+		return FileInfo{}, err
 	}
 	defer cc.close()
 	sendErr, readErr := cc.sendData(r)
 	if readErr != nil {
-		return api.FileInfo{}, fmt.Errorf("write %s: read upload: %w", path, readErr)
+		return FileInfo{}, fmt.Errorf("write %s: read upload: %w", path, readErr)
 	}
-	var fi api.FileInfo
+	var fi FileInfo
 	if err := cc.result(&fi); err != nil {
 		if sendErr != nil && errors.Is(err, errdefs.ErrUnavailable) {
-			return api.FileInfo{}, cc.ioErr(sendErr)
+			return FileInfo{}, cc.ioErr(sendErr)
 		}
-		return api.FileInfo{}, err
+		return FileInfo{}, err
 	}
 	return fi, nil
 }

@@ -25,7 +25,7 @@
 //	4 signal     client→agent  {"signal":"SIGINT"}: sent to the process group
 //	5 stdout     agent→client  output as produced (all of it under a TTY)
 //	6 stderr     agent→client
-//	7 exit       agent→client  api.ExecExit: code (128+n when killed by
+//	7 exit       agent→client  Exit: code (128+n when killed by
 //	                           signal n), signal name, timed_out, duration_ms
 //	8 error      agent→client  {"code":"not_found","message":"..."}; codes:
 //	                           invalid_argument, not_found, conflict,
@@ -39,12 +39,12 @@
 //
 //	ping        → result {version, pid, uptime_ns}
 //	exec        ← stdin*, stdin-eof, resize*, signal*; → stdout*, stderr*, exit
-//	stat        → result api.FileInfo (lstat: a symlink is described)
-//	list        → result api.FileInfo per entry (by name, at most 100k), end
+//	stat        → result FileInfo (lstat: a symlink is described)
+//	list        → result FileInfo per entry (by name, at most 100k), end
 //	mkdir       → end                        (fields mode, parents)
 //	remove      → end                        (field recursive; "/" refused)
-//	read_file   → result api.FileInfo, data*, end   (regular files only)
-//	write_file  ← data*, end; → result api.FileInfo (fields mode, uid, gid)
+//	read_file   → result FileInfo, data*, end   (regular files only)
+//	write_file  ← data*, end; → result FileInfo (fields mode, uid, gid)
 //	read_tar    → data* (a tar stream), end
 //	write_tar   ← data* (a tar stream), end; → end  (fields uid, gid)
 //

@@ -14,7 +14,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -143,7 +142,7 @@ wait:
 	}
 	copiers.Wait()
 
-	exit := api.ExecExit{TimedOut: timedOut, DurationMS: float64(dur.Microseconds()) / 1000}
+	exit := Exit{TimedOut: timedOut, DurationMS: float64(dur.Microseconds()) / 1000}
 	switch {
 	case ws.Signaled():
 		exit.Code = 128 + int(ws.Signal())
@@ -404,7 +403,7 @@ func execInput(fr *frameReader, e *execIO, pid int) error {
 				e.closeStdin()
 			}
 		case frameResize:
-			var rs api.Resize
+			var rs Resize
 			if json.Unmarshal(p, &rs) != nil || rs.Rows == 0 || rs.Cols == 0 {
 				continue // a bad resize is not worth killing the process for
 			}

@@ -18,13 +18,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
 var testEnv = []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"}
 
-func run(t *testing.T, c *Client, req ExecRequest, stdin io.Reader) (api.ExecExit, string, string) {
+func run(t *testing.T, c *Client, req ExecRequest, stdin io.Reader) (Exit, string, string) {
 	t.Helper()
 	if req.Env == nil {
 		req.Env = testEnv
@@ -211,7 +210,7 @@ func TestExecTTY(t *testing.T) {
 	}
 	// A resize reaches the terminal, and the process is its session leader.
 	pr, pw := io.Pipe()
-	resize := make(chan api.Resize)
+	resize := make(chan Resize)
 	var stdout syncBuffer
 	done := make(chan error, 1)
 	go func() {
@@ -225,7 +224,7 @@ func TestExecTTY(t *testing.T) {
 		done <- err
 	}()
 	waitFor(t, func() bool { return strings.Contains(stdout.String(), "leader") })
-	resize <- api.Resize{Rows: 50, Cols: 120}
+	resize <- Resize{Rows: 50, Cols: 120}
 	time.Sleep(100 * time.Millisecond)
 	io.WriteString(pw, "go\n")
 	pw.Close()

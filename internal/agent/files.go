@@ -9,7 +9,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -23,7 +22,7 @@ func (s *server) handleStat(cn *conn) error {
 
 // handleList sends one result frame per entry, then an end frame.
 func (s *server) handleList(cn *conn) error {
-	err := s.root.list(cn.req.Path, func(fi api.FileInfo) error {
+	err := s.root.list(cn.req.Path, func(fi FileInfo) error {
 		b, err := json.Marshal(fi)
 		if err != nil {
 			return err
@@ -126,11 +125,11 @@ func (s *server) handleWriteFile(cn *conn) error {
 // writeAtomic writes r (at most limit bytes) to a new temporary file in
 // dirfd and renames it over name, which is replaced whatever it is (a
 // symlink there is replaced, never followed).
-func writeAtomic(dirfd int, name, clean string, mode uint32, uid, gid *int, r io.Reader, limit int64) (api.FileInfo, error) {
+func writeAtomic(dirfd int, name, clean string, mode uint32, uid, gid *int, r io.Reader, limit int64) (FileInfo, error) {
 	tmp := tempName()
 	fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return api.FileInfo{}, pathErr("create", clean, err)
+		return FileInfo{}, pathErr("create", clean, err)
 	}
 	done := false
 	defer func() {
@@ -144,36 +143,36 @@ func writeAtomic(dirfd int, name, clean string, mode uint32, uid, gid *int, r io
 	n, err := io.Copy(fdWriter(fd), io.LimitReader(r, limit+1))
 	if err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return api.FileInfo{}, errdefs.Invalid("write %s: upload ended before its end", clean)
+			return FileInfo{}, errdefs.Invalid("write %s: upload ended before its end", clean)
 		}
-		return api.FileInfo{}, pathErr("write", clean, err)
+		return FileInfo{}, pathErr("write", clean, err)
 	}
 	if n > limit {
-		return api.FileInfo{}, errdefs.TooLarge("write %s: file exceeds %d bytes", clean, limit)
+		return FileInfo{}, errdefs.TooLarge("write %s: file exceeds %d bytes", clean, limit)
 	}
 	// The limited reader stopped at the cap: make sure the stream really
 	// ended, and consume its end frame.
 	if _, err := r.Read(make([]byte, 1)); err != io.EOF {
 		if err == nil {
-			return api.FileInfo{}, errdefs.TooLarge("write %s: file exceeds %d bytes", clean, limit)
+			return FileInfo{}, errdefs.TooLarge("write %s: file exceeds %d bytes", clean, limit)
 		}
-		return api.FileInfo{}, pathErr("write", clean, err)
+		return FileInfo{}, pathErr("write", clean, err)
 	}
 	if uid != nil || gid != nil {
 		if err := unix.Fchown(fd, intOr(uid, -1), intOr(gid, -1)); err != nil {
-			return api.FileInfo{}, pathErr("chown", clean, err)
+			return FileInfo{}, pathErr("chown", clean, err)
 		}
 	}
 	// After chown, which clears set-id bits.
 	if err := unix.Fchmod(fd, mode); err != nil {
-		return api.FileInfo{}, pathErr("chmod", clean, err)
+		return FileInfo{}, pathErr("chmod", clean, err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return api.FileInfo{}, pathErr("stat", clean, err)
+		return FileInfo{}, pathErr("stat", clean, err)
 	}
 	if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
-		return api.FileInfo{}, pathErr("rename", clean, err)
+		return FileInfo{}, pathErr("rename", clean, err)
 	}
 	done = true
 	return fileInfo(clean, &st, ""), nil

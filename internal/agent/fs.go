@@ -11,7 +11,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -167,9 +166,9 @@ func fileMode(m uint32) fs.FileMode {
 	return mode
 }
 
-func fileInfo(p string, st *unix.Stat_t, link string) api.FileInfo {
+func fileInfo(p string, st *unix.Stat_t, link string) FileInfo {
 	name := path.Base(p)
-	return api.FileInfo{
+	return FileInfo{
 		Name:    name,
 		Path:    p,
 		Size:    st.Size,
@@ -205,24 +204,24 @@ func isLinkMode(m uint32) bool { return m&unix.S_IFMT == unix.S_IFLNK }
 
 // stat is lstat inside the root: a symlink in the last component is
 // described, not followed.
-func (r *fsRoot) stat(p string) (api.FileInfo, error) {
+func (r *fsRoot) stat(p string) (FileInfo, error) {
 	clean, rel, err := cleanPath(p)
 	if err != nil {
-		return api.FileInfo{}, err
+		return FileInfo{}, err
 	}
 	fd, err := r.open(rel, unix.O_PATH|unix.O_NOFOLLOW)
 	if err != nil {
-		return api.FileInfo{}, pathErr("stat", clean, err)
+		return FileInfo{}, pathErr("stat", clean, err)
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return api.FileInfo{}, pathErr("stat", clean, err)
+		return FileInfo{}, pathErr("stat", clean, err)
 	}
 	var link string
 	if isLinkMode(st.Mode) {
 		if link, err = readlinkAt(fd, ""); err != nil {
-			return api.FileInfo{}, pathErr("readlink", clean, err)
+			return FileInfo{}, pathErr("readlink", clean, err)
 		}
 	}
 	return fileInfo(clean, &st, link), nil
@@ -253,7 +252,7 @@ func readDirNames(fd int, limit int) ([]string, error) {
 
 // list returns the entries of a directory (a symlink to a directory in the
 // last component is followed, inside the root).
-func (r *fsRoot) list(p string, each func(api.FileInfo) error) error {
+func (r *fsRoot) list(p string, each func(FileInfo) error) error {
 	clean, rel, err := cleanPath(p)
 	if err != nil {
 		return err

@@ -17,8 +17,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/berth-sh/berth/api"
 )
 
 // hostileRoot builds a root full of symlinks that point, or try to point,
@@ -107,7 +105,7 @@ func FuzzResolvePath(f *testing.F) {
 			unix.Close(pfd)
 		}
 		r.stat(p)
-		r.list(p, func(api.FileInfo) error { return nil })
+		r.list(p, func(FileInfo) error { return nil })
 		if r.mkdir(p, 0o755, true) == nil {
 			if fd, err := r.open(rel, unix.O_PATH); err == nil {
 				within(t, fd, root)

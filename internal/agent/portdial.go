@@ -41,11 +41,6 @@ const (
 // dialSlots counts the dials being spliced.
 var dialSlots = make(chan struct{}, maxDials)
 
-// dialResult is the result frame of a dial.
-type dialResult struct {
-	Addr string `json:"addr"`
-}
-
 // handleDial connects to the requested loopback port and splices.
 func (s *server) handleDial(ctx context.Context, cn *conn) error {
 	port := cn.req.Port

@@ -35,11 +35,11 @@ type frameType byte
 const (
 	frameStdin    frameType = 1  // client→agent: stdin bytes
 	frameStdinEOF frameType = 2  // client→agent: stdin closed (empty payload)
-	frameResize   frameType = 3  // client→agent: JSON api.Resize
+	frameResize   frameType = 3  // client→agent: JSON Resize
 	frameSignal   frameType = 4  // client→agent: JSON signalMsg
 	frameStdout   frameType = 5  // agent→client: stdout bytes (the PTY's output under TTY)
 	frameStderr   frameType = 6  // agent→client: stderr bytes
-	frameExit     frameType = 7  // agent→client: JSON api.ExecExit; last frame of an exec
+	frameExit     frameType = 7  // agent→client: JSON Exit; last frame of an exec
 	frameError    frameType = 8  // agent→client: JSON wireError; last frame of any operation
 	frameData     frameType = 9  // either way: file or tar bytes
 	frameEnd      frameType = 10 // either way: end of a data stream, or success without result
@@ -92,44 +92,6 @@ const (
 	opDial    = "dial" // dial.go
 )
 
-// request is the JSON header line that opens every connection.
-type request struct {
-	V         int       `json:"v"`
-	Op        string    `json:"op"`
-	Path      string    `json:"path,omitempty"`
-	Mode      uint32    `json:"mode,omitempty"` // permission bits (fs.FileMode & 0o7777)
-	Parents   bool      `json:"parents,omitempty"`
-	Recursive bool      `json:"recursive,omitempty"`
-	UID       *int      `json:"uid,omitempty"` // owner of created files; nil = the agent's
-	GID       *int      `json:"gid,omitempty"`
-	Exec      *execSpec `json:"exec,omitempty"`
-	Port      int       `json:"port,omitempty"` // dial: loopback port in the sandbox
-}
-
-// execSpec is the exec part of a request.
-type execSpec struct {
-	Argv      []string `json:"argv"`
-	Env       []string `json:"env,omitempty"`
-	Dir       string   `json:"dir,omitempty"`
-	User      string   `json:"user,omitempty"`
-	TTY       bool     `json:"tty,omitempty"`
-	Rows      uint16   `json:"rows,omitempty"`
-	Cols      uint16   `json:"cols,omitempty"`
-	TimeoutMS int64    `json:"timeout_ms,omitempty"`
-}
-
-// pingResult is the result of a ping.
-type pingResult struct {
-	Version  string `json:"version"`
-	PID      int    `json:"pid"`
-	UptimeNS int64  `json:"uptime_ns"`
-}
-
-// signalMsg is the payload of a signal frame.
-type signalMsg struct {
-	Signal string `json:"signal"` // "SIGINT" or "INT"
-}
-
 // Stable error codes of error frames.
 const (
 	codeInvalid     = "invalid_argument"
@@ -141,12 +103,6 @@ const (
 	codeExhausted   = "resource_exhausted"
 	codeInternal    = "internal"
 )
-
-// wireError is the payload of an error frame.
-type wireError struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
 
 // errProtocol marks a peer that broke the wire format.
 var errProtocol = errors.New("agent protocol error")

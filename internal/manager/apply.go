@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -16,123 +17,12 @@ import (
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
+	"github.com/berth-sh/berth/templatefile"
 )
-
-// TemplateFile is a declarative template (berth apply -f FILE).
-type TemplateFile struct {
-	Name     string `yaml:"name" json:"name"`
-	From     string `yaml:"from" json:"from"`         // a template
-	Image    string `yaml:"image" json:"image"`       // or a registry reference
-	Insecure bool   `yaml:"insecure" json:"insecure"` // plain-HTTP registry
-	Steps    []Step `yaml:"steps" json:"steps"`
-	// Defaults for sandboxes of the template.
-	Resources *struct {
-		CPUs   float64 `yaml:"cpus" json:"cpus"`
-		Memory string  `yaml:"memory" json:"memory"`
-		Pids   int64   `yaml:"pids" json:"pids"`
-		Disk   string  `yaml:"disk" json:"disk"` // cap of the writable root layer and /tmp
-	} `yaml:"resources" json:"resources"`
-	Timeout string `yaml:"timeout" json:"timeout"`
-	Policy  *struct {
-		IdleTimeout string `yaml:"idle_timeout" json:"idle_timeout"`
-		OnIdle      string `yaml:"on_idle" json:"on_idle"`
-		MaxAge      string `yaml:"max_age" json:"max_age"`
-		OnMaxAge    string `yaml:"on_max_age" json:"on_max_age"`
-		Retention   string `yaml:"retention" json:"retention"`
-		AutoResume  bool   `yaml:"auto_resume" json:"auto_resume"`
-	} `yaml:"policy" json:"policy"`
-	Network *struct {
-		Mode  string   `yaml:"mode" json:"mode"`
-		Allow []string `yaml:"allow" json:"allow"`
-	} `yaml:"network" json:"network"`
-	Pool *struct {
-		Min int `yaml:"min" json:"min"`
-	} `yaml:"pool" json:"pool"`
-}
-
-// Step is one setup step: exactly one field is set.
-type Step struct {
-	Run     string            `yaml:"run,omitempty" json:"run,omitempty"`
-	Copy    *CopyStep         `yaml:"copy,omitempty" json:"copy,omitempty"`
-	Env     map[string]string `yaml:"env,omitempty" json:"env,omitempty"`
-	Workdir string            `yaml:"workdir,omitempty" json:"workdir,omitempty"`
-}
-
-// CopyStep copies files sent with the template file into the image.
-type CopyStep struct {
-	Src string `yaml:"src" json:"src"`
-	Dst string `yaml:"dst" json:"dst"`
-}
-
-// Limits of a template file.
-const (
-	maxTemplateFile  = 1 << 20
-	maxTemplateSteps = 128
-)
-
-// ParseTemplateFile reads and checks a template file (YAML or JSON).
-func ParseTemplateFile(data []byte) (*TemplateFile, error) {
-	if len(data) > maxTemplateFile {
-		return nil, errdefs.TooLarge("template file exceeds %d bytes", maxTemplateFile)
-	}
-	var tf TemplateFile
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&tf); err != nil {
-		return nil, errdefs.Invalid("template file: %v", err)
-	}
-	if !sandbox.ValidName(tf.Name) {
-		return nil, errdefs.Invalid("template file: bad or missing name %q", tf.Name)
-	}
-	if (tf.From == "") == (tf.Image == "") {
-		return nil, errdefs.Invalid("template file: give exactly one of from (a template) and image (a registry reference)")
-	}
-	if len(tf.Steps) > maxTemplateSteps {
-		return nil, errdefs.Invalid("template file: at most %d steps", maxTemplateSteps)
-	}
-	for i, st := range tf.Steps {
-		n := 0
-		if st.Run != "" {
-			n++
-		}
-		if st.Copy != nil {
-			n++
-			if st.Copy.Src == "" || !strings.HasPrefix(st.Copy.Dst, "/") {
-				return nil, errdefs.Invalid("step %d: copy needs src and an absolute dst", i+1)
-			}
-			if c := path.Clean(st.Copy.Src); path.IsAbs(c) || c == ".." || strings.HasPrefix(c, "../") {
-				return nil, errdefs.Invalid("step %d: copy src must be relative to the template file, inside its directory", i+1)
-			}
-		}
-		if st.Env != nil {
-			n++
-			for k := range st.Env {
-				if k == "" || strings.ContainsAny(k, "=\x00") {
-					return nil, errdefs.Invalid("step %d: bad env name %q", i+1, k)
-				}
-			}
-		}
-		if st.Workdir != "" {
-			n++
-			if !strings.HasPrefix(st.Workdir, "/") {
-				return nil, errdefs.Invalid("step %d: workdir must be absolute", i+1)
-			}
-		}
-		if n != 1 {
-			return nil, errdefs.Invalid("step %d: give exactly one of run, copy, env, workdir", i+1)
-		}
-	}
-	if tf.Pool != nil && (tf.Pool.Min < 0 || tf.Pool.Min > MaxPoolSize) {
-		return nil, errdefs.Invalid("pool.min must be between 0 and %d", MaxPoolSize)
-	}
-	return &tf, nil
-}
 
 func hashOf(parts ...string) string {
 	h := sha256.New()
@@ -199,9 +89,12 @@ func copyFiles(files []byte, src string) ([]byte, string, bool, error) {
 // is cached by the hash of everything it depends on, so applying an
 // unchanged file builds nothing. A changed template's warm pool rolls over.
 func (m *Manager) Apply(ctx context.Context, req *api.ApplyRequest, actor string, progress func(api.BuildEvent)) (*store.Template, error) {
-	tf, err := ParseTemplateFile([]byte(req.Spec))
+	tf, err := templatefile.Parse([]byte(req.Spec))
+	if errors.Is(err, templatefile.ErrTooLarge) {
+		return nil, errdefs.TooLarge("template file exceeds %d bytes", templatefile.MaxSize)
+	}
 	if err != nil {
-		return nil, err
+		return nil, errdefs.Invalid("template file: %v", err)
 	}
 	say := func(step int, format string, args ...any) {
 		progress(api.BuildEvent{Step: step, Stream: "stdout", Data: []byte(fmt.Sprintf(format, args...) + "\n")})
@@ -289,14 +182,14 @@ func (m *Manager) Apply(ctx context.Context, req *api.ApplyRequest, actor string
 			res.Pids = r.Pids
 		}
 		if r.Memory != "" {
-			b, err := parseSize(r.Memory)
+			b, err := templatefile.ParseSize(r.Memory)
 			if err != nil {
 				return nil, errdefs.Invalid("resources.memory: %v", err)
 			}
 			res.MemoryBytes = b
 		}
 		if r.Disk != "" {
-			b, err := parseSize(r.Disk)
+			b, err := templatefile.ParseSize(r.Disk)
 			if err != nil {
 				return nil, errdefs.Invalid("resources.disk: %v", err)
 			}
@@ -340,9 +233,6 @@ func (m *Manager) Apply(ctx context.Context, req *api.ApplyRequest, actor string
 		cfg.Policy = &pol
 	}
 	if n := tf.Network; n != nil {
-		if n.Mode != "" && n.Mode != "none" && n.Mode != "egress" {
-			return nil, errdefs.Invalid("network.mode must be none or egress")
-		}
 		if err := m.node.CheckRules(n.Allow); err != nil {
 			return nil, errdefs.Invalid("network.allow: %s", errdefs.Message(err))
 		}
@@ -443,26 +333,4 @@ func (m *Manager) buildLayer(ctx context.Context, layers []string, cfg store.Tem
 	unlock := m.live.lock(sb.ID)
 	defer unlock()
 	return m.node.CommitLayer(ctx, sb)
-}
-
-// parseSize reads sizes such as 512Mi, 1G, 256m or plain bytes.
-func parseSize(s string) (int64, error) {
-	s = strings.TrimSpace(s)
-	mult := int64(1)
-	lower := strings.ToLower(s)
-	for _, u := range []struct {
-		suf string
-		m   int64
-	}{{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"ki", 1 << 10}, {"mi", 1 << 20}, {"gi", 1 << 30},
-		{"kb", 1 << 10}, {"mb", 1 << 20}, {"gb", 1 << 30}, {"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}} {
-		if strings.HasSuffix(lower, u.suf) {
-			mult, lower = u.m, strings.TrimSuffix(lower, u.suf)
-			break
-		}
-	}
-	var n int64
-	if _, err := fmt.Sscan(lower, &n); err != nil || n <= 0 {
-		return 0, fmt.Errorf("bad size %q", s)
-	}
-	return n * mult, nil
 }

@@ -131,9 +131,10 @@ func (m *Manager) execIn(ctx context.Context, sb *sandbox.Sandbox, req *api.Exec
 		defer t.Stop()
 	}
 	oomBefore, _ := m.node.OOMKills(sb)
-	exit, err := m.node.Agent(sb).Exec(ctx, areq, agent.ExecIO{
-		Stdin: stdin, Stdout: orDiscard(eio.Stdout), Stderr: orDiscard(eio.Stderr), Resize: eio.Resize,
+	aexit, err := m.node.Agent(sb).Exec(ctx, areq, agent.ExecIO{
+		Stdin: stdin, Stdout: orDiscard(eio.Stdout), Stderr: orDiscard(eio.Stderr), Resize: agentResizes(ctx, eio.Resize),
 	})
+	exit := apiExit(aexit)
 	if err != nil && overdue.Load() {
 		m.agentOverdue(sb, "an exec")
 		m.eventAsync(&sandbox.Event{SandboxID: sb.ID, Type: "exec", Actor: actor, Cause: sandbox.CauseUser,

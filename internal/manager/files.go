@@ -70,7 +70,8 @@ func (f *Files) Stat(ctx context.Context, path string) (api.FileInfo, error) {
 	if err != nil {
 		return api.FileInfo{}, err
 	}
-	return c.Stat(ctx, p)
+	fi, err := c.Stat(ctx, p)
+	return apiFileInfo(fi), err
 }
 
 func (f *Files) List(ctx context.Context, path string) ([]api.FileInfo, error) {
@@ -78,7 +79,8 @@ func (f *Files) List(ctx context.Context, path string) ([]api.FileInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.List(ctx, p)
+	fis, err := c.List(ctx, p)
+	return apiFileInfos(fis), err
 }
 
 func (f *Files) ReadFile(ctx context.Context, path string, w io.Writer) (api.FileInfo, error) {
@@ -86,7 +88,8 @@ func (f *Files) ReadFile(ctx context.Context, path string, w io.Writer) (api.Fil
 	if err != nil {
 		return api.FileInfo{}, err
 	}
-	return c.ReadFile(ctx, p, w)
+	fi, err := c.ReadFile(ctx, p, w)
+	return apiFileInfo(fi), err
 }
 
 func (f *Files) ReadTar(ctx context.Context, path string, w io.Writer) error {
@@ -120,7 +123,7 @@ func (f *Files) WriteFile(ctx context.Context, path string, mode os.FileMode, r 
 	if err == nil {
 		f.record(ctx, "files.write", actor, path)
 	}
-	return fi, err
+	return apiFileInfo(fi), err
 }
 
 func (f *Files) WriteTar(ctx context.Context, dir string, r io.Reader, actor string) error {

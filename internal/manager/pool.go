@@ -14,6 +14,7 @@ import (
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
+	"github.com/berth-sh/berth/templatefile"
 )
 
 // Warm pools keep, per template, a number of ready sandboxes: created
@@ -25,7 +26,7 @@ import (
 // template has changed are replaced.
 
 // MaxPoolSize bounds a template's pool.
-const MaxPoolSize = 256
+const MaxPoolSize = templatefile.MaxPoolMin
 
 type poolStats struct{ hits, misses atomic.Int64 }
 

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-
-	"github.com/berth-sh/berth/api"
 )
 
 // The microVM class runs each sandbox in its own lightweight virtual
@@ -50,7 +48,7 @@ func NewMicroVM(name, binary, root string) (*MicroVM, error) {
 		return nil, fmt.Errorf("microvm: %w", err)
 	}
 	rc.name = name
-	rc.iso = &api.Isolation{
+	rc.iso = &Isolation{
 		Runtime:       name,
 		SharedKernel:  false, // a guest kernel per sandbox
 		UserNamespace: true,  // inside the guest, as the spec asks

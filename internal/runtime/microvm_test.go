@@ -3,7 +3,6 @@ package runtime
 import (
 	"path/filepath"
 
-	"github.com/berth-sh/berth/api"
 	"strings"
 	"testing"
 )
@@ -22,7 +21,7 @@ func TestMicroVMRefusesHostsWithoutKVM(t *testing.T) {
 }
 
 func TestMicroVMIsolationIsNotSharedKernel(t *testing.T) {
-	rc := MicroVM{&Runc{name: "kata", iso: &api.Isolation{Runtime: "kata"}}}
+	rc := MicroVM{&Runc{name: "kata", iso: &Isolation{Runtime: "kata"}}}
 	if rc.Name() != "kata" || rc.Isolation().SharedKernel {
 		t.Fatal(rc.Name())
 	}

@@ -18,7 +18,6 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/cgroups"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/seccomp"
@@ -34,7 +33,7 @@ type Runc struct {
 	// name and iso are set for other OCI runtimes driven through the same
 	// runc-compatible CLI (the microVM class); zero for runc itself.
 	name string
-	iso  *api.Isolation
+	iso  *Isolation
 }
 
 // NewRunc returns the runc runtime class. binary is the runc executable
@@ -294,11 +293,11 @@ func (rc *Runc) cgroupPath(id string) (string, error) {
 }
 
 // Isolation implements Runtime.
-func (rc *Runc) Isolation() api.Isolation {
+func (rc *Runc) Isolation() Isolation {
 	if rc.iso != nil {
 		return *rc.iso
 	}
-	return api.Isolation{
+	return Isolation{
 		Runtime:       "runc",
 		SharedKernel:  true,
 		UserNamespace: true,

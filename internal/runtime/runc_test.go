@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/seccomp"
 )
@@ -72,7 +71,7 @@ func TestInitSeccompRefusals(t *testing.T) {
 	if _, err := rc.Start(context.Background(), s); err == nil || !strings.Contains(err.Error(), "does not follow") {
 		t.Fatalf("fd 5 with no extra files: %v", err)
 	}
-	vm := MicroVM{&Runc{name: "kata", iso: &api.Isolation{Runtime: "kata"}}}
+	vm := MicroVM{&Runc{name: "kata", iso: &Isolation{Runtime: "kata"}}}
 	s.InitSeccompFD = 3
 	if _, err := vm.Start(context.Background(), s); err == nil || !strings.Contains(err.Error(), "cannot be handed") {
 		t.Fatalf("microVM: %v", err)

@@ -18,7 +18,6 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/cgroups"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -700,8 +699,8 @@ func runscBundleSpec(bundle string) (*specs.Spec, error) {
 }
 
 // Isolation implements Runtime.
-func (*Runsc) Isolation() api.Isolation {
-	return api.Isolation{
+func (*Runsc) Isolation() Isolation {
+	return Isolation{
 		Runtime:       "runsc",
 		SharedKernel:  false,
 		UserNamespace: true,

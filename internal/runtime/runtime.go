@@ -12,7 +12,6 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
@@ -90,6 +89,19 @@ type State struct {
 	Bundle string
 }
 
+// Isolation describes the boundary a runtime class provides. The daemon
+// adds the per-sandbox parts (ids, user namespace owner) and turns it into
+// the API's form; the runtime does not know the API.
+type Isolation struct {
+	Runtime       string   // runtime class, e.g. runc
+	SharedKernel  bool     // true for namespace runtimes
+	UserNamespace bool     // sandbox root is not host root
+	Seccomp       string   // profile name
+	Capabilities  []string // what root inside keeps
+	NoNewPrivs    bool
+	ReadonlyImage bool
+}
+
 // Runtime is a runtime class. Every method is idempotent where that makes
 // sense: deleting or killing a container that is already gone succeeds.
 type Runtime interface {
@@ -108,5 +120,5 @@ type Runtime interface {
 	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
 	// Isolation describes the boundary this class provides.
-	Isolation() api.Isolation
+	Isolation() Isolation
 }

@@ -259,7 +259,7 @@ func (b *Backend) sandboxUserns(sb *sandbox.Sandbox, rt runtime.Runtime) (string
 // Isolation describes sb's boundary: its runtime class's, plus its ids.
 func (b *Backend) Isolation(sb *sandbox.Sandbox) api.Isolation {
 	rt := b.rtFor(sb)
-	iso := rt.Isolation()
+	iso := apiIsolation(rt.Isolation())
 	ids := b.idMapOf(sb)
 	iso.IDMode = sandbox.IDModeShared
 	if perSandboxIDs(sb) {
@@ -382,4 +382,10 @@ func (b *Backend) refillIDs(ctx context.Context) {
 		}
 		b.ids.mu.Unlock()
 	}
+}
+
+// apiIsolation is the API form of what a runtime class reports.
+func apiIsolation(iso runtime.Isolation) api.Isolation {
+	return api.Isolation{Runtime: iso.Runtime, SharedKernel: iso.SharedKernel, UserNamespace: iso.UserNamespace,
+		Seccomp: iso.Seccomp, Capabilities: iso.Capabilities, NoNewPrivs: iso.NoNewPrivs, ReadonlyImage: iso.ReadonlyImage}
 }

@@ -1,0 +1,89 @@
+package agent
+
+import "time"
+
+// The messages of the wire protocol (see the package doc): the request
+// header and the JSON payloads of frames. They are the agent's own, not
+// the HTTP API's: an agent binary already running in a sandbox speaks
+// exactly these bytes, so the API can change without changing them.
+// Fields are only ever added, optional, never renamed or retyped
+// (wire_test.go pins the encoding of each).
+
+// request is the JSON header line that opens every connection.
+type request struct {
+	V         int       `json:"v"`
+	Op        string    `json:"op"`
+	Path      string    `json:"path,omitempty"`
+	Mode      uint32    `json:"mode,omitempty"` // permission bits (fs.FileMode & 0o7777)
+	Parents   bool      `json:"parents,omitempty"`
+	Recursive bool      `json:"recursive,omitempty"`
+	UID       *int      `json:"uid,omitempty"` // owner of created files; nil = the agent's
+	GID       *int      `json:"gid,omitempty"`
+	Exec      *execSpec `json:"exec,omitempty"`
+	Port      int       `json:"port,omitempty"` // dial: loopback port in the sandbox
+}
+
+// execSpec is the exec part of a request.
+type execSpec struct {
+	Argv      []string `json:"argv"`
+	Env       []string `json:"env,omitempty"`
+	Dir       string   `json:"dir,omitempty"`
+	User      string   `json:"user,omitempty"`
+	TTY       bool     `json:"tty,omitempty"`
+	Rows      uint16   `json:"rows,omitempty"`
+	Cols      uint16   `json:"cols,omitempty"`
+	TimeoutMS int64    `json:"timeout_ms,omitempty"`
+}
+
+// pingResult is the result of a ping.
+type pingResult struct {
+	Version  string `json:"version"`
+	PID      int    `json:"pid"`
+	UptimeNS int64  `json:"uptime_ns"`
+}
+
+// signalMsg is the payload of a signal frame.
+type signalMsg struct {
+	Signal string `json:"signal"` // "SIGINT" or "INT"
+}
+
+// wireError is the payload of an error frame.
+type wireError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// dialResult is the result frame of a dial.
+type dialResult struct {
+	Addr string `json:"addr"`
+}
+
+// Exit is the payload of an exit frame: how an exec's process ended.
+type Exit struct {
+	Code     int    `json:"code"`             // exit code; 128+n when killed by signal n
+	Signal   string `json:"signal,omitempty"` // e.g. "SIGKILL" when killed by a signal
+	TimedOut bool   `json:"timed_out"`
+	// OOMKilled is on the wire (always false) since the first version;
+	// the agent cannot know it, the client clears it and the daemon sets
+	// it from the cgroup.
+	OOMKilled  bool    `json:"oom_killed"`
+	DurationMS float64 `json:"duration_ms"` // wall time of the process
+}
+
+// FileInfo describes one file: the result of stat, each entry of list,
+// and the result of read_file and write_file.
+type FileInfo struct {
+	Name    string    `json:"name"`
+	Path    string    `json:"path"`
+	Size    int64     `json:"size"`
+	Mode    uint32    `json:"mode"` // Go fs.FileMode bits
+	ModTime time.Time `json:"mod_time"`
+	IsDir   bool      `json:"is_dir"`
+	Link    string    `json:"link,omitempty"` // symlink target
+}
+
+// Resize is the payload of a resize frame: the terminal's new size.
+type Resize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}

@@ -1,0 +1,92 @@
+package agent
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// TestWireEncoding pins the bytes of every message of the protocol.
+// Agents already running in sandboxes speak them: a change here breaks
+// every sandbox created before the daemon was upgraded. Add optional
+// fields; never rename, retype or remove one.
+func TestWireEncoding(t *testing.T) {
+	uid, gid := 1000, 0
+	mtime := time.Date(2024, 5, 6, 7, 8, 9, 123456789, time.UTC)
+	for _, tc := range []struct {
+		name string
+		v    any // a pointer to the message
+		want string
+	}{
+		{"request exec", &request{V: 1, Op: opExec, Exec: &execSpec{
+			Argv: []string{"sh", "-c", "ls"}, Env: []string{"PATH=/bin"}, Dir: "/w", User: "1000:1000",
+			TTY: true, Rows: 24, Cols: 80, TimeoutMS: 1500}},
+			`{"v":1,"op":"exec","exec":{"argv":["sh","-c","ls"],"env":["PATH=/bin"],"dir":"/w","user":"1000:1000","tty":true,"rows":24,"cols":80,"timeout_ms":1500}}`},
+		{"request exec minimal", &request{V: 1, Op: opExec, Exec: &execSpec{Argv: []string{"true"}}},
+			`{"v":1,"op":"exec","exec":{"argv":["true"]}}`},
+		{"request write_file", &request{V: 1, Op: opWriteFile, Path: "/a/b", Mode: 0o644, UID: &uid, GID: &gid},
+			`{"v":1,"op":"write_file","path":"/a/b","mode":420,"uid":1000,"gid":0}`},
+		{"request mkdir", &request{V: 1, Op: opMkdir, Path: "/d", Mode: 0o755, Parents: true},
+			`{"v":1,"op":"mkdir","path":"/d","mode":493,"parents":true}`},
+		{"request remove", &request{V: 1, Op: opRemove, Path: "/d", Recursive: true},
+			`{"v":1,"op":"remove","path":"/d","recursive":true}`},
+		{"request dial", &request{V: 1, Op: opDial, Port: 8080}, `{"v":1,"op":"dial","port":8080}`},
+		{"request ping", &request{V: 1, Op: opPing}, `{"v":1,"op":"ping"}`},
+		{"ping result", &pingResult{Version: "v1.2.3", PID: 1, UptimeNS: 42},
+			`{"version":"v1.2.3","pid":1,"uptime_ns":42}`},
+		{"dial result", &dialResult{Addr: "127.0.0.1:8080"}, `{"addr":"127.0.0.1:8080"}`},
+		{"signal", &signalMsg{Signal: "SIGINT"}, `{"signal":"SIGINT"}`},
+		{"resize", &Resize{Rows: 50, Cols: 120}, `{"rows":50,"cols":120}`},
+		{"error", &wireError{Code: codeNotFound, Message: "stat /x: no such file"},
+			`{"code":"not_found","message":"stat /x: no such file"}`},
+		{"exit", &Exit{Code: 137, Signal: "SIGKILL", TimedOut: true, DurationMS: 12.5},
+			`{"code":137,"signal":"SIGKILL","timed_out":true,"oom_killed":false,"duration_ms":12.5}`},
+		{"exit zero", &Exit{}, `{"code":0,"timed_out":false,"oom_killed":false,"duration_ms":0}`},
+		{"file info", &FileInfo{Name: "b", Path: "/a/b", Size: 3, Mode: 0o644, ModTime: mtime},
+			`{"name":"b","path":"/a/b","size":3,"mode":420,"mod_time":"2024-05-06T07:08:09.123456789Z","is_dir":false}`},
+		{"file info dir", &FileInfo{Name: "a", Path: "/a", Mode: 0x80000000 | 0o755, ModTime: mtime.Truncate(time.Second), IsDir: true},
+			`{"name":"a","path":"/a","size":0,"mode":2147484141,"mod_time":"2024-05-06T07:08:09Z","is_dir":true}`},
+		{"file info symlink", &FileInfo{Name: "l", Path: "/l", Size: 1, Mode: 0x8000000 | 0o777, ModTime: mtime, Link: "t"},
+			`{"name":"l","path":"/l","size":1,"mode":134218239,"mod_time":"2024-05-06T07:08:09.123456789Z","is_dir":false,"link":"t"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := json.Marshal(tc.v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(b) != tc.want {
+				t.Errorf("encoded\n %s\nwant\n %s", b, tc.want)
+			}
+			// And the other way: what an agent of any version sends
+			// decodes to the same message.
+			got := reflect.New(reflect.TypeOf(tc.v).Elem())
+			if err := json.Unmarshal([]byte(tc.want), got.Interface()); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got.Interface(), tc.v) {
+				t.Errorf("decoded %+v, want %+v", got.Elem(), reflect.ValueOf(tc.v).Elem())
+			}
+		})
+	}
+}
+
+// TestWireOps pins the operation names, error codes and frame types.
+func TestWireOps(t *testing.T) {
+	got := []string{opPing, opExec, opStat, opList, opMkdir, opRemove, opReadFile, opWriteFile, opReadTar, opWriteTar, opQuiesce, opDial}
+	want := []string{"ping", "exec", "stat", "list", "mkdir", "remove", "read_file", "write_file", "read_tar", "write_tar", "quiesce", "dial"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("ops = %q, want %q", got, want)
+	}
+	codes := []string{codeInvalid, codeNotFound, codeConflict, codeTooLarge, codePermission, codeUnreachable, codeExhausted, codeInternal}
+	wantCodes := []string{"invalid_argument", "not_found", "conflict", "too_large", "permission_denied", "unreachable", "resource_exhausted", "internal"}
+	if !reflect.DeepEqual(codes, wantCodes) {
+		t.Errorf("error codes = %q, want %q", codes, wantCodes)
+	}
+	frames := []frameType{frameStdin, frameStdinEOF, frameResize, frameSignal, frameStdout, frameStderr, frameExit, frameError, frameData, frameEnd, frameResult}
+	for i, f := range frames {
+		if int(f) != i+1 {
+			t.Errorf("frame %s = %d, want %d", f, f, i+1)
+		}
+	}
+}
