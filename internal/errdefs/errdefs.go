@@ -37,6 +37,9 @@ type Error struct {
 	Category error  // one of the Err* values above
 	Msg      string // safe for users
 	Err      error  // internal cause, may be nil
+	// Reason, if set, is a finer sentinel within the category (ErrNameTaken)
+	// that callers match with errors.Is instead of reading Msg.
+	Reason error
 }
 
 func (e *Error) Error() string {
@@ -48,10 +51,23 @@ func (e *Error) Error() string {
 
 // Unwrap lets errors.Is match both the category and the cause.
 func (e *Error) Unwrap() []error {
-	if e.Err != nil {
-		return []error{e.Category, e.Err}
+	out := []error{e.Category}
+	if e.Reason != nil {
+		out = append(out, e.Reason)
 	}
-	return []error{e.Category}
+	if e.Err != nil {
+		out = append(out, e.Err)
+	}
+	return out
+}
+
+// ErrNameTaken is the reason of a Conflict whose cause is a name already
+// used by a live object of the same kind and tenant.
+var ErrNameTaken = errors.New("name taken")
+
+// NameTaken reports a name clash (409 conflict, reason ErrNameTaken).
+func NameTaken(format string, args ...any) error {
+	return &Error{Category: ErrConflict, Msg: fmt.Sprintf(format, args...), Reason: ErrNameTaken}
 }
 
 func mk(cat error, format string, args ...any) error {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync/atomic"
 
 	"github.com/berth-sh/berth/api"
@@ -185,7 +184,7 @@ func (m *Manager) claim(ctx context.Context, tpl *store.Template, spec sandbox.S
 		sb, err := m.claimLocked(ctx, cand.ID, spec, req, opt)
 		unlock()
 		if err != nil {
-			if errors.Is(err, errdefs.ErrConflict) && req.Name != "" && strings.Contains(err.Error(), "named") {
+			if errors.Is(err, errdefs.ErrNameTaken) {
 				return nil, err // the name is taken: no member will do
 			}
 			m.log.Warn("pool claim failed", "sandbox", cand.ID, "err", err)

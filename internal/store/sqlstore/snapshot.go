@@ -45,7 +45,7 @@ func (s *sqlStore) CreateSnapshot(ctx context.Context, sn *store.Snapshot) error
 		sn.SizeBytes, micros(sn.CreatedAt), micros(sn.ExpiresAt))
 	if err != nil {
 		if s.d.classify(err) == UniqueViolation {
-			return errdefs.Conflict("a snapshot named %q already exists", sn.Name)
+			return errdefs.NameTaken("a snapshot named %q already exists", sn.Name)
 		}
 		return fmt.Errorf("create snapshot: %w", err)
 	}

@@ -126,7 +126,7 @@ func (s *sqlStore) sandboxConflict(ctx context.Context, sb *sandbox.Sandbox) err
 	if err == nil {
 		return errdefs.Conflict("sandbox %s already exists", sb.ID)
 	}
-	return errdefs.Conflict("a sandbox named %q already exists; choose another name or remove it first", sb.Name)
+	return errdefs.NameTaken("a sandbox named %q already exists; choose another name or remove it first", sb.Name)
 }
 
 func (s *sqlStore) GetSandbox(ctx context.Context, id string) (*sandbox.Sandbox, error) {
@@ -223,7 +223,7 @@ func (s *sqlStore) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox) error
 		sb.ID, sb.Generation)
 	if err != nil {
 		if s.d.classify(err) == UniqueViolation {
-			return errdefs.Conflict("a sandbox named %q already exists; choose another name or remove it first", sb.Name)
+			return errdefs.NameTaken("a sandbox named %q already exists; choose another name or remove it first", sb.Name)
 		}
 		return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
 	}

@@ -34,7 +34,7 @@ func (s *sqlStore) CreateVolume(ctx context.Context, v *store.Volume) error {
 		micros(v.CreatedAt), micros(v.UpdatedAt), micros(v.DeletedAt))
 	if err != nil {
 		if s.d.classify(err) == UniqueViolation {
-			return errdefs.Conflict("a volume named %q already exists", v.Name)
+			return errdefs.NameTaken("a volume named %q already exists", v.Name)
 		}
 		return fmt.Errorf("create volume %s: %w", v.Name, err)
 	}
@@ -96,7 +96,7 @@ func (s *sqlStore) UpdateVolume(ctx context.Context, v *store.Volume) error {
 		micros(v.CreatedAt), micros(v.UpdatedAt), micros(v.DeletedAt), v.ID, v.Generation)
 	if err != nil {
 		if s.d.classify(err) == UniqueViolation {
-			return errdefs.Conflict("a volume named %q already exists", v.Name)
+			return errdefs.NameTaken("a volume named %q already exists", v.Name)
 		}
 		return fmt.Errorf("update volume %s: %w", v.ID, err)
 	}
