@@ -1,338 +1,95 @@
-// Package manager is berth's sandbox engine: it turns API calls into
-// durable records and host side effects, in that order (intent first), and
-// drives the two to agree. Create mounts an overlay root, starts the agent
-// as PID 1 under the runtime and waits for it; exec and file calls go to the
-// agent over its unix socket; delete tears down in idempotent, verified,
-// retried steps. The reconciler (reconcile.go) adopts, finishes and cleans
-// up after restarts and crashes and enforces timeouts from stored
-// timestamps.
+// Package manager assembles berth's engine: the core (package engine:
+// records, states, lifecycle operations, exec and files, policies'
+// inputs) and the feature packages over it — warm pools, snapshots and
+// fork, templates and apply, named volumes, network rules, hibernation,
+// the reconciler with doctor — into the one
+// Manager the API server and the daemon use. It holds no logic of its
+// own: every method is the core's or a feature's.
 package manager
 
 import (
 	"context"
-	"crypto/rand"
-	"errors"
-	"fmt"
 	"log/slog"
-	"slices"
-	"sync"
-	"sync/atomic"
-	"time"
 
-	"github.com/berth-sh/berth/api"
-	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/hibernate"
+	"github.com/berth-sh/berth/internal/engine/netrules"
+	"github.com/berth-sh/berth/internal/engine/pools"
+	"github.com/berth-sh/berth/internal/engine/reconcile"
+	"github.com/berth-sh/berth/internal/engine/snapshots"
+	"github.com/berth-sh/berth/internal/engine/templates"
+	"github.com/berth-sh/berth/internal/engine/volumes"
 	"github.com/berth-sh/berth/internal/image"
 	"github.com/berth-sh/berth/internal/node"
-	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
 
-// Config configures a Manager.
-type Config struct {
-	DefaultTemplate string
-	// UploadDir stages uploaded template archives (on the layer store's
-	// filesystem, so an import moves rather than copies).
-	UploadDir string
-	// Node names this daemon in a store shared by several (PostgreSQL):
-	// each acts only on its own sandboxes.
-	Node string
-	// ReconcileInterval is how often the background reconciler runs.
-	ReconcileInterval time.Duration
-	Logger            *slog.Logger
-	// Now is the clock; tests may replace it.
-	Now func() time.Time
-	// OnEvent, if set, is called after every recorded event (the webhook
-	// deliverer's kick).
-	OnEvent func()
-	// DefaultPolicy and DefaultTimeout are the server-wide defaults, under
-	// a template's and a request's own.
-	DefaultPolicy  sandbox.Policy
-	DefaultTimeout time.Duration
-	// DiskDefault is the server-wide disk cap of a sandbox's writable root
-	// layer, under a template's and a request's own: 0 means
-	// DefaultDiskBytes, negative none.
-	DiskDefault int64
-}
-
-// DefaultDiskBytes is the server-wide disk cap of a sandbox's writable
-// root layer when neither the request nor its template gives one.
-const DefaultDiskBytes = 10 << 30
-
-// Manager owns every sandbox of one daemon: their records, states,
-// policies and events. Everything on the host is the node backend's.
+// Manager is the engine with its features.
 type Manager struct {
-	cfg    Config
-	store  store.Store
-	images *image.Store
-	node   node.Backend
-	log    *slog.Logger
-
-	live liveSet // one live object per sandbox (live.go)
-
-	flows chan node.Flow
-	// asyncEvents carries events recorded off the request path (exec).
-	asyncEvents  chan *sandbox.Event
-	flowsDropped atomic.Int64
-
-	snapTick     int // counts ticks; snapshots expire every few
-	mu           sync.Mutex
-	poolStats    map[string]*poolStats
-	poolBuilding int            // members being made, all templates (under mu)
-	poolInFlight map[string]int // members being made, per template (under mu)
-	idSwept      atomic.Bool    // the startup sweep of leaked id slots has run
-
-	// bg is cancelled at Close: background work (policy actions, refills,
-	// deadline handling) stops at its next step instead of being only
-	// awaited.
-	bg     context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	stopCh chan struct{}
-	kick   chan struct{}
+	*engine.Engine
+	*pools.Warm
+	*snapshots.Snapshots
+	*templates.Builder
+	*reconcile.Reconciler
+	*volumes.Volumes
+	*netrules.Rules
+	*hibernate.Hibernation
 }
 
-// New returns a Manager over backend. Call Recover to reconcile and run
-// background work.
+// The engine's types and constants, as the API server names them.
+type (
+	Config        = engine.Config
+	CreateOptions = engine.CreateOptions
+	ExecIO        = engine.ExecIO
+	Files         = engine.Files
+)
+
+const (
+	DefaultDiskBytes = engine.DefaultDiskBytes
+	BuiltinTemplate  = templates.BuiltinTemplate
+	MaxForkCount     = snapshots.MaxForkCount
+	ReasonHibernated = engine.ReasonHibernated
+)
+
+// NewID returns a new random sandbox or snapshot id.
+func NewID() string { return engine.NewID() }
+
+// New assembles a Manager over backend. Call Recover to reconcile and run
+// background work, Close to stop it.
 func New(cfg Config, st store.Store, images *image.Store, backend node.Backend) (*Manager, error) {
-	if backend == nil || len(backend.Classes()) == 0 {
-		return nil, errors.New("manager: no node backend or no runtime class")
-	}
-	if cfg.Node == "" {
-		return nil, errors.New("manager: Node is required")
-	}
-	if cfg.DefaultTemplate == "" {
-		cfg.DefaultTemplate = "base"
-	}
-	if cfg.ReconcileInterval == 0 {
-		cfg.ReconcileInterval = time.Second
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	e, err := engine.New(cfg, st, images, backend)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.DiskDefault == 0 {
-		cfg.DiskDefault = DefaultDiskBytes
+	w := pools.New(e)
+	sn := snapshots.New(e)
+	h := hibernate.New(e)
+	e.SetFeatures(engine.Features{Claim: w.Claim, FromSnapshot: sn.FromSnapshot, Wake: h.WakeLocked})
+	setPool := func(ctx context.Context, name string, min int) error {
+		_, err := w.SetPool(ctx, name, min)
+		return err
 	}
-	if cfg.DiskDefault > 0 {
-		capacity, err := backend.Capacity()
-		if err != nil {
-			return nil, fmt.Errorf("storage pool: %w", err)
-		}
-		if cfg.DiskDefault < sandbox.MinDiskBytes || cfg.DiskDefault > capacity {
-			return nil, fmt.Errorf("default disk cap %d MiB: must be between %d MiB and the storage pool's size, %d MiB",
-				cfg.DiskDefault>>20, sandbox.MinDiskBytes>>20, capacity>>20)
-		}
-		cfg.Logger.Info("disk caps", "default", fmt.Sprintf("%d MiB", cfg.DiskDefault>>20), "pool_size", fmt.Sprintf("%d MiB", capacity>>20))
-	} else {
-		cfg.Logger.Warn("no default disk cap: sandboxes created without --disk can fill the storage pool")
-	}
-	bg, cancel := context.WithCancel(context.Background())
 	return &Manager{
-		cfg: cfg, store: st, images: images, node: backend, log: cfg.Logger,
-		poolStats:    map[string]*poolStats{},
-		flows:        make(chan node.Flow, 4096),
-		asyncEvents:  make(chan *sandbox.Event, 1024),
-		poolInFlight: map[string]int{},
-		bg:           bg, cancel: cancel,
-		stopCh: make(chan struct{}),
-		kick:   make(chan struct{}, 1),
+		Engine:      e,
+		Warm:        w,
+		Snapshots:   sn,
+		Builder:     templates.New(e, setPool),
+		Reconciler:  reconcile.New(e, w, sn),
+		Volumes:     volumes.New(e),
+		Rules:       netrules.New(e),
+		Hibernation: h,
 	}, nil
 }
 
-// Backend returns the node backend.
-func (m *Manager) Backend() node.Backend { return m.node }
+// Close stops background work; sandboxes keep running.
+func (m *Manager) Close() { m.Reconciler.Close() }
 
-// Isolation describes sb's boundary (its runtime class's and its ids).
-func (m *Manager) Isolation(sb *sandbox.Sandbox) api.Isolation { return m.node.Isolation(sb) }
+// SpecFromRequest validates a create request against a template's
+// defaults and returns the sandbox spec.
+var SpecFromRequest = engine.SpecFromRequest
 
-// DiskUsage reports the cap and usage of sb's writable root layer; nil
-// when the layer is on the workspace volume or sb is gone.
-func (m *Manager) DiskUsage(sb *sandbox.Sandbox) *api.Disk { return m.node.DiskUsage(sb) }
-
-// AgentRefusals counts refused agent connections (the backend's).
-func (m *Manager) AgentRefusals() uint64 { return m.node.AgentRefusals() }
-
-// DefaultRuntime is the runtime class of sandboxes that name none.
-func (m *Manager) DefaultRuntime() string { return m.node.Classes()[0].Name }
-
-// caps returns the capabilities of sb's runtime class.
-func (m *Manager) caps(sb *sandbox.Sandbox) node.Caps {
-	c, _ := node.ClassCaps(m.node, sb.Spec.Runtime)
-	return c
-}
-
-// RuntimeNames lists the runtime classes, the default first.
-func (m *Manager) RuntimeNames() []string {
-	cls := m.node.Classes()
-	out := make([]string, 0, len(cls))
-	for _, c := range cls {
-		out = append(out, c.Name)
-	}
-	slices.Sort(out[1:])
-	return out
-}
-
-// Store returns the record store.
-func (m *Manager) Store() store.Store { return m.store }
-
-// Images returns the layer store.
-func (m *Manager) Images() *image.Store { return m.images }
-
-// Config returns the manager's configuration.
-func (m *Manager) Config() Config { return m.cfg }
-
-func (m *Manager) now() time.Time { return m.cfg.Now().UTC() }
-
-// newID returns a random sandbox id: 16 characters of [a-z0-9], about 82 bits.
-// NewID returns a new random sandbox or snapshot id.
-func NewID() string { return newID() }
-
-// ValidID reports whether id has the form of the ids newID makes (16
-// lowercase letters and digits), as a pre-chosen id must.
-func ValidID(id string) bool {
-	if len(id) != 16 {
-		return false
-	}
-	for i := range len(id) {
-		if c := id[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') {
-			return false
-		}
-	}
-	return true
-}
-
-// Node is the name this daemon records on its sandboxes.
-func (m *Manager) Node() string { return m.cfg.Node }
-
-func newID() string {
-	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err)
-	}
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return string(b[:])
-}
-
-// mine reports whether this daemon runs sb.
-func (m *Manager) mine(sb *sandbox.Sandbox) bool { return sb.Node == "" || sb.Node == m.cfg.Node }
-
-// local returns sandbox ref if this daemon runs it; a sandbox of another
-// node is a 409 naming it, so no two daemons ever act on one sandbox.
-func (m *Manager) local(ctx context.Context, ref string) (*sandbox.Sandbox, error) {
-	sb, err := m.Get(ctx, ref)
-	if err != nil {
-		return nil, err
-	}
-	if !m.mine(sb) && sb.State != sandbox.StateDeleted {
-		return nil, errdefs.Conflict("sandbox %s runs on node %s; send the request to that daemon", sb.ID, sb.Node)
-	}
-	return sb, nil
-}
-
-// Get returns a sandbox by id or, failing that, by live name.
-func (m *Manager) Get(ctx context.Context, ref string) (*sandbox.Sandbox, error) {
-	if ref == "" {
-		return nil, errdefs.Invalid("sandbox id or name is required")
-	}
-	sb, err := m.store.GetSandbox(ctx, ref)
-	if errors.Is(err, errdefs.ErrNotFound) {
-		sb, err = m.store.GetSandboxByName(ctx, "", ref)
-		if errors.Is(err, errdefs.ErrNotFound) {
-			return nil, errdefs.NotFound("no sandbox %q", ref)
-		}
-	}
-	return sb, err
-}
-
-// List returns live sandboxes, or all including tombstones.
-func (m *Manager) List(ctx context.Context, all bool) ([]*sandbox.Sandbox, error) {
-	return m.store.ListSandboxes(ctx, store.SandboxFilter{IncludeDeleted: all})
-}
-
-// Events returns a sandbox's recorded events with ids above after.
-func (m *Manager) Events(ctx context.Context, ref string, after int64) ([]*sandbox.Event, error) {
-	sb, err := m.Get(ctx, ref)
-	if err != nil {
-		return nil, err
-	}
-	return m.store.ListEvents(ctx, sb.ID, after, 10000)
-}
-
-// LastActivity is the latest activity known for sb (API calls, exec
-// sessions, busy CPU), stored or not yet.
-func (m *Manager) LastActivity(sb *sandbox.Sandbox) time.Time { return m.lastActivity(sb) }
-
-// transition moves sb to state to, writes it (compare-and-swap) and records
-// the event. On a write failure sb is left unchanged.
-func (m *Manager) transition(ctx context.Context, sb *sandbox.Sandbox, to sandbox.State, cause sandbox.Cause, actor, reason string) error {
-	from := sb.State
-	prev := *sb
-	if err := sb.Transition(to, cause, reason, m.now()); err != nil {
-		return err
-	}
-	if to != sandbox.StateFailed && to != sandbox.StateDeleting {
-		sb.Error = ""
-	}
-	if err := m.store.UpdateSandbox(ctx, sb); err != nil {
-		*sb = prev
-		return fmt.Errorf("recording %s -> %s: %w", from, to, err)
-	}
-	m.event(ctx, &sandbox.Event{
-		SandboxID: sb.ID, Type: "state", From: from, To: to, Actor: actor,
-		Cause: cause, Reason: reason, Outcome: "ok", Message: sb.Error,
-	})
-	return nil
-}
-
-// event records ev; a failure to record is logged, not returned: the
-// operation it describes has already happened.
-func (m *Manager) event(ctx context.Context, ev *sandbox.Event) {
-	if ev.Time.IsZero() {
-		ev.Time = m.now()
-	}
-	if err := m.store.AppendEvent(context.WithoutCancel(ctx), ev); err != nil {
-		m.log.Error("recording event", "sandbox", ev.SandboxID, "type", ev.Type, "err", err)
-		return
-	}
-	if m.cfg.OnEvent != nil && ev.Type == "state" {
-		m.cfg.OnEvent()
-	}
-}
-
-// eventAsync records ev off the caller's path; if the queue is full it
-// records it at once (events are never dropped).
-func (m *Manager) eventAsync(ev *sandbox.Event) {
-	if ev.Time.IsZero() {
-		ev.Time = m.now()
-	}
-	select {
-	case m.asyncEvents <- ev:
-	default:
-		m.event(context.Background(), ev)
-	}
-}
-
-// recordEvents writes queued events until Close, then drains the queue.
-func (m *Manager) recordEvents() {
-	defer m.wg.Done()
-	for {
-		select {
-		case ev := <-m.asyncEvents:
-			m.event(context.Background(), ev)
-		case <-m.stopCh:
-			for {
-				select {
-				case ev := <-m.asyncEvents:
-					m.event(context.Background(), ev)
-				default:
-					return
-				}
-			}
-		}
-	}
-}
+// ValidateExec checks an exec request before it reaches the agent.
+var ValidateExec = engine.ValidateExec

@@ -1,4 +1,4 @@
-package manager
+package snapshots
 
 import (
 	"archive/tar"
@@ -6,17 +6,34 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"path"
 	"strings"
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
+
+// Snapshots is the fork, snapshot, export and copy feature over the
+// engine's core: crash-consistent captures by the node backend, children
+// and snapshot-made sandboxes launched by the core.
+type Snapshots struct {
+	e     *engine.Engine
+	store store.Store
+	node  node.Backend
+	log   *slog.Logger
+}
+
+// New returns the snapshot feature of e.
+func New(e *engine.Engine) *Snapshots {
+	return &Snapshots{e: e, store: e.Store(), node: e.Backend(), log: e.Log()}
+}
 
 // Limits of fork and snapshots.
 const (
@@ -32,7 +49,7 @@ func childSpec(src sandbox.Spec) sandbox.Spec {
 	sp.Volumes = nil
 	for _, vm := range src.Volumes {
 		if vm.Owned {
-			sp.Volumes = append(sp.Volumes, sandbox.VolumeMount{VolumeID: newID(), Path: vm.Path, Owned: true})
+			sp.Volumes = append(sp.Volumes, sandbox.VolumeMount{VolumeID: engine.NewID(), Path: vm.Path, Owned: true})
 		}
 	}
 	sp.Env = maps.Clone(src.Env)
@@ -48,7 +65,7 @@ func childSpec(src sandbox.Spec) sandbox.Spec {
 // copy-on-write view of its filesystem now. The parent is frozen only for
 // the instant of the capture. Children are ephemeral unless asked.
 // ids, if given, are the children's ids (one per child, see ValidID).
-func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest, actor string, ids ...string) ([]*sandbox.Sandbox, time.Duration, error) {
+func (m *Snapshots) Fork(ctx context.Context, ref string, req *api.ForkRequest, actor string, ids ...string) ([]*sandbox.Sandbox, time.Duration, error) {
 	n := req.Count
 	if n == 0 {
 		n = 1
@@ -62,18 +79,18 @@ func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest, ac
 	if req.NamePrefix != "" && !sandbox.ValidName(req.NamePrefix+"-64") {
 		return nil, 0, errdefs.Invalid("bad name prefix %q", req.NamePrefix)
 	}
-	timeout, err := seconds("timeout_seconds", req.TimeoutSeconds)
+	timeout, err := engine.Seconds("timeout_seconds", req.TimeoutSeconds)
 	if err != nil {
 		return nil, 0, err
 	}
 	var parent *sandbox.Sandbox
 	var stage node.Capture
 	var release func()
-	_, err = m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
+	_, err = m.e.Op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
 		if sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused && sb.State != sandbox.StateStopped {
 			return sandbox.ErrWrongState("fork", sb)
 		}
-		if err := m.admit(ctx, int64(n)*m.sandboxNeed(&sb.Spec), fmt.Sprintf("forking %s into %d", sb.ID, n)); err != nil {
+		if err := m.e.Admit(ctx, int64(n)*m.e.SandboxNeed(&sb.Spec), fmt.Sprintf("forking %s into %d", sb.ID, n)); err != nil {
 			return err
 		}
 		parent = sb
@@ -126,15 +143,15 @@ func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest, ac
 			if req.NamePrefix != "" {
 				name = fmt.Sprintf("%s-%d", req.NamePrefix, i+1)
 			}
-			now := m.now()
-			id := newID()
+			now := m.e.Now()
+			id := engine.NewID()
 			if len(ids) > 0 {
 				id = ids[i]
 			}
 			child := &sandbox.Sandbox{ID: id, Name: name, Tenant: parent.Tenant, State: sandbox.StateCreating,
-				Node: m.cfg.Node, Spec: sp, CreatedAt: now, UpdatedAt: now, Cause: sandbox.CauseUser,
+				Node: m.e.Node(), Spec: sp, CreatedAt: now, UpdatedAt: now, Cause: sandbox.CauseUser,
 				Reason: "forked from " + parent.ID}
-			errs[i] = m.launch(ctx, child, actor, func() error { return m.node.Materialize(ctx, child, stage.Name) })
+			errs[i] = m.e.Launch(ctx, child, actor, func() error { return m.node.Materialize(ctx, child, stage.Name) })
 			children[i] = child
 		}()
 	}
@@ -147,7 +164,7 @@ func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest, ac
 			out = append(out, c)
 		}
 	}
-	m.event(ctx, &sandbox.Event{SandboxID: parent.ID, Type: "fork", Actor: actor, Cause: sandbox.CauseUser,
+	m.e.Event(ctx, &sandbox.Event{SandboxID: parent.ID, Type: "fork", Actor: actor, Cause: sandbox.CauseUser,
 		Outcome: "ok", Message: fmt.Sprintf("%d children, parent frozen %s", len(out), frozen.Round(time.Microsecond))})
 	if err := errors.Join(errs...); err != nil {
 		return out, frozen, err
@@ -165,7 +182,7 @@ func checkIDs(ids []string, n int) error {
 	}
 	seen := map[string]bool{}
 	for _, id := range ids {
-		if !ValidID(id) || seen[id] {
+		if !engine.ValidID(id) || seen[id] {
 			return errdefs.Invalid("bad or repeated id %q", id)
 		}
 		seen[id] = true
@@ -174,7 +191,7 @@ func checkIDs(ids []string, n int) error {
 }
 
 // Children lists the live sandboxes forked from id.
-func (m *Manager) Children(ctx context.Context, id string) []string {
+func (m *Snapshots) Children(ctx context.Context, id string) []string {
 	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{})
 	if err != nil {
 		return nil
@@ -190,19 +207,19 @@ func (m *Manager) Children(ctx context.Context, id string) []string {
 
 // CreateSnapshot takes a named, crash-consistent snapshot of sandbox ref.
 // ids, if given, is the snapshot's id (one, see ValidID).
-func (m *Manager) CreateSnapshot(ctx context.Context, ref string, req *api.CreateSnapshotRequest, actor string, ids ...string) (*store.Snapshot, error) {
+func (m *Snapshots) CreateSnapshot(ctx context.Context, ref string, req *api.CreateSnapshotRequest, actor string, ids ...string) (*store.Snapshot, error) {
 	if req.Name != "" && !sandbox.ValidName(req.Name) {
 		return nil, errdefs.Invalid("bad snapshot name %q", req.Name)
 	}
 	if err := checkIDs(ids, 1); err != nil {
 		return nil, err
 	}
-	retention, err := seconds("retention_seconds", req.RetentionSeconds)
+	retention, err := engine.Seconds("retention_seconds", req.RetentionSeconds)
 	if err != nil {
 		return nil, err
 	}
 	var sn *store.Snapshot
-	_, err = m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
+	_, err = m.e.Op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
 		if sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused && sb.State != sandbox.StateStopped &&
 			sb.State != sandbox.StateQuarantined {
 			return sandbox.ErrWrongState("snapshot", sb)
@@ -214,7 +231,7 @@ func (m *Manager) CreateSnapshot(ctx context.Context, ref string, req *api.Creat
 		if len(existing) >= MaxSnapshotsPerSandbox {
 			return errdefs.Exhausted("sandbox %s has %d snapshots, the limit; delete some first", sb.ID, len(existing))
 		}
-		id := newID()
+		id := engine.NewID()
 		if len(ids) > 0 {
 			id = ids[0]
 		}
@@ -227,7 +244,7 @@ func (m *Manager) CreateSnapshot(ctx context.Context, ref string, req *api.Creat
 		}
 		// The snapshot's clones share the sandbox's data now, and may come
 		// to hold all of it as the sandbox changes.
-		if err := m.admit(ctx, m.sandboxNeed(&sb.Spec), "a snapshot of "+sb.ID); err != nil {
+		if err := m.e.Admit(ctx, m.e.SandboxNeed(&sb.Spec), "a snapshot of "+sb.ID); err != nil {
 			return err
 		}
 		c, release, err := m.node.Capture(ctx, sb, id)
@@ -235,7 +252,7 @@ func (m *Manager) CreateSnapshot(ctx context.Context, ref string, req *api.Creat
 			return err
 		}
 		defer release()
-		now := m.now()
+		now := m.e.Now()
 		sn = &store.Snapshot{ID: id, Name: name, Tenant: sb.Tenant, SandboxID: sb.ID, Template: sb.Spec.Template,
 			Layers: sb.Spec.Layers, Spec: sb.Spec, Parent: sb.Spec.FromSnapshot, SizeBytes: c.SizeBytes, CreatedAt: now}
 		if retention > 0 {
@@ -247,7 +264,7 @@ func (m *Manager) CreateSnapshot(ctx context.Context, ref string, req *api.Creat
 			}
 			return err
 		}
-		m.event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "snapshot", Actor: actor, Cause: sandbox.CauseUser,
+		m.e.Event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "snapshot", Actor: actor, Cause: sandbox.CauseUser,
 			Outcome: "ok", Message: "snapshot " + sn.ID + " (" + name + ")"})
 		return nil
 	})
@@ -255,7 +272,7 @@ func (m *Manager) CreateSnapshot(ctx context.Context, ref string, req *api.Creat
 }
 
 // GetSnapshot finds a snapshot by id or name.
-func (m *Manager) GetSnapshot(ctx context.Context, ref string) (*store.Snapshot, error) {
+func (m *Snapshots) GetSnapshot(ctx context.Context, ref string) (*store.Snapshot, error) {
 	sn, err := m.store.GetSnapshot(ctx, ref)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		sn, err = m.store.GetSnapshotByName(ctx, "", ref)
@@ -267,10 +284,10 @@ func (m *Manager) GetSnapshot(ctx context.Context, ref string) (*store.Snapshot,
 }
 
 // ListSnapshots lists the snapshots of sandbox ref, or all ("").
-func (m *Manager) ListSnapshots(ctx context.Context, ref string) ([]*store.Snapshot, error) {
+func (m *Snapshots) ListSnapshots(ctx context.Context, ref string) ([]*store.Snapshot, error) {
 	id := ""
 	if ref != "" {
-		sb, err := m.Get(ctx, ref)
+		sb, err := m.e.Get(ctx, ref)
 		if err != nil {
 			return nil, err
 		}
@@ -280,7 +297,7 @@ func (m *Manager) ListSnapshots(ctx context.Context, ref string) ([]*store.Snaps
 }
 
 // DeleteSnapshot removes a snapshot and its data.
-func (m *Manager) DeleteSnapshot(ctx context.Context, ref string) error {
+func (m *Snapshots) DeleteSnapshot(ctx context.Context, ref string) error {
 	sn, err := m.GetSnapshot(ctx, ref)
 	if err != nil {
 		return err
@@ -293,35 +310,35 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, ref string) error {
 
 // RestoreSnapshot returns the sandbox a snapshot was taken of to the
 // snapshot's state, byte for byte, in place. A running sandbox restarts.
-func (m *Manager) RestoreSnapshot(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
+func (m *Snapshots) RestoreSnapshot(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
 	sn, err := m.GetSnapshot(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	return m.op(ctx, sn.SandboxID, func(ctx context.Context, sb *sandbox.Sandbox) error {
+	return m.e.Op(ctx, sn.SandboxID, func(ctx context.Context, sb *sandbox.Sandbox) error {
 		wasRunning := sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused
 		if !wasRunning && sb.State != sandbox.StateStopped {
 			return sandbox.ErrWrongState("restore", sb)
 		}
 		if wasRunning {
-			if err := m.stopLocked(ctx, sb, sandbox.CauseUser, actor, "restore snapshot "+sn.Name); err != nil {
+			if err := m.e.StopLocked(ctx, sb, sandbox.CauseUser, actor, "restore snapshot "+sn.Name); err != nil {
 				return err
 			}
 		}
 		if err := m.node.Revert(ctx, sb, sn.ID); err != nil {
 			return err
 		}
-		m.event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "restore", Actor: actor, Cause: sandbox.CauseUser,
+		m.e.Event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "restore", Actor: actor, Cause: sandbox.CauseUser,
 			Outcome: "ok", Message: "restored snapshot " + sn.ID + " (" + sn.Name + ")"})
 		if wasRunning {
-			return m.startLocked(ctx, sb, sandbox.CauseUser, actor, "restored snapshot "+sn.Name)
+			return m.e.StartLocked(ctx, sb, sandbox.CauseUser, actor, "restored snapshot "+sn.Name)
 		}
 		return nil
 	})
 }
 
-// createFromSnapshot makes a new sandbox from a snapshot's state.
-func (m *Manager) createFromSnapshot(ctx context.Context, req *api.CreateSandboxRequest, opt CreateOptions) (*sandbox.Sandbox, error) {
+// FromSnapshot makes a new sandbox from req.Snapshot's state.
+func (m *Snapshots) FromSnapshot(ctx context.Context, req *api.CreateSandboxRequest, opt engine.CreateOptions) (*sandbox.Sandbox, error) {
 	sn, err := m.GetSnapshot(ctx, req.Snapshot)
 	if err != nil {
 		return nil, err
@@ -339,37 +356,37 @@ func (m *Manager) createFromSnapshot(ctx context.Context, req *api.CreateSandbox
 		sp.Labels = req.Labels
 	}
 	if req.TimeoutSeconds > 0 {
-		if sp.Timeout, err = seconds("timeout_seconds", req.TimeoutSeconds); err != nil {
+		if sp.Timeout, err = engine.Seconds("timeout_seconds", req.TimeoutSeconds); err != nil {
 			return nil, err
 		}
 	}
-	if sp.Policy, err = policyFromAPI(req.Policy); err != nil {
+	if sp.Policy, err = engine.PolicyFromAPI(req.Policy); err != nil {
 		return nil, err
 	}
 	if err := sp.Validate(); err != nil {
 		return nil, err
 	}
-	now := m.now()
-	id, err := opt.reserve()
+	now := m.e.Now()
+	id, err := opt.ReserveID()
 	if err != nil {
 		return nil, err
 	}
 	sb := &sandbox.Sandbox{ID: id, Name: req.Name, Tenant: opt.Tenant, State: sandbox.StateCreating,
-		Node: m.cfg.Node, Spec: sp, CreatedAt: now, UpdatedAt: now, Cause: sandbox.CauseUser,
+		Node: m.e.Node(), Spec: sp, CreatedAt: now, UpdatedAt: now, Cause: sandbox.CauseUser,
 		Reason: "from snapshot " + sn.Name}
-	if err := m.launch(ctx, sb, opt.Actor, func() error { return m.node.Materialize(ctx, sb, sn.ID) }); err != nil {
+	if err := m.e.Launch(ctx, sb, opt.Actor, func() error { return m.node.Materialize(ctx, sb, sn.ID) }); err != nil {
 		return nil, err
 	}
 	return sb, nil
 }
 
-// expireSnapshots deletes snapshots past their retention.
-func (m *Manager) expireSnapshots(ctx context.Context) {
+// Expire deletes snapshots past their retention.
+func (m *Snapshots) Expire(ctx context.Context) {
 	snaps, err := m.store.ListSnapshots(ctx, "")
 	if err != nil {
 		return
 	}
-	now := m.now()
+	now := m.e.Now()
 	for _, sn := range snaps {
 		if !sn.ExpiresAt.IsZero() && !now.Before(sn.ExpiresAt) {
 			if err := m.DeleteSnapshot(ctx, sn.ID); err != nil {
@@ -381,7 +398,7 @@ func (m *Manager) expireSnapshots(ctx context.Context) {
 
 // Export writes a tar of exactly the named paths of sandbox ref, each
 // under its full path.
-func (m *Manager) Export(ctx context.Context, ref string, paths []string, w io.Writer, actor string) error {
+func (m *Snapshots) Export(ctx context.Context, ref string, paths []string, w io.Writer, actor string) error {
 	if len(paths) == 0 || len(paths) > 1000 {
 		return errdefs.Invalid("give between 1 and 1000 paths")
 	}
@@ -390,7 +407,7 @@ func (m *Manager) Export(ctx context.Context, ref string, paths []string, w io.W
 			return errdefs.Invalid("export paths must be absolute: %q", p)
 		}
 	}
-	f, err := m.Files(ctx, ref, false, actor)
+	f, err := m.e.Files(ctx, ref, false, actor)
 	if err != nil {
 		return err
 	}
@@ -434,11 +451,11 @@ func (m *Manager) Export(ctx context.Context, ref string, paths []string, w io.W
 
 // Copy copies a file or directory from one sandbox into a directory of
 // another, directly: the data never lands on the host.
-func (m *Manager) Copy(ctx context.Context, req *api.CopyRequest, actor string) error {
+func (m *Snapshots) Copy(ctx context.Context, req *api.CopyRequest, actor string) error {
 	if !strings.HasPrefix(req.FromPath, "/") || !strings.HasPrefix(req.ToPath, "/") {
 		return errdefs.Invalid("from_path and to_path must be absolute")
 	}
-	src, err := m.Files(ctx, req.From, false, actor)
+	src, err := m.e.Files(ctx, req.From, false, actor)
 	if err != nil {
 		return err
 	}
@@ -446,7 +463,7 @@ func (m *Manager) Copy(ctx context.Context, req *api.CopyRequest, actor string) 
 	if _, err := src.Stat(ctx, req.FromPath); err != nil {
 		return err
 	}
-	dst, err := m.Files(ctx, req.To, true, actor)
+	dst, err := m.e.Files(ctx, req.To, true, actor)
 	if err != nil {
 		return err
 	}

@@ -1,14 +1,17 @@
-package manager
+package pools
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/cleanup"
+	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -24,12 +27,35 @@ import (
 // sandbox is an ordinary sandbox, destroyed at its end. Members whose
 // template has changed are replaced.
 
+// Warm is the warm-pool feature over the engine's core.
+type Warm struct {
+	e     *engine.Engine
+	store store.Store
+	node  node.Backend
+	log   *slog.Logger
+
+	mu           sync.Mutex
+	poolStats    map[string]*poolStats
+	poolBuilding int            // members being made, all templates (under mu)
+	poolInFlight map[string]int // members being made, per template (under mu)
+}
+
+// New returns the warm-pool feature of e and installs its claim in e's
+// creates.
+func New(e *engine.Engine) *Warm {
+	w := &Warm{e: e, store: e.Store(), node: e.Backend(), log: e.Log(),
+		poolStats: map[string]*poolStats{}, poolInFlight: map[string]int{}}
+	return w
+}
+
+const actorReconciler = "reconciler"
+
 // MaxPoolSize bounds a template's pool.
 const MaxPoolSize = templatefile.MaxPoolMin
 
 type poolStats struct{ hits, misses atomic.Int64 }
 
-func (m *Manager) stats(tpl string) *poolStats {
+func (m *Warm) stats(tpl string) *poolStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	st, ok := m.poolStats[tpl]
@@ -41,22 +67,22 @@ func (m *Manager) stats(tpl string) *poolStats {
 }
 
 // SetPool sets how many ready sandboxes template name keeps.
-func (m *Manager) SetPool(ctx context.Context, name string, min int) (*api.Pool, error) {
+func (m *Warm) SetPool(ctx context.Context, name string, min int) (*api.Pool, error) {
 	if min < 0 || min > MaxPoolSize {
 		return nil, errdefs.Invalid("pool size must be between 0 and %d", MaxPoolSize)
 	}
-	if _, err := m.GetTemplate(ctx, name); err != nil {
+	if _, err := m.e.GetTemplate(ctx, name); err != nil {
 		return nil, err
 	}
 	if err := m.store.SetPool(ctx, name, min); err != nil {
 		return nil, err
 	}
-	m.wakeReconciler()
+	m.e.WakeReconciler()
 	return m.Pool(ctx, name)
 }
 
 // Pool reports template name's pool.
-func (m *Manager) Pool(ctx context.Context, name string) (*api.Pool, error) {
+func (m *Warm) Pool(ctx context.Context, name string) (*api.Pool, error) {
 	pools, err := m.store.ListPools(ctx)
 	if err != nil {
 		return nil, err
@@ -69,7 +95,7 @@ func (m *Manager) Pool(ctx context.Context, name string) (*api.Pool, error) {
 }
 
 // Pools reports every pool.
-func (m *Manager) Pools(ctx context.Context) ([]api.Pool, error) {
+func (m *Warm) Pools(ctx context.Context) ([]api.Pool, error) {
 	pools, err := m.store.ListPools(ctx)
 	if err != nil {
 		return nil, err
@@ -90,7 +116,7 @@ func (m *Manager) Pools(ctx context.Context) ([]api.Pool, error) {
 	return out, nil
 }
 
-func (m *Manager) poolReport(name string, min int, members []*sandbox.Sandbox) *api.Pool {
+func (m *Warm) poolReport(name string, min int, members []*sandbox.Sandbox) *api.Pool {
 	p := &api.Pool{Template: name, Min: min}
 	for _, sb := range members {
 		switch sb.State {
@@ -111,8 +137,8 @@ func (m *Manager) poolReport(name string, min int, members []*sandbox.Sandbox) *
 }
 
 // poolMembers groups this node's unclaimed pool members by template.
-func (m *Manager) poolMembers(ctx context.Context) (map[string][]*sandbox.Sandbox, error) {
-	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node})
+func (m *Warm) poolMembers(ctx context.Context) (map[string][]*sandbox.Sandbox, error) {
+	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.e.Node()})
 	if err != nil {
 		return nil, err
 	}
@@ -136,32 +162,35 @@ func groupPoolMembers(live []*sandbox.Sandbox) map[string][]*sandbox.Sandbox {
 // everything fixed at container start (the disk cap included), of the
 // class pool members are made in (the default), which must be able to
 // keep members.
-func (m *Manager) poolable(req *api.CreateSandboxRequest, tpl *store.Template, spec *sandbox.Spec) bool {
+func (m *Warm) poolable(req *api.CreateSandboxRequest, tpl *store.Template, spec *sandbox.Spec) bool {
 	def := sandbox.DefaultResources
 	if tpl.Config.Resources != nil {
 		def = *tpl.Config.Resources
 	}
 	if def.DiskBytes == 0 {
-		def.DiskBytes = m.diskDefault() // as members are made (addPoolMember)
+		def.DiskBytes = m.e.DiskDefault() // as members are made (addPoolMember)
 	}
 	caps, _ := node.ClassCaps(m.node, spec.Runtime)
 	return !req.Persistent && len(spec.Volumes) == 0 && req.Snapshot == "" &&
 		spec.Resources == def && (spec.Network == "" || spec.Network == "none") &&
-		spec.Runtime == m.DefaultRuntime() && caps.Pool
+		spec.Runtime == m.e.DefaultRuntime() && caps.Pool
 }
 
 // runtimeOf is sb's runtime class, records from before classes were
 // recorded by name being the default's.
-func (m *Manager) runtimeOf(sb *sandbox.Sandbox) string {
+func (m *Warm) runtimeOf(sb *sandbox.Sandbox) string {
 	if sb.Spec.Runtime == "" {
-		return m.DefaultRuntime()
+		return m.e.DefaultRuntime()
 	}
 	return sb.Spec.Runtime
 }
 
 // claim hands out a ready pool member of tpl as the sandbox the request
 // asks for, or returns nil if there is none.
-func (m *Manager) claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec, req *api.CreateSandboxRequest, opt CreateOptions) (*sandbox.Sandbox, error) {
+func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec, req *api.CreateSandboxRequest, opt engine.CreateOptions) (*sandbox.Sandbox, error) {
+	if !m.poolable(req, tpl, &spec) {
+		return nil, nil
+	}
 	pools, err := m.store.ListPools(ctx)
 	if err != nil || pools[tpl.Name] == 0 {
 		return nil, err
@@ -170,14 +199,14 @@ func (m *Manager) claim(ctx context.Context, tpl *store.Template, spec sandbox.S
 	if err != nil {
 		return nil, err
 	}
-	defer m.wakeReconciler() // refill
+	defer m.e.WakeReconciler() // refill
 	for _, cand := range members[tpl.Name] {
 		if cand.State != sandbox.StatePaused || !slices.Equal(cand.Spec.Layers, tpl.Layers) ||
 			cand.Spec.Resources.DiskBytes != spec.Resources.DiskBytes || // made under another default
 			m.runtimeOf(cand) != spec.Runtime { // made under another default class
 			continue
 		}
-		unlock, ok := m.live.tryLock(cand.ID)
+		unlock, ok := m.e.TryLock(cand.ID)
 		if !ok {
 			continue // another claim or the reconciler has it
 		}
@@ -197,7 +226,7 @@ func (m *Manager) claim(ctx context.Context, tpl *store.Template, spec sandbox.S
 	return nil, nil
 }
 
-func (m *Manager) claimLocked(ctx context.Context, id string, spec sandbox.Spec, req *api.CreateSandboxRequest, opt CreateOptions) (*sandbox.Sandbox, error) {
+func (m *Warm) claimLocked(ctx context.Context, id string, spec sandbox.Spec, req *api.CreateSandboxRequest, opt engine.CreateOptions) (*sandbox.Sandbox, error) {
 	sb, err := m.store.GetSandbox(ctx, id)
 	if err != nil {
 		return nil, err
@@ -210,7 +239,7 @@ func (m *Manager) claimLocked(ctx context.Context, id string, spec sandbox.Spec,
 	spec.Layers, spec.HostUsr = sb.Spec.Layers, sb.Spec.HostUsr
 	spec.IDs = sb.Spec.IDs // its processes run in the member's range
 	spec.Pool = ""
-	now := m.now()
+	now := m.e.Now()
 	prev := *sb
 	sb.Spec = spec
 	sb.Name, sb.Tenant = req.Name, opt.Tenant
@@ -234,7 +263,7 @@ func (m *Manager) claimLocked(ctx context.Context, id string, spec sandbox.Spec,
 		return nil, fmt.Errorf("thawing pool member: %w", err)
 	}
 	cu.Add(func() error { return m.node.Freeze(ctx, &prev) })
-	if err := m.transition(ctx, sb, sandbox.StateRunning, sandbox.CauseUser, opt.Actor, "create (warm pool)"); err != nil {
+	if err := m.e.Transition(ctx, sb, sandbox.StateRunning, sandbox.CauseUser, opt.Actor, "create (warm pool)"); err != nil {
 		return nil, err
 	}
 	cu.Release()
@@ -245,7 +274,7 @@ func (m *Manager) claimLocked(ctx context.Context, id string, spec sandbox.Spec,
 // members made from an older version of their template. At most two
 // members are made at a time, so a refill never starves claims.
 // live is this node's live sandboxes, as the reconciler just read them.
-func (m *Manager) refillPools(ctx context.Context, live []*sandbox.Sandbox) {
+func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
 	members := groupPoolMembers(live)
 	pools, err := m.store.ListPools(ctx)
 	if err != nil || len(pools) == 0 && len(members) == 0 {
@@ -256,9 +285,9 @@ func (m *Manager) refillPools(ctx context.Context, live []*sandbox.Sandbox) {
 		for _, sb := range list {
 			stale := terr != nil || pools[name] == 0 || !slices.Equal(sb.Spec.Layers, tpl.Layers)
 			if stale && sb.State == sandbox.StatePaused {
-				m.async(sb.ID, func(ctx context.Context, cur *sandbox.Sandbox) {
+				m.e.Async(sb.ID, func(ctx context.Context, cur *sandbox.Sandbox) {
 					if cur.Spec.Pool != "" {
-						_ = m.destroyLocked(ctx, cur, sandbox.CauseReconciler, actorReconciler, "warm pool rolled over")
+						_ = m.e.DestroyLocked(ctx, cur, sandbox.CauseReconciler, actorReconciler, "warm pool rolled over")
 					}
 				})
 			}
@@ -278,45 +307,46 @@ func (m *Manager) refillPools(ctx context.Context, live []*sandbox.Sandbox) {
 		m.mu.Lock()
 		// Members being made may not have a record yet.
 		have += m.poolInFlight[name]
-		for i := have; i < min && m.poolBuilding < 2 && m.bg.Err() == nil; i++ {
+		for i := have; i < min && m.poolBuilding < 2 && !m.e.Closing(); i++ {
 			m.poolBuilding++
 			m.poolInFlight[name]++
-			m.wg.Add(1)
-			go func() {
-				defer m.wg.Done()
-				if err := m.addPoolMember(m.bg, tpl); err != nil {
+			m.e.Go(func(ctx context.Context) {
+				if err := m.addPoolMember(ctx, tpl); err != nil {
 					m.log.Warn("refilling warm pool", "template", tpl.Name, "err", err)
 				}
 				m.mu.Lock()
 				m.poolBuilding--
 				m.poolInFlight[tpl.Name]--
 				m.mu.Unlock()
-				m.wakeReconciler()
-			}()
+				m.e.WakeReconciler()
+			})
 		}
 		m.mu.Unlock()
 	}
 }
 
 // addPoolMember makes one frozen, ready sandbox for tpl.
-func (m *Manager) addPoolMember(ctx context.Context, tpl *store.Template) error {
-	spec, err := SpecFromRequest(&api.CreateSandboxRequest{}, tpl)
+func (m *Warm) addPoolMember(ctx context.Context, tpl *store.Template) error {
+	// A member once begun is finished (paused into the pool) or undone,
+	// like a request's create: Close stops new members, not one half made.
+	ctx = context.WithoutCancel(ctx)
+	spec, err := engine.SpecFromRequest(&api.CreateSandboxRequest{}, tpl)
 	if err != nil {
 		return err
 	}
 	spec.Layers, spec.HostUsr, spec.Pool = tpl.Layers, tpl.Config.HostUsr, tpl.Name
-	spec.Runtime = m.DefaultRuntime()
+	spec.Runtime = m.e.DefaultRuntime()
 	if caps, _ := node.ClassCaps(m.node, spec.Runtime); !caps.Pool {
 		return fmt.Errorf("runtime class %s cannot keep warm-pool members", spec.Runtime)
 	}
-	m.withDiskDefault(&spec)
-	now := m.now()
-	sb := &sandbox.Sandbox{ID: newID(), State: sandbox.StateCreating, Node: m.cfg.Node, Spec: spec,
+	m.e.WithDiskDefault(&spec)
+	now := m.e.Now()
+	sb := &sandbox.Sandbox{ID: engine.NewID(), State: sandbox.StateCreating, Node: m.e.Node(), Spec: spec,
 		CreatedAt: now, UpdatedAt: now, Cause: sandbox.CauseReconciler, Reason: "warm pool"}
-	if err := m.launch(ctx, sb, "pool:"+tpl.Name, nil); err != nil {
+	if err := m.e.Launch(ctx, sb, "pool:"+tpl.Name, nil); err != nil {
 		return err
 	}
-	unlock := m.live.lock(sb.ID)
+	unlock := m.e.Lock(sb.ID)
 	defer unlock()
 	cur, err := m.store.GetSandbox(ctx, sb.ID)
 	if err != nil {
@@ -329,7 +359,7 @@ func (m *Manager) addPoolMember(ctx context.Context, tpl *store.Template) error 
 	pools, err := m.store.ListPools(ctx)
 	latest, terr := m.store.GetTemplate(ctx, tpl.Name)
 	if err != nil || terr != nil || pools[tpl.Name] == 0 || !slices.Equal(latest.Layers, tpl.Layers) {
-		return m.destroyLocked(ctx, cur, sandbox.CauseReconciler, actorReconciler, "warm pool no longer wants it")
+		return m.e.DestroyLocked(ctx, cur, sandbox.CauseReconciler, actorReconciler, "warm pool no longer wants it")
 	}
-	return m.pauseLocked(ctx, cur, sandbox.CauseReconciler, "pool:"+tpl.Name, "ready in warm pool")
+	return m.e.PauseLocked(ctx, cur, sandbox.CauseReconciler, "pool:"+tpl.Name, "ready in warm pool")
 }

@@ -1,4 +1,4 @@
-package manager
+package engine
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 // Files gives access to a running sandbox's filesystem through its agent.
 // Every path resolves inside the sandbox's root; see package agent.
 type Files struct {
-	m  *Manager
+	m  *Engine
 	sb *sandbox.Sandbox
 	c  *agent.Client
 	// q serves reads of a quarantined (frozen) sandbox from outside it.
@@ -26,7 +26,7 @@ type Files struct {
 // auto_resume, a paused or stopped one, which is brought back first).
 // write says whether the caller will change files; a quarantined sandbox
 // refuses writes, and serves reads from the host side while frozen.
-func (m *Manager) Files(ctx context.Context, ref string, write bool, actor string) (*Files, error) {
+func (m *Engine) Files(ctx context.Context, ref string, write bool, actor string) (*Files, error) {
 	sb, err := m.local(ctx, ref)
 	if err != nil {
 		return nil, err

@@ -1,10 +1,11 @@
-package manager
+package templates
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -12,11 +13,31 @@ import (
 	"strings"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/image"
+	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
+
+// Builder is the templates feature over the engine's core: imports,
+// uploads and builds of template layers, declarative apply with a
+// per-step cache, and the builtin template.
+type Builder struct {
+	e     *engine.Engine
+	store store.Store
+	node  node.Backend
+	log   *slog.Logger
+	// setPool sets a template's warm-pool size (apply's pool: section).
+	setPool func(ctx context.Context, name string, min int) error
+}
+
+// New returns the templates feature of e; setPool is the warm-pool
+// feature's (nil: apply refuses a pool: section).
+func New(e *engine.Engine, setPool func(ctx context.Context, name string, min int) error) *Builder {
+	return &Builder{e: e, store: e.Store(), node: e.Backend(), log: e.Log(), setPool: setPool}
+}
 
 // BuiltinTemplate is the name of the template berth provides without a
 // download: a fresh minimal /etc over the host's own /usr, read-only.
@@ -26,8 +47,8 @@ const BuiltinTemplate = "base"
 const maxUpload = 16 << 30
 
 // EnsureBuiltin registers (or refreshes) the builtin template.
-func (m *Manager) EnsureBuiltin(ctx context.Context) error {
-	img, err := m.images.Builtin(ctx)
+func (m *Builder) EnsureBuiltin(ctx context.Context) error {
+	img, err := m.e.Images().Builtin(ctx)
 	if err != nil {
 		return fmt.Errorf("builtin template: %w", err)
 	}
@@ -49,25 +70,16 @@ func (m *Manager) EnsureBuiltin(ctx context.Context) error {
 			Env: img.Config.Env, Workdir: img.Config.Workdir, User: img.Config.User, Cmd: img.Config.Cmd,
 			HostUsr: true,
 		},
-		Builtin: true, Source: "builtin:host", Size: img.Size, CreatedAt: m.now(),
+		Builtin: true, Source: "builtin:host", Size: img.Size, CreatedAt: m.e.Now(),
 	})
 }
 
 // ListTemplates returns every template.
-func (m *Manager) ListTemplates(ctx context.Context) ([]*store.Template, error) {
+func (m *Builder) ListTemplates(ctx context.Context) ([]*store.Template, error) {
 	return m.store.ListTemplates(ctx)
 }
 
-// GetTemplate returns one template.
-func (m *Manager) GetTemplate(ctx context.Context, name string) (*store.Template, error) {
-	t, err := m.store.GetTemplate(ctx, name)
-	if errors.Is(err, errdefs.ErrNotFound) {
-		return nil, errdefs.NotFound("no template %q", name)
-	}
-	return t, err
-}
-
-func (m *Manager) checkNewTemplate(ctx context.Context, name string) error {
+func (m *Builder) checkNewTemplate(ctx context.Context, name string) error {
 	if !sandbox.ValidName(name) {
 		return errdefs.Invalid("bad template name %q: use 1-63 letters, digits, '.', '_' or '-'", name)
 	}
@@ -79,12 +91,12 @@ func (m *Manager) checkNewTemplate(ctx context.Context, name string) error {
 	return nil
 }
 
-func (m *Manager) putImage(ctx context.Context, name, source string, img *image.Image) (*store.Template, error) {
+func (m *Builder) putImage(ctx context.Context, name, source string, img *image.Image) (*store.Template, error) {
 	t := &store.Template{
 		Name:   name,
 		Layers: img.Layers,
 		Config: store.TemplateConfig{Env: img.Config.Env, Workdir: img.Config.Workdir, User: img.Config.User, Cmd: img.Config.Cmd},
-		Source: source, Size: img.Size, CreatedAt: m.now(),
+		Source: source, Size: img.Size, CreatedAt: m.e.Now(),
 	}
 	if err := m.store.PutTemplate(ctx, t); err != nil {
 		return nil, err
@@ -94,7 +106,7 @@ func (m *Manager) putImage(ctx context.Context, name, source string, img *image.
 
 // ImportTemplate imports an OCI layout directory or a docker-save/OCI
 // tarball at a path on the daemon's host, or pulls a registry reference.
-func (m *Manager) ImportTemplate(ctx context.Context, req *api.ImportTemplateRequest) (*store.Template, error) {
+func (m *Builder) ImportTemplate(ctx context.Context, req *api.ImportTemplateRequest) (*store.Template, error) {
 	if err := m.checkNewTemplate(ctx, req.Name); err != nil {
 		return nil, err
 	}
@@ -116,14 +128,14 @@ func (m *Manager) ImportTemplate(ctx context.Context, req *api.ImportTemplateReq
 		}
 		if st.IsDir() {
 			source = "oci-layout:" + req.Path
-			img, err = m.images.ImportOCILayout(ctx, req.Path, "")
+			img, err = m.e.Images().ImportOCILayout(ctx, req.Path, "")
 		} else {
 			source = "archive:" + req.Path
-			img, err = m.images.ImportArchive(ctx, req.Path)
+			img, err = m.e.Images().ImportArchive(ctx, req.Path)
 		}
 	case req.Ref != "":
 		source = "registry:" + req.Ref
-		img, err = m.images.Pull(ctx, req.Ref, req.Insecure)
+		img, err = m.e.Images().Pull(ctx, req.Ref, req.Insecure)
 	default:
 		return nil, errdefs.Invalid("path or ref is required")
 	}
@@ -134,11 +146,11 @@ func (m *Manager) ImportTemplate(ctx context.Context, req *api.ImportTemplateReq
 }
 
 // UploadTemplate imports a tarball streamed by the client.
-func (m *Manager) UploadTemplate(ctx context.Context, name string, r io.Reader) (*store.Template, error) {
+func (m *Builder) UploadTemplate(ctx context.Context, name string, r io.Reader) (*store.Template, error) {
 	if err := m.checkNewTemplate(ctx, name); err != nil {
 		return nil, err
 	}
-	dir := m.cfg.UploadDir
+	dir := m.e.Config().UploadDir
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -158,7 +170,7 @@ func (m *Manager) UploadTemplate(ctx context.Context, name string, r io.Reader) 
 	if n == 0 {
 		return nil, errdefs.Invalid("empty archive")
 	}
-	img, err := m.images.ImportArchive(ctx, f.Name())
+	img, err := m.e.Images().ImportArchive(ctx, f.Name())
 	if err != nil {
 		return nil, err
 	}
@@ -167,8 +179,8 @@ func (m *Manager) UploadTemplate(ctx context.Context, name string, r io.Reader) 
 
 // DeleteTemplate removes a template that no live sandbox uses and frees
 // the layers no other template needs.
-func (m *Manager) DeleteTemplate(ctx context.Context, name string) error {
-	t, err := m.GetTemplate(ctx, name)
+func (m *Builder) DeleteTemplate(ctx context.Context, name string) error {
+	t, err := m.e.GetTemplate(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -190,7 +202,7 @@ func (m *Manager) DeleteTemplate(ctx context.Context, name string) error {
 	}
 	for _, sb := range live {
 		if sb.Spec.Pool == name {
-			if _, err := m.Delete(ctx, sb.ID, "template-rm", sandbox.CauseUser, "template removed"); err != nil {
+			if _, err := m.e.Delete(ctx, sb.ID, "template-rm", sandbox.CauseUser, "template removed"); err != nil {
 				return err
 			}
 		}
@@ -201,7 +213,7 @@ func (m *Manager) DeleteTemplate(ctx context.Context, name string) error {
 	return m.gcLayers(ctx)
 }
 
-func (m *Manager) gcLayers(ctx context.Context) error {
+func (m *Builder) gcLayers(ctx context.Context) error {
 	ts, err := m.store.ListTemplates(ctx)
 	if err != nil {
 		return err
@@ -232,7 +244,7 @@ func (m *Manager) gcLayers(ctx context.Context) error {
 			keep[l] = true
 		}
 	}
-	removed, err := m.images.GC(ctx, keep)
+	removed, err := m.e.Images().GC(ctx, keep)
 	if len(removed) > 0 {
 		m.log.Info("removed unused layers", "count", len(removed))
 	}
@@ -242,14 +254,14 @@ func (m *Manager) gcLayers(ctx context.Context) error {
 // BuildTemplate runs setup steps once in a sandbox made from req.From and
 // stores the result as a new read-only layer on top of it, so tasks
 // started from the new template do not repeat the setup.
-func (m *Manager) BuildTemplate(ctx context.Context, req *api.BuildTemplateRequest, actor string, progress func(api.BuildEvent)) (*store.Template, error) {
+func (m *Builder) BuildTemplate(ctx context.Context, req *api.BuildTemplateRequest, actor string, progress func(api.BuildEvent)) (*store.Template, error) {
 	if err := m.checkNewTemplate(ctx, req.Name); err != nil {
 		return nil, err
 	}
 	if len(req.Run) == 0 {
 		return nil, errdefs.Invalid("at least one --run step is required")
 	}
-	base, err := m.GetTemplate(ctx, req.From)
+	base, err := m.e.GetTemplate(ctx, req.From)
 	if err != nil {
 		return nil, err
 	}
@@ -279,10 +291,10 @@ func (m *Manager) BuildTemplate(ctx context.Context, req *api.BuildTemplateReque
 	if err != nil {
 		return nil, err
 	}
-	size := base.Size + m.images.Size(layer)
+	size := base.Size + m.e.Images().Size(layer)
 	t := &store.Template{
 		Name: req.Name, Layers: append(slices.Clone(base.Layers), layer), Config: cfg,
-		Source: "build:" + base.Name, Size: size, CreatedAt: m.now(),
+		Source: "build:" + base.Name, Size: size, CreatedAt: m.e.Now(),
 	}
 	if err := m.store.PutTemplate(ctx, t); err != nil {
 		return nil, err
@@ -292,11 +304,11 @@ func (m *Manager) BuildTemplate(ctx context.Context, req *api.BuildTemplateReque
 
 // runStep runs one shell step of a template build in sandbox id,
 // streaming its output as build events; a non-zero exit fails the build.
-func (m *Manager) runStep(ctx context.Context, id string, n int, step, workdir string, timeout float64, actor string, progress func(api.BuildEvent)) error {
+func (m *Builder) runStep(ctx context.Context, id string, n int, step, workdir string, timeout float64, actor string, progress func(api.BuildEvent)) error {
 	out := &buildWriter{step: n, stream: "stdout", emit: progress}
 	errw := &buildWriter{step: n, stream: "stderr", emit: progress}
-	exit, err := m.Exec(ctx, id, &api.ExecRequest{Cmd: []string{"/bin/sh", "-c", step}, Workdir: workdir, TimeoutSeconds: timeout},
-		ExecIO{Stdout: out, Stderr: errw}, actor)
+	exit, err := m.e.Exec(ctx, id, &api.ExecRequest{Cmd: []string{"/bin/sh", "-c", step}, Workdir: workdir, TimeoutSeconds: timeout},
+		engine.ExecIO{Stdout: out, Stderr: errw}, actor)
 	if err != nil {
 		return fmt.Errorf("step %d: %w", n, err)
 	}

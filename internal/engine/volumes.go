@@ -1,4 +1,4 @@
-package manager
+package engine
 
 import (
 	"context"
@@ -8,43 +8,12 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
 
-// CreateVolume makes a named volume.
-func (m *Manager) CreateVolume(ctx context.Context, req *api.CreateVolumeRequest, tenant string) (*store.Volume, error) {
-	if !sandbox.ValidName(req.Name) {
-		return nil, errdefs.Invalid("bad volume name %q: use 1-63 letters, digits, '.', '_' or '-'", req.Name)
-	}
-	size, inodes, err := m.node.NormalizeVolume(req.SizeBytes, req.Inodes)
-	if err != nil {
-		return nil, err
-	}
-	if c, err := m.node.Capacity(); err == nil && size > c {
-		return nil, errdefs.Invalid("volume size %s exceeds the storage pool's size %s", humanBytes(size), humanBytes(c))
-	}
-	if err := m.admit(ctx, size, "volume "+req.Name); err != nil {
-		return nil, err
-	}
-	now := m.now()
-	v := &store.Volume{ID: newID(), Name: req.Name, Tenant: tenant, State: store.VolumeAvailable,
-		SizeBytes: size, Inodes: inodes, Keep: true, CreatedAt: now, UpdatedAt: now}
-	if err := m.store.CreateVolume(ctx, v); err != nil {
-		return nil, err
-	}
-	if err := m.node.CreateVolume(v.ID, size, inodes); err != nil {
-		v.State, v.DeletedAt = store.VolumeDeleted, m.now()
-		_ = m.store.UpdateVolume(context.WithoutCancel(ctx), v)
-		_ = m.node.DeleteVolume(v.ID)
-		return nil, fmt.Errorf("creating volume: %w", err)
-	}
-	return v, nil
-}
-
 // GetVolume finds a live volume by name or id.
-func (m *Manager) GetVolume(ctx context.Context, ref string) (*store.Volume, error) {
+func (m *Engine) GetVolume(ctx context.Context, ref string) (*store.Volume, error) {
 	v, err := m.store.GetVolumeByName(ctx, "", ref)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		v, err = m.store.GetVolume(ctx, ref)
@@ -55,33 +24,10 @@ func (m *Manager) GetVolume(ctx context.Context, ref string) (*store.Volume, err
 	return v, err
 }
 
-// ListVolumes lists live volumes, or all with tombstones.
-func (m *Manager) ListVolumes(ctx context.Context, all bool) ([]*store.Volume, error) {
-	return m.store.ListVolumes(ctx, "", all)
-}
+// DropVolume removes volume v's data and records it deleted.
+func (m *Engine) DropVolume(ctx context.Context, v *store.Volume) error { return m.dropVolume(ctx, v) }
 
-// VolumeUsage reports what a volume holds.
-func (m *Manager) VolumeUsage(v *store.Volume) node.VolumeUsage {
-	if v.State == store.VolumeDeleted {
-		return node.VolumeUsage{}
-	}
-	u, _ := m.node.VolumeUsage(v.ID)
-	return u
-}
-
-// DeleteVolume removes a volume that no live sandbox uses.
-func (m *Manager) DeleteVolume(ctx context.Context, ref string) error {
-	v, err := m.GetVolume(ctx, ref)
-	if err != nil {
-		return err
-	}
-	if v.State == store.VolumeAttached {
-		return errdefs.Conflict("volume %s is attached to sandbox %s; delete the sandbox first", v.Name, v.SandboxID)
-	}
-	return m.dropVolume(ctx, v)
-}
-
-func (m *Manager) dropVolume(ctx context.Context, v *store.Volume) error {
+func (m *Engine) dropVolume(ctx context.Context, v *store.Volume) error {
 	if err := m.node.DeleteVolume(v.ID); err != nil {
 		return err
 	}
@@ -91,7 +37,7 @@ func (m *Manager) dropVolume(ctx context.Context, v *store.Volume) error {
 
 // resolveVolumes turns a create request's volumes into mounts: the
 // persistent sandbox's own workspace volume first, then named volumes.
-func (m *Manager) resolveVolumes(ctx context.Context, req *api.CreateSandboxRequest, sp *sandbox.Spec) error {
+func (m *Engine) resolveVolumes(ctx context.Context, req *api.CreateSandboxRequest, sp *sandbox.Spec) error {
 	used := map[string]bool{}
 	if sp.Persistent {
 		size, inodes, err := m.node.NormalizeVolume(req.VolumeSizeBytes, req.VolumeInodes)
@@ -141,7 +87,7 @@ func (m *Manager) resolveVolumes(ctx context.Context, req *api.CreateSandboxRequ
 // attachVolumes records sb's volumes as attached: named volumes move from
 // available (compare-and-swap, so two sandboxes cannot both take one), the
 // owned workspace volume is created. Idempotent for a restarted create.
-func (m *Manager) attachVolumes(ctx context.Context, sb *sandbox.Sandbox) error {
+func (m *Engine) attachVolumes(ctx context.Context, sb *sandbox.Sandbox) error {
 	for i, vm := range sb.Spec.Volumes {
 		v, err := m.store.GetVolume(ctx, vm.VolumeID)
 		switch {
@@ -179,7 +125,7 @@ func (m *Manager) attachVolumes(ctx context.Context, sb *sandbox.Sandbox) error 
 
 // releaseVolumes runs after a sandbox is gone: owned volumes are deleted
 // unless kept; the others become available again.
-func (m *Manager) releaseVolumes(ctx context.Context, sb *sandbox.Sandbox) error {
+func (m *Engine) releaseVolumes(ctx context.Context, sb *sandbox.Sandbox) error {
 	var errs []error
 	for _, vm := range sb.Spec.Volumes {
 		v, err := m.store.GetVolume(ctx, vm.VolumeID)

@@ -1,4 +1,4 @@
-package manager
+package engine
 
 import (
 	"context"
@@ -32,7 +32,7 @@ const (
 
 // Exec runs a command in a running sandbox, streaming its output, and
 // returns how it ended. Cancelling ctx kills the command.
-func (m *Manager) Exec(ctx context.Context, ref string, req *api.ExecRequest, eio ExecIO, actor string) (api.ExecExit, error) {
+func (m *Engine) Exec(ctx context.Context, ref string, req *api.ExecRequest, eio ExecIO, actor string) (api.ExecExit, error) {
 	sb, err := m.local(ctx, ref)
 	if err != nil {
 		return api.ExecExit{}, err
@@ -78,7 +78,7 @@ func ValidateExec(req *api.ExecRequest) error {
 	return nil
 }
 
-func (m *Manager) execIn(ctx context.Context, sb *sandbox.Sandbox, req *api.ExecRequest, eio ExecIO, actor string) (api.ExecExit, error) {
+func (m *Engine) execIn(ctx context.Context, sb *sandbox.Sandbox, req *api.ExecRequest, eio ExecIO, actor string) (api.ExecExit, error) {
 	if err := ValidateExec(req); err != nil {
 		return api.ExecExit{}, err
 	}
@@ -197,7 +197,7 @@ const execOverdue = 500 * time.Millisecond
 // sandbox's processes are ended from outside (the backend's KillAll); the
 // reconciler then finds the sandbox dead and handles it by its lifecycle.
 // It runs in the background, cancelled at Close.
-func (m *Manager) agentOverdue(sb *sandbox.Sandbox, what string) {
+func (m *Engine) agentOverdue(sb *sandbox.Sandbox, what string) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()

@@ -1,4 +1,4 @@
-package manager
+package templates
 
 import (
 	"archive/tar"
@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -88,7 +89,7 @@ func copyFiles(files []byte, src string) ([]byte, string, bool, error) {
 // Apply builds what changed in a declarative template: each step's result
 // is cached by the hash of everything it depends on, so applying an
 // unchanged file builds nothing. A changed template's warm pool rolls over.
-func (m *Manager) Apply(ctx context.Context, req *api.ApplyRequest, actor string, progress func(api.BuildEvent)) (*store.Template, error) {
+func (m *Builder) Apply(ctx context.Context, req *api.ApplyRequest, actor string, progress func(api.BuildEvent)) (*store.Template, error) {
 	tf, err := templatefile.Parse([]byte(req.Spec))
 	if errors.Is(err, templatefile.ErrTooLarge) {
 		return nil, errdefs.TooLarge("template file exceeds %d bytes", templatefile.MaxSize)
@@ -102,7 +103,7 @@ func (m *Manager) Apply(ctx context.Context, req *api.ApplyRequest, actor string
 	var layers []string
 	var cfg store.TemplateConfig
 	if tf.From != "" {
-		base, err := m.GetTemplate(ctx, tf.From)
+		base, err := m.e.GetTemplate(ctx, tf.From)
 		if err != nil {
 			return nil, err
 		}
@@ -113,7 +114,7 @@ func (m *Manager) Apply(ctx context.Context, req *api.ApplyRequest, actor string
 		}
 	} else {
 		say(0, "--> pulling %s", tf.Image)
-		img, err := m.images.Pull(ctx, tf.Image, tf.Insecure)
+		img, err := m.e.Images().Pull(ctx, tf.Image, tf.Insecure)
 		if err != nil {
 			return nil, err
 		}
@@ -152,7 +153,7 @@ func (m *Manager) Apply(ctx context.Context, req *api.ApplyRequest, actor string
 		} else {
 			key = hashOf(key, string(stepJSON), strings.Join(cfg.Env, "\x00"), cfg.Workdir)
 		}
-		if layer, err := m.store.GetBuildCache(ctx, key); err == nil && m.images.HasLayer(layer) {
+		if layer, err := m.store.GetBuildCache(ctx, key); err == nil && m.e.Images().HasLayer(layer) {
 			say(n, "--> step %d/%d: %s (cached)", n, len(tf.Steps), desc)
 			layers = append(layers, layer)
 			continue
@@ -198,7 +199,7 @@ func (m *Manager) Apply(ctx context.Context, req *api.ApplyRequest, actor string
 		if err := (&sandbox.Spec{Resources: res}).Validate(); err != nil {
 			return nil, err
 		}
-		if err := m.checkDisk(&sandbox.Spec{Resources: res}); err != nil {
+		if err := m.e.CheckDisk(&sandbox.Spec{Resources: res}); err != nil {
 			return nil, err
 		}
 		cfg.Resources = &res
@@ -238,9 +239,9 @@ func (m *Manager) Apply(ctx context.Context, req *api.ApplyRequest, actor string
 		}
 		cfg.Network, cfg.Allow = n.Mode, n.Allow
 	}
-	tpl := &store.Template{Name: tf.Name, Layers: layers, Config: cfg, Source: "apply", CreatedAt: m.now()}
+	tpl := &store.Template{Name: tf.Name, Layers: layers, Config: cfg, Source: "apply", CreatedAt: m.e.Now()}
 	for _, l := range layers {
-		tpl.Size += max(m.images.Size(l), 0)
+		tpl.Size += max(m.e.Images().Size(l), 0)
 	}
 	cur, err := m.store.GetTemplate(ctx, tf.Name)
 	switch {
@@ -256,11 +257,14 @@ func (m *Manager) Apply(ctx context.Context, req *api.ApplyRequest, actor string
 		say(0, "--> %s: %d layers (%d built, %d cached)", tf.Name, len(layers), built, len(tf.Steps)-built)
 	}
 	if tf.Pool != nil {
-		if _, err := m.SetPool(ctx, tf.Name, tf.Pool.Min); err != nil {
+		if m.setPool == nil {
+			return nil, errdefs.NotSupported("this daemon keeps no warm pools")
+		}
+		if err := m.setPool(ctx, tf.Name, tf.Pool.Min); err != nil {
 			return nil, err
 		}
 	}
-	m.wakeReconciler() // a changed template rolls its pool over
+	m.e.WakeReconciler() // a changed template rolls its pool over
 	return tpl, nil
 }
 
@@ -271,8 +275,8 @@ func sameConfig(a, b store.TemplateConfig) bool {
 }
 
 // copyIntoSandbox writes a copy step's files at dst.
-func (m *Manager) copyIntoSandbox(ctx context.Context, id, dst string, files []byte, single bool, actor string) error {
-	f, err := m.Files(ctx, id, true, actor)
+func (m *Builder) copyIntoSandbox(ctx context.Context, id, dst string, files []byte, single bool, actor string) error {
+	f, err := m.e.Files(ctx, id, true, actor)
 	if err != nil {
 		return err
 	}
@@ -300,13 +304,13 @@ func (m *Manager) copyIntoSandbox(ctx context.Context, id, dst string, files []b
 
 // buildLayer runs action in a sandbox made of layers and stores what it
 // changed as a new read-only layer.
-func (m *Manager) buildLayer(ctx context.Context, layers []string, cfg store.TemplateConfig, actor string, action func(*sandbox.Sandbox) error) (string, error) {
+func (m *Builder) buildLayer(ctx context.Context, layers []string, cfg store.TemplateConfig, actor string, action func(*sandbox.Sandbox) error) (string, error) {
 	res := sandbox.DefaultResources
 	if cfg.Resources != nil {
 		res = *cfg.Resources
 	}
-	now := m.now()
-	sb := &sandbox.Sandbox{ID: newID(), State: sandbox.StateCreating, Node: m.cfg.Node, CreatedAt: now, UpdatedAt: now,
+	now := m.e.Now()
+	sb := &sandbox.Sandbox{ID: engine.NewID(), State: sandbox.StateCreating, Node: m.e.Node(), CreatedAt: now, UpdatedAt: now,
 		Cause: sandbox.CauseUser, Reason: "template build",
 		Spec: sandbox.Spec{Template: "(build)", Layers: slices.Clone(layers), HostUsr: cfg.HostUsr, Resources: res,
 			Network: "none", Workdir: cfg.Workdir, Timeout: 2 * time.Hour,
@@ -319,18 +323,18 @@ func (m *Manager) buildLayer(ctx context.Context, layers []string, cfg store.Tem
 			sb.Spec.Env[k] = v
 		}
 	}
-	if err := m.launch(ctx, sb, actor, nil); err != nil {
+	if err := m.e.Launch(ctx, sb, actor, nil); err != nil {
 		return "", err
 	}
 	defer func() {
-		if _, err := m.Delete(context.WithoutCancel(ctx), sb.ID, actor, sandbox.CauseUser, "template build finished"); err != nil {
+		if _, err := m.e.Delete(context.WithoutCancel(ctx), sb.ID, actor, sandbox.CauseUser, "template build finished"); err != nil {
 			m.log.Warn("removing build sandbox", "sandbox", sb.ID, "err", err)
 		}
 	}()
 	if err := action(sb); err != nil {
 		return "", err
 	}
-	unlock := m.live.lock(sb.ID)
+	unlock := m.e.Lock(sb.ID)
 	defer unlock()
 	return m.node.CommitLayer(ctx, sb)
 }

@@ -1,13 +1,17 @@
-package manager
+package reconcile
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/pools"
+	"github.com/berth-sh/berth/internal/engine/snapshots"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/node"
@@ -17,15 +21,34 @@ import (
 
 const actorReconciler = "reconciler"
 
-// Recover reconciles the records with the host once (adopting live
-// sandboxes, finishing interrupted creates and deletes, removing orphans)
-// and then runs the reconciler in the background until Close.
-func (m *Manager) Recover(ctx context.Context) error {
-	m.node.Start(node.Hooks{
-		Event: m.eventAsync,
-		Flow:  m.onFlow,
-		Slots: func(ctx context.Context) (map[string]int, error) { return m.store.ListIDSlots(ctx, "") },
-	})
+// Reconciler drives the records and the host to agree: at start it
+// adopts, finishes and cleans up after restarts and crashes; then it
+// enforces policies from stored timestamps, retries unfinished
+// teardowns, notices dead sandboxes, refills warm pools, expires
+// snapshots and runs doctor on demand.
+type Reconciler struct {
+	e         *engine.Engine
+	store     store.Store
+	node      node.Backend
+	log       *slog.Logger
+	pools     *pools.Warm
+	snapshots *snapshots.Snapshots
+	interval  time.Duration
+	snapTick  int // counts ticks; snapshots expire every few
+}
+
+// New returns the reconciler of e, with the features it tends.
+func New(e *engine.Engine, w *pools.Warm, sn *snapshots.Snapshots) *Reconciler {
+	return &Reconciler{e: e, store: e.Store(), node: e.Backend(), log: e.Log(), pools: w, snapshots: sn,
+		interval: e.Config().ReconcileInterval}
+}
+
+// Recover starts the engine's background work, reconciles the records
+// with the host once (adopting live sandboxes, finishing interrupted
+// creates and deletes, removing orphans) and then runs the reconciler in
+// the background until Close.
+func (m *Reconciler) Recover(ctx context.Context) error {
+	m.e.Run()
 	if err := m.recover(ctx); err != nil {
 		return err
 	}
@@ -34,56 +57,36 @@ func (m *Manager) Recover(ctx context.Context) error {
 			m.log.Warn("removing orphans", "err", err)
 		}
 	}
-	m.wg.Add(3)
-	go m.loop()
-	go m.recordFlows()
-	go m.recordEvents()
+	m.e.Go(func(context.Context) { m.loop() })
 	return nil
 }
 
-// Close stops background work: what is in flight is cancelled (m.bg) and
-// awaited. Sandboxes keep running; the backend keeps the egress network
-// for those that need it.
-func (m *Manager) Close() {
-	select {
-	case <-m.stopCh:
-	default:
-		close(m.stopCh)
-	}
-	m.cancel()
-	m.wg.Wait()
-	m.node.Close(m.keepNetwork(context.Background()))
-}
-
-func (m *Manager) wakeReconciler() {
-	select {
-	case m.kick <- struct{}{}:
-	default:
-	}
-}
+// Close stops background work (the engine's included): what is in
+// flight is cancelled and awaited. Sandboxes keep running.
+func (m *Reconciler) Close() { m.e.Close() }
 
 // recover brings every live record to a resting state after a start.
-func (m *Manager) recover(ctx context.Context) error {
-	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node})
+func (m *Reconciler) recover(ctx context.Context) error {
+	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.e.Node()})
 	if err != nil {
 		return err
 	}
 	for _, sb := range live {
 		m.recoverOne(ctx, sb)
 	}
-	if live, err = m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node}); err != nil {
+	if live, err = m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.e.Node()}); err != nil {
 		return err
 	}
 	return m.node.Recover(ctx, live)
 }
 
-func (m *Manager) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
-	unlock := m.live.lock(sb.ID)
+func (m *Reconciler) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
+	unlock := m.e.Lock(sb.ID)
 	defer unlock()
 	log := m.log.With("sandbox", sb.ID, "state", sb.State)
 	destroy := func(reason string) {
 		log.Info("reconciler destroying sandbox", "reason", reason)
-		if err := m.destroyLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason); err != nil {
+		if err := m.e.DestroyLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason); err != nil {
 			log.Warn("reconciler teardown", "err", err)
 		}
 	}
@@ -94,15 +97,15 @@ func (m *Manager) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 		destroy("client went away (daemon restart)")
 	case sb.State == sandbox.StateCreating:
 		var err error
-		if !m.alive(ctx, sb) {
-			err = m.provision(ctx, sb)
+		if !m.e.Alive(ctx, sb) {
+			err = m.e.Provision(ctx, sb)
 		}
 		if err != nil {
 			log.Warn("interrupted create cannot be finished", "err", err)
-			m.fail(ctx, sb, actorReconciler, err)
+			m.e.Fail(ctx, sb, actorReconciler, err)
 			return
 		}
-		if err := m.transition(ctx, sb, sandbox.StateRunning, sandbox.CauseReconciler, actorReconciler, "create finished after restart"); err != nil {
+		if err := m.e.Transition(ctx, sb, sandbox.StateRunning, sandbox.CauseReconciler, actorReconciler, "create finished after restart"); err != nil {
 			log.Warn("recording finished create", "err", err)
 		}
 	case sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused ||
@@ -122,11 +125,11 @@ func (m *Manager) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 					log.Warn("thawing a sandbox left frozen", "err", err)
 				} else {
 					log.Info("thawed a sandbox left frozen by an interrupted operation")
-					m.event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "thaw", Actor: actorReconciler,
+					m.e.Event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "thaw", Actor: actorReconciler,
 						Cause: sandbox.CauseReconciler, Outcome: "ok", Message: "left frozen by an operation the daemon did not finish; thawed after restart"})
 				}
 			}
-			if m.alive(ctx, sb) {
+			if m.e.Alive(ctx, sb) {
 				log.Info("adopted running sandbox")
 				return
 			}
@@ -141,40 +144,40 @@ func (m *Manager) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 		wasPaused := sb.State == sandbox.StatePaused
 		if sb.State == sandbox.StateQuarantined {
 			log.Warn("quarantined sandbox lost its processes; it stays quarantined, stopped")
-			_ = m.stopProcesses(ctx, sb, m.node.Stop)
+			_ = m.e.StopHost(ctx, sb)
 			sb.PrevState = sandbox.StateStopped
 			_ = m.store.UpdateSandbox(ctx, sb)
 			return
 		}
-		if err := m.stopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "processes gone after restart"); err != nil {
+		if err := m.e.StopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "processes gone after restart"); err != nil {
 			log.Warn("stopping dead sandbox", "err", err)
 			return
 		}
-		if err := m.startLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "restarted after its processes were lost"); err != nil {
+		if err := m.e.StartLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "restarted after its processes were lost"); err != nil {
 			log.Warn("restarting persistent sandbox", "err", err)
 			return
 		}
 		if wasPaused {
-			_ = m.pauseLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "paused again after restart")
+			_ = m.e.PauseLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "paused again after restart")
 		}
 	case sb.State == sandbox.StateStopping:
-		if err := m.stopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "stop finished after restart"); err != nil {
+		if err := m.e.StopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "stop finished after restart"); err != nil {
 			log.Warn("finishing stop", "err", err)
 		}
 	case sb.State == sandbox.StateStarting:
-		if err := m.startLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "start finished after restart"); err != nil {
+		if err := m.e.StartLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "start finished after restart"); err != nil {
 			log.Warn("finishing start", "err", err)
 		}
 	case sb.State == sandbox.StateStopped:
 		// Nothing may run or stay mounted for a stopped sandbox.
-		if err := m.stopProcesses(ctx, sb, m.node.Stop); err != nil {
+		if err := m.e.StopHost(ctx, sb); err != nil {
 			log.Warn("cleaning stopped sandbox", "err", err)
 		}
 	}
 }
 
 // alive reports whether sb's container runs and its agent answers.
-func (m *Manager) alive(ctx context.Context, sb *sandbox.Sandbox) bool {
+func (m *Reconciler) alive(ctx context.Context, sb *sandbox.Sandbox) bool {
 	st, err := m.node.Status(ctx, sb)
 	if err != nil || st != node.StatusRunning {
 		return false
@@ -185,19 +188,18 @@ func (m *Manager) alive(ctx context.Context, sb *sandbox.Sandbox) bool {
 	return err == nil
 }
 
-func (m *Manager) loop() {
-	defer m.wg.Done()
+func (m *Reconciler) loop() {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
 		select {
-		case <-m.stopCh:
+		case <-m.e.Stopping():
 			return
 		case <-timer.C:
-		case <-m.kick:
+		case <-m.e.Kicks():
 		}
 		next := m.tick(context.Background())
-		wait := m.cfg.ReconcileInterval
+		wait := m.interval
 		if !next.IsZero() {
 			if d := time.Until(next); d < wait {
 				wait = max(d, time.Millisecond)
@@ -215,35 +217,39 @@ func (m *Manager) loop() {
 
 // tick enforces policies, stores activity, retries unfinished teardowns
 // and notices dead sandboxes. It returns the next deadline it knows of.
-func (m *Manager) tick(ctx context.Context) time.Time {
-	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node})
+func (m *Reconciler) tick(ctx context.Context) time.Time {
+	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.e.Node()})
 	if err != nil {
 		m.log.Error("reconciler: listing sandboxes", "err", err)
 		return time.Time{}
 	}
-	now := m.now()
+	now := m.e.Now()
 	var next time.Time
 	if m.snapTick++; m.snapTick%5 == 0 {
-		m.expireSnapshots(ctx)
+		if m.snapshots != nil {
+			m.snapshots.Expire(ctx)
+		}
 		if n, err := m.store.PurgeIdempotencyKeys(ctx, now); err != nil {
 			m.log.Warn("reconciler: purging expired idempotency keys", "err", err)
 		} else if n > 0 {
 			m.log.Debug("reconciler: purged expired idempotency keys", "n", n)
 		}
 	}
-	m.refillPools(ctx, live)
+	if m.pools != nil {
+		m.pools.Refill(ctx, live)
+	}
 	m.node.Tick(ctx, live)
 	for _, sb := range live {
 		if sb.State == sandbox.StateRunning && sb.Spec.Policy.IdleTimeout > 0 {
 			// Open exec sessions and busy processes are activity.
-			if m.openExecs(sb.ID) > 0 || m.busy(sb) {
-				m.touch(sb.ID)
+			if m.e.OpenExecs(sb.ID) > 0 || m.e.Busy(sb) {
+				m.e.Touched(sb.ID)
 			}
 		}
-		m.flushActivity(ctx, sb)
-		if due, ok := sandbox.Next(sb, m.lastActivity(sb)); ok {
+		m.e.FlushActivity(ctx, sb)
+		if due, ok := sandbox.Next(sb, m.e.LastActivity(sb)); ok {
 			if !now.Before(due.At) {
-				if !m.async(sb.ID, func(ctx context.Context, cur *sandbox.Sandbox) { m.enforce(ctx, cur) }) {
+				if !m.e.Async(sb.ID, func(ctx context.Context, cur *sandbox.Sandbox) { m.enforce(ctx, cur) }) {
 					// Busy with another operation: look again shortly.
 					due.At = now.Add(50 * time.Millisecond)
 				}
@@ -254,29 +260,29 @@ func (m *Manager) tick(ctx context.Context) time.Time {
 		}
 		switch sb.State {
 		case sandbox.StateDeleting, sandbox.StateFailed:
-			m.async(sb.ID, func(ctx context.Context, sb *sandbox.Sandbox) {
+			m.e.Async(sb.ID, func(ctx context.Context, sb *sandbox.Sandbox) {
 				if sb.State == sandbox.StateDeleting || sb.State == sandbox.StateFailed {
-					_ = m.destroyLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, sb.Reason)
+					_ = m.e.DestroyLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, sb.Reason)
 				}
 			})
 		case sandbox.StateStopping:
-			m.async(sb.ID, func(ctx context.Context, sb *sandbox.Sandbox) {
+			m.e.Async(sb.ID, func(ctx context.Context, sb *sandbox.Sandbox) {
 				if sb.State == sandbox.StateStopping {
-					_ = m.stopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, sb.Reason)
+					_ = m.e.StopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, sb.Reason)
 				}
 			})
 		case sandbox.StateRunning:
 			if m.node.Exited(sb) {
-				m.async(sb.ID, func(ctx context.Context, sb *sandbox.Sandbox) {
-					if sb.State != sandbox.StateRunning || m.alive(ctx, sb) {
+				m.e.Async(sb.ID, func(ctx context.Context, sb *sandbox.Sandbox) {
+					if sb.State != sandbox.StateRunning || m.e.Alive(ctx, sb) {
 						return
 					}
 					reason := "sandbox exited unexpectedly: " + strings.TrimSpace(m.node.InitLog(sb, 256, 50*time.Millisecond))
 					if sb.Spec.Persistent {
-						_ = m.stopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason)
+						_ = m.e.StopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason)
 						return
 					}
-					_ = m.destroyLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason)
+					_ = m.e.DestroyLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason)
 				})
 			}
 		}
@@ -285,14 +291,14 @@ func (m *Manager) tick(ctx context.Context) time.Time {
 }
 
 // enforce takes the policy action due for sb, if it is still due.
-func (m *Manager) enforce(ctx context.Context, sb *sandbox.Sandbox) {
-	due, ok := sandbox.Next(sb, m.lastActivity(sb))
-	if !ok || m.now().Before(due.At) {
+func (m *Reconciler) enforce(ctx context.Context, sb *sandbox.Sandbox) {
+	due, ok := sandbox.Next(sb, m.e.LastActivity(sb))
+	if !ok || m.e.Now().Before(due.At) {
 		return
 	}
 	// Last look before idling: a command may have just started.
-	if due.Policy == "idle" && (m.openExecs(sb.ID) > 0 || m.busy(sb)) {
-		m.touch(sb.ID)
+	if due.Policy == "idle" && (m.e.OpenExecs(sb.ID) > 0 || m.e.Busy(sb)) {
+		m.e.Touched(sb.ID)
 		return
 	}
 	actor := "policy:" + due.Policy
@@ -310,79 +316,30 @@ func (m *Manager) enforce(ctx context.Context, sb *sandbox.Sandbox) {
 	var err error
 	switch due.Action {
 	case sandbox.ActionPause:
-		err = m.pauseLocked(ctx, sb, sandbox.CausePolicy, actor, reason)
+		err = m.e.PauseLocked(ctx, sb, sandbox.CausePolicy, actor, reason)
 	case sandbox.ActionStop:
 		if sb.State == sandbox.StatePaused || sb.State == sandbox.StateRunning {
-			err = m.stopLocked(ctx, sb, sandbox.CausePolicy, actor, reason)
+			err = m.e.StopLocked(ctx, sb, sandbox.CausePolicy, actor, reason)
 		}
 	case sandbox.ActionDelete:
-		err = m.destroyLocked(ctx, sb, sandbox.CausePolicy, actor, reason)
+		err = m.e.DestroyLocked(ctx, sb, sandbox.CausePolicy, actor, reason)
 	}
 	if err != nil {
 		m.log.Warn("policy action failed", "sandbox", sb.ID, "policy", due.Policy, "action", due.Action, "err", err)
 	}
 }
 
-// flushActivity stores activity seen since the record was last written,
-// so idle timers survive a restart. Writes are coalesced to one a second.
-func (m *Manager) flushActivity(ctx context.Context, sb *sandbox.Sandbox) {
-	l := m.live.peek(sb.ID)
-	if l == nil {
-		return
-	}
-	t := l.lastActivity()
-	if t.IsZero() || !t.After(sb.LastActivityAt.Add(time.Second)) {
-		return
-	}
-	m.async(sb.ID, func(ctx context.Context, cur *sandbox.Sandbox) {
-		if !cur.State.Live() || !t.After(cur.LastActivityAt) {
-			return
-		}
-		cur.LastActivityAt = t
-		if err := m.store.UpdateSandbox(ctx, cur); err == nil {
-			l.stored(t)
-		}
-	})
-}
-
-// async runs fn on a fresh copy of sandbox id under its lock, unless an
-// operation already holds the lock; it reports whether fn was started.
-func (m *Manager) async(id string, fn func(context.Context, *sandbox.Sandbox)) bool {
-	if m.bg.Err() != nil {
-		return false // shutting down
-	}
-	unlock, ok := m.live.tryLock(id)
-	if !ok {
-		return false
-	}
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		defer unlock()
-		// Policy actions and retries are whole operations: they finish
-		// (or are undone) once started, like a request's; Close stops
-		// new ones from starting.
-		ctx := context.Background()
-		sb, err := m.store.GetSandbox(ctx, id)
-		if err != nil {
-			return
-		}
-		fn(ctx, sb)
-	}()
-	return true
-}
-
 // Doctor lists orphans and leaks: host resources with no live record, and
 // live records whose host resources are gone. With fix it removes orphans.
-func (m *Manager) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, error) {
+func (m *Reconciler) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, error) {
 	return m.doctor(ctx, fix, false)
 }
 
 // doctor is Doctor; atStart says it runs in the start-up sweep, right after
 // thawPool thawed every filesystem of the pool, so that they are not probed
 // for a freeze (a flush each) a second time.
-func (m *Manager) doctor(ctx context.Context, fix, atStart bool) (*api.DoctorReport, error) {
-	all, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node})
+func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*api.DoctorReport, error) {
+	all, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.e.Node()})
 	if err != nil {
 		return nil, err
 	}
@@ -390,7 +347,7 @@ func (m *Manager) doctor(ctx context.Context, fix, atStart bool) (*api.DoctorRep
 	for _, sb := range all {
 		live[sb.ID] = sb
 	}
-	rep := &api.DoctorReport{Runtime: strings.Join(m.RuntimeNames(), ","), Findings: []api.DoctorFinding{}}
+	rep := &api.DoctorReport{Runtime: strings.Join(m.e.RuntimeNames(), ","), Findings: []api.DoctorFinding{}}
 	add := func(kind, id, detail string, fixFn func() error) {
 		f := api.DoctorFinding{Kind: kind, ID: id, Detail: detail}
 		if fix && fixFn != nil {
@@ -406,14 +363,14 @@ func (m *Manager) doctor(ctx context.Context, fix, atStart bool) (*api.DoctorRep
 	// the record is read again under the lock, since the list above may be
 	// older than an operation that has just finished.
 	busy := func(id string) bool {
-		unlock, ok := m.live.tryLock(id)
+		unlock, ok := m.e.TryLock(id)
 		if !ok {
 			return true
 		}
 		defer unlock()
 		sb, err := m.store.GetSandbox(ctx, id)
 		switch {
-		case err == nil && sb.State.Live() && m.mine(sb):
+		case err == nil && sb.State.Live() && m.e.Mine(sb):
 			live[id] = sb
 		case err == nil || errors.Is(err, errdefs.ErrNotFound):
 			delete(live, id)
@@ -437,7 +394,7 @@ func (m *Manager) doctor(ctx context.Context, fix, atStart bool) (*api.DoctorRep
 	m.node.Sweep(ctx, node.SweepInput{
 		Live:    live,
 		Busy:    busy,
-		TryLock: m.live.tryLock,
+		TryLock: m.e.TryLock,
 		VolumeOwner: func(vid string) (string, bool) {
 			if owner, ok := owners[vid]; ok {
 				return owner, true
@@ -454,7 +411,7 @@ func (m *Manager) doctor(ctx context.Context, fix, atStart bool) (*api.DoctorRep
 		},
 		AtStart: atStart,
 	}, add)
-	m.doctorIDs(ctx, busy, live, add)
+	m.e.DoctorIDs(ctx, busy, live, add)
 	for id := range live {
 		if busy(id) || live[id] == nil {
 			continue

@@ -1,4 +1,4 @@
-package manager
+package engine
 
 import (
 	"context"
@@ -10,11 +10,11 @@ import (
 )
 
 // diskDefault is the server-wide cap; 0: none.
-func (m *Manager) diskDefault() int64 { return max(m.cfg.DiskDefault, 0) }
+func (m *Engine) diskDefault() int64 { return max(m.cfg.DiskDefault, 0) }
 
 // withDiskDefault fills a spec's disk cap from the server default, unless
 // its root layer is on its workspace volume.
-func (m *Manager) withDiskDefault(sp *sandbox.Spec) {
+func (m *Engine) withDiskDefault(sp *sandbox.Spec) {
 	if sp.Resources.DiskBytes == 0 && !specPersistsRoot(sp) {
 		sp.Resources.DiskBytes = m.diskDefault()
 	}
@@ -22,7 +22,7 @@ func (m *Manager) withDiskDefault(sp *sandbox.Spec) {
 
 // checkDisk refuses a disk cap the storage pool cannot hold, and one for
 // a root layer that lives on the workspace volume.
-func (m *Manager) checkDisk(sp *sandbox.Spec) error {
+func (m *Engine) checkDisk(sp *sandbox.Spec) error {
 	b := sp.Resources.DiskBytes
 	if b == 0 {
 		return nil
@@ -46,7 +46,7 @@ func specPersistsRoot(sp *sandbox.Spec) bool {
 }
 
 // sandboxNeed is what a new sandbox of spec may grow to.
-func (m *Manager) sandboxNeed(sp *sandbox.Spec) int64 {
+func (m *Engine) sandboxNeed(sp *sandbox.Spec) int64 {
 	var need int64
 	if !specPersistsRoot(sp) {
 		if b := sp.Resources.DiskBytes; b != 0 {
@@ -65,13 +65,13 @@ func (m *Manager) sandboxNeed(sp *sandbox.Spec) int64 {
 
 // admit refuses (507) making objects that may grow to need bytes, for
 // what, when the backend cannot fit them.
-func (m *Manager) admit(ctx context.Context, need int64, what string) error {
+func (m *Engine) admit(ctx context.Context, need int64, what string) error {
 	return m.node.Admit(need, what, func() int64 { return m.committed(ctx) })
 }
 
 // committed is what this node's live volumes and writable layers may still
 // grow to.
-func (m *Manager) committed(ctx context.Context) int64 {
+func (m *Engine) committed(ctx context.Context) int64 {
 	sbs, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node})
 	if err != nil {
 		return 0
@@ -84,6 +84,9 @@ func (m *Manager) committed(ctx context.Context) int64 {
 	}
 	return max(sum, 0)
 }
+
+// HumanBytes prints n bytes in binary units (1.5 GiB).
+func HumanBytes(n int64) string { return humanBytes(n) }
 
 func humanBytes(n int64) string {
 	const unit = 1024

@@ -1,4 +1,4 @@
-package manager
+package engine
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 )
 
 // op runs fn on the current record of sandbox ref under its lock.
-func (m *Manager) op(ctx context.Context, ref string, fn func(context.Context, *sandbox.Sandbox) error) (*sandbox.Sandbox, error) {
+func (m *Engine) op(ctx context.Context, ref string, fn func(context.Context, *sandbox.Sandbox) error) (*sandbox.Sandbox, error) {
 	sb, err := m.local(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -34,13 +34,13 @@ func (m *Manager) op(ctx context.Context, ref string, fn func(context.Context, *
 
 // Pause freezes every process of a running sandbox: memory and processes
 // are kept, no CPU is used.
-func (m *Manager) Pause(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
+func (m *Engine) Pause(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
 	return m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
 		return m.pauseLocked(ctx, sb, sandbox.CauseUser, actor, "paused by user")
 	})
 }
 
-func (m *Manager) pauseLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {
+func (m *Engine) pauseLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {
 	if sb.State != sandbox.StateRunning {
 		return sandbox.ErrWrongState("pause", sb)
 	}
@@ -60,13 +60,13 @@ func (m *Manager) pauseLocked(ctx context.Context, sb *sandbox.Sandbox, cause sa
 }
 
 // Resume thaws a paused sandbox.
-func (m *Manager) Resume(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
+func (m *Engine) Resume(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
 	return m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
 		return m.resumeLocked(ctx, sb, sandbox.CauseUser, actor, "resumed by user")
 	})
 }
 
-func (m *Manager) resumeLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {
+func (m *Engine) resumeLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {
 	if sb.State != sandbox.StatePaused {
 		return sandbox.ErrWrongState("resume", sb)
 	}
@@ -80,13 +80,13 @@ func (m *Manager) resumeLocked(ctx context.Context, sb *sandbox.Sandbox, cause s
 // Stop scales a sandbox to zero: processes and memory go; its volume (and,
 // with persist_root, its writable root layer), config, policies and
 // hostname are kept for Start.
-func (m *Manager) Stop(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
+func (m *Engine) Stop(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
 	return m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
 		return m.stopLocked(ctx, sb, sandbox.CauseUser, actor, "stopped by user")
 	})
 }
 
-func (m *Manager) stopLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {
+func (m *Engine) stopLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {
 	if sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused && sb.State != sandbox.StateStopping {
 		return sandbox.ErrWrongState("stop", sb)
 	}
@@ -107,19 +107,22 @@ func (m *Manager) stopLocked(ctx context.Context, sb *sandbox.Sandbox, cause san
 }
 
 // Start brings a stopped sandbox back from its template plus its volume.
-func (m *Manager) Start(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
+func (m *Engine) Start(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
 	return m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
 		return m.startLocked(ctx, sb, sandbox.CauseUser, actor, "started by user")
 	})
 }
 
-func (m *Manager) startLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {
+func (m *Engine) startLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {
 	if sb.State != sandbox.StateStopped && sb.State != sandbox.StateStarting {
 		return sandbox.ErrWrongState("start", sb)
 	}
 	if sb.State == sandbox.StateStopped && m.node.Hibernated(sb) {
 		// Its processes and memory were checkpointed: bring them back.
-		return m.wakeLocked(ctx, sb, cause, actor, reason)
+		if m.features.Wake == nil {
+			return errdefs.NotSupported("sandbox %s is hibernated and this daemon does not wake sandboxes", sb.ID)
+		}
+		return m.features.Wake(ctx, sb, cause, actor, reason)
 	}
 	if sb.State != sandbox.StateStarting {
 		if err := m.transition(ctx, sb, sandbox.StateStarting, cause, actor, reason); err != nil {
@@ -142,7 +145,7 @@ func (m *Manager) startLocked(ctx context.Context, sb *sandbox.Sandbox, cause sa
 
 // Reset returns the writable root layer and the workspace volume to the
 // template; config and policies are kept. A running sandbox is restarted.
-func (m *Manager) Reset(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
+func (m *Engine) Reset(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
 	return m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
 		wasRunning := sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused
 		if !wasRunning && sb.State != sandbox.StateStopped {
@@ -169,7 +172,7 @@ func (m *Manager) Reset(ctx context.Context, ref, actor string) (*sandbox.Sandbo
 // its state for inspection; file reads stay possible. Release or delete
 // ends it. A failure undoes exactly the steps taken (cleanup stack): the
 // sandbox runs again with its egress rules as before.
-func (m *Manager) Quarantine(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
+func (m *Engine) Quarantine(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
 	return m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) (err error) {
 		prev := sb.State
 		cu := cleanup.Make()
@@ -212,7 +215,7 @@ func (m *Manager) Quarantine(ctx context.Context, ref, actor string) (*sandbox.S
 // egress rules come back before its processes run again, and a failing
 // step undoes the ones before it, so the record never says quarantined
 // while the sandbox runs with its rules (nor running while it is frozen).
-func (m *Manager) Release(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
+func (m *Engine) Release(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
 	return m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) (err error) {
 		if sb.State != sandbox.StateQuarantined {
 			return sandbox.ErrWrongState("release", sb)
@@ -250,7 +253,7 @@ func (m *Manager) Release(ctx context.Context, ref, actor string) (*sandbox.Sand
 }
 
 // Touch records activity: a keep-alive that pushes idle timeouts back.
-func (m *Manager) Touch(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
+func (m *Engine) Touch(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
 	return m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
 		if !sb.State.Live() {
 			return sandbox.ErrWrongState("touch", sb)
@@ -265,10 +268,10 @@ func (m *Manager) Touch(ctx context.Context, ref, actor string) (*sandbox.Sandbo
 }
 
 // touch notes activity in memory; the reconciler stores it.
-func (m *Manager) touch(id string) { m.live.get(id).touch(m.now()) }
+func (m *Engine) touch(id string) { m.live.get(id).touch(m.now()) }
 
 // lastActivity is the latest known activity of sb: stored or in memory.
-func (m *Manager) lastActivity(sb *sandbox.Sandbox) time.Time {
+func (m *Engine) lastActivity(sb *sandbox.Sandbox) time.Time {
 	t := time.Time{}
 	if l := m.live.peek(sb.ID); l != nil {
 		t = l.lastActivity()
@@ -280,7 +283,7 @@ func (m *Manager) lastActivity(sb *sandbox.Sandbox) time.Time {
 }
 
 // openExecs counts the execs running in sandbox id.
-func (m *Manager) openExecs(id string) int {
+func (m *Engine) openExecs(id string) int {
 	if l := m.live.peek(id); l != nil {
 		return l.openExecs()
 	}
@@ -289,7 +292,7 @@ func (m *Manager) openExecs(id string) int {
 
 // busy reports whether sb's processes used more CPU than its idle
 // threshold since the last sample.
-func (m *Manager) busy(sb *sandbox.Sandbox) bool {
+func (m *Engine) busy(sb *sandbox.Sandbox) bool {
 	th := sb.Spec.Policy.IdleCPUThreshold
 	if th < 0 {
 		return false
@@ -312,7 +315,7 @@ func (m *Manager) busy(sb *sandbox.Sandbox) bool {
 
 // readyForUse brings a paused or stopped sandbox with auto_resume back to
 // running before a request that needs it; it refuses quarantined ones.
-func (m *Manager) readyForUse(ctx context.Context, sb *sandbox.Sandbox, what, actor string) (*sandbox.Sandbox, error) {
+func (m *Engine) readyForUse(ctx context.Context, sb *sandbox.Sandbox, what, actor string) (*sandbox.Sandbox, error) {
 	switch sb.State {
 	case sandbox.StateRunning:
 		return sb, nil
@@ -341,7 +344,7 @@ func (m *Manager) readyForUse(ctx context.Context, sb *sandbox.Sandbox, what, ac
 // Diff lists the files of sb that differ from its template: the writable
 // root layer against the template's layers, plus everything in its
 // workspace volume.
-func (m *Manager) Diff(ctx context.Context, ref string) ([]api.DiffEntry, error) {
+func (m *Engine) Diff(ctx context.Context, ref string) ([]api.DiffEntry, error) {
 	sb, err := m.local(ctx, ref)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package manager
+package engine
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 // assignIDs gives sb its host id range (idempotent: a retried create gets
 // the slot it already holds). The caller records sb.
-func (m *Manager) assignIDs(ctx context.Context, sb *sandbox.Sandbox) error {
+func (m *Engine) assignIDs(ctx context.Context, sb *sandbox.Sandbox) error {
 	if sb.Spec.IDs != nil {
 		return nil
 	}
@@ -29,7 +29,7 @@ func (m *Manager) assignIDs(ctx context.Context, sb *sandbox.Sandbox) error {
 
 // ensureIDs assigns and records a range for a record made without one
 // (before ranges existed, or by an interrupted create).
-func (m *Manager) ensureIDs(ctx context.Context, sb *sandbox.Sandbox) error {
+func (m *Engine) ensureIDs(ctx context.Context, sb *sandbox.Sandbox) error {
 	if sb.Spec.IDs != nil {
 		return nil
 	}
@@ -40,7 +40,7 @@ func (m *Manager) ensureIDs(ctx context.Context, sb *sandbox.Sandbox) error {
 }
 
 // releaseIDs frees sb's range once nothing of it is left on the host.
-func (m *Manager) releaseIDs(ctx context.Context, sb *sandbox.Sandbox) error {
+func (m *Engine) releaseIDs(ctx context.Context, sb *sandbox.Sandbox) error {
 	if err := m.store.ReleaseIDSlot(ctx, sb.ID); err != nil {
 		return err
 	}
@@ -48,9 +48,9 @@ func (m *Manager) releaseIDs(ctx context.Context, sb *sandbox.Sandbox) error {
 	return nil
 }
 
-// doctorIDs finds id slots this node holds for sandboxes that are gone (a
+// DoctorIDs finds id slots this node holds for sandboxes that are gone (a
 // create interrupted between taking the slot and writing the record).
-func (m *Manager) doctorIDs(ctx context.Context, busy func(string) bool, live map[string]*sandbox.Sandbox, add func(kind, id, detail string, fixFn func() error)) {
+func (m *Engine) DoctorIDs(ctx context.Context, busy func(string) bool, live map[string]*sandbox.Sandbox, add func(kind, id, detail string, fixFn func() error)) {
 	held, err := m.store.ListIDSlots(ctx, m.cfg.Node)
 	if err != nil {
 		add("ids", "", "listing id slots: "+err.Error(), nil)

@@ -1,4 +1,4 @@
-package manager
+package engine
 
 import (
 	"context"
@@ -97,7 +97,7 @@ func SpecFromRequest(req *api.CreateSandboxRequest, tpl *store.Template) (sandbo
 // Create makes and starts a sandbox. The record is written first (state
 // creating), then the host side effects; a failure undoes them and leaves
 // a failed tombstone.
-func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest, opt CreateOptions) (*sandbox.Sandbox, error) {
+func (m *Engine) Create(ctx context.Context, req *api.CreateSandboxRequest, opt CreateOptions) (*sandbox.Sandbox, error) {
 	if req.Name != "" && !sandbox.ValidName(req.Name) {
 		return nil, errdefs.Invalid("bad name %q: use 1-63 letters, digits, '.', '_' or '-'", req.Name)
 	}
@@ -108,7 +108,10 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest, opt
 		return nil, errdefs.Invalid("bad sandbox id %q", opt.ID)
 	}
 	if req.Snapshot != "" {
-		return m.createFromSnapshot(ctx, req, opt)
+		if m.features.FromSnapshot == nil {
+			return nil, errdefs.NotSupported("this daemon makes no sandboxes from snapshots")
+		}
+		return m.features.FromSnapshot(ctx, req, opt)
 	}
 	tname := req.Template
 	if tname == "" {
@@ -161,12 +164,12 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest, opt
 	if err := m.admit(ctx, m.sandboxNeed(&spec), "a new sandbox"); err != nil {
 		return nil, err
 	}
-	if m.poolable(req, tpl, &spec) {
-		if sb, err := m.claim(ctx, tpl, spec, req, opt); err != nil || sb != nil {
+	if m.features.Claim != nil {
+		if sb, err := m.features.Claim(ctx, tpl, spec, req, opt); err != nil || sb != nil {
 			return sb, err
 		}
 	}
-	id, err := opt.reserve()
+	id, err := opt.ReserveID()
 	if err != nil {
 		return nil, err
 	}
@@ -184,9 +187,9 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest, opt
 	return sb, nil
 }
 
-// reserve returns the new sandbox's id (the chosen one, else a new one)
+// ReserveID returns the new sandbox's id (the chosen one, else a new one)
 // once Reserve has accepted it.
-func (opt CreateOptions) reserve() (string, error) {
+func (opt CreateOptions) ReserveID() (string, error) {
 	id := opt.ID
 	if id == "" {
 		id = newID()
@@ -202,7 +205,7 @@ func (opt CreateOptions) reserve() (string, error) {
 // launch records a new sandbox (state creating) and then makes it: prep,
 // if given, runs first (to lay down forked or snapshotted data), then
 // provision. A failure tears down and leaves a failed tombstone.
-func (m *Manager) launch(ctx context.Context, sb *sandbox.Sandbox, actor string, prep func() error) error {
+func (m *Engine) launch(ctx context.Context, sb *sandbox.Sandbox, actor string, prep func() error) error {
 	// Side effects must not be cut short by a client that goes away: the
 	// create either finishes or is undone.
 	ctx = context.WithoutCancel(ctx)
@@ -239,7 +242,7 @@ func (m *Manager) launch(ctx context.Context, sb *sandbox.Sandbox, actor string,
 
 // fail records err on sb, tears it down and leaves a deleted tombstone
 // carrying the error.
-func (m *Manager) fail(ctx context.Context, sb *sandbox.Sandbox, actor string, cause error) {
+func (m *Engine) fail(ctx context.Context, sb *sandbox.Sandbox, actor string, cause error) {
 	sb.Error = errdefs.Message(cause)
 	if sb.Error == "internal error" {
 		sb.Error = cause.Error()
@@ -256,7 +259,7 @@ func (m *Manager) fail(ctx context.Context, sb *sandbox.Sandbox, actor string, c
 // its volumes attached) and has the backend lay down and start its host
 // side. Every step tolerates having been done before (a restarted create
 // or start).
-func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
+func (m *Engine) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	if err := m.prepareRecord(ctx, sb); err != nil {
 		return err
 	}
@@ -266,7 +269,7 @@ func (m *Manager) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 // prepareRecord fills what the backend needs of a record: the template's
 // layers of records from before they were kept, a host id range, and its
 // volumes recorded as attached (their images made).
-func (m *Manager) prepareRecord(ctx context.Context, sb *sandbox.Sandbox) error {
+func (m *Engine) prepareRecord(ctx context.Context, sb *sandbox.Sandbox) error {
 	if len(sb.Spec.Layers) == 0 { // records from before layers were kept
 		tpl, err := m.store.GetTemplate(ctx, sb.Spec.Template)
 		if err != nil {
@@ -282,7 +285,7 @@ func (m *Manager) prepareRecord(ctx context.Context, sb *sandbox.Sandbox) error 
 
 // Delete destroys a sandbox and leaves a tombstone. Deleting a deleted
 // sandbox returns its tombstone.
-func (m *Manager) Delete(ctx context.Context, ref, actor string, cause sandbox.Cause, reason string) (*sandbox.Sandbox, error) {
+func (m *Engine) Delete(ctx context.Context, ref, actor string, cause sandbox.Cause, reason string) (*sandbox.Sandbox, error) {
 	m.node.ReleaseReserve()
 	sb, err := m.local(ctx, ref)
 	if err != nil {
@@ -308,7 +311,7 @@ func (m *Manager) Delete(ctx context.Context, ref, actor string, cause sandbox.C
 // backoff), verifies nothing is left, and records deleted. If teardown
 // keeps failing the record stays in deleting with the error, and the
 // reconciler retries. The caller holds the sandbox's lock.
-func (m *Manager) destroyLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {
+func (m *Engine) destroyLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {
 	if sb.State != sandbox.StateDeleting {
 		if err := m.transition(ctx, sb, sandbox.StateDeleting, cause, actor, reason); err != nil {
 			return err
@@ -360,7 +363,7 @@ func (m *Manager) destroyLocked(ctx context.Context, sb *sandbox.Sandbox, cause 
 // stopProcesses ends sb's execs and has the backend act (stop, remove):
 // an exec's client learns that its sandbox went away, not that its
 // command failed.
-func (m *Manager) stopProcesses(ctx context.Context, sb *sandbox.Sandbox, act func(context.Context, *sandbox.Sandbox) error) error {
+func (m *Engine) stopProcesses(ctx context.Context, sb *sandbox.Sandbox, act func(context.Context, *sandbox.Sandbox) error) error {
 	if l := m.live.peek(sb.ID); l != nil {
 		l.cancelExecs()
 	}
@@ -377,6 +380,12 @@ func mergeMaps(a, b map[string]string) map[string]string {
 	}
 	return out
 }
+
+// Seconds converts an API duration in seconds (field name for errors).
+func Seconds(name string, v float64) (time.Duration, error) { return seconds(name, v) }
+
+// PolicyFromAPI converts an API policy, rejecting nonsense.
+func PolicyFromAPI(p api.Policy) (sandbox.Policy, error) { return policyFromAPI(p) }
 
 // seconds converts an API duration in seconds, rejecting nonsense.
 func seconds(name string, v float64) (time.Duration, error) {

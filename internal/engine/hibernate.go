@@ -1,0 +1,22 @@
+package engine
+
+import (
+	"github.com/berth-sh/berth/internal/sandbox"
+)
+
+// ReasonHibernated is the reason a hibernated sandbox's record carries.
+const ReasonHibernated = "hibernated"
+
+// Hibernated reports whether sb is stopped with its processes and memory
+// saved, to be restored by Wake.
+func (m *Engine) Hibernated(sb *sandbox.Sandbox) bool {
+	return sb.State == sandbox.StateStopped && m.node.Hibernated(sb)
+}
+
+// classOf names sb's runtime class.
+func (m *Engine) classOf(sb *sandbox.Sandbox) string {
+	if sb.Spec.Runtime != "" {
+		return sb.Spec.Runtime
+	}
+	return m.DefaultRuntime()
+}

@@ -1,0 +1,129 @@
+// Package hibernate is the hibernation feature over the engine's core:
+// a sandbox's processes and memory saved to disk by the node backend
+// (node.Caps.Checkpoint) and its record stopped with reason hibernated;
+// wake (or a start, or an auto-resume) restores them.
+package hibernate
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/node"
+	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
+)
+
+// Hibernation hibernates and wakes sandboxes.
+type Hibernation struct {
+	e     *engine.Engine
+	store store.Store
+	node  node.Backend
+	log   *slog.Logger
+}
+
+// New returns the hibernation feature of e.
+func New(e *engine.Engine) *Hibernation {
+	return &Hibernation{e: e, store: e.Store(), node: e.Backend(), log: e.Log()}
+}
+
+// WakeLocked restores hibernated sb, whose lock the caller holds.
+func (m *Hibernation) WakeLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {
+	return m.wakeLocked(ctx, sb, cause, actor, reason)
+}
+
+// Hibernate saves a running or paused sandbox's processes and memory to
+// disk and releases its compute and memory: the record goes to stopped
+// with reason "hibernated"; its root filesystem and volumes are unmounted
+// but kept as they are, with the checkpoint image. Wake restores it. The
+// runtime class must have the checkpoint capability; others get a 409.
+func (m *Hibernation) Hibernate(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
+	return m.e.Op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
+		return m.hibernateLocked(ctx, sb, sandbox.CauseUser, actor)
+	})
+}
+
+func (m *Hibernation) hibernateLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor string) error {
+	if !m.e.Caps(sb).Checkpoint {
+		return errdefs.Conflict("hibernate is not supported by runtime class %s: it cannot checkpoint processes "+
+			"(runc would need CRIU, and Debian's CRIU 3.17 fails on this kernel); create the sandbox with "+
+			"runtime runsc, or use stop (files only) or pause (memory kept, in RAM)", m.e.ClassOf(sb))
+	}
+	if sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused {
+		return sandbox.ErrWrongState("hibernate", sb)
+	}
+	m.e.CancelExecs(sb.ID)
+	cp, alive, err := m.node.Checkpoint(ctx, sb)
+	if err != nil {
+		if !alive {
+			m.log.Warn("checkpoint failed and the sandbox is gone; stopping it", "sandbox", sb.ID, "err", err)
+			if serr := m.e.StopLocked(ctx, sb, sandbox.CauseReconciler, actor, "hibernate failed: processes lost"); serr != nil {
+				m.log.Warn("stopping after failed checkpoint", "sandbox", sb.ID, "err", serr)
+			}
+		}
+		return err
+	}
+	// From here the processes live only in the image.
+	if err := m.e.Transition(ctx, sb, sandbox.StateStopping, cause, actor, engine.ReasonHibernated); err != nil {
+		return err
+	}
+	// Unmount the root and volumes like a stop, but keep the writable
+	// layer and bundle: the restored processes need them as they were.
+	if err := m.e.StopHost(ctx, sb); err != nil {
+		sb.Error = "hibernate: " + err.Error()
+		_ = m.store.UpdateSandbox(ctx, sb)
+		return fmt.Errorf("hibernate: releasing host resources: %w", err)
+	}
+	m.e.Event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "hibernate", Actor: actor, Cause: cause, Outcome: "ok",
+		Message: fmt.Sprintf("checkpoint of %s in %s", engine.HumanBytes(cp.SizeBytes), cp.Took.Round(time.Millisecond))})
+	return m.e.Transition(ctx, sb, sandbox.StateStopped, cause, actor, engine.ReasonHibernated)
+}
+
+// Wake restores a hibernated sandbox: its root and volumes are mounted
+// again and its processes continue from the checkpoint, in the same
+// memory state. The checkpoint image is removed once it runs.
+func (m *Hibernation) Wake(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
+	return m.e.Op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
+		return m.wakeLocked(ctx, sb, sandbox.CauseUser, actor, "woken from hibernation")
+	})
+}
+
+func (m *Hibernation) wakeLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {
+	if !m.e.Hibernated(sb) {
+		if sb.State == sandbox.StateStopped {
+			return errdefs.Conflict("sandbox %s is stopped, not hibernated: use start", sb.ID)
+		}
+		return sandbox.ErrWrongState("wake", sb)
+	}
+	if !m.e.Caps(sb).Checkpoint {
+		return errdefs.Conflict("sandbox %s was hibernated, which this daemon's runtime class %s cannot restore", sb.ID, m.e.ClassOf(sb))
+	}
+	if err := m.e.Transition(ctx, sb, sandbox.StateStarting, cause, actor, reason); err != nil {
+		return err
+	}
+	err := m.e.PrepareRecord(ctx, sb)
+	if err == nil {
+		err = m.node.Restore(ctx, sb)
+	}
+	if err != nil {
+		m.log.Warn("wake failed", "sandbox", sb.ID, "err", err)
+		if herr := m.e.StopHost(ctx, sb); herr != nil {
+			m.log.Warn("cleaning up failed wake", "sandbox", sb.ID, "err", herr)
+		}
+		// Still hibernated (marker and image kept): wake may be retried.
+		if terr := m.e.Transition(ctx, sb, sandbox.StateStopped, sandbox.CauseReconciler, actor, engine.ReasonHibernated); terr != nil {
+			m.log.Error("recording failed wake", "sandbox", sb.ID, "err", terr)
+		}
+		sb.Error = "wake: " + errdefs.Message(err)
+		if sb.Error == "wake: internal error" {
+			sb.Error = "wake: " + err.Error()
+		}
+		_ = m.store.UpdateSandbox(ctx, sb)
+		return fmt.Errorf("waking: %w", err)
+	}
+	m.e.Touched(sb.ID)
+	return m.e.Transition(ctx, sb, sandbox.StateRunning, cause, actor, reason)
+}
