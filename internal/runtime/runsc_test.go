@@ -39,17 +39,17 @@ var (
 func newTestRunsc(t *testing.T) *Runsc {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("runsc tests need root")
+		t.Fatal("runsc tests need root: run them as root (make unit); they do not skip")
 	}
 	bin := os.Getenv("BERTH_RUNSC")
 	if bin == "" {
 		bin = "runsc"
 	}
 	if _, err := exec.LookPath(bin); err != nil {
-		t.Skipf("runsc is not installed (%v): run scripts/install-runsc.sh", err)
+		t.Fatalf("runsc is not installed (%v): run scripts/install-runsc.sh", err)
 	}
 	if _, err := os.Stat(runscBusybox); err != nil {
-		t.Skipf("%s is missing (apt-get install busybox-static): %v", runscBusybox, err)
+		t.Fatalf("%s is missing (scripts/install-deps.sh installs busybox-static): %v", runscBusybox, err)
 	}
 	var opts []RunscOption
 	if d := os.Getenv("BERTH_RUNSC_DEBUG"); d != "" {
@@ -57,7 +57,7 @@ func newTestRunsc(t *testing.T) *Runsc {
 	}
 	r, err := NewRunsc(bin, filepath.Join(t.TempDir(), "runsc-root"), opts...)
 	if err != nil {
-		t.Skipf("runsc cannot be used here: %v", err)
+		t.Fatalf("runsc cannot be used here: %v", err)
 	}
 	runscProbeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -72,7 +72,7 @@ func newTestRunsc(t *testing.T) *Runsc {
 		runscProbeErr = probe.Probe(ctx, runscBusybox, os.TempDir())
 	})
 	if runscProbeErr != nil {
-		t.Skipf("runsc cannot start a sandbox on this host: %v", runscProbeErr)
+		t.Fatalf("runsc cannot start a sandbox on this host: %v", runscProbeErr)
 	}
 	t.Cleanup(func() {
 		// Whatever a failed test left behind.
@@ -277,13 +277,13 @@ func runscRemoveCgroupParents(t *testing.T, rel string) {
 func TestRunscStaticBinaryRequired(t *testing.T) {
 	// A dynamically linked binary (any in /bin) is refused with the reason.
 	if _, err := exec.LookPath("runsc"); err != nil {
-		t.Skip("runsc is not installed")
+		t.Fatal("runsc is not installed: run scripts/install-runsc.sh")
 	}
 	dir := t.TempDir()
 	fake := filepath.Join(dir, "runsc")
 	data, err := os.ReadFile("/bin/ls")
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	if err := os.WriteFile(fake, data, 0o755); err != nil {
 		t.Fatal(err)
@@ -356,11 +356,11 @@ func TestRunscIsolation(t *testing.T) {
 
 func TestRunscUnknownContainer(t *testing.T) {
 	if _, err := exec.LookPath("runsc"); err != nil {
-		t.Skip("runsc is not installed")
+		t.Fatal("runsc is not installed: run scripts/install-runsc.sh")
 	}
 	r, err := NewRunsc("", t.TempDir())
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	ctx := context.Background()
 	if _, err := r.State(ctx, "nope"); !errors.Is(err, errdefs.ErrNotFound) {
@@ -617,7 +617,13 @@ func TestRunscAgent(t *testing.T) {
 	r := newTestRunsc(t)
 	bin := os.Getenv("BERTH_AGENT_BIN")
 	if bin == "" {
-		t.Skip("set BERTH_AGENT_BIN to a statically linked berth binary to run the agent under runsc")
+		// Build one: a static berth binary is the agent.
+		bin = filepath.Join(t.TempDir(), "berth")
+		cmd := exec.Command("go", "build", "-o", bin, "../../cmd/berth")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("building the agent (or set BERTH_AGENT_BIN): %v\n%s", err, out)
+		}
 	}
 	ctx := context.Background()
 	s := runscTestSpec(t, fmt.Sprintf("agent-%d", os.Getpid()), "")
