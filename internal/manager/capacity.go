@@ -92,7 +92,7 @@ func (m *Manager) admit(ctx context.Context, need int64, what string) error {
 // still grow to: their sizes less what they hold already.
 func (m *Manager) committed(ctx context.Context) int64 {
 	var sum int64
-	sbs, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node})
+	sbs, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.cfg.Node}, store.Page{})
 	if err != nil {
 		return 0
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/berth-sh/berth/internal/overlay"
 	"github.com/berth-sh/berth/internal/runtime"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
 	"github.com/berth-sh/berth/internal/volume"
 )
 
@@ -72,7 +73,7 @@ func (m *Manager) doctorClones(ctx context.Context, add func(kind, id, detail st
 		case strings.HasPrefix(name, "fork-"):
 			add("clone", name, "fork stage of no fork in progress "+path, remove)
 		default:
-			if _, err := m.store.GetSnapshot(ctx, name); errors.Is(err, errdefs.ErrNotFound) {
+			if _, err := m.store.GetSnapshot(ctx, store.AnyOwner, name); errors.Is(err, errdefs.ErrNotFound) {
 				add("clone", name, "snapshot clone with no record "+path, remove)
 			}
 		}
@@ -154,7 +155,7 @@ func (m *Manager) mountOwner(mp string) string {
 	case "scratch":
 		return id
 	case "volumes":
-		if v, err := m.store.GetVolume(context.Background(), id); err == nil {
+		if v, err := m.store.GetVolume(context.Background(), store.AnyOwner, id); err == nil {
 			return v.SandboxID
 		}
 	}

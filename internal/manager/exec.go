@@ -144,7 +144,7 @@ func (m *Manager) execIn(ctx context.Context, sb *sandbox.Sandbox, req *api.Exec
 			DurationMS: float64(time.Since(begin).Microseconds()) / 1000}, nil
 	}
 	if err != nil {
-		if cur, gerr := m.store.GetSandbox(context.WithoutCancel(ctx), sb.ID); gerr == nil && cur.State != sandbox.StateRunning {
+		if cur, gerr := m.store.GetSandbox(context.WithoutCancel(ctx), owner(ctx), sb.ID); gerr == nil && cur.State != sandbox.StateRunning {
 			return exit, errdefs.Conflict("sandbox %s is %s (%s); the command was stopped", sb.ID, cur.State, cur.Reason)
 		}
 		return exit, err

@@ -272,7 +272,7 @@ func checkIDs(ids []string, n int) error {
 
 // Children lists the live sandboxes forked from id.
 func (m *Manager) Children(ctx context.Context, id string) []string {
-	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{})
+	live, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: owner(ctx)}, store.Page{})
 	if err != nil {
 		return nil
 	}
@@ -304,7 +304,7 @@ func (m *Manager) CreateSnapshot(ctx context.Context, ref string, req *api.Creat
 			sb.State != sandbox.StateQuarantined {
 			return sandbox.ErrWrongState("snapshot", sb)
 		}
-		existing, err := m.store.ListSnapshots(ctx, sb.ID)
+		existing, _, err := m.store.ListSnapshots(ctx, store.SnapshotFilter{Owner: store.AnyOwner, SandboxID: sb.ID}, store.Page{})
 		if err != nil {
 			return err
 		}
@@ -319,7 +319,7 @@ func (m *Manager) CreateSnapshot(ctx context.Context, ref string, req *api.Creat
 		if name == "" {
 			name = sb.Hostname() + "-" + id[:6]
 		}
-		if _, err := m.store.GetSnapshotByName(ctx, sb.Tenant, name); err == nil {
+		if _, err := m.store.GetSnapshotByName(ctx, store.OwnedBy(sb.Tenant), name); err == nil {
 			return errdefs.Conflict("a snapshot named %q already exists", name)
 		}
 		// The snapshot's clones share the sandbox's data now, and may come
@@ -350,9 +350,9 @@ func (m *Manager) CreateSnapshot(ctx context.Context, ref string, req *api.Creat
 
 // GetSnapshot finds a snapshot by id or name.
 func (m *Manager) GetSnapshot(ctx context.Context, ref string) (*store.Snapshot, error) {
-	sn, err := m.store.GetSnapshot(ctx, ref)
+	sn, err := m.store.GetSnapshot(ctx, owner(ctx), ref)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		sn, err = m.store.GetSnapshotByName(ctx, "", ref)
+		sn, err = m.store.GetSnapshotByName(ctx, owner(ctx), ref)
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return nil, errdefs.NotFound("no snapshot %q", ref)
 		}
@@ -360,17 +360,17 @@ func (m *Manager) GetSnapshot(ctx context.Context, ref string) (*store.Snapshot,
 	return sn, err
 }
 
-// ListSnapshots lists the snapshots of sandbox ref, or all ("").
-func (m *Manager) ListSnapshots(ctx context.Context, ref string) ([]*store.Snapshot, error) {
+// ListSnapshots lists a page of the snapshots of sandbox ref, or of all ("").
+func (m *Manager) ListSnapshots(ctx context.Context, ref string, p store.Page) ([]*store.Snapshot, string, error) {
 	id := ""
 	if ref != "" {
 		sb, err := m.Get(ctx, ref)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		id = sb.ID
 	}
-	return m.store.ListSnapshots(ctx, id)
+	return m.store.ListSnapshots(ctx, store.SnapshotFilter{Owner: owner(ctx), SandboxID: id}, p)
 }
 
 // DeleteSnapshot removes a snapshot and its data.
@@ -474,7 +474,7 @@ func (m *Manager) createFromSnapshot(ctx context.Context, req *api.CreateSandbox
 
 // expireSnapshots deletes snapshots past their retention.
 func (m *Manager) expireSnapshots(ctx context.Context) {
-	snaps, err := m.store.ListSnapshots(ctx, "")
+	snaps, _, err := m.store.ListSnapshots(ctx, store.SnapshotFilter{Owner: store.AnyOwner}, store.Page{})
 	if err != nil {
 		return
 	}

@@ -39,6 +39,7 @@ import (
 	"github.com/berth-sh/berth/internal/overlay"
 	"github.com/berth-sh/berth/internal/runtime"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
 )
 
 const (
@@ -427,7 +428,7 @@ func (m *Manager) doctorIDs(ctx context.Context, busy func(string) bool, live ma
 		if busy(id) || live[id] != nil {
 			continue
 		}
-		if _, err := m.store.GetSandbox(ctx, id); err != nil && !first {
+		if _, err := m.store.GetSandbox(ctx, store.AnyOwner, id); err != nil && !first {
 			// No record yet: outside the startup sweep that may be a
 			// create between taking its slot and writing its record.
 			continue

@@ -106,7 +106,7 @@ func (m *Manager) closeNetwork(ctx context.Context) {
 	if n := m.netIfUp(); n != nil {
 		n.Close()
 	}
-	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node})
+	live, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.cfg.Node}, store.Page{})
 	if err != nil {
 		m.log.Warn("leaving the network in place: listing sandboxes", "err", err)
 		return
@@ -219,7 +219,7 @@ func (m *Manager) prepareNetwork(ctx context.Context, sp *sandbox.Spec, id strin
 }
 
 func (m *Manager) addressesInUse(ctx context.Context) (map[string]bool, error) {
-	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node})
+	live, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.cfg.Node}, store.Page{})
 	if err != nil {
 		return nil, err
 	}
@@ -403,7 +403,7 @@ func (m *Manager) Flows(ctx context.Context, ref string, after uint64, limit int
 	if err != nil {
 		return nil, err
 	}
-	fs, err := m.store.ListFlows(ctx, sb.ID, int64(after), limit)
+	fs, err := m.store.ListFlows(ctx, owner(ctx), sb.ID, int64(after), limit)
 	if err != nil {
 		return nil, err
 	}

@@ -27,7 +27,7 @@ func (m *Manager) op(ctx context.Context, ref string, fn func(context.Context, *
 	ctx = context.WithoutCancel(ctx)
 	unlock := m.locks.Lock(sb.ID)
 	defer unlock()
-	if sb, err = m.store.GetSandbox(ctx, sb.ID); err != nil {
+	if sb, err = m.store.GetSandbox(ctx, owner(ctx), sb.ID); err != nil {
 		return nil, err
 	}
 	if err := fn(ctx, sb); err != nil {
@@ -408,7 +408,7 @@ func (m *Manager) Diff(ctx context.Context, ref string) ([]api.DiffEntry, error)
 		if vm.Owned && !m.volumes.Mounted(vm.VolumeID) {
 			if err := m.volumes.Mount(vm.VolumeID); err == nil {
 				defer func(id string) {
-					if cur, err := m.store.GetSandbox(context.WithoutCancel(ctx), sb.ID); err == nil && cur.State == sandbox.StateStopped {
+					if cur, err := m.store.GetSandbox(context.WithoutCancel(ctx), owner(ctx), sb.ID); err == nil && cur.State == sandbox.StateStopped {
 						_ = m.volumes.Unmount(id)
 					}
 				}(vm.VolumeID)

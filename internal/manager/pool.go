@@ -114,7 +114,7 @@ func (m *Manager) poolReport(name string, min int, members []*sandbox.Sandbox) *
 
 // poolMembers groups this node's unclaimed pool members by template.
 func (m *Manager) poolMembers(ctx context.Context) (map[string][]*sandbox.Sandbox, error) {
-	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node})
+	live, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.cfg.Node}, store.Page{})
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +187,7 @@ func (m *Manager) claim(ctx context.Context, tpl *store.Template, spec sandbox.S
 }
 
 func (m *Manager) claimLocked(ctx context.Context, id string, spec sandbox.Spec, req *api.CreateSandboxRequest, opt CreateOptions) (*sandbox.Sandbox, error) {
-	sb, err := m.store.GetSandbox(ctx, id)
+	sb, err := m.store.GetSandbox(ctx, store.AnyOwner, id)
 	if err != nil {
 		return nil, err
 	}
@@ -319,7 +319,7 @@ func (m *Manager) addPoolMember(ctx context.Context, tpl *store.Template) error 
 	}
 	unlock := m.locks.Lock(sb.ID)
 	defer unlock()
-	cur, err := m.store.GetSandbox(ctx, sb.ID)
+	cur, err := m.store.GetSandbox(ctx, store.AnyOwner, sb.ID)
 	if err != nil {
 		return err
 	}

@@ -76,14 +76,14 @@ func (m *Manager) wakeReconciler() {
 
 // recover brings every live record to a resting state after a start.
 func (m *Manager) recover(ctx context.Context) error {
-	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node})
+	live, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.cfg.Node}, store.Page{})
 	if err != nil {
 		return err
 	}
 	for _, sb := range live {
 		m.recoverOne(ctx, sb)
 	}
-	if live, err = m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node}); err != nil {
+	if live, _, err = m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.cfg.Node}, store.Page{}); err != nil {
 		return err
 	}
 	return m.recoverNetwork(ctx, live)
@@ -230,7 +230,7 @@ func (m *Manager) loop() {
 // and notices dead sandboxes. It returns the next deadline it knows of.
 func (m *Manager) tick(ctx context.Context) time.Time {
 	m.ensureReserve()
-	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node})
+	live, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.cfg.Node}, store.Page{})
 	if err != nil {
 		m.log.Error("reconciler: listing sandboxes", "err", err)
 		return time.Time{}
@@ -373,7 +373,7 @@ func (m *Manager) async(id string, fn func(context.Context, *sandbox.Sandbox)) b
 		defer m.wg.Done()
 		defer unlock()
 		ctx := context.Background()
-		sb, err := m.store.GetSandbox(ctx, id)
+		sb, err := m.store.GetSandbox(ctx, store.AnyOwner, id)
 		if err != nil {
 			return
 		}
@@ -392,7 +392,7 @@ func (m *Manager) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, erro
 // thawPool thawed every filesystem of the pool, so that they are not probed
 // for a freeze (a flush each) a second time.
 func (m *Manager) doctor(ctx context.Context, fix, atStart bool) (*api.DoctorReport, error) {
-	all, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node})
+	all, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.cfg.Node}, store.Page{})
 	if err != nil {
 		return nil, err
 	}
@@ -421,7 +421,7 @@ func (m *Manager) doctor(ctx context.Context, fix, atStart bool) (*api.DoctorRep
 			return true
 		}
 		defer unlock()
-		sb, err := m.store.GetSandbox(ctx, id)
+		sb, err := m.store.GetSandbox(ctx, store.AnyOwner, id)
 		switch {
 		case err == nil && sb.State.Live() && m.mine(sb):
 			live[id] = sb
@@ -472,7 +472,7 @@ func (m *Manager) doctor(ctx context.Context, fix, atStart bool) (*api.DoctorRep
 			}
 			// Look again at the sandbox that holds the volume: it may have
 			// started since the list was read, or be stopping right now.
-			if v, err := m.store.GetVolume(ctx, vid); err == nil && v.SandboxID != "" {
+			if v, err := m.store.GetVolume(ctx, store.AnyOwner, vid); err == nil && v.SandboxID != "" {
 				if busy(v.SandboxID) {
 					continue
 				}
@@ -513,7 +513,7 @@ func (m *Manager) doctor(ctx context.Context, fix, atStart bool) (*api.DoctorRep
 		}
 	}
 	if vids, err := m.volumes.IDs(); err == nil {
-		vols, _ := m.store.ListVolumes(ctx, "", false)
+		vols, _, _ := m.store.ListVolumes(ctx, store.VolumeFilter{Owner: store.AnyOwner}, store.Page{})
 		known := map[string]bool{}
 		for _, v := range vols {
 			known[v.ID] = true

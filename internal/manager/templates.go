@@ -53,9 +53,9 @@ func (m *Manager) EnsureBuiltin(ctx context.Context) error {
 	})
 }
 
-// ListTemplates returns every template.
-func (m *Manager) ListTemplates(ctx context.Context) ([]*store.Template, error) {
-	return m.store.ListTemplates(ctx)
+// ListTemplates returns a page of the templates.
+func (m *Manager) ListTemplates(ctx context.Context, p store.Page) ([]*store.Template, string, error) {
+	return m.store.ListTemplates(ctx, p)
 }
 
 // GetTemplate returns one template.
@@ -175,7 +175,7 @@ func (m *Manager) DeleteTemplate(ctx context.Context, name string) error {
 	if t.Builtin {
 		return errdefs.Conflict("template %q is builtin and cannot be removed", name)
 	}
-	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{})
+	live, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner}, store.Page{})
 	if err != nil {
 		return err
 	}
@@ -202,7 +202,7 @@ func (m *Manager) DeleteTemplate(ctx context.Context, name string) error {
 }
 
 func (m *Manager) gcLayers(ctx context.Context) error {
-	ts, err := m.store.ListTemplates(ctx)
+	ts, _, err := m.store.ListTemplates(ctx, store.Page{})
 	if err != nil {
 		return err
 	}
@@ -214,7 +214,7 @@ func (m *Manager) gcLayers(ctx context.Context) error {
 	}
 	// Sandboxes and snapshots keep the layers they were made from, even
 	// after their template changed or went.
-	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{})
+	live, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner}, store.Page{})
 	if err != nil {
 		return err
 	}
@@ -223,7 +223,7 @@ func (m *Manager) gcLayers(ctx context.Context) error {
 			keep[l] = true
 		}
 	}
-	snaps, err := m.store.ListSnapshots(ctx, "")
+	snaps, _, err := m.store.ListSnapshots(ctx, store.SnapshotFilter{Owner: store.AnyOwner}, store.Page{})
 	if err != nil {
 		return err
 	}

@@ -53,9 +53,9 @@ func (m *Manager) CreateVolume(ctx context.Context, req *api.CreateVolumeRequest
 
 // GetVolume finds a live volume by name or id.
 func (m *Manager) GetVolume(ctx context.Context, ref string) (*store.Volume, error) {
-	v, err := m.store.GetVolumeByName(ctx, "", ref)
+	v, err := m.store.GetVolumeByName(ctx, owner(ctx), ref)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		v, err = m.store.GetVolume(ctx, ref)
+		v, err = m.store.GetVolume(ctx, owner(ctx), ref)
 		if errors.Is(err, errdefs.ErrNotFound) || (err == nil && v.State == store.VolumeDeleted) {
 			return nil, errdefs.NotFound("no volume %q", ref)
 		}
@@ -63,9 +63,9 @@ func (m *Manager) GetVolume(ctx context.Context, ref string) (*store.Volume, err
 	return v, err
 }
 
-// ListVolumes lists live volumes, or all with tombstones.
-func (m *Manager) ListVolumes(ctx context.Context, all bool) ([]*store.Volume, error) {
-	return m.store.ListVolumes(ctx, "", all)
+// ListVolumes lists a page of live volumes, or of all with tombstones.
+func (m *Manager) ListVolumes(ctx context.Context, all bool, p store.Page) ([]*store.Volume, string, error) {
+	return m.store.ListVolumes(ctx, store.VolumeFilter{Owner: owner(ctx), IncludeDeleted: all}, p)
 }
 
 // VolumeUsage reports what a volume holds.
@@ -151,7 +151,7 @@ func (m *Manager) resolveVolumes(ctx context.Context, req *api.CreateSandboxRequ
 // owned workspace volume is created. Idempotent for a restarted create.
 func (m *Manager) attachVolumes(ctx context.Context, sb *sandbox.Sandbox) error {
 	for i, vm := range sb.Spec.Volumes {
-		v, err := m.store.GetVolume(ctx, vm.VolumeID)
+		v, err := m.store.GetVolume(ctx, store.AnyOwner, vm.VolumeID)
 		switch {
 		case errors.Is(err, errdefs.ErrNotFound) && vm.Owned:
 			now := m.now()
@@ -219,7 +219,7 @@ func (m *Manager) unmountVolumes(sb *sandbox.Sandbox) error {
 func (m *Manager) releaseVolumes(ctx context.Context, sb *sandbox.Sandbox) error {
 	var errs []error
 	for _, vm := range sb.Spec.Volumes {
-		v, err := m.store.GetVolume(ctx, vm.VolumeID)
+		v, err := m.store.GetVolume(ctx, store.AnyOwner, vm.VolumeID)
 		if errors.Is(err, errdefs.ErrNotFound) {
 			// An interrupted create may have made the image only.
 			if vm.Owned {

@@ -57,11 +57,17 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
-	vs, err := s.m.ListVolumes(r.Context(), r.URL.Query().Get("all") == "true")
+	p, err := pageOf(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	vs, next, err := s.m.ListVolumes(r.Context(), r.URL.Query().Get("all") == "true", p)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	setNext(w, next)
 	out := make([]api.Volume, 0, len(vs))
 	for _, v := range vs {
 		out = append(out, s.volumeToAPI(v))
