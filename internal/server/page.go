@@ -4,18 +4,18 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/store"
 )
 
-// NextCursorHeader carries the cursor of a list's next page; a page without
+// A list's next page is announced in api.NextCursorHeader; a page without
 // it is the last. The body stays the bare JSON array it always was, so
 // callers that do not page keep working (up to the first page).
-const NextCursorHeader = "Berth-Next-Cursor"
 
 // pageOf reads a list request's limit (1 or more, default and cap
 // store.MaxPage: a larger one is served as the cap) and cursor (the
-// NextCursorHeader of the page before; one that is not is 400).
+// api.NextCursorHeader of the page before; one that is not is 400).
 func pageOf(r *http.Request) (store.Page, error) {
 	q := r.URL.Query()
 	p := store.Page{Limit: store.MaxPage, Cursor: q.Get("cursor")}
@@ -32,6 +32,6 @@ func pageOf(r *http.Request) (store.Page, error) {
 // setNext announces the next page, if there is one.
 func setNext(w http.ResponseWriter, next string) {
 	if next != "" {
-		w.Header().Set(NextCursorHeader, next)
+		w.Header().Set(api.NextCursorHeader, next)
 	}
 }
