@@ -181,6 +181,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		DiskLowWater: cfg.DiskLowWater, PoolSize: cfg.PoolSize,
 		DefaultPolicy: sandbox.Policy{IdleTimeout: cfg.DefaultIdleTimeout, OnIdle: sandbox.Action(cfg.DefaultOnIdle),
 			MaxAge: cfg.DefaultMaxAge, Retention: cfg.DefaultRetention},
+		Retention: cfg.Retention,
 	}
 	if err := (&sandbox.Spec{Resources: sandbox.DefaultResources, Policy: mcfg.DefaultPolicy}).Validate(); err != nil {
 		return nil, fmt.Errorf("default policy: %w", err)
@@ -189,6 +190,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		d.webhook = webhook.New(webhook.Config{URL: cfg.WebhookURL, Secret: cfg.WebhookSecret,
 			Logger: log.With("component", "webhook")}, st)
 		mcfg.OnEvent = d.webhook.Kick
+		mcfg.Webhooks = []string{cfg.WebhookURL}
 	}
 	d.Manager, err = manager.New(mcfg, st, d.images, rts...)
 	if err != nil {

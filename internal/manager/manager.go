@@ -37,6 +37,10 @@ import (
 	"github.com/berth-sh/berth/internal/volume"
 )
 
+// DefaultRecordRetention is how long tombstones and their records are kept
+// unless the daemon says otherwise (Config.Retention).
+const DefaultRecordRetention = 7 * 24 * time.Hour
+
 // Config configures a Manager.
 type Config struct {
 	DataDir string
@@ -76,6 +80,13 @@ type Config struct {
 	// DiskLowWater is the free space creates leave on the filesystem
 	// under the data dir (capacity.go); 0: 1 GiB or 5% of a smaller one.
 	DiskLowWater int64
+	// Retention is how long tombstones (deleted sandboxes with their
+	// events and flows, deleted volumes) and webhook delivery records are
+	// kept before the reconciler purges them; 0 or negative: for ever.
+	Retention time.Duration
+	// Webhooks are the configured webhook URLs: the purge keeps every
+	// event one of them has not handled (events are their outbox).
+	Webhooks []string
 }
 
 // Manager owns every sandbox of one daemon.

@@ -226,6 +226,30 @@ func (m *Manager) loop() {
 	}
 }
 
+// purgeRetained runs the retention sweep: a few bounded batches per call,
+// so one tick never holds the store for long; what is left waits for the
+// next.
+func (m *Manager) purgeRetained(ctx context.Context, now time.Time) {
+	if m.cfg.Retention <= 0 {
+		return
+	}
+	req := store.PurgeRequest{Before: now.Add(-m.cfg.Retention), Webhooks: m.cfg.Webhooks}
+	for range 10 {
+		r, err := m.store.Purge(ctx, req)
+		if err != nil {
+			m.log.Warn("reconciler: retention sweep", "err", err)
+			return
+		}
+		if r != (store.PurgeResult{}) {
+			m.log.Debug("reconciler: purged old records", "sandboxes", r.Sandboxes, "events", r.Events,
+				"flows", r.Flows, "volumes", r.Volumes, "deliveries", r.Deliveries)
+		}
+		if !r.Full(req.Limit) {
+			return
+		}
+	}
+}
+
 // tick enforces policies, stores activity, retries unfinished teardowns
 // and notices dead sandboxes. It returns the next deadline it knows of.
 func (m *Manager) tick(ctx context.Context) time.Time {
@@ -244,6 +268,7 @@ func (m *Manager) tick(ctx context.Context) time.Time {
 		} else if n > 0 {
 			m.log.Debug("reconciler: purged expired idempotency keys", "n", n)
 		}
+		m.purgeRetained(ctx, now)
 	}
 	m.refillPools(ctx, live)
 	m.watchReadOnly(ctx, live)
