@@ -486,3 +486,8 @@ type ApplyRequest struct {
 	// in the spec, as a tar archive (base64 in JSON).
 	Files []byte `json:"files,omitempty"`
 }
+
+// NextCursorHeader is the response header of a paged list route (?limit=,
+// ?cursor=) that carries the next page's cursor; the last page has none.
+// The body is the page's bare JSON array.
+const NextCursorHeader = "Berth-Next-Cursor"

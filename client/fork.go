@@ -45,18 +45,7 @@ func (c *Client) CreateSnapshot(ctx context.Context, id string, req api.CreateSn
 // ListSnapshots lists the snapshots taken of the sandbox sandboxID, or every
 // snapshot of the caller when sandboxID is empty.
 func (c *Client) ListSnapshots(ctx context.Context, sandboxID string) ([]api.Snapshot, error) {
-	p := "/v1/snapshots"
-	if sandboxID != "" {
-		p = sandboxPath(sandboxID, "snapshots")
-	}
-	ss := []api.Snapshot{}
-	if err := c.do(ctx, http.MethodGet, p, nil, nil, &ss); err != nil {
-		return nil, err
-	}
-	if ss == nil {
-		ss = []api.Snapshot{}
-	}
-	return ss, nil
+	return listAll[api.Snapshot](ctx, c, snapshotsPath(sandboxID), nil)
 }
 
 // GetSnapshot returns a snapshot by id or name.

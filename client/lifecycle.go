@@ -82,13 +82,5 @@ func (c *Client) Diff(ctx context.Context, id string) ([]api.DiffEntry, error) {
 // EventsAfter returns the events of a sandbox whose id is greater than after,
 // oldest first: pass the id of the last event seen to follow a sandbox.
 func (c *Client) EventsAfter(ctx context.Context, id string, after int64) ([]api.Event, error) {
-	q := url.Values{"after": {strconv.FormatInt(after, 10)}}
-	evs := []api.Event{}
-	if err := c.do(ctx, http.MethodGet, sandboxPath(id, "events"), q, nil, &evs); err != nil {
-		return nil, err
-	}
-	if evs == nil {
-		evs = []api.Event{}
-	}
-	return evs, nil
+	return listAll[api.Event](ctx, c, sandboxPath(id, "events"), url.Values{"after": {strconv.FormatInt(after, 10)}})
 }

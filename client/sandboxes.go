@@ -31,18 +31,7 @@ func (c *Client) GetSandbox(ctx context.Context, id string) (*api.Sandbox, error
 // ListSandboxes lists the caller's sandboxes; all includes the tombstones of
 // deleted ones.
 func (c *Client) ListSandboxes(ctx context.Context, all bool) ([]api.Sandbox, error) {
-	var q url.Values
-	if all {
-		q = url.Values{"all": {"true"}}
-	}
-	sbs := []api.Sandbox{}
-	if err := c.do(ctx, http.MethodGet, "/v1/sandboxes", q, nil, &sbs); err != nil {
-		return nil, err
-	}
-	if sbs == nil { // the server answered null
-		sbs = []api.Sandbox{}
-	}
-	return sbs, nil
+	return listAll[api.Sandbox](ctx, c, "/v1/sandboxes", sandboxesQuery(all))
 }
 
 // DeleteSandbox destroys a sandbox and returns its tombstone. force deletes
@@ -61,12 +50,5 @@ func (c *Client) DeleteSandbox(ctx context.Context, id string, force bool) (*api
 
 // Events returns the recorded events of a sandbox, oldest first.
 func (c *Client) Events(ctx context.Context, id string) ([]api.Event, error) {
-	evs := []api.Event{}
-	if err := c.do(ctx, http.MethodGet, sandboxPath(id, "events"), nil, nil, &evs); err != nil {
-		return nil, err
-	}
-	if evs == nil {
-		evs = []api.Event{}
-	}
-	return evs, nil
+	return listAll[api.Event](ctx, c, sandboxPath(id, "events"), nil)
 }

@@ -13,14 +13,7 @@ import (
 
 // ListTemplates lists the templates sandboxes can be created from.
 func (c *Client) ListTemplates(ctx context.Context) ([]api.Template, error) {
-	ts := []api.Template{}
-	if err := c.do(ctx, http.MethodGet, "/v1/templates", nil, nil, &ts); err != nil {
-		return nil, err
-	}
-	if ts == nil {
-		ts = []api.Template{}
-	}
-	return ts, nil
+	return listAll[api.Template](ctx, c, "/v1/templates", nil)
 }
 
 // GetTemplate returns one template by name.

@@ -21,14 +21,7 @@ func (c *Client) CreateVolume(ctx context.Context, req api.CreateVolumeRequest) 
 
 // ListVolumes lists the caller's volumes with their usage.
 func (c *Client) ListVolumes(ctx context.Context) ([]api.Volume, error) {
-	vs := []api.Volume{}
-	if err := c.do(ctx, http.MethodGet, "/v1/volumes", nil, nil, &vs); err != nil {
-		return nil, err
-	}
-	if vs == nil {
-		vs = []api.Volume{}
-	}
-	return vs, nil
+	return listAll[api.Volume](ctx, c, "/v1/volumes", nil)
 }
 
 // GetVolume returns one volume by name.

@@ -423,3 +423,30 @@ func TestServeDiskDefaultFlag(t *testing.T) {
 		t.Errorf("--disk-default 0: %d, want negative (no cap)", c.DiskDefault)
 	}
 }
+
+func TestServeRetentionFlag(t *testing.T) {
+	serve := func(args ...string) (daemon.Config, error) {
+		t.Helper()
+		var got daemon.Config
+		cmd := newServeCmdWith(func(_ context.Context, cfg daemon.Config) error { got = cfg; return nil })
+		cmd.SetArgs(append(args, "--log-level", "error"))
+		cmd.SilenceErrors, cmd.SilenceUsage = true, true
+		return got, cmd.ExecuteContext(context.Background())
+	}
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{nil, 7 * 24 * time.Hour},
+		{[]string{"--retention", "36h"}, 36 * time.Hour},
+		{[]string{"--retention", "1d"}, 24 * time.Hour},
+		{[]string{"--retention", "0"}, 0},
+	} {
+		if c, err := serve(tc.args...); err != nil || c.Retention != tc.want {
+			t.Errorf("%v: Retention %v (%v), want %v", tc.args, c.Retention, err, tc.want)
+		}
+	}
+	if _, err := serve("--retention", "-1h"); err == nil {
+		t.Error("a negative --retention is accepted")
+	}
+}

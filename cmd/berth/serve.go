@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -30,6 +31,7 @@ func newServeCmdWith(run func(context.Context, daemon.Config) error) *cobra.Comm
 	var logLevel, logFormat string
 	diskDefault := sizeValue(manager.DefaultDiskBytes)
 	var lowWater, poolSize sizeValue
+	retention := durationValue(manager.DefaultRecordRetention)
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the berth daemon",
@@ -39,7 +41,12 @@ running sandboxes keep running and are picked up again on the next start.
 
 With --webhook-url, every lifecycle event is POSTed there as JSON, signed with
 X-Berth-Signature: sha256=<hex HMAC-SHA256 of the body keyed with the secret>,
-and retried with backoff; each delivery is recorded.`,
+and retried with backoff; each delivery is recorded.
+
+Deleted sandboxes and volumes stay as tombstones, with their events, flows
+and webhook delivery records, for --retention (default 7d); then the
+reconciler purges them in small batches. An event the webhook has not handled
+yet is never purged. --retention 0 keeps them for ever.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(logLevel, logFormat)
@@ -54,6 +61,7 @@ and retried with backoff; each delivery is recorded.`,
 			}
 			cfg.Logger = logger
 			cfg.DiskLowWater, cfg.PoolSize = int64(lowWater), int64(poolSize)
+			cfg.Retention = time.Duration(retention)
 			if cfg.DiskDefault = int64(diskDefault); cfg.DiskDefault == 0 {
 				cfg.DiskDefault = -1 // none
 			}
@@ -84,6 +92,7 @@ and retried with backoff; each delivery is recorded.`,
 	f.Var(&lowWater, "disk-low-water", "free space creates must leave on the filesystem under the data dir, else 507 (default 1 GiB, or 5% of a smaller filesystem)")
 	f.Var(&poolSize, "pool-size", "size of the storage pool image when berth makes one (sparse; default 256 GiB)")
 	f.Var(&diskDefault, "disk-default", "server-wide default cap of each sandbox's writable root layer and /tmp, under a template's and a request's own (0: none)")
+	f.Var(&retention, "retention", "purge tombstones of deleted sandboxes and volumes, with their events, flows and webhook delivery records, this long after deletion (e.g. 7d, 36h; 0: keep for ever; never an event the webhook has not handled)")
 	f.StringVar(&cfg.WebhookURL, "webhook-url", "", "POST every lifecycle event as JSON to this http(s) `URL`, signed in X-Berth-Signature")
 	f.StringVar(&cfg.WebhookSecret, "webhook-secret", "", "HMAC-SHA256 key of the webhook signature (env "+webhookSecretEnv+")")
 	f.DurationVar(&cfg.ReadHeaderTimeout, "http-read-header-timeout", daemon.DefaultReadHeaderTimeout, "time a client has to send a request's headers (slower clients are cut off)")

@@ -75,12 +75,12 @@ func NewKey() (id, key string) {
 
 // Authenticator checks bearer keys against the store, and lease tokens.
 type Authenticator struct {
-	st     store.Store
+	st     store.APIKeys
 	leases *Leases
 }
 
 // New returns an Authenticator over st; leases may be nil (no lease tokens).
-func New(st store.Store, leases *Leases) *Authenticator {
+func New(st store.APIKeys, leases *Leases) *Authenticator {
 	return &Authenticator{st: st, leases: leases}
 }
 
@@ -114,8 +114,8 @@ func (a *Authenticator) Authenticate(ctx context.Context, key string) (Principal
 
 // Bootstrap creates the admin key on a daemon's first start and writes it,
 // mode 0600, into dataDir. It does nothing if any key exists.
-func Bootstrap(ctx context.Context, st store.Store, dataDir string, now time.Time) (created bool, err error) {
-	keys, err := st.ListAPIKeys(ctx, "")
+func Bootstrap(ctx context.Context, st store.APIKeys, dataDir string, now time.Time) (created bool, err error) {
+	keys, _, err := st.ListAPIKeys(ctx, store.AnyOwner, store.Page{Limit: 1})
 	if err != nil {
 		return false, err
 	}

@@ -46,7 +46,10 @@ type Config struct {
 	DefaultRetention   time.Duration
 	WebhookURL         string
 	WebhookSecret      string
-	Logger             *slog.Logger
+	// Retention is how long tombstones and their events, flows and
+	// webhook delivery records are kept (0: for ever).
+	Retention time.Duration
+	Logger    *slog.Logger
 
 	// DiskDefault caps each sandbox's writable root layer and /tmp when
 	// neither request nor template does: 0 means manager.DefaultDiskBytes,

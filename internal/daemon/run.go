@@ -196,6 +196,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		DefaultTimeout:  cfg.DefaultTimeout, DiskDefault: cfg.DiskDefault,
 		DefaultPolicy: sandbox.Policy{IdleTimeout: cfg.DefaultIdleTimeout, OnIdle: sandbox.Action(cfg.DefaultOnIdle),
 			MaxAge: cfg.DefaultMaxAge, Retention: cfg.DefaultRetention},
+		Retention: cfg.Retention,
 	}
 	if mcfg.Node == "" {
 		mcfg.Node = local.InstanceName(cfg.DataDir)
@@ -207,6 +208,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		d.webhook = webhook.New(webhook.Config{URL: cfg.WebhookURL, Secret: cfg.WebhookSecret,
 			Logger: log.With("component", "webhook")}, st)
 		mcfg.OnEvent = d.webhook.Kick
+		mcfg.Webhooks = []string{cfg.WebhookURL}
 	}
 	d.Manager, err = manager.New(mcfg, st, d.images, backend)
 	if err != nil {

@@ -235,7 +235,7 @@ func (m *Engine) async(id string, fn func(context.Context, *sandbox.Sandbox)) bo
 		// (or are undone) once started, like a request's; Close stops
 		// new ones from starting.
 		ctx := context.Background()
-		sb, err := m.store.GetSandbox(ctx, id)
+		sb, err := m.store.GetSandbox(ctx, owner(ctx), id)
 		if err != nil {
 			return
 		}
@@ -282,3 +282,7 @@ func (m *Engine) GetTemplate(ctx context.Context, name string) (*store.Template,
 	}
 	return t, err
 }
+
+// Owner is whose records ctx reads: its caller's tenant, or every
+// tenant's for the engine's own work, which runs without a caller.
+func Owner(ctx context.Context) store.Owner { return owner(ctx) }

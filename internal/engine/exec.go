@@ -143,7 +143,7 @@ func (m *Engine) execIn(ctx context.Context, sb *sandbox.Sandbox, req *api.ExecR
 			DurationMS: float64(time.Since(begin).Microseconds()) / 1000}, nil
 	}
 	if err != nil {
-		if cur, gerr := m.store.GetSandbox(context.WithoutCancel(ctx), sb.ID); gerr == nil && cur.State != sandbox.StateRunning {
+		if cur, gerr := m.store.GetSandbox(context.WithoutCancel(ctx), owner(ctx), sb.ID); gerr == nil && cur.State != sandbox.StateRunning {
 			return exit, errdefs.Conflict("sandbox %s is %s (%s); the command was stopped", sb.ID, cur.State, cur.Reason)
 		}
 		return exit, err

@@ -61,7 +61,7 @@ func (m *Engine) DoctorIDs(ctx context.Context, busy func(string) bool, live map
 		if busy(id) || live[id] != nil {
 			continue
 		}
-		if _, err := m.store.GetSandbox(ctx, id); err != nil && !first {
+		if _, err := m.store.GetSandbox(ctx, owner(ctx), id); err != nil && !first {
 			// No record yet: outside the startup sweep that may be a
 			// create between taking its slot and writing its record.
 			continue

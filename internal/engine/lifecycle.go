@@ -212,12 +212,13 @@ func (m *Engine) launch(ctx context.Context, sb *sandbox.Sandbox, actor string, 
 	if err := m.assignIDs(ctx, sb); err != nil {
 		return err
 	}
-	if err := m.store.CreateSandbox(ctx, sb); err != nil {
+	created := &sandbox.Event{SandboxID: sb.ID, Time: m.now(), Type: "state", To: sandbox.StateCreating,
+		Actor: actor, Cause: sandbox.CauseUser, Reason: sb.Reason, Outcome: "ok"}
+	if err := m.store.CreateSandbox(ctx, sb, created); err != nil {
 		_ = m.releaseIDs(ctx, sb)
 		return err
 	}
-	m.event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "state", To: sandbox.StateCreating,
-		Actor: actor, Cause: sandbox.CauseUser, Reason: sb.Reason, Outcome: "ok"})
+	m.eventStored(created)
 	unlock := m.live.lock(sb.ID)
 	defer unlock()
 	err := error(nil)
@@ -295,7 +296,7 @@ func (m *Engine) Delete(ctx context.Context, ref, actor string, cause sandbox.Ca
 	unlock := m.live.lock(sb.ID)
 	defer unlock()
 	// Re-read under the lock: another operation may have moved it.
-	if sb, err = m.store.GetSandbox(ctx, sb.ID); err != nil {
+	if sb, err = m.store.GetSandbox(ctx, owner(ctx), sb.ID); err != nil {
 		return nil, err
 	}
 	if sb.State == sandbox.StateDeleted {

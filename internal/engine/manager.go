@@ -21,6 +21,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/identity"
 	"github.com/berth-sh/berth/internal/image"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -52,7 +53,18 @@ type Config struct {
 	// layer, under a template's and a request's own: 0 means
 	// DefaultDiskBytes, negative none.
 	DiskDefault int64
+	// Retention is how long tombstones (deleted sandboxes with their
+	// events and flows, deleted volumes) and webhook delivery records are
+	// kept before the reconciler purges them; 0 or negative: for ever.
+	Retention time.Duration
+	// Webhooks are the configured webhook URLs: the purge keeps every
+	// event one of them has not handled (events are their outbox).
+	Webhooks []string
 }
+
+// DefaultRecordRetention is how long tombstones and their records are kept
+// unless the daemon says otherwise (Config.Retention).
+const DefaultRecordRetention = 7 * 24 * time.Hour
 
 // DefaultDiskBytes is the server-wide disk cap of a sandbox's writable
 // root layer when neither the request nor its template gives one.
@@ -233,9 +245,9 @@ func (m *Engine) Get(ctx context.Context, ref string) (*sandbox.Sandbox, error) 
 	if ref == "" {
 		return nil, errdefs.Invalid("sandbox id or name is required")
 	}
-	sb, err := m.store.GetSandbox(ctx, ref)
+	sb, err := m.store.GetSandbox(ctx, owner(ctx), ref)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		sb, err = m.store.GetSandboxByName(ctx, "", ref)
+		sb, err = m.store.GetSandboxByName(ctx, owner(ctx), ref)
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return nil, errdefs.NotFound("no sandbox %q", ref)
 		}
@@ -243,18 +255,18 @@ func (m *Engine) Get(ctx context.Context, ref string) (*sandbox.Sandbox, error) 
 	return sb, err
 }
 
-// List returns live sandboxes, or all including tombstones.
-func (m *Engine) List(ctx context.Context, all bool) ([]*sandbox.Sandbox, error) {
-	return m.store.ListSandboxes(ctx, store.SandboxFilter{IncludeDeleted: all})
+// List returns a page of live sandboxes, or of all including tombstones.
+func (m *Engine) List(ctx context.Context, all bool, p store.Page) ([]*sandbox.Sandbox, string, error) {
+	return m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: owner(ctx), IncludeDeleted: all}, p)
 }
 
-// Events returns a sandbox's recorded events with ids above after.
-func (m *Engine) Events(ctx context.Context, ref string, after int64) ([]*sandbox.Event, error) {
+// Events returns a page of a sandbox's recorded events with ids above after.
+func (m *Engine) Events(ctx context.Context, ref string, after int64, p store.Page) ([]*sandbox.Event, string, error) {
 	sb, err := m.Get(ctx, ref)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return m.store.ListEvents(ctx, sb.ID, after, 10000)
+	return m.store.ListEvents(ctx, owner(ctx), sb.ID, after, p)
 }
 
 // LastActivity is the latest activity known for sb (API calls, exec
@@ -272,15 +284,34 @@ func (m *Engine) transition(ctx context.Context, sb *sandbox.Sandbox, to sandbox
 	if to != sandbox.StateFailed && to != sandbox.StateDeleting {
 		sb.Error = ""
 	}
-	if err := m.store.UpdateSandbox(ctx, sb); err != nil {
+	// The record and its event commit together: events are the webhook
+	// outbox, and a crash between two writes would lose the webhook.
+	ev := &sandbox.Event{
+		SandboxID: sb.ID, Time: m.now(), Type: "state", From: from, To: to, Actor: actor,
+		Cause: cause, Reason: reason, Outcome: "ok", Message: sb.Error,
+	}
+	if err := m.store.UpdateSandbox(ctx, sb, ev); err != nil {
 		*sb = prev
 		return fmt.Errorf("recording %s -> %s: %w", from, to, err)
 	}
-	m.event(ctx, &sandbox.Event{
-		SandboxID: sb.ID, Type: "state", From: from, To: to, Actor: actor,
-		Cause: cause, Reason: reason, Outcome: "ok", Message: sb.Error,
-	})
+	m.eventStored(ev)
 	return nil
+}
+
+// eventStored tells the webhook deliverer about ev, once it is stored.
+func (m *Engine) eventStored(ev *sandbox.Event) {
+	if m.cfg.OnEvent != nil && ev.Type == "state" {
+		m.cfg.OnEvent()
+	}
+}
+
+// owner is whose records ctx reads: its caller's tenant, or every
+// tenant's for the engine's own work, which runs without a caller.
+func owner(ctx context.Context) store.Owner {
+	if c, ok := identity.From(ctx); ok {
+		return store.OwnedBy(c.Tenant)
+	}
+	return store.AnyOwner
 }
 
 // event records ev; a failure to record is logged, not returned: the
@@ -293,9 +324,7 @@ func (m *Engine) event(ctx context.Context, ev *sandbox.Event) {
 		m.log.Error("recording event", "sandbox", ev.SandboxID, "type", ev.Type, "err", err)
 		return
 	}
-	if m.cfg.OnEvent != nil && ev.Type == "state" {
-		m.cfg.OnEvent()
-	}
+	m.eventStored(ev)
 }
 
 // eventAsync records ev off the caller's path; if the queue is full it

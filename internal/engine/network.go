@@ -106,7 +106,7 @@ func (m *Engine) prepareNetwork(ctx context.Context, sp *sandbox.Spec, id string
 }
 
 func (m *Engine) addressesInUse(ctx context.Context) (map[string]bool, error) {
-	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node})
+	live, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.cfg.Node}, store.Page{})
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +121,7 @@ func (m *Engine) addressesInUse(ctx context.Context) (map[string]bool, error) {
 // egress network after the daemon stops (one with egress is running,
 // paused or quarantined), or it cannot tell.
 func (m *Engine) keepNetwork(ctx context.Context) bool {
-	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node})
+	live, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.cfg.Node}, store.Page{})
 	if err != nil {
 		m.log.Warn("leaving the network in place: listing sandboxes", "err", err)
 		return true

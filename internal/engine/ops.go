@@ -22,7 +22,7 @@ func (m *Engine) op(ctx context.Context, ref string, fn func(context.Context, *s
 	ctx = context.WithoutCancel(ctx)
 	unlock := m.live.lock(sb.ID)
 	defer unlock()
-	if sb, err = m.store.GetSandbox(ctx, sb.ID); err != nil {
+	if sb, err = m.store.GetSandbox(ctx, owner(ctx), sb.ID); err != nil {
 		return nil, err
 	}
 	if err := fn(ctx, sb); err != nil {
@@ -352,7 +352,7 @@ func (m *Engine) Diff(ctx context.Context, ref string) ([]api.DiffEntry, error) 
 	// Held while the volumes of a stopped sandbox are mounted to be read.
 	unlock := m.live.lock(sb.ID)
 	defer unlock()
-	if sb, err = m.store.GetSandbox(ctx, sb.ID); err != nil {
+	if sb, err = m.store.GetSandbox(ctx, owner(ctx), sb.ID); err != nil {
 		return nil, err
 	}
 	if !sb.State.Live() {

@@ -72,7 +72,7 @@ func (m *Engine) admit(ctx context.Context, need int64, what string) error {
 // committed is what this node's live volumes and writable layers may still
 // grow to.
 func (m *Engine) committed(ctx context.Context) int64 {
-	sbs, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.cfg.Node})
+	sbs, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.cfg.Node}, store.Page{})
 	if err != nil {
 		return 0
 	}

@@ -14,9 +14,9 @@ import (
 
 // GetVolume finds a live volume by name or id.
 func (m *Engine) GetVolume(ctx context.Context, ref string) (*store.Volume, error) {
-	v, err := m.store.GetVolumeByName(ctx, "", ref)
+	v, err := m.store.GetVolumeByName(ctx, owner(ctx), ref)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		v, err = m.store.GetVolume(ctx, ref)
+		v, err = m.store.GetVolume(ctx, owner(ctx), ref)
 		if errors.Is(err, errdefs.ErrNotFound) || (err == nil && v.State == store.VolumeDeleted) {
 			return nil, errdefs.NotFound("no volume %q", ref)
 		}
@@ -89,7 +89,7 @@ func (m *Engine) resolveVolumes(ctx context.Context, req *api.CreateSandboxReque
 // owned workspace volume is created. Idempotent for a restarted create.
 func (m *Engine) attachVolumes(ctx context.Context, sb *sandbox.Sandbox) error {
 	for i, vm := range sb.Spec.Volumes {
-		v, err := m.store.GetVolume(ctx, vm.VolumeID)
+		v, err := m.store.GetVolume(ctx, store.AnyOwner, vm.VolumeID)
 		switch {
 		case errors.Is(err, errdefs.ErrNotFound) && vm.Owned:
 			now := m.now()
@@ -128,7 +128,7 @@ func (m *Engine) attachVolumes(ctx context.Context, sb *sandbox.Sandbox) error {
 func (m *Engine) releaseVolumes(ctx context.Context, sb *sandbox.Sandbox) error {
 	var errs []error
 	for _, vm := range sb.Spec.Volumes {
-		v, err := m.store.GetVolume(ctx, vm.VolumeID)
+		v, err := m.store.GetVolume(ctx, store.AnyOwner, vm.VolumeID)
 		if errors.Is(err, errdefs.ErrNotFound) {
 			// An interrupted create may have made the image only.
 			if vm.Owned {

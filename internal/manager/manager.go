@@ -49,6 +49,8 @@ const (
 	BuiltinTemplate  = templates.BuiltinTemplate
 	MaxForkCount     = snapshots.MaxForkCount
 	ReasonHibernated = engine.ReasonHibernated
+	// DefaultRecordRetention is how long tombstones and their records are kept.
+	DefaultRecordRetention = engine.DefaultRecordRetention
 )
 
 // NewID returns a new random sandbox or snapshot id.

@@ -54,11 +54,17 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
-	sns, err := s.m.ListSnapshots(r.Context(), r.PathValue("id"))
+	p, err := pageOf(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	sns, next, err := s.m.ListSnapshots(r.Context(), r.PathValue("id"), p)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	setNext(w, next)
 	out := make([]api.Snapshot, 0, len(sns))
 	for _, sn := range sns {
 		out = append(out, snapshotToAPI(sn))

@@ -1,10 +1,7 @@
 package server
 
 import (
-	"context"
 	"net/http"
-
-	"github.com/berth-sh/berth/internal/sandbox"
 )
 
 // hibernate serves the hibernate verbs: POST /v1/sandboxes/{id}/hibernate
@@ -13,10 +10,12 @@ import (
 // reason); POST /v1/sandboxes/{id}/wake restores it, processes running
 // where they were.
 func (s *Server) hibernate(op string) http.HandlerFunc {
-	fn := map[string]func(context.Context, string, string) (*sandbox.Sandbox, error){
-		"hibernate": s.m.Hibernate, "wake": s.m.Wake,
-	}[op]
 	return func(w http.ResponseWriter, r *http.Request) {
+		// Looked up per request: the route table is built without a manager.
+		fn := s.m.Wake
+		if op == "hibernate" {
+			fn = s.m.Hibernate
+		}
 		sb, err := fn(r.Context(), r.PathValue("id"), actor(r))
 		if err != nil {
 			writeError(w, err)

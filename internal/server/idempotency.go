@@ -445,7 +445,7 @@ func (s *Server) settled(ctx context.Context, id string) (*sandbox.Sandbox, erro
 	st, _ := s.idemBackend()
 	deadline := time.Now().Add(idemWait)
 	for {
-		sb, err := st.GetSandbox(ctx, id)
+		sb, err := st.GetSandbox(ctx, ownerOf(ctx), id)
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return nil, nil
 		} else if err != nil {
@@ -543,7 +543,7 @@ func (s *Server) idemSnapshot() idemKind {
 		if len(rec.IDs) != 1 {
 			return 0, nil, false, nil
 		}
-		sn, err := s.m.Store().GetSnapshot(ctx, rec.IDs[0])
+		sn, err := s.m.Store().GetSnapshot(ctx, ownerOf(ctx), rec.IDs[0])
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return 0, nil, false, nil
 		} else if err != nil {
@@ -561,7 +561,7 @@ func (s *Server) idemVolume() idemKind {
 		if json.Unmarshal(body, &req) != nil || req.Name == "" {
 			return 0, nil, false, nil
 		}
-		v, err := s.m.Store().GetVolumeByName(ctx, tenant(r), req.Name)
+		v, err := s.m.Store().GetVolumeByName(ctx, ownerOf(ctx), req.Name)
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return 0, nil, false, nil
 		} else if err != nil {

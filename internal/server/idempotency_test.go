@@ -124,7 +124,7 @@ func codeOf(w *httptest.ResponseRecorder) string {
 
 func (f *idemFixture) sandboxes(t *testing.T) int {
 	t.Helper()
-	sbs, err := f.st.ListSandboxes(context.Background(), store.SandboxFilter{})
+	sbs, _, err := f.st.ListSandboxes(context.Background(), store.SandboxFilter{Owner: store.AnyOwner}, store.Page{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +287,7 @@ func TestIdempotentAfterCrash(t *testing.T) {
 	must(t, f.st.CreateSandbox(ctx, &sandbox.Sandbox{ID: "madeid", Name: "m", State: sandbox.StateCreating, CreatedAt: now, UpdatedAt: now}))
 	go func() {
 		time.Sleep(100 * time.Millisecond)
-		sb, _ := f.st.GetSandbox(ctx, "madeid")
+		sb, _ := f.st.GetSandbox(ctx, store.AnyOwner, "madeid")
 		sb.State = sandbox.StateRunning
 		_ = f.st.UpdateSandbox(ctx, sb)
 	}()

@@ -11,12 +11,21 @@ import (
 
 // lifecycle serves POST /v1/sandboxes/{id}/{op}.
 func (s *Server) lifecycle(op string) http.HandlerFunc {
-	fns := map[string]func(context.Context, string, string) (*sandbox.Sandbox, error){
-		"pause": s.m.Pause, "resume": s.m.Resume, "stop": s.m.Stop, "start": s.m.Start,
-		"reset": s.m.Reset, "quarantine": s.m.Quarantine, "release": s.m.Release, "touch": s.m.Touch,
+	// The manager's method is looked up per request, not when the route
+	// table is built (the table is built before, and without, a manager).
+	fns := map[string]func(*Server) func(context.Context, string, string) (*sandbox.Sandbox, error){
+		"pause":      func(s *Server) func(context.Context, string, string) (*sandbox.Sandbox, error) { return s.m.Pause },
+		"resume":     func(s *Server) func(context.Context, string, string) (*sandbox.Sandbox, error) { return s.m.Resume },
+		"stop":       func(s *Server) func(context.Context, string, string) (*sandbox.Sandbox, error) { return s.m.Stop },
+		"start":      func(s *Server) func(context.Context, string, string) (*sandbox.Sandbox, error) { return s.m.Start },
+		"reset":      func(s *Server) func(context.Context, string, string) (*sandbox.Sandbox, error) { return s.m.Reset },
+		"quarantine": func(s *Server) func(context.Context, string, string) (*sandbox.Sandbox, error) { return s.m.Quarantine },
+		"release":    func(s *Server) func(context.Context, string, string) (*sandbox.Sandbox, error) { return s.m.Release },
+		"touch":      func(s *Server) func(context.Context, string, string) (*sandbox.Sandbox, error) { return s.m.Touch },
 	}
-	fn := fns[op]
+	pick := fns[op]
 	return func(w http.ResponseWriter, r *http.Request) {
+		fn := pick(s)
 		sb, err := fn(r.Context(), r.PathValue("id"), actor(r))
 		if err != nil {
 			writeError(w, err)
@@ -57,11 +66,17 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
-	vs, err := s.m.ListVolumes(r.Context(), r.URL.Query().Get("all") == "true")
+	p, err := pageOf(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	vs, next, err := s.m.ListVolumes(r.Context(), r.URL.Query().Get("all") == "true", p)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	setNext(w, next)
 	out := make([]api.Volume, 0, len(vs))
 	for _, v := range vs {
 		out = append(out, s.volumeToAPI(v))

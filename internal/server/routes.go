@@ -15,6 +15,8 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/identity"
+	"github.com/berth-sh/berth/internal/store"
 )
 
 // Route is one entry of the API's route table: a ServeMux pattern and
@@ -230,8 +232,27 @@ func (s *Server) guard(rt Route) http.Handler {
 			writeError(w, err)
 			return
 		}
-		rt.h.ServeHTTP(w, r.WithContext(auth.With(r.Context(), p)))
+		rt.h.ServeHTTP(w, r.WithContext(withCaller(r.Context(), p)))
 	})
+}
+
+// withCaller puts p into ctx, and the identity the engine reads the owner
+// of its store reads from. An anonymous request (a public port) carries
+// none: it reaches a sandbox by its id alone, whoever owns it.
+func withCaller(ctx context.Context, p auth.Principal) context.Context {
+	ctx = auth.With(ctx, p)
+	if p.Actor == auth.Anonymous.Actor {
+		return ctx
+	}
+	return identity.With(ctx, identity.Caller{Tenant: p.Tenant, Actor: p.Actor, KeyID: p.KeyID, Lease: p.Sandbox})
+}
+
+// ownerOf is whose records a request reads (see withCaller).
+func ownerOf(ctx context.Context) store.Owner {
+	if c, ok := identity.From(ctx); ok {
+		return store.OwnedBy(c.Tenant)
+	}
+	return store.AnyOwner
 }
 
 // deadlines gives a request on a non-streaming route a deadline to send

@@ -63,8 +63,9 @@ type Server struct {
 
 // New returns the API server for m.
 func New(m *manager.Manager, authn *auth.Authenticator, log *slog.Logger) *Server {
-	s := &Server{m: m, authn: authn, log: log, metrics: newMetrics(), lookup: m.Get}
+	s := &Server{m: m, authn: authn, log: log, metrics: newMetrics()}
 	if m != nil {
+		s.lookup = m.Get
 		s.metrics.watchManager(m)
 	}
 	s.mount(s.routeTable())
@@ -226,7 +227,7 @@ func (s *Server) toAPI(sb *sandbox.Sandbox) api.Sandbox {
 	if sb.State.Live() {
 		for _, vm := range sb.Spec.Volumes {
 			if vm.Owned {
-				if v, err := s.m.Store().GetVolume(context.Background(), vm.VolumeID); err == nil {
+				if v, err := s.m.Store().GetVolume(context.Background(), store.AnyOwner, vm.VolumeID); err == nil {
 					av := s.volumeToAPI(v)
 					out.Storage = &av
 				}
@@ -265,11 +266,18 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	all, _ := strconv.ParseBool(r.URL.Query().Get("all"))
-	sbs, err := s.m.List(r.Context(), all)
+	p, err := pageOf(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	// A page may hold fewer than limit: warm-pool members are left out.
+	sbs, next, err := s.m.List(r.Context(), all, p)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	setNext(w, next)
 	out := make([]api.Sandbox, 0, len(sbs))
 	for _, sb := range sbs {
 		if sb.Spec.Pool != "" {
@@ -316,11 +324,17 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		}
 		after = n
 	}
-	evs, err := s.m.Events(r.Context(), r.PathValue("id"), after)
+	p, err := pageOf(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	evs, next, err := s.m.Events(r.Context(), r.PathValue("id"), after, p)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	setNext(w, next)
 	out := make([]api.Event, 0, len(evs))
 	for _, e := range evs {
 		out = append(out, api.Event{ID: e.ID, SandboxID: e.SandboxID, Time: e.Time, Type: e.Type,
@@ -468,11 +482,17 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
-	ts, err := s.m.ListTemplates(r.Context())
+	p, err := pageOf(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	ts, next, err := s.m.ListTemplates(r.Context(), p)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	setNext(w, next)
 	out := make([]api.Template, 0, len(ts))
 	for _, t := range ts {
 		out = append(out, s.templateToAPI(t))

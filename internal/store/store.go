@@ -1,7 +1,18 @@
 // Package store defines berth's durable record store: sandboxes (including
-// tombstones), events, templates and API keys. The Store interface is the
-// contract; sqlite (embedded default) and, later, postgres implement it, and
-// storetest is the conformance suite every implementation must pass.
+// tombstones), events, templates, volumes, snapshots, the webhook outbox,
+// API keys and the engine's bookkeeping. Store is the contract, made of one
+// small interface per resource so a consumer can ask for the least it
+// needs; sqlite (embedded default) and postgres implement it, and storetest
+// is the conformance suite every implementation must pass.
+//
+// Three rules hold for every implementation:
+//   - A state change and the events describing it commit together
+//     (CreateSandbox and UpdateSandbox take the events): events are the
+//     webhook outbox, so an event is never lost to a crash between writes.
+//   - Every read of an owned object (sandbox, its events and flows, volume,
+//     snapshot, API key) names the Owner it reads for; another owner's
+//     object is ErrNotFound, as if it did not exist.
+//   - Lists are paged with an opaque cursor in a stable order (see Page).
 //
 // Driver errors never leave this package tree: implementations map "no rows"
 // to errdefs.ErrNotFound and unique violations to errdefs.ErrConflict.
@@ -9,6 +20,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -147,53 +159,110 @@ type IdempotencyKey struct {
 	ExpiresAt   time.Time `json:"expires_at"`
 }
 
+// Owner is whose objects a read may see: one tenant's (OwnedBy), or every
+// tenant's (AnyOwner) for the engine's own work — the reconciler, pools,
+// recovery, doctor. The zero value is the default tenant "", the owner of
+// every record until tenancy fills it in.
+type Owner struct {
+	tenant string
+	any    bool
+}
+
+// OwnedBy is the owner of tenant's objects.
+func OwnedBy(tenant string) Owner { return Owner{tenant: tenant} }
+
+// AnyOwner sees every tenant's objects. Only the engine's own work uses it;
+// a request always reads as its caller's tenant.
+var AnyOwner = Owner{any: true}
+
+// Tenant returns the tenant o reads for, and false for AnyOwner.
+func (o Owner) Tenant() (string, bool) { return o.tenant, !o.any }
+
+// Sees reports whether o may read an object of tenant.
+func (o Owner) Sees(tenant string) bool { return o.any || o.tenant == tenant }
+
+func (o Owner) String() string {
+	if o.any {
+		return "any owner"
+	}
+	return fmt.Sprintf("tenant %q", o.tenant)
+}
+
+// MaxPage is the largest page the HTTP API serves; a store serves any.
+const MaxPage = 1000
+
+// Page asks for one page of a list. Lists are in a stable order (creation
+// time then id; templates by name; events and flows by id), and a cursor is
+// a position in that order, not an offset: paging while others insert or
+// delete never returns an object twice and never skips one that existed
+// throughout (objects inserted meanwhile may or may not appear).
+type Page struct {
+	// Limit is the most items to return; 0 returns all of them (the
+	// engine's own sweeps; the API always sets one).
+	Limit int
+	// Cursor is "" for the first page, else a Next from the page before,
+	// of the same list. A cursor that is not one is ErrInvalid.
+	Cursor string
+}
+
 // SandboxFilter selects sandboxes in ListSandboxes.
 type SandboxFilter struct {
-	Tenant         string          // "" = all tenants
+	Owner          Owner
 	Node           string          // "" = all nodes
 	States         []sandbox.State // empty = all states
 	IncludeDeleted bool            // tombstones are excluded unless set
-	Limit          int             // 0 = no limit
 }
 
-// Store is the contract of berth's durable store. All methods are safe for
-// concurrent use.
-type Store interface {
-	// CreateSandbox inserts a new record; a live sandbox with the same
-	// tenant and name gives ErrConflict.
-	CreateSandbox(ctx context.Context, sb *sandbox.Sandbox) error
-	GetSandbox(ctx context.Context, id string) (*sandbox.Sandbox, error)
-	// GetSandboxByName finds a live (not deleted) sandbox by name.
-	GetSandboxByName(ctx context.Context, tenant, name string) (*sandbox.Sandbox, error)
-	ListSandboxes(ctx context.Context, f SandboxFilter) ([]*sandbox.Sandbox, error)
-	// UpdateSandbox writes sb if its Generation still matches the stored one
-	// (compare-and-swap) and increments sb.Generation; on a mismatch it
-	// returns ErrConflict and writes nothing.
-	UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox) error
-	// PurgeSandbox removes a record and its events entirely (retention of tombstones).
+// VolumeFilter selects volumes in ListVolumes.
+type VolumeFilter struct {
+	Owner          Owner
+	IncludeDeleted bool
+}
+
+// SnapshotFilter selects snapshots in ListSnapshots.
+type SnapshotFilter struct {
+	Owner     Owner
+	SandboxID string // "" = of every sandbox
+}
+
+// Sandboxes are the sandbox records, tombstones included.
+type Sandboxes interface {
+	// CreateSandbox inserts a new record and, in the same transaction,
+	// events (their SandboxID defaults to sb.ID; their IDs are set): both
+	// or neither are written. A live sandbox with the same tenant and name
+	// gives ErrConflict.
+	CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, events ...*sandbox.Event) error
+	GetSandbox(ctx context.Context, o Owner, id string) (*sandbox.Sandbox, error)
+	// GetSandboxByName finds a live (not deleted) sandbox by name; for
+	// AnyOwner a name live in two tenants is ErrConflict.
+	GetSandboxByName(ctx context.Context, o Owner, name string) (*sandbox.Sandbox, error)
+	// ListSandboxes returns a page of sandboxes ordered by creation, and
+	// the cursor of the next page ("" after the last).
+	ListSandboxes(ctx context.Context, f SandboxFilter, p Page) ([]*sandbox.Sandbox, string, error)
+	// UpdateSandbox writes sb if its Generation still matches the stored
+	// one (compare-and-swap) and increments sb.Generation, and appends
+	// events in the same transaction. On a mismatch it returns ErrConflict
+	// and writes nothing; if an event cannot be written (an unknown
+	// SandboxID: ErrNotFound) the update is rolled back too.
+	UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox, events ...*sandbox.Event) error
+	// PurgeSandbox removes a record and its events entirely.
 	PurgeSandbox(ctx context.Context, id string) error
+}
 
-	// AppendEvent records ev and sets ev.ID.
+// Events are the sandboxes' event logs.
+type Events interface {
+	// AppendEvent records ev (of an existing sandbox) and sets ev.ID. An
+	// event that goes with a state change is written by Create- or
+	// UpdateSandbox instead.
 	AppendEvent(ctx context.Context, ev *sandbox.Event) error
-	// ListEvents returns a sandbox's events oldest first, with ID > afterID.
-	ListEvents(ctx context.Context, sandboxID string, afterID int64, limit int) ([]*sandbox.Event, error)
+	// ListEvents returns a page of a sandbox's events, oldest first, with
+	// ID > afterID (and past p.Cursor). A sandbox o does not see has none.
+	ListEvents(ctx context.Context, o Owner, sandboxID string, afterID int64, p Page) ([]*sandbox.Event, string, error)
+}
 
-	PutTemplate(ctx context.Context, t *Template) error // insert or replace by name
-	GetTemplate(ctx context.Context, name string) (*Template, error)
-	ListTemplates(ctx context.Context) ([]*Template, error)
-	DeleteTemplate(ctx context.Context, name string) error
-
-	// CreateVolume inserts a volume; a live volume with the same tenant and
-	// name gives ErrConflict.
-	CreateVolume(ctx context.Context, v *Volume) error
-	GetVolume(ctx context.Context, id string) (*Volume, error)
-	// GetVolumeByName finds a live (not deleted) volume.
-	GetVolumeByName(ctx context.Context, tenant, name string) (*Volume, error)
-	// ListVolumes returns volumes ordered by creation; tenant "" = all.
-	ListVolumes(ctx context.Context, tenant string, includeDeleted bool) ([]*Volume, error)
-	// UpdateVolume is compare-and-swap on Generation, like UpdateSandbox.
-	UpdateVolume(ctx context.Context, v *Volume) error
-
+// Webhooks is the outbox side of events: what webhook delivery reads and
+// records. It spans every owner (webhooks are the daemon's).
+type Webhooks interface {
 	// ListEventsSince returns events of every sandbox with ID > afterID,
 	// oldest first: the outbox webhooks are delivered from.
 	ListEventsSince(ctx context.Context, afterID int64, limit int) ([]*sandbox.Event, error)
@@ -203,30 +272,72 @@ type Store interface {
 	SetWebhookCursor(ctx context.Context, url string, eventID int64) error
 	RecordWebhookDelivery(ctx context.Context, d *WebhookDelivery) error
 	ListWebhookDeliveries(ctx context.Context, eventID int64) ([]*WebhookDelivery, error)
+}
 
+// Templates are the named root filesystems. They are not owned: every
+// tenant sees the same set.
+type Templates interface {
+	PutTemplate(ctx context.Context, t *Template) error // insert or replace by name
+	GetTemplate(ctx context.Context, name string) (*Template, error)
+	// ListTemplates returns a page of templates ordered by name.
+	ListTemplates(ctx context.Context, p Page) ([]*Template, string, error)
+	DeleteTemplate(ctx context.Context, name string) error
+}
+
+// Volumes are the volume records, tombstones included.
+type Volumes interface {
+	// CreateVolume inserts a volume; a live volume with the same tenant and
+	// name gives ErrConflict.
+	CreateVolume(ctx context.Context, v *Volume) error
+	GetVolume(ctx context.Context, o Owner, id string) (*Volume, error)
+	// GetVolumeByName finds a live (not deleted) volume; for AnyOwner a
+	// name live in two tenants is ErrConflict.
+	GetVolumeByName(ctx context.Context, o Owner, name string) (*Volume, error)
+	// ListVolumes returns a page of volumes ordered by creation.
+	ListVolumes(ctx context.Context, f VolumeFilter, p Page) ([]*Volume, string, error)
+	// UpdateVolume is compare-and-swap on Generation, like UpdateSandbox.
+	UpdateVolume(ctx context.Context, v *Volume) error
+}
+
+// Snapshots are the snapshot records.
+type Snapshots interface {
 	// CreateSnapshot inserts a snapshot; a name taken in the tenant gives
 	// ErrConflict.
 	CreateSnapshot(ctx context.Context, sn *Snapshot) error
-	GetSnapshot(ctx context.Context, id string) (*Snapshot, error)
-	GetSnapshotByName(ctx context.Context, tenant, name string) (*Snapshot, error)
-	// ListSnapshots lists a sandbox's snapshots ("" = all), oldest first.
-	ListSnapshots(ctx context.Context, sandboxID string) ([]*Snapshot, error)
+	GetSnapshot(ctx context.Context, o Owner, id string) (*Snapshot, error)
+	// GetSnapshotByName: for AnyOwner a name taken in two tenants is
+	// ErrConflict.
+	GetSnapshotByName(ctx context.Context, o Owner, name string) (*Snapshot, error)
+	// ListSnapshots returns a page of snapshots ordered by creation.
+	ListSnapshots(ctx context.Context, f SnapshotFilter, p Page) ([]*Snapshot, string, error)
 	DeleteSnapshot(ctx context.Context, id string) error
+}
 
-	// BuildCache maps a build step's content key to the layer it made.
+// BuildCache maps a build step's content key to the layer it made.
+type BuildCache interface {
 	GetBuildCache(ctx context.Context, key string) (string, error)
 	PutBuildCache(ctx context.Context, key, layer string) error
+}
 
+// Pools are the warm-pool sizes, per template (a handful: not paged).
+type Pools interface {
 	// SetPool sets a template's warm-pool size (0 removes it).
 	SetPool(ctx context.Context, template string, min int) error
 	ListPools(ctx context.Context) (map[string]int, error)
+}
 
+// Flows are the sandboxes' network flow logs.
+type Flows interface {
 	// AppendFlows records flows and keeps at most keep per sandbox (the
 	// oldest go first).
 	AppendFlows(ctx context.Context, flows []*Flow, keep int) error
-	// ListFlows returns a sandbox's flows with ID > afterID, oldest first.
-	ListFlows(ctx context.Context, sandboxID string, afterID int64, limit int) ([]*Flow, error)
+	// ListFlows returns a sandbox's flows with ID > afterID, oldest first
+	// (at most limit; 0: 10000). A sandbox o does not see has none.
+	ListFlows(ctx context.Context, o Owner, sandboxID string, afterID int64, limit int) ([]*Flow, error)
+}
 
+// IDSlots allocates per-sandbox host id ranges.
+type IDSlots interface {
 	// AllocateIDSlot gives sandboxID the lowest free host-id slot below
 	// limit, recorded for node, or the slot it already holds; every slot
 	// has at most one holder, also under concurrent allocators. All slots
@@ -236,7 +347,11 @@ type Store interface {
 	ReleaseIDSlot(ctx context.Context, sandboxID string) error
 	// ListIDSlots returns the allocated slots by sandbox id (node "" = all).
 	ListIDSlots(ctx context.Context, node string) (map[string]int, error)
+}
 
+// IdempotencyKeys are the records of Idempotency-Key requests; each key is
+// already scoped to its caller.
+type IdempotencyKeys interface {
 	// PutIdempotencyKey inserts k unless its (Scope, Route, Key) is
 	// stored and not expired at k.CreatedAt: then it returns the stored
 	// record and false. Of concurrent puts of one key exactly one inserts.
@@ -251,12 +366,71 @@ type Store interface {
 	DeleteIdempotencyKey(ctx context.Context, scope, route, key, owner string) error
 	// PurgeIdempotencyKeys removes keys expired at now and says how many.
 	PurgeIdempotencyKeys(ctx context.Context, now time.Time) (int64, error)
+}
 
+// APIKeys are the bearer credentials.
+type APIKeys interface {
 	CreateAPIKey(ctx context.Context, k *APIKey) error
-	// GetAPIKeyByHash returns a key, revoked or not; callers check RevokedAt.
+	// GetAPIKeyByHash returns a key, revoked or not; callers check
+	// RevokedAt. It is how a caller's owner is found, so it takes none.
 	GetAPIKeyByHash(ctx context.Context, hash []byte) (*APIKey, error)
-	ListAPIKeys(ctx context.Context, tenant string) ([]*APIKey, error)
+	// ListAPIKeys returns a page of keys ordered by creation.
+	ListAPIKeys(ctx context.Context, o Owner, p Page) ([]*APIKey, string, error)
 	RevokeAPIKey(ctx context.Context, id string, at time.Time) error
+}
 
+// PurgeRequest is one batch of the retention sweep.
+type PurgeRequest struct {
+	// Before: what was deleted (tombstones) or recorded (webhook
+	// deliveries) before it goes.
+	Before time.Time
+	// Webhooks are the configured webhook URLs. Events are their outbox:
+	// no event above the lowest of their cursors is purged — nor, so, the
+	// tombstone it belongs to — and a URL without a cursor holds back
+	// every event.
+	Webhooks []string
+	// Limit bounds each kind of record purged in one call (0: 100).
+	Limit int
+}
+
+// PurgeResult counts what a batch removed.
+type PurgeResult struct {
+	Sandboxes, Events, Flows, Volumes, Deliveries int64
+}
+
+// Full reports whether some kind filled its limit: more may be due.
+func (r PurgeResult) Full(limit int) bool {
+	if limit <= 0 {
+		limit = 100
+	}
+	return r.Sandboxes >= int64(limit) || r.Volumes >= int64(limit) || r.Deliveries >= int64(limit)
+}
+
+// Retention purges what is kept only for a while.
+type Retention interface {
+	// Purge removes, in one bounded batch, tombstones of sandboxes deleted
+	// before req.Before with their events, flows and those events' webhook
+	// deliveries; tombstones of volumes deleted before it; and webhook
+	// delivery records older than it. A tombstone with an event a webhook
+	// has not handled is kept until it has.
+	Purge(ctx context.Context, req PurgeRequest) (PurgeResult, error)
+}
+
+// Store is the contract of berth's durable store: every resource's
+// interface. All methods are safe for concurrent use.
+type Store interface {
+	Sandboxes
+	Events
+	Webhooks
+	Templates
+	Volumes
+	Snapshots
+	BuildCache
+	Pools
+	Flows
+	IDSlots
+	IdempotencyKeys
+	APIKeys
+	Retention
 	Close() error
 }

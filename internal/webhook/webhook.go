@@ -50,12 +50,12 @@ type Config struct {
 // Deliverer sends lifecycle events to one URL, in order.
 type Deliverer struct {
 	cfg  Config
-	st   store.Store
+	st   store.Webhooks
 	kick chan struct{}
 }
 
 // New returns a Deliverer; Run starts it.
-func New(cfg Config, st store.Store) *Deliverer {
+func New(cfg Config, st store.Webhooks) *Deliverer {
 	if cfg.Attempts <= 0 {
 		cfg.Attempts = 6
 	}

@@ -96,7 +96,7 @@ func (m *Rules) Flows(ctx context.Context, ref string, after uint64, limit int) 
 	if err != nil {
 		return nil, err
 	}
-	fs, err := m.store.ListFlows(ctx, sb.ID, int64(after), limit)
+	fs, err := m.store.ListFlows(ctx, engine.Owner(ctx), sb.ID, int64(after), limit)
 	if err != nil {
 		return nil, err
 	}

@@ -138,7 +138,7 @@ func (m *Warm) poolReport(name string, min int, members []*sandbox.Sandbox) *api
 
 // poolMembers groups this node's unclaimed pool members by template.
 func (m *Warm) poolMembers(ctx context.Context) (map[string][]*sandbox.Sandbox, error) {
-	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.e.Node()})
+	live, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.e.Node()}, store.Page{})
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +227,7 @@ func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec
 }
 
 func (m *Warm) claimLocked(ctx context.Context, id string, spec sandbox.Spec, req *api.CreateSandboxRequest, opt engine.CreateOptions) (*sandbox.Sandbox, error) {
-	sb, err := m.store.GetSandbox(ctx, id)
+	sb, err := m.store.GetSandbox(ctx, engine.Owner(ctx), id)
 	if err != nil {
 		return nil, err
 	}
@@ -348,7 +348,7 @@ func (m *Warm) addPoolMember(ctx context.Context, tpl *store.Template) error {
 	}
 	unlock := m.e.Lock(sb.ID)
 	defer unlock()
-	cur, err := m.store.GetSandbox(ctx, sb.ID)
+	cur, err := m.store.GetSandbox(ctx, store.AnyOwner, sb.ID)
 	if err != nil {
 		return err
 	}

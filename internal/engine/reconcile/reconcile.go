@@ -67,14 +67,14 @@ func (m *Reconciler) Close() { m.e.Close() }
 
 // recover brings every live record to a resting state after a start.
 func (m *Reconciler) recover(ctx context.Context) error {
-	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.e.Node()})
+	live, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.e.Node()}, store.Page{})
 	if err != nil {
 		return err
 	}
 	for _, sb := range live {
 		m.recoverOne(ctx, sb)
 	}
-	if live, err = m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.e.Node()}); err != nil {
+	if live, _, err = m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.e.Node()}, store.Page{}); err != nil {
 		return err
 	}
 	return m.node.Recover(ctx, live)
@@ -218,7 +218,7 @@ func (m *Reconciler) loop() {
 // tick enforces policies, stores activity, retries unfinished teardowns
 // and notices dead sandboxes. It returns the next deadline it knows of.
 func (m *Reconciler) tick(ctx context.Context) time.Time {
-	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.e.Node()})
+	live, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.e.Node()}, store.Page{})
 	if err != nil {
 		m.log.Error("reconciler: listing sandboxes", "err", err)
 		return time.Time{}
@@ -234,6 +234,7 @@ func (m *Reconciler) tick(ctx context.Context) time.Time {
 		} else if n > 0 {
 			m.log.Debug("reconciler: purged expired idempotency keys", "n", n)
 		}
+		m.purgeRetained(ctx, now)
 	}
 	if m.pools != nil {
 		m.pools.Refill(ctx, live)
@@ -290,6 +291,30 @@ func (m *Reconciler) tick(ctx context.Context) time.Time {
 	return next
 }
 
+// purgeRetained runs the retention sweep: a few bounded batches per call,
+// so one tick never holds the store for long; what is left waits for the
+// next.
+func (m *Reconciler) purgeRetained(ctx context.Context, now time.Time) {
+	if m.e.Config().Retention <= 0 {
+		return
+	}
+	req := store.PurgeRequest{Before: now.Add(-m.e.Config().Retention), Webhooks: m.e.Config().Webhooks}
+	for range 10 {
+		r, err := m.store.Purge(ctx, req)
+		if err != nil {
+			m.log.Warn("reconciler: retention sweep", "err", err)
+			return
+		}
+		if r != (store.PurgeResult{}) {
+			m.log.Debug("reconciler: purged old records", "sandboxes", r.Sandboxes, "events", r.Events,
+				"flows", r.Flows, "volumes", r.Volumes, "deliveries", r.Deliveries)
+		}
+		if !r.Full(req.Limit) {
+			return
+		}
+	}
+}
+
 // enforce takes the policy action due for sb, if it is still due.
 func (m *Reconciler) enforce(ctx context.Context, sb *sandbox.Sandbox) {
 	due, ok := sandbox.Next(sb, m.e.LastActivity(sb))
@@ -339,7 +364,7 @@ func (m *Reconciler) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, e
 // thawPool thawed every filesystem of the pool, so that they are not probed
 // for a freeze (a flush each) a second time.
 func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*api.DoctorReport, error) {
-	all, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Node: m.e.Node()})
+	all, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.e.Node()}, store.Page{})
 	if err != nil {
 		return nil, err
 	}
@@ -368,7 +393,7 @@ func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*api.Doctor
 			return true
 		}
 		defer unlock()
-		sb, err := m.store.GetSandbox(ctx, id)
+		sb, err := m.store.GetSandbox(ctx, engine.Owner(ctx), id)
 		switch {
 		case err == nil && sb.State.Live() && m.e.Mine(sb):
 			live[id] = sb
@@ -386,7 +411,7 @@ func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*api.Doctor
 			}
 		}
 	}
-	vols, _ := m.store.ListVolumes(ctx, "", false)
+	vols, _, _ := m.store.ListVolumes(ctx, store.VolumeFilter{Owner: store.AnyOwner}, store.Page{})
 	owners := map[string]string{}
 	for _, v := range vols {
 		owners[v.ID] = v.SandboxID
@@ -400,13 +425,13 @@ func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*api.Doctor
 				return owner, true
 			}
 			// A volume looked at by its mount may be a tombstone now.
-			if v, err := m.store.GetVolume(ctx, vid); err == nil {
+			if v, err := m.store.GetVolume(ctx, engine.Owner(ctx), vid); err == nil {
 				return v.SandboxID, v.State != store.VolumeDeleted
 			}
 			return "", false
 		},
 		Snapshot: func(id string) bool {
-			_, err := m.store.GetSnapshot(ctx, id)
+			_, err := m.store.GetSnapshot(ctx, engine.Owner(ctx), id)
 			return !errors.Is(err, errdefs.ErrNotFound)
 		},
 		AtStart: atStart,

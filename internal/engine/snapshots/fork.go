@@ -192,7 +192,7 @@ func checkIDs(ids []string, n int) error {
 
 // Children lists the live sandboxes forked from id.
 func (m *Snapshots) Children(ctx context.Context, id string) []string {
-	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{})
+	live, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: engine.Owner(ctx)}, store.Page{})
 	if err != nil {
 		return nil
 	}
@@ -224,7 +224,7 @@ func (m *Snapshots) CreateSnapshot(ctx context.Context, ref string, req *api.Cre
 			sb.State != sandbox.StateQuarantined {
 			return sandbox.ErrWrongState("snapshot", sb)
 		}
-		existing, err := m.store.ListSnapshots(ctx, sb.ID)
+		existing, _, err := m.store.ListSnapshots(ctx, store.SnapshotFilter{Owner: store.AnyOwner, SandboxID: sb.ID}, store.Page{})
 		if err != nil {
 			return err
 		}
@@ -239,7 +239,7 @@ func (m *Snapshots) CreateSnapshot(ctx context.Context, ref string, req *api.Cre
 		if name == "" {
 			name = sb.Hostname() + "-" + id[:6]
 		}
-		if _, err := m.store.GetSnapshotByName(ctx, sb.Tenant, name); err == nil {
+		if _, err := m.store.GetSnapshotByName(ctx, store.OwnedBy(sb.Tenant), name); err == nil {
 			return errdefs.Conflict("a snapshot named %q already exists", name)
 		}
 		// The snapshot's clones share the sandbox's data now, and may come
@@ -273,9 +273,9 @@ func (m *Snapshots) CreateSnapshot(ctx context.Context, ref string, req *api.Cre
 
 // GetSnapshot finds a snapshot by id or name.
 func (m *Snapshots) GetSnapshot(ctx context.Context, ref string) (*store.Snapshot, error) {
-	sn, err := m.store.GetSnapshot(ctx, ref)
+	sn, err := m.store.GetSnapshot(ctx, engine.Owner(ctx), ref)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		sn, err = m.store.GetSnapshotByName(ctx, "", ref)
+		sn, err = m.store.GetSnapshotByName(ctx, engine.Owner(ctx), ref)
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return nil, errdefs.NotFound("no snapshot %q", ref)
 		}
@@ -283,17 +283,17 @@ func (m *Snapshots) GetSnapshot(ctx context.Context, ref string) (*store.Snapsho
 	return sn, err
 }
 
-// ListSnapshots lists the snapshots of sandbox ref, or all ("").
-func (m *Snapshots) ListSnapshots(ctx context.Context, ref string) ([]*store.Snapshot, error) {
+// ListSnapshots lists a page of the snapshots of sandbox ref, or of all ("").
+func (m *Snapshots) ListSnapshots(ctx context.Context, ref string, p store.Page) ([]*store.Snapshot, string, error) {
 	id := ""
 	if ref != "" {
 		sb, err := m.e.Get(ctx, ref)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		id = sb.ID
 	}
-	return m.store.ListSnapshots(ctx, id)
+	return m.store.ListSnapshots(ctx, store.SnapshotFilter{Owner: engine.Owner(ctx), SandboxID: id}, p)
 }
 
 // DeleteSnapshot removes a snapshot and its data.
@@ -382,7 +382,7 @@ func (m *Snapshots) FromSnapshot(ctx context.Context, req *api.CreateSandboxRequ
 
 // Expire deletes snapshots past their retention.
 func (m *Snapshots) Expire(ctx context.Context) {
-	snaps, err := m.store.ListSnapshots(ctx, "")
+	snaps, _, err := m.store.ListSnapshots(ctx, store.SnapshotFilter{Owner: store.AnyOwner}, store.Page{})
 	if err != nil {
 		return
 	}

@@ -74,9 +74,9 @@ func (m *Builder) EnsureBuiltin(ctx context.Context) error {
 	})
 }
 
-// ListTemplates returns every template.
-func (m *Builder) ListTemplates(ctx context.Context) ([]*store.Template, error) {
-	return m.store.ListTemplates(ctx)
+// ListTemplates returns a page of the templates.
+func (m *Builder) ListTemplates(ctx context.Context, p store.Page) ([]*store.Template, string, error) {
+	return m.store.ListTemplates(ctx, p)
 }
 
 func (m *Builder) checkNewTemplate(ctx context.Context, name string) error {
@@ -187,7 +187,7 @@ func (m *Builder) DeleteTemplate(ctx context.Context, name string) error {
 	if t.Builtin {
 		return errdefs.Conflict("template %q is builtin and cannot be removed", name)
 	}
-	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{})
+	live, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner}, store.Page{})
 	if err != nil {
 		return err
 	}
@@ -214,7 +214,7 @@ func (m *Builder) DeleteTemplate(ctx context.Context, name string) error {
 }
 
 func (m *Builder) gcLayers(ctx context.Context) error {
-	ts, err := m.store.ListTemplates(ctx)
+	ts, _, err := m.store.ListTemplates(ctx, store.Page{})
 	if err != nil {
 		return err
 	}
@@ -226,7 +226,7 @@ func (m *Builder) gcLayers(ctx context.Context) error {
 	}
 	// Sandboxes and snapshots keep the layers they were made from, even
 	// after their template changed or went.
-	live, err := m.store.ListSandboxes(ctx, store.SandboxFilter{})
+	live, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner}, store.Page{})
 	if err != nil {
 		return err
 	}
@@ -235,7 +235,7 @@ func (m *Builder) gcLayers(ctx context.Context) error {
 			keep[l] = true
 		}
 	}
-	snaps, err := m.store.ListSnapshots(ctx, "")
+	snaps, _, err := m.store.ListSnapshots(ctx, store.SnapshotFilter{Owner: store.AnyOwner}, store.Page{})
 	if err != nil {
 		return err
 	}

@@ -55,9 +55,9 @@ func (m *Volumes) CreateVolume(ctx context.Context, req *api.CreateVolumeRequest
 	return v, nil
 }
 
-// ListVolumes lists live volumes, or all with tombstones.
-func (m *Volumes) ListVolumes(ctx context.Context, all bool) ([]*store.Volume, error) {
-	return m.store.ListVolumes(ctx, "", all)
+// ListVolumes lists a page of live volumes, or of all with tombstones.
+func (m *Volumes) ListVolumes(ctx context.Context, all bool, p store.Page) ([]*store.Volume, string, error) {
+	return m.store.ListVolumes(ctx, store.VolumeFilter{Owner: engine.Owner(ctx), IncludeDeleted: all}, p)
 }
 
 // VolumeUsage reports what a volume holds.

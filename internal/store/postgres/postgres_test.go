@@ -319,7 +319,7 @@ func TestConcurrentMigrate(t *testing.T) {
 		if err := stores[0].CreateSandbox(t.Context(), sb); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := stores[daemons-1].GetSandbox(t.Context(), sb.ID); err != nil {
+		if _, err := stores[daemons-1].GetSandbox(t.Context(), store.AnyOwner, sb.ID); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -341,7 +341,7 @@ func TestReopenKeepsDataAndMigratesOnce(t *testing.T) {
 
 	s = open(t, u)
 	defer s.Close()
-	got, err := s.GetSandbox(ctx, "keep")
+	got, err := s.GetSandbox(ctx, store.AnyOwner, "keep")
 	if err != nil || got.Name != "keep" || got.Generation != 1 {
 		t.Errorf("reopened record = %+v, %v", got, err)
 	}

@@ -97,14 +97,14 @@ func TestReopenKeepsDataAndMigratesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	got, err := s.GetSandbox(ctx, "keep")
+	got, err := s.GetSandbox(ctx, store.AnyOwner, "keep")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Name != "keep" || got.Generation != 1 {
 		t.Errorf("reopened record = %+v", got)
 	}
-	evs, err := s.ListEvents(ctx, "keep", 0, 0)
+	evs, _, err := s.ListEvents(ctx, store.AnyOwner, "keep", 0, store.Page{})
 	if err != nil || len(evs) != 1 {
 		t.Errorf("reopened events = %v, %v", evs, err)
 	}
@@ -263,7 +263,7 @@ func TestTwoHandles(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	list, err := ss[0].ListSandboxes(ctx, store.SandboxFilter{})
+	list, _, err := ss[0].ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner}, store.Page{})
 	if err != nil || len(list) != 100 {
 		t.Errorf("got %d sandboxes (err %v), want 100", len(list), err)
 	}

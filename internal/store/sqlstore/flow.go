@@ -41,12 +41,17 @@ func (s *sqlStore) AppendFlows(ctx context.Context, flows []*store.Flow, keep in
 	return tx.Commit()
 }
 
-func (s *sqlStore) ListFlows(ctx context.Context, sandboxID string, afterID int64, limit int) ([]*store.Flow, error) {
+func (s *sqlStore) ListFlows(ctx context.Context, o store.Owner, sandboxID string, afterID int64, limit int) ([]*store.Flow, error) {
 	if limit <= 0 {
 		limit = 10000
 	}
-	rows, err := s.query(ctx, `SELECT id, sandbox_id, at, kind, proto, src, dst, name, decision, rule
-		FROM flows WHERE sandbox_id = ? AND id > ? ORDER BY id LIMIT ?`, sandboxID, afterID, limit)
+	q, args := `SELECT id, sandbox_id, at, kind, proto, src, dst, name, decision, rule
+		FROM flows WHERE sandbox_id = ? AND id > ?`, []any{sandboxID, afterID}
+	if t, ok := o.Tenant(); ok {
+		q += ` AND sandbox_id IN (SELECT id FROM sandboxes WHERE id = ? AND tenant = ?)`
+		args = append(args, sandboxID, t)
+	}
+	rows, err := s.query(ctx, q+` ORDER BY id LIMIT ?`, append(args, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("list flows: %w", err)
 	}

@@ -52,38 +52,45 @@ func (s *sqlStore) CreateSnapshot(ctx context.Context, sn *store.Snapshot) error
 	return nil
 }
 
-func (s *sqlStore) GetSnapshot(ctx context.Context, id string) (*store.Snapshot, error) {
+func (s *sqlStore) GetSnapshot(ctx context.Context, o store.Owner, id string) (*store.Snapshot, error) {
 	sn, err := scanSnapshot(s.queryRow(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE id = ?`, id))
+	if err == nil && !o.Sees(sn.Tenant) {
+		err = sql.ErrNoRows
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("snapshot %s not found", id)
 	}
-	return sn, err
-}
-
-func (s *sqlStore) GetSnapshotByName(ctx context.Context, tenant, name string) (*store.Snapshot, error) {
-	sn, err := scanSnapshot(s.queryRow(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE tenant = ? AND name = ?`, tenant, name))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, errdefs.NotFound("snapshot %q not found", name)
-	}
-	return sn, err
-}
-
-func (s *sqlStore) ListSnapshots(ctx context.Context, sandboxID string) ([]*store.Snapshot, error) {
-	rows, err := s.query(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE (? = '' OR sandbox_id = ?) ORDER BY created_at, id`,
-		sandboxID, sandboxID)
 	if err != nil {
-		return nil, fmt.Errorf("list snapshots: %w", err)
+		return nil, fmt.Errorf("get snapshot %s: %w", id, err)
 	}
-	defer rows.Close()
-	var out []*store.Snapshot
-	for rows.Next() {
-		sn, err := scanSnapshot(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, sn)
+	return sn, nil
+}
+
+func (s *sqlStore) GetSnapshotByName(ctx context.Context, o store.Owner, name string) (*store.Snapshot, error) {
+	q := pageQuery{base: `SELECT ` + snapshotCols + ` FROM snapshots`}
+	q.and("name = ?", name)
+	q.owner(o, "tenant")
+	sns, _, err := listPage(ctx, s, q, bySnapshotCreated, store.Page{Limit: 2}, scanSnapshot, snapshotKey)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("get snapshot %q: %w", name, err)
+	case len(sns) == 0:
+		return nil, errdefs.NotFound("snapshot %q not found", name)
+	case len(sns) > 1:
+		return nil, errdefs.Conflict("snapshot name %q is taken in more than one tenant", name)
 	}
-	return out, rows.Err()
+	return sns[0], nil
+}
+
+func snapshotKey(sn *store.Snapshot) (int64, string) { return micros(sn.CreatedAt), sn.ID }
+
+func (s *sqlStore) ListSnapshots(ctx context.Context, f store.SnapshotFilter, p store.Page) ([]*store.Snapshot, string, error) {
+	q := pageQuery{base: `SELECT ` + snapshotCols + ` FROM snapshots`}
+	q.owner(f.Owner, "tenant")
+	if f.SandboxID != "" {
+		q.and("sandbox_id = ?", f.SandboxID)
+	}
+	return listPage(ctx, s, q, bySnapshotCreated, p, scanSnapshot, snapshotKey)
 }
 
 func (s *sqlStore) DeleteSnapshot(ctx context.Context, id string) error {

@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/hex"
@@ -95,7 +96,7 @@ func scanSandbox(sc scanner) (*sandbox.Sandbox, error) {
 	return &sb, nil
 }
 
-func (s *sqlStore) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
+func (s *sqlStore) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, events ...*sandbox.Event) error {
 	if sb.ID == "" {
 		return errdefs.Invalid("sandbox id is empty")
 	}
@@ -103,18 +104,58 @@ func (s *sqlStore) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox) error
 	if err != nil {
 		return fmt.Errorf("sandbox %s: encode spec: %w", sb.ID, err)
 	}
-	_, err = s.exec(ctx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)`,
-		sb.ID, sb.Tenant, sb.Name, string(sb.State), string(spec),
-		micros(sb.CreatedAt), micros(sb.UpdatedAt), micros(sb.StartedAt), micros(sb.DeletedAt),
-		string(sb.Cause), sb.Reason, sb.Error,
-		micros(sb.LastActivityAt), micros(sb.PausedAt), micros(sb.StoppedAt), string(sb.PrevState), sb.Node)
-	if err != nil {
-		if s.d.classify(err) == UniqueViolation {
-			return s.sandboxConflict(ctx, sb)
+	var (
+		unique bool
+		ids    []int64
+	)
+	err = s.inTx(ctx, len(events) > 0, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)`),
+			sb.ID, sb.Tenant, sb.Name, string(sb.State), string(spec),
+			micros(sb.CreatedAt), micros(sb.UpdatedAt), micros(sb.StartedAt), micros(sb.DeletedAt),
+			string(sb.Cause), sb.Reason, sb.Error,
+			micros(sb.LastActivityAt), micros(sb.PausedAt), micros(sb.StoppedAt), string(sb.PrevState), sb.Node)
+		if err != nil {
+			unique = s.d.classify(err) == UniqueViolation
+			return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
 		}
-		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
+		ids, err = s.insertEvents(ctx, tx, sb.ID, events)
+		return err
+	})
+	if unique {
+		return s.sandboxConflict(ctx, sb)
 	}
+	if err != nil {
+		return err
+	}
+	setEventIDs(events, sb.ID, ids)
 	sb.Generation = 1
+	return nil
+}
+
+// inTx runs fn in a write transaction, committed if fn returns nil. events
+// says fn appends events: then it starts behind the dialect's
+// EventOrderLock (see AppendEvent).
+func (s *sqlStore) inTx(ctx context.Context, events bool, fn func(tx *sql.Tx) error) (err error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if events && s.d.EventOrderLock != "" {
+		if _, err := tx.ExecContext(ctx, s.d.EventOrderLock); err != nil {
+			return fmt.Errorf("event order lock: %w", err)
+		}
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
 	return nil
 }
 
@@ -129,8 +170,11 @@ func (s *sqlStore) sandboxConflict(ctx context.Context, sb *sandbox.Sandbox) err
 	return errdefs.NameTaken("a sandbox named %q already exists; choose another name or remove it first", sb.Name)
 }
 
-func (s *sqlStore) GetSandbox(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+func (s *sqlStore) GetSandbox(ctx context.Context, o store.Owner, id string) (*sandbox.Sandbox, error) {
 	sb, err := scanSandbox(s.queryRow(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ?`, id))
+	if err == nil && !o.Sees(sb.Tenant) {
+		err = sql.ErrNoRows
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("sandbox %s not found", id)
 	}
@@ -140,131 +184,120 @@ func (s *sqlStore) GetSandbox(ctx context.Context, id string) (*sandbox.Sandbox,
 	return sb, nil
 }
 
-func (s *sqlStore) GetSandboxByName(ctx context.Context, tenant, name string) (*sandbox.Sandbox, error) {
+func (s *sqlStore) GetSandboxByName(ctx context.Context, o store.Owner, name string) (*sandbox.Sandbox, error) {
 	if name == "" {
 		return nil, errdefs.NotFound("sandbox with an empty name not found")
 	}
-	sb, err := scanSandbox(s.queryRow(ctx, `SELECT `+sandboxCols+` FROM sandboxes
-		WHERE tenant = ? AND name = ? AND state <> ?`, tenant, name, string(sandbox.StateDeleted)))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, errdefs.NotFound("sandbox %q not found", name)
-	}
-	if err != nil {
+	q := pageQuery{base: `SELECT ` + sandboxCols + ` FROM sandboxes`}
+	q.and("name = ? AND state <> ?", name, string(sandbox.StateDeleted))
+	q.owner(o, "tenant")
+	// Two at most: a name is unique per tenant, so a second match is
+	// another tenant's (AnyOwner).
+	sbs, _, err := listPage(ctx, s, q, bySandboxCreated, store.Page{Limit: 2}, scanSandbox, sandboxKey)
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("get sandbox %q: %w", name, err)
+	case len(sbs) == 0:
+		return nil, errdefs.NotFound("sandbox %q not found", name)
+	case len(sbs) > 1:
+		return nil, errdefs.Conflict("sandbox name %q is live in more than one tenant", name)
 	}
-	return sb, nil
+	return sbs[0], nil
 }
 
-func (s *sqlStore) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*sandbox.Sandbox, error) {
-	var (
-		where []string
-		args  []any
-	)
-	if f.Tenant != "" {
-		where = append(where, "tenant = ?")
-		args = append(args, f.Tenant)
-	}
+func sandboxKey(sb *sandbox.Sandbox) (int64, string) { return micros(sb.CreatedAt), sb.ID }
+
+func (s *sqlStore) ListSandboxes(ctx context.Context, f store.SandboxFilter, p store.Page) ([]*sandbox.Sandbox, string, error) {
+	q := pageQuery{base: `SELECT ` + sandboxCols + ` FROM sandboxes`}
+	q.owner(f.Owner, "tenant")
 	if f.Node != "" {
-		where = append(where, "node = ?")
-		args = append(args, f.Node)
+		q.and("node = ?", f.Node)
 	}
 	if !f.IncludeDeleted {
-		where = append(where, "state <> ?")
-		args = append(args, string(sandbox.StateDeleted))
+		q.and("state <> ?", string(sandbox.StateDeleted))
 	}
 	if len(f.States) > 0 {
-		where = append(where, "state IN (?"+strings.Repeat(", ?", len(f.States)-1)+")")
+		args := make([]any, 0, len(f.States))
 		for _, st := range f.States {
 			args = append(args, string(st))
 		}
+		q.and("state IN (?"+strings.Repeat(", ?", len(f.States)-1)+")", args...)
 	}
-	q := `SELECT ` + sandboxCols + ` FROM sandboxes`
-	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, " AND ")
-	}
-	q += ` ORDER BY created_at, id`
-	if f.Limit > 0 {
-		q += ` LIMIT ?`
-		args = append(args, f.Limit)
-	}
-	rows, err := s.query(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list sandboxes: %w", err)
-	}
-	defer rows.Close()
-	var out []*sandbox.Sandbox
-	for rows.Next() {
-		sb, err := scanSandbox(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list sandboxes: %w", err)
-		}
-		out = append(out, sb)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list sandboxes: %w", err)
-	}
-	return out, nil
+	return listPage(ctx, s, q, bySandboxCreated, p, scanSandbox, sandboxKey)
 }
 
-func (s *sqlStore) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
+func (s *sqlStore) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox, events ...*sandbox.Event) error {
 	spec, err := json.Marshal(sb.Spec)
 	if err != nil {
 		return fmt.Errorf("sandbox %s: encode spec: %w", sb.ID, err)
 	}
-	res, err := s.exec(ctx, `UPDATE sandboxes SET tenant = ?, name = ?, state = ?, spec = ?,
+	var (
+		unique bool
+		ids    []int64
+	)
+	err = s.inTx(ctx, len(events) > 0, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, s.d.rebind(`UPDATE sandboxes SET tenant = ?, name = ?, state = ?, spec = ?,
 		created_at = ?, updated_at = ?, started_at = ?, deleted_at = ?,
 		cause = ?, reason = ?, error = ?, generation = generation + 1,
 		last_activity_at = ?, paused_at = ?, stopped_at = ?, prev_state = ?, node = ?
-		WHERE id = ? AND generation = ?`,
-		sb.Tenant, sb.Name, string(sb.State), string(spec),
-		micros(sb.CreatedAt), micros(sb.UpdatedAt), micros(sb.StartedAt), micros(sb.DeletedAt),
-		string(sb.Cause), sb.Reason, sb.Error,
-		micros(sb.LastActivityAt), micros(sb.PausedAt), micros(sb.StoppedAt), string(sb.PrevState), sb.Node,
-		sb.ID, sb.Generation)
-	if err != nil {
-		if s.d.classify(err) == UniqueViolation {
-			return errdefs.NameTaken("a sandbox named %q already exists; choose another name or remove it first", sb.Name)
-		}
-		return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
-	}
-	if n == 0 {
-		// Tell a vanished record from a stale copy.
-		var gen int64
-		err := s.w.QueryRowContext(ctx, s.d.rebind(`SELECT generation FROM sandboxes WHERE id = ?`), sb.ID).Scan(&gen)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			return errdefs.NotFound("sandbox %s not found", sb.ID)
-		case err != nil:
+		WHERE id = ? AND generation = ?`),
+			sb.Tenant, sb.Name, string(sb.State), string(spec),
+			micros(sb.CreatedAt), micros(sb.UpdatedAt), micros(sb.StartedAt), micros(sb.DeletedAt),
+			string(sb.Cause), sb.Reason, sb.Error,
+			micros(sb.LastActivityAt), micros(sb.PausedAt), micros(sb.StoppedAt), string(sb.PrevState), sb.Node,
+			sb.ID, sb.Generation)
+		if err != nil {
+			unique = s.d.classify(err) == UniqueViolation
 			return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
 		}
-		return errdefs.Conflict("sandbox %s was modified concurrently (have generation %d, stored %d); reload it and retry",
-			sb.ID, sb.Generation, gen)
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
+		}
+		if n == 0 {
+			// Tell a vanished record from a stale copy.
+			var gen int64
+			err := tx.QueryRowContext(ctx, s.d.rebind(`SELECT generation FROM sandboxes WHERE id = ?`), sb.ID).Scan(&gen)
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+				return errdefs.NotFound("sandbox %s not found", sb.ID)
+			case err != nil:
+				return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
+			}
+			return errdefs.Conflict("sandbox %s was modified concurrently (have generation %d, stored %d); reload it and retry",
+				sb.ID, sb.Generation, gen)
+		}
+		ids, err = s.insertEvents(ctx, tx, sb.ID, events)
+		return err
+	})
+	if unique {
+		return errdefs.NameTaken("a sandbox named %q already exists; choose another name or remove it first", sb.Name)
 	}
+	if err != nil {
+		return err
+	}
+	setEventIDs(events, sb.ID, ids)
 	sb.Generation++
 	return nil
 }
 
-func (s *sqlStore) PurgeSandbox(ctx context.Context, id string) (err error) {
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("purge sandbox %s: %w", id, err)
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
+func (s *sqlStore) PurgeSandbox(ctx context.Context, id string) error {
+	return s.inTx(ctx, false, func(tx *sql.Tx) error { return s.purgeSandbox(ctx, tx, id) })
+}
+
+// purgeSandbox removes sandbox id with its events, their webhook
+// deliveries and its flows.
+func (s *sqlStore) purgeSandbox(ctx context.Context, tx *sql.Tx, id string) error {
 	// Explicit rather than relying on ON DELETE CASCADE, which needs
 	// foreign-key enforcement switched on.
-	if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM events WHERE sandbox_id = ?`), id); err != nil {
-		return fmt.Errorf("purge sandbox %s: events: %w", id, err)
-	}
-	if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM flows WHERE sandbox_id = ?`), id); err != nil {
-		return fmt.Errorf("purge sandbox %s: flows: %w", id, err)
+	for _, q := range []string{
+		`DELETE FROM webhook_deliveries WHERE event_id IN (SELECT id FROM events WHERE sandbox_id = ?)`,
+		`DELETE FROM events WHERE sandbox_id = ?`,
+		`DELETE FROM flows WHERE sandbox_id = ?`,
+	} {
+		if _, err := tx.ExecContext(ctx, s.d.rebind(q), id); err != nil {
+			return fmt.Errorf("purge sandbox %s: %w", id, err)
+		}
 	}
 	res, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM sandboxes WHERE id = ?`), id)
 	if err != nil {
@@ -275,90 +308,83 @@ func (s *sqlStore) PurgeSandbox(ctx context.Context, id string) (err error) {
 	} else if n == 0 {
 		return errdefs.NotFound("sandbox %s not found", id)
 	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("purge sandbox %s: commit: %w", id, err)
-	}
 	return nil
 }
 
 // ---- events ----
 
+const eventCols = `id, sandbox_id, at, type, from_state, to_state, actor, cause, reason, outcome, message`
+
+func scanEvent(sc scanner) (*sandbox.Event, error) {
+	var (
+		ev              sandbox.Event
+		at              int64
+		from, to, cause string
+	)
+	if err := sc.Scan(&ev.ID, &ev.SandboxID, &at, &ev.Type, &from, &to, &ev.Actor, &cause,
+		&ev.Reason, &ev.Outcome, &ev.Message); err != nil {
+		return nil, err
+	}
+	ev.Time = fromMicros(at)
+	ev.From, ev.To, ev.Cause = sandbox.State(from), sandbox.State(to), sandbox.Cause(cause)
+	return &ev, nil
+}
+
+func eventKey(ev *sandbox.Event) (int64, string) { return ev.ID, "" }
+
+// AppendEvent runs the insert in a transaction behind the dialect's
+// EventOrderLock, so ids commit in the order they are drawn: readers follow
+// events with an id cursor and would skip for ever an id that commits after
+// a higher one.
 func (s *sqlStore) AppendEvent(ctx context.Context, ev *sandbox.Event) error {
-	var id int64
-	q := s.d.rebind(`INSERT INTO events
-		(sandbox_id, at, type, from_state, to_state, actor, cause, reason, outcome, message)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`)
-	args := []any{ev.SandboxID, micros(ev.Time), ev.Type, string(ev.From), string(ev.To), ev.Actor,
-		string(ev.Cause), ev.Reason, ev.Outcome, ev.Message}
-	var err error
-	if s.d.EventOrderLock == "" {
-		err = s.w.QueryRowContext(ctx, q, args...).Scan(&id)
-	} else {
-		err = s.appendEventLocked(ctx, q, args, &id)
-	}
+	var ids []int64
+	err := s.inTx(ctx, true, func(tx *sql.Tx) (err error) {
+		ids, err = s.insertEvents(ctx, tx, ev.SandboxID, []*sandbox.Event{ev})
+		return err
+	})
 	if err != nil {
-		if s.d.classify(err) == ForeignKeyViolation {
-			return errdefs.NotFound("sandbox %s not found", ev.SandboxID)
-		}
-		return fmt.Errorf("append event to sandbox %s: %w", ev.SandboxID, err)
+		return err
 	}
-	ev.ID = id
+	ev.ID = ids[0]
 	return nil
 }
 
-// appendEventLocked runs the insert in a transaction behind the dialect's
-// EventOrderLock, so ids commit in the order they are drawn.
-func (s *sqlStore) appendEventLocked(ctx context.Context, q string, args []any, id *int64) (err error) {
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() {
+// insertEvents appends events in tx (which holds the EventOrderLock) and
+// returns their ids; an event without a SandboxID is sandboxID's. The
+// caller sets the ids once tx committed (setEventIDs).
+func (s *sqlStore) insertEvents(ctx context.Context, tx *sql.Tx, sandboxID string, events []*sandbox.Event) ([]int64, error) {
+	q := s.d.rebind(`INSERT INTO events
+		(sandbox_id, at, type, from_state, to_state, actor, cause, reason, outcome, message)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`)
+	ids := make([]int64, len(events))
+	for i, ev := range events {
+		sid := cmp.Or(ev.SandboxID, sandboxID)
+		err := tx.QueryRowContext(ctx, q, sid, micros(ev.Time), ev.Type, string(ev.From), string(ev.To), ev.Actor,
+			string(ev.Cause), ev.Reason, ev.Outcome, ev.Message).Scan(&ids[i])
 		if err != nil {
-			_ = tx.Rollback()
+			if s.d.classify(err) == ForeignKeyViolation {
+				return nil, errdefs.NotFound("event of sandbox %s: sandbox not found", sid)
+			}
+			return nil, fmt.Errorf("append event to sandbox %s: %w", sid, err)
 		}
-	}()
-	if _, err := tx.ExecContext(ctx, s.d.EventOrderLock); err != nil {
-		return fmt.Errorf("lock: %w", err)
 	}
-	if err := tx.QueryRowContext(ctx, q, args...).Scan(id); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return ids, nil
 }
 
-func (s *sqlStore) ListEvents(ctx context.Context, sandboxID string, afterID int64, limit int) ([]*sandbox.Event, error) {
-	q := `SELECT id, sandbox_id, at, type, from_state, to_state, actor, cause, reason, outcome, message
-		FROM events WHERE sandbox_id = ? AND id > ? ORDER BY id`
-	args := []any{sandboxID, afterID}
-	if limit > 0 {
-		q += ` LIMIT ?`
-		args = append(args, limit)
+func setEventIDs(events []*sandbox.Event, sandboxID string, ids []int64) {
+	for i, ev := range events {
+		ev.SandboxID = cmp.Or(ev.SandboxID, sandboxID)
+		ev.ID = ids[i]
 	}
-	rows, err := s.query(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list events of sandbox %s: %w", sandboxID, err)
+}
+
+func (s *sqlStore) ListEvents(ctx context.Context, o store.Owner, sandboxID string, afterID int64, p store.Page) ([]*sandbox.Event, string, error) {
+	q := pageQuery{base: `SELECT ` + eventCols + ` FROM events`}
+	q.and("sandbox_id = ? AND id > ?", sandboxID, afterID)
+	if t, ok := o.Tenant(); ok {
+		q.and("sandbox_id IN (SELECT id FROM sandboxes WHERE id = ? AND tenant = ?)", sandboxID, t)
 	}
-	defer rows.Close()
-	var out []*sandbox.Event
-	for rows.Next() {
-		var (
-			ev              sandbox.Event
-			at              int64
-			from, to, cause string
-		)
-		if err := rows.Scan(&ev.ID, &ev.SandboxID, &at, &ev.Type, &from, &to, &ev.Actor, &cause,
-			&ev.Reason, &ev.Outcome, &ev.Message); err != nil {
-			return nil, fmt.Errorf("list events of sandbox %s: %w", sandboxID, err)
-		}
-		ev.Time = fromMicros(at)
-		ev.From, ev.To, ev.Cause = sandbox.State(from), sandbox.State(to), sandbox.Cause(cause)
-		out = append(out, &ev)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list events of sandbox %s: %w", sandboxID, err)
-	}
-	return out, nil
+	return listPage(ctx, s, q, byEventID, p, scanEvent, eventKey)
 }
 
 // ---- templates ----
@@ -418,24 +444,9 @@ func (s *sqlStore) GetTemplate(ctx context.Context, name string) (*store.Templat
 	return t, nil
 }
 
-func (s *sqlStore) ListTemplates(ctx context.Context) ([]*store.Template, error) {
-	rows, err := s.query(ctx, `SELECT `+templateCols+` FROM templates ORDER BY name`)
-	if err != nil {
-		return nil, fmt.Errorf("list templates: %w", err)
-	}
-	defer rows.Close()
-	var out []*store.Template
-	for rows.Next() {
-		t, err := scanTemplate(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list templates: %w", err)
-		}
-		out = append(out, t)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list templates: %w", err)
-	}
-	return out, nil
+func (s *sqlStore) ListTemplates(ctx context.Context, p store.Page) ([]*store.Template, string, error) {
+	return listPage(ctx, s, pageQuery{base: `SELECT ` + templateCols + ` FROM templates`}, byTemplateName, p, scanTemplate,
+		func(t *store.Template) (int64, string) { return 0, t.Name })
 }
 
 func (s *sqlStore) DeleteTemplate(ctx context.Context, name string) error {
@@ -506,29 +517,11 @@ func (s *sqlStore) GetAPIKeyByHash(ctx context.Context, hash []byte) (*store.API
 	return k, nil
 }
 
-func (s *sqlStore) ListAPIKeys(ctx context.Context, tenant string) ([]*store.APIKey, error) {
-	q, args := `SELECT `+apiKeyCols+` FROM api_keys`, []any{}
-	if tenant != "" {
-		q += ` WHERE tenant = ?`
-		args = append(args, tenant)
-	}
-	rows, err := s.query(ctx, q+` ORDER BY created_at, id`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list api keys: %w", err)
-	}
-	defer rows.Close()
-	var out []*store.APIKey
-	for rows.Next() {
-		k, err := scanAPIKey(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list api keys: %w", err)
-		}
-		out = append(out, k)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list api keys: %w", err)
-	}
-	return out, nil
+func (s *sqlStore) ListAPIKeys(ctx context.Context, o store.Owner, p store.Page) ([]*store.APIKey, string, error) {
+	q := pageQuery{base: `SELECT ` + apiKeyCols + ` FROM api_keys`}
+	q.owner(o, "tenant")
+	return listPage(ctx, s, q, byAPIKeyCreated, p, scanAPIKey,
+		func(k *store.APIKey) (int64, string) { return micros(k.CreatedAt), k.ID })
 }
 
 // RevokeAPIKey is idempotent: revoking a revoked key keeps the first time.

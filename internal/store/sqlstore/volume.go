@@ -42,8 +42,11 @@ func (s *sqlStore) CreateVolume(ctx context.Context, v *store.Volume) error {
 	return nil
 }
 
-func (s *sqlStore) GetVolume(ctx context.Context, id string) (*store.Volume, error) {
+func (s *sqlStore) GetVolume(ctx context.Context, o store.Owner, id string) (*store.Volume, error) {
 	v, err := scanVolume(s.queryRow(ctx, `SELECT `+volumeCols+` FROM volumes WHERE id = ?`, id))
+	if err == nil && !o.Sees(v.Tenant) {
+		err = sql.ErrNoRows
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("volume %s not found", id)
 	}
@@ -53,39 +56,31 @@ func (s *sqlStore) GetVolume(ctx context.Context, id string) (*store.Volume, err
 	return v, nil
 }
 
-func (s *sqlStore) GetVolumeByName(ctx context.Context, tenant, name string) (*store.Volume, error) {
-	v, err := scanVolume(s.queryRow(ctx, `SELECT `+volumeCols+` FROM volumes WHERE tenant = ? AND name = ? AND state <> ?`,
-		tenant, name, store.VolumeDeleted))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, errdefs.NotFound("volume %q not found", name)
-	}
-	if err != nil {
+func (s *sqlStore) GetVolumeByName(ctx context.Context, o store.Owner, name string) (*store.Volume, error) {
+	q := pageQuery{base: `SELECT ` + volumeCols + ` FROM volumes`}
+	q.and("name = ? AND state <> ?", name, store.VolumeDeleted)
+	q.owner(o, "tenant")
+	vs, _, err := listPage(ctx, s, q, byVolumeCreated, store.Page{Limit: 2}, scanVolume, volumeKey)
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("get volume %q: %w", name, err)
+	case len(vs) == 0:
+		return nil, errdefs.NotFound("volume %q not found", name)
+	case len(vs) > 1:
+		return nil, errdefs.Conflict("volume name %q is live in more than one tenant", name)
 	}
-	return v, nil
+	return vs[0], nil
 }
 
-func (s *sqlStore) ListVolumes(ctx context.Context, tenant string, includeDeleted bool) ([]*store.Volume, error) {
-	q := `SELECT ` + volumeCols + ` FROM volumes WHERE (? = '' OR tenant = ?)`
-	args := []any{tenant, tenant}
-	if !includeDeleted {
-		q += ` AND state <> ?`
-		args = append(args, store.VolumeDeleted)
+func volumeKey(v *store.Volume) (int64, string) { return micros(v.CreatedAt), v.ID }
+
+func (s *sqlStore) ListVolumes(ctx context.Context, f store.VolumeFilter, p store.Page) ([]*store.Volume, string, error) {
+	q := pageQuery{base: `SELECT ` + volumeCols + ` FROM volumes`}
+	q.owner(f.Owner, "tenant")
+	if !f.IncludeDeleted {
+		q.and("state <> ?", store.VolumeDeleted)
 	}
-	rows, err := s.query(ctx, q+` ORDER BY created_at, id`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list volumes: %w", err)
-	}
-	defer rows.Close()
-	var out []*store.Volume
-	for rows.Next() {
-		v, err := scanVolume(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list volumes: %w", err)
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
+	return listPage(ctx, s, q, byVolumeCreated, p, scanVolume, volumeKey)
 }
 
 func (s *sqlStore) UpdateVolume(ctx context.Context, v *store.Volume) error {
@@ -105,7 +100,7 @@ func (s *sqlStore) UpdateVolume(ctx context.Context, v *store.Volume) error {
 		return fmt.Errorf("update volume %s: %w", v.ID, err)
 	}
 	if n == 0 {
-		if _, err := s.GetVolume(ctx, v.ID); err != nil {
+		if _, err := s.GetVolume(ctx, store.AnyOwner, v.ID); err != nil {
 			return err
 		}
 		return errdefs.Conflict("volume %s was modified concurrently; reload it and retry", v.Name)

@@ -26,7 +26,7 @@ func testFlows(t *testing.T, s store.Store) {
 	if err := s.AppendFlows(ctx, batch[4:], 5); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.ListFlows(ctx, "fl", 0, 0)
+	got, err := s.ListFlows(ctx, store.AnyOwner, "fl", 0, 0)
 	if err != nil || len(got) != 5 {
 		t.Fatalf("kept %d flows (want the newest 5): %v", len(got), err)
 	}
@@ -36,14 +36,14 @@ func testFlows(t *testing.T, s store.Store) {
 	if got[1].Name != "pypi.org" || got[1].Decision != "allow" {
 		t.Fatalf("flow fields: %+v", got[1])
 	}
-	after, _ := s.ListFlows(ctx, "fl", got[2].ID, 0)
+	after, _ := s.ListFlows(ctx, store.AnyOwner, "fl", got[2].ID, 0)
 	if len(after) != 2 {
 		t.Fatalf("after: %d", len(after))
 	}
 	if err := s.PurgeSandbox(ctx, "fl"); err != nil {
 		t.Fatal(err)
 	}
-	if left, _ := s.ListFlows(ctx, "fl", 0, 0); len(left) != 0 {
+	if left, _ := s.ListFlows(ctx, store.AnyOwner, "fl", 0, 0); len(left) != 0 {
 		t.Fatalf("purge left %d flows", len(left))
 	}
 }

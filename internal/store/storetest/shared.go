@@ -48,9 +48,9 @@ func RunShared(t *testing.T, open func(t *testing.T) (a, b store.Store)) {
 func testSharedCAS(t *testing.T, a, b store.Store) {
 	ctx := t.Context()
 	must(t, a.CreateSandbox(ctx, newSandbox("shared", "t", "s", sandbox.StateCreating, at(0))))
-	fromA, err := a.GetSandbox(ctx, "shared")
+	fromA, err := a.GetSandbox(ctx, store.AnyOwner, "shared")
 	must(t, err)
-	fromB, err := b.GetSandbox(ctx, "shared")
+	fromB, err := b.GetSandbox(ctx, store.AnyOwner, "shared")
 	must(t, err)
 	checkSandbox(t, fromB, fromA)
 
@@ -62,7 +62,7 @@ func testSharedCAS(t *testing.T, a, b store.Store) {
 	if fromA.Generation != 1 {
 		t.Errorf("refused update changed Generation to %d", fromA.Generation)
 	}
-	got, err := a.GetSandbox(ctx, "shared")
+	got, err := a.GetSandbox(ctx, store.AnyOwner, "shared")
 	must(t, err)
 	checkSandbox(t, got, fromB)
 
@@ -71,7 +71,7 @@ func testSharedCAS(t *testing.T, a, b store.Store) {
 	must(t, a.UpdateSandbox(ctx, got))
 	fromB.Reason = "stale"
 	wantCategory(t, b.UpdateSandbox(ctx, fromB), errdefs.ErrConflict, "shared")
-	final, err := b.GetSandbox(ctx, "shared")
+	final, err := b.GetSandbox(ctx, store.AnyOwner, "shared")
 	must(t, err)
 	checkSandbox(t, final, got)
 	if final.Generation != 3 {
@@ -81,13 +81,13 @@ func testSharedCAS(t *testing.T, a, b store.Store) {
 	// Events and purges are visible across handles too.
 	ev := newEvent("shared", 1)
 	must(t, b.AppendEvent(ctx, ev))
-	evs, err := a.ListEvents(ctx, "shared", 0, 0)
+	evs, err := listEvents(ctx, a, "shared", 0, 0)
 	must(t, err)
 	if len(evs) != 1 || evs[0].ID != ev.ID {
 		t.Errorf("events through the other handle = %v, want [%d]", evs, ev.ID)
 	}
 	must(t, a.PurgeSandbox(ctx, "shared"))
-	_, err = b.GetSandbox(ctx, "shared")
+	_, err = b.GetSandbox(ctx, store.AnyOwner, "shared")
 	wantCategory(t, err, errdefs.ErrNotFound, "shared")
 }
 
@@ -137,7 +137,7 @@ func testSharedNameUnique(t *testing.T, a, b store.Store) {
 		t.Fatalf("%d creates won and %d conflicted, want 1 and %d", wins, conflicts, workers-1)
 	}
 	for _, s := range []store.Store{a, b} {
-		all, err := s.ListSandboxes(ctx, store.SandboxFilter{IncludeDeleted: true})
+		all, err := listSandboxes(ctx, s, store.SandboxFilter{Owner: store.AnyOwner, IncludeDeleted: true})
 		must(t, err)
 		if len(all) != 1 {
 			t.Errorf("%d records after the race, want 1: %v", len(all), ids(all))
@@ -205,7 +205,7 @@ func testSharedEventCursor(t *testing.T, a, b store.Store) {
 	}
 	var total int
 	for w := range writers {
-		evs, err := b.ListEvents(ctx, fmt.Sprintf("ev-%d", w), 0, 0)
+		evs, err := listEvents(ctx, b, fmt.Sprintf("ev-%d", w), 0, 0)
 		must(t, err)
 		total += len(evs)
 		for _, ev := range evs {

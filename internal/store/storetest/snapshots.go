@@ -24,23 +24,23 @@ func testSnapshots(t *testing.T, s store.Store) {
 	if err := s.CreateSnapshot(ctx, &dup); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("duplicate name: %v", err)
 	}
-	got, err := s.GetSnapshotByName(ctx, "t", "before")
+	got, err := s.GetSnapshotByName(ctx, store.OwnedBy("t"), "before")
 	if err != nil || got.ID != "sn1" || !got.Spec.PersistRoot || got.Layers[0] != "sha256:aa" ||
 		!got.ExpiresAt.Equal(stored(at(time.Hour))) {
 		t.Fatalf("by name: %+v %v", got, err)
 	}
 	dup.Name, dup.SandboxID, dup.CreatedAt = "after", "other", at(time.Second)
 	s.CreateSnapshot(ctx, &dup)
-	if l, _ := s.ListSnapshots(ctx, "sb"); len(l) != 1 {
+	if l, _, _ := s.ListSnapshots(ctx, store.SnapshotFilter{Owner: store.AnyOwner, SandboxID: "sb"}, store.Page{}); len(l) != 1 {
 		t.Fatalf("list by sandbox: %d", len(l))
 	}
-	if l, _ := s.ListSnapshots(ctx, ""); len(l) != 2 || l[0].ID != "sn1" {
+	if l, _, _ := s.ListSnapshots(ctx, store.SnapshotFilter{Owner: store.AnyOwner}, store.Page{}); len(l) != 2 || l[0].ID != "sn1" {
 		t.Fatalf("list all: %v", l)
 	}
 	if err := s.DeleteSnapshot(ctx, "sn1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.GetSnapshot(ctx, "sn1"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := s.GetSnapshot(ctx, store.AnyOwner, "sn1"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("after delete: %v", err)
 	}
 	if err := s.DeleteSnapshot(ctx, "sn1"); !errors.Is(err, errdefs.ErrNotFound) {

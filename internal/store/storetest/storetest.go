@@ -48,6 +48,11 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"IDSlotsConcurrent", testIDSlotsConcurrent},
 		{"IdempotencyKeys", testIdempotencyKeys},
 		{"IdempotencyConcurrent", testIdempotencyConcurrent},
+		{"AtomicEvents", testAtomicEvents},
+		{"Paging", testPaging},
+		{"PagingConcurrentInserts", testPagingConcurrentInserts},
+		{"Retention", testRetention},
+		{"OwnerIsolation", testOwnerIsolation},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)
@@ -165,14 +170,14 @@ func testSandboxCRUD(t *testing.T, s store.Store) {
 		t.Fatalf("Generation after create = %d, want 1", sb.Generation)
 	}
 
-	got, err := s.GetSandbox(ctx, "sb-1")
+	got, err := s.GetSandbox(ctx, store.AnyOwner, "sb-1")
 	must(t, err)
 	checkSandbox(t, got, sb)
 
-	got, err = s.GetSandboxByName(ctx, "t1", "alpha")
+	got, err = s.GetSandboxByName(ctx, store.OwnedBy("t1"), "alpha")
 	must(t, err)
 	checkSandbox(t, got, sb)
-	if _, err := s.GetSandboxByName(ctx, "t2", "alpha"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := s.GetSandboxByName(ctx, store.OwnedBy("t2"), "alpha"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("GetSandboxByName in another tenant: err = %v, want not found", err)
 	}
 
@@ -190,17 +195,17 @@ func testSandboxCRUD(t *testing.T, s store.Store) {
 	if upd.Generation != 2 {
 		t.Errorf("Generation after update = %d, want 2", upd.Generation)
 	}
-	got, err = s.GetSandbox(ctx, "sb-1")
+	got, err = s.GetSandbox(ctx, store.AnyOwner, "sb-1")
 	must(t, err)
 	checkSandbox(t, got, &upd)
 
 	// A tombstone is no longer found by name, but still by id.
-	if _, err := s.GetSandboxByName(ctx, "t1", "alpha"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := s.GetSandboxByName(ctx, store.OwnedBy("t1"), "alpha"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("GetSandboxByName of a tombstone: err = %v, want not found", err)
 	}
 
 	must(t, s.PurgeSandbox(ctx, "sb-1"))
-	_, err = s.GetSandbox(ctx, "sb-1")
+	_, err = s.GetSandbox(ctx, store.AnyOwner, "sb-1")
 	wantCategory(t, err, errdefs.ErrNotFound, "sb-1")
 }
 
@@ -208,7 +213,7 @@ func testSandboxZeroTimes(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	sb := &sandbox.Sandbox{ID: "z", Tenant: "t", State: sandbox.StateCreating}
 	must(t, s.CreateSandbox(ctx, sb))
-	got, err := s.GetSandbox(ctx, "z")
+	got, err := s.GetSandbox(ctx, store.AnyOwner, "z")
 	must(t, err)
 	for name, tm := range map[string]time.Time{
 		"CreatedAt": got.CreatedAt, "UpdatedAt": got.UpdatedAt,
@@ -226,7 +231,7 @@ func testSandboxDuplicateID(t *testing.T, s store.Store) {
 	must(t, s.CreateSandbox(ctx, newSandbox("dup", "t", "a", sandbox.StateRunning, at(0))))
 	err := s.CreateSandbox(ctx, newSandbox("dup", "t", "b", sandbox.StateRunning, at(1)))
 	wantCategory(t, err, errdefs.ErrConflict, "dup")
-	got, err := s.GetSandbox(ctx, "dup")
+	got, err := s.GetSandbox(ctx, store.AnyOwner, "dup")
 	must(t, err)
 	if got.Name != "a" {
 		t.Errorf("failed create overwrote the record: name %q", got.Name)
@@ -257,14 +262,14 @@ func testSandboxNameUnique(t *testing.T, s store.Store) {
 				return
 			}
 			wantCategory(t, err, tc.wantErr, `"web"`)
-			if _, err := s.GetSandbox(ctx, tc.sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
+			if _, err := s.GetSandbox(ctx, store.AnyOwner, tc.sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("conflicting create left a record: %v", err)
 			}
 		})
 	}
 
 	// Renaming into a taken live name conflicts too.
-	api, err := s.GetSandbox(ctx, "n4")
+	api, err := s.GetSandbox(ctx, store.AnyOwner, "n4")
 	must(t, err)
 	api.Name = "web"
 	wantCategory(t, s.UpdateSandbox(ctx, api), errdefs.ErrConflict, `"web"`)
@@ -276,7 +281,7 @@ func testSandboxNameUnique(t *testing.T, s store.Store) {
 	must(t, s.UpdateSandbox(ctx, first))
 	again := newSandbox("n8", "t1", "web", sandbox.StateCreating, at(time.Hour))
 	must(t, s.CreateSandbox(ctx, again))
-	got, err := s.GetSandboxByName(ctx, "t1", "web")
+	got, err := s.GetSandboxByName(ctx, store.OwnedBy("t1"), "web")
 	must(t, err)
 	if got.ID != "n8" {
 		t.Errorf("GetSandboxByName = %s, want the live n8", got.ID)
@@ -289,9 +294,9 @@ func testSandboxNameUnique(t *testing.T, s store.Store) {
 func testSandboxCAS(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	must(t, s.CreateSandbox(ctx, newSandbox("cas", "t", "c", sandbox.StateCreating, at(0))))
-	a, err := s.GetSandbox(ctx, "cas")
+	a, err := s.GetSandbox(ctx, store.AnyOwner, "cas")
 	must(t, err)
-	b, err := s.GetSandbox(ctx, "cas")
+	b, err := s.GetSandbox(ctx, store.AnyOwner, "cas")
 	must(t, err)
 
 	must(t, a.Transition(sandbox.StateRunning, sandbox.CauseReconciler, "started", at(time.Second)))
@@ -306,12 +311,12 @@ func testSandboxCAS(t *testing.T, s store.Store) {
 	if b.Generation != 1 {
 		t.Errorf("failed update changed Generation to %d", b.Generation)
 	}
-	got, err := s.GetSandbox(ctx, "cas")
+	got, err := s.GetSandbox(ctx, store.AnyOwner, "cas")
 	must(t, err)
 	checkSandbox(t, got, a)
 
 	// Reloading and retrying works.
-	b, err = s.GetSandbox(ctx, "cas")
+	b, err = s.GetSandbox(ctx, store.AnyOwner, "cas")
 	must(t, err)
 	must(t, b.Transition(sandbox.StatePaused, sandbox.CauseUser, "", at(3*time.Second)))
 	must(t, s.UpdateSandbox(ctx, b))
@@ -333,33 +338,36 @@ func testSandboxFilters(t *testing.T, s store.Store) {
 	} {
 		must(t, s.CreateSandbox(ctx, sb))
 	}
+	anyone := store.AnyOwner
 	for _, tc := range []struct {
-		name string
-		f    store.SandboxFilter
-		want []string
+		name  string
+		f     store.SandboxFilter
+		limit int
+		want  []string
 	}{
-		{"default", store.SandboxFilter{}, []string{"a", "b", "c", "e", "f"}},
-		{"include deleted", store.SandboxFilter{IncludeDeleted: true}, []string{"a", "b", "c", "d", "e", "f"}},
-		{"tenant", store.SandboxFilter{Tenant: "t1"}, []string{"a", "c", "f"}},
-		{"tenant with deleted", store.SandboxFilter{Tenant: "t1", IncludeDeleted: true}, []string{"a", "c", "d", "f"}},
-		{"unknown tenant", store.SandboxFilter{Tenant: "nobody"}, []string{}},
-		{"states", store.SandboxFilter{States: []sandbox.State{sandbox.StateRunning, sandbox.StatePaused}}, []string{"a", "c", "e"}},
-		{"states and tenant", store.SandboxFilter{Tenant: "t2", States: []sandbox.State{sandbox.StateStopped}}, []string{"b"}},
-		{"deleted state without include", store.SandboxFilter{States: []sandbox.State{sandbox.StateDeleted}}, []string{}},
-		{"deleted state with include", store.SandboxFilter{States: []sandbox.State{sandbox.StateDeleted}, IncludeDeleted: true}, []string{"d"}},
-		{"limit", store.SandboxFilter{Limit: 2}, []string{"a", "b"}},
-		{"limit with deleted", store.SandboxFilter{Limit: 4, IncludeDeleted: true}, []string{"a", "b", "c", "d"}},
-		{"limit past end", store.SandboxFilter{Limit: 100, Tenant: "t2"}, []string{"b", "e"}},
+		{"default", store.SandboxFilter{Owner: anyone}, 0, []string{"a", "b", "c", "e", "f"}},
+		{"default tenant", store.SandboxFilter{}, 0, []string{}},
+		{"include deleted", store.SandboxFilter{Owner: anyone, IncludeDeleted: true}, 0, []string{"a", "b", "c", "d", "e", "f"}},
+		{"tenant", store.SandboxFilter{Owner: store.OwnedBy("t1")}, 0, []string{"a", "c", "f"}},
+		{"tenant with deleted", store.SandboxFilter{Owner: store.OwnedBy("t1"), IncludeDeleted: true}, 0, []string{"a", "c", "d", "f"}},
+		{"unknown tenant", store.SandboxFilter{Owner: store.OwnedBy("nobody")}, 0, []string{}},
+		{"states", store.SandboxFilter{Owner: anyone, States: []sandbox.State{sandbox.StateRunning, sandbox.StatePaused}}, 0, []string{"a", "c", "e"}},
+		{"states and tenant", store.SandboxFilter{Owner: store.OwnedBy("t2"), States: []sandbox.State{sandbox.StateStopped}}, 0, []string{"b"}},
+		{"deleted state without include", store.SandboxFilter{Owner: anyone, States: []sandbox.State{sandbox.StateDeleted}}, 0, []string{}},
+		{"deleted state with include", store.SandboxFilter{Owner: anyone, States: []sandbox.State{sandbox.StateDeleted}, IncludeDeleted: true}, 0, []string{"d"}},
+		{"limit", store.SandboxFilter{Owner: anyone}, 2, []string{"a", "b"}},
+		{"limit with deleted", store.SandboxFilter{Owner: anyone, IncludeDeleted: true}, 4, []string{"a", "b", "c", "d"}},
+		{"limit past end", store.SandboxFilter{Owner: store.OwnedBy("t2")}, 100, []string{"b", "e"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := s.ListSandboxes(ctx, tc.f)
+			got, _, err := s.ListSandboxes(ctx, tc.f, store.Page{Limit: tc.limit})
 			must(t, err)
 			if g := ids(got); !reflect.DeepEqual(g, tc.want) {
 				t.Errorf("ids = %v, want %v", g, tc.want)
 			}
 		})
 	}
-	got, err := s.ListSandboxes(ctx, store.SandboxFilter{Tenant: "t1", States: []sandbox.State{sandbox.StateFailed}})
+	got, err := listSandboxes(ctx, s, store.SandboxFilter{Owner: store.OwnedBy("t1"), States: []sandbox.State{sandbox.StateFailed}})
 	must(t, err)
 	if len(got) != 1 {
 		t.Fatalf("got %d sandboxes, want 1", len(got))
@@ -411,7 +419,7 @@ func testEvents(t *testing.T, s store.Store) {
 	must(t, s.AppendEvent(ctx, zero))
 	want = append(want, zero)
 
-	all, err := s.ListEvents(ctx, "e1", 0, 0)
+	all, err := listEvents(ctx, s, "e1", 0, 0)
 	must(t, err)
 	if !reflect.DeepEqual(all, want) {
 		t.Fatalf("ListEvents:\n got %v\nwant %v", all, want)
@@ -431,7 +439,7 @@ func testEvents(t *testing.T, s store.Store) {
 		{"after an id of another sandbox", want[2].ID + 1, 1, want[3:4]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := s.ListEvents(ctx, "e1", tc.afterID, tc.limit)
+			got, err := listEvents(ctx, s, "e1", tc.afterID, tc.limit)
 			must(t, err)
 			if len(got) != len(tc.want) || (len(got) > 0 && !reflect.DeepEqual(got, tc.want)) {
 				t.Errorf("got %v\nwant %v", got, tc.want)
@@ -439,7 +447,7 @@ func testEvents(t *testing.T, s store.Store) {
 		})
 	}
 
-	none, err := s.ListEvents(ctx, "no-such-sandbox", 0, 0)
+	none, err := listEvents(ctx, s, "no-such-sandbox", 0, 0)
 	must(t, err)
 	if len(none) != 0 {
 		t.Errorf("events of an unknown sandbox: %v", none)
@@ -455,19 +463,19 @@ func testPurgeRemovesEvents(t *testing.T, s store.Store) {
 		}
 	}
 	must(t, s.PurgeSandbox(ctx, "p1"))
-	evs, err := s.ListEvents(ctx, "p1", 0, 0)
+	evs, err := listEvents(ctx, s, "p1", 0, 0)
 	must(t, err)
 	if len(evs) != 0 {
 		t.Errorf("purge left %d events", len(evs))
 	}
-	evs, err = s.ListEvents(ctx, "p2", 0, 0)
+	evs, err = listEvents(ctx, s, "p2", 0, 0)
 	must(t, err)
 	if len(evs) != 3 {
 		t.Errorf("purge of p1 touched p2: %d events left, want 3", len(evs))
 	}
 	// The id is free again and starts with no history.
 	must(t, s.CreateSandbox(ctx, newSandbox("p1", "t", "", sandbox.StateCreating, at(time.Hour))))
-	evs, err = s.ListEvents(ctx, "p1", 0, 0)
+	evs, err = listEvents(ctx, s, "p1", 0, 0)
 	must(t, err)
 	if len(evs) != 0 {
 		t.Errorf("recreated sandbox inherited %d events", len(evs))
@@ -524,7 +532,7 @@ func testTemplates(t *testing.T, s store.Store) {
 		t.Errorf("after replace:\n got %+v\nwant %+v", got, &want)
 	}
 
-	list, err := s.ListTemplates(ctx)
+	list, _, err := s.ListTemplates(ctx, store.Page{})
 	must(t, err)
 	var names []string
 	for _, tpl := range list {
@@ -575,19 +583,20 @@ func testAPIKeys(t *testing.T, s store.Store) {
 	}
 
 	for _, tc := range []struct {
-		tenant string
-		want   []*store.APIKey
+		owner store.Owner
+		want  []*store.APIKey
 	}{
-		{"t1", []*store.APIKey{wantKey(k1), wantKey(k2)}},
-		{"t2", []*store.APIKey{wantKey(k3)}},
-		{"", []*store.APIKey{wantKey(k1), wantKey(k2), wantKey(k3)}},
-		{"none", nil},
+		{store.OwnedBy("t1"), []*store.APIKey{wantKey(k1), wantKey(k2)}},
+		{store.OwnedBy("t2"), []*store.APIKey{wantKey(k3)}},
+		{store.AnyOwner, []*store.APIKey{wantKey(k1), wantKey(k2), wantKey(k3)}},
+		{store.OwnedBy("none"), nil},
+		{store.Owner{}, nil},
 	} {
-		t.Run("list "+tc.tenant, func(t *testing.T) {
-			got, err := s.ListAPIKeys(ctx, tc.tenant)
+		t.Run("list "+tc.owner.String(), func(t *testing.T) {
+			got, _, err := s.ListAPIKeys(ctx, tc.owner, store.Page{})
 			must(t, err)
 			if len(got) != len(tc.want) || (len(got) > 0 && !reflect.DeepEqual(got, tc.want)) {
-				t.Errorf("ListAPIKeys(%q):\n got %+v\nwant %+v", tc.tenant, got, tc.want)
+				t.Errorf("ListAPIKeys(%v):\n got %+v\nwant %+v", tc.owner, got, tc.want)
 			}
 		})
 	}
@@ -625,7 +634,7 @@ func raceUpdates(t *testing.T, handles []store.Store) {
 	for round := range rounds {
 		copies := make([]*sandbox.Sandbox, workers)
 		for i := range copies {
-			sb, err := handles[i%len(handles)].GetSandbox(ctx, "race")
+			sb, err := handles[i%len(handles)].GetSandbox(ctx, store.AnyOwner, "race")
 			must(t, err)
 			copies[i] = sb
 		}
@@ -663,7 +672,7 @@ func raceUpdates(t *testing.T, handles []store.Store) {
 			t.Fatalf("round %d: %d wins (%v) and %d conflicts, want 1 and %d", round, len(wins), wins, conflicts, workers-1)
 		}
 		for h, s := range handles {
-			got, err := s.GetSandbox(ctx, "race")
+			got, err := s.GetSandbox(ctx, store.AnyOwner, "race")
 			must(t, err)
 			if want := int64(round + 2); got.Generation != want {
 				t.Fatalf("round %d: handle %d reads generation %d, want %d", round, h, got.Generation, want)
@@ -698,10 +707,10 @@ func testConcurrentWriters(t *testing.T, s store.Store) {
 					if err := s.UpdateSandbox(ctx, sb); err != nil {
 						return err
 					}
-					if _, err := s.ListSandboxes(ctx, store.SandboxFilter{Tenant: sb.Tenant, Limit: 5}); err != nil {
+					if _, _, err := s.ListSandboxes(ctx, store.SandboxFilter{Owner: store.OwnedBy(sb.Tenant)}, store.Page{Limit: 5}); err != nil {
 						return err
 					}
-					if _, err := s.ListEvents(ctx, id, 0, 0); err != nil {
+					if _, err := listEvents(ctx, s, id, 0, 0); err != nil {
 						return err
 					}
 				}
@@ -716,7 +725,7 @@ func testConcurrentWriters(t *testing.T, s store.Store) {
 			t.Error(err)
 		}
 	}
-	all, err := s.ListSandboxes(ctx, store.SandboxFilter{States: []sandbox.State{sandbox.StateRunning}})
+	all, err := listSandboxes(ctx, s, store.SandboxFilter{Owner: store.AnyOwner, States: []sandbox.State{sandbox.StateRunning}})
 	must(t, err)
 	if len(all) != workers*each {
 		t.Errorf("%d running sandboxes, want %d", len(all), workers*each)
@@ -731,8 +740,11 @@ func testNotFound(t *testing.T, s store.Store) {
 		name string
 		call func(context.Context) error
 	}{
-		{"GetSandbox", func(ctx context.Context) error { _, err := s.GetSandbox(ctx, "ghost"); return err }},
-		{"GetSandboxByName", func(ctx context.Context) error { _, err := s.GetSandboxByName(ctx, "t", "ghost"); return err }},
+		{"GetSandbox", func(ctx context.Context) error { _, err := s.GetSandbox(ctx, store.AnyOwner, "ghost"); return err }},
+		{"GetSandboxByName", func(ctx context.Context) error {
+			_, err := s.GetSandboxByName(ctx, store.OwnedBy("t"), "ghost")
+			return err
+		}},
 		{"UpdateSandbox", func(ctx context.Context) error { return s.UpdateSandbox(ctx, ghost) }},
 		{"PurgeSandbox", func(ctx context.Context) error { return s.PurgeSandbox(ctx, "ghost") }},
 		{"AppendEvent", func(ctx context.Context) error { return s.AppendEvent(ctx, newEvent("ghost", 0)) }},
@@ -752,4 +764,20 @@ func testNotFound(t *testing.T, s store.Store) {
 	if ghost.Generation != 1 {
 		t.Errorf("failed update changed Generation to %d", ghost.Generation)
 	}
+}
+
+// listSandboxes returns every sandbox f selects.
+func listSandboxes(ctx context.Context, s store.Store, f store.SandboxFilter) ([]*sandbox.Sandbox, error) {
+	sbs, next, err := s.ListSandboxes(ctx, f, store.Page{})
+	if err == nil && next != "" {
+		err = fmt.Errorf("ListSandboxes without a limit returned a next cursor %q", next)
+	}
+	return sbs, err
+}
+
+// listEvents returns a sandbox's events after afterID, at most limit (0: all),
+// of any owner.
+func listEvents(ctx context.Context, s store.Store, id string, afterID int64, limit int) ([]*sandbox.Event, error) {
+	evs, _, err := s.ListEvents(ctx, store.AnyOwner, id, afterID, store.Page{Limit: limit})
+	return evs, err
 }

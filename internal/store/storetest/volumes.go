@@ -21,7 +21,7 @@ func testVolumes(t *testing.T, s store.Store) {
 	if v.Generation != 1 {
 		t.Fatalf("generation %d", v.Generation)
 	}
-	got, err := s.GetVolume(ctx, "v1")
+	got, err := s.GetVolume(ctx, store.AnyOwner, "v1")
 	if err != nil || got.Name != "data" || got.SizeBytes != 1<<30 || !got.Keep || !got.CreatedAt.Equal(stored(at(0))) {
 		t.Fatalf("get: %+v %v", got, err)
 	}
@@ -46,7 +46,7 @@ func testVolumes(t *testing.T, s store.Store) {
 	if err := s.UpdateVolume(ctx, &stale); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("stale attach: %v", err)
 	}
-	byName, err := s.GetVolumeByName(ctx, "t", "data")
+	byName, err := s.GetVolumeByName(ctx, store.OwnedBy("t"), "data")
 	if err != nil || byName.SandboxID != "sb1" {
 		t.Fatalf("by name: %+v %v", byName, err)
 	}
@@ -55,14 +55,14 @@ func testVolumes(t *testing.T, s store.Store) {
 	if err := s.UpdateVolume(ctx, byName); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.GetVolumeByName(ctx, "t", "data"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := s.GetVolumeByName(ctx, store.OwnedBy("t"), "data"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("deleted volume still found by name: %v", err)
 	}
 	if err := s.CreateVolume(ctx, &dup); err != nil {
 		t.Fatalf("name reuse after delete: %v", err)
 	}
-	live, _ := s.ListVolumes(ctx, "t", false)
-	all, _ := s.ListVolumes(ctx, "", true)
+	live, _, _ := s.ListVolumes(ctx, store.VolumeFilter{Owner: store.OwnedBy("t")}, store.Page{})
+	all, _, _ := s.ListVolumes(ctx, store.VolumeFilter{Owner: store.AnyOwner, IncludeDeleted: true}, store.Page{})
 	if len(live) != 1 || live[0].ID != "v2" || len(all) != 3 {
 		t.Fatalf("list: live %d all %d", len(live), len(all))
 	}
@@ -84,14 +84,14 @@ func testSandboxLifecycleTimes(t *testing.T, s store.Store) {
 	if err := s.CreateSandbox(ctx, other); err != nil {
 		t.Fatal(err)
 	}
-	if mine, err := s.ListSandboxes(ctx, store.SandboxFilter{Node: "node-a"}); err != nil || len(mine) != 1 || mine[0].ID != "lt" {
+	if mine, err := listSandboxes(ctx, s, store.SandboxFilter{Owner: store.AnyOwner, Node: "node-a"}); err != nil || len(mine) != 1 || mine[0].ID != "lt" {
 		t.Fatalf("node filter: %v %v", mine, err)
 	}
 	sb.State, sb.PausedAt, sb.StoppedAt, sb.PrevState = sandbox.StateQuarantined, at(4*time.Second), at(5*time.Second), sandbox.StatePaused
 	if err := s.UpdateSandbox(ctx, sb); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.GetSandbox(ctx, "lt")
+	got, err := s.GetSandbox(ctx, store.AnyOwner, "lt")
 	if err != nil {
 		t.Fatal(err)
 	}
