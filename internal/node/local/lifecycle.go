@@ -220,6 +220,9 @@ func (b *Backend) waitReady(ctx context.Context, id string) error {
 		if err == nil {
 			return nil
 		}
+		if cerr := ctx.Err(); cerr != nil {
+			return fmt.Errorf("waiting for the agent: %w (last ping: %v)", cerr, err)
+		}
 		if time.Now().After(deadline) {
 			log := strings.TrimSpace(b.initLogTail(id, 1024, 0))
 			return fmt.Errorf("agent did not become ready within %s: %w (init log: %q)", b.cfg.ReadyTimeout, err, log)
