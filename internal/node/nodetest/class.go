@@ -96,6 +96,22 @@ func (c *classRun) testProvision(t *testing.T) {
 		t.Errorf("Isolation.Runtime = %q, want %q", iso.Runtime, c.class)
 	}
 	_ = c.b.InitLog(c.e, 1024, 0) // what the agent printed: anything, but it must not block
+	// A restart's recovery and the reconciler's tick leave a healthy
+	// sandbox alone and report nothing about it.
+	if err := c.b.Recover(t.Context(), []*sandbox.Sandbox{c.e}); err != nil {
+		t.Errorf("Recover: %v", err)
+	}
+	c.b.Tick(t.Context(), []*sandbox.Sandbox{c.e})
+	if _, err := c.b.Agent(c.e).Ping(t.Context()); err != nil {
+		t.Errorf("ping after Recover and Tick: %v", err)
+	}
+	c.mu.Lock()
+	for _, ev := range c.events {
+		if ev.SandboxID == c.e.ID {
+			t.Errorf("an event about a healthy sandbox: %+v", ev)
+		}
+	}
+	c.mu.Unlock()
 }
 
 // testProvisionAgain: Provision of a sandbox that is already made (a
