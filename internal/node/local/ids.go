@@ -31,7 +31,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/failpoint"
@@ -61,7 +60,6 @@ type idState struct {
 	mountNS    map[uint32]*os.File // by range base: stored → base, for idmapped mounts (stateless, reused)
 	ready      map[uint32]*os.File // by range base: fresh sandbox namespaces owned by base, used once
 	kick       chan struct{}
-	swept      atomic.Bool // the startup sweep of leaked slots has run
 }
 
 // probeIDs finds out, once, which host-id mode this host supports.

@@ -220,6 +220,9 @@ func (b *Backend) waitReady(ctx context.Context, id string) error {
 		if err == nil {
 			return nil
 		}
+		if cerr := ctx.Err(); cerr != nil {
+			return fmt.Errorf("waiting for the agent: %w (last ping: %v)", cerr, err)
+		}
 		if time.Now().After(deadline) {
 			log := strings.TrimSpace(b.initLogTail(id, 1024, 0))
 			return fmt.Errorf("agent did not become ready within %s: %w (init log: %q)", b.cfg.ReadyTimeout, err, log)
@@ -385,8 +388,16 @@ func (b *Backend) initPid(id string) (int, error) {
 }
 
 // SetHostname changes a running sandbox's host name inside its UTS
-// namespace (the sandbox itself lacks the privilege to).
+// namespace (the sandbox itself lacks the privilege to). Only classes
+// whose sandboxes are host namespaces can (those with warm pools): a
+// gVisor or microVM guest keeps its own hostname where the host's
+// nsenter does not reach, and entering the host-side process's namespace
+// would change nothing the sandbox sees.
 func (b *Backend) SetHostname(ctx context.Context, sb *sandbox.Sandbox, name string) error {
+	if !b.caps(sb).Pool {
+		return errdefs.Conflict("runtime class %s cannot change a running sandbox's hostname "+
+			"(its guest's namespaces are not the host's)", b.rtFor(sb).Name())
+	}
 	pid, err := b.initPid(sb.ID)
 	if err != nil {
 		return err
