@@ -126,7 +126,9 @@ func (p *Pool) Close(inUse bool) error {
 	for i := 0; ; i++ {
 		err := unix.Unmount(p.root, 0)
 		switch {
-		case err == nil, errors.Is(err, unix.EINVAL):
+		case err == nil:
+			return waitDetached(p.image, 3*time.Second)
+		case errors.Is(err, unix.EINVAL):
 			return nil
 		case errors.Is(err, unix.EBUSY) && i < 20:
 			time.Sleep(time.Duration(i+1) * 5 * time.Millisecond)
@@ -328,4 +330,23 @@ func (m *Manager) CreateFrom(id, srcImage string) error {
 		return err
 	}
 	return os.Rename(tmp, m.image(id))
+}
+
+// waitDetached waits until no loop device is bound to image: the kernel
+// clears an autoclear device after the unmount returns, from a work queue,
+// and a daemon that reports its pool closed must not leave it to chance
+// (a next open would otherwise find the device still bound). It gives up
+// after limit with an error naming the device.
+func waitDetached(image string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		dev, bound := findLoop(image)
+		if !bound {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("storage pool unmounted, but %s still holds %s after %s", dev, image, limit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
