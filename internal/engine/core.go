@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -22,12 +21,12 @@ import (
 // Unset, those creates are made cold or refused.
 type Features struct {
 	// Claim hands out a warm-pool member for a create of tpl, or nil.
-	Claim func(ctx context.Context, tpl *store.Template, spec sandbox.Spec, req *api.CreateSandboxRequest, opt CreateOptions) (*sandbox.Sandbox, error)
+	Claim func(ctx context.Context, tpl *store.Template, spec sandbox.Spec, req *CreateRequest, opt CreateOptions) (*sandbox.Sandbox, error)
 	// Wake restores a hibernated sandbox whose lock the caller holds (a
 	// start of a hibernated sandbox is a wake).
 	Wake func(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error
 	// FromSnapshot makes a sandbox from req.Snapshot.
-	FromSnapshot func(ctx context.Context, req *api.CreateSandboxRequest, opt CreateOptions) (*sandbox.Sandbox, error)
+	FromSnapshot func(ctx context.Context, req *CreateRequest, opt CreateOptions) (*sandbox.Sandbox, error)
 }
 
 // SetFeatures installs the feature hooks; call it before Recover.

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/agent"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -20,7 +19,7 @@ import (
 type ExecIO struct {
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
-	Resize         <-chan api.Resize
+	Resize         <-chan Resize
 }
 
 // Limits on an exec request.
@@ -32,16 +31,16 @@ const (
 
 // Exec runs a command in a running sandbox, streaming its output, and
 // returns how it ended. Cancelling ctx kills the command.
-func (m *Engine) Exec(ctx context.Context, ref string, req *api.ExecRequest, eio ExecIO, actor string) (api.ExecExit, error) {
+func (m *Engine) Exec(ctx context.Context, ref string, req *ExecRequest, eio ExecIO, actor string) (Exit, error) {
 	sb, err := m.local(ctx, ref)
 	if err != nil {
-		return api.ExecExit{}, err
+		return Exit{}, err
 	}
 	return m.execIn(ctx, sb, req, eio, actor)
 }
 
 // ValidateExec checks an exec request before it reaches the agent.
-func ValidateExec(req *api.ExecRequest) error {
+func ValidateExec(req *ExecRequest) error {
 	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
 		return errdefs.Invalid("cmd is required")
 	}
@@ -69,7 +68,7 @@ func ValidateExec(req *api.ExecRequest) error {
 	if req.Workdir != "" && !strings.HasPrefix(req.Workdir, "/") {
 		return errdefs.Invalid("workdir must be an absolute path")
 	}
-	if req.TimeoutSeconds < 0 || req.TimeoutSeconds > sandbox.MaxTimeout.Seconds() {
+	if req.Timeout < 0 || req.Timeout > sandbox.MaxTimeout {
 		return errdefs.Invalid("timeout_seconds out of range")
 	}
 	if len(req.Stdin) > maxExecStdin {
@@ -78,13 +77,13 @@ func ValidateExec(req *api.ExecRequest) error {
 	return nil
 }
 
-func (m *Engine) execIn(ctx context.Context, sb *sandbox.Sandbox, req *api.ExecRequest, eio ExecIO, actor string) (api.ExecExit, error) {
+func (m *Engine) execIn(ctx context.Context, sb *sandbox.Sandbox, req *ExecRequest, eio ExecIO, actor string) (Exit, error) {
 	if err := ValidateExec(req); err != nil {
-		return api.ExecExit{}, err
+		return Exit{}, err
 	}
 	sb, err := m.readyForUse(ctx, sb, "exec", actor)
 	if err != nil {
-		return api.ExecExit{}, err
+		return Exit{}, err
 	}
 	m.touch(sb.ID)
 	defer m.touch(sb.ID)
@@ -102,7 +101,7 @@ func (m *Engine) execIn(ctx context.Context, sb *sandbox.Sandbox, req *api.ExecR
 		TTY:     req.TTY,
 		Rows:    req.Rows,
 		Cols:    req.Cols,
-		Timeout: time.Duration(req.TimeoutSeconds * float64(time.Second)),
+		Timeout: req.Timeout,
 	}
 	if areq.Dir == "" {
 		areq.Dir = sb.Spec.Workdir
@@ -134,13 +133,13 @@ func (m *Engine) execIn(ctx context.Context, sb *sandbox.Sandbox, req *api.ExecR
 	aexit, err := m.node.Agent(sb).Exec(ctx, areq, agent.ExecIO{
 		Stdin: stdin, Stdout: orDiscard(eio.Stdout), Stderr: orDiscard(eio.Stderr), Resize: agentResizes(ctx, eio.Resize),
 	})
-	exit := apiExit(aexit)
+	exit := exitOf(aexit)
 	if err != nil && overdue.Load() {
 		m.agentOverdue(sb, "an exec")
 		m.eventAsync(&sandbox.Event{SandboxID: sb.ID, Type: "exec", Actor: actor, Cause: sandbox.CauseUser,
 			Outcome: "timeout", Message: fmt.Sprintf("%s timed out; the agent did not end it", req.Cmd[0])})
-		return api.ExecExit{Code: 128 + 9, Signal: "SIGKILL", TimedOut: true,
-			DurationMS: float64(time.Since(begin).Microseconds()) / 1000}, nil
+		return Exit{Code: 128 + 9, Signal: "SIGKILL", TimedOut: true,
+			Duration: time.Since(begin).Truncate(time.Microsecond)}, nil
 	}
 	if err != nil {
 		if cur, gerr := m.store.GetSandbox(context.WithoutCancel(ctx), owner(ctx), sb.ID); gerr == nil && cur.State != sandbox.StateRunning {

@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/agent"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/node"
@@ -65,31 +64,31 @@ func (f *Files) reader(ctx context.Context, path string) (*agent.Client, string,
 	return f.q.Client(ctx, path)
 }
 
-func (f *Files) Stat(ctx context.Context, path string) (api.FileInfo, error) {
+func (f *Files) Stat(ctx context.Context, path string) (FileInfo, error) {
 	c, p, err := f.reader(ctx, path)
 	if err != nil {
-		return api.FileInfo{}, err
+		return FileInfo{}, err
 	}
 	fi, err := c.Stat(ctx, p)
-	return apiFileInfo(fi), err
+	return fileInfoOf(fi), err
 }
 
-func (f *Files) List(ctx context.Context, path string) ([]api.FileInfo, error) {
+func (f *Files) List(ctx context.Context, path string) ([]FileInfo, error) {
 	c, p, err := f.reader(ctx, path)
 	if err != nil {
 		return nil, err
 	}
 	fis, err := c.List(ctx, p)
-	return apiFileInfos(fis), err
+	return fileInfosOf(fis), err
 }
 
-func (f *Files) ReadFile(ctx context.Context, path string, w io.Writer) (api.FileInfo, error) {
+func (f *Files) ReadFile(ctx context.Context, path string, w io.Writer) (FileInfo, error) {
 	c, p, err := f.reader(ctx, path)
 	if err != nil {
-		return api.FileInfo{}, err
+		return FileInfo{}, err
 	}
 	fi, err := c.ReadFile(ctx, p, w)
-	return apiFileInfo(fi), err
+	return fileInfoOf(fi), err
 }
 
 func (f *Files) ReadTar(ctx context.Context, path string, w io.Writer) error {
@@ -115,15 +114,15 @@ func (f *Files) writable() error {
 	return nil
 }
 
-func (f *Files) WriteFile(ctx context.Context, path string, mode os.FileMode, r io.Reader, actor string) (api.FileInfo, error) {
+func (f *Files) WriteFile(ctx context.Context, path string, mode os.FileMode, r io.Reader, actor string) (FileInfo, error) {
 	if err := f.writable(); err != nil {
-		return api.FileInfo{}, err
+		return FileInfo{}, err
 	}
 	fi, err := f.c.WriteFile(ctx, path, mode, r)
 	if err == nil {
 		f.record(ctx, "files.write", actor, path)
 	}
-	return apiFileInfo(fi), err
+	return fileInfoOf(fi), err
 }
 
 func (f *Files) WriteTar(ctx context.Context, dir string, r io.Reader, actor string) error {

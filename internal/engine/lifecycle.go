@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -34,7 +33,7 @@ type CreateOptions struct {
 
 // SpecFromRequest validates a create request against a template's defaults
 // and returns the sandbox spec.
-func SpecFromRequest(req *api.CreateSandboxRequest, tpl *store.Template) (sandbox.Spec, error) {
+func SpecFromRequest(req *CreateRequest, tpl *store.Template) (sandbox.Spec, error) {
 	sp := sandbox.Spec{
 		Template:   tpl.Name,
 		Persistent: req.Persistent,
@@ -63,11 +62,11 @@ func SpecFromRequest(req *api.CreateSandboxRequest, tpl *store.Template) (sandbo
 	if req.Resources.DiskBytes != 0 {
 		sp.Resources.DiskBytes = req.Resources.DiskBytes
 	}
-	if req.TimeoutSeconds < 0 {
+	if req.Timeout < 0 {
 		return sp, errdefs.Invalid("timeout must not be negative")
 	}
-	if req.TimeoutSeconds > 0 {
-		sp.Timeout = time.Duration(req.TimeoutSeconds * float64(time.Second))
+	if req.Timeout > 0 {
+		sp.Timeout = req.Timeout
 		if sp.Timeout < time.Millisecond {
 			return sp, errdefs.Invalid("timeout must be at least 1ms")
 		}
@@ -80,7 +79,7 @@ func SpecFromRequest(req *api.CreateSandboxRequest, tpl *store.Template) (sandbo
 	}
 	sp.PersistRoot = req.PersistRoot
 	sp.KeepVolume = req.KeepVolume
-	pol, err := policyFromAPI(req.Policy)
+	pol, err := CheckPolicy(req.Policy)
 	if err != nil {
 		return sp, err
 	}
@@ -97,7 +96,7 @@ func SpecFromRequest(req *api.CreateSandboxRequest, tpl *store.Template) (sandbo
 // Create makes and starts a sandbox. The record is written first (state
 // creating), then the host side effects; a failure undoes them and leaves
 // a failed tombstone.
-func (m *Engine) Create(ctx context.Context, req *api.CreateSandboxRequest, opt CreateOptions) (*sandbox.Sandbox, error) {
+func (m *Engine) Create(ctx context.Context, req *CreateRequest, opt CreateOptions) (*sandbox.Sandbox, error) {
 	if req.Name != "" && !sandbox.ValidName(req.Name) {
 		return nil, errdefs.Invalid("bad name %q: use 1-63 letters, digits, '.', '_' or '-'", req.Name)
 	}
@@ -382,22 +381,17 @@ func mergeMaps(a, b map[string]string) map[string]string {
 	return out
 }
 
-// Seconds converts an API duration in seconds (field name for errors).
-func Seconds(name string, v float64) (time.Duration, error) { return seconds(name, v) }
-
-// PolicyFromAPI converts an API policy, rejecting nonsense.
-func PolicyFromAPI(p api.Policy) (sandbox.Policy, error) { return policyFromAPI(p) }
-
-// seconds converts an API duration in seconds, rejecting nonsense.
-func seconds(name string, v float64) (time.Duration, error) {
-	if v < 0 || v > sandbox.MaxTimeout.Seconds() {
-		return 0, errdefs.Invalid("%s must be between 0 and %s", name, sandbox.MaxTimeout)
+// CheckDuration refuses a duration that is negative, past
+// sandbox.MaxTimeout or positive but under a millisecond (name, the API's
+// field, for errors).
+func CheckDuration(name string, d time.Duration) error {
+	if d < 0 || d > sandbox.MaxTimeout {
+		return errdefs.Invalid("%s must be between 0 and %s", name, sandbox.MaxTimeout)
 	}
-	d := time.Duration(v * float64(time.Second))
-	if v > 0 && d < time.Millisecond {
-		return 0, errdefs.Invalid("%s must be at least 1ms", name)
+	if d > 0 && d < time.Millisecond {
+		return errdefs.Invalid("%s must be at least 1ms", name)
 	}
-	return d, nil
+	return nil
 }
 
 // mergePolicy fills the fields p leaves unset from def.
@@ -426,21 +420,16 @@ func mergePolicy(p, def sandbox.Policy) sandbox.Policy {
 	return p
 }
 
-func policyFromAPI(p api.Policy) (sandbox.Policy, error) {
-	var out sandbox.Policy
-	var err error
-	if out.IdleTimeout, err = seconds("idle_timeout_seconds", p.IdleTimeoutSeconds); err != nil {
-		return out, err
+// CheckPolicy refuses a policy's nonsense durations (its actions are the
+// spec's to check) and returns it.
+func CheckPolicy(p sandbox.Policy) (sandbox.Policy, error) {
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"idle_timeout_seconds", p.IdleTimeout}, {"max_age_seconds", p.MaxAge}, {"retention_seconds", p.Retention}} {
+		if err := CheckDuration(f.name, f.d); err != nil {
+			return sandbox.Policy{}, err
+		}
 	}
-	if out.MaxAge, err = seconds("max_age_seconds", p.MaxAgeSeconds); err != nil {
-		return out, err
-	}
-	if out.Retention, err = seconds("retention_seconds", p.RetentionSeconds); err != nil {
-		return out, err
-	}
-	out.OnIdle = sandbox.Action(p.OnIdle)
-	out.OnMaxAge = sandbox.Action(p.OnMaxAge)
-	out.AutoResume = p.AutoResume
-	out.IdleCPUThreshold = p.IdleCPUThreshold
-	return out, nil
+	return p, nil
 }

@@ -19,7 +19,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/identity"
 	"github.com/berth-sh/berth/internal/image"
@@ -149,13 +148,6 @@ func New(cfg Config, st store.Store, images *image.Store, backend node.Backend) 
 
 // Backend returns the node backend.
 func (m *Engine) Backend() node.Backend { return m.node }
-
-// Isolation describes sb's boundary (its runtime class's and its ids).
-func (m *Engine) Isolation(sb *sandbox.Sandbox) api.Isolation { return m.node.Isolation(sb) }
-
-// DiskUsage reports the cap and usage of sb's writable root layer; nil
-// when the layer is on the workspace volume or sb is gone.
-func (m *Engine) DiskUsage(sb *sandbox.Sandbox) *api.Disk { return m.node.DiskUsage(sb) }
 
 // AgentRefusals counts refused agent connections (the backend's).
 func (m *Engine) AgentRefusals() uint64 { return m.node.AgentRefusals() }

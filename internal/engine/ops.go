@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/cleanup"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/failpoint"
@@ -344,7 +343,7 @@ func (m *Engine) readyForUse(ctx context.Context, sb *sandbox.Sandbox, what, act
 // Diff lists the files of sb that differ from its template: the writable
 // root layer against the template's layers, plus everything in its
 // workspace volume.
-func (m *Engine) Diff(ctx context.Context, ref string) ([]api.DiffEntry, error) {
+func (m *Engine) Diff(ctx context.Context, ref string) ([]DiffEntry, error) {
 	sb, err := m.local(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -365,5 +364,5 @@ func (m *Engine) Diff(ctx context.Context, ref string) ([]api.DiffEntry, error) 
 		}
 		sb.Spec.Layers = tpl.Layers
 	}
-	return m.node.Diff(ctx, sb)
+	return m.nodeDiff(ctx, sb)
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -37,7 +36,7 @@ func (m *Engine) dropVolume(ctx context.Context, v *store.Volume) error {
 
 // resolveVolumes turns a create request's volumes into mounts: the
 // persistent sandbox's own workspace volume first, then named volumes.
-func (m *Engine) resolveVolumes(ctx context.Context, req *api.CreateSandboxRequest, sp *sandbox.Spec) error {
+func (m *Engine) resolveVolumes(ctx context.Context, req *CreateRequest, sp *sandbox.Spec) error {
 	used := map[string]bool{}
 	if sp.Persistent {
 		size, inodes, err := m.node.NormalizeVolume(req.VolumeSizeBytes, req.VolumeInodes)

@@ -2,38 +2,46 @@ package engine
 
 import (
 	"context"
+	"math"
+	"time"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/agent"
 )
 
-// The agent's wire protocol and the runtime have their own types, so that
-// the HTTP API can change without changing the bytes agents already
+// The agent's wire protocol has its own types, so that the engine's (and
+// the HTTP API's) can change without changing the bytes agents already
 // running in sandboxes speak. These are the only places the engine turns
 // one into the other.
 
-func apiExit(e agent.Exit) api.ExecExit {
-	return api.ExecExit{Code: e.Code, Signal: e.Signal, TimedOut: e.TimedOut, OOMKilled: e.OOMKilled, DurationMS: e.DurationMS}
+func exitOf(e agent.Exit) Exit {
+	return Exit{Code: e.Code, Signal: e.Signal, TimedOut: e.TimedOut, OOMKilled: e.OOMKilled, Duration: msDuration(e.DurationMS)}
 }
 
-func apiFileInfo(fi agent.FileInfo) api.FileInfo {
-	return api.FileInfo{Name: fi.Name, Path: fi.Path, Size: fi.Size, Mode: fi.Mode, ModTime: fi.ModTime, IsDir: fi.IsDir, Link: fi.Link}
+// msDuration is the agent's wall time in milliseconds (whole microseconds
+// / 1000) as a Duration of whole microseconds, so that
+// float64(d.Microseconds())/1000 gives back the very number.
+func msDuration(ms float64) time.Duration {
+	return time.Duration(math.Round(ms*1000)) * time.Microsecond
 }
 
-func apiFileInfos(fis []agent.FileInfo) []api.FileInfo {
+func fileInfoOf(fi agent.FileInfo) FileInfo {
+	return FileInfo{Name: fi.Name, Path: fi.Path, Size: fi.Size, Mode: fi.Mode, ModTime: fi.ModTime, IsDir: fi.IsDir, Link: fi.Link}
+}
+
+func fileInfosOf(fis []agent.FileInfo) []FileInfo {
 	if fis == nil {
 		return nil
 	}
-	out := make([]api.FileInfo, len(fis))
+	out := make([]FileInfo, len(fis))
 	for i, fi := range fis {
-		out[i] = apiFileInfo(fi)
+		out[i] = fileInfoOf(fi)
 	}
 	return out
 }
 
-// agentResizes forwards the API's terminal resizes to the agent client
+// agentResizes forwards the caller's terminal resizes to the agent client
 // until in is closed or ctx (the exec's) ends; nil stays nil.
-func agentResizes(ctx context.Context, in <-chan api.Resize) <-chan agent.Resize {
+func agentResizes(ctx context.Context, in <-chan Resize) <-chan agent.Resize {
 	if in == nil {
 		return nil
 	}

@@ -42,6 +42,30 @@ type (
 	CreateOptions = engine.CreateOptions
 	ExecIO        = engine.ExecIO
 	Files         = engine.Files
+
+	CreateRequest   = engine.CreateRequest
+	VolumeRequest   = engine.VolumeRequest
+	ExecRequest     = engine.ExecRequest
+	Exit            = engine.Exit
+	Resize          = engine.Resize
+	FileInfo        = engine.FileInfo
+	DiffEntry       = engine.DiffEntry
+	Isolation       = engine.Isolation
+	Disk            = engine.Disk
+	ForkRequest     = snapshots.ForkRequest
+	SnapshotRequest = snapshots.SnapshotRequest
+	CopyRequest     = snapshots.CopyRequest
+	VolumeCreate    = volumes.CreateRequest
+	RulesRequest    = netrules.Request
+	NetworkRules    = netrules.NetworkRules
+	Flow            = netrules.Flow
+	Pool            = pools.Pool
+	ImportRequest   = templates.ImportRequest
+	BuildRequest    = templates.BuildRequest
+	ApplyRequest    = templates.ApplyRequest
+	BuildEvent      = templates.Event
+	DoctorReport    = reconcile.Report
+	DoctorFinding   = reconcile.Finding
 )
 
 const (

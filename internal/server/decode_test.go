@@ -36,7 +36,7 @@ func FuzzDecodeRequests(f *testing.F) {
 		var c api.CreateSandboxRequest
 		if err := decode(r, &c); err != nil {
 			assert4xx(t, err)
-		} else if sp, err := manager.SpecFromRequest(&c, tpl); err != nil {
+		} else if sp, err := manager.SpecFromRequest(createRequest(&c), tpl); err != nil {
 			assert4xx(t, err)
 		} else {
 			// Accepted: valid by the spec's own rules, and within what
@@ -57,7 +57,7 @@ func FuzzDecodeRequests(f *testing.F) {
 		var e api.ExecRequest
 		if err := decode(r, &e); err != nil {
 			assert4xx(t, err)
-		} else if err := manager.ValidateExec(&e); err != nil {
+		} else if err := manager.ValidateExec(execRequest(&e)); err != nil {
 			assert4xx(t, err)
 		}
 	})

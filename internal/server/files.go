@@ -146,7 +146,7 @@ func (s *Server) writeFiles(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, fi)
+	writeJSON(w, 200, fileInfoToAPI(fi))
 }
 
 func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
@@ -160,7 +160,7 @@ func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, fi)
+	writeJSON(w, 200, fileInfoToAPI(fi))
 }
 
 func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
@@ -174,7 +174,7 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, fis)
+	writeJSON(w, 200, convertSlice(fis, fileInfoToAPI))
 }
 
 func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -13,7 +14,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	kids, frozen, err := s.m.Fork(r.Context(), r.PathValue("id"), &req, actor(r), idemIDs(r)...)
+	kids, frozen, err := s.m.Fork(r.Context(), r.PathValue("id"), forkRequest(&req), actor(r), idemIDs(r)...)
 	if err != nil && len(kids) == 0 {
 		writeError(w, err)
 		return
@@ -45,7 +46,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	sn, err := s.m.CreateSnapshot(r.Context(), r.PathValue("id"), &req, actor(r), idemIDs(r)...)
+	sn, err := s.m.CreateSnapshot(r.Context(), r.PathValue("id"), snapshotRequest(&req), actor(r), idemIDs(r)...)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -139,7 +140,7 @@ func (s *Server) copy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if err := s.m.Copy(r.Context(), &req, actor(r)); err != nil {
+	if err := s.m.Copy(r.Context(), copyRequest(&req), actor(r)); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -157,7 +158,7 @@ func (s *Server) setPool(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, p)
+	writeJSON(w, 200, poolPtrToAPI(p))
 }
 
 func (s *Server) getPool(w http.ResponseWriter, r *http.Request) {
@@ -170,7 +171,7 @@ func (s *Server) getPool(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, p)
+	writeJSON(w, 200, poolPtrToAPI(p))
 }
 
 func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
@@ -179,7 +180,7 @@ func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, ps)
+	writeJSON(w, 200, convertSlice(ps, poolToAPI))
 }
 
 func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
@@ -189,7 +190,7 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	nd := newNDJSON(w)
-	t, err := s.m.Apply(r.Context(), &req, actor(r), func(ev api.BuildEvent) { _ = nd.send(ev) })
+	t, err := s.m.Apply(r.Context(), applyRequest(&req), actor(r), func(ev manager.BuildEvent) { _ = nd.send(buildEventToAPI(ev)) })
 	if err != nil {
 		_ = nd.send(api.BuildEvent{Error: apiErrorFor(w, err)})
 		return

@@ -41,7 +41,7 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, entries)
+	writeJSON(w, 200, convertSlice(entries, diffToAPI))
 }
 
 func (s *Server) volumeToAPI(v *store.Volume) api.Volume {
@@ -57,7 +57,7 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	v, err := s.m.CreateVolume(r.Context(), &req, tenant(r))
+	v, err := s.m.CreateVolume(r.Context(), volumeRequest(&req), tenant(r))
 	if err != nil {
 		writeError(w, err)
 		return

@@ -19,7 +19,7 @@ func (s *Server) getNetwork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, nr)
+	writeJSON(w, 200, rulesToAPI(nr))
 }
 
 func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
@@ -28,12 +28,12 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	nr, err := s.m.UpdateNetworkRules(r.Context(), r.PathValue("id"), &req, actor(r))
+	nr, err := s.m.UpdateNetworkRules(r.Context(), r.PathValue("id"), rulesRequest(&req), actor(r))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, nr)
+	writeJSON(w, 200, rulesToAPI(nr))
 }
 
 func (s *Server) flows(w http.ResponseWriter, r *http.Request) {
@@ -51,7 +51,7 @@ func (s *Server) flows(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, fs)
+	writeJSON(w, 200, convertSlice(fs, flowToAPI))
 }
 
 // proxy forwards an HTTP request (WebSocket upgrades included) to a port

@@ -188,7 +188,7 @@ func (s *Server) toAPI(sb *sandbox.Sandbox) api.Sandbox {
 		Resources: api.Resources{CPUs: sb.Spec.Resources.CPUs, MemoryBytes: sb.Spec.Resources.MemoryBytes,
 			Pids: sb.Spec.Resources.Pids, DiskBytes: sb.Spec.Resources.DiskBytes},
 		Env: sb.Spec.Env, Labels: sb.Spec.Labels, TimeoutSeconds: sb.Spec.Timeout.Seconds(),
-		Network: sb.Spec.Network, Workdir: sb.Spec.Workdir, Isolation: s.m.Isolation(sb),
+		Network: sb.Spec.Network, Workdir: sb.Spec.Workdir, Isolation: isolationToAPI(s.m.Isolation(sb)),
 		CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt, Cause: string(sb.Cause), Reason: sb.Reason,
 		Error: sb.Error,
 	}
@@ -210,17 +210,13 @@ func (s *Server) toAPI(sb *sandbox.Sandbox) api.Sandbox {
 		out.Volumes = append(out.Volumes, api.VolumeMount{Name: vm.Name, Path: vm.Path, ReadOnly: vm.ReadOnly})
 	}
 	p := sb.Spec.Policy
-	out.Policy = api.Policy{
-		IdleTimeoutSeconds: p.IdleTimeout.Seconds(), OnIdle: string(p.OnIdle),
-		MaxAgeSeconds: p.MaxAge.Seconds(), OnMaxAge: string(p.OnMaxAge),
-		RetentionSeconds: p.Retention.Seconds(), AutoResume: p.AutoResume, IdleCPUThreshold: p.IdleCPUThreshold,
-	}
+	out.Policy = policyToAPI(p)
 	out.LastActivityAt = timePtr(s.m.LastActivity(sb))
 	out.PausedAt, out.StoppedAt = timePtr(sb.PausedAt), timePtr(sb.StoppedAt)
 	if due, ok := sandbox.Next(sb, s.m.LastActivity(sb)); ok {
 		out.NextAction, out.NextActionAt = string(due.Action)+" ("+due.Policy+")", timePtr(due.At)
 	}
-	out.Disk = s.m.DiskUsage(sb)
+	out.Disk = diskToAPI(s.m.DiskUsage(sb))
 	if sb.Spec.Parent != "" || sb.Spec.FromSnapshot != "" {
 		out.Lineage = &api.Lineage{Parent: sb.Spec.Parent, FromSnapshot: sb.Spec.FromSnapshot}
 	}
@@ -250,7 +246,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	sb, err := s.m.Create(r.Context(), &req, manager.CreateOptions{Actor: actor(r), Tenant: tenant(r),
+	sb, err := s.m.Create(r.Context(), createRequest(&req), manager.CreateOptions{Actor: actor(r), Tenant: tenant(r),
 		ID: idemID(r), Reserve: idemReserve(r)})
 	if err != nil {
 		writeError(w, err)
@@ -395,14 +391,14 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.Invalid("tty needs the interactive exec at /exec/ws"))
 		return
 	}
-	s.streamExec(w, r, func(ctx context.Context, eio manager.ExecIO) (api.ExecExit, error) {
-		return s.m.Exec(ctx, r.PathValue("id"), &req, eio, actor(r))
+	s.streamExec(w, r, func(ctx context.Context, eio manager.ExecIO) (manager.Exit, error) {
+		return s.m.Exec(ctx, r.PathValue("id"), execRequest(&req), eio, actor(r))
 	})
 }
 
 // streamExec answers with an NDJSON exec stream. Errors before any output
 // get a plain error status; once streaming, they become an error event.
-func (s *Server) streamExec(w http.ResponseWriter, r *http.Request, run func(context.Context, manager.ExecIO) (api.ExecExit, error)) {
+func (s *Server) streamExec(w http.ResponseWriter, r *http.Request, run func(context.Context, manager.ExecIO) (manager.Exit, error)) {
 	nd := newNDJSON(w)
 	started := false
 	lazy := func(stream string) streamWriter {
@@ -425,7 +421,8 @@ func (s *Server) streamExec(w http.ResponseWriter, r *http.Request, run func(con
 		_ = nd.send(api.ExecEvent{Error: apiErrorFor(w, err)})
 		return
 	}
-	_ = nd.send(api.ExecEvent{Exit: &exit})
+	ex := exitToAPI(exit)
+	_ = nd.send(api.ExecEvent{Exit: &ex})
 }
 
 // startWriter records that output has begun, so the handler knows it can
@@ -459,7 +456,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.Invalid("run makes an ephemeral sandbox; use create --persistent"))
 		return
 	}
-	sb, err := s.m.Create(r.Context(), &req.Sandbox, manager.CreateOptions{Actor: actor(r), Tenant: tenant(r), OneShot: true})
+	sb, err := s.m.Create(r.Context(), createRequest(&req.Sandbox), manager.CreateOptions{Actor: actor(r), Tenant: tenant(r), OneShot: true})
 	if err != nil {
 		writeError(w, err)
 		return
@@ -476,8 +473,8 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		s.metrics.deleted.Inc()
 	}()
 	w.Header().Set("X-Berth-Sandbox-Id", sb.ID)
-	s.streamExec(w, r, func(ctx context.Context, eio manager.ExecIO) (api.ExecExit, error) {
-		return s.m.Exec(ctx, sb.ID, &req.Exec, eio, actor(r))
+	s.streamExec(w, r, func(ctx context.Context, eio manager.ExecIO) (manager.Exit, error) {
+		return s.m.Exec(ctx, sb.ID, execRequest(&req.Exec), eio, actor(r))
 	})
 }
 
@@ -503,7 +500,7 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 func (s *Server) templateToAPI(t *store.Template) api.Template {
 	out := templateToAPI(t)
 	if p, err := s.m.Pool(context.Background(), t.Name); err == nil && (p.Min > 0 || p.Ready > 0) {
-		out.Pool = p
+		out.Pool = poolPtrToAPI(p)
 	}
 	return out
 }
@@ -536,7 +533,7 @@ func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	t, err := s.m.ImportTemplate(r.Context(), &req)
+	t, err := s.m.ImportTemplate(r.Context(), importRequest(&req))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -560,7 +557,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	nd := newNDJSON(w)
-	t, err := s.m.BuildTemplate(r.Context(), &req, actor(r), func(ev api.BuildEvent) { _ = nd.send(ev) })
+	t, err := s.m.BuildTemplate(r.Context(), buildRequest(&req), actor(r), func(ev manager.BuildEvent) { _ = nd.send(buildEventToAPI(ev)) })
 	if err != nil {
 		if nd.err == nil && !headerWritten(w) {
 			writeError(w, err)
@@ -586,7 +583,7 @@ func (s *Server) doctor(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, rep)
+	writeJSON(w, 200, doctorToAPI(rep))
 }
 
 type metrics struct {

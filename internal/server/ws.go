@@ -67,7 +67,7 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	stdinR, stdinW := io.Pipe()
-	resize := make(chan api.Resize, 4)
+	resize := make(chan manager.Resize, 4)
 	go func() {
 		defer stdinW.Close()
 		for {
@@ -91,14 +91,14 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 				var rs api.Resize
 				if json.Unmarshal(msg[1:], &rs) == nil {
 					select {
-					case resize <- rs:
+					case resize <- resizeOf(rs):
 					default:
 					}
 				}
 			}
 		}
 	}()
-	exit, err := s.m.Exec(ctx, id, &req, manager.ExecIO{
+	exit, err := s.m.Exec(ctx, id, execRequest(&req), manager.ExecIO{
 		Stdin:  stdinR,
 		Stdout: kindWriter{api.WSStdout, send},
 		Stderr: kindWriter{api.WSStderr, send},
@@ -110,7 +110,7 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	b, _ := json.Marshal(exit)
+	b, _ := json.Marshal(exitToAPI(exit))
 	_ = send(api.WSExit, b)
 	conn.Close(websocket.StatusNormalClosure, "")
 }

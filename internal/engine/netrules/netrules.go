@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/node"
@@ -28,16 +27,16 @@ type Rules struct {
 func New(e *engine.Engine) *Rules { return &Rules{e: e, store: e.Store(), node: e.Backend()} }
 
 // NetworkRules returns a sandbox's network identity and rules.
-func (m *Rules) NetworkRules(ctx context.Context, ref string) (*api.NetworkRules, error) {
+func (m *Rules) NetworkRules(ctx context.Context, ref string) (*NetworkRules, error) {
 	sb, err := m.e.Get(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	return netRulesAPI(sb), nil
+	return rulesOf(sb), nil
 }
 
-func netRulesAPI(sb *sandbox.Sandbox) *api.NetworkRules {
-	return &api.NetworkRules{Mode: sb.Spec.Network, IPv4: sb.Spec.IPv4, IPv6: sb.Spec.IPv6, Allow: append([]string{}, sb.Spec.Allow...)}
+func rulesOf(sb *sandbox.Sandbox) *NetworkRules {
+	return &NetworkRules{Mode: sb.Spec.Network, IPv4: sb.Spec.IPv4, IPv6: sb.Spec.IPv6, Allow: append([]string{}, sb.Spec.Allow...)}
 }
 
 // canonical returns the form of rule two spellings of it share.
@@ -45,8 +44,8 @@ func (m *Rules) canonical(rule string) (string, error) { return m.node.Canonical
 
 // UpdateNetworkRules adds and removes egress rules; a running sandbox's
 // take effect at once, without a restart.
-func (m *Rules) UpdateNetworkRules(ctx context.Context, ref string, req *api.NetworkRulesRequest, actor string) (*api.NetworkRules, error) {
-	var out *api.NetworkRules
+func (m *Rules) UpdateNetworkRules(ctx context.Context, ref string, req *Request, actor string) (*NetworkRules, error) {
+	var out *NetworkRules
 	_, err := m.e.Op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
 		if sb.Spec.Network != "egress" {
 			return errdefs.Invalid("sandbox %s has network mode %s: rules apply to mode egress", sb.ID, sb.Spec.Network)
@@ -84,14 +83,14 @@ func (m *Rules) UpdateNetworkRules(ctx context.Context, ref string, req *api.Net
 		}
 		m.e.Event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "network.rules", Actor: actor, Cause: sandbox.CauseUser,
 			Outcome: "ok", Message: "allow: " + strings.Join(allow, ", ")})
-		out = netRulesAPI(sb)
+		out = rulesOf(sb)
 		return nil
 	})
 	return out, err
 }
 
 // Flows returns a sandbox's stored flow log after sequence number after.
-func (m *Rules) Flows(ctx context.Context, ref string, after uint64, limit int) ([]api.Flow, error) {
+func (m *Rules) Flows(ctx context.Context, ref string, after uint64, limit int) ([]Flow, error) {
 	sb, err := m.e.Get(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -100,9 +99,9 @@ func (m *Rules) Flows(ctx context.Context, ref string, after uint64, limit int) 
 	if err != nil {
 		return nil, err
 	}
-	out := make([]api.Flow, 0, len(fs))
+	out := make([]Flow, 0, len(fs))
 	for _, f := range fs {
-		out = append(out, api.Flow{Seq: uint64(f.ID), Time: f.Time, Kind: f.Kind, Proto: f.Proto, Src: f.Src,
+		out = append(out, Flow{Seq: uint64(f.ID), Time: f.Time, Kind: f.Kind, Proto: f.Proto, Src: f.Src,
 			Dst: f.Dst, Name: f.Name, Decision: f.Decision, Rule: f.Rule})
 	}
 	return out, nil

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/cleanup"
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
@@ -67,7 +66,7 @@ func (m *Warm) stats(tpl string) *poolStats {
 }
 
 // SetPool sets how many ready sandboxes template name keeps.
-func (m *Warm) SetPool(ctx context.Context, name string, min int) (*api.Pool, error) {
+func (m *Warm) SetPool(ctx context.Context, name string, min int) (*Pool, error) {
 	if min < 0 || min > MaxPoolSize {
 		return nil, errdefs.Invalid("pool size must be between 0 and %d", MaxPoolSize)
 	}
@@ -82,7 +81,7 @@ func (m *Warm) SetPool(ctx context.Context, name string, min int) (*api.Pool, er
 }
 
 // Pool reports template name's pool.
-func (m *Warm) Pool(ctx context.Context, name string) (*api.Pool, error) {
+func (m *Warm) Pool(ctx context.Context, name string) (*Pool, error) {
 	pools, err := m.store.ListPools(ctx)
 	if err != nil {
 		return nil, err
@@ -95,7 +94,7 @@ func (m *Warm) Pool(ctx context.Context, name string) (*api.Pool, error) {
 }
 
 // Pools reports every pool.
-func (m *Warm) Pools(ctx context.Context) ([]api.Pool, error) {
+func (m *Warm) Pools(ctx context.Context) ([]Pool, error) {
 	pools, err := m.store.ListPools(ctx)
 	if err != nil {
 		return nil, err
@@ -109,15 +108,15 @@ func (m *Warm) Pools(ctx context.Context) ([]api.Pool, error) {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	out := make([]api.Pool, 0, len(names))
+	out := make([]Pool, 0, len(names))
 	for _, n := range names {
 		out = append(out, *m.poolReport(n, pools[n], members[n]))
 	}
 	return out, nil
 }
 
-func (m *Warm) poolReport(name string, min int, members []*sandbox.Sandbox) *api.Pool {
-	p := &api.Pool{Template: name, Min: min}
+func (m *Warm) poolReport(name string, min int, members []*sandbox.Sandbox) *Pool {
+	p := &Pool{Template: name, Min: min}
 	for _, sb := range members {
 		switch sb.State {
 		case sandbox.StatePaused:
@@ -162,7 +161,7 @@ func groupPoolMembers(live []*sandbox.Sandbox) map[string][]*sandbox.Sandbox {
 // everything fixed at container start (the disk cap included), of the
 // class pool members are made in (the default), which must be able to
 // keep members.
-func (m *Warm) poolable(req *api.CreateSandboxRequest, tpl *store.Template, spec *sandbox.Spec) bool {
+func (m *Warm) poolable(req *engine.CreateRequest, tpl *store.Template, spec *sandbox.Spec) bool {
 	def := sandbox.DefaultResources
 	if tpl.Config.Resources != nil {
 		def = *tpl.Config.Resources
@@ -187,7 +186,7 @@ func (m *Warm) runtimeOf(sb *sandbox.Sandbox) string {
 
 // claim hands out a ready pool member of tpl as the sandbox the request
 // asks for, or returns nil if there is none.
-func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec, req *api.CreateSandboxRequest, opt engine.CreateOptions) (*sandbox.Sandbox, error) {
+func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec, req *engine.CreateRequest, opt engine.CreateOptions) (*sandbox.Sandbox, error) {
 	if !m.poolable(req, tpl, &spec) {
 		return nil, nil
 	}
@@ -226,7 +225,7 @@ func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec
 	return nil, nil
 }
 
-func (m *Warm) claimLocked(ctx context.Context, id string, spec sandbox.Spec, req *api.CreateSandboxRequest, opt engine.CreateOptions) (*sandbox.Sandbox, error) {
+func (m *Warm) claimLocked(ctx context.Context, id string, spec sandbox.Spec, req *engine.CreateRequest, opt engine.CreateOptions) (*sandbox.Sandbox, error) {
 	sb, err := m.store.GetSandbox(ctx, engine.Owner(ctx), id)
 	if err != nil {
 		return nil, err
@@ -330,7 +329,7 @@ func (m *Warm) addPoolMember(ctx context.Context, tpl *store.Template) error {
 	// A member once begun is finished (paused into the pool) or undone,
 	// like a request's create: Close stops new members, not one half made.
 	ctx = context.WithoutCancel(ctx)
-	spec, err := engine.SpecFromRequest(&api.CreateSandboxRequest{}, tpl)
+	spec, err := engine.SpecFromRequest(&engine.CreateRequest{}, tpl)
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/engine/pools"
 	"github.com/berth-sh/berth/internal/engine/snapshots"
@@ -356,14 +355,14 @@ func (m *Reconciler) enforce(ctx context.Context, sb *sandbox.Sandbox) {
 
 // Doctor lists orphans and leaks: host resources with no live record, and
 // live records whose host resources are gone. With fix it removes orphans.
-func (m *Reconciler) Doctor(ctx context.Context, fix bool) (*api.DoctorReport, error) {
+func (m *Reconciler) Doctor(ctx context.Context, fix bool) (*Report, error) {
 	return m.doctor(ctx, fix, false)
 }
 
 // doctor is Doctor; atStart says it runs in the start-up sweep, right after
 // thawPool thawed every filesystem of the pool, so that they are not probed
 // for a freeze (a flush each) a second time.
-func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*api.DoctorReport, error) {
+func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*Report, error) {
 	all, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.e.Node()}, store.Page{})
 	if err != nil {
 		return nil, err
@@ -372,9 +371,9 @@ func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*api.Doctor
 	for _, sb := range all {
 		live[sb.ID] = sb
 	}
-	rep := &api.DoctorReport{Runtime: strings.Join(m.e.RuntimeNames(), ","), Findings: []api.DoctorFinding{}}
+	rep := &Report{Runtime: strings.Join(m.e.RuntimeNames(), ","), Findings: []Finding{}}
 	add := func(kind, id, detail string, fixFn func() error) {
-		f := api.DoctorFinding{Kind: kind, ID: id, Detail: detail}
+		f := Finding{Kind: kind, ID: id, Detail: detail}
 		if fix && fixFn != nil {
 			if err := fixFn(); err != nil {
 				f.Error = err.Error()

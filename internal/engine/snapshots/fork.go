@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/node"
@@ -65,7 +64,7 @@ func childSpec(src sandbox.Spec) sandbox.Spec {
 // copy-on-write view of its filesystem now. The parent is frozen only for
 // the instant of the capture. Children are ephemeral unless asked.
 // ids, if given, are the children's ids (one per child, see ValidID).
-func (m *Snapshots) Fork(ctx context.Context, ref string, req *api.ForkRequest, actor string, ids ...string) ([]*sandbox.Sandbox, time.Duration, error) {
+func (m *Snapshots) Fork(ctx context.Context, ref string, req *ForkRequest, actor string, ids ...string) ([]*sandbox.Sandbox, time.Duration, error) {
 	n := req.Count
 	if n == 0 {
 		n = 1
@@ -79,14 +78,14 @@ func (m *Snapshots) Fork(ctx context.Context, ref string, req *api.ForkRequest, 
 	if req.NamePrefix != "" && !sandbox.ValidName(req.NamePrefix+"-64") {
 		return nil, 0, errdefs.Invalid("bad name prefix %q", req.NamePrefix)
 	}
-	timeout, err := engine.Seconds("timeout_seconds", req.TimeoutSeconds)
-	if err != nil {
+	timeout := req.Timeout
+	if err := engine.CheckDuration("timeout_seconds", timeout); err != nil {
 		return nil, 0, err
 	}
 	var parent *sandbox.Sandbox
 	var stage node.Capture
 	var release func()
-	_, err = m.e.Op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
+	_, err := m.e.Op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
 		if sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused && sb.State != sandbox.StateStopped {
 			return sandbox.ErrWrongState("fork", sb)
 		}
@@ -94,6 +93,7 @@ func (m *Snapshots) Fork(ctx context.Context, ref string, req *api.ForkRequest, 
 			return err
 		}
 		parent = sb
+		var err error
 		stage, release, err = m.node.Capture(ctx, sb, m.node.CaptureName(sb.ID))
 		return err
 	})
@@ -207,19 +207,19 @@ func (m *Snapshots) Children(ctx context.Context, id string) []string {
 
 // CreateSnapshot takes a named, crash-consistent snapshot of sandbox ref.
 // ids, if given, is the snapshot's id (one, see ValidID).
-func (m *Snapshots) CreateSnapshot(ctx context.Context, ref string, req *api.CreateSnapshotRequest, actor string, ids ...string) (*store.Snapshot, error) {
+func (m *Snapshots) CreateSnapshot(ctx context.Context, ref string, req *SnapshotRequest, actor string, ids ...string) (*store.Snapshot, error) {
 	if req.Name != "" && !sandbox.ValidName(req.Name) {
 		return nil, errdefs.Invalid("bad snapshot name %q", req.Name)
 	}
 	if err := checkIDs(ids, 1); err != nil {
 		return nil, err
 	}
-	retention, err := engine.Seconds("retention_seconds", req.RetentionSeconds)
-	if err != nil {
+	retention := req.Retention
+	if err := engine.CheckDuration("retention_seconds", retention); err != nil {
 		return nil, err
 	}
 	var sn *store.Snapshot
-	_, err = m.e.Op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
+	_, err := m.e.Op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
 		if sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused && sb.State != sandbox.StateStopped &&
 			sb.State != sandbox.StateQuarantined {
 			return sandbox.ErrWrongState("snapshot", sb)
@@ -338,7 +338,7 @@ func (m *Snapshots) RestoreSnapshot(ctx context.Context, ref, actor string) (*sa
 }
 
 // FromSnapshot makes a new sandbox from req.Snapshot's state.
-func (m *Snapshots) FromSnapshot(ctx context.Context, req *api.CreateSandboxRequest, opt engine.CreateOptions) (*sandbox.Sandbox, error) {
+func (m *Snapshots) FromSnapshot(ctx context.Context, req *engine.CreateRequest, opt engine.CreateOptions) (*sandbox.Sandbox, error) {
 	sn, err := m.GetSnapshot(ctx, req.Snapshot)
 	if err != nil {
 		return nil, err
@@ -355,12 +355,13 @@ func (m *Snapshots) FromSnapshot(ctx context.Context, req *api.CreateSandboxRequ
 	if req.Labels != nil {
 		sp.Labels = req.Labels
 	}
-	if req.TimeoutSeconds > 0 {
-		if sp.Timeout, err = engine.Seconds("timeout_seconds", req.TimeoutSeconds); err != nil {
+	if req.Timeout > 0 {
+		if err := engine.CheckDuration("timeout_seconds", req.Timeout); err != nil {
 			return nil, err
 		}
+		sp.Timeout = req.Timeout
 	}
-	if sp.Policy, err = engine.PolicyFromAPI(req.Policy); err != nil {
+	if sp.Policy, err = engine.CheckPolicy(req.Policy); err != nil {
 		return nil, err
 	}
 	if err := sp.Validate(); err != nil {
@@ -451,7 +452,7 @@ func (m *Snapshots) Export(ctx context.Context, ref string, paths []string, w io
 
 // Copy copies a file or directory from one sandbox into a directory of
 // another, directly: the data never lands on the host.
-func (m *Snapshots) Copy(ctx context.Context, req *api.CopyRequest, actor string) error {
+func (m *Snapshots) Copy(ctx context.Context, req *CopyRequest, actor string) error {
 	if !strings.HasPrefix(req.FromPath, "/") || !strings.HasPrefix(req.ToPath, "/") {
 		return errdefs.Invalid("from_path and to_path must be absolute")
 	}

@@ -17,7 +17,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -89,7 +88,7 @@ func copyFiles(files []byte, src string) ([]byte, string, bool, error) {
 // Apply builds what changed in a declarative template: each step's result
 // is cached by the hash of everything it depends on, so applying an
 // unchanged file builds nothing. A changed template's warm pool rolls over.
-func (m *Builder) Apply(ctx context.Context, req *api.ApplyRequest, actor string, progress func(api.BuildEvent)) (*store.Template, error) {
+func (m *Builder) Apply(ctx context.Context, req *ApplyRequest, actor string, progress func(Event)) (*store.Template, error) {
 	tf, err := templatefile.Parse([]byte(req.Spec))
 	if errors.Is(err, templatefile.ErrTooLarge) {
 		return nil, errdefs.TooLarge("template file exceeds %d bytes", templatefile.MaxSize)
@@ -98,7 +97,7 @@ func (m *Builder) Apply(ctx context.Context, req *api.ApplyRequest, actor string
 		return nil, errdefs.Invalid("template file: %v", err)
 	}
 	say := func(step int, format string, args ...any) {
-		progress(api.BuildEvent{Step: step, Stream: "stdout", Data: []byte(fmt.Sprintf(format, args...) + "\n")})
+		progress(Event{Step: step, Stream: "stdout", Data: []byte(fmt.Sprintf(format, args...) + "\n")})
 	}
 	var layers []string
 	var cfg store.TemplateConfig
@@ -163,7 +162,7 @@ func (m *Builder) Apply(ctx context.Context, req *api.ApplyRequest, actor string
 			if st.Copy != nil {
 				return m.copyIntoSandbox(ctx, sb.ID, st.Copy.Dst, files, single, actor)
 			}
-			return m.runStep(ctx, sb.ID, n, st.Run, cfg.Workdir, 3600, actor, progress)
+			return m.runStep(ctx, sb.ID, n, st.Run, cfg.Workdir, time.Hour, actor, progress)
 		})
 		if err != nil {
 			return nil, fmt.Errorf("step %d: %w", n, err)

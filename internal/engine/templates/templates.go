@@ -11,8 +11,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/image"
@@ -106,7 +106,7 @@ func (m *Builder) putImage(ctx context.Context, name, source string, img *image.
 
 // ImportTemplate imports an OCI layout directory or a docker-save/OCI
 // tarball at a path on the daemon's host, or pulls a registry reference.
-func (m *Builder) ImportTemplate(ctx context.Context, req *api.ImportTemplateRequest) (*store.Template, error) {
+func (m *Builder) ImportTemplate(ctx context.Context, req *ImportRequest) (*store.Template, error) {
 	if err := m.checkNewTemplate(ctx, req.Name); err != nil {
 		return nil, err
 	}
@@ -254,7 +254,7 @@ func (m *Builder) gcLayers(ctx context.Context) error {
 // BuildTemplate runs setup steps once in a sandbox made from req.From and
 // stores the result as a new read-only layer on top of it, so tasks
 // started from the new template do not repeat the setup.
-func (m *Builder) BuildTemplate(ctx context.Context, req *api.BuildTemplateRequest, actor string, progress func(api.BuildEvent)) (*store.Template, error) {
+func (m *Builder) BuildTemplate(ctx context.Context, req *BuildRequest, actor string, progress func(Event)) (*store.Template, error) {
 	if err := m.checkNewTemplate(ctx, req.Name); err != nil {
 		return nil, err
 	}
@@ -270,9 +270,9 @@ func (m *Builder) BuildTemplate(ctx context.Context, req *api.BuildTemplateReque
 			return nil, errdefs.Invalid("bad env name %q", k)
 		}
 	}
-	timeout := req.TimeoutSeconds
+	timeout := req.Timeout
 	if timeout <= 0 {
-		timeout = 3600
+		timeout = time.Hour
 	}
 	cfg := base.Config
 	cfg.Env = slices.Clone(cfg.Env)
@@ -281,7 +281,7 @@ func (m *Builder) BuildTemplate(ctx context.Context, req *api.BuildTemplateReque
 	}
 	layer, err := m.buildLayer(ctx, base.Layers, cfg, actor, func(sb *sandbox.Sandbox) error {
 		for i, step := range req.Run {
-			progress(api.BuildEvent{Step: i + 1, Stream: "stdout", Data: []byte(fmt.Sprintf("--> step %d/%d: %s\n", i+1, len(req.Run), step))})
+			progress(Event{Step: i + 1, Stream: "stdout", Data: []byte(fmt.Sprintf("--> step %d/%d: %s\n", i+1, len(req.Run), step))})
 			if err := m.runStep(ctx, sb.ID, i+1, step, "", timeout, actor, progress); err != nil {
 				return err
 			}
@@ -304,10 +304,10 @@ func (m *Builder) BuildTemplate(ctx context.Context, req *api.BuildTemplateReque
 
 // runStep runs one shell step of a template build in sandbox id,
 // streaming its output as build events; a non-zero exit fails the build.
-func (m *Builder) runStep(ctx context.Context, id string, n int, step, workdir string, timeout float64, actor string, progress func(api.BuildEvent)) error {
+func (m *Builder) runStep(ctx context.Context, id string, n int, step, workdir string, timeout time.Duration, actor string, progress func(Event)) error {
 	out := &buildWriter{step: n, stream: "stdout", emit: progress}
 	errw := &buildWriter{step: n, stream: "stderr", emit: progress}
-	exit, err := m.e.Exec(ctx, id, &api.ExecRequest{Cmd: []string{"/bin/sh", "-c", step}, Workdir: workdir, TimeoutSeconds: timeout},
+	exit, err := m.e.Exec(ctx, id, &engine.ExecRequest{Cmd: []string{"/bin/sh", "-c", step}, Workdir: workdir, Timeout: timeout},
 		engine.ExecIO{Stdout: out, Stderr: errw}, actor)
 	if err != nil {
 		return fmt.Errorf("step %d: %w", n, err)
@@ -331,10 +331,10 @@ func setEnv(env []string, k, v string) []string {
 type buildWriter struct {
 	step   int
 	stream string
-	emit   func(api.BuildEvent)
+	emit   func(Event)
 }
 
 func (w *buildWriter) Write(p []byte) (int, error) {
-	w.emit(api.BuildEvent{Step: w.step, Stream: w.stream, Data: slices.Clone(p)})
+	w.emit(Event{Step: w.step, Stream: w.stream, Data: slices.Clone(p)})
 	return len(p), nil
 }

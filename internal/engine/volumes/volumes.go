@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/node"
@@ -26,7 +25,7 @@ type Volumes struct {
 func New(e *engine.Engine) *Volumes { return &Volumes{e: e, store: e.Store(), node: e.Backend()} }
 
 // CreateVolume makes a named volume.
-func (m *Volumes) CreateVolume(ctx context.Context, req *api.CreateVolumeRequest, tenant string) (*store.Volume, error) {
+func (m *Volumes) CreateVolume(ctx context.Context, req *CreateRequest, tenant string) (*store.Volume, error) {
 	if !sandbox.ValidName(req.Name) {
 		return nil, errdefs.Invalid("bad volume name %q: use 1-63 letters, digits, '.', '_' or '-'", req.Name)
 	}

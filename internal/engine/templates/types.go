@@ -1,0 +1,37 @@
+package templates
+
+import "time"
+
+// ImportRequest imports an image as a template: exactly one of Path (an OCI
+// layout directory or a docker-save tarball on this host) and Ref (a
+// registry reference).
+type ImportRequest struct {
+	Name     string
+	Path     string
+	Ref      string
+	Insecure bool // allow plain-HTTP registries
+}
+
+// BuildRequest builds a template by running shell steps in a sandbox made
+// from From.
+type BuildRequest struct {
+	Name    string
+	From    string
+	Run     []string
+	Env     map[string]string
+	Timeout time.Duration // per step; 0 = an hour
+}
+
+// ApplyRequest is a declarative template file and the files its copy
+// steps name (a tar archive).
+type ApplyRequest struct {
+	Spec  string
+	Files []byte
+}
+
+// Event is a build's progress: output of step Step (1-based; 0 for set-up).
+type Event struct {
+	Step   int
+	Stream string
+	Data   []byte
+}

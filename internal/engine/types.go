@@ -1,0 +1,125 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/berth-sh/berth/internal/sandbox"
+)
+
+// The engine's own request and result types. The HTTP API's JSON types
+// (package api) are converted to and from these in the server, so the API
+// can change shape (a field renamed, seconds as floats) without the engine
+// following, and a second front door can reach the engine with its own.
+// Durations are time.Duration; a positive duration stays positive however
+// small (the server's conversion rounds a positive number of seconds below
+// a nanosecond up to one), so the engine's "at least 1ms" refusals still
+// see it.
+
+// CreateRequest is what a new sandbox is made from.
+type CreateRequest struct {
+	Name       string
+	Template   string // "" = the daemon's default template
+	Persistent bool
+	// Resources: zero fields take the template's or the default.
+	Resources sandbox.Resources
+	Env       map[string]string
+	Labels    map[string]string
+	Timeout   time.Duration // hard lifetime; 0 = the template's or the default
+	Network   string        // none | egress; "" = the template's, else none
+	Runtime   string        // runtime class; "" = the daemon's default
+	Workdir   string
+
+	PersistRoot     bool
+	VolumeSizeBytes int64
+	VolumeInodes    int64
+	Volumes         []VolumeRequest
+	KeepVolume      bool
+	// Snapshot, if set, makes the sandbox from that snapshot instead of a
+	// template.
+	Snapshot    string
+	Allow       []string
+	PublicPorts []int
+	// Policy: zero fields take the template's or the daemon's default.
+	Policy sandbox.Policy
+}
+
+// VolumeRequest attaches a named volume at Path ("" = /workspace for the
+// first).
+type VolumeRequest struct {
+	Name     string
+	Path     string
+	ReadOnly bool
+}
+
+// ExecRequest is a command to run in a sandbox.
+type ExecRequest struct {
+	Cmd     []string
+	Env     map[string]string
+	Workdir string
+	User    string // "uid[:gid]" or a name from /etc/passwd
+	Stdin   []byte // whole stdin, when ExecIO.Stdin is nil
+	Timeout time.Duration
+	TTY     bool
+	Rows    uint16
+	Cols    uint16
+}
+
+// Exit is how an exec ended.
+type Exit struct {
+	Code      int    // exit code; 128+signal when killed
+	Signal    string // e.g. "SIGKILL"
+	TimedOut  bool
+	OOMKilled bool
+	Duration  time.Duration // wall time of the process
+}
+
+// Resize is a terminal size change of a TTY exec.
+type Resize struct {
+	Rows, Cols uint16
+}
+
+// FileInfo describes one file inside a sandbox.
+type FileInfo struct {
+	Name    string
+	Path    string
+	Size    int64
+	Mode    uint32 // fs.FileMode bits
+	ModTime time.Time
+	IsDir   bool
+	Link    string // symlink target
+}
+
+// DiffEntry is one path of a sandbox that differs from its template.
+type DiffEntry struct {
+	Path string
+	Kind string // added | changed | removed
+	Size int64
+	Dir  bool
+}
+
+// Isolation describes the boundary a sandbox runs behind.
+type Isolation struct {
+	Runtime       string
+	SharedKernel  bool
+	UserNamespace bool
+	Seccomp       string
+	Capabilities  []string
+	NoNewPrivs    bool
+	ReadonlyImage bool
+	IDMode        string // per-sandbox | shared
+	HostUID       uint32
+	HostGID       uint32
+	HostIDs       uint32
+	UsernsOwner   string // sandbox | host-root | sentry
+}
+
+// Disk is the cap and usage of a sandbox's writable root layer.
+type Disk struct {
+	CapBytes   int64
+	CapInodes  int64
+	UsedBytes  int64
+	UsedInodes int64
+	Enforced   bool
+	Note       string // why not enforced
+	ReadOnly   bool
+}

@@ -1,0 +1,198 @@
+package server
+
+import (
+	"math"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/sandbox"
+)
+
+// The engine takes and returns its own types; these are the only places
+// the HTTP API's JSON types become the engine's and back. A nil slice stays
+// nil and an empty one empty, so a response encodes as it did.
+
+// seconds converts a duration in the API's seconds. A positive value stays
+// positive (below a nanosecond it becomes one), so the engine still refuses
+// it as under 1ms rather than reading it as "none"; values past what a
+// Duration holds saturate, and the engine refuses them as out of range.
+func seconds(v float64) time.Duration {
+	d := v * float64(time.Second)
+	switch {
+	case math.IsNaN(d) || d >= math.MaxInt64:
+		return math.MaxInt64
+	case d <= math.MinInt64:
+		return math.MinInt64
+	case v > 0 && d < 1:
+		return 1
+	}
+	return time.Duration(d)
+}
+
+// timeoutSeconds converts an exec's timeout as the engine always has: a
+// value below a nanosecond is no timeout.
+func timeoutSeconds(v float64) time.Duration {
+	d := v * float64(time.Second)
+	switch {
+	case math.IsNaN(d) || d >= math.MaxInt64:
+		return math.MaxInt64
+	case d <= math.MinInt64:
+		return math.MinInt64
+	}
+	return time.Duration(d)
+}
+
+func convertSlice[T, U any](in []T, f func(T) U) []U {
+	if in == nil {
+		return nil
+	}
+	out := make([]U, len(in))
+	for i, v := range in {
+		out[i] = f(v)
+	}
+	return out
+}
+
+func createRequest(r *api.CreateSandboxRequest) *manager.CreateRequest {
+	return &manager.CreateRequest{
+		Name: r.Name, Template: r.Template, Persistent: r.Persistent,
+		Resources: sandbox.Resources{CPUs: r.Resources.CPUs, MemoryBytes: r.Resources.MemoryBytes,
+			Pids: r.Resources.Pids, DiskBytes: r.Resources.DiskBytes},
+		Env: r.Env, Labels: r.Labels, Timeout: seconds(r.TimeoutSeconds),
+		Network: r.Network, Runtime: r.Runtime, Workdir: r.Workdir,
+		PersistRoot: r.PersistRoot, VolumeSizeBytes: r.VolumeSizeBytes, VolumeInodes: r.VolumeInodes,
+		Volumes: convertSlice(r.Volumes, func(v api.VolumeMount) manager.VolumeRequest {
+			return manager.VolumeRequest{Name: v.Name, Path: v.Path, ReadOnly: v.ReadOnly}
+		}),
+		KeepVolume: r.KeepVolume, Snapshot: r.Snapshot, Allow: r.Allow, PublicPorts: r.PublicPorts,
+		Policy: policy(r.Policy),
+	}
+}
+
+func policy(p api.Policy) sandbox.Policy {
+	return sandbox.Policy{
+		IdleTimeout: seconds(p.IdleTimeoutSeconds), OnIdle: sandbox.Action(p.OnIdle),
+		MaxAge: seconds(p.MaxAgeSeconds), OnMaxAge: sandbox.Action(p.OnMaxAge),
+		Retention: seconds(p.RetentionSeconds), AutoResume: p.AutoResume, IdleCPUThreshold: p.IdleCPUThreshold,
+	}
+}
+
+func policyToAPI(p sandbox.Policy) api.Policy {
+	return api.Policy{
+		IdleTimeoutSeconds: p.IdleTimeout.Seconds(), OnIdle: string(p.OnIdle),
+		MaxAgeSeconds: p.MaxAge.Seconds(), OnMaxAge: string(p.OnMaxAge),
+		RetentionSeconds: p.Retention.Seconds(), AutoResume: p.AutoResume, IdleCPUThreshold: p.IdleCPUThreshold,
+	}
+}
+
+func execRequest(r *api.ExecRequest) *manager.ExecRequest {
+	return &manager.ExecRequest{Cmd: r.Cmd, Env: r.Env, Workdir: r.Workdir, User: r.User, Stdin: r.Stdin,
+		Timeout: timeoutSeconds(r.TimeoutSeconds), TTY: r.TTY, Rows: r.Rows, Cols: r.Cols}
+}
+
+// exitToAPI: the engine's wall time is whole microseconds, as the agent
+// measures it.
+func exitToAPI(e manager.Exit) api.ExecExit {
+	return api.ExecExit{Code: e.Code, Signal: e.Signal, TimedOut: e.TimedOut, OOMKilled: e.OOMKilled,
+		DurationMS: float64(e.Duration.Microseconds()) / 1000}
+}
+
+func resizeOf(r api.Resize) manager.Resize { return manager.Resize{Rows: r.Rows, Cols: r.Cols} }
+
+func fileInfoToAPI(fi manager.FileInfo) api.FileInfo {
+	return api.FileInfo{Name: fi.Name, Path: fi.Path, Size: fi.Size, Mode: fi.Mode, ModTime: fi.ModTime,
+		IsDir: fi.IsDir, Link: fi.Link}
+}
+
+func diffToAPI(d manager.DiffEntry) api.DiffEntry {
+	return api.DiffEntry{Path: d.Path, Kind: d.Kind, Size: d.Size, Dir: d.Dir}
+}
+
+func isolationToAPI(i manager.Isolation) api.Isolation {
+	return api.Isolation{Runtime: i.Runtime, SharedKernel: i.SharedKernel, UserNamespace: i.UserNamespace,
+		Seccomp: i.Seccomp, Capabilities: i.Capabilities, NoNewPrivs: i.NoNewPrivs, ReadonlyImage: i.ReadonlyImage,
+		IDMode: i.IDMode, HostUID: i.HostUID, HostGID: i.HostGID, HostIDs: i.HostIDs, UsernsOwner: i.UsernsOwner}
+}
+
+func diskToAPI(d *manager.Disk) *api.Disk {
+	if d == nil {
+		return nil
+	}
+	return &api.Disk{CapBytes: d.CapBytes, CapInodes: d.CapInodes, UsedBytes: d.UsedBytes, UsedInodes: d.UsedInodes,
+		Enforced: d.Enforced, Note: d.Note, ReadOnly: d.ReadOnly}
+}
+
+func forkRequest(r *api.ForkRequest) *manager.ForkRequest {
+	return &manager.ForkRequest{Count: r.Count, Persistent: r.Persistent, Timeout: seconds(r.TimeoutSeconds),
+		Labels: r.Labels, Env: r.Env, NamePrefix: r.NamePrefix}
+}
+
+func snapshotRequest(r *api.CreateSnapshotRequest) *manager.SnapshotRequest {
+	return &manager.SnapshotRequest{Name: r.Name, Retention: seconds(r.RetentionSeconds)}
+}
+
+func copyRequest(r *api.CopyRequest) *manager.CopyRequest {
+	return &manager.CopyRequest{From: r.From, FromPath: r.FromPath, To: r.To, ToPath: r.ToPath}
+}
+
+func volumeRequest(r *api.CreateVolumeRequest) *manager.VolumeCreate {
+	return &manager.VolumeCreate{Name: r.Name, SizeBytes: r.SizeBytes, Inodes: r.Inodes}
+}
+
+func rulesRequest(r *api.NetworkRulesRequest) *manager.RulesRequest {
+	return &manager.RulesRequest{Allow: r.Allow, Deny: r.Deny}
+}
+
+func rulesToAPI(n *manager.NetworkRules) *api.NetworkRules {
+	if n == nil {
+		return nil
+	}
+	return &api.NetworkRules{Mode: n.Mode, IPv4: n.IPv4, IPv6: n.IPv6, Allow: n.Allow}
+}
+
+func flowToAPI(f manager.Flow) api.Flow {
+	return api.Flow{Seq: f.Seq, Time: f.Time, Kind: f.Kind, Proto: f.Proto, Src: f.Src, Dst: f.Dst,
+		Name: f.Name, Decision: f.Decision, Rule: f.Rule}
+}
+
+func poolToAPI(p manager.Pool) api.Pool {
+	return api.Pool{Template: p.Template, Min: p.Min, Ready: p.Ready, Starting: p.Starting, Hits: p.Hits, Misses: p.Misses}
+}
+
+func poolPtrToAPI(p *manager.Pool) *api.Pool {
+	if p == nil {
+		return nil
+	}
+	out := poolToAPI(*p)
+	return &out
+}
+
+func importRequest(r *api.ImportTemplateRequest) *manager.ImportRequest {
+	return &manager.ImportRequest{Name: r.Name, Path: r.Path, Ref: r.Ref, Insecure: r.Insecure}
+}
+
+// buildRequest: a step's timeout is an exec's.
+func buildRequest(r *api.BuildTemplateRequest) *manager.BuildRequest {
+	return &manager.BuildRequest{Name: r.Name, From: r.From, Run: r.Run, Env: r.Env, Timeout: timeoutSeconds(r.TimeoutSeconds)}
+}
+
+func applyRequest(r *api.ApplyRequest) *manager.ApplyRequest {
+	return &manager.ApplyRequest{Spec: r.Spec, Files: r.Files}
+}
+
+// buildEventToAPI is a progress event; the stream's last event (the
+// template or the error) is the server's own.
+func buildEventToAPI(e manager.BuildEvent) api.BuildEvent {
+	return api.BuildEvent{Step: e.Step, Stream: e.Stream, Data: e.Data}
+}
+
+func doctorToAPI(r *manager.DoctorReport) *api.DoctorReport {
+	if r == nil {
+		return nil
+	}
+	return &api.DoctorReport{Runtime: r.Runtime, Healthy: r.Healthy,
+		Findings: convertSlice(r.Findings, func(f manager.DoctorFinding) api.DoctorFinding {
+			return api.DoctorFinding{Kind: f.Kind, ID: f.ID, Detail: f.Detail, Fixed: f.Fixed, Error: f.Error}
+		})}
+}

@@ -1,0 +1,320 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/agent"
+	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/sandbox"
+)
+
+// fill sets every field of the value v points to, recursively, to a
+// distinct non-zero value that survives seconds ⇄ Duration exactly
+// (floats are a whole number of seconds plus a half).
+func fill(t *testing.T, v reflect.Value, n *int) {
+	t.Helper()
+	*n++
+	switch v.Kind() {
+	case reflect.Struct:
+		if v.Type() == reflect.TypeOf(time.Time{}) {
+			v.Set(reflect.ValueOf(time.Unix(int64(*n), 0).UTC()))
+			return
+		}
+		for i := range v.NumField() {
+			fill(t, v.Field(i), n)
+		}
+	case reflect.String:
+		v.SetString(fmt.Sprintf("s%d", *n))
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		if v.Type() == reflect.TypeOf(time.Duration(0)) {
+			v.SetInt(int64(*n)*int64(time.Second) + int64(time.Second/2))
+			return
+		}
+		v.SetInt(int64(*n))
+	case reflect.Uint, reflect.Uint64, reflect.Uint32, reflect.Uint16, reflect.Uint8:
+		v.SetUint(uint64(*n))
+	case reflect.Float64:
+		v.SetFloat(float64(*n) + 0.5)
+	case reflect.Slice:
+		s := reflect.MakeSlice(v.Type(), 1, 1)
+		fill(t, s.Index(0), n)
+		v.Set(s)
+	case reflect.Map:
+		m := reflect.MakeMap(v.Type())
+		k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+		fill(t, k, n)
+		fill(t, e, n)
+		m.SetMapIndex(k, e)
+		v.Set(m)
+	case reflect.Pointer:
+		p := reflect.New(v.Type().Elem())
+		fill(t, p.Elem(), n)
+		v.Set(p)
+	default:
+		t.Fatalf("fill: no rule for %s", v.Type())
+	}
+}
+
+// zeroFields names the fields of v (recursively) left at their zero value.
+func zeroFields(v reflect.Value, path string, skip map[string]bool) []string {
+	if skip[path] {
+		return nil
+	}
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return []string{path}
+		}
+		v = v.Elem()
+	}
+	if v.Kind() == reflect.Struct && v.Type() != reflect.TypeOf(time.Time{}) {
+		var out []string
+		for i := range v.NumField() {
+			out = append(out, zeroFields(v.Field(i), path+"."+v.Type().Field(i).Name, skip)...)
+		}
+		return out
+	}
+	if v.IsZero() {
+		return []string{path}
+	}
+	return nil
+}
+
+func filled[T any](t *testing.T) *T {
+	var x T
+	n := 0
+	fill(t, reflect.ValueOf(&x).Elem(), &n)
+	return &x
+}
+
+// A request converted to the engine's type loses nothing: every field of
+// both sides is set, and converting back (here, in the test) gives the
+// request again. A field added to an API request type and not converted,
+// or to an engine type and not filled, fails here.
+func TestConvertRequests(t *testing.T) {
+	check := func(name string, in, out, back any) {
+		t.Helper()
+		if z := zeroFields(reflect.ValueOf(out), name, nil); len(z) > 0 {
+			t.Errorf("%s: engine fields not converted: %v", name, z)
+		}
+		if !reflect.DeepEqual(in, back) {
+			t.Errorf("%s: round trip\n got %+v\nwant %+v", name, back, in)
+		}
+	}
+	{
+		in := filled[api.CreateSandboxRequest](t)
+		out := createRequest(in)
+		check("create", in, out, createToAPI(out))
+	}
+	{
+		in := filled[api.ExecRequest](t)
+		out := execRequest(in)
+		check("exec", in, out, &api.ExecRequest{Cmd: out.Cmd, Env: out.Env, Workdir: out.Workdir, User: out.User,
+			Stdin: out.Stdin, TimeoutSeconds: out.Timeout.Seconds(), TTY: out.TTY, Rows: out.Rows, Cols: out.Cols})
+	}
+	{
+		in := filled[api.ForkRequest](t)
+		out := forkRequest(in)
+		check("fork", in, out, &api.ForkRequest{Count: out.Count, Persistent: out.Persistent,
+			TimeoutSeconds: out.Timeout.Seconds(), Labels: out.Labels, Env: out.Env, NamePrefix: out.NamePrefix})
+	}
+	{
+		in := filled[api.CreateSnapshotRequest](t)
+		out := snapshotRequest(in)
+		check("snapshot", in, out, &api.CreateSnapshotRequest{Name: out.Name, RetentionSeconds: out.Retention.Seconds()})
+	}
+	{
+		in := filled[api.CopyRequest](t)
+		out := copyRequest(in)
+		check("copy", in, out, &api.CopyRequest{From: out.From, FromPath: out.FromPath, To: out.To, ToPath: out.ToPath})
+	}
+	{
+		in := filled[api.CreateVolumeRequest](t)
+		out := volumeRequest(in)
+		check("volume", in, out, &api.CreateVolumeRequest{Name: out.Name, SizeBytes: out.SizeBytes, Inodes: out.Inodes})
+	}
+	{
+		in := filled[api.NetworkRulesRequest](t)
+		out := rulesRequest(in)
+		check("network rules", in, out, &api.NetworkRulesRequest{Allow: out.Allow, Deny: out.Deny})
+	}
+	{
+		in := filled[api.ImportTemplateRequest](t)
+		out := importRequest(in)
+		check("import", in, out, &api.ImportTemplateRequest{Name: out.Name, Path: out.Path, Ref: out.Ref, Insecure: out.Insecure})
+	}
+	{
+		in := filled[api.BuildTemplateRequest](t)
+		out := buildRequest(in)
+		check("build", in, out, &api.BuildTemplateRequest{Name: out.Name, From: out.From, Run: out.Run, Env: out.Env,
+			TimeoutSeconds: out.Timeout.Seconds()})
+	}
+	{
+		in := filled[api.ApplyRequest](t)
+		out := applyRequest(in)
+		check("apply", in, out, &api.ApplyRequest{Spec: out.Spec, Files: out.Files})
+	}
+	{
+		in := filled[api.Resize](t)
+		out := resizeOf(*in)
+		check("resize", in, &out, &api.Resize{Rows: out.Rows, Cols: out.Cols})
+	}
+}
+
+func createToAPI(r *manager.CreateRequest) *api.CreateSandboxRequest {
+	out := &api.CreateSandboxRequest{
+		Name: r.Name, Template: r.Template, Persistent: r.Persistent,
+		Resources: api.Resources{CPUs: r.Resources.CPUs, MemoryBytes: r.Resources.MemoryBytes,
+			Pids: r.Resources.Pids, DiskBytes: r.Resources.DiskBytes},
+		Env: r.Env, Labels: r.Labels, TimeoutSeconds: r.Timeout.Seconds(),
+		Network: r.Network, Runtime: r.Runtime, Workdir: r.Workdir,
+		PersistRoot: r.PersistRoot, VolumeSizeBytes: r.VolumeSizeBytes, VolumeInodes: r.VolumeInodes,
+		KeepVolume: r.KeepVolume, Snapshot: r.Snapshot, Allow: r.Allow, PublicPorts: r.PublicPorts,
+		Policy: policyToAPI(r.Policy),
+	}
+	for _, v := range r.Volumes {
+		out.Volumes = append(out.Volumes, api.VolumeMount{Name: v.Name, Path: v.Path, ReadOnly: v.ReadOnly})
+	}
+	return out
+}
+
+// A result converted to the API's type loses nothing: every API field is
+// set (but those the server fills itself), and converting back gives the
+// engine's value again.
+func TestConvertResults(t *testing.T) {
+	check := func(name string, in, out, back any, skip ...string) {
+		t.Helper()
+		sk := map[string]bool{}
+		for _, s := range skip {
+			sk[name+"."+s] = true
+		}
+		if z := zeroFields(reflect.ValueOf(out), name, sk); len(z) > 0 {
+			t.Errorf("%s: API fields not converted: %v", name, z)
+		}
+		if !reflect.DeepEqual(in, back) {
+			t.Errorf("%s: round trip\n got %+v\nwant %+v", name, back, in)
+		}
+	}
+	{
+		in := filled[manager.Exit](t)
+		in.Duration = 1234567 * time.Microsecond
+		out := exitToAPI(*in)
+		check("exit", in, &out, &manager.Exit{Code: out.Code, Signal: out.Signal, TimedOut: out.TimedOut,
+			OOMKilled: out.OOMKilled, Duration: time.Duration(out.DurationMS * float64(time.Millisecond))})
+	}
+	{
+		in := filled[manager.FileInfo](t)
+		out := fileInfoToAPI(*in)
+		check("file info", in, &out, &manager.FileInfo{Name: out.Name, Path: out.Path, Size: out.Size, Mode: out.Mode,
+			ModTime: out.ModTime, IsDir: out.IsDir, Link: out.Link})
+	}
+	{
+		in := filled[manager.DiffEntry](t)
+		out := diffToAPI(*in)
+		check("diff", in, &out, &manager.DiffEntry{Path: out.Path, Kind: out.Kind, Size: out.Size, Dir: out.Dir})
+	}
+	{
+		in := filled[manager.Isolation](t)
+		out := isolationToAPI(*in)
+		check("isolation", in, &out, &manager.Isolation{Runtime: out.Runtime, SharedKernel: out.SharedKernel,
+			UserNamespace: out.UserNamespace, Seccomp: out.Seccomp, Capabilities: out.Capabilities, NoNewPrivs: out.NoNewPrivs,
+			ReadonlyImage: out.ReadonlyImage, IDMode: out.IDMode, HostUID: out.HostUID, HostGID: out.HostGID,
+			HostIDs: out.HostIDs, UsernsOwner: out.UsernsOwner})
+	}
+	{
+		in := filled[manager.Disk](t)
+		out := diskToAPI(in)
+		check("disk", in, out, &manager.Disk{CapBytes: out.CapBytes, CapInodes: out.CapInodes, UsedBytes: out.UsedBytes,
+			UsedInodes: out.UsedInodes, Enforced: out.Enforced, Note: out.Note, ReadOnly: out.ReadOnly})
+	}
+	{
+		in := filled[manager.NetworkRules](t)
+		out := rulesToAPI(in)
+		check("network rules", in, out, &manager.NetworkRules{Mode: out.Mode, IPv4: out.IPv4, IPv6: out.IPv6, Allow: out.Allow})
+	}
+	{
+		in := filled[manager.Flow](t)
+		out := flowToAPI(*in)
+		check("flow", in, &out, &manager.Flow{Seq: out.Seq, Time: out.Time, Kind: out.Kind, Proto: out.Proto, Src: out.Src,
+			Dst: out.Dst, Name: out.Name, Decision: out.Decision, Rule: out.Rule})
+	}
+	{
+		in := filled[manager.Pool](t)
+		out := poolPtrToAPI(in)
+		check("pool", in, out, &manager.Pool{Template: out.Template, Min: out.Min, Ready: out.Ready, Starting: out.Starting,
+			Hits: out.Hits, Misses: out.Misses})
+	}
+	{
+		in := filled[manager.BuildEvent](t)
+		out := buildEventToAPI(*in)
+		check("build event", in, &out, &manager.BuildEvent{Step: out.Step, Stream: out.Stream, Data: out.Data},
+			"Template", "Error")
+	}
+	{
+		in := filled[manager.DoctorReport](t)
+		out := doctorToAPI(in)
+		back := &manager.DoctorReport{Runtime: out.Runtime, Healthy: out.Healthy}
+		for _, f := range out.Findings {
+			back.Findings = append(back.Findings, manager.DoctorFinding{Kind: f.Kind, ID: f.ID, Detail: f.Detail, Fixed: f.Fixed, Error: f.Error})
+		}
+		check("doctor", in, out, back)
+	}
+	{
+		in := filled[sandbox.Policy](t)
+		out := policyToAPI(*in)
+		check("policy", in, &out, ptr(policy(out)))
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// nil stays nil and empty stays empty, so responses encode as before.
+func TestConvertSlices(t *testing.T) {
+	if convertSlice([]manager.Flow(nil), flowToAPI) != nil {
+		t.Error("nil became non-nil")
+	}
+	if b, _ := json.Marshal(convertSlice([]manager.Flow{}, flowToAPI)); string(b) != "[]" {
+		t.Errorf("empty encodes as %s", b)
+	}
+	if b, _ := json.Marshal(doctorToAPI(&manager.DoctorReport{Findings: []manager.DoctorFinding{}})); string(b) !=
+		`{"findings":[],"runtime":"","healthy":false}` {
+		t.Errorf("doctor encodes as %s", b)
+	}
+}
+
+// Durations: a positive number of seconds never becomes "none", and
+// numbers past a Duration saturate rather than wrap.
+func TestSeconds(t *testing.T) {
+	for _, c := range []struct {
+		v    float64
+		want time.Duration
+	}{{0, 0}, {1.5, 1500 * time.Millisecond}, {1e-12, 1}, {-1, -time.Second}, {1e300, 1<<63 - 1}, {-1e300, -1 << 63}} {
+		if got := seconds(c.v); got != c.want {
+			t.Errorf("seconds(%g) = %d, want %d", c.v, got, c.want)
+		}
+	}
+	if got := timeoutSeconds(1e-12); got != 0 {
+		t.Errorf("exec timeout 1e-12s = %d, want none", got)
+	}
+}
+
+// An exit and a file info from the agent, through the engine, encode as
+// the agent's wire did (the API and the wire share names today).
+func TestWireThroughEngine(t *testing.T) {
+	same := func(name string, a, b any) {
+		t.Helper()
+		ja, _ := json.Marshal(a)
+		jb, _ := json.Marshal(b)
+		if string(ja) != string(jb) {
+			t.Errorf("%s: %s converted to %s", name, ja, jb)
+		}
+	}
+	ex := agent.Exit{Code: 137, Signal: "SIGKILL", TimedOut: true, OOMKilled: true, DurationMS: 1.5}
+	same("exit", ex, exitToAPI(manager.Exit{Code: 137, Signal: "SIGKILL", TimedOut: true, OOMKilled: true, Duration: 1500 * time.Microsecond}))
+}
