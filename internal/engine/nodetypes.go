@@ -7,7 +7,7 @@ import (
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
-// The node backend still answers diff, isolation and disk usage in its own
+// The node backend answers diff, isolation and disk usage in node's own
 // result types; these are the only places the engine turns them into its
 // own.
 

@@ -24,7 +24,6 @@ import (
 	"net"
 	"time"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/agent"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
@@ -99,7 +98,43 @@ type Flow struct {
 const Deny = "deny"
 
 // Change is one path of a sandbox that differs from its template.
-type Change = api.DiffEntry
+type Change struct {
+	Path string
+	Kind string // added | changed | removed
+	Size int64
+	Dir  bool
+}
+
+// Disk is the cap and use of a sandbox's writable root layer.
+type Disk struct {
+	CapBytes, CapInodes   int64
+	UsedBytes, UsedInodes int64
+	// Enforced is false when the cap is recorded but not in force; Note
+	// says why.
+	Enforced bool
+	Note     string
+	// ReadOnly: the kernel made the layer's filesystem read-only.
+	ReadOnly bool
+}
+
+// Isolation describes a sandbox's boundary: its runtime class's and its
+// host ids.
+type Isolation struct {
+	Runtime       string
+	SharedKernel  bool
+	UserNamespace bool
+	Seccomp       string
+	Capabilities  []string
+	NoNewPrivs    bool
+	ReadonlyImage bool
+	// IDMode is "per-sandbox" or "shared"; HostUID/HostGID are root's
+	// host ids and HostIDs how many follow; UsernsOwner who owns the
+	// user namespace ("sandbox", "host-root", "sentry").
+	IDMode           string
+	HostUID, HostGID uint32
+	HostIDs          uint32
+	UsernsOwner      string
+}
 
 // Report receives what a sweep finds: a host resource no record accounts
 // for, or a record whose host side disagrees with it; fix, if not nil,
@@ -260,7 +295,7 @@ type Storage interface {
 	// ReleaseReserve frees room kept for recording deletes on a full disk.
 	ReleaseReserve()
 	// DiskUsage reports sb's writable layer's cap and use (nil: none).
-	DiskUsage(sb *sandbox.Sandbox) *api.Disk
+	DiskUsage(sb *sandbox.Sandbox) *Disk
 	// Diff lists sb's files that differ from its template.
 	Diff(ctx context.Context, sb *sandbox.Sandbox) ([]Change, error)
 	// QuarantineFiles serves reads of a quarantined sandbox.
@@ -282,7 +317,7 @@ type Backend interface {
 	// Classes lists the runtime classes, the default first.
 	Classes() []Class
 	// Isolation describes sb's boundary.
-	Isolation(sb *sandbox.Sandbox) api.Isolation
+	Isolation(sb *sandbox.Sandbox) Isolation
 	// IDRange returns host id range slot's ids, or, when ok is false, the
 	// one shared range every sandbox uses (no slot is needed).
 	IDRange(slot int) (ids sandbox.HostIDs, ok bool)

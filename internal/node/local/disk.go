@@ -27,8 +27,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/failpoint"
+	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/volume"
 )
@@ -209,12 +209,12 @@ func exists(path string) bool {
 // DiskUsage reports the cap and usage of sb's writable root layer; nil
 // when the layer is on the workspace volume (Storage reports that) or sb
 // is gone.
-func (b *Backend) DiskUsage(sb *sandbox.Sandbox) *api.Disk {
+func (b *Backend) DiskUsage(sb *sandbox.Sandbox) *node.Disk {
 	if !sb.State.Live() || persistsRoot(sb) {
 		return nil
 	}
 	n := b.diskCap(sb)
-	d := &api.Disk{CapBytes: n, CapInodes: sandbox.DiskInodes(n)}
+	d := &node.Disk{CapBytes: n, CapInodes: sandbox.DiskInodes(n)}
 	switch _, _, legacy := b.legacyUpper(sb.ID); {
 	case legacy:
 		d.Note = "made before disk caps: its writable layer is uncapped until it is stopped or deleted"

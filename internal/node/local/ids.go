@@ -32,7 +32,6 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/idmap"
 	"github.com/berth-sh/berth/internal/node"
@@ -255,9 +254,9 @@ func (b *Backend) sandboxUserns(sb *sandbox.Sandbox, rt runtime.Runtime) (string
 }
 
 // Isolation describes sb's boundary: its runtime class's, plus its ids.
-func (b *Backend) Isolation(sb *sandbox.Sandbox) api.Isolation {
+func (b *Backend) Isolation(sb *sandbox.Sandbox) node.Isolation {
 	rt := b.rtFor(sb)
-	iso := apiIsolation(rt.Isolation())
+	iso := nodeIsolation(rt.Isolation())
 	ids := b.idMapOf(sb)
 	iso.IDMode = sandbox.IDModeShared
 	if perSandboxIDs(sb) {
@@ -382,8 +381,8 @@ func (b *Backend) refillIDs(ctx context.Context) {
 	}
 }
 
-// apiIsolation is the API form of what a runtime class reports.
-func apiIsolation(iso runtime.Isolation) api.Isolation {
-	return api.Isolation{Runtime: iso.Runtime, SharedKernel: iso.SharedKernel, UserNamespace: iso.UserNamespace,
+// nodeIsolation is the node's form of what a runtime class reports.
+func nodeIsolation(iso runtime.Isolation) node.Isolation {
+	return node.Isolation{Runtime: iso.Runtime, SharedKernel: iso.SharedKernel, UserNamespace: iso.UserNamespace,
 		Seccomp: iso.Seccomp, Capabilities: iso.Capabilities, NoNewPrivs: iso.NoNewPrivs, ReadonlyImage: iso.ReadonlyImage}
 }

@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/agent"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/node"
@@ -63,7 +62,7 @@ func (b *Backend) Diff(ctx context.Context, sb *sandbox.Sandbox) ([]node.Change,
 		}
 		if info.Mode()&fs.ModeCharDevice != 0 {
 			if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Rdev == 0 {
-				return add(api.DiffEntry{Path: "/" + rel, Kind: "removed"})
+				return add(node.Change{Path: "/" + rel, Kind: "removed"})
 			}
 		}
 		existed := inLower(rel)
@@ -71,13 +70,13 @@ func (b *Backend) Diff(ctx context.Context, sb *sandbox.Sandbox) ([]node.Change,
 			if existed {
 				return nil // contents are listed one by one
 			}
-			return add(api.DiffEntry{Path: "/" + rel, Kind: "added", Dir: true})
+			return add(node.Change{Path: "/" + rel, Kind: "added", Dir: true})
 		}
 		kind := "added"
 		if existed {
 			kind = "changed"
 		}
-		return add(api.DiffEntry{Path: "/" + rel, Kind: kind, Size: info.Size()})
+		return add(node.Change{Path: "/" + rel, Kind: kind, Size: info.Size()})
 	})
 	if err != nil {
 		return nil, err
@@ -87,7 +86,7 @@ func (b *Backend) Diff(ctx context.Context, sb *sandbox.Sandbox) ([]node.Change,
 			continue
 		}
 		err := walk(filepath.Join(b.volumes.Path(vm.VolumeID), volumeDataDir), func(rel string, d fs.DirEntry, info fs.FileInfo) error {
-			return add(api.DiffEntry{Path: filepath.Join(vm.Path, rel), Kind: "added", Size: sizeOf(info), Dir: info.IsDir()})
+			return add(node.Change{Path: filepath.Join(vm.Path, rel), Kind: "added", Size: sizeOf(info), Dir: info.IsDir()})
 		})
 		if err != nil {
 			return nil, err
