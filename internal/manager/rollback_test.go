@@ -453,6 +453,11 @@ func TestPoolClaimWithTakenName(t *testing.T) {
 	if ids := e.live(); !slices.Equal(ids, sorted(taken.ID, member.ID)) {
 		t.Fatalf("live %v", ids)
 	}
+	// The name conflict is told from a member that was taken: the claim
+	// stops there (no other member is tried, no miss is counted).
+	if p, err := e.m.Pool(e.ctx, "base"); err != nil || p.Hits != 0 || p.Misses != 0 {
+		t.Fatalf("pool after the refused claim: %+v, %v", p, err)
+	}
 }
 
 func sorted(s ...string) []string { slices.Sort(s); return s }
