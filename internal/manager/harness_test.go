@@ -112,7 +112,7 @@ func withClasses(cls ...node.Class) envOpt {
 func withConfig(f func(*manager.Config)) envOpt { return func(e *env) { f(&e.cfg) } }
 
 // newEnv starts an engine over a fresh SQLite file and memnode, with the
-// template "base" and the reconciler running every 5 ms.
+// template "base" and the reconciler running every 20 ms.
 func newEnv(t *testing.T, opts ...envOpt) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -120,7 +120,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	e := &env{t: t, ctx: ctx, clock: &clock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	e.cfg = manager.Config{
 		Node:              "node-a",
-		ReconcileInterval: 5 * time.Millisecond,
+		ReconcileInterval: 20 * time.Millisecond,
 		Logger:            slog.New(slog.DiscardHandler),
 		Now:               e.clock.Now,
 	}
@@ -207,7 +207,7 @@ func poll(cond func() bool) bool {
 		if time.Now().After(deadline) {
 			return false
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
 	return true
 }

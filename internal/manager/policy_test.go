@@ -14,6 +14,7 @@ import (
 // on the clock.
 
 func TestPolicyActions(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		req   api.CreateSandboxRequest
@@ -55,6 +56,7 @@ func TestPolicyActions(t *testing.T) {
 			after: 61 * time.Second, want: sandbox.StateDeleted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			sb := e.create(tc.req)
 			if tc.setup != nil {
@@ -63,7 +65,7 @@ func TestPolicyActions(t *testing.T) {
 			before := e.get(sb.ID).State
 			// Not due yet: nothing happens before the deadline.
 			e.clock.Advance(tc.after - 2*time.Second)
-			time.Sleep(30 * time.Millisecond) // several reconciler passes
+			time.Sleep(100 * time.Millisecond) // several reconciler passes
 			if got := e.get(sb.ID).State; got != before {
 				t.Fatalf("acted before the deadline: %s", got)
 			}
@@ -79,6 +81,7 @@ func TestPolicyActions(t *testing.T) {
 
 // Activity pushes the idle deadline back.
 func TestIdleCountsFromLastActivity(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	sb := e.create(api.CreateSandboxRequest{Policy: api.Policy{IdleTimeoutSeconds: 30}})
 	e.clock.Advance(20 * time.Second)
@@ -86,7 +89,7 @@ func TestIdleCountsFromLastActivity(t *testing.T) {
 		t.Fatalf("exec: %+v %v", exit, err)
 	}
 	e.clock.Advance(20 * time.Second) // 40 s after start, 20 s after the exec
-	time.Sleep(30 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
 	if got := e.get(sb.ID).State; got != sandbox.StateRunning {
 		t.Fatalf("idled %s after activity 20 s ago", got)
 	}
@@ -97,6 +100,7 @@ func TestIdleCountsFromLastActivity(t *testing.T) {
 // A sandbox whose processes end on their own is noticed: an ephemeral
 // one is destroyed, a persistent one stopped.
 func TestExitedSandboxIsNoticed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	eph := e.create(api.CreateSandboxRequest{})
 	per := e.create(api.CreateSandboxRequest{Persistent: true})
@@ -113,6 +117,7 @@ func TestExitedSandboxIsNoticed(t *testing.T) {
 // After a restart, the reconciler adopts what runs, destroys ephemeral
 // sandboxes that died meanwhile and restarts persistent ones.
 func TestRecoverAfterRestart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	alive := e.create(api.CreateSandboxRequest{})
 	paused := e.create(api.CreateSandboxRequest{})

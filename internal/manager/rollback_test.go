@@ -32,8 +32,10 @@ func (e *env) tombstones() []*sandbox.Sandbox {
 }
 
 func TestProvisionFailureLeavesFailedTombstone(t *testing.T) {
+	t.Parallel()
 	for _, persistent := range []bool{false, true} {
 		t.Run(map[bool]string{false: "ephemeral", true: "persistent"}[persistent], func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			e.node.FailNext("Provision", errInjected)
 			_, err := e.m.Create(e.ctx, &api.CreateSandboxRequest{Name: "doomed", Persistent: persistent},
@@ -76,6 +78,7 @@ func TestProvisionFailureLeavesFailedTombstone(t *testing.T) {
 }
 
 func TestStartFailureFallsBackToStopped(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	sb := e.create(api.CreateSandboxRequest{Persistent: true})
 	_, err := e.m.Stop(e.ctx, sb.ID, "test")
@@ -101,6 +104,7 @@ func TestStartFailureFallsBackToStopped(t *testing.T) {
 }
 
 func TestStopFailureIsRetried(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	sb := e.create(api.CreateSandboxRequest{Persistent: true})
 	e.node.FailNext("Stop", errInjected)
@@ -117,6 +121,7 @@ func TestStopFailureIsRetried(t *testing.T) {
 }
 
 func TestTeardownFailureIsRetried(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	sb := e.create(api.CreateSandboxRequest{})
 	for range 4 { // every attempt of the delete itself
@@ -139,6 +144,7 @@ func TestTeardownFailureIsRetried(t *testing.T) {
 }
 
 func TestPauseRollsBackWhenUnrecorded(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	sb := e.create(api.CreateSandboxRequest{})
 	e.st.FailUpdate(sb.ID, errInjected)
@@ -153,6 +159,7 @@ func TestPauseRollsBackWhenUnrecorded(t *testing.T) {
 // Item 8(a), second half: a quarantine that cannot be recorded thaws the
 // sandbox and gives its network back.
 func TestQuarantineRollsBack(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		from      sandbox.State
@@ -170,6 +177,7 @@ func TestQuarantineRollsBack(t *testing.T) {
 			wantCalls: []string{"Freeze"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			sb := e.create(api.CreateSandboxRequest{Network: "egress", Allow: []string{"example.com"}})
 			if tc.from == sandbox.StatePaused {
@@ -204,6 +212,7 @@ func TestQuarantineRollsBack(t *testing.T) {
 // it was: frozen, its network cut. A running sandbox is never recorded as
 // quarantined.
 func TestReleaseRollsBack(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		fail      func(e *env, id string)
@@ -220,6 +229,7 @@ func TestReleaseRollsBack(t *testing.T) {
 			wantCalls: []string{"SetRules:apply", "Thaw", "Freeze", "SetRules:cut"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			sb := e.create(api.CreateSandboxRequest{Network: "egress", Allow: []string{"example.com"}})
 			_, err := e.m.Quarantine(e.ctx, sb.ID, "admin")
@@ -250,6 +260,7 @@ func TestReleaseRollsBack(t *testing.T) {
 }
 
 func TestHibernateAndWakeFailures(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	sb := e.create(api.CreateSandboxRequest{Runtime: "fake-runsc"})
 	e.node.FailNext("Checkpoint", errInjected) // the processes survive it
@@ -277,6 +288,7 @@ func TestHibernateAndWakeFailures(t *testing.T) {
 }
 
 func TestForkWithOneFailingChild(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	parent := e.create(api.CreateSandboxRequest{})
 	e.writeFile(parent.ID, "/data", "shared")
@@ -318,6 +330,7 @@ func TestForkWithOneFailingChild(t *testing.T) {
 // A capture that fails (its thaw, say: the backend returns that as the
 // capture's error) fails the fork: no child is made from it.
 func TestForkCaptureFailure(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	parent := e.create(api.CreateSandboxRequest{})
 	e.node.FailNext("Capture", errInjected)
@@ -354,6 +367,7 @@ func (e *env) waitPoolMember(skip ...string) *sandbox.Sandbox {
 }
 
 func TestPoolClaim(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	_, err := e.m.SetPool(e.ctx, "base", 1)
 	must(t, err)
@@ -381,6 +395,7 @@ func TestPoolClaim(t *testing.T) {
 // A claim that fails at any step leaves the member in the pool exactly as
 // it was: frozen, its host name its own; the create is served otherwise.
 func TestPoolClaimRollsBack(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		fail      func(e *env, id string)
@@ -394,6 +409,7 @@ func TestPoolClaimRollsBack(t *testing.T) {
 			wantCalls: []string{"SetHostname:claimant", "Thaw", "Freeze", "SetHostname:sb-"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			_, err := e.m.SetPool(e.ctx, "base", 1)
 			must(t, err)
@@ -433,6 +449,7 @@ func TestPoolClaimRollsBack(t *testing.T) {
 // conflict, and the member stays in the pool as it was. (The engine tells
 // this conflict from others by its text today; see the report.)
 func TestPoolClaimWithTakenName(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	taken := e.create(api.CreateSandboxRequest{Name: "taken"})
 	_, err := e.m.SetPool(e.ctx, "base", 1)

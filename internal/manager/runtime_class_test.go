@@ -22,6 +22,7 @@ import (
 var fakeKata = node.Class{Name: "fake-kata", Caps: node.Caps{Pool: true, Freeze: true}}
 
 func TestDefaultClassRecordedByName(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	sb := e.create(api.CreateSandboxRequest{})
 	if got := e.get(sb.ID).Spec.Runtime; got != memnode.FakeRunc.Name {
@@ -35,6 +36,7 @@ func TestDefaultClassRecordedByName(t *testing.T) {
 // A daemon restarted with another default keeps each sandbox on its own
 // class: it restarts on it, and its capabilities are its class's.
 func TestRestartWithAnotherDefaultKeepsClasses(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	runc := e.create(api.CreateSandboxRequest{Persistent: true})
 	e.stopManager()
@@ -71,6 +73,7 @@ func TestRestartWithAnotherDefaultKeepsClasses(t *testing.T) {
 }
 
 func TestEgressRefusedWhenDefaultLacksIt(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withClasses(memnode.FakeRunsc, memnode.FakeRunc))
 	_, err := e.m.Create(e.ctx, &api.CreateSandboxRequest{Network: "egress"}, manager.CreateOptions{})
 	wantErr(t, err, errdefs.ErrInvalid)
@@ -89,6 +92,7 @@ func TestEgressRefusedWhenDefaultLacksIt(t *testing.T) {
 // A create naming a class other than the default never gets a pool
 // member (members are made in the default class).
 func TestNonDefaultCreateNeverClaimsDefaultPoolMember(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withClasses(memnode.FakeRunc, fakeKata, memnode.FakeRunsc))
 	_, err := e.m.SetPool(e.ctx, "base", 1)
 	must(t, err)
@@ -117,6 +121,7 @@ func TestNonDefaultCreateNeverClaimsDefaultPoolMember(t *testing.T) {
 // After a restart with another pool-capable default, members made in the
 // old default are not handed to creates of the new one.
 func TestPoolMembersOfAnOldDefaultAreNotClaimed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withClasses(memnode.FakeRunc, fakeKata))
 	_, err := e.m.SetPool(e.ctx, "base", 1)
 	must(t, err)

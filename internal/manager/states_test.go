@@ -22,6 +22,7 @@ import (
 // node sees after each.
 
 func TestCreateRunsAndRecordsEvents(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	sb := e.create(api.CreateSandboxRequest{Name: "one"})
 	e.wantNodeStatus(sb.ID, node.StatusRunning)
@@ -49,6 +50,7 @@ func TestCreateRunsAndRecordsEvents(t *testing.T) {
 }
 
 func TestCreateRefusals(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for name, req := range map[string]api.CreateSandboxRequest{
 		"bad name":         {Name: "-x"},
@@ -70,6 +72,7 @@ func TestCreateRefusals(t *testing.T) {
 }
 
 func TestPauseResume(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	sb := e.create(api.CreateSandboxRequest{})
 	if _, err := e.m.Pause(e.ctx, sb.ID, "test"); err != nil {
@@ -96,8 +99,10 @@ func TestPauseResume(t *testing.T) {
 }
 
 func TestStopStart(t *testing.T) {
+	t.Parallel()
 	for _, persistent := range []bool{false, true} {
 		t.Run(map[bool]string{false: "ephemeral", true: "persistent"}[persistent], func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			sb := e.create(api.CreateSandboxRequest{Persistent: persistent})
 			e.writeFile(sb.ID, "/kept", "x")
@@ -136,6 +141,7 @@ func TestStopStart(t *testing.T) {
 }
 
 func TestReset(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	sb := e.create(api.CreateSandboxRequest{Persistent: true})
 	e.writeFile(sb.ID, "/scratch", "x")
@@ -171,8 +177,10 @@ func TestReset(t *testing.T) {
 // Quarantine from each state it may be entered from, and release back to
 // it; the node's processes and rules follow.
 func TestQuarantineRelease(t *testing.T) {
+	t.Parallel()
 	for _, from := range []sandbox.State{sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopped} {
 		t.Run(string(from), func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			sb := e.create(api.CreateSandboxRequest{Network: "egress", Allow: []string{"example.com"}, Persistent: true})
 			e.writeFile(sb.ID, "/evidence", "kept")
@@ -242,6 +250,7 @@ func TestQuarantineRelease(t *testing.T) {
 }
 
 func TestDeleteFromEachState(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	setups := map[string]func(id string){
 		"running": func(string) {},
@@ -297,6 +306,7 @@ func TestDeleteFromEachState(t *testing.T) {
 }
 
 func TestHibernateWake(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	sb := e.create(api.CreateSandboxRequest{Runtime: memnode.FakeRunsc.Name})
 	e.writeFile(sb.ID, "/state", "in memory")
@@ -339,6 +349,7 @@ func TestHibernateWake(t *testing.T) {
 }
 
 func TestHibernateRefusedWithoutCheckpoint(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	sb := e.create(api.CreateSandboxRequest{}) // fake-runc: no Checkpoint
 	mark := e.mark(sb.ID)
@@ -352,6 +363,7 @@ func TestHibernateRefusedWithoutCheckpoint(t *testing.T) {
 }
 
 func TestAutoResume(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	sb := e.create(api.CreateSandboxRequest{Persistent: true, Policy: api.Policy{AutoResume: true}})
 	_, err := e.m.Pause(e.ctx, sb.ID, "test")
@@ -373,6 +385,7 @@ func (e *env) writeFileAuto(id string) {
 }
 
 func TestTouch(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	sb := e.create(api.CreateSandboxRequest{})
 	e.clock.Advance(42 * time.Second)
@@ -384,6 +397,7 @@ func TestTouch(t *testing.T) {
 }
 
 func TestDialPort(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	sb := e.create(api.CreateSandboxRequest{})
 	e.node.Listen(sb.ID, 8080, func(c net.Conn) {
@@ -413,6 +427,7 @@ func TestDialPort(t *testing.T) {
 }
 
 func TestUpdateNetworkRules(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	sb := e.create(api.CreateSandboxRequest{Network: "egress", Allow: []string{"a.example"}})
 	rules, err := e.m.UpdateNetworkRules(e.ctx, sb.ID, &api.NetworkRulesRequest{
@@ -435,6 +450,7 @@ func TestUpdateNetworkRules(t *testing.T) {
 }
 
 func TestForkAndSnapshots(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	parent := e.create(api.CreateSandboxRequest{Persistent: true})
 	e.writeFile(parent.ID, "/data", "v1")
@@ -479,6 +495,7 @@ func TestForkAndSnapshots(t *testing.T) {
 }
 
 func TestDoctorFindsAndFixesOrphans(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	sb := e.create(api.CreateSandboxRequest{})
 	// A node-side sandbox no record accounts for: provisioned behind the
