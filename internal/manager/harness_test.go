@@ -108,9 +108,6 @@ func withClasses(cls ...node.Class) envOpt {
 	return func(e *env) { e.node = memnode.New(e.t, memnode.WithClasses(cls...)) }
 }
 
-// withConfig adjusts the manager's configuration.
-func withConfig(f func(*manager.Config)) envOpt { return func(e *env) { f(&e.cfg) } }
-
 // newEnv starts an engine over a fresh SQLite file and memnode, with the
 // template "base" and the reconciler running every 20 ms.
 func newEnv(t *testing.T, opts ...envOpt) *env {
@@ -158,14 +155,6 @@ func (e *env) start() {
 	var once sync.Once
 	e.t.Cleanup(func() { once.Do(m.Close) })
 	e.stopManager = func() { once.Do(m.Close) }
-}
-
-// restart stops the manager (sandboxes keep running on the node) and
-// starts a new one, as a daemon restart does.
-func (e *env) restart() {
-	e.t.Helper()
-	e.stopManager()
-	e.start()
 }
 
 func (e *env) create(req api.CreateSandboxRequest) *sandbox.Sandbox {

@@ -405,7 +405,9 @@ func stopAgent(s *Sandbox) func() {
 	return stop
 }
 
-func (n *Node) socket(id string) string { return filepath.Join(n.sockDir, id[:min(len(id), 16)]+".sock") }
+func (n *Node) socket(id string) string {
+	return filepath.Join(n.sockDir, id[:min(len(id), 16)]+".sock")
+}
 
 // dialer connects to id's agent; unless outside, only while its processes
 // run (a frozen agent answers nothing; here it refuses at once).
