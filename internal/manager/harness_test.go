@@ -75,7 +75,7 @@ func (s *faultyStore) FailUpdate(id string, err error) {
 	s.fail[id] = append(s.fail[id], err)
 }
 
-func (s *faultyStore) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
+func (s *faultyStore) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox, events ...*sandbox.Event) error {
 	s.mu.Lock()
 	if q := s.fail[sb.ID]; len(q) > 0 {
 		err := q[0]
@@ -84,7 +84,7 @@ func (s *faultyStore) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox) er
 		return err
 	}
 	s.mu.Unlock()
-	return s.Store.UpdateSandbox(ctx, sb)
+	return s.Store.UpdateSandbox(ctx, sb, events...)
 }
 
 var errInjected = errors.New("injected failure")
@@ -172,7 +172,7 @@ func (e *env) create(req api.CreateSandboxRequest) *sandbox.Sandbox {
 // get reads id's record from the store.
 func (e *env) get(id string) *sandbox.Sandbox {
 	e.t.Helper()
-	sb, err := e.st.GetSandbox(e.ctx, id)
+	sb, err := e.st.GetSandbox(e.ctx, store.AnyOwner, id)
 	if err != nil {
 		e.t.Fatalf("get %s: %v", id, err)
 	}
@@ -253,7 +253,7 @@ func (e *env) readFile(id, path string) (string, error) {
 // events returns the state events of id as "from>to" strings.
 func (e *env) stateEvents(id string) []string {
 	e.t.Helper()
-	evs, err := e.m.Events(e.ctx, id, 0)
+	evs, _, err := e.m.Events(e.ctx, id, 0, store.Page{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -269,7 +269,7 @@ func (e *env) stateEvents(id string) []string {
 // live lists the ids of live sandboxes.
 func (e *env) live() []string {
 	e.t.Helper()
-	sbs, err := e.m.List(e.ctx, false)
+	sbs, _, err := e.m.List(e.ctx, false, store.Page{})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
 )
 
 // Failure rollbacks: a step that fails leaves the sandbox as it was (or,
@@ -20,7 +21,7 @@ import (
 // tombstones returns the deleted records, newest last.
 func (e *env) tombstones() []*sandbox.Sandbox {
 	e.t.Helper()
-	all, err := e.m.List(e.ctx, true)
+	all, _, err := e.m.List(e.ctx, true, store.Page{})
 	must(e.t, err)
 	var out []*sandbox.Sandbox
 	for _, sb := range all {
@@ -350,7 +351,7 @@ func (e *env) waitPoolMember(skip ...string) *sandbox.Sandbox {
 	e.t.Helper()
 	var member *sandbox.Sandbox
 	ok := poll(func() bool {
-		sbs, err := e.m.List(e.ctx, false)
+		sbs, _, err := e.m.List(e.ctx, false, store.Page{})
 		must(e.t, err)
 		for _, sb := range sbs {
 			if sb.Spec.Pool == "base" && sb.State == sandbox.StatePaused && !slices.Contains(skip, sb.ID) {

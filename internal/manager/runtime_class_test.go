@@ -11,6 +11,7 @@ import (
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/node/memnode"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
 )
 
 // Item 8(b): a sandbox's runtime class is recorded by name, never as "the
@@ -147,7 +148,7 @@ func TestPoolMembersOfAnOldDefaultAreNotClaimed(t *testing.T) {
 }
 
 func listPool(e *env) []*sandbox.Sandbox {
-	sbs, err := e.m.List(e.ctx, false)
+	sbs, _, err := e.m.List(e.ctx, false, store.Page{})
 	must(e.t, err)
 	return slices.DeleteFunc(sbs, func(sb *sandbox.Sandbox) bool { return sb.Spec.Pool == "" })
 }
