@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -28,8 +29,26 @@ import (
 	"github.com/berth-sh/berth/internal/store/sqlite"
 )
 
+// migrated is a database file every environment starts from a copy of:
+// migrating a fresh one per test cost most of a test's CPU under -race.
+var migrated string
+
 func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "enginetest")
+	if err != nil {
+		panic(err)
+	}
+	migrated = filepath.Join(dir, "migrated.db")
+	st, err := sqlite.Open(context.Background(), migrated)
+	if err != nil {
+		panic(err)
+	}
+	st.Close()
+	if _, err := os.Stat(migrated + "-wal"); err == nil {
+		panic("the migrated database's log was not checkpointed at close")
+	}
 	goleak.VerifyTestMain(m,
+		goleak.Cleanup(func(code int) { os.RemoveAll(dir); os.Exit(code) }),
 		// database/sql's connection opener of the pools the store closes
 		// lives until the process ends.
 		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
@@ -127,7 +146,11 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	if e.node == nil {
 		e.node = memnode.New(t)
 	}
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "berth.db"))
+	db := filepath.Join(t.TempDir(), "berth.db")
+	if err := copyFile(migrated, db); err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqlite.Open(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,6 +321,14 @@ func wantErr(t *testing.T, err, category error) {
 	if !errors.Is(err, category) {
 		t.Fatalf("error %v, want one of category %v", err, category)
 	}
+}
+
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o600)
 }
 
 // mark is a point in the node's record of calls about id.
