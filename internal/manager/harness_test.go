@@ -212,9 +212,10 @@ func (e *env) waitState(id string, want sandbox.State) *sandbox.Sandbox {
 	return sb
 }
 
-// poll reports whether cond became true within 10 s.
+// poll reports whether cond became true within 30 s (generous: the
+// suite runs in parallel, under -race, on loaded machines).
 func poll(cond func() bool) bool {
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			return false
