@@ -1,0 +1,145 @@
+package manager_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/node"
+	"github.com/berth-sh/berth/internal/sandbox"
+)
+
+// Policy actions, driven by the engine's clock: the reconciler Recover
+// started runs every few milliseconds and acts once a deadline has passed
+// on the clock.
+
+func TestPolicyActions(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		req   api.CreateSandboxRequest
+		setup func(e *env, id string)
+		after time.Duration
+		want  sandbox.State
+		node  node.Status // "" none left
+	}{
+		{name: "timeout deletes an ephemeral sandbox",
+			req: api.CreateSandboxRequest{TimeoutSeconds: 60}, after: 61 * time.Second, want: sandbox.StateDeleted},
+		{name: "timeout stops a persistent sandbox",
+			req: api.CreateSandboxRequest{TimeoutSeconds: 60, Persistent: true}, after: 61 * time.Second,
+			want: sandbox.StateStopped, node: node.StatusStopped},
+		{name: "idle pauses by default",
+			req: api.CreateSandboxRequest{Policy: api.Policy{IdleTimeoutSeconds: 30}}, after: 31 * time.Second,
+			want: sandbox.StatePaused, node: node.StatusPaused},
+		{name: "idle stops",
+			req:   api.CreateSandboxRequest{Persistent: true, Policy: api.Policy{IdleTimeoutSeconds: 30, OnIdle: "stop"}},
+			after: 31 * time.Second, want: sandbox.StateStopped, node: node.StatusStopped},
+		{name: "max age deletes by default",
+			req: api.CreateSandboxRequest{Policy: api.Policy{MaxAgeSeconds: 100}}, after: 101 * time.Second,
+			want: sandbox.StateDeleted},
+		{name: "max age stops",
+			req:   api.CreateSandboxRequest{Persistent: true, Policy: api.Policy{MaxAgeSeconds: 100, OnMaxAge: "stop"}},
+			after: 101 * time.Second, want: sandbox.StateStopped, node: node.StatusStopped},
+		{name: "max age deletes a stopped sandbox",
+			req: api.CreateSandboxRequest{Persistent: true, Policy: api.Policy{MaxAgeSeconds: 100}},
+			setup: func(e *env, id string) {
+				_, err := e.m.Stop(e.ctx, id, "test")
+				must(e.t, err)
+			},
+			after: 101 * time.Second, want: sandbox.StateDeleted},
+		{name: "retention deletes a stopped sandbox",
+			req: api.CreateSandboxRequest{Persistent: true, Policy: api.Policy{RetentionSeconds: 60}},
+			setup: func(e *env, id string) {
+				_, err := e.m.Stop(e.ctx, id, "test")
+				must(e.t, err)
+			},
+			after: 61 * time.Second, want: sandbox.StateDeleted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			sb := e.create(tc.req)
+			if tc.setup != nil {
+				tc.setup(e, sb.ID)
+			}
+			before := e.get(sb.ID).State
+			// Not due yet: nothing happens before the deadline.
+			e.clock.Advance(tc.after - 2*time.Second)
+			time.Sleep(100 * time.Millisecond) // several reconciler passes
+			if got := e.get(sb.ID).State; got != before {
+				t.Fatalf("acted before the deadline: %s", got)
+			}
+			e.clock.Advance(2 * time.Second)
+			got := e.waitState(sb.ID, tc.want)
+			if got.Cause != sandbox.CausePolicy {
+				t.Fatalf("cause %s (%s), want policy", got.Cause, got.Reason)
+			}
+			e.wantNodeStatus(sb.ID, tc.node)
+		})
+	}
+}
+
+// Activity pushes the idle deadline back.
+func TestIdleCountsFromLastActivity(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sb := e.create(api.CreateSandboxRequest{Policy: api.Policy{IdleTimeoutSeconds: 30}})
+	e.clock.Advance(20 * time.Second)
+	if exit, _, err := e.exec(sb.ID, "true"); err != nil || exit.Code != 0 {
+		t.Fatalf("exec: %+v %v", exit, err)
+	}
+	e.clock.Advance(20 * time.Second) // 40 s after start, 20 s after the exec
+	time.Sleep(100 * time.Millisecond)
+	if got := e.get(sb.ID).State; got != sandbox.StateRunning {
+		t.Fatalf("idled %s after activity 20 s ago", got)
+	}
+	e.clock.Advance(11 * time.Second)
+	e.waitState(sb.ID, sandbox.StatePaused)
+}
+
+// A sandbox whose processes end on their own is noticed: an ephemeral
+// one is destroyed, a persistent one stopped.
+func TestExitedSandboxIsNoticed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	eph := e.create(api.CreateSandboxRequest{})
+	per := e.create(api.CreateSandboxRequest{Persistent: true})
+	e.node.Crash(eph.ID)
+	e.node.Crash(per.ID)
+	e.waitState(eph.ID, sandbox.StateDeleted)
+	got := e.waitState(per.ID, sandbox.StateStopped)
+	if got.Cause != sandbox.CauseReconciler {
+		t.Fatalf("cause %s", got.Cause)
+	}
+	e.healthy()
+}
+
+// After a restart, the reconciler adopts what runs, destroys ephemeral
+// sandboxes that died meanwhile and restarts persistent ones.
+func TestRecoverAfterRestart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	alive := e.create(api.CreateSandboxRequest{})
+	paused := e.create(api.CreateSandboxRequest{})
+	_, err := e.m.Pause(e.ctx, paused.ID, "test")
+	must(t, err)
+	dead := e.create(api.CreateSandboxRequest{})
+	deadPersistent := e.create(api.CreateSandboxRequest{Persistent: true})
+	frozen := e.create(api.CreateSandboxRequest{})
+	e.stopManager()
+	e.node.Crash(dead.ID)
+	e.node.Crash(deadPersistent.ID)
+	// Frozen under a running record: a pause the daemon died in.
+	must(t, e.node.Freeze(e.ctx, frozen))
+	e.start()
+	e.waitState(alive.ID, sandbox.StateRunning)
+	e.wantNodeStatus(alive.ID, node.StatusRunning)
+	e.waitState(paused.ID, sandbox.StatePaused)
+	e.wantNodeStatus(paused.ID, node.StatusPaused)
+	e.waitState(dead.ID, sandbox.StateDeleted)
+	e.waitState(deadPersistent.ID, sandbox.StateRunning)
+	e.wantNodeStatus(deadPersistent.ID, node.StatusRunning)
+	e.waitState(frozen.ID, sandbox.StateRunning)
+	e.wantNodeStatus(frozen.ID, node.StatusRunning)
+	e.healthy()
+}

@@ -1,0 +1,154 @@
+package manager_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/node"
+	"github.com/berth-sh/berth/internal/node/memnode"
+	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
+)
+
+// Item 8(b): a sandbox's runtime class is recorded by name, never as "the
+// default", and what a class can do is checked on the class a sandbox
+// really has.
+
+// fakeKata is a second class that keeps pool members, so a pool of one
+// default class can be told from another's.
+var fakeKata = node.Class{Name: "fake-kata", Caps: node.Caps{Pool: true, Freeze: true}}
+
+func TestDefaultClassRecordedByName(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sb := e.create(api.CreateSandboxRequest{})
+	if got := e.get(sb.ID).Spec.Runtime; got != memnode.FakeRunc.Name {
+		t.Fatalf("a create without a runtime recorded %q, want the default's name %q", got, memnode.FakeRunc.Name)
+	}
+	if s, _ := e.node.Get(sb.ID); s.Class != memnode.FakeRunc.Name {
+		t.Fatalf("provisioned as %q", s.Class)
+	}
+}
+
+// A daemon restarted with another default keeps each sandbox on its own
+// class: it restarts on it, and its capabilities are its class's.
+func TestRestartWithAnotherDefaultKeepsClasses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	runc := e.create(api.CreateSandboxRequest{Persistent: true})
+	e.stopManager()
+	e.node.SetDefault(memnode.FakeRunsc.Name)
+	e.start()
+	if got := e.m.DefaultRuntime(); got != memnode.FakeRunsc.Name {
+		t.Fatalf("default %q", got)
+	}
+	sb := e.waitState(runc.ID, sandbox.StateRunning)
+	if sb.Spec.Runtime != memnode.FakeRunc.Name {
+		t.Fatalf("after the restart the record says %q", sb.Spec.Runtime)
+	}
+	if iso := e.m.Isolation(sb); iso.Runtime != memnode.FakeRunc.Name {
+		t.Fatalf("isolation names %q", iso.Runtime)
+	}
+	// fake-runsc, the default now, could hibernate; this sandbox's class
+	// cannot.
+	_, err := e.m.Hibernate(e.ctx, sb.ID, "test")
+	wantErr(t, err, errdefs.ErrConflict)
+	if !strings.Contains(errdefs.Message(err), memnode.FakeRunc.Name) {
+		t.Fatalf("refusal %q does not name the sandbox's class", errdefs.Message(err))
+	}
+	_, err = e.m.Stop(e.ctx, sb.ID, "test")
+	must(t, err)
+	_, err = e.m.Start(e.ctx, sb.ID, "test")
+	must(t, err)
+	if s, _ := e.node.Get(sb.ID); s.Class != memnode.FakeRunc.Name {
+		t.Fatalf("restarted on class %q", s.Class)
+	}
+	// A new sandbox gets the new default, by name.
+	if n := e.create(api.CreateSandboxRequest{}); n.Spec.Runtime != memnode.FakeRunsc.Name {
+		t.Fatalf("new sandbox on %q", n.Spec.Runtime)
+	}
+}
+
+func TestEgressRefusedWhenDefaultLacksIt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withClasses(memnode.FakeRunsc, memnode.FakeRunc))
+	_, err := e.m.Create(e.ctx, &api.CreateSandboxRequest{Network: "egress"}, manager.CreateOptions{})
+	wantErr(t, err, errdefs.ErrInvalid)
+	if !strings.Contains(errdefs.Message(err), memnode.FakeRunsc.Name) {
+		t.Fatalf("refusal %q does not name the class", errdefs.Message(err))
+	}
+	if ids := e.live(); len(ids) != 0 {
+		t.Fatalf("refused create left %v", ids)
+	}
+	sb := e.create(api.CreateSandboxRequest{Network: "egress", Runtime: memnode.FakeRunc.Name})
+	if sb.Spec.IPv4 == "" {
+		t.Fatal("egress sandbox without an address")
+	}
+}
+
+// A create naming a class other than the default never gets a pool
+// member (members are made in the default class).
+func TestNonDefaultCreateNeverClaimsDefaultPoolMember(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withClasses(memnode.FakeRunc, fakeKata, memnode.FakeRunsc))
+	_, err := e.m.SetPool(e.ctx, "base", 1)
+	must(t, err)
+	member := e.waitPoolMember()
+	if member.Spec.Runtime != memnode.FakeRunc.Name {
+		t.Fatalf("member made in %q", member.Spec.Runtime)
+	}
+	for _, class := range []string{fakeKata.Name, memnode.FakeRunsc.Name} {
+		sb := e.create(api.CreateSandboxRequest{Runtime: class})
+		if sb.ID == member.ID || sb.Spec.Runtime != class {
+			t.Fatalf("a %s create got the %s pool member", class, member.Spec.Runtime)
+		}
+		if s, _ := e.node.Get(sb.ID); s.Class != class {
+			t.Fatalf("provisioned as %q, want %q", s.Class, class)
+		}
+	}
+	if got := e.get(member.ID); got.State != sandbox.StatePaused || got.Spec.Pool != "base" {
+		t.Fatalf("member %s pool %q", got.State, got.Spec.Pool)
+	}
+	// Naming the default's class is the default: it may claim.
+	if sb := e.create(api.CreateSandboxRequest{Runtime: memnode.FakeRunc.Name}); sb.ID != member.ID {
+		t.Fatalf("a create naming the default class did not claim its member")
+	}
+}
+
+// After a restart with another pool-capable default, members made in the
+// old default are not handed to creates of the new one.
+func TestPoolMembersOfAnOldDefaultAreNotClaimed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withClasses(memnode.FakeRunc, fakeKata))
+	_, err := e.m.SetPool(e.ctx, "base", 1)
+	must(t, err)
+	old := e.waitPoolMember()
+	e.stopManager()
+	e.node.SetDefault(fakeKata.Name)
+	e.start()
+	for range 3 {
+		sb := e.create(api.CreateSandboxRequest{})
+		if sb.ID == old.ID || sb.Spec.Runtime != fakeKata.Name {
+			t.Fatalf("create on the new default got %s (%s); the old default's member is %s", sb.ID, sb.Spec.Runtime, old.ID)
+		}
+	}
+	if got := e.get(old.ID); got.Spec.Runtime != memnode.FakeRunc.Name {
+		t.Fatalf("old member now %q", got.Spec.Runtime)
+	}
+	// Pool members made since are the new default's.
+	for _, sb := range listPool(e) {
+		if sb.ID != old.ID && sb.Spec.Runtime != fakeKata.Name {
+			t.Fatalf("member %s made in %q after the restart", sb.ID, sb.Spec.Runtime)
+		}
+	}
+}
+
+func listPool(e *env) []*sandbox.Sandbox {
+	sbs, _, err := e.m.List(e.ctx, false, store.Page{})
+	must(e.t, err)
+	return slices.DeleteFunc(sbs, func(sb *sandbox.Sandbox) bool { return sb.Spec.Pool == "" })
+}
