@@ -313,6 +313,11 @@ func (m *Engine) Delete(ctx context.Context, ref, actor string, cause sandbox.Ca
 // reconciler retries. The caller holds the sandbox's lock.
 func (m *Engine) destroyLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {
 	if sb.State != sandbox.StateDeleting {
+		if sb.State != sandbox.StateFailed {
+			// A delete of a sandbox that did not fail: an error it once
+			// had (a failed start) is not what its tombstone says.
+			sb.Error = ""
+		}
 		if err := m.transition(ctx, sb, sandbox.StateDeleting, cause, actor, reason); err != nil {
 			return err
 		}

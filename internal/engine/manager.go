@@ -273,7 +273,9 @@ func (m *Engine) transition(ctx context.Context, sb *sandbox.Sandbox, to sandbox
 	if err := sb.Transition(to, cause, reason, m.now()); err != nil {
 		return err
 	}
-	if to != sandbox.StateFailed && to != sandbox.StateDeleting {
+	// The error stays with a failure all the way to its tombstone (failed,
+	// deleting, deleted); any other state is a fresh start without it.
+	if to != sandbox.StateFailed && to != sandbox.StateDeleting && to != sandbox.StateDeleted {
 		sb.Error = ""
 	}
 	// The record and its event commit together: events are the webhook

@@ -133,9 +133,14 @@ func (m *Engine) startLocked(ctx context.Context, sb *sandbox.Sandbox, cause san
 		if herr := m.stopProcesses(ctx, sb, m.node.Stop); herr != nil {
 			m.log.Warn("cleaning up failed start", "sandbox", sb.ID, "err", herr)
 		}
-		sb.Error = "start: " + errdefs.Message(err)
 		if terr := m.transition(ctx, sb, sandbox.StateStopped, sandbox.CauseReconciler, actor, "start failed"); terr != nil {
 			m.log.Error("recording failed start", "sandbox", sb.ID, "err", terr)
+		}
+		// After the transition, which starts a state afresh: the stopped
+		// record says why its start failed.
+		sb.Error = "start: " + errdefs.Message(err)
+		if uerr := m.store.UpdateSandbox(ctx, sb); uerr != nil {
+			m.log.Error("recording why a start failed", "sandbox", sb.ID, "err", uerr)
 		}
 		return fmt.Errorf("starting: %w", err)
 	}

@@ -20,7 +20,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/node/memnode"
@@ -180,7 +179,7 @@ func (e *env) start() {
 	e.stopManager = func() { once.Do(m.Close) }
 }
 
-func (e *env) create(req api.CreateSandboxRequest) *sandbox.Sandbox {
+func (e *env) create(req manager.CreateRequest) *sandbox.Sandbox {
 	e.t.Helper()
 	sb, err := e.m.Create(e.ctx, &req, manager.CreateOptions{Actor: "test"})
 	if err != nil {
@@ -242,9 +241,9 @@ func (e *env) wantNodeStatus(id string, want node.Status) {
 	}
 }
 
-func (e *env) exec(id string, cmd ...string) (api.ExecExit, string, error) {
+func (e *env) exec(id string, cmd ...string) (manager.Exit, string, error) {
 	var out bytes.Buffer
-	exit, err := e.m.Exec(e.ctx, id, &api.ExecRequest{Cmd: cmd, TimeoutSeconds: 20},
+	exit, err := e.m.Exec(e.ctx, id, &manager.ExecRequest{Cmd: cmd, Timeout: 20 * time.Second},
 		manager.ExecIO{Stdout: &out, Stderr: &out}, "test")
 	return exit, out.String(), err
 }

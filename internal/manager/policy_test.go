@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
@@ -17,38 +17,38 @@ func TestPolicyActions(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name  string
-		req   api.CreateSandboxRequest
+		req   manager.CreateRequest
 		setup func(e *env, id string)
 		after time.Duration
 		want  sandbox.State
 		node  node.Status // "" none left
 	}{
 		{name: "timeout deletes an ephemeral sandbox",
-			req: api.CreateSandboxRequest{TimeoutSeconds: 60}, after: 61 * time.Second, want: sandbox.StateDeleted},
+			req: manager.CreateRequest{Timeout: 60 * time.Second}, after: 61 * time.Second, want: sandbox.StateDeleted},
 		{name: "timeout stops a persistent sandbox",
-			req: api.CreateSandboxRequest{TimeoutSeconds: 60, Persistent: true}, after: 61 * time.Second,
+			req: manager.CreateRequest{Timeout: 60 * time.Second, Persistent: true}, after: 61 * time.Second,
 			want: sandbox.StateStopped, node: node.StatusStopped},
 		{name: "idle pauses by default",
-			req: api.CreateSandboxRequest{Policy: api.Policy{IdleTimeoutSeconds: 30}}, after: 31 * time.Second,
+			req: manager.CreateRequest{Policy: sandbox.Policy{IdleTimeout: 30 * time.Second}}, after: 31 * time.Second,
 			want: sandbox.StatePaused, node: node.StatusPaused},
 		{name: "idle stops",
-			req:   api.CreateSandboxRequest{Persistent: true, Policy: api.Policy{IdleTimeoutSeconds: 30, OnIdle: "stop"}},
+			req:   manager.CreateRequest{Persistent: true, Policy: sandbox.Policy{IdleTimeout: 30 * time.Second, OnIdle: sandbox.ActionStop}},
 			after: 31 * time.Second, want: sandbox.StateStopped, node: node.StatusStopped},
 		{name: "max age deletes by default",
-			req: api.CreateSandboxRequest{Policy: api.Policy{MaxAgeSeconds: 100}}, after: 101 * time.Second,
+			req: manager.CreateRequest{Policy: sandbox.Policy{MaxAge: 100 * time.Second}}, after: 101 * time.Second,
 			want: sandbox.StateDeleted},
 		{name: "max age stops",
-			req:   api.CreateSandboxRequest{Persistent: true, Policy: api.Policy{MaxAgeSeconds: 100, OnMaxAge: "stop"}},
+			req:   manager.CreateRequest{Persistent: true, Policy: sandbox.Policy{MaxAge: 100 * time.Second, OnMaxAge: sandbox.ActionStop}},
 			after: 101 * time.Second, want: sandbox.StateStopped, node: node.StatusStopped},
 		{name: "max age deletes a stopped sandbox",
-			req: api.CreateSandboxRequest{Persistent: true, Policy: api.Policy{MaxAgeSeconds: 100}},
+			req: manager.CreateRequest{Persistent: true, Policy: sandbox.Policy{MaxAge: 100 * time.Second}},
 			setup: func(e *env, id string) {
 				_, err := e.m.Stop(e.ctx, id, "test")
 				must(e.t, err)
 			},
 			after: 101 * time.Second, want: sandbox.StateDeleted},
 		{name: "retention deletes a stopped sandbox",
-			req: api.CreateSandboxRequest{Persistent: true, Policy: api.Policy{RetentionSeconds: 60}},
+			req: manager.CreateRequest{Persistent: true, Policy: sandbox.Policy{Retention: 60 * time.Second}},
 			setup: func(e *env, id string) {
 				_, err := e.m.Stop(e.ctx, id, "test")
 				must(e.t, err)
@@ -83,7 +83,7 @@ func TestPolicyActions(t *testing.T) {
 func TestIdleCountsFromLastActivity(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(api.CreateSandboxRequest{Policy: api.Policy{IdleTimeoutSeconds: 30}})
+	sb := e.create(manager.CreateRequest{Policy: sandbox.Policy{IdleTimeout: 30 * time.Second}})
 	e.clock.Advance(20 * time.Second)
 	if exit, _, err := e.exec(sb.ID, "true"); err != nil || exit.Code != 0 {
 		t.Fatalf("exec: %+v %v", exit, err)
@@ -102,8 +102,8 @@ func TestIdleCountsFromLastActivity(t *testing.T) {
 func TestExitedSandboxIsNoticed(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	eph := e.create(api.CreateSandboxRequest{})
-	per := e.create(api.CreateSandboxRequest{Persistent: true})
+	eph := e.create(manager.CreateRequest{})
+	per := e.create(manager.CreateRequest{Persistent: true})
 	e.node.Crash(eph.ID)
 	e.node.Crash(per.ID)
 	e.waitState(eph.ID, sandbox.StateDeleted)
@@ -119,13 +119,13 @@ func TestExitedSandboxIsNoticed(t *testing.T) {
 func TestRecoverAfterRestart(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	alive := e.create(api.CreateSandboxRequest{})
-	paused := e.create(api.CreateSandboxRequest{})
+	alive := e.create(manager.CreateRequest{})
+	paused := e.create(manager.CreateRequest{})
 	_, err := e.m.Pause(e.ctx, paused.ID, "test")
 	must(t, err)
-	dead := e.create(api.CreateSandboxRequest{})
-	deadPersistent := e.create(api.CreateSandboxRequest{Persistent: true})
-	frozen := e.create(api.CreateSandboxRequest{})
+	dead := e.create(manager.CreateRequest{})
+	deadPersistent := e.create(manager.CreateRequest{Persistent: true})
+	frozen := e.create(manager.CreateRequest{})
 	e.stopManager()
 	e.node.Crash(dead.ID)
 	e.node.Crash(deadPersistent.ID)

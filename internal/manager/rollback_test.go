@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/node"
@@ -39,7 +38,7 @@ func TestProvisionFailureLeavesFailedTombstone(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			e.node.FailNext("Provision", errInjected)
-			_, err := e.m.Create(e.ctx, &api.CreateSandboxRequest{Name: "doomed", Persistent: persistent},
+			_, err := e.m.Create(e.ctx, &manager.CreateRequest{Name: "doomed", Persistent: persistent},
 				manager.CreateOptions{Actor: "test"})
 			if !errors.Is(err, errInjected) {
 				t.Fatalf("create: %v, want the provision error", err)
@@ -72,7 +71,7 @@ func TestProvisionFailureLeavesFailedTombstone(t *testing.T) {
 				t.Fatalf("id slots left: %v", slots)
 			}
 			// The name is free again.
-			e.create(api.CreateSandboxRequest{Name: "doomed"})
+			e.create(manager.CreateRequest{Name: "doomed"})
 			e.healthy()
 		})
 	}
@@ -81,7 +80,7 @@ func TestProvisionFailureLeavesFailedTombstone(t *testing.T) {
 func TestStartFailureFallsBackToStopped(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(api.CreateSandboxRequest{Persistent: true})
+	sb := e.create(manager.CreateRequest{Persistent: true})
 	_, err := e.m.Stop(e.ctx, sb.ID, "test")
 	must(t, err)
 	e.node.FailNext("Provision", errInjected)
@@ -107,7 +106,7 @@ func TestStartFailureFallsBackToStopped(t *testing.T) {
 func TestStopFailureIsRetried(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(api.CreateSandboxRequest{Persistent: true})
+	sb := e.create(manager.CreateRequest{Persistent: true})
 	e.node.FailNext("Stop", errInjected)
 	_, err := e.m.Stop(e.ctx, sb.ID, "test")
 	if !errors.Is(err, errInjected) {
@@ -124,7 +123,7 @@ func TestStopFailureIsRetried(t *testing.T) {
 func TestTeardownFailureIsRetried(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(api.CreateSandboxRequest{})
+	sb := e.create(manager.CreateRequest{})
 	for range 4 { // every attempt of the delete itself
 		e.node.FailNextFor("Remove", sb.ID, errInjected)
 	}
@@ -147,7 +146,7 @@ func TestTeardownFailureIsRetried(t *testing.T) {
 func TestPauseRollsBackWhenUnrecorded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(api.CreateSandboxRequest{})
+	sb := e.create(manager.CreateRequest{})
 	e.st.FailUpdate(sb.ID, errInjected)
 	_, err := e.m.Pause(e.ctx, sb.ID, "test")
 	if !errors.Is(err, errInjected) {
@@ -180,7 +179,7 @@ func TestQuarantineRollsBack(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			sb := e.create(api.CreateSandboxRequest{Network: "egress", Allow: []string{"example.com"}})
+			sb := e.create(manager.CreateRequest{Network: "egress", Allow: []string{"example.com"}})
 			if tc.from == sandbox.StatePaused {
 				_, err := e.m.Pause(e.ctx, sb.ID, "test")
 				must(t, err)
@@ -232,7 +231,7 @@ func TestReleaseRollsBack(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			sb := e.create(api.CreateSandboxRequest{Network: "egress", Allow: []string{"example.com"}})
+			sb := e.create(manager.CreateRequest{Network: "egress", Allow: []string{"example.com"}})
 			_, err := e.m.Quarantine(e.ctx, sb.ID, "admin")
 			must(t, err)
 			mark := e.mark(sb.ID)
@@ -263,7 +262,7 @@ func TestReleaseRollsBack(t *testing.T) {
 func TestHibernateAndWakeFailures(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(api.CreateSandboxRequest{Runtime: "fake-runsc"})
+	sb := e.create(manager.CreateRequest{Runtime: "fake-runsc"})
 	e.node.FailNext("Checkpoint", errInjected) // the processes survive it
 	_, err := e.m.Hibernate(e.ctx, sb.ID, "test")
 	if !errors.Is(err, errInjected) {
@@ -291,10 +290,10 @@ func TestHibernateAndWakeFailures(t *testing.T) {
 func TestForkWithOneFailingChild(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	parent := e.create(api.CreateSandboxRequest{})
+	parent := e.create(manager.CreateRequest{})
 	e.writeFile(parent.ID, "/data", "shared")
 	e.node.FailNext("Materialize", errInjected)
-	kids, _, err := e.m.Fork(e.ctx, parent.ID, &api.ForkRequest{Count: 3}, "test")
+	kids, _, err := e.m.Fork(e.ctx, parent.ID, &manager.ForkRequest{Count: 3}, "test")
 	if !errors.Is(err, errInjected) {
 		t.Fatalf("fork: %v, want the materialize error", err)
 	}
@@ -333,9 +332,9 @@ func TestForkWithOneFailingChild(t *testing.T) {
 func TestForkCaptureFailure(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	parent := e.create(api.CreateSandboxRequest{})
+	parent := e.create(manager.CreateRequest{})
 	e.node.FailNext("Capture", errInjected)
-	kids, _, err := e.m.Fork(e.ctx, parent.ID, &api.ForkRequest{Count: 2}, "test")
+	kids, _, err := e.m.Fork(e.ctx, parent.ID, &manager.ForkRequest{Count: 2}, "test")
 	if !errors.Is(err, errInjected) || len(kids) != 0 {
 		t.Fatalf("fork: %d children, %v", len(kids), err)
 	}
@@ -374,7 +373,7 @@ func TestPoolClaim(t *testing.T) {
 	must(t, err)
 	member := e.waitPoolMember()
 	e.wantNodeStatus(member.ID, node.StatusPaused)
-	sb := e.create(api.CreateSandboxRequest{Name: "claimed", Env: map[string]string{"K": "v"}})
+	sb := e.create(manager.CreateRequest{Name: "claimed", Env: map[string]string{"K": "v"}})
 	if sb.ID != member.ID || sb.Spec.Pool != "" || sb.Name != "claimed" {
 		t.Fatalf("create did not claim the member: %+v", sb)
 	}
@@ -418,7 +417,7 @@ func TestPoolClaimRollsBack(t *testing.T) {
 			before, _ := e.node.Get(member.ID)
 			mark := e.mark(member.ID)
 			tc.fail(e, member.ID)
-			sb := e.create(api.CreateSandboxRequest{Name: "claimant"})
+			sb := e.create(manager.CreateRequest{Name: "claimant"})
 			if sb.ID == member.ID {
 				t.Fatal("the failed claim handed out the member")
 			}
@@ -438,7 +437,7 @@ func TestPoolClaimRollsBack(t *testing.T) {
 				t.Fatalf("calls %v, want %v", calls, tc.wantCalls)
 			}
 			// The member is still good for the next create.
-			next := e.create(api.CreateSandboxRequest{})
+			next := e.create(manager.CreateRequest{})
 			if next.ID != member.ID {
 				t.Fatalf("next create made %s, not the member %s", next.ID, member.ID)
 			}
@@ -452,12 +451,12 @@ func TestPoolClaimRollsBack(t *testing.T) {
 func TestPoolClaimWithTakenName(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	taken := e.create(api.CreateSandboxRequest{Name: "taken"})
+	taken := e.create(manager.CreateRequest{Name: "taken"})
 	_, err := e.m.SetPool(e.ctx, "base", 1)
 	must(t, err)
 	member := e.waitPoolMember()
 	before, _ := e.node.Get(member.ID)
-	_, err = e.m.Create(e.ctx, &api.CreateSandboxRequest{Name: "taken"}, manager.CreateOptions{Actor: "test"})
+	_, err = e.m.Create(e.ctx, &manager.CreateRequest{Name: "taken"}, manager.CreateOptions{Actor: "test"})
 	wantErr(t, err, errdefs.ErrConflict)
 	if !strings.Contains(errdefs.Message(err), `"taken"`) {
 		t.Fatalf("conflict %q does not name the name", errdefs.Message(err))

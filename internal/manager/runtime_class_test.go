@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/node"
@@ -25,7 +24,7 @@ var fakeKata = node.Class{Name: "fake-kata", Caps: node.Caps{Pool: true, Freeze:
 func TestDefaultClassRecordedByName(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(api.CreateSandboxRequest{})
+	sb := e.create(manager.CreateRequest{})
 	if got := e.get(sb.ID).Spec.Runtime; got != memnode.FakeRunc.Name {
 		t.Fatalf("a create without a runtime recorded %q, want the default's name %q", got, memnode.FakeRunc.Name)
 	}
@@ -39,7 +38,7 @@ func TestDefaultClassRecordedByName(t *testing.T) {
 func TestRestartWithAnotherDefaultKeepsClasses(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	runc := e.create(api.CreateSandboxRequest{Persistent: true})
+	runc := e.create(manager.CreateRequest{Persistent: true})
 	e.stopManager()
 	e.node.SetDefault(memnode.FakeRunsc.Name)
 	e.start()
@@ -68,7 +67,7 @@ func TestRestartWithAnotherDefaultKeepsClasses(t *testing.T) {
 		t.Fatalf("restarted on class %q", s.Class)
 	}
 	// A new sandbox gets the new default, by name.
-	if n := e.create(api.CreateSandboxRequest{}); n.Spec.Runtime != memnode.FakeRunsc.Name {
+	if n := e.create(manager.CreateRequest{}); n.Spec.Runtime != memnode.FakeRunsc.Name {
 		t.Fatalf("new sandbox on %q", n.Spec.Runtime)
 	}
 }
@@ -76,7 +75,7 @@ func TestRestartWithAnotherDefaultKeepsClasses(t *testing.T) {
 func TestEgressRefusedWhenDefaultLacksIt(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withClasses(memnode.FakeRunsc, memnode.FakeRunc))
-	_, err := e.m.Create(e.ctx, &api.CreateSandboxRequest{Network: "egress"}, manager.CreateOptions{})
+	_, err := e.m.Create(e.ctx, &manager.CreateRequest{Network: "egress"}, manager.CreateOptions{})
 	wantErr(t, err, errdefs.ErrInvalid)
 	if !strings.Contains(errdefs.Message(err), memnode.FakeRunsc.Name) {
 		t.Fatalf("refusal %q does not name the class", errdefs.Message(err))
@@ -84,7 +83,7 @@ func TestEgressRefusedWhenDefaultLacksIt(t *testing.T) {
 	if ids := e.live(); len(ids) != 0 {
 		t.Fatalf("refused create left %v", ids)
 	}
-	sb := e.create(api.CreateSandboxRequest{Network: "egress", Runtime: memnode.FakeRunc.Name})
+	sb := e.create(manager.CreateRequest{Network: "egress", Runtime: memnode.FakeRunc.Name})
 	if sb.Spec.IPv4 == "" {
 		t.Fatal("egress sandbox without an address")
 	}
@@ -102,7 +101,7 @@ func TestNonDefaultCreateNeverClaimsDefaultPoolMember(t *testing.T) {
 		t.Fatalf("member made in %q", member.Spec.Runtime)
 	}
 	for _, class := range []string{fakeKata.Name, memnode.FakeRunsc.Name} {
-		sb := e.create(api.CreateSandboxRequest{Runtime: class})
+		sb := e.create(manager.CreateRequest{Runtime: class})
 		if sb.ID == member.ID || sb.Spec.Runtime != class {
 			t.Fatalf("a %s create got the %s pool member", class, member.Spec.Runtime)
 		}
@@ -114,7 +113,7 @@ func TestNonDefaultCreateNeverClaimsDefaultPoolMember(t *testing.T) {
 		t.Fatalf("member %s pool %q", got.State, got.Spec.Pool)
 	}
 	// Naming the default's class is the default: it may claim.
-	if sb := e.create(api.CreateSandboxRequest{Runtime: memnode.FakeRunc.Name}); sb.ID != member.ID {
+	if sb := e.create(manager.CreateRequest{Runtime: memnode.FakeRunc.Name}); sb.ID != member.ID {
 		t.Fatalf("a create naming the default class did not claim its member")
 	}
 }
@@ -131,7 +130,7 @@ func TestPoolMembersOfAnOldDefaultAreNotClaimed(t *testing.T) {
 	e.node.SetDefault(fakeKata.Name)
 	e.start()
 	for range 3 {
-		sb := e.create(api.CreateSandboxRequest{})
+		sb := e.create(manager.CreateRequest{})
 		if sb.ID == old.ID || sb.Spec.Runtime != fakeKata.Name {
 			t.Fatalf("create on the new default got %s (%s); the old default's member is %s", sb.ID, sb.Spec.Runtime, old.ID)
 		}

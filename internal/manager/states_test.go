@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/node"
@@ -24,7 +23,7 @@ import (
 func TestCreateRunsAndRecordsEvents(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(api.CreateSandboxRequest{Name: "one"})
+	sb := e.create(manager.CreateRequest{Name: "one"})
 	e.wantNodeStatus(sb.ID, node.StatusRunning)
 	if got := e.get(sb.ID); got.State != sandbox.StateRunning || got.StartedAt.IsZero() || got.Spec.IDs == nil {
 		t.Fatalf("record %+v: want running, started, with a host id range", got)
@@ -52,7 +51,7 @@ func TestCreateRunsAndRecordsEvents(t *testing.T) {
 func TestCreateRefusals(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	for name, req := range map[string]api.CreateSandboxRequest{
+	for name, req := range map[string]manager.CreateRequest{
 		"bad name":         {Name: "-x"},
 		"unknown runtime":  {Runtime: "nope"},
 		"unknown tpl":      {Template: "nope"},
@@ -66,15 +65,15 @@ func TestCreateRefusals(t *testing.T) {
 	if ids := e.live(); len(ids) != 0 {
 		t.Fatalf("refused creates left sandboxes %v", ids)
 	}
-	e.create(api.CreateSandboxRequest{Name: "dup"})
-	_, err := e.m.Create(e.ctx, &api.CreateSandboxRequest{Name: "dup"}, manager.CreateOptions{})
+	e.create(manager.CreateRequest{Name: "dup"})
+	_, err := e.m.Create(e.ctx, &manager.CreateRequest{Name: "dup"}, manager.CreateOptions{})
 	wantErr(t, err, errdefs.ErrConflict)
 }
 
 func TestPauseResume(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(api.CreateSandboxRequest{})
+	sb := e.create(manager.CreateRequest{})
 	if _, err := e.m.Pause(e.ctx, sb.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +103,7 @@ func TestStopStart(t *testing.T) {
 		t.Run(map[bool]string{false: "ephemeral", true: "persistent"}[persistent], func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			sb := e.create(api.CreateSandboxRequest{Persistent: persistent})
+			sb := e.create(manager.CreateRequest{Persistent: persistent})
 			e.writeFile(sb.ID, "/kept", "x")
 			if _, err := e.m.Stop(e.ctx, sb.ID, "test"); err != nil {
 				t.Fatal(err)
@@ -143,7 +142,7 @@ func TestStopStart(t *testing.T) {
 func TestReset(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(api.CreateSandboxRequest{Persistent: true})
+	sb := e.create(manager.CreateRequest{Persistent: true})
 	e.writeFile(sb.ID, "/scratch", "x")
 	if _, err := e.m.Reset(e.ctx, sb.ID, "test"); err != nil {
 		t.Fatal(err)
@@ -182,7 +181,7 @@ func TestQuarantineRelease(t *testing.T) {
 		t.Run(string(from), func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			sb := e.create(api.CreateSandboxRequest{Network: "egress", Allow: []string{"example.com"}, Persistent: true})
+			sb := e.create(manager.CreateRequest{Network: "egress", Allow: []string{"example.com"}, Persistent: true})
 			e.writeFile(sb.ID, "/evidence", "kept")
 			switch from {
 			case sandbox.StatePaused:
@@ -270,7 +269,7 @@ func TestDeleteFromEachState(t *testing.T) {
 	}
 	for name, setup := range setups {
 		t.Run(name, func(t *testing.T) {
-			req := api.CreateSandboxRequest{Persistent: true}
+			req := manager.CreateRequest{Persistent: true}
 			if name == "hibernated" {
 				req.Runtime = memnode.FakeRunsc.Name
 			}
@@ -308,7 +307,7 @@ func TestDeleteFromEachState(t *testing.T) {
 func TestHibernateWake(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(api.CreateSandboxRequest{Runtime: memnode.FakeRunsc.Name})
+	sb := e.create(manager.CreateRequest{Runtime: memnode.FakeRunsc.Name})
 	e.writeFile(sb.ID, "/state", "in memory")
 	h, err := e.m.Hibernate(e.ctx, sb.ID, "test")
 	must(t, err)
@@ -351,7 +350,7 @@ func TestHibernateWake(t *testing.T) {
 func TestHibernateRefusedWithoutCheckpoint(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(api.CreateSandboxRequest{}) // fake-runc: no Checkpoint
+	sb := e.create(manager.CreateRequest{}) // fake-runc: no Checkpoint
 	mark := e.mark(sb.ID)
 	_, err := e.m.Hibernate(e.ctx, sb.ID, "test")
 	wantErr(t, err, errdefs.ErrConflict)
@@ -365,7 +364,7 @@ func TestHibernateRefusedWithoutCheckpoint(t *testing.T) {
 func TestAutoResume(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(api.CreateSandboxRequest{Persistent: true, Policy: api.Policy{AutoResume: true}})
+	sb := e.create(manager.CreateRequest{Persistent: true, Policy: sandbox.Policy{AutoResume: true}})
 	_, err := e.m.Pause(e.ctx, sb.ID, "test")
 	must(t, err)
 	if exit, _, err := e.exec(sb.ID, "true"); err != nil || exit.Code != 0 {
@@ -387,7 +386,7 @@ func (e *env) writeFileAuto(id string) {
 func TestTouch(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(api.CreateSandboxRequest{})
+	sb := e.create(manager.CreateRequest{})
 	e.clock.Advance(42 * time.Second)
 	got, err := e.m.Touch(e.ctx, sb.ID, "test")
 	must(t, err)
@@ -399,7 +398,7 @@ func TestTouch(t *testing.T) {
 func TestDialPort(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(api.CreateSandboxRequest{})
+	sb := e.create(manager.CreateRequest{})
 	e.node.Listen(sb.ID, 8080, func(c net.Conn) {
 		defer c.Close()
 		line, _ := bufio.NewReader(c).ReadString('\n')
@@ -429,8 +428,8 @@ func TestDialPort(t *testing.T) {
 func TestUpdateNetworkRules(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(api.CreateSandboxRequest{Network: "egress", Allow: []string{"a.example"}})
-	rules, err := e.m.UpdateNetworkRules(e.ctx, sb.ID, &api.NetworkRulesRequest{
+	sb := e.create(manager.CreateRequest{Network: "egress", Allow: []string{"a.example"}})
+	rules, err := e.m.UpdateNetworkRules(e.ctx, sb.ID, &manager.RulesRequest{
 		Allow: []string{"B.example", "A.EXAMPLE"}, Deny: []string{"a.example"}}, "test")
 	must(t, err)
 	if !slices.Equal(rules.Allow, []string{"B.example"}) || rules.IPv4 == "" {
@@ -439,22 +438,22 @@ func TestUpdateNetworkRules(t *testing.T) {
 	if s, _ := e.node.Get(sb.ID); !slices.Equal(s.Rules, []string{"B.example"}) {
 		t.Fatalf("node applied %v", s.Rules)
 	}
-	_, err = e.m.UpdateNetworkRules(e.ctx, sb.ID, &api.NetworkRulesRequest{Allow: []string{"invalid"}}, "test")
+	_, err = e.m.UpdateNetworkRules(e.ctx, sb.ID, &manager.RulesRequest{Allow: []string{"invalid"}}, "test")
 	wantErr(t, err, errdefs.ErrInvalid)
 	if got := e.get(sb.ID).Spec.Allow; !slices.Equal(got, []string{"B.example"}) {
 		t.Fatalf("a refused update changed the record: %v", got)
 	}
-	none := e.create(api.CreateSandboxRequest{})
-	_, err = e.m.UpdateNetworkRules(e.ctx, none.ID, &api.NetworkRulesRequest{Allow: []string{"x"}}, "test")
+	none := e.create(manager.CreateRequest{})
+	_, err = e.m.UpdateNetworkRules(e.ctx, none.ID, &manager.RulesRequest{Allow: []string{"x"}}, "test")
 	wantErr(t, err, errdefs.ErrInvalid)
 }
 
 func TestForkAndSnapshots(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	parent := e.create(api.CreateSandboxRequest{Persistent: true})
+	parent := e.create(manager.CreateRequest{Persistent: true})
 	e.writeFile(parent.ID, "/data", "v1")
-	kids, _, err := e.m.Fork(e.ctx, parent.ID, &api.ForkRequest{Count: 2, NamePrefix: "kid"}, "test")
+	kids, _, err := e.m.Fork(e.ctx, parent.ID, &manager.ForkRequest{Count: 2, NamePrefix: "kid"}, "test")
 	must(t, err)
 	if len(kids) != 2 {
 		t.Fatalf("%d children", len(kids))
@@ -472,7 +471,7 @@ func TestForkAndSnapshots(t *testing.T) {
 	}
 	e.wantNodeStatus(parent.ID, node.StatusRunning)
 
-	sn, err := e.m.CreateSnapshot(e.ctx, parent.ID, &api.CreateSnapshotRequest{Name: "snap"}, "test")
+	sn, err := e.m.CreateSnapshot(e.ctx, parent.ID, &manager.SnapshotRequest{Name: "snap"}, "test")
 	must(t, err)
 	e.writeFile(parent.ID, "/data", "v2")
 	r, err := e.m.RestoreSnapshot(e.ctx, "snap", "test")
@@ -483,7 +482,7 @@ func TestForkAndSnapshots(t *testing.T) {
 	if got, _ := e.readFile(parent.ID, "/data"); got != "v1" {
 		t.Fatalf("after restore %q", got)
 	}
-	from := e.create(api.CreateSandboxRequest{Snapshot: sn.ID})
+	from := e.create(manager.CreateRequest{Snapshot: sn.ID})
 	if got, _ := e.readFile(from.ID, "/data"); got != "v1" || from.Spec.FromSnapshot != sn.ID {
 		t.Fatalf("from snapshot: %q, from %q", got, from.Spec.FromSnapshot)
 	}
@@ -497,7 +496,7 @@ func TestForkAndSnapshots(t *testing.T) {
 func TestDoctorFindsAndFixesOrphans(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(api.CreateSandboxRequest{})
+	sb := e.create(manager.CreateRequest{})
 	// A node-side sandbox no record accounts for: provisioned behind the
 	// engine's back.
 	orphan := &sandbox.Sandbox{ID: "orphan0000000000", Spec: sandbox.Spec{Layers: []string{layer}}}

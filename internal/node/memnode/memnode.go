@@ -32,7 +32,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/agent"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/node"
@@ -893,7 +892,7 @@ func (n *Node) Committed(sb *sandbox.Sandbox) int64 { return 0 }
 func (n *Node) ReleaseReserve() {}
 
 // DiskUsage reports no cap.
-func (n *Node) DiskUsage(sb *sandbox.Sandbox) *api.Disk { return nil }
+func (n *Node) DiskUsage(sb *sandbox.Sandbox) *node.Disk { return nil }
 
 // Diff lists every file of sb as added.
 func (n *Node) Diff(ctx context.Context, sb *sandbox.Sandbox) ([]node.Change, error) {
@@ -963,11 +962,11 @@ func (n *Node) Classes() []node.Class {
 }
 
 // Isolation names sb's class.
-func (n *Node) Isolation(sb *sandbox.Sandbox) api.Isolation {
+func (n *Node) Isolation(sb *sandbox.Sandbox) node.Isolation {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	cls, _ := n.classOf(sb.Spec.Runtime)
-	return api.Isolation{Runtime: cls.Name, SharedKernel: true, UserNamespace: true, IDMode: sandbox.IDModePerSandbox}
+	return node.Isolation{Runtime: cls.Name, SharedKernel: true, UserNamespace: true, IDMode: sandbox.IDModePerSandbox}
 }
 
 // IDRange gives each slot its own range of 65536 ids.
