@@ -13,6 +13,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/agent"
+	"github.com/berth-sh/berth/internal/agent/agentd"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/overlay"
@@ -165,7 +166,7 @@ func (q *quarantineReader) Client(ctx context.Context, path string) (*agent.Clie
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := agent.Serve(sctx, agent.Config{Socket: sock, Root: root, Logger: q.b.log}); err != nil {
+		if err := agentd.Serve(sctx, agentd.Config{Socket: sock, Root: root, Logger: q.b.log}); err != nil {
 			q.b.log.Warn("quarantine reader", "sandbox", q.sb.ID, "err", err)
 		}
 	}()
