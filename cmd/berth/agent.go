@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth-sh/berth/internal/agent"
+	"github.com/berth-sh/berth/internal/agent/agentd"
 )
 
 // newAgentCmd is the in-sandbox agent (PID 1 of every sandbox). It is the
@@ -17,7 +17,7 @@ func newAgentCmd() *cobra.Command {
 		Hidden:             true,
 		DisableFlagParsing: true,
 		Run: func(_ *cobra.Command, _ []string) {
-			os.Exit(agent.Main(os.Args[2:]))
+			os.Exit(agentd.Main(os.Args[2:]))
 		},
 	}
 }

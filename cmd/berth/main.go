@@ -7,17 +7,17 @@ import (
 	"context"
 	"os"
 
-	"github.com/berth-sh/berth/internal/agent"
+	"github.com/berth-sh/berth/internal/agent/agentd"
 )
 
 func main() {
 	// The agent starts every sandbox: skip building the CLI's command tree.
 	if len(os.Args) > 1 && os.Args[1] == "agent" {
-		os.Exit(agent.Main(os.Args[2:]))
+		os.Exit(agentd.Main(os.Args[2:]))
 	}
 	// The set-up helper the runsc class runs inside a sandbox.
-	if len(os.Args) > 1 && os.Args[1] == agent.LimitTasksVerb {
-		os.Exit(agent.LimitTasksMain(os.Args[2:]))
+	if len(os.Args) > 1 && os.Args[1] == agentd.LimitTasksVerb {
+		os.Exit(agentd.LimitTasksMain(os.Args[2:]))
 	}
 	os.Exit(execute(context.Background(), newRootCmd(), os.Args[1:], os.Stderr))
 }

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berth-sh/berth/internal/agent/wire"
+
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -107,12 +109,13 @@ type ExecIO struct {
 type clientConn struct {
 	ctx  context.Context
 	conn net.Conn
-	fr   *frameReader
-	fw   *frameWriter
+	br   *bufio.Reader // under fr: what a dial's raw bytes are read from
+	fr   *wire.FrameReader
+	fw   *wire.FrameWriter
 	stop func() bool
 }
 
-func (c *Client) open(ctx context.Context, req request) (*clientConn, error) {
+func (c *Client) open(ctx context.Context, req wire.Request) (*clientConn, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -123,22 +126,23 @@ func (c *Client) open(ctx context.Context, req request) (*clientConn, error) {
 		}
 		return nil, &errdefs.Error{Category: errdefs.ErrUnavailable, Msg: "sandbox agent unreachable", Err: err}
 	}
-	if c.idle > 0 && req.Op != opExec {
+	if c.idle > 0 && req.Op != wire.OpExec {
 		conn = idleConn{Conn: conn, idle: c.idle}
 	}
-	cc := &clientConn{ctx: ctx, conn: conn, fr: newFrameReader(bufio.NewReaderSize(conn, 64<<10)), fw: newFrameWriter(conn)}
+	br := bufio.NewReaderSize(conn, 64<<10)
+	cc := &clientConn{ctx: ctx, conn: conn, br: br, fr: wire.NewFrameReader(br), fw: wire.NewFrameWriter(conn)}
 	// Cancelling ctx closes the connection, which unblocks every read and
 	// write and tells the agent to give up (and to kill an exec).
 	cc.stop = context.AfterFunc(ctx, func() { conn.Close() })
-	req.V = protocolVersion
+	req.V = wire.ProtocolVersion
 	b, err := json.Marshal(req)
 	if err != nil {
 		cc.close()
 		return nil, errdefs.Invalid("encode request: %v", err)
 	}
-	if len(b) >= maxHeaderBytes {
+	if len(b) >= wire.MaxHeaderBytes {
 		cc.close()
-		return nil, errdefs.TooLarge("request header exceeds %d bytes", maxHeaderBytes)
+		return nil, errdefs.TooLarge("request header exceeds %d bytes", wire.MaxHeaderBytes)
 	}
 	b = append(b, '\n')
 	if _, err := conn.Write(b); err != nil {
@@ -159,62 +163,62 @@ func (cc *clientConn) ioErr(err error) error {
 	if cerr := cc.ctx.Err(); cerr != nil {
 		return cerr
 	}
-	if errors.Is(err, errProtocol) {
+	if errors.Is(err, wire.ErrProtocol) {
 		return err
 	}
 	return &errdefs.Error{Category: errdefs.ErrUnavailable, Msg: "sandbox agent connection lost", Err: err}
 }
 
 // next reads a frame, turning error frames into errors.
-func (cc *clientConn) next() (frameType, []byte, error) {
-	t, p, err := cc.fr.next()
+func (cc *clientConn) next() (wire.FrameType, []byte, error) {
+	t, p, err := cc.fr.Next()
 	if err != nil {
 		return 0, nil, cc.ioErr(err)
 	}
-	if t == frameError {
-		var we wireError
+	if t == wire.FrameError {
+		var we wire.Error
 		if len(p) > 64<<10 || json.Unmarshal(p, &we) != nil {
-			return 0, nil, protoErrorf("malformed error frame")
+			return 0, nil, wire.ProtocolErrorf("malformed error frame")
 		}
-		return t, nil, errorFromWire(we)
+		return t, nil, wire.ErrorFromWire(we)
 	}
 	return t, p, nil
 }
 
 // expect reads the next frame and requires type want.
-func (cc *clientConn) expect(want frameType) ([]byte, error) {
+func (cc *clientConn) expect(want wire.FrameType) ([]byte, error) {
 	t, p, err := cc.next()
 	if err != nil {
 		return nil, err
 	}
 	if t != want {
-		return nil, protoErrorf("got a %s frame, want %s", t, want)
+		return nil, wire.ProtocolErrorf("got a %s frame, want %s", t, want)
 	}
 	return p, nil
 }
 
 func (cc *clientConn) result(v any) error {
-	p, err := cc.expect(frameResult)
+	p, err := cc.expect(wire.FrameResult)
 	if err != nil {
 		return err
 	}
 	if len(p) > 64<<10 {
-		return protoErrorf("result of %d bytes", len(p))
+		return wire.ProtocolErrorf("result of %d bytes", len(p))
 	}
 	if err := json.Unmarshal(p, v); err != nil {
-		return protoErrorf("malformed result: %v", err)
+		return wire.ProtocolErrorf("malformed result: %v", err)
 	}
 	return nil
 }
 
 // Ping checks that the agent answers.
 func (c *Client) Ping(ctx context.Context) (Info, error) {
-	cc, err := c.open(ctx, request{Op: opPing})
+	cc, err := c.open(ctx, wire.Request{Op: wire.OpPing})
 	if err != nil {
 		return Info{}, err
 	}
 	defer cc.close()
-	var r pingResult
+	var r wire.PingResult
 	if err := cc.result(&r); err != nil {
 		return Info{}, err
 	}
@@ -224,7 +228,7 @@ func (c *Client) Ping(ctx context.Context) (Info, error) {
 // Quiesce asks an agent that made its own listening socket (gVisor) to
 // close it before a checkpoint; SigRelisten opens it again.
 func (c *Client) Quiesce(ctx context.Context) error {
-	return c.simple(ctx, request{Op: opQuiesce})
+	return c.simple(ctx, wire.Request{Op: wire.OpQuiesce})
 }
 
 // Exec runs a process and streams its stdio until it exits. Cancelling ctx
@@ -234,14 +238,14 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (Exit, e
 	if len(req.Argv) == 0 {
 		return Exit{}, errdefs.Invalid("exec: empty argv")
 	}
-	spec := &execSpec{
+	spec := &wire.ExecSpec{
 		Argv: req.Argv, Env: req.Env, Dir: req.Dir, User: req.User,
 		TTY: req.TTY, Rows: req.Rows, Cols: req.Cols,
 	}
 	if req.Timeout > 0 {
 		spec.TimeoutMS = max(1, req.Timeout.Milliseconds())
 	}
-	cc, err := c.open(ctx, request{Op: opExec, Exec: spec})
+	cc, err := c.open(ctx, wire.Request{Op: wire.OpExec, Exec: spec})
 	if err != nil {
 		return Exit{}, err
 	}
@@ -257,7 +261,7 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (Exit, e
 	// request answers with an error frame and closes, and reading that
 	// answer below tells more than the broken pipe.
 	if eio.Stdin == nil {
-		cc.fw.send(frameStdinEOF, nil)
+		cc.fw.Send(wire.FrameStdinEOF, nil)
 	} else {
 		go pumpStdin(eio.Stdin, cc.fw)
 	}
@@ -271,7 +275,7 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (Exit, e
 					if !ok {
 						return
 					}
-					if cc.fw.sendJSON(frameResize, rs) != nil {
+					if cc.fw.SendJSON(wire.FrameResize, rs) != nil {
 						return
 					}
 				case <-done:
@@ -294,9 +298,9 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (Exit, e
 			return Exit{}, err
 		}
 		switch t {
-		case frameStdout, frameStderr:
+		case wire.FrameStdout, wire.FrameStderr:
 			w := stdout
-			if t == frameStderr {
+			if t == wire.FrameStderr {
 				w = stderr
 			}
 			if _, err := w.Write(p); err != nil {
@@ -304,10 +308,10 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (Exit, e
 				// connection (deferred) kills the process.
 				return Exit{}, fmt.Errorf("exec: write output: %w", err)
 			}
-		case frameExit:
+		case wire.FrameExit:
 			var ex Exit
 			if len(p) > 64<<10 || json.Unmarshal(p, &ex) != nil {
-				return Exit{}, protoErrorf("malformed exit frame")
+				return Exit{}, wire.ProtocolErrorf("malformed exit frame")
 			}
 			ex.OOMKilled = false
 			if len(ex.Signal) > 32 {
@@ -315,24 +319,24 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (Exit, e
 			}
 			return ex, nil
 		default:
-			return Exit{}, protoErrorf("unexpected %s frame during exec", t)
+			return Exit{}, wire.ProtocolErrorf("unexpected %s frame during exec", t)
 		}
 	}
 }
 
 // pumpStdin copies r to stdin frames and ends them with stdin-EOF (also
 // when r fails: the process sees the end of its input either way).
-func pumpStdin(r io.Reader, fw *frameWriter) {
-	buf := make([]byte, dataChunk)
+func pumpStdin(r io.Reader, fw *wire.FrameWriter) {
+	buf := make([]byte, wire.DataChunk)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
-			if fw.send(frameStdin, buf[:n]) != nil {
+			if fw.Send(wire.FrameStdin, buf[:n]) != nil {
 				return
 			}
 		}
 		if err != nil {
-			fw.send(frameStdinEOF, nil)
+			fw.Send(wire.FrameStdinEOF, nil)
 			return
 		}
 	}
@@ -340,7 +344,7 @@ func pumpStdin(r io.Reader, fw *frameWriter) {
 
 // Stat describes path; a symlink is described, not followed.
 func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
-	cc, err := c.open(ctx, request{Op: opStat, Path: path})
+	cc, err := c.open(ctx, wire.Request{Op: wire.OpStat, Path: path})
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -352,7 +356,7 @@ func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
 
 // List returns the entries of a directory, sorted by name.
 func (c *Client) List(ctx context.Context, path string) ([]FileInfo, error) {
-	cc, err := c.open(ctx, request{Op: opList, Path: path})
+	cc, err := c.open(ctx, wire.Request{Op: wire.OpList, Path: path})
 	if err != nil {
 		return nil, err
 	}
@@ -365,20 +369,20 @@ func (c *Client) List(ctx context.Context, path string) ([]FileInfo, error) {
 			return nil, err
 		}
 		switch t {
-		case frameEnd:
+		case wire.FrameEnd:
 			return out, nil
-		case frameResult:
+		case wire.FrameResult:
 			total += len(p)
-			if len(out) >= maxListEntries || len(p) > maxEntryJSON || total > maxListBytes {
-				return nil, protoErrorf("list answer over its caps")
+			if len(out) >= wire.MaxListEntries || len(p) > wire.MaxEntryJSON || total > wire.MaxListBytes {
+				return nil, wire.ProtocolErrorf("list answer over its caps")
 			}
 			var fi FileInfo
 			if err := json.Unmarshal(p, &fi); err != nil {
-				return nil, protoErrorf("malformed list entry: %v", err)
+				return nil, wire.ProtocolErrorf("malformed list entry: %v", err)
 			}
 			out = append(out, fi)
 		default:
-			return nil, protoErrorf("unexpected %s frame in a list", t)
+			return nil, wire.ProtocolErrorf("unexpected %s frame in a list", t)
 		}
 	}
 }
@@ -386,22 +390,22 @@ func (c *Client) List(ctx context.Context, path string) ([]FileInfo, error) {
 // Mkdir creates a directory (mode 0755 when zero); with parents, missing
 // parents too, and an existing directory is no error.
 func (c *Client) Mkdir(ctx context.Context, path string, mode os.FileMode, parents bool) error {
-	return c.simple(ctx, request{Op: opMkdir, Path: path, Mode: unixMode(mode), Parents: parents})
+	return c.simple(ctx, wire.Request{Op: wire.OpMkdir, Path: path, Mode: unixMode(mode), Parents: parents})
 }
 
 // Remove deletes a file, symlink or directory; a non-empty directory only
 // when recursive. Removing "/" is refused.
 func (c *Client) Remove(ctx context.Context, path string, recursive bool) error {
-	return c.simple(ctx, request{Op: opRemove, Path: path, Recursive: recursive})
+	return c.simple(ctx, wire.Request{Op: wire.OpRemove, Path: path, Recursive: recursive})
 }
 
-func (c *Client) simple(ctx context.Context, req request) error {
+func (c *Client) simple(ctx context.Context, req wire.Request) error {
 	cc, err := c.open(ctx, req)
 	if err != nil {
 		return err
 	}
 	defer cc.close()
-	_, err = cc.expect(frameEnd)
+	_, err = cc.expect(wire.FrameEnd)
 	return err
 }
 
@@ -424,7 +428,7 @@ func unixMode(m os.FileMode) uint32 {
 // ReadFile copies a regular file to w and returns its info (from when it
 // was opened).
 func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) (FileInfo, error) {
-	cc, err := c.open(ctx, request{Op: opReadFile, Path: path})
+	cc, err := c.open(ctx, wire.Request{Op: wire.OpReadFile, Path: path})
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -444,14 +448,14 @@ func (cc *clientConn) readData(w io.Writer) error {
 			return err
 		}
 		switch t {
-		case frameEnd:
+		case wire.FrameEnd:
 			return nil
-		case frameData:
+		case wire.FrameData:
 			if _, err := w.Write(p); err != nil {
 				return fmt.Errorf("write: %w", err)
 			}
 		default:
-			return protoErrorf("unexpected %s frame in a data stream", t)
+			return wire.ProtocolErrorf("unexpected %s frame in a data stream", t)
 		}
 	}
 }
@@ -460,20 +464,20 @@ func (cc *clientConn) readData(w io.Writer) error {
 // returned: the agent has answered (an error, say too_large) and closed,
 // and the answer tells more than the broken pipe. A failure of r is.
 func (cc *clientConn) sendData(r io.Reader) (sendErr error, readErr error) {
-	dw := dataWriter{cc.fw}
-	buf := make([]byte, dataChunk)
+	dw := wire.DataWriter{FW: cc.fw}
+	buf := make([]byte, wire.DataChunk)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
 			if _, werr := dw.Write(buf[:n]); werr != nil {
 				return werr, nil
 			}
-			if werr := cc.fw.flush(); werr != nil {
+			if werr := cc.fw.Flush(); werr != nil {
 				return werr, nil
 			}
 		}
 		if err == io.EOF {
-			return cc.fw.send(frameEnd, nil), nil
+			return cc.fw.Send(wire.FrameEnd, nil), nil
 		}
 		if err != nil {
 			return nil, err
@@ -486,7 +490,7 @@ func (cc *clientConn) sendData(r io.Reader) (sendErr error, readErr error) {
 // failed or too large (too_large) upload leaves the old file as it was.
 // mode zero keeps an existing file's mode, or 0644.
 func (c *Client) WriteFile(ctx context.Context, path string, mode os.FileMode, r io.Reader) (FileInfo, error) {
-	cc, err := c.open(ctx, request{Op: opWriteFile, Path: path, Mode: unixMode(mode)})
+	cc, err := c.open(ctx, wire.Request{Op: wire.OpWriteFile, Path: path, Mode: unixMode(mode)})
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -508,7 +512,7 @@ func (c *Client) WriteFile(ctx context.Context, path string, mode os.FileMode, r
 // ReadTar writes a tar archive of path (a file or a directory tree;
 // symlinks archived as symlinks) to w.
 func (c *Client) ReadTar(ctx context.Context, path string, w io.Writer) error {
-	cc, err := c.open(ctx, request{Op: opReadTar, Path: path})
+	cc, err := c.open(ctx, wire.Request{Op: wire.OpReadTar, Path: path})
 	if err != nil {
 		return err
 	}
@@ -521,10 +525,10 @@ func (c *Client) ReadTar(ctx context.Context, path string, w io.Writer) error {
 // would land outside dir, link outside it, or are devices or FIFOs fail
 // the call with an invalid_argument error (entries before it stay).
 func (c *Client) WriteTar(ctx context.Context, dir string, r io.Reader) error {
-	return c.writeTar(ctx, request{Op: opWriteTar, Path: dir}, r)
+	return c.writeTar(ctx, wire.Request{Op: wire.OpWriteTar, Path: dir}, r)
 }
 
-func (c *Client) writeTar(ctx context.Context, req request, r io.Reader) error {
+func (c *Client) writeTar(ctx context.Context, req wire.Request, r io.Reader) error {
 	cc, err := c.open(ctx, req)
 	if err != nil {
 		return err
@@ -534,7 +538,7 @@ func (c *Client) writeTar(ctx context.Context, req request, r io.Reader) error {
 	if readErr != nil {
 		return fmt.Errorf("extract into %s: read upload: %w", req.Path, readErr)
 	}
-	if _, err := cc.expect(frameEnd); err != nil {
+	if _, err := cc.expect(wire.FrameEnd); err != nil {
 		if sendErr != nil && errors.Is(err, errdefs.ErrUnavailable) {
 			return cc.ioErr(sendErr)
 		}

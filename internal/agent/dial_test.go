@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-sh/berth/internal/agent/agentd"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -16,7 +18,7 @@ func listenAt(t *testing.T, path string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, Config{Socket: path, Root: t.TempDir()}) }()
+	go func() { done <- agentd.Serve(ctx, agentd.Config{Socket: path, Root: t.TempDir()}) }()
 	t.Cleanup(func() { cancel(); <-done })
 	c := NewClient(path)
 	for i := 0; ; i++ {

@@ -3,14 +3,10 @@ package agent
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net"
-	"strconv"
-	"sync"
-	"syscall"
-	"time"
+
+	"github.com/berth-sh/berth/internal/agent/wire"
 
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -29,92 +25,6 @@ import (
 // (127.0.0.1, else ::1). Either side's EOF or error closes both. Each
 // direction uses one fixed buffer; at most maxDials run at once.
 
-const (
-	// dialTimeout bounds the agent's connect to the sandbox's port.
-	dialTimeout = 5 * time.Second
-	// maxDials bounds the dial connections an agent splices at once.
-	maxDials = 256
-	// spliceBuf is the buffer of each direction of a splice.
-	spliceBuf = 32 << 10
-)
-
-// dialSlots counts the dials being spliced.
-var dialSlots = make(chan struct{}, maxDials)
-
-// handleDial connects to the requested loopback port and splices.
-func (s *server) handleDial(ctx context.Context, cn *conn) error {
-	port := cn.req.Port
-	if port < 1 || port > 65535 {
-		return errdefs.Invalid("port %d out of range 1..65535", port)
-	}
-	select {
-	case dialSlots <- struct{}{}:
-		defer func() { <-dialSlots }()
-	default:
-		return errdefs.Exhausted("%d port connections already open", maxDials)
-	}
-	target, err := dialLoopback(ctx, port)
-	if err != nil {
-		return err
-	}
-	defer target.Close()
-	if err := cn.fw.sendJSON(frameResult, dialResult{Addr: target.RemoteAddr().String()}); err != nil {
-		return nil // the client is gone
-	}
-	splice(cn.c, cn.br, target)
-	return nil
-}
-
-// dialLoopback connects to port on 127.0.0.1, then on ::1.
-func dialLoopback(ctx context.Context, port int) (net.Conn, error) {
-	d := net.Dialer{Timeout: dialTimeout}
-	var errs []error
-	for _, host := range []string{"127.0.0.1", "::1"} {
-		c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
-		if err == nil {
-			return c, nil
-		}
-		errs = append(errs, err)
-	}
-	why := "connection refused"
-	for _, err := range errs {
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			why = "connect timed out"
-		} else if !errors.Is(err, syscall.ECONNREFUSED) {
-			why = err.Error()
-		}
-	}
-	return nil, errdefs.Unreachable("nothing answers on port %d in the sandbox (127.0.0.1 and ::1: %s)", port, why)
-}
-
-// splice copies bytes both ways between the client's connection (read
-// through br, which may hold bytes already received) and target, until
-// either side ends; then it closes both.
-func splice(c net.Conn, br io.Reader, target net.Conn) {
-	var once sync.Once
-	closeBoth := func() {
-		once.Do(func() {
-			c.Close()
-			target.Close()
-		})
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		io.CopyBuffer(writerOnly{target}, br, make([]byte, spliceBuf))
-		closeBoth()
-	}()
-	io.CopyBuffer(writerOnly{c}, target, make([]byte, spliceBuf))
-	closeBoth()
-	wg.Wait()
-}
-
-// writerOnly hides ReaderFrom, so that io.CopyBuffer uses its fixed
-// buffer rather than whatever the destination would allocate.
-type writerOnly struct{ io.Writer }
-
 // DialPort connects to a TCP port on the sandbox's loopback through the
 // agent. The returned connection carries the bytes of that TCP
 // connection; closing it closes both. ctx bounds the connect only, as
@@ -124,11 +34,11 @@ func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, errdefs.Invalid("port %d out of range 1..65535", port)
 	}
-	cc, err := c.open(ctx, request{Op: opDial, Port: port})
+	cc, err := c.open(ctx, wire.Request{Op: wire.OpDial, Port: port})
 	if err != nil {
 		return nil, err
 	}
-	var r dialResult
+	var r wire.DialResult
 	if err := cc.result(&r); err != nil {
 		cc.close()
 		return nil, err
@@ -140,12 +50,7 @@ func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
 		}
 		return nil, fmt.Errorf("agent dial: connection closed")
 	}
-	br, ok := cc.fr.r.(*bufio.Reader)
-	if !ok {
-		cc.conn.Close()
-		return nil, errors.New("agent dial: unexpected reader")
-	}
-	return &dialedConn{Conn: cc.conn, r: br}, nil
+	return &dialedConn{Conn: cc.conn, r: cc.br}, nil
 }
 
 // dialedConn is the agent connection after a dial's result frame: reads

@@ -1,8 +1,12 @@
 package network
 
 import (
+	"strings"
+
 	"net/netip"
 	"time"
+
+	"github.com/berth-sh/berth/internal/network/nflog"
 )
 
 // Flow is one entry of a sandbox's flow log: a new connection attempt seen
@@ -92,4 +96,44 @@ func (n *Network) FlowLog(id string, afterSeq uint64, limit int) []Flow {
 		return nil
 	}
 	return r.after(afterSeq, limit)
+}
+
+// handleLog turns a logged packet into a flow record of its sandbox.
+func (n *Network) handleLog(p nflog.Packet) {
+	rest, ok := strings.CutPrefix(p.Prefix, logPrefix)
+	if !ok {
+		return
+	}
+	decision, what, _ := strings.Cut(rest, " ")
+	f := Flow{Time: p.Time, Kind: "conn", Proto: nflog.ProtoName(p.Proto), Src: p.Src, Dst: p.Dst}
+	// The sandbox is the source, except for inbound traffic. Source
+	// addresses are trustworthy: the bridge table drops spoofed ones.
+	key := p.Src.Addr()
+	if what == reasonInbound {
+		key = p.Dst.Addr()
+	}
+	n.mu.Lock()
+	sb := n.byAddr[key]
+	var id string
+	if sb != nil {
+		id = sb.id
+		f.Name = sb.names[p.Dst.Addr()]
+		if decision == "a" {
+			f.Decision = Allow
+			f.Rule = "rule " + what
+			for _, r := range sb.rules {
+				if r.tag() == what {
+					f.Rule = r.String()
+					break
+				}
+			}
+		} else {
+			f.Decision = Deny
+			f.Rule = what
+		}
+	}
+	n.mu.Unlock()
+	if id != "" {
+		n.record(id, f)
+	}
 }

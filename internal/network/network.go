@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berth-sh/berth/internal/network/nflog"
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -94,7 +95,7 @@ type Network struct {
 	rings     map[string]*ring
 
 	dns   *resolver
-	nflog *nflogReader
+	nflog *nflog.Reader
 	bg    sync.WaitGroup // background conntrack flushes
 
 	closeOnce sync.Once
@@ -309,11 +310,11 @@ func New(ctx context.Context, cfg Config) (*Network, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n.nflog, err = startNFLOG(n.cfg.LogGroup, n.handleLog, n.log); err != nil {
+	if n.nflog, err = nflog.Start(n.cfg.LogGroup, n.handleLog, n.log); err != nil {
 		return nil, err
 	}
 	if n.dns, err = startResolver(n); err != nil {
-		n.nflog.close()
+		n.nflog.Close()
 		return nil, err
 	}
 	n.log.Info("sandbox network ready", "instance", nm.instance, "bridge", nm.bridge,
@@ -576,7 +577,7 @@ func (n *Network) Close() error {
 			n.closeErr = n.dns.close()
 		}
 		if n.nflog != nil {
-			n.nflog.close()
+			n.nflog.Close()
 		}
 		n.bg.Wait()
 	})

@@ -85,7 +85,7 @@ var runscCgroupMount = specs.Mount{
 func RunscHostPids(pids int64) int64 { return 2*pids + 64 }
 
 // setGuestPids sets the task limit of container id inside its Sentry by
-// running berth's helper (agent.LimitTasksVerb) in the sandbox with
+// running berth's helper (agentd.LimitTasksVerb) in the sandbox with
 // CAP_SYS_ADMIN: it writes pids.max of the container's cgroup and
 // remounts /sys/fs/cgroup read-only.
 func (r *Runsc) setGuestPids(ctx context.Context, id, helper string, pids int64) error {
@@ -103,7 +103,7 @@ func (r *Runsc) setGuestPids(ctx context.Context, id, helper string, pids int64)
 	return nil
 }
 
-// runscLimitTasksVerb is agent.LimitTasksVerb (the runtime does not
+// runscLimitTasksVerb is agentd.LimitTasksVerb (the runtime does not
 // import the agent).
 const runscLimitTasksVerb = "agent-limit-tasks"
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/internal/agent"
+	"github.com/berth-sh/berth/internal/agent/agentd"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/overlay"
@@ -164,7 +165,7 @@ func (q *quarantineReader) Client(ctx context.Context, path string) (*agent.Clie
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := agent.Serve(sctx, agent.Config{Socket: sock, Root: root, Logger: q.b.log}); err != nil {
+		if err := agentd.Serve(sctx, agentd.Config{Socket: sock, Root: root, Logger: q.b.log}); err != nil {
 			q.b.log.Warn("quarantine reader", "sandbox", q.sb.ID, "err", err)
 		}
 	}()

@@ -1,12 +1,13 @@
-package agent
+package agentd
 
 import (
 	"context"
 	"net"
 	"os"
 	"os/signal"
-	"syscall"
 	"time"
+
+	"github.com/berth-sh/berth/internal/agent/wire"
 )
 
 // Around a checkpoint of a gVisor sandbox the agent's listening socket must
@@ -16,7 +17,7 @@ import (
 // checkpoint` the daemon sends the quiesce operation (Client.Quiesce): the
 // agent closes its listener, which unlinks the socket file (the daemon
 // waits for it to disappear). After `runsc restore` the daemon sends
-// SigRelisten, since no one can connect to a closed listener: the agent
+// wire.SigRelisten, since no one can connect to a closed listener: the agent
 // listens again on the same path. Connections the agent had accepted are
 // severed by the checkpoint; exec'd processes keep running.
 //
@@ -27,7 +28,6 @@ import (
 // signals, not realtime ones); the agent listens again by itself
 // relistenAfter after a quiesce no checkpoint followed, and an agent
 // serving on an inherited socket (runc) ignores it.
-const SigRelisten = syscall.SIGSTKFLT
 
 // relistenAfter bounds how long the agent stays unreachable after a
 // quiesce: a daemon that died before its checkpoint must not leave it
@@ -35,13 +35,13 @@ const SigRelisten = syscall.SIGSTKFLT
 // restore the timer fires at once, which is a relisten too.)
 const relistenAfter = 30 * time.Second
 
-// watchHibernate handles SigQuiesce and SigRelisten until ctx ends.
+// watchHibernate handles SigQuiesce and wire.SigRelisten until ctx ends.
 func (s *server) watchHibernate(ctx context.Context) {
 	if s.cfg.ListenFD > 0 {
 		return // the daemon owns the socket; nothing to close or reopen
 	}
 	sigc := make(chan os.Signal, 4)
-	signal.Notify(sigc, SigRelisten)
+	signal.Notify(sigc, wire.SigRelisten)
 	go func() {
 		defer signal.Stop(sigc)
 		for {

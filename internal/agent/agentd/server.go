@@ -1,4 +1,4 @@
-package agent
+package agentd
 
 import (
 	"bufio"
@@ -14,6 +14,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/berth-sh/berth/internal/agent/rootfs"
+
+	"github.com/berth-sh/berth/internal/agent/wire"
 
 	"golang.org/x/sys/unix"
 
@@ -53,7 +57,7 @@ const headerTimeout = 10 * time.Second
 type server struct {
 	cfg   Config
 	log   *slog.Logger
-	root  *fsRoot
+	root  *rootfs.Root
 	procs *procTable
 	start time.Time
 	execs atomic.Int32 // exec handlers running
@@ -96,7 +100,7 @@ func newServer(cfg Config) (*server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	root, err := openRoot(cfg.Root)
+	root, err := rootfs.OpenRoot(cfg.Root)
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
@@ -107,7 +111,7 @@ func newServer(cfg Config) (*server, error) {
 		ln, err = listen(cfg.Socket)
 	}
 	if err != nil {
-		root.close()
+		root.Close()
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	return &server{
@@ -213,7 +217,7 @@ func (s *server) serve(ctx context.Context) error {
 	s.shutdown()
 	s.wg.Wait()
 	s.procs.stop()
-	s.root.close()
+	s.root.Close()
 	return nil
 }
 
@@ -251,17 +255,17 @@ func (s *server) untrack(c net.Conn) {
 type conn struct {
 	c   *net.UnixConn
 	br  *bufio.Reader
-	fr  *frameReader
-	fw  *frameWriter
-	req request
+	fr  *wire.FrameReader
+	fw  *wire.FrameWriter
+	req wire.Request
 }
 
 func (s *server) handle(ctx context.Context, c *net.UnixConn) {
 	begin := time.Now()
-	cn := &conn{c: c, br: bufio.NewReaderSize(c, maxHeaderBytes), fw: newFrameWriter(c)}
-	cn.fr = newFrameReader(cn.br)
+	cn := &conn{c: c, br: bufio.NewReaderSize(c, wire.MaxHeaderBytes), fw: wire.NewFrameWriter(c)}
+	cn.fr = wire.NewFrameReader(cn.br)
 	c.SetReadDeadline(begin.Add(headerTimeout))
-	req, err := readRequest(cn.br)
+	req, err := wire.ReadRequest(cn.br)
 	if err != nil {
 		if !errors.Is(err, io.EOF) {
 			s.sendError(cn, err)
@@ -272,43 +276,43 @@ func (s *server) handle(ctx context.Context, c *net.UnixConn) {
 	c.SetReadDeadline(time.Time{})
 	cn.req = req
 	switch req.Op {
-	case opPing:
-		err = cn.fw.sendJSON(frameResult, pingResult{Version: version(), PID: os.Getpid(), UptimeNS: int64(time.Since(s.start))})
-	case opQuiesce:
+	case wire.OpPing:
+		err = cn.fw.SendJSON(wire.FrameResult, wire.PingResult{Version: version(), PID: os.Getpid(), UptimeNS: int64(time.Since(s.start))})
+	case wire.OpQuiesce:
 		if s.cfg.ListenFD > 0 {
 			err = errdefs.Conflict("the agent serves on the daemon's socket; there is nothing to quiesce")
 			break
 		}
 		// Answer first: closing the listener does not end this
 		// connection, but the daemon waits for the socket file to go.
-		if err = cn.fw.send(frameEnd, nil); err == nil {
+		if err = cn.fw.Send(wire.FrameEnd, nil); err == nil {
 			s.quiesce()
 		}
-	case opExec:
+	case wire.OpExec:
 		err = s.handleExec(ctx, cn)
-	case opStat:
+	case wire.OpStat:
 		err = s.handleStat(cn)
-	case opList:
+	case wire.OpList:
 		err = s.handleList(cn)
-	case opMkdir:
-		err = s.root.mkdir(req.Path, req.Mode, req.Parents)
+	case wire.OpMkdir:
+		err = s.root.Mkdir(req.Path, req.Mode, req.Parents)
 		if err == nil {
-			err = cn.fw.send(frameEnd, nil)
+			err = cn.fw.Send(wire.FrameEnd, nil)
 		}
-	case opRemove:
-		err = s.root.remove(req.Path, req.Recursive)
+	case wire.OpRemove:
+		err = s.root.Remove(req.Path, req.Recursive)
 		if err == nil {
-			err = cn.fw.send(frameEnd, nil)
+			err = cn.fw.Send(wire.FrameEnd, nil)
 		}
-	case opReadFile:
+	case wire.OpReadFile:
 		err = s.handleReadFile(cn)
-	case opWriteFile:
+	case wire.OpWriteFile:
 		err = s.handleWriteFile(cn)
-	case opReadTar:
+	case wire.OpReadTar:
 		err = s.handleReadTar(cn)
-	case opWriteTar:
+	case wire.OpWriteTar:
 		err = s.handleWriteTar(cn)
-	case opDial:
+	case wire.OpDial:
 		err = s.handleDial(ctx, cn)
 	default:
 		err = errdefs.Invalid("unknown op %q", req.Op)
@@ -317,7 +321,7 @@ func (s *server) handle(ctx context.Context, c *net.UnixConn) {
 		s.sendError(cn, err)
 	}
 	lvl := slog.LevelDebug
-	if err != nil && codeOf(err) == codeInternal {
+	if err != nil && wire.CodeOf(err) == wire.CodeInternal {
 		lvl = slog.LevelWarn
 	}
 	s.log.Log(ctx, lvl, "op", "op", req.Op, "path", req.Path, "dur", time.Since(begin), "err", err)
@@ -327,7 +331,7 @@ func (s *server) handle(ctx context.Context, c *net.UnixConn) {
 // categorised error, the whole text of any other (the agent's internals are
 // the sandbox's own, there is nothing of the host's in them).
 func (s *server) sendError(cn *conn, err error) {
-	we := wireError{Code: codeOf(err), Message: err.Error()}
+	we := wire.Error{Code: wire.CodeOf(err), Message: err.Error()}
 	var de *errdefs.Error
 	if errors.As(err, &de) {
 		we.Message = de.Msg
@@ -335,7 +339,7 @@ func (s *server) sendError(cn *conn, err error) {
 	if len(we.Message) > 4096 {
 		we.Message = we.Message[:4096]
 	}
-	cn.fw.sendJSON(frameError, we)
+	cn.fw.SendJSON(wire.FrameError, we)
 }
 
 // drain hands an exec's output that outlived its process (a background

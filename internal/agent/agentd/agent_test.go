@@ -1,14 +1,20 @@
-package agent
+package agentd
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/berth-sh/berth/internal/agent"
+	"github.com/berth-sh/berth/internal/agent/wire"
 
 	"go.uber.org/goleak"
 
@@ -27,7 +33,7 @@ func TestMain(m *testing.M) {
 }
 
 type testAgent struct {
-	client *Client
+	client *agent.Client
 	root   string // host path of Config.Root
 	socket string
 }
@@ -70,7 +76,7 @@ func startAgent(t testing.TB, opts ...agentOpt) *testAgent {
 			t.Errorf("serve did not return")
 		}
 	})
-	return &testAgent{client: NewClient(cfg.Socket), root: root, socket: cfg.Socket}
+	return &testAgent{client: agent.NewClient(cfg.Socket), root: root, socket: cfg.Socket}
 }
 
 func testCtx(t testing.TB) context.Context {
@@ -116,7 +122,7 @@ func TestPing(t *testing.T) {
 }
 
 func TestUnavailable(t *testing.T) {
-	c := NewClient(filepath.Join(t.TempDir(), "none.sock"))
+	c := agent.NewClient(filepath.Join(t.TempDir(), "none.sock"))
 	_, err := c.Ping(testCtx(t))
 	wantCategory(t, err, errdefs.ErrUnavailable)
 	if code, _ := errdefs.Code(err); code != "unavailable" {
@@ -144,7 +150,7 @@ func TestStaleSocketReplaced(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Serve(ctx, Config{Socket: sock, Root: t.TempDir()}) }()
-	c := NewClient(sock)
+	c := agent.NewClient(sock)
 	var pingErr error
 	for range 100 {
 		if _, pingErr = c.Ping(testCtx(t)); pingErr == nil {
@@ -163,4 +169,51 @@ func TestStaleSocketReplaced(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// rawOp sends req, and body as data frames and an end frame unless it is
+// nil, on a connection of its own, bypassing the client's checks. It
+// returns the error of the answer's first frame: nil for an end or result
+// frame.
+func rawOp(t testing.TB, socket string, req wire.Request, body []byte) error {
+	t.Helper()
+	conn, err := net.Dial("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	req.V = wire.ProtocolVersion
+	b, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write(append(b, '\n')); err != nil {
+		t.Fatal(err)
+	}
+	if body != nil {
+		fw := wire.NewFrameWriter(conn)
+		if _, err := (wire.DataWriter{FW: fw}).Write(body); err != nil {
+			t.Fatal(err)
+		}
+		if err := fw.Send(wire.FrameEnd, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	typ, p, err := wire.NewFrameReader(bufio.NewReader(conn)).Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch typ {
+	case wire.FrameEnd, wire.FrameResult:
+		return nil
+	case wire.FrameError:
+		var we wire.Error
+		if err := json.Unmarshal(p, &we); err != nil {
+			t.Fatal(err)
+		}
+		return wire.ErrorFromWire(we)
+	}
+	t.Fatalf("unexpected %s frame", typ)
+	return nil
 }

@@ -1,4 +1,4 @@
-package agent
+package rootfs
 
 import (
 	"errors"
@@ -9,40 +9,42 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-sh/berth/internal/agent/wire"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
-// fsRoot confines file operations to one directory. Every path is resolved
-// by the kernel with openat2(RESOLVE_IN_ROOT|RESOLVE_NO_MAGICLINKS), which
+// Root confines file operations to one directory. Every path is resolved
+// by the kernel with Openat2(RESOLVE_IN_ROOT|RESOLVE_NO_MAGICLINKS), which
 // treats the root fd as "/" for "..", absolute paths and absolute symlink
 // targets alike, and refuses /proc magic links; everything after the
 // resolution is fd-relative, so no path is ever looked up twice.
-type fsRoot struct {
+type Root struct {
 	fd int // O_PATH|O_DIRECTORY
 }
 
-func openRoot(dir string) (*fsRoot, error) {
+func OpenRoot(dir string) (*Root, error) {
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open root %s: %w", dir, err)
 	}
-	return &fsRoot{fd: fd}, nil
+	return &Root{fd: fd}, nil
 }
 
-func (r *fsRoot) close() error { return unix.Close(r.fd) }
+func (r *Root) Close() error { return unix.Close(r.fd) }
 
-const resolveInRoot = unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS
+const ResolveInRoot = unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS
 
-// cleanPath validates a sandbox path and returns it cleaned ("/a/b") and
+// CleanPath validates a sandbox path and returns it cleaned ("/a/b") and
 // relative to the root ("a/b", or "." for the root itself).
-func cleanPath(p string) (clean, rel string, err error) {
+func CleanPath(p string) (clean, rel string, err error) {
 	switch {
 	case p == "":
 		return "", "", errdefs.Invalid("empty path")
-	case len(p) > maxPathBytes:
-		return "", "", errdefs.Invalid("path longer than %d bytes", maxPathBytes)
+	case len(p) > wire.MaxPathBytes:
+		return "", "", errdefs.Invalid("path longer than %d bytes", wire.MaxPathBytes)
 	case strings.IndexByte(p, 0) >= 0:
 		return "", "", errdefs.Invalid("path contains a NUL byte")
 	case p[0] != '/':
@@ -56,9 +58,9 @@ func cleanPath(p string) (clean, rel string, err error) {
 	return clean, rel, nil
 }
 
-// openat2 retries the EAGAIN that RESOLVE_IN_ROOT|BENEATH return when a
+// Openat2 retries the EAGAIN that RESOLVE_IN_ROOT|BENEATH return when a
 // rename raced with the lookup.
-func openat2(dirfd int, p string, flags uint64, mode uint64, resolve uint64) (int, error) {
+func Openat2(dirfd int, p string, flags uint64, mode uint64, resolve uint64) (int, error) {
 	how := unix.OpenHow{Flags: flags | unix.O_CLOEXEC, Mode: mode, Resolve: resolve}
 	for range 16 {
 		fd, err := unix.Openat2(dirfd, p, &how)
@@ -70,28 +72,28 @@ func openat2(dirfd int, p string, flags uint64, mode uint64, resolve uint64) (in
 	return -1, unix.EAGAIN
 }
 
-// open resolves a validated relative path inside the root.
-func (r *fsRoot) open(rel string, flags uint64) (int, error) {
-	return openat2(r.fd, rel, flags, 0, resolveInRoot)
+// Open resolves a validated relative path inside the root.
+func (r *Root) Open(rel string, flags uint64) (int, error) {
+	return Openat2(r.fd, rel, flags, 0, ResolveInRoot)
 }
 
-// openParent resolves the parent directory of a cleaned path and returns
+// OpenParent resolves the parent directory of a cleaned path and returns
 // an O_PATH fd on it with the last component. The last component is
 // never followed by the callers.
-func (r *fsRoot) openParent(clean string) (int, string, error) {
+func (r *Root) OpenParent(clean string) (int, string, error) {
 	dir, name := path.Split(clean)
 	rel := strings.TrimPrefix(path.Clean(dir), "/")
 	if rel == "" {
 		rel = "."
 	}
-	fd, err := r.open(rel, unix.O_PATH|unix.O_DIRECTORY)
+	fd, err := r.Open(rel, unix.O_PATH|unix.O_DIRECTORY)
 	return fd, name, err
 }
 
-// pathErr turns an errno from an operation on a sandbox path into an
+// PathErr turns an errno from an operation on a sandbox path into an
 // error of the matching category. Messages name the sandbox path only,
 // never the host path of the root.
-func pathErr(op, p string, err error) error {
+func PathErr(op, p string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -166,9 +168,9 @@ func fileMode(m uint32) fs.FileMode {
 	return mode
 }
 
-func fileInfo(p string, st *unix.Stat_t, link string) FileInfo {
+func Info(p string, st *unix.Stat_t, link string) wire.FileInfo {
 	name := path.Base(p)
-	return FileInfo{
+	return wire.FileInfo{
 		Name:    name,
 		Path:    p,
 		Size:    st.Size,
@@ -179,9 +181,9 @@ func fileInfo(p string, st *unix.Stat_t, link string) FileInfo {
 	}
 }
 
-// readlinkAt reads a symlink relative to dirfd; name "" reads the link an
+// ReadlinkAt reads a symlink relative to dirfd; name "" reads the link an
 // O_PATH fd refers to.
-func readlinkAt(dirfd int, name string) (string, error) {
+func ReadlinkAt(dirfd int, name string) (string, error) {
 	buf := make([]byte, 256)
 	for {
 		n, err := unix.Readlinkat(dirfd, name, buf)
@@ -191,45 +193,45 @@ func readlinkAt(dirfd int, name string) (string, error) {
 		if n < len(buf) {
 			return string(buf[:n]), nil
 		}
-		if len(buf) >= maxPathBytes*2 {
+		if len(buf) >= wire.MaxPathBytes*2 {
 			return "", unix.ENAMETOOLONG
 		}
 		buf = make([]byte, len(buf)*4)
 	}
 }
 
-func isDirMode(m uint32) bool  { return m&unix.S_IFMT == unix.S_IFDIR }
-func isRegMode(m uint32) bool  { return m&unix.S_IFMT == unix.S_IFREG }
-func isLinkMode(m uint32) bool { return m&unix.S_IFMT == unix.S_IFLNK }
+func IsDir(m uint32) bool  { return m&unix.S_IFMT == unix.S_IFDIR }
+func IsReg(m uint32) bool  { return m&unix.S_IFMT == unix.S_IFREG }
+func IsLink(m uint32) bool { return m&unix.S_IFMT == unix.S_IFLNK }
 
-// stat is lstat inside the root: a symlink in the last component is
+// Stat is lstat inside the root: a symlink in the last component is
 // described, not followed.
-func (r *fsRoot) stat(p string) (FileInfo, error) {
-	clean, rel, err := cleanPath(p)
+func (r *Root) Stat(p string) (wire.FileInfo, error) {
+	clean, rel, err := CleanPath(p)
 	if err != nil {
-		return FileInfo{}, err
+		return wire.FileInfo{}, err
 	}
-	fd, err := r.open(rel, unix.O_PATH|unix.O_NOFOLLOW)
+	fd, err := r.Open(rel, unix.O_PATH|unix.O_NOFOLLOW)
 	if err != nil {
-		return FileInfo{}, pathErr("stat", clean, err)
+		return wire.FileInfo{}, PathErr("stat", clean, err)
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return FileInfo{}, pathErr("stat", clean, err)
+		return wire.FileInfo{}, PathErr("stat", clean, err)
 	}
 	var link string
-	if isLinkMode(st.Mode) {
-		if link, err = readlinkAt(fd, ""); err != nil {
-			return FileInfo{}, pathErr("readlink", clean, err)
+	if IsLink(st.Mode) {
+		if link, err = ReadlinkAt(fd, ""); err != nil {
+			return wire.FileInfo{}, PathErr("readlink", clean, err)
 		}
 	}
-	return fileInfo(clean, &st, link), nil
+	return Info(clean, &st, link), nil
 }
 
-// readDirNames returns the names of the directory fd (which must be open
+// ReadDirNames returns the names of the directory fd (which must be open
 // for reading), without "." and "..", up to limit names.
-func readDirNames(fd int, limit int) ([]string, error) {
+func ReadDirNames(fd int, limit int) ([]string, error) {
 	var names []string
 	buf := make([]byte, 32<<10)
 	for {
@@ -250,21 +252,21 @@ func readDirNames(fd int, limit int) ([]string, error) {
 	}
 }
 
-// list returns the entries of a directory (a symlink to a directory in the
+// List returns the entries of a directory (a symlink to a directory in the
 // last component is followed, inside the root).
-func (r *fsRoot) list(p string, each func(FileInfo) error) error {
-	clean, rel, err := cleanPath(p)
+func (r *Root) List(p string, each func(wire.FileInfo) error) error {
+	clean, rel, err := CleanPath(p)
 	if err != nil {
 		return err
 	}
-	fd, err := r.open(rel, unix.O_RDONLY|unix.O_DIRECTORY)
+	fd, err := r.Open(rel, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
-		return pathErr("list", clean, err)
+		return PathErr("list", clean, err)
 	}
 	defer unix.Close(fd)
-	names, err := readDirNames(fd, maxListEntries)
+	names, err := ReadDirNames(fd, wire.MaxListEntries)
 	if err != nil {
-		return pathErr("list", clean, err)
+		return PathErr("list", clean, err)
 	}
 	slices.Sort(names)
 	for _, name := range names {
@@ -273,23 +275,23 @@ func (r *fsRoot) list(p string, each func(FileInfo) error) error {
 			if err == unix.ENOENT { // removed while we listed
 				continue
 			}
-			return pathErr("stat", path.Join(clean, name), err)
+			return PathErr("stat", path.Join(clean, name), err)
 		}
 		var link string
-		if isLinkMode(st.Mode) {
-			link, _ = readlinkAt(fd, name)
+		if IsLink(st.Mode) {
+			link, _ = ReadlinkAt(fd, name)
 		}
-		if err := each(fileInfo(path.Join(clean, name), &st, link)); err != nil {
+		if err := each(Info(path.Join(clean, name), &st, link)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// mkdir creates a directory; with parents, missing parents too and an
+// Mkdir creates a directory; with parents, missing parents too and an
 // existing directory is not an error.
-func (r *fsRoot) mkdir(p string, mode uint32, parents bool) error {
-	clean, rel, err := cleanPath(p)
+func (r *Root) Mkdir(p string, mode uint32, parents bool) error {
+	clean, rel, err := CleanPath(p)
 	if err != nil {
 		return err
 	}
@@ -301,12 +303,12 @@ func (r *fsRoot) mkdir(p string, mode uint32, parents bool) error {
 		if rel == "." {
 			return errdefs.Conflict("mkdir /: file exists")
 		}
-		pfd, name, err := r.openParent(clean)
+		pfd, name, err := r.OpenParent(clean)
 		if err != nil {
-			return pathErr("mkdir", clean, err)
+			return PathErr("mkdir", clean, err)
 		}
 		defer unix.Close(pfd)
-		return pathErr("mkdir", clean, unix.Mkdirat(pfd, name, mode))
+		return PathErr("mkdir", clean, unix.Mkdirat(pfd, name, mode))
 	}
 	// Walk down from the root, resolving each prefix afresh inside the
 	// root so that a symlinked component is followed the way the kernel
@@ -317,59 +319,59 @@ func (r *fsRoot) mkdir(p string, mode uint32, parents bool) error {
 	}
 	for i := range parts {
 		prefix := strings.Join(parts[:i+1], "/")
-		fd, err := r.open(prefix, unix.O_PATH|unix.O_DIRECTORY)
+		fd, err := r.Open(prefix, unix.O_PATH|unix.O_DIRECTORY)
 		if err == nil {
 			unix.Close(fd)
 			continue
 		}
 		if err != unix.ENOENT {
-			return pathErr("mkdir", "/"+prefix, err)
+			return PathErr("mkdir", "/"+prefix, err)
 		}
-		pfd, name, err := r.openParent("/" + prefix)
+		pfd, name, err := r.OpenParent("/" + prefix)
 		if err != nil {
-			return pathErr("mkdir", "/"+prefix, err)
+			return PathErr("mkdir", "/"+prefix, err)
 		}
 		err = unix.Mkdirat(pfd, name, mode)
 		unix.Close(pfd)
 		if err != nil && err != unix.EEXIST {
-			return pathErr("mkdir", "/"+prefix, err)
+			return PathErr("mkdir", "/"+prefix, err)
 		}
 	}
-	fd, err := r.open(rel, unix.O_PATH|unix.O_DIRECTORY)
+	fd, err := r.Open(rel, unix.O_PATH|unix.O_DIRECTORY)
 	if err != nil {
-		return pathErr("mkdir", clean, err)
+		return PathErr("mkdir", clean, err)
 	}
 	return unix.Close(fd)
 }
 
-// maxTreeDepth bounds the recursion of tree walks (one fd per level).
-const maxTreeDepth = 512
+// MaxTreeDepth bounds the recursion of tree walks (one fd per level).
+const MaxTreeDepth = 512
 
-// remove deletes a file, a symlink (never its target) or a directory.
-func (r *fsRoot) remove(p string, recursive bool) error {
-	clean, rel, err := cleanPath(p)
+// Remove deletes a file, a symlink (never its target) or a directory.
+func (r *Root) Remove(p string, recursive bool) error {
+	clean, rel, err := CleanPath(p)
 	if err != nil {
 		return err
 	}
 	if rel == "." {
 		return errdefs.Invalid("refusing to remove /")
 	}
-	pfd, name, err := r.openParent(clean)
+	pfd, name, err := r.OpenParent(clean)
 	if err != nil {
-		return pathErr("remove", clean, err)
+		return PathErr("remove", clean, err)
 	}
 	defer unix.Close(pfd)
 	var st unix.Stat_t
 	if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return pathErr("remove", clean, err)
+		return PathErr("remove", clean, err)
 	}
-	if !isDirMode(st.Mode) {
-		return pathErr("remove", clean, unix.Unlinkat(pfd, name, 0))
+	if !IsDir(st.Mode) {
+		return PathErr("remove", clean, unix.Unlinkat(pfd, name, 0))
 	}
 	if !recursive {
-		return pathErr("remove", clean, unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR))
+		return PathErr("remove", clean, unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR))
 	}
-	return pathErr("remove", clean, removeAllAt(pfd, name, 0))
+	return PathErr("remove", clean, removeAllAt(pfd, name, 0))
 }
 
 // removeAllAt removes name under dirfd and everything below it, through
@@ -382,8 +384,8 @@ func removeAllAt(dirfd int, name string, depth int) error {
 	if err != unix.EISDIR && err != unix.EPERM {
 		return err
 	}
-	if depth >= maxTreeDepth {
-		return errdefs.TooLarge("directory tree deeper than %d levels", maxTreeDepth)
+	if depth >= MaxTreeDepth {
+		return errdefs.TooLarge("directory tree deeper than %d levels", MaxTreeDepth)
 	}
 	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -395,7 +397,7 @@ func removeAllAt(dirfd int, name string, depth int) error {
 	// A few passes: entries created while we delete are caught by the next
 	// one; a writer that keeps creating them ends as ENOTEMPTY.
 	for range 3 {
-		names, rerr := readDirNames(fd, 1<<20)
+		names, rerr := ReadDirNames(fd, 1<<20)
 		if rerr != nil {
 			unix.Close(fd)
 			return rerr

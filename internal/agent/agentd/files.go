@@ -1,4 +1,4 @@
-package agent
+package agentd
 
 import (
 	"crypto/rand"
@@ -7,74 +7,78 @@ import (
 	"errors"
 	"io"
 
+	"github.com/berth-sh/berth/internal/agent/rootfs"
+
+	"github.com/berth-sh/berth/internal/agent/wire"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
 func (s *server) handleStat(cn *conn) error {
-	fi, err := s.root.stat(cn.req.Path)
+	fi, err := s.root.Stat(cn.req.Path)
 	if err != nil {
 		return err
 	}
-	return cn.fw.sendJSON(frameResult, fi)
+	return cn.fw.SendJSON(wire.FrameResult, fi)
 }
 
 // handleList sends one result frame per entry, then an end frame.
 func (s *server) handleList(cn *conn) error {
-	err := s.root.list(cn.req.Path, func(fi FileInfo) error {
+	err := s.root.List(cn.req.Path, func(fi wire.FileInfo) error {
 		b, err := json.Marshal(fi)
 		if err != nil {
 			return err
 		}
-		return cn.fw.write(frameResult, b)
+		return cn.fw.Write(wire.FrameResult, b)
 	})
 	if err != nil {
 		return err
 	}
-	return cn.fw.send(frameEnd, nil)
+	return cn.fw.Send(wire.FrameEnd, nil)
 }
 
 // handleReadFile sends a result frame with the file's info, its bytes as
 // data frames, and an end frame. Only regular files are read; the open is
 // non-blocking so that a FIFO cannot hang the agent.
 func (s *server) handleReadFile(cn *conn) error {
-	clean, rel, err := cleanPath(cn.req.Path)
+	clean, rel, err := rootfs.CleanPath(cn.req.Path)
 	if err != nil {
 		return err
 	}
-	fd, err := s.root.open(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
+	fd, err := s.root.Open(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 	if err != nil {
-		return pathErr("open", clean, err)
+		return rootfs.PathErr("open", clean, err)
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return pathErr("stat", clean, err)
+		return rootfs.PathErr("stat", clean, err)
 	}
-	if !isRegMode(st.Mode) {
+	if !rootfs.IsReg(st.Mode) {
 		return errdefs.Invalid("read %s: not a regular file", clean)
 	}
-	if err := cn.fw.sendJSON(frameResult, fileInfo(clean, &st, "")); err != nil {
+	if err := cn.fw.SendJSON(wire.FrameResult, rootfs.Info(clean, &st, "")); err != nil {
 		return err
 	}
-	buf := make([]byte, dataChunk)
+	buf := make([]byte, wire.DataChunk)
 	for {
 		n, err := unix.Read(fd, buf)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			return pathErr("read", clean, err)
+			return rootfs.PathErr("read", clean, err)
 		}
 		if n == 0 {
 			break
 		}
-		if err := cn.fw.write(frameData, buf[:n]); err != nil {
+		if err := cn.fw.Write(wire.FrameData, buf[:n]); err != nil {
 			return err
 		}
 	}
-	return cn.fw.send(frameEnd, nil)
+	return cn.fw.Send(wire.FrameEnd, nil)
 }
 
 // tempName returns a name for an upload's temporary file beside its target.
@@ -90,46 +94,46 @@ func tempName() string {
 // with a result frame carrying the new file's info.
 func (s *server) handleWriteFile(cn *conn) error {
 	req := cn.req
-	clean, rel, err := cleanPath(req.Path)
+	clean, rel, err := rootfs.CleanPath(req.Path)
 	if err != nil {
 		return err
 	}
 	if rel == "." {
 		return errdefs.Conflict("write /: is a directory")
 	}
-	pfd, name, err := s.root.openParent(clean)
+	pfd, name, err := s.root.OpenParent(clean)
 	if err != nil {
-		return pathErr("write", clean, err)
+		return rootfs.PathErr("write", clean, err)
 	}
 	defer unix.Close(pfd)
 	mode := req.Mode & 0o7777
 	var old unix.Stat_t
 	switch err := unix.Fstatat(pfd, name, &old, unix.AT_SYMLINK_NOFOLLOW); {
-	case err == nil && isDirMode(old.Mode):
+	case err == nil && rootfs.IsDir(old.Mode):
 		return errdefs.Conflict("write %s: is a directory", clean)
-	case err == nil && isRegMode(old.Mode) && mode == 0:
+	case err == nil && rootfs.IsReg(old.Mode) && mode == 0:
 		mode = old.Mode & 0o7777 // an overwrite keeps the mode unless told
 	case err != nil && err != unix.ENOENT:
-		return pathErr("write", clean, err)
+		return rootfs.PathErr("write", clean, err)
 	}
 	if mode == 0 {
 		mode = 0o644
 	}
-	fi, err := writeAtomic(pfd, name, clean, mode, req.UID, req.GID, &dataReader{fr: cn.fr}, s.cfg.MaxFileBytes)
+	fi, err := writeAtomic(pfd, name, clean, mode, req.UID, req.GID, &wire.DataReader{FR: cn.fr}, s.cfg.MaxFileBytes)
 	if err != nil {
 		return err
 	}
-	return cn.fw.sendJSON(frameResult, fi)
+	return cn.fw.SendJSON(wire.FrameResult, fi)
 }
 
 // writeAtomic writes r (at most limit bytes) to a new temporary file in
 // dirfd and renames it over name, which is replaced whatever it is (a
 // symlink there is replaced, never followed).
-func writeAtomic(dirfd int, name, clean string, mode uint32, uid, gid *int, r io.Reader, limit int64) (FileInfo, error) {
+func writeAtomic(dirfd int, name, clean string, mode uint32, uid, gid *int, r io.Reader, limit int64) (wire.FileInfo, error) {
 	tmp := tempName()
 	fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return FileInfo{}, pathErr("create", clean, err)
+		return wire.FileInfo{}, rootfs.PathErr("create", clean, err)
 	}
 	done := false
 	defer func() {
@@ -143,39 +147,39 @@ func writeAtomic(dirfd int, name, clean string, mode uint32, uid, gid *int, r io
 	n, err := io.Copy(fdWriter(fd), io.LimitReader(r, limit+1))
 	if err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return FileInfo{}, errdefs.Invalid("write %s: upload ended before its end", clean)
+			return wire.FileInfo{}, errdefs.Invalid("write %s: upload ended before its end", clean)
 		}
-		return FileInfo{}, pathErr("write", clean, err)
+		return wire.FileInfo{}, rootfs.PathErr("write", clean, err)
 	}
 	if n > limit {
-		return FileInfo{}, errdefs.TooLarge("write %s: file exceeds %d bytes", clean, limit)
+		return wire.FileInfo{}, errdefs.TooLarge("write %s: file exceeds %d bytes", clean, limit)
 	}
 	// The limited reader stopped at the cap: make sure the stream really
 	// ended, and consume its end frame.
 	if _, err := r.Read(make([]byte, 1)); err != io.EOF {
 		if err == nil {
-			return FileInfo{}, errdefs.TooLarge("write %s: file exceeds %d bytes", clean, limit)
+			return wire.FileInfo{}, errdefs.TooLarge("write %s: file exceeds %d bytes", clean, limit)
 		}
-		return FileInfo{}, pathErr("write", clean, err)
+		return wire.FileInfo{}, rootfs.PathErr("write", clean, err)
 	}
 	if uid != nil || gid != nil {
 		if err := unix.Fchown(fd, intOr(uid, -1), intOr(gid, -1)); err != nil {
-			return FileInfo{}, pathErr("chown", clean, err)
+			return wire.FileInfo{}, rootfs.PathErr("chown", clean, err)
 		}
 	}
 	// After chown, which clears set-id bits.
 	if err := unix.Fchmod(fd, mode); err != nil {
-		return FileInfo{}, pathErr("chmod", clean, err)
+		return wire.FileInfo{}, rootfs.PathErr("chmod", clean, err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return FileInfo{}, pathErr("stat", clean, err)
+		return wire.FileInfo{}, rootfs.PathErr("stat", clean, err)
 	}
 	if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
-		return FileInfo{}, pathErr("rename", clean, err)
+		return wire.FileInfo{}, rootfs.PathErr("rename", clean, err)
 	}
 	done = true
-	return fileInfo(clean, &st, ""), nil
+	return rootfs.Info(clean, &st, ""), nil
 }
 
 func intOr(p *int, def int) int {

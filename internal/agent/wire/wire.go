@@ -1,6 +1,9 @@
-package agent
+package wire
 
-import "time"
+import (
+	"syscall"
+	"time"
+)
 
 // The messages of the wire protocol (see the package doc): the request
 // header and the JSON payloads of frames. They are the agent's own, not
@@ -10,7 +13,7 @@ import "time"
 // (wire_test.go pins the encoding of each).
 
 // request is the JSON header line that opens every connection.
-type request struct {
+type Request struct {
 	V         int       `json:"v"`
 	Op        string    `json:"op"`
 	Path      string    `json:"path,omitempty"`
@@ -19,12 +22,12 @@ type request struct {
 	Recursive bool      `json:"recursive,omitempty"`
 	UID       *int      `json:"uid,omitempty"` // owner of created files; nil = the agent's
 	GID       *int      `json:"gid,omitempty"`
-	Exec      *execSpec `json:"exec,omitempty"`
+	Exec      *ExecSpec `json:"exec,omitempty"`
 	Port      int       `json:"port,omitempty"` // dial: loopback port in the sandbox
 }
 
-// execSpec is the exec part of a request.
-type execSpec struct {
+// ExecSpec is the exec part of a request.
+type ExecSpec struct {
 	Argv      []string `json:"argv"`
 	Env       []string `json:"env,omitempty"`
 	Dir       string   `json:"dir,omitempty"`
@@ -35,26 +38,26 @@ type execSpec struct {
 	TimeoutMS int64    `json:"timeout_ms,omitempty"`
 }
 
-// pingResult is the result of a ping.
-type pingResult struct {
+// PingResult is the result of a ping.
+type PingResult struct {
 	Version  string `json:"version"`
 	PID      int    `json:"pid"`
 	UptimeNS int64  `json:"uptime_ns"`
 }
 
-// signalMsg is the payload of a signal frame.
-type signalMsg struct {
+// SignalMsg is the payload of a signal frame.
+type SignalMsg struct {
 	Signal string `json:"signal"` // "SIGINT" or "INT"
 }
 
-// wireError is the payload of an error frame.
-type wireError struct {
+// Error is the payload of an error frame.
+type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 }
 
-// dialResult is the result frame of a dial.
-type dialResult struct {
+// DialResult is the result frame of a dial.
+type DialResult struct {
 	Addr string `json:"addr"`
 }
 
@@ -87,3 +90,8 @@ type Resize struct {
 	Rows uint16 `json:"rows"`
 	Cols uint16 `json:"cols"`
 }
+
+// SigRelisten is the signal the daemon sends PID 1 after restoring a
+// checkpoint: a quiesced agent listens on its socket again (see agentd's
+// hibernate.go for why it is a signal and not an operation).
+const SigRelisten = syscall.SIGSTKFLT

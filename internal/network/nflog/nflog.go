@@ -1,4 +1,4 @@
-package network
+package nflog
 
 import (
 	"encoding/binary"
@@ -31,21 +31,29 @@ const (
 	nfulaPrefix      = 10
 )
 
-// logPacket is one packet the kernel logged.
-type logPacket struct {
-	prefix  string
-	time    time.Time
-	proto   uint8
-	src     netip.AddrPort
-	dst     netip.AddrPort
-	isValid bool
+// IP protocol numbers of Packet.Proto that ProtoName names.
+const (
+	protoICMP   = 1
+	protoTCP    = 6
+	protoUDP    = 17
+	protoICMPv6 = 58
+)
+
+// Packet is one packet the kernel logged.
+type Packet struct {
+	Prefix  string
+	Time    time.Time
+	Proto   uint8
+	Src     netip.AddrPort
+	Dst     netip.AddrPort
+	IsValid bool
 }
 
-// nflogReader reads the instance's NFLOG group. NFLOG (rather than
+// Reader reads the instance's NFLOG group. NFLOG (rather than
 // conntrack events) because one mechanism then reports both decisions:
 // denied packets never create a conntrack entry, and the log prefix
 // carries the reason or the allowing rule.
-type nflogReader struct {
+type Reader struct {
 	c    *netlink.Conn
 	wg   sync.WaitGroup
 	once sync.Once
@@ -57,7 +65,9 @@ func nfgenmsg(family uint8, resID uint16) []byte {
 	return b
 }
 
-func startNFLOG(group uint16, handle func(logPacket), log *slog.Logger) (*nflogReader, error) {
+// Start binds NFLOG group and calls handle, from one goroutine, with
+// every packet the kernel logs to it, until Close.
+func Start(group uint16, handle func(Packet), log *slog.Logger) (*Reader, error) {
 	c, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
 	if err != nil {
 		return nil, fmt.Errorf("network: nflog socket: %w", err)
@@ -95,7 +105,7 @@ func startNFLOG(group uint16, handle func(logPacket), log *slog.Logger) (*nflogR
 		c.Close()
 		return nil, fmt.Errorf("network: NFLOG queue threshold: %w", err)
 	}
-	r := &nflogReader{c: c}
+	r := &Reader{c: c}
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
@@ -130,7 +140,8 @@ func isClosed(err error) bool {
 	return errors.Is(err, unix.EBADF) || strings.Contains(err.Error(), "use of closed")
 }
 
-func (r *nflogReader) close() {
+// Close stops the reader and waits for its goroutine.
+func (r *Reader) Close() {
 	r.once.Do(func() {
 		r.c.Close()
 		r.wg.Wait()
@@ -138,37 +149,37 @@ func (r *nflogReader) close() {
 }
 
 // parseLogMessage decodes one NFULNL_MSG_PACKET message.
-func parseLogMessage(data []byte) (logPacket, bool) {
+func parseLogMessage(data []byte) (Packet, bool) {
 	if len(data) < 4 {
-		return logPacket{}, false
+		return Packet{}, false
 	}
 	family := data[0]
 	ad, err := netlink.NewAttributeDecoder(data[4:])
 	if err != nil {
-		return logPacket{}, false
+		return Packet{}, false
 	}
 	ad.ByteOrder = binary.BigEndian
-	var p logPacket
+	var p Packet
 	var payload []byte
 	for ad.Next() {
 		switch ad.Type() {
 		case nfulaPrefix:
-			p.prefix = strings.TrimRight(string(ad.Bytes()), "\x00")
+			p.Prefix = strings.TrimRight(string(ad.Bytes()), "\x00")
 		case nfulaPayload:
 			payload = ad.Bytes()
 		case nfulaTimestamp:
 			if b := ad.Bytes(); len(b) == 16 {
 				sec := binary.BigEndian.Uint64(b[:8])
 				usec := binary.BigEndian.Uint64(b[8:])
-				p.time = time.Unix(int64(sec), int64(usec)*1000)
+				p.Time = time.Unix(int64(sec), int64(usec)*1000)
 			}
 		}
 	}
-	if p.time.IsZero() {
-		p.time = time.Now()
+	if p.Time.IsZero() {
+		p.Time = time.Now()
 	}
-	p.proto, p.src, p.dst, p.isValid = parseL3(family, payload)
-	return p, p.isValid
+	p.Proto, p.Src, p.Dst, p.IsValid = parseL3(family, payload)
+	return p, p.IsValid
 }
 
 // parseL3 reads protocol, addresses and ports of an IPv4 or IPv6 packet.
@@ -214,7 +225,9 @@ func parseL3(family uint8, b []byte) (proto uint8, src, dst netip.AddrPort, ok b
 	return proto, netip.AddrPortFrom(sa, sp), netip.AddrPortFrom(da, dp), true
 }
 
-func protoName(p uint8) string {
+// ProtoName names an IP protocol number: "tcp", "udp", "icmp",
+// "icmpv6", or the number.
+func ProtoName(p uint8) string {
 	switch p {
 	case protoTCP:
 		return "tcp"
@@ -226,44 +239,4 @@ func protoName(p uint8) string {
 		return "icmpv6"
 	}
 	return strconv.Itoa(int(p))
-}
-
-// handleLog turns a logged packet into a flow record of its sandbox.
-func (n *Network) handleLog(p logPacket) {
-	rest, ok := strings.CutPrefix(p.prefix, logPrefix)
-	if !ok {
-		return
-	}
-	decision, what, _ := strings.Cut(rest, " ")
-	f := Flow{Time: p.time, Kind: "conn", Proto: protoName(p.proto), Src: p.src, Dst: p.dst}
-	// The sandbox is the source, except for inbound traffic. Source
-	// addresses are trustworthy: the bridge table drops spoofed ones.
-	key := p.src.Addr()
-	if what == reasonInbound {
-		key = p.dst.Addr()
-	}
-	n.mu.Lock()
-	sb := n.byAddr[key]
-	var id string
-	if sb != nil {
-		id = sb.id
-		f.Name = sb.names[p.dst.Addr()]
-		if decision == "a" {
-			f.Decision = Allow
-			f.Rule = "rule " + what
-			for _, r := range sb.rules {
-				if r.tag() == what {
-					f.Rule = r.String()
-					break
-				}
-			}
-		} else {
-			f.Decision = Deny
-			f.Rule = what
-		}
-	}
-	n.mu.Unlock()
-	if id != "" {
-		n.record(id, f)
-	}
 }

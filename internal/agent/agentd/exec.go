@@ -1,4 +1,4 @@
-package agent
+package agentd
 
 import (
 	"context"
@@ -11,6 +11,10 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/berth-sh/berth/internal/agent/rootfs"
+
+	"github.com/berth-sh/berth/internal/agent/wire"
 
 	"golang.org/x/sys/unix"
 
@@ -53,12 +57,12 @@ func (s *server) handleExec(ctx context.Context, cn *conn) error {
 	if !filepath.IsAbs(dir) {
 		return errdefs.Invalid("exec: working directory %q is not absolute", dir)
 	}
-	cred, err := s.root.resolveUser(spec.User)
+	cred, err := s.root.ResolveUser(spec.User)
 	if err != nil {
 		return err
 	}
 	if st, err := os.Stat(dir); err != nil {
-		return pathErr("exec: working directory", dir, underlyingErrno(err))
+		return rootfs.PathErr("exec: working directory", dir, underlyingErrno(err))
 	} else if !st.IsDir() {
 		return errdefs.Invalid("exec: working directory %s is not a directory", dir)
 	}
@@ -142,7 +146,7 @@ wait:
 	}
 	copiers.Wait()
 
-	exit := Exit{TimedOut: timedOut, DurationMS: float64(dur.Microseconds()) / 1000}
+	exit := wire.Exit{TimedOut: timedOut, DurationMS: float64(dur.Microseconds()) / 1000}
 	switch {
 	case ws.Signaled():
 		exit.Code = 128 + int(ws.Signal())
@@ -151,7 +155,7 @@ wait:
 		exit.Code = ws.ExitStatus()
 	}
 	log.Debug("exec exited", "code", exit.Code, "signal", exit.Signal, "timed_out", timedOut, "dur", dur)
-	err = cn.fw.sendJSON(frameExit, exit)
+	err = cn.fw.SendJSON(wire.FrameExit, exit)
 
 	// Stop the input goroutine: it may sit in a read of the connection or
 	// a write to a stdin nobody reads.
@@ -196,7 +200,7 @@ func execErr(argv0 string, err error) error {
 	case unix.E2BIG:
 		return errdefs.TooLarge("exec %s: argument list too long", argv0)
 	}
-	return pathErr("exec", argv0, errno)
+	return rootfs.PathErr("exec", argv0, errno)
 }
 
 // lookPath finds file in the PATH of the process's environment (not the
@@ -252,10 +256,10 @@ type execIO struct {
 
 type output struct {
 	f *os.File
-	t frameType
+	t wire.FrameType
 }
 
-func newExecIO(spec *execSpec) (*execIO, error) {
+func newExecIO(spec *wire.ExecSpec) (*execIO, error) {
 	e := &execIO{tty: spec.TTY}
 	if spec.TTY {
 		ptmx, pts, err := openPTY()
@@ -269,7 +273,7 @@ func newExecIO(spec *execSpec) (*execIO, error) {
 		if err := setWinsize(ptmx, rows, cols); err != nil {
 			ptmx.Close()
 			pts.Close()
-			return nil, pathErr("exec: resize pty", "", err)
+			return nil, rootfs.PathErr("exec: resize pty", "", err)
 		}
 		e.ptmx = ptmx
 		e.child = []*os.File{pts, pts, pts}
@@ -321,9 +325,9 @@ func (e *execIO) closeChild() {
 
 func (e *execIO) outputs() []output {
 	if e.tty {
-		return []output{{e.ptmx, frameStdout}}
+		return []output{{e.ptmx, wire.FrameStdout}}
 	}
-	return []output{{e.stdoutR, frameStdout}, {e.stderrR, frameStderr}}
+	return []output{{e.stdoutR, wire.FrameStdout}, {e.stderrR, wire.FrameStderr}}
 }
 
 // forget drops f from what closeParent closes (it was handed off).
@@ -389,29 +393,29 @@ func (e *execIO) writeStdin(p []byte) {
 
 // execInput applies the client's frames until the connection ends. Under
 // a TTY, stdin EOF is ignored: the terminal has no EOF of its own.
-func execInput(fr *frameReader, e *execIO, pid int) error {
+func execInput(fr *wire.FrameReader, e *execIO, pid int) error {
 	for {
-		t, p, err := fr.next()
+		t, p, err := fr.Next()
 		if err != nil {
 			return err
 		}
 		switch t {
-		case frameStdin:
+		case wire.FrameStdin:
 			e.writeStdin(p)
-		case frameStdinEOF:
+		case wire.FrameStdinEOF:
 			if !e.tty {
 				e.closeStdin()
 			}
-		case frameResize:
-			var rs Resize
+		case wire.FrameResize:
+			var rs wire.Resize
 			if json.Unmarshal(p, &rs) != nil || rs.Rows == 0 || rs.Cols == 0 {
 				continue // a bad resize is not worth killing the process for
 			}
 			if e.tty {
 				setWinsize(e.ptmx, rs.Rows, rs.Cols)
 			}
-		case frameSignal:
-			var sm signalMsg
+		case wire.FrameSignal:
+			var sm wire.SignalMsg
 			if json.Unmarshal(p, &sm) != nil {
 				continue
 			}
@@ -419,7 +423,7 @@ func execInput(fr *frameReader, e *execIO, pid int) error {
 				unix.Kill(-pid, sig)
 			}
 		default:
-			return protoErrorf("unexpected %s frame during exec", t)
+			return wire.ProtocolErrorf("unexpected %s frame during exec", t)
 		}
 	}
 }
@@ -437,12 +441,12 @@ func parseSignal(name string) unix.Signal {
 // it reads on only while output keeps coming, see outputGrace. It reports
 // whether it stopped with the stream still open (a background child holds
 // it).
-func copyOutput(f *os.File, t frameType, fw *frameWriter, exitedAt *atomic.Int64) (cut bool) {
-	buf := make([]byte, dataChunk)
+func copyOutput(f *os.File, t wire.FrameType, fw *wire.FrameWriter, exitedAt *atomic.Int64) (cut bool) {
+	buf := make([]byte, wire.DataChunk)
 	for {
 		n, err := f.Read(buf)
 		if n > 0 {
-			if fw.send(t, buf[:n]) != nil {
+			if fw.Send(t, buf[:n]) != nil {
 				return false
 			}
 		}

@@ -1,4 +1,4 @@
-package agent
+package wire
 
 import (
 	"encoding/json"
@@ -19,26 +19,26 @@ func TestWireEncoding(t *testing.T) {
 		v    any // a pointer to the message
 		want string
 	}{
-		{"request exec", &request{V: 1, Op: opExec, Exec: &execSpec{
+		{"request exec", &Request{V: 1, Op: OpExec, Exec: &ExecSpec{
 			Argv: []string{"sh", "-c", "ls"}, Env: []string{"PATH=/bin"}, Dir: "/w", User: "1000:1000",
 			TTY: true, Rows: 24, Cols: 80, TimeoutMS: 1500}},
 			`{"v":1,"op":"exec","exec":{"argv":["sh","-c","ls"],"env":["PATH=/bin"],"dir":"/w","user":"1000:1000","tty":true,"rows":24,"cols":80,"timeout_ms":1500}}`},
-		{"request exec minimal", &request{V: 1, Op: opExec, Exec: &execSpec{Argv: []string{"true"}}},
+		{"request exec minimal", &Request{V: 1, Op: OpExec, Exec: &ExecSpec{Argv: []string{"true"}}},
 			`{"v":1,"op":"exec","exec":{"argv":["true"]}}`},
-		{"request write_file", &request{V: 1, Op: opWriteFile, Path: "/a/b", Mode: 0o644, UID: &uid, GID: &gid},
+		{"request write_file", &Request{V: 1, Op: OpWriteFile, Path: "/a/b", Mode: 0o644, UID: &uid, GID: &gid},
 			`{"v":1,"op":"write_file","path":"/a/b","mode":420,"uid":1000,"gid":0}`},
-		{"request mkdir", &request{V: 1, Op: opMkdir, Path: "/d", Mode: 0o755, Parents: true},
+		{"request mkdir", &Request{V: 1, Op: OpMkdir, Path: "/d", Mode: 0o755, Parents: true},
 			`{"v":1,"op":"mkdir","path":"/d","mode":493,"parents":true}`},
-		{"request remove", &request{V: 1, Op: opRemove, Path: "/d", Recursive: true},
+		{"request remove", &Request{V: 1, Op: OpRemove, Path: "/d", Recursive: true},
 			`{"v":1,"op":"remove","path":"/d","recursive":true}`},
-		{"request dial", &request{V: 1, Op: opDial, Port: 8080}, `{"v":1,"op":"dial","port":8080}`},
-		{"request ping", &request{V: 1, Op: opPing}, `{"v":1,"op":"ping"}`},
-		{"ping result", &pingResult{Version: "v1.2.3", PID: 1, UptimeNS: 42},
+		{"request dial", &Request{V: 1, Op: OpDial, Port: 8080}, `{"v":1,"op":"dial","port":8080}`},
+		{"request ping", &Request{V: 1, Op: OpPing}, `{"v":1,"op":"ping"}`},
+		{"ping result", &PingResult{Version: "v1.2.3", PID: 1, UptimeNS: 42},
 			`{"version":"v1.2.3","pid":1,"uptime_ns":42}`},
-		{"dial result", &dialResult{Addr: "127.0.0.1:8080"}, `{"addr":"127.0.0.1:8080"}`},
-		{"signal", &signalMsg{Signal: "SIGINT"}, `{"signal":"SIGINT"}`},
+		{"dial result", &DialResult{Addr: "127.0.0.1:8080"}, `{"addr":"127.0.0.1:8080"}`},
+		{"signal", &SignalMsg{Signal: "SIGINT"}, `{"signal":"SIGINT"}`},
 		{"resize", &Resize{Rows: 50, Cols: 120}, `{"rows":50,"cols":120}`},
-		{"error", &wireError{Code: codeNotFound, Message: "stat /x: no such file"},
+		{"error", &Error{Code: CodeNotFound, Message: "stat /x: no such file"},
 			`{"code":"not_found","message":"stat /x: no such file"}`},
 		{"exit", &Exit{Code: 137, Signal: "SIGKILL", TimedOut: true, DurationMS: 12.5},
 			`{"code":137,"signal":"SIGKILL","timed_out":true,"oom_killed":false,"duration_ms":12.5}`},
@@ -73,17 +73,17 @@ func TestWireEncoding(t *testing.T) {
 
 // TestWireOps pins the operation names, error codes and frame types.
 func TestWireOps(t *testing.T) {
-	got := []string{opPing, opExec, opStat, opList, opMkdir, opRemove, opReadFile, opWriteFile, opReadTar, opWriteTar, opQuiesce, opDial}
+	got := []string{OpPing, OpExec, OpStat, OpList, OpMkdir, OpRemove, OpReadFile, OpWriteFile, OpReadTar, OpWriteTar, OpQuiesce, OpDial}
 	want := []string{"ping", "exec", "stat", "list", "mkdir", "remove", "read_file", "write_file", "read_tar", "write_tar", "quiesce", "dial"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ops = %q, want %q", got, want)
 	}
-	codes := []string{codeInvalid, codeNotFound, codeConflict, codeTooLarge, codePermission, codeUnreachable, codeExhausted, codeInternal}
+	codes := []string{CodeInvalid, CodeNotFound, CodeConflict, CodeTooLarge, CodePermission, CodeUnreachable, CodeExhausted, CodeInternal}
 	wantCodes := []string{"invalid_argument", "not_found", "conflict", "too_large", "permission_denied", "unreachable", "resource_exhausted", "internal"}
 	if !reflect.DeepEqual(codes, wantCodes) {
 		t.Errorf("error codes = %q, want %q", codes, wantCodes)
 	}
-	frames := []frameType{frameStdin, frameStdinEOF, frameResize, frameSignal, frameStdout, frameStderr, frameExit, frameError, frameData, frameEnd, frameResult}
+	frames := []FrameType{FrameStdin, FrameStdinEOF, FrameResize, FrameSignal, FrameStdout, FrameStderr, FrameExit, FrameError, FrameData, FrameEnd, FrameResult}
 	for i, f := range frames {
 		if int(f) != i+1 {
 			t.Errorf("frame %s = %d, want %d", f, f, i+1)

@@ -1,4 +1,4 @@
-package agent
+package agentd
 
 import (
 	"bytes"
@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-sh/berth/internal/agent"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-sh/berth/internal/errdefs"
@@ -23,13 +25,13 @@ import (
 
 var testEnv = []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"}
 
-func run(t *testing.T, c *Client, req ExecRequest, stdin io.Reader) (Exit, string, string) {
+func run(t *testing.T, c *agent.Client, req agent.ExecRequest, stdin io.Reader) (agent.Exit, string, string) {
 	t.Helper()
 	if req.Env == nil {
 		req.Env = testEnv
 	}
 	var stdout, stderr bytes.Buffer
-	ex, err := c.Exec(testCtx(t), req, ExecIO{Stdin: stdin, Stdout: &stdout, Stderr: &stderr})
+	ex, err := c.Exec(testCtx(t), req, agent.ExecIO{Stdin: stdin, Stdout: &stdout, Stderr: &stderr})
 	if err != nil {
 		t.Fatalf("exec %q: %v", req.Argv, err)
 	}
@@ -41,25 +43,25 @@ func TestExec(t *testing.T) {
 	dir := t.TempDir()
 	tests := []struct {
 		name       string
-		req        ExecRequest
+		req        agent.ExecRequest
 		code       int
 		signal     string
 		stdout     string
 		stderr     string
 		stdoutPref bool
 	}{
-		{name: "echo", req: ExecRequest{Argv: []string{"echo", "hello", "world"}}, stdout: "hello world\n"},
-		{name: "exit code", req: ExecRequest{Argv: []string{"sh", "-c", "exit 3"}}, code: 3},
-		{name: "stderr", req: ExecRequest{Argv: []string{"sh", "-c", "echo out; echo err >&2"}}, stdout: "out\n", stderr: "err\n"},
-		{name: "signal", req: ExecRequest{Argv: []string{"sh", "-c", "kill -TERM $$"}}, code: 128 + 15, signal: "SIGTERM"},
-		{name: "env", req: ExecRequest{Argv: []string{"sh", "-c", "echo $FOO"}, Env: append([]string{"FOO=bar baz"}, testEnv...)}, stdout: "bar baz\n"},
-		{name: "empty env", req: ExecRequest{Argv: []string{"/usr/bin/env"}, Env: []string{}}, stdout: ""},
-		{name: "dir", req: ExecRequest{Argv: []string{"pwd"}, Dir: dir}, stdout: dir + "\n"},
-		{name: "default dir", req: ExecRequest{Argv: []string{"pwd"}}, stdout: "/\n"},
-		{name: "own process group", req: ExecRequest{Argv: []string{"sh", "-c", `test "$(ps -o pgid= $$ | tr -d ' ')" = $$ && echo leader`}}, stdout: "leader\n"},
-		{name: "user", req: ExecRequest{Argv: []string{"sh", "-c", "id -u; id -g; id -G"}, User: "65534"}, stdout: "65534\n65534\n65534\n"},
-		{name: "user:group", req: ExecRequest{Argv: []string{"sh", "-c", "id -u; id -g"}, User: "65534:1234"}, stdout: "65534\n1234\n"},
-		{name: "no stdin", req: ExecRequest{Argv: []string{"cat"}}, stdout: ""},
+		{name: "echo", req: agent.ExecRequest{Argv: []string{"echo", "hello", "world"}}, stdout: "hello world\n"},
+		{name: "exit code", req: agent.ExecRequest{Argv: []string{"sh", "-c", "exit 3"}}, code: 3},
+		{name: "stderr", req: agent.ExecRequest{Argv: []string{"sh", "-c", "echo out; echo err >&2"}}, stdout: "out\n", stderr: "err\n"},
+		{name: "signal", req: agent.ExecRequest{Argv: []string{"sh", "-c", "kill -TERM $$"}}, code: 128 + 15, signal: "SIGTERM"},
+		{name: "env", req: agent.ExecRequest{Argv: []string{"sh", "-c", "echo $FOO"}, Env: append([]string{"FOO=bar baz"}, testEnv...)}, stdout: "bar baz\n"},
+		{name: "empty env", req: agent.ExecRequest{Argv: []string{"/usr/bin/env"}, Env: []string{}}, stdout: ""},
+		{name: "dir", req: agent.ExecRequest{Argv: []string{"pwd"}, Dir: dir}, stdout: dir + "\n"},
+		{name: "default dir", req: agent.ExecRequest{Argv: []string{"pwd"}}, stdout: "/\n"},
+		{name: "own process group", req: agent.ExecRequest{Argv: []string{"sh", "-c", `test "$(ps -o pgid= $$ | tr -d ' ')" = $$ && echo leader`}}, stdout: "leader\n"},
+		{name: "user", req: agent.ExecRequest{Argv: []string{"sh", "-c", "id -u; id -g; id -G"}, User: "65534"}, stdout: "65534\n65534\n65534\n"},
+		{name: "user:group", req: agent.ExecRequest{Argv: []string{"sh", "-c", "id -u; id -g"}, User: "65534:1234"}, stdout: "65534\n1234\n"},
+		{name: "no stdin", req: agent.ExecRequest{Argv: []string{"cat"}}, stdout: ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -85,26 +87,26 @@ func TestExecErrors(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		req  ExecRequest
+		req  agent.ExecRequest
 		cat  error
 	}{
-		{"empty argv", ExecRequest{}, errdefs.ErrInvalid},
-		{"missing binary", ExecRequest{Argv: []string{"no-such-binary-xyz"}}, errdefs.ErrNotFound},
-		{"missing path", ExecRequest{Argv: []string{"/no/such/binary"}}, errdefs.ErrNotFound},
-		{"not executable", ExecRequest{Argv: []string{plain}}, errdefs.ErrPermission},
-		{"missing dir", ExecRequest{Argv: []string{"true"}, Dir: "/no/such/dir"}, errdefs.ErrNotFound},
-		{"dir is a file", ExecRequest{Argv: []string{"true"}, Dir: plain}, errdefs.ErrInvalid},
-		{"relative dir", ExecRequest{Argv: []string{"true"}, Dir: "tmp"}, errdefs.ErrInvalid},
-		{"unknown user", ExecRequest{Argv: []string{"true"}, User: "nobody-here"}, errdefs.ErrNotFound},
-		{"bad user", ExecRequest{Argv: []string{"true"}, User: "1:2:3"}, errdefs.ErrInvalid},
-		{"NUL", ExecRequest{Argv: []string{"echo", "a\x00b"}}, errdefs.ErrInvalid},
+		{"empty argv", agent.ExecRequest{}, errdefs.ErrInvalid},
+		{"missing binary", agent.ExecRequest{Argv: []string{"no-such-binary-xyz"}}, errdefs.ErrNotFound},
+		{"missing path", agent.ExecRequest{Argv: []string{"/no/such/binary"}}, errdefs.ErrNotFound},
+		{"not executable", agent.ExecRequest{Argv: []string{plain}}, errdefs.ErrPermission},
+		{"missing dir", agent.ExecRequest{Argv: []string{"true"}, Dir: "/no/such/dir"}, errdefs.ErrNotFound},
+		{"dir is a file", agent.ExecRequest{Argv: []string{"true"}, Dir: plain}, errdefs.ErrInvalid},
+		{"relative dir", agent.ExecRequest{Argv: []string{"true"}, Dir: "tmp"}, errdefs.ErrInvalid},
+		{"unknown user", agent.ExecRequest{Argv: []string{"true"}, User: "nobody-here"}, errdefs.ErrNotFound},
+		{"bad user", agent.ExecRequest{Argv: []string{"true"}, User: "1:2:3"}, errdefs.ErrInvalid},
+		{"NUL", agent.ExecRequest{Argv: []string{"echo", "a\x00b"}}, errdefs.ErrInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.req.Env == nil {
 				tt.req.Env = testEnv
 			}
-			_, err := a.client.Exec(testCtx(t), tt.req, ExecIO{})
+			_, err := a.client.Exec(testCtx(t), tt.req, agent.ExecIO{})
 			wantCategory(t, err, tt.cat)
 		})
 	}
@@ -114,15 +116,15 @@ func TestExecUserFromPasswd(t *testing.T) {
 	a := startAgent(t)
 	writeFile(t, a.root, "etc/passwd", "root:x:0:0:root:/root:/bin/sh\nalice:x:1500:1600::/home/alice:/bin/sh\n")
 	writeFile(t, a.root, "etc/group", "root:x:0:\nalices:x:1600:\ndev:x:1700:alice,bob\nops:x:1800:bob\n")
-	ex, out, _ := run(t, a.client, ExecRequest{Argv: []string{"sh", "-c", "id -u; id -g; id -G"}, User: "alice"}, nil)
+	ex, out, _ := run(t, a.client, agent.ExecRequest{Argv: []string{"sh", "-c", "id -u; id -g; id -G"}, User: "alice"}, nil)
 	if ex.Code != 0 || out != "1500\n1600\n1600 1700\n" {
 		t.Fatalf("alice: %+v %q", ex, out)
 	}
-	_, out, _ = run(t, a.client, ExecRequest{Argv: []string{"sh", "-c", "id -u; id -g"}, User: "1500:ops"}, nil)
+	_, out, _ = run(t, a.client, agent.ExecRequest{Argv: []string{"sh", "-c", "id -u; id -g"}, User: "1500:ops"}, nil)
 	if out != "1500\n1800\n" {
 		t.Fatalf("1500:ops: %q", out)
 	}
-	_, err := a.client.Exec(testCtx(t), ExecRequest{Argv: []string{"true"}, User: "alice:nogroup", Env: testEnv}, ExecIO{})
+	_, err := a.client.Exec(testCtx(t), agent.ExecRequest{Argv: []string{"true"}, User: "alice:nogroup", Env: testEnv}, agent.ExecIO{})
 	wantCategory(t, err, errdefs.ErrNotFound)
 }
 
@@ -142,7 +144,7 @@ func pgroupGone(t *testing.T, pgid int) {
 func TestExecTimeout(t *testing.T) {
 	a := startAgent(t)
 	begin := time.Now()
-	ex, out, _ := run(t, a.client, ExecRequest{
+	ex, out, _ := run(t, a.client, agent.ExecRequest{
 		Argv:    []string{"sh", "-c", "echo $$; sleep 10 & sleep 10"},
 		Timeout: 200 * time.Millisecond,
 	}, nil)
@@ -163,7 +165,7 @@ func TestExecStdin(t *testing.T) {
 	a := startAgent(t)
 	data := make([]byte, 3<<20+17)
 	rand.Read(data)
-	ex, out, _ := run(t, a.client, ExecRequest{Argv: []string{"cat"}}, bytes.NewReader(data))
+	ex, out, _ := run(t, a.client, agent.ExecRequest{Argv: []string{"cat"}}, bytes.NewReader(data))
 	if ex.Code != 0 || out != string(data) {
 		t.Fatalf("exit %+v, %d bytes back of %d", ex, len(out), len(data))
 	}
@@ -172,8 +174,8 @@ func TestExecStdin(t *testing.T) {
 	var stdout syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		_, err := a.client.Exec(testCtx(t), ExecRequest{Argv: []string{"sh", "-c", "while read l; do echo got $l; done"}, Env: testEnv},
-			ExecIO{Stdin: pr, Stdout: &stdout})
+		_, err := a.client.Exec(testCtx(t), agent.ExecRequest{Argv: []string{"sh", "-c", "while read l; do echo got $l; done"}, Env: testEnv},
+			agent.ExecIO{Stdin: pr, Stdout: &stdout})
 		done <- err
 	}()
 	for i := range 3 {
@@ -200,31 +202,31 @@ func waitFor(t *testing.T, cond func() bool) {
 
 func TestExecTTY(t *testing.T) {
 	a := startAgent(t)
-	ex, out, _ := run(t, a.client, ExecRequest{Argv: []string{"tty"}, TTY: true}, nil)
+	ex, out, _ := run(t, a.client, agent.ExecRequest{Argv: []string{"tty"}, TTY: true}, nil)
 	if ex.Code != 0 || !strings.HasPrefix(out, "/dev/pts/") {
 		t.Fatalf("tty: %+v %q", ex, out)
 	}
-	_, out, _ = run(t, a.client, ExecRequest{Argv: []string{"stty", "size"}, TTY: true, Rows: 30, Cols: 100}, nil)
+	_, out, _ = run(t, a.client, agent.ExecRequest{Argv: []string{"stty", "size"}, TTY: true, Rows: 30, Cols: 100}, nil)
 	if strings.TrimSpace(out) != "30 100" {
 		t.Fatalf("stty size = %q", out)
 	}
 	// A resize reaches the terminal, and the process is its session leader.
 	pr, pw := io.Pipe()
-	resize := make(chan Resize)
+	resize := make(chan agent.Resize)
 	var stdout syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		ex, err := a.client.Exec(testCtx(t), ExecRequest{
+		ex, err := a.client.Exec(testCtx(t), agent.ExecRequest{
 			Argv: []string{"sh", "-c", `stty size; [ "$(ps -o sid= $$ | tr -d ' ')" = $$ ] && echo leader; read x; stty size`},
 			Env:  testEnv, TTY: true,
-		}, ExecIO{Stdin: pr, Stdout: &stdout, Resize: resize})
+		}, agent.ExecIO{Stdin: pr, Stdout: &stdout, Resize: resize})
 		if err == nil && ex.Code != 0 {
 			err = fmt.Errorf("exit %+v", ex)
 		}
 		done <- err
 	}()
 	waitFor(t, func() bool { return strings.Contains(stdout.String(), "leader") })
-	resize <- Resize{Rows: 50, Cols: 120}
+	resize <- agent.Resize{Rows: 50, Cols: 120}
 	time.Sleep(100 * time.Millisecond)
 	io.WriteString(pw, "go\n")
 	pw.Close()
@@ -262,8 +264,8 @@ func TestExecFloodBoundedMemory(t *testing.T) {
 	a := startAgent(t)
 	const size = 200 << 20
 	w := &slowWriter{}
-	ex, err := a.client.Exec(testCtx(t), ExecRequest{Argv: []string{"head", "-c", strconv.Itoa(size), "/dev/zero"}, Env: testEnv},
-		ExecIO{Stdout: w})
+	ex, err := a.client.Exec(testCtx(t), agent.ExecRequest{Argv: []string{"head", "-c", strconv.Itoa(size), "/dev/zero"}, Env: testEnv},
+		agent.ExecIO{Stdout: w})
 	if err != nil || ex.Code != 0 {
 		t.Fatalf("exec: %+v %v", ex, err)
 	}
@@ -290,8 +292,8 @@ func TestExecBackpressure(t *testing.T) {
 	var stderr syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		_, err := a.client.Exec(testCtx(t), ExecRequest{Argv: []string{"sh", "-c", "echo $$ >&2; yes"}, Env: testEnv},
-			ExecIO{Stdout: blockingWriter{release}, Stderr: &stderr})
+		_, err := a.client.Exec(testCtx(t), agent.ExecRequest{Argv: []string{"sh", "-c", "echo $$ >&2; yes"}, Env: testEnv},
+			agent.ExecIO{Stdout: blockingWriter{release}, Stderr: &stderr})
 		done <- err
 	}()
 	waitFor(t, func() bool { return strings.HasSuffix(stderr.String(), "\n") })
@@ -317,8 +319,8 @@ func TestExecCancelKills(t *testing.T) {
 	var stdout syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		_, err := a.client.Exec(ctx, ExecRequest{Argv: []string{"sh", "-c", "echo $$; sleep 10 & sleep 10"}, Env: testEnv},
-			ExecIO{Stdout: &stdout})
+		_, err := a.client.Exec(ctx, agent.ExecRequest{Argv: []string{"sh", "-c", "echo $$; sleep 10 & sleep 10"}, Env: testEnv},
+			agent.ExecIO{Stdout: &stdout})
 		done <- err
 	}()
 	waitFor(t, func() bool { return strings.HasSuffix(stdout.String(), "\n") })
@@ -336,7 +338,7 @@ func TestExecCancelKills(t *testing.T) {
 func TestExecBackgroundChildDoesNotHold(t *testing.T) {
 	a := startAgent(t)
 	begin := time.Now()
-	ex, out, _ := run(t, a.client, ExecRequest{Argv: []string{"sh", "-c", "sleep 3 & echo started"}}, nil)
+	ex, out, _ := run(t, a.client, agent.ExecRequest{Argv: []string{"sh", "-c", "sleep 3 & echo started"}}, nil)
 	if el := time.Since(begin); el > 1500*time.Millisecond {
 		t.Fatalf("exec waited %v for a background child", el)
 	}
@@ -355,8 +357,8 @@ func TestExecConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			var out bytes.Buffer
-			ex, err := a.client.Exec(testCtx(t), ExecRequest{Argv: []string{"sh", "-c", "sleep 0.1; echo $0", strconv.Itoa(i)}, Env: testEnv},
-				ExecIO{Stdout: &out})
+			ex, err := a.client.Exec(testCtx(t), agent.ExecRequest{Argv: []string{"sh", "-c", "sleep 0.1; echo $0", strconv.Itoa(i)}, Env: testEnv},
+				agent.ExecIO{Stdout: &out})
 			if err == nil && (ex.Code != 0 || out.String() != fmt.Sprintf("%d\n", i)) {
 				err = fmt.Errorf("exec %d: %+v %q", i, ex, out.String())
 			}
@@ -389,7 +391,7 @@ func BenchmarkExecTrue(b *testing.B) {
 	a := startAgent(b)
 	ctx := context.Background()
 	for b.Loop() {
-		if _, err := a.client.Exec(ctx, ExecRequest{Argv: []string{"/bin/true"}}, ExecIO{}); err != nil {
+		if _, err := a.client.Exec(ctx, agent.ExecRequest{Argv: []string{"/bin/true"}}, agent.ExecIO{}); err != nil {
 			b.Fatal(err)
 		}
 	}

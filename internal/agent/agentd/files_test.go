@@ -1,4 +1,4 @@
-package agent
+package agentd
 
 import (
 	"archive/tar"
@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/berth-sh/berth/internal/agent/wire"
 
 	"golang.org/x/sys/unix"
 
@@ -285,7 +287,7 @@ func TestListCap(t *testing.T) {
 	a := startAgent(t)
 	dir := filepath.Join(a.root, "many")
 	os.Mkdir(dir, 0o755)
-	for i := range maxListEntries + 1 {
+	for i := range wire.MaxListEntries + 1 {
 		f, err := os.Create(filepath.Join(dir, "f"+strconv.Itoa(i)))
 		if err != nil {
 			t.Fatal(err)
@@ -453,7 +455,7 @@ func TestWriteTarOwner(t *testing.T) {
 	uid, gid := 1234, 5678
 	os.Mkdir(filepath.Join(a.root, "d"), 0o755)
 	archive := tarOf(t, reg("sub/f", "x"), symEnt("l", "f"), dirEnt("dd/"))
-	err := a.client.writeTar(testCtx(t), request{Op: opWriteTar, Path: "/d", UID: &uid, GID: &gid}, bytes.NewReader(archive))
+	err := rawOp(t, a.socket, wire.Request{Op: wire.OpWriteTar, Path: "/d", UID: &uid, GID: &gid}, archive)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package agent
+package agentd
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/berth-sh/berth/internal/agent/wire"
 
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -104,13 +106,7 @@ func TestDialClosedPortAndBadPorts(t *testing.T) {
 	// The agent refuses ports out of range itself, whatever the client
 	// checks.
 	for _, p := range []int{0, -1, 65536, 1 << 20} {
-		cc, err := a.client.open(testCtx(t), request{Op: opDial, Port: p})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r dialResult
-		err = cc.result(&r)
-		cc.close()
+		err := rawOp(t, a.socket, wire.Request{Op: wire.OpDial, Port: p}, nil)
 		wantCategory(t, err, errdefs.ErrInvalid)
 		if _, err := a.client.DialPort(testCtx(t), p); err == nil {
 			t.Errorf("DialPort(%d) succeeded", p)

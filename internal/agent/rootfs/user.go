@@ -1,4 +1,4 @@
-package agent
+package rootfs
 
 import (
 	"bufio"
@@ -16,25 +16,25 @@ import (
 // maxIDFileBytes caps how much of /etc/passwd and /etc/group is read.
 const maxIDFileBytes = 4 << 20
 
-// readSmallFile reads a file inside the root; a missing file reads empty.
-func (r *fsRoot) readSmallFile(p string, limit int64) ([]byte, error) {
-	_, rel, err := cleanPath(p)
+// ReadSmallFile reads a file inside the root; a missing file reads empty.
+func (r *Root) ReadSmallFile(p string, limit int64) ([]byte, error) {
+	_, rel, err := CleanPath(p)
 	if err != nil {
 		return nil, err
 	}
-	fd, err := r.open(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
+	fd, err := r.Open(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 	if err == unix.ENOENT {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, pathErr("open", p, err)
+		return nil, PathErr("open", p, err)
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || !isRegMode(st.Mode) {
+	if err := unix.Fstat(fd, &st); err != nil || !IsReg(st.Mode) {
 		return nil, errdefs.Invalid("%s is not a regular file", p)
 	}
-	return io.ReadAll(io.LimitReader(fdReader(fd), limit))
+	return io.ReadAll(io.LimitReader(FDReader(fd), limit))
 }
 
 // idEntry is one line of /etc/passwd or /etc/group.
@@ -97,11 +97,11 @@ func isNumeric(s string) bool {
 	return true
 }
 
-// resolveUser turns "uid", "uid:gid", "name" or "name:group" into
+// ResolveUser turns "uid", "uid:gid", "name" or "name:group" into
 // credentials, reading /etc/passwd and /etc/group inside the root. A
 // numeric uid without a passwd entry gets gid = uid (never root's group by
 // accident) and no supplementary groups. "" means the agent's own user.
-func (r *fsRoot) resolveUser(spec string) (*syscall.Credential, error) {
+func (r *Root) ResolveUser(spec string) (*syscall.Credential, error) {
 	if spec == "" {
 		return nil, nil
 	}
@@ -112,7 +112,7 @@ func (r *fsRoot) resolveUser(spec string) (*syscall.Credential, error) {
 	if userPart == "" || (hasGroup && groupPart == "") || strings.Contains(groupPart, ":") {
 		return nil, errdefs.Invalid("bad user %q: want uid, uid:gid, name or name:group", spec)
 	}
-	passwdData, err := r.readSmallFile("/etc/passwd", maxIDFileBytes)
+	passwdData, err := r.ReadSmallFile("/etc/passwd", maxIDFileBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +151,7 @@ func (r *fsRoot) resolveUser(spec string) (*syscall.Credential, error) {
 	needGroups := pw != nil || (hasGroup && !isNumeric(groupPart))
 	var groups []idEntry
 	if needGroups {
-		data, err := r.readSmallFile("/etc/group", maxIDFileBytes)
+		data, err := r.ReadSmallFile("/etc/group", maxIDFileBytes)
 		if err != nil {
 			return nil, err
 		}
@@ -189,4 +189,23 @@ func (r *fsRoot) resolveUser(spec string) (*syscall.Credential, error) {
 		}
 	}
 	return cred, nil
+}
+
+// FDReader reads a file descriptor, retrying EINTR.
+type FDReader int
+
+func (r FDReader) Read(p []byte) (int, error) {
+	for {
+		n, err := unix.Read(int(r), p)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		if n == 0 && len(p) > 0 {
+			return 0, io.EOF
+		}
+		return n, nil
+	}
 }

@@ -1,4 +1,4 @@
-package agent
+package agentd
 
 import (
 	"archive/tar"
@@ -7,6 +7,10 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/berth-sh/berth/internal/agent/rootfs"
+
+	"github.com/berth-sh/berth/internal/agent/wire"
 
 	"golang.org/x/sys/unix"
 
@@ -26,15 +30,15 @@ const (
 // followed, not even in the last component of the requested path; FIFOs,
 // sockets and devices are left out.
 func (s *server) handleReadTar(cn *conn) error {
-	clean, _, err := cleanPath(cn.req.Path)
+	clean, _, err := rootfs.CleanPath(cn.req.Path)
 	if err != nil {
 		return err
 	}
-	tw := tar.NewWriter(dataWriter{cn.fw})
+	tw := tar.NewWriter(wire.DataWriter{FW: cn.fw})
 	if clean == "/" {
-		fd, err := s.root.open(".", unix.O_RDONLY|unix.O_DIRECTORY)
+		fd, err := s.root.Open(".", unix.O_RDONLY|unix.O_DIRECTORY)
 		if err != nil {
-			return pathErr("open", clean, err)
+			return rootfs.PathErr("open", clean, err)
 		}
 		err = tarDirEntries(tw, fd, "", 0)
 		unix.Close(fd)
@@ -42,14 +46,14 @@ func (s *server) handleReadTar(cn *conn) error {
 			return err
 		}
 	} else {
-		pfd, name, err := s.root.openParent(clean)
+		pfd, name, err := s.root.OpenParent(clean)
 		if err != nil {
-			return pathErr("open", clean, err)
+			return rootfs.PathErr("open", clean, err)
 		}
 		var st unix.Stat_t
 		if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			unix.Close(pfd)
-			return pathErr("stat", clean, err)
+			return rootfs.PathErr("stat", clean, err)
 		}
 		err = tarEntry(tw, pfd, name, name, &st, 0)
 		unix.Close(pfd)
@@ -60,7 +64,7 @@ func (s *server) handleReadTar(cn *conn) error {
 	if err := tw.Close(); err != nil {
 		return err
 	}
-	return cn.fw.send(frameEnd, nil)
+	return cn.fw.Send(wire.FrameEnd, nil)
 }
 
 // tarEntry archives dirfd/name (stat st) as tarName, recursing into
@@ -76,9 +80,9 @@ func tarEntry(tw *tar.Writer, dirfd int, name, tarName string, st *unix.Stat_t, 
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFLNK:
-		target, err := readlinkAt(dirfd, name)
+		target, err := rootfs.ReadlinkAt(dirfd, name)
 		if err != nil {
-			return pathErr("readlink", tarName, err)
+			return rootfs.PathErr("readlink", tarName, err)
 		}
 		hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
 		return tw.WriteHeader(hdr)
@@ -88,31 +92,31 @@ func tarEntry(tw *tar.Writer, dirfd int, name, tarName string, st *unix.Stat_t, 
 			if err == unix.ENOENT || err == unix.ELOOP { // changed under us
 				return nil
 			}
-			return pathErr("open", tarName, err)
+			return rootfs.PathErr("open", tarName, err)
 		}
 		defer unix.Close(fd)
 		var fst unix.Stat_t
 		if err := unix.Fstat(fd, &fst); err != nil {
-			return pathErr("stat", tarName, err)
+			return rootfs.PathErr("stat", tarName, err)
 		}
-		if !isRegMode(fst.Mode) {
+		if !rootfs.IsReg(fst.Mode) {
 			return nil
 		}
 		hdr.Typeflag, hdr.Size = tar.TypeReg, fst.Size
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}
-		n, err := io.Copy(tw, io.LimitReader(fdReader(fd), fst.Size))
+		n, err := io.Copy(tw, io.LimitReader(rootfs.FDReader(fd), fst.Size))
 		if err != nil {
-			return pathErr("read", tarName, err)
+			return rootfs.PathErr("read", tarName, err)
 		}
 		if n < fst.Size { // shrank while we read: pad to the promised size
 			_, err = io.CopyN(tw, zeroReader{}, fst.Size-n)
 		}
 		return err
 	case unix.S_IFDIR:
-		if depth >= maxTreeDepth {
-			return errdefs.TooLarge("directory tree deeper than %d levels", maxTreeDepth)
+		if depth >= rootfs.MaxTreeDepth {
+			return errdefs.TooLarge("directory tree deeper than %d levels", rootfs.MaxTreeDepth)
 		}
 		hdr.Typeflag, hdr.Name = tar.TypeDir, tarName+"/"
 		if err := tw.WriteHeader(hdr); err != nil {
@@ -123,7 +127,7 @@ func tarEntry(tw *tar.Writer, dirfd int, name, tarName string, st *unix.Stat_t, 
 			if err == unix.ENOENT || err == unix.ELOOP || err == unix.ENOTDIR {
 				return nil
 			}
-			return pathErr("open", tarName, err)
+			return rootfs.PathErr("open", tarName, err)
 		}
 		defer unix.Close(fd)
 		return tarDirEntries(tw, fd, tarName+"/", depth+1)
@@ -138,9 +142,9 @@ func tarDirEntries(tw *tar.Writer, fd int, prefix string, depth int) error {
 	if unix.Fstatfs(fd, &sfs) == nil && (sfs.Type == unix.PROC_SUPER_MAGIC || sfs.Type == unix.SYSFS_MAGIC) {
 		return nil
 	}
-	names, err := readDirNames(fd, maxTarEntries)
+	names, err := rootfs.ReadDirNames(fd, maxTarEntries)
 	if err != nil {
-		return pathErr("list", "/"+prefix, err)
+		return rootfs.PathErr("list", "/"+prefix, err)
 	}
 	slices.Sort(names)
 	for _, n := range names {
@@ -149,31 +153,13 @@ func tarDirEntries(tw *tar.Writer, fd int, prefix string, depth int) error {
 			if err == unix.ENOENT {
 				continue
 			}
-			return pathErr("stat", prefix+n, err)
+			return rootfs.PathErr("stat", prefix+n, err)
 		}
 		if err := tarEntry(tw, fd, n, prefix+n, &st, depth); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-type fdReader int
-
-func (r fdReader) Read(p []byte) (int, error) {
-	for {
-		n, err := unix.Read(int(r), p)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return 0, err
-		}
-		if n == 0 && len(p) > 0 {
-			return 0, io.EOF
-		}
-		return n, nil
-	}
 }
 
 type zeroReader struct{}
@@ -186,16 +172,16 @@ func (zeroReader) Read(p []byte) (int, error) {
 // handleWriteTar extracts the uploaded tar (data frames, end frame) into an
 // existing directory and answers with an end frame.
 func (s *server) handleWriteTar(cn *conn) error {
-	clean, rel, err := cleanPath(cn.req.Path)
+	clean, rel, err := rootfs.CleanPath(cn.req.Path)
 	if err != nil {
 		return err
 	}
-	dfd, err := s.root.open(rel, unix.O_PATH|unix.O_DIRECTORY)
+	dfd, err := s.root.Open(rel, unix.O_PATH|unix.O_DIRECTORY)
 	if err != nil {
-		return pathErr("extract into", clean, err)
+		return rootfs.PathErr("extract into", clean, err)
 	}
 	defer unix.Close(dfd)
-	r := &dataReader{fr: cn.fr}
+	r := &wire.DataReader{FR: cn.fr}
 	opts := extractOpts{uid: cn.req.UID, gid: cn.req.GID, maxBytes: s.cfg.MaxFileBytes, maxEntries: maxTarEntries}
 	if err := extractTar(dfd, r, opts); err != nil {
 		return err
@@ -208,7 +194,7 @@ func (s *server) handleWriteTar(cn *conn) error {
 	if n == maxTarTrailer {
 		return errdefs.Invalid("extract into %s: data after the end of the archive", clean)
 	}
-	return cn.fw.send(frameEnd, nil)
+	return cn.fw.Send(wire.FrameEnd, nil)
 }
 
 type extractOpts struct {
@@ -237,7 +223,7 @@ func extractTar(dfd int, r io.Reader, o extractOpts) error {
 			return nil
 		}
 		if err != nil {
-			if errors.Is(err, errProtocol) {
+			if errors.Is(err, wire.ErrProtocol) {
 				return err
 			}
 			return errdefs.Invalid("bad tar archive: %v", err)
@@ -266,8 +252,8 @@ func entryPath(name string) ([]string, error) {
 	switch {
 	case name == "":
 		return nil, errdefs.Invalid("tar entry with an empty name")
-	case len(name) > maxPathBytes:
-		return nil, errdefs.Invalid("tar entry name longer than %d bytes", maxPathBytes)
+	case len(name) > wire.MaxPathBytes:
+		return nil, errdefs.Invalid("tar entry name longer than %d bytes", wire.MaxPathBytes)
 	case strings.IndexByte(name, 0) >= 0:
 		return nil, errdefs.Invalid("tar entry name contains a NUL byte")
 	case name[0] == '/':
@@ -293,13 +279,13 @@ func openBeneath(dfd int, parts []string, create bool, o extractOpts) (int, erro
 		return unix.Dup(dfd)
 	}
 	rel := strings.Join(parts, "/")
-	fd, err := openat2(dfd, rel, unix.O_PATH|unix.O_DIRECTORY, 0, resolveBeneath)
+	fd, err := rootfs.Openat2(dfd, rel, unix.O_PATH|unix.O_DIRECTORY, 0, resolveBeneath)
 	if err != unix.ENOENT || !create {
 		return fd, err
 	}
 	for i := range parts {
 		sub := strings.Join(parts[:i+1], "/")
-		fd, err := openat2(dfd, sub, unix.O_PATH|unix.O_DIRECTORY, 0, resolveBeneath)
+		fd, err := rootfs.Openat2(dfd, sub, unix.O_PATH|unix.O_DIRECTORY, 0, resolveBeneath)
 		if err == nil {
 			unix.Close(fd)
 			continue
@@ -317,7 +303,7 @@ func openBeneath(dfd int, parts []string, create bool, o extractOpts) (int, erro
 			return -1, err
 		}
 	}
-	return openat2(dfd, rel, unix.O_PATH|unix.O_DIRECTORY, 0, resolveBeneath)
+	return rootfs.Openat2(dfd, rel, unix.O_PATH|unix.O_DIRECTORY, 0, resolveBeneath)
 }
 
 // mkdirOwned creates a directory and sets its mode and owner through an fd
@@ -359,7 +345,7 @@ func extractEntry(dfd int, hdr *tar.Header, tr io.Reader, o extractOpts) error {
 		if errno, ok := err.(unix.Errno); ok && (errno == unix.EXDEV || errno == unix.ELOOP || errno == unix.ENOTDIR) {
 			return errdefs.Invalid("tar entry %q: resolves outside the destination or through a non-directory", hdr.Name)
 		}
-		return pathErr("extract", hdr.Name, err)
+		return rootfs.PathErr("extract", hdr.Name, err)
 	}
 	pfd, err := openBeneath(dfd, parts[:len(parts)-1], true, o)
 	if err != nil {
@@ -371,7 +357,7 @@ func extractEntry(dfd int, hdr *tar.Header, tr io.Reader, o extractOpts) error {
 	case tar.TypeDir:
 		var st unix.Stat_t
 		err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
-		if err == nil && isDirMode(st.Mode) {
+		if err == nil && rootfs.IsDir(st.Mode) {
 			return nil // keep what is there, as tar does
 		}
 		if err == nil {
@@ -387,7 +373,7 @@ func extractEntry(dfd int, hdr *tar.Header, tr io.Reader, o extractOpts) error {
 		}
 		return nil
 	case tar.TypeSymlink:
-		if hdr.Linkname == "" || len(hdr.Linkname) > maxPathBytes || strings.IndexByte(hdr.Linkname, 0) >= 0 {
+		if hdr.Linkname == "" || len(hdr.Linkname) > wire.MaxPathBytes || strings.IndexByte(hdr.Linkname, 0) >= 0 {
 			return errdefs.Invalid("tar entry %q: bad symlink target", hdr.Name)
 		}
 		// The target is data; it is never followed while extracting.
@@ -411,7 +397,7 @@ func extractEntry(dfd int, hdr *tar.Header, tr io.Reader, o extractOpts) error {
 		if err := unix.Fstatat(sfd, src[len(src)-1], &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return bad(err)
 		}
-		if !isRegMode(st.Mode) && !isLinkMode(st.Mode) {
+		if !rootfs.IsReg(st.Mode) && !rootfs.IsLink(st.Mode) {
 			return errdefs.Invalid("tar entry %q: hardlink to a non-file", hdr.Name)
 		}
 		// linkat without AT_SYMLINK_FOLLOW links a symlink itself.

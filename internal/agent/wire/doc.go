@@ -1,0 +1,57 @@
+// Package wire is the protocol between berth's daemon and the agent in
+// every sandbox: the request header, the frames and the JSON messages
+// they carry, shared by the client (internal/agent) and the agent itself
+// (internal/agent/agentd). Agents already running in sandboxes speak these
+// bytes, so they only ever gain optional fields (wire_test.go pins them).
+//
+// # Protocol
+//
+// One operation per unix-socket connection. The client sends one header
+// line: a JSON object ending in '\n', at most 64 KiB,
+//
+//	{"v":1,"op":"exec","exec":{"argv":["ls"],"env":["PATH=/bin"],"dir":"/","tty":false,"timeout_ms":0}}
+//	{"v":1,"op":"write_file","path":"/a/b","mode":420}
+//
+// and then both sides exchange frames: [1 byte type][4 byte big-endian
+// payload length][payload], payload at most 1 MiB (writers of byte streams
+// use 32 KiB). Frame types:
+//
+//	1 stdin      client→agent  bytes for the process's stdin (or the PTY)
+//	2 stdin-eof  client→agent  stdin is closed (ignored under a TTY)
+//	3 resize     client→agent  {"rows":R,"cols":C}: TIOCSWINSZ on the PTY
+//	4 signal     client→agent  {"signal":"SIGINT"}: sent to the process group
+//	5 stdout     agent→client  output as produced (all of it under a TTY)
+//	6 stderr     agent→client
+//	7 exit       agent→client  Exit: code (128+n when killed by
+//	                           signal n), signal name, timed_out, duration_ms
+//	8 error      agent→client  {"code":"not_found","message":"..."}; codes:
+//	                           invalid_argument, not_found, conflict,
+//	                           too_large, permission_denied, internal
+//	9 data       both ways     file or tar bytes
+//	10 end       both ways     end of a data stream; success without result
+//	11 result    agent→client  JSON result
+//
+// Operations and their frames (an error frame may replace any answer, or
+// end any stream, and is always the last frame):
+//
+//	ping        → result {version, pid, uptime_ns}
+//	exec        ← stdin*, stdin-eof, resize*, signal*; → stdout*, stderr*, exit
+//	stat        → result FileInfo (lstat: a symlink is described)
+//	list        → result FileInfo per entry (by name, at most 100k), end
+//	mkdir       → end                        (fields mode, parents)
+//	remove      → end                        (field recursive; "/" refused)
+//	read_file   → result FileInfo, data*, end   (regular files only)
+//	write_file  ← data*, end; → result FileInfo (fields mode, uid, gid)
+//	read_tar    → data* (a tar stream), end
+//	write_tar   ← data* (a tar stream), end; → end  (fields uid, gid)
+//
+// An exec's process leads its own process group (its own session, with the
+// PTY as controlling terminal, under TTY). Its output is read 32 KiB at a
+// time and written to the connection before the next read, so a client
+// that reads slowly makes the process block on its pipe: nothing is
+// buffered without bound on either side. The connection closing before the
+// exit frame (the client's context cancelled, the daemon gone) kills the
+// process group, as does the timeout (and then timed_out is set). After
+// the process exits, output still arriving from children that hold its
+// pipes is forwarded briefly, then discarded without closing the pipe.
+package wire
