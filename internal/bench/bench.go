@@ -63,6 +63,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/berth-sh/berth/internal/bench/peer"
 	"github.com/berth-sh/berth/internal/cgroups"
 )
 
@@ -362,7 +363,7 @@ type bench struct {
 
 	tmp  string
 	d    *daemon
-	peer *peer
+	peer *peer.Peer
 	// net is the network measurements' namespaces, sink and daemon.
 	net *netBench
 
@@ -396,7 +397,7 @@ func (b *bench) run(ctx context.Context) error {
 	if v, err := b.d.c.Version(ctx); err == nil {
 		b.rep.Machine.Berth = v.Version
 	}
-	b.peer, err = newPeer(ctx, b.opts.Runc, tmp, b.d)
+	b.peer, err = peer.New(ctx, b.opts.Runc, tmp, b.d.c, b.d.instance)
 	if err != nil {
 		return fmt.Errorf("setting up the runc peer: %w", err)
 	}

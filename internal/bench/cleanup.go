@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/berth-sh/berth/internal/bench/peer"
 	"github.com/berth-sh/berth/internal/node/local"
 	"github.com/berth-sh/berth/internal/overlay"
 	"github.com/berth-sh/berth/internal/testenv"
@@ -51,24 +52,24 @@ func (b *bench) cleanup(ctx context.Context) {
 		}
 	}
 	if b.peer != nil {
-		ids, err := b.peer.list(ctx)
+		ids, err := b.peer.List(ctx)
 		if err != nil {
 			fail("runc list (peer): %v", err)
 		}
 		for _, id := range ids {
 			cl.Leftover = append(cl.Leftover, "peer container "+id)
-			if _, err := b.peer.remove(ctx, id); err != nil {
+			if _, err := b.peer.Remove(ctx, id); err != nil {
 				fail("%v", err)
 			}
 		}
-		if err := overlay.Unmount(b.peer.rootfs); err != nil {
+		if err := overlay.Unmount(b.peer.Rootfs()); err != nil {
 			fail("%v", err)
 		}
 	}
 	// Then the host, read directly (testenv's one definition of a leak):
 	// what of the daemon and the peer is left is recorded and removed.
 	instance := local.InstanceName(b.tmp)
-	scope := testenv.Scope{DataDir: b.tmp, Cgroups: []string{"/" + peerParent(instance)}}
+	scope := testenv.Scope{DataDir: b.tmp, Cgroups: []string{"/" + peer.Parent(instance)}}
 	if b.d != nil {
 		scope.PGID = b.d.pid()
 	}
@@ -90,7 +91,7 @@ func (b *bench) cleanup(ctx context.Context) {
 // testenv.Check of each must find nothing.
 func LeakScopes(workDir string) []testenv.Scope {
 	return []testenv.Scope{
-		{DataDir: workDir, Cgroups: []string{"/" + peerParent(local.InstanceName(workDir))}},
+		{DataDir: workDir, Cgroups: []string{"/" + peer.Parent(local.InstanceName(workDir))}},
 		{DataDir: netDataDir(workDir), Namespaces: NetNamespaces(workDir)},
 	}
 }

@@ -28,11 +28,11 @@ func (b *bench) measurePause(ctx context.Context) error {
 		return fmt.Errorf("create: %w", err)
 	}
 	defer c.DeleteSandbox(context.WithoutCancel(ctx), sb.ID, true)
-	pid, _, err := b.peer.startSleep(ctx)
+	pid, _, err := b.peer.StartSleep(ctx)
 	if err != nil {
 		return err
 	}
-	defer b.peer.remove(context.WithoutCancel(ctx), pid)
+	defer b.peer.Remove(context.WithoutCancel(ctx), pid)
 
 	pause := func() (time.Duration, time.Duration, error) {
 		t0 := time.Now()
@@ -60,11 +60,11 @@ func (b *bench) measurePause(ctx context.Context) error {
 		return dp, dr, nil
 	}
 	peerCycle := func() (time.Duration, time.Duration, error) {
-		dp, err := b.peer.cmd(ctx, "pause", pid)
+		dp, err := b.peer.Cmd(ctx, "pause", pid)
 		if err != nil {
 			return 0, 0, err
 		}
-		dr, err := b.peer.cmd(ctx, "resume", pid)
+		dr, err := b.peer.Cmd(ctx, "resume", pid)
 		if err != nil {
 			return 0, 0, err
 		}

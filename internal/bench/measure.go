@@ -65,7 +65,7 @@ func (b *bench) warmUp(ctx context.Context) error {
 		if _, _, _, err := cycle(ctx, b.d.c); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
-		if _, err := b.peer.runTrue(ctx); err != nil {
+		if _, err := b.peer.RunTrue(ctx); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 	}
@@ -90,12 +90,12 @@ func (b *bench) measureTTI(ctx context.Context) error {
 		tti.add(t)
 		create.add(c)
 		del.add(d)
-		pd, err := b.peer.runTrue(ctx)
+		pd, err := b.peer.RunTrue(ctx)
 		if err != nil {
 			return err
 		}
 		peer.add(pd)
-		bd, err := b.peer.runTrueSeccomp(ctx, false)
+		bd, err := b.peer.RunTrueSeccomp(ctx, false)
 		if err != nil {
 			return err
 		}
@@ -129,18 +129,18 @@ func (b *bench) measureExec(ctx context.Context) error {
 		return fmt.Errorf("create: %w", err)
 	}
 	defer c.DeleteSandbox(context.WithoutCancel(ctx), sb.ID, true)
-	pid, _, err := b.peer.startSleep(ctx)
+	pid, _, err := b.peer.StartSleep(ctx)
 	if err != nil {
 		return err
 	}
-	defer b.peer.remove(context.WithoutCancel(ctx), pid)
+	defer b.peer.Remove(context.WithoutCancel(ctx), pid)
 	for range 5 {
 		if _, err := execTrue(ctx, c, sb.ID); err != nil {
 			return err
 		}
 	}
 	for range 2 {
-		if _, err := b.peer.execTrue(ctx, pid); err != nil {
+		if _, err := b.peer.ExecTrue(ctx, pid); err != nil {
 			return err
 		}
 	}
@@ -152,7 +152,7 @@ func (b *bench) measureExec(ctx context.Context) error {
 			return err
 		}
 		bs.add(d)
-		pd, err := b.peer.execTrue(ctx, pid)
+		pd, err := b.peer.ExecTrue(ctx, pid)
 		if err != nil {
 			return err
 		}
@@ -226,7 +226,7 @@ func (b *bench) measureRunCLI(ctx context.Context) error {
 			return err
 		}
 		bs.add(d)
-		pd, err := b.peer.runTrue(ctx)
+		pd, err := b.peer.RunTrue(ctx)
 		if err != nil {
 			return err
 		}
@@ -301,7 +301,7 @@ func (b *bench) measureChurn(ctx context.Context) error {
 	}
 	b.logf("churn: %d runc run callers for %s", workers, b.opts.Churn)
 	pl, pwall, err := loop(ctx, workers, b.opts.Churn, func(ctx context.Context, _ int) (time.Duration, error) {
-		return b.peer.runTrue(ctx)
+		return b.peer.RunTrue(ctx)
 	})
 	if err != nil {
 		return err
@@ -441,14 +441,14 @@ func (b *bench) measureDensity(ctx context.Context) error {
 	b.logf("density: starting %d raw runc containers", k)
 	pids := make([]string, k)
 	peerStart, _, err := parallel(ctx, k, workers, nil, func(ctx context.Context, i int) error {
-		id, _, err := b.peer.startSleep(ctx)
+		id, _, err := b.peer.StartSleep(ctx)
 		pids[i] = id
 		return err
 	})
 	defer func() {
 		for _, id := range pids {
 			if id != "" {
-				b.peer.remove(context.WithoutCancel(ctx), id)
+				b.peer.Remove(context.WithoutCancel(ctx), id)
 			}
 		}
 	}()
@@ -462,7 +462,7 @@ func (b *bench) measureDensity(ctx context.Context) error {
 	}
 	prels := make([]string, k)
 	for i, id := range pids {
-		prels[i] = b.peer.cgroupRel(id)
+		prels[i] = b.peer.CgroupRel(id)
 	}
 	pcg, prss, err := memOf(prels)
 	if err != nil {
@@ -472,7 +472,7 @@ func (b *bench) measureDensity(ctx context.Context) error {
 	// measure it before the sandboxes may have used up the quota.
 	var pex samples
 	for i := range b.opts.Iterations {
-		pd, err := b.peer.execTrue(ctx, pids[i%k])
+		pd, err := b.peer.ExecTrue(ctx, pids[i%k])
 		if err != nil {
 			return err
 		}
@@ -551,7 +551,7 @@ func (b *bench) measureDensity(ctx context.Context) error {
 		return err
 	}
 	pdel, _, err := parallel(ctx, k, workers, nil, func(ctx context.Context, i int) error {
-		_, err := b.peer.remove(ctx, pids[i])
+		_, err := b.peer.Remove(ctx, pids[i])
 		if err == nil {
 			pids[i] = ""
 		}

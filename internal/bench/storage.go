@@ -401,3 +401,12 @@ func (b *bench) measureSnapshot(ctx context.Context) error {
 	}
 	return nil
 }
+
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}

@@ -1,103 +1,29 @@
 // Package selftest is berth's in-sandbox attack suite (`berth selftest`,
-// `make security-test`).
-//
-// The catalogue (catalogue*.go) is data plus code: every Attack has an id,
-// a category, what it tries, what a secure system does (Expected), the
-// runtime classes it applies to, and a Run that really performs it —
-// mostly shell or python3 (ctypes for raw system calls) executed inside a
-// sandbox through the Go SDK, sometimes Go steps of the harness outside
-// (API requests, host files, sockets) — and judges the observed result
-// against the expected containment. Expected outcomes are what a secure
-// system does, not what berth happens to do today.
+// `make security-test`): the runner and its report. The attacks are
+// internal/selftest/catalogue's; the Attack type, the Env an attack runs
+// against and the judging helpers are internal/selftest/attack's.
 //
 // Run executes the catalogue on every runtime class the daemon offers (or
 // those asked for), sharing one sandbox per attack group, deletes every
 // sandbox it made and ends with the daemon's doctor check. The report is a
 // table (WriteTable) or JSON; any attack not contained fails the run.
+// RunPrivate does the same against a private daemon it starts and removes.
 package selftest
 
 import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
-	"os"
 	"path"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/internal/selftest/attack"
+	"github.com/berth-sh/berth/internal/selftest/catalogue"
 )
-
-// Categories, in report order.
-const (
-	CatKernel   = "kernel"    // system calls and kernel interfaces
-	CatProcSys  = "proc-sys"  // /proc and /sys
-	CatCaps     = "caps"      // capabilities, no_new_privs, seccomp, setuid
-	CatRuncCVE  = "runc-cve"  // CVE-2019-5736, CVE-2024-21626 classes
-	CatAgent    = "agent"     // the agent channel and the agent process
-	CatResource = "resources" // limits: pids, memory, disk, per-uid kernel limits
-	CatNetwork  = "network"   // network modes none and egress
-	CatCross    = "cross"     // one sandbox against another
-	CatFiles    = "files"     // the file API: tar-slip, symlinks, ..
-	CatAPI      = "api"       // API credentials
-)
-
-// Categories lists every category in report order.
-var Categories = []string{CatKernel, CatProcSys, CatCaps, CatRuncCVE, CatAgent, CatResource, CatNetwork, CatCross, CatFiles, CatAPI}
-
-// Runtime classes.
-const (
-	Runc  = "runc"
-	Runsc = "runsc"
-	Kata  = "kata"
-)
-
-// Attack is one entry of the catalogue.
-type Attack struct {
-	ID          string
-	Category    string
-	Description string // what the attack does
-	Expected    string // what a secure system does
-	// Classes are the runtime classes it applies to; empty: all.
-	Classes []string
-	// Run performs the attack against e and judges the result.
-	Run func(ctx context.Context, e *Env) Outcome
-}
-
-// AppliesTo reports whether the attack runs on runtime class rt.
-func (a *Attack) AppliesTo(rt string) bool {
-	return len(a.Classes) == 0 || slices.Contains(a.Classes, rt)
-}
-
-// Outcome is what an attack observed.
-type Outcome struct {
-	Observed  string
-	Contained bool
-	// NA, when set, says why the attack could not be performed in this
-	// setting (e.g. the API checks need a TCP endpoint). It is reported,
-	// never silently dropped, and does not fail the run.
-	NA string
-}
-
-func contained(format string, a ...any) Outcome {
-	return Outcome{Observed: fmt.Sprintf(format, a...), Contained: true}
-}
-
-func escaped(format string, a ...any) Outcome {
-	return Outcome{Observed: fmt.Sprintf(format, a...)}
-}
-
-func judged(ok bool, format string, a ...any) Outcome {
-	return Outcome{Observed: fmt.Sprintf(format, a...), Contained: ok}
-}
-
-func notApplicable(format string, a ...any) Outcome {
-	return Outcome{NA: fmt.Sprintf(format, a...), Observed: "n/a: " + fmt.Sprintf(format, a...)}
-}
 
 // Result is one row of the report.
 type Result struct {
@@ -178,9 +104,9 @@ type Options struct {
 
 // Select returns the attacks of the catalogue matching only (see
 // Options.Only); all when only is empty.
-func Select(only []string) []*Attack {
-	var out []*Attack
-	for _, a := range Catalogue() {
+func Select(only []string) []*attack.Attack {
+	var out []*attack.Attack
+	for _, a := range catalogue.All() {
 		if matches(a, only) {
 			out = append(out, a)
 		}
@@ -188,7 +114,7 @@ func Select(only []string) []*Attack {
 	return out
 }
 
-func matches(a *Attack, only []string) bool {
+func matches(a *attack.Attack, only []string) bool {
 	if len(only) == 0 {
 		return true
 	}
@@ -236,8 +162,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		preexisting[sb.ID] = true
 	}
 	rep.Runtimes = classes
+	target := attack.Target{Host: opts.Host, APIKey: opts.APIKey, TCP: opts.TCP, DataDir: opts.DataDir,
+		DaemonPID: opts.DaemonPID, Binary: opts.Binary, WorkDir: opts.WorkDir}
 	for _, rt := range classes {
-		e, err := newEnv(opts, rt)
+		e, err := attack.NewEnv(opts.Client, target, rt)
 		if err != nil {
 			return nil, err
 		}
@@ -252,7 +180,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			t := time.Now()
 			o := runOne(ctx, e, a)
 			res := Result{ID: a.ID, Category: a.Category, Runtime: rt, Description: a.Description,
-				Expected: a.Expected, Observed: oneLine(o.Observed), Contained: o.Contained && o.NA == "",
+				Expected: a.Expected, Observed: attack.OneLine(o.Observed), Contained: o.Contained && o.NA == "",
 				NA: o.NA != "", Seconds: time.Since(t).Seconds()}
 			rep.Results = append(rep.Results, res)
 			tot.Attacks++
@@ -265,10 +193,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 				tot.Uncontained++
 			}
 			if opts.Progress != nil {
-				fmt.Fprintf(opts.Progress, "%-6s %-34s %-4s %5.1fs  %s\n", rt, a.ID, status(res), res.Seconds, clip(res.Observed, 100))
+				fmt.Fprintf(opts.Progress, "%-6s %-34s %-4s %5.1fs  %s\n", rt, a.ID, status(res), res.Seconds, attack.Clip(res.Observed, 100))
 			}
 		}
-		for _, msg := range e.cleanup(context.WithoutCancel(ctx)) {
+		for _, msg := range e.Cleanup(context.WithoutCancel(ctx)) {
 			rep.Cleanup = append(rep.Cleanup, rt+": "+msg)
 		}
 		rep.Totals = append(rep.Totals, tot)
@@ -279,10 +207,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 }
 
 // runOne runs an attack, turning a panic into an uncontained outcome.
-func runOne(ctx context.Context, e *Env, a *Attack) (o Outcome) {
+func runOne(ctx context.Context, e *attack.Env, a *attack.Attack) (o attack.Outcome) {
 	defer func() {
 		if r := recover(); r != nil {
-			o = escaped("the attack's harness panicked: %v", r)
+			o = attack.Escaped("the attack's harness panicked: %v", r)
 		}
 	}()
 	actx, cancel := context.WithTimeout(ctx, 3*time.Minute)
@@ -334,194 +262,11 @@ func status(r Result) string {
 	return "NO"
 }
 
-// Env is what an attack runs against: one runtime class of one daemon.
-type Env struct {
-	opts  Options
-	Class string
-	C     *client.Client
-	raw   *rawClient // same host and key, for requests the SDK would not send
-	// HostDir is a private directory on the harness's host for markers,
-	// decoy sockets and secrets that must stay out of reach.
-	HostDir string
-	// Tag makes markers unique to this run.
-	Tag string
-
-	mu        sync.Mutex
-	groups    map[string]*api.Sandbox
-	sandboxes []string // every sandbox this env created, to delete at the end
-}
-
-func newEnv(opts Options, rt string) (*Env, error) {
-	dir, err := os.MkdirTemp("", "berth-selftest-host-")
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return nil, err
-	}
-	raw, err := newRawClient(opts.Host, opts.APIKey)
-	if err != nil {
-		return nil, err
-	}
-	return &Env{opts: opts, Class: rt, C: opts.Client, raw: raw, HostDir: dir,
-		Tag: fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffffff), groups: map[string]*api.Sandbox{}}, nil
-}
-
-// DataDir is the daemon's data dir ("" when unknown).
-func (e *Env) DataDir() string { return e.opts.DataDir }
-
-// Local reports whether the daemon runs on this host (so host-side checks
-// of its files, processes and sockets mean something).
-func (e *Env) Local() bool {
-	return strings.HasPrefix(e.opts.Host, "unix://") || strings.Contains(e.opts.Host, "127.0.0.1") || strings.Contains(e.opts.Host, "localhost")
-}
-
-// Create makes a sandbox of this env's class, to be deleted at cleanup.
-func (e *Env) Create(ctx context.Context, req api.CreateSandboxRequest) (*api.Sandbox, error) {
-	req.Runtime = e.Class
-	if req.Labels == nil {
-		req.Labels = map[string]string{}
-	}
-	req.Labels["berth-selftest"] = e.Tag
-	if req.TimeoutSeconds == 0 {
-		req.TimeoutSeconds = 900 // a crashed harness leaves nothing running for long
-	}
-	sb, err := e.C.CreateSandbox(ctx, req)
-	if err != nil {
-		return nil, fmt.Errorf("create (%s): %w", e.Class, err)
-	}
-	e.mu.Lock()
-	e.sandboxes = append(e.sandboxes, sb.ID)
-	e.mu.Unlock()
-	return sb, nil
-}
-
-// Delete deletes a sandbox this env made.
-func (e *Env) Delete(ctx context.Context, id string) error {
-	_, err := e.C.DeleteSandbox(ctx, id, true)
-	if client.IsNotFound(err) {
-		err = nil
-	}
-	e.mu.Lock()
-	e.sandboxes = slices.DeleteFunc(e.sandboxes, func(s string) bool { return s == id })
-	for g, sb := range e.groups {
-		if sb.ID == id {
-			delete(e.groups, g)
-		}
-	}
-	e.mu.Unlock()
-	return err
-}
-
-// Group returns the shared sandbox of an attack group, created on first
-// use with the default request.
-func (e *Env) Group(ctx context.Context, group string) (*api.Sandbox, error) {
-	e.mu.Lock()
-	sb := e.groups[group]
-	e.mu.Unlock()
-	if sb != nil {
-		return sb, nil
-	}
-	sb, err := e.Create(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		return nil, err
-	}
-	e.mu.Lock()
-	e.groups[group] = sb
-	e.mu.Unlock()
-	return sb, nil
-}
-
-// Exec runs cmd in sandbox id and returns its combined output.
-func (e *Env) Exec(ctx context.Context, id string, req api.ExecRequest) (string, api.ExecExit, error) {
-	if req.TimeoutSeconds == 0 {
-		req.TimeoutSeconds = 60
-	}
-	// A hijacked agent channel may never answer: bound the call itself.
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(req.TimeoutSeconds*float64(time.Second))+20*time.Second)
-	defer cancel()
-	var out syncBuffer
-	exit, err := e.C.Exec(ctx, id, req, &out, &out)
-	return out.String(), exit, err
-}
-
-// Sh runs a shell script in sandbox id.
-func (e *Env) Sh(ctx context.Context, id, script string) (string, api.ExecExit, error) {
-	return e.Exec(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", script}, Env: e.scriptEnv()})
-}
-
-// Py runs a python3 program (with the prelude of helpers) in sandbox id.
-func (e *Env) Py(ctx context.Context, id, code string) (string, api.ExecExit, error) {
-	return e.Exec(ctx, id, api.ExecRequest{Cmd: []string{"python3", "-c", pyPrelude + code}, Env: e.scriptEnv()})
-}
-
-// scriptEnv is what attack scripts are told: the host paths they must not
-// reach, the run's tag.
-func (e *Env) scriptEnv() map[string]string {
-	return map[string]string{"ST_DATADIR": e.opts.DataDir, "ST_HOSTDIR": e.HostDir, "ST_TAG": e.Tag}
-}
-
-// Alive reports whether sandbox id still answers an exec.
-func (e *Env) Alive(ctx context.Context, id string) (bool, string) {
-	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	out, exit, err := e.Exec(cctx, id, api.ExecRequest{Cmd: []string{"echo", "alive"}, TimeoutSeconds: 15})
-	if err != nil {
-		return false, "exec failed: " + err.Error()
-	}
-	if exit.Code != 0 || !strings.Contains(out, "alive") {
-		return false, fmt.Sprintf("exec answered exit %d %q", exit.Code, clip(out, 60))
-	}
-	return true, "alive"
-}
-
-// cleanup deletes every sandbox the env made and removes its host dir.
-func (e *Env) cleanup(ctx context.Context) []string {
-	var out []string
-	e.mu.Lock()
-	ids := slices.Clone(e.sandboxes)
-	e.mu.Unlock()
-	for _, id := range ids {
-		if err := e.Delete(ctx, id); err != nil {
-			out = append(out, fmt.Sprintf("deleting sandbox %s: %v", id, err))
-		}
-	}
-	if err := os.RemoveAll(e.HostDir); err != nil {
-		out = append(out, err.Error())
-	}
-	return out
-}
-
 // Counts summarises results per category for docs and tests.
-func Counts(as []*Attack) map[string]int {
+func Counts(as []*attack.Attack) map[string]int {
 	m := map[string]int{}
 	for _, a := range as {
 		m[a.Category]++
 	}
 	return m
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.b.Len() < 1<<20 {
-		s.b.Write(p)
-	}
-	return len(p), nil
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// denied reports whether an HTTP status is an authorization denial.
-func denied(status int) bool {
-	return status == http.StatusUnauthorized || status == http.StatusForbidden
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/berth-sh/berth/internal/selftest/attack"
 )
 
 // Column widths of the table (the JSON output carries everything).
@@ -21,7 +23,7 @@ func WriteTable(w io.Writer, rep *Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUNTIME\tATTACK\tEXPECTED\tOBSERVED\tCONTAINED")
 	for _, r := range rep.Results {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Runtime, r.ID, clip(r.Expected, expectedWidth), clip(r.Observed, observedWidth), status(r))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Runtime, r.ID, attack.Clip(r.Expected, expectedWidth), attack.Clip(r.Observed, observedWidth), status(r))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -57,25 +59,13 @@ func WriteJSON(w io.Writer, rep *Report) error {
 	return enc.Encode(rep)
 }
 
-// oneLine folds whitespace (newlines included) into single spaces.
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
-
-// clip shortens s to n runes, marking the cut.
-func clip(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n-1]) + "…"
-}
-
 // WriteCatalogue prints the catalogue as a markdown table (id, category,
 // classes, what it does, what a secure system does), with counts per
 // category: the attack table of docs/security.md.
-func WriteCatalogue(w io.Writer, as []*Attack) error {
+func WriteCatalogue(w io.Writer, as []*attack.Attack) error {
 	counts := Counts(as)
 	fmt.Fprintf(w, "%d attacks:", len(as))
-	for i, c := range Categories {
+	for i, c := range attack.Categories {
 		sep := ","
 		if i == 0 {
 			sep = ""

@@ -1,4 +1,4 @@
-package selftest
+package catalogue
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/selftest/attack"
 )
 
 // API credentials over TCP: a sandbox's lease token acts on that sandbox
@@ -14,88 +15,90 @@ import (
 // rules, fork, snapshot, create, list, doctor), never after the sandbox is
 // gone. Requests without a valid key are refused, whatever the path's
 // encoding.
-func apiAttacks() []*Attack {
-	x := func(id, desc, expected string, run func(ctx ctxT, e *Env, tcp *rawClient) Outcome) *Attack {
-		return &Attack{ID: "api." + id, Category: CatAPI, Description: desc, Expected: expected,
-			Run: func(ctx ctxT, e *Env) Outcome {
-				tcp := e.tcp()
+func apiAttacks() []*attack.Attack {
+	x := func(id, desc, expected string, run func(ctx ctxT, e *attack.Env, tcp *attack.RawClient) attack.Outcome) *attack.Attack {
+		return &attack.Attack{ID: "api." + id, Category: attack.CatAPI, Description: desc, Expected: expected,
+			Run: func(ctx ctxT, e *attack.Env) attack.Outcome {
+				tcp := tcpOf(e)
 				if tcp == nil {
-					return notApplicable("needs the daemon's TCP listener (--private, or --host http://... / --tcp)")
+					return attack.NotApplicable("needs the daemon's TCP listener (--private, or --host http://... / --tcp)")
 				}
 				return run(ctx, e, tcp)
 			}}
 	}
 	// lease runs one request with sandbox A's lease token.
-	lease := func(id, desc, expected string, req func(e *Env, a, b *api.Sandbox) (method, path string, body any), ok func(st int, body string, a *api.Sandbox) bool) *Attack {
-		return x(id, desc, expected, func(ctx ctxT, e *Env, tcp *rawClient) Outcome {
+	lease := func(id, desc, expected string, req func(e *attack.Env, a, b *api.Sandbox) (method, path string, body any), ok func(st int, body string, a *api.Sandbox) bool) *attack.Attack {
+		return x(id, desc, expected, func(ctx ctxT, e *attack.Env, tcp *attack.RawClient) attack.Outcome {
 			a, err := e.Group(ctx, "api-a")
 			if err != nil {
-				return escaped("%v", err)
+				return attack.Escaped("%v", err)
 			}
 			b, err := e.Group(ctx, "api-b")
 			if err != nil {
-				return escaped("%v", err)
+				return attack.Escaped("%v", err)
 			}
 			if a.LeaseToken == "" {
-				return escaped("create returned no lease token")
+				return attack.Escaped("create returned no lease token")
 			}
 			before, _ := e.C.ListSandboxes(ctx, false)
 			m, p, body := req(e, a, b)
-			st, resp, err := tcp.do(ctx, m, p, a.LeaseToken, body)
-			e.removeNew(context.WithoutCancel(ctx), before, resp)
+			st, resp, err := tcp.Do(ctx, m, p, a.LeaseToken, body)
+			removeNew(context.WithoutCancel(ctx), e, before, resp)
 			if err != nil {
-				return escaped("request: %v", err)
+				return attack.Escaped("request: %v", err)
 			}
-			return judged(ok(st, resp, a), "%s %s with A's lease token: %d %s", m, strings.Replace(p, a.ID, "A", 1), st, clip(oneLine(resp), 110))
+			return attack.Judged(ok(st, resp, a), "%s %s with A's lease token: %d %s", m, strings.Replace(p, a.ID, "A", 1), st, attack.Clip(attack.OneLine(resp), 110))
 		})
 	}
 	deny := func(st int, _ string, _ *api.Sandbox) bool { return denied(st) }
 	denyOr404 := func(st int, _ string, _ *api.Sandbox) bool { return denied(st) || st == 404 }
-	return []*Attack{
+	return []*attack.Attack{
 		lease("lease-other-get", "GET sandbox B with sandbox A's lease token", "401/403/404",
-			func(e *Env, a, b *api.Sandbox) (string, string, any) { return "GET", "/v1/sandboxes/" + b.ID, nil }, denyOr404),
+			func(e *attack.Env, a, b *api.Sandbox) (string, string, any) {
+				return "GET", "/v1/sandboxes/" + b.ID, nil
+			}, denyOr404),
 		lease("lease-other-exec", "exec in sandbox B with sandbox A's lease token", "401/403/404",
-			func(e *Env, a, b *api.Sandbox) (string, string, any) {
+			func(e *attack.Env, a, b *api.Sandbox) (string, string, any) {
 				return "POST", "/v1/sandboxes/" + b.ID + "/exec", api.ExecRequest{Cmd: []string{"true"}}
 			}, denyOr404),
 		lease("lease-other-files", "read a file of sandbox B with sandbox A's lease token", "401/403/404",
-			func(e *Env, a, b *api.Sandbox) (string, string, any) {
+			func(e *attack.Env, a, b *api.Sandbox) (string, string, any) {
 				return "GET", "/v1/sandboxes/" + b.ID + "/files?path=/etc/hostname", nil
 			}, denyOr404),
 		x("lease-release-quarantine", "release its own quarantine with the sandbox's lease token", "401/403",
-			func(ctx ctxT, e *Env, tcp *rawClient) Outcome {
+			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient) attack.Outcome {
 				q, err := e.Create(ctx, api.CreateSandboxRequest{})
 				if err != nil {
-					return escaped("%v", err)
+					return attack.Escaped("%v", err)
 				}
 				defer e.Delete(context.WithoutCancel(ctx), q.ID)
 				if _, err := e.C.Quarantine(ctx, q.ID); err != nil {
-					return escaped("quarantine: %v", err)
+					return attack.Escaped("quarantine: %v", err)
 				}
-				st, resp, err := tcp.do(ctx, "POST", "/v1/sandboxes/"+q.ID+"/release", q.LeaseToken, nil)
+				st, resp, err := tcp.Do(ctx, "POST", "/v1/sandboxes/"+q.ID+"/release", q.LeaseToken, nil)
 				if err != nil {
-					return escaped("request: %v", err)
+					return attack.Escaped("request: %v", err)
 				}
-				return judged(denied(st), "POST release with its own lease token: %d %s", st, clip(oneLine(resp), 60))
+				return attack.Judged(denied(st), "POST release with its own lease token: %d %s", st, attack.Clip(attack.OneLine(resp), 60))
 			}),
 		lease("lease-network-rules", "widen its own egress rules (allow 0.0.0.0/0) with its lease token", "401/403",
-			func(e *Env, a, b *api.Sandbox) (string, string, any) {
+			func(e *attack.Env, a, b *api.Sandbox) (string, string, any) {
 				return "POST", "/v1/sandboxes/" + a.ID + "/network", api.NetworkRulesRequest{Allow: []string{"0.0.0.0/0"}}
 			}, deny),
 		lease("lease-fork", "fork itself with its lease token", "401/403",
-			func(e *Env, a, b *api.Sandbox) (string, string, any) {
+			func(e *attack.Env, a, b *api.Sandbox) (string, string, any) {
 				return "POST", "/v1/sandboxes/" + a.ID + "/fork", api.ForkRequest{Count: 1}
 			}, deny),
 		lease("lease-snapshot", "snapshot itself with its lease token", "401/403",
-			func(e *Env, a, b *api.Sandbox) (string, string, any) {
+			func(e *attack.Env, a, b *api.Sandbox) (string, string, any) {
 				return "POST", "/v1/sandboxes/" + a.ID + "/snapshots", api.CreateSnapshotRequest{}
 			}, deny),
 		lease("lease-create", "create a sandbox with a lease token", "401/403",
-			func(e *Env, a, b *api.Sandbox) (string, string, any) {
+			func(e *attack.Env, a, b *api.Sandbox) (string, string, any) {
 				return "POST", "/v1/sandboxes", map[string]any{"runtime": e.Class, "labels": map[string]string{"berth-selftest": e.Tag}}
 			}, deny),
 		lease("lease-list", "list all sandboxes with a lease token", "401/403, or only itself",
-			func(e *Env, a, b *api.Sandbox) (string, string, any) { return "GET", "/v1/sandboxes", nil },
+			func(e *attack.Env, a, b *api.Sandbox) (string, string, any) { return "GET", "/v1/sandboxes", nil },
 			func(st int, body string, a *api.Sandbox) bool {
 				if denied(st) {
 					return true
@@ -111,67 +114,67 @@ func apiAttacks() []*Attack {
 				return st == 200 && len(sbs) == 1 && sbs[0].ID == a.ID
 			}),
 		lease("lease-doctor", "GET /v1/doctor (host orphans and paths) with a lease token", "401/403",
-			func(e *Env, a, b *api.Sandbox) (string, string, any) { return "GET", "/v1/doctor", nil }, deny),
+			func(e *attack.Env, a, b *api.Sandbox) (string, string, any) { return "GET", "/v1/doctor", nil }, deny),
 		x("lease-after-delete", "use a sandbox's lease token after the sandbox was deleted", "401",
-			func(ctx ctxT, e *Env, tcp *rawClient) Outcome {
+			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient) attack.Outcome {
 				d, err := e.Create(ctx, api.CreateSandboxRequest{})
 				if err != nil {
-					return escaped("%v", err)
+					return attack.Escaped("%v", err)
 				}
 				if err := e.Delete(ctx, d.ID); err != nil {
-					return escaped("delete: %v", err)
+					return attack.Escaped("delete: %v", err)
 				}
-				st, resp, err := tcp.do(ctx, "GET", "/v1/sandboxes/"+d.ID+"/events", d.LeaseToken, nil)
+				st, resp, err := tcp.Do(ctx, "GET", "/v1/sandboxes/"+d.ID+"/events", d.LeaseToken, nil)
 				if err != nil {
-					return escaped("request: %v", err)
+					return attack.Escaped("request: %v", err)
 				}
-				return judged(st == 401, "GET events of the deleted sandbox with its token: %d %s", st, clip(oneLine(resp), 60))
+				return attack.Judged(st == 401, "GET events of the deleted sandbox with its token: %d %s", st, attack.Clip(attack.OneLine(resp), 60))
 			}),
 		x("encoded-slash", "GET /v1/sandboxes/A%2Fports%2F8080/events without a key", "401",
-			func(ctx ctxT, e *Env, tcp *rawClient) Outcome {
+			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient) attack.Outcome {
 				a, err := e.Group(ctx, "api-a")
 				if err != nil {
-					return escaped("%v", err)
+					return attack.Escaped("%v", err)
 				}
-				st, resp, err := tcp.do(ctx, "GET", "/v1/sandboxes/"+a.ID+"%2Fports%2F8080/events", noKey, nil)
+				st, resp, err := tcp.Do(ctx, "GET", "/v1/sandboxes/"+a.ID+"%2Fports%2F8080/events", attack.NoKey, nil)
 				if err != nil {
-					return escaped("request: %v", err)
+					return attack.Escaped("request: %v", err)
 				}
-				return judged(st == 401, "no key: %d %s", st, clip(oneLine(resp), 70))
+				return attack.Judged(st == 401, "no key: %d %s", st, attack.Clip(attack.OneLine(resp), 70))
 			}),
 		x("no-key", "GET /v1/sandboxes without a key", "401",
-			func(ctx ctxT, e *Env, tcp *rawClient) Outcome {
-				st, resp, err := tcp.do(ctx, "GET", "/v1/sandboxes", noKey, nil)
+			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient) attack.Outcome {
+				st, resp, err := tcp.Do(ctx, "GET", "/v1/sandboxes", attack.NoKey, nil)
 				if err != nil {
-					return escaped("request: %v", err)
+					return attack.Escaped("request: %v", err)
 				}
-				return judged(st == 401, "%d %s", st, clip(oneLine(resp), 70))
+				return attack.Judged(st == 401, "%d %s", st, attack.Clip(attack.OneLine(resp), 70))
 			}),
 		x("bad-key", "GET /v1/sandboxes with a made-up key", "401",
-			func(ctx ctxT, e *Env, tcp *rawClient) Outcome {
-				st, resp, err := tcp.do(ctx, "GET", "/v1/sandboxes", "berth_"+strings.Repeat("0", 40), nil)
+			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient) attack.Outcome {
+				st, resp, err := tcp.Do(ctx, "GET", "/v1/sandboxes", "berth_"+strings.Repeat("0", 40), nil)
 				if err != nil {
-					return escaped("request: %v", err)
+					return attack.Escaped("request: %v", err)
 				}
-				return judged(st == 401, "%d %s", st, clip(oneLine(resp), 70))
+				return attack.Judged(st == 401, "%d %s", st, attack.Clip(attack.OneLine(resp), 70))
 			}),
 	}
 }
 
 // tcp is a raw client on the daemon's TCP listener, nil when there is none.
-func (e *Env) tcp() *rawClient {
+func tcpOf(e *attack.Env) *attack.RawClient {
 	switch {
-	case e.opts.TCP != "":
-		return tcpRaw(e.opts.TCP)
-	case strings.HasPrefix(e.opts.Host, "http"):
-		return tcpRaw(e.opts.Host)
+	case e.Target.TCP != "":
+		return attack.TCPRaw(e.Target.TCP)
+	case strings.HasPrefix(e.Target.Host, "http"):
+		return attack.TCPRaw(e.Target.Host)
 	}
 	return nil
 }
 
 // removeNew deletes sandboxes (and a snapshot named in resp) that a
 // request which should have been refused created anyway.
-func (e *Env) removeNew(ctx ctxT, before []api.Sandbox, resp string) {
+func removeNew(ctx ctxT, e *attack.Env, before []api.Sandbox, resp string) {
 	var snap api.Snapshot
 	if json.Unmarshal([]byte(resp), &snap) == nil && snap.ID != "" && strings.Contains(resp, "\"sandbox_id\"") {
 		e.C.DeleteSnapshot(ctx, snap.ID)

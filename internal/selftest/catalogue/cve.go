@@ -1,4 +1,4 @@
-package selftest
+package catalogue
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/selftest/attack"
 )
 
 // escapeProbe prints whether walking up from the working directory leaves
@@ -23,16 +24,16 @@ except OSError as ex:
 // runc CVE classes: CVE-2019-5736 (overwrite the runtime binary through
 // /proc/PID/exe) and CVE-2024-21626 (a leaked host directory fd, reached
 // as /proc/self/fd/N or set as the working directory).
-func cveAttacks() []*Attack {
+func cveAttacks() []*attack.Attack {
 	const g = "cve"
-	c := func(id, desc, expected string, run func(ctx ctxT, e *Env) Outcome, classes ...string) *Attack {
-		return &Attack{ID: "cve." + id, Category: CatRuncCVE, Description: desc, Expected: expected, Run: run, Classes: classes}
+	c := func(id, desc, expected string, run func(ctx ctxT, e *attack.Env) attack.Outcome, classes ...string) *attack.Attack {
+		return &attack.Attack{ID: "cve." + id, Category: attack.CatRuncCVE, Description: desc, Expected: expected, Run: run, Classes: classes}
 	}
-	return []*Attack{
+	return []*attack.Attack{
 		c("2019-5736-self-exe", "open /proc/self/exe for writing (the binary being run)", "refused (ETXTBSY/EROFS/EACCES)",
-			py(g, `report(oserr(lambda: os.close(os.open("/proc/self/exe", os.O_WRONLY))))`, "*")),
+			attack.Py(g, `report(oserr(lambda: os.close(os.open("/proc/self/exe", os.O_WRONLY))))`, "*")),
 		c("2019-5736-pid-exe", "open every /proc/PID/exe for writing", "none opens",
-			py(g, `ok = []; n = 0
+			attack.Py(g, `ok = []; n = 0
 for d in os.listdir("/proc"):
     if not d.isdigit(): continue
     p = "/proc/%s/exe" % d
@@ -44,7 +45,7 @@ for d in os.listdir("/proc"):
     except OSError: pass
 report(("ok writable: " + " ".join(ok)) if ok else "err %d exe links, none writable" % n)`, "*")),
 		c("2019-5736-exec-watch", "watch /proc for a runtime process entering during execs; open its exe for writing", "no host runtime binary enters; nothing writable",
-			runIn(g, func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
+			attack.InGroup(g, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
 				var wg sync.WaitGroup
 				var out string
 				var exit api.ExecExit
@@ -74,14 +75,14 @@ else: report("err %d processes seen, none writable, no runtime binary" % len(see
 				}
 				wg.Wait()
 				if werr != nil {
-					return escaped("exec failed: %v", werr)
+					return attack.Escaped("exec failed: %v", werr)
 				}
-				return sysCheck(out, exit, "*")
+				return attack.SysCheck(out, exit, "*")
 			})),
 		c("host-usr-write", "write into the host's /usr (bind-mounted read-only)", "EROFS",
-			shFails(g, `touch /usr/bin/berth-selftest-was-here || touch /usr/lib/berth-selftest-was-here`)),
+			attack.ShFails(g, `touch /usr/bin/berth-selftest-was-here || touch /usr/lib/berth-selftest-was-here`)),
 		c("2024-21626-leaked-fd", "every directory fd of pid 1 and of an exec'd process, walked up with .. x40", "no fd leads outside the sandbox's root",
-			py(g, `root = os.stat("/"); found = []
+			attack.Py(g, `root = os.stat("/"); found = []
 for pid in ("self", "1"):
     try: fds = os.listdir("/proc/%s/fd" % pid)
     except OSError: continue
@@ -95,14 +96,14 @@ for pid in ("self", "1"):
             found.append("%s -> %s" % (p, os.readlink(p)))
 report(("ok " + "; ".join(found)) if found else "err no fd leads outside the sandbox's root")`, "*")),
 		c("2024-21626-workdir", "exec with workdir /proc/self/fd/N and /proc/1/fd/N (N=3..9), then walk up", "refused, or confined to the sandbox's root",
-			runIn(g, func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
+			attack.InGroup(g, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
 				var refused, confined int
 				var esc []string
 				for _, pid := range []string{"self", "1"} {
 					for n := 3; n <= 9; n++ {
 						wd := fmt.Sprintf("/proc/%s/fd/%d", pid, n)
 						out, _, err := e.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"python3", "-c", escapeProbe}, Workdir: wd, TimeoutSeconds: 20})
-						r, ok := result(out)
+						r, ok := attack.Reported(out)
 						switch {
 						case err != nil || !ok:
 							refused++
@@ -114,18 +115,18 @@ report(("ok " + "; ".join(found)) if found else "err no fd leads outside the san
 					}
 				}
 				if len(esc) > 0 {
-					return escaped("%s", strings.Join(esc, "; "))
+					return attack.Escaped("%s", strings.Join(esc, "; "))
 				}
-				return contained("%d refused, %d confined", refused, confined)
+				return attack.Contained("%d refused, %d confined", refused, confined)
 			})),
 		c("workdir-dotdot", "exec with workdir /../../../../..", "confined to the sandbox's root",
-			runIn(g, func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
+			attack.InGroup(g, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
 				out, _, err := e.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"python3", "-c", escapeProbe}, Workdir: "/../../../../..", TimeoutSeconds: 20})
 				if err != nil {
-					return contained("refused: %v", err)
+					return attack.Contained("refused: %v", err)
 				}
-				r, _ := result(out)
-				return judged(!strings.HasPrefix(r, "ok"), "%s", r)
+				r, _ := attack.Reported(out)
+				return attack.Judged(!strings.HasPrefix(r, "ok"), "%s", r)
 			})),
 	}
 }

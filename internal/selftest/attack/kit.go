@@ -1,18 +1,17 @@
-package selftest
+package attack
 
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 
 	"github.com/berth-sh/berth/api"
 )
 
-// pyPrelude is prepended to every python attack: raw system calls through
+// PyPrelude is prepended to every python attack: raw system calls through
 // ctypes, errno names, and the run's host paths (from the environment).
-const pyPrelude = `import ctypes, os, sys, errno, socket, struct, time, mmap
+const PyPrelude = `import ctypes, os, sys, errno, socket, struct, time, mmap
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 def _a(x):
@@ -51,8 +50,8 @@ DD = os.environ.get("ST_DATADIR", ""); HD = os.environ.get("ST_HOSTDIR", ""); TA
 // (gVisor has no perf events nor file handles).
 var deniedErrnos = []string{"EPERM", "EACCES", "ENOSYS", "ENODEV", "EOPNOTSUPP", "ENOTSUP"}
 
-// result extracts the value of the last "RESULT ..." line.
-func result(out string) (string, bool) {
+// Reported extracts the value of the last "RESULT ..." line.
+func Reported(out string) (string, bool) {
 	lines := strings.Split(out, "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(lines[i]), "RESULT "); ok {
@@ -62,115 +61,85 @@ func result(out string) (string, bool) {
 	return "", false
 }
 
-// describeExit is a short account of output and exit status.
-func describeExit(out string, exit api.ExecExit) string {
-	s := clip(oneLine(out), 80)
+// DescribeExit is a short account of output and exit status.
+func DescribeExit(out string, exit api.ExecExit) string {
+	s := Clip(OneLine(out), 80)
 	if exit.Signal != "" {
 		return fmt.Sprintf("killed by %s %s", exit.Signal, s)
 	}
 	return fmt.Sprintf("exit %d %s", exit.Code, s)
 }
 
-// runIn runs f against the shared sandbox of group.
-func runIn(group string, f func(ctx context.Context, e *Env, sb *api.Sandbox) Outcome) func(context.Context, *Env) Outcome {
+// InGroup runs f against the shared sandbox of group.
+func InGroup(group string, f func(ctx context.Context, e *Env, sb *api.Sandbox) Outcome) func(context.Context, *Env) Outcome {
 	return func(ctx context.Context, e *Env) Outcome {
 		sb, err := e.Group(ctx, group)
 		if err != nil {
-			return escaped("could not create the sandbox: %v", err)
+			return Escaped("could not create the sandbox: %v", err)
 		}
 		return f(ctx, e, sb)
 	}
 }
 
-// fresh runs f against a sandbox of its own made with req, deleted after.
-func fresh(req api.CreateSandboxRequest, f func(ctx context.Context, e *Env, sb *api.Sandbox) Outcome) func(context.Context, *Env) Outcome {
+// Fresh runs f against a sandbox of its own made with req, deleted after.
+func Fresh(req api.CreateSandboxRequest, f func(ctx context.Context, e *Env, sb *api.Sandbox) Outcome) func(context.Context, *Env) Outcome {
 	return func(ctx context.Context, e *Env) Outcome {
 		sb, err := e.Create(ctx, req)
 		if err != nil {
-			return escaped("could not create the sandbox: %v", err)
+			return Escaped("could not create the sandbox: %v", err)
 		}
 		defer e.Delete(context.WithoutCancel(ctx), sb.ID)
 		return f(ctx, e, sb)
 	}
 }
 
-// sysCheck judges a python attack whose RESULT is "err ERRNO" when refused
+// SysCheck judges a python attack whose RESULT is "err ERRNO" when refused
 // and "ok ..." when the operation went through. accept lists the errnos
 // that count as refused (nil: deniedErrnos; "*": any error). A process
 // killed by a signal before reporting (SIGSYS) did not succeed either.
-func sysCheck(out string, exit api.ExecExit, accept ...string) Outcome {
+func SysCheck(out string, exit api.ExecExit, accept ...string) Outcome {
 	if accept == nil {
 		accept = deniedErrnos
 	}
-	r, ok := result(out)
+	r, ok := Reported(out)
 	if !ok {
 		if exit.Signal != "" {
-			return contained("killed by %s before the call returned", exit.Signal)
+			return Contained("killed by %s before the call returned", exit.Signal)
 		}
-		return escaped("no result: %s", describeExit(out, exit))
+		return Escaped("no result: %s", DescribeExit(out, exit))
 	}
 	if v, isErr := strings.CutPrefix(r, "err "); isErr {
 		name, _, _ := strings.Cut(v, " ")
 		if slices.Contains(accept, "*") || slices.Contains(accept, name) {
-			return contained("refused: %s", v)
+			return Contained("refused: %s", v)
 		}
-		return escaped("%s: got past the permission check", v)
+		return Escaped("%s: got past the permission check", v)
 	}
-	return escaped("succeeded: %s", r)
+	return Escaped("succeeded: %s", r)
 }
 
-// py is an attack of the shared sandbox of group that runs a python
-// program and judges its RESULT with sysCheck.
-func py(group, code string, accept ...string) func(context.Context, *Env) Outcome {
-	return runIn(group, func(ctx context.Context, e *Env, sb *api.Sandbox) Outcome {
+// Py is an attack of the shared sandbox of group that runs a python
+// program and judges its RESULT with SysCheck.
+func Py(group, code string, accept ...string) func(context.Context, *Env) Outcome {
+	return InGroup(group, func(ctx context.Context, e *Env, sb *api.Sandbox) Outcome {
 		out, exit, err := e.Py(ctx, sb.ID, code)
 		if err != nil {
-			return escaped("exec failed: %v", err)
+			return Escaped("exec failed: %v", err)
 		}
-		return sysCheck(out, exit, accept...)
+		return SysCheck(out, exit, accept...)
 	})
 }
 
-// shFails is an attack whose shell command must fail (exit non-zero).
-func shFails(group, script string) func(context.Context, *Env) Outcome {
-	return runIn(group, func(ctx context.Context, e *Env, sb *api.Sandbox) Outcome {
+// ShFails is an attack whose shell command must fail (exit non-zero).
+func ShFails(group, script string) func(context.Context, *Env) Outcome {
+	return InGroup(group, func(ctx context.Context, e *Env, sb *api.Sandbox) Outcome {
 		out, exit, err := e.Sh(ctx, sb.ID, script)
 		if err != nil {
-			return escaped("exec failed: %v", err)
+			return Escaped("exec failed: %v", err)
 		}
 		if exit.Code == 0 {
-			return escaped("succeeded: %s", clip(oneLine(out), 80))
+			return Escaped("succeeded: %s", Clip(OneLine(out), 80))
 		}
-		return contained("refused: %s", describeExit(out, exit))
+		return Contained("refused: %s", DescribeExit(out, exit))
 	})
-}
-
-type (
-	ctxT     = context.Context
-	sandboxT = api.Sandbox
-)
-
-func containsStr(s, sub string) bool { return sub != "" && strings.Contains(s, sub) }
-
-// hostKernelVersion is this host's kernel release (uname -r).
-func hostKernelVersion() string {
-	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-}
-
-// endedAlone judges an attack that ended its own sandbox: contained when
-// nothing beyond it was affected — the daemon answers and a new sandbox of
-// the same class runs a command.
-func (e *Env) endedAlone(ctx context.Context, format string, args ...any) Outcome {
-	sb, err := e.Create(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		return escaped("the sandbox ended and the daemon cannot create another: %v", err)
-	}
-	if ok, why := e.Alive(ctx, sb.ID); !ok {
-		return escaped("the sandbox ended and another one does not answer: %s", why)
-	}
-	return contained(format, args...)
 }

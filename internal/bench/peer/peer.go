@@ -1,4 +1,7 @@
-package bench
+// Package peer is the raw runc peer of berth bench: the same runc binary
+// given a bundle equivalent to a berth sandbox's, so that each figure of
+// the report stands beside what runc alone costs in the same run.
+package peer
 
 import (
 	"context"
@@ -13,6 +16,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/berth-sh/berth/client"
 	"github.com/berth-sh/berth/internal/image"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/node/local"
@@ -21,12 +25,12 @@ import (
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
-// peer is raw runc given an equivalent bundle to a berth sandbox's: the
+// Peer is raw runc given an equivalent bundle to a berth sandbox's: the
 // same runc binary, an overlay root over the daemon's base template layers,
 // the host /usr bind, berth's spec (user namespace with the same id map,
 // seccomp, capabilities, masked paths), the same resources and a cgroup
 // under a bench-only parent.
-type peer struct {
+type Peer struct {
 	runc   string
 	root   string // runc --root
 	dir    string
@@ -44,8 +48,11 @@ var (
 	peerArgsSleep = []string{"/usr/bin/sleep", "1000"}
 )
 
-func newPeer(ctx context.Context, runc, tmp string, d *daemon) (*peer, error) {
-	tpl, err := d.c.GetTemplate(ctx, manager.BuiltinTemplate)
+// New sets up the peer in tmp/peer beside the daemon c talks to (its
+// instance names the peer's cgroup parent): the overlay root over the
+// daemon's base template layers and the base spec.
+func New(ctx context.Context, runc, tmp string, c *client.Client, instance string) (*Peer, error) {
+	tpl, err := c.GetTemplate(ctx, manager.BuiltinTemplate)
 	if err != nil {
 		return nil, fmt.Errorf("reading template %s: %w", manager.BuiltinTemplate, err)
 	}
@@ -70,12 +77,12 @@ func newPeer(ctx context.Context, runc, tmp string, d *daemon) (*peer, error) {
 	images.Close()
 
 	dir := filepath.Join(tmp, "peer")
-	p := &peer{
+	p := &Peer{
 		runc:   runc,
 		root:   filepath.Join(dir, "runc"),
 		dir:    dir,
 		rootfs: filepath.Join(dir, "rootfs"),
-		parent: peerParent(d.instance),
+		parent: Parent(instance),
 		logf:   filepath.Join(dir, "runc.log"),
 	}
 	upper, work := filepath.Join(dir, "upper"), filepath.Join(dir, "work")
@@ -113,25 +120,25 @@ func newPeer(ctx context.Context, runc, tmp string, d *daemon) (*peer, error) {
 	return p, nil
 }
 
-// peerParent is the cgroup parent of the peer's containers, named after
+// Parent is the cgroup parent of the peer's containers, named after
 // the daemon's instance: berth-bench-<hash>.
-func peerParent(instance string) string {
+func Parent(instance string) string {
 	return "berth-bench-" + strings.TrimPrefix(instance, "berth-")
 }
 
 // newID returns a fresh container id.
-func (p *peer) newID(kind string) string {
+func (p *Peer) newID(kind string) string {
 	return fmt.Sprintf("peer-%s-%d", kind, p.seq.Add(1))
 }
 
 // bundle writes the bundle of container id running args; it is the
 // untimed preparation a caller does before `runc run`.
-func (p *peer) bundle(id string, args []string) (string, error) {
+func (p *Peer) bundle(id string, args []string) (string, error) {
 	return p.bundleSeccomp(id, args, true)
 }
 
 // bundleSeccomp is bundle, optionally without the seccomp profile.
-func (p *peer) bundleSeccomp(id string, args []string, withSeccomp bool) (string, error) {
+func (p *Peer) bundleSeccomp(id string, args []string, withSeccomp bool) (string, error) {
 	sp := *p.base
 	proc := *sp.Process
 	proc.Args = args
@@ -155,7 +162,7 @@ func (p *peer) bundleSeccomp(id string, args []string, withSeccomp bool) (string
 
 // runc runs one runc command with stdin and stdout on /dev/null and stderr
 // appended to the peer's log, and returns its wall time.
-func (p *peer) cmd(ctx context.Context, args ...string) (time.Duration, error) {
+func (p *Peer) Cmd(ctx context.Context, args ...string) (time.Duration, error) {
 	logf, err := os.OpenFile(p.logf, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return 0, err
@@ -172,63 +179,63 @@ func (p *peer) cmd(ctx context.Context, args ...string) (time.Duration, error) {
 	return d, nil
 }
 
-// runTrue times `runc run` of true in the foreground (which includes runc's
+// RunTrue times `runc run` of true in the foreground (which includes runc's
 // own teardown of the container), then deletes what is left, untimed.
-func (p *peer) runTrue(ctx context.Context) (time.Duration, error) {
-	return p.runTrueSeccomp(ctx, true)
+func (p *Peer) RunTrue(ctx context.Context) (time.Duration, error) {
+	return p.RunTrueSeccomp(ctx, true)
 }
 
-// runTrueSeccomp is runTrue, optionally with the seccomp profile left out
+// RunTrueSeccomp is runTrue, optionally with the seccomp profile left out
 // of the bundle.
-func (p *peer) runTrueSeccomp(ctx context.Context, withSeccomp bool) (time.Duration, error) {
+func (p *Peer) RunTrueSeccomp(ctx context.Context, withSeccomp bool) (time.Duration, error) {
 	id := p.newID("run")
 	b, err := p.bundleSeccomp(id, peerArgsTrue, withSeccomp)
 	if err != nil {
 		return 0, err
 	}
-	d, err := p.cmd(ctx, "run", "--bundle", b, id)
-	_, derr := p.cmd(context.WithoutCancel(ctx), "delete", "--force", id)
-	if derr != nil && !strings.Contains(derr.Error(), "does not exist") {
-		err = firstErr(err, derr)
+	d, err := p.Cmd(ctx, "run", "--bundle", b, id)
+	_, derr := p.Cmd(context.WithoutCancel(ctx), "delete", "--force", id)
+	if derr != nil && !strings.Contains(derr.Error(), "does not exist") && err == nil {
+		err = derr
 	}
 	os.RemoveAll(b)
 	return d, err
 }
 
-// startSleep starts a detached container running sleep and returns its id
+// StartSleep starts a detached container running sleep and returns its id
 // and the wall time of `runc run -d`.
-func (p *peer) startSleep(ctx context.Context) (string, time.Duration, error) {
+func (p *Peer) StartSleep(ctx context.Context) (string, time.Duration, error) {
 	id := p.newID("idle")
 	b, err := p.bundle(id, peerArgsSleep)
 	if err != nil {
 		return "", 0, err
 	}
-	d, err := p.cmd(ctx, "run", "--detach", "--bundle", b, id)
+	d, err := p.Cmd(ctx, "run", "--detach", "--bundle", b, id)
 	if err != nil {
-		p.remove(context.WithoutCancel(ctx), id)
+		p.Remove(context.WithoutCancel(ctx), id)
 		return "", 0, err
 	}
 	return id, d, nil
 }
 
-// execTrue times `runc exec <id> true`.
-func (p *peer) execTrue(ctx context.Context, id string) (time.Duration, error) {
-	return p.cmd(ctx, "exec", id, "/usr/bin/true")
+// ExecTrue times `runc exec <id> true`.
+func (p *Peer) ExecTrue(ctx context.Context, id string) (time.Duration, error) {
+	return p.Cmd(ctx, "exec", id, "/usr/bin/true")
 }
 
-// remove force-deletes container id and its bundle and returns the wall
+// Remove force-deletes container id and its bundle and returns the wall
 // time of `runc delete --force`.
-func (p *peer) remove(ctx context.Context, id string) (time.Duration, error) {
-	d, err := p.cmd(ctx, "delete", "--force", id)
+func (p *Peer) Remove(ctx context.Context, id string) (time.Duration, error) {
+	d, err := p.Cmd(ctx, "delete", "--force", id)
 	os.RemoveAll(filepath.Join(p.dir, "bundles", id))
 	return d, err
 }
 
-// cgroupRel is the cgroup of container id, relative to the hierarchy root.
-func (p *peer) cgroupRel(id string) string { return "/" + p.parent + "/" + id }
+// CgroupRel is the cgroup of container id, relative to the hierarchy root.
+func (p *Peer) CgroupRel(id string) string { return "/" + p.parent + "/" + id }
 
-// list returns the ids of the peer's containers runc still knows.
-func (p *peer) list(ctx context.Context) ([]string, error) {
+// List returns the ids of the peer's containers runc still knows.
+func (p *Peer) List(ctx context.Context) ([]string, error) {
 	out, err := exec.CommandContext(ctx, p.runc, "--root", p.root, "list", "--quiet").Output()
 	if err != nil {
 		return nil, err
@@ -236,11 +243,5 @@ func (p *peer) list(ctx context.Context) ([]string, error) {
 	return strings.Fields(string(out)), nil
 }
 
-func firstErr(errs ...error) error {
-	for _, e := range errs {
-		if e != nil {
-			return e
-		}
-	}
-	return nil
-}
+// Rootfs is the overlay root every peer container shares.
+func (p *Peer) Rootfs() string { return p.rootfs }

@@ -1,21 +1,23 @@
-package selftest
+package catalogue
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/berth-sh/berth/internal/selftest/attack"
 )
 
 // /proc and /sys: host knobs must not be writable, host memory and logs
 // not readable, and the host's paths (the daemon's data dir) must not
 // show anywhere a sandbox can look. Writes put back the value just read,
 // so an uncontained write changes nothing on the host.
-func procAttacks() []*Attack {
+func procAttacks() []*attack.Attack {
 	const g = "proc"
-	p := func(id, desc, expected string, run func(ctx ctxT, e *Env) Outcome, classes ...string) *Attack {
-		return &Attack{ID: "proc." + id, Category: CatProcSys, Description: desc, Expected: expected, Run: run, Classes: classes}
+	p := func(id, desc, expected string, run func(ctx ctxT, e *attack.Env) attack.Outcome, classes ...string) *attack.Attack {
+		return &attack.Attack{ID: "proc." + id, Category: attack.CatProcSys, Description: desc, Expected: expected, Run: run, Classes: classes}
 	}
-	rewrite := func(file string) func(ctxT, *Env) Outcome {
-		return py(g, fmt.Sprintf(`f = %q
+	rewrite := func(file string) func(ctxT, *attack.Env) attack.Outcome {
+		return attack.Py(g, fmt.Sprintf(`f = %q
 try:
     v = open(f, "rb").read()
 except OSError as ex:
@@ -27,14 +29,14 @@ def w():
     finally: os.close(fd)
 report(oserr(w))`, file), "EROFS", "EACCES", "EPERM", "ENOENT", "read")
 	}
-	hostPath := func(id, desc string, script string) *Attack {
-		return p(id, desc, "the host data dir path does not appear", runIn(g, func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
+	hostPath := func(id, desc string, script string) *attack.Attack {
+		return p(id, desc, "the host data dir path does not appear", attack.InGroup(g, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
 			if e.DataDir() == "" {
-				return notApplicable("the daemon's data dir is unknown (--data-dir)")
+				return attack.NotApplicable("the daemon's data dir is unknown (--data-dir)")
 			}
 			out, exit, err := e.Sh(ctx, sb.ID, script)
 			if err != nil {
-				return escaped("exec failed: %v", err)
+				return attack.Escaped("exec failed: %v", err)
 			}
 			var hits []string
 			for _, l := range strings.Split(out, "\n") {
@@ -43,17 +45,17 @@ report(oserr(w))`, file), "EROFS", "EACCES", "EPERM", "ENOENT", "read")
 				}
 			}
 			if len(hits) > 0 {
-				return escaped("%d line(s) show %s: %s", len(hits), e.DataDir(), clip(hits[0], 120))
+				return attack.Escaped("%d line(s) show %s: %s", len(hits), e.DataDir(), attack.Clip(hits[0], 120))
 			}
-			return contained("no host path in %d bytes (%s)", len(out), describeExit("", exit))
+			return attack.Contained("no host path in %d bytes (%s)", len(out), attack.DescribeExit("", exit))
 		}))
 	}
-	return []*Attack{
+	return []*attack.Attack{
 		p("sysctl-core-pattern", "write /proc/sys/kernel/core_pattern (a host-wide escape via a core handler)", "EROFS/EACCES", rewrite("/proc/sys/kernel/core_pattern")),
 		p("sysctl-modprobe", "write /proc/sys/kernel/modprobe", "refused", rewrite("/proc/sys/kernel/modprobe")),
 		p("sysctl-panic", "write /proc/sys/kernel/panic", "refused", rewrite("/proc/sys/kernel/panic")),
 		p("sysrq-trigger", "write 'h' to /proc/sysrq-trigger", "refused (read-only, or /dev/null)",
-			py(g, `f = "/proc/sysrq-trigger"
+			attack.Py(g, `f = "/proc/sysrq-trigger"
 def w():
     fd = os.open(f, os.O_WRONLY)
     try: os.write(fd, b"h")
@@ -65,7 +67,7 @@ if r.startswith("ok"):
         r = "err masked by /dev/null"
 report(r)`, "*")),
 		p("kcore", "read /proc/kcore (host physical memory)", "nothing readable",
-			py(g, `def rd():
+			attack.Py(g, `def rd():
     fd = os.open("/proc/kcore", os.O_RDONLY)
     try: return len(os.read(fd, 4096))
     finally: os.close(fd)
@@ -73,7 +75,7 @@ r = oserr(rd)
 if r == "ok 0": r = "err empty (masked)"
 report(r)`, "*")),
 		p("kallsyms", "read kernel symbol addresses from /proc/kallsyms", "no non-zero address",
-			py(g, `try:
+			attack.Py(g, `try:
     ls = open("/proc/kallsyms").read().splitlines()
 except OSError as ex:
     report("err " + ename(ex.errno)); sys.exit()
@@ -82,12 +84,12 @@ report(("ok %d non-zero addresses, e.g. %s" % (len(nz), nz[0])) if nz else "err 
 		p("sys-uevent-helper", "write /sys/kernel/uevent_helper (runs a host program on uevents)", "EROFS", rewrite("/sys/kernel/uevent_helper")),
 		p("sys-write", "write /sys/kernel/mm/transparent_hugepage/enabled", "EROFS", rewrite("/sys/kernel/mm/transparent_hugepage/enabled")),
 		p("cgroup-mount", "mount a cgroup v1 hierarchy (release_agent escape, CVE-2022-0492)", "EPERM",
-			py(g, `os.makedirs("/tmp/st-cg", exist_ok=True); report(sc(165, b"cgroup", b"/tmp/st-cg", b"cgroup", 0, b"rdma"))`)),
+			attack.Py(g, `os.makedirs("/tmp/st-cg", exist_ok=True); report(sc(165, b"cgroup", b"/tmp/st-cg", b"cgroup", 0, b"rdma"))`)),
 		// gVisor shows its own cgroupfs, where the container's cgroup is
 		// named after the sandbox's id (which the sandbox knows anyway:
 		// BERTH_SANDBOX_ID); no host layout appears.
 		p("cgroup-path", "/proc/self/cgroup names the host cgroup path", "cgroup namespace: only / (gVisor: its own id)",
-			py(g, `ls = open("/proc/self/cgroup").read().split()
+			attack.Py(g, `ls = open("/proc/self/cgroup").read().split()
 own = ":/" + os.environ.get("BERTH_SANDBOX_ID", "-")
 bad = [l for l in ls if not l.endswith(":/") and not l.endswith(own)]
 report(("ok " + " ".join(bad)) if bad else "err all /")`, "*")),

@@ -1,4 +1,4 @@
-package selftest
+package catalogue
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/selftest/attack"
 )
 
 // impostor moves the real agent socket aside, listens in its place and
@@ -51,73 +52,73 @@ while True:
 `
 
 // The agent channel and the agent process (PID 1).
-func agentAttacks() []*Attack {
+func agentAttacks() []*attack.Attack {
 	const g = "agent"
-	a := func(id, desc, expected string, run func(ctx ctxT, e *Env) Outcome, classes ...string) *Attack {
-		return &Attack{ID: "agent." + id, Category: CatAgent, Description: desc, Expected: expected, Run: run, Classes: classes}
+	a := func(id, desc, expected string, run func(ctx ctxT, e *attack.Env) attack.Outcome, classes ...string) *attack.Attack {
+		return &attack.Attack{ID: "agent." + id, Category: attack.CatAgent, Description: desc, Expected: expected, Run: run, Classes: classes}
 	}
 	// alive wraps an attack on pid 1: whatever it reports, the sandbox
 	// must still answer afterwards.
-	alive := func(run func(ctx ctxT, e *Env, sb *sandboxT) Outcome) func(ctxT, *Env) Outcome {
-		return fresh(api.CreateSandboxRequest{}, func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
+	alive := func(run func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome) func(ctxT, *attack.Env) attack.Outcome {
+		return attack.Fresh(api.CreateSandboxRequest{}, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
 			o := run(ctx, e, sb)
 			if ok, why := e.Alive(ctx, sb.ID); !ok {
-				return escaped("%s; then the sandbox died: %s", o.Observed, why)
+				return attack.Escaped("%s; then the sandbox died: %s", o.Observed, why)
 			}
 			return o
 		})
 	}
-	signal := func(sig string) *Attack {
+	signal := func(sig string) *attack.Attack {
 		return a("kill-"+strings.ToLower(sig)+"-pid1", "kill -"+sig+" 1 from inside, then exec", "the agent survives; the sandbox still answers (gVisor, SIGKILL: that sandbox alone ends)",
-			fresh(api.CreateSandboxRequest{}, func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
+			attack.Fresh(api.CreateSandboxRequest{}, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
 				before, _, err := e.Sh(ctx, sb.ID, `cut -d' ' -f22 /proc/1/stat`)
 				if err != nil {
-					return escaped("exec failed: %v", err)
+					return attack.Escaped("exec failed: %v", err)
 				}
 				// The signal may reach the attacking shell too (the agent
 				// forwards some): its own exit says little.
 				out, exit, err := e.Sh(ctx, sb.ID, fmt.Sprintf(`kill -%s 1; echo "RESULT rc=$?"`, sig))
-				if err != nil && sig == "KILL" && e.Class == Runsc {
+				if err != nil && sig == "KILL" && e.Class == attack.Runsc {
 					if ok, _ := e.Alive(ctx, sb.ID); !ok {
-						return e.endedAlone(ctx, "kill -KILL 1 ended the gVisor sandbox (its init is not protected from SIGKILL inside, unlike Linux's); nothing else was affected")
+						return endedAlone(ctx, e, "kill -KILL 1 ended the gVisor sandbox (its init is not protected from SIGKILL inside, unlike Linux's); nothing else was affected")
 					}
 				}
 				if err != nil {
-					return escaped("exec failed: %v", err)
+					return attack.Escaped("exec failed: %v", err)
 				}
 				r := orExit(firstResult(out), out, exit)
 				time.Sleep(500 * time.Millisecond)
 				ok, why := e.Alive(ctx, sb.ID)
-				if !ok && sig == "KILL" && e.Class == Runsc {
+				if !ok && sig == "KILL" && e.Class == attack.Runsc {
 					// gVisor does not keep SIGKILL from its init as
 					// Linux does: the sandbox ends with its init, and
 					// nothing can take PID 1's place. Its own end only.
-					return e.endedAlone(ctx, "kill -KILL 1 (%s) ended the gVisor sandbox (its init is not protected from SIGKILL inside, unlike Linux's); nothing else was affected", r)
+					return endedAlone(ctx, e, "kill -KILL 1 (%s) ended the gVisor sandbox (its init is not protected from SIGKILL inside, unlike Linux's); nothing else was affected", r)
 				}
 				if !ok {
-					return escaped("kill (%s): the sandbox no longer answers: %s", r, why)
+					return attack.Escaped("kill (%s): the sandbox no longer answers: %s", r, why)
 				}
 				after, _, _ := e.Sh(ctx, sb.ID, `cut -d' ' -f22 /proc/1/stat`)
 				if strings.TrimSpace(after) != strings.TrimSpace(before) {
-					return escaped("kill (%s): pid 1 was replaced (start %s -> %s)", r, strings.TrimSpace(before), strings.TrimSpace(after))
+					return attack.Escaped("kill (%s): pid 1 was replaced (start %s -> %s)", r, strings.TrimSpace(before), strings.TrimSpace(after))
 				}
-				return contained("kill (%s); the agent still answers", r)
+				return attack.Contained("kill (%s); the agent still answers", r)
 			}))
 	}
-	return []*Attack{
+	return []*attack.Attack{
 		a("socket-symlink-other", "replace /.berth/run/agent.sock with a symlink to another sandbox's socket; the harness then execs into this one", "the exec never runs in the other sandbox",
-			func(ctx ctxT, e *Env) Outcome {
+			func(ctx ctxT, e *attack.Env) attack.Outcome {
 				if e.DataDir() == "" || !e.Local() {
-					return notApplicable("needs the daemon's data dir on this host")
+					return attack.NotApplicable("needs the daemon's data dir on this host")
 				}
 				sa, err := e.Create(ctx, api.CreateSandboxRequest{})
 				if err != nil {
-					return escaped("create: %v", err)
+					return attack.Escaped("create: %v", err)
 				}
 				defer e.Delete(context.WithoutCancel(ctx), sa.ID)
 				sbB, err := e.Create(ctx, api.CreateSandboxRequest{})
 				if err != nil {
-					return escaped("create: %v", err)
+					return attack.Escaped("create: %v", err)
 				}
 				defer e.Delete(context.WithoutCancel(ctx), sbB.ID)
 				e.Sh(ctx, sa.ID, "echo A-"+e.Tag+" > /tmp/st-whoami")
@@ -125,26 +126,26 @@ func agentAttacks() []*Attack {
 				target := filepath.Join(e.DataDir(), "sandboxes", sbB.ID, "run", "agent.sock")
 				out, exit, err := e.Sh(ctx, sa.ID, "rm -f /.berth/run/agent.sock && ln -s "+target+" /.berth/run/agent.sock")
 				if err != nil || exit.Code != 0 {
-					return contained("could not replace the socket: %v %s", err, describeExit(out, exit))
+					return attack.Contained("could not replace the socket: %v %s", err, attack.DescribeExit(out, exit))
 				}
 				got, _, err := e.Exec(ctx, sa.ID, api.ExecRequest{Cmd: []string{"cat", "/tmp/st-whoami"}, TimeoutSeconds: 15})
 				switch {
 				case err != nil:
-					return contained("the exec failed instead: %v", err)
+					return attack.Contained("the exec failed instead: %v", err)
 				case strings.Contains(got, "B-"+e.Tag):
-					return escaped("an exec sent to sandbox A ran in sandbox B (%s)", strings.TrimSpace(got))
+					return attack.Escaped("an exec sent to sandbox A ran in sandbox B (%s)", strings.TrimSpace(got))
 				}
-				return contained("the exec ran in A (%s)", strings.TrimSpace(got))
+				return attack.Contained("the exec ran in A (%s)", strings.TrimSpace(got))
 			}),
 		a("socket-symlink-host", "replace /.berth/run/agent.sock with a symlink to a host socket (a decoy the harness listens on)", "the daemon never connects to the host socket",
-			fresh(api.CreateSandboxRequest{}, func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
+			attack.Fresh(api.CreateSandboxRequest{}, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
 				if !e.Local() {
-					return notApplicable("needs the daemon on this host")
+					return attack.NotApplicable("needs the daemon on this host")
 				}
 				decoy := filepath.Join(e.HostDir, "decoy.sock")
 				l, err := net.Listen("unix", decoy)
 				if err != nil {
-					return escaped("decoy: %v", err)
+					return attack.Escaped("decoy: %v", err)
 				}
 				defer l.Close()
 				os.Chmod(decoy, 0o777)
@@ -161,23 +162,23 @@ func agentAttacks() []*Attack {
 				}()
 				out, exit, err := e.Sh(ctx, sb.ID, "rm -f /.berth/run/agent.sock && ln -s "+decoy+" /.berth/run/agent.sock")
 				if err != nil || exit.Code != 0 {
-					return contained("could not replace the socket: %v %s", err, describeExit(out, exit))
+					return attack.Contained("could not replace the socket: %v %s", err, attack.DescribeExit(out, exit))
 				}
 				_, _, xerr := e.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}, TimeoutSeconds: 10})
 				time.Sleep(200 * time.Millisecond)
 				if n := hits.Load(); n > 0 {
-					return escaped("the daemon connected %d time(s) to the host socket %s (exec: %v)", n, decoy, xerr)
+					return attack.Escaped("the daemon connected %d time(s) to the host socket %s (exec: %v)", n, decoy, xerr)
 				}
-				return contained("no connection to the host socket (exec: %v)", errText(xerr))
+				return attack.Contained("no connection to the host socket (exec: %v)", errText(xerr))
 			})),
 		a("impostor", "move the agent socket aside and listen in its place, relaying and recording; the harness then execs with a secret in env", "the daemon's requests never reach the impostor",
-			fresh(api.CreateSandboxRequest{}, func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
+			attack.Fresh(api.CreateSandboxRequest{}, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
 				if err := writeFileIn(ctx, e, sb.ID, "/tmp/st-impostor.py", impostor); err != nil {
-					return escaped("could not stage the impostor: %v", err)
+					return attack.Escaped("could not stage the impostor: %v", err)
 				}
 				out, exit, err := e.Sh(ctx, sb.ID, `(setsid python3 /tmp/st-impostor.py >/tmp/st-impostor.log 2>&1 &); for i in $(seq 100); do test -e /tmp/st-impostor.ready && exit 0; sleep 0.05; done; cat /tmp/st-impostor.log; exit 1`)
 				if err != nil || exit.Code != 0 {
-					return contained("the impostor could not take the socket's place: %v %s", err, describeExit(out, exit))
+					return attack.Contained("the impostor could not take the socket's place: %v %s", err, attack.DescribeExit(out, exit))
 				}
 				secret := "st-secret-" + e.Tag
 				xctx, cancel := context.WithTimeout(ctx, 8*time.Second) // a hijacked channel may never answer
@@ -193,32 +194,32 @@ func agentAttacks() []*Attack {
 					captured, _, _ = e.Sh(ctx, sb.ID, "cat /tmp/st-captured 2>/dev/null")
 				}
 				if strings.Contains(captured, secret) {
-					return escaped("the impostor captured the exec request with its env (%d bytes; exec: %v exit %d)", len(captured), errText(xerr), xexit.Code)
+					return attack.Escaped("the impostor captured the exec request with its env (%d bytes; exec: %v exit %d)", len(captured), errText(xerr), xexit.Code)
 				}
-				return contained("nothing captured (exec: %v)", errText(xerr))
+				return attack.Contained("nothing captured (exec: %v)", errText(xerr))
 			})),
 		a("ptrace-attach-pid1", "PTRACE_ATTACH to pid 1 (the agent) via ctypes", "EPERM",
-			alive(func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
+			alive(func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
 				out, exit, err := e.Py(ctx, sb.ID, `r = sc(101, 16, 1, 0, 0)
 if r.startswith("ok"):
     os.waitpid(1, 0x40000000); sc(101, 17, 1, 0, 0)
 report(r)`)
 				if err != nil {
-					return escaped("exec failed: %v", err)
+					return attack.Escaped("exec failed: %v", err)
 				}
-				return sysCheck(out, exit)
+				return attack.SysCheck(out, exit)
 			})),
 		a("ptrace-seize-pid1", "PTRACE_SEIZE of pid 1, then PEEKDATA", "EPERM",
-			alive(func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
+			alive(func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
 				out, exit, err := e.Py(ctx, sb.ID, `r = sc(101, 0x4206, 1, 0, 0)
 report(r)`)
 				if err != nil {
-					return escaped("exec failed: %v", err)
+					return attack.Escaped("exec failed: %v", err)
 				}
-				return sysCheck(out, exit)
+				return attack.SysCheck(out, exit)
 			})),
 		a("proc1-mem", "read /proc/1/mem at a mapped address of the agent", "EACCES/EPERM",
-			py(g, `def rd():
+			attack.Py(g, `def rd():
     l = [x for x in open("/proc/1/maps") if x.split()[1].startswith("r")][0]
     addr = int(l.split("-")[0], 16)
     fd = os.open("/proc/1/mem", os.O_RDONLY)
@@ -227,25 +228,25 @@ report(r)`)
     finally: os.close(fd)
 report(oserr(rd))`, "*")),
 		a("proc1-environ", "read /proc/1/environ (the agent's environment)", "EACCES",
-			py(g, `def rd():
+			attack.Py(g, `def rd():
     d = open("/proc/1/environ", "rb").read()
     if not d: raise OSError(errno.ENODATA, "empty")
     return "%d bytes: %s" % (len(d), b" ".join(v.split(b"=")[0] for v in d.split(b"\0") if v).decode())
 report(oserr(rd))`, "*")),
 		a("proc1-fd", "list and readlink /proc/1/fd (the agent's descriptors)", "EACCES",
-			py(g, `def ls():
+			attack.Py(g, `def ls():
     return " ".join("%s->%s" % (f, os.readlink("/proc/1/fd/" + f)) for f in sorted(os.listdir("/proc/1/fd")))
 report(oserr(ls))`, "*")),
 		signal("TERM"), signal("INT"), signal("HUP"), signal("KILL"),
 		a("overwrite-binary", "open /.berth/berth (the agent binary, a host file) for writing; rename it", "EROFS/EBUSY/ETXTBSY",
-			py(g, `res = [oserr(lambda: os.close(os.open("/.berth/berth", os.O_WRONLY | os.O_APPEND))),
+			attack.Py(g, `res = [oserr(lambda: os.close(os.open("/.berth/berth", os.O_WRONLY | os.O_APPEND))),
        oserr(lambda: os.rename("/.berth/berth", "/.berth/st-b"))]
 if res[1].startswith("ok"): os.rename("/.berth/st-b", "/.berth/berth")
 report(("ok " + ", ".join(res)) if any(r.startswith("ok") for r in res) else "err " + ", ".join(res))`, "*")),
 		a("proc1-exe-write", "open /proc/1/exe (the agent binary) for writing", "refused",
-			py(g, `report(oserr(lambda: os.close(os.open("/proc/1/exe", os.O_WRONLY))))`, "*")),
+			attack.Py(g, `report(oserr(lambda: os.close(os.open("/proc/1/exe", os.O_WRONLY))))`, "*")),
 		a("seccomp-fd", "look for the seccomp program's memfd in pid 1's and own fds and open it for writing", "closed, or sealed: not writable",
-			py(g, `found = []; writable = []
+			attack.Py(g, `found = []; writable = []
 for pid in ("1", "self"):
     try: fds = os.listdir("/proc/%s/fd" % pid)
     except OSError: continue
@@ -260,7 +261,7 @@ for pid in ("1", "self"):
             except OSError: pass
 report(("ok writable: %s" % writable) if writable else ("err reachable but sealed: %s" % found) if found else "err no memfd reachable")`, "*")),
 		a("listen-fd-leak", "look for the agent's listening socket among an exec'd process's fds (accept() would hijack the channel)", "none inherited",
-			py(g, `got = []
+			attack.Py(g, `got = []
 for fd in os.listdir("/proc/self/fd"):
     try:
         s = socket.socket(fileno=os.dup(int(fd)))
@@ -272,13 +273,13 @@ report(("ok listening sockets inherited: fds %s" % got) if got else "err none")`
 }
 
 // writeFileIn writes a file inside a sandbox through the file API.
-func writeFileIn(ctx ctxT, e *Env, id, path, content string) error {
+func writeFileIn(ctx ctxT, e *attack.Env, id, path, content string) error {
 	_, err := e.C.WriteFile(ctx, id, path, 0o755, strings.NewReader(content))
 	return err
 }
 
 func firstResult(out string) string {
-	r, _ := result(out)
+	r, _ := attack.Reported(out)
 	return r
 }
 
@@ -286,5 +287,5 @@ func errText(err error) string {
 	if err == nil {
 		return "ok"
 	}
-	return clip(err.Error(), 60)
+	return attack.Clip(err.Error(), 60)
 }

@@ -1,4 +1,4 @@
-package selftest
+package catalogue
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/selftest/attack"
 )
 
 // lonly is a python guard: true when the sandbox has no interface but lo
@@ -19,27 +20,27 @@ const lonly = `def ifaces():
 // Network: mode none is loopback only; the host's loopback and abstract
 // sockets stay out of reach. Egress-mode attacks need a network the test
 // makes itself (see egress.go).
-func netAttacks() []*Attack {
+func netAttacks() []*attack.Attack {
 	const g = "net"
-	n := func(id, desc, expected string, run func(ctx ctxT, e *Env) Outcome, classes ...string) *Attack {
-		return &Attack{ID: "net." + id, Category: CatNetwork, Description: desc, Expected: expected, Run: run, Classes: classes}
+	n := func(id, desc, expected string, run func(ctx ctxT, e *attack.Env) attack.Outcome, classes ...string) *attack.Attack {
+		return &attack.Attack{ID: "net." + id, Category: attack.CatNetwork, Description: desc, Expected: expected, Run: run, Classes: classes}
 	}
-	return []*Attack{
+	return []*attack.Attack{
 		n("none-interfaces", "list network interfaces in mode none (/proc/net/dev)", "only lo",
-			py(g, lonly+`i = ifaces()
+			attack.Py(g, lonly+`i = ifaces()
 report(("ok interfaces: %s" % i) if [x for x in i if x != "lo"] else "err only %s" % (i or "no interfaces"))`, "*")),
 		n("none-routes", "routes in mode none (/proc/net/route, ipv6_route)", "no route but loopback",
-			py(g, `rs = []
+			attack.Py(g, `rs = []
 try: rs += [l.split()[0] + ":" + l.split()[1] for l in open("/proc/net/route").read().splitlines()[1:] if l.split() and l.split()[0] != "lo"]
 except OSError: pass
 try: rs += [l.split()[-1] + ":" + l.split()[0] for l in open("/proc/net/ipv6_route").read().splitlines() if l.split() and l.split()[-1] != "lo"]
 except OSError: pass
 report(("ok routes: %s" % rs[:5]) if rs else "err no route")`, "*")),
 		n("host-loopback", "connect to a TCP port the harness listens on at the host's 127.0.0.1", "refused: the sandbox's 127.0.0.1 is its own",
-			runIn(g, func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
+			attack.InGroup(g, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
 				l, err := net.Listen("tcp", "127.0.0.1:0")
 				if err != nil {
-					return escaped("listen: %v", err)
+					return attack.Escaped("listen: %v", err)
 				}
 				defer l.Close()
 				var hits atomic.Int32
@@ -48,20 +49,20 @@ report(("ok routes: %s" % rs[:5]) if rs else "err no route")`, "*")),
 				out, exit, err := e.Py(ctx, sb.ID, fmt.Sprintf(`s = socket.socket(); s.settimeout(3)
 report(oserr(lambda: s.connect(("127.0.0.1", %d))))`, port))
 				if err != nil {
-					return escaped("exec failed: %v", err)
+					return attack.Escaped("exec failed: %v", err)
 				}
-				o := sysCheck(out, exit, "*")
+				o := attack.SysCheck(out, exit, "*")
 				if hits.Load() > 0 {
-					return escaped("the harness's host listener accepted %d connection(s)", hits.Load())
+					return attack.Escaped("the harness's host listener accepted %d connection(s)", hits.Load())
 				}
 				return o
 			})),
 		n("host-abstract-socket", "connect to an abstract unix socket the harness listens on in the host's network namespace", "ECONNREFUSED: abstract sockets are per network namespace",
-			runIn(g, func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
+			attack.InGroup(g, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
 				name := "berth-selftest-" + e.Tag
 				l, err := net.Listen("unix", "@"+name)
 				if err != nil {
-					return escaped("listen: %v", err)
+					return attack.Escaped("listen: %v", err)
 				}
 				defer l.Close()
 				var hits atomic.Int32
@@ -69,21 +70,21 @@ report(oserr(lambda: s.connect(("127.0.0.1", %d))))`, port))
 				out, exit, err := e.Py(ctx, sb.ID, fmt.Sprintf(`s = socket.socket(socket.AF_UNIX); s.settimeout(3)
 report(oserr(lambda: s.connect("\0%s")))`, name))
 				if err != nil {
-					return escaped("exec failed: %v", err)
+					return attack.Escaped("exec failed: %v", err)
 				}
-				o := sysCheck(out, exit, "*")
+				o := attack.SysCheck(out, exit, "*")
 				if hits.Load() > 0 {
-					return escaped("the host's abstract socket accepted %d connection(s)", hits.Load())
+					return attack.Escaped("the host's abstract socket accepted %d connection(s)", hits.Load())
 				}
 				return o
 			})),
 		n("none-dns", "resolve a name in mode none (only tried when lo is the only interface)", "the lookup fails",
-			py(g, lonly+`if [x for x in ifaces() if x != "lo"]:
+			attack.Py(g, lonly+`if [x for x in ifaces() if x != "lo"]:
     report("ok not attempted: the sandbox has a non-loopback interface %s" % ifaces()); sys.exit()
 socket.setdefaulttimeout(5)
 report(oserr(lambda: socket.getaddrinfo("berth-selftest-disallowed.example.com", 443)))`, "*")),
-		n("egress-default-deny", "mode egress, no rule: connect to a test host in a harness-made network namespace", "refused, logged as a denied flow", egressDeny, Runc),
-		n("egress-dns-disallowed", "mode egress, no rule: resolve a name that is not allowed", "the lookup fails, logged as a denied query", egressDNS, Runc),
+		n("egress-default-deny", "mode egress, no rule: connect to a test host in a harness-made network namespace", "refused, logged as a denied flow", egressDeny, attack.Runc),
+		n("egress-dns-disallowed", "mode egress, no rule: resolve a name that is not allowed", "the lookup fails, logged as a denied query", egressDNS, attack.Runc),
 	}
 }
 
@@ -99,23 +100,23 @@ func acceptCount(l net.Listener, hits *atomic.Int32) {
 }
 
 // Cross-sandbox: sandbox A against B's processes, files, sockets, IPC.
-func crossAttacks() []*Attack {
-	x := func(id, desc, expected, code string) *Attack {
-		return &Attack{ID: "cross." + id, Category: CatCross, Description: desc, Expected: expected,
-			Run: func(ctx ctxT, e *Env) Outcome {
-				a, b, err := e.crossPair(ctx)
+func crossAttacks() []*attack.Attack {
+	x := func(id, desc, expected, code string) *attack.Attack {
+		return &attack.Attack{ID: "cross." + id, Category: attack.CatCross, Description: desc, Expected: expected,
+			Run: func(ctx ctxT, e *attack.Env) attack.Outcome {
+				a, b, err := crossPair(ctx, e)
 				if err != nil {
-					return escaped("%v", err)
+					return attack.Escaped("%v", err)
 				}
-				out, exit, err := e.Exec(ctx, a.ID, api.ExecRequest{Cmd: []string{"python3", "-c", pyPrelude + code},
+				out, exit, err := e.Exec(ctx, a.ID, api.ExecRequest{Cmd: []string{"python3", "-c", attack.PyPrelude + code},
 					Env: map[string]string{"ST_DATADIR": e.DataDir(), "ST_TAG": e.Tag, "ST_PEER": b.ID}})
 				if err != nil {
-					return escaped("exec failed: %v", err)
+					return attack.Escaped("exec failed: %v", err)
 				}
-				return sysCheck(out, exit, "*")
+				return attack.SysCheck(out, exit, "*")
 			}}
 	}
-	return []*Attack{
+	return []*attack.Attack{
 		x("processes", "A looks for B's marked process in /proc", "not visible", `me = str(os.getpid()); mark = "st-xsb-" + "marker-" + TAG; seen = []
 for d in os.listdir("/proc"):
     if not d.isdigit() or d == me: continue
@@ -168,10 +169,8 @@ time.sleep(900)
 `
 
 // crossPair returns the env's A and B sandboxes, B holding its markers.
-func (e *Env) crossPair(ctx ctxT) (*api.Sandbox, *api.Sandbox, error) {
-	e.mu.Lock()
-	b, ready := e.groups["cross-b"]
-	e.mu.Unlock()
+func crossPair(ctx ctxT, e *attack.Env) (*api.Sandbox, *api.Sandbox, error) {
+	b, ready := e.Shared("cross-b")
 	if !ready {
 		var err error
 		if b, err = e.Group(ctx, "cross-b"); err != nil {

@@ -1,4 +1,4 @@
-package selftest
+package catalogue
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/selftest/attack"
 	"github.com/berth-sh/berth/internal/testenv"
 )
 
@@ -215,14 +216,14 @@ func (w *egressWorld) close(ctx context.Context) []string {
 
 // withEgress runs f against a fresh egress sandbox (allowing only the
 // control port) of a fresh egress world.
-func withEgress(f func(ctx ctxT, e *Env, w *egressWorld, sb *api.Sandbox) Outcome) func(ctxT, *Env) Outcome {
-	return func(ctx ctxT, e *Env) (o Outcome) {
-		if e.opts.Binary == "" || e.opts.WorkDir == "" {
-			return notApplicable("needs the private daemon mode (--private): egress runs against a selftest-made network namespace")
+func withEgress(f func(ctx ctxT, e *attack.Env, w *egressWorld, sb *api.Sandbox) attack.Outcome) func(ctxT, *attack.Env) attack.Outcome {
+	return func(ctx ctxT, e *attack.Env) (o attack.Outcome) {
+		if e.Target.Binary == "" || e.Target.WorkDir == "" {
+			return attack.NotApplicable("needs the private daemon mode (--private): egress runs against a selftest-made network namespace")
 		}
-		w, err := startEgress(ctx, e.opts.Binary, e.opts.WorkDir)
+		w, err := startEgress(ctx, e.Target.Binary, e.Target.WorkDir)
 		if err != nil {
-			return escaped("could not make the egress test network: %v", err)
+			return attack.Escaped("could not make the egress test network: %v", err)
 		}
 		defer func() {
 			if errs := w.close(context.WithoutCancel(ctx)); len(errs) > 0 {
@@ -233,7 +234,7 @@ func withEgress(f func(ctx ctxT, e *Env, w *egressWorld, sb *api.Sandbox) Outcom
 		sb, err := w.d.Client().CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: e.Class, Network: "egress",
 			Allow: []string{fmt.Sprintf("tcp://%s:%d", egressTestHost, egressAllowed)}, TimeoutSeconds: 600})
 		if err != nil {
-			return escaped("egress create: %v", err)
+			return attack.Escaped("egress create: %v", err)
 		}
 		o = f(ctx, e, w, sb)
 		o.Observed += fmt.Sprintf(" (network made in %.1fs)", w.lockWait.Seconds())
@@ -242,12 +243,12 @@ func withEgress(f func(ctx ctxT, e *Env, w *egressWorld, sb *api.Sandbox) Outcom
 }
 
 func egressExec(ctx ctxT, w *egressWorld, id, code string) (string, error) {
-	var out syncBuffer
-	_, err := w.d.Client().Exec(ctx, id, api.ExecRequest{Cmd: []string{"python3", "-c", pyPrelude + code}, TimeoutSeconds: 30}, &out, &out)
+	var out attack.SyncBuffer
+	_, err := w.d.Client().Exec(ctx, id, api.ExecRequest{Cmd: []string{"python3", "-c", attack.PyPrelude + code}, TimeoutSeconds: 30}, &out, &out)
 	return out.String(), err
 }
 
-var egressDeny = withEgress(func(ctx ctxT, e *Env, w *egressWorld, sb *api.Sandbox) Outcome {
+var egressDeny = withEgress(func(ctx ctxT, e *attack.Env, w *egressWorld, sb *api.Sandbox) attack.Outcome {
 	code := fmt.Sprintf(`def conn(p):
     s = socket.socket(); s.settimeout(3)
     return oserr(lambda: s.connect((%q, p)))
@@ -255,9 +256,9 @@ print("CONTROL", conn(%d))
 report(conn(%d))`, egressTestHost, egressAllowed, egressDenied)
 	out, err := egressExec(ctx, w, sb.ID, code)
 	if err != nil {
-		return escaped("exec failed: %v", err)
+		return attack.Escaped("exec failed: %v", err)
 	}
-	r, _ := result(out)
+	r, _ := attack.Reported(out)
 	control := "?"
 	for _, l := range strings.Split(out, "\n") {
 		if v, ok := strings.CutPrefix(l, "CONTROL "); ok {
@@ -273,17 +274,17 @@ report(conn(%d))`, egressTestHost, egressAllowed, egressDenied)
 		}
 	}
 	got := fmt.Sprintf("connect :%d %s, test host saw %d; denied flow logged %v; control :%d %s", egressDenied, r, w.denied.Load(), logged, egressAllowed, control)
-	return judged(strings.HasPrefix(r, "err") && w.denied.Load() == 0 && logged, "%s", got)
+	return attack.Judged(strings.HasPrefix(r, "err") && w.denied.Load() == 0 && logged, "%s", got)
 })
 
-var egressDNS = withEgress(func(ctx ctxT, e *Env, w *egressWorld, sb *api.Sandbox) Outcome {
+var egressDNS = withEgress(func(ctx ctxT, e *attack.Env, w *egressWorld, sb *api.Sandbox) attack.Outcome {
 	name := "berth-selftest-disallowed.example.com"
 	out, err := egressExec(ctx, w, sb.ID, fmt.Sprintf(`socket.setdefaulttimeout(5)
 report(oserr(lambda: socket.getaddrinfo(%q, 443)))`, name))
 	if err != nil {
-		return escaped("exec failed: %v", err)
+		return attack.Escaped("exec failed: %v", err)
 	}
-	r, _ := result(out)
+	r, _ := attack.Reported(out)
 	time.Sleep(300 * time.Millisecond)
 	flows, _ := w.d.Client().Flows(ctx, sb.ID, 0)
 	logged := false
@@ -292,5 +293,5 @@ report(oserr(lambda: socket.getaddrinfo(%q, 443)))`, name))
 			logged = true
 		}
 	}
-	return judged(!strings.HasPrefix(r, "ok") && logged, "lookup %s; denied query logged %v", clip(r, 60), logged)
+	return attack.Judged(!strings.HasPrefix(r, "ok") && logged, "lookup %s; denied query logged %v", attack.Clip(r, 60), logged)
 })

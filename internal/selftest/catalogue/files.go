@@ -1,4 +1,4 @@
-package selftest
+package catalogue
 
 import (
 	"archive/tar"
@@ -10,21 +10,22 @@ import (
 	"strings"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/selftest/attack"
 )
 
 // The file API: uploads and reads resolved inside the sandbox's root
 // whatever the paths and symlinks say. The host side holds a secret and a
 // file to keep in the env's host dir; none may be read, written or removed
 // through a sandbox.
-func filesAttacks() []*Attack {
+func filesAttacks() []*attack.Attack {
 	const g = "files"
-	f := func(id, desc, expected string, run func(ctx ctxT, e *Env) Outcome) *Attack {
-		return &Attack{ID: "files." + id, Category: CatFiles, Description: desc, Expected: expected, Run: run}
+	f := func(id, desc, expected string, run func(ctx ctxT, e *attack.Env) attack.Outcome) *attack.Attack {
+		return &attack.Attack{ID: "files." + id, Category: attack.CatFiles, Description: desc, Expected: expected, Run: run}
 	}
 	// tarSlip uploads entries into /tmp/st-up and checks that none of the
 	// named sandbox paths and host files exists afterwards.
-	tarSlip := func(entries func(e *Env) []tarEntry, sandboxPaths []string, hostNames []string) func(ctxT, *Env) Outcome {
-		return runIn(g, func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
+	tarSlip := func(entries func(e *attack.Env) []tarEntry, sandboxPaths []string, hostNames []string) func(ctxT, *attack.Env) attack.Outcome {
+		return attack.InGroup(g, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
 			e.Sh(ctx, sb.ID, "mkdir -p /tmp/st-up")
 			werr := e.C.WriteTar(ctx, sb.ID, "/tmp/st-up", bytes.NewReader(makeTar(entries(e))))
 			var hit []string
@@ -39,72 +40,72 @@ func filesAttacks() []*Attack {
 				}
 			}
 			if len(hit) > 0 {
-				return escaped("written outside the target dir: %s (upload: %s)", strings.Join(hit, ", "), errText(werr))
+				return attack.Escaped("written outside the target dir: %s (upload: %s)", strings.Join(hit, ", "), errText(werr))
 			}
-			return contained("nothing outside the target dir (upload: %s)", errText(werr))
+			return attack.Contained("nothing outside the target dir (upload: %s)", errText(werr))
 		})
 	}
 	// secretRead checks that reading path (after setup in the sandbox)
 	// does not return the host secret.
-	secretRead := func(setup func(e *Env) string, path func(e *Env) string) func(ctxT, *Env) Outcome {
-		return runIn(g, func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
-			secret := e.hostSecret()
+	secretRead := func(setup func(e *attack.Env) string, path func(e *attack.Env) string) func(ctxT, *attack.Env) attack.Outcome {
+		return attack.InGroup(g, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
+			secret := hostSecret(e)
 			if s := setup(e); s != "" {
 				e.Sh(ctx, sb.ID, s)
 			}
-			var buf syncBuffer
+			var buf attack.SyncBuffer
 			_, _, err := e.C.ReadFile(ctx, sb.ID, path(e), &buf)
 			if strings.Contains(buf.String(), secret) {
-				return escaped("read the host's secret through %s", path(e))
+				return attack.Escaped("read the host's secret through %s", path(e))
 			}
-			return contained("%s", errOr(err, fmt.Sprintf("read %d bytes, not the host's", len(buf.String()))))
+			return attack.Contained("%s", errOr(err, fmt.Sprintf("read %d bytes, not the host's", len(buf.String()))))
 		})
 	}
 	// dotdot sends a raw request whose path climbs out of the root and
 	// wants a 400 with nothing touched on the host.
-	dotdot := func(method, endpoint, query string, body any, check func(e *Env) string) func(ctxT, *Env) Outcome {
-		return runIn(g, func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
-			secret := e.hostSecret()
+	dotdot := func(method, endpoint, query string, body any, check func(e *attack.Env) string) func(ctxT, *attack.Env) attack.Outcome {
+		return attack.InGroup(g, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
+			secret := hostSecret(e)
 			p := "../../../../../../../.." + e.HostDir
-			st, resp, err := e.raw.do(ctx, method, "/v1/sandboxes/"+sb.ID+endpoint+"?path="+url.QueryEscape(p)+query, "", body)
+			st, resp, err := e.Raw.Do(ctx, method, "/v1/sandboxes/"+sb.ID+endpoint+"?path="+url.QueryEscape(p)+query, "", body)
 			if err != nil {
-				return escaped("request: %v", err)
+				return attack.Escaped("request: %v", err)
 			}
 			if strings.Contains(resp, secret) {
-				return escaped("%d and the host's secret in the answer", st)
+				return attack.Escaped("%d and the host's secret in the answer", st)
 			}
 			if bad := check(e); bad != "" {
-				return escaped("%d; on the host: %s", st, bad)
+				return attack.Escaped("%d; on the host: %s", st, bad)
 			}
-			return judged(st == 400, "%d %s", st, clip(oneLine(resp), 70))
+			return attack.Judged(st == 400, "%d %s", st, attack.Clip(attack.OneLine(resp), 70))
 		})
 	}
-	absent := func(name string) func(e *Env) string {
-		return func(e *Env) string {
+	absent := func(name string) func(e *attack.Env) string {
+		return func(e *attack.Env) string {
 			if _, err := os.Lstat(filepath.Join(e.HostDir, name)); err == nil {
 				return filepath.Join(e.HostDir, name) + " was created"
 			}
 			return ""
 		}
 	}
-	return []*Attack{
+	return []*attack.Attack{
 		f("tar-slip-dotdot", "upload a tar with ../ entries climbing to a host dir and out of the target dir", "nothing written outside the target dir",
-			tarSlip(func(e *Env) []tarEntry {
+			tarSlip(func(e *attack.Env) []tarEntry {
 				return []tarEntry{{name: "../../../../../../../.." + e.HostDir + "/slip-dotdot", body: "x"}, {name: "../st-escape-dotdot", body: "x"}}
 			}, []string{"/tmp/st-escape-dotdot"}, []string{"slip-dotdot"})),
 		f("tar-slip-absolute", "upload a tar with absolute entry names (a host path, /tmp/...)", "nothing written outside the target dir",
-			tarSlip(func(e *Env) []tarEntry {
+			tarSlip(func(e *attack.Env) []tarEntry {
 				return []tarEntry{{name: e.HostDir + "/slip-abs", body: "x"}, {name: "/tmp/st-escape-abs", body: "x"}}
 			}, []string{"/tmp/st-escape-abs"}, []string{"slip-abs"})),
 		f("tar-slip-symlink", "upload a tar with a symlink to / (and to the host dir) then a file through it", "nothing written outside the target dir",
-			tarSlip(func(e *Env) []tarEntry {
+			tarSlip(func(e *attack.Env) []tarEntry {
 				return []tarEntry{{name: "lnk", link: "/", sym: true}, {name: "lnk/tmp/st-escape-sym", body: "x"},
 					{name: "hlnk", link: e.HostDir, sym: true}, {name: "hlnk/slip-sym", body: "x"},
 					{name: "rlnk", link: "../../../../../../..", sym: true}, {name: "rlnk/tmp/st-escape-rsym", body: "x"}}
 			}, []string{"/tmp/st-escape-sym", "/tmp/st-escape-rsym"}, []string{"slip-sym"})),
 		f("tar-hardlink", "upload a tar with a hard link to a host file, and to /etc/hostname then overwrite it", "no host file linked; nothing outside changed",
-			runIn(g, func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
-				secret := e.hostSecret()
+			attack.InGroup(g, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
+				secret := hostSecret(e)
 				e.Sh(ctx, sb.ID, "mkdir -p /tmp/st-hl; cp /etc/hostname /tmp/st-hostname.orig")
 				werr := e.C.WriteTar(ctx, sb.ID, "/tmp/st-hl", bytes.NewReader(makeTar([]tarEntry{
 					{name: "h1", link: filepath.Join(e.HostDir, "secret"), hard: true},
@@ -112,77 +113,79 @@ func filesAttacks() []*Attack {
 					{name: "h2", body: "pwned-" + e.Tag}})))
 				out, _, _ := e.Sh(ctx, sb.ID, "cat /tmp/st-hl/h1 2>/dev/null; echo; cat /etc/hostname")
 				if strings.Contains(out, secret) {
-					return escaped("a hard link reached the host's secret (upload: %s)", errText(werr))
+					return attack.Escaped("a hard link reached the host's secret (upload: %s)", errText(werr))
 				}
 				if strings.Contains(out, "pwned-"+e.Tag) {
-					return escaped("/etc/hostname outside the target dir was overwritten (upload: %s)", errText(werr))
+					return attack.Escaped("/etc/hostname outside the target dir was overwritten (upload: %s)", errText(werr))
 				}
-				return contained("nothing linked outside (upload: %s)", errText(werr))
+				return attack.Contained("nothing linked outside (upload: %s)", errText(werr))
 			})),
 		f("read-symlink-abs", "read a sandbox symlink pointing at a host file (absolute)", "the host file is never read",
-			secretRead(func(e *Env) string { return "ln -sfn " + e.HostDir + "/secret /tmp/st-ln-abs" },
-				func(e *Env) string { return "/tmp/st-ln-abs" })),
+			secretRead(func(e *attack.Env) string { return "ln -sfn " + e.HostDir + "/secret /tmp/st-ln-abs" },
+				func(e *attack.Env) string { return "/tmp/st-ln-abs" })),
 		f("read-symlink-rel", "read a sandbox symlink ../../../../<host file>", "the host file is never read",
-			secretRead(func(e *Env) string { return "ln -sfn ../../../../../../../.." + e.HostDir + "/secret /tmp/st-ln-rel" },
-				func(e *Env) string { return "/tmp/st-ln-rel" })),
+			secretRead(func(e *attack.Env) string {
+				return "ln -sfn ../../../../../../../.." + e.HostDir + "/secret /tmp/st-ln-rel"
+			},
+				func(e *attack.Env) string { return "/tmp/st-ln-rel" })),
 		f("write-symlink", "write through a sandbox symlink pointing at a host path", "nothing created on the host",
-			runIn(g, func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
+			attack.InGroup(g, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
 				e.Sh(ctx, sb.ID, "ln -sfn "+e.HostDir+"/written-sym /tmp/st-wl")
 				_, err := e.C.WriteFile(ctx, sb.ID, "/tmp/st-wl", 0o644, strings.NewReader("x"))
 				if bad := absent("written-sym")(e); bad != "" {
-					return escaped("%s (write: %s)", bad, errText(err))
+					return attack.Escaped("%s (write: %s)", bad, errText(err))
 				}
-				return contained("host untouched (write: %s)", errText(err))
+				return attack.Contained("host untouched (write: %s)", errText(err))
 			})),
 		f("list-symlink-dir", "list a sandbox symlink pointing at a host directory", "the host dir is never listed",
-			runIn(g, func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
-				e.hostSecret()
+			attack.InGroup(g, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
+				hostSecret(e)
 				e.Sh(ctx, sb.ID, "ln -sfn "+e.HostDir+" /tmp/st-ld")
 				fis, err := e.C.List(ctx, sb.ID, "/tmp/st-ld")
 				for _, fi := range fis {
 					if fi.Name == "secret" || fi.Name == "keep" {
-						return escaped("listed the host dir: %s", fi.Name)
+						return attack.Escaped("listed the host dir: %s", fi.Name)
 					}
 				}
-				return contained("%s", errOr(err, fmt.Sprintf("%d entries, none the host's", len(fis))))
+				return attack.Contained("%s", errOr(err, fmt.Sprintf("%d entries, none the host's", len(fis))))
 			})),
 		f("dotdot-read", "GET files?path=../../../<host secret>", "400; nothing read",
-			dotdot("GET", "/files", "", nil, func(*Env) string { return "" })),
+			dotdot("GET", "/files", "", nil, func(*attack.Env) string { return "" })),
 		f("dotdot-write", "PUT files?path=../../../<host dir>/dotdot-w", "400; nothing written",
-			dotdot("PUT", "/files", "", []byte("x"), func(e *Env) string { return absent("dotdot-w")(e) })),
+			dotdot("PUT", "/files", "", []byte("x"), func(e *attack.Env) string { return absent("dotdot-w")(e) })),
 		f("dotdot-mkdir", "POST files/mkdir?path=../../../<host dir>", "400; nothing made",
-			dotdot("POST", "/files/mkdir", "", nil, func(e *Env) string { return "" })),
+			dotdot("POST", "/files/mkdir", "", nil, func(e *attack.Env) string { return "" })),
 		f("dotdot-remove", "DELETE files?path=../../../<host dir>&recursive=true", "400; the host dir intact",
-			dotdot("DELETE", "/files", "&recursive=true", nil, func(e *Env) string {
+			dotdot("DELETE", "/files", "&recursive=true", nil, func(e *attack.Env) string {
 				if _, err := os.Stat(filepath.Join(e.HostDir, "keep")); err != nil {
 					return "the host dir's files were removed"
 				}
 				return ""
 			})),
 		f("quarantine-symlink", "quarantine a sandbox holding a symlink to a host file, then read it (the daemon serves the files itself)", "the host file is never read",
-			fresh(api.CreateSandboxRequest{}, func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
-				secret := e.hostSecret()
+			attack.Fresh(api.CreateSandboxRequest{}, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
+				secret := hostSecret(e)
 				e.Sh(ctx, sb.ID, "ln -sfn "+e.HostDir+"/secret /tmp/st-q; ln -sfn ../../../../../../.."+e.HostDir+"/secret /tmp/st-q2")
 				if _, err := e.C.Quarantine(ctx, sb.ID); err != nil {
-					return escaped("quarantine: %v", err)
+					return attack.Escaped("quarantine: %v", err)
 				}
 				var res []string
 				for _, p := range []string{"/tmp/st-q", "/tmp/st-q2"} {
-					var buf syncBuffer
+					var buf attack.SyncBuffer
 					_, _, err := e.C.ReadFile(ctx, sb.ID, p, &buf)
 					if strings.Contains(buf.String(), secret) {
-						return escaped("the quarantine reader followed %s to the host's secret", p)
+						return attack.Escaped("the quarantine reader followed %s to the host's secret", p)
 					}
 					res = append(res, p+": "+errOr(err, "not the host's"))
 				}
-				return contained("%s", strings.Join(res, "; "))
+				return attack.Contained("%s", strings.Join(res, "; "))
 			})),
 	}
 }
 
 // hostSecret makes the host files the file attacks aim at and returns the
 // secret's content.
-func (e *Env) hostSecret() string {
+func hostSecret(e *attack.Env) string {
 	s := "st-host-secret-" + e.Tag
 	os.WriteFile(filepath.Join(e.HostDir, "secret"), []byte(s), 0o644)
 	os.WriteFile(filepath.Join(e.HostDir, "keep"), []byte("keep"), 0o644)
@@ -191,7 +194,7 @@ func (e *Env) hostSecret() string {
 
 func errOr(err error, ok string) string {
 	if err != nil {
-		return "refused: " + clip(err.Error(), 70)
+		return "refused: " + attack.Clip(err.Error(), 70)
 	}
 	return ok
 }

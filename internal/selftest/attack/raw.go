@@ -1,4 +1,4 @@
-package selftest
+package attack
 
 import (
 	"bytes"
@@ -11,25 +11,23 @@ import (
 	"net/url"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
-// rawClient sends requests exactly as written (no client-side path
+// RawClient sends requests exactly as written (no client-side path
 // cleaning or escaping), with a chosen credential.
-type rawClient struct {
+type RawClient struct {
 	base   string // http://berth for a unix socket, else the http(s) base
 	apiKey string
 	hc     *http.Client
 }
 
-func newRawClient(host, apiKey string) (*rawClient, error) {
+func newRawClient(host, apiKey string) (*RawClient, error) {
 	u, err := url.Parse(host)
 	if err != nil {
 		return nil, err
 	}
 	tr := &http.Transport{DisableKeepAlives: true}
-	r := &rawClient{apiKey: apiKey, hc: &http.Client{Transport: tr, Timeout: 60 * time.Second}}
+	r := &RawClient{apiKey: apiKey, hc: &http.Client{Transport: tr, Timeout: 60 * time.Second}}
 	switch u.Scheme {
 	case "unix":
 		sock := u.Path
@@ -48,19 +46,19 @@ func newRawClient(host, apiKey string) (*rawClient, error) {
 	return r, nil
 }
 
-// tcpRaw is a raw client on an http:// base with no key.
-func tcpRaw(base string) *rawClient {
-	return &rawClient{base: strings.TrimSuffix(base, "/"),
+// TCPRaw is a raw client on an http:// base with no key.
+func TCPRaw(base string) *RawClient {
+	return &RawClient{base: strings.TrimSuffix(base, "/"),
 		hc: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 60 * time.Second}}
 }
 
-// noKey is the credential value that sends no Authorization header.
-const noKey = "\x00none"
+// NoKey is the credential value that sends no Authorization header.
+const NoKey = "\x00none"
 
-// do sends method rawPath (already escaped as it must appear on the wire)
-// with token as bearer ("" = the client's key, noKey = none). It returns
+// Do sends method rawPath (already escaped as it must appear on the wire)
+// with token as bearer ("" = the client's key, NoKey = none). It returns
 // the status and up to 64 KiB of the body.
-func (r *rawClient) do(ctx context.Context, method, rawPath, token string, body any) (int, string, error) {
+func (r *RawClient) Do(ctx context.Context, method, rawPath, token string, body any) (int, string, error) {
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -89,7 +87,7 @@ func (r *rawClient) do(ctx context.Context, method, rawPath, token string, body 
 		}
 	}
 	switch token {
-	case noKey:
+	case NoKey:
 	case "":
 		if r.apiKey != "" {
 			req.Header.Set("Authorization", "Bearer "+r.apiKey)
@@ -104,25 +102,4 @@ func (r *rawClient) do(ctx context.Context, method, rawPath, token string, body 
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	return resp.StatusCode, string(b), nil
-}
-
-// PeerPID returns the pid of the process serving the unix socket at sock
-// (SO_PEERCRED), 0 when it cannot tell.
-func PeerPID(sock string) int {
-	c, err := net.Dial("unix", sock)
-	if err != nil {
-		return 0
-	}
-	defer c.Close()
-	raw, err := c.(*net.UnixConn).SyscallConn()
-	if err != nil {
-		return 0
-	}
-	pid := 0
-	raw.Control(func(fd uintptr) {
-		if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
-			pid = int(cred.Pid)
-		}
-	})
-	return pid
 }

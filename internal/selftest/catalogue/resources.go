@@ -1,4 +1,4 @@
-package selftest
+package catalogue
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/node/local"
+	"github.com/berth-sh/berth/internal/selftest/attack"
 )
 
 // Resource limits: what one sandbox can take from the host and from the
@@ -32,13 +33,13 @@ const (
 // Resources, beside memory_bytes; `berth create --disk`).
 const diskField = "disk_bytes"
 
-func resourceAttacks() []*Attack {
-	r := func(id, desc, expected string, run func(ctx ctxT, e *Env) Outcome, classes ...string) *Attack {
-		return &Attack{ID: "res." + id, Category: CatResource, Description: desc, Expected: expected, Run: run, Classes: classes}
+func resourceAttacks() []*attack.Attack {
+	r := func(id, desc, expected string, run func(ctx ctxT, e *attack.Env) attack.Outcome, classes ...string) *attack.Attack {
+		return &attack.Attack{ID: "res." + id, Category: attack.CatResource, Description: desc, Expected: expected, Run: run, Classes: classes}
 	}
-	return []*Attack{
+	return []*attack.Attack{
 		r("pids-flood", fmt.Sprintf("fork until refused in a sandbox created with pids %d", pidsLimit), fmt.Sprintf("fork fails with EAGAIN at <= %d processes; the sandbox lives on", pidsLimit),
-			fresh(api.CreateSandboxRequest{Resources: api.Resources{Pids: pidsLimit}}, func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
+			attack.Fresh(api.CreateSandboxRequest{Resources: api.Resources{Pids: pidsLimit}}, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
 				out, exit, err := e.Py(ctx, sb.ID, `n = 0; kids = []; err = ""
 for i in range(400):
     try: pid = os.fork()
@@ -51,45 +52,45 @@ for k in kids: os.kill(k, 9)
 for k in kids: os.waitpid(k, 0)
 report(("ok forked all %d" % n) if not err else "err forked %d then %s" % (n, err))`)
 				if err != nil {
-					return escaped("exec failed: %v", err)
+					return attack.Escaped("exec failed: %v", err)
 				}
-				res, _ := result(out)
+				res, _ := attack.Reported(out)
 				var n int
 				fmt.Sscanf(strings.TrimPrefix(strings.TrimPrefix(res, "err "), "ok "), "forked %d", &n)
 				if ok, why := e.Alive(ctx, sb.ID); !ok {
-					return escaped("%s; the sandbox died: %s", orExit(res, out, exit), why)
+					return attack.Escaped("%s; the sandbox died: %s", orExit(res, out, exit), why)
 				}
-				return judged(strings.HasPrefix(res, "err") && n <= pidsLimit, "%s", orExit(res, out, exit))
+				return attack.Judged(strings.HasPrefix(res, "err") && n <= pidsLimit, "%s", orExit(res, out, exit))
 			})),
 		r("memory-hog", "allocate 512 MiB in a sandbox with memory 128 MiB", "the process is OOM-killed and the exit says oom_killed; the sandbox lives on (gVisor: that sandbox alone ends)",
-			fresh(api.CreateSandboxRequest{Resources: api.Resources{MemoryBytes: memoryLimit}}, func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
+			attack.Fresh(api.CreateSandboxRequest{Resources: api.Resources{MemoryBytes: memoryLimit}}, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
 				out, exit, err := e.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"python3", "-c", `b = b"x" * (512 << 20); print("RESULT ok allocated", len(b))`}, TimeoutSeconds: 60})
-				if err != nil && e.Class == Runsc {
+				if err != nil && e.Class == attack.Runsc {
 					// The host's OOM killer sees one process, the Sentry,
 					// and gVisor has no OOM killer of its own: the limit
 					// ends the whole sandbox, and only it.
 					if ok, _ := e.Alive(ctx, sb.ID); !ok {
-						return e.endedAlone(ctx, "the memory limit ended the whole gVisor sandbox (%v), as the host kernel cannot kill one process inside it; nothing else was affected", err)
+						return endedAlone(ctx, e, "the memory limit ended the whole gVisor sandbox (%v), as the host kernel cannot kill one process inside it; nothing else was affected", err)
 					}
 				}
 				if err != nil {
-					return escaped("exec failed: %v", err)
+					return attack.Escaped("exec failed: %v", err)
 				}
 				got := fmt.Sprintf("exit %d signal %q oom_killed %v", exit.Code, exit.Signal, exit.OOMKilled)
 				if ok, why := e.Alive(ctx, sb.ID); !ok {
-					return escaped("%s; the sandbox died: %s", got, why)
+					return attack.Escaped("%s; the sandbox died: %s", got, why)
 				}
-				_, allocated := result(out)
-				return judged(!allocated && exit.OOMKilled, "%s", got)
+				_, allocated := attack.Reported(out)
+				return attack.Judged(!allocated && exit.OOMKilled, "%s", got)
 			})),
 		r("oom-score-adj", "oom_score_adj of every host process of the sandbox (its cgroup)", ">= 500: sandboxes die before host services",
-			runIn("resources", func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
+			attack.InGroup("resources", func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
 				if e.DataDir() == "" || !e.Local() {
-					return notApplicable("needs the daemon's data dir on this host")
+					return attack.NotApplicable("needs the daemon's data dir on this host")
 				}
 				pids := cgroupPids(local.InstanceName(e.DataDir()), sb.ID)
 				if len(pids) == 0 {
-					return escaped("no process found in the sandbox's cgroup /%s/%s", local.InstanceName(e.DataDir()), sb.ID)
+					return attack.Escaped("no process found in the sandbox's cgroup /%s/%s", local.InstanceName(e.DataDir()), sb.ID)
 				}
 				var low []string
 				for _, p := range pids {
@@ -102,12 +103,12 @@ report(("ok forked all %d" % n) if not err else "err forked %d then %s" % (n, er
 					}
 				}
 				if len(low) > 0 {
-					return escaped("%d of %d host processes below 500: %s", len(low), len(pids), clip(strings.Join(low, " "), 120))
+					return attack.Escaped("%d of %d host processes below 500: %s", len(low), len(pids), attack.Clip(strings.Join(low, " "), 120))
 				}
-				return contained("all %d host processes >= 500", len(pids))
+				return attack.Contained("all %d host processes >= 500", len(pids))
 			})),
 		r("oom-score-adj-lower", "echo -1000 > /proc/self/oom_score_adj (make the sandbox the OOM killer's last choice)", "EACCES (lowering needs CAP_SYS_RESOURCE), or no host process of the sandbox lowered",
-			runIn("resources", func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
+			attack.InGroup("resources", func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
 				var pids []int
 				before := map[int]int{}
 				if e.DataDir() != "" && e.Local() {
@@ -123,9 +124,9 @@ r = oserr(w)
 if r.startswith("ok") and int(r.split()[1]) >= 500: r = "err kept at " + r.split()[1]
 report(r)`)
 				if err != nil {
-					return escaped("exec failed: %v", err)
+					return attack.Escaped("exec failed: %v", err)
 				}
-				o := sysCheck(out, exit, "*")
+				o := attack.SysCheck(out, exit, "*")
 				if o.Contained || len(pids) == 0 {
 					return o
 				}
@@ -134,15 +135,15 @@ report(r)`)
 				// itself; gVisor: emulated, the host's stay as they were).
 				for _, p := range cgroupPids(local.InstanceName(e.DataDir()), sb.ID) {
 					if b, ok := before[p]; ok && oomScoreAdj(p) < b {
-						return escaped("%s: host pid %d lowered %d -> %d", o.Observed, p, b, oomScoreAdj(p))
+						return attack.Escaped("%s: host pid %d lowered %d -> %d", o.Observed, p, b, oomScoreAdj(p))
 					}
 				}
-				return contained("%s inside, but no host process of the sandbox was lowered (emulated)", strings.TrimPrefix(o.Observed, "succeeded: "))
+				return attack.Contained("%s inside, but no host process of the sandbox was lowered (emulated)", strings.TrimPrefix(o.Observed, "succeeded: "))
 			})),
 		r("disk-fill-root", "write 256 MiB to / in a sandbox created with a 64 MiB disk cap", "ENOSPC/EDQUOT at the cap", diskFill("/st-fill")),
 		r("disk-fill-tmp", "write 256 MiB to /tmp in a sandbox created with a 64 MiB disk cap", "ENOSPC/EDQUOT at the cap", diskFill("/tmp/st-fill")),
 		r("inode-fill", fmt.Sprintf("create %d empty files in a sandbox created with a 64 MiB disk cap", inodeTry), "ENOSPC/EDQUOT before the flood ends",
-			withDiskCap(func(ctx ctxT, e *Env, sb *sandboxT, capErr error) Outcome {
+			withDiskCap(func(ctx ctxT, e *attack.Env, sb *sandboxT, capErr error) attack.Outcome {
 				n := inodeTry
 				if capErr != nil {
 					n = 20000
@@ -154,23 +155,23 @@ for i in range(%d):
         err = ename(ex.errno); break
 report(("err created %%d then %%s" %% (n, err)) if err else "ok created all %%d" %% n)`, n))
 				if err != nil {
-					return escaped("exec failed: %v", err)
+					return attack.Escaped("exec failed: %v", err)
 				}
-				res, _ := result(out)
+				res, _ := attack.Reported(out)
 				if capErr != nil {
-					return escaped("no disk cap: %v; %s unopposed", capErr, orExit(res, out, exit))
+					return attack.Escaped("no disk cap: %v; %s unopposed", capErr, orExit(res, out, exit))
 				}
-				return judged(strings.Contains(res, "ENOSPC") || strings.Contains(res, "EDQUOT"), "%s", orExit(res, out, exit))
+				return attack.Judged(strings.Contains(res, "ENOSPC") || strings.Contains(res, "EDQUOT"), "%s", orExit(res, out, exit))
 			})),
 		r("stdout-flood", "512 MiB to stdout of one exec, read through the SDK", "the daemon's RSS grows by < 64 MiB (backpressure, nothing buffered)",
-			runIn("resources", func(ctx ctxT, e *Env, sb *sandboxT) Outcome {
-				pid := e.opts.DaemonPID
+			attack.InGroup("resources", func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
+				pid := e.Target.DaemonPID
 				if pid == 0 {
-					return notApplicable("the daemon's pid is unknown (not on a local unix socket)")
+					return attack.NotApplicable("the daemon's pid is unknown (not on a local unix socket)")
 				}
 				base, err := rssOf(pid)
 				if err != nil {
-					return escaped("daemon rss: %v", err)
+					return attack.Escaped("daemon rss: %v", err)
 				}
 				var peak atomic.Int64
 				peak.Store(base)
@@ -195,9 +196,9 @@ report(("err created %%d then %%s" %% (n, err)) if err else "ok created all %%d"
 				grow := peak.Load() - base
 				got := fmt.Sprintf("%d MiB read, daemon RSS %d -> peak %d MiB (+%d MiB)", n.n.Load()>>20, base>>20, peak.Load()>>20, grow>>20)
 				if err != nil || exit.Code != 0 {
-					return escaped("%s; exec: %v exit %d", got, errText(err), exit.Code)
+					return attack.Escaped("%s; exec: %v exit %d", got, errText(err), exit.Code)
 				}
-				return judged(grow < rssSlack && n.n.Load() == floodBytes, "%s", got)
+				return attack.Judged(grow < rssSlack && n.n.Load() == floodBytes, "%s", got)
 			})),
 		r("inotify-per-uid", "sandbox A holds every inotify instance it can; sandbox B then creates one", "B succeeds: per-uid kernel limits are not shared between sandboxes",
 			perUID(`note = open("/tmp/st-held.tmp", "w")  # opened first: EMFILE may be the fd limit
@@ -240,19 +241,19 @@ func orExit(res, out string, exit api.ExecExit) string {
 	if res != "" {
 		return res
 	}
-	return describeExit(out, exit)
+	return attack.DescribeExit(out, exit)
 }
 
 // withDiskCap creates a sandbox with a disk cap through the raw API (the
 // field may not exist yet). When the daemon refuses it, f gets a default
 // sandbox and the refusal, and must report the attack not contained.
-func withDiskCap(f func(ctx ctxT, e *Env, sb *sandboxT, capErr error) Outcome) func(ctxT, *Env) Outcome {
-	return func(ctx ctxT, e *Env) Outcome {
-		sb, capErr := e.createRaw(ctx, map[string]any{"runtime": e.Class, "resources": map[string]any{diskField: diskCap}})
+func withDiskCap(f func(ctx ctxT, e *attack.Env, sb *sandboxT, capErr error) attack.Outcome) func(ctxT, *attack.Env) attack.Outcome {
+	return func(ctx ctxT, e *attack.Env) attack.Outcome {
+		sb, capErr := createRaw(ctx, e, map[string]any{"runtime": e.Class, "resources": map[string]any{diskField: diskCap}})
 		if capErr != nil {
 			var err error
 			if sb, err = e.Create(ctx, api.CreateSandboxRequest{}); err != nil {
-				return escaped("no disk cap (%v), and create: %v", capErr, err)
+				return attack.Escaped("no disk cap (%v), and create: %v", capErr, err)
 			}
 		}
 		defer e.Delete(context.WithoutCancel(ctx), sb.ID)
@@ -260,74 +261,72 @@ func withDiskCap(f func(ctx ctxT, e *Env, sb *sandboxT, capErr error) Outcome) f
 	}
 }
 
-func diskFill(path string) func(ctxT, *Env) Outcome {
-	return withDiskCap(func(ctx ctxT, e *Env, sb *sandboxT, capErr error) Outcome {
+func diskFill(path string) func(ctxT, *attack.Env) attack.Outcome {
+	return withDiskCap(func(ctx ctxT, e *attack.Env, sb *sandboxT, capErr error) attack.Outcome {
 		out, _, err := e.Sh(ctx, sb.ID, fmt.Sprintf(`dd if=/dev/zero of=%s bs=1M count=%d 2>/tmp/st-dd.err; rc=$?; sz=$(stat -c %%s %s 2>/dev/null || echo 0); rm -f %s; echo "RESULT rc=$rc bytes=$sz $(tail -c 120 /tmp/st-dd.err | tr '\n' ' ')"`, path, diskAttempt>>20, path, path))
 		if err != nil {
-			return escaped("exec failed: %v", err)
+			return attack.Escaped("exec failed: %v", err)
 		}
-		res, _ := result(out)
+		res, _ := attack.Reported(out)
 		var rc int
 		var sz int64
 		fmt.Sscanf(res, "rc=%d bytes=%d", &rc, &sz)
 		if capErr != nil {
-			return escaped("no disk cap: %v; wrote %d MiB to %s unopposed", capErr, sz>>20, path)
+			return attack.Escaped("no disk cap: %v; wrote %d MiB to %s unopposed", capErr, sz>>20, path)
 		}
 		stopped := rc != 0 && (strings.Contains(res, "No space") || strings.Contains(res, "quota"))
-		return judged(stopped && sz <= diskCap+16<<20, "wrote %d MiB, dd rc %d: %s", sz>>20, rc, clip(res, 80))
+		return attack.Judged(stopped && sz <= diskCap+16<<20, "wrote %d MiB, dd rc %d: %s", sz>>20, rc, attack.Clip(res, 80))
 	})
 }
 
 // perUID runs holder in the background of a fresh sandbox A, waits until
 // it wrote /tmp/st-held, then runs probe in a fresh sandbox B.
-func perUID(holder, probe string, ok func(res string) bool) func(ctxT, *Env) Outcome {
-	return func(ctx ctxT, e *Env) Outcome {
+func perUID(holder, probe string, ok func(res string) bool) func(ctxT, *attack.Env) attack.Outcome {
+	return func(ctx ctxT, e *attack.Env) attack.Outcome {
 		a, err := e.Create(ctx, api.CreateSandboxRequest{})
 		if err != nil {
-			return escaped("create: %v", err)
+			return attack.Escaped("create: %v", err)
 		}
 		defer e.Delete(context.WithoutCancel(ctx), a.ID)
 		b, err := e.Create(ctx, api.CreateSandboxRequest{})
 		if err != nil {
-			return escaped("create: %v", err)
+			return attack.Escaped("create: %v", err)
 		}
 		defer e.Delete(context.WithoutCancel(ctx), b.ID)
-		if err := writeFileIn(ctx, e, a.ID, "/tmp/st-holder.py", pyPrelude+holder); err != nil {
-			return escaped("staging the holder: %v", err)
+		if err := writeFileIn(ctx, e, a.ID, "/tmp/st-holder.py", attack.PyPrelude+holder); err != nil {
+			return attack.Escaped("staging the holder: %v", err)
 		}
 		out, exit, err := e.Sh(ctx, a.ID, `(setsid python3 /tmp/st-holder.py >/tmp/st-holder.log 2>&1 &); for i in $(seq 200); do test -s /tmp/st-held && cat /tmp/st-held && exit 0; sleep 0.05; done; cat /tmp/st-holder.log; exit 1`)
 		if err != nil || exit.Code != 0 {
-			return escaped("the holder in A did not start: %v %s", errText(err), describeExit(out, exit))
+			return attack.Escaped("the holder in A did not start: %v %s", errText(err), attack.DescribeExit(out, exit))
 		}
 		held := strings.TrimSpace(out)
 		pout, pexit, err := e.Py(ctx, b.ID, probe)
 		if err != nil {
-			return escaped("exec in B failed: %v", err)
+			return attack.Escaped("exec in B failed: %v", err)
 		}
-		res, _ := result(pout)
-		return judged(ok(res), "%s; B: %s", held, orExit(res, pout, pexit))
+		res, _ := attack.Reported(pout)
+		return attack.Judged(ok(res), "%s; B: %s", held, orExit(res, pout, pexit))
 	}
 }
 
 // createRaw creates a sandbox from a raw JSON body (fields the SDK's
 // types may not have yet) and registers it for cleanup.
-func (e *Env) createRaw(ctx ctxT, body map[string]any) (*api.Sandbox, error) {
+func createRaw(ctx ctxT, e *attack.Env, body map[string]any) (*api.Sandbox, error) {
 	body["labels"] = map[string]string{"berth-selftest": e.Tag}
 	body["timeout_seconds"] = 900
-	st, resp, err := e.raw.do(ctx, "POST", "/v1/sandboxes", "", body)
+	st, resp, err := e.Raw.Do(ctx, "POST", "/v1/sandboxes", "", body)
 	if err != nil {
 		return nil, err
 	}
 	if st/100 != 2 {
-		return nil, fmt.Errorf("the daemon refuses resources.%s: %d %s", diskField, st, clip(oneLine(resp), 100))
+		return nil, fmt.Errorf("the daemon refuses resources.%s: %d %s", diskField, st, attack.Clip(attack.OneLine(resp), 100))
 	}
 	var sb api.Sandbox
 	if err := json.Unmarshal([]byte(resp), &sb); err != nil {
 		return nil, err
 	}
-	e.mu.Lock()
-	e.sandboxes = append(e.sandboxes, sb.ID)
-	e.mu.Unlock()
+	e.Track(sb.ID)
 	return &sb, nil
 }
 
