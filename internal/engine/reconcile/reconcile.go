@@ -175,18 +175,6 @@ func (m *Reconciler) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 	}
 }
 
-// alive reports whether sb's container runs and its agent answers.
-func (m *Reconciler) alive(ctx context.Context, sb *sandbox.Sandbox) bool {
-	st, err := m.node.Status(ctx, sb)
-	if err != nil || st != node.StatusRunning {
-		return false
-	}
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	_, err = m.node.Agent(sb).Ping(pctx)
-	return err == nil
-}
-
 func (m *Reconciler) loop() {
 	timer := time.NewTimer(0)
 	defer timer.Stop()

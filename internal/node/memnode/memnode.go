@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/internal/agent"
+	"github.com/berth-sh/berth/internal/agent/agentd"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -354,7 +355,7 @@ func (n *Node) startAgent(s *Sandbox) error {
 	sock := n.socket(s.ID)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- agent.Serve(ctx, agent.Config{Socket: sock, Root: s.Root}) }()
+	go func() { done <- agentd.Serve(ctx, agentd.Config{Socket: sock, Root: s.Root}) }()
 	// Answering, as a provisioned sandbox's agent is. Dialled directly:
 	// the node's own dialer takes n.mu, which the caller holds.
 	c := agent.NewClient(sock)
