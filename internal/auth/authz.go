@@ -40,6 +40,14 @@ const (
 var Scopes = []Scope{ScopeSandboxesRead, ScopeSandboxesWrite, ScopeExec, ScopeFiles, ScopePorts,
 	ScopeNetwork, ScopeAdmin}
 
+// LeaseScopes is the fixed, small set a sandbox's lease token holds, as
+// data: reading its sandbox and events, exec, files, ports, and keeping
+// it alive (touch, under sandboxes:write). Never network (rules,
+// quarantine, release), admin, or creating anything: a route marked for
+// leases (Rule.Lease) may only need scopes in this set (Valid), and a
+// lease is refused any route that needs another (Authorize).
+var LeaseScopes = []Scope{ScopeSandboxesRead, ScopeSandboxesWrite, ScopeExec, ScopeFiles, ScopePorts}
+
 // Rule is what a route requires of its caller. The zero Rule is invalid:
 // a route is either Public or names the scopes it needs, so a route
 // registered without a decision cannot serve.
@@ -59,6 +67,13 @@ func (r Rule) Valid() bool {
 	for _, s := range r.Scopes {
 		if !slices.Contains(Scopes, s) {
 			return false
+		}
+	}
+	if r.Lease {
+		for _, s := range r.Scopes {
+			if !slices.Contains(LeaseScopes, s) {
+				return false
+			}
 		}
 	}
 	return r.Public != (len(r.Scopes) > 0) && !(r.Public && r.Lease)
@@ -93,6 +108,11 @@ func Authorize(p Principal, rule Rule, sandbox string) error {
 		}
 		if sandbox == "" || sandbox != p.Sandbox {
 			return errdefs.Permission("a lease token acts on its own sandbox only, by its id")
+		}
+		for _, s := range rule.Scopes {
+			if !slices.Contains(LeaseScopes, s) {
+				return errdefs.Permission("a lease token never holds the %q scope", s)
+			}
 		}
 		return nil
 	}

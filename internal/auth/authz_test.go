@@ -49,3 +49,20 @@ func TestAuthorize(t *testing.T) {
 		}
 	}
 }
+
+func TestLeaseScopesAreFixed(t *testing.T) {
+	lease := Principal{Actor: "lease:x", Sandbox: "x"}
+	for _, s := range []Scope{ScopeNetwork, ScopeAdmin} {
+		if (Rule{Scopes: []Scope{s}, Lease: true}).Valid() {
+			t.Errorf("a lease rule needing %q is valid", s)
+		}
+		if err := Authorize(lease, Rule{Scopes: []Scope{s}, Lease: true}, "x"); err == nil {
+			t.Errorf("a lease was allowed a route needing %q", s)
+		}
+	}
+	for _, s := range LeaseScopes {
+		if err := Authorize(lease, Rule{Scopes: []Scope{s}, Lease: true}, "x"); err != nil {
+			t.Errorf("a lease was refused %q on its own sandbox: %v", s, err)
+		}
+	}
+}
