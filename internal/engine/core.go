@@ -25,6 +25,8 @@ type Features struct {
 	// Wake restores a hibernated sandbox whose lock the caller holds (a
 	// start of a hibernated sandbox is a wake).
 	Wake func(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error
+	// Flow receives the backend's egress flow decisions (the flow log).
+	Flow func(node.Flow)
 	// FromSnapshot makes a sandbox from req.Snapshot.
 	FromSnapshot func(ctx context.Context, req *CreateRequest, opt CreateOptions) (*sandbox.Sandbox, error)
 }
@@ -248,11 +250,10 @@ func (m *Engine) async(id string, fn func(context.Context, *sandbox.Sandbox)) bo
 func (m *Engine) Run() {
 	m.node.Start(node.Hooks{
 		Event: m.eventAsync,
-		Flow:  m.onFlow,
+		Flow:  m.features.Flow,
 		Slots: func(ctx context.Context) (map[string]int, error) { return m.store.ListIDSlots(ctx, "") },
 	})
-	m.wg.Add(2)
-	go m.recordFlows()
+	m.wg.Add(1)
 	go m.recordEvents()
 }
 

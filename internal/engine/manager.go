@@ -81,10 +81,8 @@ type Engine struct {
 	live     liveSet // one live object per sandbox (live.go)
 	features Features
 
-	flows chan node.Flow
 	// asyncEvents carries events recorded off the request path (exec).
-	asyncEvents  chan *sandbox.Event
-	flowsDropped atomic.Int64
+	asyncEvents chan *sandbox.Event
 
 	idSwept atomic.Bool // the startup sweep of leaked id slots has run
 
@@ -138,7 +136,6 @@ func New(cfg Config, st store.Store, images *image.Store, backend node.Backend) 
 	bg, cancel := context.WithCancel(context.Background())
 	return &Engine{
 		cfg: cfg, store: st, images: images, node: backend, log: cfg.Logger,
-		flows:       make(chan node.Flow, 4096),
 		asyncEvents: make(chan *sandbox.Event, 1024),
 		bg:          bg, cancel: cancel,
 		stopCh: make(chan struct{}),

@@ -2,12 +2,9 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"net"
-	"time"
 
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -16,70 +13,6 @@ import (
 // rules are in its record; the backend attaches it (node.Network). Mode
 // none (the default) is loopback only; mode egress is default-deny with
 // the sandbox's rules, its connections in the flow log.
-
-// onFlow queues a flow for the store. It must not block: under a flood,
-// what does not fit is dropped (and counted).
-func (m *Engine) onFlow(f node.Flow) {
-	select {
-	case m.flows <- f:
-	default:
-		m.flowsDropped.Add(1)
-	}
-}
-
-// FlowsDropped counts flow records dropped under a flood.
-func (m *Engine) FlowsDropped() int64 { return m.flowsDropped.Load() }
-
-// flowsKept bounds each sandbox's stored flow log; it is kept as long as
-// the sandbox's other records.
-const flowsKept = 10000
-
-// recordFlows stores flows in batches and turns denials into events,
-// rate-limited per sandbox.
-func (m *Engine) recordFlows() {
-	defer m.wg.Done()
-	last := map[string]time.Time{}
-	var batch []*store.Flow
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	flush := func() {
-		if len(batch) == 0 {
-			return
-		}
-		if err := m.store.AppendFlows(context.Background(), batch, flowsKept); err != nil {
-			m.log.Warn("storing flow log", "flows", len(batch), "err", err)
-		}
-		batch = batch[:0]
-	}
-	for {
-		select {
-		case <-m.stopCh:
-			flush()
-			return
-		case <-tick.C:
-			flush()
-		case f := <-m.flows:
-			batch = append(batch, &store.Flow{SandboxID: f.SandboxID, Time: f.Time, Kind: f.Kind, Proto: f.Proto,
-				Src: f.Src, Dst: f.Dst, Name: f.Name, Decision: f.Decision, Rule: f.Rule})
-			if len(batch) >= 500 {
-				flush()
-			}
-			if f.Decision != node.Deny {
-				continue
-			}
-			if t, ok := last[f.SandboxID]; ok && time.Since(t) < 200*time.Millisecond {
-				continue
-			}
-			last[f.SandboxID] = time.Now()
-			dst := f.Dst
-			if f.Name != "" {
-				dst = f.Name + " (" + dst + ")"
-			}
-			m.event(context.Background(), &sandbox.Event{SandboxID: f.SandboxID, Type: "network.deny", Actor: "network",
-				Cause: sandbox.CausePolicy, Outcome: "denied", Message: fmt.Sprintf("%s %s %s: %s", f.Kind, f.Proto, dst, f.Rule)})
-		}
-	}
-}
 
 // prepareNetwork assigns an egress sandbox's addresses (once: they are
 // kept across stop/start) and checks its rules.

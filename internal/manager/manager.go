@@ -93,7 +93,8 @@ func New(cfg Config, st store.Store, images *image.Store, backend node.Backend) 
 	w := pools.New(e)
 	sn := snapshots.New(e)
 	h := hibernate.New(e)
-	e.SetFeatures(engine.Features{Claim: w.Claim, FromSnapshot: sn.FromSnapshot, Wake: h.WakeLocked})
+	nr := netrules.New(e)
+	e.SetFeatures(engine.Features{Claim: w.Claim, FromSnapshot: sn.FromSnapshot, Wake: h.WakeLocked, Flow: nr.Record})
 	setPool := func(ctx context.Context, name string, min int) error {
 		_, err := w.SetPool(ctx, name, min)
 		return err
@@ -105,7 +106,7 @@ func New(cfg Config, st store.Store, images *image.Store, backend node.Backend) 
 		Builder:     templates.New(e, setPool),
 		Reconciler:  reconcile.New(e, w, sn),
 		Volumes:     volumes.New(e),
-		Rules:       netrules.New(e),
+		Rules:       nr,
 		Hibernation: h,
 	}, nil
 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
@@ -21,10 +23,81 @@ type Rules struct {
 	e     *engine.Engine
 	store store.Store
 	node  node.Backend
+
+	flows        chan node.Flow
+	flowsDropped atomic.Int64
 }
 
-// New returns the network-rules feature of e.
-func New(e *engine.Engine) *Rules { return &Rules{e: e, store: e.Store(), node: e.Backend()} }
+// New returns the network-rules feature of e and starts its flow-log
+// recorder (until e closes); Record is the backend's flow hook.
+func New(e *engine.Engine) *Rules {
+	r := &Rules{e: e, store: e.Store(), node: e.Backend(), flows: make(chan node.Flow, 4096)}
+	e.Go(func(context.Context) { r.recordFlows() })
+	return r
+}
+
+// Record queues a flow for the store (the backend's flow hook). It must not block: under a flood,
+// what does not fit is dropped (and counted).
+func (m *Rules) Record(f node.Flow) {
+	select {
+	case m.flows <- f:
+	default:
+		m.flowsDropped.Add(1)
+	}
+}
+
+// FlowsDropped counts flow records dropped under a flood.
+func (m *Rules) FlowsDropped() int64 { return m.flowsDropped.Load() }
+
+// flowsKept bounds each sandbox's stored flow log; it is kept as long as
+// the sandbox's other records.
+const flowsKept = 10000
+
+// recordFlows stores flows in batches and turns denials into events,
+// rate-limited per sandbox.
+func (m *Rules) recordFlows() {
+	last := map[string]time.Time{}
+	var batch []*store.Flow
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		if err := m.store.AppendFlows(context.Background(), batch, flowsKept); err != nil {
+			m.e.Log().Warn("storing flow log", "flows", len(batch), "err", err)
+		}
+		batch = batch[:0]
+	}
+	for {
+		select {
+		case <-m.e.Stopping():
+			flush()
+			return
+		case <-tick.C:
+			flush()
+		case f := <-m.flows:
+			batch = append(batch, &store.Flow{SandboxID: f.SandboxID, Time: f.Time, Kind: f.Kind, Proto: f.Proto,
+				Src: f.Src, Dst: f.Dst, Name: f.Name, Decision: f.Decision, Rule: f.Rule})
+			if len(batch) >= 500 {
+				flush()
+			}
+			if f.Decision != node.Deny {
+				continue
+			}
+			if t, ok := last[f.SandboxID]; ok && time.Since(t) < 200*time.Millisecond {
+				continue
+			}
+			last[f.SandboxID] = time.Now()
+			dst := f.Dst
+			if f.Name != "" {
+				dst = f.Name + " (" + dst + ")"
+			}
+			m.e.Event(context.Background(), &sandbox.Event{SandboxID: f.SandboxID, Type: "network.deny", Actor: "network",
+				Cause: sandbox.CausePolicy, Outcome: "denied", Message: fmt.Sprintf("%s %s %s: %s", f.Kind, f.Proto, dst, f.Rule)})
+		}
+	}
+}
 
 // NetworkRules returns a sandbox's network identity and rules.
 func (m *Rules) NetworkRules(ctx context.Context, ref string) (*NetworkRules, error) {
