@@ -5,12 +5,13 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/store"
 )
 
 func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	var req api.ForkRequest
-	if err := decode(r, &req); err != nil {
+	if err := input.Decode(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -42,7 +43,7 @@ func snapshotToAPI(sn *store.Snapshot) api.Snapshot {
 
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	var req api.CreateSnapshotRequest
-	if err := decode(r, &req); err != nil {
+	if err := input.Decode(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -101,7 +102,7 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) export(w http.ResponseWriter, r *http.Request) {
 	var req api.ExportRequest
-	if err := decode(r, &req); err != nil {
+	if err := input.Decode(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -136,7 +137,7 @@ func (l *lazyHeader) Write(p []byte) (int, error) {
 
 func (s *Server) copy(w http.ResponseWriter, r *http.Request) {
 	var req api.CopyRequest
-	if err := decode(r, &req); err != nil {
+	if err := input.Decode(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -149,7 +150,7 @@ func (s *Server) copy(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) setPool(w http.ResponseWriter, r *http.Request) {
 	var req api.PoolRequest
-	if err := decode(r, &req); err != nil {
+	if err := input.Decode(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -185,7 +186,7 @@ func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 	var req api.ApplyRequest
-	if err := decodeLarge(r, &req); err != nil {
+	if err := input.DecodeLarge(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/store"
 	"github.com/berth-sh/berth/internal/store/sqlite"
 )
@@ -63,7 +64,7 @@ func newIdemFixture(t *testing.T) *idemFixture {
 			Name string `json:"name"`
 			Fail int    `json:"fail"`
 		}
-		if err := decode(r, &req); err != nil {
+		if err := input.Decode(r, &req); err != nil {
 			writeError(w, err)
 			return
 		}
