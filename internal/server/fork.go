@@ -5,6 +5,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/server/idempotency"
 	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -15,7 +16,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	kids, frozen, err := s.m.Fork(r.Context(), r.PathValue("id"), forkRequest(&req), actor(r), idemIDs(r)...)
+	kids, frozen, err := s.m.Fork(r.Context(), r.PathValue("id"), forkRequest(&req), actor(r), idempotency.IDs(r)...)
 	if err != nil && len(kids) == 0 {
 		writeError(w, err)
 		return
@@ -47,7 +48,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	sn, err := s.m.CreateSnapshot(r.Context(), r.PathValue("id"), snapshotRequest(&req), actor(r), idemIDs(r)...)
+	sn, err := s.m.CreateSnapshot(r.Context(), r.PathValue("id"), snapshotRequest(&req), actor(r), idempotency.IDs(r)...)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -23,6 +23,7 @@ import (
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server/idempotency"
 	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -59,7 +60,7 @@ type Server struct {
 	hostRoute Route
 	// lookup resolves a sandbox for authorization (the manager's Get).
 	lookup func(context.Context, string) (*sandbox.Sandbox, error)
-	idem   idemState // Idempotency-Key attempts (idempotency.go)
+	idem   idemState // Idempotency-Key attempts (idempotency.go, internal/server/idempotency)
 }
 
 // New returns the API server for m.
@@ -248,7 +249,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb, err := s.m.Create(r.Context(), createRequest(&req), manager.CreateOptions{Actor: actor(r), Tenant: tenant(r),
-		ID: idemID(r), Reserve: idemReserve(r)})
+		ID: idempotency.ID(r), Reserve: idempotency.Reserve(r)})
 	if err != nil {
 		writeError(w, err)
 		return
