@@ -17,6 +17,7 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/server/input"
 )
 
 // syncBuf is a log sink tests read while the server writes.
@@ -56,7 +57,7 @@ func edgeServer(t *testing.T, maxPerClient int, hs *http.Server) (string, *syncB
 		})},
 		{Pattern: "POST /echo", Rule: public, h: hf(func(w http.ResponseWriter, r *http.Request) {
 			var req api.CreateVolumeRequest
-			if err := decode(r, &req); err != nil {
+			if err := input.Decode(r, &req); err != nil {
 				writeError(w, err)
 				return
 			}
@@ -289,7 +290,7 @@ func TestBodyDeadline(t *testing.T) {
 	s.mount([]Route{
 		{Pattern: "POST /slow", Rule: public, h: hf(func(w http.ResponseWriter, r *http.Request) {
 			var req api.PoolRequest
-			if err := decode(r, &req); err != nil {
+			if err := input.Decode(r, &req); err != nil {
 				writeError(w, err)
 				return
 			}

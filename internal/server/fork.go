@@ -5,16 +5,18 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/server/idempotency"
+	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/store"
 )
 
 func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	var req api.ForkRequest
-	if err := decode(r, &req); err != nil {
+	if err := input.Decode(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
-	kids, frozen, err := s.m.Fork(r.Context(), r.PathValue("id"), forkRequest(&req), actor(r), idemIDs(r)...)
+	kids, frozen, err := s.m.Fork(r.Context(), r.PathValue("id"), forkRequest(&req), actor(r), idempotency.IDs(r)...)
 	if err != nil && len(kids) == 0 {
 		writeError(w, err)
 		return
@@ -42,11 +44,11 @@ func snapshotToAPI(sn *store.Snapshot) api.Snapshot {
 
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	var req api.CreateSnapshotRequest
-	if err := decode(r, &req); err != nil {
+	if err := input.Decode(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
-	sn, err := s.m.CreateSnapshot(r.Context(), r.PathValue("id"), snapshotRequest(&req), actor(r), idemIDs(r)...)
+	sn, err := s.m.CreateSnapshot(r.Context(), r.PathValue("id"), snapshotRequest(&req), actor(r), idempotency.IDs(r)...)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -101,7 +103,7 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) export(w http.ResponseWriter, r *http.Request) {
 	var req api.ExportRequest
-	if err := decode(r, &req); err != nil {
+	if err := input.Decode(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -136,7 +138,7 @@ func (l *lazyHeader) Write(p []byte) (int, error) {
 
 func (s *Server) copy(w http.ResponseWriter, r *http.Request) {
 	var req api.CopyRequest
-	if err := decode(r, &req); err != nil {
+	if err := input.Decode(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -149,7 +151,7 @@ func (s *Server) copy(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) setPool(w http.ResponseWriter, r *http.Request) {
 	var req api.PoolRequest
-	if err := decode(r, &req); err != nil {
+	if err := input.Decode(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -185,7 +187,7 @@ func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 	var req api.ApplyRequest
-	if err := decodeLarge(r, &req); err != nil {
+	if err := input.DecodeLarge(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -19,6 +19,8 @@ import (
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server/idempotency"
+	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/store"
 	"github.com/berth-sh/berth/internal/store/sqlite"
 )
@@ -51,7 +53,7 @@ func newIdemFixture(t *testing.T) *idemFixture {
 	f := &idemFixture{st: st}
 	f.s = &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: newMetrics(),
 		idem: idemState{store: st, node: "node-a"}}
-	kind := idemKind{ids: one, found: func(ctx context.Context, r *http.Request, _ []byte, rec *store.IdempotencyKey) (int, any, bool, error) {
+	kind := idempotency.Kind{IDs: one, Found: func(ctx context.Context, r *http.Request, _ []byte, rec *store.IdempotencyKey) (int, any, bool, error) {
 		sb, err := f.s.settled(ctx, rec.IDs[0])
 		if err != nil || sb == nil {
 			return 0, nil, false, err
@@ -63,7 +65,7 @@ func newIdemFixture(t *testing.T) *idemFixture {
 			Name string `json:"name"`
 			Fail int    `json:"fail"`
 		}
-		if err := decode(r, &req); err != nil {
+		if err := input.Decode(r, &req); err != nil {
 			writeError(w, err)
 			return
 		}
@@ -80,7 +82,7 @@ func newIdemFixture(t *testing.T) *idemFixture {
 			writeError(w, errors.New("boom"))
 			return
 		}
-		id := idemID(r)
+		id := idempotency.ID(r)
 		if id == "" {
 			id = "nokey" + time.Now().Format("150405.000000000")
 		}
@@ -249,8 +251,8 @@ func TestIdempotentInProgress(t *testing.T) {
 		t.Fatalf("%d calls, %d sandboxes for one key", f.calls.Load(), f.sandboxes(t))
 	}
 
-	defer func(d time.Duration) { idemWait = d }(idemWait)
-	idemWait = 150 * time.Millisecond
+	defer func(d time.Duration) { idempotency.Wait = d }(idempotency.Wait)
+	idempotency.Wait = 150 * time.Millisecond
 	f.block = make(chan struct{})
 	done := make(chan struct{})
 	go func() { defer close(done); f.do(alice, "slow", `{}`) }()
@@ -276,8 +278,8 @@ func TestIdempotentAfterCrash(t *testing.T) {
 		t.Helper()
 		r := httptest.NewRequest("POST", "/v1/sandboxes", nil)
 		now := time.Now()
-		if _, ok, err := f.st.PutIdempotencyKey(ctx, &store.IdempotencyKey{Scope: idemScope(alice), Route: idemRoute, Key: key,
-			RequestHash: requestHash(r, []byte(body)), IDs: ids, Owner: owner, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil || !ok {
+		if _, ok, err := f.st.PutIdempotencyKey(ctx, &store.IdempotencyKey{Scope: idempotency.Scope(alice), Route: idemRoute, Key: key,
+			RequestHash: idempotency.RequestHash(r, []byte(body)), IDs: ids, Owner: owner, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil || !ok {
 			t.Fatalf("put: %v %v", ok, err)
 		}
 	}
@@ -305,8 +307,8 @@ func TestIdempotentAfterCrash(t *testing.T) {
 		t.Fatalf("redone create: %d %s, %d calls", w.Code, w.Body, f.calls.Load())
 	}
 	// Another node's: in progress, as far as this one knows.
-	defer func(d time.Duration) { idemWait = d }(idemWait)
-	idemWait = 100 * time.Millisecond
+	defer func(d time.Duration) { idempotency.Wait = d }(idempotency.Wait)
+	idempotency.Wait = 100 * time.Millisecond
 	pending("far", "node-b|boot|1", `{}`, "farid")
 	if w := f.do(alice, "far", `{}`); w.Code != 409 || codeOf(w) != "idempotency_in_progress" {
 		t.Fatalf("other node's key: %d %s", w.Code, w.Body)
@@ -321,33 +323,4 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-// FuzzParseIdempotencyKey: a key is accepted exactly when it is 1..255
-// printable ASCII bytes, and then as given; anything else is a 400 with
-// the stable code.
-func FuzzParseIdempotencyKey(f *testing.F) {
-	for _, seed := range []string{"", "a", "0f8fad5b-d9cb-469f-a165-70867728950e", strings.Repeat("k", 255),
-		strings.Repeat("k", 256), "sp ace", "tab\t", "nul\x00", "del\x7f", "caf\xc3\xa9", "\xff", "~!@#$%^&*()"} {
-		f.Add(seed)
-	}
-	f.Fuzz(func(t *testing.T, v string) {
-		key, ok, err := ParseIdempotencyKey(http.Header{IdempotencyHeader: {v}})
-		valid := len(v) >= 1 && len(v) <= MaxIdempotencyKey
-		for i := 0; i < len(v); i++ {
-			valid = valid && v[i] >= 0x20 && v[i] <= 0x7e
-		}
-		if valid != (err == nil) || ok != valid {
-			t.Fatalf("%q: ok=%v err=%v, valid=%v", v, ok, err, valid)
-		}
-		if err != nil {
-			if code, status := errdefs.Code(err); code != "invalid_idempotency_key" || status != 400 {
-				t.Fatalf("%q: %s %d", v, code, status)
-			}
-			return
-		}
-		if key != v {
-			t.Fatalf("key %q parsed as %q", v, key)
-		}
-	})
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -53,7 +54,7 @@ func (s *Server) volumeToAPI(v *store.Volume) api.Volume {
 
 func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 	var req api.CreateVolumeRequest
-	if err := decode(r, &req); err != nil {
+	if err := input.Decode(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/server/input"
 )
 
 func (s *Server) getNetwork(w http.ResponseWriter, r *http.Request) {
@@ -24,7 +25,7 @@ func (s *Server) getNetwork(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 	var req api.NetworkRulesRequest
-	if err := decode(r, &req); err != nil {
+	if err := input.Decode(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}

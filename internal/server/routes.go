@@ -16,6 +16,7 @@ import (
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/identity"
+	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -218,7 +219,7 @@ func (s *Server) guard(rt Route) http.Handler {
 			info.route = rt.Pattern
 		}
 		r = s.deadlines(w, r, rt)
-		if err := checkPathValues(r); err != nil {
+		if err := input.CheckPathValues(r); err != nil {
 			writeError(w, err)
 			return
 		}

@@ -23,11 +23,13 @@ import (
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server/idempotency"
+	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/store"
 )
 
-// maxJSONBody bounds every JSON request body.
-const maxJSONBody = 1 << 20
+// maxJSONBody bounds every JSON request body (but apply's).
+const maxJSONBody = input.MaxBody
 
 // Version is set by the daemon from the build.
 var Version = "dev"
@@ -58,7 +60,7 @@ type Server struct {
 	hostRoute Route
 	// lookup resolves a sandbox for authorization (the manager's Get).
 	lookup func(context.Context, string) (*sandbox.Sandbox, error)
-	idem   idemState // Idempotency-Key attempts (idempotency.go)
+	idem   idemState // Idempotency-Key attempts (idempotency.go, internal/server/idempotency)
 }
 
 // New returns the API server for m.
@@ -242,12 +244,12 @@ func timePtr(t time.Time) *time.Time {
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	var req api.CreateSandboxRequest
-	if err := decode(r, &req); err != nil {
+	if err := input.Decode(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
 	sb, err := s.m.Create(r.Context(), createRequest(&req), manager.CreateOptions{Actor: actor(r), Tenant: tenant(r),
-		ID: idemID(r), Reserve: idemReserve(r)})
+		ID: idempotency.ID(r), Reserve: idempotency.Reserve(r)})
 	if err != nil {
 		writeError(w, err)
 		return
@@ -383,7 +385,7 @@ func (sw streamWriter) Write(p []byte) (int, error) {
 
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	var req api.ExecRequest
-	if err := decode(r, &req); err != nil {
+	if err := input.Decode(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -444,7 +446,7 @@ func (sw *startWriter) Write(p []byte) (int, error) {
 // destroy — also when the client goes away mid-run.
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	var req api.RunRequest
-	if err := decode(r, &req); err != nil {
+	if err := input.Decode(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -529,7 +531,7 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
 	var req api.ImportTemplateRequest
-	if err := decode(r, &req); err != nil {
+	if err := input.Decode(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -552,7 +554,7 @@ func (s *Server) uploadTemplate(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 	var req api.BuildTemplateRequest
-	if err := decode(r, &req); err != nil {
+	if err := input.Decode(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/server/input"
 )
 
 // execWS serves an interactive exec over a WebSocket: the first message is
@@ -58,11 +59,11 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 		sendErr(errdefs.Invalid("the first message must be the JSON exec request"))
 		return
 	}
-	if err := decodeBytes(first, &req); err != nil {
+	if err := input.DecodeBytes(first, &req); err != nil {
 		sendErr(err)
 		return
 	}
-	if err := validateExec(&req); err != nil {
+	if err := input.ValidateExec(&req); err != nil {
 		sendErr(err)
 		return
 	}

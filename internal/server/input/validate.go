@@ -1,4 +1,4 @@
-package server
+package input
 
 import (
 	"net/http"
@@ -9,13 +9,13 @@ import (
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
-// validateRequest checks the fields of a decoded request body that the
+// Validate checks the fields of a decoded request body that the
 // edge can judge alone: no control characters in names, paths, env,
 // labels, users and rules, and numbers within what the kernel and the
 // store accept. What needs a template or the host's state (defaults
 // merged, volumes resolved) is the spec's own validation
 // (sandbox.Spec.Validate), which the manager runs before any side effect.
-func validateRequest(v any) error {
+func Validate(v any) error {
 	switch req := v.(type) {
 	case *api.CreateSandboxRequest:
 		return validateCreate(req)
@@ -23,9 +23,9 @@ func validateRequest(v any) error {
 		if err := validateCreate(&req.Sandbox); err != nil {
 			return err
 		}
-		return validateExec(&req.Exec)
+		return ValidateExec(&req.Exec)
 	case *api.ExecRequest:
-		return validateExec(req)
+		return ValidateExec(req)
 	case *api.ForkRequest:
 		if err := checkSeconds("timeout_seconds", req.TimeoutSeconds); err != nil {
 			return err
@@ -175,10 +175,10 @@ func validateCreate(req *api.CreateSandboxRequest) error {
 	return nil
 }
 
-// validateExec checks an exec request at the edge: the manager refuses
+// ValidateExec checks an exec request at the edge: the manager refuses
 // NUL in arguments (control characters there are a script's business);
 // here env, workdir and user are held to the same rules as a create.
-func validateExec(req *api.ExecRequest) error {
+func ValidateExec(req *api.ExecRequest) error {
 	for k, v := range req.Env {
 		if k == "" || strings.Contains(k, "=") {
 			return errdefs.Invalid("bad env name %q", k)
@@ -201,9 +201,9 @@ func validateExec(req *api.ExecRequest) error {
 	return checkSeconds("timeout_seconds", req.TimeoutSeconds)
 }
 
-// checkPathValues refuses control characters in the {id} and {name} path
+// CheckPathValues refuses control characters in the {id} and {name} path
 // values a route matched, before they reach a lookup or a log line.
-func checkPathValues(r *http.Request) error {
+func CheckPathValues(r *http.Request) error {
 	for _, k := range []string{"id", "name"} {
 		if err := sandbox.CheckText(k, r.PathValue(k)); err != nil {
 			return err

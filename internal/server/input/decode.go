@@ -1,4 +1,10 @@
-package server
+// Package input is the API edge's reading of request bodies: strict JSON
+// (a bounded body, one object — never null —, no key twice at any depth,
+// compared the way encoding/json matches fields, no unknown fields, no
+// trailing data) and the validation of every request type the edge can
+// judge alone. Pure functions of the bytes and the request; the server's
+// handlers call them before anything acts.
+package input
 
 import (
 	"bytes"
@@ -18,14 +24,18 @@ import (
 // type nests four levels; the bound keeps the checker's recursion small.
 const maxJSONDepth = 32
 
-// decode reads a JSON body strictly: bounded size, a JSON object (not
-// null), no duplicate key at any depth, no unknown fields, no trailing data.
-func decode(r *http.Request, v any) error {
-	return decodeLimit(r, v, maxJSONBody)
+// MaxBody bounds every JSON request body but apply's.
+const MaxBody = 1 << 20
+
+// Decode reads a JSON body strictly: bounded size, a JSON object (not
+// null), no duplicate key at any depth, no unknown fields, no trailing
+// data; then validates it (Validate).
+func Decode(r *http.Request, v any) error {
+	return decodeLimit(r, v, MaxBody)
 }
 
-// decodeLarge is decode for the one body that carries files (apply).
-func decodeLarge(r *http.Request, v any) error {
+// DecodeLarge is Decode for the one body that carries files (apply).
+func DecodeLarge(r *http.Request, v any) error {
 	return decodeLimit(r, v, 1<<30+4<<20)
 }
 
@@ -38,12 +48,12 @@ func decodeLimit(r *http.Request, v any, limit int64) error {
 		}
 		return errdefs.Invalid("reading the request body: %v", err)
 	}
-	return decodeBytes(body, v)
+	return DecodeBytes(body, v)
 }
 
-// decodeBytes is decode for a body already read (also the first message
+// DecodeBytes is Decode for a body already read (also the first message
 // of the WebSocket exec).
-func decodeBytes(body []byte, v any) error {
+func DecodeBytes(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return errdefs.Invalid("request body is empty; expected JSON")
 	}
@@ -55,7 +65,7 @@ func decodeBytes(body []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return errdefs.Invalid("bad JSON body: %v", err)
 	}
-	return validateRequest(v)
+	return Validate(v)
 }
 
 // checkJSON is a token-level pass over body before it is decoded into a
