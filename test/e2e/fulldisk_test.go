@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
@@ -40,8 +41,18 @@ func TestFullDisk(t *testing.T) {
 	run("mkfs.ext4", "-q", "-F", img)
 	run("mount", "-o", "loop", img, data)
 	t.Cleanup(func() {
-		if err := syscall.Unmount(data, 0); err != nil {
+		// The daemon's own loop devices on files in data are released by
+		// the kernel after their unmount returns: give them a moment.
+		var err error
+		for i := 0; i < 50; i++ {
+			if err = syscall.Unmount(data, 0); err != syscall.EBUSY {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
 			t.Errorf("unmounting the test's data dir: %v", err)
+			return // never remove through a mount
 		}
 		os.RemoveAll(base)
 	})
