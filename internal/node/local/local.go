@@ -28,6 +28,7 @@ import (
 	"github.com/berth-sh/berth/internal/image"
 	"github.com/berth-sh/berth/internal/network"
 	"github.com/berth-sh/berth/internal/node"
+	"github.com/berth-sh/berth/internal/node/local/hostids"
 	"github.com/berth-sh/berth/internal/overlay"
 	"github.com/berth-sh/berth/internal/runtime"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -104,7 +105,7 @@ type Backend struct {
 	network *network.Network // made on first use (see net)
 
 	agentRefused atomic.Uint64
-	ids          *idState // host id ranges (ids.go)
+	ids          *hostids.Manager // host id ranges (ids.go)
 
 	wg     sync.WaitGroup
 	stopCh chan struct{}
@@ -166,7 +167,7 @@ func New(cfg Config) (*Backend, error) {
 		cfg: cfg, log: cfg.Logger, images: cfg.Images, volumes: vols, scratch: scratch, pool: pool,
 		runtimes:       map[string]runtime.Runtime{},
 		def:            cfg.Runtimes[0].Name(),
-		ids:            probeIDs(cfg, pool.Root()),
+		ids:            hostids.Probe(cfg.IDMap, []string{cfg.DataDir, pool.Root()}, cfg.Logger),
 		agents:         map[string]*agent.Client{},
 		channels:       map[string]*agentChannel{},
 		initLogs:       map[string]*initLog{},
@@ -214,7 +215,10 @@ func (b *Backend) Start(h node.Hooks) {
 	}
 	b.hooks.Slots = h.Slots
 	b.wg.Add(1)
-	go b.idLoop()
+	go func() {
+		defer b.wg.Done()
+		b.ids.Run(b.stopCh, b.hooks.Slots)
+	}()
 }
 
 // Classes lists the runtime classes, the default first.
@@ -311,7 +315,7 @@ func (b *Backend) forgetAgent(id string) {
 // Forget drops what the backend keeps in memory about sb.
 func (b *Backend) Forget(sb *sandbox.Sandbox) {
 	b.forgetAgent(sb.ID)
-	defer b.kickIDs() // its id slot is free: make the next one's namespaces
+	defer b.ids.Kick() // its id slot is free: make the next one's namespaces
 	b.mu.Lock()
 	delete(b.channels, sb.ID)
 	delete(b.initLogs, sb.ID)
