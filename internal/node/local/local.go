@@ -28,6 +28,7 @@ import (
 	"github.com/berth-sh/berth/internal/image"
 	"github.com/berth-sh/berth/internal/network"
 	"github.com/berth-sh/berth/internal/node"
+	"github.com/berth-sh/berth/internal/node/local/agentchan"
 	"github.com/berth-sh/berth/internal/node/local/hostids"
 	"github.com/berth-sh/berth/internal/overlay"
 	"github.com/berth-sh/berth/internal/runtime"
@@ -91,9 +92,9 @@ type Backend struct {
 	def      string
 
 	mu       sync.Mutex
-	agents   map[string]*agent.Client // by sandbox id
-	channels map[string]*agentChannel // by sandbox id (agentchan.go)
-	initLogs map[string]*initLog      // by sandbox id (agentchan.go)
+	agents   map[string]*agent.Client      // by sandbox id
+	channels map[string]*agentchan.Channel // by sandbox id (agentchan.go)
+	initLogs map[string]*agentchan.InitLog // by sandbox id (agentchan.go)
 	// clonesInFlight are the snapshots-dir entries in use (clones.go).
 	clonesInFlight map[string]int
 	// readOnly are the sandbox filesystems seen read-only (capacity.go).
@@ -169,8 +170,8 @@ func New(cfg Config) (*Backend, error) {
 		def:            cfg.Runtimes[0].Name(),
 		ids:            hostids.Probe(cfg.IDMap, []string{cfg.DataDir, pool.Root()}, cfg.Logger),
 		agents:         map[string]*agent.Client{},
-		channels:       map[string]*agentChannel{},
-		initLogs:       map[string]*initLog{},
+		channels:       map[string]*agentchan.Channel{},
+		initLogs:       map[string]*agentchan.InitLog{},
 		clonesInFlight: map[string]int{},
 		readOnly:       map[string]bool{},
 		stopCh:         make(chan struct{}),
@@ -279,9 +280,9 @@ func (b *Backend) paths(id string) paths {
 		scratch: scratch,
 		upper:   filepath.Join(scratch, "mnt", "upper"),
 		work:    filepath.Join(scratch, "mnt", "work"),
-		ctl:     filepath.Join(dir, ctlDir),
-		socket:  filepath.Join(dir, ctlDir, agentSockName),
-		pin:     filepath.Join(dir, ctlDir, agentPinName),
+		ctl:     filepath.Join(dir, agentchan.CtlDir),
+		socket:  filepath.Join(dir, agentchan.CtlDir, agentchan.SockName),
+		pin:     filepath.Join(dir, agentchan.CtlDir, agentchan.PinName),
 		run:     filepath.Join(dir, "run"),
 		cgroup:  "/" + b.cfg.Instance + "/" + id,
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/network"
 	"github.com/berth-sh/berth/internal/node"
+	"github.com/berth-sh/berth/internal/node/local/agentchan"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
@@ -60,7 +61,7 @@ func (b *Backend) net(ctx context.Context) (*network.Network, error) {
 	}
 	if got := n.Subnet4(); got != kept {
 		data, _ := json.Marshal(netState{Subnet4: got.String()})
-		if err := writeFileAtomic(b.netStatePath(), data); err != nil {
+		if err := agentchan.WriteFileAtomic(b.netStatePath(), data); err != nil {
 			n.Close()
 			return nil, fmt.Errorf("network: recording the subnet: %w", err)
 		}
