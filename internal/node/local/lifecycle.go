@@ -195,7 +195,7 @@ func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 		return err
 	}
 	go reap(pid)
-	if err := b.attachNetwork(ctx, sb, pid); err != nil {
+	if err := b.egress.Attach(ctx, sb, pid); err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
 	failpoint.Hit("create.after-start")
@@ -302,7 +302,7 @@ func (b *Backend) Stop(ctx context.Context, sb *sandbox.Sandbox) error {
 	if err := b.scratch.Unmount(sb.ID); err != nil {
 		errs = append(errs, err)
 	}
-	if err := b.detachNetwork(ctx, sb); err != nil {
+	if err := b.egress.Detach(ctx, sb); err != nil {
 		errs = append(errs, err)
 	}
 	b.forgetAgent(id)

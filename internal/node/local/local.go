@@ -26,9 +26,9 @@ import (
 	"github.com/berth-sh/berth/internal/agent"
 	"github.com/berth-sh/berth/internal/cgroups"
 	"github.com/berth-sh/berth/internal/image"
-	"github.com/berth-sh/berth/internal/network"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/node/local/agentchan"
+	"github.com/berth-sh/berth/internal/node/local/egress"
 	"github.com/berth-sh/berth/internal/node/local/hostids"
 	"github.com/berth-sh/berth/internal/overlay"
 	"github.com/berth-sh/berth/internal/runtime"
@@ -102,8 +102,7 @@ type Backend struct {
 
 	hooks node.Hooks
 
-	netMu   sync.Mutex
-	network *network.Network // made on first use (see net)
+	egress *egress.Net // the egress network, made on first use (network.go)
 
 	agentRefused atomic.Uint64
 	ids          *hostids.Manager // host id ranges (ids.go)
@@ -180,6 +179,8 @@ func New(cfg Config) (*Backend, error) {
 			Flow:  func(node.Flow) {},
 		},
 	}
+	b.egress = egress.New(egress.Config{Instance: cfg.Instance, Subnet: cfg.EgressSubnet, DataDir: cfg.DataDir,
+		Logger: cfg.Logger, OnFlow: b.onFlow})
 	for _, rt := range cfg.Runtimes {
 		b.runtimes[rt.Name()] = rt
 		b.classes = append(b.classes, node.Class{Name: rt.Name(), Caps: capsOf(rt)})
@@ -388,7 +389,7 @@ func (b *Backend) Close(keepNetwork bool) {
 		close(b.stopCh)
 	}
 	b.wg.Wait()
-	b.closeNetwork(keepNetwork)
+	b.egress.Close(keepNetwork)
 	if err := closeShare(b.cfg.DataDir); err != nil {
 		b.log.Warn("unmounting the share", "err", err)
 	}
