@@ -1,10 +1,8 @@
 package network
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -13,6 +11,8 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/berth-sh/berth/internal/network/nftexpr"
 )
 
 // Object names inside the instance's tables.
@@ -51,79 +51,7 @@ const denyLogRate, denyLogBurst = 200, 400
 
 func (n *Network) conn() (*nftables.Conn, error) { return nftables.New() }
 
-// ---- expression helpers ----
-
-func be16(v uint16) []byte { b := make([]byte, 2); binary.BigEndian.PutUint16(b, v); return b }
-
-func metaCmp(key expr.MetaKey, data []byte) []expr.Any {
-	return []expr.Any{
-		&expr.Meta{Key: key, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: data},
-	}
-}
-
-func nfproto(is4 bool) []expr.Any {
-	if is4 {
-		return metaCmp(expr.MetaKeyNFPROTO, []byte{unix.NFPROTO_IPV4})
-	}
-	return metaCmp(expr.MetaKeyNFPROTO, []byte{unix.NFPROTO_IPV6})
-}
-
-func ifnameBytes(name string) []byte {
-	b := make([]byte, 16)
-	copy(b, name)
-	return b
-}
-
-func ifnameCmp(key expr.MetaKey, op expr.CmpOp, name string) []expr.Any {
-	return []expr.Any{
-		&expr.Meta{Key: key, Register: 1},
-		&expr.Cmp{Op: op, Register: 1, Data: ifnameBytes(name)},
-	}
-}
-
-// addrMatch matches the source (src) or destination address against p,
-// with op Eq or Neq. The caller checks the protocol family first.
-func addrMatch(src bool, p netip.Prefix, op expr.CmpOp) []expr.Any {
-	a := p.Masked().Addr()
-	var off, ln uint32
-	if a.Is4() {
-		off, ln = 16, 4
-		if src {
-			off = 12
-		}
-	} else {
-		off, ln = 24, 16
-		if src {
-			off = 8
-		}
-	}
-	out := []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: ln}}
-	if p.Bits() < a.BitLen() {
-		mask := net.CIDRMask(p.Bits(), a.BitLen())
-		out = append(out, &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: ln, Mask: mask, Xor: make([]byte, ln)})
-	}
-	return append(out, &expr.Cmp{Op: op, Register: 1, Data: a.AsSlice()})
-}
-
-func l4proto(p uint8) []expr.Any { return metaCmp(expr.MetaKeyL4PROTO, []byte{p}) }
-
-func dport(p uint16) []expr.Any {
-	return []expr.Any{
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: be16(p)},
-	}
-}
-
-func ctState(bits uint32) []expr.Any {
-	mask := make([]byte, 4)
-	binary.NativeEndian.PutUint32(mask, bits)
-	return []expr.Any{
-		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
-	}
-}
+// ---- expression helpers: see package nftexpr ----
 
 func (n *Network) logTo(prefix string) *expr.Log {
 	return &expr.Log{
@@ -133,13 +61,6 @@ func (n *Network) logTo(prefix string) *expr.Log {
 		Data:    []byte(prefix),
 	}
 }
-
-func accept() *expr.Verdict              { return &expr.Verdict{Kind: expr.VerdictAccept} }
-func drop() *expr.Verdict                { return &expr.Verdict{Kind: expr.VerdictDrop} }
-func jump(chain string) *expr.Verdict    { return &expr.Verdict{Kind: expr.VerdictJump, Chain: chain} }
-func gotoChain(c string) *expr.Verdict   { return &expr.Verdict{Kind: expr.VerdictGoto, Chain: c} }
-func cat(parts ...[]expr.Any) []expr.Any { return slices.Concat(parts...) }
-func one(e expr.Any) []expr.Any          { return []expr.Any{e} }
 
 func limited() *expr.Limit {
 	return &expr.Limit{Type: expr.LimitTypePkts, Rate: denyLogRate, Unit: expr.LimitTimeSecond, Burst: denyLogBurst}
@@ -203,7 +124,7 @@ func (n *Network) ensureTables() error {
 		return ch
 	}
 	rule := func(ch *nftables.Chain, e ...[]expr.Any) {
-		c.AddRule(&nftables.Rule{Table: ch.Table, Chain: ch, Exprs: cat(e...)})
+		c.AddRule(&nftables.Rule{Table: ch.Table, Chain: ch, Exprs: nftexpr.Cat(e...)})
 	}
 	br := n.nm.bridge
 
@@ -218,72 +139,72 @@ func (n *Network) ensureTables() error {
 	denyN := reg(inet, chDenyNoRule)
 
 	fwd := base(inet, chForward, nftables.ChainTypeFilter, nftables.ChainHookForward, nftables.ChainPriorityFilter)
-	rule(fwd, ifnameCmp(expr.MetaKeyIIFNAME, expr.CmpOpEq, br), one(jump(chFromSB)))
-	rule(fwd, ifnameCmp(expr.MetaKeyOIFNAME, expr.CmpOpEq, br), one(jump(chToSB)))
+	rule(fwd, nftexpr.IfnameCmp(expr.MetaKeyIIFNAME, expr.CmpOpEq, br), nftexpr.One(nftexpr.Jump(chFromSB)))
+	rule(fwd, nftexpr.IfnameCmp(expr.MetaKeyOIFNAME, expr.CmpOpEq, br), nftexpr.One(nftexpr.Jump(chToSB)))
 
 	in := base(inet, chInput, nftables.ChainTypeFilter, nftables.ChainHookInput, nftables.ChainPriorityFilter)
-	rule(in, ifnameCmp(expr.MetaKeyIIFNAME, expr.CmpOpEq, br), one(jump(chInSB)))
+	rule(in, nftexpr.IfnameCmp(expr.MetaKeyIIFNAME, expr.CmpOpEq, br), nftexpr.One(nftexpr.Jump(chInSB)))
 
 	nat := base(inet, chNAT, nftables.ChainTypeNAT, nftables.ChainHookPostrouting, nftables.ChainPriorityNATSource)
 	for _, s := range []netip.Prefix{n.cfg.Subnet4, n.cfg.Subnet6} {
-		rule(nat, nfproto(s.Addr().Is4()), addrMatch(true, s, expr.CmpOpEq),
-			ifnameCmp(expr.MetaKeyOIFNAME, expr.CmpOpNeq, br), one(&expr.Masq{}))
+		rule(nat, nftexpr.NFProto(s.Addr().Is4()), nftexpr.AddrMatch(true, s, expr.CmpOpEq),
+			nftexpr.IfnameCmp(expr.MetaKeyOIFNAME, expr.CmpOpNeq, br), nftexpr.One(&expr.Masq{}))
 	}
 
-	established := ctState(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED)
-	rule(fromSB, established, one(accept()))
-	rule(fromSB, ctState(expr.CtStateBitINVALID), one(drop()))
-	rule(fromSB, nfproto(true),
-		one(&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4}),
-		one(&expr.Lookup{SourceRegister: 1, SetName: mapSB4, SetID: sb4.ID, DestRegister: 0, IsDestRegSet: true}))
-	rule(fromSB, nfproto(false),
-		one(&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16}),
-		one(&expr.Lookup{SourceRegister: 1, SetName: mapSB6, SetID: sb6.ID, DestRegister: 0, IsDestRegSet: true}))
-	rule(fromSB, one(limited()), one(n.logTo(logPrefix+"d "+reasonUnknown)))
-	rule(fromSB, one(drop()))
+	established := nftexpr.CTState(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED)
+	rule(fromSB, established, nftexpr.One(nftexpr.Accept()))
+	rule(fromSB, nftexpr.CTState(expr.CtStateBitINVALID), nftexpr.One(nftexpr.Drop()))
+	rule(fromSB, nftexpr.NFProto(true),
+		nftexpr.One(&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4}),
+		nftexpr.One(&expr.Lookup{SourceRegister: 1, SetName: mapSB4, SetID: sb4.ID, DestRegister: 0, IsDestRegSet: true}))
+	rule(fromSB, nftexpr.NFProto(false),
+		nftexpr.One(&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16}),
+		nftexpr.One(&expr.Lookup{SourceRegister: 1, SetName: mapSB6, SetID: sb6.ID, DestRegister: 0, IsDestRegSet: true}))
+	rule(fromSB, nftexpr.One(limited()), nftexpr.One(n.logTo(logPrefix+"d "+reasonUnknown)))
+	rule(fromSB, nftexpr.One(nftexpr.Drop()))
 
-	rule(toSB, established, one(accept()))
-	rule(toSB, one(limited()), one(n.logTo(logPrefix+"d "+reasonInbound)))
-	rule(toSB, one(drop()))
+	rule(toSB, established, nftexpr.One(nftexpr.Accept()))
+	rule(toSB, nftexpr.One(limited()), nftexpr.One(n.logTo(logPrefix+"d "+reasonInbound)))
+	rule(toSB, nftexpr.One(nftexpr.Drop()))
 
-	rule(inSB, established, one(accept()))
+	rule(inSB, established, nftexpr.One(nftexpr.Accept()))
 	// Neighbour discovery with the gateway.
 	for _, typ := range []byte{135, 136} {
-		rule(inSB, nfproto(false), l4proto(protoICMPv6),
-			one(&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1}),
-			one(&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{typ}}), one(accept()))
+		rule(inSB, nftexpr.NFProto(false), nftexpr.L4Proto(protoICMPv6),
+			nftexpr.One(&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1}),
+			nftexpr.One(&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{typ}}), nftexpr.One(nftexpr.Accept()))
 	}
 	for _, gw := range []netip.Addr{n.gw4, n.gw6} {
 		for _, p := range []uint8{protoUDP, protoTCP} {
-			rule(inSB, nfproto(gw.Is4()), addrMatch(false, netip.PrefixFrom(gw, gw.BitLen()), expr.CmpOpEq),
-				l4proto(p), dport(53), one(accept()))
+			rule(inSB, nftexpr.NFProto(gw.Is4()), nftexpr.AddrMatch(false, netip.PrefixFrom(gw, gw.BitLen()), expr.CmpOpEq),
+				nftexpr.L4Proto(p), nftexpr.DPort(53), nftexpr.One(nftexpr.Accept()))
 		}
 	}
-	rule(inSB, one(limited()), one(n.logTo(logPrefix+"d "+reasonHost)))
-	rule(inSB, one(drop()))
+	rule(inSB, nftexpr.One(limited()), nftexpr.One(n.logTo(logPrefix+"d "+reasonHost)))
+	rule(inSB, nftexpr.One(nftexpr.Drop()))
 
 	for _, p := range slices.Concat(n.protected4, n.protected6) {
-		rule(guardP, nfproto(p.Addr().Is4()), addrMatch(false, p, expr.CmpOpEq), one(gotoChain(chDenyProtected)))
+		rule(guardP, nftexpr.NFProto(p.Addr().Is4()), nftexpr.AddrMatch(false, p, expr.CmpOpEq), nftexpr.One(nftexpr.Goto(chDenyProtected)))
 	}
 	for _, p := range []uint8{protoUDP, protoTCP} {
 		for _, port := range []uint16{53, 853} {
-			rule(guardD, l4proto(p), dport(port), one(gotoChain(chDenyDNS)))
+			rule(guardD, nftexpr.L4Proto(p), nftexpr.DPort(port), nftexpr.One(nftexpr.Goto(chDenyDNS)))
 		}
 	}
 	for ch, reason := range map[*nftables.Chain]string{denyP: reasonProtected, denyD: reasonDNS, denyN: reasonNoRule} {
-		rule(ch, one(limited()), one(n.logTo(logPrefix+"d "+reason)))
-		rule(ch, one(drop()))
+		rule(ch, nftexpr.One(limited()), nftexpr.One(n.logTo(logPrefix+"d "+reason)))
+		rule(ch, nftexpr.One(nftexpr.Drop()))
 	}
 
 	// Bridge family: per-port anti-spoofing, and nothing from a port of
 	// this bridge that is not a known sandbox.
 	pre := base(brt, chBrPre, nftables.ChainTypeFilter, nftables.ChainHookPrerouting, nftables.ChainPriorityRef(-200))
-	rule(pre, one(&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}),
-		one(&expr.Lookup{SourceRegister: 1, SetName: mapPorts, SetID: ports.ID, DestRegister: 0, IsDestRegSet: true}))
+	rule(pre, nftexpr.One(&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}),
+		nftexpr.One(&expr.Lookup{SourceRegister: 1, SetName: mapPorts, SetID: ports.ID, DestRegister: 0, IsDestRegSet: true}))
 	// Every port of the bridge is a veth of this instance (name prefix);
 	// one that is not in the map (being set up or torn down) sends nothing.
-	rule(pre, one(&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}),
-		one(&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(n.nm.prefix)}), one(drop()))
+	rule(pre, nftexpr.One(&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}),
+		nftexpr.One(&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(n.nm.prefix)}), nftexpr.One(nftexpr.Drop()))
 
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("network: programming nft tables %s: %w", n.nm.table, err)
@@ -329,17 +250,17 @@ func (n *Network) allowExprs(r Rule, match []expr.Any) [][]expr.Any {
 	var out [][]expr.Any
 	protos := r.protos()
 	if protos == nil {
-		return [][]expr.Any{cat(match, one(lg), one(accept()))}
+		return [][]expr.Any{nftexpr.Cat(match, nftexpr.One(lg), nftexpr.One(nftexpr.Accept()))}
 	}
 	for _, p := range protos {
 		if len(r.Ports) == 0 {
-			out = append(out, cat(match, l4proto(p), one(lg), one(accept())))
+			out = append(out, nftexpr.Cat(match, nftexpr.L4Proto(p), nftexpr.One(lg), nftexpr.One(nftexpr.Accept())))
 			continue
 		}
 		ps := slices.Clone(r.Ports)
 		slices.Sort(ps)
 		for _, port := range slices.Compact(ps) {
-			out = append(out, cat(match, l4proto(p), dport(port), one(lg), one(accept())))
+			out = append(out, nftexpr.Cat(match, nftexpr.L4Proto(p), nftexpr.DPort(port), nftexpr.One(lg), nftexpr.One(nftexpr.Accept())))
 		}
 	}
 	return out
@@ -370,7 +291,7 @@ func (n *Network) programSandbox(sb *sandbox, withDispatch bool) error {
 		c.AddRule(&nftables.Rule{Table: inet, Chain: ch, Exprs: e, UserData: ud})
 	}
 	cidr := func(r Rule) {
-		for _, e := range n.allowExprs(r, cat(nfproto(r.CIDR.Addr().Is4()), addrMatch(false, r.CIDR, expr.CmpOpEq))) {
+		for _, e := range n.allowExprs(r, nftexpr.Cat(nftexpr.NFProto(r.CIDR.Addr().Is4()), nftexpr.AddrMatch(false, r.CIDR, expr.CmpOpEq))) {
 			add(e)
 		}
 	}
@@ -378,11 +299,11 @@ func (n *Network) programSandbox(sb *sandbox, withDispatch bool) error {
 	for _, r := range ep {
 		cidr(r)
 	}
-	add(one(jump(chGuardProtected)))
+	add(nftexpr.One(nftexpr.Jump(chGuardProtected)))
 	for _, r := range ed {
 		cidr(r)
 	}
-	add(one(jump(chGuardDNS)))
+	add(nftexpr.One(nftexpr.Jump(chGuardDNS)))
 	for _, r := range plain {
 		cidr(r)
 	}
@@ -403,15 +324,15 @@ func (n *Network) programSandbox(sb *sandbox, withDispatch bool) error {
 			if fam == 6 {
 				off, ln = 24, 16
 			}
-			match := cat(nfproto(fam == 4),
-				one(&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: ln}),
-				one(&expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID}))
+			match := nftexpr.Cat(nftexpr.NFProto(fam == 4),
+				nftexpr.One(&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: ln}),
+				nftexpr.One(&expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID}))
 			for _, e := range n.allowExprs(r, match) {
 				add(e)
 			}
 		}
 	}
-	add(one(gotoChain(chDenyNoRule)))
+	add(nftexpr.One(nftexpr.Goto(chDenyNoRule)))
 	// Domain sets of rules that are gone (after the flush above, nothing
 	// references them).
 	prefix4, prefix6 := "d4-"+sb.tag+"-", "d6-"+sb.tag+"-"
@@ -422,10 +343,10 @@ func (n *Network) programSandbox(sb *sandbox, withDispatch bool) error {
 	}
 	if withDispatch {
 		sb4, sb6 := n.dispatchMaps()
-		if err := c.SetAddElements(sb4, []nftables.SetElement{{Key: sb.v4.AsSlice(), VerdictData: jump(ch.Name), Comment: elemComment(sb.tag)}}); err != nil {
+		if err := c.SetAddElements(sb4, []nftables.SetElement{{Key: sb.v4.AsSlice(), VerdictData: nftexpr.Jump(ch.Name), Comment: elemComment(sb.tag)}}); err != nil {
 			return err
 		}
-		if err := c.SetAddElements(sb6, []nftables.SetElement{{Key: sb.v6.AsSlice(), VerdictData: jump(ch.Name), Comment: elemComment(sb.tag)}}); err != nil {
+		if err := c.SetAddElements(sb6, []nftables.SetElement{{Key: sb.v6.AsSlice(), VerdictData: nftexpr.Jump(ch.Name), Comment: elemComment(sb.tag)}}); err != nil {
 			return err
 		}
 		n.addSpoofChain(c, sb)
@@ -444,27 +365,27 @@ func (n *Network) addSpoofChain(c *nftables.Conn, sb *sandbox) {
 	c.FlushChain(ch)
 	ud := []byte("berth:" + sb.id)
 	rule := func(e ...[]expr.Any) {
-		c.AddRule(&nftables.Rule{Table: brt, Chain: ch, Exprs: cat(e...), UserData: ud})
+		c.AddRule(&nftables.Rule{Table: brt, Chain: ch, Exprs: nftexpr.Cat(e...), UserData: ud})
 	}
-	ethType := func(t uint16) []expr.Any { return metaCmp(expr.MetaKeyPROTOCOL, be16(t)) }
+	ethType := func(t uint16) []expr.Any { return nftexpr.MetaCmp(expr.MetaKeyPROTOCOL, nftexpr.BE16(t)) }
 	payloadNeq := func(base expr.PayloadBase, off uint32, data []byte) []expr.Any {
 		return []expr.Any{
 			&expr.Payload{DestRegister: 1, Base: base, Offset: off, Len: uint32(len(data))},
 			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: data},
 		}
 	}
-	rule(payloadNeq(expr.PayloadBaseLLHeader, 6, sb.mac), one(drop()))
-	rule(ethType(unix.ETH_P_IP), addrMatch(true, netip.PrefixFrom(sb.v4, 32), expr.CmpOpNeq), one(drop()))
-	rule(ethType(unix.ETH_P_IP), one(accept()))
-	rule(ethType(unix.ETH_P_ARP), payloadNeq(expr.PayloadBaseNetworkHeader, 14, sb.v4.AsSlice()), one(drop()))
-	rule(ethType(unix.ETH_P_ARP), payloadNeq(expr.PayloadBaseNetworkHeader, 8, sb.mac), one(drop()))
-	rule(ethType(unix.ETH_P_ARP), one(accept()))
-	rule(ethType(unix.ETH_P_IPV6), addrMatch(true, netip.PrefixFrom(sb.v6, 128), expr.CmpOpNeq),
-		addrMatch(true, netip.MustParsePrefix("fe80::/10"), expr.CmpOpNeq),
-		addrMatch(true, netip.MustParsePrefix("::/128"), expr.CmpOpNeq), one(drop()))
-	rule(ethType(unix.ETH_P_IPV6), one(accept()))
-	rule(one(drop()))
-	_ = c.SetAddElements(n.portsMap(), []nftables.SetElement{{Key: ifnameBytes(n.nm.veth(sb.tag)), VerdictData: jump(ch.Name), Comment: elemComment(sb.tag)}})
+	rule(payloadNeq(expr.PayloadBaseLLHeader, 6, sb.mac), nftexpr.One(nftexpr.Drop()))
+	rule(ethType(unix.ETH_P_IP), nftexpr.AddrMatch(true, netip.PrefixFrom(sb.v4, 32), expr.CmpOpNeq), nftexpr.One(nftexpr.Drop()))
+	rule(ethType(unix.ETH_P_IP), nftexpr.One(nftexpr.Accept()))
+	rule(ethType(unix.ETH_P_ARP), payloadNeq(expr.PayloadBaseNetworkHeader, 14, sb.v4.AsSlice()), nftexpr.One(nftexpr.Drop()))
+	rule(ethType(unix.ETH_P_ARP), payloadNeq(expr.PayloadBaseNetworkHeader, 8, sb.mac), nftexpr.One(nftexpr.Drop()))
+	rule(ethType(unix.ETH_P_ARP), nftexpr.One(nftexpr.Accept()))
+	rule(ethType(unix.ETH_P_IPV6), nftexpr.AddrMatch(true, netip.PrefixFrom(sb.v6, 128), expr.CmpOpNeq),
+		nftexpr.AddrMatch(true, netip.MustParsePrefix("fe80::/10"), expr.CmpOpNeq),
+		nftexpr.AddrMatch(true, netip.MustParsePrefix("::/128"), expr.CmpOpNeq), nftexpr.One(nftexpr.Drop()))
+	rule(ethType(unix.ETH_P_IPV6), nftexpr.One(nftexpr.Accept()))
+	rule(nftexpr.One(nftexpr.Drop()))
+	_ = c.SetAddElements(n.portsMap(), []nftables.SetElement{{Key: nftexpr.IfnameBytes(n.nm.veth(sb.tag)), VerdictData: nftexpr.Jump(ch.Name), Comment: elemComment(sb.tag)}})
 }
 
 // removeSandboxNFT deletes every nft object of the sandbox with tag:

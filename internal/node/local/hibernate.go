@@ -14,6 +14,7 @@ import (
 	"github.com/berth-sh/berth/internal/agent"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/node"
+	"github.com/berth-sh/berth/internal/node/local/agentchan"
 	"github.com/berth-sh/berth/internal/runtime"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
@@ -158,7 +159,7 @@ func (b *Backend) quiesceAgent(ctx context.Context, id string) error {
 	if err := b.agentFor(id).Quiesce(qctx); err != nil {
 		return fmt.Errorf("asking the agent to close its socket: %w", err)
 	}
-	socket := filepath.Join(b.paths(id).run, agentSockName)
+	socket := filepath.Join(b.paths(id).run, agentchan.SockName)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		if _, err := os.Lstat(socket); errors.Is(err, os.ErrNotExist) {
@@ -213,7 +214,7 @@ func (b *Backend) Restore(ctx context.Context, sb *sandbox.Sandbox) error {
 	// The guest's socket dir as at the checkpoint (Stop unmounted it),
 	// and a socket the daemon pins anew once the agent listens.
 	uid, gid := b.idMapOf(sb).HostRoot()
-	if err := mountRunTmpfs(p.run, uid, gid); err != nil {
+	if err := agentchan.MountRunTmpfs(p.run, uid, gid); err != nil {
 		return err
 	}
 	if err := b.resetAgentPin(id); err != nil {

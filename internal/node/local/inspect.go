@@ -2,19 +2,12 @@ package local
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
-	"syscall"
-	"time"
 
-	"github.com/berth-sh/berth/internal/agent"
-	"github.com/berth-sh/berth/internal/agent/agentd"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/node"
+	"github.com/berth-sh/berth/internal/node/local/hostfiles"
 	"github.com/berth-sh/berth/internal/overlay"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
@@ -57,85 +50,18 @@ func (b *Backend) Diff(ctx context.Context, sb *sandbox.Sandbox) ([]node.Change,
 			}
 		}
 	}
-	err := walk(upper, func(rel string, d fs.DirEntry, info fs.FileInfo) error {
-		if rel == ".berth" || strings.HasPrefix(rel, ".berth/") {
-			return nil
-		}
-		if info.Mode()&fs.ModeCharDevice != 0 {
-			if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Rdev == 0 {
-				return add(node.Change{Path: "/" + rel, Kind: "removed"})
-			}
-		}
-		existed := inLower(rel)
-		if info.IsDir() {
-			if existed {
-				return nil // contents are listed one by one
-			}
-			return add(node.Change{Path: "/" + rel, Kind: "added", Dir: true})
-		}
-		kind := "added"
-		if existed {
-			kind = "changed"
-		}
-		return add(node.Change{Path: "/" + rel, Kind: kind, Size: info.Size()})
-	})
-	if err != nil {
+	if err := hostfiles.UpperChanges(upper, inLower, add); err != nil {
 		return nil, err
 	}
 	for _, vm := range sb.Spec.Volumes {
 		if !vm.Owned {
 			continue
 		}
-		err := walk(filepath.Join(b.volumes.Path(vm.VolumeID), volumeDataDir), func(rel string, d fs.DirEntry, info fs.FileInfo) error {
-			return add(node.Change{Path: filepath.Join(vm.Path, rel), Kind: "added", Size: sizeOf(info), Dir: info.IsDir()})
-		})
-		if err != nil {
+		if err := hostfiles.VolumeChanges(filepath.Join(b.volumes.Path(vm.VolumeID), volumeDataDir), vm.Path, add); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
-}
-
-func sizeOf(info fs.FileInfo) int64 {
-	if info.IsDir() {
-		return 0
-	}
-	return info.Size()
-}
-
-// walk visits every entry below root (not root itself) without following
-// symlinks; a missing root is empty.
-func walk(root string, fn func(rel string, d fs.DirEntry, info fs.FileInfo) error) error {
-	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if path == root {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return nil
-		}
-		rel, _ := filepath.Rel(root, path)
-		return fn(rel, d, info)
-	})
-}
-
-// quarantineReader serves read-only file access to a quarantined sandbox
-// whose processes are frozen (or gone): an agent server runs inside the
-// daemon, confined with openat2(RESOLVE_IN_ROOT) to the sandbox's root
-// filesystem as mounted on the host, or to a volume's data for paths under
-// a volume. Nothing in the sandbox runs to serve the request.
-type quarantineReader struct {
-	b       *Backend
-	sb      *sandbox.Sandbox
-	dir     string
-	cancels []context.CancelFunc
-	waits   []chan struct{}
 }
 
 // QuarantineFiles serves reads of quarantined sb from the host side.
@@ -147,48 +73,11 @@ func (b *Backend) QuarantineFiles(ctx context.Context, sb *sandbox.Sandbox) (nod
 	if err != nil {
 		return nil, err
 	}
-	return &quarantineReader{b: b, sb: sb, dir: dir}, nil
-}
-
-func (q *quarantineReader) Client(ctx context.Context, path string) (*agent.Client, string, error) {
-	root := q.b.paths(q.sb.ID).rootfs
-	clean := filepath.Clean("/" + path)
-	for _, vm := range q.sb.Spec.Volumes {
-		if rel, ok := strings.CutPrefix(clean, vm.Path); ok && (rel == "" || rel[0] == '/') {
-			root = filepath.Join(q.b.volumes.Path(vm.VolumeID), volumeDataDir)
-			clean = "/" + strings.TrimPrefix(rel, "/")
-			break
-		}
+	var vols []hostfiles.Volume
+	for _, vm := range sb.Spec.Volumes {
+		vols = append(vols, hostfiles.Volume{Path: vm.Path, Data: filepath.Join(b.volumes.Path(vm.VolumeID), volumeDataDir)})
 	}
-	sock := filepath.Join(q.dir, fmt.Sprintf("r%d.sock", len(q.cancels)))
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := agentd.Serve(sctx, agentd.Config{Socket: sock, Root: root, Logger: q.b.log}); err != nil {
-			q.b.log.Warn("quarantine reader", "sandbox", q.sb.ID, "err", err)
-		}
-	}()
-	q.cancels = append(q.cancels, cancel)
-	q.waits = append(q.waits, done)
-	c := agent.NewClient(sock)
-	for i := 0; ; i++ {
-		if _, err := c.Ping(ctx); err == nil {
-			break
-		} else if i > 200 {
-			return nil, "", fmt.Errorf("quarantine reader did not start: %w", err)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return c, clean, nil
-}
-
-func (q *quarantineReader) Close() {
-	for i, c := range q.cancels {
-		c()
-		<-q.waits[i]
-	}
-	os.RemoveAll(q.dir)
+	return hostfiles.NewReader(sb.ID, b.paths(sb.ID).rootfs, vols, dir, b.log), nil
 }
 
 // CommitLayer ends build sandbox sb's container, unmounts its root and

@@ -16,6 +16,7 @@ import (
 	"github.com/berth-sh/berth/internal/cgroups"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/failpoint"
+	"github.com/berth-sh/berth/internal/node/local/agentchan"
 	"github.com/berth-sh/berth/internal/overlay"
 	"github.com/berth-sh/berth/internal/runtime"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -149,14 +150,14 @@ func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 			return err
 		}
 		ruid, rgid := b.idMapOf(sb).HostRoot()
-		if err := mountRunTmpfs(p.run, ruid, rgid); err != nil {
+		if err := agentchan.MountRunTmpfs(p.run, ruid, rgid); err != nil {
 			return err
 		}
 		mounts = append(mounts, runtime.Mount{Source: p.run, Destination: "/.berth/run"})
-		args = []string{agentBinary, "agent", "--socket", "/.berth/run/" + agentSockName}
+		args = []string{agentBinary, "agent", "--socket", "/.berth/run/" + agentchan.SockName}
 		seccompFD = 0
 	} else {
-		lnFile, err := bindAgentSocket(p.socket)
+		lnFile, err := agentchan.BindSocket(p.socket)
 		if err != nil {
 			return err
 		}
@@ -194,7 +195,7 @@ func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 		return err
 	}
 	go reap(pid)
-	if err := b.attachNetwork(ctx, sb, pid); err != nil {
+	if err := b.egress.Attach(ctx, sb, pid); err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
 	failpoint.Hit("create.after-start")
@@ -301,7 +302,7 @@ func (b *Backend) Stop(ctx context.Context, sb *sandbox.Sandbox) error {
 	if err := b.scratch.Unmount(sb.ID); err != nil {
 		errs = append(errs, err)
 	}
-	if err := b.detachNetwork(ctx, sb); err != nil {
+	if err := b.egress.Detach(ctx, sb); err != nil {
 		errs = append(errs, err)
 	}
 	b.forgetAgent(id)

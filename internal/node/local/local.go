@@ -26,8 +26,10 @@ import (
 	"github.com/berth-sh/berth/internal/agent"
 	"github.com/berth-sh/berth/internal/cgroups"
 	"github.com/berth-sh/berth/internal/image"
-	"github.com/berth-sh/berth/internal/network"
 	"github.com/berth-sh/berth/internal/node"
+	"github.com/berth-sh/berth/internal/node/local/agentchan"
+	"github.com/berth-sh/berth/internal/node/local/egress"
+	"github.com/berth-sh/berth/internal/node/local/hostids"
 	"github.com/berth-sh/berth/internal/overlay"
 	"github.com/berth-sh/berth/internal/runtime"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -90,9 +92,9 @@ type Backend struct {
 	def      string
 
 	mu       sync.Mutex
-	agents   map[string]*agent.Client // by sandbox id
-	channels map[string]*agentChannel // by sandbox id (agentchan.go)
-	initLogs map[string]*initLog      // by sandbox id (agentchan.go)
+	agents   map[string]*agent.Client      // by sandbox id
+	channels map[string]*agentchan.Channel // by sandbox id (agentchan.go)
+	initLogs map[string]*agentchan.InitLog // by sandbox id (agentchan.go)
 	// clonesInFlight are the snapshots-dir entries in use (clones.go).
 	clonesInFlight map[string]int
 	// readOnly are the sandbox filesystems seen read-only (capacity.go).
@@ -100,11 +102,10 @@ type Backend struct {
 
 	hooks node.Hooks
 
-	netMu   sync.Mutex
-	network *network.Network // made on first use (see net)
+	egress *egress.Net // the egress network, made on first use (network.go)
 
 	agentRefused atomic.Uint64
-	ids          *idState // host id ranges (ids.go)
+	ids          *hostids.Manager // host id ranges (ids.go)
 
 	wg     sync.WaitGroup
 	stopCh chan struct{}
@@ -166,10 +167,10 @@ func New(cfg Config) (*Backend, error) {
 		cfg: cfg, log: cfg.Logger, images: cfg.Images, volumes: vols, scratch: scratch, pool: pool,
 		runtimes:       map[string]runtime.Runtime{},
 		def:            cfg.Runtimes[0].Name(),
-		ids:            probeIDs(cfg, pool.Root()),
+		ids:            hostids.Probe(cfg.IDMap, []string{cfg.DataDir, pool.Root()}, cfg.Logger),
 		agents:         map[string]*agent.Client{},
-		channels:       map[string]*agentChannel{},
-		initLogs:       map[string]*initLog{},
+		channels:       map[string]*agentchan.Channel{},
+		initLogs:       map[string]*agentchan.InitLog{},
 		clonesInFlight: map[string]int{},
 		readOnly:       map[string]bool{},
 		stopCh:         make(chan struct{}),
@@ -178,6 +179,8 @@ func New(cfg Config) (*Backend, error) {
 			Flow:  func(node.Flow) {},
 		},
 	}
+	b.egress = egress.New(egress.Config{Instance: cfg.Instance, Subnet: cfg.EgressSubnet, DataDir: cfg.DataDir,
+		Logger: cfg.Logger, OnFlow: b.onFlow})
 	for _, rt := range cfg.Runtimes {
 		b.runtimes[rt.Name()] = rt
 		b.classes = append(b.classes, node.Class{Name: rt.Name(), Caps: capsOf(rt)})
@@ -214,7 +217,10 @@ func (b *Backend) Start(h node.Hooks) {
 	}
 	b.hooks.Slots = h.Slots
 	b.wg.Add(1)
-	go b.idLoop()
+	go func() {
+		defer b.wg.Done()
+		b.ids.Run(b.stopCh, b.hooks.Slots)
+	}()
 }
 
 // Classes lists the runtime classes, the default first.
@@ -275,9 +281,9 @@ func (b *Backend) paths(id string) paths {
 		scratch: scratch,
 		upper:   filepath.Join(scratch, "mnt", "upper"),
 		work:    filepath.Join(scratch, "mnt", "work"),
-		ctl:     filepath.Join(dir, ctlDir),
-		socket:  filepath.Join(dir, ctlDir, agentSockName),
-		pin:     filepath.Join(dir, ctlDir, agentPinName),
+		ctl:     filepath.Join(dir, agentchan.CtlDir),
+		socket:  filepath.Join(dir, agentchan.CtlDir, agentchan.SockName),
+		pin:     filepath.Join(dir, agentchan.CtlDir, agentchan.PinName),
 		run:     filepath.Join(dir, "run"),
 		cgroup:  "/" + b.cfg.Instance + "/" + id,
 	}
@@ -311,7 +317,7 @@ func (b *Backend) forgetAgent(id string) {
 // Forget drops what the backend keeps in memory about sb.
 func (b *Backend) Forget(sb *sandbox.Sandbox) {
 	b.forgetAgent(sb.ID)
-	defer b.kickIDs() // its id slot is free: make the next one's namespaces
+	defer b.ids.Kick() // its id slot is free: make the next one's namespaces
 	b.mu.Lock()
 	delete(b.channels, sb.ID)
 	delete(b.initLogs, sb.ID)
@@ -383,7 +389,7 @@ func (b *Backend) Close(keepNetwork bool) {
 		close(b.stopCh)
 	}
 	b.wg.Wait()
-	b.closeNetwork(keepNetwork)
+	b.egress.Close(keepNetwork)
 	if err := closeShare(b.cfg.DataDir); err != nil {
 		b.log.Warn("unmounting the share", "err", err)
 	}

@@ -142,10 +142,10 @@ func (b *Backend) Sweep(ctx context.Context, in node.SweepInput, add node.Report
 // chains) against its attached egress sandboxes; the fix removes the
 // extra ones.
 func (b *Backend) doctorNetwork(ctx context.Context, live map[string]*sandbox.Sandbox, add node.Report) {
-	if b.netIfUp() == nil && !network.Exists(b.cfg.Instance) {
+	if b.egress.Up() == nil && !network.Exists(b.cfg.Instance) {
 		return
 	}
-	n, err := b.net(ctx)
+	n, err := b.egress.Get(ctx)
 	if err != nil {
 		add("network", "", err.Error(), nil)
 		return
