@@ -348,7 +348,7 @@ func (m *Reconciler) Doctor(ctx context.Context, fix bool) (*Report, error) {
 }
 
 // doctor is Doctor; atStart says it runs in the start-up sweep, right after
-// thawPool thawed every filesystem of the pool, so that they are not probed
+// volume.ThawAll thawed every filesystem of the pool, so that they are not probed
 // for a freeze (a flush each) a second time.
 func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*Report, error) {
 	all, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.e.Node()}, store.Page{})

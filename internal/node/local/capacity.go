@@ -2,154 +2,41 @@ package local
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/node/local/space"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
-// Capacity. Volumes and writable layers are sparse images: they take host
-// disk as they fill, up to their size. The daemon therefore checks, before
-// it makes any, that what the new ones may grow to fits both in the pool
-// (its free space) and in the host filesystem under the data dir (which
-// holds the pool's own sparse image, the database and the logs), with a
-// low-water mark of the host filesystem kept free for everything else;
-// a request that does not fit is answered 507 insufficient_storage, naming
-// the limit. What the existing objects may still grow to is counted too
-// and named in the answer, though it is not reserved: sparse images are
-// overcommitted, as with any thin provisioning.
-//
-// A full disk must not stop space from being freed through berth: a small
-// reserve file is kept in the data dir, and a delete that finds the host
-// filesystem (nearly) full removes it first, so that the database can
-// record the delete; it is made again once there is room.
-
-const (
-	reserveName  = "reserve"
-	reserveBytes = 32 << 20
-)
-
-// defaultLowWater is the host free space kept when no --disk-low-water is
-// given: 1 GiB, or 5% of a smaller filesystem.
-func defaultLowWater(total int64) int64 { return min(1<<30, total/20) }
-
-// fsSpace returns the total and available bytes of the filesystem at path.
-func fsSpace(path string) (total, avail int64, err error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(path, &st); err != nil {
-		return 0, 0, err
-	}
-	return int64(st.Blocks) * st.Bsize, int64(st.Bavail) * st.Bsize, nil
-}
-
-// lowWater is the host free space creates must leave.
-func (b *Backend) lowWater() int64 {
-	if b.cfg.DiskLowWater > 0 {
-		return b.cfg.DiskLowWater
-	}
-	total, _, err := fsSpace(b.cfg.DataDir)
-	if err != nil {
-		return 0
-	}
-	return defaultLowWater(total)
-}
+// Capacity and admission: package space (the host filesystems and the
+// reserve); here what is the backend's own (the pool's size, what a
+// sandbox may still grow by, read-only filesystems).
 
 // Capacity is the storage pool's size: the most a disk cap or volume may be.
 func (b *Backend) Capacity() (int64, error) { return b.pool.Capacity() }
 
-// Admit refuses (507) making objects that may grow to need bytes, for
-// what (e.g. "a sandbox with a 10 GiB disk"), when they cannot fit.
+// Admit refuses (507) objects that may grow to need bytes, for what,
+// when they cannot fit (package space).
 func (b *Backend) Admit(need int64, what string, committed func() int64) error {
-	_, hostFree, err := fsSpace(b.cfg.DataDir)
-	if err != nil {
-		return fmt.Errorf("capacity: %w", err)
-	}
-	low := b.lowWater()
-	// The reserve is the daemon's, not free space to give away.
-	if _, err := os.Stat(filepath.Join(b.cfg.DataDir, reserveName)); err != nil {
-		low += reserveBytes
-	}
-	if hostFree-need < low {
-		// What the others may still grow to is read (a store list) only
-		// for the answer, never on the create path that fits.
-		return errdefs.InsufficientStorage("%s needs up to %s, but the filesystem under the data dir %s has %s free and "+
-			"%s must stay free (--disk-low-water); existing sandboxes and volumes may still grow by up to %s",
-			what, humanBytes(need), b.cfg.DataDir, humanBytes(hostFree), humanBytes(low), humanBytes(committed()))
-	}
-	if b.pool.Root() != b.cfg.DataDir {
-		if _, poolFree, err := fsSpace(b.pool.Root()); err == nil && need > poolFree {
-			return errdefs.InsufficientStorage("%s needs up to %s, but the storage pool has %s free",
-				what, humanBytes(need), humanBytes(poolFree))
-		}
-	}
-	return nil
+	return b.space.Admit(need, what, committed)
 }
+
+// ReleaseReserve frees the reserve when the host filesystem is nearly
+// full, so that a delete can be recorded.
+func (b *Backend) ReleaseReserve() { b.space.ReleaseReserve() }
 
 // Committed is what sb's writable layer and owned volumes may still grow
 // by: their sizes less what they hold already.
 func (b *Backend) Committed(sb *sandbox.Sandbox) int64 {
 	var sum int64
 	if !persistsRoot(sb) {
-		sum += b.diskCap(sb) - allocated(b.scratch.Image(sb.ID))
+		sum += b.diskCap(sb) - space.Allocated(b.scratch.Image(sb.ID))
 	}
 	for _, vm := range sb.Spec.Volumes {
 		if vm.Owned {
-			sum += sb.Spec.VolumeSize - allocated(b.volumes.Image(vm.VolumeID))
+			sum += sb.Spec.VolumeSize - space.Allocated(b.volumes.Image(vm.VolumeID))
 		}
 	}
 	return sum
-}
-
-// allocated is the disk a (sparse) file takes.
-func allocated(path string) int64 {
-	var st unix.Stat_t
-	if unix.Stat(path, &st) != nil {
-		return 0
-	}
-	return st.Blocks * 512
-}
-
-// ensureReserve makes the reserve file when there is room for it.
-func (b *Backend) ensureReserve() {
-	path := filepath.Join(b.cfg.DataDir, reserveName)
-	if _, err := os.Stat(path); err == nil {
-		return
-	}
-	if _, free, err := fsSpace(b.cfg.DataDir); err != nil || free < b.lowWater()+2*reserveBytes {
-		return
-	}
-	f, err := os.OpenFile(path+".tmp", os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return
-	}
-	err = unix.Fallocate(int(f.Fd()), 0, 0, reserveBytes)
-	f.Close()
-	if err == nil {
-		err = os.Rename(path+".tmp", path)
-	}
-	if err != nil {
-		os.Remove(path + ".tmp")
-	}
-}
-
-// ReleaseReserve frees the reserve when the host filesystem is nearly
-// full, so that a delete can be recorded.
-func (b *Backend) ReleaseReserve() {
-	_, free, err := fsSpace(b.cfg.DataDir)
-	if err != nil || free >= 2*reserveBytes {
-		return
-	}
-	if err := os.Remove(filepath.Join(b.cfg.DataDir, reserveName)); err == nil {
-		b.log.Warn("the filesystem under the data dir is full: released the reserve so that deletes can be recorded",
-			"free", humanBytes(free))
-	} else if !errors.Is(err, os.ErrNotExist) {
-		b.log.Warn("releasing the reserve", "err", err)
-	}
 }
 
 // watchReadOnly records, once per occurrence, that a running sandbox's
@@ -195,6 +82,6 @@ func (b *Backend) watchReadOnly(live []*sandbox.Sandbox) {
 // Tick makes the reserve when there is room and watches the live
 // sandboxes' filesystems for read-only remounts.
 func (b *Backend) Tick(ctx context.Context, live []*sandbox.Sandbox) {
-	b.ensureReserve()
+	b.space.EnsureReserve()
 	b.watchReadOnly(live)
 }

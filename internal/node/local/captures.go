@@ -54,7 +54,7 @@ func (b *Backend) Capture(ctx context.Context, sb *sandbox.Sandbox, name string)
 	// Every freeze is undone, last first, whatever happens; a thaw that
 	// fails is the capture's error (the sandbox may be left frozen), not
 	// dropped. A daemon killed in between leaves the freezes to the
-	// restart: thawPool for filesystems, the engine's recovery for the
+	// restart: volume.ThawAll for filesystems, the engine's recovery for the
 	// cgroup.
 	var thaws []func() error
 	defer func() {

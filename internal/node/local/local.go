@@ -30,6 +30,7 @@ import (
 	"github.com/berth-sh/berth/internal/node/local/agentchan"
 	"github.com/berth-sh/berth/internal/node/local/egress"
 	"github.com/berth-sh/berth/internal/node/local/hostids"
+	"github.com/berth-sh/berth/internal/node/local/space"
 	"github.com/berth-sh/berth/internal/overlay"
 	"github.com/berth-sh/berth/internal/runtime"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -101,6 +102,7 @@ type Backend struct {
 	readOnly map[string]bool
 
 	hooks node.Hooks
+	space *space.Space
 
 	egress *egress.Net // the egress network, made on first use (network.go)
 
@@ -154,7 +156,7 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("storage pool: %w", err)
 	}
 	cfg.Logger.Info("storage pool", "kind", pool.Kind())
-	thawPool(pool.Root(), cfg.Logger)
+	volume.ThawAll(pool.Root(), cfg.Logger)
 	vols, err := volume.New(filepath.Join(pool.Root(), "volumes"), uid, gid)
 	if err != nil {
 		return nil, err
@@ -181,6 +183,7 @@ func New(cfg Config) (*Backend, error) {
 	}
 	b.egress = egress.New(egress.Config{Instance: cfg.Instance, Subnet: cfg.EgressSubnet, DataDir: cfg.DataDir,
 		Logger: cfg.Logger, OnFlow: b.onFlow})
+	b.space = &space.Space{DataDir: cfg.DataDir, PoolRoot: pool.Root(), LowWater: cfg.DiskLowWater, Log: cfg.Logger}
 	for _, rt := range cfg.Runtimes {
 		b.runtimes[rt.Name()] = rt
 		b.classes = append(b.classes, node.Class{Name: rt.Name(), Caps: capsOf(rt)})

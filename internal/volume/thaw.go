@@ -1,18 +1,17 @@
-package local
+package volume
 
 import (
 	"log/slog"
 	"time"
 
 	"github.com/berth-sh/berth/internal/overlay"
-	"github.com/berth-sh/berth/internal/volume"
 )
 
-// thawTimeout bounds the whole thaw pass at start: the API must come up
+// thawAllTimeout bounds the whole thaw pass at start: the API must come up
 // whatever state the host is in.
-const thawTimeout = 3 * time.Second
+const thawAllTimeout = 3 * time.Second
 
-// thawPool thaws (FITHAW) every filesystem mounted under the storage pool:
+// ThawAll thaws (FITHAW) every filesystem mounted under root, the storage pool:
 // a fork or snapshot freezes a sandbox's volumes (FIFREEZE) while it clones
 // them, and a daemon killed meanwhile leaves them frozen, so that the next
 // write there — the restart's own mkdir included — would block in the
@@ -21,7 +20,7 @@ const thawTimeout = 3 * time.Second
 // Opening a mount point for reading does not block on a frozen filesystem
 // (atime updates are skipped, not waited for), and the pass as a whole is
 // bounded: a thaw that hangs is reported, and start goes on.
-func thawPool(root string, log *slog.Logger) []string {
+func ThawAll(root string, log *slog.Logger) []string {
 	done := make(chan []string, 1)
 	go func() {
 		var thawed []string
@@ -30,7 +29,7 @@ func thawPool(root string, log *slog.Logger) []string {
 			log.Warn("listing the pool's mounts to thaw them", "err", err)
 		}
 		for _, mp := range mounts {
-			ok, err := volume.ThawFS(mp)
+			ok, err := ThawFS(mp)
 			if err != nil {
 				log.Warn("thawing a volume", "mount", mp, "err", err)
 			}
@@ -46,8 +45,8 @@ func thawPool(root string, log *slog.Logger) []string {
 			log.Warn("thawed a volume left frozen by an interrupted fork or snapshot", "mount", mp)
 		}
 		return t
-	case <-time.After(thawTimeout):
-		log.Error("thawing the pool's volumes did not finish; going on", "timeout", thawTimeout)
+	case <-time.After(thawAllTimeout):
+		log.Error("thawing the pool's volumes did not finish; going on", "timeout", thawAllTimeout)
 		return nil
 	}
 }
