@@ -1,200 +1,35 @@
 package server
 
 import (
-	"bytes"
-	"encoding/json"
-	"fmt"
 	"net"
-	"net/http"
-	"net/netip"
-	"strconv"
-	"sync"
-	"sync/atomic"
-	"time"
 
-	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/server/edge"
 )
 
-// Listener wraps a listener the API is served on:
-//
-//   - maxPerClient > 0 caps the connections open at once from one client
-//     address (TCP: the remote IP). A connection over the cap is closed at
-//     accept with nothing written: answering it would cost what the cap is
-//     there to save, and its request is unread (a response before it would
-//     often be lost to a reset). Refusals are counted
-//     (berth_http_connections_refused_total) and logged, at most every 10 s.
-//   - every connection's writes pass through rewriteHTTPError, so the
-//     answers net/http writes itself before any handler runs (431, a
-//     malformed request line, header or Content-Length, an unsupported
-//     Transfer-Encoding or protocol version) carry the JSON error body and
-//     a request id like every other error.
-//
-// It goes directly over the plaintext connection (under TLS, if one is
-// ever added, inside it).
+// Listener wraps a listener the API is served on (package edge): the
+// per-client connection cap and the JSON rewrite of net/http's own error
+// answers.
 func (s *Server) Listener(l net.Listener, maxPerClient int) net.Listener {
-	return &edgeListener{Listener: l, s: s, max: maxPerClient, open: map[netip.Addr]int{}}
+	return edge.Listener(l, maxPerClient, s.edgeConfig())
 }
 
-type edgeListener struct {
-	net.Listener
-	s   *Server
-	max int
-
-	mu      sync.Mutex
-	open    map[netip.Addr]int
-	lastLog atomic.Int64 // unix nanos of the last refusal logged
-	refused atomic.Int64 // since then
-}
-
-func (l *edgeListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		ec := &edgeConn{Conn: c, s: l.s}
-		if l.max > 0 {
-			addr, ok := clientAddr(c)
-			if ok {
-				l.mu.Lock()
-				if l.open[addr] >= l.max {
-					l.mu.Unlock()
-					l.s.metrics.connRefused.Inc()
-					l.logRefusal(addr)
-					c.Close()
-					continue
-				}
-				l.open[addr]++
-				l.mu.Unlock()
-				ec.release = func() {
-					l.mu.Lock()
-					if l.open[addr]--; l.open[addr] <= 0 {
-						delete(l.open, addr)
-					}
-					l.mu.Unlock()
-				}
-			}
-		}
-		l.s.metrics.connOpen.Inc()
-		return ec, nil
+func (s *Server) edgeConfig() edge.Config {
+	cfg := edge.Config{Log: s.logger, NewRequestID: newRequestID, RequestIDHeader: RequestIDHeader,
+		MaxHeaderBytes: s.maxHeaderBytes()}
+	if s.metrics != nil {
+		cfg.ConnOpen, cfg.ConnRefused = s.metrics.connOpen, s.metrics.connRefused
 	}
+	return cfg
 }
 
-func (l *edgeListener) logRefusal(addr netip.Addr) {
-	n := l.refused.Add(1)
-	now := time.Now().UnixNano()
-	last := l.lastLog.Load()
-	if now-last < int64(10*time.Second) || !l.lastLog.CompareAndSwap(last, now) {
-		return
-	}
-	l.refused.Store(0)
-	l.s.logger().Warn("connections refused: too many open from one client", "client", addr.String(),
-		"max_per_client", l.max, "refused", n)
-}
-
-// clientAddr is the IP a connection comes from (TCP only).
-func clientAddr(c net.Conn) (netip.Addr, bool) {
-	tcp, ok := c.RemoteAddr().(*net.TCPAddr)
-	if !ok {
-		return netip.Addr{}, false
-	}
-	a, ok := netip.AddrFromSlice(tcp.IP)
-	return a.Unmap(), ok
-}
-
-type edgeConn struct {
-	net.Conn
-	s       *Server
-	release func()
-	once    sync.Once
-}
-
-func (c *edgeConn) Close() error {
-	c.once.Do(func() {
-		c.s.metrics.connOpen.Dec()
-		if c.release != nil {
-			c.release()
-		}
-	})
-	return c.Conn.Close()
-}
-
-func (c *edgeConn) Write(p []byte) (int, error) {
-	if out, ok := c.s.rewriteHTTPError(p); ok {
-		if _, err := c.Conn.Write(out); err != nil {
-			return 0, err
-		}
-		return len(p), nil
-	}
-	return c.Conn.Write(p)
-}
-
-// netHTTPErrorHeaders are the headers net/http's server writes, in this
-// order (not the sorted order of a handler's response, which would also
-// carry a Date), on the answers it gives itself when it cannot read a
-// request (net/http.(*conn).serve).
-const netHTTPErrorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
-
-// rewriteHTTPError recognises one of net/http's own error answers — a
-// single write, exactly "HTTP/1.1 <status>" + netHTTPErrorHeaders + a body
-// that repeats the status (or, for 501, "Unsupported transfer encoding") —
-// and returns it as a JSON error answer with a request id. Anything else
-// is not touched.
+// rewriteHTTPError is the edge's rewrite with this server's settings.
 func (s *Server) rewriteHTTPError(p []byte) ([]byte, bool) {
-	const proto = "HTTP/1.1 "
-	if len(p) < len(proto)+3+len(netHTTPErrorHeaders) || !bytes.HasPrefix(p, []byte(proto)) {
-		return nil, false
-	}
-	i := bytes.Index(p, []byte(netHTTPErrorHeaders))
-	if i < 0 {
-		return nil, false
-	}
-	status, body := p[len(proto):i], p[i+len(netHTTPErrorHeaders):]
-	if bytes.ContainsAny(status, "\r\n") || len(status) < 4 || status[3] != ' ' {
-		return nil, false
-	}
-	code, err := strconv.Atoi(string(status[:3]))
-	if err != nil || code < 400 || code > 599 {
-		return nil, false
-	}
-	if !bytes.Equal(body, status) && !(code == http.StatusNotImplemented && string(body) == "Unsupported transfer encoding") {
-		return nil, false
-	}
-	detail := ""
-	if _, d, ok := bytes.Cut(status, []byte(": ")); ok {
-		detail = string(d)
-	}
-	e := api.Error{RequestID: newRequestID()}
-	switch code {
-	case http.StatusRequestHeaderFieldsTooLarge:
-		e.Code, e.Message = "too_large", fmt.Sprintf("request header fields too large (at most %d bytes)", s.maxHeaderBytes())
-	case http.StatusBadRequest:
-		e.Code, e.Message = "invalid_argument", "malformed HTTP request"
-		if detail != "" {
-			e.Message += ": " + detail
-		}
-	case http.StatusNotImplemented:
-		e.Code, e.Message = "not_supported", "unsupported Transfer-Encoding"
-	case http.StatusHTTPVersionNotSupported:
-		e.Code, e.Message = "not_supported", "unsupported HTTP protocol version"
-	default:
-		e.Code, e.Message = "invalid_argument", string(status[4:])
-		if code >= 500 {
-			e.Code = "internal"
-		}
-	}
-	if code >= 500 {
-		s.logger().Error("request failed", "request_id", e.RequestID, "method", "", "route", "",
-			"status", code, "code", e.Code, "cause", "net/http: "+string(status))
-	} else {
-		s.logger().Debug("malformed request refused", "request_id", e.RequestID, "status", code, "cause", string(status))
-	}
-	b, _ := json.Marshal(api.ErrorBody{Error: e})
-	b = append(b, '\n')
-	out := fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\n%s: %s\r\nContent-Length: %d\r\n\r\n",
-		code, http.StatusText(code), RequestIDHeader, e.RequestID, len(b))
-	return append(out, b...), true
+	cfg := s.edgeConfig()
+	return cfg.RewriteHTTPError(p)
 }
+
+// netHTTPErrorHeaders: see package edge.
+const netHTTPErrorHeaders = edge.NetHTTPErrorHeaders
 
 // DefaultMaxHeaderBytes bounds a request's header block (net/http's
 // default is 1 MiB).
