@@ -51,6 +51,12 @@ func (m *Engine) PrepareRecord(ctx context.Context, sb *sandbox.Sandbox) error {
 	return m.prepareRecord(ctx, sb)
 }
 
+// ReadyForUse brings a paused or stopped sandbox with auto_resume back to
+// running before a request that needs it; it refuses quarantined ones.
+func (m *Engine) ReadyForUse(ctx context.Context, sb *sandbox.Sandbox, what, actor string) (*sandbox.Sandbox, error) {
+	return m.readyForUse(ctx, sb, what, actor)
+}
+
 // Log is the engine's logger.
 func (m *Engine) Log() *slog.Logger { return m.log }
 

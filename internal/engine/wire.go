@@ -24,6 +24,10 @@ func msDuration(ms float64) time.Duration {
 	return time.Duration(math.Round(ms*1000)) * time.Microsecond
 }
 
+// FileInfoOf and FileInfosOf are the engine's form of the agent's file info.
+func FileInfoOf(fi agent.FileInfo) FileInfo       { return fileInfoOf(fi) }
+func FileInfosOf(fis []agent.FileInfo) []FileInfo { return fileInfosOf(fis) }
+
 func fileInfoOf(fi agent.FileInfo) FileInfo {
 	return FileInfo{Name: fi.Name, Path: fi.Path, Size: fi.Size, Mode: fi.Mode, ModTime: fi.ModTime, IsDir: fi.IsDir, Link: fi.Link}
 }

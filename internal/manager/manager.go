@@ -12,6 +12,7 @@ import (
 	"log/slog"
 
 	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/files"
 	"github.com/berth-sh/berth/internal/engine/hibernate"
 	"github.com/berth-sh/berth/internal/engine/netrules"
 	"github.com/berth-sh/berth/internal/engine/pools"
@@ -34,6 +35,7 @@ type Manager struct {
 	*volumes.Volumes
 	*netrules.Rules
 	*hibernate.Hibernation
+	*files.Access
 }
 
 // The engine's types and constants, as the API server names them.
@@ -41,7 +43,7 @@ type (
 	Config        = engine.Config
 	CreateOptions = engine.CreateOptions
 	ExecIO        = engine.ExecIO
-	Files         = engine.Files
+	Files         = files.Files
 
 	CreateRequest   = engine.CreateRequest
 	VolumeRequest   = engine.VolumeRequest
@@ -91,7 +93,8 @@ func New(cfg Config, st store.Store, images *image.Store, backend node.Backend) 
 		return nil, err
 	}
 	w := pools.New(e)
-	sn := snapshots.New(e)
+	fa := files.New(e)
+	sn := snapshots.New(e, fa)
 	h := hibernate.New(e)
 	nr := netrules.New(e)
 	e.SetFeatures(engine.Features{Claim: w.Claim, FromSnapshot: sn.FromSnapshot, Wake: h.WakeLocked, Flow: nr.Record})
@@ -103,11 +106,12 @@ func New(cfg Config, st store.Store, images *image.Store, backend node.Backend) 
 		Engine:      e,
 		Warm:        w,
 		Snapshots:   sn,
-		Builder:     templates.New(e, setPool),
+		Builder:     templates.New(e, fa, setPool),
 		Reconciler:  reconcile.New(e, w, sn),
 		Volumes:     volumes.New(e),
 		Rules:       nr,
 		Hibernation: h,
+		Access:      fa,
 	}, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/files"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -24,14 +25,16 @@ import (
 // and snapshot-made sandboxes launched by the core.
 type Snapshots struct {
 	e     *engine.Engine
+	files *files.Access
 	store store.Store
 	node  node.Backend
 	log   *slog.Logger
 }
 
-// New returns the snapshot feature of e.
-func New(e *engine.Engine) *Snapshots {
-	return &Snapshots{e: e, store: e.Store(), node: e.Backend(), log: e.Log()}
+// New returns the snapshot feature of e; export and copy read and write
+// files through fa.
+func New(e *engine.Engine, fa *files.Access) *Snapshots {
+	return &Snapshots{e: e, files: fa, store: e.Store(), node: e.Backend(), log: e.Log()}
 }
 
 // Limits of fork and snapshots.
@@ -408,7 +411,7 @@ func (m *Snapshots) Export(ctx context.Context, ref string, paths []string, w io
 			return errdefs.Invalid("export paths must be absolute: %q", p)
 		}
 	}
-	f, err := m.e.Files(ctx, ref, false, actor)
+	f, err := m.files.Files(ctx, ref, false, actor)
 	if err != nil {
 		return err
 	}
@@ -456,7 +459,7 @@ func (m *Snapshots) Copy(ctx context.Context, req *CopyRequest, actor string) er
 	if !strings.HasPrefix(req.FromPath, "/") || !strings.HasPrefix(req.ToPath, "/") {
 		return errdefs.Invalid("from_path and to_path must be absolute")
 	}
-	src, err := m.e.Files(ctx, req.From, false, actor)
+	src, err := m.files.Files(ctx, req.From, false, actor)
 	if err != nil {
 		return err
 	}
@@ -464,7 +467,7 @@ func (m *Snapshots) Copy(ctx context.Context, req *CopyRequest, actor string) er
 	if _, err := src.Stat(ctx, req.FromPath); err != nil {
 		return err
 	}
-	dst, err := m.e.Files(ctx, req.To, true, actor)
+	dst, err := m.files.Files(ctx, req.To, true, actor)
 	if err != nil {
 		return err
 	}

@@ -275,7 +275,7 @@ func sameConfig(a, b store.TemplateConfig) bool {
 
 // copyIntoSandbox writes a copy step's files at dst.
 func (m *Builder) copyIntoSandbox(ctx context.Context, id, dst string, files []byte, single bool, actor string) error {
-	f, err := m.e.Files(ctx, id, true, actor)
+	f, err := m.files.Files(ctx, id, true, actor)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/files"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/image"
 	"github.com/berth-sh/berth/internal/node"
@@ -29,14 +30,15 @@ type Builder struct {
 	store store.Store
 	node  node.Backend
 	log   *slog.Logger
+	files *files.Access
 	// setPool sets a template's warm-pool size (apply's pool: section).
 	setPool func(ctx context.Context, name string, min int) error
 }
 
 // New returns the templates feature of e; setPool is the warm-pool
 // feature's (nil: apply refuses a pool: section).
-func New(e *engine.Engine, setPool func(ctx context.Context, name string, min int) error) *Builder {
-	return &Builder{e: e, store: e.Store(), node: e.Backend(), log: e.Log(), setPool: setPool}
+func New(e *engine.Engine, fa *files.Access, setPool func(ctx context.Context, name string, min int) error) *Builder {
+	return &Builder{e: e, files: fa, store: e.Store(), node: e.Backend(), log: e.Log(), setPool: setPool}
 }
 
 // BuiltinTemplate is the name of the template berth provides without a

@@ -1,4 +1,8 @@
-package engine
+// Package files is file access to sandboxes over the engine's core: a
+// running sandbox's files through its agent (every path resolved inside
+// its root), a quarantined one's read from outside it, writes recorded as
+// events. Export, copy and template builds use it too.
+package files
 
 import (
 	"context"
@@ -6,15 +10,22 @@ import (
 	"os"
 
 	"github.com/berth-sh/berth/internal/agent"
+	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
+// Access opens sandboxes' files.
+type Access struct{ e *engine.Engine }
+
+// New returns file access over e.
+func New(e *engine.Engine) *Access { return &Access{e: e} }
+
 // Files gives access to a running sandbox's filesystem through its agent.
 // Every path resolves inside the sandbox's root; see package agent.
 type Files struct {
-	m  *Engine
+	m  *engine.Engine
 	sb *sandbox.Sandbox
 	c  *agent.Client
 	// q serves reads of a quarantined (frozen) sandbox from outside it.
@@ -25,13 +36,14 @@ type Files struct {
 // auto_resume, a paused or stopped one, which is brought back first).
 // write says whether the caller will change files; a quarantined sandbox
 // refuses writes, and serves reads from the host side while frozen.
-func (m *Engine) Files(ctx context.Context, ref string, write bool, actor string) (*Files, error) {
-	sb, err := m.local(ctx, ref)
+func (a *Access) Files(ctx context.Context, ref string, write bool, actor string) (*Files, error) {
+	m := a.e
+	sb, err := m.Local(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
 	if sb.State == sandbox.StateQuarantined && !write {
-		q, err := m.node.QuarantineFiles(ctx, sb)
+		q, err := m.Backend().QuarantineFiles(ctx, sb)
 		if err != nil {
 			return nil, err
 		}
@@ -41,18 +53,18 @@ func (m *Engine) Files(ctx context.Context, ref string, write bool, actor string
 	if write {
 		what = "write files of"
 	}
-	if sb, err = m.readyForUse(ctx, sb, what, actor); err != nil {
+	if sb, err = m.ReadyForUse(ctx, sb, what, actor); err != nil {
 		return nil, err
 	}
-	m.touch(sb.ID)
-	return &Files{m: m, sb: sb, c: m.node.Agent(sb)}, nil
+	m.Touched(sb.ID)
+	return &Files{m: m, sb: sb, c: m.Backend().Agent(sb)}, nil
 }
 
 // Sandbox returns the sandbox the files belong to.
 func (f *Files) Sandbox() *sandbox.Sandbox { return f.sb }
 
 func (f *Files) record(ctx context.Context, typ, actor, path string) {
-	f.m.event(ctx, &sandbox.Event{SandboxID: f.sb.ID, Type: typ, Actor: actor,
+	f.m.Event(ctx, &sandbox.Event{SandboxID: f.sb.ID, Type: typ, Actor: actor,
 		Cause: sandbox.CauseUser, Outcome: "ok", Message: path})
 }
 
@@ -64,31 +76,31 @@ func (f *Files) reader(ctx context.Context, path string) (*agent.Client, string,
 	return f.q.Client(ctx, path)
 }
 
-func (f *Files) Stat(ctx context.Context, path string) (FileInfo, error) {
+func (f *Files) Stat(ctx context.Context, path string) (engine.FileInfo, error) {
 	c, p, err := f.reader(ctx, path)
 	if err != nil {
-		return FileInfo{}, err
+		return engine.FileInfo{}, err
 	}
 	fi, err := c.Stat(ctx, p)
-	return fileInfoOf(fi), err
+	return engine.FileInfoOf(fi), err
 }
 
-func (f *Files) List(ctx context.Context, path string) ([]FileInfo, error) {
+func (f *Files) List(ctx context.Context, path string) ([]engine.FileInfo, error) {
 	c, p, err := f.reader(ctx, path)
 	if err != nil {
 		return nil, err
 	}
 	fis, err := c.List(ctx, p)
-	return fileInfosOf(fis), err
+	return engine.FileInfosOf(fis), err
 }
 
-func (f *Files) ReadFile(ctx context.Context, path string, w io.Writer) (FileInfo, error) {
+func (f *Files) ReadFile(ctx context.Context, path string, w io.Writer) (engine.FileInfo, error) {
 	c, p, err := f.reader(ctx, path)
 	if err != nil {
-		return FileInfo{}, err
+		return engine.FileInfo{}, err
 	}
 	fi, err := c.ReadFile(ctx, p, w)
-	return fileInfoOf(fi), err
+	return engine.FileInfoOf(fi), err
 }
 
 func (f *Files) ReadTar(ctx context.Context, path string, w io.Writer) error {
@@ -114,15 +126,15 @@ func (f *Files) writable() error {
 	return nil
 }
 
-func (f *Files) WriteFile(ctx context.Context, path string, mode os.FileMode, r io.Reader, actor string) (FileInfo, error) {
+func (f *Files) WriteFile(ctx context.Context, path string, mode os.FileMode, r io.Reader, actor string) (engine.FileInfo, error) {
 	if err := f.writable(); err != nil {
-		return FileInfo{}, err
+		return engine.FileInfo{}, err
 	}
 	fi, err := f.c.WriteFile(ctx, path, mode, r)
 	if err == nil {
 		f.record(ctx, "files.write", actor, path)
 	}
-	return fileInfoOf(fi), err
+	return engine.FileInfoOf(fi), err
 }
 
 func (f *Files) WriteTar(ctx context.Context, dir string, r io.Reader, actor string) error {
