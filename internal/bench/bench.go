@@ -63,6 +63,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/berth-sh/berth/internal/bench/harness"
+	"github.com/berth-sh/berth/internal/bench/netbench"
 	"github.com/berth-sh/berth/internal/bench/peer"
 	"github.com/berth-sh/berth/internal/cgroups"
 )
@@ -81,7 +83,17 @@ const (
 	Fork     = "fork"
 	Pool     = "pool"
 	Snapshot = "snapshot"
+	// Issue 5: sandbox networking (internal/bench/netbench).
+	Egress = netbench.Egress
+	NAT    = netbench.NAT
 )
+
+// DefaultNetBytes is what each transfer of the nat measurement sends.
+const DefaultNetBytes = netbench.DefaultNetBytes
+
+// NetNamespaces are the network namespaces a bench working in workDir
+// makes (and deletes) for the egress and nat measurements.
+func NetNamespaces(workDir string) []string { return netbench.NetNamespaces(workDir) }
 
 // All lists every measurement in the order Run performs them.
 var All = []string{TTI, Exec, RunCLI, Churn, Density, Pause, Restart, Expiry, Fork, Pool, Snapshot, Runsc, Egress, NAT}
@@ -146,21 +158,16 @@ const (
 // DefaultForkSizes are the parent workspace sizes of fork and snapshot.
 var DefaultForkSizes = []int64{10 << 20, 100 << 20, 1 << 30}
 
-// Row is one line of the report: berth's figure beside its peer's.
-type Row struct {
-	Measurement string `json:"measurement"` // one of All
-	Name        string `json:"name"`
-	Unit        string `json:"unit"` // ms, MiB, /s, s
-	Berth       Stat   `json:"berth"`
-	Peer        string `json:"peer,omitempty"`
-	PeerStat    *Stat  `json:"peer_stat,omitempty"`
-	// Ratio is berth's p50 divided by the peer's p50.
-	Ratio  float64 `json:"ratio,omitempty"`
-	Target string  `json:"target,omitempty"`
-	// Pass is nil for informational rows.
-	Pass *bool  `json:"pass,omitempty"`
-	Note string `json:"note,omitempty"`
-}
+// The report's types are the harness's, which the measurement packages
+// share.
+type (
+	// Row is one line of the report: berth's figure beside its peer's.
+	Row = harness.Row
+	// Stat summarises the samples of one measurement, in its row's unit.
+	Stat = harness.Stat
+	// Cleanup is what the end of the run found and removed.
+	Cleanup = harness.Cleanup
+)
 
 // Machine describes the host the figures come from.
 type Machine struct {
@@ -172,21 +179,6 @@ type Machine struct {
 	Cgroup      string `json:"cgroup"`
 	Go          string `json:"go"`
 	Berth       string `json:"berth,omitempty"`
-}
-
-// Cleanup is what the end of the run found and removed.
-type Cleanup struct {
-	DoctorHealthy  bool     `json:"doctor_healthy"`
-	DoctorFindings []string `json:"doctor_findings,omitempty"`
-	// Leftover lists mounts, cgroups, containers or files that were still
-	// there after the sandboxes were deleted (they are removed anyway).
-	Leftover []string `json:"leftover,omitempty"`
-	Errors   []string `json:"errors,omitempty"`
-}
-
-// Clean reports whether cleanup found nothing left behind.
-func (c *Cleanup) Clean() bool {
-	return c.DoctorHealthy && len(c.Leftover) == 0 && len(c.Errors) == 0
 }
 
 // Report is the result of a bench run.
@@ -362,10 +354,10 @@ type bench struct {
 	rep  *Report
 
 	tmp  string
-	d    *daemon
+	d    *harness.Daemon
 	peer *peer.Peer
-	// net is the network measurements' namespaces, sink and daemon.
-	net *netBench
+	// net is the network measurements (their namespaces, sink and daemon).
+	net *netbench.Bench
 
 	// parents are the filled parents of fork and snapshot, by size, and
 	// copies the copy peer's samples of each.
@@ -373,7 +365,8 @@ type bench struct {
 	copies  map[int64][]float64
 }
 
-func (b *bench) logf(format string, args ...any) {
+// Logf writes one progress line.
+func (b *bench) Logf(format string, args ...any) {
 	fmt.Fprintf(b.log, "bench: "+format+"\n", args...)
 }
 
@@ -388,16 +381,18 @@ func (b *bench) run(ctx context.Context) error {
 	}
 	b.tmp = tmp
 	b.rep.WorkDir = tmp
-	b.logf("working in %s", tmp)
-	b.d, err = startDaemon(ctx, b.opts.Binary, tmp)
+	b.Logf("working in %s", tmp)
+	b.net = netbench.New(netbench.Options{Binary: b.opts.Binary, WorkDir: tmp,
+		Iterations: b.opts.Iterations, NetBytes: b.opts.NetBytes}, b)
+	b.d, err = harness.StartDaemon(ctx, b.opts.Binary, tmp, "")
 	if err != nil {
 		return err
 	}
-	b.logf("daemon pid %d ready on %s", b.d.pid(), b.d.sock)
-	if v, err := b.d.c.Version(ctx); err == nil {
+	b.Logf("daemon pid %d ready on %s", b.d.PID(), b.d.Sock)
+	if v, err := b.d.C.Version(ctx); err == nil {
 		b.rep.Machine.Berth = v.Version
 	}
-	b.peer, err = peer.New(ctx, b.opts.Runc, tmp, b.d.c, b.d.instance)
+	b.peer, err = peer.New(ctx, b.opts.Runc, tmp, b.d.C, b.d.Instance)
 	if err != nil {
 		return fmt.Errorf("setting up the runc peer: %w", err)
 	}
@@ -420,8 +415,8 @@ func (b *bench) run(ctx context.Context) error {
 		{Pool, b.measurePool},
 		{Snapshot, b.measureSnapshot},
 		{Runsc, b.measureRunsc},
-		{Egress, b.measureEgress},
-		{NAT, b.measureNAT},
+		{Egress, b.net.MeasureEgress},
+		{NAT, b.net.MeasureNAT},
 	}
 	for _, s := range steps {
 		if !b.opts.selected(s.name) {
@@ -437,15 +432,13 @@ func (b *bench) run(ctx context.Context) error {
 	return b.dropParents(ctx)
 }
 
-// add appends a row, computing its ratio.
-func (b *bench) add(r Row) {
+// Add appends a row, computing its ratio.
+func (b *bench) Add(r Row) {
 	if r.PeerStat != nil && r.PeerStat.P50 > 0 {
 		r.Ratio = r.Berth.P50 / r.PeerStat.P50
 	}
 	b.rep.Rows = append(b.rep.Rows, r)
 }
-
-func pass(ok bool) *bool { return &ok }
 
 // machineInfo describes the host.
 func machineInfo(runc string) Machine {
@@ -469,7 +462,7 @@ func machineInfo(runc string) Machine {
 			}
 		}
 	}
-	if v, err := meminfo("MemTotal"); err == nil {
+	if v, err := harness.Meminfo("MemTotal"); err == nil {
 		m.MemTotalMiB = v >> 20
 	}
 	return m
@@ -477,7 +470,7 @@ func machineInfo(runc string) Machine {
 
 // keepLog copies the daemon's log out of the work dir.
 func (b *bench) keepLog() (string, error) {
-	data, err := os.ReadFile(b.d.logPath)
+	data, err := os.ReadFile(b.d.LogPath)
 	if err != nil {
 		return "", err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/berth-sh/berth/internal/bench/netbench"
 	"github.com/berth-sh/berth/internal/bench/peer"
 	"github.com/berth-sh/berth/internal/node/local"
 	"github.com/berth-sh/berth/internal/overlay"
@@ -20,11 +21,13 @@ func (b *bench) cleanup(ctx context.Context) {
 	if b.tmp == "" {
 		return
 	}
-	b.logf("cleaning up")
+	b.Logf("cleaning up")
 	// The network daemon first: its sandboxes' mounts are under b.tmp.
-	b.cleanupNet(ctx)
+	if b.net != nil {
+		b.net.Cleanup(ctx, cl)
+	}
 	if b.d != nil {
-		c := b.d.c
+		c := b.d.C
 		if sbs, err := c.ListSandboxes(ctx, false); err != nil {
 			fail("listing sandboxes: %v", err)
 		} else {
@@ -47,7 +50,7 @@ func (b *bench) cleanup(ctx context.Context) {
 				cl.DoctorFindings = append(cl.DoctorFindings, fmt.Sprintf("%s %s: %s", f.Kind, f.ID, f.Detail))
 			}
 		}
-		if err := b.d.stop(); err != nil {
+		if err := b.d.Stop(); err != nil {
 			fail("stopping the daemon: %v", err)
 		}
 	}
@@ -71,7 +74,7 @@ func (b *bench) cleanup(ctx context.Context) {
 	instance := local.InstanceName(b.tmp)
 	scope := testenv.Scope{DataDir: b.tmp, Cgroups: []string{"/" + peer.Parent(instance)}}
 	if b.d != nil {
-		scope.PGID = b.d.pid()
+		scope.PGID = b.d.PID()
 	}
 	leaks, err := testenv.Clean(scope)
 	for _, l := range leaks {
@@ -92,6 +95,6 @@ func (b *bench) cleanup(ctx context.Context) {
 func LeakScopes(workDir string) []testenv.Scope {
 	return []testenv.Scope{
 		{DataDir: workDir, Cgroups: []string{"/" + peer.Parent(local.InstanceName(workDir))}},
-		{DataDir: netDataDir(workDir), Namespaces: NetNamespaces(workDir)},
+		{DataDir: netbench.DataDir(workDir), Namespaces: NetNamespaces(workDir)},
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/internal/bench/harness"
 )
 
 // The lifecycle measurements of persistent sandboxes (issue 3): pause and
@@ -22,7 +23,7 @@ var persistentReq = api.CreateSandboxRequest{Persistent: true, PersistRoot: true
 // (f) pause and resume of a running persistent sandbox, vs runc
 // pause/resume of a running `sleep`.
 func (b *bench) measurePause(ctx context.Context) error {
-	c := b.d.c
+	c := b.d.C
 	sb, err := c.CreateSandbox(ctx, persistentReq)
 	if err != nil {
 		return fmt.Errorf("create: %w", err)
@@ -54,7 +55,7 @@ func (b *bench) measurePause(ctx context.Context) error {
 			return 0, 0, fmt.Errorf("resume %s: state %s after resume", sb.ID, r.State)
 		}
 		// Untimed: the thawed sandbox answers.
-		if _, err := execTrue(ctx, c, sb.ID); err != nil {
+		if _, err := harness.ExecTrue(ctx, c, sb.ID); err != nil {
 			return 0, 0, fmt.Errorf("after resume: %w", err)
 		}
 		return dp, dr, nil
@@ -79,31 +80,31 @@ func (b *bench) measurePause(ctx context.Context) error {
 		}
 	}
 	n := b.opts.Iterations
-	var bp, br, pp, pr samples
+	var bp, br, pp, pr harness.Samples
 	for i := range n {
 		dp, dr, err := pause()
 		if err != nil {
 			return err
 		}
-		bp.add(dp)
-		br.add(dr)
+		bp.Add(dp)
+		br.Add(dr)
 		if dp, dr, err = peerCycle(); err != nil {
 			return err
 		}
-		pp.add(dp)
-		pr.add(dr)
-		b.every(i, n, "pause/resume")
+		pp.Add(dp)
+		pr.Add(dr)
+		b.Every(i, n, "pause/resume")
 	}
-	pps, prs := summarize(pp.v), summarize(pr.v)
+	pps, prs := harness.Summarize(pp.V), harness.Summarize(pr.V)
 	row := Row{Measurement: Pause, Name: "pause of a running persistent sandbox (SDK)", Unit: "ms",
-		Berth: summarize(bp.v), Peer: "runc pause (running sleep)", PeerStat: &pps, Target: "p50 ≤ 10 ms"}
-	row.Pass = pass(row.Berth.P50 <= 10)
-	b.add(row)
+		Berth: harness.Summarize(bp.V), Peer: "runc pause (running sleep)", PeerStat: &pps, Target: "p50 ≤ 10 ms"}
+	row.Pass = harness.Pass(row.Berth.P50 <= 10)
+	b.Add(row)
 	row = Row{Measurement: Pause, Name: "resume of a paused persistent sandbox (SDK)", Unit: "ms",
-		Berth: summarize(br.v), Peer: "runc resume (paused sleep)", PeerStat: &prs, Target: "p50 ≤ 10 ms",
+		Berth: harness.Summarize(br.V), Peer: "runc resume (paused sleep)", PeerStat: &prs, Target: "p50 ≤ 10 ms",
 		Note: "each resume is followed by an untimed exec of true to check the sandbox answers"}
-	row.Pass = pass(row.Berth.P50 <= 10)
-	b.add(row)
+	row.Pass = harness.Pass(row.Berth.P50 <= 10)
+	b.Add(row)
 	return nil
 }
 
@@ -120,7 +121,7 @@ const (
 // template, persistent, persist_root, volume size), each iteration
 // interleaved; an ephemeral create of the same template is shown too.
 func (b *bench) measureRestart(ctx context.Context) error {
-	c := b.d.c
+	c := b.d.C
 	sb, err := c.CreateSandbox(ctx, persistentReq)
 	if err != nil {
 		return fmt.Errorf("create: %w", err)
@@ -152,7 +153,7 @@ func (b *bench) measureRestart(ctx context.Context) error {
 		if _, err := c.Start(ctx, sb.ID); err != nil {
 			return 0, 0, fmt.Errorf("start %s: %w", sb.ID, err)
 		}
-		if _, err := execTrue(ctx, c, sb.ID); err != nil {
+		if _, err := harness.ExecTrue(ctx, c, sb.ID); err != nil {
 			return 0, 0, err
 		}
 		return stop, time.Since(t1), nil
@@ -163,7 +164,7 @@ func (b *bench) measureRestart(ctx context.Context) error {
 		if err != nil {
 			return 0, fmt.Errorf("create: %w", err)
 		}
-		_, err = execTrue(ctx, c, s.ID)
+		_, err = harness.ExecTrue(ctx, c, s.ID)
 		d := time.Since(t0)
 		if _, derr := c.DeleteSandbox(context.WithoutCancel(ctx), s.ID, true); err == nil && derr != nil {
 			err = fmt.Errorf("delete %s: %w", s.ID, derr)
@@ -178,24 +179,24 @@ func (b *bench) measureRestart(ctx context.Context) error {
 		return err
 	}
 	n := b.opts.Iterations
-	var stops, starts, freshP, freshE samples
+	var stops, starts, freshP, freshE harness.Samples
 	for i := range n {
 		ds, dst, err := restart()
 		if err != nil {
 			return err
 		}
-		stops.add(ds)
-		starts.add(dst)
+		stops.Add(ds)
+		starts.Add(dst)
 		d, err := fresh(persistentReq)
 		if err != nil {
 			return err
 		}
-		freshP.add(d)
+		freshP.Add(d)
 		if d, err = fresh(api.CreateSandboxRequest{}); err != nil {
 			return err
 		}
-		freshE.add(d)
-		b.every(i, n, "stop/start")
+		freshE.Add(d)
+		b.Every(i, n, "stop/start")
 	}
 	// The files survived every cycle.
 	for path, size := range map[string]int64{workspaceFile: workspaceMiB << 20, rootFile: 1 << 20} {
@@ -207,19 +208,19 @@ func (b *bench) measureRestart(ctx context.Context) error {
 			return fmt.Errorf("after %d stop/start cycles: %s has %d bytes, want %d", n+1, path, fi.Size, size)
 		}
 	}
-	fp, fe := summarize(freshP.v), summarize(freshE.v)
+	fp, fe := harness.Summarize(freshP.V), harness.Summarize(freshE.V)
 	note := fmt.Sprintf("persistent, persist_root, default volume size; %d MiB in %s and 1 MiB in %s written before; "+
 		"fresh creates interleaved with the cycles and deleted after their exec (untimed)", workspaceMiB, workspaceFile, rootFile)
 	row := Row{Measurement: Restart, Name: "start → first exec of a stopped persistent sandbox", Unit: "ms",
-		Berth: summarize(starts.v), Peer: "fresh create + first exec, same request", PeerStat: &fp,
+		Berth: harness.Summarize(starts.V), Peer: "fresh create + first exec, same request", PeerStat: &fp,
 		Target: "≤ 1.2× fresh create", Note: note}
-	b.add(row)
+	b.Add(row)
 	r := &b.rep.Rows[len(b.rep.Rows)-1]
-	r.Pass = pass(r.Ratio > 0 && r.Ratio <= 1.2)
-	b.add(Row{Measurement: Restart, Name: "  same, beside an ephemeral create", Unit: "ms",
-		Berth: summarize(starts.v), Peer: "fresh create + first exec, ephemeral", PeerStat: &fe,
+	r.Pass = harness.Pass(r.Ratio > 0 && r.Ratio <= 1.2)
+	b.Add(Row{Measurement: Restart, Name: "  same, beside an ephemeral create", Unit: "ms",
+		Berth: harness.Summarize(starts.V), Peer: "fresh create + first exec, ephemeral", PeerStat: &fe,
 		Note: "informational: the same template without a volume (no mkfs, no loop device)"})
-	b.add(Row{Measurement: Restart, Name: "  stop call (before each start)", Unit: "ms", Berth: summarize(stops.v)})
+	b.Add(Row{Measurement: Restart, Name: "  stop call (before each start)", Unit: "ms", Berth: harness.Summarize(stops.V)})
 	return nil
 }
 
@@ -258,7 +259,7 @@ func (b *bench) measureExpiry(ctx context.Context) error {
 }
 
 func (b *bench) expiry(ctx context.Context, action string, n int, target bool) error {
-	c := b.d.c
+	c := b.d.C
 	workers := b.opts.Concurrency
 	// Probe the create time to choose T.
 	t0 := time.Now()
@@ -275,8 +276,8 @@ func (b *bench) expiry(ctx context.Context, action string, n int, target bool) e
 	req := api.CreateSandboxRequest{Policy: api.Policy{IdleTimeoutSeconds: T.Seconds(), OnIdle: action}}
 
 	ids := make([]string, n)
-	b.logf("expiry (%s): creating %d sandboxes (%d concurrent), idle timeout %s", action, n, workers, T)
-	_, createWall, err := parallel(ctx, n, workers, func(done int) { b.every(done-1, n, "expiry: created") },
+	b.Logf("expiry (%s): creating %d sandboxes (%d concurrent), idle timeout %s", action, n, workers, T)
+	_, createWall, err := parallel(ctx, n, workers, func(done int) { b.Every(done-1, n, "expiry: created") },
 		func(ctx context.Context, i int) error {
 			sb, err := c.CreateSandbox(ctx, req)
 			if err != nil {
@@ -287,7 +288,7 @@ func (b *bench) expiry(ctx context.Context, action string, n int, target bool) e
 		})
 	defer func() {
 		left := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == "" })
-		b.logf("expiry (%s): deleting %d sandboxes", action, len(left))
+		b.Logf("expiry (%s): deleting %d sandboxes", action, len(left))
 		parallel(context.WithoutCancel(ctx), len(left), workers, nil, func(ctx context.Context, i int) error {
 			_, err := c.DeleteSandbox(ctx, left[i], true)
 			if client.IsNotFound(err) {
@@ -298,7 +299,7 @@ func (b *bench) expiry(ctx context.Context, action string, n int, target bool) e
 	}()
 	createErr := err
 	if createErr != nil {
-		b.logf("expiry (%s): create failed: %v", action, createErr)
+		b.Logf("expiry (%s): create failed: %v", action, createErr)
 		if ctx.Err() != nil {
 			return createErr
 		}
@@ -328,7 +329,7 @@ func (b *bench) expiry(ctx context.Context, action string, n int, target bool) e
 	if err != nil {
 		return err
 	}
-	b.logf("expiry (%s): %d created in %.1fs, touched in %.2fs; deadlines in %s", action, len(live),
+	b.Logf("expiry (%s): %d created in %.1fs, touched in %.2fs; deadlines in %s", action, len(live),
 		createWall.Seconds(), touchWall.Seconds(), time.Until(tStart.Add(T)).Round(time.Millisecond))
 
 	// Wait, without any call to the daemon, until just after the last
@@ -394,7 +395,7 @@ func (b *bench) expiry(ctx context.Context, action string, n int, target bool) e
 		if at == nil {
 			return fmt.Errorf("sandbox %s is %s without a time", id, sb.State)
 		}
-		lags = append(lags, ms(at.Sub(deadline)))
+		lags = append(lags, harness.MS(at.Sub(deadline)))
 		if first.IsZero() || deadline.Before(first) {
 			first = deadline
 		}
@@ -402,7 +403,7 @@ func (b *bench) expiry(ctx context.Context, action string, n int, target bool) e
 			last = deadline
 		}
 	}
-	st := summarize(lags)
+	st := harness.Summarize(lags)
 	verb := map[string]string{"pause": "paused", "stop": "stopped"}[action]
 	note := fmt.Sprintf("p99 %s, max %s, min %s; idle timeout %s, on_idle %s, deadlines spread over %s (touch window); "+
 		"%d created in %.1fs", value(st.P99, "ms"), value(st.Max, "ms"), value(st.Min, "ms"), T, action,
@@ -414,12 +415,12 @@ func (b *bench) expiry(ctx context.Context, action string, n int, target bool) e
 		Unit: "ms", Berth: st, Note: note}
 	if target {
 		row.Target = "p99 ≤ 1000 ms"
-		row.Pass = pass(st.P99 <= 1000)
+		row.Pass = harness.Pass(st.P99 <= 1000)
 	}
-	b.add(row)
+	b.Add(row)
 	if createErr != nil {
-		b.add(Row{Measurement: Expiry, Name: fmt.Sprintf("expiry (%s): sandboxes created", action), Unit: "",
-			Berth: aggregate(float64(len(live)), len(live)), Target: fmt.Sprintf("= %d", n), Pass: pass(false),
+		b.Add(Row{Measurement: Expiry, Name: fmt.Sprintf("expiry (%s): sandboxes created", action), Unit: "",
+			Berth: harness.Aggregate(float64(len(live)), len(live)), Target: fmt.Sprintf("= %d", n), Pass: harness.Pass(false),
 			Note: fmt.Sprintf("creates stopped after %d sandboxes: %v", len(live), createErr)})
 	}
 	return nil

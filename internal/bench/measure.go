@@ -15,25 +15,10 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/internal/bench/harness"
 	"github.com/berth-sh/berth/internal/cgroups"
 	"github.com/berth-sh/berth/internal/node/local"
 )
-
-var trueCmd = api.ExecRequest{Cmd: []string{"true"}}
-
-// execTrue runs `true` in sandbox id and returns the round trip.
-func execTrue(ctx context.Context, c *client.Client, id string) (time.Duration, error) {
-	t0 := time.Now()
-	exit, err := c.Exec(ctx, id, trueCmd, nil, nil)
-	d := time.Since(t0)
-	if err != nil {
-		return d, fmt.Errorf("exec in %s: %w", id, err)
-	}
-	if exit.Code != 0 {
-		return d, fmt.Errorf("exec of true in %s exited %d", id, exit.Code)
-	}
-	return d, nil
-}
 
 // cycle creates a sandbox, execs true in it and deletes it. It returns the
 // time until the first exec returned (time to interactive), the time of the
@@ -45,7 +30,7 @@ func cycle(ctx context.Context, c *client.Client) (tti, create, del time.Duratio
 		return 0, 0, 0, fmt.Errorf("create: %w", err)
 	}
 	create = time.Since(t0)
-	if _, err = execTrue(ctx, c, sb.ID); err != nil {
+	if _, err = harness.ExecTrue(ctx, c, sb.ID); err != nil {
 		_, _ = c.DeleteSandbox(context.WithoutCancel(ctx), sb.ID, true)
 		return 0, 0, 0, err
 	}
@@ -60,9 +45,9 @@ func cycle(ctx context.Context, c *client.Client) (tti, create, del time.Duratio
 // warmUp pays the one-time costs (page cache, first connections, runc's
 // first start) on both sides before anything is timed.
 func (b *bench) warmUp(ctx context.Context) error {
-	b.logf("warming up")
+	b.Logf("warming up")
 	for range 2 {
-		if _, _, _, err := cycle(ctx, b.d.c); err != nil {
+		if _, _, _, err := cycle(ctx, b.d.C); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 		if _, err := b.peer.RunTrue(ctx); err != nil {
@@ -72,50 +57,51 @@ func (b *bench) warmUp(ctx context.Context) error {
 	return nil
 }
 
-func (b *bench) every(i, n int, what string) {
+// Every logs "what i+1/n" at each fifth of n and at the end.
+func (b *bench) Every(i, n int, what string) {
 	if step := max(n/5, 1); (i+1)%step == 0 || i+1 == n {
-		b.logf("%s %d/%d", what, i+1, n)
+		b.Logf("%s %d/%d", what, i+1, n)
 	}
 }
 
 // (a) time to interactive.
 func (b *bench) measureTTI(ctx context.Context) error {
 	n := b.opts.Iterations
-	var tti, create, del, peer, bare samples
+	var tti, create, del, peer, bare harness.Samples
 	for i := range n {
-		t, c, d, err := cycle(ctx, b.d.c)
+		t, c, d, err := cycle(ctx, b.d.C)
 		if err != nil {
 			return err
 		}
-		tti.add(t)
-		create.add(c)
-		del.add(d)
+		tti.Add(t)
+		create.Add(c)
+		del.Add(d)
 		pd, err := b.peer.RunTrue(ctx)
 		if err != nil {
 			return err
 		}
-		peer.add(pd)
+		peer.Add(pd)
 		bd, err := b.peer.RunTrueSeccomp(ctx, false)
 		if err != nil {
 			return err
 		}
-		bare.add(bd)
-		b.every(i, n, "time to interactive")
+		bare.Add(bd)
+		b.Every(i, n, "time to interactive")
 	}
-	ps := summarize(peer.v)
+	ps := harness.Summarize(peer.V)
 	row := Row{Measurement: TTI, Name: "time to interactive (create + first exec)", Unit: "ms",
-		Berth: summarize(tti.v), Peer: "runc run true", PeerStat: &ps, Target: "≤ 1.0× peer"}
-	row.Pass = pass(row.Berth.P50 <= ps.P50)
-	b.add(row)
-	b.add(Row{Measurement: TTI, Name: "  of which: create call", Unit: "ms", Berth: summarize(create.v),
+		Berth: harness.Summarize(tti.V), Peer: "runc run true", PeerStat: &ps, Target: "≤ 1.0× peer"}
+	row.Pass = harness.Pass(row.Berth.P50 <= ps.P50)
+	b.Add(row)
+	b.Add(Row{Measurement: TTI, Name: "  of which: create call", Unit: "ms", Berth: harness.Summarize(create.V),
 		Peer: "runc run true", PeerStat: &ps})
-	b.add(Row{Measurement: TTI, Name: "  delete call (after the exec)", Unit: "ms", Berth: summarize(del.v),
+	b.Add(Row{Measurement: TTI, Name: "  delete call (after the exec)", Unit: "ms", Berth: harness.Summarize(del.V),
 		Note: "runc run's own teardown is inside the peer's figure"})
 	// berth's agent installs the same profile, compiled once (see
 	// internal/seccomp); this row shows runc without any profile, the
 	// floor of what a runc-based create can cost.
-	bs := summarize(bare.v)
-	b.add(Row{Measurement: TTI, Name: "  vs runc without seccomp (floor)", Unit: "ms", Berth: summarize(tti.v),
+	bs := harness.Summarize(bare.V)
+	b.Add(Row{Measurement: TTI, Name: "  vs runc without seccomp (floor)", Unit: "ms", Berth: harness.Summarize(tti.V),
 		Peer: "runc run true, no seccomp", PeerStat: &bs,
 		Note: "berth's agent installs the profile the peer has runc compile on every run"})
 	return nil
@@ -123,7 +109,7 @@ func (b *bench) measureTTI(ctx context.Context) error {
 
 // (b) exec round trip in a running sandbox.
 func (b *bench) measureExec(ctx context.Context) error {
-	c := b.d.c
+	c := b.d.C
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
 	if err != nil {
 		return fmt.Errorf("create: %w", err)
@@ -135,7 +121,7 @@ func (b *bench) measureExec(ctx context.Context) error {
 	}
 	defer b.peer.Remove(context.WithoutCancel(ctx), pid)
 	for range 5 {
-		if _, err := execTrue(ctx, c, sb.ID); err != nil {
+		if _, err := harness.ExecTrue(ctx, c, sb.ID); err != nil {
 			return err
 		}
 	}
@@ -145,25 +131,25 @@ func (b *bench) measureExec(ctx context.Context) error {
 		}
 	}
 	n := b.opts.Iterations
-	var bs, ps samples
+	var bs, ps harness.Samples
 	for i := range n {
-		d, err := execTrue(ctx, c, sb.ID)
+		d, err := harness.ExecTrue(ctx, c, sb.ID)
 		if err != nil {
 			return err
 		}
-		bs.add(d)
+		bs.Add(d)
 		pd, err := b.peer.ExecTrue(ctx, pid)
 		if err != nil {
 			return err
 		}
-		ps.add(pd)
-		b.every(i, n, "exec round trip")
+		ps.Add(pd)
+		b.Every(i, n, "exec round trip")
 	}
-	peer := summarize(ps.v)
-	row := Row{Measurement: Exec, Name: "exec round trip of true (SDK)", Unit: "ms", Berth: summarize(bs.v),
+	peer := harness.Summarize(ps.V)
+	row := Row{Measurement: Exec, Name: "exec round trip of true (SDK)", Unit: "ms", Berth: harness.Summarize(bs.V),
 		Peer: "runc exec true", PeerStat: &peer, Target: "p50 ≤ 3 ms and ≤ 0.1× peer"}
-	row.Pass = pass(row.Berth.P50 <= 3 && row.Berth.P50 <= 0.1*peer.P50)
-	b.add(row)
+	row.Pass = harness.Pass(row.Berth.P50 <= 3 && row.Berth.P50 <= 0.1*peer.P50)
+	b.Add(row)
 	return nil
 }
 
@@ -176,7 +162,7 @@ func (b *bench) cliEnv() []string {
 			env = append(env, kv)
 		}
 	}
-	return append(env, "BERTH_HOST="+b.d.host)
+	return append(env, "BERTH_HOST="+b.d.Host)
 }
 
 // waitNoSandboxes waits (untimed) until the daemon has no live sandbox:
@@ -185,7 +171,7 @@ func (b *bench) cliEnv() []string {
 func (b *bench) waitNoSandboxes(ctx context.Context) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		sbs, err := b.d.c.ListSandboxes(ctx, false)
+		sbs, err := b.d.C.ListSandboxes(ctx, false)
 		if err != nil {
 			return err
 		}
@@ -219,25 +205,25 @@ func (b *bench) measureRunCLI(ctx context.Context) error {
 		return err
 	}
 	n := b.opts.Iterations
-	var bs, ps samples
+	var bs, ps harness.Samples
 	for i := range n {
 		d, err := run()
 		if err != nil {
 			return err
 		}
-		bs.add(d)
+		bs.Add(d)
 		pd, err := b.peer.RunTrue(ctx)
 		if err != nil {
 			return err
 		}
-		ps.add(pd)
-		b.every(i, n, "berth run")
+		ps.Add(pd)
+		b.Every(i, n, "berth run")
 	}
-	peer := summarize(ps.v)
+	peer := harness.Summarize(ps.V)
 	row := Row{Measurement: RunCLI, Name: "one-shot `berth run -- true` (CLI wall time)", Unit: "ms",
-		Berth: summarize(bs.v), Peer: "runc run true", PeerStat: &peer, Target: "≤ 1.5× peer"}
-	row.Pass = pass(row.Berth.P50 <= 1.5*peer.P50)
-	b.add(row)
+		Berth: harness.Summarize(bs.V), Peer: "runc run true", PeerStat: &peer, Target: "≤ 1.5× peer"}
+	row.Pass = harness.Pass(row.Berth.P50 <= 1.5*peer.P50)
+	b.Add(row)
 	return nil
 }
 
@@ -269,7 +255,7 @@ func loop(ctx context.Context, workers int, d time.Duration, fn func(ctx context
 					cancel()
 					return
 				}
-				lat = append(lat, ms(l))
+				lat = append(lat, harness.MS(l))
 				mu.Unlock()
 			}
 		}()
@@ -283,14 +269,14 @@ func (b *bench) measureChurn(ctx context.Context) error {
 	workers := b.opts.Concurrency
 	clients := make([]*client.Client, workers)
 	for i := range clients {
-		c, err := client.New(b.d.host, "", client.WithUserAgent("berth-bench"))
+		c, err := client.New(b.d.Host, "", client.WithUserAgent("berth-bench"))
 		if err != nil {
 			return err
 		}
 		defer c.Close()
 		clients[i] = c
 	}
-	b.logf("churn: %d clients for %s", workers, b.opts.Churn)
+	b.Logf("churn: %d clients for %s", workers, b.opts.Churn)
 	bl, bwall, err := loop(ctx, workers, b.opts.Churn, func(ctx context.Context, w int) (time.Duration, error) {
 		t0 := time.Now()
 		_, _, _, err := cycle(ctx, clients[w])
@@ -299,23 +285,23 @@ func (b *bench) measureChurn(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b.logf("churn: %d runc run callers for %s", workers, b.opts.Churn)
+	b.Logf("churn: %d runc run callers for %s", workers, b.opts.Churn)
 	pl, pwall, err := loop(ctx, workers, b.opts.Churn, func(ctx context.Context, _ int) (time.Duration, error) {
 		return b.peer.RunTrue(ctx)
 	})
 	if err != nil {
 		return err
 	}
-	peerLat := summarize(pl)
-	b.add(Row{Measurement: Churn, Name: fmt.Sprintf("churn cycle create+exec+delete (%d clients)", workers), Unit: "ms",
-		Berth: summarize(bl), Peer: fmt.Sprintf("runc run true (%d concurrent)", workers), PeerStat: &peerLat})
+	peerLat := harness.Summarize(pl)
+	b.Add(Row{Measurement: Churn, Name: fmt.Sprintf("churn cycle create+exec+delete (%d clients)", workers), Unit: "ms",
+		Berth: harness.Summarize(bl), Peer: fmt.Sprintf("runc run true (%d concurrent)", workers), PeerStat: &peerLat})
 	brate := float64(len(bl)) / bwall.Seconds()
-	prate := aggregate(float64(len(pl))/pwall.Seconds(), len(pl))
+	prate := harness.Aggregate(float64(len(pl))/pwall.Seconds(), len(pl))
 	row := Row{Measurement: Churn, Name: fmt.Sprintf("churn throughput (%d clients)", workers), Unit: "/s",
-		Berth: aggregate(brate, len(bl)), Peer: fmt.Sprintf("runc run true (%d concurrent)", workers), PeerStat: &prate,
-		Target: "≥ 20/s", Pass: pass(brate >= 20),
+		Berth: harness.Aggregate(brate, len(bl)), Peer: fmt.Sprintf("runc run true (%d concurrent)", workers), PeerStat: &prate,
+		Target: "≥ 20/s", Pass: harness.Pass(brate >= 20),
 		Note: fmt.Sprintf("%d cycles in %.1fs; peer %d in %.1fs", len(bl), bwall.Seconds(), len(pl), pwall.Seconds())}
-	b.add(row)
+	b.Add(row)
 	return nil
 }
 
@@ -353,7 +339,7 @@ func parallel(ctx context.Context, n, workers int, progress func(done int), fn f
 					}
 					stop.Store(true)
 				} else {
-					lat = append(lat, ms(d))
+					lat = append(lat, harness.MS(d))
 				}
 				mu.Unlock()
 				if err == nil && progress != nil {
@@ -388,7 +374,7 @@ func cgroupRSS(rel string) (int64, int, error) {
 	var sum int64
 	n := 0
 	for _, pid := range pids {
-		r, err := rss(pid)
+		r, err := harness.RSS(pid)
 		if err != nil {
 			continue // exited meanwhile
 		}
@@ -412,8 +398,8 @@ func memOf(rels []string) (cg, rs []float64, err error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		cg = append(cg, mib(float64(m)))
-		rs = append(rs, mib(float64(r)))
+		cg = append(cg, harness.MiB(float64(m)))
+		rs = append(rs, harness.MiB(float64(r)))
 	}
 	return cg, rs, nil
 }
@@ -423,7 +409,7 @@ const peerIdleMax = 20
 
 // (e) density: many idle sandboxes.
 func (b *bench) measureDensity(ctx context.Context) error {
-	c := b.d.c
+	c := b.d.C
 	n, workers := b.opts.Idle, b.opts.Concurrency
 	k := min(n, peerIdleMax)
 	if err := b.waitNoSandboxes(ctx); err != nil {
@@ -431,14 +417,14 @@ func (b *bench) measureDensity(ctx context.Context) error {
 	}
 	settle := func() { time.Sleep(time.Second) }
 	settle()
-	m0, err := meminfo("MemAvailable")
+	m0, err := harness.Meminfo("MemAvailable")
 	if err != nil {
 		return err
 	}
 
 	// The peer's containers first: they draw on the same per-uid kernel
 	// key quota as the sandboxes (see below), and are few.
-	b.logf("density: starting %d raw runc containers", k)
+	b.Logf("density: starting %d raw runc containers", k)
 	pids := make([]string, k)
 	peerStart, _, err := parallel(ctx, k, workers, nil, func(ctx context.Context, i int) error {
 		id, _, err := b.peer.StartSleep(ctx)
@@ -456,7 +442,7 @@ func (b *bench) measureDensity(ctx context.Context) error {
 		return err
 	}
 	settle()
-	m1, err := meminfo("MemAvailable")
+	m1, err := harness.Meminfo("MemAvailable")
 	if err != nil {
 		return err
 	}
@@ -470,25 +456,25 @@ func (b *bench) measureDensity(ctx context.Context) error {
 	}
 	// runc exec needs a key too (a new session keyring for the process):
 	// measure it before the sandboxes may have used up the quota.
-	var pex samples
+	var pex harness.Samples
 	for i := range b.opts.Iterations {
 		pd, err := b.peer.ExecTrue(ctx, pids[i%k])
 		if err != nil {
 			return err
 		}
-		pex.add(pd)
+		pex.Add(pd)
 	}
 
 	// Each container's session keyring is a key owned by the sandboxes'
 	// root uid, whose quota (kernel.keys.maxkeys, 200 by default) is
 	// shared by every sandbox on the host.
 	if used, limit, ok := keyQuota(local.DefaultIDMap.HostUID); ok && limit-used < n {
-		b.logf("density: warning: the kernel key quota of uid %d (the sandboxes' root) has room for %d more keys, "+
+		b.Logf("density: warning: the kernel key quota of uid %d (the sandboxes' root) has room for %d more keys, "+
 			"one per sandbox; creates beyond that fail (raise kernel.keys.maxkeys)", local.DefaultIDMap.HostUID, limit-used)
 	}
 	ids := make([]string, n)
-	b.logf("density: creating %d sandboxes (%d concurrent)", n, workers)
-	createLat, createWall, err := parallel(ctx, n, workers, func(done int) { b.every(done-1, n, "density: created") },
+	b.Logf("density: creating %d sandboxes (%d concurrent)", n, workers)
+	createLat, createWall, err := parallel(ctx, n, workers, func(done int) { b.Every(done-1, n, "density: created") },
 		func(ctx context.Context, i int) error {
 			sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
 			if err != nil {
@@ -501,7 +487,7 @@ func (b *bench) measureDensity(ctx context.Context) error {
 	// figures are then those of the sandboxes that were made.
 	createErr := err
 	if createErr != nil {
-		b.logf("density: create failed after %d sandboxes: %v", len(createLat), createErr)
+		b.Logf("density: create failed after %d sandboxes: %v", len(createLat), createErr)
 		if ctx.Err() != nil {
 			return createErr
 		}
@@ -512,35 +498,35 @@ func (b *bench) measureDensity(ctx context.Context) error {
 		return createErr
 	}
 	settle()
-	m2, err := meminfo("MemAvailable")
+	m2, err := harness.Meminfo("MemAvailable")
 	if err != nil {
 		return err
 	}
 	rels := make([]string, n)
 	for i, id := range ids {
-		rels[i] = "/" + b.d.instance + "/" + id
+		rels[i] = "/" + b.d.Instance + "/" + id
 	}
 	bcg, brss, err := memOf(rels)
 	if err != nil {
 		return err
 	}
-	drss, err := rss(b.d.pid())
+	drss, err := harness.RSS(b.d.PID())
 	if err != nil {
 		return err
 	}
 
-	b.logf("density: exec round trips with %d sandboxes running", n)
-	var bex samples
+	b.Logf("density: exec round trips with %d sandboxes running", n)
+	var bex harness.Samples
 	for i := range b.opts.Iterations {
-		d, err := execTrue(ctx, c, ids[i%n])
+		d, err := harness.ExecTrue(ctx, c, ids[i%n])
 		if err != nil {
 			return err
 		}
-		bex.add(d)
+		bex.Add(d)
 	}
 
-	b.logf("density: deleting %d sandboxes (%d concurrent)", n, workers)
-	delLat, delWall, err := parallel(ctx, n, workers, func(done int) { b.every(done-1, n, "density: deleted") },
+	b.Logf("density: deleting %d sandboxes (%d concurrent)", n, workers)
+	delLat, delWall, err := parallel(ctx, n, workers, func(done int) { b.Every(done-1, n, "density: deleted") },
 		func(ctx context.Context, i int) error {
 			if _, err := c.DeleteSandbox(ctx, ids[i], true); err != nil {
 				return fmt.Errorf("delete %s: %w", ids[i], err)
@@ -563,42 +549,42 @@ func (b *bench) measureDensity(ctx context.Context) error {
 
 	if createErr != nil {
 		note := fmt.Sprintf("creates stopped after %d sandboxes: %v", n, createErr)
-		if b.d.logContains("session keyring") || strings.Contains(createErr.Error(), "keyring") {
+		if b.d.LogContains("session keyring") || strings.Contains(createErr.Error(), "keyring") {
 			note += " (daemon log: runc could not create the container's session keyring)"
 			note += fmt.Sprintf(" — every sandbox's session keyring counts against the mapped root uid's kernel key quota "+
 				"(kernel.keys.maxkeys=%s, maxbytes=%s, shared by all berth sandboxes on the host)",
 				sysctl("kernel/keys/maxkeys"), sysctl("kernel/keys/maxbytes"))
 		}
-		b.add(Row{Measurement: Density, Name: "density: idle sandboxes reached", Unit: "",
-			Berth: aggregate(float64(n), n), Target: fmt.Sprintf("= %d", want), Pass: pass(false), Note: note})
+		b.Add(Row{Measurement: Density, Name: "density: idle sandboxes reached", Unit: "",
+			Berth: harness.Aggregate(float64(n), n), Target: fmt.Sprintf("= %d", want), Pass: harness.Pass(false), Note: note})
 	}
 	peerName := fmt.Sprintf("runc, %d idle `sleep` containers", k)
-	ps := summarize(peerStart)
-	b.add(Row{Measurement: Density, Name: fmt.Sprintf("density: create %d (%d concurrent), per create", n, workers), Unit: "ms",
-		Berth: summarize(createLat), Peer: fmt.Sprintf("runc run -d sleep (%d, %d concurrent)", k, workers), PeerStat: &ps,
+	ps := harness.Summarize(peerStart)
+	b.Add(Row{Measurement: Density, Name: fmt.Sprintf("density: create %d (%d concurrent), per create", n, workers), Unit: "ms",
+		Berth: harness.Summarize(createLat), Peer: fmt.Sprintf("runc run -d sleep (%d, %d concurrent)", k, workers), PeerStat: &ps,
 		Note: fmt.Sprintf("all %d created in %.1fs", n, createWall.Seconds())})
 	memRow := Row{Measurement: Density, Name: "density: host memory per idle sandbox (MemAvailable Δ / N)", Unit: "MiB",
-		Berth: aggregate(mib(float64(m1-m2))/float64(n), n), Peer: peerName,
+		Berth: harness.Aggregate(harness.MiB(float64(m1-m2))/float64(n), n), Peer: peerName,
 		Note: "MemAvailable is host-wide: anything else running on the host adds noise, most for the small peer"}
-	pm := aggregate(mib(float64(m0-m1))/float64(k), k)
+	pm := harness.Aggregate(harness.MiB(float64(m0-m1))/float64(k), k)
 	memRow.PeerStat = &pm
-	b.add(memRow)
-	pc := summarize(pcg)
-	b.add(Row{Measurement: Density, Name: "density: cgroup memory per idle sandbox", Unit: "MiB",
-		Berth: summarize(bcg), Peer: peerName, PeerStat: &pc, Note: "memory.usage_in_bytes, page cache included"})
-	pr := summarize(prss)
-	b.add(Row{Measurement: Density, Name: "density: RSS of processes per idle sandbox", Unit: "MiB",
-		Berth: summarize(brss), Peer: peerName, PeerStat: &pr, Note: "VmRSS summed over the cgroup; shared pages counted in each"})
-	b.add(Row{Measurement: Density, Name: fmt.Sprintf("density: daemon RSS with %d idle", n), Unit: "MiB",
-		Berth: aggregate(mib(float64(drss)), 1)})
-	pe := summarize(pex.v)
-	b.add(Row{Measurement: Density, Name: fmt.Sprintf("density: exec round trip with %d idle", n), Unit: "ms",
-		Berth: summarize(bex.v), Peer: fmt.Sprintf("runc exec true (%d idle)", k), PeerStat: &pe})
-	pd := summarize(pdel)
-	b.add(Row{Measurement: Density, Name: fmt.Sprintf("density: delete %d (%d concurrent), per delete", n, workers), Unit: "ms",
-		Berth: summarize(delLat), Peer: fmt.Sprintf("runc delete --force (%d, %d concurrent)", k, workers), PeerStat: &pd})
-	b.add(Row{Measurement: Density, Name: fmt.Sprintf("density: delete all %d (%d concurrent), wall time", n, workers), Unit: "s",
-		Berth: aggregate(delWall.Seconds(), n), Note: fmt.Sprintf("%.1f deletes/s", float64(n)/delWall.Seconds())})
+	b.Add(memRow)
+	pc := harness.Summarize(pcg)
+	b.Add(Row{Measurement: Density, Name: "density: cgroup memory per idle sandbox", Unit: "MiB",
+		Berth: harness.Summarize(bcg), Peer: peerName, PeerStat: &pc, Note: "memory.usage_in_bytes, page cache included"})
+	pr := harness.Summarize(prss)
+	b.Add(Row{Measurement: Density, Name: "density: RSS of processes per idle sandbox", Unit: "MiB",
+		Berth: harness.Summarize(brss), Peer: peerName, PeerStat: &pr, Note: "VmRSS summed over the cgroup; shared pages counted in each"})
+	b.Add(Row{Measurement: Density, Name: fmt.Sprintf("density: daemon RSS with %d idle", n), Unit: "MiB",
+		Berth: harness.Aggregate(harness.MiB(float64(drss)), 1)})
+	pe := harness.Summarize(pex.V)
+	b.Add(Row{Measurement: Density, Name: fmt.Sprintf("density: exec round trip with %d idle", n), Unit: "ms",
+		Berth: harness.Summarize(bex.V), Peer: fmt.Sprintf("runc exec true (%d idle)", k), PeerStat: &pe})
+	pd := harness.Summarize(pdel)
+	b.Add(Row{Measurement: Density, Name: fmt.Sprintf("density: delete %d (%d concurrent), per delete", n, workers), Unit: "ms",
+		Berth: harness.Summarize(delLat), Peer: fmt.Sprintf("runc delete --force (%d, %d concurrent)", k, workers), PeerStat: &pd})
+	b.Add(Row{Measurement: Density, Name: fmt.Sprintf("density: delete all %d (%d concurrent), wall time", n, workers), Unit: "s",
+		Berth: harness.Aggregate(delWall.Seconds(), n), Note: fmt.Sprintf("%.1f deletes/s", float64(n)/delWall.Seconds())})
 	return nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/berth-sh/berth/internal/bench/harness"
 )
 
 // WriteTable prints rep for people: machine, one line per row, notes,
@@ -23,7 +25,7 @@ func WriteTable(w io.Writer, rep *Report) error {
 	if len(rep.ForkSizes) > 0 {
 		sizes := make([]string, len(rep.ForkSizes))
 		for i, sz := range rep.ForkSizes {
-			sizes[i] = sizeLabel(sz)
+			sizes[i] = harness.SizeLabel(sz)
 		}
 		fmt.Fprintf(w, "; fork sizes %s (%d iterations each)", strings.Join(sizes, ", "), rep.ForkIterations)
 	}

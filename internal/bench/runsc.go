@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/bench/harness"
 )
 
 // Runsc is the gVisor measurement: create → first exec on runsc beside
@@ -22,13 +23,13 @@ var runscHibernateSizes = []int64{100 << 20, 1 << 30}
 // hibernate and wake (until the agent answers) of a runsc sandbox whose
 // process holds each of runscHibernateSizes in memory.
 func (b *bench) measureRunsc(ctx context.Context) error {
-	c := b.d.c
+	c := b.d.C
 	rep, err := c.Doctor(ctx, false)
 	if err != nil {
 		return err
 	}
 	if !strings.Contains(rep.Runtime, "runsc") {
-		b.add(Row{Measurement: Runsc, Name: "runsc measurements", Unit: "ms",
+		b.Add(Row{Measurement: Runsc, Name: "runsc measurements", Unit: "ms",
 			Note: "skipped: the daemon offers no runsc class (scripts/install-runsc.sh; see the daemon log)"})
 		return nil
 	}
@@ -39,7 +40,7 @@ func (b *bench) measureRunsc(ctx context.Context) error {
 			return 0, fmt.Errorf("create %s: %w", rt, err)
 		}
 		defer c.DeleteSandbox(context.WithoutCancel(ctx), sb.ID, true)
-		if _, err := execTrue(ctx, c, sb.ID); err != nil {
+		if _, err := harness.ExecTrue(ctx, c, sb.ID); err != nil {
 			return 0, err
 		}
 		return time.Since(t0), nil
@@ -50,22 +51,22 @@ func (b *bench) measureRunsc(ctx context.Context) error {
 		}
 	}
 	n := min(b.opts.Iterations, 20)
-	var rs, rc samples
+	var rs, rc harness.Samples
 	for i := range n {
 		d, err := tti("runsc")
 		if err != nil {
 			return err
 		}
-		rs.add(d)
+		rs.Add(d)
 		if d, err = tti("runc"); err != nil {
 			return err
 		}
-		rc.add(d)
-		b.every(i, n, "runsc create → first exec")
+		rc.Add(d)
+		b.Every(i, n, "runsc create → first exec")
 	}
-	rcs := summarize(rc.v)
-	b.add(Row{Measurement: Runsc, Name: "create → first exec, runsc (gVisor)", Unit: "ms",
-		Berth: summarize(rs.v), Peer: "the same on runc (berth)", PeerStat: &rcs,
+	rcs := harness.Summarize(rc.V)
+	b.Add(Row{Measurement: Runsc, Name: "create → first exec, runsc (gVisor)", Unit: "ms",
+		Berth: harness.Summarize(rs.V), Peer: "the same on runc (berth)", PeerStat: &rcs,
 		Note: "SDK CreateSandbox until an exec of true returns; runsc and runc alternate"})
 
 	for _, size := range runscHibernateSizes {
@@ -79,7 +80,7 @@ func (b *bench) measureRunsc(ctx context.Context) error {
 // measureHibernate times hibernate and wake of a runsc sandbox whose
 // process holds size bytes of non-zero memory.
 func (b *bench) measureHibernate(ctx context.Context, size int64) error {
-	c := b.d.c
+	c := b.d.C
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "runsc", Persistent: true,
 		Resources: api.Resources{MemoryBytes: size + 512<<20}})
 	if err != nil {
@@ -102,7 +103,7 @@ for i in $(seq 600); do test -s /tmp/held && exit 0; sleep 0.1; done; exit 1`, m
 	if size >= 1<<30 {
 		n = min(n, 3)
 	}
-	var hs, ws samples
+	var hs, ws harness.Samples
 	for i := range n {
 		t0 := time.Now()
 		h, err := c.Hibernate(ctx, sb.ID)
@@ -123,14 +124,14 @@ for i in $(seq 600); do test -s /tmp/held && exit 0; sleep 0.1; done; exit 1`, m
 		if exit, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "pgrep -f os.urandom >/dev/null && cat /tmp/held"}}, &o, io.Discard); err != nil || exit.Code != 0 {
 			return fmt.Errorf("after wake: %v %+v %q", err, exit, o.String())
 		}
-		hs.add(dh)
-		ws.add(dw)
-		b.every(i, n, fmt.Sprintf("hibernate/wake %d MiB", mib))
+		hs.Add(dh)
+		ws.Add(dw)
+		b.Every(i, n, fmt.Sprintf("hibernate/wake %d MiB", mib))
 	}
 	note := "runsc checkpoint to the storage pool; the sandbox's cgroup is empty afterwards"
-	b.add(Row{Measurement: Runsc, Name: fmt.Sprintf("hibernate of a runsc sandbox holding %d MiB", mib), Unit: "ms",
-		Berth: summarize(hs.v), Note: note})
-	b.add(Row{Measurement: Runsc, Name: fmt.Sprintf("wake of a runsc sandbox holding %d MiB", mib), Unit: "ms",
-		Berth: summarize(ws.v), Note: "runsc restore until the agent answers a ping"})
+	b.Add(Row{Measurement: Runsc, Name: fmt.Sprintf("hibernate of a runsc sandbox holding %d MiB", mib), Unit: "ms",
+		Berth: harness.Summarize(hs.V), Note: note})
+	b.Add(Row{Measurement: Runsc, Name: fmt.Sprintf("wake of a runsc sandbox holding %d MiB", mib), Unit: "ms",
+		Berth: harness.Summarize(ws.V), Note: "runsc restore until the agent answers a ping"})
 	return nil
 }

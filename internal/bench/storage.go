@@ -6,11 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/bench/harness"
 )
 
 // The storage measurements of issue 4: fork of a filled persistent parent
@@ -57,32 +57,15 @@ func fillCounts(size int64) (n int, each, last int64) {
 	return n, each, last
 }
 
-// sizeLabel formats a byte size for row names: "10 MiB", "1 GiB".
-func sizeLabel(b int64) string {
-	units := []struct {
-		n    int64
-		name string
-	}{{1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}}
-	for _, u := range units {
-		if b >= u.n {
-			if b%u.n == 0 {
-				return strconv.FormatInt(b/u.n, 10) + " " + u.name
-			}
-			return strconv.FormatFloat(float64(b)/float64(u.n), 'f', 1, 64) + " " + u.name
-		}
-	}
-	return fmt.Sprintf("%d B", b)
-}
-
 // parent returns the filled parent of size bytes, making it the first time.
 func (b *bench) parent(ctx context.Context, size int64) (*forkParent, error) {
 	if p, ok := b.parents[size]; ok {
 		return p, nil
 	}
-	c := b.d.c
+	c := b.d.C
 	sb, err := c.CreateSandbox(ctx, parentReq(size))
 	if err != nil {
-		return nil, fmt.Errorf("creating a parent for %s: %w", sizeLabel(size), err)
+		return nil, fmt.Errorf("creating a parent for %s: %w", harness.SizeLabel(size), err)
 	}
 	p := &forkParent{id: sb.ID, size: size}
 	if b.parents == nil {
@@ -92,7 +75,7 @@ func (b *bench) parent(ctx context.Context, size int64) (*forkParent, error) {
 
 	n, each, last := fillCounts(size)
 	p.files = n
-	b.logf("storage: filling parent %s with %s (%d files of %d bytes)", sb.ID, sizeLabel(size), n, each)
+	b.Logf("storage: filling parent %s with %s (%d files of %d bytes)", sb.ID, harness.SizeLabel(size), n, each)
 	script := fmt.Sprintf(`set -e
 d=/workspace/fill
 mkdir -p "$d"
@@ -132,7 +115,7 @@ sync`, n, each, last)
 	if _, err := os.Stat(p.image); err != nil {
 		return nil, fmt.Errorf("the parent's volume image: %w", err)
 	}
-	b.logf("storage: filled in %.1fs; volume uses %s", p.fill, sizeLabel(p.used))
+	b.Logf("storage: filled in %.1fs; volume uses %s", p.fill, harness.SizeLabel(p.used))
 	return p, nil
 }
 
@@ -140,7 +123,7 @@ sync`, n, each, last)
 func (b *bench) dropParents(ctx context.Context) error {
 	var errs []error
 	for size, p := range b.parents {
-		if _, err := b.d.c.DeleteSandbox(ctx, p.id, true); err != nil {
+		if _, err := b.d.C.DeleteSandbox(ctx, p.id, true); err != nil {
 			errs = append(errs, fmt.Errorf("delete parent %s: %w", p.id, err))
 		}
 		delete(b.parents, size)
@@ -178,32 +161,32 @@ func (b *bench) copyPeer(ctx context.Context, p *forkParent, n int) ([]float64, 
 	if _, err := one(); err != nil { // warm-up
 		return nil, err
 	}
-	var s samples
+	var s harness.Samples
 	for range n {
 		d, err := one()
 		if err != nil {
 			return nil, err
 		}
-		s.add(d)
+		s.Add(d)
 	}
 	if b.copies == nil {
 		b.copies = map[int64][]float64{}
 	}
-	b.copies[p.size] = s.v
-	return s.v, nil
+	b.copies[p.size] = s.V
+	return s.V, nil
 }
 
 const copyPeerName = "cp -a --reflink=never of the volume image + fsync"
 
 // (i) fork of a filled parent, child running.
 func (b *bench) measureFork(ctx context.Context) error {
-	c := b.d.c
+	c := b.d.C
 	n := b.opts.ForkIterations
 	type result struct {
 		p                      *forkParent
 		size                   int64
 		files                  int
-		fork, freeze, children samples
+		fork, freeze, children harness.Samples
 		peer                   []float64
 	}
 	var results []result
@@ -250,15 +233,15 @@ func (b *bench) measureFork(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			r.fork.add(d)
-			r.freeze.add(fz)
-			r.children.add(d - fz)
+			r.fork.Add(d)
+			r.freeze.Add(fz)
+			r.children.Add(d - fz)
 			if _, err := c.DeleteSandbox(ctx, child, true); err != nil {
 				return fmt.Errorf("delete child %s: %w", child, err)
 			}
-			b.every(i, n, "fork "+sizeLabel(size))
+			b.Every(i, n, "fork "+harness.SizeLabel(size))
 		}
-		b.logf("fork %s: copy peer", sizeLabel(size))
+		b.Logf("fork %s: copy peer", harness.SizeLabel(size))
 		if r.peer, err = b.copyPeer(ctx, p, n); err != nil {
 			return err
 		}
@@ -268,15 +251,15 @@ func (b *bench) measureFork(ctx context.Context) error {
 		return nil
 	}
 	small := results[0]
-	smallP50 := summarize(small.fork.v).P50
+	smallP50 := harness.Summarize(small.fork.V).P50
 	for i, r := range results {
-		peer := summarize(r.peer)
-		row := Row{Measurement: Fork, Name: fmt.Sprintf("fork, parent with %s (%d files) → child running", sizeLabel(r.size), r.files),
-			Unit: "ms", Berth: summarize(r.fork.v), Peer: copyPeerName, PeerStat: &peer}
+		peer := harness.Summarize(r.peer)
+		row := Row{Measurement: Fork, Name: fmt.Sprintf("fork, parent with %s (%d files) → child running", harness.SizeLabel(r.size), r.files),
+			Unit: "ms", Berth: harness.Summarize(r.fork.V), Peer: copyPeerName, PeerStat: &peer}
 		var targets []string
 		ok := true
 		if i > 0 {
-			targets = append(targets, fmt.Sprintf("≤ 2× %s", sizeLabel(small.size)))
+			targets = append(targets, fmt.Sprintf("≤ 2× %s", harness.SizeLabel(small.size)))
 			ok = ok && row.Berth.P50 <= 2*smallP50
 		}
 		if i == len(results)-1 {
@@ -285,20 +268,20 @@ func (b *bench) measureFork(ctx context.Context) error {
 		}
 		if len(targets) > 0 {
 			row.Target = strings.Join(targets, ", ")
-			row.Pass = pass(ok)
+			row.Pass = harness.Pass(ok)
 		}
-		row.Note = fmt.Sprintf("volume used %s after a %.1fs fill", sizeLabel(r.p.used), r.p.fill)
+		row.Note = fmt.Sprintf("volume used %s after a %.1fs fill", harness.SizeLabel(r.p.used), r.p.fill)
 		if i > 0 {
-			row.Note += fmt.Sprintf("; %.2f× the %s fork p50", row.Berth.P50/smallP50, sizeLabel(small.size))
+			row.Note += fmt.Sprintf("; %.2f× the %s fork p50", row.Berth.P50/smallP50, harness.SizeLabel(small.size))
 		}
-		b.add(row)
-		b.add(Row{Measurement: Fork, Name: "  of which: parent frozen (capture, freeze_ms)", Unit: "ms",
-			Berth: summarize(r.freeze.v)})
-		b.add(Row{Measurement: Fork, Name: "  of which: child provisioning (fork − freeze)", Unit: "ms",
-			Berth: summarize(r.children.v)})
+		b.Add(row)
+		b.Add(Row{Measurement: Fork, Name: "  of which: parent frozen (capture, freeze_ms)", Unit: "ms",
+			Berth: harness.Summarize(r.freeze.V)})
+		b.Add(Row{Measurement: Fork, Name: "  of which: child provisioning (fork − freeze)", Unit: "ms",
+			Berth: harness.Summarize(r.children.V)})
 	}
 	r := &b.rep.Rows[len(b.rep.Rows)-3]
-	note := "parents: persistent, persist_root (writable root on the volume), volume " + sizeLabel(parentReq(small.size).VolumeSizeBytes) +
+	note := "parents: persistent, persist_root (writable root on the volume), volume " + harness.SizeLabel(parentReq(small.size).VolumeSizeBytes) +
 		" or more; /workspace filled by a shell loop of `head -c` from /dev/urandom, then sync; fork count 1, each child deleted (untimed)"
 	r.Note += "; " + note
 	return nil
@@ -306,7 +289,7 @@ func (b *bench) measureFork(ctx context.Context) error {
 
 // (k) snapshot and restore of a filled parent.
 func (b *bench) measureSnapshot(ctx context.Context) error {
-	c := b.d.c
+	c := b.d.C
 	n := b.opts.ForkIterations
 	cycle := func(p *forkParent) (snap, restore, restart time.Duration, err error) {
 		t0 := time.Now()
@@ -347,7 +330,7 @@ func (b *bench) measureSnapshot(ctx context.Context) error {
 	type result struct {
 		size                    int64
 		files                   int
-		snap, restore, restarts samples
+		snap, restore, restarts harness.Samples
 		peer                    []float64
 	}
 	var results []result
@@ -365,10 +348,10 @@ func (b *bench) measureSnapshot(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			r.snap.add(s)
-			r.restore.add(rs)
-			r.restarts.add(rt)
-			b.every(i, n, "snapshot/restore "+sizeLabel(size))
+			r.snap.Add(s)
+			r.restore.Add(rs)
+			r.restarts.Add(rt)
+			b.Every(i, n, "snapshot/restore "+harness.SizeLabel(size))
 		}
 		// Restored every time to the fill: the files are all there.
 		fi, err := c.Stat(ctx, p.id, fmt.Sprintf("/workspace/fill/f%d", p.files))
@@ -384,15 +367,15 @@ func (b *bench) measureSnapshot(ctx context.Context) error {
 		results = append(results, r)
 	}
 	for i, r := range results {
-		peer, rp := summarize(r.peer), summarize(r.restarts.v)
-		row := Row{Measurement: Snapshot, Name: fmt.Sprintf("snapshot, sandbox with %s (%d files)", sizeLabel(r.size), r.files),
-			Unit: "ms", Berth: summarize(r.snap.v), Peer: copyPeerName, PeerStat: &peer}
+		peer, rp := harness.Summarize(r.peer), harness.Summarize(r.restarts.V)
+		row := Row{Measurement: Snapshot, Name: fmt.Sprintf("snapshot, sandbox with %s (%d files)", harness.SizeLabel(r.size), r.files),
+			Unit: "ms", Berth: harness.Summarize(r.snap.V), Peer: copyPeerName, PeerStat: &peer}
 		if i > 0 {
-			row.Note = fmt.Sprintf("%.2f× the %s snapshot p50", row.Berth.P50/summarize(results[0].snap.v).P50, sizeLabel(results[0].size))
+			row.Note = fmt.Sprintf("%.2f× the %s snapshot p50", row.Berth.P50/harness.Summarize(results[0].snap.V).P50, harness.SizeLabel(results[0].size))
 		}
-		b.add(row)
-		b.add(Row{Measurement: Snapshot, Name: fmt.Sprintf("restore of a running sandbox, %s → running", sizeLabel(r.size)),
-			Unit: "ms", Berth: summarize(r.restore.v), Peer: "stop → start of the same sandbox", PeerStat: &rp})
+		b.Add(row)
+		b.Add(Row{Measurement: Snapshot, Name: fmt.Sprintf("restore of a running sandbox, %s → running", harness.SizeLabel(r.size)),
+			Unit: "ms", Berth: harness.Summarize(r.restore.V), Peer: "stop → start of the same sandbox", PeerStat: &rp})
 	}
 	if len(results) > 0 {
 		r := &b.rep.Rows[len(b.rep.Rows)-1]

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/bench/harness"
 	"github.com/berth-sh/berth/internal/manager"
 )
 
@@ -18,7 +19,7 @@ var coldReq = api.CreateSandboxRequest{Resources: api.Resources{Pids: 600}}
 
 // (j) warm-pool claim → first exec result, vs a cold create → first exec.
 func (b *bench) measurePool(ctx context.Context) (err error) {
-	c := b.d.c
+	c := b.d.C
 	tpl := manager.BuiltinTemplate
 	if _, err := c.SetPool(ctx, tpl, poolSize); err != nil {
 		return fmt.Errorf("set pool %s to %d: %w", tpl, poolSize, err)
@@ -52,14 +53,14 @@ func (b *bench) measurePool(ctx context.Context) (err error) {
 		if err != nil {
 			return 0, 0, fmt.Errorf("create: %w", err)
 		}
-		_, err = execTrue(ctx, c, sb.ID)
+		_, err = harness.ExecTrue(ctx, c, sb.ID)
 		total = time.Since(t0)
 		if _, derr := c.DeleteSandbox(context.WithoutCancel(ctx), sb.ID, true); err == nil && derr != nil {
 			err = fmt.Errorf("delete %s: %w", sb.ID, derr)
 		}
 		return total, create, err
 	}
-	b.logf("pool: waiting for %d ready members of %s", poolSize, tpl)
+	b.Logf("pool: waiting for %d ready members of %s", poolSize, tpl)
 	if err := waitReady(); err != nil {
 		return err
 	}
@@ -71,7 +72,7 @@ func (b *bench) measurePool(ctx context.Context) (err error) {
 		return err
 	}
 	n := b.opts.Iterations
-	var claims, claimCreate, colds samples
+	var claims, claimCreate, colds harness.Samples
 	var hits, misses int64
 	for i := range n {
 		if err := waitReady(); err != nil {
@@ -91,8 +92,8 @@ func (b *bench) measurePool(ctx context.Context) (err error) {
 		}
 		hits += p1.Hits - p0.Hits
 		misses += p1.Misses - p0.Misses
-		claims.add(d)
-		claimCreate.add(dc)
+		claims.Add(d)
+		claimCreate.Add(dc)
 		// The cold create with the pool full and quiet, as the claim had it.
 		if err := waitReady(); err != nil {
 			return err
@@ -100,28 +101,28 @@ func (b *bench) measurePool(ctx context.Context) (err error) {
 		if d, _, err = createExec(coldReq); err != nil {
 			return err
 		}
-		colds.add(d)
-		b.every(i, n, "pool claim")
+		colds.Add(d)
+		b.Every(i, n, "pool claim")
 	}
-	cold := summarize(colds.v)
+	cold := harness.Summarize(colds.V)
 	row := Row{Measurement: Pool, Name: "warm-pool claim → first exec result (create + exec true)", Unit: "ms",
-		Berth: summarize(claims.v), Peer: "cold create + first exec (pids 600: not poolable)", PeerStat: &cold,
+		Berth: harness.Summarize(claims.V), Peer: "cold create + first exec (pids 600: not poolable)", PeerStat: &cold,
 		Target: "p50 ≤ 10 ms",
 		Note: fmt.Sprintf("pool of %d for template %s, refilled (untimed) before every claim and cold create; "+
 			"%d hits and %d misses counted by the pool during the timed claims", poolSize, tpl, hits, misses)}
-	row.Pass = pass(row.Berth.P50 <= 10 && hits == int64(n))
+	row.Pass = harness.Pass(row.Berth.P50 <= 10 && hits == int64(n))
 	if hits != int64(n) {
 		row.Note += fmt.Sprintf(" — only %d of %d creates were claims", hits, n)
 	}
-	b.add(row)
-	b.add(Row{Measurement: Pool, Name: "  of which: create call (claim)", Unit: "ms", Berth: summarize(claimCreate.v)})
+	b.Add(row)
+	b.Add(Row{Measurement: Pool, Name: "  of which: create call (claim)", Unit: "ms", Berth: harness.Summarize(claimCreate.V)})
 	return nil
 }
 
 // resetPool sets template tpl's pool to 0 and waits until its members are
 // gone.
 func (b *bench) resetPool(ctx context.Context, tpl string) error {
-	c := b.d.c
+	c := b.d.C
 	if _, err := c.SetPool(ctx, tpl, 0); err != nil {
 		return fmt.Errorf("reset pool %s: %w", tpl, err)
 	}

@@ -1,4 +1,10 @@
-package bench
+// Package netbench is berth bench's networking measurements, egress and
+// nat: create → first exec in network mode egress beside mode none, and TCP
+// throughput from an egress sandbox through berth's NAT beside a plain veth
+// pair. They run in a private world of three bench-made network namespaces
+// (see below) with a second daemon of their own, which Cleanup takes apart;
+// the rows go to the bench's report through a harness.Recorder.
+package netbench
 
 import (
 	"bufio"
@@ -22,6 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/bench/harness"
 	"github.com/berth-sh/berth/internal/testenv"
 )
 
@@ -57,6 +64,34 @@ const (
 	netSinkPort = 5201
 )
 
+// Options are what the network measurements take of the bench's options.
+type Options struct {
+	// Binary is the berth executable the network daemon runs.
+	Binary string
+	// WorkDir is the bench's private temporary directory: the network
+	// daemon's data dir is made in it and the namespaces are named after it.
+	WorkDir string
+	// Iterations is the number of samples of each latency; at most
+	// natIterations of them for the throughput.
+	Iterations int
+	// NetBytes is what each transfer of the nat measurement sends.
+	NetBytes int64
+}
+
+// Bench runs the network measurements of one bench run. Its world is made
+// at the first measurement that needs it and removed by Cleanup.
+type Bench struct {
+	opts Options
+	rec  harness.Recorder
+	net  *netBench
+}
+
+// New returns the network measurements of the bench working in
+// opts.WorkDir, reporting to rec. It makes nothing yet.
+func New(opts Options, rec harness.Recorder) *Bench {
+	return &Bench{opts: opts, rec: rec}
+}
+
 // netBench is the network measurements' private world: three namespaces,
 // the daemon in one of them and the sink in another.
 type netBench struct {
@@ -65,7 +100,7 @@ type netBench struct {
 	hostIf, srcIf   string // veth names (the inet ends are derived)
 	dir             string // the daemon's data dir
 	made            []string
-	d               *daemon
+	d               *harness.Daemon
 	sink            *sink
 	warm            bool
 }
@@ -84,8 +119,8 @@ func NetNamespaces(workDir string) []string {
 	return []string{h, i, s}
 }
 
-// netDataDir is the network daemon's data dir inside the work dir.
-func netDataDir(tmp string) string { return filepath.Join(tmp, "netd") }
+// DataDir is the network daemon's data dir inside the work dir.
+func DataDir(tmp string) string { return filepath.Join(tmp, "netd") }
 
 func netnsPath(name string) string { return testenv.NetnsPath(name) }
 
@@ -98,16 +133,16 @@ func ipRun(args ...string) error {
 }
 
 // netSetup makes the namespaces, the sink and the daemon, once.
-func (b *bench) netSetup(ctx context.Context) (*netBench, error) {
+func (b *Bench) netSetup(ctx context.Context) (*netBench, error) {
 	if b.net != nil {
 		return b.net, nil
 	}
 	if _, err := exec.LookPath("nsenter"); err != nil {
 		return nil, fmt.Errorf("nsenter not found (util-linux): %w", err)
 	}
-	tag, host, inet, src := netNames(b.tmp)
+	tag, host, inet, src := netNames(b.opts.WorkDir)
 	nb := &netBench{tag: tag, host: host, inet: inet, src: src,
-		hostIf: "bbh" + tag, srcIf: "bbs" + tag, dir: netDataDir(b.tmp)}
+		hostIf: "bbh" + tag, srcIf: "bbs" + tag, dir: DataDir(b.opts.WorkDir)}
 	b.net = nb // cleanup removes whatever was made
 	for _, ns := range []string{host, inet, src} {
 		if err := ipRun("netns", "add", ns); err != nil {
@@ -149,28 +184,28 @@ func (b *bench) netSetup(ctx context.Context) (*netBench, error) {
 		return nil, err
 	}
 	// Debug and JSON: the "provisioned" lines split each create.
-	nb.d, err = startDaemonIn(ctx, b.opts.Binary, nb.dir, host, "--log-level", "debug", "--log-format", "json")
+	nb.d, err = harness.StartDaemon(ctx, b.opts.Binary, nb.dir, host, "--log-level", "debug", "--log-format", "json")
 	if err != nil {
 		return nil, fmt.Errorf("network daemon: %w", err)
 	}
-	b.logf("network daemon pid %d ready in netns %s (the internet: %s, peer sender: %s)", nb.d.pid(), host, inet, src)
+	b.rec.Logf("network daemon pid %d ready in netns %s (the internet: %s, peer sender: %s)", nb.d.PID(), host, inet, src)
 	return nb, nil
 }
 
-// cleanupNet deletes the network daemon's sandboxes, checks its doctor,
+// Cleanup deletes the network daemon's sandboxes, checks its doctor,
 // stops it, closes the sink and deletes the namespaces (which takes the
-// bridge, the nftables tables and any veth with them).
-func (b *bench) cleanupNet(ctx context.Context) {
+// bridge, the nftables tables and any veth with them), recording in cl
+// what it found. Nothing happens if no measurement made the world.
+func (b *Bench) Cleanup(ctx context.Context, cl *harness.Cleanup) {
 	nb := b.net
 	if nb == nil {
 		return
 	}
-	cl := &b.rep.Cleanup
 	fail := func(format string, args ...any) {
 		cl.Errors = append(cl.Errors, "network: "+fmt.Sprintf(format, args...))
 	}
 	if nb.d != nil {
-		c := nb.d.c
+		c := nb.d.C
 		if sbs, err := c.ListSandboxes(ctx, false); err != nil {
 			fail("listing sandboxes: %v", err)
 		} else {
@@ -187,7 +222,7 @@ func (b *bench) cleanupNet(ctx context.Context) {
 				cl.DoctorFindings = append(cl.DoctorFindings, fmt.Sprintf("network daemon: %s %s: %s", f.Kind, f.ID, f.Detail))
 			}
 		}
-		if err := nb.d.stop(); err != nil {
+		if err := nb.d.Stop(); err != nil {
 			fail("stopping the daemon: %v", err)
 		}
 	}
@@ -195,7 +230,7 @@ func (b *bench) cleanupNet(ctx context.Context) {
 	// (its veths, bridge and nft tables, besides mounts and cgroups).
 	scope := testenv.Scope{DataDir: nb.dir, Netns: nb.host}
 	if nb.d != nil {
-		scope.PGID = nb.d.pid()
+		scope.PGID = nb.d.PID()
 	}
 	leaks, err := testenv.Clean(scope)
 	for _, l := range leaks {
@@ -340,7 +375,7 @@ func parseSend(out string, n int64) (float64, error) {
 	if got, err := strconv.ParseInt(f[1], 10, 64); err != nil || got != n {
 		return 0, fmt.Errorf("the sink counted %s bytes, not %d", f[1], n)
 	}
-	return mib(float64(n)) / secs, nil
+	return harness.MiB(float64(n)) / secs, nil
 }
 
 // provisioned is a daemon "provisioned" log line: the runtime's start
@@ -354,9 +389,9 @@ type provisioned struct {
 }
 
 // provisionedLines reads the daemon log's provisioned lines by sandbox.
-func (d *daemon) provisionedLines() map[string]provisioned {
+func provisionedLines(d *harness.Daemon) map[string]provisioned {
 	out := map[string]provisioned{}
-	f, err := os.Open(d.logPath)
+	f, err := os.Open(d.LogPath)
 	if err != nil {
 		return out
 	}
@@ -383,14 +418,14 @@ type netCycle struct {
 }
 
 func (nb *netBench) cycle(ctx context.Context, mode string) (netCycle, error) {
-	c := nb.d.c
+	c := nb.d.C
 	t0 := time.Now()
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Network: mode})
 	if err != nil {
 		return netCycle{}, fmt.Errorf("create (network %s): %w", mode, err)
 	}
 	r := netCycle{id: sb.ID, create: time.Since(t0)}
-	r.exec, err = execTrue(ctx, c, sb.ID)
+	r.exec, err = harness.ExecTrue(ctx, c, sb.ID)
 	r.tti = time.Since(t0)
 	if _, derr := c.DeleteSandbox(context.WithoutCancel(ctx), sb.ID, true); err == nil && derr != nil {
 		err = fmt.Errorf("delete %s: %w", sb.ID, derr)
@@ -415,8 +450,9 @@ func (nb *netBench) warmUp(ctx context.Context) error {
 	return nil
 }
 
-// (m) extra create → first exec time of network mode egress over none.
-func (b *bench) measureEgress(ctx context.Context) error {
+// MeasureEgress is (m): the extra create → first exec time of network
+// mode egress over none.
+func (b *Bench) MeasureEgress(ctx context.Context) error {
 	nb, err := b.netSetup(ctx)
 	if err != nil {
 		return err
@@ -426,7 +462,7 @@ func (b *bench) measureEgress(ctx context.Context) error {
 	}
 	n := b.opts.Iterations
 	var eg, no []netCycle
-	var diff samples
+	var diff harness.Samples
 	for i := range n {
 		// Alternate which mode goes first.
 		modes := []string{"egress", "none"}
@@ -446,57 +482,58 @@ func (b *bench) measureEgress(ctx context.Context) error {
 			}
 		}
 		eg, no = append(eg, pair[0]), append(no, pair[1])
-		diff.add(pair[0].tti - pair[1].tti)
-		b.every(i, n, "egress vs none create → first exec")
+		diff.Add(pair[0].tti - pair[1].tti)
+		b.rec.Every(i, n, "egress vs none create → first exec")
 	}
-	pick := func(rs []netCycle, f func(netCycle) time.Duration) Stat {
-		var s samples
+	pick := func(rs []netCycle, f func(netCycle) time.Duration) harness.Stat {
+		var s harness.Samples
 		for _, r := range rs {
-			s.add(f(r))
+			s.Add(f(r))
 		}
-		return summarize(s.v)
+		return harness.Summarize(s.V)
 	}
-	prov := nb.d.provisionedLines()
-	fromLog := func(rs []netCycle, f func(provisioned) int64) (Stat, int) {
+	prov := provisionedLines(nb.d)
+	fromLog := func(rs []netCycle, f func(provisioned) int64) (harness.Stat, int) {
 		var v []float64
 		for _, r := range rs {
 			if p, ok := prov[r.id]; ok {
 				v = append(v, float64(f(p))/1e6)
 			}
 		}
-		return summarize(v), len(v)
+		return harness.Summarize(v), len(v)
 	}
 	egTTI, noTTI := pick(eg, func(r netCycle) time.Duration { return r.tti }), pick(no, func(r netCycle) time.Duration { return r.tti })
-	extra := summarize(diff.v)
+	extra := harness.Summarize(diff.V)
 	p50Diff := egTTI.P50 - noTTI.P50
-	b.add(Row{Measurement: Egress, Name: "create → first exec, network egress", Unit: "ms", Berth: egTTI,
+	b.rec.Add(harness.Row{Measurement: Egress, Name: "create → first exec, network egress", Unit: "ms", Berth: egTTI,
 		Peer: "the same, network none", PeerStat: &noTTI,
 		Note: "daemon in a bench-made netns; egress sandboxes without allow rules, one at a time, the two modes alternating"})
-	row := Row{Measurement: Egress, Name: "  extra time of egress over none (paired)", Unit: "ms", Berth: extra,
+	row := harness.Row{Measurement: Egress, Name: "  extra time of egress over none (paired)", Unit: "ms", Berth: extra,
 		Target: "p50 ≤ 15 ms",
 		Note:   fmt.Sprintf("p50 of the per-pair differences; p50(egress) − p50(none) = %.2f ms; both must be ≤ 15 ms", p50Diff)}
-	row.Pass = pass(extra.P50 <= 15 && p50Diff <= 15)
-	b.add(row)
+	row.Pass = harness.Pass(extra.P50 <= 15 && p50Diff <= 15)
+	b.rec.Add(row)
 	egC, noC := pick(eg, func(r netCycle) time.Duration { return r.create }), pick(no, func(r netCycle) time.Duration { return r.create })
-	b.add(Row{Measurement: Egress, Name: "  of which: create call", Unit: "ms", Berth: egC, Peer: "network none", PeerStat: &noC})
+	b.rec.Add(harness.Row{Measurement: Egress, Name: "  of which: create call", Unit: "ms", Berth: egC, Peer: "network none", PeerStat: &noC})
 	egRS, k1 := fromLog(eg, func(p provisioned) int64 { return p.RuntimeStart })
 	noRS, k2 := fromLog(no, func(p provisioned) int64 { return p.RuntimeStart })
 	if k1 > 0 && k2 > 0 {
-		b.add(Row{Measurement: Egress, Name: "    runtime start (+ network.Attach in egress)", Unit: "ms", Berth: egRS,
+		b.rec.Add(harness.Row{Measurement: Egress, Name: "    runtime start (+ network.Attach in egress)", Unit: "ms", Berth: egRS,
 			Peer: "network none (no attach)", PeerStat: &noRS,
 			Note: "the daemon's own split (debug log \"provisioned\": runtime_start spans runc start and attachNetwork)"})
 		egAR, _ := fromLog(eg, func(p provisioned) int64 { return p.AgentReady })
 		noAR, _ := fromLog(no, func(p provisioned) int64 { return p.AgentReady })
-		b.add(Row{Measurement: Egress, Name: "    agent ready", Unit: "ms", Berth: egAR, Peer: "network none", PeerStat: &noAR})
+		b.rec.Add(harness.Row{Measurement: Egress, Name: "    agent ready", Unit: "ms", Berth: egAR, Peer: "network none", PeerStat: &noAR})
 	}
 	egE, noE := pick(eg, func(r netCycle) time.Duration { return r.exec }), pick(no, func(r netCycle) time.Duration { return r.exec })
-	b.add(Row{Measurement: Egress, Name: "  of which: first exec", Unit: "ms", Berth: egE, Peer: "network none", PeerStat: &noE})
+	b.rec.Add(harness.Row{Measurement: Egress, Name: "  of which: first exec", Unit: "ms", Berth: egE, Peer: "network none", PeerStat: &noE})
 	return nil
 }
 
-// (n) TCP throughput from an egress sandbox through the NAT to a host in
-// "the internet", vs the same transfer over a plain veth pair.
-func (b *bench) measureNAT(ctx context.Context) error {
+// MeasureNAT is (n): TCP throughput from an egress sandbox through the
+// NAT to a host in "the internet", vs the same transfer over a plain veth
+// pair.
+func (b *Bench) MeasureNAT(ctx context.Context) error {
 	nb, err := b.netSetup(ctx)
 	if err != nil {
 		return err
@@ -504,7 +541,7 @@ func (b *bench) measureNAT(ctx context.Context) error {
 	if err := nb.warmUp(ctx); err != nil {
 		return err
 	}
-	c := nb.d.c
+	c := nb.d.C
 	size := b.opts.NetBytes
 	cpus := float64(goruntime.NumCPU())
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Network: "egress",
@@ -565,10 +602,10 @@ func (b *bench) measureNAT(ctx context.Context) error {
 			return err
 		}
 		ps = append(ps, v)
-		b.every(i, reps, "NAT throughput")
+		b.rec.Every(i, reps, "NAT throughput")
 	}
 	// Higher is better: p95 of a throughput is its 5th percentile.
-	b.add(Row{Measurement: NAT, Name: fmt.Sprintf("TCP throughput, sandbox → test host through NAT (%s)", sizeLabel(size)),
+	b.rec.Add(harness.Row{Measurement: NAT, Name: fmt.Sprintf("TCP throughput, sandbox → test host through NAT (%s)", harness.SizeLabel(size)),
 		Unit: "MiB/s", Berth: *lowTail(ns), Peer: "same transfer over a plain veth pair", PeerStat: lowTail(ps),
 		Note: fmt.Sprintf("python3 sender (1 MiB sendall) in an egress sandbox (cpus %g, one allow rule) → Go sink in a bench-made netns; "+
 			"path sandbox veth → bridge → nftables forward + masquerade → veth; peer: the same sender in a plain netns, one veth, no nftables; "+
@@ -578,10 +615,10 @@ func (b *bench) measureNAT(ctx context.Context) error {
 
 // lowTail summarises throughputs: its P95 is the 5th percentile, the
 // slow tail of a higher-is-better figure.
-func lowTail(v []float64) *Stat {
-	s := summarize(v)
+func lowTail(v []float64) *harness.Stat {
+	s := harness.Summarize(v)
 	sorted := slices.Clone(v)
 	slices.Sort(sorted)
-	s.P95 = percentile(sorted, 0.05)
+	s.P95 = harness.Percentile(sorted, 0.05)
 	return &s
 }
