@@ -44,7 +44,7 @@ func (m *Engine) resolveVolumes(ctx context.Context, req *CreateRequest, sp *san
 			return err
 		}
 		if c, err := m.node.Capacity(); err == nil && size > c {
-			return errdefs.Invalid("volume size %s exceeds the storage pool's size %s", humanBytes(size), humanBytes(c))
+			return errdefs.Invalid("volume size %s exceeds the storage pool's size %s", sandbox.FormatBytes(size), sandbox.FormatBytes(c))
 		}
 		sp.VolumeSize, sp.VolumeInodes = size, inodes
 		sp.Volumes = append(sp.Volumes, sandbox.VolumeMount{VolumeID: newID(), Path: "/workspace", Owned: true})

@@ -78,7 +78,7 @@ func (m *Hibernation) hibernateLocked(ctx context.Context, sb *sandbox.Sandbox, 
 		return fmt.Errorf("hibernate: releasing host resources: %w", err)
 	}
 	m.e.Event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "hibernate", Actor: actor, Cause: cause, Outcome: "ok",
-		Message: fmt.Sprintf("checkpoint of %s in %s", engine.HumanBytes(cp.SizeBytes), cp.Took.Round(time.Millisecond))})
+		Message: fmt.Sprintf("checkpoint of %s in %s", sandbox.FormatBytes(cp.SizeBytes), cp.Took.Round(time.Millisecond))})
 	return m.e.Transition(ctx, sb, sandbox.StateStopped, cause, actor, engine.ReasonHibernated)
 }
 

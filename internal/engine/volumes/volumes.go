@@ -34,7 +34,7 @@ func (m *Volumes) CreateVolume(ctx context.Context, req *CreateRequest, tenant s
 		return nil, err
 	}
 	if c, err := m.node.Capacity(); err == nil && size > c {
-		return nil, errdefs.Invalid("volume size %s exceeds the storage pool's size %s", engine.HumanBytes(size), engine.HumanBytes(c))
+		return nil, errdefs.Invalid("volume size %s exceeds the storage pool's size %s", sandbox.FormatBytes(size), sandbox.FormatBytes(c))
 	}
 	if err := m.e.Admit(ctx, size, "volume "+req.Name); err != nil {
 		return nil, err

@@ -31,6 +31,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/sandbox"
 )
 
 // Space admits objects against the host filesystem under DataDir and the
@@ -88,12 +89,12 @@ func (s *Space) Admit(need int64, what string, committed func() int64) error {
 		// for the answer, never on the create path that fits.
 		return errdefs.InsufficientStorage("%s needs up to %s, but the filesystem under the data dir %s has %s free and "+
 			"%s must stay free (--disk-low-water); existing sandboxes and volumes may still grow by up to %s",
-			what, humanBytes(need), s.DataDir, humanBytes(hostFree), humanBytes(low), humanBytes(committed()))
+			what, sandbox.FormatBytes(need), s.DataDir, sandbox.FormatBytes(hostFree), sandbox.FormatBytes(low), sandbox.FormatBytes(committed()))
 	}
 	if s.PoolRoot != s.DataDir {
 		if _, poolFree, err := fsSpace(s.PoolRoot); err == nil && need > poolFree {
 			return errdefs.InsufficientStorage("%s needs up to %s, but the storage pool has %s free",
-				what, humanBytes(need), humanBytes(poolFree))
+				what, sandbox.FormatBytes(need), sandbox.FormatBytes(poolFree))
 		}
 	}
 	return nil
@@ -140,21 +141,8 @@ func (s *Space) ReleaseReserve() {
 	}
 	if err := os.Remove(filepath.Join(s.DataDir, reserveName)); err == nil {
 		s.Log.Warn("the filesystem under the data dir is full: released the reserve so that deletes can be recorded",
-			"free", humanBytes(free))
+			"free", sandbox.FormatBytes(free))
 	} else if !errors.Is(err, os.ErrNotExist) {
 		s.Log.Warn("releasing the reserve", "err", err)
 	}
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for v := n / unit; v >= unit; v /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
