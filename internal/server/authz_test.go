@@ -107,6 +107,15 @@ func newFixture(t testing.TB) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, id := range []string{"sb1", "sb2", "gone"} {
+		var ss []string
+		for _, sc := range auth.LeaseScopes {
+			ss = append(ss, string(sc))
+		}
+		if err := st.CreateLease(ctx, &store.Lease{ID: auth.CreateLeaseID(id), SandboxID: id, Scopes: ss}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	sbs := map[string]*sandbox.Sandbox{
 		"sb1":  {ID: "sb1", Name: "named", State: sandbox.StateRunning, Spec: sandbox.Spec{PublicPorts: []int{8080}}},
 		"sb2":  {ID: "sb2", Name: "other", State: sandbox.StateRunning},
@@ -246,7 +255,7 @@ func TestRouteTableAuthorization(t *testing.T) {
 				want = rt.Rule.Public || slices.Equal(rt.Rule.Scopes, []auth.Scope{auth.ScopeSandboxesRead})
 			case "builder":
 				want = rt.Rule.Public || !slices.ContainsFunc(rt.Rule.Scopes, func(s auth.Scope) bool {
-					return s == auth.ScopeAdmin || s == auth.ScopeNetwork
+					return s == auth.ScopeAdmin || s == auth.ScopeNetwork || s == auth.ScopeKeys
 				})
 			}
 			if got := h != nil; got != want {
@@ -340,6 +349,7 @@ func TestRoutesDocumented(t *testing.T) {
 			Scopes      []auth.Scope               `json:"x-berth-scopes"`
 			Lease       bool                       `json:"x-berth-lease"`
 			PublicPort  bool                       `json:"x-berth-public-port"`
+			Host        bool                       `json:"x-berth-host"`
 			Security    *[]any                     `json:"security"`
 		}
 		if err := json.Unmarshal(raw, &op); err != nil {
@@ -365,6 +375,9 @@ func TestRoutesDocumented(t *testing.T) {
 		if !slices.Equal(op.Scopes, want) || op.Lease != rt.Rule.Lease || op.PublicPort != rt.PublicPort {
 			t.Errorf("%s: documented scopes %v lease %v public-port %v, the table says %v %v %v", rt.Pattern,
 				op.Scopes, op.Lease, op.PublicPort, want, rt.Rule.Lease, rt.PublicPort)
+		}
+		if op.Host != rt.Rule.Host {
+			t.Errorf("%s: documented host-only %v, the table says %v", rt.Pattern, op.Host, rt.Rule.Host)
 		}
 		if rt.Rule.Public != (op.Security != nil && len(*op.Security) == 0) {
 			t.Errorf("%s: public=%v but documented security %v", rt.Pattern, rt.Rule.Public, op.Security)
