@@ -450,8 +450,9 @@ func stripPortToken(h http.Header, u *url.URL) {
 		for _, line := range cs {
 			var keep []string
 			for part := range strings.SplitSeq(line, ";") {
-				name, _, _ := strings.Cut(strings.TrimSpace(part), "=")
-				if name != auth.PortTokenParam {
+				// Compared as net/http parses a cookie's name: trimmed.
+				name, _, _ := strings.Cut(part, "=")
+				if strings.TrimSpace(name) != auth.PortTokenParam {
 					keep = append(keep, strings.TrimSpace(part))
 				}
 			}
@@ -465,4 +466,3 @@ func stripPortToken(h http.Header, u *url.URL) {
 		u.RawQuery = q.Encode()
 	}
 }
-
