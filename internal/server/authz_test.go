@@ -64,6 +64,7 @@ type hit struct {
 // sandboxes: sb1 (named "named", port 8080 public), sb2 and a deleted one.
 type fixture struct {
 	s     *Server
+	st    store.Store
 	h     http.Handler
 	creds map[string]string
 	mu    sync.Mutex
@@ -121,7 +122,7 @@ func newFixture(t testing.TB) *fixture {
 		"sb2":  {ID: "sb2", Name: "other", State: sandbox.StateRunning},
 		"gone": {ID: "gone", State: sandbox.StateDeleted},
 	}
-	f := &fixture{creds: map[string]string{
+	f := &fixture{st: st, creds: map[string]string{
 		"none": "", "garbage": "berth_nope", "forged": "berth_lease_sb1_" + strings.Repeat("0", 40),
 		"lease-sb1": leases.Token("sb1"), "lease-sb2": leases.Token("sb2"), "lease-gone": leases.Token("gone"),
 		"admin": keys["admin"], "reader": keys["reader"], "builder": keys["builder"],
