@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,16 +29,24 @@ import (
 
 // Principal is an authenticated caller.
 type Principal struct {
-	Actor string // recorded in events: "local", "key:<id>" or "lease:<sandbox id>"
-	// Sandbox, for a lease token, is the one sandbox it may act on.
+	Actor string // recorded in events: "local", "key:<id>", "lease:<sandbox id>" or "port:<sandbox id>"
+	// Sandbox, for a lease or port token, is the one sandbox it may act on.
 	Sandbox string
-	KeyID   string
-	Tenant  string
-	Scopes  []string
+	// LeaseID is the lease record of a lease token.
+	LeaseID string
+	// Port, for a port token, is the one port it opens.
+	Port   int
+	KeyID  string
+	Tenant string
+	Scopes []string
+	// Host marks the host's administrator (the unix socket, a key of the
+	// host — tenant "" — holding admin): above tenants, it sees every
+	// tenant's objects and alone may call the host routes (Rule.Host).
+	Host bool
 }
 
 // Admin is the principal of the local unix socket.
-var Admin = Principal{Actor: "local", Scopes: []string{string(ScopeAdmin)}}
+var Admin = Principal{Actor: "local", Scopes: []string{string(ScopeAdmin)}, Host: true}
 
 // KeyPrefix starts every berth API key, so leaked keys are recognisable.
 const KeyPrefix = "berth_"
@@ -63,53 +73,165 @@ func Hash(key string) []byte {
 	return h[:]
 }
 
-// NewKey returns a fresh random key and its id.
+// keyIDLen is how many characters of a key's secret are its id: the
+// printable prefix is KeyPrefix and the id.
+const keyIDLen = 12
+
+// NewKey returns a fresh random key and its id: "berth_" and 52 lowercase
+// base32 characters (256 random bits), of which the first 12 are the id.
 func NewKey() (id, key string) {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		panic(err)
 	}
 	enc := strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
-	return enc[:8], KeyPrefix + enc
+	return enc[:keyIDLen], KeyPrefix + enc
 }
 
-// Authenticator checks bearer keys against the store, and lease tokens.
+// PrefixOf is the printable, non-secret prefix of a key with id.
+func PrefixOf(id string) string { return KeyPrefix + id }
+
+// ValidKey checks the form of a presented API key before any store read:
+// KeyPrefix then 52 characters of lowercase base32, the form NewKey makes.
+func ValidKey(key string) bool {
+	rest, ok := strings.CutPrefix(key, KeyPrefix)
+	if !ok || len(rest) != 52 {
+		return false
+	}
+	for i := range len(rest) {
+		c := rest[i]
+		if !(c >= 'a' && c <= 'z' || c >= '2' && c <= '7') {
+			return false
+		}
+	}
+	return true
+}
+
+// Store is what authentication reads: keys, and the lease records.
+type Store interface {
+	store.APIKeys
+	GetLease(ctx context.Context, id string) (*store.Lease, error)
+}
+
+// Authenticator checks bearer keys against the store, and lease and port
+// tokens.
 type Authenticator struct {
-	st     store.APIKeys
+	st     Store
 	leases *Leases
+	// Now is the clock keys and tokens expire by (time.Now if nil).
+	Now func() time.Time
 }
 
 // New returns an Authenticator over st; leases may be nil (no lease tokens).
-func New(st store.APIKeys, leases *Leases) *Authenticator {
+func New(st Store, leases *Leases) *Authenticator {
 	return &Authenticator{st: st, leases: leases}
 }
 
-// Authenticate resolves a bearer key to a principal.
+func (a *Authenticator) now() time.Time {
+	if a.Now != nil {
+		return a.Now()
+	}
+	return time.Now()
+}
+
+// Authenticate resolves a bearer key or lease token to a principal. A
+// revoked or expired key, and a lease that is revoked, expired or whose
+// minting key is, is refused on its next request: nothing is cached.
 func (a *Authenticator) Authenticate(ctx context.Context, key string) (Principal, error) {
 	if key == "" {
 		return Principal{}, errdefs.Unauthenticated("an API key is required: pass --api-key or set BERTH_API_KEY")
 	}
-	if a.leases != nil && strings.HasPrefix(key, LeasePrefix) {
-		id, ok := a.leases.Check(key)
-		if !ok {
-			return Principal{}, errdefs.Unauthenticated("invalid lease token")
-		}
-		return Principal{Actor: "lease:" + id, Sandbox: id}, nil
+	if strings.HasPrefix(key, LeasePrefix) {
+		return a.lease(ctx, key)
 	}
-	if !strings.HasPrefix(key, KeyPrefix) || len(key) > 128 {
+	if strings.HasPrefix(key, PortTokenPrefix) {
+		return Principal{}, errdefs.Unauthenticated("a port token opens its port only, in the %s query parameter or cookie", PortTokenParam)
+	}
+	if !ValidKey(key) {
 		return Principal{}, errdefs.Unauthenticated("invalid API key")
 	}
-	h := Hash(key)
-	k, err := a.st.GetAPIKeyByHash(ctx, h)
+	k, err := a.key(ctx, func() (*store.APIKey, error) { return a.st.GetAPIKeyByHash(ctx, Hash(key)) })
+	if err != nil {
+		return Principal{}, err
+	}
+	if subtle.ConstantTimeCompare(k.Hash, Hash(key)) != 1 {
+		return Principal{}, errdefs.Unauthenticated("invalid API key")
+	}
+	return Principal{Actor: "key:" + k.ID, KeyID: k.ID, Tenant: k.Tenant, Scopes: k.Scopes,
+		Host: k.Tenant == "" && slices.Contains(k.Scopes, string(ScopeAdmin))}, nil
+}
+
+// key reads a key and refuses it if revoked or expired.
+func (a *Authenticator) key(ctx context.Context, get func() (*store.APIKey, error)) (*store.APIKey, error) {
+	k, err := get()
 	if errors.Is(err, errdefs.ErrNotFound) {
-		return Principal{}, errdefs.Unauthenticated("invalid API key")
+		return nil, errdefs.Unauthenticated("invalid API key")
+	} else if err != nil {
+		return nil, err
+	}
+	if !k.RevokedAt.IsZero() {
+		return nil, errdefs.Unauthenticated("the API key %s was revoked", PrefixOf(k.ID))
+	}
+	if !k.ExpiresAt.IsZero() && !a.now().Before(k.ExpiresAt) {
+		return nil, errdefs.Unauthenticated("the API key %s expired at %s", PrefixOf(k.ID), k.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return k, nil
+}
+
+func (a *Authenticator) lease(ctx context.Context, token string) (Principal, error) {
+	bad := errdefs.Unauthenticated("invalid lease token")
+	if a.leases == nil {
+		return Principal{}, bad
+	}
+	sb, id, ok := a.leases.Check(token)
+	if !ok {
+		return Principal{}, bad
+	}
+	l, err := a.st.GetLease(ctx, id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return Principal{}, bad
 	} else if err != nil {
 		return Principal{}, err
 	}
-	if subtle.ConstantTimeCompare(k.Hash, h) != 1 || !k.RevokedAt.IsZero() {
-		return Principal{}, errdefs.Unauthenticated("invalid or revoked API key")
+	switch {
+	case l.SandboxID != sb:
+		return Principal{}, bad
+	case !l.RevokedAt.IsZero():
+		return Principal{}, errdefs.Unauthenticated("the lease token was revoked")
+	case !l.ExpiresAt.IsZero() && !a.now().Before(l.ExpiresAt):
+		return Principal{}, errdefs.Unauthenticated("the lease token expired")
 	}
-	return Principal{Actor: "key:" + k.ID, KeyID: k.ID, Tenant: k.Tenant, Scopes: k.Scopes}, nil
+	if l.KeyID != "" {
+		if _, err := a.key(ctx, func() (*store.APIKey, error) { return a.st.GetAPIKey(ctx, store.AnyOwner, l.KeyID) }); err != nil {
+			return Principal{}, errdefs.Unauthenticated("the lease token ended with the key that minted it")
+		}
+	}
+	return Principal{Actor: "lease:" + sb, Sandbox: sb, LeaseID: l.ID, Tenant: l.Tenant, Scopes: l.Scopes}, nil
+}
+
+// CheckPort resolves a port token presented for sandbox id's port: valid
+// only there, before its expiry, while the key that minted it is.
+func (a *Authenticator) CheckPort(ctx context.Context, token, id string, port int) (Principal, error) {
+	bad := errdefs.Unauthenticated("invalid port token")
+	if a.leases == nil {
+		return Principal{}, bad
+	}
+	t, ok := a.leases.CheckPort(token)
+	if !ok || t.Sandbox != id || t.Port != port {
+		return Principal{}, bad
+	}
+	if !a.now().Before(t.Expires) {
+		return Principal{}, errdefs.Unauthenticated("the port token expired")
+	}
+	p := Principal{Actor: "port:" + id, Sandbox: id, Port: port, Scopes: []string{string(ScopePorts)}}
+	if t.KeyID != "" {
+		k, err := a.key(ctx, func() (*store.APIKey, error) { return a.st.GetAPIKey(ctx, store.AnyOwner, t.KeyID) })
+		if err != nil {
+			return Principal{}, errdefs.Unauthenticated("the port token ended with the key that minted it")
+		}
+		p.Tenant = k.Tenant
+	}
+	return p, nil
 }
 
 // Bootstrap creates the admin key on a daemon's first start and writes it,
@@ -128,7 +250,8 @@ func Bootstrap(ctx context.Context, st store.APIKeys, dataDir string, now time.T
 		return false, fmt.Errorf("writing admin key: %w", err)
 	}
 	if err := st.CreateAPIKey(ctx, &store.APIKey{
-		ID: id, Name: "bootstrap-admin", Hash: Hash(key), Scopes: []string{string(ScopeAdmin)}, CreatedAt: now,
+		ID: id, Name: "bootstrap-admin", Hash: Hash(key), Role: string(RoleAdmin), Scopes: []string{string(ScopeAdmin)},
+		CreatedAt: now, Prefix: PrefixOf(id), CreatedBy: "bootstrap",
 	}); err != nil {
 		os.Remove(path)
 		return false, err
@@ -139,13 +262,22 @@ func Bootstrap(ctx context.Context, st store.APIKeys, dataDir string, now time.T
 // LeasePrefix starts every lease token.
 const LeasePrefix = "berth_lease_"
 
-// LeaseKeyFile holds the key lease tokens are signed with.
+// PortTokenPrefix starts every port token; PortTokenParam is the query
+// parameter and cookie that carry one.
+const (
+	PortTokenPrefix = "berth_port_"
+	PortTokenParam  = "berth_port_token"
+)
+
+// LeaseKeyFile holds the key lease and port tokens are signed with.
 const LeaseKeyFile = "lease.key"
 
-// Leases mints and checks lease tokens: credentials that act on one
-// sandbox only. A token is the sandbox id with an HMAC of it under a key
-// kept in the data dir; nothing is stored per token, and it dies with its
-// sandbox because the server refuses tokens of sandboxes that are gone.
+// Leases signs and checks lease and port tokens. A lease token is
+// berth_lease_<sandbox>_<lease id>_<HMAC>: the lease record (store.Lease)
+// says what it may do and whether it still may. A port token is
+// berth_port_<sandbox>_<port>_<expiry>_<key id>_<HMAC>, stateless: it
+// needs its sandbox live and its minting key valid. Each HMAC-SHA256 is
+// over a domain tag and the fields, compared in constant time.
 type Leases struct{ key []byte }
 
 // OpenLeases loads (creating on first use) the lease key in dataDir.
@@ -169,24 +301,111 @@ func OpenLeases(dataDir string) (*Leases, error) {
 	return &Leases{key: key}, nil
 }
 
-func (l *Leases) mac(id string) string {
+func (l *Leases) mac(fields ...string) string {
 	m := hmac.New(sha256.New, l.key)
-	m.Write([]byte(id))
-	return hex.EncodeToString(m.Sum(nil))[:40]
+	for _, f := range fields {
+		m.Write([]byte(f))
+		m.Write([]byte{0})
+	}
+	return hex.EncodeToString(m.Sum(nil))
 }
 
-// Token returns the lease token of sandbox id.
-func (l *Leases) Token(id string) string { return LeasePrefix + id + "_" + l.mac(id) }
+// CreateLeaseID is the id of the lease a sandbox's create hands out: one
+// per sandbox, so the create's answer can be replayed with the same token.
+func CreateLeaseID(sandbox string) string { return "c-" + sandbox }
 
-// Check returns the sandbox id a lease token is for.
-func (l *Leases) Check(token string) (string, bool) {
+// NewLeaseID returns a fresh random lease id.
+func NewLeaseID() string {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return "l-" + hex.EncodeToString(b[:])
+}
+
+// Token returns the token of sandbox's create-time lease.
+func (l *Leases) Token(sandbox string) string { return l.LeaseToken(sandbox, CreateLeaseID(sandbox)) }
+
+// LeaseToken returns the token of lease id of sandbox.
+func (l *Leases) LeaseToken(sandbox, id string) string {
+	return LeasePrefix + sandbox + "_" + id + "_" + l.mac("lease", sandbox, id)
+}
+
+// tokenField reports whether f may be a token's id field: 1 to 64 of
+// lowercase letters, digits and '-'.
+func tokenField(f string) bool {
+	if f == "" || len(f) > 64 {
+		return false
+	}
+	for i := range len(f) {
+		c := f[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// Check returns the sandbox and lease id a lease token names, if its
+// HMAC is this daemon's.
+func (l *Leases) Check(token string) (sandbox, id string, ok bool) {
 	rest, ok := strings.CutPrefix(token, LeasePrefix)
-	if !ok {
-		return "", false
+	if !ok || len(rest) > 256 {
+		return "", "", false
 	}
-	id, mac, ok := strings.Cut(rest, "_")
-	if !ok || id == "" {
-		return "", false
+	f := strings.Split(rest, "_")
+	if len(f) != 3 || !tokenField(f[0]) || !tokenField(f[1]) {
+		return "", "", false
 	}
-	return id, hmac.Equal([]byte(mac), []byte(l.mac(id)))
+	if !hmac.Equal([]byte(f[2]), []byte(l.mac("lease", f[0], f[1]))) {
+		return "", "", false
+	}
+	return f[0], f[1], true
+}
+
+// PortToken is what a port token grants.
+type PortToken struct {
+	Sandbox string
+	Port    int
+	Expires time.Time
+	KeyID   string // "" for the host socket
+}
+
+// MintPort returns the token of t (its expiry to the second).
+func (l *Leases) MintPort(t PortToken) string {
+	key := t.KeyID
+	if key == "" {
+		key = "-"
+	}
+	port, exp := strconv.Itoa(t.Port), strconv.FormatInt(t.Expires.Unix(), 10)
+	return PortTokenPrefix + t.Sandbox + "_" + port + "_" + exp + "_" + key + "_" + l.mac("port", t.Sandbox, port, exp, key)
+}
+
+// CheckPort parses a port token and checks its HMAC; the caller checks
+// the sandbox, port and expiry.
+func (l *Leases) CheckPort(token string) (PortToken, bool) {
+	rest, ok := strings.CutPrefix(token, PortTokenPrefix)
+	if !ok || len(rest) > 256 {
+		return PortToken{}, false
+	}
+	f := strings.Split(rest, "_")
+	if len(f) != 5 || !tokenField(f[0]) || !tokenField(f[3]) {
+		return PortToken{}, false
+	}
+	port, err := strconv.Atoi(f[1])
+	if err != nil || port < 1 || port > 65535 || strconv.Itoa(port) != f[1] {
+		return PortToken{}, false
+	}
+	exp, err := strconv.ParseInt(f[2], 10, 64)
+	if err != nil || exp <= 0 || strconv.FormatInt(exp, 10) != f[2] {
+		return PortToken{}, false
+	}
+	if !hmac.Equal([]byte(f[4]), []byte(l.mac("port", f[0], f[1], f[2], f[3]))) {
+		return PortToken{}, false
+	}
+	t := PortToken{Sandbox: f[0], Port: port, Expires: time.Unix(exp, 0)}
+	if f[3] != "-" {
+		t.KeyID = f[3]
+	}
+	return t, true
 }

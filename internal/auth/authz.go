@@ -31,14 +31,106 @@ const (
 	// ScopeNetwork sets the containment of a sandbox: its egress rules,
 	// its quarantine and release.
 	ScopeNetwork Scope = "network"
-	// ScopeAdmin is the host operator's: templates, pools, apply,
-	// doctor, metrics, and every other scope.
+	// ScopeTemplates manages a tenant's templates.
+	ScopeTemplates Scope = "templates"
+	// ScopeSecrets manages a tenant's secrets.
+	ScopeSecrets Scope = "secrets"
+	// ScopeKeys manages a tenant's API keys (within what the caller
+	// holds itself).
+	ScopeKeys Scope = "keys"
+	// ScopeAudit reads a tenant's audit log.
+	ScopeAudit Scope = "audit"
+	// ScopeAdmin holds every other scope. The host routes (templates of
+	// the host, pools, apply, doctor, metrics, tenants) also need the
+	// caller to be the host (Rule.Host), which a tenant's admin is not.
 	ScopeAdmin Scope = "admin"
 )
 
 // Scopes lists every scope, for documentation and tests.
 var Scopes = []Scope{ScopeSandboxesRead, ScopeSandboxesWrite, ScopeExec, ScopeFiles, ScopePorts,
-	ScopeNetwork, ScopeAdmin}
+	ScopeNetwork, ScopeTemplates, ScopeSecrets, ScopeKeys, ScopeAudit, ScopeAdmin}
+
+// Role is a named set of scopes an API key is made with.
+type Role string
+
+// The roles: a viewer reads; a member works with sandboxes (and their
+// network containment, templates and ports); an admin holds everything
+// of its tenant, its keys, secrets and audit log included.
+const (
+	RoleViewer Role = "viewer"
+	RoleMember Role = "member"
+	RoleAdmin  Role = "admin"
+)
+
+// Roles lists every role.
+var Roles = []Role{RoleViewer, RoleMember, RoleAdmin}
+
+// RoleScopes returns the scopes role grants, and false for no role.
+func RoleScopes(role Role) ([]Scope, bool) {
+	switch role {
+	case RoleViewer:
+		return []Scope{ScopeSandboxesRead}, true
+	case RoleMember:
+		return []Scope{ScopeSandboxesRead, ScopeSandboxesWrite, ScopeExec, ScopeFiles, ScopePorts, ScopeNetwork,
+			ScopeTemplates}, true
+	case RoleAdmin:
+		return []Scope{ScopeAdmin}, true
+	}
+	return nil, false
+}
+
+// Grant is what a key made by creator with role and the requested scopes
+// holds: the role's scopes when none are asked for, else those asked for,
+// each within the role (admin: any) and held by creator — no caller makes
+// a key stronger than itself.
+func Grant(creator Principal, role Role, scopes []Scope) ([]string, error) {
+	rs, ok := RoleScopes(role)
+	if !ok {
+		return nil, errdefs.Invalid("role %q is not one of viewer, member, admin", role)
+	}
+	if len(scopes) == 0 {
+		scopes = rs
+	}
+	var out []string
+	for _, s := range scopes {
+		if !slices.Contains(Scopes, s) {
+			return nil, errdefs.Invalid("scope %q is not a scope", s)
+		}
+		if role != RoleAdmin && !slices.Contains(rs, s) {
+			return nil, errdefs.Invalid("scope %q is not within the %s role", s, role)
+		}
+		if !creator.Has(s) {
+			return nil, errdefs.Permission("the credential cannot grant the %q scope it lacks", s)
+		}
+		if !slices.Contains(out, string(s)) {
+			out = append(out, string(s))
+		}
+	}
+	return out, nil
+}
+
+// MintableLeaseScopes are the scopes a minted lease may be given; it also
+// always reads its own sandbox and events.
+var MintableLeaseScopes = []Scope{ScopeExec, ScopeFiles, ScopePorts}
+
+// LeaseGrant is what a lease minted by creator with the requested scopes
+// holds: sandboxes:read and those scopes, each mintable and held by
+// creator.
+func LeaseGrant(creator Principal, scopes []Scope) ([]string, error) {
+	out := []string{string(ScopeSandboxesRead)}
+	for _, s := range scopes {
+		if !slices.Contains(MintableLeaseScopes, s) {
+			return nil, errdefs.Invalid("a lease may hold exec, files and ports, not %q", s)
+		}
+		if !creator.Has(s) {
+			return nil, errdefs.Permission("the credential cannot grant the %q scope it lacks", s)
+		}
+		if !slices.Contains(out, string(s)) {
+			out = append(out, string(s))
+		}
+	}
+	return out, nil
+}
 
 // LeaseScopes is the fixed, small set a sandbox's lease token holds, as
 // data: reading its sandbox and events, exec, files, ports, and keeping
@@ -60,6 +152,9 @@ type Rule struct {
 	// the route's {id} path value when that is the token's own sandbox.
 	// Only routes under /v1/sandboxes/{id} may set it.
 	Lease bool
+	// Host routes are the host administrator's alone (Principal.Host),
+	// whatever scopes a tenant's key holds.
+	Host bool
 }
 
 // Valid reports whether r states a requirement.
@@ -76,7 +171,7 @@ func (r Rule) Valid() bool {
 			}
 		}
 	}
-	return r.Public != (len(r.Scopes) > 0) && !(r.Public && r.Lease)
+	return r.Public != (len(r.Scopes) > 0) && !(r.Public && r.Lease) && !(r.Host && (r.Public || r.Lease))
 }
 
 // Has reports whether p holds scope s.
@@ -84,7 +179,7 @@ func (p Principal) Has(s Scope) bool {
 	return slices.Contains(p.Scopes, string(ScopeAdmin)) || slices.Contains(p.Scopes, string(s))
 }
 
-// IsLease reports whether p is a sandbox's lease token.
+// IsLease reports whether p is a sandbox's lease (or port) token.
 func (p Principal) IsLease() bool { return p.Sandbox != "" }
 
 // Anonymous is the principal of a request that presented no credential
@@ -102,6 +197,8 @@ func Authorize(p Principal, rule Rule, sandbox string) error {
 		return errdefs.Permission("this route has no access rule")
 	case rule.Public:
 		return nil
+	case rule.Host && !p.Host:
+		return errdefs.Permission("only the host's administrator may call this route")
 	case p.IsLease():
 		if !rule.Lease {
 			return errdefs.Permission("a lease token cannot call this route")
@@ -112,6 +209,9 @@ func Authorize(p Principal, rule Rule, sandbox string) error {
 		for _, s := range rule.Scopes {
 			if !slices.Contains(LeaseScopes, s) {
 				return errdefs.Permission("a lease token never holds the %q scope", s)
+			}
+			if !slices.Contains(p.Scopes, string(s)) {
+				return errdefs.Permission("the lease token lacks the %q scope", s)
 			}
 		}
 		return nil

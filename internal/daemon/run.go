@@ -210,6 +210,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		mcfg.OnEvent = d.webhook.Kick
 		mcfg.Webhooks = []string{cfg.WebhookURL}
 	}
+	mcfg.OnState = server.LeaseRevoker(st, log.With("component", "leases"))
 	d.Manager, err = manager.New(mcfg, st, d.images, backend)
 	if err != nil {
 		return nil, err

@@ -44,6 +44,10 @@ type Config struct {
 	// OnEvent, if set, is called after every recorded event (the webhook
 	// deliverer's kick).
 	OnEvent func()
+	// OnState, if set, is called with a sandbox's new state after each
+	// recorded state change (the daemon revokes its leases on stop,
+	// quarantine and delete).
+	OnState func(sandboxID string, to sandbox.State)
 	// DefaultPolicy and DefaultTimeout are the server-wide defaults, under
 	// a template's and a request's own.
 	DefaultPolicy  sandbox.Policy
@@ -294,12 +298,15 @@ func (m *Engine) eventStored(ev *sandbox.Event) {
 	if m.cfg.OnEvent != nil && ev.Type == "state" {
 		m.cfg.OnEvent()
 	}
+	if m.cfg.OnState != nil && ev.Type == "state" {
+		m.cfg.OnState(ev.SandboxID, ev.To)
+	}
 }
 
 // owner is whose records ctx reads: its caller's tenant, or every
 // tenant's for the engine's own work, which runs without a caller.
 func owner(ctx context.Context) store.Owner {
-	if c, ok := identity.From(ctx); ok {
+	if c, ok := identity.From(ctx); ok && !c.Host {
 		return store.OwnedBy(c.Tenant)
 	}
 	return store.AnyOwner

@@ -18,6 +18,9 @@ type Caller struct {
 	KeyID string
 	// Lease is the sandbox whose lease token the caller presented, if any.
 	Lease string
+	// Host is the host's administrator: it reads every tenant's records
+	// (and makes its own in tenant "").
+	Host bool
 }
 
 type ctxKey struct{}

@@ -64,6 +64,7 @@ type hit struct {
 // sandboxes: sb1 (named "named", port 8080 public), sb2 and a deleted one.
 type fixture struct {
 	s     *Server
+	st    store.Store
 	h     http.Handler
 	creds map[string]string
 	mu    sync.Mutex
@@ -107,12 +108,21 @@ func newFixture(t testing.TB) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, id := range []string{"sb1", "sb2", "gone"} {
+		var ss []string
+		for _, sc := range auth.LeaseScopes {
+			ss = append(ss, string(sc))
+		}
+		if err := st.CreateLease(ctx, &store.Lease{ID: auth.CreateLeaseID(id), SandboxID: id, Scopes: ss}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	sbs := map[string]*sandbox.Sandbox{
 		"sb1":  {ID: "sb1", Name: "named", State: sandbox.StateRunning, Spec: sandbox.Spec{PublicPorts: []int{8080}}},
 		"sb2":  {ID: "sb2", Name: "other", State: sandbox.StateRunning},
 		"gone": {ID: "gone", State: sandbox.StateDeleted},
 	}
-	f := &fixture{creds: map[string]string{
+	f := &fixture{st: st, creds: map[string]string{
 		"none": "", "garbage": "berth_nope", "forged": "berth_lease_sb1_" + strings.Repeat("0", 40),
 		"lease-sb1": leases.Token("sb1"), "lease-sb2": leases.Token("sb2"), "lease-gone": leases.Token("gone"),
 		"admin": keys["admin"], "reader": keys["reader"], "builder": keys["builder"],
@@ -246,7 +256,7 @@ func TestRouteTableAuthorization(t *testing.T) {
 				want = rt.Rule.Public || slices.Equal(rt.Rule.Scopes, []auth.Scope{auth.ScopeSandboxesRead})
 			case "builder":
 				want = rt.Rule.Public || !slices.ContainsFunc(rt.Rule.Scopes, func(s auth.Scope) bool {
-					return s == auth.ScopeAdmin || s == auth.ScopeNetwork
+					return s == auth.ScopeAdmin || s == auth.ScopeNetwork || s == auth.ScopeKeys
 				})
 			}
 			if got := h != nil; got != want {
@@ -340,6 +350,7 @@ func TestRoutesDocumented(t *testing.T) {
 			Scopes      []auth.Scope               `json:"x-berth-scopes"`
 			Lease       bool                       `json:"x-berth-lease"`
 			PublicPort  bool                       `json:"x-berth-public-port"`
+			Host        bool                       `json:"x-berth-host"`
 			Security    *[]any                     `json:"security"`
 		}
 		if err := json.Unmarshal(raw, &op); err != nil {
@@ -365,6 +376,9 @@ func TestRoutesDocumented(t *testing.T) {
 		if !slices.Equal(op.Scopes, want) || op.Lease != rt.Rule.Lease || op.PublicPort != rt.PublicPort {
 			t.Errorf("%s: documented scopes %v lease %v public-port %v, the table says %v %v %v", rt.Pattern,
 				op.Scopes, op.Lease, op.PublicPort, want, rt.Rule.Lease, rt.PublicPort)
+		}
+		if op.Host != rt.Rule.Host {
+			t.Errorf("%s: documented host-only %v, the table says %v", rt.Pattern, op.Host, rt.Rule.Host)
 		}
 		if rt.Rule.Public != (op.Security != nil && len(*op.Security) == 0) {
 			t.Errorf("%s: public=%v but documented security %v", rt.Pattern, rt.Rule.Public, op.Security)

@@ -153,8 +153,8 @@ func (s *Server) idemCreate() idempotency.Kind {
 			return createFailed(sb)
 		}
 		out := s.toAPI(sb)
-		if s.Leases != nil {
-			out.LeaseToken = s.Leases.Token(sb.ID)
+		if out.LeaseToken, err = s.createLease(ctx, sb, principal(r).KeyID); err != nil {
+			return 0, nil, false, err
 		}
 		return http.StatusCreated, out, true, nil
 	}}

@@ -78,6 +78,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id, portStr, path
 			pr.Out.URL.RawPath = ""
 			pr.Out.Host = r.Host
 			pr.Out.Header.Del("Authorization") // the API key is for berth, not the sandbox
+			stripPortToken(pr.Out.Header, pr.Out.URL)
 			pr.SetXForwarded()
 		},
 		Transport: &http.Transport{

@@ -41,12 +41,12 @@ func TestPageOf(t *testing.T) {
 }
 
 // TestCallerOwner: the guard's principal becomes the caller the engine
-// reads the owner from; the unix socket admin reads for the default
+// reads the owner from; the host admin (unix socket) reads for every
 // tenant, an anonymous request (public port) carries no caller.
 func TestCallerOwner(t *testing.T) {
 	ctx := context.Background()
-	if o := ownerOf(withCaller(ctx, auth.Admin)); o != store.OwnedBy("") {
-		t.Errorf("admin reads for %v, want the default tenant", o)
+	if o := ownerOf(withCaller(ctx, auth.Admin)); o != store.AnyOwner {
+		t.Errorf("the host admin reads for %v, want every tenant", o)
 	}
 	key := auth.Principal{Actor: "key:k1", KeyID: "k1", Tenant: "acme"}
 	c, ok := identity.From(withCaller(ctx, key))

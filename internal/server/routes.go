@@ -51,6 +51,10 @@ var public = auth.Rule{Public: true}
 // need is a route API keys with all of scopes may call; leases may not.
 func need(scopes ...auth.Scope) auth.Rule { return auth.Rule{Scopes: scopes} }
 
+// hostOnly is a route of the host's administrator alone (auth.Rule.Host):
+// the host's templates and pools, apply, doctor, metrics, tenants.
+var hostOnly = auth.Rule{Scopes: []auth.Scope{auth.ScopeAdmin}, Host: true}
+
 // lease is need, and the sandbox's own lease token may call it too.
 func lease(scopes ...auth.Scope) auth.Rule { return auth.Rule{Scopes: scopes, Lease: true} }
 
@@ -72,7 +76,7 @@ func (s *Server) routeTable() []Route {
 			w.Header().Set("Content-Type", "application/json")
 			w.Write(api.OpenAPI)
 		})},
-		{Pattern: "GET /metrics", Rule: need(admin), h: promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})},
+		{Pattern: "GET /metrics", Rule: hostOnly, h: promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})},
 
 		{Pattern: "POST /v1/sandboxes", Rule: need(write), h: hf(s.idempotent(s.idemCreate(), s.createSandbox))},
 		{Pattern: "GET /v1/sandboxes", Rule: need(read), h: hf(s.listSandboxes)},
@@ -110,16 +114,16 @@ func (s *Server) routeTable() []Route {
 
 		{Pattern: "GET /v1/templates", Rule: need(read), h: hf(s.listTemplates)},
 		{Pattern: "GET /v1/templates/{name}", Rule: need(read), h: hf(s.getTemplate)},
-		{Pattern: "DELETE /v1/templates/{name}", Rule: need(admin), h: hf(s.deleteTemplate)},
-		{Pattern: "POST /v1/templates/import", Rule: need(admin), Stream: true, h: hf(s.importTemplate)},
-		{Pattern: "PUT /v1/templates/{name}/archive", Rule: need(admin), Stream: true, h: hf(s.uploadTemplate)},
-		{Pattern: "POST /v1/templates/build", Rule: need(admin), Stream: true, h: hf(s.buildTemplate)},
-		{Pattern: "PUT /v1/templates/{name}/pool", Rule: need(admin), h: hf(s.setPool)},
+		{Pattern: "DELETE /v1/templates/{name}", Rule: hostOnly, h: hf(s.deleteTemplate)},
+		{Pattern: "POST /v1/templates/import", Rule: hostOnly, Stream: true, h: hf(s.importTemplate)},
+		{Pattern: "PUT /v1/templates/{name}/archive", Rule: hostOnly, Stream: true, h: hf(s.uploadTemplate)},
+		{Pattern: "POST /v1/templates/build", Rule: hostOnly, Stream: true, h: hf(s.buildTemplate)},
+		{Pattern: "PUT /v1/templates/{name}/pool", Rule: hostOnly, h: hf(s.setPool)},
 		{Pattern: "GET /v1/templates/{name}/pool", Rule: need(read), h: hf(s.getPool)},
 		{Pattern: "GET /v1/pools", Rule: need(read), h: hf(s.listPools)},
-		{Pattern: "POST /v1/apply", Rule: need(admin), Stream: true, h: hf(s.apply)},
-		{Pattern: "GET /v1/doctor", Rule: need(admin), h: hf(s.doctor)},
-		{Pattern: "POST /v1/doctor/fix", Rule: need(admin), h: hf(s.doctor)},
+		{Pattern: "POST /v1/apply", Rule: hostOnly, Stream: true, h: hf(s.apply)},
+		{Pattern: "GET /v1/doctor", Rule: hostOnly, h: hf(s.doctor)},
+		{Pattern: "POST /v1/doctor/fix", Rule: hostOnly, h: hf(s.doctor)},
 
 		{Pattern: "GET /v1/sandboxes/{id}/network", Rule: need(read), h: hf(s.getNetwork)},
 		{Pattern: "POST /v1/sandboxes/{id}/network", Rule: need(auth.ScopeNetwork), h: hf(s.updateNetwork)},
@@ -138,6 +142,16 @@ func (s *Server) routeTable() []Route {
 			h: hf(func(w http.ResponseWriter, r *http.Request) {
 				s.proxy(w, r, r.PathValue("id"), r.PathValue("port"), r.URL.Path)
 			})},
+
+		// Tenants, API keys, minted leases and port tokens (tenants.go).
+		{Pattern: "POST /v1/tenants", Rule: hostOnly, h: hf(s.createTenant)},
+		{Pattern: "GET /v1/tenants", Rule: hostOnly, h: hf(s.listTenants)},
+		{Pattern: "DELETE /v1/tenants/{name}", Rule: hostOnly, h: hf(s.deleteTenant)},
+		{Pattern: "POST /v1/keys", Rule: need(auth.ScopeKeys), h: hf(s.createKey)},
+		{Pattern: "GET /v1/keys", Rule: need(auth.ScopeKeys), h: hf(s.listKeys)},
+		{Pattern: "DELETE /v1/keys/{id}", Rule: need(auth.ScopeKeys), h: hf(s.revokeKey)},
+		{Pattern: "POST /v1/sandboxes/{id}/leases", Rule: need(write), h: hf(s.mintLease)},
+		{Pattern: "POST /v1/sandboxes/{id}/ports/{port}/token", Rule: need(auth.ScopePorts), h: hf(s.mintPortToken)},
 
 		// Anything else: a 404, for callers with a credential.
 		{Pattern: "/", Rule: need(read), h: hf(func(w http.ResponseWriter, r *http.Request) {
@@ -224,6 +238,9 @@ func (s *Server) guard(rt Route) http.Handler {
 			return
 		}
 		p, err := s.authorize(r, rt)
+		if err == nil && s.portTokenRedirect(w, r, rt, p) {
+			return
+		}
 		if err != nil {
 			if _, status := errdefs.Code(err); status == http.StatusUnauthorized || status == http.StatusForbidden {
 				// A caller without a working credential gets its answer
@@ -245,12 +262,13 @@ func withCaller(ctx context.Context, p auth.Principal) context.Context {
 	if p.Actor == auth.Anonymous.Actor {
 		return ctx
 	}
-	return identity.With(ctx, identity.Caller{Tenant: p.Tenant, Actor: p.Actor, KeyID: p.KeyID, Lease: p.Sandbox})
+	return identity.With(ctx, identity.Caller{Tenant: p.Tenant, Actor: p.Actor, KeyID: p.KeyID, Lease: p.Sandbox,
+		Host: p.Host})
 }
 
 // ownerOf is whose records a request reads (see withCaller).
 func ownerOf(ctx context.Context) store.Owner {
-	if c, ok := identity.From(ctx); ok {
+	if c, ok := identity.From(ctx); ok && !c.Host {
 		return store.OwnedBy(c.Tenant)
 	}
 	return store.AnyOwner
@@ -311,14 +329,22 @@ func (s *Server) authorize(r *http.Request, rt Route) (auth.Principal, error) {
 	if rt.Rule.Public || rt.PublicPort && s.publicPort(ctx, id, r.PathValue("port")) {
 		return auth.Anonymous, nil
 	}
+	if p, ok, err := s.portPrincipal(r, rt); ok {
+		if err != nil {
+			return auth.Principal{}, err
+		}
+		return p, auth.Authorize(p, rt.Rule, id)
+	}
 	key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	p, err := s.authn.Authenticate(ctx, strings.TrimSpace(key))
 	if err != nil {
 		return auth.Principal{}, err
 	}
 	if p.IsLease() {
-		// A lease is a credential only while its sandbox lives.
-		if sb, err := s.lookup(ctx, p.Sandbox); err != nil || !sb.State.Live() {
+		// A lease is a credential only while its sandbox runs (its
+		// record is revoked when the sandbox stops, is quarantined or
+		// goes; this covers the moment in between).
+		if sb, err := s.lookup(ctx, p.Sandbox); err != nil || !leasable(sb.State) {
 			return auth.Principal{}, errdefs.Unauthenticated("the lease token ended with its sandbox")
 		}
 	}

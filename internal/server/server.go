@@ -256,8 +256,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	}
 	s.metrics.created.Inc()
 	out := s.toAPI(sb)
-	if s.Leases != nil {
-		out.LeaseToken = s.Leases.Token(sb.ID)
+	if out.LeaseToken, err = s.createLease(r.Context(), sb, principal(r).KeyID); err != nil {
+		writeError(w, err)
+		return
 	}
 	writeJSON(w, http.StatusCreated, out)
 }

@@ -63,13 +63,23 @@ type TemplateConfig struct {
 
 // APIKey is a bearer credential. Only the SHA-256 of the secret is stored.
 type APIKey struct {
-	ID        string    `json:"id"`
-	Name      string    `json:"name"`
-	Tenant    string    `json:"tenant"`
-	Hash      []byte    `json:"-"`
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	Tenant string `json:"tenant"`
+	Hash   []byte `json:"-"`
+	// Role is the key's role (admin, member, viewer; "" for a key made
+	// before roles); Scopes what it holds, within the role's.
+	Role      string    `json:"role,omitempty"`
 	Scopes    []string  `json:"scopes"`
 	CreatedAt time.Time `json:"created_at"`
 	RevokedAt time.Time `json:"revoked_at,omitzero"`
+	// ExpiresAt, if set, is when the key stops authenticating.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// Prefix is the key's printable, non-secret start ("berth_" and its
+	// id): how an operator names it.
+	Prefix string `json:"prefix,omitempty"`
+	// CreatedBy is the actor that made the key.
+	CreatedBy string `json:"created_by,omitempty"`
 }
 
 // Volume states.
@@ -376,6 +386,10 @@ type APIKeys interface {
 	GetAPIKeyByHash(ctx context.Context, hash []byte) (*APIKey, error)
 	// ListAPIKeys returns a page of keys ordered by creation.
 	ListAPIKeys(ctx context.Context, o Owner, p Page) ([]*APIKey, string, error)
+	// GetAPIKey returns o's key id, revoked or not.
+	GetAPIKey(ctx context.Context, o Owner, id string) (*APIKey, error)
+	// RevokeAPIKey revokes key id and, in the same transaction, every
+	// lease it minted.
 	RevokeAPIKey(ctx context.Context, id string, at time.Time) error
 }
 
@@ -431,6 +445,7 @@ type Store interface {
 	IDSlots
 	IdempotencyKeys
 	APIKeys
+	Tenants
 	Retention
 	Close() error
 }

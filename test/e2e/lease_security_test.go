@@ -128,8 +128,8 @@ func TestEncodedPathsNeedCredentials(t *testing.T) {
 }
 
 // TestLeaseCannotLiftContainment: a sandbox's lease token may run code
-// and move files in its sandbox, but cannot lift the operator's
-// quarantine, widen its egress, fork, snapshot, create anything, list
+// and move files in its sandbox, but ends with the operator's quarantine
+// (so cannot lift it), cannot widen its egress, fork, snapshot, create anything, list
 // other sandboxes or delete other objects.
 func TestLeaseCannotLiftContainment(t *testing.T) {
 	_, addr, admin := tcpDaemon(t)
@@ -157,9 +157,6 @@ func TestLeaseCannotLiftContainment(t *testing.T) {
 	var out strings.Builder
 	if exit, err := lease.Exec(ctx, mine.ID, api.ExecRequest{Cmd: []string{"echo", "leased"}}, &out, &out); err != nil || exit.Code != 0 {
 		t.Fatalf("exec with the lease: %v %q", err, out.String())
-	}
-	if _, err := admin.Quarantine(ctx, mine.ID); err != nil {
-		t.Fatal(err)
 	}
 	forbidden := func(what string, err error) {
 		t.Helper()
@@ -208,6 +205,36 @@ func TestLeaseCannotLiftContainment(t *testing.T) {
 		forbidden("get by name", err)
 	}
 
+	// What a lease keeps: reading its own sandbox and events, touch, and
+	// files.
+	if _, err := lease.GetSandbox(ctx, mine.ID); err != nil {
+		t.Errorf("lease get: %v", err)
+	}
+	if _, err := lease.Events(ctx, mine.ID); err != nil {
+		t.Errorf("lease events: %v", err)
+	}
+	if _, err := lease.Stat(ctx, mine.ID, "/etc"); err != nil {
+		t.Errorf("lease stat: %v", err)
+	}
+	if _, err := lease.Touch(ctx, mine.ID); err != nil {
+		t.Errorf("lease touch: %v", err)
+	}
+	// The operator's quarantine ends the lease: it cannot release it, nor
+	// act at all, and the release does not bring it back.
+	if _, err := admin.Quarantine(ctx, mine.ID); err != nil {
+		t.Fatal(err)
+	}
+	unauthenticated := func(what string, err error) {
+		t.Helper()
+		var ce *client.Error
+		if !errors.As(err, &ce) || ce.Status != 401 {
+			t.Errorf("lease %s after quarantine: %v, want 401", what, err)
+		}
+	}
+	_, err = lease.Release(ctx, mine.ID)
+	unauthenticated("release", err)
+	_, err = lease.GetSandbox(ctx, mine.ID)
+	unauthenticated("get", err)
 	got, err := admin.GetSandbox(ctx, mine.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -224,23 +251,11 @@ func TestLeaseCannotLiftContainment(t *testing.T) {
 	if vs, err := admin.ListVolumes(ctx); err != nil || len(vs) < 1 {
 		t.Fatalf("volumes after the lease's attempts: %v %v", vs, err)
 	}
-	// What a lease keeps: reading its own sandbox and events, touch, and
-	// files (quarantine leaves files readable).
-	if _, err := lease.GetSandbox(ctx, mine.ID); err != nil {
-		t.Errorf("lease get: %v", err)
-	}
-	if _, err := lease.Events(ctx, mine.ID); err != nil {
-		t.Errorf("lease events: %v", err)
-	}
-	if _, err := lease.Stat(ctx, mine.ID, "/etc"); err != nil {
-		t.Errorf("lease stat: %v", err)
-	}
 	if _, err := admin.Release(ctx, mine.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lease.Touch(ctx, mine.ID); err != nil {
-		t.Errorf("lease touch: %v", err)
-	}
+	_, err = lease.Touch(ctx, mine.ID)
+	unauthenticated("touch after release", err)
 }
 
 // TestRouteTableOverTCP sends every route of the server's table to a

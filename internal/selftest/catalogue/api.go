@@ -130,6 +130,52 @@ func apiAttacks() []*attack.Attack {
 				}
 				return attack.Judged(st == 401, "GET events of the deleted sandbox with its token: %d %s", st, attack.Clip(attack.OneLine(resp), 60))
 			}),
+		x("lease-after-stop", "use a sandbox's lease token after the sandbox was stopped and started again", "401",
+			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient) attack.Outcome {
+				d, err := e.Create(ctx, api.CreateSandboxRequest{Persistent: true})
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				defer e.Delete(context.WithoutCancel(ctx), d.ID)
+				if _, err := e.C.Stop(ctx, d.ID); err != nil {
+					return attack.Escaped("stop: %v", err)
+				}
+				if _, err := e.C.Start(ctx, d.ID); err != nil {
+					return attack.Escaped("start: %v", err)
+				}
+				st, resp, err := tcp.Do(ctx, "GET", "/v1/sandboxes/"+d.ID, d.LeaseToken, nil)
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				return attack.Judged(st == 401, "GET the restarted sandbox with its old token: %d %s", st, attack.Clip(attack.OneLine(resp), 60))
+			}),
+		x("port-token-other", "open another port, and another sandbox's port, with a port token minted for one port", "401",
+			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient) attack.Outcome {
+				a, err := e.Group(ctx, "api-a")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				b, err := e.Group(ctx, "api-b")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				pt, err := e.C.CreatePortToken(ctx, a.ID, 8080, api.CreatePortTokenRequest{TTLSeconds: 60})
+				if err != nil {
+					return attack.Escaped("mint: %v", err)
+				}
+				var seen []string
+				for _, p := range []string{"/v1/sandboxes/" + a.ID + "/ports/9090/", "/v1/sandboxes/" + b.ID + "/ports/8080/", "/v1/sandboxes/" + a.ID} {
+					st, _, err := tcp.Do(ctx, "GET", p+"?berth_port_token="+pt.Token, attack.NoKey, nil)
+					if err != nil {
+						return attack.Escaped("request: %v", err)
+					}
+					if st != 401 {
+						return attack.Escaped("GET %s with A's port-8080 token: %d", strings.Replace(p, a.ID, "A", 1), st)
+					}
+					seen = append(seen, "401")
+				}
+				return attack.Judged(true, "other port, other sandbox, the API: %s", strings.Join(seen, " "))
+			}),
 		x("encoded-slash", "GET /v1/sandboxes/A%2Fports%2F8080/events without a key", "401",
 			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient) attack.Outcome {
 				a, err := e.Group(ctx, "api-a")

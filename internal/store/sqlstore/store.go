@@ -464,15 +464,16 @@ func (s *sqlStore) DeleteTemplate(ctx context.Context, name string) error {
 
 // ---- API keys ----
 
-const apiKeyCols = `id, name, tenant, hash, scopes, created_at, revoked_at`
+const apiKeyCols = `id, name, tenant, hash, scopes, created_at, revoked_at, role, expires_at, prefix, created_by`
 
 func scanAPIKey(sc scanner) (*store.APIKey, error) {
 	var (
-		k                store.APIKey
-		hash, scopes     string
-		created, revoked int64
+		k                         store.APIKey
+		hash, scopes              string
+		created, revoked, expires int64
 	)
-	if err := sc.Scan(&k.ID, &k.Name, &k.Tenant, &hash, &scopes, &created, &revoked); err != nil {
+	if err := sc.Scan(&k.ID, &k.Name, &k.Tenant, &hash, &scopes, &created, &revoked, &k.Role, &expires,
+		&k.Prefix, &k.CreatedBy); err != nil {
 		return nil, err
 	}
 	var err error
@@ -482,7 +483,7 @@ func scanAPIKey(sc scanner) (*store.APIKey, error) {
 	if err := json.Unmarshal([]byte(scopes), &k.Scopes); err != nil {
 		return nil, fmt.Errorf("api key %s: decode scopes: %w", k.ID, err)
 	}
-	k.CreatedAt, k.RevokedAt = fromMicros(created), fromMicros(revoked)
+	k.CreatedAt, k.RevokedAt, k.ExpiresAt = fromMicros(created), fromMicros(revoked), fromMicros(expires)
 	return &k, nil
 }
 
@@ -494,8 +495,9 @@ func (s *sqlStore) CreateAPIKey(ctx context.Context, k *store.APIKey) error {
 	if err != nil {
 		return fmt.Errorf("api key %s: encode scopes: %w", k.ID, err)
 	}
-	_, err = s.exec(ctx, `INSERT INTO api_keys (`+apiKeyCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		k.ID, k.Name, k.Tenant, hex.EncodeToString(k.Hash), string(scopes), micros(k.CreatedAt), micros(k.RevokedAt))
+	_, err = s.exec(ctx, `INSERT INTO api_keys (`+apiKeyCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		k.ID, k.Name, k.Tenant, hex.EncodeToString(k.Hash), string(scopes), micros(k.CreatedAt), micros(k.RevokedAt),
+		k.Role, micros(k.ExpiresAt), k.Prefix, k.CreatedBy)
 	if err != nil {
 		if s.d.classify(err) == UniqueViolation {
 			return errdefs.Conflict("an api key with id %s or the same secret already exists", k.ID)
@@ -517,6 +519,20 @@ func (s *sqlStore) GetAPIKeyByHash(ctx context.Context, hash []byte) (*store.API
 	return k, nil
 }
 
+func (s *sqlStore) GetAPIKey(ctx context.Context, o store.Owner, id string) (*store.APIKey, error) {
+	k, err := scanAPIKey(s.queryRow(ctx, `SELECT `+apiKeyCols+` FROM api_keys WHERE id = ?`, id))
+	if err == nil && !o.Sees(k.Tenant) {
+		err = sql.ErrNoRows
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errdefs.NotFound("api key %s not found", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get api key %s: %w", id, err)
+	}
+	return k, nil
+}
+
 func (s *sqlStore) ListAPIKeys(ctx context.Context, o store.Owner, p store.Page) ([]*store.APIKey, string, error) {
 	q := pageQuery{base: `SELECT ` + apiKeyCols + ` FROM api_keys`}
 	q.owner(o, "tenant")
@@ -525,27 +541,28 @@ func (s *sqlStore) ListAPIKeys(ctx context.Context, o store.Owner, p store.Page)
 }
 
 // RevokeAPIKey is idempotent: revoking a revoked key keeps the first time.
+// The leases the key minted are revoked with it, in one transaction.
 func (s *sqlStore) RevokeAPIKey(ctx context.Context, id string, at time.Time) error {
 	if at.IsZero() {
 		return errdefs.Invalid("revocation time is zero")
 	}
-	res, err := s.exec(ctx, `UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at = 0`, micros(at), id)
-	if err != nil {
-		return fmt.Errorf("revoke api key %s: %w", id, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("revoke api key %s: %w", id, err)
-	}
-	if n == 0 {
+	return s.inTx(ctx, false, func(tx *sql.Tx) error {
 		var one int
-		err := s.w.QueryRowContext(ctx, s.d.rebind(`SELECT 1 FROM api_keys WHERE id = ?`), id).Scan(&one)
+		err := tx.QueryRowContext(ctx, s.d.rebind(`SELECT 1 FROM api_keys WHERE id = ?`), id).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
 			return errdefs.NotFound("api key %s not found", id)
 		}
 		if err != nil {
 			return fmt.Errorf("revoke api key %s: %w", id, err)
 		}
-	}
-	return nil
+		if _, err := tx.ExecContext(ctx, s.d.rebind(`UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at = 0`),
+			micros(at), id); err != nil {
+			return fmt.Errorf("revoke api key %s: %w", id, err)
+		}
+		if _, err := tx.ExecContext(ctx, s.d.rebind(`UPDATE leases SET revoked_at = ? WHERE key_id = ? AND revoked_at = 0`),
+			micros(at), id); err != nil {
+			return fmt.Errorf("revoke the leases of api key %s: %w", id, err)
+		}
+		return nil
+	})
 }

@@ -36,6 +36,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PurgeRemovesEvents", testPurgeRemovesEvents},
 		{"Templates", testTemplates},
 		{"APIKeys", testAPIKeys},
+		{"Tenants", testTenants},
+		{"Leases", testLeases},
 		{"ConcurrentUpdates", testConcurrentUpdates},
 		{"ConcurrentWriters", testConcurrentWriters},
 		{"NotFound", testNotFound},
@@ -550,7 +552,8 @@ func testTemplates(t *testing.T, s store.Store) {
 
 func testAPIKeys(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	k1 := &store.APIKey{ID: "k1", Name: "ci", Tenant: "t1", Hash: []byte{0, 1, 2, 0xff}, Scopes: []string{"sandbox:write", "sandbox:read"}, CreatedAt: at(0)}
+	k1 := &store.APIKey{ID: "k1", Name: "ci", Tenant: "t1", Hash: []byte{0, 1, 2, 0xff}, Scopes: []string{"sandbox:write", "sandbox:read"}, CreatedAt: at(0),
+		Role: "member", ExpiresAt: at(48 * time.Hour), Prefix: "berth_k1", CreatedBy: "local"}
 	k2 := &store.APIKey{ID: "k2", Name: "ro", Tenant: "t1", Hash: []byte{9, 9}, Scopes: []string{}, CreatedAt: at(time.Second)}
 	k3 := &store.APIKey{ID: "k3", Tenant: "t2", Hash: []byte{7}, CreatedAt: at(2 * time.Second)}
 	for _, k := range []*store.APIKey{k2, k3, k1} {
@@ -558,8 +561,25 @@ func testAPIKeys(t *testing.T, s store.Store) {
 	}
 	wantKey := func(k *store.APIKey) *store.APIKey {
 		c := *k
-		c.CreatedAt, c.RevokedAt = stored(c.CreatedAt), stored(c.RevokedAt)
+		c.CreatedAt, c.RevokedAt, c.ExpiresAt = stored(c.CreatedAt), stored(c.RevokedAt), stored(c.ExpiresAt)
 		return &c
+	}
+	for _, tc := range []struct {
+		owner store.Owner
+		id    string
+		want  *store.APIKey
+	}{
+		{store.OwnedBy("t1"), "k1", wantKey(k1)},
+		{store.AnyOwner, "k3", wantKey(k3)},
+		{store.OwnedBy("t2"), "k1", nil},
+		{store.OwnedBy("t1"), "nope", nil},
+	} {
+		got, err := s.GetAPIKey(ctx, tc.owner, tc.id)
+		if tc.want == nil {
+			wantCategory(t, err, errdefs.ErrNotFound)
+		} else if err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("GetAPIKey(%v, %s) = %+v, %v; want %+v", tc.owner, tc.id, got, err, tc.want)
+		}
 	}
 
 	got, err := s.GetAPIKeyByHash(ctx, []byte{0, 1, 2, 0xff})

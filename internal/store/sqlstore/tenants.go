@@ -1,0 +1,163 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/store"
+)
+
+// ---- tenants ----
+
+func (s *sqlStore) CreateTenant(ctx context.Context, t *store.Tenant) error {
+	if t.Name == "" {
+		return errdefs.Invalid("a tenant needs a name")
+	}
+	_, err := s.exec(ctx, `INSERT INTO tenants (name, created_at) VALUES (?, ?)`, t.Name, micros(t.CreatedAt))
+	if err != nil {
+		if s.d.classify(err) == UniqueViolation {
+			return errdefs.Conflict("tenant %q already exists", t.Name)
+		}
+		return fmt.Errorf("create tenant %s: %w", t.Name, err)
+	}
+	return nil
+}
+
+func (s *sqlStore) GetTenant(ctx context.Context, name string) (*store.Tenant, error) {
+	var (
+		t       store.Tenant
+		created int64
+	)
+	err := s.queryRow(ctx, `SELECT name, created_at FROM tenants WHERE name = ?`, name).Scan(&t.Name, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errdefs.NotFound("tenant %q not found", name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get tenant %s: %w", name, err)
+	}
+	t.CreatedAt = fromMicros(created)
+	return &t, nil
+}
+
+func (s *sqlStore) ListTenants(ctx context.Context) ([]*store.Tenant, error) {
+	rows, err := s.query(ctx, `SELECT name, created_at FROM tenants ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.Tenant
+	for rows.Next() {
+		var (
+			t       store.Tenant
+			created int64
+		)
+		if err := rows.Scan(&t.Name, &created); err != nil {
+			return nil, fmt.Errorf("list tenants: %w", err)
+		}
+		t.CreatedAt = fromMicros(created)
+		out = append(out, &t)
+	}
+	return out, rows.Err()
+}
+
+// DeleteTenant checks, revokes and deletes in one write transaction, so
+// an object made concurrently either blocks the delete or fails for the
+// tenant being gone (the server checks the tenant when a key is used).
+func (s *sqlStore) DeleteTenant(ctx context.Context, name string, at time.Time) error {
+	if at.IsZero() {
+		return errdefs.Invalid("deletion time is zero")
+	}
+	return s.inTx(ctx, false, func(tx *sql.Tx) error {
+		for _, c := range []struct{ what, q string }{
+			{"sandbox", `SELECT COUNT(*) FROM sandboxes WHERE tenant = ? AND state <> 'deleted'`},
+			{"volume", `SELECT COUNT(*) FROM volumes WHERE tenant = ? AND state <> 'deleted'`},
+			{"snapshot", `SELECT COUNT(*) FROM snapshots WHERE tenant = ?`},
+		} {
+			var n int64
+			if err := tx.QueryRowContext(ctx, s.d.rebind(c.q), name).Scan(&n); err != nil {
+				return fmt.Errorf("delete tenant %s: %w", name, err)
+			}
+			if n > 0 {
+				return errdefs.Conflict("tenant %q still owns %d %s(s): delete them first", name, n, c.what)
+			}
+		}
+		res, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM tenants WHERE name = ?`), name)
+		if err != nil {
+			return fmt.Errorf("delete tenant %s: %w", name, err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return fmt.Errorf("delete tenant %s: %w", name, err)
+		} else if n == 0 {
+			return errdefs.NotFound("tenant %q not found", name)
+		}
+		for _, q := range []string{
+			`UPDATE api_keys SET revoked_at = ? WHERE tenant = ? AND revoked_at = 0`,
+			`UPDATE leases SET revoked_at = ? WHERE tenant = ? AND revoked_at = 0`,
+		} {
+			if _, err := tx.ExecContext(ctx, s.d.rebind(q), micros(at), name); err != nil {
+				return fmt.Errorf("delete tenant %s: revoke: %w", name, err)
+			}
+		}
+		return nil
+	})
+}
+
+// ---- leases ----
+
+const leaseCols = `id, sandbox_id, tenant, key_id, scopes, created_at, expires_at, revoked_at`
+
+func (s *sqlStore) CreateLease(ctx context.Context, l *store.Lease) error {
+	if l.ID == "" || l.SandboxID == "" {
+		return errdefs.Invalid("a lease needs an id and a sandbox")
+	}
+	scopes, err := json.Marshal(l.Scopes)
+	if err != nil {
+		return err
+	}
+	_, err = s.exec(ctx, `INSERT INTO leases (`+leaseCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		l.ID, l.SandboxID, l.Tenant, l.KeyID, string(scopes), micros(l.CreatedAt), micros(l.ExpiresAt), micros(l.RevokedAt))
+	if err != nil {
+		if s.d.classify(err) == UniqueViolation {
+			return errdefs.Conflict("lease %s already exists", l.ID)
+		}
+		return fmt.Errorf("create lease: %w", err)
+	}
+	return nil
+}
+
+func (s *sqlStore) GetLease(ctx context.Context, id string) (*store.Lease, error) {
+	var (
+		l                         store.Lease
+		scopes                    string
+		created, expires, revoked int64
+	)
+	err := s.queryRow(ctx, `SELECT `+leaseCols+` FROM leases WHERE id = ?`, id).
+		Scan(&l.ID, &l.SandboxID, &l.Tenant, &l.KeyID, &scopes, &created, &expires, &revoked)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errdefs.NotFound("lease not found")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get lease: %w", err)
+	}
+	if err := json.Unmarshal([]byte(scopes), &l.Scopes); err != nil {
+		return nil, fmt.Errorf("lease %s: scopes: %w", l.ID, err)
+	}
+	l.CreatedAt, l.ExpiresAt, l.RevokedAt = fromMicros(created), fromMicros(expires), fromMicros(revoked)
+	return &l, nil
+}
+
+func (s *sqlStore) RevokeLeases(ctx context.Context, sandboxID string, at time.Time) (int64, error) {
+	if at.IsZero() {
+		return 0, errdefs.Invalid("revocation time is zero")
+	}
+	res, err := s.exec(ctx, `UPDATE leases SET revoked_at = ? WHERE sandbox_id = ? AND revoked_at = 0`, micros(at), sandboxID)
+	if err != nil {
+		return 0, fmt.Errorf("revoke leases of %s: %w", sandboxID, err)
+	}
+	return res.RowsAffected()
+}

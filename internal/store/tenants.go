@@ -1,0 +1,50 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Tenant is an owner of objects: sandboxes, volumes, snapshots, keys and
+// leases name it in their tenant column. The host's own objects have the
+// tenant "", which is not a Tenant record.
+type Tenant struct {
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Lease is a minted lease token's record: the token carries its id under
+// the daemon's HMAC, the record what it may do and whether it still may.
+type Lease struct {
+	ID        string
+	SandboxID string
+	Tenant    string
+	// KeyID is the API key that minted it ("" for the host socket): its
+	// revocation revokes the lease.
+	KeyID     string
+	Scopes    []string
+	CreatedAt time.Time
+	ExpiresAt time.Time // zero: lives with its sandbox
+	RevokedAt time.Time
+}
+
+// Tenants are the tenants and the leases their sandboxes hand out.
+type Tenants interface {
+	// CreateTenant adds t; a taken name is ErrConflict.
+	CreateTenant(ctx context.Context, t *Tenant) error
+	GetTenant(ctx context.Context, name string) (*Tenant, error)
+	// ListTenants returns every tenant by name.
+	ListTenants(ctx context.Context) ([]*Tenant, error)
+	// DeleteTenant removes tenant name and revokes its keys and leases at
+	// at, in one transaction; ErrConflict (nothing changed) while it owns
+	// a live sandbox, a live volume or a snapshot.
+	DeleteTenant(ctx context.Context, name string, at time.Time) error
+
+	// CreateLease records l; an id taken is ErrConflict.
+	CreateLease(ctx context.Context, l *Lease) error
+	// GetLease returns lease id, revoked or not.
+	GetLease(ctx context.Context, id string) (*Lease, error)
+	// RevokeLeases revokes, at at, every lease of sandbox id not yet
+	// revoked, and says how many.
+	RevokeLeases(ctx context.Context, sandboxID string, at time.Time) (int64, error)
+}
