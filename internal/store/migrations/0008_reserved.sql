@@ -1,0 +1,3 @@
+-- 0008 is the tenants and keys migration of another branch. This file only
+-- holds its number so that 0009 (audit) applies on this branch; the lead
+-- drops it at merge in favour of the real 0008.
