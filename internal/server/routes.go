@@ -139,6 +139,12 @@ func (s *Server) routeTable() []Route {
 				s.proxy(w, r, r.PathValue("id"), r.PathValue("port"), r.URL.Path)
 			})},
 
+		// Audit log (internal/server/audit.go). Scope: admin until the audit
+		// scope (auth.ScopeAudit) is in auth.Scopes.
+		{Pattern: "GET /v1/audit", Rule: need(admin), h: hf(s.listAudit)},
+		{Pattern: "GET /v1/audit/export", Rule: need(admin), Stream: true, h: hf(s.exportAudit)},
+		{Pattern: "POST /v1/audit/verify", Rule: need(admin), h: hf(s.verifyAudit)},
+
 		// Anything else: a 404, for callers with a credential.
 		{Pattern: "/", Rule: need(read), h: hf(func(w http.ResponseWriter, r *http.Request) {
 			writeError(w, errdefs.NotFound("no route %s %s", r.Method, r.URL.Path))
@@ -233,7 +239,7 @@ func (s *Server) guard(rt Route) http.Handler {
 			writeError(w, err)
 			return
 		}
-		rt.h.ServeHTTP(w, r.WithContext(withCaller(r.Context(), p)))
+		s.serveAudited(w, r.WithContext(withCaller(r.Context(), p)), rt, p)
 	})
 }
 
