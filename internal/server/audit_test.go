@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -201,4 +202,49 @@ func FuzzAuditFilter(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestAuditReadScope: an API key reads its own tenant's chains only; the
+// host operator on the unix socket reads every tenant's.
+func TestAuditReadScope(t *testing.T) {
+	st := openAuditStore(t)
+	ctx := context.Background()
+	l := audit.New(st, testAuditKey, nil)
+	for _, tenant := range []string{"", "acme"} {
+		op, err := l.Begin(ctx, audit.Entry{Tenant: tenant, Actor: "key:x", Action: "POST /v1/volumes"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		op.Complete("ok 201")
+	}
+	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: newMetrics(), Audit: l}
+	for _, tc := range []struct {
+		name string
+		p    auth.Principal
+		want int
+	}{
+		{"host operator", auth.Admin, 2},
+		{"acme's admin key", auth.Principal{Actor: "key:k", KeyID: "k", Tenant: "acme", Scopes: []string{string(auth.ScopeAdmin)}}, 1},
+		{"default tenant's admin key", auth.Principal{Actor: "key:d", KeyID: "d", Scopes: []string{string(auth.ScopeAdmin)}}, 1},
+	} {
+		r := httptest.NewRequest("GET", "/v1/audit", nil)
+		r = r.WithContext(withCaller(r.Context(), tc.p))
+		w := httptest.NewRecorder()
+		s.listAudit(w, r)
+		var es []map[string]any
+		if err := json.Unmarshal(w.Body.Bytes(), &es); err != nil || w.Code != 200 || len(es) != tc.want {
+			t.Errorf("%s: %d %s; want %d entries", tc.name, w.Code, w.Body.String(), tc.want)
+		}
+		r = httptest.NewRequest("POST", "/v1/audit/verify", nil)
+		r = r.WithContext(withCaller(r.Context(), tc.p))
+		w = httptest.NewRecorder()
+		s.verifyAudit(w, r)
+		var v struct {
+			OK      bool
+			Checked int
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &v); err != nil || !v.OK || v.Checked != 2*tc.want {
+			t.Errorf("%s: verify %s; want ok with %d records", tc.name, w.Body.String(), 2*tc.want)
+		}
+	}
 }
