@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/image"
 	"github.com/berth-sh/berth/internal/manager"
@@ -211,6 +212,12 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		mcfg.Webhooks = []string{cfg.WebhookURL}
 	}
 	mcfg.OnState = server.LeaseRevoker(st, log.With("component", "leases"))
+	auditKey, err := audit.OpenKey(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	auditLog := audit.New(st, auditKey, log.With("component", "audit"))
+	mcfg.Audit = auditLog.System
 	d.Manager, err = manager.New(mcfg, st, d.images, backend)
 	if err != nil {
 		return nil, err
@@ -232,6 +239,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	d.Server = server.New(d.Manager, auth.New(st, leases), log.With("component", "api"))
 	d.Server.Leases = leases
+	d.Server.Audit = auditLog
 	d.Server.Domain = strings.ToLower(strings.TrimSuffix(cfg.Domain, "."))
 	d.Server.BodyTimeout, d.Server.WriteTimeout = cfg.BodyTimeout, cfg.WriteTimeout
 	d.Server.MaxHeaderBytes = server.DefaultMaxHeaderBytes

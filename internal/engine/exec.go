@@ -214,7 +214,10 @@ func (m *Engine) agentOverdue(sb *sandbox.Sandbox, what string) {
 		m.event(context.Background(), &sandbox.Event{SandboxID: sb.ID, Type: "security", Actor: "daemon",
 			Cause: sandbox.CauseReconciler, Outcome: "killed",
 			Message: fmt.Sprintf("the agent did not end %s at its deadline and does not answer: processes ended from the host", what)})
-		if err := m.node.KillAll(context.Background(), sb); err != nil {
+		done := m.AuditSystem(context.Background(), sb, "watchdog", "kill")
+		err = m.node.KillAll(context.Background(), sb)
+		done(err)
+		if err != nil {
 			m.log.Error("killing an unresponsive sandbox", "sandbox", sb.ID, "err", err)
 		}
 		m.wakeReconciler()

@@ -63,6 +63,8 @@ type Config struct {
 	// Webhooks are the configured webhook URLs: the purge keeps every
 	// event one of them has not handled (events are their outbox).
 	Webhooks []string
+	// Audit, if set, records the engine's system actions (audit.go).
+	Audit Auditor
 }
 
 // DefaultRecordRetention is how long tombstones and their records are kept

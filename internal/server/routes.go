@@ -152,6 +152,11 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "DELETE /v1/keys/{id}", Rule: need(auth.ScopeKeys), h: hf(s.revokeKey)},
 		{Pattern: "POST /v1/sandboxes/{id}/leases", Rule: need(write), h: hf(s.mintLease)},
 		{Pattern: "POST /v1/sandboxes/{id}/ports/{port}/token", Rule: need(auth.ScopePorts), h: hf(s.mintPortToken)},
+		// Audit log (internal/server/audit.go): a tenant's admin reads its own
+		// chain (the audit scope), the host admin every chain.
+		{Pattern: "GET /v1/audit", Rule: need(auth.ScopeAudit), h: hf(s.listAudit)},
+		{Pattern: "GET /v1/audit/export", Rule: need(auth.ScopeAudit), Stream: true, h: hf(s.exportAudit)},
+		{Pattern: "POST /v1/audit/verify", Rule: need(auth.ScopeAudit), h: hf(s.verifyAudit)},
 
 		// Anything else: a 404, for callers with a credential.
 		{Pattern: "/", Rule: need(read), h: hf(func(w http.ResponseWriter, r *http.Request) {
@@ -250,7 +255,7 @@ func (s *Server) guard(rt Route) http.Handler {
 			writeError(w, err)
 			return
 		}
-		rt.h.ServeHTTP(w, r.WithContext(withCaller(r.Context(), p)))
+		s.serveAudited(w, r.WithContext(withCaller(r.Context(), p)), rt, p)
 	})
 }
 

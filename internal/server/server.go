@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
@@ -41,6 +42,9 @@ type Server struct {
 	Domain string
 	// Leases mints the lease token a create returns (nil: none).
 	Leases *auth.Leases
+	// Audit, if set, records every audited call (audit.go) and serves
+	// /v1/audit.
+	Audit *audit.Log
 	// BodyTimeout bounds how long a request on a non-streaming route may
 	// take to send its body; WriteTimeout how long such a request may take
 	// to be answered (0: no bound). Streaming routes (Route.Stream) have

@@ -447,5 +447,6 @@ type Store interface {
 	APIKeys
 	Tenants
 	Retention
+	Audit
 	Close() error
 }

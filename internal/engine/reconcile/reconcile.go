@@ -85,7 +85,10 @@ func (m *Reconciler) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 	log := m.log.With("sandbox", sb.ID, "state", sb.State)
 	destroy := func(reason string) {
 		log.Info("reconciler destroying sandbox", "reason", reason)
-		if err := m.e.DestroyLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason); err != nil {
+		done := m.e.AuditSystem(ctx, sb, actorReconciler, "cleanup")
+		err := m.e.DestroyLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason)
+		done(err)
+		if err != nil {
 			log.Warn("reconciler teardown", "err", err)
 		}
 	}
@@ -250,13 +253,15 @@ func (m *Reconciler) tick(ctx context.Context) time.Time {
 		case sandbox.StateDeleting, sandbox.StateFailed:
 			m.e.Async(sb.ID, func(ctx context.Context, sb *sandbox.Sandbox) {
 				if sb.State == sandbox.StateDeleting || sb.State == sandbox.StateFailed {
-					_ = m.e.DestroyLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, sb.Reason)
+					done := m.e.AuditSystem(ctx, sb, actorReconciler, "cleanup")
+					done(m.e.DestroyLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, sb.Reason))
 				}
 			})
 		case sandbox.StateStopping:
 			m.e.Async(sb.ID, func(ctx context.Context, sb *sandbox.Sandbox) {
 				if sb.State == sandbox.StateStopping {
-					_ = m.e.StopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, sb.Reason)
+					done := m.e.AuditSystem(ctx, sb, actorReconciler, "stop")
+					done(m.e.StopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, sb.Reason))
 				}
 			})
 		case sandbox.StateRunning:
@@ -267,10 +272,12 @@ func (m *Reconciler) tick(ctx context.Context) time.Time {
 					}
 					reason := "sandbox exited unexpectedly: " + strings.TrimSpace(m.node.InitLog(sb, 256, 50*time.Millisecond))
 					if sb.Spec.Persistent {
-						_ = m.e.StopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason)
+						done := m.e.AuditSystem(ctx, sb, actorReconciler, "stop")
+						done(m.e.StopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason))
 						return
 					}
-					_ = m.e.DestroyLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason)
+					done := m.e.AuditSystem(ctx, sb, actorReconciler, "cleanup")
+					done(m.e.DestroyLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason))
 				})
 			}
 		}
@@ -326,6 +333,8 @@ func (m *Reconciler) enforce(ctx context.Context, sb *sandbox.Sandbox) {
 		reason = fmt.Sprintf("stopped for longer than its retention %s", sb.Spec.Policy.Retention)
 	}
 	var err error
+	done := m.e.AuditSystem(ctx, sb, "policy", string(due.Action))
+	defer func() { done(err) }()
 	switch due.Action {
 	case sandbox.ActionPause:
 		err = m.e.PauseLocked(ctx, sb, sandbox.CausePolicy, actor, reason)
@@ -363,7 +372,10 @@ func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*Report, er
 	add := func(kind, id, detail string, fixFn func() error) {
 		f := Finding{Kind: kind, ID: id, Detail: detail}
 		if fix && fixFn != nil {
-			if err := fixFn(); err != nil {
+			done := m.e.AuditSystemOn(ctx, "", actorReconciler, "fix "+kind, id)
+			err := fixFn()
+			done(err)
+			if err != nil {
 				f.Error = err.Error()
 			} else {
 				f.Fixed = true

@@ -115,6 +115,12 @@ func apiAttacks() []*attack.Attack {
 			}),
 		lease("lease-doctor", "GET /v1/doctor (host orphans and paths) with a lease token", "401/403",
 			func(e *attack.Env, a, b *api.Sandbox) (string, string, any) { return "GET", "/v1/doctor", nil }, deny),
+		lease("lease-audit-read", "read the audit log (every caller's actions) with a lease token", "401/403",
+			func(e *attack.Env, a, b *api.Sandbox) (string, string, any) { return "GET", "/v1/audit", nil }, deny),
+		lease("lease-audit-export", "export the sealed audit records with a lease token", "401/403",
+			func(e *attack.Env, a, b *api.Sandbox) (string, string, any) { return "GET", "/v1/audit/export", nil }, deny),
+		lease("lease-audit-verify", "run the audit verification (a whole-log scan) with a lease token", "401/403",
+			func(e *attack.Env, a, b *api.Sandbox) (string, string, any) { return "POST", "/v1/audit/verify", nil }, deny),
 		x("lease-after-delete", "use a sandbox's lease token after the sandbox was deleted", "401",
 			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient) attack.Outcome {
 				d, err := e.Create(ctx, api.CreateSandboxRequest{})

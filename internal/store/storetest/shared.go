@@ -30,6 +30,7 @@ func RunShared(t *testing.T, open func(t *testing.T) (a, b store.Store)) {
 		{"SharedNameUnique", testSharedNameUnique},
 		{"SharedEventCursor", testSharedEventCursor},
 		{"SharedIDSlots", testSharedIDSlots},
+		{"SharedAuditChain", auditRace},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := open(t)

@@ -55,6 +55,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PagingConcurrentInserts", testPagingConcurrentInserts},
 		{"Retention", testRetention},
 		{"OwnerIsolation", testOwnerIsolation},
+		{"Audit", testAudit},
+		{"AuditConcurrent", testAuditConcurrent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)

@@ -1,0 +1,217 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/audit"
+	"github.com/berth-sh/berth/internal/auth"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/store"
+)
+
+// Audited reports whether calls of rt are recorded in the audit log: every
+// route with a method other than GET, and the WebSocket exec (a GET that
+// runs a command). Not audited: reads, and the port proxy (no method in
+// its pattern; per-request records of a sandbox's own web traffic would
+// flood the log and say nothing about the platform) and the catch-all 404.
+func Audited(rt Route) bool {
+	method, _, ok := strings.Cut(rt.Pattern, " ")
+	if !ok {
+		return false
+	}
+	return method != http.MethodGet || rt.Pattern == "GET /v1/sandboxes/{id}/exec/ws"
+}
+
+// serveAudited runs rt's handler for the authorized caller p: for an
+// audited route, behind a begin record written before the handler acts
+// (if it cannot be written the call is refused: nothing happens unrecorded)
+// and an outcome record with the answer's status after it. Only the route,
+// its {id}/{name} path value, the caller and its address are recorded,
+// never a body or query (they may carry secrets).
+func (s *Server) serveAudited(w http.ResponseWriter, r *http.Request, rt Route, p auth.Principal) {
+	if s.Audit == nil || !Audited(rt) {
+		rt.h.ServeHTTP(w, r)
+		return
+	}
+	target := r.PathValue("id")
+	if target == "" {
+		target = r.PathValue("name")
+	}
+	e := audit.Entry{Tenant: p.Tenant, Actor: p.Actor, Action: rt.Pattern, Target: target, Source: r.RemoteAddr}
+	if info := infoOf(w); info != nil {
+		e.RequestID = info.id
+	}
+	op, err := s.Audit.Begin(r.Context(), e)
+	if err != nil {
+		s.logger().Error("audit: refusing a call that cannot be recorded", "route", rt.Pattern, "err", err)
+		writeError(w, errdefs.Unavailable("the audit log cannot be written; nothing was done"))
+		return
+	}
+	finished := false
+	defer func() {
+		switch {
+		case !finished:
+			op.Complete("error: handler aborted")
+		default:
+			op.Complete(statusResult(w))
+		}
+	}()
+	rt.h.ServeHTTP(w, r)
+	finished = true
+}
+
+// statusResult is the outcome of an answered call: "ok 201", "error 404".
+func statusResult(w http.ResponseWriter) string {
+	status := 0
+	for w != nil {
+		if sw, ok := w.(*statusWriter); ok {
+			status = sw.status
+			break
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			break
+		}
+		w = u.Unwrap()
+	}
+	if status == 0 {
+		return "unknown"
+	}
+	if status < 400 {
+		return "ok " + strconv.Itoa(status)
+	}
+	return "error " + strconv.Itoa(status)
+}
+
+// auditOwner is whose audit chains a caller reads: its tenant's; the host
+// operator on the unix socket reads every tenant's.
+func auditOwner(r *http.Request) store.Owner {
+	if p, ok := auth.From(r.Context()); ok && p.Actor == auth.Admin.Actor {
+		return store.AnyOwner
+	}
+	return ownerOf(r.Context())
+}
+
+// auditFilter reads GET /v1/audit's query: since and until (RFC 3339),
+// actor, action, target.
+func auditFilter(r *http.Request) (store.AuditFilter, error) {
+	q := r.URL.Query()
+	f := store.AuditFilter{Owner: auditOwner(r), Actor: q.Get("actor"), Action: q.Get("action"), Target: q.Get("target")}
+	for _, tm := range []struct {
+		name string
+		dst  *time.Time
+	}{{"since", &f.Since}, {"until", &f.Until}} {
+		v := q.Get(tm.name)
+		if v == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return f, errdefs.Invalid("%s must be an RFC 3339 time (2006-01-02T15:04:05Z)", tm.name)
+		}
+		*tm.dst = t
+	}
+	for _, v := range []struct{ name, val string }{{"actor", f.Actor}, {"action", f.Action}, {"target", f.Target}} {
+		if err := checkAuditText(v.name, v.val); err != nil {
+			return f, err
+		}
+	}
+	return f, nil
+}
+
+// checkAuditText refuses a filter value no record can hold: control
+// characters (PostgreSQL refuses a NUL outright) or past 512 bytes.
+func checkAuditText(name, v string) error {
+	if len(v) > 512 {
+		return errdefs.Invalid("%s is longer than 512 bytes", name)
+	}
+	for i, c := range v {
+		if c < 0x20 || c == 0x7f || (c >= 0x80 && c < 0xa0) || c == 0xfffd {
+			return errdefs.Invalid("%s has a control character or invalid UTF-8 at offset %d", name, i)
+		}
+	}
+	return nil
+}
+
+func (s *Server) auditLog() (*audit.Log, error) {
+	if s.Audit == nil {
+		return nil, errdefs.NotSupported("this daemon keeps no audit log")
+	}
+	return s.Audit, nil
+}
+
+func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
+	l, err := s.auditLog()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	f, err := auditFilter(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	p, err := pageOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	es, next, err := l.List(r.Context(), f, p)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := make([]api.AuditEntry, 0, len(es))
+	for _, e := range es {
+		out = append(out, api.AuditEntry{Tenant: e.Tenant, Seq: e.Seq, Time: e.Time, Actor: e.Actor, Action: e.Action,
+			Target: e.Target, RequestID: e.RequestID, Source: e.Source, Result: e.Result, CompletedAt: e.CompletedAt})
+	}
+	setNext(w, next)
+	writeJSON(w, http.StatusOK, out)
+}
+
+// exportAudit streams every record of the caller's chains as JSON lines,
+// by tenant then seq: what an offline verifier holding the key needs.
+func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request) {
+	l, err := s.auditLog()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	enc := json.NewEncoder(w)
+	err = l.Export(r.Context(), auditOwner(r), func(rec *store.AuditRecord) error {
+		return enc.Encode(api.AuditRecord{Tenant: rec.Tenant, Seq: rec.Seq, Kind: rec.Kind, Ref: rec.Ref, Time: rec.Time,
+			Actor: rec.Actor, Action: rec.Action, Target: rec.Target, RequestID: rec.RequestID, Source: rec.Source,
+			Result: rec.Result, PrevHash: rec.PrevHash, Hash: rec.Hash})
+	})
+	if err != nil {
+		// The status is sent: cut the stream so the caller sees it short.
+		s.logger().Error("audit export cut short", "err", err)
+		panic(http.ErrAbortHandler)
+	}
+}
+
+func (s *Server) verifyAudit(w http.ResponseWriter, r *http.Request) {
+	l, err := s.auditLog()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	rep, err := l.Verify(r.Context(), auditOwner(r))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := api.AuditVerify{OK: rep.OK, Checked: rep.Checked, Pending: rep.Pending}
+	if rep.Bad != nil {
+		out.Bad = &api.AuditBad{Tenant: rep.Bad.Tenant, Seq: rep.Bad.Seq, Reason: rep.Bad.Reason}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
