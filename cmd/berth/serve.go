@@ -46,7 +46,14 @@ and retried with backoff; each delivery is recorded.
 Deleted sandboxes and volumes stay as tombstones, with their events, flows
 and webhook delivery records, for --retention (default 7d); then the
 reconciler purges them in small batches. An event the webhook has not handled
-yet is never purged. --retention 0 keeps them for ever.`,
+yet is never purged. --retention 0 keeps them for ever.
+
+--listen ADDR serves the API over TLS (1.2 or later): with --tls-cert and
+--tls-key, else with a self-signed ECDSA certificate made at the first start
+in <data-dir>/tls and reused afterwards. "TLS fingerprint: sha256:<hex>" is
+printed at start (and shown by GET /v1/version); clients pin it with
+--tls-fingerprint or BERTH_TLS_FINGERPRINT. Plain HTTP is served only on
+--insecure-listen ADDR, meant for loopback.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(logLevel, logFormat)
@@ -74,7 +81,11 @@ yet is never purged. --retention 0 keeps them for ever.`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/berth", "directory for all of berth's state")
 	f.StringVar(&cfg.Socket, "socket", "/run/berth/berth.sock", "unix socket to serve the API on")
-	f.StringVar(&cfg.Listen, "listen", "", "also serve the API on this TCP `ADDR` (every request needs an API key)")
+	f.StringVar(&cfg.Listen, "listen", "", "also serve the API over TLS on this TCP `ADDR` (every request needs an API key; the certificate's fingerprint is printed at start)")
+	f.StringVar(&cfg.TLSCert, "tls-cert", "", "certificate `FILE` (PEM) of --listen, with --tls-key (default: a self-signed one kept in <data-dir>/tls)")
+	f.StringVar(&cfg.TLSKey, "tls-key", "", "private key `FILE` (PEM) of --tls-cert")
+	f.StringSliceVar(&cfg.TLSSANs, "tls-san", nil, "extra DNS `NAME` or IP of the self-signed certificate (repeatable; made once, at the first start)")
+	f.StringVar(&cfg.InsecureListen, "insecure-listen", "", "also serve the API as plain HTTP on this TCP `ADDR` (loopback and tests; every request needs an API key)")
 	f.StringVar(&cfg.Store, "store", "", "store `URL`: empty or sqlite for the embedded SQLite database in the data dir")
 	f.StringVar(&cfg.Runtime, "runtime", "runc", "default runtime class for sandboxes that name none: runc or runsc")
 	f.StringVar(&cfg.RuncPath, "runc", "runc", "runc binary (`PATH` or name looked up in $PATH)")

@@ -13,7 +13,17 @@ import (
 type Config struct {
 	DataDir string // default /var/lib/berth
 	Socket  string // unix socket path, default /run/berth/berth.sock
-	Listen  string // optional TCP address; every request there needs an API key
+	// Listen is an optional TCP address served over TLS; every request
+	// there needs an API key. The certificate is TLSCert/TLSKey, else a
+	// self-signed one kept in <DataDir>/tls (its SANs: localhost,
+	// 127.0.0.1, ::1, the host name and TLSSANs).
+	Listen  string
+	TLSCert string
+	TLSKey  string
+	TLSSANs []string
+	// InsecureListen is an optional TCP address served as plain HTTP
+	// (loopback and tests; a warning when it is not loopback).
+	InsecureListen string
 	Store   string // "" or "sqlite" = embedded SQLite in DataDir
 	Runtime string // runtime class: "runc" (default)
 	// RuncPath is the runc binary; default "runc" from PATH.

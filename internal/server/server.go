@@ -50,6 +50,9 @@ type Server struct {
 	// MaxHeaderBytes is the http.Server's limit, quoted in the 431 answer
 	// (0: DefaultMaxHeaderBytes).
 	MaxHeaderBytes int
+	// TLSFingerprint is the pin of the TLS listener's certificate, shown
+	// in GET /v1/version.
+	TLSFingerprint string
 	m              *manager.Manager
 	authn          *auth.Authenticator
 	log            *slog.Logger
@@ -179,7 +182,8 @@ func writeError(w http.ResponseWriter, err error) {
 }
 
 func (s *Server) version(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, 200, api.Version{Version: Version, Go: goVersion(), Runtime: strings.Join(s.m.RuntimeNames(), ",")})
+	writeJSON(w, 200, api.Version{Version: Version, Go: goVersion(), Runtime: strings.Join(s.m.RuntimeNames(), ","),
+		TLSFingerprint: s.TLSFingerprint})
 }
 
 // toAPI converts a sandbox record to its API form.
