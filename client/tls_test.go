@@ -10,8 +10,10 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func tlsServer(t *testing.T) (*httptest.Server, string) {
@@ -112,6 +114,29 @@ func FuzzParseFingerprint(f *testing.F) {
 		}
 		if !strings.EqualFold(strings.ReplaceAll(s, ":", ""), strings.ReplaceAll(canon, ":", "")) {
 			t.Fatalf("%q accepted as %s", s, canon)
+		}
+	})
+}
+
+// FuzzParseRetryAfter: accepted values are whole seconds within a day and
+// are exactly the digits given.
+func FuzzParseRetryAfter(f *testing.F) {
+	for _, s := range []string{"1", "0", " 30 ", "86400", "86401", "-1", "+1", "1.5", "Wed, 21 Oct 2015 07:28:00 GMT", "999999", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, ok := ParseRetryAfter(s)
+		if !ok {
+			if d != 0 {
+				t.Fatalf("%q refused with %v", s, d)
+			}
+			return
+		}
+		if d < 0 || d > maxRetryAfter || d%time.Second != 0 {
+			t.Fatalf("%q accepted as %v", s, d)
+		}
+		if got := strings.TrimLeft(strings.TrimSpace(s), "0"); got != strings.TrimLeft(strconv.FormatInt(int64(d/time.Second), 10), "0") {
+			t.Fatalf("%q accepted as %v", s, d)
 		}
 	})
 }
