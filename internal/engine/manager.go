@@ -59,6 +59,9 @@ type Config struct {
 	// Webhooks are the configured webhook URLs: the purge keeps every
 	// event one of them has not handled (events are their outbox).
 	Webhooks []string
+	// DefaultQuota applies to every named tenant without a quota of its
+	// own (zero: unlimited).
+	DefaultQuota store.TenantQuota
 }
 
 // DefaultRecordRetention is how long tombstones and their records are kept
@@ -79,6 +82,7 @@ type Engine struct {
 	log    *slog.Logger
 
 	live     liveSet // one live object per sandbox (live.go)
+	quota    quotas  // per-tenant admission (quota.go)
 	features Features
 
 	// asyncEvents carries events recorded off the request path (exec).
