@@ -88,7 +88,7 @@ The CLI talks to the daemon over its unix socket, or over HTTP(S) with an API ke
 		c.GroupID = "sandbox"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{newServeCmd(), newTemplateCmd(g), newApplyCmd(g), newPoolCmd(g), newDoctorCmd(g), newVersionCmd(g), newBenchCmd(), newSelftestCmd(g)} {
+	for _, c := range []*cobra.Command{newServeCmd(), newTemplateCmd(g), newApplyCmd(g), newPoolCmd(g), newDoctorCmd(g), newVersionCmd(g), newBenchCmd(), newSelftestCmd(g), newQuotaCmd(g)} {
 		c.GroupID = "admin"
 		root.AddCommand(c)
 	}

@@ -201,7 +201,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		DefaultTimeout:  cfg.DefaultTimeout, DiskDefault: cfg.DiskDefault,
 		DefaultPolicy: sandbox.Policy{IdleTimeout: cfg.DefaultIdleTimeout, OnIdle: sandbox.Action(cfg.DefaultOnIdle),
 			MaxAge: cfg.DefaultMaxAge, Retention: cfg.DefaultRetention},
-		Retention: cfg.Retention,
+		Retention: cfg.Retention, DefaultQuota: cfg.DefaultQuota,
 	}
 	if mcfg.Node == "" {
 		mcfg.Node = local.InstanceName(cfg.DataDir)
@@ -239,6 +239,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	d.Server.Domain = strings.ToLower(strings.TrimSuffix(cfg.Domain, "."))
 	d.Server.BodyTimeout, d.Server.WriteTimeout = cfg.BodyTimeout, cfg.WriteTimeout
 	d.Server.MaxHeaderBytes = server.DefaultMaxHeaderBytes
+	d.Server.KeyRate = server.KeyRate{Rate: cfg.KeyRate, Burst: cfg.KeyBurst}
 	if cfg.Listen != "" {
 		cert, err := loadTLS(&cfg)
 		if err != nil {

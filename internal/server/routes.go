@@ -139,6 +139,10 @@ func (s *Server) routeTable() []Route {
 				s.proxy(w, r, r.PathValue("id"), r.PathValue("port"), r.URL.Path)
 			})},
 
+		// Quotas (quota.go): per-tenant limits, host admin only.
+		{Pattern: "GET /v1/tenants/{tenant}/quota", Rule: need(admin), h: hf(s.getQuota)},
+		{Pattern: "PUT /v1/tenants/{tenant}/quota", Rule: need(admin), h: hf(s.putQuota)},
+
 		// Anything else: a 404, for callers with a credential.
 		{Pattern: "/", Rule: need(read), h: hf(func(w http.ResponseWriter, r *http.Request) {
 			writeError(w, errdefs.NotFound("no route %s %s", r.Method, r.URL.Path))
@@ -230,6 +234,10 @@ func (s *Server) guard(rt Route) http.Handler {
 				// and the connection back: no keep-alive to hold.
 				w.Header().Set("Connection", "close")
 			}
+			writeError(w, err)
+			return
+		}
+		if err := s.rateLimit(r.Context(), p); err != nil { // ratelimit.go
 			writeError(w, err)
 			return
 		}

@@ -53,11 +53,15 @@ type Server struct {
 	// TLSFingerprint is the pin of the TLS listener's certificate, shown
 	// in GET /v1/version.
 	TLSFingerprint string
-	m              *manager.Manager
-	authn          *auth.Authenticator
-	log            *slog.Logger
-	mux            *http.ServeMux
-	metrics        *metrics
+	// KeyRate is the default request rate of each API key (ratelimit.go);
+	// a tenant's quota key_rate overrides it.
+	KeyRate  KeyRate
+	keyRates keyRates
+	m        *manager.Manager
+	authn    *auth.Authenticator
+	log      *slog.Logger
+	mux      *http.ServeMux
+	metrics  *metrics
 	// table is the mounted route table; hostRoute its host-routed proxy.
 	table     []Route
 	hostRoute Route
