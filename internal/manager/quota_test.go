@@ -201,3 +201,52 @@ func TestQuotaDefault(t *testing.T) {
 		t.Fatalf("unlimited row: %v", err)
 	}
 }
+
+// TestQuotaPoolClaim: a warm-pool claim counts against the claimant's
+// quota; over it the member stays in the pool, frozen and unowned, and
+// pool members never count against a tenant.
+func TestQuotaPoolClaim(t *testing.T) {
+	e := newEnv(t)
+	_, err := e.m.SetPool(e.ctx, "base", 2)
+	must(t, err)
+	m1 := e.waitPoolMember()
+	m2 := e.waitPoolMember(m1.ID)
+	e.setQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 1})
+	sb, err := e.createAs("acme", manager.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.ID != m1.ID && sb.ID != m2.ID {
+		t.Fatalf("the create did not claim a member (%s)", sb.ID)
+	}
+	_, err = e.createAs("acme", manager.CreateRequest{})
+	wantQuotaErr(t, err, "tenant acme: 1 of 1 concurrent sandboxes in use")
+	other := m1
+	if sb.ID == m1.ID {
+		other = m2
+	}
+	if got := e.get(other.ID); got.Spec.Pool != "base" || got.Tenant != "" || got.State != sandbox.StatePaused {
+		t.Fatalf("the refused claim touched member %s: pool %q tenant %q %s", other.ID, got.Spec.Pool, got.Tenant, got.State)
+	}
+	if u, err := e.m.TenantUsage(e.ctx, "acme", ""); err != nil || u.Sandboxes != 1 {
+		t.Fatalf("usage %+v %v", u, err)
+	}
+}
+
+// TestQuotaFork: forks are admitted like creates.
+func TestQuotaFork(t *testing.T) {
+	e := newEnv(t)
+	e.setQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 2})
+	parent, err := e.createAs("acme", manager.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.m.Fork(e.ctx, parent.ID, &manager.ForkRequest{Count: 1}, "test"); err != nil {
+		t.Fatalf("a fork within the quota: %v", err)
+	}
+	_, _, err = e.m.Fork(e.ctx, parent.ID, &manager.ForkRequest{Count: 1}, "test")
+	wantQuotaErr(t, err, "tenant acme: 2 of 2 concurrent sandboxes in use")
+	if live, _ := e.liveOf("acme"); live != 2 {
+		t.Fatalf("%d live after a refused fork, want 2", live)
+	}
+}
