@@ -164,24 +164,38 @@ func (m *Engine) admitQuota(ctx context.Context, sb *sandbox.Sandbox, write func
 	if sb.Spec.Pool != "" {
 		return write()
 	}
-	q, err := m.Quota(ctx, sb.Tenant)
+	return m.admitNeed(ctx, sb.Tenant, sb.ID, m.need(&sb.Spec), true, write)
+}
+
+// AdmitVolume runs write (the record of a new named volume of size bytes)
+// only when it fits in the tenant's storage quota, under its lock.
+func (m *Engine) AdmitVolume(ctx context.Context, tenant string, size int64, write func() error) error {
+	return m.admitNeed(ctx, tenant, "", Usage{Storage: size}, false, write)
+}
+
+// admitNeed is the admission of n more for tenant (skip: a record left
+// out of the count); rated: it is a sandbox create, under the create rate.
+// Only the limits n adds to are checked, so a volume is not refused for a
+// sandbox count over a lowered limit.
+func (m *Engine) admitNeed(ctx context.Context, tenant, skip string, n Usage, rated bool, write func() error) error {
+	q, err := m.Quota(ctx, tenant)
 	if err != nil {
 		return err
 	}
-	if q.MaxSandboxes == 0 && q.MaxCPUMillis == 0 && q.MaxMemory == 0 && q.MaxStorage == 0 && q.CreateRate == 0 {
-		return write() // no create limit at all
+	if q.MaxSandboxes == 0 && q.MaxCPUMillis == 0 && q.MaxMemory == 0 && q.MaxStorage == 0 && (q.CreateRate == 0 || !rated) {
+		return write() // no limit applies
 	}
-	l := m.quota.lock(sb.Tenant)
+	l := m.quota.lock(tenant)
 	l.Lock()
 	defer l.Unlock()
-	name := sb.Tenant
+	name := tenant
 	if name == "" {
 		name = "(host admin)"
 	}
 	var res *rate.Reservation
-	if q.CreateRate > 0 {
+	if rated && q.CreateRate > 0 {
 		now := time.Now()
-		res = m.quota.createLimiter(sb.Tenant, q.CreateRate, CreateBurst(q)).ReserveN(now, 1)
+		res = m.quota.createLimiter(tenant, q.CreateRate, CreateBurst(q)).ReserveN(now, 1)
 		if d := res.DelayFrom(now); !res.OK() || d > 0 {
 			res.CancelAt(now)
 			return errdefs.QuotaExceeded(d, "tenant %s: create rate of %d a minute (burst %d) exceeded; retry in %s",
@@ -194,23 +208,26 @@ func (m *Engine) admitQuota(ctx context.Context, sb *sandbox.Sandbox, write func
 		}
 		return err
 	}
-	u, err := m.TenantUsage(ctx, sb.Tenant, sb.ID)
+	u, err := m.TenantUsage(ctx, tenant, skip)
 	if err != nil {
 		return refuse(err)
 	}
-	n := m.need(&sb.Spec)
+	what := "this sandbox"
+	if n.Sandboxes == 0 {
+		what = "this volume"
+	}
 	switch {
-	case q.MaxSandboxes > 0 && u.Sandboxes+n.Sandboxes > q.MaxSandboxes:
+	case n.Sandboxes > 0 && q.MaxSandboxes > 0 && u.Sandboxes+n.Sandboxes > q.MaxSandboxes:
 		return refuse(errdefs.QuotaExceeded(QuotaRetryAfter, "tenant %s: %d of %d concurrent sandboxes in use", name, u.Sandboxes, q.MaxSandboxes))
-	case q.MaxCPUMillis > 0 && u.CPUMillis+n.CPUMillis > q.MaxCPUMillis:
+	case n.CPUMillis > 0 && q.MaxCPUMillis > 0 && u.CPUMillis+n.CPUMillis > q.MaxCPUMillis:
 		return refuse(errdefs.QuotaExceeded(QuotaRetryAfter, "tenant %s: %s of %s CPUs in use, this sandbox asks %s",
 			name, cpus(u.CPUMillis), cpus(q.MaxCPUMillis), cpus(n.CPUMillis)))
-	case q.MaxMemory > 0 && u.Memory+n.Memory > q.MaxMemory:
+	case n.Memory > 0 && q.MaxMemory > 0 && u.Memory+n.Memory > q.MaxMemory:
 		return refuse(errdefs.QuotaExceeded(QuotaRetryAfter, "tenant %s: %s of %s memory in use, this sandbox asks %s",
 			name, humanBytes(u.Memory), humanBytes(q.MaxMemory), humanBytes(n.Memory)))
-	case q.MaxStorage > 0 && u.Storage+n.Storage > q.MaxStorage:
-		return refuse(errdefs.QuotaExceeded(QuotaRetryAfter, "tenant %s: %s of %s storage reserved, this sandbox asks %s",
-			name, humanBytes(u.Storage), humanBytes(q.MaxStorage), humanBytes(n.Storage)))
+	case n.Storage > 0 && q.MaxStorage > 0 && u.Storage+n.Storage > q.MaxStorage:
+		return refuse(errdefs.QuotaExceeded(QuotaRetryAfter, "tenant %s: %s of %s storage reserved, %s asks %s",
+			name, humanBytes(u.Storage), humanBytes(q.MaxStorage), what, humanBytes(n.Storage)))
 	}
 	if err := write(); err != nil {
 		return refuse(err)

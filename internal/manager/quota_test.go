@@ -250,3 +250,21 @@ func TestQuotaFork(t *testing.T) {
 		t.Fatalf("%d live after a refused fork, want 2", live)
 	}
 }
+
+// TestQuotaVolumes: named volumes count against the storage quota and are
+// refused past it, with nothing recorded; sandboxes then see them counted.
+func TestQuotaVolumes(t *testing.T) {
+	e := newEnv(t)
+	e.setQuota(store.TenantQuota{Tenant: "acme", MaxStorage: 3 << 30})
+	if _, err := e.m.CreateVolume(e.ctx, &manager.VolumeCreate{Name: "v1", SizeBytes: 2 << 30}, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.m.CreateVolume(e.ctx, &manager.VolumeCreate{Name: "v2", SizeBytes: 2 << 30}, "acme")
+	wantQuotaErr(t, err, "tenant acme: 2.0 GiB of 3.0 GiB storage reserved, this volume asks 2.0 GiB")
+	vols, _, err := e.st.ListVolumes(e.ctx, store.VolumeFilter{Owner: store.OwnedBy("acme"), IncludeDeleted: true}, store.Page{})
+	if err != nil || len(vols) != 1 {
+		t.Fatalf("volumes after a refusal: %d %v", len(vols), err)
+	}
+	_, err = e.createAs("acme", manager.CreateRequest{Resources: sandbox.Resources{CPUs: 0.1, MemoryBytes: 64 << 20, Pids: 64, DiskBytes: 2 << 30}})
+	wantQuotaErr(t, err, "storage reserved")
+}
