@@ -6,6 +6,8 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -176,4 +178,69 @@ func makeCA(t *testing.T, dir string) (certFile, keyFile, caFile string) {
 		}
 	}
 	return certFile, keyFile, caFile
+}
+
+// TestTLSListenerEdge: the TLS listener keeps the edge's guards: the
+// per-client connection cap (the next connection is closed at accept, its
+// handshake fails) and the header deadline (a client that never sends its
+// ClientHello is cut off at --http-read-header-timeout).
+func TestTLSListenerEdge(t *testing.T) {
+	addr := freeAddr(t)
+	d := startDaemonWith(t, "--listen", addr, "--max-conns-per-client", "2", "--http-read-header-timeout", "1s")
+	fp := printedFingerprint(t, d)
+	pin, err := client.ParseFingerprint(fp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &tls.Config{InsecureSkipVerify: true, VerifyConnection: func(cs tls.ConnectionState) error {
+		if sha256.Sum256(cs.PeerCertificates[0].Raw) != pin {
+			return errors.New("not the daemon's certificate")
+		}
+		return nil
+	}}
+	var open []*tls.Conn
+	defer func() {
+		for _, c := range open {
+			c.Close()
+		}
+	}()
+	for i := 0; i < 2; i++ {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg)
+		if err != nil {
+			t.Fatalf("connection %d within the cap: %v", i, err)
+		}
+		open = append(open, c)
+	}
+	if c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg); err == nil {
+		c.Close()
+		t.Fatal("a third connection from one client passed a cap of 2")
+	}
+	for _, c := range open {
+		c.Close()
+	}
+	open = nil
+	// The header deadline: a silent TCP connection is closed within it.
+	var raw net.Conn
+	for i := 0; ; i++ { // the closed ones may take a moment to be released
+		raw, err = net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw.SetReadDeadline(time.Now().Add(10 * time.Second))
+		start := time.Now()
+		_, err = raw.Read(make([]byte, 1))
+		took := time.Since(start)
+		raw.Close()
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatal("a silent connection outlived the header deadline by 9s")
+		}
+		if took >= 500*time.Millisecond || i == 5 {
+			if took < 500*time.Millisecond || took > 5*time.Second {
+				t.Fatalf("a silent connection was closed after %v, want about 1s", took)
+			}
+			break
+		}
+		time.Sleep(200 * time.Millisecond) // closed at once: still counted against the cap
+	}
 }
