@@ -86,7 +86,7 @@ func (s *Server) rateFor(ctx context.Context, p auth.Principal) (KeyRate, error)
 // meanwhile). Only API keys are limited: the unix socket's admin and
 // lease tokens (one sandbox's own calls) are not.
 func (s *Server) rateLimit(ctx context.Context, p auth.Principal) error {
-	if p.KeyID == "" {
+	if p.KeyID == "" || s.m == nil { // s.m is nil only in the route-table tests
 		return nil
 	}
 	kr, err := s.rateFor(ctx, p)
