@@ -95,7 +95,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		ImportTemplateRequest{}, BuildTemplateRequest{}, BuildEvent{}, Event{}, DoctorFinding{},
 		DoctorReport{}, Version{}, Policy{}, VolumeMount{}, Volume{}, CreateVolumeRequest{}, DiffEntry{},
 		ForkRequest{}, ForkResponse{}, Lineage{}, Snapshot{}, CreateSnapshotRequest{}, ExportRequest{},
-		CopyRequest{}, PoolRequest{}, Pool{}, ApplyRequest{}, Disk{},
+		CopyRequest{}, PoolRequest{}, Pool{}, ApplyRequest{}, Disk{}, Quota{}, QuotaRequest{}, QuotaUsage{},
 	}
 	for _, v := range types {
 		rt := reflect.TypeOf(v)

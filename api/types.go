@@ -387,6 +387,8 @@ type Version struct {
 	Commit  string `json:"commit,omitempty"`
 	Go      string `json:"go"`
 	Runtime string `json:"runtime"`
+	// TLSFingerprint is "sha256:<hex>" of the --listen certificate.
+	TLSFingerprint string `json:"tls_fingerprint,omitempty"`
 }
 
 // BuildEvent is one line of the NDJSON stream POST /v1/templates/build

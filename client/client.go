@@ -40,6 +40,10 @@ type Client struct {
 	apiKey    string
 	userAgent string
 	hc        *http.Client
+	// TLS options (tls.go), applied to the client's own transport.
+	tlsPin    string
+	tlsPinSet bool
+	tlsCA     string
 }
 
 // Option configures a Client.
@@ -103,6 +107,19 @@ func New(host, apiKey string, opts ...Option) (*Client, error) {
 	c.hc = &http.Client{Transport: tr}
 	for _, o := range opts {
 		o(c)
+	}
+	tc, err := c.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
+		if u.Scheme != "https" {
+			return nil, fmt.Errorf("invalid host %q: a TLS fingerprint or CA needs an https:// host", host)
+		}
+		if c.hc.Transport != tr {
+			return nil, errors.New("WithTLSFingerprint and WithTLSCAFile configure the client's own transport, not one given with WithHTTPClient")
+		}
+		tr.TLSClientConfig = tc
 	}
 	return c, nil
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/berth-sh/berth/api"
 )
@@ -20,9 +21,49 @@ type Error struct {
 	// the response header): quote it when reporting a 5xx, whose cause
 	// the daemon logged under it.
 	RequestID string
+	// RetryAfter is the answer's Retry-After (429 quota_exceeded and
+	// rate_limited): waiting that long, the same request may succeed.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return e.Message }
+
+// IsQuotaExceeded reports whether err is a 429 naming a tenant's limit.
+func IsQuotaExceeded(err error) bool { return hasCode(err, "quota_exceeded") }
+
+// IsRateLimited reports whether err is a 429 for a key's request rate.
+func IsRateLimited(err error) bool { return hasCode(err, "rate_limited") }
+
+func hasCode(err error, code string) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
+}
+
+// maxRetryAfter bounds what ParseRetryAfter accepts (a day).
+const maxRetryAfter = 24 * time.Hour
+
+// ParseRetryAfter reads a Retry-After header in its delay-seconds form
+// (1*DIGIT); anything else (an HTTP date, a sign, spaces inside, more than
+// a day) is ignored: false.
+func ParseRetryAfter(v string) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" || len(v) > 6 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	d := time.Duration(n) * time.Second
+	if d > maxRetryAfter {
+		return 0, false
+	}
+	return d, true
+}
 
 // IsNotFound reports whether err is an API error saying the object does not
 // exist (or is not the caller's).
@@ -67,6 +108,9 @@ var codes = map[int]string{
 // decodeError turns a non-2xx response into an *Error.
 func decodeError(resp *http.Response) error {
 	e := &Error{Status: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id")}
+	if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After")); ok {
+		e.RetryAfter = d
+	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var eb api.ErrorBody
 	if json.Unmarshal(body, &eb) == nil && (eb.Error.Code != "" || eb.Error.Message != "") {

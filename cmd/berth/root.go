@@ -17,6 +17,9 @@ import (
 type globals struct {
 	host   string
 	apiKey string
+	// TLS of an https:// host: a pinned certificate fingerprint or a CA file.
+	tlsFingerprint string
+	tlsCA          string
 }
 
 // client connects to the daemon named by --host, then BERTH_HOST, then the
@@ -30,7 +33,18 @@ func (g *globals) client() (*client.Client, error) {
 	if key == "" {
 		key = os.Getenv("BERTH_API_KEY")
 	}
-	return client.New(host, key, client.WithUserAgent("berth-cli/"+version))
+	opts := []client.Option{client.WithUserAgent("berth-cli/" + version)}
+	fp := g.tlsFingerprint
+	if fp == "" {
+		fp = os.Getenv(client.TLSFingerprintEnv)
+	}
+	if fp != "" {
+		opts = append(opts, client.WithTLSFingerprint(fp))
+	}
+	if g.tlsCA != "" {
+		opts = append(opts, client.WithTLSCAFile(g.tlsCA))
+	}
+	return client.New(host, key, opts...)
 }
 
 func newRootCmd() *cobra.Command {
@@ -51,6 +65,8 @@ The CLI talks to the daemon over its unix socket, or over HTTP(S) with an API ke
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.host, "host", "", "daemon address: unix:///path.sock or http(s)://host:port (env BERTH_HOST; default "+client.DefaultHost+")")
 	pf.StringVar(&g.apiKey, "api-key", "", "API key for a TCP daemon (env BERTH_API_KEY)")
+	pf.StringVar(&g.tlsFingerprint, "tls-fingerprint", "", "pin the https:// daemon's certificate: sha256:<hex> as `berth serve` prints it (env "+client.TLSFingerprintEnv+")")
+	pf.StringVar(&g.tlsCA, "tls-ca", "", "verify the https:// daemon's certificate against this CA `FILE` (PEM)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())
 	})
@@ -73,7 +89,7 @@ The CLI talks to the daemon over its unix socket, or over HTTP(S) with an API ke
 		root.AddCommand(c)
 	}
 	for _, c := range []*cobra.Command{newServeCmd(), newTemplateCmd(g), newApplyCmd(g), newPoolCmd(g), newDoctorCmd(g), newAuditCmd(g), newVersionCmd(g), newBenchCmd(), newSelftestCmd(g),
-		newTenantCmd(g), newKeyCmd(g)} {
+		newTenantCmd(g), newKeyCmd(g), newQuotaCmd(g)} {
 		c.GroupID = "admin"
 		root.AddCommand(c)
 	}

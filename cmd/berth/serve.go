@@ -32,6 +32,9 @@ func newServeCmdWith(run func(context.Context, daemon.Config) error) *cobra.Comm
 	diskDefault := sizeValue(manager.DefaultDiskBytes)
 	var lowWater, poolSize sizeValue
 	retention := durationValue(manager.DefaultRecordRetention)
+	var rateLimit, defCreateRate string
+	var defMemory, defStorage sizeValue
+	var defCPUs float64
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the berth daemon",
@@ -46,7 +49,14 @@ and retried with backoff; each delivery is recorded.
 Deleted sandboxes and volumes stay as tombstones, with their events, flows
 and webhook delivery records, for --retention (default 7d); then the
 reconciler purges them in small batches. An event the webhook has not handled
-yet is never purged. --retention 0 keeps them for ever.`,
+yet is never purged. --retention 0 keeps them for ever.
+
+--listen ADDR serves the API over TLS (1.2 or later): with --tls-cert and
+--tls-key, else with a self-signed ECDSA certificate made at the first start
+in <data-dir>/tls and reused afterwards. "TLS fingerprint: sha256:<hex>" is
+printed at start (and shown by GET /v1/version); clients pin it with
+--tls-fingerprint or BERTH_TLS_FINGERPRINT. Plain HTTP is served only on
+--insecure-listen ADDR, meant for loopback.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(logLevel, logFormat)
@@ -65,6 +75,9 @@ yet is never purged. --retention 0 keeps them for ever.`,
 			if cfg.DiskDefault = int64(diskDefault); cfg.DiskDefault == 0 {
 				cfg.DiskDefault = -1 // none
 			}
+			if err := quotaFlags(&cfg, rateLimit, defCreateRate, defCPUs, int64(defMemory), int64(defStorage)); err != nil {
+				return err
+			}
 			server.Version = version
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -74,7 +87,11 @@ yet is never purged. --retention 0 keeps them for ever.`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/berth", "directory for all of berth's state")
 	f.StringVar(&cfg.Socket, "socket", "/run/berth/berth.sock", "unix socket to serve the API on")
-	f.StringVar(&cfg.Listen, "listen", "", "also serve the API on this TCP `ADDR` (every request needs an API key)")
+	f.StringVar(&cfg.Listen, "listen", "", "also serve the API over TLS on this TCP `ADDR` (every request needs an API key; the certificate's fingerprint is printed at start)")
+	f.StringVar(&cfg.TLSCert, "tls-cert", "", "certificate `FILE` (PEM) of --listen, with --tls-key (default: a self-signed one kept in <data-dir>/tls)")
+	f.StringVar(&cfg.TLSKey, "tls-key", "", "private key `FILE` (PEM) of --tls-cert")
+	f.StringSliceVar(&cfg.TLSSANs, "tls-san", nil, "extra DNS `NAME` or IP of the self-signed certificate (repeatable; made once, at the first start)")
+	f.StringVar(&cfg.InsecureListen, "insecure-listen", "", "also serve the API as plain HTTP on this TCP `ADDR` (loopback and tests; every request needs an API key)")
 	f.StringVar(&cfg.Store, "store", "", "store `URL`: empty or sqlite for the embedded SQLite database in the data dir")
 	f.StringVar(&cfg.Runtime, "runtime", "runc", "default runtime class for sandboxes that name none: runc or runsc")
 	f.StringVar(&cfg.RuncPath, "runc", "runc", "runc binary (`PATH` or name looked up in $PATH)")
@@ -100,6 +117,12 @@ yet is never purged. --retention 0 keeps them for ever.`,
 	f.DurationVar(&cfg.BodyTimeout, "http-body-timeout", daemon.DefaultBodyTimeout, "time to send a request body on non-streaming routes")
 	f.DurationVar(&cfg.WriteTimeout, "http-write-timeout", daemon.DefaultWriteTimeout, "time to answer a request on non-streaming routes (exec, files, builds and the port proxy are not bounded)")
 	f.IntVar(&cfg.MaxConnsPerClient, "max-conns-per-client", daemon.DefaultMaxConnsPerClient, "TCP connections one client IP may hold open; more are closed at accept (-1: no cap)")
+	f.StringVar(&rateLimit, "rate-limit", "", "default request rate of each API key, N/s or N/s,BURST (default: none; a tenant's quota key rate overrides)")
+	f.Int64Var(&cfg.DefaultQuota.MaxSandboxes, "default-quota-sandboxes", 0, "live sandboxes at once of each tenant without a quota of its own (0: unlimited)")
+	f.Float64Var(&defCPUs, "default-quota-cpus", 0, "CPUs of each tenant without a quota of its own (0: unlimited)")
+	f.Var(&defMemory, "default-quota-memory", "memory of each tenant without a quota of its own (0: unlimited)")
+	f.Var(&defStorage, "default-quota-storage", "storage (disk caps and volume sizes) of each tenant without a quota of its own (0: unlimited)")
+	f.StringVar(&defCreateRate, "default-quota-create-rate", "", "creates a minute of each tenant without a quota of its own, N/m or N/m,BURST")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	return cmd
@@ -137,4 +160,37 @@ func newLogger(level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
 	}
 	return nil, fmt.Errorf("invalid --log-format %q: want text or json", format)
+}
+
+// quotaFlags maps --rate-limit and --default-quota-* onto cfg.
+func quotaFlags(cfg *daemon.Config, rateLimit, createRate string, cpus float64, memory, storage int64) error {
+	if rateLimit != "" {
+		n, per, b, err := parseRate(rateLimit)
+		if err != nil {
+			return fmt.Errorf("--rate-limit: %w", err)
+		}
+		if n != 0 && per != time.Second {
+			return fmt.Errorf("--rate-limit %q: give it a second, N/s", rateLimit)
+		}
+		cfg.KeyRate, cfg.KeyBurst = float64(n), int(max(b, 1, n))
+		if b > 0 {
+			cfg.KeyBurst = int(b)
+		}
+	}
+	if createRate != "" {
+		n, per, b, err := parseRate(createRate)
+		if err != nil {
+			return fmt.Errorf("--default-quota-create-rate: %w", err)
+		}
+		if n != 0 && per != time.Minute {
+			return fmt.Errorf("--default-quota-create-rate %q: give it a minute, N/m", createRate)
+		}
+		cfg.DefaultQuota.CreateRate, cfg.DefaultQuota.CreateBurst = n, b
+	}
+	if cpus < 0 || cpus > 1<<40 || cfg.DefaultQuota.MaxSandboxes < 0 {
+		return fmt.Errorf("--default-quota-cpus and --default-quota-sandboxes must not be negative")
+	}
+	cfg.DefaultQuota.MaxCPUMillis = int64(cpus * 1000)
+	cfg.DefaultQuota.MaxMemory, cfg.DefaultQuota.MaxStorage = memory, storage
+	return nil
 }

@@ -61,6 +61,9 @@ func newVersionCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(w, "Client: %s (%s)\n", rep.Client.Version, rep.Client.Go)
 			if sv != nil {
 				fmt.Fprintf(w, "Server: %s (%s, runtime %s)\n", sv.Version, sv.Go, orDash(sv.Runtime))
+				if sv.TLSFingerprint != "" {
+					fmt.Fprintf(w, "TLS fingerprint: %s\n", sv.TLSFingerprint)
+				}
 			}
 		}
 		// The client half is still useful when the daemon is down, but the

@@ -6,6 +6,8 @@ package daemon
 import (
 	"log/slog"
 	"time"
+
+	"github.com/berth-sh/berth/internal/store"
 )
 
 // Config is the daemon's whole configuration; flags and environment are
@@ -13,9 +15,19 @@ import (
 type Config struct {
 	DataDir string // default /var/lib/berth
 	Socket  string // unix socket path, default /run/berth/berth.sock
-	Listen  string // optional TCP address; every request there needs an API key
-	Store   string // "" or "sqlite" = embedded SQLite in DataDir
-	Runtime string // runtime class: "runc" (default)
+	// Listen is an optional TCP address served over TLS; every request
+	// there needs an API key. The certificate is TLSCert/TLSKey, else a
+	// self-signed one kept in <DataDir>/tls (its SANs: localhost,
+	// 127.0.0.1, ::1, the host name and TLSSANs).
+	Listen  string
+	TLSCert string
+	TLSKey  string
+	TLSSANs []string
+	// InsecureListen is an optional TCP address served as plain HTTP
+	// (loopback and tests; a warning when it is not loopback).
+	InsecureListen string
+	Store          string // "" or "sqlite" = embedded SQLite in DataDir
+	Runtime        string // runtime class: "runc" (default)
 	// RuncPath is the runc binary; default "runc" from PATH.
 	RuncPath string
 	// RunscPath is gVisor's runsc binary; default "runsc" from PATH.
@@ -77,6 +89,13 @@ type Config struct {
 	// MaxConnsPerClient caps the TCP connections open at once from one
 	// client IP; more are closed at accept. 0: the default; negative: no cap.
 	MaxConnsPerClient int
+	// KeyRate and KeyBurst are each API key's default request rate (per
+	// second) and burst; 0: no limit. A tenant's quota key_rate overrides.
+	KeyRate  float64
+	KeyBurst int
+	// DefaultQuota applies to every named tenant without a quota of its
+	// own (zero fields: unlimited).
+	DefaultQuota store.TenantQuota
 }
 
 // Defaults of the HTTP edge.

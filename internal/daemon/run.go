@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -46,6 +47,10 @@ type Daemon struct {
 	webhook *webhook.Deliverer
 	servers []*http.Server
 	lns     []net.Listener
+	tls     *tls.Config // of the --listen listener
+	// TLSFingerprint is the pin of the --listen certificate (empty
+	// without --listen).
+	TLSFingerprint string
 }
 
 func (c *Config) setDefaults() error {
@@ -197,7 +202,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		DefaultTimeout:  cfg.DefaultTimeout, DiskDefault: cfg.DiskDefault,
 		DefaultPolicy: sandbox.Policy{IdleTimeout: cfg.DefaultIdleTimeout, OnIdle: sandbox.Action(cfg.DefaultOnIdle),
 			MaxAge: cfg.DefaultMaxAge, Retention: cfg.DefaultRetention},
-		Retention: cfg.Retention,
+		Retention: cfg.Retention, DefaultQuota: cfg.DefaultQuota,
 	}
 	if mcfg.Node == "" {
 		mcfg.Node = local.InstanceName(cfg.DataDir)
@@ -243,6 +248,16 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	d.Server.Domain = strings.ToLower(strings.TrimSuffix(cfg.Domain, "."))
 	d.Server.BodyTimeout, d.Server.WriteTimeout = cfg.BodyTimeout, cfg.WriteTimeout
 	d.Server.MaxHeaderBytes = server.DefaultMaxHeaderBytes
+	d.Server.KeyRate = server.KeyRate{Rate: cfg.KeyRate, Burst: cfg.KeyBurst}
+	if cfg.Listen != "" {
+		cert, err := loadTLS(&cfg)
+		if err != nil {
+			return nil, err
+		}
+		d.tls = tlsConfig(cert)
+		d.TLSFingerprint = Fingerprint(cert.Certificate[0])
+		d.Server.TLSFingerprint = d.TLSFingerprint
+	}
 	ok = true
 	return d, nil
 }
@@ -258,8 +273,24 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("listening on %s: %w", d.cfg.Listen, err)
 		}
-		d.addServer(tl, false)
-		log.Info("listening", "tcp", tl.Addr().String())
+		// TLS under the edge: the connection cap counts TCP connections
+		// at accept (the handshake is lazy, under the header deadline),
+		// and the rewrite of net/http's own answers sees plaintext.
+		d.addServer(tls.NewListener(tl, d.tls), false)
+		log.Info("listening", "tls", tl.Addr().String(), "fingerprint", d.TLSFingerprint)
+		fmt.Fprintf(os.Stderr, "TLS fingerprint: %s\n", d.TLSFingerprint)
+	}
+	if d.cfg.InsecureListen != "" {
+		pl, err := net.Listen("tcp", d.cfg.InsecureListen)
+		if err != nil {
+			return fmt.Errorf("listening on %s: %w", d.cfg.InsecureListen, err)
+		}
+		d.addServer(pl, false)
+		if isLoopback(d.cfg.InsecureListen) {
+			log.Info("listening", "http", pl.Addr().String())
+		} else {
+			log.Warn("serving plain HTTP on a non-loopback address: API keys cross the network in clear", "http", pl.Addr().String())
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(d.cfg.Socket), 0o755); err != nil {
 		return err
@@ -305,7 +336,8 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	return nil
 }
 
-// Addr returns the TCP address the daemon listens on, if any.
+// Addr returns the TCP address the daemon listens on, if any: the TLS
+// one (--listen) when there is one, else the plain one.
 func (d *Daemon) Addr() string {
 	for _, l := range d.lns {
 		if l.Addr().Network() == "tcp" {

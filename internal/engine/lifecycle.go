@@ -213,7 +213,7 @@ func (m *Engine) launch(ctx context.Context, sb *sandbox.Sandbox, actor string, 
 	}
 	created := &sandbox.Event{SandboxID: sb.ID, Time: m.now(), Type: "state", To: sandbox.StateCreating,
 		Actor: actor, Cause: sandbox.CauseUser, Reason: sb.Reason, Outcome: "ok"}
-	if err := m.store.CreateSandbox(ctx, sb, created); err != nil {
+	if err := m.admitQuota(ctx, sb, func() error { return m.store.CreateSandbox(ctx, sb, created) }); err != nil {
 		_ = m.releaseIDs(ctx, sb)
 		return err
 	}

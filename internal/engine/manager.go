@@ -65,6 +65,9 @@ type Config struct {
 	Webhooks []string
 	// Audit, if set, records the engine's system actions (audit.go).
 	Audit Auditor
+	// DefaultQuota applies to every named tenant without a quota of its
+	// own (zero: unlimited).
+	DefaultQuota store.TenantQuota
 }
 
 // DefaultRecordRetention is how long tombstones and their records are kept
@@ -85,6 +88,7 @@ type Engine struct {
 	log    *slog.Logger
 
 	live     liveSet // one live object per sandbox (live.go)
+	quota    quotas  // per-tenant admission (quota.go)
 	features Features
 
 	// asyncEvents carries events recorded off the request path (exec).

@@ -6,6 +6,7 @@ package errdefs
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Category errors. Wrap them with fmt.Errorf("...: %w", errdefs.ErrNotFound)
@@ -40,6 +41,9 @@ type Error struct {
 	// Reason, if set, is a finer sentinel within the category (ErrNameTaken)
 	// that callers match with errors.Is instead of reading Msg.
 	Reason error
+	// RetryAfter, when positive, is when the same request may succeed
+	// (the API's Retry-After header, in whole seconds rounded up).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -100,9 +104,43 @@ func Permission(format string, args ...any) error { return mk(ErrPermission, for
 // NotSupported reports a feature the chosen backend lacks (501).
 func NotSupported(format string, args ...any) error { return mk(ErrNotSupported, format, args...) }
 
+// Reasons within ErrExhausted (429) with their own stable codes.
+var (
+	// ErrQuota: a tenant's quota (sandboxes, CPUs, memory, storage or
+	// create rate) would be exceeded (429 quota_exceeded).
+	ErrQuota = errors.New("quota exceeded")
+	// ErrRateLimited: an API key sent requests faster than its rate
+	// (429 rate_limited).
+	ErrRateLimited = errors.New("rate limited")
+)
+
+// QuotaExceeded reports a tenant's limit (429 quota_exceeded); the message
+// names the limit, retryAfter (0: none known) says when to try again.
+func QuotaExceeded(retryAfter time.Duration, format string, args ...any) error {
+	return &Error{Category: ErrExhausted, Reason: ErrQuota, Msg: fmt.Sprintf(format, args...), RetryAfter: retryAfter}
+}
+
+// RateLimited reports a key over its request rate (429 rate_limited).
+func RateLimited(retryAfter time.Duration, format string, args ...any) error {
+	return &Error{Category: ErrExhausted, Reason: ErrRateLimited, Msg: fmt.Sprintf(format, args...), RetryAfter: retryAfter}
+}
+
+// RetryAfter returns the outermost RetryAfter set on err, if any.
+func RetryAfter(err error) (time.Duration, bool) {
+	var e *Error
+	if errors.As(err, &e) && e.RetryAfter > 0 {
+		return e.RetryAfter, true
+	}
+	return 0, false
+}
+
 // Code returns the stable API error code and HTTP status for err.
 func Code(err error) (code string, status int) {
 	switch {
+	case errors.Is(err, ErrQuota):
+		return "quota_exceeded", 429
+	case errors.Is(err, ErrRateLimited):
+		return "rate_limited", 429
 	case errors.Is(err, ErrIdempotencyKeyInvalid):
 		return "invalid_idempotency_key", 400
 	case errors.Is(err, ErrIdempotencyKeyReused):

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 )
 
 func TestNameTakenIsAConflictWithItsReason(t *testing.T) {
@@ -16,5 +17,35 @@ func TestNameTakenIsAConflictWithItsReason(t *testing.T) {
 	}
 	if errors.Is(Conflict("sandbox is paused"), ErrNameTaken) {
 		t.Fatal("a plain conflict matched ErrNameTaken")
+	}
+}
+
+// TestQuotaAndRateLimited: both are 429s in the exhausted category with
+// their own stable codes, carry their Retry-After through wrapping, and
+// keep their message.
+func TestQuotaAndRateLimited(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		code string
+	}{
+		{QuotaExceeded(3*time.Second, "tenant acme: 3 of 3 concurrent sandboxes in use"), "quota_exceeded"},
+		{RateLimited(500*time.Millisecond, "API key k: over its rate"), "rate_limited"},
+	} {
+		wrapped := fmt.Errorf("creating: %w", tc.err)
+		if code, status := Code(wrapped); code != tc.code || status != 429 {
+			t.Errorf("%v: %s %d", tc.err, code, status)
+		}
+		if !errors.Is(wrapped, ErrExhausted) {
+			t.Errorf("%v is not in the exhausted category", tc.err)
+		}
+		if d, ok := RetryAfter(wrapped); !ok || d <= 0 {
+			t.Errorf("%v: Retry-After %v %v", tc.err, d, ok)
+		}
+		if Message(wrapped) != tc.err.Error() {
+			t.Errorf("message %q", Message(wrapped))
+		}
+	}
+	if _, ok := RetryAfter(Exhausted("plain")); ok {
+		t.Error("a plain exhausted error has a Retry-After")
 	}
 }

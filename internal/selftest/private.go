@@ -65,7 +65,7 @@ func RunPrivate(ctx context.Context, po PrivateOptions) (*Report, error) {
 		return nil, err
 	}
 	tcpAddr := fmt.Sprintf("127.0.0.1:%d", port)
-	args := []string{"--listen", tcpAddr}
+	args := []string{"--insecure-listen", tcpAddr}
 	if po.Runsc != "" {
 		args = append(args, "--runsc", po.Runsc)
 	}

@@ -73,7 +73,6 @@ type fixture struct {
 
 const testDomain = "sb.test"
 
-
 // keyScopes are the scopes of the test's non-admin keys.
 var keyScopes = map[string][]auth.Scope{
 	"reader":  {auth.ScopeSandboxesRead},

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
@@ -86,6 +88,9 @@ func infoOf(w http.ResponseWriter) *reqInfo {
 func errorFor(w http.ResponseWriter, err error) (*api.Error, int) {
 	code, status := errdefs.Code(err)
 	e := &api.Error{Code: code, Message: errdefs.Message(err)}
+	if d, ok := errdefs.RetryAfter(err); ok {
+		w.Header().Set("Retry-After", retryAfterSeconds(d))
+	}
 	info := infoOf(w)
 	if info != nil {
 		e.RequestID = info.id
@@ -112,4 +117,11 @@ func errorFor(w http.ResponseWriter, err error) (*api.Error, int) {
 func apiErrorFor(w http.ResponseWriter, err error) *api.Error {
 	e, _ := errorFor(w, err)
 	return e
+}
+
+// retryAfterSeconds is d as a Retry-After value: whole seconds, rounded up
+// (a client that waits that long is not early), at least 1.
+func retryAfterSeconds(d time.Duration) string {
+	s := int64((d + time.Second - 1) / time.Second)
+	return strconv.FormatInt(max(s, 1), 10)
 }

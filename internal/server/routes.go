@@ -157,6 +157,9 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "GET /v1/audit", Rule: need(auth.ScopeAudit), h: hf(s.listAudit)},
 		{Pattern: "GET /v1/audit/export", Rule: need(auth.ScopeAudit), Stream: true, h: hf(s.exportAudit)},
 		{Pattern: "POST /v1/audit/verify", Rule: need(auth.ScopeAudit), h: hf(s.verifyAudit)},
+		// Quotas (quota.go): per-tenant limits, host admin only.
+		{Pattern: "GET /v1/tenants/{tenant}/quota", Rule: hostOnly, h: hf(s.getQuota)},
+		{Pattern: "PUT /v1/tenants/{tenant}/quota", Rule: hostOnly, h: hf(s.putQuota)},
 
 		// Anything else: a 404, for callers with a credential.
 		{Pattern: "/", Rule: need(read), h: hf(func(w http.ResponseWriter, r *http.Request) {
@@ -252,6 +255,10 @@ func (s *Server) guard(rt Route) http.Handler {
 				// and the connection back: no keep-alive to hold.
 				w.Header().Set("Connection", "close")
 			}
+			writeError(w, err)
+			return
+		}
+		if err := s.rateLimit(r.Context(), p); err != nil { // ratelimit.go
 			writeError(w, err)
 			return
 		}

@@ -54,11 +54,18 @@ type Server struct {
 	// MaxHeaderBytes is the http.Server's limit, quoted in the 431 answer
 	// (0: DefaultMaxHeaderBytes).
 	MaxHeaderBytes int
-	m              *manager.Manager
-	authn          *auth.Authenticator
-	log            *slog.Logger
-	mux            *http.ServeMux
-	metrics        *metrics
+	// TLSFingerprint is the pin of the TLS listener's certificate, shown
+	// in GET /v1/version.
+	TLSFingerprint string
+	// KeyRate is the default request rate of each API key (ratelimit.go);
+	// a tenant's quota key_rate overrides it.
+	KeyRate  KeyRate
+	keyRates keyRates
+	m        *manager.Manager
+	authn    *auth.Authenticator
+	log      *slog.Logger
+	mux      *http.ServeMux
+	metrics  *metrics
 	// table is the mounted route table; hostRoute its host-routed proxy.
 	table     []Route
 	hostRoute Route
@@ -183,7 +190,8 @@ func writeError(w http.ResponseWriter, err error) {
 }
 
 func (s *Server) version(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, 200, api.Version{Version: Version, Go: goVersion(), Runtime: strings.Join(s.m.RuntimeNames(), ",")})
+	writeJSON(w, 200, api.Version{Version: Version, Go: goVersion(), Runtime: strings.Join(s.m.RuntimeNames(), ","),
+		TLSFingerprint: s.TLSFingerprint})
 }
 
 // toAPI converts a sandbox record to its API form.

@@ -448,5 +448,6 @@ type Store interface {
 	Tenants
 	Retention
 	Audit
+	Quotas // quotas.go
 	Close() error
 }

@@ -27,7 +27,7 @@ type Config struct {
 	DataDir string
 	// Socket is its --socket; default DataDir/berth.sock.
 	Socket string
-	// Args are more serve flags (--listen, --store, --agent, ...).
+	// Args are more serve flags (--insecure-listen, --store, --agent, ...).
 	Args []string
 	// Env is added to this process's environment (failpoints).
 	Env []string

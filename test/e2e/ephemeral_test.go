@@ -396,7 +396,7 @@ func TestTCPNeedsAPIKey(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := ln.Addr().String()
 	ln.Close()
-	d.startWith("--listen", addr)
+	d.startWith("--insecure-listen", addr)
 	resp, err := http.Get("http://" + addr + "/v1/sandboxes")
 	if err != nil {
 		t.Fatal(err)

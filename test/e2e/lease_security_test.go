@@ -30,7 +30,7 @@ func tcpDaemon(t *testing.T, extra ...string) (*daemon, string, *client.Client) 
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	d := startDaemonWith(t, append([]string{"--listen", addr}, extra...)...)
+	d := startDaemonWith(t, append([]string{"--insecure-listen", addr}, extra...)...)
 	key, err := os.ReadFile(d.dataDir + "/admin.key")
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,7 @@ func TestLeaseTokens(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := ln.Addr().String()
 	ln.Close()
-	d := startDaemonWith(t, "--listen", addr)
+	d := startDaemonWith(t, "--insecure-listen", addr)
 	key, _ := os.ReadFile(d.dataDir + "/admin.key")
 	admin, err := client.New("http://"+addr, strings.TrimSpace(string(key)))
 	if err != nil {

@@ -21,7 +21,7 @@ func TestTenantsAndKeysCLI(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := ln.Addr().String()
 	ln.Close()
-	d := startDaemonWith(t, "--listen", addr)
+	d := startDaemonWith(t, "--insecure-listen", addr)
 	ctx := context.Background()
 	for _, name := range []string{"acme", "other"} {
 		if out, errOut, code := d.cli("tenant", "create", name); code != 0 || strings.TrimSpace(out) != name {

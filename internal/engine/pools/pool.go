@@ -212,8 +212,8 @@ func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec
 		sb, err := m.claimLocked(ctx, cand.ID, spec, req, opt)
 		unlock()
 		if err != nil {
-			if errors.Is(err, errdefs.ErrNameTaken) {
-				return nil, err // the name is taken: no member will do
+			if errors.Is(err, errdefs.ErrNameTaken) || errors.Is(err, errdefs.ErrQuota) {
+				return nil, err // the name is taken, the tenant is full: no member will do
 			}
 			m.log.Warn("pool claim failed", "sandbox", cand.ID, "err", err)
 			continue
@@ -248,25 +248,35 @@ func (m *Warm) claimLocked(ctx context.Context, id string, spec sandbox.Spec, re
 			return nil, err
 		}
 	}
-	// Each step pushes its undo: a claim that fails leaves the member in
-	// the pool exactly as it was (named as before, frozen).
+	// The claim counts against the claimant's quota: admitted under its
+	// tenant's lock, which is held until the member is recorded as its.
+	if err := m.e.AdmitQuota(ctx, sb, func() error { return m.claimSteps(ctx, sb, &prev, opt) }); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// claimSteps gives the member to its claimant. Each step pushes its undo:
+// a claim that fails leaves the member in the pool exactly as it was
+// (named as before, frozen).
+func (m *Warm) claimSteps(ctx context.Context, sb, prev *sandbox.Sandbox, opt engine.CreateOptions) error {
 	cu := cleanup.Make()
 	defer cu.Clean()
 	if sb.Name != "" {
 		if err := m.node.SetHostname(ctx, sb, sb.Hostname()); err != nil {
-			return nil, fmt.Errorf("setting hostname: %w", err)
+			return fmt.Errorf("setting hostname: %w", err)
 		}
-		cu.Add(func() error { return m.node.SetHostname(ctx, &prev, prev.Hostname()) })
+		cu.Add(func() error { return m.node.SetHostname(ctx, prev, prev.Hostname()) })
 	}
 	if err := m.node.Thaw(ctx, sb); err != nil {
-		return nil, fmt.Errorf("thawing pool member: %w", err)
+		return fmt.Errorf("thawing pool member: %w", err)
 	}
-	cu.Add(func() error { return m.node.Freeze(ctx, &prev) })
+	cu.Add(func() error { return m.node.Freeze(ctx, prev) })
 	if err := m.e.Transition(ctx, sb, sandbox.StateRunning, sandbox.CauseUser, opt.Actor, "create (warm pool)"); err != nil {
-		return nil, err
+		return err
 	}
 	cu.Release()
-	return sb, nil
+	return nil
 }
 
 // refillPools creates members for pools below their size and replaces

@@ -392,7 +392,9 @@ func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*Report, er
 			return true
 		}
 		defer unlock()
-		sb, err := m.store.GetSandbox(ctx, engine.Owner(ctx), id)
+		// Every tenant's: with the caller's owner, another tenant's live
+		// sandbox would read as gone, and doctor --fix would tear it down.
+		sb, err := m.store.GetSandbox(ctx, store.AnyOwner, id)
 		switch {
 		case err == nil && sb.State.Live() && m.e.Mine(sb):
 			live[id] = sb

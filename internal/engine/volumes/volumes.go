@@ -42,7 +42,8 @@ func (m *Volumes) CreateVolume(ctx context.Context, req *CreateRequest, tenant s
 	now := m.e.Now()
 	v := &store.Volume{ID: engine.NewID(), Name: req.Name, Tenant: tenant, State: store.VolumeAvailable,
 		SizeBytes: size, Inodes: inodes, Keep: true, CreatedAt: now, UpdatedAt: now}
-	if err := m.store.CreateVolume(ctx, v); err != nil {
+	// Within the tenant's storage quota, counted and recorded under its lock.
+	if err := m.e.AdmitVolume(ctx, tenant, size, func() error { return m.store.CreateVolume(ctx, v) }); err != nil {
 		return nil, err
 	}
 	if err := m.node.CreateVolume(v.ID, size, inodes); err != nil {

@@ -57,6 +57,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"OwnerIsolation", testOwnerIsolation},
 		{"Audit", testAudit},
 		{"AuditConcurrent", testAuditConcurrent},
+		{"Quotas", testQuotas},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)

@@ -1,0 +1,270 @@
+package manager_test
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
+)
+
+func (e *env) setQuota(q store.TenantQuota) {
+	e.t.Helper()
+	if err := e.m.SetQuota(e.ctx, &q); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) createAs(tenant string, req manager.CreateRequest) (*sandbox.Sandbox, error) {
+	return e.m.Create(e.ctx, &req, manager.CreateOptions{Actor: "test", Tenant: tenant})
+}
+
+// liveOf counts the tenant's live records.
+func (e *env) liveOf(tenant string) (live, all int) {
+	e.t.Helper()
+	sbs, _, err := e.st.ListSandboxes(e.ctx, store.SandboxFilter{Owner: store.OwnedBy(tenant), IncludeDeleted: true}, store.Page{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, sb := range sbs {
+		if sb.State.Live() {
+			live++
+		}
+	}
+	return live, len(sbs)
+}
+
+func wantQuotaErr(t *testing.T, err error, msg string) {
+	t.Helper()
+	if !errors.Is(err, errdefs.ErrQuota) {
+		t.Fatalf("want quota_exceeded, got %v", err)
+	}
+	if code, status := errdefs.Code(err); code != "quota_exceeded" || status != 429 {
+		t.Fatalf("code %s %d", code, status)
+	}
+	if d, ok := errdefs.RetryAfter(err); !ok || d <= 0 {
+		t.Fatalf("no Retry-After on %v", err)
+	}
+	if !strings.Contains(errdefs.Message(err), msg) {
+		t.Fatalf("message %q does not name the limit (%q)", errdefs.Message(err), msg)
+	}
+}
+
+// TestQuotaSandboxesRace: limit 3, 8 concurrent creates: exactly 3
+// succeed, 5 get 429 naming the limit, and nothing of the refused ones
+// exists — no record, no provision on the node.
+func TestQuotaSandboxesRace(t *testing.T) {
+	e := newEnv(t)
+	e.setQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 3})
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = e.createAs("acme", manager.CreateRequest{})
+		}()
+	}
+	wg.Wait()
+	ok, refused := 0, 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, errdefs.ErrQuota):
+			refused++
+			wantQuotaErr(t, err, "tenant acme: 3 of 3 concurrent sandboxes in use")
+		default:
+			t.Errorf("unexpected error: %v", err)
+		}
+	}
+	if ok != 3 || refused != 5 {
+		t.Fatalf("%d created, %d refused; want 3 and 5", ok, refused)
+	}
+	if live, all := e.liveOf("acme"); live != 3 || all != 3 {
+		t.Fatalf("records: %d live of %d; want 3 of 3 (a refused create left a record)", live, all)
+	}
+	if n := len(e.node.Methods("", "Provision")); n != 3 {
+		t.Fatalf("%d provisions on the node, want 3", n)
+	}
+	// Another tenant is not limited by acme's quota, nor the host admin.
+	if _, err := e.createAs("other", manager.CreateRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	// After a delete, one more fits, and not two.
+	sbs, _, _ := e.st.ListSandboxes(e.ctx, store.SandboxFilter{Owner: store.OwnedBy("acme")}, store.Page{})
+	if _, err := e.m.Delete(e.ctx, sbs[0].ID, "test", sandbox.CauseUser, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.createAs("acme", manager.CreateRequest{}); err != nil {
+		t.Fatalf("after a delete: %v", err)
+	}
+	_, err := e.createAs("acme", manager.CreateRequest{})
+	wantQuotaErr(t, err, "3 of 3 concurrent sandboxes")
+}
+
+// TestQuotaResources: CPUs, memory and storage each refuse at the limit
+// and not before.
+func TestQuotaResources(t *testing.T) {
+	e := newEnv(t)
+	res := func(cpus float64, mem, disk int64) manager.CreateRequest {
+		return manager.CreateRequest{Resources: sandbox.Resources{CPUs: cpus, MemoryBytes: mem, Pids: 256, DiskBytes: disk}}
+	}
+	e.setQuota(store.TenantQuota{Tenant: "cpu", MaxCPUMillis: 1500})
+	if _, err := e.createAs("cpu", res(1, 256<<20, 1<<30)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.createAs("cpu", res(0.5, 256<<20, 1<<30)); err != nil {
+		t.Fatalf("exactly at the CPU limit: %v", err)
+	}
+	_, err := e.createAs("cpu", res(0.01, 256<<20, 1<<30))
+	wantQuotaErr(t, err, "tenant cpu: 1.5 of 1.5 CPUs in use")
+
+	e.setQuota(store.TenantQuota{Tenant: "mem", MaxMemory: 1 << 30})
+	if _, err := e.createAs("mem", res(0.1, 768<<20, 1<<30)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.createAs("mem", res(0.1, 512<<20, 1<<30))
+	wantQuotaErr(t, err, "tenant mem: 768.0 MiB of 1.0 GiB memory in use, this sandbox asks 512.0 MiB")
+	if _, err := e.createAs("mem", res(0.1, 256<<20, 1<<30)); err != nil {
+		t.Fatalf("exactly at the memory limit: %v", err)
+	}
+
+	e.setQuota(store.TenantQuota{Tenant: "disk", MaxStorage: 3 << 30})
+	if _, err := e.createAs("disk", res(0.1, 64<<20, 2<<30)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.createAs("disk", res(0.1, 64<<20, 2<<30))
+	wantQuotaErr(t, err, "tenant disk: 2.0 GiB of 3.0 GiB storage reserved")
+	if _, err := e.createAs("disk", res(0.1, 64<<20, 1<<30)); err != nil {
+		t.Fatalf("exactly at the storage limit: %v", err)
+	}
+	u, err := e.m.TenantUsage(e.ctx, "disk", "")
+	if err != nil || u.Sandboxes != 2 || u.Storage != 3<<30 || u.Memory != 128<<20 || u.CPUMillis != 200 {
+		t.Fatalf("usage %+v %v", u, err)
+	}
+	for _, tn := range []string{"cpu", "mem", "disk"} {
+		if live, all := e.liveOf(tn); live != all {
+			t.Fatalf("%s: a refused create left a record (%d live of %d)", tn, live, all)
+		}
+	}
+}
+
+// TestQuotaCreateRate: a burst of 2 at 60 a minute: the third create is
+// refused with a Retry-After, and a retry after that long succeeds.
+func TestQuotaCreateRate(t *testing.T) {
+	e := newEnv(t)
+	e.setQuota(store.TenantQuota{Tenant: "fast", CreateRate: 60, CreateBurst: 2})
+	for i := 0; i < 2; i++ {
+		if _, err := e.createAs("fast", manager.CreateRequest{}); err != nil {
+			t.Fatalf("create %d within the burst: %v", i, err)
+		}
+	}
+	_, err := e.createAs("fast", manager.CreateRequest{})
+	wantQuotaErr(t, err, "tenant fast: create rate of 60 a minute (burst 2) exceeded")
+	d, _ := errdefs.RetryAfter(err)
+	if d > 1100*time.Millisecond {
+		t.Fatalf("Retry-After %v for a 1/s bucket", d)
+	}
+	// Honest: waiting what it said (rounded up to a second, as the header
+	// says) is enough.
+	time.Sleep(((d + time.Second - 1) / time.Second) * time.Second)
+	if _, err := e.createAs("fast", manager.CreateRequest{}); err != nil {
+		t.Fatalf("a retry after Retry-After %v: %v", d, err)
+	}
+	if live, all := e.liveOf("fast"); live != 3 || all != 3 {
+		t.Fatalf("records %d live of %d", live, all)
+	}
+}
+
+// TestQuotaDefault: the daemon's default quota binds tenants without a
+// row, not the host admin; a row of zeros lifts it.
+func TestQuotaDefault(t *testing.T) {
+	e := newEnv(t, func(e *env) { e.cfg.DefaultQuota = store.TenantQuota{MaxSandboxes: 1} })
+	if _, err := e.createAs("t1", manager.CreateRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.createAs("t1", manager.CreateRequest{})
+	wantQuotaErr(t, err, "tenant t1: 1 of 1 concurrent sandboxes in use")
+	for i := 0; i < 2; i++ {
+		if _, err := e.createAs("", manager.CreateRequest{}); err != nil {
+			t.Fatalf("the host admin: %v", err)
+		}
+	}
+	e.setQuota(store.TenantQuota{Tenant: "t1"})
+	if _, err := e.createAs("t1", manager.CreateRequest{}); err != nil {
+		t.Fatalf("unlimited row: %v", err)
+	}
+}
+
+// TestQuotaPoolClaim: a warm-pool claim counts against the claimant's
+// quota; over it the member stays in the pool, frozen and unowned, and
+// pool members never count against a tenant.
+func TestQuotaPoolClaim(t *testing.T) {
+	e := newEnv(t)
+	_, err := e.m.SetPool(e.ctx, "base", 2)
+	must(t, err)
+	m1 := e.waitPoolMember()
+	m2 := e.waitPoolMember(m1.ID)
+	e.setQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 1})
+	sb, err := e.createAs("acme", manager.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.ID != m1.ID && sb.ID != m2.ID {
+		t.Fatalf("the create did not claim a member (%s)", sb.ID)
+	}
+	_, err = e.createAs("acme", manager.CreateRequest{})
+	wantQuotaErr(t, err, "tenant acme: 1 of 1 concurrent sandboxes in use")
+	other := m1
+	if sb.ID == m1.ID {
+		other = m2
+	}
+	if got := e.get(other.ID); got.Spec.Pool != "base" || got.Tenant != "" || got.State != sandbox.StatePaused {
+		t.Fatalf("the refused claim touched member %s: pool %q tenant %q %s", other.ID, got.Spec.Pool, got.Tenant, got.State)
+	}
+	if u, err := e.m.TenantUsage(e.ctx, "acme", ""); err != nil || u.Sandboxes != 1 {
+		t.Fatalf("usage %+v %v", u, err)
+	}
+}
+
+// TestQuotaFork: forks are admitted like creates.
+func TestQuotaFork(t *testing.T) {
+	e := newEnv(t)
+	e.setQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 2})
+	parent, err := e.createAs("acme", manager.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.m.Fork(e.ctx, parent.ID, &manager.ForkRequest{Count: 1}, "test"); err != nil {
+		t.Fatalf("a fork within the quota: %v", err)
+	}
+	_, _, err = e.m.Fork(e.ctx, parent.ID, &manager.ForkRequest{Count: 1}, "test")
+	wantQuotaErr(t, err, "tenant acme: 2 of 2 concurrent sandboxes in use")
+	if live, _ := e.liveOf("acme"); live != 2 {
+		t.Fatalf("%d live after a refused fork, want 2", live)
+	}
+}
+
+// TestQuotaVolumes: named volumes count against the storage quota and are
+// refused past it, with nothing recorded; sandboxes then see them counted.
+func TestQuotaVolumes(t *testing.T) {
+	e := newEnv(t)
+	e.setQuota(store.TenantQuota{Tenant: "acme", MaxStorage: 3 << 30})
+	if _, err := e.m.CreateVolume(e.ctx, &manager.VolumeCreate{Name: "v1", SizeBytes: 2 << 30}, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.m.CreateVolume(e.ctx, &manager.VolumeCreate{Name: "v2", SizeBytes: 2 << 30}, "acme")
+	wantQuotaErr(t, err, "tenant acme: 2.0 GiB of 3.0 GiB storage reserved, this volume asks 2.0 GiB")
+	vols, _, err := e.st.ListVolumes(e.ctx, store.VolumeFilter{Owner: store.OwnedBy("acme"), IncludeDeleted: true}, store.Page{})
+	if err != nil || len(vols) != 1 {
+		t.Fatalf("volumes after a refusal: %d %v", len(vols), err)
+	}
+	_, err = e.createAs("acme", manager.CreateRequest{Resources: sandbox.Resources{CPUs: 0.1, MemoryBytes: 64 << 20, Pids: 64, DiskBytes: 2 << 30}})
+	wantQuotaErr(t, err, "storage reserved")
+}

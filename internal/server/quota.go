@@ -1,0 +1,108 @@
+package server
+
+import (
+	"errors"
+	"math"
+	"net/http"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server/input"
+	"github.com/berth-sh/berth/internal/store"
+)
+
+// maxQuotaCPUs bounds max_cpus so that its millicores fit an int64 with
+// room; no host has that many.
+const maxQuotaCPUs = 1 << 40
+
+// tenantParam is the {tenant} path value, checked.
+func tenantParam(r *http.Request) (string, error) {
+	t := r.PathValue("tenant")
+	if t == "" || len(t) > 128 {
+		return "", errdefs.Invalid("tenant: want 1-128 bytes")
+	}
+	if err := sandbox.CheckText("tenant", t); err != nil {
+		return "", err
+	}
+	return t, nil
+}
+
+func (s *Server) getQuota(w http.ResponseWriter, r *http.Request) {
+	tenant, err := tenantParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	q, err := s.m.Quota(r.Context(), tenant)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	_, rowErr := s.m.Store().GetTenantQuota(r.Context(), tenant)
+	u, err := s.m.TenantUsage(r.Context(), tenant, "")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := quotaToAPI(q)
+	out.Default = errors.Is(rowErr, errdefs.ErrNotFound)
+	out.Usage = &api.QuotaUsage{Sandboxes: u.Sandboxes, CPUs: float64(u.CPUMillis) / 1000, Memory: u.Memory, Storage: u.Storage}
+	writeJSON(w, 200, out)
+}
+
+func (s *Server) putQuota(w http.ResponseWriter, r *http.Request) {
+	tenant, err := tenantParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var req api.QuotaRequest
+	if err := input.Decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	q, err := quotaFromAPI(tenant, &req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.m.SetQuota(r.Context(), q); err != nil {
+		writeError(w, err)
+		return
+	}
+	s.keyRates.forget(tenant)
+	s.getQuota(w, r)
+}
+
+// quotaFromAPI checks and converts a quota request.
+func quotaFromAPI(tenant string, req *api.QuotaRequest) (*store.TenantQuota, error) {
+	for name, v := range map[string]int64{"max_sandboxes": req.MaxSandboxes, "max_memory_bytes": req.MaxMemory,
+		"max_storage_bytes": req.MaxStorage, "create_rate_per_minute": req.CreateRate, "create_burst": req.CreateBurst,
+		"key_rate_per_second": req.KeyRate, "key_burst": req.KeyBurst} {
+		if v < 0 {
+			return nil, errdefs.Invalid("%s must not be negative (0: unlimited)", name)
+		}
+	}
+	if math.IsNaN(req.MaxCPUs) || req.MaxCPUs < 0 || req.MaxCPUs > maxQuotaCPUs {
+		return nil, errdefs.Invalid("max_cpus must be between 0 (unlimited) and %d", int64(maxQuotaCPUs))
+	}
+	milli := int64(math.Round(req.MaxCPUs * 1000))
+	if req.MaxCPUs > 0 && milli == 0 {
+		return nil, errdefs.Invalid("max_cpus %g is below a millicore", req.MaxCPUs)
+	}
+	for name, v := range map[string]int64{"create_burst": req.CreateBurst, "key_burst": req.KeyBurst} {
+		if v > 1<<20 {
+			return nil, errdefs.Invalid("%s must be at most %d", name, 1<<20)
+		}
+	}
+	return &store.TenantQuota{Tenant: tenant, MaxSandboxes: req.MaxSandboxes, MaxCPUMillis: milli,
+		MaxMemory: req.MaxMemory, MaxStorage: req.MaxStorage, CreateRate: req.CreateRate, CreateBurst: req.CreateBurst,
+		KeyRate: req.KeyRate, KeyBurst: req.KeyBurst}, nil
+}
+
+func quotaToAPI(q *store.TenantQuota) api.Quota {
+	return api.Quota{Tenant: q.Tenant, QuotaRequest: api.QuotaRequest{MaxSandboxes: q.MaxSandboxes,
+		MaxCPUs: float64(q.MaxCPUMillis) / 1000, MaxMemory: q.MaxMemory, MaxStorage: q.MaxStorage,
+		CreateRate: q.CreateRate, CreateBurst: q.CreateBurst, KeyRate: q.KeyRate, KeyBurst: q.KeyBurst}}
+}
