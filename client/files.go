@@ -171,3 +171,15 @@ func setContentLength(req *http.Request, r io.Reader) {
 	}
 	req.ContentLength = fi.Size() - off
 }
+
+// Move renames the file or directory src inside the sandbox to dst by
+// rename(2)'s rules: a file replaces a file, a directory an empty
+// directory; symlinks are moved, never followed. With noReplace an
+// existing dst is a conflict.
+func (c *Client) Move(ctx context.Context, id, src, dst string, noReplace bool) error {
+	q := url.Values{"path": {src}, "to": {dst}}
+	if noReplace {
+		q.Set("no_replace", "true")
+	}
+	return c.do(ctx, http.MethodPost, filesPath(id)+"/move", q, nil, nil)
+}

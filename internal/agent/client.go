@@ -399,6 +399,12 @@ func (c *Client) Remove(ctx context.Context, path string, recursive bool) error 
 	return c.simple(ctx, wire.Request{Op: wire.OpRemove, Path: path, Recursive: recursive})
 }
 
+// Move renames src to dst inside the sandbox by rename(2)'s rules (see
+// rootfs.Root.Move); with noReplace an existing dst is a conflict.
+func (c *Client) Move(ctx context.Context, src, dst string, noReplace bool) error {
+	return c.simple(ctx, wire.Request{Op: wire.OpMove, Path: src, Dest: dst, NoReplace: noReplace})
+}
+
 func (c *Client) simple(ctx context.Context, req wire.Request) error {
 	cc, err := c.open(ctx, req)
 	if err != nil {

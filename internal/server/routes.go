@@ -139,6 +139,9 @@ func (s *Server) routeTable() []Route {
 				s.proxy(w, r, r.PathValue("id"), r.PathValue("port"), r.URL.Path)
 			})},
 
+		// Files beyond the basic ones (files_more.go): move.
+		{Pattern: "POST /v1/sandboxes/{id}/files/move", Rule: lease(auth.ScopeFiles), h: hf(s.moveFile)},
+
 		// Anything else: a 404, for callers with a credential.
 		{Pattern: "/", Rule: need(read), h: hf(func(w http.ResponseWriter, r *http.Request) {
 			writeError(w, errdefs.NotFound("no route %s %s", r.Method, r.URL.Path))

@@ -314,6 +314,8 @@ func (s *server) handle(ctx context.Context, c *net.UnixConn) {
 		err = s.handleWriteTar(cn)
 	case wire.OpDial:
 		err = s.handleDial(ctx, cn)
+	case wire.OpMove:
+		err = s.handleMove(cn)
 	default:
 		err = errdefs.Invalid("unknown op %q", req.Op)
 	}

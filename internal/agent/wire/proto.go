@@ -92,6 +92,13 @@ const (
 	OpDial    = "dial" // dial.go
 )
 
+// Operations of files beyond the basic ones (agentd move.go).
+const (
+	// OpMove renames Path to Dest by rename(2)'s rules, both resolved
+	// inside the root, the last component of neither followed.
+	OpMove = "move"
+)
+
 // Stable error codes of error frames.
 const (
 	CodeInvalid     = "invalid_argument"

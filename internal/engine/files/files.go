@@ -169,3 +169,17 @@ func (f *Files) Remove(ctx context.Context, path string, recursive bool, actor s
 	}
 	return err
 }
+
+// Move renames src to dst inside the sandbox by rename(2)'s rules (see
+// the agent's rootfs.Root.Move); with noReplace an existing dst is a
+// conflict.
+func (f *Files) Move(ctx context.Context, src, dst string, noReplace bool, actor string) error {
+	if err := f.writable(); err != nil {
+		return err
+	}
+	err := f.c.Move(ctx, src, dst, noReplace)
+	if err == nil {
+		f.record(ctx, "files.move", actor, src+" -> "+dst)
+	}
+	return err
+}
