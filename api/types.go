@@ -461,12 +461,13 @@ type ExportRequest struct {
 }
 
 // CopyRequest is the body of POST /v1/copy: copy a path from one sandbox to
-// another directly (berth cp CHILD:/path PARENT:/path).
+// another (or within one) directly, with docker cp's rules (berth cp
+// CHILD:/path PARENT:/path; see snapshots.Copy).
 type CopyRequest struct {
 	From     string `json:"from"`      // sandbox id or name
 	FromPath string `json:"from_path"` // file or directory
 	To       string `json:"to"`
-	ToPath   string `json:"to_path"` // directory to extract into (created if missing)
+	ToPath   string `json:"to_path"` // the copy's path, or the directory it goes into when that exists
 }
 
 // PoolRequest is the body of PUT /v1/templates/{name}/pool.
