@@ -1,6 +1,9 @@
 package agentd
 
 import (
+	"archive/tar"
+	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -152,5 +155,74 @@ func TestStatOwner(t *testing.T) {
 	}
 	if len(fis) != 1 || fis[0].UID == nil || *fis[0].UID != uint32(os.Getuid()) {
 		t.Fatalf("list = %+v", fis)
+	}
+}
+
+// TestIDShift: an agent configured with a host id range (the daemon's
+// quarantine reader) reports owners as the sandbox sees them, in stat,
+// list, read_file and read_tar; ids outside the range as the overflow id.
+func TestIDShift(t *testing.T) {
+	uid, gid := uint32(os.Getuid()), uint32(os.Getgid())
+	for _, tc := range []struct {
+		name             string
+		shift            IDShift
+		wantUID, wantGID uint32
+	}{
+		{"in range", IDShift{Base: min(uid, gid), Size: 65536}, uid - min(uid, gid), gid - min(uid, gid)},
+		{"out of range", IDShift{Base: max(uid, gid) + 1, Size: 65536}, overflowID, overflowID},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			shift := tc.shift
+			a := startAgent(t, func(c *Config) { c.IDs = &shift })
+			c, ctx := a.client, testCtx(t)
+			writeFile(t, a.root, "d/f", "x")
+			check := func(what string, u, g *uint32) {
+				t.Helper()
+				if u == nil || g == nil || *u != tc.wantUID || *g != tc.wantGID {
+					t.Errorf("%s owner = %v:%v, want %d:%d", what, u, g, tc.wantUID, tc.wantGID)
+				}
+			}
+			fi, err := c.Stat(ctx, "/d/f")
+			if err != nil {
+				t.Fatal(err)
+			}
+			check("stat", fi.UID, fi.GID)
+			fis, err := c.List(ctx, "/d")
+			if err != nil || len(fis) != 1 {
+				t.Fatalf("list = %v, %v", fis, err)
+			}
+			check("list", fis[0].UID, fis[0].GID)
+			fi, err = c.ReadFile(ctx, "/d/f", io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check("read_file", fi.UID, fi.GID)
+			var buf bytes.Buffer
+			if err := c.ReadTar(ctx, "/d", &buf); err != nil {
+				t.Fatal(err)
+			}
+			tr := tar.NewReader(&buf)
+			n := 0
+			for {
+				h, err := tr.Next()
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				n++
+				u, g := uint32(h.Uid), uint32(h.Gid)
+				check("tar "+h.Name, &u, &g)
+				if h.Name == "d/f" {
+					if b, _ := io.ReadAll(tr); string(b) != "x" {
+						t.Errorf("tar d/f = %q", b)
+					}
+				}
+			}
+			if n != 2 {
+				t.Errorf("tar has %d entries, want 2", n)
+			}
+		})
 	}
 }

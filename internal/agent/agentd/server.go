@@ -42,6 +42,9 @@ type Config struct {
 	// MaxFileBytes caps one WriteFile and the bytes of one WriteTar.
 	// Zero means 1 GiB.
 	MaxFileBytes int64
+	// IDs, when set, shifts the owners that stat, list, read_file and
+	// read_tar report (idshift.go): the daemon's quarantine reader.
+	IDs *IDShift
 
 	// reap makes the server the reaper of every child of the process
 	// (wait4(-1)); set by Main for PID 1 or a subreaper only, because it
