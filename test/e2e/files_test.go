@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -228,5 +231,74 @@ func TestCpDockerRules(t *testing.T) {
 			cerr = errors.New(se)
 		}
 		check("sandbox→host", tc, cerr, hostListing(dst))
+	}
+}
+
+// TestQuarantineOwners, on runc and runsc: a quarantined sandbox's files,
+// read from the host side by the daemon, show the sandbox's own uids and
+// gids in stat, list and tar — root and a workspace volume alike — not
+// the host's shifted ones.
+func TestQuarantineOwners(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	for _, rt := range []string{"runc", "runsc"} {
+		t.Run(rt, func(t *testing.T) {
+			sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: rt, Persistent: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.c.DeleteSandbox(ctx, sb.ID, true)
+			execOut(t, d, sb.ID, "sh", "-c", "mkdir -p /data && echo r > /data/f && chown -R 1000:1001 /data && "+
+				"echo w > /workspace/f && chown 1002:1003 /workspace/f")
+			want := func(before map[string][2]uint32) {
+				t.Helper()
+				for p, ids := range before {
+					fi, err := d.c.Stat(ctx, sb.ID, p)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if fi.UID == nil || fi.GID == nil || *fi.UID != ids[0] || *fi.GID != ids[1] {
+						t.Errorf("%s: stat %s owner = %v:%v, want %d:%d", sb.State, p, fi.UID, fi.GID, ids[0], ids[1])
+					}
+				}
+				fis, err := d.c.List(ctx, sb.ID, "/data")
+				if err != nil || len(fis) != 1 || fis[0].UID == nil || *fis[0].UID != 1000 {
+					t.Errorf("list /data = %+v, %v", fis, err)
+				}
+				var buf bytes.Buffer
+				if err := d.c.ReadTar(ctx, sb.ID, "/data", &buf); err != nil {
+					t.Fatal(err)
+				}
+				tr := tar.NewReader(&buf)
+				n := 0
+				for {
+					h, err := tr.Next()
+					if err == io.EOF {
+						break
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					n++
+					if h.Uid != 1000 || h.Gid != 1001 {
+						t.Errorf("tar %s owner %d:%d, want 1000:1001", h.Name, h.Uid, h.Gid)
+					}
+				}
+				if n != 2 {
+					t.Errorf("tar of /data has %d entries", n)
+				}
+			}
+			owners := map[string][2]uint32{"/data": {1000, 1001}, "/data/f": {1000, 1001}, "/workspace/f": {1002, 1003}, "/etc/passwd": {0, 0}}
+			want(owners) // through the sandbox's agent
+			q, err := d.c.Quarantine(ctx, sb.ID)
+			if err != nil || q.State != "quarantined" {
+				t.Fatalf("quarantine: %+v %v", q, err)
+			}
+			sb.State = q.State
+			want(owners) // from the host side
+			if _, err := d.c.Release(ctx, sb.ID); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

@@ -137,6 +137,23 @@ func filesAttacks() []*attack.Attack {
 				}
 				return attack.Contained("host untouched (write: %s)", errText(err))
 			})),
+		f("move-symlink", "move a file through a sandbox symlink to a host dir, and the host's secret out through it", "nothing moved to or from the host",
+			attack.InGroup(g, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
+				secret := hostSecret(e)
+				e.Sh(ctx, sb.ID, "ln -sfn "+e.HostDir+" /tmp/st-mvl; echo x > /tmp/st-mvsrc")
+				err1 := e.C.Move(ctx, sb.ID, "/tmp/st-mvsrc", "/tmp/st-mvl/moved-out", false)
+				if bad := absent("moved-out")(e); bad != "" {
+					return attack.Escaped("%s (move: %s)", bad, errText(err1))
+				}
+				err2 := e.C.Move(ctx, sb.ID, "/tmp/st-mvl/secret", "/tmp/st-stolen", false)
+				if _, err := os.Stat(filepath.Join(e.HostDir, "secret")); err != nil {
+					return attack.Escaped("the host's secret was moved away (move: %s)", errText(err2))
+				}
+				if out, _, _ := e.Sh(ctx, sb.ID, "cat /tmp/st-stolen 2>/dev/null"); strings.Contains(out, secret) {
+					return attack.Escaped("the host's secret moved into the sandbox")
+				}
+				return attack.Contained("host untouched (moves: %s; %s)", errText(err1), errText(err2))
+			})),
 		f("list-symlink-dir", "list a sandbox symlink pointing at a host directory", "the host dir is never listed",
 			attack.InGroup(g, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
 				hostSecret(e)
