@@ -126,7 +126,7 @@ func (c *Client) open(ctx context.Context, req wire.Request) (*clientConn, error
 		}
 		return nil, &errdefs.Error{Category: errdefs.ErrUnavailable, Msg: "sandbox agent unreachable", Err: err}
 	}
-	if c.idle > 0 && req.Op != wire.OpExec {
+	if c.idle > 0 && req.Op != wire.OpExec && req.Op != wire.OpWatch {
 		conn = idleConn{Conn: conn, idle: c.idle}
 	}
 	br := bufio.NewReaderSize(conn, 64<<10)

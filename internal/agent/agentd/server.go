@@ -65,6 +65,8 @@ type server struct {
 	start time.Time
 	execs atomic.Int32 // exec handlers running
 
+	watchBudget watchBudget // watch.go
+
 	lnMu sync.Mutex
 	ln   *net.UnixListener
 	// resumed is non-nil while the listener is closed for a checkpoint
@@ -319,6 +321,8 @@ func (s *server) handle(ctx context.Context, c *net.UnixConn) {
 		err = s.handleDial(ctx, cn)
 	case wire.OpMove:
 		err = s.handleMove(cn)
+	case wire.OpWatch:
+		err = s.handleWatch(ctx, cn)
 	default:
 		err = errdefs.Invalid("unknown op %q", req.Op)
 	}

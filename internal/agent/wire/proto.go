@@ -97,6 +97,10 @@ const (
 	// OpMove renames Path to Dest by rename(2)'s rules, both resolved
 	// inside the root, the last component of neither followed.
 	OpMove = "move"
+	// OpWatch streams the changes under Path (a directory; its subtree
+	// with Recursive) as result frames of WatchEvent until the client
+	// closes the connection or the watch ends with an error frame.
+	OpWatch = "watch"
 )
 
 // Stable error codes of error frames.
