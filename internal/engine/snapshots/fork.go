@@ -452,4 +452,3 @@ func (m *Snapshots) Export(ctx context.Context, ref string, paths []string, w io
 	}
 	return tw.Close()
 }
-
