@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -24,7 +25,7 @@ Copies are 'berth cp'.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newFsLsCmd(g), newFsStatCmd(g), newFsMkdirCmd(g), newFsRmCmd(g), newFsMvCmd(g))
+	cmd.AddCommand(newFsLsCmd(g), newFsStatCmd(g), newFsMkdirCmd(g), newFsRmCmd(g), newFsMvCmd(g), newFsWatchCmd(g))
 	return cmd
 }
 
@@ -216,4 +217,50 @@ func idOrDash(p *uint32) string {
 		return "-"
 	}
 	return fmt.Sprint(*p)
+}
+
+func newFsWatchCmd(g *globals) *cobra.Command {
+	var recursive bool
+	cmd := &cobra.Command{
+		Use:   "watch ID:/dir [-r]",
+		Short: "Print the changes under a directory as they happen",
+		Long: `Print one line per change under a directory until interrupted: create, write (a
+file written and closed), remove, rename OLD -> NEW, and overflow when events
+were lost (rescan). With -r the whole subtree, new directories included. With
+-o json each line is the API's WatchEvent (the first is "ready").`,
+		Example: "  berth fs watch -r $id:/workspace",
+		Args:    exactArgs(1, "ID:/dir"),
+	}
+	cmd.Flags().BoolVarP(&recursive, "recursive", "r", false, "watch the whole subtree")
+	out := addOutputFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		id, p, err := parseFsArg(args[0])
+		if err != nil {
+			return err
+		}
+		c, err := g.client()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		w := cmd.OutOrStdout()
+		return c.Watch(cmd.Context(), id, p, recursive, func(ev api.WatchEvent) error {
+			if out.json() {
+				return json.NewEncoder(w).Encode(ev)
+			}
+			var err error
+			switch ev.Type {
+			case api.WatchReady:
+				_, err = fmt.Fprintf(cmd.ErrOrStderr(), "watching %s\n", ev.Path)
+			case api.WatchRename:
+				_, err = fmt.Fprintf(w, "rename %s -> %s\n", ev.OldPath, ev.Path)
+			case api.WatchOverflow:
+				_, err = fmt.Fprintln(w, "overflow (events lost)")
+			default:
+				_, err = fmt.Fprintf(w, "%s %s\n", ev.Type, ev.Path)
+			}
+			return err
+		})
+	}
+	return cmd
 }

@@ -139,8 +139,9 @@ func (s *Server) routeTable() []Route {
 				s.proxy(w, r, r.PathValue("id"), r.PathValue("port"), r.URL.Path)
 			})},
 
-		// Files beyond the basic ones (files_more.go): move.
+		// Files beyond the basic ones (files_more.go): move, watch.
 		{Pattern: "POST /v1/sandboxes/{id}/files/move", Rule: lease(auth.ScopeFiles), h: hf(s.moveFile)},
+		{Pattern: "GET /v1/sandboxes/{id}/files/watch", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.watchFiles)},
 
 		// Anything else: a 404, for callers with a credential.
 		{Pattern: "/", Rule: need(read), h: hf(func(w http.ResponseWriter, r *http.Request) {
