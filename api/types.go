@@ -311,10 +311,18 @@ type FileInfo struct {
 	Name    string    `json:"name"`
 	Path    string    `json:"path"`
 	Size    int64     `json:"size"`
-	Mode    uint32    `json:"mode"` // Go fs.FileMode bits
+	Mode    uint32    `json:"mode"` // Go fs.FileMode bits (kept for old clients; see Permissions)
 	ModTime time.Time `json:"mod_time"`
 	IsDir   bool      `json:"is_dir"`
 	Link    string    `json:"link,omitempty"` // symlink target
+	// The POSIX view (fileinfo.go): Permissions is the number (0755 is
+	// 493), ModeString as ls shows it, Type one of the FileType names;
+	// UID and GID as the sandbox sees them (absent from old agents).
+	Permissions uint32  `json:"permissions"`
+	ModeString  string  `json:"mode_string"`
+	Type        string  `json:"type"`
+	UID         *uint32 `json:"uid,omitempty"`
+	GID         *uint32 `json:"gid,omitempty"`
 }
 
 // Template is a template as the API shows it.
@@ -455,12 +463,13 @@ type ExportRequest struct {
 }
 
 // CopyRequest is the body of POST /v1/copy: copy a path from one sandbox to
-// another directly (berth cp CHILD:/path PARENT:/path).
+// another (or within one) directly, with docker cp's rules (berth cp
+// CHILD:/path PARENT:/path; see snapshots.Copy).
 type CopyRequest struct {
 	From     string `json:"from"`      // sandbox id or name
 	FromPath string `json:"from_path"` // file or directory
 	To       string `json:"to"`
-	ToPath   string `json:"to_path"` // directory to extract into (created if missing)
+	ToPath   string `json:"to_path"` // the copy's path, or the directory it goes into when that exists
 }
 
 // PoolRequest is the body of PUT /v1/templates/{name}/pool.

@@ -19,7 +19,7 @@ import (
 
 // CopyToSandbox copies the local file or directory src into sandbox id at
 // dst, as docker cp does: a file is copied to dst, or into dst when dst is
-// an existing directory (or ends in "/", which is then created); a
+// an existing directory (a missing dst ending in "/" is an error); a
 // directory becomes dst when dst does not exist, or dst/<name of src> when
 // it does, and src ending in "/." copies only its contents. Ownership is not
 // kept: in the sandbox the files belong to its root.
@@ -39,10 +39,8 @@ func (c *Client) CopyToSandbox(ctx context.Context, src, id, dst string) error {
 		case dstExists && dfi.IsDir:
 			target = path.Join(dst, filepath.Base(src))
 		case strings.HasSuffix(dst, "/"):
-			if err := c.Mkdir(ctx, id, dst, true); err != nil {
-				return err
-			}
-			target = path.Join(dst, filepath.Base(src))
+			// As docker: a file to a missing DST/ is an error.
+			return fmt.Errorf("cannot copy to %s:%s: the destination directory does not exist", id, dst)
 		}
 		f, err := os.Open(src)
 		if err != nil {

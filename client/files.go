@@ -171,3 +171,61 @@ func setContentLength(req *http.Request, r io.Reader) {
 	}
 	req.ContentLength = fi.Size() - off
 }
+
+// Move renames the file or directory src inside the sandbox to dst by
+// rename(2)'s rules: a file replaces a file, a directory an empty
+// directory; symlinks are moved, never followed. With noReplace an
+// existing dst is a conflict.
+func (c *Client) Move(ctx context.Context, id, src, dst string, noReplace bool) error {
+	q := url.Values{"path": {src}, "to": {dst}}
+	if noReplace {
+		q.Set("no_replace", "true")
+	}
+	return c.do(ctx, http.MethodPost, filesPath(id)+"/move", q, nil, nil)
+}
+
+// Watch streams the changes under the directory path inside the sandbox
+// (its subtree with recursive) to each, from the "ready" event on, until
+// ctx ends (nil), each fails (its error), or the stream ends: "end" (nil)
+// or "error" (that error).
+func (c *Client) Watch(ctx context.Context, id, path string, recursive bool, each func(api.WatchEvent) error) error {
+	q := url.Values{"path": {path}}
+	if recursive {
+		q.Set("recursive", "true")
+	}
+	req, err := c.newRequest(ctx, http.MethodGet, filesPath(id)+"/watch", q, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/x-ndjson")
+	resp, err := c.send(req)
+	if err != nil {
+		return err
+	}
+	defer closeBody(resp.Body)
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev api.WatchEvent
+		if err := dec.Decode(&ev); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err == io.EOF {
+				return fmt.Errorf("watch %s: the stream ended without an end event", path)
+			}
+			return fmt.Errorf("watch %s: %w", path, err)
+		}
+		switch ev.Type {
+		case api.WatchEnd:
+			return nil
+		case api.WatchError:
+			if ev.Error != nil {
+				return apiError(ev.Error)
+			}
+			return fmt.Errorf("watch %s failed", path)
+		}
+		if err := each(ev); err != nil {
+			return err
+		}
+	}
+}

@@ -66,15 +66,17 @@ func newCpCmd(g *globals) *cobra.Command {
 does, or directly from one sandbox to another. A sandbox side is ID:/path (the
 id or name of a sandbox).
 
-  A file is copied to DST, or into DST when DST is an existing directory.
+  A file is copied to DST (replacing a file there), or into DST when DST is
+  an existing directory; a missing DST ending in / is an error.
   A directory SRC becomes DST when DST does not exist, or DST/<name of SRC>
-  when it does; SRC ending in /. copies only its contents.
+  when it does; SRC ending in /. copies only its contents. A directory onto
+  a file is an error.
   "-" as the local side is a tar stream: read from stdin into the sandbox
   directory DST, or written to stdout from the sandbox path SRC.
 
-When both sides are sandboxes (berth cp CHILD:/path PARENT:/dir), the daemon
-copies SRC, a file or a directory, into the directory DST of the other sandbox
-(created if missing); nothing passes through this machine.
+When both sides are sandboxes (berth cp CHILD:/path PARENT:/dir, or the same
+sandbox twice), the daemon copies by the same rules; nothing passes through
+this machine.
 
 Archives from a sandbox are extracted safely: absolute paths, ".." and links
 that lead outside the destination are refused.`,

@@ -77,7 +77,7 @@ The CLI talks to the daemon over its unix socket, or over HTTP(S) with an API ke
 	)
 	for _, c := range []*cobra.Command{
 		newRunCmd(g), newCreateCmd(g), newLsCmd(g), newInspectCmd(g), newEventsCmd(g),
-		newRmCmd(g), newExecCmd(g), newCpCmd(g), newDiffCmd(g), newVolumeCmd(g),
+		newRmCmd(g), newExecCmd(g), newCpCmd(g), newFsCmd(g), newDiffCmd(g), newVolumeCmd(g),
 		newForkCmd(g), newExportCmd(g), newSnapshotCmd(g), newNetworkCmd(g), newFlowsCmd(g),
 	} {
 		c.GroupID = "sandbox"

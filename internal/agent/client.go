@@ -126,7 +126,7 @@ func (c *Client) open(ctx context.Context, req wire.Request) (*clientConn, error
 		}
 		return nil, &errdefs.Error{Category: errdefs.ErrUnavailable, Msg: "sandbox agent unreachable", Err: err}
 	}
-	if c.idle > 0 && req.Op != wire.OpExec {
+	if c.idle > 0 && req.Op != wire.OpExec && req.Op != wire.OpWatch {
 		conn = idleConn{Conn: conn, idle: c.idle}
 	}
 	br := bufio.NewReaderSize(conn, 64<<10)
@@ -397,6 +397,12 @@ func (c *Client) Mkdir(ctx context.Context, path string, mode os.FileMode, paren
 // when recursive. Removing "/" is refused.
 func (c *Client) Remove(ctx context.Context, path string, recursive bool) error {
 	return c.simple(ctx, wire.Request{Op: wire.OpRemove, Path: path, Recursive: recursive})
+}
+
+// Move renames src to dst inside the sandbox by rename(2)'s rules (see
+// rootfs.Root.Move); with noReplace an existing dst is a conflict.
+func (c *Client) Move(ctx context.Context, src, dst string, noReplace bool) error {
+	return c.simple(ctx, wire.Request{Op: wire.OpMove, Path: src, Dest: dst, NoReplace: noReplace})
 }
 
 func (c *Client) simple(ctx context.Context, req wire.Request) error {

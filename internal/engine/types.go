@@ -87,6 +87,9 @@ type FileInfo struct {
 	ModTime time.Time
 	IsDir   bool
 	Link    string // symlink target
+	// UID and GID own the file as the sandbox sees it; nil from an agent
+	// too old to report them.
+	UID, GID *uint32
 }
 
 // DiffEntry is one path of a sandbox that differs from its template.

@@ -44,6 +44,7 @@ type (
 	CreateOptions = engine.CreateOptions
 	ExecIO        = engine.ExecIO
 	Files         = files.Files
+	WatchEvent    = files.WatchEvent
 
 	CreateRequest   = engine.CreateRequest
 	VolumeRequest   = engine.VolumeRequest

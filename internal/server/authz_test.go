@@ -38,6 +38,8 @@ var leaseRoutes = []string{
 	"GET /v1/sandboxes/{id}/files/stat",
 	"GET /v1/sandboxes/{id}/files/list",
 	"POST /v1/sandboxes/{id}/files/mkdir",
+	"POST /v1/sandboxes/{id}/files/move",
+	"GET /v1/sandboxes/{id}/files/watch",
 	"POST /v1/sandboxes/{id}/export",
 	"POST /v1/sandboxes/{id}/touch",
 	"/v1/sandboxes/{id}/ports/{port}/{path...}",

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"io/fs"
 	"math"
 	"time"
 
@@ -101,8 +102,10 @@ func exitToAPI(e manager.Exit) api.ExecExit {
 func resizeOf(r api.Resize) manager.Resize { return manager.Resize{Rows: r.Rows, Cols: r.Cols} }
 
 func fileInfoToAPI(fi manager.FileInfo) api.FileInfo {
+	m := fs.FileMode(fi.Mode)
 	return api.FileInfo{Name: fi.Name, Path: fi.Path, Size: fi.Size, Mode: fi.Mode, ModTime: fi.ModTime,
-		IsDir: fi.IsDir, Link: fi.Link}
+		IsDir: fi.IsDir, Link: fi.Link, Permissions: api.PosixPermissions(m), ModeString: api.ModeString(m),
+		Type: api.FileType(m), UID: fi.UID, GID: fi.GID}
 }
 
 func diffToAPI(d manager.DiffEntry) api.DiffEntry {

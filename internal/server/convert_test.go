@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"reflect"
 	"testing"
 	"time"
@@ -212,7 +213,11 @@ func TestConvertResults(t *testing.T) {
 		in := filled[manager.FileInfo](t)
 		out := fileInfoToAPI(*in)
 		check("file info", in, &out, &manager.FileInfo{Name: out.Name, Path: out.Path, Size: out.Size, Mode: out.Mode,
-			ModTime: out.ModTime, IsDir: out.IsDir, Link: out.Link})
+			ModTime: out.ModTime, IsDir: out.IsDir, Link: out.Link, UID: out.UID, GID: out.GID})
+		// The POSIX view is derived from the mode.
+		if m := fs.FileMode(in.Mode); out.Permissions != api.PosixPermissions(m) || out.ModeString != api.ModeString(m) || out.Type != api.FileType(m) {
+			t.Errorf("file info POSIX view %d %q %q for mode %v", out.Permissions, out.ModeString, out.Type, m)
+		}
 	}
 	{
 		in := filled[manager.DiffEntry](t)

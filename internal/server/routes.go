@@ -160,6 +160,9 @@ func (s *Server) routeTable() []Route {
 		// Quotas (quota.go): per-tenant limits, host admin only.
 		{Pattern: "GET /v1/tenants/{tenant}/quota", Rule: hostOnly, h: hf(s.getQuota)},
 		{Pattern: "PUT /v1/tenants/{tenant}/quota", Rule: hostOnly, h: hf(s.putQuota)},
+		// Files beyond the basic ones (files_more.go): move, watch.
+		{Pattern: "POST /v1/sandboxes/{id}/files/move", Rule: lease(auth.ScopeFiles), h: hf(s.moveFile)},
+		{Pattern: "GET /v1/sandboxes/{id}/files/watch", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.watchFiles)},
 
 		// Anything else: a 404, for callers with a credential.
 		{Pattern: "/", Rule: need(read), h: hf(func(w http.ResponseWriter, r *http.Request) {

@@ -300,6 +300,9 @@ func TestCrossTenantRoutes(t *testing.T) {
 				if strings.Contains(p, "/files") {
 					p += "?path=/hello"
 				}
+				if strings.HasSuffix(path, "/files/move") {
+					p += "&to=/moved"
+				}
 				targets = append(targets, struct{ path, host string }{p, ""})
 			}
 		}

@@ -66,13 +66,14 @@ func TestForkChildrenAreIsolated(t *testing.T) {
 	if got.Lineage == nil || len(got.Lineage.Children) != 8 {
 		t.Fatalf("parent lineage: %+v", got.Lineage)
 	}
-	// cp and export move exactly the paths asked.
+	// cp and export move exactly the paths asked; a directory copied to a
+	// missing path becomes that path, as with docker cp.
 	kid := resp.Children[0].ID
 	execOut(t, d, kid, "sh", "-c", "mkdir -p /workspace/out/sub && echo artefact > /workspace/out/sub/a && echo noise > /workspace/noise")
 	if err := d.c.Copy(ctx, api.CopyRequest{From: kid, FromPath: "/workspace/out", To: parent.ID, ToPath: "/workspace/review"}); err != nil {
 		t.Fatal(err)
 	}
-	if out := execOut(t, d, parent.ID, "sh", "-c", "cat /workspace/review/out/sub/a; ls /workspace/review"); out != "artefact\nout\n" {
+	if out := execOut(t, d, parent.ID, "sh", "-c", "cat /workspace/review/sub/a; ls /workspace/review"); out != "artefact\nsub\n" {
 		t.Fatalf("cp between sandboxes: %q", out)
 	}
 	var buf bytes.Buffer

@@ -36,6 +36,7 @@ type testAgent struct {
 	client *agent.Client
 	root   string // host path of Config.Root
 	socket string
+	srv    *server
 }
 
 type agentOpt func(*Config)
@@ -76,7 +77,7 @@ func startAgent(t testing.TB, opts ...agentOpt) *testAgent {
 			t.Errorf("serve did not return")
 		}
 	})
-	return &testAgent{client: agent.NewClient(cfg.Socket), root: root, socket: cfg.Socket}
+	return &testAgent{client: agent.NewClient(cfg.Socket), root: root, socket: cfg.Socket, srv: s}
 }
 
 func testCtx(t testing.TB) context.Context {

@@ -21,12 +21,14 @@ func (s *server) handleStat(cn *conn) error {
 	if err != nil {
 		return err
 	}
+	s.cfg.IDs.info(&fi)
 	return cn.fw.SendJSON(wire.FrameResult, fi)
 }
 
 // handleList sends one result frame per entry, then an end frame.
 func (s *server) handleList(cn *conn) error {
 	err := s.root.List(cn.req.Path, func(fi wire.FileInfo) error {
+		s.cfg.IDs.info(&fi)
 		b, err := json.Marshal(fi)
 		if err != nil {
 			return err
@@ -59,7 +61,9 @@ func (s *server) handleReadFile(cn *conn) error {
 	if !rootfs.IsReg(st.Mode) {
 		return errdefs.Invalid("read %s: not a regular file", clean)
 	}
-	if err := cn.fw.SendJSON(wire.FrameResult, rootfs.Info(clean, &st, "")); err != nil {
+	fi := rootfs.Info(clean, &st, "")
+	s.cfg.IDs.info(&fi)
+	if err := cn.fw.SendJSON(wire.FrameResult, fi); err != nil {
 		return err
 	}
 	buf := make([]byte, wire.DataChunk)

@@ -42,6 +42,9 @@ type Config struct {
 	// MaxFileBytes caps one WriteFile and the bytes of one WriteTar.
 	// Zero means 1 GiB.
 	MaxFileBytes int64
+	// IDs, when set, shifts the owners that stat, list, read_file and
+	// read_tar report (idshift.go): the daemon's quarantine reader.
+	IDs *IDShift
 
 	// reap makes the server the reaper of every child of the process
 	// (wait4(-1)); set by Main for PID 1 or a subreaper only, because it
@@ -61,6 +64,8 @@ type server struct {
 	procs *procTable
 	start time.Time
 	execs atomic.Int32 // exec handlers running
+
+	watchBudget watchBudget // watch.go
 
 	lnMu sync.Mutex
 	ln   *net.UnixListener
@@ -314,6 +319,10 @@ func (s *server) handle(ctx context.Context, c *net.UnixConn) {
 		err = s.handleWriteTar(cn)
 	case wire.OpDial:
 		err = s.handleDial(ctx, cn)
+	case wire.OpMove:
+		err = s.handleMove(cn)
+	case wire.OpWatch:
+		err = s.handleWatch(ctx, cn)
 	default:
 		err = errdefs.Invalid("unknown op %q", req.Op)
 	}

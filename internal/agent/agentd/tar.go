@@ -34,7 +34,23 @@ func (s *server) handleReadTar(cn *conn) error {
 	if err != nil {
 		return err
 	}
-	tw := tar.NewWriter(wire.DataWriter{FW: cn.fw})
+	out, shifted := s.cfg.IDs.tarWriter(wire.DataWriter{FW: cn.fw})
+	if err := s.writeTar(tar.NewWriter(out), clean); err != nil {
+		if pw, ok := out.(*io.PipeWriter); ok {
+			pw.CloseWithError(err)
+		}
+		shifted()
+		return err
+	}
+	out.Close()
+	if err := shifted(); err != nil {
+		return err
+	}
+	return cn.fw.Send(wire.FrameEnd, nil)
+}
+
+// writeTar archives the cleaned path clean to tw and closes it.
+func (s *server) writeTar(tw *tar.Writer, clean string) error {
 	if clean == "/" {
 		fd, err := s.root.Open(".", unix.O_RDONLY|unix.O_DIRECTORY)
 		if err != nil {
@@ -61,10 +77,7 @@ func (s *server) handleReadTar(cn *conn) error {
 			return err
 		}
 	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	return cn.fw.Send(wire.FrameEnd, nil)
+	return tw.Close()
 }
 
 // tarEntry archives dirfd/name (stat st) as tarName, recursing into

@@ -170,6 +170,7 @@ func fileMode(m uint32) fs.FileMode {
 
 func Info(p string, st *unix.Stat_t, link string) wire.FileInfo {
 	name := path.Base(p)
+	uid, gid := st.Uid, st.Gid
 	return wire.FileInfo{
 		Name:    name,
 		Path:    p,
@@ -178,6 +179,8 @@ func Info(p string, st *unix.Stat_t, link string) wire.FileInfo {
 		ModTime: time.Unix(st.Mtim.Unix()).UTC(),
 		IsDir:   st.Mode&unix.S_IFMT == unix.S_IFDIR,
 		Link:    link,
+		UID:     &uid,
+		GID:     &gid,
 	}
 }
 

@@ -92,6 +92,17 @@ const (
 	OpDial    = "dial" // dial.go
 )
 
+// Operations of files beyond the basic ones (agentd move.go).
+const (
+	// OpMove renames Path to Dest by rename(2)'s rules, both resolved
+	// inside the root, the last component of neither followed.
+	OpMove = "move"
+	// OpWatch streams the changes under Path (a directory; its subtree
+	// with Recursive) as result frames of WatchEvent until the client
+	// closes the connection or the watch ends with an error frame.
+	OpWatch = "watch"
+)
+
 // Stable error codes of error frames.
 const (
 	CodeInvalid     = "invalid_argument"

@@ -24,6 +24,10 @@ type Request struct {
 	GID       *int      `json:"gid,omitempty"`
 	Exec      *ExecSpec `json:"exec,omitempty"`
 	Port      int       `json:"port,omitempty"` // dial: loopback port in the sandbox
+	// Move (move.go in agentd): Dest is the new path; NoReplace refuses
+	// an existing one instead of replacing it by rename(2)'s rules.
+	Dest      string `json:"dest,omitempty"`
+	NoReplace bool   `json:"no_replace,omitempty"`
 }
 
 // ExecSpec is the exec part of a request.
@@ -83,6 +87,10 @@ type FileInfo struct {
 	ModTime time.Time `json:"mod_time"`
 	IsDir   bool      `json:"is_dir"`
 	Link    string    `json:"link,omitempty"` // symlink target
+	// UID and GID are the owner as the sandbox sees it. They are absent
+	// from agents older than them, hence pointers (0 is root).
+	UID *uint32 `json:"uid,omitempty"`
+	GID *uint32 `json:"gid,omitempty"`
 }
 
 // Resize is the payload of a resize frame: the terminal's new size.

@@ -49,6 +49,8 @@ func TestWireEncoding(t *testing.T) {
 			`{"name":"a","path":"/a","size":0,"mode":2147484141,"mod_time":"2024-05-06T07:08:09Z","is_dir":true}`},
 		{"file info symlink", &FileInfo{Name: "l", Path: "/l", Size: 1, Mode: 0x8000000 | 0o777, ModTime: mtime, Link: "t"},
 			`{"name":"l","path":"/l","size":1,"mode":134218239,"mod_time":"2024-05-06T07:08:09.123456789Z","is_dir":false,"link":"t"}`},
+		{"file info owner", &FileInfo{Name: "b", Path: "/b", Mode: 0o600, ModTime: mtime.Truncate(time.Second), UID: ptr[uint32](0), GID: ptr[uint32](1000)},
+			`{"name":"b","path":"/b","size":0,"mode":384,"mod_time":"2024-05-06T07:08:09Z","is_dir":false,"uid":0,"gid":1000}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := json.Marshal(tc.v)
@@ -90,3 +92,5 @@ func TestWireOps(t *testing.T) {
 		}
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

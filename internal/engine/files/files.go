@@ -8,6 +8,8 @@ import (
 	"context"
 	"io"
 	"os"
+	pathpkg "path"
+	"strings"
 
 	"github.com/berth-sh/berth/internal/agent"
 	"github.com/berth-sh/berth/internal/engine"
@@ -168,4 +170,53 @@ func (f *Files) Remove(ctx context.Context, path string, recursive bool, actor s
 		f.record(ctx, "files.remove", actor, path)
 	}
 	return err
+}
+
+// Move renames src to dst inside the sandbox by rename(2)'s rules (see
+// the agent's rootfs.Root.Move); with noReplace an existing dst is a
+// conflict.
+func (f *Files) Move(ctx context.Context, src, dst string, noReplace bool, actor string) error {
+	if err := f.writable(); err != nil {
+		return err
+	}
+	err := f.c.Move(ctx, src, dst, noReplace)
+	if err == nil {
+		f.record(ctx, "files.move", actor, src+" -> "+dst)
+	}
+	return err
+}
+
+// WatchEvent is one change under a watched directory: Type is create,
+// write, remove, rename (OldPath → Path) or overflow (events lost).
+type WatchEvent struct {
+	Type, Path, OldPath string
+	IsDir               bool
+}
+
+// Watch streams the changes under the directory path (its subtree with
+// recursive) to each until ctx ends or each fails (nil then, or each's
+// error), the directory goes away (nil), or an error. ready is called once
+// the directory is watched. A quarantined sandbox is watched from the host
+// side (its files do not change while it is frozen).
+func (f *Files) Watch(ctx context.Context, path string, recursive bool, ready func(), each func(WatchEvent) error) error {
+	c, p, err := f.reader(ctx, path)
+	if err != nil {
+		return err
+	}
+	// Events name paths as the serving agent sees them: under a volume
+	// the host-side reader's root is the volume's.
+	var prefix string
+	if cp := pathpkg.Clean(path); f.q != nil && cp != p {
+		prefix = strings.TrimSuffix(cp, strings.TrimSuffix(p, "/"))
+	}
+	return c.Watch(ctx, p, recursive, ready, func(ev agent.WatchEvent) error {
+		out := WatchEvent{Type: ev.Type, Path: ev.Path, OldPath: ev.OldPath, IsDir: ev.IsDir}
+		if prefix != "" && out.Path != "" {
+			out.Path = prefix + out.Path
+			if out.OldPath != "" {
+				out.OldPath = prefix + out.OldPath
+			}
+		}
+		return each(out)
+	})
 }

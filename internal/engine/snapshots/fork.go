@@ -452,32 +452,3 @@ func (m *Snapshots) Export(ctx context.Context, ref string, paths []string, w io
 	}
 	return tw.Close()
 }
-
-// Copy copies a file or directory from one sandbox into a directory of
-// another, directly: the data never lands on the host.
-func (m *Snapshots) Copy(ctx context.Context, req *CopyRequest, actor string) error {
-	if !strings.HasPrefix(req.FromPath, "/") || !strings.HasPrefix(req.ToPath, "/") {
-		return errdefs.Invalid("from_path and to_path must be absolute")
-	}
-	src, err := m.files.Files(ctx, req.From, false, actor)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	if _, err := src.Stat(ctx, req.FromPath); err != nil {
-		return err
-	}
-	dst, err := m.files.Files(ctx, req.To, true, actor)
-	if err != nil {
-		return err
-	}
-	defer dst.Close()
-	if err := dst.Mkdir(ctx, req.ToPath, 0o755, true, actor); err != nil && !errors.Is(err, errdefs.ErrConflict) {
-		return err
-	}
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(src.ReadTar(ctx, req.FromPath, pw)) }()
-	err = dst.WriteTar(ctx, req.ToPath, pr, actor)
-	pr.CloseWithError(io.ErrClosedPipe)
-	return err
-}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/berth-sh/berth/internal/agent/agentd"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/node/local/hostfiles"
@@ -75,9 +76,15 @@ func (b *Backend) QuarantineFiles(ctx context.Context, sb *sandbox.Sandbox) (nod
 	}
 	var vols []hostfiles.Volume
 	for _, vm := range sb.Spec.Volumes {
-		vols = append(vols, hostfiles.Volume{Path: vm.Path, Data: filepath.Join(b.volumes.Path(vm.VolumeID), volumeDataDir)})
+		// A volume's data is stored in the stored range; the sandbox
+		// sees it through an idmapped view (ids.go).
+		vols = append(vols, hostfiles.Volume{Path: vm.Path, Data: filepath.Join(b.volumes.Path(vm.VolumeID), volumeDataDir),
+			IDs: agentd.IDShift{Base: b.cfg.IDMap.HostUID, Size: b.cfg.IDMap.Size}})
 	}
-	return hostfiles.NewReader(sb.ID, b.paths(sb.ID).rootfs, vols, dir, b.log), nil
+	// The root as mounted is the overlay over the sandbox's own idmapped
+	// views: its files show the sandbox's range.
+	m := b.idMapOf(sb)
+	return hostfiles.NewReader(sb.ID, b.paths(sb.ID).rootfs, agentd.IDShift{Base: m.HostUID, Size: m.Size}, vols, dir, b.log), nil
 }
 
 // CommitLayer ends build sandbox sb's container, unmounts its root and

@@ -3,11 +3,13 @@ package catalogue
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/selftest/attack"
@@ -136,6 +138,43 @@ func filesAttacks() []*attack.Attack {
 					return attack.Escaped("%s (write: %s)", bad, errText(err))
 				}
 				return attack.Contained("host untouched (write: %s)", errText(err))
+			})),
+		f("move-symlink", "move a file through a sandbox symlink to a host dir, and the host's secret out through it", "nothing moved to or from the host",
+			attack.InGroup(g, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
+				secret := hostSecret(e)
+				e.Sh(ctx, sb.ID, "ln -sfn "+e.HostDir+" /tmp/st-mvl; echo x > /tmp/st-mvsrc")
+				err1 := e.C.Move(ctx, sb.ID, "/tmp/st-mvsrc", "/tmp/st-mvl/moved-out", false)
+				if bad := absent("moved-out")(e); bad != "" {
+					return attack.Escaped("%s (move: %s)", bad, errText(err1))
+				}
+				err2 := e.C.Move(ctx, sb.ID, "/tmp/st-mvl/secret", "/tmp/st-stolen", false)
+				if _, err := os.Stat(filepath.Join(e.HostDir, "secret")); err != nil {
+					return attack.Escaped("the host's secret was moved away (move: %s)", errText(err2))
+				}
+				if out, _, _ := e.Sh(ctx, sb.ID, "cat /tmp/st-stolen 2>/dev/null"); strings.Contains(out, secret) {
+					return attack.Escaped("the host's secret moved into the sandbox")
+				}
+				return attack.Contained("host untouched (moves: %s; %s)", errText(err1), errText(err2))
+			})),
+		f("watch-symlink", "watch a sandbox symlink to a host dir, then change files in that host dir", "no watch of the host dir; no host event reported",
+			attack.InGroup(g, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {
+				e.Sh(ctx, sb.ID, "ln -sfn "+e.HostDir+" /tmp/st-wtl")
+				wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				defer cancel()
+				var seen []string
+				werr := e.C.Watch(wctx, sb.ID, "/tmp/st-wtl", true, func(ev api.WatchEvent) error {
+					if ev.Type == api.WatchReady {
+						os.WriteFile(filepath.Join(e.HostDir, "watched-"+e.Tag), []byte("x"), 0o644)
+						return nil
+					}
+					seen = append(seen, ev.Type+" "+ev.Path)
+					return nil
+				})
+				os.Remove(filepath.Join(e.HostDir, "watched-"+e.Tag))
+				if len(seen) > 0 {
+					return attack.Escaped("host changes reported through the watch: %v", seen)
+				}
+				return attack.Contained("no host event (watch: %s)", errText(werr))
 			})),
 		f("list-symlink-dir", "list a sandbox symlink pointing at a host directory", "the host dir is never listed",
 			attack.InGroup(g, func(ctx ctxT, e *attack.Env, sb *sandboxT) attack.Outcome {

@@ -93,10 +93,11 @@ func walk(root string, fn func(rel string, d fs.DirEntry, info fs.FileInfo) erro
 	})
 }
 
-// Volume is one volume of a sandbox: where it is mounted inside, and its
-// data on the host.
+// Volume is one volume of a sandbox: where it is mounted inside, its data
+// on the host and the host id range its files are stored in.
 type Volume struct {
 	Path, Data string
+	IDs        agentd.IDShift
 }
 
 // Reader serves read-only file access to a quarantined sandbox whose
@@ -108,6 +109,7 @@ type Reader struct {
 	id      string
 	root    string
 	vols    []Volume
+	ids     agentd.IDShift // the root's host id range
 	dir     string
 	log     *slog.Logger
 	cancels []context.CancelFunc
@@ -115,19 +117,21 @@ type Reader struct {
 }
 
 // NewReader returns the reader of sandbox id, whose root is mounted at
-// root; its servers' sockets go in dir, removed by Close.
-func NewReader(id, root string, vols []Volume, dir string, log *slog.Logger) *Reader {
-	return &Reader{id: id, root: root, vols: vols, dir: dir, log: log}
+// root with its files owned by the host id range ids; its servers'
+// sockets go in dir, removed by Close. Owners are reported as the sandbox
+// sees them (agentd.IDShift), never as the host's shifted ids.
+func NewReader(id, root string, ids agentd.IDShift, vols []Volume, dir string, log *slog.Logger) *Reader {
+	return &Reader{id: id, root: root, ids: ids, vols: vols, dir: dir, log: log}
 }
 
 // Client returns a client of a server confined to the filesystem holding
 // path, and path as that server names it.
 func (q *Reader) Client(ctx context.Context, path string) (*agent.Client, string, error) {
-	root := q.root
+	root, ids := q.root, q.ids
 	clean := filepath.Clean("/" + path)
 	for _, vm := range q.vols {
 		if rel, ok := strings.CutPrefix(clean, vm.Path); ok && (rel == "" || rel[0] == '/') {
-			root = vm.Data
+			root, ids = vm.Data, vm.IDs
 			clean = "/" + strings.TrimPrefix(rel, "/")
 			break
 		}
@@ -137,7 +141,7 @@ func (q *Reader) Client(ctx context.Context, path string) (*agent.Client, string
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := agentd.Serve(sctx, agentd.Config{Socket: sock, Root: root, Logger: q.log}); err != nil {
+		if err := agentd.Serve(sctx, agentd.Config{Socket: sock, Root: root, Logger: q.log, IDs: &ids}); err != nil {
 			q.log.Warn("quarantine reader", "sandbox", q.id, "err", err)
 		}
 	}()

@@ -1,0 +1,126 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/manager"
+
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/sandbox"
+)
+
+// moveFile renames path to to inside the sandbox by rename(2)'s rules;
+// no_replace=true makes an existing destination a 409.
+func (s *Server) moveFile(w http.ResponseWriter, r *http.Request) {
+	path, err := pathParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	to := r.URL.Query().Get("to")
+	switch {
+	case to == "":
+		writeError(w, errdefs.Invalid("to query parameter is required"))
+		return
+	case len(to) > maxPathLen:
+		writeError(w, errdefs.Invalid("to longer than %d bytes", maxPathLen))
+		return
+	}
+	if err := sandbox.CheckText("to", to); err != nil {
+		writeError(w, err)
+		return
+	}
+	noReplace, err := boolParam(r, "no_replace")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	f, err := s.m.Files(r.Context(), r.PathValue("id"), true, actor(r))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer f.Close()
+	if err := f.Move(r.Context(), path, to, noReplace, actor(r)); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// watchFiles streams the changes under the directory path (recursive=true:
+// its subtree) as NDJSON lines of api.WatchEvent, or as WebSocket text
+// messages when the request asks for an upgrade; the first event is
+// "ready", the last "end" or "error". It runs until the client goes.
+func (s *Server) watchFiles(w http.ResponseWriter, r *http.Request) {
+	path, err := pathParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	recursive, err := boolParam(r, "recursive")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	f, err := s.m.Files(r.Context(), r.PathValue("id"), false, actor(r))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer f.Close()
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	var send func(api.WatchEvent) error
+	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{})
+		if err != nil {
+			return
+		}
+		defer conn.CloseNow()
+		conn.SetReadLimit(4 << 10)
+		// The client sends nothing; its read ends when it goes.
+		go func() {
+			for {
+				if _, _, err := conn.Read(ctx); err != nil {
+					cancel()
+					return
+				}
+			}
+		}()
+		send = func(ev api.WatchEvent) error {
+			b, err := json.Marshal(ev)
+			if err != nil {
+				return err
+			}
+			wctx, c := context.WithTimeout(ctx, 30*time.Second)
+			defer c()
+			return conn.Write(wctx, websocket.MessageText, b)
+		}
+		defer conn.Close(websocket.StatusNormalClosure, "")
+	} else {
+		nd := newNDJSON(w)
+		send = func(ev api.WatchEvent) error { return nd.send(ev) }
+	}
+	readySent := false
+	err = f.Watch(ctx, path, recursive, func() { readySent = send(api.WatchEvent{Type: api.WatchReady, Path: path}) == nil },
+		func(ev manager.WatchEvent) error {
+			return send(api.WatchEvent{Type: ev.Type, Path: ev.Path, OldPath: ev.OldPath, IsDir: ev.IsDir})
+		})
+	switch {
+	case ctx.Err() != nil:
+	case err != nil && !readySent && !strings.EqualFold(r.Header.Get("Upgrade"), "websocket"):
+		writeError(w, err) // nothing streamed yet: a plain error answer
+	case err != nil:
+		_ = send(api.WatchEvent{Type: api.WatchError, Error: apiErrorFor(w, err)})
+	default:
+		_ = send(api.WatchEvent{Type: api.WatchEnd})
+	}
+}
