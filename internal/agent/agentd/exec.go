@@ -66,9 +66,12 @@ func (s *server) handleExec(ctx context.Context, cn *conn) error {
 	} else if !st.IsDir() {
 		return errdefs.Invalid("exec: working directory %s is not a directory", dir)
 	}
+	if spec.TTY && !hasEnv(spec.Env, "TERM") {
+		spec.Env = append(spec.Env[:len(spec.Env):len(spec.Env)], "TERM="+defaultTerm)
+	}
 	argv0, err := lookPath(spec.Argv[0], spec.Env, dir)
 	if err != nil {
-		return err
+		return s.execFailed(cn, spec, err)
 	}
 
 	eio, err := newExecIO(spec)
@@ -87,7 +90,7 @@ func (s *server) handleExec(ctx context.Context, cn *conn) error {
 	pid, done, err := s.procs.start(argv0, spec.Argv, attr)
 	eio.closeChild()
 	if err != nil {
-		return execErr(spec.Argv[0], err)
+		return s.execFailed(cn, spec, execErr(spec.Argv[0], err))
 	}
 	log := s.log.With("pid", pid, "argv0", spec.Argv[0])
 	log.Debug("exec started")
@@ -173,6 +176,54 @@ wait:
 		}
 	}
 	return err
+}
+
+// defaultTerm is TERM under a TTY when the caller sets none.
+const defaultTerm = "xterm-256color"
+
+func hasEnv(env []string, key string) bool {
+	for _, kv := range env {
+		if k, _, ok := strings.Cut(kv, "="); ok && k == key {
+			return true
+		}
+	}
+	return false
+}
+
+// commandExit maps a failure to find or execute the command to the exit
+// code a shell gives it: 127 for a command that does not exist, 126 for
+// one that cannot be executed. ok is false for any other failure.
+func commandExit(err error) (code int, ok bool) {
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		return 127, true
+	case errors.Is(err, errdefs.ErrPermission), errors.Is(err, errdefs.ErrInvalid):
+		return 126, true
+	}
+	return 0, false
+}
+
+// execFailed answers an exec whose command could not be started: like a
+// shell, with the reason on stderr (stdout under a TTY) and exit 127 or
+// 126; any other failure is returned as the error frame.
+func (s *server) execFailed(cn *conn, spec *wire.ExecSpec, err error) error {
+	code, ok := commandExit(err)
+	if !ok {
+		return err
+	}
+	msg := err.Error()
+	var de *errdefs.Error
+	if errors.As(err, &de) {
+		msg = de.Msg
+	}
+	t := wire.FrameStderr
+	if spec.TTY {
+		t = wire.FrameStdout
+	}
+	if werr := cn.fw.Write(t, []byte("berth: "+msg+"\n")); werr != nil {
+		return werr
+	}
+	return cn.fw.SendJSON(wire.FrameExit, wire.Exit{Code: code})
 }
 
 // underlyingErrno digs the errno out of an *os.PathError.
