@@ -155,6 +155,22 @@ func (r *record) snapshot(over, reason string) []Process {
 	return out
 }
 
+// ended records the exit of process id (of the current boot) as seen by
+// a wait or an attach, so that a stop after it does not call it stopped.
+func (r *record) ended(id string, ex engine.Exit) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range r.cur {
+		if r.cur[i].ID == id || (r.cur[i].Tag == id && (r.cur[i].State == wire.ProcRunning || r.cur[i].State == wire.ProcRestarting)) {
+			r.cur[i].State, r.cur[i].PID, r.cur[i].Exit = wire.ProcExited, 0, &ex
+			if ex.Signal != "" {
+				r.cur[i].State = wire.ProcKilled
+			}
+			return
+		}
+	}
+}
+
 func (r *record) findLost(id string) (Process, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -186,6 +202,14 @@ func processOf(boot string, in agent.ProcInfo) Process {
 func exitOf(e agent.Exit) engine.Exit {
 	return engine.Exit{Code: e.Code, Signal: e.Signal, TimedOut: e.TimedOut,
 		Duration: time.Duration(e.DurationMS*1000) * time.Microsecond}
+}
+
+// curID is the API id of agent reference aref (a number, or a tag).
+func curID(boot, aref string) string {
+	if isDigits(aref) {
+		return apiID(boot, aref)
+	}
+	return aref
 }
 
 func apiID(boot, id string) string {
@@ -394,6 +418,7 @@ func (p *Procs) AttachProcess(ctx context.Context, ref, pid string, follow bool,
 		return nil, nil
 	}
 	e := exitOf(*ex)
+	p.record(sb.ID).ended(curID(boot, aref), e)
 	return &e, nil
 }
 
@@ -469,6 +494,7 @@ func (p *Procs) WaitProcess(ctx context.Context, ref, pid, actor string) (engine
 	if err != nil {
 		return engine.Exit{}, p.stoppedErr(ctx, sb, err)
 	}
+	p.record(sb.ID).ended(curID(boot, aref), exitOf(ex))
 	return exitOf(ex), nil
 }
 
