@@ -96,7 +96,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		DoctorReport{}, Version{}, Policy{}, VolumeMount{}, Volume{}, CreateVolumeRequest{}, DiffEntry{},
 		ForkRequest{}, ForkResponse{}, Lineage{}, Snapshot{}, CreateSnapshotRequest{}, ExportRequest{},
 		CopyRequest{}, PoolRequest{}, Pool{}, ApplyRequest{}, Disk{},
-		StartProcessRequest{}, Process{}, ProcessList{}, ProcessEvent{}, SignalRequest{},
+		StartProcessRequest{}, Process{}, ProcessList{}, ProcessEvent{}, SignalRequest{}, TemplateService{},
 	}
 	for _, v := range types {
 		rt := reflect.TypeOf(v)

@@ -62,6 +62,16 @@ type ProcessEvent struct {
 	Error  *Error    `json:"error,omitempty"`
 }
 
+// TemplateService names a template's supervised service at import: Cmd,
+// or with FromImage the image's entrypoint and cmd; Restart is always,
+// on-failure (default) or never.
+type TemplateService struct {
+	Cmd         []string `json:"cmd,omitempty"`
+	FromImage   bool     `json:"from_image,omitempty"`
+	Restart     string   `json:"restart,omitempty"`
+	MaxRestarts int      `json:"max_restarts,omitempty"`
+}
+
 // SignalRequest is the body of POST .../processes/{pid}/signal.
 type SignalRequest struct {
 	Signal string `json:"signal"` // "TERM" or "SIGTERM"; "" is SIGTERM

@@ -65,6 +65,7 @@ type (
 	Flow            = netrules.Flow
 	Pool            = pools.Pool
 	ImportRequest   = templates.ImportRequest
+	ServiceRequest  = templates.ServiceRequest
 	BuildRequest    = templates.BuildRequest
 	ApplyRequest    = templates.ApplyRequest
 	BuildEvent      = templates.Event
