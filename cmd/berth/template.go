@@ -163,7 +163,7 @@ func newTemplateImportCmd(g *globals) *cobra.Command {
 			}
 		case statErr == nil:
 			if svc != nil {
-				return fmt.Errorf("a service cannot be set on an uploaded tarball: import an OCI layout directory or a registry reference, or apply a template file with service:")
+				return fmt.Errorf("a service cannot be set on an uploaded tarball: import an OCI layout directory or a registry reference, or apply a template file with a service")
 			}
 			f, err := os.Open(src)
 			if err != nil {
