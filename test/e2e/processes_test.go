@@ -262,9 +262,39 @@ service:
 	if _, err := d.c.Stop(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	get("after auto-resume")
+	resumed := get("after auto-resume")
 	if cur, err := d.c.GetSandbox(ctx, id); err != nil || cur.State != "running" {
 		t.Fatalf("after the port request: %+v %v", cur, err)
+	}
+	if runtime == "runsc" {
+		// Hibernate keeps the service (the checkpoint holds it); the
+		// wake restores that one and starts no second.
+		before, _ := procNamed(procList(t, d, id), "service")
+		if _, err := d.c.Hibernate(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if p, _ := procNamed(procList(t, d, id), "service"); p.State != "hibernated" {
+			t.Fatalf("service of a hibernated sandbox: %+v", p)
+		}
+		if _, err := d.c.Wake(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if again := get("after wake"); again != resumed {
+			t.Fatalf("after wake the service answers %q, before %q: not the restored one", again, resumed)
+		}
+		time.Sleep(500 * time.Millisecond)
+		n := 0
+		for _, p := range procList(t, d, id) {
+			if p.Tag == "service" && p.State == "running" {
+				n++
+				if p.ID != before.ID {
+					t.Errorf("service after wake is %s, before %s", p.ID, before.ID)
+				}
+			}
+		}
+		if n != 1 {
+			t.Fatalf("%d services run after wake: %+v", n, procList(t, d, id))
+		}
 	}
 	// kill (stop) ends the supervision.
 	if _, errOut, code := d.cli("kill", id, "service"); code != 0 {
