@@ -96,6 +96,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		DoctorReport{}, Version{}, Policy{}, VolumeMount{}, Volume{}, CreateVolumeRequest{}, DiffEntry{},
 		ForkRequest{}, ForkResponse{}, Lineage{}, Snapshot{}, CreateSnapshotRequest{}, ExportRequest{},
 		CopyRequest{}, PoolRequest{}, Pool{}, ApplyRequest{}, Disk{}, Quota{}, QuotaRequest{}, QuotaUsage{},
+		StartProcessRequest{}, Process{}, ProcessList{}, ProcessEvent{}, SignalRequest{}, TemplateService{},
 	}
 	for _, v := range types {
 		rt := reflect.TypeOf(v)

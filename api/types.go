@@ -347,6 +347,8 @@ type ImportTemplateRequest struct {
 	Path     string `json:"path,omitempty"`
 	Ref      string `json:"ref,omitempty"`
 	Insecure bool   `json:"insecure,omitempty"` // allow plain-HTTP registries
+	// Service is a supervised service of the template's sandboxes (processes.go).
+	Service *TemplateService `json:"service,omitempty"`
 }
 
 // BuildTemplateRequest is the body of POST /v1/templates/build.

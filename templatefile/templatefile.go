@@ -16,6 +16,7 @@
 //	policy: {idle_timeout: 15m, on_idle: pause, max_age: 24h, on_max_age: stop, retention: 1h, auto_resume: true}
 //	network: {mode: egress, allow: [pypi.org]}
 //	pool: {min: 2}
+//	service: {cmd: [python3, -m, http.server, "8000"], restart: always}  # or {from_image: true}
 //
 // Parse checks what the file alone decides (shape, names, sizes,
 // durations, paths); the daemon then checks what depends on it (the base
@@ -60,6 +61,7 @@ type File struct {
 	Policy    *Policy    `yaml:"policy,omitempty" json:"policy"`
 	Network   *Network   `yaml:"network,omitempty" json:"network"`
 	Pool      *Pool      `yaml:"pool,omitempty" json:"pool"`
+	Service   *Service   `yaml:"service,omitempty" json:"service"` // a supervised service of every sandbox
 
 	node *yaml.Node // the parsed document, for the lines of errors
 }
@@ -86,6 +88,20 @@ type Policy struct {
 type Network struct {
 	Mode  string   `yaml:"mode,omitempty" json:"mode"` // none or egress
 	Allow []string `yaml:"allow,omitempty" json:"allow"`
+}
+
+// Service is a command berth runs, supervised, in every sandbox of the
+// template whenever it becomes running: cmd, or with from_image the
+// image's entrypoint and cmd. restart is always, on-failure (default) or
+// never.
+type Service struct {
+	Cmd         []string          `yaml:"cmd,omitempty" json:"cmd"`
+	FromImage   bool              `yaml:"from_image,omitempty" json:"from_image"`
+	Restart     string            `yaml:"restart,omitempty" json:"restart"`
+	MaxRestarts int               `yaml:"max_restarts,omitempty" json:"max_restarts"`
+	Env         map[string]string `yaml:"env,omitempty" json:"env"`
+	Dir         string            `yaml:"dir,omitempty" json:"dir"`
+	User        string            `yaml:"user,omitempty" json:"user"`
 }
 
 // Pool asks for warm sandboxes of the template.
@@ -371,6 +387,33 @@ func (f *File) Validate() error {
 	}
 	if p := f.Pool; p != nil && (p.Min < 0 || p.Min > MaxPoolMin) {
 		bad(0, "pool.min", "must be between 0 and %d", MaxPoolMin)
+	}
+	if sv := f.Service; sv != nil {
+		if (len(sv.Cmd) == 0) == !sv.FromImage {
+			bad(0, "service", "give exactly one of cmd and from_image")
+		}
+		for _, a := range sv.Cmd {
+			if a == "" || strings.IndexByte(a, 0) >= 0 {
+				bad(0, "service.cmd", "arguments must be non-empty and without NUL bytes")
+				break
+			}
+		}
+		switch sv.Restart {
+		case "", "always", "on-failure", "never":
+		default:
+			bad(0, "service.restart", "must be always, on-failure or never, not %q", sv.Restart)
+		}
+		if sv.MaxRestarts < 0 || sv.MaxRestarts > 1000 {
+			bad(0, "service.max_restarts", "must be between 0 and 1000")
+		}
+		if sv.Dir != "" && !strings.HasPrefix(sv.Dir, "/") {
+			bad(0, "service.dir", "want an absolute path, not %q", sv.Dir)
+		}
+		for k := range sv.Env {
+			if k == "" || strings.ContainsAny(k, "=\x00") {
+				bad(0, "service.env", "bad name %q", k)
+			}
+		}
 	}
 	if len(errs) > 0 {
 		return errs

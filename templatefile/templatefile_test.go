@@ -26,6 +26,7 @@ timeout: 1h
 policy: {idle_timeout: 15m, on_idle: pause, max_age: 24h, on_max_age: stop, retention: 1h, auto_resume: true}
 network: {mode: egress, allow: [pypi.org, 10.0.0.0/8]}
 pool: {min: 2}
+service: {cmd: [python3, -m, http.server, "8000"], restart: always, max_restarts: 5, env: {A: b}, dir: /app, user: "1000"}
 `
 
 func TestParse(t *testing.T) {
@@ -34,7 +35,8 @@ func TestParse(t *testing.T) {
 		t.Fatal(err)
 	}
 	if f.Name != "py" || f.From != "base" || len(f.Steps) != 6 || f.Resources.CPUs != 1.5 || f.Resources.Memory != "256Mi" ||
-		f.Policy.OnIdle != "pause" || !f.Policy.AutoResume || f.Network.Mode != "egress" || f.Pool.Min != 2 {
+		f.Policy.OnIdle != "pause" || !f.Policy.AutoResume || f.Network.Mode != "egress" || f.Pool.Min != 2 ||
+		f.Service == nil || len(f.Service.Cmd) != 4 || f.Service.Restart != "always" || f.Service.MaxRestarts != 5 || f.Service.Dir != "/app" {
 		t.Errorf("parsed %+v", f)
 	}
 	if f.Steps[4].Env == nil {
@@ -87,6 +89,13 @@ func TestParseErrors(t *testing.T) {
 		{"name: x\nfrom: base\nnetwork: {mode: open}\n", []string{"network.mode: must be none or egress"}},
 		{"name: x\nfrom: base\npool: {min: 257}\n", []string{"pool.min: must be between 0 and 256"}},
 		{"name: x\nfrom: base\npool: {min: -1}\n", []string{"pool.min"}},
+		{"name: x\nfrom: base\nservice: {restart: always}\n", []string{"line 3: service: give exactly one of cmd and from_image"}},
+		{"name: x\nfrom: base\nservice: {cmd: [a], from_image: true}\n", []string{"service: give exactly one"}},
+		{"name: x\nfrom: base\nservice: {cmd: [a], restart: sometimes}\n", []string{"service.restart: must be always, on-failure or never"}},
+		{"name: x\nfrom: base\nservice: {cmd: [a], max_restarts: 1001}\n", []string{"service.max_restarts"}},
+		{"name: x\nfrom: base\nservice: {cmd: [a], dir: rel}\n", []string{"service.dir: want an absolute path"}},
+		{"name: x\nfrom: base\nservice: {cmd: [a, \"\"]}\n", []string{"service.cmd"}},
+		{"name: x\nfrom: base\nservice: {cmd: [a], bogus: 1}\n", []string{"unknown field bogus"}},
 		// Every problem at once, in the file's order.
 		{"name: -x\nsteps:\n  - workdir: a\n", []string{"name:", "exactly one of from", "step 1: workdir"}},
 	} {
@@ -185,6 +194,8 @@ func FuzzParse(f *testing.F) {
 	f.Add("name: x\nfrom: base\nsteps:\n  - run: |\n      echo a\n      echo b\n")
 	f.Add("name: x\nfrom: base\nresources: {cpus: .nan, memory: 1k}\n")
 	f.Add("name: x\nfrom: base\nsteps: [{run: a, workdir: /b}]\n")
+	f.Add("name: x\nfrom: base\nservice: {cmd: [python3, -m, http.server], restart: always, env: {A: b}, dir: /w}\n")
+	f.Add("name: x\nimage: alpine\nservice: {from_image: true, max_restarts: 3}\n")
 	f.Fuzz(func(t *testing.T, s string) {
 		tf, err := Parse([]byte(s))
 		if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -20,6 +21,8 @@ func newExecCmd(g *globals) *cobra.Command {
 		env              []string
 		workdir, user    string
 		timeout          durationValue
+		detach           bool
+		tag, restart     string
 	)
 	cmd := &cobra.Command{
 		Use:   "exec [flags] ID [--] CMD [ARG...]",
@@ -28,10 +31,15 @@ func newExecCmd(g *globals) *cobra.Command {
 
 Without -i or -t the command's stdin is empty and its output is streamed back.
 -i attaches stdin; -t gives the command a terminal (the local terminal is put in
-raw mode and resizes are passed on). Use both for a shell: berth exec -it ID sh`,
+raw mode and resizes are passed on). Use both for a shell: berth exec -it ID sh
+
+-d starts the command in the background, detached from this client: berth
+prints its process id and exits. See berth ps, logs, attach, kill and wait.
+With -d, -t gives it a terminal to attach to later.`,
 		Example: `  berth exec $id -- python3 -c 'print(42)'
   berth exec -it $id bash
-  tar c src | berth exec -i $id -- tar x -C /work`,
+  tar c src | berth exec -i $id -- tar x -C /work
+  berth exec -d --tag web $id -- python3 -m http.server 8000`,
 		Args: minArgs(2, "a sandbox id and a command"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, argv := args[0], args[1:]
@@ -53,6 +61,16 @@ raw mode and resizes are passed on). Use both for a shell: berth exec -it ID sh`
 			}
 			defer c.Close()
 
+			if detach {
+				if interactive {
+					return fmt.Errorf("-d and -i do not go together: send input with berth attach")
+				}
+				req.TTY = tty
+				return startDetached(cmd.Context(), cmd, g, id, req, tag, restart)
+			}
+			if tag != "" || restart != "" {
+				return fmt.Errorf("--tag and --restart need -d")
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			var exit api.ExecExit
@@ -72,6 +90,9 @@ raw mode and resizes are passed on). Use both for a shell: berth exec -it ID sh`
 	f.StringVarP(&workdir, "workdir", "w", "", "working directory inside the sandbox")
 	f.StringVarP(&user, "user", "u", "", "user to run as: uid[:gid] or a name from the sandbox's /etc/passwd")
 	f.Var(&timeout, "timeout", "kill the command after this long (e.g. 30s, 5m, or seconds)")
+	f.BoolVarP(&detach, "detach", "d", false, "run in the background and print the process id")
+	f.StringVar(&tag, "tag", "", "with -d: name the process (unique among the sandbox's running ones)")
+	f.StringVar(&restart, "restart", "", "with -d: restart policy: never, always or on-failure")
 	return cmd
 }
 

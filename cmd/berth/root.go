@@ -83,6 +83,10 @@ The CLI talks to the daemon over its unix socket, or over HTTP(S) with an API ke
 		c.GroupID = "sandbox"
 		root.AddCommand(c)
 	}
+	for _, c := range newProcessCmds(g) { // background processes (ps.go)
+		c.GroupID = "sandbox"
+		root.AddCommand(c)
+	}
 	for _, v := range append(lifecycleVerbs, hibernateVerbs...) {
 		c := newLifecycleCmd(g, v)
 		c.GroupID = "sandbox"

@@ -18,7 +18,7 @@ func newLsCmd(g *globals) *cobra.Command {
 	var all bool
 	cmd := &cobra.Command{
 		Use:     "ls [--all]",
-		Aliases: []string{"list", "ps"},
+		Aliases: []string{"list"}, // "ps" lists a sandbox's processes (ps.go)
 		Short:   "List sandboxes",
 		Args:    cobra.NoArgs,
 	}

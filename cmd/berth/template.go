@@ -115,7 +115,10 @@ func looksLikePath(s string) bool {
 }
 
 func newTemplateImportCmd(g *globals) *cobra.Command {
-	var insecure bool
+	var (
+		insecure, svcFromImage bool
+		svcCmd, svcRestart     string
+	)
 	cmd := &cobra.Command{
 		Use:   "import NAME PATH|REF",
 		Short: "Import a template from an image tarball, an OCI layout or a registry",
@@ -124,13 +127,23 @@ func newTemplateImportCmd(g *globals) *cobra.Command {
   a local directory   an OCI image layout, read by the daemon (which must run on this host)
   anything else       a registry reference (alpine:3.20, ghcr.io/org/img@sha256:...)`,
 		Example: `  docker save python:3.12-slim -o py.tar && berth template import py ./py.tar
-  berth template import alpine alpine:3.20`,
+  berth template import alpine alpine:3.20
+  berth template import web nginx:1.27 --service-from-image --service-restart always`,
 		Args: exactArgs(2, "a template name and a path or image reference"),
 	}
 	out := addOutputFlag(cmd)
 	cmd.Flags().BoolVar(&insecure, "insecure", false, "allow a plain-HTTP or self-signed registry")
+	cmd.Flags().StringVar(&svcCmd, "service", "", "run this command (split at spaces) as the sandboxes' supervised service")
+	cmd.Flags().BoolVar(&svcFromImage, "service-from-image", false, "run the image's entrypoint and cmd as the sandboxes' supervised service")
+	cmd.Flags().StringVar(&svcRestart, "service-restart", "", "the service's restart policy: always, on-failure (default) or never")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		name, src := args[0], args[1]
+		var svc *api.TemplateService
+		if svcCmd != "" || svcFromImage {
+			svc = &api.TemplateService{Cmd: strings.Fields(svcCmd), FromImage: svcFromImage, Restart: svcRestart}
+		} else if svcRestart != "" {
+			return fmt.Errorf("--service-restart needs --service or --service-from-image")
+		}
 		c, err := g.client()
 		if err != nil {
 			return err
@@ -144,11 +157,14 @@ func newTemplateImportCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			t, err = c.ImportTemplate(cmd.Context(), api.ImportTemplateRequest{Name: name, Path: abs, Insecure: insecure})
+			t, err = c.ImportTemplate(cmd.Context(), api.ImportTemplateRequest{Name: name, Path: abs, Insecure: insecure, Service: svc})
 			if err != nil {
 				return err
 			}
 		case statErr == nil:
+			if svc != nil {
+				return fmt.Errorf("a service cannot be set on an uploaded tarball: import an OCI layout directory or a registry reference, or apply a template file with a service")
+			}
 			f, err := os.Open(src)
 			if err != nil {
 				return err
@@ -158,7 +174,7 @@ func newTemplateImportCmd(g *globals) *cobra.Command {
 				return err
 			}
 		case errors.Is(statErr, fs.ErrNotExist) && !looksLikePath(src):
-			t, err = c.ImportTemplate(cmd.Context(), api.ImportTemplateRequest{Name: name, Ref: src, Insecure: insecure})
+			t, err = c.ImportTemplate(cmd.Context(), api.ImportTemplateRequest{Name: name, Ref: src, Insecure: insecure, Service: svc})
 			if err != nil {
 				return err
 			}

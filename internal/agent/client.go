@@ -77,6 +77,7 @@ type Info struct {
 	Version string
 	PID     int
 	Uptime  time.Duration
+	Boot    string // identifies the agent's lifetime; "" from older agents
 }
 
 // ExecRequest describes a process to run.
@@ -115,6 +116,16 @@ type clientConn struct {
 	stop func() bool
 }
 
+// streamOp reports whether op may be silent for as long as a process
+// runs (its callers bound it with their context instead).
+func streamOp(op string) bool {
+	switch op {
+	case wire.OpExec, wire.OpWatch, wire.OpProcAttach, wire.OpProcWait, wire.OpProcStdin:
+		return true
+	}
+	return false
+}
+
 func (c *Client) open(ctx context.Context, req wire.Request) (*clientConn, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -126,7 +137,7 @@ func (c *Client) open(ctx context.Context, req wire.Request) (*clientConn, error
 		}
 		return nil, &errdefs.Error{Category: errdefs.ErrUnavailable, Msg: "sandbox agent unreachable", Err: err}
 	}
-	if c.idle > 0 && req.Op != wire.OpExec && req.Op != wire.OpWatch {
+	if c.idle > 0 && !streamOp(req.Op) {
 		conn = idleConn{Conn: conn, idle: c.idle}
 	}
 	br := bufio.NewReaderSize(conn, 64<<10)
@@ -222,7 +233,10 @@ func (c *Client) Ping(ctx context.Context) (Info, error) {
 	if err := cc.result(&r); err != nil {
 		return Info{}, err
 	}
-	return Info{Version: r.Version, PID: r.PID, Uptime: time.Duration(r.UptimeNS)}, nil
+	if len(r.Boot) > 64 {
+		return Info{}, wire.ProtocolErrorf("boot id of %d bytes", len(r.Boot))
+	}
+	return Info{Version: r.Version, PID: r.PID, Uptime: time.Duration(r.UptimeNS), Boot: r.Boot}, nil
 }
 
 // Quiesce asks an agent that made its own listening socket (gVisor) to
@@ -309,15 +323,7 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (Exit, e
 				return Exit{}, fmt.Errorf("exec: write output: %w", err)
 			}
 		case wire.FrameExit:
-			var ex Exit
-			if len(p) > 64<<10 || json.Unmarshal(p, &ex) != nil {
-				return Exit{}, wire.ProtocolErrorf("malformed exit frame")
-			}
-			ex.OOMKilled = false
-			if len(ex.Signal) > 32 {
-				ex.Signal = ex.Signal[:32]
-			}
-			return ex, nil
+			return decodeExit(p)
 		default:
 			return Exit{}, wire.ProtocolErrorf("unexpected %s frame during exec", t)
 		}

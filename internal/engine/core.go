@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/berth-sh/berth/internal/agent"
+
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -29,6 +31,10 @@ type Features struct {
 	Flow func(node.Flow)
 	// FromSnapshot makes a sandbox from req.Snapshot.
 	FromSnapshot func(ctx context.Context, req *CreateRequest, opt CreateOptions) (*sandbox.Sandbox, error)
+	// Running is told, in the background, of every sandbox that has just
+	// become running (create, start, unpause, wake, auto-resume): a copy
+	// of its record. It runs templates' services.
+	Running func(ctx context.Context, sb *sandbox.Sandbox)
 }
 
 // SetFeatures installs the feature hooks; call it before Recover.
@@ -43,6 +49,26 @@ func (m *Engine) CancelExecs(id string) {
 	if l := m.live.peek(id); l != nil {
 		l.cancelExecs()
 	}
+}
+
+// LiveValue returns feature state kept with sandbox id's live object,
+// made by mk at first use; it goes when the sandbox is deleted. With mk
+// nil it only looks (nil if there is none).
+func (m *Engine) LiveValue(id string, key any, mk func() any) any {
+	if mk == nil {
+		l := m.live.peek(id)
+		if l == nil {
+			return nil
+		}
+		return l.value(key, nil)
+	}
+	return m.live.get(id).value(key, mk)
+}
+
+// AgentExecRequest composes what the agent runs for req in sb (see
+// agentExecRequest); the caller has validated req (ValidateExec).
+func (m *Engine) AgentExecRequest(ctx context.Context, sb *sandbox.Sandbox, req *ExecRequest) agent.ExecRequest {
+	return m.agentExecRequest(ctx, sb, req)
 }
 
 // PrepareRecord completes sb's record (layers, host ids, volumes) before

@@ -87,28 +87,7 @@ func (m *Engine) execIn(ctx context.Context, sb *sandbox.Sandbox, req *ExecReque
 	}
 	m.touch(sb.ID)
 	defer m.touch(sb.ID)
-	tplEnv := sb.Spec.TemplateEnv
-	if tplEnv == nil && !sb.Spec.HostUsr && len(sb.Spec.Layers) == 0 { // records from before it was kept
-		if tpl, err := m.store.GetTemplate(ctx, sb.Spec.Template); err == nil {
-			tplEnv = tpl.Config.Env
-		}
-	}
-	areq := agent.ExecRequest{
-		Argv:    req.Cmd,
-		Env:     composeEnv(tplEnv, sb, req.Env),
-		Dir:     req.Workdir,
-		User:    req.User,
-		TTY:     req.TTY,
-		Rows:    req.Rows,
-		Cols:    req.Cols,
-		Timeout: req.Timeout,
-	}
-	if areq.Dir == "" {
-		areq.Dir = sb.Spec.Workdir
-	}
-	if areq.Dir == "" {
-		areq.Dir = "/"
-	}
+	areq := m.agentExecRequest(ctx, sb, req)
 	stdin := eio.Stdin
 	if stdin == nil && len(req.Stdin) > 0 {
 		stdin = strings.NewReader(string(req.Stdin))
@@ -155,6 +134,35 @@ func (m *Engine) execIn(ctx context.Context, sb *sandbox.Sandbox, req *ExecReque
 	m.eventAsync(&sandbox.Event{SandboxID: sb.ID, Type: "exec", Actor: actor, Cause: sandbox.CauseUser,
 		Outcome: "ok", Message: fmt.Sprintf("%s exited %d", req.Cmd[0], exit.Code)})
 	return exit, nil
+}
+
+// agentExecRequest composes what the agent runs for req in sb: the
+// environment layered over the template's and the sandbox's, and the
+// working directory's defaults. Background processes use it too.
+func (m *Engine) agentExecRequest(ctx context.Context, sb *sandbox.Sandbox, req *ExecRequest) agent.ExecRequest {
+	tplEnv := sb.Spec.TemplateEnv
+	if tplEnv == nil && !sb.Spec.HostUsr && len(sb.Spec.Layers) == 0 { // records from before it was kept
+		if tpl, err := m.store.GetTemplate(ctx, sb.Spec.Template); err == nil {
+			tplEnv = tpl.Config.Env
+		}
+	}
+	areq := agent.ExecRequest{
+		Argv:    req.Cmd,
+		Env:     composeEnv(tplEnv, sb, req.Env),
+		Dir:     req.Workdir,
+		User:    req.User,
+		TTY:     req.TTY,
+		Rows:    req.Rows,
+		Cols:    req.Cols,
+		Timeout: req.Timeout,
+	}
+	if areq.Dir == "" {
+		areq.Dir = sb.Spec.Workdir
+	}
+	if areq.Dir == "" {
+		areq.Dir = "/"
+	}
+	return areq
 }
 
 // composeEnv layers the environment: berth's defaults, the template's, the

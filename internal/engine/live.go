@@ -21,6 +21,7 @@ type live struct {
 	activity time.Time // latest activity not yet stored
 	cpu      cpuSample
 	hasCPU   bool
+	ext      map[any]any // feature packages' state (Engine.LiveValue)
 }
 
 type execHandle struct{ cancel context.CancelFunc }
@@ -150,4 +151,22 @@ func (l *live) sample(s cpuSample) (prev cpuSample, ok bool) {
 	prev, ok = l.cpu, l.hasCPU
 	l.cpu, l.hasCPU = s, true
 	return prev, ok
+}
+
+// value returns the feature state under key, made by mk at first use.
+func (l *live) value(key any, mk func() any) any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if v, ok := l.ext[key]; ok {
+		return v
+	}
+	if mk == nil {
+		return nil
+	}
+	if l.ext == nil {
+		l.ext = map[any]any{}
+	}
+	v := mk()
+	l.ext[key] = v
+	return v
 }

@@ -296,6 +296,10 @@ func (m *Engine) transition(ctx context.Context, sb *sandbox.Sandbox, to sandbox
 		return fmt.Errorf("recording %s -> %s: %w", from, to, err)
 	}
 	m.eventStored(ev)
+	if to == sandbox.StateRunning && from != sandbox.StateRunning && m.features.Running != nil {
+		cp := *sb
+		m.Go(func(ctx context.Context) { m.features.Running(ctx, &cp) })
+	}
 	return nil
 }
 

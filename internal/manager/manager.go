@@ -16,6 +16,7 @@ import (
 	"github.com/berth-sh/berth/internal/engine/hibernate"
 	"github.com/berth-sh/berth/internal/engine/netrules"
 	"github.com/berth-sh/berth/internal/engine/pools"
+	"github.com/berth-sh/berth/internal/engine/procs"
 	"github.com/berth-sh/berth/internal/engine/reconcile"
 	"github.com/berth-sh/berth/internal/engine/snapshots"
 	"github.com/berth-sh/berth/internal/engine/templates"
@@ -36,6 +37,7 @@ type Manager struct {
 	*netrules.Rules
 	*hibernate.Hibernation
 	*files.Access
+	*procs.Procs
 }
 
 // The engine's types and constants, as the API server names them.
@@ -64,11 +66,15 @@ type (
 	Flow            = netrules.Flow
 	Pool            = pools.Pool
 	ImportRequest   = templates.ImportRequest
+	ServiceRequest  = templates.ServiceRequest
 	BuildRequest    = templates.BuildRequest
 	ApplyRequest    = templates.ApplyRequest
 	BuildEvent      = templates.Event
 	DoctorReport    = reconcile.Report
 	DoctorFinding   = reconcile.Finding
+	Process         = procs.Process
+	StartRequest    = procs.StartRequest
+	AttachIO        = procs.AttachIO
 )
 
 const (
@@ -98,7 +104,8 @@ func New(cfg Config, st store.Store, images *image.Store, backend node.Backend) 
 	sn := snapshots.New(e, fa)
 	h := hibernate.New(e)
 	nr := netrules.New(e)
-	e.SetFeatures(engine.Features{Claim: w.Claim, FromSnapshot: sn.FromSnapshot, Wake: h.WakeLocked, Flow: nr.Record})
+	pr := procs.New(e)
+	e.SetFeatures(engine.Features{Claim: w.Claim, FromSnapshot: sn.FromSnapshot, Wake: h.WakeLocked, Flow: nr.Record, Running: pr.Running})
 	setPool := func(ctx context.Context, name string, min int) error {
 		_, err := w.SetPool(ctx, name, min)
 		return err
@@ -113,6 +120,7 @@ func New(cfg Config, st store.Store, images *image.Store, backend node.Backend) 
 		Rules:       nr,
 		Hibernation: h,
 		Access:      fa,
+		Procs:       pr,
 	}, nil
 }
 

@@ -15,8 +15,8 @@ import (
 )
 
 // Audited reports whether calls of rt are recorded in the audit log: every
-// route with a method other than GET, and the WebSocket exec (a GET that
-// runs a command). Not audited: reads, and the port proxy (no method in
+// route with a method other than GET, and the WebSocket exec and process
+// attach (GETs that run a command or write to one). Not audited: reads, and the port proxy (no method in
 // its pattern; per-request records of a sandbox's own web traffic would
 // flood the log and say nothing about the platform) and the catch-all 404.
 func Audited(rt Route) bool {
@@ -24,7 +24,8 @@ func Audited(rt Route) bool {
 	if !ok {
 		return false
 	}
-	return method != http.MethodGet || rt.Pattern == "GET /v1/sandboxes/{id}/exec/ws"
+	return method != http.MethodGet || rt.Pattern == "GET /v1/sandboxes/{id}/exec/ws" ||
+		rt.Pattern == "GET /v1/sandboxes/{id}/processes/{pid}/ws"
 }
 
 // serveAudited runs rt's handler for the authorized caller p: for an

@@ -172,7 +172,11 @@ func poolPtrToAPI(p *manager.Pool) *api.Pool {
 }
 
 func importRequest(r *api.ImportTemplateRequest) *manager.ImportRequest {
-	return &manager.ImportRequest{Name: r.Name, Path: r.Path, Ref: r.Ref, Insecure: r.Insecure}
+	out := &manager.ImportRequest{Name: r.Name, Path: r.Path, Ref: r.Ref, Insecure: r.Insecure}
+	if s := r.Service; s != nil {
+		out.Service = &manager.ServiceRequest{Cmd: s.Cmd, FromImage: s.FromImage, Restart: s.Restart, MaxRestarts: s.MaxRestarts}
+	}
+	return out
 }
 
 // buildRequest: a step's timeout is an exec's.

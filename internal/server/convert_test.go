@@ -148,7 +148,9 @@ func TestConvertRequests(t *testing.T) {
 	{
 		in := filled[api.ImportTemplateRequest](t)
 		out := importRequest(in)
-		check("import", in, out, &api.ImportTemplateRequest{Name: out.Name, Path: out.Path, Ref: out.Ref, Insecure: out.Insecure})
+		check("import", in, out, &api.ImportTemplateRequest{Name: out.Name, Path: out.Path, Ref: out.Ref, Insecure: out.Insecure,
+			Service: &api.TemplateService{Cmd: out.Service.Cmd, FromImage: out.Service.FromImage, Restart: out.Service.Restart,
+				MaxRestarts: out.Service.MaxRestarts}})
 	}
 	{
 		in := filled[api.BuildTemplateRequest](t)

@@ -163,6 +163,16 @@ func (s *Server) routeTable() []Route {
 		// Files beyond the basic ones (files_more.go): move, watch.
 		{Pattern: "POST /v1/sandboxes/{id}/files/move", Rule: lease(auth.ScopeFiles), h: hf(s.moveFile)},
 		{Pattern: "GET /v1/sandboxes/{id}/files/watch", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.watchFiles)},
+		// Background processes (processes.go): the exec scope, leases too.
+		{Pattern: "POST /v1/sandboxes/{id}/processes", Rule: lease(auth.ScopeExec), h: hf(s.startProcess)},
+		{Pattern: "GET /v1/sandboxes/{id}/processes", Rule: lease(auth.ScopeExec), h: hf(s.listProcesses)},
+		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}", Rule: lease(auth.ScopeExec), h: hf(s.getProcess)},
+		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}/logs", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.processLogs)},
+		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}/ws", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.processWS)},
+		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/stdin", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.processStdin)},
+		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/signal", Rule: lease(auth.ScopeExec), h: hf(s.signalProcess)},
+		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/kill", Rule: lease(auth.ScopeExec), h: hf(s.killProcess)},
+		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/wait", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.waitProcess)},
 
 		// Anything else: a 404, for callers with a credential.
 		{Pattern: "/", Rule: need(read), h: hf(func(w http.ResponseWriter, r *http.Request) {

@@ -241,16 +241,18 @@ func TestCrossTenantRoutes(t *testing.T) {
 	bodies := map[string][]string{
 		"POST /v1/sandboxes": {`{"template":"base","volumes":[{"name":"bvol","path":"/data"}]}`,
 			`{"snapshot":"` + w.snap.ID + `"}`, `{"snapshot":"bsnap"}`},
-		"POST /v1/run":                               {`{"sandbox":{"template":"base","volumes":[{"name":"bvol","path":"/data"}]},"exec":{"cmd":["true"]}}`},
-		"POST /v1/copy":                              {`{"from":"` + w.sb.ID + `","from_path":"/hello","to":"asb","to_path":"/tmp"}`, `{"from":"asb","from_path":"/","to":"bsb","to_path":"/tmp"}`},
-		"POST /v1/keys":                              {`{"tenant":"b","role":"viewer"}`},
-		"POST /v1/sandboxes/{id}/exec":               {`{"cmd":["true"]}`},
-		"POST /v1/sandboxes/{id}/files/mkdir":        {`{"path":"/x"}`},
-		"POST /v1/sandboxes/{id}/export":             {`{"paths":["/hello"]}`},
-		"POST /v1/sandboxes/{id}/network":            {`{"allow":["example.com"]}`},
-		"POST /v1/sandboxes/{id}/leases":             {`{"scopes":["exec"]}`},
-		"POST /v1/sandboxes/{id}/ports/{port}/token": {`{}`},
-		"PUT /v1/templates/{name}/pool":              {`{"min":1}`},
+		"POST /v1/run":                                   {`{"sandbox":{"template":"base","volumes":[{"name":"bvol","path":"/data"}]},"exec":{"cmd":["true"]}}`},
+		"POST /v1/copy":                                  {`{"from":"` + w.sb.ID + `","from_path":"/hello","to":"asb","to_path":"/tmp"}`, `{"from":"asb","from_path":"/","to":"bsb","to_path":"/tmp"}`},
+		"POST /v1/keys":                                  {`{"tenant":"b","role":"viewer"}`},
+		"POST /v1/sandboxes/{id}/exec":                   {`{"cmd":["true"]}`},
+		"POST /v1/sandboxes/{id}/processes":              {`{"cmd":["true"]}`},
+		"POST /v1/sandboxes/{id}/processes/{pid}/signal": {`{"signal":"SIGTERM"}`},
+		"POST /v1/sandboxes/{id}/files/mkdir":            {`{"path":"/x"}`},
+		"POST /v1/sandboxes/{id}/export":                 {`{"paths":["/hello"]}`},
+		"POST /v1/sandboxes/{id}/network":                {`{"allow":["example.com"]}`},
+		"POST /v1/sandboxes/{id}/leases":                 {`{"scopes":["exec"]}`},
+		"POST /v1/sandboxes/{id}/ports/{port}/token":     {`{}`},
+		"PUT /v1/templates/{name}/pool":                  {`{"min":1}`},
 	}
 	wantOK := map[string]int{ // routes of no one's object: what a's key gets
 		"GET /healthz": 200, "GET /v1/version": 200, "GET /v1/openapi.json": 200,
@@ -296,7 +298,7 @@ func TestCrossTenantRoutes(t *testing.T) {
 			}
 			for i := range n {
 				p := strings.NewReplacer("{id}", ids[min(i, len(ids)-1)], "{name}", names[min(i, len(names)-1)],
-					"{port}", "8080", "{path...}", "x").Replace(path)
+					"{port}", "8080", "{path...}", "x", "{pid}", "abcdef-1").Replace(path)
 				if strings.Contains(p, "/files") {
 					p += "?path=/hello"
 				}

@@ -59,6 +59,9 @@ type TemplateConfig struct {
 	// HostUsr marks the builtin template that bind-mounts the host's /usr
 	// read-only instead of carrying it in a layer.
 	HostUsr bool `json:"host_usr,omitempty"`
+	// Service is a supervised service the template's sandboxes run
+	// (service.go).
+	Service *ServiceSpec `json:"service,omitempty"`
 }
 
 // APIKey is a bearer credential. Only the SHA-256 of the secret is stored.

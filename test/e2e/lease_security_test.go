@@ -292,6 +292,16 @@ func TestRouteTableOverTCP(t *testing.T) {
 		"GET /v1/sandboxes/{id}/files/watch",
 		"POST /v1/sandboxes/{id}/export",
 		"POST /v1/sandboxes/{id}/touch",
+		// Background processes: the exec scope, so the lease's own.
+		"POST /v1/sandboxes/{id}/processes",
+		"GET /v1/sandboxes/{id}/processes",
+		"GET /v1/sandboxes/{id}/processes/{pid}",
+		"GET /v1/sandboxes/{id}/processes/{pid}/logs",
+		"GET /v1/sandboxes/{id}/processes/{pid}/ws",
+		"POST /v1/sandboxes/{id}/processes/{pid}/stdin",
+		"POST /v1/sandboxes/{id}/processes/{pid}/signal",
+		"POST /v1/sandboxes/{id}/processes/{pid}/kill",
+		"POST /v1/sandboxes/{id}/processes/{pid}/wait",
 		"/v1/sandboxes/{id}/ports/{port}/{path...}",
 		"/v1/sandboxes/{id}/ports/{port}",
 		server.HostPortPattern,
@@ -312,7 +322,7 @@ func TestRouteTableOverTCP(t *testing.T) {
 		if path == "/" {
 			path = "/no/such/route"
 		}
-		return method, strings.NewReplacer("{id}", mine.ID, "{name}", "base", "{port}", port, "{path...}", "x").Replace(path), ""
+		return method, strings.NewReplacer("{id}", mine.ID, "{name}", "base", "{port}", port, "{path...}", "x", "{pid}", "nosuch").Replace(path), ""
 	}
 	for _, rt := range routes {
 		for _, c := range []struct {

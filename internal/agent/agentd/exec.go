@@ -39,56 +39,12 @@ func (s *server) handleExec(ctx context.Context, cn *conn) error {
 	s.execs.Add(1)
 	defer s.execs.Add(-1)
 	spec := cn.req.Exec
-	if spec == nil || len(spec.Argv) == 0 || spec.Argv[0] == "" {
-		return errdefs.Invalid("exec: empty argv")
-	}
-	if len(spec.Argv) > maxArgs || len(spec.Env) > maxArgs {
-		return errdefs.Invalid("exec: too many arguments or environment entries")
-	}
-	for _, a := range append(append([]string{spec.Dir, spec.User}, spec.Argv...), spec.Env...) {
-		if strings.IndexByte(a, 0) >= 0 {
-			return errdefs.Invalid("exec: NUL byte in argv, env, dir or user")
-		}
-	}
-	dir := spec.Dir
-	if dir == "" {
-		dir = "/"
-	}
-	if !filepath.IsAbs(dir) {
-		return errdefs.Invalid("exec: working directory %q is not absolute", dir)
-	}
-	cred, err := s.root.ResolveUser(spec.User)
+	eio, pid, done, err := s.spawn(spec)
 	if err != nil {
-		return err
-	}
-	if st, err := os.Stat(dir); err != nil {
-		return rootfs.PathErr("exec: working directory", dir, underlyingErrno(err))
-	} else if !st.IsDir() {
-		return errdefs.Invalid("exec: working directory %s is not a directory", dir)
-	}
-	argv0, err := lookPath(spec.Argv[0], spec.Env, dir)
-	if err != nil {
-		return err
-	}
-
-	eio, err := newExecIO(spec)
-	if err != nil {
-		return err
+		return s.execFailed(cn, spec, err)
 	}
 	defer eio.closeParent()
-	sys := &syscall.SysProcAttr{Credential: cred}
-	if spec.TTY {
-		sys.Setsid, sys.Setctty, sys.Ctty = true, true, 0
-	} else {
-		sys.Setpgid = true
-	}
-	attr := &syscall.ProcAttr{Dir: dir, Env: spec.Env, Files: eio.childFds(), Sys: sys}
 	begin := time.Now()
-	pid, done, err := s.procs.start(argv0, spec.Argv, attr)
-	eio.closeChild()
-	if err != nil {
-		return execErr(spec.Argv[0], err)
-	}
 	log := s.log.With("pid", pid, "argv0", spec.Argv[0])
 	log.Debug("exec started")
 
@@ -173,6 +129,121 @@ wait:
 		}
 	}
 	return err
+}
+
+// spawn checks spec and starts its process with its stdio (pipes, or a
+// PTY). A failure to find or execute the command is a *commandError.
+func (s *server) spawn(spec *wire.ExecSpec) (*execIO, int, <-chan unix.WaitStatus, error) {
+	if spec == nil || len(spec.Argv) == 0 || spec.Argv[0] == "" {
+		return nil, 0, nil, errdefs.Invalid("exec: empty argv")
+	}
+	if len(spec.Argv) > maxArgs || len(spec.Env) > maxArgs {
+		return nil, 0, nil, errdefs.Invalid("exec: too many arguments or environment entries")
+	}
+	for _, a := range append(append([]string{spec.Dir, spec.User}, spec.Argv...), spec.Env...) {
+		if strings.IndexByte(a, 0) >= 0 {
+			return nil, 0, nil, errdefs.Invalid("exec: NUL byte in argv, env, dir or user")
+		}
+	}
+	dir := spec.Dir
+	if dir == "" {
+		dir = "/"
+	}
+	if !filepath.IsAbs(dir) {
+		return nil, 0, nil, errdefs.Invalid("exec: working directory %q is not absolute", dir)
+	}
+	cred, err := s.root.ResolveUser(spec.User)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if st, err := os.Stat(dir); err != nil {
+		return nil, 0, nil, rootfs.PathErr("exec: working directory", dir, underlyingErrno(err))
+	} else if !st.IsDir() {
+		return nil, 0, nil, errdefs.Invalid("exec: working directory %s is not a directory", dir)
+	}
+	if spec.TTY && !hasEnv(spec.Env, "TERM") {
+		spec.Env = append(spec.Env[:len(spec.Env):len(spec.Env)], "TERM="+defaultTerm)
+	}
+	argv0, err := lookPath(spec.Argv[0], spec.Env, dir)
+	if err != nil {
+		return nil, 0, nil, &commandError{err}
+	}
+	eio, err := newExecIO(spec)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	sys := &syscall.SysProcAttr{Credential: cred}
+	if spec.TTY {
+		sys.Setsid, sys.Setctty, sys.Ctty = true, true, 0
+	} else {
+		sys.Setpgid = true
+	}
+	attr := &syscall.ProcAttr{Dir: dir, Env: spec.Env, Files: eio.childFds(), Sys: sys}
+	pid, done, err := s.procs.start(argv0, spec.Argv, attr)
+	eio.closeChild()
+	if err != nil {
+		eio.closeParent()
+		return nil, 0, nil, &commandError{execErr(spec.Argv[0], err)}
+	}
+	return eio, pid, done, nil
+}
+
+// commandError is a failure to find or execute the command itself, which
+// a shell reports as exit 127 or 126 (commandExit).
+type commandError struct{ error }
+
+func (e *commandError) Unwrap() error { return e.error }
+
+// defaultTerm is TERM under a TTY when the caller sets none.
+const defaultTerm = "xterm-256color"
+
+func hasEnv(env []string, key string) bool {
+	for _, kv := range env {
+		if k, _, ok := strings.Cut(kv, "="); ok && k == key {
+			return true
+		}
+	}
+	return false
+}
+
+// commandExit maps a failure to find or execute the command to the exit
+// code a shell gives it: 127 for a command that does not exist, 126 for
+// one that cannot be executed. ok is false for any other failure.
+func commandExit(err error) (code int, ok bool) {
+	var ce *commandError
+	if !errors.As(err, &ce) {
+		return 0, false
+	}
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		return 127, true
+	case errors.Is(err, errdefs.ErrPermission), errors.Is(err, errdefs.ErrInvalid):
+		return 126, true
+	}
+	return 0, false
+}
+
+// execFailed answers an exec whose command could not be started: like a
+// shell, with the reason on stderr (stdout under a TTY) and exit 127 or
+// 126; any other failure is returned as the error frame.
+func (s *server) execFailed(cn *conn, spec *wire.ExecSpec, err error) error {
+	code, ok := commandExit(err)
+	if !ok {
+		return err
+	}
+	msg := err.Error()
+	var de *errdefs.Error
+	if errors.As(err, &de) {
+		msg = de.Msg
+	}
+	t := wire.FrameStderr
+	if spec.TTY {
+		t = wire.FrameStdout
+	}
+	if werr := cn.fw.Write(t, []byte("berth: "+msg+"\n")); werr != nil {
+		return werr
+	}
+	return cn.fw.SendJSON(wire.FrameExit, wire.Exit{Code: code})
 }
 
 // underlyingErrno digs the errno out of an *os.PathError.

@@ -91,9 +91,6 @@ func TestExecErrors(t *testing.T) {
 		cat  error
 	}{
 		{"empty argv", agent.ExecRequest{}, errdefs.ErrInvalid},
-		{"missing binary", agent.ExecRequest{Argv: []string{"no-such-binary-xyz"}}, errdefs.ErrNotFound},
-		{"missing path", agent.ExecRequest{Argv: []string{"/no/such/binary"}}, errdefs.ErrNotFound},
-		{"not executable", agent.ExecRequest{Argv: []string{plain}}, errdefs.ErrPermission},
 		{"missing dir", agent.ExecRequest{Argv: []string{"true"}, Dir: "/no/such/dir"}, errdefs.ErrNotFound},
 		{"dir is a file", agent.ExecRequest{Argv: []string{"true"}, Dir: plain}, errdefs.ErrInvalid},
 		{"relative dir", agent.ExecRequest{Argv: []string{"true"}, Dir: "tmp"}, errdefs.ErrInvalid},
@@ -109,6 +106,65 @@ func TestExecErrors(t *testing.T) {
 			_, err := a.client.Exec(testCtx(t), tt.req, agent.ExecIO{})
 			wantCategory(t, err, tt.cat)
 		})
+	}
+}
+
+// A command that does not exist exits 127 and one that cannot be executed
+// 126, with the reason on stderr (stdout under a TTY), as shells do.
+func TestExecCommandExitCodes(t *testing.T) {
+	a := startAgent(t)
+	plain := filepath.Join(t.TempDir(), "plain")
+	if err := os.WriteFile(plain, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	garbage := filepath.Join(t.TempDir(), "garbage")
+	if err := os.WriteFile(garbage, []byte("\x7fELFnot really"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		argv []string
+		tty  bool
+		code int
+		msg  string
+	}{
+		{"missing binary", []string{"no-such-binary-xyz"}, false, 127, "not found"},
+		{"missing path", []string{"/no/such/binary"}, false, 127, "no such file"},
+		{"missing under tty", []string{"no-such-binary-xyz"}, true, 127, "not found"},
+		{"not executable", []string{plain}, false, 126, "permission denied"},
+		{"bad format", []string{garbage}, false, 126, "exec"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ex, out, errOut := run(t, a.client, agent.ExecRequest{Argv: tt.argv, TTY: tt.tty}, nil)
+			if ex.Code != tt.code {
+				t.Fatalf("exit %+v, want %d (stdout %q stderr %q)", ex, tt.code, out, errOut)
+			}
+			got := errOut
+			if tt.tty {
+				got = out
+			}
+			if !strings.Contains(got, tt.msg) || !strings.HasPrefix(got, "berth: ") {
+				t.Fatalf("message %q lacks %q", got, tt.msg)
+			}
+		})
+	}
+}
+
+// Under a TTY, TERM is xterm-256color unless the caller sets it.
+func TestExecTTYTerm(t *testing.T) {
+	a := startAgent(t)
+	_, out, _ := run(t, a.client, agent.ExecRequest{Argv: []string{"sh", "-c", "printf '%s' \"$TERM\""}, TTY: true}, nil)
+	if out != "xterm-256color" {
+		t.Fatalf("TERM under tty = %q", out)
+	}
+	_, out, _ = run(t, a.client, agent.ExecRequest{Argv: []string{"sh", "-c", "printf '%s' \"$TERM\""}, TTY: true,
+		Env: append(append([]string{}, testEnv...), "TERM=vt100")}, nil)
+	if out != "vt100" {
+		t.Fatalf("caller's TERM = %q", out)
+	}
+	_, out, _ = run(t, a.client, agent.ExecRequest{Argv: []string{"sh", "-c", "printf '%s' \"${TERM-unset}\""}}, nil)
+	if out != "unset" {
+		t.Fatalf("TERM without tty = %q", out)
 	}
 }
 

@@ -196,6 +196,12 @@ func FuzzHeader(f *testing.F) {
 	f.Add(join(frame(wire.FrameStdout, []byte("out")), frame(wire.FrameStderr, []byte("err")), frame(wire.FrameExit, []byte(`{"code":3}`))))
 	f.Add([]byte{byte(wire.FrameData), 0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{byte(wire.FrameData), 0, 0, 0, 10, 'a'})
+	f.Add([]byte(`{"v":1,"op":"proc_list"}` + "\n"))
+	f.Add(join([]byte(`{"v":1,"op":"proc_attach","proc":{"id":"1","follow":true}}`+"\n"), frame(wire.FrameStdin, []byte("x")), frame(wire.FrameResize, []byte(`{"rows":1}`))))
+	f.Add([]byte(`{"v":1,"op":"proc_signal","proc":{"id":"web","signal":"KILL","stop":true}}` + "\n"))
+	f.Add([]byte(`{"v":1,"op":"proc_wait","proc":{"id":"99999999999999999999"}}` + "\n"))
+	f.Add(join([]byte(`{"v":1,"op":"proc_stdin","proc":{"id":"1"}}`+"\n"), frame(wire.FrameStdin, []byte("x")), frame(wire.FrameStdinEOF, nil)))
+	f.Add([]byte(`{"v":1,"op":"proc_attach","proc":{}}` + "\n"))
 
 	a := startAgent(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -210,9 +216,9 @@ func FuzzHeader(f *testing.F) {
 		}
 		io.Copy(io.Discard, &wire.DataReader{FR: wire.NewFrameReader(bytes.NewReader(data))})
 
-		// The agent fed the bytes as a connection (never an exec: the
-		// fuzzer must not run commands).
-		if reqErr != nil || req.Op != wire.OpExec {
+		// The agent fed the bytes as a connection (never an exec or a
+		// process start: the fuzzer must not run commands).
+		if reqErr != nil || (req.Op != wire.OpExec && req.Op != wire.OpProcStart) {
 			conn, err := net.Dial("unix", a.socket)
 			if err != nil {
 				t.Fatal(err)

@@ -62,6 +62,7 @@ type server struct {
 	log   *slog.Logger
 	root  *rootfs.Root
 	procs *procTable
+	bg    *bgTable // background processes (procs_bg.go)
 	start time.Time
 	execs atomic.Int32 // exec handlers running
 
@@ -124,6 +125,7 @@ func newServer(cfg Config) (*server, error) {
 		log:    log,
 		root:   root,
 		procs:  newProcTable(cfg.reap),
+		bg:     newBgTable(),
 		start:  time.Now(),
 		ln:     ln,
 		conns:  make(map[net.Conn]struct{}),
@@ -228,6 +230,7 @@ func (s *server) serve(ctx context.Context) error {
 
 // shutdown closes every connection and output drainer.
 func (s *server) shutdown() {
+	s.bg.shutdown()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
@@ -282,7 +285,7 @@ func (s *server) handle(ctx context.Context, c *net.UnixConn) {
 	cn.req = req
 	switch req.Op {
 	case wire.OpPing:
-		err = cn.fw.SendJSON(wire.FrameResult, wire.PingResult{Version: version(), PID: os.Getpid(), UptimeNS: int64(time.Since(s.start))})
+		err = cn.fw.SendJSON(wire.FrameResult, wire.PingResult{Version: version(), PID: os.Getpid(), UptimeNS: int64(time.Since(s.start)), Boot: s.bg.boot})
 	case wire.OpQuiesce:
 		if s.cfg.ListenFD > 0 {
 			err = errdefs.Conflict("the agent serves on the daemon's socket; there is nothing to quiesce")
@@ -323,6 +326,18 @@ func (s *server) handle(ctx context.Context, c *net.UnixConn) {
 		err = s.handleMove(cn)
 	case wire.OpWatch:
 		err = s.handleWatch(ctx, cn)
+	case wire.OpProcStart:
+		err = s.handleProcStart(cn)
+	case wire.OpProcList:
+		err = s.handleProcList(cn)
+	case wire.OpProcAttach:
+		err = s.handleProcAttach(ctx, cn)
+	case wire.OpProcStdin:
+		err = s.handleProcStdin(cn)
+	case wire.OpProcSignal:
+		err = s.handleProcSignal(cn)
+	case wire.OpProcWait:
+		err = s.handleProcWait(ctx, cn)
 	default:
 		err = errdefs.Invalid("unknown op %q", req.Op)
 	}

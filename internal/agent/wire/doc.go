@@ -30,6 +30,8 @@
 //	9 data       both ways     file or tar bytes
 //	10 end       both ways     end of a data stream; success without result
 //	11 result    agent→client  JSON result
+//	12 gap       agent→client  proc_attach only: {"skipped":N} bytes of
+//	                           output the ring dropped before this reader
 //
 // Operations and their frames (an error frame may replace any answer, or
 // end any stream, and is always the last frame):
@@ -44,6 +46,38 @@
 //	write_file  ← data*, end; → result FileInfo (fields mode, uid, gid)
 //	read_tar    → data* (a tar stream), end
 //	write_tar   ← data* (a tar stream), end; → end  (fields uid, gid)
+//
+//	proc_start  → result ProcInfo            (fields exec, proc: tag, restart, max_restarts)
+//	proc_list   → result ProcListHead, result ProcInfo × count, end
+//	proc_attach ← stdin*, stdin-eof, resize*, signal*; → gap*, stdout*, stderr*, then exit or end
+//	proc_stdin  ← stdin*, then stdin-eof (close it) or end (keep it open); → end
+//	proc_signal → end                        (fields proc.signal, proc.stop)
+//	proc_wait   → exit                       (when the process has ended for good)
+//
+// # Background processes
+//
+// proc_start runs a process that outlives its connection: the agent
+// assigns it an id (a decimal number, unique for the agent's lifetime,
+// whose boot id ping and proc_list report) and keeps it in a table of at
+// most MaxProcs running processes and the MaxProcExits most recently ended
+// ones (oldest dropped first). A tag (a letter, then letters, digits, '_',
+// '.', '-') is unique among running processes; the other ops take an id or
+// a tag (the running process with it, else the newest). Its stdout and
+// stderr are read as produced into a ring of the last ProcRingBytes, kept
+// with their stream; an attach replays the ring and, with follow, streams
+// new output live. The process never waits for an attacher: one that reads
+// slowly gets a gap frame with the bytes it missed. Several attachers may
+// be attached at once; leaving does not touch the process. A command that
+// cannot be found or executed still makes a process, which ends at once
+// with 127 or 126 and the reason in its output. A process with restart
+// always (or on-failure, after a non-zero exit) is run again, with the
+// same id and ring, after a backoff doubling from 250ms to 30s, at most
+// max_restarts times (10 by default, 1000 at most); a signal with stop ends
+// that. The agent's shutdown kills every background process.
+//
+// An exec that cannot start its command answers like a shell: the reason
+// on stderr (stdout under TTY) and exit 127 (not found) or 126 (not
+// executable); under TTY, TERM is xterm-256color unless the request sets it.
 //
 // An exec's process leads its own process group (its own session, with the
 // PTY as controlling terminal, under TTY). Its output is read 32 KiB at a

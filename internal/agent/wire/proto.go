@@ -70,6 +70,8 @@ func (t FrameType) String() string {
 		return "end"
 	case FrameResult:
 		return "result"
+	case FrameGap:
+		return "gap"
 	}
 	return fmt.Sprintf("frame(%d)", byte(t))
 }

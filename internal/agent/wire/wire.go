@@ -14,16 +14,17 @@ import (
 
 // request is the JSON header line that opens every connection.
 type Request struct {
-	V         int       `json:"v"`
-	Op        string    `json:"op"`
-	Path      string    `json:"path,omitempty"`
-	Mode      uint32    `json:"mode,omitempty"` // permission bits (fs.FileMode & 0o7777)
-	Parents   bool      `json:"parents,omitempty"`
-	Recursive bool      `json:"recursive,omitempty"`
-	UID       *int      `json:"uid,omitempty"` // owner of created files; nil = the agent's
-	GID       *int      `json:"gid,omitempty"`
-	Exec      *ExecSpec `json:"exec,omitempty"`
-	Port      int       `json:"port,omitempty"` // dial: loopback port in the sandbox
+	V         int          `json:"v"`
+	Op        string       `json:"op"`
+	Path      string       `json:"path,omitempty"`
+	Mode      uint32       `json:"mode,omitempty"` // permission bits (fs.FileMode & 0o7777)
+	Parents   bool         `json:"parents,omitempty"`
+	Recursive bool         `json:"recursive,omitempty"`
+	UID       *int         `json:"uid,omitempty"` // owner of created files; nil = the agent's
+	GID       *int         `json:"gid,omitempty"`
+	Exec      *ExecSpec    `json:"exec,omitempty"`
+	Port      int          `json:"port,omitempty"` // dial: loopback port in the sandbox
+	Proc      *ProcRequest `json:"proc,omitempty"` // background processes (procs.go)
 	// Move (move.go in agentd): Dest is the new path; NoReplace refuses
 	// an existing one instead of replacing it by rename(2)'s rules.
 	Dest      string `json:"dest,omitempty"`
@@ -47,6 +48,7 @@ type PingResult struct {
 	Version  string `json:"version"`
 	PID      int    `json:"pid"`
 	UptimeNS int64  `json:"uptime_ns"`
+	Boot     string `json:"boot,omitempty"` // ProcListHead.Boot; older agents send none
 }
 
 // SignalMsg is the payload of a signal frame.

@@ -43,6 +43,20 @@ func TestWireEncoding(t *testing.T) {
 		{"exit", &Exit{Code: 137, Signal: "SIGKILL", TimedOut: true, DurationMS: 12.5},
 			`{"code":137,"signal":"SIGKILL","timed_out":true,"oom_killed":false,"duration_ms":12.5}`},
 		{"exit zero", &Exit{}, `{"code":0,"timed_out":false,"oom_killed":false,"duration_ms":0}`},
+		{"request proc_start", &Request{V: 1, Op: OpProcStart, Exec: &ExecSpec{Argv: []string{"srv"}},
+			Proc: &ProcRequest{Tag: "service", Restart: RestartOnFailure, MaxRestarts: 5}},
+			`{"v":1,"op":"proc_start","exec":{"argv":["srv"]},"proc":{"tag":"service","restart":"on-failure","max_restarts":5}}`},
+		{"request proc_attach", &Request{V: 1, Op: OpProcAttach, Proc: &ProcRequest{ID: "3", Follow: true}},
+			`{"v":1,"op":"proc_attach","proc":{"id":"3","follow":true}}`},
+		{"request proc_signal", &Request{V: 1, Op: OpProcSignal, Proc: &ProcRequest{ID: "web", Signal: "SIGKILL", Stop: true}},
+			`{"v":1,"op":"proc_signal","proc":{"id":"web","signal":"SIGKILL","stop":true}}`},
+		{"ping result boot", &PingResult{Version: "v", PID: 1, UptimeNS: 2, Boot: "ab12"},
+			`{"version":"v","pid":1,"uptime_ns":2,"boot":"ab12"}`},
+		{"proc info", &ProcInfo{ID: "1", Tag: "web", Argv: []string{"a"}, TTY: true, PID: 9, Started: mtime, State: ProcExited,
+			Exit: &Exit{Code: 3}, Restart: RestartAlways, Restarts: 2},
+			`{"id":"1","tag":"web","argv":["a"],"tty":true,"pid":9,"started":"2024-05-06T07:08:09.123456789Z","state":"exited","exit":{"code":3,"timed_out":false,"oom_killed":false,"duration_ms":0},"restart":"always","restarts":2}`},
+		{"proc list head", &ProcListHead{Boot: "ab", Count: 2}, `{"boot":"ab","count":2}`},
+		{"gap", &Gap{Skipped: 10}, `{"skipped":10}`},
 		{"file info", &FileInfo{Name: "b", Path: "/a/b", Size: 3, Mode: 0o644, ModTime: mtime},
 			`{"name":"b","path":"/a/b","size":3,"mode":420,"mod_time":"2024-05-06T07:08:09.123456789Z","is_dir":false}`},
 		{"file info dir", &FileInfo{Name: "a", Path: "/a", Mode: 0x80000000 | 0o755, ModTime: mtime.Truncate(time.Second), IsDir: true},
@@ -85,7 +99,12 @@ func TestWireOps(t *testing.T) {
 	if !reflect.DeepEqual(codes, wantCodes) {
 		t.Errorf("error codes = %q, want %q", codes, wantCodes)
 	}
-	frames := []FrameType{FrameStdin, FrameStdinEOF, FrameResize, FrameSignal, FrameStdout, FrameStderr, FrameExit, FrameError, FrameData, FrameEnd, FrameResult}
+	pops := []string{OpProcStart, OpProcList, OpProcAttach, OpProcStdin, OpProcSignal, OpProcWait}
+	wantPops := []string{"proc_start", "proc_list", "proc_attach", "proc_stdin", "proc_signal", "proc_wait"}
+	if !reflect.DeepEqual(pops, wantPops) {
+		t.Errorf("process ops = %q, want %q", pops, wantPops)
+	}
+	frames := []FrameType{FrameStdin, FrameStdinEOF, FrameResize, FrameSignal, FrameStdout, FrameStderr, FrameExit, FrameError, FrameData, FrameEnd, FrameResult, FrameGap}
 	for i, f := range frames {
 		if int(f) != i+1 {
 			t.Errorf("frame %s = %d, want %d", f, f, i+1)

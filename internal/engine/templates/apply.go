@@ -238,6 +238,20 @@ func (m *Builder) Apply(ctx context.Context, req *ApplyRequest, actor string, pr
 		}
 		cfg.Network, cfg.Allow = n.Mode, n.Allow
 	}
+	if sv := tf.Service; sv != nil {
+		spec := &store.ServiceSpec{Cmd: slices.Clone(sv.Cmd), Restart: sv.Restart, MaxRestarts: sv.MaxRestarts,
+			Env: sv.Env, Dir: sv.Dir, User: sv.User}
+		if sv.FromImage {
+			if len(cfg.Cmd) == 0 {
+				return nil, errdefs.Invalid("service.from_image: the image names no entrypoint or cmd")
+			}
+			spec.Cmd = slices.Clone(cfg.Cmd)
+		}
+		if err := spec.Validate(); err != nil {
+			return nil, err
+		}
+		cfg.Service = spec
+	}
 	tpl := &store.Template{Name: tf.Name, Layers: layers, Config: cfg, Source: "apply", CreatedAt: m.e.Now()}
 	for _, l := range layers {
 		tpl.Size += max(m.e.Images().Size(l), 0)

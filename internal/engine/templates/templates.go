@@ -93,12 +93,19 @@ func (m *Builder) checkNewTemplate(ctx context.Context, name string) error {
 	return nil
 }
 
-func (m *Builder) putImage(ctx context.Context, name, source string, img *image.Image) (*store.Template, error) {
+func (m *Builder) putImage(ctx context.Context, name, source string, img *image.Image, svc *ServiceRequest) (*store.Template, error) {
 	t := &store.Template{
 		Name:   name,
 		Layers: img.Layers,
 		Config: store.TemplateConfig{Env: img.Config.Env, Workdir: img.Config.Workdir, User: img.Config.User, Cmd: img.Config.Cmd},
 		Source: source, Size: img.Size, CreatedAt: m.e.Now(),
+	}
+	if svc != nil {
+		spec, err := serviceSpec(svc, t.Config.Cmd)
+		if err != nil {
+			return nil, err
+		}
+		t.Config.Service = spec
 	}
 	if err := m.store.PutTemplate(ctx, t); err != nil {
 		return nil, err
@@ -144,7 +151,7 @@ func (m *Builder) ImportTemplate(ctx context.Context, req *ImportRequest) (*stor
 	if err != nil {
 		return nil, err
 	}
-	return m.putImage(ctx, req.Name, source, img)
+	return m.putImage(ctx, req.Name, source, img, req.Service)
 }
 
 // UploadTemplate imports a tarball streamed by the client.
@@ -176,7 +183,7 @@ func (m *Builder) UploadTemplate(ctx context.Context, name string, r io.Reader) 
 	if err != nil {
 		return nil, err
 	}
-	return m.putImage(ctx, name, "upload", img)
+	return m.putImage(ctx, name, "upload", img, nil)
 }
 
 // DeleteTemplate removes a template that no live sandbox uses and frees
@@ -339,4 +346,23 @@ type buildWriter struct {
 func (w *buildWriter) Write(p []byte) (int, error) {
 	w.emit(Event{Step: w.step, Stream: w.stream, Data: slices.Clone(p)})
 	return len(p), nil
+}
+
+// serviceSpec is the store's form of a requested service; imageCmd is the
+// image's entrypoint and cmd, for FromImage.
+func serviceSpec(r *ServiceRequest, imageCmd []string) (*store.ServiceSpec, error) {
+	if (len(r.Cmd) == 0) == !r.FromImage {
+		return nil, errdefs.Invalid("service: give exactly one of cmd and from_image")
+	}
+	spec := &store.ServiceSpec{Cmd: slices.Clone(r.Cmd), Restart: r.Restart, MaxRestarts: r.MaxRestarts}
+	if r.FromImage {
+		if len(imageCmd) == 0 {
+			return nil, errdefs.Invalid("service from the image: the image names no entrypoint or cmd")
+		}
+		spec.Cmd = slices.Clone(imageCmd)
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	return spec, nil
 }

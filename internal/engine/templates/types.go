@@ -10,6 +10,17 @@ type ImportRequest struct {
 	Path     string
 	Ref      string
 	Insecure bool // allow plain-HTTP registries
+	// Service, if set, becomes the template's supervised service.
+	Service *ServiceRequest
+}
+
+// ServiceRequest names a template's service: Cmd, or with FromImage the
+// image's entrypoint and cmd.
+type ServiceRequest struct {
+	Cmd         []string
+	FromImage   bool
+	Restart     string
+	MaxRestarts int
 }
 
 // BuildRequest builds a template by running shell steps in a sandbox made

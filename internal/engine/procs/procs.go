@@ -1,0 +1,562 @@
+// Package procs is sandboxes' background processes over the engine's
+// core: started through the agent, they outlive the client that started
+// them; they can be listed, attached to (the agent's output ring, then
+// live), fed stdin, signalled and waited for. It also runs templates'
+// supervised services when a sandbox becomes running.
+//
+// The agent's process table dies with the agent (stop, failure, a host
+// reboot); what the engine last saw of it is kept, bounded, in the
+// sandbox's live object, so that processes of an earlier boot are reported
+// as "stopped" instead of vanishing. Process ids of the API are the
+// agent's prefixed by its boot (BOOT-N), so an id never names a process of
+// another boot.
+package procs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/berth-sh/berth/internal/agent"
+	"github.com/berth-sh/berth/internal/agent/wire"
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
+)
+
+// StateStopped is a process that ended with its sandbox's stop (its agent
+// is gone; its output with it).
+const StateStopped = "stopped"
+
+// Limits.
+const (
+	// agentTimeout bounds every call to the agent but attach and wait,
+	// which the caller's context bounds.
+	agentTimeout = 30 * time.Second
+	// maxLost is how many processes of earlier boots are remembered.
+	maxLost    = 32
+	bootPrefix = 6
+)
+
+// Procs runs background processes.
+type Procs struct{ e *engine.Engine }
+
+// New returns background processes over e.
+func New(e *engine.Engine) *Procs { return &Procs{e: e} }
+
+// StartRequest is a background process to start.
+type StartRequest struct {
+	engine.ExecRequest
+	Tag         string
+	Restart     string // never (""), always, on-failure
+	MaxRestarts int
+}
+
+// Process describes a background process.
+type Process struct {
+	ID       string
+	Tag      string
+	Argv     []string
+	TTY      bool
+	PID      int
+	Started  time.Time
+	State    string // running, restarting, exited, killed, stopped
+	Exit     *engine.Exit
+	Restart  string
+	Restarts int
+	Reason   string // why a stopped process ended
+}
+
+// AttachIO is an attacher's side (see agent.AttachIO).
+type AttachIO struct {
+	Stdin          io.Reader
+	KeepStdin      bool
+	Stdout, Stderr io.Writer
+	Gap            func(skipped int64)
+	Resize         <-chan engine.Resize
+	Signal         <-chan string
+}
+
+type recKey struct{}
+
+// record is what the engine last saw of a sandbox's processes.
+type record struct {
+	mu   sync.Mutex
+	boot string
+	cur  []Process // of boot, as last listed or started
+	lost []Process // of earlier boots, newest last
+}
+
+func (p *Procs) record(id string) *record {
+	return p.e.LiveValue(id, recKey{}, func() any { return &record{} }).(*record)
+}
+
+// sync records boot's processes; those of an earlier boot that had not
+// ended become stopped.
+func (r *record) sync(boot string, ps []Process) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.newBootLocked(boot)
+	r.cur = ps
+}
+
+func (r *record) newBootLocked(boot string) {
+	if r.boot == boot || boot == "" {
+		return
+	}
+	if r.boot != "" {
+		for _, p := range r.cur {
+			if p.State == wire.ProcRunning || p.State == wire.ProcRestarting {
+				p.State, p.PID = StateStopped, 0
+				p.Reason = "ended by the sandbox's stop"
+			}
+			r.lost = append(r.lost, p)
+		}
+		if len(r.lost) > maxLost {
+			r.lost = slices.Clone(r.lost[len(r.lost)-maxLost:])
+		}
+	}
+	r.boot, r.cur = boot, nil
+}
+
+func (r *record) add(boot string, pr Process) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.newBootLocked(boot)
+	r.cur = append(r.cur, pr)
+	if len(r.cur) > wire.MaxProcs+wire.MaxProcExits {
+		r.cur = slices.Clone(r.cur[1:])
+	}
+}
+
+// snapshot returns every known process, the state of those not ended
+// overlaid with over (the sandbox is not running) when it is not "".
+func (r *record) snapshot(over, reason string) []Process {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := append(slices.Clone(r.lost), r.cur...)
+	if over != "" {
+		for i := range out {
+			if out[i].State == wire.ProcRunning || out[i].State == wire.ProcRestarting {
+				out[i].State, out[i].Reason = over, reason
+				if over == StateStopped {
+					out[i].PID = 0
+				}
+			}
+		}
+	}
+	return out
+}
+
+// ended records the exit of process id (of the current boot) as seen by
+// a wait or an attach, so that a stop after it does not call it stopped.
+func (r *record) ended(id string, ex engine.Exit) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range r.cur {
+		if r.cur[i].ID == id || (r.cur[i].Tag == id && (r.cur[i].State == wire.ProcRunning || r.cur[i].State == wire.ProcRestarting)) {
+			r.cur[i].State, r.cur[i].PID, r.cur[i].Exit = wire.ProcExited, 0, &ex
+			if ex.Signal != "" {
+				r.cur[i].State = wire.ProcKilled
+			}
+			return
+		}
+	}
+}
+
+func (r *record) findLost(id string) (Process, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.lost {
+		if p.ID == id {
+			return p, true
+		}
+	}
+	if r.boot != "" && !strings.HasPrefix(id, r.boot[:bootPrefix]+"-") {
+		for _, p := range r.cur {
+			if p.ID == id {
+				return p, true
+			}
+		}
+	}
+	return Process{}, false
+}
+
+func processOf(boot string, in agent.ProcInfo) Process {
+	pr := Process{ID: apiID(boot, in.ID), Tag: in.Tag, Argv: in.Argv, TTY: in.TTY, PID: in.PID,
+		Started: in.Started, State: in.State, Restart: in.Restart, Restarts: in.Restarts}
+	if in.Exit != nil {
+		ex := exitOf(*in.Exit)
+		pr.Exit = &ex
+	}
+	return pr
+}
+
+func exitOf(e agent.Exit) engine.Exit {
+	return engine.Exit{Code: e.Code, Signal: e.Signal, TimedOut: e.TimedOut,
+		Duration: time.Duration(e.DurationMS*1000) * time.Microsecond}
+}
+
+// curID is the API id of agent reference aref (a number, or a tag).
+func curID(boot, aref string) string {
+	if isDigits(aref) {
+		return apiID(boot, aref)
+	}
+	return aref
+}
+
+func apiID(boot, id string) string {
+	if len(boot) < bootPrefix {
+		return id
+	}
+	return boot[:bootPrefix] + "-" + id
+}
+
+var pidRE = regexp.MustCompile(`^([0-9a-f]{6})-([0-9]+)$`)
+
+// ValidateStart checks a start request before it reaches the agent.
+func ValidateStart(req *StartRequest) error {
+	if err := engine.ValidateExec(&req.ExecRequest); err != nil {
+		return err
+	}
+	if req.Timeout != 0 {
+		return errdefs.Invalid("a background process has no timeout; kill it")
+	}
+	if len(req.Stdin) > 0 {
+		return errdefs.Invalid("a background process takes stdin through its stdin call")
+	}
+	if req.Tag != "" {
+		if len(req.Tag) > wire.MaxTagBytes || !tagRE.MatchString(req.Tag) {
+			return errdefs.Invalid("tag must be a letter then letters, digits, '_', '.' or '-', at most %d bytes", wire.MaxTagBytes)
+		}
+		if pidRE.MatchString(req.Tag) {
+			return errdefs.Invalid("tag %q has the form of a process id", req.Tag)
+		}
+	}
+	switch req.Restart {
+	case "", wire.RestartNever, wire.RestartAlways, wire.RestartOnFailure:
+	default:
+		return errdefs.Invalid("restart policy %q: want never, always or on-failure", req.Restart)
+	}
+	if req.MaxRestarts < 0 || req.MaxRestarts > wire.MaxRestarts {
+		return errdefs.Invalid("max_restarts must be 0..%d", wire.MaxRestarts)
+	}
+	return nil
+}
+
+var tagRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]*$`)
+
+// ValidRef checks a process reference of a request: an id or a tag.
+func ValidRef(ref string) error {
+	if ref == "" || len(ref) > wire.MaxTagBytes || (!tagRE.MatchString(ref) && !pidRE.MatchString(ref) && !isDigits(ref)) {
+		return errdefs.Invalid("%q is neither a process id nor a tag", ref)
+	}
+	return nil
+}
+
+func isDigits(s string) bool {
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// ready returns sandbox ref ready for use (auto-resumed if it may be) and
+// its agent's boot.
+func (p *Procs) ready(ctx context.Context, ref, what, actor string) (*sandbox.Sandbox, *agent.Client, string, error) {
+	sb, err := p.e.Local(ctx, ref)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if sb, err = p.e.ReadyForUse(ctx, sb, what, actor); err != nil {
+		return nil, nil, "", err
+	}
+	p.e.Touched(sb.ID)
+	c := p.e.Backend().Agent(sb)
+	pctx, cancel := context.WithTimeout(ctx, agentTimeout)
+	info, err := c.Ping(pctx)
+	cancel()
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if info.Boot == "" {
+		return nil, nil, "", errdefs.Conflict("sandbox %s runs an agent without background processes; restart it", sb.ID)
+	}
+	return sb, c, info.Boot, nil
+}
+
+// agentRef turns the API's process reference into the agent's, or
+// reports a process of an earlier boot.
+func (p *Procs) agentRef(sb *sandbox.Sandbox, boot, ref string) (string, error) {
+	if err := ValidRef(ref); err != nil {
+		return "", err
+	}
+	m := pidRE.FindStringSubmatch(ref)
+	if m == nil {
+		return ref, nil // a tag, or the agent's own number
+	}
+	if m[1] == boot[:bootPrefix] {
+		return m[2], nil
+	}
+	if pr, ok := p.record(sb.ID).findLost(ref); ok {
+		return "", errdefs.Conflict("process %s %s; its output is gone", pr.ID, reasonOf(pr))
+	}
+	return "", errdefs.NotFound("no process %s in sandbox %s", ref, sb.ID)
+}
+
+func reasonOf(pr Process) string {
+	if pr.State == StateStopped {
+		return "ended with the sandbox's stop"
+	}
+	return "belongs to an earlier run of the sandbox"
+}
+
+// StartProcess starts a background process in sandbox ref.
+func (p *Procs) StartProcess(ctx context.Context, ref string, req *StartRequest, actor string) (Process, error) {
+	if err := ValidateStart(req); err != nil {
+		return Process{}, err
+	}
+	sb, c, boot, err := p.ready(ctx, ref, "start a process in", actor)
+	if err != nil {
+		return Process{}, err
+	}
+	areq := p.e.AgentExecRequest(ctx, sb, &req.ExecRequest)
+	actx, cancel := context.WithTimeout(ctx, agentTimeout)
+	defer cancel()
+	in, err := c.StartProc(actx, areq, agent.ProcRequest{Tag: req.Tag, Restart: req.Restart, MaxRestarts: req.MaxRestarts})
+	if err != nil {
+		return Process{}, err
+	}
+	pr := processOf(boot, in)
+	p.record(sb.ID).add(boot, pr)
+	p.e.EventAsync(&sandbox.Event{SandboxID: sb.ID, Type: "process", Actor: actor, Cause: sandbox.CauseUser,
+		Outcome: "ok", Message: fmt.Sprintf("started %s as process %s", req.Cmd[0], pr.ID)})
+	return pr, nil
+}
+
+// ListProcesses lists sandbox ref's background processes. A running sandbox's come
+// from its agent; a paused, hibernated or stopped one's are what was last
+// seen, those not ended shown as paused, hibernated or stopped.
+func (p *Procs) ListProcesses(ctx context.Context, ref string) ([]Process, error) {
+	sb, err := p.e.Local(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	rec := p.record(sb.ID)
+	switch {
+	case sb.State == sandbox.StateRunning:
+	case sb.State == sandbox.StatePaused, sb.State == sandbox.StateQuarantined:
+		return rec.snapshot(string(sb.State), "the sandbox is "+string(sb.State)), nil
+	case sb.State == sandbox.StateStopped && sb.Reason == engine.ReasonHibernated:
+		// A wake restores the agent and its processes.
+		return rec.snapshot("hibernated", "the sandbox is hibernated"), nil
+	default:
+		return rec.snapshot(StateStopped, "ended by the sandbox's "+string(sb.State)), nil
+	}
+	actx, cancel := context.WithTimeout(ctx, agentTimeout)
+	defer cancel()
+	boot, ins, err := p.e.Backend().Agent(sb).ListProcs(actx)
+	if err != nil {
+		return nil, err
+	}
+	ps := make([]Process, 0, len(ins))
+	for _, in := range ins {
+		ps = append(ps, processOf(boot, in))
+	}
+	rec.sync(boot, ps)
+	return rec.snapshot("", ""), nil
+}
+
+// AttachProcess replays process pid's output and, with follow, streams it live
+// until it ends; it returns the exit if the process has ended.
+func (p *Procs) AttachProcess(ctx context.Context, ref, pid string, follow bool, aio AttachIO, actor string) (*engine.Exit, error) {
+	sb, c, boot, err := p.ready(ctx, ref, "attach to a process in", actor)
+	if err != nil {
+		return nil, err
+	}
+	aref, err := p.agentRef(sb, boot, pid)
+	if err != nil {
+		return nil, err
+	}
+	var resize <-chan agent.Resize
+	if aio.Resize != nil {
+		ch := make(chan agent.Resize, 4)
+		go func() {
+			defer close(ch)
+			for {
+				select {
+				case rs, ok := <-aio.Resize:
+					if !ok {
+						return
+					}
+					select {
+					case ch <- agent.Resize{Rows: rs.Rows, Cols: rs.Cols}:
+					default:
+					}
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+		resize = ch
+	}
+	ex, err := c.AttachProc(ctx, aref, follow, agent.AttachIO{Stdin: aio.Stdin, KeepStdin: aio.KeepStdin,
+		Stdout: aio.Stdout, Stderr: aio.Stderr, Gap: aio.Gap, Resize: resize, Signal: aio.Signal})
+	if err != nil {
+		return nil, p.stoppedErr(ctx, sb, err)
+	}
+	if ex == nil {
+		return nil, nil
+	}
+	e := exitOf(*ex)
+	p.record(sb.ID).ended(curID(boot, aref), e)
+	return &e, nil
+}
+
+// stoppedErr explains a lost agent connection by the sandbox's state.
+func (p *Procs) stoppedErr(ctx context.Context, sb *sandbox.Sandbox, err error) error {
+	if !errors.Is(err, errdefs.ErrUnavailable) {
+		return err
+	}
+	if cur, gerr := p.e.Local(context.WithoutCancel(ctx), sb.ID); gerr == nil && cur.State != sandbox.StateRunning {
+		return errdefs.Conflict("sandbox %s is %s; its processes went with it", sb.ID, cur.State)
+	}
+	return err
+}
+
+// ProcessStdin copies r to process pid's stdin, then closes it if close.
+func (p *Procs) ProcessStdin(ctx context.Context, ref, pid string, r io.Reader, close bool, actor string) error {
+	sb, c, boot, err := p.ready(ctx, ref, "write to a process in", actor)
+	if err != nil {
+		return err
+	}
+	aref, err := p.agentRef(sb, boot, pid)
+	if err != nil {
+		return err
+	}
+	return p.stoppedErr(ctx, sb, c.ProcStdin(ctx, aref, r, close))
+}
+
+// SignalProcess sends sig ("" is SIGTERM) to process pid's group; with stop a
+// supervised process is not restarted (kill).
+func (p *Procs) SignalProcess(ctx context.Context, ref, pid, sig string, stop bool, actor string) error {
+	if len(sig) > 16 || (sig != "" && !sigRE.MatchString(sig)) {
+		return errdefs.Invalid("bad signal %q", sig)
+	}
+	sb, c, boot, err := p.ready(ctx, ref, "signal a process in", actor)
+	if err != nil {
+		return err
+	}
+	aref, err := p.agentRef(sb, boot, pid)
+	if err != nil {
+		return err
+	}
+	actx, cancel := context.WithTimeout(ctx, agentTimeout)
+	defer cancel()
+	if err := c.SignalProc(actx, aref, sig, stop); err != nil {
+		return err
+	}
+	p.e.EventAsync(&sandbox.Event{SandboxID: sb.ID, Type: "process", Actor: actor, Cause: sandbox.CauseUser,
+		Outcome: "ok", Message: fmt.Sprintf("signal %s to process %s", cmp(sig, "SIGTERM"), pid)})
+	return nil
+}
+
+var sigRE = regexp.MustCompile(`^(SIG)?[A-Z0-9+-]+$`)
+
+func cmp(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a
+}
+
+// WaitProcess waits until process pid has ended for good and returns its exit.
+// The caller's context bounds it; a stop of the sandbox ends it too.
+func (p *Procs) WaitProcess(ctx context.Context, ref, pid, actor string) (engine.Exit, error) {
+	sb, c, boot, err := p.ready(ctx, ref, "wait for a process in", actor)
+	if err != nil {
+		return engine.Exit{}, err
+	}
+	aref, err := p.agentRef(sb, boot, pid)
+	if err != nil {
+		return engine.Exit{}, err
+	}
+	ex, err := c.WaitProc(ctx, aref)
+	if err != nil {
+		return engine.Exit{}, p.stoppedErr(ctx, sb, err)
+	}
+	p.record(sb.ID).ended(curID(boot, aref), exitOf(ex))
+	return exitOf(ex), nil
+}
+
+// Running starts sb's template's service, unless it runs already (an
+// unpause or a wake keeps it). It is the engine's Running hook.
+func (p *Procs) Running(ctx context.Context, sb *sandbox.Sandbox) {
+	if sb.Spec.Template == "" {
+		return
+	}
+	tpl, err := p.e.GetTemplate(ctx, sb.Spec.Template)
+	if err != nil || tpl.Config.Service == nil {
+		return
+	}
+	svc := tpl.Config.Service
+	log := p.e.Log().With("sandbox", sb.ID, "template", tpl.Name)
+	c := p.e.Backend().Agent(sb)
+	var boot string
+	var ins []agent.ProcInfo
+	// The agent answers once the sandbox is running; a few tries cover a
+	// slow first accept.
+	for try := 0; ; try++ {
+		actx, cancel := context.WithTimeout(ctx, agentTimeout)
+		boot, ins, err = c.ListProcs(actx)
+		cancel()
+		if err == nil || try == 10 || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+	if err != nil {
+		log.Warn("service: agent unreachable", "err", err)
+		return
+	}
+	for _, in := range ins {
+		if in.Tag == store.ServiceTag && (in.State == wire.ProcRunning || in.State == wire.ProcRestarting) {
+			return
+		}
+	}
+	restart := svc.Restart
+	if restart == "" {
+		restart = store.RestartOnFailure
+	}
+	req := &engine.ExecRequest{Cmd: svc.Cmd, Env: svc.Env, Workdir: svc.Dir, User: svc.User}
+	if err := engine.ValidateExec(req); err != nil {
+		log.Warn("service: invalid", "err", err)
+		return
+	}
+	areq := p.e.AgentExecRequest(ctx, sb, req)
+	actx, cancel := context.WithTimeout(ctx, agentTimeout)
+	defer cancel()
+	in, err := c.StartProc(actx, areq, agent.ProcRequest{Tag: store.ServiceTag, Restart: restart, MaxRestarts: svc.MaxRestarts})
+	if err != nil {
+		log.Warn("service: start", "err", err)
+		p.e.EventAsync(&sandbox.Event{SandboxID: sb.ID, Type: "process", Actor: "daemon", Cause: sandbox.CauseReconciler,
+			Outcome: "error", Message: "service did not start: " + err.Error()})
+		return
+	}
+	pr := processOf(boot, in)
+	p.record(sb.ID).add(boot, pr)
+	p.e.EventAsync(&sandbox.Event{SandboxID: sb.ID, Type: "process", Actor: "daemon", Cause: sandbox.CauseReconciler,
+		Outcome: "ok", Message: fmt.Sprintf("service %s started as process %s", svc.Cmd[0], pr.ID)})
+}

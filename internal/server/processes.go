@@ -1,0 +1,292 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/server/input"
+)
+
+// Background processes: /v1/sandboxes/{id}/processes (engine/procs).
+
+// maxProcStdin caps one POST .../stdin body.
+const maxProcStdin = 64 << 20
+
+func processToAPI(p manager.Process) api.Process {
+	out := api.Process{ID: p.ID, Tag: p.Tag, Argv: p.Argv, TTY: p.TTY, PID: p.PID, Started: p.Started,
+		State: p.State, Restart: p.Restart, Restarts: p.Restarts, Reason: p.Reason}
+	if out.Argv == nil {
+		out.Argv = []string{}
+	}
+	if p.Exit != nil {
+		ex := exitToAPI(*p.Exit)
+		out.Exit = &ex
+	}
+	return out
+}
+
+func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
+	var req api.StartProcessRequest
+	if err := input.Decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	p, err := s.m.StartProcess(r.Context(), r.PathValue("id"), &manager.StartRequest{
+		ExecRequest: engine.ExecRequest{Cmd: req.Cmd, Env: req.Env, Workdir: req.Workdir, User: req.User,
+			TTY: req.TTY, Rows: req.Rows, Cols: req.Cols},
+		Tag: req.Tag, Restart: req.Restart, MaxRestarts: req.MaxRestarts}, actor(r))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, processToAPI(p))
+}
+
+func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) {
+	ps, err := s.m.ListProcesses(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := api.ProcessList{Processes: make([]api.Process, 0, len(ps))}
+	for _, p := range ps {
+		out.Processes = append(out.Processes, processToAPI(p))
+	}
+	writeJSON(w, 200, out)
+}
+
+// getProcess answers the process pid names: by id, or the running (else
+// the newest) process with that tag.
+func (s *Server) getProcess(w http.ResponseWriter, r *http.Request) {
+	pid := r.PathValue("pid")
+	ps, err := s.m.ListProcesses(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var found *manager.Process
+	for i := len(ps) - 1; i >= 0; i-- {
+		p := ps[i]
+		if p.ID == pid {
+			found = &ps[i]
+			break
+		}
+		if p.Tag == pid && (found == nil || (found.State != "running" && p.State == "running")) {
+			found = &ps[i]
+		}
+	}
+	if found == nil {
+		writeError(w, errdefs.NotFound("no process %q", pid))
+		return
+	}
+	writeJSON(w, 200, processToAPI(*found))
+}
+
+// processLogs streams the kept output and, with ?follow=1, the live
+// output, as NDJSON ProcessEvents.
+func (s *Server) processLogs(w http.ResponseWriter, r *http.Request) {
+	follow, err := boolQuery(r, "follow")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	nd := newNDJSON(w)
+	var mu sync.Mutex
+	started := false
+	send := func(ev api.ProcessEvent) error {
+		mu.Lock()
+		started = true
+		mu.Unlock()
+		return nd.send(ev)
+	}
+	ex, err := s.m.AttachProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), follow, manager.AttachIO{
+		Stdout: eventWriter{"stdout", send}, Stderr: eventWriter{"stderr", send},
+		Gap: func(n int64) { _ = send(api.ProcessEvent{Gap: n}) },
+	}, actor(r))
+	mu.Lock()
+	wasStarted := started
+	mu.Unlock()
+	if err != nil {
+		if r.Context().Err() != nil {
+			return
+		}
+		if !wasStarted {
+			writeError(w, err)
+			return
+		}
+		_ = nd.send(api.ProcessEvent{Error: apiErrorFor(w, err)})
+		return
+	}
+	if !wasStarted {
+		w.WriteHeader(http.StatusOK)
+	}
+	if ex != nil {
+		e := exitToAPI(*ex)
+		_ = nd.send(api.ProcessEvent{Exit: &e})
+	}
+}
+
+type eventWriter struct {
+	stream string
+	send   func(api.ProcessEvent) error
+}
+
+func (e eventWriter) Write(p []byte) (int, error) {
+	if err := e.send(api.ProcessEvent{Stream: e.stream, Data: p}); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func boolQuery(r *http.Request, name string) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, errdefs.Invalid("%s=%q is not a boolean", name, v)
+	}
+	return b, nil
+}
+
+// processStdin copies the body to the process's stdin; ?close=1 closes
+// it after.
+func (s *Server) processStdin(w http.ResponseWriter, r *http.Request) {
+	closeIt, err := boolQuery(r, "close")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	body := http.MaxBytesReader(w, r.Body, maxProcStdin)
+	if err := s.m.ProcessStdin(r.Context(), r.PathValue("id"), r.PathValue("pid"), body, closeIt, actor(r)); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			err = errdefs.TooLarge("stdin exceeds %d bytes per request", maxProcStdin)
+		}
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) {
+	var req api.SignalRequest
+	if err := input.Decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.m.SignalProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), req.Signal, false, actor(r)); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// killProcess sends SIGKILL and ends a supervised process's restarts.
+func (s *Server) killProcess(w http.ResponseWriter, r *http.Request) {
+	if err := s.m.SignalProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), "SIGKILL", true, actor(r)); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// waitProcess answers the process's exit once it has ended for good.
+func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request) {
+	ex, err := s.m.WaitProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), actor(r))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, exitToAPI(ex))
+}
+
+// processWS attaches to a process over a WebSocket, for PTY processes:
+// the kept output then live output as WSStdout/WSStderr frames; the client
+// sends WSStdin, WSStdinEOF and WSResize; WSExit ends it when the process
+// ends. Leaving does not end the process.
+func (s *Server) processWS(w http.ResponseWriter, r *http.Request) {
+	id, pid := r.PathValue("id"), r.PathValue("pid")
+	if _, err := s.m.Get(r.Context(), id); err != nil {
+		writeError(w, err)
+		return
+	}
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{})
+	if err != nil {
+		return
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(1 << 20)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	var wmu sync.Mutex
+	send := func(kind byte, p []byte) error {
+		wmu.Lock()
+		defer wmu.Unlock()
+		wctx, c := context.WithTimeout(ctx, 30*time.Second)
+		defer c()
+		return conn.Write(wctx, websocket.MessageBinary, append([]byte{kind}, p...))
+	}
+	stdinR, stdinW := io.Pipe()
+	resize := make(chan manager.Resize, 4)
+	go func() {
+		defer stdinW.Close()
+		for {
+			typ, msg, err := conn.Read(ctx)
+			if err != nil {
+				cancel()
+				return
+			}
+			if typ != websocket.MessageBinary || len(msg) == 0 {
+				continue
+			}
+			switch msg[0] {
+			case api.WSStdin:
+				if _, err := stdinW.Write(msg[1:]); err != nil {
+					return
+				}
+			case api.WSStdinEOF:
+				stdinW.Close()
+			case api.WSResize:
+				var rs api.Resize
+				if json.Unmarshal(msg[1:], &rs) == nil {
+					select {
+					case resize <- resizeOf(rs):
+					default:
+					}
+				}
+			}
+		}
+	}()
+	ex, err := s.m.AttachProcess(ctx, id, pid, true, manager.AttachIO{
+		Stdin: stdinR, KeepStdin: true,
+		Stdout: kindWriter{api.WSStdout, send}, Stderr: kindWriter{api.WSStderr, send},
+		Resize: resize,
+	}, actor(r))
+	if err != nil {
+		if !errors.Is(err, context.Canceled) && ctx.Err() == nil {
+			b, _ := json.Marshal(apiErrorFor(w, err))
+			_ = send(api.WSError, b)
+			conn.Close(websocket.StatusNormalClosure, "")
+		}
+		return
+	}
+	if ex != nil {
+		b, _ := json.Marshal(exitToAPI(*ex))
+		_ = send(api.WSExit, b)
+	}
+	conn.Close(websocket.StatusNormalClosure, "")
+}
