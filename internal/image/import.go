@@ -350,6 +350,7 @@ func (s *Store) importImage(ctx context.Context, img v1.Image, src source) (*Ima
 			return nil, errdefs.Invalid("unsupported diffID %s", d)
 		}
 		srcs[i].diffID = d.String()
+		srcs[i].index, srcs[i].count = i+1, len(diffIDs)
 	}
 	if src == fromArchive {
 		for i, d := range diffIDs {
@@ -381,6 +382,7 @@ func (s *Store) importImage(ctx context.Context, img v1.Image, src source) (*Ima
 			}
 			srcs[i].open = openWith(l.Compressed, src)
 			srcs[i].digest = ld.Digest.String()
+			srcs[i].size = ld.Size
 		}
 	}
 	if err := s.ensureAll(ctx, srcs); err != nil {
