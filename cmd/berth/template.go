@@ -99,6 +99,21 @@ func printTemplate(cmd *cobra.Command, out *outputValue, t *api.Template) error 
 	if len(t.Env) > 0 {
 		fmt.Fprintf(tw, "Env:\t%s\n", strings.Join(t.Env, " "))
 	}
+	if t.User != "" {
+		fmt.Fprintf(tw, "User:\t%s\n", t.User)
+	}
+	if len(t.Entrypoint) > 0 {
+		fmt.Fprintf(tw, "Entrypoint:\t%s\n", strings.Join(t.Entrypoint, " "))
+	}
+	if len(t.Cmd) > 0 {
+		fmt.Fprintf(tw, "Cmd:\t%s\n", strings.Join(t.Cmd, " "))
+	}
+	if len(t.ExposedPorts) > 0 {
+		fmt.Fprintf(tw, "Exposed ports:\t%s (not published)\n", strings.Join(t.ExposedPorts, " "))
+	}
+	if t.StopSignal != "" {
+		fmt.Fprintf(tw, "Stop signal:\t%s\n", t.StopSignal)
+	}
 	if p := t.Pool; p != nil {
 		fmt.Fprintf(tw, "Pool:\tmin=%d ready=%d starting=%d hits=%d misses=%d\n", p.Min, p.Ready, p.Starting, p.Hits, p.Misses)
 	}

@@ -106,6 +106,9 @@ func (m *Engine) execIn(ctx context.Context, sb *sandbox.Sandbox, req *ExecReque
 	if areq.Dir == "" {
 		areq.Dir = sb.Spec.Workdir
 	}
+	if areq.User == "" {
+		areq.User = sb.Spec.User
+	}
 	if areq.Dir == "" {
 		areq.Dir = "/"
 	}

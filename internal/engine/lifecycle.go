@@ -77,6 +77,9 @@ func SpecFromRequest(req *CreateRequest, tpl *store.Template) (sandbox.Spec, err
 	if sp.Workdir == "" {
 		sp.Workdir = tpl.Config.Workdir
 	}
+	if sp.User = req.User; sp.User == "" {
+		sp.User = tpl.Config.User
+	}
 	sp.PersistRoot = req.PersistRoot
 	sp.KeepVolume = req.KeepVolume
 	pol, err := CheckPolicy(req.Policy)

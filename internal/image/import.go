@@ -11,11 +11,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -389,10 +391,13 @@ func (s *Store) importImage(ctx context.Context, img v1.Image, src source) (*Ima
 		return nil, err
 	}
 	out := &Image{Config: Config{
-		Env:     cfg.Config.Env,
-		Workdir: cfg.Config.WorkingDir,
-		User:    cfg.Config.User,
-		Cmd:     append(append([]string{}, cfg.Config.Entrypoint...), cfg.Config.Cmd...),
+		Env:          cfg.Config.Env,
+		Workdir:      cfg.Config.WorkingDir,
+		User:         cfg.Config.User,
+		Entrypoint:   cfg.Config.Entrypoint,
+		Cmd:          cfg.Config.Cmd,
+		ExposedPorts: slices.Sorted(maps.Keys(cfg.Config.ExposedPorts)),
+		StopSignal:   cfg.Config.StopSignal,
 	}}
 	for _, src := range srcs {
 		out.Layers = append(out.Layers, src.diffID)

@@ -31,10 +31,15 @@ type IDMap struct{ HostUID, HostGID, Size uint32 }
 
 // Config is the part of an image's configuration a sandbox starts from.
 type Config struct {
-	Env     []string
-	Workdir string
-	User    string
-	Cmd     []string // Entrypoint followed by Cmd
+	Env        []string
+	Workdir    string
+	User       string
+	Entrypoint []string
+	Cmd        []string // the image's Cmd: arguments to Entrypoint, or the command
+	// ExposedPorts are the image's "port/proto" entries, sorted; only
+	// shown, never published.
+	ExposedPorts []string
+	StopSignal   string
 }
 
 // Image is an imported template image.

@@ -190,7 +190,7 @@ func (s *Server) toAPI(sb *sandbox.Sandbox) api.Sandbox {
 		Resources: api.Resources{CPUs: sb.Spec.Resources.CPUs, MemoryBytes: sb.Spec.Resources.MemoryBytes,
 			Pids: sb.Spec.Resources.Pids, DiskBytes: sb.Spec.Resources.DiskBytes},
 		Env: sb.Spec.Env, Labels: sb.Spec.Labels, TimeoutSeconds: sb.Spec.Timeout.Seconds(),
-		Network: sb.Spec.Network, Workdir: sb.Spec.Workdir, Isolation: isolationToAPI(s.m.Isolation(sb)),
+		Network: sb.Spec.Network, Workdir: sb.Spec.Workdir, User: sb.Spec.User, Isolation: isolationToAPI(s.m.Isolation(sb)),
 		CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt, Cause: string(sb.Cause), Reason: sb.Reason,
 		Error: sb.Error,
 	}
@@ -509,7 +509,9 @@ func (s *Server) templateToAPI(t *store.Template) api.Template {
 
 func templateToAPI(t *store.Template) api.Template {
 	return api.Template{Name: t.Name, Layers: t.Layers, Source: t.Source, Builtin: t.Builtin,
-		Size: t.Size, Env: t.Config.Env, Workdir: t.Config.Workdir, CreatedAt: t.CreatedAt}
+		Size: t.Size, Env: t.Config.Env, Workdir: t.Config.Workdir, User: t.Config.User,
+		Entrypoint: t.Config.Entrypoint, Cmd: t.Config.Cmd, ExposedPorts: t.Config.ExposedPorts,
+		StopSignal: t.Config.StopSignal, CreatedAt: t.CreatedAt}
 }
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {

@@ -47,7 +47,16 @@ type TemplateConfig struct {
 	Env       []string           `json:"env,omitempty"`
 	Workdir   string             `json:"workdir,omitempty"`
 	User      string             `json:"user,omitempty"`
-	Cmd       []string           `json:"cmd,omitempty"`
+	// Entrypoint and Cmd are the image's; the command they make is
+	// Entrypoint followed by Cmd. Records from before Entrypoint was kept
+	// hold that whole command in Cmd, which reads the same.
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	Cmd        []string `json:"cmd,omitempty"`
+	// ExposedPorts ("8080/tcp") are shown, never published by themselves.
+	ExposedPorts []string `json:"exposed_ports,omitempty"`
+	// StopSignal is sent to the sandbox's processes when it is stopped,
+	// before they are killed ("" = SIGTERM).
+	StopSignal string             `json:"stop_signal,omitempty"`
 	Resources *sandbox.Resources `json:"resources,omitempty"`
 	Timeout   time.Duration      `json:"timeout,omitempty"`
 	// Policy holds default lifecycle policies; a request's own win field

@@ -118,7 +118,7 @@ func (m *Builder) Apply(ctx context.Context, req *ApplyRequest, actor string, pr
 			return nil, err
 		}
 		layers = img.Layers
-		cfg = store.TemplateConfig{Env: img.Config.Env, Workdir: img.Config.Workdir, User: img.Config.User, Cmd: img.Config.Cmd}
+		cfg = imageConfig(img.Config)
 	}
 	key := hashOf(append([]string{"base", fmt.Sprint(cfg.HostUsr)}, layers...)...)
 	built := 0
