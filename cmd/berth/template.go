@@ -152,6 +152,8 @@ func newTemplateImportCmd(g *globals) *cobra.Command {
 		}
 		defer c.Close()
 		var t *api.Template
+		prog := newImportProgress(cmd.ErrOrStderr())
+		defer prog.finish()
 		fi, statErr := os.Stat(src)
 		switch {
 		case statErr == nil && fi.IsDir():
@@ -159,7 +161,7 @@ func newTemplateImportCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			t, err = c.ImportTemplate(cmd.Context(), api.ImportTemplateRequest{Name: name, Path: abs, Insecure: insecure})
+			t, err = c.ImportTemplateProgress(cmd.Context(), api.ImportTemplateRequest{Name: name, Path: abs, Insecure: insecure}, prog.report)
 			if err != nil {
 				return err
 			}
@@ -169,11 +171,11 @@ func newTemplateImportCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer f.Close()
-			if t, err = c.UploadTemplateArchive(cmd.Context(), name, f); err != nil {
+			if t, err = c.UploadTemplateArchiveProgress(cmd.Context(), name, f, prog.report); err != nil {
 				return err
 			}
 		case errors.Is(statErr, fs.ErrNotExist) && !looksLikePath(src):
-			t, err = c.ImportTemplate(cmd.Context(), api.ImportTemplateRequest{Name: name, Ref: src, Insecure: insecure})
+			t, err = c.ImportTemplateProgress(cmd.Context(), api.ImportTemplateRequest{Name: name, Ref: src, Insecure: insecure}, prog.report)
 			if err != nil {
 				return err
 			}

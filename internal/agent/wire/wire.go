@@ -24,6 +24,10 @@ type Request struct {
 	GID       *int      `json:"gid,omitempty"`
 	Exec      *ExecSpec `json:"exec,omitempty"`
 	Port      int       `json:"port,omitempty"` // dial: loopback port in the sandbox
+	// Owner (mkdir): the directory, made or already there, is then owned
+	// by this user ("uid[:gid]" or a name), resolved against the
+	// sandbox's own /etc/passwd and /etc/group.
+	Owner string `json:"owner,omitempty"`
 }
 
 // ExecSpec is the exec part of a request.
