@@ -329,6 +329,18 @@ type layerSource struct {
 	size         int64 // the stream's size when known, for progress
 }
 
+// inLayer prefixes err's message, the one the API shows, with the layer's
+// name; the category and cause are kept.
+func inLayer(name string, err error) error {
+	var e *errdefs.Error
+	if !errors.As(err, &e) {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	c := *e
+	c.Msg = name + ": " + e.Msg
+	return &c
+}
+
 // name is how errors name the layer: its place in the image and its id.
 func (src layerSource) name() string {
 	if src.index > 0 {
@@ -368,7 +380,7 @@ func (s *Store) ensureLayer(ctx context.Context, src layerSource) error {
 	}
 	rc, err := src.open()
 	if err != nil {
-		return fmt.Errorf("%s: %w", src.name(), err)
+		return inLayer(src.name(), err)
 	}
 	defer rc.Close()
 
@@ -415,13 +427,13 @@ func (s *Store) ensureLayer(ctx context.Context, src layerSource) error {
 				return invalid("read layer "+src.diffID, err)
 			}
 			if d := "sha256:" + hex.EncodeToString(rawHash.Sum(nil)); d != src.digest {
-				return invalid("digest mismatch", fmt.Errorf("layer blob hashes to %s, manifest says %s", d, src.digest))
+				return errdefs.Invalid("invalid layer archive: digest mismatch: the layer blob hashes to %s, the manifest says %s", d, src.digest)
 			}
 		}
 		return nil
 	}, h)
 	if err != nil {
-		return fmt.Errorf("%s: %w", src.name(), err)
+		return inLayer(src.name(), err)
 	}
 	if counter != nil {
 		counter.p.Done = true
@@ -464,7 +476,7 @@ func (s *Store) unpack(ctx context.Context, r io.Reader, sum hash.Hash, finish f
 	}
 	got := hex.EncodeToString(sum.Sum(nil))
 	if want != "" && got != want {
-		return "", stats, invalid("diffID mismatch", fmt.Errorf("layer content hashes to sha256:%s, config says sha256:%s", got, want))
+		return "", stats, errdefs.Invalid("invalid layer archive: diffID mismatch: the layer's content hashes to sha256:%s, the image config says sha256:%s", got, want)
 	}
 	meta, err := json.Marshal(layerMeta{Size: stats.Bytes, Entries: stats.Entries, Skipped: stats.Skipped, Created: time.Now().UTC()})
 	if err != nil {
