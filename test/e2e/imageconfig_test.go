@@ -219,3 +219,46 @@ func TestImageConfigHonoured(t *testing.T) {
 		t.Error("the corrupt import left a template")
 	}
 }
+
+// TestTemplateFileUser: a template file's user step adds a user to the
+// builtin template, with its group and home, as the template's default
+// user; its sandboxes run as it and it owns /workspace, on runc and runsc.
+func TestTemplateFileUser(t *testing.T) {
+	d := startRunscDaemon(t)
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "t.yaml")
+	if err := os.WriteFile(file, []byte("name: devbox\nfrom: base\nsteps:\n"+
+		"  - user: {name: dev, uid: 1000, home: /home/dev, default: true}\n"+
+		"  - run: touch /home/dev/by-root\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, e, code := d.cli("apply", "-f", file); code != 0 {
+		t.Fatalf("apply: %s %s", out, e)
+	}
+	tpl, err := d.c.GetTemplate(ctx, "devbox")
+	if err != nil || tpl.User != "dev" {
+		t.Fatalf("template devbox: %+v %v, want default user dev", tpl, err)
+	}
+	for _, rt := range []string{"runc", "runsc"} {
+		t.Run(rt, func(t *testing.T) {
+			sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "devbox", Runtime: rt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.c.DeleteSandbox(ctx, sb.ID, true)
+			got := sh(t, d, sb.ID, "id -un; id -u; id -gn; stat -c '%U:%G %a' /home/dev; grep '^dev:' /etc/passwd; "+
+				"touch /workspace/w /home/dev/h && stat -c '%U' /workspace /workspace/w")
+			want := "dev\n1000\ndev\ndev:dev 755\ndev:x:1000:1000::/home/dev:/bin/sh\ndev\ndev"
+			if got != want {
+				t.Errorf("in a devbox sandbox:\n got %q\nwant %q", got, want)
+			}
+		})
+	}
+	// A second user with a taken uid is refused, naming it.
+	if err := os.WriteFile(file, []byte("name: devbox2\nfrom: devbox\nsteps:\n  - user: {name: other, uid: 1000}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, e, code := d.cli("apply", "-f", file); code == 0 || !strings.Contains(e, "already has") {
+		t.Errorf("apply of a user with a taken uid: code %d, %q", code, e)
+	}
+}

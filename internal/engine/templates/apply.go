@@ -142,7 +142,13 @@ func (m *Builder) Apply(ctx context.Context, req *ApplyRequest, actor string, pr
 		var files []byte
 		var single bool
 		desc := "run " + st.Run
-		if st.Copy != nil {
+		if u := st.User; u != nil {
+			desc = fmt.Sprintf("user %s (uid %d)", u.Name, u.UID)
+			key = hashOf(key, string(stepJSON))
+			if u.Default {
+				cfg.User = u.Name
+			}
+		} else if st.Copy != nil {
 			var sum string
 			if files, sum, single, err = copyFiles(req.Files, st.Copy.Src); err != nil {
 				return nil, fmt.Errorf("step %d: %w", n, err)
@@ -159,6 +165,9 @@ func (m *Builder) Apply(ctx context.Context, req *ApplyRequest, actor string, pr
 		}
 		say(n, "--> step %d/%d: %s", n, len(tf.Steps), desc)
 		layer, err := m.buildLayer(ctx, layers, cfg, actor, func(sb *sandbox.Sandbox) error {
+			if st.User != nil {
+				return m.addUser(ctx, sb.ID, st.User, actor)
+			}
 			if st.Copy != nil {
 				return m.copyIntoSandbox(ctx, sb.ID, st.Copy.Dst, files, single, actor)
 			}
