@@ -40,22 +40,14 @@ func (m *Builder) addUser(ctx context.Context, id string, u *templatefile.UserSt
 	if err != nil {
 		return err
 	}
-	for _, line := range strings.Split(string(passwd), "\n") {
-		fs := strings.Split(line, ":")
-		if len(fs) >= 3 && (fs[0] == u.Name || fs[2] == strconv.Itoa(u.UID)) {
-			return errdefs.Conflict("user %s (uid %d): /etc/passwd already has %q", u.Name, u.UID, line)
-		}
+	if line, ok := passwdHas(passwd, u.Name, u.UID); ok {
+		return errdefs.Conflict("user %s (uid %d): /etc/passwd already has %q", u.Name, u.UID, line)
 	}
 	group, err := read("/etc/group")
 	if err != nil {
 		return err
 	}
-	haveGroup := false
-	for _, line := range strings.Split(string(group), "\n") {
-		if fs := strings.Split(line, ":"); len(fs) >= 3 && fs[2] == strconv.Itoa(u.GID) {
-			haveGroup = true
-		}
-	}
+	haveGroup := groupHas(group, u.GID)
 	write := func(p string, old []byte, line string) error {
 		b := bytes.Clone(old)
 		if len(b) > 0 && b[len(b)-1] != '\n' {
@@ -96,4 +88,28 @@ func (l *limitWriter) Write(p []byte) (int, error) {
 	}
 	l.n -= int64(len(p))
 	return l.w.Write(p)
+}
+
+// passwdHas returns the line of passwd (a file the sandbox wrote) naming
+// user name or uid, if there is one.
+func passwdHas(passwd []byte, name string, uid int) (string, bool) {
+	id := strconv.Itoa(uid)
+	for _, line := range strings.Split(string(passwd), "\n") {
+		fs := strings.Split(line, ":")
+		if len(fs) >= 3 && (fs[0] == name || fs[2] == id) {
+			return line, true
+		}
+	}
+	return "", false
+}
+
+// groupHas reports whether group (a file the sandbox wrote) has gid.
+func groupHas(group []byte, gid int) bool {
+	id := strconv.Itoa(gid)
+	for _, line := range strings.Split(string(group), "\n") {
+		if fs := strings.Split(line, ":"); len(fs) >= 3 && fs[2] == id {
+			return true
+		}
+	}
+	return false
 }
