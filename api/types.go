@@ -332,15 +332,16 @@ type Template struct {
 	Size      int64     `json:"size"`
 	Env       []string  `json:"env,omitempty"`
 	Workdir   string    `json:"workdir,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+
 	// User is the default user of its sandboxes' commands ("" = root).
 	User       string   `json:"user,omitempty"`
 	Entrypoint []string `json:"entrypoint,omitempty"`
 	Cmd        []string `json:"cmd,omitempty"`
 	// ExposedPorts are the image's ("8080/tcp"); shown, never published.
 	ExposedPorts []string `json:"exposed_ports,omitempty"`
-	// StopSignal is sent to a sandbox's processes at stop before the kill.
-	StopSignal string    `json:"stop_signal,omitempty"`
-	CreatedAt  time.Time `json:"created_at"`
+	// StopSignal is the image's STOPSIGNAL, as recorded.
+	StopSignal string `json:"stop_signal,omitempty"`
 }
 
 // ImportTemplateRequest is the body of POST /v1/templates/import. Exactly one

@@ -47,16 +47,7 @@ type TemplateConfig struct {
 	Env       []string           `json:"env,omitempty"`
 	Workdir   string             `json:"workdir,omitempty"`
 	User      string             `json:"user,omitempty"`
-	// Entrypoint and Cmd are the image's; the command they make is
-	// Entrypoint followed by Cmd. Records from before Entrypoint was kept
-	// hold that whole command in Cmd, which reads the same.
-	Entrypoint []string `json:"entrypoint,omitempty"`
-	Cmd        []string `json:"cmd,omitempty"`
-	// ExposedPorts ("8080/tcp") are shown, never published by themselves.
-	ExposedPorts []string `json:"exposed_ports,omitempty"`
-	// StopSignal is sent to the sandbox's processes when it is stopped,
-	// before they are killed ("" = SIGTERM).
-	StopSignal string             `json:"stop_signal,omitempty"`
+	Cmd       []string           `json:"cmd,omitempty"`
 	Resources *sandbox.Resources `json:"resources,omitempty"`
 	Timeout   time.Duration      `json:"timeout,omitempty"`
 	// Policy holds default lifecycle policies; a request's own win field
@@ -68,6 +59,16 @@ type TemplateConfig struct {
 	// HostUsr marks the builtin template that bind-mounts the host's /usr
 	// read-only instead of carrying it in a layer.
 	HostUsr bool `json:"host_usr,omitempty"`
+
+	// Entrypoint and Cmd are the image's; the command they make is
+	// Entrypoint followed by Cmd. Records from before Entrypoint was kept
+	// hold that whole command in Cmd, which reads the same.
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	// ExposedPorts ("8080/tcp") are shown, never published by themselves.
+	ExposedPorts []string `json:"exposed_ports,omitempty"`
+	// StopSignal is the image's STOPSIGNAL, recorded and shown; stop does
+	// not send it yet (it ends a sandbox's processes at once).
+	StopSignal string `json:"stop_signal,omitempty"`
 }
 
 // APIKey is a bearer credential. Only the SHA-256 of the secret is stored.

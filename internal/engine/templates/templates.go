@@ -66,8 +66,8 @@ func (m *Builder) EnsureBuiltin(ctx context.Context) error {
 		return nil
 	}
 	return m.store.PutTemplate(ctx, &store.Template{
-		Name:   BuiltinTemplate,
-		Layers: img.Layers,
+		Name:    BuiltinTemplate,
+		Layers:  img.Layers,
 		Config:  builtinConfig(img.Config),
 		Builtin: true, Source: "builtin:host", Size: img.Size, CreatedAt: m.e.Now(),
 	})
