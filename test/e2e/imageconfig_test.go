@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"archive/tar"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -198,6 +200,47 @@ func TestImageConfigHonoured(t *testing.T) {
 				t.Errorf("create with an unknown user: %v, want a 4xx naming it", err)
 			}
 		})
+	}
+
+	// An image whose /workspace is a symlink to /etc: giving /workspace
+	// to the default user must not follow it and hand /etc to that user.
+	// The create is refused, and as root the image's /etc is root's.
+	linkTar := filepath.Join(t.TempDir(), "link.tar")
+	{
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		tw.WriteHeader(&tar.Header{Name: "workspace", Typeflag: tar.TypeSymlink, Linkname: "etc", Mode: 0o777})
+		tw.Close()
+		data := buf.Bytes()
+		top, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		linked, err := mutate.AppendLayers(img, top)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tarball.WriteToFile(linkTar, name.MustParseReference("x:1").(name.Tag), linked); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, e, code := d.cli("template", "import", "linked", linkTar); code != 0 {
+		t.Fatalf("import linked: %s", e)
+	}
+	for _, rt := range []string{"runc", "runsc"} {
+		_, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "linked", Runtime: rt})
+		var ce *client.Error
+		if err == nil || !asClientError(err, &ce) || ce.Status/100 != 4 || !strings.Contains(err.Error(), "not a directory") {
+			t.Errorf("%s: create with /workspace a symlink: %v, want a 4xx: not a directory", rt, err)
+		}
+		sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "linked", Runtime: rt, User: "0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sh(t, d, sb.ID, "stat -c '%u' /etc /etc/passwd"); got != "0\n0" {
+			t.Errorf("%s: /etc after the refused create: owners %q, want root's", rt, got)
+		}
+		d.c.DeleteSandbox(ctx, sb.ID, true)
 	}
 
 	// A layer that does not hash to its diffID is refused, naming the
