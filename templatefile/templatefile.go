@@ -7,7 +7,7 @@
 //	name: py
 //	from: base                # a template, or image: a registry reference
 //	steps:
-//	  - run: apk add python3
+//	  - run: mkdir -p /app
 //	  - copy: {src: ./app, dst: /app}   # src: sent with the file, relative to it
 //	  - env: {PYTHONUNBUFFERED: "1"}
 //	  - workdir: /app

@@ -200,7 +200,7 @@ func newTemplateBuildCmd(g *globals) *cobra.Command {
 		Long: `Build a template: start from BASE, run each --run step with /bin/sh -c in order,
 and keep the result as NAME. Step output is shown on stderr; the template's
 name is printed when the build succeeds.`,
-		Example: `  berth template build py --from base --run 'apk add python3' --run 'pip install numpy'`,
+		Example: `  berth template build tools --from base --run 'mkdir -p /opt/tools' --env TOOLS=/opt/tools`,
 		Args:    exactArgs(1, "a template name"),
 	}
 	out := addOutputFlag(cmd)
