@@ -61,6 +61,10 @@ type CreateSandboxRequest struct {
 	Network        string            `json:"network,omitempty"`         // none | egress
 	Runtime        string            `json:"runtime,omitempty"`         // runtime class: runc
 	Workdir        string            `json:"workdir,omitempty"`
+	// User is who commands run as when an exec names no one, and who owns
+	// /workspace ("uid[:gid]" or a name from the sandbox's /etc/passwd);
+	// default: the template's user, else root.
+	User string `json:"user,omitempty"`
 
 	// PersistRoot keeps the whole writable root layer of a persistent
 	// sandbox (packages installed with apt or pip survive stop/start), not
@@ -181,6 +185,7 @@ type Sandbox struct {
 	TimeoutSeconds float64           `json:"timeout_seconds,omitempty"`
 	Network        string            `json:"network"`
 	Workdir        string            `json:"workdir,omitempty"`
+	User           string            `json:"user,omitempty"`
 	Isolation      Isolation         `json:"isolation"`
 	CreatedAt      time.Time         `json:"created_at"`
 	UpdatedAt      time.Time         `json:"updated_at"`
@@ -336,6 +341,15 @@ type Template struct {
 	Env       []string  `json:"env,omitempty"`
 	Workdir   string    `json:"workdir,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
+
+	// User is the default user of its sandboxes' commands ("" = root).
+	User       string   `json:"user,omitempty"`
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	Cmd        []string `json:"cmd,omitempty"`
+	// ExposedPorts are the image's ("8080/tcp"); shown, never published.
+	ExposedPorts []string `json:"exposed_ports,omitempty"`
+	// StopSignal is the image's STOPSIGNAL, as recorded.
+	StopSignal string `json:"stop_signal,omitempty"`
 }
 
 // ImportTemplateRequest is the body of POST /v1/templates/import. Exactly one

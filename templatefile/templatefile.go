@@ -7,10 +7,11 @@
 //	name: py
 //	from: base                # a template, or image: a registry reference
 //	steps:
-//	  - run: apk add python3
+//	  - run: mkdir -p /app
 //	  - copy: {src: ./app, dst: /app}   # src: sent with the file, relative to it
 //	  - env: {PYTHONUNBUFFERED: "1"}
 //	  - workdir: /app
+//	  - user: {name: dev, uid: 1000, home: /home/dev, default: true}   # passwd, group, home; the default user
 //	resources: {cpus: 1, memory: 512Mi, pids: 256, disk: 1Gi}
 //	timeout: 1h
 //	policy: {idle_timeout: 15m, on_idle: pause, max_age: 24h, on_max_age: stop, retention: 1h, auto_resume: true}
@@ -116,6 +117,59 @@ type Step struct {
 	Copy    *CopyStep         `yaml:"copy,omitempty" json:"copy,omitempty"`
 	Env     map[string]string `yaml:"env,omitempty" json:"env,omitempty"`
 	Workdir string            `yaml:"workdir,omitempty" json:"workdir,omitempty"`
+	User    *UserStep         `yaml:"user,omitempty" json:"user,omitempty"`
+}
+
+// UserStep adds a user to the image: a line in /etc/passwd, one in
+// /etc/group (unless its group exists) and a home directory it owns.
+// Default makes it the template's default user (the one commands run as
+// and /workspace belongs to).
+type UserStep struct {
+	Name    string `yaml:"name" json:"name"`
+	UID     int    `yaml:"uid" json:"uid"`
+	GID     int    `yaml:"gid,omitempty" json:"gid,omitempty"`     // default: the uid
+	Home    string `yaml:"home,omitempty" json:"home,omitempty"`   // default: /home/NAME
+	Shell   string `yaml:"shell,omitempty" json:"shell,omitempty"` // default: /bin/sh
+	Default bool   `yaml:"default,omitempty" json:"default,omitempty"`
+}
+
+// MaxUserID bounds a user step's uid and gid: a sandbox maps ids below
+// 65536, and 65534 is nobody.
+const MaxUserID = 65533
+
+var userNameRE = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+
+// WithDefaults returns u with its defaults filled in.
+func (u *UserStep) WithDefaults() *UserStep {
+	c := *u
+	if c.GID == 0 {
+		c.GID = c.UID
+	}
+	if c.Home == "" {
+		c.Home = "/home/" + c.Name
+	}
+	if c.Shell == "" {
+		c.Shell = "/bin/sh"
+	}
+	return &c
+}
+
+func (u *UserStep) validate(bad func(field, format string, args ...any)) {
+	if !userNameRE.MatchString(u.Name) {
+		bad("user.name", "%q is not a user name (a lower-case letter or _, then up to 31 of a-z 0-9 _ -)", u.Name)
+	}
+	if u.UID < 1 || u.UID > MaxUserID {
+		bad("user.uid", "want 1 to %d, not %d", MaxUserID, u.UID)
+	}
+	if u.GID < 0 || u.GID > MaxUserID {
+		bad("user.gid", "want 1 to %d, not %d", MaxUserID, u.GID)
+	}
+	for _, p := range []struct{ field, v string }{{"user.home", u.Home}, {"user.shell", u.Shell}} {
+		if p.v != "" && (!strings.HasPrefix(p.v, "/") || path.Clean(p.v) != p.v || p.v == "/" ||
+			strings.ContainsAny(p.v, ":\n") || sandbox.CheckText(p.field, p.v) != nil) {
+			bad(p.field, "want a clean absolute path without ':', not %q", p.v)
+		}
+	}
 }
 
 // CopyStep copies files sent with the template file into the image.
@@ -212,7 +266,8 @@ func Decode(data []byte) (*File, error) {
 var (
 	unknownField = regexp.MustCompile(`field (\S+) not found in type \S+`)
 	goTypes      = strings.NewReplacer(
-		"templatefile.File", "a template file", "templatefile.Step", "a step ({run: CMD}, {copy: ...}, {env: ...} or {workdir: DIR})",
+		"templatefile.File", "a template file", "templatefile.Step", "a step ({run: CMD}, {copy: ...}, {env: ...}, {workdir: DIR} or {user: ...})",
+		"templatefile.UserStep", "user {name, uid, gid, home, shell, default}",
 		"templatefile.CopyStep", "copy {src: PATH, dst: PATH}", "templatefile.Resources", "resources {cpus, memory, pids, disk}",
 		"templatefile.Policy", "a policy", "templatefile.Network", "network {mode, allow}", "templatefile.Pool", "pool {min}",
 		"map[string]string", "a map of strings", "[]templatefile.Step", "a list of steps", "[]string", "a list of strings")
@@ -349,8 +404,12 @@ func (f *File) Validate() error {
 				bad(n, "workdir", "want an absolute path, not %q", st.Workdir)
 			}
 		}
+		if st.User != nil {
+			set++
+			st.User.validate(func(field, format string, args ...any) { bad(n, field, format, args...) })
+		}
 		if set != 1 {
-			bad(n, "", "give exactly one of run, copy, env, workdir")
+			bad(n, "", "give exactly one of run, copy, env, workdir, user")
 		}
 	}
 	if r := f.Resources; r != nil {

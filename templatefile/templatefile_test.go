@@ -196,6 +196,8 @@ func FuzzParse(f *testing.F) {
 	f.Add("name: x\nfrom: base\nsteps: [{run: a, workdir: /b}]\n")
 	f.Add("name: x\nfrom: base\nservice: {cmd: [python3, -m, http.server], restart: always, env: {A: b}, dir: /w}\n")
 	f.Add("name: x\nimage: alpine\nservice: {from_image: true, max_restarts: 3}\n")
+	f.Add("name: x\nfrom: base\nsteps: [{user: {name: dev, uid: 1000, gid: 2000, home: /home/dev, shell: /bin/sh, default: true}}]\n")
+	f.Add("name: x\nfrom: base\nsteps: [{user: {name: Dev, uid: 0, home: 'a:b'}}]\n")
 	f.Fuzz(func(t *testing.T, s string) {
 		tf, err := Parse([]byte(s))
 		if err != nil {
@@ -220,4 +222,34 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("steps changed: %+v / %+v", tf.Steps, tf2.Steps)
 		}
 	})
+}
+
+// TestUserStep: a user step parses with its defaults, and each bad field
+// is reported by name.
+func TestUserStep(t *testing.T) {
+	f, err := Parse([]byte("name: x\nfrom: base\nsteps:\n  - user: {name: dev, uid: 1000, default: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := f.Steps[0].User.WithDefaults()
+	if u.Name != "dev" || u.UID != 1000 || u.GID != 1000 || u.Home != "/home/dev" || u.Shell != "/bin/sh" || !u.Default {
+		t.Errorf("user step with defaults = %+v", u)
+	}
+	for _, tc := range []struct{ step, field string }{
+		{"{name: Dev, uid: 1000}", "user.name"},
+		{"{name: dev, uid: 0}", "user.uid"},
+		{"{name: dev, uid: 65534}", "user.uid"},
+		{"{name: dev, uid: 1000, gid: -1}", "user.gid"},
+		{"{name: dev, uid: 1000, home: rel}", "user.home"},
+		{"{name: dev, uid: 1000, home: '/a:b'}", "user.home"},
+		{"{name: dev, uid: 1000, shell: /bin/../sh}", "user.shell"},
+	} {
+		_, err := Parse([]byte("name: x\nfrom: base\nsteps:\n  - user: " + tc.step + "\n"))
+		if err == nil || !strings.Contains(err.Error(), tc.field) || !strings.Contains(err.Error(), "step 1") {
+			t.Errorf("user %s: err = %v, want one naming step 1 and %s", tc.step, err, tc.field)
+		}
+	}
+	if _, err := Parse([]byte("name: x\nfrom: base\nsteps:\n  - {run: a, user: {name: dev, uid: 1}}\n")); err == nil {
+		t.Error("a step with run and user was accepted")
+	}
 }

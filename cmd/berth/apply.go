@@ -27,7 +27,10 @@ func newApplyCmd(g *globals) *cobra.Command {
 		Use:   "apply -f FILE",
 		Short: "Build a template from a template file (only what changed)",
 		Long: `Build the template a template file (YAML or JSON) describes: a base image or
-template, setup steps (run, copy, env, workdir), default resources and policies.
+template, setup steps (run, copy, env, workdir, user), default resources and
+policies. A user step (- user: {name: dev, uid: 1000, default: true}) adds a
+user with its group and home; default makes it the user the template's
+commands run as and /workspace belongs to. Steps themselves run as root.
 Each step is cached by its content, like a layer cache, so applying an unchanged
 file builds nothing, and a changed template rolls its warm pool over to the new
 build. Progress is shown on stderr; the template's name is printed at the end.
@@ -42,9 +45,10 @@ inside it: absolute paths, ".." out of it and symlinks leading out are refused.
   name: py
   from: base
   steps:
-    - run: apk add python3
+    - user: {name: dev, uid: 1000, default: true}
     - copy: {src: ./requirements.txt, dst: /app/requirements.txt}
-    - run: pip install -r /app/requirements.txt
+    - run: mkdir -p /app/out && chown dev:dev /app/out
+    - workdir: /app
   pool: {min: 2}`,
 		Args: cobra.NoArgs,
 	}

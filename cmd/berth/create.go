@@ -35,6 +35,12 @@ or CPU use above --idle-cpu-threshold; --max-age stops or deletes it at an age;
 when an exec, file or port request reaches it paused or stopped. Durations are
 seconds or like 30s, 10m, 1h30m, 7d.
 
+--user sets who commands run as when 'berth exec' names no one (the template's
+user, from its image's USER or its template file, by default; else root), and
+/workspace belongs to that user. --network egress with --allow RULE gives the
+sandbox egress to what the rules allow and nothing else; --public-port PORT is
+served by the port proxy without credentials.
+
 --snapshot SNAP starts the sandbox from a snapshot ('berth snapshot'): its
 template, workspace and writable root; --template is not needed then.
 
@@ -48,7 +54,9 @@ hours); with other flags it is refused.`,
   berth create --persist-root --keep-volume --max-age 7d --on-max-age stop --retention 30d
   berth create --volume data:/data --volume models:/models:ro --label team=ml
   berth create --snapshot before-upgrade --name dev2 --persistent
-  berth create --idempotency-key "job-$JOB_ID" --template python`,
+  berth create --idempotency-key "job-$JOB_ID"
+  berth create --user 1000 --workdir /workspace     # commands run as uid 1000, who owns /workspace
+  berth create --network egress --allow 'tcp://*.pypi.org:443' --public-port 8080`,
 		Args: cobra.NoArgs,
 	}
 	out := addOutputFlag(cmd)

@@ -204,6 +204,9 @@ type sandboxFlags struct {
 	network  networkValue
 	workdir  string
 	runtime  string
+	user     string
+	allow    []string
+	public   []int
 }
 
 func (f *sandboxFlags) register(fs *pflag.FlagSet, timeoutHelp string) {
@@ -217,6 +220,9 @@ func (f *sandboxFlags) register(fs *pflag.FlagSet, timeoutHelp string) {
 	fs.Var(&f.network, "network", "network mode: none or egress")
 	fs.StringVarP(&f.workdir, "workdir", "w", "", "working directory inside the sandbox")
 	fs.StringVar(&f.runtime, "runtime", "", "runtime class: runc or runsc (gVisor; when the daemon offers it); default: the daemon's")
+	fs.StringVarP(&f.user, "user", "u", "", "default user of the sandbox's commands and owner of /workspace: `uid[:gid]` or a name from its /etc/passwd (default: the template's user, else root)")
+	fs.StringArrayVar(&f.allow, "allow", nil, "egress `RULE` for --network egress: [tcp://|udp://]IP|CIDR|DOMAIN|*.DOMAIN[:PORT[,PORT]]; repeatable; all else is denied")
+	fs.IntSliceVar(&f.public, "public-port", nil, "sandbox `PORT` the port proxy serves without credentials; repeatable or comma-separated")
 }
 
 // request builds the create request these flags describe.
@@ -241,6 +247,9 @@ func (f *sandboxFlags) request() (api.CreateSandboxRequest, error) {
 		Network:        string(f.network),
 		Workdir:        f.workdir,
 		Runtime:        f.runtime,
+		User:           f.user,
+		Allow:          f.allow,
+		PublicPorts:    f.public,
 	}, nil
 }
 

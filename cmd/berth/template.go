@@ -99,6 +99,21 @@ func printTemplate(cmd *cobra.Command, out *outputValue, t *api.Template) error 
 	if len(t.Env) > 0 {
 		fmt.Fprintf(tw, "Env:\t%s\n", strings.Join(t.Env, " "))
 	}
+	if t.User != "" {
+		fmt.Fprintf(tw, "User:\t%s\n", t.User)
+	}
+	if len(t.Entrypoint) > 0 {
+		fmt.Fprintf(tw, "Entrypoint:\t%s\n", strings.Join(t.Entrypoint, " "))
+	}
+	if len(t.Cmd) > 0 {
+		fmt.Fprintf(tw, "Cmd:\t%s\n", strings.Join(t.Cmd, " "))
+	}
+	if len(t.ExposedPorts) > 0 {
+		fmt.Fprintf(tw, "Exposed ports:\t%s (not published)\n", strings.Join(t.ExposedPorts, " "))
+	}
+	if t.StopSignal != "" {
+		fmt.Fprintf(tw, "Stop signal:\t%s\n", t.StopSignal)
+	}
 	if p := t.Pool; p != nil {
 		fmt.Fprintf(tw, "Pool:\tmin=%d ready=%d starting=%d hits=%d misses=%d\n", p.Min, p.Ready, p.Starting, p.Hits, p.Misses)
 	}
@@ -150,6 +165,8 @@ func newTemplateImportCmd(g *globals) *cobra.Command {
 		}
 		defer c.Close()
 		var t *api.Template
+		prog := newImportProgress(cmd.ErrOrStderr())
+		defer prog.finish()
 		fi, statErr := os.Stat(src)
 		switch {
 		case statErr == nil && fi.IsDir():
@@ -157,7 +174,7 @@ func newTemplateImportCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			t, err = c.ImportTemplate(cmd.Context(), api.ImportTemplateRequest{Name: name, Path: abs, Insecure: insecure, Service: svc})
+			t, err = c.ImportTemplateProgress(cmd.Context(), api.ImportTemplateRequest{Name: name, Path: abs, Insecure: insecure, Service: svc}, prog.report)
 			if err != nil {
 				return err
 			}
@@ -170,11 +187,11 @@ func newTemplateImportCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer f.Close()
-			if t, err = c.UploadTemplateArchive(cmd.Context(), name, f); err != nil {
+			if t, err = c.UploadTemplateArchiveProgress(cmd.Context(), name, f, prog.report); err != nil {
 				return err
 			}
 		case errors.Is(statErr, fs.ErrNotExist) && !looksLikePath(src):
-			t, err = c.ImportTemplate(cmd.Context(), api.ImportTemplateRequest{Name: name, Ref: src, Insecure: insecure, Service: svc})
+			t, err = c.ImportTemplateProgress(cmd.Context(), api.ImportTemplateRequest{Name: name, Ref: src, Insecure: insecure, Service: svc}, prog.report)
 			if err != nil {
 				return err
 			}
@@ -199,7 +216,7 @@ func newTemplateBuildCmd(g *globals) *cobra.Command {
 		Long: `Build a template: start from BASE, run each --run step with /bin/sh -c in order,
 and keep the result as NAME. Step output is shown on stderr; the template's
 name is printed when the build succeeds.`,
-		Example: `  berth template build py --from base --run 'apk add python3' --run 'pip install numpy'`,
+		Example: `  berth template build tools --from base --run 'mkdir -p /opt/tools' --env TOOLS=/opt/tools`,
 		Args:    exactArgs(1, "a template name"),
 	}
 	out := addOutputFlag(cmd)

@@ -399,6 +399,12 @@ func (c *Client) Mkdir(ctx context.Context, path string, mode os.FileMode, paren
 	return c.simple(ctx, wire.Request{Op: wire.OpMkdir, Path: path, Mode: unixMode(mode), Parents: parents})
 }
 
+// MkdirOwned makes path (and its parents) if missing and gives it to
+// owner, a user the agent resolves in the sandbox ("uid[:gid]" or a name).
+func (c *Client) MkdirOwned(ctx context.Context, path, owner string) error {
+	return c.simple(ctx, wire.Request{Op: wire.OpMkdir, Path: path, Parents: true, Owner: owner})
+}
+
 // Remove deletes a file, symlink or directory; a non-empty directory only
 // when recursive. Removing "/" is refused.
 func (c *Client) Remove(ctx context.Context, path string, recursive bool) error {

@@ -159,6 +159,9 @@ func (m *Engine) agentExecRequest(ctx context.Context, sb *sandbox.Sandbox, req 
 	if areq.Dir == "" {
 		areq.Dir = sb.Spec.Workdir
 	}
+	if areq.User == "" {
+		areq.User = sb.Spec.User
+	}
 	if areq.Dir == "" {
 		areq.Dir = "/"
 	}

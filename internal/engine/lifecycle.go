@@ -77,6 +77,9 @@ func SpecFromRequest(req *CreateRequest, tpl *store.Template) (sandbox.Spec, err
 	if sp.Workdir == "" {
 		sp.Workdir = tpl.Config.Workdir
 	}
+	if sp.User = req.User; sp.User == "" {
+		sp.User = tpl.Config.User
+	}
 	sp.PersistRoot = req.PersistRoot
 	sp.KeepVolume = req.KeepVolume
 	pol, err := CheckPolicy(req.Policy)
@@ -263,8 +266,33 @@ func (m *Engine) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	if err := m.prepareRecord(ctx, sb); err != nil {
 		return err
 	}
-	return m.node.Provision(ctx, sb)
+	if err := m.node.Provision(ctx, sb); err != nil {
+		return err
+	}
+	return m.ownWorkspace(ctx, sb)
 }
+
+// workspaceDir is the directory a sandbox's default user owns.
+const workspaceDir = "/workspace"
+
+// ownWorkspace gives /workspace (made if missing) to the sandbox's default
+// user, resolved by the agent in the sandbox's own /etc/passwd, so the
+// ids are the sandbox's and the user namespace maps them. A user that does
+// not resolve fails the create (or start). The agent is not trusted to
+// answer: the call is bounded by the daemon's own deadline.
+func (m *Engine) ownWorkspace(ctx context.Context, sb *sandbox.Sandbox) error {
+	if sb.Spec.User == "" || sb.Spec.User == "0" || sb.Spec.User == "root" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, ownWorkspaceTimeout)
+	defer cancel()
+	if err := m.node.Agent(sb).MkdirOwned(ctx, workspaceDir, sb.Spec.User); err != nil {
+		return fmt.Errorf("giving %s to user %s: %w", workspaceDir, sb.Spec.User, err)
+	}
+	return nil
+}
+
+const ownWorkspaceTimeout = 10 * time.Second
 
 // prepareRecord fills what the backend needs of a record: the template's
 // layers of records from before they were kept, a host id range, and its

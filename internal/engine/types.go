@@ -28,6 +28,7 @@ type CreateRequest struct {
 	Network   string        // none | egress; "" = the template's, else none
 	Runtime   string        // runtime class; "" = the daemon's default
 	Workdir   string
+	User      string // default user of its commands; "" = the template's
 
 	PersistRoot     bool
 	VolumeSizeBytes int64

@@ -11,11 +11,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -350,6 +352,7 @@ func (s *Store) importImage(ctx context.Context, img v1.Image, src source) (*Ima
 			return nil, errdefs.Invalid("unsupported diffID %s", d)
 		}
 		srcs[i].diffID = d.String()
+		srcs[i].index, srcs[i].count = i+1, len(diffIDs)
 	}
 	if src == fromArchive {
 		for i, d := range diffIDs {
@@ -381,16 +384,20 @@ func (s *Store) importImage(ctx context.Context, img v1.Image, src source) (*Ima
 			}
 			srcs[i].open = openWith(l.Compressed, src)
 			srcs[i].digest = ld.Digest.String()
+			srcs[i].size = ld.Size
 		}
 	}
 	if err := s.ensureAll(ctx, srcs); err != nil {
 		return nil, err
 	}
 	out := &Image{Config: Config{
-		Env:     cfg.Config.Env,
-		Workdir: cfg.Config.WorkingDir,
-		User:    cfg.Config.User,
-		Cmd:     append(append([]string{}, cfg.Config.Entrypoint...), cfg.Config.Cmd...),
+		Env:          cfg.Config.Env,
+		Workdir:      cfg.Config.WorkingDir,
+		User:         cfg.Config.User,
+		Entrypoint:   cfg.Config.Entrypoint,
+		Cmd:          cfg.Config.Cmd,
+		ExposedPorts: slices.Sorted(maps.Keys(cfg.Config.ExposedPorts)),
+		StopSignal:   cfg.Config.StopSignal,
 	}}
 	for _, src := range srcs {
 		out.Layers = append(out.Layers, src.diffID)

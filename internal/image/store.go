@@ -31,10 +31,15 @@ type IDMap struct{ HostUID, HostGID, Size uint32 }
 
 // Config is the part of an image's configuration a sandbox starts from.
 type Config struct {
-	Env     []string
-	Workdir string
-	User    string
-	Cmd     []string // Entrypoint followed by Cmd
+	Env        []string
+	Workdir    string
+	User       string
+	Entrypoint []string
+	Cmd        []string // the image's Cmd: arguments to Entrypoint, or the command
+	// ExposedPorts are the image's "port/proto" entries, sorted; only
+	// shown, never published.
+	ExposedPorts []string
+	StopSignal   string
 }
 
 // Image is an imported template image.
@@ -318,6 +323,30 @@ type layerSource struct {
 	// decompressed by sniffing its magic. Otherwise it is the tar itself.
 	open   func() (io.ReadCloser, error)
 	digest string
+	// index (1-based) of count names the layer in errors and progress
+	// (0: a single layer of berth's own, named by its id alone).
+	index, count int
+	size         int64 // the stream's size when known, for progress
+}
+
+// inLayer prefixes err's message, the one the API shows, with the layer's
+// name; the category and cause are kept.
+func inLayer(name string, err error) error {
+	var e *errdefs.Error
+	if !errors.As(err, &e) {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	c := *e
+	c.Msg = name + ": " + e.Msg
+	return &c
+}
+
+// name is how errors name the layer: its place in the image and its id.
+func (src layerSource) name() string {
+	if src.index > 0 {
+		return fmt.Sprintf("layer %d of %d (%s)", src.index, src.count, src.diffID)
+	}
+	return "layer " + src.diffID
 }
 
 // ensureLayer unpacks src into root/layers/<hex> unless it is already there.
@@ -329,8 +358,17 @@ func (s *Store) ensureLayer(ctx context.Context, src layerSource) error {
 	if !ok {
 		return errdefs.Invalid("unsupported or malformed diffID %q", src.diffID)
 	}
-	if s.HasLayer(h) {
+	emit := progressOf(ctx)
+	prog := Progress{Layer: src.index, Layers: src.count, Digest: src.diffID, Size: src.size}
+	cached := func() error {
+		if emit != nil {
+			prog.Done, prog.Cached = true, true
+			emit(prog)
+		}
 		return nil
+	}
+	if s.HasLayer(h) {
+		return cached()
 	}
 	unlock, err := s.lockLayer(ctx, h)
 	if err != nil {
@@ -338,16 +376,26 @@ func (s *Store) ensureLayer(ctx context.Context, src layerSource) error {
 	}
 	defer unlock()
 	if s.HasLayer(h) {
-		return nil
+		return cached()
 	}
 	rc, err := src.open()
 	if err != nil {
-		return fmt.Errorf("layer %s: %w", src.diffID, err)
+		return inLayer(src.name(), err)
 	}
 	defer rc.Close()
 
 	var rawHash hash.Hash
 	var r io.Reader = rc
+	var counter *countingReader
+	if emit != nil {
+		emit(prog)
+		counter = &countingReader{r: rc, p: prog, emit: emit, last: time.Now()}
+		r = counter
+		rc = struct {
+			io.Reader
+			io.Closer
+		}{counter, rc}
+	}
 	if src.digest != "" {
 		rawHash = sha256.New()
 		r = io.TeeReader(rc, rawHash)
@@ -361,10 +409,12 @@ func (s *Store) ensureLayer(ctx context.Context, src layerSource) error {
 	diffHash := sha256.New()
 	start := time.Now()
 	_, stats, err := s.unpack(ctx, io.TeeReader(r, diffHash), diffHash, func() error {
-		// Drain what follows the tar end marker so the digests cover the
-		// whole stream. Real layers have a few blocks of padding there;
-		// the bound keeps a compressed bomb from running for long.
-		n, err := io.Copy(io.Discard, io.LimitReader(r, maxTrailing+1))
+		// Drain what follows the tar end marker into the diffID's hash
+		// too, so both digests cover the whole stream as it was served:
+		// GNU tar pads an archive to its 10240-byte record after the end
+		// marker, and that padding is part of what the diffID hashes. The
+		// bound keeps a compressed bomb from running for long.
+		n, err := io.Copy(diffHash, io.LimitReader(r, maxTrailing+1))
 		if err != nil {
 			return invalid("read layer "+src.diffID, err)
 		}
@@ -377,13 +427,17 @@ func (s *Store) ensureLayer(ctx context.Context, src layerSource) error {
 				return invalid("read layer "+src.diffID, err)
 			}
 			if d := "sha256:" + hex.EncodeToString(rawHash.Sum(nil)); d != src.digest {
-				return invalid("digest mismatch", fmt.Errorf("layer blob hashes to %s, manifest says %s", d, src.digest))
+				return errdefs.Invalid("invalid layer archive: digest mismatch: the layer blob hashes to %s, the manifest says %s", d, src.digest)
 			}
 		}
 		return nil
 	}, h)
 	if err != nil {
-		return fmt.Errorf("layer %s: %w", src.diffID, err)
+		return inLayer(src.name(), err)
+	}
+	if counter != nil {
+		counter.p.Done = true
+		emit(counter.p)
 	}
 	s.log.Info("unpacked layer", "layer", src.diffID, "bytes", stats.Bytes, "entries", stats.Entries,
 		"skipped", stats.Skipped, "took", time.Since(start).Round(time.Millisecond))
@@ -422,7 +476,7 @@ func (s *Store) unpack(ctx context.Context, r io.Reader, sum hash.Hash, finish f
 	}
 	got := hex.EncodeToString(sum.Sum(nil))
 	if want != "" && got != want {
-		return "", stats, invalid("diffID mismatch", fmt.Errorf("layer content hashes to sha256:%s, config says sha256:%s", got, want))
+		return "", stats, errdefs.Invalid("invalid layer archive: diffID mismatch: the layer's content hashes to sha256:%s, the image config says sha256:%s", got, want)
 	}
 	meta, err := json.Marshal(layerMeta{Size: stats.Bytes, Entries: stats.Entries, Skipped: stats.Skipped, Created: time.Now().UTC()})
 	if err != nil {

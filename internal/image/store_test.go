@@ -83,6 +83,7 @@ func testImage(tb testing.TB) v1.Image {
 	img, err = mutate.Config(img, v1.Config{
 		Env: []string{"PATH=/usr/bin", "A=b"}, WorkingDir: "/srv", User: "1000:1000",
 		Entrypoint: []string{"/bin/tool"}, Cmd: []string{"--flag"},
+		ExposedPorts: map[string]struct{}{"8080/tcp": {}, "53/udp": {}}, StopSignal: "SIGINT",
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -124,7 +125,8 @@ func checkTestImage(t *testing.T, s *Store, got *Image, img v1.Image) {
 	if !slices.Equal(got.Layers, want) {
 		t.Fatalf("layers = %v, want %v", got.Layers, want)
 	}
-	if !slices.Equal(got.Config.Cmd, []string{"/bin/tool", "--flag"}) || got.Config.Workdir != "/srv" ||
+	if !slices.Equal(got.Config.Entrypoint, []string{"/bin/tool"}) || !slices.Equal(got.Config.Cmd, []string{"--flag"}) ||
+		!slices.Equal(got.Config.ExposedPorts, []string{"53/udp", "8080/tcp"}) || got.Config.StopSignal != "SIGINT" || got.Config.Workdir != "/srv" ||
 		got.Config.User != "1000:1000" || !slices.Contains(got.Config.Env, "A=b") {
 		t.Errorf("config = %+v", got.Config)
 	}

@@ -70,12 +70,17 @@ type (
 	BuildRequest    = templates.BuildRequest
 	ApplyRequest    = templates.ApplyRequest
 	BuildEvent      = templates.Event
+	ImportProgress  = templates.ImportProgress
 	DoctorReport    = reconcile.Report
 	DoctorFinding   = reconcile.Finding
 	Process         = procs.Process
 	StartRequest    = procs.StartRequest
 	AttachIO        = procs.AttachIO
 )
+
+// WithImportProgress returns a context under which template imports and
+// uploads report their progress to fn.
+var WithImportProgress = templates.WithImportProgress
 
 const (
 	DefaultDiskBytes = engine.DefaultDiskBytes

@@ -124,6 +124,10 @@ type Spec struct {
 	Network    string            `json:"network,omitempty"` // "none" (default) | "egress"
 	Runtime    string            `json:"runtime,omitempty"` // runtime class, e.g. "runc"
 	Workdir    string            `json:"workdir,omitempty"`
+	// User is who commands run as when an exec names no one, and who owns
+	// /workspace: the create's user, else the template's ("" = root).
+	// "uid[:gid]" or a name from the sandbox's /etc/passwd.
+	User string `json:"user,omitempty"`
 	// OneShot marks a `berth run` sandbox: it is destroyed when its client's
 	// connection goes away.
 	OneShot bool `json:"one_shot,omitempty"`
@@ -363,6 +367,9 @@ func (sp *Spec) Validate() error {
 		if err := CheckPath("workdir", sp.Workdir); err != nil {
 			return err
 		}
+	}
+	if err := CheckText("user", sp.User); err != nil {
+		return err
 	}
 	return sp.Policy.validate(sp.Persistent)
 }

@@ -61,7 +61,7 @@ func createRequest(r *api.CreateSandboxRequest) *manager.CreateRequest {
 		Resources: sandbox.Resources{CPUs: r.Resources.CPUs, MemoryBytes: r.Resources.MemoryBytes,
 			Pids: r.Resources.Pids, DiskBytes: r.Resources.DiskBytes},
 		Env: r.Env, Labels: r.Labels, Timeout: seconds(r.TimeoutSeconds),
-		Network: r.Network, Runtime: r.Runtime, Workdir: r.Workdir,
+		Network: r.Network, Runtime: r.Runtime, Workdir: r.Workdir, User: r.User,
 		PersistRoot: r.PersistRoot, VolumeSizeBytes: r.VolumeSizeBytes, VolumeInodes: r.VolumeInodes,
 		Volumes: convertSlice(r.Volumes, func(v api.VolumeMount) manager.VolumeRequest {
 			return manager.VolumeRequest{Name: v.Name, Path: v.Path, ReadOnly: v.ReadOnly}

@@ -176,7 +176,7 @@ func createToAPI(r *manager.CreateRequest) *api.CreateSandboxRequest {
 		Resources: api.Resources{CPUs: r.Resources.CPUs, MemoryBytes: r.Resources.MemoryBytes,
 			Pids: r.Resources.Pids, DiskBytes: r.Resources.DiskBytes},
 		Env: r.Env, Labels: r.Labels, TimeoutSeconds: r.Timeout.Seconds(),
-		Network: r.Network, Runtime: r.Runtime, Workdir: r.Workdir,
+		Network: r.Network, Runtime: r.Runtime, Workdir: r.Workdir, User: r.User,
 		PersistRoot: r.PersistRoot, VolumeSizeBytes: r.VolumeSizeBytes, VolumeInodes: r.VolumeInodes,
 		KeepVolume: r.KeepVolume, Snapshot: r.Snapshot, Allow: r.Allow, PublicPorts: r.PublicPorts,
 		Policy: policyToAPI(r.Policy),

@@ -202,7 +202,7 @@ func (s *Server) toAPI(sb *sandbox.Sandbox) api.Sandbox {
 		Resources: api.Resources{CPUs: sb.Spec.Resources.CPUs, MemoryBytes: sb.Spec.Resources.MemoryBytes,
 			Pids: sb.Spec.Resources.Pids, DiskBytes: sb.Spec.Resources.DiskBytes},
 		Env: sb.Spec.Env, Labels: sb.Spec.Labels, TimeoutSeconds: sb.Spec.Timeout.Seconds(),
-		Network: sb.Spec.Network, Workdir: sb.Spec.Workdir, Isolation: isolationToAPI(s.m.Isolation(sb)),
+		Network: sb.Spec.Network, Workdir: sb.Spec.Workdir, User: sb.Spec.User, Isolation: isolationToAPI(s.m.Isolation(sb)),
 		CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt, Cause: string(sb.Cause), Reason: sb.Reason,
 		Error: sb.Error,
 	}
@@ -522,7 +522,9 @@ func (s *Server) templateToAPI(t *store.Template) api.Template {
 
 func templateToAPI(t *store.Template) api.Template {
 	return api.Template{Name: t.Name, Layers: t.Layers, Source: t.Source, Builtin: t.Builtin,
-		Size: t.Size, Env: t.Config.Env, Workdir: t.Config.Workdir, CreatedAt: t.CreatedAt}
+		Size: t.Size, Env: t.Config.Env, Workdir: t.Config.Workdir, User: t.Config.User,
+		Entrypoint: t.Config.Entrypoint, Cmd: t.Config.Cmd, ExposedPorts: t.Config.ExposedPorts,
+		StopSignal: t.Config.StopSignal, CreatedAt: t.CreatedAt}
 }
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
@@ -548,21 +550,46 @@ func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	t, err := s.m.ImportTemplate(r.Context(), importRequest(&req))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, templateToAPI(t))
+	importStream(w, r, func(ctx context.Context) (*store.Template, error) {
+		return s.m.ImportTemplate(ctx, importRequest(&req))
+	})
 }
 
 func (s *Server) uploadTemplate(w http.ResponseWriter, r *http.Request) {
-	t, err := s.m.UploadTemplate(r.Context(), r.PathValue("name"), r.Body)
-	if err != nil {
-		writeError(w, err)
+	importStream(w, r, func(ctx context.Context) (*store.Template, error) {
+		return s.m.UploadTemplate(ctx, r.PathValue("name"), r.Body)
+	})
+}
+
+// importStream runs an import. A client that accepts NDJSON gets the
+// layers' progress as api.ImportEvent lines, then the template or the
+// error; any other gets the template (201) or the error alone.
+func importStream(w http.ResponseWriter, r *http.Request, run func(context.Context) (*store.Template, error)) {
+	if !strings.Contains(r.Header.Get("Accept"), "application/x-ndjson") {
+		t, err := run(r.Context())
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, templateToAPI(t))
 		return
 	}
-	writeJSON(w, http.StatusCreated, templateToAPI(t))
+	nd := newNDJSON(w)
+	ctx := manager.WithImportProgress(r.Context(), func(p manager.ImportProgress) {
+		_ = nd.send(api.ImportEvent{Progress: &api.ImportProgress{Layer: p.Layer, Layers: p.Layers, Digest: p.Digest,
+			Bytes: p.Bytes, Size: p.Size, Done: p.Done, Cached: p.Cached}})
+	})
+	t, err := run(ctx)
+	if err != nil {
+		if nd.err == nil && !headerWritten(w) {
+			writeError(w, err)
+			return
+		}
+		_ = nd.send(api.ImportEvent{Error: apiErrorFor(w, err)})
+		return
+	}
+	tt := templateToAPI(t)
+	_ = nd.send(api.ImportEvent{Template: &tt})
 }
 
 func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {

@@ -74,3 +74,9 @@ func (s *ServiceSpec) Validate() error {
 	}
 	return nil
 }
+
+// Command is the image's command: Entrypoint followed by Cmd (records
+// from before Entrypoint was kept hold the whole command in Cmd).
+func (c TemplateConfig) Command() []string {
+	return append(append([]string{}, c.Entrypoint...), c.Cmd...)
+}

@@ -62,6 +62,16 @@ type TemplateConfig struct {
 	// Service is a supervised service the template's sandboxes run
 	// (service.go).
 	Service *ServiceSpec `json:"service,omitempty"`
+
+	// Entrypoint and Cmd are the image's; the command they make is
+	// Entrypoint followed by Cmd. Records from before Entrypoint was kept
+	// hold that whole command in Cmd, which reads the same.
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	// ExposedPorts ("8080/tcp") are shown, never published by themselves.
+	ExposedPorts []string `json:"exposed_ports,omitempty"`
+	// StopSignal is the image's STOPSIGNAL, recorded and shown; stop does
+	// not send it yet (it ends a sandbox's processes at once).
+	StopSignal string `json:"stop_signal,omitempty"`
 }
 
 // APIKey is a bearer credential. Only the SHA-256 of the secret is stored.

@@ -210,3 +210,13 @@ func (w fdWriter) Write(p []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// chownTo gives the directory at p to the user spec owner, resolved
+// against the sandbox's own /etc/passwd and /etc/group.
+func (s *server) chownTo(p, owner string) error {
+	cred, err := s.root.ResolveUser(owner)
+	if err != nil {
+		return err
+	}
+	return s.root.ChownDir(p, int(cred.Uid), int(cred.Gid))
+}

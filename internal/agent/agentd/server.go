@@ -304,6 +304,9 @@ func (s *server) handle(ctx context.Context, c *net.UnixConn) {
 		err = s.handleList(cn)
 	case wire.OpMkdir:
 		err = s.root.Mkdir(req.Path, req.Mode, req.Parents)
+		if err == nil && req.Owner != "" {
+			err = s.chownTo(req.Path, req.Owner)
+		}
 		if err == nil {
 			err = cn.fw.Send(wire.FrameEnd, nil)
 		}

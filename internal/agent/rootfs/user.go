@@ -209,3 +209,25 @@ func (r FDReader) Read(p []byte) (int, error) {
 		return n, nil
 	}
 }
+
+// ChownDir gives the directory at p, inside the root and not followed if
+// it is a symlink, to uid:gid.
+func (r *Root) ChownDir(p string, uid, gid int) error {
+	_, rel, err := CleanPath(p)
+	if err != nil {
+		return err
+	}
+	fd, err := r.Open(rel, unix.O_PATH|unix.O_NOFOLLOW)
+	if err != nil {
+		return PathErr("chown", p, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return PathErr("chown", p, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return errdefs.Invalid("%s is not a directory", p)
+	}
+	return PathErr("chown", p, unix.Fchownat(fd, "", uid, gid, unix.AT_EMPTY_PATH))
+}

@@ -29,6 +29,10 @@ type Request struct {
 	// an existing one instead of replacing it by rename(2)'s rules.
 	Dest      string `json:"dest,omitempty"`
 	NoReplace bool   `json:"no_replace,omitempty"`
+	// Owner (mkdir): the directory, made or already there, is then owned
+	// by this user ("uid[:gid]" or a name), resolved against the
+	// sandbox's own /etc/passwd and /etc/group.
+	Owner string `json:"owner,omitempty"`
 }
 
 // ExecSpec is the exec part of a request.

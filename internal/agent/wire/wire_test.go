@@ -29,6 +29,8 @@ func TestWireEncoding(t *testing.T) {
 			`{"v":1,"op":"write_file","path":"/a/b","mode":420,"uid":1000,"gid":0}`},
 		{"request mkdir", &Request{V: 1, Op: OpMkdir, Path: "/d", Mode: 0o755, Parents: true},
 			`{"v":1,"op":"mkdir","path":"/d","mode":493,"parents":true}`},
+		{"request mkdir owned", &Request{V: 1, Op: OpMkdir, Path: "/workspace", Parents: true, Owner: "dev"},
+			`{"v":1,"op":"mkdir","path":"/workspace","parents":true,"owner":"dev"}`},
 		{"request remove", &Request{V: 1, Op: OpRemove, Path: "/d", Recursive: true},
 			`{"v":1,"op":"remove","path":"/d","recursive":true}`},
 		{"request dial", &Request{V: 1, Op: OpDial, Port: 8080}, `{"v":1,"op":"dial","port":8080}`},

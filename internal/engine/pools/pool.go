@@ -172,7 +172,8 @@ func (m *Warm) poolable(req *engine.CreateRequest, tpl *store.Template, spec *sa
 	caps, _ := node.ClassCaps(m.node, spec.Runtime)
 	return !req.Persistent && len(spec.Volumes) == 0 && req.Snapshot == "" &&
 		spec.Resources == def && (spec.Network == "" || spec.Network == "none") &&
-		spec.Runtime == m.e.DefaultRuntime() && caps.Pool
+		spec.Runtime == m.e.DefaultRuntime() && caps.Pool &&
+		spec.User == tpl.Config.User // its /workspace belongs to the template's user
 }
 
 // runtimeOf is sb's runtime class, records from before classes were

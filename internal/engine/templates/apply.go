@@ -118,7 +118,7 @@ func (m *Builder) Apply(ctx context.Context, req *ApplyRequest, actor string, pr
 			return nil, err
 		}
 		layers = img.Layers
-		cfg = store.TemplateConfig{Env: img.Config.Env, Workdir: img.Config.Workdir, User: img.Config.User, Cmd: img.Config.Cmd}
+		cfg = imageConfig(img.Config)
 	}
 	key := hashOf(append([]string{"base", fmt.Sprint(cfg.HostUsr)}, layers...)...)
 	built := 0
@@ -142,7 +142,13 @@ func (m *Builder) Apply(ctx context.Context, req *ApplyRequest, actor string, pr
 		var files []byte
 		var single bool
 		desc := "run " + st.Run
-		if st.Copy != nil {
+		if u := st.User; u != nil {
+			desc = fmt.Sprintf("user %s (uid %d)", u.Name, u.UID)
+			key = hashOf(key, string(stepJSON))
+			if u.Default {
+				cfg.User = u.Name
+			}
+		} else if st.Copy != nil {
 			var sum string
 			if files, sum, single, err = copyFiles(req.Files, st.Copy.Src); err != nil {
 				return nil, fmt.Errorf("step %d: %w", n, err)
@@ -159,6 +165,9 @@ func (m *Builder) Apply(ctx context.Context, req *ApplyRequest, actor string, pr
 		}
 		say(n, "--> step %d/%d: %s", n, len(tf.Steps), desc)
 		layer, err := m.buildLayer(ctx, layers, cfg, actor, func(sb *sandbox.Sandbox) error {
+			if st.User != nil {
+				return m.addUser(ctx, sb.ID, st.User, actor)
+			}
 			if st.Copy != nil {
 				return m.copyIntoSandbox(ctx, sb.ID, st.Copy.Dst, files, single, actor)
 			}
@@ -242,10 +251,10 @@ func (m *Builder) Apply(ctx context.Context, req *ApplyRequest, actor string, pr
 		spec := &store.ServiceSpec{Cmd: slices.Clone(sv.Cmd), Restart: sv.Restart, MaxRestarts: sv.MaxRestarts,
 			Env: sv.Env, Dir: sv.Dir, User: sv.User}
 		if sv.FromImage {
-			if len(cfg.Cmd) == 0 {
+			if len(cfg.Command()) == 0 {
 				return nil, errdefs.Invalid("service.from_image: the image names no entrypoint or cmd")
 			}
-			spec.Cmd = slices.Clone(cfg.Cmd)
+			spec.Cmd = cfg.Command()
 		}
 		if err := spec.Validate(); err != nil {
 			return nil, err

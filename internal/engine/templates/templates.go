@@ -66,14 +66,23 @@ func (m *Builder) EnsureBuiltin(ctx context.Context) error {
 		return nil
 	}
 	return m.store.PutTemplate(ctx, &store.Template{
-		Name:   BuiltinTemplate,
-		Layers: img.Layers,
-		Config: store.TemplateConfig{
-			Env: img.Config.Env, Workdir: img.Config.Workdir, User: img.Config.User, Cmd: img.Config.Cmd,
-			HostUsr: true,
-		},
+		Name:    BuiltinTemplate,
+		Layers:  img.Layers,
+		Config:  builtinConfig(img.Config),
 		Builtin: true, Source: "builtin:host", Size: img.Size, CreatedAt: m.e.Now(),
 	})
+}
+
+// imageConfig is the template config an imported image's config gives.
+func imageConfig(c image.Config) store.TemplateConfig {
+	return store.TemplateConfig{Env: c.Env, Workdir: c.Workdir, User: c.User, Entrypoint: c.Entrypoint, Cmd: c.Cmd,
+		ExposedPorts: c.ExposedPorts, StopSignal: c.StopSignal}
+}
+
+func builtinConfig(c image.Config) store.TemplateConfig {
+	cfg := imageConfig(c)
+	cfg.HostUsr = true
+	return cfg
 }
 
 // ListTemplates returns a page of the templates.
@@ -97,11 +106,11 @@ func (m *Builder) putImage(ctx context.Context, name, source string, img *image.
 	t := &store.Template{
 		Name:   name,
 		Layers: img.Layers,
-		Config: store.TemplateConfig{Env: img.Config.Env, Workdir: img.Config.Workdir, User: img.Config.User, Cmd: img.Config.Cmd},
+		Config: imageConfig(img.Config),
 		Source: source, Size: img.Size, CreatedAt: m.e.Now(),
 	}
 	if svc != nil {
-		spec, err := serviceSpec(svc, t.Config.Cmd)
+		spec, err := serviceSpec(svc, t.Config.Command())
 		if err != nil {
 			return nil, err
 		}

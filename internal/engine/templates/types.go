@@ -1,6 +1,21 @@
 package templates
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"github.com/berth-sh/berth/internal/image"
+)
+
+// ImportProgress is how far an import is: bytes read of layer Layer of
+// Layers (see image.Progress).
+type ImportProgress = image.Progress
+
+// WithImportProgress returns a context under which imports and uploads
+// report to fn, from the goroutines unpacking layers, one call at a time.
+func WithImportProgress(ctx context.Context, fn func(ImportProgress)) context.Context {
+	return image.WithProgress(ctx, fn)
+}
 
 // ImportRequest imports an image as a template: exactly one of Path (an OCI
 // layout directory or a docker-save tarball on this host) and Ref (a

@@ -159,6 +159,9 @@ func validateCreate(req *api.CreateSandboxRequest) error {
 			return err
 		}
 	}
+	if err := sandbox.CheckText("user", req.User); err != nil {
+		return err
+	}
 	for _, vm := range req.Volumes {
 		if err := sandbox.CheckText("volume name", vm.Name); err != nil {
 			return err
