@@ -432,5 +432,6 @@ type Store interface {
 	IdempotencyKeys
 	APIKeys
 	Retention
+	Secrets
 	Close() error
 }

@@ -53,6 +53,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PagingConcurrentInserts", testPagingConcurrentInserts},
 		{"Retention", testRetention},
 		{"OwnerIsolation", testOwnerIsolation},
+		{"Secrets", testSecrets},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)
