@@ -83,6 +83,8 @@ type CreateSandboxRequest struct {
 	Allow []string `json:"allow,omitempty"`
 	// PublicPorts are sandbox ports the port proxy serves without credentials.
 	PublicPorts []int `json:"public_ports,omitempty"`
+	// Secrets are the tenant's secrets every exec in it gets as env vars.
+	Secrets []SecretRef `json:"secrets,omitempty"`
 	Policy
 }
 

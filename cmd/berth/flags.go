@@ -204,6 +204,7 @@ type sandboxFlags struct {
 	network  networkValue
 	workdir  string
 	runtime  string
+	secrets  []string
 }
 
 func (f *sandboxFlags) register(fs *pflag.FlagSet, timeoutHelp string) {
@@ -217,6 +218,7 @@ func (f *sandboxFlags) register(fs *pflag.FlagSet, timeoutHelp string) {
 	fs.Var(&f.network, "network", "network mode: none or egress")
 	fs.StringVarP(&f.workdir, "workdir", "w", "", "working directory inside the sandbox")
 	fs.StringVar(&f.runtime, "runtime", "", "runtime class: runc or runsc (gVisor; when the daemon offers it); default: the daemon's")
+	fs.StringArrayVar(&f.secrets, "secret", nil, "give every exec your secret `NAME[=env:VAR]` as env var VAR (default NAME; see 'berth secret'); repeatable")
 }
 
 // request builds the create request these flags describe.
@@ -227,6 +229,10 @@ func (f *sandboxFlags) request() (api.CreateSandboxRequest, error) {
 	}
 	if f.cpus < 0 || f.pids < 0 {
 		return api.CreateSandboxRequest{}, fmt.Errorf("--cpus and --pids must not be negative")
+	}
+	refs, err := parseSecretFlags(f.secrets)
+	if err != nil {
+		return api.CreateSandboxRequest{}, err
 	}
 	return api.CreateSandboxRequest{
 		Template: f.template,
@@ -241,6 +247,7 @@ func (f *sandboxFlags) request() (api.CreateSandboxRequest, error) {
 		Network:        string(f.network),
 		Workdir:        f.workdir,
 		Runtime:        f.runtime,
+		Secrets:        refs,
 	}, nil
 }
 

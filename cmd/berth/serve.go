@@ -73,6 +73,7 @@ yet is never purged. --retention 0 keeps them for ever.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/berth", "directory for all of berth's state")
+	f.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", "", "file of secrets master keys, one base64 32-byte key a line, mode 0600: the first encrypts, all decrypt (default: $BERTH_SECRETS_KEY, else <data-dir>/secrets.key, generated at first start)")
 	f.StringVar(&cfg.Socket, "socket", "/run/berth/berth.sock", "unix socket to serve the API on")
 	f.StringVar(&cfg.Listen, "listen", "", "also serve the API on this TCP `ADDR` (every request needs an API key)")
 	f.StringVar(&cfg.Store, "store", "", "store `URL`: empty or sqlite for the embedded SQLite database in the data dir")

@@ -77,6 +77,10 @@ type Config struct {
 	// MaxConnsPerClient caps the TCP connections open at once from one
 	// client IP; more are closed at accept. 0: the default; negative: no cap.
 	MaxConnsPerClient int
+	// SecretsKeyFile holds the secrets master keys (first encrypts, all
+	// decrypt); empty: BERTH_SECRETS_KEY, else <DataDir>/secrets.key,
+	// generated at first start.
+	SecretsKeyFile string
 }
 
 // Defaults of the HTTP edge.

@@ -234,6 +234,10 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	d.Server.Domain = strings.ToLower(strings.TrimSuffix(cfg.Domain, "."))
 	d.Server.BodyTimeout, d.Server.WriteTimeout = cfg.BodyTimeout, cfg.WriteTimeout
 	d.Server.MaxHeaderBytes = server.DefaultMaxHeaderBytes
+	if d.Server.Secrets, err = openSecrets(cfg, st, log); err != nil {
+		return nil, err
+	}
+	d.Manager.SetSecrets(d.Server.Secrets.Vault)
 	ok = true
 	return d, nil
 }

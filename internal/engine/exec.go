@@ -93,9 +93,13 @@ func (m *Engine) execIn(ctx context.Context, sb *sandbox.Sandbox, req *ExecReque
 			tplEnv = tpl.Config.Env
 		}
 	}
+	extra, err := m.withSecretEnv(ctx, sb, req.Env)
+	if err != nil {
+		return Exit{}, err
+	}
 	areq := agent.ExecRequest{
 		Argv:    req.Cmd,
-		Env:     composeEnv(tplEnv, sb, req.Env),
+		Env:     composeEnv(tplEnv, sb, extra),
 		Dir:     req.Workdir,
 		User:    req.User,
 		TTY:     req.TTY,

@@ -80,6 +80,7 @@ type Engine struct {
 
 	live     liveSet // one live object per sandbox (live.go)
 	features Features
+	secrets  SecretResolver // secrets.go
 
 	// asyncEvents carries events recorded off the request path (exec).
 	asyncEvents chan *sandbox.Event

@@ -124,6 +124,8 @@ type Spec struct {
 	Network    string            `json:"network,omitempty"` // "none" (default) | "egress"
 	Runtime    string            `json:"runtime,omitempty"` // runtime class, e.g. "runc"
 	Workdir    string            `json:"workdir,omitempty"`
+	// Secrets are the tenant's secrets its execs get (names only: see secrets.go).
+	Secrets []SecretRef `json:"secrets,omitempty"`
 	// OneShot marks a `berth run` sandbox: it is destroyed when its client's
 	// connection goes away.
 	OneShot bool `json:"one_shot,omitempty"`

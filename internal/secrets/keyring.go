@@ -192,3 +192,18 @@ func Load(keyFile string, getenv func(string) string, dataDir string) (*Keyring,
 	kr, err := NewKeyring(k)
 	return kr, GeneratedHere, err
 }
+
+// Keys are the keyring's keys, primary first.
+func (kr *Keyring) Keys() []Key { return append([]Key(nil), kr.keys...) }
+
+// KeyFromBase64 reads one key in the key file's form.
+func KeyFromBase64(s string) (Key, error) {
+	keys, err := ParseKeys([]byte(s))
+	if err != nil {
+		return Key{}, err
+	}
+	if len(keys) != 1 {
+		return Key{}, errdefs.Invalid("want exactly one key")
+	}
+	return keys[0], nil
+}

@@ -246,7 +246,7 @@ func TestRouteTableAuthorization(t *testing.T) {
 				want = rt.Rule.Public || slices.Equal(rt.Rule.Scopes, []auth.Scope{auth.ScopeSandboxesRead})
 			case "builder":
 				want = rt.Rule.Public || !slices.ContainsFunc(rt.Rule.Scopes, func(s auth.Scope) bool {
-					return s == auth.ScopeAdmin || s == auth.ScopeNetwork
+					return s == auth.ScopeAdmin || s == auth.ScopeNetwork || s == auth.ScopeSecrets
 				})
 			}
 			if got := h != nil; got != want {

@@ -139,6 +139,13 @@ func (s *Server) routeTable() []Route {
 				s.proxy(w, r, r.PathValue("id"), r.PathValue("port"), r.URL.Path)
 			})},
 
+		// Secrets (secrets.go): managing them is the secrets scope's; the
+		// master key's rotation is the host operator's.
+		{Pattern: "PUT /v1/secrets/{name}", Rule: need(auth.ScopeSecrets), h: hf(s.putSecret)},
+		{Pattern: "GET /v1/secrets", Rule: need(auth.ScopeSecrets), h: hf(s.listSecrets)},
+		{Pattern: "DELETE /v1/secrets/{name}", Rule: need(auth.ScopeSecrets), h: hf(s.deleteSecret)},
+		{Pattern: "POST /v1/secrets/rotate-key", Rule: need(admin), h: hf(s.rotateSecretsKey)},
+
 		// Anything else: a 404, for callers with a credential.
 		{Pattern: "/", Rule: need(read), h: hf(func(w http.ResponseWriter, r *http.Request) {
 			writeError(w, errdefs.NotFound("no route %s %s", r.Method, r.URL.Path))

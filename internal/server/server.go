@@ -50,11 +50,13 @@ type Server struct {
 	// MaxHeaderBytes is the http.Server's limit, quoted in the 431 answer
 	// (0: DefaultMaxHeaderBytes).
 	MaxHeaderBytes int
-	m              *manager.Manager
-	authn          *auth.Authenticator
-	log            *slog.Logger
-	mux            *http.ServeMux
-	metrics        *metrics
+	// Secrets serves /v1/secrets (secrets.go).
+	Secrets SecretsConfig
+	m       *manager.Manager
+	authn   *auth.Authenticator
+	log     *slog.Logger
+	mux     *http.ServeMux
+	metrics *metrics
 	// table is the mounted route table; hostRoute its host-routed proxy.
 	table     []Route
 	hostRoute Route
