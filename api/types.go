@@ -215,6 +215,8 @@ type Sandbox struct {
 	IPv6        string   `json:"ipv6,omitempty"`
 	Allow       []string `json:"allow,omitempty"`
 	PublicPorts []int    `json:"public_ports,omitempty"`
+	// Secrets are the references its execs get (names, never values).
+	Secrets []SecretRef `json:"secrets,omitempty"`
 	// LeaseToken, returned by create only, is a bearer credential for this
 	// sandbox alone, by id, that dies with it: exec, files (export
 	// included), ports, reading the sandbox and its events, and touch.
