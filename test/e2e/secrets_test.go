@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -207,5 +208,43 @@ func TestSecretsEnvInjection(t *testing.T) {
 	}
 	if _, errOut, code := d.cli("secret", "rm", "TOKEN"); code == 0 || !strings.Contains(errOut, "not found") {
 		t.Fatalf("rm twice: %s", errOut)
+	}
+}
+
+// TestSecretsSealedInPostgres: with PostgreSQL as the store and the master
+// key from --secrets-key-file, the secrets row holds the name and key id
+// but not the value, and the value still reaches an exec.
+func TestSecretsSealedInPostgres(t *testing.T) {
+	url := pgURL(t)
+	k, err := secrets.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kf := filepath.Join(t.TempDir(), "master.key")
+	if err := os.WriteFile(kf, []byte(k.Encode()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemonWith(t, "--store", url, "--secrets-key-file", kf)
+	if !strings.Contains(d.logs.String(), "source=file") || strings.Contains(d.logs.String(), k.Encode()) {
+		t.Fatalf("keyring source not logged, or the key logged:\n%s", tail(d.logs.String(), 2000))
+	}
+	v := randomValue(t, "pg-")
+	if _, errOut, code := d.cliIn(v, "secret", "set", "PGTOKEN"); code != 0 {
+		t.Fatalf("secret set: %s", errOut)
+	}
+	rows, err := exec.Command("psql", "-v", "ON_ERROR_STOP=1", "-At", url, "-c", "SELECT * FROM secrets").CombinedOutput()
+	if err != nil {
+		t.Fatalf("psql: %v %s", err, rows)
+	}
+	if !strings.Contains(string(rows), "PGTOKEN") || !strings.Contains(string(rows), k.ID) || strings.Contains(string(rows), v) {
+		t.Fatalf("secrets rows: want the name and key id, not the value:\n%s", rows)
+	}
+	id, errOut, code := d.cli("create", "--secret", "PGTOKEN")
+	if code != 0 {
+		t.Fatalf("create: %s", errOut)
+	}
+	out, _, code := d.cli("exec", strings.TrimSpace(id), "--", "printenv", "PGTOKEN")
+	if code != 0 || strings.TrimSpace(out) != v {
+		t.Fatalf("exec env: %q %d", out, code)
 	}
 }
