@@ -248,3 +248,25 @@ func TestSecretsSealedInPostgres(t *testing.T) {
 		t.Fatalf("exec env: %q %d", out, code)
 	}
 }
+
+// TestSecretsEnvRunsc: the runsc class gets secret env the same way (over
+// the agent channel, per exec), and its spec holds no value.
+func TestSecretsEnvRunsc(t *testing.T) {
+	d := startDaemon(t)
+	v := randomValue(t, "gv-")
+	if _, errOut, code := d.cliIn(v, "secret", "set", "GV"); code != 0 {
+		t.Fatalf("secret set: %s", errOut)
+	}
+	id, errOut, code := d.cli("create", "--runtime", "runsc", "--secret", "GV=env:GV_TOKEN")
+	if code != 0 {
+		t.Fatalf("create runsc: %s", errOut)
+	}
+	id = strings.TrimSpace(id)
+	out, errOut, code := d.cli("exec", id, "--", "sh", "-c", `printf %s "$GV_TOKEN"`)
+	if code != 0 || out != v {
+		t.Fatalf("runsc exec env: %q %d %s", out, code, errOut)
+	}
+	if hits := dataDirHolds(t, d.dataDir, v); len(hits) > 0 {
+		t.Fatalf("files under the data dir hold the value: %v", hits)
+	}
+}
