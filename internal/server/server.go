@@ -50,19 +50,20 @@ type Server struct {
 	// MaxHeaderBytes is the http.Server's limit, quoted in the 431 answer
 	// (0: DefaultMaxHeaderBytes).
 	MaxHeaderBytes int
-	// Secrets serves /v1/secrets (secrets.go).
-	Secrets SecretsConfig
-	m       *manager.Manager
-	authn   *auth.Authenticator
-	log     *slog.Logger
-	mux     *http.ServeMux
-	metrics *metrics
+	m              *manager.Manager
+	authn          *auth.Authenticator
+	log            *slog.Logger
+	mux            *http.ServeMux
+	metrics        *metrics
 	// table is the mounted route table; hostRoute its host-routed proxy.
 	table     []Route
 	hostRoute Route
 	// lookup resolves a sandbox for authorization (the manager's Get).
 	lookup func(context.Context, string) (*sandbox.Sandbox, error)
 	idem   idemState // Idempotency-Key attempts (idempotency.go, internal/server/idempotency)
+
+	// Secrets serves /v1/secrets (secrets.go).
+	Secrets SecretsConfig
 }
 
 // New returns the API server for m.
