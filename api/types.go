@@ -87,6 +87,8 @@ type CreateSandboxRequest struct {
 	Allow []string `json:"allow,omitempty"`
 	// PublicPorts are sandbox ports the port proxy serves without credentials.
 	PublicPorts []int `json:"public_ports,omitempty"`
+	// Secrets are the tenant's secrets every exec in it gets as env vars.
+	Secrets []SecretRef `json:"secrets,omitempty"`
 	Policy
 }
 
@@ -218,6 +220,8 @@ type Sandbox struct {
 	IPv6        string   `json:"ipv6,omitempty"`
 	Allow       []string `json:"allow,omitempty"`
 	PublicPorts []int    `json:"public_ports,omitempty"`
+	// Secrets are the references its execs get (names, never values).
+	Secrets []SecretRef `json:"secrets,omitempty"`
 	// LeaseToken, returned by create only, is a bearer credential for this
 	// sandbox alone, by id, that dies with it: exec, files (export
 	// included), ports, reading the sandbox and its events, and touch.

@@ -207,6 +207,7 @@ type sandboxFlags struct {
 	user     string
 	allow    []string
 	public   []int
+	secrets  []string
 }
 
 func (f *sandboxFlags) register(fs *pflag.FlagSet, timeoutHelp string) {
@@ -223,6 +224,7 @@ func (f *sandboxFlags) register(fs *pflag.FlagSet, timeoutHelp string) {
 	fs.StringVarP(&f.user, "user", "u", "", "default user of the sandbox's commands and owner of /workspace: `uid[:gid]` or a name from its /etc/passwd (default: the template's user, else root)")
 	fs.StringArrayVar(&f.allow, "allow", nil, "egress `RULE` for --network egress: [tcp://|udp://]IP|CIDR|DOMAIN|*.DOMAIN[:PORT[,PORT]]; repeatable; all else is denied")
 	fs.IntSliceVar(&f.public, "public-port", nil, "sandbox `PORT` the port proxy serves without credentials; repeatable or comma-separated")
+	fs.StringArrayVar(&f.secrets, "secret", nil, "give every exec your secret `NAME[=env:VAR]` as env var VAR (default NAME; see 'berth secret'); repeatable")
 }
 
 // request builds the create request these flags describe.
@@ -233,6 +235,10 @@ func (f *sandboxFlags) request() (api.CreateSandboxRequest, error) {
 	}
 	if f.cpus < 0 || f.pids < 0 {
 		return api.CreateSandboxRequest{}, fmt.Errorf("--cpus and --pids must not be negative")
+	}
+	refs, err := parseSecretFlags(f.secrets)
+	if err != nil {
+		return api.CreateSandboxRequest{}, err
 	}
 	return api.CreateSandboxRequest{
 		Template: f.template,
@@ -250,6 +256,7 @@ func (f *sandboxFlags) request() (api.CreateSandboxRequest, error) {
 		User:           f.user,
 		Allow:          f.allow,
 		PublicPorts:    f.public,
+		Secrets:        refs,
 	}, nil
 }
 

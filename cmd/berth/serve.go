@@ -86,6 +86,7 @@ printed at start (and shown by GET /v1/version); clients pin it with
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/berth", "directory for all of berth's state")
+	f.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", "", "file of secrets master keys, one base64 32-byte key a line, mode 0600: the first encrypts, all decrypt (default: $BERTH_SECRETS_KEY, else <data-dir>/secrets.key, generated at first start)")
 	f.StringVar(&cfg.Socket, "socket", "/run/berth/berth.sock", "unix socket to serve the API on")
 	f.StringVar(&cfg.Listen, "listen", "", "also serve the API over TLS on this TCP `ADDR` (every request needs an API key; the certificate's fingerprint is printed at start)")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "certificate `FILE` (PEM) of --listen, with --tls-key (default: a self-signed one kept in <data-dir>/tls)")

@@ -96,6 +96,10 @@ type Config struct {
 	// DefaultQuota applies to every named tenant without a quota of its
 	// own (zero fields: unlimited).
 	DefaultQuota store.TenantQuota
+	// SecretsKeyFile holds the secrets master keys (first encrypts, all
+	// decrypt); empty: BERTH_SECRETS_KEY, else <DataDir>/secrets.key,
+	// generated at first start.
+	SecretsKeyFile string
 }
 
 // Defaults of the HTTP edge.

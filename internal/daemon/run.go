@@ -258,6 +258,10 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		d.TLSFingerprint = Fingerprint(cert.Certificate[0])
 		d.Server.TLSFingerprint = d.TLSFingerprint
 	}
+	if d.Server.Secrets, err = openSecrets(cfg, st, log); err != nil {
+		return nil, err
+	}
+	d.Manager.SetSecrets(d.Server.Secrets.Vault)
 	ok = true
 	return d, nil
 }

@@ -87,7 +87,10 @@ func (m *Engine) execIn(ctx context.Context, sb *sandbox.Sandbox, req *ExecReque
 	}
 	m.touch(sb.ID)
 	defer m.touch(sb.ID)
-	areq := m.agentExecRequest(ctx, sb, req)
+	areq, err := m.agentExecRequest(ctx, sb, req)
+	if err != nil {
+		return Exit{}, err
+	}
 	stdin := eio.Stdin
 	if stdin == nil && len(req.Stdin) > 0 {
 		stdin = strings.NewReader(string(req.Stdin))
@@ -139,16 +142,20 @@ func (m *Engine) execIn(ctx context.Context, sb *sandbox.Sandbox, req *ExecReque
 // agentExecRequest composes what the agent runs for req in sb: the
 // environment layered over the template's and the sandbox's, and the
 // working directory's defaults. Background processes use it too.
-func (m *Engine) agentExecRequest(ctx context.Context, sb *sandbox.Sandbox, req *ExecRequest) agent.ExecRequest {
+func (m *Engine) agentExecRequest(ctx context.Context, sb *sandbox.Sandbox, req *ExecRequest) (agent.ExecRequest, error) {
 	tplEnv := sb.Spec.TemplateEnv
 	if tplEnv == nil && !sb.Spec.HostUsr && len(sb.Spec.Layers) == 0 { // records from before it was kept
 		if tpl, err := m.store.GetTemplate(ctx, sb.Spec.Template); err == nil {
 			tplEnv = tpl.Config.Env
 		}
 	}
+	extra, err := m.withSecretEnv(ctx, sb, req.Env)
+	if err != nil {
+		return agent.ExecRequest{}, err
+	}
 	areq := agent.ExecRequest{
 		Argv:    req.Cmd,
-		Env:     composeEnv(tplEnv, sb, req.Env),
+		Env:     composeEnv(tplEnv, sb, extra),
 		Dir:     req.Workdir,
 		User:    req.User,
 		TTY:     req.TTY,
@@ -165,7 +172,7 @@ func (m *Engine) agentExecRequest(ctx context.Context, sb *sandbox.Sandbox, req 
 	if areq.Dir == "" {
 		areq.Dir = "/"
 	}
-	return areq
+	return areq, nil
 }
 
 // composeEnv layers the environment: berth's defaults, the template's, the

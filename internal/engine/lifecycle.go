@@ -140,6 +140,9 @@ func (m *Engine) Create(ctx context.Context, req *CreateRequest, opt CreateOptio
 		spec.Labels = mergeMaps(spec.Labels, opt.Labels)
 	}
 	spec.Allow, spec.PublicPorts = req.Allow, req.PublicPorts
+	if spec.Secrets, err = m.checkSecretRefs(ctx, opt.Tenant, req.Secrets); err != nil {
+		return nil, err
+	}
 	if len(spec.Allow) == 0 && req.Network == "" {
 		spec.Allow = tpl.Config.Allow // the template's rules come with its network mode
 	}

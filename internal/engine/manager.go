@@ -90,6 +90,7 @@ type Engine struct {
 	live     liveSet // one live object per sandbox (live.go)
 	quota    quotas  // per-tenant admission (quota.go)
 	features Features
+	secrets  SecretResolver // secrets.go
 
 	// asyncEvents carries events recorded off the request path (exec).
 	asyncEvents chan *sandbox.Event

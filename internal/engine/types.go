@@ -40,6 +40,8 @@ type CreateRequest struct {
 	Snapshot    string
 	Allow       []string
 	PublicPorts []int
+	// Secrets are the tenant's secrets injected into its execs.
+	Secrets []sandbox.SecretRef
 	// Policy: zero fields take the template's or the daemon's default.
 	Policy sandbox.Policy
 }

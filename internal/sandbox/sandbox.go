@@ -128,6 +128,8 @@ type Spec struct {
 	// /workspace: the create's user, else the template's ("" = root).
 	// "uid[:gid]" or a name from the sandbox's /etc/passwd.
 	User string `json:"user,omitempty"`
+	// Secrets are the tenant's secrets its execs get (names only: see secrets.go).
+	Secrets []SecretRef `json:"secrets,omitempty"`
 	// OneShot marks a `berth run` sandbox: it is destroyed when its client's
 	// connection goes away.
 	OneShot bool `json:"one_shot,omitempty"`

@@ -184,6 +184,9 @@ func createToAPI(r *manager.CreateRequest) *api.CreateSandboxRequest {
 	for _, v := range r.Volumes {
 		out.Volumes = append(out.Volumes, api.VolumeMount{Name: v.Name, Path: v.Path, ReadOnly: v.ReadOnly})
 	}
+	for _, s := range r.Secrets {
+		out.Secrets = append(out.Secrets, api.SecretRef{Name: s.Name, Env: s.Env})
+	}
 	return out
 }
 

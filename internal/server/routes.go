@@ -173,6 +173,12 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/signal", Rule: lease(auth.ScopeExec), h: hf(s.signalProcess)},
 		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/kill", Rule: lease(auth.ScopeExec), h: hf(s.killProcess)},
 		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/wait", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.waitProcess)},
+		// Secrets (secrets.go): managing them is the secrets scope's; the
+		// master key's rotation is the host operator's.
+		{Pattern: "PUT /v1/secrets/{name}", Rule: need(auth.ScopeSecrets), h: hf(s.putSecret)},
+		{Pattern: "GET /v1/secrets", Rule: need(auth.ScopeSecrets), h: hf(s.listSecrets)},
+		{Pattern: "DELETE /v1/secrets/{name}", Rule: need(auth.ScopeSecrets), h: hf(s.deleteSecret)},
+		{Pattern: "POST /v1/secrets/rotate-key", Rule: hostOnly, h: hf(s.rotateSecretsKey)},
 
 		// Anything else: a 404, for callers with a credential.
 		{Pattern: "/", Rule: need(read), h: hf(func(w http.ResponseWriter, r *http.Request) {

@@ -72,6 +72,9 @@ type Server struct {
 	// lookup resolves a sandbox for authorization (the manager's Get).
 	lookup func(context.Context, string) (*sandbox.Sandbox, error)
 	idem   idemState // Idempotency-Key attempts (idempotency.go, internal/server/idempotency)
+
+	// Secrets serves /v1/secrets (secrets.go).
+	Secrets SecretsConfig
 }
 
 // New returns the API server for m.
@@ -219,6 +222,9 @@ func (s *Server) toAPI(sb *sandbox.Sandbox) api.Sandbox {
 	}
 	out.Hostname = sb.Hostname()
 	out.IPv4, out.IPv6, out.Allow, out.PublicPorts = sb.Spec.IPv4, sb.Spec.IPv6, sb.Spec.Allow, sb.Spec.PublicPorts
+	for _, r := range sb.Spec.Secrets {
+		out.Secrets = append(out.Secrets, api.SecretRef{Name: r.Name, Env: r.Env})
+	}
 	out.PersistRoot, out.KeepVolume = sb.Spec.PersistRoot, sb.Spec.KeepVolume
 	for _, vm := range sb.Spec.Volumes {
 		out.Volumes = append(out.Volumes, api.VolumeMount{Name: vm.Name, Path: vm.Path, ReadOnly: vm.ReadOnly})

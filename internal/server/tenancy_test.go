@@ -28,6 +28,8 @@ import (
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/node/memnode"
+	"github.com/berth-sh/berth/internal/secrets"
+	"github.com/berth-sh/berth/internal/secrets/vault"
 	"github.com/berth-sh/berth/internal/store"
 	"github.com/berth-sh/berth/internal/store/sqlite"
 )
@@ -87,6 +89,16 @@ func newTenv(t *testing.T) *tenv {
 	authn.Now = e.clock.Now
 	e.srv = New(m, authn, log)
 	e.srv.Leases, e.srv.Domain = leases, testDomain
+	key, err := secrets.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kr, err := secrets.NewKeyring(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Secrets = SecretsConfig{Vault: vault.New(st, kr)}
+	m.SetSecrets(e.srv.Secrets.Vault)
 	e.tcp = httptest.NewServer(e.srv.Handler(false))
 	e.local = httptest.NewServer(e.srv.Handler(true))
 	t.Cleanup(e.tcp.Close)
@@ -208,7 +220,11 @@ func (e *tenv) state(w *world) string {
 	snaps, _, _ := e.st.ListSnapshots(ctx, store.SnapshotFilter{Owner: store.OwnedBy("b")}, store.Page{})
 	vols, _, _ := e.st.ListVolumes(ctx, store.VolumeFilter{Owner: store.OwnedBy("b")}, store.Page{})
 	sbs, _, _ := e.st.ListSandboxes(ctx, store.SandboxFilter{Owner: store.OwnedBy("b")}, store.Page{})
-	parts = append(parts, v.State, v.Generation, sn.Name, len(snaps), len(vols), len(sbs))
+	sec, err := e.st.GetSecret(ctx, store.OwnedBy("b"), "bsec")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	parts = append(parts, v.State, v.Generation, sn.Name, len(snaps), len(vols), len(sbs), sec.Sealed, sec.UpdatedAt)
 	b, _ := json.Marshal(parts)
 	return string(b)
 }
@@ -232,9 +248,10 @@ func TestCrossTenantRoutes(t *testing.T) {
 	e.must(kb.Key, "PUT", "/v1/sandboxes/"+w.sb.ID+"/files?path=/hello", "b's", 0, nil)
 	e.must(kb.Key, "POST", "/v1/sandboxes/"+w.sb.ID+"/snapshots", `{"name":"bsnap"}`, 201, &w.snap)
 	w.lease = w.sb.LeaseToken
+	e.must(kb.Key, "PUT", "/v1/secrets/bsec", `{"value":"b-secret-value"}`, 201, nil)
 	mine := e.sandbox(ka, `{"template":"base","name":"asb"}`)
 	before := e.state(w)
-	secrets := []string{w.sb.ID, w.named.ID, w.vol.ID, w.snap.ID, w.key.ID, "bsb", "bsnap", "bvol"}
+	bnames := []string{w.sb.ID, w.named.ID, w.vol.ID, w.snap.ID, w.key.ID, "bsb", "bsnap", "bvol", "bsec", "b-secret-value"}
 
 	// Bodies that would be valid, naming b's objects where a route takes
 	// them in its body.
@@ -263,6 +280,8 @@ func TestCrossTenantRoutes(t *testing.T) {
 		// The redirect to the trailing slash answers alike for any id,
 		// existing or not: it reads no object.
 		"/v1/sandboxes/{id}/ports/{port}": 308,
+		// Secret names are per tenant: a's put of b's name makes a's own.
+		"GET /v1/secrets": 200,
 	}
 	routes := e.srv.Routes()
 	if len(routes) < 60 {
@@ -291,6 +310,12 @@ func TestCrossTenantRoutes(t *testing.T) {
 				names = []string{"base"}
 			case strings.HasPrefix(path, "/v1/tenants/"):
 				names = []string{"b"}
+			case rt.Pattern == "PUT /v1/secrets/{name}":
+				// A put makes the caller's own secret of that name (names
+				// are per tenant): a's own, leaving b's "bsec" (state) be.
+				names = []string{"asec"}
+			case strings.HasPrefix(path, "/v1/secrets/"):
+				names = []string{"bsec"}
 			}
 			n := 1
 			if strings.Contains(path, "{id}") || strings.Contains(path, "{name}") {
@@ -318,6 +343,9 @@ func TestCrossTenantRoutes(t *testing.T) {
 		if rt.Pattern == "POST /v1/volumes" {
 			bs = []string{`{"name":"a-own"}`}
 		}
+		if rt.Pattern == "PUT /v1/secrets/{name}" {
+			bs = []string{`{"value":"a's"}`}
+		}
 		if method == "PUT" && strings.HasSuffix(path, "/files") {
 			bs = []string{"a's"}
 		}
@@ -331,13 +359,17 @@ func TestCrossTenantRoutes(t *testing.T) {
 					want = 403
 				case wantOK[rt.Pattern] != 0:
 					want = wantOK[rt.Pattern]
+				case rt.Pattern == "PUT /v1/secrets/{name}" && code == 200:
+					want = 200 // a's own secret, replaced on the second target
+				case rt.Pattern == "PUT /v1/secrets/{name}":
+					want = 201
 				case !named && bodies[rt.Pattern] == nil:
 					want = code // a route of no object, unknown here: it must see nothing of b (below)
 				}
 				if code != want {
 					t.Errorf("%s %s %s as a: %d %s, want %d", method, tg.path, body, code, strings.TrimSpace(got), want)
 				}
-				for _, s := range secrets {
+				for _, s := range bnames {
 					if code < 300 && strings.Contains(got, s) && !(rt.Pattern == "GET /v1/openapi.json") {
 						t.Errorf("%s %s as a: the answer names b's %q: %s", method, tg.path, s, got)
 					}

@@ -462,5 +462,6 @@ type Store interface {
 	Retention
 	Audit
 	Quotas // quotas.go
+	Secrets
 	Close() error
 }

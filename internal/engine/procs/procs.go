@@ -329,7 +329,10 @@ func (p *Procs) StartProcess(ctx context.Context, ref string, req *StartRequest,
 	if err != nil {
 		return Process{}, err
 	}
-	areq := p.e.AgentExecRequest(ctx, sb, &req.ExecRequest)
+	areq, err := p.e.AgentExecRequest(ctx, sb, &req.ExecRequest)
+	if err != nil {
+		return Process{}, err
+	}
 	actx, cancel := context.WithTimeout(ctx, agentTimeout)
 	defer cancel()
 	in, err := c.StartProc(actx, areq, agent.ProcRequest{Tag: req.Tag, Restart: req.Restart, MaxRestarts: req.MaxRestarts})
@@ -545,7 +548,13 @@ func (p *Procs) Running(ctx context.Context, sb *sandbox.Sandbox) {
 		log.Warn("service: invalid", "err", err)
 		return
 	}
-	areq := p.e.AgentExecRequest(ctx, sb, req)
+	areq, err := p.e.AgentExecRequest(ctx, sb, req)
+	if err != nil {
+		log.Warn("service: its environment", "err", err)
+		p.e.EventAsync(&sandbox.Event{SandboxID: sb.ID, Type: "process", Actor: "daemon", Cause: sandbox.CauseReconciler,
+			Outcome: "error", Message: "service did not start: " + err.Error()})
+		return
+	}
 	actx, cancel := context.WithTimeout(ctx, agentTimeout)
 	defer cancel()
 	in, err := c.StartProc(actx, areq, agent.ProcRequest{Tag: store.ServiceTag, Restart: restart, MaxRestarts: svc.MaxRestarts})

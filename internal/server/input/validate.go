@@ -115,6 +115,9 @@ func checkSeconds(name string, v float64) error {
 // validateCreate checks a create request's own fields; the merged spec is
 // checked again by sandbox.Spec.Validate.
 func validateCreate(req *api.CreateSandboxRequest) error {
+	if err := checkSecretRefs(req.Secrets); err != nil {
+		return err
+	}
 	for _, f := range [][2]string{{"name", req.Name}, {"template", req.Template}, {"runtime", req.Runtime},
 		{"network", req.Network}, {"snapshot", req.Snapshot}, {"on_idle", req.OnIdle}, {"on_max_age", req.OnMaxAge}} {
 		if err := sandbox.CheckText(f[0], f[1]); err != nil {

@@ -58,6 +58,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Audit", testAudit},
 		{"AuditConcurrent", testAuditConcurrent},
 		{"Quotas", testQuotas},
+		{"Secrets", testSecrets},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)

@@ -1,0 +1,125 @@
+package server
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/secrets"
+	"github.com/berth-sh/berth/internal/secrets/vault"
+	"github.com/berth-sh/berth/internal/server/input"
+	"github.com/berth-sh/berth/internal/store"
+)
+
+// SecretsConfig is what the secrets routes need from the daemon.
+type SecretsConfig struct {
+	Vault *vault.Vault
+	// KeyFile is the file the master keys came from, rewritten by a
+	// rotation; "" when they came from the environment.
+	KeyFile string
+}
+
+func secretToAPI(sec *store.Secret) api.Secret {
+	return api.Secret{Name: sec.Name, KeyID: sec.Sealed.KeyID, CreatedAt: sec.CreatedAt, UpdatedAt: sec.UpdatedAt}
+}
+
+func (s *Server) vault() (*vault.Vault, error) {
+	if s.Secrets.Vault == nil {
+		return nil, errdefs.Unavailable("this daemon has no secrets keyring")
+	}
+	return s.Secrets.Vault, nil
+}
+
+// putSecret seals the body's value. Neither the value nor its length is
+// logged or echoed.
+func (s *Server) putSecret(w http.ResponseWriter, r *http.Request) {
+	v, err := s.vault()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var req api.PutSecretRequest
+	if err := input.Decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if strings.IndexByte(req.Value, 0) >= 0 {
+		writeError(w, errdefs.Invalid("secret value holds a NUL byte"))
+		return
+	}
+	sec, created, err := v.Put(r.Context(), tenant(r), r.PathValue("name"), []byte(req.Value))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, secretToAPI(sec))
+}
+
+func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
+	v, err := s.vault()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	p, err := pageOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	list, next, err := v.List(r.Context(), tenant(r), p)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	setNext(w, next)
+	out := make([]api.Secret, 0, len(list))
+	for _, sec := range list {
+		out = append(out, secretToAPI(sec))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) {
+	v, err := s.vault()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := v.Delete(r.Context(), tenant(r), r.PathValue("name")); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// rotateSecretsKey re-wraps every tenant's data keys under the body's key
+// while the daemon serves (admin only: it is the host's master key).
+func (s *Server) rotateSecretsKey(w http.ResponseWriter, r *http.Request) {
+	v, err := s.vault()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var req api.RotateSecretsKeyRequest
+	if err := input.Decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	k, err := secrets.KeyFromBase64(req.Key)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	rot, err := v.Rotate(r.Context(), k, s.Secrets.KeyFile)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.log.Info("secrets master key rotated", "key_id", rot.KeyID, "rewrapped", rot.Rewrapped, "removed", rot.Removed)
+	writeJSON(w, http.StatusOK, api.RotateSecretsKeyResponse{KeyID: rot.KeyID, Rewrapped: rot.Rewrapped, Removed: rot.Removed, KeyFile: rot.KeyFile})
+}
