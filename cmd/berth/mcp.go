@@ -42,4 +42,3 @@ The daemon serves the same tools over streamable HTTP at /v1/mcp.`,
 		},
 	}
 }
-

@@ -288,6 +288,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		}
 	}
 	log.Info("shutting down; sandboxes keep running")
+	d.Server.CloseMCP() // MCP sessions end: their ephemeral sandboxes go
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, srv := range d.servers {

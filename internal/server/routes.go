@@ -139,6 +139,12 @@ func (s *Server) routeTable() []Route {
 				s.proxy(w, r, r.PathValue("id"), r.PathValue("port"), r.URL.Path)
 			})},
 
+		// MCP (internal/mcp, mcp.go): streamable HTTP, every tool call
+		// re-checked as the REST call it makes. Leases may not.
+		{Pattern: "POST /v1/mcp", Rule: need(MCPScopes...), Stream: true, h: s.mcpHandler()},
+		{Pattern: "GET /v1/mcp", Rule: need(MCPScopes...), Stream: true, h: s.mcpHandler()},
+		{Pattern: "DELETE /v1/mcp", Rule: need(MCPScopes...), h: s.mcpHandler()},
+
 		// Anything else: a 404, for callers with a credential.
 		{Pattern: "/", Rule: need(read), h: hf(func(w http.ResponseWriter, r *http.Request) {
 			writeError(w, errdefs.NotFound("no route %s %s", r.Method, r.URL.Path))

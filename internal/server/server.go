@@ -61,6 +61,7 @@ type Server struct {
 	// lookup resolves a sandbox for authorization (the manager's Get).
 	lookup func(context.Context, string) (*sandbox.Sandbox, error)
 	idem   idemState // Idempotency-Key attempts (idempotency.go, internal/server/idempotency)
+	mcp    mcpState  // the MCP endpoint (mcp.go)
 }
 
 // New returns the API server for m.
