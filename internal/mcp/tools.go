@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -183,7 +184,7 @@ func (s *Session) register() {
 	mcp.AddTool(srv, &mcp.Tool{Name: "sandbox_get", Description: "Show one sandbox.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.get)
 	mcp.AddTool(srv, &mcp.Tool{Name: "sandbox_delete", Description: "Delete a sandbox and everything in it."}, s.delete)
 	mcp.AddTool(srv, &mcp.Tool{Name: "run_command", Description: "Run a command in a sandbox in the foreground and return its exit code and (bounded) stdout and stderr."}, s.run)
-	mcp.AddTool(srv, &mcp.Tool{Name: "file_write", Description: "Create or replace a file inside a sandbox."}, s.writeFile)
+	mcp.AddTool(srv, &mcp.Tool{Name: "file_write", Description: "Create or replace a file inside a sandbox (its missing parent directories are made)."}, s.writeFile)
 	mcp.AddTool(srv, &mcp.Tool{Name: "file_read", Description: "Read a file inside a sandbox (bounded; binary content comes back as base64).", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.readFile)
 	mcp.AddTool(srv, &mcp.Tool{Name: "file_list", Description: "List a directory inside a sandbox, one page at a time.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.listFiles)
 	mcp.AddTool(srv, &mcp.Tool{Name: "expose_port", Description: "Return the port-proxy URL of a sandbox port, and whether it is public.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.exposePort)
@@ -292,6 +293,12 @@ func (s *Session) writeFile(ctx context.Context, _ *mcp.CallToolRequest, in writ
 	mode, err := parseMode(in.Mode)
 	if err != nil {
 		return nil, fileOut{}, err
+	}
+	if dir := path.Dir(in.Path); path.IsAbs(in.Path) && dir != "/" {
+		// As an editor saves: the file's directories are made first.
+		if err := s.opts.Client.Mkdir(ctx, in.ID, dir, true); err != nil {
+			return nil, fileOut{}, err
+		}
 	}
 	fi, err := s.opts.Client.WriteFile(ctx, in.ID, in.Path, mode, bytes.NewReader(data))
 	if err != nil {
