@@ -77,6 +77,10 @@ type Config struct {
 	// MaxConnsPerClient caps the TCP connections open at once from one
 	// client IP; more are closed at accept. 0: the default; negative: no cap.
 	MaxConnsPerClient int
+	// MCPMaxSessions and MCPIdleTimeout bound the MCP sessions of /v1/mcp
+	// (0: internal/mcp's defaults, 64 and 15 minutes).
+	MCPMaxSessions int
+	MCPIdleTimeout time.Duration
 }
 
 // Defaults of the HTTP edge.

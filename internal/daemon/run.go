@@ -233,6 +233,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	d.Server.Leases = leases
 	d.Server.Domain = strings.ToLower(strings.TrimSuffix(cfg.Domain, "."))
 	d.Server.BodyTimeout, d.Server.WriteTimeout = cfg.BodyTimeout, cfg.WriteTimeout
+	d.Server.MCPMaxSessions, d.Server.MCPIdleTimeout = cfg.MCPMaxSessions, cfg.MCPIdleTimeout
 	d.Server.MaxHeaderBytes = server.DefaultMaxHeaderBytes
 	ok = true
 	return d, nil

@@ -71,7 +71,7 @@ func (s *Server) mcpInit() {
 			}
 			st.hcs[i] = &http.Client{Transport: tr}
 		}
-		st.handler = mcp.NewHTTPHandler(mcp.HTTPOptions{Log: s.logger()}, s.mcpCaller)
+		st.handler = mcp.NewHTTPHandler(mcp.HTTPOptions{Log: s.logger(), MaxSessions: s.MCPMaxSessions, IdleTimeout: s.MCPIdleTimeout}, s.mcpCaller)
 	})
 }
 

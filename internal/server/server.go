@@ -50,6 +50,10 @@ type Server struct {
 	// MaxHeaderBytes is the http.Server's limit, quoted in the 431 answer
 	// (0: DefaultMaxHeaderBytes).
 	MaxHeaderBytes int
+	// MCPMaxSessions and MCPIdleTimeout bound /v1/mcp's sessions (0:
+	// internal/mcp's defaults).
+	MCPMaxSessions int
+	MCPIdleTimeout time.Duration
 	m              *manager.Manager
 	authn          *auth.Authenticator
 	log            *slog.Logger

@@ -391,3 +391,53 @@ func TestMCPHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMCPHTTPBounds: /v1/mcp holds at most --mcp-max-sessions sessions, and
+// a session idle for --mcp-idle-timeout is closed, its ephemeral sandboxes
+// deleted and its slot freed.
+func TestMCPHTTPBounds(t *testing.T) {
+	d, addr, admin := tcpDaemon(t, "--mcp-max-sessions", "2", "--mcp-idle-timeout", "3s")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	key, err := os.ReadFile(d.dataDir + "/admin.key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := "http://" + addr + "/v1/mcp"
+	hc := &http.Client{Transport: bearer{strings.TrimSpace(string(key)), http.DefaultTransport}}
+	open := func() (*mcp.ClientSession, error) {
+		return mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil).Connect(ctx,
+			&mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc, MaxRetries: -1}, nil)
+	}
+	a, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	id := sandboxID(t, callTool(t, a, "sandbox_create", map[string]any{}))
+	b, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if c, err := open(); err == nil {
+		c.Close()
+		t.Fatal("a third session was let in past --mcp-max-sessions 2")
+	} else if !strings.Contains(err.Error(), "503") && !strings.Contains(err.Error(), "Service Unavailable") && !strings.Contains(err.Error(), "too many") {
+		t.Fatalf("a third session: %v, want 503", err)
+	}
+	// Both idle past 3s: closed, the sandbox deleted, the slots free.
+	assertGone(t, admin, id)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := open()
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no session after the idle ones expired: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
