@@ -26,6 +26,10 @@ command -v git >/dev/null || need_apt+=(git)
 command -v python3 >/dev/null || need_apt+=(python3)
 # make unit runs go test -race, which needs cgo: a C compiler and libc headers.
 command -v gcc >/dev/null || need_apt+=(gcc libc6-dev)
+# The MCP e2e test drives `berth mcp` with the MCP TypeScript SDK (test/mcp;
+# it supports node >= 18, Debian 12's).
+command -v node >/dev/null || need_apt+=(nodejs)
+command -v npm >/dev/null || need_apt+=(npm)
 # PostgreSQL: the server binaries (Debian layout, any version) and psql.
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && command -v psql >/dev/null || need_apt+=(postgresql)
 

@@ -80,6 +80,7 @@ The CLI talks to the daemon over its unix socket, or over HTTP(S) with an API ke
 		newRmCmd(g), newExecCmd(g), newCpCmd(g), newFsCmd(g), newDiffCmd(g), newVolumeCmd(g),
 		newForkCmd(g), newExportCmd(g), newSnapshotCmd(g), newNetworkCmd(g), newFlowsCmd(g),
 		newSecretCmd(g),
+		newMcpCmd(g), // mcp
 	} {
 		c.GroupID = "sandbox"
 		root.AddCommand(c)

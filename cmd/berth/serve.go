@@ -116,6 +116,8 @@ printed at start (and shown by GET /v1/version); clients pin it with
 	f.DurationVar(&cfg.ReadHeaderTimeout, "http-read-header-timeout", daemon.DefaultReadHeaderTimeout, "time a client has to send a request's headers (slower clients are cut off)")
 	f.DurationVar(&cfg.IdleTimeout, "http-idle-timeout", daemon.DefaultIdleTimeout, "close keep-alive API connections idle this long")
 	f.DurationVar(&cfg.BodyTimeout, "http-body-timeout", daemon.DefaultBodyTimeout, "time to send a request body on non-streaming routes")
+	f.IntVar(&cfg.MCPMaxSessions, "mcp-max-sessions", 64, "MCP sessions /v1/mcp holds at once")
+	f.DurationVar(&cfg.MCPIdleTimeout, "mcp-idle-timeout", 15*time.Minute, "close an MCP session of /v1/mcp idle this long (its ephemeral sandboxes are deleted)")
 	f.DurationVar(&cfg.WriteTimeout, "http-write-timeout", daemon.DefaultWriteTimeout, "time to answer a request on non-streaming routes (exec, files, builds and the port proxy are not bounded)")
 	f.IntVar(&cfg.MaxConnsPerClient, "max-conns-per-client", daemon.DefaultMaxConnsPerClient, "TCP connections one client IP may hold open; more are closed at accept (-1: no cap)")
 	f.StringVar(&rateLimit, "rate-limit", "", "default request rate of each API key, N/s or N/s,BURST (default: none; a tenant's quota key rate overrides)")

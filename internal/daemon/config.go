@@ -100,6 +100,10 @@ type Config struct {
 	// decrypt); empty: BERTH_SECRETS_KEY, else <DataDir>/secrets.key,
 	// generated at first start.
 	SecretsKeyFile string
+	// MCPMaxSessions and MCPIdleTimeout bound the MCP sessions of /v1/mcp
+	// (0: internal/mcp's defaults, 64 and 15 minutes).
+	MCPMaxSessions int
+	MCPIdleTimeout time.Duration
 }
 
 // Defaults of the HTTP edge.

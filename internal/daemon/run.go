@@ -247,6 +247,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	d.Server.Audit = auditLog
 	d.Server.Domain = strings.ToLower(strings.TrimSuffix(cfg.Domain, "."))
 	d.Server.BodyTimeout, d.Server.WriteTimeout = cfg.BodyTimeout, cfg.WriteTimeout
+	d.Server.MCPMaxSessions, d.Server.MCPIdleTimeout = cfg.MCPMaxSessions, cfg.MCPIdleTimeout
 	d.Server.MaxHeaderBytes = server.DefaultMaxHeaderBytes
 	d.Server.KeyRate = server.KeyRate{Rate: cfg.KeyRate, Burst: cfg.KeyBurst}
 	if cfg.Listen != "" {
@@ -332,6 +333,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		}
 	}
 	log.Info("shutting down; sandboxes keep running")
+	d.Server.CloseMCP() // MCP sessions end: their ephemeral sandboxes go
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, srv := range d.servers {

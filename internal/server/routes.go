@@ -179,6 +179,11 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "GET /v1/secrets", Rule: need(auth.ScopeSecrets), h: hf(s.listSecrets)},
 		{Pattern: "DELETE /v1/secrets/{name}", Rule: need(auth.ScopeSecrets), h: hf(s.deleteSecret)},
 		{Pattern: "POST /v1/secrets/rotate-key", Rule: hostOnly, h: hf(s.rotateSecretsKey)},
+		// MCP (internal/mcp, mcp.go): streamable HTTP, every tool call
+		// re-checked as the REST call it makes. Leases may not.
+		{Pattern: "POST /v1/mcp", Rule: need(MCPScopes...), Stream: true, h: s.mcpHandler()},
+		{Pattern: "GET /v1/mcp", Rule: need(MCPScopes...), Stream: true, h: s.mcpHandler()},
+		{Pattern: "DELETE /v1/mcp", Rule: need(MCPScopes...), h: s.mcpHandler()},
 
 		// Anything else: a 404, for callers with a credential.
 		{Pattern: "/", Rule: need(read), h: hf(func(w http.ResponseWriter, r *http.Request) {

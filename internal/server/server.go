@@ -61,11 +61,15 @@ type Server struct {
 	// a tenant's quota key_rate overrides it.
 	KeyRate  KeyRate
 	keyRates keyRates
-	m        *manager.Manager
-	authn    *auth.Authenticator
-	log      *slog.Logger
-	mux      *http.ServeMux
-	metrics  *metrics
+	// MCPMaxSessions and MCPIdleTimeout bound /v1/mcp's sessions (0:
+	// internal/mcp's defaults).
+	MCPMaxSessions int
+	MCPIdleTimeout time.Duration
+	m              *manager.Manager
+	authn          *auth.Authenticator
+	log            *slog.Logger
+	mux            *http.ServeMux
+	metrics        *metrics
 	// table is the mounted route table; hostRoute its host-routed proxy.
 	table     []Route
 	hostRoute Route
@@ -75,6 +79,7 @@ type Server struct {
 
 	// Secrets serves /v1/secrets (secrets.go).
 	Secrets SecretsConfig
+	mcp     mcpState // the MCP endpoint (mcp.go)
 }
 
 // New returns the API server for m.

@@ -1,0 +1,173 @@
+// Package mcp is berth's Model Context Protocol server: tools that let an
+// agent create sandboxes, run commands, read, write and list files, expose
+// ports, snapshot, fork and delete, each a typed tool with a JSON-schema'd
+// input and a structured result.
+//
+// The tools are written once against the Go SDK (package client), so they
+// pass the same authentication and authorization as any REST call: `berth
+// mcp` serves them over stdio with the CLI's connection; the daemon serves
+// them over streamable HTTP at /v1/mcp with a client that talks to its own
+// handler with the caller's credential (see internal/server/mcp.go).
+//
+// A Session remembers the ephemeral sandboxes it created (and the ephemeral
+// children of its forks) and deletes those still alive when it ends: stdio
+// EOF, an HTTP session closed or expired, or the process stopping.
+package mcp
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/berth-sh/berth/client"
+)
+
+// Output and listing bounds.
+const (
+	// DefaultOutputBytes and MaxOutputBytes bound the stdout and the stderr
+	// a foreground run returns (each); the rest is cut and flagged.
+	DefaultOutputBytes = 64 << 10
+	MaxOutputBytes     = 1 << 20
+	// DefaultReadBytes and MaxReadBytes bound what file_read returns.
+	DefaultReadBytes = 256 << 10
+	MaxReadBytes     = 4 << 20
+	// MaxWriteBytes bounds the content file_write takes.
+	MaxWriteBytes = 8 << 20
+	// DefaultListLimit and MaxListLimit bound one page of a list.
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+	// cleanupTimeout bounds the deletes a session's end makes.
+	cleanupTimeout = 2 * time.Minute
+)
+
+// Processes is what the background-process tools need: start a command in
+// the background, list a sandbox's processes, kill one. ClientProcesses
+// is it over the daemon's API; when Options.Processes is nil the three
+// tools are not registered.
+type Processes interface {
+	StartBackground(ctx context.Context, sandboxID string, cmd []string, env map[string]string, workdir string) (ProcessInfo, error)
+	ListProcesses(ctx context.Context, sandboxID string) ([]ProcessInfo, error)
+	KillProcess(ctx context.Context, sandboxID, processID, signal string) (ProcessInfo, error)
+}
+
+// ProcessInfo is one background process as the process tools return it.
+type ProcessInfo struct {
+	ID       string   `json:"id"`
+	Cmd      []string `json:"cmd"`
+	State    string   `json:"state"`
+	ExitCode *int     `json:"exit_code,omitempty"`
+	PID      int      `json:"pid,omitempty"`
+}
+
+// Options configure a Session.
+type Options struct {
+	// Client reaches the daemon.
+	Client *client.Client
+	// PortBaseURL is the http(s) base the port-proxy URLs expose_port
+	// returns are built on ("" when the daemon is reached over a unix
+	// socket: then only the path is returned).
+	PortBaseURL string
+	// PortDomain, when set, also yields the host-routed URL
+	// {port}-{id}.{domain}.
+	PortDomain string
+	// Processes, when set, registers the background-process tools.
+	Processes Processes
+	Log       *slog.Logger
+	// Version is reported in the server's implementation info.
+	Version string
+}
+
+// Session is one MCP session: its server and the ephemeral sandboxes it
+// created.
+type Session struct {
+	opts   Options
+	server *mcp.Server
+	log    *slog.Logger
+
+	mu        sync.Mutex
+	ephemeral map[string]bool
+	closed    bool
+}
+
+// NewSession returns a session whose Server has every tool registered.
+// serverOpts may be nil.
+func NewSession(opts Options, serverOpts *mcp.ServerOptions) *Session {
+	s := &Session{opts: opts, ephemeral: map[string]bool{}, log: opts.Log}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	v := opts.Version
+	if v == "" {
+		v = "dev"
+	}
+	s.server = mcp.NewServer(&mcp.Implementation{Name: "berth", Title: "berth sandboxes", Version: v}, serverOpts)
+	s.register()
+	return s
+}
+
+// Server is the session's MCP server.
+func (s *Session) Server() *mcp.Server { return s.server }
+
+// track remembers an ephemeral sandbox the session created.
+func (s *Session) track(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ephemeral[id] = true
+}
+
+func (s *Session) untrack(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.ephemeral, id)
+}
+
+// Ephemeral lists the ephemeral sandboxes the session would delete now.
+func (s *Session) Ephemeral() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, 0, len(s.ephemeral))
+	for id := range s.ephemeral {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// Cleanup deletes the ephemeral sandboxes the session created and still
+// holds. It is idempotent, and runs on its own deadline: the session's
+// context is usually gone by then.
+func (s *Session) Cleanup() {
+	s.mu.Lock()
+	s.closed = true
+	ids := make([]string, 0, len(s.ephemeral))
+	for id := range s.ephemeral {
+		ids = append(ids, id)
+	}
+	s.ephemeral = map[string]bool{}
+	s.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.opts.Client.DeleteSandbox(ctx, id, true); err != nil && !client.IsNotFound(err) {
+				s.log.Warn("mcp: deleting a session's ephemeral sandbox", "sandbox", id, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// Closed reports whether Cleanup has run: tools then refuse to create.
+func (s *Session) Closed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}

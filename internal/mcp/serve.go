@@ -1,0 +1,230 @@
+package mcp
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// ServeStdio serves one session over in and out (the stdio of `berth
+// mcp`) until the client closes in or ctx ends (SIGINT/SIGTERM), then
+// deletes the session's ephemeral sandboxes.
+func ServeStdio(ctx context.Context, opts Options, in io.ReadCloser, out io.WriteCloser) error {
+	s := NewSession(opts, &mcp.ServerOptions{Logger: opts.Log})
+	defer s.Cleanup()
+	err := s.server.Run(ctx, &mcp.IOTransport{Reader: in, Writer: out})
+	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return err
+}
+
+// HTTPOptions configure an HTTPHandler.
+type HTTPOptions struct {
+	// MaxSessions bounds the live sessions (default 64); a new session
+	// past it is refused with 503.
+	MaxSessions int
+	// IdleTimeout closes a session that made no request for this long
+	// (default 15 minutes); its ephemeral sandboxes are deleted.
+	IdleTimeout time.Duration
+	Log         *slog.Logger
+}
+
+// Caller is who makes an HTTP request, as the daemon authenticated it.
+type Caller struct {
+	// Owner names the credential: a session answers only requests whose
+	// Owner is the one that created it.
+	Owner string
+	// Options are the session options for this caller: its Client speaks
+	// with the caller's credential.
+	Options func() Options
+}
+
+// HTTPHandler serves MCP's streamable HTTP transport: one Session per MCP
+// session, owned by the credential that created it.
+type HTTPHandler struct {
+	opts   HTTPOptions
+	caller func(*http.Request) (Caller, bool)
+	h      *mcp.StreamableHTTPHandler
+
+	mu       sync.Mutex
+	sessions map[string]*httpSession
+	pending  int // sessions being created
+	closed   bool
+}
+
+type httpSession struct {
+	owner string
+	s     *Session
+}
+
+// NewHTTPHandler returns the handler. caller reports who makes a request
+// (false: nobody authenticated; the request is refused).
+func NewHTTPHandler(opts HTTPOptions, caller func(*http.Request) (Caller, bool)) *HTTPHandler {
+	if opts.MaxSessions <= 0 {
+		opts.MaxSessions = 64
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = 15 * time.Minute
+	}
+	h := &HTTPHandler{opts: opts, caller: caller, sessions: map[string]*httpSession{}}
+	h.h = mcp.NewStreamableHTTPHandler(h.newServer, &mcp.StreamableHTTPOptions{
+		SessionTimeout: opts.IdleTimeout,
+		Logger:         opts.Log,
+		// The daemon's own authentication guards the route; DNS
+		// rebinding needs a browser to hold a credential it would not.
+		DisableLocalhostProtection: true,
+	})
+	return h
+}
+
+// SessionHeader is the header of the streamable HTTP transport that names
+// a session.
+const SessionHeader = "Mcp-Session-Id"
+
+func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c, ok := h.caller(r)
+	if !ok {
+		http.Error(w, "unauthenticated", http.StatusUnauthorized)
+		return
+	}
+	if id := r.Header.Get(SessionHeader); id != "" {
+		h.mu.Lock()
+		hs := h.sessions[id]
+		h.mu.Unlock()
+		if hs == nil || hs.owner != c.Owner {
+			// Another credential's session is answered as no session
+			// at all: its id is not confirmed.
+			http.Error(w, "session not found", http.StatusNotFound)
+			return
+		}
+	} else if r.Method == http.MethodPost {
+		h.mu.Lock()
+		full := h.closed || len(h.sessions)+h.pending >= h.opts.MaxSessions
+		if !full {
+			h.pending++
+		}
+		h.mu.Unlock()
+		if full {
+			http.Error(w, "too many MCP sessions", http.StatusServiceUnavailable)
+			return
+		}
+		created := new(string)
+		h.h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, callerCtx{c, created})))
+		h.mu.Lock()
+		h.pending--
+		hs := h.sessions[*created]
+		h.mu.Unlock()
+		if hs != nil {
+			h.watch(*created, hs)
+		}
+		return
+	}
+	h.h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, callerCtx{c, nil})))
+}
+
+type callerKey struct{}
+
+type callerCtx struct {
+	Caller
+	created *string // where newServer leaves the id of the session it made
+}
+
+// watch ends session id when its connection closes (DELETE, idle expiry,
+// Close), or at once when the request that made it did not connect one.
+func (h *HTTPHandler) watch(id string, hs *httpSession) {
+	var ss *mcp.ServerSession
+	for s := range hs.s.server.Sessions() {
+		ss = s
+	}
+	if ss == nil {
+		h.end(id)
+		return
+	}
+	go func() {
+		_ = ss.Wait()
+		h.end(id)
+	}()
+}
+
+// newServer makes the server of a new session (the SDK calls it for an
+// initialize request without a session id).
+func (h *HTTPHandler) newServer(r *http.Request) *mcp.Server {
+	c, _ := r.Context().Value(callerKey{}).(callerCtx)
+	if c.Owner == "" || c.created == nil {
+		return nil
+	}
+	// The SDK also calls this for requests it then serves from an
+	// existing session; only GetSessionID, called when it really makes
+	// one, registers the session.
+	var s *Session
+	s = NewSession(c.Options(), &mcp.ServerOptions{
+		Logger: h.opts.Log,
+		GetSessionID: func() string {
+			id := newSessionID()
+			h.mu.Lock()
+			h.sessions[id] = &httpSession{owner: c.Owner, s: s}
+			h.mu.Unlock()
+			*c.created = id
+			return id
+		},
+	})
+	return s.server
+}
+
+// end forgets a session and deletes its ephemeral sandboxes.
+func (h *HTTPHandler) end(id string) {
+	h.mu.Lock()
+	hs := h.sessions[id]
+	delete(h.sessions, id)
+	h.mu.Unlock()
+	if hs != nil {
+		hs.s.Cleanup()
+	}
+}
+
+// Sessions is the number of live sessions.
+func (h *HTTPHandler) Sessions() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.sessions)
+}
+
+// Close ends every session (deleting their ephemeral sandboxes) and
+// refuses new ones: the daemon is shutting down.
+func (h *HTTPHandler) Close() {
+	h.mu.Lock()
+	h.closed = true
+	all := make([]*httpSession, 0, len(h.sessions))
+	for id, hs := range h.sessions {
+		all = append(all, hs)
+		delete(h.sessions, id)
+	}
+	h.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, hs := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ss := range hs.s.server.Sessions() {
+				ss.Close()
+			}
+			hs.s.Cleanup()
+		}()
+	}
+	wg.Wait()
+}
+
+func newSessionID() string {
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
