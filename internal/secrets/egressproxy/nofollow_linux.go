@@ -1,0 +1,5 @@
+package egressproxy
+
+import "syscall"
+
+const syscallNoFollow = syscall.O_NOFOLLOW
