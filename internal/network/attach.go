@@ -157,7 +157,7 @@ func (n *Network) Attach(ctx context.Context, a Attachment, netnsPath string) er
 	}
 	sb := &sandbox{
 		id: a.ID, tag: tag, mode: a.Mode, v4: a.IPv4, v6: a.IPv6, mac: macFor(a.IPv4),
-		rules: slices.Clone(a.Rules), names: map[netip.Addr]string{},
+		rules: slices.Clone(a.Rules), names: map[netip.Addr]string{}, pins: pins{},
 	}
 	if err := n.attachLocked(ns, h, sb); err != nil {
 		if derr := n.detachLocked(tag, a.ID); derr != nil {
@@ -275,7 +275,7 @@ func (n *Network) Adopt(ctx context.Context, a Attachment) error {
 	defer n.mu.Unlock()
 	sb := &sandbox{
 		id: a.ID, tag: sandboxTag(a.ID), mode: a.Mode, v4: a.IPv4, v6: a.IPv6, mac: macFor(a.IPv4),
-		rules: slices.Clone(a.Rules), names: map[netip.Addr]string{},
+		rules: slices.Clone(a.Rules), names: map[netip.Addr]string{}, pins: pins{},
 	}
 	l, err := netlink.LinkByName(n.nm.veth(sb.tag))
 	if err != nil || l.Attrs().Alias != aliasPrefix+a.ID {

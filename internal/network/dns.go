@@ -178,6 +178,7 @@ func (r *resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 			for _, a := range addrs {
 				sb.names[a] = name
 			}
+			sb.pins.add(name, addrs, time.Now().Add(ttl), time.Now())
 		}
 	}
 	n.mu.Unlock()

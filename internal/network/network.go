@@ -114,6 +114,8 @@ type sandbox struct {
 	// names remembers the last name each pinned address was resolved
 	// from, for the flow log (bounded).
 	names map[netip.Addr]string
+	// pins is which name resolved to which address, until when (Pinned).
+	pins pins
 }
 
 // names derives every host object name from the instance string.

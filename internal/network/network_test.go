@@ -110,6 +110,14 @@ func TestEgress(t *testing.T) {
 		waitFlow(t, e.n, na.ID, "dns allow", func(f Flow) bool {
 			return f.Kind == "dns" && f.Decision == Allow && f.Name == "allowed.example.com" && slices.Contains(f.Answers, webB)
 		})
+		// The egress proxy's check: the name and the address it resolved
+		// to, for this sandbox only.
+		if !e.n.Pinned(na.ID, "allowed.example.com", webB) || !e.n.Pinned(na.ID, "allowed.example.com", web6B) {
+			t.Fatal("Pinned: the resolved name/address pair is not pinned")
+		}
+		if e.n.Pinned(na.ID, "evil.example.com", webB) || e.n.Pinned(na.ID, "allowed.example.com", webA) || e.n.Pinned(wa.ID, "allowed.example.com", webB) {
+			t.Fatal("Pinned answers for another name, address or sandbox")
+		}
 	})
 	t.Run("wildcard domain", func(t *testing.T) {
 		resp, err := queryFrom(narrow, gw4, "udp", "a.wild.example.com", dns.TypeA, 2*time.Second)

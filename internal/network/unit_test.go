@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"testing"
+	"time"
 )
 
 func TestRules(t *testing.T) {
@@ -144,5 +145,39 @@ func TestAutoSubnet4(t *testing.T) {
 	}
 	if _, err := autoSubnet4("x", func(netip.Prefix) bool { return true }); err == nil {
 		t.Fatal("all taken: no error")
+	}
+}
+
+func TestPinsAndAllowsTCP(t *testing.T) {
+	now := time.Unix(1000, 0)
+	p := pins{}
+	a, b := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
+	p.add("api.test.example", []netip.Addr{a}, now.Add(time.Minute), now)
+	if !p.has("API.test.example.", a, now) {
+		t.Fatal("pinned name/address not found")
+	}
+	if p.has("other.test.example", a, now) || p.has("api.test.example", b, now) {
+		t.Fatal("a pin answers for another name or address")
+	}
+	if p.has("api.test.example", a, now.Add(time.Minute)) {
+		t.Fatal("an expired pin still holds")
+	}
+	for i := 0; i < maxPinsPerSandbox+10; i++ {
+		p.add(fmt.Sprintf("h%d.example", i), []netip.Addr{a}, now.Add(time.Minute), now)
+	}
+	if len(p) > maxPinsPerSandbox {
+		t.Fatalf("pins grew to %d, bound %d", len(p), maxPinsPerSandbox)
+	}
+	rules := []Rule{{Domain: "api.test.example"}, {Domain: "*.svc.example", Ports: []uint16{443}, Proto: "tcp"}, {Domain: "dns.example", Ports: []uint16{443}, Proto: "udp"}}
+	for _, c := range []struct {
+		host string
+		want bool
+	}{{"api.test.example", true}, {"x.svc.example", true}, {"svc.example", false}, {"dns.example", false}, {"other.test.example", false}} {
+		if got := AllowsTCP(rules, c.host, 443); got != c.want {
+			t.Errorf("AllowsTCP(%s) = %v, want %v", c.host, got, c.want)
+		}
+	}
+	if AllowsTCP(rules, "x.svc.example", 80) {
+		t.Error("a rule for port 443 allows 80")
 	}
 }
