@@ -31,6 +31,10 @@ type Attachment struct {
 	// for its life (a persistent sandbox keeps them across stop/start).
 	IPv4, IPv6 netip.Addr
 	Rules      []Rule
+	// Redirect are the allowed host names whose TCP 443 traffic goes to
+	// the egress proxy (Config.ProxyPort on the IPv4 gateway) instead:
+	// the hosts of the sandbox's egress secrets. IPv4 only.
+	Redirect []string
 }
 
 // ErrNotAttached is returned for a sandbox the network does not know.
@@ -158,6 +162,7 @@ func (n *Network) Attach(ctx context.Context, a Attachment, netnsPath string) er
 	sb := &sandbox{
 		id: a.ID, tag: tag, mode: a.Mode, v4: a.IPv4, v6: a.IPv6, mac: macFor(a.IPv4),
 		rules: slices.Clone(a.Rules), names: map[netip.Addr]string{}, pins: pins{},
+		redirect: slices.Clone(a.Redirect),
 	}
 	if err := n.attachLocked(ns, h, sb); err != nil {
 		if derr := n.detachLocked(tag, a.ID); derr != nil {
@@ -276,6 +281,7 @@ func (n *Network) Adopt(ctx context.Context, a Attachment) error {
 	sb := &sandbox{
 		id: a.ID, tag: sandboxTag(a.ID), mode: a.Mode, v4: a.IPv4, v6: a.IPv6, mac: macFor(a.IPv4),
 		rules: slices.Clone(a.Rules), names: map[netip.Addr]string{}, pins: pins{},
+		redirect: slices.Clone(a.Redirect),
 	}
 	l, err := netlink.LinkByName(n.nm.veth(sb.tag))
 	if err != nil || l.Attrs().Alias != aliasPrefix+a.ID {
@@ -522,7 +528,7 @@ func (n *Network) Resources() (ifaces []string, sets []string, err error) {
 		}
 		for _, s := range ss {
 			sets = append(sets, "set:"+fam[t.Family]+"/"+s.Name)
-			if s.Name == mapSB4 || s.Name == mapSB6 || s.Name == mapPorts {
+			if s.Name == mapSB4 || s.Name == mapSB6 || s.Name == mapPorts || s.Name == mapRD4 {
 				els, err := c.GetSetElements(s)
 				if err != nil {
 					return nil, nil, err

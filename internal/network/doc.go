@@ -78,6 +78,24 @@
 // name whose address changes is followed: the old address expires, the
 // new one is pinned at the next lookup. Every query is a flow record.
 //
+// The resolver also keeps, per sandbox and bounded, which name each
+// address was answered for and until when (Pinned): the domain sets are
+// per rule, so a wildcard's set does not say which name an address
+// belongs to, and the egress proxy must dial only an address the named
+// host resolved to.
+//
+// # Egress-proxy redirect
+//
+// With Config.ProxyPort set, a sandbox whose Attachment.Redirect names
+// hosts (the hosts of its egress secrets) gets an element in map rd4
+// (source IPv4 → its chain rd-<tag>) under a nat prerouting chain: TCP 443
+// to an address in the domain set of a rule covering a redirect name is
+// DNATed to the gateway's ProxyPort, where the daemon's proxy reads the
+// original destination (SO_ORIGINAL_DST). The in_sb chain accepts that
+// port only for connections whose destination was NATed, so no sandbox
+// reaches the proxy by its own address. Port 80 and IPv6 are not
+// redirected (IPv6 to such a host goes out with the placeholder).
+//
 // # Flow log
 //
 // NFLOG (netlink, group Config.LogGroup) rather than conntrack events: the

@@ -72,6 +72,11 @@ type Config struct {
 	OnFlow func(sandboxID string, f Flow)
 	// Logger receives operational messages; default discards them.
 	Logger *slog.Logger
+	// ProxyPort, when set, is the TCP port of the egress proxy on the
+	// IPv4 gateway: a sandbox's connections to port 443 of the addresses
+	// pinned for its Attachment.Redirect names are DNATed there, and the
+	// gateway accepts on that port only connections so redirected.
+	ProxyPort uint16
 }
 
 // DefaultSubnet4 is the default IPv4 subnet of the sandboxes.
@@ -116,6 +121,8 @@ type sandbox struct {
 	names map[netip.Addr]string
 	// pins is which name resolved to which address, until when (Pinned).
 	pins pins
+	// redirect are the names whose TCP 443 goes to the egress proxy.
+	redirect []string
 }
 
 // names derives every host object name from the instance string.
@@ -154,6 +161,7 @@ func sandboxTag(id string) string {
 func (nm names) veth(tag string) string    { return nm.prefix + tag } // 15 chars
 func (nm names) sbChain(tag string) string { return "sb-" + tag }
 func (nm names) spChain(tag string) string { return "sp-" + tag }
+func (nm names) rdChain(tag string) string { return "rd-" + tag }
 func (nm names) domainSet(fam int, tag, rtag string) string {
 	return "d" + strconv.Itoa(fam) + "-" + tag + "-" + rtag
 }

@@ -1,6 +1,7 @@
 package network
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -29,6 +30,8 @@ const (
 	chDenyDNS        = "deny_dns"
 	chDenyNoRule     = "deny_norule"
 	mapSB4           = "sb4"
+	mapRD4           = "rd4" // source address → the sandbox's egress-proxy redirect chain
+	chPreNAT         = "prerouting"
 	mapSB6           = "sb6"
 	chBrPre          = "pre"
 	mapPorts         = "ports"
@@ -74,6 +77,33 @@ func (n *Network) dispatchMaps() (sb4, sb6 *nftables.Set) {
 		&nftables.Set{Table: t, Name: mapSB6, KeyType: nftables.TypeIP6Addr, DataType: nftables.TypeVerdict, IsMap: true}
 }
 
+func (n *Network) redirectMap() *nftables.Set {
+	return &nftables.Set{Table: n.nm.inet(), Name: mapRD4, KeyType: nftables.TypeIPAddr, DataType: nftables.TypeVerdict, IsMap: true}
+}
+
+// ctDNAT matches a connection whose destination was NATed.
+func ctDNAT() []expr.Any {
+	const ipsDstNAT = 1 << 5 // IPS_DST_NAT of nf_conntrack_common.h
+	mask := make([]byte, 4)
+	binary.NativeEndian.PutUint32(mask, ipsDstNAT)
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+	}
+}
+
+// redirects reports whether domain rule r covers one of sb's redirect
+// names.
+func redirects(sb *sandbox, r Rule) bool {
+	for _, h := range sb.redirect {
+		if matchDomain(r.Domain, normDomain(h)) {
+			return true
+		}
+	}
+	return false
+}
+
 func (n *Network) portsMap() *nftables.Set {
 	return &nftables.Set{Table: n.nm.brTable(), Name: mapPorts, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict, IsMap: true}
 }
@@ -104,7 +134,8 @@ func (n *Network) ensureTables() error {
 	}
 	sb4, sb6 := n.dispatchMaps()
 	ports := n.portsMap()
-	for _, s := range []*nftables.Set{sb4, sb6, ports} {
+	rd4 := n.redirectMap()
+	for _, s := range []*nftables.Set{sb4, sb6, ports, rd4} {
 		if !existing[fmt.Sprint(s.Table.Family, s.Name)] {
 			if err := c.AddSet(s, nil); err != nil {
 				return err
@@ -151,6 +182,13 @@ func (n *Network) ensureTables() error {
 			nftexpr.IfnameCmp(expr.MetaKeyOIFNAME, expr.CmpOpNeq, br), nftexpr.One(&expr.Masq{}))
 	}
 
+	// Egress-proxy redirects: a sandbox with egress secrets has an
+	// element in rd4 jumping to its rd-<tag> chain of DNAT rules.
+	dnat := base(inet, chPreNAT, nftables.ChainTypeNAT, nftables.ChainHookPrerouting, nftables.ChainPriorityNATDest)
+	rule(dnat, nftexpr.IfnameCmp(expr.MetaKeyIIFNAME, expr.CmpOpEq, br), nftexpr.NFProto(true),
+		nftexpr.One(&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4}),
+		nftexpr.One(&expr.Lookup{SourceRegister: 1, SetName: mapRD4, SetID: rd4.ID, DestRegister: 0, IsDestRegSet: true}))
+
 	established := nftexpr.CTState(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED)
 	rule(fromSB, established, nftexpr.One(nftexpr.Accept()))
 	rule(fromSB, nftexpr.CTState(expr.CtStateBitINVALID), nftexpr.One(nftexpr.Drop()))
@@ -179,6 +217,12 @@ func (n *Network) ensureTables() error {
 			rule(inSB, nftexpr.NFProto(gw.Is4()), nftexpr.AddrMatch(false, netip.PrefixFrom(gw, gw.BitLen()), expr.CmpOpEq),
 				nftexpr.L4Proto(p), nftexpr.DPort(53), nftexpr.One(nftexpr.Accept()))
 		}
+	}
+	if n.cfg.ProxyPort != 0 {
+		// The egress proxy, reached only through a redirect (a
+		// connection straight to the gateway's port is dropped).
+		rule(inSB, nftexpr.NFProto(true), nftexpr.AddrMatch(false, netip.PrefixFrom(n.gw4, 32), expr.CmpOpEq),
+			nftexpr.L4Proto(protoTCP), nftexpr.DPort(n.cfg.ProxyPort), ctDNAT(), nftexpr.One(nftexpr.Accept()))
 	}
 	rule(inSB, nftexpr.One(limited()), nftexpr.One(n.logTo(logPrefix+"d "+reasonHost)))
 	rule(inSB, nftexpr.One(nftexpr.Drop()))
@@ -333,6 +377,27 @@ func (n *Network) programSandbox(sb *sandbox, withDispatch bool) error {
 		}
 	}
 	add(nftexpr.One(nftexpr.Goto(chDenyNoRule)))
+	var rd *nftables.Chain
+	if len(sb.redirect) > 0 && n.cfg.ProxyPort != 0 {
+		// TCP 443 to the addresses pinned for a redirect name's rule goes
+		// to the proxy (every name of a wildcard rule: the proxy serves
+		// the others unchanged).
+		rd = c.AddChain(&nftables.Chain{Table: inet, Name: n.nm.rdChain(sb.tag)})
+		c.FlushChain(rd)
+		for _, r := range domains {
+			if !redirects(sb, r) {
+				continue
+			}
+			s := n.domainSet(4, sb.tag, r.tag())
+			c.AddRule(&nftables.Rule{Table: inet, Chain: rd, UserData: ud, Exprs: nftexpr.Cat(nftexpr.NFProto(true),
+				nftexpr.One(&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4}),
+				nftexpr.One(&expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID}),
+				nftexpr.L4Proto(protoTCP), nftexpr.DPort(443),
+				nftexpr.One(&expr.Immediate{Register: 1, Data: n.gw4.AsSlice()}),
+				nftexpr.One(&expr.Immediate{Register: 2, Data: nftexpr.BE16(n.cfg.ProxyPort)}),
+				nftexpr.One(&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2, Specified: true}))})
+		}
+	}
 	// Domain sets of rules that are gone (after the flush above, nothing
 	// references them).
 	prefix4, prefix6 := "d4-"+sb.tag+"-", "d6-"+sb.tag+"-"
@@ -350,6 +415,11 @@ func (n *Network) programSandbox(sb *sandbox, withDispatch bool) error {
 			return err
 		}
 		n.addSpoofChain(c, sb)
+		if rd != nil {
+			if err := c.SetAddElements(n.redirectMap(), []nftables.SetElement{{Key: sb.v4.AsSlice(), VerdictData: nftexpr.Jump(rd.Name), Comment: elemComment(sb.tag)}}); err != nil {
+				return err
+			}
+		}
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("network: programming nft for sandbox %s: %w", sb.id, err)
@@ -406,7 +476,7 @@ func (n *Network) removeSandboxNFT(tag string) (addrs []netip.Addr, err error) {
 		return nil, nil
 	}
 	sb4, sb6 := n.dispatchMaps()
-	for _, m := range []*nftables.Set{sb4, sb6} {
+	for _, m := range []*nftables.Set{sb4, sb6, n.redirectMap()} {
 		els, err := c.GetSetElements(m)
 		if err != nil {
 			if isNFTNotFound(err) {
@@ -451,7 +521,7 @@ func (n *Network) removeSandboxNFT(tag string) (addrs []netip.Addr, err error) {
 		if ch.Table.Name != n.nm.table {
 			continue
 		}
-		if (ch.Table.Family == nftables.TableFamilyINet && ch.Name == sbChain) ||
+		if (ch.Table.Family == nftables.TableFamilyINet && (ch.Name == sbChain || ch.Name == n.nm.rdChain(tag))) ||
 			(ch.Table.Family == nftables.TableFamilyBridge && ch.Name == spChain) {
 			t := inet
 			if ch.Table.Family == nftables.TableFamilyBridge {
