@@ -284,16 +284,38 @@ func (p *Proxy) handle(c net.Conn) {
 		return
 	}
 	defer up.Close()
-	p.relay(tc, up, sb, sni)
+	p.relay(idleConn{tc, p.cfg.IdleTimeout}, idleConn{up, p.cfg.IdleTimeout}, sb, sni)
 }
 
-// relay carries requests from client to up until either side ends.
+// maxResponseHead bounds an upstream response's head.
+const maxResponseHead = 1 << 20
+
+// idleConn is a connection on which every read and write must make
+// progress within d: a stalled peer (either side) ends the relay.
+type idleConn struct {
+	net.Conn
+	d time.Duration
+}
+
+func (c idleConn) Read(b []byte) (int, error) {
+	_ = c.Conn.SetReadDeadline(time.Now().Add(c.d))
+	return c.Conn.Read(b)
+}
+
+func (c idleConn) Write(b []byte) (int, error) {
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.d))
+	return c.Conn.Write(b)
+}
+
+// relay carries requests from client to up until either side ends or
+// stalls. Upgrades (101) are not relayed: the next read of the client
+// fails to parse as a request and the connection ends.
 func (p *Proxy) relay(client net.Conn, up net.Conn, sb *Sandbox, sni string) {
 	lim := &headLimit{r: client}
 	cr := bufio.NewReaderSize(lim, 4096)
-	ur := bufio.NewReaderSize(up, 4096)
+	ulim := &headLimit{r: up}
+	ur := bufio.NewReaderSize(ulim, 4096)
 	for {
-		_ = client.SetReadDeadline(time.Now().Add(p.cfg.IdleTimeout))
 		lim.n = int64(p.cfg.MaxHeaderBytes)
 		req, err := http.ReadRequest(cr)
 		if err != nil {
@@ -305,22 +327,21 @@ func (p *Proxy) relay(client net.Conn, up net.Conn, sb *Sandbox, sni string) {
 			return
 		}
 		lim.n = -1 // the body is not bounded here: it streams through
-		_ = client.SetReadDeadline(time.Time{})
 		if err := p.rewrite(req, sb, sni); err != nil {
 			p.cfg.Log.Warn("egress proxy: request refused", "sandbox", sb.ID, "host", sni, "err", err)
 			writeError(client, http.StatusBadGateway, "berth egress proxy: "+err.Error())
 			return
 		}
-		_ = up.SetDeadline(time.Now().Add(p.cfg.IdleTimeout))
 		if err := req.Write(up); err != nil {
 			return
 		}
+		ulim.n = maxResponseHead
 		resp, err := http.ReadResponse(ur, req)
 		if err != nil {
 			writeError(client, http.StatusBadGateway, "berth egress proxy: bad upstream response")
 			return
 		}
-		_ = up.SetDeadline(time.Time{})
+		ulim.n = -1
 		err = resp.Write(client)
 		resp.Body.Close()
 		if err != nil || resp.Close || req.Close {
@@ -407,7 +428,7 @@ func isTimeout(err error) bool {
 }
 
 func writeError(w io.Writer, code int, msg string) {
-	if c, ok := w.(net.Conn); ok {
+	if c, ok := w.(interface{ SetWriteDeadline(time.Time) error }); ok {
 		_ = c.SetWriteDeadline(time.Now().Add(2 * time.Second))
 	}
 	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s\n", code, http.StatusText(code), len(msg)+1, msg)

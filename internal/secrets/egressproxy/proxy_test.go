@@ -72,6 +72,9 @@ func newUpstream(t *testing.T) *upstream {
 		u.mu.Lock()
 		u.seen[hostOnly(r.Host)] = append(u.seen[hostOnly(r.Host)], r.Header.Get("Authorization"))
 		u.mu.Unlock()
+		if r.URL.Path == "/big-head" {
+			w.Header().Set("X-Big", strings.Repeat("b", maxResponseHead+1))
+		}
 		fmt.Fprintf(w, "ua=%q x=%q", r.Header.Get("User-Agent"), r.Header.Get("X-Other"))
 	}))
 	u.srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
@@ -273,6 +276,14 @@ func TestRequestHeadIsBounded(t *testing.T) {
 	code, _, err = get(t, r.client(t), "https://"+apiHost+"/", "", map[string]string{"X-Small": strings.Repeat("a", 1024)})
 	if err != nil || code != 200 {
 		t.Fatalf("head under the bound: %d %v", code, err)
+	}
+}
+
+func TestResponseHeadIsBounded(t *testing.T) {
+	r := newRig(t, nil)
+	code, _, err := get(t, r.client(t), "https://"+apiHost+"/big-head", "", nil)
+	if err != nil || code != http.StatusBadGateway {
+		t.Fatalf("response head past the bound: %d %v, want 502", code, err)
 	}
 }
 
