@@ -232,15 +232,15 @@ func (m *Builder) DeleteTemplate(ctx context.Context, name string) error {
 }
 
 func (m *Builder) gcLayers(ctx context.Context) error {
-	ts, _, err := m.store.ListTemplates(ctx, store.Page{})
+	// Layers are content-addressed and shared: a layer any tenant's
+	// template references stays, whoever deleted theirs.
+	inUse, err := m.store.TemplateLayers(ctx)
 	if err != nil {
 		return err
 	}
 	keep := map[string]bool{}
-	for _, t := range ts {
-		for _, l := range t.Layers {
-			keep[l] = true
-		}
+	for _, l := range inUse {
+		keep[l] = true
 	}
 	// Sandboxes and snapshots keep the layers they were made from, even
 	// after their template changed or went.
