@@ -14,8 +14,10 @@ type TenantTemplates interface {
 	// ResolveTemplate is the name lookup of a create: the caller's own
 	// template first, then the shared catalogue's.
 	ResolveTemplate(ctx context.Context, tenant, name string) (*Template, error)
-	// ListTenantTemplates returns a page of the templates tenant owns,
-	// ordered by name.
+	// ListTenantTemplates returns a page of the templates tenant sees,
+	// ordered by name: its own, and the shared catalogue's it does not
+	// shadow with one of the same name (so each name once, as
+	// ResolveTemplate would find it).
 	ListTenantTemplates(ctx context.Context, tenant string, p Page) ([]*Template, string, error)
 	// DeleteTenantTemplate removes the template tenant owns by that name.
 	DeleteTenantTemplate(ctx context.Context, tenant, name string) error

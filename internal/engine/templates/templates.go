@@ -85,8 +85,13 @@ func builtinConfig(c image.Config) store.TemplateConfig {
 	return cfg
 }
 
-// ListTemplates returns a page of the templates.
+// ListTemplates returns a page of the templates ctx's caller sees: a
+// tenant its own and the shared catalogue's it does not shadow, the host
+// (and the engine's own work) the shared catalogue.
 func (m *Builder) ListTemplates(ctx context.Context, p store.Page) ([]*store.Template, string, error) {
+	if tenant, ok := engine.Owner(ctx).Tenant(); ok && tenant != "" {
+		return m.store.ListTenantTemplates(ctx, tenant, p)
+	}
 	return m.store.ListTemplates(ctx, p)
 }
 

@@ -468,7 +468,11 @@ func (s *sqlStore) ListTemplates(ctx context.Context, p store.Page) ([]*store.Te
 
 func (s *sqlStore) ListTenantTemplates(ctx context.Context, tenant string, p store.Page) ([]*store.Template, string, error) {
 	q := pageQuery{base: `SELECT ` + templateCols + ` FROM templates`}
-	q.and("tenant = ?", tenant)
+	if tenant == "" {
+		q.and("tenant = ''")
+	} else {
+		q.and("(tenant = ? OR (tenant = '' AND name NOT IN (SELECT name FROM templates WHERE tenant = ?)))", tenant, tenant)
+	}
 	return listPage(ctx, s, q, byTemplateName, p, scanTemplate,
 		func(t *store.Template) (int64, string) { return 0, t.Name })
 }

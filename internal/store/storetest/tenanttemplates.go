@@ -63,7 +63,8 @@ func testTenantTemplates(t *testing.T, s store.Store) {
 	if got, _ := s.GetTenantTemplate(ctx, "a", "py"); got == nil || !slices.Equal(got.Layers, []string{"sha256:a-own2"}) {
 		t.Fatalf("a's py after replace: %+v", got)
 	}
-	// Lists: each tenant's own, the catalogue's alone, paged by name.
+	// Lists: what each tenant sees (its own, then the shared ones it does
+	// not shadow; each name once), the catalogue's alone; paged by name.
 	names := func(tenant string, limit int) []string {
 		t.Helper()
 		var out []string
@@ -72,10 +73,10 @@ func testTenantTemplates(t *testing.T, s store.Store) {
 			ts, next, err := s.ListTenantTemplates(ctx, tenant, p)
 			must(t, err)
 			for _, x := range ts {
-				if x.Tenant != tenant {
+				if x.Tenant != tenant && x.Tenant != "" {
 					t.Fatalf("list of %q has %q's %s", tenant, x.Tenant, x.Name)
 				}
-				out = append(out, x.Name)
+				out = append(out, x.Tenant+"/"+x.Name)
 			}
 			if next == "" {
 				return out
@@ -83,11 +84,17 @@ func testTenantTemplates(t *testing.T, s store.Store) {
 			p.Cursor = next
 		}
 	}
-	if got := names("a", 1); !slices.Equal(got, []string{"py", "tool"}) {
+	if got := names("a", 1); !slices.Equal(got, []string{"a/py", "a/tool"}) {
 		t.Fatalf("a's templates = %v", got)
 	}
-	if got := names("b", 0); !slices.Equal(got, []string{"tool"}) {
+	if got := names("b", 0); !slices.Equal(got, []string{"/py", "b/tool"}) {
 		t.Fatalf("b's templates = %v", got)
+	}
+	if got := names("c", 1); !slices.Equal(got, []string{"/py"}) {
+		t.Fatalf("c's templates = %v", got)
+	}
+	if got := names("", 1); !slices.Equal(got, []string{"/py"}) {
+		t.Fatalf("the shared catalogue's templates = %v", got)
 	}
 	shared, _, err := s.ListTemplates(ctx, store.Page{})
 	must(t, err)
