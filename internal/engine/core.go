@@ -306,7 +306,19 @@ func (m *Engine) Close() {
 // Stopping is closed when Close begins.
 func (m *Engine) Stopping() <-chan struct{} { return m.stopCh }
 
-// GetTemplate returns one template (404 naming it if there is none).
+// ResolveTemplate returns the template a sandbox of tenant named: the
+// tenant's own of that name first, then the shared catalogue's (404
+// naming it if there is neither; another tenant's is never found).
+func (m *Engine) ResolveTemplate(ctx context.Context, tenant, name string) (*store.Template, error) {
+	t, err := m.store.ResolveTemplate(ctx, tenant, name)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, errdefs.NotFound("no template %q", name)
+	}
+	return t, err
+}
+
+// GetTemplate returns one shared-catalogue template (404 naming it if
+// there is none).
 func (m *Engine) GetTemplate(ctx context.Context, name string) (*store.Template, error) {
 	t, err := m.store.GetTemplate(ctx, name)
 	if errors.Is(err, errdefs.ErrNotFound) {

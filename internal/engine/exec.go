@@ -145,7 +145,7 @@ func (m *Engine) execIn(ctx context.Context, sb *sandbox.Sandbox, req *ExecReque
 func (m *Engine) agentExecRequest(ctx context.Context, sb *sandbox.Sandbox, req *ExecRequest) (agent.ExecRequest, error) {
 	tplEnv := sb.Spec.TemplateEnv
 	if tplEnv == nil && !sb.Spec.HostUsr && len(sb.Spec.Layers) == 0 { // records from before it was kept
-		if tpl, err := m.store.GetTemplate(ctx, sb.Spec.Template); err == nil {
+		if tpl, err := m.store.ResolveTemplate(ctx, sb.Tenant, sb.Spec.Template); err == nil {
 			tplEnv = tpl.Config.Env
 		}
 	}

@@ -119,7 +119,9 @@ func (m *Engine) Create(ctx context.Context, req *CreateRequest, opt CreateOptio
 	if tname == "" {
 		tname = m.cfg.DefaultTemplate
 	}
-	tpl, err := m.store.GetTemplate(ctx, tname)
+	// The caller's own template of that name first, then the shared
+	// catalogue's; never another tenant's.
+	tpl, err := m.store.ResolveTemplate(ctx, opt.Tenant, tname)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil, errdefs.NotFound("no template %q (see `berth template ls`)", tname)
 	} else if err != nil {
@@ -302,7 +304,7 @@ const ownWorkspaceTimeout = 10 * time.Second
 // volumes recorded as attached (their images made).
 func (m *Engine) prepareRecord(ctx context.Context, sb *sandbox.Sandbox) error {
 	if len(sb.Spec.Layers) == 0 { // records from before layers were kept
-		tpl, err := m.store.GetTemplate(ctx, sb.Spec.Template)
+		tpl, err := m.store.ResolveTemplate(ctx, sb.Tenant, sb.Spec.Template)
 		if err != nil {
 			return fmt.Errorf("template %s: %w", sb.Spec.Template, err)
 		}

@@ -363,7 +363,7 @@ func (m *Engine) Diff(ctx context.Context, ref string) ([]DiffEntry, error) {
 		return nil, sandbox.ErrWrongState("diff", sb)
 	}
 	if len(sb.Spec.Layers) == 0 {
-		tpl, err := m.store.GetTemplate(ctx, sb.Spec.Template)
+		tpl, err := m.store.ResolveTemplate(ctx, sb.Tenant, sb.Spec.Template)
 		if err != nil {
 			return nil, err
 		}

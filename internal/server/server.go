@@ -525,6 +525,9 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) templateToAPI(t *store.Template) api.Template {
 	out := templateToAPI(t)
+	if t.Tenant != "" { // pools are the shared catalogue's
+		return out
+	}
 	if p, err := s.m.Pool(context.Background(), t.Name); err == nil && (p.Min > 0 || p.Ready > 0) {
 		out.Pool = poolPtrToAPI(p)
 	}
@@ -539,7 +542,8 @@ func templateToAPI(t *store.Template) api.Template {
 }
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
-	t, err := s.m.GetTemplate(r.Context(), r.PathValue("name"))
+	// The caller's own template of that name, else the shared one.
+	t, err := s.m.ResolveTemplate(r.Context(), tenant(r), r.PathValue("name"))
 	if err != nil {
 		writeError(w, err)
 		return

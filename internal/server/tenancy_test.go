@@ -224,6 +224,10 @@ func (e *tenv) state(w *world) string {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	tpls, _, _ := e.st.ListTenantTemplates(ctx, "b", store.Page{})
+	for _, t := range tpls {
+		parts = append(parts, t.Tenant, t.Name, t.Layers, t.Source)
+	}
 	parts = append(parts, v.State, v.Generation, sn.Name, len(snaps), len(vols), len(sbs), sec.Sealed, sec.UpdatedAt)
 	b, _ := json.Marshal(parts)
 	return string(b)
@@ -250,15 +254,22 @@ func TestCrossTenantRoutes(t *testing.T) {
 	w.lease = w.sb.LeaseToken
 	e.must(kb.Key, "PUT", "/v1/secrets/bsec", `{"value":"b-secret-value"}`, 201, nil)
 	mine := e.sandbox(ka, `{"template":"base","name":"asb"}`)
+	// b's own template (tenants cannot import through the API yet: put in
+	// the store as an import would).
+	if err := e.st.PutTemplate(context.Background(), &store.Template{Tenant: "b", Name: "btpl", Source: "b-own-source",
+		Layers: []string{"sha256:00000000000000000000000000000000000000000000000000000000000000b1"}}); err != nil {
+		t.Fatal(err)
+	}
 	before := e.state(w)
-	bnames := []string{w.sb.ID, w.named.ID, w.vol.ID, w.snap.ID, w.key.ID, "bsb", "bsnap", "bvol", "bsec", "b-secret-value"}
+	bnames := []string{w.sb.ID, w.named.ID, w.vol.ID, w.snap.ID, w.key.ID, "bsb", "bsnap", "bvol", "bsec", "b-secret-value", "btpl", "b-own-source"}
 
 	// Bodies that would be valid, naming b's objects where a route takes
 	// them in its body.
 	bodies := map[string][]string{
 		"POST /v1/sandboxes": {`{"template":"base","volumes":[{"name":"bvol","path":"/data"}]}`,
-			`{"snapshot":"` + w.snap.ID + `"}`, `{"snapshot":"bsnap"}`},
-		"POST /v1/run":                                   {`{"sandbox":{"template":"base","volumes":[{"name":"bvol","path":"/data"}]},"exec":{"cmd":["true"]}}`},
+			`{"snapshot":"` + w.snap.ID + `"}`, `{"snapshot":"bsnap"}`, `{"template":"btpl"}`},
+		"POST /v1/run": {`{"sandbox":{"template":"base","volumes":[{"name":"bvol","path":"/data"}]},"exec":{"cmd":["true"]}}`,
+			`{"sandbox":{"template":"btpl"},"exec":{"cmd":["true"]}}`},
 		"POST /v1/copy":                                  {`{"from":"` + w.sb.ID + `","from_path":"/hello","to":"asb","to_path":"/tmp"}`, `{"from":"asb","from_path":"/","to":"bsb","to_path":"/tmp"}`},
 		"POST /v1/keys":                                  {`{"tenant":"b","role":"viewer"}`},
 		"POST /v1/sandboxes/{id}/exec":                   {`{"cmd":["true"]}`},
@@ -307,7 +318,7 @@ func TestCrossTenantRoutes(t *testing.T) {
 			case strings.HasPrefix(path, "/v1/keys/"):
 				ids = []string{w.key.ID, w.key.Prefix}
 			case strings.HasPrefix(path, "/v1/templates/"):
-				names = []string{"base"}
+				names = []string{"base", "btpl"} // the shared one, b's own
 			case strings.HasPrefix(path, "/v1/tenants/"):
 				names = []string{"b"}
 			case rt.Pattern == "PUT /v1/secrets/{name}":
@@ -357,6 +368,8 @@ func TestCrossTenantRoutes(t *testing.T) {
 				switch {
 				case rt.Rule.Host:
 					want = 403
+				case strings.Contains(tg.path, "/btpl"):
+					want = 404 // b's own template: a reads the shared catalogue only
 				case wantOK[rt.Pattern] != 0:
 					want = wantOK[rt.Pattern]
 				case rt.Pattern == "PUT /v1/secrets/{name}" && code == 200:

@@ -29,6 +29,10 @@ import (
 // Template is a named, read-only root filesystem plus defaults.
 type Template struct {
 	Name string `json:"name"`
+	// Tenant owns the template; "" is the host's shared catalogue
+	// (builtin and host-imported templates), which every tenant reads.
+	// Names are unique per tenant.
+	Tenant string `json:"tenant,omitempty"`
 	// Layers are layer ids (content digests, "sha256:..."), bottom first.
 	Layers []string `json:"layers"`
 	// Config carries the image defaults: env, workdir, user, entry command.
@@ -297,13 +301,17 @@ type Webhooks interface {
 	ListWebhookDeliveries(ctx context.Context, eventID int64) ([]*WebhookDelivery, error)
 }
 
-// Templates are the named root filesystems. They are not owned: every
-// tenant sees the same set.
+// Templates are the named root filesystems of the host's shared catalogue
+// (tenant ""), which every tenant reads. TenantTemplates (tenanttemplates.go)
+// reaches the templates tenants own.
 type Templates interface {
-	PutTemplate(ctx context.Context, t *Template) error // insert or replace by name
+	// PutTemplate inserts or replaces by (t.Tenant, t.Name).
+	PutTemplate(ctx context.Context, t *Template) error
+	// GetTemplate finds a shared-catalogue template.
 	GetTemplate(ctx context.Context, name string) (*Template, error)
-	// ListTemplates returns a page of templates ordered by name.
+	// ListTemplates returns a page of the shared catalogue ordered by name.
 	ListTemplates(ctx context.Context, p Page) ([]*Template, string, error)
+	// DeleteTemplate removes a shared-catalogue template.
 	DeleteTemplate(ctx context.Context, name string) error
 }
 
@@ -336,13 +344,18 @@ type Snapshots interface {
 	DeleteSnapshot(ctx context.Context, id string) error
 }
 
-// BuildCache maps a build step's content key to the layer it made.
+// BuildCache maps a build step's content key to the layer it made, per
+// tenant: an entry one tenant's build made never serves another tenant's
+// build (a hit would hand over a layer made from the other's files).
+// Tenant "" is the host's.
 type BuildCache interface {
-	GetBuildCache(ctx context.Context, key string) (string, error)
-	PutBuildCache(ctx context.Context, key, layer string) error
+	GetBuildCache(ctx context.Context, tenant, key string) (string, error)
+	PutBuildCache(ctx context.Context, tenant, key, layer string) error
 }
 
-// Pools are the warm-pool sizes, per template (a handful: not paged).
+// Pools are the warm-pool sizes of the shared catalogue's templates
+// (tenant ""), per template (a handful: not paged). The table is keyed by
+// (tenant, template) since migration 0012.
 type Pools interface {
 	// SetPool sets a template's warm-pool size (0 removes it).
 	SetPool(ctx context.Context, template string, min int) error
@@ -450,6 +463,7 @@ type Store interface {
 	Events
 	Webhooks
 	Templates
+	TenantTemplates
 	Volumes
 	Snapshots
 	BuildCache

@@ -188,7 +188,9 @@ func (m *Warm) runtimeOf(sb *sandbox.Sandbox) string {
 // claim hands out a ready pool member of tpl as the sandbox the request
 // asks for, or returns nil if there is none.
 func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec, req *engine.CreateRequest, opt engine.CreateOptions) (*sandbox.Sandbox, error) {
-	if !m.poolable(req, tpl, &spec) {
+	if tpl.Tenant != "" || !m.poolable(req, tpl, &spec) {
+		// Pools are the shared catalogue's: a tenant's own template
+		// (which may shadow a pooled shared name) has none.
 		return nil, nil
 	}
 	pools, err := m.store.ListPools(ctx)

@@ -507,7 +507,7 @@ func (p *Procs) Running(ctx context.Context, sb *sandbox.Sandbox) {
 	if sb.Spec.Template == "" {
 		return
 	}
-	tpl, err := p.e.GetTemplate(ctx, sb.Spec.Template)
+	tpl, err := p.e.ResolveTemplate(ctx, sb.Tenant, sb.Spec.Template)
 	if err != nil || tpl.Config.Service == nil {
 		return
 	}

@@ -407,7 +407,7 @@ func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*Report, er
 	}
 	for _, sb := range live {
 		if len(sb.Spec.Layers) == 0 { // records from before layers were kept
-			if tpl, err := m.store.GetTemplate(ctx, sb.Spec.Template); err == nil {
+			if tpl, err := m.store.ResolveTemplate(ctx, sb.Tenant, sb.Spec.Template); err == nil {
 				sb.Spec.Layers = tpl.Layers
 			}
 		}

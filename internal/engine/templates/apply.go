@@ -158,7 +158,7 @@ func (m *Builder) Apply(ctx context.Context, req *ApplyRequest, actor string, pr
 		} else {
 			key = hashOf(key, string(stepJSON), strings.Join(cfg.Env, "\x00"), cfg.Workdir)
 		}
-		if layer, err := m.store.GetBuildCache(ctx, key); err == nil && m.e.Images().HasLayer(layer) {
+		if layer, err := m.store.GetBuildCache(ctx, buildTenant, key); err == nil && m.e.Images().HasLayer(layer) {
 			say(n, "--> step %d/%d: %s (cached)", n, len(tf.Steps), desc)
 			layers = append(layers, layer)
 			continue
@@ -176,7 +176,7 @@ func (m *Builder) Apply(ctx context.Context, req *ApplyRequest, actor string, pr
 		if err != nil {
 			return nil, fmt.Errorf("step %d: %w", n, err)
 		}
-		if err := m.store.PutBuildCache(ctx, key, layer); err != nil {
+		if err := m.store.PutBuildCache(ctx, buildTenant, key, layer); err != nil {
 			return nil, err
 		}
 		layers = append(layers, layer)
@@ -360,3 +360,9 @@ func (m *Builder) buildLayer(ctx context.Context, layers []string, cfg store.Tem
 	defer unlock()
 	return m.node.CommitLayer(ctx, sb)
 }
+
+// buildTenant owns the build-cache entries Apply reads and writes: builds
+// are the host's (the apply route is host-only), so they use the host's
+// shared-catalogue cache; the store keys entries per tenant so a tenant's
+// build, once allowed, never hits another tenant's entries.
+const buildTenant = ""

@@ -85,8 +85,13 @@ func builtinConfig(c image.Config) store.TemplateConfig {
 	return cfg
 }
 
-// ListTemplates returns a page of the templates.
+// ListTemplates returns a page of the templates ctx's caller sees: a
+// tenant its own and the shared catalogue's it does not shadow, the host
+// (and the engine's own work) the shared catalogue.
 func (m *Builder) ListTemplates(ctx context.Context, p store.Page) ([]*store.Template, string, error) {
+	if tenant, ok := engine.Owner(ctx).Tenant(); ok && tenant != "" {
+		return m.store.ListTenantTemplates(ctx, tenant, p)
+	}
 	return m.store.ListTemplates(ctx, p)
 }
 
@@ -232,15 +237,15 @@ func (m *Builder) DeleteTemplate(ctx context.Context, name string) error {
 }
 
 func (m *Builder) gcLayers(ctx context.Context) error {
-	ts, _, err := m.store.ListTemplates(ctx, store.Page{})
+	// Layers are content-addressed and shared: a layer any tenant's
+	// template references stays, whoever deleted theirs.
+	inUse, err := m.store.TemplateLayers(ctx)
 	if err != nil {
 		return err
 	}
 	keep := map[string]bool{}
-	for _, t := range ts {
-		for _, l := range t.Layers {
-			keep[l] = true
-		}
+	for _, l := range inUse {
+		keep[l] = true
 	}
 	// Sandboxes and snapshots keep the layers they were made from, even
 	// after their template changed or went.

@@ -104,25 +104,24 @@ func (s *sqlStore) DeleteSnapshot(ctx context.Context, id string) error {
 	return nil
 }
 
-func (s *sqlStore) GetBuildCache(ctx context.Context, key string) (string, error) {
+func (s *sqlStore) GetBuildCache(ctx context.Context, tenant, key string) (string, error) {
 	var layer string
-	err := s.queryRow(ctx, `SELECT layer FROM build_cache WHERE key = ?`, key).Scan(&layer)
+	err := s.queryRow(ctx, `SELECT layer FROM build_cache WHERE tenant = ? AND key = ?`, tenant, key).Scan(&layer)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", errdefs.NotFound("no cached build step")
 	}
 	return layer, err
 }
 
-func (s *sqlStore) PutBuildCache(ctx context.Context, key, layer string) error {
-	if _, err := s.exec(ctx, `DELETE FROM build_cache WHERE key = ?`, key); err != nil {
-		return err
-	}
-	_, err := s.exec(ctx, `INSERT INTO build_cache (key, layer, created_at) VALUES (?, ?, ?)`, key, layer, micros(time.Now()))
+func (s *sqlStore) PutBuildCache(ctx context.Context, tenant, key, layer string) error {
+	_, err := s.exec(ctx, `INSERT INTO build_cache (tenant, key, layer, created_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (tenant, key) DO UPDATE SET layer = excluded.layer, created_at = excluded.created_at`,
+		tenant, key, layer, micros(time.Now()))
 	return err
 }
 
 func (s *sqlStore) SetPool(ctx context.Context, template string, min int) error {
-	if _, err := s.exec(ctx, `DELETE FROM pools WHERE template = ?`, template); err != nil {
+	if _, err := s.exec(ctx, `DELETE FROM pools WHERE tenant = '' AND template = ?`, template); err != nil {
 		return err
 	}
 	if min <= 0 {
@@ -133,7 +132,7 @@ func (s *sqlStore) SetPool(ctx context.Context, template string, min int) error 
 }
 
 func (s *sqlStore) ListPools(ctx context.Context) (map[string]int, error) {
-	rows, err := s.query(ctx, `SELECT template, min_ready FROM pools`)
+	rows, err := s.query(ctx, `SELECT template, min_ready FROM pools WHERE tenant = ''`)
 	if err != nil {
 		return nil, err
 	}

@@ -389,7 +389,7 @@ func (s *sqlStore) ListEvents(ctx context.Context, o store.Owner, sandboxID stri
 
 // ---- templates ----
 
-const templateCols = `name, layers, config, builtin, source, size, created_at`
+const templateCols = `tenant, name, layers, config, builtin, source, size, created_at`
 
 func scanTemplate(sc scanner) (*store.Template, error) {
 	var (
@@ -397,7 +397,7 @@ func scanTemplate(sc scanner) (*store.Template, error) {
 		layers, config string
 		created        int64
 	)
-	if err := sc.Scan(&t.Name, &layers, &config, &t.Builtin, &t.Source, &t.Size, &created); err != nil {
+	if err := sc.Scan(&t.Tenant, &t.Name, &layers, &config, &t.Builtin, &t.Source, &t.Size, &created); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(layers), &t.Layers); err != nil {
@@ -422,11 +422,11 @@ func (s *sqlStore) PutTemplate(ctx context.Context, t *store.Template) error {
 	if err != nil {
 		return fmt.Errorf("template %s: encode config: %w", t.Name, err)
 	}
-	_, err = s.exec(ctx, `INSERT INTO templates (`+templateCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (name) DO UPDATE SET layers = excluded.layers, config = excluded.config,
+	_, err = s.exec(ctx, `INSERT INTO templates (`+templateCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (tenant, name) DO UPDATE SET layers = excluded.layers, config = excluded.config,
 		builtin = excluded.builtin, source = excluded.source, size = excluded.size,
 		created_at = excluded.created_at`,
-		t.Name, string(layers), string(config), t.Builtin, t.Source, t.Size, micros(t.CreatedAt))
+		t.Tenant, t.Name, string(layers), string(config), t.Builtin, t.Source, t.Size, micros(t.CreatedAt))
 	if err != nil {
 		return fmt.Errorf("put template %s: %w", t.Name, err)
 	}
@@ -434,7 +434,11 @@ func (s *sqlStore) PutTemplate(ctx context.Context, t *store.Template) error {
 }
 
 func (s *sqlStore) GetTemplate(ctx context.Context, name string) (*store.Template, error) {
-	t, err := scanTemplate(s.queryRow(ctx, `SELECT `+templateCols+` FROM templates WHERE name = ?`, name))
+	return s.GetTenantTemplate(ctx, "", name)
+}
+
+func (s *sqlStore) GetTenantTemplate(ctx context.Context, tenant, name string) (*store.Template, error) {
+	t, err := scanTemplate(s.queryRow(ctx, `SELECT `+templateCols+` FROM templates WHERE tenant = ? AND name = ?`, tenant, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("template %q not found", name)
 	}
@@ -444,13 +448,41 @@ func (s *sqlStore) GetTemplate(ctx context.Context, name string) (*store.Templat
 	return t, nil
 }
 
+func (s *sqlStore) ResolveTemplate(ctx context.Context, tenant, name string) (*store.Template, error) {
+	// The caller's own row sorts after the shared one ('' is the least
+	// string), so ORDER BY tenant DESC puts it first.
+	t, err := scanTemplate(s.queryRow(ctx, `SELECT `+templateCols+` FROM templates
+		WHERE name = ? AND (tenant = ? OR tenant = '') ORDER BY tenant DESC LIMIT 1`, name, tenant))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errdefs.NotFound("template %q not found", name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resolve template %s: %w", name, err)
+	}
+	return t, nil
+}
+
 func (s *sqlStore) ListTemplates(ctx context.Context, p store.Page) ([]*store.Template, string, error) {
-	return listPage(ctx, s, pageQuery{base: `SELECT ` + templateCols + ` FROM templates`}, byTemplateName, p, scanTemplate,
+	return s.ListTenantTemplates(ctx, "", p)
+}
+
+func (s *sqlStore) ListTenantTemplates(ctx context.Context, tenant string, p store.Page) ([]*store.Template, string, error) {
+	q := pageQuery{base: `SELECT ` + templateCols + ` FROM templates`}
+	if tenant == "" {
+		q.and("tenant = ''")
+	} else {
+		q.and("(tenant = ? OR (tenant = '' AND name NOT IN (SELECT name FROM templates WHERE tenant = ?)))", tenant, tenant)
+	}
+	return listPage(ctx, s, q, byTemplateName, p, scanTemplate,
 		func(t *store.Template) (int64, string) { return 0, t.Name })
 }
 
 func (s *sqlStore) DeleteTemplate(ctx context.Context, name string) error {
-	res, err := s.exec(ctx, `DELETE FROM templates WHERE name = ?`, name)
+	return s.DeleteTenantTemplate(ctx, "", name)
+}
+
+func (s *sqlStore) DeleteTenantTemplate(ctx context.Context, tenant, name string) error {
+	res, err := s.exec(ctx, `DELETE FROM templates WHERE tenant = ? AND name = ?`, tenant, name)
 	if err != nil {
 		return fmt.Errorf("delete template %s: %w", name, err)
 	}
@@ -460,6 +492,36 @@ func (s *sqlStore) DeleteTemplate(ctx context.Context, name string) error {
 		return errdefs.NotFound("template %q not found", name)
 	}
 	return nil
+}
+
+func (s *sqlStore) TemplateLayers(ctx context.Context) ([]string, error) {
+	rows, err := s.query(ctx, `SELECT layers FROM templates`)
+	if err != nil {
+		return nil, fmt.Errorf("template layers: %w", err)
+	}
+	defer rows.Close()
+	seen := map[string]bool{}
+	var out []string
+	for rows.Next() {
+		var js string
+		if err := rows.Scan(&js); err != nil {
+			return nil, fmt.Errorf("template layers: %w", err)
+		}
+		var ls []string
+		if err := json.Unmarshal([]byte(js), &ls); err != nil {
+			return nil, fmt.Errorf("template layers: decode: %w", err)
+		}
+		for _, l := range ls {
+			if !seen[l] {
+				seen[l] = true
+				out = append(out, l)
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("template layers: %w", err)
+	}
+	return out, nil
 }
 
 // ---- API keys ----

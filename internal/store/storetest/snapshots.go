@@ -47,12 +47,12 @@ func testSnapshots(t *testing.T, s store.Store) {
 		t.Fatalf("second delete: %v", err)
 	}
 	// Build cache and pools.
-	if _, err := s.GetBuildCache(ctx, "k"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := s.GetBuildCache(ctx, "", "k"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("empty cache: %v", err)
 	}
-	s.PutBuildCache(ctx, "k", "sha256:1")
-	s.PutBuildCache(ctx, "k", "sha256:2")
-	if l, err := s.GetBuildCache(ctx, "k"); err != nil || l != "sha256:2" {
+	must(t, s.PutBuildCache(ctx, "", "k", "sha256:1"))
+	must(t, s.PutBuildCache(ctx, "", "k", "sha256:2"))
+	if l, err := s.GetBuildCache(ctx, "", "k"); err != nil || l != "sha256:2" {
 		t.Fatalf("cache: %q %v", l, err)
 	}
 	s.SetPool(ctx, "py", 3)

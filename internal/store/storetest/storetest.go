@@ -59,6 +59,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AuditConcurrent", testAuditConcurrent},
 		{"Quotas", testQuotas},
 		{"Secrets", testSecrets},
+		{"TenantTemplates", testTenantTemplates},
+		{"TenantBuildCache", testTenantBuildCache},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)
