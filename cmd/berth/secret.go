@@ -162,8 +162,8 @@ of a key file, set it to the new key before the daemon's next start.`,
 	return cmd
 }
 
-// parseSecretFlags reads --secret values. This daemon injects secrets as
-// env vars of every exec; file: and egress: references parse but are
+// parseSecretFlags reads --secret values: env vars of every exec, or files
+// on the sandbox's /run/secrets tmpfs; egress: references parse but are
 // refused here, naming what is served instead.
 func parseSecretFlags(vals []string) ([]api.SecretRef, error) {
 	var out []api.SecretRef
@@ -172,10 +172,14 @@ func parseSecretFlags(vals []string) ([]api.SecretRef, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--secret %s", errdefs.Message(err))
 		}
-		if r.Kind != secrets.Env {
-			return nil, fmt.Errorf("--secret %s: %s: injection is not served by this berth; use NAME[=env:VAR]", r.Name, r.Kind)
+		switch r.Kind {
+		case secrets.Env:
+			out = append(out, api.SecretRef{Name: r.Name, Env: r.Target})
+		case secrets.File:
+			out = append(out, api.SecretRef{Name: r.Name, File: r.Target})
+		default:
+			return nil, fmt.Errorf("--secret %s: %s: injection is not served by this berth; use NAME[=env:VAR] or NAME=file:%s/NAME", r.Name, r.Kind, secrets.FileDir)
 		}
-		out = append(out, api.SecretRef{Name: r.Name, Env: r.Target})
 	}
 	return out, nil
 }

@@ -43,6 +43,9 @@ type Spec struct {
 	Args      []string // the init process: berth's agent
 	Env       []string
 	Mounts    []Mount
+	// SecretsTmpfs mounts a small tmpfs at SecretsDir for the agent to
+	// write secret files in: never the writable layer (secretfiles.go).
+	SecretsTmpfs bool
 	Resources sandbox.Resources
 	IDMap     IDMap
 	// UsernsPath, if set, is a user namespace (a bind mount of one) with
