@@ -2,6 +2,7 @@ package agentd
 
 import (
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/berth-sh/berth/internal/agent/rootfs"
@@ -79,7 +80,28 @@ func openSecretDir(root *rootfs.Root) (int, error) {
 		unix.Close(fd)
 		return -1, errdefs.Conflict("%s is not a tmpfs: no secret is written there", wire.SecretDir)
 	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, rootfs.PathErr("stat", wire.SecretDir, err)
+	}
+	secretsDev.Store(st.Dev)
 	return fd, nil
+}
+
+// secretsDev is the device of the secrets tmpfs once the agent has
+// written to it: archives (export, cp out) leave its contents out.
+var secretsDev atomic.Uint64
+
+// isSecretsTmpfs reports whether the open directory fd is on the secrets
+// tmpfs.
+func isSecretsTmpfs(fd int) bool {
+	d := secretsDev.Load()
+	if d == 0 {
+		return false
+	}
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && st.Dev == d
 }
 
 // syncSecretFiles makes the directory dfd hold exactly sf's files (rels
