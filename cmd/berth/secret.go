@@ -21,7 +21,12 @@ func newSecretCmd(g *globals) *cobra.Command {
 		Short:   "Manage secrets: per-tenant values sealed at rest",
 		Long: `Manage secrets: per-tenant values the daemon keeps sealed (AES-256-GCM under a
 data key of their own, wrapped by the daemon's master key). No command, route,
-log or event ever shows a value: 'ls' lists names and times.`,
+log or event ever shows a value: 'ls' lists names and times.
+
+A sandbox gets them with 'berth create --secret NAME[=env:VAR]' (an env var of
+every exec) or '--secret NAME=file:/run/secrets/F' (a file 0400 of the
+sandbox's user on a tmpfs, written at every start, never on its disk). 'set'
+of a new value and 'rm' also rewrite or remove the file in running sandboxes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
@@ -100,7 +105,7 @@ func newSecretRmCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:     "rm NAME...",
 		Aliases: []string{"remove", "delete"},
-		Short:   "Remove secrets: new execs and starts no longer get them",
+		Short:   "Remove secrets: new execs and starts no longer get them; their files go from running sandboxes",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
