@@ -106,11 +106,19 @@ func testSecretFiles(t *testing.T, rt string) {
 	}
 	check("after stop/start", v1)
 
-	// A new value is pushed to the running sandbox.
+	// The sandbox's root replaces the directory with a symlink to /etc
+	// and plants a file: the push of a new value follows no symlink (no
+	// /etc/pass), writes the file on the tmpfs and removes the plant.
+	if out, errOut, code := d.cli("exec", "-u", "0", id, "--", "sh", "-c", "rm -rf /run/secrets/db && ln -s /etc /run/secrets/db && echo x > /run/secrets/planted"); code != 0 {
+		t.Fatalf("plant: %q %s", out, errOut)
+	}
 	if _, errOut, code := d.cliIn(v2, "secret", "set", "DBPASS"); code != 0 {
 		t.Fatalf("secret set again: %s", errOut)
 	}
 	check("after replacing", v2)
+	if out, _, code := d.cli("exec", "-u", "0", id, "--", "sh", "-c", "ls -A /run/secrets; test ! -e /etc/pass"); code != 0 || out != "db\n" {
+		t.Fatalf("after the push over a planted symlink: %q %d", out, code)
+	}
 
 	// Nowhere in clear: inspect, events, the log, the data dir.
 	for _, args := range [][]string{{"inspect", id, "-o", "json"}, {"events", id, "-o", "json"}} {
