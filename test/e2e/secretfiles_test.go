@@ -69,8 +69,8 @@ func testSecretFiles(t *testing.T, rt string) {
 
 	// Not in the writable layer: diff, an archive of /run, a fork child's
 	// layer (the child gets its own file at its own start).
-	if out, _, _ := d.cli("diff", id); strings.Contains(out, "secrets") {
-		t.Fatalf("diff shows the secrets:\n%s", out)
+	if out, errOut, code := d.cli("diff", id); code != 0 || strings.Contains(out, "secrets") {
+		t.Fatalf("diff shows the secrets (%d %s):\n%s", code, errOut, out)
 	}
 	tarPath := filepath.Join(t.TempDir(), "run.tar")
 	if _, errOut, code := d.cli("export", id, "/run", "-o", tarPath); code != 0 {
@@ -87,8 +87,8 @@ func testSecretFiles(t *testing.T, rt string) {
 		t.Fatalf("fork: %s", errOut)
 	}
 	kid = strings.TrimSpace(kid)
-	if out, _, _ := d.cli("diff", kid); strings.Contains(out, "secrets") {
-		t.Fatalf("the child's diff shows the secrets:\n%s", out)
+	if out, errOut, code := d.cli("diff", kid); code != 0 || strings.Contains(out, "secrets") {
+		t.Fatalf("the child's diff shows the secrets (%d %s):\n%s", code, errOut, out)
 	}
 	if out, errOut, code := d.cli("exec", kid, "--", "cat", "/run/secrets/db/pass"); code != 0 || out != v1 {
 		t.Fatalf("the child's own file: %q %s", out, errOut)
@@ -97,9 +97,13 @@ func testSecretFiles(t *testing.T, rt string) {
 		t.Fatalf("rm child: %s", errOut)
 	}
 
-	// Back after stop/start.
+	// Back after stop/start; while stopped, nothing of it is on disk
+	// (the tmpfs went with the container): the diff shows none.
 	if _, errOut, code := d.cli("stop", id); code != 0 {
 		t.Fatalf("stop: %s", errOut)
+	}
+	if out, errOut, code := d.cli("diff", id); code != 0 || strings.Contains(out, "secrets") {
+		t.Fatalf("the stopped sandbox's diff shows the secrets (%d %s):\n%s", code, errOut, out)
 	}
 	if _, errOut, code := d.cli("start", id); code != 0 {
 		t.Fatalf("start: %s", errOut)
