@@ -40,4 +40,8 @@ type RotateSecretsKeyResponse struct {
 type SecretRef struct {
 	Name string `json:"name"`
 	Env  string `json:"env,omitempty"`
+	// File, when set, is a path under /run/secrets instead of an env var:
+	// the value is a file there (0400, owned by the sandbox's user) on a
+	// tmpfs, never the writable layer, written at every start.
+	File string `json:"file,omitempty"`
 }

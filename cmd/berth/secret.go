@@ -21,7 +21,12 @@ func newSecretCmd(g *globals) *cobra.Command {
 		Short:   "Manage secrets: per-tenant values sealed at rest",
 		Long: `Manage secrets: per-tenant values the daemon keeps sealed (AES-256-GCM under a
 data key of their own, wrapped by the daemon's master key). No command, route,
-log or event ever shows a value: 'ls' lists names and times.`,
+log or event ever shows a value: 'ls' lists names and times.
+
+A sandbox gets them with 'berth create --secret NAME[=env:VAR]' (an env var of
+every exec) or '--secret NAME=file:/run/secrets/F' (a file 0400 of the
+sandbox's user on a tmpfs, written at every start, never on its disk). 'set'
+of a new value and 'rm' also rewrite or remove the file in running sandboxes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
@@ -100,7 +105,7 @@ func newSecretRmCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:     "rm NAME...",
 		Aliases: []string{"remove", "delete"},
-		Short:   "Remove secrets: new execs and starts no longer get them",
+		Short:   "Remove secrets: new execs and starts no longer get them; their files go from running sandboxes",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
@@ -162,8 +167,8 @@ of a key file, set it to the new key before the daemon's next start.`,
 	return cmd
 }
 
-// parseSecretFlags reads --secret values. This daemon injects secrets as
-// env vars of every exec; file: and egress: references parse but are
+// parseSecretFlags reads --secret values: env vars of every exec, or files
+// on the sandbox's /run/secrets tmpfs; egress: references parse but are
 // refused here, naming what is served instead.
 func parseSecretFlags(vals []string) ([]api.SecretRef, error) {
 	var out []api.SecretRef
@@ -172,10 +177,14 @@ func parseSecretFlags(vals []string) ([]api.SecretRef, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--secret %s", errdefs.Message(err))
 		}
-		if r.Kind != secrets.Env {
-			return nil, fmt.Errorf("--secret %s: %s: injection is not served by this berth; use NAME[=env:VAR]", r.Name, r.Kind)
+		switch r.Kind {
+		case secrets.Env:
+			out = append(out, api.SecretRef{Name: r.Name, Env: r.Target})
+		case secrets.File:
+			out = append(out, api.SecretRef{Name: r.Name, File: r.Target})
+		default:
+			return nil, fmt.Errorf("--secret %s: %s: injection is not served by this berth; use NAME[=env:VAR] or NAME=file:%s/NAME", r.Name, r.Kind, secrets.FileDir)
 		}
-		out = append(out, api.SecretRef{Name: r.Name, Env: r.Target})
 	}
 	return out, nil
 }

@@ -297,6 +297,12 @@ func (m *Engine) transition(ctx context.Context, sb *sandbox.Sandbox, to sandbox
 		return fmt.Errorf("recording %s -> %s: %w", from, to, err)
 	}
 	m.eventStored(ev)
+	if to == sandbox.StateRunning && from != sandbox.StateRunning && HasSecretFiles(sb) {
+		// Before the Running hook, so before a template's service;
+		// synchronous, so the first exec after a create or start sees
+		// the files (bounded: secretFilesTimeout).
+		_ = m.deliverSecretFiles(ctx, sb, "running")
+	}
 	if to == sandbox.StateRunning && from != sandbox.StateRunning && m.features.Running != nil {
 		cp := *sb
 		m.Go(func(ctx context.Context) { m.features.Running(ctx, &cp) })

@@ -32,20 +32,27 @@ func (m *Engine) checkSecretRefs(ctx context.Context, tenant string, refs []sand
 	}
 	out := make([]sandbox.SecretRef, 0, len(refs))
 	seen := map[string]bool{}
+	files := map[string]bool{}
 	for _, r := range refs {
-		if r.Env == "" {
-			r.Env = r.Name
-		}
 		if err := secrets.CheckName(r.Name); err != nil {
 			return nil, err
 		}
-		if _, err := secrets.CheckTarget(secrets.Env, r.Env); err != nil {
-			return nil, errdefs.Invalid("secret %s: %s", r.Name, errdefs.Message(err))
+		if r.File != "" {
+			if err := checkFileRef(r, files); err != nil {
+				return nil, err
+			}
+		} else {
+			if r.Env == "" {
+				r.Env = r.Name
+			}
+			if _, err := secrets.CheckTarget(secrets.Env, r.Env); err != nil {
+				return nil, errdefs.Invalid("secret %s: %s", r.Name, errdefs.Message(err))
+			}
+			if seen[r.Env] {
+				return nil, errdefs.Invalid("secret env var %s is given twice", r.Env)
+			}
+			seen[r.Env] = true
 		}
-		if seen[r.Env] {
-			return nil, errdefs.Invalid("secret env var %s is given twice", r.Env)
-		}
-		seen[r.Env] = true
 		if err := m.secrets.Exists(ctx, tenant, r.Name); errors.Is(err, errdefs.ErrNotFound) {
 			return nil, errdefs.Invalid("secret %q does not exist (berth secret set %s)", r.Name, r.Name)
 		} else if err != nil {
@@ -62,7 +69,7 @@ func (m *Engine) checkSecretRefs(ctx context.Context, tenant string, refs []sand
 // running it without. The values go only into the exec request to the
 // agent, never into the spec, a log or an event.
 func (m *Engine) withSecretEnv(ctx context.Context, sb *sandbox.Sandbox, env map[string]string) (map[string]string, error) {
-	if len(sb.Spec.Secrets) == 0 {
+	if !hasEnvSecrets(sb) {
 		return env, nil
 	}
 	if m.secrets == nil {
@@ -73,6 +80,9 @@ func (m *Engine) withSecretEnv(ctx context.Context, sb *sandbox.Sandbox, env map
 		out = map[string]string{}
 	}
 	for _, r := range sb.Spec.Secrets {
+		if r.File != "" {
+			continue // secretfiles.go
+		}
 		v, err := m.secrets.Resolve(ctx, sb.Tenant, r.Name)
 		if errors.Is(err, errdefs.ErrNotFound) {
 			continue // revoked

@@ -36,15 +36,18 @@ type Mount struct {
 
 // Spec describes one sandbox container to start.
 type Spec struct {
-	ID        string
-	Bundle    string // directory the runtime keeps config.json in
-	Rootfs    string // the sandbox's root filesystem, already mounted
-	Hostname  string
-	Args      []string // the init process: berth's agent
-	Env       []string
-	Mounts    []Mount
-	Resources sandbox.Resources
-	IDMap     IDMap
+	ID       string
+	Bundle   string // directory the runtime keeps config.json in
+	Rootfs   string // the sandbox's root filesystem, already mounted
+	Hostname string
+	Args     []string // the init process: berth's agent
+	Env      []string
+	Mounts   []Mount
+	// SecretsTmpfs mounts a small tmpfs at SecretsDir for the agent to
+	// write secret files in: never the writable layer (secretfiles.go).
+	SecretsTmpfs bool
+	Resources    sandbox.Resources
+	IDMap        IDMap
 	// UsernsPath, if set, is a user namespace (a bind mount of one) with
 	// IDMap's mapping for the container to join instead of making its
 	// own: one the daemon made owned by the sandbox's host root uid.

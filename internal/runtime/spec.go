@@ -161,6 +161,9 @@ func BuildSpec(s *Spec) (*specs.Spec, error) {
 			Destination: m.Destination, Type: "bind", Source: m.Source, Options: opts,
 		})
 	}
+	if s.SecretsTmpfs {
+		spec.Mounts = append(spec.Mounts, secretsMount())
+	}
 	prof, err := seccomp.GetDefaultProfile(spec)
 	if err != nil {
 		return nil, fmt.Errorf("runtime: seccomp profile: %w", err)

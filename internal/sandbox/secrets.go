@@ -6,4 +6,8 @@ package sandbox
 type SecretRef struct {
 	Name string `json:"name"`
 	Env  string `json:"env"`
+	// File, when set, is a path under /run/secrets instead: the agent
+	// writes the value there, 0400 and owned by the sandbox's user, on a
+	// tmpfs, at every transition to running (Env is then empty).
+	File string `json:"file,omitempty"`
 }

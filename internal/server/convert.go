@@ -67,8 +67,10 @@ func createRequest(r *api.CreateSandboxRequest) *manager.CreateRequest {
 			return manager.VolumeRequest{Name: v.Name, Path: v.Path, ReadOnly: v.ReadOnly}
 		}),
 		KeepVolume: r.KeepVolume, Snapshot: r.Snapshot, Allow: r.Allow, PublicPorts: r.PublicPorts,
-		Secrets: convertSlice(r.Secrets, func(s api.SecretRef) sandbox.SecretRef { return sandbox.SecretRef{Name: s.Name, Env: s.Env} }),
-		Policy:  policy(r.Policy),
+		Secrets: convertSlice(r.Secrets, func(s api.SecretRef) sandbox.SecretRef {
+			return sandbox.SecretRef{Name: s.Name, Env: s.Env, File: s.File}
+		}),
+		Policy: policy(r.Policy),
 	}
 }
 

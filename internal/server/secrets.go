@@ -53,6 +53,9 @@ func (s *Server) putSecret(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if !created {
+		s.pushSecretFiles(r, sec.Name)
+	}
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
@@ -94,7 +97,17 @@ func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	s.pushSecretFiles(r, r.PathValue("name"))
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// pushSecretFiles brings a replaced or removed secret to the running
+// sandboxes that have it as a file, before the answer (best effort: the
+// outcome is an event on each sandbox; the change stands either way).
+func (s *Server) pushSecretFiles(r *http.Request, name string) {
+	if s.m != nil {
+		s.m.SecretChanged(r.Context(), tenant(r), name)
+	}
 }
 
 // rotateSecretsKey re-wraps every tenant's data keys under the body's key

@@ -149,10 +149,15 @@ func tarEntry(tw *tar.Writer, dirfd int, name, tarName string, st *unix.Stat_t, 
 }
 
 // tarDirEntries archives the entries of an open directory under prefix.
-// The contents of proc and sysfs mounts are skipped: they are not files.
+// The contents of proc and sysfs mounts are skipped: they are not files;
+// so are those of the secrets tmpfs (secretfiles.go): no archive of a
+// sandbox carries its secrets.
 func tarDirEntries(tw *tar.Writer, fd int, prefix string, depth int) error {
 	var sfs unix.Statfs_t
 	if unix.Fstatfs(fd, &sfs) == nil && (sfs.Type == unix.PROC_SUPER_MAGIC || sfs.Type == unix.SYSFS_MAGIC) {
+		return nil
+	}
+	if sfs.Type == unix.TMPFS_MAGIC && isSecretsTmpfs(fd) {
 		return nil
 	}
 	names, err := rootfs.ReadDirNames(fd, maxTarEntries)

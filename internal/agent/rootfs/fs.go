@@ -35,6 +35,10 @@ func OpenRoot(dir string) (*Root, error) {
 
 func (r *Root) Close() error { return unix.Close(r.fd) }
 
+// FD is the root's directory descriptor, for openat2 with other resolve
+// flags than Open's.
+func (r *Root) FD() int { return r.fd }
+
 const ResolveInRoot = unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS
 
 // CleanPath validates a sandbox path and returns it cleaned ("/a/b") and

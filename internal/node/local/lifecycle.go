@@ -179,6 +179,7 @@ func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 		ExtraFiles:    extra,
 		Env:           []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "BERTH_SANDBOX_ID=" + sb.ID, "GOMAXPROCS=1"},
 		Mounts:        mounts,
+		SecretsTmpfs:  sb.Spec.HasSecretFiles(),
 		Resources:     sb.Spec.Resources,
 		IDMap:         b.idMapOf(sb),
 		UsernsPath:    userns,

@@ -9,8 +9,10 @@ import (
 // maxSecretRefs bounds a create's secret references.
 const maxSecretRefs = 64
 
-// checkSecretRefs validates a create's secret references: names and env
-// var names by internal/secrets' rules, no env var given twice.
+// checkSecretRefs validates a create's secret references: names, env var
+// names and file paths by internal/secrets' rules, no env var or file given
+// twice, not both an env var and a file in one reference (one name may be
+// both as two references).
 func checkSecretRefs(refs []api.SecretRef) error {
 	if len(refs) > maxSecretRefs {
 		return errdefs.Invalid("at most %d secrets", maxSecretRefs)
@@ -20,17 +22,23 @@ func checkSecretRefs(refs []api.SecretRef) error {
 		if err := secrets.CheckName(r.Name); err != nil {
 			return err
 		}
-		env := r.Env
-		if env == "" {
-			env = r.Name
+		kind, target := secrets.Env, r.Env
+		if r.File != "" {
+			if r.Env != "" {
+				return errdefs.Invalid("secret %s: env and file in one reference; give two", r.Name)
+			}
+			kind, target = secrets.File, r.File
+		} else if target == "" {
+			target = r.Name
 		}
-		if _, err := secrets.CheckTarget(secrets.Env, env); err != nil {
+		if _, err := secrets.CheckTarget(kind, target); err != nil {
 			return errdefs.Invalid("secret %s: %s", r.Name, errdefs.Message(err))
 		}
-		if seen[env] {
-			return errdefs.Invalid("secret env var %s is given twice", env)
+		key := string(kind) + ":" + target
+		if seen[key] {
+			return errdefs.Invalid("secret %s %s is given twice", kind, target)
 		}
-		seen[env] = true
+		seen[key] = true
 	}
 	return nil
 }

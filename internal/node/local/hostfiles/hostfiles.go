@@ -36,6 +36,12 @@ func UpperChanges(upper string, inLower func(rel string) bool, add func(node.Cha
 		if rel == ".berth" || strings.HasPrefix(rel, ".berth/") {
 			return nil
 		}
+		if rel == "run/secrets" && info.IsDir() && !inLower(rel) {
+			// The mount point the runtime made for the secrets tmpfs
+			// (what is under it in the upper dir, if anything, was
+			// written without the tmpfs and is listed).
+			return nil
+		}
 		if info.Mode()&fs.ModeCharDevice != 0 {
 			if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Rdev == 0 {
 				return add(node.Change{Path: "/" + rel, Kind: "removed"})
