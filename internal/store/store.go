@@ -461,7 +461,8 @@ type Store interface {
 	Tenants
 	Retention
 	Audit
-	Quotas // quotas.go
+	Quotas    // quotas.go
+	Admission // admission.go
 	Secrets
 	Close() error
 }

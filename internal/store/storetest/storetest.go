@@ -59,6 +59,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AuditConcurrent", testAuditConcurrent},
 		{"Quotas", testQuotas},
 		{"Secrets", testSecrets},
+		{"AdmissionLock", testAdmissionLock},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)
