@@ -352,7 +352,7 @@ type Template struct {
 	Cmd        []string `json:"cmd,omitempty"`
 	// ExposedPorts are the image's ("8080/tcp"); shown, never published.
 	ExposedPorts []string `json:"exposed_ports,omitempty"`
-	// StopSignal is the image's STOPSIGNAL, as recorded.
+	// StopSignal is the image's STOPSIGNAL, sent at stop ("" is SIGTERM).
 	StopSignal string `json:"stop_signal,omitempty"`
 }
 

@@ -341,6 +341,8 @@ func (s *server) handle(ctx context.Context, c *net.UnixConn) {
 		err = s.handleProcSignal(cn)
 	case wire.OpProcWait:
 		err = s.handleProcWait(ctx, cn)
+	case wire.OpShutdown:
+		err = s.handleShutdown(cn)
 	default:
 		err = errdefs.Invalid("unknown op %q", req.Op)
 	}
