@@ -376,6 +376,9 @@ type BuildTemplateRequest struct {
 	Run            []string          `json:"run"` // shell steps, run with /bin/sh -c in order
 	Env            map[string]string `json:"env,omitempty"`
 	TimeoutSeconds float64           `json:"timeout_seconds,omitempty"` // per step
+	// Service replaces the base template's supervised service (FromImage:
+	// the base's entrypoint and cmd); nil keeps the base's.
+	Service *TemplateService `json:"service,omitempty"`
 }
 
 // Event is a recorded transition or mutating call.
