@@ -2,9 +2,14 @@ package e2e
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
 	"github.com/berth-sh/berth/api"
 )
@@ -84,6 +89,58 @@ func gracefulStopScenario(t *testing.T, d *daemon, runtime string) {
 		t.Errorf("stop --stop-timeout -1s: %d %q", code, errOut)
 	}
 	if _, err := d.c.DeleteSandbox(ctx, id, true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An image with STOPSIGNAL SIGINT: its sandboxes get SIGINT at stop, not
+// SIGTERM.
+func TestStopSignalFromImageRunc(t *testing.T)  { stopSignalScenario(t, startDaemon(t), "") }
+func TestStopSignalFromImageRunsc(t *testing.T) { stopSignalScenario(t, startRunscDaemon(t), "runsc") }
+
+func stopSignalScenario(t *testing.T, d *daemon, runtime string) {
+	ctx := context.Background()
+	img := busyboxImage(t)
+	cfg, _ := img.ConfigFile()
+	cfg = cfg.DeepCopy()
+	cfg.Config.StopSignal = "SIGINT"
+	img, err := mutate.ConfigFile(img, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	lp, err := layout.Write(filepath.Join(dir, "oci"), empty.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lp.AppendImage(img); err != nil {
+		t.Fatal(err)
+	}
+	if _, e, code := d.cli("template", "import", "intstop", filepath.Join(dir, "oci")); code != 0 {
+		t.Fatalf("import: %s", e)
+	}
+	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "intstop", Runtime: runtime, Persistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, e, code := d.cli("exec", "-d", "--tag", "trap", sb.ID, "--", "sh", "-c",
+		`trap "echo got-term > /workspace/s; exit 0" TERM; trap "echo got-int > /workspace/s; exit 0" INT; echo ready; while :; do sleep 0.1; done`); code != 0 {
+		t.Fatalf("exec -d: %s", e)
+	}
+	waitFor(t, "the traps", func() bool {
+		out, _, _ := d.cli("logs", sb.ID, "trap")
+		return strings.Contains(out, "ready")
+	})
+	if _, e, code := d.cli("stop", sb.ID); code != 0 {
+		t.Fatalf("stop: %s", e)
+	}
+	if _, e, code := d.cli("start", sb.ID); code != 0 {
+		t.Fatalf("start: %s", e)
+	}
+	if out, e, code := d.cli("exec", sb.ID, "--", "cat", "/workspace/s"); code != 0 || strings.TrimSpace(out) != "got-int" {
+		t.Fatalf("STOPSIGNAL SIGINT image: marker %q (%d %s), want got-int", out, code, e)
+	}
+	if _, err := d.c.DeleteSandbox(ctx, sb.ID, true); err != nil {
 		t.Fatal(err)
 	}
 }
