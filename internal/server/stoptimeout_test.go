@@ -23,3 +23,23 @@ func TestParseStopTimeout(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseStopTimeout: any query value either parses within 0..10m or is
+// refused as invalid; it never panics.
+func FuzzParseStopTimeout(f *testing.F) {
+	for _, s := range []string{"0", "10", "1.5s", "10m", "-1", "601", "1e3", "9223372036854775807", "1h", "", " 5"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		d, err := parseStopTimeout(v)
+		if err != nil {
+			if !errors.Is(err, errdefs.ErrInvalid) {
+				t.Fatalf("%q: error %v is not invalid_argument", v, err)
+			}
+			return
+		}
+		if d < 0 || d > 10*time.Minute {
+			t.Fatalf("%q parsed to %s, outside 0..10m", v, d)
+		}
+	})
+}
