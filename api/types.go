@@ -352,7 +352,7 @@ type Template struct {
 	Cmd        []string `json:"cmd,omitempty"`
 	// ExposedPorts are the image's ("8080/tcp"); shown, never published.
 	ExposedPorts []string `json:"exposed_ports,omitempty"`
-	// StopSignal is the image's STOPSIGNAL, as recorded.
+	// StopSignal is the image's STOPSIGNAL, sent at stop ("" is SIGTERM).
 	StopSignal string `json:"stop_signal,omitempty"`
 }
 
@@ -376,6 +376,9 @@ type BuildTemplateRequest struct {
 	Run            []string          `json:"run"` // shell steps, run with /bin/sh -c in order
 	Env            map[string]string `json:"env,omitempty"`
 	TimeoutSeconds float64           `json:"timeout_seconds,omitempty"` // per step
+	// Service replaces the base template's supervised service (FromImage:
+	// the base's entrypoint and cmd); nil keeps the base's.
+	Service *TemplateService `json:"service,omitempty"`
 }
 
 // Event is a recorded transition or mutating call.

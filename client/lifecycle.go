@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/berth-sh/berth/api"
 )
@@ -25,9 +26,23 @@ func (c *Client) Resume(ctx context.Context, id string) (*api.Sandbox, error) {
 }
 
 // Stop scales a sandbox to zero: its processes and memory are gone; its
-// volume, config, policies and network identity are kept.
+// volume, config, policies and network identity are kept. A running
+// sandbox's processes first get its template's stop signal (SIGTERM by
+// default) and the daemon's default grace to end.
 func (c *Client) Stop(ctx context.Context, id string) (*api.Sandbox, error) {
 	return c.lifecycle(ctx, id, "stop")
+}
+
+// StopTimeout is Stop with the grace its processes get between the stop
+// signal (the template's, else SIGTERM) and the kill; 0 kills at once.
+// Stop uses the daemon's default (10 s).
+func (c *Client) StopTimeout(ctx context.Context, id string, grace time.Duration) (*api.Sandbox, error) {
+	var sb api.Sandbox
+	q := url.Values{"timeout": {grace.String()}}
+	if err := c.do(ctx, http.MethodPost, sandboxPath(id, "stop"), q, nil, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
 }
 
 // Start brings a stopped sandbox back from its template plus its volume.

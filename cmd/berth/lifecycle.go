@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -31,7 +32,11 @@ var lifecycleVerbs = []lifecycleVerb{
 		long: `Stop sandboxes (scale to zero): their processes and memory are gone; the
 workspace volume (and, with --persist-root, the root layer), config, policies
 and network identity are kept for 'berth start'. A --retention policy deletes a
-stopped sandbox after that long.`},
+stopped sandbox after that long.
+
+A running sandbox stops gracefully: every process gets the template's stop
+signal (its image's STOPSIGNAL, else SIGTERM) and --stop-timeout (10s) to end,
+then whatever is left is killed. (rm of a running sandbox kills at once.)`},
 	{use: "start", multi: true, call: (*client.Client).Start,
 		short: "Start stopped sandboxes from their template plus their volume",
 		long:  "Start stopped sandboxes again from their template plus their persisted volume."},
@@ -65,12 +70,22 @@ func newLifecycleCmd(g *globals, v lifecycleVerb) *cobra.Command {
 		cmd.Long = v.long + "\n\nPrints the sandbox's id; with -o json, the sandbox as it is afterwards."
 	}
 	out := addOutputFlag(cmd)
+	var grace time.Duration
+	if v.use == "stop" {
+		cmd.Flags().DurationVar(&grace, "stop-timeout", 10*time.Second,
+			"how long the processes have between the stop signal and the kill (0: kill at once)")
+	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		c, err := g.client()
 		if err != nil {
 			return err
 		}
 		defer c.Close()
+		if v.use == "stop" && cmd.Flags().Changed("stop-timeout") {
+			v.call = func(c *client.Client, ctx context.Context, id string) (*api.Sandbox, error) {
+				return c.StopTimeout(ctx, id, grace)
+			}
+		}
 		if !v.multi {
 			sb, err := v.call(c, cmd.Context(), args[0])
 			if err != nil {

@@ -205,19 +205,26 @@ func newTemplateImportCmd(g *globals) *cobra.Command {
 
 func newTemplateBuildCmd(g *globals) *cobra.Command {
 	var (
-		from    string
-		steps   []string
-		env     []string
-		timeout durationValue
+		from         string
+		steps        []string
+		env          []string
+		timeout      durationValue
+		svcFromImage bool
+		svcCmd       string
+		svcRestart   string
 	)
 	cmd := &cobra.Command{
 		Use:   "build NAME --from BASE --run CMD...",
 		Short: "Build a template by running setup steps on another",
 		Long: `Build a template: start from BASE, run each --run step with /bin/sh -c in order,
 and keep the result as NAME. Step output is shown on stderr; the template's
-name is printed when the build succeeds.`,
-		Example: `  berth template build tools --from base --run 'mkdir -p /opt/tools' --env TOOLS=/opt/tools`,
-		Args:    exactArgs(1, "a template name"),
+name is printed when the build succeeds. The base's supervised service is kept
+unless --service (or --service-from-image: the base's entrypoint and cmd)
+gives the new template its own; a bad service is refused before any step runs.`,
+		Example: `  berth template build tools --from base --run 'mkdir -p /opt/tools' --env TOOLS=/opt/tools
+  berth template build web --from base --run 'mkdir -p /srv && echo hi > /srv/index.html' \
+      --service 'python3 -m http.server 8000 -d /srv' --service-restart always`,
+		Args: exactArgs(1, "a template name"),
 	}
 	out := addOutputFlag(cmd)
 	f := cmd.Flags()
@@ -225,6 +232,9 @@ name is printed when the build succeeds.`,
 	f.StringArrayVar(&steps, "run", nil, "shell step to run; repeatable, run in order (required)")
 	f.StringArrayVarP(&env, "env", "e", nil, "environment variable `K=V` for the steps; repeatable")
 	f.Var(&timeout, "timeout", "time limit per step (e.g. 10m, or seconds)")
+	f.StringVar(&svcCmd, "service", "", "run this command (split at spaces) as the sandboxes' supervised service")
+	f.BoolVar(&svcFromImage, "service-from-image", false, "run the base template's entrypoint and cmd as the sandboxes' supervised service")
+	f.StringVar(&svcRestart, "service-restart", "", "the service's restart policy: always, on-failure (default) or never")
 	_ = cmd.MarkFlagRequired("from")
 	_ = cmd.MarkFlagRequired("run")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -232,13 +242,19 @@ name is printed when the build succeeds.`,
 		if err != nil {
 			return err
 		}
+		var svc *api.TemplateService
+		if svcCmd != "" || svcFromImage {
+			svc = &api.TemplateService{Cmd: strings.Fields(svcCmd), FromImage: svcFromImage, Restart: svcRestart}
+		} else if svcRestart != "" {
+			return fmt.Errorf("--service-restart needs --service or --service-from-image")
+		}
 		c, err := g.client()
 		if err != nil {
 			return err
 		}
 		defer c.Close()
 		t, err := c.BuildTemplate(cmd.Context(), api.BuildTemplateRequest{
-			Name: args[0], From: from, Run: steps, Env: envMap, TimeoutSeconds: timeout.seconds(),
+			Name: args[0], From: from, Run: steps, Env: envMap, TimeoutSeconds: timeout.seconds(), Service: svc,
 		}, cmd.ErrOrStderr())
 		if err != nil {
 			return fmt.Errorf("build %s: %w", args[0], err)

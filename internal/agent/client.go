@@ -564,3 +564,22 @@ func (c *Client) writeTar(ctx context.Context, req wire.Request, r io.Reader) er
 	}
 	return nil
 }
+
+// Shutdown asks the agent to send sig ("" is SIGTERM) to every process of
+// the sandbox and to answer once they are gone or grace has passed; it
+// returns how many were left. The caller bounds it with ctx and kills the
+// sandbox whatever the answer: the agent is the sandbox's, and its reply
+// only ever shortens a stop.
+func (c *Client) Shutdown(ctx context.Context, sig string, grace time.Duration) (remaining int, err error) {
+	cc, err := c.open(ctx, wire.Request{Op: wire.OpShutdown,
+		Shutdown: &wire.ShutdownRequest{Signal: sig, GraceMS: grace.Milliseconds()}})
+	if err != nil {
+		return 0, err
+	}
+	defer cc.close()
+	var res wire.ShutdownResult
+	if err := cc.result(&res); err != nil {
+		return 0, err
+	}
+	return res.Remaining, nil
+}

@@ -23,6 +23,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -33,8 +34,8 @@ import (
 )
 
 // KeyFile is the file, in the data dir, holding the audit key. Daemons
-// sharing one PostgreSQL database must share it too (copy it), or each
-// verifies only what it sealed.
+// sharing one PostgreSQL database must share one key (serve
+// --audit-key-file, OpenKeyFile), or each verifies only what it sealed.
 const KeyFile = "audit.key"
 
 // Log appends to and checks the audit chains of a store.
@@ -43,6 +44,37 @@ type Log struct {
 	key []byte
 	now func() time.Time
 	log *slog.Logger
+}
+
+// OpenKeyFile loads the audit key at path, which the operator made and
+// shares between the daemons of one PostgreSQL store (serve
+// --audit-key-file): it must exist (it is never made here: two daemons
+// making their own would each seal with a different key), be a regular
+// file readable by its owner only, and hold at least 32 bytes.
+func OpenKeyFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("audit key file: %w (make one with: head -c 32 /dev/urandom > %s && chmod 600 %s)", err, path, path)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("audit key file: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("audit key file %s is not a regular file", path)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("audit key file %s is readable by others (mode %v): chmod 600 it", path, fi.Mode().Perm())
+	}
+	key, err := io.ReadAll(io.LimitReader(f, 4096))
+	if err != nil {
+		return nil, fmt.Errorf("audit key file: %w", err)
+	}
+	if len(key) < 32 {
+		return nil, fmt.Errorf("audit key %s is too short (%d bytes; want at least 32)", path, len(key))
+	}
+	return key, nil
 }
 
 // OpenKey loads (creating on first use, mode 0600) the audit key in dataDir.

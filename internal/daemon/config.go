@@ -58,6 +58,9 @@ type Config struct {
 	DefaultRetention   time.Duration
 	WebhookURL         string
 	WebhookSecret      string
+	// AuditKeyFile, if set, is the audit key shared by the daemons of one
+	// PostgreSQL store (audit.OpenKeyFile); else <DataDir>/audit.key.
+	AuditKeyFile string
 	// Retention is how long tombstones and their events, flows and
 	// webhook delivery records are kept (0: for ever).
 	Retention time.Duration

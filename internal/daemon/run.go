@@ -217,7 +217,12 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		mcfg.Webhooks = []string{cfg.WebhookURL}
 	}
 	mcfg.OnState = server.LeaseRevoker(st, log.With("component", "leases"))
-	auditKey, err := audit.OpenKey(cfg.DataDir)
+	var auditKey []byte
+	if cfg.AuditKeyFile != "" {
+		auditKey, err = audit.OpenKeyFile(cfg.AuditKeyFile)
+	} else {
+		auditKey, err = audit.OpenKey(cfg.DataDir)
+	}
 	if err != nil {
 		return nil, err
 	}

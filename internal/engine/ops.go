@@ -79,20 +79,40 @@ func (m *Engine) resumeLocked(ctx context.Context, sb *sandbox.Sandbox, cause sa
 // Stop scales a sandbox to zero: processes and memory go; its volume (and,
 // with persist_root, its writable root layer), config, policies and
 // hostname are kept for Start.
+// A running sandbox is stopped gracefully first (stop.go): its processes
+// get the template's stop signal and DefaultStopGrace to end.
 func (m *Engine) Stop(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
+	return m.StopGrace(ctx, ref, actor, DefaultStopGrace)
+}
+
+// StopGrace is Stop with the given grace (0: no signal, killed at once).
+func (m *Engine) StopGrace(ctx context.Context, ref, actor string, grace time.Duration) (*sandbox.Sandbox, error) {
+	if grace < 0 || grace > MaxStopGrace {
+		return nil, errdefs.Invalid("stop timeout must be between 0 and %s", MaxStopGrace)
+	}
 	return m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
-		return m.stopLocked(ctx, sb, sandbox.CauseUser, actor, "stopped by user")
+		return m.stopGraceLocked(ctx, sb, sandbox.CauseUser, actor, "stopped by user", grace)
 	})
 }
 
 func (m *Engine) stopLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {
+	return m.stopGraceLocked(ctx, sb, cause, actor, reason, DefaultStopGrace)
+}
+
+func (m *Engine) stopGraceLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string, grace time.Duration) error {
 	if sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused && sb.State != sandbox.StateStopping {
 		return sandbox.ErrWrongState("stop", sb)
 	}
+	// Only a running sandbox can be asked: a paused one is frozen, and a
+	// stop being retried has had its chance.
+	graceful := sb.State == sandbox.StateRunning && grace > 0
 	if sb.State != sandbox.StateStopping {
 		if err := m.transition(ctx, sb, sandbox.StateStopping, cause, actor, reason); err != nil {
 			return err
 		}
+	}
+	if graceful {
+		m.signalStop(ctx, sb, grace)
 	}
 	if err := m.stopProcesses(ctx, sb, m.node.Stop); err != nil {
 		sb.Error = "stop: " + err.Error()

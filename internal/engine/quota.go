@@ -155,9 +155,10 @@ func (m *Engine) need(sp *sandbox.Spec) Usage {
 // admitQuota runs write (the insert of sb's record, or the claim that
 // gives a pool member to sb's tenant) only when sb fits in its tenant's
 // quota: the create rate, then live sandboxes, CPUs, memory and storage
-// counted with sb. The tenant's lock is held from the count to the end of
-// write, so concurrent creates in this daemon are admitted one at a time
-// and never overshoot. A refusal is 429 quota_exceeded naming the limit,
+// counted with sb. The tenant's lock (in-process, then the store's
+// LockTenant, which spans every daemon on the database) is held from the
+// count to the end of write, so concurrent creates are admitted one at a
+// time and never overshoot. A refusal is 429 quota_exceeded naming the limit,
 // with Retry-After; nothing was written. Pool members being made belong
 // to no tenant yet and are not counted.
 func (m *Engine) admitQuota(ctx context.Context, sb *sandbox.Sandbox, write func() error) error {
@@ -188,6 +189,13 @@ func (m *Engine) admitNeed(ctx context.Context, tenant, skip string, n Usage, ra
 	l := m.quota.lock(tenant)
 	l.Lock()
 	defer l.Unlock()
+	// The in-process lock queues this daemon's creates; the store's lock
+	// serialises them with other daemons sharing the database.
+	unlock, err := m.store.LockTenant(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	name := tenant
 	if name == "" {
 		name = "(host admin)"

@@ -3,8 +3,12 @@ package server
 import (
 	"context"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/store"
@@ -27,6 +31,16 @@ func (s *Server) lifecycle(op string) http.HandlerFunc {
 	pick := fns[op]
 	return func(w http.ResponseWriter, r *http.Request) {
 		fn := pick(s)
+		if op == "stop" && r.URL.Query().Has("timeout") {
+			grace, err := parseStopTimeout(r.URL.Query().Get("timeout"))
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+			fn = func(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
+				return s.m.StopGrace(ctx, ref, actor, grace)
+			}
+		}
 		sb, err := fn(r.Context(), r.PathValue("id"), actor(r))
 		if err != nil {
 			writeError(w, err)
@@ -100,4 +114,23 @@ func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// parseStopTimeout reads stop's ?timeout=: a duration ("30s", "1m") or
+// whole seconds ("30"); 0 kills at once.
+func parseStopTimeout(v string) (time.Duration, error) {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 || n > int64(engine.MaxStopGrace/time.Second) {
+			return 0, errdefs.Invalid("timeout must be between 0 and %s", engine.MaxStopGrace)
+		}
+		return time.Duration(n) * time.Second, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, errdefs.Invalid("timeout %q: want a duration (30s) or whole seconds", v)
+	}
+	if d < 0 || d > engine.MaxStopGrace {
+		return 0, errdefs.Invalid("timeout must be between 0 and %s", engine.MaxStopGrace)
+	}
+	return d, nil
 }

@@ -73,8 +73,8 @@ type TemplateConfig struct {
 	Entrypoint []string `json:"entrypoint,omitempty"`
 	// ExposedPorts ("8080/tcp") are shown, never published by themselves.
 	ExposedPorts []string `json:"exposed_ports,omitempty"`
-	// StopSignal is the image's STOPSIGNAL, recorded and shown; stop does
-	// not send it yet (it ends a sandbox's processes at once).
+	// StopSignal is the image's STOPSIGNAL: stop sends it to a running
+	// sandbox's processes before the kill (engine stop.go); "" is SIGTERM.
 	StopSignal string `json:"stop_signal,omitempty"`
 }
 
@@ -475,7 +475,8 @@ type Store interface {
 	Tenants
 	Retention
 	Audit
-	Quotas // quotas.go
+	Quotas    // quotas.go
+	Admission // admission.go
 	Secrets
 	Close() error
 }

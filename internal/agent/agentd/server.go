@@ -343,6 +343,8 @@ func (s *server) handle(ctx context.Context, c *net.UnixConn) {
 		err = s.handleProcWait(ctx, cn)
 	case wire.OpSecretFiles:
 		err = s.handleSecretFiles(cn)
+	case wire.OpShutdown:
+		err = s.handleShutdown(cn)
 	default:
 		err = errdefs.Invalid("unknown op %q", req.Op)
 	}

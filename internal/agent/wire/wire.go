@@ -33,6 +33,8 @@ type Request struct {
 	// by this user ("uid[:gid]" or a name), resolved against the
 	// sandbox's own /etc/passwd and /etc/group.
 	Owner string `json:"owner,omitempty"`
+	// Shutdown: the signal and grace of a graceful stop (shutdown.go).
+	Shutdown *ShutdownRequest `json:"shutdown,omitempty"`
 }
 
 // ExecSpec is the exec part of a request.

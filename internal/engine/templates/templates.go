@@ -302,6 +302,15 @@ func (m *Builder) BuildTemplate(ctx context.Context, req *BuildRequest, actor st
 	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
 		cfg.Env = setEnv(cfg.Env, k, req.Env[k])
 	}
+	// The service is checked before anything is built: a bad one leaves
+	// nothing behind.
+	if req.Service != nil {
+		spec, err := serviceSpec(req.Service, cfg.Command())
+		if err != nil {
+			return nil, err
+		}
+		cfg.Service = spec
+	}
 	layer, err := m.buildLayer(ctx, base.Layers, cfg, actor, func(sb *sandbox.Sandbox) error {
 		for i, step := range req.Run {
 			progress(Event{Step: i + 1, Stream: "stdout", Data: []byte(fmt.Sprintf("--> step %d/%d: %s\n", i+1, len(req.Run), step))})

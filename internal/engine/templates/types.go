@@ -46,6 +46,8 @@ type BuildRequest struct {
 	Run     []string
 	Env     map[string]string
 	Timeout time.Duration // per step; 0 = an hour
+	// Service replaces the base's supervised service; nil keeps it.
+	Service *ServiceRequest
 }
 
 // ApplyRequest is a declarative template file and the files its copy

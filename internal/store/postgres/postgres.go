@@ -157,7 +157,9 @@ func Open(ctx context.Context, url string) (store.Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("postgres store %s: %w", where, err)
 	}
-	return sqlstore.New(db, db, dialect, db.Close), nil
+	d := dialect
+	d.TenantLock = tenantLock(poolSize / 2)
+	return sqlstore.New(db, db, d, db.Close), nil
 }
 
 // classify maps a PostgreSQL error to the constraint it reports violated.

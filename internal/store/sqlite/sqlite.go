@@ -84,7 +84,9 @@ func Open(ctx context.Context, path string) (store.Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("sqlite store: open %s: %w", path, err)
 	}
-	return sqlstore.New(w, r, dialect, func() error {
+	d := dialect
+	d.TenantLock = tenantLock(path + "-admission")
+	return sqlstore.New(w, r, d, func() error {
 		return errors.Join(r.Close(), w.Close())
 	}), nil
 }

@@ -11,6 +11,8 @@
 package sqlstore
 
 import (
+	"context"
+	"database/sql"
 	"strconv"
 	"strings"
 )
@@ -51,6 +53,12 @@ type Dialect struct {
 	// (PostgreSQL: SELECT pg_advisory_xact_lock(n)); SQLite serializes
 	// writers and leaves it empty.
 	EventOrderLock string
+	// TenantLock takes a tenant's quota admission lock across every handle
+	// on the database (store.Admission.LockTenant); w is the writer pool.
+	// PostgreSQL: a transaction-scoped advisory lock on
+	// hashtext('berth-quota:'||tenant), held by a transaction kept open
+	// until unlock; SQLite: a byte-range lock on a file beside the database.
+	TenantLock func(ctx context.Context, w *sql.DB, tenant string) (unlock func(), err error)
 }
 
 func (d Dialect) rebind(q string) string {

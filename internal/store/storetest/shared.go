@@ -31,6 +31,7 @@ func RunShared(t *testing.T, open func(t *testing.T) (a, b store.Store)) {
 		{"SharedEventCursor", testSharedEventCursor},
 		{"SharedIDSlots", testSharedIDSlots},
 		{"SharedAuditChain", auditRace},
+		{"SharedAdmission", testSharedAdmission},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := open(t)

@@ -61,6 +61,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Secrets", testSecrets},
 		{"TenantTemplates", testTenantTemplates},
 		{"TenantBuildCache", testTenantBuildCache},
+		{"AdmissionLock", testAdmissionLock},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)
