@@ -120,7 +120,9 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		created := new(string)
 		h.h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, callerCtx{c, created})))
 		h.mu.Lock()
-		h.pending--
+		if *created == "" { // no session made: the slot held is free again
+			h.pending--
+		}
 		hs := h.sessions[*created]
 		h.mu.Unlock()
 		if hs != nil {
@@ -171,9 +173,15 @@ func (h *HTTPHandler) newServer(r *http.Request) *mcp.Server {
 		GetSessionID: func() string {
 			id := newSessionID()
 			h.mu.Lock()
+			if *c.created == "" {
+				// The pending slot becomes this session's at once, not
+				// when the request that made it ends: the client may
+				// open its next session before then.
+				h.pending--
+			}
 			h.sessions[id] = &httpSession{owner: c.Owner, s: s}
-			h.mu.Unlock()
 			*c.created = id
+			h.mu.Unlock()
 			return id
 		},
 	})
