@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/client"
 )
 
 // `berth fs`: the file verbs besides cp, on ID:/path arguments.
@@ -44,6 +45,18 @@ func parseFsArg(s string) (id, path string, err error) {
 	return e.sandbox, e.path, nil
 }
 
+// fsTarget parses an ID:/path argument and opens the client the verb
+// talks to the daemon through; the caller closes it.
+func fsTarget(g *globals, arg string) (c *client.Client, id, path string, err error) {
+	if id, path, err = parseFsArg(arg); err != nil {
+		return nil, "", "", err
+	}
+	if c, err = g.client(); err != nil {
+		return nil, "", "", err
+	}
+	return c, id, path, nil
+}
+
 func newFsLsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "ls ID:/dir",
@@ -54,11 +67,7 @@ func newFsLsCmd(g *globals) *cobra.Command {
 	}
 	out := addOutputFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		id, p, err := parseFsArg(args[0])
-		if err != nil {
-			return err
-		}
-		c, err := g.client()
+		c, id, p, err := fsTarget(g, args[0])
 		if err != nil {
 			return err
 		}
@@ -84,11 +93,7 @@ func newFsStatCmd(g *globals) *cobra.Command {
 	}
 	out := addOutputFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		id, p, err := parseFsArg(args[0])
-		if err != nil {
-			return err
-		}
-		c, err := g.client()
+		c, id, p, err := fsTarget(g, args[0])
 		if err != nil {
 			return err
 		}
@@ -115,11 +120,7 @@ func newFsMkdirCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().BoolVarP(&parents, "parents", "p", false, "create missing parents; an existing directory is no error")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		id, p, err := parseFsArg(args[0])
-		if err != nil {
-			return err
-		}
-		c, err := g.client()
+		c, id, p, err := fsTarget(g, args[0])
 		if err != nil {
 			return err
 		}
@@ -139,11 +140,7 @@ func newFsRmCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().BoolVarP(&recursive, "recursive", "r", false, "remove a directory with its contents")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		id, p, err := parseFsArg(args[0])
-		if err != nil {
-			return err
-		}
-		c, err := g.client()
+		c, id, p, err := fsTarget(g, args[0])
 		if err != nil {
 			return err
 		}
@@ -234,11 +231,7 @@ were lost (rescan). With -r the whole subtree, new directories included. With
 	cmd.Flags().BoolVarP(&recursive, "recursive", "r", false, "watch the whole subtree")
 	out := addOutputFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		id, p, err := parseFsArg(args[0])
-		if err != nil {
-			return err
-		}
-		c, err := g.client()
+		c, id, p, err := fsTarget(g, args[0])
 		if err != nil {
 			return err
 		}
