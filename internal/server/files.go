@@ -16,15 +16,19 @@ func goVersion() string { return runtime.Version() }
 // maxPathLen bounds a path query parameter.
 const maxPathLen = 4096
 
-func pathParam(r *http.Request) (string, error) {
-	p := r.URL.Query().Get("path")
+func pathParam(r *http.Request) (string, error) { return pathParamNamed(r, "path") }
+
+// pathParamNamed reads the required path query parameter name: at most
+// maxPathLen bytes, no control characters.
+func pathParamNamed(r *http.Request, name string) (string, error) {
+	p := r.URL.Query().Get(name)
 	if p == "" {
-		return "", errdefs.Invalid("path query parameter is required")
+		return "", errdefs.Invalid("%s query parameter is required", name)
 	}
 	if len(p) > maxPathLen {
-		return "", errdefs.Invalid("path longer than %d bytes", maxPathLen)
+		return "", errdefs.Invalid("%s longer than %d bytes", name, maxPathLen)
 	}
-	if err := sandbox.CheckText("path", p); err != nil {
+	if err := sandbox.CheckText(name, p); err != nil {
 		return "", err
 	}
 	return p, nil

@@ -11,9 +11,6 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/manager"
-
-	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/sandbox"
 )
 
 // moveFile renames path to to inside the sandbox by rename(2)'s rules;
@@ -24,16 +21,8 @@ func (s *Server) moveFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	to := r.URL.Query().Get("to")
-	switch {
-	case to == "":
-		writeError(w, errdefs.Invalid("to query parameter is required"))
-		return
-	case len(to) > maxPathLen:
-		writeError(w, errdefs.Invalid("to longer than %d bytes", maxPathLen))
-		return
-	}
-	if err := sandbox.CheckText("to", to); err != nil {
+	to, err := pathParamNamed(r, "to")
+	if err != nil {
 		writeError(w, err)
 		return
 	}
