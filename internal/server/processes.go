@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/coder/websocket"
 
@@ -232,45 +230,9 @@ func (s *Server) processWS(w http.ResponseWriter, r *http.Request) {
 	conn.SetReadLimit(1 << 20)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	var wmu sync.Mutex
-	send := func(kind byte, p []byte) error {
-		wmu.Lock()
-		defer wmu.Unlock()
-		wctx, c := context.WithTimeout(ctx, 30*time.Second)
-		defer c()
-		return conn.Write(wctx, websocket.MessageBinary, append([]byte{kind}, p...))
-	}
-	stdinR, stdinW := io.Pipe()
-	resize := make(chan manager.Resize, 4)
-	go func() {
-		defer stdinW.Close()
-		for {
-			typ, msg, err := conn.Read(ctx)
-			if err != nil {
-				cancel()
-				return
-			}
-			if typ != websocket.MessageBinary || len(msg) == 0 {
-				continue
-			}
-			switch msg[0] {
-			case api.WSStdin:
-				if _, err := stdinW.Write(msg[1:]); err != nil {
-					return
-				}
-			case api.WSStdinEOF:
-				stdinW.Close()
-			case api.WSResize:
-				var rs api.Resize
-				if json.Unmarshal(msg[1:], &rs) == nil {
-					select {
-					case resize <- resizeOf(rs):
-					default:
-					}
-				}
-			}
-		}
-	}()
+	ws := &wsStream{conn: conn, ctx: ctx}
+	send := ws.send
+	stdinR, resize := ws.readInput(cancel, false)
 	ex, err := s.m.AttachProcess(ctx, id, pid, true, manager.AttachIO{
 		Stdin: stdinR, KeepStdin: true,
 		Stdout: kindWriter{api.WSStdout, send}, Stderr: kindWriter{api.WSStderr, send},

@@ -36,14 +36,8 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 
-	var wmu sync.Mutex
-	send := func(kind byte, p []byte) error {
-		wmu.Lock()
-		defer wmu.Unlock()
-		wctx, c := context.WithTimeout(ctx, 30*time.Second)
-		defer c()
-		return conn.Write(wctx, websocket.MessageBinary, append([]byte{kind}, p...))
-	}
+	ws := &wsStream{conn: conn, ctx: ctx}
+	send := ws.send
 	sendErr := func(err error) {
 		b, _ := json.Marshal(apiErrorFor(w, err))
 		_ = send(api.WSError, b)
@@ -67,14 +61,57 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 		sendErr(err)
 		return
 	}
+	stdinR, resize := ws.readInput(cancel, true)
+	exit, err := s.m.Exec(ctx, id, execRequest(&req), manager.ExecIO{
+		Stdin:  stdinR,
+		Stdout: kindWriter{api.WSStdout, send},
+		Stderr: kindWriter{api.WSStderr, send},
+		Resize: resize,
+	}, actor(r))
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			sendErr(err)
+		}
+		return
+	}
+	b, _ := json.Marshal(exitToAPI(exit))
+	_ = send(api.WSExit, b)
+	conn.Close(websocket.StatusNormalClosure, "")
+}
+
+// wsStream is the framing the WebSocket routes (exec, process attach)
+// share: binary messages tagged by their first byte (api.WSStdin and
+// friends), writes serialised and each bounded by its own deadline.
+type wsStream struct {
+	conn *websocket.Conn
+	ctx  context.Context
+	mu   sync.Mutex
+}
+
+// send writes one message of kind.
+func (ws *wsStream) send(kind byte, p []byte) error {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	wctx, c := context.WithTimeout(ws.ctx, 30*time.Second)
+	defer c()
+	return ws.conn.Write(wctx, websocket.MessageBinary, append([]byte{kind}, p...))
+}
+
+// readInput forwards the client's WSStdin, WSStdinEOF and WSResize
+// messages into the returned stdin pipe and resize channel until the
+// connection ends, and then calls cancel. failStdin: stdin's reader gets
+// the connection's error rather than EOF.
+func (ws *wsStream) readInput(cancel func(), failStdin bool) (io.Reader, chan manager.Resize) {
 	stdinR, stdinW := io.Pipe()
 	resize := make(chan manager.Resize, 4)
 	go func() {
 		defer stdinW.Close()
 		for {
-			typ, msg, err := conn.Read(ctx)
+			typ, msg, err := ws.conn.Read(ws.ctx)
 			if err != nil {
-				stdinW.CloseWithError(err)
+				if failStdin {
+					stdinW.CloseWithError(err)
+				}
 				cancel()
 				return
 			}
@@ -99,21 +136,7 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
-	exit, err := s.m.Exec(ctx, id, execRequest(&req), manager.ExecIO{
-		Stdin:  stdinR,
-		Stdout: kindWriter{api.WSStdout, send},
-		Stderr: kindWriter{api.WSStderr, send},
-		Resize: resize,
-	}, actor(r))
-	if err != nil {
-		if !errors.Is(err, context.Canceled) {
-			sendErr(err)
-		}
-		return
-	}
-	b, _ := json.Marshal(exitToAPI(exit))
-	_ = send(api.WSExit, b)
-	conn.Close(websocket.StatusNormalClosure, "")
+	return stdinR, resize
 }
 
 type kindWriter struct {
