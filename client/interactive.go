@@ -67,6 +67,13 @@ func (c *Client) ExecInteractive(ctx context.Context, id string, req api.ExecReq
 		go pumpResize(ctx, conn, resize)
 	}
 
+	return readWSOutput(ctx, conn, stdout, stderr)
+}
+
+// readWSOutput reads the server's messages of an exec or process attach
+// WebSocket: output to stdout/stderr (either may be nil), until the exit
+// (returned) or an error frame (returned as the API's error).
+func readWSOutput(ctx context.Context, conn *websocket.Conn, stdout, stderr io.Writer) (api.ExecExit, error) {
 	for {
 		typ, msg, err := conn.Read(ctx)
 		if err != nil {

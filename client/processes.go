@@ -174,43 +174,5 @@ func (c *Client) AttachProcess(ctx context.Context, id, pid string, stdin io.Rea
 	if resize != nil {
 		go pumpResize(ctx, conn, resize)
 	}
-	for {
-		typ, msg, err := conn.Read(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return api.ExecExit{}, ctx.Err()
-			}
-			return api.ExecExit{}, wsReadError(err)
-		}
-		if typ != websocket.MessageBinary || len(msg) == 0 {
-			continue
-		}
-		kind, payload := msg[0], msg[1:]
-		switch kind {
-		case api.WSStdout, api.WSStderr:
-			w := stdout
-			if kind == api.WSStderr {
-				w = stderr
-			}
-			if w != nil {
-				if _, err := w.Write(payload); err != nil {
-					return api.ExecExit{}, fmt.Errorf("write output: %w", err)
-				}
-			}
-		case api.WSExit:
-			var exit api.ExecExit
-			if err := json.Unmarshal(payload, &exit); err != nil {
-				return api.ExecExit{}, fmt.Errorf("decode exit frame: %w", err)
-			}
-			finish(ctx, conn)
-			return exit, nil
-		case api.WSError:
-			var e api.Error
-			if err := json.Unmarshal(payload, &e); err != nil {
-				return api.ExecExit{}, fmt.Errorf("decode error frame: %w", err)
-			}
-			finish(ctx, conn)
-			return api.ExecExit{}, apiError(&e)
-		}
-	}
+	return readWSOutput(ctx, conn, stdout, stderr)
 }
