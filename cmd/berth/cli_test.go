@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/daemon"
@@ -448,5 +450,33 @@ func TestServeRetentionFlag(t *testing.T) {
 	}
 	if _, err := serve("--retention", "-1h"); err == nil {
 		t.Error("a negative --retention is accepted")
+	}
+}
+
+// TestTableIsTermSafe: a cell holding what sandbox code chose (a file
+// name, an argv, an agent's message) reaches the terminal with its
+// control characters written out, the table's own tabs and newlines kept.
+func TestTableIsTermSafe(t *testing.T) {
+	var buf bytes.Buffer
+	tw := newTable(&buf)
+	fmt.Fprintf(tw, "NAME\tSIZE\n")
+	fmt.Fprintf(tw, "%s\t%d\n", "evil\x1b]0;owned\x07\x1b[2J\u009b31m\xffname", 3)
+	fmt.Fprintf(tw, "%s\t%d\n", "héllo ✓", 4)
+	if err := tw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, c := range out {
+		if (c < 0x20 && c != '\n') || c == 0x7f || (c >= 0x80 && c < 0xa0) || c == utf8.RuneError {
+			t.Fatalf("a control character %U reached the terminal:\n%q", c, out)
+		}
+	}
+	for _, want := range []string{`evil\x1b]0;owned\x07\x1b[2J\u009b31m\xffname`, "héllo ✓", "NAME"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 3 {
+		t.Errorf("%d lines:\n%s", len(lines), out)
 	}
 }

@@ -91,7 +91,7 @@ func newFlowsCmd(g *globals) *cobra.Command {
 		if o.json() {
 			return printJSON(c.OutOrStdout(), fs)
 		}
-		tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 3, ' ', 0)
+		tw := table{tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 3, ' ', 0)}
 		fmt.Fprintln(tw, "SEQ\tTIME\tKIND\tPROTO\tDESTINATION\tNAME\tDECISION\tRULE")
 		for _, f := range fs {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Seq, f.Time.Format("15:04:05.000"), f.Kind, f.Proto, f.Dst, dash(f.Name), f.Decision, dash(f.Rule))

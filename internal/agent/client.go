@@ -581,5 +581,6 @@ func (c *Client) Shutdown(ctx context.Context, sig string, grace time.Duration) 
 	if err := cc.result(&res); err != nil {
 		return 0, err
 	}
-	return res.Remaining, nil
+	// A count, only ever logged; a negative one is the agent's lie.
+	return max(res.Remaining, 0), nil
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/berth-sh/berth/internal/agent/wire"
 )
@@ -37,9 +38,12 @@ func FuzzClient(f *testing.F) {
 	f.Add(join(frame(wire.FrameStdout, []byte("out")), frame(wire.FrameStderr, []byte("err")), frame(wire.FrameExit, []byte(`{"code":3}`))))
 	f.Add([]byte{byte(wire.FrameData), 0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{byte(wire.FrameData), 0, 0, 0, 10, 'a'})
+	f.Add(frame(wire.FrameResult, []byte(`{"remaining":-7}`)))
+	f.Add(frame(wire.FrameError, []byte(`{"code":"internal","message":"\u001b[2J\u001b]0;owned\u0007\u009b31m\ufffe"}`)))
+	f.Add(join(frame(wire.FrameEnd, nil)))
 
 	f.Fuzz(func(t *testing.T, data []byte) {
-		for op := range 7 {
+		for op := range 9 {
 			clientAgainst(t, op, data)
 		}
 	})
@@ -73,9 +77,34 @@ func clientAgainst(t *testing.T, op int, data []byte) {
 		_, err = c.WriteFile(ctx, "/x", 0, strings.NewReader("data"))
 	case 6:
 		err = c.ReadTar(ctx, "/x", io.Discard)
+	case 7:
+		err = c.SecretFiles(ctx, "", []wire.SecretFile{{Path: "/run/secrets/a", Data: []byte("v")}})
+	case 8:
+		var left int
+		left, err = c.Shutdown(ctx, "SIGTERM", time.Second)
+		if left < 0 {
+			t.Fatalf("shutdown: %d processes left", left)
+		}
+	}
+	if err != nil && !safeText(err.Error()) {
+		t.Fatalf("op %d: an error with control bytes from the agent: %q", op, err)
 	}
 	if ctx.Err() != nil {
 		t.Fatalf("op %d hung against a fake agent: %v", op, err)
 	}
 	cli.Close()
+}
+
+// safeText reports whether s is valid UTF-8 without control characters
+// (what wire.SafeMessage guarantees of the agent's part of an error).
+func safeText(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return false
+		}
+	}
+	return true
 }

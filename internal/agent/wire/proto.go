@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -338,12 +340,10 @@ func CodeOf(err error) string {
 
 // ErrorFromWire turns an error frame into an error of the matching
 // category. The message comes from the agent, which the client does not
-// trust: it is cut to a sane length.
+// trust: it becomes SafeMessage's, so what sandbox code wrote cannot
+// reach an event, a log line or an operator's terminal as control bytes.
 func ErrorFromWire(we Error) error {
-	msg := we.Message
-	if len(msg) > 1024 {
-		msg = msg[:1024] + "..."
-	}
+	msg := SafeMessage(we.Message)
 	switch we.Code {
 	case CodeInvalid:
 		return errdefs.Invalid("%s", msg)
@@ -361,4 +361,36 @@ func ErrorFromWire(we Error) error {
 		return errdefs.Exhausted("%s", msg)
 	}
 	return fmt.Errorf("agent: %s", msg)
+}
+
+// maxMessageBytes caps a message from the agent (SafeMessage).
+const maxMessageBytes = 1024
+
+// SafeMessage makes text from the agent fit to show: invalid UTF-8 and
+// every control character (C0 but none, DEL, C1 — a terminal's escape
+// sequences start with ESC or CSI) written as \xNN or \uNNNN, then cut at
+// a rune boundary to maxMessageBytes with "..." after.
+func SafeMessage(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		var piece string
+		switch {
+		case r == utf8.RuneError && n == 1:
+			piece = fmt.Sprintf(`\x%02x`, s[i])
+		case r < 0x20 || r == 0x7f:
+			piece = fmt.Sprintf(`\x%02x`, r)
+		case r >= 0x80 && r < 0xa0, r == 0x2028, r == 0x2029:
+			piece = fmt.Sprintf(`\u%04x`, r)
+		default:
+			piece = s[i : i+n]
+		}
+		if b.Len()+len(piece) > maxMessageBytes {
+			b.WriteString("...")
+			break
+		}
+		b.WriteString(piece)
+		i += n
+	}
+	return b.String()
 }

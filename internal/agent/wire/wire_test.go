@@ -3,8 +3,10 @@ package wire
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // TestWireEncoding pins the bytes of every message of the protocol.
@@ -115,3 +117,31 @@ func TestWireOps(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestSafeMessage: text from the agent loses its control characters and
+// invalid bytes (written out as escapes) and is cut at a rune boundary.
+func TestSafeMessage(t *testing.T) {
+	for in, want := range map[string]string{
+		"no such file":       "no such file",
+		"\x1b[2Jwiped":       `\x1b[2Jwiped`,
+		"bell\x07 del\x7f":   `bell\x07 del\x7f`,
+		"csi\u009b31m":       `csi\u009b31m`,
+		"bad\xffbyte":        `bad\xffbyte`,
+		"line\nbreak\r\ttab": `line\x0abreak\x0d\x09tab`,
+		"sep\u2028x":         `sep\u2028x`,
+		"héllo wörld ✓":      "héllo wörld ✓",
+	} {
+		if got := SafeMessage(in); got != want {
+			t.Errorf("SafeMessage(%q) = %q, want %q", in, got, want)
+		}
+	}
+	long := strings.Repeat("é", 1000) // 2000 bytes
+	got := SafeMessage(long)
+	if !utf8.ValidString(got) || len(got) > maxMessageBytes+3 || !strings.HasSuffix(got, "...") {
+		t.Fatalf("a long message: %d bytes, valid %v", len(got), utf8.ValidString(got))
+	}
+	err := ErrorFromWire(Error{Code: CodeNotFound, Message: "\x1b]0;owned\x07"})
+	if strings.ContainsAny(err.Error(), "\x1b\x07") {
+		t.Fatalf("ErrorFromWire kept control bytes: %q", err)
+	}
+}
