@@ -138,7 +138,7 @@ func (m *Builder) putImage(ctx context.Context, name, source string, img *image.
 func (m *Builder) ImportTemplate(ctx context.Context, req *ImportRequest) (*store.Template, error) {
 	if engine.CallerTenant(ctx) != "" {
 		if req.Path != "" {
-			return nil, errdefs.Permission("importing from a path on the daemon's host is the host's alone: upload the archive instead (berth template import --upload)")
+			return nil, errdefs.Permission("importing from a path on the daemon's host is the host's alone: upload it as a tarball instead (berth template import NAME FILE.tar)")
 		}
 		if req.Ref != "" && !m.e.Config().TenantPulls {
 			return nil, errdefs.Permission("registry pulls by tenants are off on this daemon (serve --tenant-pulls): upload the image as an archive instead")
