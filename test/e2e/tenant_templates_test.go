@@ -226,3 +226,70 @@ func TestTenantTemplates(t *testing.T) {
 		t.Fatalf("b's tool after a removed its own: %+v %v", tpl, err)
 	}
 }
+
+// TestTenantBuildCache: a template file applied by one tenant builds its
+// steps; the same file applied by another tenant builds them again (a
+// cache hit across tenants would hand over a layer made in the other's
+// sandbox), while a's second apply is all cached. Each applied template
+// is its applier's, and a registry image is refused to a tenant without
+// --tenant-pulls.
+func TestTenantBuildCache(t *testing.T) {
+	addr := freeAddr(t)
+	d := startDaemonWith(t, "--insecure-listen", addr)
+	ctx := context.Background()
+	scopes := []auth.Scope{auth.ScopeSandboxesRead, auth.ScopeSandboxesWrite, auth.ScopeTemplates, auth.ScopeExec}
+	a, _ := client.New("http://"+addr, tenantKey(t, d, "a", scopes...))
+	b, _ := client.New("http://"+addr, tenantKey(t, d, "b", scopes...))
+	t.Cleanup(func() { a.DeleteTemplate(ctx, "built"); b.DeleteTemplate(ctx, "built") })
+	spec := "name: built\nfrom: base\nsteps:\n  - run: echo made-by-$(cat /proc/sys/kernel/random/uuid) > /made\n"
+	apply := func(c *client.Client, who string) (*api.Template, string) {
+		t.Helper()
+		var out strings.Builder
+		tpl, err := c.Apply(ctx, api.ApplyRequest{Spec: spec}, &out)
+		if err != nil {
+			t.Fatalf("%s's apply: %v\n%s", who, err, out.String())
+		}
+		return tpl, out.String()
+	}
+	ta, out := apply(a, "a")
+	if ta.Tenant != "a" || strings.Contains(out, "(cached)") {
+		t.Fatalf("a's first apply: tenant %q\n%s", ta.Tenant, out)
+	}
+	tb, out := apply(b, "b")
+	if tb.Tenant != "b" || strings.Contains(out, "(cached)") {
+		t.Fatalf("b's apply of the same file hit a's cache (tenant %q):\n%s", tb.Tenant, out)
+	}
+	if ta.Layers[len(ta.Layers)-1] == tb.Layers[len(tb.Layers)-1] {
+		t.Fatalf("a and b share the built layer %s", ta.Layers[len(ta.Layers)-1])
+	}
+	if _, out := apply(a, "a"); !strings.Contains(out, "(cached)") || !strings.Contains(out, "up to date") {
+		t.Fatalf("a's second apply was not from its own cache:\n%s", out)
+	}
+	// Each tenant's sandbox of "built" has its own file.
+	read := func(c *client.Client) string {
+		t.Helper()
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "built"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.DeleteSandbox(ctx, sb.ID, true)
+		var o strings.Builder
+		if exit, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"cat", "/made"}}, &o, &o); err != nil || exit.Code != 0 {
+			t.Fatalf("cat /made: %v %q", err, o.String())
+		}
+		return o.String()
+	}
+	if ra, rb := read(a), read(b); ra == rb || !strings.HasPrefix(ra, "made-by-") {
+		t.Fatalf("a's /made %q, b's %q: want each its own build", ra, rb)
+	}
+	// Apply answers in its build stream: the refusal is the stream's
+	// error event, with its stable code (the status was sent before).
+	_, err := a.Apply(ctx, api.ApplyRequest{Spec: "name: pulled\nimage: 127.0.0.1:1/none:1\n"}, nil)
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Code != "permission_denied" || !strings.Contains(ce.Message, "--tenant-pulls") {
+		t.Fatalf("a's apply of a registry image: %v, want permission_denied naming --tenant-pulls", err)
+	}
+	if _, err := a.GetTemplate(ctx, "pulled"); !client.IsNotFound(err) {
+		t.Fatalf("the refused apply left a template: %v", err)
+	}
+}
