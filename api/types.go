@@ -336,6 +336,9 @@ type FileInfo struct {
 
 // Template is a template as the API shows it.
 type Template struct {
+	// Tenant owns the template ("" or absent: the host's shared catalogue,
+	// which every tenant sees).
+	Tenant    string    `json:"tenant,omitempty"`
 	Pool      *Pool     `json:"pool,omitempty"`
 	Name      string    `json:"name"`
 	Layers    []string  `json:"layers"`
@@ -502,6 +505,9 @@ type PoolRequest struct {
 
 // Pool is a template's warm pool as the API shows it.
 type Pool struct {
+	// Tenant owns the pool's template ("" or absent: the host's shared
+	// catalogue).
+	Tenant   string `json:"tenant,omitempty"`
 	Template string `json:"template"`
 	Min      int    `json:"min"`
 	Ready    int    `json:"ready"`

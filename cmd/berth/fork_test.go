@@ -351,7 +351,7 @@ func TestPoolCLI(t *testing.T) {
 	}
 	f.fork.pool = nil
 	out, errs, code := runCLI(t, host, "", "template", "pool", "py")
-	if code != 0 || f.fork.pool != nil || !strings.Contains(strings.Join(strings.Fields(out), " "), "py 4 3 1 10 2") {
+	if code != 0 || f.fork.pool != nil || !strings.Contains(strings.Join(strings.Fields(out), " "), "py - 4 3 1 10 2") {
 		t.Fatalf("show: exit %d, %q, %q", code, out, errs)
 	}
 	out, _, code = runCLI(t, host, "", "template", "pool", "py", "--min", "6", "-o", "json")
@@ -364,13 +364,14 @@ func TestPoolCLI(t *testing.T) {
 	}
 	out, _, code = runCLI(t, host, "", "pool", "ls")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if code != 0 || len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "TEMPLATE MIN READY STARTING HITS MISSES" ||
-		strings.Join(strings.Fields(lines[1]), " ") != "py 4 3 1 10 2" {
+	if code != 0 || len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "TEMPLATE OWNER MIN READY STARTING HITS MISSES" ||
+		strings.Join(strings.Fields(lines[1]), " ") != "py - 4 3 1 10 2" {
 		t.Errorf("pool ls: exit %d\n%s", code, out)
 	}
 	out, _, code = runCLI(t, host, "", "template", "ls")
 	lines = strings.Split(strings.TrimSpace(out), "\n")
-	if code != 0 || len(lines) != 2 || !strings.Contains(lines[0], "POOL") || !strings.Contains(lines[1], " - ") {
+	if code != 0 || len(lines) != 2 || !strings.Contains(lines[0], "POOL") || !strings.HasPrefix(strings.Join(strings.Fields(lines[0]), " "), "NAME OWNER ") ||
+		!strings.HasPrefix(strings.Join(strings.Fields(lines[1]), " "), "base - ") {
 		t.Errorf("template ls: exit %d\n%s", code, out)
 	}
 }

@@ -51,9 +51,10 @@ func newPoolLsCmd(g *globals) *cobra.Command {
 
 func printPoolTable(w io.Writer, ps []api.Pool) error {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "TEMPLATE\tMIN\tREADY\tSTARTING\tHITS\tMISSES")
+	// OWNER is the tenant whose template's pool it is ("-": the host's).
+	fmt.Fprintln(tw, "TEMPLATE\tOWNER\tMIN\tREADY\tSTARTING\tHITS\tMISSES")
 	for _, p := range ps {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", p.Template, p.Min, p.Ready, p.Starting, p.Hits, p.Misses)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", p.Template, orDash(p.Tenant), p.Min, p.Ready, p.Starting, p.Hits, p.Misses)
 	}
 	return tw.Flush()
 }

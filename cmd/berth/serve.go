@@ -98,6 +98,7 @@ printed at start (and shown by GET /v1/version); clients pin it with
 	f.StringVar(&cfg.RuncPath, "runc", "runc", "runc binary (`PATH` or name looked up in $PATH)")
 	f.StringVar(&cfg.RunscPath, "runsc", "runsc", "gVisor runsc binary (`PATH` or name in $PATH), offered as runtime class runsc when it works here; none: off")
 	f.StringVar(&cfg.DefaultTemplate, "default-template", "base", "template used when a create names none")
+	f.BoolVar(&cfg.TenantPulls, "tenant-pulls", false, "let tenants' keys import templates from registries (the daemon fetches what they name); off, tenants upload image archives")
 	f.StringVar(&cfg.AgentPath, "agent", "", "berth binary mounted into sandboxes as their agent (default: this executable)")
 	f.StringVar(&cfg.MicroVMPath, "microvm", "", "offer runtime class kata: this runc-compatible microVM OCI runtime `PATH` (e.g. kata-runtime; needs /dev/kvm; untested by berth's CI)")
 	f.StringVar(&cfg.EgressSubnet, "egress-subnet", "", "IPv4 `CIDR` of egress sandboxes (default: the one this data dir used, else 100.96.0.0/16 or the first free /16 of 100.64.0.0/10)")

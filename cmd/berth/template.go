@@ -48,9 +48,11 @@ func newTemplateLsCmd(g *globals) *cobra.Command {
 		}
 		now := time.Now()
 		tw := newTable(cmd.OutOrStdout())
-		fmt.Fprintln(tw, "NAME\tSOURCE\tBUILTIN\tSIZE\tLAYERS\tPOOL\tAGE")
+		// OWNER is the tenant whose template it is ("-": the host's
+		// shared catalogue, which every tenant sees).
+		fmt.Fprintln(tw, "NAME\tOWNER\tSOURCE\tBUILTIN\tSIZE\tLAYERS\tPOOL\tAGE")
 		for _, t := range ts {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", t.Name, orDash(t.Source), yesNo(t.Builtin),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", t.Name, orDash(t.Tenant), orDash(t.Source), yesNo(t.Builtin),
 				formatSize(t.Size), len(t.Layers), poolColumn(t.Pool), age(now, t.CreatedAt))
 		}
 		return tw.Flush()

@@ -40,6 +40,9 @@ type Config struct {
 	MicroVMPath string
 	// DefaultTemplate is used when a create names none; default "base".
 	DefaultTemplate string
+	// TenantPulls lets tenants import templates from registries (serve
+	// --tenant-pulls); off, they upload archives and pulls are the host's.
+	TenantPulls bool
 	// AgentPath is the berth binary mounted into sandboxes as their agent;
 	// default: this executable.
 	AgentPath string

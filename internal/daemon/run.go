@@ -204,6 +204,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 			MaxAge: cfg.DefaultMaxAge, Retention: cfg.DefaultRetention},
 		Retention: cfg.Retention, DefaultQuota: cfg.DefaultQuota,
 	}
+	mcfg.TenantPulls = cfg.TenantPulls
 	if mcfg.Node == "" {
 		mcfg.Node = local.InstanceName(cfg.DataDir)
 	}

@@ -30,6 +30,9 @@ import (
 // Config configures an Engine.
 type Config struct {
 	DefaultTemplate string
+	// TenantPulls lets tenants' callers import templates from registries
+	// (serve --tenant-pulls); off, a registry pull is the host's alone.
+	TenantPulls bool
 	// UploadDir stages uploaded template archives (on the layer store's
 	// filesystem, so an import moves rather than copies).
 	UploadDir string
@@ -252,6 +255,11 @@ func (m *Engine) Get(ctx context.Context, ref string) (*sandbox.Sandbox, error) 
 			return nil, errdefs.NotFound("no sandbox %q", ref)
 		}
 	}
+	if _, scoped := owner(ctx).Tenant(); err == nil && sb.Spec.Pool != "" && scoped {
+		// An unclaimed pool member is no one's sandbox yet, even when it
+		// counts against its tenant's quota: only the host sees it.
+		return nil, errdefs.NotFound("no sandbox %q", ref)
+	}
 	return sb, err
 }
 
@@ -322,6 +330,16 @@ func (m *Engine) eventStored(ev *sandbox.Event) {
 
 // owner is whose records ctx reads: its caller's tenant, or every
 // tenant's for the engine's own work, which runs without a caller.
+// CallerTenant is the tenant whose templates and pools ctx's call reads
+// and makes: its caller's tenant, or "" (the host's shared catalogue) for
+// the host admin and the engine's own work.
+func CallerTenant(ctx context.Context) string {
+	if c, ok := identity.From(ctx); ok && !c.Host {
+		return c.Tenant
+	}
+	return ""
+}
+
 func owner(ctx context.Context) store.Owner {
 	if c, ok := identity.From(ctx); ok && !c.Host {
 		return store.OwnedBy(c.Tenant)

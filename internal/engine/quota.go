@@ -106,8 +106,9 @@ func (m *Engine) SetQuota(ctx context.Context, q *store.TenantQuota) error {
 	return m.store.PutTenantQuota(ctx, q)
 }
 
-// TenantUsage counts what the tenant's live sandboxes (not warm-pool
-// members) and live volumes hold; skip is left out (the sandbox being
+// TenantUsage counts what the tenant's live sandboxes (its own warm-pool
+// members among them: a tenant's pool is of its own sandboxes; the host's
+// pool members belong to no tenant) and live volumes hold; skip is left out (the sandbox being
 // admitted, when it is already recorded elsewhere, e.g. a pool member).
 func (m *Engine) TenantUsage(ctx context.Context, tenant, skip string) (Usage, error) {
 	var u Usage
@@ -117,7 +118,7 @@ func (m *Engine) TenantUsage(ctx context.Context, tenant, skip string) (Usage, e
 	}
 	owned := map[string]bool{}
 	for _, sb := range sbs {
-		if !sb.State.Live() || sb.Spec.Pool != "" || sb.ID == skip {
+		if !sb.State.Live() || sb.Spec.Pool != "" && sb.Tenant == "" || sb.ID == skip {
 			continue
 		}
 		u.add(m.need(&sb.Spec))
@@ -159,11 +160,16 @@ func (m *Engine) need(sp *sandbox.Spec) Usage {
 // LockTenant, which spans every daemon on the database) is held from the
 // count to the end of write, so concurrent creates are admitted one at a
 // time and never overshoot. A refusal is 429 quota_exceeded naming the limit,
-// with Retry-After; nothing was written. Pool members being made belong
-// to no tenant yet and are not counted.
+// with Retry-After; nothing was written. The host's pool members belong
+// to no tenant and are not counted; a tenant's pool members are its own,
+// counted like its other sandboxes (but not under its create rate: the
+// reconciler makes them, not a request).
 func (m *Engine) admitQuota(ctx context.Context, sb *sandbox.Sandbox, write func() error) error {
 	if sb.Spec.Pool != "" {
-		return write()
+		if sb.Tenant == "" {
+			return write()
+		}
+		return m.admitNeed(ctx, sb.Tenant, sb.ID, m.need(&sb.Spec), false, write)
 	}
 	return m.admitNeed(ctx, sb.Tenant, sb.ID, m.need(&sb.Spec), true, write)
 }

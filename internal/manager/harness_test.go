@@ -20,6 +20,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/berth-sh/berth/internal/image"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/node/memnode"
@@ -115,11 +116,27 @@ type env struct {
 	node  *memnode.Node
 	m     *manager.Manager
 	cfg   manager.Config
+	// images is the real layer store (withImages), or nil.
+	images *image.Store
 
 	stopManager func()
 }
 
 type envOpt func(*env)
+
+// withImages gives the manager a real layer store (and an upload
+// directory on it), so template imports and uploads run as in the daemon.
+func withImages() envOpt {
+	return func(e *env) {
+		root := filepath.Join(e.t.TempDir(), "layers")
+		s, err := image.Open(root, image.IDMap{HostUID: 100000, HostGID: 100000, Size: 65536})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.t.Cleanup(func() { s.Close() })
+		e.images, e.cfg.UploadDir = s, filepath.Join(root, "uploads")
+	}
+}
 
 // withClasses gives the node these classes, the first the default.
 func withClasses(cls ...node.Class) envOpt {
@@ -166,7 +183,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 // start makes and recovers a manager over e's store and node.
 func (e *env) start() {
 	e.t.Helper()
-	m, err := manager.New(e.cfg, e.st, nil, e.node)
+	m, err := manager.New(e.cfg, e.st, e.images, e.node)
 	if err != nil {
 		e.t.Fatal(err)
 	}

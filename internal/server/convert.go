@@ -163,7 +163,7 @@ func flowToAPI(f manager.Flow) api.Flow {
 }
 
 func poolToAPI(p manager.Pool) api.Pool {
-	return api.Pool{Template: p.Template, Min: p.Min, Ready: p.Ready, Starting: p.Starting, Hits: p.Hits, Misses: p.Misses}
+	return api.Pool{Tenant: p.Tenant, Template: p.Template, Min: p.Min, Ready: p.Ready, Starting: p.Starting, Hits: p.Hits, Misses: p.Misses}
 }
 
 func poolPtrToAPI(p *manager.Pool) *api.Pool {

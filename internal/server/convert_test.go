@@ -259,7 +259,7 @@ func TestConvertResults(t *testing.T) {
 	{
 		in := filled[manager.Pool](t)
 		out := poolPtrToAPI(in)
-		check("pool", in, out, &manager.Pool{Template: out.Template, Min: out.Min, Ready: out.Ready, Starting: out.Starting,
+		check("pool", in, out, &manager.Pool{Tenant: out.Tenant, Template: out.Template, Min: out.Min, Ready: out.Ready, Starting: out.Starting,
 			Hits: out.Hits, Misses: out.Misses})
 	}
 	{

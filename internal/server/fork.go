@@ -164,10 +164,7 @@ func (s *Server) setPool(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getPool(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.m.GetTemplate(r.Context(), r.PathValue("name")); err != nil {
-		writeError(w, err)
-		return
-	}
+	// Pool resolves the name as the caller sees it (404 if it cannot).
 	p, err := s.m.Pool(r.Context(), r.PathValue("name"))
 	if err != nil {
 		writeError(w, err)

@@ -52,7 +52,7 @@ var public = auth.Rule{Public: true}
 func need(scopes ...auth.Scope) auth.Rule { return auth.Rule{Scopes: scopes} }
 
 // hostOnly is a route of the host's administrator alone (auth.Rule.Host):
-// the host's templates and pools, apply, doctor, metrics, tenants.
+// doctor, metrics, tenants (templates and pools are per tenant now).
 var hostOnly = auth.Rule{Scopes: []auth.Scope{auth.ScopeAdmin}, Host: true}
 
 // lease is need, and the sandbox's own lease token may call it too.
@@ -114,14 +114,14 @@ func (s *Server) routeTable() []Route {
 
 		{Pattern: "GET /v1/templates", Rule: need(read), h: hf(s.listTemplates)},
 		{Pattern: "GET /v1/templates/{name}", Rule: need(read), h: hf(s.getTemplate)},
-		{Pattern: "DELETE /v1/templates/{name}", Rule: hostOnly, h: hf(s.deleteTemplate)},
-		{Pattern: "POST /v1/templates/import", Rule: hostOnly, Stream: true, h: hf(s.importTemplate)},
-		{Pattern: "PUT /v1/templates/{name}/archive", Rule: hostOnly, Stream: true, h: hf(s.uploadTemplate)},
-		{Pattern: "POST /v1/templates/build", Rule: hostOnly, Stream: true, h: hf(s.buildTemplate)},
-		{Pattern: "PUT /v1/templates/{name}/pool", Rule: hostOnly, h: hf(s.setPool)},
+		{Pattern: "DELETE /v1/templates/{name}", Rule: need(auth.ScopeTemplates), h: hf(s.deleteTemplate)},
+		{Pattern: "POST /v1/templates/import", Rule: need(auth.ScopeTemplates), Stream: true, h: hf(s.importTemplate)},
+		{Pattern: "PUT /v1/templates/{name}/archive", Rule: need(auth.ScopeTemplates), Stream: true, h: hf(s.uploadTemplate)},
+		{Pattern: "POST /v1/templates/build", Rule: need(auth.ScopeTemplates), Stream: true, h: hf(s.buildTemplate)},
+		{Pattern: "PUT /v1/templates/{name}/pool", Rule: need(auth.ScopeTemplates), h: hf(s.setPool)},
 		{Pattern: "GET /v1/templates/{name}/pool", Rule: need(read), h: hf(s.getPool)},
 		{Pattern: "GET /v1/pools", Rule: need(read), h: hf(s.listPools)},
-		{Pattern: "POST /v1/apply", Rule: hostOnly, Stream: true, h: hf(s.apply)},
+		{Pattern: "POST /v1/apply", Rule: need(auth.ScopeTemplates), Stream: true, h: hf(s.apply)},
 		{Pattern: "GET /v1/doctor", Rule: hostOnly, h: hf(s.doctor)},
 		{Pattern: "POST /v1/doctor/fix", Rule: hostOnly, h: hf(s.doctor)},
 

@@ -22,6 +22,7 @@ import (
 	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/identity"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server/idempotency"
@@ -525,17 +526,19 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) templateToAPI(t *store.Template) api.Template {
 	out := templateToAPI(t)
-	if t.Tenant != "" { // pools are the shared catalogue's
-		return out
+	// The pool of t itself: read as t's tenant, whose name resolves to t.
+	ctx := context.Background()
+	if t.Tenant != "" {
+		ctx = identity.With(ctx, identity.Caller{Tenant: t.Tenant})
 	}
-	if p, err := s.m.Pool(context.Background(), t.Name); err == nil && (p.Min > 0 || p.Ready > 0) {
+	if p, err := s.m.Pool(ctx, t.Name); err == nil && (p.Min > 0 || p.Ready > 0) {
 		out.Pool = poolPtrToAPI(p)
 	}
 	return out
 }
 
 func templateToAPI(t *store.Template) api.Template {
-	return api.Template{Name: t.Name, Layers: t.Layers, Source: t.Source, Builtin: t.Builtin,
+	return api.Template{Tenant: t.Tenant, Name: t.Name, Layers: t.Layers, Source: t.Source, Builtin: t.Builtin,
 		Size: t.Size, Env: t.Config.Env, Workdir: t.Config.Workdir, User: t.Config.User,
 		Entrypoint: t.Config.Entrypoint, Cmd: t.Config.Cmd, ExposedPorts: t.Config.ExposedPorts,
 		StopSignal: t.Config.StopSignal, CreatedAt: t.CreatedAt}

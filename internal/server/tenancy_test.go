@@ -26,6 +26,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/auth"
+	"github.com/berth-sh/berth/internal/image"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/node/memnode"
 	"github.com/berth-sh/berth/internal/secrets"
@@ -72,8 +73,15 @@ func newTenv(t *testing.T) *tenv {
 	}
 	e := &tenv{t: t, st: st, node: memnode.New(t), clock: &tclock{t: time.Now().UTC()}}
 	log := slog.New(slog.DiscardHandler)
+	// A real layer store, so template uploads are read as they are in
+	// the daemon (and bad ones refused as they are there).
+	images, err := image.Open(filepath.Join(dir, "layers"), image.IDMap{HostUID: 100000, HostGID: 100000, Size: 65536})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { images.Close() })
 	m, err := manager.New(manager.Config{Node: "node-a", ReconcileInterval: time.Hour, Logger: log,
-		OnState: LeaseRevoker(st, log)}, st, nil, e.node)
+		UploadDir: filepath.Join(dir, "layers", "uploads"), OnState: LeaseRevoker(st, log)}, st, images, e.node)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,6 +236,12 @@ func (e *tenv) state(w *world) string {
 	for _, t := range tpls {
 		parts = append(parts, t.Tenant, t.Name, t.Layers, t.Source)
 	}
+	pools, _ := e.st.ListPools(ctx)
+	for k, n := range pools {
+		if k.Tenant == "b" {
+			parts = append(parts, k.Template, n)
+		}
+	}
 	parts = append(parts, v.State, v.Generation, sn.Name, len(snaps), len(vols), len(sbs), sec.Sealed, sec.UpdatedAt)
 	b, _ := json.Marshal(parts)
 	return string(b)
@@ -254,8 +268,8 @@ func TestCrossTenantRoutes(t *testing.T) {
 	w.lease = w.sb.LeaseToken
 	e.must(kb.Key, "PUT", "/v1/secrets/bsec", `{"value":"b-secret-value"}`, 201, nil)
 	mine := e.sandbox(ka, `{"template":"base","name":"asb"}`)
-	// b's own template (tenants cannot import through the API yet: put in
-	// the store as an import would).
+	// b's own template (put in the store as an import would, so its
+	// layers need not exist).
 	if err := e.st.PutTemplate(context.Background(), &store.Template{Tenant: "b", Name: "btpl", Source: "b-own-source",
 		Layers: []string{"sha256:00000000000000000000000000000000000000000000000000000000000000b1"}}); err != nil {
 		t.Fatal(err)
@@ -368,8 +382,14 @@ func TestCrossTenantRoutes(t *testing.T) {
 				switch {
 				case rt.Rule.Host:
 					want = 403
+				case rt.Pattern == "PUT /v1/templates/{name}/archive":
+					// An upload makes a's own template of that name (names
+					// are per tenant); "{}" is no archive.
+					want = 400
 				case strings.Contains(tg.path, "/btpl"):
 					want = 404 // b's own template: a reads the shared catalogue only
+				case strings.Contains(tg.path, "/base") && (method == "DELETE" || method == "PUT"):
+					want = 403 // the host's shared template: a cannot remove or pool it
 				case wantOK[rt.Pattern] != 0:
 					want = wantOK[rt.Pattern]
 				case rt.Pattern == "PUT /v1/secrets/{name}" && code == 200:

@@ -353,13 +353,22 @@ type BuildCache interface {
 	PutBuildCache(ctx context.Context, tenant, key, layer string) error
 }
 
-// Pools are the warm-pool sizes of the shared catalogue's templates
-// (tenant ""), per template (a handful: not paged). The table is keyed by
-// (tenant, template) since migration 0012.
+// PoolKey names a warm pool: the template of that name tenant owns
+// (tenant "" is the host's shared catalogue). A tenant's pool is of its
+// own template; the pools of the shared templates are the host's.
+type PoolKey struct {
+	Tenant   string
+	Template string
+}
+
+// Pools are the warm-pool sizes per (tenant, template) (a handful: not
+// paged).
 type Pools interface {
-	// SetPool sets a template's warm-pool size (0 removes it).
-	SetPool(ctx context.Context, template string, min int) error
-	ListPools(ctx context.Context) (map[string]int, error)
+	// SetPool sets the warm-pool size of tenant's template (0 removes
+	// it).
+	SetPool(ctx context.Context, tenant, template string, min int) error
+	// ListPools returns every tenant's pools.
+	ListPools(ctx context.Context) (map[PoolKey]int, error)
 }
 
 // Flows are the sandboxes' network flow logs.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -18,13 +19,17 @@ import (
 	"github.com/berth-sh/berth/templatefile"
 )
 
-// Warm pools keep, per template, a number of ready sandboxes: created
+// Warm pools keep, per (tenant, template), a number of ready sandboxes: created
 // ahead, then frozen (no CPU). A create that fits a pool's template and
 // defaults claims one instead of starting a container: it is thawed and
 // given the claimant's name, hostname, env, labels, timeout and policies.
 // Pool members are never handed out twice and never returned: a claimed
 // sandbox is an ordinary sandbox, destroyed at its end. Members whose
-// template has changed are replaced.
+// template has changed are replaced. The host's pools (tenant "") are of
+// the shared catalogue's templates; their members belong to no tenant
+// until claimed. A tenant's pool is of its own template: its members are
+// that tenant's sandboxes from the start (counted by its quota, hidden
+// from it until claimed), and only that tenant's creates claim them.
 
 // Warm is the warm-pool feature over the engine's core.
 type Warm struct {
@@ -34,16 +39,16 @@ type Warm struct {
 	log   *slog.Logger
 
 	mu           sync.Mutex
-	poolStats    map[string]*poolStats
-	poolBuilding int            // members being made, all templates (under mu)
-	poolInFlight map[string]int // members being made, per template (under mu)
+	poolStats    map[store.PoolKey]*poolStats
+	poolBuilding int                   // members being made, all pools (under mu)
+	poolInFlight map[store.PoolKey]int // members being made, per pool (under mu)
 }
 
 // New returns the warm-pool feature of e and installs its claim in e's
 // creates.
 func New(e *engine.Engine) *Warm {
 	w := &Warm{e: e, store: e.Store(), node: e.Backend(), log: e.Log(),
-		poolStats: map[string]*poolStats{}, poolInFlight: map[string]int{}}
+		poolStats: map[store.PoolKey]*poolStats{}, poolInFlight: map[store.PoolKey]int{}}
 	return w
 }
 
@@ -54,7 +59,7 @@ const MaxPoolSize = templatefile.MaxPoolMin
 
 type poolStats struct{ hits, misses atomic.Int64 }
 
-func (m *Warm) stats(tpl string) *poolStats {
+func (m *Warm) stats(tpl store.PoolKey) *poolStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	st, ok := m.poolStats[tpl]
@@ -65,23 +70,37 @@ func (m *Warm) stats(tpl string) *poolStats {
 	return st
 }
 
-// SetPool sets how many ready sandboxes template name keeps.
+// keyOf is the pool of template t.
+func keyOf(t *store.Template) store.PoolKey { return store.PoolKey{Tenant: t.Tenant, Template: t.Name} }
+
+// SetPool sets how many ready sandboxes template name keeps: the
+// caller's own template (a tenant cannot size the host's shared pools).
 func (m *Warm) SetPool(ctx context.Context, name string, min int) (*Pool, error) {
 	if min < 0 || min > MaxPoolSize {
 		return nil, errdefs.Invalid("pool size must be between 0 and %d", MaxPoolSize)
 	}
-	if _, err := m.e.GetTemplate(ctx, name); err != nil {
+	tenant := engine.CallerTenant(ctx)
+	tpl, err := m.e.ResolveTemplate(ctx, tenant, name)
+	if err != nil {
 		return nil, err
 	}
-	if err := m.store.SetPool(ctx, name, min); err != nil {
+	if tpl.Tenant != tenant {
+		return nil, errdefs.Permission("template %q is the host's shared template: its pool is the host's to set", name)
+	}
+	if err := m.store.SetPool(ctx, tenant, name, min); err != nil {
 		return nil, err
 	}
 	m.e.WakeReconciler()
 	return m.Pool(ctx, name)
 }
 
-// Pool reports template name's pool.
+// Pool reports the pool of template name as the caller resolves it: a
+// tenant's own template's, or the shared one's.
 func (m *Warm) Pool(ctx context.Context, name string) (*Pool, error) {
+	tpl, err := m.e.ResolveTemplate(ctx, engine.CallerTenant(ctx), name)
+	if err != nil {
+		return nil, err
+	}
 	pools, err := m.store.ListPools(ctx)
 	if err != nil {
 		return nil, err
@@ -90,10 +109,13 @@ func (m *Warm) Pool(ctx context.Context, name string) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.poolReport(name, pools[name], members[name]), nil
+	k := keyOf(tpl)
+	return m.poolReport(k, pools[k], members[k]), nil
 }
 
-// Pools reports every pool.
+// Pools reports every pool the caller sees: the host every tenant's, a
+// tenant its own and the host's of the shared templates it does not
+// shadow.
 func (m *Warm) Pools(ctx context.Context) ([]Pool, error) {
 	pools, err := m.store.ListPools(ctx)
 	if err != nil {
@@ -103,20 +125,34 @@ func (m *Warm) Pools(ctx context.Context) ([]Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	names := make([]string, 0, len(pools))
-	for n := range pools {
-		names = append(names, n)
+	tenant, scoped := engine.Owner(ctx).Tenant()
+	keys := make([]store.PoolKey, 0, len(pools))
+	for k := range pools {
+		if scoped && k.Tenant != tenant {
+			if k.Tenant != "" {
+				continue
+			}
+			if _, err := m.store.GetTenantTemplate(ctx, tenant, k.Template); err == nil {
+				continue // shadowed by the tenant's own
+			}
+		}
+		keys = append(keys, k)
 	}
-	slices.Sort(names)
-	out := make([]Pool, 0, len(names))
-	for _, n := range names {
-		out = append(out, *m.poolReport(n, pools[n], members[n]))
+	slices.SortFunc(keys, func(a, b store.PoolKey) int {
+		if c := strings.Compare(a.Template, b.Template); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Tenant, b.Tenant)
+	})
+	out := make([]Pool, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, *m.poolReport(k, pools[k], members[k]))
 	}
 	return out, nil
 }
 
-func (m *Warm) poolReport(name string, min int, members []*sandbox.Sandbox) *Pool {
-	p := &Pool{Template: name, Min: min}
+func (m *Warm) poolReport(name store.PoolKey, min int, members []*sandbox.Sandbox) *Pool {
+	p := &Pool{Tenant: name.Tenant, Template: name.Template, Min: min}
 	for _, sb := range members {
 		switch sb.State {
 		case sandbox.StatePaused:
@@ -135,8 +171,8 @@ func (m *Warm) poolReport(name string, min int, members []*sandbox.Sandbox) *Poo
 	return p
 }
 
-// poolMembers groups this node's unclaimed pool members by template.
-func (m *Warm) poolMembers(ctx context.Context) (map[string][]*sandbox.Sandbox, error) {
+// poolMembers groups this node's unclaimed pool members by pool.
+func (m *Warm) poolMembers(ctx context.Context) (map[store.PoolKey][]*sandbox.Sandbox, error) {
 	live, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.e.Node()}, store.Page{})
 	if err != nil {
 		return nil, err
@@ -145,12 +181,13 @@ func (m *Warm) poolMembers(ctx context.Context) (map[string][]*sandbox.Sandbox, 
 }
 
 // groupPoolMembers picks the unclaimed pool members out of live sandboxes,
-// by template.
-func groupPoolMembers(live []*sandbox.Sandbox) map[string][]*sandbox.Sandbox {
-	out := map[string][]*sandbox.Sandbox{}
+// by pool: a member's tenant is its pool's.
+func groupPoolMembers(live []*sandbox.Sandbox) map[store.PoolKey][]*sandbox.Sandbox {
+	out := map[store.PoolKey][]*sandbox.Sandbox{}
 	for _, sb := range live {
 		if sb.Spec.Pool != "" {
-			out[sb.Spec.Pool] = append(out[sb.Spec.Pool], sb)
+			k := store.PoolKey{Tenant: sb.Tenant, Template: sb.Spec.Pool}
+			out[k] = append(out[k], sb)
 		}
 	}
 	return out
@@ -186,15 +223,17 @@ func (m *Warm) runtimeOf(sb *sandbox.Sandbox) string {
 }
 
 // claim hands out a ready pool member of tpl as the sandbox the request
-// asks for, or returns nil if there is none.
+// asks for, or returns nil if there is none. tpl is the template the
+// create resolved for its tenant, so the pool is that template's: a
+// tenant's own template's pool (of its own members), or the host's pool
+// of a shared one; never another tenant's.
 func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec, req *engine.CreateRequest, opt engine.CreateOptions) (*sandbox.Sandbox, error) {
-	if tpl.Tenant != "" || !m.poolable(req, tpl, &spec) {
-		// Pools are the shared catalogue's: a tenant's own template
-		// (which may shadow a pooled shared name) has none.
+	if tpl.Tenant != "" && tpl.Tenant != opt.Tenant || !m.poolable(req, tpl, &spec) {
 		return nil, nil
 	}
+	k := keyOf(tpl)
 	pools, err := m.store.ListPools(ctx)
-	if err != nil || pools[tpl.Name] == 0 {
+	if err != nil || pools[k] == 0 {
 		return nil, err
 	}
 	members, err := m.poolMembers(ctx)
@@ -202,7 +241,7 @@ func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec
 		return nil, err
 	}
 	defer m.e.WakeReconciler() // refill
-	for _, cand := range members[tpl.Name] {
+	for _, cand := range members[k] {
 		if cand.State != sandbox.StatePaused || !slices.Equal(cand.Spec.Layers, tpl.Layers) ||
 			cand.Spec.Resources.DiskBytes != spec.Resources.DiskBytes || // made under another default
 			m.runtimeOf(cand) != spec.Runtime { // made under another default class
@@ -212,7 +251,7 @@ func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec
 		if !ok {
 			continue // another claim or the reconciler has it
 		}
-		sb, err := m.claimLocked(ctx, cand.ID, spec, req, opt)
+		sb, err := m.claimLocked(ctx, k, cand.ID, spec, req, opt)
 		unlock()
 		if err != nil {
 			if errors.Is(err, errdefs.ErrNameTaken) || errors.Is(err, errdefs.ErrQuota) {
@@ -221,19 +260,23 @@ func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec
 			m.log.Warn("pool claim failed", "sandbox", cand.ID, "err", err)
 			continue
 		}
-		m.stats(tpl.Name).hits.Add(1)
+		m.stats(k).hits.Add(1)
 		return sb, nil
 	}
-	m.stats(tpl.Name).misses.Add(1)
+	m.stats(k).misses.Add(1)
 	return nil, nil
 }
 
-func (m *Warm) claimLocked(ctx context.Context, id string, spec sandbox.Spec, req *engine.CreateRequest, opt engine.CreateOptions) (*sandbox.Sandbox, error) {
-	sb, err := m.store.GetSandbox(ctx, engine.Owner(ctx), id)
+func (m *Warm) claimLocked(ctx context.Context, pool store.PoolKey, id string, spec sandbox.Spec, req *engine.CreateRequest, opt engine.CreateOptions) (*sandbox.Sandbox, error) {
+	// A host pool's member belongs to no tenant, so the claimant's own
+	// read would not find it: read it as the engine, then check it is
+	// still a member of the pool being claimed from.
+	sb, err := m.store.GetSandbox(ctx, store.AnyOwner, id)
 	if err != nil {
 		return nil, err
 	}
-	if sb.State != sandbox.StatePaused || sb.Spec.Pool == "" || m.runtimeOf(sb) != spec.Runtime {
+	if sb.State != sandbox.StatePaused || sb.Spec.Pool != pool.Template || sb.Tenant != pool.Tenant ||
+		m.runtimeOf(sb) != spec.Runtime {
 		return nil, errdefs.Conflict("pool member %s was taken", id)
 	}
 	// The claimant's identity and settings; what the container was started
@@ -292,10 +335,10 @@ func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
 	if err != nil || len(pools) == 0 && len(members) == 0 {
 		return
 	}
-	for name, list := range members {
-		tpl, terr := m.store.GetTemplate(ctx, name)
+	for k, list := range members {
+		tpl, terr := m.store.GetTenantTemplate(ctx, k.Tenant, k.Template)
 		for _, sb := range list {
-			stale := terr != nil || pools[name] == 0 || !slices.Equal(sb.Spec.Layers, tpl.Layers)
+			stale := terr != nil || pools[k] == 0 || !slices.Equal(sb.Spec.Layers, tpl.Layers)
 			if stale && sb.State == sandbox.StatePaused {
 				m.e.Async(sb.ID, func(ctx context.Context, cur *sandbox.Sandbox) {
 					if cur.Spec.Pool != "" {
@@ -305,30 +348,36 @@ func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
 			}
 		}
 	}
-	for name, min := range pools {
-		tpl, err := m.store.GetTemplate(ctx, name)
+	for k, min := range pools {
+		tpl, err := m.store.GetTenantTemplate(ctx, k.Tenant, k.Template)
 		if err != nil {
 			continue
 		}
 		have := 0
-		for _, sb := range members[name] {
+		for _, sb := range members[k] {
 			if slices.Equal(sb.Spec.Layers, tpl.Layers) {
 				have++
 			}
 		}
 		m.mu.Lock()
 		// Members being made may not have a record yet.
-		have += m.poolInFlight[name]
+		have += m.poolInFlight[k]
 		for i := have; i < min && m.poolBuilding < 2 && !m.e.Closing(); i++ {
 			m.poolBuilding++
-			m.poolInFlight[name]++
+			m.poolInFlight[k]++
 			m.e.Go(func(ctx context.Context) {
-				if err := m.addPoolMember(ctx, tpl); err != nil {
-					m.log.Warn("refilling warm pool", "template", tpl.Name, "err", err)
+				err := m.addPoolMember(ctx, tpl)
+				switch {
+				case errors.Is(err, errdefs.ErrQuota):
+					// A tenant's pool stops at its quota: the tenant's
+					// choice, not a fault to shout about each round.
+					m.log.Debug("warm pool held at the tenant's quota", "tenant", tpl.Tenant, "template", tpl.Name, "err", err)
+				case err != nil:
+					m.log.Warn("refilling warm pool", "tenant", tpl.Tenant, "template", tpl.Name, "err", err)
 				}
 				m.mu.Lock()
 				m.poolBuilding--
-				m.poolInFlight[tpl.Name]--
+				m.poolInFlight[k]--
 				m.mu.Unlock()
 				m.e.WakeReconciler()
 			})
@@ -353,7 +402,8 @@ func (m *Warm) addPoolMember(ctx context.Context, tpl *store.Template) error {
 	}
 	m.e.WithDiskDefault(&spec)
 	now := m.e.Now()
-	sb := &sandbox.Sandbox{ID: engine.NewID(), State: sandbox.StateCreating, Node: m.e.Node(), Spec: spec,
+	// A tenant's pool member is the tenant's (its quota counts it).
+	sb := &sandbox.Sandbox{ID: engine.NewID(), Tenant: tpl.Tenant, State: sandbox.StateCreating, Node: m.e.Node(), Spec: spec,
 		CreatedAt: now, UpdatedAt: now, Cause: sandbox.CauseReconciler, Reason: "warm pool"}
 	if err := m.e.Launch(ctx, sb, "pool:"+tpl.Name, nil); err != nil {
 		return err
@@ -369,8 +419,8 @@ func (m *Warm) addPoolMember(ctx context.Context, tpl *store.Template) error {
 	}
 	// The pool may have shrunk or its template changed meanwhile.
 	pools, err := m.store.ListPools(ctx)
-	latest, terr := m.store.GetTemplate(ctx, tpl.Name)
-	if err != nil || terr != nil || pools[tpl.Name] == 0 || !slices.Equal(latest.Layers, tpl.Layers) {
+	latest, terr := m.store.GetTenantTemplate(ctx, tpl.Tenant, tpl.Name)
+	if err != nil || terr != nil || pools[keyOf(tpl)] == 0 || !slices.Equal(latest.Layers, tpl.Layers) {
 		return m.e.DestroyLocked(ctx, cur, sandbox.CauseReconciler, actorReconciler, "warm pool no longer wants it")
 	}
 	return m.e.PauseLocked(ctx, cur, sandbox.CauseReconciler, "pool:"+tpl.Name, "ready in warm pool")

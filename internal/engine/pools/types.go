@@ -1,7 +1,9 @@
 package pools
 
-// Pool is a template's warm pool: its size and what it holds now.
+// Pool is a template's warm pool: its size and what it holds now. Tenant
+// owns the template ("" the host's shared catalogue).
 type Pool struct {
+	Tenant   string
 	Template string
 	Min      int
 	Ready    int

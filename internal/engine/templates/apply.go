@@ -96,13 +96,17 @@ func (m *Builder) Apply(ctx context.Context, req *ApplyRequest, actor string, pr
 	if err != nil {
 		return nil, errdefs.Invalid("template file: %v", err)
 	}
+	// The caller's tenant owns the template, its build sandbox and its
+	// build-cache entries (never another tenant's: a hit across tenants
+	// would hand over a layer made from the other's files).
+	tenant := engine.CallerTenant(ctx)
 	say := func(step int, format string, args ...any) {
 		progress(Event{Step: step, Stream: "stdout", Data: []byte(fmt.Sprintf(format, args...) + "\n")})
 	}
 	var layers []string
 	var cfg store.TemplateConfig
 	if tf.From != "" {
-		base, err := m.e.GetTemplate(ctx, tf.From)
+		base, err := m.e.ResolveTemplate(ctx, tenant, tf.From)
 		if err != nil {
 			return nil, err
 		}
@@ -112,6 +116,9 @@ func (m *Builder) Apply(ctx context.Context, req *ApplyRequest, actor string, pr
 			return nil, errdefs.Invalid("a template cannot be built from itself")
 		}
 	} else {
+		if tenant != "" && !m.e.Config().TenantPulls {
+			return nil, errdefs.Permission("registry pulls by tenants are off on this daemon (serve --tenant-pulls): build from a template you can see")
+		}
 		say(0, "--> pulling %s", tf.Image)
 		img, err := m.e.Images().Pull(ctx, tf.Image, tf.Insecure)
 		if err != nil {
@@ -158,7 +165,7 @@ func (m *Builder) Apply(ctx context.Context, req *ApplyRequest, actor string, pr
 		} else {
 			key = hashOf(key, string(stepJSON), strings.Join(cfg.Env, "\x00"), cfg.Workdir)
 		}
-		if layer, err := m.store.GetBuildCache(ctx, buildTenant, key); err == nil && m.e.Images().HasLayer(layer) {
+		if layer, err := m.store.GetBuildCache(ctx, tenant, key); err == nil && m.e.Images().HasLayer(layer) {
 			say(n, "--> step %d/%d: %s (cached)", n, len(tf.Steps), desc)
 			layers = append(layers, layer)
 			continue
@@ -176,7 +183,7 @@ func (m *Builder) Apply(ctx context.Context, req *ApplyRequest, actor string, pr
 		if err != nil {
 			return nil, fmt.Errorf("step %d: %w", n, err)
 		}
-		if err := m.store.PutBuildCache(ctx, buildTenant, key, layer); err != nil {
+		if err := m.store.PutBuildCache(ctx, tenant, key, layer); err != nil {
 			return nil, err
 		}
 		layers = append(layers, layer)
@@ -261,11 +268,11 @@ func (m *Builder) Apply(ctx context.Context, req *ApplyRequest, actor string, pr
 		}
 		cfg.Service = spec
 	}
-	tpl := &store.Template{Name: tf.Name, Layers: layers, Config: cfg, Source: "apply", CreatedAt: m.e.Now()}
+	tpl := &store.Template{Tenant: tenant, Name: tf.Name, Layers: layers, Config: cfg, Source: "apply", CreatedAt: m.e.Now()}
 	for _, l := range layers {
 		tpl.Size += max(m.e.Images().Size(l), 0)
 	}
-	cur, err := m.store.GetTemplate(ctx, tf.Name)
+	cur, err := m.store.GetTenantTemplate(ctx, tenant, tf.Name)
 	switch {
 	case err == nil && cur.Builtin:
 		return nil, errdefs.Conflict("template %q is builtin", tf.Name)
@@ -332,7 +339,8 @@ func (m *Builder) buildLayer(ctx context.Context, layers []string, cfg store.Tem
 		res = *cfg.Resources
 	}
 	now := m.e.Now()
-	sb := &sandbox.Sandbox{ID: engine.NewID(), State: sandbox.StateCreating, Node: m.e.Node(), CreatedAt: now, UpdatedAt: now,
+	// The build sandbox is the caller's tenant's (its quota counts it).
+	sb := &sandbox.Sandbox{ID: engine.NewID(), Tenant: engine.CallerTenant(ctx), State: sandbox.StateCreating, Node: m.e.Node(), CreatedAt: now, UpdatedAt: now,
 		Cause: sandbox.CauseUser, Reason: "template build",
 		Spec: sandbox.Spec{Template: "(build)", Layers: slices.Clone(layers), HostUsr: cfg.HostUsr, Resources: res,
 			Network: "none", Workdir: cfg.Workdir, Timeout: 2 * time.Hour,
@@ -360,9 +368,3 @@ func (m *Builder) buildLayer(ctx context.Context, layers []string, cfg store.Tem
 	defer unlock()
 	return m.node.CommitLayer(ctx, sb)
 }
-
-// buildTenant owns the build-cache entries Apply reads and writes: builds
-// are the host's (the apply route is host-only), so they use the host's
-// shared-catalogue cache; the store keys entries per tenant so a tenant's
-// build, once allowed, never hits another tenant's entries.
-const buildTenant = ""

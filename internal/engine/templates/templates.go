@@ -16,6 +16,7 @@ import (
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/engine/files"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/identity"
 	"github.com/berth-sh/berth/internal/image"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -99,7 +100,8 @@ func (m *Builder) checkNewTemplate(ctx context.Context, name string) error {
 	if !sandbox.ValidName(name) {
 		return errdefs.Invalid("bad template name %q: use 1-63 letters, digits, '.', '_' or '-'", name)
 	}
-	if _, err := m.store.GetTemplate(ctx, name); err == nil {
+	// Names are unique per tenant: a tenant's own may shadow a shared one.
+	if _, err := m.store.GetTenantTemplate(ctx, engine.CallerTenant(ctx), name); err == nil {
 		return errdefs.Conflict("template %q exists; remove it first with `berth template rm %s`", name, name)
 	} else if !errors.Is(err, errdefs.ErrNotFound) {
 		return err
@@ -109,6 +111,7 @@ func (m *Builder) checkNewTemplate(ctx context.Context, name string) error {
 
 func (m *Builder) putImage(ctx context.Context, name, source string, img *image.Image, svc *ServiceRequest) (*store.Template, error) {
 	t := &store.Template{
+		Tenant: engine.CallerTenant(ctx),
 		Name:   name,
 		Layers: img.Layers,
 		Config: imageConfig(img.Config),
@@ -129,7 +132,18 @@ func (m *Builder) putImage(ctx context.Context, name, source string, img *image.
 
 // ImportTemplate imports an OCI layout directory or a docker-save/OCI
 // tarball at a path on the daemon's host, or pulls a registry reference.
+// A host path is the host's alone (a tenant uploads its archive instead);
+// a tenant pulls from a registry only when the daemon allows it
+// (serve --tenant-pulls).
 func (m *Builder) ImportTemplate(ctx context.Context, req *ImportRequest) (*store.Template, error) {
+	if engine.CallerTenant(ctx) != "" {
+		if req.Path != "" {
+			return nil, errdefs.Permission("importing from a path on the daemon's host is the host's alone: upload it as a tarball instead (berth template import NAME FILE.tar)")
+		}
+		if req.Ref != "" && !m.e.Config().TenantPulls {
+			return nil, errdefs.Permission("registry pulls by tenants are off on this daemon (serve --tenant-pulls): upload the image as an archive instead")
+		}
+	}
 	if err := m.checkNewTemplate(ctx, req.Name); err != nil {
 		return nil, err
 	}
@@ -200,12 +214,18 @@ func (m *Builder) UploadTemplate(ctx context.Context, name string, r io.Reader) 
 	return m.putImage(ctx, name, "upload", img, nil)
 }
 
-// DeleteTemplate removes a template that no live sandbox uses and frees
-// the layers no other template needs.
+// DeleteTemplate removes the caller's template of that name (a tenant's
+// own; the host's shared one for the host) that no live sandbox uses, its
+// warm pool with it, and frees the layers no other template needs. A
+// tenant cannot remove a shared template (403).
 func (m *Builder) DeleteTemplate(ctx context.Context, name string) error {
-	t, err := m.e.GetTemplate(ctx, name)
+	tenant := engine.CallerTenant(ctx)
+	t, err := m.e.ResolveTemplate(ctx, tenant, name)
 	if err != nil {
 		return err
+	}
+	if t.Tenant != tenant {
+		return errdefs.Permission("template %q is the host's shared template: only the host removes it", name)
 	}
 	if t.Builtin {
 		return errdefs.Conflict("template %q is builtin and cannot be removed", name)
@@ -214,26 +234,64 @@ func (m *Builder) DeleteTemplate(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	// A sandbox uses this template if its tenant resolves the name to it:
+	// the owner's own, or for a shared template, a tenant without one of
+	// that name.
+	shadowed := map[string]bool{}
+	uses := func(sb *sandbox.Sandbox) (bool, error) {
+		if sb.Spec.Template != name || sb.Spec.Pool != "" {
+			return false, nil
+		}
+		if sb.Tenant == tenant {
+			return true, nil
+		}
+		if tenant != "" {
+			return false, nil
+		}
+		sh, ok := shadowed[sb.Tenant]
+		if !ok {
+			_, err := m.store.GetTenantTemplate(ctx, sb.Tenant, name)
+			if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				return false, err
+			}
+			sh = err == nil
+			shadowed[sb.Tenant] = sh
+		}
+		return !sh, nil
+	}
 	for _, sb := range live {
-		if sb.Spec.Template == name && sb.Spec.Pool == "" {
+		u, err := uses(sb)
+		if err != nil {
+			return err
+		}
+		if u {
 			return errdefs.Conflict("template %q is used by sandbox %s", name, sb.ID)
 		}
 	}
-	// Its warm pool goes with it.
-	if err := m.store.SetPool(ctx, name, 0); err != nil {
+	// Its warm pool goes with it. The members are removed as the engine
+	// (a tenant's own request cannot see them).
+	if err := m.store.SetPool(ctx, tenant, name, 0); err != nil {
 		return err
 	}
 	for _, sb := range live {
-		if sb.Spec.Pool == name {
-			if _, err := m.e.Delete(ctx, sb.ID, "template-rm", sandbox.CauseUser, "template removed"); err != nil {
+		if sb.Spec.Pool == name && sb.Tenant == tenant {
+			if _, err := m.e.Delete(context.WithoutCancel(engineCtx(ctx)), sb.ID, "template-rm", sandbox.CauseUser, "template removed"); err != nil {
 				return err
 			}
 		}
 	}
-	if err := m.store.DeleteTemplate(ctx, name); err != nil {
+	if err := m.store.DeleteTenantTemplate(ctx, tenant, name); err != nil {
 		return err
 	}
 	return m.gcLayers(ctx)
+}
+
+// engineCtx is ctx acting as the host: for the engine's own steps of a
+// tenant's request (removing its pool members, which it cannot see).
+func engineCtx(ctx context.Context) context.Context {
+	c, _ := identity.From(ctx)
+	c.Host = true
+	return identity.With(ctx, c)
 }
 
 func (m *Builder) gcLayers(ctx context.Context) error {
@@ -284,7 +342,8 @@ func (m *Builder) BuildTemplate(ctx context.Context, req *BuildRequest, actor st
 	if len(req.Run) == 0 {
 		return nil, errdefs.Invalid("at least one --run step is required")
 	}
-	base, err := m.e.GetTemplate(ctx, req.From)
+	tenant := engine.CallerTenant(ctx)
+	base, err := m.e.ResolveTemplate(ctx, tenant, req.From)
 	if err != nil {
 		return nil, err
 	}
@@ -325,7 +384,7 @@ func (m *Builder) BuildTemplate(ctx context.Context, req *BuildRequest, actor st
 	}
 	size := base.Size + m.e.Images().Size(layer)
 	t := &store.Template{
-		Name: req.Name, Layers: append(slices.Clone(base.Layers), layer), Config: cfg,
+		Tenant: tenant, Name: req.Name, Layers: append(slices.Clone(base.Layers), layer), Config: cfg,
 		Source: "build:" + base.Name, Size: size, CreatedAt: m.e.Now(),
 	}
 	if err := m.store.PutTemplate(ctx, t); err != nil {

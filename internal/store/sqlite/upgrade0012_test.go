@@ -56,7 +56,7 @@ func TestUpgradeTenantTemplates(t *testing.T) {
 	if l, err := s.GetBuildCache(ctx, "", "k"); err != nil || l != "sha256:l2" {
 		t.Fatalf("build cache after upgrade = %q, %v", l, err)
 	}
-	if p, err := s.ListPools(ctx); err != nil || p["py"] != 2 {
+	if p, err := s.ListPools(ctx); err != nil || len(p) != 1 || p[store.PoolKey{Template: "py"}] != 2 {
 		t.Fatalf("pools after upgrade = %v, %v", p, err)
 	}
 	// The new key takes a tenant's own py beside the shared one.

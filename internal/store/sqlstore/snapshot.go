@@ -120,31 +120,32 @@ func (s *sqlStore) PutBuildCache(ctx context.Context, tenant, key, layer string)
 	return err
 }
 
-func (s *sqlStore) SetPool(ctx context.Context, template string, min int) error {
-	if _, err := s.exec(ctx, `DELETE FROM pools WHERE tenant = '' AND template = ?`, template); err != nil {
+func (s *sqlStore) SetPool(ctx context.Context, tenant, template string, min int) error {
+	if _, err := s.exec(ctx, `DELETE FROM pools WHERE tenant = ? AND template = ?`, tenant, template); err != nil {
 		return err
 	}
 	if min <= 0 {
 		return nil
 	}
-	_, err := s.exec(ctx, `INSERT INTO pools (template, min_ready, updated_at) VALUES (?, ?, ?)`, template, min, micros(time.Now()))
+	_, err := s.exec(ctx, `INSERT INTO pools (tenant, template, min_ready, updated_at) VALUES (?, ?, ?, ?)`,
+		tenant, template, min, micros(time.Now()))
 	return err
 }
 
-func (s *sqlStore) ListPools(ctx context.Context) (map[string]int, error) {
-	rows, err := s.query(ctx, `SELECT template, min_ready FROM pools WHERE tenant = ''`)
+func (s *sqlStore) ListPools(ctx context.Context) (map[store.PoolKey]int, error) {
+	rows, err := s.query(ctx, `SELECT tenant, template, min_ready FROM pools`)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := map[string]int{}
+	out := map[store.PoolKey]int{}
 	for rows.Next() {
-		var t string
+		var k store.PoolKey
 		var n int
-		if err := rows.Scan(&t, &n); err != nil {
+		if err := rows.Scan(&k.Tenant, &k.Template, &n); err != nil {
 			return nil, err
 		}
-		out[t] = n
+		out[k] = n
 	}
 	return out, rows.Err()
 }

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"maps"
 	"testing"
 	"time"
 
@@ -55,10 +56,20 @@ func testSnapshots(t *testing.T, s store.Store) {
 	if l, err := s.GetBuildCache(ctx, "", "k"); err != nil || l != "sha256:2" {
 		t.Fatalf("cache: %q %v", l, err)
 	}
-	s.SetPool(ctx, "py", 3)
-	s.SetPool(ctx, "go", 1)
-	s.SetPool(ctx, "go", 0)
-	if p, err := s.ListPools(ctx); err != nil || len(p) != 1 || p["py"] != 3 {
-		t.Fatalf("pools: %v %v", p, err)
+	must(t, s.SetPool(ctx, "", "py", 3))
+	must(t, s.SetPool(ctx, "", "go", 1))
+	must(t, s.SetPool(ctx, "", "go", 0))
+	// Pools are keyed per tenant: a's py is not the host's py, and
+	// removing one leaves the other.
+	must(t, s.SetPool(ctx, "a", "py", 1))
+	must(t, s.SetPool(ctx, "b", "go", 2))
+	want := map[store.PoolKey]int{{Template: "py"}: 3, {Tenant: "a", Template: "py"}: 1, {Tenant: "b", Template: "go"}: 2}
+	if p, err := s.ListPools(ctx); err != nil || !maps.Equal(p, want) {
+		t.Fatalf("pools: %v %v, want %v", p, err, want)
+	}
+	must(t, s.SetPool(ctx, "a", "py", 0))
+	delete(want, store.PoolKey{Tenant: "a", Template: "py"})
+	if p, err := s.ListPools(ctx); err != nil || !maps.Equal(p, want) {
+		t.Fatalf("pools after a's removal: %v %v, want %v", p, err, want)
 	}
 }
