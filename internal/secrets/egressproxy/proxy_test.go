@@ -412,7 +412,7 @@ func FuzzRequestHead(f *testing.F) {
 		}
 		inHost := hostOnly(req.Host)
 		inCount := countHeaders(req.Header)
-		if err := p.rewrite(req, sb, apiHost); err != nil {
+		if _, err := p.rewrite(req, sb, apiHost); err != nil {
 			t.Fatalf("rewrite: %v", err)
 		}
 		var out bytes.Buffer
