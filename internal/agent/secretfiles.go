@@ -13,13 +13,14 @@ import (
 // "" is root): any other file there is overwritten and removed. The
 // encoded request is zeroed once sent.
 func (c *Client) SecretFiles(ctx context.Context, owner string, files []wire.SecretFile) error {
-	return c.SecretFilesCA(ctx, owner, files, nil)
+	return c.SecretFilesCA(ctx, owner, files, nil, nil)
 }
 
 // SecretFilesCA is SecretFiles that also writes, when egressCA is not
-// empty, wire.EgressCABundle: the image's system CAs followed by egressCA.
-func (c *Client) SecretFilesCA(ctx context.Context, owner string, files []wire.SecretFile, egressCA []byte) error {
-	b, err := json.Marshal(wire.SecretFiles{Files: files, EgressCA: egressCA})
+// empty, wire.EgressCABundle: the image's system CAs (else systemCA, the
+// host's) followed by egressCA.
+func (c *Client) SecretFilesCA(ctx context.Context, owner string, files []wire.SecretFile, egressCA, systemCA []byte) error {
+	b, err := json.Marshal(wire.SecretFiles{Files: files, EgressCA: egressCA, SystemCA: systemCA})
 	if err != nil {
 		return errdefs.Invalid("encode secret files: %v", err)
 	}

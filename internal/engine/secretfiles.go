@@ -91,9 +91,9 @@ func (m *Engine) secretFiles(ctx context.Context, sb *sandbox.Sandbox) ([]wire.S
 // a failed start: the sandbox runs without its files.
 func (m *Engine) deliverSecretFiles(ctx context.Context, sb *sandbox.Sandbox, why string) error {
 	files, err := m.secretFiles(ctx, sb)
-	var ca []byte
+	var ca, system []byte
 	if err == nil && sb.Spec.HasEgressSecrets() {
-		ca, err = m.node.EgressCA(ctx, sb)
+		ca, system, err = m.node.EgressCA(ctx, sb)
 	}
 	if err == nil {
 		defer func() {
@@ -104,7 +104,7 @@ func (m *Engine) deliverSecretFiles(ctx context.Context, sb *sandbox.Sandbox, wh
 		dctx, cancel := context.WithTimeout(ctx, secretFilesTimeout)
 		c := m.node.Agent(sb)
 		for {
-			err = c.SecretFilesCA(dctx, sb.Spec.User, files, ca)
+			err = c.SecretFilesCA(dctx, sb.Spec.User, files, ca, system)
 			if err == nil || !errors.Is(err, errdefs.ErrUnavailable) || dctx.Err() != nil {
 				break
 			}

@@ -280,8 +280,9 @@ type Network interface {
 	AllowsTCP(allow []string, host string, port uint16) bool
 	// EgressCA returns the certificate (PEM) of sb's own egress CA, made
 	// on first use and kept on the node (its key never in the sandbox)
-	// until sb is removed.
-	EgressCA(ctx context.Context, sb *sandbox.Sandbox) ([]byte, error)
+	// until sb is removed, and the node's system CA bundle (for images
+	// without their own).
+	EgressCA(ctx context.Context, sb *sandbox.Sandbox) (ca, system []byte, err error)
 	// Allocate returns addresses for new egress sandbox id that used does
 	// not report taken.
 	Allocate(ctx context.Context, id string, used func(addr string) bool) (ipv4, ipv6 string, err error)

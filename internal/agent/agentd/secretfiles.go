@@ -44,6 +44,9 @@ func (s *server) handleSecretFiles(cn *conn) error {
 			clear(sf.Files[i].Data)
 		}
 	}()
+	if len(sf.EgressCA) == 0 && len(sf.SystemCA) > 0 {
+		return errdefs.Invalid("secret files: a system CA bundle without an egress CA")
+	}
 	cn.c.SetReadDeadline(time.Time{})
 	uid, gid := 0, 0
 	if cred, err := s.root.ResolveUser(cn.req.Owner); err != nil {
@@ -58,7 +61,9 @@ func (s *server) handleSecretFiles(cn *conn) error {
 	defer unix.Close(dfd)
 	var system []byte
 	if len(sf.EgressCA) > 0 {
-		system = systemCABundle(s.root)
+		if system = systemCABundle(s.root); len(system) == 0 {
+			system = sf.SystemCA
+		}
 	}
 	if err := syncSecretFiles(dfd, sf, rels, uid, gid, system); err != nil {
 		return err

@@ -39,6 +39,9 @@ type SecretFiles struct {
 	// own system CA bundle (the first of SystemCABundles that is a
 	// regular file, at most MaxSystemCABytes) followed by it.
 	EgressCA []byte `json:"egress_ca,omitempty"`
+	// SystemCA is the host's system CA bundle, used instead of the
+	// image's when the image has none (a template on the host's /usr).
+	SystemCA []byte `json:"system_ca,omitempty"`
 }
 
 // EgressCABundle is the CA bundle of a sandbox with egress secrets, on the
@@ -49,7 +52,7 @@ const EgressCABundle = SecretDir + "/berth-egress-ca-bundle.pem"
 // Bounds of the egress CA bundle.
 const (
 	MaxEgressCABytes = 16 << 10
-	MaxSystemCABytes = 640 << 10
+	MaxSystemCABytes = 384 << 10
 )
 
 // SystemCABundles are where images keep their system CA bundle (Debian and
@@ -79,6 +82,9 @@ func DecodeSecretFiles(p []byte) (SecretFiles, []string, error) {
 	}
 	if len(sf.EgressCA) > MaxEgressCABytes {
 		return SecretFiles{}, nil, errdefs.TooLarge("egress CA: at most %d bytes", MaxEgressCABytes)
+	}
+	if len(sf.SystemCA) > MaxSystemCABytes {
+		return SecretFiles{}, nil, errdefs.TooLarge("system CA bundle: at most %d bytes", MaxSystemCABytes)
 	}
 	if len(sf.Files) > MaxSecretFiles {
 		return SecretFiles{}, nil, errdefs.TooLarge("secret files: at most %d files", MaxSecretFiles)

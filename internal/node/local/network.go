@@ -38,13 +38,14 @@ func (b *Backend) AllowsTCP(allow []string, host string, port uint16) bool {
 }
 
 // EgressCA returns sb's egress CA certificate (PEM), making the CA on
-// first use in sb's host-side directory (the key 0600, never mounted in).
-func (b *Backend) EgressCA(ctx context.Context, sb *sandbox.Sandbox) ([]byte, error) {
+// first use in sb's host-side directory (the key 0600, never mounted in),
+// and the host's system CA bundle.
+func (b *Backend) EgressCA(ctx context.Context, sb *sandbox.Sandbox) ([]byte, []byte, error) {
 	ca, err := b.egress.CA(sb)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return ca.CertPEM(), nil
+	return ca.CertPEM(), egress.SystemCABundle(), nil
 }
 
 // SetEgressSecrets gives the egress proxy the daemon's secrets and audit.

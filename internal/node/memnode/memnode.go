@@ -858,12 +858,12 @@ func (n *Node) AllowsTCP(allow []string, host string, port uint16) bool {
 }
 
 // EgressCA returns a fresh CA certificate (no proxy runs here).
-func (n *Node) EgressCA(ctx context.Context, sb *sandbox.Sandbox) ([]byte, error) {
+func (n *Node) EgressCA(ctx context.Context, sb *sandbox.Sandbox) ([]byte, []byte, error) {
 	ca, err := egressproxy.NewCA(sb.ID, time.Now())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return ca.CertPEM(), nil
+	return ca.CertPEM(), nil, nil
 }
 
 // CanonicalRule lower-cases and trims a rule.

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berth-sh/berth/internal/agent/wire"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/network"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -92,6 +93,26 @@ func (e *Net) stopProxy() {
 	_ = ln.Close()
 	p.Close()
 	<-done
+}
+
+var (
+	systemOnce sync.Once
+	systemPEM  []byte
+)
+
+// SystemCABundle is the host's system CA bundle (the first of
+// wire.SystemCABundles, read once; empty when none fits the bound), for
+// sandboxes whose image has none.
+func SystemCABundle() []byte {
+	systemOnce.Do(func() {
+		for _, p := range wire.SystemCABundles {
+			if b, err := os.ReadFile(p); err == nil && len(b) > 0 && len(b) <= wire.MaxSystemCABytes {
+				systemPEM = b
+				return
+			}
+		}
+	})
+	return systemPEM
 }
 
 // redirectHosts are the hosts of sb's egress references.
