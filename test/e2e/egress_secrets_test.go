@@ -414,6 +414,28 @@ except Exception as e:
 		t.Fatalf("the child's CA dir outlived it: %v", err)
 	}
 
+	// A sandbox from a snapshot: its own address and CA too.
+	snap, err := d.c.CreateSnapshot(ctx, id, api.CreateSnapshotRequest{Name: "egress-snap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromSnap, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Snapshot: snap.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fromSnap.IPv4 == "" || fromSnap.IPv4 == sb.IPv4 || caCert(fromSnap.ID) == caCert(id) {
+		t.Fatalf("the sandbox from a snapshot has address %s (parent %s) or its parent's CA", fromSnap.IPv4, sb.IPv4)
+	}
+	if got, code := request(fromSnap.ID, esHostA, esHostA); code != 0 || hosts.last(esAddrA).Auth != "Bearer "+value {
+		t.Fatalf("request from the sandbox made from a snapshot: %q", got)
+	}
+	if _, err := d.c.DeleteSandbox(ctx, fromSnap.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.c.DeleteSnapshot(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+
 	// A daemon restart re-registers the running sandbox with the proxy.
 	d.stop()
 	d.startWithEnv()
