@@ -44,4 +44,10 @@ type SecretRef struct {
 	// the value is a file there (0400, owned by the sandbox's user) on a
 	// tmpfs, never the writable layer, written at every start.
 	File string `json:"file,omitempty"`
+	// EgressHost, when set, injects the secret at the egress proxy
+	// instead: the env var Env (default: the name) holds only a
+	// placeholder, which berth's egress proxy replaces by the value in
+	// the headers of HTTPS requests to this host alone. The sandbox must
+	// be in network mode egress with a rule allowing this host on TCP 443.
+	EgressHost string `json:"egress_host,omitempty"`
 }

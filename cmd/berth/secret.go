@@ -167,9 +167,9 @@ of a key file, set it to the new key before the daemon's next start.`,
 	return cmd
 }
 
-// parseSecretFlags reads --secret values: env vars of every exec, or files
-// on the sandbox's /run/secrets tmpfs; egress: references parse but are
-// refused here, naming what is served instead.
+// parseSecretFlags reads --secret values: env vars of every exec, files
+// on the sandbox's /run/secrets tmpfs, or egress: references (the env var
+// NAME holds a placeholder the egress proxy replaces for HOST).
 func parseSecretFlags(vals []string) ([]api.SecretRef, error) {
 	var out []api.SecretRef
 	for _, v := range vals {
@@ -182,8 +182,10 @@ func parseSecretFlags(vals []string) ([]api.SecretRef, error) {
 			out = append(out, api.SecretRef{Name: r.Name, Env: r.Target})
 		case secrets.File:
 			out = append(out, api.SecretRef{Name: r.Name, File: r.Target})
+		case secrets.Egress:
+			out = append(out, api.SecretRef{Name: r.Name, EgressHost: r.Target})
 		default:
-			return nil, fmt.Errorf("--secret %s: %s: injection is not served by this berth; use NAME[=env:VAR] or NAME=file:%s/NAME", r.Name, r.Kind, secrets.FileDir)
+			return nil, fmt.Errorf("--secret %s: %s: injection is not served by this berth; use NAME[=env:VAR], NAME=file:%s/NAME or NAME=egress:HOST", r.Name, r.Kind, secrets.FileDir)
 		}
 	}
 	return out, nil

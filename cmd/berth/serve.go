@@ -102,6 +102,8 @@ printed at start (and shown by GET /v1/version); clients pin it with
 	f.StringVar(&cfg.AgentPath, "agent", "", "berth binary mounted into sandboxes as their agent (default: this executable)")
 	f.StringVar(&cfg.MicroVMPath, "microvm", "", "offer runtime class kata: this runc-compatible microVM OCI runtime `PATH` (e.g. kata-runtime; needs /dev/kvm; untested by berth's CI)")
 	f.StringVar(&cfg.EgressSubnet, "egress-subnet", "", "IPv4 `CIDR` of egress sandboxes (default: the one this data dir used, else 100.96.0.0/16 or the first free /16 of 100.64.0.0/10)")
+	f.StringVar(&cfg.EgressCAFile, "egress-ca-file", "", "PEM `FILE` of CA certificates the egress proxy (secrets injected at egress) trusts besides the system roots")
+	f.StringSliceVar(&cfg.EgressDNS, "egress-dns", nil, "upstream resolvers `ADDR:PORT` of berth's resolver for egress sandboxes (default: the host's /etc/resolv.conf); repeatable")
 	f.StringVar(&cfg.Domain, "domain", "", "serve sandbox ports at {port}-{id}.`DOMAIN` (point a wildcard DNS name at the daemon)")
 	f.DurationVar(&cfg.DefaultTimeout, "default-timeout", 0, "server-wide default hard timeout of sandboxes (0: none)")
 	f.DurationVar(&cfg.DefaultIdleTimeout, "default-idle-timeout", 0, "server-wide default idle timeout (0: none)")

@@ -13,7 +13,14 @@ import (
 // "" is root): any other file there is overwritten and removed. The
 // encoded request is zeroed once sent.
 func (c *Client) SecretFiles(ctx context.Context, owner string, files []wire.SecretFile) error {
-	b, err := json.Marshal(wire.SecretFiles{Files: files})
+	return c.SecretFilesCA(ctx, owner, files, nil, nil)
+}
+
+// SecretFilesCA is SecretFiles that also writes, when egressCA is not
+// empty, wire.EgressCABundle: the image's system CAs (else systemCA, the
+// host's) followed by egressCA.
+func (c *Client) SecretFilesCA(ctx context.Context, owner string, files []wire.SecretFile, egressCA, systemCA []byte) error {
+	b, err := json.Marshal(wire.SecretFiles{Files: files, EgressCA: egressCA, SystemCA: systemCA})
 	if err != nil {
 		return errdefs.Invalid("encode secret files: %v", err)
 	}

@@ -53,6 +53,12 @@ type Config struct {
 	// EgressSubnet is the IPv4 subnet of egress sandboxes (CIDR); empty:
 	// the one this data dir used before, else the first free one.
 	EgressSubnet string
+	// EgressCAFile, if set, is a PEM file of CA certificates the egress
+	// proxy trusts besides the system roots (a test host's own CA).
+	EgressCAFile string
+	// EgressDNS are the resolvers (ADDR:PORT) berth's resolver forwards
+	// allowed names to; empty: the host's /etc/resolv.conf.
+	EgressDNS []string
 	// Server-wide policy defaults, under a template's and a request's own.
 	DefaultTimeout     time.Duration
 	DefaultIdleTimeout time.Duration

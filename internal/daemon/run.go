@@ -181,6 +181,10 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		}
 		egressSubnet = p.Masked()
 	}
+	egressRoots, egressDNS, err := egressProxyConfig(&cfg)
+	if err != nil {
+		return nil, err
+	}
 	diskDefault := cfg.DiskDefault
 	if diskDefault == 0 {
 		diskDefault = manager.DefaultDiskBytes
@@ -190,6 +194,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		Instance: local.InstanceName(cfg.DataDir), Logger: log.With("component", "node"),
 		PoolSize: cfg.PoolSize, EgressSubnet: egressSubnet, DiskDefault: diskDefault,
 		DiskLowWater: cfg.DiskLowWater, Runtimes: rts, Images: d.images,
+		EgressRoots: egressRoots, EgressUpstream: egressDNS,
 	})
 	if err != nil {
 		return nil, err
@@ -269,6 +274,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d.Manager.SetSecrets(d.Server.Secrets.Vault)
+	backend.SetEgressSecrets(egressSecrets(d.Server.Secrets.Vault, auditLog))
 	ok = true
 	return d, nil
 }

@@ -148,6 +148,9 @@ func (m *Engine) Create(ctx context.Context, req *CreateRequest, opt CreateOptio
 	if len(spec.Allow) == 0 && req.Network == "" {
 		spec.Allow = tpl.Config.Allow // the template's rules come with its network mode
 	}
+	if err := m.checkEgressSecrets(&spec); err != nil {
+		return nil, err
+	}
 	spec.Policy = mergePolicy(spec.Policy, m.cfg.DefaultPolicy)
 	if spec.Timeout == 0 {
 		spec.Timeout = m.cfg.DefaultTimeout

@@ -14,9 +14,20 @@ import (
 // none (the default) is loopback only; mode egress is default-deny with
 // the sandbox's rules, its connections in the flow log.
 
+// PrepareNetwork is prepareNetwork for the feature packages (fork, a
+// sandbox from a snapshot), whose specs come without addresses; taken, if
+// set, reports addresses already given to sandboxes not yet recorded.
+func (m *Engine) PrepareNetwork(ctx context.Context, sp *sandbox.Spec, id string, taken func(string) bool) error {
+	return m.prepareNetworkTaken(ctx, sp, id, taken)
+}
+
 // prepareNetwork assigns an egress sandbox's addresses (once: they are
 // kept across stop/start) and checks its rules.
 func (m *Engine) prepareNetwork(ctx context.Context, sp *sandbox.Spec, id string) error {
+	return m.prepareNetworkTaken(ctx, sp, id, nil)
+}
+
+func (m *Engine) prepareNetworkTaken(ctx context.Context, sp *sandbox.Spec, id string, taken func(string) bool) error {
 	if sp.Network != "egress" {
 		return nil
 	}
@@ -30,7 +41,7 @@ func (m *Engine) prepareNetwork(ctx context.Context, sp *sandbox.Spec, id string
 	if err != nil {
 		return err
 	}
-	v4, v6, err := m.node.Allocate(ctx, id, func(a string) bool { return used[a] })
+	v4, v6, err := m.node.Allocate(ctx, id, func(a string) bool { return used[a] || taken != nil && taken(a) })
 	if err != nil {
 		return err
 	}

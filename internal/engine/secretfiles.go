@@ -50,6 +50,9 @@ func checkFileRef(r sandbox.SecretRef, files map[string]bool) error {
 	if files[r.File] {
 		return errdefs.Invalid("secret file %s is given twice", r.File)
 	}
+	if r.File == wire.EgressCABundle {
+		return errdefs.Invalid("secret file %s is the egress CA bundle's path", r.File)
+	}
 	for p := range files {
 		if strings.HasPrefix(p, r.File+"/") || strings.HasPrefix(r.File, p+"/") {
 			return errdefs.Invalid("secret file %s and %s: one is a directory of the other", p, r.File)
@@ -88,6 +91,10 @@ func (m *Engine) secretFiles(ctx context.Context, sb *sandbox.Sandbox) ([]wire.S
 // a failed start: the sandbox runs without its files.
 func (m *Engine) deliverSecretFiles(ctx context.Context, sb *sandbox.Sandbox, why string) error {
 	files, err := m.secretFiles(ctx, sb)
+	var ca, system []byte
+	if err == nil && sb.Spec.HasEgressSecrets() {
+		ca, system, err = m.node.EgressCA(ctx, sb)
+	}
 	if err == nil {
 		defer func() {
 			for i := range files {
@@ -97,7 +104,7 @@ func (m *Engine) deliverSecretFiles(ctx context.Context, sb *sandbox.Sandbox, wh
 		dctx, cancel := context.WithTimeout(ctx, secretFilesTimeout)
 		c := m.node.Agent(sb)
 		for {
-			err = c.SecretFiles(dctx, sb.Spec.User, files)
+			err = c.SecretFilesCA(dctx, sb.Spec.User, files, ca, system)
 			if err == nil || !errors.Is(err, errdefs.ErrUnavailable) || dctx.Err() != nil {
 				break
 			}
@@ -110,6 +117,9 @@ func (m *Engine) deliverSecretFiles(ctx context.Context, sb *sandbox.Sandbox, wh
 	}
 	ev := &sandbox.Event{SandboxID: sb.ID, Type: "secrets", Actor: "daemon", Cause: sandbox.CauseReconciler, Outcome: "ok",
 		Message: why + ": " + plural(len(files), "secret file") + " in " + wire.SecretDir}
+	if len(ca) > 0 {
+		ev.Message += ", egress CA bundle " + wire.EgressCABundle
+	}
 	if err != nil {
 		ev.Outcome, ev.Message = "error", why+": secret files not written: "+errdefs.Message(err)
 		m.log.Warn("secret files not written", "sandbox", sb.ID, "err", err)

@@ -114,6 +114,23 @@ var (
 	ErrRateLimited = errors.New("rate limited")
 )
 
+// Reasons within ErrInvalid (400) with their own stable codes: why an
+// egress-injected secret (egress_host) cannot be given to a sandbox.
+var (
+	// ErrEgressSecretNetwork: the sandbox is not in network mode egress
+	// (400 egress_secret_needs_egress).
+	ErrEgressSecretNetwork = errors.New("egress secret needs network mode egress")
+	// ErrEgressSecretHost: the sandbox's egress rules do not allow the
+	// secret's host on TCP 443 (400 egress_secret_host_not_allowed).
+	ErrEgressSecretHost = errors.New("egress secret host not allowed")
+)
+
+// EgressSecret reports a refused egress secret reference; reason is
+// ErrEgressSecretNetwork or ErrEgressSecretHost.
+func EgressSecret(reason error, format string, args ...any) error {
+	return &Error{Category: ErrInvalid, Reason: reason, Msg: fmt.Sprintf(format, args...)}
+}
+
 // QuotaExceeded reports a tenant's limit (429 quota_exceeded); the message
 // names the limit, retryAfter (0: none known) says when to try again.
 func QuotaExceeded(retryAfter time.Duration, format string, args ...any) error {
@@ -141,6 +158,10 @@ func Code(err error) (code string, status int) {
 		return "quota_exceeded", 429
 	case errors.Is(err, ErrRateLimited):
 		return "rate_limited", 429
+	case errors.Is(err, ErrEgressSecretNetwork):
+		return "egress_secret_needs_egress", 400
+	case errors.Is(err, ErrEgressSecretHost):
+		return "egress_secret_host_not_allowed", 400
 	case errors.Is(err, ErrIdempotencyKeyInvalid):
 		return "invalid_idempotency_key", 400
 	case errors.Is(err, ErrIdempotencyKeyReused):

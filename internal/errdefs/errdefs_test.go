@@ -49,3 +49,18 @@ func TestQuotaAndRateLimited(t *testing.T) {
 		t.Error("a plain exhausted error has a Retry-After")
 	}
 }
+
+func TestEgressSecretReasons(t *testing.T) {
+	for reason, want := range map[error]string{
+		ErrEgressSecretNetwork: "egress_secret_needs_egress",
+		ErrEgressSecretHost:    "egress_secret_host_not_allowed",
+	} {
+		err := fmt.Errorf("create: %w", EgressSecret(reason, "secret K: no"))
+		if code, status := Code(err); code != want || status != 400 || !errors.Is(err, ErrInvalid) {
+			t.Errorf("%v: %s %d", reason, code, status)
+		}
+		if Message(err) != "secret K: no" {
+			t.Errorf("message %q", Message(err))
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -105,8 +106,9 @@ func (r *resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	sb := n.byAddr[src.Addr()]
 	var rules []Rule
 	var id string
+	var redirect []string
 	if sb != nil {
-		rules, id = sb.rules, sb.id
+		rules, id, redirect = sb.rules, sb.id, sb.redirect
 	}
 	n.mu.Unlock()
 	if sb == nil {
@@ -120,12 +122,14 @@ func (r *resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	name := normDomain(req.Question[0].Name)
 	f := Flow{Time: time.Now(), Kind: "dns", Proto: proto, Src: src, Dst: dst, Name: name}
 	var tags []string
+	v4only := false
 	for _, rule := range rules {
 		if rule.Domain != "" && matchDomain(rule.Domain, name) {
 			if len(tags) == 0 {
 				f.Rule = rule.String()
 			}
 			tags = append(tags, rule.tag())
+			v4only = v4only || redirectsRule(redirect, rule)
 		}
 	}
 	if len(tags) == 0 {
@@ -141,6 +145,12 @@ func (r *resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		n.record(id, f)
 		reply(w, req, dns.RcodeServerFailure)
 		return
+	}
+	if v4only {
+		// The redirect to the egress proxy is IPv4 only: a name of a
+		// redirected rule gets no AAAA, so nothing of it is pinned (or
+		// reachable) over IPv6 and clients use the redirected IPv4.
+		resp.Answer = slices.DeleteFunc(resp.Answer, func(rr dns.RR) bool { _, ok := rr.(*dns.AAAA); return ok })
 	}
 	// Pin every address of the answer for its TTL (clamped) before the
 	// sandbox sees it; hand out no TTL longer than the pin.

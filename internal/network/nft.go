@@ -95,8 +95,15 @@ func ctDNAT() []expr.Any {
 
 // redirects reports whether domain rule r covers one of sb's redirect
 // names.
-func redirects(sb *sandbox, r Rule) bool {
-	for _, h := range sb.redirect {
+func redirects(sb *sandbox, r Rule) bool { return redirectsRule(sb.redirect, r) }
+
+// redirectsRule reports whether domain rule r covers one of the redirect
+// host names.
+func redirectsRule(redirect []string, r Rule) bool {
+	if r.Domain == "" {
+		return false
+	}
+	for _, h := range redirect {
 		if matchDomain(r.Domain, normDomain(h)) {
 			return true
 		}

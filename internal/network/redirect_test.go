@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/nftables"
+	"github.com/miekg/dns"
 
 	"github.com/berth-sh/berth/internal/secrets/egressproxy"
 )
@@ -21,7 +22,7 @@ func TestEgressProxyRedirect(t *testing.T) {
 	requireNetNS(t)
 	const proxyPort = 18443
 	e := newEnv(t, func(c *Config) { c.ProxyPort = proxyPort })
-	e.dns.set("allowed.example.com", "allowed.example.com. 30 IN A 203.0.113.11")
+	e.dns.set("allowed.example.com", "allowed.example.com. 30 IN A 203.0.113.11", "allowed.example.com. 30 IN AAAA 2001:db8::11")
 	listenIn(t, e.inet, "[::]:443")
 	gw4, _ := e.n.Gateways()
 
@@ -65,6 +66,14 @@ func TestEgressProxyRedirect(t *testing.T) {
 		if resp, err := queryFrom(asNS(s), gw4, "udp", "allowed.example.com", 1, 2*time.Second); err != nil || len(resp.Answer) != 1 {
 			t.Fatalf("query: %v %v", resp, err)
 		}
+	}
+	// The redirect is IPv4 only: a redirected name has no AAAA for the
+	// sandbox (so nothing of it is pinned over IPv6); others keep theirs.
+	if resp, err := queryFrom(ns, gw4, "udp", "allowed.example.com", dns.TypeAAAA, 2*time.Second); err != nil || len(resp.Answer) != 0 {
+		t.Fatalf("AAAA of a redirected name: %v %v", resp, err)
+	}
+	if resp, err := queryFrom(asNS(plain), gw4, "udp", "allowed.example.com", dns.TypeAAAA, 2*time.Second); err != nil || len(resp.Answer) != 1 {
+		t.Fatalf("AAAA for a sandbox without redirect: %v %v", resp, err)
 	}
 	if line, err := dialFrom(ns, ap(webB, 443), 2*time.Second); err != nil || line != "proxy 203.0.113.11:443 <nil>" {
 		t.Fatalf("redirected 443: %q %v", line, err)

@@ -275,6 +275,14 @@ type Network interface {
 	CheckRules(allow []string) error
 	// CanonicalRule returns the form two spellings of one rule share.
 	CanonicalRule(rule string) (string, error)
+	// AllowsTCP reports whether the (valid) rules allow TCP to port of
+	// the domain name host: what an egress secret's host must satisfy.
+	AllowsTCP(allow []string, host string, port uint16) bool
+	// EgressCA returns the certificate (PEM) of sb's own egress CA, made
+	// on first use and kept on the node (its key never in the sandbox)
+	// until sb is removed, and the node's system CA bundle (for images
+	// without their own).
+	EgressCA(ctx context.Context, sb *sandbox.Sandbox) (ca, system []byte, err error)
 	// Allocate returns addresses for new egress sandbox id that used does
 	// not report taken.
 	Allocate(ctx context.Context, id string, used func(addr string) bool) (ipv4, ipv6 string, err error)

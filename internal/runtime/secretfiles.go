@@ -10,9 +10,10 @@ import (
 const SecretsDir = "/run/secrets"
 
 // Caps of the secrets tmpfs: it holds a sandbox's secret files only (at
-// most 64 of at most 64 KiB, 512 KiB in all, agent/wire/secretfiles.go).
+// most 64 of at most 64 KiB, 512 KiB in all, agent/wire/secretfiles.go)
+// and the egress CA bundle.
 const (
-	SecretsTmpfsBytes  = 1 << 20
+	SecretsTmpfsBytes  = 2 << 20 // secret files (512 KiB) and the egress CA bundle (656 KiB)
 	SecretsTmpfsInodes = 256
 )
 

@@ -29,7 +29,7 @@ func TestBuildSpecSecretsTmpfs(t *testing.T) {
 		t.Fatal("no secrets tmpfs")
 	}
 	m := spec.Mounts[i]
-	for _, o := range []string{"nosuid", "nodev", "noexec", "mode=755", "size=1048576", "nr_inodes=256"} {
+	for _, o := range []string{"nosuid", "nodev", "noexec", "mode=755", "size=2097152", "nr_inodes=256"} {
 		if m.Type != "tmpfs" || !slices.Contains(m.Options, o) {
 			t.Fatalf("secrets mount %+v lacks %s", m, o)
 		}

@@ -10,4 +10,14 @@ type SecretRef struct {
 	// writes the value there, 0400 and owned by the sandbox's user, on a
 	// tmpfs, at every transition to running (Env is then empty).
 	File string `json:"file,omitempty"`
+	// EgressHost, when set, makes Env hold Placeholder, never the value:
+	// the daemon's egress proxy puts the value into the headers of the
+	// sandbox's HTTPS requests to this host (lower-case) only.
+	EgressHost string `json:"egress_host,omitempty"`
+	// Placeholder is what Env holds for an egress reference: random, made
+	// at create (secrets.NewPlaceholder) and copied with the spec.
+	Placeholder string `json:"placeholder,omitempty"`
 }
+
+// Egress reports whether r is injected by the egress proxy.
+func (r SecretRef) Egress() bool { return r.EgressHost != "" }

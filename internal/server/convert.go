@@ -68,7 +68,7 @@ func createRequest(r *api.CreateSandboxRequest) *manager.CreateRequest {
 		}),
 		KeepVolume: r.KeepVolume, Snapshot: r.Snapshot, Allow: r.Allow, PublicPorts: r.PublicPorts,
 		Secrets: convertSlice(r.Secrets, func(s api.SecretRef) sandbox.SecretRef {
-			return sandbox.SecretRef{Name: s.Name, Env: s.Env, File: s.File}
+			return sandbox.SecretRef{Name: s.Name, Env: s.Env, File: s.File, EgressHost: s.EgressHost}
 		}),
 		Policy: policy(r.Policy),
 	}

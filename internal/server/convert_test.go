@@ -187,7 +187,7 @@ func createToAPI(r *manager.CreateRequest) *api.CreateSandboxRequest {
 		out.Volumes = append(out.Volumes, api.VolumeMount{Name: v.Name, Path: v.Path, ReadOnly: v.ReadOnly})
 	}
 	for _, s := range r.Secrets {
-		out.Secrets = append(out.Secrets, api.SecretRef{Name: s.Name, Env: s.Env, File: s.File})
+		out.Secrets = append(out.Secrets, api.SecretRef{Name: s.Name, Env: s.Env, File: s.File, EgressHost: s.EgressHost})
 	}
 	return out
 }

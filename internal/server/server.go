@@ -229,7 +229,7 @@ func (s *Server) toAPI(sb *sandbox.Sandbox) api.Sandbox {
 	out.Hostname = sb.Hostname()
 	out.IPv4, out.IPv6, out.Allow, out.PublicPorts = sb.Spec.IPv4, sb.Spec.IPv6, sb.Spec.Allow, sb.Spec.PublicPorts
 	for _, r := range sb.Spec.Secrets {
-		out.Secrets = append(out.Secrets, api.SecretRef{Name: r.Name, Env: r.Env, File: r.File})
+		out.Secrets = append(out.Secrets, api.SecretRef{Name: r.Name, Env: r.Env, File: r.File, EgressHost: r.EgressHost})
 	}
 	out.PersistRoot, out.KeepVolume = sb.Spec.PersistRoot, sb.Spec.KeepVolume
 	for _, vm := range sb.Spec.Volumes {

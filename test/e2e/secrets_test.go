@@ -99,7 +99,7 @@ func TestSecretsEnvInjection(t *testing.T) {
 	if _, errOut, code := d.cli("create", "--secret", "NOPE"); code == 0 || !strings.Contains(errOut, `secret "NOPE" does not exist`) {
 		t.Fatalf("create with a missing secret: %d %s", code, errOut)
 	}
-	if _, errOut, code := d.cli("create", "--secret", "TOKEN=egress:api.test"); code == 0 || !strings.Contains(errOut, "not served") {
+	if _, errOut, code := d.cli("create", "--secret", "TOKEN=egress:api.test"); code == 0 || !strings.Contains(errOut, "needs network mode egress") {
 		t.Fatalf("egress reference: %d %s", code, errOut)
 	}
 	if _, errOut, code := d.cli("create", "--secret", "TOKEN=env:1BAD"); code == 0 || !strings.Contains(errOut, "env var") {

@@ -44,6 +44,9 @@ func (s *server) handleSecretFiles(cn *conn) error {
 			clear(sf.Files[i].Data)
 		}
 	}()
+	if len(sf.EgressCA) == 0 && len(sf.SystemCA) > 0 {
+		return errdefs.Invalid("secret files: a system CA bundle without an egress CA")
+	}
 	cn.c.SetReadDeadline(time.Time{})
 	uid, gid := 0, 0
 	if cred, err := s.root.ResolveUser(cn.req.Owner); err != nil {
@@ -56,7 +59,13 @@ func (s *server) handleSecretFiles(cn *conn) error {
 		return err
 	}
 	defer unix.Close(dfd)
-	if err := syncSecretFiles(dfd, sf, rels, uid, gid); err != nil {
+	var system []byte
+	if len(sf.EgressCA) > 0 {
+		if system = systemCABundle(s.root); len(system) == 0 {
+			system = sf.SystemCA
+		}
+	}
+	if err := syncSecretFiles(dfd, sf, rels, uid, gid, system); err != nil {
 		return err
 	}
 	return cn.fw.Send(wire.FrameEnd, nil)
@@ -110,8 +119,12 @@ func isSecretsTmpfs(fd int) bool {
 // then each file is written to a fresh temporary file 0400 owned by
 // uid:gid and renamed over its path. Nothing is resolved through a
 // symlink; a missing directory is made 0755 (root's).
-func syncSecretFiles(dfd int, sf wire.SecretFiles, rels []string, uid, gid int) error {
+func syncSecretFiles(dfd int, sf wire.SecretFiles, rels []string, uid, gid int, system []byte) error {
 	wantFile := map[string]bool{}
+	bundle := strings.TrimPrefix(wire.EgressCABundle, wire.SecretDir+"/")
+	if len(sf.EgressCA) > 0 {
+		wantFile[bundle] = true
+	}
 	wantDir := map[string]bool{}
 	for _, r := range rels {
 		wantFile[r] = true
@@ -129,8 +142,28 @@ func syncSecretFiles(dfd int, sf wire.SecretFiles, rels []string, uid, gid int) 
 		return err
 	}
 	for i, f := range sf.Files {
-		if err := writeSecret(dfd, rels[i], f.Data, uid, gid); err != nil {
+		if err := writeSecret(dfd, rels[i], f.Data, uid, gid, 0o400); err != nil {
 			return err
+		}
+	}
+	if len(sf.EgressCA) > 0 {
+		// Not a secret: readable by every user of the sandbox.
+		data := append(append(append([]byte{}, system...), '\n'), sf.EgressCA...)
+		if err := writeSecret(dfd, bundle, data, 0, 0, 0o444); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// systemCABundle reads the image's own CA bundle (the first of
+// wire.SystemCABundles that is a regular file, resolved inside the root),
+// at most wire.MaxSystemCABytes; an image without one gives none.
+func systemCABundle(root *rootfs.Root) []byte {
+	for _, p := range wire.SystemCABundles {
+		b, err := root.ReadSmallFile(p, wire.MaxSystemCABytes)
+		if err == nil && len(b) > 0 {
+			return b
 		}
 	}
 	return nil
@@ -246,9 +279,9 @@ func shred(fd int, name string) {
 	unix.Fsync(f)
 }
 
-// writeSecret writes data as rel (relative to dfd), 0400 owned by
+// writeSecret writes data as rel (relative to dfd), of mode owned by
 // uid:gid, by a temporary file renamed over it.
-func writeSecret(dfd int, rel string, data []byte, uid, gid int) error {
+func writeSecret(dfd int, rel string, data []byte, uid, gid int, mode uint32) error {
 	dir, name := "", rel
 	if i := strings.LastIndexByte(rel, '/'); i >= 0 {
 		dir, name = rel[:i], rel[i+1:]
@@ -274,7 +307,7 @@ func writeSecret(dfd int, rel string, data []byte, uid, gid int) error {
 		if err := unix.Fchown(f, uid, gid); err != nil {
 			return err
 		}
-		if err := unix.Fchmod(f, 0o400); err != nil {
+		if err := unix.Fchmod(f, mode); err != nil {
 			return err
 		}
 		for b := data; len(b) > 0; {

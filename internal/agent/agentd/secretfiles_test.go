@@ -172,3 +172,50 @@ func dirNames(t *testing.T, dir string) string {
 	}
 	return strings.Join(n, " ")
 }
+
+// TestSecretFilesEgressCA: the egress CA bundle is the image's system
+// bundle (else the daemon's) followed by the CA, 0444 root's, kept beside
+// the secret files; bounds and its reserved path are refused.
+func TestSecretFilesEgressCA(t *testing.T) {
+	a := startAgent(t)
+	c, ctx := a.client, testCtx(t)
+	dir := mountSecretsTmpfs(t, a.root)
+	ca := []byte("-----BEGIN CERTIFICATE-----\nsandbox-ca\n-----END CERTIFICATE-----\n")
+	files := []wire.SecretFile{{Path: "/run/secrets/tok", Data: []byte("t0k")}}
+	bundle := filepath.Join(dir, filepath.Base(wire.EgressCABundle))
+
+	// No system bundle in the image: the daemon's is used.
+	if err := c.SecretFilesCA(ctx, "", files, ca, []byte("host-system-cas\n")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(bundle)
+	if err != nil || string(b) != "host-system-cas\n\n"+string(ca) {
+		t.Fatalf("bundle %q %v", b, err)
+	}
+	if fi, _ := os.Stat(bundle); fi.Mode().Perm() != 0o444 {
+		t.Fatalf("bundle mode %v", fi.Mode())
+	}
+	// The image's own bundle wins, and a symlinked one is followed only
+	// inside the root.
+	writeFile(t, a.root, "etc/ssl/certs/ca-certificates.crt", "image-system-cas\n")
+	if err := c.SecretFilesCA(ctx, "", files, ca, []byte("host-system-cas\n")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(bundle); string(b) != "image-system-cas\n\n"+string(ca) {
+		t.Fatalf("bundle %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "tok")); string(b) != "t0k" {
+		t.Fatalf("the secret file beside the bundle: %q", b)
+	}
+	// A delivery without the CA removes the bundle.
+	if err := c.SecretFiles(ctx, "", files); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(bundle); !os.IsNotExist(err) {
+		t.Fatalf("bundle left: %v", err)
+	}
+	wantCategory(t, c.SecretFilesCA(ctx, "", nil, bytes.Repeat([]byte("x"), wire.MaxEgressCABytes+1), nil), errdefs.ErrTooLarge)
+	wantCategory(t, c.SecretFilesCA(ctx, "", nil, ca, bytes.Repeat([]byte("x"), wire.MaxSystemCABytes+1)), errdefs.ErrTooLarge)
+	wantCategory(t, c.SecretFilesCA(ctx, "", nil, nil, []byte("x")), errdefs.ErrInvalid)
+	wantCategory(t, c.SecretFiles(ctx, "", []wire.SecretFile{{Path: wire.EgressCABundle, Data: []byte("x")}}), errdefs.ErrInvalid)
+}

@@ -34,6 +34,34 @@ type SecretFile struct {
 // SecretFiles is the data frame of OpSecretFiles.
 type SecretFiles struct {
 	Files []SecretFile `json:"files"`
+	// EgressCA, when set, is the sandbox's egress CA certificate (PEM):
+	// the agent writes EgressCABundle, 0444 root's, holding the image's
+	// own system CA bundle (the first of SystemCABundles that is a
+	// regular file, at most MaxSystemCABytes) followed by it.
+	EgressCA []byte `json:"egress_ca,omitempty"`
+	// SystemCA is the host's system CA bundle, used instead of the
+	// image's when the image has none (a template on the host's /usr).
+	SystemCA []byte `json:"system_ca,omitempty"`
+}
+
+// EgressCABundle is the CA bundle of a sandbox with egress secrets, on the
+// secrets tmpfs (so never in a snapshot, fork or diff). No secret file
+// may take its path.
+const EgressCABundle = SecretDir + "/berth-egress-ca-bundle.pem"
+
+// Bounds of the egress CA bundle.
+const (
+	MaxEgressCABytes = 16 << 10
+	MaxSystemCABytes = 384 << 10
+)
+
+// SystemCABundles are where images keep their system CA bundle (Debian and
+// Alpine, RHEL, SUSE, others), tried in this order inside the sandbox.
+var SystemCABundles = []string{
+	"/etc/ssl/certs/ca-certificates.crt",
+	"/etc/pki/tls/certs/ca-bundle.crt",
+	"/etc/ssl/ca-bundle.pem",
+	"/etc/ssl/cert.pem",
 }
 
 // DecodeSecretFiles reads and validates the data frame of OpSecretFiles:
@@ -51,6 +79,12 @@ func DecodeSecretFiles(p []byte) (SecretFiles, []string, error) {
 	}
 	if dec.More() {
 		return SecretFiles{}, nil, errdefs.Invalid("secret files: trailing data")
+	}
+	if len(sf.EgressCA) > MaxEgressCABytes {
+		return SecretFiles{}, nil, errdefs.TooLarge("egress CA: at most %d bytes", MaxEgressCABytes)
+	}
+	if len(sf.SystemCA) > MaxSystemCABytes {
+		return SecretFiles{}, nil, errdefs.TooLarge("system CA bundle: at most %d bytes", MaxSystemCABytes)
 	}
 	if len(sf.Files) > MaxSecretFiles {
 		return SecretFiles{}, nil, errdefs.TooLarge("secret files: at most %d files", MaxSecretFiles)
@@ -72,6 +106,9 @@ func DecodeSecretFiles(p []byte) (SecretFiles, []string, error) {
 		}
 		if seen[rel] {
 			return SecretFiles{}, nil, errdefs.Invalid("secret file %d: path given twice", i)
+		}
+		if f.Path == EgressCABundle {
+			return SecretFiles{}, nil, errdefs.Invalid("secret file %d: %s is the egress CA bundle's", i, EgressCABundle)
 		}
 		seen[rel] = true
 		rels[i] = rel

@@ -14,6 +14,8 @@ func FuzzDecodeSecretFiles(f *testing.F) {
 		`{"files":[{"path":"/run/secrets/a/b","data":""},{"path":"/run/secrets/c","data":"eQ=="}]}`,
 		`{"files":[{"path":"/run/secrets/../etc/passwd","data":"eA=="}]}`,
 		`{"files":[{"path":"/run/secrets/a","data":"eA=="},{"path":"/run/secrets/a/b","data":"eA=="}]}`,
+		`{"files":[],"egress_ca":"eA==","system_ca":"eQ=="}`,
+		`{"files":[{"path":"/run/secrets/berth-egress-ca-bundle.pem","data":"eA=="}],"egress_ca":"eA=="}`,
 		`{"files":[]}`, `{}`, `null`, `{"files":[{"path":"/run/secrets/a"}]} x`, `{"other":1}`,
 	} {
 		f.Add([]byte(s))
@@ -22,6 +24,14 @@ func FuzzDecodeSecretFiles(f *testing.F) {
 		sf, rels, err := DecodeSecretFiles(p)
 		if err != nil {
 			return
+		}
+		if len(sf.EgressCA) > MaxEgressCABytes || len(sf.SystemCA) > MaxSystemCABytes {
+			t.Fatalf("CA of %d/%d bytes accepted", len(sf.EgressCA), len(sf.SystemCA))
+		}
+		for _, fl := range sf.Files {
+			if fl.Path == EgressCABundle {
+				t.Fatalf("a secret file at the CA bundle's path accepted")
+			}
 		}
 		if len(sf.Files) > MaxSecretFiles || len(rels) != len(sf.Files) {
 			t.Fatalf("%d files", len(sf.Files))

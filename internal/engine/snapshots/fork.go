@@ -60,6 +60,10 @@ func childSpec(src sandbox.Spec) sandbox.Spec {
 	sp.Pool = ""
 	sp.KeepVolume = false
 	sp.IDs = nil // a child gets its own host id range
+	// A child has addresses of its own (allocated at its create): the
+	// parent's would collide, and the egress proxy tells sandboxes apart
+	// by address.
+	sp.IPv4, sp.IPv6 = "", ""
 	return sp
 }
 
@@ -110,6 +114,23 @@ func (m *Snapshots) Fork(ctx context.Context, ref string, req *ForkRequest, acto
 			m.log.Warn("removing a fork's capture", "capture", stage.Name, "err", err)
 		}
 	}()
+	// Ids and (egress) addresses first, one child after another, so no two
+	// children get one address before either is recorded.
+	childIDs := make([]string, n)
+	addrs := make([]sandbox.Spec, n)
+	taken := map[string]bool{}
+	for i := range n {
+		childIDs[i] = engine.NewID()
+		if len(ids) > 0 {
+			childIDs[i] = ids[i]
+		}
+		sp := childSpec(parent.Spec)
+		if err := m.e.PrepareNetwork(ctx, &sp, childIDs[i], func(a string) bool { return taken[a] }); err != nil {
+			return nil, frozen, err
+		}
+		taken[sp.IPv4], taken[sp.IPv6] = sp.IPv4 != "", sp.IPv6 != ""
+		addrs[i] = sp
+	}
 	children := make([]*sandbox.Sandbox, n)
 	errs := make([]error, n)
 	done := make(chan int, n)
@@ -117,6 +138,7 @@ func (m *Snapshots) Fork(ctx context.Context, ref string, req *ForkRequest, acto
 		go func() {
 			defer func() { done <- i }()
 			sp := childSpec(parent.Spec)
+			sp.IPv4, sp.IPv6 = addrs[i].IPv4, addrs[i].IPv6
 			sp.Persistent = req.Persistent
 			sp.Parent = parent.ID
 			sp.Timeout = timeout
@@ -147,10 +169,7 @@ func (m *Snapshots) Fork(ctx context.Context, ref string, req *ForkRequest, acto
 				name = fmt.Sprintf("%s-%d", req.NamePrefix, i+1)
 			}
 			now := m.e.Now()
-			id := engine.NewID()
-			if len(ids) > 0 {
-				id = ids[i]
-			}
+			id := childIDs[i]
 			child := &sandbox.Sandbox{ID: id, Name: name, Tenant: parent.Tenant, State: sandbox.StateCreating,
 				Node: m.e.Node(), Spec: sp, CreatedAt: now, UpdatedAt: now, Cause: sandbox.CauseUser,
 				Reason: "forked from " + parent.ID}
@@ -373,6 +392,9 @@ func (m *Snapshots) FromSnapshot(ctx context.Context, req *engine.CreateRequest,
 	now := m.e.Now()
 	id, err := opt.ReserveID()
 	if err != nil {
+		return nil, err
+	}
+	if err := m.e.PrepareNetwork(ctx, &sp, id, nil); err != nil {
 		return nil, err
 	}
 	sb := &sandbox.Sandbox{ID: id, Name: req.Name, Tenant: opt.Tenant, State: sandbox.StateCreating,

@@ -10,6 +10,7 @@ package local
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -54,6 +55,12 @@ type Config struct {
 	PoolSize int64
 	// EgressSubnet: see package network; kept in <data-dir>/network.json.
 	EgressSubnet netip.Prefix
+	// EgressUpstream are the resolvers berth's resolver forwards to
+	// (empty: the host's resolv.conf).
+	EgressUpstream []netip.AddrPort
+	// EgressRoots verify the servers the egress proxy dials (nil: the
+	// system roots).
+	EgressRoots *x509.CertPool
 	// DiskDefault is the cap of a writable layer whose record names none
 	// (made before caps were recorded); 0: none.
 	DiskDefault int64
@@ -182,7 +189,7 @@ func New(cfg Config) (*Backend, error) {
 		},
 	}
 	b.egress = egress.New(egress.Config{Instance: cfg.Instance, Subnet: cfg.EgressSubnet, DataDir: cfg.DataDir,
-		Logger: cfg.Logger, OnFlow: b.onFlow})
+		Logger: cfg.Logger, OnFlow: b.onFlow, Upstream: cfg.EgressUpstream, Roots: cfg.EgressRoots})
 	b.space = &space.Space{DataDir: cfg.DataDir, PoolRoot: pool.Root(), LowWater: cfg.DiskLowWater, Log: cfg.Logger}
 	for _, rt := range cfg.Runtimes {
 		b.runtimes[rt.Name()] = rt

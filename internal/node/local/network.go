@@ -30,6 +30,27 @@ func (b *Backend) CheckRules(allow []string) error {
 	return nil
 }
 
+// AllowsTCP reports whether allow has a domain rule letting TCP reach
+// port of host.
+func (b *Backend) AllowsTCP(allow []string, host string, port uint16) bool {
+	rules, err := network.ParseRules(allow)
+	return err == nil && network.AllowsTCP(rules, host, port)
+}
+
+// EgressCA returns sb's egress CA certificate (PEM), making the CA on
+// first use in sb's host-side directory (the key 0600, never mounted in),
+// and the host's system CA bundle.
+func (b *Backend) EgressCA(ctx context.Context, sb *sandbox.Sandbox) ([]byte, []byte, error) {
+	ca, err := b.egress.CA(sb)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ca.CertPEM(), egress.SystemCABundle(), nil
+}
+
+// SetEgressSecrets gives the egress proxy the daemon's secrets and audit.
+func (b *Backend) SetEgressSecrets(s egress.Secrets) { b.egress.SetSecrets(s) }
+
 // CanonicalRule returns rule as the network package prints it.
 func (b *Backend) CanonicalRule(rule string) (string, error) {
 	r, err := network.ParseRule(rule)

@@ -27,6 +27,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +38,7 @@ import (
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/secrets/egressproxy"
 )
 
 // The classes New offers unless told otherwise: one like runc (pool,
@@ -832,6 +834,36 @@ func (n *Node) CheckRules(allow []string) error {
 		}
 	}
 	return nil
+}
+
+// AllowsTCP is true when a rule names host exactly (with or without a
+// port list holding port): enough for the engine's checks in unit tests.
+func (n *Node) AllowsTCP(allow []string, host string, port uint16) bool {
+	for _, r := range allow {
+		r = strings.TrimPrefix(strings.ToLower(strings.TrimSpace(r)), "tcp://")
+		h, ports, hasPorts := strings.Cut(r, ":")
+		if h != host {
+			continue
+		}
+		if !hasPorts {
+			return true
+		}
+		for _, p := range strings.Split(ports, ",") {
+			if p == strconv.Itoa(int(port)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// EgressCA returns a fresh CA certificate (no proxy runs here).
+func (n *Node) EgressCA(ctx context.Context, sb *sandbox.Sandbox) ([]byte, []byte, error) {
+	ca, err := egressproxy.NewCA(sb.ID, time.Now())
+	if err != nil {
+		return nil, nil, err
+	}
+	return ca.CertPEM(), nil, nil
 }
 
 // CanonicalRule lower-cases and trims a rule.

@@ -46,6 +46,10 @@ type Sandbox struct {
 	// Pinned reports whether the sandbox's resolver answered host with
 	// addr (the allow-list as the sandbox's DNS pins enforce it).
 	Pinned func(host string, addr netip.Addr) bool
+	// OnInject, if set, is called once per connection and secret the
+	// first time the secret's value is put into a request on it (the
+	// audit record: names, never the value).
+	OnInject func(secret, host string)
 }
 
 // Config configures a Proxy. Zero bounds take the defaults.
@@ -315,6 +319,7 @@ func (p *Proxy) relay(client net.Conn, up net.Conn, sb *Sandbox, sni string) {
 	cr := bufio.NewReaderSize(lim, 4096)
 	ulim := &headLimit{r: up}
 	ur := bufio.NewReaderSize(ulim, 4096)
+	injected := map[string]bool{}
 	for {
 		lim.n = int64(p.cfg.MaxHeaderBytes)
 		req, err := http.ReadRequest(cr)
@@ -327,10 +332,17 @@ func (p *Proxy) relay(client net.Conn, up net.Conn, sb *Sandbox, sni string) {
 			return
 		}
 		lim.n = -1 // the body is not bounded here: it streams through
-		if err := p.rewrite(req, sb, sni); err != nil {
+		names, err := p.rewrite(req, sb, sni)
+		if err != nil {
 			p.cfg.Log.Warn("egress proxy: request refused", "sandbox", sb.ID, "host", sni, "err", err)
 			writeError(client, http.StatusBadGateway, "berth egress proxy: "+err.Error())
 			return
+		}
+		for _, name := range names {
+			if !injected[name] && sb.OnInject != nil {
+				sb.OnInject(name, sni)
+			}
+			injected[name] = true
 		}
 		if err := req.Write(up); err != nil {
 			return
@@ -351,8 +363,9 @@ func (p *Proxy) relay(client net.Conn, up net.Conn, sb *Sandbox, sni string) {
 }
 
 // rewrite puts into req's headers the values of sb's secrets for sni,
-// when the request's Host is sni too.
-func (p *Proxy) rewrite(req *http.Request, sb *Sandbox, sni string) error {
+// when the request's Host is sni too, and returns the names of the
+// secrets it put in.
+func (p *Proxy) rewrite(req *http.Request, sb *Sandbox, sni string) ([]string, error) {
 	if _, ok := req.Header["User-Agent"]; !ok {
 		// http.Request.Write adds Go's own User-Agent to a request
 		// without one; an empty value suppresses it, so the request goes
@@ -361,9 +374,10 @@ func (p *Proxy) rewrite(req *http.Request, sb *Sandbox, sni string) error {
 	}
 	host := hostOnly(req.Host)
 	if host != sni {
-		return nil
+		return nil, nil
 	}
 	values := map[string]string{}
+	var names []string
 	for _, s := range sb.Secrets {
 		if s.Host != host || !strings.Contains(headerText(req.Header), s.Placeholder) {
 			continue
@@ -377,8 +391,12 @@ func (p *Proxy) rewrite(req *http.Request, sb *Sandbox, sni string) error {
 			continue
 		}
 		values[s.Placeholder] = string(v)
+		names = append(names, s.Name)
 	}
-	return SubstituteHeaders(req.Header, values)
+	if err := SubstituteHeaders(req.Header, values); err != nil {
+		return nil, err
+	}
+	return names, nil
 }
 
 // SubstituteHeaders replaces the placeholders of values in every header

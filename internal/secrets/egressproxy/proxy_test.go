@@ -218,6 +218,35 @@ func TestSubstitutesOnlyForTheNamedHost(t *testing.T) {
 	}
 }
 
+// TestOnInjectOncePerConnection: the audit hook hears of a secret once
+// per connection that put it in, with its host, and not of a request
+// that was not substituted.
+func TestOnInjectOncePerConnection(t *testing.T) {
+	r := newRig(t, nil)
+	var mu sync.Mutex
+	var heard []string
+	r.sb.OnInject = func(secret, host string) {
+		mu.Lock()
+		heard = append(heard, secret+"@"+host)
+		mu.Unlock()
+	}
+	c := r.client(t)
+	auth := map[string]string{"Authorization": "Bearer " + r.ph}
+	for i := 0; i < 3; i++ { // one kept-alive connection
+		if _, _, err := get(t, c, "https://"+apiHost+"/", "", auth); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := get(t, c, "https://"+otherHost+"/", "", auth); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(heard) != 1 || heard[0] != "TOKEN@"+apiHost {
+		t.Fatalf("OnInject heard %q, want TOKEN@%s once", heard, apiHost)
+	}
+}
+
 func TestRevokedSecretSendsThePlaceholder(t *testing.T) {
 	r := newRig(t, nil)
 	r.sb.Resolve = func(context.Context, string) ([]byte, error) { return nil, errdefs.NotFound("gone") }
@@ -412,7 +441,7 @@ func FuzzRequestHead(f *testing.F) {
 		}
 		inHost := hostOnly(req.Host)
 		inCount := countHeaders(req.Header)
-		if err := p.rewrite(req, sb, apiHost); err != nil {
+		if _, err := p.rewrite(req, sb, apiHost); err != nil {
 			t.Fatalf("rewrite: %v", err)
 		}
 		var out bytes.Buffer

@@ -76,7 +76,7 @@ func TestCatalogueCoversTheIssue(t *testing.T) {
 		"agent.kill-int-pid1", "agent.kill-hup-pid1", "agent.kill-kill-pid1", "agent.overwrite-binary", "agent.seccomp-fd",
 		"res.pids-flood", "res.memory-hog", "res.disk-fill-root", "res.disk-fill-tmp", "res.inode-fill", "res.stdout-flood",
 		"res.inotify-per-uid", "res.pipe-buffers-per-uid",
-		"net.none-interfaces", "net.none-routes", "net.egress-default-deny", "net.egress-dns-disallowed",
+		"net.none-interfaces", "net.none-routes", "net.egress-default-deny", "net.egress-dns-disallowed", "net.egress-secret-proxy",
 		"cross.processes", "cross.files", "cross.sockets",
 		"files.tar-slip-dotdot", "files.read-symlink-abs", "files.write-symlink", "files.dotdot-read",
 		"api.lease-other-get", "api.lease-release-quarantine", "api.lease-network-rules", "api.lease-fork",

@@ -295,3 +295,51 @@ report(oserr(lambda: socket.getaddrinfo(%q, 443)))`, name))
 	}
 	return attack.Judged(!strings.HasPrefix(r, "ok") && logged, "lookup %s; denied query logged %v", attack.Clip(r, 60), logged)
 })
+
+// egressSecretHost is the host of the selftest's egress secret: no DNS
+// answers it (the world has no resolver upstream), so nothing is dialled;
+// what is tested is what the sandbox itself holds and can reach.
+const egressSecretHost = "api.berth-selftest.invalid"
+
+// egressSecret: a sandbox with a secret injected at egress holds only
+// the placeholder (env, every process's environ, the secrets tmpfs),
+// finds no CA key in its CA bundle, and cannot connect to the egress
+// proxy's port on the gateway without the redirect.
+var egressSecret = withEgress(func(ctx ctxT, e *attack.Env, w *egressWorld, _ *api.Sandbox) attack.Outcome {
+	c := w.d.Client()
+	value := "berth-selftest-value-" + e.Tag
+	if _, err := c.SetSecret(ctx, "ST_TOKEN", value); err != nil {
+		return attack.Escaped("secret set: %v", err)
+	}
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: e.Class, Network: "egress", TimeoutSeconds: 600,
+		Allow:   []string{"tcp://" + egressSecretHost + ":443"},
+		Secrets: []api.SecretRef{{Name: "ST_TOKEN", EgressHost: egressSecretHost}}})
+	if err != nil {
+		return attack.Escaped("create with an egress secret: %v", err)
+	}
+	out, err := egressExec(ctx, w, sb.ID, fmt.Sprintf(`v = %q
+held = []
+if os.environ.get("ST_TOKEN", "") == v: held.append("env")
+for p in os.listdir("/proc"):
+    if p.isdigit():
+        try:
+            if v.encode() in open("/proc/%%s/environ" %% p, "rb").read(): held.append("environ " + p)
+        except OSError: pass
+for root, dirs, files in os.walk("/run/secrets"):
+    for f in files:
+        b = open(os.path.join(root, f), "rb").read()
+        if v.encode() in b: held.append("file " + f)
+        if b"PRIVATE KEY" in b: held.append("key in " + f)
+gw = [l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver")][0]
+s = socket.socket(); s.settimeout(3)
+r = oserr(lambda: s.connect((gw, 15443)))
+print("PLACEHOLDER", os.environ.get("ST_TOKEN", "")[:25])
+if held: report("ok holds " + ",".join(held))
+else: report(r)`, value))
+	if err != nil {
+		return attack.Escaped("exec failed: %v", err)
+	}
+	r, _ := attack.Reported(out)
+	ph := strings.Contains(out, "PLACEHOLDER berth-secret-placeholder-")
+	return attack.Judged(strings.HasPrefix(r, "err") && ph, "proxy port straight: %s; env holds the placeholder %v", attack.Clip(r, 80), ph)
+})

@@ -85,6 +85,7 @@ socket.setdefaulttimeout(5)
 report(oserr(lambda: socket.getaddrinfo("berth-selftest-disallowed.example.com", 443)))`, "*")),
 		n("egress-default-deny", "mode egress, no rule: connect to a test host in a harness-made network namespace", "refused, logged as a denied flow", egressDeny, attack.Runc),
 		n("egress-dns-disallowed", "mode egress, no rule: resolve a name that is not allowed", "the lookup fails, logged as a denied query", egressDNS, attack.Runc),
+		n("egress-secret-proxy", "mode egress with a secret injected at egress: look for the value (env, every environ, the secrets tmpfs) and the CA key, connect to the egress proxy's port on the gateway straight", "only the placeholder is held, no key; the proxy port is dropped", egressSecret, attack.Runc),
 	}
 }
 

@@ -12,7 +12,8 @@ const maxSecretRefs = 64
 // checkSecretRefs validates a create's secret references: names, env var
 // names and file paths by internal/secrets' rules, no env var or file given
 // twice, not both an env var and a file in one reference (one name may be
-// both as two references).
+// both as two references); an egress_host is a DNS name, and its
+// reference's env var (the placeholder's) counts among the env vars.
 func checkSecretRefs(refs []api.SecretRef) error {
 	if len(refs) > maxSecretRefs {
 		return errdefs.Invalid("at most %d secrets", maxSecretRefs)
@@ -23,6 +24,14 @@ func checkSecretRefs(refs []api.SecretRef) error {
 			return err
 		}
 		kind, target := secrets.Env, r.Env
+		if r.EgressHost != "" {
+			if r.File != "" {
+				return errdefs.Invalid("secret %s: file and egress_host in one reference; give two", r.Name)
+			}
+			if _, err := secrets.CheckTarget(secrets.Egress, r.EgressHost); err != nil {
+				return errdefs.Invalid("secret %s: egress_host: %s", r.Name, errdefs.Message(err))
+			}
+		}
 		if r.File != "" {
 			if r.Env != "" {
 				return errdefs.Invalid("secret %s: env and file in one reference; give two", r.Name)

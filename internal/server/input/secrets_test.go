@@ -35,3 +35,29 @@ func TestCheckSecretRefsFiles(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckSecretRefsEgress(t *testing.T) {
+	ok := [][]api.SecretRef{
+		{{Name: "A", EgressHost: "api.example.test"}},
+		{{Name: "A", EgressHost: "API.Example.test", Env: "GH"}},
+		{{Name: "A", EgressHost: "a.test"}, {Name: "A", File: "/run/secrets/a"}},
+	}
+	for _, refs := range ok {
+		if err := checkSecretRefs(refs); err != nil {
+			t.Fatalf("%v: %v", refs, err)
+		}
+	}
+	bad := [][]api.SecretRef{
+		{{Name: "A", EgressHost: "a_b.test"}},
+		{{Name: "A", EgressHost: "1.2.3.4:443"}},
+		{{Name: "A", EgressHost: "a.test\n"}},
+		{{Name: "A", EgressHost: "a.test", File: "/run/secrets/a"}},
+		{{Name: "A", EgressHost: "a.test"}, {Name: "A"}}, // env var A twice
+		{{Name: "A", EgressHost: "a.test", Env: "1X"}},
+	}
+	for _, refs := range bad {
+		if err := checkSecretRefs(refs); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Fatalf("%v: %v, want invalid", refs, err)
+		}
+	}
+}

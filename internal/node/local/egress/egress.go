@@ -17,6 +17,7 @@ package egress
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -43,6 +44,14 @@ type Config struct {
 	Logger  *slog.Logger
 	// OnFlow receives each flow (and must not block).
 	OnFlow func(id string, f network.Flow)
+	// Upstream are the resolvers berth's resolver forwards to; empty:
+	// the host's /etc/resolv.conf.
+	Upstream []netip.AddrPort
+	// ProxyPort is the egress proxy's port on the IPv4 gateway (secrets
+	// injected at egress); 0: DefaultProxyPort.
+	ProxyPort uint16
+	// Roots verify the servers the egress proxy dials; nil: the system's.
+	Roots *x509.CertPool
 }
 
 // Net is a daemon's egress network, made on first use.
@@ -50,10 +59,16 @@ type Net struct {
 	cfg Config
 	mu  sync.Mutex
 	n   *network.Network
+	px  proxy // the egress proxy of secrets injected at egress (proxy.go)
 }
 
 // New returns the egress network of cfg, not yet set up.
-func New(cfg Config) *Net { return &Net{cfg: cfg} }
+func New(cfg Config) *Net {
+	if cfg.ProxyPort == 0 {
+		cfg.ProxyPort = DefaultProxyPort
+	}
+	return &Net{cfg: cfg}
+}
 
 // Up returns the network if it has been set up, else nil.
 func (e *Net) Up() *network.Network {
@@ -77,17 +92,24 @@ func (e *Net) Get(ctx context.Context) (*network.Network, error) {
 		e.cfg.Logger.Warn("egress subnet changed: sandboxes recorded with addresses of the old one will not start", "was", kept, "now", sub)
 	}
 	n, err := network.New(ctx, network.Config{
-		Instance: e.cfg.Instance,
-		Subnet4:  sub,
-		Logger:   e.cfg.Logger.With("component", "network"),
-		OnFlow:   e.cfg.OnFlow,
+		Instance:  e.cfg.Instance,
+		Subnet4:   sub,
+		Logger:    e.cfg.Logger.With("component", "network"),
+		OnFlow:    e.cfg.OnFlow,
+		Upstream:  e.cfg.Upstream,
+		ProxyPort: e.cfg.ProxyPort,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("network: %w", err)
 	}
+	if err := e.startProxy(n); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("egress proxy: %w", err)
+	}
 	if got := n.Subnet4(); got != kept {
 		data, _ := json.Marshal(netState{Subnet4: got.String()})
 		if err := writeFileAtomic(e.statePath(), data); err != nil {
+			e.stopProxy()
 			n.Close()
 			return nil, fmt.Errorf("network: recording the subnet: %w", err)
 		}
@@ -128,6 +150,7 @@ func (e *Net) keptSubnet() netip.Prefix {
 // come back with the next egress sandbox.
 func (e *Net) Close(keep bool) {
 	if n := e.Up(); n != nil {
+		e.stopProxy()
 		n.Close()
 	}
 	if keep {
@@ -153,7 +176,7 @@ func (e *Net) Allocate(ctx context.Context, id string, used func(string) bool) (
 }
 
 func attachment(sb *sandbox.Sandbox, rules []network.Rule) network.Attachment {
-	a := network.Attachment{ID: sb.ID, Mode: network.ModeEgress, Rules: rules}
+	a := network.Attachment{ID: sb.ID, Mode: network.ModeEgress, Rules: rules, Redirect: redirectHosts(sb)}
 	a.IPv4, _ = netip.ParseAddr(sb.Spec.IPv4)
 	a.IPv6, _ = netip.ParseAddr(sb.Spec.IPv6)
 	return a
@@ -185,7 +208,14 @@ func (e *Net) Attach(ctx context.Context, sb *sandbox.Sandbox, pid int) error {
 	if sb.State == sandbox.StateQuarantined {
 		rules = nil
 	}
-	return n.Attach(ctx, attachment(sb, rules), fmt.Sprintf("/proc/%d/ns/net", pid))
+	if err := e.register(sb); err != nil {
+		return err
+	}
+	if err := n.Attach(ctx, attachment(sb, rules), fmt.Sprintf("/proc/%d/ns/net", pid)); err != nil {
+		e.unregister(sb)
+		return err
+	}
+	return nil
 }
 
 // Detach removes a sandbox's host network side. Idempotent.
@@ -197,6 +227,7 @@ func (e *Net) Detach(ctx context.Context, sb *sandbox.Sandbox) error {
 	if err != nil {
 		return err
 	}
+	e.unregister(sb)
 	return n.Detach(ctx, sb.ID)
 }
 
@@ -225,7 +256,11 @@ func (e *Net) Recover(ctx context.Context, live []*sandbox.Sandbox) error {
 		if sb.State == sandbox.StateQuarantined {
 			rules = nil
 		}
+		if err := e.register(sb); err != nil {
+			e.cfg.Logger.Warn("registering sandbox with the egress proxy", "sandbox", sb.ID, "err", err)
+		}
 		if err := n.Adopt(ctx, attachment(sb, rules)); err != nil {
+			e.unregister(sb)
 			e.cfg.Logger.Warn("adopting sandbox network", "sandbox", sb.ID, "err", err)
 			continue
 		}
