@@ -5,6 +5,7 @@ Runs inside the sandbox; only the standard library and jupyter_client.
 See docs/code-interpreter.md for the wire shape.
 """
 
+import glob
 import json
 import os
 import queue
@@ -77,6 +78,19 @@ class Context:
         env = dict(os.environ)
         env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
         env.setdefault("MPLCONFIGDIR", "/tmp/berth-interp-mpl")
+        # Debian's matplotlibrc is in /etc, which is not the host's here.
+        rc = "/usr/share/matplotlib/mpl-data/matplotlibrc"
+        if "MATPLOTLIBRC" not in env and os.path.isfile(rc) and not os.path.isfile("/etc/matplotlibrc"):
+            env["MATPLOTLIBRC"] = rc
+        # The sandbox's /etc is berth's own, without the host's
+        # /etc/alternatives, so the BLAS/LAPACK links of /usr (numpy's)
+        # dangle: the libraries' own directories go on the search path.
+        libdirs = sorted(glob.glob("/usr/lib/*-linux-gnu/openblas*") + glob.glob("/usr/lib/*-linux-gnu/blas") +
+                         glob.glob("/usr/lib/*-linux-gnu/lapack") + glob.glob("/usr/lib/*-linux-gnu/atlas"))
+        if env.get("LD_LIBRARY_PATH"):
+            libdirs.append(env["LD_LIBRARY_PATH"])
+        if libdirs:
+            env["LD_LIBRARY_PATH"] = ":".join(libdirs)
         km = KernelManager(kernel_name="python3")
         km.start_kernel(cwd=self.cwd, env=env)
         kc = km.client()
