@@ -43,10 +43,11 @@ const InstallHint = "run scripts/install-deps.sh (Debian: python3-ipykernel pyth
 // Service is the template's service: the server, restarted when it ends.
 func Service() *store.ServiceSpec {
 	return &store.ServiceSpec{
-		Cmd:     []string{"/usr/bin/python3", "-u", ServerPath},
-		Restart: store.RestartAlways,
-		Env:     map[string]string{"PYTHONDONTWRITEBYTECODE": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1", "HOME": "/root", "JUPYTER_RUNTIME_DIR": "/tmp/berth-interp-jupyter"},
-		Dir:     "/workspace",
+		Cmd:       []string{"/usr/bin/python3", "-u", ServerPath},
+		Restart:   store.RestartAlways,
+		Env:       map[string]string{"PYTHONDONTWRITEBYTECODE": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1", "HOME": "/root", "JUPYTER_RUNTIME_DIR": "/tmp/berth-interp-jupyter"},
+		Dir:       "/workspace",
+		ReadyPort: Port,
 	}
 }
 
