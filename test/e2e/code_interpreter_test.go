@@ -23,6 +23,8 @@ func TestCodeInterpreterRunsc(t *testing.T) { codeInterpreterScenario(t, startRu
 
 type interpClient struct {
 	t    *testing.T
+	d    *daemon
+	id   string
 	hc   *http.Client
 	base string
 }
@@ -44,7 +46,10 @@ func (c *interpClient) do(method, path string, body any) (int, []byte) {
 		c.t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Logf("%s %s: reading the answer: %v", method, path, err)
+	}
 	return resp.StatusCode, b
 }
 
@@ -66,7 +71,8 @@ func (c *interpClient) exec(req map[string]any) []map[string]any {
 		out = append(out, m)
 	}
 	if len(out) == 0 || out[len(out)-1]["type"] != "end_of_execution" {
-		c.t.Fatalf("execute %v: no end_of_execution: %s", req, b)
+		out, _, _ := c.d.cli("logs", c.id, "service")
+		c.t.Fatalf("execute %v: no end_of_execution: %s\nthe service's output:\n%s", req, b, out)
 	}
 	return out
 }
@@ -101,7 +107,7 @@ func codeInterpreterScenario(t *testing.T, d *daemon, runtime string) {
 	}
 	hc := unixHTTP(d)
 	hc.Timeout = 90 * time.Second
-	c := &interpClient{t: t, hc: hc, base: fmt.Sprintf("http://berth/v1/sandboxes/%s/ports/49999", sb.ID)}
+	c := &interpClient{t: t, d: d, id: sb.ID, hc: hc, base: fmt.Sprintf("http://berth/v1/sandboxes/%s/ports/49999", sb.ID)}
 	// Create returned once the service listened (its ready port): the
 	// first request is answered, not refused.
 	if code, b := c.do("GET", "/health", nil); code != 200 || strings.TrimSpace(string(b)) != `"OK"` {
