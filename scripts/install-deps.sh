@@ -24,6 +24,10 @@ command -v git >/dev/null || need_apt+=(git)
 # The tests drive python3 inside sandboxes (host /usr) and through it the
 # host's libseccomp (runc's dependency) as a reference for berth's compiler.
 command -v python3 >/dev/null || need_apt+=(python3)
+# The code-interpreter template runs a Jupyter kernel from the host's /usr
+# (internal/interp): ipykernel, jupyter_client, matplotlib, numpy, pandas.
+python3 -c 'import ipykernel, jupyter_client, matplotlib, numpy, pandas' 2>/dev/null ||
+	need_apt+=(python3-ipykernel python3-jupyter-client python3-matplotlib python3-numpy python3-pandas)
 # make unit runs go test -race, which needs cgo: a C compiler and libc headers.
 command -v gcc >/dev/null || need_apt+=(gcc libc6-dev)
 # The MCP e2e test drives `berth mcp` with the MCP TypeScript SDK (test/mcp;

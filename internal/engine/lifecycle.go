@@ -229,7 +229,13 @@ func (m *Engine) launch(ctx context.Context, sb *sandbox.Sandbox, actor string, 
 		return err
 	}
 	m.eventStored(created)
-	unlock := m.live.lock(sb.ID)
+	release, unlocked := m.live.lock(sb.ID), false
+	unlock := func() {
+		if !unlocked {
+			unlocked = true
+			release()
+		}
+	}
 	defer unlock()
 	err := error(nil)
 	if prep != nil {
@@ -248,7 +254,41 @@ func (m *Engine) launch(ctx context.Context, sb *sandbox.Sandbox, actor string, 
 		return err
 	}
 	m.wakeReconciler()
+	unlock()
+	m.awaitService(ctx, sb)
 	return nil
+}
+
+// awaitService waits, at most store.ServiceReadyWait, until sb's
+// template's service accepts connections on its ReadyPort (the Running
+// hook starts it in the background), so a client can use it as soon as
+// create returns. A service that never listens does not fail the create.
+func (m *Engine) awaitService(ctx context.Context, sb *sandbox.Sandbox) {
+	if sb.Spec.Template == "" {
+		return
+	}
+	tpl, err := m.ResolveTemplate(ctx, sb.Tenant, sb.Spec.Template)
+	if err != nil || tpl.Config.Service == nil || tpl.Config.Service.ReadyPort == 0 {
+		return
+	}
+	port := tpl.Config.Service.ReadyPort
+	ctx, cancel := context.WithTimeout(ctx, store.ServiceReadyWait)
+	defer cancel()
+	for {
+		dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
+		c, err := m.node.DialPort(dctx, sb, port)
+		dcancel()
+		if err == nil {
+			c.Close()
+			return
+		}
+		select {
+		case <-ctx.Done():
+			m.log.Warn("service not ready by the end of create", "sandbox", sb.ID, "port", port, "err", err)
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // fail records err on sb, tears it down and leaves a deleted tombstone

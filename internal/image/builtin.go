@@ -148,3 +148,18 @@ func builtinTar(osRelease []byte) ([]byte, error) {
 	}
 	return buf.Bytes(), nil
 }
+
+// TarLayer stores tarball, a layer of berth's own (not input), and
+// returns its id; the id depends only on the content, so repeated calls
+// reuse the layer.
+func (s *Store) TarLayer(ctx context.Context, tarball []byte) (string, error) {
+	sum := sha256.Sum256(tarball)
+	id := "sha256:" + hex.EncodeToString(sum[:])
+	if err := s.ensureLayer(ctx, layerSource{
+		diffID: id,
+		open:   func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(tarball)), nil },
+	}); err != nil {
+		return "", err
+	}
+	return id, nil
+}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"strings"
+	"time"
 
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -19,7 +20,15 @@ type ServiceSpec struct {
 	Env         map[string]string `json:"env,omitempty"`
 	Dir         string            `json:"dir,omitempty"`
 	User        string            `json:"user,omitempty"`
+	// ReadyPort, when set, is a TCP port the service listens on: create
+	// returns once it accepts a connection, or after ServiceReadyWait
+	// (the daemon's bound; the sandbox cannot lengthen it).
+	ReadyPort int `json:"ready_port,omitempty"`
 }
+
+// ServiceReadyWait bounds how long a create waits for a service's
+// ReadyPort.
+const ServiceReadyWait = 30 * time.Second
 
 // ServiceTag is the tag of a template's service among the sandbox's
 // background processes.
@@ -57,6 +66,9 @@ func (s *ServiceSpec) Validate() error {
 	}
 	if s.MaxRestarts < 0 || s.MaxRestarts > 1000 {
 		return errdefs.Invalid("service: max_restarts must be 0..1000")
+	}
+	if s.ReadyPort < 0 || s.ReadyPort > 65535 {
+		return errdefs.Invalid("service: ready_port must be 1..65535")
 	}
 	if s.Dir != "" && !strings.HasPrefix(s.Dir, "/") {
 		return errdefs.Invalid("service: dir must be an absolute path")

@@ -13,6 +13,7 @@ import (
 	"github.com/berth-sh/berth/internal/engine/snapshots"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/failpoint"
+	"github.com/berth-sh/berth/internal/interp"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -382,6 +383,12 @@ func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*Report, er
 			}
 		}
 		rep.Findings = append(rep.Findings, f)
+	}
+	// The code-interpreter template needs the host's Python packages
+	// (templates.ensureInterp leaves it out without them).
+	if miss := interp.Missing("/"); len(miss) > 0 {
+		add("template", "", fmt.Sprintf("the %s template is unavailable: the host lacks %s; %s",
+			interp.Template, strings.Join(miss, ", "), interp.InstallHint), nil)
 	}
 	// The locks keep doctor from racing a create or delete in progress;
 	// the record is read again under the lock, since the list above may be

@@ -9,7 +9,7 @@ type Report struct {
 
 // Finding is one orphan or leak.
 type Finding struct {
-	Kind   string // mount | cgroup | runtime | dir | process | record
+	Kind   string // mount | cgroup | runtime | dir | process | record | template
 	ID     string // the sandbox it belongs to, if known
 	Detail string
 	Fixed  bool

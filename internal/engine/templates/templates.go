@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/identity"
 	"github.com/berth-sh/berth/internal/image"
+	"github.com/berth-sh/berth/internal/interp"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -49,29 +51,72 @@ const BuiltinTemplate = "base"
 // maxUpload bounds a template archive uploaded through the API.
 const maxUpload = 16 << 30
 
-// EnsureBuiltin registers (or refreshes) the builtin template.
+// EnsureBuiltin registers (or refreshes) the builtin templates: the base,
+// and the code interpreter over it (ensureInterp).
 func (m *Builder) EnsureBuiltin(ctx context.Context) error {
 	img, err := m.e.Images().Builtin(ctx)
 	if err != nil {
 		return fmt.Errorf("builtin template: %w", err)
 	}
-	cur, err := m.store.GetTemplate(ctx, BuiltinTemplate)
-	if err == nil && slices.Equal(cur.Layers, img.Layers) && cur.Builtin {
+	if err := m.putBuiltin(ctx, &store.Template{
+		Name:    BuiltinTemplate,
+		Layers:  img.Layers,
+		Config:  builtinConfig(img.Config),
+		Builtin: true, Source: "builtin:host", Size: img.Size, CreatedAt: m.e.Now(),
+	}); err != nil {
+		return err
+	}
+	return m.ensureInterp(ctx, img)
+}
+
+// putBuiltin stores t unless it is there already with the same layers and
+// service, or a template of the user's has its name.
+func (m *Builder) putBuiltin(ctx context.Context, t *store.Template) error {
+	cur, err := m.store.GetTemplate(ctx, t.Name)
+	if err == nil && slices.Equal(cur.Layers, t.Layers) && cur.Builtin && reflect.DeepEqual(cur.Config.Service, t.Config.Service) {
 		return nil
 	}
 	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return err
 	}
 	if err == nil && !cur.Builtin {
-		m.log.Warn("a template named like the builtin exists; leaving it", "template", BuiltinTemplate)
+		m.log.Warn("a template named like the builtin exists; leaving it", "template", t.Name)
 		return nil
 	}
-	return m.store.PutTemplate(ctx, &store.Template{
-		Name:    BuiltinTemplate,
-		Layers:  img.Layers,
-		Config:  builtinConfig(img.Config),
-		Builtin: true, Source: "builtin:host", Size: img.Size, CreatedAt: m.e.Now(),
-	})
+	return m.store.PutTemplate(ctx, t)
+}
+
+// ensureInterp registers the code-interpreter template (and its alias, the
+// E2B SDK's default name): the base's layers plus the server's
+// (internal/interp), its service the server. Without the host's Python
+// packages it is not registered; doctor reports why (interp.Missing).
+func (m *Builder) ensureInterp(ctx context.Context, base *image.Image) error {
+	if miss := interp.Missing("/"); len(miss) > 0 {
+		m.log.Warn("code-interpreter template not registered: the host lacks "+strings.Join(miss, ", "), "fix", interp.InstallHint)
+		return nil
+	}
+	tarball, err := interp.Layer()
+	if err != nil {
+		return fmt.Errorf("code-interpreter template: %w", err)
+	}
+	id, err := m.e.Images().TarLayer(ctx, tarball)
+	if err != nil {
+		return fmt.Errorf("code-interpreter template: %w", err)
+	}
+	for _, name := range []string{interp.Template, interp.Alias} {
+		cfg := builtinConfig(base.Config)
+		cfg.Service = interp.Service()
+		cfg.ExposedPorts = append(slices.Clone(cfg.ExposedPorts), fmt.Sprintf("%d/tcp", interp.Port))
+		if err := m.putBuiltin(ctx, &store.Template{
+			Name:    name,
+			Layers:  append(slices.Clone(base.Layers), id),
+			Config:  cfg,
+			Builtin: true, Source: "builtin:code-interpreter", Size: base.Size + max(m.e.Images().Size(id), 0), CreatedAt: m.e.Now(),
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // imageConfig is the template config an imported image's config gives.

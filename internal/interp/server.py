@@ -1,0 +1,390 @@
+"""berth's code interpreter: E2B's code-interpreter wire on port 49999.
+
+One Jupyter kernel (ipykernel, driven with jupyter_client) per context.
+Runs inside the sandbox; only the standard library and jupyter_client.
+See docs/code-interpreter.md for the wire shape.
+"""
+
+import glob
+import json
+import os
+import queue
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from jupyter_client.manager import KernelManager
+
+PORT = int(os.environ.get("BERTH_INTERP_PORT", "49999"))
+DEFAULT_TIMEOUT = float(os.environ.get("BERTH_INTERP_TIMEOUT", "300"))
+DEFAULT_CWD = os.environ.get("BERTH_INTERP_CWD", "/workspace")
+MAX_BODY = 16 << 20
+MAX_CONTEXTS = 32
+LANGUAGES = {"python": "python", "python3": "python", "": "python"}
+
+MIME_FIELDS = {
+    "text/plain": "text",
+    "text/html": "html",
+    "text/markdown": "markdown",
+    "image/svg+xml": "svg",
+    "image/png": "png",
+    "image/jpeg": "jpeg",
+    "application/pdf": "pdf",
+    "text/latex": "latex",
+    "application/json": "json",
+    "application/javascript": "javascript",
+    "application/vnd.e2b.chart": "chart",
+    "application/vnd.e2b.data": "data",
+}
+
+
+class BadRequest(Exception):
+    pass
+
+
+class NotFound(Exception):
+    pass
+
+
+def result_of(data, is_main):
+    out = {"type": "result", "is_main_result": is_main}
+    extra = {}
+    for mime, value in data.items():
+        field = MIME_FIELDS.get(mime)
+        if field is None:
+            extra[mime] = value
+        else:
+            if isinstance(value, list):
+                value = "".join(value)
+            out[field] = value
+    if extra:
+        out["extra"] = extra
+    return out
+
+
+class Context:
+    def __init__(self, language, cwd):
+        self.id = str(uuid.uuid4())
+        self.language = language
+        self.cwd = cwd
+        self.lock = threading.Lock()
+        self.km = None
+        self.kc = None
+        self.start()
+
+    def start(self):
+        env = dict(os.environ)
+        env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+        env.setdefault("MPLCONFIGDIR", "/tmp/berth-interp-mpl")
+        # Debian's matplotlibrc is in /etc, which is not the host's here.
+        rc = "/usr/share/matplotlib/mpl-data/matplotlibrc"
+        if "MATPLOTLIBRC" not in env and os.path.isfile(rc) and not os.path.isfile("/etc/matplotlibrc"):
+            env["MATPLOTLIBRC"] = rc
+        # The sandbox's /etc is berth's own, without the host's
+        # /etc/alternatives, so the BLAS/LAPACK links of /usr (numpy's)
+        # dangle: the libraries' own directories go on the search path.
+        libdirs = sorted(glob.glob("/usr/lib/*-linux-gnu/openblas*") + glob.glob("/usr/lib/*-linux-gnu/blas") +
+                         glob.glob("/usr/lib/*-linux-gnu/lapack") + glob.glob("/usr/lib/*-linux-gnu/atlas"))
+        if env.get("LD_LIBRARY_PATH"):
+            libdirs.append(env["LD_LIBRARY_PATH"])
+        if libdirs:
+            env["LD_LIBRARY_PATH"] = ":".join(libdirs)
+        km = KernelManager(kernel_name="python3")
+        km.start_kernel(cwd=self.cwd, env=env)
+        kc = km.client()
+        kc.start_channels()
+        kc.wait_for_ready(timeout=60)
+        self.km, self.kc = km, kc
+
+    def stop(self):
+        if self.kc is not None:
+            self.kc.stop_channels()
+        if self.km is not None:
+            self.km.shutdown_kernel(now=True)
+        self.km = self.kc = None
+
+    def restart(self):
+        with self.lock:
+            self.stop()
+            self.start()
+
+    def info(self):
+        return {"id": self.id, "language": self.language, "cwd": self.cwd}
+
+    def _drain(self, msg_id, deadline, emit):
+        """Reads iopub until msg_id's kernel goes idle; False on deadline."""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                msg = self.kc.get_iopub_msg(timeout=min(left, 1.0))
+            except queue.Empty:
+                if not self.km.is_alive():
+                    emit({"type": "unexpected_end_of_execution"})
+                    return True
+                continue
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind = msg["msg_type"]
+            c = msg["content"]
+            if kind == "status" and c.get("execution_state") == "idle":
+                return True
+            if emit is None:
+                continue
+            if kind == "stream":
+                emit({"type": "stderr" if c.get("name") == "stderr" else "stdout",
+                      "text": c.get("text", ""), "timestamp": time.time_ns()})
+            elif kind == "execute_result":
+                emit(result_of(c.get("data", {}), True))
+            elif kind == "display_data":
+                emit(result_of(c.get("data", {}), False))
+            elif kind == "error":
+                emit({"type": "error", "name": c.get("ename", ""), "value": c.get("evalue", ""),
+                      "traceback": "\n".join(c.get("traceback", []))})
+            elif kind == "execute_input":
+                emit({"type": "number_of_executions", "execution_count": c.get("execution_count", 0)})
+
+    def _silent(self, code, timeout=30):
+        msg_id = self.kc.execute(code, silent=True, store_history=False)
+        self._drain(msg_id, time.monotonic() + timeout, None)
+
+    def execute(self, code, env_vars, timeout, emit):
+        with self.lock:
+            if self.kc is None:
+                self.start()
+            if env_vars:
+                self._silent("import os as __berth_os\n__berth_env = {k: __berth_os.environ.get(k) for k in %r}\n"
+                             "__berth_os.environ.update(%r)\n" % (list(env_vars), env_vars))
+            msg_id = self.kc.execute(code)
+            done = self._drain(msg_id, time.monotonic() + timeout, emit)
+            if not done:
+                self.km.interrupt_kernel()
+                emit({"type": "error", "name": "TimeoutError",
+                      "value": "execution timed out after %g seconds" % timeout, "traceback": ""})
+                if not self._drain(msg_id, time.monotonic() + 10, None):
+                    # The interrupt did not end the cell: a new kernel keeps
+                    # the context usable.
+                    self.stop()
+                    self.start()
+            if env_vars and self.kc is not None:
+                self._silent("for __k, __v in __berth_env.items():\n"
+                             "    if __v is None: __berth_os.environ.pop(__k, None)\n"
+                             "    else: __berth_os.environ[__k] = __v\n"
+                             "del __berth_env\n")
+            emit({"type": "end_of_execution"})
+
+
+class Contexts:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.by_id = {}
+        self.default = {}
+
+    def create(self, language, cwd):
+        lang = LANGUAGES.get(language)
+        if lang is None:
+            raise BadRequest("language %r is not available: only python" % language)
+        with self.lock:
+            if len(self.by_id) >= MAX_CONTEXTS:
+                raise BadRequest("at most %d contexts" % MAX_CONTEXTS)
+        ctx = Context(lang, cwd)
+        with self.lock:
+            self.by_id[ctx.id] = ctx
+        return ctx
+
+    def default_for(self, language):
+        lang = LANGUAGES.get(language)
+        if lang is None:
+            raise BadRequest("language %r is not available: only python" % language)
+        with self.lock:
+            ctx = self.default.get(lang)
+        if ctx is not None:
+            return ctx
+        ctx = Context(lang, DEFAULT_CWD)
+        with self.lock:
+            if lang in self.default:
+                other = ctx
+                ctx = self.default[lang]
+                other.stop()
+            else:
+                self.default[lang] = ctx
+                self.by_id[ctx.id] = ctx
+        return ctx
+
+    def get(self, cid):
+        with self.lock:
+            ctx = self.by_id.get(cid)
+        if ctx is None:
+            raise NotFound("context %r not found" % cid)
+        return ctx
+
+    def delete(self, cid):
+        with self.lock:
+            ctx = self.by_id.pop(cid, None)
+            for k, v in list(self.default.items()):
+                if v is ctx:
+                    del self.default[k]
+        if ctx is None:
+            raise NotFound("context %r not found" % cid)
+        with ctx.lock:
+            ctx.stop()
+
+    def list(self):
+        with self.lock:
+            return [c.info() for c in self.by_id.values()]
+
+
+CONTEXTS = Contexts()
+
+
+def str_field(body, name, default=None):
+    v = body.get(name, default)
+    if v is not None and not isinstance(v, str):
+        raise BadRequest("%s must be a string" % name)
+    return v
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"
+    server_version = "berth-interp"
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def reply(self, status, obj):
+        b = (json.dumps(obj) + "\n").encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(b)))
+        self.end_headers()
+        self.wfile.write(b)
+
+    def body(self):
+        try:
+            n = int(self.headers.get("Content-Length") or "0")
+        except ValueError:
+            raise BadRequest("bad Content-Length")
+        if n < 0 or n > MAX_BODY:
+            raise BadRequest("body larger than %d bytes" % MAX_BODY)
+        raw = self.rfile.read(n) if n else b"{}"
+        try:
+            v = json.loads(raw)
+        except ValueError:
+            raise BadRequest("body is not JSON")
+        if not isinstance(v, dict):
+            raise BadRequest("body must be a JSON object")
+        return v
+
+    def handle_errors(self, fn):
+        try:
+            fn()
+        except BadRequest as e:
+            self.reply(400, {"error": str(e)})
+        except NotFound as e:
+            self.reply(404, {"error": str(e)})
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        except Exception as e:  # the server stays up for the next request
+            try:
+                self.reply(500, {"error": "%s: %s" % (type(e).__name__, e)})
+            except OSError:
+                pass
+
+    def path_parts(self):
+        return [p for p in self.path.split("?", 1)[0].split("/") if p]
+
+    def do_GET(self):
+        def run():
+            parts = self.path_parts()
+            if parts == ["health"]:
+                self.reply(200, "OK")
+            elif parts == ["contexts"]:
+                self.reply(200, CONTEXTS.list())
+            else:
+                raise NotFound("no route %s" % self.path)
+        self.handle_errors(run)
+
+    def do_DELETE(self):
+        def run():
+            parts = self.path_parts()
+            if len(parts) == 2 and parts[0] == "contexts":
+                CONTEXTS.delete(parts[1])
+                self.send_response(204)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            else:
+                raise NotFound("no route %s" % self.path)
+        self.handle_errors(run)
+
+    def do_POST(self):
+        def run():
+            parts = self.path_parts()
+            if parts == ["execute"]:
+                self.execute()
+            elif parts == ["contexts"]:
+                b = self.body()
+                cwd = str_field(b, "cwd") or DEFAULT_CWD
+                if not cwd.startswith("/"):
+                    raise BadRequest("cwd must be an absolute path")
+                ctx = CONTEXTS.create(str_field(b, "language") or "python", cwd)
+                self.reply(200, ctx.info())
+            elif len(parts) == 3 and parts[0] == "contexts" and parts[2] == "restart":
+                CONTEXTS.get(parts[1]).restart()
+                self.send_response(204)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            else:
+                raise NotFound("no route %s" % self.path)
+        self.handle_errors(run)
+
+    def execute(self):
+        b = self.body()
+        code = str_field(b, "code")
+        if code is None:
+            raise BadRequest("code is required")
+        cid = str_field(b, "context_id")
+        language = str_field(b, "language")
+        if cid and language:
+            raise BadRequest("give context_id or language, not both")
+        env_vars = b.get("env_vars") or {}
+        if not isinstance(env_vars, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in env_vars.items()):
+            raise BadRequest("env_vars must map strings to strings")
+        timeout = b.get("timeout", DEFAULT_TIMEOUT)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise BadRequest("timeout must be a positive number of seconds")
+        ctx = CONTEXTS.get(cid) if cid else CONTEXTS.default_for(language or "python")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.send_header("Connection", "close")
+        self.end_headers()
+
+        gone = []
+
+        def emit(obj):
+            # A caller that went away does not stop the cell: it runs to its
+            # end (or timeout) so the context is idle for the next request.
+            if gone:
+                return
+            try:
+                self.wfile.write((json.dumps(obj) + "\n").encode())
+                self.wfile.flush()
+            except OSError:
+                gone.append(True)
+
+        ctx.execute(code, env_vars, float(timeout), emit)
+
+
+def main():
+    srv = ThreadingHTTPServer(("0.0.0.0", PORT), Handler)
+    srv.daemon_threads = True
+    # The default context starts before the first request needs it.
+    threading.Thread(target=lambda: CONTEXTS.default_for("python"), daemon=True).start()
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
