@@ -84,7 +84,14 @@ type Server struct {
 
 // New returns the API server for m.
 func New(m *manager.Manager, authn *auth.Authenticator, log *slog.Logger) *Server {
-	s := &Server{m: m, authn: authn, log: log, metrics: newMetrics()}
+	s := &Server{m: m, authn: authn, log: log}
+	// The engine's registry (package metrics), when it has one: /metrics
+	// serves the API's measures and the engine's together.
+	if r, ok := engineRegistry(m); ok {
+		s.metrics = newMetricsOn(r, false)
+	} else {
+		s.metrics = newMetrics()
+	}
 	if m != nil {
 		s.lookup = m.Get
 		s.metrics.watchManager(m)
@@ -656,9 +663,25 @@ type metrics struct {
 	connRefused prometheus.Counter
 }
 
-func newMetrics() *metrics {
+// engineRegistry is the registry of m's Recorder, if it keeps one.
+func engineRegistry(m *manager.Manager) (*prometheus.Registry, bool) {
+	if m == nil {
+		return nil, false
+	}
+	r, ok := m.Config().Metrics.(interface{ Registry() *prometheus.Registry })
+	if !ok {
+		return nil, false
+	}
+	return r.Registry(), true
+}
+
+func newMetrics() *metrics { return newMetricsOn(prometheus.NewRegistry(), true) }
+
+// newMetricsOn registers the API's collectors on reg; runtime adds the Go
+// runtime's and the process's (which package metrics registers itself).
+func newMetricsOn(reg *prometheus.Registry, runtime bool) *metrics {
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
+		reg: reg,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "berth_http_requests_total", Help: "API requests by method and status code.",
 		}, []string{"method", "code"}),
@@ -676,8 +699,10 @@ func newMetrics() *metrics {
 	m.connOpen = prometheus.NewGauge(prometheus.GaugeOpts{Name: "berth_http_connections_open", Help: "API connections open."})
 	m.connRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "berth_http_connections_refused_total",
 		Help: "API connections closed at accept: the client had --max-conns-per-client open."})
-	m.reg.MustRegister(m.requests, m.latency, m.created, m.deleted, m.execs, m.execDur, m.connOpen, m.connRefused,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(m.requests, m.latency, m.created, m.deleted, m.execs, m.execDur, m.connOpen, m.connRefused)
+	if runtime {
+		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
 	return m
 }
 

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/berth-sh/berth/internal/cleanup"
 	"github.com/berth-sh/berth/internal/engine"
@@ -212,6 +213,7 @@ func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec
 		if !ok {
 			continue // another claim or the reconciler has it
 		}
+		begin := time.Now()
 		sb, err := m.claimLocked(ctx, cand.ID, spec, req, opt)
 		unlock()
 		if err != nil {
@@ -222,6 +224,7 @@ func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec
 			continue
 		}
 		m.stats(tpl.Name).hits.Add(1)
+		m.e.Recorder().Resumed("pool_claim", time.Since(begin))
 		return sb, nil
 	}
 	m.stats(tpl.Name).misses.Add(1)

@@ -343,10 +343,13 @@ func (m *Reconciler) enforce(ctx context.Context, sb *sandbox.Sandbox) {
 			err = m.e.StopLocked(ctx, sb, sandbox.CausePolicy, actor, reason)
 		}
 	case sandbox.ActionDelete:
-		err = m.e.DestroyLocked(ctx, sb, sandbox.CausePolicy, actor, reason)
+		// Its cleanup lag counts from the deadline, not from this tick.
+		err = m.e.DestroyLocked(engine.WithCleanupFrom(ctx, due.At), sb, sandbox.CausePolicy, actor, reason)
 	}
 	if err != nil {
 		m.log.Warn("policy action failed", "sandbox", sb.ID, "policy", due.Policy, "action", due.Action, "err", err)
+	} else {
+		m.e.Recorder().PolicyAction(due.Policy, string(due.Action))
 	}
 }
 
@@ -379,6 +382,9 @@ func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*Report, er
 				f.Error = err.Error()
 			} else {
 				f.Fixed = true
+			}
+			if kind != "record" { // a record is a leak, not an orphan, and has no fix
+				m.e.Recorder().Orphan(kind, f.Fixed)
 			}
 		}
 		rep.Findings = append(rep.Findings, f)
