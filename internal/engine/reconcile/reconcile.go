@@ -353,6 +353,13 @@ func (m *Reconciler) enforce(ctx context.Context, sb *sandbox.Sandbox) {
 	}
 }
 
+// orphanKinds are the findings that are host resources no record accounts
+// for (the orphans metrics count); the others (a frozen or read-only
+// filesystem, a freezer state, a record without its resources) are health
+// findings about live sandboxes.
+var orphanKinds = map[string]bool{"runtime": true, "cgroup": true, "mount": true, "dir": true,
+	"volume": true, "network": true, "ids": true, "clone": true}
+
 // Doctor lists orphans and leaks: host resources with no live record, and
 // live records whose host resources are gone. With fix it removes orphans.
 func (m *Reconciler) Doctor(ctx context.Context, fix bool) (*Report, error) {
@@ -383,7 +390,7 @@ func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*Report, er
 			} else {
 				f.Fixed = true
 			}
-			if kind != "record" { // a record is a leak, not an orphan, and has no fix
+			if orphanKinds[kind] {
 				m.e.Recorder().Orphan(kind, f.Fixed)
 			}
 		}
