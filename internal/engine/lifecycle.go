@@ -101,18 +101,29 @@ func SpecFromRequest(req *CreateRequest, tpl *store.Template) (sandbox.Spec, err
 // a failed tombstone. Its outcome and time to interactive are recorded.
 func (m *Engine) Create(ctx context.Context, req *CreateRequest, opt CreateOptions) (*sandbox.Sandbox, error) {
 	begin := time.Now()
-	path := "cold"
-	sb, err := m.create(ctx, req, opt, &path)
+	info := createInfo{path: "cold"}
+	sb, err := m.create(ctx, req, opt, &info)
 	if err != nil {
 		code, _ := errdefs.Code(err)
 		m.cfg.Metrics.CreateFailed(code)
 		return sb, err
 	}
-	m.cfg.Metrics.Created(sb.Spec.Template, sb.Spec.Runtime, path, time.Since(begin))
+	tname := sb.Spec.Template
+	if info.tenantTemplate || (info.path == "snapshot" && sb.Tenant != "") {
+		tname = TenantTemplateLabel
+	}
+	m.cfg.Metrics.Created(tname, sb.Spec.Runtime, info.path, time.Since(begin))
 	return sb, nil
 }
 
-func (m *Engine) create(ctx context.Context, req *CreateRequest, opt CreateOptions, path *string) (*sandbox.Sandbox, error) {
+// createInfo is what a create tells its measure: the path it took and
+// whether its template was a tenant's own.
+type createInfo struct {
+	path           string
+	tenantTemplate bool
+}
+
+func (m *Engine) create(ctx context.Context, req *CreateRequest, opt CreateOptions, info *createInfo) (*sandbox.Sandbox, error) {
 	if req.Name != "" && !sandbox.ValidName(req.Name) {
 		return nil, errdefs.Invalid("bad name %q: use 1-63 letters, digits, '.', '_' or '-'", req.Name)
 	}
@@ -126,7 +137,7 @@ func (m *Engine) create(ctx context.Context, req *CreateRequest, opt CreateOptio
 		if m.features.FromSnapshot == nil {
 			return nil, errdefs.NotSupported("this daemon makes no sandboxes from snapshots")
 		}
-		*path = "snapshot"
+		info.path = "snapshot"
 		return m.features.FromSnapshot(ctx, req, opt)
 	}
 	tname := req.Template
@@ -141,6 +152,7 @@ func (m *Engine) create(ctx context.Context, req *CreateRequest, opt CreateOptio
 	} else if err != nil {
 		return nil, err
 	}
+	info.tenantTemplate = tpl.Tenant != ""
 	spec, err := SpecFromRequest(req, tpl)
 	if err != nil {
 		return nil, err
@@ -188,7 +200,7 @@ func (m *Engine) create(ctx context.Context, req *CreateRequest, opt CreateOptio
 	if m.features.Claim != nil {
 		if sb, err := m.features.Claim(ctx, tpl, spec, req, opt); err != nil || sb != nil {
 			if sb != nil {
-				*path = "pool"
+				info.path = "pool"
 			}
 			return sb, err
 		}

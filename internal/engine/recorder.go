@@ -5,12 +5,18 @@ import (
 	"time"
 )
 
+// TenantTemplateLabel is the template measures name a tenant's own
+// template by: tenants make templates at will, and their names are not the
+// operator's to see as series.
+const TenantTemplateLabel = "tenant"
+
 // Recorder receives the engine's measures as they happen (package metrics
 // implements it over Prometheus; nil in Config: none). Labels are small
 // closed sets or template and class names; never a sandbox id.
 type Recorder interface {
 	// Created: a create succeeded, its agent answering d after the
-	// request; path is cold, pool or snapshot.
+	// request; path is cold, pool or snapshot; template is a shared
+	// catalogue name or TenantTemplateLabel.
 	Created(template, class, path string, d time.Duration)
 	// CreateFailed: a create was refused or failed with this API error code.
 	CreateFailed(code string)

@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 
+	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/metrics"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -18,10 +19,23 @@ func (m *Manager) MetricsSnapshot(ctx context.Context) (metrics.Snapshot, error)
 	if err != nil {
 		return s, err
 	}
+	tpls, _, err := st.ListTemplates(ctx, store.Page{}) // the shared catalogue
+	if err != nil {
+		return s, err
+	}
+	shared := map[string]bool{}
+	for _, t := range tpls {
+		shared[t.Name] = true
+	}
 	s.Storage = map[string]int64{}
 	for _, sb := range live {
+		// A name the shared catalogue does not have is a tenant's own.
+		tname := sb.Spec.Template
+		if !shared[tname] {
+			tname = engine.TenantTemplateLabel
+		}
 		s.Sandboxes = append(s.Sandboxes, metrics.SandboxStat{
-			State: string(sb.State), Template: sb.Spec.Template, Class: m.ClassOf(sb),
+			State: string(sb.State), Template: tname, Class: m.ClassOf(sb),
 			TeardownFailed: (sb.State == sandbox.StateDeleting || sb.State == sandbox.StateFailed) && sb.Error != "",
 		})
 		if d := backend.DiskUsage(sb); d != nil {
@@ -49,10 +63,6 @@ func (m *Manager) MetricsSnapshot(ctx context.Context) (metrics.Snapshot, error)
 	}
 	for _, sn := range snaps {
 		s.Storage["snapshots"] += sn.SizeBytes
-	}
-	tpls, _, err := st.ListTemplates(ctx, store.Page{})
-	if err != nil {
-		return s, err
 	}
 	seen := map[string]bool{}
 	images := m.Images()

@@ -99,6 +99,34 @@ func TestMetricsScenario(t *testing.T) {
 		t.Fatalf("sandboxes left after a failed deletion: %v", n)
 	}
 
+	// A policy deletion: max age reached, deleted by the reconciler; its
+	// cleanup lag counts from the deadline.
+	aged, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Policy: api.Policy{MaxAgeSeconds: 2, OnMaxAge: "delete"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		got, err := d.c.GetSandbox(ctx, aged.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State == "deleted" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("max-age sandbox still %s after 20s", got.State)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	before, after = after, scrape(t, d)
+	if n := delta(before, after, "berth_policy_actions_total", "policy", "max_age", "action", "delete"); n != 1 {
+		t.Fatalf("max_age deletions counted: %v, want 1", n)
+	}
+	if n := delta(before, after, "berth_cleanup_lag_seconds", "cause", "policy"); n != 1 {
+		t.Fatalf("cleanup lags of policy deletions: %v, want 1", n)
+	}
+
 	// An orphan: a sandbox state dir no record accounts for (as a crash
 	// between creating it and writing the record would leave).
 	orphan := filepath.Join(d.dataDir, "sandboxes", "orphanmetrics001")
