@@ -256,3 +256,53 @@ func sum(fams map[string]*dto.MetricFamily, name string, pairs ...string) float6
 func delta(before, after map[string]*dto.MetricFamily, name string, pairs ...string) float64 {
 	return value(after, name, pairs...) - value(before, name, pairs...)
 }
+
+// TestMetricsEgressDecisions: the egress firewall's flow log is counted by
+// decision: an allowed fetch and a refused one move allow and deny.
+func TestMetricsEgressDecisions(t *testing.T) {
+	topo := newNetTopo(t)
+	d := startDaemonIn(t, topo.host)
+	ctx := context.Background()
+	before := scrape(t, d)
+	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Network: "egress", Allow: []string{"tcp://198.51.100.2:8080"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetch := func(url string) int {
+		exit, err := d.c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"python3", "-c",
+			"import urllib.request,sys\ntry:\n urllib.request.urlopen('" + url + "', timeout=3).read()\nexcept Exception:\n sys.exit(1)"}}, io.Discard, io.Discard)
+		if err != nil {
+			t.Fatalf("exec: %v", err)
+		}
+		return exit.Code
+	}
+	code := 1
+	for i := 0; i < 30 && code != 0; i++ { // the test server is starting
+		if code = fetch("http://198.51.100.2:8080/index.html"); code != 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if code != 0 {
+		t.Fatal("allowed destination unreachable")
+	}
+	if fetch("http://203.0.113.10:8080/") == 0 {
+		t.Fatal("a destination no rule allows was reachable")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		after := scrape(t, d)
+		allow := delta(before, after, "berth_egress_decisions_total", "decision", "allow")
+		deny := delta(before, after, "berth_egress_decisions_total", "decision", "deny")
+		if allow >= 1 && deny >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("egress decisions after an allowed and a refused fetch: allow +%v, deny +%v", allow, deny)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if _, err := d.c.DeleteSandbox(ctx, sb.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	assertNoLeaks(t, d)
+}
