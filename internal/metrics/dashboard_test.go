@@ -162,7 +162,8 @@ func TestQueryMetricNames(t *testing.T) {
 	}
 }
 
-// exported is every metric name this package's registry exposes: one of
+// exported is every metric name the daemon's registry exposes (the
+// engine's and the API's): one of
 // each measure recorded (vectors export no series until used), the
 // scrape-time gauges from a full snapshot, histograms as their series.
 func exported(t *testing.T) (names map[string]bool, families []string) {
@@ -178,6 +179,10 @@ func exported(t *testing.T) (names map[string]bool, families []string) {
 	m.WebhookDelivery(true)
 	m.Egress("deny")
 	m.Watch(func(context.Context) (Snapshot, error) { return fullSnapshot(), nil }, time.Second)
+	a := NewAPI(m.Registry())
+	a.Requests.WithLabelValues("GET", "200").Inc()
+	a.Latency.WithLabelValues("GET").Observe(0.01)
+	RegisterAgentRefusals(m.Registry(), func() uint64 { return 0 })
 	fams, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -16,13 +16,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
+	bmetrics "github.com/berth-sh/berth/internal/metrics"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server/idempotency"
 	"github.com/berth-sh/berth/internal/server/input"
@@ -677,41 +677,21 @@ func engineRegistry(m *manager.Manager) (*prometheus.Registry, bool) {
 
 func newMetrics() *metrics { return newMetricsOn(prometheus.NewRegistry(), true) }
 
-// newMetricsOn registers the API's collectors on reg; runtime adds the Go
-// runtime's and the process's (which package metrics registers itself).
+// newMetricsOn registers the API's collectors (package metrics') on reg;
+// runtime adds the Go runtime's and the process's (which a registry of
+// metrics.New has).
 func newMetricsOn(reg *prometheus.Registry, runtime bool) *metrics {
-	m := &metrics{
-		reg: reg,
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "berth_http_requests_total", Help: "API requests by method and status code.",
-		}, []string{"method", "code"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "berth_http_request_seconds", Help: "API request latency.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}, []string{"method"}),
-		created: prometheus.NewCounter(prometheus.CounterOpts{Name: "berth_sandboxes_created_total", Help: "Sandboxes created."}),
-		deleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "berth_sandboxes_deleted_total", Help: "Sandboxes deleted."}),
-		execs:   prometheus.NewCounter(prometheus.CounterOpts{Name: "berth_execs_total", Help: "Commands executed."}),
-		execDur: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "berth_exec_seconds", Help: "Exec wall time.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 20),
-		}),
-	}
-	m.connOpen = prometheus.NewGauge(prometheus.GaugeOpts{Name: "berth_http_connections_open", Help: "API connections open."})
-	m.connRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "berth_http_connections_refused_total",
-		Help: "API connections closed at accept: the client had --max-conns-per-client open."})
-	m.reg.MustRegister(m.requests, m.latency, m.created, m.deleted, m.execs, m.execDur, m.connOpen, m.connRefused)
+	a := bmetrics.NewAPI(reg)
 	if runtime {
-		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		bmetrics.RegisterRuntime(reg)
 	}
-	return m
+	return &metrics{reg: reg, requests: a.Requests, latency: a.Latency, created: a.Created, deleted: a.Deleted,
+		execs: a.Execs, execDur: a.ExecSeconds, connOpen: a.ConnOpen, connRefused: a.ConnRefused}
 }
 
 // watchManager adds the measures the manager keeps itself.
 func (m *metrics) watchManager(mgr *manager.Manager) {
-	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "berth_agent_channel_refused_total",
-		Help: "Connections to sandbox agents the daemon refused for who was listening (a replaced, redirected or impostor socket).",
-	}, func() float64 { return float64(mgr.AgentRefusals()) }))
+	bmetrics.RegisterAgentRefusals(m.reg, mgr.AgentRefusals)
 }
 
 func (m *metrics) observe(r *http.Request, status int, d time.Duration) {
