@@ -52,9 +52,14 @@ func TestMetricsScenario(t *testing.T) {
 	}
 	// The state gauges are read from the store at most every 5s.
 	deadline := time.Now().Add(10 * time.Second)
-	for value(scrape(t, d), "berth_sandboxes", "state", "running", "template", "base") != 1 {
+	for {
+		m := scrape(t, d)
+		running, scratch := value(m, "berth_sandboxes", "state", "running", "template", "base"), value(m, "berth_storage_bytes", "kind", "scratch")
+		if running == 1 && scratch > 0 {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatal("berth_sandboxes{state=running,template=base} did not reach 1")
+			t.Fatalf("after a create: berth_sandboxes{state=running,template=base} %v, scratch bytes %v", running, scratch)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -305,4 +310,57 @@ func TestMetricsEgressDecisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertNoLeaks(t, d)
+}
+
+// TestMetricsPool: a create served by a warm pool member is timed as
+// path="pool" and as a pool_claim resume, and the pool's gauges and hit
+// counter show it.
+func TestMetricsPool(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	if _, err := d.c.SetPool(ctx, "base", 1); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p, err := d.c.GetPool(ctx, "base")
+		if err == nil && p.Ready >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool not filled: %+v %v", p, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	before := scrape(t, d)
+	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := scrape(t, d)
+	if n := delta(before, after, "berth_time_to_interactive_seconds", "template", "base", "path", "pool"); n != 1 {
+		t.Fatalf("pool creates timed: %v, want 1", n)
+	}
+	if n := delta(before, after, "berth_resume_seconds", "kind", "pool_claim"); n != 1 {
+		t.Fatalf("pool claims timed: %v, want 1", n)
+	}
+	// The gauges are read at most every 5s: wait for the claim to show.
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		after = scrape(t, d)
+		if value(after, "berth_pool_hits_total", "template", "base") == 1 && value(after, "berth_pool_target", "template", "base") == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool gauges: hits %v, target %v", value(after, "berth_pool_hits_total", "template", "base"),
+				value(after, "berth_pool_target", "template", "base"))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if _, err := d.c.DeleteSandbox(ctx, sb.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.c.SetPool(ctx, "base", 0); err != nil {
+		t.Fatal(err)
+	}
 }
