@@ -19,6 +19,7 @@ import (
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/image"
 	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/metrics"
 	"github.com/berth-sh/berth/internal/node/local"
 	"github.com/berth-sh/berth/internal/runtime"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -213,12 +214,15 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	if mcfg.Node == "" {
 		mcfg.Node = local.InstanceName(cfg.DataDir)
 	}
+	// One registry for the engine's measures and the API's (/metrics).
+	met := metrics.New()
+	mcfg.Metrics = met
 	if err := (&sandbox.Spec{Resources: sandbox.DefaultResources, Policy: mcfg.DefaultPolicy}).Validate(); err != nil {
 		return nil, fmt.Errorf("default policy: %w", err)
 	}
 	if cfg.WebhookURL != "" {
 		d.webhook = webhook.New(webhook.Config{URL: cfg.WebhookURL, Secret: cfg.WebhookSecret,
-			Logger: log.With("component", "webhook")}, st)
+			Logger: log.With("component", "webhook"), OnDelivery: met.WebhookDelivery}, st)
 		mcfg.OnEvent = d.webhook.Kick
 		mcfg.Webhooks = []string{cfg.WebhookURL}
 	}
@@ -238,6 +242,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	met.Watch(d.Manager.MetricsSnapshot, 5*time.Second)
 	if err := d.Manager.EnsureBuiltin(ctx); err != nil {
 		return nil, err
 	}

@@ -36,7 +36,10 @@ func (m *Engine) Exec(ctx context.Context, ref string, req *ExecRequest, eio Exe
 	if err != nil {
 		return Exit{}, err
 	}
-	return m.execIn(ctx, sb, req, eio, actor)
+	begin := time.Now()
+	exit, err := m.execIn(ctx, sb, req, eio, actor)
+	m.cfg.Metrics.ExecDone(execOutcome(exit, err), time.Since(begin))
+	return exit, err
 }
 
 // ValidateExec checks an exec request before it reaches the agent.

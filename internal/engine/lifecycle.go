@@ -98,8 +98,32 @@ func SpecFromRequest(req *CreateRequest, tpl *store.Template) (sandbox.Spec, err
 
 // Create makes and starts a sandbox. The record is written first (state
 // creating), then the host side effects; a failure undoes them and leaves
-// a failed tombstone.
+// a failed tombstone. Its outcome and time to interactive are recorded.
 func (m *Engine) Create(ctx context.Context, req *CreateRequest, opt CreateOptions) (*sandbox.Sandbox, error) {
+	begin := time.Now()
+	info := createInfo{path: "cold"}
+	sb, err := m.create(ctx, req, opt, &info)
+	if err != nil {
+		code, _ := errdefs.Code(err)
+		m.cfg.Metrics.CreateFailed(code)
+		return sb, err
+	}
+	tname := sb.Spec.Template
+	if info.tenantTemplate || (info.path == "snapshot" && sb.Tenant != "") {
+		tname = TenantTemplateLabel
+	}
+	m.cfg.Metrics.Created(tname, sb.Spec.Runtime, info.path, time.Since(begin))
+	return sb, nil
+}
+
+// createInfo is what a create tells its measure: the path it took and
+// whether its template was a tenant's own.
+type createInfo struct {
+	path           string
+	tenantTemplate bool
+}
+
+func (m *Engine) create(ctx context.Context, req *CreateRequest, opt CreateOptions, info *createInfo) (*sandbox.Sandbox, error) {
 	if req.Name != "" && !sandbox.ValidName(req.Name) {
 		return nil, errdefs.Invalid("bad name %q: use 1-63 letters, digits, '.', '_' or '-'", req.Name)
 	}
@@ -113,6 +137,7 @@ func (m *Engine) Create(ctx context.Context, req *CreateRequest, opt CreateOptio
 		if m.features.FromSnapshot == nil {
 			return nil, errdefs.NotSupported("this daemon makes no sandboxes from snapshots")
 		}
+		info.path = "snapshot"
 		return m.features.FromSnapshot(ctx, req, opt)
 	}
 	tname := req.Template
@@ -127,6 +152,7 @@ func (m *Engine) Create(ctx context.Context, req *CreateRequest, opt CreateOptio
 	} else if err != nil {
 		return nil, err
 	}
+	info.tenantTemplate = tpl.Tenant != ""
 	spec, err := SpecFromRequest(req, tpl)
 	if err != nil {
 		return nil, err
@@ -176,6 +202,9 @@ func (m *Engine) Create(ctx context.Context, req *CreateRequest, opt CreateOptio
 	}
 	if m.features.Claim != nil {
 		if sb, err := m.features.Claim(ctx, tpl, spec, req, opt); err != nil || sb != nil {
+			if sb != nil {
+				info.path = "pool"
+			}
 			return sb, err
 		}
 	}
@@ -388,6 +417,7 @@ func (m *Engine) Delete(ctx context.Context, ref, actor string, cause sandbox.Ca
 // keeps failing the record stays in deleting with the error, and the
 // reconciler retries. The caller holds the sandbox's lock.
 func (m *Engine) destroyLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {
+	begin := time.Now()
 	if sb.State != sandbox.StateDeleting {
 		if sb.State != sandbox.StateFailed {
 			// A delete of a sandbox that did not fail: an error it once
@@ -404,11 +434,15 @@ func (m *Engine) destroyLocked(ctx context.Context, sb *sandbox.Sandbox, cause s
 		if err = m.stopProcesses(ctx, sb, m.node.Remove); err == nil {
 			break
 		}
+		if attempt < 3 {
+			m.cfg.Metrics.TeardownFailed(false) // retried now
+		}
 		m.log.Warn("teardown incomplete, retrying", "sandbox", sb.ID, "attempt", attempt+1, "err", err)
 		time.Sleep(backoff)
 		backoff *= 2
 	}
 	if err != nil {
+		m.cfg.Metrics.TeardownFailed(true)
 		sb.Error = "teardown: " + err.Error()
 		if uerr := m.store.UpdateSandbox(ctx, sb); uerr != nil {
 			m.log.Error("recording teardown error", "sandbox", sb.ID, "err", uerr)
@@ -424,6 +458,7 @@ func (m *Engine) destroyLocked(ctx context.Context, sb *sandbox.Sandbox, cause s
 		err = m.releaseIDs(ctx, sb)
 	}
 	if err != nil {
+		m.cfg.Metrics.TeardownFailed(true)
 		sb.Error = "teardown: " + err.Error()
 		if uerr := m.store.UpdateSandbox(ctx, sb); uerr != nil {
 			m.log.Error("recording teardown error", "sandbox", sb.ID, "err", uerr)
@@ -438,7 +473,11 @@ func (m *Engine) destroyLocked(ctx context.Context, sb *sandbox.Sandbox, cause s
 	if sb.Error != "" && strings.HasPrefix(sb.Error, "teardown: ") {
 		sb.Error = ""
 	}
-	return m.transition(ctx, sb, sandbox.StateDeleted, cause, actor, reason)
+	if err := m.transition(ctx, sb, sandbox.StateDeleted, cause, actor, reason); err != nil {
+		return err
+	}
+	m.cfg.Metrics.CleanedUp(string(cause), cleanupSince(ctx, begin))
+	return nil
 }
 
 // stopProcesses ends sb's execs and has the backend act (stop, remove):

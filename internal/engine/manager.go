@@ -71,6 +71,8 @@ type Config struct {
 	// DefaultQuota applies to every named tenant without a quota of its
 	// own (zero: unlimited).
 	DefaultQuota store.TenantQuota
+	// Metrics, if set, receives the engine's measures (recorder.go).
+	Metrics Recorder
 }
 
 // DefaultRecordRetention is how long tombstones and their records are kept
@@ -130,6 +132,9 @@ func New(cfg Config, st store.Store, images *image.Store, backend node.Backend) 
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = nopRecorder{}
 	}
 	if cfg.DiskDefault == 0 {
 		cfg.DiskDefault = DefaultDiskBytes

@@ -69,11 +69,16 @@ func (m *Engine) resumeLocked(ctx context.Context, sb *sandbox.Sandbox, cause sa
 	if sb.State != sandbox.StatePaused {
 		return sandbox.ErrWrongState("resume", sb)
 	}
+	begin := time.Now()
 	if err := m.node.Thaw(ctx, sb); err != nil {
 		return fmt.Errorf("resuming: %w", err)
 	}
 	m.touch(sb.ID)
-	return m.transition(ctx, sb, sandbox.StateRunning, cause, actor, reason)
+	if err := m.transition(ctx, sb, sandbox.StateRunning, cause, actor, reason); err != nil {
+		return err
+	}
+	m.cfg.Metrics.Resumed("unpause", time.Since(begin))
+	return nil
 }
 
 // Stop scales a sandbox to zero: processes and memory go; its volume (and,
@@ -141,8 +146,14 @@ func (m *Engine) startLocked(ctx context.Context, sb *sandbox.Sandbox, cause san
 		if m.features.Wake == nil {
 			return errdefs.NotSupported("sandbox %s is hibernated and this daemon does not wake sandboxes", sb.ID)
 		}
-		return m.features.Wake(ctx, sb, cause, actor, reason)
+		begin := time.Now()
+		if err := m.features.Wake(ctx, sb, cause, actor, reason); err != nil {
+			return err
+		}
+		m.cfg.Metrics.Resumed("wake", time.Since(begin))
+		return nil
 	}
+	begin := time.Now()
 	if sb.State != sandbox.StateStarting {
 		if err := m.transition(ctx, sb, sandbox.StateStarting, cause, actor, reason); err != nil {
 			return err
@@ -164,7 +175,11 @@ func (m *Engine) startLocked(ctx context.Context, sb *sandbox.Sandbox, cause san
 		}
 		return fmt.Errorf("starting: %w", err)
 	}
-	return m.transition(ctx, sb, sandbox.StateRunning, cause, actor, reason)
+	if err := m.transition(ctx, sb, sandbox.StateRunning, cause, actor, reason); err != nil {
+		return err
+	}
+	m.cfg.Metrics.Resumed("start", time.Since(begin))
+	return nil
 }
 
 // Reset returns the writable root layer and the workspace volume to the

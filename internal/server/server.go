@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/audit"
@@ -24,6 +23,7 @@ import (
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/identity"
 	"github.com/berth-sh/berth/internal/manager"
+	bmetrics "github.com/berth-sh/berth/internal/metrics"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server/idempotency"
 	"github.com/berth-sh/berth/internal/server/input"
@@ -85,7 +85,14 @@ type Server struct {
 
 // New returns the API server for m.
 func New(m *manager.Manager, authn *auth.Authenticator, log *slog.Logger) *Server {
-	s := &Server{m: m, authn: authn, log: log, metrics: newMetrics()}
+	s := &Server{m: m, authn: authn, log: log}
+	// The engine's registry (package metrics), when it has one: /metrics
+	// serves the API's measures and the engine's together.
+	if r, ok := engineRegistry(m); ok {
+		s.metrics = newMetricsOn(r, false)
+	} else {
+		s.metrics = newMetrics()
+	}
 	if m != nil {
 		s.lookup = m.Get
 		s.metrics.watchManager(m)
@@ -659,37 +666,35 @@ type metrics struct {
 	connRefused prometheus.Counter
 }
 
-func newMetrics() *metrics {
-	m := &metrics{
-		reg: prometheus.NewRegistry(),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "berth_http_requests_total", Help: "API requests by method and status code.",
-		}, []string{"method", "code"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "berth_http_request_seconds", Help: "API request latency.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}, []string{"method"}),
-		created: prometheus.NewCounter(prometheus.CounterOpts{Name: "berth_sandboxes_created_total", Help: "Sandboxes created."}),
-		deleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "berth_sandboxes_deleted_total", Help: "Sandboxes deleted."}),
-		execs:   prometheus.NewCounter(prometheus.CounterOpts{Name: "berth_execs_total", Help: "Commands executed."}),
-		execDur: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "berth_exec_seconds", Help: "Exec wall time.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 20),
-		}),
+// engineRegistry is the registry of m's Recorder, if it keeps one.
+func engineRegistry(m *manager.Manager) (*prometheus.Registry, bool) {
+	if m == nil {
+		return nil, false
 	}
-	m.connOpen = prometheus.NewGauge(prometheus.GaugeOpts{Name: "berth_http_connections_open", Help: "API connections open."})
-	m.connRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "berth_http_connections_refused_total",
-		Help: "API connections closed at accept: the client had --max-conns-per-client open."})
-	m.reg.MustRegister(m.requests, m.latency, m.created, m.deleted, m.execs, m.execDur, m.connOpen, m.connRefused,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return m
+	r, ok := m.Config().Metrics.(interface{ Registry() *prometheus.Registry })
+	if !ok {
+		return nil, false
+	}
+	return r.Registry(), true
+}
+
+func newMetrics() *metrics { return newMetricsOn(prometheus.NewRegistry(), true) }
+
+// newMetricsOn registers the API's collectors (package metrics') on reg;
+// runtime adds the Go runtime's and the process's (which a registry of
+// metrics.New has).
+func newMetricsOn(reg *prometheus.Registry, runtime bool) *metrics {
+	a := bmetrics.NewAPI(reg)
+	if runtime {
+		bmetrics.RegisterRuntime(reg)
+	}
+	return &metrics{reg: reg, requests: a.Requests, latency: a.Latency, created: a.Created, deleted: a.Deleted,
+		execs: a.Execs, execDur: a.ExecSeconds, connOpen: a.ConnOpen, connRefused: a.ConnRefused}
 }
 
 // watchManager adds the measures the manager keeps itself.
 func (m *metrics) watchManager(mgr *manager.Manager) {
-	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "berth_agent_channel_refused_total",
-		Help: "Connections to sandbox agents the daemon refused for who was listening (a replaced, redirected or impostor socket).",
-	}, func() float64 { return float64(mgr.AgentRefusals()) }))
+	bmetrics.RegisterAgentRefusals(m.reg, mgr.AgentRefusals)
 }
 
 func (m *metrics) observe(r *http.Request, status int, d time.Duration) {

@@ -45,6 +45,9 @@ type Config struct {
 	Poll   time.Duration
 	Client *http.Client
 	Logger *slog.Logger
+	// OnDelivery, if set, is told of every delivery attempt's outcome
+	// (the daemon's metrics).
+	OnDelivery func(ok bool)
 }
 
 // Deliverer sends lifecycle events to one URL, in order.
@@ -161,6 +164,9 @@ func (d *Deliverer) deliver(ctx context.Context, ev *sandbox.Event) bool {
 	backoff := d.cfg.Backoff
 	for attempt := 1; attempt <= d.cfg.Attempts; attempt++ {
 		status, err := d.post(ctx, ev.ID, attempt, body)
+		if d.cfg.OnDelivery != nil && ctx.Err() == nil {
+			d.cfg.OnDelivery(err == nil)
+		}
 		rec := &store.WebhookDelivery{EventID: ev.ID, URL: d.cfg.URL, Attempt: attempt, Status: status, Time: time.Now().UTC()}
 		if err != nil {
 			rec.Error = err.Error()

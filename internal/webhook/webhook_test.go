@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,7 +52,16 @@ func TestDeliverSignedRetriedRecorded(t *testing.T) {
 		got = append(got, ev)
 	}))
 	defer srv.Close()
-	d := New(Config{URL: srv.URL, Secret: "s3cret", Backoff: 20 * time.Millisecond, Poll: 20 * time.Millisecond}, st)
+	var okN, failedN atomic.Int32 // the OnDelivery hook (the daemon's metrics)
+	onDelivery := func(ok bool) {
+		if ok {
+			okN.Add(1)
+		} else {
+			failedN.Add(1)
+		}
+	}
+	d := New(Config{URL: srv.URL, Secret: "s3cret", Backoff: 20 * time.Millisecond, Poll: 20 * time.Millisecond,
+		OnDelivery: onDelivery}, st)
 	done := make(chan struct{})
 	go func() { d.Run(ctx); close(done) }()
 	time.Sleep(100 * time.Millisecond) // let it take its starting cursor
@@ -94,6 +104,9 @@ func TestDeliverSignedRetriedRecorded(t *testing.T) {
 	ds, _ := st.ListWebhookDeliveries(context.Background(), ids[0])
 	if len(ds) != 2 || ds[0].Status != 503 || ds[1].Status != 200 || ds[1].Attempt != 2 {
 		t.Fatalf("deliveries of first event: %+v", ds)
+	}
+	if okN.Load() != 2 || failedN.Load() != 1 {
+		t.Fatalf("OnDelivery saw %d ok and %d failed, want 2 and 1", okN.Load(), failedN.Load())
 	}
 }
 

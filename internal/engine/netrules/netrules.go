@@ -39,6 +39,7 @@ func New(e *engine.Engine) *Rules {
 // Record queues a flow for the store (the backend's flow hook). It must not block: under a flood,
 // what does not fit is dropped (and counted).
 func (m *Rules) Record(f node.Flow) {
+	m.e.Recorder().Egress(f.Decision)
 	select {
 	case m.flows <- f:
 	default:

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/berth-sh/berth/internal/cleanup"
 	"github.com/berth-sh/berth/internal/engine"
@@ -251,6 +252,7 @@ func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec
 		if !ok {
 			continue // another claim or the reconciler has it
 		}
+		begin := time.Now()
 		sb, err := m.claimLocked(ctx, k, cand.ID, spec, req, opt)
 		unlock()
 		if err != nil {
@@ -261,6 +263,7 @@ func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec
 			continue
 		}
 		m.stats(k).hits.Add(1)
+		m.e.Recorder().Resumed("pool_claim", time.Since(begin))
 		return sb, nil
 	}
 	m.stats(k).misses.Add(1)

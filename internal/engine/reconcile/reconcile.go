@@ -344,12 +344,22 @@ func (m *Reconciler) enforce(ctx context.Context, sb *sandbox.Sandbox) {
 			err = m.e.StopLocked(ctx, sb, sandbox.CausePolicy, actor, reason)
 		}
 	case sandbox.ActionDelete:
-		err = m.e.DestroyLocked(ctx, sb, sandbox.CausePolicy, actor, reason)
+		// Its cleanup lag counts from the deadline, not from this tick.
+		err = m.e.DestroyLocked(engine.WithCleanupFrom(ctx, due.At), sb, sandbox.CausePolicy, actor, reason)
 	}
 	if err != nil {
 		m.log.Warn("policy action failed", "sandbox", sb.ID, "policy", due.Policy, "action", due.Action, "err", err)
+	} else {
+		m.e.Recorder().PolicyAction(due.Policy, string(due.Action))
 	}
 }
+
+// orphanKinds are the findings that are host resources no record accounts
+// for (the orphans metrics count); the others (a frozen or read-only
+// filesystem, a freezer state, a record without its resources) are health
+// findings about live sandboxes.
+var orphanKinds = map[string]bool{"runtime": true, "cgroup": true, "mount": true, "dir": true,
+	"volume": true, "network": true, "ids": true, "clone": true}
 
 // Doctor lists orphans and leaks: host resources with no live record, and
 // live records whose host resources are gone. With fix it removes orphans.
@@ -380,6 +390,9 @@ func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*Report, er
 				f.Error = err.Error()
 			} else {
 				f.Fixed = true
+			}
+			if orphanKinds[kind] {
+				m.e.Recorder().Orphan(kind, f.Fixed)
 			}
 		}
 		rep.Findings = append(rep.Findings, f)
