@@ -17,7 +17,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"time"
 
 	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/auth"
@@ -178,6 +177,3 @@ func (d *Door) audited(ctx context.Context, r *http.Request, p auth.Principal, a
 	}
 	return err
 }
-
-// now is the engine's clock.
-func (d *Door) now() time.Time { return d.cfg.Manager.Now() }

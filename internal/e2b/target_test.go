@@ -1,9 +1,15 @@
 package e2b
 
 import (
+	"net/url"
+	"path"
 	"strings"
 	"testing"
+
+	"github.com/berth-sh/berth/internal/manager"
 )
+
+type createRequestT = manager.CreateRequest
 
 func TestParseTarget(t *testing.T) {
 	for _, tc := range []struct {
@@ -53,6 +59,118 @@ func FuzzParseTarget(f *testing.F) {
 		}
 		if !validID(tg.Sandbox) || tg.Port < 1 || tg.Port > 65535 || strings.ContainsAny(tg.Sandbox, "/.:%") {
 			t.Fatalf("accepted bad target %+v", tg)
+		}
+	})
+}
+
+func TestCreateRequest(t *testing.T) {
+	sec := func(v int64) *int64 { return &v }
+	yes, no := true, false
+	for _, tc := range []struct {
+		name string
+		in   newSandbox
+		bad  bool
+		chk  func(t *testing.T, got *createRequestT)
+	}{
+		{name: "base is the default", in: newSandbox{TemplateID: "base"}, chk: func(t *testing.T, r *createRequestT) {
+			if r.Template != "" || r.Timeout != DefaultTimeout {
+				t.Errorf("%+v", r)
+			}
+		}},
+		{name: "timeout and metadata", in: newSandbox{TemplateID: "py", Timeout: sec(60), Metadata: map[string]string{"a": "b"}},
+			chk: func(t *testing.T, r *createRequestT) {
+				if r.Template != "py" || r.Timeout.Seconds() != 60 || r.Labels["a"] != "b" {
+					t.Errorf("%+v", r)
+				}
+			}},
+		{name: "autoPause is the idle policy", in: newSandbox{Timeout: sec(30), AutoPause: &yes},
+			chk: func(t *testing.T, r *createRequestT) {
+				if r.Timeout != 0 || r.Policy.IdleTimeout.Seconds() != 30 || r.Policy.OnIdle != "pause" {
+					t.Errorf("%+v", r)
+				}
+			}},
+		{name: "allowOut is egress", in: newSandbox{Network: &networkConfig{AllowOut: []string{"pypi.org"}, DenyOut: []string{"0.0.0.0/0"}}},
+			chk: func(t *testing.T, r *createRequestT) {
+				if r.Network != "egress" || len(r.Allow) != 1 {
+					t.Errorf("%+v", r)
+				}
+			}},
+		{name: "no internet", in: newSandbox{AllowInternetAccess: &no}, chk: func(t *testing.T, r *createRequestT) {
+			if r.Network != "none" {
+				t.Errorf("%+v", r)
+			}
+		}},
+		{name: "zero timeout", in: newSandbox{Timeout: sec(0)}, bad: true},
+		{name: "huge timeout", in: newSandbox{Timeout: sec(1 << 40)}, bad: true},
+		{name: "denyOut of one host", in: newSandbox{Network: &networkConfig{DenyOut: []string{"1.1.1.1"}}}, bad: true},
+		{name: "insecure", in: newSandbox{Secure: &no}, bad: true},
+		{name: "mcp", in: newSandbox{MCP: []byte(`{"x":1}`)}, bad: true},
+		{name: "autoResume alone", in: newSandbox{AutoResume: &struct{ Enabled bool }{true}}, bad: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := createRequest(&tc.in)
+			if (err != nil) != tc.bad {
+				t.Fatalf("err = %v, want bad %v", err, tc.bad)
+			}
+			if err == nil && tc.chk != nil {
+				tc.chk(t, got)
+			}
+		})
+	}
+}
+
+// FuzzListFilter: the SDK's list query never panics, and what it accepts
+// names only running and paused.
+func FuzzListFilter(f *testing.F) {
+	f.Add("state=running,paused&metadata=a%3Db%26c%3Dd")
+	f.Add("metadata=%25zz")
+	f.Fuzz(func(t *testing.T, q string) {
+		v, err := url.ParseQuery(q)
+		if err != nil {
+			return
+		}
+		lf, err := parseListFilter(v)
+		if err != nil {
+			return
+		}
+		for _, s := range lf.states {
+			if s != "running" && s != "paused" {
+				t.Fatalf("accepted state %q", s)
+			}
+		}
+	})
+}
+
+// FuzzUserOf: the Basic header's user is a plain passwd name or refused.
+func FuzzUserOf(f *testing.F) {
+	f.Add("Basic dXNlcjo=")
+	f.Add("Basic cm9vdDp4")
+	f.Add("Bearer x")
+	f.Fuzz(func(t *testing.T, h string) {
+		u, err := userOf(map[string][]string{"Authorization": {h}})
+		if err != nil {
+			return
+		}
+		if strings.ContainsAny(u, ":/\x00 \n") || len(u) > 32 {
+			t.Fatalf("accepted user %q", u)
+		}
+	})
+}
+
+// FuzzAbsPath: an accepted path is absolute and clean.
+func FuzzAbsPath(f *testing.F) {
+	f.Add("a/../../b", "user")
+	f.Add("~/x", "")
+	f.Fuzz(func(t *testing.T, p, user string) {
+		if _, err := checkUser(user); err != nil {
+			return
+		}
+		got, err := absPath(p, user)
+		if err != nil {
+			return
+		}
+		if !strings.HasPrefix(got, "/") || path.Clean(got) != got || strings.Contains(got, "\x00") {
+			t.Fatalf("absPath(%q, %q) = %q", p, user, got)
 		}
 	})
 }
