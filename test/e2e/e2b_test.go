@@ -19,7 +19,7 @@ import (
 
 // e2bDaemon starts a daemon with the E2B door on a loopback port and
 // returns it, the door's base URL and the admin key.
-func e2bDaemon(t *testing.T) (*daemon, string, string) {
+func e2bDaemon(t *testing.T, extra ...string) (*daemon, string, string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -27,7 +27,7 @@ func e2bDaemon(t *testing.T) (*daemon, string, string) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	d := startDaemonWith(t, "--e2b-listen", addr)
+	d := startDaemonWith(t, append([]string{"--e2b-listen", addr}, extra...)...)
 	key, err := os.ReadFile(d.dataDir + "/admin.key")
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +198,7 @@ func TestE2BSDK(t *testing.T) {
 // the control API, an API key on envd, a tenant's key on another
 // tenant's sandbox, a forged token, a malformed target.
 func TestE2BDoorAttacks(t *testing.T) {
-	d, url, key := e2bDaemon(t)
+	d, url, key := e2bDaemon(t, "--e2b-domain", "e2b.test")
 	do := func(method, path, body string, hdr map[string]string) (int, string) {
 		t.Helper()
 		req, err := http.NewRequest(method, url+path, strings.NewReader(body))
@@ -275,9 +275,65 @@ func TestE2BDoorAttacks(t *testing.T) {
 	// A spoofed Host header under no configured domain is a control-plane
 	// request: it needs the API key like any other.
 	if st, body := do("POST", "/process.Process/List", list, map[string]string{"Host": "49983-" + b.SandboxID + ".e2b.app",
-		"X-Access-Token": a.EnvdAccessToken, "Content-Type": "application/json"}); st != 401 && st != 404 {
+		"X-Access-Token": a.EnvdAccessToken, "Content-Type": "application/json"}); st != 401 {
 		t.Errorf("a spoofed host: %d %s", st, body)
 	}
+	// Host routing: {port}-{id}.{domain} names the target, and a token
+	// still acts on its own sandbox only.
+	hostList := func(host, tok string) (int, string) {
+		return do("POST", "/process.Process/List", list, map[string]string{"Host": host, "X-Access-Token": tok, "Content-Type": "application/json"})
+	}
+	if st, body := hostList("49983-"+a.SandboxID+".e2b.test", a.EnvdAccessToken); st != 200 {
+		t.Errorf("A's token on A's host: %d %s", st, body)
+	}
+	if st, body := hostList("49983-"+b.SandboxID+".e2b.test", a.EnvdAccessToken); st != 403 && st != 401 {
+		t.Errorf("A's token on B's host: %d %s", st, body)
+	}
+	// The host wins over the headers: headers naming A cannot lift a
+	// request for B's host onto A's token.
+	if st, body := do("POST", "/process.Process/List", list, map[string]string{"Host": "49983-" + b.SandboxID + ".e2b.test",
+		"E2b-Sandbox-Id": a.SandboxID, "E2b-Sandbox-Port": "49983", "X-Access-Token": a.EnvdAccessToken,
+		"Content-Type": "application/json"}); st != 403 && st != 401 {
+		t.Errorf("B's host with A's headers and token: %d %s", st, body)
+	}
+	if st, body := hostList("api.e2b.test", a.EnvdAccessToken); st != 400 {
+		t.Errorf("a host under the domain that names no target: %d %s", st, body)
+	}
+	// Another port of the sandbox goes through the port proxy, with the
+	// sandbox's token only.
+	if out, errOut, code := d.cli("exec", "-d", a.SandboxID, "--", "python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"); code != 0 {
+		t.Fatalf("starting a web server in A: %s %s", out, errOut)
+	}
+	port := func(host, sb, tok string) (int, string) {
+		h := map[string]string{"X-Access-Token": tok}
+		if host != "" {
+			h["Host"] = host
+		} else {
+			h["E2b-Sandbox-Id"], h["E2b-Sandbox-Port"] = sb, "8000"
+		}
+		return do("GET", "/", "", h)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, body := port("", a.SandboxID, a.EnvdAccessToken)
+		if st == 200 && strings.Contains(body, "Directory listing") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("A's port 8000 through the door: %d %s", st, body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if st, body := port("8000-"+a.SandboxID+".e2b.test", "", a.EnvdAccessToken); st != 200 || !strings.Contains(body, "Directory listing") {
+		t.Errorf("A's port 8000 by host: %d %s", st, body)
+	}
+	if st, body := port("", a.SandboxID, b.EnvdAccessToken); st != 403 && st != 401 {
+		t.Errorf("B's token on A's port: %d %s", st, body)
+	}
+	if st, body := port("", a.SandboxID, ""); st != 401 {
+		t.Errorf("no token on A's port: %d %s", st, body)
+	}
+
 	// A tenant's key on another tenant's sandbox: 404, nothing changed.
 	if out, errOut, code := d.cli("tenant", "create", "other"); code != 0 {
 		t.Fatalf("tenant create: %s %s", out, errOut)
