@@ -71,6 +71,7 @@ func (d *Door) controlRoutes() *http.ServeMux {
 	mux.Handle("POST /sandboxes/{sandboxID}/connect", connect)
 	mux.Handle("POST /v2/sandboxes/{sandboxID}/connect", connect)
 	mux.Handle("POST /sandboxes/{sandboxID}/resume", h(ruleWrite, "POST /sandboxes/{sandboxID}/resume", d.resume))
+	mux.Handle("POST /sandboxes/{sandboxID}/fork", h(ruleWrite, "POST /sandboxes/{sandboxID}/fork", d.fork))
 	mux.Handle("POST /sandboxes/{sandboxID}/refreshes", h(ruleWrite, "POST /sandboxes/{sandboxID}/refreshes", d.refresh))
 	mux.Handle("/", h(ruleRead, "", func(_ context.Context, _ http.ResponseWriter, r *http.Request, _ auth.Principal) error {
 		return errdefs.NotFound("berth's E2B door has no route %s %s", r.Method, r.URL.Path)
@@ -587,5 +588,69 @@ func (d *Door) refresh(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// forkResult is one child of E2B's fork answer: the sandbox, or why it
+// was not made.
+type forkResult struct {
+	Sandbox *sandboxOut `json:"sandbox,omitempty"`
+	Error   *errorBody  `json:"error,omitempty"`
+}
+
+// fork makes count children of the sandbox with berth's fork (each a
+// copy-on-write view of the parent's files, its own processes), each with
+// E2B's timeout from now and the parent's metadata.
+func (d *Door) fork(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	var in struct {
+		Timeout *int64 `json:"timeout"`
+		Count   *int   `json:"count"`
+	}
+	if err := decode(r, &in); err != nil {
+		return err
+	}
+	t, err := seconds(in.Timeout, DefaultTimeout)
+	if err != nil {
+		return err
+	}
+	count := 1
+	if in.Count != nil {
+		count = *in.Count
+	}
+	if count < 1 || count > manager.MaxForkCount {
+		return errdefs.Invalid("count must be 1..%d", manager.MaxForkCount)
+	}
+	parent, err := d.live(ctx, r.PathValue("sandboxID"))
+	if err != nil {
+		return err
+	}
+	kids, _, err := d.cfg.Manager.Fork(ctx, parent.ID, &manager.ForkRequest{Count: count, Timeout: t,
+		Labels: parent.Spec.Labels}, p.Actor)
+	if err != nil && len(kids) == 0 {
+		return err
+	}
+	out := make([]forkResult, 0, count)
+	for _, k := range kids {
+		so, lerr := d.sandboxOut(ctx, k, p)
+		if lerr != nil {
+			st := statusOf(lerr)
+			out = append(out, forkResult{Error: &errorBody{Code: st, Message: http.StatusText(st)}})
+			continue
+		}
+		out = append(out, forkResult{Sandbox: &so})
+	}
+	if err != nil {
+		// Some children were not made: each missing one says why.
+		st := statusOf(err)
+		msg := err.Error()
+		if st >= 500 {
+			d.cfg.Log.Error("e2b fork partly failed", "sandbox", parent.ID, "err", err)
+			msg = "internal error"
+		}
+		for len(out) < count {
+			out = append(out, forkResult{Error: &errorBody{Code: st, Message: msg}})
+		}
+	}
+	writeJSON(w, http.StatusCreated, out)
 	return nil
 }

@@ -82,6 +82,16 @@ try {
     stateAfter: (await again.getInfo()).state,
   }
 
+  // Fork: the child starts from the parent's files, and writes apart.
+  const [child] = await again.fork({ timeoutMs: 60_000 })
+  await child.files.write('/root/child.txt', 'only in the child')
+  out.fork = {
+    id: child.sandboxId,
+    kept: await child.files.read('/root/kept.txt'),
+    parentHasChild: await again.files.exists('/root/child.txt'),
+    killed: await child.kill(),
+  }
+
   // List, by metadata and state.
   const page = await Sandbox.list({ query: { metadata: { suite: 'berth-e2e' }, state: ['running'] } }).nextItems()
   const none = await Sandbox.list({ query: { metadata: { suite: 'nobody' } } }).nextItems()

@@ -129,6 +129,12 @@ func TestE2BSDK(t *testing.T) {
 			Metadata map[string]string
 			None     int
 		} `json:"list"`
+		Fork struct {
+			ID             string
+			Kept           string
+			ParentHasChild bool
+			Killed         bool
+		} `json:"fork"`
 		UnknownTemplate string `json:"unknownTemplate"`
 		Killed          bool   `json:"killed"`
 		KilledAgain     bool   `json:"killedAgain"`
@@ -162,6 +168,9 @@ func TestE2BSDK(t *testing.T) {
 	}
 	if p := got.Pause; !p.Paused || p.State != "paused" || p.Kept != "kept" || !p.Sleeper || p.StateAfter != "running" {
 		t.Errorf("pause and connect: %+v", p)
+	}
+	if f := got.Fork; f.ID == "" || f.ID == got.ID || f.Kept != "kept" || f.ParentHasChild || !f.Killed {
+		t.Errorf("fork: %+v", f)
 	}
 	if !slices.Contains(got.List.IDs, got.ID) || got.List.Metadata["suite"] != "berth-e2e" || got.List.None != 0 {
 		t.Errorf("Sandbox.list: %+v (want %s)", got.List, got.ID)
