@@ -18,11 +18,13 @@ async function until(what, fn, ms = 15000) {
 }
 
 try {
-  const sbx = await Sandbox.create({ timeoutMs: 120_000, metadata: { suite: 'berth-e2e' } })
+  const sbx = await Sandbox.create({ timeoutMs: 120_000, metadata: { suite: 'berth-e2e' }, envs: { AT_CREATE: 'c1' } })
   out.id = sbx.sandboxId
 
   const r = await sbx.commands.run('echo hello; echo oops >&2')
   out.run = { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode }
+  const env = await sbx.commands.run('echo $AT_CREATE $AT_RUN; pwd; id -u', { envs: { AT_RUN: 'r1' }, cwd: '/tmp', user: 'root' })
+  out.env = env.stdout
   try {
     await sbx.commands.run('echo partial; exit 3')
     out.fail = { thrown: false }

@@ -135,6 +135,7 @@ func TestE2BSDK(t *testing.T) {
 			ParentHasChild bool
 			Killed         bool
 		} `json:"fork"`
+		Env             string `json:"env"`
 		UnknownTemplate string `json:"unknownTemplate"`
 		Killed          bool   `json:"killed"`
 		KilledAgain     bool   `json:"killedAgain"`
@@ -146,6 +147,9 @@ func TestE2BSDK(t *testing.T) {
 	}
 	if got.Run.Stdout != "hello\n" || got.Run.Stderr != "oops\n" || got.Run.ExitCode != 0 {
 		t.Errorf("commands.run: %+v", got.Run)
+	}
+	if got.Env != "c1 r1\n/tmp\n0\n" {
+		t.Errorf("create envs, run envs, cwd and user root: %q", got.Env)
 	}
 	if !got.Fail.Thrown || !got.Fail.CommandExitError || got.Fail.ExitCode != 3 || got.Fail.Stdout != "partial\n" {
 		t.Errorf("a failing command: %+v", got.Fail)
