@@ -379,3 +379,37 @@ func TestE2BDoorAttacks(t *testing.T) {
 		t.Errorf("A after the other tenant's tries: %d %s", st, body)
 	}
 }
+
+// TestE2BTLS: with --e2b-cert/--e2b-key the door is TLS only: the SDK,
+// trusting the test's CA, works end to end; plain HTTP gets no answer
+// from the door.
+func TestE2BTLS(t *testing.T) {
+	certFile, keyFile, caFile := makeCA(t, t.TempDir())
+	addr := freeAddr(t)
+	d := startDaemonWith(t, "--e2b-listen", addr, "--e2b-cert", certFile, "--e2b-key", keyFile)
+	key, err := os.ReadFile(d.dataDir + "/admin.key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NODE_EXTRA_CA_CERTS", caFile)
+	var got struct {
+		OK           bool
+		Error        string
+		Stdout, Read string
+		Killed       bool
+	}
+	runE2BScript(t, "tls.mjs", "https://"+addr, strings.TrimSpace(string(key)), &got)
+	if !got.OK || got.Stdout != "over tls\n" || got.Read != "tls file" || !got.Killed {
+		t.Fatalf("the SDK over TLS: %+v", got)
+	}
+	c := &http.Client{Timeout: 5 * time.Second}
+	if resp, err := c.Get("http://" + addr + "/v2/sandboxes"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode < 400 {
+			t.Fatalf("plain HTTP to the TLS door answered %d", resp.StatusCode)
+		}
+	}
+	if out, _, code := d.cli("ls", "-o", "json"); code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Errorf("berth ls after the TLS run: %d %s", code, out)
+	}
+}
