@@ -47,6 +47,13 @@ try {
     gone: !after.some((p) => p.pid === bg.pid),
   }
 
+  // A PTY: an interactive shell, typed into, its echo read back.
+  let tty = ''
+  const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { tty += new TextDecoder().decode(d) } })
+  await sbx.pty.sendInput(term.pid, new TextEncoder().encode('echo pty-$((6*7))\n'))
+  await until('the PTY output', async () => tty.includes('pty-42'))
+  out.pty = { pid: term.pid, seen: tty.includes('pty-42'), killed: await sbx.pty.kill(term.pid) }
+
   // Files.
   const dir = '/tmp/e2b'
   await sbx.files.makeDir(dir)

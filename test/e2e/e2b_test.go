@@ -135,7 +135,11 @@ func TestE2BSDK(t *testing.T) {
 			ParentHasChild bool
 			Killed         bool
 		} `json:"fork"`
-		Env             string `json:"env"`
+		Env string `json:"env"`
+		PTY struct {
+			PID          int
+			Seen, Killed bool
+		} `json:"pty"`
 		UnknownTemplate string `json:"unknownTemplate"`
 		Killed          bool   `json:"killed"`
 		KilledAgain     bool   `json:"killedAgain"`
@@ -147,6 +151,9 @@ func TestE2BSDK(t *testing.T) {
 	}
 	if got.Run.Stdout != "hello\n" || got.Run.Stderr != "oops\n" || got.Run.ExitCode != 0 {
 		t.Errorf("commands.run: %+v", got.Run)
+	}
+	if got.PTY.PID <= 0 || !got.PTY.Seen || !got.PTY.Killed {
+		t.Errorf("pty: %+v", got.PTY)
 	}
 	if got.Env != "c1 r1\n/tmp\n0\n" {
 		t.Errorf("create envs, run envs, cwd and user root: %q", got.Env)
