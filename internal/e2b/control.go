@@ -72,6 +72,9 @@ func (d *Door) controlRoutes() *http.ServeMux {
 	mux.Handle("POST /v2/sandboxes/{sandboxID}/connect", connect)
 	mux.Handle("POST /sandboxes/{sandboxID}/resume", h(ruleWrite, "POST /sandboxes/{sandboxID}/resume", d.resume))
 	mux.Handle("POST /sandboxes/{sandboxID}/fork", h(ruleWrite, "POST /sandboxes/{sandboxID}/fork", d.fork))
+	mux.Handle("POST /sandboxes/{sandboxID}/snapshots", h(ruleWrite, "POST /sandboxes/{sandboxID}/snapshots", d.createSnapshot))
+	mux.Handle("GET /snapshots", h(ruleRead, "", d.listSnapshots))
+	mux.Handle("DELETE /templates/{templateID}", h(ruleWrite, "DELETE /templates/{templateID}", d.deleteSnapshot))
 	mux.Handle("POST /sandboxes/{sandboxID}/refreshes", h(ruleWrite, "POST /sandboxes/{sandboxID}/refreshes", d.refresh))
 	mux.Handle("/", h(ruleRead, "", func(_ context.Context, _ http.ResponseWriter, r *http.Request, _ auth.Principal) error {
 		return errdefs.NotFound("berth's E2B door has no route %s %s", r.Method, r.URL.Path)
@@ -290,6 +293,12 @@ func (d *Door) create(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	req, err := createRequest(&in)
 	if err != nil {
 		return err
+	}
+	if req.Template != "" {
+		// E2B creates from a snapshot by naming it as the template.
+		if sn, err := d.cfg.Manager.GetSnapshot(ctx, req.Template); err == nil {
+			req.Template, req.Snapshot = "", sn.ID
+		}
 	}
 	sb, err := d.cfg.Manager.Create(ctx, req, manager.CreateOptions{Actor: p.Actor, Tenant: p.Tenant})
 	if err != nil {
@@ -652,5 +661,87 @@ func (d *Door) fork(ctx context.Context, w http.ResponseWriter, r *http.Request,
 		}
 	}
 	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+// snapshotOut is E2B's snapshot: its id and the names it answers to.
+type snapshotOut struct {
+	SnapshotID string   `json:"snapshotID"`
+	Names      []string `json:"names"`
+}
+
+func snapshotOf(sn *store.Snapshot) snapshotOut {
+	out := snapshotOut{SnapshotID: sn.ID, Names: []string{}}
+	if sn.Name != "" {
+		out.Names = append(out.Names, sn.Name)
+	}
+	return out
+}
+
+// createSnapshot takes a berth snapshot of the sandbox (crash-consistent,
+// the sandbox frozen for the capture); a create naming it as its template
+// starts from it.
+func (d *Door) createSnapshot(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	var in struct {
+		Name string `json:"name"`
+	}
+	if err := decode(r, &in); err != nil {
+		return err
+	}
+	sb, err := d.live(ctx, r.PathValue("sandboxID"))
+	if err != nil {
+		return err
+	}
+	sn, err := d.cfg.Manager.CreateSnapshot(ctx, sb.ID, &manager.SnapshotRequest{Name: in.Name}, p.Actor)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, snapshotOf(sn))
+	return nil
+}
+
+func (d *Door) listSnapshots(ctx context.Context, w http.ResponseWriter, r *http.Request, _ auth.Principal) error {
+	q := r.URL.Query()
+	page := store.Page{Limit: 100, Cursor: q.Get("nextToken")}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 100 {
+			return errdefs.Invalid("limit must be 1..100")
+		}
+		page.Limit = n
+	}
+	sbID := q.Get("sandboxID")
+	if sbID != "" && !validID(sbID) {
+		return errdefs.NotFound("sandbox %q not found", sbID)
+	}
+	sns, next, err := d.cfg.Manager.ListSnapshots(ctx, sbID, page)
+	if err != nil {
+		return err
+	}
+	out := []snapshotOut{}
+	for _, sn := range sns {
+		if name := q.Get("name"); name != "" && sn.Name != name {
+			continue
+		}
+		out = append(out, snapshotOf(sn))
+	}
+	if next != "" {
+		w.Header().Set("X-Next-Token", next)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// deleteSnapshot is E2B's template delete, for snapshots only: berth's
+// templates are the host's (berth template rm).
+func (d *Door) deleteSnapshot(ctx context.Context, w http.ResponseWriter, r *http.Request, _ auth.Principal) error {
+	id := r.PathValue("templateID")
+	if !validID(id) {
+		return errdefs.NotFound("snapshot %q not found", id)
+	}
+	if err := d.cfg.Manager.DeleteSnapshot(ctx, id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -101,6 +101,19 @@ try {
     killed: await child.kill(),
   }
 
+  // Snapshots: taken, listed, a sandbox made from one, deleted.
+  const snap = await again.createSnapshot()
+  const snaps = await Sandbox.listSnapshots({ sandboxId: again.sandboxId }).nextItems()
+  const fromSnap = await Sandbox.create(snap.snapshotId, { timeoutMs: 60_000 })
+  out.snapshot = {
+    id: snap.snapshotId,
+    listed: snaps.some((s) => s.snapshotId === snap.snapshotId),
+    kept: await fromSnap.files.read('/root/kept.txt'),
+    killed: await fromSnap.kill(),
+    deleted: await Sandbox.deleteSnapshot(snap.snapshotId),
+    deletedAgain: await Sandbox.deleteSnapshot(snap.snapshotId),
+  }
+
   // List, by metadata and state.
   const page = await Sandbox.list({ query: { metadata: { suite: 'berth-e2e' }, state: ['running'] } }).nextItems()
   const none = await Sandbox.list({ query: { metadata: { suite: 'nobody' } } }).nextItems()

@@ -140,6 +140,12 @@ func TestE2BSDK(t *testing.T) {
 			PID          int
 			Seen, Killed bool
 		} `json:"pty"`
+		Snapshot struct {
+			ID                            string
+			Listed                        bool
+			Kept                          string
+			Killed, Deleted, DeletedAgain bool
+		} `json:"snapshot"`
 		UnknownTemplate string `json:"unknownTemplate"`
 		Killed          bool   `json:"killed"`
 		KilledAgain     bool   `json:"killedAgain"`
@@ -182,6 +188,9 @@ func TestE2BSDK(t *testing.T) {
 	}
 	if f := got.Fork; f.ID == "" || f.ID == got.ID || f.Kept != "kept" || f.ParentHasChild || !f.Killed {
 		t.Errorf("fork: %+v", f)
+	}
+	if sn := got.Snapshot; sn.ID == "" || !sn.Listed || sn.Kept != "kept" || !sn.Killed || !sn.Deleted || sn.DeletedAgain {
+		t.Errorf("snapshots: %+v", sn)
 	}
 	if !slices.Contains(got.List.IDs, got.ID) || got.List.Metadata["suite"] != "berth-e2e" || got.List.None != 0 {
 		t.Errorf("Sandbox.list: %+v (want %s)", got.List, got.ID)
