@@ -378,7 +378,8 @@ func TestE2BDoorAttacks(t *testing.T) {
 	for _, c := range []struct{ method, path string }{
 		{"GET", "/sandboxes/" + a.SandboxID}, {"DELETE", "/sandboxes/" + a.SandboxID},
 		{"POST", "/sandboxes/" + a.SandboxID + "/pause"}, {"POST", "/sandboxes/" + a.SandboxID + "/timeout"},
-		{"POST", "/v2/sandboxes/" + a.SandboxID + "/connect"},
+		{"POST", "/v2/sandboxes/" + a.SandboxID + "/connect"}, {"POST", "/sandboxes/" + a.SandboxID + "/fork"},
+		{"POST", "/sandboxes/" + a.SandboxID + "/snapshots"}, {"GET", "/snapshots?sandboxID=" + a.SandboxID},
 	} {
 		body := ""
 		if c.method == "POST" {
@@ -387,6 +388,18 @@ func TestE2BDoorAttacks(t *testing.T) {
 		if st, resp := do(c.method, c.path, body, map[string]string{"X-API-Key": other}); st != 404 {
 			t.Errorf("tenant other's key: %s %s = %d %s", c.method, c.path, st, resp)
 		}
+	}
+	// A viewer key reads but never creates or kills.
+	out, errOut, code = d.cli("key", "create", "--tenant", "other", "--role", "viewer")
+	if code != 0 {
+		t.Fatalf("key create: %s %s", out, errOut)
+	}
+	viewer := strings.Fields(out[strings.LastIndex(out, "berth_"):])[0]
+	if st, body := do("POST", "/v2/sandboxes", `{"templateID":"base"}`, map[string]string{"X-API-Key": viewer}); st != 403 {
+		t.Errorf("a viewer key creating: %d %s", st, body)
+	}
+	if st, body := do("GET", "/v2/sandboxes", "", map[string]string{"X-API-Key": viewer}); st != 200 {
+		t.Errorf("a viewer key listing: %d %s", st, body)
 	}
 	if st, body := do("GET", "/v2/sandboxes", "", map[string]string{"X-API-Key": other}); st != 200 || strings.Contains(body, a.SandboxID) {
 		t.Errorf("tenant other lists: %d %s", st, body)
