@@ -13,6 +13,8 @@ package e2b
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -23,6 +25,7 @@ import (
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server"
 )
 
 // EnvdVersion is the envd version the door reports: the e2b SDKs gate
@@ -89,6 +92,17 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, d.cfg.Log, errors.New("handler panic"))
 		}
 	}()
+	// Every answer carries a request id: the caller's when it is a safe
+	// one (server.ValidRequestID: it cannot forge a log or audit line),
+	// else a fresh one; the audit record names it.
+	id := r.Header.Get(server.RequestIDHeader)
+	if !server.ValidRequestID(id) {
+		b := make([]byte, 16)
+		_, _ = rand.Read(b)
+		id = hex.EncodeToString(b)
+	}
+	w.Header().Set(server.RequestIDHeader, id)
+	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
 	t, ok, err := ParseTarget(r.Host, d.cfg.Domain, r.Header.Get("E2b-Sandbox-Id"), r.Header.Get("E2b-Sandbox-Port"))
 	switch {
 	case err != nil:
@@ -104,6 +118,10 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 type targetKey struct{}
+
+type requestIDKey struct{}
+
+func requestIDOf(ctx context.Context) string { s, _ := ctx.Value(requestIDKey{}).(string); return s }
 
 func targetOf(ctx context.Context) Target { t, _ := ctx.Value(targetKey{}).(Target); return t }
 
@@ -164,7 +182,7 @@ func (d *Door) audited(ctx context.Context, r *http.Request, p auth.Principal, a
 		return fn()
 	}
 	op, err := d.cfg.Audit.Begin(ctx, audit.Entry{Tenant: p.Tenant, Actor: p.Actor, Action: "e2b " + action,
-		Target: target, Source: r.RemoteAddr, RequestID: r.Header.Get("X-Request-Id")})
+		Target: target, Source: r.RemoteAddr, RequestID: requestIDOf(r.Context())})
 	if err != nil {
 		d.cfg.Log.Error("audit: refusing an e2b call that cannot be recorded", "action", action, "err", err)
 		return errdefs.Unavailable("the audit log cannot be written; nothing was done")
