@@ -293,13 +293,37 @@ type watcher struct {
 	mu      sync.Mutex
 	events  []*pb.FilesystemEvent
 	err     error
+	done    bool // its watch has ended (err says why)
 }
 
-// Bounds of the polling watchers.
+// Bounds of the polling watchers: in all, per sandbox (so one sandbox's
+// caller cannot take every slot), and events kept per watcher.
 const (
-	maxWatchers      = 256
-	maxWatcherEvents = 4096
+	maxWatchers           = 256
+	maxWatchersPerSandbox = 16
+	maxWatcherEvents      = 4096
 )
+
+// admit reports whether a new watcher of sandbox sb fits, dropping
+// watchers whose watch has ended and whose end nobody collected; the
+// caller holds ws.mu.
+func (ws *watchers) admit(sb string) bool {
+	all, mine := 0, 0
+	for id, w := range ws.m {
+		w.mu.Lock()
+		done := w.done
+		w.mu.Unlock()
+		if done {
+			delete(ws.m, id)
+			continue
+		}
+		all++
+		if w.sandbox == sb {
+			mine++
+		}
+	}
+	return all < maxWatchers && mine < maxWatchersPerSandbox
+}
 
 func newWatchers() *watchers { return &watchers{m: map[string]*watcher{}} }
 
@@ -332,10 +356,10 @@ func (s *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 	}
 	ws := s.d.watch
 	ws.mu.Lock()
-	if len(ws.m) >= maxWatchers {
+	if !ws.admit(targetOf(ctx).Sandbox) {
 		ws.mu.Unlock()
 		f.Close()
-		return nil, connectError(errdefs.Exhausted("at most %d watchers at once", maxWatchers))
+		return nil, connectError(errdefs.Exhausted("at most %d watchers per sandbox and %d in all", maxWatchersPerSandbox, maxWatchers))
 	}
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)
@@ -363,7 +387,7 @@ func (s *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 		if err == nil && wctx.Err() == nil {
 			err = errdefs.NotFound("the watched directory %s went away", p)
 		}
-		w.err = err
+		w.err, w.done = err, true
 		w.mu.Unlock()
 		select {
 		case <-ready:
@@ -405,6 +429,9 @@ func (s *filesystemService) GetWatcherEvents(ctx context.Context, req *connect.R
 	w.events = nil
 	w.mu.Unlock()
 	if len(evs) == 0 && err != nil {
+		// The watch ended and its last events are read: the end is
+		// told once and the watcher goes.
+		s.remove(req.Msg.GetWatcherId())
 		return nil, connectError(err)
 	}
 	return connect.NewResponse(&pb.GetWatcherEventsResponse{Events: evs}), nil

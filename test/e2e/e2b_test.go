@@ -307,6 +307,46 @@ func TestE2BDoorAttacks(t *testing.T) {
 		"X-Access-Token": a.EnvdAccessToken, "Content-Type": "application/json"}); st != 401 {
 		t.Errorf("a spoofed host: %d %s", st, body)
 	}
+	// The polling watcher (CreateWatcher, GetWatcherEvents, RemoveWatcher)
+	// over Connect's JSON: A's watcher sees A's write and is A's alone.
+	rpc := func(sb, tok, method, body string) (int, string) {
+		return do("POST", "/filesystem.Filesystem/"+method, body, map[string]string{"E2b-Sandbox-Id": sb,
+			"E2b-Sandbox-Port": "49983", "X-Access-Token": tok, "Content-Type": "application/json"})
+	}
+	st, body := rpc(a.SandboxID, a.EnvdAccessToken, "CreateWatcher", `{"path":"/tmp"}`)
+	var cw struct {
+		WatcherID string `json:"watcherId"`
+	}
+	if st != 200 || json.Unmarshal([]byte(body), &cw) != nil || cw.WatcherID == "" {
+		t.Fatalf("CreateWatcher: %d %s", st, body)
+	}
+	if st, body := do("POST", "/files?path=/tmp/polled.txt", "x", map[string]string{"E2b-Sandbox-Id": a.SandboxID,
+		"E2b-Sandbox-Port": "49983", "X-Access-Token": a.EnvdAccessToken, "Content-Type": "application/octet-stream"}); st != 200 {
+		t.Fatalf("upload: %d %s", st, body)
+	}
+	if st, body := rpc(b.SandboxID, b.EnvdAccessToken, "GetWatcherEvents", `{"watcherId":"`+cw.WatcherID+`"}`); st != 404 {
+		t.Errorf("B reading A's watcher: %d %s", st, body)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	var events string
+	for !strings.Contains(events, "polled.txt") {
+		st, body := rpc(a.SandboxID, a.EnvdAccessToken, "GetWatcherEvents", `{"watcherId":"`+cw.WatcherID+`"}`)
+		if st != 200 {
+			t.Fatalf("GetWatcherEvents: %d %s", st, body)
+		}
+		events += body
+		if time.Now().After(deadline) {
+			t.Fatalf("the polling watcher saw %s", events)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if st, body := rpc(a.SandboxID, a.EnvdAccessToken, "RemoveWatcher", `{"watcherId":"`+cw.WatcherID+`"}`); st != 200 {
+		t.Errorf("RemoveWatcher: %d %s", st, body)
+	}
+	if st, body := rpc(a.SandboxID, a.EnvdAccessToken, "GetWatcherEvents", `{"watcherId":"`+cw.WatcherID+`"}`); st != 404 {
+		t.Errorf("a removed watcher: %d %s", st, body)
+	}
+
 	// Host routing: {port}-{id}.{domain} names the target, and a token
 	// still acts on its own sandbox only.
 	hostList := func(host, tok string) (int, string) {
@@ -342,7 +382,7 @@ func TestE2BDoorAttacks(t *testing.T) {
 		}
 		return do("GET", "/", "", h)
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	deadline = time.Now().Add(20 * time.Second)
 	for {
 		st, body := port("", a.SandboxID, a.EnvdAccessToken)
 		if st == 200 && strings.Contains(body, "Directory listing") {
