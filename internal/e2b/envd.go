@@ -27,8 +27,11 @@ var (
 	rulePorts = auth.Rule{Scopes: []auth.Scope{auth.ScopePorts}, Lease: true}
 )
 
-// maxUpload bounds one /files upload.
-const maxUpload = 1 << 30
+// maxUpload bounds one /files upload; maxRPCMessage one Connect message.
+const (
+	maxUpload     = 1 << 30
+	maxRPCMessage = 4 << 20
+)
 
 type principalKey struct{}
 
@@ -40,8 +43,11 @@ func principalOf(ctx context.Context) auth.Principal {
 // envdRoutes is envd: the Connect services and the plain HTTP routes.
 func (d *Door) envdRoutes() *http.ServeMux {
 	mux := http.NewServeMux()
-	ppath, ph := processconnect.NewProcessHandler(&processService{d: d})
-	fpath, fh := filesystemconnect.NewFilesystemHandler(&filesystemService{d: d})
+	// A message is bounded (stdin chunks and paths are small; the SDK
+	// sends files over /files), so no caller makes the daemon buffer more.
+	limit := connect.WithReadMaxBytes(maxRPCMessage)
+	ppath, ph := processconnect.NewProcessHandler(&processService{d: d}, limit)
+	fpath, fh := filesystemconnect.NewFilesystemHandler(&filesystemService{d: d}, limit)
 	mux.Handle(ppath, d.envdAuth(ruleExec, true, ph))
 	mux.Handle(fpath, d.envdAuth(ruleFiles, true, fh))
 	mux.Handle("GET /files", d.envdAuth(ruleFiles, false, http.HandlerFunc(d.download)))

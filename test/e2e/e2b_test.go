@@ -347,6 +347,13 @@ func TestE2BDoorAttacks(t *testing.T) {
 		t.Errorf("a removed watcher: %d %s", st, body)
 	}
 
+	// An oversized Connect message is refused, not buffered.
+	big := `{"process":{"pid":1},"input":{"stdin":"` + strings.Repeat("A", 6<<20) + `"}}`
+	if st, body := do("POST", "/process.Process/SendInput", big, map[string]string{"E2b-Sandbox-Id": a.SandboxID,
+		"E2b-Sandbox-Port": "49983", "X-Access-Token": a.EnvdAccessToken, "Content-Type": "application/json"}); !strings.Contains(body, "resource_exhausted") {
+		t.Errorf("a 6 MiB SendInput: %d %s", st, tail(body, 300))
+	}
+
 	// Host routing: {port}-{id}.{domain} names the target, and a token
 	// still acts on its own sandbox only.
 	hostList := func(host, tok string) (int, string) {
