@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,6 +25,12 @@ import (
 // none.
 const DefaultTimeout = 300 * time.Second
 
+// Deadlines of a control call: its body's arrival, its answer's.
+const (
+	controlBodyTimeout  = time.Minute
+	controlWriteTimeout = 10 * time.Minute
+)
+
 var (
 	ruleRead  = auth.Rule{Scopes: []auth.Scope{auth.ScopeSandboxesRead}}
 	ruleWrite = auth.Rule{Scopes: []auth.Scope{auth.ScopeSandboxesWrite}}
@@ -36,6 +43,20 @@ func (d *Door) controlRoutes() *http.ServeMux {
 	mux := http.NewServeMux()
 	h := func(rule auth.Rule, action string, fn func(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
+			// Control calls are short: the body has a minute to arrive
+			// and the answer ten; a trickling caller holds nothing long.
+			rc := http.NewResponseController(w)
+			_ = rc.SetWriteDeadline(time.Now().Add(controlWriteTimeout))
+			if r.Body != nil && r.Body != http.NoBody {
+				_ = rc.SetReadDeadline(time.Now().Add(controlBodyTimeout))
+				b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+				_ = rc.SetReadDeadline(time.Time{})
+				if err != nil {
+					writeError(w, d.cfg.Log, errdefs.Invalid("reading the body: %v", err))
+					return
+				}
+				r.Body = io.NopCloser(bytes.NewReader(b))
+			}
 			id := r.PathValue("sandboxID")
 			if id != "" && !validID(id) {
 				writeError(w, d.cfg.Log, errdefs.NotFound("sandbox %q not found", id))

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/auth"
@@ -104,6 +105,11 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(server.RequestIDHeader, id)
 	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
 	t, ok, err := ParseTarget(r.Host, d.cfg.Domain, r.Header.Get("E2b-Sandbox-Id"), r.Header.Get("E2b-Sandbox-Port"))
+	// Deadlines are per connection: a keep-alive connection's stream
+	// must not inherit a control call's.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
 	switch {
 	case err != nil:
 		writeError(w, d.cfg.Log, err)
