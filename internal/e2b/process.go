@@ -290,8 +290,50 @@ func (s *processService) CloseStdin(ctx context.Context, req *connect.Request[pb
 	return connect.NewResponse(&pb.CloseStdinResponse{}), nil
 }
 
-// Update would resize a PTY; berth's background processes take a
-// terminal size only from an attached client, so it is refused.
+// Update resizes a running PTY. berth's background processes take a
+// terminal size from an attached client only, so the door sets it on the
+// terminal itself: `stty -F /proc/PID/fd/0 rows R cols C` run in the
+// sandbox as root against the process's own terminal (TIOCSWINSZ, which
+// also signals SIGWINCH to its foreground group). The pid is one the
+// door resolved to a running PTY process of this sandbox; the command's
+// only effect is inside the sandbox.
 func (s *processService) Update(ctx context.Context, req *connect.Request[pb.UpdateRequest]) (*connect.Response[pb.UpdateResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("berth's E2B door does not resize a running PTY"))
+	p, err := s.resolve(ctx, req.Msg.GetProcess())
+	if err != nil {
+		return nil, connectError(err)
+	}
+	sz := req.Msg.GetPty().GetSize()
+	if sz == nil {
+		return connect.NewResponse(&pb.UpdateResponse{}), nil
+	}
+	if !p.TTY || p.PID <= 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("the process has no PTY to resize"))
+	}
+	rows, cols := clamp16(sz.GetRows()), clamp16(sz.GetCols())
+	if rows == 0 || cols == 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("rows and cols must be positive"))
+	}
+	var msg limitedBuffer
+	ex, err := s.m().Exec(ctx, targetOf(ctx).Sandbox, &manager.ExecRequest{
+		Cmd:  []string{"stty", "-F", "/proc/" + strconv.Itoa(p.PID) + "/fd/0", "rows", strconv.Itoa(int(rows)), "cols", strconv.Itoa(int(cols))},
+		User: "root", Timeout: 10 * time.Second,
+	}, manager.ExecIO{Stdout: &msg, Stderr: &msg}, principalOf(ctx).Actor)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	if ex.Code != 0 {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("resizing the PTY: stty exited %d: %s", ex.Code, msg.String()))
+	}
+	return connect.NewResponse(&pb.UpdateResponse{}), nil
+}
+
+// limitedBuffer keeps the first 1 KiB written to it (a message shown to
+// the caller) and drops the rest.
+type limitedBuffer struct{ bytes.Buffer }
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if room := 1024 - b.Len(); room > 0 {
+		b.Buffer.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
 }

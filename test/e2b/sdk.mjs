@@ -52,6 +52,9 @@ try {
   const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { tty += new TextDecoder().decode(d) } })
   await sbx.pty.sendInput(term.pid, new TextEncoder().encode('echo pty-$((6*7))\n'))
   await until('the PTY output', async () => tty.includes('pty-42'))
+  await sbx.pty.resize(term.pid, { cols: 101, rows: 33 })
+  await sbx.pty.sendInput(term.pid, new TextEncoder().encode('stty size\n'))
+  await until('the resized PTY', async () => tty.includes('33 101'))
   out.pty = { pid: term.pid, seen: tty.includes('pty-42'), killed: await sbx.pty.kill(term.pid) }
 
   // Files.
