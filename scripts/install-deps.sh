@@ -34,6 +34,8 @@ command -v gcc >/dev/null || need_apt+=(gcc libc6-dev)
 # it supports node >= 18, Debian 12's).
 command -v node >/dev/null || need_apt+=(nodejs)
 command -v npm >/dev/null || need_apt+=(npm)
+# protoc regenerates the E2B door's envd protocol code (scripts/gen-envdpb.sh).
+command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
 # PostgreSQL: the server binaries (Debian layout, any version) and psql.
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && command -v psql >/dev/null || need_apt+=(postgresql)
 
@@ -77,4 +79,10 @@ if [ "${BERTH_SKIP_RUNSC:-0}" = "1" ]; then
 else
 	"$(dirname "$0")/install-runsc.sh"
 	runsc --version | sed -n 1p
+fi
+
+# The E2B e2e test drives the E2B door with the unmodified e2b SDK, pinned
+# in test/e2b/package-lock.json.
+if [ ! -f "$(dirname "$0")/../test/e2b/node_modules/e2b/package.json" ]; then
+	(cd "$(dirname "$0")/../test/e2b" && npm ci --no-audit --no-fund)
 fi

@@ -50,6 +50,11 @@ type Config struct {
 	// (X-Berth-Signature: sha256=HMAC-SHA256(WebhookSecret, body)).
 	// Domain, if set, makes the port proxy answer {port}-{id}.{Domain}.
 	Domain string
+	// E2BListen, if set, serves E2B's control and envd APIs (internal/e2b)
+	// as plain HTTP on this TCP address (E2BCert/E2BKey: TLS instead);
+	// E2BDomain routes hosts {port}-{sandboxID}.{E2BDomain} there.
+	E2BListen, E2BDomain string
+	E2BCert, E2BKey      string
 	// EgressSubnet is the IPv4 subnet of egress sandboxes (CIDR); empty:
 	// the one this data dir used before, else the first free one.
 	EgressSubnet string

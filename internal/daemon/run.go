@@ -17,6 +17,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/auth"
+	"github.com/berth-sh/berth/internal/e2b"
 	"github.com/berth-sh/berth/internal/image"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/metrics"
@@ -52,6 +53,7 @@ type Daemon struct {
 	// TLSFingerprint is the pin of the --listen certificate (empty
 	// without --listen).
 	TLSFingerprint string
+	e2b            *e2b.Door // the --e2b-listen door (e2b.go)
 }
 
 func (c *Config) setDefaults() error {
@@ -314,6 +316,11 @@ func (d *Daemon) Serve(ctx context.Context) error {
 			log.Warn("serving plain HTTP on a non-loopback address: API keys cross the network in clear", "http", pl.Addr().String())
 		}
 	}
+	if d.cfg.E2BListen != "" {
+		if err := d.listenE2B(); err != nil {
+			return err
+		}
+	}
 	if err := os.MkdirAll(filepath.Dir(d.cfg.Socket), 0o755); err != nil {
 		return err
 	}
@@ -351,6 +358,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	}
 	log.Info("shutting down; sandboxes keep running")
 	d.Server.CloseMCP() // MCP sessions end: their ephemeral sandboxes go
+	if d.e2b != nil {
+		d.e2b.Close()
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, srv := range d.servers {

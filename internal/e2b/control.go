@@ -1,0 +1,768 @@
+package e2b
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/berth-sh/berth/internal/auth"
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
+)
+
+// DefaultTimeout is E2B's sandbox timeout when a create or connect names
+// none.
+const DefaultTimeout = 300 * time.Second
+
+// Deadlines of a control call: its body's arrival, its answer's.
+const (
+	controlBodyTimeout  = time.Minute
+	controlWriteTimeout = 10 * time.Minute
+)
+
+var (
+	ruleRead  = auth.Rule{Scopes: []auth.Scope{auth.ScopeSandboxesRead}}
+	ruleWrite = auth.Rule{Scopes: []auth.Scope{auth.ScopeSandboxesWrite}}
+)
+
+// controlRoutes is the control API: every route with the scopes its
+// caller's API key needs. Leases never reach it (their rules have no
+// Lease), so an envd token cannot create, list or kill.
+func (d *Door) controlRoutes() *http.ServeMux {
+	mux := http.NewServeMux()
+	h := func(rule auth.Rule, action string, fn func(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			// Control calls are short: the body has a minute to arrive
+			// and the answer ten; a trickling caller holds nothing long.
+			rc := http.NewResponseController(w)
+			_ = rc.SetWriteDeadline(time.Now().Add(controlWriteTimeout))
+			if r.Body != nil && r.Body != http.NoBody {
+				_ = rc.SetReadDeadline(time.Now().Add(controlBodyTimeout))
+				b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+				_ = rc.SetReadDeadline(time.Time{})
+				if err != nil {
+					writeError(w, d.cfg.Log, errdefs.Invalid("reading the body: %v", err))
+					return
+				}
+				r.Body = io.NopCloser(bytes.NewReader(b))
+			}
+			id := r.PathValue("sandboxID")
+			if id != "" && !validID(id) {
+				writeError(w, d.cfg.Log, errdefs.NotFound("sandbox %q not found", id))
+				return
+			}
+			ctx, p, err := d.authorize(r, r.Header.Get("X-API-Key"), rule, id)
+			if err == nil && p.IsLease() {
+				err = errdefs.Permission("a lease token cannot call the control API")
+			}
+			if err == nil {
+				call := func() error { return fn(ctx, w, r, p) }
+				if action != "" {
+					err = d.audited(ctx, r, p, action, id, call)
+				} else {
+					err = call()
+				}
+			}
+			if err != nil {
+				writeError(w, d.cfg.Log, err)
+			}
+		}
+	}
+	create := h(ruleWrite, "POST /sandboxes", d.create)
+	mux.Handle("POST /sandboxes", create)
+	mux.Handle("POST /v2/sandboxes", create)
+	mux.Handle("GET /sandboxes", h(ruleRead, "", d.listV1))
+	mux.Handle("GET /v2/sandboxes", h(ruleRead, "", d.listV2))
+	mux.Handle("GET /sandboxes/{sandboxID}", h(ruleRead, "", d.get))
+	mux.Handle("DELETE /sandboxes/{sandboxID}", h(ruleWrite, "DELETE /sandboxes/{sandboxID}", d.kill))
+	mux.Handle("POST /sandboxes/{sandboxID}/timeout", h(ruleWrite, "POST /sandboxes/{sandboxID}/timeout", d.setTimeout))
+	mux.Handle("POST /sandboxes/{sandboxID}/pause", h(ruleWrite, "POST /sandboxes/{sandboxID}/pause", d.pause))
+	connect := h(ruleWrite, "POST /sandboxes/{sandboxID}/connect", d.connect)
+	mux.Handle("POST /sandboxes/{sandboxID}/connect", connect)
+	mux.Handle("POST /v2/sandboxes/{sandboxID}/connect", connect)
+	mux.Handle("POST /sandboxes/{sandboxID}/resume", h(ruleWrite, "POST /sandboxes/{sandboxID}/resume", d.resume))
+	mux.Handle("POST /sandboxes/{sandboxID}/fork", h(ruleWrite, "POST /sandboxes/{sandboxID}/fork", d.fork))
+	mux.Handle("POST /sandboxes/{sandboxID}/snapshots", h(ruleWrite, "POST /sandboxes/{sandboxID}/snapshots", d.createSnapshot))
+	mux.Handle("GET /snapshots", h(ruleRead, "", d.listSnapshots))
+	mux.Handle("DELETE /templates/{templateID}", h(ruleWrite, "DELETE /templates/{templateID}", d.deleteSnapshot))
+	mux.Handle("POST /sandboxes/{sandboxID}/refreshes", h(ruleWrite, "POST /sandboxes/{sandboxID}/refreshes", d.refresh))
+	mux.Handle("/", h(ruleRead, "", func(_ context.Context, _ http.ResponseWriter, r *http.Request, _ auth.Principal) error {
+		return errdefs.NotFound("berth's E2B door has no route %s %s", r.Method, r.URL.Path)
+	}))
+	return mux
+}
+
+// decode reads a JSON body into v (an empty body leaves v as it is).
+// Unknown fields are ignored: newer SDKs send fields older ones lack, and
+// those berth cannot honour are refused by name where they matter.
+func decode(r *http.Request, v any) error {
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return errdefs.Invalid("reading the body: %v", err)
+	}
+	if len(b) > maxBody {
+		return errdefs.Invalid("body over %d bytes", maxBody)
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return errdefs.Invalid("bad JSON body: %v", err)
+	}
+	return nil
+}
+
+// newSandbox is E2B's NewSandbox body, the fields berth reads.
+type newSandbox struct {
+	TemplateID          string                  `json:"templateID"`
+	Timeout             *int64                  `json:"timeout"`
+	AutoPause           *bool                   `json:"autoPause"`
+	AutoResume          *struct{ Enabled bool } `json:"autoResume"`
+	Secure              *bool                   `json:"secure"`
+	AllowInternetAccess *bool                   `json:"allow_internet_access"`
+	Network             *networkConfig          `json:"network"`
+	Metadata            map[string]string       `json:"metadata"`
+	EnvVars             map[string]string       `json:"envVars"`
+	MCP                 json.RawMessage         `json:"mcp"`
+	VolumeMounts        json.RawMessage         `json:"volumeMounts"`
+}
+
+type networkConfig struct {
+	AllowOut    []string        `json:"allowOut"`
+	DenyOut     []string        `json:"denyOut"`
+	EgressProxy json.RawMessage `json:"egressProxy"`
+	Rules       json.RawMessage `json:"rules"`
+}
+
+func present(m json.RawMessage) bool { return len(m) > 0 && string(m) != "null" }
+
+// seconds reads an E2B timeout in seconds (nil: def).
+func seconds(v *int64, def time.Duration) (time.Duration, error) {
+	if v == nil {
+		return def, nil
+	}
+	if *v <= 0 || *v > int64(engine.MaxTimeout/time.Second) {
+		return 0, errdefs.Invalid("timeout must be 1..%d seconds", int64(engine.MaxTimeout/time.Second))
+	}
+	return time.Duration(*v) * time.Second, nil
+}
+
+// createRequest maps E2B's create onto berth's: the template by name,
+// the timeout onto the hard timeout (or, with autoPause, onto the idle
+// policy pausing), metadata onto labels, envVars onto env, network
+// allowOut onto egress rules.
+func createRequest(in *newSandbox) (*manager.CreateRequest, error) {
+	switch {
+	case present(in.MCP):
+		return nil, errdefs.Invalid("mcp gateways are not supported by berth's E2B door")
+	case present(in.VolumeMounts):
+		return nil, errdefs.Invalid("volumeMounts are not supported by berth's E2B door; use berth volumes")
+	case in.Secure != nil && !*in.Secure:
+		return nil, errdefs.Invalid("secure: false is not supported: envd always needs its access token on berth")
+	}
+	// E2B's default template answers as the daemon's default.
+	tpl := in.TemplateID
+	if tpl == manager.BuiltinTemplate {
+		tpl = ""
+	}
+	d, err := seconds(in.Timeout, DefaultTimeout)
+	if err != nil {
+		return nil, err
+	}
+	req := &manager.CreateRequest{Template: tpl, Labels: in.Metadata, Env: in.EnvVars}
+	if in.AutoPause != nil && *in.AutoPause {
+		req.Policy = sandbox.Policy{IdleTimeout: d, OnIdle: sandbox.ActionPause}
+		if in.AutoResume != nil && in.AutoResume.Enabled {
+			req.Policy.AutoResume = true
+		}
+	} else {
+		if in.AutoResume != nil && in.AutoResume.Enabled {
+			return nil, errdefs.Invalid("autoResume needs autoPause")
+		}
+		req.Timeout = d
+	}
+	if n := in.Network; n != nil {
+		if present(n.EgressProxy) || present(n.Rules) {
+			return nil, errdefs.Invalid("network egressProxy and rules are not supported by berth's E2B door")
+		}
+		for _, r := range n.DenyOut {
+			// berth's egress is deny by default: denying everything
+			// else is what an allow list already means.
+			if r != "0.0.0.0/0" && r != "::/0" {
+				return nil, errdefs.Invalid("network denyOut %q: berth denies every destination not allowed; only 0.0.0.0/0 may be named", r)
+			}
+		}
+		if len(n.AllowOut) > 0 {
+			req.Network, req.Allow = "egress", slices.Clone(n.AllowOut)
+		}
+	}
+	if in.AllowInternetAccess != nil {
+		switch {
+		case !*in.AllowInternetAccess && req.Network == "":
+			req.Network = "none"
+		case !*in.AllowInternetAccess:
+			return nil, errdefs.Invalid("allow_internet_access false contradicts network allowOut")
+		case req.Network == "":
+			req.Network, req.Allow = "egress", []string{"0.0.0.0/0", "::/0"}
+		}
+	}
+	return req, nil
+}
+
+// sandboxOut is E2B's Sandbox answer (create, connect, resume).
+type sandboxOut struct {
+	TemplateID         string  `json:"templateID"`
+	SandboxID          string  `json:"sandboxID"`
+	Alias              string  `json:"alias,omitempty"`
+	ClientID           string  `json:"clientID"`
+	EnvdVersion        string  `json:"envdVersion"`
+	EnvdAccessToken    string  `json:"envdAccessToken"`
+	TrafficAccessToken string  `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
+}
+
+// listedOut is E2B's ListedSandbox and, with the token, SandboxDetail.
+type listedOut struct {
+	TemplateID      string            `json:"templateID"`
+	Alias           string            `json:"alias,omitempty"`
+	SandboxID       string            `json:"sandboxID"`
+	ClientID        string            `json:"clientID"`
+	StartedAt       time.Time         `json:"startedAt"`
+	EndAt           time.Time         `json:"endAt"`
+	CPUCount        int               `json:"cpuCount"`
+	MemoryMB        int64             `json:"memoryMB"`
+	DiskSizeMB      int64             `json:"diskSizeMB"`
+	Metadata        map[string]string `json:"metadata"`
+	State           string            `json:"state"`
+	EnvdVersion     string            `json:"envdVersion"`
+	EnvdAccessToken string            `json:"envdAccessToken,omitempty"`
+	Domain          *string           `json:"domain"`
+	VolumeMounts    []struct{}        `json:"volumeMounts"`
+}
+
+// clientID is what berth answers for E2B's legacy client id.
+const clientID = "berth"
+
+func (d *Door) domain() *string {
+	if d.cfg.Domain == "" {
+		return nil
+	}
+	s := d.cfg.Domain
+	return &s
+}
+
+// e2bState is E2B's name of a berth state: running or paused; "" for a
+// sandbox E2B would not list (stopped, failed, deleted...).
+func e2bState(st sandbox.State) string {
+	switch st {
+	case sandbox.StateRunning, sandbox.StateCreating, sandbox.StateStarting:
+		return "running"
+	case sandbox.StatePaused:
+		return "paused"
+	}
+	return ""
+}
+
+func (d *Door) listed(sb *sandbox.Sandbox) listedOut {
+	out := listedOut{TemplateID: sb.Spec.Template, Alias: sb.Spec.Template, SandboxID: sb.ID, ClientID: clientID,
+		StartedAt: sb.StartedAt, Metadata: sb.Spec.Labels, State: e2bState(sb.State), EnvdVersion: EnvdVersion,
+		Domain: d.domain(), VolumeMounts: []struct{}{}}
+	if out.StartedAt.IsZero() {
+		out.StartedAt = sb.CreatedAt
+	}
+	if end, ok := sb.Deadline(); ok {
+		out.EndAt = end
+	} else if p := sb.Spec.Policy; p.IdleTimeout > 0 {
+		out.EndAt = d.cfg.Manager.LastActivity(sb).Add(p.IdleTimeout)
+	} else {
+		out.EndAt = out.StartedAt.Add(engine.MaxTimeout)
+	}
+	out.CPUCount = max(1, int(sb.Spec.Resources.CPUs+0.5))
+	out.MemoryMB = sb.Spec.Resources.MemoryBytes >> 20
+	out.DiskSizeMB = sb.Spec.Resources.DiskBytes >> 20
+	if out.Metadata == nil {
+		out.Metadata = map[string]string{}
+	}
+	return out
+}
+
+func (d *Door) sandboxOut(ctx context.Context, sb *sandbox.Sandbox, p auth.Principal) (sandboxOut, error) {
+	tok, err := d.cfg.Server.CreateLease(ctx, sb, p.KeyID)
+	if err != nil {
+		return sandboxOut{}, err
+	}
+	return sandboxOut{TemplateID: sb.Spec.Template, SandboxID: sb.ID, Alias: sb.Spec.Template, ClientID: clientID,
+		EnvdVersion: EnvdVersion, EnvdAccessToken: tok, TrafficAccessToken: tok, Domain: d.domain()}, nil
+}
+
+func (d *Door) create(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	var in newSandbox
+	if err := decode(r, &in); err != nil {
+		return err
+	}
+	req, err := createRequest(&in)
+	if err != nil {
+		return err
+	}
+	if req.Template != "" {
+		// E2B creates from a snapshot by naming it as the template.
+		if sn, err := d.cfg.Manager.GetSnapshot(ctx, req.Template); err == nil {
+			req.Template, req.Snapshot = "", sn.ID
+		}
+	}
+	sb, err := d.cfg.Manager.Create(ctx, req, manager.CreateOptions{Actor: p.Actor, Tenant: p.Tenant})
+	if err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			// The SDK's answer for an unknown template.
+			return errdefs.NotFound("template %q not found", in.TemplateID)
+		}
+		return err
+	}
+	out, err := d.sandboxOut(ctx, sb, p)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+// listFilter is the SDK's list query: states and metadata pairs.
+type listFilter struct {
+	states   []string
+	metadata map[string]string
+}
+
+// parseListFilter reads state (comma-separated, repeatable) and metadata
+// (a URL-encoded k=v&k2=v2 string, its keys and values encoded again).
+func parseListFilter(q url.Values) (listFilter, error) {
+	var f listFilter
+	for _, v := range q["state"] {
+		for _, s := range strings.Split(v, ",") {
+			switch s {
+			case "running", "paused":
+				f.states = append(f.states, s)
+			case "":
+			default:
+				return f, errdefs.Invalid("state %q: want running or paused", s)
+			}
+		}
+	}
+	if m := q.Get("metadata"); m != "" {
+		pairs, err := url.ParseQuery(m)
+		if err != nil {
+			return f, errdefs.Invalid("metadata: %v", err)
+		}
+		f.metadata = map[string]string{}
+		for k, vs := range pairs {
+			key, err1 := url.QueryUnescape(k)
+			val, err2 := url.QueryUnescape(vs[len(vs)-1])
+			if err1 != nil || err2 != nil {
+				return f, errdefs.Invalid("metadata: bad encoding")
+			}
+			f.metadata[key] = val
+		}
+	}
+	return f, nil
+}
+
+func (f listFilter) match(sb *sandbox.Sandbox) bool {
+	st := e2bState(sb.State)
+	if st == "" || sb.Spec.Pool != "" {
+		return false
+	}
+	if len(f.states) > 0 && !slices.Contains(f.states, st) {
+		return false
+	}
+	for k, v := range f.metadata {
+		if got, ok := sb.Spec.Labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *Door) list(ctx context.Context, f listFilter, page store.Page) ([]listedOut, string, error) {
+	sbs, next, err := d.cfg.Manager.List(ctx, false, page)
+	if err != nil {
+		return nil, "", err
+	}
+	out := []listedOut{}
+	for _, sb := range sbs {
+		if f.match(sb) {
+			out = append(out, d.listed(sb))
+		}
+	}
+	return out, next, nil
+}
+
+func (d *Door) listV1(ctx context.Context, w http.ResponseWriter, r *http.Request, _ auth.Principal) error {
+	f, err := parseListFilter(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	f.states = []string{"running"}
+	out, _, err := d.list(ctx, f, store.Page{})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (d *Door) listV2(ctx context.Context, w http.ResponseWriter, r *http.Request, _ auth.Principal) error {
+	q := r.URL.Query()
+	f, err := parseListFilter(q)
+	if err != nil {
+		return err
+	}
+	page := store.Page{Limit: 100, Cursor: q.Get("nextToken")}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 100 {
+			return errdefs.Invalid("limit must be 1..100")
+		}
+		page.Limit = n
+	}
+	out, next, err := d.list(ctx, f, page)
+	if err != nil {
+		return err
+	}
+	if next != "" {
+		w.Header().Set("X-Next-Token", next)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// live returns sandbox id if E2B would show it (running or paused), else
+// 404.
+func (d *Door) live(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+	sb, err := d.cfg.Manager.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if e2bState(sb.State) == "" || sb.Spec.Pool != "" {
+		return nil, errdefs.NotFound("sandbox %q not found", id)
+	}
+	return sb, nil
+}
+
+func (d *Door) get(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	sb, err := d.live(ctx, r.PathValue("sandboxID"))
+	if err != nil {
+		return err
+	}
+	out := d.listed(sb)
+	if out.EnvdAccessToken, err = d.cfg.Server.CreateLease(ctx, sb, p.KeyID); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (d *Door) kill(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	if _, err := d.live(ctx, r.PathValue("sandboxID")); err != nil {
+		return err
+	}
+	if _, err := d.cfg.Manager.Delete(ctx, r.PathValue("sandboxID"), p.Actor, sandbox.CauseUser, "killed through the E2B API"); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (d *Door) setTimeout(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	var in struct {
+		Timeout *int64 `json:"timeout"`
+	}
+	if err := decode(r, &in); err != nil {
+		return err
+	}
+	if in.Timeout == nil {
+		return errdefs.Invalid("timeout is required")
+	}
+	t, err := seconds(in.Timeout, 0)
+	if err != nil {
+		return err
+	}
+	sb, err := d.live(ctx, r.PathValue("sandboxID"))
+	if err != nil {
+		return err
+	}
+	if sb.Spec.Policy.IdleTimeout > 0 && sb.Spec.Timeout == 0 {
+		// autoPause: E2B's timeout is the idle policy's.
+		return errdefs.Conflict("sandbox %s pauses on its idle policy (autoPause); berth cannot change that policy after create", sb.ID)
+	}
+	if _, err := d.cfg.Manager.SetTimeout(ctx, sb.ID, t, p.Actor); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// pause freezes the sandbox (memory kept, whatever the body's memory
+// asks: freezing costs nothing on berth) and takes away its timeout: a
+// paused E2B sandbox waits for a connect.
+func (d *Door) pause(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	sb, err := d.live(ctx, r.PathValue("sandboxID"))
+	if err != nil {
+		return err
+	}
+	if sb.State == sandbox.StatePaused {
+		return errdefs.Conflict("sandbox %s is already paused", sb.ID)
+	}
+	if _, err := d.cfg.Manager.Pause(ctx, sb.ID, p.Actor); err != nil {
+		return err
+	}
+	if sb.Spec.Timeout > 0 {
+		if _, err := d.cfg.Manager.SetTimeout(ctx, sb.ID, 0, p.Actor); err != nil {
+			return err
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// wake resumes sandbox id if paused and gives it timeout t from now; it
+// reports whether it was paused.
+func (d *Door) wake(ctx context.Context, id string, t time.Duration, p auth.Principal) (*sandbox.Sandbox, bool, error) {
+	sb, err := d.live(ctx, id)
+	if err != nil {
+		return nil, false, err
+	}
+	paused := sb.State == sandbox.StatePaused
+	if paused {
+		if sb, err = d.cfg.Manager.Resume(ctx, sb.ID, p.Actor); err != nil {
+			return nil, false, err
+		}
+	}
+	if sb.Spec.Policy.IdleTimeout == 0 || sb.Spec.Timeout > 0 {
+		if sb, err = d.cfg.Manager.SetTimeout(ctx, sb.ID, t, p.Actor); err != nil {
+			return nil, false, err
+		}
+	}
+	return sb, paused, nil
+}
+
+func (d *Door) connect(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	var in struct {
+		Timeout *int64 `json:"timeout"`
+	}
+	if err := decode(r, &in); err != nil {
+		return err
+	}
+	t, err := seconds(in.Timeout, DefaultTimeout)
+	if err != nil {
+		return err
+	}
+	sb, paused, err := d.wake(ctx, r.PathValue("sandboxID"), t, p)
+	if err != nil {
+		return err
+	}
+	out, err := d.sandboxOut(ctx, sb, p)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if paused {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, out)
+	return nil
+}
+
+func (d *Door) resume(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	var in struct {
+		Timeout *int64 `json:"timeout"`
+	}
+	if err := decode(r, &in); err != nil {
+		return err
+	}
+	t, err := seconds(in.Timeout, DefaultTimeout)
+	if err != nil {
+		return err
+	}
+	sb, err := d.live(ctx, r.PathValue("sandboxID"))
+	if err != nil {
+		return err
+	}
+	if sb.State != sandbox.StatePaused {
+		return errdefs.Conflict("sandbox %s is not paused", sb.ID)
+	}
+	sb, _, err = d.wake(ctx, sb.ID, t, p)
+	if err != nil {
+		return err
+	}
+	out, err := d.sandboxOut(ctx, sb, p)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+// refresh is the old SDKs' keep-alive: activity, as berth's touch.
+func (d *Door) refresh(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	if _, err := d.cfg.Manager.Touch(ctx, r.PathValue("sandboxID"), p.Actor); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// forkResult is one child of E2B's fork answer: the sandbox, or why it
+// was not made.
+type forkResult struct {
+	Sandbox *sandboxOut `json:"sandbox,omitempty"`
+	Error   *errorBody  `json:"error,omitempty"`
+}
+
+// fork makes count children of the sandbox with berth's fork (each a
+// copy-on-write view of the parent's files, its own processes), each with
+// E2B's timeout from now and the parent's metadata.
+func (d *Door) fork(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	var in struct {
+		Timeout *int64 `json:"timeout"`
+		Count   *int   `json:"count"`
+	}
+	if err := decode(r, &in); err != nil {
+		return err
+	}
+	t, err := seconds(in.Timeout, DefaultTimeout)
+	if err != nil {
+		return err
+	}
+	count := 1
+	if in.Count != nil {
+		count = *in.Count
+	}
+	if count < 1 || count > manager.MaxForkCount {
+		return errdefs.Invalid("count must be 1..%d", manager.MaxForkCount)
+	}
+	parent, err := d.live(ctx, r.PathValue("sandboxID"))
+	if err != nil {
+		return err
+	}
+	kids, _, err := d.cfg.Manager.Fork(ctx, parent.ID, &manager.ForkRequest{Count: count, Timeout: t,
+		Labels: parent.Spec.Labels}, p.Actor)
+	if err != nil && len(kids) == 0 {
+		return err
+	}
+	out := make([]forkResult, 0, count)
+	for _, k := range kids {
+		so, lerr := d.sandboxOut(ctx, k, p)
+		if lerr != nil {
+			st := statusOf(lerr)
+			out = append(out, forkResult{Error: &errorBody{Code: st, Message: http.StatusText(st)}})
+			continue
+		}
+		out = append(out, forkResult{Sandbox: &so})
+	}
+	if err != nil {
+		// Some children were not made: each missing one says why.
+		st := statusOf(err)
+		msg := err.Error()
+		if st >= 500 {
+			d.cfg.Log.Error("e2b fork partly failed", "sandbox", parent.ID, "err", err)
+			msg = "internal error"
+		}
+		for len(out) < count {
+			out = append(out, forkResult{Error: &errorBody{Code: st, Message: msg}})
+		}
+	}
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+// snapshotOut is E2B's snapshot: its id and the names it answers to.
+type snapshotOut struct {
+	SnapshotID string   `json:"snapshotID"`
+	Names      []string `json:"names"`
+}
+
+func snapshotOf(sn *store.Snapshot) snapshotOut {
+	out := snapshotOut{SnapshotID: sn.ID, Names: []string{}}
+	if sn.Name != "" {
+		out.Names = append(out.Names, sn.Name)
+	}
+	return out
+}
+
+// createSnapshot takes a berth snapshot of the sandbox (crash-consistent,
+// the sandbox frozen for the capture); a create naming it as its template
+// starts from it.
+func (d *Door) createSnapshot(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	var in struct {
+		Name string `json:"name"`
+	}
+	if err := decode(r, &in); err != nil {
+		return err
+	}
+	sb, err := d.live(ctx, r.PathValue("sandboxID"))
+	if err != nil {
+		return err
+	}
+	sn, err := d.cfg.Manager.CreateSnapshot(ctx, sb.ID, &manager.SnapshotRequest{Name: in.Name}, p.Actor)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, snapshotOf(sn))
+	return nil
+}
+
+func (d *Door) listSnapshots(ctx context.Context, w http.ResponseWriter, r *http.Request, _ auth.Principal) error {
+	q := r.URL.Query()
+	page := store.Page{Limit: 100, Cursor: q.Get("nextToken")}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 100 {
+			return errdefs.Invalid("limit must be 1..100")
+		}
+		page.Limit = n
+	}
+	sbID := q.Get("sandboxID")
+	if sbID != "" && !validID(sbID) {
+		return errdefs.NotFound("sandbox %q not found", sbID)
+	}
+	sns, next, err := d.cfg.Manager.ListSnapshots(ctx, sbID, page)
+	if err != nil {
+		return err
+	}
+	out := []snapshotOut{}
+	for _, sn := range sns {
+		if name := q.Get("name"); name != "" && sn.Name != name {
+			continue
+		}
+		out = append(out, snapshotOf(sn))
+	}
+	if next != "" {
+		w.Header().Set("X-Next-Token", next)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// deleteSnapshot is E2B's template delete, for snapshots only: berth's
+// templates are the host's (berth template rm).
+func (d *Door) deleteSnapshot(ctx context.Context, w http.ResponseWriter, r *http.Request, _ auth.Principal) error {
+	id := r.PathValue("templateID")
+	if !validID(id) {
+		return errdefs.NotFound("snapshot %q not found", id)
+	}
+	if err := d.cfg.Manager.DeleteSnapshot(ctx, id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

@@ -1,0 +1,203 @@
+// Package e2b is berth's E2B-compatible front door (`berth serve
+// --e2b-listen`): E2B's control API (sandboxes created, listed, killed,
+// paused, connected to, their timeouts set) over the engine's own domain
+// calls, and envd — E2B's in-sandbox daemon, Connect RPC process and
+// filesystem services plus the /files routes — served by the daemon over
+// berth's agent. Any other sandbox port goes through berth's port proxy.
+//
+// Credentials are berth's: the control API's X-API-Key is a berth API key
+// (its tenant and scopes apply), envd's X-Access-Token is the sandbox's
+// create-time lease token, checked by the same code as the REST server's
+// (server.Credential). Mutating calls are audited like the REST API's.
+package e2b
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/berth-sh/berth/internal/audit"
+	"github.com/berth-sh/berth/internal/auth"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server"
+)
+
+// EnvdVersion is the envd version the door reports: the e2b SDKs gate
+// features on it (closeStdin from 0.5.2, octet-stream uploads from 0.5.7).
+const EnvdVersion = "0.5.7"
+
+// maxBody bounds a control-plane JSON body.
+const maxBody = 1 << 20
+
+var errBadTarget = errdefs.Invalid("malformed sandbox target (host {port}-{sandboxID}.{domain} or E2b-Sandbox-Id and E2b-Sandbox-Port)")
+
+// Server is the REST server's half the door borrows: one credential
+// check, one lease, one port proxy for every door.
+type Server interface {
+	Credential(ctx context.Context, token string, rule auth.Rule, id string) (auth.Principal, error)
+	CreateLease(ctx context.Context, sb *sandbox.Sandbox, keyID string) (string, error)
+	ProxyPort(w http.ResponseWriter, r *http.Request, id string, port int, path string)
+}
+
+// Config is what the door needs.
+type Config struct {
+	Manager *manager.Manager
+	Server  Server
+	// WithCaller puts an authorized principal into a call's context.
+	WithCaller func(context.Context, auth.Principal) context.Context
+	Audit      *audit.Log // nil: calls are not audited
+	Log        *slog.Logger
+	// Domain, if set, routes hosts {port}-{sandboxID}.{Domain} to that
+	// sandbox's port and is the domain sandboxes report.
+	Domain string
+}
+
+// Door serves the E2B APIs.
+type Door struct {
+	cfg     Config
+	control *http.ServeMux
+	envd    *http.ServeMux
+	watch   *watchers
+}
+
+// New returns the door for cfg.
+func New(cfg Config) *Door {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	d := &Door{cfg: cfg, watch: newWatchers()}
+	d.control = d.controlRoutes()
+	d.envd = d.envdRoutes()
+	return d
+}
+
+// Close ends the door's polling watchers.
+func (d *Door) Close() { d.watch.closeAll() }
+
+// ServeHTTP sends a request to the data plane when it names a sandbox
+// target (host or headers), else to the control API.
+func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			d.cfg.Log.Error("e2b handler panic", "method", r.Method, "path", r.URL.Path, "panic", v)
+			writeError(w, d.cfg.Log, errors.New("handler panic"))
+		}
+	}()
+	// Every answer carries a request id: the caller's when it is a safe
+	// one (server.ValidRequestID: it cannot forge a log or audit line),
+	// else a fresh one; the audit record names it.
+	id := r.Header.Get(server.RequestIDHeader)
+	if !server.ValidRequestID(id) {
+		b := make([]byte, 16)
+		_, _ = rand.Read(b)
+		id = hex.EncodeToString(b)
+	}
+	w.Header().Set(server.RequestIDHeader, id)
+	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+	t, ok, err := ParseTarget(r.Host, d.cfg.Domain, r.Header.Get("E2b-Sandbox-Id"), r.Header.Get("E2b-Sandbox-Port"))
+	// Deadlines are per connection: a keep-alive connection's stream
+	// must not inherit a control call's.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
+	switch {
+	case err != nil:
+		writeError(w, d.cfg.Log, err)
+	case !ok:
+		d.control.ServeHTTP(w, r)
+	case t.Port == EnvdPort:
+		r = r.WithContext(context.WithValue(r.Context(), targetKey{}, t))
+		d.envd.ServeHTTP(w, r)
+	default:
+		d.proxy(w, r, t)
+	}
+}
+
+type targetKey struct{}
+
+type requestIDKey struct{}
+
+func requestIDOf(ctx context.Context) string { s, _ := ctx.Value(requestIDKey{}).(string); return s }
+
+func targetOf(ctx context.Context) Target { t, _ := ctx.Value(targetKey{}).(Target); return t }
+
+// errorBody is E2B's error shape: the status again, and a message.
+type errorBody struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// statusOf is the HTTP status of err's category (500 for none).
+func statusOf(err error) int {
+	_, status := errdefs.Code(err)
+	if status == 0 {
+		return http.StatusInternalServerError
+	}
+	return status
+}
+
+// writeError answers err in E2B's shape; a 5xx's cause is logged, never
+// shown.
+func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
+	status := statusOf(err)
+	msg := err.Error()
+	if status >= 500 {
+		log.Error("e2b request failed", "status", status, "err", err)
+		if !errors.Is(err, errdefs.ErrUnavailable) {
+			msg = "internal error"
+		}
+	}
+	if status == http.StatusUnauthorized || status == http.StatusForbidden {
+		w.Header().Set("Connection", "close")
+	}
+	writeJSON(w, status, errorBody{Code: status, Message: msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// authorize checks token for rule on sandbox id and returns the call's
+// context; a tenant's key naming another tenant's sandbox passes here and
+// meets 404 at the engine's owner-scoped read.
+func (d *Door) authorize(r *http.Request, token string, rule auth.Rule, id string) (context.Context, auth.Principal, error) {
+	p, err := d.cfg.Server.Credential(r.Context(), token, rule, id)
+	if err != nil {
+		return nil, auth.Principal{}, err
+	}
+	return d.cfg.WithCaller(r.Context(), p), p, nil
+}
+
+// audited runs fn as an audited action (when the door has a log): begun
+// before it acts, completed with its outcome; a begin that cannot be
+// written refuses the call.
+func (d *Door) audited(ctx context.Context, r *http.Request, p auth.Principal, action, target string, fn func() error) error {
+	if d.cfg.Audit == nil {
+		return fn()
+	}
+	op, err := d.cfg.Audit.Begin(ctx, audit.Entry{Tenant: p.Tenant, Actor: p.Actor, Action: "e2b " + action,
+		Target: target, Source: r.RemoteAddr, RequestID: requestIDOf(r.Context())})
+	if err != nil {
+		d.cfg.Log.Error("audit: refusing an e2b call that cannot be recorded", "action", action, "err", err)
+		return errdefs.Unavailable("the audit log cannot be written; nothing was done")
+	}
+	err = fn()
+	if err != nil {
+		op.Complete("error " + http.StatusText(statusOf(err)))
+	} else {
+		op.Complete("ok")
+	}
+	return err
+}

@@ -1,0 +1,339 @@
+package e2b
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	pb "github.com/berth-sh/berth/internal/e2b/envdpb/process"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/manager"
+)
+
+// keepAlive is how often a process stream sends a keepalive event (the
+// SDK asks for one within 50 s).
+const keepAlive = 20 * time.Second
+
+// processService is envd's process.Process over berth's background
+// processes: every started command is one (so it can be listed,
+// connected to, fed stdin and killed), its pid the real one inside the
+// sandbox.
+type processService struct{ d *Door }
+
+func (s *processService) m() *manager.Manager { return s.d.cfg.Manager }
+
+// eventSender serializes a stream's sends (output of two pipes and the
+// keepalive ticker).
+type eventSender struct {
+	mu   sync.Mutex
+	send func(*pb.ProcessEvent) error
+}
+
+func (e *eventSender) event(ev *pb.ProcessEvent) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.send(ev)
+}
+
+type dataWriter struct {
+	e      *eventSender
+	stderr bool
+	pty    bool
+}
+
+func (w dataWriter) Write(p []byte) (int, error) {
+	b := bytes.Clone(p)
+	data := &pb.ProcessEvent_DataEvent{}
+	switch {
+	case w.pty:
+		data.Output = &pb.ProcessEvent_DataEvent_Pty{Pty: b}
+	case w.stderr:
+		data.Output = &pb.ProcessEvent_DataEvent_Stderr{Stderr: b}
+	default:
+		data.Output = &pb.ProcessEvent_DataEvent_Stdout{Stdout: b}
+	}
+	if err := w.e.event(&pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: data}}); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// follow streams process id's output (its ring, then live) as data
+// events until it ends, then its end event.
+func (s *processService) follow(ctx context.Context, sandboxID, id string, tty bool, e *eventSender) error {
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		t := time.NewTicker(keepAlive)
+		defer t.Stop()
+		for {
+			select {
+			case <-actx.Done():
+				return
+			case <-t.C:
+				if e.event(&pb.ProcessEvent{Event: &pb.ProcessEvent_Keepalive{Keepalive: &pb.ProcessEvent_KeepAlive{}}}) != nil {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	aio := manager.AttachIO{Stdout: dataWriter{e: e, pty: tty}, Stderr: dataWriter{e: e, stderr: true, pty: tty}}
+	ex, err := s.m().AttachProcess(actx, sandboxID, id, true, aio, principalOf(ctx).Actor)
+	if err != nil {
+		return connectError(err)
+	}
+	if ex == nil {
+		return connect.NewError(connect.CodeUnavailable, errors.New("the process's output ended before its exit"))
+	}
+	end := &pb.ProcessEvent_EndEvent{ExitCode: int32(ex.Code), Exited: ex.Signal == "", Status: "exit status " + strconv.Itoa(ex.Code)}
+	if ex.Signal != "" {
+		end.Status = "signal: " + ex.Signal
+	}
+	return e.event(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}})
+}
+
+func startEvent(pid int) *pb.ProcessEvent {
+	return &pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: uint32(pid)}}}
+}
+
+func (s *processService) Start(ctx context.Context, req *connect.Request[pb.StartRequest], st *connect.ServerStream[pb.StartResponse]) error {
+	user, err := userOf(req.Header())
+	if err != nil {
+		return connectError(err)
+	}
+	cfg := req.Msg.GetProcess()
+	if cfg.GetCmd() == "" {
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("process cmd is required"))
+	}
+	exec := manager.ExecRequest{Cmd: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Env: cfg.GetEnvs(), User: user}
+	if cfg.Cwd != nil {
+		if exec.Workdir, err = absPath(cfg.GetCwd(), user); err != nil {
+			return connectError(err)
+		}
+	}
+	tty := req.Msg.Pty != nil
+	if tty {
+		exec.TTY = true
+		sz := req.Msg.GetPty().GetSize()
+		exec.Rows, exec.Cols = clamp16(sz.GetRows()), clamp16(sz.GetCols())
+	}
+	sb := targetOf(ctx).Sandbox
+	actor := principalOf(ctx).Actor
+	pr, err := s.m().StartProcess(ctx, sb, &manager.StartRequest{ExecRequest: exec, Tag: req.Msg.GetTag()}, actor)
+	if err != nil {
+		return connectError(err)
+	}
+	if !req.Msg.GetStdin() && !tty {
+		// E2B closes a command's stdin unless asked to keep it.
+		// A command already done has no stdin left to close.
+		if err := s.m().ProcessStdin(ctx, sb, pr.ID, bytes.NewReader(nil), true, actor); err != nil && !errors.Is(err, errdefs.ErrConflict) {
+			return connectError(err)
+		}
+	}
+	e := &eventSender{send: func(ev *pb.ProcessEvent) error { return st.Send(&pb.StartResponse{Event: ev}) }}
+	if err := e.event(startEvent(pr.PID)); err != nil {
+		return err
+	}
+	return s.follow(ctx, sb, pr.ID, tty, e)
+}
+
+func clamp16(v uint32) uint16 {
+	if v > 0xffff {
+		return 0xffff
+	}
+	return uint16(v)
+}
+
+// resolve finds the berth process a selector names: by pid among the
+// running processes, or by tag.
+func (s *processService) resolve(ctx context.Context, sel *pb.ProcessSelector) (manager.Process, error) {
+	ps, err := s.m().ListProcesses(ctx, targetOf(ctx).Sandbox)
+	if err != nil {
+		return manager.Process{}, err
+	}
+	for _, p := range ps {
+		if p.State != "running" {
+			continue
+		}
+		switch v := sel.GetSelector().(type) {
+		case *pb.ProcessSelector_Pid:
+			if p.PID > 0 && uint32(p.PID) == v.Pid {
+				return p, nil
+			}
+		case *pb.ProcessSelector_Tag:
+			if p.Tag != "" && p.Tag == v.Tag {
+				return p, nil
+			}
+		}
+	}
+	switch v := sel.GetSelector().(type) {
+	case *pb.ProcessSelector_Pid:
+		return manager.Process{}, errdefs.NotFound("process with pid %d not found", v.Pid)
+	case *pb.ProcessSelector_Tag:
+		return manager.Process{}, errdefs.NotFound("process with tag %q not found", v.Tag)
+	}
+	return manager.Process{}, errdefs.Invalid("a process selector (pid or tag) is required")
+}
+
+func (s *processService) Connect(ctx context.Context, req *connect.Request[pb.ConnectRequest], st *connect.ServerStream[pb.ConnectResponse]) error {
+	p, err := s.resolve(ctx, req.Msg.GetProcess())
+	if err != nil {
+		return connectError(err)
+	}
+	e := &eventSender{send: func(ev *pb.ProcessEvent) error { return st.Send(&pb.ConnectResponse{Event: ev}) }}
+	if err := e.event(startEvent(p.PID)); err != nil {
+		return err
+	}
+	return s.follow(ctx, targetOf(ctx).Sandbox, p.ID, p.TTY, e)
+}
+
+func (s *processService) List(ctx context.Context, _ *connect.Request[pb.ListRequest]) (*connect.Response[pb.ListResponse], error) {
+	ps, err := s.m().ListProcesses(ctx, targetOf(ctx).Sandbox)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	out := &pb.ListResponse{}
+	for _, p := range ps {
+		if p.State != "running" || len(p.Argv) == 0 {
+			continue
+		}
+		info := &pb.ProcessInfo{Pid: uint32(p.PID), Config: &pb.ProcessConfig{Cmd: p.Argv[0], Args: p.Argv[1:]}}
+		if p.Tag != "" {
+			info.Tag = &p.Tag
+		}
+		out.Processes = append(out.Processes, info)
+	}
+	return connect.NewResponse(out), nil
+}
+
+func inputBytes(in *pb.ProcessInput) []byte {
+	switch v := in.GetInput().(type) {
+	case *pb.ProcessInput_Stdin:
+		return v.Stdin
+	case *pb.ProcessInput_Pty:
+		return v.Pty
+	}
+	return nil
+}
+
+func (s *processService) SendInput(ctx context.Context, req *connect.Request[pb.SendInputRequest]) (*connect.Response[pb.SendInputResponse], error) {
+	p, err := s.resolve(ctx, req.Msg.GetProcess())
+	if err != nil {
+		return nil, connectError(err)
+	}
+	if err := s.m().ProcessStdin(ctx, targetOf(ctx).Sandbox, p.ID, bytes.NewReader(inputBytes(req.Msg.GetInput())), false, principalOf(ctx).Actor); err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&pb.SendInputResponse{}), nil
+}
+
+func (s *processService) StreamInput(ctx context.Context, st *connect.ClientStream[pb.StreamInputRequest]) (*connect.Response[pb.StreamInputResponse], error) {
+	var p *manager.Process
+	for st.Receive() {
+		switch ev := st.Msg().GetEvent().(type) {
+		case *pb.StreamInputRequest_Start:
+			found, err := s.resolve(ctx, ev.Start.GetProcess())
+			if err != nil {
+				return nil, connectError(err)
+			}
+			p = &found
+		case *pb.StreamInputRequest_Data:
+			if p == nil {
+				return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("data before the start event"))
+			}
+			if err := s.m().ProcessStdin(ctx, targetOf(ctx).Sandbox, p.ID, bytes.NewReader(inputBytes(ev.Data.GetInput())), false, principalOf(ctx).Actor); err != nil {
+				return nil, connectError(err)
+			}
+		}
+	}
+	if err := st.Err(); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return connect.NewResponse(&pb.StreamInputResponse{}), nil
+}
+
+func (s *processService) SendSignal(ctx context.Context, req *connect.Request[pb.SendSignalRequest]) (*connect.Response[pb.SendSignalResponse], error) {
+	p, err := s.resolve(ctx, req.Msg.GetProcess())
+	if err != nil {
+		return nil, connectError(err)
+	}
+	sig, stop := "SIGTERM", false
+	switch req.Msg.GetSignal() {
+	case pb.Signal_SIGNAL_SIGKILL:
+		sig, stop = "SIGKILL", true
+	case pb.Signal_SIGNAL_SIGTERM:
+	default:
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("signal %v is not SIGTERM or SIGKILL", req.Msg.GetSignal()))
+	}
+	if err := s.m().SignalProcess(ctx, targetOf(ctx).Sandbox, p.ID, sig, stop, principalOf(ctx).Actor); err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&pb.SendSignalResponse{}), nil
+}
+
+func (s *processService) CloseStdin(ctx context.Context, req *connect.Request[pb.CloseStdinRequest]) (*connect.Response[pb.CloseStdinResponse], error) {
+	p, err := s.resolve(ctx, req.Msg.GetProcess())
+	if err != nil {
+		return nil, connectError(err)
+	}
+	if err := s.m().ProcessStdin(ctx, targetOf(ctx).Sandbox, p.ID, bytes.NewReader(nil), true, principalOf(ctx).Actor); err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&pb.CloseStdinResponse{}), nil
+}
+
+// Update resizes a running PTY. berth's background processes take a
+// terminal size from an attached client only, so the door sets it on the
+// terminal itself: `stty -F /proc/PID/fd/0 rows R cols C` run in the
+// sandbox as root against the process's own terminal (TIOCSWINSZ, which
+// also signals SIGWINCH to its foreground group). The pid is one the
+// door resolved to a running PTY process of this sandbox; the command's
+// only effect is inside the sandbox.
+func (s *processService) Update(ctx context.Context, req *connect.Request[pb.UpdateRequest]) (*connect.Response[pb.UpdateResponse], error) {
+	p, err := s.resolve(ctx, req.Msg.GetProcess())
+	if err != nil {
+		return nil, connectError(err)
+	}
+	sz := req.Msg.GetPty().GetSize()
+	if sz == nil {
+		return connect.NewResponse(&pb.UpdateResponse{}), nil
+	}
+	if !p.TTY || p.PID <= 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("the process has no PTY to resize"))
+	}
+	rows, cols := clamp16(sz.GetRows()), clamp16(sz.GetCols())
+	if rows == 0 || cols == 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("rows and cols must be positive"))
+	}
+	var msg limitedBuffer
+	ex, err := s.m().Exec(ctx, targetOf(ctx).Sandbox, &manager.ExecRequest{
+		Cmd:  []string{"stty", "-F", "/proc/" + strconv.Itoa(p.PID) + "/fd/0", "rows", strconv.Itoa(int(rows)), "cols", strconv.Itoa(int(cols))},
+		User: "root", Timeout: 10 * time.Second,
+	}, manager.ExecIO{Stdout: &msg, Stderr: &msg}, principalOf(ctx).Actor)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	if ex.Code != 0 {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("resizing the PTY: stty exited %d: %s", ex.Code, msg.String()))
+	}
+	return connect.NewResponse(&pb.UpdateResponse{}), nil
+}
+
+// limitedBuffer keeps the first 1 KiB written to it (a message shown to
+// the caller) and drops the rest.
+type limitedBuffer struct{ bytes.Buffer }
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if room := 1024 - b.Len(); room > 0 {
+		b.Buffer.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}

@@ -1,0 +1,176 @@
+package e2b
+
+import (
+	"net/url"
+	"path"
+	"strings"
+	"testing"
+
+	"github.com/berth-sh/berth/internal/manager"
+)
+
+type createRequestT = manager.CreateRequest
+
+func TestParseTarget(t *testing.T) {
+	for _, tc := range []struct {
+		host, domain, id, port string
+		want                   Target
+		ok, bad                bool
+	}{
+		{host: "127.0.0.1:3000", ok: false},
+		{host: "49983-abc123.e2b.test", domain: "e2b.test", want: Target{"abc123", 49983}, ok: true},
+		{host: "49983-ABC123.E2B.test:443", domain: "e2b.test", want: Target{"abc123", 49983}, ok: true},
+		{host: "8080-abc.e2b.test.", domain: "e2b.test", want: Target{"abc", 8080}, ok: true},
+		{host: "x.8080-abc.e2b.test", domain: "e2b.test", ok: true, bad: true},
+		{host: "0-abc.e2b.test", domain: "e2b.test", ok: true, bad: true},
+		{host: "65536-abc.e2b.test", domain: "e2b.test", ok: true, bad: true},
+		{host: "080-abc.e2b.test", domain: "e2b.test", ok: true, bad: true},
+		{host: "api.e2b.test", domain: "e2b.test", ok: true, bad: true},
+		{host: "evil.test", domain: "e2b.test", ok: false},
+		{host: "h", id: "abc", port: "49983", want: Target{"abc", 49983}, ok: true},
+		{host: "h", id: "abc", port: "+1", ok: true, bad: true},
+		{host: "h", id: "../x", port: "1", ok: true, bad: true},
+		{host: "h", id: "", port: "1", ok: true, bad: true},
+		{host: "h", id: "abc", port: "", ok: true, bad: true},
+		// The host name wins over the headers: one route per request.
+		{host: "1-aaa.e2b.test", domain: "e2b.test", id: "bbb", port: "2", want: Target{"aaa", 1}, ok: true},
+	} {
+		got, ok, err := ParseTarget(tc.host, tc.domain, tc.id, tc.port)
+		if ok != tc.ok || (err != nil) != tc.bad || !tc.bad && got != tc.want {
+			t.Errorf("ParseTarget(%q, %q, %q, %q) = %+v, %v, %v; want %+v, %v, bad %v",
+				tc.host, tc.domain, tc.id, tc.port, got, ok, err, tc.want, tc.ok, tc.bad)
+		}
+	}
+}
+
+// FuzzParseTarget: whatever the host and headers, an accepted target has
+// a valid id and port, and the id never carries a path or host separator.
+func FuzzParseTarget(f *testing.F) {
+	f.Add("49983-abc.e2b.test", "e2b.test", "", "")
+	f.Add("h:1", "", "abc", "49983")
+	f.Add("1-a.b.e2b.test", "e2b.test", "x", "0")
+	f.Fuzz(func(t *testing.T, host, domain, id, port string) {
+		tg, ok, err := ParseTarget(host, strings.ToLower(domain), id, port)
+		if err != nil || !ok {
+			if tg != (Target{}) {
+				t.Fatalf("refused target %+v has a value", tg)
+			}
+			return
+		}
+		if !validID(tg.Sandbox) || tg.Port < 1 || tg.Port > 65535 || strings.ContainsAny(tg.Sandbox, "/.:%") {
+			t.Fatalf("accepted bad target %+v", tg)
+		}
+	})
+}
+
+func TestCreateRequest(t *testing.T) {
+	sec := func(v int64) *int64 { return &v }
+	yes, no := true, false
+	for _, tc := range []struct {
+		name string
+		in   newSandbox
+		bad  bool
+		chk  func(t *testing.T, got *createRequestT)
+	}{
+		{name: "base is the default", in: newSandbox{TemplateID: "base"}, chk: func(t *testing.T, r *createRequestT) {
+			if r.Template != "" || r.Timeout != DefaultTimeout {
+				t.Errorf("%+v", r)
+			}
+		}},
+		{name: "timeout and metadata", in: newSandbox{TemplateID: "py", Timeout: sec(60), Metadata: map[string]string{"a": "b"}},
+			chk: func(t *testing.T, r *createRequestT) {
+				if r.Template != "py" || r.Timeout.Seconds() != 60 || r.Labels["a"] != "b" {
+					t.Errorf("%+v", r)
+				}
+			}},
+		{name: "autoPause is the idle policy", in: newSandbox{Timeout: sec(30), AutoPause: &yes},
+			chk: func(t *testing.T, r *createRequestT) {
+				if r.Timeout != 0 || r.Policy.IdleTimeout.Seconds() != 30 || r.Policy.OnIdle != "pause" {
+					t.Errorf("%+v", r)
+				}
+			}},
+		{name: "allowOut is egress", in: newSandbox{Network: &networkConfig{AllowOut: []string{"pypi.org"}, DenyOut: []string{"0.0.0.0/0"}}},
+			chk: func(t *testing.T, r *createRequestT) {
+				if r.Network != "egress" || len(r.Allow) != 1 {
+					t.Errorf("%+v", r)
+				}
+			}},
+		{name: "no internet", in: newSandbox{AllowInternetAccess: &no}, chk: func(t *testing.T, r *createRequestT) {
+			if r.Network != "none" {
+				t.Errorf("%+v", r)
+			}
+		}},
+		{name: "zero timeout", in: newSandbox{Timeout: sec(0)}, bad: true},
+		{name: "huge timeout", in: newSandbox{Timeout: sec(1 << 40)}, bad: true},
+		{name: "denyOut of one host", in: newSandbox{Network: &networkConfig{DenyOut: []string{"1.1.1.1"}}}, bad: true},
+		{name: "insecure", in: newSandbox{Secure: &no}, bad: true},
+		{name: "mcp", in: newSandbox{MCP: []byte(`{"x":1}`)}, bad: true},
+		{name: "autoResume alone", in: newSandbox{AutoResume: &struct{ Enabled bool }{true}}, bad: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := createRequest(&tc.in)
+			if (err != nil) != tc.bad {
+				t.Fatalf("err = %v, want bad %v", err, tc.bad)
+			}
+			if err == nil && tc.chk != nil {
+				tc.chk(t, got)
+			}
+		})
+	}
+}
+
+// FuzzListFilter: the SDK's list query never panics, and what it accepts
+// names only running and paused.
+func FuzzListFilter(f *testing.F) {
+	f.Add("state=running,paused&metadata=a%3Db%26c%3Dd")
+	f.Add("metadata=%25zz")
+	f.Fuzz(func(t *testing.T, q string) {
+		v, err := url.ParseQuery(q)
+		if err != nil {
+			return
+		}
+		lf, err := parseListFilter(v)
+		if err != nil {
+			return
+		}
+		for _, s := range lf.states {
+			if s != "running" && s != "paused" {
+				t.Fatalf("accepted state %q", s)
+			}
+		}
+	})
+}
+
+// FuzzUserOf: the Basic header's user is a plain passwd name or refused.
+func FuzzUserOf(f *testing.F) {
+	f.Add("Basic dXNlcjo=")
+	f.Add("Basic cm9vdDp4")
+	f.Add("Bearer x")
+	f.Fuzz(func(t *testing.T, h string) {
+		u, err := userOf(map[string][]string{"Authorization": {h}})
+		if err != nil {
+			return
+		}
+		if strings.ContainsAny(u, ":/\x00 \n") || len(u) > 32 {
+			t.Fatalf("accepted user %q", u)
+		}
+	})
+}
+
+// FuzzAbsPath: an accepted path is absolute and clean.
+func FuzzAbsPath(f *testing.F) {
+	f.Add("a/../../b", "user")
+	f.Add("~/x", "")
+	f.Fuzz(func(t *testing.T, p, user string) {
+		if _, err := checkUser(user); err != nil {
+			return
+		}
+		got, err := absPath(p, user)
+		if err != nil {
+			return
+		}
+		if !strings.HasPrefix(got, "/") || path.Clean(got) != got || strings.Contains(got, "\x00") {
+			t.Fatalf("absPath(%q, %q) = %q", p, user, got)
+		}
+	})
+}

@@ -1,0 +1,41 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/sandbox"
+)
+
+// MaxTimeout bounds the hard lifetime a sandbox may be given from now.
+const MaxTimeout = 30 * 24 * time.Hour
+
+// SetTimeout moves the hard timeout of a running or paused sandbox to d
+// from now (its deadline counts from its start, so the stored timeout
+// becomes the time since then plus d); d == 0 removes it. The change and
+// its event are one write; the reconciler acts on the new deadline.
+func (m *Engine) SetTimeout(ctx context.Context, ref string, d time.Duration, actor string) (*sandbox.Sandbox, error) {
+	if d < 0 || d > MaxTimeout {
+		return nil, errdefs.Invalid("timeout must be between 0 and %s", MaxTimeout)
+	}
+	return m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
+		if sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused {
+			return sandbox.ErrWrongState("set the timeout of", sb)
+		}
+		msg := "timeout removed"
+		sb.Spec.Timeout = 0
+		if d > 0 {
+			since := m.now().Sub(sb.StartedAt)
+			if sb.StartedAt.IsZero() || since < 0 {
+				since = 0
+			}
+			// Whole seconds, never below what was asked.
+			sb.Spec.Timeout = (since + d + time.Second - 1).Truncate(time.Second)
+			msg = fmt.Sprintf("timeout set to %s from now", d)
+		}
+		return m.store.UpdateSandbox(ctx, sb, &sandbox.Event{SandboxID: sb.ID, Type: "timeout", Actor: actor,
+			Cause: sandbox.CauseUser, Outcome: "ok", Message: msg})
+	})
+}

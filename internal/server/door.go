@@ -1,0 +1,57 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+
+	"github.com/berth-sh/berth/internal/auth"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/sandbox"
+)
+
+// What another front door onto the same engine (internal/e2b) borrows
+// from this one, so a credential, a lease and a proxied port mean the same
+// on every door.
+
+// Credential authenticates token (an API key or a lease token) for a call
+// that needs rule on sandbox id ("" for none), as the guard does: a lease
+// only while its sandbox is leasable, then the rule, then the key's rate
+// limit.
+func (s *Server) Credential(ctx context.Context, token string, rule auth.Rule, id string) (auth.Principal, error) {
+	if token == "" {
+		return auth.Principal{}, errdefs.Unauthenticated("no credential")
+	}
+	p, err := s.authn.Authenticate(ctx, token)
+	if err != nil {
+		return auth.Principal{}, err
+	}
+	if p.IsLease() {
+		if sb, err := s.lookup(ctx, p.Sandbox); err != nil || !leasable(sb.State) {
+			return auth.Principal{}, errdefs.Unauthenticated("the lease token ended with its sandbox")
+		}
+	}
+	if err := auth.Authorize(p, rule, id); err != nil {
+		return auth.Principal{}, err
+	}
+	if err := s.rateLimit(ctx, p); err != nil {
+		return auth.Principal{}, err
+	}
+	return p, nil
+}
+
+// WithCaller is the context a call of the authorized p runs in: the
+// principal and the identity the engine reads owners from.
+func WithCaller(ctx context.Context, p auth.Principal) context.Context { return withCaller(ctx, p) }
+
+// CreateLease records sb's create-time lease, minted by key keyID, and
+// returns its token (the same the REST create returns).
+func (s *Server) CreateLease(ctx context.Context, sb *sandbox.Sandbox, keyID string) (string, error) {
+	return s.createLease(ctx, sb, keyID)
+}
+
+// ProxyPort forwards r to port of sandbox id at path, as the port proxy
+// does (its errors are this API's JSON).
+func (s *Server) ProxyPort(w http.ResponseWriter, r *http.Request, id string, port int, path string) {
+	s.proxy(w, r, id, strconv.Itoa(port), path)
+}
