@@ -36,6 +36,9 @@ command -v node >/dev/null || need_apt+=(nodejs)
 command -v npm >/dev/null || need_apt+=(npm)
 # protoc regenerates the E2B door's envd protocol code (scripts/gen-envdpb.sh).
 command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
+# A real browser for the port-token test (test/e2e/browser_test.go):
+# Debian's Chromium, run headless.
+command -v chromium >/dev/null || need_apt+=(chromium)
 # PostgreSQL: the server binaries (Debian layout, any version) and psql.
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && command -v psql >/dev/null || need_apt+=(postgresql)
 
