@@ -77,6 +77,10 @@ func (s *sqlStore) DeleteTenant(ctx context.Context, name string, at time.Time) 
 			{"sandbox", `SELECT COUNT(*) FROM sandboxes WHERE tenant = ? AND state <> 'deleted'`},
 			{"volume", `SELECT COUNT(*) FROM volumes WHERE tenant = ? AND state <> 'deleted'`},
 			{"snapshot", `SELECT COUNT(*) FROM snapshots WHERE tenant = ?`},
+			// A tenant's own templates (deleting one removes its warm pool
+			// and the pool's members): left behind, a pool would refill
+			// for a tenant that is gone.
+			{"template", `SELECT COUNT(*) FROM templates WHERE tenant = ?`},
 		} {
 			var n int64
 			if err := tx.QueryRowContext(ctx, s.d.rebind(c.q), name).Scan(&n); err != nil {
@@ -94,6 +98,14 @@ func (s *sqlStore) DeleteTenant(ctx context.Context, name string, at time.Time) 
 			return fmt.Errorf("delete tenant %s: %w", name, err)
 		} else if n == 0 {
 			return errdefs.NotFound("tenant %q not found", name)
+		}
+		for _, q := range []string{
+			`DELETE FROM build_cache WHERE tenant = ?`,
+			`DELETE FROM pools WHERE tenant = ?`,
+		} {
+			if _, err := tx.ExecContext(ctx, s.d.rebind(q), name); err != nil {
+				return fmt.Errorf("delete tenant %s: %w", name, err)
+			}
 		}
 		for _, q := range []string{
 			`UPDATE api_keys SET revoked_at = ? WHERE tenant = ? AND revoked_at = 0`,

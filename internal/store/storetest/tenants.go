@@ -50,6 +50,11 @@ func testTenants(t *testing.T, s store.Store) {
 	wantCategory(t, s.DeleteTenant(ctx, "acme", at(time.Hour)), errdefs.ErrConflict, "volume")
 	v.State = store.VolumeDeleted
 	must(t, s.UpdateVolume(ctx, v))
+	// Its own template blocks the delete too (its pool would refill for
+	// a tenant that is gone); removed, the tenant goes.
+	must(t, s.PutTemplate(ctx, &store.Template{Tenant: "acme", Name: "own", Layers: []string{"sha256:aa"}, Source: "test", CreatedAt: at(0)}))
+	wantCategory(t, s.DeleteTenant(ctx, "acme", at(time.Hour)), errdefs.ErrConflict, "template")
+	must(t, s.DeleteTenantTemplate(ctx, "acme", "own"))
 	must(t, s.DeleteTenant(ctx, "acme", at(time.Hour)))
 	_, err = s.GetTenant(ctx, "acme")
 	wantCategory(t, err, errdefs.ErrNotFound)
