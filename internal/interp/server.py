@@ -9,6 +9,8 @@ import glob
 import json
 import os
 import queue
+import select
+import socket
 import sys
 import threading
 import time
@@ -113,15 +115,18 @@ class Context:
     def info(self):
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
 
-    def _drain(self, msg_id, deadline, emit):
-        """Reads iopub until msg_id's kernel goes idle; False on deadline."""
+    def _drain(self, msg_id, deadline, emit, hung_up=None):
+        """Reads iopub until msg_id's kernel goes idle; False on deadline
+        or once hung_up() says the caller went away."""
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
             try:
-                msg = self.kc.get_iopub_msg(timeout=min(left, 1.0))
+                msg = self.kc.get_iopub_msg(timeout=min(left, 0.5))
             except queue.Empty:
+                if hung_up is not None and hung_up():
+                    return False
                 if not self.km.is_alive():
                     emit({"type": "unexpected_end_of_execution"})
                     return True
@@ -151,7 +156,7 @@ class Context:
         msg_id = self.kc.execute(code, silent=True, store_history=False)
         self._drain(msg_id, time.monotonic() + timeout, None)
 
-    def execute(self, code, env_vars, timeout, emit):
+    def execute(self, code, env_vars, timeout, emit, hung_up=None):
         with self.lock:
             if self.kc is None:
                 self.start()
@@ -159,7 +164,7 @@ class Context:
                 self._silent("import os as __berth_os\n__berth_env = {k: __berth_os.environ.get(k) for k in %r}\n"
                              "__berth_os.environ.update(%r)\n" % (list(env_vars), env_vars))
             msg_id = self.kc.execute(code)
-            done = self._drain(msg_id, time.monotonic() + timeout, emit)
+            done = self._drain(msg_id, time.monotonic() + timeout, emit, hung_up)
             if not done:
                 self.km.interrupt_kernel()
                 emit({"type": "error", "name": "TimeoutError",
@@ -364,9 +369,21 @@ class Handler(BaseHTTPRequestHandler):
 
         gone = []
 
+        def hung_up():
+            # The caller closed its connection (the SDK's own timeout aborts
+            # the request): the cell is interrupted as on a timeout, so the
+            # context is idle for the next request at once.
+            if gone:
+                return True
+            try:
+                r, _, _ = select.select([self.connection], [], [], 0)
+                if r and self.connection.recv(1, socket.MSG_PEEK) == b"":
+                    gone.append(True)
+            except OSError:
+                gone.append(True)
+            return bool(gone)
+
         def emit(obj):
-            # A caller that went away does not stop the cell: it runs to its
-            # end (or timeout) so the context is idle for the next request.
             if gone:
                 return
             try:
@@ -375,7 +392,7 @@ class Handler(BaseHTTPRequestHandler):
             except OSError:
                 gone.append(True)
 
-        ctx.execute(code, env_vars, float(timeout), emit)
+        ctx.execute(code, env_vars, float(timeout), emit, hung_up)
 
 
 def main():

@@ -38,6 +38,10 @@ func TestSystemActionsAudited(t *testing.T) {
 		idle.ID:    {"system:policy", "policy.stop"},
 		crashed.ID: {"system:reconciler", "reconciler.cleanup"},
 	}
+	// Under load a teardown may be retried (the first attempt failing is
+	// itself audited): every entry must be the system's own action, the
+	// newest ok.
+	total := 0
 	for id, w := range want {
 		var es []*store.AuditEntry
 		deadline := time.Now().Add(10 * time.Second)
@@ -47,17 +51,24 @@ func TestSystemActionsAudited(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(es) == 1 && es[0].Result != store.AuditPending {
+			if len(es) >= 1 && es[len(es)-1].Result == "ok" {
 				break
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		if len(es) != 1 || es[0].Actor != w.actor || es[0].Action != w.action || es[0].Result != "ok" || es[0].Tenant != "" {
-			t.Errorf("%s: entries %+v; want one %s by %s, ok", id, es, w.action, w.actor)
+		total += len(es)
+		for i, en := range es {
+			if en.Actor != w.actor || en.Action != w.action || en.Tenant != "" || en.Result == store.AuditPending {
+				t.Errorf("%s: entry %d %+v; want %s by %s", id, i, en, w.action, w.actor)
+			}
+		}
+		if len(es) == 0 || es[len(es)-1].Result != "ok" {
+			t.Errorf("%s: %d entries, the newest not ok; want %s by %s, ok", id, len(es), w.action, w.actor)
 		}
 	}
 	rep, err := log.Load().Verify(e.ctx, store.AnyOwner)
-	if err != nil || !rep.OK || rep.Checked != 4 {
-		t.Errorf("Verify = %+v, %v; want ok with 4 records", rep, err)
+	// Each action is two records: its start and its outcome.
+	if err != nil || !rep.OK || rep.Checked != int64(2*total) {
+		t.Errorf("Verify = %+v, %v; want ok with %d records", rep, err, 2*total)
 	}
 }
