@@ -86,6 +86,7 @@ fi
 
 # The E2B e2e test drives the E2B door with the unmodified e2b SDK, pinned
 # in test/e2b/package-lock.json.
-if [ ! -f "$(dirname "$0")/../test/e2b/node_modules/e2b/package.json" ]; then
+if [ ! -f "$(dirname "$0")/../test/e2b/node_modules/e2b/package.json" ] ||
+	[ ! -f "$(dirname "$0")/../test/e2b/node_modules/@e2b/code-interpreter/package.json" ]; then
 	(cd "$(dirname "$0")/../test/e2b" && npm ci --no-audit --no-fund)
 fi

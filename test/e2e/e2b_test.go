@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -51,7 +52,9 @@ func runE2BScript(t *testing.T, name, url, key string, out any) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "e2b", "package.json")); err != nil {
+	_, err1 := os.Stat(filepath.Join(dir, "node_modules", "e2b", "package.json"))
+	_, err2 := os.Stat(filepath.Join(dir, "node_modules", "@e2b", "code-interpreter", "package.json"))
+	if err := errors.Join(err1, err2); err != nil {
 		ci := exec.CommandContext(ctx, "npm", "ci", "--prefer-offline", "--no-audit", "--no-fund")
 		ci.Dir = dir
 		if b, err := ci.CombinedOutput(); err != nil {
