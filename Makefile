@@ -7,7 +7,7 @@ BIN := bin/berth
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: help deps build test unit e2e e2e-race security-test fuzz lint vet bench soak demo clean
+.PHONY: help deps build test unit e2e e2e-race security-test fuzz lint vet bench soak test-interp-sdk demo clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -45,6 +45,9 @@ fuzz: ## run each fuzzer for a while (seed corpora already run in test)
 
 bench: build ## the performance report (berth bench) beside raw runc
 	./$(BIN) bench
+
+test-interp-sdk: ## the @e2b/code-interpreter SDK through the E2B door (opt-in while its stream is cut intermittently)
+	BERTH_E2B_INTERP_SDK=1 $(GO) test -count=1 -timeout 10m -run TestE2BCodeInterpreter -v ./test/e2e/
 
 soak: build ## long churn run with leak checks
 	BERTH_SOAK=1 $(GO) test -count=1 -timeout 60m -run TestSoak -v ./test/e2e/
