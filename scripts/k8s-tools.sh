@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes test cluster's binaries from the Go module proxy:
-# kube-apiserver and kubelet (k8s.io/kubernetes, tools/k8s/kube), etcd (a
+# kube-apiserver, kubelet, kube-scheduler and kube-controller-manager
+# (k8s.io/kubernetes, tools/k8s/kube), etcd (a
 # wrapper main around go.etcd.io/etcd/server/v3/etcdmain, same module) and
 # kwok (sigs.k8s.io/kwok, tools/k8s/kwok). The result is cached outside the
 # clone, keyed by the Kubernetes version and a hash of the tools modules'
@@ -8,12 +9,16 @@
 # it:
 #   $BERTH_K8S_CACHE (default /var/cache/berth/k8s)/<version>-<hash>/bin/
 # A build goes into a temp dir beside it and is renamed in only when every
-# binary linked, so a cut build never counts as cached. The bin dir is
+# binary linked, so a cut build never counts as cached. kwok's stage
+# config (kwok-stages.yaml) lies beside the binaries. The bin dir is
 # written to $BERTH_K8S_CACHE/CURRENT (internal/testenv/kubeenv reads it)
 # and printed on stdout, the only thing this script prints there.
 #   scripts/k8s-tools.sh          build if missing, print the bin dir
 #   scripts/k8s-tools.sh --check  print the bin dir if cached, else exit 1
 set -euo pipefail
+# The whole script is one function, read before it runs: editing this file
+# while a build runs cannot change what that build does.
+main() {
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH CGO_ENABLED=0
 export GOFLAGS="${GOFLAGS:--buildvcs=false} -mod=readonly"
@@ -32,11 +37,12 @@ kwok_version=$(sed -n 's/^require sigs.k8s.io\/kwok //p' "$kwok/go.mod")
 hash=$(cat "$kube"/go.mod "$kube"/go.sum "$kube"/etcd/main.go "$kwok"/go.mod "$kwok"/go.sum "$0" |
 	sha256sum | cut -c1-10)
 dest="$cache/$k8s_version-$hash"
-bins=(kube-apiserver kubelet etcd kwok)
+bins=(kube-apiserver kubelet kube-scheduler kube-controller-manager etcd kwok)
 
 cached() {
 	local b
 	for b in "${bins[@]}"; do [ -x "$dest/bin/$b" ] || return 1; done
+	[ -s "$dest/bin/kwok-stages.yaml" ]
 }
 publish() {
 	printf '%s\n' "$dest/bin" >"$cache/CURRENT.tmp.$$"
@@ -83,7 +89,16 @@ kv+=" -X k8s.io/component-base/version.gitTreeState=clean"
 step etcd "$kube" ./etcd "-s -w"
 step kube-apiserver "$kube" k8s.io/kubernetes/cmd/kube-apiserver "$kv"
 step kubelet "$kube" k8s.io/kubernetes/cmd/kubelet "$kv"
+step kube-scheduler "$kube" k8s.io/kubernetes/cmd/kube-scheduler "$kv"
+step kube-controller-manager "$kube" k8s.io/kubernetes/cmd/kube-controller-manager "$kv"
 step kwok "$kwok" sigs.k8s.io/kwok/cmd/kwok "-s -w"
+# kwok runs only with Stage objects saying how simulated nodes and pods
+# progress; it ships its "fast" ones as kustomize files in its module.
+kwok_dir=$(cd "$kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
+for f in node/fast/node-initialize node/heartbeat/node-heartbeat pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
+	echo "---"
+	cat "$kwok_dir/kustomize/stage/$f.yaml"
+done >"$tmp/bin/kwok-stages.yaml"
 cat >"$tmp/VERSIONS" <<EOF
 kubernetes $k8s_version
 etcd $etcd_version
@@ -96,3 +111,5 @@ mv "$tmp" "$dest"
 trap - EXIT
 log "all built in $(($(date +%s) - t0))s into $dest"
 publish
+}
+main "$@"
