@@ -190,6 +190,8 @@ func (s *Server) routeTable() []Route {
 			writeError(w, errdefs.NotFound("no route %s %s", r.Method, r.URL.Path))
 		})},
 	}
+	// The web console and its sign-in exchange (console.go).
+	rt = append(rt, s.consoleRoutes()...)
 	for _, op := range []string{"pause", "resume", "stop", "start", "reset"} {
 		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(write), h: s.lifecycle(op)})
 	}
@@ -372,6 +374,9 @@ func (s *Server) authorize(r *http.Request, rt Route) (auth.Principal, error) {
 		return p, auth.Authorize(p, rt.Rule, id)
 	}
 	key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if key == "" && bearerRoutes[rt.Pattern] {
+		key = wsBearer(r) // a browser's WebSocket (console.go)
+	}
 	p, err := s.authn.Authenticate(ctx, strings.TrimSpace(key))
 	if err != nil {
 		return auth.Principal{}, err

@@ -20,6 +20,7 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/auth"
+	"github.com/berth-sh/berth/internal/console"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/identity"
 	"github.com/berth-sh/berth/internal/manager"
@@ -81,11 +82,17 @@ type Server struct {
 	// Secrets serves /v1/secrets (secrets.go).
 	Secrets SecretsConfig
 	mcp     mcpState // the MCP endpoint (mcp.go)
+
+	// ConsoleURLs are the base URLs of the daemon's TCP listeners
+	// ("http://127.0.0.1:7070"), for the sign-in links of `berth console`
+	// (console.go).
+	ConsoleURLs  []string
+	consoleCodes *console.Codes
 }
 
 // New returns the API server for m.
 func New(m *manager.Manager, authn *auth.Authenticator, log *slog.Logger) *Server {
-	s := &Server{m: m, authn: authn, log: log}
+	s := &Server{m: m, authn: authn, log: log, consoleCodes: console.NewCodes()}
 	// The engine's registry (package metrics), when it has one: /metrics
 	// serves the API's measures and the engine's together.
 	if r, ok := engineRegistry(m); ok {
