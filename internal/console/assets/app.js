@@ -100,8 +100,9 @@
   // sse reads a Server-Sent Events stream with fetch (EventSource cannot
   // send the Authorization header), resuming from the last event id after
   // a cut. onEvent gets each frame's parsed data.
-  async function sse(path, onEvent, signal, lastID) {
+  async function sse(path, onEvent, signal, lastID, onState) {
     let last = lastID ? String(lastID) : '';
+    const state = (up) => { if (onState) onState(up); };
     while (!signal.aborted) {
       try {
         const headers = { Accept: 'text/event-stream', Authorization: 'Bearer ' + key() };
@@ -112,6 +113,7 @@
           throw new Error('event stream: HTTP ' + r.status);
         }
         live(true);
+        state(true);
         const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
         let buf = '';
         for (;;) {
@@ -142,6 +144,7 @@
         live(false, e.message);
       }
       if (signal.aborted) return;
+      state(false);
       live(false, 'reconnecting');
       await new Promise((res) => setTimeout(res, 2000));
     }
@@ -324,7 +327,19 @@
     const drop = (id) => { const tr = byID.get(id); if (tr) { tr.remove(); byID.delete(id); } };
     cleanups.push(() => pending.forEach((t) => clearTimeout(t)));
     every(5000, () => document.querySelectorAll('#sandboxes .age').forEach((el) => { el.textContent = ago(el.dataset.t); }));
-    sse('/v1/events', (ev) => { if (ev.sandbox_id) refresh(ev.sandbox_id); }, signal);
+    // While the stream is down (a cut, or a daemon without it), the list
+    // is polled instead, so it never goes stale.
+    let streaming = false;
+    every(3000, async () => {
+      if (streaming) return;
+      try {
+        const now = await api('GET', '/v1/sandboxes', { signal });
+        const ids = new Set(now.map((s) => s.id));
+        for (const id of [...byID.keys()]) if (!ids.has(id)) drop(id);
+        for (const s of now.slice().reverse()) upsert(s);
+      } catch (_) { /* the indicator says offline */ }
+    });
+    sse('/v1/events', (ev) => { if (ev.sandbox_id) refresh(ev.sandbox_id); }, signal, 0, (up) => { streaming = up; });
   }
 
   async function sandboxView(id) {
@@ -415,7 +430,7 @@
     const load = async (d) => {
       msg.textContent = '';
       try {
-        const fis = await api('GET', sbPath(id) + '/files/list?path=' + encodeURIComponent(d));
+        const fis = (await api('GET', sbPath(id) + '/files/list?path=' + encodeURIComponent(d))) || [];
         dir = d;
         pathIn.value = d;
         fis.sort((a, b) => (b.is_dir - a.is_dir) || (a.name < b.name ? -1 : 1));
