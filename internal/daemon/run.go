@@ -373,7 +373,8 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		}
 	}
 	log.Info("shutting down; sandboxes keep running")
-	d.Server.CloseMCP() // MCP sessions end: their ephemeral sandboxes go
+	d.Server.CloseMCP()     // MCP sessions end: their ephemeral sandboxes go
+	d.Server.CloseStreams() // event streams end; their clients resume elsewhere
 	if d.e2b != nil {
 		d.e2b.Close()
 	}
