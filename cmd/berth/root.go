@@ -95,7 +95,7 @@ The CLI talks to the daemon over its unix socket, or over HTTP(S) with an API ke
 		root.AddCommand(c)
 	}
 	for _, c := range []*cobra.Command{newServeCmd(), newTemplateCmd(g), newApplyCmd(g), newPoolCmd(g), newDoctorCmd(g), newAuditCmd(g), newVersionCmd(g), newBenchCmd(), newSelftestCmd(g),
-		newTenantCmd(g), newKeyCmd(g), newQuotaCmd(g)} {
+		newTenantCmd(g), newKeyCmd(g), newQuotaCmd(g), newConsoleCmd(g)} {
 		c.GroupID = "admin"
 		root.AddCommand(c)
 	}

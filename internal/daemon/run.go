@@ -286,6 +286,20 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	return d, nil
 }
 
+// consoleBase is the base URL of the web console on listener address a:
+// an unspecified address (0.0.0.0, ::) is shown as localhost, the one
+// name certain to reach it from the host that runs `berth console`.
+func consoleBase(scheme string, a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return scheme + "://" + a.String()
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "localhost"
+	}
+	return scheme + "://" + net.JoinHostPort(host, port)
+}
+
 // Serve listens on the unix socket (and TCP address, if configured) and
 // serves until ctx is cancelled, then shuts down gracefully. Sandboxes keep
 // running.
@@ -300,6 +314,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		// TLS under the edge: the connection cap counts TCP connections
 		// at accept (the handshake is lazy, under the header deadline),
 		// and the rewrite of net/http's own answers sees plaintext.
+		d.Server.ConsoleURLs = append(d.Server.ConsoleURLs, consoleBase("https", tl.Addr()))
 		d.addServer(tls.NewListener(tl, d.tls), false)
 		log.Info("listening", "tls", tl.Addr().String(), "fingerprint", d.TLSFingerprint)
 		fmt.Fprintf(os.Stderr, "TLS fingerprint: %s\n", d.TLSFingerprint)
@@ -309,6 +324,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("listening on %s: %w", d.cfg.InsecureListen, err)
 		}
+		d.Server.ConsoleURLs = append(d.Server.ConsoleURLs, consoleBase("http", pl.Addr()))
 		d.addServer(pl, false)
 		if isLoopback(d.cfg.InsecureListen) {
 			log.Info("listening", "http", pl.Addr().String())
@@ -357,7 +373,8 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		}
 	}
 	log.Info("shutting down; sandboxes keep running")
-	d.Server.CloseMCP() // MCP sessions end: their ephemeral sandboxes go
+	d.Server.CloseMCP()     // MCP sessions end: their ephemeral sandboxes go
+	d.Server.CloseStreams() // event streams end; their clients resume elsewhere
 	if d.e2b != nil {
 		d.e2b.Close()
 	}

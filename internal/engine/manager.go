@@ -282,6 +282,50 @@ func (m *Engine) Events(ctx context.Context, ref string, after int64, p store.Pa
 	return m.store.ListEvents(ctx, owner(ctx), sb.ID, after, p)
 }
 
+// AllEvents returns a page of the recorded events of every sandbox the
+// caller sees, of the sandboxes ids (every one when empty) and the types
+// (every one when empty), with ids above after; and last, the highest id
+// the page read, which a follower reads after next (an unclaimed pool
+// member is no one's sandbox yet, as in Get: its events are read but not
+// returned to a tenant).
+func (m *Engine) AllEvents(ctx context.Context, ids, types []string, after int64, p store.Page) (evs []*sandbox.Event, next string, last int64, err error) {
+	o := owner(ctx)
+	evs, next, err = m.store.ListAllEvents(ctx, store.EventFilter{Owner: o, SandboxIDs: ids, Types: types, AfterID: after}, p)
+	if err != nil {
+		return nil, "", 0, err
+	}
+	last = after
+	if len(evs) > 0 {
+		last = evs[len(evs)-1].ID
+	}
+	if _, scoped := o.Tenant(); !scoped {
+		return evs, next, last, nil
+	}
+	member := map[string]bool{}
+	out := evs[:0]
+	for _, ev := range evs {
+		is, ok := member[ev.SandboxID]
+		if !ok {
+			sb, err := m.store.GetSandbox(ctx, o, ev.SandboxID)
+			switch {
+			case err == nil:
+				is = sb.Spec.Pool != ""
+			case !errors.Is(err, errdefs.ErrNotFound): // purged since: its events were real
+				return nil, "", 0, err
+			}
+			member[ev.SandboxID] = is
+		}
+		if !is {
+			out = append(out, ev)
+		}
+	}
+	return out, next, last, nil
+}
+
+// EventsWritten returns a channel closed when this daemon next records
+// events (store.Events.EventsWritten): a follower reads, then waits on it.
+func (m *Engine) EventsWritten() <-chan struct{} { return m.store.EventsWritten() }
+
 // LastActivity is the latest activity known for sb (API calls, exec
 // sessions, busy CPU), stored or not yet.
 func (m *Engine) LastActivity(sb *sandbox.Sandbox) time.Time { return m.lastActivity(sb) }

@@ -59,7 +59,10 @@ var leaseRoutes = []string{
 
 // anonymousRoutes need no credential at all; the port routes also when
 // their port is public.
-var anonymousRoutes = []string{"GET /healthz"}
+var anonymousRoutes = []string{"GET /healthz",
+	// The web console's files and redirects, and its sign-in exchange,
+	// whose code is the credential (console.go).
+	"GET /{$}", "GET /console", "GET /console/{path...}", "POST /v1/console/session"}
 
 // portRoutes are the port proxy: public when the sandbox made the port so.
 var portRoutes = []string{"/v1/sandboxes/{id}/ports/{port}/{path...}", "/v1/sandboxes/{id}/ports/{port}", HostPortPattern}
@@ -230,6 +233,7 @@ func target(rt Route, id, port string) (method, path, host string) {
 	if path == "/" {
 		path = "/no/such/route"
 	}
+	path = strings.ReplaceAll(path, "{$}", "")
 	path = strings.NewReplacer("{id}", id, "{name}", "base", "{port}", port, "{path...}", "x").Replace(path)
 	return method, path, ""
 }
@@ -298,7 +302,7 @@ func TestRouteTableAuthorization(t *testing.T) {
 			if h.pattern != rt.Pattern {
 				t.Errorf("%s %s: reached %q, want %q", method, path, h.pattern, rt.Pattern)
 			}
-			if strings.HasPrefix(cred, "lease-") && (h.p.Sandbox != "sb1" || h.id != "sb1") && rt.Pattern != "GET /healthz" {
+			if strings.HasPrefix(cred, "lease-") && (h.p.Sandbox != "sb1" || h.id != "sb1") && !slices.Contains(anonymousRoutes, rt.Pattern) {
 				t.Errorf("%s %s as %s: ran as %+v on %q", method, path, cred, h.p, h.id)
 			}
 		}
@@ -337,7 +341,8 @@ func TestRoutesDocumented(t *testing.T) {
 	// Not part of the documented API: the catch-all 404, the Prometheus
 	// endpoint, the port proxy's redirect to its trailing slash, and the
 	// host-routed proxy (a host name, not a path).
-	undocumented := []string{"/", "GET /metrics", "/v1/sandboxes/{id}/ports/{port}", HostPortPattern}
+	undocumented := []string{"/", "GET /metrics", "/v1/sandboxes/{id}/ports/{port}", HostPortPattern,
+		"GET /{$}", "GET /console"} // the last two: redirects to /console/
 	// op is a documented operation as "METHOD /path"; a route without a
 	// method (the port proxy, any method) is documented as GET.
 	op := func(pattern string) string {

@@ -78,6 +78,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id, portStr, path
 			pr.Out.URL.RawPath = ""
 			pr.Out.Host = r.Host
 			pr.Out.Header.Del("Authorization") // the API key is for berth, not the sandbox
+			stripBearerProtocol(pr.Out.Header)
 			stripPortToken(pr.Out.Header, pr.Out.URL)
 			pr.SetXForwarded()
 		},
@@ -90,6 +91,10 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id, portStr, path
 				c, _, err := s.m.DialPort(ctx, id, port)
 				return c, err
 			},
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			scrubProxiedResponse(resp.Header)
+			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeError(w, errdefs.Unavailable("sandbox %s port %d: %v", id, port, err))

@@ -222,7 +222,7 @@ func (s *Server) processWS(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{})
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{WSProtocol}})
 	if err != nil {
 		return
 	}

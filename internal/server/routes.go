@@ -38,7 +38,10 @@ type Route struct {
 	// per-request read or write deadline. Every other route gets both
 	// (Server.BodyTimeout, Server.WriteTimeout).
 	Stream bool
-	h      http.Handler
+	// EventStream marks a route that streams (as Stream) when the request
+	// accepts text/event-stream, and is an ordinary one otherwise.
+	EventStream bool
+	h           http.Handler
 }
 
 // HostPortPattern is the pattern of the host-routed port proxy,
@@ -82,7 +85,8 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "GET /v1/sandboxes", Rule: need(read), h: hf(s.listSandboxes)},
 		{Pattern: "GET /v1/sandboxes/{id}", Rule: lease(read), h: hf(s.getSandbox)},
 		{Pattern: "DELETE /v1/sandboxes/{id}", Rule: need(write), h: hf(s.deleteSandbox)},
-		{Pattern: "GET /v1/sandboxes/{id}/events", Rule: lease(read), h: hf(s.events)},
+		{Pattern: "GET /v1/sandboxes/{id}/events", Rule: lease(read), EventStream: true, h: hf(s.events)},
+		{Pattern: "GET /v1/events", Rule: need(read), EventStream: true, h: hf(s.allEvents)},
 		{Pattern: "POST /v1/run", Rule: need(write, auth.ScopeExec), Stream: true, h: hf(s.run)},
 
 		{Pattern: "POST /v1/sandboxes/{id}/exec", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.exec)},
@@ -190,6 +194,8 @@ func (s *Server) routeTable() []Route {
 			writeError(w, errdefs.NotFound("no route %s %s", r.Method, r.URL.Path))
 		})},
 	}
+	// The web console and its sign-in exchange (console.go).
+	rt = append(rt, s.consoleRoutes()...)
 	for _, op := range []string{"pause", "resume", "stop", "start", "reset"} {
 		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(write), h: s.lifecycle(op)})
 	}
@@ -319,6 +325,9 @@ func ownerOf(ctx context.Context) store.Owner {
 // keep-alive connection left.
 func (s *Server) deadlines(w http.ResponseWriter, r *http.Request, rt Route) *http.Request {
 	rc := http.NewResponseController(w)
+	if rt.EventStream && wantsEventStream(r) {
+		rt.Stream = true
+	}
 	if rt.Stream || s.WriteTimeout <= 0 {
 		_ = rc.SetWriteDeadline(time.Time{})
 	} else {
@@ -372,6 +381,9 @@ func (s *Server) authorize(r *http.Request, rt Route) (auth.Principal, error) {
 		return p, auth.Authorize(p, rt.Rule, id)
 	}
 	key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if key == "" && bearerRoutes[rt.Pattern] {
+		key = wsBearer(r) // a browser's WebSocket (console.go)
+	}
 	p, err := s.authn.Authenticate(ctx, strings.TrimSpace(key))
 	if err != nil {
 		return auth.Principal{}, err

@@ -20,6 +20,7 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/auth"
+	"github.com/berth-sh/berth/internal/console"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/identity"
 	"github.com/berth-sh/berth/internal/manager"
@@ -66,11 +67,14 @@ type Server struct {
 	// internal/mcp's defaults).
 	MCPMaxSessions int
 	MCPIdleTimeout time.Duration
-	m              *manager.Manager
-	authn          *auth.Authenticator
-	log            *slog.Logger
-	mux            *http.ServeMux
-	metrics        *metrics
+	// EventPing is the heartbeat of an idle event stream (0: 15 s).
+	EventPing time.Duration
+	streams   streams // the open event streams (events.go)
+	m         *manager.Manager
+	authn     *auth.Authenticator
+	log       *slog.Logger
+	mux       *http.ServeMux
+	metrics   *metrics
 	// table is the mounted route table; hostRoute its host-routed proxy.
 	table     []Route
 	hostRoute Route
@@ -81,11 +85,17 @@ type Server struct {
 	// Secrets serves /v1/secrets (secrets.go).
 	Secrets SecretsConfig
 	mcp     mcpState // the MCP endpoint (mcp.go)
+
+	// ConsoleURLs are the base URLs of the daemon's TCP listeners
+	// ("http://127.0.0.1:7070"), for the sign-in links of `berth console`
+	// (console.go).
+	ConsoleURLs  []string
+	consoleCodes *console.Codes
 }
 
 // New returns the API server for m.
 func New(m *manager.Manager, authn *auth.Authenticator, log *slog.Logger) *Server {
-	s := &Server{m: m, authn: authn, log: log}
+	s := &Server{m: m, authn: authn, log: log, consoleCodes: console.NewCodes()}
 	// The engine's registry (package metrics), when it has one: /metrics
 	// serves the API's measures and the engine's together.
 	if r, ok := engineRegistry(m); ok {
@@ -342,36 +352,6 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
 	}
 	s.metrics.deleted.Inc()
 	writeJSON(w, 200, s.toAPI(sb))
-}
-
-func (s *Server) events(w http.ResponseWriter, r *http.Request) {
-	var after int64
-	if v := r.URL.Query().Get("after"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			writeError(w, errdefs.Invalid("after must be an event id"))
-			return
-		}
-		after = n
-	}
-	p, err := pageOf(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	evs, next, err := s.m.Events(r.Context(), r.PathValue("id"), after, p)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	setNext(w, next)
-	out := make([]api.Event, 0, len(evs))
-	for _, e := range evs {
-		out = append(out, api.Event{ID: e.ID, SandboxID: e.SandboxID, Time: e.Time, Type: e.Type,
-			From: string(e.From), To: string(e.To), Actor: e.Actor, Cause: string(e.Cause),
-			Reason: e.Reason, Outcome: e.Outcome, Message: e.Message})
-	}
-	writeJSON(w, 200, out)
 }
 
 // ndjson writes a stream of JSON lines, flushing each, safe for

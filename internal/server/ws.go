@@ -27,7 +27,7 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{})
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{WSProtocol}})
 	if err != nil {
 		return
 	}

@@ -285,6 +285,25 @@ type Events interface {
 	// ListEvents returns a page of a sandbox's events, oldest first, with
 	// ID > afterID (and past p.Cursor). A sandbox o does not see has none.
 	ListEvents(ctx context.Context, o Owner, sandboxID string, afterID int64, p Page) ([]*sandbox.Event, string, error)
+	// ListAllEvents returns a page of the events of every sandbox f.Owner
+	// sees that match f, oldest first, with ID > f.AfterID (and past
+	// p.Cursor). Ids become visible in id order (see AppendEvent), so a
+	// reader that follows them with AfterID never skips one.
+	ListAllEvents(ctx context.Context, f EventFilter, p Page) ([]*sandbox.Event, string, error)
+	// EventsWritten returns a channel that is closed when events are next
+	// committed through this Store: a follower reads, then waits on the
+	// channel it took before reading. Writers through another handle on
+	// the same database (another daemon sharing PostgreSQL) do not close
+	// it, so a follower polls as well.
+	EventsWritten() <-chan struct{}
+}
+
+// EventFilter selects events in ListAllEvents.
+type EventFilter struct {
+	Owner      Owner
+	SandboxIDs []string // empty = every sandbox Owner sees
+	Types      []string // empty = every type
+	AfterID    int64
 }
 
 // Webhooks is the outbox side of events: what webhook delivery reads and

@@ -38,6 +38,7 @@ var (
 	byAPIKeyCreated   = order{list: "api_keys", at: "created_at", id: "id"}
 	byTemplateName    = order{list: "templates", id: "name"}
 	byEventID         = order{list: "events", at: "id"}
+	byAllEventsID     = order{list: "all-events", at: "id"}
 	bySecretName      = order{list: "secrets", id: "name"}
 )
 

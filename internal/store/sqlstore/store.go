@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/berth-sh/berth/internal/errdefs"
@@ -25,9 +26,36 @@ func New(writer, reader *sql.DB, d Dialect, close func() error) store.Store {
 }
 
 type sqlStore struct {
-	w, r  *sql.DB
-	d     Dialect
-	close func() error
+	w, r    *sql.DB
+	d       Dialect
+	close   func() error
+	written broadcast // closed at each commit that appended events
+}
+
+// broadcast wakes every waiter at once: fire closes the channel wait
+// handed out, and the next wait makes a new one. A writer never blocks
+// on a waiter.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (b *broadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+func (b *broadcast) fire() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
+	}
 }
 
 func (s *sqlStore) Close() error {
@@ -155,6 +183,9 @@ func (s *sqlStore) inTx(ctx context.Context, events bool, fn func(tx *sql.Tx) er
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
+	}
+	if events {
+		s.written.fire()
 	}
 	return nil
 }
@@ -385,6 +416,34 @@ func (s *sqlStore) ListEvents(ctx context.Context, o store.Owner, sandboxID stri
 		q.and("sandbox_id IN (SELECT id FROM sandboxes WHERE id = ? AND tenant = ?)", sandboxID, t)
 	}
 	return listPage(ctx, s, q, byEventID, p, scanEvent, eventKey)
+}
+
+func (s *sqlStore) ListAllEvents(ctx context.Context, f store.EventFilter, p store.Page) ([]*sandbox.Event, string, error) {
+	q := pageQuery{base: `SELECT ` + eventCols + ` FROM events`}
+	q.and("id > ?", f.AfterID)
+	if len(f.SandboxIDs) > 0 {
+		q.and("sandbox_id IN ("+placeholders(len(f.SandboxIDs))+")", anys(f.SandboxIDs)...)
+	}
+	if len(f.Types) > 0 {
+		q.and("type IN ("+placeholders(len(f.Types))+")", anys(f.Types)...)
+	}
+	if t, ok := f.Owner.Tenant(); ok {
+		q.and("sandbox_id IN (SELECT id FROM sandboxes WHERE tenant = ?)", t)
+	}
+	return listPage(ctx, s, q, byAllEventsID, p, scanEvent, eventKey)
+}
+
+func (s *sqlStore) EventsWritten() <-chan struct{} { return s.written.wait() }
+
+// placeholders is n comma-separated parameters.
+func placeholders(n int) string { return "?" + strings.Repeat(", ?", n-1) }
+
+func anys(vs []string) []any {
+	out := make([]any, len(vs))
+	for i, v := range vs {
+		out[i] = v
+	}
+	return out
 }
 
 // ---- templates ----

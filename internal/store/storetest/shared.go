@@ -29,6 +29,7 @@ func RunShared(t *testing.T, open func(t *testing.T) (a, b store.Store)) {
 		{"SharedConcurrentUpdates", testSharedConcurrentUpdates},
 		{"SharedNameUnique", testSharedNameUnique},
 		{"SharedEventCursor", testSharedEventCursor},
+		{"SharedAllEvents", testSharedAllEvents},
 		{"SharedIDSlots", testSharedIDSlots},
 		{"SharedAuditChain", auditRace},
 		{"SharedAdmission", testSharedAdmission},

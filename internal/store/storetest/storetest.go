@@ -33,6 +33,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"SandboxCAS", testSandboxCAS},
 		{"SandboxFilters", testSandboxFilters},
 		{"Events", testEvents},
+		{"AllEvents", testAllEvents},
 		{"PurgeRemovesEvents", testPurgeRemovesEvents},
 		{"Templates", testTemplates},
 		{"APIKeys", testAPIKeys},

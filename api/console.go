@@ -1,0 +1,29 @@
+package api
+
+import "time"
+
+// ConsoleCode is the answer of POST /v1/console/codes (the host's own,
+// `berth console`): a one-time sign-in code for the web console, and the
+// console URLs of the daemon's TCP listeners with the code in their
+// fragment (which a browser never sends to a server nor puts in a
+// Referer).
+type ConsoleCode struct {
+	Code      string    `json:"code"`
+	ExpiresAt time.Time `json:"expires_at"`
+	URLs      []string  `json:"urls,omitempty"`
+}
+
+// ConsoleSessionRequest is the body of POST /v1/console/session: the
+// console trades a sign-in code for a short-lived API key.
+type ConsoleSessionRequest struct {
+	Code string `json:"code"`
+}
+
+// ConsoleSession is that key: the host's scope (admin, tenant ""), for
+// ConsoleSessionTTL, shown once. The console keeps it in its tab's
+// sessionStorage and revokes it at sign-out.
+type ConsoleSession struct {
+	APIKey    string    `json:"api_key"`
+	KeyID     string    `json:"key_id"`
+	ExpiresAt time.Time `json:"expires_at"`
+}

@@ -1,0 +1,423 @@
+package server
+
+// Events: a page of JSON, or, for a request that accepts
+// text/event-stream, a live Server-Sent Events stream (docs/events.md).
+//
+// A stream is a follower of the store: it reads the events after the last
+// id it sent, sends them, and waits for the store's next commit of events
+// (store.Events.EventsWritten), a poll tick (another daemon sharing the
+// PostgreSQL store commits without waking this one), a heartbeat, a
+// re-check of its credential, or the end. Event ids become visible in id
+// order (the store's EventOrderLock), so reading "after the last id sent"
+// neither skips nor repeats an event, committed concurrently or not, and a
+// client that comes back with Last-Event-ID continues exactly where it
+// was. Nothing is queued for a subscriber: what it has not read waits in
+// the store, so a slow client costs the engine nothing, and one that stops
+// reading is cut off when a write does not complete within
+// streamWriteTimeout (its socket buffers are the bounded buffer); it
+// resumes from its last id.
+
+import (
+	"bytes"
+	"encoding/json"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/auth"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
+)
+
+const (
+	// streamPage is the most events one read of a stream holds in memory.
+	streamPage = 256
+	// streamWriteTimeout bounds one write of frames: a client that does
+	// not take them in that long is cut off.
+	streamWriteTimeout = 30 * time.Second
+	// streamRetry is the reconnection delay the stream asks for (ms).
+	streamRetry = 2000
+	// maxStreamsPerKey caps the open streams of one credential.
+	maxStreamsPerKey = 16
+	// maxEventFilters caps the sandbox= and type= values of one request.
+	maxEventFilters = 32
+)
+
+var (
+	// streamPoll is how often a stream reads without a wake-up: the
+	// bound on how late it sees another daemon's events.
+	streamPoll = time.Second
+	// streamRecheck is how often a stream checks that its credential is
+	// still valid (a key revoked or expired, a lease ended). Variables,
+	// so tests can shorten them.
+	streamRecheck = 5 * time.Second
+)
+
+// defaultStreamPing is the heartbeat of an idle stream (Server.EventPing).
+const defaultStreamPing = 15 * time.Second
+
+// streams tracks the open event streams: per-credential counts, and the
+// channel closed at shutdown.
+type streams struct {
+	mu      sync.Mutex
+	open    map[string]int
+	closing chan struct{}
+	closed  bool
+}
+
+func (st *streams) init() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closing == nil {
+		st.closing = make(chan struct{})
+		st.open = map[string]int{}
+	}
+}
+
+// admit counts a new stream of key, refusing one over maxStreamsPerKey.
+func (st *streams) admit(key string) (release func(), err error) {
+	st.init()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return nil, errdefs.Unavailable("the daemon is shutting down")
+	}
+	if st.open[key] >= maxStreamsPerKey {
+		return nil, errdefs.Exhausted("%d event streams are open with this credential already; close one", maxStreamsPerKey)
+	}
+	st.open[key]++
+	return func() {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if st.open[key]--; st.open[key] <= 0 {
+			delete(st.open, key)
+		}
+	}, nil
+}
+
+// CloseStreams ends every open event stream and refuses new ones: the
+// daemon calls it before shutting its listeners down, so streams do not
+// hold the shutdown up (their clients reconnect to the next daemon).
+func (s *Server) CloseStreams() {
+	s.streams.init()
+	s.streams.mu.Lock()
+	defer s.streams.mu.Unlock()
+	if !s.streams.closed {
+		s.streams.closed = true
+		close(s.streams.closing)
+	}
+}
+
+// eventQuery is what an events request asks for.
+type eventQuery struct {
+	Sandboxes []string // sandbox= (ids or names); empty: every one
+	Types     []string // type=; empty: every type
+	After     int64    // after=, or the Last-Event-ID header, which wins
+}
+
+// parseEventQuery reads an events request's filters and position:
+// sandbox= and type= (repeatable, at most maxEventFilters each), after= and
+// Last-Event-ID (an event id: a non-negative decimal number).
+func parseEventQuery(q url.Values, lastEventID string) (eventQuery, error) {
+	var eq eventQuery
+	for _, k := range []string{"sandbox", "type"} {
+		vs := q[k]
+		if len(vs) > maxEventFilters {
+			return eventQuery{}, errdefs.Invalid("at most %d %s= filters are served", maxEventFilters, k)
+		}
+		for _, v := range vs {
+			if err := checkFilterValue(k, v); err != nil {
+				return eventQuery{}, err
+			}
+		}
+	}
+	eq.Sandboxes, eq.Types = dedupe(q["sandbox"]), dedupe(q["type"])
+	if v := q.Get("after"); v != "" {
+		n, err := parseEventID(v)
+		if err != nil {
+			return eventQuery{}, errdefs.Invalid("after must be an event id")
+		}
+		eq.After = n
+	}
+	if lastEventID != "" {
+		n, err := parseEventID(strings.TrimSpace(lastEventID))
+		if err != nil {
+			return eventQuery{}, errdefs.Invalid("Last-Event-ID must be an event id")
+		}
+		eq.After = n
+	}
+	return eq, nil
+}
+
+// parseEventID reads an event id: decimal digits only (no sign, no
+// spaces), at most int64.
+func parseEventID(v string) (int64, error) {
+	if v == "" || len(v) > 19 || strings.Trim(v, "0123456789") != "" {
+		return 0, errdefs.Invalid("not an event id")
+	}
+	return strconv.ParseInt(v, 10, 64)
+}
+
+// checkFilterValue refuses a sandbox= or type= value no sandbox id, name
+// or event type can be: empty, longer than 128 bytes, or with a byte
+// outside [A-Za-z0-9._-].
+func checkFilterValue(k, v string) error {
+	if v == "" || len(v) > 128 {
+		return errdefs.Invalid("%s= must be 1 to 128 characters", k)
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return errdefs.Invalid("%s= holds a character no %s has", k, k)
+		}
+	}
+	return nil
+}
+
+func dedupe(vs []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, v := range vs {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// wantsEventStream reports whether r accepts text/event-stream.
+func wantsEventStream(r *http.Request) bool {
+	for _, h := range r.Header.Values("Accept") {
+		for _, part := range strings.Split(h, ",") {
+			if mt, _, err := mime.ParseMediaType(strings.TrimSpace(part)); err == nil && mt == "text/event-stream" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func apiEvent(e *sandbox.Event) api.Event {
+	return api.Event{ID: e.ID, SandboxID: e.SandboxID, Time: e.Time, Type: e.Type,
+		From: string(e.From), To: string(e.To), Actor: e.Actor, Cause: string(e.Cause),
+		Reason: e.Reason, Outcome: e.Outcome, Message: e.Message}
+}
+
+// events serves GET /v1/sandboxes/{id}/events: that sandbox's events, a
+// page or a stream.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	eq, err := parseEventQuery(r.URL.Query(), r.Header.Get("Last-Event-ID"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(eq.Sandboxes) > 0 {
+		writeError(w, errdefs.Invalid("sandbox= filters GET /v1/events; this route is one sandbox's"))
+		return
+	}
+	sb, err := s.m.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if wantsEventStream(r) {
+		s.streamEvents(w, r, []string{sb.ID}, eq.Types, eq.After)
+		return
+	}
+	p, err := pageOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var evs []*sandbox.Event
+	var next string
+	if len(eq.Types) == 0 {
+		evs, next, err = s.m.Events(r.Context(), sb.ID, eq.After, p)
+	} else {
+		evs, next, _, err = s.m.AllEvents(r.Context(), []string{sb.ID}, eq.Types, eq.After, p)
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeEvents(w, evs, next)
+}
+
+// allEvents serves GET /v1/events: the events of every sandbox the
+// caller sees, filtered; a page or a stream.
+func (s *Server) allEvents(w http.ResponseWriter, r *http.Request) {
+	eq, err := parseEventQuery(r.URL.Query(), r.Header.Get("Last-Event-ID"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	// Names become ids now: a stream follows the sandbox it was asked
+	// for, whatever later takes the name. One the caller does not see is
+	// 404, as on every route.
+	var ids []string
+	for _, ref := range eq.Sandboxes {
+		sb, err := s.m.Get(r.Context(), ref)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		ids = append(ids, sb.ID)
+	}
+	if wantsEventStream(r) {
+		s.streamEvents(w, r, dedupe(ids), eq.Types, eq.After)
+		return
+	}
+	p, err := pageOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	evs, next, _, err := s.m.AllEvents(r.Context(), dedupe(ids), eq.Types, eq.After, p)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeEvents(w, evs, next)
+}
+
+func writeEvents(w http.ResponseWriter, evs []*sandbox.Event, next string) {
+	setNext(w, next)
+	out := make([]api.Event, 0, len(evs))
+	for _, e := range evs {
+		out = append(out, apiEvent(e))
+	}
+	writeJSON(w, 200, out)
+}
+
+// streamEvents serves the events of sandboxes ids (every one the caller
+// sees when empty) of types (every one when empty) after id after, then
+// live, as Server-Sent Events (see the top of this file).
+func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, ids, types []string, after int64) {
+	ctx := r.Context()
+	p, _ := auth.From(ctx)
+	release, err := s.streams.admit(p.Actor + "\x00" + p.LeaseID)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer release()
+	// The first read happens before the answer's status, so a failing
+	// store is a JSON error and not an empty stream.
+	wake := s.m.EventsWritten()
+	evs, next, last, err := s.m.AllEvents(ctx, ids, types, after, store.Page{Limit: streamPage})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // a proxy in front must not buffer it
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	var buf bytes.Buffer
+	send := func() bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+		_, err := w.Write(buf.Bytes())
+		buf.Reset()
+		if err == nil {
+			err = rc.Flush()
+		}
+		return err == nil
+	}
+	buf.WriteString("retry: " + strconv.Itoa(streamRetry) + "\n\n")
+	pingEvery := s.EventPing
+	if pingEvery <= 0 {
+		pingEvery = defaultStreamPing
+	}
+	ping := time.NewTicker(pingEvery)
+	defer ping.Stop()
+	poll := time.NewTicker(streamPoll)
+	defer poll.Stop()
+	recheck := time.NewTicker(streamRecheck)
+	defer recheck.Stop()
+	s.streams.init()
+	for {
+		for _, e := range evs {
+			writeFrame(&buf, e)
+		}
+		if buf.Len() > 0 && !send() {
+			return
+		}
+		evs, after = nil, last
+		if next == "" { // caught up: wait for more
+			select {
+			case <-wake:
+			case <-poll.C:
+			case <-ping.C:
+				buf.WriteString(": ping\n\n")
+				if !send() {
+					return
+				}
+				continue
+			case <-recheck.C:
+				if err := s.stillValid(r); err != nil {
+					return
+				}
+				continue
+			case <-ctx.Done():
+				return
+			case <-s.streams.closing:
+				return
+			}
+		}
+		wake = s.m.EventsWritten()
+		evs, next, last, err = s.m.AllEvents(ctx, ids, types, after, store.Page{Limit: streamPage})
+		if err != nil {
+			if ctx.Err() == nil {
+				rid := ""
+				if info := infoOf(w); info != nil {
+					rid = info.id
+				}
+				s.logger().Warn("event stream read failed; the client resumes from its last id", "err", err, "request_id", rid)
+			}
+			return
+		}
+	}
+}
+
+// writeFrame appends e as one SSE frame: its id, its type as the event
+// name, and the api.Event JSON on one line (JSON escapes every newline).
+func writeFrame(buf *bytes.Buffer, e *sandbox.Event) {
+	data, _ := json.Marshal(apiEvent(e))
+	buf.WriteString("id: " + strconv.FormatInt(e.ID, 10) + "\n")
+	if t := e.Type; t != "" && !strings.ContainsAny(t, "\r\n") {
+		buf.WriteString("event: " + t + "\n")
+	}
+	buf.WriteString("data: ")
+	buf.Write(data)
+	buf.WriteString("\n\n")
+}
+
+// stillValid re-checks a stream's credential: a key revoked or expired,
+// or a lease whose sandbox stopped, ends the stream. The unix socket's
+// callers stay the host admin.
+func (s *Server) stillValid(r *http.Request) error {
+	ctx := r.Context()
+	if trusted, _ := ctx.Value(trustedKey{}).(bool); trusted {
+		return nil
+	}
+	key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	p, err := s.authn.Authenticate(ctx, strings.TrimSpace(key))
+	if err != nil {
+		return err
+	}
+	if p.IsLease() {
+		if sb, err := s.lookup(ctx, p.Sandbox); err != nil || !leasable(sb.State) {
+			return errdefs.Unauthenticated("the lease token ended with its sandbox")
+		}
+	}
+	return nil
+}
