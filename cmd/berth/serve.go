@@ -51,6 +51,12 @@ and webhook delivery records, for --retention (default 7d); then the
 reconciler purges them in small batches. An event the webhook has not handled
 yet is never purged. --retention 0 keeps them for ever.
 
+Several daemons on one PostgreSQL store (--store postgres://...) elect one
+of them, through a lease row in the database, to run the store-wide jobs
+(retention, expired idempotency keys, webhook delivery); another takes over
+within --lease-ttl when it dies, stalls or loses the database. berth doctor
+shows the leases; berth_reconcile_leader is the metric.
+
 --listen ADDR serves the API over TLS (1.2 or later): with --tls-cert and
 --tls-key, else with a self-signed ECDSA certificate made at the first start
 in <data-dir>/tls and reused afterwards. "TLS fingerprint: sha256:<hex>" is
@@ -117,6 +123,7 @@ printed at start (and shown by GET /v1/version); clients pin it with
 	f.Var(&lowWater, "disk-low-water", "free space creates must leave on the filesystem under the data dir, else 507 (default 1 GiB, or 5% of a smaller filesystem)")
 	f.Var(&poolSize, "pool-size", "size of the storage pool image when berth makes one (sparse; default 256 GiB)")
 	f.Var(&diskDefault, "disk-default", "server-wide default cap of each sandbox's writable root layer and /tmp, under a template's and a request's own (0: none)")
+	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "lifetime of a reconcile lease without renewal, the bound on a takeover by another replica on a shared store (default 15s)")
 	f.Var(&retention, "retention", "purge tombstones of deleted sandboxes and volumes, with their events, flows and webhook delivery records, this long after deletion (e.g. 7d, 36h; 0: keep for ever; never an event the webhook has not handled)")
 	f.StringVar(&cfg.WebhookURL, "webhook-url", "", "POST every lifecycle event as JSON to this http(s) `URL`, signed in X-Berth-Signature")
 	f.StringVar(&cfg.WebhookSecret, "webhook-secret", "", "HMAC-SHA256 key of the webhook signature (env "+webhookSecretEnv+")")
