@@ -22,6 +22,9 @@ import (
 // the secret need not appear in the process list.
 const webhookSecretEnv = "BERTH_WEBHOOK_SECRET"
 
+// storeEnv is --store's default.
+const storeEnv = "BERTH_STORE"
+
 func newServeCmd() *cobra.Command { return newServeCmdWith(daemon.Run) }
 
 // newServeCmdWith is newServeCmd with the daemon's entry point replaced
@@ -78,6 +81,11 @@ printed at start (and shown by GET /v1/version); clients pin it with
 			cfg.Logger = logger
 			cfg.DiskLowWater, cfg.PoolSize = int64(lowWater), int64(poolSize)
 			cfg.Retention = time.Duration(retention)
+			if cfg.Store == "" {
+				// From the environment, so a password in the URL is not
+				// in the process's arguments (a Kubernetes Secret's env).
+				cfg.Store = os.Getenv(storeEnv)
+			}
 			if cfg.DiskDefault = int64(diskDefault); cfg.DiskDefault == 0 {
 				cfg.DiskDefault = -1 // none
 			}
@@ -99,7 +107,7 @@ printed at start (and shown by GET /v1/version); clients pin it with
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "private key `FILE` (PEM) of --tls-cert")
 	f.StringSliceVar(&cfg.TLSSANs, "tls-san", nil, "extra DNS `NAME` or IP of the self-signed certificate (repeatable; made once, at the first start)")
 	f.StringVar(&cfg.InsecureListen, "insecure-listen", "", "also serve the API as plain HTTP on this TCP `ADDR` (loopback and tests; every request needs an API key)")
-	f.StringVar(&cfg.Store, "store", "", "store `URL`: empty or sqlite for the embedded SQLite database in the data dir")
+	f.StringVar(&cfg.Store, "store", "", "store `URL`: empty or sqlite for the embedded SQLite database in the data dir (default $BERTH_STORE)")
 	f.StringVar(&cfg.Runtime, "runtime", "runc", "default runtime class for sandboxes that name none: runc or runsc")
 	f.StringVar(&cfg.RuncPath, "runc", "runc", "runc binary (`PATH` or name looked up in $PATH)")
 	f.StringVar(&cfg.RunscPath, "runsc", "runsc", "gVisor runsc binary (`PATH` or name in $PATH), offered as runtime class runsc when it works here; none: off")
