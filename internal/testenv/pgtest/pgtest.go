@@ -71,7 +71,8 @@ func start() {
 		server.err = fmt.Errorf("%s is unset and the private PostgreSQL (scripts/pg-test-server.sh) needs root", URLEnv)
 		return
 	} else {
-		server.dir = "/tmp/berth-pgtest-" + strconv.Itoa(os.Getpid())
+		// The postgres store tests' prefix: they stop a cluster left by a dead process.
+		server.dir = "/tmp/berth-pg-test-" + strconv.Itoa(os.Getpid())
 		server.url, server.err = run(server.dir, "start", 10*time.Minute)
 		if server.err != nil {
 			_, _ = run(server.dir, "stop", time.Minute)
