@@ -218,9 +218,6 @@ func (k *Keeper) try(ctx context.Context) {
 			fn(held)
 		}
 	}
-	select {
-	default:
-	}
 }
 
 func (k *Keeper) release() {
