@@ -227,6 +227,9 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	// The local backend's node is this daemon's alone; a PostgreSQL store
 	// may be shared, so its store-wide jobs run on one daemon of them.
 	sharedStore := cfg.Store != "" && cfg.Store != "sqlite"
+	// sharedNode: false for the local backend. A backend whose node every
+	// replica names alike (--backend kubernetes) must pass true, so that
+	// one replica reconciles it.
 	d.leases = openLeases(st, mcfg.Node, sharedStore, false, cfg.LeaseTTL, log.With("component", "leader"))
 	mcfg.NodeLease, mcfg.StoreLease = d.leases.node, d.leases.store
 	met.WatchLeases(d.leases.held)
