@@ -7,7 +7,7 @@ BIN := bin/berth
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: help deps build test test-k8s k8s-tools unit e2e e2e-race security-test fuzz lint vet bench soak test-interp-sdk demo clean
+.PHONY: help deps build test test-k8s check-chart k8s-tools unit e2e e2e-race security-test fuzz lint vet bench soak test-interp-sdk demo clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -43,9 +43,12 @@ test: deps lint unit e2e security-test ## the whole suite: what .ci/run runs
 k8s-tools: ## build kube-apiserver, kubelet, etcd, kwok... from the Go module proxy, cached in /var/cache/berth/k8s
 	@./scripts/k8s-tools.sh
 
-test-k8s: deps ## the suite on a real Kubernetes cluster (test/k8s): builds its binaries first (cached)
+test-k8s: deps check-chart ## the suite on a real Kubernetes cluster (test/k8s): builds its binaries first (cached)
 	@bin=$$(./scripts/k8s-tools.sh) && BERTH_K8S_BIN=$$bin $(GO) test -count=1 -timeout 20m -v $(K8S_TESTFLAGS) ./test/k8s/...
 	@./scripts/leakcheck.sh
+
+check-chart: ## deploy/kubernetes/berth.yaml is the Helm chart's default render (helm's Go packages, tools/helmrender)
+	@./scripts/check-chart.sh
 
 security-test: build ## the attack suite from inside sandboxes on every runtime class (berth selftest --private)
 	./$(BIN) selftest --private

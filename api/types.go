@@ -413,6 +413,21 @@ type DoctorReport struct {
 	Findings []DoctorFinding `json:"findings"`
 	Runtime  string          `json:"runtime"`
 	Healthy  bool            `json:"healthy"`
+	// Leases say which replica runs the background work (docs/kubernetes.md,
+	// "Replicas"): this daemon's node lease and the store-wide one.
+	Leases []DoctorLease `json:"leases,omitempty"`
+}
+
+// DoctorLease is one reconcile lease as the answering daemon sees it.
+type DoctorLease struct {
+	Name            string `json:"name"`              // node:<node> or store
+	Holder          string `json:"holder"`            // the replica holding it, as last read
+	Self            string `json:"self"`              // the answering replica
+	Held            bool   `json:"held"`              // the answering replica holds it now
+	Epoch           int64  `json:"epoch"`             // fencing token: grows with every change of holder
+	RemainingMillis int64  `json:"remaining_ms"`      // left of the holder's lease when last read
+	Trivial         bool   `json:"trivial,omitempty"` // no other replica can contend
+	Error           string `json:"error,omitempty"`
 }
 
 // Version is the answer of GET /v1/version.

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 
+	"github.com/berth-sh/berth/api"
+
 	"github.com/spf13/cobra"
 )
 
@@ -49,6 +51,9 @@ With --fix, reclaim what was found. Exits 1 while anything is left unhealthy.`,
 				state = "unhealthy"
 			}
 			fmt.Fprintf(w, "runtime %s: %s, %d finding(s)\n", orDash(rep.Runtime), state, len(rep.Findings))
+			for _, l := range rep.Leases {
+				fmt.Fprintln(termSafe{w}, leaseLine(l)) // holder names are the store's, not this daemon's
+			}
 		}
 		if rep.Healthy {
 			return nil
@@ -68,4 +73,18 @@ With --fix, reclaim what was found. Exits 1 while anything is left unhealthy.`,
 		return fmt.Errorf("unhealthy: %d problem(s) could not be fixed; see the ERROR column", unfixed)
 	}
 	return cmd
+}
+
+// leaseLine says who runs a lease's background work (berth_reconcile_leader).
+func leaseLine(l api.DoctorLease) string {
+	switch {
+	case l.Trivial:
+		return fmt.Sprintf("lease %s: this daemon's alone", l.Name)
+	case l.Held:
+		return fmt.Sprintf("lease %s: held by this replica %s (epoch %d, %.1fs left)", l.Name, l.Self, l.Epoch, float64(l.RemainingMillis)/1000)
+	case l.Error != "":
+		return fmt.Sprintf("lease %s: not held by this replica %s; store unreachable: %s", l.Name, l.Self, l.Error)
+	default:
+		return fmt.Sprintf("lease %s: held by %s (epoch %d), not this replica %s", l.Name, orDash(l.Holder), l.Epoch, l.Self)
+	}
 }

@@ -22,6 +22,9 @@ import (
 // the secret need not appear in the process list.
 const webhookSecretEnv = "BERTH_WEBHOOK_SECRET"
 
+// storeEnv is --store's default.
+const storeEnv = "BERTH_STORE"
+
 func newServeCmd() *cobra.Command { return newServeCmdWith(daemon.Run) }
 
 // newServeCmdWith is newServeCmd with the daemon's entry point replaced
@@ -51,6 +54,12 @@ and webhook delivery records, for --retention (default 7d); then the
 reconciler purges them in small batches. An event the webhook has not handled
 yet is never purged. --retention 0 keeps them for ever.
 
+Several daemons on one PostgreSQL store (--store postgres://...) elect one
+of them, through a lease row in the database, to run the store-wide jobs
+(retention, expired idempotency keys, webhook delivery); another takes over
+within --lease-ttl when it dies, stalls or loses the database. berth doctor
+shows the leases; berth_reconcile_leader is the metric.
+
 --listen ADDR serves the API over TLS (1.2 or later): with --tls-cert and
 --tls-key, else with a self-signed ECDSA certificate made at the first start
 in <data-dir>/tls and reused afterwards. "TLS fingerprint: sha256:<hex>" is
@@ -72,6 +81,11 @@ printed at start (and shown by GET /v1/version); clients pin it with
 			cfg.Logger = logger
 			cfg.DiskLowWater, cfg.PoolSize = int64(lowWater), int64(poolSize)
 			cfg.Retention = time.Duration(retention)
+			if cfg.Store == "" {
+				// From the environment, so a password in the URL is not
+				// in the process's arguments (a Kubernetes Secret's env).
+				cfg.Store = os.Getenv(storeEnv)
+			}
 			if cfg.DiskDefault = int64(diskDefault); cfg.DiskDefault == 0 {
 				cfg.DiskDefault = -1 // none
 			}
@@ -93,7 +107,7 @@ printed at start (and shown by GET /v1/version); clients pin it with
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "private key `FILE` (PEM) of --tls-cert")
 	f.StringSliceVar(&cfg.TLSSANs, "tls-san", nil, "extra DNS `NAME` or IP of the self-signed certificate (repeatable; made once, at the first start)")
 	f.StringVar(&cfg.InsecureListen, "insecure-listen", "", "also serve the API as plain HTTP on this TCP `ADDR` (loopback and tests; every request needs an API key)")
-	f.StringVar(&cfg.Store, "store", "", "store `URL`: empty or sqlite for the embedded SQLite database in the data dir")
+	f.StringVar(&cfg.Store, "store", "", "store `URL`: empty or sqlite for the embedded SQLite database in the data dir (default $BERTH_STORE)")
 	f.StringVar(&cfg.Runtime, "runtime", "runc", "default runtime class for sandboxes that name none: runc or runsc")
 	f.StringVar(&cfg.RuncPath, "runc", "runc", "runc binary (`PATH` or name looked up in $PATH)")
 	f.StringVar(&cfg.RunscPath, "runsc", "runsc", "gVisor runsc binary (`PATH` or name in $PATH), offered as runtime class runsc when it works here; none: off")
@@ -117,6 +131,7 @@ printed at start (and shown by GET /v1/version); clients pin it with
 	f.Var(&lowWater, "disk-low-water", "free space creates must leave on the filesystem under the data dir, else 507 (default 1 GiB, or 5% of a smaller filesystem)")
 	f.Var(&poolSize, "pool-size", "size of the storage pool image when berth makes one (sparse; default 256 GiB)")
 	f.Var(&diskDefault, "disk-default", "server-wide default cap of each sandbox's writable root layer and /tmp, under a template's and a request's own (0: none)")
+	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "lifetime of a reconcile lease without renewal, the bound on a takeover by another replica on a shared store (default 15s)")
 	f.Var(&retention, "retention", "purge tombstones of deleted sandboxes and volumes, with their events, flows and webhook delivery records, this long after deletion (e.g. 7d, 36h; 0: keep for ever; never an event the webhook has not handled)")
 	f.StringVar(&cfg.WebhookURL, "webhook-url", "", "POST every lifecycle event as JSON to this http(s) `URL`, signed in X-Berth-Signature")
 	f.StringVar(&cfg.WebhookSecret, "webhook-secret", "", "HMAC-SHA256 key of the webhook signature (env "+webhookSecretEnv+")")

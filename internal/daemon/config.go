@@ -78,7 +78,11 @@ type Config struct {
 	// Retention is how long tombstones and their events, flows and
 	// webhook delivery records are kept (0: for ever).
 	Retention time.Duration
-	Logger    *slog.Logger
+	// LeaseTTL is the reconcile leases' lifetime without renewal (package
+	// leader): the bound on another replica's takeover when the holder
+	// dies, stalls or loses its database. 0: leader.DefaultTTL.
+	LeaseTTL time.Duration
+	Logger   *slog.Logger
 
 	// DiskDefault caps each sandbox's writable root layer and /tmp when
 	// neither request nor template does: 0 means manager.DefaultDiskBytes,

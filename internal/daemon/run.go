@@ -19,6 +19,7 @@ import (
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/e2b"
 	"github.com/berth-sh/berth/internal/image"
+	"github.com/berth-sh/berth/internal/leader"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/metrics"
 	"github.com/berth-sh/berth/internal/node/local"
@@ -47,6 +48,7 @@ type Daemon struct {
 	runsc   *runtime.Runsc // the gVisor class, when available
 	backend *local.Backend
 	webhook *webhook.Deliverer
+	leases  *leases // leases.go
 	servers []*http.Server
 	lns     []net.Listener
 	tls     *tls.Config // of the --listen listener
@@ -57,6 +59,9 @@ type Daemon struct {
 }
 
 func (c *Config) setDefaults() error {
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = leader.DefaultTTL
+	}
 	if c.DataDir == "" {
 		c.DataDir = DefaultDataDir
 	}
@@ -219,12 +224,22 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	// One registry for the engine's measures and the API's (/metrics).
 	met := metrics.New()
 	mcfg.Metrics = met
+	// The local backend's node is this daemon's alone; a PostgreSQL store
+	// may be shared, so its store-wide jobs run on one daemon of them.
+	sharedStore := cfg.Store != "" && cfg.Store != "sqlite"
+	// sharedNode: false for the local backend. A backend whose node every
+	// replica names alike (--backend kubernetes) must pass true, so that
+	// one replica reconciles it.
+	d.leases = openLeases(st, mcfg.Node, sharedStore, false, cfg.LeaseTTL, log.With("component", "leader"))
+	mcfg.NodeLease, mcfg.StoreLease = d.leases.node, d.leases.store
+	met.WatchLeases(d.leases.held)
 	if err := (&sandbox.Spec{Resources: sandbox.DefaultResources, Policy: mcfg.DefaultPolicy}).Validate(); err != nil {
 		return nil, fmt.Errorf("default policy: %w", err)
 	}
 	if cfg.WebhookURL != "" {
 		d.webhook = webhook.New(webhook.Config{URL: cfg.WebhookURL, Secret: cfg.WebhookSecret,
-			Logger: log.With("component", "webhook"), OnDelivery: met.WebhookDelivery}, st)
+			Logger: log.With("component", "webhook"), OnDelivery: met.WebhookDelivery,
+			Leads: func() bool { _, ok := d.leases.store.Held(); return ok }}, st)
 		mcfg.OnEvent = d.webhook.Kick
 		mcfg.Webhooks = []string{cfg.WebhookURL}
 	}
@@ -433,6 +448,9 @@ func (d *Daemon) Close() {
 		d.Manager.Close() // closes the backend too
 	} else if d.backend != nil {
 		d.backend.Close(true)
+	}
+	if d.leases != nil {
+		d.leases.close() // after the reconciler stopped: hands over at once
 	}
 	if d.runsc != nil {
 		// runsc's shared null-netns mount; running sandboxes keep theirs.

@@ -22,6 +22,7 @@ import (
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/identity"
 	"github.com/berth-sh/berth/internal/image"
+	"github.com/berth-sh/berth/internal/leader"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -73,6 +74,11 @@ type Config struct {
 	DefaultQuota store.TenantQuota
 	// Metrics, if set, receives the engine's measures (recorder.go).
 	Metrics Recorder
+	// NodeLease and StoreLease decide whether this daemon runs the
+	// reconciler's work over its node's sandboxes and the store-wide jobs
+	// (package leader): replicas sharing a node (Kubernetes) or a store
+	// (PostgreSQL) elect one. Nil: this daemon's alone (leader.Always).
+	NodeLease, StoreLease leader.Lease
 }
 
 // DefaultRecordRetention is how long tombstones and their records are kept
@@ -135,6 +141,12 @@ func New(cfg Config, st store.Store, images *image.Store, backend node.Backend) 
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = nopRecorder{}
+	}
+	if cfg.NodeLease == nil {
+		cfg.NodeLease = leader.Always(leader.NodeLeaseName(cfg.Node), cfg.Node)
+	}
+	if cfg.StoreLease == nil {
+		cfg.StoreLease = leader.Always(leader.StoreLeaseName, cfg.Node)
 	}
 	if cfg.DiskDefault == 0 {
 		cfg.DiskDefault = DefaultDiskBytes

@@ -27,6 +27,7 @@ import (
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 	"github.com/berth-sh/berth/internal/store/sqlite"
+	"github.com/berth-sh/berth/internal/testenv/pgtest"
 )
 
 // migrated is a database file every environment starts from a copy of:
@@ -48,7 +49,7 @@ func TestMain(m *testing.M) {
 		panic("the migrated database's log was not checkpointed at close")
 	}
 	goleak.VerifyTestMain(m,
-		goleak.Cleanup(func(code int) { os.RemoveAll(dir); os.Exit(code) }),
+		goleak.Cleanup(func(code int) { pgtest.Stop(); os.RemoveAll(dir); os.Exit(code) }),
 		// database/sql's connection opener of the pools the store closes
 		// lives until the process ends.
 		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),

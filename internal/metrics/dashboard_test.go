@@ -179,6 +179,7 @@ func exported(t *testing.T) (names map[string]bool, families []string) {
 	m.WebhookDelivery(true)
 	m.Egress("deny")
 	m.Watch(func(context.Context) (Snapshot, error) { return fullSnapshot(), nil }, time.Second)
+	m.WatchLeases(func() map[string]bool { return map[string]bool{"node": true, "store": false} })
 	a := NewAPI(m.Registry())
 	a.Requests.WithLabelValues("GET", "200").Inc()
 	a.Latency.WithLabelValues("GET").Observe(0.01)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/leader"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
@@ -208,5 +209,9 @@ func doctorToAPI(r *manager.DoctorReport) *api.DoctorReport {
 	return &api.DoctorReport{Runtime: r.Runtime, Healthy: r.Healthy,
 		Findings: convertSlice(r.Findings, func(f manager.DoctorFinding) api.DoctorFinding {
 			return api.DoctorFinding{Kind: f.Kind, ID: f.ID, Detail: f.Detail, Fixed: f.Fixed, Error: f.Error}
+		}),
+		Leases: convertSlice(r.Leases, func(l leader.Status) api.DoctorLease {
+			return api.DoctorLease{Name: l.Name, Holder: l.Holder, Self: l.Self, Held: l.Held, Epoch: l.Epoch,
+				RemainingMillis: l.Remaining.Milliseconds(), Trivial: l.Trivial, Error: l.Error}
 		})}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/agent"
+	"github.com/berth-sh/berth/internal/leader"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
@@ -274,6 +275,10 @@ func TestConvertResults(t *testing.T) {
 		back := &manager.DoctorReport{Runtime: out.Runtime, Healthy: out.Healthy}
 		for _, f := range out.Findings {
 			back.Findings = append(back.Findings, manager.DoctorFinding{Kind: f.Kind, ID: f.ID, Detail: f.Detail, Fixed: f.Fixed, Error: f.Error})
+		}
+		for _, l := range out.Leases {
+			back.Leases = append(back.Leases, leader.Status{Name: l.Name, Holder: l.Holder, Self: l.Self, Held: l.Held,
+				Epoch: l.Epoch, Remaining: time.Duration(l.RemainingMillis) * time.Millisecond, Trivial: l.Trivial, Error: l.Error})
 		}
 		check("doctor", in, out, back)
 	}

@@ -506,5 +506,6 @@ type Store interface {
 	Quotas    // quotas.go
 	Admission // admission.go
 	Secrets
+	ReconcileLeases // leader.go
 	Close() error
 }

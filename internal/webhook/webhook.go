@@ -48,6 +48,11 @@ type Config struct {
 	// OnDelivery, if set, is told of every delivery attempt's outcome
 	// (the daemon's metrics).
 	OnDelivery func(ok bool)
+	// Leads, if set, says whether this replica holds the store-wide lease
+	// (package leader): replicas sharing one database deliver from one of
+	// them only, checked before each event, so an event is not posted by
+	// two replicas. Nil: always (one daemon).
+	Leads func() bool
 }
 
 // Deliverer sends lifecycle events to one URL, in order.
@@ -97,14 +102,34 @@ func Verify(secret string, body []byte, sig string) bool {
 	return hmac.Equal([]byte(Sign(secret, body)), []byte(sig))
 }
 
-// Run delivers until ctx ends. A new URL starts from the newest event: it
-// gets what happens from now on, not the history.
+// Run delivers until ctx ends, while this replica leads (Config.Leads).
+// A new URL starts from the newest event: it gets what happens from now
+// on, not the history.
 func (d *Deliverer) Run(ctx context.Context) {
+	for {
+		for !d.leads() {
+			if !sleep(ctx, d.cfg.Poll) {
+				return
+			}
+		}
+		if !d.run(ctx) {
+			return
+		}
+		d.cfg.Logger.Info("webhook: lease lost; another replica delivers")
+	}
+}
+
+func (d *Deliverer) leads() bool { return d.cfg.Leads == nil || d.cfg.Leads() }
+
+// run delivers while this replica leads, from the stored cursor (which
+// another replica may have moved on while it led). It returns false when
+// ctx ended, true when the lead was lost.
+func (d *Deliverer) run(ctx context.Context) bool {
 	cursor, ok, err := d.st.WebhookCursor(ctx, d.cfg.URL)
 	for err != nil {
 		d.cfg.Logger.Error("webhook: reading cursor", "err", err)
 		if !sleep(ctx, d.cfg.Poll) {
-			return
+			return false
 		}
 		cursor, ok, err = d.st.WebhookCursor(ctx, d.cfg.URL)
 	}
@@ -120,9 +145,15 @@ func (d *Deliverer) Run(ctx context.Context) {
 			d.cfg.Logger.Error("webhook: reading events", "err", err)
 		}
 		for _, ev := range evs {
+			if !d.leads() {
+				return true
+			}
 			if ev.Type == "state" {
-				if !d.deliver(ctx, ev) {
-					return
+				switch d.deliver(ctx, ev) {
+				case stopped:
+					return false
+				case deposed:
+					return true // the cursor stays: the new leader posts it
 				}
 			}
 			cursor = ev.ID
@@ -137,9 +168,12 @@ func (d *Deliverer) Run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-d.kick:
 		case <-time.After(d.cfg.Poll):
+		}
+		if !d.leads() {
+			return true
 		}
 	}
 }
@@ -155,14 +189,27 @@ func (d *Deliverer) latest(ctx context.Context) int64 {
 	}
 }
 
-// deliver posts ev until it is accepted or attempts run out; it returns
-// false only when ctx ended.
-func (d *Deliverer) deliver(ctx context.Context, ev *sandbox.Event) bool {
+// outcome is how a delivery ended: handled (accepted, or given up on: the
+// cursor moves past it), stopped (ctx ended) or deposed (the lead was lost
+// between attempts: the cursor stays).
+type outcome int
+
+const (
+	handled outcome = iota
+	stopped
+	deposed
+)
+
+// deliver posts ev until it is accepted or attempts run out.
+func (d *Deliverer) deliver(ctx context.Context, ev *sandbox.Event) outcome {
 	body, _ := json.Marshal(api.Event{ID: ev.ID, SandboxID: ev.SandboxID, Time: ev.Time, Type: ev.Type,
 		From: string(ev.From), To: string(ev.To), Actor: ev.Actor, Cause: string(ev.Cause),
 		Reason: ev.Reason, Outcome: ev.Outcome, Message: ev.Message})
 	backoff := d.cfg.Backoff
 	for attempt := 1; attempt <= d.cfg.Attempts; attempt++ {
+		if attempt > 1 && !d.leads() {
+			return deposed
+		}
 		status, err := d.post(ctx, ev.ID, attempt, body)
 		if d.cfg.OnDelivery != nil && ctx.Err() == nil {
 			d.cfg.OnDelivery(err == nil)
@@ -175,19 +222,19 @@ func (d *Deliverer) deliver(ctx context.Context, ev *sandbox.Event) bool {
 			d.cfg.Logger.Error("webhook: recording delivery", "err", rerr)
 		}
 		if err == nil {
-			return true
+			return handled
 		}
 		if ctx.Err() != nil {
-			return false
+			return stopped
 		}
 		d.cfg.Logger.Warn("webhook delivery failed", "event", ev.ID, "attempt", attempt, "err", err)
 		if attempt < d.cfg.Attempts && !sleep(ctx, backoff) {
-			return false
+			return stopped
 		}
 		backoff *= 2
 	}
 	d.cfg.Logger.Error("webhook: giving up on event", "event", ev.ID, "attempts", d.cfg.Attempts)
-	return true
+	return handled
 }
 
 func (d *Deliverer) post(ctx context.Context, id int64, attempt int, body []byte) (int, error) {

@@ -14,6 +14,7 @@ import (
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/interp"
+	"github.com/berth-sh/berth/internal/leader"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -49,6 +50,17 @@ func New(e *engine.Engine, w *pools.Warm, sn *snapshots.Snapshots) *Reconciler {
 // the background until Close.
 func (m *Reconciler) Recover(ctx context.Context) error {
 	m.e.Run()
+	// Recovery assumes the node is this daemon's: true of the local
+	// backend (leader.Always). Replicas sharing a node do not recover at
+	// start: the others are alive, and their creates in flight are not
+	// interrupted ones. The lease holder's passes retry teardowns and
+	// stops and notice dead sandboxes for all of them.
+	if _, ok := m.e.Config().NodeLease.Held(); !ok || !m.e.Config().NodeLease.Status().Trivial {
+		m.log.Info("node shared with other replicas: start-up recovery and sweep left to the lease holder's passes",
+			"lease", m.e.Config().NodeLease.Status().Name)
+		m.e.Go(func(context.Context) { m.loop() })
+		return nil
+	}
 	if err := m.recover(ctx); err != nil {
 		return err
 	}
@@ -208,24 +220,34 @@ func (m *Reconciler) loop() {
 
 // tick enforces policies, stores activity, retries unfinished teardowns
 // and notices dead sandboxes. It returns the next deadline it knows of.
+//
+// Each part runs only while this daemon holds its lease (package leader),
+// checked before the pass: the node's work under the node lease, the
+// store-wide purges under the store lease. The node's actions run fenced
+// by the lease's epoch (fenced), so a replica that stalls after the check
+// and wakes deposed cannot record them.
 func (m *Reconciler) tick(ctx context.Context) time.Time {
-	live, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.e.Node()}, store.Page{})
-	if err != nil {
-		m.log.Error("reconciler: listing sandboxes", "err", err)
-		return time.Time{}
-	}
 	now := m.e.Now()
-	var next time.Time
-	if m.snapTick++; m.snapTick%5 == 0 {
-		if m.snapshots != nil {
-			m.snapshots.Expire(ctx)
-		}
+	m.snapTick++
+	if _, ok := m.e.Config().StoreLease.Held(); ok && m.snapTick%5 == 0 {
 		if n, err := m.store.PurgeIdempotencyKeys(ctx, now); err != nil {
 			m.log.Warn("reconciler: purging expired idempotency keys", "err", err)
 		} else if n > 0 {
 			m.log.Debug("reconciler: purged expired idempotency keys", "n", n)
 		}
 		m.purgeRetained(ctx, now)
+	}
+	if _, ok := m.e.Config().NodeLease.Held(); !ok {
+		return time.Time{}
+	}
+	live, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.e.Node()}, store.Page{})
+	if err != nil {
+		m.log.Error("reconciler: listing sandboxes", "err", err)
+		return time.Time{}
+	}
+	var next time.Time
+	if m.snapTick%5 == 0 && m.snapshots != nil {
+		m.snapshots.Expire(ctx)
 	}
 	if m.pools != nil {
 		m.pools.Refill(ctx, live)
@@ -241,7 +263,7 @@ func (m *Reconciler) tick(ctx context.Context) time.Time {
 		m.e.FlushActivity(ctx, sb)
 		if due, ok := sandbox.Next(sb, m.e.LastActivity(sb)); ok {
 			if !now.Before(due.At) {
-				if !m.e.Async(sb.ID, func(ctx context.Context, cur *sandbox.Sandbox) { m.enforce(ctx, cur) }) {
+				if !m.e.Async(sb.ID, m.fenced(func(ctx context.Context, cur *sandbox.Sandbox) { m.enforce(ctx, cur) })) {
 					// Busy with another operation: look again shortly.
 					due.At = now.Add(50 * time.Millisecond)
 				}
@@ -252,22 +274,22 @@ func (m *Reconciler) tick(ctx context.Context) time.Time {
 		}
 		switch sb.State {
 		case sandbox.StateDeleting, sandbox.StateFailed:
-			m.e.Async(sb.ID, func(ctx context.Context, sb *sandbox.Sandbox) {
+			m.e.Async(sb.ID, m.fenced(func(ctx context.Context, sb *sandbox.Sandbox) {
 				if sb.State == sandbox.StateDeleting || sb.State == sandbox.StateFailed {
 					done := m.e.AuditSystem(ctx, sb, actorReconciler, "cleanup")
 					done(m.e.DestroyLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, sb.Reason))
 				}
-			})
+			}))
 		case sandbox.StateStopping:
-			m.e.Async(sb.ID, func(ctx context.Context, sb *sandbox.Sandbox) {
+			m.e.Async(sb.ID, m.fenced(func(ctx context.Context, sb *sandbox.Sandbox) {
 				if sb.State == sandbox.StateStopping {
 					done := m.e.AuditSystem(ctx, sb, actorReconciler, "stop")
 					done(m.e.StopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, sb.Reason))
 				}
-			})
+			}))
 		case sandbox.StateRunning:
 			if m.node.Exited(sb) {
-				m.e.Async(sb.ID, func(ctx context.Context, sb *sandbox.Sandbox) {
+				m.e.Async(sb.ID, m.fenced(func(ctx context.Context, sb *sandbox.Sandbox) {
 					if sb.State != sandbox.StateRunning || m.e.Alive(ctx, sb) {
 						return
 					}
@@ -279,11 +301,25 @@ func (m *Reconciler) tick(ctx context.Context) time.Time {
 					}
 					done := m.e.AuditSystem(ctx, sb, actorReconciler, "cleanup")
 					done(m.e.DestroyLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason))
-				})
+				}))
 			}
 		}
 	}
 	return next
+}
+
+// fenced wraps a reconciler action: it runs only if the node lease is
+// still held when it starts (it may have waited for the sandbox's lock),
+// and its transitions carry the lease's fence, so the store refuses them
+// once another replica holds the lease.
+func (m *Reconciler) fenced(fn func(context.Context, *sandbox.Sandbox)) func(context.Context, *sandbox.Sandbox) {
+	return func(ctx context.Context, sb *sandbox.Sandbox) {
+		f, ok := m.e.Config().NodeLease.Held()
+		if !ok {
+			return
+		}
+		fn(leader.Fenced(ctx, f), sb)
+	}
 }
 
 // purgeRetained runs the retention sweep: a few bounded batches per call,
@@ -371,6 +407,12 @@ func (m *Reconciler) Doctor(ctx context.Context, fix bool) (*Report, error) {
 // volume.ThawAll thawed every filesystem of the pool, so that they are not probed
 // for a freeze (a flush each) a second time.
 func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*Report, error) {
+	if st := m.e.Config().NodeLease.Status(); fix && !st.Held {
+		// Another replica reconciles this node: a sweep here would race
+		// its passes. Its own doctor --fix is the one to run.
+		return nil, errdefs.Conflict("this replica (%s) does not hold lease %s (holder %q): doctor --fix runs on the holder",
+			st.Self, st.Name, st.Holder)
+	}
 	all, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.e.Node()}, store.Page{})
 	if err != nil {
 		return nil, err
@@ -379,7 +421,8 @@ func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*Report, er
 	for _, sb := range all {
 		live[sb.ID] = sb
 	}
-	rep := &Report{Runtime: strings.Join(m.e.RuntimeNames(), ","), Findings: []Finding{}}
+	rep := &Report{Runtime: strings.Join(m.e.RuntimeNames(), ","), Findings: []Finding{},
+		Leases: []leader.Status{m.e.Config().NodeLease.Status(), m.e.Config().StoreLease.Status()}}
 	add := func(kind, id, detail string, fixFn func() error) {
 		f := Finding{Kind: kind, ID: id, Detail: detail}
 		if fix && fixFn != nil {

@@ -1,10 +1,15 @@
 package reconcile
 
+import "github.com/berth-sh/berth/internal/leader"
+
 // Report is what doctor found.
 type Report struct {
 	Findings []Finding
 	Runtime  string
 	Healthy  bool
+	// Leases are the node's and the store-wide lease as this daemon sees
+	// them: whether it is the replica running the background work.
+	Leases []leader.Status
 }
 
 // Finding is one orphan or leak.

@@ -110,6 +110,9 @@ var dialect = sqlstore.Dialect{
 	Classify:       classify,
 	MigrationLock:  "SELECT pg_advisory_xact_lock(" + strconv.FormatInt(migrationLockKey, 10) + ")",
 	EventOrderLock: "SELECT pg_advisory_xact_lock(" + strconv.FormatInt(eventLockKey, 10) + ")",
+	// clock_timestamp, not now(): now() is the transaction's start, and a
+	// fenced write's transaction may have waited on a row lock since.
+	NowMillis: "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
 }
 
 // SQLSTATE codes the store acts on.

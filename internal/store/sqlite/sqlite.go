@@ -41,6 +41,8 @@ var dialect = sqlstore.Dialect{
 	Name:     "sqlite",
 	Identity: "INTEGER PRIMARY KEY AUTOINCREMENT",
 	Classify: classify,
+	// unixepoch('subsec') is the statement's time, with milliseconds.
+	NowMillis: "CAST(unixepoch('subsec') * 1000 AS INTEGER)",
 }
 
 const (

@@ -59,6 +59,10 @@ type Dialect struct {
 	// hashtext('berth-quota:'||tenant), held by a transaction kept open
 	// until unlock; SQLite: a byte-range lock on a file beside the database.
 	TenantLock func(ctx context.Context, w *sql.DB, tenant string) (unlock func(), err error)
+	// NowMillis is an SQL expression for the database's current time in
+	// unix milliseconds: reconcile leases expire by the database's clock,
+	// the one clock every replica shares.
+	NowMillis string
 }
 
 func (d Dialect) rebind(q string) string {

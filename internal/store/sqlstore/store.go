@@ -266,17 +266,18 @@ func (s *sqlStore) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox, event
 		unique bool
 		ids    []int64
 	)
+	fence, fenceArgs := s.fenceClause(ctx)
 	err = s.inTx(ctx, len(events) > 0, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, s.d.rebind(`UPDATE sandboxes SET tenant = ?, name = ?, state = ?, spec = ?,
 		created_at = ?, updated_at = ?, started_at = ?, deleted_at = ?,
 		cause = ?, reason = ?, error = ?, generation = generation + 1,
 		last_activity_at = ?, paused_at = ?, stopped_at = ?, prev_state = ?, node = ?
-		WHERE id = ? AND generation = ?`),
-			sb.Tenant, sb.Name, string(sb.State), string(spec),
-			micros(sb.CreatedAt), micros(sb.UpdatedAt), micros(sb.StartedAt), micros(sb.DeletedAt),
-			string(sb.Cause), sb.Reason, sb.Error,
-			micros(sb.LastActivityAt), micros(sb.PausedAt), micros(sb.StoppedAt), string(sb.PrevState), sb.Node,
-			sb.ID, sb.Generation)
+		WHERE id = ? AND generation = ?`+fence),
+			append([]any{sb.Tenant, sb.Name, string(sb.State), string(spec),
+				micros(sb.CreatedAt), micros(sb.UpdatedAt), micros(sb.StartedAt), micros(sb.DeletedAt),
+				string(sb.Cause), sb.Reason, sb.Error,
+				micros(sb.LastActivityAt), micros(sb.PausedAt), micros(sb.StoppedAt), string(sb.PrevState), sb.Node,
+				sb.ID, sb.Generation}, fenceArgs...)...)
 		if err != nil {
 			unique = s.d.classify(err) == UniqueViolation
 			return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
@@ -286,6 +287,12 @@ func (s *sqlStore) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox, event
 			return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
 		}
 		if n == 0 {
+			if ok, err := s.fenceHolds(ctx, tx); err != nil {
+				return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
+			} else if !ok {
+				f, _ := store.FenceFrom(ctx)
+				return leaseLost(f)
+			}
 			// Tell a vanished record from a stale copy.
 			var gen int64
 			err := tx.QueryRowContext(ctx, s.d.rebind(`SELECT generation FROM sandboxes WHERE id = ?`), sb.ID).Scan(&gen)

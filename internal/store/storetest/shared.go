@@ -33,6 +33,7 @@ func RunShared(t *testing.T, open func(t *testing.T) (a, b store.Store)) {
 		{"SharedIDSlots", testSharedIDSlots},
 		{"SharedAuditChain", auditRace},
 		{"SharedAdmission", testSharedAdmission},
+		{"SharedReconcileLease", testSharedReconcileLease},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := open(t)

@@ -63,6 +63,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"TenantTemplates", testTenantTemplates},
 		{"TenantBuildCache", testTenantBuildCache},
 		{"AdmissionLock", testAdmissionLock},
+		{"ReconcileLeases", testReconcileLeases},
+		{"FencedUpdate", testFencedUpdate},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)

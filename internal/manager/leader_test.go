@@ -1,0 +1,394 @@
+package manager_test
+
+// Two replicas of the control plane on one real PostgreSQL: two engines
+// with their reconcilers, one node (a shared memnode standing for the
+// cluster both replicas drive, as Kubernetes replicas do) and node leases
+// kept by package leader. Two full daemons on this machine would collide
+// on host resources (runc state, cgroups, bridges), and the local
+// backend's node is never shared, so this is tested at the engine level
+// with the real store; the daemon's wiring is the same Config fields.
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-sh/berth/internal/leader"
+	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/node/memnode"
+	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
+	"github.com/berth-sh/berth/internal/store/postgres"
+	"github.com/berth-sh/berth/internal/testenv/pgtest"
+)
+
+// leaseTTL is short so takeovers are quick; renewals run every third.
+const leaseTTL = 900 * time.Millisecond
+
+// stallStore is the real store of one replica with a switch that stalls
+// it as a SIGSTOP would, in the middle of a reconciler action: once armed,
+// its next fenced (reconciler) sandbox write — made after the action's
+// lease check — blocks until woken, and so do its lease renewals.
+type stallStore struct {
+	store.Store
+	mu      sync.Mutex
+	armed   bool
+	stalled chan struct{} // closed on wake; nil when running
+	fenced  []error       // errors of the fenced writes that were stalled
+}
+
+func (s *stallStore) arm() {
+	s.mu.Lock()
+	s.armed = true
+	s.mu.Unlock()
+}
+
+func (s *stallStore) isStalled() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stalled != nil
+}
+
+func (s *stallStore) wake() {
+	s.mu.Lock()
+	if s.stalled != nil {
+		close(s.stalled)
+	}
+	s.stalled, s.armed = nil, false
+	s.mu.Unlock()
+}
+
+func (s *stallStore) wait(ctx context.Context) bool {
+	s.mu.Lock()
+	ch := s.stalled
+	s.mu.Unlock()
+	if ch == nil {
+		return false
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	}
+	return true
+}
+
+func (s *stallStore) TakeReconcileLease(ctx context.Context, name, holder string, ttl time.Duration) (store.LeaseRecord, error) {
+	s.wait(ctx)
+	if err := ctx.Err(); err != nil {
+		return store.LeaseRecord{}, err
+	}
+	return s.Store.TakeReconcileLease(ctx, name, holder, ttl)
+}
+
+func (s *stallStore) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox, events ...*sandbox.Event) error {
+	_, fenced := store.FenceFrom(ctx)
+	s.mu.Lock()
+	if fenced && s.armed && s.stalled == nil {
+		s.armed, s.stalled = false, make(chan struct{})
+	}
+	s.mu.Unlock()
+	stalled := fenced && s.wait(ctx)
+	err := s.Store.UpdateSandbox(ctx, sb, events...)
+	if stalled {
+		s.mu.Lock()
+		s.fenced = append(s.fenced, err)
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// replica is one control-plane replica: its own store handle (pool), lease
+// keeper and engine.
+type replica struct {
+	name   string
+	st     *stallStore
+	lease  *leader.Keeper
+	m      *manager.Manager
+	cancel context.CancelFunc // stops the keeper; with release: a graceful stop
+	done   chan struct{}
+	closed sync.Once
+}
+
+// tagged is the shared node as one replica drives it: Removes are
+// attributed, to tell which replica acted.
+type tagged struct {
+	*memnode.Node
+	name string
+}
+
+var removedBy sync.Map // sandbox id -> []string of replica names
+
+func (n tagged) Remove(ctx context.Context, sb *sandbox.Sandbox) error {
+	v, _ := removedBy.LoadOrStore(sb.ID, &[]string{})
+	lst := v.(*[]string)
+	*lst = append(*lst, n.name)
+	return n.Node.Remove(ctx, sb)
+}
+
+func startReplica(t *testing.T, url, name string, node *memnode.Node) *replica {
+	t.Helper()
+	raw, err := postgres.Open(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &replica{name: name, st: &stallStore{Store: raw}, done: make(chan struct{})}
+	r.lease = leader.New(r.st, leader.NodeLeaseName("cluster"), name, leader.WithTTL(leaseTTL),
+		leader.WithLogger(slog.New(slog.DiscardHandler)))
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { defer close(r.done); r.lease.Run(ctx) }()
+	r.m, err = manager.New(manager.Config{
+		Node: "cluster", ReconcileInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		NodeLease: r.lease, StoreLease: r.lease,
+	}, r.st, nil, tagged{node, name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.m.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.kill)
+	return r
+}
+
+// kill ends the replica as a crash does: the engine stops and its store
+// handle closes, so the lease is not released and must expire.
+func (r *replica) kill() {
+	r.closed.Do(func() {
+		r.st.wake() // a stalled action would hold Close for ever
+		r.m.Close()
+		r.st.Store.Close() // first: the keeper's release then fails, as a dead process's would
+		r.cancel()
+		<-r.done
+	})
+}
+
+func held(r *replica) bool { _, ok := r.lease.Held(); return ok }
+
+// waitHolder waits for exactly one of rs to hold the lease and returns it.
+func waitHolder(t *testing.T, within time.Duration, rs ...*replica) *replica {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		var holders []*replica
+		for _, r := range rs {
+			if held(r) {
+				holders = append(holders, r)
+			}
+		}
+		if len(holders) > 1 {
+			t.Fatalf("%s and %s both hold the lease", holders[0].name, holders[1].name)
+		}
+		if len(holders) == 1 {
+			return holders[0]
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("no replica took the lease within %s", within)
+	return nil
+}
+
+// expiring creates, through r, a sandbox whose 1 s timeout deletes it.
+func expiring(t *testing.T, r *replica) *sandbox.Sandbox {
+	t.Helper()
+	sb, err := r.m.Create(t.Context(), &manager.CreateRequest{Timeout: time.Second}, manager.CreateOptions{Actor: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb
+}
+
+// deletions counts what was done to delete id: the node's Remove calls
+// and the recorded state events into deleting and deleted.
+func deletions(t *testing.T, st store.Store, node *memnode.Node, id string) (removes, deleting, deleted int) {
+	t.Helper()
+	for _, c := range node.Calls(id) {
+		if c.Method == "Remove" {
+			removes++
+		}
+	}
+	evs, _, err := st.ListEvents(context.Background(), store.AnyOwner, id, 0, store.Page{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		if ev.Type == "state" && ev.To == sandbox.StateDeleting {
+			deleting++
+		}
+		if ev.Type == "state" && ev.To == sandbox.StateDeleted {
+			deleted++
+		}
+	}
+	return
+}
+
+func waitDeleted(t *testing.T, st store.Store, id string, within time.Duration) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		sb, err := st.GetSandbox(context.Background(), store.AnyOwner, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.State == sandbox.StateDeleted {
+			return time.Now()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("sandbox %s not deleted within %s", id, within)
+	return time.Time{}
+}
+
+// onlyBy checks that every Remove of sandbox id was made by replica name.
+func onlyBy(t *testing.T, id, name string) {
+	t.Helper()
+	v, ok := removedBy.Load(id)
+	if !ok {
+		t.Errorf("sandbox %s was never removed", id)
+		return
+	}
+	for _, by := range *v.(*[]string) {
+		if by != name {
+			t.Errorf("sandbox %s removed by %v: want only the holder %s", id, *v.(*[]string), name)
+			return
+		}
+	}
+}
+
+func putBase(t *testing.T, url string) {
+	t.Helper()
+	st, err := postgres.Open(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.PutTemplate(t.Context(), &store.Template{Name: "base", Layers: []string{layer}, Source: "test",
+		CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReplicasReconcileOnce: of two replicas on one PostgreSQL, one acts on
+// an expired sandbox — only the holder removes it, with one deleting and
+// one deleted event — whichever replica created it; the holder's crash hands the work to the
+// other within the lease's bound, which then deletes the next one once.
+func TestReplicasReconcileOnce(t *testing.T) {
+	url := pgtest.Database(t)
+	putBase(t, url)
+	node := memnode.New(t)
+	a := startReplica(t, url, "replica-a", node)
+	b := startReplica(t, url, "replica-b", node)
+	holder := waitHolder(t, 5*time.Second, a, b)
+	other := a
+	if holder == a {
+		other = b
+	}
+
+	for _, via := range []*replica{a, b} {
+		sb := expiring(t, via)
+		waitDeleted(t, a.st, sb.ID, 10*time.Second)
+		time.Sleep(200 * time.Millisecond) // ten more passes of each reconciler
+		// One action recorded, and only the holder touched the node. The
+		// holder's engine itself occasionally runs its (idempotent)
+		// teardown twice under load — a second pass of its own, never the
+		// other replica's (docs/kubernetes.md, "Replicas").
+		if rm, dg, dd := deletions(t, a.st, node, sb.ID); rm < 1 || dg != 1 || dd != 1 {
+			t.Errorf("sandbox created via %s: %d Remove, %d deleting and %d deleted events; want one deleting and one deleted; node calls %v",
+				via.name, rm, dg, dd, node.Calls(sb.ID))
+		}
+		onlyBy(t, sb.ID, holder.name)
+	}
+	if held(other) {
+		t.Fatalf("%s holds the lease beside %s", other.name, holder.name)
+	}
+
+	// The holder dies without releasing: the other takes over once the
+	// row expires, within the TTL plus one retry period (and slack).
+	sb := expiring(t, other)
+	died := time.Now()
+	holder.kill()
+	if got := waitHolder(t, 3*leaseTTL, other); got != other {
+		t.Fatalf("holder %s after the crash", got.name)
+	}
+	took := time.Since(died)
+	bound := leaseTTL + leaseTTL/3 + 300*time.Millisecond
+	if took > bound {
+		t.Errorf("takeover took %s, want at most %s", took, bound)
+	}
+	t.Logf("takeover %s after the holder's crash (TTL %s)", took.Round(time.Millisecond), leaseTTL)
+	waitDeleted(t, other.st, sb.ID, 10*time.Second)
+	if rm, dg, dd := deletions(t, other.st, node, sb.ID); rm < 1 || dg != 1 || dd != 1 {
+		t.Errorf("after takeover: %d Remove, %d deleting and %d deleted events; want one deleting and one deleted", rm, dg, dd)
+	}
+	onlyBy(t, sb.ID, other.name)
+}
+
+// TestStalledHolderFenced: the holder stalls in the middle of a policy
+// action, after its lease check and before its write; its lease expires,
+// the other replica takes over and deletes the sandbox; when the stalled
+// one wakes, its write is refused by the fence (ErrLeaseLost), so it
+// records nothing and removes nothing, and it no longer believes it holds
+// the lease.
+func TestStalledHolderFenced(t *testing.T) {
+	url := pgtest.Database(t)
+	putBase(t, url)
+	node := memnode.New(t)
+	a := startReplica(t, url, "replica-a", node)
+	waitHolder(t, 5*time.Second, a)
+	b := startReplica(t, url, "replica-b", node)
+
+	a.st.arm()
+	sb := expiring(t, b)
+	// a, the holder, acts on the expired sandbox and stalls in its write.
+	deadline := time.Now().Add(10 * time.Second)
+	for !a.st.isStalled() {
+		if time.Now().After(deadline) {
+			t.Fatal("the holder never acted on the expired sandbox")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// b takes over once a's last renewal expires (never while a still
+	// believes it holds it), and deletes the sandbox.
+	for deadline := time.Now().Add(4 * leaseTTL); !held(b); {
+		if held(a) && held(b) {
+			t.Fatal("both replicas hold the lease")
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b did not take over from the stalled holder")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	waitDeleted(t, b.st, sb.ID, 10*time.Second)
+	if held(a) {
+		t.Fatal("the stalled replica still believes it holds the lease")
+	}
+	a.st.wake()
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		a.st.mu.Lock()
+		errs := append([]error(nil), a.st.fenced...)
+		a.st.mu.Unlock()
+		if len(errs) > 0 {
+			for _, err := range errs {
+				if !errors.Is(err, store.ErrLeaseLost) {
+					t.Errorf("stalled replica's write after waking: %v, want ErrLeaseLost", err)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stalled write did not return after waking")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if rm, dg, dd := deletions(t, b.st, node, sb.ID); rm != 1 || dg != 1 || dd != 1 {
+		t.Errorf("%d Remove, %d deleting and %d deleted events; want one each (b's)", rm, dg, dd)
+	}
+	if held(a) {
+		t.Error("a holds the lease again while b keeps renewing it")
+	}
+}
