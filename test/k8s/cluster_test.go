@@ -206,7 +206,16 @@ func TestKwokNodesAndRBAC(t *testing.T) {
 				spread[p.Spec.NodeName]++
 			}
 		}
-		return running == pods, fmt.Sprintf("%d of %d Running", running, pods)
+		msg := fmt.Sprintf("%d of %d Running", running, pods)
+		if len(list.Items) > 0 {
+			p := list.Items[0]
+			msg += fmt.Sprintf("; %s is %s on %q: %v", p.Name, p.Status.Phase, p.Spec.NodeName, p.Status.Conditions)
+			if n, err := c.Client.CoreV1().Nodes().Get(ctx, names[0], metav1.GetOptions{}); err == nil {
+				msg += fmt.Sprintf("; node %s taints %v", n.Name, n.Spec.Taints)
+			}
+			msg += fmt.Sprintf("; pod tolerations %v", p.Spec.Tolerations)
+		}
+		return running == pods, msg
 	})
 	t.Logf("%d pods scheduled onto kwok nodes and Running in %v, over %d nodes", pods, time.Since(t2).Round(time.Millisecond), len(spread))
 	if len(spread) < 2 {

@@ -157,6 +157,9 @@ func (c *Cluster) startNode(t testing.TB) {
 	}, n.kubelet, n.containerd); err != nil {
 		fatalf(t, []*proc{n.kubelet, n.containerd}, "kubeenv: %v", err)
 	}
+	if err := c.markReady(ctx, c.NodeName); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // addNodeIP gives the node an address of its own on a link of its own: kubelet
