@@ -176,7 +176,7 @@ func (c *Cluster) startNode(t testing.TB) {
 		}
 		for _, cond := range nd.Status.Conditions {
 			if cond.Type == corev1.NodeReady {
-				return cond.Status == corev1.ConditionTrue, fmt.Errorf("Ready=%s: %s", cond.Status, cond.Message)
+				return cond.Status == corev1.ConditionTrue, fmt.Errorf("condition Ready=%s: %s", cond.Status, cond.Message)
 			}
 		}
 		return false, nil
