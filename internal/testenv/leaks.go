@@ -284,6 +284,7 @@ func Sweep(o SweepOptions) []Leak {
 			add("process", "%d %s %s", p.pid, argv[0], argv[1])
 		}
 	}
+	sweepK8s(o.TempRoot, add)
 	ents, _ := os.ReadDir(o.TempRoot)
 	for _, e := range ents {
 		p := filepath.Join(o.TempRoot, e.Name())

@@ -115,3 +115,14 @@ func TestSweepDirs(t *testing.T) {
 		}
 	}
 }
+
+func TestK8sLinkNames(t *testing.T) {
+	for name, want := range map[string]bool{
+		"bk1a2b3c": true, "bkn1a2b3c": true, "bk1a2b3": false, "bkx1a2b3c": false,
+		"bk1a2b3c4": false, "berth0": false, "bkn1A2B3C": false,
+	} {
+		if got := k8sLink.MatchString(name); got != want {
+			t.Errorf("%q: %v, want %v", name, got, want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ package k8s
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -22,6 +23,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/berth-sh/berth/internal/testenv"
 	"github.com/berth-sh/berth/internal/testenv/kubeenv"
@@ -146,6 +148,31 @@ func TestPodOnRealNode(t *testing.T) {
 	if strings.TrimSpace(string(body)) != "served-by-pod" {
 		t.Fatalf("the pod served %q", body)
 	}
+	// kubelet's own port takes no client without the cluster CA's cert
+	// (pods have no route to it either).
+	nd, err := c.Client.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodeIP string
+	for _, a := range nd.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			nodeIP = a.Address
+		}
+	}
+	kubeletURL := "https://" + net.JoinHostPort(nodeIP, fmt.Sprint(nd.Status.DaemonEndpoints.KubeletEndpoint.Port)) + "/pods"
+	insecure := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := insecure.Get(kubeletURL)
+	if err != nil {
+		t.Fatalf("GET kubelet at %s: %v", kubeletURL, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("kubelet answered a client without a cert with %d, want 401", resp.StatusCode)
+	}
+	if a, ok := netip.AddrFromSlice(net.ParseIP(nodeIP).To4()); !ok || c.PodSubnet().Contains(a) {
+		t.Fatalf("node IP %s is inside the pod subnet %s", nodeIP, c.PodSubnet())
+	}
 	t.Logf("smoke test body done in %v", time.Since(t0).Round(time.Millisecond))
 }
 
@@ -206,7 +233,16 @@ func TestKwokNodesAndRBAC(t *testing.T) {
 				spread[p.Spec.NodeName]++
 			}
 		}
-		return running == pods, fmt.Sprintf("%d of %d Running", running, pods)
+		msg := fmt.Sprintf("%d of %d Running", running, pods)
+		if len(list.Items) > 0 {
+			p := list.Items[0]
+			msg += fmt.Sprintf("; %s is %s on %q: %v", p.Name, p.Status.Phase, p.Spec.NodeName, p.Status.Conditions)
+			if n, err := c.Client.CoreV1().Nodes().Get(ctx, names[0], metav1.GetOptions{}); err == nil {
+				msg += fmt.Sprintf("; node %s taints %v", n.Name, n.Spec.Taints)
+			}
+			msg += fmt.Sprintf("; pod tolerations %v", p.Spec.Tolerations)
+		}
+		return running == pods, msg
 	})
 	t.Logf("%d pods scheduled onto kwok nodes and Running in %v, over %d nodes", pods, time.Since(t2).Round(time.Millisecond), len(spread))
 	if len(spread) < 2 {
@@ -225,6 +261,10 @@ func TestKwokNodesAndRBAC(t *testing.T) {
 
 	// RBAC: a user with no binding, and a ServiceAccount allowed to list
 	// pods in its own namespace only.
+	anon := kubernetes.NewForConfigOrDie(rest.AnonymousClientConfig(c.Config))
+	if _, err := anon.CoreV1().Pods("scale").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) && !apierrors.IsUnauthorized(err) {
+		t.Fatalf("an anonymous client listing pods: %v, want Forbidden or Unauthorized", err)
+	}
 	nobody := kubernetes.NewForConfigOrDie(c.UserConfig(t, "nobody"))
 	if _, err := nobody.CoreV1().Pods("scale").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Fatalf("an unbound user listing pods: %v, want Forbidden", err)

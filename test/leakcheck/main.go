@@ -2,7 +2,9 @@
 // proves the tests left nothing of berth on the host (testenv.Sweep: the
 // same definition of a leak every harness checks its own daemons with).
 // It only looks at what berth's harnesses make: their temp dirs
-// (berth-e2e-*, berth-bench-*, berth-selftest-*, berth-node-*), the mounts, loop
+// (berth-e2e-*, berth-bench-*, berth-selftest-*, berth-node-*, berth-k8s-*:
+// a Kubernetes test cluster, whose links, nft table and CNI cache files it
+// also looks for), the mounts, loop
 // devices and processes of those dirs, and berth-* cgroup parents other
 // than the default data dir's (a daemon the user runs, e.g. after make
 // demo).

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/berth-sh/berth/internal/testenv"
 )
@@ -60,6 +62,7 @@ type Cluster struct {
 	// Bins are the binaries it runs.
 	Bins Binaries
 
+	opts  Options
 	ca    *ca
 	procs []*proc
 	node  *node
@@ -80,7 +83,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Cluster{Dir: dir, ID: randHex(3), Bins: bins}
+	c := &Cluster{Dir: dir, ID: randHex(3), Bins: bins, opts: opts}
 	t.Cleanup(func() { c.cleanup(t) })
 	logs := filepath.Join(dir, "logs")
 	pki := filepath.Join(dir, "pki")
@@ -281,6 +284,29 @@ func (c *Cluster) ServiceAccountConfig(t testing.TB, ns, name string) *rest.Conf
 	cfg := rest.AnonymousClientConfig(c.Config)
 	cfg.BearerToken = tr.Status.Token
 	return cfg
+}
+
+// markReady does the node lifecycle controller's part for a Ready node
+// when no controller-manager runs: the apiserver's TaintNodesByCondition
+// admission taints every new node not-ready:NoSchedule and only that
+// controller lifts it, so the scheduler would place nothing.
+func (c *Cluster) markReady(ctx context.Context, name string) error {
+	if c.opts.ControllerManager {
+		return nil
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		taints := slices.DeleteFunc(slices.Clone(n.Spec.Taints), func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady })
+		if len(taints) == len(n.Spec.Taints) {
+			return nil
+		}
+		n.Spec.Taints = taints
+		_, err = c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 func (c *Cluster) cleanup(t testing.TB) {

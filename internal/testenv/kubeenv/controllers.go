@@ -76,7 +76,12 @@ func StartKwok(t testing.TB, c *Cluster, nodes int) []string {
 		"--cidr=10.255.0.0/16", // simulated pod IPs: nothing is at them
 		"--node-ip=127.0.0.1")
 	must(t, err)
-	t.Cleanup(func() { p.stop(10 * time.Second) })
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("--- kwok log (last 25 lines) ---\n%s", p.tail(25))
+		}
+		p.stop(10 * time.Second)
+	})
 	ctx := context.Background()
 	var names []string
 	for i := range nodes {
@@ -110,6 +115,11 @@ func StartKwok(t testing.TB, c *Cluster, nodes int) []string {
 		return ready >= nodes, fmt.Errorf("%d of %d Ready", ready, nodes)
 	}, p); err != nil {
 		fatalf(t, []*proc{p}, "kubeenv: %v", err)
+	}
+	for _, name := range names {
+		if err := c.markReady(ctx, name); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return names
 }

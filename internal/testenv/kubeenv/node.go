@@ -45,6 +45,29 @@ type node struct {
 	nft     string // the guard's nft table (inet), berth-k8s-<id>
 
 	containerd, kubelet *proc
+	// madeDevicePluginDir: /var/lib/kubelet did not exist before kubelet
+	// made its fixed device-plugin dir there.
+	madeDevicePluginDir bool
+}
+
+// devicePluginDir is where every kubelet puts its device-plugin socket,
+// whatever its root dir (k8s.io/kubelet's DevicePluginPath).
+const devicePluginDir = "/var/lib/kubelet/device-plugins"
+
+// cleanDevicePluginDir removes kubelet's device-plugin socket once no
+// kubelet runs, and the dirs if this node made them.
+func (n *node) cleanDevicePluginDir() {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && filepath.Base(exe) == "kubelet" {
+			return // another cluster's kubelet serves it now
+		}
+	}
+	os.Remove(filepath.Join(devicePluginDir, "kubelet.sock"))
+	if n.madeDevicePluginDir {
+		os.Remove(devicePluginDir)
+		os.Remove(filepath.Dir(devicePluginDir))
+	}
 }
 
 // PodSubnet is the node's pod CIDR (a /24 of 10.244.0.0/16 that no
@@ -133,6 +156,9 @@ func (c *Cluster) startNode(t testing.TB) {
 	must(t, err)
 	cfgPath := filepath.Join(n.dir, "kubelet.yaml")
 	must(t, os.WriteFile(cfgPath, []byte(n.kubeletConfig(ports[0], caPath, srvCrt, srvKey)), 0o644))
+	if _, err := os.Stat(filepath.Dir(devicePluginDir)); os.IsNotExist(err) {
+		n.madeDevicePluginDir = true
+	}
 	n.kubelet, err = start(filepath.Join(c.Dir, "logs"), "kubelet", c.Bins.Kubelet,
 		"--config="+cfgPath,
 		"--kubeconfig="+kubeconfigPath,
@@ -150,12 +176,15 @@ func (c *Cluster) startNode(t testing.TB) {
 		}
 		for _, cond := range nd.Status.Conditions {
 			if cond.Type == corev1.NodeReady {
-				return cond.Status == corev1.ConditionTrue, fmt.Errorf("Ready=%s: %s", cond.Status, cond.Message)
+				return cond.Status == corev1.ConditionTrue, fmt.Errorf("condition Ready=%s: %s", cond.Status, cond.Message)
 			}
 		}
 		return false, nil
 	}, n.kubelet, n.containerd); err != nil {
 		fatalf(t, []*proc{n.kubelet, n.containerd}, "kubeenv: %v", err)
+	}
+	if err := c.markReady(ctx, c.NodeName); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -386,6 +415,7 @@ func (c *Cluster) teardownNode(t testing.TB) {
 			}
 		}
 		n.kubelet.stop(15 * time.Second)
+		n.cleanDevicePluginDir()
 	}
 	if n.containerd != nil {
 		if done, _ := n.containerd.exited(); !done {

@@ -1,0 +1,57 @@
+package testenv
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+)
+
+// k8sLink is the name of a link a kubeenv test cluster makes: its pod
+// bridge bk<6 hex> and its node-IP link bkn<6 hex>.
+var k8sLink = regexp.MustCompile(`^bkn?[0-9a-f]{6}$`)
+
+// sweepK8s adds what a kubeenv test cluster (internal/testenv/kubeenv,
+// dirs berth-k8s-* under root) can leave outside its dir: its processes
+// (etcd, kube-apiserver, containerd, its shims, kubelet: each names the
+// dir in its argv), its links, its nft guard table, libcni's result cache
+// files and kubelet's links in /var/log/containers. Its mounts, cgroup
+// parent (/berth-k8s-<hex>) and dir are Sweep's usual checks.
+func sweepK8s(root string, add func(kind, format string, args ...any)) {
+	dir := []byte(filepath.Join(root, "berth-k8s-"))
+	for _, p := range processes() {
+		if bytes.Contains(p.cmdline, dir) {
+			add("process", "%d %s", p.pid, strings.ReplaceAll(string(p.cmdline), "\x00", " "))
+		}
+	}
+	if links, err := netlink.LinkList(); err == nil {
+		for _, l := range links {
+			if k8sLink.MatchString(l.Attrs().Name) {
+				add("network", "link %s", l.Attrs().Name)
+			}
+		}
+	}
+	if conn, err := nftables.New(); err == nil {
+		if tables, err := conn.ListTablesOfFamily(nftables.TableFamilyINet); err == nil {
+			for _, t := range tables {
+				if strings.HasPrefix(t.Name, "berth-k8s-") {
+					add("network", "nft table inet %s", t.Name)
+				}
+			}
+		}
+	}
+	cached, _ := filepath.Glob("/var/lib/cni/results/berth-k8s-*")
+	for _, f := range cached {
+		add("file", "%s", f)
+	}
+	logs, _ := filepath.Glob("/var/log/containers/*")
+	for _, l := range logs {
+		if dst, err := os.Readlink(l); err == nil && strings.HasPrefix(dst, string(dir)) {
+			add("file", "%s -> %s", l, dst)
+		}
+	}
+}
