@@ -10,7 +10,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 .PHONY: help deps build test test-k8s check-chart k8s-tools unit e2e e2e-race security-test fuzz lint vet bench soak test-interp-sdk demo clean
 
 help: ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 deps: ## install what is missing (runc, busybox-static, Go) — idempotent
 	@./scripts/install-deps.sh
