@@ -23,13 +23,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"time"
 
+	"github.com/berth-sh/berth/internal/keyfile"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -51,31 +51,7 @@ type Log struct {
 // --audit-key-file): it must exist (it is never made here: two daemons
 // making their own would each seal with a different key), be a regular
 // file readable by its owner only, and hold at least 32 bytes.
-func OpenKeyFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("audit key file: %w (make one with: head -c 32 /dev/urandom > %s && chmod 600 %s)", err, path, path)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("audit key file: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("audit key file %s is not a regular file", path)
-	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("audit key file %s is readable by others (mode %v): chmod 600 it", path, fi.Mode().Perm())
-	}
-	key, err := io.ReadAll(io.LimitReader(f, 4096))
-	if err != nil {
-		return nil, fmt.Errorf("audit key file: %w", err)
-	}
-	if len(key) < 32 {
-		return nil, fmt.Errorf("audit key %s is too short (%d bytes; want at least 32)", path, len(key))
-	}
-	return key, nil
-}
+func OpenKeyFile(path string) ([]byte, error) { return keyfile.Read(path, "audit key") }
 
 // OpenKey loads (creating on first use, mode 0600) the audit key in dataDir.
 func OpenKey(dataDir string) ([]byte, error) {

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/keyfile"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -279,6 +280,17 @@ const LeaseKeyFile = "lease.key"
 // needs its sandbox live and its minting key valid. Each HMAC-SHA256 is
 // over a domain tag and the fields, compared in constant time.
 type Leases struct{ key []byte }
+
+// OpenLeasesFile loads the token key the operator shares between the
+// replicas of one store (serve --token-key-file), so a lease or port token
+// minted by one is accepted by all. It is never made here.
+func OpenLeasesFile(path string) (*Leases, error) {
+	key, err := keyfile.Read(path, "token key")
+	if err != nil {
+		return nil, err
+	}
+	return &Leases{key: key}, nil
+}
 
 // OpenLeases loads (creating on first use) the lease key in dataDir.
 func OpenLeases(dataDir string) (*Leases, error) {

@@ -72,6 +72,10 @@ type Config struct {
 	DefaultRetention   time.Duration
 	WebhookURL         string
 	WebhookSecret      string
+	// TokenKeyFile, if set, is the key lease and port tokens are signed
+	// with, shared by the replicas of one store (default: lease.key in the
+	// data dir, made on first use).
+	TokenKeyFile string
 	// AuditKeyFile, if set, is the audit key shared by the daemons of one
 	// PostgreSQL store (audit.OpenKeyFile); else <DataDir>/audit.key.
 	AuditKeyFile string

@@ -271,7 +271,12 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err := d.Manager.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("reconciling: %w", err)
 	}
-	leases, err := auth.OpenLeases(cfg.DataDir)
+	var leases *auth.Leases
+	if cfg.TokenKeyFile != "" {
+		leases, err = auth.OpenLeasesFile(cfg.TokenKeyFile)
+	} else {
+		leases, err = auth.OpenLeases(cfg.DataDir)
+	}
 	if err != nil {
 		return nil, err
 	}
