@@ -492,3 +492,50 @@ func TestE2BTLS(t *testing.T) {
 		t.Errorf("berth ls after the TLS run: %d %s", code, out)
 	}
 }
+
+// TestE2BPauseWithoutMemory: the SDK's pause({keepMemory: false}) is
+// berth's stop for a sandbox made to pause without memory (its root on
+// its own volume): getInfo and list say paused, berth says stopped, a
+// second pause is the SDK's false, connect starts it with its files and
+// without its old processes; connect with onResume 'reboot' restarts a
+// paused one; the access token from before the stop is refused after it;
+// a default sandbox is paused with memory instead.
+func TestE2BPauseWithoutMemory(t *testing.T) {
+	d, url, key := e2bDaemon(t)
+	var got struct {
+		OK, Paused, Listed, PausedAgain, Sleeper, Killed  bool
+		Error, ID, State, Kept, StateAfter, Ran, OldToken string
+		Reboot                                            struct {
+			Kept    string
+			Sleeper bool
+		}
+		Ephemeral struct{ Sleeper, Killed bool }
+	}
+	runE2BScript(t, "pause.mjs", url, key, &got)
+	if !got.OK {
+		t.Fatalf("the SDK script failed: %s\nwhat it saw: %+v", got.Error, got)
+	}
+	if !got.Paused || got.State != "paused" || !got.Listed || got.PausedAgain {
+		t.Errorf("pause without memory: paused %v, state %q, listed %v, again %v", got.Paused, got.State, got.Listed, got.PausedAgain)
+	}
+	if got.Kept != "kept" || got.Sleeper || got.StateAfter != "running" || got.Ran != "back\n" {
+		t.Errorf("connect after a pause without memory: %+v", got)
+	}
+	if got.OldToken != "AuthenticationError" {
+		t.Errorf("the access token from before the stop, after connect: %s", got.OldToken)
+	}
+	if got.Reboot.Kept != "kept" || got.Reboot.Sleeper {
+		t.Errorf("connect with onResume reboot: %+v", got.Reboot)
+	}
+	if !got.Ephemeral.Sleeper || !got.Ephemeral.Killed {
+		t.Errorf("a default sandbox paused without memory: %+v", got.Ephemeral)
+	}
+	// berth's events (kept after the kill) show the stop and the start.
+	if out, _, code := d.cli("events", got.ID); code != 0 || !strings.Contains(out, "stopped") || !strings.Contains(out, "running") {
+		t.Errorf("berth events %s: the pause was no berth stop and start: %s", got.ID, out)
+	}
+	if out, _, code := d.cli("ls", "-o", "json"); code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Errorf("berth ls after the kills: %d %s", code, out)
+	}
+	assertDoctorClean(t, d)
+}
