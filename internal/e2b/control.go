@@ -86,6 +86,7 @@ func (d *Door) controlRoutes() *http.ServeMux {
 	mux.Handle("GET /v2/sandboxes", h(ruleRead, "", d.listV2))
 	mux.Handle("GET /sandboxes/{sandboxID}", h(ruleRead, "", d.get))
 	mux.Handle("DELETE /sandboxes/{sandboxID}", h(ruleWrite, "DELETE /sandboxes/{sandboxID}", d.kill))
+	mux.Handle("GET /sandboxes/{sandboxID}/metrics", h(ruleRead, "", d.metrics))
 	mux.Handle("POST /sandboxes/{sandboxID}/timeout", h(ruleWrite, "POST /sandboxes/{sandboxID}/timeout", d.setTimeout))
 	mux.Handle("POST /sandboxes/{sandboxID}/pause", h(ruleWrite, "POST /sandboxes/{sandboxID}/pause", d.pause))
 	connect := h(ruleWrite, "POST /sandboxes/{sandboxID}/connect", d.connect)
@@ -809,5 +810,54 @@ func (d *Door) deleteSnapshot(ctx context.Context, w http.ResponseWriter, r *htt
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// metricOut is one of E2B's SandboxMetric points.
+type metricOut struct {
+	Timestamp  time.Time `json:"timestamp"`
+	CPUUsedPct float64   `json:"cpuUsedPct"`
+	CPUCount   int       `json:"cpuCount"`
+	MemUsed    int64     `json:"memUsed"`
+	MemTotal   int64     `json:"memTotal"`
+	MemCache   int64     `json:"memCache"`
+	DiskUsed   int64     `json:"diskUsed"`
+	DiskTotal  int64     `json:"diskTotal"`
+}
+
+// metrics is E2B's sandbox metrics from berth's accounting: one point,
+// now (berth keeps no history per sandbox; its /metrics are Prometheus'),
+// when it falls within the query's start..end (Unix seconds); none for a
+// sandbox that is not running. Memory is what its cgroup holds, page
+// cache included (memCache 0: not told apart); disk is its writable root
+// layer against its cap (0 when the root is on its volume).
+func (d *Door) metrics(ctx context.Context, w http.ResponseWriter, r *http.Request, _ auth.Principal) error {
+	var bounds [2]int64
+	for i, k := range []string{"start", "end"} {
+		if v := r.URL.Query().Get(k); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return errdefs.Invalid("%s must be Unix seconds", k)
+			}
+			bounds[i] = n
+		}
+	}
+	sb, err := d.live(ctx, r.PathValue("sandboxID"))
+	if err != nil {
+		return err
+	}
+	out := []metricOut{}
+	if sb.State == sandbox.StateRunning {
+		u, err := d.cfg.Manager.ResourceUse(ctx, sb.ID)
+		if err != nil {
+			return err
+		}
+		now := u.At.Unix()
+		if (bounds[0] == 0 || now >= bounds[0]) && (bounds[1] == 0 || now <= bounds[1]) {
+			out = append(out, metricOut{Timestamp: u.At.UTC(), CPUUsedPct: u.CPUPercent, CPUCount: max(1, int(u.CPUs+0.5)),
+				MemUsed: u.MemoryBytes, MemTotal: u.MemoryLimit, DiskUsed: u.DiskBytes, DiskTotal: u.DiskLimit})
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }

@@ -43,7 +43,13 @@ try {
   // pause without memory pauses with memory, and its process lives on.
   const eph = await Sandbox.create({ timeoutMs: 60_000 })
   const p = await eph.commands.run('sleep 600', { background: true })
+  const ms = await eph.getMetrics()
+  out.metrics = {
+    n: ms.length, cpuCount: ms[0]?.cpuCount, memUsed: ms[0]?.memUsed, memTotal: ms[0]?.memTotal,
+    diskCap: ms[0]?.diskTotal, cpuPct: ms[0]?.cpuUsedPct,
+  }
   await eph.pause({ keepMemory: false })
+  out.metrics.afterPause = (await Sandbox.getMetrics(eph.sandboxId)).length
   const ephAgain = await Sandbox.connect(eph.sandboxId)
   out.ephemeral = { sleeper: (await ephAgain.commands.list()).some((x) => x.pid === p.pid), killed: await ephAgain.kill() }
   out.ok = true
