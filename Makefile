@@ -59,8 +59,8 @@ fuzz: ## run each fuzzer for a while (seed corpora already run in test)
 bench: build ## the performance report (berth bench) beside raw runc
 	./$(BIN) bench
 
-test-interp-sdk: ## the @e2b/code-interpreter SDK through the E2B door (opt-in while its stream is cut intermittently)
-	BERTH_E2B_INTERP_SDK=1 $(GO) test -count=1 -timeout 10m -run TestE2BCodeInterpreter -v ./test/e2e/
+test-interp-sdk: ## only the @e2b/code-interpreter SDK through the E2B door (also part of make test)
+	$(GO) test -count=1 -timeout 10m -run TestE2BCodeInterpreter -v ./test/e2e/
 
 soak: build ## long churn run with leak checks
 	BERTH_SOAK=1 $(GO) test -count=1 -timeout 60m -run TestSoak -v ./test/e2e/

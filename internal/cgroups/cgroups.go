@@ -270,6 +270,20 @@ func freezeState(rel string) (string, error) {
 	return strings.TrimSpace(string(b)), err
 }
 
+// MemoryUsage returns the memory cgroup rel holds now (page cache
+// included, as the limit counts it).
+func MemoryUsage(rel string) (int64, error) {
+	file := filepath.Join(Root, rel, "memory.current")
+	if !V2() {
+		file = filepath.Join(Root, "memory", rel, "memory.usage_in_bytes")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+}
+
 // CPUUsage returns the CPU time consumed by cgroup rel so far.
 func CPUUsage(rel string) (time.Duration, error) {
 	if V2() {

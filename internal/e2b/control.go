@@ -86,6 +86,7 @@ func (d *Door) controlRoutes() *http.ServeMux {
 	mux.Handle("GET /v2/sandboxes", h(ruleRead, "", d.listV2))
 	mux.Handle("GET /sandboxes/{sandboxID}", h(ruleRead, "", d.get))
 	mux.Handle("DELETE /sandboxes/{sandboxID}", h(ruleWrite, "DELETE /sandboxes/{sandboxID}", d.kill))
+	mux.Handle("GET /sandboxes/{sandboxID}/metrics", h(ruleRead, "", d.metrics))
 	mux.Handle("POST /sandboxes/{sandboxID}/timeout", h(ruleWrite, "POST /sandboxes/{sandboxID}/timeout", d.setTimeout))
 	mux.Handle("POST /sandboxes/{sandboxID}/pause", h(ruleWrite, "POST /sandboxes/{sandboxID}/pause", d.pause))
 	connect := h(ruleWrite, "POST /sandboxes/{sandboxID}/connect", d.connect)
@@ -128,6 +129,7 @@ type newSandbox struct {
 	TemplateID          string                  `json:"templateID"`
 	Timeout             *int64                  `json:"timeout"`
 	AutoPause           *bool                   `json:"autoPause"`
+	AutoPauseMemory     *bool                   `json:"autoPauseMemory"`
 	AutoResume          *struct{ Enabled bool } `json:"autoResume"`
 	Secure              *bool                   `json:"secure"`
 	AllowInternetAccess *bool                   `json:"allow_internet_access"`
@@ -186,9 +188,22 @@ func createRequest(in *newSandbox) (*manager.CreateRequest, error) {
 		if in.AutoResume != nil && in.AutoResume.Enabled {
 			req.Policy.AutoResume = true
 		}
+		if in.AutoPauseMemory != nil && !*in.AutoPauseMemory {
+			if req.Policy.AutoResume {
+				return nil, errdefs.Invalid("autoResume needs autoPauseMemory (a pause without memory is resumed by connect)")
+			}
+			// E2B's pause without memory keeps the files only: berth's
+			// stop, which keeps them for a sandbox whose whole writable
+			// root lives on its own volume.
+			req.Persistent, req.PersistRoot = true, true
+			req.Policy.OnIdle = sandbox.ActionStop
+		}
 	} else {
 		if in.AutoResume != nil && in.AutoResume.Enabled {
 			return nil, errdefs.Invalid("autoResume needs autoPause")
+		}
+		if in.AutoPauseMemory != nil {
+			return nil, errdefs.Invalid("autoPauseMemory needs autoPause")
 		}
 		req.Timeout = d
 	}
@@ -262,21 +277,32 @@ func (d *Door) domain() *string {
 	return &s
 }
 
-// e2bState is E2B's name of a berth state: running or paused; "" for a
-// sandbox E2B would not list (stopped, failed, deleted...).
-func e2bState(st sandbox.State) string {
-	switch st {
+// e2bState is E2B's name of sb's berth state: running or paused (a
+// stopped sandbox that kept its files is E2B's paused without memory);
+// "" for a sandbox E2B would not list (stopped without its files,
+// failed, deleted...).
+func e2bState(sb *sandbox.Sandbox) string {
+	switch sb.State {
 	case sandbox.StateRunning, sandbox.StateCreating, sandbox.StateStarting:
 		return "running"
 	case sandbox.StatePaused:
 		return "paused"
+	case sandbox.StateStopping, sandbox.StateStopped:
+		if keepsFiles(sb) {
+			return "paused"
+		}
 	}
 	return ""
 }
 
+// keepsFiles reports whether sb's files survive a berth stop: its whole
+// writable root is on its own volume (persist_root). Only such a sandbox
+// is stopped for E2B's pause without memory.
+func keepsFiles(sb *sandbox.Sandbox) bool { return sb.Spec.Persistent && sb.Spec.PersistRoot }
+
 func (d *Door) listed(sb *sandbox.Sandbox) listedOut {
 	out := listedOut{TemplateID: sb.Spec.Template, Alias: sb.Spec.Template, SandboxID: sb.ID, ClientID: clientID,
-		StartedAt: sb.StartedAt, Metadata: sb.Spec.Labels, State: e2bState(sb.State), EnvdVersion: EnvdVersion,
+		StartedAt: sb.StartedAt, Metadata: sb.Spec.Labels, State: e2bState(sb), EnvdVersion: EnvdVersion,
 		Domain: d.domain(), VolumeMounts: []struct{}{}}
 	if out.StartedAt.IsZero() {
 		out.StartedAt = sb.CreatedAt
@@ -298,7 +324,7 @@ func (d *Door) listed(sb *sandbox.Sandbox) listedOut {
 }
 
 func (d *Door) sandboxOut(ctx context.Context, sb *sandbox.Sandbox, p auth.Principal) (sandboxOut, error) {
-	tok, err := d.cfg.Server.CreateLease(ctx, sb, p.KeyID)
+	tok, err := d.cfg.Server.SandboxLease(ctx, sb, p.KeyID)
 	if err != nil {
 		return sandboxOut{}, err
 	}
@@ -377,7 +403,7 @@ func parseListFilter(q url.Values) (listFilter, error) {
 }
 
 func (f listFilter) match(sb *sandbox.Sandbox) bool {
-	st := e2bState(sb.State)
+	st := e2bState(sb)
 	if st == "" || sb.Spec.Pool != "" {
 		return false
 	}
@@ -452,7 +478,7 @@ func (d *Door) live(ctx context.Context, id string) (*sandbox.Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	if e2bState(sb.State) == "" || sb.Spec.Pool != "" {
+	if e2bState(sb) == "" || sb.Spec.Pool != "" {
 		return nil, errdefs.NotFound("sandbox %q not found", id)
 	}
 	return sb, nil
@@ -464,7 +490,7 @@ func (d *Door) get(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 		return err
 	}
 	out := d.listed(sb)
-	if out.EnvdAccessToken, err = d.cfg.Server.CreateLease(ctx, sb, p.KeyID); err != nil {
+	if out.EnvdAccessToken, err = d.cfg.Server.SandboxLease(ctx, sb, p.KeyID); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -511,16 +537,38 @@ func (d *Door) setTimeout(ctx context.Context, w http.ResponseWriter, r *http.Re
 	return nil
 }
 
-// pause freezes the sandbox (memory kept, whatever the body's memory
-// asks: freezing costs nothing on berth) and takes away its timeout: a
-// paused E2B sandbox waits for a connect.
+// pause is E2B's pause: with memory (the default), berth's pause —
+// processes and memory frozen; without (`keepMemory: false`), berth's
+// stop when the sandbox keeps its files across one (made with
+// autoPauseMemory false: its root on its own volume), else berth's pause
+// too, since a stop would discard the files E2B keeps. Either way the
+// timeout is lifted: a paused E2B sandbox waits for a connect.
 func (d *Door) pause(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	var in struct {
+		Memory *bool `json:"memory"`
+	}
+	if err := decode(r, &in); err != nil {
+		return err
+	}
 	sb, err := d.live(ctx, r.PathValue("sandboxID"))
 	if err != nil {
 		return err
 	}
-	if sb.State == sandbox.StatePaused {
+	if sb.State != sandbox.StateRunning {
 		return errdefs.Conflict("sandbox %s is already paused", sb.ID)
+	}
+	if in.Memory != nil && !*in.Memory && keepsFiles(sb) {
+		// A stopped sandbox has no timeout to lift: lift it first.
+		if sb.Spec.Timeout > 0 {
+			if _, err := d.cfg.Manager.SetTimeout(ctx, sb.ID, 0, p.Actor); err != nil {
+				return err
+			}
+		}
+		if _, err := d.cfg.Manager.Stop(ctx, sb.ID, p.Actor); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
 	}
 	if _, err := d.cfg.Manager.Pause(ctx, sb.ID, p.Actor); err != nil {
 		return err
@@ -534,18 +582,32 @@ func (d *Door) pause(ctx context.Context, w http.ResponseWriter, r *http.Request
 	return nil
 }
 
-// wake resumes sandbox id if paused and gives it timeout t from now; it
-// reports whether it was paused.
-func (d *Door) wake(ctx context.Context, id string, t time.Duration, p auth.Principal) (*sandbox.Sandbox, bool, error) {
+// wake brings sandbox id back to running and gives it timeout t from
+// now: a paused one resumed (memory false — the SDK's onResume 'reboot'
+// — stops and starts one that keeps its files, so its processes start
+// afresh), a stopped one started. It reports whether the sandbox was
+// paused (in E2B's sense); mustBePaused refuses one that was not.
+func (d *Door) wake(ctx context.Context, id string, t time.Duration, memory *bool, mustBePaused bool, p auth.Principal) (*sandbox.Sandbox, bool, error) {
 	sb, err := d.live(ctx, id)
 	if err != nil {
 		return nil, false, err
 	}
-	paused := sb.State == sandbox.StatePaused
-	if paused {
-		if sb, err = d.cfg.Manager.Resume(ctx, sb.ID, p.Actor); err != nil {
-			return nil, false, err
+	paused := e2bState(sb) == "paused"
+	if mustBePaused && !paused {
+		return nil, false, errdefs.Conflict("sandbox %s is not paused", sb.ID)
+	}
+	switch {
+	case sb.State == sandbox.StatePaused && memory != nil && !*memory && keepsFiles(sb):
+		if _, err = d.cfg.Manager.Stop(ctx, sb.ID, p.Actor); err == nil {
+			sb, err = d.cfg.Manager.Start(ctx, sb.ID, p.Actor)
 		}
+	case sb.State == sandbox.StatePaused:
+		sb, err = d.cfg.Manager.Resume(ctx, sb.ID, p.Actor)
+	case sb.State == sandbox.StateStopped:
+		sb, err = d.cfg.Manager.Start(ctx, sb.ID, p.Actor)
+	}
+	if err != nil {
+		return nil, false, err
 	}
 	if sb.Spec.Policy.IdleTimeout == 0 || sb.Spec.Timeout > 0 {
 		if sb, err = d.cfg.Manager.SetTimeout(ctx, sb.ID, t, p.Actor); err != nil {
@@ -555,9 +617,15 @@ func (d *Door) wake(ctx context.Context, id string, t time.Duration, p auth.Prin
 	return sb, paused, nil
 }
 
-func (d *Door) connect(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+// wakeCall is connect (mustBePaused false: a running sandbox is answered
+// 200 with its timeout moved) and resume (a sandbox that is not paused is
+// a conflict): the body's timeout (E2B's default when it names none) and
+// memory, the sandbox woken, its answer with a new lease (the old one
+// ended if it was stopped).
+func (d *Door) wakeCall(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal, mustBePaused bool) error {
 	var in struct {
 		Timeout *int64 `json:"timeout"`
+		Memory  *bool  `json:"memory"`
 	}
 	if err := decode(r, &in); err != nil {
 		return err
@@ -566,7 +634,7 @@ func (d *Door) connect(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	if err != nil {
 		return err
 	}
-	sb, paused, err := d.wake(ctx, r.PathValue("sandboxID"), t, p)
+	sb, paused, err := d.wake(ctx, r.PathValue("sandboxID"), t, in.Memory, mustBePaused, p)
 	if err != nil {
 		return err
 	}
@@ -582,34 +650,12 @@ func (d *Door) connect(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	return nil
 }
 
+func (d *Door) connect(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	return d.wakeCall(ctx, w, r, p, false)
+}
+
 func (d *Door) resume(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	var in struct {
-		Timeout *int64 `json:"timeout"`
-	}
-	if err := decode(r, &in); err != nil {
-		return err
-	}
-	t, err := seconds(in.Timeout, DefaultTimeout)
-	if err != nil {
-		return err
-	}
-	sb, err := d.live(ctx, r.PathValue("sandboxID"))
-	if err != nil {
-		return err
-	}
-	if sb.State != sandbox.StatePaused {
-		return errdefs.Conflict("sandbox %s is not paused", sb.ID)
-	}
-	sb, _, err = d.wake(ctx, sb.ID, t, p)
-	if err != nil {
-		return err
-	}
-	out, err := d.sandboxOut(ctx, sb, p)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusCreated, out)
-	return nil
+	return d.wakeCall(ctx, w, r, p, true)
 }
 
 // refresh is the old SDKs' keep-alive: activity, as berth's touch.
@@ -764,5 +810,54 @@ func (d *Door) deleteSnapshot(ctx context.Context, w http.ResponseWriter, r *htt
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// metricOut is one of E2B's SandboxMetric points.
+type metricOut struct {
+	Timestamp  time.Time `json:"timestamp"`
+	CPUUsedPct float64   `json:"cpuUsedPct"`
+	CPUCount   int       `json:"cpuCount"`
+	MemUsed    int64     `json:"memUsed"`
+	MemTotal   int64     `json:"memTotal"`
+	MemCache   int64     `json:"memCache"`
+	DiskUsed   int64     `json:"diskUsed"`
+	DiskTotal  int64     `json:"diskTotal"`
+}
+
+// metrics is E2B's sandbox metrics from berth's accounting: one point,
+// now (berth keeps no history per sandbox; its /metrics are Prometheus'),
+// when it falls within the query's start..end (Unix seconds); none for a
+// sandbox that is not running. Memory is what its cgroup holds, page
+// cache included (memCache 0: not told apart); disk is its writable root
+// layer against its cap (0 when the root is on its volume).
+func (d *Door) metrics(ctx context.Context, w http.ResponseWriter, r *http.Request, _ auth.Principal) error {
+	var bounds [2]int64
+	for i, k := range []string{"start", "end"} {
+		if v := r.URL.Query().Get(k); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return errdefs.Invalid("%s must be Unix seconds", k)
+			}
+			bounds[i] = n
+		}
+	}
+	sb, err := d.live(ctx, r.PathValue("sandboxID"))
+	if err != nil {
+		return err
+	}
+	out := []metricOut{}
+	if sb.State == sandbox.StateRunning {
+		u, err := d.cfg.Manager.ResourceUse(ctx, sb.ID)
+		if err != nil {
+			return err
+		}
+		now := u.At.Unix()
+		if (bounds[0] == 0 || now >= bounds[0]) && (bounds[1] == 0 || now <= bounds[1]) {
+			out = append(out, metricOut{Timestamp: u.At.UTC(), CPUUsedPct: u.CPUPercent, CPUCount: max(1, int(u.CPUs+0.5)),
+				MemUsed: u.MemoryBytes, MemTotal: u.MemoryLimit, DiskUsed: u.DiskBytes, DiskTotal: u.DiskLimit})
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }

@@ -25,14 +25,42 @@ type filesystemService struct{ d *Door }
 // maxListDepth bounds ListDir's depth.
 const maxListDepth = 16
 
-// open returns the target sandbox's files and the user the call names.
-func (s *filesystemService) open(ctx context.Context, h interface{ Get(string) string }, write bool) (*manager.Files, string, error) {
+// open resolves the request's paths against the home of the user the call
+// names (every one checked before anything opens), then opens the target
+// sandbox's files; the caller closes them.
+func (s *filesystemService) open(ctx context.Context, h interface{ Get(string) string }, write bool, paths ...string) (*manager.Files, []string, error) {
 	user, err := userOfGetter(h)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
+	}
+	abs := make([]string, len(paths))
+	for i, p := range paths {
+		if abs[i], err = absPath(p, user); err != nil {
+			return nil, nil, err
+		}
 	}
 	f, err := s.d.cfg.Manager.Files(ctx, targetOf(ctx).Sandbox, write, principalOf(ctx).Actor)
-	return f, user, err
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, abs, nil
+}
+
+// unary is a one-answer Filesystem call: fn over the target's files at
+// the request's resolved paths, the files closed after, its error in
+// Connect's terms.
+func unary[Req, Res any](ctx context.Context, s *filesystemService, req *connect.Request[Req], write bool, paths []string,
+	fn func(f *manager.Files, p []string) (*Res, error)) (*connect.Response[Res], error) {
+	f, p, err := s.open(ctx, req.Header(), write, paths...)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	defer f.Close()
+	out, err := fn(f, p)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(out), nil
 }
 
 func userOfGetter(h interface{ Get(string) string }) (string, error) {
@@ -79,80 +107,46 @@ func ownerName(id uint32) string {
 }
 
 func (s *filesystemService) Stat(ctx context.Context, req *connect.Request[pb.StatRequest]) (*connect.Response[pb.StatResponse], error) {
-	f, user, err := s.open(ctx, req.Header(), false)
-	if err != nil {
-		return nil, connectError(err)
-	}
-	defer f.Close()
-	p, err := absPath(req.Msg.GetPath(), user)
-	if err != nil {
-		return nil, connectError(err)
-	}
-	fi, err := f.Stat(ctx, p)
-	if err != nil {
-		return nil, connectError(err)
-	}
-	return connect.NewResponse(&pb.StatResponse{Entry: entryOf(fi)}), nil
+	return unary(ctx, s, req, false, []string{req.Msg.GetPath()}, func(f *manager.Files, p []string) (*pb.StatResponse, error) {
+		fi, err := f.Stat(ctx, p[0])
+		if err != nil {
+			return nil, err
+		}
+		return &pb.StatResponse{Entry: entryOf(fi)}, nil
+	})
 }
 
 func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRequest]) (*connect.Response[pb.MakeDirResponse], error) {
-	f, user, err := s.open(ctx, req.Header(), true)
-	if err != nil {
-		return nil, connectError(err)
-	}
-	defer f.Close()
-	p, err := absPath(req.Msg.GetPath(), user)
-	if err != nil {
-		return nil, connectError(err)
-	}
-	if _, err := f.Stat(ctx, p); err == nil {
-		// The SDK's makeDir answers false for a directory already there.
-		return nil, connect.NewError(connect.CodeAlreadyExists, errors.New(p+" exists"))
-	}
-	if err := f.Mkdir(ctx, p, 0o755, true, principalOf(ctx).Actor); err != nil {
-		return nil, connectError(err)
-	}
-	fi, err := f.Stat(ctx, p)
-	if err != nil {
-		return nil, connectError(err)
-	}
-	return connect.NewResponse(&pb.MakeDirResponse{Entry: entryOf(fi)}), nil
+	return unary(ctx, s, req, true, []string{req.Msg.GetPath()}, func(f *manager.Files, p []string) (*pb.MakeDirResponse, error) {
+		if _, err := f.Stat(ctx, p[0]); err == nil {
+			// The SDK's makeDir answers false for a directory already there.
+			return nil, connect.NewError(connect.CodeAlreadyExists, errors.New(p[0]+" exists"))
+		}
+		if err := f.Mkdir(ctx, p[0], 0o755, true, principalOf(ctx).Actor); err != nil {
+			return nil, err
+		}
+		fi, err := f.Stat(ctx, p[0])
+		if err != nil {
+			return nil, err
+		}
+		return &pb.MakeDirResponse{Entry: entryOf(fi)}, nil
+	})
 }
 
 func (s *filesystemService) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]) (*connect.Response[pb.MoveResponse], error) {
-	f, user, err := s.open(ctx, req.Header(), true)
-	if err != nil {
-		return nil, connectError(err)
-	}
-	defer f.Close()
-	src, err := absPath(req.Msg.GetSource(), user)
-	if err != nil {
-		return nil, connectError(err)
-	}
-	dst, err := absPath(req.Msg.GetDestination(), user)
-	if err != nil {
-		return nil, connectError(err)
-	}
-	if err := f.Move(ctx, src, dst, false, principalOf(ctx).Actor); err != nil {
-		return nil, connectError(err)
-	}
-	fi, err := f.Stat(ctx, dst)
-	if err != nil {
-		return nil, connectError(err)
-	}
-	return connect.NewResponse(&pb.MoveResponse{Entry: entryOf(fi)}), nil
+	return unary(ctx, s, req, true, []string{req.Msg.GetSource(), req.Msg.GetDestination()}, func(f *manager.Files, p []string) (*pb.MoveResponse, error) {
+		if err := f.Move(ctx, p[0], p[1], false, principalOf(ctx).Actor); err != nil {
+			return nil, err
+		}
+		fi, err := f.Stat(ctx, p[1])
+		if err != nil {
+			return nil, err
+		}
+		return &pb.MoveResponse{Entry: entryOf(fi)}, nil
+	})
 }
 
 func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[pb.ListDirRequest]) (*connect.Response[pb.ListDirResponse], error) {
-	f, user, err := s.open(ctx, req.Header(), false)
-	if err != nil {
-		return nil, connectError(err)
-	}
-	defer f.Close()
-	p, err := absPath(req.Msg.GetPath(), user)
-	if err != nil {
-		return nil, connectError(err)
-	}
 	depth := int(req.Msg.GetDepth())
 	if depth == 0 {
 		depth = 1
@@ -160,51 +154,46 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[pb
 	if depth > maxListDepth {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("depth over "+strconv.Itoa(maxListDepth)))
 	}
-	if fi, err := f.Stat(ctx, p); err != nil {
-		return nil, connectError(err)
-	} else if !fi.IsDir {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New(p+" is not a directory"))
-	}
-	out := &pb.ListDirResponse{}
-	var walk func(dir string, level int) error
-	walk = func(dir string, level int) error {
-		ents, err := f.List(ctx, dir)
-		if err != nil {
-			return err
+	return unary(ctx, s, req, false, []string{req.Msg.GetPath()}, func(f *manager.Files, p []string) (*pb.ListDirResponse, error) {
+		if fi, err := f.Stat(ctx, p[0]); err != nil {
+			return nil, err
+		} else if !fi.IsDir {
+			return nil, connect.NewError(connect.CodeInvalidArgument, errors.New(p[0]+" is not a directory"))
 		}
-		for _, fi := range ents {
-			if fi.Path == "" {
-				fi.Path = pathpkg.Join(dir, fi.Name)
+		out := &pb.ListDirResponse{}
+		var walk func(dir string, level int) error
+		walk = func(dir string, level int) error {
+			ents, err := f.List(ctx, dir)
+			if err != nil {
+				return err
 			}
-			out.Entries = append(out.Entries, entryOf(fi))
-			if fi.IsDir && fi.Link == "" && level < depth {
-				if err := walk(fi.Path, level+1); err != nil {
-					return err
+			for _, fi := range ents {
+				if fi.Path == "" {
+					fi.Path = pathpkg.Join(dir, fi.Name)
+				}
+				out.Entries = append(out.Entries, entryOf(fi))
+				if fi.IsDir && fi.Link == "" && level < depth {
+					if err := walk(fi.Path, level+1); err != nil {
+						return err
+					}
 				}
 			}
+			return nil
 		}
-		return nil
-	}
-	if err := walk(p, 1); err != nil {
-		return nil, connectError(err)
-	}
-	return connect.NewResponse(out), nil
+		if err := walk(p[0], 1); err != nil {
+			return nil, err
+		}
+		return out, nil
+	})
 }
 
 func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[pb.RemoveRequest]) (*connect.Response[pb.RemoveResponse], error) {
-	f, user, err := s.open(ctx, req.Header(), true)
-	if err != nil {
-		return nil, connectError(err)
-	}
-	defer f.Close()
-	p, err := absPath(req.Msg.GetPath(), user)
-	if err != nil {
-		return nil, connectError(err)
-	}
-	if err := f.Remove(ctx, p, true, principalOf(ctx).Actor); err != nil {
-		return nil, connectError(err)
-	}
-	return connect.NewResponse(&pb.RemoveResponse{}), nil
+	return unary(ctx, s, req, true, []string{req.Msg.GetPath()}, func(f *manager.Files, p []string) (*pb.RemoveResponse, error) {
+		if err := f.Remove(ctx, p[0], true, principalOf(ctx).Actor); err != nil {
+			return nil, err
+		}
+		return &pb.RemoveResponse{}, nil
+	})
 }
 
 // eventOf is E2B's event for one of berth's watch events; ok is false for
@@ -245,15 +234,12 @@ func relTo(dir, p string) (string, bool) {
 }
 
 func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[pb.WatchDirRequest], st *connect.ServerStream[pb.WatchDirResponse]) error {
-	f, user, err := s.open(ctx, req.Header(), false)
+	f, ps, err := s.open(ctx, req.Header(), false, req.Msg.GetPath())
 	if err != nil {
 		return connectError(err)
 	}
 	defer f.Close()
-	p, err := absPath(req.Msg.GetPath(), user)
-	if err != nil {
-		return connectError(err)
-	}
+	p := ps[0]
 	var mu sync.Mutex
 	send := func(r *pb.WatchDirResponse) error {
 		mu.Lock()
@@ -345,15 +331,11 @@ func (ws *watchers) get(id, sb string) (*watcher, bool) {
 }
 
 func (s *filesystemService) CreateWatcher(ctx context.Context, req *connect.Request[pb.CreateWatcherRequest]) (*connect.Response[pb.CreateWatcherResponse], error) {
-	f, user, err := s.open(ctx, req.Header(), false)
+	f, ps, err := s.open(ctx, req.Header(), false, req.Msg.GetPath())
 	if err != nil {
 		return nil, connectError(err)
 	}
-	p, err := absPath(req.Msg.GetPath(), user)
-	if err != nil {
-		f.Close()
-		return nil, connectError(err)
-	}
+	p := ps[0]
 	ws := s.d.watch
 	ws.mu.Lock()
 	if !ws.admit(targetOf(ctx).Sandbox) {

@@ -335,6 +335,8 @@ type Backend interface {
 	// CPUUsage and OOMKills sample sb's accounting.
 	CPUUsage(sb *sandbox.Sandbox) (time.Duration, error)
 	OOMKills(sb *sandbox.Sandbox) (uint64, error)
+	// MemoryUsage is the memory sb's processes hold now.
+	MemoryUsage(sb *sandbox.Sandbox) (int64, error)
 
 	// Recover re-registers the host side of live sandboxes after a start
 	// (network attachments) and removes what belongs to none of them.

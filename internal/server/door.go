@@ -2,12 +2,14 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
 )
 
 // What another front door onto the same engine (internal/e2b) borrows
@@ -44,10 +46,33 @@ func (s *Server) Credential(ctx context.Context, token string, rule auth.Rule, i
 // principal and the identity the engine reads owners from.
 func WithCaller(ctx context.Context, p auth.Principal) context.Context { return withCaller(ctx, p) }
 
-// CreateLease records sb's create-time lease, minted by key keyID, and
-// returns its token (the same the REST create returns).
-func (s *Server) CreateLease(ctx context.Context, sb *sandbox.Sandbox, keyID string) (string, error) {
-	return s.createLease(ctx, sb, keyID)
+// SandboxLease is the lease token a door hands out for sb: its
+// create-time lease while that lives. A stop revokes every lease of a
+// sandbox (LeaseRevoker), so once sb has stopped and started again (E2B's
+// pause without memory, then connect) it is a lease of the same scopes
+// for this start of sb — one per start, its id naming StartedAt, so
+// repeated calls hand out the same token — revoked again at its next
+// stop. A sandbox that is not leasable gets its create-time token, which
+// the guard refuses.
+func (s *Server) SandboxLease(ctx context.Context, sb *sandbox.Sandbox, keyID string) (string, error) {
+	tok, err := s.createLease(ctx, sb, keyID)
+	if err != nil || s.Leases == nil || !leasable(sb.State) {
+		return tok, err
+	}
+	first, err := s.m.Store().GetLease(ctx, auth.CreateLeaseID(sb.ID))
+	if err != nil {
+		return "", err
+	}
+	if first.RevokedAt.IsZero() {
+		return tok, nil
+	}
+	id := auth.CreateLeaseID(sb.ID) + "-" + strconv.FormatInt(sb.StartedAt.UnixNano(), 36)
+	err = s.m.Store().CreateLease(ctx, &store.Lease{ID: id, SandboxID: sb.ID, Tenant: sb.Tenant, KeyID: keyID,
+		Scopes: first.Scopes, CreatedAt: s.now()})
+	if err != nil && !errors.Is(err, errdefs.ErrConflict) {
+		return "", err
+	}
+	return s.Leases.LeaseToken(sb.ID, id), nil
 }
 
 // ProxyPort forwards r to port of sandbox id at path, as the port proxy

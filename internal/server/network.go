@@ -69,6 +69,16 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id, portStr, path
 		writeError(w, err)
 		return
 	}
+	// Full duplex: net/http's HTTP/1 server otherwise reads the rest of
+	// the request body and closes it when the response header goes out.
+	// The transport below is still reading that body (after its
+	// Content-Length bytes it reads once more for EOF, then closes it):
+	// when the sandbox answers inside that window the read fails with
+	// "invalid Read on closed Body", the transport tears the upstream
+	// connection down and the answer is cut mid-stream (the client sees
+	// its response end without its last chunk: undici's "terminated").
+	// The body belongs to the transport until it is done with it.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	var used atomic.Bool // set by the transport's dialling goroutine
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"os"
 	"strings"
 	"testing"
 )
@@ -14,13 +13,10 @@ import (
 // cell still running, a second context that does not share the first's
 // variables. Then berth shows nothing left.
 //
-// Opt-in (make test-interp-sdk, BERTH_E2B_INTERP_SDK=1) until the
-// interpreter's intermittently cut answer stream is found: one CI run saw
-// the SDK's fetch terminated mid-stream (issue #16's note).
+// Its answer stream was once cut intermittently (about one request in
+// fifty): the port proxy's full duplex fixed that
+// (TestPortProxyStreamsAnswerBeforeBodyEOF).
 func TestE2BCodeInterpreter(t *testing.T) {
-	if os.Getenv("BERTH_E2B_INTERP_SDK") == "" {
-		t.Skip("opt-in, not part of make test: make test-interp-sdk (BERTH_E2B_INTERP_SDK=1); its answer stream is cut intermittently, see issue #16")
-	}
 	d, url, key := e2bDaemon(t)
 	var got struct {
 		OK        bool   `json:"ok"`

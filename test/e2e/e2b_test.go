@@ -301,6 +301,13 @@ func TestE2BDoorAttacks(t *testing.T) {
 	if st, body := do("DELETE", "/sandboxes/"+a.SandboxID, "", map[string]string{"X-API-Key": a.EnvdAccessToken}); st != 403 {
 		t.Errorf("a lease token killing its own sandbox: %d %s", st, body)
 	}
+	// The metrics route: a lease is refused, a bad window is a 400.
+	if st, body := do("GET", "/sandboxes/"+a.SandboxID+"/metrics", "", map[string]string{"X-API-Key": a.EnvdAccessToken}); st != 403 {
+		t.Errorf("a lease token reading metrics: %d %s", st, body)
+	}
+	if st, body := do("GET", "/sandboxes/"+a.SandboxID+"/metrics?start=-1", "", map[string]string{"X-API-Key": key}); st != 400 {
+		t.Errorf("metrics with a negative start: %d %s", st, body)
+	}
 	if st, body := do("GET", "/v2/sandboxes", "", nil); st != 401 || !strings.Contains(body, `"code":401`) {
 		t.Errorf("no key: %d %s", st, body)
 	}
@@ -430,10 +437,11 @@ func TestE2BDoorAttacks(t *testing.T) {
 		{"POST", "/sandboxes/" + a.SandboxID + "/pause"}, {"POST", "/sandboxes/" + a.SandboxID + "/timeout"},
 		{"POST", "/v2/sandboxes/" + a.SandboxID + "/connect"}, {"POST", "/sandboxes/" + a.SandboxID + "/fork"},
 		{"POST", "/sandboxes/" + a.SandboxID + "/snapshots"}, {"GET", "/snapshots?sandboxID=" + a.SandboxID},
+		{"GET", "/sandboxes/" + a.SandboxID + "/metrics"}, {"POST", "/sandboxes/" + a.SandboxID + "/resume"},
 	} {
 		body := ""
 		if c.method == "POST" {
-			body = `{"timeout":30}`
+			body = `{"timeout":30,"memory":false}`
 		}
 		if st, resp := do(c.method, c.path, body, map[string]string{"X-API-Key": other}); st != 404 {
 			t.Errorf("tenant other's key: %s %s = %d %s", c.method, c.path, st, resp)
@@ -491,4 +499,61 @@ func TestE2BTLS(t *testing.T) {
 	if out, _, code := d.cli("ls", "-o", "json"); code != 0 || strings.TrimSpace(out) != "[]" {
 		t.Errorf("berth ls after the TLS run: %d %s", code, out)
 	}
+}
+
+// TestE2BPauseWithoutMemory: the SDK's pause({keepMemory: false}) is
+// berth's stop for a sandbox made to pause without memory (its root on
+// its own volume): getInfo and list say paused, berth says stopped, a
+// second pause is the SDK's false, connect starts it with its files and
+// without its old processes; connect with onResume 'reboot' restarts a
+// paused one; the access token from before the stop is refused after it;
+// a default sandbox is paused with memory instead. getMetrics reads
+// berth's accounting of a running sandbox (none while paused).
+func TestE2BPauseWithoutMemory(t *testing.T) {
+	d, url, key := e2bDaemon(t)
+	var got struct {
+		OK, Paused, Listed, PausedAgain, Sleeper, Killed  bool
+		Error, ID, State, Kept, StateAfter, Ran, OldToken string
+		Reboot                                            struct {
+			Kept    string
+			Sleeper bool
+		}
+		Ephemeral struct{ Sleeper, Killed bool }
+		Metrics   struct {
+			N, CPUCount, AfterPause    int
+			MemUsed, MemTotal, DiskCap float64
+			CPUPct                     float64
+		}
+	}
+	runE2BScript(t, "pause.mjs", url, key, &got)
+	if !got.OK {
+		t.Fatalf("the SDK script failed: %s\nwhat it saw: %+v", got.Error, got)
+	}
+	if !got.Paused || got.State != "paused" || !got.Listed || got.PausedAgain {
+		t.Errorf("pause without memory: paused %v, state %q, listed %v, again %v", got.Paused, got.State, got.Listed, got.PausedAgain)
+	}
+	if got.Kept != "kept" || got.Sleeper || got.StateAfter != "running" || got.Ran != "back\n" {
+		t.Errorf("connect after a pause without memory: %+v", got)
+	}
+	if got.OldToken != "AuthenticationError" {
+		t.Errorf("the access token from before the stop, after connect: %s", got.OldToken)
+	}
+	if got.Reboot.Kept != "kept" || got.Reboot.Sleeper {
+		t.Errorf("connect with onResume reboot: %+v", got.Reboot)
+	}
+	if m := got.Metrics; m.N != 1 || m.CPUCount != 1 || m.MemUsed <= 0 || m.MemUsed > m.MemTotal ||
+		m.MemTotal != 512<<20 || m.DiskCap <= 0 || m.CPUPct < 0 || m.CPUPct > 100 || m.AfterPause != 0 {
+		t.Errorf("getMetrics: %+v", m)
+	}
+	if !got.Ephemeral.Sleeper || !got.Ephemeral.Killed {
+		t.Errorf("a default sandbox paused without memory: %+v", got.Ephemeral)
+	}
+	// berth's events (kept after the kill) show the stop and the start.
+	if out, _, code := d.cli("events", got.ID); code != 0 || !strings.Contains(out, "stopped") || !strings.Contains(out, "running") {
+		t.Errorf("berth events %s: the pause was no berth stop and start: %s", got.ID, out)
+	}
+	if out, _, code := d.cli("ls", "-o", "json"); code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Errorf("berth ls after the kills: %d %s", code, out)
+	}
+	assertDoctorClean(t, d)
 }

@@ -344,6 +344,11 @@ func (b *Backend) CPUUsage(sb *sandbox.Sandbox) (time.Duration, error) {
 	return cgroups.CPUUsage(b.paths(sb.ID).cgroup)
 }
 
+// MemoryUsage is the memory sb's cgroup holds.
+func (b *Backend) MemoryUsage(sb *sandbox.Sandbox) (int64, error) {
+	return cgroups.MemoryUsage(b.paths(sb.ID).cgroup)
+}
+
 // OOMKills counts the processes of sb the memory limit killed.
 func (b *Backend) OOMKills(sb *sandbox.Sandbox) (uint64, error) {
 	n, err := cgroups.OOMKills(b.paths(sb.ID).cgroup)

@@ -1017,6 +1017,9 @@ func (n *Node) CPUUsage(sb *sandbox.Sandbox) (time.Duration, error) {
 	return n.cpu[sb.ID], nil
 }
 
+// MemoryUsage is always 0: memnode runs nothing.
+func (n *Node) MemoryUsage(sb *sandbox.Sandbox) (int64, error) { return 0, nil }
+
 // OOMKills is always 0.
 func (n *Node) OOMKills(sb *sandbox.Sandbox) (uint64, error) { return 0, nil }
 
