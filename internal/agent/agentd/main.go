@@ -2,6 +2,8 @@ package agentd
 
 import (
 	"context"
+	"crypto/tls"
+	"net"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -13,8 +15,23 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/berth-sh/berth/internal/agent/agenttls"
 	"github.com/berth-sh/berth/internal/seccomp"
 )
+
+// listenTLS listens on addr for the daemon alone: mutual TLS with the
+// sandbox's pinned pairs read from dir (package agenttls).
+func listenTLS(addr, dir string) (net.Listener, error) {
+	conf, err := agenttls.LoadServerConfig(dir)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-dir: %w", err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return tls.NewListener(ln, conf), nil
+}
 
 // DefaultSocket is where the agent listens inside a sandbox; /.berth/run is
 // a bind mount of a per-sandbox directory on the host.
@@ -43,6 +60,8 @@ func Main(args []string) int {
 	grace := fs.Duration("shutdown-grace", 5*time.Second, "after SIGTERM, how long to wait for processes to exit")
 	maxFile := fs.Int64("max-file-bytes", defaultMaxFileBytes, "cap of one file or tar upload")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	listenTCP := fs.String("listen-tcp", "", "serve on this TCP `ADDR` under mutual TLS (with --tls-dir) instead of a unix socket: a pod reached at its IP")
+	tlsDir := fs.String("tls-dir", "", "`DIR` of agent.crt, agent.key and daemon.crt, the sandbox's pinned pairs (with --listen-tcp)")
 	seccompFD := fs.Int("seccomp-fd", 0, "install the compiled seccomp program read from this inherited descriptor before anything else")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -99,7 +118,20 @@ func Main(args []string) int {
 	}
 	defer signal.Stop(sigc)
 
-	s, err := newServer(Config{Socket: *socket, ListenFD: *listenFD, Root: *root, Logger: log, MaxFileBytes: *maxFile, reap: *init})
+	cfg := Config{Socket: *socket, ListenFD: *listenFD, Root: *root, Logger: log, MaxFileBytes: *maxFile, reap: *init}
+	if (*listenTCP == "") != (*tlsDir == "") {
+		fmt.Fprintln(os.Stderr, "berth agent: --listen-tcp and --tls-dir go together")
+		return 2
+	}
+	if *listenTCP != "" {
+		ln, err := listenTLS(*listenTCP, *tlsDir)
+		if err != nil {
+			log.Error("start", "err", err)
+			return 1
+		}
+		cfg.TCP = ln
+	}
+	s, err := newServer(cfg)
 	if err != nil {
 		log.Error("start", "err", err)
 		return 1
