@@ -3,10 +3,10 @@ package agentd
 import (
 	"context"
 	"crypto/tls"
-	"net"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
