@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -18,6 +19,33 @@ import (
 	"github.com/berth-sh/berth/internal/agent/agenttls"
 	"github.com/berth-sh/berth/internal/seccomp"
 )
+
+// installSelf copies the running executable to dst through a temporary
+// name, so a reader never sees half a binary.
+func installSelf(dst string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	src, err := os.Open(self)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	tmp := dst + ".tmp"
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o555)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, src); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
 
 // listenTLS listens on addr for the daemon alone: mutual TLS with the
 // sandbox's pinned pairs read from dir (package agenttls).
@@ -62,6 +90,7 @@ func Main(args []string) int {
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	listenTCP := fs.String("listen-tcp", "", "serve on this TCP `ADDR` under mutual TLS (with --tls-dir) instead of a unix socket: a pod reached at its IP")
 	tlsDir := fs.String("tls-dir", "", "`DIR` of agent.crt, agent.key and daemon.crt, the sandbox's pinned pairs (with --listen-tcp)")
+	install := fs.String("install", "", "copy this executable to `PATH` (mode 0555) and exit: the init container that puts the agent into a pod's shared volume")
 	seccompFD := fs.Int("seccomp-fd", 0, "install the compiled seccomp program read from this inherited descriptor before anything else")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -77,6 +106,13 @@ func Main(args []string) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "berth agent: unexpected arguments %q\n", fs.Args())
 		return 2
+	}
+	if *install != "" {
+		if err := installSelf(*install); err != nil {
+			fmt.Fprintf(os.Stderr, "berth agent: --install: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
