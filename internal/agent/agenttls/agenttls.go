@@ -9,13 +9,13 @@
 // its pin, so the handshake fails on the daemon's side; a caller without
 // the daemon key of that sandbox is refused by the agent.
 //
-// The unix-socket channel of the local backend (package agent's
-// SocketDialer) is separate and unchanged.
+// The daemon dials with package agent's TLSDialer; the unix-socket
+// channel of the local backend (agent.SocketDialer) is separate and
+// unchanged.
 package agenttls
 
 import (
 	"bytes"
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -28,13 +28,15 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
-
-	"github.com/berth-sh/berth/internal/agent"
 )
+
+// ErrNotPinned: the peer's certificate is not the one pinned for it. The
+// agent client's TLSDialer reports every failed handshake as
+// agent.ErrPeerRefused.
+var ErrNotPinned = errors.New("certificate not pinned")
 
 // File names of an identity's parts, in a Kubernetes Secret and in the
 // directory the agent reads (--tls-dir). DaemonKey is never given to the
@@ -132,11 +134,11 @@ func pinned(want []byte, who string) func([][]byte, [][]*x509.Certificate) error
 	sum := sha256.Sum256(want)
 	return func(raw [][]byte, _ [][]*x509.Certificate) error {
 		if len(raw) != 1 {
-			return fmt.Errorf("%w: %s presented %d certificates, want its one pinned certificate", agent.ErrPeerRefused, who, len(raw))
+			return fmt.Errorf("%w: %s presented %d certificates, want its one pinned certificate", ErrNotPinned, who, len(raw))
 		}
 		got := sha256.Sum256(raw[0])
 		if subtle.ConstantTimeCompare(got[:], sum[:]) != 1 {
-			return fmt.Errorf("%w: %s presented a certificate that is not the one pinned for it", agent.ErrPeerRefused, who)
+			return fmt.Errorf("%w: %s presented a certificate that is not the one pinned for it", ErrNotPinned, who)
 		}
 		return nil
 	}
@@ -194,50 +196,4 @@ func (id Identity) ClientConfig() (*tls.Config, error) {
 		InsecureSkipVerify:    true,
 		VerifyPeerCertificate: pinned(want, "the listener"),
 	}, nil
-}
-
-// Dialer connects to one sandbox's agent over TCP and mutual TLS.
-type Dialer struct {
-	// Addr returns the agent's current address (host:port).
-	Addr func(ctx context.Context) (string, error)
-	// Config is the identity's ClientConfig.
-	Config *tls.Config
-	// Refused, when non-nil, is told of every connection refused for who
-	// listened (an error wrapping agent.ErrPeerRefused).
-	Refused func(error)
-}
-
-// Dial implements the agent client's dial: the handshake completes, under
-// ctx, before the connection is returned.
-func (d *Dialer) Dial(ctx context.Context) (net.Conn, error) {
-	addr, err := d.Addr(ctx)
-	if err != nil {
-		return nil, err
-	}
-	td := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 5 * time.Second}, Config: d.Config}
-	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	c, err := td.DialContext(hctx, "tcp", addr)
-	if err != nil {
-		if errors.Is(err, agent.ErrPeerRefused) {
-			if d.Refused != nil {
-				d.Refused(err)
-			}
-			return nil, err
-		}
-		// A handshake the listener failed (it did not speak TLS, or did
-		// not accept our certificate) is no agent of this sandbox
-		// either; a refused or unreachable TCP connect is not an
-		// impostor.
-		var ne *net.OpError
-		if errors.As(err, &ne) && ne.Op == "dial" || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			return nil, err
-		}
-		err = fmt.Errorf("%w: TLS handshake with %s: %v", agent.ErrPeerRefused, addr, err)
-		if d.Refused != nil {
-			d.Refused(err)
-		}
-		return nil, err
-	}
-	return c, nil
 }

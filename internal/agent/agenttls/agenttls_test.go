@@ -58,7 +58,7 @@ func client(t *testing.T, id agenttls.Identity, addr string, refused *atomic.Int
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &agenttls.Dialer{Addr: func(context.Context) (string, error) { return addr, nil }, Config: conf,
+	d := &agent.TLSDialer{Addr: func(context.Context) (string, error) { return addr, nil }, Config: conf,
 		Refused: func(error) { refused.Add(1) }}
 	return agent.NewClientDialer(d.Dial)
 }

@@ -80,7 +80,7 @@ func (b *Backend) agentFor(id string) *agentEntry {
 	e, ok := b.agents[id]
 	if !ok {
 		e = &agentEntry{}
-		d := &agenttls.Dialer{Addr: func(ctx context.Context) (string, error) { return b.agentAddr(id) },
+		d := &agent.TLSDialer{Addr: func(ctx context.Context) (string, error) { return b.agentAddr(id) },
 			Refused: func(err error) { b.refuseAgent(id, e, err) }}
 		e.client = agent.NewClientDialer(func(ctx context.Context) (net.Conn, error) {
 			conf, err := b.tlsConfig(ctx, id, e)
