@@ -7,7 +7,7 @@ BIN := bin/berth
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: help deps build test unit e2e e2e-race security-test fuzz lint vet bench soak test-interp-sdk demo clean
+.PHONY: help deps build test test-k8s k8s-tools unit e2e e2e-race security-test fuzz lint vet bench soak test-interp-sdk demo clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -28,13 +28,23 @@ lint: vet ## go vet, gofmt and staticcheck
 unit: ## unit tests with the race detector (no daemon)
 	CGO_ENABLED=1 $(GO) test -race -count=1 $$($(GO) list ./... | grep -v /test/)
 
+# test/k8s needs a Kubernetes cluster: make test-k8s runs it.
+E2E_PKGS = $$($(GO) list ./test/... | grep -v /test/k8s)
+
 e2e: ## end-to-end tests against a real daemon, runc, overlayfs, cgroups
-	$(GO) test -count=1 -timeout 25m ./test/...
+	$(GO) test -count=1 -timeout 25m $(E2E_PKGS)
 
 e2e-race: ## the e2e suite with the daemon under the race detector
-	BERTH_E2E_RACE=1 $(GO) test -count=1 -timeout 30m -run '$(RUN)' ./test/...
+	BERTH_E2E_RACE=1 $(GO) test -count=1 -timeout 30m -run '$(RUN)' $(E2E_PKGS)
 
 test: deps lint unit e2e security-test ## the whole suite: what .ci/run runs
+	@./scripts/leakcheck.sh
+
+k8s-tools: ## build kube-apiserver, kubelet, etcd, kwok... from the Go module proxy, cached in /var/cache/berth/k8s
+	@./scripts/k8s-tools.sh
+
+test-k8s: deps ## the suite on a real Kubernetes cluster (test/k8s): builds its binaries first (cached)
+	@bin=$$(./scripts/k8s-tools.sh) && BERTH_K8S_BIN=$$bin $(GO) test -count=1 -timeout 20m -v $(K8S_TESTFLAGS) ./test/k8s/...
 	@./scripts/leakcheck.sh
 
 security-test: build ## the attack suite from inside sandboxes on every runtime class (berth selftest --private)

@@ -3,7 +3,8 @@
 # nothing that is already there: runc (the default runtime), busybox-static
 # (a tiny static image the tests import), iproute2, python3, PostgreSQL
 # (server and psql: the PostgreSQL store's tests and e2e start a private
-# cluster with scripts/pg-test-server.sh), a Go toolchain new enough to
+# cluster with scripts/pg-test-server.sh), containerd and the CNI plugins
+# (the Kubernetes test cluster's node), a Go toolchain new enough to
 # build berth (taken from the Go module proxy when the host has none), and
 # gVisor's runsc (scripts/install-runsc.sh). The tests fail, not skip, when
 # any of these is missing. Idempotent: a second run changes nothing.
@@ -41,6 +42,13 @@ command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
 command -v chromium >/dev/null || need_apt+=(chromium)
 # PostgreSQL: the server binaries (Debian layout, any version) and psql.
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && command -v psql >/dev/null || need_apt+=(postgresql)
+# The Kubernetes test cluster's node (internal/testenv/kubeenv, make
+# test-k8s): Debian's containerd 1.6 and ctr (the CRI runtime kubelet drives,
+# on runc) and the CNI plugins (bridge, host-local, loopback) that give pods
+# an address on a private bridge. iptables comes with them as a dependency.
+command -v containerd >/dev/null && command -v ctr >/dev/null || need_apt+=(containerd)
+[ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ] && [ -x /usr/lib/cni/loopback ] ||
+	need_apt+=(containernetworking-plugins)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
 	echo "installing: ${need_apt[*]}"

@@ -24,7 +24,7 @@ import (
 
 // Prefixes are the names of the temporary directories the harnesses make
 // (TempDir): Sweep looks for what is left of them and only of them.
-var Prefixes = []string{"berth-e2e-", "berth-bench-", "berth-selftest-", "berth-node-"}
+var Prefixes = []string{"berth-e2e-", "berth-bench-", "berth-selftest-", "berth-node-", "berth-k8s-"}
 
 // TempDir makes a fresh directory root/berth-<kind>-XXXX (root "" = the
 // system's temp dir), mode 0711: sandboxes' mapped root must traverse it
