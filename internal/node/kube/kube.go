@@ -30,7 +30,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/berth-sh/berth/internal/node"
@@ -316,18 +315,4 @@ func waitCache(ctx context.Context, timeout time.Duration, what string, done fun
 		case <-t.C:
 		}
 	}
-}
-
-// informerSynced is for tests: whether the caches have synced.
-func (b *Backend) informerSynced() bool {
-	for _, inf := range []cache.SharedIndexInformer{
-		b.factory.Core().V1().Pods().Informer(),
-		b.factory.Core().V1().PersistentVolumeClaims().Informer(),
-		b.factory.Core().V1().Secrets().Informer(),
-	} {
-		if !inf.HasSynced() {
-			return false
-		}
-	}
-	return true
 }
