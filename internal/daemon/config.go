@@ -43,6 +43,10 @@ type Config struct {
 	// TenantPulls lets tenants import templates from registries (serve
 	// --tenant-pulls); off, they upload archives and pulls are the host's.
 	TenantPulls bool
+	// Backend is where sandboxes run: "local" (default, this machine) or
+	// "kubernetes" (pods; Kube configures it).
+	Backend string
+	Kube    KubeConfig
 	// AgentPath is the berth binary mounted into sandboxes as their agent;
 	// default: this executable.
 	AgentPath string
@@ -139,3 +143,27 @@ const (
 	DefaultWriteTimeout      = 10 * time.Minute
 	DefaultMaxConnsPerClient = 256
 )
+
+// KubeConfig configures the kubernetes backend (serve --backend
+// kubernetes; internal/node/kube).
+type KubeConfig struct {
+	// Kubeconfig is the client's kubeconfig file; "" is the pod's own
+	// service account (in-cluster).
+	Kubeconfig string
+	Namespace  string
+	// Instance names this installation in the objects' labels.
+	Instance string
+	// RuntimeClasses maps berth's runtime classes to RuntimeClasses,
+	// "runc=,runsc=gvisor": the default class first.
+	RuntimeClasses string
+	StorageClass   string
+	// AgentImage holds the berth binary at AgentImagePath; Image is the
+	// sandboxes' image for templates TemplateImages ("name=image,...")
+	// does not name.
+	AgentImage, AgentImagePath string
+	Image, TemplateImages      string
+	PullPolicy                 string
+	// NodeName binds every pod to one node (no scheduler).
+	NodeName       string
+	UserNamespaces bool
+}

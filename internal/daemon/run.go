@@ -22,6 +22,7 @@ import (
 	"github.com/berth-sh/berth/internal/leader"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/metrics"
+	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/node/local"
 	"github.com/berth-sh/berth/internal/runtime"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -46,7 +47,7 @@ type Daemon struct {
 	Server  *server.Server
 	images  *image.Store
 	runsc   *runtime.Runsc // the gVisor class, when available
-	backend *local.Backend
+	backend node.Backend
 	webhook *webhook.Deliverer
 	leases  *leases // leases.go
 	servers []*http.Server
@@ -151,35 +152,11 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening layer store: %w", err)
 	}
-	runc, err := runtime.NewRunc(cfg.RuncPath, filepath.Join(cfg.DataDir, "runc"))
-	if err != nil {
-		return nil, err
-	}
-	rts := []runtime.Runtime{runc}
-	rs, why := openRunsc(ctx, &cfg, log)
-	if rs != nil {
-		d.runsc = rs
-		rts = append(rts, rs)
-	} else {
-		log.Info("runtime class runsc unavailable; sandboxes run on runc only", "reason", why)
-	}
-	if cfg.MicroVMPath != "" {
-		vm, err := runtime.NewMicroVM("kata", cfg.MicroVMPath, filepath.Join(cfg.DataDir, "microvm"))
-		if err != nil {
-			return nil, fmt.Errorf("--microvm: %w", err)
+	var rts []runtime.Runtime
+	if cfg.Backend == "" || cfg.Backend == "local" {
+		if rts, err = d.openRuntimes(ctx, &cfg); err != nil {
+			return nil, err
 		}
-		rts = append(rts, vm)
-		log.Warn("runtime class kata (microVM) enabled: not covered by berth's test suite on this host kind", "binary", cfg.MicroVMPath)
-	}
-	switch cfg.Runtime {
-	case "runc":
-	case "runsc":
-		if rs == nil {
-			return nil, fmt.Errorf("--runtime runsc: %s", why)
-		}
-		rts[0], rts[1] = rts[1], rts[0] // the default class comes first
-	default:
-		return nil, fmt.Errorf("unknown runtime %q: this build supports runc and runsc", cfg.Runtime)
 	}
 	var egressSubnet netip.Prefix
 	if cfg.EgressSubnet != "" {
@@ -197,13 +174,23 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	if diskDefault == 0 {
 		diskDefault = manager.DefaultDiskBytes
 	}
-	backend, err := local.New(local.Config{
-		DataDir: cfg.DataDir, AgentPath: cfg.AgentPath, IDMap: idmap,
-		Instance: local.InstanceName(cfg.DataDir), Logger: log.With("component", "node"),
-		PoolSize: cfg.PoolSize, EgressSubnet: egressSubnet, DiskDefault: diskDefault,
-		DiskLowWater: cfg.DiskLowWater, Runtimes: rts, Images: d.images,
-		EgressRoots: egressRoots, EgressUpstream: egressDNS,
-	})
+	var backend node.Backend
+	var lb *local.Backend
+	switch cfg.Backend {
+	case "", "local":
+		lb, err = local.New(local.Config{
+			DataDir: cfg.DataDir, AgentPath: cfg.AgentPath, IDMap: idmap,
+			Instance: local.InstanceName(cfg.DataDir), Logger: log.With("component", "node"),
+			PoolSize: cfg.PoolSize, EgressSubnet: egressSubnet, DiskDefault: diskDefault,
+			DiskLowWater: cfg.DiskLowWater, Runtimes: rts, Images: d.images,
+			EgressRoots: egressRoots, EgressUpstream: egressDNS,
+		})
+		backend = lb
+	case "kubernetes":
+		backend, err = openKube(ctx, cfg.Kube, log.With("component", "node"))
+	default:
+		err = fmt.Errorf("unknown --backend %q: local or kubernetes", cfg.Backend)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -220,6 +207,10 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	mcfg.TenantPulls = cfg.TenantPulls
 	if mcfg.Node == "" {
 		mcfg.Node = local.InstanceName(cfg.DataDir)
+		if cfg.Backend == "kubernetes" {
+			// Every replica of one installation acts on its pods.
+			mcfg.Node = kubeNodeName(cfg.Kube)
+		}
 	}
 	// One registry for the engine's measures and the API's (/metrics).
 	met := metrics.New()
@@ -227,10 +218,11 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	// The local backend's node is this daemon's alone; a PostgreSQL store
 	// may be shared, so its store-wide jobs run on one daemon of them.
 	sharedStore := cfg.Store != "" && cfg.Store != "sqlite"
-	// sharedNode: false for the local backend. A backend whose node every
-	// replica names alike (--backend kubernetes) must pass true, so that
-	// one replica reconciles it.
-	d.leases = openLeases(st, mcfg.Node, sharedStore, false, cfg.LeaseTTL, log.With("component", "leader"))
+	// The local backend's node is its daemon's alone; a Kubernetes one is
+	// named alike by every replica of an installation on one store, so
+	// one replica at a time reconciles it.
+	sharedNode := cfg.Backend == "kubernetes" && sharedStore
+	d.leases = openLeases(st, mcfg.Node, sharedStore, sharedNode, cfg.LeaseTTL, log.With("component", "leader"))
 	mcfg.NodeLease, mcfg.StoreLease = d.leases.node, d.leases.store
 	met.WatchLeases(d.leases.held)
 	if err := (&sandbox.Spec{Resources: sandbox.DefaultResources, Policy: mcfg.DefaultPolicy}).Validate(); err != nil {
@@ -301,7 +293,9 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d.Manager.SetSecrets(d.Server.Secrets.Vault)
-	backend.SetEgressSecrets(egressSecrets(d.Server.Secrets.Vault, auditLog))
+	if lb != nil {
+		lb.SetEgressSecrets(egressSecrets(d.Server.Secrets.Vault, auditLog))
+	}
 	ok = true
 	return d, nil
 }
@@ -318,6 +312,44 @@ func consoleBase(scheme string, a net.Addr) string {
 		host = "localhost"
 	}
 	return scheme + "://" + net.JoinHostPort(host, port)
+}
+
+// openRuntimes opens the local backend's runtime classes: runc, runsc
+// when it works here, a microVM runtime when configured; the default
+// first.
+func (d *Daemon) openRuntimes(ctx context.Context, cfg *Config) ([]runtime.Runtime, error) {
+	log := cfg.Logger
+	runc, err := runtime.NewRunc(cfg.RuncPath, filepath.Join(cfg.DataDir, "runc"))
+	if err != nil {
+		return nil, err
+	}
+	rts := []runtime.Runtime{runc}
+	rs, why := openRunsc(ctx, cfg, log)
+	if rs != nil {
+		d.runsc = rs
+		rts = append(rts, rs)
+	} else {
+		log.Info("runtime class runsc unavailable; sandboxes run on runc only", "reason", why)
+	}
+	if cfg.MicroVMPath != "" {
+		vm, err := runtime.NewMicroVM("kata", cfg.MicroVMPath, filepath.Join(cfg.DataDir, "microvm"))
+		if err != nil {
+			return nil, fmt.Errorf("--microvm: %w", err)
+		}
+		rts = append(rts, vm)
+		log.Warn("runtime class kata (microVM) enabled: not covered by berth's test suite on this host kind", "binary", cfg.MicroVMPath)
+	}
+	switch cfg.Runtime {
+	case "runc":
+	case "runsc":
+		if rs == nil {
+			return nil, fmt.Errorf("--runtime runsc: %s", why)
+		}
+		rts[0], rts[1] = rts[1], rts[0] // the default class comes first
+	default:
+		return nil, fmt.Errorf("unknown runtime %q: this build supports runc and runsc", cfg.Runtime)
+	}
+	return rts, nil
 }
 
 // Serve listens on the unix socket (and TCP address, if configured) and

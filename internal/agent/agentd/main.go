@@ -2,9 +2,12 @@ package agentd
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
@@ -13,8 +16,50 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/berth-sh/berth/internal/agent/agenttls"
 	"github.com/berth-sh/berth/internal/seccomp"
 )
+
+// installSelf copies the running executable to dst through a temporary
+// name, so a reader never sees half a binary.
+func installSelf(dst string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	src, err := os.Open(self)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	tmp := dst + ".tmp"
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o555)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, src); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
+// listenTLS listens on addr for the daemon alone: mutual TLS with the
+// sandbox's pinned pairs read from dir (package agenttls).
+func listenTLS(addr, dir string) (net.Listener, error) {
+	conf, err := agenttls.LoadServerConfig(dir)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-dir: %w", err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return tls.NewListener(ln, conf), nil
+}
 
 // DefaultSocket is where the agent listens inside a sandbox; /.berth/run is
 // a bind mount of a per-sandbox directory on the host.
@@ -43,6 +88,9 @@ func Main(args []string) int {
 	grace := fs.Duration("shutdown-grace", 5*time.Second, "after SIGTERM, how long to wait for processes to exit")
 	maxFile := fs.Int64("max-file-bytes", defaultMaxFileBytes, "cap of one file or tar upload")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	listenTCP := fs.String("listen-tcp", "", "serve on this TCP `ADDR` under mutual TLS (with --tls-dir) instead of a unix socket: a pod reached at its IP")
+	tlsDir := fs.String("tls-dir", "", "`DIR` of agent.crt, agent.key and daemon.crt, the sandbox's pinned pairs (with --listen-tcp)")
+	install := fs.String("install", "", "copy this executable to `PATH` (mode 0555) and exit: the init container that puts the agent into a pod's shared volume")
 	seccompFD := fs.Int("seccomp-fd", 0, "install the compiled seccomp program read from this inherited descriptor before anything else")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -58,6 +106,13 @@ func Main(args []string) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "berth agent: unexpected arguments %q\n", fs.Args())
 		return 2
+	}
+	if *install != "" {
+		if err := installSelf(*install); err != nil {
+			fmt.Fprintf(os.Stderr, "berth agent: --install: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
@@ -99,7 +154,20 @@ func Main(args []string) int {
 	}
 	defer signal.Stop(sigc)
 
-	s, err := newServer(Config{Socket: *socket, ListenFD: *listenFD, Root: *root, Logger: log, MaxFileBytes: *maxFile, reap: *init})
+	cfg := Config{Socket: *socket, ListenFD: *listenFD, Root: *root, Logger: log, MaxFileBytes: *maxFile, reap: *init}
+	if (*listenTCP == "") != (*tlsDir == "") {
+		fmt.Fprintln(os.Stderr, "berth agent: --listen-tcp and --tls-dir go together")
+		return 2
+	}
+	if *listenTCP != "" {
+		ln, err := listenTLS(*listenTCP, *tlsDir)
+		if err != nil {
+			log.Error("start", "err", err)
+			return 1
+		}
+		cfg.TCP = ln
+	}
+	s, err := newServer(cfg)
 	if err != nil {
 		log.Error("start", "err", err)
 		return 1

@@ -33,6 +33,10 @@ type Config struct {
 	// instead of creating Socket: the daemon binds the socket before the
 	// sandbox starts, so it can connect without waiting for the agent.
 	ListenFD int
+	// TCP, if set, serves on this TCP listener (mutual TLS: package
+	// agenttls) instead of a unix socket: the agent of a pod reached
+	// across a network. Socket and ListenFD are then unused.
+	TCP net.Listener
 	// Root is the directory every path of a file operation resolves
 	// inside: "/" in a sandbox, a temporary directory in tests. Exec's
 	// working directory is not resolved in it.
@@ -93,7 +97,7 @@ func Serve(ctx context.Context, cfg Config) error {
 }
 
 func newServer(cfg Config) (*server, error) {
-	if cfg.Socket == "" && cfg.ListenFD <= 0 {
+	if cfg.Socket == "" && cfg.ListenFD <= 0 && cfg.TCP == nil {
 		return nil, errors.New("agent: no socket path")
 	}
 	if cfg.Root == "" {
@@ -111,7 +115,9 @@ func newServer(cfg Config) (*server, error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	var ln *net.UnixListener
-	if cfg.ListenFD > 0 {
+	if cfg.TCP != nil {
+		// No unix socket: the TCP listener is served instead (serveTCP).
+	} else if cfg.ListenFD > 0 {
 		ln, err = inherited(cfg.ListenFD)
 	} else {
 		ln, err = listen(cfg.Socket)
@@ -187,6 +193,9 @@ func listen(path string) (*net.UnixListener, error) {
 }
 
 func (s *server) serve(ctx context.Context) error {
+	if s.cfg.TCP != nil {
+		return s.serveTCP(ctx)
+	}
 	s.log.Info("agent listening", "socket", s.cfg.Socket, "root", s.cfg.Root, "pid", os.Getpid(), "reaper", s.cfg.reap)
 	stop := context.AfterFunc(ctx, func() { s.listener().Close() })
 	defer stop()
@@ -221,10 +230,52 @@ func (s *server) serve(ctx context.Context) error {
 		}()
 	}
 	s.listener().Close()
+	s.finish()
+	return nil
+}
+
+// finish ends every connection and process once nothing is accepted.
+func (s *server) finish() {
 	s.shutdown()
 	s.wg.Wait()
 	s.procs.stop()
 	s.root.Close()
+}
+
+// serveTCP is serve over cfg.TCP: the same handlers behind the listener's
+// own authentication (a TLS handshake runs, under the header deadline,
+// at the first read). There is no quiesce and no relisten on TCP.
+func (s *server) serveTCP(ctx context.Context) error {
+	ln := s.cfg.TCP
+	s.log.Info("agent listening", "tcp", ln.Addr().String(), "root", s.cfg.Root, "pid", os.Getpid(), "reaper", s.cfg.reap)
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				break
+			}
+			s.log.Warn("accept", "err", err)
+			select {
+			case <-time.After(50 * time.Millisecond):
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if !s.track(c) {
+			c.Close()
+			break
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer s.untrack(c)
+			s.handle(ctx, c)
+		}()
+	}
+	ln.Close()
+	s.finish()
 	return nil
 }
 
@@ -261,14 +312,14 @@ func (s *server) untrack(c net.Conn) {
 
 // conn is one operation's connection.
 type conn struct {
-	c   *net.UnixConn
+	c   net.Conn
 	br  *bufio.Reader
 	fr  *wire.FrameReader
 	fw  *wire.FrameWriter
 	req wire.Request
 }
 
-func (s *server) handle(ctx context.Context, c *net.UnixConn) {
+func (s *server) handle(ctx context.Context, c net.Conn) {
 	begin := time.Now()
 	cn := &conn{c: c, br: bufio.NewReaderSize(c, wire.MaxHeaderBytes), fw: wire.NewFrameWriter(c)}
 	cn.fr = wire.NewFrameReader(cn.br)
@@ -287,8 +338,8 @@ func (s *server) handle(ctx context.Context, c *net.UnixConn) {
 	case wire.OpPing:
 		err = cn.fw.SendJSON(wire.FrameResult, wire.PingResult{Version: version(), PID: os.Getpid(), UptimeNS: int64(time.Since(s.start)), Boot: s.bg.boot})
 	case wire.OpQuiesce:
-		if s.cfg.ListenFD > 0 {
-			err = errdefs.Conflict("the agent serves on the daemon's socket; there is nothing to quiesce")
+		if s.cfg.ListenFD > 0 || s.cfg.TCP != nil {
+			err = errdefs.Conflict("the agent serves on the daemon's socket or on TCP; there is nothing to quiesce")
 			break
 		}
 		// Answer first: closing the listener does not end this

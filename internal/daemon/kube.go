@@ -1,0 +1,93 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/berth-sh/berth/internal/node"
+	"github.com/berth-sh/berth/internal/node/kube"
+)
+
+// openKube opens the kubernetes backend from serve's flags.
+func openKube(ctx context.Context, kc KubeConfig, log *slog.Logger) (node.Backend, error) {
+	if kc.Namespace == "" {
+		return nil, fmt.Errorf("--backend kubernetes needs --namespace")
+	}
+	classes, err := ParseClassMap(kc.RuntimeClasses)
+	if err != nil {
+		return nil, err
+	}
+	images, err := parsePairs("--template-image", kc.TemplateImages)
+	if err != nil {
+		return nil, err
+	}
+	client, _, err := kube.NewClient(kc.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	switch corev1.PullPolicy(kc.PullPolicy) {
+	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		return nil, fmt.Errorf("--image-pull-policy %q: Always, IfNotPresent or Never", kc.PullPolicy)
+	}
+	return kube.New(ctx, kube.Config{
+		Client: client, Namespace: kc.Namespace, Instance: kc.Instance, Classes: classes,
+		AgentImage: kc.AgentImage, AgentImagePath: kc.AgentImagePath, Image: kc.Image, TemplateImages: images,
+		PullPolicy: corev1.PullPolicy(kc.PullPolicy), StorageClass: kc.StorageClass, NodeName: kc.NodeName,
+		UserNamespaces: kc.UserNamespaces, Logger: log,
+	})
+}
+
+// kubeNodeName is the node name the engine records for sandboxes of an
+// installation on Kubernetes: the same for all its replicas.
+func kubeNodeName(kc KubeConfig) string {
+	inst := kc.Instance
+	if inst == "" {
+		inst = "berth"
+	}
+	return "k8s:" + kc.Namespace + "/" + inst
+}
+
+// ParseClassMap reads --runtime-class-map "runc=,runsc=gvisor": berth
+// class = RuntimeClass (empty: the cluster's default handler), in order,
+// the first the default. Empty: one class runc.
+func ParseClassMap(s string) ([]kube.ClassMap, error) {
+	pairs, order, err := pairsInOrder("--runtime-class-map", s)
+	if err != nil {
+		return nil, err
+	}
+	var out []kube.ClassMap
+	for _, k := range order {
+		out = append(out, kube.ClassMap{Name: k, RuntimeClass: pairs[k]})
+	}
+	return out, nil
+}
+
+func parsePairs(flag, s string) (map[string]string, error) {
+	m, _, err := pairsInOrder(flag, s)
+	return m, err
+}
+
+func pairsInOrder(flag, s string) (map[string]string, []string, error) {
+	m := map[string]string{}
+	var order []string
+	if strings.TrimSpace(s) == "" {
+		return m, nil, nil
+	}
+	for _, p := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
+		if !ok || k == "" {
+			return nil, nil, fmt.Errorf("%s: %q is not NAME=VALUE", flag, p)
+		}
+		if _, dup := m[k]; dup {
+			return nil, nil, fmt.Errorf("%s: %s named twice", flag, k)
+		}
+		m[k] = v
+		order = append(order, k)
+	}
+	return m, order, nil
+}

@@ -1,0 +1,318 @@
+// Package kube is berth's node backend on Kubernetes, the second
+// implementation of node.Backend: a sandbox is a Pod in one namespace,
+// labelled with its id, whose init container copies the berth binary into
+// an emptyDir and whose one container runs it as the agent (PID 1),
+// listening on TCP under mutual TLS with a key pair of that sandbox alone
+// (a Secret mounted only into its pod; package agenttls). A volume is a
+// PersistentVolumeClaim. Stop deletes the pod and keeps the claims and the
+// Secret (the sandbox's identity); Provision makes a new pod on them.
+//
+// It reads the cluster through one shared informer factory limited to its
+// namespace and to the objects it labelled (managed-by berth and its
+// instance), and writes through client-go. What a pod cannot do — freeze,
+// checkpoint, capture its files without a CSI snapshot, egress rules — is
+// said in the classes' Caps and refused with errdefs.ErrNotSupported and a
+// reason (refused.go).
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/berth-sh/berth/internal/node"
+	"github.com/berth-sh/berth/internal/sandbox"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ClassMap is one runtime class berth offers and the Kubernetes
+// RuntimeClass its pods name ("" for the cluster's default handler).
+type ClassMap struct {
+	Name         string
+	RuntimeClass string
+}
+
+// Config configures the backend.
+type Config struct {
+	// Client talks to the API server (NewClient makes one).
+	Client kubernetes.Interface
+	// Namespace holds every object the backend makes.
+	Namespace string
+	// Instance names this berth installation in the labels, so two of
+	// them sharing a namespace never sweep each other's pods. Replicas of
+	// one installation share it. Default "berth".
+	Instance string
+	// Classes are berth's runtime classes, the default first (default:
+	// one class "runc" on the cluster's default handler).
+	Classes []ClassMap
+	// AgentImage holds the berth binary at AgentImagePath; its init
+	// container copies it into the pod.
+	AgentImage     string
+	AgentImagePath string // default "/berth"
+	// Image is the sandbox container's image (its root filesystem) for
+	// templates TemplateImages does not name.
+	Image          string
+	TemplateImages map[string]string
+	// PullPolicy of both images ("" is Kubernetes' default).
+	PullPolicy corev1.PullPolicy
+	// StorageClass of the volumes' claims ("" the cluster's default).
+	StorageClass string
+	// NodeName, when set, binds every pod to that node (a cluster without
+	// a scheduler, or one machine set aside for sandboxes).
+	NodeName string
+	// UserNamespaces runs pods with hostUsers: false (nodes that support
+	// it: idmapped mounts, a recent runtime).
+	UserNamespaces bool
+	// AgentPort is the agent's TCP port in the pod. Default 7070.
+	AgentPort int
+	// MaxVolume is the largest volume or disk cap admitted. Default 1 TiB.
+	MaxVolume int64
+	// ReadyTimeout bounds a pod's wait to run and its agent to answer.
+	ReadyTimeout time.Duration
+	Logger       *slog.Logger
+}
+
+// NewClient returns a client from kubeconfig, or from the pod's service
+// account when kubeconfig is "" and berth runs in a cluster.
+func NewClient(kubeconfig string) (kubernetes.Interface, *rest.Config, error) {
+	var rc *rest.Config
+	var err error
+	if kubeconfig == "" {
+		rc, err = rest.InClusterConfig()
+		if err != nil {
+			return nil, nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
+		}
+	} else {
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+		}
+	}
+	rc.UserAgent = "berth"
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, rc, nil
+}
+
+// Backend runs sandboxes as pods.
+type Backend struct {
+	cfg     Config
+	log     *slog.Logger
+	client  kubernetes.Interface
+	classes []node.Class
+	rcOf    map[string]string // berth class -> RuntimeClass
+
+	factory  informers.SharedInformerFactory
+	pods     corelisters.PodLister
+	claims   corelisters.PersistentVolumeClaimLister
+	secrets  corelisters.SecretLister
+	stopInf  chan struct{}
+	stopOnce sync.Once
+
+	mu     sync.Mutex
+	agents map[string]*agentEntry // by sandbox id (agent.go)
+
+	refused atomic.Uint64
+	hooks   node.Hooks
+}
+
+var _ node.Backend = (*Backend)(nil)
+
+// Caps of every class on Kubernetes: ports through the agent (the pod's
+// network is the cluster's), nothing that needs the node's kernel from
+// the daemon's side.
+var podCaps = node.Caps{PortsViaAgent: true}
+
+// New opens the backend and fills its caches: the namespace must be
+// readable and the informers must sync within ReadyTimeout.
+func New(ctx context.Context, cfg Config) (*Backend, error) {
+	if cfg.Client == nil || cfg.Namespace == "" {
+		return nil, errors.New("kubernetes backend: a client and a namespace are required")
+	}
+	if cfg.AgentImage == "" || cfg.Image == "" {
+		return nil, errors.New("kubernetes backend: --agent-image and --image are required")
+	}
+	if cfg.Instance == "" {
+		cfg.Instance = "berth"
+	}
+	if cfg.AgentImagePath == "" {
+		cfg.AgentImagePath = "/berth"
+	}
+	if cfg.AgentPort == 0 {
+		cfg.AgentPort = 7070
+	}
+	if cfg.MaxVolume == 0 {
+		cfg.MaxVolume = 1 << 40
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 2 * time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if len(cfg.Classes) == 0 {
+		cfg.Classes = []ClassMap{{Name: "runc"}}
+	}
+	if err := checkNames(cfg); err != nil {
+		return nil, err
+	}
+	b := &Backend{cfg: cfg, log: cfg.Logger, client: cfg.Client, rcOf: map[string]string{},
+		agents: map[string]*agentEntry{}, stopInf: make(chan struct{}),
+		hooks: node.Hooks{Event: func(*sandbox.Event) {}, Flow: func(node.Flow) {}}}
+	for _, c := range cfg.Classes {
+		if _, dup := b.rcOf[c.Name]; dup || c.Name == "" {
+			return nil, fmt.Errorf("kubernetes backend: runtime class %q empty or named twice", c.Name)
+		}
+		b.rcOf[c.Name] = c.RuntimeClass
+		b.classes = append(b.classes, node.Class{Name: c.Name, Caps: podCaps})
+	}
+	sel := labels.Set{LabelManagedBy: ManagedBy, LabelInstance: cfg.Instance}.String()
+	b.factory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
+		informers.WithNamespace(cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel }))
+	b.pods = b.factory.Core().V1().Pods().Lister()
+	b.claims = b.factory.Core().V1().PersistentVolumeClaims().Lister()
+	b.secrets = b.factory.Core().V1().Secrets().Lister()
+	b.factory.Start(b.stopInf)
+	sctx, cancel := context.WithTimeout(ctx, cfg.ReadyTimeout)
+	defer cancel()
+	for typ, ok := range b.factory.WaitForCacheSync(sctx.Done()) {
+		if !ok {
+			b.Close(false)
+			return nil, fmt.Errorf("kubernetes backend: the %v cache of namespace %s did not sync (is it readable with these credentials?)", typ, cfg.Namespace)
+		}
+	}
+	return b, nil
+}
+
+// checkNames refuses configuration Kubernetes would refuse later, one
+// pod at a time.
+func checkNames(cfg Config) error {
+	if !dnsLabel(cfg.Namespace) {
+		return fmt.Errorf("kubernetes backend: namespace %q is not a DNS label", cfg.Namespace)
+	}
+	if !labelValue(cfg.Instance) {
+		return fmt.Errorf("kubernetes backend: instance %q is not a label value", cfg.Instance)
+	}
+	if cfg.AgentPort < 1 || cfg.AgentPort > 65535 {
+		return fmt.Errorf("kubernetes backend: agent port %d", cfg.AgentPort)
+	}
+	for _, c := range cfg.Classes {
+		if c.RuntimeClass != "" && !dnsSubdomain(c.RuntimeClass) {
+			return fmt.Errorf("kubernetes backend: RuntimeClass %q of class %s is not a DNS subdomain", c.RuntimeClass, c.Name)
+		}
+	}
+	return nil
+}
+
+// Start keeps the engine's hooks.
+func (b *Backend) Start(h node.Hooks) {
+	if h.Event != nil {
+		b.hooks.Event = h.Event
+	}
+	if h.Flow != nil {
+		b.hooks.Flow = h.Flow
+	}
+	b.hooks.Slots = h.Slots
+}
+
+// Close stops the informers. Pods keep running (keepNetwork is moot: the
+// cluster owns the network).
+func (b *Backend) Close(keepNetwork bool) {
+	b.stopOnce.Do(func() {
+		close(b.stopInf)
+		b.factory.Shutdown()
+	})
+}
+
+// Classes lists the runtime classes, the default first.
+func (b *Backend) Classes() []node.Class { return b.classes }
+
+// runtimeClass returns the RuntimeClass of sb's class ("" none).
+func (b *Backend) runtimeClass(sb *sandbox.Sandbox) (string, error) {
+	name := sb.Spec.Runtime
+	if name == "" {
+		name = b.classes[0].Name
+	}
+	rc, ok := b.rcOf[name]
+	if !ok {
+		return "", fmt.Errorf("runtime class %q is not offered by this kubernetes backend", name)
+	}
+	return rc, nil
+}
+
+// Isolation describes sb's boundary as the pod spec sets it.
+func (b *Backend) Isolation(sb *sandbox.Sandbox) node.Isolation {
+	rc, _ := b.runtimeClass(sb)
+	name := sb.Spec.Runtime
+	if name == "" {
+		name = b.classes[0].Name
+	}
+	iso := node.Isolation{Runtime: name, SharedKernel: rc == "" || name == "runc", UserNamespace: b.cfg.UserNamespaces,
+		Seccomp: "RuntimeDefault", Capabilities: keptCaps, NoNewPrivs: true, IDMode: sandbox.IDModeShared,
+		HostIDs: 65536, UsernsOwner: "host-root"}
+	if b.cfg.UserNamespaces {
+		iso.UsernsOwner = "kubelet"
+	}
+	return iso
+}
+
+// IDRange: there are no host id slots; the node's runtime maps ids.
+func (b *Backend) IDRange(slot int) (sandbox.HostIDs, bool) {
+	return sandbox.HostIDs{Slot: -1, Size: 65536, Mode: sandbox.IDModeShared}, false
+}
+
+// AgentRefusals counts agent connections refused for who listened.
+func (b *Backend) AgentRefusals() uint64 { return b.refused.Load() }
+
+// emit hands an event to the engine.
+func (b *Backend) emit(ev *sandbox.Event) {
+	if ev.Actor == "" {
+		ev.Actor = "daemon"
+	}
+	b.hooks.Event(ev)
+}
+
+// podOf returns sb's pod from the cache (nil: none).
+func (b *Backend) podOf(id string) *corev1.Pod {
+	p, err := b.pods.Pods(b.cfg.Namespace).Get(podName(id))
+	if err != nil {
+		return nil
+	}
+	return p
+}
+
+// waitCache polls the informer cache (no API request) until done says
+// so, ctx ends or the deadline passes.
+func waitCache(ctx context.Context, timeout time.Duration, what string, done func() (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		ok, err := done()
+		if err != nil || ok {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", what, ctx.Err())
+		case <-t.C:
+		}
+	}
+}

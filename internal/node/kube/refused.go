@@ -1,0 +1,128 @@
+package kube
+
+// What a pod cannot do, refused with errdefs.ErrNotSupported and the
+// reason, so the API answers with a stable code and a sentence rather
+// than a half-done operation. The classes' Caps say the same as data.
+
+import (
+	"context"
+
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/network"
+	"github.com/berth-sh/berth/internal/node"
+	"github.com/berth-sh/berth/internal/sandbox"
+)
+
+func notOnKube(what, why string) error {
+	return errdefs.NotSupported("%s is not available on the kubernetes backend: %s", what, why)
+}
+
+const (
+	whyFreeze     = "Kubernetes cannot freeze a pod's processes in place; pause maps to stop (the pod is deleted, its volumes and identity kept)"
+	whyCapture    = "copying a sandbox's files needs CSI VolumeSnapshots, which this backend does not drive yet, and a pod's root layer cannot be copied at all"
+	whyCheckpoint = "Kubernetes has no checkpoint and restore of a pod's processes that berth can drive (the kubelet's checkpoint API is forensic, not restorable)"
+	whyEgress     = "egress rules need berth's DNS-pinned resolver in the cluster and a NetworkPolicy per sandbox, which this backend does not make yet"
+)
+
+// Freeze is refused (Caps.Freeze false).
+func (b *Backend) Freeze(ctx context.Context, sb *sandbox.Sandbox) error {
+	return notOnKube("pause (freeze)", whyFreeze)
+}
+
+// Thaw is refused: nothing is ever frozen.
+func (b *Backend) Thaw(ctx context.Context, sb *sandbox.Sandbox) error {
+	return notOnKube("resume (thaw)", whyFreeze)
+}
+
+// Capture is refused.
+func (b *Backend) Capture(ctx context.Context, sb *sandbox.Sandbox, name string) (node.Capture, func(), error) {
+	return node.Capture{}, func() {}, notOnKube("fork and snapshot", whyCapture)
+}
+
+// Materialize is refused.
+func (b *Backend) Materialize(ctx context.Context, sb *sandbox.Sandbox, name string) error {
+	return notOnKube("a sandbox from a snapshot", whyCapture)
+}
+
+// Revert is refused.
+func (b *Backend) Revert(ctx context.Context, sb *sandbox.Sandbox, name string) error {
+	return notOnKube("restoring a snapshot", whyCapture)
+}
+
+// DropCapture: there are none.
+func (b *Backend) DropCapture(name string) error { return nil }
+
+// CaptureName names what would be a capture.
+func (b *Backend) CaptureName(parent string) string { return "fork-" + parent }
+
+// Checkpoint is refused; sb keeps running.
+func (b *Backend) Checkpoint(ctx context.Context, sb *sandbox.Sandbox) (node.Checkpoint, bool, error) {
+	return node.Checkpoint{}, true, notOnKube("hibernate", whyCheckpoint)
+}
+
+// Hibernated: never.
+func (b *Backend) Hibernated(sb *sandbox.Sandbox) bool { return false }
+
+// Restore is refused.
+func (b *Backend) Restore(ctx context.Context, sb *sandbox.Sandbox) error {
+	return notOnKube("wake", whyCheckpoint)
+}
+
+// CheckRules validates egress rules (berth's own grammar), so that a
+// template naming rules is checked the same everywhere.
+func (b *Backend) CheckRules(allow []string) error {
+	if _, err := network.ParseRules(allow); err != nil {
+		return errdefs.Invalid("%v", err)
+	}
+	return nil
+}
+
+// CanonicalRule returns the form two spellings of one rule share.
+func (b *Backend) CanonicalRule(rule string) (string, error) {
+	r, err := network.ParseRule(rule)
+	if err != nil {
+		return "", errdefs.Invalid("%v", err)
+	}
+	return r.String(), nil
+}
+
+// AllowsTCP reports whether the rules allow TCP to port of host.
+func (b *Backend) AllowsTCP(allow []string, host string, port uint16) bool {
+	rules, err := network.ParseRules(allow)
+	return err == nil && network.AllowsTCP(rules, host, port)
+}
+
+// EgressCA is refused: no egress proxy runs for pods.
+func (b *Backend) EgressCA(ctx context.Context, sb *sandbox.Sandbox) ([]byte, []byte, error) {
+	return nil, nil, notOnKube("secrets injected at egress", whyEgress)
+}
+
+// Allocate is refused (Caps.Egress false).
+func (b *Backend) Allocate(ctx context.Context, id string, used func(string) bool) (string, string, error) {
+	return "", "", notOnKube("network mode egress", whyEgress)
+}
+
+// SetRules is refused: there are no rules to apply, and a quarantine's
+// cut needs the freeze pods do not have.
+func (b *Backend) SetRules(ctx context.Context, sb *sandbox.Sandbox, cut bool) error {
+	if cut {
+		return notOnKube("quarantine", whyFreeze)
+	}
+	return notOnKube("egress rules", whyEgress)
+}
+
+// Diff is refused: the pod's root layer is the container runtime's.
+func (b *Backend) Diff(ctx context.Context, sb *sandbox.Sandbox) ([]node.Change, error) {
+	return nil, notOnKube("diff", "a pod's writable root layer belongs to the node's container runtime, out of the daemon's reach")
+}
+
+// QuarantineFiles is refused with quarantine itself.
+func (b *Backend) QuarantineFiles(ctx context.Context, sb *sandbox.Sandbox) (node.FileSource, error) {
+	return nil, notOnKube("quarantine", whyFreeze)
+}
+
+// CommitLayer is refused: templates are built on the local backend and
+// given to pods as images.
+func (b *Backend) CommitLayer(ctx context.Context, sb *sandbox.Sandbox) (string, error) {
+	return "", notOnKube("template builds", "a pod's root is its container image; build templates on a local daemon and push them as images")
+}
