@@ -56,8 +56,8 @@ security-test: build ## the attack suite from inside sandboxes on every runtime 
 fuzz: ## run each fuzzer for a while (seed corpora already run in test)
 	./scripts/fuzz.sh 60s
 
-bench: build ## the performance report (berth bench) beside raw runc
-	./$(BIN) bench
+bench: build ## the performance report (berth bench) beside raw runc; Markdown and PNG charts in bench-report/
+	./$(BIN) bench --report bench-report
 
 test-interp-sdk: ## only the @e2b/code-interpreter SDK through the E2B door (also part of make test)
 	$(GO) test -count=1 -timeout 10m -run TestE2BCodeInterpreter -v ./test/e2e/

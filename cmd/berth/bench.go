@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -93,6 +95,8 @@ target was met (use --strict to fail on a missed target).`,
 	f.StringSliceVar(&opts.Only, "only", nil, "run only these measurements: tti, exec, run, churn, density, pause, restart, expiry, fork, pool, snapshot, runsc, egress, nat (or a-n)")
 	f.StringVar(&opts.Runc, "runc", "runc", "runc binary for the daemon's peer (`PATH` or name looked up in $PATH)")
 	f.BoolVar(&strict, "strict", false, "exit 1 when a target is missed")
+	var reportDir string
+	f.StringVar(&reportDir, "report", "", "also write the results into `DIR`: report.md (the table as Markdown) and PNG charts of each measure's latency distribution beside its peer's")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if opts.Iterations < 1 || opts.Idle < 1 || churn <= 0 || opts.Concurrency < 1 || opts.Expiry < 1 {
 			return fmt.Errorf("--iterations, --idle, --churn-seconds, --concurrency and --expiry must be positive")
@@ -126,6 +130,13 @@ target was met (use --strict to fail on a missed target).`,
 			}
 			if err == nil {
 				err = perr
+			}
+			if reportDir != "" {
+				if rerr := bench.WriteReport(reportDir, rep); rerr != nil {
+					err = errors.Join(err, fmt.Errorf("--report: %w", rerr))
+				} else {
+					fmt.Fprintf(cmd.ErrOrStderr(), "report written to %s\n", filepath.Join(reportDir, "report.md"))
+				}
 			}
 		}
 		if err != nil {

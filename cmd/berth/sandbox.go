@@ -1,17 +1,21 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/client"
 )
 
 func newLsCmd(g *globals) *cobra.Command {
@@ -243,18 +247,31 @@ func formatMap(m map[string]string) string {
 }
 
 func newEventsCmd(g *globals) *cobra.Command {
-	var after int64
+	var (
+		after  int64
+		follow bool
+		types  []string
+	)
 	cmd := &cobra.Command{
-		Use:   "events ID",
-		Short: "Show a sandbox's lifecycle events and mutating calls",
-		Long: `Show a sandbox's recorded events, oldest first: every state transition with
-its cause (user, policy, reconciler, admin) and outcome, and every mutating call.
---after N shows only the events whose id is greater than N (the ID column of
--o json), to pick up where an earlier call left off.`,
-		Args: exactArgs(1, "a sandbox id or name"),
+		Use:   "events [ID]",
+		Short: "Show sandboxes' lifecycle events and mutating calls, or follow them live",
+		Long: `Show a sandbox's recorded events, oldest first, or with no ID those of every
+sandbox you may see: every state transition with its cause (user, policy,
+reconciler, admin) and outcome, and every mutating call. The ID column is the
+event's id: --after N shows only the events whose id is greater than N, to
+pick up where an earlier call left off. --type T shows only events of type T
+(repeatable: state, exec, ...).
+
+--follow (-f) keeps printing events as they are recorded, until interrupted;
+after a cut (a daemon restart) it reconnects and goes on after the last event
+it printed, so none is lost or printed twice. With -o json it prints one JSON
+object per line.`,
+		Args: cobra.MaximumNArgs(1),
 	}
 	out := addOutputFlag(cmd)
 	cmd.Flags().Int64Var(&after, "after", 0, "only events with an id greater than `N`")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events as they happen")
+	cmd.Flags().StringArrayVar(&types, "type", nil, "only events of this `TYPE` (repeatable)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if after < 0 {
 			return fmt.Errorf("--after must not be negative")
@@ -264,31 +281,77 @@ its cause (user, policy, reconciler, admin) and outcome, and every mutating call
 			return err
 		}
 		defer c.Close()
+		q := client.EventsQuery{Sandboxes: args, Types: types, After: after}
+		w := cmd.OutOrStdout()
+		all := len(args) == 0
+		if follow {
+			return followEvents(cmd.Context(), c, q, w, out.json(), all)
+		}
 		var evs []api.Event
-		if cmd.Flags().Changed("after") {
+		switch {
+		case all || len(types) > 0:
+			evs, err = c.ListAllEvents(cmd.Context(), q)
+		case cmd.Flags().Changed("after"):
 			evs, err = c.EventsAfter(cmd.Context(), args[0], after)
-		} else {
+		default:
 			evs, err = c.Events(cmd.Context(), args[0])
 		}
 		if err != nil {
 			return err
 		}
 		if out.json() {
-			return printJSON(cmd.OutOrStdout(), evs)
+			return printJSON(w, evs)
 		}
-		tw := newTable(cmd.OutOrStdout())
-		fmt.Fprintln(tw, "TIME\tTYPE\tFROM\tTO\tACTOR\tCAUSE\tOUTCOME\tMESSAGE")
+		tw := newTable(w)
+		eventHeader(tw, all)
 		for _, e := range evs {
-			msg := e.Message
-			if e.Reason != "" {
-				msg = strings.TrimSpace(e.Reason + " " + msg)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format(time.RFC3339),
-				e.Type, orDash(e.From), orDash(e.To), orDash(e.Actor), orDash(e.Cause), orDash(e.Outcome), msg)
+			eventRow(tw, e, all)
 		}
 		return tw.Flush()
 	}
 	return cmd
+}
+
+// followEvents prints the events q selects, then each new one, until ctx
+// ends: as a table flushed per row (columns padded to a fixed minimum, as
+// later rows are not known), or one JSON object per line.
+func followEvents(ctx context.Context, c *client.Client, q client.EventsQuery, w io.Writer, asJSON, all bool) error {
+	tw := table{tabwriter.NewWriter(w, 12, 0, 2, ' ', 0)}
+	if !asJSON {
+		eventHeader(tw, all)
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	enc := json.NewEncoder(w)
+	return c.StreamEvents(ctx, q, func(e api.Event) error {
+		if asJSON {
+			return enc.Encode(e)
+		}
+		eventRow(tw, e, all)
+		return tw.Flush()
+	})
+}
+
+func eventHeader(tw io.Writer, all bool) {
+	if all {
+		fmt.Fprintln(tw, "ID\tTIME\tSANDBOX\tTYPE\tFROM\tTO\tACTOR\tCAUSE\tOUTCOME\tMESSAGE")
+		return
+	}
+	fmt.Fprintln(tw, "ID\tTIME\tTYPE\tFROM\tTO\tACTOR\tCAUSE\tOUTCOME\tMESSAGE")
+}
+
+func eventRow(tw io.Writer, e api.Event, all bool) {
+	msg := e.Message
+	if e.Reason != "" {
+		msg = strings.TrimSpace(e.Reason + " " + msg)
+	}
+	sb := ""
+	if all {
+		sb = e.SandboxID + "\t"
+	}
+	fmt.Fprintf(tw, "%d\t%s\t%s%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.Time.Local().Format(time.RFC3339), sb,
+		e.Type, orDash(e.From), orDash(e.To), orDash(e.Actor), orDash(e.Cause), orDash(e.Outcome), msg)
 }
 
 func newRmCmd(g *globals) *cobra.Command {

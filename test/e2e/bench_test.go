@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"context"
+	"image/png"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -73,6 +76,39 @@ func TestBenchTiny(t *testing.T) {
 			t.Errorf("no row for measurement %s", m)
 		}
 	}
+	// berth bench --report: the Markdown names every row and every chart
+	// it references is a PNG of a sane size.
+	repDir := filepath.Join(dir, "report")
+	if err := bench.WriteReport(repDir, rep); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(repDir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Rows {
+		if !strings.Contains(string(md), strings.ReplaceAll(strings.TrimSpace(r.Name), "|", `\|`)) {
+			t.Errorf("report.md does not name %q", r.Name)
+		}
+	}
+	refs := regexp.MustCompile(`\]\((charts/[a-z0-9-]+\.png)\)`).FindAllStringSubmatch(string(md), -1)
+	if len(refs) == 0 {
+		t.Error("report.md references no chart")
+	}
+	for _, ref := range refs {
+		f, err := os.Open(filepath.Join(repDir, ref[1]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(f)
+		f.Close()
+		if err != nil {
+			t.Errorf("%s: %v", ref[1], err)
+		} else if b := img.Bounds(); b.Dx() < 300 || b.Dy() < 150 {
+			t.Errorf("%s is %v", ref[1], b)
+		}
+	}
+	os.RemoveAll(repDir)
 
 	// Cleanup: the bench's own report, then the host read directly.
 	if !rep.Cleanup.Clean() {
