@@ -19,7 +19,8 @@ type Target struct {
 // ParseTarget finds the data-plane target of a request: from its host
 // name {port}-{sandboxID}.{domain} when domain is set and the host is
 // under it, else from the E2b-Sandbox-Id and E2b-Sandbox-Port headers.
-// ok is false for a control-plane request (neither is present); err is
+// ok is false for a control-plane request (neither is present, or the
+// host is api.{domain}, the SDK's control URL under E2B_DOMAIN); err is
 // set for a malformed target, which is never a control-plane request.
 func ParseTarget(host, domain, hdrID, hdrPort string) (t Target, ok bool, err error) {
 	if domain != "" {
@@ -28,7 +29,7 @@ func ParseTarget(host, domain, hdrID, hdrPort string) (t Target, ok bool, err er
 			h = hh
 		}
 		h = strings.ToLower(strings.TrimSuffix(h, "."))
-		if label, under := strings.CutSuffix(h, "."+domain); under {
+		if label, under := strings.CutSuffix(h, "."+domain); under && label != "api" {
 			p, id, cut := strings.Cut(label, "-")
 			if !cut || strings.Contains(label, ".") {
 				return Target{}, true, errBadTarget

@@ -25,7 +25,11 @@ func TestParseTarget(t *testing.T) {
 		{host: "0-abc.e2b.test", domain: "e2b.test", ok: true, bad: true},
 		{host: "65536-abc.e2b.test", domain: "e2b.test", ok: true, bad: true},
 		{host: "080-abc.e2b.test", domain: "e2b.test", ok: true, bad: true},
-		{host: "api.e2b.test", domain: "e2b.test", ok: true, bad: true},
+		// api.{domain} is the control API (the SDK's URL under E2B_DOMAIN),
+		// unless headers name a target.
+		{host: "api.e2b.test", domain: "e2b.test", ok: false},
+		{host: "API.e2b.test:443", domain: "e2b.test", id: "abc", port: "49983", want: Target{"abc", 49983}, ok: true},
+		{host: "xapi.e2b.test", domain: "e2b.test", ok: true, bad: true},
 		{host: "evil.test", domain: "e2b.test", ok: false},
 		{host: "h", id: "abc", port: "49983", want: Target{"abc", 49983}, ok: true},
 		{host: "h", id: "abc", port: "+1", ok: true, bad: true},

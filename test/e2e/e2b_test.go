@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net"
@@ -40,6 +42,15 @@ func e2bDaemon(t *testing.T, extra ...string) (*daemon, string, string) {
 // door at url with key and decodes what it prints.
 func runE2BScript(t *testing.T, name, url, key string, out any) {
 	t.Helper()
+	// Only the SDK's documented settings: the API and sandbox URLs, the key.
+	runNode(t, nil, []string{"E2B_API_URL=" + url, "E2B_SANDBOX_URL=" + url, "E2B_API_KEY=" + key}, out, name)
+}
+
+// runNode runs node on args in test/e2b, after the prefix (nsenter) if
+// any, with env added to the test's own minus the SDK's settings, and
+// decodes what it prints into out.
+func runNode(t *testing.T, prefix, env []string, out any, args ...string) {
+	t.Helper()
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -61,19 +72,28 @@ func runE2BScript(t *testing.T, name, url, key string, out any) {
 			t.Fatalf("npm ci in %s: %v\n%s", dir, err, b)
 		}
 	}
-	cmd := exec.CommandContext(ctx, "node", name)
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := append(append(slices.Clone(prefix), node), args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = dir
-	// Only the SDK's documented settings: the API and sandbox URLs, the key.
-	cmd.Env = append(os.Environ(), "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url, "E2B_API_KEY="+key)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "E2B_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("node %s: %v\nstdout: %s\nstderr: %s", name, err, stdout.String(), stderr.String())
+		t.Fatalf("node %v: %v\nstdout: %s\nstderr: %s", args, err, stdout.String(), stderr.String())
 	}
-	t.Logf("node %s took %s", name, time.Since(start).Round(time.Millisecond))
+	t.Logf("node %v took %s", args, time.Since(start).Round(time.Millisecond))
 	if err := json.Unmarshal(stdout.Bytes(), out); err != nil {
-		t.Fatalf("%s printed %q: %v\nstderr: %s", name, stdout.String(), err, stderr.String())
+		t.Fatalf("%v printed %q: %v\nstderr: %s", args, stdout.String(), err, stderr.String())
 	}
 }
 
@@ -498,6 +518,50 @@ func TestE2BTLS(t *testing.T) {
 	}
 	if out, _, code := d.cli("ls", "-o", "json"); code != 0 || strings.TrimSpace(out) != "[]" {
 		t.Errorf("berth ls after the TLS run: %d %s", code, out)
+	}
+}
+
+// TestE2BDomainRouting: the unmodified SDK with only E2B_DOMAIN set
+// reaches the control API at https://api.DOMAIN and envd at
+// https://49983-ID.DOMAIN, both on port 443 of the door (--e2b-domain):
+// the daemon and node run in a network namespace the test made, holding
+// only loopback, and a test preload (test/e2b/resolve.mjs) resolves the
+// domain's names to 127.0.0.1 there.
+func TestE2BDomainRouting(t *testing.T) {
+	const domain = "e2b.test"
+	b := make([]byte, 3)
+	rand.Read(b)
+	ns := "bt-d-" + hex.EncodeToString(b)
+	ipCmd(t, "netns", "add", ns)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	ipCmd(t, "-n", ns, "link", "set", "lo", "up")
+	certFile, keyFile, caFile := makeCA(t, t.TempDir(), "api."+domain, "*."+domain)
+	d := newDaemon(t, &daemon{netns: ns, extra: []string{"--e2b-listen", "127.0.0.1:443",
+		"--e2b-domain", domain, "--e2b-cert", certFile, "--e2b-key", keyFile}})
+	key, err := os.ReadFile(d.dataDir + "/admin.key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		OK              bool
+		Error, Host, ID string
+		Stdout, Read    string
+		Listed, InList  bool
+		Killed          bool
+	}
+	runNode(t, []string{"nsenter", "--net=/run/netns/" + ns},
+		[]string{"E2B_DOMAIN=" + domain, "E2B_API_KEY=" + strings.TrimSpace(string(key)),
+			"NODE_EXTRA_CA_CERTS=" + caFile, "BERTH_TEST_DOMAIN=" + domain},
+		&got, "--import", "./resolve.mjs", "domain.mjs")
+	if !got.OK {
+		t.Fatalf("the SDK under E2B_DOMAIN: %s\nwhat it saw: %+v", got.Error, got)
+	}
+	if got.Host != "8080-"+got.ID+"."+domain || got.Stdout != "routed by host\n" || got.Read != "domain file" ||
+		!got.Listed || !got.InList || !got.Killed {
+		t.Fatalf("the SDK under E2B_DOMAIN: %+v", got)
+	}
+	if out, _, code := d.cli("ls", "-o", "json"); code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Errorf("berth ls after the domain run: %d %s", code, out)
 	}
 }
 

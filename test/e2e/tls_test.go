@@ -148,8 +148,9 @@ func TestTLSListener(t *testing.T) {
 	}
 }
 
-// makeCA writes a CA and a leaf for 127.0.0.1 it signed: leaf cert, key, CA.
-func makeCA(t *testing.T, dir string) (certFile, keyFile, caFile string) {
+// makeCA writes a CA and a leaf for 127.0.0.1 and names it signed: leaf
+// cert, key, CA.
+func makeCA(t *testing.T, dir string, names ...string) (certFile, keyFile, caFile string) {
 	t.Helper()
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "berth e2e CA"},
@@ -164,7 +165,7 @@ func makeCA(t *testing.T, dir string) (certFile, keyFile, caFile string) {
 	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "berth e2e leaf"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: names}
 	der, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
 	if err != nil {
 		t.Fatal(err)
