@@ -187,8 +187,12 @@ func (m *Engine) create(ctx context.Context, req *CreateRequest, opt CreateOptio
 	if spec.Runtime == "" {
 		spec.Runtime = m.DefaultRuntime()
 	}
-	if caps, _ := node.ClassCaps(m.node, spec.Runtime); spec.Network == "egress" && !caps.Egress {
+	caps, _ := node.ClassCaps(m.node, spec.Runtime)
+	if spec.Network == "egress" && !caps.Egress {
 		return nil, errdefs.Invalid("network mode egress is not available with runtime %s yet", spec.Runtime)
+	}
+	if p := spec.Policy; !caps.Freeze && !spec.Persistent && p.IdleTimeout > 0 && (p.OnIdle == sandbox.ActionNone || p.OnIdle == sandbox.ActionPause) {
+		return nil, errdefs.Invalid("runtime %s cannot freeze processes, so an ephemeral sandbox cannot pause when idle: use on_idle stop, or a persistent sandbox (its pause is a stop)", spec.Runtime)
 	}
 	m.withDiskDefault(&spec)
 	if err := m.checkDisk(&spec); err != nil { // names the pool's bound

@@ -43,6 +43,15 @@ func (m *Engine) pauseLocked(ctx context.Context, sb *sandbox.Sandbox, cause san
 	if sb.State != sandbox.StateRunning {
 		return sandbox.ErrWrongState("pause", sb)
 	}
+	if !m.caps(sb).Freeze {
+		// A class that cannot freeze (a Kubernetes pod) pauses a
+		// persistent sandbox by stopping it: its files are kept, its
+		// processes end, and the record says stopped, not paused.
+		if !sb.Spec.Persistent {
+			return errdefs.NotSupported("runtime class %s cannot freeze processes: a persistent sandbox's pause is a stop (files kept, processes end); an ephemeral one cannot be paused", sb.Spec.Runtime)
+		}
+		return m.stopLocked(ctx, sb, cause, actor, reason+" (a stop: runtime class "+sb.Spec.Runtime+" cannot freeze processes)")
+	}
 	if err := m.node.Freeze(ctx, sb); err != nil {
 		return fmt.Errorf("pausing: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
@@ -150,4 +151,45 @@ func listPool(e *env) []*sandbox.Sandbox {
 	sbs, _, err := e.m.List(e.ctx, false, store.Page{})
 	must(e.t, err)
 	return slices.DeleteFunc(sbs, func(sb *sandbox.Sandbox) bool { return sb.Spec.Pool == "" })
+}
+
+// fakePod is a class that cannot freeze processes (a Kubernetes pod).
+var fakePod = node.Class{Name: "fake-pod", Caps: node.Caps{PortsViaAgent: true}}
+
+// On a class that cannot freeze, pausing a persistent sandbox stops it
+// (files kept, the record says stopped, its event says why); an ephemeral
+// one cannot be paused (501) and cannot be made to pause when idle (400).
+func TestPauseIsStopWhereClassCannotFreeze(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withClasses(fakePod))
+	sb := e.create(manager.CreateRequest{Persistent: true})
+	e.writeFile(sb.ID, "/kept", "x")
+	got, err := e.m.Pause(e.ctx, sb.ID, "test")
+	must(t, err)
+	if got.State != sandbox.StateStopped {
+		t.Fatalf("pause on %s left the sandbox %s; want stopped", fakePod.Name, got.State)
+	}
+	evs, _, err := e.m.Events(e.ctx, sb.ID, 0, store.Page{})
+	must(t, err)
+	if last := evs[len(evs)-1]; last.To != sandbox.StateStopped || !strings.Contains(last.Reason, "cannot freeze") {
+		t.Fatalf("last event %+v: want a stop saying the class cannot freeze", last)
+	}
+	if _, err := e.m.Start(e.ctx, sb.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(sb.ID, sandbox.StateRunning)
+	if b, err := e.readFile(sb.ID, "/kept"); err != nil || b != "x" {
+		t.Fatalf("file after pause-as-stop and start: %q %v", b, err)
+	}
+
+	eph := e.create(manager.CreateRequest{})
+	_, err = e.m.Pause(e.ctx, eph.ID, "test")
+	wantErr(t, err, errdefs.ErrNotSupported)
+	if g := e.get(eph.ID); g.State != sandbox.StateRunning {
+		t.Fatalf("a refused pause changed the sandbox to %s", g.State)
+	}
+	_, err = e.m.Create(e.ctx, &manager.CreateRequest{Policy: sandbox.Policy{IdleTimeout: time.Minute}}, manager.CreateOptions{Actor: "test"})
+	wantErr(t, err, errdefs.ErrInvalid)
+	// Stopping when idle is fine.
+	e.create(manager.CreateRequest{Policy: sandbox.Policy{IdleTimeout: time.Minute, OnIdle: sandbox.ActionStop}})
 }
