@@ -44,7 +44,8 @@ k8s-tools: ## build kube-apiserver, kubelet, etcd, kwok... from the Go module pr
 	@./scripts/k8s-tools.sh
 
 test-k8s: deps check-chart ## the suite on a real Kubernetes cluster (test/k8s): builds its binaries first (cached)
-	@bin=$$(./scripts/k8s-tools.sh) && BERTH_K8S_BIN=$$bin $(GO) test -count=1 -timeout 20m -v $(K8S_TESTFLAGS) ./test/k8s/...
+	@bin=$$(./scripts/k8s-tools.sh) && BERTH_K8S_BIN=$$bin $(GO) test -count=1 -timeout 20m -v $(K8S_TESTFLAGS) ./test/k8s/... && \
+		BERTH_K8S_BIN=$$bin $(GO) test -tags k8s -count=1 -timeout 10m -run TestScaleOnKwok -v ./internal/node/kube/
 	@./scripts/leakcheck.sh
 
 check-chart: ## deploy/kubernetes/berth.yaml is the Helm chart's default render (helm's Go packages, tools/helmrender)

@@ -126,6 +126,8 @@ printed at start (and shown by GET /v1/version); clients pin it with
 	f.StringVar(&cfg.Kube.TemplateImages, "template-image", "", "with --backend kubernetes: a template's image, `TEMPLATE=IMAGE,...`")
 	f.StringVar(&cfg.Kube.PullPolicy, "image-pull-policy", "", "with --backend kubernetes: Always, IfNotPresent or Never (default: Kubernetes')")
 	f.StringVar(&cfg.Kube.NodeName, "kube-node", "", "with --backend kubernetes: bind every pod to this `NODE` (a cluster without a scheduler)")
+	f.StringVar(&cfg.Kube.NodeSelector, "kube-node-selector", "", "with --backend kubernetes: schedule pods only on nodes with these labels, `KEY=VALUE,...` (a node pool set aside for sandboxes)")
+	f.StringVar(&cfg.Kube.Tolerations, "kube-toleration", "", "with --backend kubernetes: tolerate the sandbox pool's taints, `KEY[=VALUE]:EFFECT,...`")
 	f.BoolVar(&cfg.Kube.UserNamespaces, "kube-user-namespaces", false, "with --backend kubernetes: run pods with hostUsers: false (nodes that support user namespaces)")
 	f.StringVar(&cfg.MicroVMPath, "microvm", "", "offer runtime class kata: this runc-compatible microVM OCI runtime `PATH` (e.g. kata-runtime; needs /dev/kvm; untested by berth's CI)")
 	f.StringVar(&cfg.EgressSubnet, "egress-subnet", "", "IPv4 `CIDR` of egress sandboxes (default: the one this data dir used, else 100.96.0.0/16 or the first free /16 of 100.64.0.0/10)")

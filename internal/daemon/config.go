@@ -164,6 +164,9 @@ type KubeConfig struct {
 	Image, TemplateImages      string
 	PullPolicy                 string
 	// NodeName binds every pod to one node (no scheduler).
-	NodeName       string
-	UserNamespaces bool
+	NodeName string
+	// NodeSelector ("k=v,...") and Tolerations ("key[=value]:Effect,...")
+	// place pods on a node pool set aside for sandboxes.
+	NodeSelector, Tolerations string
+	UserNamespaces            bool
 }

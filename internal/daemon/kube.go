@@ -25,6 +25,14 @@ func openKube(ctx context.Context, kc KubeConfig, log *slog.Logger) (node.Backen
 	if err != nil {
 		return nil, err
 	}
+	selector, err := parsePairs("--kube-node-selector", kc.NodeSelector)
+	if err != nil {
+		return nil, err
+	}
+	tolerations, err := ParseTolerations(kc.Tolerations)
+	if err != nil {
+		return nil, err
+	}
 	client, _, err := kube.NewClient(kc.Kubeconfig)
 	if err != nil {
 		return nil, err
@@ -38,7 +46,7 @@ func openKube(ctx context.Context, kc KubeConfig, log *slog.Logger) (node.Backen
 		Client: client, Namespace: kc.Namespace, Instance: kc.Instance, Classes: classes,
 		AgentImage: kc.AgentImage, AgentImagePath: kc.AgentImagePath, Image: kc.Image, TemplateImages: images,
 		PullPolicy: corev1.PullPolicy(kc.PullPolicy), StorageClass: kc.StorageClass, NodeName: kc.NodeName,
-		UserNamespaces: kc.UserNamespaces, Logger: log,
+		NodeSelector: selector, Tolerations: tolerations, UserNamespaces: kc.UserNamespaces, Logger: log,
 	})
 }
 
@@ -63,6 +71,38 @@ func ParseClassMap(s string) ([]kube.ClassMap, error) {
 	var out []kube.ClassMap
 	for _, k := range order {
 		out = append(out, kube.ClassMap{Name: k, RuntimeClass: pairs[k]})
+	}
+	return out, nil
+}
+
+// ParseTolerations reads --kube-toleration "key=value:NoSchedule,key:
+// NoExecute": a key with a value matches it (Equal), without one any
+// value (Exists); the effect is NoSchedule, PreferNoSchedule or NoExecute.
+func ParseTolerations(s string) ([]corev1.Toleration, error) {
+	var out []corev1.Toleration
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		kv, effect, ok := strings.Cut(p, ":")
+		if !ok {
+			return nil, fmt.Errorf("--kube-toleration: %q is not KEY[=VALUE]:EFFECT", p)
+		}
+		switch e := corev1.TaintEffect(effect); e {
+		case corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+		default:
+			return nil, fmt.Errorf("--kube-toleration: effect %q is not NoSchedule, PreferNoSchedule or NoExecute", effect)
+		}
+		k, v, hasValue := strings.Cut(kv, "=")
+		if k == "" {
+			return nil, fmt.Errorf("--kube-toleration: %q has no key", p)
+		}
+		t := corev1.Toleration{Key: k, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffect(effect)}
+		if hasValue {
+			t.Operator, t.Value = corev1.TolerationOpEqual, v
+		}
+		out = append(out, t)
 	}
 	return out, nil
 }

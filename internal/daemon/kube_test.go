@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	"slices"
 	"testing"
 
@@ -23,5 +24,19 @@ func TestParseClassMap(t *testing.T) {
 	}
 	if n := kubeNodeName(KubeConfig{Namespace: "sb"}); n != "k8s:sb/berth" {
 		t.Errorf("kubeNodeName = %q", n)
+	}
+}
+
+func TestParseTolerations(t *testing.T) {
+	got, err := ParseTolerations("sandbox=gvisor:NoSchedule, dedicated:NoExecute")
+	if err != nil || len(got) != 2 ||
+		got[0] != (corev1.Toleration{Key: "sandbox", Operator: corev1.TolerationOpEqual, Value: "gvisor", Effect: corev1.TaintEffectNoSchedule}) ||
+		got[1] != (corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}) {
+		t.Fatalf("ParseTolerations = %+v, %v", got, err)
+	}
+	for _, bad := range []string{"sandbox", "sandbox:Sometimes", "=v:NoSchedule", ":NoSchedule"} {
+		if _, err := ParseTolerations(bad); err == nil {
+			t.Errorf("ParseTolerations(%q) accepted", bad)
+		}
 	}
 }

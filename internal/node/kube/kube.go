@@ -73,6 +73,11 @@ type Config struct {
 	// NodeName, when set, binds every pod to that node (a cluster without
 	// a scheduler, or one machine set aside for sandboxes).
 	NodeName string
+	// NodeSelector and Tolerations place pods on the nodes set aside for
+	// sandboxes (a gVisor or Kata node pool, tainted so other workloads
+	// stay off it).
+	NodeSelector map[string]string
+	Tolerations  []corev1.Toleration
 	// UserNamespaces runs pods with hostUsers: false (nodes that support
 	// it: idmapped mounts, a recent runtime).
 	UserNamespaces bool

@@ -24,6 +24,15 @@ import (
 // earlier attempt that still runs is kept; one that ended or is going is
 // replaced.
 func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
+	if err := b.provisionPod(ctx, sb); err != nil {
+		return err
+	}
+	return b.WaitReady(ctx, sb)
+}
+
+// provisionPod is Provision up to a running pod with an address: all of
+// its API side (what the kwok scale test measures), without the agent.
+func (b *Backend) provisionPod(ctx context.Context, sb *sandbox.Sandbox) error {
 	if !validID(sb.ID) {
 		return errdefs.Invalid("sandbox id %q cannot name Kubernetes objects", sb.ID)
 	}
@@ -52,7 +61,7 @@ func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	want := b.podFor(sb, rc)
 	if p := b.livePod(ctx, sb.ID); p != nil {
 		if reusable(p) {
-			return b.waitRunning(ctx, sb)
+			return b.waitPod(ctx, sb)
 		}
 		if err := b.deletePod(ctx, sb.ID); err != nil {
 			return err
@@ -64,7 +73,7 @@ func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 		}
 		return fmt.Errorf("creating pod %s: %w", want.Name, err)
 	}
-	return b.waitRunning(ctx, sb)
+	return b.waitPod(ctx, sb)
 }
 
 // reusable: a pod of an earlier attempt that is not going away and has
@@ -83,10 +92,10 @@ func (b *Backend) livePod(ctx context.Context, id string) *corev1.Pod {
 	return p
 }
 
-// waitRunning waits for sb's pod to run with an IP, then for its agent.
-// A pod that ends or cannot start (its image, its claims) is the error,
-// with the reason Kubernetes gives.
-func (b *Backend) waitRunning(ctx context.Context, sb *sandbox.Sandbox) error {
+// waitPod waits for sb's pod to run with an IP. A pod that ends or
+// cannot start (its image, its claims) is the error, with the reason
+// Kubernetes gives.
+func (b *Backend) waitPod(ctx context.Context, sb *sandbox.Sandbox) error {
 	var why string
 	err := waitCache(ctx, b.cfg.ReadyTimeout, "waiting for pod "+podName(sb.ID), func() (bool, error) {
 		p := b.podOf(sb.ID)
@@ -108,7 +117,7 @@ func (b *Backend) waitRunning(ctx context.Context, sb *sandbox.Sandbox) error {
 		}
 		return err
 	}
-	return b.WaitReady(ctx, sb)
+	return nil
 }
 
 // podWhy says why a pod does not run, from its conditions and container

@@ -151,6 +151,8 @@ func (b *Backend) podFor(sb *sandbox.Sandbox, runtimeClass string) *corev1.Pod {
 			AutomountServiceAccountToken: &no,
 			EnableServiceLinks:           &no,
 			NodeName:                     b.cfg.NodeName,
+			NodeSelector:                 b.cfg.NodeSelector,
+			Tolerations:                  b.cfg.Tolerations,
 			Volumes:                      volumes,
 			InitContainers: []corev1.Container{{
 				Name:            "berth-agent",
