@@ -470,7 +470,6 @@ func (m *Engine) destroyLocked(ctx context.Context, sb *sandbox.Sandbox, cause s
 		return fmt.Errorf("sandbox %s: releasing volumes will be retried: %w", sb.ID, err)
 	}
 	m.node.Forget(sb)
-	m.live.drop(sb.ID)
 	if sb.Reason != reason {
 		reason = sb.Reason
 	}
@@ -480,6 +479,11 @@ func (m *Engine) destroyLocked(ctx context.Context, sb *sandbox.Sandbox, cause s
 	if err := m.transition(ctx, sb, sandbox.StateDeleted, cause, actor, reason); err != nil {
 		return err
 	}
+	// Only now, with deleted recorded: dropping the entry drops the
+	// operation lock the caller holds, and a reconciler pass that takes
+	// a fresh one must read deleted, not deleting (else it tears the
+	// sandbox down a second time).
+	m.live.drop(sb.ID)
 	m.cfg.Metrics.CleanedUp(string(cause), cleanupSince(ctx, begin))
 	return nil
 }
