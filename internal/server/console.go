@@ -101,6 +101,13 @@ func (s *Server) consoleRoutes() []Route {
 // consoleCode mints a one-time sign-in code (the host admin's alone:
 // `berth console` over the unix socket).
 func (s *Server) consoleCode(w http.ResponseWriter, r *http.Request) {
+	// Only the unix socket's caller: a host key over TCP (a console
+	// session's own, say) minting codes would renew itself for ever, each
+	// new key tied to nothing a revocation reaches.
+	if trusted, _ := r.Context().Value(trustedKey{}).(bool); !trusted {
+		writeError(w, errdefs.Permission("sign-in codes are minted over the unix socket only: run berth console on the daemon's host"))
+		return
+	}
 	code, exp := s.consoleCodes.Mint(s.now())
 	out := api.ConsoleCode{Code: code, ExpiresAt: exp}
 	for _, base := range s.ConsoleURLs {

@@ -36,20 +36,23 @@ import (
 )
 
 const (
-	// streamPage is the most events one read of a stream holds in memory.
-	streamPage = 256
 	// streamWriteTimeout bounds one write of frames: a client that does
 	// not take them in that long is cut off.
 	streamWriteTimeout = 30 * time.Second
 	// streamRetry is the reconnection delay the stream asks for (ms).
 	streamRetry = 2000
-	// maxStreamsPerKey caps the open streams of one credential.
-	maxStreamsPerKey = 16
+	// maxStreamsPerKey caps the open streams of one credential, and
+	// maxStreamsPerTenant those of one tenant's credentials together (its
+	// admins can make many keys, and every sandbox's lease is one).
+	maxStreamsPerKey    = 16
+	maxStreamsPerTenant = 64
 	// maxEventFilters caps the sandbox= and type= values of one request.
 	maxEventFilters = 32
 )
 
 var (
+	// streamPage is the most events one read of a stream holds in memory.
+	streamPage = 256
 	// streamPoll is how often a stream reads without a wake-up: the
 	// bound on how late it sees another daemon's events.
 	streamPoll = time.Second
@@ -80,8 +83,10 @@ func (st *streams) init() {
 	}
 }
 
-// admit counts a new stream of key, refusing one over maxStreamsPerKey.
-func (st *streams) admit(key string) (release func(), err error) {
+// admit counts a new stream of key, refusing one over maxStreamsPerKey
+// or, for a tenant's credential (tenant not ""), over
+// maxStreamsPerTenant; the host's are not capped by tenant.
+func (st *streams) admit(key, tenant string) (release func(), err error) {
 	st.init()
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -91,12 +96,24 @@ func (st *streams) admit(key string) (release func(), err error) {
 	if st.open[key] >= maxStreamsPerKey {
 		return nil, errdefs.Exhausted("%d event streams are open with this credential already; close one", maxStreamsPerKey)
 	}
-	st.open[key]++
+	tkey := "\x01tenant\x00" + tenant
+	if tenant != "" && st.open[tkey] >= maxStreamsPerTenant {
+		return nil, errdefs.Exhausted("%d event streams are open in tenant %s already; close one", maxStreamsPerTenant, tenant)
+	}
+	keys := []string{key}
+	if tenant != "" {
+		keys = append(keys, tkey)
+	}
+	for _, k := range keys {
+		st.open[k]++
+	}
 	return func() {
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		if st.open[key]--; st.open[key] <= 0 {
-			delete(st.open, key)
+		for _, k := range keys {
+			if st.open[k]--; st.open[k] <= 0 {
+				delete(st.open, k)
+			}
 		}
 	}, nil
 }
@@ -302,7 +319,7 @@ func writeEvents(w http.ResponseWriter, evs []*sandbox.Event, next string) {
 func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, ids, types []string, after int64) {
 	ctx := r.Context()
 	p, _ := auth.From(ctx)
-	release, err := s.streams.admit(p.Actor + "\x00" + p.LeaseID)
+	release, err := s.streams.admit(p.Actor+"\x00"+p.LeaseID, p.Tenant)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -352,6 +369,20 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, ids, types
 			return
 		}
 		evs, after = nil, last
+		// A stream that never catches up (a long history, a slow reader)
+		// is still re-checked and still ends: revocation, cancellation
+		// and shutdown are looked at on every pass, not only when idle.
+		select {
+		case <-recheck.C:
+			if err := s.stillValid(r); err != nil {
+				return
+			}
+		case <-ctx.Done():
+			return
+		case <-s.streams.closing:
+			return
+		default:
+		}
 		if next == "" { // caught up: wait for more
 			select {
 			case <-wake:

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/sandbox"
 )
 
 // sseFrame is one frame of an event stream.
@@ -377,4 +378,65 @@ func FuzzParseEventQuery(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestEventStreamBehindEnds: a stream that never catches up (a long
+// history read a page at a time) is still re-checked: its key revoked,
+// it ends long before the backlog is sent.
+func TestEventStreamBehindEnds(t *testing.T) {
+	oldRecheck, oldPage := streamRecheck, streamPage
+	streamRecheck, streamPage = 50*time.Millisecond, 1
+	t.Cleanup(func() { streamRecheck, streamPage = oldRecheck, oldPage })
+	e := newTenv(t)
+	e.tenant("a")
+	k := e.key("local", "a", "admin")
+	sb := e.sandbox(k.Key, `{}`)
+	const backlog = 3000
+	for i := range backlog {
+		if err := e.srv.m.Store().AppendEvent(t.Context(), &sandbox.Event{SandboxID: sb.ID, Type: "backlog",
+			Time: time.Now(), Message: strconv.Itoa(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := e.openStream(k.Key, "/v1/events", "")
+	e.must("local", "DELETE", "/v1/keys/"+k.ID, "", 200, nil)
+	got := st.events(t, backlog+10, 20*time.Second)
+	if len(got) >= backlog/2 {
+		t.Fatalf("the revoked key's stream sent %d of the %d events behind it", len(got), backlog)
+	}
+	t.Logf("the revoked key's stream ended after %d frames of a %d-event backlog", len(got), backlog)
+}
+
+// TestEventStreamTenantCap: a tenant's keys together hold at most
+// maxStreamsPerTenant streams, however many keys its admins make; the
+// host is not capped by tenant, and another tenant is not affected.
+func TestEventStreamTenantCap(t *testing.T) {
+	e := newTenv(t)
+	e.tenant("a")
+	e.tenant("b")
+	var open []*sseStream
+	for len(open) < maxStreamsPerTenant {
+		k := e.key("local", "a", "admin").Key
+		for range min(maxStreamsPerKey, maxStreamsPerTenant-len(open)) {
+			open = append(open, e.openStream(k, "/v1/events", ""))
+		}
+	}
+	fresh := e.key("local", "a", "admin").Key
+	if _, code, body := e.tryStream(fresh, "/v1/events", ""); code != 429 || !strings.Contains(body, "tenant a") {
+		t.Fatalf("tenant a's stream over its cap: %d %s", code, body)
+	}
+	e.openStream(e.key("local", "b", "admin").Key, "/v1/events", "")
+	e.openStream("local", "/v1/events", "")
+	open[0].close()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		st, code, _ := e.tryStream(fresh, "/v1/events", "")
+		if code == 200 {
+			st.close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a closed stream's slot was not given back: %d", code)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

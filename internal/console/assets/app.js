@@ -479,7 +479,18 @@
     const box = h('div', { class: 'term', id: 'terminal' });
     const status = h('p', { class: 'muted', id: 'terminal-status', text: 'connecting' });
     card.append(box, status);
-    const term = new window.Terminal({ fontFamily: 'ui-monospace, Menlo, Consolas, monospace', fontSize: 13, cursorBlink: true });
+    // Links the sandbox prints (OSC 8) open with noopener: a window opened
+    // without it gets a copy of this tab's sessionStorage, the key with it,
+    // and a sandbox page behind the path port proxy shares this origin.
+    const linkHandler = {
+      activate: (event, uri) => {
+        let u;
+        try { u = new URL(uri); } catch (_) { return; }
+        if (u.origin === location.origin || (u.protocol !== 'https:' && u.protocol !== 'http:')) return;
+        window.open(u.href, '_blank', 'noopener,noreferrer');
+      },
+    };
+    const term = new window.Terminal({ fontFamily: 'ui-monospace, Menlo, Consolas, monospace', fontSize: 13, cursorBlink: true, linkHandler });
     const fit = new window.FitAddon.FitAddon();
     term.loadAddon(fit);
     term.open(box);

@@ -113,6 +113,7 @@ var dialect = sqlstore.Dialect{
 	// clock_timestamp, not now(): now() is the transaction's start, and a
 	// fenced write's transaction may have waited on a row lock since.
 	NowMillis: "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+	ShareLock: " FOR SHARE",
 }
 
 // SQLSTATE codes the store acts on.

@@ -63,6 +63,10 @@ type Dialect struct {
 	// unix milliseconds: reconcile leases expire by the database's clock,
 	// the one clock every replica shares.
 	NowMillis string
+	// ShareLock, if set, ends the fence's sub-select of the lease row
+	// (PostgreSQL: " FOR SHARE"), so that a takeover cannot commit between
+	// a fenced write's check and its commit; SQLite serializes writers.
+	ShareLock string
 }
 
 func (d Dialect) rebind(q string) string {

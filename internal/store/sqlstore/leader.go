@@ -78,7 +78,7 @@ func (s *sqlStore) fenceClause(ctx context.Context) (string, []any) {
 		return "", nil
 	}
 	return ` AND EXISTS (SELECT 1 FROM reconcile_leases WHERE name = ? AND holder = ? AND epoch = ? AND expires_ms > ` +
-		s.d.NowMillis + `)`, []any{f.Name, f.Holder, f.Epoch}
+		s.d.NowMillis + s.d.ShareLock + `)`, []any{f.Name, f.Holder, f.Epoch}
 }
 
 // fenceHolds reports whether ctx's fence still holds (true without one):
