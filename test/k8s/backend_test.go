@@ -111,6 +111,26 @@ func TestBackendOnRealNode(t *testing.T) {
 	if out, code := exec("echo hello from $(hostname); exit 7"); code != 7 || out != "hello from k8s-test\n" {
 		t.Fatalf("exec = %q, %d; want the hostname and exit 7", out, code)
 	}
+	// CPU time never waits on the agent: the first call has no sample
+	// yet (or the last one), later calls the sampled figure.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		t0 := time.Now()
+		cpu, err := b.CPUUsage(sb)
+		if took := time.Since(t0); took > 100*time.Millisecond {
+			t.Fatalf("CPUUsage waited %v", took)
+		}
+		if err == nil && cpu > 0 {
+			t.Logf("CPU time sampled through the agent: %v", cpu)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no CPU sample: %v, %v", cpu, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if mem, err := b.MemoryUsage(sb); err != nil || mem <= 0 || mem > 128<<20 {
+		t.Errorf("MemoryUsage = %d, %v; want within the 128 MiB limit", mem, err)
+	}
 	if _, err := b.Agent(sb).WriteFile(ctx, "/workspace/kept.txt", 0o644, strings.NewReader("kept across stop\n")); err != nil {
 		t.Fatalf("write: %v", err)
 	}

@@ -158,6 +158,7 @@ func (b *Backend) refuseAgent(id string, e *agentEntry, cause error) {
 func (b *Backend) Forget(sb *sandbox.Sandbox) {
 	b.mu.Lock()
 	delete(b.agents, sb.ID)
+	delete(b.cpu, sb.ID)
 	b.mu.Unlock()
 }
 

@@ -131,6 +131,7 @@ type Backend struct {
 
 	mu     sync.Mutex
 	agents map[string]*agentEntry // by sandbox id (agent.go)
+	cpu    map[string]*cpuSample  // by sandbox id (lifecycle.go)
 
 	refused atomic.Uint64
 	hooks   node.Hooks
@@ -177,7 +178,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{cfg: cfg, log: cfg.Logger, client: cfg.Client, rcOf: map[string]string{},
-		agents: map[string]*agentEntry{}, stopInf: make(chan struct{}),
+		agents: map[string]*agentEntry{}, cpu: map[string]*cpuSample{}, stopInf: make(chan struct{}),
 		hooks: node.Hooks{Event: func(*sandbox.Event) {}, Flow: func(node.Flow) {}}}
 	for _, c := range cfg.Classes {
 		if _, dup := b.rcOf[c.Name]; dup || c.Name == "" {

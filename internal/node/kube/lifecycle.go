@@ -326,17 +326,71 @@ func (b *Backend) InitLog(sb *sandbox.Sandbox, n int, wait time.Duration) string
 	return string(data)
 }
 
-// CPUUsage reads the CPU time of sb's container from its cgroup, through
-// the agent (cgroup v2, the container's own namespace). The sandbox can
-// only make its own idle accounting wrong.
+// CPUUsage is the container's CPU time as its agent last reported it.
+// The reconciler samples it on every pass for each idle policy, and a
+// hostile agent can stall its answer: so the call never waits on the
+// agent — it returns the latest sample and starts one refresh (at most
+// one per sandbox in flight, 2 s at most) for the next pass. The figure
+// is the sandbox's own word: it steers only that sandbox's idle policy.
 func (b *Backend) CPUUsage(sb *sandbox.Sandbox) (time.Duration, error) {
-	v, err := b.cgroupValue(sb, "cpu.stat", "usage_usec")
-	return time.Duration(v) * time.Microsecond, err
+	b.mu.Lock()
+	c := b.cpu[sb.ID]
+	if c == nil {
+		c = &cpuSample{}
+		b.cpu[sb.ID] = c
+	}
+	v, ok, err := c.usage, c.ok, c.err
+	if !c.refreshing {
+		c.refreshing = true
+		go b.refreshCPU(sb, c)
+	}
+	b.mu.Unlock()
+	if !ok {
+		if err == nil {
+			err = errors.New("no CPU sample yet")
+		}
+		return 0, err
+	}
+	return v, nil
+}
+
+// cpuSample is a sandbox's latest CPU reading (guarded by Backend.mu).
+type cpuSample struct {
+	usage      time.Duration
+	ok         bool
+	err        error
+	refreshing bool
+}
+
+func (b *Backend) refreshCPU(sb *sandbox.Sandbox, c *cpuSample) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	// cgroup v2's cpu.stat, else v1's cpuacct (nanoseconds).
+	var usage time.Duration
+	v, err := b.cgroupValue(ctx, sb, "cpu.stat", "usage_usec")
+	if err == nil {
+		usage = time.Duration(v) * time.Microsecond
+	} else if n, err1 := b.cgroupNumber(ctx, sb, "cpuacct/cpuacct.usage"); err1 == nil {
+		usage, err = time.Duration(n), nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c.refreshing = false
+	if err != nil {
+		c.err = err
+		return
+	}
+	c.usage, c.ok, c.err = usage, true, nil
 }
 
 // OOMKills counts the container's processes the memory limit killed.
 func (b *Backend) OOMKills(sb *sandbox.Sandbox) (uint64, error) {
-	v, err := b.cgroupValue(sb, "memory.events", "oom_kill")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := b.cgroupValue(ctx, sb, "memory.events", "oom_kill")
+	if err != nil { // cgroup v1
+		v, err = b.cgroupValue(ctx, sb, "memory/memory.oom_control", "oom_kill")
+	}
 	return uint64(v), err
 }
 
@@ -346,20 +400,28 @@ func (b *Backend) OOMKills(sb *sandbox.Sandbox) (uint64, error) {
 func (b *Backend) MemoryUsage(sb *sandbox.Sandbox) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	v, err := b.cgroupNumber(ctx, sb, "memory.current")
+	if err != nil { // cgroup v1
+		v, err = b.cgroupNumber(ctx, sb, "memory/memory.usage_in_bytes")
+	}
+	return v, err
+}
+
+// cgroupNumber reads a file of the container's cgroup holding one
+// non-negative number, as its agent reads it.
+func (b *Backend) cgroupNumber(ctx context.Context, sb *sandbox.Sandbox, file string) (int64, error) {
 	var sbuf strings.Builder
-	if _, err := b.Agent(sb).ReadFile(ctx, "/sys/fs/cgroup/memory.current", limitWriter{&sbuf, 64}); err != nil {
+	if _, err := b.Agent(sb).ReadFile(ctx, "/sys/fs/cgroup/"+file, limitWriter{&sbuf, 64}); err != nil {
 		return 0, err
 	}
 	v, err := strconv.ParseInt(strings.TrimSpace(sbuf.String()), 10, 64)
 	if err != nil || v < 0 {
-		return 0, fmt.Errorf("memory.current: %q is no byte count", sbuf.String())
+		return 0, fmt.Errorf("%s: %q is no count", file, sbuf.String())
 	}
 	return v, nil
 }
 
-func (b *Backend) cgroupValue(sb *sandbox.Sandbox, file, key string) (int64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+func (b *Backend) cgroupValue(ctx context.Context, sb *sandbox.Sandbox, file, key string) (int64, error) {
 	var sbuf strings.Builder
 	if _, err := b.Agent(sb).ReadFile(ctx, "/sys/fs/cgroup/"+file, limitWriter{&sbuf, 4096}); err != nil {
 		return 0, err
