@@ -50,21 +50,14 @@ func (s *sqlStore) WebhookCursor(ctx context.Context, url string) (int64, bool, 
 	return id, true, nil
 }
 
+// SetWebhookCursor moves url's cursor forward to eventID, never back: a
+// deliverer that stalled and woke after another replica took over (its
+// lease lost) cannot rewind the cursor into duplicate deliveries.
 func (s *sqlStore) SetWebhookCursor(ctx context.Context, url string, eventID int64) error {
-	res, err := s.exec(ctx, `UPDATE webhook_cursors SET event_id = ? WHERE url = ?`, eventID, url)
-	if err != nil {
+	if _, err := s.exec(ctx, `INSERT INTO webhook_cursors (url, event_id) VALUES (?, ?)
+		ON CONFLICT (url) DO UPDATE SET event_id = excluded.event_id WHERE webhook_cursors.event_id < excluded.event_id`,
+		url, eventID); err != nil {
 		return fmt.Errorf("webhook cursor: %w", err)
-	}
-	if n, _ := res.RowsAffected(); n > 0 {
-		return nil
-	}
-	if _, err := s.exec(ctx, `INSERT INTO webhook_cursors (url, event_id) VALUES (?, ?)`, url, eventID); err != nil {
-		if s.d.classify(err) == UniqueViolation {
-			_, err = s.exec(ctx, `UPDATE webhook_cursors SET event_id = ? WHERE url = ?`, eventID, url)
-		}
-		if err != nil {
-			return fmt.Errorf("webhook cursor: %w", err)
-		}
 	}
 	return nil
 }

@@ -39,6 +39,13 @@ func testWebhookOutbox(t *testing.T, s store.Store) {
 	if c, ok, err := s.WebhookCursor(ctx, "http://x"); !ok || err != nil || c != ids[2] {
 		t.Fatalf("cursor %d %v %v", c, ok, err)
 	}
+	// Never back: a stalled deliverer waking late does not rewind it.
+	if err := s.SetWebhookCursor(ctx, "http://x", ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if c, _, _ := s.WebhookCursor(ctx, "http://x"); c != ids[2] {
+		t.Fatalf("cursor moved back to %d", c)
+	}
 	d := &store.WebhookDelivery{EventID: ids[2], URL: "http://x", Attempt: 1, Status: 503, Error: "unavailable", Time: at(time.Minute)}
 	if err := s.RecordWebhookDelivery(ctx, d); err != nil || d.ID == 0 {
 		t.Fatalf("record: %v", err)
