@@ -14,6 +14,7 @@ import (
 	"github.com/berth-sh/berth/internal/cleanup"
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/leader"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -344,9 +345,13 @@ func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
 			stale := terr != nil || pools[k] == 0 || !slices.Equal(sb.Spec.Layers, tpl.Layers)
 			if stale && sb.State == sandbox.StatePaused {
 				m.e.Async(sb.ID, func(ctx context.Context, cur *sandbox.Sandbox) {
-					if cur.Spec.Pool != "" {
-						_ = m.e.DestroyLocked(ctx, cur, sandbox.CauseReconciler, actorReconciler, "warm pool rolled over")
+					// Fenced like the reconciler's own actions: a replica
+					// that lost the node's lease while queued acts no more.
+					f, ok := m.e.Config().NodeLease.Held()
+					if !ok || cur.Spec.Pool == "" {
+						return
 					}
+					_ = m.e.DestroyLocked(leader.Fenced(ctx, f), cur, sandbox.CauseReconciler, actorReconciler, "warm pool rolled over")
 				})
 			}
 		}
