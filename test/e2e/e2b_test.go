@@ -402,8 +402,13 @@ func TestE2BDoorAttacks(t *testing.T) {
 		"Content-Type": "application/json"}); st != 403 && st != 401 {
 		t.Errorf("B's host with A's headers and token: %d %s", st, body)
 	}
-	if st, body := hostList("api.e2b.test", a.EnvdAccessToken); st != 400 {
+	if st, body := hostList("www.e2b.test", a.EnvdAccessToken); st != 400 {
 		t.Errorf("a host under the domain that names no target: %d %s", st, body)
+	}
+	// api.DOMAIN is the control API (the SDK's URL under E2B_DOMAIN):
+	// an envd token is no credential there.
+	if st, body := hostList("api.e2b.test", a.EnvdAccessToken); st != 401 && st != 404 {
+		t.Errorf("envd's call on the control host: %d %s", st, body)
 	}
 	// Another port of the sandbox goes through the port proxy, with the
 	// sandbox's token only.

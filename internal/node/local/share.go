@@ -46,13 +46,17 @@ func openShare(dataDir, agentPath string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// Room for two copies of the binary (a restarted daemon writes its
+	// own beside the one running sandboxes still hold) and the small files
+	// of many sandboxes; tmpfs takes memory only for what is written. A
+	// share left by an earlier daemon is resized to this one's binary.
+	size := fmt.Sprintf("size=%d,nr_inodes=1048576", 2*st.Size()+(64<<20))
 	if !mounted {
-		// Room for the binary and the small files of many sandboxes;
-		// tmpfs takes memory only for what is written.
-		opts := fmt.Sprintf("size=%d,nr_inodes=1048576,mode=0711", st.Size()+(64<<20))
-		if err := unix.Mount("berth-share", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		if err := unix.Mount("berth-share", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, size+",mode=0711"); err != nil {
 			return "", fmt.Errorf("mounting %s: %w", dir, err)
 		}
+	} else if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, size); err != nil {
+		return "", fmt.Errorf("resizing %s: %w", dir, err)
 	}
 	if err := os.MkdirAll(filepath.Join(dir, shareResolvDir), 0o711); err != nil {
 		return "", err
