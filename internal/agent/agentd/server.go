@@ -210,28 +210,42 @@ func (s *server) serve(ctx context.Context) error {
 			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				break
 			}
-			// EMFILE and friends: back off rather than spin.
-			s.log.Warn("accept", "err", err)
-			select {
-			case <-time.After(50 * time.Millisecond):
-			case <-ctx.Done():
-			}
+			s.backoff(ctx, err)
 			continue
 		}
-		if !s.track(c) {
-			c.Close()
+		if !s.serveConn(ctx, c) {
 			break
 		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			defer s.untrack(c)
-			s.handle(ctx, c)
-		}()
 	}
 	s.listener().Close()
 	s.finish()
 	return nil
+}
+
+// backoff waits a moment after a failed accept (EMFILE and friends)
+// rather than spin.
+func (s *server) backoff(ctx context.Context, err error) {
+	s.log.Warn("accept", "err", err)
+	select {
+	case <-time.After(50 * time.Millisecond):
+	case <-ctx.Done():
+	}
+}
+
+// serveConn serves accepted connection c on its own goroutine; false (c
+// closed) once the server is shutting down.
+func (s *server) serveConn(ctx context.Context, c net.Conn) bool {
+	if !s.track(c) {
+		c.Close()
+		return false
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer s.untrack(c)
+		s.handle(ctx, c)
+	}()
+	return true
 }
 
 // finish ends every connection and process once nothing is accepted.
@@ -256,23 +270,12 @@ func (s *server) serveTCP(ctx context.Context) error {
 			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				break
 			}
-			s.log.Warn("accept", "err", err)
-			select {
-			case <-time.After(50 * time.Millisecond):
-			case <-ctx.Done():
-			}
+			s.backoff(ctx, err)
 			continue
 		}
-		if !s.track(c) {
-			c.Close()
+		if !s.serveConn(ctx, c) {
 			break
 		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			defer s.untrack(c)
-			s.handle(ctx, c)
-		}()
 	}
 	ln.Close()
 	s.finish()
