@@ -37,16 +37,23 @@ e2e: ## end-to-end tests against a real daemon, runc, overlayfs, cgroups
 e2e-race: ## the e2e suite with the daemon under the race detector
 	BERTH_E2E_RACE=1 $(GO) test -count=1 -timeout 30m -run '$(RUN)' $(E2E_PKGS)
 
-test: deps lint unit e2e security-test ## the whole suite: what .ci/run runs
-	@./scripts/leakcheck.sh
+# The suites prove they cleaned up after themselves: the leak check at the
+# end compares with a record taken before the run (test/leakcheck says why).
+LEAKS_BEFORE = bin/leaks-before
+
+test: deps ## the whole suite: what .ci/run runs
+	@mkdir -p bin && ./scripts/leakcheck.sh --record $(LEAKS_BEFORE)-test
+	@$(MAKE) --no-print-directory lint unit e2e security-test
+	@./scripts/leakcheck.sh --before $(LEAKS_BEFORE)-test
 
 k8s-tools: ## build kube-apiserver, kubelet, etcd, kwok... from the Go module proxy, cached in /var/cache/berth/k8s
 	@./scripts/k8s-tools.sh
 
 test-k8s: deps check-chart ## the suite on a real Kubernetes cluster (test/k8s): builds its binaries first (cached)
+	@mkdir -p bin && ./scripts/leakcheck.sh --record $(LEAKS_BEFORE)-k8s
 	@bin=$$(./scripts/k8s-tools.sh) && BERTH_K8S_BIN=$$bin $(GO) test -count=1 -timeout 20m -v $(K8S_TESTFLAGS) ./test/k8s/... && \
 		BERTH_K8S_BIN=$$bin $(GO) test -tags k8s -count=1 -timeout 10m -run TestScaleOnKwok -v ./internal/node/kube/
-	@./scripts/leakcheck.sh
+	@./scripts/leakcheck.sh --before $(LEAKS_BEFORE)-k8s
 
 check-chart: ## deploy/kubernetes/berth.yaml is the Helm chart's default render (helm's Go packages, tools/helmrender)
 	@./scripts/check-chart.sh
