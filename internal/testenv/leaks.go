@@ -172,14 +172,23 @@ func Check(s Scope) []Leak {
 	return out
 }
 
-// Clean removes what a stopped daemon of s left (mounts under its data
-// dir, cgroups under its parents) and the parents themselves, which the
-// daemon keeps for its next start; it reports the leaks Check found first
-// and what it could not remove. The data dir itself is the caller's.
+// Clean removes what a stopped daemon of s left (processes of its group,
+// naming its data dir or in its cgroups; mounts under its data dir; loop
+// devices backed there; cgroups under its parents) and the parents
+// themselves, which the daemon keeps for its next start; it reports the
+// leaks Check found first and what it could not remove. The data dir
+// itself is the caller's. It is also the harness's way out when a daemon
+// cannot be started again to delete its own sandboxes: the processes go
+// first, so that no mount is busy when it is unmounted (a busy one would
+// only be detached lazily, and a lazily detached filesystem over a loop
+// device can stay pinned where nothing in user space can release it).
 func Clean(s Scope) ([]Leak, error) {
 	s.Running = false
 	leaks := Check(s)
 	var errs []error
+	if err := killLeft(s); err != nil {
+		errs = append(errs, err)
+	}
 	ms, _ := overlay.MountsUnder(s.DataDir)
 	slices.Reverse(ms) // deepest first
 	for _, m := range ms {
@@ -188,6 +197,16 @@ func Clean(s Scope) ([]Leak, error) {
 		}
 		if err := overlay.Unmount(m); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	// Volumes and capped root layers are autoclear loop devices, gone with
+	// their mounts; one still attached was never mounted (or its mount was
+	// not ours to find).
+	for dev, file := range loopDevices() {
+		if under(file, s.DataDir) {
+			if err := detachLoop(dev); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	for _, parent := range s.CgroupParents() {
@@ -218,6 +237,59 @@ func Clean(s Scope) ([]Leak, error) {
 		}
 	}
 	return leaks, errors.Join(errs...)
+}
+
+// killLeft kills, by pid, every process left of s: its process group,
+// processes naming its data dir (a runsc sandbox, a runc mid-operation)
+// and processes in its cgroups (a container's init and what it forked).
+// It waits for them to be gone.
+func killLeft(s Scope) error {
+	pids := map[int]bool{}
+	for _, p := range processes() {
+		if (s.PGID > 0 && p.pgid == s.PGID) || names(p.cmdline, s.DataDir) {
+			pids[p.pid] = true
+		}
+	}
+	for _, parent := range s.CgroupParents() {
+		for _, pid := range cgroups.Procs(parent) {
+			pids[pid] = true
+		}
+		for _, child := range cgroups.Children(parent) {
+			for _, pid := range cgroups.Procs(parent + "/" + child) {
+				pids[pid] = true
+			}
+		}
+	}
+	delete(pids, os.Getpid())
+	for pid := range pids {
+		unix.Kill(pid, unix.SIGKILL)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for pid := range pids {
+		for {
+			if _, alive := readProc(pid); !alive {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("testenv: process %d survived SIGKILL", pid)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// detachLoop detaches loop device dev (/dev/loopN).
+func detachLoop(dev string) error {
+	f, err := os.OpenFile(dev, os.O_RDONLY, 0)
+	if err != nil {
+		return fmt.Errorf("testenv: detaching %s: %w", dev, err)
+	}
+	defer f.Close()
+	if err := unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0); err != nil && !errors.Is(err, unix.ENXIO) {
+		return fmt.Errorf("testenv: detaching %s: %w", dev, err)
+	}
+	return nil
 }
 
 // RemoveDir removes dir (a harness's temp dir) unless something is still

@@ -111,8 +111,15 @@ func startDaemon(t *testing.T) *daemon {
 }
 
 func (d *daemon) start() {
-	t := d.t
-	t.Helper()
+	d.t.Helper()
+	if err := d.tryStart(); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+// tryStart starts the daemon, reporting a failure instead of ending the
+// test (cleanup must go on to clean the host when a start fails).
+func (d *daemon) tryStart() error {
 	args := slices.Clone(d.extra)
 	if agentBin != "" {
 		args = append(args, "--agent", agentBin)
@@ -123,9 +130,10 @@ func (d *daemon) start() {
 		StopTimeout: 20 * time.Second,
 	})
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	d.proc, d.logs, d.c = p, p.Log(), p.Client()
+	return nil
 }
 
 // running reports whether the daemon process is alive.
@@ -196,8 +204,15 @@ func (d *daemon) cliIn(stdin string, args ...string) (stdout, stderr string, cod
 func (d *daemon) cleanup() {
 	t := d.t
 	if !d.running() {
-		// Not running (a test killed it): start it to clean up.
-		d.start()
+		// Not running (a test killed it): start it to clean up. If it
+		// cannot start, the sandboxes it would delete are cleaned from the
+		// host directly, so that one failed test does not leave mounts and
+		// loop devices to every later run on the machine.
+		if err := d.tryStart(); err != nil {
+			t.Errorf("cleanup: the daemon does not start again, cleaning the host without it: %v", err)
+			d.cleanHost()
+			return
+		}
 	}
 	ctx := context.Background()
 	// Warm pools hold sandboxes no list shows: empty them first.
@@ -249,6 +264,22 @@ func (d *daemon) cleanup() {
 	if t.Failed() {
 		t.Logf("daemon log:\n%s", tail(d.logs.String(), 8000))
 	}
+}
+
+// cleanHost removes what a daemon that will not start again left: its
+// sandboxes' processes, mounts, loop devices, cgroups and network
+// (testenv.Clean), then checks that nothing is left. The test has failed
+// already; this keeps its leftovers from failing every later run.
+func (d *daemon) cleanHost() {
+	t := d.t
+	s := d.proc.Scope()
+	if _, err := testenv.Clean(s); err != nil {
+		t.Errorf("cleanup without the daemon: %v", err)
+	}
+	for _, l := range testenv.Check(s) {
+		t.Errorf("left after cleaning without the daemon: %s", l)
+	}
+	t.Logf("daemon log:\n%s", tail(d.logs.String(), 8000))
 }
 
 // assertNoLeaks checks the host directly, without the daemon, while it

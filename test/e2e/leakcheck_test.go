@@ -1,15 +1,19 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/cgroups"
 	"github.com/berth-sh/berth/internal/node/local"
 	"github.com/berth-sh/berth/internal/testenv"
@@ -98,4 +102,69 @@ func pidOf(what string) int {
 		pid = pid*10 + int(c-'0')
 	}
 	return pid
+}
+
+// TestCleanWithoutTheDaemon: when a daemon cannot be started again to
+// delete its sandboxes, testenv.Clean alone takes the host back — the
+// sandbox's processes (one with its working directory in a volume, so the
+// volume's mount is busy), the overlay and volume mounts, the volume's loop
+// device and the cgroups — and Check finds nothing after it. This is what
+// the harness falls back to; without it a failed restart left a pinned
+// loop device to every later run on the machine.
+func TestCleanWithoutTheDaemon(t *testing.T) {
+	base, err := testenv.TempDir("", "e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(base, "data")
+	args := []string{}
+	if agentBin != "" {
+		args = append(args, "--agent", agentBin)
+	}
+	p, err := testenv.Start(context.Background(), testenv.Config{
+		Binary: berthBin, DataDir: data, Socket: filepath.Join(base, "berth.sock"), Args: args,
+		LogLevel: "debug", UserAgent: "berth-e2e", ReadyTimeout: 30 * time.Second, StopTimeout: 20 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := p.Scope()
+	defer func() {
+		testenv.Clean(s)
+		if err := testenv.RemoveDir(base); err != nil {
+			t.Error(err)
+		}
+	}()
+	ctx := context.Background()
+	c := p.Client()
+	if _, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: "v", SizeBytes: 16 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Volumes: []api.VolumeMount{{Name: "v", Path: "/data"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if x, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "cd /data && setsid sleep 600 >/dev/null 2>&1 </dev/null & echo started"}}, &out, &out); err != nil || x.Code != 0 {
+		t.Fatalf("exec: %v %+v %s", err, x, out.String())
+	}
+	p.Kill()
+	kinds := map[string]int{}
+	for _, l := range testenv.Check(s) {
+		kinds[l.Kind]++
+	}
+	for _, kind := range []string{"mount", "loop", "cgroup"} {
+		if kinds[kind] == 0 {
+			t.Errorf("before Clean: no %s left by the killed daemon's sandbox, so this test proves nothing (%v)", kind, kinds)
+		}
+	}
+	if _, err := testenv.Clean(s); err != nil {
+		t.Errorf("clean: %v", err)
+	}
+	for _, l := range testenv.Check(s) {
+		if l.Kind == "file" {
+			continue // the sandbox's dir and runtime state: the data dir is the caller's to remove
+		}
+		t.Errorf("after Clean: %s", l)
+	}
 }
