@@ -438,6 +438,33 @@ type Version struct {
 	Runtime string `json:"runtime"`
 	// TLSFingerprint is "sha256:<hex>" of the --listen certificate.
 	TLSFingerprint string `json:"tls_fingerprint,omitempty"`
+	// Classes are the runtime classes, the default first, with what each
+	// can do on this daemon's backend: a client learns before it asks
+	// that, say, pods cannot be paused in place.
+	Classes []RuntimeClass `json:"classes,omitempty"`
+}
+
+// RuntimeClass is one runtime class a daemon offers and what it can do.
+type RuntimeClass struct {
+	Name         string      `json:"name"`
+	Capabilities RuntimeCaps `json:"capabilities"`
+}
+
+// RuntimeCaps says what a runtime class can do; an operation whose
+// capability is false is refused (400 or 501) with the reason.
+type RuntimeCaps struct {
+	// Freeze: pause and quarantine keep processes in memory, frozen.
+	Freeze bool `json:"freeze"`
+	// Checkpoint: hibernate saves processes and memory to disk.
+	Checkpoint bool `json:"checkpoint"`
+	// Capture: fork, snapshot, sandboxes from snapshots, restore.
+	Capture bool `json:"capture"`
+	// RootLayer: persist_root, diff, template builds, an enforced disk cap.
+	RootLayer bool `json:"root_layer"`
+	// Egress: network mode egress (default deny, rules, flow log).
+	Egress bool `json:"egress"`
+	// Pool: warm pools.
+	Pool bool `json:"pool"`
 }
 
 // BuildEvent is one line of the NDJSON stream POST /v1/templates/build

@@ -191,6 +191,9 @@ func (m *Engine) create(ctx context.Context, req *CreateRequest, opt CreateOptio
 	if spec.Network == "egress" && !caps.Egress {
 		return nil, errdefs.Invalid("network mode egress is not available with runtime %s yet", spec.Runtime)
 	}
+	if spec.PersistRoot && !caps.RootLayer {
+		return nil, errdefs.Invalid("runtime %s keeps no root layer of its own (it goes with the pod or VM): persist_root is not available; only volumes persist", spec.Runtime)
+	}
 	if p := spec.Policy; !caps.Freeze && !spec.Persistent && p.IdleTimeout > 0 && (p.OnIdle == sandbox.ActionNone || p.OnIdle == sandbox.ActionPause) {
 		return nil, errdefs.Invalid("runtime %s cannot freeze processes, so an ephemeral sandbox cannot pause when idle: use on_idle stop, or a persistent sandbox (its pause is a stop)", spec.Runtime)
 	}

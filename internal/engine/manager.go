@@ -189,6 +189,10 @@ func (m *Engine) caps(sb *sandbox.Sandbox) node.Caps {
 	return c
 }
 
+// Classes lists the runtime classes with their capabilities, the
+// default first.
+func (m *Engine) Classes() []node.Class { return slices.Clone(m.node.Classes()) }
+
 // RuntimeNames lists the runtime classes, the default first.
 func (m *Engine) RuntimeNames() []string {
 	cls := m.node.Classes()

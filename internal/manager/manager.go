@@ -78,6 +78,9 @@ type (
 	AttachIO        = procs.AttachIO
 )
 
+// RuntimeClass is a runtime class and what it can do (node.Caps).
+type RuntimeClass = node.Class
+
 // WithImportProgress returns a context under which template imports and
 // uploads report their progress to fn.
 var WithImportProgress = templates.WithImportProgress

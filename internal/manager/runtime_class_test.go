@@ -20,7 +20,7 @@ import (
 
 // fakeKata is a second class that keeps pool members, so a pool of one
 // default class can be told from another's.
-var fakeKata = node.Class{Name: "fake-kata", Caps: node.Caps{Pool: true, Freeze: true}}
+var fakeKata = node.Class{Name: "fake-kata", Caps: node.Caps{Pool: true, Freeze: true, Capture: true, RootLayer: true}}
 
 func TestDefaultClassRecordedByName(t *testing.T) {
 	t.Parallel()
@@ -192,4 +192,25 @@ func TestPauseIsStopWhereClassCannotFreeze(t *testing.T) {
 	wantErr(t, err, errdefs.ErrInvalid)
 	// Stopping when idle is fine.
 	e.create(manager.CreateRequest{Policy: sandbox.Policy{IdleTimeout: time.Minute, OnIdle: sandbox.ActionStop}})
+}
+
+// A class whose root layer goes with its pod (Caps.RootLayer false)
+// refuses persist_root at create, before anything is made, and says why;
+// the same request on a class with a root layer of its own is made.
+func TestPersistRootNeedsRootLayer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withClasses(fakePod, fakeKata))
+	before, _, err := e.m.List(e.ctx, false, store.Page{})
+	must(t, err)
+	_, err = e.m.Create(e.ctx, &manager.CreateRequest{Runtime: fakePod.Name, Persistent: true, PersistRoot: true}, manager.CreateOptions{Actor: "test"})
+	wantErr(t, err, errdefs.ErrInvalid)
+	if !strings.Contains(err.Error(), "persist_root") || !strings.Contains(err.Error(), fakePod.Name) {
+		t.Fatalf("refusal %q does not name persist_root and the class", err)
+	}
+	after, _, err := e.m.List(e.ctx, false, store.Page{})
+	must(t, err)
+	if len(after) != len(before) {
+		t.Fatalf("a refused create left a record: %d sandboxes before, %d after", len(before), len(after))
+	}
+	e.create(manager.CreateRequest{Runtime: fakeKata.Name, Persistent: true, PersistRoot: true})
 }

@@ -46,6 +46,14 @@ type Caps struct {
 	// PortsViaAgent: ports are reached through the agent, not by entering
 	// the sandbox's network from the host.
 	PortsViaAgent bool `json:"ports_via_agent"`
+	// Capture: a sandbox's files can be copied (fork, snapshot, a sandbox
+	// from a snapshot, restore).
+	Capture bool `json:"capture"`
+	// RootLayer: the sandbox's writable root layer is the backend's: it
+	// can persist (persist_root), be listed (diff), become a template
+	// layer (builds), be read while the sandbox is frozen (quarantine
+	// reads), and its disk cap is enforced by the filesystem.
+	RootLayer bool `json:"root_layer"`
 }
 
 // Class is a runtime class a backend offers.

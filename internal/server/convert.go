@@ -116,6 +116,17 @@ func diffToAPI(d manager.DiffEntry) api.DiffEntry {
 	return api.DiffEntry{Path: d.Path, Kind: d.Kind, Size: d.Size, Dir: d.Dir}
 }
 
+// classesToAPI lists the runtime classes and what each can do.
+func classesToAPI(cls []manager.RuntimeClass) []api.RuntimeClass {
+	out := make([]api.RuntimeClass, 0, len(cls))
+	for _, c := range cls {
+		out = append(out, api.RuntimeClass{Name: c.Name, Capabilities: api.RuntimeCaps{
+			Freeze: c.Caps.Freeze, Checkpoint: c.Caps.Checkpoint, Capture: c.Caps.Capture,
+			RootLayer: c.Caps.RootLayer, Egress: c.Caps.Egress, Pool: c.Caps.Pool}})
+	}
+	return out
+}
+
 func isolationToAPI(i manager.Isolation) api.Isolation {
 	return api.Isolation{Runtime: i.Runtime, SharedKernel: i.SharedKernel, UserNamespace: i.UserNamespace,
 		Seccomp: i.Seccomp, Capabilities: i.Capabilities, NoNewPrivs: i.NoNewPrivs, ReadonlyImage: i.ReadonlyImage,

@@ -217,7 +217,7 @@ func writeError(w http.ResponseWriter, err error) {
 
 func (s *Server) version(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, api.Version{Version: Version, Go: goVersion(), Runtime: strings.Join(s.m.RuntimeNames(), ","),
-		TLSFingerprint: s.TLSFingerprint})
+		TLSFingerprint: s.TLSFingerprint, Classes: classesToAPI(s.m.Classes())})
 }
 
 // toAPI converts a sandbox record to its API form.

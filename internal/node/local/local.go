@@ -213,6 +213,8 @@ func capsOf(rt runtime.Runtime) node.Caps {
 		Pool:          !noFDs, // members are runc-class: a claim thaws and renames them in place
 		Freeze:        true,
 		PortsViaAgent: viaAgent,
+		Capture:       true,
+		RootLayer:     true,
 	}
 }
 
