@@ -162,7 +162,9 @@ func newFakeDaemon(t *testing.T) (*fakeDaemon, string) {
 		writeTestJSON(w, 200, api.DoctorReport{Runtime: "runc", Healthy: true, Findings: []api.DoctorFinding{{Kind: "mount", Detail: "/x", Fixed: true}}})
 	})
 	mux.HandleFunc("GET /v1/version", func(w http.ResponseWriter, r *http.Request) {
-		writeTestJSON(w, 200, api.Version{Version: "v0.1.0", Go: "go1.26", Runtime: "runc"})
+		writeTestJSON(w, 200, api.Version{Version: "v0.1.0", Go: "go1.26", Runtime: "runc,pod", Classes: []api.RuntimeClass{
+			{Name: "runc", Capabilities: api.RuntimeCaps{Freeze: true, Capture: true, RootLayer: true, Egress: true, Pool: true}},
+			{Name: "pod\x1b[2J", Capabilities: api.RuntimeCaps{}}}})
 	})
 	f.addPersistRoutes(mux)
 	f.addForkRoutes(mux)
@@ -356,6 +358,11 @@ func TestTemplateDoctorVersion(t *testing.T) {
 	var v versionReport
 	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.Server == nil || v.Server.Version != "v0.1.0" || v.Client.Version == "" {
 		t.Errorf("version -o json: exit %d, %s", code, out)
+	}
+	out, _, code = runCLI(t, host, "", "version")
+	if code != 0 || !strings.Contains(out, "Class runc: can freeze, capture, root_layer, egress, pool; cannot checkpoint\n") ||
+		!strings.Contains(out, "can -; cannot freeze, checkpoint, capture, root_layer, egress, pool\n") || strings.Contains(out, "\x1b") {
+		t.Errorf("version: exit %d, %q", code, out)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -64,6 +65,9 @@ func newVersionCmd(g *globals) *cobra.Command {
 				if sv.TLSFingerprint != "" {
 					fmt.Fprintf(w, "TLS fingerprint: %s\n", sv.TLSFingerprint)
 				}
+				for _, c := range sv.Classes {
+					fmt.Fprintf(termSafe{w}, "Class %s: %s\n", c.Name, capsLine(c.Capabilities))
+				}
 			}
 		}
 		// The client half is still useful when the daemon is down, but the
@@ -71,4 +75,25 @@ func newVersionCmd(g *globals) *cobra.Command {
 		return serr
 	}
 	return cmd
+}
+
+// capsLine says what a runtime class can do and what it cannot.
+func capsLine(c api.RuntimeCaps) string {
+	var can, cannot []string
+	for _, f := range []struct {
+		name string
+		ok   bool
+	}{{"freeze", c.Freeze}, {"checkpoint", c.Checkpoint}, {"capture", c.Capture}, {"root_layer", c.RootLayer},
+		{"egress", c.Egress}, {"pool", c.Pool}} {
+		if f.ok {
+			can = append(can, f.name)
+		} else {
+			cannot = append(cannot, f.name)
+		}
+	}
+	line := "can " + orDash(strings.Join(can, ", "))
+	if len(cannot) > 0 {
+		line += "; cannot " + strings.Join(cannot, ", ")
+	}
+	return line
 }
