@@ -156,13 +156,18 @@ func (c *classRun) testProvisionAgain(t *testing.T) {
 // testAccounting: CPU time used inside shows in CPUUsage; nothing was
 // OOM-killed.
 func (c *classRun) testAccounting(t *testing.T) {
-	before, err := c.b.CPUUsage(c.e)
-	if err != nil {
+	// A backend may answer its latest sample and refresh it behind (one
+	// that asks the agent must not wait on it): the first figure may take
+	// a moment to come, and later ones to catch up.
+	var before time.Duration
+	var err error
+	if !eventually(10*time.Second, func() bool {
+		before, err = c.b.CPUUsage(c.e)
+		return err == nil
+	}) {
 		t.Fatalf("CPUUsage: %v", err)
 	}
 	c.sh(t, c.e, "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done")
-	// A backend may answer its latest sample and refresh it behind (one
-	// that asks the agent must not wait on it): the figure catches up.
 	var after time.Duration
 	if !eventually(10*time.Second, func() bool {
 		after, err = c.b.CPUUsage(c.e)
