@@ -32,7 +32,9 @@ import (
 // one of them — the same pod (UID and creation time from before the
 // claim), no new one — and an exec in it sees the claimant's env, its
 // secret and the member's hostname; a named create is made cold (a pod's
-// hostname cannot become the name); the pool refills to 2; sized 0 it
+// hostname cannot become the name); the pool refills to 2; a restart (a
+// new engine and backend over the same store) adopts the members as they
+// run, the same pods, and the claimed sandbox keeps answering; sized 0 it
 // removes its spare members with nothing labelled left, while the claimed
 // and cold sandboxes stay until deleted. Claim and cold create times are
 // logged, not asserted.
@@ -58,8 +60,9 @@ func TestWarmPoolOnRealNode(t *testing.T) {
 	c.ImportImage(t, agentRef, kubeenv.BuildImage(t, agentDir, agentRef, kubeenv.ImageConfig{}))
 	c.ImportImage(t, baseRef, kubeenv.BusyboxImage(t, baseRef))
 
-	b, err := kube.New(ctx, kube.Config{Client: c.Client, Namespace: ns, AgentImage: agentRef, Image: baseRef,
-		PullPolicy: corev1.PullNever, NodeName: c.NodeName, ReadyTimeout: 90 * time.Second})
+	kcfg := kube.Config{Client: c.Client, Namespace: ns, AgentImage: agentRef, Image: baseRef,
+		PullPolicy: corev1.PullNever, NodeName: c.NodeName, ReadyTimeout: 90 * time.Second}
+	b, err := kube.New(ctx, kcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,14 +79,16 @@ func TestWarmPoolOnRealNode(t *testing.T) {
 			Resources: &sandbox.Resources{CPUs: 0.1, MemoryBytes: 128 << 20, Pids: 256, DiskBytes: 256 << 20}}}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := manager.New(manager.Config{Node: "k8s:" + ns + "/berth", ReconcileInterval: 200 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))}, st, nil, b)
+	mcfg := manager.Config{Node: "k8s:" + ns + "/berth", ReconcileInterval: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	m, err := manager.New(mcfg, st, nil, b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Before the sandboxes' own cleanups are registered, so it runs
-	// after them: they delete through the engine.
-	t.Cleanup(m.Close)
+	// after them: they delete through the engine (m as it is then: the
+	// restart below replaces it).
+	t.Cleanup(func() { m.Close() })
 	if err := m.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -208,6 +213,35 @@ func TestWarmPoolOnRealNode(t *testing.T) {
 	if p, err := m.Pool(ctx, "base"); err != nil || p.Hits != 1 {
 		t.Fatalf("pool %+v, %v: want 1 hit", p, err)
 	}
+	refUIDs := map[string]types.UID{}
+	for _, sb := range refilled {
+		refUIDs[sb.ID] = podOf(sb.ID).UID
+	}
+	// A restart: a new engine and backend over the same store adopt the
+	// members as they run (same pods), and the pool is still 2 ready.
+	m.Close()
+	if b, err = kube.New(ctx, kcfg); err != nil {
+		t.Fatal(err)
+	}
+	if m, err = manager.New(mcfg, st, nil, b); err != nil {
+		t.Fatal(err)
+	}
+	m.SetSecrets(v)
+	if err := m.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range refilled {
+		before := sb.ID
+		if p := podOf(before); p == nil || p.UID != refUIDs[before] || p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+			t.Fatalf("member %s's pod after the restart: %v", before, p)
+		}
+	}
+	if again := readyMembers("the members adopted after the restart", claimed.ID); !sameIDs(again, refilled) {
+		t.Fatalf("members after the restart %v, want the adopted %v", ids(again), ids(refilled))
+	}
+	if got := exec(claimed.ID, `printf %s "$K"`); got != "v" {
+		t.Fatalf("the claimed sandbox after the restart: %q", got)
+	}
 	rep, err := m.Doctor(ctx, false)
 	if err != nil || !rep.Healthy {
 		t.Fatalf("doctor: %+v %v", rep, err)
@@ -260,3 +294,14 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(bytes.TrimRight(p, "\n")))
 	return len(p), nil
 }
+
+func ids(sbs []*sandbox.Sandbox) []string {
+	out := make([]string, len(sbs))
+	for i, sb := range sbs {
+		out[i] = sb.ID
+	}
+	slices.Sort(out)
+	return out
+}
+
+func sameIDs(a, b []*sandbox.Sandbox) bool { return slices.Equal(ids(a), ids(b)) }
