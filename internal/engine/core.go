@@ -134,6 +134,14 @@ func (m *Engine) Transition(ctx context.Context, sb *sandbox.Sandbox, to sandbox
 	return m.transition(ctx, sb, to, cause, actor, reason)
 }
 
+// Handover records a running sandbox whose lock the caller holds under
+// a new owner and settings (a warm-pool claim of a member its class keeps
+// running): a state event running -> running, then what a transition to
+// running does (secret files, the Running hook).
+func (m *Engine) Handover(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {
+	return m.handover(ctx, sb, cause, actor, reason)
+}
+
 // Event records ev; EventAsync records it off the caller's path.
 func (m *Engine) Event(ctx context.Context, ev *sandbox.Event) { m.event(ctx, ev) }
 func (m *Engine) EventAsync(ev *sandbox.Event)                 { m.eventAsync(ev) }

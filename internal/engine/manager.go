@@ -383,6 +383,37 @@ func (m *Engine) transition(ctx context.Context, sb *sandbox.Sandbox, to sandbox
 	return nil
 }
 
+// handover records running sandbox sb under what the caller changed in it
+// (a warm-pool member kept running, given to its claimant): the record and
+// a state event running -> running commit together, then, as at any
+// transition to running, its secret files are written and the Running
+// hook is told.
+func (m *Engine) handover(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {
+	if sb.State != sandbox.StateRunning {
+		return sandbox.ErrWrongState("hand over", sb)
+	}
+	prev := *sb
+	now := m.now()
+	sb.Cause, sb.Reason, sb.UpdatedAt = cause, reason, now
+	ev := &sandbox.Event{
+		SandboxID: sb.ID, Time: now, Type: "state", From: sandbox.StateRunning, To: sandbox.StateRunning, Actor: actor,
+		Cause: cause, Reason: reason, Outcome: "ok",
+	}
+	if err := m.store.UpdateSandbox(ctx, sb, ev); err != nil {
+		*sb = prev
+		return fmt.Errorf("recording the handover: %w", err)
+	}
+	m.eventStored(ev)
+	if HasSecretFiles(sb) {
+		_ = m.deliverSecretFiles(ctx, sb, "running")
+	}
+	if m.features.Running != nil {
+		cp := *sb
+		m.Go(func(ctx context.Context) { m.features.Running(ctx, &cp) })
+	}
+	return nil
+}
+
 // eventStored tells the webhook deliverer about ev, once it is stored.
 func (m *Engine) eventStored(ev *sandbox.Event) {
 	if m.cfg.OnEvent != nil && ev.Type == "state" {

@@ -38,8 +38,16 @@ type Caps struct {
 	// Checkpoint: processes and memory can be saved to disk and restored
 	// (hibernate / wake).
 	Checkpoint bool `json:"checkpoint"`
-	// Pool: warm-pool members (made ahead, frozen, thawed at a claim).
+	// Pool: warm-pool members (made ahead, handed over at a claim). Where
+	// Freeze is true members wait frozen and a claim thaws them; where it
+	// is false they wait running (costing what they reserve) and a claim
+	// takes them as they are.
 	Pool bool `json:"pool"`
+	// Rename: a running sandbox's host name can be changed in place
+	// (SetHostname), so a pool claim can give a named claimant its name.
+	// Where false (a pod's hostname is fixed when it is made) only a create
+	// without a name is served from a pool, keeping the member's sb-<id>.
+	Rename bool `json:"rename"`
 	// Freeze: processes can be frozen in place (pause, quarantine, and the
 	// instant of a fork or snapshot capture).
 	Freeze bool `json:"freeze"`
@@ -212,7 +220,8 @@ type Lifecycle interface {
 	// KillAll ends every process of sb from outside (an agent that does
 	// not answer past a deadline).
 	KillAll(ctx context.Context, sb *sandbox.Sandbox) error
-	// SetHostname changes a running sandbox's host name (a pool claim).
+	// SetHostname changes a running sandbox's host name (a pool claim);
+	// a class without Caps.Rename refuses it.
 	SetHostname(ctx context.Context, sb *sandbox.Sandbox, name string) error
 	// Agent returns the client of sb's agent. The backend decides how it
 	// is reached and verifies every connection.

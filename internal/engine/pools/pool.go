@@ -25,6 +25,13 @@ import (
 // ahead, then frozen (no CPU). A create that fits a pool's template and
 // defaults claims one instead of starting a container: it is thawed and
 // given the claimant's name, hostname, env, labels, timeout and policies.
+// On a runtime class that cannot freeze (Caps.Freeze false: a Kubernetes
+// pod) members wait running, holding what they reserve on their node, with
+// no idle policy (a member waits, it is not idle), and a claim takes one as
+// it is. On a class that cannot rename a running sandbox (Caps.Rename
+// false) only creates without a name are served from the pool: the
+// claimed sandbox keeps the member's host name, sb-<id>, which is what
+// such a create's would be anyway.
 // Pool members are never handed out twice and never returned: a claimed
 // sandbox is an ordinary sandbox, destroyed at its end. Members whose
 // template has changed are replaced. The host's pools (tenant "") are of
@@ -153,13 +160,25 @@ func (m *Warm) Pools(ctx context.Context) ([]Pool, error) {
 	return out, nil
 }
 
+// ready reports whether pool member sb can be claimed: frozen, or running
+// where its class cannot freeze (such members wait running).
+func (m *Warm) ready(sb *sandbox.Sandbox) bool {
+	switch sb.State {
+	case sandbox.StatePaused:
+		return true
+	case sandbox.StateRunning:
+		return !m.e.Caps(sb).Freeze
+	}
+	return false
+}
+
 func (m *Warm) poolReport(name store.PoolKey, min int, members []*sandbox.Sandbox) *Pool {
 	p := &Pool{Tenant: name.Tenant, Template: name.Template, Min: min}
 	for _, sb := range members {
-		switch sb.State {
-		case sandbox.StatePaused:
+		switch {
+		case m.ready(sb):
 			p.Ready++
-		case sandbox.StateCreating, sandbox.StateRunning:
+		case sb.State == sandbox.StateCreating || sb.State == sandbox.StateRunning:
 			p.Starting++
 		}
 	}
@@ -199,7 +218,7 @@ func groupPoolMembers(live []*sandbox.Sandbox) map[store.PoolKey][]*sandbox.Sand
 // member of tpl: an ephemeral sandbox with the template's defaults for
 // everything fixed at container start (the disk cap included), of the
 // class pool members are made in (the default), which must be able to
-// keep members.
+// keep members, and, for a create with a name, to rename one.
 func (m *Warm) poolable(req *engine.CreateRequest, tpl *store.Template, spec *sandbox.Spec) bool {
 	def := sandbox.DefaultResources
 	if tpl.Config.Resources != nil {
@@ -211,7 +230,7 @@ func (m *Warm) poolable(req *engine.CreateRequest, tpl *store.Template, spec *sa
 	caps, _ := node.ClassCaps(m.node, spec.Runtime)
 	return !req.Persistent && len(spec.Volumes) == 0 && req.Snapshot == "" &&
 		spec.Resources == def && (spec.Network == "" || spec.Network == "none") &&
-		spec.Runtime == m.e.DefaultRuntime() && caps.Pool &&
+		spec.Runtime == m.e.DefaultRuntime() && caps.Pool && (req.Name == "" || caps.Rename) &&
 		spec.User == tpl.Config.User // its /workspace belongs to the template's user
 }
 
@@ -244,7 +263,7 @@ func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec
 	}
 	defer m.e.WakeReconciler() // refill
 	for _, cand := range members[k] {
-		if cand.State != sandbox.StatePaused || !slices.Equal(cand.Spec.Layers, tpl.Layers) ||
+		if !m.ready(cand) || !slices.Equal(cand.Spec.Layers, tpl.Layers) ||
 			cand.Spec.Resources.DiskBytes != spec.Resources.DiskBytes || // made under another default
 			m.runtimeOf(cand) != spec.Runtime { // made under another default class
 			continue
@@ -279,7 +298,7 @@ func (m *Warm) claimLocked(ctx context.Context, pool store.PoolKey, id string, s
 	if err != nil {
 		return nil, err
 	}
-	if sb.State != sandbox.StatePaused || sb.Spec.Pool != pool.Template || sb.Tenant != pool.Tenant ||
+	if !m.ready(sb) || sb.Spec.Pool != pool.Template || sb.Tenant != pool.Tenant ||
 		m.runtimeOf(sb) != spec.Runtime {
 		return nil, errdefs.Conflict("pool member %s was taken", id)
 	}
@@ -308,7 +327,9 @@ func (m *Warm) claimLocked(ctx context.Context, pool store.PoolKey, id string, s
 
 // claimSteps gives the member to its claimant. Each step pushes its undo:
 // a claim that fails leaves the member in the pool exactly as it was
-// (named as before, frozen).
+// (named as before, frozen or running). A member kept running (its class
+// cannot freeze) is not thawed; its record is handed over, which writes
+// the claimant's secret files as a transition to running would.
 func (m *Warm) claimSteps(ctx context.Context, sb, prev *sandbox.Sandbox, opt engine.CreateOptions) error {
 	cu := cleanup.Make()
 	defer cu.Clean()
@@ -317,6 +338,13 @@ func (m *Warm) claimSteps(ctx context.Context, sb, prev *sandbox.Sandbox, opt en
 			return fmt.Errorf("setting hostname: %w", err)
 		}
 		cu.Add(func() error { return m.node.SetHostname(ctx, prev, prev.Hostname()) })
+	}
+	if prev.State == sandbox.StateRunning {
+		if err := m.e.Handover(ctx, sb, sandbox.CauseUser, opt.Actor, "create (warm pool)"); err != nil {
+			return err
+		}
+		cu.Release()
+		return nil
 	}
 	if err := m.node.Thaw(ctx, sb); err != nil {
 		return fmt.Errorf("thawing pool member: %w", err)
@@ -343,12 +371,12 @@ func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
 		tpl, terr := m.store.GetTenantTemplate(ctx, k.Tenant, k.Template)
 		for _, sb := range list {
 			stale := terr != nil || pools[k] == 0 || !slices.Equal(sb.Spec.Layers, tpl.Layers)
-			if stale && sb.State == sandbox.StatePaused {
+			if stale && m.ready(sb) {
 				m.e.Async(sb.ID, func(ctx context.Context, cur *sandbox.Sandbox) {
 					// Fenced like the reconciler's own actions: a replica
 					// that lost the node's lease while queued acts no more.
 					f, ok := m.e.Config().NodeLease.Held()
-					if !ok || cur.Spec.Pool == "" {
+					if !ok || cur.Spec.Pool == "" || !m.ready(cur) {
 						return
 					}
 					_ = m.e.DestroyLocked(leader.Fenced(ctx, f), cur, sandbox.CauseReconciler, actorReconciler, "warm pool rolled over")
@@ -394,7 +422,8 @@ func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
 	}
 }
 
-// addPoolMember makes one frozen, ready sandbox for tpl.
+// addPoolMember makes one ready sandbox for tpl: frozen, or running where
+// its class cannot freeze.
 func (m *Warm) addPoolMember(ctx context.Context, tpl *store.Template) error {
 	// A member once begun is finished (paused into the pool) or undone,
 	// like a request's create: Close stops new members, not one half made.
@@ -405,8 +434,14 @@ func (m *Warm) addPoolMember(ctx context.Context, tpl *store.Template) error {
 	}
 	spec.Layers, spec.HostUsr, spec.Pool = tpl.Layers, tpl.Config.HostUsr, tpl.Name
 	spec.Runtime = m.e.DefaultRuntime()
-	if caps, _ := node.ClassCaps(m.node, spec.Runtime); !caps.Pool {
+	caps, _ := node.ClassCaps(m.node, spec.Runtime)
+	if !caps.Pool {
 		return fmt.Errorf("runtime class %s cannot keep warm-pool members", spec.Runtime)
+	}
+	if !caps.Freeze {
+		// It waits running: an idle policy would act on a member that
+		// is only waiting. A claim replaces the policy with its own.
+		spec.Policy.IdleTimeout, spec.Policy.OnIdle = 0, sandbox.ActionNone
 	}
 	m.e.WithDiskDefault(&spec)
 	now := m.e.Now()
@@ -430,6 +465,9 @@ func (m *Warm) addPoolMember(ctx context.Context, tpl *store.Template) error {
 	latest, terr := m.store.GetTenantTemplate(ctx, tpl.Tenant, tpl.Name)
 	if err != nil || terr != nil || pools[keyOf(tpl)] == 0 || !slices.Equal(latest.Layers, tpl.Layers) {
 		return m.e.DestroyLocked(ctx, cur, sandbox.CauseReconciler, actorReconciler, "warm pool no longer wants it")
+	}
+	if !caps.Freeze {
+		return nil // ready as it runs (ready)
 	}
 	return m.e.PauseLocked(ctx, cur, sandbox.CauseReconciler, "pool:"+tpl.Name, "ready in warm pool")
 }

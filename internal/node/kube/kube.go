@@ -141,8 +141,9 @@ var _ node.Backend = (*Backend)(nil)
 
 // Caps of every class on Kubernetes: ports through the agent (the pod's
 // network is the cluster's), nothing that needs the node's kernel from
-// the daemon's side.
-var podCaps = node.Caps{PortsViaAgent: true}
+// the daemon's side. Warm pools are running pods (no freeze), and a pod's
+// hostname is fixed when it is made (no rename).
+var podCaps = node.Caps{PortsViaAgent: true, Pool: true}
 
 // New opens the backend and fills its caches: the namespace must be
 // readable and the informers must sync within ReadyTimeout.

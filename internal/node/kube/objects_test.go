@@ -247,7 +247,7 @@ func TestRefusals(t *testing.T) {
 		t.Errorf("persist_root provision: %v", err)
 	}
 	for _, c := range b.Classes() {
-		if c.Caps.Freeze || c.Caps.Checkpoint || c.Caps.Egress || c.Caps.Pool || c.Caps.InheritFDs || !c.Caps.PortsViaAgent {
+		if c.Caps.Freeze || c.Caps.Checkpoint || c.Caps.Egress || !c.Caps.Pool || c.Caps.Rename || c.Caps.InheritFDs || !c.Caps.PortsViaAgent {
 			t.Errorf("class %s caps %+v", c.Name, c.Caps)
 		}
 	}

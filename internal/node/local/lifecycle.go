@@ -396,7 +396,7 @@ func (b *Backend) initPid(id string) (int, error) {
 // nsenter does not reach, and entering the host-side process's namespace
 // would change nothing the sandbox sees.
 func (b *Backend) SetHostname(ctx context.Context, sb *sandbox.Sandbox, name string) error {
-	if !b.caps(sb).Pool {
+	if !b.caps(sb).Rename {
 		return errdefs.Conflict("runtime class %s cannot change a running sandbox's hostname "+
 			"(its guest's namespaces are not the host's)", b.rtFor(sb).Name())
 	}

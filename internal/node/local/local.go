@@ -211,6 +211,7 @@ func capsOf(rt runtime.Runtime) node.Caps {
 		Egress:        !viaAgent, // its veth lives in a netns gVisor's netstack does not use
 		Checkpoint:    cp && sig,
 		Pool:          !noFDs, // members are runc-class: a claim thaws and renames them in place
+		Rename:        !noFDs, // nsenter into its UTS namespace; a guest kernel's is out of reach
 		Freeze:        true,
 		PortsViaAgent: viaAgent,
 		Capture:       true,

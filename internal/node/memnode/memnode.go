@@ -42,11 +42,14 @@ import (
 )
 
 // The classes New offers unless told otherwise: one like runc (pool,
-// freeze, egress) and one like runsc (checkpoint, ports through the agent,
-// no egress).
+// freeze, rename, egress) and one like runsc (checkpoint, ports through
+// the agent, no egress). FakePod, offered only through WithClasses, is
+// like a Kubernetes pod: warm pools, but no freeze and no rename, so its
+// pool members wait running and keep their host names.
 var (
-	FakeRunc  = node.Class{Name: "fake-runc", Caps: node.Caps{InheritFDs: true, Egress: true, Pool: true, Freeze: true, Capture: true, RootLayer: true}}
+	FakeRunc  = node.Class{Name: "fake-runc", Caps: node.Caps{InheritFDs: true, Egress: true, Pool: true, Freeze: true, Rename: true, Capture: true, RootLayer: true}}
 	FakeRunsc = node.Class{Name: "fake-runsc", Caps: node.Caps{Checkpoint: true, PortsViaAgent: true, Freeze: true, Capture: true, RootLayer: true}}
+	FakePod   = node.Class{Name: "fake-pod", Caps: node.Caps{Pool: true, PortsViaAgent: true}}
 )
 
 // Capacity is the storage pool's size the node reports.
@@ -590,14 +593,19 @@ func (n *Node) KillAll(ctx context.Context, sb *sandbox.Sandbox) error {
 	return nil
 }
 
-// SetHostname renames a running sandbox.
+// SetHostname renames a running sandbox; a class without Caps.Rename
+// refuses.
 func (n *Node) SetHostname(ctx context.Context, sb *sandbox.Sandbox, name string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if err := n.failing("SetHostname", sb.ID, name); err != nil {
 		return err
 	}
-	n.sbLocked(sb).Hostname = name
+	s := n.sbLocked(sb)
+	if cls, _ := n.classOf(s.Class); !cls.Caps.Rename {
+		return errdefs.NotSupported("memnode: class %s cannot change a host name", cls.Name)
+	}
+	s.Hostname = name
 	return nil
 }
 

@@ -328,13 +328,13 @@ func (c *classRun) testPorts(t *testing.T) {
 	}
 }
 
-// testSetHostname: the name changes inside, as a pool claim needs. A
-// class without pools may refuse it, but must not report a change it did
-// not make.
+// testSetHostname: the name changes inside, as a named pool claim needs.
+// A class without Caps.Rename may refuse it, but must not report a change
+// it did not make.
 func (c *classRun) testSetHostname(t *testing.T) {
 	err := c.b.SetHostname(t.Context(), c.e, "nodetest-renamed")
 	if err != nil {
-		if c.caps.Pool {
+		if c.caps.Rename {
 			t.Fatalf("SetHostname: %v", err)
 		}
 		if !(errors.Is(err, errdefs.ErrConflict) && strings.Contains(err.Error(), c.class)) && !errors.Is(err, errdefs.ErrNotSupported) {
@@ -343,7 +343,7 @@ func (c *classRun) testSetHostname(t *testing.T) {
 		if got := strings.TrimSpace(c.sh(t, c.e, "cat /proc/sys/kernel/hostname")); got != c.e.Hostname() {
 			t.Errorf("a refused SetHostname changed the hostname to %q", got)
 		}
-		t.Logf("SetHostname refused on class %s (Caps.Pool false): %v", c.class, err)
+		t.Logf("SetHostname refused on class %s (Caps.Rename false): %v", c.class, err)
 		return
 	}
 	if got := strings.TrimSpace(c.sh(t, c.e, "cat /proc/sys/kernel/hostname")); got != "nodetest-renamed" {
