@@ -29,7 +29,9 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/berth-sh/berth/internal/node"
@@ -87,7 +89,10 @@ type Config struct {
 	MaxVolume int64
 	// ReadyTimeout bounds a pod's wait to run and its agent to answer.
 	ReadyTimeout time.Duration
-	Logger       *slog.Logger
+	// Resolver configures network mode egress (egress.go); without its
+	// Address the mode is refused.
+	Resolver ResolverConfig
+	Logger   *slog.Logger
 }
 
 // NewClient returns a client from kubeconfig, or from the pod's service
@@ -126,6 +131,9 @@ type Backend struct {
 	pods     corelisters.PodLister
 	claims   corelisters.PersistentVolumeClaimLister
 	secrets  corelisters.SecretLister
+	policies networkinglisters.NetworkPolicyLister
+	podIndex cache.Indexer // pods by IP (the resolver's source lookup)
+	resolver *resolver
 	stopInf  chan struct{}
 	stopOnce sync.Once
 
@@ -168,6 +176,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 2 * time.Minute
 	}
+	cfg.Resolver.defaults()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -185,7 +194,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 			return nil, fmt.Errorf("kubernetes backend: runtime class %q empty or named twice", c.Name)
 		}
 		b.rcOf[c.Name] = c.RuntimeClass
-		b.classes = append(b.classes, node.Class{Name: c.Name, Caps: podCaps})
+		caps := podCaps
+		caps.Egress = b.egressOn()
+		b.classes = append(b.classes, node.Class{Name: c.Name, Caps: caps})
 	}
 	sel := labels.Set{LabelManagedBy: ManagedBy, LabelInstance: cfg.Instance}.String()
 	b.factory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
@@ -194,6 +205,11 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	b.pods = b.factory.Core().V1().Pods().Lister()
 	b.claims = b.factory.Core().V1().PersistentVolumeClaims().Lister()
 	b.secrets = b.factory.Core().V1().Secrets().Lister()
+	if b.egressOn() {
+		if err := b.initEgress(); err != nil {
+			return nil, err
+		}
+	}
 	b.factory.Start(b.stopInf)
 	sctx, cancel := context.WithTimeout(ctx, cfg.ReadyTimeout)
 	defer cancel()
@@ -202,6 +218,14 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 			b.Close(false)
 			return nil, fmt.Errorf("kubernetes backend: the %v cache of namespace %s did not sync (is it readable with these credentials?)", typ, cfg.Namespace)
 		}
+	}
+	if b.egressOn() && cfg.Resolver.Listen != "" {
+		r, err := startResolver(b)
+		if err != nil {
+			b.Close(false)
+			return nil, err
+		}
+		b.resolver = r
 	}
 	return b, nil
 }
@@ -231,6 +255,8 @@ func (b *Backend) Start(h node.Hooks) {
 	if h.Event != nil {
 		b.hooks.Event = h.Event
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if h.Flow != nil {
 		b.hooks.Flow = h.Flow
 	}
@@ -241,6 +267,9 @@ func (b *Backend) Start(h node.Hooks) {
 // cluster owns the network).
 func (b *Backend) Close(keepNetwork bool) {
 	b.stopOnce.Do(func() {
+		if b.resolver != nil {
+			b.resolver.close()
+		}
 		close(b.stopInf)
 		b.factory.Shutdown()
 	})
