@@ -107,7 +107,7 @@ func startResolver(b *Backend) (*resolver, error) {
 	}
 	r.servers = []*dns.Server{
 		{PacketConn: pc, Handler: r},
-		{Listener: ln, Handler: r, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
+		{Listener: &perSourceListener{Listener: ln, max: maxTCPPerSource, open: map[netip.Addr]int{}}, Handler: r, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
 			IdleTimeout: func() time.Duration { return 10 * time.Second }, MaxTCPQueries: 64},
 	}
 	for _, s := range r.servers {
@@ -365,4 +365,53 @@ func (r *resolver) exchange(ctx context.Context, req *dns.Msg, proto string) (*d
 		last = err
 	}
 	return nil, last
+}
+
+// maxTCPPerSource bounds one address's open TCP connections to the
+// resolver (each holds a goroutine until its idle timeout).
+const maxTCPPerSource = 8
+
+// perSourceListener closes at once a connection from an address that
+// already holds max.
+type perSourceListener struct {
+	net.Listener
+	max  int
+	mu   sync.Mutex
+	open map[netip.Addr]int
+}
+
+func (l *perSourceListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		ap, _ := addrOf(c.RemoteAddr())
+		a := ap.Addr().Unmap()
+		l.mu.Lock()
+		if l.open[a] >= l.max {
+			l.mu.Unlock()
+			c.Close()
+			continue
+		}
+		l.open[a]++
+		l.mu.Unlock()
+		return &countedConn{Conn: c, release: sync.OnceFunc(func() {
+			l.mu.Lock()
+			if l.open[a]--; l.open[a] <= 0 {
+				delete(l.open, a)
+			}
+			l.mu.Unlock()
+		})}, nil
+	}
+}
+
+type countedConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *countedConn) Close() error {
+	c.release()
+	return c.Conn.Close()
 }

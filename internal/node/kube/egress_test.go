@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -172,5 +173,94 @@ func TestEgressRefusedWithoutResolver(t *testing.T) {
 	}
 	if _, _, err := egressBackend().EgressCA(ctx, sb); !errors.Is(err, errdefs.ErrNotSupported) {
 		t.Errorf("egress CA: %v", err)
+	}
+}
+
+// One source's budget: at most MaxInflight queries at once and QPS with
+// a burst; another source has its own.
+func TestResolverAdmit(t *testing.T) {
+	b := egressBackend()
+	b.cfg.Resolver.QPS, b.cfg.Resolver.Burst, b.cfg.Resolver.MaxInflight = 1, 5, 3
+	r := &resolver{b: b, sources: map[netip.Addr]*source{}}
+	a, other := netip.MustParseAddr("10.244.0.7"), netip.MustParseAddr("10.244.0.8")
+	var dones []func()
+	for i := 0; i < 3; i++ {
+		done, ok := r.admit(a)
+		if !ok {
+			t.Fatalf("query %d refused", i)
+		}
+		dones = append(dones, done)
+	}
+	if _, ok := r.admit(a); ok {
+		t.Error("a 4th query in flight admitted")
+	}
+	if done, ok := r.admit(other); !ok {
+		t.Error("another source refused")
+	} else {
+		done()
+	}
+	for _, d := range dones {
+		d()
+	}
+	// Burst 5: 3 taken above, the 4th refusal took none; one more and
+	// the bucket is dry.
+	n := 0
+	for i := 0; i < 5; i++ {
+		if done, ok := r.admit(a); ok {
+			n++
+			done()
+		}
+	}
+	if n < 1 || n > 2 {
+		t.Errorf("%d of 5 admitted after the burst was spent, want 1 or 2", n)
+	}
+}
+
+// One address holds at most max TCP connections to the resolver; a
+// closed one frees its slot.
+func TestPerSourceListener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &perSourceListener{Listener: ln, max: 2, open: map[netip.Addr]int{}}
+	defer l.Close()
+	accepted := make(chan net.Conn, 10)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	var clients []net.Conn
+	for i := 0; i < 4; i++ {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, c)
+	}
+	got := []net.Conn{<-accepted, <-accepted}
+	select {
+	case <-accepted:
+		t.Fatal("a third connection from one address was accepted")
+	case <-time.After(300 * time.Millisecond):
+	}
+	got[0].Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients = append(clients, c)
+	select {
+	case <-accepted:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no slot after a close")
+	}
+	for _, c := range clients {
+		c.Close()
 	}
 }
