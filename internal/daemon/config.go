@@ -174,7 +174,8 @@ type KubeConfig struct {
 	// get (the resolver Service's ClusterIP; empty: mode egress is
 	// refused); ResolverUpstream the resolvers allowed names are asked of
 	// (ADDR:PORT; default this pod's /etc/resolv.conf); ResolverPeers
-	// ("NAMESPACE/KEY=VALUE,...") berth's pods, also allowed on port 53.
+	// ("NAMESPACE/KEY=VALUE,...") berth's pods, also allowed on the
+	// listen port.
 	ResolverListen, ResolverAddress string
 	ResolverUpstream, ResolverPeers []string
 }

@@ -14,9 +14,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -50,10 +52,13 @@ type ResolverConfig struct {
 	// None) and may reach on port 53: the resolver Service's ClusterIP
 	// when berth runs in the cluster. Unset: mode egress is refused.
 	Address netip.Addr
-	// Peers are also allowed on port 53 (UDP, TCP): berth's own pods, for
-	// network plugins that apply policies after a Service's address is
-	// translated to an endpoint's.
+	// Peers are also allowed, on PeerPort (UDP, TCP): berth's own pods,
+	// for network plugins that apply policies after a Service's address
+	// and port are translated to an endpoint's.
 	Peers []networkingv1.NetworkPolicyPeer
+	// PeerPort is the resolver's port on Peers (default: Listen's port,
+	// else 53).
+	PeerPort int
 	// Listen is where this replica serves DNS (UDP and TCP), "host:port";
 	// "" serves nothing.
 	Listen string
@@ -99,6 +104,14 @@ func (c *ResolverConfig) defaults() {
 	}
 	if c.MaxInflight <= 0 {
 		c.MaxInflight = 8
+	}
+	if c.PeerPort <= 0 || c.PeerPort > 65535 {
+		c.PeerPort = 53
+		if _, p, err := net.SplitHostPort(c.Listen); err == nil {
+			if n, err := strconv.Atoi(p); err == nil && n > 0 && n < 65536 {
+				c.PeerPort = n
+			}
+		}
 	}
 }
 
@@ -193,11 +206,17 @@ func (b *Backend) egressPolicyFor(id string, allow []string, pins network.Pins, 
 	p.Annotations[AnnotationPins] = string(ps)
 
 	udp, tcp := corev1.ProtocolUDP, corev1.ProtocolTCP
-	dns := intstr.FromInt32(53)
-	to := []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: hostPrefix(b.cfg.Resolver.Address)}}}
-	to = append(to, b.cfg.Resolver.Peers...)
-	egress := []networkingv1.NetworkPolicyEgressRule{{To: to,
-		Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dns}, {Protocol: &tcp, Port: &dns}}}}
+	dnsPorts := func(port int) []networkingv1.NetworkPolicyPort {
+		p := intstr.FromInt32(int32(port))
+		return []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &p}, {Protocol: &tcp, Port: &p}}
+	}
+	egress := []networkingv1.NetworkPolicyEgressRule{{
+		To:    []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: hostPrefix(b.cfg.Resolver.Address)}}},
+		Ports: dnsPorts(53)}}
+	if len(b.cfg.Resolver.Peers) > 0 {
+		egress = append(egress, networkingv1.NetworkPolicyEgressRule{To: slices.Clone(b.cfg.Resolver.Peers),
+			Ports: dnsPorts(b.cfg.Resolver.PeerPort)})
+	}
 	for _, r := range rules {
 		var peers []networkingv1.NetworkPolicyPeer
 		if r.CIDR.IsValid() {

@@ -264,3 +264,32 @@ func TestPerSourceListener(t *testing.T) {
 		c.Close()
 	}
 }
+
+// The chart's peer (berth's own pods) parses, is allowed on the
+// resolver's container port only, and bad spellings are refused.
+func TestResolverPeer(t *testing.T) {
+	p, err := ParseResolverPeer("berth/app.kubernetes.io/name=berth,app.kubernetes.io/instance=berth")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "berth" || len(p.PodSelector.MatchLabels) != 2 ||
+		p.PodSelector.MatchLabels["app.kubernetes.io/instance"] != "berth" || p.IPBlock != nil {
+		t.Errorf("peer %+v", p)
+	}
+	for _, bad := range []string{"", "berth", "berth/", "/a=b", "Bad_NS/a=b", "berth/a=b c"} {
+		if _, err := ParseResolverPeer(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	b := testBackend()
+	b.cfg.Resolver = ResolverConfig{Address: netip.MustParseAddr("10.96.0.53"), Listen: ":5353", Peers: []networkingv1.NetworkPolicyPeer{p}}
+	b.cfg.Resolver.defaults()
+	pol, err := b.egressPolicyFor("abc", nil, nil, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pol.Spec.Egress) != 2 || ruleText(pol.Spec.Egress[0]) != "10.96.0.53/32 UDP/53,TCP/53" ||
+		ruleText(pol.Spec.Egress[1]) != "peer? UDP/5353,TCP/5353" {
+		t.Errorf("egress %+v", pol.Spec.Egress)
+	}
+}
