@@ -221,9 +221,10 @@ func TestEgressOnRealNode(t *testing.T) {
 		t.Errorf("a flood of 40 lookups reached the upstream %d times (bound %d; %q)", n, limit, out)
 	}
 
-	// Expiry: once the pin's time is up, the reconciler's tick takes A
-	// out of the policy, and A is unreachable by address.
-	time.Sleep(time.Until(t2.Add((ttl + 1) * time.Second)))
+	// Expiry: once the pin's time is up (the flood may have renewed it),
+	// the reconciler's tick takes A out of the policy, and A is
+	// unreachable by address. The wait also refills the flooder's budget.
+	time.Sleep(time.Until(t3.Add(took + (ttl+1)*time.Second)))
 	b.Tick(ctx, nil)
 	if pins, blocks := policy(); strings.Contains(pins, ipA) || slices.Contains(blocks, ipA+"/32") {
 		t.Errorf("an expired pin stayed: pins %s, blocks %v", pins, blocks)
