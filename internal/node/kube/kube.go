@@ -9,10 +9,12 @@
 //
 // It reads the cluster through one shared informer factory limited to its
 // namespace and to the objects it labelled (managed-by berth and its
-// instance), and writes through client-go. What a pod cannot do — freeze,
-// checkpoint, capture its files without a CSI snapshot, egress rules — is
-// said in the classes' Caps and refused with errdefs.ErrNotSupported and a
-// reason (refused.go).
+// instance), and writes through client-go. Network mode egress is a
+// NetworkPolicy per sandbox and berth's DNS-pinned resolver for pods
+// (egress.go, egress_resolver.go). What a pod cannot do — freeze,
+// checkpoint, capture its files without a CSI snapshot, secrets injected
+// at egress — is said in the classes' Caps and refused with
+// errdefs.ErrNotSupported and a reason (refused.go).
 package kube
 
 import (
