@@ -169,4 +169,13 @@ type KubeConfig struct {
 	// place pods on a node pool set aside for sandboxes.
 	NodeSelector, Tolerations string
 	UserNamespaces            bool
+	// ResolverListen is where this replica serves berth's resolver for
+	// egress pods ("" none); ResolverAddress is the nameserver egress pods
+	// get (the resolver Service's ClusterIP; empty: mode egress is
+	// refused); ResolverUpstream the resolvers allowed names are asked of
+	// (ADDR:PORT; default this pod's /etc/resolv.conf); ResolverPeers
+	// ("NAMESPACE/KEY=VALUE,...") berth's pods, also allowed on the
+	// listen port.
+	ResolverListen, ResolverAddress string
+	ResolverUpstream, ResolverPeers []string
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/berth-sh/berth/internal/network"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/node/kube"
 )
@@ -42,12 +44,53 @@ func openKube(ctx context.Context, kc KubeConfig, log *slog.Logger) (node.Backen
 	default:
 		return nil, fmt.Errorf("--image-pull-policy %q: Always, IfNotPresent or Never", kc.PullPolicy)
 	}
+	resolver, err := kubeResolver(kc)
+	if err != nil {
+		return nil, err
+	}
 	return kube.New(ctx, kube.Config{
 		Client: client, Namespace: kc.Namespace, Instance: kc.Instance, Classes: classes,
 		AgentImage: kc.AgentImage, AgentImagePath: kc.AgentImagePath, Image: kc.Image, TemplateImages: images,
 		PullPolicy: corev1.PullPolicy(kc.PullPolicy), StorageClass: kc.StorageClass, NodeName: kc.NodeName,
 		NodeSelector: selector, Tolerations: tolerations, UserNamespaces: kc.UserNamespaces, Logger: log,
+		Resolver: resolver,
 	})
+}
+
+// kubeResolver reads the --kube-resolver-* flags.
+func kubeResolver(kc KubeConfig) (kube.ResolverConfig, error) {
+	var rc kube.ResolverConfig
+	if kc.ResolverAddress == "" {
+		if kc.ResolverListen != "" || len(kc.ResolverUpstream) > 0 || len(kc.ResolverPeers) > 0 {
+			return rc, fmt.Errorf("--kube-resolver-* flags need --kube-resolver-address (what egress pods are given as their nameserver)")
+		}
+		return rc, nil
+	}
+	a, err := netip.ParseAddr(kc.ResolverAddress)
+	if err != nil {
+		return rc, fmt.Errorf("--kube-resolver-address %q: %v", kc.ResolverAddress, err)
+	}
+	rc.Address, rc.Listen = a.Unmap(), kc.ResolverListen
+	for _, s := range kc.ResolverUpstream {
+		ap, err := netip.ParseAddrPort(s)
+		if err != nil {
+			return rc, fmt.Errorf("--kube-resolver-upstream %q: want ADDR:PORT, e.g. 10.96.0.10:53", s)
+		}
+		rc.Upstream = append(rc.Upstream, ap)
+	}
+	if len(rc.Upstream) == 0 && rc.Listen != "" {
+		if rc.Upstream, err = network.ResolvConfServers("/etc/resolv.conf"); err != nil || len(rc.Upstream) == 0 {
+			return rc, fmt.Errorf("--kube-resolver-listen without --kube-resolver-upstream and no nameserver in /etc/resolv.conf (%v)", err)
+		}
+	}
+	for _, s := range kc.ResolverPeers {
+		p, err := kube.ParseResolverPeer(s)
+		if err != nil {
+			return rc, fmt.Errorf("--kube-resolver-peer: %v", err)
+		}
+		rc.Peers = append(rc.Peers, p)
+	}
+	return rc, nil
 }
 
 // kubeNodeName is the node name the engine records for sandboxes of an

@@ -40,3 +40,30 @@ func TestParseTolerations(t *testing.T) {
 		}
 	}
 }
+
+// The --kube-resolver-* flags: off without an address (and refused if
+// other resolver flags come without it); upstreams and peers parsed.
+func TestKubeResolverFlags(t *testing.T) {
+	rc, err := kubeResolver(KubeConfig{})
+	if err != nil || rc.Address.IsValid() {
+		t.Fatalf("no flags: %+v, %v", rc, err)
+	}
+	if _, err := kubeResolver(KubeConfig{ResolverListen: ":5353"}); err == nil {
+		t.Error("--kube-resolver-listen without an address accepted")
+	}
+	rc, err = kubeResolver(KubeConfig{ResolverAddress: "10.96.0.53", ResolverListen: ":5353",
+		ResolverUpstream: []string{"10.96.0.10:53"}, ResolverPeers: []string{"berth/app.kubernetes.io/name=berth"}})
+	if err != nil || rc.Address.String() != "10.96.0.53" || rc.Listen != ":5353" || len(rc.Upstream) != 1 ||
+		rc.Upstream[0].String() != "10.96.0.10:53" || len(rc.Peers) != 1 {
+		t.Fatalf("flags: %+v, %v", rc, err)
+	}
+	for _, bad := range []KubeConfig{
+		{ResolverAddress: "not-an-ip"},
+		{ResolverAddress: "10.96.0.53", ResolverUpstream: []string{"10.96.0.10"}},
+		{ResolverAddress: "10.96.0.53", ResolverPeers: []string{"nolabels"}},
+	} {
+		if _, err := kubeResolver(bad); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+}

@@ -154,12 +154,10 @@ func (r *resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	}
 	// Pin every address of the answer for its TTL (clamped) before the
 	// sandbox sees it; hand out no TTL longer than the pin.
-	maxTTL := uint32(n.cfg.PinMaxTTL / time.Second)
 	byTTL := map[time.Duration][]netip.Addr{}
 	for _, rr := range resp.Answer {
-		if rr.Header().Ttl > maxTTL {
-			rr.Header().Ttl = maxTTL
-		}
+		var ttl time.Duration
+		rr.Header().Ttl, ttl = ClampTTL(rr.Header().Ttl, n.cfg.PinMinTTL, n.cfg.PinMaxTTL)
 		var a netip.Addr
 		switch v := rr.(type) {
 		case *dns.A:
@@ -172,7 +170,6 @@ func (r *resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		if !a.IsValid() {
 			continue
 		}
-		ttl := max(time.Duration(rr.Header().Ttl)*time.Second, n.cfg.PinMinTTL)
 		byTTL[ttl] = append(byTTL[ttl], a.Unmap())
 		f.Answers = append(f.Answers, a.Unmap())
 	}

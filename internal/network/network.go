@@ -247,6 +247,10 @@ func (c *Config) setDefaults() error {
 }
 
 // resolvConfServers reads nameserver lines (port 53).
+// ResolvConfServers are the nameservers of a resolv.conf file, port 53
+// (the Kubernetes backend's resolver's default upstreams).
+func ResolvConfServers(path string) ([]netip.AddrPort, error) { return resolvConfServers(path) }
+
 func resolvConfServers(path string) ([]netip.AddrPort, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -116,6 +116,31 @@ func ValidateRules(rules []Rule) error {
 	return nil
 }
 
+// MatchesName reports whether r is a domain rule covering name (any
+// case, with or without the final dot).
+func (r Rule) MatchesName(name string) bool {
+	return r.Domain != "" && matchDomain(r.Domain, normDomain(name))
+}
+
+// Protocols are the L4 protocols r is limited to, "tcp" and/or "udp" (nil:
+// every protocol).
+func (r Rule) Protocols() []string {
+	var out []string
+	for _, p := range r.protos() {
+		switch p {
+		case protoTCP:
+			out = append(out, "tcp")
+		case protoUDP:
+			out = append(out, "udp")
+		}
+	}
+	return out
+}
+
+// NormDomain is a name as rules and pins compare it: lower case, no
+// surrounding space, no final dot.
+func NormDomain(d string) string { return normDomain(d) }
+
 func normDomain(d string) string {
 	return strings.TrimSuffix(strings.ToLower(strings.TrimSpace(d)), ".")
 }

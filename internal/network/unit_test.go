@@ -181,3 +181,29 @@ func TestPinsAndAllowsTCP(t *testing.T) {
 		t.Error("a rule for port 443 allows 80")
 	}
 }
+
+// ClampTTL is the local resolver's TTL policy, shared with the
+// Kubernetes backend's: the answer's TTL at most the cap, the pin at
+// least the floor.
+func TestClampTTL(t *testing.T) {
+	for _, c := range []struct {
+		ttl    uint32
+		answer uint32
+		pin    time.Duration
+	}{{0, 0, 5 * time.Second}, {3, 3, 5 * time.Second}, {60, 60, time.Minute}, {7200, 3600, time.Hour}} {
+		a, p := ClampTTL(c.ttl, 5*time.Second, time.Hour)
+		if a != c.answer || p != c.pin {
+			t.Errorf("ClampTTL(%d) = %d, %v; want %d, %v", c.ttl, a, p, c.answer, c.pin)
+		}
+	}
+	now := time.Now()
+	p := Pins{}
+	p.Add("a.test", []netip.Addr{netip.MustParseAddr("192.0.2.1")}, now.Add(time.Minute), now, 10)
+	p.Add("b.test", []netip.Addr{netip.MustParseAddr("192.0.2.2")}, now.Add(-time.Minute), now, 10)
+	if !p.Prune(now, func(k PinKey) bool { return true }) || len(p) != 1 {
+		t.Errorf("prune kept %v", p)
+	}
+	if !p.Prune(now, func(k PinKey) bool { return k.Name != "a.test" }) || len(p) != 0 {
+		t.Errorf("prune by name kept %v", p)
+	}
+}

@@ -17,8 +17,10 @@ var k8sLink = regexp.MustCompile(`^bkn?[0-9a-f]{6}$`)
 
 // sweepK8s adds what a kubeenv test cluster (internal/testenv/kubeenv,
 // dirs berth-k8s-* under root) can leave outside its dir: its processes
-// (etcd, kube-apiserver, containerd, its shims, kubelet: each names the
-// dir in its argv), its links, its nft guard table, libcni's result cache
+// (etcd, kube-apiserver, containerd, its shims, kubelet, the
+// kube-network-policies enforcer: each names the dir in its argv), its
+// links, its nft tables (the guard berth-k8s-<hex>, the enforcer's
+// berth-k8s-<hex>-np), libcni's result cache
 // files and kubelet's links in /var/log/containers. Its mounts, cgroup
 // parent (/berth-k8s-<hex>) and dir are Sweep's usual checks.
 func sweepK8s(root string, add func(kind, format string, args ...any)) {

@@ -132,7 +132,7 @@ func TestManifestsAndRBAC(t *testing.T) {
 	for _, v := range []string{"get", "list", "watch", "create", "deletecollection"} {
 		check(access{sbx, "", "secrets", "", v}, true)
 	}
-	for _, v := range []string{"list", "create", "deletecollection"} {
+	for _, v := range []string{"get", "list", "watch", "create", "update", "deletecollection"} {
 		check(access{sbx, "networking.k8s.io", "networkpolicies", "", v}, true)
 	}
 	// And nothing more.
@@ -146,7 +146,9 @@ func TestManifestsAndRBAC(t *testing.T) {
 		{sbx, "", "services", "", "create"},
 		{sbx, "", "serviceaccounts", "", "create"},
 		{sbx, "", "configmaps", "", "get"},
-		{sbx, "networking.k8s.io", "networkpolicies", "", "update"},
+		{sbx, "networking.k8s.io", "networkpolicies", "", "patch"},
+		{sbx, "networking.k8s.io", "networkpolicies", "", "delete"},
+		{"elsewhere", "networking.k8s.io", "networkpolicies", "", "update"},
 		{sbx, "rbac.authorization.k8s.io", "roles", "", "create"},
 		{sbx, "rbac.authorization.k8s.io", "rolebindings", "", "create"},
 		{sbx, "rbac.authorization.k8s.io", "roles", "", "escalate"},

@@ -9,10 +9,12 @@
 //
 // It reads the cluster through one shared informer factory limited to its
 // namespace and to the objects it labelled (managed-by berth and its
-// instance), and writes through client-go. What a pod cannot do — freeze,
-// checkpoint, capture its files without a CSI snapshot, egress rules — is
-// said in the classes' Caps and refused with errdefs.ErrNotSupported and a
-// reason (refused.go).
+// instance), and writes through client-go. Network mode egress is a
+// NetworkPolicy per sandbox and berth's DNS-pinned resolver for pods
+// (egress.go, egress_resolver.go). What a pod cannot do — freeze,
+// checkpoint, capture its files without a CSI snapshot, secrets injected
+// at egress — is said in the classes' Caps and refused with
+// errdefs.ErrNotSupported and a reason (refused.go).
 package kube
 
 import (
@@ -29,7 +31,9 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/berth-sh/berth/internal/node"
@@ -87,7 +91,10 @@ type Config struct {
 	MaxVolume int64
 	// ReadyTimeout bounds a pod's wait to run and its agent to answer.
 	ReadyTimeout time.Duration
-	Logger       *slog.Logger
+	// Resolver configures network mode egress (egress.go); without its
+	// Address the mode is refused.
+	Resolver ResolverConfig
+	Logger   *slog.Logger
 }
 
 // NewClient returns a client from kubeconfig, or from the pod's service
@@ -126,6 +133,9 @@ type Backend struct {
 	pods     corelisters.PodLister
 	claims   corelisters.PersistentVolumeClaimLister
 	secrets  corelisters.SecretLister
+	policies networkinglisters.NetworkPolicyLister
+	podIndex cache.Indexer // pods by IP (the resolver's source lookup)
+	resolver *resolver
 	stopInf  chan struct{}
 	stopOnce sync.Once
 
@@ -169,6 +179,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 2 * time.Minute
 	}
+	cfg.Resolver.defaults()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -186,7 +197,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 			return nil, fmt.Errorf("kubernetes backend: runtime class %q empty or named twice", c.Name)
 		}
 		b.rcOf[c.Name] = c.RuntimeClass
-		b.classes = append(b.classes, node.Class{Name: c.Name, Caps: podCaps})
+		caps := podCaps
+		caps.Egress = b.egressOn()
+		b.classes = append(b.classes, node.Class{Name: c.Name, Caps: caps})
 	}
 	sel := labels.Set{LabelManagedBy: ManagedBy, LabelInstance: cfg.Instance}.String()
 	b.factory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
@@ -195,6 +208,11 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	b.pods = b.factory.Core().V1().Pods().Lister()
 	b.claims = b.factory.Core().V1().PersistentVolumeClaims().Lister()
 	b.secrets = b.factory.Core().V1().Secrets().Lister()
+	if b.egressOn() {
+		if err := b.initEgress(); err != nil {
+			return nil, err
+		}
+	}
 	b.factory.Start(b.stopInf)
 	sctx, cancel := context.WithTimeout(ctx, cfg.ReadyTimeout)
 	defer cancel()
@@ -203,6 +221,14 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 			b.Close(false)
 			return nil, fmt.Errorf("kubernetes backend: the %v cache of namespace %s did not sync (is it readable with these credentials?)", typ, cfg.Namespace)
 		}
+	}
+	if b.egressOn() && cfg.Resolver.Listen != "" {
+		r, err := startResolver(b)
+		if err != nil {
+			b.Close(false)
+			return nil, err
+		}
+		b.resolver = r
 	}
 	return b, nil
 }
@@ -232,6 +258,8 @@ func (b *Backend) Start(h node.Hooks) {
 	if h.Event != nil {
 		b.hooks.Event = h.Event
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if h.Flow != nil {
 		b.hooks.Flow = h.Flow
 	}
@@ -242,6 +270,9 @@ func (b *Backend) Start(h node.Hooks) {
 // cluster owns the network).
 func (b *Backend) Close(keepNetwork bool) {
 	b.stopOnce.Do(func() {
+		if b.resolver != nil {
+			b.resolver.close()
+		}
 		close(b.stopInf)
 		b.factory.Shutdown()
 	})

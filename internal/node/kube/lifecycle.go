@@ -40,8 +40,8 @@ func (b *Backend) provisionPod(ctx context.Context, sb *sandbox.Sandbox) error {
 		return errdefs.NotSupported("persist_root: a pod's root layer is its container runtime's and goes with the pod; " +
 			"on kubernetes only volumes persist")
 	}
-	if sb.Spec.Network == "egress" {
-		return errdefs.NotSupported("network mode egress is not available on the kubernetes backend (no resolver or rules in the cluster yet)")
+	if sb.Spec.Network == "egress" && !b.egressOn() {
+		return notOnKube("network mode egress", whyNoResolver)
 	}
 	for _, vm := range sb.Spec.Volumes {
 		if !validID(vm.VolumeID) {
@@ -55,7 +55,7 @@ func (b *Backend) provisionPod(ctx context.Context, sb *sandbox.Sandbox) error {
 	if err := b.ensureIdentity(ctx, sb.ID); err != nil {
 		return err
 	}
-	if err := b.ensurePolicy(ctx, sb.ID); err != nil {
+	if err := b.ensureNetwork(ctx, sb); err != nil {
 		return err
 	}
 	want := b.podFor(sb, rc)

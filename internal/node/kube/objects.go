@@ -189,6 +189,7 @@ func (b *Backend) podFor(sb *sandbox.Sandbox, runtimeClass string) *corev1.Pod {
 	if b.cfg.UserNamespaces {
 		pod.Spec.HostUsers = &no
 	}
+	b.egressDNS(sb, &pod.Spec)
 	return pod
 }
 

@@ -21,7 +21,6 @@ const (
 	whyFreeze     = "Kubernetes cannot freeze a pod's processes in place; pause maps to stop (the pod is deleted, its volumes and identity kept)"
 	whyCapture    = "copying a sandbox's files needs CSI VolumeSnapshots, which this backend does not drive yet, and a pod's root layer cannot be copied at all"
 	whyCheckpoint = "Kubernetes has no checkpoint and restore of a pod's processes that berth can drive (the kubelet's checkpoint API is forensic, not restorable)"
-	whyEgress     = "egress rules need berth's DNS-pinned resolver in the cluster and a NetworkPolicy per sandbox, which this backend does not make yet"
 )
 
 // Freeze is refused (Caps.Freeze false).
@@ -92,24 +91,7 @@ func (b *Backend) AllowsTCP(allow []string, host string, port uint16) bool {
 	return err == nil && network.AllowsTCP(rules, host, port)
 }
 
-// EgressCA is refused: no egress proxy runs for pods.
-func (b *Backend) EgressCA(ctx context.Context, sb *sandbox.Sandbox) ([]byte, []byte, error) {
-	return nil, nil, notOnKube("secrets injected at egress", whyEgress)
-}
-
-// Allocate is refused (Caps.Egress false).
-func (b *Backend) Allocate(ctx context.Context, id string, used func(string) bool) (string, string, error) {
-	return "", "", notOnKube("network mode egress", whyEgress)
-}
-
-// SetRules is refused: there are no rules to apply, and a quarantine's
-// cut needs the freeze pods do not have.
-func (b *Backend) SetRules(ctx context.Context, sb *sandbox.Sandbox, cut bool) error {
-	if cut {
-		return notOnKube("quarantine", whyFreeze)
-	}
-	return notOnKube("egress rules", whyEgress)
-}
+// EgressCA, Allocate and SetRules: egress.go.
 
 // Diff is refused: the pod's root layer is the container runtime's.
 func (b *Backend) Diff(ctx context.Context, sb *sandbox.Sandbox) ([]node.Change, error) {

@@ -116,5 +116,8 @@ func (b *Backend) Recover(ctx context.Context, live []*sandbox.Sandbox) error {
 	return nil
 }
 
-// Tick has nothing periodic to do: the informers keep the caches.
-func (b *Backend) Tick(ctx context.Context, live []*sandbox.Sandbox) {}
+// Tick: the informers keep the caches; egress pins that expired leave
+// their policies (only the node lease's holder ticks).
+func (b *Backend) Tick(ctx context.Context, live []*sandbox.Sandbox) {
+	b.expirePins(ctx) // egress.go
+}
