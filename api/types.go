@@ -465,6 +465,9 @@ type RuntimeCaps struct {
 	Egress bool `json:"egress"`
 	// Pool: warm pools.
 	Pool bool `json:"pool"`
+	// Rename: a running sandbox's host name can change (a named create
+	// can be served from a warm pool).
+	Rename bool `json:"rename"`
 }
 
 // BuildEvent is one line of the NDJSON stream POST /v1/templates/build

@@ -163,7 +163,7 @@ func newFakeDaemon(t *testing.T) (*fakeDaemon, string) {
 	})
 	mux.HandleFunc("GET /v1/version", func(w http.ResponseWriter, r *http.Request) {
 		writeTestJSON(w, 200, api.Version{Version: "v0.1.0", Go: "go1.26", Runtime: "runc,pod", Classes: []api.RuntimeClass{
-			{Name: "runc", Capabilities: api.RuntimeCaps{Freeze: true, Capture: true, RootLayer: true, Egress: true, Pool: true}},
+			{Name: "runc", Capabilities: api.RuntimeCaps{Freeze: true, Capture: true, RootLayer: true, Egress: true, Pool: true, Rename: true}},
 			{Name: "pod\x1b[2J", Capabilities: api.RuntimeCaps{}}}})
 	})
 	f.addPersistRoutes(mux)
@@ -360,8 +360,8 @@ func TestTemplateDoctorVersion(t *testing.T) {
 		t.Errorf("version -o json: exit %d, %s", code, out)
 	}
 	out, _, code = runCLI(t, host, "", "version")
-	if code != 0 || !strings.Contains(out, "Class runc: can freeze, capture, root_layer, egress, pool; cannot checkpoint\n") ||
-		!strings.Contains(out, "can -; cannot freeze, checkpoint, capture, root_layer, egress, pool\n") || strings.Contains(out, "\x1b") {
+	if code != 0 || !strings.Contains(out, "Class runc: can freeze, capture, root_layer, egress, pool, rename; cannot checkpoint\n") ||
+		!strings.Contains(out, "can -; cannot freeze, checkpoint, capture, root_layer, egress, pool, rename\n") || strings.Contains(out, "\x1b") {
 		t.Errorf("version: exit %d, %q", code, out)
 	}
 }

@@ -84,7 +84,7 @@ func capsLine(c api.RuntimeCaps) string {
 		name string
 		ok   bool
 	}{{"freeze", c.Freeze}, {"checkpoint", c.Checkpoint}, {"capture", c.Capture}, {"root_layer", c.RootLayer},
-		{"egress", c.Egress}, {"pool", c.Pool}} {
+		{"egress", c.Egress}, {"pool", c.Pool}, {"rename", c.Rename}} {
 		if f.ok {
 			can = append(can, f.name)
 		} else {

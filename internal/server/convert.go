@@ -122,7 +122,7 @@ func classesToAPI(cls []manager.RuntimeClass) []api.RuntimeClass {
 	for _, c := range cls {
 		out = append(out, api.RuntimeClass{Name: c.Name, Capabilities: api.RuntimeCaps{
 			Freeze: c.Caps.Freeze, Checkpoint: c.Caps.Checkpoint, Capture: c.Caps.Capture,
-			RootLayer: c.Caps.RootLayer, Egress: c.Caps.Egress, Pool: c.Caps.Pool}})
+			RootLayer: c.Caps.RootLayer, Egress: c.Caps.Egress, Pool: c.Caps.Pool, Rename: c.Caps.Rename}})
 	}
 	return out
 }
