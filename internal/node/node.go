@@ -46,6 +46,11 @@ type Caps struct {
 	// PortsViaAgent: ports are reached through the agent, not by entering
 	// the sandbox's network from the host.
 	PortsViaAgent bool `json:"ports_via_agent"`
+	// Capture: the sandbox's files can be captured and laid down again
+	// (fork, snapshot, restore, a sandbox from a snapshot). Without Freeze
+	// a capture is crash-consistent at the storage level only: processes
+	// keep running while it is taken.
+	Capture bool `json:"capture"`
 }
 
 // Class is a runtime class a backend offers.

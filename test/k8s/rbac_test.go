@@ -135,6 +135,9 @@ func TestManifestsAndRBAC(t *testing.T) {
 	for _, v := range []string{"list", "create", "deletecollection"} {
 		check(access{sbx, "networking.k8s.io", "networkpolicies", "", v}, true)
 	}
+	for _, v := range []string{"get", "list", "watch", "create", "delete"} {
+		check(access{sbx, "snapshot.storage.k8s.io", "volumesnapshots", "", v}, true)
+	}
 	// And nothing more.
 	for _, a := range []access{
 		{sbx, "", "pods", "exec", "create"},
@@ -147,6 +150,11 @@ func TestManifestsAndRBAC(t *testing.T) {
 		{sbx, "", "serviceaccounts", "", "create"},
 		{sbx, "", "configmaps", "", "get"},
 		{sbx, "networking.k8s.io", "networkpolicies", "", "update"},
+		{sbx, "snapshot.storage.k8s.io", "volumesnapshots", "", "update"},
+		{sbx, "snapshot.storage.k8s.io", "volumesnapshotcontents", "", "create"},
+		{"", "snapshot.storage.k8s.io", "volumesnapshotcontents", "", "delete"},
+		{"", "snapshot.storage.k8s.io", "volumesnapshotclasses", "", "create"},
+		{"elsewhere", "snapshot.storage.k8s.io", "volumesnapshots", "", "create"},
 		{sbx, "rbac.authorization.k8s.io", "roles", "", "create"},
 		{sbx, "rbac.authorization.k8s.io", "rolebindings", "", "create"},
 		{sbx, "rbac.authorization.k8s.io", "roles", "", "escalate"},

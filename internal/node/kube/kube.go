@@ -10,9 +10,10 @@
 // It reads the cluster through one shared informer factory limited to its
 // namespace and to the objects it labelled (managed-by berth and its
 // instance), and writes through client-go. What a pod cannot do — freeze,
-// checkpoint, capture its files without a CSI snapshot, egress rules — is
-// said in the classes' Caps and refused with errdefs.ErrNotSupported and a
-// reason (refused.go).
+// checkpoint, capture its files where the cluster has no CSI snapshots,
+// egress rules — is said in the classes' Caps and refused with
+// errdefs.ErrNotSupported and a reason (refused.go). Forks and snapshots
+// are CSI VolumeSnapshots of the owned claims (snapshot.go).
 package kube
 
 import (
@@ -31,6 +32,8 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -70,6 +73,12 @@ type Config struct {
 	PullPolicy corev1.PullPolicy
 	// StorageClass of the volumes' claims ("" the cluster's default).
 	StorageClass string
+	// Snapshots talks to the snapshot.storage.k8s.io API (NewClient makes
+	// one); nil refuses captures.
+	Snapshots snapclient.Interface
+	// SnapshotClass is the VolumeSnapshotClass of captures ("" the one
+	// for the claims' CSI driver: its default, or its only one).
+	SnapshotClass string
 	// NodeName, when set, binds every pod to that node (a cluster without
 	// a scheduler, or one machine set aside for sandboxes).
 	NodeName string
@@ -93,25 +102,35 @@ type Config struct {
 // NewClient returns a client from kubeconfig, or from the pod's service
 // account when kubeconfig is "" and berth runs in a cluster.
 func NewClient(kubeconfig string) (kubernetes.Interface, *rest.Config, error) {
+	c, _, rc, err := NewClients(kubeconfig)
+	return c, rc, err
+}
+
+// NewClients is NewClient with the snapshot.storage.k8s.io client too.
+func NewClients(kubeconfig string) (kubernetes.Interface, snapclient.Interface, *rest.Config, error) {
 	var rc *rest.Config
 	var err error
 	if kubeconfig == "" {
 		rc, err = rest.InClusterConfig()
 		if err != nil {
-			return nil, nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
+			return nil, nil, nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
 		}
 	} else {
 		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+			return nil, nil, nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
 		}
 	}
 	rc.UserAgent = "berth"
 	c, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return c, rc, nil
+	sc, err := snapclient.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return c, sc, rc, nil
 }
 
 // Backend runs sandboxes as pods.
@@ -121,6 +140,8 @@ type Backend struct {
 	client  kubernetes.Interface
 	classes []node.Class
 	rcOf    map[string]string // berth class -> RuntimeClass
+	snap    snapclient.Interface
+	snaps   snapSupport // what detectSnapshots found (snapshot.go)
 
 	factory  informers.SharedInformerFactory
 	pods     corelisters.PodLister
@@ -132,6 +153,9 @@ type Backend struct {
 	mu     sync.Mutex
 	agents map[string]*agentEntry // by sandbox id (agent.go)
 	cpu    map[string]*cpuSample  // by sandbox id (lifecycle.go)
+	// capturing counts this process's operations using a capture, by
+	// name (a sweep leaves those alone).
+	capturing map[string]int
 
 	refused atomic.Uint64
 	hooks   node.Hooks
@@ -141,7 +165,8 @@ var _ node.Backend = (*Backend)(nil)
 
 // Caps of every class on Kubernetes: ports through the agent (the pod's
 // network is the cluster's), nothing that needs the node's kernel from
-// the daemon's side.
+// the daemon's side. Capture is added at New where the cluster can
+// snapshot the claims (snapshot.go).
 var podCaps = node.Caps{PortsViaAgent: true}
 
 // New opens the backend and fills its caches: the namespace must be
@@ -178,14 +203,25 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{cfg: cfg, log: cfg.Logger, client: cfg.Client, rcOf: map[string]string{},
-		agents: map[string]*agentEntry{}, cpu: map[string]*cpuSample{}, stopInf: make(chan struct{}),
+		agents: map[string]*agentEntry{}, cpu: map[string]*cpuSample{}, capturing: map[string]int{}, stopInf: make(chan struct{}),
 		hooks: node.Hooks{Event: func(*sandbox.Event) {}, Flow: func(node.Flow) {}}}
+	b.snap = cfg.Snapshots
+	dctx, dcancel := context.WithTimeout(ctx, cfg.ReadyTimeout)
+	b.snaps = b.detectSnapshots(dctx)
+	dcancel()
+	caps := podCaps
+	caps.Capture = b.snaps.why == ""
+	if caps.Capture {
+		b.log.Info("kubernetes captures through CSI VolumeSnapshots", "class", b.snaps.class)
+	} else {
+		b.log.Info("kubernetes captures refused", "why", b.snaps.why)
+	}
 	for _, c := range cfg.Classes {
 		if _, dup := b.rcOf[c.Name]; dup || c.Name == "" {
 			return nil, fmt.Errorf("kubernetes backend: runtime class %q empty or named twice", c.Name)
 		}
 		b.rcOf[c.Name] = c.RuntimeClass
-		b.classes = append(b.classes, node.Class{Name: c.Name, Caps: podCaps})
+		b.classes = append(b.classes, node.Class{Name: c.Name, Caps: caps})
 	}
 	sel := labels.Set{LabelManagedBy: ManagedBy, LabelInstance: cfg.Instance}.String()
 	b.factory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,

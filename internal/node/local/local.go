@@ -213,6 +213,7 @@ func capsOf(rt runtime.Runtime) node.Caps {
 		Pool:          !noFDs, // members are runc-class: a claim thaws and renames them in place
 		Freeze:        true,
 		PortsViaAgent: viaAgent,
+		Capture:       true,
 	}
 }
 

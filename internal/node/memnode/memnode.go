@@ -45,8 +45,8 @@ import (
 // freeze, egress) and one like runsc (checkpoint, ports through the agent,
 // no egress).
 var (
-	FakeRunc  = node.Class{Name: "fake-runc", Caps: node.Caps{InheritFDs: true, Egress: true, Pool: true, Freeze: true}}
-	FakeRunsc = node.Class{Name: "fake-runsc", Caps: node.Caps{Checkpoint: true, PortsViaAgent: true, Freeze: true}}
+	FakeRunc  = node.Class{Name: "fake-runc", Caps: node.Caps{InheritFDs: true, Egress: true, Pool: true, Freeze: true, Capture: true}}
+	FakeRunsc = node.Class{Name: "fake-runsc", Caps: node.Caps{Checkpoint: true, PortsViaAgent: true, Freeze: true, Capture: true}}
 )
 
 // Capacity is the storage pool's size the node reports.
