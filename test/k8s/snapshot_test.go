@@ -113,7 +113,8 @@ func TestSnapshotsOnRealNode(t *testing.T) {
 
 	snaps := snapclient.NewForConfigOrDie(c.Config)
 	b, err := kube.New(ctx, kube.Config{Client: c.Client, Snapshots: snaps, Namespace: ns, AgentImage: agentRef, Image: baseRef,
-		PullPolicy: corev1.PullNever, NodeName: c.NodeName, StorageClass: kubeenv.CSIStorageClass, ReadyTimeout: 90 * time.Second})
+		PullPolicy: corev1.PullNever, NodeName: c.NodeName, StorageClass: kubeenv.CSIStorageClass, ReadyTimeout: 90 * time.Second,
+		CaptureGrace: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,6 +231,40 @@ func TestSnapshotsOnRealNode(t *testing.T) {
 	provision(fromSnap)
 	if got := files(fromSnap); got != "a.txt=one\nc.txt=parent\n" {
 		t.Errorf("the sandbox from the snapshot holds %q", got)
+	}
+	// The sweep: a capture no record keeps is reported and its fix
+	// removes it; a recorded snapshot and a capture in use are left alone.
+	orphan, inUse := randID(), b.CaptureName(parent.ID)
+	for _, n := range []string{orphan, inUse} {
+		if _, release, err = b.Capture(ctx, parent, n); err != nil {
+			t.Fatalf("capture %s: %v", n, err)
+		}
+		if n == orphan {
+			release()
+		}
+	}
+	time.Sleep(5 * time.Millisecond)
+	var found []string
+	b.Sweep(ctx, node.SweepInput{Live: map[string]*sandbox.Sandbox{}, Busy: func(string) bool { return true },
+		VolumeOwner: func(string) (string, bool) { return "", true },
+		Snapshot:    func(id string) bool { return id == snapID }},
+		func(kind, id, detail string, fix func() error) {
+			if kind != "capture" {
+				return
+			}
+			found = append(found, id)
+			if fix == nil {
+				t.Errorf("capture %s reported without a fix", id)
+			} else if err := fix(); err != nil {
+				t.Errorf("fix of capture %s: %v", id, err)
+			}
+		})
+	if len(found) != 1 || found[0] != orphan {
+		t.Errorf("sweep found captures %v; want only the unrecorded %s", found, orphan)
+	}
+	release()
+	if err := b.DropCapture(inUse); err != nil {
+		t.Fatal(err)
 	}
 	// A capture that does not exist.
 	if err := b.Materialize(ctx, newSandbox("none"), "nosuch"); !errors.Is(err, node.ErrNoCapture) {

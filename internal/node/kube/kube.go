@@ -79,6 +79,10 @@ type Config struct {
 	// SnapshotClass is the VolumeSnapshotClass of captures ("" the one
 	// for the claims' CSI driver: its default, or its only one).
 	SnapshotClass string
+	// CaptureGrace is how old a capture no record keeps must be before a
+	// sweep removes it (another replica may be between its capture and
+	// its record). Default max(10 min, 3 × ReadyTimeout).
+	CaptureGrace time.Duration
 	// NodeName, when set, binds every pod to that node (a cluster without
 	// a scheduler, or one machine set aside for sandboxes).
 	NodeName string
@@ -195,6 +199,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.CaptureGrace <= 0 {
+		cfg.CaptureGrace = max(10*time.Minute, 3*cfg.ReadyTimeout)
 	}
 	if len(cfg.Classes) == 0 {
 		cfg.Classes = []ClassMap{{Name: "runc"}}

@@ -530,14 +530,9 @@ func (b *Backend) CaptureName(parent string) string {
 	return "fork-" + parent + "-" + hex.EncodeToString(r[:])
 }
 
-// captureGrace is how old a capture with no record must be before a sweep
-// removes it: another replica may be between its capture and its record,
-// or in the middle of a fork.
-func (b *Backend) captureGrace() time.Duration { return max(10*time.Minute, 3*b.cfg.ReadyTimeout) }
-
 // sweepCaptures reports this instance's captures no operation of this
 // process uses and no record keeps: fork stages and unrecorded snapshots
-// older than captureGrace. The fix deletes them.
+// older than Config.CaptureGrace. The fix deletes them.
 func (b *Backend) sweepCaptures(ctx context.Context, recorded func(string) bool, report node.Report) {
 	if b.snaps.why != "" || b.snap == nil {
 		return
@@ -550,6 +545,9 @@ func (b *Backend) sweepCaptures(ctx context.Context, recorded func(string) bool,
 	oldest := map[string]time.Time{}
 	for _, s := range list.Items {
 		name := s.Labels[LabelCapture]
+		if s.DeletionTimestamp != nil || !validCapture(name) {
+			continue // being deleted already; or not a name this backend makes
+		}
 		if t, ok := oldest[name]; !ok || s.CreationTimestamp.Time.Before(t) {
 			oldest[name] = s.CreationTimestamp.Time
 		}
@@ -560,7 +558,7 @@ func (b *Backend) sweepCaptures(ctx context.Context, recorded func(string) bool,
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		if b.captureInFlight(name) || time.Since(oldest[name]) < b.captureGrace() {
+		if b.captureInFlight(name) || time.Since(oldest[name]) < b.cfg.CaptureGrace {
 			continue
 		}
 		drop := func() error { return b.DropCapture(name) }
