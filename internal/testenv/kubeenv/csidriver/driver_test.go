@@ -97,7 +97,10 @@ func TestDriver(t *testing.T) {
 		t.Errorf("relative target: %v", err)
 	}
 	for _, del := range []func() error{
-		func() error { _, err := ctl.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: "snapshot-1"}); return err },
+		func() error {
+			_, err := ctl.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: "snapshot-1"})
+			return err
+		},
 		func() error { _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "pvc-1"}); return err },
 		func() error { _, err := ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "pvc-2"}); return err },
 	} {
