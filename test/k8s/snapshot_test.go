@@ -3,6 +3,7 @@ package k8s
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -174,6 +175,7 @@ func TestSnapshotsOnRealNode(t *testing.T) {
 	t1 := time.Now()
 	cp, release, err := b.Capture(ctx, parent, stage)
 	if err != nil {
+		dumpSnapshots(t, snaps, ns)
 		t.Fatalf("fork capture: %v", err)
 	}
 	t.Logf("fork capture ready in %v (frozen %v, %d bytes)", time.Since(t1).Round(time.Millisecond), cp.Frozen, cp.SizeBytes)
@@ -339,4 +341,24 @@ func snapshotLeftovers(t *testing.T, c *kubeenv.Cluster, snaps snapclient.Interf
 		}
 	}
 	return left
+}
+
+// dumpSnapshots logs the VolumeSnapshots and contents, for a failure.
+func dumpSnapshots(t *testing.T, snaps snapclient.Interface, ns string) {
+	ctx := context.Background()
+	if vs, err := snaps.SnapshotV1().VolumeSnapshots(ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, s := range vs.Items {
+			t.Logf("volumesnapshot %s: spec %+v status %s", s.Name, s.Spec, statusString(s.Status))
+		}
+	}
+	if vcs, err := snaps.SnapshotV1().VolumeSnapshotContents().List(ctx, metav1.ListOptions{}); err == nil {
+		for _, s := range vcs.Items {
+			t.Logf("volumesnapshotcontent %s: driver %s source %+v status %+v", s.Name, s.Spec.Driver, s.Spec.Source, s.Status)
+		}
+	}
+}
+
+func statusString(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
 }

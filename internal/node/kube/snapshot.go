@@ -256,13 +256,14 @@ func (b *Backend) Capture(ctx context.Context, sb *sandbox.Sandbox, name string)
 	if !validCapture(name) {
 		return c, func() {}, fmt.Errorf("bad capture name %q", name)
 	}
-	release = b.markCapture(name)
+	unmark := b.markCapture(name)
+	exists := false // another's capture of that name: not ours to drop
 	defer func() {
-		if err != nil {
+		if err != nil && !exists {
 			if derr := b.DropCapture(name); derr != nil {
 				b.log.Warn("removing a failed capture", "capture", name, "err", derr)
 			}
-			release()
+			unmark()
 			release = func() {}
 		}
 	}()
@@ -270,8 +271,10 @@ func (b *Backend) Capture(ctx context.Context, sb *sandbox.Sandbox, name string)
 	vols := ownedVolumes(sb)
 	for k, vm := range vols {
 		if _, err := api.Create(ctx, b.snapshotFor(sb, name, k, vm), metav1.CreateOptions{}); err != nil {
-			if apierrors.IsAlreadyExists(err) {
-				return c, nil, fmt.Errorf("capture %s exists", name)
+			if apierrors.IsAlreadyExists(err) && k == 0 {
+				exists = true
+				unmark()
+				return c, func() {}, fmt.Errorf("capture %s exists", name)
 			}
 			return c, nil, fmt.Errorf("snapshot of volume %s: %w", vm.VolumeID, err)
 		}
@@ -284,7 +287,7 @@ func (b *Backend) Capture(ctx context.Context, sb *sandbox.Sandbox, name string)
 		c.SizeBytes += restoreSize(s)
 	}
 	c.Name = name
-	return c, release, nil
+	return c, unmark, nil
 }
 
 // restoreSize is what a snapshot says a volume made from it needs.

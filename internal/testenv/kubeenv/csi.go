@@ -185,11 +185,11 @@ func (c *Cluster) startCSI(t testing.TB) {
 		// Group snapshots need CRDs of their own, which the stack does not
 		// install: off, so neither waits for them at start.
 		{"snapshot-controller", bins.SnapshotController, []string{"--kubeconfig=" + c.Kubeconfig, "--leader-election=false",
-			"--feature-gates=VolumeGroupSnapshot=false", "--v=2"}},
+			"--feature-gates=CSIVolumeGroupSnapshot=false", "--v=2"}},
 		{"csi-provisioner", bins.Provisioner, []string{"--kubeconfig=" + c.Kubeconfig, "--csi-address=" + sock,
 			"--leader-election=false", "--timeout=30s", "--v=2"}},
 		{"csi-snapshotter", bins.Snapshotter, []string{"--kubeconfig=" + c.Kubeconfig, "--csi-address=" + sock,
-			"--leader-election=false", "--timeout=30s", "--feature-gates=VolumeGroupSnapshot=false", "--v=2"}},
+			"--leader-election=false", "--timeout=30s", "--feature-gates=CSIVolumeGroupSnapshot=false", "--v=2"}},
 	} {
 		pr, err := start(logs, p.name, p.bin, p.args...)
 		must(t, err)
