@@ -157,6 +157,9 @@ type KubeConfig struct {
 	// "runc=,runsc=gvisor": the default class first.
 	RuntimeClasses string
 	StorageClass   string
+	// SnapshotClass is the VolumeSnapshotClass of forks and snapshots
+	// ("" the one for the claims' CSI driver).
+	SnapshotClass string
 	// AgentImage holds the berth binary at AgentImagePath; Image is the
 	// sandboxes' image for templates TemplateImages ("name=image,...")
 	// does not name.

@@ -35,7 +35,7 @@ func openKube(ctx context.Context, kc KubeConfig, log *slog.Logger) (node.Backen
 	if err != nil {
 		return nil, err
 	}
-	client, _, err := kube.NewClient(kc.Kubeconfig)
+	client, snaps, _, err := kube.NewClients(kc.Kubeconfig)
 	if err != nil {
 		return nil, err
 	}
@@ -52,6 +52,7 @@ func openKube(ctx context.Context, kc KubeConfig, log *slog.Logger) (node.Backen
 		Client: client, Namespace: kc.Namespace, Instance: kc.Instance, Classes: classes,
 		AgentImage: kc.AgentImage, AgentImagePath: kc.AgentImagePath, Image: kc.Image, TemplateImages: images,
 		PullPolicy: corev1.PullPolicy(kc.PullPolicy), StorageClass: kc.StorageClass, NodeName: kc.NodeName,
+		Snapshots: snaps, SnapshotClass: kc.SnapshotClass,
 		NodeSelector: selector, Tolerations: tolerations, UserNamespaces: kc.UserNamespaces, Logger: log,
 		Resolver: resolver,
 	})

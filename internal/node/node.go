@@ -54,8 +54,10 @@ type Caps struct {
 	// PortsViaAgent: ports are reached through the agent, not by entering
 	// the sandbox's network from the host.
 	PortsViaAgent bool `json:"ports_via_agent"`
-	// Capture: a sandbox's files can be copied (fork, snapshot, a sandbox
-	// from a snapshot, restore).
+	// Capture: the sandbox's files can be captured and laid down again
+	// (fork, snapshot, restore, a sandbox from a snapshot). Without Freeze
+	// a capture is crash-consistent at the storage level only: processes
+	// keep running while it is taken.
 	Capture bool `json:"capture"`
 	// RootLayer: the sandbox's writable root layer is the backend's: it
 	// can persist (persist_root), be listed (diff), become a template

@@ -135,6 +135,9 @@ func TestManifestsAndRBAC(t *testing.T) {
 	for _, v := range []string{"get", "list", "watch", "create", "update", "deletecollection"} {
 		check(access{sbx, "networking.k8s.io", "networkpolicies", "", v}, true)
 	}
+	for _, v := range []string{"get", "list", "watch", "create", "delete"} {
+		check(access{sbx, "snapshot.storage.k8s.io", "volumesnapshots", "", v}, true)
+	}
 	// And nothing more.
 	for _, a := range []access{
 		{sbx, "", "pods", "exec", "create"},
@@ -149,6 +152,11 @@ func TestManifestsAndRBAC(t *testing.T) {
 		{sbx, "networking.k8s.io", "networkpolicies", "", "patch"},
 		{sbx, "networking.k8s.io", "networkpolicies", "", "delete"},
 		{"elsewhere", "networking.k8s.io", "networkpolicies", "", "update"},
+		{sbx, "snapshot.storage.k8s.io", "volumesnapshots", "", "update"},
+		{sbx, "snapshot.storage.k8s.io", "volumesnapshotcontents", "", "create"},
+		{"", "snapshot.storage.k8s.io", "volumesnapshotcontents", "", "delete"},
+		{"", "snapshot.storage.k8s.io", "volumesnapshotclasses", "", "create"},
+		{"elsewhere", "snapshot.storage.k8s.io", "volumesnapshots", "", "create"},
 		{sbx, "rbac.authorization.k8s.io", "roles", "", "create"},
 		{sbx, "rbac.authorization.k8s.io", "rolebindings", "", "create"},
 		{sbx, "rbac.authorization.k8s.io", "roles", "", "escalate"},

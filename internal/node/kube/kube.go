@@ -11,10 +11,11 @@
 // namespace and to the objects it labelled (managed-by berth and its
 // instance), and writes through client-go. Network mode egress is a
 // NetworkPolicy per sandbox and berth's DNS-pinned resolver for pods
-// (egress.go, egress_resolver.go). What a pod cannot do — freeze,
-// checkpoint, capture its files without a CSI snapshot, secrets injected
-// at egress — is said in the classes' Caps and refused with
-// errdefs.ErrNotSupported and a reason (refused.go).
+// (egress.go, egress_resolver.go); forks and snapshots are CSI
+// VolumeSnapshots of the owned claims (snapshot.go). What a pod cannot do
+// — freeze, checkpoint, capture its files where the cluster has no CSI
+// snapshots, secrets injected at egress — is said in the classes' Caps and
+// refused with errdefs.ErrNotSupported and a reason (refused.go).
 package kube
 
 import (
@@ -35,6 +36,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -74,6 +77,16 @@ type Config struct {
 	PullPolicy corev1.PullPolicy
 	// StorageClass of the volumes' claims ("" the cluster's default).
 	StorageClass string
+	// Snapshots talks to the snapshot.storage.k8s.io API (NewClient makes
+	// one); nil refuses captures.
+	Snapshots snapclient.Interface
+	// SnapshotClass is the VolumeSnapshotClass of captures ("" the one
+	// for the claims' CSI driver: its default, or its only one).
+	SnapshotClass string
+	// CaptureGrace is how old a capture no record keeps must be before a
+	// sweep removes it (another replica may be between its capture and
+	// its record). Default max(10 min, 3 × ReadyTimeout).
+	CaptureGrace time.Duration
 	// NodeName, when set, binds every pod to that node (a cluster without
 	// a scheduler, or one machine set aside for sandboxes).
 	NodeName string
@@ -100,25 +113,35 @@ type Config struct {
 // NewClient returns a client from kubeconfig, or from the pod's service
 // account when kubeconfig is "" and berth runs in a cluster.
 func NewClient(kubeconfig string) (kubernetes.Interface, *rest.Config, error) {
+	c, _, rc, err := NewClients(kubeconfig)
+	return c, rc, err
+}
+
+// NewClients is NewClient with the snapshot.storage.k8s.io client too.
+func NewClients(kubeconfig string) (kubernetes.Interface, snapclient.Interface, *rest.Config, error) {
 	var rc *rest.Config
 	var err error
 	if kubeconfig == "" {
 		rc, err = rest.InClusterConfig()
 		if err != nil {
-			return nil, nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
+			return nil, nil, nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
 		}
 	} else {
 		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+			return nil, nil, nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
 		}
 	}
 	rc.UserAgent = "berth"
 	c, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return c, rc, nil
+	sc, err := snapclient.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return c, sc, rc, nil
 }
 
 // Backend runs sandboxes as pods.
@@ -128,6 +151,8 @@ type Backend struct {
 	client  kubernetes.Interface
 	classes []node.Class
 	rcOf    map[string]string // berth class -> RuntimeClass
+	snap    snapclient.Interface
+	snaps   snapSupport // what detectSnapshots found (snapshot.go)
 
 	factory  informers.SharedInformerFactory
 	pods     corelisters.PodLister
@@ -142,6 +167,9 @@ type Backend struct {
 	mu     sync.Mutex
 	agents map[string]*agentEntry // by sandbox id (agent.go)
 	cpu    map[string]*cpuSample  // by sandbox id (lifecycle.go)
+	// capturing counts this process's operations using a capture, by
+	// name (a sweep leaves those alone).
+	capturing map[string]int
 
 	refused atomic.Uint64
 	hooks   node.Hooks
@@ -152,7 +180,9 @@ var _ node.Backend = (*Backend)(nil)
 // Caps of every class on Kubernetes: ports through the agent (the pod's
 // network is the cluster's), nothing that needs the node's kernel from
 // the daemon's side. Warm pools are running pods (no freeze), and a pod's
-// hostname is fixed when it is made (no rename).
+// hostname is fixed when it is made (no rename). Capture is added at New
+// where the cluster can snapshot the claims (snapshot.go), Egress where
+// berth's resolver is configured.
 var podCaps = node.Caps{PortsViaAgent: true, Pool: true}
 
 // New opens the backend and fills its caches: the namespace must be
@@ -183,6 +213,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.CaptureGrace <= 0 {
+		cfg.CaptureGrace = max(10*time.Minute, 3*cfg.ReadyTimeout)
+	}
 	if len(cfg.Classes) == 0 {
 		cfg.Classes = []ClassMap{{Name: "runc"}}
 	}
@@ -190,14 +223,25 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{cfg: cfg, log: cfg.Logger, client: cfg.Client, rcOf: map[string]string{},
-		agents: map[string]*agentEntry{}, cpu: map[string]*cpuSample{}, stopInf: make(chan struct{}),
+		agents: map[string]*agentEntry{}, cpu: map[string]*cpuSample{}, capturing: map[string]int{}, stopInf: make(chan struct{}),
 		hooks: node.Hooks{Event: func(*sandbox.Event) {}, Flow: func(node.Flow) {}}}
+	b.snap = cfg.Snapshots
+	dctx, dcancel := context.WithTimeout(ctx, cfg.ReadyTimeout)
+	b.snaps = b.detectSnapshots(dctx)
+	dcancel()
+	caps := podCaps
+	caps.Capture = b.snaps.why == ""
+	if caps.Capture {
+		b.log.Info("kubernetes captures through CSI VolumeSnapshots", "class", b.snaps.class)
+	} else {
+		b.log.Info("kubernetes captures refused", "why", b.snaps.why)
+	}
 	for _, c := range cfg.Classes {
 		if _, dup := b.rcOf[c.Name]; dup || c.Name == "" {
 			return nil, fmt.Errorf("kubernetes backend: runtime class %q empty or named twice", c.Name)
 		}
 		b.rcOf[c.Name] = c.RuntimeClass
-		caps := podCaps
+		caps := caps
 		caps.Egress = b.egressOn()
 		b.classes = append(b.classes, node.Class{Name: c.Name, Caps: caps})
 	}

@@ -19,7 +19,6 @@ func notOnKube(what, why string) error {
 
 const (
 	whyFreeze     = "Kubernetes cannot freeze a pod's processes in place; pause maps to stop (the pod is deleted, its volumes and identity kept)"
-	whyCapture    = "copying a sandbox's files needs CSI VolumeSnapshots, which this backend does not drive yet, and a pod's root layer cannot be copied at all"
 	whyCheckpoint = "Kubernetes has no checkpoint and restore of a pod's processes that berth can drive (the kubelet's checkpoint API is forensic, not restorable)"
 )
 
@@ -32,27 +31,6 @@ func (b *Backend) Freeze(ctx context.Context, sb *sandbox.Sandbox) error {
 func (b *Backend) Thaw(ctx context.Context, sb *sandbox.Sandbox) error {
 	return notOnKube("resume (thaw)", whyFreeze)
 }
-
-// Capture is refused.
-func (b *Backend) Capture(ctx context.Context, sb *sandbox.Sandbox, name string) (node.Capture, func(), error) {
-	return node.Capture{}, func() {}, notOnKube("fork and snapshot", whyCapture)
-}
-
-// Materialize is refused.
-func (b *Backend) Materialize(ctx context.Context, sb *sandbox.Sandbox, name string) error {
-	return notOnKube("a sandbox from a snapshot", whyCapture)
-}
-
-// Revert is refused.
-func (b *Backend) Revert(ctx context.Context, sb *sandbox.Sandbox, name string) error {
-	return notOnKube("restoring a snapshot", whyCapture)
-}
-
-// DropCapture: there are none.
-func (b *Backend) DropCapture(name string) error { return nil }
-
-// CaptureName names what would be a capture.
-func (b *Backend) CaptureName(parent string) string { return "fork-" + parent }
 
 // Checkpoint is refused; sb keeps running.
 func (b *Backend) Checkpoint(ctx context.Context, sb *sandbox.Sandbox) (node.Checkpoint, bool, error) {

@@ -77,6 +77,7 @@ func (b *Backend) Sweep(ctx context.Context, in node.SweepInput, report node.Rep
 		}
 		report("volume", v, "claim "+claimName(v)+" of a volume no record knows", func() error { return b.DeleteVolume(v) })
 	}
+	b.sweepCaptures(ctx, in.Snapshot, report)
 	for id, sb := range in.Live {
 		if sb.State != sandbox.StateRunning || in.Busy(id) {
 			continue

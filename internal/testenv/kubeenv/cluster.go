@@ -39,6 +39,10 @@ type Options struct {
 	ControllerManager bool
 	// APIServerArgs are more kube-apiserver flags (--feature-gates=...).
 	APIServerArgs []string
+	// CSI runs a CSI storage stack with snapshots on the node (csi.go;
+	// implies Node and ControllerManager): StorageClass CSIStorageClass,
+	// VolumeSnapshotClass CSISnapshotClass.
+	CSI bool
 }
 
 // Cluster is a running test cluster.
@@ -66,6 +70,7 @@ type Cluster struct {
 	ca    *ca
 	procs []*proc
 	node  *node
+	csi   *csiStack
 }
 
 // Start starts a cluster, or fails t saying what is missing. Everything is
@@ -75,6 +80,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 	bins, err := FindBinaries()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if opts.CSI {
+		opts.Node, opts.ControllerManager = true, true
 	}
 	if opts.Node && os.Geteuid() != 0 {
 		t.Fatal("kubeenv: a node (containerd, kubelet, CNI bridge) needs root")
@@ -206,6 +214,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if opts.Node {
 		c.startNode(t)
 	}
+	if opts.CSI {
+		c.startCSI(t)
+	}
 	return c
 }
 
@@ -323,6 +334,7 @@ func (c *Cluster) cleanup(t testing.TB) {
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		c.procs[i].stop(10 * time.Second)
 	}
+	c.csi.stop()
 	if err := testenv.RemoveDir(c.Dir); err != nil {
 		t.Errorf("kubeenv: remove %s: %v", c.Dir, err)
 	}
