@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,6 +71,29 @@ func (r *berthReplica) nodeLease(t *testing.T) (api.DoctorLease, bool) {
 	}
 	t.Fatalf("doctor on %s lists no node lease: %+v", r.name, rep.Leases)
 	return api.DoctorLease{}, false
+}
+
+// leaderMetric is the replica's berth_reconcile_leader{lease="node"}
+// from GET /metrics on its unix socket.
+func (r *berthReplica) leaderMetric(t *testing.T) string {
+	t.Helper()
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", r.d.Socket())
+		}}}
+	resp, err := hc.Get("http://berth/metrics")
+	if err != nil {
+		t.Fatalf("metrics of %s: %v", r.name, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, `berth_reconcile_leader{lease="node"} `); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	t.Fatalf("metrics of %s: no berth_reconcile_leader{lease=\"node\"} (status %s)", r.name, resp.Status)
+	return ""
 }
 
 // waitOneHolder waits until exactly one of rs says it holds the node
@@ -256,6 +280,9 @@ func TestReplicasOnRealCluster(t *testing.T) {
 		t.Errorf("the other replica's view of the node lease: %+v, want held by another", l)
 	}
 	t.Logf("node lease held by %s", holder.name)
+	if h, o := holder.leaderMetric(t), other.leaderMetric(t); h != "1" || o != "0" {
+		t.Errorf("berth_reconcile_leader{lease=\"node\"}: holder %s, other %s; want 1 and 0", h, o)
+	}
 
 	// A sandbox made through a is listed, exec'd and read through b.
 	sb, err := a.c.CreateSandbox(ctx, api.CreateSandboxRequest{Name: "across"})
