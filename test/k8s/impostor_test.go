@@ -113,9 +113,9 @@ func TestAgentImpostorRefused(t *testing.T) {
 		for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 			got, err := pods.Get(ctx, genuine.Name, metav1.GetOptions{})
 			if err == nil && got.Status.Phase == corev1.PodRunning && got.Status.PodIP != "" {
-				// berth's informer must have seen it too.
 				if st, _ := b.Status(ctx, sb); st == node.StatusRunning {
 					t.Logf("%s running at %s", what, got.Status.PodIP)
+					time.Sleep(time.Second) // for berth's informer to see it too
 					return got
 				}
 			}
