@@ -35,6 +35,15 @@ func TestMain(m *testing.M) {
 // quick (bound: TTL + TTL/3).
 const replicaLeaseTTL = 3 * time.Second
 
+// noWorkspace is the sandboxes' workdir: the builtin template's
+// /workspace is a volume on the local backend, and the busybox image of
+// these pods has none (an ephemeral sandbox on Kubernetes gets no claim).
+const noWorkspace = "/tmp"
+
+// small is each sandbox's size: the test node has two CPUs, and a pod's
+// requests equal its limits.
+var small = api.Resources{CPUs: 0.2, MemoryBytes: 64 << 20}
+
 // berthReplica is one `berth serve --backend kubernetes` process.
 type berthReplica struct {
 	name string
@@ -285,7 +294,7 @@ func TestReplicasOnRealCluster(t *testing.T) {
 	}
 
 	// A sandbox made through a is listed, exec'd and read through b.
-	sb, err := a.c.CreateSandbox(ctx, api.CreateSandboxRequest{Name: "across"})
+	sb, err := a.c.CreateSandbox(ctx, api.CreateSandboxRequest{Name: "across", Workdir: noWorkspace, Resources: small})
 	if err != nil {
 		t.Fatalf("create through a: %v", err)
 	}
@@ -330,7 +339,7 @@ func TestReplicasOnRealCluster(t *testing.T) {
 
 	// An expiring sandbox, made through the replica not holding the
 	// lease, is deleted once, by the holder.
-	exp, err := other.c.CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutSeconds: 2})
+	exp, err := other.c.CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutSeconds: 2, Workdir: noWorkspace, Resources: small})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +352,7 @@ func TestReplicasOnRealCluster(t *testing.T) {
 	// The holder is killed in the middle of a create.
 	created := make(chan error, 1)
 	go func() {
-		_, err := holder.c.CreateSandbox(ctx, api.CreateSandboxRequest{Name: "interrupted"})
+		_, err := holder.c.CreateSandbox(ctx, api.CreateSandboxRequest{Name: "interrupted", Workdir: noWorkspace, Resources: small})
 		created <- err
 	}()
 	var orphan *api.Sandbox
@@ -377,7 +386,7 @@ func TestReplicasOnRealCluster(t *testing.T) {
 	}
 	// An expiring sandbox that only the survivor, holding the lease now,
 	// can delete.
-	exp2, err := other.c.CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutSeconds: 1})
+	exp2, err := other.c.CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutSeconds: 1, Workdir: noWorkspace, Resources: small})
 	if err != nil {
 		t.Fatal(err)
 	}
