@@ -3,10 +3,10 @@ package manager_test
 // Two replicas of the control plane on one real PostgreSQL: two engines
 // with their reconcilers, one node (a shared memnode standing for the
 // cluster both replicas drive, as Kubernetes replicas do) and node leases
-// kept by package leader. Two full daemons on this machine would collide
-// on host resources (runc state, cgroups, bridges), and the local
-// backend's node is never shared, so this is tested at the engine level
-// with the real store; the daemon's wiring is the same Config fields.
+// kept by package leader. The local backend's node is never shared, so
+// this is the engine level with the real store, where a stall or a crash
+// can be placed exactly; two real daemons on the real cluster are
+// test/k8s TestReplicasOnRealCluster.
 
 import (
 	"context"
