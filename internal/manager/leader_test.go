@@ -488,7 +488,8 @@ func stateEvents(t *testing.T, st store.Store, id string) []*sandbox.Event {
 // TestOrphanedTransitionsFinished: a replica that dies in the middle of a
 // create leaves the record "creating" under its name; the node lease's
 // holder, seeing that replica's presence lease lapse, finishes the create
-// (running, provisioned by the holder, never removed), and destroys the
+// (running, provisioned by the holder, never removed) and a start it left
+// the same way, and destroys the
 // dead replica's one-shot sandbox (its client went away with it). Both
 // when the dead replica did not hold the node lease and when it did (the
 // survivor takes the lease, then finishes). A live replica's create in
@@ -518,8 +519,26 @@ func TestOrphanedTransitionsFinished(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// ... and a persistent one it stopped and is starting again.
+	pers, err := x.m.Create(t.Context(), &manager.CreateRequest{Persistent: true}, manager.CreateOptions{Actor: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.m.Stop(t.Context(), pers.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
 	g := holdProvisions("replica-x")
 	id, late := orphanCreate(t, x, g)
+	lateStart := make(chan error, 1)
+	go func() { _, err := x.m.Start(context.Background(), pers.ID, "test"); lateStart <- err }()
+	select {
+	case got := <-g.entered:
+		if got != pers.ID {
+			t.Fatalf("provision of %s at the gate, want the start of %s", got, pers.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the start through replica-x never reached its provision")
+	}
 	// While x lives, its create is its own: the holder leaves it.
 	time.Sleep(3 * leaseTTL)
 	if sb := waitState(t, a.st, id, sandbox.StateCreating, time.Second); sb.Replica != "replica-x" {
@@ -539,6 +558,12 @@ func TestOrphanedTransitionsFinished(t *testing.T) {
 	if last := evs[len(evs)-1]; last.To != sandbox.StateRunning || !strings.Contains(last.Reason, "replica replica-x is gone") {
 		t.Errorf("last event %+v, want running with a reason naming replica-x", last)
 	}
+	if sb := waitState(t, a.st, pers.ID, sandbox.StateRunning, 5*time.Second); sb.Replica != holder.name {
+		t.Errorf("finished start records replica %q, want the holder %s", sb.Replica, holder.name)
+	}
+	if evs := stateEvents(t, a.st, pers.ID); !strings.Contains(evs[len(evs)-1].Reason, "start finished by the node lease holder: replica replica-x is gone") {
+		t.Errorf("persistent sandbox's last event %+v, want its start finished by the holder", evs[len(evs)-1])
+	}
 	waitDeleted(t, a.st, oneShot.ID, 5*time.Second)
 	if evs := stateEvents(t, a.st, oneShot.ID); !strings.Contains(evs[len(evs)-1].Reason, "client went away") {
 		t.Errorf("one-shot's last event %+v, want its client gone", evs[len(evs)-1])
@@ -550,12 +575,18 @@ func TestOrphanedTransitionsFinished(t *testing.T) {
 	if err := <-late; err == nil {
 		t.Error("the dead replica's late create succeeded")
 	}
+	if err := <-lateStart; err == nil {
+		t.Error("the dead replica's late start succeeded")
+	}
 	time.Sleep(200 * time.Millisecond)
 	if sb := waitState(t, a.st, id, sandbox.StateRunning, time.Second); sb.Error != "" {
 		t.Errorf("running record carries error %q", sb.Error)
 	}
 	if rm, _, _ := deletions(t, a.st, node, id); rm != 0 {
 		t.Errorf("the finished create was removed %d times", rm)
+	}
+	if sb := waitState(t, a.st, pers.ID, sandbox.StateRunning, time.Second); sb.Error != "" {
+		t.Errorf("the finished start carries error %q after the late one failed", sb.Error)
 	}
 
 	// Now the holder itself dies in the middle of a create: c takes the

@@ -270,8 +270,10 @@ func (m *Reconciler) tick(ctx context.Context) time.Time {
 		m.pools.Refill(ctx, live)
 	}
 	m.node.Tick(ctx, live)
-	if !m.e.Config().NodeLease.Status().Trivial {
-		m.orphans(ctx, live)
+	shared := !m.e.Config().NodeLease.Status().Trivial
+	gone := m.goneReplicas(ctx)
+	if shared {
+		m.orphans(live, gone)
 	}
 	for _, sb := range live {
 		if sb.State == sandbox.StateRunning && sb.Spec.Policy.IdleTimeout > 0 {
@@ -291,6 +293,13 @@ func (m *Reconciler) tick(ctx context.Context) time.Time {
 			if now.Before(due.At) && (next.IsZero() || due.At.Before(next)) {
 				next = due.At
 			}
+		}
+		if shared && (sb.State == sandbox.StateDeleting || sb.State == sandbox.StateStopping) &&
+			sb.Error == "" && now.Sub(sb.UpdatedAt) < inFlightGrace && !gone(sb.Replica) {
+			// Another replica, alive, is in the middle of this delete or
+			// stop (no failure recorded yet): a retry here would race it
+			// and answer its caller a conflict.
+			continue
 		}
 		switch sb.State {
 		case sandbox.StateDeleting, sandbox.StateFailed:
@@ -328,6 +337,35 @@ func (m *Reconciler) tick(ctx context.Context) time.Time {
 	return next
 }
 
+// inFlightGrace is how long after its last write a delete or stop begun
+// by another replica that is alive is left to it. Past it (a stop whose
+// failure was not recorded, say), the holder retries it as any other.
+const inFlightGrace = time.Minute
+
+// goneReplicas returns, for one pass, whether the replica a record names
+// is gone: its presence lease lapsed (leader.Present), read once per
+// replica. This replica is never gone; a replica whose presence cannot be
+// read is not either (cannot tell: leave its work to it).
+func (m *Reconciler) goneReplicas(ctx context.Context) func(string) bool {
+	self := m.e.Config().Replica
+	present := map[string]bool{}
+	return func(replica string) bool {
+		if replica == self && self != "" {
+			return false // in flight here: its own request finishes it
+		}
+		p, seen := present[replica]
+		if !seen {
+			var err error
+			if p, err = leader.Present(context.WithoutCancel(ctx), m.store, replica); err != nil {
+				m.log.Warn("reconciler: reading a replica's presence", "replica", replica, "err", err)
+				return false
+			}
+			present[replica] = p
+		}
+		return !p
+	}
+}
+
 // presenceRetention is how long a replica's expired presence lease is
 // kept before the purge: long past any record still naming it in flight
 // (the holder finishes those within a pass of the lease lapsing; a purged
@@ -350,24 +388,7 @@ const presenceRetention = time.Hour
 // pass's transitions moved on: its create answers an error and tears
 // nothing down (its teardown begins with a transition that is refused
 // too), and the record keeps this pass's outcome.
-func (m *Reconciler) orphans(ctx context.Context, live []*sandbox.Sandbox) {
-	self := m.e.Config().Replica
-	present := map[string]bool{}
-	gone := func(replica string) bool {
-		if replica == self && self != "" {
-			return false // in flight here: its own request finishes it
-		}
-		p, seen := present[replica]
-		if !seen {
-			var err error
-			if p, err = leader.Present(ctx, m.store, replica); err != nil {
-				m.log.Warn("reconciler: reading a replica's presence", "replica", replica, "err", err)
-				return false // cannot tell: leave it
-			}
-			present[replica] = p
-		}
-		return !p
-	}
+func (m *Reconciler) orphans(live []*sandbox.Sandbox, gone func(string) bool) {
 	for _, sb := range live {
 		switch {
 		case sb.State == sandbox.StateCreating || sb.State == sandbox.StateStarting:
