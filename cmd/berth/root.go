@@ -100,6 +100,7 @@ The CLI talks to the daemon over its unix socket, or over HTTP(S) with an API ke
 		root.AddCommand(c)
 	}
 	root.AddCommand(newAgentCmd())
+	root.AddCommand(newInstallKeysCmd())
 	return root
 }
 

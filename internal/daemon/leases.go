@@ -20,8 +20,13 @@ import (
 // node), never for the local backend, whose node name is its data dir's.
 type leases struct {
 	node, store leader.Lease
-	cancel      context.CancelFunc
-	wg          sync.WaitGroup
+	// self is this replica's holder id; presence its presence lease, kept
+	// where the node is shared (nil elsewhere), by which the node lease's
+	// holder tells whether this replica's creates in flight are orphans.
+	self     string
+	presence leader.Lease
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 }
 
 // replicaID names this process among replicas: the host name (a pod's
@@ -42,7 +47,7 @@ func replicaID() string {
 func openLeases(st store.Store, node string, sharedStore, sharedNode bool, ttl time.Duration, log *slog.Logger) *leases {
 	self := replicaID()
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &leases{cancel: cancel}
+	l := &leases{cancel: cancel, self: self}
 	keep := func(name string, shared bool) leader.Lease {
 		if !shared {
 			return leader.Always(name, self)
@@ -54,6 +59,11 @@ func openLeases(st store.Store, node string, sharedStore, sharedNode bool, ttl t
 	}
 	l.node = keep(leader.NodeLeaseName(node), sharedNode)
 	l.store = keep(leader.StoreLeaseName, sharedStore)
+	if sharedNode {
+		// No one else takes it: it is held while this replica lives and
+		// reaches the store, released at a graceful stop.
+		l.presence = keep(leader.ReplicaLeaseName(self), true)
+	}
 	log.Info("reconcile leases", "replica", self, "node_lease_shared", sharedNode, "store_lease_shared", sharedStore, "ttl", ttl)
 	return l
 }

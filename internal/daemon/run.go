@@ -224,6 +224,9 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	sharedNode := cfg.Backend == "kubernetes" && sharedStore
 	d.leases = openLeases(st, mcfg.Node, sharedStore, sharedNode, cfg.LeaseTTL, log.With("component", "leader"))
 	mcfg.NodeLease, mcfg.StoreLease = d.leases.node, d.leases.store
+	if sharedNode {
+		mcfg.Replica = d.leases.self
+	}
 	met.WatchLeases(d.leases.held)
 	if err := (&sandbox.Spec{Resources: sandbox.DefaultResources, Policy: mcfg.DefaultPolicy}).Validate(); err != nil {
 		return nil, fmt.Errorf("default policy: %w", err)

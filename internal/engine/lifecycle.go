@@ -255,6 +255,7 @@ func (m *Engine) launch(ctx context.Context, sb *sandbox.Sandbox, actor string, 
 	// Side effects must not be cut short by a client that goes away: the
 	// create either finishes or is undone.
 	ctx = context.WithoutCancel(ctx)
+	sb.Replica = m.cfg.Replica
 	if err := m.assignIDs(ctx, sb); err != nil {
 		return err
 	}

@@ -79,6 +79,12 @@ type Config struct {
 	// (package leader): replicas sharing a node (Kubernetes) or a store
 	// (PostgreSQL) elect one. Nil: this daemon's alone (leader.Always).
 	NodeLease, StoreLease leader.Lease
+	// Replica is this daemon's identity among replicas (its leases'
+	// holder id), stamped on every record it creates or moves
+	// (Sandbox.Replica). On a shared node the node lease's holder
+	// finishes a create or start whose replica's presence lease
+	// (leader.ReplicaLeaseName) has lapsed. Empty where nothing is shared.
+	Replica string
 }
 
 // DefaultRecordRetention is how long tombstones and their records are kept
@@ -354,6 +360,9 @@ func (m *Engine) transition(ctx context.Context, sb *sandbox.Sandbox, to sandbox
 	if err := sb.Transition(to, cause, reason, m.now()); err != nil {
 		return err
 	}
+	// The replica doing the work: a creating or starting record whose
+	// replica is gone is the node lease holder's to finish.
+	sb.Replica = m.cfg.Replica
 	// The error stays with a failure all the way to its tombstone (failed,
 	// deleting, deleted); any other state is a fresh start without it.
 	if to != sandbox.StateFailed && to != sandbox.StateDeleting && to != sandbox.StateDeleted {

@@ -10,6 +10,7 @@ import (
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
 )
 
 // op runs fn on the current record of sandbox ref under its lock.
@@ -170,6 +171,16 @@ func (m *Engine) startLocked(ctx context.Context, sb *sandbox.Sandbox, cause san
 	}
 	if err := m.provision(ctx, sb); err != nil {
 		m.log.Warn("start failed", "sandbox", sb.ID, "err", err)
+		// The record may have moved on while this start was stalled:
+		// another replica, taking this one for gone, finished it
+		// (reconcile.orphans). Its sandbox is not this start's to stop;
+		// nor is it when the record cannot be read (the stop could not
+		// be recorded: whoever finishes the start does it).
+		if cur, gerr := m.store.GetSandbox(ctx, store.AnyOwner, sb.ID); gerr != nil {
+			return fmt.Errorf("starting: %w (and reading the record: %v; left as it is)", err, gerr)
+		} else if cur.Generation != sb.Generation {
+			return fmt.Errorf("starting: %w (meanwhile the sandbox became %s through another replica; left as it is)", err, cur.State)
+		}
 		if herr := m.stopProcesses(ctx, sb, m.node.Stop); herr != nil {
 			m.log.Warn("cleaning up failed start", "sandbox", sb.ID, "err", herr)
 		}

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 )
 
 // MinBytes is the shortest key accepted.
@@ -39,4 +41,88 @@ func Read(path, what string) ([]byte, error) {
 		return nil, fmt.Errorf("%s %s is too short (%d bytes; want at least %d)", what, path, len(key), MinBytes)
 	}
 	return key, nil
+}
+
+// MaxInstallBytes bounds one file Install copies (a secrets keyring of
+// many keys is a few KiB).
+const MaxInstallBytes = 64 << 10
+
+// Install copies every key file of dir from (a Kubernetes Secret volume:
+// its files are symlinks into a hidden ..data directory, made
+// group-readable under the pod's fsGroup) into dir to, which it makes
+// 0700, each copy 0600 and owned by the process, so that Read accepts it.
+// Names starting with "." (the volume's own bookkeeping) are skipped;
+// anything else that is not a regular file after symlinks, or is larger
+// than MaxInstallBytes, is an error. Each copy is written to a temporary
+// file and renamed in, so a reader never sees half a key. It returns the
+// names installed.
+//
+// This is the chart's init container (berth install-keys): the serving
+// container never mounts the Secret, and Read's rule — a key file its
+// owner's alone — stays whole rather than being relaxed for the fsGroup.
+func Install(from, to string) ([]string, error) {
+	ents, err := os.ReadDir(from)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(to, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(to, 0o700); err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range ents {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") {
+			continue
+		}
+		src := filepath.Join(from, name)
+		fi, err := os.Stat(src)
+		if err != nil {
+			return names, err
+		}
+		if !fi.Mode().IsRegular() {
+			return names, fmt.Errorf("%s is not a regular file", src)
+		}
+		if fi.Size() > MaxInstallBytes {
+			return names, fmt.Errorf("%s is %d bytes (at most %d)", src, fi.Size(), MaxInstallBytes)
+		}
+		data, err := os.ReadFile(src)
+		if err != nil {
+			return names, err
+		}
+		if len(data) > MaxInstallBytes {
+			return names, fmt.Errorf("%s grew past %d bytes", src, MaxInstallBytes)
+		}
+		if err := writeKey(filepath.Join(to, name), data); err != nil {
+			return names, err
+		}
+		names = append(names, name)
+	}
+	return names, nil
+}
+
+// writeKey writes data to path 0600 through a temporary file renamed in.
+func writeKey(path string, data []byte) error {
+	tmp := path + ".tmp"
+	_ = os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
 }

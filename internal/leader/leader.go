@@ -37,6 +37,12 @@
 //     — the one case the check cannot cover — finds its write refused
 //     (store.ErrLeaseLost) when it wakes.
 //
+// On a node several replicas share, each replica also keeps a presence
+// lease of its own (ReplicaLeaseName; no one else takes it), and the
+// records name the replica of their last transition: the node lease's
+// holder reads the presence (Present) to tell a create in flight on a live
+// replica from one whose replica is gone, and finishes the latter.
+//
 // Where contention cannot happen the lease is trivial (Always): one daemon
 // on an embedded SQLite store runs the store-wide jobs, and the local
 // backend's node is one daemon's by construction (its name is derived from
@@ -45,10 +51,12 @@ package leader
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -249,3 +257,31 @@ func NodeLeaseName(node string) string { return "node:" + node }
 
 // StoreLeaseName is the name of the lease over the store-wide jobs.
 const StoreLeaseName = "store"
+
+// ReplicaLeaseName is the name of replica's presence lease: on a node
+// several replicas share, each keeps its own (no one else takes it), and
+// the node lease's holder reads it to tell whether the replica that left
+// a create or start in flight is still there (Present).
+func ReplicaLeaseName(replica string) string { return ReplicaLeasePrefix + replica }
+
+// ReplicaLeasePrefix begins every presence lease's name.
+const ReplicaLeasePrefix = "replica:"
+
+// Present reports whether replica still keeps its presence lease: its row
+// unexpired by the database's clock. A row never taken, released (a
+// graceful stop) or expired (a crash, a stall or a lost database past the
+// TTL) is absence; an empty replica (a record written before replicas
+// were recorded) is absent too.
+func Present(ctx context.Context, st store.ReconcileLeases, replica string) (bool, error) {
+	if replica == "" {
+		return false, nil
+	}
+	rec, err := st.GetReconcileLease(ctx, ReplicaLeaseName(replica))
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return rec.Holder == replica && rec.Remaining > 0, nil
+}

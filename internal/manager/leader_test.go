@@ -3,15 +3,16 @@ package manager_test
 // Two replicas of the control plane on one real PostgreSQL: two engines
 // with their reconcilers, one node (a shared memnode standing for the
 // cluster both replicas drive, as Kubernetes replicas do) and node leases
-// kept by package leader. Two full daemons on this machine would collide
-// on host resources (runc state, cgroups, bridges), and the local
-// backend's node is never shared, so this is tested at the engine level
-// with the real store; the daemon's wiring is the same Config fields.
+// kept by package leader. The local backend's node is never shared, so
+// this is the engine level with the real store, where a stall or a crash
+// can be placed exactly; two real daemons on the real cluster are
+// test/k8s TestReplicasOnRealCluster.
 
 import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -103,13 +104,16 @@ func (s *stallStore) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox, eve
 // replica is one control-plane replica: its own store handle (pool), lease
 // keeper and engine.
 type replica struct {
-	name   string
-	st     *stallStore
-	lease  *leader.Keeper
-	m      *manager.Manager
-	cancel context.CancelFunc // stops the keeper; with release: a graceful stop
-	done   chan struct{}
-	closed sync.Once
+	name  string
+	st    *stallStore
+	lease *leader.Keeper
+	// presence is its presence lease (leader.ReplicaLeaseName), kept as
+	// the daemon keeps it where the node is shared.
+	presence *leader.Keeper
+	m        *manager.Manager
+	cancel   context.CancelFunc // stops the keeper; with release: a graceful stop
+	done     chan struct{}
+	closed   sync.Once
 }
 
 // tagged is the shared node as one replica drives it: Removes are
@@ -120,6 +124,32 @@ type tagged struct {
 }
 
 var removedBy sync.Map // sandbox id -> []string of replica names
+
+// gates holds a replica's Provision calls: replica name -> *gate.
+var gates sync.Map
+
+type gate struct {
+	entered chan string   // the id of each Provision that reached the gate
+	open    chan struct{} // closed: the held calls fail, as a dead process's would
+}
+
+// holdProvisions makes replica name's next Provision calls wait at a gate
+// until it is opened, then fail: a create the replica dies in the middle of.
+func holdProvisions(name string) *gate {
+	g := &gate{entered: make(chan string, 8), open: make(chan struct{})}
+	gates.Store(name, g)
+	return g
+}
+
+func (n tagged) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
+	if v, ok := gates.Load(n.name); ok {
+		g := v.(*gate)
+		g.entered <- sb.ID
+		<-g.open
+		return errors.New("replica died in the middle of this create")
+	}
+	return n.Node.Provision(ctx, sb)
+}
 
 func (n tagged) Remove(ctx context.Context, sb *sandbox.Sandbox) error {
 	v, _ := removedBy.LoadOrStore(sb.ID, &[]string{})
@@ -139,10 +169,16 @@ func startReplica(t *testing.T, url, name string, node *memnode.Node) *replica {
 		leader.WithLogger(slog.New(slog.DiscardHandler)))
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	go func() { defer close(r.done); r.lease.Run(ctx) }()
+	r.presence = leader.New(r.st, leader.ReplicaLeaseName(name), name, leader.WithTTL(leaseTTL),
+		leader.WithLogger(slog.New(slog.DiscardHandler)))
+	var kept sync.WaitGroup
+	kept.Add(2)
+	go func() { defer kept.Done(); r.lease.Run(ctx) }()
+	go func() { defer kept.Done(); r.presence.Run(ctx) }()
+	go func() { kept.Wait(); close(r.done) }()
 	r.m, err = manager.New(manager.Config{
 		Node: "cluster", ReconcileInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
-		NodeLease: r.lease, StoreLease: r.lease,
+		NodeLease: r.lease, StoreLease: r.lease, Replica: name,
 	}, r.st, nil, tagged{node, name})
 	if err != nil {
 		t.Fatal(err)
@@ -390,5 +426,184 @@ func TestStalledHolderFenced(t *testing.T) {
 	}
 	if held(a) {
 		t.Error("a holds the lease again while b keeps renewing it")
+	}
+}
+
+// orphanCreate starts a create through r whose Provision r never finishes
+// (r will be killed in the middle of it) and returns the sandbox's id and
+// the create's outcome, delivered once the gate opens.
+func orphanCreate(t *testing.T, r *replica, g *gate) (string, chan error) {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := r.m.Create(context.Background(), &manager.CreateRequest{}, manager.CreateOptions{Actor: "test"})
+		errc <- err
+	}()
+	select {
+	case id := <-g.entered:
+		return id, errc
+	case err := <-errc:
+		t.Fatalf("create through %s ended before its provision: %v", r.name, err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("create through %s never reached its provision", r.name)
+	}
+	return "", nil
+}
+
+// waitState waits for sandbox id to reach state want.
+func waitState(t *testing.T, st store.Store, id string, want sandbox.State, within time.Duration) *sandbox.Sandbox {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		sb, err := st.GetSandbox(context.Background(), store.AnyOwner, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.State == want {
+			return sb
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox %s is %s after %s, want %s", id, sb.State, within, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stateEvents lists sandbox id's state events as "to (actor): reason".
+func stateEvents(t *testing.T, st store.Store, id string) []*sandbox.Event {
+	t.Helper()
+	evs, _, err := st.ListEvents(context.Background(), store.AnyOwner, id, 0, store.Page{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*sandbox.Event
+	for _, ev := range evs {
+		if ev.Type == "state" {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// TestOrphanedTransitionsFinished: a replica that dies in the middle of a
+// create leaves the record "creating" under its name; the node lease's
+// holder, seeing that replica's presence lease lapse, finishes the create
+// (running, provisioned by the holder, never removed) and a start it left
+// the same way, and destroys the
+// dead replica's one-shot sandbox (its client went away with it). Both
+// when the dead replica did not hold the node lease and when it did (the
+// survivor takes the lease, then finishes). A live replica's create in
+// flight is left alone, and the dead replica's late create, when its
+// provision returns, changes nothing.
+func TestOrphanedTransitionsFinished(t *testing.T) {
+	url := pgtest.Database(t)
+	putBase(t, url)
+	node := memnode.New(t)
+	a := startReplica(t, url, "replica-a", node)
+	holder := waitHolder(t, 5*time.Second, a)
+	x := startReplica(t, url, "replica-x", node)
+	if _, err := leader.Present(t.Context(), x.st, "replica-x"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if ok, _ := leader.Present(t.Context(), a.st, "replica-x"); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("replica-x's presence lease was never taken")
+		}
+	}
+
+	// x serves a one-shot sandbox and then dies in the middle of a create.
+	oneShot, err := x.m.Create(t.Context(), &manager.CreateRequest{}, manager.CreateOptions{Actor: "test", OneShot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ... and a persistent one it stopped and is starting again.
+	pers, err := x.m.Create(t.Context(), &manager.CreateRequest{Persistent: true}, manager.CreateOptions{Actor: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.m.Stop(t.Context(), pers.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	g := holdProvisions("replica-x")
+	id, late := orphanCreate(t, x, g)
+	lateStart := make(chan error, 1)
+	go func() { _, err := x.m.Start(context.Background(), pers.ID, "test"); lateStart <- err }()
+	select {
+	case got := <-g.entered:
+		if got != pers.ID {
+			t.Fatalf("provision of %s at the gate, want the start of %s", got, pers.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the start through replica-x never reached its provision")
+	}
+	// While x lives, its create is its own: the holder leaves it.
+	time.Sleep(3 * leaseTTL)
+	if sb := waitState(t, a.st, id, sandbox.StateCreating, time.Second); sb.Replica != "replica-x" {
+		t.Fatalf("creating record names replica %q, want replica-x", sb.Replica)
+	}
+	if _, ok := node.Get(id); ok {
+		t.Fatal("the holder provisioned a live replica's create in flight")
+	}
+	died := time.Now()
+	x.kill()
+	sb := waitState(t, a.st, id, sandbox.StateRunning, 4*leaseTTL+5*time.Second)
+	t.Logf("orphaned create finished %s after its replica died (TTL %s)", time.Since(died).Round(time.Millisecond), leaseTTL)
+	if sb.Replica != holder.name {
+		t.Errorf("finished create records replica %q, want the holder %s", sb.Replica, holder.name)
+	}
+	evs := stateEvents(t, a.st, id)
+	if last := evs[len(evs)-1]; last.To != sandbox.StateRunning || !strings.Contains(last.Reason, "replica replica-x is gone") {
+		t.Errorf("last event %+v, want running with a reason naming replica-x", last)
+	}
+	if sb := waitState(t, a.st, pers.ID, sandbox.StateRunning, 5*time.Second); sb.Replica != holder.name {
+		t.Errorf("finished start records replica %q, want the holder %s", sb.Replica, holder.name)
+	}
+	if evs := stateEvents(t, a.st, pers.ID); !strings.Contains(evs[len(evs)-1].Reason, "start finished by the node lease holder: replica replica-x is gone") {
+		t.Errorf("persistent sandbox's last event %+v, want its start finished by the holder", evs[len(evs)-1])
+	}
+	waitDeleted(t, a.st, oneShot.ID, 5*time.Second)
+	if evs := stateEvents(t, a.st, oneShot.ID); !strings.Contains(evs[len(evs)-1].Reason, "client went away") {
+		t.Errorf("one-shot's last event %+v, want its client gone", evs[len(evs)-1])
+	}
+	onlyBy(t, oneShot.ID, holder.name)
+
+	// The dead replica's create returns at last: refused, nothing undone.
+	close(g.open)
+	if err := <-late; err == nil {
+		t.Error("the dead replica's late create succeeded")
+	}
+	if err := <-lateStart; err == nil {
+		t.Error("the dead replica's late start succeeded")
+	}
+	time.Sleep(200 * time.Millisecond)
+	if sb := waitState(t, a.st, id, sandbox.StateRunning, time.Second); sb.Error != "" {
+		t.Errorf("running record carries error %q", sb.Error)
+	}
+	if rm, _, _ := deletions(t, a.st, node, id); rm != 0 {
+		t.Errorf("the finished create was removed %d times", rm)
+	}
+	if sb := waitState(t, a.st, pers.ID, sandbox.StateRunning, time.Second); sb.Error != "" {
+		t.Errorf("the finished start carries error %q after the late one failed", sb.Error)
+	}
+
+	// Now the holder itself dies in the middle of a create: c takes the
+	// lease and then finishes it.
+	c := startReplica(t, url, "replica-c", node)
+	g = holdProvisions(holder.name)
+	id, late = orphanCreate(t, holder, g)
+	holder.kill()
+	close(g.open)
+	<-late
+	if got := waitHolder(t, 3*leaseTTL, c); got != c {
+		t.Fatal("c did not take the lease")
+	}
+	if sb := waitState(t, c.st, id, sandbox.StateRunning, 4*leaseTTL+5*time.Second); sb.Replica != "replica-c" {
+		t.Errorf("finished create records replica %q, want replica-c", sb.Replica)
+	}
+	if _, ok := node.Get(id); !ok {
+		t.Error("the finished create has nothing on the node")
 	}
 }

@@ -253,6 +253,10 @@ type Sandbox struct {
 	PrevState State `json:"prev_state,omitempty"`
 	// Node is the daemon whose host runs the sandbox; only it acts on it.
 	Node string `json:"node,omitempty"`
+	// Replica is the replica that made the last transition (package
+	// leader's holder id). On a node several replicas share, a create or
+	// start whose replica is gone is finished by the node lease's holder.
+	Replica string `json:"replica,omitempty"`
 }
 
 // Hostname is the sandbox's host name: its name, or sb-<id prefix>.

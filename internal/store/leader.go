@@ -21,6 +21,12 @@ type ReconcileLeases interface {
 	ReleaseReconcileLease(ctx context.Context, name, holder string, epoch int64) error
 	// GetReconcileLease returns lease name (ErrNotFound if never taken).
 	GetReconcileLease(ctx context.Context, name string) (LeaseRecord, error)
+	// PurgeReconcileLeases deletes the leases whose names start with
+	// prefix and that expired more than after ago by the database's
+	// clock, returning how many. Only for leases whose epoch nothing
+	// fences with (the replicas' presence leases): a deleted row starts
+	// again at epoch 1.
+	PurgeReconcileLeases(ctx context.Context, prefix string, after time.Duration) (int64, error)
 }
 
 // LeaseRecord is a lease as stored.

@@ -54,7 +54,8 @@ func (m *Reconciler) Recover(ctx context.Context) error {
 	// backend (leader.Always). Replicas sharing a node do not recover at
 	// start: the others are alive, and their creates in flight are not
 	// interrupted ones. The lease holder's passes retry teardowns and
-	// stops and notice dead sandboxes for all of them.
+	// stops, notice dead sandboxes and finish what a replica that is gone
+	// left in flight (orphans) for all of them.
 	if _, ok := m.e.Config().NodeLease.Held(); !ok || !m.e.Config().NodeLease.Status().Trivial {
 		m.log.Info("node shared with other replicas: start-up recovery and sweep left to the lease holder's passes",
 			"lease", m.e.Config().NodeLease.Status().Name)
@@ -95,6 +96,15 @@ func (m *Reconciler) recover(ctx context.Context) error {
 func (m *Reconciler) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 	unlock := m.e.Lock(sb.ID)
 	defer unlock()
+	m.recoverLocked(ctx, sb, "after restart", "client went away (daemon restart)", "daemon was down")
+}
+
+// recoverLocked brings sb to a resting state: its create, start, stop or
+// delete finished, a one-shot sandbox (whose client is gone) destroyed, a
+// dead one restarted or destroyed. after ends the reasons recorded ("after
+// restart"); oneShot is a one-shot sandbox's; down says when a dead
+// sandbox died. The caller holds sb's lock.
+func (m *Reconciler) recoverLocked(ctx context.Context, sb *sandbox.Sandbox, after, oneShot, down string) {
 	log := m.log.With("sandbox", sb.ID, "state", sb.State)
 	destroy := func(reason string) {
 		log.Info("reconciler destroying sandbox", "reason", reason)
@@ -109,7 +119,7 @@ func (m *Reconciler) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 	case sb.State == sandbox.StateDeleting || sb.State == sandbox.StateFailed:
 		destroy(sb.Reason)
 	case sb.Spec.OneShot:
-		destroy("client went away (daemon restart)")
+		destroy(oneShot)
 	case sb.State == sandbox.StateCreating:
 		var err error
 		if !m.e.Alive(ctx, sb) {
@@ -120,7 +130,7 @@ func (m *Reconciler) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 			m.e.Fail(ctx, sb, actorReconciler, err)
 			return
 		}
-		if err := m.e.Transition(ctx, sb, sandbox.StateRunning, sandbox.CauseReconciler, actorReconciler, "create finished after restart"); err != nil {
+		if err := m.e.Transition(ctx, sb, sandbox.StateRunning, sandbox.CauseReconciler, actorReconciler, "create finished "+after); err != nil {
 			log.Warn("recording finished create", "err", err)
 		}
 	case sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused ||
@@ -150,7 +160,7 @@ func (m *Reconciler) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 			}
 		}
 		if !sb.Spec.Persistent {
-			destroy("sandbox died while the daemon was down")
+			destroy("sandbox died while the " + down)
 			return
 		}
 		// A persistent sandbox's files outlive its processes (a host
@@ -164,7 +174,7 @@ func (m *Reconciler) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 			_ = m.store.UpdateSandbox(ctx, sb)
 			return
 		}
-		if err := m.e.StopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "processes gone after restart"); err != nil {
+		if err := m.e.StopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "processes gone "+after); err != nil {
 			log.Warn("stopping dead sandbox", "err", err)
 			return
 		}
@@ -173,14 +183,14 @@ func (m *Reconciler) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 			return
 		}
 		if wasPaused {
-			_ = m.e.PauseLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "paused again after restart")
+			_ = m.e.PauseLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "paused again "+after)
 		}
 	case sb.State == sandbox.StateStopping:
-		if err := m.e.StopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "stop finished after restart"); err != nil {
+		if err := m.e.StopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "stop finished "+after); err != nil {
 			log.Warn("finishing stop", "err", err)
 		}
 	case sb.State == sandbox.StateStarting:
-		if err := m.e.StartLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "start finished after restart"); err != nil {
+		if err := m.e.StartLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "start finished "+after); err != nil {
 			log.Warn("finishing start", "err", err)
 		}
 	case sb.State == sandbox.StateStopped:
@@ -236,6 +246,13 @@ func (m *Reconciler) tick(ctx context.Context) time.Time {
 			m.log.Debug("reconciler: purged expired idempotency keys", "n", n)
 		}
 		m.purgeRetained(ctx, now)
+		// Presence leases of replicas long gone: one row per start of a
+		// replica would otherwise pile up.
+		if n, err := m.store.PurgeReconcileLeases(ctx, leader.ReplicaLeasePrefix, presenceRetention); err != nil {
+			m.log.Warn("reconciler: purging presence leases", "err", err)
+		} else if n > 0 {
+			m.log.Debug("reconciler: purged presence leases of replicas gone", "n", n)
+		}
 	}
 	if _, ok := m.e.Config().NodeLease.Held(); !ok {
 		return time.Time{}
@@ -253,6 +270,11 @@ func (m *Reconciler) tick(ctx context.Context) time.Time {
 		m.pools.Refill(ctx, live)
 	}
 	m.node.Tick(ctx, live)
+	shared := !m.e.Config().NodeLease.Status().Trivial
+	gone := m.goneReplicas(ctx)
+	if shared {
+		m.orphans(live, gone)
+	}
 	for _, sb := range live {
 		if sb.State == sandbox.StateRunning && sb.Spec.Policy.IdleTimeout > 0 {
 			// Open exec sessions and busy processes are activity.
@@ -271,6 +293,13 @@ func (m *Reconciler) tick(ctx context.Context) time.Time {
 			if now.Before(due.At) && (next.IsZero() || due.At.Before(next)) {
 				next = due.At
 			}
+		}
+		if shared && (sb.State == sandbox.StateDeleting || sb.State == sandbox.StateStopping) &&
+			sb.Error == "" && now.Sub(sb.UpdatedAt) < inFlightGrace && !gone(sb.Replica) {
+			// Another replica, alive, is in the middle of this delete or
+			// stop (no failure recorded yet): a retry here would race it
+			// and answer its caller a conflict.
+			continue
 		}
 		switch sb.State {
 		case sandbox.StateDeleting, sandbox.StateFailed:
@@ -306,6 +335,87 @@ func (m *Reconciler) tick(ctx context.Context) time.Time {
 		}
 	}
 	return next
+}
+
+// inFlightGrace is how long after its last write a delete or stop begun
+// by another replica that is alive is left to it. Past it (a stop whose
+// failure was not recorded, say), the holder retries it as any other.
+const inFlightGrace = time.Minute
+
+// goneReplicas returns, for one pass, whether the replica a record names
+// is gone: its presence lease lapsed (leader.Present), read once per
+// replica. This replica is never gone; a replica whose presence cannot be
+// read is not either (cannot tell: leave its work to it).
+func (m *Reconciler) goneReplicas(ctx context.Context) func(string) bool {
+	self := m.e.Config().Replica
+	present := map[string]bool{}
+	return func(replica string) bool {
+		if replica == self && self != "" {
+			return false // in flight here: its own request finishes it
+		}
+		p, seen := present[replica]
+		if !seen {
+			var err error
+			if p, err = leader.Present(context.WithoutCancel(ctx), m.store, replica); err != nil {
+				m.log.Warn("reconciler: reading a replica's presence", "replica", replica, "err", err)
+				return false
+			}
+			present[replica] = p
+		}
+		return !p
+	}
+}
+
+// presenceRetention is how long a replica's expired presence lease is
+// kept before the purge: long past any record still naming it in flight
+// (the holder finishes those within a pass of the lease lapsing; a purged
+// row reads as absent all the same).
+const presenceRetention = time.Hour
+
+// orphans finishes, on a node several replicas share, what a replica that
+// is gone left in flight: a create or start (finished, or failed and torn
+// down when it cannot be), and a one-shot sandbox, whose client went away
+// with the replica it was talking to (destroyed). "Gone" is read from the
+// store: the record names the replica of its last transition
+// (Sandbox.Replica), and that replica's presence lease is expired by the
+// database's clock (leader.Present) — it crashed, or stalled or lost its
+// database for longer than the TTL. Stops, deletes and failures need no
+// owner: every holder pass retries them whoever began them.
+//
+// Each action is fenced by the node lease like every reconciler action.
+// A replica wrongly thought gone (stalled past its TTL, then woken) finds
+// its own next write refused by the record's generation, which this
+// pass's transitions moved on: its create answers an error and tears
+// nothing down (its teardown begins with a transition that is refused
+// too), and the record keeps this pass's outcome.
+func (m *Reconciler) orphans(live []*sandbox.Sandbox, gone func(string) bool) {
+	for _, sb := range live {
+		switch {
+		case sb.State == sandbox.StateCreating || sb.State == sandbox.StateStarting:
+		case sb.Spec.OneShot && sb.State != sandbox.StateDeleting && sb.State != sandbox.StateFailed:
+		default:
+			continue
+		}
+		if !gone(sb.Replica) {
+			continue
+		}
+		seen := *sb
+		m.e.Async(sb.ID, m.fenced(func(ctx context.Context, cur *sandbox.Sandbox) {
+			// Moved on since the list (its replica was slow, not gone; or
+			// another pass did it): nothing of this is due any more.
+			if cur.State != seen.State || cur.Replica != seen.Replica || cur.Generation != seen.Generation {
+				return
+			}
+			who := seen.Replica
+			if who == "" {
+				who = "unrecorded"
+			}
+			m.log.Info("reconciler: finishing what a replica that is gone left in flight",
+				"sandbox", cur.ID, "state", cur.State, "replica", who)
+			m.recoverLocked(ctx, cur, "by the node lease holder: replica "+who+" is gone",
+				"client went away (its replica "+who+" is gone)", "replica "+who+" was gone")
+		}))
+	}
 }
 
 // fenced wraps a reconciler action: it runs only if the node lease is

@@ -69,6 +69,20 @@ func (s *sqlStore) GetReconcileLease(ctx context.Context, name string) (store.Le
 	return rec, nil
 }
 
+func (s *sqlStore) PurgeReconcileLeases(ctx context.Context, prefix string, after time.Duration) (int64, error) {
+	if prefix == "" {
+		return 0, errdefs.Invalid("lease purge: a name prefix is required")
+	}
+	// A prefix match without LIKE's wildcards: the prefix is the caller's
+	// constant, but '_' is a LIKE wildcard and would widen it.
+	res, err := s.exec(ctx, `DELETE FROM reconcile_leases WHERE substr(name, 1, ?) = ? AND expires_ms < `+s.d.NowMillis+` - ?`,
+		len(prefix), prefix, after.Milliseconds())
+	if err != nil {
+		return 0, fmt.Errorf("purge leases %s*: %w", prefix, err)
+	}
+	return res.RowsAffected()
+}
+
 // fenceClause is the condition a fenced write adds to its WHERE: the
 // lease is still the fence's, at its epoch, unexpired now. Evaluated in
 // the write's own statement, so no gap is left between check and write.

@@ -98,7 +98,7 @@ type scanner interface{ Scan(dest ...any) error }
 
 // ---- sandboxes ----
 
-const sandboxCols = `id, tenant, name, state, spec, created_at, updated_at, started_at, deleted_at, cause, reason, error, generation, last_activity_at, paused_at, stopped_at, prev_state, node`
+const sandboxCols = `id, tenant, name, state, spec, created_at, updated_at, started_at, deleted_at, cause, reason, error, generation, last_activity_at, paused_at, stopped_at, prev_state, node, replica`
 
 func scanSandbox(sc scanner) (*sandbox.Sandbox, error) {
 	var (
@@ -108,7 +108,7 @@ func scanSandbox(sc scanner) (*sandbox.Sandbox, error) {
 		activity, paused, stopped               int64
 	)
 	if err := sc.Scan(&sb.ID, &sb.Tenant, &sb.Name, &state, &spec, &created, &updated, &started, &deleted,
-		&cause, &sb.Reason, &sb.Error, &gen, &activity, &paused, &stopped, &prev, &sb.Node); err != nil {
+		&cause, &sb.Reason, &sb.Error, &gen, &activity, &paused, &stopped, &prev, &sb.Node, &sb.Replica); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(spec), &sb.Spec); err != nil {
@@ -137,11 +137,11 @@ func (s *sqlStore) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, event
 		ids    []int64
 	)
 	err = s.inTx(ctx, len(events) > 0, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)`),
+		_, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)`),
 			sb.ID, sb.Tenant, sb.Name, string(sb.State), string(spec),
 			micros(sb.CreatedAt), micros(sb.UpdatedAt), micros(sb.StartedAt), micros(sb.DeletedAt),
 			string(sb.Cause), sb.Reason, sb.Error,
-			micros(sb.LastActivityAt), micros(sb.PausedAt), micros(sb.StoppedAt), string(sb.PrevState), sb.Node)
+			micros(sb.LastActivityAt), micros(sb.PausedAt), micros(sb.StoppedAt), string(sb.PrevState), sb.Node, sb.Replica)
 		if err != nil {
 			unique = s.d.classify(err) == UniqueViolation
 			return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
@@ -271,12 +271,12 @@ func (s *sqlStore) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox, event
 		res, err := tx.ExecContext(ctx, s.d.rebind(`UPDATE sandboxes SET tenant = ?, name = ?, state = ?, spec = ?,
 		created_at = ?, updated_at = ?, started_at = ?, deleted_at = ?,
 		cause = ?, reason = ?, error = ?, generation = generation + 1,
-		last_activity_at = ?, paused_at = ?, stopped_at = ?, prev_state = ?, node = ?
+		last_activity_at = ?, paused_at = ?, stopped_at = ?, prev_state = ?, node = ?, replica = ?
 		WHERE id = ? AND generation = ?`+fence),
 			append([]any{sb.Tenant, sb.Name, string(sb.State), string(spec),
 				micros(sb.CreatedAt), micros(sb.UpdatedAt), micros(sb.StartedAt), micros(sb.DeletedAt),
 				string(sb.Cause), sb.Reason, sb.Error,
-				micros(sb.LastActivityAt), micros(sb.PausedAt), micros(sb.StoppedAt), string(sb.PrevState), sb.Node,
+				micros(sb.LastActivityAt), micros(sb.PausedAt), micros(sb.StoppedAt), string(sb.PrevState), sb.Node, sb.Replica,
 				sb.ID, sb.Generation}, fenceArgs...)...)
 		if err != nil {
 			unique = s.d.classify(err) == UniqueViolation

@@ -127,3 +127,58 @@ func testSharedReconcileLease(t *testing.T, a, b store.Store) {
 		}
 	}
 }
+
+// testReplicaPresence: a sandbox keeps the replica of its last write
+// through create, update and list; presence leases ("replica:<id>")
+// expired long enough are purged by prefix, and nothing else is: not an
+// unexpired one, not a recently expired one, not another prefix's, and
+// '_' in the prefix is no wildcard.
+func testReplicaPresence(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	sb := newSandbox("rep", "t", "", sandbox.StateCreating, at(0))
+	sb.Replica = "pod-a/0001"
+	must(t, s.CreateSandbox(ctx, sb))
+	got, err := s.GetSandbox(ctx, store.AnyOwner, "rep")
+	must(t, err)
+	if got.Replica != "pod-a/0001" {
+		t.Fatalf("created replica %q, want pod-a/0001", got.Replica)
+	}
+	got.Replica = "pod-b/0002"
+	must(t, s.UpdateSandbox(ctx, got))
+	lst, _, err := s.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner}, store.Page{})
+	must(t, err)
+	if len(lst) != 1 || lst[0].Replica != "pod-b/0002" {
+		t.Fatalf("listed %+v, want one sandbox of replica pod-b/0002", lst)
+	}
+
+	for _, name := range []string{"replica:old", "replica:live", "replicaXold", "node:x"} {
+		ttl := 50 * time.Millisecond
+		if name == "replica:live" {
+			ttl = time.Minute
+		}
+		_, err := s.TakeReconcileLease(ctx, name, "h", ttl)
+		must(t, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n, err := s.PurgeReconcileLeases(ctx, "replica:", time.Hour); err != nil || n != 0 {
+		t.Fatalf("purge of leases expired over an hour: %d %v, want none", n, err)
+	}
+	n, err := s.PurgeReconcileLeases(ctx, "replica:", 100*time.Millisecond)
+	if err != nil || n != 1 {
+		t.Fatalf("purge: %d %v, want 1 (replica:old)", n, err)
+	}
+	if _, err := s.GetReconcileLease(ctx, "replica:old"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("replica:old after purge: %v, want not found", err)
+	}
+	for _, name := range []string{"replica:live", "replicaXold", "node:x"} {
+		if _, err := s.GetReconcileLease(ctx, name); err != nil {
+			t.Errorf("%s after purge: %v, want kept", name, err)
+		}
+	}
+	if n, err := s.PurgeReconcileLeases(ctx, "replica_", 0); err != nil || n != 0 {
+		t.Errorf("purge of prefix replica_: %d %v, want none ('_' is no wildcard)", n, err)
+	}
+	if _, err := s.PurgeReconcileLeases(ctx, "", 0); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("empty prefix: %v, want invalid", err)
+	}
+}

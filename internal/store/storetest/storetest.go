@@ -65,6 +65,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AdmissionLock", testAdmissionLock},
 		{"ReconcileLeases", testReconcileLeases},
 		{"FencedUpdate", testFencedUpdate},
+		{"ReplicaPresence", testReplicaPresence},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)
