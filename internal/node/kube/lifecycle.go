@@ -27,8 +27,25 @@ func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	if err := b.provisionPod(ctx, sb); err != nil {
 		return err
 	}
-	return b.WaitReady(ctx, sb)
+	if err := b.WaitReady(ctx, sb); err != nil {
+		return err
+	}
+	// /workspace is every sandbox's default working directory. Locally the
+	// template has it; a pod's image is anyone's, and an ephemeral sandbox
+	// has no claim there, so it is made (in the pod's own root layer) if
+	// missing. Bounded by the daemon's deadline, not the agent's answer.
+	mctx, cancel := context.WithTimeout(ctx, workspaceTimeout)
+	defer cancel()
+	if err := b.Agent(sb).Mkdir(mctx, workspaceDir, 0o755, true); err != nil {
+		return fmt.Errorf("making %s in sandbox %s: %w", workspaceDir, sb.ID, err)
+	}
+	return nil
 }
+
+const (
+	workspaceDir     = "/workspace"
+	workspaceTimeout = 10 * time.Second
+)
 
 // provisionPod is Provision up to a running pod with an address: all of
 // its API side (what the kwok scale test measures), without the agent.

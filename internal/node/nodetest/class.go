@@ -109,6 +109,10 @@ func (c *classRun) testProvision(t *testing.T) {
 	if out := c.sh(t, c.e, "echo hello; cat /proc/sys/kernel/hostname"); out != "hello\n"+c.e.Hostname()+"\n" {
 		t.Errorf("exec output %q", out)
 	}
+	// Every sandbox's default working directory is there, volume or not.
+	if out := c.sh(t, c.e, "[ -d /workspace ] && echo dir"); out != "dir\n" {
+		t.Errorf("/workspace in a new sandbox: %q, want a directory", out)
+	}
 	if st := c.status(t, c.e); st != node.StatusRunning {
 		t.Errorf("Status = %s, want running", st)
 	}
