@@ -108,17 +108,26 @@ func TestPoolWithoutFreeze(t *testing.T) {
 	if _, out, err := e.exec(sb.ID, "sh", "-c", `printf '%s/%s' "$K" "$GH_TOKEN"`); err != nil || out != "v/tok-51c2" {
 		t.Fatalf("the claimant's env and secret in an exec: %q %v", out, err)
 	}
-	evs, _, err := e.st.ListEvents(e.ctx, store.AnyOwner, sb.ID, 0, store.Page{})
-	must(t, err)
+	// The secret files are written by the transition-to-running hook,
+	// which runs behind the create: its event may come a moment later.
+	var evs []*sandbox.Event
 	var handover, secretFiles bool
-	for _, ev := range evs {
-		if ev.Type == "state" && ev.From == sandbox.StateRunning && ev.To == sandbox.StateRunning && ev.Reason == "create (warm pool)" && ev.Cause == sandbox.CauseUser {
-			handover = true
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		evs, _, err = e.st.ListEvents(e.ctx, store.AnyOwner, sb.ID, 0, store.Page{})
+		must(t, err)
+		handover, secretFiles = false, false
+		for _, ev := range evs {
+			if ev.Type == "state" && ev.From == sandbox.StateRunning && ev.To == sandbox.StateRunning && ev.Reason == "create (warm pool)" && ev.Cause == sandbox.CauseUser {
+				handover = true
+			}
+			// memnode's /run/secrets is no tmpfs, so the agent refuses the
+			// write; the event says the claim asked for it.
+			if ev.Type == "secrets" && strings.HasPrefix(ev.Message, "running") {
+				secretFiles = true
+			}
 		}
-		// memnode's /run/secrets is no tmpfs, so the agent refuses the
-		// write; the event says the claim asked for it.
-		if ev.Type == "secrets" && strings.HasPrefix(ev.Message, "running") {
-			secretFiles = true
+		if handover && secretFiles || time.Now().After(deadline) {
+			break
 		}
 	}
 	if !handover || !secretFiles {
