@@ -607,3 +607,59 @@ func TestOrphanedTransitionsFinished(t *testing.T) {
 		t.Error("the finished create has nothing on the node")
 	}
 }
+
+// TestSharedNodeOrphansSwept: on a node replicas share no replica runs
+// the start-up sweep, so the lease's holder sweeps the node when it takes
+// the lease: something the node holds that no record accounts for (a pod
+// left by a sandbox whose record is gone) is removed, while a live
+// sandbox made through the other replica is left alone. A new holder
+// sweeps again at its takeover.
+func TestSharedNodeOrphansSwept(t *testing.T) {
+	url := pgtest.Database(t)
+	putBase(t, url)
+	node := memnode.New(t)
+	plant := func(id string) string {
+		t.Helper()
+		if err := node.Provision(t.Context(), &sandbox.Sandbox{ID: id, Spec: sandbox.Spec{Template: "base", Layers: []string{layer},
+			Runtime: memnode.FakeRunc.Name}}); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	gone := func(id string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if _, ok := node.Get(id); !ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the orphan %s is still on the node (calls %v)", id, node.Calls(id))
+			}
+		}
+	}
+	first := plant("orphan0000000001")
+	a := startReplica(t, url, "replica-a", node)
+	b := startReplica(t, url, "replica-b", node)
+	holder := waitHolder(t, 5*time.Second, a, b)
+	other := a
+	if holder == a {
+		other = b
+	}
+	gone(first)
+	sb, err := other.m.Create(t.Context(), &manager.CreateRequest{}, manager.CreateOptions{Actor: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := plant("orphan0000000002")
+	holder.kill()
+	if got := waitHolder(t, 3*leaseTTL, other); got != other {
+		t.Fatalf("holder %s after the crash", got.name)
+	}
+	gone(second)
+	if s, ok := node.Get(sb.ID); !ok || s.Status != "running" {
+		t.Fatalf("the live sandbox %s after the sweeps: %+v %v", sb.ID, s, ok)
+	}
+	if got, err := other.m.Get(t.Context(), sb.ID); err != nil || got.State != sandbox.StateRunning {
+		t.Fatalf("the live sandbox's record after the sweeps: %v %v", got, err)
+	}
+}

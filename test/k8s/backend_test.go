@@ -5,20 +5,17 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/berth-sh/berth/internal/agent"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/node/kube"
 	"github.com/berth-sh/berth/internal/sandbox"
-	"github.com/berth-sh/berth/internal/testenv"
 	"github.com/berth-sh/berth/internal/testenv/kubeenv"
 )
 
@@ -40,34 +37,10 @@ func TestBackendOnRealNode(t *testing.T) {
 	c.CreateNamespace(t, ns)
 
 	// The agent image: the berth binary at /berth, nothing else.
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentDir := t.TempDir()
-	if err := testenv.Build(ctx, root, filepath.Join(agentDir, "berth"), false); err != nil {
-		t.Fatalf("building berth: %v", err)
-	}
-	const agentRef, baseRef = "berth.local/agent:test", "berth.local/busybox:test"
-	c.ImportImage(t, agentRef, kubeenv.BuildImage(t, agentDir, agentRef, kubeenv.ImageConfig{}))
-	c.ImportImage(t, baseRef, kubeenv.BusyboxImage(t, baseRef))
+	importImages(t, c)
 
-	// One hostPath PersistentVolume for the workspace claim to bind to
-	// (the controller-manager binds it; there is no provisioner).
-	pvDir := filepath.Join(c.Dir, "pv-0")
-	hpType := corev1.HostPathDirectoryOrCreate
-	_, err = c.Client.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "berth-test-pv-0"},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: pvDir, Type: &hpType}},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// One hostPath PersistentVolume for the workspace claim to bind to.
+	hostPathPVs(t, c, "berth-test-pv", 1)
 
 	b, err := kube.New(ctx, kube.Config{Client: c.Client, Namespace: ns, AgentImage: agentRef, Image: baseRef,
 		PullPolicy: corev1.PullNever, NodeName: c.NodeName, ReadyTimeout: 90 * time.Second})

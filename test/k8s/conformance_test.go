@@ -2,18 +2,14 @@ package k8s
 
 import (
 	"context"
-	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/berth-sh/berth/internal/node/kube"
 	"github.com/berth-sh/berth/internal/node/nodetest"
-	"github.com/berth-sh/berth/internal/testenv"
 	"github.com/berth-sh/berth/internal/testenv/kubeenv"
 )
 
@@ -31,38 +27,10 @@ func TestConformanceOnRealNode(t *testing.T) {
 	const ns = "berth-conformance"
 	c.CreateNamespace(t, ns)
 
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentDir := t.TempDir()
-	if err := testenv.Build(ctx, root, filepath.Join(agentDir, "berth"), false); err != nil {
-		t.Fatalf("building berth: %v", err)
-	}
-	const agentRef, baseRef = "berth.local/agent:conformance", "berth.local/busybox:conformance"
-	c.ImportImage(t, agentRef, kubeenv.BuildImage(t, agentDir, agentRef, kubeenv.ImageConfig{}))
-	c.ImportImage(t, baseRef, kubeenv.BusyboxImage(t, baseRef))
+	importImages(t, c)
 
-	// hostPath PersistentVolumes for the suite's claims to bind to (the
-	// controller-manager binds them): a released one is not bound again,
-	// so one per claim the suite makes, and a few spare.
-	hpType := corev1.HostPathDirectoryOrCreate
-	for i := range 8 {
-		name := fmt.Sprintf("berth-conformance-pv-%d", i)
-		_, err := c.Client.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: corev1.PersistentVolumeSpec{
-				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-				PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{
-					Path: filepath.Join(c.Dir, name), Type: &hpType}},
-			},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	// One PersistentVolume per claim the suite makes, and a few spare.
+	hostPathPVs(t, c, "berth-conformance-pv", 8)
 
 	nodetest.Run(t, func(t *testing.T) nodetest.Harness {
 		b, err := kube.New(ctx, kube.Config{Client: c.Client, Namespace: ns, Instance: "conformance",

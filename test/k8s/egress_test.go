@@ -5,7 +5,6 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -20,7 +19,6 @@ import (
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/node/kube"
 	"github.com/berth-sh/berth/internal/sandbox"
-	"github.com/berth-sh/berth/internal/testenv"
 	"github.com/berth-sh/berth/internal/testenv/kubeenv"
 )
 
@@ -49,17 +47,7 @@ func TestEgressOnRealNode(t *testing.T) {
 	c.CreateNamespace(t, ns)
 	c.CreateNamespace(t, inet)
 
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentDir := t.TempDir()
-	if err := testenv.Build(ctx, root, filepath.Join(agentDir, "berth"), false); err != nil {
-		t.Fatalf("building berth: %v", err)
-	}
-	const agentRef, baseRef = "berth.local/agent:test", "berth.local/busybox:test"
-	c.ImportImage(t, agentRef, kubeenv.BuildImage(t, agentDir, agentRef, kubeenv.ImageConfig{}))
-	c.ImportImage(t, baseRef, kubeenv.BusyboxImage(t, baseRef))
+	importImages(t, c)
 
 	// The internet: A and B, plain pods without any policy.
 	pod := func(name, script string, restart corev1.RestartPolicy) {

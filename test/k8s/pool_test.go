@@ -21,7 +21,6 @@ import (
 	"github.com/berth-sh/berth/internal/secrets/vault"
 	"github.com/berth-sh/berth/internal/store"
 	"github.com/berth-sh/berth/internal/store/sqlite"
-	"github.com/berth-sh/berth/internal/testenv"
 	"github.com/berth-sh/berth/internal/testenv/kubeenv"
 )
 
@@ -48,17 +47,7 @@ func TestWarmPoolOnRealNode(t *testing.T) {
 	const ns = "berth-sandboxes"
 	c.CreateNamespace(t, ns)
 
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentDir := t.TempDir()
-	if err := testenv.Build(ctx, root, filepath.Join(agentDir, "berth"), false); err != nil {
-		t.Fatalf("building berth: %v", err)
-	}
-	const agentRef, baseRef = "berth.local/agent:test", "berth.local/busybox:test"
-	c.ImportImage(t, agentRef, kubeenv.BuildImage(t, agentDir, agentRef, kubeenv.ImageConfig{}))
-	c.ImportImage(t, baseRef, kubeenv.BusyboxImage(t, baseRef))
+	importImages(t, c)
 
 	kcfg := kube.Config{Client: c.Client, Namespace: ns, AgentImage: agentRef, Image: baseRef,
 		PullPolicy: corev1.PullNever, NodeName: c.NodeName, ReadyTimeout: 90 * time.Second}

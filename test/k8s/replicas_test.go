@@ -28,6 +28,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	pgtest.Stop() // the private PostgreSQL cluster, if a test started it
+	removeBuilt()
 	os.Exit(code)
 }
 
@@ -223,18 +224,8 @@ func TestReplicasOnRealCluster(t *testing.T) {
 	c.CreateNamespace(t, ns)
 	pgURL := pgtest.Database(t)
 
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	binDir := t.TempDir()
-	bin := filepath.Join(binDir, "berth")
-	if err := testenv.Build(context.Background(), root, bin, false); err != nil {
-		t.Fatalf("building berth: %v", err)
-	}
-	const agentRef, baseRef = "berth.local/agent:test", "berth.local/busybox:test"
-	c.ImportImage(t, agentRef, kubeenv.BuildImage(t, binDir, agentRef, kubeenv.ImageConfig{}))
-	c.ImportImage(t, baseRef, kubeenv.BusyboxImage(t, baseRef))
+	bin := berthBinary(t)
+	importImages(t, c)
 
 	// The keys every replica shares, 0600 as keyfile wants them.
 	keys := t.TempDir()

@@ -21,7 +21,6 @@ import (
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/node/kube"
 	"github.com/berth-sh/berth/internal/sandbox"
-	"github.com/berth-sh/berth/internal/testenv"
 	"github.com/berth-sh/berth/internal/testenv/kubeenv"
 )
 
@@ -100,17 +99,7 @@ func TestSnapshotsOnRealNode(t *testing.T) {
 	const ns = "berth-sandboxes"
 	c.CreateNamespace(t, ns)
 
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentDir := t.TempDir()
-	if err := testenv.Build(ctx, root, filepath.Join(agentDir, "berth"), false); err != nil {
-		t.Fatalf("building berth: %v", err)
-	}
-	const agentRef, baseRef = "berth.local/agent:test", "berth.local/busybox:test"
-	c.ImportImage(t, agentRef, kubeenv.BuildImage(t, agentDir, agentRef, kubeenv.ImageConfig{}))
-	c.ImportImage(t, baseRef, kubeenv.BusyboxImage(t, baseRef))
+	importImages(t, c)
 
 	snaps := snapclient.NewForConfigOrDie(c.Config)
 	b, err := kube.New(ctx, kube.Config{Client: c.Client, Snapshots: snaps, Namespace: ns, AgentImage: agentRef, Image: baseRef,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/berth-sh/berth/internal/engine"
@@ -36,6 +37,12 @@ type Reconciler struct {
 	snapshots *snapshots.Snapshots
 	interval  time.Duration
 	snapTick  int // counts ticks; snapshots expire every few
+
+	// The orphan sweep of a shared node (sweepShared): when it last ran,
+	// under which lease epoch, and whether one runs now.
+	swept      time.Time
+	sweptEpoch int64
+	sweeping   atomic.Bool
 }
 
 // New returns the reconciler of e, with the features it tends.
@@ -254,7 +261,8 @@ func (m *Reconciler) tick(ctx context.Context) time.Time {
 			m.log.Debug("reconciler: purged presence leases of replicas gone", "n", n)
 		}
 	}
-	if _, ok := m.e.Config().NodeLease.Held(); !ok {
+	fence, ok := m.e.Config().NodeLease.Held()
+	if !ok {
 		return time.Time{}
 	}
 	live, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.e.Node()}, store.Page{})
@@ -274,6 +282,7 @@ func (m *Reconciler) tick(ctx context.Context) time.Time {
 	gone := m.goneReplicas(ctx)
 	if shared {
 		m.orphans(live, gone)
+		m.sweepShared(fence.Epoch, now)
 	}
 	for _, sb := range live {
 		if sb.State == sandbox.StateRunning && sb.Spec.Policy.IdleTimeout > 0 {
@@ -336,6 +345,42 @@ func (m *Reconciler) tick(ctx context.Context) time.Time {
 	}
 	return next
 }
+
+// sweepShared garbage-collects, on a node several replicas share, what
+// the backend holds that no record accounts for (a pod, claim or secret
+// labelled by berth whose sandbox or volume is gone): the sweep a daemon
+// that owns its node runs at start, run by the node lease's holder when
+// it takes the lease and every orphanSweepEvery after, in the background
+// and one at a time. An object of a create in flight on another replica
+// is safe: its record is written before the backend makes anything, and
+// the sweep reads each record again before it removes anything of it.
+func (m *Reconciler) sweepShared(epoch int64, now time.Time) {
+	if epoch == m.sweptEpoch && now.Sub(m.swept) < orphanSweepEvery || !m.sweeping.CompareAndSwap(false, true) {
+		return
+	}
+	m.swept, m.sweptEpoch = now, epoch
+	m.e.Go(func(ctx context.Context) {
+		defer m.sweeping.Store(false)
+		rep, err := m.doctor(ctx, true, false)
+		if err != nil {
+			m.log.Warn("reconciler: sweeping the shared node", "err", err)
+			return
+		}
+		fixed := 0
+		for _, f := range rep.Findings {
+			if f.Fixed {
+				fixed++
+			}
+		}
+		if fixed > 0 {
+			m.log.Info("reconciler: removed what no record accounts for", "fixed", fixed, "findings", len(rep.Findings))
+		}
+	})
+}
+
+// orphanSweepEvery is how often the holder of a shared node's lease
+// sweeps it for what no record accounts for.
+const orphanSweepEvery = 5 * time.Minute
 
 // inFlightGrace is how long after its last write a delete or stop begun
 // by another replica that is alive is left to it. Past it (a stop whose
