@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/berth-sh/berth/internal/agent"
+	"github.com/berth-sh/berth/internal/agent/wire"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/node/kube"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -106,6 +107,14 @@ func TestBackendOnRealNode(t *testing.T) {
 	}
 	if _, err := b.Agent(sb).WriteFile(ctx, "/workspace/kept.txt", 0o644, strings.NewReader("kept across stop\n")); err != nil {
 		t.Fatalf("write: %v", err)
+	}
+	// File secrets land on the pod's secrets tmpfs (a memory emptyDir),
+	// which the agent checks is a tmpfs before it writes.
+	if err := b.Agent(sb).SecretFiles(ctx, "", []wire.SecretFile{{Path: wire.SecretDir + "/tok", Data: []byte("s3cret")}}); err != nil {
+		t.Fatalf("secret files: %v", err)
+	}
+	if out, code := exec("cat /run/secrets/tok; stat -f -c %T /run/secrets"); code != 0 || out != "s3crettmpfs\n" {
+		t.Errorf("the secret file and its filesystem: %q (exit %d)", out, code)
 	}
 	var got bytes.Buffer
 	if _, err := b.Agent(sb).ReadFile(ctx, "/workspace/kept.txt", &got); err != nil || got.String() != "kept across stop\n" {

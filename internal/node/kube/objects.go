@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/berth-sh/berth/internal/agent/agenttls"
+	"github.com/berth-sh/berth/internal/agent/wire"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
@@ -110,6 +111,9 @@ func (b *Backend) imageOf(sb *sandbox.Sandbox) string {
 	return b.cfg.Image
 }
 
+// secretsSize bounds the secrets tmpfs (memory the pod's limit counts).
+const secretsSize = 1 << 20
+
 // podFor is sb's pod. The berth binary comes from the agent image through
 // an init container into an emptyDir; the identity Secret is mounted only
 // here and only its agent parts (never the daemon's key); each volume is
@@ -131,10 +135,15 @@ func (b *Backend) podFor(sb *sandbox.Sandbox, runtimeClass string) *corev1.Pod {
 			SizeLimit: resource.NewQuantity(256<<20, resource.BinarySI)}}},
 		{Name: "berth-tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 			SecretName: secretName(sb.ID), Items: items, DefaultMode: &mode}}},
+		// The secrets tmpfs (as the local backend's OCI tmpfs): the agent
+		// writes file secrets only to a tmpfs, never to a disk.
+		{Name: "berth-secrets", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+			Medium: corev1.StorageMediumMemory, SizeLimit: resource.NewQuantity(secretsSize, resource.BinarySI)}}},
 	}
 	mounts := []corev1.VolumeMount{
 		{Name: "berth-bin", MountPath: agentDir, ReadOnly: true},
 		{Name: "berth-tls", MountPath: tlsDir, ReadOnly: true},
+		{Name: "berth-secrets", MountPath: wire.SecretDir},
 	}
 	for i, vm := range sb.Spec.Volumes {
 		name := "vol-" + strconv.Itoa(i)

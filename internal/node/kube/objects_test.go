@@ -87,6 +87,9 @@ func TestPodFor(t *testing.T) {
 	for _, v := range p.Spec.Volumes {
 		vols[v.Name] = v
 	}
+	if ed := vols["berth-secrets"].EmptyDir; ed == nil || ed.Medium != corev1.StorageMediumMemory || ed.SizeLimit == nil || ed.SizeLimit.Value() != 1<<20 {
+		t.Errorf("secrets volume %+v: want a 1 MiB memory-backed emptyDir (a tmpfs)", vols["berth-secrets"])
+	}
 	sec := vols["berth-tls"].Secret
 	if sec == nil || sec.SecretName != "berth-abc123def456ghi7-agent" {
 		t.Fatalf("identity volume %+v", vols["berth-tls"])
