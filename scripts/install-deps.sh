@@ -27,7 +27,7 @@ command -v git >/dev/null || need_apt+=(git)
 command -v python3 >/dev/null || need_apt+=(python3)
 # The code-interpreter template runs a Jupyter kernel from the host's /usr
 # (internal/interp): ipykernel, jupyter_client, matplotlib, numpy, pandas.
-python3 -c 'import ipykernel, jupyter_client, matplotlib, numpy, pandas' 2>/dev/null ||
+/usr/bin/python3 -c 'import ipykernel, jupyter_client, matplotlib, numpy, pandas' 2>/dev/null ||
 	need_apt+=(python3-ipykernel python3-jupyter-client python3-matplotlib python3-numpy python3-pandas)
 # make unit runs go test -race, which needs cgo: a C compiler and libc headers.
 command -v gcc >/dev/null || need_apt+=(gcc libc6-dev)
