@@ -112,11 +112,11 @@ func (r *resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	}
 	n.mu.Unlock()
 	if sb == nil {
-		reply(w, req, dns.RcodeRefused)
+		Reply(w, req, dns.RcodeRefused)
 		return
 	}
 	if req.Opcode != dns.OpcodeQuery || len(req.Question) != 1 {
-		reply(w, req, dns.RcodeNotImplemented)
+		Reply(w, req, dns.RcodeNotImplemented)
 		return
 	}
 	name := normDomain(req.Question[0].Name)
@@ -135,7 +135,7 @@ func (r *resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	if len(tags) == 0 {
 		f.Decision, f.Rule = Deny, reasonNotAllowed
 		n.record(id, f)
-		reply(w, req, dns.RcodeNameError)
+		Reply(w, req, dns.RcodeNameError)
 		return
 	}
 	f.Decision = Allow
@@ -143,7 +143,7 @@ func (r *resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	if err != nil {
 		n.log.Warn("resolver: upstream failed", "name", name, "err", err)
 		n.record(id, f)
-		reply(w, req, dns.RcodeServerFailure)
+		Reply(w, req, dns.RcodeServerFailure)
 		return
 	}
 	if v4only {
@@ -190,45 +190,13 @@ func (r *resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	}
 	n.mu.Unlock()
 	n.record(id, f)
-	resp.Id = req.Id
-	resp.Compress = true
-	if proto == "udp" {
-		size := dns.MinMsgSize
-		if o := req.IsEdns0(); o != nil {
-			size = int(o.UDPSize())
-		}
-		resp.Truncate(size)
-	}
-	_ = w.WriteMsg(resp)
+	WriteAnswer(w, req, resp, proto)
 }
 
-func reply(w dns.ResponseWriter, req *dns.Msg, rcode int) {
-	m := new(dns.Msg)
-	m.SetRcode(req, rcode)
-	m.RecursionAvailable = true
-	_ = w.WriteMsg(m)
-}
-
-// exchange forwards req to the upstreams in order, over UDP (TCP when the
-// answer is truncated or the sandbox asked over TCP).
+// exchange forwards a copy of req (a fresh id) to the upstreams, over
+// UDP (TCP when the answer is truncated or the sandbox asked over TCP).
 func (r *resolver) exchange(req *dns.Msg, proto string) (*dns.Msg, error) {
-	n := r.n
 	m := req.Copy()
 	m.Id = dns.Id()
-	var last error
-	for _, up := range n.cfg.Upstream {
-		ctx, cancel := context.WithTimeout(r.ctx, n.cfg.UpstreamTimeout)
-		c := &dns.Client{Net: proto, Timeout: n.cfg.UpstreamTimeout}
-		resp, _, err := c.ExchangeContext(ctx, m, up.String())
-		if err == nil && resp.Truncated && proto == "udp" {
-			c.Net = "tcp"
-			resp, _, err = c.ExchangeContext(ctx, m, up.String())
-		}
-		cancel()
-		if err == nil {
-			return resp, nil
-		}
-		last = err
-	}
-	return nil, last
+	return Forward(r.ctx, m, proto, r.n.cfg.Upstream, r.n.cfg.UpstreamTimeout)
 }

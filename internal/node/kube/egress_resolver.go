@@ -196,17 +196,17 @@ func (r *resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	srcIP := src.Addr().Unmap()
 	id := b.sandboxAt(srcIP)
 	if id == "" {
-		reply(w, req, dns.RcodeRefused)
+		network.Reply(w, req, dns.RcodeRefused)
 		return
 	}
 	done, ok := r.admit(srcIP)
 	if !ok {
-		reply(w, req, dns.RcodeRefused)
+		network.Reply(w, req, dns.RcodeRefused)
 		return
 	}
 	defer done()
 	if req.Opcode != dns.OpcodeQuery || len(req.Question) != 1 || req.Response {
-		reply(w, req, dns.RcodeNotImplemented)
+		network.Reply(w, req, dns.RcodeNotImplemented)
 		return
 	}
 	name := network.NormDomain(req.Question[0].Name)
@@ -215,7 +215,7 @@ func (r *resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	if !ok {
 		f.Decision, f.Rule = node.Deny, "notallowed"
 		b.flow(f)
-		reply(w, req, dns.RcodeNameError)
+		network.Reply(w, req, dns.RcodeNameError)
 		return
 	}
 	f.Decision, f.Rule = network.Allow, rule
@@ -224,7 +224,7 @@ func (r *resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	resp, err := r.exchange(ctx, req, proto)
 	if err != nil {
 		b.log.Warn("resolver: upstream failed", "name", name, "err", err)
-		reply(w, req, dns.RcodeServerFailure)
+		network.Reply(w, req, dns.RcodeServerFailure)
 		return
 	}
 	// Pin every address of the answer, in the policy, before the sandbox
@@ -282,27 +282,18 @@ func (r *resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		})
 		if err != nil {
 			b.log.Warn("resolver: pinning", "sandbox", id, "name", name, "err", err)
-			reply(w, req, dns.RcodeServerFailure)
+			network.Reply(w, req, dns.RcodeServerFailure)
 			return
 		}
 		if !allowed {
 			f.Decision, f.Rule = node.Deny, "notallowed"
 			b.flow(f)
-			reply(w, req, dns.RcodeNameError)
+			network.Reply(w, req, dns.RcodeNameError)
 			return
 		}
 	}
 	b.flow(f)
-	resp.Id = req.Id
-	resp.Compress = true
-	if proto == "udp" {
-		size := dns.MinMsgSize
-		if o := req.IsEdns0(); o != nil {
-			size = int(o.UDPSize())
-		}
-		resp.Truncate(size)
-	}
-	_ = w.WriteMsg(resp)
+	network.WriteAnswer(w, req, resp, proto)
 }
 
 // cachedRule is the canonical text of the first rule of sandbox id (as
@@ -335,15 +326,9 @@ func (b *Backend) flow(f node.Flow) {
 	fn(f)
 }
 
-func reply(w dns.ResponseWriter, req *dns.Msg, rcode int) {
-	m := new(dns.Msg)
-	m.SetRcode(req, rcode)
-	m.RecursionAvailable = true
-	_ = w.WriteMsg(m)
-}
-
-// exchange forwards req to the upstreams in order, over UDP (TCP when the
-// answer is truncated or the sandbox asked over TCP).
+// exchange asks the upstreams req's question alone (never the sandbox's
+// own message), over UDP (TCP when the answer is truncated or the sandbox
+// asked over TCP).
 func (r *resolver) exchange(ctx context.Context, req *dns.Msg, proto string) (*dns.Msg, error) {
 	cfg := r.b.cfg.Resolver
 	m := new(dns.Msg)
@@ -351,20 +336,7 @@ func (r *resolver) exchange(ctx context.Context, req *dns.Msg, proto string) (*d
 	m.Question[0].Qclass = req.Question[0].Qclass
 	m.RecursionDesired = true
 	m.SetEdns0(1232, false)
-	last := fmt.Errorf("no upstream resolver configured")
-	for _, up := range cfg.Upstream {
-		c := &dns.Client{Net: proto, Timeout: cfg.UpstreamTimeout}
-		resp, _, err := c.ExchangeContext(ctx, m, up.String())
-		if err == nil && resp.Truncated && proto == "udp" {
-			c.Net = "tcp"
-			resp, _, err = c.ExchangeContext(ctx, m, up.String())
-		}
-		if err == nil {
-			return resp, nil
-		}
-		last = err
-	}
-	return nil, last
+	return network.Forward(ctx, m, proto, cfg.Upstream, cfg.UpstreamTimeout)
 }
 
 // maxTCPPerSource bounds one address's open TCP connections to the
