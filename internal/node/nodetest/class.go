@@ -601,16 +601,7 @@ func (c *classRun) testPersistent(t *testing.T) {
 	if d := c.b.DiskUsage(c.p); d != nil {
 		t.Errorf("DiskUsage of a persist_root sandbox = %+v, want nil (its volume holds the layer)", d)
 	}
-	c.p.State = sandbox.StateStopping
-	for i := range 2 {
-		if err := c.b.Stop(t.Context(), c.p); err != nil {
-			t.Fatalf("Stop #%d: %v", i+1, err)
-		}
-	}
-	if err := c.b.Discard(t.Context(), c.p); err != nil {
-		t.Fatalf("Discard: %v", err)
-	}
-	c.p.State = sandbox.StateStopped
+	c.stopTwiceAndDiscard(t, c.p)
 	if u, err := c.b.VolumeUsage(c.p.Spec.Volumes[0].VolumeID); err != nil || u.UsedBytes <= 0 {
 		t.Errorf("VolumeUsage of a stopped sandbox's workspace = %+v, %v", u, err)
 	}
@@ -618,6 +609,22 @@ func (c *classRun) testPersistent(t *testing.T) {
 	if out := c.sh(t, c.p, "cat /root/kept /workspace/kept"); out != "root\nws\n" {
 		t.Errorf("after Stop, Discard and Provision: %q, want both files kept", out)
 	}
+}
+
+// stopTwiceAndDiscard stops sb twice (Stop is idempotent) and discards
+// what does not persist.
+func (c *classRun) stopTwiceAndDiscard(t *testing.T, sb *sandbox.Sandbox) {
+	t.Helper()
+	sb.State = sandbox.StateStopping
+	for i := range 2 {
+		if err := c.b.Stop(t.Context(), sb); err != nil {
+			t.Fatalf("Stop #%d: %v", i+1, err)
+		}
+	}
+	if err := c.b.Discard(t.Context(), sb); err != nil {
+		t.Fatalf("Discard: %v", err)
+	}
+	sb.State = sandbox.StateStopped
 }
 
 // testPersistentVolumesOnly is testPersistent where the root layer goes
@@ -639,16 +646,7 @@ func (c *classRun) testPersistentVolumesOnly(t *testing.T) {
 	c.p = c.newSandbox(t, c.class, sbOpts{persistent: true})
 	c.provision(t, c.p)
 	c.sh(t, c.p, "echo root > /root/kept && echo ws > /workspace/kept")
-	c.p.State = sandbox.StateStopping
-	for i := range 2 {
-		if err := c.b.Stop(t.Context(), c.p); err != nil {
-			t.Fatalf("Stop #%d: %v", i+1, err)
-		}
-	}
-	if err := c.b.Discard(t.Context(), c.p); err != nil {
-		t.Fatalf("Discard: %v", err)
-	}
-	c.p.State = sandbox.StateStopped
+	c.stopTwiceAndDiscard(t, c.p)
 	if u, err := c.b.VolumeUsage(c.p.Spec.Volumes[0].VolumeID); err != nil || u.ReadOnly {
 		t.Errorf("VolumeUsage of a stopped sandbox's workspace = %+v, %v", u, err)
 	}
