@@ -275,7 +275,7 @@ func (p *Proxy) handle(c net.Conn) {
 	if err != nil {
 		cancel()
 		p.cfg.Log.Info("egress proxy: upstream dial", "sandbox", sb.ID, "dst", dst, "err", err)
-		writeError(tc, http.StatusBadGateway, "berth egress proxy: upstream unreachable")
+		p.refuseFirst(tc, http.StatusBadGateway, "berth egress proxy: upstream unreachable")
 		return
 	}
 	up := tls.Client(raw, &tls.Config{ServerName: sni, RootCAs: p.cfg.Roots, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
@@ -284,7 +284,7 @@ func (p *Proxy) handle(c net.Conn) {
 	if err != nil {
 		_ = raw.Close()
 		p.cfg.Log.Info("egress proxy: upstream handshake", "sandbox", sb.ID, "host", sni, "err", err)
-		writeError(tc, http.StatusBadGateway, "berth egress proxy: upstream TLS verification failed")
+		p.refuseFirst(tc, http.StatusBadGateway, "berth egress proxy: upstream TLS verification failed")
 		return
 	}
 	defer up.Close()
@@ -443,6 +443,21 @@ func hostOnly(h string) string {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// refuseFirst answers the client's first request with the error, once
+// its head has come (bounded in size and in time), and never before: an
+// answer the client has not asked for yet is not a response to it (Go's
+// transport, for one, drops it as unsolicited and reports a broken
+// connection instead of the 502). A client that sends no head in time,
+// or too large a one, is cut without an answer.
+func (p *Proxy) refuseFirst(c net.Conn, code int, msg string) {
+	_ = c.SetReadDeadline(time.Now().Add(p.cfg.Handshake))
+	lim := &headLimit{r: c, n: int64(p.cfg.MaxHeaderBytes)}
+	if _, err := http.ReadRequest(bufio.NewReaderSize(lim, 4096)); err != nil {
+		return
+	}
+	writeError(c, code, msg)
 }
 
 func writeError(w io.Writer, code int, msg string) {

@@ -296,6 +296,42 @@ func TestUpstreamIsVerified(t *testing.T) {
 	}
 }
 
+// TestRefusalAnswersTheRequest: the 502 for an upstream that fails
+// comes as the answer to the client's request, never before it (an answer
+// to no request is dropped by clients such as Go's transport as
+// unsolicited, and the caller sees a broken connection, not the 502).
+func TestRefusalAnswersTheRequest(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.Roots = x509.NewCertPool() })
+	pool := x509.NewCertPool()
+	pool.AddCert(r.ca.Cert())
+	raw, err := net.Dial("tcp", r.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	tc := tls.Client(raw, &tls.Config{RootCAs: pool, ServerName: apiHost})
+	if err := tc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	// The proxy's upstream handshake fails meanwhile; nothing may come.
+	_ = tc.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if n, err := tc.Read(make([]byte, 1)); n != 0 || !isTimeout(err) {
+		t.Fatalf("before any request the proxy sent %d bytes (%v); want nothing", n, err)
+	}
+	_ = tc.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(tc, "GET / HTTP/1.1\r\nHost: "+apiHost+"\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil {
+		t.Fatalf("the answer to the request: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(b), "upstream TLS verification failed") {
+		t.Fatalf("answer %d %q; want the 502", resp.StatusCode, b)
+	}
+}
+
 func TestRequestHeadIsBounded(t *testing.T) {
 	r := newRig(t, func(c *Config) { c.MaxHeaderBytes = 2048 })
 	code, _, err := get(t, r.client(t), "https://"+apiHost+"/", "", map[string]string{"X-Big": strings.Repeat("a", 4096)})

@@ -1,5 +1,0 @@
-package egressproxy
-
-import "syscall"
-
-const syscallNoFollow = syscall.O_NOFOLLOW
