@@ -17,6 +17,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/berth-sh/berth/internal/atomicfile"
 )
 
 // TLSDir is where the self-signed certificate is kept, under the data dir.
@@ -71,37 +73,13 @@ func loadTLS(cfg *Config) (tls.Certificate, error) {
 	}
 	// The key first: a cert without its key is never left behind as the
 	// only file, and both are written whole (temp file, then rename).
-	if err := writeFileAtomic(keyPath, keyPEM); err != nil {
+	if err := atomicfile.Write(keyPath, keyPEM, 0o600); err != nil {
 		return tls.Certificate{}, err
 	}
-	if err := writeFileAtomic(certPath, certPEM); err != nil {
+	if err := atomicfile.Write(certPath, certPEM, 0o600); err != nil {
 		return tls.Certificate{}, err
 	}
 	return tls.X509KeyPair(certPEM, keyPEM)
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // selfSigned makes a self-signed ECDSA P-256 certificate valid for

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/berth-sh/berth/internal/atomicfile"
 )
 
 // MinBytes is the shortest key accepted.
@@ -95,34 +97,10 @@ func Install(from, to string) ([]string, error) {
 		if len(data) > MaxInstallBytes {
 			return names, fmt.Errorf("%s grew past %d bytes", src, MaxInstallBytes)
 		}
-		if err := writeKey(filepath.Join(to, name), data); err != nil {
+		if err := atomicfile.Write(filepath.Join(to, name), data, 0o600); err != nil {
 			return names, err
 		}
 		names = append(names, name)
 	}
 	return names, nil
-}
-
-// writeKey writes data to path 0600 through a temporary file renamed in.
-func writeKey(path string, data []byte) error {
-	tmp := path + ".tmp"
-	_ = os.Remove(tmp)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-	}
-	return err
 }

@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/berth-sh/berth/internal/atomicfile"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/network"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -108,7 +109,7 @@ func (e *Net) Get(ctx context.Context) (*network.Network, error) {
 	}
 	if got := n.Subnet4(); got != kept {
 		data, _ := json.Marshal(netState{Subnet4: got.String()})
-		if err := writeFileAtomic(e.statePath(), data); err != nil {
+		if err := atomicfile.Write(e.statePath(), data, 0o600); err != nil {
 			e.stopProxy()
 			n.Close()
 			return nil, fmt.Errorf("network: recording the subnet: %w", err)
@@ -306,13 +307,4 @@ func (e *Net) Dial(ctx context.Context, id string, port int) (net.Conn, error) {
 		return nil, PortError(id, port, err)
 	}
 	return c, nil
-}
-
-// writeFileAtomic writes a root-only file by rename.
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
