@@ -204,6 +204,19 @@ func (r *replica) kill() {
 
 func held(r *replica) bool { _, ok := r.lease.Held(); return ok }
 
+// startPair starts replicas a and b on url and node and waits until one
+// of them, holder, holds the node lease; other is the one that does not.
+func startPair(t *testing.T, url string, node *memnode.Node) (a, b, holder, other *replica) {
+	t.Helper()
+	a = startReplica(t, url, "replica-a", node)
+	b = startReplica(t, url, "replica-b", node)
+	holder, other = waitHolder(t, 5*time.Second, a, b), a
+	if holder == a {
+		other = b
+	}
+	return a, b, holder, other
+}
+
 // waitHolder waits for exactly one of rs to hold the lease and returns it.
 func waitHolder(t *testing.T, within time.Duration, rs ...*replica) *replica {
 	t.Helper()
@@ -315,13 +328,7 @@ func TestReplicasReconcileOnce(t *testing.T) {
 	url := pgtest.Database(t)
 	putBase(t, url)
 	node := memnode.New(t)
-	a := startReplica(t, url, "replica-a", node)
-	b := startReplica(t, url, "replica-b", node)
-	holder := waitHolder(t, 5*time.Second, a, b)
-	other := a
-	if holder == a {
-		other = b
-	}
+	a, b, holder, other := startPair(t, url, node)
 
 	for _, via := range []*replica{a, b} {
 		sb := expiring(t, via)
@@ -638,13 +645,7 @@ func TestSharedNodeOrphansSwept(t *testing.T) {
 		}
 	}
 	first := plant("orphan0000000001")
-	a := startReplica(t, url, "replica-a", node)
-	b := startReplica(t, url, "replica-b", node)
-	holder := waitHolder(t, 5*time.Second, a, b)
-	other := a
-	if holder == a {
-		other = b
-	}
+	_, _, holder, other := startPair(t, url, node)
 	gone(first)
 	sb, err := other.m.Create(t.Context(), &manager.CreateRequest{}, manager.CreateOptions{Actor: "test"})
 	if err != nil {
