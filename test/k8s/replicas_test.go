@@ -203,6 +203,36 @@ func labelledAll(t *testing.T, c *kubeenv.Cluster, ns string) []string {
 	return left
 }
 
+// serveOnCluster starts `berth serve --backend kubernetes` (the binary
+// of this tree) on c's namespace ns and node, with a plain HTTP listener
+// on loopback and the images importImages made; extra are more flags.
+// It is stopped at the end of the test, its log tail shown if it failed.
+func serveOnCluster(t *testing.T, c *kubeenv.Cluster, ns, name string, extra ...string) *berthReplica {
+	t.Helper()
+	dir := t.TempDir()
+	addr := freePort(t)
+	d, err := testenv.Start(context.Background(), testenv.Config{
+		Binary: berthBinary(t), DataDir: filepath.Join(dir, "data"), Socket: filepath.Join(dir, "berth.sock"),
+		LogFile: filepath.Join(dir, "log"), ReadyTimeout: 90 * time.Second, StopTimeout: 20 * time.Second,
+		Args: append([]string{"--backend", "kubernetes", "--kubeconfig", c.Kubeconfig, "--namespace", ns,
+			"--agent-image", agentRef, "--image", baseRef, "--image-pull-policy", "Never", "--kube-node", c.NodeName,
+			"--insecure-listen", addr}, extra...),
+	})
+	if err != nil {
+		t.Fatalf("starting berth %s: %v", name, err)
+	}
+	r := &berthReplica{name: name, d: d, c: d.Client(), addr: addr}
+	t.Cleanup(func() {
+		if err := d.Stop(); err != nil {
+			t.Errorf("stopping %s: %v", name, err)
+		}
+		if t.Failed() {
+			t.Logf("berth %s log tail:\n%s", name, d.LogTail(6000))
+		}
+	})
+	return r
+}
+
 // TestReplicasOnRealCluster: two `berth serve --backend kubernetes`
 // processes (the real binary, each with its own data dir, socket and
 // port) on one real PostgreSQL and one real kube-apiserver and node,
@@ -224,7 +254,6 @@ func TestReplicasOnRealCluster(t *testing.T) {
 	c.CreateNamespace(t, ns)
 	pgURL := pgtest.Database(t)
 
-	bin := berthBinary(t)
 	importImages(t, c)
 
 	// The keys every replica shares, 0600 as keyfile wants them.
@@ -243,29 +272,8 @@ func TestReplicasOnRealCluster(t *testing.T) {
 
 	start := func(name string) *berthReplica {
 		t.Helper()
-		dir := t.TempDir()
-		addr := freePort(t)
-		d, err := testenv.Start(context.Background(), testenv.Config{
-			Binary: bin, DataDir: filepath.Join(dir, "data"), Socket: filepath.Join(dir, "berth.sock"),
-			LogFile: filepath.Join(dir, "log"), ReadyTimeout: 90 * time.Second, StopTimeout: 20 * time.Second,
-			Args: []string{"--backend", "kubernetes", "--kubeconfig", c.Kubeconfig, "--namespace", ns,
-				"--agent-image", agentRef, "--image", baseRef, "--image-pull-policy", "Never", "--kube-node", c.NodeName,
-				"--store", pgURL, "--lease-ttl", replicaLeaseTTL.String(), "--insecure-listen", addr,
-				"--token-key-file", tokenKey, "--audit-key-file", auditKey, "--secrets-key-file", secretsKey},
-		})
-		if err != nil {
-			t.Fatalf("starting replica %s: %v", name, err)
-		}
-		r := &berthReplica{name: name, d: d, c: d.Client(), addr: addr}
-		t.Cleanup(func() {
-			if err := d.Stop(); err != nil {
-				t.Errorf("stopping %s: %v", name, err)
-			}
-			if t.Failed() {
-				t.Logf("replica %s log tail:\n%s", name, d.LogTail(6000))
-			}
-		})
-		return r
+		return serveOnCluster(t, c, ns, name, "--store", pgURL, "--lease-ttl", replicaLeaseTTL.String(),
+			"--token-key-file", tokenKey, "--audit-key-file", auditKey, "--secrets-key-file", secretsKey)
 	}
 	a, b := start("a"), start("b")
 	t.Logf("two replicas up at %v", time.Since(t0).Round(time.Millisecond))
