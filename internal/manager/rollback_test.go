@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
@@ -389,6 +390,62 @@ func TestPoolClaim(t *testing.T) {
 	must(t, err)
 	if p.Hits != 1 {
 		t.Fatalf("pool %+v", p)
+	}
+}
+
+// A pool made smaller sheds its newest ready members down to its size,
+// never more, and keeps the oldest; a pool refilled after claims is never
+// made larger than its size (the refill counts members in flight once).
+func TestPoolShrinks(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, err := e.m.SetPool(e.ctx, "base", 3)
+	must(t, err)
+	frozen := func() []*sandbox.Sandbox {
+		var out []*sandbox.Sandbox
+		for _, sb := range e.poolMembersOf("", "base") {
+			if sb.State == sandbox.StatePaused {
+				out = append(out, sb)
+			}
+		}
+		slices.SortFunc(out, func(a, b *sandbox.Sandbox) int {
+			if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+				return c
+			}
+			return strings.Compare(a.ID, b.ID)
+		})
+		return out
+	}
+	if !poll(func() bool { return len(frozen()) == 3 }) {
+		t.Fatalf("pool of 3 has %d ready members", len(frozen()))
+	}
+	oldest := frozen()[0]
+	_, err = e.m.SetPool(e.ctx, "base", 1)
+	must(t, err)
+	if !poll(func() bool { return len(e.poolMembersOf("", "base")) == 1 }) {
+		t.Fatalf("pool made 1 keeps %d members", len(e.poolMembersOf("", "base")))
+	}
+	if left := frozen(); len(left) != 1 || left[0].ID != oldest.ID {
+		t.Fatalf("pool made 1 kept %v; want its oldest member %s", left, oldest.ID)
+	}
+	if _, ok := e.node.Get(oldest.ID); !ok {
+		t.Fatalf("the kept member %s is gone from the node", oldest.ID)
+	}
+	// Claims and refills, many rounds: never more members than the size.
+	_, err = e.m.SetPool(e.ctx, "base", 2)
+	must(t, err)
+	for range 10 {
+		if !poll(func() bool { return len(frozen()) == 2 }) {
+			t.Fatalf("pool of 2 has %d ready members", len(frozen()))
+		}
+		e.create(manager.CreateRequest{})
+		e.m.WakeReconciler()
+		for range 20 {
+			if n := len(e.poolMembersOf("", "base")); n > 2 {
+				t.Fatalf("pool of 2 has %d members", n)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -47,17 +48,21 @@ type Warm struct {
 	node  node.Backend
 	log   *slog.Logger
 
+	// refilling serializes Refill: only Refill starts members, so while
+	// it holds this the members in flight can only finish.
+	refilling    sync.Mutex
 	mu           sync.Mutex
 	poolStats    map[store.PoolKey]*poolStats
-	poolBuilding int                   // members being made, all pools (under mu)
-	poolInFlight map[store.PoolKey]int // members being made, per pool (under mu)
+	poolBuilding int                               // members being made, all pools (under mu)
+	poolInFlight map[store.PoolKey]map[string]bool // ids of members being made, per pool (under mu)
+	retiring     map[string]bool                   // ids of members queued for removal (under mu)
 }
 
 // New returns the warm-pool feature of e and installs its claim in e's
 // creates.
 func New(e *engine.Engine) *Warm {
 	w := &Warm{e: e, store: e.Store(), node: e.Backend(), log: e.Log(),
-		poolStats: map[store.PoolKey]*poolStats{}, poolInFlight: map[store.PoolKey]int{}}
+		poolStats: map[store.PoolKey]*poolStats{}, poolInFlight: map[store.PoolKey]map[string]bool{}, retiring: map[string]bool{}}
 	return w
 }
 
@@ -183,7 +188,7 @@ func (m *Warm) poolReport(name store.PoolKey, min int, members []*sandbox.Sandbo
 		}
 	}
 	m.mu.Lock()
-	if n := m.poolInFlight[name]; n > p.Starting {
+	if n := len(m.poolInFlight[name]); n > p.Starting {
 		p.Starting = n // members being made may not have a record yet
 	}
 	m.mu.Unlock()
@@ -357,11 +362,19 @@ func (m *Warm) claimSteps(ctx context.Context, sb, prev *sandbox.Sandbox, opt en
 	return nil
 }
 
-// refillPools creates members for pools below their size and replaces
-// members made from an older version of their template. At most two
-// members are made at a time, so a refill never starves claims.
-// live is this node's live sandboxes, as the reconciler just read them.
+// Refill creates members for pools below their size, replaces members
+// made from an older version of their template, and removes ready
+// members above the size (a pool made smaller). At most two members are
+// made at a time, so a refill never starves claims. live is this node's
+// live sandboxes, as the reconciler just read them: enough to find stale
+// members, but not to count: a member whose record was written after that
+// read and that finished before the count would be in neither the list
+// nor the members in flight, and be made twice. So the count takes the
+// ids in flight first and reads the members again after, and a member is
+// counted once whichever (or both) it is in.
 func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
+	m.refilling.Lock()
+	defer m.refilling.Unlock()
 	members := groupPoolMembers(live)
 	pools, err := m.store.ListPools(ctx)
 	if err != nil || len(pools) == 0 && len(members) == 0 {
@@ -370,39 +383,74 @@ func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
 	for k, list := range members {
 		tpl, terr := m.store.GetTenantTemplate(ctx, k.Tenant, k.Template)
 		for _, sb := range list {
-			stale := terr != nil || pools[k] == 0 || !slices.Equal(sb.Spec.Layers, tpl.Layers)
-			if stale && m.ready(sb) {
-				m.e.Async(sb.ID, func(ctx context.Context, cur *sandbox.Sandbox) {
-					// Fenced like the reconciler's own actions: a replica
-					// that lost the node's lease while queued acts no more.
-					f, ok := m.e.Config().NodeLease.Held()
-					if !ok || cur.Spec.Pool == "" || !m.ready(cur) {
-						return
-					}
-					_ = m.e.DestroyLocked(leader.Fenced(ctx, f), cur, sandbox.CauseReconciler, actorReconciler, "warm pool rolled over")
-				})
+			if terr != nil || pools[k] == 0 || !slices.Equal(sb.Spec.Layers, tpl.Layers) {
+				m.retire(sb, "warm pool rolled over")
 			}
 		}
 	}
-	for k, min := range pools {
+	if len(pools) == 0 {
+		return
+	}
+	m.mu.Lock()
+	inFlight := map[store.PoolKey]map[string]bool{}
+	for k, ids := range m.poolInFlight {
+		inFlight[k] = maps.Clone(ids)
+	}
+	retiring := maps.Clone(m.retiring)
+	m.mu.Unlock()
+	if members, err = m.poolMembers(ctx); err != nil {
+		m.log.Warn("refilling warm pools: listing their members", "err", err)
+		return
+	}
+	// A member queued for removal whose record went before its turn
+	// came (claimed, or destroyed otherwise) is forgotten.
+	current := map[string]bool{}
+	for _, list := range members {
+		for _, sb := range list {
+			current[sb.ID] = true
+		}
+	}
+	m.mu.Lock()
+	maps.DeleteFunc(m.retiring, func(id string, _ bool) bool { return !current[id] })
+	m.mu.Unlock()
+	for k, size := range pools {
 		tpl, err := m.store.GetTenantTemplate(ctx, k.Tenant, k.Template)
 		if err != nil {
 			continue
 		}
-		have := 0
+		counted := maps.Clone(inFlight[k])
+		if counted == nil {
+			counted = map[string]bool{}
+		}
+		var ready []*sandbox.Sandbox
 		for _, sb := range members[k] {
-			if slices.Equal(sb.Spec.Layers, tpl.Layers) {
-				have++
+			if !slices.Equal(sb.Spec.Layers, tpl.Layers) || retiring[sb.ID] {
+				continue // going: not counted, not chosen again
+			}
+			counted[sb.ID] = true
+			if m.ready(sb) && !inFlight[k][sb.ID] {
+				ready = append(ready, sb)
 			}
 		}
+		// Above its size (made smaller): the newest ready members go
+		// first, the oldest are kept.
+		if surplus := len(counted) - size; surplus > 0 {
+			slices.SortFunc(ready, func(a, b *sandbox.Sandbox) int { return -compareAge(a, b) })
+			for _, sb := range ready[:min(surplus, len(ready))] {
+				m.retire(sb, "warm pool made smaller")
+			}
+			continue
+		}
 		m.mu.Lock()
-		// Members being made may not have a record yet.
-		have += m.poolInFlight[k]
-		for i := have; i < min && m.poolBuilding < 2 && !m.e.Closing(); i++ {
+		for have := len(counted); have < size && m.poolBuilding < 2 && !m.e.Closing(); have++ {
+			id := engine.NewID()
 			m.poolBuilding++
-			m.poolInFlight[k]++
+			if m.poolInFlight[k] == nil {
+				m.poolInFlight[k] = map[string]bool{}
+			}
+			m.poolInFlight[k][id] = true
 			m.e.Go(func(ctx context.Context) {
-				err := m.addPoolMember(ctx, tpl)
+				err := m.addPoolMember(ctx, tpl, id)
 				switch {
 				case errors.Is(err, errdefs.ErrQuota):
 					// A tenant's pool stops at its quota: the tenant's
@@ -413,7 +461,10 @@ func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
 				}
 				m.mu.Lock()
 				m.poolBuilding--
-				m.poolInFlight[k]--
+				delete(m.poolInFlight[k], id)
+				if len(m.poolInFlight[k]) == 0 {
+					delete(m.poolInFlight, k)
+				}
 				m.mu.Unlock()
 				m.e.WakeReconciler()
 			})
@@ -422,9 +473,45 @@ func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
 	}
 }
 
+// retire destroys ready pool member sb in the background, if it is still
+// an unclaimed ready member when its turn comes.
+func (m *Warm) retire(sb *sandbox.Sandbox, reason string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.ready(sb) || m.retiring[sb.ID] {
+		return
+	}
+	m.retiring[sb.ID] = true
+	done := func() {
+		m.mu.Lock()
+		delete(m.retiring, sb.ID)
+		m.mu.Unlock()
+	}
+	if !m.e.Async(sb.ID, func(ctx context.Context, cur *sandbox.Sandbox) {
+		defer done()
+		// Fenced like the reconciler's own actions: a replica that lost
+		// the node's lease while queued acts no more.
+		f, ok := m.e.Config().NodeLease.Held()
+		if !ok || cur.Spec.Pool == "" || !m.ready(cur) {
+			return
+		}
+		_ = m.e.DestroyLocked(leader.Fenced(ctx, f), cur, sandbox.CauseReconciler, actorReconciler, reason)
+	}) {
+		delete(m.retiring, sb.ID) // busy: the next pass tries again
+	}
+}
+
+// compareAge orders pool members oldest first (their ids break ties).
+func compareAge(a, b *sandbox.Sandbox) int {
+	if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+		return c
+	}
+	return strings.Compare(a.ID, b.ID)
+}
+
 // addPoolMember makes one ready sandbox for tpl: frozen, or running where
 // its class cannot freeze.
-func (m *Warm) addPoolMember(ctx context.Context, tpl *store.Template) error {
+func (m *Warm) addPoolMember(ctx context.Context, tpl *store.Template, id string) error {
 	// A member once begun is finished (paused into the pool) or undone,
 	// like a request's create: Close stops new members, not one half made.
 	ctx = context.WithoutCancel(ctx)
@@ -446,7 +533,7 @@ func (m *Warm) addPoolMember(ctx context.Context, tpl *store.Template) error {
 	m.e.WithDiskDefault(&spec)
 	now := m.e.Now()
 	// A tenant's pool member is the tenant's (its quota counts it).
-	sb := &sandbox.Sandbox{ID: engine.NewID(), Tenant: tpl.Tenant, State: sandbox.StateCreating, Node: m.e.Node(), Spec: spec,
+	sb := &sandbox.Sandbox{ID: id, Tenant: tpl.Tenant, State: sandbox.StateCreating, Node: m.e.Node(), Spec: spec,
 		CreatedAt: now, UpdatedAt: now, Cause: sandbox.CauseReconciler, Reason: "warm pool"}
 	if err := m.e.Launch(ctx, sb, "pool:"+tpl.Name, nil); err != nil {
 		return err
