@@ -49,6 +49,9 @@ compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && command -v psql >/de
 command -v containerd >/dev/null && command -v ctr >/dev/null || need_apt+=(containerd)
 [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ] && [ -x /usr/lib/cni/loopback ] ||
 	need_apt+=(containernetworking-plugins)
+# kube-proxy (the test cluster's Services, Options.ServiceProxy) programs
+# the host's tables with iptables-restore (Debian's iptables, nf_tables).
+command -v iptables-save >/dev/null && command -v iptables-restore >/dev/null || need_apt+=(iptables)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
 	echo "installing: ${need_apt[*]}"

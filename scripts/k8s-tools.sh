@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes test cluster's binaries from the Go module proxy:
-# kube-apiserver, kubelet, kube-scheduler and kube-controller-manager
-# (k8s.io/kubernetes, tools/k8s/kube), etcd (a
+# kube-apiserver, kubelet, kube-scheduler, kube-controller-manager and
+# kube-proxy (k8s.io/kubernetes, tools/k8s/kube), etcd (a
 # wrapper main around go.etcd.io/etcd/server/v3/etcdmain, same module) and
 # kwok (sigs.k8s.io/kwok, tools/k8s/kwok). The result is cached outside the
 # clone, keyed by the Kubernetes version and a hash of the tools modules'
@@ -37,7 +37,7 @@ kwok_version=$(sed -n 's/^require sigs.k8s.io\/kwok //p' "$kwok/go.mod")
 hash=$(cat "$kube"/go.mod "$kube"/go.sum "$kube"/etcd/main.go "$kwok"/go.mod "$kwok"/go.sum "$0" |
 	sha256sum | cut -c1-10)
 dest="$cache/$k8s_version-$hash"
-bins=(kube-apiserver kubelet kube-scheduler kube-controller-manager etcd kwok)
+bins=(kube-apiserver kubelet kube-scheduler kube-controller-manager kube-proxy etcd kwok)
 
 cached() {
 	local b
@@ -91,6 +91,7 @@ step kube-apiserver "$kube" k8s.io/kubernetes/cmd/kube-apiserver "$kv"
 step kubelet "$kube" k8s.io/kubernetes/cmd/kubelet "$kv"
 step kube-scheduler "$kube" k8s.io/kubernetes/cmd/kube-scheduler "$kv"
 step kube-controller-manager "$kube" k8s.io/kubernetes/cmd/kube-controller-manager "$kv"
+step kube-proxy "$kube" k8s.io/kubernetes/cmd/kube-proxy "$kv"
 step kwok "$kwok" sigs.k8s.io/kwok/cmd/kwok "-s -w"
 # kwok runs only with Stage objects saying how simulated nodes and pods
 # progress; it ships its "fast" ones as kustomize files in its module.

@@ -120,6 +120,7 @@ printed at start (and shown by GET /v1/version); clients pin it with
 	f.StringVar(&cfg.Kube.Instance, "kube-instance", "berth", "with --backend kubernetes: this installation's `NAME` in the objects' labels (replicas share it)")
 	f.StringVar(&cfg.Kube.StorageClass, "storage-class", "", "with --backend kubernetes: StorageClass of volume claims (default: the cluster's)")
 	f.StringVar(&cfg.Kube.SnapshotClass, "kube-snapshot-class", "", "with --backend kubernetes: VolumeSnapshotClass of forks and snapshots (default: the one for the claims' CSI driver)")
+	f.DurationVar(&cfg.Kube.CaptureGrace, "kube-capture-grace", 0, "with --backend kubernetes: how old the VolumeSnapshots of a fork or snapshot that no record keeps (a replica died between them) must be before the sweep deletes them; longer than any capture takes (default max(10m, 3 × the pod ready timeout))")
 	f.StringVar(&cfg.Kube.RuntimeClasses, "runtime-class-map", "", "with --backend kubernetes: berth runtime classes and their RuntimeClasses, `CLASS=RC,...` (RC empty: the cluster's default), the default first (default runc=)")
 	f.StringVar(&cfg.Kube.AgentImage, "agent-image", "", "with --backend kubernetes: `IMAGE` holding the berth binary (at --agent-image-path) that an init container copies into each pod")
 	f.StringVar(&cfg.Kube.AgentImagePath, "agent-image-path", "/berth", "with --backend kubernetes: `PATH` of the berth binary in --agent-image")

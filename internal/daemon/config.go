@@ -160,6 +160,10 @@ type KubeConfig struct {
 	// SnapshotClass is the VolumeSnapshotClass of forks and snapshots
 	// ("" the one for the claims' CSI driver).
 	SnapshotClass string
+	// CaptureGrace is how old a VolumeSnapshot of a capture no record
+	// keeps must be before the sweep removes it (0: the backend's
+	// default).
+	CaptureGrace time.Duration
 	// AgentImage holds the berth binary at AgentImagePath; Image is the
 	// sandboxes' image for templates TemplateImages ("name=image,...")
 	// does not name.

@@ -19,6 +19,9 @@ func openKube(ctx context.Context, kc KubeConfig, log *slog.Logger) (node.Backen
 	if kc.Namespace == "" {
 		return nil, fmt.Errorf("--backend kubernetes needs --namespace")
 	}
+	if kc.CaptureGrace < 0 {
+		return nil, fmt.Errorf("--kube-capture-grace %s: must not be negative", kc.CaptureGrace)
+	}
 	classes, err := ParseClassMap(kc.RuntimeClasses)
 	if err != nil {
 		return nil, err
@@ -52,7 +55,7 @@ func openKube(ctx context.Context, kc KubeConfig, log *slog.Logger) (node.Backen
 		Client: client, Namespace: kc.Namespace, Instance: kc.Instance, Classes: classes,
 		AgentImage: kc.AgentImage, AgentImagePath: kc.AgentImagePath, Image: kc.Image, TemplateImages: images,
 		PullPolicy: corev1.PullPolicy(kc.PullPolicy), StorageClass: kc.StorageClass, NodeName: kc.NodeName,
-		Snapshots: snaps, SnapshotClass: kc.SnapshotClass,
+		Snapshots: snaps, SnapshotClass: kc.SnapshotClass, CaptureGrace: kc.CaptureGrace,
 		NodeSelector: selector, Tolerations: tolerations, UserNamespaces: kc.UserNamespaces, Logger: log,
 		Resolver: resolver,
 	})

@@ -1,9 +1,14 @@
 package daemon
 
 import (
-	corev1 "k8s.io/api/core/v1"
+	"context"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/berth-sh/berth/internal/node/kube"
 )
@@ -65,5 +70,13 @@ func TestKubeResolverFlags(t *testing.T) {
 		if _, err := kubeResolver(bad); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}
+	}
+}
+
+// A negative capture grace is refused before anything talks to a cluster.
+func TestKubeCaptureGraceFlag(t *testing.T) {
+	_, err := openKube(context.Background(), KubeConfig{Namespace: "sb", CaptureGrace: -time.Second}, slog.Default())
+	if err == nil || !strings.Contains(err.Error(), "--kube-capture-grace") {
+		t.Fatalf("negative grace: %v", err)
 	}
 }

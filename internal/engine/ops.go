@@ -134,6 +134,10 @@ func (m *Engine) stopGraceLocked(ctx context.Context, sb *sandbox.Sandbox, cause
 		_ = m.store.UpdateSandbox(ctx, sb)
 		return fmt.Errorf("stopping (will be retried): %w", err)
 	}
+	// A crash here leaves a stopping record whose processes are gone: a
+	// restart, or on a shared node the lease holder once this replica's
+	// presence lapses, finishes the stop.
+	failpoint.Hit("stop.after-node")
 	if err := m.node.Discard(ctx, sb); err != nil {
 		return err
 	}
@@ -195,6 +199,9 @@ func (m *Engine) startLocked(ctx context.Context, sb *sandbox.Sandbox, cause san
 		}
 		return fmt.Errorf("starting: %w", err)
 	}
+	// A crash here leaves a starting record whose processes run: a
+	// restart, or the lease holder, finishes the start (adopting them).
+	failpoint.Hit("start.after-provision")
 	if err := m.transition(ctx, sb, sandbox.StateRunning, cause, actor, reason); err != nil {
 		return err
 	}

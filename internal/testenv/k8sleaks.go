@@ -20,7 +20,7 @@ var k8sLink = regexp.MustCompile(`^bkn?[0-9a-f]{6}$`)
 // (etcd, kube-apiserver, containerd, its shims, kubelet, the
 // kube-network-policies enforcer: each names the dir in its argv), its
 // links, its nft tables (the guard berth-k8s-<hex>, the enforcer's
-// berth-k8s-<hex>-np), libcni's result cache
+// berth-k8s-<hex>-np), kube-proxy's KUBE- chains, libcni's result cache
 // files and kubelet's links in /var/log/containers. Its mounts, cgroup
 // parent (/berth-k8s-<hex>) and dir are Sweep's usual checks.
 func sweepK8s(root string, add func(kind, format string, args ...any)) {
@@ -46,6 +46,21 @@ func sweepK8s(root string, add func(kind, format string, args ...any)) {
 			}
 		}
 	}
+	// kube-proxy's chains (Options.ServiceProxy) have fixed names in the
+	// host's own tables: left over only if no kube-proxy runs (a host that
+	// is a real Kubernetes node keeps its own).
+	if !kubeProxyRuns() {
+		if conn, err := nftables.New(); err == nil {
+			if chains, err := conn.ListChains(); err == nil {
+				for _, ch := range chains {
+					f := ch.Table.Family
+					if (f == nftables.TableFamilyIPv4 || f == nftables.TableFamilyIPv6) && strings.HasPrefix(ch.Name, "KUBE-") {
+						add("network", "iptables chain %s in table %s (family %d), and no kube-proxy runs", ch.Name, ch.Table.Name, f)
+					}
+				}
+			}
+		}
+	}
 	cached, _ := filepath.Glob("/var/lib/cni/results/berth-k8s-*")
 	for _, f := range cached {
 		add("file", "%s", f)
@@ -56,4 +71,15 @@ func sweepK8s(root string, add func(kind, format string, args ...any)) {
 			add("file", "%s -> %s", l, dst)
 		}
 	}
+}
+
+// kubeProxyRuns reports whether any kube-proxy process runs here.
+func kubeProxyRuns() bool {
+	for _, p := range processes() {
+		argv0, _, _ := bytes.Cut(p.cmdline, []byte{0})
+		if filepath.Base(string(argv0)) == "kube-proxy" {
+			return true
+		}
+	}
+	return false
 }

@@ -13,7 +13,9 @@ import (
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/berth-sh/berth/internal/agent"
 	"github.com/berth-sh/berth/internal/node"
@@ -24,7 +26,11 @@ import (
 
 // TestEgressOnRealNode: network mode egress on the real node, with a real
 // NetworkPolicy enforcer (kube-network-policies) and berth's resolver
-// served by the backend on the pod bridge's address. The "internet" is
+// behind a real ClusterIP Service, as the chart deploys it: the backend
+// serves it on the pod bridge's address, port 5353, and the Service
+// berth-resolver (ClusterIP resolverIP, port 53) leads there through the
+// node's real kube-proxy, which keeps the pod's source address (the
+// resolver tells sandboxes apart by it). The "internet" is
 // two pods: A serves HTTP on 80 and 8080, B on 80; the test's own DNS
 // server (loopback, the resolver's only upstream) answers allowed.test
 // with A and denied.test with B. A sandbox allowed allowed.test:80
@@ -39,7 +45,7 @@ func TestEgressOnRealNode(t *testing.T) {
 	t0 := time.Now()
 	var c *kubeenv.Cluster
 	checkGone(t, &c)
-	c = kubeenv.Start(t, kubeenv.Options{Node: true})
+	c = kubeenv.Start(t, kubeenv.Options{Node: true, ServiceProxy: true})
 	np := kubeenv.StartNetworkPolicy(t, c)
 	t.Logf("cluster and enforcer up in %v (table %s, queue %d)", time.Since(t0).Round(time.Millisecond), np.Table, np.Queue)
 	ctx := context.Background()
@@ -73,7 +79,11 @@ func TestEgressOnRealNode(t *testing.T) {
 	ipA := c.PodIP(t, inet, "a", 90*time.Second).String()
 	ipB := c.PodIP(t, inet, "b", 90*time.Second).String()
 	gw := c.PodSubnet().Addr().Next() // the bridge's address, the pods' way to the host
-	t.Logf("A %s, B %s, resolver %s", ipA, ipB, gw)
+	// The resolver's Service: no selector (berth runs on the host here, not
+	// in a pod), one EndpointSlice naming the bridge's address.
+	listen := netip.AddrPortFrom(gw, 5353)
+	serviceFor(t, c, ns, "berth-resolver", resolverIP, 53, listen)
+	t.Logf("A %s, B %s, resolver %s behind Service IP %s", ipA, ipB, listen, resolverIP)
 
 	// The upstream: the test's own DNS server on loopback.
 	const ttl = 8
@@ -83,7 +93,7 @@ func TestEgressOnRealNode(t *testing.T) {
 	var flows []node.Flow
 	b, err := kube.New(ctx, kube.Config{Client: c.Client, Namespace: ns, AgentImage: agentRef, Image: baseRef,
 		PullPolicy: corev1.PullNever, NodeName: c.NodeName, ReadyTimeout: 90 * time.Second,
-		Resolver: kube.ResolverConfig{Address: gw, Listen: netip.AddrPortFrom(gw, 53).String(),
+		Resolver: kube.ResolverConfig{Address: resolverIP, Listen: listen.String(),
 			Upstream: []netip.AddrPort{upstream}, PinMinTTL: ttl * time.Second, QPS: 5, Burst: 10}})
 	if err != nil {
 		t.Fatal(err)
@@ -155,14 +165,16 @@ func TestEgressOnRealNode(t *testing.T) {
 		}
 		return p.Annotations[kube.AnnotationPins], blocks
 	}
-	if out, _ := exec("cat /etc/resolv.conf"); !strings.Contains(out, "nameserver "+gw.String()) || strings.Count(out, "nameserver") != 1 {
+	if out, _ := exec("cat /etc/resolv.conf"); !strings.Contains(out, "nameserver "+resolverIP.String()) || strings.Count(out, "nameserver") != 1 {
 		t.Fatalf("the sandbox's resolv.conf is not berth's resolver alone:\n%s", out)
 	}
-	if _, blocks := policy(); !slices.Equal(blocks, []string{gw.String() + "/32"}) {
+	if _, blocks := policy(); !slices.Equal(blocks, []string{resolverIP.String() + "/32"}) {
 		t.Fatalf("before any lookup the policy allows %v, want the resolver only", blocks)
 	}
 
-	// Allowed by name: the lookup pins A in the policy before the answer.
+	// Allowed by name, through the Service: the lookup pins A in the
+	// policy before the answer (a translation that hid the sandbox's
+	// address would make the resolver refuse it).
 	t2 := time.Now()
 	if out, code := byName("allowed.test"); code != 0 || !strings.Contains(out, "from-A") {
 		t.Fatalf("allowed.test: %q, exit %d", out, code)
@@ -183,7 +195,7 @@ func TestEgressOnRealNode(t *testing.T) {
 
 	// The enforcer, not the network, stops the sandbox: a pod with no
 	// policy reaches B, and the enforcer's table is loaded.
-	pod("control", httpGet(ipB, "80")+" && busybox nslookup allowed.test "+gw.String()+"; sleep 1", corev1.RestartPolicyNever)
+	pod("control", httpGet(ipB, "80")+" && busybox nslookup allowed.test "+resolverIP.String()+"; sleep 1", corev1.RestartPolicyNever)
 	ctrl := waitPodDone(t, c, inet, "control")
 	if !strings.Contains(ctrl.log, "from-B") {
 		t.Errorf("a pod without a policy did not reach B: %q", ctrl.log)
@@ -196,7 +208,9 @@ func TestEgressOnRealNode(t *testing.T) {
 	}
 
 	// The door itself: the host is no sandbox; garbage does not stop it.
-	res := net.JoinHostPort(gw.String(), "53")
+	// (Straight to the listener: the host has no route to the Service
+	// range of its own, and a packet there could leave the machine.)
+	res := listen.String()
 	if r := query(t, "udp", res, "allowed.test."); r == nil || r.Rcode != dns.RcodeRefused {
 		t.Errorf("a query from the host: %v", r)
 	}
@@ -281,6 +295,44 @@ func TestEgressOnRealNode(t *testing.T) {
 	if left := labelled(t, c, ns, sb.ID); len(left) > 0 {
 		t.Errorf("after remove: %v", left)
 	}
+}
+
+// resolverIP is the ClusterIP of berth's resolver Service in the egress
+// test (as the chart's egress.resolverClusterIP: a fixed free address of
+// the Service range).
+var resolverIP = netip.MustParseAddr("10.96.0.53")
+
+// serviceFor makes Service ns/name with ClusterIP ip and port (UDP and
+// TCP) without a selector, and its EndpointSlice to target, then waits
+// until kube-proxy translates it.
+func serviceFor(t *testing.T, c *kubeenv.Cluster, ns, name string, ip netip.Addr, port int32, target netip.AddrPort) {
+	t.Helper()
+	ctx := context.Background()
+	tp := int32(target.Port())
+	_, err := c.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.ServiceSpec{ClusterIP: ip.String(), Ports: []corev1.ServicePort{
+			{Name: "dns", Protocol: corev1.ProtocolUDP, Port: port, TargetPort: intstr.FromInt32(tp)},
+			{Name: "dns-tcp", Protocol: corev1.ProtocolTCP, Port: port, TargetPort: intstr.FromInt32(tp)},
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("service %s: %v", name, err)
+	}
+	udp, tcp, ready := corev1.ProtocolUDP, corev1.ProtocolTCP, true
+	dnsName, tcpName := "dns", "dns-tcp"
+	_, err = c.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-1", Labels: map[string]string{
+			discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "berth-test"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{target.Addr().String()},
+			Conditions: discoveryv1.EndpointConditions{Ready: &ready}, NodeName: &c.NodeName}},
+		Ports: []discoveryv1.EndpointPort{{Name: &dnsName, Protocol: &udp, Port: &tp}, {Name: &tcpName, Protocol: &tcp, Port: &tp}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("endpointslice of %s: %v", name, err)
+	}
+	c.WaitServiceRouted(t, ns, name, 60*time.Second)
 }
 
 // httpGet is a shell command that GETs / of addr:port over HTTP/1.0.

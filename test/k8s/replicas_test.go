@@ -203,17 +203,44 @@ func labelledAll(t *testing.T, c *kubeenv.Cluster, ns string) []string {
 	return left
 }
 
+// replicaArgs are the flags of replicas of one installation: the store
+// pgURL, the short replicaLeaseTTL and the keys every replica shares
+// (written 0600, as keyfile wants them).
+func replicaArgs(t *testing.T, pgURL string) []string {
+	t.Helper()
+	keys := t.TempDir()
+	writeKey := func(name string, data []byte) string {
+		p := filepath.Join(keys, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	random := func(n int) []byte { b := make([]byte, n); _, _ = rand.Read(b); return b }
+	return []string{"--store", pgURL, "--lease-ttl", replicaLeaseTTL.String(),
+		"--token-key-file", writeKey("token.key", random(32)),
+		"--audit-key-file", writeKey("audit.key", random(32)),
+		"--secrets-key-file", writeKey("secrets.key", []byte(base64.StdEncoding.EncodeToString(random(32))+"\n"))}
+}
+
 // serveOnCluster starts `berth serve --backend kubernetes` (the binary
 // of this tree) on c's namespace ns and node, with a plain HTTP listener
 // on loopback and the images importImages made; extra are more flags.
 // It is stopped at the end of the test, its log tail shown if it failed.
 func serveOnCluster(t *testing.T, c *kubeenv.Cluster, ns, name string, extra ...string) *berthReplica {
 	t.Helper()
+	return serveOnClusterEnv(t, c, ns, name, nil, extra...)
+}
+
+// serveOnClusterEnv is serveOnCluster with env added to the daemon's
+// environment (failpoints).
+func serveOnClusterEnv(t *testing.T, c *kubeenv.Cluster, ns, name string, env []string, extra ...string) *berthReplica {
+	t.Helper()
 	dir := t.TempDir()
 	addr := freePort(t)
 	d, err := testenv.Start(context.Background(), testenv.Config{
 		Binary: berthBinary(t), DataDir: filepath.Join(dir, "data"), Socket: filepath.Join(dir, "berth.sock"),
-		LogFile: filepath.Join(dir, "log"), ReadyTimeout: 90 * time.Second, StopTimeout: 20 * time.Second,
+		LogFile: filepath.Join(dir, "log"), ReadyTimeout: 90 * time.Second, StopTimeout: 20 * time.Second, Env: env,
 		Args: append([]string{"--backend", "kubernetes", "--kubeconfig", c.Kubeconfig, "--namespace", ns,
 			"--agent-image", agentRef, "--image", baseRef, "--image-pull-policy", "Never", "--kube-node", c.NodeName,
 			"--insecure-listen", addr}, extra...),
@@ -256,24 +283,10 @@ func TestReplicasOnRealCluster(t *testing.T) {
 
 	importImages(t, c)
 
-	// The keys every replica shares, 0600 as keyfile wants them.
-	keys := t.TempDir()
-	writeKey := func(name string, data []byte) string {
-		p := filepath.Join(keys, name)
-		if err := os.WriteFile(p, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	random := func(n int) []byte { b := make([]byte, n); _, _ = rand.Read(b); return b }
-	tokenKey := writeKey("token.key", random(32))
-	auditKey := writeKey("audit.key", random(32))
-	secretsKey := writeKey("secrets.key", []byte(base64.StdEncoding.EncodeToString(random(32))+"\n"))
-
+	shared := replicaArgs(t, pgURL)
 	start := func(name string) *berthReplica {
 		t.Helper()
-		return serveOnCluster(t, c, ns, name, "--store", pgURL, "--lease-ttl", replicaLeaseTTL.String(),
-			"--token-key-file", tokenKey, "--audit-key-file", auditKey, "--secrets-key-file", secretsKey)
+		return serveOnCluster(t, c, ns, name, shared...)
 	}
 	a, b := start("a"), start("b")
 	t.Logf("two replicas up at %v", time.Since(t0).Round(time.Millisecond))

@@ -15,6 +15,7 @@ import (
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/engine/files"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -274,6 +275,9 @@ func (m *Snapshots) CreateSnapshot(ctx context.Context, ref string, req *Snapsho
 			return err
 		}
 		defer release()
+		// A crash here leaves a capture no record keeps: the sweep
+		// (doctor) removes it once it is older than the backend's grace.
+		failpoint.Hit("snapshot.after-capture")
 		now := m.e.Now()
 		sn = &store.Snapshot{ID: id, Name: name, Tenant: sb.Tenant, SandboxID: sb.ID, Template: sb.Spec.Template,
 			Layers: sb.Spec.Layers, Spec: sb.Spec, Parent: sb.Spec.FromSnapshot, SizeBytes: c.SizeBytes, CreatedAt: now}

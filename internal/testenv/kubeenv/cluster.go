@@ -43,7 +43,15 @@ type Options struct {
 	// implies Node and ControllerManager): StorageClass CSIStorageClass,
 	// VolumeSnapshotClass CSISnapshotClass.
 	CSI bool
+	// ServiceProxy runs kube-proxy (iptables mode) for the node (implies
+	// Node), so a pod reaches a Service's ClusterIP (ServiceCIDR) as on
+	// any cluster; serviceproxy.go.
+	ServiceProxy bool
 }
+
+// ServiceCIDR is the cluster's Service range (kube-apiserver's
+// --service-cluster-ip-range).
+const ServiceCIDR = "10.96.0.0/16"
 
 // Cluster is a running test cluster.
 type Cluster struct {
@@ -83,6 +91,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	if opts.CSI {
 		opts.Node, opts.ControllerManager = true, true
+	}
+	if opts.ServiceProxy {
+		opts.Node = true
 	}
 	if opts.Node && os.Geteuid() != 0 {
 		t.Fatal("kubeenv: a node (containerd, kubelet, CNI bridge) needs root")
@@ -167,7 +178,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		// No controller watches a lease for the kubernetes Service's
 		// endpoints here, and its only address would be loopback.
 		"--endpoint-reconciler-type=none",
-		"--service-cluster-ip-range=10.96.0.0/16",
+		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--allow-privileged=true",
 		"--profiling=false",
 		"--v=1",
@@ -213,6 +224,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	if opts.Node {
 		c.startNode(t)
+	}
+	if opts.ServiceProxy {
+		c.startServiceProxy(t)
 	}
 	if opts.CSI {
 		c.startCSI(t)

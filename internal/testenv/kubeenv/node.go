@@ -43,6 +43,10 @@ type node struct {
 	netName string // the CNI network's name, berth-k8s-<id>
 	subnet  netip.Prefix
 	nft     string // the guard's nft table (inet), berth-k8s-<id>
+	// serviceRoute: pods get a route to ServiceCIDR through the bridge
+	// (Options.ServiceProxy), which kube-proxy translates on the host;
+	// anything it does not translate the guard drops.
+	serviceRoute bool
 
 	containerd, kubelet *proc
 	// madeDevicePluginDir: /var/lib/kubelet did not exist before kubelet
@@ -106,6 +110,8 @@ func (c *Cluster) startNode(t testing.TB) {
 		link:    "bkn" + c.ID,
 		netName: "berth-k8s-" + c.ID,
 		nft:     "berth-k8s-" + c.ID,
+
+		serviceRoute: c.opts.ServiceProxy,
 	}
 	n.sock = filepath.Join(n.dir, "containerd.sock")
 	c.node = n
@@ -248,9 +254,15 @@ func freeSubnet(second byte) (netip.Prefix, error) {
 
 // writeCNI writes the pod network: a bridge whose address (the subnet's
 // first) makes pods reachable from the host, and no default route in the
-// pods (isDefaultGateway false, no IPAM routes, no masquerade): a pod can
-// reach its subnet and nothing else, certainly nothing off this machine.
+// pods (isDefaultGateway false, no IPAM routes but ServiceCIDR's with
+// Options.ServiceProxy, no masquerade): a pod can reach its subnet (and
+// the Services kube-proxy translates) and nothing else, certainly nothing
+// off this machine.
 func (n *node) writeCNI() error {
+	routes := []any{}
+	if n.serviceRoute {
+		routes = append(routes, map[string]string{"dst": ServiceCIDR})
+	}
 	conf := map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       n.netName,
@@ -264,7 +276,7 @@ func (n *node) writeCNI() error {
 			"ipam": map[string]any{
 				"type":    "host-local",
 				"ranges":  [][]map[string]string{{{"subnet": n.subnet.String()}}},
-				"routes":  []any{},
+				"routes":  routes,
 				"dataDir": filepath.Join(n.dir, "cni", "ipam"),
 			},
 		}},

@@ -19,7 +19,7 @@ import (
 type Binaries struct {
 	Dir string // scripts/k8s-tools.sh's bin dir
 
-	Etcd, APIServer, Kubelet, Scheduler, ControllerManager, Kwok string
+	Etcd, APIServer, Kubelet, Scheduler, ControllerManager, KubeProxy, Kwok string
 }
 
 // cacheRoot is scripts/k8s-tools.sh's default cache ($BERTH_K8S_CACHE).
@@ -48,9 +48,10 @@ func FindBinaries() (Binaries, error) {
 		Kubelet:           filepath.Join(dir, "kubelet"),
 		Scheduler:         filepath.Join(dir, "kube-scheduler"),
 		ControllerManager: filepath.Join(dir, "kube-controller-manager"),
+		KubeProxy:         filepath.Join(dir, "kube-proxy"),
 		Kwok:              filepath.Join(dir, "kwok"),
 	}
-	for _, p := range []string{bs.Etcd, bs.APIServer, bs.Kubelet, bs.Scheduler, bs.ControllerManager, bs.Kwok} {
+	for _, p := range []string{bs.Etcd, bs.APIServer, bs.Kubelet, bs.Scheduler, bs.ControllerManager, bs.KubeProxy, bs.Kwok} {
 		if st, err := os.Stat(p); err != nil || st.Mode()&0o111 == 0 {
 			return Binaries{}, fmt.Errorf("kubeenv: %s is missing or not executable: rebuild with scripts/k8s-tools.sh", p)
 		}
