@@ -316,6 +316,12 @@ func (k *Keys) newIDs(n int) []string {
 func (k *Keys) serve(w http.ResponseWriter, r *http.Request, h http.HandlerFunc, kind Kind, body []byte, st Store, node string, rec *store.IdempotencyKey) {
 	ctx := r.Context()
 	deadline := time.Now().Add(Wait)
+	// This attempt counts as running from before its row can exist (the
+	// insert, or the take-over, below) to its end: a retry that reads the
+	// row in between must not find its owner absent from this process and
+	// take it for dead, which made two attempts act on one key.
+	k.inflight.Store(rec.Owner, struct{}{})
+	defer k.inflight.Delete(rec.Owner)
 	for {
 		cur, inserted, err := st.PutIdempotencyKey(ctx, rec)
 		if err != nil {
@@ -365,8 +371,6 @@ func (k *Keys) serve(w http.ResponseWriter, r *http.Request, h http.HandlerFunc,
 // kept, a 5xx (or a panic) releases the key.
 func (k *Keys) run(w http.ResponseWriter, r *http.Request, h http.HandlerFunc, st Store, rec *store.IdempotencyKey) {
 	bg := context.WithoutCancel(r.Context())
-	k.inflight.Store(rec.Owner, struct{}{})
-	defer k.inflight.Delete(rec.Owner)
 	c := &call{st: st, rec: rec}
 	cw := &captureWriter{ResponseWriter: w, status: http.StatusOK}
 	finished := false
