@@ -8,10 +8,9 @@ import (
 	"testing"
 	"time"
 
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
@@ -44,30 +43,16 @@ const crashCaptureGrace = 20 * time.Second
 // At the end the sandbox is deleted and nothing of berth's is left.
 func TestReplicaDiesMidOperation(t *testing.T) {
 	t0 := time.Now()
-	var c *kubeenv.Cluster
-	checkGone(t, &c)
-	c = kubeenv.Start(t, kubeenv.Options{CSI: true})
-	t.Logf("cluster with the CSI stack up in %v", time.Since(t0).Round(time.Millisecond))
+	c, snaps := startCSICluster(t)
 	ctx := context.Background()
-	const ns = "berth-sandboxes"
-	c.CreateNamespace(t, ns)
-	importImages(t, c)
-	snaps := snapclient.NewForConfigOrDie(c.Config)
+	const ns = sandboxNS
 	args := append(replicaArgs(t, pgtest.Database(t)),
 		"--storage-class", kubeenv.CSIStorageClass, "--kube-capture-grace", crashCaptureGrace.String())
 
 	keeper := serveOnCluster(t, c, ns, "keeper", args...)
 	waitOneHolder(t, 3*replicaLeaseTTL, keeper)
 	t.Logf("keeper up and holding the node lease at %v", time.Since(t0).Round(time.Millisecond))
-	sh := func(id, script string) string {
-		t.Helper()
-		var out strings.Builder
-		ex, err := keeper.c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"/bin/sh", "-c", script}, Env: map[string]string{"PATH": "/bin"}}, &out, &out)
-		if err != nil || ex.Code != 0 {
-			t.Fatalf("%s: exec %q: %v, exit %+v: %s", id, script, err, ex, out.String())
-		}
-		return out.String()
-	}
+	sh := shellIn(t, keeper.c)
 	sb, err := keeper.c.CreateSandbox(ctx, api.CreateSandboxRequest{Name: "work", Persistent: true, Resources: small})
 	if err != nil {
 		t.Fatal(err)
@@ -184,15 +169,7 @@ func TestReplicaDiesMidOperation(t *testing.T) {
 		left := append(labelledAll(t, c, ns), snapshotLeftovers(t, c, snaps, ns)...)
 		return len(left) == 0, strings.Join(left, ", ")
 	})
-	rep, err := keeper.c.Doctor(ctx, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range rep.Findings {
-		if f.Kind != "template" { // the host's Python packages: not this test's
-			t.Errorf("doctor: %+v", f)
-		}
-	}
+	doctorClean(t, keeper.c)
 	t.Logf("whole test %v", time.Since(t0).Round(time.Millisecond))
 }
 

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
-
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
 	"github.com/berth-sh/berth/internal/testenv/kubeenv"
@@ -27,27 +25,13 @@ import (
 // CSI driver's store.
 func TestForkThroughAPIOnRealNode(t *testing.T) {
 	t0 := time.Now()
-	var c *kubeenv.Cluster
-	checkGone(t, &c)
-	c = kubeenv.Start(t, kubeenv.Options{CSI: true})
-	t.Logf("cluster with the CSI stack up in %v", time.Since(t0).Round(time.Millisecond))
+	c, snaps := startCSICluster(t)
 	ctx := context.Background()
-	const ns = "berth-sandboxes"
-	c.CreateNamespace(t, ns)
-	importImages(t, c)
-	snaps := snapclient.NewForConfigOrDie(c.Config)
+	const ns = sandboxNS
 
 	b := serveOnCluster(t, c, ns, "fork", "--storage-class", kubeenv.CSIStorageClass)
 	t.Logf("berth up at %v", time.Since(t0).Round(time.Millisecond))
-	sh := func(id, script string) string {
-		t.Helper()
-		var out strings.Builder
-		ex, err := b.c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"/bin/sh", "-c", script}, Env: map[string]string{"PATH": "/bin"}}, &out, &out)
-		if err != nil || ex.Code != 0 {
-			t.Fatalf("%s: exec %q: %v, exit %+v: %s", id, script, err, ex, out.String())
-		}
-		return out.String()
-	}
+	sh := shellIn(t, b.c)
 	const listing = "cd /workspace && for f in $(find . -type f | sort); do echo $f=$(cat $f); done"
 
 	parent, err := b.c.CreateSandbox(ctx, api.CreateSandboxRequest{Name: "parent", Persistent: true, Resources: small})
@@ -161,15 +145,7 @@ func TestForkThroughAPIOnRealNode(t *testing.T) {
 			t.Fatalf("left after every delete: %v", left)
 		}
 	}
-	rep, err := b.c.Doctor(ctx, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range rep.Findings {
-		if f.Kind != "template" { // the host's Python packages: not this test's
-			t.Errorf("doctor: %+v", f)
-		}
-	}
+	doctorClean(t, b.c)
 	var out strings.Builder
 	if _, err := b.c.Exec(ctx, parent.ID, api.ExecRequest{Cmd: []string{"/bin/true"}}, &out, io.Discard); err == nil {
 		t.Errorf("exec in the deleted parent succeeded")

@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
-	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 
 	"github.com/berth-sh/berth/internal/agent"
 	"github.com/berth-sh/berth/internal/errdefs"
@@ -91,17 +92,9 @@ func TestSnapshotsRefusedWithoutCSI(t *testing.T) {
 // VolumeSnapshot, claim, PV or driver copy is left.
 func TestSnapshotsOnRealNode(t *testing.T) {
 	t0 := time.Now()
-	var c *kubeenv.Cluster
-	checkGone(t, &c)
-	c = kubeenv.Start(t, kubeenv.Options{CSI: true})
-	t.Logf("cluster with the CSI stack up in %v", time.Since(t0).Round(time.Millisecond))
+	c, snaps := startCSICluster(t)
 	ctx := context.Background()
-	const ns = "berth-sandboxes"
-	c.CreateNamespace(t, ns)
-
-	importImages(t, c)
-
-	snaps := snapclient.NewForConfigOrDie(c.Config)
+	const ns = sandboxNS
 	b, err := kube.New(ctx, kube.Config{Client: c.Client, Snapshots: snaps, Namespace: ns, AgentImage: agentRef, Image: baseRef,
 		PullPolicy: corev1.PullNever, NodeName: c.NodeName, StorageClass: kubeenv.CSIStorageClass, ReadyTimeout: 90 * time.Second,
 		CaptureGrace: time.Millisecond})
