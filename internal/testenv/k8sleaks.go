@@ -50,14 +50,9 @@ func sweepK8s(root string, add func(kind, format string, args ...any)) {
 	// host's own tables: left over only if no kube-proxy runs (a host that
 	// is a real Kubernetes node keeps its own).
 	if !kubeProxyRuns() {
-		if conn, err := nftables.New(); err == nil {
-			if chains, err := conn.ListChains(); err == nil {
-				for _, ch := range chains {
-					f := ch.Table.Family
-					if (f == nftables.TableFamilyIPv4 || f == nftables.TableFamilyIPv6) && strings.HasPrefix(ch.Name, "KUBE-") {
-						add("network", "iptables chain %s in table %s (family %d), and no kube-proxy runs", ch.Name, ch.Table.Name, f)
-					}
-				}
+		if chains, err := KubeChains(); err == nil {
+			for _, ch := range chains {
+				add("network", "iptables chain %s, and no kube-proxy runs", ch)
 			}
 		}
 	}
@@ -82,4 +77,30 @@ func kubeProxyRuns() bool {
 		}
 	}
 	return false
+}
+
+// KubeChains lists the chains named KUBE-... in the host's IPv4 and IPv6
+// tables (iptables-nft's), as "<family>/<table>/<chain>": kube-proxy's,
+// and the KUBE-FIREWALL it shares with kubelet.
+func KubeChains() ([]string, error) {
+	conn, err := nftables.New()
+	if err != nil {
+		return nil, err
+	}
+	chains, err := conn.ListChains()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, ch := range chains {
+		f := ch.Table.Family
+		if (f == nftables.TableFamilyIPv4 || f == nftables.TableFamilyIPv6) && strings.HasPrefix(ch.Name, "KUBE-") {
+			fam := "ip"
+			if f == nftables.TableFamilyIPv6 {
+				fam = "ip6"
+			}
+			out = append(out, fam+"/"+ch.Table.Name+"/"+ch.Name)
+		}
+	}
+	return out, nil
 }

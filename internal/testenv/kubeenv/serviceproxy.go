@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
+
+	"github.com/berth-sh/berth/internal/testenv"
 )
 
 // kube-proxy for the node (Options.ServiceProxy): the real one, in iptables
@@ -92,7 +94,9 @@ iptables:
 		if err := removeNewEmptyTables(before); err != nil {
 			t.Errorf("kubeenv: %v", err)
 		}
-		if left := kubeChains(); len(left) > 0 {
+		if left, err := testenv.KubeChains(); err != nil {
+			t.Errorf("kubeenv: listing the host's chains after kube-proxy's cleanup: %v", err)
+		} else if len(left) > 0 {
 			t.Errorf("kubeenv: kube-proxy's chains left after its cleanup: %s", strings.Join(left, ", "))
 		}
 	})
@@ -210,23 +214,6 @@ func removeNewEmptyTables(before map[string]bool) error {
 		}
 	}
 	return conn.Flush()
-}
-
-// kubeChains lists the KUBE- chains in the host's IPv4 and IPv6 tables.
-func kubeChains() []string {
-	var left []string
-	for _, save := range []string{"iptables-save", "ip6tables-save"} {
-		out, err := exec.Command(save).Output()
-		if err != nil {
-			continue
-		}
-		for _, l := range strings.Split(string(out), "\n") {
-			if strings.HasPrefix(l, ":KUBE-") {
-				left = append(left, save+" "+strings.Fields(l)[0][1:])
-			}
-		}
-	}
-	return left
 }
 
 // lockHost takes the host-wide lock at path (flock), waiting up to
