@@ -226,6 +226,9 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	mcfg.NodeLease, mcfg.StoreLease = d.leases.node, d.leases.store
 	if sharedNode {
 		mcfg.Replica = d.leases.self
+		if err := leader.WaitHeld(ctx, d.leases.presence, cfg.LeaseTTL); err != nil {
+			return nil, fmt.Errorf("taking this replica's presence lease: %w", err)
+		}
 	}
 	met.WatchLeases(d.leases.held)
 	if err := (&sandbox.Spec{Resources: sandbox.DefaultResources, Policy: mcfg.DefaultPolicy}).Validate(); err != nil {

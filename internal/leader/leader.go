@@ -52,6 +52,7 @@ package leader
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -266,6 +267,27 @@ func ReplicaLeaseName(replica string) string { return ReplicaLeasePrefix + repli
 
 // ReplicaLeasePrefix begins every presence lease's name.
 const ReplicaLeasePrefix = "replica:"
+
+// WaitHeld waits until l is held, up to within: a replica takes its
+// presence lease before it serves, since a create it records before the
+// lease's row exists reads, to the node lease's holder, as left by a
+// replica that is gone (Present), and is finished or failed under it.
+func WaitHeld(ctx context.Context, l Lease, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		if _, ok := l.Held(); ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("lease %s not taken within %s", l.Status().Name, within)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
 
 // Present reports whether replica still keeps its presence lease: its row
 // unexpired by the database's clock. A row never taken, released (a

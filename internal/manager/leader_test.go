@@ -135,9 +135,12 @@ type gate struct {
 
 // holdProvisions makes replica name's next Provision calls wait at a gate
 // until it is opened, then fail: a create the replica dies in the middle of.
-func holdProvisions(name string) *gate {
+// The gate goes at the end of the test: replica names recur across tests,
+// and a gate left open failed a later test's creates at once.
+func holdProvisions(t *testing.T, name string) *gate {
 	g := &gate{entered: make(chan string, 8), open: make(chan struct{})}
 	gates.Store(name, g)
+	t.Cleanup(func() { gates.CompareAndDelete(name, g) })
 	return g
 }
 
@@ -176,6 +179,9 @@ func startReplica(t *testing.T, url, name string, node *memnode.Node) *replica {
 	go func() { defer kept.Done(); r.lease.Run(ctx) }()
 	go func() { defer kept.Done(); r.presence.Run(ctx) }()
 	go func() { kept.Wait(); close(r.done) }()
+	if err := leader.WaitHeld(t.Context(), r.presence, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	r.m, err = manager.New(manager.Config{
 		Node: "cluster", ReconcileInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
 		NodeLease: r.lease, StoreLease: r.lease, Replica: name,
@@ -534,7 +540,7 @@ func TestOrphanedTransitionsFinished(t *testing.T) {
 	if _, err := x.m.Stop(t.Context(), pers.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
-	g := holdProvisions("replica-x")
+	g := holdProvisions(t, "replica-x")
 	id, late := orphanCreate(t, x, g)
 	lateStart := make(chan error, 1)
 	go func() { _, err := x.m.Start(context.Background(), pers.ID, "test"); lateStart <- err }()
@@ -599,7 +605,7 @@ func TestOrphanedTransitionsFinished(t *testing.T) {
 	// Now the holder itself dies in the middle of a create: c takes the
 	// lease and then finishes it.
 	c := startReplica(t, url, "replica-c", node)
-	g = holdProvisions(holder.name)
+	g = holdProvisions(t, holder.name)
 	id, late = orphanCreate(t, holder, g)
 	holder.kill()
 	close(g.open)
