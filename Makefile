@@ -15,8 +15,9 @@ help: ## list targets
 deps: ## install what is missing (runc, busybox-static, Go) — idempotent
 	@./scripts/install-deps.sh
 
-build: ## build the static berth binary into bin/
+build: ## build the static berth binary and its sandbox agent (berth-agent) into bin/
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/berth
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)-agent ./cmd/berth-agent
 
 vet: ## go vet
 	$(GO) vet ./...

@@ -10,7 +10,10 @@ cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 export PATH=/usr/local/go/bin:$PATH
 if [ -z "${BERTH:-}" ]; then
-	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(git describe --always --dirty 2>/dev/null || echo dev)" -o bin/berth ./cmd/berth
+	ldflags="-s -w -X main.version=$(git describe --always --dirty 2>/dev/null || echo dev)"
+	CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o bin/berth ./cmd/berth
+	# The agent every sandbox runs as its PID 1, found beside berth.
+	CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o bin/berth-agent ./cmd/berth-agent
 fi
 BERTH=${BERTH:-$PWD/bin/berth}
 SOCK=/run/berth/berth.sock

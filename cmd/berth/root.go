@@ -99,7 +99,6 @@ The CLI talks to the daemon over its unix socket, or over HTTP(S) with an API ke
 		c.GroupID = "admin"
 		root.AddCommand(c)
 	}
-	root.AddCommand(newAgentCmd())
 	root.AddCommand(newInstallKeysCmd())
 	return root
 }

@@ -62,7 +62,7 @@ run as root on the daemon's host. docs/security.md lists the attacks.`,
 	f.StringVar(&dataDir, "data-dir", "/var/lib/berth", "the daemon's data dir on this host (ignored with --private)")
 	f.StringVar(&tcp, "tcp", "", "the daemon's TCP listener, http://host:port, for the credential attacks (ignored with --private)")
 	f.StringVar(&runsc, "runsc", "", "with --private: the daemon's --runsc (default: runsc from PATH)")
-	f.StringVar(&agent, "agent", "", "with --private: the daemon's --agent (a static berth binary for inside sandboxes)")
+	f.StringVar(&agent, "agent", "", "with --private: the daemon's --agent (the berth-agent binary for inside sandboxes)")
 	f.BoolVar(&list, "list", false, "print the catalogue (markdown) and exit; nothing runs")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress lines on stderr")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {

@@ -47,8 +47,8 @@ type Config struct {
 	// "kubernetes" (pods; Kube configures it).
 	Backend string
 	Kube    KubeConfig
-	// AgentPath is the berth binary mounted into sandboxes as their agent;
-	// default: this executable.
+	// AgentPath is the agent binary (cmd/berth-agent) mounted into
+	// sandboxes as their PID 1; default: AgentName beside this executable.
 	AgentPath string
 	// WebhookURL receives every lifecycle event as a signed JSON POST
 	// (X-Berth-Signature: sha256=HMAC-SHA256(WebhookSecret, body)).
@@ -135,6 +135,10 @@ type Config struct {
 	MCPIdleTimeout time.Duration
 }
 
+// AgentName is the file name of the agent binary (cmd/berth-agent) that
+// the daemon looks for beside its own executable.
+const AgentName = "berth-agent"
+
 // Defaults of the HTTP edge.
 const (
 	DefaultReadHeaderTimeout = 10 * time.Second
@@ -164,7 +168,7 @@ type KubeConfig struct {
 	// keeps must be before the sweep removes it (0: the backend's
 	// default).
 	CaptureGrace time.Duration
-	// AgentImage holds the berth binary at AgentImagePath; Image is the
+	// AgentImage holds the agent binary (berth-agent) at AgentImagePath; Image is the
 	// sandboxes' image for templates TemplateImages ("name=image,...")
 	// does not name.
 	AgentImage, AgentImagePath string

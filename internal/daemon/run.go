@@ -93,13 +93,25 @@ func (c *Config) setDefaults() error {
 	if c.MaxConnsPerClient == 0 {
 		c.MaxConnsPerClient = DefaultMaxConnsPerClient
 	}
-	if c.AgentPath == "" {
+	if c.Backend != "" && c.Backend != "local" {
+		// Pods take their agent from --agent-image.
+	} else if c.AgentPath == "" {
 		exe, err := os.Executable()
 		if err != nil {
 			return err
 		}
-		if c.AgentPath, err = filepath.EvalSymlinks(exe); err != nil {
+		if exe, err = filepath.EvalSymlinks(exe); err != nil {
 			return err
+		}
+		c.AgentPath = filepath.Join(filepath.Dir(exe), AgentName)
+	}
+	// Found now, not at the first create: a daemon without its agent can
+	// start no sandbox, and says so before it serves.
+	if c.AgentPath != "" {
+		if st, err := os.Stat(c.AgentPath); err != nil {
+			return fmt.Errorf("the sandbox agent: %w (make build puts %s beside berth; serve --agent names another)", err, AgentName)
+		} else if !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+			return fmt.Errorf("the sandbox agent %s is not an executable file", c.AgentPath)
 		}
 	}
 	abs, err := filepath.Abs(c.DataDir)

@@ -610,16 +610,15 @@ func TestRunscCheckpointRestore(t *testing.T) {
 
 // TestRunscAgent runs berth's agent as a runsc sandbox's init, the way the
 // manager does, and talks to it over the socket on the bind-mounted run
-// directory (which needs --host-uds=create). It needs a statically linked
-// berth binary: BERTH_AGENT_BIN=path (e.g. CGO_ENABLED=0 go build -o
-// /tmp/berth ./cmd/berth).
+// directory (which needs --host-uds=create). It needs the static agent
+// binary: BERTH_AGENT_BIN=path (e.g. CGO_ENABLED=0 go build -o
+// /tmp/berth-agent ./cmd/berth-agent), else it builds one.
 func TestRunscAgent(t *testing.T) {
 	r := newTestRunsc(t)
 	bin := os.Getenv("BERTH_AGENT_BIN")
 	if bin == "" {
-		// Build one: a static berth binary is the agent.
-		bin = filepath.Join(t.TempDir(), "berth")
-		cmd := exec.Command("go", "build", "-o", bin, "../../cmd/berth")
+		bin = filepath.Join(t.TempDir(), "berth-agent")
+		cmd := exec.Command("go", "build", "-o", bin, "../../cmd/berth-agent")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("building the agent (or set BERTH_AGENT_BIN): %v\n%s", err, out)
@@ -636,7 +635,7 @@ func TestRunscAgent(t *testing.T) {
 		{Source: bin, Destination: "/.berth/berth", ReadOnly: true},
 		{Source: run, Destination: "/.berth/run"},
 	}
-	s.Args = []string{"/.berth/berth", "agent", "--socket", "/.berth/run/agent.sock"}
+	s.Args = []string{"/.berth/berth", "--socket", "/.berth/run/agent.sock"}
 	if _, err := r.Start(ctx, s); err != nil {
 		t.Fatal(err)
 	}

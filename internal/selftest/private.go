@@ -20,8 +20,8 @@ type PrivateOptions struct {
 	Binary string
 	// Runsc is the daemon's --runsc value ("" = its default, from PATH).
 	Runsc string
-	// Agent is the daemon's --agent: a static berth binary for inside the
-	// sandboxes when Binary is not one (a -race build). "" = Binary.
+	// Agent is the daemon's --agent, the agent binary for inside the
+	// sandboxes. "" = berth-agent beside Binary, the daemon's default.
 	Agent    string
 	Runtimes []string
 	Only     []string

@@ -351,8 +351,8 @@ func Sweep(o SweepOptions) []Leak {
 	}
 	for _, p := range processes() {
 		argv := bytes.Split(p.cmdline, []byte{0})
-		if len(argv) > 1 && harness(string(argv[0])) && filepath.Base(string(argv[0])) == "berth" &&
-			(string(argv[1]) == "serve" || string(argv[1]) == "agent") {
+		if len(argv) > 1 && harness(string(argv[0])) &&
+			(filepath.Base(string(argv[0])) == "berth" && string(argv[1]) == "serve" || filepath.Base(string(argv[0])) == AgentName) {
 			add("process", "%d %s %s", p.pid, argv[0], argv[1])
 		}
 	}

@@ -65,21 +65,42 @@ func RepoRoot() (string, error) {
 	return "", errors.New("testenv: the berth module's root (go.mod) not found")
 }
 
-// Build compiles cmd/berth of the module at root into out: static
-// (CGO_ENABLED=0) as shipped, or with the race detector (cgo, dynamically
-// linked: such a daemon needs a static agent, see Config.Args --agent).
+// Build compiles cmd/berth of the module at root into out, static
+// (CGO_ENABLED=0) as shipped or with the race detector (cgo, dynamically
+// linked), and beside it the agent cmd/berth-agent, always static: it
+// runs inside sandboxes, and the daemon finds it there.
 func Build(ctx context.Context, root, out string, race bool) error {
+	if err := goBuild(ctx, root, out, "./cmd/berth", race); err != nil {
+		return err
+	}
+	return BuildAgent(ctx, root, filepath.Join(filepath.Dir(out), AgentName))
+}
+
+// AgentName is the agent binary's file name beside berth's
+// (daemon.AgentName; testenv does not import the daemon).
+const AgentName = "berth-agent"
+
+// BuildAgent compiles cmd/berth-agent of the module at root into out,
+// static.
+func BuildAgent(ctx context.Context, root, out string) error {
+	return goBuild(ctx, root, out, "./cmd/berth-agent", false)
+}
+
+func goBuild(ctx context.Context, root, out, pkg string, race bool) error {
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
 	args := []string{"build", "-o", out}
 	env := append(os.Environ(), "CGO_ENABLED=0")
 	if race {
 		args = append(args, "-race")
 		env = append(os.Environ(), "CGO_ENABLED=1")
 	}
-	cmd := exec.CommandContext(ctx, "go", append(args, "./cmd/berth")...)
+	cmd := exec.CommandContext(ctx, "go", append(args, pkg)...)
 	cmd.Dir = root
 	cmd.Env = env
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("testenv: go %s: %w\n%s", strings.Join(args, " "), err, b)
+		return fmt.Errorf("testenv: go %s %s: %w\n%s", strings.Join(args, " "), pkg, err, b)
 	}
 	return nil
 }

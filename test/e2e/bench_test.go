@@ -29,12 +29,8 @@ func TestBenchTiny(t *testing.T) {
 	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	bin := berthBin
-	if agentBin != "" {
-		bin = agentBin // the bench's daemons run the binary as their agent too
-	}
 	rep, err := bench.Run(ctx, bench.Options{
-		Binary: bin, Iterations: 3, Idle: 3, Churn: time.Second, Expiry: 3, ExpiryStop: 2, TempRoot: dir,
+		Binary: berthBin, Iterations: 3, Idle: 3, Churn: time.Second, Expiry: 3, ExpiryStop: 2, TempRoot: dir,
 		ForkSizes: []int64{1 << 20}, NetBytes: 1 << 20,
 	}, testWriter{t})
 	if rep != nil {

@@ -23,12 +23,6 @@ import (
 // berthBin is the binary under test, built once by TestMain.
 var berthBin string
 
-// agentBin, when set, is a static build of the same source handed to the
-// daemon as the sandboxes' agent (--agent): a -race daemon needs cgo and is
-// dynamically linked, which templates without the host's /usr (busybox
-// images) cannot run.
-var agentBin string
-
 func TestMain(m *testing.M) {
 	// A suite that cannot run must fail, not pass with nothing tested.
 	if err := testenv.RequireRoot("the e2e suite (test/e2e)"); err != nil {
@@ -50,16 +44,9 @@ func TestMain(m *testing.M) {
 	}
 	ctx := context.Background()
 	berthBin = filepath.Join(dir, "berth")
+	// BERTH_E2E_RACE: the daemon under the race detector. The agent
+	// beside it, which the daemon finds there, is static either way.
 	race := os.Getenv("BERTH_E2E_RACE") != ""
-	if race {
-		// The daemon under the race detector; a static build becomes the
-		// agent.
-		agentBin = filepath.Join(dir, "berth-agent")
-		if err := testenv.Build(ctx, root, agentBin, false); err != nil {
-			fmt.Fprintln(os.Stderr, "building the agent:", err)
-			os.Exit(1)
-		}
-	}
 	if err := testenv.Build(ctx, root, berthBin, race); err != nil {
 		fmt.Fprintln(os.Stderr, "building berth:", err)
 		os.Exit(1)
@@ -121,9 +108,6 @@ func (d *daemon) start() {
 // test (cleanup must go on to clean the host when a start fails).
 func (d *daemon) tryStart() error {
 	args := slices.Clone(d.extra)
-	if agentBin != "" {
-		args = append(args, "--agent", agentBin)
-	}
 	p, err := testenv.Start(context.Background(), testenv.Config{
 		Binary: berthBin, DataDir: d.dataDir, Socket: d.socket, Args: args, Env: d.env,
 		Netns: d.netns, LogLevel: "debug", UserAgent: "berth-e2e", ReadyTimeout: 30 * time.Second,

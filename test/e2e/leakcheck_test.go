@@ -117,10 +117,7 @@ func TestCleanWithoutTheDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := filepath.Join(base, "data")
-	args := []string{}
-	if agentBin != "" {
-		args = append(args, "--agent", agentBin)
-	}
+	var args []string
 	p, err := testenv.Start(context.Background(), testenv.Config{
 		Binary: berthBin, DataDir: data, Socket: filepath.Join(base, "berth.sock"), Args: args,
 		LogLevel: "debug", UserAgent: "berth-e2e", ReadyTimeout: 30 * time.Second, StopTimeout: 20 * time.Second,

@@ -19,13 +19,14 @@ import (
 // The refs of the two images every sandbox pod of these tests is made
 // of, in each cluster's own containerd.
 const (
-	agentRef = "berth.local/agent:test"   // the berth binary at /berth
+	agentRef = "berth.local/agent:test"   // the agent binary at /berth-agent
 	baseRef  = "berth.local/busybox:test" // the sandbox's root
 )
 
-// The berth binary is built once for the whole package run (every test's
-// agent image and the replicas' daemons are the same binary) into a
-// directory TestMain removes.
+// berth and its agent are built once for the whole package run (every
+// test's agent image holds the same agent, the replicas' daemons are the
+// same berth) into a directory TestMain removes; the agent alone also in
+// its subdirectory agent/, the agent image's contents.
 var built struct {
 	once sync.Once
 	dir  string
@@ -44,7 +45,10 @@ func berthBinary(t *testing.T) string {
 		if built.dir, built.err = os.MkdirTemp("", "berth-k8s-bin-"); built.err != nil {
 			return
 		}
-		built.err = testenv.Build(context.Background(), root, filepath.Join(built.dir, "berth"), false)
+		if built.err = testenv.Build(context.Background(), root, filepath.Join(built.dir, "berth"), false); built.err != nil {
+			return
+		}
+		built.err = testenv.BuildAgent(context.Background(), root, filepath.Join(built.dir, "agent", testenv.AgentName))
 	})
 	if built.err != nil {
 		t.Fatalf("building berth: %v", built.err)
@@ -52,11 +56,11 @@ func berthBinary(t *testing.T) string {
 	return filepath.Join(built.dir, "berth")
 }
 
-// importImages imports the agent image (berth at /berth, nothing else)
+// importImages imports the agent image (berth-agent at /berth-agent, nothing else)
 // and the busybox base into c's node, as agentRef and baseRef.
 func importImages(t *testing.T, c *kubeenv.Cluster) {
 	t.Helper()
-	c.ImportImage(t, agentRef, kubeenv.BuildImage(t, filepath.Dir(berthBinary(t)), agentRef, kubeenv.ImageConfig{}))
+	c.ImportImage(t, agentRef, kubeenv.BuildImage(t, filepath.Join(filepath.Dir(berthBinary(t)), "agent"), agentRef, kubeenv.ImageConfig{}))
 	c.ImportImage(t, baseRef, kubeenv.BusyboxImage(t, baseRef))
 }
 

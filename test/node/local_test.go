@@ -20,7 +20,7 @@ import (
 	"github.com/berth-sh/berth/internal/testenv"
 )
 
-// agentBin is the static berth binary the sandboxes run as their agent.
+// agentBin is the static agent binary (cmd/berth-agent) the sandboxes run.
 var agentBin string
 
 func TestMain(m *testing.M) {
@@ -51,9 +51,9 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	agentBin = filepath.Join(dir, "berth")
-	if err := testenv.Build(context.Background(), root, agentBin, false); err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL: building berth:", err)
+	agentBin = filepath.Join(dir, testenv.AgentName)
+	if err := testenv.BuildAgent(context.Background(), root, agentBin); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL: building the agent:", err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}

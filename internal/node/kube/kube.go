@@ -65,10 +65,10 @@ type Config struct {
 	// Classes are berth's runtime classes, the default first (default:
 	// one class "runc" on the cluster's default handler).
 	Classes []ClassMap
-	// AgentImage holds the berth binary at AgentImagePath; its init
-	// container copies it into the pod.
+	// AgentImage holds the agent binary (cmd/berth-agent) at
+	// AgentImagePath; its init container copies it into the pod.
 	AgentImage     string
-	AgentImagePath string // default "/berth"
+	AgentImagePath string // default "/berth-agent"
 	// Image is the sandbox container's image (its root filesystem) for
 	// templates TemplateImages does not name.
 	Image          string
@@ -198,7 +198,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		cfg.Instance = "berth"
 	}
 	if cfg.AgentImagePath == "" {
-		cfg.AgentImagePath = "/berth"
+		cfg.AgentImagePath = "/berth-agent"
 	}
 	if cfg.AgentPort == 0 {
 		cfg.AgentPort = 7070

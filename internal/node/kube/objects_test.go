@@ -17,7 +17,7 @@ import (
 )
 
 func testBackend() *Backend {
-	return &Backend{cfg: Config{Namespace: "sandboxes", Instance: "berth", AgentImage: "berth:dev", AgentImagePath: "/berth",
+	return &Backend{cfg: Config{Namespace: "sandboxes", Instance: "berth", AgentImage: "berth:dev", AgentImagePath: "/berth-agent",
 		Image: "base:1", TemplateImages: map[string]string{"python": "python:3"}, AgentPort: 7070, NodeName: "n1"},
 		rcOf:    map[string]string{"runc": "", "runsc": "gvisor"},
 		classes: []node.Class{{Name: "runc", Caps: podCaps}, {Name: "runsc", Caps: podCaps}}}
@@ -60,7 +60,7 @@ func TestPodFor(t *testing.T) {
 	if c.Image != "python:3" {
 		t.Errorf("image %q, want the template's", c.Image)
 	}
-	if want := []string{"/.berth/bin/berth", "agent", "--listen-tcp", ":7070", "--tls-dir", "/.berth/tls"}; !slices.Equal(c.Command, want) {
+	if want := []string{"/.berth/bin/berth", "--listen-tcp", ":7070", "--tls-dir", "/.berth/tls"}; !slices.Equal(c.Command, want) {
 		t.Errorf("command %q", c.Command)
 	}
 	if got := c.Resources.Limits[corev1.ResourceCPU]; got.MilliValue() != 1500 {
@@ -80,7 +80,7 @@ func TestPodFor(t *testing.T) {
 		t.Errorf("security context %+v", sc)
 	}
 	init := p.Spec.InitContainers[0]
-	if init.Image != "berth:dev" || !slices.Equal(init.Command, []string{"/berth", "agent", "--install", "/.berth/bin/berth"}) {
+	if init.Image != "berth:dev" || !slices.Equal(init.Command, []string{"/berth-agent", "--install", "/.berth/bin/berth"}) {
 		t.Errorf("init container %s %q", init.Image, init.Command)
 	}
 	vols := map[string]corev1.Volume{}

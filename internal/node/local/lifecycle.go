@@ -142,7 +142,7 @@ func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	if err := b.resetAgentPin(sb.ID); err != nil {
 		return err
 	}
-	args := []string{agentBinary, "agent", "--listen-fd", "3", "--seccomp-fd", "4"}
+	args := []string{agentBinary, "--listen-fd", "3", "--seccomp-fd", "4"}
 	var extra []*os.File
 	seccompFD := 4
 	if !capsOf(rt).InheritFDs {
@@ -154,7 +154,7 @@ func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 			return err
 		}
 		mounts = append(mounts, runtime.Mount{Source: p.run, Destination: "/.berth/run"})
-		args = []string{agentBinary, "agent", "--socket", "/.berth/run/" + agentchan.SockName}
+		args = []string{agentBinary, "--socket", "/.berth/run/" + agentchan.SockName}
 		seccompFD = 0
 	} else {
 		lnFile, err := agentchan.BindSocket(p.socket)

@@ -1,0 +1,38 @@
+// Command berth-agent is the agent that runs inside every sandbox as its
+// PID 1 (internal/agent/agentd), built as its own small static binary.
+//
+// It is apart from cmd/berth so that what is mounted into each sandbox
+// holds the agent's code and nothing else: no CLI, no daemon, no
+// Kubernetes client, no database drivers. Code in the sandbox can read
+// the binary it runs beside (it is mounted read-only), so it should carry
+// no more than it needs, and every sandbox maps its pages: a 6 MB agent
+// costs far less page cache and start-up than the 88 MB product binary.
+// The daemon finds it beside its own executable (berth serve --agent to
+// name another) and versions it with itself: both are built by make build.
+package main
+
+import (
+	"os"
+
+	"github.com/berth-sh/berth/internal/agent/agentd"
+)
+
+// version is set at build time (-X main.version=...), as berth's is.
+var version = "dev"
+
+func main() {
+	args := os.Args[1:]
+	// The command lines of sandboxes made before the agent had a binary of
+	// its own say "berth agent ...": the verb is accepted and dropped.
+	if len(args) > 0 && args[0] == "agent" {
+		args = args[1:]
+	}
+	if len(args) > 0 && args[0] == agentd.LimitTasksVerb {
+		os.Exit(agentd.LimitTasksMain(args[1:]))
+	}
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		os.Stdout.WriteString("berth-agent " + version + "\n")
+		os.Exit(0)
+	}
+	os.Exit(agentd.Main(args))
+}
