@@ -179,6 +179,10 @@ type Machine struct {
 	Cgroup      string `json:"cgroup"`
 	Go          string `json:"go"`
 	Berth       string `json:"berth,omitempty"`
+	// BerthBytes and AgentBytes are the sizes of the berth binary measured
+	// and of the agent binary its daemons mount into sandboxes.
+	BerthBytes int64 `json:"berth_bytes,omitempty"`
+	AgentBytes int64 `json:"agent_bytes,omitempty"`
 }
 
 // Report is the result of a bench run.
@@ -391,6 +395,12 @@ func (b *bench) run(ctx context.Context) error {
 	b.Logf("daemon pid %d ready on %s", b.d.PID(), b.d.Sock)
 	if v, err := b.d.C.Version(ctx); err == nil {
 		b.rep.Machine.Berth = v.Version
+	}
+	if st, err := os.Stat(b.opts.Binary); err == nil {
+		b.rep.Machine.BerthBytes = st.Size()
+	}
+	if st, err := os.Stat(filepath.Join(filepath.Dir(b.opts.Binary), "berth-agent")); err == nil {
+		b.rep.Machine.AgentBytes = st.Size()
 	}
 	b.peer, err = peer.New(ctx, b.opts.Runc, tmp, b.d.C, b.d.Instance)
 	if err != nil {

@@ -224,8 +224,45 @@ func (b *bench) measureRunCLI(ctx context.Context) error {
 		Berth: harness.Summarize(bs.V), Peer: "runc run true", PeerStat: &peer, Target: "≤ 1.5× peer"}
 	row.Pass = harness.Pass(row.Berth.P50 <= 1.5*peer.P50)
 	b.Add(row)
+	return b.measureCLIStart(ctx)
+}
+
+// measureCLIStart times the CLI's own start-up, no daemon asked: `berth
+// help` (package init and the command tree) beside `runc --version`, the
+// peer's smallest whole-process call.
+func (b *bench) measureCLIStart(ctx context.Context) error {
+	timed := func(name string, args ...string) (time.Duration, error) {
+		cmd := exec.CommandContext(ctx, name, args...)
+		t0 := time.Now()
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return 0, fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+		return time.Since(t0), nil
+	}
+	var bs, ps harness.Samples
+	for i := range b.opts.Iterations + 1 {
+		bd, err := timed(b.opts.Binary, "help")
+		if err != nil {
+			return err
+		}
+		pd, err := timed(b.opts.Runc, "--version")
+		if err != nil {
+			return err
+		}
+		if i > 0 { // the first warms the binaries' pages
+			bs.Add(bd)
+			ps.Add(pd)
+		}
+	}
+	peer := harness.Summarize(ps.V)
+	b.Add(Row{Measurement: RunCLI, Name: "  CLI start (`berth help`, no daemon)", Unit: "ms",
+		Berth: harness.Summarize(bs.V), Peer: "runc --version", PeerStat: &peer,
+		Note: fmt.Sprintf("berth %s, berth-agent %s", sizeMiB(b.rep.Machine.BerthBytes), sizeMiB(b.rep.Machine.AgentBytes))})
 	return nil
 }
+
+func sizeMiB(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 // loop runs fn from workers goroutines until d has passed and returns the
 // per-call latencies and the wall time until the last call ended.

@@ -16,7 +16,11 @@ func WriteTable(w io.Writer, rep *Report) error {
 	m := rep.Machine
 	fmt.Fprintf(w, "berth bench  %s\n", rep.Started.Format("2006-01-02 15:04:05 UTC"))
 	fmt.Fprintf(w, "machine: %d CPUs (%s), %d MiB RAM, %s, cgroup %s\n", m.CPUs, orDash(m.CPUModel), m.MemTotalMiB, m.Kernel, m.Cgroup)
-	fmt.Fprintf(w, "runc %s, berth %s (%s)\n", orDash(m.Runc), orDash(m.Berth), m.Go)
+	fmt.Fprintf(w, "runc %s, berth %s (%s)", orDash(m.Runc), orDash(m.Berth), m.Go)
+	if m.BerthBytes > 0 {
+		fmt.Fprintf(w, "; binaries: berth %s, berth-agent %s", sizeMiB(m.BerthBytes), sizeMiB(m.AgentBytes))
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "iterations %d, idle %d, churn %gs, concurrency %d, expiry %d", rep.Iterations, rep.Idle,
 		rep.ChurnSecs, rep.Concurrency, rep.Expiry)
 	if rep.ExpiryStop > 0 {
