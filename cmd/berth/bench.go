@@ -35,7 +35,7 @@ own socket, cgroup parent and runc root), so it neither needs nor touches a
 running "berth serve". At the end it deletes its sandboxes, checks doctor,
 stops the daemon and removes everything it created. It must run as root.
 
-Measurements (--only takes these names, or the letters a-n):
+Measurements (--only takes these names, or the letters a-o):
   tti      time to interactive: create + first exec of true, vs runc run true
   exec     exec round trip of true through the SDK, vs runc exec true
   run      one-shot "berth run -- true" (CLI wall time), vs runc run true
@@ -60,6 +60,12 @@ Measurements (--only takes these names, or the letters a-n):
            a runsc sandbox holding 100 MiB and 1 GiB (skipped without runsc)
   egress   create -> first exec in network mode egress vs mode none, and the
            extra time of egress (target p50 <= 15 ms)
+  compute  create -> first command result (true; node -v too in the burst when
+           the host has node) in three arrival patterns: --iterations one
+           after another, --iterations staggered 200 ms apart, and --burst at
+           once (default 100); p50/p95/p99, success count and wall time, vs
+           raw runc run true under the same arrivals, beside the published
+           figures of hosted platforms (ComputeSDK, Oct 2026)
   nat      TCP throughput (--net-bytes per transfer) from an egress sandbox
            through berth's bridge and NAT to a test host, vs the same
            transfer over a plain veth pair
@@ -76,6 +82,7 @@ target was met (use --strict to fail on a missed target).`,
 		Example: `  berth bench
   berth bench --iterations 10 --idle 20 --churn-seconds 3
   berth bench --only tti,exec -o json
+  berth bench --only compute --burst 200
   berth bench --only pause,restart,expiry --expiry 50
   berth bench --only fork,pool,snapshot --fork-sizes 10m,100m
   berth bench --only egress,nat --net-bytes 64m`,
@@ -84,6 +91,7 @@ target was met (use --strict to fail on a missed target).`,
 	out := addOutputFlag(cmd)
 	f := cmd.Flags()
 	f.IntVar(&opts.Iterations, "iterations", bench.DefaultIterations, "samples of each latency")
+	f.IntVar(&opts.Burst, "burst", bench.DefaultBurst, "creates the compute measurement starts at once")
 	f.IntVar(&opts.Idle, "idle", bench.DefaultIdle, "idle sandboxes the density measurement keeps running")
 	f.Float64Var(&churn, "churn-seconds", bench.DefaultChurn.Seconds(), "how long the churn measurement runs, in seconds")
 	f.IntVar(&opts.Concurrency, "concurrency", bench.DefaultConcurrency, "concurrent clients in churn, in the density creates and deletes and in the expiry creates and touches")

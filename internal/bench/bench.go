@@ -83,6 +83,9 @@ const (
 	Fork     = "fork"
 	Pool     = "pool"
 	Snapshot = "snapshot"
+	// Compute: create -> first command under sequential, staggered and
+	// burst arrivals (compute.go).
+	Compute = "compute"
 	// Issue 5: sandbox networking (internal/bench/netbench).
 	Egress = netbench.Egress
 	NAT    = netbench.NAT
@@ -96,12 +99,12 @@ const DefaultNetBytes = netbench.DefaultNetBytes
 func NetNamespaces(workDir string) []string { return netbench.NetNamespaces(workDir) }
 
 // All lists every measurement in the order Run performs them.
-var All = []string{TTI, Exec, RunCLI, Churn, Density, Pause, Restart, Expiry, Fork, Pool, Snapshot, Runsc, Egress, NAT}
+var All = []string{TTI, Exec, RunCLI, Churn, Density, Pause, Restart, Expiry, Fork, Pool, Snapshot, Runsc, Egress, NAT, Compute}
 
 // aliases lets --only name measurements by their letter in the design notes.
 var aliases = map[string]string{"a": TTI, "b": Exec, "c": RunCLI, "d": Churn, "e": Density,
 	"f": Pause, "g": Restart, "h": Expiry, "i": Fork, "j": Pool, "k": Snapshot, "l": Runsc,
-	"m": Egress, "n": NAT}
+	"m": Egress, "n": NAT, "o": Compute}
 
 // Options configures a bench run. Zero values take the defaults.
 type Options struct {
@@ -137,6 +140,9 @@ type Options struct {
 	// NetBytes is what each transfer of the nat measurement sends
 	// (default 256 MiB).
 	NetBytes int64
+	// Burst is how many creates the compute measurement starts at once
+	// (default 100).
+	Burst int
 	// Only restricts the run to these measurements (see All); empty: all.
 	Only []string
 	// TempRoot is where the private temporary directory is made
@@ -231,6 +237,12 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Iterations == 0 {
 		o.Iterations = DefaultIterations
+	}
+	if o.Burst == 0 {
+		o.Burst = DefaultBurst
+	}
+	if o.Burst < 0 || o.Burst > 10000 {
+		return fmt.Errorf("bench: --burst must be between 1 and 10000, not %d", o.Burst)
 	}
 	if o.Idle == 0 {
 		o.Idle = DefaultIdle
@@ -427,6 +439,7 @@ func (b *bench) run(ctx context.Context) error {
 		{Runsc, b.measureRunsc},
 		{Egress, b.net.MeasureEgress},
 		{NAT, b.net.MeasureNAT},
+		{Compute, b.measureCompute},
 	}
 	for _, s := range steps {
 		if !b.opts.selected(s.name) {

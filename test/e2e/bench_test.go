@@ -36,7 +36,7 @@ func TestBenchTiny(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	rep, err := bench.Run(ctx, bench.Options{
-		Binary: berthBin, Iterations: 3, Idle: 3, Churn: time.Second, Expiry: 3, ExpiryStop: 2, TempRoot: dir,
+		Binary: berthBin, Iterations: 3, Burst: 4, Idle: 3, Churn: time.Second, Expiry: 3, ExpiryStop: 2, TempRoot: dir,
 		ForkSizes: []int64{1 << 20}, NetBytes: 1 << 20,
 	}, testWriter{t})
 	if rep != nil {
