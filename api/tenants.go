@@ -73,9 +73,23 @@ type CreatePortTokenRequest struct {
 // to the API's base) carries it in the berth_port_token query parameter,
 // which the proxy turns into a cookie.
 type PortToken struct {
+	// ID names the token's record: GET /v1/sandboxes/{id}/port-tokens
+	// lists it, DELETE /v1/sandboxes/{id}/port-tokens/{token} revokes it.
+	ID        string    `json:"id"`
 	SandboxID string    `json:"sandbox_id"`
 	Port      int       `json:"port"`
 	Token     string    `json:"token"`
 	URL       string    `json:"url"`
 	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// PortTokenInfo is a port token's record as listed: never its secret.
+type PortTokenInfo struct {
+	ID        string     `json:"id"`
+	SandboxID string     `json:"sandbox_id"`
+	Port      int        `json:"port"`
+	CreatedBy string     `json:"created_by"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt time.Time  `json:"expires_at"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
 }
