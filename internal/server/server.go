@@ -6,6 +6,7 @@ package server
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -47,6 +48,9 @@ type Server struct {
 	// Audit, if set, records every audited call (audit.go) and serves
 	// /v1/audit.
 	Audit *audit.Log
+	// AuditAnchorKey checks the anchors POST /v1/audit/verify is given
+	// (audit.Anchorer signs them with its private half).
+	AuditAnchorKey ed25519.PublicKey
 	// BodyTimeout bounds how long a request on a non-streaming route may
 	// take to send its body; WriteTimeout how long such a request may take
 	// to be answered (0: no bound). Streaming routes (Route.Stream) have
