@@ -70,7 +70,7 @@ type HTTPHandler struct {
 	mu       sync.Mutex
 	sessions map[string]*httpSession
 	pending  int            // sessions being created
-	tenants  map[string]int // live and pending sessions by tenant
+	tenants  map[string]int // live sessions by tenant, once their client has their id (pending ones count against MaxSessions only)
 	closed   bool
 }
 
@@ -79,6 +79,7 @@ type httpSession struct {
 	tenant  string
 	s       *Session
 	release func() // of the credential binding (Caller.Bind)
+	counted bool   // in tenants: the client was told its id
 }
 
 // NewHTTPHandler returns the handler. caller reports who makes a request
@@ -130,7 +131,6 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		tenantFull := !full && c.Tenant != "" && h.tenants[c.Tenant] >= h.opts.MaxSessionsPerTenant
 		if !full && !tenantFull {
 			h.pending++
-			h.tenants[c.Tenant]++
 		}
 		h.mu.Unlock()
 		if full {
@@ -146,11 +146,23 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.mu.Lock()
 		if *created == "" { // no session made: the slot held is free again
 			h.pending--
-			h.untenant(c.Tenant)
 		}
 		hs := h.sessions[*created]
 		h.mu.Unlock()
+		if hs != nil && w.Header().Get(SessionHeader) != *created {
+			// A session the client was never told of (the SDK makes one
+			// for a stateless server/discover probe): nobody can use it, so
+			// it holds no slot.
+			h.end(*created)
+			return
+		}
 		if hs != nil {
+			h.mu.Lock()
+			if h.sessions[*created] == hs { // a session the client holds: its tenant's share
+				hs.counted = true
+				h.tenants[hs.tenant]++
+			}
+			h.mu.Unlock()
 			h.watch(*created, hs, c)
 		}
 		return
@@ -253,7 +265,9 @@ func (h *HTTPHandler) end(id string) {
 	delete(h.sessions, id)
 	var release func()
 	if hs != nil {
-		h.untenant(hs.tenant)
+		if hs.counted {
+			h.untenant(hs.tenant)
+		}
 		release = hs.release
 	}
 	h.mu.Unlock()
@@ -285,7 +299,9 @@ func (h *HTTPHandler) Close() {
 			releases = append(releases, hs.release)
 		}
 		delete(h.sessions, id)
-		h.untenant(hs.tenant)
+		if hs.counted {
+			h.untenant(hs.tenant)
+		}
 	}
 	h.mu.Unlock()
 	var wg sync.WaitGroup

@@ -168,11 +168,12 @@ func TestTenantShares(t *testing.T) {
 		sb := e.sandbox(kb.Key, `{"template":"base"}`)
 		// An upload held open: its body never ends until the test says.
 		pr, pw := io.Pipe()
+		defer pw.Close()
 		req, _ := http.NewRequest("PUT", e.tcp.URL+"/v1/sandboxes/"+sa.ID+"/files?path=/held", pr)
 		req.Header.Set("Authorization", "Bearer "+ka.Key)
 		done := make(chan int, 1)
 		go func() {
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
 			if err != nil {
 				done <- 0
 				return
@@ -180,21 +181,28 @@ func TestTenantShares(t *testing.T) {
 			resp.Body.Close()
 			done <- resp.StatusCode
 		}()
-		pw.Write([]byte("x"))
-		// The held upload has its slot once its first bytes are taken in.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			code, body := e.do(ka.Key, "PUT", "/v1/sandboxes/"+sa.ID+"/files?path=/second", "y")
-			if code == 429 {
-				if !strings.Contains(body, "tenant a") {
-					t.Errorf("429 without its reason: %s", body)
-				}
+		// More than the client's buffer, so the request is on the wire.
+		pw.Write(make([]byte, 64<<10))
+		// The held upload has its slot once the server took it in.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			e.srv.uploads.mu.Lock()
+			n := e.srv.uploads.open["a"]
+			e.srv.uploads.mu.Unlock()
+			if n == 1 {
 				break
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("a second upload of tenant a past its share of 1: %d %s", code, body)
+			select {
+			case c := <-done:
+				t.Fatalf("the held upload ended early: %d", c)
+			default:
 			}
-			time.Sleep(20 * time.Millisecond)
+			if time.Now().After(deadline) {
+				t.Fatal("the held upload never reached the server")
+			}
+		}
+		code, body := e.do(ka.Key, "PUT", "/v1/sandboxes/"+sa.ID+"/files?path=/second", "y")
+		if code != 429 || !strings.Contains(body, "tenant a") {
+			t.Fatalf("a second upload of tenant a past its share of 1: %d %s", code, body)
 		}
 		e.must(kb.Key, "PUT", "/v1/sandboxes/"+sb.ID+"/files?path=/other", "z", 0, nil)
 		e.must("local", "PUT", "/v1/sandboxes/"+sa.ID+"/files?path=/host", "h", 0, nil)
