@@ -18,7 +18,6 @@ import (
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/berth-sh/berth/api"
-	"github.com/berth-sh/berth/internal/auth"
 )
 
 // revokeWithin is the bound the issue sets: a connection must end within
@@ -216,7 +215,7 @@ func TestRevocationEndsStreams(t *testing.T) {
 			t.Fatalf("port token without an id: %+v", pt)
 		}
 		req, _ := http.NewRequest("GET", e.tcp.URL+portPath(sb.ID, 7000), nil)
-		req.Header.Set("Cookie", auth.PortTokenParam+"="+pt.Token)
+		req.Header.Set(PortTokenHeader, pt.Token)
 		resp, err := noRedirect.Do(req)
 		if err != nil {
 			t.Fatal(err)

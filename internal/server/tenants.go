@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -395,8 +396,11 @@ func (s *Server) mintPortToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tok := s.Leases.MintPort(auth.PortToken{Sandbox: sb.ID, Port: port, Expires: exp, ID: rec.ID})
-	writeJSON(w, http.StatusCreated, api.PortToken{ID: rec.ID, SandboxID: sb.ID, Port: port, Token: tok, ExpiresAt: exp,
-		URL: portPath(sb.ID, port) + "?" + auth.PortTokenParam + "=" + url.QueryEscape(tok)})
+	out := api.PortToken{ID: rec.ID, SandboxID: sb.ID, Port: port, Token: tok, ExpiresAt: exp, URL: portPath(sb.ID, port)}
+	if s.Domain != "" {
+		out.BrowserURL = s.hostPortURL(r, sb.ID, port) + "?" + auth.PortTokenParam + "=" + url.QueryEscape(tok)
+	}
+	writeJSON(w, http.StatusCreated, out)
 }
 
 func portTokenToAPI(t *store.PortToken) api.PortTokenInfo {
@@ -453,17 +457,48 @@ func (s *Server) revokePortToken(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, portTokenToAPI(t))
 }
 
+// hostPortURL is the base URL of sandbox id's port on its own host name,
+// {port}-{id}.{domain}, by the scheme and port the request came in on.
+func (s *Server) hostPortURL(r *http.Request, id string, port int) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	host := strconv.Itoa(port) + "-" + id + "." + s.Domain
+	if _, p, err := net.SplitHostPort(r.Host); err == nil && p != "" {
+		host = net.JoinHostPort(host, p)
+	}
+	return scheme + "://" + host + "/"
+}
+
 // portPath is the path under which the proxy serves sandbox id's port.
 func portPath(id string, port int) string {
 	return "/v1/sandboxes/" + id + "/ports/" + strconv.Itoa(port) + "/"
 }
 
+// PortTokenHeader carries a port token on the path-routed proxy, which
+// takes no cookie and no query token: that route is for non-browser
+// clients (browsers use the host-routed {port}-{id}.{domain} names).
+const PortTokenHeader = "X-Berth-Port-Token"
+
+// pathRouted reports whether r came through the path-routed port proxy
+// (/v1/sandboxes/{id}/ports/{port}/...) on the daemon's own origin.
+func pathRouted(r *http.Request) bool {
+	return strings.HasPrefix(r.Pattern, "/v1/sandboxes/{id}/ports/{port}")
+}
+
 // portToken finds a port token on a port-proxy request without an
-// Authorization header: the query parameter, else the cookie. fromQuery
-// says where.
+// Authorization header. On a host-routed name ({port}-{id}.{domain}, the
+// browser's way): the query parameter, else the cookie, which is that
+// host's alone. On the path-routed proxy, the daemon's own origin: the
+// PortTokenHeader only — never a cookie or the query, so a browser holds
+// no credential a page on that origin could ride. fromQuery says where.
 func portToken(r *http.Request) (tok string, fromQuery bool) {
 	if r.Header.Get("Authorization") != "" {
 		return "", false
+	}
+	if pathRouted(r) {
+		return r.Header.Get(PortTokenHeader), false
 	}
 	if q := r.URL.Query(); q.Has(auth.PortTokenParam) {
 		return q.Get(auth.PortTokenParam), true
@@ -498,26 +533,26 @@ func (s *Server) portPrincipal(r *http.Request, rt Route) (p auth.Principal, ok 
 	return p, true, nil
 }
 
-// portTokenRedirect, for a port token that came in the query, sets it as
-// an HttpOnly, SameSite=Lax cookie scoped to the port's path (or, host
-// routed, to its own host) and redirects to the URL without it, so the
+// portTokenRedirect, for a port token that came in the query of a
+// host-routed name, sets it as an HttpOnly, SameSite=Lax cookie of that
+// host alone (no Domain attribute: neither the daemon's origin nor another
+// sandbox's name gets it) and redirects to the URL without it, so the
 // token leaves the address bar and the history. It reports whether it
 // answered. The token never reaches the sandbox: the proxy drops the
-// cookie and the parameter.
+// cookie, the parameter and the header.
 func (s *Server) portTokenRedirect(w http.ResponseWriter, r *http.Request, rt Route, p auth.Principal) bool {
 	tok, fromQuery := portToken(r)
 	if !fromQuery || p.Port == 0 {
 		return false
 	}
-	path := portPath(p.Sandbox, p.Port)
-	if rt.Pattern == HostPortPattern {
-		path = "/"
+	if rt.Pattern != HostPortPattern {
+		return false
 	}
 	maxAge := 0
 	if t, ok := s.Leases.CheckPort(tok); ok {
 		maxAge = int(time.Until(t.Expires) / time.Second)
 	}
-	http.SetCookie(w, &http.Cookie{Name: auth.PortTokenParam, Value: tok, Path: path, MaxAge: max(maxAge, 1),
+	http.SetCookie(w, &http.Cookie{Name: auth.PortTokenParam, Value: tok, Path: "/", MaxAge: max(maxAge, 1),
 		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
 	u := *r.URL
 	q := u.Query()
@@ -533,6 +568,7 @@ func (s *Server) portTokenRedirect(w http.ResponseWriter, r *http.Request, rt Ro
 
 // stripPortToken removes a port token from what the proxy forwards.
 func stripPortToken(h http.Header, u *url.URL) {
+	h.Del(PortTokenHeader)
 	if cs := h.Values("Cookie"); len(cs) > 0 {
 		h.Del("Cookie")
 		for _, line := range cs {

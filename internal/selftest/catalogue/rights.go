@@ -153,7 +153,7 @@ func rightsAttacks() []*attack.Attack {
 				if st, resp, err := tcp.Do(ctx, "DELETE", "/v1/sandboxes/"+sb.ID+"/port-tokens/"+pt.ID, k.Key, nil); err != nil || st != 200 {
 					return attack.Escaped("revoke: %d %v %s", st, err, attack.Clip(resp, 80))
 				}
-				st, resp, err = tcp.Do(ctx, "GET", "/v1/sandboxes/"+sb.ID+"/ports/8080/?berth_port_token="+pt.Token, attack.NoKey, nil)
+				st, resp, err = tcp.Do(ctx, "GET", "/v1/sandboxes/"+sb.ID+"/ports/8080/", pt.Token, nil)
 				if err != nil {
 					return attack.Escaped("request: %v", err)
 				}
