@@ -217,7 +217,7 @@ func TestPortTokenCrossOriginRefused(t *testing.T) {
 	}
 	for _, u := range []string{
 		"http://" + b.addr + "/v1/sandboxes/" + attacker.ID + "/ports/9000/attack.html", // the daemon's origin
-		b.hostURL(attacker.ID, 9000) + "attack.html",                                      // the attacker's own name
+		b.hostURL(attacker.ID, 9000) + "attack.html",                                    // the attacker's own name
 	} {
 		got := b.dom(u)
 		// What the page's script wrote (its <pre>), if it ran at all.
