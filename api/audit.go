@@ -1,6 +1,9 @@
 package api
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // AuditEntry is one audited action (GET /v1/audit): when it began, who did
 // what to which target, and its outcome ("pending" while — or, after a
@@ -35,6 +38,14 @@ type AuditRecord struct {
 	Result    string    `json:"result,omitempty"`
 	PrevHash  string    `json:"prev_hash"`
 	Hash      string    `json:"hash"`
+}
+
+// AuditVerifyRequest is the (optional) body of POST /v1/audit/verify:
+// an anchor the daemon wrote (serve --audit-anchor-file), whose signature
+// it checks with its own key and whose chain heads must still be in the
+// chains — a chain cut and its head rewound below them fails.
+type AuditVerifyRequest struct {
+	Anchor json.RawMessage `json:"anchor,omitempty"`
 }
 
 // AuditVerify is the answer of POST /v1/audit/verify.

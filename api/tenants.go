@@ -69,13 +69,33 @@ type CreatePortTokenRequest struct {
 	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
 }
 
-// PortToken opens one port of one sandbox to a browser: URL (relative
-// to the API's base) carries it in the berth_port_token query parameter,
-// which the proxy turns into a cookie.
+// PortToken opens one port of one sandbox. Browsers use BrowserURL (set
+// when the daemon has a --domain): the port's own host name
+// {port}-{id}.{domain} with the token in the berth_port_token query
+// parameter, which the proxy turns into a cookie of that host alone.
+// Non-browser clients use URL (relative to the API's base, the
+// path-routed proxy) with the token in the X-Berth-Port-Token header: that
+// route takes no cookie and no query token, and its answers are sandboxed
+// (an opaque origin) in a browser.
 type PortToken struct {
-	SandboxID string    `json:"sandbox_id"`
-	Port      int       `json:"port"`
-	Token     string    `json:"token"`
-	URL       string    `json:"url"`
-	ExpiresAt time.Time `json:"expires_at"`
+	// ID names the token's record: GET /v1/sandboxes/{id}/port-tokens
+	// lists it, DELETE /v1/sandboxes/{id}/port-tokens/{token} revokes it.
+	ID         string    `json:"id"`
+	SandboxID  string    `json:"sandbox_id"`
+	Port       int       `json:"port"`
+	Token      string    `json:"token"`
+	URL        string    `json:"url"`
+	BrowserURL string    `json:"browser_url,omitempty"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+// PortTokenInfo is a port token's record as listed: never its secret.
+type PortTokenInfo struct {
+	ID        string     `json:"id"`
+	SandboxID string     `json:"sandbox_id"`
+	Port      int        `json:"port"`
+	CreatedBy string     `json:"created_by"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt time.Time  `json:"expires_at"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
 }

@@ -59,6 +59,18 @@ func (c *Client) ExportAudit(ctx context.Context, w io.Writer) error {
 	return err
 }
 
+// VerifyAuditAnchor has the daemon check the audit chains and, against
+// them, anchor: the content of an anchor file it wrote (serve
+// --audit-anchor-file). A forged or edited anchor is an error; a chain cut
+// below its anchored head is a Bad answer.
+func (c *Client) VerifyAuditAnchor(ctx context.Context, anchor []byte) (*api.AuditVerify, error) {
+	var v api.AuditVerify
+	if err := c.do(ctx, http.MethodPost, "/v1/audit/verify", nil, api.AuditVerifyRequest{Anchor: anchor}, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
 // VerifyAudit has the daemon check the audit chains.
 func (c *Client) VerifyAudit(ctx context.Context) (*api.AuditVerify, error) {
 	var v api.AuditVerify

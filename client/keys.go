@@ -52,3 +52,23 @@ func (c *Client) CreatePortToken(ctx context.Context, id string, port int, req a
 	}
 	return &t, nil
 }
+
+// ListPortTokens lists the port tokens of sandbox id, revoked and expired
+// ones included, without their secrets.
+func (c *Client) ListPortTokens(ctx context.Context, id string) ([]api.PortTokenInfo, error) {
+	var out []api.PortTokenInfo
+	if err := c.do(ctx, http.MethodGet, sandboxPath(id)+"/port-tokens", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RevokePortToken revokes port token tokenID of sandbox id: it is refused
+// from its next request, and connections it opened end.
+func (c *Client) RevokePortToken(ctx context.Context, id, tokenID string) (*api.PortTokenInfo, error) {
+	var t api.PortTokenInfo
+	if err := c.do(ctx, http.MethodDelete, sandboxPath(id)+"/port-tokens/"+pathEscape(tokenID), nil, nil, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}

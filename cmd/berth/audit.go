@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
 )
 
@@ -113,17 +115,33 @@ func newAuditVerifyCmd(g *globals) *cobra.Command {
 		Short: "Check the audit chains; exit 1 naming the first bad record",
 		Long: `Have the daemon check every audit chain: numbered without gaps, each record
 linked to the one before and sealed under the daemon's audit key, each chain
-ending at its head. Exits 1, naming the first bad record, when one is not.`,
+ending at its head. Exits 1, naming the first bad record, when one is not.
+
+The database alone cannot show a chain whose last records were deleted and
+whose head row was rewound to match. With --anchor FILE (an anchor the
+daemon wrote: serve --audit-anchor-file, by default beside the data dir) the
+daemon also checks the anchor's signature with its own key and that every
+chain still holds the head the anchor recorded: a chain cut below it fails.`,
 		Args: cobra.NoArgs,
 	}
 	out := addOutputFlag(cmd)
+	anchor := cmd.Flags().String("anchor", "", "an audit anchor file the daemon wrote: chains cut below its heads fail")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c, err := g.client()
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		v, err := c.VerifyAudit(cmd.Context())
+		var v *api.AuditVerify
+		if *anchor != "" {
+			b, rerr := os.ReadFile(*anchor)
+			if rerr != nil {
+				return rerr
+			}
+			v, err = c.VerifyAuditAnchor(cmd.Context(), b)
+		} else {
+			v, err = c.VerifyAudit(cmd.Context())
+		}
 		if err != nil {
 			return err
 		}

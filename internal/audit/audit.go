@@ -10,8 +10,8 @@
 // who holds the database but not the key (they cannot compute a seal). What
 // it cannot detect: someone with the key and the database rewriting a whole
 // chain, and the removal of a chain's last records together with a matching
-// edit of its head row (anchor the head elsewhere — e.g. export it — for
-// that).
+// edit of its head row — which VerifyAnchor detects against an anchor, the
+// signed heads the daemon writes outside the database (anchor.go).
 package audit
 
 import (

@@ -35,11 +35,13 @@ type Principal struct {
 	Sandbox string
 	// LeaseID is the lease record of a lease token.
 	LeaseID string
-	// Port, for a port token, is the one port it opens.
-	Port   int
-	KeyID  string
-	Tenant string
-	Scopes []string
+	// Port, for a port token, is the one port it opens; PortTokenID its
+	// record.
+	Port        int
+	PortTokenID string
+	KeyID       string
+	Tenant      string
+	Scopes      []string
 	// Host marks the host's administrator (the unix socket, a key of the
 	// host — tenant "" — holding admin): above tenants, it sees every
 	// tenant's objects and alone may call the host routes (Rule.Host).
@@ -108,10 +110,12 @@ func ValidKey(key string) bool {
 	return true
 }
 
-// Store is what authentication reads: keys, and the lease records.
+// Store is what authentication reads: keys, and the lease and port token
+// records.
 type Store interface {
 	store.APIKeys
 	GetLease(ctx context.Context, id string) (*store.Lease, error)
+	GetPortToken(ctx context.Context, o store.Owner, id string) (*store.PortToken, error)
 }
 
 // Authenticator checks bearer keys against the store, and lease and port
@@ -188,30 +192,56 @@ func (a *Authenticator) lease(ctx context.Context, token string) (Principal, err
 	if !ok {
 		return Principal{}, bad
 	}
-	l, err := a.st.GetLease(ctx, id)
-	if errors.Is(err, errdefs.ErrNotFound) {
-		return Principal{}, bad
-	} else if err != nil {
+	l, err := a.leaseRecord(ctx, sb, id)
+	if err != nil {
 		return Principal{}, err
-	}
-	switch {
-	case l.SandboxID != sb:
-		return Principal{}, bad
-	case !l.RevokedAt.IsZero():
-		return Principal{}, errdefs.Unauthenticated("the lease token was revoked")
-	case !l.ExpiresAt.IsZero() && !a.now().Before(l.ExpiresAt):
-		return Principal{}, errdefs.Unauthenticated("the lease token expired")
-	}
-	if l.KeyID != "" {
-		if _, err := a.key(ctx, func() (*store.APIKey, error) { return a.st.GetAPIKey(ctx, store.AnyOwner, l.KeyID) }); err != nil {
-			return Principal{}, errdefs.Unauthenticated("the lease token ended with the key that minted it")
-		}
 	}
 	return Principal{Actor: "lease:" + sb, Sandbox: sb, LeaseID: l.ID, Tenant: l.Tenant, Scopes: l.Scopes}, nil
 }
 
+// leaseRecord reads lease id of sandbox sb and refuses it if revoked,
+// expired, or its minting key is.
+func (a *Authenticator) leaseRecord(ctx context.Context, sb, id string) (*store.Lease, error) {
+	bad := errdefs.Unauthenticated("invalid lease token")
+	l, err := a.st.GetLease(ctx, id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, bad
+	} else if err != nil {
+		return nil, err
+	}
+	switch {
+	case l.SandboxID != sb:
+		return nil, bad
+	case !l.RevokedAt.IsZero():
+		return nil, errdefs.Unauthenticated("the lease token was revoked")
+	case !l.ExpiresAt.IsZero() && !a.now().Before(l.ExpiresAt):
+		return nil, errdefs.Unauthenticated("the lease token expired")
+	}
+	if err := a.minter(ctx, l.KeyID, "lease token"); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// minter checks the key a token was minted with ("" the host socket,
+// which does not end): a token dies with its key.
+func (a *Authenticator) minter(ctx context.Context, keyID, what string) error {
+	if keyID == "" {
+		return nil
+	}
+	_, err := a.key(ctx, func() (*store.APIKey, error) { return a.st.GetAPIKey(ctx, store.AnyOwner, keyID) })
+	if err != nil {
+		if _, status := errdefs.Code(err); status == 401 {
+			return errdefs.Unauthenticated("the %s ended with the key that minted it", what)
+		}
+		return err
+	}
+	return nil
+}
+
 // CheckPort resolves a port token presented for sandbox id's port: valid
-// only there, before its expiry, while the key that minted it is.
+// only there, before its expiry, until it is revoked, while the key that
+// minted it is.
 func (a *Authenticator) CheckPort(ctx context.Context, token, id string, port int) (Principal, error) {
 	bad := errdefs.Unauthenticated("invalid port token")
 	if a.leases == nil {
@@ -221,18 +251,62 @@ func (a *Authenticator) CheckPort(ctx context.Context, token, id string, port in
 	if !ok || t.Sandbox != id || t.Port != port {
 		return Principal{}, bad
 	}
-	if !a.now().Before(t.Expires) {
-		return Principal{}, errdefs.Unauthenticated("the port token expired")
+	rec, err := a.portRecord(ctx, t)
+	if err != nil {
+		return Principal{}, err
 	}
-	p := Principal{Actor: "port:" + id, Sandbox: id, Port: port, Scopes: []string{string(ScopePorts)}}
-	if t.KeyID != "" {
-		k, err := a.key(ctx, func() (*store.APIKey, error) { return a.st.GetAPIKey(ctx, store.AnyOwner, t.KeyID) })
-		if err != nil {
-			return Principal{}, errdefs.Unauthenticated("the port token ended with the key that minted it")
+	return Principal{Actor: "port:" + id, Sandbox: id, Port: port, PortTokenID: rec.ID, Tenant: rec.Tenant,
+		Scopes: []string{string(ScopePorts)}}, nil
+}
+
+// portRecord reads the record of port token t and refuses it if it does
+// not match t, or is revoked, expired, or its minting key is.
+func (a *Authenticator) portRecord(ctx context.Context, t PortToken) (*store.PortToken, error) {
+	bad := errdefs.Unauthenticated("invalid port token")
+	rec, err := a.st.GetPortToken(ctx, store.AnyOwner, t.ID)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, bad
+	} else if err != nil {
+		return nil, err
+	}
+	switch {
+	case rec.SandboxID != t.Sandbox || rec.Port != t.Port:
+		return nil, bad
+	case !rec.RevokedAt.IsZero():
+		return nil, errdefs.Unauthenticated("the port token was revoked")
+	case !a.now().Before(rec.ExpiresAt) || !a.now().Before(t.Expires):
+		return nil, errdefs.Unauthenticated("the port token expired")
+	}
+	if err := a.minter(ctx, rec.KeyID, "port token"); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// Recheck decides whether p, authenticated earlier, still is: its port
+// token, lease or key not revoked nor expired, nor the key that minted
+// the token. The host socket's administrator and anonymous callers never
+// end. It is what a long-lived connection is held to (the server's
+// bindings).
+func (a *Authenticator) Recheck(ctx context.Context, p Principal) error {
+	switch {
+	case p.PortTokenID != "":
+		rec, err := a.st.GetPortToken(ctx, store.AnyOwner, p.PortTokenID)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return errdefs.Unauthenticated("invalid port token")
+		} else if err != nil {
+			return err
 		}
-		p.Tenant = k.Tenant
+		_, err = a.portRecord(ctx, PortToken{ID: rec.ID, Sandbox: p.Sandbox, Port: p.Port, Expires: rec.ExpiresAt})
+		return err
+	case p.LeaseID != "":
+		_, err := a.leaseRecord(ctx, p.Sandbox, p.LeaseID)
+		return err
+	case p.KeyID != "":
+		_, err := a.key(ctx, func() (*store.APIKey, error) { return a.st.GetAPIKey(ctx, store.AnyOwner, p.KeyID) })
+		return err
 	}
-	return p, nil
+	return nil
 }
 
 // Bootstrap creates the admin key on a daemon's first start and writes it,
@@ -276,8 +350,9 @@ const LeaseKeyFile = "lease.key"
 // Leases signs and checks lease and port tokens. A lease token is
 // berth_lease_<sandbox>_<lease id>_<HMAC>: the lease record (store.Lease)
 // says what it may do and whether it still may. A port token is
-// berth_port_<sandbox>_<port>_<expiry>_<key id>_<HMAC>, stateless: it
-// needs its sandbox live and its minting key valid. Each HMAC-SHA256 is
+// berth_port_<sandbox>_<port>_<expiry>_<token id>_<HMAC>: its record
+// (store.PortToken) says whether it still opens its port, and it needs its
+// sandbox live and its minting key valid. Each HMAC-SHA256 is
 // over a domain tag and the fields, compared in constant time.
 type Leases struct{ key []byte }
 
@@ -375,26 +450,35 @@ func (l *Leases) Check(token string) (sandbox, id string, ok bool) {
 	return f[0], f[1], true
 }
 
-// PortToken is what a port token grants.
+// PortToken is what a port token names: its record (store.PortToken)
+// says whether it still opens its port.
 type PortToken struct {
 	Sandbox string
 	Port    int
 	Expires time.Time
-	KeyID   string // "" for the host socket
+	ID      string // the record's id
 }
+
+// NewPortTokenID returns a fresh random port token id.
+func NewPortTokenID() string {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return "p-" + hex.EncodeToString(b[:])
+}
+
+// portTag is the HMAC domain of port tokens that name a record.
+const portTag = "port-record"
 
 // MintPort returns the token of t (its expiry to the second).
 func (l *Leases) MintPort(t PortToken) string {
-	key := t.KeyID
-	if key == "" {
-		key = "-"
-	}
 	port, exp := strconv.Itoa(t.Port), strconv.FormatInt(t.Expires.Unix(), 10)
-	return PortTokenPrefix + t.Sandbox + "_" + port + "_" + exp + "_" + key + "_" + l.mac("port", t.Sandbox, port, exp, key)
+	return PortTokenPrefix + t.Sandbox + "_" + port + "_" + exp + "_" + t.ID + "_" + l.mac(portTag, t.Sandbox, port, exp, t.ID)
 }
 
 // CheckPort parses a port token and checks its HMAC; the caller checks
-// the sandbox, port and expiry.
+// the sandbox, port, expiry and record.
 func (l *Leases) CheckPort(token string) (PortToken, bool) {
 	rest, ok := strings.CutPrefix(token, PortTokenPrefix)
 	if !ok || len(rest) > 256 {
@@ -412,12 +496,8 @@ func (l *Leases) CheckPort(token string) (PortToken, bool) {
 	if err != nil || exp <= 0 || strconv.FormatInt(exp, 10) != f[2] {
 		return PortToken{}, false
 	}
-	if !hmac.Equal([]byte(f[4]), []byte(l.mac("port", f[0], f[1], f[2], f[3]))) {
+	if !hmac.Equal([]byte(f[4]), []byte(l.mac(portTag, f[0], f[1], f[2], f[3]))) {
 		return PortToken{}, false
 	}
-	t := PortToken{Sandbox: f[0], Port: port, Expires: time.Unix(exp, 0)}
-	if f[3] != "-" {
-		t.KeyID = f[3]
-	}
-	return t, true
+	return PortToken{Sandbox: f[0], Port: port, Expires: time.Unix(exp, 0), ID: f[3]}, true
 }

@@ -109,6 +109,19 @@ func Grant(creator Principal, role Role, scopes []Scope) ([]string, error) {
 	return out, nil
 }
 
+// MayActOn decides whether p may act on (revoke, and any later change of)
+// a key holding scopes: only when p holds every one of them — the rule
+// Grant makes keys by. A key holding only keys cannot revoke its tenant's
+// admin keys.
+func MayActOn(p Principal, scopes []string) error {
+	for _, s := range scopes {
+		if !p.Has(Scope(s)) {
+			return errdefs.Permission("the credential cannot act on a key holding the %q scope it lacks", s)
+		}
+	}
+	return nil
+}
+
 // MintableLeaseScopes are the scopes a minted lease may be given; it also
 // always reads its own sandbox and events.
 var MintableLeaseScopes = []Scope{ScopeExec, ScopeFiles, ScopePorts}
@@ -130,6 +143,20 @@ func LeaseGrant(creator Principal, scopes []Scope) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// CreateLeaseGrant is what the lease a sandbox's create hands out holds:
+// the lease scopes (LeaseScopes) its creator holds, by LeaseGrant's rule —
+// no lease holds a right its minting principal lacks. A creator without
+// exec or files gets a lease without them.
+func CreateLeaseGrant(creator Principal) []string {
+	out := []string{}
+	for _, s := range LeaseScopes {
+		if creator.Has(s) {
+			out = append(out, string(s))
+		}
+	}
+	return out
 }
 
 // LeaseScopes is the fixed, small set a sandbox's lease token holds, as

@@ -55,8 +55,8 @@ func FuzzLeaseToken(f *testing.F) {
 func FuzzPortToken(f *testing.F) {
 	l := testLeases()
 	exp := time.Unix(2000000000, 0)
-	f.Add(l.MintPort(PortToken{Sandbox: "sb1", Port: 8080, Expires: exp, KeyID: "abc"}))
-	f.Add(l.MintPort(PortToken{Sandbox: "sb1", Port: 1, Expires: exp}))
+	f.Add(l.MintPort(PortToken{Sandbox: "sb1", Port: 8080, Expires: exp, ID: "p-abc"}))
+	f.Add(l.MintPort(PortToken{Sandbox: "sb1", Port: 1, Expires: exp, ID: "p-1"}))
 	f.Add("berth_port_sb1_08080_2000000000_-_" + strings.Repeat("0", 64))
 	f.Add("berth_port_sb1_8080_-1_-_x")
 	f.Add("berth_port_____")
@@ -83,7 +83,7 @@ func TestTokensRefuseOtherKeys(t *testing.T) {
 	if _, _, ok := l.Check(strings.Replace(good, "sb1", "sb2", 1)); ok {
 		t.Error("accepted a lease token moved to another sandbox")
 	}
-	pt := l.MintPort(PortToken{Sandbox: "sb1", Port: 80, Expires: time.Unix(2000000000, 0)})
+	pt := l.MintPort(PortToken{Sandbox: "sb1", Port: 80, Expires: time.Unix(2000000000, 0), ID: "p-2"})
 	if _, ok := l.CheckPort(strings.Replace(pt, "_80_", "_81_", 1)); ok {
 		t.Error("accepted a port token moved to another port")
 	}

@@ -83,6 +83,12 @@ type Config struct {
 	// AuditKeyFile, if set, is the audit key shared by the daemons of one
 	// PostgreSQL store (audit.OpenKeyFile); else <DataDir>/audit.key.
 	AuditKeyFile string
+	// AuditAnchorFile is where the signed head of every audit chain is
+	// written (default: beside the data dir, audit.DefaultAnchorPath);
+	// AuditAnchorInterval how often (0: a minute). The signing key is
+	// <DataDir>/audit-anchor.key.
+	AuditAnchorFile     string
+	AuditAnchorInterval time.Duration
 	// Retention is how long tombstones and their events, flows and
 	// webhook delivery records are kept (0: for ever).
 	Retention time.Duration

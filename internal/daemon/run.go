@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -49,7 +50,8 @@ type Daemon struct {
 	runsc   *runtime.Runsc // the gVisor class, when available
 	backend node.Backend
 	webhook *webhook.Deliverer
-	leases  *leases // leases.go
+	anchor  *audit.Anchorer // signs the audit chains' heads out of the database
+	leases  *leases         // leases.go
 	servers []*http.Server
 	lns     []net.Listener
 	tls     *tls.Config // of the --listen listener
@@ -293,6 +295,16 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	d.Server = server.New(d.Manager, auth.New(st, leases), log.With("component", "api"))
 	d.Server.Leases = leases
 	d.Server.Audit = auditLog
+	anchorKey, err := audit.OpenAnchorKey(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	d.Server.AuditAnchorKey = anchorKey.Public().(ed25519.PublicKey)
+	anchorPath := cfg.AuditAnchorFile
+	if anchorPath == "" {
+		anchorPath = audit.DefaultAnchorPath(cfg.DataDir)
+	}
+	d.anchor = audit.NewAnchorer(st, anchorKey, anchorPath, log.With("component", "audit-anchor"))
 	d.Server.Domain = strings.ToLower(strings.TrimSuffix(cfg.Domain, "."))
 	d.Server.BodyTimeout, d.Server.WriteTimeout = cfg.BodyTimeout, cfg.WriteTimeout
 	d.Server.MCPMaxSessions, d.Server.MCPIdleTimeout = cfg.MCPMaxSessions, cfg.MCPIdleTimeout
@@ -429,6 +441,18 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		wctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { d.webhook.Run(wctx); close(done) }()
+		defer func() { cancel(); <-done }()
+	}
+	if d.anchor != nil {
+		// The audit chains' heads, signed, out of the database: what
+		// `berth audit verify --anchor` checks a rewind against.
+		actx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		every := d.cfg.AuditAnchorInterval
+		if every <= 0 {
+			every = time.Minute
+		}
+		go func() { d.anchor.Run(actx, every); close(done) }()
 		defer func() { cancel(); <-done }()
 	}
 	errc := make(chan error, len(d.servers))

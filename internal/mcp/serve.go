@@ -32,6 +32,11 @@ type HTTPOptions struct {
 	// MaxSessions bounds the live sessions (default 64); a new session
 	// past it is refused with 503.
 	MaxSessions int
+	// MaxSessionsPerTenant bounds the live sessions of one tenant's
+	// credentials together (default a quarter of MaxSessions, at least
+	// 1), so no tenant takes every session; a new one past it is refused
+	// with 429. The host's (tenant "") are bound by MaxSessions only.
+	MaxSessionsPerTenant int
 	// IdleTimeout closes a session that made no request for this long
 	// (default 15 minutes); its ephemeral sandboxes are deleted.
 	IdleTimeout time.Duration
@@ -43,9 +48,16 @@ type Caller struct {
 	// Owner names the credential: a session answers only requests whose
 	// Owner is the one that created it.
 	Owner string
+	// Tenant is the caller's tenant ("" the host's), whose share of the
+	// sessions a new one counts against.
+	Tenant string
 	// Options are the session options for this caller: its Client speaks
 	// with the caller's credential.
 	Options func() Options
+	// Bind, if set, ties a new session to the caller's credential: the
+	// context ends when the credential does (revoked, expired), and the
+	// session ends with it. release is called when the session ends.
+	Bind func() (alive context.Context, release func())
 }
 
 // HTTPHandler serves MCP's streamable HTTP transport: one Session per MCP
@@ -57,13 +69,17 @@ type HTTPHandler struct {
 
 	mu       sync.Mutex
 	sessions map[string]*httpSession
-	pending  int // sessions being created
+	pending  int            // sessions being created
+	tenants  map[string]int // live sessions by tenant, once their client has their id (pending ones count against MaxSessions only)
 	closed   bool
 }
 
 type httpSession struct {
-	owner string
-	s     *Session
+	owner   string
+	tenant  string
+	s       *Session
+	release func() // of the credential binding (Caller.Bind)
+	counted bool   // in tenants: the client was told its id
 }
 
 // NewHTTPHandler returns the handler. caller reports who makes a request
@@ -72,10 +88,13 @@ func NewHTTPHandler(opts HTTPOptions, caller func(*http.Request) (Caller, bool))
 	if opts.MaxSessions <= 0 {
 		opts.MaxSessions = 64
 	}
+	if opts.MaxSessionsPerTenant <= 0 {
+		opts.MaxSessionsPerTenant = max(1, opts.MaxSessions/4)
+	}
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = 15 * time.Minute
 	}
-	h := &HTTPHandler{opts: opts, caller: caller, sessions: map[string]*httpSession{}}
+	h := &HTTPHandler{opts: opts, caller: caller, sessions: map[string]*httpSession{}, tenants: map[string]int{}}
 	h.h = mcp.NewStreamableHTTPHandler(h.newServer, &mcp.StreamableHTTPOptions{
 		SessionTimeout: opts.IdleTimeout,
 		Logger:         opts.Log,
@@ -109,12 +128,17 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else if r.Method == http.MethodPost {
 		h.mu.Lock()
 		full := h.closed || len(h.sessions)+h.pending >= h.opts.MaxSessions
-		if !full {
+		tenantFull := !full && c.Tenant != "" && h.tenants[c.Tenant] >= h.opts.MaxSessionsPerTenant
+		if !full && !tenantFull {
 			h.pending++
 		}
 		h.mu.Unlock()
 		if full {
 			http.Error(w, "too many MCP sessions", http.StatusServiceUnavailable)
+			return
+		}
+		if tenantFull {
+			http.Error(w, "too many MCP sessions in this tenant; close one", http.StatusTooManyRequests)
 			return
 		}
 		created := new(string)
@@ -125,8 +149,21 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		hs := h.sessions[*created]
 		h.mu.Unlock()
+		if hs != nil && w.Header().Get(SessionHeader) != *created {
+			// A session the client was never told of (the SDK makes one
+			// for a stateless server/discover probe): nobody can use it, so
+			// it holds no slot.
+			h.end(*created)
+			return
+		}
 		if hs != nil {
-			h.watch(*created, hs)
+			h.mu.Lock()
+			if h.sessions[*created] == hs { // a session the client holds: its tenant's share
+				hs.counted = true
+				h.tenants[hs.tenant]++
+			}
+			h.mu.Unlock()
+			h.watch(*created, hs, c)
 		}
 		return
 	}
@@ -140,9 +177,17 @@ type callerCtx struct {
 	created *string // where newServer leaves the id of the session it made
 }
 
+// untenant gives back a session of tenant (h.mu held).
+func (h *HTTPHandler) untenant(tenant string) {
+	if h.tenants[tenant]--; h.tenants[tenant] <= 0 {
+		delete(h.tenants, tenant)
+	}
+}
+
 // watch ends session id when its connection closes (DELETE, idle expiry,
-// Close), or at once when the request that made it did not connect one.
-func (h *HTTPHandler) watch(id string, hs *httpSession) {
+// Close) or its caller's credential ends, or at once when the request
+// that made it did not connect one.
+func (h *HTTPHandler) watch(id string, hs *httpSession, c Caller) {
 	var ss *mcp.ServerSession
 	for s := range hs.s.server.Sessions() {
 		ss = s
@@ -151,10 +196,35 @@ func (h *HTTPHandler) watch(id string, hs *httpSession) {
 		h.end(id)
 		return
 	}
+	var alive context.Context
+	if c.Bind != nil {
+		var release func()
+		alive, release = c.Bind()
+		h.mu.Lock()
+		gone := h.sessions[id] != hs // Close took it already
+		if !gone {
+			hs.release = release
+		}
+		h.mu.Unlock()
+		if gone {
+			release()
+		}
+	}
+	done := make(chan struct{})
 	go func() {
 		_ = ss.Wait()
+		close(done)
 		h.end(id)
 	}()
+	if alive != nil {
+		go func() {
+			select {
+			case <-alive.Done():
+				ss.Close() // the credential ended: so does the session
+			case <-done:
+			}
+		}()
+	}
 }
 
 // newServer makes the server of a new session (the SDK calls it for an
@@ -179,7 +249,7 @@ func (h *HTTPHandler) newServer(r *http.Request) *mcp.Server {
 				// open its next session before then.
 				h.pending--
 			}
-			h.sessions[id] = &httpSession{owner: c.Owner, s: s}
+			h.sessions[id] = &httpSession{owner: c.Owner, tenant: c.Tenant, s: s}
 			*c.created = id
 			h.mu.Unlock()
 			return id
@@ -193,7 +263,17 @@ func (h *HTTPHandler) end(id string) {
 	h.mu.Lock()
 	hs := h.sessions[id]
 	delete(h.sessions, id)
+	var release func()
+	if hs != nil {
+		if hs.counted {
+			h.untenant(hs.tenant)
+		}
+		release = hs.release
+	}
 	h.mu.Unlock()
+	if release != nil {
+		release()
+	}
 	if hs != nil {
 		hs.s.Cleanup()
 	}
@@ -212,9 +292,16 @@ func (h *HTTPHandler) Close() {
 	h.mu.Lock()
 	h.closed = true
 	all := make([]*httpSession, 0, len(h.sessions))
+	var releases []func()
 	for id, hs := range h.sessions {
 		all = append(all, hs)
+		if hs.release != nil {
+			releases = append(releases, hs.release)
+		}
 		delete(h.sessions, id)
+		if hs.counted {
+			h.untenant(hs.tenant)
+		}
 	}
 	h.mu.Unlock()
 	var wg sync.WaitGroup
@@ -229,6 +316,9 @@ func (h *HTTPHandler) Close() {
 		}()
 	}
 	wg.Wait()
+	for _, release := range releases {
+		release()
+	}
 }
 
 func newSessionID() string {

@@ -11,6 +11,7 @@ import (
 	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -199,13 +200,41 @@ func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// verifyAnchor checks the chains the caller sees against an anchor this
+// daemon signed (its own key, never one the anchor names).
+func (s *Server) verifyAnchor(r *http.Request, l *audit.Log, raw []byte) (*audit.Report, error) {
+	if len(s.AuditAnchorKey) == 0 {
+		return nil, errdefs.Unavailable("this daemon signs no audit anchors")
+	}
+	a, err := audit.ParseAnchor(raw)
+	if err != nil {
+		return nil, errdefs.Invalid("%v", err)
+	}
+	if err := audit.CheckSignature(a, s.AuditAnchorKey); err != nil {
+		return nil, errdefs.Invalid("%v", err)
+	}
+	return l.VerifyAnchor(r.Context(), auditOwner(r), a)
+}
+
 func (s *Server) verifyAudit(w http.ResponseWriter, r *http.Request) {
 	l, err := s.auditLog()
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	rep, err := l.Verify(r.Context(), auditOwner(r))
+	var req api.AuditVerifyRequest
+	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+		if err := input.Decode(r, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	var rep *audit.Report
+	if len(req.Anchor) > 0 {
+		rep, err = s.verifyAnchor(r, l, req.Anchor)
+	} else {
+		rep, err = l.Verify(r.Context(), auditOwner(r))
+	}
 	if err != nil {
 		writeError(w, err)
 		return

@@ -83,6 +83,19 @@ func scrubProxiedResponse(h http.Header) {
 	h.Del("Clear-Site-Data")
 }
 
+// isolatePathRouted makes what the path-routed proxy serves on the
+// daemon's own origin harmless to it in a browser: the document gets an
+// opaque origin (CSP sandbox, no allow-same-origin: no script reaches the
+// origin's storage, cookies or same-origin requests, the console's
+// included), and it sets no cookie there. Browsers are meant for the
+// host-routed names, each its own origin.
+func isolatePathRouted(h http.Header) {
+	h.Del("Set-Cookie")
+	h.Del("Set-Cookie2")
+	h.Set("Content-Security-Policy", "sandbox")
+	h.Set("X-Content-Type-Options", "nosniff")
+}
+
 func (s *Server) consoleRoutes() []Route {
 	hf := func(f http.HandlerFunc) http.Handler { return f }
 	files := console.Handler()

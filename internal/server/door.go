@@ -55,7 +55,11 @@ func WithCaller(ctx context.Context, p auth.Principal) context.Context { return 
 // stop. A sandbox that is not leasable gets its create-time token, which
 // the guard refuses.
 func (s *Server) SandboxLease(ctx context.Context, sb *sandbox.Sandbox, keyID string) (string, error) {
-	tok, err := s.createLease(ctx, sb, keyID)
+	creator, err := s.minter(ctx, keyID)
+	if err != nil {
+		return "", err
+	}
+	tok, err := s.createLease(ctx, sb, creator)
 	if err != nil || s.Leases == nil || !leasable(sb.State) {
 		return tok, err
 	}

@@ -6,8 +6,8 @@ package server
 // A stream is a follower of the store: it reads the events after the last
 // id it sent, sends them, and waits for the store's next commit of events
 // (store.Events.EventsWritten), a poll tick (another daemon sharing the
-// PostgreSQL store commits without waking this one), a heartbeat, a
-// re-check of its credential, or the end. Event ids become visible in id
+// PostgreSQL store commits without waking this one), a heartbeat, or the
+// end — its credential's end included (live.go). Event ids become visible in id
 // order (the store's EventOrderLock), so reading "after the last id sent"
 // neither skips nor repeats an event, committed concurrently or not, and a
 // client that comes back with Last-Event-ID continues exactly where it
@@ -56,10 +56,6 @@ var (
 	// streamPoll is how often a stream reads without a wake-up: the
 	// bound on how late it sees another daemon's events.
 	streamPoll = time.Second
-	// streamRecheck is how often a stream checks that its credential is
-	// still valid (a key revoked or expired, a lease ended). Variables,
-	// so tests can shorten them.
-	streamRecheck = 5 * time.Second
 )
 
 // defaultStreamPing is the heartbeat of an idle stream (Server.EventPing).
@@ -358,8 +354,6 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, ids, types
 	defer ping.Stop()
 	poll := time.NewTicker(streamPoll)
 	defer poll.Stop()
-	recheck := time.NewTicker(streamRecheck)
-	defer recheck.Stop()
 	s.streams.init()
 	for {
 		for _, e := range evs {
@@ -370,13 +364,10 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, ids, types
 		}
 		evs, after = nil, last
 		// A stream that never catches up (a long history, a slow reader)
-		// is still re-checked and still ends: revocation, cancellation
-		// and shutdown are looked at on every pass, not only when idle.
+		// still ends: its credential's end (the request's context is bound
+		// to it, live.go), cancellation and shutdown are looked at on every
+		// pass, not only when idle.
 		select {
-		case <-recheck.C:
-			if err := s.stillValid(r); err != nil {
-				return
-			}
 		case <-ctx.Done():
 			return
 		case <-s.streams.closing:
@@ -390,11 +381,6 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, ids, types
 			case <-ping.C:
 				buf.WriteString(": ping\n\n")
 				if !send() {
-					return
-				}
-				continue
-			case <-recheck.C:
-				if err := s.stillValid(r); err != nil {
 					return
 				}
 				continue
@@ -430,25 +416,4 @@ func writeFrame(buf *bytes.Buffer, e *sandbox.Event) {
 	buf.WriteString("data: ")
 	buf.Write(data)
 	buf.WriteString("\n\n")
-}
-
-// stillValid re-checks a stream's credential: a key revoked or expired,
-// or a lease whose sandbox stopped, ends the stream. The unix socket's
-// callers stay the host admin.
-func (s *Server) stillValid(r *http.Request) error {
-	ctx := r.Context()
-	if trusted, _ := ctx.Value(trustedKey{}).(bool); trusted {
-		return nil
-	}
-	key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	p, err := s.authn.Authenticate(ctx, strings.TrimSpace(key))
-	if err != nil {
-		return err
-	}
-	if p.IsLease() {
-		if sb, err := s.lookup(ctx, p.Sandbox); err != nil || !leasable(sb.State) {
-			return errdefs.Unauthenticated("the lease token ended with its sandbox")
-		}
-	}
-	return nil
 }

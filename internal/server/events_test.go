@@ -289,9 +289,9 @@ func ids(evs []api.Event) []int64 {
 // lease's sandbox stops, and at CloseStreams; a credential's streams are
 // capped; bad positions and filters are 400.
 func TestEventStreamEnds(t *testing.T) {
-	old := streamRecheck
-	streamRecheck = 100 * time.Millisecond
-	t.Cleanup(func() { streamRecheck = old })
+	old := credRecheck
+	credRecheck = 100 * time.Millisecond
+	t.Cleanup(func() { credRecheck = old })
 	e := newTenv(t)
 	e.tenant("a")
 	k := e.key("local", "a", "admin")
@@ -384,9 +384,9 @@ func FuzzParseEventQuery(f *testing.F) {
 // history read a page at a time) is still re-checked: its key revoked,
 // it ends long before the backlog is sent.
 func TestEventStreamBehindEnds(t *testing.T) {
-	oldRecheck, oldPage := streamRecheck, streamPage
-	streamRecheck, streamPage = 50*time.Millisecond, 1
-	t.Cleanup(func() { streamRecheck, streamPage = oldRecheck, oldPage })
+	oldRecheck, oldPage := credRecheck, streamPage
+	credRecheck, streamPage = 50*time.Millisecond, 1
+	t.Cleanup(func() { credRecheck, streamPage = oldRecheck, oldPage })
 	e := newTenv(t)
 	e.tenant("a")
 	k := e.key("local", "a", "admin")

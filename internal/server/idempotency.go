@@ -153,7 +153,7 @@ func (s *Server) idemCreate() idempotency.Kind {
 			return createFailed(sb)
 		}
 		out := s.toAPI(sb)
-		if out.LeaseToken, err = s.createLease(ctx, sb, principal(r).KeyID); err != nil {
+		if out.LeaseToken, err = s.createLease(ctx, sb, principal(r)); err != nil {
 			return 0, nil, false, err
 		}
 		return http.StatusCreated, out, true, nil

@@ -71,7 +71,8 @@ func (s *Server) mcpInit() {
 			}
 			st.hcs[i] = &http.Client{Transport: tr}
 		}
-		st.handler = mcp.NewHTTPHandler(mcp.HTTPOptions{Log: s.logger(), MaxSessions: s.MCPMaxSessions, IdleTimeout: s.MCPIdleTimeout}, s.mcpCaller)
+		st.handler = mcp.NewHTTPHandler(mcp.HTTPOptions{Log: s.logger(), MaxSessions: s.MCPMaxSessions,
+			MaxSessionsPerTenant: s.MCPMaxSessionsPerTenant, IdleTimeout: s.MCPIdleTimeout}, s.mcpCaller)
 	})
 }
 
@@ -104,7 +105,11 @@ func (s *Server) mcpCaller(r *http.Request) (mcp.Caller, bool) {
 	if trusted {
 		hc = s.mcp.hcs[1]
 	}
-	return mcp.Caller{Owner: owner, Options: func() mcp.Options {
+	return mcp.Caller{Owner: owner, Tenant: p.Tenant, Bind: func() (context.Context, func()) {
+		// The session outlives the request that made it: it ends with the
+		// credential (live.go), not with the request.
+		return s.bind(context.Background(), p)
+	}, Options: func() mcp.Options {
 		c, _ := client.New("http://berth.mcp.loopback", key, client.WithHTTPClient(hc), client.WithUserAgent("berth-mcp"))
 		return mcp.Options{Client: c, Processes: mcp.ClientProcesses{C: c}, PortBaseURL: base, PortDomain: s.Domain, Log: s.logger()}
 	}}, true

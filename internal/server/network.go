@@ -90,6 +90,10 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id, portStr, path
 			pr.Out.Header.Del("Authorization") // the API key is for berth, not the sandbox
 			stripBearerProtocol(pr.Out.Header)
 			stripPortToken(pr.Out.Header, pr.Out.URL)
+			if pathRouted(r) {
+				// No cookie is the daemon origin's to hand a sandbox.
+				pr.Out.Header.Del("Cookie")
+			}
 			pr.SetXForwarded()
 		},
 		Transport: &http.Transport{
@@ -104,6 +108,9 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id, portStr, path
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			scrubProxiedResponse(resp.Header)
+			if pathRouted(r) {
+				isolatePathRouted(resp.Header)
+			}
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {

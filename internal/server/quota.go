@@ -7,7 +7,6 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -16,20 +15,22 @@ import (
 // room; no host has that many.
 const maxQuotaCPUs = 1 << 40
 
-// tenantParam is the {tenant} path value, checked.
-func tenantParam(r *http.Request) (string, error) {
+// tenantParam is the {tenant} path value: a tenant's name by the rule
+// tenants are made with (CheckTenantName), of a tenant that exists — a
+// quota is never set for a name no tenant has (nor for "../x").
+func (s *Server) tenantParam(r *http.Request) (string, error) {
 	t := r.PathValue("tenant")
-	if t == "" || len(t) > 128 {
-		return "", errdefs.Invalid("tenant: want 1-128 bytes")
+	if err := CheckTenantName(t); err != nil {
+		return "", err
 	}
-	if err := sandbox.CheckText("tenant", t); err != nil {
+	if _, err := s.m.Store().GetTenant(r.Context(), t); err != nil {
 		return "", err
 	}
 	return t, nil
 }
 
 func (s *Server) getQuota(w http.ResponseWriter, r *http.Request) {
-	tenant, err := tenantParam(r)
+	tenant, err := s.tenantParam(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -52,7 +53,7 @@ func (s *Server) getQuota(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) putQuota(w http.ResponseWriter, r *http.Request) {
-	tenant, err := tenantParam(r)
+	tenant, err := s.tenantParam(r)
 	if err != nil {
 		writeError(w, err)
 		return

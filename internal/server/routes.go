@@ -41,7 +41,11 @@ type Route struct {
 	// EventStream marks a route that streams (as Stream) when the request
 	// accepts text/event-stream, and is an ordinary one otherwise.
 	EventStream bool
-	h           http.Handler
+	// Upload marks a route whose request body streams into a sandbox or
+	// the daemon's disk: it counts against its tenant's share of uploads
+	// while it runs (shares.go).
+	Upload bool
+	h      http.Handler
 }
 
 // HostPortPattern is the pattern of the host-routed port proxy,
@@ -93,7 +97,7 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "GET /v1/sandboxes/{id}/exec/ws", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.execWS)},
 
 		{Pattern: "GET /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.readFiles)},
-		{Pattern: "PUT /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.writeFiles)},
+		{Pattern: "PUT /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Stream: true, Upload: true, h: hf(s.writeFiles)},
 		{Pattern: "DELETE /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), h: hf(s.removeFile)},
 		{Pattern: "GET /v1/sandboxes/{id}/files/stat", Rule: lease(auth.ScopeFiles), h: hf(s.statFile)},
 		{Pattern: "GET /v1/sandboxes/{id}/files/list", Rule: lease(auth.ScopeFiles), h: hf(s.listFiles)},
@@ -119,9 +123,9 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "GET /v1/templates", Rule: need(read), h: hf(s.listTemplates)},
 		{Pattern: "GET /v1/templates/{name}", Rule: need(read), h: hf(s.getTemplate)},
 		{Pattern: "DELETE /v1/templates/{name}", Rule: need(auth.ScopeTemplates), h: hf(s.deleteTemplate)},
-		{Pattern: "POST /v1/templates/import", Rule: need(auth.ScopeTemplates), Stream: true, h: hf(s.importTemplate)},
-		{Pattern: "PUT /v1/templates/{name}/archive", Rule: need(auth.ScopeTemplates), Stream: true, h: hf(s.uploadTemplate)},
-		{Pattern: "POST /v1/templates/build", Rule: need(auth.ScopeTemplates), Stream: true, h: hf(s.buildTemplate)},
+		{Pattern: "POST /v1/templates/import", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, h: hf(s.importTemplate)},
+		{Pattern: "PUT /v1/templates/{name}/archive", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, h: hf(s.uploadTemplate)},
+		{Pattern: "POST /v1/templates/build", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, h: hf(s.buildTemplate)},
 		{Pattern: "PUT /v1/templates/{name}/pool", Rule: need(auth.ScopeTemplates), h: hf(s.setPool)},
 		{Pattern: "GET /v1/templates/{name}/pool", Rule: need(read), h: hf(s.getPool)},
 		{Pattern: "GET /v1/pools", Rule: need(read), h: hf(s.listPools)},
@@ -156,6 +160,8 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "DELETE /v1/keys/{id}", Rule: need(auth.ScopeKeys), h: hf(s.revokeKey)},
 		{Pattern: "POST /v1/sandboxes/{id}/leases", Rule: need(write), h: hf(s.mintLease)},
 		{Pattern: "POST /v1/sandboxes/{id}/ports/{port}/token", Rule: need(auth.ScopePorts), h: hf(s.mintPortToken)},
+		{Pattern: "GET /v1/sandboxes/{id}/port-tokens", Rule: need(auth.ScopePorts), h: hf(s.listPortTokens)},
+		{Pattern: "DELETE /v1/sandboxes/{id}/port-tokens/{token}", Rule: need(auth.ScopePorts), h: hf(s.revokePortToken)},
 		// Audit log (internal/server/audit.go): a tenant's admin reads its own
 		// chain (the audit scope), the host admin every chain.
 		{Pattern: "GET /v1/audit", Rule: need(auth.ScopeAudit), h: hf(s.listAudit)},
@@ -292,7 +298,23 @@ func (s *Server) guard(rt Route) http.Handler {
 			writeError(w, err)
 			return
 		}
-		s.serveAudited(w, r.WithContext(withCaller(r.Context(), p)), rt, p)
+		if rt.Upload {
+			release, err := s.uploads.admit(p.Tenant)
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+			defer release()
+		}
+		ctx := withCaller(r.Context(), p)
+		if rt.Stream || rt.EventStream && wantsEventStream(r) {
+			// A connection that outlives its request's moment ends with
+			// its credential (live.go).
+			var release func()
+			ctx, release = s.bind(ctx, p)
+			defer release()
+		}
+		s.serveAudited(w, r.WithContext(ctx), rt, p)
 	})
 }
 

@@ -6,6 +6,7 @@ package server
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -47,6 +48,9 @@ type Server struct {
 	// Audit, if set, records every audited call (audit.go) and serves
 	// /v1/audit.
 	Audit *audit.Log
+	// AuditAnchorKey checks the anchors POST /v1/audit/verify is given
+	// (audit.Anchorer signs them with its private half).
+	AuditAnchorKey ed25519.PublicKey
 	// BodyTimeout bounds how long a request on a non-streaming route may
 	// take to send its body; WriteTimeout how long such a request may take
 	// to be answered (0: no bound). Streaming routes (Route.Stream) have
@@ -63,13 +67,16 @@ type Server struct {
 	// a tenant's quota key_rate overrides it.
 	KeyRate  KeyRate
 	keyRates keyRates
-	// MCPMaxSessions and MCPIdleTimeout bound /v1/mcp's sessions (0:
-	// internal/mcp's defaults).
-	MCPMaxSessions int
-	MCPIdleTimeout time.Duration
+	// MCPMaxSessions, MCPMaxSessionsPerTenant and MCPIdleTimeout bound
+	// /v1/mcp's sessions (0: internal/mcp's defaults).
+	MCPMaxSessions          int
+	MCPMaxSessionsPerTenant int
+	MCPIdleTimeout          time.Duration
 	// EventPing is the heartbeat of an idle event stream (0: 15 s).
 	EventPing time.Duration
-	streams   streams // the open event streams (events.go)
+	streams   streams      // the open event streams (events.go)
+	live      liveCreds    // long-lived connections bound to their credentials (live.go)
+	uploads   uploadShares // running uploads per tenant (shares.go)
 	m         *manager.Manager
 	authn     *auth.Authenticator
 	log       *slog.Logger
@@ -297,7 +304,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	}
 	s.metrics.created.Inc()
 	out := s.toAPI(sb)
-	if out.LeaseToken, err = s.createLease(r.Context(), sb, principal(r).KeyID); err != nil {
+	if out.LeaseToken, err = s.createLease(r.Context(), sb, principal(r)); err != nil {
 		writeError(w, err)
 		return
 	}

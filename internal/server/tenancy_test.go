@@ -635,11 +635,13 @@ func serveHTTP(n *memnode.Node, id string, port int) {
 	})
 }
 
-// TestPortTokens: a port token in the query becomes a cookie for that
-// port's path and leaves the URL; a browser-like client (cookie jar)
-// then opens that port of that sandbox, and no other port nor another
-// sandbox; the token never reaches the sandbox; it expires; it is no API
-// credential. (A real-browser test is issue #17's.)
+// TestPortTokens: on a port's own host name ({port}-{id}.{domain}) a port
+// token in the query becomes a cookie of that host alone and leaves the
+// URL; a browser-like client (cookie jar) then opens that port of that
+// sandbox, and no other port nor another sandbox. On the path-routed proxy
+// (the daemon's own origin) the token goes in a header only: no query, no
+// cookie, and the answer is sandboxed. The token never reaches the sandbox;
+// it expires; it is no API credential.
 func TestPortTokens(t *testing.T) {
 	e := newTenv(t)
 	e.tenant("a")
@@ -655,10 +657,22 @@ func TestPortTokens(t *testing.T) {
 	e.must(ka.Key, "POST", "/v1/sandboxes/"+sb.ID+"/ports/0/token", `{}`, 400, nil)
 	viewer := e.key("local", "a", "viewer")
 	e.must(viewer.Key, "POST", "/v1/sandboxes/"+sb.ID+"/ports/8080/token", `{}`, 403, nil)
+	host := "8080-" + sb.ID + "." + testDomain
+	if pt.URL != portPath(sb.ID, 8080) || !strings.Contains(pt.BrowserURL, "://"+host+":") ||
+		!strings.Contains(pt.BrowserURL, auth.PortTokenParam+"=") {
+		t.Fatalf("token URLs: %+v", pt)
+	}
 
+	// The host-routed name, as a browser meets it: a client whose every
+	// request goes to the test server but carries the port's host name.
 	jar, _ := cookiejar.New(nil)
-	browser := &http.Client{Jar: jar, Timeout: 30 * time.Second}
-	resp, err := browser.Get(e.tcp.URL + pt.URL + "&q=1")
+	tcpAddr := strings.TrimPrefix(e.tcp.URL, "http://")
+	browser := &http.Client{Jar: jar, Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", tcpAddr)
+		}}}
+	resp, err := browser.Get(pt.BrowserURL + "&q=1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -670,76 +684,125 @@ func TestPortTokens(t *testing.T) {
 	if strings.Contains(resp.Request.URL.RawQuery, auth.PortTokenParam) {
 		t.Errorf("the token stayed in the URL: %s", resp.Request.URL)
 	}
-	u, _ := url.Parse(e.tcp.URL + portPath(sb.ID, 8080))
-	cs := jar.Cookies(u)
-	if len(cs) != 1 || cs[0].Name != auth.PortTokenParam {
-		t.Fatalf("cookies for the port: %v", cs)
+	u, _ := url.Parse(pt.BrowserURL)
+	if cs := jar.Cookies(u); len(cs) != 1 || cs[0].Name != auth.PortTokenParam {
+		t.Fatalf("cookies of the port's host: %v", cs)
 	}
-	// The Set-Cookie attributes.
-	code, _ := e.do("", "GET", pt.URL, "")
+	// The Set-Cookie attributes: this host's alone.
+	code, _ := e.doHost("", "GET", "/?"+auth.PortTokenParam+"="+url.QueryEscape(pt.Token), host, "")
 	if code != http.StatusSeeOther {
 		t.Errorf("token URL: %d, want 303", code)
 	}
-	req, _ := http.NewRequest("GET", e.tcp.URL+pt.URL, nil)
+	req, _ := http.NewRequest("GET", e.tcp.URL+"/?"+auth.PortTokenParam+"="+url.QueryEscape(pt.Token), nil)
+	req.Host = host
 	r2, err := noRedirect.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r2.Body.Close()
 	sc := r2.Header.Get("Set-Cookie")
-	for _, want := range []string{"HttpOnly", "SameSite=Lax", "Path=" + portPath(sb.ID, 8080)} {
+	for _, want := range []string{"HttpOnly", "SameSite=Lax", "Path=/"} {
 		if !strings.Contains(sc, want) {
 			t.Errorf("Set-Cookie %q lacks %s", sc, want)
 		}
 	}
-	// The cookie opens that port again, under any path.
-	get := func(c *http.Client, path string, cookie string) (int, string) {
-		req, _ := http.NewRequest("GET", e.tcp.URL+path, nil)
-		if cookie != "" {
-			req.Header.Set("Cookie", auth.PortTokenParam+"="+cookie)
+	if strings.Contains(strings.ToLower(sc), "domain=") {
+		t.Errorf("Set-Cookie %q names a Domain: the cookie must be the port's host's alone", sc)
+	}
+	u.Path = "/deep"
+	u.RawQuery = ""
+	if resp, err := browser.Get(u.String()); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), "path /deep") {
+			t.Errorf("cookie on its host: %d %s", resp.StatusCode, b)
 		}
-		resp, err := c.Do(req)
+	}
+	for _, h := range []string{"9090-" + sb.ID + "." + testDomain, "8080-" + other.ID + "." + testDomain} {
+		if code, _ := e.doHost("", "GET", "/?"+auth.PortTokenParam+"="+url.QueryEscape(pt.Token), h, ""); code != 401 {
+			t.Errorf("the port token on %s: %d, want 401", h, code)
+		}
+	}
+
+	// The path-routed proxy: the header opens the port, the query and the
+	// cookie do not, and the answer is sandboxed in a browser.
+	get := func(path string, hdr map[string]string) (int, string, http.Header) {
+		req, _ := http.NewRequest("GET", e.tcp.URL+path, nil)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := noRedirect.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return resp.StatusCode, string(b), resp.Header
 	}
-	if code, b := get(browser, portPath(sb.ID, 8080)+"deep", ""); code != 200 || !strings.Contains(b, "path /deep") {
-		t.Errorf("cookie on its port: %d %s", code, b)
+	code, b, h := get(portPath(sb.ID, 8080)+"deep", map[string]string{PortTokenHeader: pt.Token, "Cookie": "other=1"})
+	if code != 200 || !strings.Contains(b, "path /deep") || !strings.Contains(b, "cookies []") {
+		t.Errorf("the header on the path route: %d %s", code, b)
+	}
+	if h.Get("Content-Security-Policy") != "sandbox" {
+		t.Errorf("a path-routed answer without CSP sandbox: %v", h)
+	}
+	if code, b, _ := get(portPath(sb.ID, 8080)+"?"+auth.PortTokenParam+"="+url.QueryEscape(pt.Token), nil); code != 401 {
+		t.Errorf("the query token on the path route: %d %s, want 401", code, b)
+	}
+	if code, b, _ := get(portPath(sb.ID, 8080), map[string]string{"Cookie": auth.PortTokenParam + "=" + pt.Token}); code != 401 {
+		t.Errorf("the cookie on the path route: %d %s, want 401", code, b)
 	}
 	for _, path := range []string{portPath(sb.ID, 9090), portPath(other.ID, 8080), "/v1/sandboxes/" + sb.ID, "/v1/sandboxes"} {
-		if code, b := get(noRedirect, path, pt.Token); code != 401 {
+		if code, b, _ := get(path, map[string]string{PortTokenHeader: pt.Token}); code != 401 {
 			t.Errorf("the port token on %s: %d %s, want 401", path, code, b)
-		}
-		if code, b := get(noRedirect, path+"?"+auth.PortTokenParam+"="+url.QueryEscape(pt.Token), ""); code != 401 {
-			t.Errorf("the port token in the query of %s: %d %s, want 401", path, code, b)
 		}
 	}
 	if code, _ := e.do(pt.Token, "GET", portPath(sb.ID, 8080), ""); code != 401 {
 		t.Errorf("the port token as a bearer: %d, want 401", code)
 	}
-	// Host-routed.
-	hostTok := url.QueryEscape(pt.Token)
-	if code, b := e.doHost("", "GET", "/?"+auth.PortTokenParam+"="+hostTok, "8080-"+sb.ID+"."+testDomain, ""); code != http.StatusSeeOther {
-		t.Errorf("host-routed token: %d %s", code, b)
-	}
-	if code, _ := e.doHost("", "GET", "/?"+auth.PortTokenParam+"="+hostTok, "8080-"+other.ID+"."+testDomain, ""); code != 401 {
-		t.Errorf("host-routed token on another sandbox: %d", code)
-	}
-	// Expiry, and the sandbox's stop.
+	// Expiry, the sandbox's stop and start, revocation.
 	var short api.PortToken
 	e.must(ka.Key, "POST", "/v1/sandboxes/"+other.ID+"/ports/8080/token", `{"ttl_seconds":600}`, 201, &short)
-	if code, _ := get(noRedirect, portPath(other.ID, 8080), short.Token); code != 200 {
+	hdr := map[string]string{PortTokenHeader: short.Token}
+	if code, _, _ := get(portPath(other.ID, 8080), hdr); code != 200 {
 		t.Errorf("second token: %d", code)
 	}
 	e.must(ka.Key, "POST", "/v1/sandboxes/"+other.ID+"/stop", "", 200, nil)
-	if code, _ := get(noRedirect, portPath(other.ID, 8080), short.Token); code != 401 {
+	if code, _, _ := get(portPath(other.ID, 8080), hdr); code != 401 {
 		t.Errorf("a port token of a stopped sandbox: %d, want 401", code)
 	}
+	e.must(ka.Key, "POST", "/v1/sandboxes/"+other.ID+"/start", "", 200, nil)
+	serveHTTP(e.node, other.ID, 8080)
+	if code, b, _ := get(portPath(other.ID, 8080), hdr); code != 200 {
+		t.Errorf("a port token after its sandbox's start: %d %s, want 200 (valid until expiry or revocation)", code, b)
+	}
+	var list []api.PortTokenInfo
+	e.must(ka.Key, "GET", "/v1/sandboxes/"+other.ID+"/port-tokens", "", 200, &list)
+	if len(list) != 1 || list[0].ID != short.ID || list[0].RevokedAt != nil || list[0].CreatedBy != "key:"+ka.ID {
+		t.Fatalf("port tokens listed: %+v", list)
+	}
+	kb := func() string { e.tenant("b"); return e.key("local", "b", "admin").Key }()
+	e.must(kb, "DELETE", "/v1/sandboxes/"+other.ID+"/port-tokens/"+short.ID, "", 404, nil)
+	e.must(ka.Key, "DELETE", "/v1/sandboxes/"+sb.ID+"/port-tokens/"+short.ID, "", 404, nil)
+	e.must(ka.Key, "DELETE", "/v1/sandboxes/"+other.ID+"/port-tokens/"+short.ID, "", 200, nil)
+	if code, _, _ := get(portPath(other.ID, 8080), hdr); code != 401 {
+		t.Errorf("a revoked port token: %d, want 401", code)
+	}
+	// Its minting key's revocation ends a port token.
+	minter := e.key("local", "a", "member")
+	var mt api.PortToken
+	e.must(minter.Key, "POST", "/v1/sandboxes/"+sb.ID+"/ports/8080/token", `{}`, 201, &mt)
+	if code, _, _ := get(portPath(sb.ID, 8080), map[string]string{PortTokenHeader: mt.Token}); code != 200 {
+		t.Errorf("a fresh token: %d", code)
+	}
+	e.must("local", "DELETE", "/v1/keys/"+minter.ID, "", 200, nil)
+	if code, _, _ := get(portPath(sb.ID, 8080), map[string]string{PortTokenHeader: mt.Token}); code != 401 {
+		t.Errorf("a port token of a revoked key: %d, want 401", code)
+	}
 	e.clock.Advance(601 * time.Second)
-	if code, _ := get(browser, portPath(sb.ID, 8080), ""); code != 401 {
-		t.Errorf("an expired port token: %d, want 401", code)
+	if resp, err := browser.Get(u.String()); err != nil || resp.StatusCode != 401 {
+		t.Errorf("an expired port token: %v %v, want 401", resp.StatusCode, err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -106,10 +107,16 @@ func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) {
-	if err := s.m.Store().DeleteTenant(r.Context(), r.PathValue("name"), s.now()); err != nil {
+	name := r.PathValue("name")
+	if err := CheckTenantName(name); err != nil {
 		writeError(w, err)
 		return
 	}
+	if err := s.m.Store().DeleteTenant(r.Context(), name, s.now()); err != nil {
+		writeError(w, err)
+		return
+	}
+	s.credentialsChanged()
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -206,7 +213,8 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 }
 
 // revokeKey revokes a key named by its id or printable prefix; another
-// tenant's key is not found. A key revoked is refused on its next request,
+// tenant's key is not found, and a key holding a scope the caller lacks
+// is refused (auth.MayActOn: the rule key creation follows). A key revoked is refused on its next request,
 // and the leases it minted with it.
 func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
 	id, _ := strings.CutPrefix(r.PathValue("id"), auth.KeyPrefix)
@@ -215,10 +223,15 @@ func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if err := auth.MayActOn(principal(r), k.Scopes); err != nil {
+		writeError(w, err)
+		return
+	}
 	if err := s.m.Store().RevokeAPIKey(r.Context(), k.ID, s.now()); err != nil {
 		writeError(w, err)
 		return
 	}
+	s.credentialsChanged()
 	k, err = s.m.Store().GetAPIKey(r.Context(), store.AnyOwner, k.ID)
 	if err != nil {
 		writeError(w, err)
@@ -263,23 +276,38 @@ func LeaseRevoker(st store.Tenants, log *slog.Logger) func(string, sandbox.State
 	}
 }
 
-// createLease records the create-time lease of sb (its token is
-// Leases.Token(sb.ID), the same on a replayed create) and returns the
-// token.
-func (s *Server) createLease(ctx context.Context, sb *sandbox.Sandbox, keyID string) (string, error) {
+// createLease records the create-time lease of sb for its creator (its
+// token is Leases.Token(sb.ID), the same on a replayed create) and
+// returns the token. The lease holds the lease scopes the creator holds
+// (auth.CreateLeaseGrant), never more, and dies with the creator's key.
+func (s *Server) createLease(ctx context.Context, sb *sandbox.Sandbox, creator auth.Principal) (string, error) {
 	if s.Leases == nil {
 		return "", nil
 	}
-	scopes := make([]string, 0, len(auth.LeaseScopes))
-	for _, sc := range auth.LeaseScopes {
-		scopes = append(scopes, string(sc))
-	}
 	err := s.m.Store().CreateLease(ctx, &store.Lease{ID: auth.CreateLeaseID(sb.ID), SandboxID: sb.ID, Tenant: sb.Tenant,
-		KeyID: keyID, Scopes: scopes, CreatedAt: s.now()})
+		KeyID: creator.KeyID, Scopes: auth.CreateLeaseGrant(creator), CreatedAt: s.now()})
 	if err != nil && !errors.Is(err, errdefs.ErrConflict) {
 		return "", err
 	}
 	return s.Leases.Token(sb.ID), nil
+}
+
+// minter is the principal on whose behalf a door hands out a lease minted
+// with keyID: the caller in ctx when it is that key's, else the key as
+// stored ("" is the host socket only when ctx says so; otherwise a
+// principal holding nothing a lease could carry).
+func (s *Server) minter(ctx context.Context, keyID string) (auth.Principal, error) {
+	if p, ok := auth.From(ctx); ok && p.KeyID == keyID && !p.IsLease() {
+		return p, nil
+	}
+	if keyID == "" {
+		return auth.Principal{Actor: "unknown"}, nil
+	}
+	k, err := s.m.Store().GetAPIKey(ctx, store.AnyOwner, keyID)
+	if err != nil {
+		return auth.Principal{}, err
+	}
+	return auth.Principal{Actor: "key:" + k.ID, KeyID: k.ID, Tenant: k.Tenant, Scopes: k.Scopes}, nil
 }
 
 func (s *Server) mintLease(w http.ResponseWriter, r *http.Request) {
@@ -358,10 +386,89 @@ func (s *Server) mintPortToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.Conflict("sandbox %s is %s: port tokens are for live sandboxes", sb.ID, sb.State))
 		return
 	}
-	exp := s.now().Add(ttl).Truncate(time.Second)
-	tok := s.Leases.MintPort(auth.PortToken{Sandbox: sb.ID, Port: port, Expires: exp, KeyID: principal(r).KeyID})
-	writeJSON(w, http.StatusCreated, api.PortToken{SandboxID: sb.ID, Port: port, Token: tok, ExpiresAt: exp,
-		URL: portPath(sb.ID, port) + "?" + auth.PortTokenParam + "=" + url.QueryEscape(tok)})
+	now := s.now()
+	exp := now.Add(ttl).Truncate(time.Second)
+	p := principal(r)
+	rec := &store.PortToken{ID: auth.NewPortTokenID(), SandboxID: sb.ID, Tenant: sb.Tenant, Port: port, KeyID: p.KeyID,
+		CreatedBy: p.Actor, CreatedAt: now, ExpiresAt: exp}
+	if err := s.m.Store().CreatePortToken(r.Context(), rec); err != nil {
+		writeError(w, err)
+		return
+	}
+	tok := s.Leases.MintPort(auth.PortToken{Sandbox: sb.ID, Port: port, Expires: exp, ID: rec.ID})
+	out := api.PortToken{ID: rec.ID, SandboxID: sb.ID, Port: port, Token: tok, ExpiresAt: exp, URL: portPath(sb.ID, port)}
+	if s.Domain != "" {
+		out.BrowserURL = s.hostPortURL(r, sb.ID, port) + "?" + auth.PortTokenParam + "=" + url.QueryEscape(tok)
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
+
+func portTokenToAPI(t *store.PortToken) api.PortTokenInfo {
+	return api.PortTokenInfo{ID: t.ID, SandboxID: t.SandboxID, Port: t.Port, CreatedBy: t.CreatedBy, CreatedAt: t.CreatedAt,
+		ExpiresAt: t.ExpiresAt, RevokedAt: timePtr(t.RevokedAt)}
+}
+
+// listPortTokens lists the port tokens of a sandbox the caller sees.
+func (s *Server) listPortTokens(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.m.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ts, err := s.m.Store().ListPortTokens(r.Context(), ownerOf(r.Context()), sb.ID)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := make([]api.PortTokenInfo, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, portTokenToAPI(t))
+	}
+	writeJSON(w, 200, out)
+}
+
+// revokePortToken revokes a port token of a sandbox the caller sees: it
+// is refused from its next request, and the connections it opened end
+// (live.go).
+func (s *Server) revokePortToken(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.m.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	o := ownerOf(r.Context())
+	t, err := s.m.Store().GetPortToken(r.Context(), o, r.PathValue("token"))
+	if err == nil && t.SandboxID != sb.ID {
+		err = errdefs.NotFound("port token %s not found", r.PathValue("token"))
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.m.Store().RevokePortToken(r.Context(), o, t.ID, s.now()); err != nil {
+		writeError(w, err)
+		return
+	}
+	s.credentialsChanged()
+	if t, err = s.m.Store().GetPortToken(r.Context(), o, t.ID); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, portTokenToAPI(t))
+}
+
+// hostPortURL is the base URL of sandbox id's port on its own host name,
+// {port}-{id}.{domain}, by the scheme and port the request came in on.
+func (s *Server) hostPortURL(r *http.Request, id string, port int) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	host := strconv.Itoa(port) + "-" + id + "." + s.Domain
+	if _, p, err := net.SplitHostPort(r.Host); err == nil && p != "" {
+		host = net.JoinHostPort(host, p)
+	}
+	return scheme + "://" + host + "/"
 }
 
 // portPath is the path under which the proxy serves sandbox id's port.
@@ -369,12 +476,29 @@ func portPath(id string, port int) string {
 	return "/v1/sandboxes/" + id + "/ports/" + strconv.Itoa(port) + "/"
 }
 
+// PortTokenHeader carries a port token on the path-routed proxy, which
+// takes no cookie and no query token: that route is for non-browser
+// clients (browsers use the host-routed {port}-{id}.{domain} names).
+const PortTokenHeader = "X-Berth-Port-Token"
+
+// pathRouted reports whether r came through the path-routed port proxy
+// (/v1/sandboxes/{id}/ports/{port}/...) on the daemon's own origin.
+func pathRouted(r *http.Request) bool {
+	return strings.HasPrefix(r.Pattern, "/v1/sandboxes/{id}/ports/{port}")
+}
+
 // portToken finds a port token on a port-proxy request without an
-// Authorization header: the query parameter, else the cookie. fromQuery
-// says where.
+// Authorization header. On a host-routed name ({port}-{id}.{domain}, the
+// browser's way): the query parameter, else the cookie, which is that
+// host's alone. On the path-routed proxy, the daemon's own origin: the
+// PortTokenHeader only — never a cookie or the query, so a browser holds
+// no credential a page on that origin could ride. fromQuery says where.
 func portToken(r *http.Request) (tok string, fromQuery bool) {
 	if r.Header.Get("Authorization") != "" {
 		return "", false
+	}
+	if pathRouted(r) {
+		return r.Header.Get(PortTokenHeader), false
 	}
 	if q := r.URL.Query(); q.Has(auth.PortTokenParam) {
 		return q.Get(auth.PortTokenParam), true
@@ -403,33 +527,32 @@ func (s *Server) portPrincipal(r *http.Request, rt Route) (p auth.Principal, ok 
 		return auth.Principal{}, true, err
 	}
 	sb, err := s.lookup(context.WithoutCancel(r.Context()), id)
-	if err != nil || !leasable(sb.State) || sb.ID != id {
+	if err != nil || !leasable(sb.State) || sb.ID != id || sb.Tenant != p.Tenant {
 		return auth.Principal{}, true, errdefs.Unauthenticated("the port token ended with its sandbox")
 	}
-	p.Tenant = sb.Tenant
 	return p, true, nil
 }
 
-// portTokenRedirect, for a port token that came in the query, sets it as
-// an HttpOnly, SameSite=Lax cookie scoped to the port's path (or, host
-// routed, to its own host) and redirects to the URL without it, so the
+// portTokenRedirect, for a port token that came in the query of a
+// host-routed name, sets it as an HttpOnly, SameSite=Lax cookie of that
+// host alone (no Domain attribute: neither the daemon's origin nor another
+// sandbox's name gets it) and redirects to the URL without it, so the
 // token leaves the address bar and the history. It reports whether it
 // answered. The token never reaches the sandbox: the proxy drops the
-// cookie and the parameter.
+// cookie, the parameter and the header.
 func (s *Server) portTokenRedirect(w http.ResponseWriter, r *http.Request, rt Route, p auth.Principal) bool {
 	tok, fromQuery := portToken(r)
 	if !fromQuery || p.Port == 0 {
 		return false
 	}
-	path := portPath(p.Sandbox, p.Port)
-	if rt.Pattern == HostPortPattern {
-		path = "/"
+	if rt.Pattern != HostPortPattern {
+		return false
 	}
 	maxAge := 0
 	if t, ok := s.Leases.CheckPort(tok); ok {
 		maxAge = int(time.Until(t.Expires) / time.Second)
 	}
-	http.SetCookie(w, &http.Cookie{Name: auth.PortTokenParam, Value: tok, Path: path, MaxAge: max(maxAge, 1),
+	http.SetCookie(w, &http.Cookie{Name: auth.PortTokenParam, Value: tok, Path: "/", MaxAge: max(maxAge, 1),
 		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
 	u := *r.URL
 	q := u.Query()
@@ -445,6 +568,7 @@ func (s *Server) portTokenRedirect(w http.ResponseWriter, r *http.Request, rt Ro
 
 // stripPortToken removes a port token from what the proxy forwards.
 func stripPortToken(h http.Header, u *url.URL) {
+	h.Del(PortTokenHeader)
 	if cs := h.Values("Cookie"); len(cs) > 0 {
 		h.Del("Cookie")
 		for _, line := range cs {

@@ -28,7 +28,25 @@ type Lease struct {
 	RevokedAt time.Time
 }
 
-// Tenants are the tenants and the leases their sandboxes hand out.
+// PortToken is a minted port token's record: the token carries its id
+// under the daemon's HMAC, the record which port of which sandbox it
+// opens, who minted it, until when, and whether it still may.
+type PortToken struct {
+	ID        string
+	SandboxID string
+	Tenant    string
+	Port      int
+	// KeyID is the API key that minted it ("" for the host socket): its
+	// revocation revokes the token.
+	KeyID     string
+	CreatedBy string // the minting actor, as events record it
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	RevokedAt time.Time
+}
+
+// Tenants are the tenants and the leases and port tokens their sandboxes
+// hand out.
 type Tenants interface {
 	// CreateTenant adds t; a taken name is ErrConflict.
 	CreateTenant(ctx context.Context, t *Tenant) error
@@ -47,4 +65,16 @@ type Tenants interface {
 	// RevokeLeases revokes, at at, every lease of sandbox id not yet
 	// revoked, and says how many.
 	RevokeLeases(ctx context.Context, sandboxID string, at time.Time) (int64, error)
+
+	// CreatePortToken records t; an id taken is ErrConflict.
+	CreatePortToken(ctx context.Context, t *PortToken) error
+	// GetPortToken returns port token id, revoked or not; another owner's
+	// is not found.
+	GetPortToken(ctx context.Context, o Owner, id string) (*PortToken, error)
+	// ListPortTokens returns every port token of sandbox id o sees, by
+	// creation.
+	ListPortTokens(ctx context.Context, o Owner, sandboxID string) ([]*PortToken, error)
+	// RevokePortToken revokes port token id at at (idempotent); another
+	// owner's is not found.
+	RevokePortToken(ctx context.Context, o Owner, id string, at time.Time) error
 }

@@ -56,7 +56,9 @@ func TCPRaw(base string) *RawClient {
 const NoKey = "\x00none"
 
 // Do sends method rawPath (already escaped as it must appear on the wire)
-// with token as bearer ("" = the client's key, NoKey = none). It returns
+// with token as bearer ("" = the client's key, NoKey = none; a port token,
+// berth_port_..., goes in the X-Berth-Port-Token header as the
+// path-routed proxy takes it). It returns
 // the status and up to 64 KiB of the body.
 func (r *RawClient) Do(ctx context.Context, method, rawPath, token string, body any) (int, string, error) {
 	var rd io.Reader
@@ -93,7 +95,11 @@ func (r *RawClient) Do(ctx context.Context, method, rawPath, token string, body 
 			req.Header.Set("Authorization", "Bearer "+r.apiKey)
 		}
 	default:
-		req.Header.Set("Authorization", "Bearer "+token)
+		if strings.HasPrefix(token, "berth_port_") {
+			req.Header.Set("X-Berth-Port-Token", token)
+		} else {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
 	}
 	resp, err := r.hc.Do(req)
 	if err != nil {

@@ -171,7 +171,7 @@ func apiAttacks() []*attack.Attack {
 				}
 				var seen []string
 				for _, p := range []string{"/v1/sandboxes/" + a.ID + "/ports/9090/", "/v1/sandboxes/" + b.ID + "/ports/8080/", "/v1/sandboxes/" + a.ID} {
-					st, _, err := tcp.Do(ctx, "GET", p+"?berth_port_token="+pt.Token, attack.NoKey, nil)
+					st, _, err := tcp.Do(ctx, "GET", p, pt.Token, nil)
 					if err != nil {
 						return attack.Escaped("request: %v", err)
 					}

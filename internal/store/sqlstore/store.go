@@ -669,7 +669,8 @@ func (s *sqlStore) ListAPIKeys(ctx context.Context, o store.Owner, p store.Page)
 }
 
 // RevokeAPIKey is idempotent: revoking a revoked key keeps the first time.
-// The leases the key minted are revoked with it, in one transaction.
+// The leases and port tokens the key minted are revoked with it, in one
+// transaction.
 func (s *sqlStore) RevokeAPIKey(ctx context.Context, id string, at time.Time) error {
 	if at.IsZero() {
 		return errdefs.Invalid("revocation time is zero")
@@ -690,6 +691,10 @@ func (s *sqlStore) RevokeAPIKey(ctx context.Context, id string, at time.Time) er
 		if _, err := tx.ExecContext(ctx, s.d.rebind(`UPDATE leases SET revoked_at = ? WHERE key_id = ? AND revoked_at = 0`),
 			micros(at), id); err != nil {
 			return fmt.Errorf("revoke the leases of api key %s: %w", id, err)
+		}
+		if _, err := tx.ExecContext(ctx, s.d.rebind(`UPDATE port_tokens SET revoked_at = ? WHERE key_id = ? AND revoked_at = 0`),
+			micros(at), id); err != nil {
+			return fmt.Errorf("revoke the port tokens of api key %s: %w", id, err)
 		}
 		return nil
 	})

@@ -110,6 +110,7 @@ func (s *sqlStore) DeleteTenant(ctx context.Context, name string, at time.Time) 
 		for _, q := range []string{
 			`UPDATE api_keys SET revoked_at = ? WHERE tenant = ? AND revoked_at = 0`,
 			`UPDATE leases SET revoked_at = ? WHERE tenant = ? AND revoked_at = 0`,
+			`UPDATE port_tokens SET revoked_at = ? WHERE tenant = ? AND revoked_at = 0`,
 		} {
 			if _, err := tx.ExecContext(ctx, s.d.rebind(q), micros(at), name); err != nil {
 				return fmt.Errorf("delete tenant %s: revoke: %w", name, err)
@@ -172,4 +173,89 @@ func (s *sqlStore) RevokeLeases(ctx context.Context, sandboxID string, at time.T
 		return 0, fmt.Errorf("revoke leases of %s: %w", sandboxID, err)
 	}
 	return res.RowsAffected()
+}
+
+// ---- port tokens ----
+
+const portTokenCols = `id, sandbox_id, tenant, port, key_id, created_by, created_at, expires_at, revoked_at`
+
+func (s *sqlStore) CreatePortToken(ctx context.Context, t *store.PortToken) error {
+	if t.ID == "" || t.SandboxID == "" || t.Port < 1 || t.Port > 65535 || t.ExpiresAt.IsZero() {
+		return errdefs.Invalid("a port token needs an id, a sandbox, a port and an expiry")
+	}
+	_, err := s.exec(ctx, `INSERT INTO port_tokens (`+portTokenCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		t.ID, t.SandboxID, t.Tenant, int64(t.Port), t.KeyID, t.CreatedBy, micros(t.CreatedAt), micros(t.ExpiresAt), micros(t.RevokedAt))
+	if err != nil {
+		if s.d.classify(err) == UniqueViolation {
+			return errdefs.Conflict("port token %s already exists", t.ID)
+		}
+		return fmt.Errorf("create port token: %w", err)
+	}
+	return nil
+}
+
+func scanPortToken(row scanner) (*store.PortToken, error) {
+	var (
+		t                         store.PortToken
+		port                      int64
+		created, expires, revoked int64
+	)
+	if err := row.Scan(&t.ID, &t.SandboxID, &t.Tenant, &port, &t.KeyID, &t.CreatedBy, &created, &expires, &revoked); err != nil {
+		return nil, err
+	}
+	t.Port = int(port)
+	t.CreatedAt, t.ExpiresAt, t.RevokedAt = fromMicros(created), fromMicros(expires), fromMicros(revoked)
+	return &t, nil
+}
+
+func (s *sqlStore) GetPortToken(ctx context.Context, o store.Owner, id string) (*store.PortToken, error) {
+	t, err := scanPortToken(s.queryRow(ctx, `SELECT `+portTokenCols+` FROM port_tokens WHERE id = ?`, id))
+	if err == nil && !o.Sees(t.Tenant) {
+		err = sql.ErrNoRows
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errdefs.NotFound("port token %s not found", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get port token %s: %w", id, err)
+	}
+	return t, nil
+}
+
+func (s *sqlStore) ListPortTokens(ctx context.Context, o store.Owner, sandboxID string) ([]*store.PortToken, error) {
+	q := `SELECT ` + portTokenCols + ` FROM port_tokens WHERE sandbox_id = ?`
+	args := []any{sandboxID}
+	if tenant, ok := o.Tenant(); ok {
+		q += ` AND tenant = ?`
+		args = append(args, tenant)
+	}
+	rows, err := s.query(ctx, q+` ORDER BY created_at, id`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list port tokens: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.PortToken
+	for rows.Next() {
+		t, err := scanPortToken(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list port tokens: %w", err)
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// RevokePortToken is idempotent: revoking a revoked token keeps the first
+// time.
+func (s *sqlStore) RevokePortToken(ctx context.Context, o store.Owner, id string, at time.Time) error {
+	if at.IsZero() {
+		return errdefs.Invalid("revocation time is zero")
+	}
+	if _, err := s.GetPortToken(ctx, o, id); err != nil {
+		return err
+	}
+	if _, err := s.exec(ctx, `UPDATE port_tokens SET revoked_at = ? WHERE id = ? AND revoked_at = 0`, micros(at), id); err != nil {
+		return fmt.Errorf("revoke port token %s: %w", id, err)
+	}
+	return nil
 }

@@ -38,6 +38,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Templates", testTemplates},
 		{"APIKeys", testAPIKeys},
 		{"Tenants", testTenants},
+		{"PortTokens", testPortTokens},
 		{"Leases", testLeases},
 		{"ConcurrentUpdates", testConcurrentUpdates},
 		{"ConcurrentWriters", testConcurrentWriters},

@@ -114,3 +114,55 @@ func testLeases(t *testing.T, s store.Store) {
 		t.Errorf("revoking k1 left its lease l3: %+v", l)
 	}
 }
+
+// testPortTokens: a port token's record is created once, read back, seen
+// only by its owner, listed per sandbox, revoked idempotently, and revoked
+// with its minting key and with its tenant.
+func testPortTokens(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	must(t, s.CreateTenant(ctx, &store.Tenant{Name: "acme", CreatedAt: at(0)}))
+	must(t, s.CreateAPIKey(ctx, &store.APIKey{ID: "kp", Tenant: "acme", Hash: []byte("kp"), CreatedAt: at(0)}))
+	pt := &store.PortToken{ID: "p1", SandboxID: "sb1", Tenant: "acme", Port: 8080, KeyID: "kp", CreatedBy: "key:kp",
+		CreatedAt: at(0), ExpiresAt: at(time.Hour)}
+	must(t, s.CreatePortToken(ctx, pt))
+	wantCategory(t, s.CreatePortToken(ctx, pt), errdefs.ErrConflict)
+	wantCategory(t, s.CreatePortToken(ctx, &store.PortToken{ID: "p9", SandboxID: "sb1", Port: 0, ExpiresAt: at(time.Hour)}), errdefs.ErrInvalid)
+	must(t, s.CreatePortToken(ctx, &store.PortToken{ID: "p2", SandboxID: "sb1", Tenant: "acme", Port: 9090,
+		CreatedAt: at(time.Second), ExpiresAt: at(time.Hour)}))
+	must(t, s.CreatePortToken(ctx, &store.PortToken{ID: "p3", SandboxID: "sb2", Tenant: "acme", Port: 80, KeyID: "kp",
+		CreatedAt: at(0), ExpiresAt: at(time.Hour)}))
+	got, err := s.GetPortToken(ctx, store.OwnedBy("acme"), "p1")
+	must(t, err)
+	if want := (&store.PortToken{ID: "p1", SandboxID: "sb1", Tenant: "acme", Port: 8080, KeyID: "kp", CreatedBy: "key:kp",
+		CreatedAt: stored(at(0)), ExpiresAt: stored(at(time.Hour))}); !reflect.DeepEqual(got, want) {
+		t.Errorf("GetPortToken = %+v, want %+v", got, want)
+	}
+	_, err = s.GetPortToken(ctx, store.OwnedBy("other"), "p1")
+	wantCategory(t, err, errdefs.ErrNotFound)
+	wantCategory(t, s.RevokePortToken(ctx, store.OwnedBy("other"), "p1", at(time.Minute)), errdefs.ErrNotFound)
+	list, err := s.ListPortTokens(ctx, store.OwnedBy("acme"), "sb1")
+	must(t, err)
+	if len(list) != 2 || list[0].ID != "p1" || list[1].ID != "p2" {
+		t.Errorf("ListPortTokens(sb1) = %+v, want p1, p2", list)
+	}
+	if list, _ := s.ListPortTokens(ctx, store.OwnedBy("other"), "sb1"); len(list) != 0 {
+		t.Errorf("another owner lists %d port tokens", len(list))
+	}
+	must(t, s.RevokePortToken(ctx, store.OwnedBy("acme"), "p2", at(time.Minute)))
+	must(t, s.RevokePortToken(ctx, store.AnyOwner, "p2", at(2*time.Minute)))
+	if got, _ := s.GetPortToken(ctx, store.AnyOwner, "p2"); !got.RevokedAt.Equal(stored(at(time.Minute))) {
+		t.Errorf("revoked twice: revoked_at %v, want the first", got.RevokedAt)
+	}
+	must(t, s.RevokeAPIKey(ctx, "kp", at(3*time.Minute)))
+	for _, id := range []string{"p1", "p3"} {
+		if got, _ := s.GetPortToken(ctx, store.AnyOwner, id); got.RevokedAt.IsZero() {
+			t.Errorf("port token %s outlived its minting key", id)
+		}
+	}
+	must(t, s.CreatePortToken(ctx, &store.PortToken{ID: "p4", SandboxID: "sb1", Tenant: "acme", Port: 1,
+		CreatedAt: at(0), ExpiresAt: at(time.Hour)}))
+	must(t, s.DeleteTenant(ctx, "acme", at(4*time.Minute)))
+	if got, _ := s.GetPortToken(ctx, store.AnyOwner, "p4"); got.RevokedAt.IsZero() {
+		t.Error("a port token outlived its tenant")
+	}
+}

@@ -1,0 +1,225 @@
+package catalogue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/internal/selftest/attack"
+)
+
+// Rights behind every door (issue #30), tried as a tenant's low-privilege
+// credential over TCP: a token never holds a right its minting principal
+// lacks, key management never acts above the caller's own rights, tenant
+// parameters name tenants that exist, a revoked credential's open
+// connection ends, a port token is revocable. Each attack works in a
+// tenant of its own, made for it and deleted after.
+func rightsAttacks() []*attack.Attack {
+	x := func(id, desc, expected string, run func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome) *attack.Attack {
+		return &attack.Attack{ID: "api." + id, Category: attack.CatAPI, Description: desc, Expected: expected,
+			Run: func(ctx ctxT, e *attack.Env) attack.Outcome {
+				tcp := tcpOf(e)
+				if tcp == nil {
+					return attack.NotApplicable("needs the daemon's TCP listener (--private, or --host http://... / --tcp)")
+				}
+				tn, err := newTenantRun(ctx, e, id)
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				defer tn.cleanup(context.WithoutCancel(ctx))
+				return run(ctx, e, tcp, tn)
+			}}
+	}
+	return []*attack.Attack{
+		x("create-lease-scope", "exec and write files through the lease_token of a sandbox created by a key without exec or files", "403",
+			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome {
+				k, err := tn.key(ctx, "member", "sandboxes:read", "sandboxes:write")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				sb, err := tn.create(ctx, tcp, k.Key)
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				st1, r1, err := tcp.Do(ctx, "POST", "/v1/sandboxes/"+sb.ID+"/exec", sb.LeaseToken, api.ExecRequest{Cmd: []string{"true"}})
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				st2, r2, err := tcp.Do(ctx, "PUT", "/v1/sandboxes/"+sb.ID+"/files?path=/tmp/x", sb.LeaseToken, "x")
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				return attack.Judged(denied(st1) && denied(st2), "exec with the create's lease: %d %s; files: %d %s", st1,
+					attack.Clip(attack.OneLine(r1), 50), st2, attack.Clip(attack.OneLine(r2), 50))
+			}),
+		x("keys-revoke-admin", "revoke the tenant's admin key with a key holding only keys", "403, the admin key still works",
+			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome {
+				adm, err := tn.key(ctx, "admin")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				mgr, err := tn.key(ctx, "admin", "keys")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				st, resp, err := tcp.Do(ctx, "DELETE", "/v1/keys/"+adm.ID, mgr.Key, nil)
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				after, _, err := tcp.Do(ctx, "GET", "/v1/keys", adm.Key, nil)
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				return attack.Judged(denied(st) && after == 200, "DELETE the admin key with a keys-only key: %d %s; the admin key then: %d",
+					st, attack.Clip(attack.OneLine(resp), 60), after)
+			}),
+		x("quota-bad-tenant", "set a quota for tenant ../x and for a tenant that does not exist", "400 and 404",
+			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome {
+				st1, _, err := e.Raw.Do(ctx, "PUT", "/v1/tenants/..%2Fx/quota", "", api.QuotaRequest{MaxSandboxes: 1})
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				st2, _, err := e.Raw.Do(ctx, "PUT", "/v1/tenants/"+tn.name+"-gone/quota", "", api.QuotaRequest{MaxSandboxes: 1})
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				return attack.Judged(st1 == 400 && st2 == 404, "../x: %d; a tenant that does not exist: %d", st1, st2)
+			}),
+		x("revoked-key-pty", "keep a terminal (exec WebSocket) open after its key is revoked", "the connection ends within 10 s",
+			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome {
+				k, err := tn.key(ctx, "member")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				sb, err := tn.create(ctx, tcp, k.Key)
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				kc, err := client.New(tcpBase(e), k.Key)
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				defer kc.Close()
+				stdin, hold := io.Pipe()
+				defer hold.Close()
+				var out attack.SyncBuffer
+				done := make(chan error, 1)
+				go func() {
+					_, err := kc.ExecInteractive(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sh", "-c", "echo open; exec cat"}, TTY: true}, stdin, &out, &out, nil)
+					done <- err
+				}()
+				for deadline := time.Now().Add(60 * time.Second); !strings.Contains(out.String(), "open"); time.Sleep(50 * time.Millisecond) {
+					select {
+					case err := <-done:
+						return attack.Escaped("the terminal ended before the revocation: %v", err)
+					default:
+					}
+					if time.Now().After(deadline) {
+						return attack.Escaped("the terminal never opened")
+					}
+				}
+				if _, err := e.C.RevokeAPIKey(ctx, k.ID); err != nil {
+					return attack.Escaped("revoke: %v", err)
+				}
+				start := time.Now()
+				select {
+				case err := <-done:
+					return attack.Contained("the terminal ended %.1f s after the revocation (%v)", time.Since(start).Seconds(), err)
+				case <-time.After(10 * time.Second):
+					hold.Close()
+					return attack.Escaped("the terminal still ran 10 s after its key was revoked")
+				}
+			}),
+		x("port-token-revoked", "open a port with a port token after it was revoked", "401",
+			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome {
+				k, err := tn.key(ctx, "member")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				sb, err := tn.create(ctx, tcp, k.Key)
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				var pt api.PortToken
+				st, resp, err := tcp.Do(ctx, "POST", "/v1/sandboxes/"+sb.ID+"/ports/8080/token", k.Key, api.CreatePortTokenRequest{TTLSeconds: 600})
+				if err != nil || st != 201 || jsonInto(resp, &pt) != nil || pt.ID == "" {
+					return attack.Escaped("mint: %d %v %s", st, err, attack.Clip(resp, 80))
+				}
+				if st, resp, err := tcp.Do(ctx, "DELETE", "/v1/sandboxes/"+sb.ID+"/port-tokens/"+pt.ID, k.Key, nil); err != nil || st != 200 {
+					return attack.Escaped("revoke: %d %v %s", st, err, attack.Clip(resp, 80))
+				}
+				st, resp, err = tcp.Do(ctx, "GET", "/v1/sandboxes/"+sb.ID+"/ports/8080/", pt.Token, nil)
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				return attack.Judged(st == 401, "GET the port with the revoked token: %d %s", st, attack.Clip(attack.OneLine(resp), 60))
+			}),
+	}
+}
+
+// tenantRun is a tenant made for one attack, with the keys and sandboxes
+// the attack made in it; cleanup deletes them and it.
+type tenantRun struct {
+	e         *attack.Env
+	name      string
+	sandboxes []string
+}
+
+func newTenantRun(ctx ctxT, e *attack.Env, id string) (*tenantRun, error) {
+	name := strings.ToLower(fmt.Sprintf("st-%s-%s", e.Tag, strings.ReplaceAll(id, "_", "-")))
+	if len(name) > 63 {
+		name = name[:63]
+	}
+	name = strings.TrimRight(name, "-")
+	if _, err := e.C.CreateTenant(ctx, name); err != nil {
+		return nil, fmt.Errorf("create tenant %s: %w", name, err)
+	}
+	return &tenantRun{e: e, name: name}, nil
+}
+
+func (tn *tenantRun) key(ctx ctxT, role string, scopes ...string) (*api.CreatedAPIKey, error) {
+	k, err := tn.e.C.CreateAPIKey(ctx, api.CreateAPIKeyRequest{Tenant: tn.name, Role: role, Scopes: scopes})
+	if err != nil {
+		return nil, fmt.Errorf("make a %s key: %w", role, err)
+	}
+	return k, nil
+}
+
+// create makes a sandbox of the env's class with key, over TCP.
+func (tn *tenantRun) create(ctx ctxT, tcp *attack.RawClient, key string) (*api.Sandbox, error) {
+	req := map[string]any{"runtime": tn.e.Class, "timeout_seconds": 900,
+		"labels": map[string]string{"berth-selftest": tn.e.Tag}}
+	st, resp, err := tcp.Do(ctx, "POST", "/v1/sandboxes", key, req)
+	if err != nil {
+		return nil, err
+	}
+	var sb api.Sandbox
+	if st != 201 || jsonInto(resp, &sb) != nil || sb.ID == "" {
+		return nil, fmt.Errorf("create with the tenant's key: %d %s", st, attack.Clip(attack.OneLine(resp), 80))
+	}
+	tn.sandboxes = append(tn.sandboxes, sb.ID)
+	tn.e.Track(sb.ID)
+	return &sb, nil
+}
+
+func jsonInto(s string, v any) error { return json.Unmarshal([]byte(s), v) }
+
+func (tn *tenantRun) cleanup(ctx ctxT) {
+	for _, id := range tn.sandboxes {
+		_, _ = tn.e.C.DeleteSandbox(ctx, id, true)
+	}
+	_ = tn.e.C.DeleteTenant(ctx, tn.name)
+}
+
+// tcpBase is the http:// base of the daemon's TCP listener.
+func tcpBase(e *attack.Env) string {
+	if e.Target.TCP != "" {
+		return e.Target.TCP
+	}
+	return e.Target.Host
+}
