@@ -47,7 +47,9 @@ running sandboxes keep running and are picked up again on the next start.
 
 With --webhook-url, every lifecycle event is POSTed there as JSON, signed with
 X-Berth-Signature: sha256=<hex HMAC-SHA256 of the body keyed with the secret>,
-and retried with backoff; each delivery is recorded.
+and retried with backoff; each delivery is recorded. Delivery is at least once:
+an event may be posted again (a crash after the receiver's 2xx, a new leader),
+always with the same X-Berth-Delivery-Id, on which receivers deduplicate.
 
 Deleted sandboxes and volumes stay as tombstones, with their events, flows
 and webhook delivery records, for --retention (default 7d); then the

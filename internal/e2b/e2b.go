@@ -17,8 +17,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"github.com/berth-sh/berth/internal/audit"
@@ -89,7 +91,9 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			d.cfg.Log.Error("e2b handler panic", "method", r.Method, "path", r.URL.Path, "panic", v)
+			id, _ := r.Context().Value(requestIDKey{}).(string)
+			d.cfg.Log.Error("e2b handler panic", "request_id", id, "method", r.Method, "path", r.URL.Path,
+				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 			writeError(w, d.cfg.Log, errors.New("handler panic"))
 		}
 	}()
@@ -152,9 +156,10 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
 	status := statusOf(err)
 	msg := err.Error()
 	if status >= 500 {
-		log.Error("e2b request failed", "status", status, "err", err)
+		id := w.Header().Get(server.RequestIDHeader)
+		log.Error("e2b request failed", "request_id", id, "status", status, "err", err)
 		if !errors.Is(err, errdefs.ErrUnavailable) {
-			msg = "internal error"
+			msg = "internal error (request id " + id + ")"
 		}
 	}
 	if status == http.StatusUnauthorized || status == http.StatusForbidden {

@@ -58,8 +58,11 @@ func (m *Engine) pauseLocked(ctx context.Context, sb *sandbox.Sandbox, cause san
 	}
 	// A crash here leaves a frozen sandbox under a running record: the
 	// restart thaws it (recoverOne), the record being the intent.
-	failpoint.Hit("pause.after-freeze")
-	if err := m.transition(ctx, sb, sandbox.StatePaused, cause, actor, reason); err != nil {
+	err := failpoint.Inject("pause.after-freeze")
+	if err == nil {
+		err = m.transition(ctx, sb, sandbox.StatePaused, cause, actor, reason)
+	}
+	if err != nil {
 		if terr := m.node.Thaw(ctx, sb); terr != nil {
 			err = errors.Join(err, fmt.Errorf("thawing again: %w", terr))
 		}
@@ -137,7 +140,9 @@ func (m *Engine) stopGraceLocked(ctx context.Context, sb *sandbox.Sandbox, cause
 	// A crash here leaves a stopping record whose processes are gone: a
 	// restart, or on a shared node the lease holder once this replica's
 	// presence lapses, finishes the stop.
-	failpoint.Hit("stop.after-node")
+	if err := failpoint.Inject("stop.after-node"); err != nil {
+		return fmt.Errorf("stopping (will be retried): %w", err)
+	}
 	if err := m.node.Discard(ctx, sb); err != nil {
 		return err
 	}
@@ -201,7 +206,9 @@ func (m *Engine) startLocked(ctx context.Context, sb *sandbox.Sandbox, cause san
 	}
 	// A crash here leaves a starting record whose processes run: a
 	// restart, or the lease holder, finishes the start (adopting them).
-	failpoint.Hit("start.after-provision")
+	if err := failpoint.Inject("start.after-provision"); err != nil {
+		return err
+	}
 	if err := m.transition(ctx, sb, sandbox.StateRunning, cause, actor, reason); err != nil {
 		return err
 	}

@@ -149,9 +149,16 @@ func TestInternalErrorsLoggedNotShown(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, log)
 		}
 	}
-	resp, eb, _ = raw(t, addr, "GET /panic HTTP/1.1\r\nHost: x\r\n\r\n")
-	if resp.StatusCode != 500 || !strings.Contains(logs.String(), "handler panic: boom") || strings.Contains(eb.Error.Message, "boom") {
+	// A panic: logged with its stack and the request id, answered 500
+	// naming the id, the panic's text kept from the client.
+	resp, eb, _ = raw(t, addr, "GET /panic HTTP/1.1\r\nHost: x\r\nX-Request-Id: req-panic\r\n\r\n")
+	if resp.StatusCode != 500 || !strings.Contains(logs.String(), "handler panic: boom") || strings.Contains(eb.Error.Message, "boom") ||
+		eb.Error.RequestID != "req-panic" || eb.Error.Message != "internal error (request id req-panic)" {
 		t.Errorf("panic: %d %+v\n%s", resp.StatusCode, eb, logs)
+	}
+	if log := logs.String(); !strings.Contains(log, `msg="handler panic" request_id=req-panic`) || !strings.Contains(log, "runtime/debug.Stack") ||
+		!strings.Contains(log, "edge_test.go") {
+		t.Errorf("the panic's log line lacks its request id or stack:\n%s", log)
 	}
 	resp, eb, _ = raw(t, addr, "GET /unavailable HTTP/1.1\r\nHost: x\r\n\r\n")
 	if resp.StatusCode != 503 || eb.Error.Message != "the store is down" || !strings.Contains(logs.String(), "status=503") {

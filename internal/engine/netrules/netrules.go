@@ -5,6 +5,7 @@ package netrules
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -124,6 +126,10 @@ func (m *Rules) UpdateNetworkRules(ctx context.Context, ref string, req *Request
 		if sb.Spec.Network != "egress" {
 			return errdefs.Invalid("sandbox %s has network mode %s: rules apply to mode egress", sb.ID, sb.Spec.Network)
 		}
+		// The merge below compares rules pairwise: bound the input first.
+		if len(req.Allow) > sandbox.MaxAllowRules || len(req.Deny) > sandbox.MaxAllowRules {
+			return errdefs.Limit("max_allow_rules", sandbox.MaxAllowRules, "%d rules to allow and %d to deny given", len(req.Allow), len(req.Deny))
+		}
 		allow := slices.Clone(sb.Spec.Allow)
 		for _, a := range req.Allow {
 			r, err := m.canonical(a)
@@ -141,6 +147,9 @@ func (m *Rules) UpdateNetworkRules(ctx context.Context, ref string, req *Request
 			}
 			allow = slices.DeleteFunc(allow, func(s string) bool { x, _ := m.canonical(s); return x == r })
 		}
+		if err := sandbox.CheckAllow(allow); err != nil {
+			return err
+		}
 		if err := m.node.CheckRules(allow); err != nil {
 			return err
 		}
@@ -151,7 +160,19 @@ func (m *Rules) UpdateNetworkRules(ctx context.Context, ref string, req *Request
 			return err
 		}
 		if sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused {
-			if err := m.node.SetRules(ctx, sb, false); err != nil {
+			err := failpoint.Inject("network.rules.apply")
+			if err == nil {
+				err = m.node.SetRules(ctx, sb, false)
+			}
+			if err != nil {
+				// The sandbox keeps the rules it had: record and kernel.
+				sb.Spec.Allow = prev
+				if uerr := m.store.UpdateSandbox(ctx, sb); uerr != nil {
+					err = errors.Join(err, fmt.Errorf("restoring the stored rules: %w", uerr))
+				}
+				if rerr := m.node.SetRules(ctx, sb, false); rerr != nil {
+					err = errors.Join(err, fmt.Errorf("restoring the applied rules: %w", rerr))
+				}
 				return fmt.Errorf("applying rules: %w", err)
 			}
 		}

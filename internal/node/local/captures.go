@@ -92,7 +92,9 @@ func (b *Backend) Capture(ctx context.Context, sb *sandbox.Sandbox, name string)
 			id := vm.VolumeID
 			thaws = append(thaws, func() error { return b.volumes.Thaw(id) })
 		}
-		failpoint.Hit("capture.frozen")
+		if err := failpoint.Inject("capture.frozen"); err != nil {
+			return c, nil, err
+		}
 		if err := volume.CloneFile(b.volumes.Image(vm.VolumeID), filepath.Join(tmp, fmt.Sprintf(snapshotVolumeImageName, i))); err != nil {
 			return c, nil, fmt.Errorf("cloning volume: %w", err)
 		}
