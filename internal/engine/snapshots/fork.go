@@ -379,8 +379,19 @@ func (m *Snapshots) RestoreSnapshot(ctx context.Context, ref, actor string) (*sa
 				return err
 			}
 		}
-		if err := m.node.Revert(ctx, sb, sn.ID); err != nil {
-			return err
+		err := failpoint.Inject("restore.before-revert")
+		if err == nil {
+			err = m.node.Revert(ctx, sb, sn.ID)
+		}
+		if err != nil {
+			// Undone as far as it can be: a sandbox that ran runs again
+			// (on the files as the failed revert left them).
+			if wasRunning {
+				if serr := m.e.StartLocked(ctx, sb, sandbox.CauseReconciler, actor, "restore of "+sn.Name+" failed"); serr != nil {
+					err = errors.Join(err, fmt.Errorf("starting again: %w", serr))
+				}
+			}
+			return fmt.Errorf("restoring snapshot %s: %w", sn.Name, err)
 		}
 		m.e.Event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "restore", Actor: actor, Cause: sandbox.CauseUser,
 			Outcome: "ok", Message: "restored snapshot " + sn.ID + " (" + sn.Name + ")"})
