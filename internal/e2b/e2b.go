@@ -29,6 +29,7 @@ import (
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server"
+	"github.com/berth-sh/berth/internal/server/edge"
 )
 
 // EnvdVersion is the envd version the door reports: the e2b SDKs gate
@@ -182,6 +183,7 @@ func (d *Door) authorize(r *http.Request, token string, rule auth.Rule, id strin
 	if err != nil {
 		return nil, auth.Principal{}, err
 	}
+	edge.Authenticated(r.Context()) // its connection keeps its slot under the per-client cap
 	return d.cfg.WithCaller(r.Context(), p), p, nil
 }
 
