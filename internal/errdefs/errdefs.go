@@ -138,6 +138,14 @@ func Limit(name string, max int64, format string, args ...any) error {
 		Msg: fmt.Sprintf(format, args...) + fmt.Sprintf(" (limit %s is %d)", name, max)}
 }
 
+// LimitBusy reports a request past a documented limit on work in
+// progress (429 limit_exceeded, Retry-After retryAfter): the same request
+// may succeed once some of it is done.
+func LimitBusy(name string, max int64, retryAfter time.Duration, format string, args ...any) error {
+	return &Error{Category: ErrExhausted, Reason: ErrLimit, Limit: name, RetryAfter: retryAfter,
+		Msg: fmt.Sprintf(format, args...) + fmt.Sprintf(" (limit %s is %d)", name, max)}
+}
+
 // LimitName returns the limit err refuses past, "" if none.
 func LimitName(err error) string {
 	var e *Error
@@ -180,6 +188,8 @@ func Code(err error) (code string, status int) {
 		return "quota_exceeded", 429
 	case errors.Is(err, ErrRateLimited):
 		return "rate_limited", 429
+	case errors.Is(err, ErrLimit) && errors.Is(err, ErrExhausted):
+		return "limit_exceeded", 429
 	case errors.Is(err, ErrLimit):
 		return "limit_exceeded", 400
 	case errors.Is(err, ErrEgressSecretNetwork):
