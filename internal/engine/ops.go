@@ -325,14 +325,47 @@ func (m *Engine) Release(ctx context.Context, ref, actor string) (*sandbox.Sandb
 	})
 }
 
+// storeOwn writes sb's record as apply changes it, with the events apply
+// returns: the engine's own optimistic write, under sb's lock. A request
+// carries no precondition on the record, so a concurrent update of it
+// (errdefs.ErrModified: another replica, a writer without the lock) is not
+// the caller's conflict: the record is read again, apply runs on it again
+// and the write is tried again, a few times. apply's own errors (a wrong
+// state) end it.
+func (m *Engine) storeOwn(ctx context.Context, sb *sandbox.Sandbox, apply func(*sandbox.Sandbox) ([]*sandbox.Event, error)) error {
+	for attempt := 1; ; attempt++ {
+		evs, err := apply(sb)
+		if err != nil {
+			return err
+		}
+		err = m.store.UpdateSandbox(ctx, sb, evs...)
+		if err == nil || !errors.Is(err, errdefs.ErrModified) || attempt == 5 {
+			return err
+		}
+		cur, gerr := m.store.GetSandbox(ctx, store.AnyOwner, sb.ID)
+		if gerr != nil {
+			return err
+		}
+		m.log.Debug("record modified concurrently; applying the change again", "sandbox", sb.ID, "attempt", attempt)
+		*sb = *cur
+	}
+}
+
+// StoreOwn is storeOwn for the feature packages.
+func (m *Engine) StoreOwn(ctx context.Context, sb *sandbox.Sandbox, apply func(*sandbox.Sandbox) ([]*sandbox.Event, error)) error {
+	return m.storeOwn(ctx, sb, apply)
+}
+
 // Touch records activity: a keep-alive that pushes idle timeouts back.
 func (m *Engine) Touch(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
 	return m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
-		if !sb.State.Live() {
-			return sandbox.ErrWrongState("touch", sb)
-		}
-		sb.LastActivityAt = m.now()
-		if err := m.store.UpdateSandbox(ctx, sb); err != nil {
+		if err := m.storeOwn(ctx, sb, func(sb *sandbox.Sandbox) ([]*sandbox.Event, error) {
+			if !sb.State.Live() {
+				return nil, sandbox.ErrWrongState("touch", sb)
+			}
+			sb.LastActivityAt = m.now()
+			return nil, nil
+		}); err != nil {
 			return err
 		}
 		m.live.get(sb.ID).stored(sb.LastActivityAt)

@@ -67,6 +67,16 @@ func (e *Error) Unwrap() []error {
 	return out
 }
 
+// ErrModified is the reason of a Conflict from a compare-and-swap write
+// that met a newer version of the record: a writer that did not ask for a
+// precondition reads it again and retries (the engine's own writes do).
+var ErrModified = errors.New("modified concurrently")
+
+// Modified reports a compare-and-swap write that met a newer record (409).
+func Modified(format string, args ...any) error {
+	return &Error{Category: ErrConflict, Msg: fmt.Sprintf(format, args...), Reason: ErrModified}
+}
+
 // ErrNameTaken is the reason of a Conflict whose cause is a name already
 // used by a live object of the same kind and tenant.
 var ErrNameTaken = errors.New("name taken")

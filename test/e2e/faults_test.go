@@ -179,6 +179,14 @@ func TestErrorInjectionMatrix(t *testing.T) {
 	for _, st := range faultMatrix() {
 		t.Run(st.op+"/"+st.point, func(t *testing.T) {
 			ctx := context.Background()
+			t.Cleanup(func() { // a failed cell leaves nothing to the next
+				f.arm(t, "")
+				if sbs, err := d.c.ListSandboxes(ctx, false); err == nil {
+					for _, sb := range sbs {
+						d.c.DeleteSandbox(ctx, sb.ID, true)
+					}
+				}
+			})
 			f.arm(t, "")
 			target := ""
 			if st.setup != nil {

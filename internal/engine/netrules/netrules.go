@@ -130,32 +130,34 @@ func (m *Rules) UpdateNetworkRules(ctx context.Context, ref string, req *Request
 		if len(req.Allow) > sandbox.MaxAllowRules || len(req.Deny) > sandbox.MaxAllowRules {
 			return errdefs.Limit("max_allow_rules", sandbox.MaxAllowRules, "%d rules to allow and %d to deny given", len(req.Allow), len(req.Deny))
 		}
-		allow := slices.Clone(sb.Spec.Allow)
-		for _, a := range req.Allow {
-			r, err := m.canonical(a)
-			if err != nil {
-				return err
+		var prev, allow []string
+		if err := m.e.StoreOwn(ctx, sb, func(sb *sandbox.Sandbox) ([]*sandbox.Event, error) {
+			prev, allow = sb.Spec.Allow, slices.Clone(sb.Spec.Allow)
+			for _, a := range req.Allow {
+				r, err := m.canonical(a)
+				if err != nil {
+					return nil, err
+				}
+				if !slices.ContainsFunc(allow, func(s string) bool { x, _ := m.canonical(s); return x == r }) {
+					allow = append(allow, a)
+				}
 			}
-			if !slices.ContainsFunc(allow, func(s string) bool { x, _ := m.canonical(s); return x == r }) {
-				allow = append(allow, a)
+			for _, d := range req.Deny {
+				r, err := m.canonical(d)
+				if err != nil {
+					return nil, err
+				}
+				allow = slices.DeleteFunc(allow, func(s string) bool { x, _ := m.canonical(s); return x == r })
 			}
-		}
-		for _, d := range req.Deny {
-			r, err := m.canonical(d)
-			if err != nil {
-				return err
+			if err := sandbox.CheckAllow(allow); err != nil {
+				return nil, err
 			}
-			allow = slices.DeleteFunc(allow, func(s string) bool { x, _ := m.canonical(s); return x == r })
-		}
-		if err := sandbox.CheckAllow(allow); err != nil {
-			return err
-		}
-		if err := m.node.CheckRules(allow); err != nil {
-			return err
-		}
-		prev := sb.Spec.Allow
-		sb.Spec.Allow = allow
-		if err := m.store.UpdateSandbox(ctx, sb); err != nil {
+			if err := m.node.CheckRules(allow); err != nil {
+				return nil, err
+			}
+			sb.Spec.Allow = allow
+			return nil, nil
+		}); err != nil {
 			sb.Spec.Allow = prev
 			return err
 		}
