@@ -247,7 +247,8 @@ func TestAllowRuleLimits(t *testing.T) {
 	wantLimit := func(what string, err error) {
 		t.Helper()
 		var ce *client.Error
-		if !errors.As(err, &ce) || ce.Status != 400 || ce.Code != "limit_exceeded" || !strings.Contains(ce.Message, "max_allow_rules") {
+		if !errors.As(err, &ce) || ce.Status != 400 || ce.Code != "limit_exceeded" || ce.Limit != "max_allow_rules" ||
+			!strings.Contains(ce.Message, "max_allow_rules") {
 			t.Fatalf("%s with 1000 rules: %v (%+v)", what, err, ce)
 		}
 	}
@@ -290,4 +291,52 @@ func TestAllowRuleLimits(t *testing.T) {
 	if out, code := fetch(); code == 0 {
 		t.Fatalf("reachable after its rule was removed: %q", out)
 	}
+}
+
+// TestSoakErrorInjectionRunsc is the matrix's heavier half, run by make
+// soak (BERTH_SOAK=1): a wake on runsc that fails at its step before the
+// restore leaves the sandbox hibernated with its image whole, and the next
+// wake brings back the same processes; then nothing is leaked.
+func TestSoakErrorInjectionRunsc(t *testing.T) {
+	if os.Getenv("BERTH_SOAK") == "" {
+		t.Skip("opt-in, the heavier half of the error-injection matrix: make soak (BERTH_SOAK=1)")
+	}
+	fp := filepath.Join(t.TempDir(), "failpoints")
+	if err := os.WriteFile(fp, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := newDaemon(t, &daemon{env: []string{"BERTH_FAILPOINTS_FILE=" + fp}})
+	ctx := context.Background()
+	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "runsc", Persistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	execOut(t, d, sb.ID, "sh", "-c", "sleep 1000 >/dev/null 2>&1 &")
+	if _, err := d.c.Hibernate(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(fp, []byte("wake.before-restore=return(injected by the matrix)"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.c.Wake(ctx, sb.ID)
+	os.WriteFile(fp, nil, 0o600)
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Status != 500 || ce.RequestID == "" {
+		t.Fatalf("wake with its restore step failing: %v", err)
+	}
+	got, err := d.c.GetSandbox(ctx, sb.ID)
+	if err != nil || got.State != "stopped" || got.Reason != "hibernated" {
+		t.Fatalf("after the failed wake: %+v %v", got, err)
+	}
+	if _, err := d.c.Wake(ctx, sb.ID); err != nil {
+		t.Fatalf("wake after the failed one: %v", err)
+	}
+	if out := execOut(t, d, sb.ID, "sh", "-c", "pgrep sleep >/dev/null && echo kept"); out != "kept\n" {
+		t.Fatalf("the woken sandbox lost its processes: %q", out)
+	}
+	assertDoctorClean(t, d)
+	if _, err := d.c.DeleteSandbox(ctx, sb.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	assertNoLeaks(t, d)
 }
