@@ -13,6 +13,9 @@ type Error struct {
 	// RequestID is the request's X-Request-Id: quote it when reporting a
 	// 5xx, whose cause is in the daemon's log under this id.
 	RequestID string `json:"request_id,omitempty"`
+	// Limit names the documented limit a limit_exceeded refusal went
+	// past (max_allow_rules, max_labels, ...: docs/limits.md).
+	Limit string `json:"limit,omitempty"`
 }
 
 // ErrorBody wraps Error as sent on the wire.

@@ -84,6 +84,8 @@ func TestErrorMapping(t *testing.T) {
 			writeJSON(w, 409, api.ErrorBody{Error: api.Error{Code: "conflict", Message: "sandbox is paused"}})
 		case "proxy":
 			http.Error(w, "Bad Gateway", http.StatusBadGateway)
+		case "limited":
+			writeJSON(w, 400, api.ErrorBody{Error: api.Error{Code: "limit_exceeded", Limit: "max_labels", Message: "70 labels given (limit max_labels is 64)"}})
 		default:
 			writeJSON(w, 200, api.Sandbox{ID: r.PathValue("id"), State: "running"})
 		}
@@ -106,6 +108,14 @@ func TestErrorMapping(t *testing.T) {
 	_, err = c.GetSandbox(ctx, "busy")
 	if !IsConflict(err) || IsNotFound(err) {
 		t.Errorf("err = %v, want conflict", err)
+	}
+
+	_, err = c.GetSandbox(ctx, "limited")
+	if limit, ok := IsLimitExceeded(err); !ok || limit != "max_labels" {
+		t.Errorf("limit_exceeded: %q %v (%v)", limit, ok, err)
+	}
+	if _, ok := IsLimitExceeded(errors.New("x")); ok {
+		t.Error("a plain error is a limit")
 	}
 
 	_, err = c.GetSandbox(ctx, "proxy")

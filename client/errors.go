@@ -24,6 +24,19 @@ type Error struct {
 	// RetryAfter is the answer's Retry-After (429 quota_exceeded and
 	// rate_limited): waiting that long, the same request may succeed.
 	RetryAfter time.Duration
+	// Limit names the documented limit of a limit_exceeded refusal
+	// (docs/limits.md).
+	Limit string
+}
+
+// IsLimitExceeded reports whether err refuses a request past one of the
+// documented limits (docs/limits.md), and names it.
+func IsLimitExceeded(err error) (limit string, ok bool) {
+	var e *Error
+	if errors.As(err, &e) && e.Code == "limit_exceeded" {
+		return e.Limit, true
+	}
+	return "", false
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -114,7 +127,7 @@ func decodeError(resp *http.Response) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var eb api.ErrorBody
 	if json.Unmarshal(body, &eb) == nil && (eb.Error.Code != "" || eb.Error.Message != "") {
-		e.Code, e.Message = eb.Error.Code, eb.Error.Message
+		e.Code, e.Message, e.Limit = eb.Error.Code, eb.Error.Message, eb.Error.Limit
 		if eb.Error.RequestID != "" {
 			e.RequestID = eb.Error.RequestID
 		}

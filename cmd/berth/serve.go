@@ -47,7 +47,9 @@ running sandboxes keep running and are picked up again on the next start.
 
 With --webhook-url, every lifecycle event is POSTed there as JSON, signed with
 X-Berth-Signature: sha256=<hex HMAC-SHA256 of the body keyed with the secret>,
-and retried with backoff; each delivery is recorded.
+and retried with backoff; each delivery is recorded. Delivery is at least once:
+an event may be posted again (a crash after the receiver's 2xx, a new leader),
+always with the same X-Berth-Delivery-Id, on which receivers deduplicate.
 
 Deleted sandboxes and volumes stay as tombstones, with their events, flows
 and webhook delivery records, for --retention (default 7d); then the
@@ -162,11 +164,11 @@ printed at start (and shown by GET /v1/version); clients pin it with
 	f.StringVar(&cfg.AuditKeyFile, "audit-key-file", "", "audit seal key (>= 32 bytes, mode 0600) shared by the daemons of one PostgreSQL store (default <data-dir>/audit.key, made on first use)")
 	f.DurationVar(&cfg.ReadHeaderTimeout, "http-read-header-timeout", daemon.DefaultReadHeaderTimeout, "time a client has to send a request's headers (slower clients are cut off)")
 	f.DurationVar(&cfg.IdleTimeout, "http-idle-timeout", daemon.DefaultIdleTimeout, "close keep-alive API connections idle this long")
-	f.DurationVar(&cfg.BodyTimeout, "http-body-timeout", daemon.DefaultBodyTimeout, "time to send a request body on non-streaming routes")
+	f.DurationVar(&cfg.BodyTimeout, "http-body-timeout", daemon.DefaultBodyTimeout, "time to send a request body on non-streaming routes, and the longest pause in an upload's body (template archives, file tars)")
 	f.IntVar(&cfg.MCPMaxSessions, "mcp-max-sessions", 64, "MCP sessions /v1/mcp holds at once")
 	f.DurationVar(&cfg.MCPIdleTimeout, "mcp-idle-timeout", 15*time.Minute, "close an MCP session of /v1/mcp idle this long (its ephemeral sandboxes are deleted)")
 	f.DurationVar(&cfg.WriteTimeout, "http-write-timeout", daemon.DefaultWriteTimeout, "time to answer a request on non-streaming routes (exec, files, builds and the port proxy are not bounded)")
-	f.IntVar(&cfg.MaxConnsPerClient, "max-conns-per-client", daemon.DefaultMaxConnsPerClient, "TCP connections one client IP may hold open; more are closed at accept (-1: no cap)")
+	f.IntVar(&cfg.MaxConnsPerClient, "max-conns-per-client", daemon.DefaultMaxConnsPerClient, "TCP connections one client IP may hold open; at the cap a new one replaces the oldest that has not authenticated, else it is closed at accept (-1: no cap)")
 	f.StringVar(&rateLimit, "rate-limit", "", "default request rate of each API key, N/s or N/s,BURST (default: none; a tenant's quota key rate overrides)")
 	f.Int64Var(&cfg.DefaultQuota.MaxSandboxes, "default-quota-sandboxes", 0, "live sandboxes at once of each tenant without a quota of its own (0: unlimited)")
 	f.Float64Var(&defCPUs, "default-quota-cpus", 0, "CPUs of each tenant without a quota of its own (0: unlimited)")

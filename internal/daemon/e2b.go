@@ -43,6 +43,7 @@ func (d *Daemon) listenE2B() error {
 	d.servers = append(d.servers, &http.Server{
 		Handler:           d.e2b,
 		ReadHeaderTimeout: d.cfg.ReadHeaderTimeout,
+		ConnContext:       server.ConnContext,
 		IdleTimeout:       d.cfg.IdleTimeout,
 		MaxHeaderBytes:    server.DefaultMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(d.cfg.Logger.Handler(), slog.LevelWarn),

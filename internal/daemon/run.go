@@ -506,6 +506,7 @@ func (d *Daemon) addServer(l net.Listener, trusted bool) {
 	d.servers = append(d.servers, &http.Server{
 		Handler:           d.Server.Handler(trusted),
 		ReadHeaderTimeout: d.cfg.ReadHeaderTimeout,
+		ConnContext:       server.ConnContext,
 		IdleTimeout:       d.cfg.IdleTimeout,
 		MaxHeaderBytes:    server.DefaultMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(d.cfg.Logger.Handler(), slog.LevelWarn),

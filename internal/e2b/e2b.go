@@ -17,8 +17,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"github.com/berth-sh/berth/internal/audit"
@@ -27,6 +29,7 @@ import (
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server"
+	"github.com/berth-sh/berth/internal/server/edge"
 )
 
 // EnvdVersion is the envd version the door reports: the e2b SDKs gate
@@ -89,7 +92,9 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			d.cfg.Log.Error("e2b handler panic", "method", r.Method, "path", r.URL.Path, "panic", v)
+			id, _ := r.Context().Value(requestIDKey{}).(string)
+			d.cfg.Log.Error("e2b handler panic", "request_id", id, "method", r.Method, "path", r.URL.Path,
+				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 			writeError(w, d.cfg.Log, errors.New("handler panic"))
 		}
 	}()
@@ -152,9 +157,10 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
 	status := statusOf(err)
 	msg := err.Error()
 	if status >= 500 {
-		log.Error("e2b request failed", "status", status, "err", err)
+		id := w.Header().Get(server.RequestIDHeader)
+		log.Error("e2b request failed", "request_id", id, "status", status, "err", err)
 		if !errors.Is(err, errdefs.ErrUnavailable) {
-			msg = "internal error"
+			msg = "internal error (request id " + id + ")"
 		}
 	}
 	if status == http.StatusUnauthorized || status == http.StatusForbidden {
@@ -177,6 +183,7 @@ func (d *Door) authorize(r *http.Request, token string, rule auth.Rule, id strin
 	if err != nil {
 		return nil, auth.Principal{}, err
 	}
+	edge.Authenticated(r.Context()) // its connection keeps its slot under the per-client cap
 	return d.cfg.WithCaller(r.Context(), p), p, nil
 }
 

@@ -61,7 +61,7 @@ func ValidateExec(req *ExecRequest) error {
 		return errdefs.TooLarge("arguments exceed %d bytes", maxArgBytes)
 	}
 	if len(req.Env) > sandbox.MaxEnv {
-		return errdefs.Invalid("at most %d env variables", sandbox.MaxEnv)
+		return errdefs.Limit("max_env", sandbox.MaxEnv, "%d env variables given", len(req.Env))
 	}
 	for k, v := range req.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {

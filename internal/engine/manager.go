@@ -356,6 +356,16 @@ func (m *Engine) LastActivity(sb *sandbox.Sandbox) time.Time { return m.lastActi
 // the event. On a write failure sb is left unchanged.
 func (m *Engine) transition(ctx context.Context, sb *sandbox.Sandbox, to sandbox.State, cause sandbox.Cause, actor, reason string) error {
 	from := sb.State
+	// A create is not done until its secret files are in place: they are
+	// written before the running record, and a failure fails the create
+	// (its caller tears it down), where a start or wake only records the
+	// failure as an event and runs without them.
+	created := from == sandbox.StateCreating && to == sandbox.StateRunning && HasSecretFiles(sb)
+	if created {
+		if err := m.deliverSecretFiles(ctx, sb, "created"); err != nil {
+			return fmt.Errorf("secret files not delivered: %w", err)
+		}
+	}
 	prev := *sb
 	if err := sb.Transition(to, cause, reason, m.now()); err != nil {
 		return err
@@ -379,7 +389,7 @@ func (m *Engine) transition(ctx context.Context, sb *sandbox.Sandbox, to sandbox
 		return fmt.Errorf("recording %s -> %s: %w", from, to, err)
 	}
 	m.eventStored(ev)
-	if to == sandbox.StateRunning && from != sandbox.StateRunning && HasSecretFiles(sb) {
+	if to == sandbox.StateRunning && from != sandbox.StateRunning && !created && HasSecretFiles(sb) {
 		// Before the Running hook, so before a template's service;
 		// synchronous, so the first exec after a create or start sees
 		// the files (bounded: secretFilesTimeout).

@@ -58,8 +58,11 @@ func (m *Engine) pauseLocked(ctx context.Context, sb *sandbox.Sandbox, cause san
 	}
 	// A crash here leaves a frozen sandbox under a running record: the
 	// restart thaws it (recoverOne), the record being the intent.
-	failpoint.Hit("pause.after-freeze")
-	if err := m.transition(ctx, sb, sandbox.StatePaused, cause, actor, reason); err != nil {
+	err := failpoint.Inject("pause.after-freeze")
+	if err == nil {
+		err = m.transition(ctx, sb, sandbox.StatePaused, cause, actor, reason)
+	}
+	if err != nil {
 		if terr := m.node.Thaw(ctx, sb); terr != nil {
 			err = errors.Join(err, fmt.Errorf("thawing again: %w", terr))
 		}
@@ -137,7 +140,9 @@ func (m *Engine) stopGraceLocked(ctx context.Context, sb *sandbox.Sandbox, cause
 	// A crash here leaves a stopping record whose processes are gone: a
 	// restart, or on a shared node the lease holder once this replica's
 	// presence lapses, finishes the stop.
-	failpoint.Hit("stop.after-node")
+	if err := failpoint.Inject("stop.after-node"); err != nil {
+		return fmt.Errorf("stopping (will be retried): %w", err)
+	}
 	if err := m.node.Discard(ctx, sb); err != nil {
 		return err
 	}
@@ -201,7 +206,9 @@ func (m *Engine) startLocked(ctx context.Context, sb *sandbox.Sandbox, cause san
 	}
 	// A crash here leaves a starting record whose processes run: a
 	// restart, or the lease holder, finishes the start (adopting them).
-	failpoint.Hit("start.after-provision")
+	if err := failpoint.Inject("start.after-provision"); err != nil {
+		return err
+	}
 	if err := m.transition(ctx, sb, sandbox.StateRunning, cause, actor, reason); err != nil {
 		return err
 	}
@@ -318,14 +325,47 @@ func (m *Engine) Release(ctx context.Context, ref, actor string) (*sandbox.Sandb
 	})
 }
 
+// storeOwn writes sb's record as apply changes it, with the events apply
+// returns: the engine's own optimistic write, under sb's lock. A request
+// carries no precondition on the record, so a concurrent update of it
+// (errdefs.ErrModified: another replica, a writer without the lock) is not
+// the caller's conflict: the record is read again, apply runs on it again
+// and the write is tried again, a few times. apply's own errors (a wrong
+// state) end it.
+func (m *Engine) storeOwn(ctx context.Context, sb *sandbox.Sandbox, apply func(*sandbox.Sandbox) ([]*sandbox.Event, error)) error {
+	for attempt := 1; ; attempt++ {
+		evs, err := apply(sb)
+		if err != nil {
+			return err
+		}
+		err = m.store.UpdateSandbox(ctx, sb, evs...)
+		if err == nil || !errors.Is(err, errdefs.ErrModified) || attempt == 5 {
+			return err
+		}
+		cur, gerr := m.store.GetSandbox(ctx, store.AnyOwner, sb.ID)
+		if gerr != nil {
+			return err
+		}
+		m.log.Debug("record modified concurrently; applying the change again", "sandbox", sb.ID, "attempt", attempt)
+		*sb = *cur
+	}
+}
+
+// StoreOwn is storeOwn for the feature packages.
+func (m *Engine) StoreOwn(ctx context.Context, sb *sandbox.Sandbox, apply func(*sandbox.Sandbox) ([]*sandbox.Event, error)) error {
+	return m.storeOwn(ctx, sb, apply)
+}
+
 // Touch records activity: a keep-alive that pushes idle timeouts back.
 func (m *Engine) Touch(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
 	return m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
-		if !sb.State.Live() {
-			return sandbox.ErrWrongState("touch", sb)
-		}
-		sb.LastActivityAt = m.now()
-		if err := m.store.UpdateSandbox(ctx, sb); err != nil {
+		if err := m.storeOwn(ctx, sb, func(sb *sandbox.Sandbox) ([]*sandbox.Event, error) {
+			if !sb.State.Live() {
+				return nil, sandbox.ErrWrongState("touch", sb)
+			}
+			sb.LastActivityAt = m.now()
+			return nil, nil
+		}); err != nil {
 			return err
 		}
 		m.live.get(sb.ID).stored(sb.LastActivityAt)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/agent/wire"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/secrets"
 	"github.com/berth-sh/berth/internal/store"
@@ -87,10 +88,14 @@ func (m *Engine) secretFiles(ctx context.Context, sb *sandbox.Sandbox) ([]wire.S
 
 // deliverSecretFiles writes sb's secret files through its agent, a few
 // tries within secretFilesTimeout (the agent of a woken sandbox may take
-// a moment to listen again). A failure is an event on the sandbox, never
-// a failed start: the sandbox runs without its files.
+// a moment to listen again). A failure is an event on the sandbox; it
+// fails a create (see transition), never a start: a started sandbox runs
+// without its files.
 func (m *Engine) deliverSecretFiles(ctx context.Context, sb *sandbox.Sandbox, why string) error {
 	files, err := m.secretFiles(ctx, sb)
+	if err == nil {
+		err = failpoint.Inject("secrets.deliver")
+	}
 	var ca, system []byte
 	if err == nil && sb.Spec.HasEgressSecrets() {
 		ca, system, err = m.node.EgressCA(ctx, sb)

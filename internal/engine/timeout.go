@@ -21,21 +21,23 @@ func (m *Engine) SetTimeout(ctx context.Context, ref string, d time.Duration, ac
 		return nil, errdefs.Invalid("timeout must be between 0 and %s", MaxTimeout)
 	}
 	return m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
-		if sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused {
-			return sandbox.ErrWrongState("set the timeout of", sb)
-		}
-		msg := "timeout removed"
-		sb.Spec.Timeout = 0
-		if d > 0 {
-			since := m.now().Sub(sb.StartedAt)
-			if sb.StartedAt.IsZero() || since < 0 {
-				since = 0
+		return m.storeOwn(ctx, sb, func(sb *sandbox.Sandbox) ([]*sandbox.Event, error) {
+			if sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused {
+				return nil, sandbox.ErrWrongState("set the timeout of", sb)
 			}
-			// Whole seconds, never below what was asked.
-			sb.Spec.Timeout = (since + d + time.Second - 1).Truncate(time.Second)
-			msg = fmt.Sprintf("timeout set to %s from now", d)
-		}
-		return m.store.UpdateSandbox(ctx, sb, &sandbox.Event{SandboxID: sb.ID, Type: "timeout", Actor: actor,
-			Cause: sandbox.CauseUser, Outcome: "ok", Message: msg})
+			msg := "timeout removed"
+			sb.Spec.Timeout = 0
+			if d > 0 {
+				since := m.now().Sub(sb.StartedAt)
+				if sb.StartedAt.IsZero() || since < 0 {
+					since = 0
+				}
+				// Whole seconds, never below what was asked.
+				sb.Spec.Timeout = (since + d + time.Second - 1).Truncate(time.Second)
+				msg = fmt.Sprintf("timeout set to %s from now", d)
+			}
+			return []*sandbox.Event{{SandboxID: sb.ID, Type: "timeout", Actor: actor,
+				Cause: sandbox.CauseUser, Outcome: "ok", Message: msg}}, nil
+		})
 	})
 }

@@ -112,6 +112,12 @@ func (m *Engine) attachVolumes(ctx context.Context, sb *sandbox.Sandbox) error {
 		default:
 			v.State, v.SandboxID, v.UpdatedAt = store.VolumeAttached, sb.ID, m.now()
 			if err := m.store.UpdateVolume(ctx, v); err != nil {
+				// Another create took it first: that is the conflict,
+				// said as such (not "modified concurrently").
+				if cur, gerr := m.store.GetVolume(ctx, store.AnyOwner, v.ID); errors.Is(err, errdefs.ErrModified) && gerr == nil &&
+					cur.State != store.VolumeAvailable {
+					return errdefs.Conflict("volume %s is attached to sandbox %s", v.Name, cur.SandboxID)
+				}
 				return fmt.Errorf("attaching volume %s: %w", v.Name, err)
 			}
 		}

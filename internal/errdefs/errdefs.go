@@ -44,6 +44,8 @@ type Error struct {
 	// RetryAfter, when positive, is when the same request may succeed
 	// (the API's Retry-After header, in whole seconds rounded up).
 	RetryAfter time.Duration
+	// Limit names the documented limit a request went past (ErrLimit).
+	Limit string
 }
 
 func (e *Error) Error() string {
@@ -63,6 +65,16 @@ func (e *Error) Unwrap() []error {
 		out = append(out, e.Err)
 	}
 	return out
+}
+
+// ErrModified is the reason of a Conflict from a compare-and-swap write
+// that met a newer version of the record: a writer that did not ask for a
+// precondition reads it again and retries (the engine's own writes do).
+var ErrModified = errors.New("modified concurrently")
+
+// Modified reports a compare-and-swap write that met a newer record (409).
+func Modified(format string, args ...any) error {
+	return &Error{Category: ErrConflict, Msg: fmt.Sprintf(format, args...), Reason: ErrModified}
 }
 
 // ErrNameTaken is the reason of a Conflict whose cause is a name already
@@ -125,6 +137,34 @@ var (
 	ErrEgressSecretHost = errors.New("egress secret host not allowed")
 )
 
+// ErrLimit: a request past one of berth's documented limits (400
+// limit_exceeded; docs/limits.md lists them). The *Error's Limit names it.
+var ErrLimit = errors.New("limit exceeded")
+
+// Limit reports a request past limit name, whose maximum is max; the
+// message says what was asked and names the limit.
+func Limit(name string, max int64, format string, args ...any) error {
+	return &Error{Category: ErrInvalid, Reason: ErrLimit, Limit: name,
+		Msg: fmt.Sprintf(format, args...) + fmt.Sprintf(" (limit %s is %d)", name, max)}
+}
+
+// LimitBusy reports a request past a documented limit on work in
+// progress (429 limit_exceeded, Retry-After retryAfter): the same request
+// may succeed once some of it is done.
+func LimitBusy(name string, max int64, retryAfter time.Duration, format string, args ...any) error {
+	return &Error{Category: ErrExhausted, Reason: ErrLimit, Limit: name, RetryAfter: retryAfter,
+		Msg: fmt.Sprintf(format, args...) + fmt.Sprintf(" (limit %s is %d)", name, max)}
+}
+
+// LimitName returns the limit err refuses past, "" if none.
+func LimitName(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Limit
+	}
+	return ""
+}
+
 // EgressSecret reports a refused egress secret reference; reason is
 // ErrEgressSecretNetwork or ErrEgressSecretHost.
 func EgressSecret(reason error, format string, args ...any) error {
@@ -158,6 +198,10 @@ func Code(err error) (code string, status int) {
 		return "quota_exceeded", 429
 	case errors.Is(err, ErrRateLimited):
 		return "rate_limited", 429
+	case errors.Is(err, ErrLimit) && errors.Is(err, ErrExhausted):
+		return "limit_exceeded", 429
+	case errors.Is(err, ErrLimit):
+		return "limit_exceeded", 400
 	case errors.Is(err, ErrEgressSecretNetwork):
 		return "egress_secret_needs_egress", 400
 	case errors.Is(err, ErrEgressSecretHost):

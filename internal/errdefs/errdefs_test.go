@@ -64,3 +64,23 @@ func TestEgressSecretReasons(t *testing.T) {
 		}
 	}
 }
+
+func TestLimitErrors(t *testing.T) {
+	err := fmt.Errorf("creating: %w", Limit("max_labels", 64, "%d labels given", 70))
+	if code, status := Code(err); code != "limit_exceeded" || status != 400 || !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Limit: %s %d", code, status)
+	}
+	if LimitName(err) != "max_labels" || Message(err) != "70 labels given (limit max_labels is 64)" {
+		t.Fatalf("Limit names %q, says %q", LimitName(err), Message(err))
+	}
+	busy := LimitBusy("max_concurrent_uploads", 4, time.Second, "4 uploads")
+	if code, status := Code(busy); code != "limit_exceeded" || status != 429 || LimitName(busy) != "max_concurrent_uploads" {
+		t.Fatalf("LimitBusy: %s %d %q", code, status, LimitName(busy))
+	}
+	if d, ok := RetryAfter(busy); !ok || d != time.Second {
+		t.Fatalf("LimitBusy's Retry-After: %v %v", d, ok)
+	}
+	if LimitName(Invalid("x")) != "" {
+		t.Fatal("a plain invalid error names a limit")
+	}
+}

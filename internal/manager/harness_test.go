@@ -95,8 +95,25 @@ func (s *faultyStore) FailUpdate(id string, err error) {
 	s.fail[id] = append(s.fail[id], err)
 }
 
+// errRace, queued by FailUpdate, makes another writer update the record
+// first: the update then meets the store's real compare-and-swap conflict.
+var errRace = errors.New("a concurrent writer goes first")
+
 func (s *faultyStore) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox, events ...*sandbox.Event) error {
 	s.mu.Lock()
+	if q := s.fail[sb.ID]; len(q) > 0 && q[0] == errRace {
+		s.fail[sb.ID] = q[1:]
+		s.mu.Unlock()
+		other, err := s.Store.GetSandbox(ctx, store.AnyOwner, sb.ID)
+		if err != nil {
+			return err
+		}
+		other.LastActivityAt = other.LastActivityAt.Add(time.Millisecond)
+		if err := s.Store.UpdateSandbox(ctx, other); err != nil {
+			return err
+		}
+		return s.Store.UpdateSandbox(ctx, sb, events...)
+	}
 	if q := s.fail[sb.ID]; len(q) > 0 {
 		err := q[0]
 		s.fail[sb.ID] = q[1:]

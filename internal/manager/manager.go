@@ -89,7 +89,9 @@ const (
 	DefaultDiskBytes = engine.DefaultDiskBytes
 	BuiltinTemplate  = templates.BuiltinTemplate
 	MaxForkCount     = snapshots.MaxForkCount
-	ReasonHibernated = engine.ReasonHibernated
+	// MaxConcurrentUploads is how many template archives are received at once.
+	MaxConcurrentUploads = templates.MaxConcurrentUploads
+	ReasonHibernated     = engine.ReasonHibernated
 	// DefaultRecordRetention is how long tombstones and their records are kept.
 	DefaultRecordRetention = engine.DefaultRecordRetention
 )

@@ -535,3 +535,25 @@ func TestPoolClaimWithTakenName(t *testing.T) {
 }
 
 func sorted(s ...string) []string { slices.Sort(s); return s }
+
+// A snapshot whose capture fails (the frozen sandbox's thaw, say) fails
+// with the capture's error, not a handler panic: nothing is recorded, no
+// capture is left, the sandbox runs on.
+func TestSnapshotCaptureFailure(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sb := e.create(manager.CreateRequest{})
+	e.node.FailNext("Capture", errInjected)
+	sn, err := e.m.CreateSnapshot(e.ctx, sb.ID, &manager.SnapshotRequest{}, "test")
+	if !errors.Is(err, errInjected) || sn != nil {
+		t.Fatalf("snapshot: %+v, %v", sn, err)
+	}
+	if sns, _, err := e.m.ListSnapshots(e.ctx, sb.ID, store.Page{}); err != nil || len(sns) != 0 {
+		t.Fatalf("snapshots after a failed capture: %v %v", sns, err)
+	}
+	if c := e.node.Captures(); len(c) != 0 {
+		t.Fatalf("captures left: %v", c)
+	}
+	e.waitState(sb.ID, sandbox.StateRunning)
+	e.healthy()
+}

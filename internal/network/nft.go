@@ -54,6 +54,11 @@ const denyLogRate, denyLogBurst = 200, 400
 
 func (n *Network) conn() (*nftables.Conn, error) { return nftables.New() }
 
+// nftBatchRules is how many rules of a sandbox's chain go in one netlink
+// batch: well inside the default socket send buffer (212992 bytes) at
+// about 1 KiB a rule with its log expression.
+const nftBatchRules = 64
+
 // ---- expression helpers: see package nftexpr ----
 
 func (n *Network) logTo(prefix string) *expr.Log {
@@ -338,8 +343,26 @@ func (n *Network) programSandbox(sb *sandbox, withDispatch bool) error {
 	ch := c.AddChain(&nftables.Chain{Table: inet, Name: n.nm.sbChain(sb.tag)})
 	c.FlushChain(ch)
 	ud := []byte("berth:" + sb.id)
+	// One netlink batch holds what the socket's send buffer does (about
+	// 145 allow rules with their logging): a chain of more is sent in
+	// batches of nftBatchRules. Rules are appended in their final order,
+	// so between two batches the chain is a prefix of what it will be:
+	// its accepts a subset of the final ones, the rest falling through to
+	// the dispatch rule's drop (fail closed). The dispatch elements go in
+	// the last batch, so a new sandbox's traffic reaches the chain only
+	// when it is whole.
+	var batchErr error
+	queued := 0
+	step := func() { // after each queued object
+		if queued++; queued%nftBatchRules == 0 && batchErr == nil {
+			if err := c.Flush(); err != nil {
+				batchErr = fmt.Errorf("network: programming nft for sandbox %s (objects %d-%d): %w", sb.id, queued-nftBatchRules+1, queued, err)
+			}
+		}
+	}
 	add := func(e []expr.Any) {
 		c.AddRule(&nftables.Rule{Table: inet, Chain: ch, Exprs: e, UserData: ud})
+		step()
 	}
 	cidr := func(r Rule) {
 		for _, e := range n.allowExprs(r, nftexpr.Cat(nftexpr.NFProto(r.CIDR.Addr().Is4()), nftexpr.AddrMatch(false, r.CIDR, expr.CmpOpEq))) {
@@ -370,6 +393,7 @@ func (n *Network) programSandbox(sb *sandbox, withDispatch bool) error {
 				if err := c.AddSet(s, nil); err != nil {
 					return err
 				}
+				step()
 			}
 			var off, ln uint32 = 16, 4
 			if fam == 6 {
@@ -403,6 +427,7 @@ func (n *Network) programSandbox(sb *sandbox, withDispatch bool) error {
 				nftexpr.One(&expr.Immediate{Register: 1, Data: n.gw4.AsSlice()}),
 				nftexpr.One(&expr.Immediate{Register: 2, Data: nftexpr.BE16(n.cfg.ProxyPort)}),
 				nftexpr.One(&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2, Specified: true}))})
+			step()
 		}
 	}
 	// Domain sets of rules that are gone (after the flush above, nothing
@@ -411,7 +436,11 @@ func (n *Network) programSandbox(sb *sandbox, withDispatch bool) error {
 	for name := range existingSets {
 		if (strings.HasPrefix(name, prefix4) || strings.HasPrefix(name, prefix6)) && !wantSets[name] {
 			c.DelSet(&nftables.Set{Table: inet, Name: name})
+			step()
 		}
+	}
+	if batchErr != nil {
+		return batchErr
 	}
 	if withDispatch {
 		sb4, sb6 := n.dispatchMaps()

@@ -5,6 +5,9 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/berth-sh/berth/internal/errdefs"
+	sbx "github.com/berth-sh/berth/internal/sandbox"
 )
 
 // ParseRule reads a rule as users write it:
@@ -65,13 +68,23 @@ func ParseRule(s string) (Rule, error) {
 	return r, nil
 }
 
-// ParseRules reads several rules.
+// ParseRules reads several rules: at most sandbox.MaxAllowRules, a rule
+// with ports counting once per port (each is a kernel rule of its own;
+// errdefs.ErrLimit past that).
 func ParseRules(ss []string) ([]Rule, error) {
+	if len(ss) > sbx.MaxAllowRules {
+		return nil, errdefs.Limit("max_allow_rules", sbx.MaxAllowRules, "%d allow rules given", len(ss))
+	}
 	out := make([]Rule, 0, len(ss))
+	weight := 0
 	for _, s := range ss {
 		r, err := ParseRule(s)
 		if err != nil {
 			return nil, err
+		}
+		if weight += max(1, len(r.Ports)); weight > sbx.MaxAllowRules {
+			return nil, errdefs.Limit("max_allow_rules", sbx.MaxAllowRules,
+				"%d allow rules given, which with their ports count more than that", len(ss))
 		}
 		out = append(out, r)
 	}

@@ -104,6 +104,17 @@ const (
 	MaxLabels      = 64
 )
 
+// Documented limits (docs/limits.md): a request past one is refused with
+// 400 limit_exceeded naming it (errdefs.Limit).
+const (
+	// MaxAllowRules is the most egress allow rules a sandbox may have; a
+	// rule with ports counts once per port (each is its own kernel rule).
+	MaxAllowRules = 512
+	// MaxEnvValueBytes and MaxLabelValueBytes bound one value.
+	MaxEnvValueBytes   = 32 << 10
+	MaxLabelValueBytes = 256
+)
+
 // bytesPerDiskInode sets a disk cap's inode cap: one inode per 16 KiB.
 const bytesPerDiskInode = 16 << 10
 
@@ -340,10 +351,8 @@ func (sp *Spec) Validate() error {
 			return err
 		}
 	}
-	for _, a := range sp.Allow {
-		if err := CheckText("allow rule", a); err != nil {
-			return err
-		}
+	if err := CheckAllow(sp.Allow); err != nil {
+		return err
 	}
 	for _, vm := range sp.Volumes {
 		if err := CheckText("volume name", vm.Name); err != nil {

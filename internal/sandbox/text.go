@@ -115,14 +115,14 @@ func CheckPath(field, p string) error {
 // CheckEnv checks an environment map given to a create, fork or exec.
 func CheckEnv(env map[string]string) error {
 	if len(env) > MaxEnv {
-		return errdefs.Invalid("at most %d env variables", MaxEnv)
+		return errdefs.Limit("max_env", MaxEnv, "%d env variables given", len(env))
 	}
 	for k, v := range env {
 		if !validEnvKey(k) {
 			return errdefs.Invalid("bad env name %q: use letters, digits and _, not starting with a digit", k)
 		}
-		if len(v) > 32<<10 {
-			return errdefs.Invalid("env %s: value longer than 32 KiB", k)
+		if len(v) > MaxEnvValueBytes {
+			return errdefs.Limit("env_value_bytes", MaxEnvValueBytes, "env %s: value of %d bytes", k, len(v))
 		}
 		if err := CheckEnvValue(k, v); err != nil {
 			return err
@@ -134,16 +134,31 @@ func CheckEnv(env map[string]string) error {
 // CheckLabels checks a label map.
 func CheckLabels(labels map[string]string) error {
 	if len(labels) > MaxLabels {
-		return errdefs.Invalid("at most %d labels", MaxLabels)
+		return errdefs.Limit("max_labels", MaxLabels, "%d labels given", len(labels))
 	}
 	for k, v := range labels {
 		if !validLabelKey(k) {
-			return errdefs.Invalid("bad label key %q", k)
+			return errdefs.Invalid("bad label key %q (1-63 letters, digits and _./-)", k)
 		}
-		if len(v) > 256 {
-			return errdefs.Invalid("label %s: value longer than 256 bytes", k)
+		if len(v) > MaxLabelValueBytes {
+			return errdefs.Limit("label_value_bytes", MaxLabelValueBytes, "label %s: value of %d bytes", k, len(v))
 		}
 		if err := CheckText("label "+k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckAllow checks the count and text of egress allow rules; the backend
+// parses them (node.Backend.CheckRules), counting each port of a rule
+// against MaxAllowRules too.
+func CheckAllow(allow []string) error {
+	if len(allow) > MaxAllowRules {
+		return errdefs.Limit("max_allow_rules", MaxAllowRules, "%d allow rules given", len(allow))
+	}
+	for _, a := range allow {
+		if err := CheckText("allow rule", a); err != nil {
 			return err
 		}
 	}

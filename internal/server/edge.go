@@ -87,7 +87,7 @@ func infoOf(w http.ResponseWriter) *reqInfo {
 // is "internal error" and the request id to quote.
 func errorFor(w http.ResponseWriter, err error) (*api.Error, int) {
 	code, status := errdefs.Code(err)
-	e := &api.Error{Code: code, Message: errdefs.Message(err)}
+	e := &api.Error{Code: code, Message: errdefs.Message(err), Limit: errdefs.LimitName(err)}
 	if d, ok := errdefs.RetryAfter(err); ok {
 		w.Header().Set("Retry-After", retryAfterSeconds(d))
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -75,6 +76,7 @@ func edgeServer(t *testing.T, maxPerClient int, hs *http.Server) (string, *syncB
 	if hs == nil {
 		hs = &http.Server{}
 	}
+	hs.ConnContext = ConnContext // as the daemon's
 	hs.Handler = s.Handler(true)
 	hs.MaxHeaderBytes = DefaultMaxHeaderBytes
 	hs.ErrorLog = slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
@@ -149,9 +151,16 @@ func TestInternalErrorsLoggedNotShown(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, log)
 		}
 	}
-	resp, eb, _ = raw(t, addr, "GET /panic HTTP/1.1\r\nHost: x\r\n\r\n")
-	if resp.StatusCode != 500 || !strings.Contains(logs.String(), "handler panic: boom") || strings.Contains(eb.Error.Message, "boom") {
+	// A panic: logged with its stack and the request id, answered 500
+	// naming the id, the panic's text kept from the client.
+	resp, eb, _ = raw(t, addr, "GET /panic HTTP/1.1\r\nHost: x\r\nX-Request-Id: req-panic\r\n\r\n")
+	if resp.StatusCode != 500 || !strings.Contains(logs.String(), "handler panic: boom") || strings.Contains(eb.Error.Message, "boom") ||
+		eb.Error.RequestID != "req-panic" || eb.Error.Message != "internal error (request id req-panic)" {
 		t.Errorf("panic: %d %+v\n%s", resp.StatusCode, eb, logs)
+	}
+	if log := logs.String(); !strings.Contains(log, `msg="handler panic" request_id=req-panic`) || !strings.Contains(log, "runtime/debug.Stack") ||
+		!strings.Contains(log, "edge_test.go") {
+		t.Errorf("the panic's log line lacks its request id or stack:\n%s", log)
 	}
 	resp, eb, _ = raw(t, addr, "GET /unavailable HTTP/1.1\r\nHost: x\r\n\r\n")
 	if resp.StatusCode != 503 || eb.Error.Message != "the store is down" || !strings.Contains(logs.String(), "status=503") {
@@ -263,6 +272,40 @@ func TestConnectionCapPerClient(t *testing.T) {
 	}
 }
 
+// TestSlowClientsDoNotLockOutOthers: connections from one address that
+// never complete a request (a slowloris on the client's host) hold the
+// per-client cap only until a connection that authenticates needs a slot:
+// the oldest of them gives its slot up. Before, 256 of them locked real
+// clients out until the header timeout cut them.
+func TestSlowClientsDoNotLockOutOthers(t *testing.T) {
+	addr, logs := edgeServer(t, 3, &http.Server{ReadHeaderTimeout: time.Minute})
+	var slow []net.Conn
+	for range 3 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, "GET /ok HTTP/1.1\r\nHo") // and never the rest
+		slow = append(slow, c)
+	}
+	time.Sleep(100 * time.Millisecond) // all three accepted
+	for i := range 3 {
+		resp, body, err := tryRaw(addr, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("client %d locked out by slow connections: %v %v %s", i, resp, err, body)
+		}
+	}
+	// The slow connections were the ones closed, oldest first.
+	slow[0].SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := slow[0].Read(make([]byte, 64)); n != 0 || err == nil {
+		t.Fatalf("the oldest slow connection still open: read %d, %v", n, err)
+	}
+	if !strings.Contains(logs.String(), "connections evicted") {
+		t.Errorf("eviction not logged:\n%s", logs)
+	}
+}
+
 var errTimeout = errors.New("timeout")
 
 func tryRaw(addr, req string) (*http.Response, string, error) {
@@ -367,5 +410,64 @@ func TestWriteDeadline(t *testing.T) {
 			t.Fatalf("streaming route: %v %v", resp, err)
 		}
 		io.Copy(io.Discard, resp.Body)
+	}
+}
+
+// TestUploadIdleDeadline: an upload route's body may take longer than
+// BodyTimeout in all, but not pause longer than it: a stalled upload is
+// cut with a 400 saying so (one was held open past 150 s).
+func TestUploadIdleDeadline(t *testing.T) {
+	s := &Server{log: slog.New(slog.DiscardHandler), metrics: newMetrics(), BodyTimeout: 300 * time.Millisecond, WriteTimeout: 5 * time.Second}
+	hf := func(f http.HandlerFunc) http.Handler { return f }
+	s.mount([]Route{
+		{Pattern: "PUT /up", Rule: public, Stream: true, Upload: true, h: hf(func(w http.ResponseWriter, r *http.Request) {
+			n, err := io.Copy(io.Discard, r.Body)
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+			writeJSON(w, 200, map[string]int64{"bytes": n})
+		})},
+		{Pattern: HostPortPattern, Rule: lease(auth.ScopePorts), PublicPort: true, h: hf(func(w http.ResponseWriter, r *http.Request) {})},
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: s.Handler(true)}
+	go hs.Serve(s.Listener(ln, 0))
+	defer hs.Close()
+	send := func(chunks int, pause time.Duration, complete bool) (*http.Response, string) {
+		t.Helper()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, fmt.Sprintf("PUT /up HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", chunks+1))
+		for range chunks {
+			io.WriteString(c, "x")
+			time.Sleep(pause)
+		}
+		if complete {
+			io.WriteString(c, "x")
+		}
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	// Ten pauses of 100 ms: a second in all, more than BodyTimeout, but
+	// never 300 ms without data.
+	if resp, body := send(10, 100*time.Millisecond, true); resp.StatusCode != 200 || !strings.Contains(body, `"bytes": 11`) {
+		t.Fatalf("steady upload: %d %s", resp.StatusCode, body)
+	}
+	// One byte, then nothing.
+	resp, body := send(1, 0, false)
+	if resp.StatusCode != 400 || !strings.Contains(body, "the upload stalled") || !strings.Contains(body, `"invalid_argument"`) {
+		t.Fatalf("stalled upload: %d %s", resp.StatusCode, body)
 	}
 }

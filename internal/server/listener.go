@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net"
 
 	"github.com/berth-sh/berth/internal/server/edge"
@@ -12,6 +13,11 @@ import (
 func (s *Server) Listener(l net.Listener, maxPerClient int) net.Listener {
 	return edge.Listener(l, maxPerClient, s.edgeConfig())
 }
+
+// ConnContext is the http.Server ConnContext a listener from Listener
+// needs: an authenticated request's connection keeps its slot under the
+// per-client cap.
+func ConnContext(ctx context.Context, c net.Conn) context.Context { return edge.ConnContext(ctx, c) }
 
 func (s *Server) edgeConfig() edge.Config {
 	cfg := edge.Config{Log: s.logger, NewRequestID: newRequestID, RequestIDHeader: RequestIDHeader,

@@ -2,9 +2,11 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/identity"
+	"github.com/berth-sh/berth/internal/server/edge"
 	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -42,8 +45,11 @@ type Route struct {
 	// accepts text/event-stream, and is an ordinary one otherwise.
 	EventStream bool
 	// Upload marks a route whose request body streams into a sandbox or
-	// the daemon's disk: it counts against its tenant's share of uploads
-	// while it runs (shares.go).
+	// the daemon's disk (a template archive, a tar of files): it counts
+	// against its tenant's share of uploads while it runs (shares.go), and
+	// the body may take as long as it needs, but each read must bring data
+	// within Server.BodyTimeout, so a stalled upload is cut (400) instead
+	// of holding its connection and its work open for ever.
 	Upload bool
 	h      http.Handler
 }
@@ -294,6 +300,9 @@ func (s *Server) guard(rt Route) http.Handler {
 			writeError(w, err)
 			return
 		}
+		if p.Actor != auth.Anonymous.Actor {
+			edge.Authenticated(r.Context()) // its connection keeps its slot (edge.Listener)
+		}
 		if err := s.rateLimit(r.Context(), p); err != nil { // ratelimit.go
 			writeError(w, err)
 			return
@@ -355,6 +364,14 @@ func (s *Server) deadlines(w http.ResponseWriter, r *http.Request, rt Route) *ht
 	} else {
 		_ = rc.SetWriteDeadline(time.Now().Add(s.WriteTimeout))
 	}
+	if rt.Upload && s.BodyTimeout > 0 && r.Body != nil && r.Body != http.NoBody {
+		if rc.SetReadDeadline(time.Now().Add(s.BodyTimeout)) != nil {
+			return r
+		}
+		r2 := r.WithContext(r.Context())
+		r2.Body = &idleBody{ReadCloser: r.Body, idle: s.BodyTimeout, rc: rc}
+		return r2
+	}
 	if rt.Stream || s.BodyTimeout <= 0 || r.Body == nil || r.Body == http.NoBody {
 		return r
 	}
@@ -381,6 +398,31 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	if err == io.EOF && !b.done {
 		b.done = true
 		b.lift()
+	}
+	return n, err
+}
+
+// idleBody is an upload's body: each read that brings data moves the read
+// deadline idle ahead; at the end it is lifted. A read that times out is
+// the client's fault, a 400 naming the pause allowed.
+type idleBody struct {
+	io.ReadCloser
+	idle time.Duration
+	rc   *http.ResponseController
+	done bool
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == io.EOF && !b.done:
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		err = &errdefs.Error{Category: errdefs.ErrInvalid, Err: err,
+			Msg: fmt.Sprintf("the upload stalled: no data for %s (--http-body-timeout)", b.idle)}
+	case n > 0 && err == nil:
+		_ = b.rc.SetReadDeadline(time.Now().Add(b.idle))
 	}
 	return n, err
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,10 +134,12 @@ func (s *Server) Handler(trusted bool) http.Handler {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
+				// The stack is what finds the bug; the client gets the
+				// request id that names this log line.
+				s.logger().Error("handler panic", "request_id", info.id, "method", r.Method, "route", info.route,
+					"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 				if !sw.wrote {
 					writeError(sw, fmt.Errorf("handler panic: %v", v))
-				} else {
-					s.logger().Error("handler panic", "request_id", info.id, "method", r.Method, "route", info.route, "panic", v)
 				}
 			}
 			s.metrics.observe(r, sw.status, time.Since(start))

@@ -1,10 +1,12 @@
 // Package webhook delivers sandbox lifecycle events to a configured URL.
 // The events table is the outbox: a per-URL cursor in the store records the
-// last event handled, so delivery resumes after a restart without loss or
-// replay of old history. Each POST carries the event as JSON and an
-// HMAC-SHA256 signature of the body (X-Berth-Signature: sha256=<hex>);
-// failures are retried with exponential backoff and every attempt is
-// recorded in the store.
+// last event handled, so delivery resumes after a restart without loss.
+// Delivery is at least once: a crash between a receiver's 2xx and the
+// cursor's write (or a lost answer, or a change of leader) posts the event
+// again, with the same X-Berth-Delivery-Id, which a receiver deduplicates
+// on. Each POST carries the event as JSON and an HMAC-SHA256 signature of
+// the body (X-Berth-Signature: sha256=<hex>); failures are retried with
+// exponential backoff and every attempt is recorded in the store.
 package webhook
 
 import (
@@ -31,7 +33,21 @@ const (
 	SignatureHeader = "X-Berth-Signature"
 	EventIDHeader   = "X-Berth-Event-Id"
 	AttemptHeader   = "X-Berth-Delivery-Attempt"
+	// DeliveryIDHeader names one event's delivery to one URL: the same
+	// on every attempt, after a restart and from any replica (it is
+	// derived from the stored event and the URL, see DeliveryID).
+	DeliveryIDHeader = "X-Berth-Delivery-Id"
 )
+
+// DeliveryID is the id of event ev's delivery to url: a hash of the URL
+// and of the event's stored id, time and sandbox, so it does not change
+// between attempts or restarts, and a database started afresh (whose
+// event ids begin again at 1) does not reuse one.
+func DeliveryID(url string, ev *sandbox.Event) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%d\x00%d\x00%s", url, ev.ID, ev.Time.UnixNano(), ev.SandboxID)
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
 
 // Config configures a Deliverer.
 type Config struct {
@@ -210,7 +226,7 @@ func (d *Deliverer) deliver(ctx context.Context, ev *sandbox.Event) outcome {
 		if attempt > 1 && !d.leads() {
 			return deposed
 		}
-		status, err := d.post(ctx, ev.ID, attempt, body)
+		status, err := d.post(ctx, ev.ID, DeliveryID(d.cfg.URL, ev), attempt, body)
 		if d.cfg.OnDelivery != nil && ctx.Err() == nil {
 			d.cfg.OnDelivery(err == nil)
 		}
@@ -237,7 +253,7 @@ func (d *Deliverer) deliver(ctx context.Context, ev *sandbox.Event) outcome {
 	return handled
 }
 
-func (d *Deliverer) post(ctx context.Context, id int64, attempt int, body []byte) (int, error) {
+func (d *Deliverer) post(ctx context.Context, id int64, delivery string, attempt int, body []byte) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.cfg.URL, bytes.NewReader(body))
 	if err != nil {
 		return 0, err
@@ -246,6 +262,7 @@ func (d *Deliverer) post(ctx context.Context, id int64, attempt int, body []byte
 	req.Header.Set("User-Agent", "berth-webhook/1")
 	req.Header.Set(EventIDHeader, strconv.FormatInt(id, 10))
 	req.Header.Set(AttemptHeader, strconv.Itoa(attempt))
+	req.Header.Set(DeliveryIDHeader, delivery)
 	if d.cfg.Secret != "" {
 		req.Header.Set(SignatureHeader, Sign(d.cfg.Secret, body))
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
 	"github.com/berth-sh/berth/internal/store/sqlite"
 )
 
@@ -116,4 +117,94 @@ func TestSignature(t *testing.T) {
 	if !Verify("k", body, sig) || Verify("other", body, sig) || Verify("k", []byte(`{"a":2}`), sig) {
 		t.Fatal("signature check is wrong")
 	}
+}
+
+// Every attempt at one event carries one delivery id, and so does the
+// attempt a restarted deliverer makes when its cursor did not record the
+// first (at least once: the receiver deduplicates on the id); another
+// event's id differs.
+func TestDeliveryIDStableAcrossRetriesAndRestarts(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.CreateSandbox(ctx, &sandbox.Sandbox{ID: "s1", State: sandbox.StateCreating, Spec: sandbox.Spec{Resources: sandbox.DefaultResources}}); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[int64][]string{} // event id -> delivery ids of its attempts
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var ev api.Event
+		body, _ := io.ReadAll(r.Body)
+		json.Unmarshal(body, &ev)
+		mu.Lock()
+		seen[ev.ID] = append(seen[ev.ID], r.Header.Get(DeliveryIDHeader))
+		n := len(seen[ev.ID])
+		mu.Unlock()
+		if n == 1 {
+			w.WriteHeader(http.StatusBadGateway) // the first attempt fails: a retry follows
+		}
+	}))
+	defer srv.Close()
+	if err := st.SetWebhookCursor(ctx, srv.URL, 0); err != nil { // deliver from the start
+		t.Fatal(err)
+	}
+	var evs []*sandbox.Event
+	for _, to := range []sandbox.State{sandbox.StateRunning, sandbox.StateStopped} {
+		// Milliseconds: the store keeps microseconds.
+		ev := &sandbox.Event{SandboxID: "s1", Type: "state", To: to, Time: time.Now().Truncate(time.Millisecond)}
+		if err := st.AppendEvent(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+	}
+	// The first deliverer's cursor writes are lost, as a crash right
+	// after each receiver's 2xx would lose them.
+	lossy := &lossyCursor{Webhooks: st}
+	lossy.drop.Store(true)
+	run := func(done func() bool) {
+		t.Helper()
+		rctx, cancel := context.WithCancel(ctx)
+		d := New(Config{URL: srv.URL, Backoff: time.Millisecond, Poll: 10 * time.Millisecond}, lossy)
+		stopped := make(chan struct{})
+		go func() { d.Run(rctx); close(stopped) }()
+		for deadline := time.Now().Add(10 * time.Second); !done(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("events not delivered")
+			}
+		}
+		cancel()
+		<-stopped
+	}
+	run(func() bool { mu.Lock(); defer mu.Unlock(); return len(seen[evs[1].ID]) >= 2 })
+	lossy.drop.Store(false)
+	run(func() bool { c, _, _ := st.WebhookCursor(ctx, srv.URL); return c >= evs[1].ID })
+	mu.Lock()
+	defer mu.Unlock()
+	first := seen[evs[0].ID]
+	if len(first) != 3 {
+		t.Fatalf("attempts at the first event: %v, want 3 (failed, accepted, again after the restart)", first)
+	}
+	for _, id := range first {
+		if id == "" || id != first[0] || id != DeliveryID(srv.URL, evs[0]) {
+			t.Fatalf("delivery ids of one event differ: %v", first)
+		}
+	}
+	if second := seen[evs[1].ID]; len(second) == 0 || second[0] == first[0] {
+		t.Fatalf("two events share a delivery id: %v %v", first, second)
+	}
+}
+
+type lossyCursor struct {
+	store.Webhooks
+	drop atomic.Bool
+}
+
+func (l *lossyCursor) SetWebhookCursor(ctx context.Context, url string, id int64) error {
+	if l.drop.Load() {
+		return nil
+	}
+	return l.Webhooks.SetWebhookCursor(ctx, url, id)
 }

@@ -147,12 +147,29 @@ func TestEdgeUnauthenticatedConnectionsClosed(t *testing.T) {
 }
 
 // TestEdgeConnectionCap: one client address holds at most
-// --max-conns-per-client connections; the next is closed at accept with
-// nothing written, and a slot frees when one closes. The unix socket has
-// no cap.
+// --max-conns-per-client connections. Connections that never carried a
+// credential (slow ones, a slowloris on the client's host) give their
+// slot to a new one, oldest first, so they cannot lock out a client with
+// a key; once every one has authenticated, the next is closed at accept
+// with nothing written, and a slot frees when one closes. The unix socket
+// has no cap.
 func TestEdgeConnectionCap(t *testing.T) {
 	const max = 16
 	d, addr, _ := tcpDaemon(t, "--max-conns-per-client", strconv.Itoa(max))
+	key, err := os.ReadFile(d.dataDir + "/admin.key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	authed := "GET /v1/version HTTP/1.1\r\nHost: berth\r\nAuthorization: Bearer " + strings.TrimSpace(string(key)) + "\r\n\r\n"
+	// max slow connections that never finish their request.
+	for range max {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, "GET /v1/version HTTP/1.1\r\nHo")
+	}
 	var held []net.Conn
 	for i := range max {
 		c, err := net.Dial("tcp", addr)
@@ -161,8 +178,8 @@ func TestEdgeConnectionCap(t *testing.T) {
 		}
 		defer c.Close()
 		c.SetDeadline(time.Now().Add(10 * time.Second))
-		if resp, _, err := sendOn(c, bufio.NewReader(c), "GET /healthz HTTP/1.1\r\nHost: berth\r\n\r\n"); err != nil || resp.StatusCode != 200 {
-			t.Fatalf("conn %d: %v %v", i, resp, err)
+		if resp, _, err := sendOn(c, bufio.NewReader(c), authed); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("conn %d with a key, after %d slow ones: %v %v", i, max, resp, err)
 		}
 		held = append(held, c)
 	}
@@ -192,7 +209,7 @@ func TestEdgeConnectionCap(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.SetDeadline(time.Now().Add(5 * time.Second))
-		resp, _, err := sendOn(c, bufio.NewReader(c), "GET /healthz HTTP/1.1\r\nHost: berth\r\n\r\n")
+		resp, _, err := sendOn(c, bufio.NewReader(c), authed)
 		c.Close()
 		if err == nil && resp.StatusCode == 200 {
 			break

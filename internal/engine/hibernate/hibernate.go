@@ -12,6 +12,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -105,6 +106,9 @@ func (m *Hibernation) wakeLocked(ctx context.Context, sb *sandbox.Sandbox, cause
 		return err
 	}
 	err := m.e.PrepareRecord(ctx, sb)
+	if err == nil {
+		err = failpoint.Inject("wake.before-restore")
+	}
 	if err == nil {
 		err = m.node.Restore(ctx, sb)
 	}

@@ -5,6 +5,7 @@ package netrules
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -124,34 +126,55 @@ func (m *Rules) UpdateNetworkRules(ctx context.Context, ref string, req *Request
 		if sb.Spec.Network != "egress" {
 			return errdefs.Invalid("sandbox %s has network mode %s: rules apply to mode egress", sb.ID, sb.Spec.Network)
 		}
-		allow := slices.Clone(sb.Spec.Allow)
-		for _, a := range req.Allow {
-			r, err := m.canonical(a)
-			if err != nil {
-				return err
-			}
-			if !slices.ContainsFunc(allow, func(s string) bool { x, _ := m.canonical(s); return x == r }) {
-				allow = append(allow, a)
-			}
+		// The merge below compares rules pairwise: bound the input first.
+		if len(req.Allow) > sandbox.MaxAllowRules || len(req.Deny) > sandbox.MaxAllowRules {
+			return errdefs.Limit("max_allow_rules", sandbox.MaxAllowRules, "%d rules to allow and %d to deny given", len(req.Allow), len(req.Deny))
 		}
-		for _, d := range req.Deny {
-			r, err := m.canonical(d)
-			if err != nil {
-				return err
+		var prev, allow []string
+		if err := m.e.StoreOwn(ctx, sb, func(sb *sandbox.Sandbox) ([]*sandbox.Event, error) {
+			prev, allow = sb.Spec.Allow, slices.Clone(sb.Spec.Allow)
+			for _, a := range req.Allow {
+				r, err := m.canonical(a)
+				if err != nil {
+					return nil, err
+				}
+				if !slices.ContainsFunc(allow, func(s string) bool { x, _ := m.canonical(s); return x == r }) {
+					allow = append(allow, a)
+				}
 			}
-			allow = slices.DeleteFunc(allow, func(s string) bool { x, _ := m.canonical(s); return x == r })
-		}
-		if err := m.node.CheckRules(allow); err != nil {
-			return err
-		}
-		prev := sb.Spec.Allow
-		sb.Spec.Allow = allow
-		if err := m.store.UpdateSandbox(ctx, sb); err != nil {
+			for _, d := range req.Deny {
+				r, err := m.canonical(d)
+				if err != nil {
+					return nil, err
+				}
+				allow = slices.DeleteFunc(allow, func(s string) bool { x, _ := m.canonical(s); return x == r })
+			}
+			if err := sandbox.CheckAllow(allow); err != nil {
+				return nil, err
+			}
+			if err := m.node.CheckRules(allow); err != nil {
+				return nil, err
+			}
+			sb.Spec.Allow = allow
+			return nil, nil
+		}); err != nil {
 			sb.Spec.Allow = prev
 			return err
 		}
 		if sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused {
-			if err := m.node.SetRules(ctx, sb, false); err != nil {
+			err := failpoint.Inject("network.rules.apply")
+			if err == nil {
+				err = m.node.SetRules(ctx, sb, false)
+			}
+			if err != nil {
+				// The sandbox keeps the rules it had: record and kernel.
+				sb.Spec.Allow = prev
+				if uerr := m.store.UpdateSandbox(ctx, sb); uerr != nil {
+					err = errors.Join(err, fmt.Errorf("restoring the stored rules: %w", uerr))
+				}
+				if rerr := m.node.SetRules(ctx, sb, false); rerr != nil {
+					err = errors.Join(err, fmt.Errorf("restoring the applied rules: %w", rerr))
+				}
 				return fmt.Errorf("applying rules: %w", err)
 			}
 		}

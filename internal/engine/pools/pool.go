@@ -15,6 +15,7 @@ import (
 	"github.com/berth-sh/berth/internal/cleanup"
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/leader"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -413,6 +414,18 @@ func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
 	m.mu.Lock()
 	maps.DeleteFunc(m.retiring, func(id string, _ bool) bool { return !current[id] })
 	m.mu.Unlock()
+	// Members no one is making any more (a daemon killed between a
+	// member's create and its pause left it running): finished into the
+	// pool if it still wants them, else removed. Never counted as ready
+	// until then, they would hold the pool's size for ever.
+	for k, list := range members {
+		tpl, terr := m.store.GetTenantTemplate(ctx, k.Tenant, k.Template)
+		for _, sb := range list {
+			if m.Stuck(sb) && !inFlight[k][sb.ID] && !retiring[sb.ID] {
+				m.finish(sb, terr == nil && pools[k] > 0 && slices.Equal(sb.Spec.Layers, tpl.Layers))
+			}
+		}
+	}
 	for k, size := range pools {
 		tpl, err := m.store.GetTenantTemplate(ctx, k.Tenant, k.Template)
 		if err != nil {
@@ -471,6 +484,47 @@ func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
 		}
 		m.mu.Unlock()
 	}
+}
+
+// Stuck reports whether pool member sb waits in a state a member only
+// passes through on its way into the pool (running where its class can
+// freeze): whoever made it is gone unless it is in flight.
+func (m *Warm) Stuck(sb *sandbox.Sandbox) bool {
+	return sb.Spec.Pool != "" && sb.State == sandbox.StateRunning && m.e.Caps(sb).Freeze
+}
+
+// InFlight reports whether this daemon is making pool member id now.
+func (m *Warm) InFlight(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, ids := range m.poolInFlight {
+		if ids[id] {
+			return true
+		}
+	}
+	return false
+}
+
+// finish brings stuck member sb into its pool (paused: ready) when the
+// pool wants it, else destroys it; in the background, if it is still
+// stuck and unclaimed when its lock is free.
+func (m *Warm) finish(sb *sandbox.Sandbox, want bool) {
+	m.e.Async(sb.ID, func(ctx context.Context, cur *sandbox.Sandbox) {
+		f, ok := m.e.Config().NodeLease.Held()
+		if !ok || !m.Stuck(cur) || m.InFlight(cur.ID) {
+			return
+		}
+		ctx = leader.Fenced(ctx, f)
+		var err error
+		if want {
+			err = m.e.PauseLocked(ctx, cur, sandbox.CauseReconciler, "pool:"+cur.Spec.Pool, "ready in warm pool (finished after an interruption)")
+		} else {
+			err = m.e.DestroyLocked(ctx, cur, sandbox.CauseReconciler, actorReconciler, "warm pool member left unfinished, no longer wanted")
+		}
+		if err != nil {
+			m.log.Warn("finishing a warm pool member left unfinished", "sandbox", cur.ID, "err", err)
+		}
+	})
 }
 
 // retire destroys ready pool member sb in the background, if it is still
@@ -536,6 +590,11 @@ func (m *Warm) addPoolMember(ctx context.Context, tpl *store.Template, id string
 	sb := &sandbox.Sandbox{ID: id, Tenant: tpl.Tenant, State: sandbox.StateCreating, Node: m.e.Node(), Spec: spec,
 		CreatedAt: now, UpdatedAt: now, Cause: sandbox.CauseReconciler, Reason: "warm pool"}
 	if err := m.e.Launch(ctx, sb, "pool:"+tpl.Name, nil); err != nil {
+		return err
+	}
+	// A member left here (a kill, an error) runs unfinished: a later
+	// Refill finishes or removes it (finish).
+	if err := failpoint.Inject("pool.refill.after-launch"); err != nil {
 		return err
 	}
 	unlock := m.e.Lock(sb.ID)

@@ -554,6 +554,11 @@ var orphanKinds = map[string]bool{"runtime": true, "cgroup": true, "mount": true
 
 // Doctor lists orphans and leaks: host resources with no live record, and
 // live records whose host resources are gone. With fix it removes orphans.
+// stuckMemberGrace is how long a warm-pool member may wait unfinished
+// before doctor reports it: the refills that finish such members run every
+// reconcile interval, well within it.
+const stuckMemberGrace = time.Minute
+
 func (m *Reconciler) Doctor(ctx context.Context, fix bool) (*Report, error) {
 	return m.doctor(ctx, fix, false)
 }
@@ -662,6 +667,23 @@ func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*Report, er
 		}
 		if sb := live[id]; sb.State == sandbox.StateDeleting || sb.State == sandbox.StateFailed {
 			add("record", id, fmt.Sprintf("sandbox is %s: teardown pending (%s)", sb.State, sb.Error), nil)
+		}
+		// A warm-pool member left half made (running, not paused) by an
+		// interrupted refill, and not finished by the refills since.
+		if sb := live[id]; m.pools != nil && m.pools.Stuck(sb) && !m.pools.InFlight(id) && m.e.Now().Sub(sb.UpdatedAt) > stuckMemberGrace {
+			add("pool", id, fmt.Sprintf("warm pool member of %s unfinished (running, not ready) since %s", sb.Spec.Pool, sb.UpdatedAt.Format(time.RFC3339)),
+				func() error {
+					unlock, ok := m.e.TryLock(id)
+					if !ok {
+						return fmt.Errorf("sandbox %s is busy", id)
+					}
+					defer unlock()
+					cur, err := m.store.GetSandbox(ctx, store.AnyOwner, id)
+					if err != nil || !m.pools.Stuck(cur) {
+						return err
+					}
+					return m.e.DestroyLocked(ctx, cur, sandbox.CauseReconciler, actorReconciler, "doctor --fix: unfinished warm pool member")
+				})
 		}
 	}
 	rep.Healthy = true

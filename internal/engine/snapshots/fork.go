@@ -10,6 +10,7 @@ import (
 	"maps"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/berth-sh/berth/internal/engine"
@@ -102,7 +103,7 @@ func (m *Snapshots) Fork(ctx context.Context, ref string, req *ForkRequest, acto
 		}
 		parent = sb
 		var err error
-		stage, release, err = m.node.Capture(ctx, sb, m.node.CaptureName(sb.ID))
+		stage, release, err = capture(ctx, m.node, sb, m.node.CaptureName(sb.ID))
 		return err
 	})
 	if err != nil {
@@ -115,6 +116,9 @@ func (m *Snapshots) Fork(ctx context.Context, ref string, req *ForkRequest, acto
 			m.log.Warn("removing a fork's capture", "capture", stage.Name, "err", err)
 		}
 	}()
+	if err := failpoint.Inject("fork.after-capture"); err != nil {
+		return nil, frozen, err
+	}
 	// Ids and (egress) addresses first, one child after another, so no two
 	// children get one address before either is recorded.
 	childIDs := make([]string, n)
@@ -195,6 +199,24 @@ func (m *Snapshots) Fork(ctx context.Context, ref string, req *ForkRequest, acto
 	return out, frozen, nil
 }
 
+// capture is the backend's Capture with its contract kept whatever the
+// backend does: release is never nil (a nil one deferred by the caller
+// was a handler panic), a second call does nothing, and on an error
+// there is nothing to release.
+func capture(ctx context.Context, b node.Backend, sb *sandbox.Sandbox, name string) (node.Capture, func(), error) {
+	c, release, err := b.Capture(ctx, sb, name)
+	if err != nil {
+		if release != nil {
+			release()
+		}
+		return c, func() {}, err
+	}
+	if release == nil {
+		return c, func() {}, nil
+	}
+	return c, sync.OnceFunc(release), nil
+}
+
 // checkIDs accepts no pre-chosen ids or exactly n valid, distinct ones.
 func checkIDs(ids []string, n int) error {
 	if len(ids) == 0 {
@@ -270,24 +292,30 @@ func (m *Snapshots) CreateSnapshot(ctx context.Context, ref string, req *Snapsho
 		if err := m.e.Admit(ctx, m.e.SandboxNeed(&sb.Spec), "a snapshot of "+sb.ID); err != nil {
 			return err
 		}
-		c, release, err := m.node.Capture(ctx, sb, id)
+		c, release, err := capture(ctx, m.node, sb, id)
 		if err != nil {
 			return err
 		}
 		defer release()
-		// A crash here leaves a capture no record keeps: the sweep
-		// (doctor) removes it once it is older than the backend's grace.
-		failpoint.Hit("snapshot.after-capture")
+		// A capture no record keeps is dropped: now on an error, by the
+		// sweep (doctor) after a crash, once it is older than the
+		// backend's grace.
+		err = failpoint.Inject("snapshot.after-capture")
 		now := m.e.Now()
 		sn = &store.Snapshot{ID: id, Name: name, Tenant: sb.Tenant, SandboxID: sb.ID, Template: sb.Spec.Template,
 			Layers: sb.Spec.Layers, Spec: sb.Spec, Parent: sb.Spec.FromSnapshot, SizeBytes: c.SizeBytes, CreatedAt: now}
 		if retention > 0 {
 			sn.ExpiresAt = now.Add(retention)
 		}
-		if err := m.store.CreateSnapshot(ctx, sn); err != nil {
+		if err == nil {
+			err = m.store.CreateSnapshot(ctx, sn)
+		}
+		if err != nil {
+			release()
 			if derr := m.node.DropCapture(id); derr != nil {
 				m.log.Warn("removing an unrecorded snapshot's capture", "snapshot", id, "err", derr)
 			}
+			sn = nil
 			return err
 		}
 		m.e.Event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "snapshot", Actor: actor, Cause: sandbox.CauseUser,
@@ -351,8 +379,19 @@ func (m *Snapshots) RestoreSnapshot(ctx context.Context, ref, actor string) (*sa
 				return err
 			}
 		}
-		if err := m.node.Revert(ctx, sb, sn.ID); err != nil {
-			return err
+		err := failpoint.Inject("restore.before-revert")
+		if err == nil {
+			err = m.node.Revert(ctx, sb, sn.ID)
+		}
+		if err != nil {
+			// Undone as far as it can be: a sandbox that ran runs again
+			// (on the files as the failed revert left them).
+			if wasRunning {
+				if serr := m.e.StartLocked(ctx, sb, sandbox.CauseReconciler, actor, "restore of "+sn.Name+" failed"); serr != nil {
+					err = errors.Join(err, fmt.Errorf("starting again: %w", serr))
+				}
+			}
+			return fmt.Errorf("restoring snapshot %s: %w", sn.Name, err)
 		}
 		m.e.Event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "restore", Actor: actor, Cause: sandbox.CauseUser,
 			Outcome: "ok", Message: "restored snapshot " + sn.ID + " (" + sn.Name + ")"})

@@ -36,12 +36,21 @@ type Builder struct {
 	files *files.Access
 	// setPool sets a template's warm-pool size (apply's pool: section).
 	setPool func(ctx context.Context, name string, min int) error
+	// uploads holds a token per template archive being received.
+	uploads chan struct{}
 }
+
+// MaxConcurrentUploads is how many template archives the daemon receives
+// at once (each holds a connection, a file of up to 16 GiB under the data
+// dir and an import); one more is refused with 429 limit_exceeded naming
+// max_concurrent_uploads, to be retried.
+const MaxConcurrentUploads = 4
 
 // New returns the templates feature of e; setPool is the warm-pool
 // feature's (nil: apply refuses a pool: section).
 func New(e *engine.Engine, fa *files.Access, setPool func(ctx context.Context, name string, min int) error) *Builder {
-	return &Builder{e: e, files: fa, store: e.Store(), node: e.Backend(), log: e.Log(), setPool: setPool}
+	return &Builder{e: e, files: fa, store: e.Store(), node: e.Backend(), log: e.Log(), setPool: setPool,
+		uploads: make(chan struct{}, MaxConcurrentUploads)}
 }
 
 // BuiltinTemplate is the name of the template berth provides without a
@@ -231,6 +240,13 @@ func (m *Builder) ImportTemplate(ctx context.Context, req *ImportRequest) (*stor
 func (m *Builder) UploadTemplate(ctx context.Context, name string, r io.Reader) (*store.Template, error) {
 	if err := m.checkNewTemplate(ctx, name); err != nil {
 		return nil, err
+	}
+	select {
+	case m.uploads <- struct{}{}:
+		defer func() { <-m.uploads }()
+	default:
+		return nil, errdefs.LimitBusy("max_concurrent_uploads", MaxConcurrentUploads, time.Second,
+			"%d template uploads are being received", MaxConcurrentUploads)
 	}
 	dir := m.e.Config().UploadDir
 	if err := os.MkdirAll(dir, 0o700); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -46,7 +47,11 @@ func (m *Volumes) CreateVolume(ctx context.Context, req *CreateRequest, tenant s
 	if err := m.e.AdmitVolume(ctx, tenant, size, func() error { return m.store.CreateVolume(ctx, v) }); err != nil {
 		return nil, err
 	}
-	if err := m.node.CreateVolume(v.ID, size, inodes); err != nil {
+	err = failpoint.Inject("volume.create.after-record")
+	if err == nil {
+		err = m.node.CreateVolume(v.ID, size, inodes)
+	}
+	if err != nil {
 		v.State, v.DeletedAt = store.VolumeDeleted, m.e.Now()
 		_ = m.store.UpdateVolume(context.WithoutCancel(ctx), v)
 		_ = m.node.DeleteVolume(v.ID)

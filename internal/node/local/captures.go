@@ -38,10 +38,13 @@ func (b *Backend) Capture(ctx context.Context, sb *sandbox.Sandbox, name string)
 	if _, err := os.Lstat(dir); err == nil {
 		return c, nil, fmt.Errorf("capture %s exists", name)
 	}
-	release = b.markClone(dir)
+	// unmark, not the named result: every error return below sets that to
+	// nil before this runs (calling it was a nil dereference: any error
+	// of a capture panicked the fork or snapshot handler).
+	unmark := b.markClone(dir)
 	defer func() {
 		if err != nil {
-			release()
+			unmark()
 			release = nil
 		}
 	}()
@@ -92,7 +95,9 @@ func (b *Backend) Capture(ctx context.Context, sb *sandbox.Sandbox, name string)
 			id := vm.VolumeID
 			thaws = append(thaws, func() error { return b.volumes.Thaw(id) })
 		}
-		failpoint.Hit("capture.frozen")
+		if err := failpoint.Inject("capture.frozen"); err != nil {
+			return c, nil, err
+		}
 		if err := volume.CloneFile(b.volumes.Image(vm.VolumeID), filepath.Join(tmp, fmt.Sprintf(snapshotVolumeImageName, i))); err != nil {
 			return c, nil, fmt.Errorf("cloning volume: %w", err)
 		}
@@ -106,7 +111,7 @@ func (b *Backend) Capture(ctx context.Context, sb *sandbox.Sandbox, name string)
 	}
 	ok = true
 	c.Name, c.SizeBytes = name, duBytes(dir)
-	return c, release, nil
+	return c, unmark, nil
 }
 
 // Materialize lays capture name down as new sandbox sb's own files: new

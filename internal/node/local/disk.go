@@ -143,7 +143,9 @@ func (b *Backend) captureScratch(sb *sandbox.Sandbox, dir string) (err error) {
 				}
 			}()
 		}
-		failpoint.Hit("capture.frozen")
+		if err := failpoint.Inject("capture.frozen"); err != nil {
+			return err
+		}
 		if err := volume.CloneFile(b.scratch.Image(id), filepath.Join(dir, snapshotScratchImage)); err != nil {
 			return fmt.Errorf("cloning the writable layer: %w", err)
 		}

@@ -93,11 +93,15 @@ func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	if err != nil {
 		return err
 	}
-	failpoint.Hit("create.before-mount")
+	if err := failpoint.Inject("create.before-mount"); err != nil {
+		return err
+	}
 	if err := b.mountRoot(sb, lowers, upper, work); err != nil {
 		return err
 	}
-	failpoint.Hit("create.after-mount")
+	if err := failpoint.Inject("create.after-mount"); err != nil {
+		return err
+	}
 	// A restarted create may find a half-made container: start over.
 	rt := b.rtFor(sb)
 	if err := rt.Delete(ctx, sb.ID); err != nil {
@@ -199,7 +203,9 @@ func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	if err := b.egress.Attach(ctx, sb, pid); err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
-	failpoint.Hit("create.after-start")
+	if err := failpoint.Inject("create.after-start"); err != nil {
+		return err
+	}
 	tReady := time.Now()
 	err = b.WaitReady(ctx, sb)
 	b.log.Debug("provisioned", "sandbox", sb.ID, "runtime_start", tReady.Sub(tStart), "agent_ready", time.Since(tReady))
@@ -256,7 +262,9 @@ func (b *Backend) teardown(ctx context.Context, sb *sandbox.Sandbox) error {
 		return err
 	}
 	p := b.paths(id)
-	failpoint.Hit("delete.after-unmount")
+	if err := failpoint.Inject("delete.after-unmount"); err != nil {
+		return err
+	}
 	if err := b.scratch.Delete(id); err != nil {
 		return err
 	}
@@ -283,7 +291,9 @@ func (b *Backend) Stop(ctx context.Context, sb *sandbox.Sandbox) error {
 	if err := b.rtFor(sb).Delete(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
-	failpoint.Hit("delete.after-runtime")
+	if err := failpoint.Inject("delete.after-runtime"); err != nil {
+		errs = append(errs, err)
+	}
 	if err := cgroups.Destroy(p.cgroup); err != nil {
 		errs = append(errs, err)
 	}

@@ -6,6 +6,7 @@ package local
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strconv"
 
@@ -25,6 +26,9 @@ func (b *Backend) onFlow(id string, f network.Flow) {
 // CheckRules validates egress rules.
 func (b *Backend) CheckRules(allow []string) error {
 	if _, err := network.ParseRules(allow); err != nil {
+		if errors.Is(err, errdefs.ErrLimit) {
+			return err
+		}
 		return errdefs.Invalid("%v", err)
 	}
 	return nil

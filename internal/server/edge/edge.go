@@ -8,6 +8,8 @@ package edge
 
 import (
 	"bytes"
+	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -37,10 +39,16 @@ type Config struct {
 // Listener wraps a listener the API is served on:
 //
 //   - maxPerClient > 0 caps the connections open at once from one client
-//     address (TCP: the remote IP). A connection over the cap is closed at
-//     accept with nothing written: answering it would cost what the cap is
-//     there to save, and its request is unread (a response before it would
-//     often be lost to a reset). Refusals are counted
+//     address (TCP: the remote IP). At the cap, a new connection takes the
+//     place of the oldest one from that address that has not yet carried
+//     an authenticated request (Authenticated; the server's ConnContext
+//     must be ConnContext): slow or idle connections that never show a
+//     credential (a slowloris from the client's host, say) cannot lock
+//     out clients that do. Only when every one of them has authenticated
+//     is the new connection closed at accept with nothing written:
+//     answering it would cost what the cap is there to save, and its
+//     request is unread (a response before it would often be lost to a
+//     reset). Refusals and evictions are counted
 //     (berth_http_connections_refused_total) and logged, at most every 10 s.
 //   - every connection's writes pass through RewriteHTTPError, so the
 //     answers net/http writes itself before any handler runs (431, a
@@ -51,7 +59,7 @@ type Config struct {
 // It goes directly over the plaintext connection (under TLS, if one is
 // ever added, inside it).
 func Listener(l net.Listener, maxPerClient int, cfg Config) net.Listener {
-	return &edgeListener{Listener: l, s: &cfg, max: maxPerClient, open: map[netip.Addr]int{}}
+	return &edgeListener{Listener: l, s: &cfg, max: maxPerClient, open: map[netip.Addr][]*edgeConn{}}
 }
 
 type edgeListener struct {
@@ -60,9 +68,9 @@ type edgeListener struct {
 	max int
 
 	mu      sync.Mutex
-	open    map[netip.Addr]int
-	lastLog atomic.Int64 // unix nanos of the last refusal logged
-	refused atomic.Int64 // since then
+	open    map[netip.Addr][]*edgeConn // oldest first
+	lastLog atomic.Int64               // unix nanos of the last refusal logged
+	refused atomic.Int64               // since then
 }
 
 func (l *edgeListener) Accept() (net.Conn, error) {
@@ -76,22 +84,39 @@ func (l *edgeListener) Accept() (net.Conn, error) {
 			addr, ok := clientAddr(c)
 			if ok {
 				l.mu.Lock()
-				if l.open[addr] >= l.max {
-					l.mu.Unlock()
+				var evict *edgeConn
+				if conns := l.open[addr]; len(conns) >= l.max {
+					for _, o := range conns {
+						if !o.authed.Load() {
+							evict = o
+							break
+						}
+					}
+					if evict == nil {
+						l.mu.Unlock()
+						if l.s.ConnRefused != nil {
+							l.s.ConnRefused.Inc()
+						}
+						l.logRefusal(addr, "refused")
+						c.Close()
+						continue
+					}
+					l.drop(addr, evict)
+				}
+				l.open[addr] = append(l.open[addr], ec)
+				l.mu.Unlock()
+				if evict != nil {
+					// Its slot is the new one's already; closing it
+					// ends the server's read of it.
+					evict.Close()
 					if l.s.ConnRefused != nil {
 						l.s.ConnRefused.Inc()
 					}
-					l.logRefusal(addr)
-					c.Close()
-					continue
+					l.logRefusal(addr, "evicted")
 				}
-				l.open[addr]++
-				l.mu.Unlock()
 				ec.release = func() {
 					l.mu.Lock()
-					if l.open[addr]--; l.open[addr] <= 0 {
-						delete(l.open, addr)
-					}
+					l.drop(addr, ec)
 					l.mu.Unlock()
 				}
 			}
@@ -103,7 +128,46 @@ func (l *edgeListener) Accept() (net.Conn, error) {
 	}
 }
 
-func (l *edgeListener) logRefusal(addr netip.Addr) {
+// drop removes c from addr's open connections; the caller holds l.mu.
+func (l *edgeListener) drop(addr netip.Addr, c *edgeConn) {
+	conns := l.open[addr]
+	for i, o := range conns {
+		if o == c {
+			conns = append(conns[:i:i], conns[i+1:]...)
+			break
+		}
+	}
+	if len(conns) == 0 {
+		delete(l.open, addr)
+	} else {
+		l.open[addr] = conns
+	}
+}
+
+type connKey struct{}
+
+// ConnContext is the http.Server's ConnContext for a listener of this
+// package: it lets Authenticated find the request's connection.
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	if ec, ok := c.(*edgeConn); ok {
+		return context.WithValue(ctx, connKey{}, ec)
+	}
+	return ctx
+}
+
+// Authenticated marks the connection of a request (ctx) as one that
+// carried a credential: the per-client cap no longer gives its slot to a
+// newer connection.
+func Authenticated(ctx context.Context) {
+	if ec, ok := ctx.Value(connKey{}).(*edgeConn); ok {
+		ec.authed.Store(true)
+	}
+}
+
+func (l *edgeListener) logRefusal(addr netip.Addr, how string) {
 	n := l.refused.Add(1)
 	now := time.Now().UnixNano()
 	last := l.lastLog.Load()
@@ -111,8 +175,11 @@ func (l *edgeListener) logRefusal(addr netip.Addr) {
 		return
 	}
 	l.refused.Store(0)
-	l.s.Log().Warn("connections refused: too many open from one client", "client", addr.String(),
-		"max_per_client", l.max, "refused", n)
+	msg := "connections refused: too many open from one client"
+	if how == "evicted" {
+		msg = "connections evicted: too many open from one client, the oldest without a credential closed"
+	}
+	l.s.Log().Warn(msg, "client", addr.String(), "max_per_client", l.max, "refused_or_evicted", n)
 }
 
 // clientAddr is the IP a connection comes from (TCP only).
@@ -130,6 +197,9 @@ type edgeConn struct {
 	s       *Config
 	release func()
 	once    sync.Once
+	// authed: a request on it carried a credential (Authenticated); the
+	// release of its slot no longer goes to a newer connection.
+	authed atomic.Bool
 }
 
 func (c *edgeConn) Close() error {

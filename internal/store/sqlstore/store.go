@@ -302,7 +302,7 @@ func (s *sqlStore) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox, event
 			case err != nil:
 				return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
 			}
-			return errdefs.Conflict("sandbox %s was modified concurrently (have generation %d, stored %d); reload it and retry",
+			return errdefs.Modified("sandbox %s was modified concurrently (have generation %d, stored %d); reload it and retry",
 				sb.ID, sb.Generation, gen)
 		}
 		ids, err = s.insertEvents(ctx, tx, sb.ID, events)

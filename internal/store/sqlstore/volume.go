@@ -103,7 +103,7 @@ func (s *sqlStore) UpdateVolume(ctx context.Context, v *store.Volume) error {
 		if _, err := s.GetVolume(ctx, store.AnyOwner, v.ID); err != nil {
 			return err
 		}
-		return errdefs.Conflict("volume %s was modified concurrently; reload it and retry", v.Name)
+		return errdefs.Modified("volume %s was modified concurrently; reload it and retry", v.Name)
 	}
 	v.Generation++
 	return nil

@@ -1,0 +1,54 @@
+package manager_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/manager"
+)
+
+// Template archives received at once are capped: one past
+// MaxConcurrentUploads is refused with limit_exceeded naming the limit,
+// and accepted again once an upload ends.
+func TestConcurrentUploadsCapped(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withImages())
+	var pipes []*io.PipeWriter
+	done := make(chan error, manager.MaxConcurrentUploads)
+	for i := range manager.MaxConcurrentUploads {
+		pr, pw := io.Pipe()
+		pipes = append(pipes, pw)
+		go func() {
+			_, err := e.m.UploadTemplate(e.ctx, fmt.Sprintf("held-%d", i), pr)
+			done <- err
+		}()
+	}
+	busy := func() bool {
+		_, err := e.m.UploadTemplate(e.ctx, "one-more", strings.NewReader("not a tar"))
+		return errors.Is(err, errdefs.ErrLimit)
+	}
+	if !poll(busy) {
+		t.Fatalf("%d uploads held, one more not refused", manager.MaxConcurrentUploads)
+	}
+	_, err := e.m.UploadTemplate(e.ctx, "one-more", strings.NewReader("not a tar"))
+	if code, status := errdefs.Code(err); code != "limit_exceeded" || status != 429 || errdefs.LimitName(err) != "max_concurrent_uploads" {
+		t.Fatalf("refusal: %v (%s %d)", err, code, status)
+	}
+	pipes[0].CloseWithError(errors.New("client went away"))
+	if err := <-done; err == nil {
+		t.Fatal("an upload cut short succeeded")
+	}
+	if !poll(func() bool { return !busy() }) {
+		t.Fatal("no room after an upload ended")
+	}
+	for _, pw := range pipes[1:] {
+		pw.CloseWithError(errors.New("client went away"))
+	}
+	for range manager.MaxConcurrentUploads - 1 {
+		<-done
+	}
+}
