@@ -15,9 +15,12 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "agent" {
 		os.Exit(agentd.Main(os.Args[2:]))
 	}
-	// The set-up helper the runsc class runs inside a sandbox.
+	// The set-up helpers the runsc class runs inside a sandbox.
 	if len(os.Args) > 1 && os.Args[1] == agentd.LimitTasksVerb {
 		os.Exit(agentd.LimitTasksMain(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == agentd.SetHostnameVerb {
+		os.Exit(agentd.SetHostnameMain(os.Args[2:]))
 	}
 	os.Exit(execute(context.Background(), newRootCmd(), os.Args[1:], os.Stderr))
 }

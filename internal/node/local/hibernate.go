@@ -220,6 +220,14 @@ func (b *Backend) Restore(ctx context.Context, sb *sandbox.Sandbox) error {
 	if err := b.resetAgentPin(id); err != nil {
 		return err
 	}
+	// The checkpoint's bundle names the network namespace it was made
+	// in; the hibernation's stop removed it with the veth. gVisor's
+	// netstack takes the interfaces of a namespace wired anew.
+	if sb.Spec.Network == "egress" && netnsBeforeStart(rt) {
+		if _, err := b.wireNetns(ctx, sb); err != nil {
+			return err
+		}
+	}
 	logw, err := b.openInitLog(id)
 	if err != nil {
 		return err
