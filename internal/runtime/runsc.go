@@ -139,8 +139,8 @@ func (r *Runsc) Binary() string { return r.binary }
 func (r *Runsc) Platform() string { return r.platform }
 
 // globalArgs are the flags every runsc invocation gets. --network: see
-// runscNetwork; commands that do not start a sandbox get "none", which
-// they do not use. --in-sandbox-cgroup=v2: the Sentry's cgroup v2 pids
+// runscNetwork; create, start (which configures the network) and restore
+// get the sandbox's, other commands "none", which they do not use. --in-sandbox-cgroup=v2: the Sentry's cgroup v2 pids
 // controller checks every task creation hierarchically; its v1 one
 // charges a random one of the task's cgroups (kernel.Task.chargeLocked
 // iterates a map), so a fork at the limit passes six times in seven
@@ -198,7 +198,12 @@ func (r *Runsc) commandNet(ctx context.Context, network string, global []string,
 
 // run runs a runsc command and returns its stdout; errors carry stderr.
 func (r *Runsc) run(ctx context.Context, args ...string) ([]byte, error) {
-	cmd := r.command(ctx, args...)
+	return r.runNet(ctx, "none", args...)
+}
+
+// runNet is run with runsc's --network set to network (runscNetwork).
+func (r *Runsc) runNet(ctx context.Context, network string, args ...string) ([]byte, error) {
+	cmd := r.commandNet(ctx, network, nil, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -381,7 +386,9 @@ func (r *Runsc) Start(ctx context.Context, s *Spec) (int, error) {
 	_ = os.Remove(pidFile)
 	err = r.detached(ctx, s.Bundle, s.Log, runscNetwork(spec), "create", "--bundle", s.Bundle, "--pid-file", pidFile, s.ID)
 	if err == nil {
-		_, err = r.run(ctx, "start", s.ID)
+		// runsc configures the sandbox's network in start (StartRoot),
+		// from its own --network: it must be the create's.
+		_, err = r.runNet(ctx, runscNetwork(spec), "start", s.ID)
 	}
 	if err == nil {
 		err = r.afterStart(ctx, s.ID, spec, false)
