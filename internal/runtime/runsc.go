@@ -175,16 +175,6 @@ func runscNetwork(spec *specs.Spec) string {
 	return "none"
 }
 
-// command builds a runsc command; its output is collected by run.
-func (r *Runsc) command(ctx context.Context, args ...string) *exec.Cmd {
-	return r.commandWith(ctx, nil, args...)
-}
-
-// commandWith builds a runsc command with extra global flags.
-func (r *Runsc) commandWith(ctx context.Context, global []string, args ...string) *exec.Cmd {
-	return r.commandNet(ctx, "none", global, args...)
-}
-
 // commandNet builds a runsc command with the --network it names.
 func (r *Runsc) commandNet(ctx context.Context, network string, global []string, args ...string) *exec.Cmd {
 	a := append(r.globalArgs(network), global...)

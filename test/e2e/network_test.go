@@ -286,6 +286,22 @@ func testEgressNetwork(t *testing.T, rt string) {
 	if out, code := fetch(sb.ID, "http://169.254.169.254:8080/"); code == 0 {
 		t.Fatalf("metadata reachable after daemon restart: %q", out)
 	}
+	if rt == "runsc" {
+		// Hibernate and wake: the restored netstack is handed a namespace
+		// wired anew, with the same address and rules.
+		if _, err := d.c.Hibernate(ctx, sb.ID); err != nil {
+			t.Fatalf("hibernate: %v", err)
+		}
+		if got, err := d.c.Wake(ctx, sb.ID); err != nil || got.IPv4 != sb.IPv4 {
+			t.Fatalf("wake: %+v %v", got, err)
+		}
+		if out, code := fetch(sb.ID, "http://198.51.100.2:8080/index.html"); code != 0 {
+			t.Fatalf("egress after wake: %q", out)
+		}
+		if out, code := fetch(sb.ID, "http://169.254.169.254:8080/"); code == 0 {
+			t.Fatalf("metadata reachable after wake: %q", out)
+		}
+	}
 	assertDoctorClean(t, d)
 	// A second sandbox is not reachable from the first.
 	other, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Network: "egress", Runtime: rt, Allow: []string{"0.0.0.0/0"}})
