@@ -27,8 +27,12 @@ func main() {
 	if len(args) > 0 && args[0] == "agent" {
 		args = args[1:]
 	}
+	// The set-up helpers the runsc class runs inside a sandbox.
 	if len(args) > 0 && args[0] == agentd.LimitTasksVerb {
 		os.Exit(agentd.LimitTasksMain(args[1:]))
+	}
+	if len(args) > 0 && args[0] == agentd.SetHostnameVerb {
+		os.Exit(agentd.SetHostnameMain(args[1:]))
 	}
 	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
 		os.Stdout.WriteString("berth-agent " + version + "\n")

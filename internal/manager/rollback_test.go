@@ -458,12 +458,17 @@ func TestPoolClaimRollsBack(t *testing.T) {
 		fail      func(e *env, id string)
 		wantCalls []string
 	}{
+		// Thawed, then renamed (a gVisor member is renamed by a process
+		// in it, which cannot run frozen); undone last step first.
 		{name: "thaw fails",
 			fail:      func(e *env, id string) { e.node.FailNextFor("Thaw", id, errInjected) },
-			wantCalls: []string{"SetHostname:claimant", "Thaw", "SetHostname:sb-"}},
+			wantCalls: []string{"Thaw"}},
+		{name: "rename fails",
+			fail:      func(e *env, id string) { e.node.FailNextFor("SetHostname", id, errInjected) },
+			wantCalls: []string{"Thaw", "SetHostname:claimant", "Freeze"}},
 		{name: "record fails",
 			fail:      func(e *env, id string) { e.st.FailUpdate(id, errInjected) },
-			wantCalls: []string{"SetHostname:claimant", "Thaw", "Freeze", "SetHostname:sb-"}},
+			wantCalls: []string{"Thaw", "SetHostname:claimant", "SetHostname:sb-", "Freeze"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -113,12 +113,21 @@ func (*Runsc) Name() string { return "runsc" }
 // is created on the host through the bind mount, where the daemon connects.
 func (*Runsc) NoInheritedListeners() {}
 
-// NetworkViaAgent tells the manager that the sandbox's network cannot be
-// entered from the host: with --network none the sandbox's loopback lives
-// in the Sentry's own network stack, and no host network namespace holds
-// it. The port proxy reaches such sandboxes through the agent's dial
-// operation instead.
+// NetworkViaAgent tells the manager that the sandbox's ports cannot be
+// reached from the host's side of its network namespace: the sandbox's
+// loopback (and, in mode egress, its eth0 address) lives in the Sentry's
+// own network stack. The port proxy reaches such sandboxes through the
+// agent's dial operation instead, which also reaches servers bound to
+// loopback only.
 func (*Runsc) NetworkViaAgent() {}
+
+// NetnsBeforeStart tells the manager that a sandbox with a network
+// (mode egress) must be given a network namespace already wired to the
+// daemon's bridge (Spec.NetnsPath): with --network=sandbox, `runsc
+// create` starts the Sentry in that namespace and hands its interfaces,
+// addresses and routes to gVisor's netstack as it finds them then; an
+// interface added later is never seen. See docs/gvisor.md, "Egress".
+func (*Runsc) NetnsBeforeStart() {}
 
 // Root returns runsc's state directory.
 func (r *Runsc) Root() string { return r.root }
@@ -129,16 +138,15 @@ func (r *Runsc) Binary() string { return r.binary }
 // Platform returns the gVisor platform in use.
 func (r *Runsc) Platform() string { return r.platform }
 
-// globalArgs are the flags every runsc invocation gets. --network=none: the
-// sandbox has no network stack at all (berth's network policy for runsc
-// sandboxes is "none"; a host where sandboxes need a network would use
-// runsc's netstack, --network=sandbox, inside a prepared netns).
-// --in-sandbox-cgroup=v2: the Sentry's cgroup v2 pids controller checks
-// every task creation hierarchically; its v1 one charges a random one of
-// the task's cgroups (kernel.Task.chargeLocked iterates a map), so a fork
-// at the limit passes six times in seven (runsc_limits.go).
-func (r *Runsc) globalArgs() []string {
-	a := []string{"--root", r.root, "--platform", r.platform, "--network", "none",
+// globalArgs are the flags every runsc invocation gets. --network: see
+// runscNetwork; create, start (which configures the network) and restore
+// get the sandbox's, other commands "none", which they do not use. --in-sandbox-cgroup=v2: the Sentry's cgroup v2 pids
+// controller checks every task creation hierarchically; its v1 one
+// charges a random one of the task's cgroups (kernel.Task.chargeLocked
+// iterates a map), so a fork at the limit passes six times in seven
+// (runsc_limits.go).
+func (r *Runsc) globalArgs(network string) []string {
+	a := []string{"--root", r.root, "--platform", r.platform, "--network", network,
 		"--host-uds", r.hostUDS, "--overlay2", r.overlay, "--in-sandbox-cgroup", "v2"}
 	if r.debugLog != "" {
 		a = append(a, "--debug", "--debug-log", strings.TrimSuffix(r.debugLog, "/")+"/")
@@ -146,14 +154,30 @@ func (r *Runsc) globalArgs() []string {
 	return append(a, r.extra...)
 }
 
-// command builds a runsc command; its output is collected by run.
-func (r *Runsc) command(ctx context.Context, args ...string) *exec.Cmd {
-	return r.commandWith(ctx, nil, args...)
+// runscNetwork is the --network a sandbox of spec is created or restored
+// with. A sandbox without a network namespace path (mode none) gets
+// "none": the Sentry has a loopback only and runsc starts it in an empty
+// namespace of its own. A sandbox given a wired namespace (mode egress,
+// Spec.NetnsPath) gets "sandbox": runsc starts the Sentry in that
+// namespace, opens a packet socket on each of its interfaces, removes
+// their addresses from the host kernel's view and serves them from the
+// Sentry's netstack; every frame still leaves through the veth whose host
+// end the daemon filters (never "host", which would hand the sandbox the
+// host's own sockets and bypass that filter).
+func runscNetwork(spec *specs.Spec) string {
+	if spec != nil && spec.Linux != nil {
+		for _, ns := range spec.Linux.Namespaces {
+			if ns.Type == specs.NetworkNamespace && ns.Path != "" {
+				return "sandbox"
+			}
+		}
+	}
+	return "none"
 }
 
-// commandWith builds a runsc command with extra global flags.
-func (r *Runsc) commandWith(ctx context.Context, global []string, args ...string) *exec.Cmd {
-	a := append(r.globalArgs(), global...)
+// commandNet builds a runsc command with the --network it names.
+func (r *Runsc) commandNet(ctx context.Context, network string, global []string, args ...string) *exec.Cmd {
+	a := append(r.globalArgs(network), global...)
 	cmd := exec.CommandContext(ctx, r.binary, append(a, args...)...)
 	cmd.Env = append(os.Environ(), "GOTRACEBACK=single")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -164,7 +188,12 @@ func (r *Runsc) commandWith(ctx context.Context, global []string, args ...string
 
 // run runs a runsc command and returns its stdout; errors carry stderr.
 func (r *Runsc) run(ctx context.Context, args ...string) ([]byte, error) {
-	cmd := r.command(ctx, args...)
+	return r.runNet(ctx, "none", args...)
+}
+
+// runNet is run with runsc's --network set to network (runscNetwork).
+func (r *Runsc) runNet(ctx context.Context, network string, args ...string) ([]byte, error) {
+	cmd := r.commandNet(ctx, network, nil, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -345,9 +374,11 @@ func (r *Runsc) Start(ctx context.Context, s *Spec) (int, error) {
 	}
 	pidFile := filepath.Join(s.Bundle, "init.pid")
 	_ = os.Remove(pidFile)
-	err = r.detached(ctx, s.Bundle, s.Log, "create", "--bundle", s.Bundle, "--pid-file", pidFile, s.ID)
+	err = r.detached(ctx, s.Bundle, s.Log, runscNetwork(spec), "create", "--bundle", s.Bundle, "--pid-file", pidFile, s.ID)
 	if err == nil {
-		_, err = r.run(ctx, "start", s.ID)
+		// runsc configures the sandbox's network in start (StartRoot),
+		// from its own --network: it must be the create's.
+		_, err = r.runNet(ctx, runscNetwork(spec), "start", s.ID)
 	}
 	if err == nil {
 		err = r.afterStart(ctx, s.ID, spec, false)
@@ -374,8 +405,9 @@ func (r *Runsc) cleanupFailed(ctx context.Context, id, cgroupsPath string) {
 func runscLogDir(bundle string) string { return filepath.Join(bundle, "runsc-log") + "/" }
 
 // detached runs a runsc command that leaves a sandbox behind (create,
-// restore --detach) with the container's stdio on log (nil: /dev/null).
-func (r *Runsc) detached(ctx context.Context, bundle string, log *os.File, args ...string) error {
+// restore --detach) with the container's stdio on log (nil: /dev/null)
+// and runsc's --network set to network (runscNetwork).
+func (r *Runsc) detached(ctx context.Context, bundle string, log *os.File, network string, args ...string) error {
 	logf, err := logFile(log)
 	if err != nil {
 		return err
@@ -396,7 +428,7 @@ func (r *Runsc) detached(ctx context.Context, bundle string, log *os.File, args 
 	if r.debugLog == "" {
 		global = []string{"--debug-log", logDir}
 	}
-	cmd := r.commandWith(ctx, global, args...)
+	cmd := r.commandNet(ctx, network, global, args...)
 	// The sandbox inherits these as the container's stdio. runsc's own
 	// messages go to stderr too, which the log's reader keeps.
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, logf, logf
@@ -671,7 +703,7 @@ func (r *Runsc) Restore(ctx context.Context, id, bundle, dir string, log *os.Fil
 	}
 	pidFile := filepath.Join(bundle, "init.pid")
 	_ = os.Remove(pidFile)
-	err = r.detached(ctx, bundle, log, "restore", "--detach", "--bundle", bundle, "--image-path", dir,
+	err = r.detached(ctx, bundle, log, runscNetwork(spec), "restore", "--detach", "--bundle", bundle, "--image-path", dir,
 		"--pid-file", pidFile, id)
 	if err == nil {
 		// The task limit is part of the checkpoint (checked); the host

@@ -15,6 +15,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/berth-sh/berth/internal/cgroups"
+	"github.com/berth-sh/berth/internal/errdefs"
 )
 
 // Limits of a runsc sandbox that the host kernel cannot enforce by itself.
@@ -102,6 +103,29 @@ func (r *Runsc) setGuestPids(ctx context.Context, id, helper string, pids int64)
 	}
 	return nil
 }
+
+// SetHostname changes running container id's host name by running
+// berth's helper (agentd.SetHostnameVerb) at path helper in the sandbox
+// with CAP_SYS_ADMIN: gVisor keeps the sandbox's UTS namespace inside the
+// Sentry, out of the host's nsenter's reach. The caller runs it only on
+// sandboxes in which nothing but the agent has run (a warm-pool member
+// being claimed), as the limit above is set before anything else runs.
+func (r *Runsc) SetHostname(ctx context.Context, id, helper, name string) error {
+	if !r.known(id) {
+		return fmt.Errorf("runsc container %s: %w", id, errdefs.ErrNotFound)
+	}
+	out, err := r.run(ctx, "exec", "--cap", "CAP_SYS_ADMIN", "--user", "0:0", id, helper, runscSetHostnameVerb, name)
+	if err != nil {
+		if msg := strings.TrimSpace(string(out)); msg != "" {
+			err = fmt.Errorf("%w: %s", err, msg)
+		}
+		return fmt.Errorf("runsc: setting the sandbox's host name: %w", err)
+	}
+	return nil
+}
+
+// runscSetHostnameVerb is agentd.SetHostnameVerb.
+const runscSetHostnameVerb = "agent-set-hostname"
 
 // runscLimitTasksVerb is agentd.LimitTasksVerb (the runtime does not
 // import the agent).

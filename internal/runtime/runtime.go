@@ -51,7 +51,14 @@ type Spec struct {
 	// UsernsPath, if set, is a user namespace (a bind mount of one) with
 	// IDMap's mapping for the container to join instead of making its
 	// own: one the daemon made owned by the sandbox's host root uid.
-	UsernsPath  string
+	UsernsPath string
+	// NetnsPath, if set, is a network namespace (a bind mount of one)
+	// the daemon has made and wired already, for the container to join
+	// instead of making an empty one. Runtimes that take the network
+	// over when the sandbox is created (runsc's netstack copies the
+	// interfaces and routes it finds then) need it; runc's sandboxes are
+	// wired after start instead (see NetnsBeforeStart).
+	NetnsPath   string
 	CgroupsPath string // e.g. /berth-<instance>/<id>
 	// Log receives init's stdout and stderr (and the runtime's own
 	// messages while it starts the container): the write end of a pipe

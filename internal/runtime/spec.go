@@ -152,6 +152,13 @@ func BuildSpec(s *Spec) (*specs.Spec, error) {
 			spec.Process.Rlimits = nil
 		}
 	}
+	if s.NetnsPath != "" {
+		for i := range spec.Linux.Namespaces {
+			if spec.Linux.Namespaces[i].Type == specs.NetworkNamespace {
+				spec.Linux.Namespaces[i].Path = s.NetnsPath
+			}
+		}
+	}
 	for _, m := range s.Mounts {
 		opts := []string{"rbind", "nosuid", "nodev"}
 		if m.ReadOnly {

@@ -171,9 +171,34 @@ func newNetTopo(t *testing.T) *netTopo {
 	return n
 }
 
-func TestEgressNetwork(t *testing.T) {
+func TestEgressNetwork(t *testing.T) { testEgressNetwork(t, "runc") }
+
+// TestEgressNetworkRunsc: the same policy, flow log, live rules, stop/start,
+// daemon restart and isolation between sandboxes on the gVisor class,
+// whose netstack serves the veth of a namespace wired before start.
+func TestEgressNetworkRunsc(t *testing.T) { testEgressNetwork(t, "runsc") }
+
+// startDaemonClass starts a daemon in netns ns that must offer runtime
+// class rt (runsc: a static build that passes the daemon's probe).
+func startDaemonClass(t *testing.T, ns, rt string) *daemon {
+	t.Helper()
+	d := startDaemonIn(t, ns)
+	if rt == "runc" {
+		return d
+	}
+	rep, err := d.c.Doctor(context.Background(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(rep.Runtime, rt) {
+		t.Fatalf("the daemon offers no %s class (runtime %q): install it (scripts/install-runsc.sh)", rt, rep.Runtime)
+	}
+	return d
+}
+
+func testEgressNetwork(t *testing.T, rt string) {
 	topo := newNetTopo(t)
-	d := startDaemonIn(t, topo.host)
+	d := startDaemonClass(t, topo.host, rt)
 	ctx := context.Background()
 	fetch := func(id, url string) (string, int) {
 		var out strings.Builder
@@ -184,13 +209,13 @@ func TestEgressNetwork(t *testing.T) {
 		}
 		return out.String(), exit.Code
 	}
-	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Network: "egress", Persistent: true,
+	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Network: "egress", Persistent: true, Runtime: rt,
 		Allow: []string{"tcp://198.51.100.2:8080"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sb.IPv4 == "" || sb.IPv6 == "" {
-		t.Fatalf("no addresses: %+v", sb)
+	if sb.IPv4 == "" || sb.IPv6 == "" || sb.Isolation.Runtime != rt {
+		t.Fatalf("no addresses or another class: %+v", sb)
 	}
 	// Allowed: reachable. Not allowed: dropped, and in the flow log.
 	var body string
@@ -261,9 +286,25 @@ func TestEgressNetwork(t *testing.T) {
 	if out, code := fetch(sb.ID, "http://169.254.169.254:8080/"); code == 0 {
 		t.Fatalf("metadata reachable after daemon restart: %q", out)
 	}
+	if rt == "runsc" {
+		// Hibernate and wake: the restored netstack is handed a namespace
+		// wired anew, with the same address and rules.
+		if _, err := d.c.Hibernate(ctx, sb.ID); err != nil {
+			t.Fatalf("hibernate: %v", err)
+		}
+		if got, err := d.c.Wake(ctx, sb.ID); err != nil || got.IPv4 != sb.IPv4 {
+			t.Fatalf("wake: %+v %v", got, err)
+		}
+		if out, code := fetch(sb.ID, "http://198.51.100.2:8080/index.html"); code != 0 {
+			t.Fatalf("egress after wake: %q", out)
+		}
+		if out, code := fetch(sb.ID, "http://169.254.169.254:8080/"); code == 0 {
+			t.Fatalf("metadata reachable after wake: %q", out)
+		}
+	}
 	assertDoctorClean(t, d)
 	// A second sandbox is not reachable from the first.
-	other, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Network: "egress", Allow: []string{"0.0.0.0/0"}})
+	other, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Network: "egress", Runtime: rt, Allow: []string{"0.0.0.0/0"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +315,7 @@ func TestEgressNetwork(t *testing.T) {
 	}
 	// Create/delete cycles leave no veths.
 	for i := 0; i < 20; i++ {
-		x, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Network: "egress"})
+		x, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Network: "egress", Runtime: rt})
 		if err != nil {
 			t.Fatal(err)
 		}

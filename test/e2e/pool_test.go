@@ -9,9 +9,19 @@ import (
 	"github.com/berth-sh/berth/api"
 )
 
-func TestWarmPoolClaimsAreFreshAndRefill(t *testing.T) {
-	d := startDaemon(t)
+func TestWarmPoolClaimsAreFreshAndRefill(t *testing.T) { testWarmPool(t, "runc") }
+
+// TestWarmPoolRunsc: the same on a daemon whose default class is gVisor:
+// members are runsc sandboxes, frozen with runsc pause, and a named claim
+// gets its host name inside the Sentry (berth's helper, runsc exec).
+func TestWarmPoolRunsc(t *testing.T) { testWarmPool(t, "runsc") }
+
+func testWarmPool(t *testing.T, rt string) {
+	d := startDaemonWith(t, "--runtime", rt)
 	ctx := context.Background()
+	if rep, err := d.c.Doctor(ctx, false); err != nil || !strings.HasPrefix(rep.Runtime, rt) {
+		t.Fatalf("the daemon's default class is not %s: %+v %v", rt, rep.Runtime, err)
+	}
 	if _, err := d.c.SetPool(ctx, "base", 2); err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +62,7 @@ func TestWarmPoolClaimsAreFreshAndRefill(t *testing.T) {
 		if out != name+"\n"+name+"\n0\n" {
 			t.Fatalf("claimed sandbox %d: %q", i, out)
 		}
-		if sb.State != "running" || sb.TimeoutSeconds != 600 || sb.Labels["n"] != name {
+		if sb.State != "running" || sb.TimeoutSeconds != 600 || sb.Labels["n"] != name || sb.Isolation.Runtime != rt {
 			t.Fatalf("claimed record: %+v", sb)
 		}
 		execOut(t, d, sb.ID, "sh", "-c", "echo secret-of-"+name+" > /tmp/mine")

@@ -27,8 +27,8 @@ import (
 // to remount or mount another view) cannot raise the limit. Limits are
 // hierarchical in v2, so no cgroup below could escape it either.
 
-// LimitTasksVerb is the hidden verb of the berth binary that runs the
-// helper: `berth agent-limit-tasks N`.
+// LimitTasksVerb is the verb of the agent binary (berth-agent) that runs the
+// helper: `berth-agent agent-limit-tasks N`.
 const LimitTasksVerb = "agent-limit-tasks"
 
 // cgroupRoot is where runsc mounts the container's cgroups.

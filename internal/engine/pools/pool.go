@@ -339,13 +339,23 @@ func (m *Warm) claimLocked(ctx context.Context, pool store.PoolKey, id string, s
 func (m *Warm) claimSteps(ctx context.Context, sb, prev *sandbox.Sandbox, opt engine.CreateOptions) error {
 	cu := cleanup.Make()
 	defer cu.Clean()
-	if sb.Name != "" {
+	// Thawed first, then renamed: a class that renames through a process
+	// in the sandbox (gVisor: runsc exec) cannot while it is frozen. The
+	// undo renames back before it freezes again.
+	rename := func() error {
+		if sb.Name == "" {
+			return nil
+		}
 		if err := m.node.SetHostname(ctx, sb, sb.Hostname()); err != nil {
 			return fmt.Errorf("setting hostname: %w", err)
 		}
 		cu.Add(func() error { return m.node.SetHostname(ctx, prev, prev.Hostname()) })
+		return nil
 	}
 	if prev.State == sandbox.StateRunning {
+		if err := rename(); err != nil {
+			return err
+		}
 		if err := m.e.Handover(ctx, sb, sandbox.CauseUser, opt.Actor, "create (warm pool)"); err != nil {
 			return err
 		}
@@ -356,6 +366,9 @@ func (m *Warm) claimSteps(ctx context.Context, sb, prev *sandbox.Sandbox, opt en
 		return fmt.Errorf("thawing pool member: %w", err)
 	}
 	cu.Add(func() error { return m.node.Freeze(ctx, prev) })
+	if err := rename(); err != nil {
+		return err
+	}
 	if err := m.e.Transition(ctx, sb, sandbox.StateRunning, sandbox.CauseUser, opt.Actor, "create (warm pool)"); err != nil {
 		return err
 	}

@@ -220,6 +220,21 @@ func (b *Backend) Restore(ctx context.Context, sb *sandbox.Sandbox) error {
 	if err := b.resetAgentPin(id); err != nil {
 		return err
 	}
+	// The checkpoint's bundle binds the resolv.conf of berth's resolver
+	// (in the daemon's share tmpfs, which a daemon restart empties) and
+	// names the network namespace it was made in (the hibernation's stop
+	// removed it with the veth): both anew. gVisor's netstack takes the
+	// interfaces of a namespace wired anew.
+	if sb.Spec.Network == "egress" {
+		if _, err := b.resolvConf(ctx, sb); err != nil {
+			return err
+		}
+		if netnsBeforeStart(rt) {
+			if _, err := b.wireNetns(ctx, sb); err != nil {
+				return err
+			}
+		}
+	}
 	logw, err := b.openInitLog(id)
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/node/local/agentchan"
+	"github.com/berth-sh/berth/internal/node/local/egress"
 	"github.com/berth-sh/berth/internal/overlay"
 	"github.com/berth-sh/berth/internal/runtime"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -124,12 +125,18 @@ func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	if err != nil {
 		return err
 	}
+	var netnsPath string
 	if sb.Spec.Network == "egress" {
 		rc, err := b.resolvConf(ctx, sb)
 		if err != nil {
 			return err
 		}
 		mounts = append(mounts, runtime.Mount{Source: rc, Destination: "/etc/resolv.conf", ReadOnly: true})
+		if netnsBeforeStart(rt) {
+			if netnsPath, err = b.wireNetns(ctx, sb); err != nil {
+				return err
+			}
+		}
 	}
 	// The agent's channel (agentchan.go). Where the runtime can hand init
 	// a descriptor, the daemon binds the agent's socket in its own ctl
@@ -187,6 +194,7 @@ func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 		Resources:     sb.Spec.Resources,
 		IDMap:         b.idMapOf(sb),
 		UsernsPath:    userns,
+		NetnsPath:     netnsPath,
 		CgroupsPath:   p.cgroup,
 		Log:           logw,
 		InitSeccompFD: seccompFD,
@@ -200,8 +208,10 @@ func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 		return err
 	}
 	go reap(pid)
-	if err := b.egress.Attach(ctx, sb, pid); err != nil {
-		return fmt.Errorf("network: %w", err)
+	if netnsPath == "" {
+		if err := b.egress.Attach(ctx, sb, pid); err != nil {
+			return fmt.Errorf("network: %w", err)
+		}
 	}
 	if err := failpoint.Inject("create.after-start"); err != nil {
 		return err
@@ -316,6 +326,9 @@ func (b *Backend) Stop(ctx context.Context, sb *sandbox.Sandbox) error {
 	if err := b.egress.Detach(ctx, sb); err != nil {
 		errs = append(errs, err)
 	}
+	if err := egress.RemoveNetns(p.netns); err != nil {
+		errs = append(errs, err)
+	}
 	b.forgetAgent(id)
 	if len(errs) > 0 {
 		return errors.Join(errs...)
@@ -400,15 +413,20 @@ func (b *Backend) initPid(id string) (int, error) {
 }
 
 // SetHostname changes a running sandbox's host name inside its UTS
-// namespace (the sandbox itself lacks the privilege to). Only classes
-// whose sandboxes are host namespaces can (those with warm pools): a
-// gVisor or microVM guest keeps its own hostname where the host's
-// nsenter does not reach, and entering the host-side process's namespace
-// would change nothing the sandbox sees.
+// namespace (the sandbox itself lacks the privilege to): with nsenter
+// where the sandbox's namespaces are the host's (runc), else through the
+// runtime (gVisor keeps the sandbox's UTS namespace inside its Sentry,
+// where nsenter into the host-side process would change nothing the
+// sandbox sees; the runtime runs berth's helper in the sandbox). Classes
+// that can do neither (a microVM's guest) refuse it.
 func (b *Backend) SetHostname(ctx context.Context, sb *sandbox.Sandbox, name string) error {
+	rt := b.rtFor(sb)
 	if !b.caps(sb).Rename {
 		return errdefs.Conflict("runtime class %s cannot change a running sandbox's hostname "+
-			"(its guest's namespaces are not the host's)", b.rtFor(sb).Name())
+			"(its guest's namespaces are not the host's)", rt.Name())
+	}
+	if hs, ok := rt.(hostnameSetter); ok {
+		return hs.SetHostname(ctx, sb.ID, agentBinary, name)
 	}
 	pid, err := b.initPid(sb.ID)
 	if err != nil {

@@ -206,17 +206,32 @@ func capsOf(rt runtime.Runtime) node.Caps {
 	_, viaAgent := rt.(interface{ NetworkViaAgent() })
 	_, cp := rt.(checkpointer)
 	_, sig := rt.(initSignaller)
+	_, renamer := rt.(hostnameSetter)
+	rename := !noFDs || renamer // nsenter into its UTS namespace, or the runtime's own way in
 	return node.Caps{
 		InheritFDs:    !noFDs,
-		Egress:        !viaAgent, // its veth lives in a netns gVisor's netstack does not use
+		Egress:        true, // wired after start (runc) or before (netnsBeforeStart: gVisor)
 		Checkpoint:    cp && sig,
-		Pool:          !noFDs, // members are runc-class: a claim thaws and renames them in place
-		Rename:        !noFDs, // nsenter into its UTS namespace; a guest kernel's is out of reach
+		Pool:          rename, // a claim thaws and renames members in place
+		Rename:        rename,
 		Freeze:        true,
 		PortsViaAgent: viaAgent,
 		Capture:       true,
 		RootLayer:     true,
 	}
+}
+
+// hostnameSetter is a runtime that changes a running sandbox's host name
+// itself, where the host's nsenter does not reach (gVisor: runsc.go).
+type hostnameSetter interface {
+	SetHostname(ctx context.Context, id, helper, name string) error
+}
+
+// netnsBeforeStart reports whether rt's sandboxes with a network are given
+// a namespace wired before start (Spec.NetnsPath) rather than wired after.
+func netnsBeforeStart(rt runtime.Runtime) bool {
+	_, ok := rt.(interface{ NetnsBeforeStart() })
+	return ok
 }
 
 // Start runs the backend's background work until Close; h is how it
@@ -277,6 +292,9 @@ type paths struct {
 	// the agent binds itself (pin). run is the tmpfs that gVisor agents
 	// bind their socket in, mounted into the sandbox at /.berth/run.
 	ctl, socket, pin, run string
+	// netns pins, in ctl, the network namespace made before start for
+	// an egress sandbox of a class that needs it (NetnsBeforeStart).
+	netns string
 	// scratch holds the writable layer that does not persist: upper and
 	// work on its own filesystem (disk.go) mounted at scratch/mnt, in the
 	// storage pool so forks and snapshots can reflink it.
@@ -298,6 +316,7 @@ func (b *Backend) paths(id string) paths {
 		socket:  filepath.Join(dir, agentchan.CtlDir, agentchan.SockName),
 		pin:     filepath.Join(dir, agentchan.CtlDir, agentchan.PinName),
 		run:     filepath.Join(dir, "run"),
+		netns:   filepath.Join(dir, agentchan.CtlDir, "netns"),
 		cgroup:  "/" + b.cfg.Instance + "/" + id,
 	}
 }

@@ -7,6 +7,7 @@ package local
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 
@@ -74,6 +75,23 @@ func (b *Backend) Allocate(ctx context.Context, id string, used func(string) boo
 func (b *Backend) resolvConf(ctx context.Context, sb *sandbox.Sandbox) (string, error) {
 	path := b.resolvConfPath(sb.ID)
 	return path, b.egress.ResolvConf(ctx, path)
+}
+
+// wireNetns makes egress sandbox sb's network namespace before its
+// runtime starts it and connects it to the bridge with sb's rules, for a
+// class whose network stack takes the namespace's interfaces over at
+// create (gVisor's netstack: see runtime.Runsc.NetnsBeforeStart). It
+// returns the pin's path for Spec.NetnsPath; Stop removes it.
+func (b *Backend) wireNetns(ctx context.Context, sb *sandbox.Sandbox) (string, error) {
+	path := b.paths(sb.ID).netns
+	if err := egress.MakeNetns(path); err != nil {
+		return "", fmt.Errorf("network: %w", err)
+	}
+	if err := b.egress.AttachAt(ctx, sb, path); err != nil {
+		_ = egress.RemoveNetns(path)
+		return "", fmt.Errorf("network: %w", err)
+	}
+	return path, nil
 }
 
 // Recover re-registers running egress sandboxes after a restart and

@@ -198,6 +198,11 @@ func (e *Net) Attach(ctx context.Context, sb *sandbox.Sandbox, pid int) error {
 	if sb.Spec.Network != "egress" {
 		return nil
 	}
+	return e.attach(ctx, sb, fmt.Sprintf("/proc/%d/ns/net", pid))
+}
+
+// attach connects the network namespace at netnsPath as egress sandbox sb.
+func (e *Net) attach(ctx context.Context, sb *sandbox.Sandbox, netnsPath string) error {
 	n, err := e.Get(ctx)
 	if err != nil {
 		return err
@@ -212,7 +217,7 @@ func (e *Net) Attach(ctx context.Context, sb *sandbox.Sandbox, pid int) error {
 	if err := e.register(sb); err != nil {
 		return err
 	}
-	if err := n.Attach(ctx, attachment(sb, rules), fmt.Sprintf("/proc/%d/ns/net", pid)); err != nil {
+	if err := n.Attach(ctx, attachment(sb, rules), netnsPath); err != nil {
 		e.unregister(sb)
 		return err
 	}
