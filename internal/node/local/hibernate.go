@@ -232,9 +232,6 @@ func (b *Backend) Restore(ctx context.Context, sb *sandbox.Sandbox) error {
 		}
 		return err
 	}
-	if pid, err := b.initPid(id); err == nil {
-		go reap(pid)
-	}
 	if err := sig.SignalInit(ctx, id, agent.SigRelisten); err != nil {
 		return fmt.Errorf("signalling the restored agent: %w", err)
 	}
