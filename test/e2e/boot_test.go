@@ -36,8 +36,9 @@ func TestStartAfterCrashesWithSandboxes(t *testing.T) {
 	}
 	binSize := fi.Size()
 	var ids []string
-	// Enough crashes that one copy per start outgrows any fixed room.
-	crashes := 4
+	// Two crashes, each with a sandbox made before it: one copy per start
+	// (three copies of the agent) outgrew the old share, sized for two.
+	crashes := 2
 	for i := range crashes {
 		sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{})
 		if err != nil {
@@ -109,4 +110,40 @@ func TestSecondDaemonRefused(t *testing.T) {
 	if out := execOut(t, d, sb.ID, "echo", "adopted"); out != "adopted\n" {
 		t.Fatalf("after the restart: %q", out)
 	}
+}
+
+// TestKilledBuildLeavesNoSandbox: a daemon killed while a template build
+// runs leaves the build's sandbox; the next start removes it (the build
+// failed with its daemon) instead of leaving it to its 2 h timeout.
+func TestKilledBuildLeavesNoSandbox(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	d.stop()
+	d.startWithEnv("BERTH_FAILPOINTS=build.after-launch")
+	if _, err := d.c.BuildTemplate(ctx, api.BuildTemplateRequest{Name: "killed-build", From: "base", Run: []string{"true"}}, nil); err == nil {
+		t.Fatal("the build succeeded although the daemon should have died")
+	}
+	d.waitExit()
+	d.startWithEnv()
+	all, err := d.c.ListSandboxes(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	builds := 0
+	for _, sb := range all {
+		if sb.Labels["berth.build"] != "1" {
+			continue
+		}
+		builds++
+		if sb.State != "deleted" {
+			t.Errorf("build sandbox %s is %s after the restart, want deleted", sb.ID, sb.State)
+		}
+	}
+	if builds == 0 {
+		t.Fatal("no build sandbox recorded: the failpoint did not fire where the test expects")
+	}
+	if _, err := d.c.GetTemplate(ctx, "killed-build"); err == nil {
+		t.Error("the killed build made its template")
+	}
+	assertDoctorClean(t, d)
 }

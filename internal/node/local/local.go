@@ -193,6 +193,7 @@ func New(cfg Config) (*Backend, error) {
 		b.runtimes[rt.Name()] = rt
 		b.classes = append(b.classes, node.Class{Name: rt.Name(), Caps: capsOf(rt)})
 	}
+	b.recoverCheckpoints()
 	return b, nil
 }
 
