@@ -25,7 +25,7 @@ import (
 func TestNoZombiesAfterSandboxesEnd(t *testing.T) {
 	d := startRunscDaemon(t)
 	ctx := context.Background()
-	per := 2
+	per := 1
 	if os.Getenv("BERTH_SOAK") != "" {
 		per = 40
 	}
