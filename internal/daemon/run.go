@@ -25,6 +25,7 @@ import (
 	"github.com/berth-sh/berth/internal/metrics"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/node/local"
+	"github.com/berth-sh/berth/internal/reaper"
 	"github.com/berth-sh/berth/internal/runtime"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server"
@@ -55,6 +56,7 @@ type Daemon struct {
 	servers []*http.Server
 	lns     []net.Listener
 	tls     *tls.Config // of the --listen listener
+	lock    *os.File    // the data dir's flock (lock.go), held for the daemon's life
 	// TLSFingerprint is the pin of the --listen certificate (empty
 	// without --listen).
 	TLSFingerprint string
@@ -134,8 +136,11 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
 	var st store.Store
-	var err error
 	switch {
 	case cfg.Store == "" || cfg.Store == "sqlite":
 		st, err = sqlite.Open(ctx, filepath.Join(cfg.DataDir, "berth.db"))
@@ -145,9 +150,10 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("unsupported --store %q: use sqlite or a postgres:// URL", cfg.Store)
 	}
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("opening store: %w", err)
 	}
-	d := &Daemon{cfg: cfg, Store: st}
+	d := &Daemon{cfg: cfg, Store: st, lock: lock}
 	if n, err := hostPidMax(); err == nil {
 		sandbox.SetHostPidMax(n)
 	} else {
@@ -544,6 +550,9 @@ func (d *Daemon) Close() {
 	if d.Store != nil {
 		d.Store.Close()
 	}
+	if d.lock != nil {
+		d.lock.Close() // last: the next daemon may take over from here
+	}
 }
 
 // removeStaleSocket removes a socket file left by a daemon that is gone,
@@ -563,8 +572,16 @@ func removeStaleSocket(path string) error {
 // Run starts the daemon and blocks until ctx is cancelled (graceful
 // shutdown: running sandboxes keep running).
 func Run(ctx context.Context, cfg Config) error {
-	if err := local.BecomeSubreaper(); err != nil {
-		cfg.Logger.Warn("cannot become child subreaper", "err", err)
+	// The runtimes leave container inits and gVisor's processes to the
+	// daemon; the reaper reaps them when they end.
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if r, err := reaper.Start(log.With("component", "reaper")); err != nil {
+		log.Warn("processes the runtimes leave are not reaped by the daemon", "err", err)
+	} else {
+		defer r.Close()
 	}
 	d, err := Open(ctx, cfg)
 	if err != nil {

@@ -160,8 +160,10 @@ func (m *Engine) startLocked(ctx context.Context, sb *sandbox.Sandbox, cause san
 	if sb.State != sandbox.StateStopped && sb.State != sandbox.StateStarting {
 		return sandbox.ErrWrongState("start", sb)
 	}
-	if sb.State == sandbox.StateStopped && m.node.Hibernated(sb) {
-		// Its processes and memory were checkpointed: bring them back.
+	if m.node.Hibernated(sb) {
+		// Its processes and memory were checkpointed: bring them back
+		// (a wake the daemon was killed in is started over: the image
+		// stays until a wake has finished).
 		if m.features.Wake == nil {
 			return errdefs.NotSupported("sandbox %s is hibernated and this daemon does not wake sandboxes", sb.ID)
 		}

@@ -67,10 +67,13 @@ func (m *Hibernation) hibernateLocked(ctx context.Context, sb *sandbox.Sandbox, 
 		}
 		return err
 	}
-	// From here the processes live only in the image.
+	// From here the processes live only in the image. A crash from here
+	// on leaves the marker, by which the reconciler finishes the
+	// hibernate (reconcile.finishHibernate).
 	if err := m.e.Transition(ctx, sb, sandbox.StateStopping, cause, actor, engine.ReasonHibernated); err != nil {
 		return err
 	}
+	failpoint.Hit("hibernate.after-stopping")
 	// Unmount the root and volumes like a stop, but keep the writable
 	// layer and bundle: the restored processes need them as they were.
 	if err := m.e.StopHost(ctx, sb); err != nil {
@@ -78,6 +81,7 @@ func (m *Hibernation) hibernateLocked(ctx context.Context, sb *sandbox.Sandbox, 
 		_ = m.store.UpdateSandbox(ctx, sb)
 		return fmt.Errorf("hibernate: releasing host resources: %w", err)
 	}
+	failpoint.Hit("hibernate.after-stophost")
 	m.e.Event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "hibernate", Actor: actor, Cause: cause, Outcome: "ok",
 		Message: fmt.Sprintf("checkpoint of %s in %s", sandbox.FormatBytes(cp.SizeBytes), cp.Took.Round(time.Millisecond))})
 	return m.e.Transition(ctx, sb, sandbox.StateStopped, cause, actor, engine.ReasonHibernated)
@@ -93,7 +97,9 @@ func (m *Hibernation) Wake(ctx context.Context, ref, actor string) (*sandbox.San
 }
 
 func (m *Hibernation) wakeLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {
-	if !m.e.Hibernated(sb) {
+	// Starting: a wake the daemon was killed in, started over (its
+	// marker and image are kept until a wake finished).
+	if !m.e.Hibernated(sb) && (sb.State != sandbox.StateStarting || !m.node.Hibernated(sb)) {
 		if sb.State == sandbox.StateStopped {
 			return errdefs.Conflict("sandbox %s is stopped, not hibernated: use start", sb.ID)
 		}
@@ -102,9 +108,12 @@ func (m *Hibernation) wakeLocked(ctx context.Context, sb *sandbox.Sandbox, cause
 	if !m.e.Caps(sb).Checkpoint {
 		return errdefs.Conflict("sandbox %s was hibernated, which this daemon's runtime class %s cannot restore", sb.ID, m.e.ClassOf(sb))
 	}
-	if err := m.e.Transition(ctx, sb, sandbox.StateStarting, cause, actor, reason); err != nil {
-		return err
+	if sb.State != sandbox.StateStarting { // starting: a wake cut short by a crash
+		if err := m.e.Transition(ctx, sb, sandbox.StateStarting, cause, actor, reason); err != nil {
+			return err
+		}
 	}
+	failpoint.Hit("wake.after-starting")
 	err := m.e.PrepareRecord(ctx, sb)
 	if err == nil {
 		err = failpoint.Inject("wake.before-restore")
@@ -128,6 +137,7 @@ func (m *Hibernation) wakeLocked(ctx context.Context, sb *sandbox.Sandbox, cause
 		_ = m.store.UpdateSandbox(ctx, sb)
 		return fmt.Errorf("waking: %w", err)
 	}
+	failpoint.Hit("wake.before-running")
 	m.e.Touched(sb.ID)
 	return m.e.Transition(ctx, sb, sandbox.StateRunning, cause, actor, reason)
 }

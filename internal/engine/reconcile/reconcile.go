@@ -23,6 +23,9 @@ import (
 
 const actorReconciler = "reconciler"
 
+// BuildLabel marks a template build's sandbox (engine/templates).
+const BuildLabel = "berth.build"
+
 // Reconciler drives the records and the host to agree: at start it
 // adopts, finishes and cleans up after restarts and crashes; then it
 // enforces policies from stored timestamps, retries unfinished
@@ -127,6 +130,15 @@ func (m *Reconciler) recoverLocked(ctx context.Context, sb *sandbox.Sandbox, aft
 		destroy(sb.Reason)
 	case sb.Spec.OneShot:
 		destroy(oneShot)
+	case sb.Spec.Labels[BuildLabel] == "1":
+		// A template build runs in the daemon that started it: its
+		// sandbox outlived the build, which failed with that daemon.
+		destroy("its template build ended when the daemon that ran it stopped (" + down + "); the build failed")
+	case m.node.Hibernated(sb) && (sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused ||
+		sb.State == sandbox.StateStopping):
+		// The checkpoint completed (its marker is written only then),
+		// but the daemon died before the record said so.
+		m.finishHibernate(ctx, sb, log)
 	case sb.State == sandbox.StateCreating:
 		var err error
 		if !m.e.Alive(ctx, sb) {
@@ -196,6 +208,12 @@ func (m *Reconciler) recoverLocked(ctx context.Context, sb *sandbox.Sandbox, aft
 		if err := m.e.StopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "stop finished "+after); err != nil {
 			log.Warn("finishing stop", "err", err)
 		}
+	case sb.State == sandbox.StateStarting && !m.node.Hibernated(sb) && m.e.Alive(ctx, sb):
+		// The start (or the wake) finished on the host; only its record
+		// was not written.
+		if err := m.e.Transition(ctx, sb, sandbox.StateRunning, sandbox.CauseReconciler, actorReconciler, "start finished "+after); err != nil {
+			log.Warn("recording finished start", "err", err)
+		}
 	case sb.State == sandbox.StateStarting:
 		if err := m.e.StartLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "start finished "+after); err != nil {
 			log.Warn("finishing start", "err", err)
@@ -206,6 +224,29 @@ func (m *Reconciler) recoverLocked(ctx context.Context, sb *sandbox.Sandbox, aft
 			log.Warn("cleaning stopped sandbox", "err", err)
 		}
 	}
+}
+
+// finishHibernate records as hibernated a sandbox whose checkpoint
+// completed before the daemon died: its root and volumes are released as
+// a hibernate does, its image and bundle kept for the wake.
+func (m *Reconciler) finishHibernate(ctx context.Context, sb *sandbox.Sandbox, log *slog.Logger) {
+	if sb.State != sandbox.StateStopping {
+		if err := m.e.Transition(ctx, sb, sandbox.StateStopping, sandbox.CauseReconciler, actorReconciler, engine.ReasonHibernated); err != nil {
+			log.Warn("recording an interrupted hibernate", "err", err)
+			return
+		}
+	}
+	if err := m.e.StopHost(ctx, sb); err != nil {
+		log.Warn("finishing an interrupted hibernate", "err", err)
+		return
+	}
+	m.e.Event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "hibernate", Actor: actorReconciler, Cause: sandbox.CauseReconciler,
+		Outcome: "ok", Message: "checkpoint completed before the daemon stopped; hibernate finished after restart"})
+	if err := m.e.Transition(ctx, sb, sandbox.StateStopped, sandbox.CauseReconciler, actorReconciler, engine.ReasonHibernated); err != nil {
+		log.Warn("recording an interrupted hibernate", "err", err)
+		return
+	}
+	log.Info("finished a hibernate the daemon was killed in")
 }
 
 func (m *Reconciler) loop() {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 	"github.com/berth-sh/berth/templatefile"
@@ -356,6 +357,9 @@ func (m *Builder) buildLayer(ctx context.Context, layers []string, cfg store.Tem
 	if err := m.e.Launch(ctx, sb, actor, nil); err != nil {
 		return "", err
 	}
+	// A crash from here leaves the build sandbox (label berth.build) to
+	// the reconciler, which removes it: no build outlives its daemon.
+	failpoint.Hit("build.after-launch")
 	defer func() {
 		if _, err := m.e.Delete(context.WithoutCancel(ctx), sb.ID, actor, sandbox.CauseUser, "template build finished"); err != nil {
 			m.log.Warn("removing build sandbox", "sandbox", sb.ID, "err", err)

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/internal/agent"
+	"github.com/berth-sh/berth/internal/atomicfile"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/node/local/agentchan"
 	"github.com/berth-sh/berth/internal/runtime"
@@ -53,6 +55,18 @@ func (b *Backend) checkpointDir(id string) string {
 
 func (b *Backend) hibernationMarker(id string) string {
 	return filepath.Join(b.paths(id).bundle, runtime.HibernatedMarker)
+}
+
+// hibernatingIntent is the file a checkpoint in progress keeps in the
+// sandbox's bundle, from before the agent is quiesced until the marker is
+// written (or the checkpoint undone). A daemon killed in between finds it
+// at its next start (recoverCheckpoints) and brings the sandbox back to
+// one of the two states a hibernate may leave: running as before, or
+// hibernated with a complete image.
+const hibernatingIntent = "berth-hibernating.json"
+
+func (b *Backend) hibernatingIntent(id string) string {
+	return filepath.Join(b.paths(id).bundle, hibernatingIntent)
 }
 
 // hibernationOf returns sb's hibernation marker, if it has one.
@@ -114,6 +128,15 @@ func (b *Backend) Checkpoint(ctx context.Context, sb *sandbox.Sandbox) (node.Che
 		undo()
 		return node.Checkpoint{}, true, err
 	}
+	intent, err := json.Marshal(hibernation{Dir: dir, Runtime: rt.Name(), At: time.Now().UTC()})
+	if err == nil {
+		err = atomicfile.Write(b.hibernatingIntent(id), intent, 0o600)
+	}
+	if err != nil {
+		undo()
+		return node.Checkpoint{}, true, fmt.Errorf("hibernate: writing intent: %w", err)
+	}
+	defer os.Remove(b.hibernatingIntent(id)) // each return settles it
 	// gVisor cannot save the agent's listening socket (it is bound on the
 	// host): have the agent close it, which removes the socket file.
 	if err := b.quiesceAgent(ctx, id); err != nil {
@@ -122,6 +145,7 @@ func (b *Backend) Checkpoint(ctx context.Context, sb *sandbox.Sandbox) (node.Che
 		return node.Checkpoint{}, true, fmt.Errorf("hibernate: %w", err)
 	}
 	b.forgetAgent(id)
+	failpoint.Hit("hibernate.after-quiesce")
 	t0 := time.Now()
 	if err := cp.Checkpoint(ctx, id, dir); err != nil {
 		_ = os.RemoveAll(dir)
@@ -141,13 +165,15 @@ func (b *Backend) Checkpoint(ctx context.Context, sb *sandbox.Sandbox) (node.Che
 		return node.Checkpoint{}, false, fmt.Errorf("hibernate: checkpoint failed and the sandbox's processes are gone (it is stopped now): %w", err)
 	}
 	took := time.Since(t0)
+	failpoint.Hit("hibernate.after-checkpoint")
 	mk, err := json.Marshal(hibernation{Dir: dir, Runtime: rt.Name(), At: time.Now().UTC(), Took: took.Seconds()})
 	if err == nil {
-		err = os.WriteFile(b.hibernationMarker(id), mk, 0o600)
+		err = atomicfile.Write(b.hibernationMarker(id), mk, 0o600)
 	}
 	if err != nil {
 		return node.Checkpoint{}, false, fmt.Errorf("hibernate: writing marker: %w", err)
 	}
+	failpoint.Hit("hibernate.after-marker")
 	return node.Checkpoint{Took: took, SizeBytes: dirSize(dir)}, false, nil
 }
 
@@ -247,16 +273,20 @@ func (b *Backend) Restore(ctx context.Context, sb *sandbox.Sandbox) error {
 		}
 		return err
 	}
-	if pid, err := b.initPid(id); err == nil {
-		go reap(pid)
-	}
+	failpoint.Hit("wake.after-restore")
 	if err := sig.SignalInit(ctx, id, agent.SigRelisten); err != nil {
 		return fmt.Errorf("signalling the restored agent: %w", err)
 	}
 	if err := b.waitReady(ctx, id); err != nil {
 		return err
 	}
-	_ = os.Remove(b.hibernationMarker(id))
+	failpoint.Hit("wake.after-ready")
+	// The marker first: a sandbox with a marker and no image would be
+	// lost, an image with no marker is garbage recoverCheckpoints removes.
+	if err := os.Remove(b.hibernationMarker(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	failpoint.Hit("wake.after-marker")
 	_ = os.RemoveAll(h.Dir)
 	return nil
 }
@@ -270,4 +300,109 @@ func dirSize(dir string) int64 {
 		}
 	}
 	return n
+}
+
+// recoverCheckpoints settles, at the backend's start, the hibernations
+// and wakes a killed daemon left half done, so that the engine's recovery
+// finds each such sandbox running as before (its agent listening again)
+// or hibernated with a complete image (the marker written), never with
+// processes alive that no one can reach or an image no marker names:
+//   - an intent and no marker: the checkpoint was cut short. If the
+//     container still runs, it did not happen: the agent, quiesced, is
+//     told to listen again and the partial image goes. If the container
+//     is gone and runsc's image is there, the save finished (the runsc
+//     client outlives the daemon, and gVisor ends a sandbox only after
+//     its save): the marker is written.
+//   - an image and neither marker nor intent: a wake removed the marker
+//     and was killed before the image; the image is garbage.
+func (b *Backend) recoverCheckpoints() {
+	ents, err := os.ReadDir(filepath.Join(b.cfg.DataDir, "sandboxes"))
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		id := e.Name()
+		data, err := os.ReadFile(b.hibernatingIntent(id))
+		if err != nil {
+			if _, merr := os.Stat(b.hibernationMarker(id)); errors.Is(merr, os.ErrNotExist) {
+				if _, derr := os.Stat(b.checkpointDir(id)); derr == nil {
+					b.log.Info("removing the checkpoint image of a finished wake", "sandbox", id)
+					_ = os.RemoveAll(b.checkpointDir(id))
+				}
+			}
+			continue
+		}
+		var h hibernation
+		if json.Unmarshal(data, &h) != nil || h.Dir != b.checkpointDir(id) {
+			b.log.Warn("unreadable hibernate intent; removed", "sandbox", id)
+			_ = os.Remove(b.hibernatingIntent(id))
+			continue
+		}
+		if _, err := os.Stat(b.hibernationMarker(id)); err == nil {
+			_ = os.Remove(b.hibernatingIntent(id)) // finished: the engine completes it
+			continue
+		}
+		b.settleCheckpoint(id, &h)
+	}
+}
+
+func (b *Backend) settleCheckpoint(id string, h *hibernation) {
+	log := b.log.With("sandbox", id)
+	rt := b.runtimes[h.Runtime]
+	sig, ok := rt.(initSignaller)
+	if rt == nil || !ok {
+		log.Warn("hibernate intent of a runtime class this daemon lacks; left", "runtime", h.Runtime)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReadyTimeout+30*time.Second)
+	defer cancel()
+	promote := func() bool {
+		if _, err := os.Stat(filepath.Join(h.Dir, "checkpoint.img")); err != nil {
+			return false
+		}
+		mk, err := json.Marshal(hibernation{Dir: h.Dir, Runtime: h.Runtime, At: time.Now().UTC()})
+		if err == nil {
+			err = atomicfile.Write(b.hibernationMarker(id), mk, 0o600)
+		}
+		if err != nil {
+			log.Warn("recording a finished checkpoint", "err", err)
+			return false
+		}
+		_ = rt.Delete(ctx, id) // what runsc keeps of the ended sandbox
+		log.Info("a checkpoint the daemon did not see finish is complete: the sandbox is hibernated")
+		return true
+	}
+	st, err := rt.State(ctx, id)
+	switch {
+	case err == nil && (st.Status == runtime.StatusRunning || st.Status == runtime.StatusPaused):
+		if st.Status == runtime.StatusPaused {
+			_ = rt.Resume(ctx, id)
+		}
+		if err := b.resetAgentPin(id); err != nil {
+			log.Warn("resetting the agent pin", "err", err)
+		}
+		if err := sig.SignalInit(ctx, id, agent.SigRelisten); err != nil {
+			log.Warn("asking the agent of an interrupted hibernate to listen again", "err", err)
+		}
+		if err := b.waitReady(ctx, id); err == nil {
+			_ = os.RemoveAll(h.Dir)
+			log.Info("interrupted hibernate undone: the sandbox runs as before")
+		} else if st2, serr := rt.State(ctx, id); serr != nil || (st2.Status != runtime.StatusRunning && st2.Status != runtime.StatusPaused) {
+			// It ended meanwhile: a save still in flight at the start.
+			if !promote() {
+				log.Warn("a save in flight at the start ended the sandbox without a complete image")
+			}
+		} else {
+			log.Warn("the agent of an interrupted hibernate does not answer", "err", err)
+		}
+	default:
+		if !promote() {
+			log.Warn("a hibernate was interrupted before its image was complete and the sandbox's processes are gone")
+			_ = os.RemoveAll(h.Dir)
+		}
+	}
+	_ = os.Remove(b.hibernatingIntent(id))
 }

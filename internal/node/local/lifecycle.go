@@ -207,7 +207,8 @@ func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 		}
 		return err
 	}
-	go reap(pid)
+	// The init is the daemon's child once the runtime exits; the
+	// daemon's reaper (internal/reaper) reaps it when it ends.
 	if netnsPath == "" {
 		if err := b.egress.Attach(ctx, sb, pid); err != nil {
 			return fmt.Errorf("network: %w", err)

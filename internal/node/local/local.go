@@ -22,8 +22,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/berth-sh/berth/internal/agent"
 	"github.com/berth-sh/berth/internal/cgroups"
 	"github.com/berth-sh/berth/internal/image"
@@ -195,6 +193,7 @@ func New(cfg Config) (*Backend, error) {
 		b.runtimes[rt.Name()] = rt
 		b.classes = append(b.classes, node.Class{Name: rt.Name(), Caps: capsOf(rt)})
 	}
+	b.recoverCheckpoints()
 	return b, nil
 }
 
@@ -437,28 +436,6 @@ func (b *Backend) Close(keepNetwork bool) {
 	if len(cgroups.Children(b.CgroupParent())) == 0 {
 		for _, p := range cgroups.Paths(b.CgroupParent()) {
 			_ = os.Remove(p) // rmdir: fails harmlessly if a sandbox appeared
-		}
-	}
-}
-
-// BecomeSubreaper makes this process the reaper of the container init
-// processes the runtime leaves behind when it exits, so that they do not
-// depend on the host's PID 1 to be reaped while the daemon runs.
-func BecomeSubreaper() error {
-	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-}
-
-// reap waits for pid if it is our child (we are its subreaper), so that
-// it does not linger as a zombie after the sandbox ends.
-func reap(pid int) {
-	if pid <= 0 {
-		return
-	}
-	var ws unix.WaitStatus
-	for {
-		_, err := unix.Wait4(pid, &ws, 0, nil)
-		if err != unix.EINTR {
-			return
 		}
 	}
 }

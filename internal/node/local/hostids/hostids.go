@@ -27,8 +27,12 @@
 // owner in the parent namespace, so a namespace runc made as host root
 // would spend host root's quota for every sandbox.
 //
-// A host where idmapped mounts fail (probed once at start) runs every
-// sandbox in the stored range itself, as before: mode "shared".
+// A host where idmapped mounts fail (probed at start) runs every sandbox
+// in the stored range itself, as before: mode "shared". A probe that
+// failed for want of a resource that may come back (the data dir full,
+// memory short) is tried again in the background until it succeeds: a
+// daemon started while the disk was momentarily full does not run its
+// whole life without per-sandbox ranges.
 package hostids
 
 import (
@@ -39,6 +43,10 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/idmap"
@@ -71,40 +79,56 @@ const (
 type Manager struct {
 	stored     runtime.IDMap
 	log        *slog.Logger
-	perSandbox bool // idmapped mounts work: each sandbox has its own range
-	ownedNS    bool // user namespaces owned by a sandbox's host uid can be made
+	perSandbox atomic.Bool // idmapped mounts work: each sandbox has its own range
+	ownedNS    atomic.Bool // user namespaces owned by a sandbox's host uid can be made
+	dirs       []string    // what the probe mounts on
+	transient  bool        // the probe failed for want of a resource: Run tries again
 	mu         sync.Mutex
 	mountNS    map[uint32]*os.File // by range base: stored → base, for idmapped mounts (stateless, reused)
 	ready      map[uint32]*os.File // by range base: fresh sandbox namespaces owned by base, used once
 	kick       chan struct{}
 }
 
-// Probe finds out, once, which host-id mode this host supports: stored
-// is the range files on disk keep, dirs the filesystems that must take
-// idmapped mounts (the data dir, the storage pool).
+// Probe finds out which host-id mode this host supports: stored is the
+// range files on disk keep, dirs the filesystems that must take idmapped
+// mounts (the data dir, the storage pool).
 func Probe(stored runtime.IDMap, dirs []string, log *slog.Logger) *Manager {
-	m := &Manager{stored: stored, log: log, mountNS: map[uint32]*os.File{}, ready: map[uint32]*os.File{}, kick: make(chan struct{}, 1)}
+	m := &Manager{stored: stored, log: log, dirs: dirs, mountNS: map[uint32]*os.File{}, ready: map[uint32]*os.File{}, kick: make(chan struct{}, 1)}
+	err, nerr := m.probe()
+	if err == nil {
+		log.Info("host ids: each sandbox has its own uid/gid range (idmapped layers)",
+			"first", stored.HostUID+SlotSize, "size", SlotSize, "slots", slotLimit)
+	} else {
+		m.transient = Transient(err)
+		log.Warn("host ids: idmapped mounts unavailable; every sandbox shares one uid/gid range and per-user kernel limits",
+			"host_uid", stored.HostUID, "size", stored.Size, "err", err, "retried", m.transient)
+	}
+	if nerr != nil {
+		m.transient = m.transient || Transient(nerr)
+		log.Warn("host ids: cannot make user namespaces owned by a sandbox's uid; runc makes them as host root, which is charged their inotify instances",
+			"err", nerr)
+	}
+	return m
+}
+
+// probe tries idmapped mounts on every dir and a user namespace owned by
+// a sandbox's uid, and turns on what works.
+func (m *Manager) probe() (err, nerr error) {
+	stored := m.stored
 	first := stored.HostUID + SlotSize
-	var err error
 	if failpoint.Enabled("ids.no-idmap") { // a host without idmapped mounts, for tests
 		err = errors.New("idmapped mounts disabled (failpoint ids.no-idmap)")
 	} else if stored.HostUID != stored.HostGID || stored.Size != SlotSize {
 		err = fmt.Errorf("the stored id map %+v is not one %d-id block with uid = gid", stored, SlotSize)
 	}
-	for _, dir := range dirs {
+	for _, dir := range m.dirs {
 		if err == nil {
 			err = idmap.Probe(dir, idmap.Mapping{Inside: stored.HostUID, Outside: first, Size: SlotSize}, 0)
 		}
 	}
 	owner := stored.HostUID
 	if err == nil {
-		m.perSandbox = true
 		owner = first
-		log.Info("host ids: each sandbox has its own uid/gid range (idmapped layers)",
-			"first", first, "size", SlotSize, "slots", slotLimit)
-	} else {
-		log.Warn("host ids: idmapped mounts unavailable; every sandbox shares one uid/gid range and per-user kernel limits",
-			"host_uid", stored.HostUID, "size", stored.Size, "err", err)
 	}
 	// A namespace owned by a sandbox's uid is made by that uid, unprivileged:
 	// hosts that forbid unprivileged user namespaces refuse it.
@@ -115,17 +139,48 @@ func Probe(stored runtime.IDMap, dirs []string, log *slog.Logger) *Manager {
 		}
 		ns.Close()
 	}
-	if nerr != nil {
-		log.Warn("host ids: cannot make user namespaces owned by a sandbox's uid; runc makes them as host root, which is charged their inotify instances",
-			"err", nerr)
+	// The namespace's owner follows the mode: set it before the mode.
+	m.ownedNS.Store(nerr == nil)
+	if err == nil {
+		m.perSandbox.Store(true)
 	}
-	m.ownedNS = nerr == nil
-	return m
+	return err, nerr
+}
+
+// Transient reports whether err is the want of a resource that may come
+// back (space, quota, memory, descriptors), not a host that lacks the
+// feature.
+func Transient(err error) bool {
+	for _, e := range []error{unix.ENOSPC, unix.EDQUOT, unix.ENOMEM, unix.EAGAIN, unix.EMFILE, unix.ENFILE} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// Retry probes again after a transient failure and reports whether
+// sandboxes now get their own ranges.
+func (m *Manager) Retry() bool {
+	if m.perSandbox.Load() {
+		return true
+	}
+	err, _ := m.probe()
+	if err == nil {
+		m.log.Info("host ids: idmapped mounts work now; new sandboxes get their own uid/gid range",
+			"first", m.stored.HostUID+SlotSize, "size", SlotSize)
+		return true
+	}
+	if !Transient(err) {
+		m.log.Warn("host ids: idmapped mounts unavailable; not tried again", "err", err)
+		m.transient = false
+	}
+	return false
 }
 
 // OwnedNS reports whether the daemon can make a sandbox's user namespace
 // owned by the sandbox's own host root uid.
-func (m *Manager) OwnedNS() bool { return m.ownedNS }
+func (m *Manager) OwnedNS() bool { return m.ownedNS.Load() }
 
 func (m *Manager) slotBase(slot int) uint32 {
 	return m.stored.HostUID + uint32(slot+1)*SlotSize
@@ -134,7 +189,7 @@ func (m *Manager) slotBase(slot int) uint32 {
 // Range returns host id slot's range, or, when sandboxes cannot have
 // their own (no idmapped mounts), the shared stored range and false.
 func (m *Manager) Range(slot int) (sandbox.HostIDs, bool) {
-	if !m.perSandbox {
+	if !m.perSandbox.Load() {
 		return sandbox.HostIDs{Slot: -1, Base: m.stored.HostUID, Size: m.stored.Size, Mode: sandbox.IDModeShared}, false
 	}
 	defer m.Kick()
@@ -248,12 +303,39 @@ func (m *Manager) Kick() {
 	}
 }
 
+// retryEvery is how often a probe that failed for want of a resource is
+// tried again.
+const retryEvery = 30 * time.Second
+
+// retryUntil probes again every interval until idmapped mounts work
+// (true) or stop closes or the failure is no longer transient (false).
+func (m *Manager) retryUntil(stop <-chan struct{}, interval time.Duration) bool {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for m.transient {
+		select {
+		case <-stop:
+			return false
+		case <-t.C:
+		}
+		if m.Retry() {
+			return true
+		}
+	}
+	return false
+}
+
 // Run keeps user namespaces ready for the lowest free slots, so that the
 // next creates find theirs made, until stop closes; slots lists the slots
 // held. It returns at once in shared mode or without slots.
 func (m *Manager) Run(stop <-chan struct{}, slots func(context.Context) (map[string]int, error)) {
-	if !m.perSandbox || slots == nil {
+	if slots == nil {
 		return
+	}
+	if !m.perSandbox.Load() {
+		if !m.transient || !m.retryUntil(stop, retryEvery) {
+			return
+		}
 	}
 	for {
 		m.refill(context.Background(), slots)
@@ -318,7 +400,7 @@ func (m *Manager) refill(ctx context.Context, slots func(context.Context) (map[s
 		mns, err := m.newMountNS(base)
 		errs = append(errs, err)
 		var sns *os.File
-		if m.ownedNS {
+		if m.ownedNS.Load() {
 			sns, err = newSandboxNS(base, SlotSize)
 			errs = append(errs, err)
 		}
