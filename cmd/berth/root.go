@@ -127,13 +127,27 @@ func execute(ctx context.Context, root *cobra.Command, args []string, stderr io.
 	return 1
 }
 
-// oneLine keeps an error to the single line the CLI promises.
+// oneLine keeps an error to the single line the CLI promises. Cobra's
+// unknown-command error puts its suggestions on lines of their own
+// ("Did you mean this?\n\tls"): they are kept, on the same line.
 func oneLine(s string) string {
 	s = strings.TrimSpace(s)
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[:i]
+	head, rest, ok := strings.Cut(s, "\n")
+	if !ok {
+		return s
 	}
-	return s
+	if _, sugg, ok := strings.Cut(rest, "Did you mean this?"); ok {
+		var names []string
+		for _, l := range strings.Split(sugg, "\n") {
+			if l = strings.TrimSpace(l); l != "" {
+				names = append(names, l)
+			}
+		}
+		if len(names) > 0 {
+			return head + "; did you mean " + strings.Join(names, " or ") + "?"
+		}
+	}
+	return head
 }
 
 // exactArgs is cobra.ExactArgs with a message that names what is missing.

@@ -36,7 +36,7 @@ func TestEtcHosts(t *testing.T) {
 	// Both names resolve, with the resolver of a real libc (python3 of
 	// the base template), and in an egress sandbox the hostname is not a
 	// DNS query.
-	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Network: "egress", Persistent: true})
+	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Network: "egress", Persistent: true, PersistRoot: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestEtcHosts(t *testing.T) {
 	if out := execOut(t, d, sb.ID, "python3", "-c", resolve); out != "127.0.0.1 127.0.1.1\n" {
 		t.Errorf("resolving localhost and the hostname: %q", out)
 	}
-	// Lines a user adds survive a restart; berth's line is rewritten.
+	// Lines a user adds survive a restart (a persisted root); berth's line is rewritten.
 	execOut(t, d, sb.ID, "sh", "-c", "echo '10.1.2.3 mine' >> /etc/hosts")
 	if _, err := d.c.Stop(ctx, sb.ID); err != nil {
 		t.Fatal(err)
