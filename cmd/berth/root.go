@@ -79,7 +79,7 @@ The CLI talks to the daemon over its unix socket, or over HTTP(S) with an API ke
 		newRunCmd(g), newCreateCmd(g), newLsCmd(g), newInspectCmd(g), newEventsCmd(g),
 		newRmCmd(g), newExecCmd(g), newCpCmd(g), newFsCmd(g), newDiffCmd(g), newVolumeCmd(g),
 		newForkCmd(g), newExportCmd(g), newSnapshotCmd(g), newNetworkCmd(g), newFlowsCmd(g),
-		newSecretCmd(g),
+		newSecretCmd(g), newLeaseCmd(g), newPortTokenCmd(g),
 		newMcpCmd(g), // mcp
 	} {
 		c.GroupID = "sandbox"

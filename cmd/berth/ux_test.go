@@ -48,7 +48,7 @@ func TestSandboxFilters(t *testing.T) {
 
 func TestOneLineKeepsSuggestions(t *testing.T) {
 	for in, want := range map[string]string{
-		"unknown command \"lss\" for \"berth\"\n\nDid you mean this?\n\tls\n":           "unknown command \"lss\" for \"berth\"; did you mean ls?",
+		"unknown command \"lss\" for \"berth\"\n\nDid you mean this?\n\tls\n":            "unknown command \"lss\" for \"berth\"; did you mean ls?",
 		"unknown command \"sta\" for \"berth\"\n\nDid you mean this?\n\tstart\n\tstop\n": "unknown command \"sta\" for \"berth\"; did you mean start or stop?",
 		"first\nsecond": "first",
 		"plain":         "plain",
