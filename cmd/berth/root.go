@@ -61,7 +61,6 @@ The CLI talks to the daemon over its unix socket, or over HTTP(S) with an API ke
 		Version:       version,
 	}
 	root.SetVersionTemplate("berth {{.Version}}\n")
-	root.CompletionOptions.HiddenDefaultCmd = true
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.host, "host", "", "daemon address: unix:///path.sock or http(s)://host:port (env BERTH_HOST; default "+client.DefaultHost+")")
 	pf.StringVar(&g.apiKey, "api-key", "", "API key for a TCP daemon (env BERTH_API_KEY)")
@@ -101,6 +100,7 @@ The CLI talks to the daemon over its unix socket, or over HTTP(S) with an API ke
 	}
 	root.AddCommand(newAgentCmd())
 	root.AddCommand(newInstallKeysCmd())
+	addCompletions(root, g)
 	return root
 }
 

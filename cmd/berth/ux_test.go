@@ -59,7 +59,29 @@ func TestOneLineKeepsSuggestions(t *testing.T) {
 	}
 	// Through the real command tree.
 	var stderr strings.Builder
-	if code := execute(t.Context(), newRootCmd(), []string{"lss"}, &stderr); code == 0 || !strings.HasPrefix(stderr.String(), "berth: unknown command \"lss\" for \"berth\"; did you mean ls") {
+	if code := execute(t.Context(), newRootCmd(), []string{"lss"}, &stderr); code == 0 || !strings.HasPrefix(stderr.String(), "berth: unknown command \"lss\" for \"berth\"; did you mean ") ||
+		!strings.Contains(stderr.String(), " ls") || strings.Count(stderr.String(), "\n") != 1 {
 		t.Errorf("berth lss: %d %q", code, stderr.String())
+	}
+}
+
+// TestCompletion: the completion verb is listed, and sandbox verbs and
+// --template complete from the daemon.
+func TestCompletion(t *testing.T) {
+	_, host := newFakeDaemon(t)
+	if out, _, code := runCLI(t, host, "", "--help"); code != 0 || !strings.Contains(out, "completion") {
+		t.Errorf("berth --help lists no completion verb: %s", out)
+	}
+	out, _, code := runCLI(t, host, "", "__complete", "inspect", "")
+	if code != 0 || !strings.Contains(out, "sb1\t") || !strings.Contains(out, "dev\t") || !strings.Contains(out, "sb2\t") {
+		t.Errorf("completing inspect: %d %q", code, out)
+	}
+	out, _, code = runCLI(t, host, "", "__complete", "stop", "sb1", "s")
+	if code != 0 || !strings.Contains(out, "sb2") {
+		t.Errorf("completing stop's second id: %d %q", code, out)
+	}
+	out, _, code = runCLI(t, host, "", "__complete", "create", "--template", "")
+	if code != 0 || !strings.Contains(out, "base") {
+		t.Errorf("completing --template: %d %q", code, out)
 	}
 }
