@@ -562,6 +562,10 @@ type Pool struct {
 	Starting int    `json:"starting"`
 	Hits     int64  `json:"hits"`
 	Misses   int64  `json:"misses"`
+	// Reason says why the pool holds fewer than Min (ready and starting),
+	// when a refill failed: "tenant quota reached: ...", "host capacity:
+	// ...", "error: ...". Absent when the pool is full or filling.
+	Reason string `json:"reason,omitempty"`
 }
 
 // ApplyRequest is the body of POST /v1/apply: a declarative template.

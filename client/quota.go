@@ -18,6 +18,16 @@ func (c *Client) GetQuota(ctx context.Context, tenant string) (*api.Quota, error
 	return &q, nil
 }
 
+// GetOwnQuota returns the quota and usage of the tenant whose key the
+// client holds (the host's administrator: the default tenant's).
+func (c *Client) GetOwnQuota(ctx context.Context) (*api.Quota, error) {
+	var q api.Quota
+	if err := c.do(ctx, http.MethodGet, "/v1/quota", nil, nil, &q); err != nil {
+		return nil, err
+	}
+	return &q, nil
+}
+
 // SetQuota replaces a tenant's limits (0: unlimited) and returns the
 // quota with its usage (host admin).
 func (c *Client) SetQuota(ctx context.Context, tenant string, req api.QuotaRequest) (*api.Quota, error) {

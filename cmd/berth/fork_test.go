@@ -364,8 +364,8 @@ func TestPoolCLI(t *testing.T) {
 	}
 	out, _, code = runCLI(t, host, "", "pool", "ls")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if code != 0 || len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "TEMPLATE OWNER MIN READY STARTING HITS MISSES" ||
-		strings.Join(strings.Fields(lines[1]), " ") != "py - 4 3 1 10 2" {
+	if code != 0 || len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "TEMPLATE OWNER MIN READY STARTING HITS MISSES REASON" ||
+		strings.Join(strings.Fields(lines[1]), " ") != "py - 4 3 1 10 2 -" {
 		t.Errorf("pool ls: exit %d\n%s", code, out)
 	}
 	out, _, code = runCLI(t, host, "", "template", "ls")

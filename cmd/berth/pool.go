@@ -52,9 +52,10 @@ func newPoolLsCmd(g *globals) *cobra.Command {
 func printPoolTable(w io.Writer, ps []api.Pool) error {
 	tw := newTable(w)
 	// OWNER is the tenant whose template's pool it is ("-": the host's).
-	fmt.Fprintln(tw, "TEMPLATE\tOWNER\tMIN\tREADY\tSTARTING\tHITS\tMISSES")
+	// REASON says why a pool is below MIN (a refill that failed).
+	fmt.Fprintln(tw, "TEMPLATE\tOWNER\tMIN\tREADY\tSTARTING\tHITS\tMISSES\tREASON")
 	for _, p := range ps {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", p.Template, orDash(p.Tenant), p.Min, p.Ready, p.Starting, p.Hits, p.Misses)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", p.Template, orDash(p.Tenant), p.Min, p.Ready, p.Starting, p.Hits, p.Misses, orDash(p.Reason))
 	}
 	return tw.Flush()
 }

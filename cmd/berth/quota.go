@@ -62,7 +62,7 @@ func parseCount(s string) (int64, error) {
 func newQuotaCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "quota",
-		Short: "Show or set a tenant's quota (host admin)",
+		Short: "Show your tenant's quota, or show and set any tenant's (host admin)",
 		Long: `A tenant's quota limits its live sandboxes, their CPUs, memory and storage
 (disk caps and volume sizes, as reserved), its create rate, and the request
 rate of each of its API keys. 0 is unlimited. Over a limit, a create answers
@@ -74,9 +74,11 @@ rate of each of its API keys. 0 is unlimited. Over a limit, a create answers
 
 func newQuotaGetCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "get TENANT",
-		Short: "Show a tenant's limits and what it uses",
-		Args:  exactArgs(1, "a tenant"),
+		Use:   "get [TENANT]",
+		Short: "Show a tenant's limits and what it uses (without TENANT: your own tenant's)",
+		Long: `Without TENANT, the limits and usage of the tenant whose API key you use
+(GET /v1/quota; any key may). With TENANT, that tenant's (host admin only).`,
+		Args: cobra.MaximumNArgs(1),
 	}
 	out := addOutputFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -85,7 +87,12 @@ func newQuotaGetCmd(g *globals) *cobra.Command {
 			return err
 		}
 		defer c.Close()
-		q, err := c.GetQuota(cmd.Context(), args[0])
+		var q *api.Quota
+		if len(args) == 0 {
+			q, err = c.GetOwnQuota(cmd.Context())
+		} else {
+			q, err = c.GetQuota(cmd.Context(), args[0])
+		}
 		if err != nil {
 			return err
 		}
@@ -114,7 +121,11 @@ func printQuota(cmd *cobra.Command, out *outputValue, q *api.Quota) error {
 	if q.Default {
 		src = "daemon default"
 	}
-	fmt.Fprintf(w, "Tenant: %s (%s quota)\n", q.Tenant, src)
+	name := q.Tenant
+	if name == "" {
+		name = "(the default tenant)"
+	}
+	fmt.Fprintf(w, "Tenant: %s (%s quota)\n", name, src)
 	tw := newTable(w)
 	fmt.Fprintln(tw, "LIMIT\tUSED\tMAX")
 	fmt.Fprintf(tw, "sandboxes\t%d\t%s\n", u.Sandboxes, lim(q.MaxSandboxes, num))

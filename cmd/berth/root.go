@@ -61,7 +61,6 @@ The CLI talks to the daemon over its unix socket, or over HTTP(S) with an API ke
 		Version:       version,
 	}
 	root.SetVersionTemplate("berth {{.Version}}\n")
-	root.CompletionOptions.HiddenDefaultCmd = true
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.host, "host", "", "daemon address: unix:///path.sock or http(s)://host:port (env BERTH_HOST; default "+client.DefaultHost+")")
 	pf.StringVar(&g.apiKey, "api-key", "", "API key for a TCP daemon (env BERTH_API_KEY)")
@@ -79,7 +78,7 @@ The CLI talks to the daemon over its unix socket, or over HTTP(S) with an API ke
 		newRunCmd(g), newCreateCmd(g), newLsCmd(g), newInspectCmd(g), newEventsCmd(g),
 		newRmCmd(g), newExecCmd(g), newCpCmd(g), newFsCmd(g), newDiffCmd(g), newVolumeCmd(g),
 		newForkCmd(g), newExportCmd(g), newSnapshotCmd(g), newNetworkCmd(g), newFlowsCmd(g),
-		newSecretCmd(g),
+		newSecretCmd(g), newLeaseCmd(g), newPortTokenCmd(g),
 		newMcpCmd(g), // mcp
 	} {
 		c.GroupID = "sandbox"
@@ -100,6 +99,7 @@ The CLI talks to the daemon over its unix socket, or over HTTP(S) with an API ke
 		root.AddCommand(c)
 	}
 	root.AddCommand(newInstallKeysCmd())
+	addCompletions(root, g)
 	return root
 }
 
@@ -126,13 +126,27 @@ func execute(ctx context.Context, root *cobra.Command, args []string, stderr io.
 	return 1
 }
 
-// oneLine keeps an error to the single line the CLI promises.
+// oneLine keeps an error to the single line the CLI promises. Cobra's
+// unknown-command error puts its suggestions on lines of their own
+// ("Did you mean this?\n\tls"): they are kept, on the same line.
 func oneLine(s string) string {
 	s = strings.TrimSpace(s)
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[:i]
+	head, rest, ok := strings.Cut(s, "\n")
+	if !ok {
+		return s
 	}
-	return s
+	if _, sugg, ok := strings.Cut(rest, "Did you mean this?"); ok {
+		var names []string
+		for _, l := range strings.Split(sugg, "\n") {
+			if l = strings.TrimSpace(l); l != "" {
+				names = append(names, l)
+			}
+		}
+		if len(names) > 0 {
+			return head + "; did you mean " + strings.Join(names, " or ") + "?"
+		}
+	}
+	return head
 }
 
 // exactArgs is cobra.ExactArgs with a message that names what is missing.

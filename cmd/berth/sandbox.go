@@ -19,16 +19,28 @@ import (
 )
 
 func newLsCmd(g *globals) *cobra.Command {
-	var all bool
+	var all, quiet bool
+	var filters []string
 	cmd := &cobra.Command{
-		Use:     "ls [--all]",
+		Use:     "ls [--all] [-q] [--filter KEY=VALUE]...",
 		Aliases: []string{"list"}, // "ps" lists a sandbox's processes (ps.go)
 		Short:   "List sandboxes",
-		Args:    cobra.NoArgs,
+		Long: `List sandboxes. --filter keeps those that match every filter given:
+label=KEY=VALUE (or label=KEY: the label is set), state=STATE, template=NAME,
+name=NAME; several in one flag are separated by commas, as docker's.`,
+		Example: `  berth ls -q --filter label=team=ml
+  berth ls --filter state=stopped,template=py`,
+		Args: cobra.NoArgs,
 	}
 	out := addOutputFlag(cmd)
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "include deleted sandboxes (tombstones)")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print the ids only, one a line")
+	cmd.Flags().StringArrayVarP(&filters, "filter", "f", nil, "keep sandboxes matching `KEY=VALUE`: label=K[=V], state=S, template=T, name=N (repeatable)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		match, err := parseSandboxFilters(filters)
+		if err != nil {
+			return err
+		}
 		c, err := g.client()
 		if err != nil {
 			return err
@@ -38,12 +50,63 @@ func newLsCmd(g *globals) *cobra.Command {
 		if err != nil {
 			return err
 		}
+		kept := sbs[:0]
+		for _, sb := range sbs {
+			if match(&sb) {
+				kept = append(kept, sb)
+			}
+		}
+		sbs = kept
+		if quiet {
+			for _, sb := range sbs {
+				fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
+			}
+			return nil
+		}
 		if out.json() {
 			return printJSON(cmd.OutOrStdout(), sbs)
 		}
 		return printSandboxTable(cmd.OutOrStdout(), sbs, time.Now())
 	}
 	return cmd
+}
+
+// parseSandboxFilters reads ls's --filter values into one predicate that
+// holds when every filter does.
+func parseSandboxFilters(vals []string) (func(*api.Sandbox) bool, error) {
+	var preds []func(*api.Sandbox) bool
+	for _, v := range vals {
+		for _, f := range strings.Split(v, ",") {
+			key, val, ok := strings.Cut(f, "=")
+			if !ok || val == "" {
+				return nil, fmt.Errorf("invalid --filter %q: want label=KEY[=VALUE], state=STATE, template=NAME or name=NAME", f)
+			}
+			switch key {
+			case "label":
+				lk, lv, hasV := strings.Cut(val, "=")
+				preds = append(preds, func(sb *api.Sandbox) bool {
+					got, set := sb.Labels[lk]
+					return set && (!hasV || got == lv)
+				})
+			case "state":
+				preds = append(preds, func(sb *api.Sandbox) bool { return sb.State == val })
+			case "template":
+				preds = append(preds, func(sb *api.Sandbox) bool { return sb.Template == val })
+			case "name":
+				preds = append(preds, func(sb *api.Sandbox) bool { return sb.Name == val })
+			default:
+				return nil, fmt.Errorf("invalid --filter %q: unknown key %q (label, state, template, name)", f, key)
+			}
+		}
+	}
+	return func(sb *api.Sandbox) bool {
+		for _, p := range preds {
+			if !p(sb) {
+				return false
+			}
+		}
+		return true
+	}, nil
 }
 
 func printSandboxTable(w io.Writer, sbs []api.Sandbox, now time.Time) error {

@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"net"
+	"time"
 
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -90,13 +92,59 @@ func (m *Engine) DialPort(ctx context.Context, ref string, port int) (net.Conn, 
 	if err != nil {
 		return nil, nil, err
 	}
+	woken := sb.State == sandbox.StateStopped || sb.State == sandbox.StatePaused
 	if sb, err = m.readyForUse(ctx, sb, "reach ports of", "proxy"); err != nil {
 		return nil, nil, err
 	}
 	m.touch(sb.ID)
+	if woken {
+		c, err := m.dialWoken(ctx, sb, port)
+		if err != nil {
+			return nil, nil, err
+		}
+		return c, sb, nil
+	}
 	c, err := m.node.DialPort(ctx, sb, port)
 	if err != nil {
 		return nil, nil, err
 	}
 	return c, sb, nil
+}
+
+// PortWakeWait bounds how long a port request that woke its sandbox
+// (auto_resume) waits for the port to accept: the sandbox's services and
+// restarting processes come up in the background after a start.
+const PortWakeWait = store.ServiceReadyWait
+
+// dialWoken dials port of sb, which this request has just brought back to
+// running: it waits for the template's service ready port (awaitService),
+// then retries the port while nothing listens on it yet, at most
+// PortWakeWait in all, so the first request to a stopped preview gets the
+// page rather than a 502. The deadline is the daemon's, never the
+// sandbox's: a port that never opens is a 502 after it.
+func (m *Engine) dialWoken(ctx context.Context, sb *sandbox.Sandbox, port int) (net.Conn, error) {
+	wctx, cancel := context.WithTimeout(ctx, PortWakeWait)
+	defer cancel()
+	m.awaitService(wctx, sb)
+	delay := 20 * time.Millisecond
+	for {
+		dctx, dcancel := context.WithTimeout(wctx, 2*time.Second)
+		c, err := m.node.DialPort(dctx, sb, port)
+		dcancel()
+		if err == nil {
+			return c, nil
+		}
+		if !errors.Is(err, errdefs.ErrUnreachable) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-wctx.Done():
+			return nil, errdefs.Unreachable("sandbox %s was started for this request, but nothing accepted on port %d within %s",
+				sb.ID, port, PortWakeWait)
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 500*time.Millisecond)
+	}
 }

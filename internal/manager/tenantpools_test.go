@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,6 +126,13 @@ func TestTenantPools(t *testing.T) {
 	if u, err := e.m.TenantUsage(e.ctx, "acme", ""); err != nil || u.Sandboxes != 1 {
 		t.Fatalf("acme's usage: %+v %v", u, err)
 	}
+	if !poll(func() bool {
+		p, err := e.m.Pool(acme, "tool")
+		return err == nil && p.Ready == 0 && strings.HasPrefix(p.Reason, "tenant quota reached: ")
+	}) {
+		p, err := e.m.Pool(acme, "tool")
+		t.Fatalf("acme's pool held at its quota: %+v %v, want the reason", p, err)
+	}
 	// Room again: the refill makes a new member.
 	e.setQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 2})
 	if !poll(func() bool {
@@ -132,6 +140,9 @@ func TestTenantPools(t *testing.T) {
 		return len(ms) == 1 && ms[0].State == sandbox.StatePaused
 	}) {
 		t.Fatal("no refill once acme had room")
+	}
+	if p, err := e.m.Pool(acme, "tool"); err != nil || p.Reason != "" {
+		t.Fatalf("a full pool: %+v %v, want no reason", p, err)
 	}
 }
 

@@ -47,9 +47,11 @@
 //     per-rule sets d4-/d6-<tag>-<rule tag> with timeouts), and finally
 //     deny. Each allow logs "berth a <rule tag>", each deny
 //     "berth d <reason>" (rate-limited) to NFLOG group Config.LogGroup.
+//     A denied packet is rejected, not dropped (TCP: reset; else ICMP
+//     administratively prohibited), so the client fails at once.
 //   - input from the bridge: established/related, ICMPv6 neighbour
 //     discovery, and udp/tcp 53 to the gateway addresses; everything else
-//     (the control API, sshd, any host address) is logged and dropped.
+//     (the control API, sshd, any host address) is logged and rejected.
 //   - postrouting (nat): masquerade of both subnets out of any other link.
 //
 // The table's base chains have policy accept and act only on the bridge,

@@ -237,7 +237,9 @@ func (n *Network) ensureTables() error {
 			nftexpr.L4Proto(protoTCP), nftexpr.DPort(n.cfg.ProxyPort), ctDNAT(), nftexpr.One(nftexpr.Accept()))
 	}
 	rule(inSB, nftexpr.One(limited()), nftexpr.One(n.logTo(logPrefix+"d "+reasonHost)))
-	rule(inSB, nftexpr.One(nftexpr.Drop()))
+	for _, e := range nftexpr.Reject() {
+		rule(inSB, e)
+	}
 
 	for _, p := range slices.Concat(n.protected4, n.protected6) {
 		rule(guardP, nftexpr.NFProto(p.Addr().Is4()), nftexpr.AddrMatch(false, p, expr.CmpOpEq), nftexpr.One(nftexpr.Goto(chDenyProtected)))
@@ -248,8 +250,14 @@ func (n *Network) ensureTables() error {
 		}
 	}
 	for ch, reason := range map[*nftables.Chain]string{denyP: reasonProtected, denyD: reasonDNS, denyN: reasonNoRule} {
+		// Denied egress is rejected, not dropped: the sandbox's client
+		// fails at once (connection refused / unreachable) rather than
+		// hanging until its own timeout; the log rule above still records
+		// it as denied.
 		rule(ch, nftexpr.One(limited()), nftexpr.One(n.logTo(logPrefix+"d "+reason)))
-		rule(ch, nftexpr.One(nftexpr.Drop()))
+		for _, e := range nftexpr.Reject() {
+			rule(ch, e)
+		}
 	}
 
 	// Bridge family: per-port anti-spoofing, and nothing from a port of

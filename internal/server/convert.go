@@ -175,7 +175,8 @@ func flowToAPI(f manager.Flow) api.Flow {
 }
 
 func poolToAPI(p manager.Pool) api.Pool {
-	return api.Pool{Tenant: p.Tenant, Template: p.Template, Min: p.Min, Ready: p.Ready, Starting: p.Starting, Hits: p.Hits, Misses: p.Misses}
+	return api.Pool{Tenant: p.Tenant, Template: p.Template, Min: p.Min, Ready: p.Ready, Starting: p.Starting, Hits: p.Hits, Misses: p.Misses,
+		Reason: p.Reason}
 }
 
 func poolPtrToAPI(p *manager.Pool) *api.Pool {

@@ -261,7 +261,7 @@ func TestConvertResults(t *testing.T) {
 		in := filled[manager.Pool](t)
 		out := poolPtrToAPI(in)
 		check("pool", in, out, &manager.Pool{Tenant: out.Tenant, Template: out.Template, Min: out.Min, Ready: out.Ready, Starting: out.Starting,
-			Hits: out.Hits, Misses: out.Misses})
+			Hits: out.Hits, Misses: out.Misses, Reason: out.Reason})
 	}
 	{
 		in := filled[manager.BuildEvent](t)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/identity"
 	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -35,6 +36,23 @@ func (s *Server) getQuota(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	s.writeQuota(w, r, tenant)
+}
+
+// getOwnQuota is GET /v1/quota: the caller's own tenant's limits and
+// usage, read from who the caller is (never from the request), so any key
+// of a tenant sees its own quota and nothing of another's. The host's
+// administrator gets the default tenant's.
+func (s *Server) getOwnQuota(w http.ResponseWriter, r *http.Request) {
+	c, ok := identity.From(r.Context())
+	if !ok || c.Lease != "" {
+		writeError(w, errdefs.Permission("a tenant's quota is read with one of its API keys"))
+		return
+	}
+	s.writeQuota(w, r, c.Tenant)
+}
+
+func (s *Server) writeQuota(w http.ResponseWriter, r *http.Request, tenant string) {
 	q, err := s.m.Quota(r.Context(), tenant)
 	if err != nil {
 		writeError(w, err)

@@ -173,7 +173,9 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "GET /v1/audit", Rule: need(auth.ScopeAudit), h: hf(s.listAudit)},
 		{Pattern: "GET /v1/audit/export", Rule: need(auth.ScopeAudit), Stream: true, h: hf(s.exportAudit)},
 		{Pattern: "POST /v1/audit/verify", Rule: need(auth.ScopeAudit), h: hf(s.verifyAudit)},
-		// Quotas (quota.go): per-tenant limits, host admin only.
+		// Quotas (quota.go): per-tenant limits, host admin only; a tenant
+		// reads its own through /v1/quota (the tenant is the caller's).
+		{Pattern: "GET /v1/quota", Rule: need(read), h: hf(s.getOwnQuota)},
 		{Pattern: "GET /v1/tenants/{tenant}/quota", Rule: hostOnly, h: hf(s.getQuota)},
 		{Pattern: "PUT /v1/tenants/{tenant}/quota", Rule: hostOnly, h: hf(s.putQuota)},
 		// Files beyond the basic ones (files_more.go): move, watch.

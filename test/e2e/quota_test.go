@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"errors"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -120,6 +122,23 @@ func TestQuotaLimits(t *testing.T) {
 	out, _, code := d.cli("quota", "get", "acme")
 	if code != 0 || !regexp.MustCompile(`sandboxes\s+3\s+3\n`).MatchString(out) {
 		t.Fatalf("berth quota get: %d\n%s", code, out)
+	}
+	// The tenant reads its own quota and usage (GET /v1/quota), and no
+	// other tenant's: the tenant is the key's, whatever the request says.
+	own, err := tc.GetOwnQuota(ctx)
+	if err != nil || own.Tenant != "acme" || own.MaxSandboxes != 3 || own.Usage == nil || own.Usage.Sandboxes != 3 {
+		t.Fatalf("GET /v1/quota with acme's key: %+v %v", own, err)
+	}
+	if _, err := tc.GetQuota(ctx, "globex"); !client.IsUnauthorized(err) {
+		t.Fatalf("acme's key read another tenant's quota: %v", err)
+	}
+	cmd := exec.Command(berthBin, "quota", "get", "-o", "json")
+	cmd.Env = append(os.Environ(), "BERTH_HOST=http://"+addr, "BERTH_API_KEY="+key)
+	if o, err := cmd.Output(); err != nil || !strings.Contains(string(o), `"tenant": "acme"`) {
+		t.Fatalf("berth quota get (no name) with acme's key: %v %s", err, o)
+	}
+	if out, _, code := d.cli("quota", "get"); code != 0 || !strings.Contains(out, "(the default tenant)") {
+		t.Fatalf("berth quota get (no name) as the host admin: %d %s", code, out)
 	}
 
 	// Per-key rate: 2 a second, burst 2.

@@ -13,7 +13,8 @@ import (
 
 // TestFilesWatch, on runc and runsc, over NDJSON and WebSocket: a watch
 // reports create, write, rename and remove in order; recursive watches
-// see new subdirectories' files, flat ones do not; the stream ends when
+// see new subdirectories' files (also those made together with their
+// directories: mkdir -p a/b/c; echo > a/b/c/f), flat ones do not; the stream ends when
 // the client goes and the agent's watch budget comes back (a new watch
 // after many ended ones still works).
 func TestFilesWatch(t *testing.T) {
@@ -70,6 +71,23 @@ func TestFilesWatch(t *testing.T) {
 					}
 				}
 			}
+			sawAll := func(evs <-chan api.WatchEvent, want ...string) {
+				t.Helper()
+				missing := map[string]bool{}
+				for _, w := range want {
+					missing[w] = true
+				}
+				var got []string
+				for len(missing) > 0 {
+					select {
+					case ev := <-evs:
+						delete(missing, ev.Type+" "+ev.Path)
+						got = append(got, ev.Type+" "+ev.Path)
+					case <-time.After(30 * time.Second):
+						t.Fatalf("events %q lack %v", got, missing)
+					}
+				}
+			}
 			for name, fn := range map[string]watchFn{"ndjson": d.c.Watch, "websocket": d.c.WatchWS} {
 				evs, stop := start(fn, false)
 				execOut(t, d, sb.ID, "sh", "-c", "echo x > /w/f && mv /w/f /w/g && rm /w/g && echo y > /w/sub/deep && echo z > /w/last")
@@ -84,7 +102,12 @@ func TestFilesWatch(t *testing.T) {
 				expect(evs, "create /w/sub/f", "write /w/sub/f", "create /w/new")
 				execOut(t, d, sb.ID, "sh", "-c", "echo y > /w/new/f && rm -r /w/new /w/sub/f")
 				expect(evs, "create /w/new/f", "write /w/new/f", "remove /w/new/f", "remove /w/new", "remove /w/sub/f")
+				// Directories made together with their content: the
+				// scan on add reports what is in each new directory.
+				execOut(t, d, sb.ID, "sh", "-c", "mkdir -p /w/a/b/c && echo > /w/a/b/c/f")
+				sawAll(evs, "create /w/a", "create /w/a/b", "create /w/a/b/c", "create /w/a/b/c/f")
 				stop()
+				execOut(t, d, sb.ID, "rm", "-rf", "/w/a")
 				t.Logf("%s: ok", name)
 			}
 			// Ended watches gave their budget back: more than the

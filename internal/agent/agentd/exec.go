@@ -134,6 +134,7 @@ wait:
 // spawn checks spec and starts its process with its stdio (pipes, or a
 // PTY). A failure to find or execute the command is a *commandError.
 func (s *server) spawn(spec *wire.ExecSpec) (*execIO, int, <-chan unix.WaitStatus, error) {
+	s.syncHosts() // a renamed sandbox (a warm-pool claim) gets its new name in /etc/hosts
 	if spec == nil || len(spec.Argv) == 0 || spec.Argv[0] == "" {
 		return nil, 0, nil, errdefs.Invalid("exec: empty argv")
 	}

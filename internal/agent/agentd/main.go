@@ -154,7 +154,8 @@ func Main(args []string) int {
 	}
 	defer signal.Stop(sigc)
 
-	cfg := Config{Socket: *socket, ListenFD: *listenFD, Root: *root, Logger: log, MaxFileBytes: *maxFile, reap: *init}
+	cfg := Config{Socket: *socket, ListenFD: *listenFD, Root: *root, Logger: log, MaxFileBytes: *maxFile, reap: *init,
+		ManageHosts: *init && *root == "/"}
 	if (*listenTCP == "") != (*tlsDir == "") {
 		fmt.Fprintln(os.Stderr, "berth agent: --listen-tcp and --tls-dir go together")
 		return 2
@@ -172,6 +173,7 @@ func Main(args []string) int {
 		log.Error("start", "err", err)
 		return 1
 	}
+	s.syncHosts()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	served := make(chan error, 1)

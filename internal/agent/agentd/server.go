@@ -49,6 +49,9 @@ type Config struct {
 	// IDs, when set, shifts the owners that stat, list, read_file and
 	// read_tar report (idshift.go): the daemon's quarantine reader.
 	IDs *IDShift
+	// ManageHosts keeps /etc/hosts naming localhost and the hostname
+	// (hosts.go): the sandbox's PID 1 only, never a test's agent.
+	ManageHosts bool
 
 	// reap makes the server the reaper of every child of the process
 	// (wait4(-1)); set by Main for PID 1 or a subreaper only, because it
@@ -71,6 +74,9 @@ type server struct {
 	execs atomic.Int32 // exec handlers running
 
 	watchBudget watchBudget // watch.go
+
+	hostsMu   sync.Mutex // hosts.go
+	hostsName string     // the hostname /etc/hosts was last written for
 
 	lnMu sync.Mutex
 	ln   *net.UnixListener

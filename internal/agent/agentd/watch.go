@@ -109,7 +109,7 @@ func (s *server) handleWatch(ctx context.Context, cn *conn) error {
 	if err != nil {
 		return rootfs.PathErr("watch", clean, err)
 	}
-	err = w.addTree(dfd, clean, 0)
+	err = w.addTree(dfd, clean, 0, nil)
 	unix.Close(dfd)
 	if err != nil {
 		return err
@@ -159,8 +159,12 @@ func (s *server) handleWatch(ctx context.Context, cn *conn) error {
 }
 
 // addTree watches the directory dfd (at sandbox path p) and, when
-// recursive, every directory below it, within the budgets.
-func (w *watcher) addTree(dfd int, p string, depth int) error {
+// recursive, every directory below it, within the budgets. With found
+// not nil, every entry below p is appended to it as created: the
+// directory is new, and what was made in it before its watch was added
+// (mkdir -p a/b/c; echo > a/b/c/f) has no inotify event of its own. An
+// entry made between the watch and the scan is reported twice.
+func (w *watcher) addTree(dfd int, p string, depth int, found *[]wire.WatchEvent) error {
 	if err := w.add(dfd, p); err != nil {
 		return err
 	}
@@ -176,10 +180,13 @@ func (w *watcher) addTree(dfd int, p string, depth int) error {
 	}
 	for _, n := range names {
 		cfd, err := unix.Openat(dfd, n, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if found != nil {
+			*found = append(*found, wire.WatchEvent{Type: wire.WatchCreate, Path: path.Join(p, n), IsDir: err == nil})
+		}
 		if err != nil {
 			continue // not a directory (or a symlink, or gone)
 		}
-		err = w.addTree(cfd, path.Join(p, n), depth+1)
+		err = w.addTree(cfd, path.Join(p, n), depth+1, found)
 		unix.Close(cfd)
 		if err != nil {
 			return err
@@ -227,13 +234,15 @@ func itoa(n int) string {
 	}
 }
 
-// push queues an event; a full queue drops it and marks the overflow,
-// reported to the client once it catches up.
-func (w *watcher) push(ev wire.WatchEvent) {
+// push queues events; past a full queue they are dropped and the overflow
+// marked, reported to the client once it catches up.
+func (w *watcher) push(evs ...wire.WatchEvent) {
 	w.mu.Lock()
-	if len(w.queue) >= watchQueueLen {
-		w.overflow = true
-	} else {
+	for _, ev := range evs {
+		if len(w.queue) >= watchQueueLen {
+			w.overflow = true
+			break
+		}
 		w.queue = append(w.queue, ev)
 	}
 	w.mu.Unlock()
@@ -361,10 +370,14 @@ func (w *watcher) parse(b []byte) (done bool) {
 		default:
 			continue
 		}
-		w.push(ev)
 		if isDir && w.recursive && (ev.Type == wire.WatchCreate) {
-			w.addNew(p)
+			// The new directory's own event goes out with what the scan
+			// found in it, once its watch is in place: a client that
+			// acts on the event acts on a watched directory.
+			w.push(append([]wire.WatchEvent{ev}, w.addNew(p)...)...)
+			continue
 		}
+		w.push(ev)
 	}
 	flushFrom()
 	return false
@@ -382,19 +395,20 @@ func (w *watcher) renamed(oldp, newp string) {
 }
 
 // addNew watches a directory that appeared under a recursive watch (and
-// what is already in it). Past a budget it reports an overflow: events
-// under it are lost, the client must rescan.
-func (w *watcher) addNew(p string) {
+// what is already in it, which it reports as created: a scan on add).
+// Past a budget it reports an overflow: events under it are lost, the
+// client must rescan.
+func (w *watcher) addNew(p string) (found []wire.WatchEvent) {
 	_, rel, err := rootfs.CleanPath(p)
 	if err != nil {
-		return
+		return nil
 	}
 	dfd, err := w.s.root.Open(rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
 	if err != nil {
-		return
+		return nil
 	}
 	defer unix.Close(dfd)
-	if err := w.addTree(dfd, p, 0); err != nil {
+	if err := w.addTree(dfd, p, 0, &found); err != nil {
 		var de *errdefs.Error
 		if errors.As(err, &de) {
 			w.mu.Lock()
@@ -402,4 +416,5 @@ func (w *watcher) addNew(p string) {
 			w.mu.Unlock()
 		}
 	}
+	return found
 }

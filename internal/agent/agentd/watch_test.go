@@ -61,6 +61,26 @@ func expect(t *testing.T, evs <-chan wire.WatchEvent, want ...string) {
 	}
 }
 
+// sawAll reads events until each of want has been seen, in any order and
+// among others (duplicates, writes).
+func sawAll(t *testing.T, evs <-chan wire.WatchEvent, want ...string) {
+	t.Helper()
+	missing := map[string]bool{}
+	for _, w := range want {
+		missing[w] = true
+	}
+	var got []string
+	for len(missing) > 0 {
+		select {
+		case ev := <-evs:
+			delete(missing, ev.Type+" "+ev.Path)
+			got = append(got, ev.Type+" "+ev.Path)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("events %q lack %v", got, missing)
+		}
+	}
+}
+
 func quiet(t *testing.T, evs <-chan wire.WatchEvent) {
 	t.Helper()
 	select {
@@ -126,6 +146,27 @@ func TestWatchEvents(t *testing.T) {
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
+	})
+	t.Run("new tree", func(t *testing.T) {
+		// A directory that arrives with content (mkdir -p a/b/c; echo >
+		// a/b/c/f, or a tree moved in whole): what is in it when its
+		// watch is added is reported too.
+		evs, stop := startWatch(t, a.client, "/w", true)
+		writeFile(t, a.root, "staging/a/b/c/f", "x")
+		if err := os.Rename(r("staging/a"), r("w/a")); err != nil {
+			t.Fatal(err)
+		}
+		sawAll(t, evs, "create /w/a", "create /w/a/b", "create /w/a/b/c", "create /w/a/b/c/f")
+		if err := os.MkdirAll(r("w/m/n/o"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, a.root, "w/m/n/o/f", "y")
+		sawAll(t, evs, "create /w/m", "create /w/m/n", "create /w/m/n/o", "create /w/m/n/o/f")
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		os.RemoveAll(r("w/a"))
+		os.RemoveAll(r("w/m"))
 	})
 	t.Run("directory removed", func(t *testing.T) {
 		if err := os.Mkdir(r("gone"), 0o755); err != nil {

@@ -72,7 +72,38 @@ const actorReconciler = "reconciler"
 // MaxPoolSize bounds a template's pool.
 const MaxPoolSize = templatefile.MaxPoolMin
 
-type poolStats struct{ hits, misses atomic.Int64 }
+type poolStats struct {
+	hits, misses atomic.Int64
+
+	mu     sync.Mutex
+	reason string // why the last member could not be made, "" after one was
+}
+
+func (st *poolStats) setReason(r string) {
+	st.mu.Lock()
+	st.reason = r
+	st.mu.Unlock()
+}
+
+func (st *poolStats) lastReason() string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.reason
+}
+
+// refillReason is what a pool below its size shows for a member that
+// could not be made: the error's class and its user-safe message (a
+// tenant sees its own pools' reasons; no internal detail goes in).
+func refillReason(err error) string {
+	msg := errdefs.Message(err)
+	switch {
+	case errors.Is(err, errdefs.ErrQuota):
+		return "tenant quota reached: " + msg
+	case errors.Is(err, errdefs.ErrInsufficientStorage), errors.Is(err, errdefs.ErrExhausted):
+		return "host capacity: " + msg
+	}
+	return "error: " + msg
+}
 
 func (m *Warm) stats(tpl store.PoolKey) *poolStats {
 	m.mu.Lock()
@@ -195,6 +226,9 @@ func (m *Warm) poolReport(name store.PoolKey, min int, members []*sandbox.Sandbo
 	m.mu.Unlock()
 	st := m.stats(name)
 	p.Hits, p.Misses = st.hits.Load(), st.misses.Load()
+	if p.Ready+p.Starting < p.Min {
+		p.Reason = st.lastReason()
+	}
 	return p
 }
 
@@ -477,6 +511,11 @@ func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
 			m.poolInFlight[k][id] = true
 			m.e.Go(func(ctx context.Context) {
 				err := m.addPoolMember(ctx, tpl, id)
+				if err != nil {
+					m.stats(k).setReason(refillReason(err))
+				} else {
+					m.stats(k).setReason("")
+				}
 				switch {
 				case errors.Is(err, errdefs.ErrQuota):
 					// A tenant's pool stops at its quota: the tenant's
@@ -590,7 +629,7 @@ func (m *Warm) addPoolMember(ctx context.Context, tpl *store.Template, id string
 	spec.Runtime = m.e.DefaultRuntime()
 	caps, _ := node.ClassCaps(m.node, spec.Runtime)
 	if !caps.Pool {
-		return fmt.Errorf("runtime class %s cannot keep warm-pool members", spec.Runtime)
+		return errdefs.NotSupported("runtime class %s cannot keep warm-pool members", spec.Runtime)
 	}
 	if !caps.Freeze {
 		// It waits running: an idle policy would act on a member that

@@ -10,4 +10,10 @@ type Pool struct {
 	Starting int
 	Hits     int64
 	Misses   int64
+	// Reason says why the pool is below Min (Ready+Starting < Min), ""
+	// when it is not or nothing failed: the last refill's failure, with
+	// its class first ("tenant quota reached: ...", "host capacity: ...",
+	// "error: ..."), or that the template's runtime class cannot keep
+	// members.
+	Reason string
 }

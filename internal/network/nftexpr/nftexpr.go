@@ -101,6 +101,18 @@ func Drop() *expr.Verdict             { return &expr.Verdict{Kind: expr.VerdictD
 func Jump(chain string) *expr.Verdict { return &expr.Verdict{Kind: expr.VerdictJump, Chain: chain} }
 func Goto(c string) *expr.Verdict     { return &expr.Verdict{Kind: expr.VerdictGoto, Chain: c} }
 
+// Reject answers a refused packet at once instead of dropping it: a TCP
+// segment with a reset, anything else with ICMP (v4 or v6) "administratively
+// prohibited", so a client's connect fails immediately instead of waiting
+// for its own timeout. The answer goes only to the packet's sender (the
+// sandbox), never anywhere else. It is two rules: the TCP one first.
+func Reject() [][]expr.Any {
+	return [][]expr.Any{
+		Cat(L4Proto(unix.IPPROTO_TCP), One(&expr.Reject{Type: unix.NFT_REJECT_TCP_RST})),
+		One(&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}),
+	}
+}
+
 // Cat joins expression lists into one.
 func Cat(parts ...[]expr.Any) []expr.Any { return slices.Concat(parts...) }
 

@@ -182,6 +182,40 @@ func apiAttacks() []*attack.Attack {
 				}
 				return attack.Judged(true, "other port, other sandbox, the API: %s", strings.Join(seen, " "))
 			}),
+		lease("lease-quota", "read the tenant's quota (GET /v1/quota) with a lease token", "401/403",
+			func(e *attack.Env, a, b *api.Sandbox) (string, string, any) { return "GET", "/v1/quota", nil }, deny),
+		x("quota-other-tenant", "read another tenant's quota with a tenant's key: its path, and /v1/quota?tenant=", "401/403, and only its own",
+			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient) attack.Outcome {
+				a, b := "selftest-qa-"+e.Tag, "selftest-qb-"+e.Tag
+				cctx := context.WithoutCancel(ctx)
+				for _, tn := range []string{a, b} {
+					if _, err := e.C.CreateTenant(ctx, tn); err != nil {
+						return attack.NotApplicable("making tenants needs the host admin: %v", err)
+					}
+					defer e.C.DeleteTenant(cctx, tn)
+				}
+				k, err := e.C.CreateAPIKey(ctx, api.CreateAPIKeyRequest{Name: "selftest", Tenant: a, Role: "admin"})
+				if err != nil {
+					return attack.Escaped("key of tenant A: %v", err)
+				}
+				defer e.C.RevokeAPIKey(cctx, k.Prefix)
+				st, resp, err := tcp.Do(ctx, "GET", "/v1/tenants/"+b+"/quota", k.Key, nil)
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				if !denied(st) {
+					return attack.Escaped("GET /v1/tenants/B/quota with A's admin key: %d %s", st, attack.Clip(attack.OneLine(resp), 80))
+				}
+				st2, resp2, err := tcp.Do(ctx, "GET", "/v1/quota?tenant="+b, k.Key, nil)
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				var q api.Quota
+				if st2 == 200 && (json.Unmarshal([]byte(resp2), &q) != nil || q.Tenant != a) {
+					return attack.Escaped("GET /v1/quota?tenant=B with A's key answered tenant %q", q.Tenant)
+				}
+				return attack.Judged(st2 == 200 || denied(st2), "B's quota path: %d; /v1/quota?tenant=B: %d, tenant A's own", st, st2)
+			}),
 		x("encoded-slash", "GET /v1/sandboxes/A%2Fports%2F8080/events without a key", "401",
 			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient) attack.Outcome {
 				a, err := e.Group(ctx, "api-a")

@@ -81,6 +81,7 @@ func TestCatalogueCoversTheIssue(t *testing.T) {
 		"files.tar-slip-dotdot", "files.read-symlink-abs", "files.write-symlink", "files.dotdot-read",
 		"api.lease-other-get", "api.lease-release-quarantine", "api.lease-network-rules", "api.lease-fork",
 		"api.lease-snapshot", "api.lease-create", "api.encoded-slash", "api.bad-key",
+		"api.lease-quota", "api.quota-other-tenant",
 	}
 	have := map[string]bool{}
 	for _, a := range All() {
