@@ -62,7 +62,7 @@ func TestBuildContextRefusesEscapes(t *testing.T) {
 func TestBuildContextCopy(t *testing.T) {
 	bc, src, err := readContext(contextTar(t,
 		tarEntry{name: "Dockerfile", body: "FROM base\n"},
-		tarEntry{name: ".dockerignore", body: "secret\n*.log\n"},
+		tarEntry{name: ".dockerignore", body: "secret\n**/*.log\n"}, // docker's rule: *.log would be the root's only
 		tarEntry{name: "secret", body: "s"},
 		tarEntry{name: "app/main.py", body: "print(1)"},
 		tarEntry{name: "app/debug.log", body: "noise"},
