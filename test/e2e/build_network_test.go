@@ -94,7 +94,7 @@ func startPackageHosts(t *testing.T, topo *netTopo, hosts map[string]string, fil
 // fetchStep is a build step that downloads url into /opt/pkg.txt (as a
 // package manager would), failing the step when it cannot.
 func fetchStep(url string) string {
-	return `python3 -c 'import urllib.request; open("/opt/pkg.txt", "wb").write(urllib.request.urlopen("` + url + `", timeout=3).read())'`
+	return `mkdir -p /opt && python3 -c 'import urllib.request; open("/opt/pkg.txt", "wb").write(urllib.request.urlopen("` + url + `", timeout=3).read())'`
 }
 
 // TestBuildNetworkPolicy: a build step with network egress reaches what

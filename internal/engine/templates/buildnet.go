@@ -2,6 +2,7 @@ package templates
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -135,7 +136,7 @@ func (t *flowTap) explainDenials(ctx context.Context, err error) error {
 		more = fmt.Sprintf(" and %d more", len(denied)-shown)
 		denied = denied[:shown]
 	}
-	return fmt.Errorf("%w; the build's network policy denied %s%s (allow it with --allow)", err, strings.Join(denied, ", "), more)
+	return annotate(err, "", fmt.Sprintf("; the build's network policy denied %s%s (allow it with --allow)", strings.Join(denied, ", "), more))
 }
 
 // describeFlow names a flow as a user reads it: "dns pkg.test
@@ -148,4 +149,18 @@ func describeFlow(f store.Flow) string {
 		return fmt.Sprintf("%s %s (%s, %s)", f.Proto, f.Dst, f.Name, f.Rule)
 	}
 	return fmt.Sprintf("%s %s (%s)", f.Proto, f.Dst, f.Rule)
+}
+
+// annotate adds to err's user-visible message (errdefs.Message shows
+// only the innermost categorised error's): prefix before it, suffix
+// after, keeping its category, so a build's error names its step and
+// cause whatever door shows it.
+func annotate(err error, prefix, suffix string) error {
+	var e *errdefs.Error
+	if errors.As(err, &e) {
+		c := *e
+		c.Msg = prefix + e.Msg + suffix
+		return &c
+	}
+	return fmt.Errorf("%s%w%s", prefix, err, suffix)
 }

@@ -98,7 +98,7 @@ func (m *Builder) BuildDockerfile(ctx context.Context, req *DockerfileRequest, a
 		}
 		res, err := m.stageBase(ctx, s, results, say)
 		if err != nil {
-			return nil, fmt.Errorf("%s: line %d (FROM): %w", df, s.Line, err)
+			return nil, annotate(err, fmt.Sprintf("%s: line %d (FROM): ", df, s.Line), "")
 		}
 		cmdSet := false
 		var pendingDirs []string
@@ -106,7 +106,7 @@ func (m *Builder) BuildDockerfile(ctx context.Context, req *DockerfileRequest, a
 			n++
 			stepJSON, _ := json.Marshal(st)
 			fail := func(err error) error {
-				return fmt.Errorf("%s: line %d (%s): %w", df, st.Line, st.Text, err)
+				return annotate(err, fmt.Sprintf("%s: line %d (%s): ", df, st.Line, st.Text), "")
 			}
 			switch st.Kind {
 			case dockerfile.KindEnv:
