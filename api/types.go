@@ -360,6 +360,37 @@ type Template struct {
 	ExposedPorts []string `json:"exposed_ports,omitempty"`
 	// StopSignal is the image's STOPSIGNAL, sent at stop ("" is SIGTERM).
 	StopSignal string `json:"stop_signal,omitempty"`
+	// Build is the record of the build that made the template (build,
+	// apply, a Dockerfile): its steps and, for steps with a network,
+	// their flows (only in GET /v1/templates/{name} and a build's answer;
+	// a list gives the counts).
+	Build *TemplateBuild `json:"build,omitempty"`
+	// Labels are the image's (a Dockerfile's LABEL).
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// TemplateBuild is the record of a template's build.
+type TemplateBuild struct {
+	Steps []TemplateBuildStep `json:"steps"`
+}
+
+// TemplateBuildStep is one step of a build.
+type TemplateBuildStep struct {
+	Step int    `json:"step"`
+	Desc string `json:"desc"`
+	// Line is the step's line in its Dockerfile (0: not from one).
+	Line   int  `json:"line,omitempty"`
+	Cached bool `json:"cached,omitempty"`
+	// Network is the step's network mode (none or egress), Allow its
+	// egress rules, Sandbox the build sandbox it ran in.
+	Network string   `json:"network,omitempty"`
+	Allow   []string `json:"allow,omitempty"`
+	Sandbox string   `json:"sandbox,omitempty"`
+	// FlowCount is how many flows the step made (Flows holds the first
+	// 256 of them; FlowsDropped the rest).
+	FlowCount    int    `json:"flow_count,omitempty"`
+	Flows        []Flow `json:"flows,omitempty"`
+	FlowsDropped int    `json:"flows_dropped,omitempty"`
 }
 
 // ImportTemplateRequest is the body of POST /v1/templates/import. Exactly one
@@ -385,6 +416,11 @@ type BuildTemplateRequest struct {
 	// Service replaces the base template's supervised service (FromImage:
 	// the base's entrypoint and cmd); nil keeps the base's.
 	Service *TemplateService `json:"service,omitempty"`
+	// Network is the steps' network: "none" (default, loopback only) or
+	// "egress" with Allow rules, under the egress policy and flow log of
+	// any sandbox; the flows are kept in the template's build record.
+	Network string   `json:"network,omitempty"`
+	Allow   []string `json:"allow,omitempty"`
 }
 
 // Event is a recorded transition or mutating call.

@@ -77,6 +77,12 @@ func (c *Client) buildStream(ctx context.Context, path string, body any, progres
 	if err != nil {
 		return nil, err
 	}
+	return c.readBuildStream(ctx, hreq, progress)
+}
+
+// readBuildStream sends hreq and reads the NDJSON stream of
+// api.BuildEvent it answers.
+func (c *Client) readBuildStream(ctx context.Context, hreq *http.Request, progress io.Writer) (*api.Template, error) {
 	hreq.Header.Set("Accept", "application/x-ndjson")
 	resp, err := c.send(hreq)
 	if err != nil {

@@ -8,6 +8,7 @@
 //	from: base                # a template, or image: a registry reference
 //	steps:
 //	  - run: mkdir -p /app
+//	  - {run: pip install -r /app/req.txt, network: egress, allow: [pypi.org:443, files.pythonhosted.org:443]}
 //	  - copy: {src: ./app, dst: /app}   # src: sent with the file, relative to it
 //	  - env: {PYTHONUNBUFFERED: "1"}
 //	  - workdir: /app
@@ -118,6 +119,11 @@ type Step struct {
 	Env     map[string]string `yaml:"env,omitempty" json:"env,omitempty"`
 	Workdir string            `yaml:"workdir,omitempty" json:"workdir,omitempty"`
 	User    *UserStep         `yaml:"user,omitempty" json:"user,omitempty"`
+	// Network and Allow give a run step a network: mode none (the
+	// default: loopback only) or egress with allow rules, under the same
+	// egress policy and flow log as a sandbox's.
+	Network string   `yaml:"network,omitempty" json:"network,omitempty"`
+	Allow   []string `yaml:"allow,omitempty" json:"allow,omitempty"`
 }
 
 // UserStep adds a user to the image: a line in /etc/passwd, one in
@@ -410,6 +416,22 @@ func (f *File) Validate() error {
 		}
 		if set != 1 {
 			bad(n, "", "give exactly one of run, copy, env, workdir, user")
+		}
+		if (st.Network != "" || len(st.Allow) > 0) && st.Run == "" {
+			bad(n, "network", "only a run step takes a network")
+		}
+		switch st.Network {
+		case "", "none", "egress":
+		default:
+			bad(n, "network", "want none or egress, not %q", st.Network)
+		}
+		if len(st.Allow) > 0 && st.Network != "egress" {
+			bad(n, "allow", "allow rules need network: egress")
+		}
+		for _, a := range st.Allow {
+			if err := sandbox.CheckText("allow rule", a); err != nil || a == "" {
+				bad(n, "allow", "bad rule %q", a)
+			}
 		}
 	}
 	if r := f.Resources; r != nil {

@@ -29,17 +29,19 @@ func newRunCmd(g *globals) *cobra.Command {
 		interactive bool
 	)
 	cmd := &cobra.Command{
-		Use:   "run [flags] [--] CMD [ARG...]",
+		Use:   "run [flags] [--] [CMD [ARG...]]",
 		Short: "Run a command in a new ephemeral sandbox, then destroy it",
 		Long: `Run a one-shot job: create an ephemeral sandbox, run CMD in it, stream its
 output, and exit with its exit code. The sandbox is destroyed when the command
 ends, on Ctrl-C (exit code 130) and if this client goes away.
 
+With no CMD, the template's own command runs (its image's ENTRYPOINT and CMD).
+
 With -i, the whole of stdin is read first and passed to the command.`,
 		Example: `  berth run -- python3 -c 'print(1+1)'
   berth run --memory 256m --timeout 30s --network none -- sh -c 'make test'
   echo hello | berth run -i -- cat`,
-		Args: minArgs(1, "a command to run"),
+		Args: cobra.ArbitraryArgs, // none: the template's ENTRYPOINT and CMD
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sb, err := sf.request()
 			if err != nil {

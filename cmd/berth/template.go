@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/client"
 )
 
 func newTemplateCmd(g *globals) *cobra.Command {
@@ -122,7 +124,40 @@ func printTemplate(cmd *cobra.Command, out *outputValue, t *api.Template) error 
 	for i, l := range t.Layers {
 		fmt.Fprintf(tw, "Layer %d:\t%s\n", i+1, l)
 	}
+	printBuild(tw, t.Build)
 	return tw.Flush()
+}
+
+// printBuild prints a template's build record: each step, and the flows
+// of those that had a network.
+func printBuild(w io.Writer, b *api.TemplateBuild) {
+	if b == nil {
+		return
+	}
+	for _, st := range b.Steps {
+		where := ""
+		if st.Line > 0 {
+			where = fmt.Sprintf(" (line %d)", st.Line)
+		}
+		state := ""
+		if st.Cached {
+			state = " [cached]"
+		}
+		fmt.Fprintf(w, "Build step %d:\t%s%s%s\n", st.Step, st.Desc, where, state)
+		if st.Network == "egress" {
+			fmt.Fprintf(w, "  network:\tegress, allow %s; %d flows\n", orDash(strings.Join(st.Allow, ", ")), st.FlowCount)
+		}
+		for _, f := range st.Flows {
+			name := ""
+			if f.Name != "" {
+				name = " " + f.Name
+			}
+			fmt.Fprintf(w, "  %s:\t%s %s %s%s (%s)\n", f.Decision, f.Kind, f.Proto, f.Dst, name, f.Rule)
+		}
+		if st.FlowsDropped > 0 {
+			fmt.Fprintf(w, "  ...\t%d more flows not kept\n", st.FlowsDropped)
+		}
+	}
 }
 
 // looksLikePath tells a path the user meant from a registry reference.
@@ -214,19 +249,43 @@ func newTemplateBuildCmd(g *globals) *cobra.Command {
 		svcFromImage bool
 		svcCmd       string
 		svcRestart   string
+		network      string
+		allow        []string
+		file         string
+		target       string
+		buildArgs    []string
 	)
 	cmd := &cobra.Command{
-		Use:   "build NAME --from BASE --run CMD...",
-		Short: "Build a template by running setup steps on another",
+		Use:   "build NAME --from BASE --run CMD... | build NAME -f Dockerfile [CONTEXT]",
+		Short: "Build a template by running setup steps on another, or from a Dockerfile",
 		Long: `Build a template: start from BASE, run each --run step with /bin/sh -c in order,
 and keep the result as NAME. Step output is shown on stderr; the template's
 name is printed when the build succeeds. The base's supervised service is kept
 unless --service (or --service-from-image: the base's entrypoint and cmd)
-gives the new template its own; a bad service is refused before any step runs.`,
+gives the new template its own; a bad service is refused before any step runs.
+
+The steps have no network (loopback only) unless --network egress names one:
+then they reach only what --allow rules allow, under the same egress policy
+and flow log as a sandbox's. A step the policy stopped fails naming the
+denied flows; the flows are kept in the template's build record
+(berth template inspect NAME).
+
+With -f, build from a Dockerfile: CONTEXT (default: the current directory)
+is sent to the daemon as a tar archive, less what its .dockerignore excludes.
+FROM names a template (berth template ls) or an image reference, or an
+earlier stage; RUN, COPY and ADD (from the context; not URLs or archives)
+are layers, each cached by everything it depends on; ENV, ARG (--build-arg),
+WORKDIR, USER, EXPOSE, CMD, ENTRYPOINT, LABEL, SHELL, STOPSIGNAL and
+COPY --from=STAGE work as docker's. Instructions berth does not carry out
+(HEALTHCHECK, VOLUME, ONBUILD, RUN --mount, heredocs) are refused with their
+line. The image's CMD and ENTRYPOINT are what berth run runs with no command.`,
 		Example: `  berth template build tools --from base --run 'mkdir -p /opt/tools' --env TOOLS=/opt/tools
   berth template build web --from base --run 'mkdir -p /srv && echo hi > /srv/index.html' \
-      --service 'python3 -m http.server 8000 -d /srv' --service-restart always`,
-		Args: exactArgs(1, "a template name"),
+      --service 'python3 -m http.server 8000 -d /srv' --service-restart always
+  berth template build py-deps --from py --network egress \
+      --allow pypi.org:443 --allow files.pythonhosted.org:443 --run 'pip install numpy'
+  berth template build app -f Dockerfile . --build-arg VERSION=1.2 --network egress --allow pypi.org:443`,
+		Args: cobra.RangeArgs(1, 2),
 	}
 	out := addOutputFlag(cmd)
 	f := cmd.Flags()
@@ -237,9 +296,27 @@ gives the new template its own; a bad service is refused before any step runs.`,
 	f.StringVar(&svcCmd, "service", "", "run this command (split at spaces) as the sandboxes' supervised service")
 	f.BoolVar(&svcFromImage, "service-from-image", false, "run the base template's entrypoint and cmd as the sandboxes' supervised service")
 	f.StringVar(&svcRestart, "service-restart", "", "the service's restart policy: always, on-failure (default) or never")
-	_ = cmd.MarkFlagRequired("from")
-	_ = cmd.MarkFlagRequired("run")
+	f.StringVar(&network, "network", "", "the steps' network mode: none (default, loopback only) or egress")
+	f.StringArrayVar(&allow, "allow", nil, "egress `RULE` for --network egress: [tcp://|udp://]IP|CIDR|DOMAIN|*.DOMAIN[:PORT[,PORT]]; repeatable; all else is denied")
+	f.StringVarP(&file, "file", "f", "", "build from this Dockerfile (the build context is CONTEXT, default .)")
+	f.StringVar(&target, "target", "", "with -f: the stage to build (default: the last)")
+	f.StringArrayVar(&buildArgs, "build-arg", nil, "with -f: build argument `K=V` for the Dockerfile's ARGs; repeatable")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if file != "" {
+			if from != "" || len(steps) > 0 || len(env) > 0 || svcCmd != "" || svcFromImage {
+				return fmt.Errorf("-f builds from a Dockerfile: --from, --run, --env and --service do not go with it")
+			}
+			return buildDockerfile(cmd, g, out, args, file, target, buildArgs, network, allow, timeout.seconds())
+		}
+		if len(args) != 1 {
+			return fmt.Errorf("a build context is given with -f Dockerfile only")
+		}
+		if from == "" || len(steps) == 0 {
+			return fmt.Errorf("give --from BASE and at least one --run CMD, or -f Dockerfile")
+		}
+		if target != "" || len(buildArgs) > 0 {
+			return fmt.Errorf("--target and --build-arg go with -f Dockerfile")
+		}
 		envMap, err := parseEnv(env, os.LookupEnv)
 		if err != nil {
 			return err
@@ -257,6 +334,7 @@ gives the new template its own; a bad service is refused before any step runs.`,
 		defer c.Close()
 		t, err := c.BuildTemplate(cmd.Context(), api.BuildTemplateRequest{
 			Name: args[0], From: from, Run: steps, Env: envMap, TimeoutSeconds: timeout.seconds(), Service: svc,
+			Network: network, Allow: allow,
 		}, cmd.ErrOrStderr())
 		if err != nil {
 			return fmt.Errorf("build %s: %w", args[0], err)
@@ -287,4 +365,50 @@ func newTemplateRmCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
+}
+
+// buildDockerfile is `template build NAME -f Dockerfile [CONTEXT]`: the
+// context is packed as a tar archive while it is sent.
+func buildDockerfile(cmd *cobra.Command, g *globals, out *outputValue, args []string, file, target string, buildArgs []string,
+	network string, allow []string, timeoutSecs float64) error {
+	dir := "."
+	if len(args) == 2 {
+		dir = args[1]
+	}
+	bargs := map[string]string{}
+	for _, kv := range buildArgs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			// docker's rule: a bare name takes its value from the environment.
+			if v, ok = os.LookupEnv(k); !ok {
+				continue
+			}
+		}
+		if k == "" {
+			return fmt.Errorf("--build-arg %q: want K=V", kv)
+		}
+		bargs[k] = v
+	}
+	// The Dockerfile's name in the archive is known before sending.
+	dfName, err := contextDockerfileName(dir, file)
+	if err != nil {
+		return err
+	}
+	c, err := g.client()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := packContext(pw, dir, file)
+		pw.CloseWithError(err)
+	}()
+	defer pr.Close()
+	t, err := c.BuildDockerfile(cmd.Context(), args[0], pr, client.DockerfileOptions{Dockerfile: dfName, Target: target,
+		BuildArgs: bargs, Network: network, Allow: allow, TimeoutSeconds: timeoutSecs}, cmd.ErrOrStderr())
+	if err != nil {
+		return fmt.Errorf("build %s: %w", args[0], err)
+	}
+	return printTemplate(cmd, out, t)
 }

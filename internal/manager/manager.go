@@ -69,13 +69,16 @@ type (
 	ServiceRequest  = templates.ServiceRequest
 	BuildRequest    = templates.BuildRequest
 	ApplyRequest    = templates.ApplyRequest
-	BuildEvent      = templates.Event
-	ImportProgress  = templates.ImportProgress
-	DoctorReport    = reconcile.Report
-	DoctorFinding   = reconcile.Finding
-	Process         = procs.Process
-	StartRequest    = procs.StartRequest
-	AttachIO        = procs.AttachIO
+	// DockerfileRequest and BuildNetwork are a Dockerfile build's.
+	DockerfileRequest = templates.DockerfileRequest
+	BuildNetwork      = templates.BuildNetwork
+	BuildEvent        = templates.Event
+	ImportProgress    = templates.ImportProgress
+	DoctorReport      = reconcile.Report
+	DoctorFinding     = reconcile.Finding
+	Process           = procs.Process
+	StartRequest      = procs.StartRequest
+	AttachIO          = procs.AttachIO
 )
 
 // RuntimeClass is a runtime class and what it can do (node.Caps).
@@ -115,16 +118,21 @@ func New(cfg Config, st store.Store, images *image.Store, backend node.Backend) 
 	h := hibernate.New(e)
 	nr := netrules.New(e)
 	pr := procs.New(e)
-	e.SetFeatures(engine.Features{Claim: w.Claim, FromSnapshot: sn.FromSnapshot, Wake: h.WakeLocked, Flow: nr.Record, Running: pr.Running})
 	setPool := func(ctx context.Context, name string, min int) error {
 		_, err := w.SetPool(ctx, name, min)
 		return err
 	}
+	tb := templates.New(e, fa, setPool)
+	flow := func(f node.Flow) {
+		nr.Record(f)
+		tb.ObserveFlow(f) // a build sandbox's flows go to its template's build record
+	}
+	e.SetFeatures(engine.Features{Claim: w.Claim, FromSnapshot: sn.FromSnapshot, Wake: h.WakeLocked, Flow: flow, Running: pr.Running})
 	return &Manager{
 		Engine:      e,
 		Warm:        w,
 		Snapshots:   sn,
-		Builder:     templates.New(e, fa, setPool),
+		Builder:     tb,
 		Reconciler:  reconcile.New(e, w, sn),
 		Volumes:     volumes.New(e),
 		Rules:       nr,

@@ -197,7 +197,8 @@ func importRequest(r *api.ImportTemplateRequest) *manager.ImportRequest {
 
 // buildRequest: a step's timeout is an exec's.
 func buildRequest(r *api.BuildTemplateRequest) *manager.BuildRequest {
-	out := &manager.BuildRequest{Name: r.Name, From: r.From, Run: r.Run, Env: r.Env, Timeout: timeoutSeconds(r.TimeoutSeconds)}
+	out := &manager.BuildRequest{Name: r.Name, From: r.From, Run: r.Run, Env: r.Env, Timeout: timeoutSeconds(r.TimeoutSeconds),
+		Network: r.Network, Allow: r.Allow}
 	if s := r.Service; s != nil {
 		out.Service = &manager.ServiceRequest{Cmd: s.Cmd, FromImage: s.FromImage, Restart: s.Restart, MaxRestarts: s.MaxRestarts}
 	}

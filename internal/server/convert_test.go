@@ -157,7 +157,7 @@ func TestConvertRequests(t *testing.T) {
 		in := filled[api.BuildTemplateRequest](t)
 		out := buildRequest(in)
 		check("build", in, out, &api.BuildTemplateRequest{Name: out.Name, From: out.From, Run: out.Run, Env: out.Env,
-			TimeoutSeconds: out.Timeout.Seconds(),
+			TimeoutSeconds: out.Timeout.Seconds(), Network: out.Network, Allow: out.Allow,
 			Service: &api.TemplateService{Cmd: out.Service.Cmd, FromImage: out.Service.FromImage, Restart: out.Service.Restart,
 				MaxRestarts: out.Service.MaxRestarts}})
 	}

@@ -132,6 +132,7 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "POST /v1/templates/import", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, h: hf(s.importTemplate)},
 		{Pattern: "PUT /v1/templates/{name}/archive", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, h: hf(s.uploadTemplate)},
 		{Pattern: "POST /v1/templates/build", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, h: hf(s.buildTemplate)},
+		{Pattern: "POST /v1/templates/{name}/dockerfile", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, h: hf(s.buildDockerfile)},
 		{Pattern: "PUT /v1/templates/{name}/pool", Rule: need(auth.ScopeTemplates), h: hf(s.setPool)},
 		{Pattern: "GET /v1/templates/{name}/pool", Rule: need(read), h: hf(s.getPool)},
 		{Pattern: "GET /v1/pools", Rule: need(read), h: hf(s.listPools)},

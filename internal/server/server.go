@@ -496,9 +496,22 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		}
 		s.metrics.deleted.Inc()
 	}()
+	exec := execRequest(&req.Exec)
+	if len(exec.Cmd) == 0 {
+		// No command: the image's ENTRYPOINT and CMD, as docker run runs.
+		t, err := s.m.ResolveTemplate(r.Context(), tenant(r), sb.Spec.Template)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if exec.Cmd = t.Config.Command(); len(exec.Cmd) == 0 {
+			writeError(w, errdefs.Invalid("template %s names no CMD or ENTRYPOINT: give a command to run", t.Name))
+			return
+		}
+	}
 	w.Header().Set("X-Berth-Sandbox-Id", sb.ID)
 	s.streamExec(w, r, func(ctx context.Context, eio manager.ExecIO) (manager.Exit, error) {
-		return s.m.Exec(ctx, sb.ID, execRequest(&req.Exec), eio, actor(r))
+		return s.m.Exec(ctx, sb.ID, exec, eio, actor(r))
 	})
 }
 
@@ -523,6 +536,11 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) templateToAPI(t *store.Template) api.Template {
 	out := templateToAPI(t)
+	if out.Build != nil { // a list gives the flows' counts, not the flows
+		for i := range out.Build.Steps {
+			out.Build.Steps[i].Flows = nil
+		}
+	}
 	// The pool of t itself: read as t's tenant, whose name resolves to t.
 	ctx := context.Background()
 	if t.Tenant != "" {
@@ -538,7 +556,24 @@ func templateToAPI(t *store.Template) api.Template {
 	return api.Template{Tenant: t.Tenant, Name: t.Name, Layers: t.Layers, Source: t.Source, Builtin: t.Builtin,
 		Size: t.Size, Env: t.Config.Env, Workdir: t.Config.Workdir, User: t.Config.User,
 		Entrypoint: t.Config.Entrypoint, Cmd: t.Config.Cmd, ExposedPorts: t.Config.ExposedPorts,
-		StopSignal: t.Config.StopSignal, CreatedAt: t.CreatedAt}
+		StopSignal: t.Config.StopSignal, CreatedAt: t.CreatedAt, Build: buildRecordToAPI(t.Config.Build), Labels: t.Config.Labels}
+}
+
+func buildRecordToAPI(b *store.BuildRecord) *api.TemplateBuild {
+	if b == nil {
+		return nil
+	}
+	out := &api.TemplateBuild{Steps: make([]api.TemplateBuildStep, 0, len(b.Steps))}
+	for _, st := range b.Steps {
+		as := api.TemplateBuildStep{Step: st.Step, Desc: st.Desc, Line: st.Line, Cached: st.Cached, Network: st.Network,
+			Allow: st.Allow, Sandbox: st.Sandbox, FlowCount: len(st.Flows) + st.FlowsDropped, FlowsDropped: st.FlowsDropped}
+		for _, f := range st.Flows {
+			as.Flows = append(as.Flows, api.Flow{Seq: uint64(f.ID), Time: f.Time, Kind: f.Kind, Proto: f.Proto, Src: f.Src,
+				Dst: f.Dst, Name: f.Name, Decision: f.Decision, Rule: f.Rule})
+		}
+		out.Steps = append(out.Steps, as)
+	}
+	return out
 }
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
@@ -548,7 +583,9 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, s.templateToAPI(t))
+	out := s.templateToAPI(t)
+	out.Build = buildRecordToAPI(t.Config.Build) // one template: with its build's flows
+	writeJSON(w, 200, out)
 }
 
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {

@@ -382,9 +382,10 @@ func TestCrossTenantRoutes(t *testing.T) {
 				switch {
 				case rt.Rule.Host:
 					want = 403
-				case rt.Pattern == "PUT /v1/templates/{name}/archive":
-					// An upload makes a's own template of that name (names
-					// are per tenant); "{}" is no archive.
+				case rt.Pattern == "PUT /v1/templates/{name}/archive", rt.Pattern == "POST /v1/templates/{name}/dockerfile":
+					// An upload (an archive, a Dockerfile build's context)
+					// makes a's own template of that name (names are per
+					// tenant); "{}" is no archive.
 					want = 400
 				case strings.Contains(tg.path, "/btpl"):
 					want = 404 // b's own template: a reads the shared catalogue only

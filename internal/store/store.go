@@ -76,7 +76,41 @@ type TemplateConfig struct {
 	// StopSignal is the image's STOPSIGNAL: stop sends it to a running
 	// sandbox's processes before the kill (engine stop.go); "" is SIGTERM.
 	StopSignal string `json:"stop_signal,omitempty"`
+
+	// Build is how this template was built (build, apply, a Dockerfile):
+	// its steps and the flows of those that ran with a network. It is the
+	// template's own record: a template built on this one does not
+	// inherit it.
+	Build *BuildRecord `json:"build,omitempty"`
+	// Labels are the image's (LABEL), shown, never interpreted.
+	Labels map[string]string `json:"labels,omitempty"`
 }
+
+// BuildRecord is the record of a template's build.
+type BuildRecord struct {
+	Steps []BuildStep `json:"steps"`
+}
+
+// BuildStep is one step of a build as it ran (or was found in the cache).
+type BuildStep struct {
+	Step int    `json:"step"`
+	Desc string `json:"desc"`
+	// Line is the step's line in its Dockerfile (0: not from one).
+	Line   int  `json:"line,omitempty"`
+	Cached bool `json:"cached,omitempty"`
+	// Network is the step's network mode ("none" or "egress") and Allow
+	// its egress rules; Sandbox the build sandbox it ran in.
+	Network string   `json:"network,omitempty"`
+	Allow   []string `json:"allow,omitempty"`
+	Sandbox string   `json:"sandbox,omitempty"`
+	// Flows are the step's connection attempts and DNS queries (the
+	// first MaxBuildFlows; FlowsDropped counts the rest).
+	Flows        []Flow `json:"flows,omitempty"`
+	FlowsDropped int    `json:"flows_dropped,omitempty"`
+}
+
+// MaxBuildFlows bounds the flows a build record keeps per step.
+const MaxBuildFlows = 256
 
 // APIKey is a bearer credential. Only the SHA-256 of the secret is stored.
 type APIKey struct {

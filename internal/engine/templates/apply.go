@@ -128,6 +128,14 @@ func (m *Builder) Apply(ctx context.Context, req *ApplyRequest, actor string, pr
 		layers = img.Layers
 		cfg = imageConfig(img.Config)
 	}
+	// Every step's network is checked before anything is built.
+	for i, st := range tf.Steps {
+		if err := m.checkNetwork(BuildNetwork{Mode: st.Network, Allow: st.Allow}); err != nil {
+			return nil, fmt.Errorf("step %d: %w", i+1, err)
+		}
+	}
+	cfg.Build = nil // the base's record is the base's
+	record := &store.BuildRecord{}
 	key := hashOf(append([]string{"base", fmt.Sprint(cfg.HostUsr)}, layers...)...)
 	built := 0
 	for i, st := range tf.Steps {
@@ -166,13 +174,20 @@ func (m *Builder) Apply(ctx context.Context, req *ApplyRequest, actor string, pr
 		} else {
 			key = hashOf(key, string(stepJSON), strings.Join(cfg.Env, "\x00"), cfg.Workdir)
 		}
+		rec := store.BuildStep{Step: n, Desc: desc}
 		if layer, err := m.store.GetBuildCache(ctx, tenant, key); err == nil && m.e.Images().HasLayer(layer) {
 			say(n, "--> step %d/%d: %s (cached)", n, len(tf.Steps), desc)
 			layers = append(layers, layer)
+			rec.Cached = true
+			record.Steps = append(record.Steps, rec)
 			continue
 		}
 		say(n, "--> step %d/%d: %s", n, len(tf.Steps), desc)
-		layer, err := m.buildLayer(ctx, layers, cfg, actor, func(sb *sandbox.Sandbox) error {
+		bn := BuildNetwork{Mode: st.Network, Allow: st.Allow}
+		if bn.egress() {
+			say(n, "    network egress, allow: %s", strings.Join(bn.Allow, ", "))
+		}
+		layer, err := m.buildLayer(ctx, layers, cfg, actor, bn, &rec, func(sb *sandbox.Sandbox) error {
 			if st.User != nil {
 				return m.addUser(ctx, sb.ID, st.User, actor)
 			}
@@ -188,6 +203,7 @@ func (m *Builder) Apply(ctx context.Context, req *ApplyRequest, actor string, pr
 			return nil, err
 		}
 		layers = append(layers, layer)
+		record.Steps = append(record.Steps, rec)
 		built++
 	}
 	if r := tf.Resources; r != nil {
@@ -269,11 +285,16 @@ func (m *Builder) Apply(ctx context.Context, req *ApplyRequest, actor string, pr
 		}
 		cfg.Service = spec
 	}
+	cur, err := m.store.GetTenantTemplate(ctx, tenant, tf.Name)
+	if built > 0 || err != nil || cur.Config.Build == nil {
+		cfg.Build = record
+	} else {
+		cfg.Build = cur.Config.Build // nothing ran: the record of the build that made the layers stays
+	}
 	tpl := &store.Template{Tenant: tenant, Name: tf.Name, Layers: layers, Config: cfg, Source: "apply", CreatedAt: m.e.Now()}
 	for _, l := range layers {
 		tpl.Size += max(m.e.Images().Size(l), 0)
 	}
-	cur, err := m.store.GetTenantTemplate(ctx, tenant, tf.Name)
 	switch {
 	case err == nil && cur.Builtin:
 		return nil, errdefs.Conflict("template %q is builtin", tf.Name)
@@ -298,7 +319,9 @@ func (m *Builder) Apply(ctx context.Context, req *ApplyRequest, actor string, pr
 	return tpl, nil
 }
 
+// sameConfig compares two templates' defaults (not their build records).
 func sameConfig(a, b store.TemplateConfig) bool {
+	a.Build, b.Build = nil, nil
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
 	return bytes.Equal(ja, jb)
@@ -332,19 +355,24 @@ func (m *Builder) copyIntoSandbox(ctx context.Context, id, dst string, files []b
 	return f.WriteTar(ctx, dst, bytes.NewReader(files), actor)
 }
 
-// buildLayer runs action in a sandbox made of layers and stores what it
-// changed as a new read-only layer.
-func (m *Builder) buildLayer(ctx context.Context, layers []string, cfg store.TemplateConfig, actor string, action func(*sandbox.Sandbox) error) (string, error) {
+// buildLayer runs action in a sandbox made of layers, with network bn,
+// and stores what it changed as a new read-only layer. rec, if set, gets
+// the build sandbox's id, network and flows.
+func (m *Builder) buildLayer(ctx context.Context, layers []string, cfg store.TemplateConfig, actor string, bn BuildNetwork, rec *store.BuildStep, action func(*sandbox.Sandbox) error) (string, error) {
 	res := sandbox.DefaultResources
 	if cfg.Resources != nil {
 		res = *cfg.Resources
 	}
 	now := m.e.Now()
+	mode := "none"
+	if bn.egress() {
+		mode = "egress"
+	}
 	// The build sandbox is the caller's tenant's (its quota counts it).
 	sb := &sandbox.Sandbox{ID: engine.NewID(), Tenant: engine.CallerTenant(ctx), State: sandbox.StateCreating, Node: m.e.Node(), CreatedAt: now, UpdatedAt: now,
 		Cause: sandbox.CauseUser, Reason: "template build",
 		Spec: sandbox.Spec{Template: "(build)", Layers: slices.Clone(layers), HostUsr: cfg.HostUsr, Resources: res,
-			Network: "none", Workdir: cfg.Workdir, Timeout: 2 * time.Hour,
+			Network: mode, Allow: slices.Clone(bn.Allow), Workdir: cfg.Workdir, Timeout: 2 * time.Hour,
 			Labels: map[string]string{"berth.build": "1"}}}
 	for _, kv := range cfg.Env {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -353,6 +381,23 @@ func (m *Builder) buildLayer(ctx context.Context, layers []string, cfg store.Tem
 			}
 			sb.Spec.Env[k] = v
 		}
+	}
+	var tap *flowTap
+	if bn.egress() {
+		if err := m.e.PrepareNetwork(ctx, &sb.Spec, sb.ID, nil); err != nil {
+			return "", err
+		}
+		var untap func()
+		tap, untap = m.tap(sb.ID)
+		defer untap()
+	}
+	if rec != nil {
+		rec.Sandbox, rec.Network, rec.Allow = sb.ID, mode, slices.Clone(bn.Allow)
+		defer func() {
+			if tap != nil {
+				rec.Flows, rec.FlowsDropped = tap.snapshot()
+			}
+		}()
 	}
 	if err := m.e.Launch(ctx, sb, actor, nil); err != nil {
 		return "", err
@@ -366,6 +411,9 @@ func (m *Builder) buildLayer(ctx context.Context, layers []string, cfg store.Tem
 		}
 	}()
 	if err := action(sb); err != nil {
+		if tap != nil {
+			err = tap.explainDenials(ctx, err)
+		}
 		return "", err
 	}
 	unlock := m.e.Lock(sb.ID)

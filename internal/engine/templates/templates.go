@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/berth-sh/berth/internal/engine"
@@ -38,6 +39,9 @@ type Builder struct {
 	setPool func(ctx context.Context, name string, min int) error
 	// uploads holds a token per template archive being received.
 	uploads chan struct{}
+
+	tapMu sync.Mutex
+	taps  map[string]*flowTap // build sandboxes' flows, by sandbox id (buildnet.go)
 }
 
 // MaxConcurrentUploads is how many template archives the daemon receives
@@ -431,7 +435,13 @@ func (m *Builder) BuildTemplate(ctx context.Context, req *BuildRequest, actor st
 		}
 		cfg.Service = spec
 	}
-	layer, err := m.buildLayer(ctx, base.Layers, cfg, actor, func(sb *sandbox.Sandbox) error {
+	bn := BuildNetwork{Mode: req.Network, Allow: req.Allow}
+	if err := m.checkNetwork(bn); err != nil {
+		return nil, err
+	}
+	cfg.Build = nil // the base's record is the base's
+	rec := &store.BuildStep{Step: 1, Desc: "run " + strings.Join(req.Run, " && ")}
+	layer, err := m.buildLayer(ctx, base.Layers, cfg, actor, bn, rec, func(sb *sandbox.Sandbox) error {
 		for i, step := range req.Run {
 			progress(Event{Step: i + 1, Stream: "stdout", Data: []byte(fmt.Sprintf("--> step %d/%d: %s\n", i+1, len(req.Run), step))})
 			if err := m.runStep(ctx, sb.ID, i+1, step, "", timeout, actor, progress); err != nil {
@@ -443,6 +453,7 @@ func (m *Builder) BuildTemplate(ctx context.Context, req *BuildRequest, actor st
 	if err != nil {
 		return nil, err
 	}
+	cfg.Build = &store.BuildRecord{Steps: []store.BuildStep{*rec}}
 	size := base.Size + m.e.Images().Size(layer)
 	t := &store.Template{
 		Tenant: tenant, Name: req.Name, Layers: append(slices.Clone(base.Layers), layer), Config: cfg,

@@ -48,6 +48,11 @@ type BuildRequest struct {
 	Timeout time.Duration // per step; 0 = an hour
 	// Service replaces the base's supervised service; nil keeps it.
 	Service *ServiceRequest
+	// Network is the steps' network mode ("" or "none": loopback only;
+	// "egress": Allow's destinations, under the egress policy and flow
+	// log of any sandbox).
+	Network string
+	Allow   []string
 }
 
 // ApplyRequest is a declarative template file and the files its copy

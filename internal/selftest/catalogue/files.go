@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/client"
 	"github.com/berth-sh/berth/internal/selftest/attack"
 )
 
@@ -91,6 +92,34 @@ func filesAttacks() []*attack.Attack {
 		}
 	}
 	return []*attack.Attack{
+		f("dockerfile-context-escape", "build from a Dockerfile whose context tar climbs out (../, absolute names) and whose COPY names the host's secret by ../ and absolute paths",
+			"every build refused; nothing written on the host; no template made",
+			func(ctx ctxT, e *attack.Env) attack.Outcome {
+				secret := hostSecret(e)
+				name := "st-dockerfile-" + e.Tag
+				var got []string
+				for _, es := range [][]tarEntry{
+					{{name: "Dockerfile", body: "FROM base\nCOPY . /ctx/\n"}, {name: "../../../../../../../.." + e.HostDir + "/slip-df", body: "x"}},
+					{{name: "Dockerfile", body: "FROM base\nCOPY . /ctx/\n"}, {name: e.HostDir + "/slip-df", body: "x"}},
+					{{name: "Dockerfile", body: "FROM base\nCOPY ../../../../../../../.." + e.HostDir + "/secret /stolen\n"}},
+					{{name: "Dockerfile", body: "FROM base\nCOPY " + e.HostDir + "/secret /stolen\n"}},
+				} {
+					_, err := e.C.BuildDockerfile(ctx, name, bytes.NewReader(makeTar(es)), client.DockerfileOptions{}, nil)
+					if err == nil {
+						e.C.DeleteTemplate(ctx, name)
+						return attack.Escaped("a build with %q was accepted", es[len(es)-1].name+" "+es[0].body)
+					}
+					got = append(got, errText(err))
+				}
+				if _, err := os.Lstat(filepath.Join(e.HostDir, "slip-df")); err == nil {
+					return attack.Escaped("the context wrote %s on the host", filepath.Join(e.HostDir, "slip-df"))
+				}
+				if _, err := e.C.GetTemplate(ctx, name); err == nil {
+					return attack.Escaped("a refused build left template %s", name)
+				}
+				_ = secret
+				return attack.Contained("refused: %s", strings.Join(got, "; "))
+			}),
 		f("tar-slip-dotdot", "upload a tar with ../ entries climbing to a host dir and out of the target dir", "nothing written outside the target dir",
 			tarSlip(func(e *attack.Env) []tarEntry {
 				return []tarEntry{{name: "../../../../../../../.." + e.HostDir + "/slip-dotdot", body: "x"}, {name: "../st-escape-dotdot", body: "x"}}

@@ -94,6 +94,14 @@ func Validate(v any) error {
 		if err := checkSeconds("timeout_seconds", req.TimeoutSeconds); err != nil {
 			return err
 		}
+		if err := sandbox.CheckText("network", req.Network); err != nil {
+			return err
+		}
+		for _, a := range req.Allow {
+			if err := sandbox.CheckText("allow rule", a); err != nil {
+				return err
+			}
+		}
 		return sandbox.CheckEnv(req.Env)
 	case *api.ApplyRequest:
 		if strings.IndexByte(req.Spec, 0) >= 0 {

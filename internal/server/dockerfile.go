@@ -1,0 +1,66 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/sandbox"
+)
+
+// buildDockerfile is POST /v1/templates/{name}/dockerfile: the body is
+// the build context (a tar archive holding the Dockerfile), the query
+// names the Dockerfile, target, build arguments and the RUN steps'
+// network; the answer is the NDJSON stream of a build.
+func (s *Server) buildDockerfile(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	req := &manager.DockerfileRequest{Name: r.PathValue("name"), Dockerfile: q.Get("dockerfile"), Target: q.Get("target"),
+		Context: r.Body, Network: manager.BuildNetwork{Mode: q.Get("network"), Allow: q["allow"]}}
+	for _, f := range [][2]string{{"dockerfile", req.Dockerfile}, {"target", req.Target}, {"network", req.Network.Mode}} {
+		if err := sandbox.CheckText(f[0], f[1]); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	for _, a := range req.Network.Allow {
+		if err := sandbox.CheckText("allow rule", a); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	if ba := q.Get("buildargs"); ba != "" {
+		if err := json.Unmarshal([]byte(ba), &req.BuildArgs); err != nil {
+			writeError(w, errdefs.Invalid("buildargs: want a JSON object of strings: %v", err))
+			return
+		}
+		for k, v := range req.BuildArgs {
+			if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
+				writeError(w, errdefs.Invalid("buildargs: bad argument %q", k))
+				return
+			}
+		}
+	}
+	if t := q.Get("timeout_seconds"); t != "" {
+		var secs float64
+		if err := json.Unmarshal([]byte(t), &secs); err != nil || !(secs >= 0 && secs <= sandbox.MaxTimeout.Seconds()) {
+			writeError(w, errdefs.Invalid("timeout_seconds: want a number of seconds"))
+			return
+		}
+		req.Timeout = timeoutSeconds(secs)
+	}
+	nd := newNDJSON(w)
+	t, err := s.m.BuildDockerfile(r.Context(), req, actor(r), func(ev manager.BuildEvent) { _ = nd.send(buildEventToAPI(ev)) })
+	if err != nil {
+		if nd.err == nil && !headerWritten(w) {
+			writeError(w, err)
+			return
+		}
+		_ = nd.send(api.BuildEvent{Error: apiErrorFor(w, err)})
+		return
+	}
+	tt := templateToAPI(t)
+	_ = nd.send(api.BuildEvent{Template: &tt})
+}
