@@ -17,6 +17,7 @@ import (
 	"github.com/berth-sh/berth/internal/e2b/envdpb/filesystem/filesystemconnect"
 	"github.com/berth-sh/berth/internal/e2b/envdpb/process/processconnect"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/sandbox"
 )
 
 // The rules of envd's calls: the sandbox's own lease token, with the
@@ -32,6 +33,25 @@ const (
 	maxUpload     = 1 << 30
 	maxRPCMessage = 4 << 20
 )
+
+// The REST routes whose audit records envd's writes make: a file written
+// or a process started through the E2B door is recorded exactly as the
+// same call through /v1 (the action is the REST route's pattern).
+const (
+	actWriteFile     = "PUT /v1/sandboxes/{id}/files"
+	actRemove        = "DELETE /v1/sandboxes/{id}/files"
+	actMkdir         = "POST /v1/sandboxes/{id}/files/mkdir"
+	actMove          = "POST /v1/sandboxes/{id}/files/move"
+	actStartProcess  = "POST /v1/sandboxes/{id}/processes"
+	actProcessStdin  = "POST /v1/sandboxes/{id}/processes/{pid}/stdin"
+	actSignalProcess = "POST /v1/sandboxes/{id}/processes/{pid}/signal"
+)
+
+// restOK is the status each REST route above answers on success, which
+// its audit outcome records ("ok 204").
+var restOK = map[string]int{actWriteFile: http.StatusOK, actRemove: http.StatusNoContent, actMkdir: http.StatusNoContent,
+	actMove: http.StatusNoContent, actStartProcess: http.StatusCreated, actProcessStdin: http.StatusNoContent,
+	actSignalProcess: http.StatusNoContent}
 
 type principalKey struct{}
 
@@ -52,19 +72,35 @@ func (d *Door) envdRoutes() *http.ServeMux {
 	mux.Handle(fpath, d.envdAuth(ruleFiles, true, fh))
 	mux.Handle("GET /files", d.envdAuth(ruleFiles, false, http.HandlerFunc(d.download)))
 	mux.Handle("POST /files", d.envdAuth(ruleFiles, false, http.HandlerFunc(d.upload)))
-	mux.Handle("GET /health", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// E2B's health check carries no token: it says whether the
-		// sandbox answers, nothing about it.
-		if _, err := d.cfg.Manager.Get(context.WithoutCancel(r.Context()), targetOf(r.Context()).Sandbox); err != nil {
-			w.WriteHeader(http.StatusBadGateway)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	}))
+	mux.Handle("GET /health", http.HandlerFunc(d.health))
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, d.cfg.Log, errdefs.NotFound("envd has no route %s %s", r.Method, r.URL.Path))
 	}))
 	return mux
+}
+
+// ruleHealth is the health check's: any live lease of the sandbox.
+var ruleHealth = auth.Rule{Scopes: []auth.Scope{auth.ScopeSandboxesRead}, Lease: true}
+
+// health is envd's health check, which the SDK's isRunning reads: 204
+// while the sandbox runs, 502 when it does not (paused, stopped, killed).
+// Only the sandbox's own live access token learns that it runs: without
+// one — no token, another sandbox's, a revoked one, an id that names
+// nothing or another tenant's sandbox — the answer is 502 whatever the
+// sandbox is, so the route tells a stranger nothing about which ids exist.
+func (d *Door) health(w http.ResponseWriter, r *http.Request) {
+	id := targetOf(r.Context()).Sandbox
+	p, err := d.cfg.Server.Credential(r.Context(), r.Header.Get("X-Access-Token"), ruleHealth, id)
+	if err != nil || !p.IsLease() {
+		w.WriteHeader(http.StatusBadGateway)
+		return
+	}
+	sb, err := d.cfg.Manager.Get(d.cfg.WithCaller(context.WithoutCancel(r.Context()), p), id)
+	if err != nil || sb.State != sandbox.StateRunning {
+		w.WriteHeader(http.StatusBadGateway)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // envdAuth admits a call only with the target sandbox's own lease token
@@ -163,13 +199,32 @@ func homeOf(user string) string {
 	return "/home/" + user
 }
 
+// defaultUser is the user a call that names none acts as: the target
+// sandbox's default user when that is a name (E2B's "user" for a sandbox
+// the door made from a builtin template), else "" (root).
+func (d *Door) defaultUser(ctx context.Context, named string) string {
+	if named != "" {
+		return named
+	}
+	sb, err := d.cfg.Manager.Get(ctx, targetOf(ctx).Sandbox)
+	if err != nil {
+		return ""
+	}
+	u, err := checkUser(sb.Spec.User)
+	if err != nil || u == "" || u == "root" || (u[0] >= '0' && u[0] <= '9') {
+		return ""
+	}
+	return u
+}
+
 // absPath resolves p as envd does: relative to the user's home.
 func absPath(p, user string) (string, error) {
 	if p == "" {
 		return "", errdefs.Invalid("path is required")
 	}
-	if strings.IndexByte(p, 0) >= 0 {
-		return "", errdefs.Invalid("path has a NUL byte")
+	// The REST file routes' rule: no control characters.
+	if err := sandbox.CheckText("path", p); err != nil {
+		return "", err
 	}
 	if strings.HasPrefix(p, "~/") || p == "~" {
 		p = homeOf(user) + strings.TrimPrefix(p, "~")
@@ -195,6 +250,7 @@ func (d *Door) download(w http.ResponseWriter, r *http.Request) {
 		writeError(w, d.cfg.Log, err)
 		return
 	}
+	user = d.defaultUser(ctx, user)
 	path, err := absPath(r.URL.Query().Get("path"), user)
 	if err != nil {
 		writeError(w, d.cfg.Log, err)
@@ -234,16 +290,44 @@ type writtenInfo struct {
 // given); parents are made.
 func (d *Door) upload(w http.ResponseWriter, r *http.Request) {
 	ctx, p := r.Context(), principalOf(r.Context())
-	user, err := fileUser(r)
+	var out []writtenInfo
+	err := d.audited(ctx, r.RemoteAddr, p, actWriteFile, targetOf(ctx).Sandbox, func() (err error) {
+		out, err = d.writeUpload(w, r)
+		return err
+	})
 	if err != nil {
 		writeError(w, d.cfg.Log, err)
 		return
 	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// partFileName is a multipart part's file name as the client sent it,
+// directories included (multipart.Part.FileName keeps only the base
+// name, which would write every file of the SDK's writeFiles into the
+// home directory).
+func partFileName(part *multipart.Part) string {
+	_, params, err := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+	if err != nil {
+		return ""
+	}
+	return params["filename"]
+}
+
+// writeUpload writes the upload's files: one octet-stream body to ?path,
+// or multipart parts named "file" (each to ?path, or to its file name
+// when no path is given); parents are made.
+func (d *Door) writeUpload(w http.ResponseWriter, r *http.Request) ([]writtenInfo, error) {
+	ctx, p := r.Context(), principalOf(r.Context())
+	user, err := fileUser(r)
+	if err != nil {
+		return nil, err
+	}
+	user = d.defaultUser(ctx, user)
 	qpath := r.URL.Query().Get("path")
 	f, err := d.cfg.Manager.Files(ctx, targetOf(ctx).Sandbox, true, p.Actor)
 	if err != nil {
-		writeError(w, d.cfg.Log, err)
-		return
+		return nil, err
 	}
 	defer f.Close()
 	put := func(name string, body io.Reader) (writtenInfo, error) {
@@ -270,8 +354,7 @@ func (d *Door) upload(w http.ResponseWriter, r *http.Request) {
 				break
 			}
 			if err != nil {
-				writeError(w, d.cfg.Log, errdefs.Invalid("multipart body: %v", err))
-				return
+				return nil, errdefs.Invalid("multipart body: %v", err)
 			}
 			if part.FormName() != "file" {
 				part.Close()
@@ -279,33 +362,29 @@ func (d *Door) upload(w http.ResponseWriter, r *http.Request) {
 			}
 			name := qpath
 			if name == "" {
-				name = part.FileName()
+				name = partFileName(part)
 			}
 			wi, err := put(name, part)
 			part.Close()
 			if err != nil {
-				writeError(w, d.cfg.Log, err)
-				return
+				return nil, err
 			}
 			out = append(out, wi)
 		}
 	} else {
 		if r.Header.Get("Content-Encoding") != "" {
-			writeError(w, d.cfg.Log, errdefs.Invalid("Content-Encoding %q is not supported", r.Header.Get("Content-Encoding")))
-			return
+			return nil, errdefs.Invalid("Content-Encoding %q is not supported", r.Header.Get("Content-Encoding"))
 		}
 		wi, err := put(qpath, body)
 		if err != nil {
-			writeError(w, d.cfg.Log, err)
-			return
+			return nil, err
 		}
 		out = append(out, wi)
 	}
 	if len(out) == 0 {
-		writeError(w, d.cfg.Log, errdefs.Invalid("no file in the upload"))
-		return
+		return nil, errdefs.Invalid("no file in the upload")
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out, nil
 }
 
 // proxy sends a request for a sandbox's own port through berth's port
@@ -316,6 +395,10 @@ func (d *Door) proxy(w http.ResponseWriter, r *http.Request, t Target) {
 	if tok == "" {
 		tok = r.Header.Get("E2b-Traffic-Access-Token")
 	}
+	if tok == "" && d.publicTraffic(r.Context(), t.Sandbox) {
+		d.forward(w, r.WithContext(d.cfg.WithCaller(r.Context(), auth.Anonymous)), t)
+		return
+	}
 	p, err := d.cfg.Server.Credential(r.Context(), tok, rulePorts, t.Sandbox)
 	if err == nil && !p.IsLease() {
 		err = errdefs.Permission("a sandbox port takes the sandbox's access token")
@@ -324,7 +407,20 @@ func (d *Door) proxy(w http.ResponseWriter, r *http.Request, t Target) {
 		writeError(w, d.cfg.Log, err)
 		return
 	}
-	r = r.WithContext(d.cfg.WithCaller(r.Context(), p))
+	d.forward(w, r.WithContext(d.cfg.WithCaller(r.Context(), p)), t)
+}
+
+// publicTraffic reports whether sandbox id serves its ports without a
+// token: made through the door without allowPublicTraffic: false, and
+// running.
+func (d *Door) publicTraffic(ctx context.Context, id string) bool {
+	sb, err := d.cfg.Manager.Get(d.cfg.WithCaller(ctx, auth.Anonymous), id)
+	return err == nil && sb.Spec.AllPortsPublic && sb.State == sandbox.StateRunning
+}
+
+// forward sends r, authorized, to the sandbox's port through berth's port
+// proxy, without the door's own headers.
+func (d *Door) forward(w http.ResponseWriter, r *http.Request, t Target) {
 	for _, h := range []string{"X-Access-Token", "E2b-Traffic-Access-Token", "E2b-Sandbox-Id", "E2b-Sandbox-Port"} {
 		r.Header.Del(h)
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
 )
 
 type createRequestT = manager.CreateRequest
@@ -124,23 +126,38 @@ func TestCreateRequest(t *testing.T) {
 }
 
 // FuzzListFilter: the SDK's list query never panics, and what it accepts
-// names only running and paused.
+// selects only E2B's states (running and paused, a stopped sandbox only
+// when its root persisted), never a warm-pool member, its labels what the
+// query named.
 func FuzzListFilter(f *testing.F) {
 	f.Add("state=running,paused&metadata=a%3Db%26c%3Dd")
 	f.Add("metadata=%25zz")
+	f.Add("startedAfter=2026-01-02T03:04:05.678Z&template=base&order=asc&state=paused")
+	f.Add("order=sideways")
 	f.Fuzz(func(t *testing.T, q string) {
 		v, err := url.ParseQuery(q)
 		if err != nil {
 			return
 		}
-		lf, err := parseListFilter(v)
+		lf, none, err := listQuery(v)
 		if err != nil {
 			return
 		}
-		for _, s := range lf.states {
-			if s != "running" && s != "paused" {
+		if !lf.NoPool || lf.IncludeDeleted || lf.Owner != (store.Owner{}) {
+			t.Fatalf("filter %+v", lf)
+		}
+		for _, s := range lf.States {
+			if s != sandbox.StateRunning && s != sandbox.StateCreating && s != sandbox.StateStarting && s != sandbox.StatePaused {
 				t.Fatalf("accepted state %q", s)
 			}
+		}
+		for _, s := range lf.KeptRootStates {
+			if s != sandbox.StateStopped && s != sandbox.StateStopping {
+				t.Fatalf("accepted kept-root state %q", s)
+			}
+		}
+		if !none && sandbox.CheckLabels(lf.Labels) != nil {
+			t.Fatalf("labels %q go to the store unchecked", lf.Labels)
 		}
 	})
 }
