@@ -39,7 +39,56 @@ MIME_FIELDS = {
     "application/javascript": "javascript",
     "application/vnd.e2b.chart": "chart",
     "application/vnd.e2b.data": "data",
+    "e2b/data": "data",
 }
+
+# Run in every new kernel, silently: what E2B's template sets up in its
+# kernels. A pandas DataFrame result also carries its columns as "data"
+# (E2B's e2b/data); PIL's Image.show() and Image.save(path) display the
+# image (a PNG result) instead of opening a viewer.
+KERNEL_SETUP = r"""
+def __berth_setup():
+    import sys
+    from IPython import get_ipython
+    from IPython.core.formatters import BaseFormatter
+    from traitlets import Unicode, ObjectName
+
+    class DataFormatter(BaseFormatter):
+        format_type = Unicode("e2b/data")
+        print_method = ObjectName("_repr_e2b_data_")
+        _return_type = (dict, str)
+
+        def __call__(self, obj):
+            pandas = sys.modules.get("pandas")
+            if pandas is None or not isinstance(obj, pandas.DataFrame):
+                return super().__call__(obj)
+            out = obj.to_dict(orient="list")
+            for k, v in out.items():
+                out[k] = [x.isoformat() if isinstance(x, pandas.Timestamp) else x for x in v]
+            return out
+
+    ip = get_ipython()
+    ip.display_formatter.formatters["e2b/data"] = DataFormatter(parent=ip.display_formatter)
+    try:
+        from IPython.display import display
+        from PIL.Image import Image
+        from PIL.ImageShow import UnixViewer
+    except ImportError:
+        return
+    UnixViewer.show_file = lambda self, path, **options: 0
+    save = Image.save
+
+    def saved(image, fp, format=None, **options):
+        if isinstance(fp, str):
+            display(image)
+        return save(image, fp, format, **options)
+
+    Image.save = saved
+
+
+__berth_setup()
+del __berth_setup
+"""
 
 
 class BadRequest(Exception):
@@ -58,8 +107,11 @@ def result_of(data, is_main):
         if field is None:
             extra[mime] = value
         else:
-            if isinstance(value, list):
+            if isinstance(value, list) and field != "data":
                 value = "".join(value)
+            if field == "text" and len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                # A string's repr: E2B answers the string itself.
+                value = value[1:-1]
             out[field] = value
     if extra:
         out["extra"] = extra
@@ -99,6 +151,7 @@ class Context:
         kc.start_channels()
         kc.wait_for_ready(timeout=60)
         self.km, self.kc = km, kc
+        self._silent(KERNEL_SETUP)
 
     def stop(self):
         if self.kc is not None:
