@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	pathpkg "path"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/berth-sh/berth/internal/e2b/envdpb/filesystem/filesystemconnect"
 	"github.com/berth-sh/berth/internal/e2b/envdpb/process/processconnect"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
@@ -330,19 +333,28 @@ func (d *Door) writeUpload(w http.ResponseWriter, r *http.Request) ([]writtenInf
 		return nil, err
 	}
 	defer f.Close()
+	var made []string // what the upload created, given to the user after
 	put := func(name string, body io.Reader) (writtenInfo, error) {
 		path, err := absPath(name, user)
 		if err != nil {
 			return writtenInfo{}, err
 		}
-		if err := f.Mkdir(ctx, pathpkg.Dir(path), 0o755, true, p.Actor); err != nil && !errors.Is(err, errdefs.ErrConflict) {
+		dirs, err := d.mkdirs(ctx, f, pathpkg.Dir(path), p.Actor)
+		if err != nil {
 			return writtenInfo{}, err
 		}
+		made = append(made, dirs...)
 		if _, err := f.WriteFile(ctx, path, 0o644, body, p.Actor); err != nil {
 			return writtenInfo{}, err
 		}
+		made = append(made, path)
 		return writtenInfo{Name: pathpkg.Base(path), Type: "file", Path: path}, nil
 	}
+	defer func() {
+		if len(made) > 0 {
+			d.giveTo(ctx, user, made)
+		}
+	}()
 	body := http.MaxBytesReader(w, r.Body, maxUpload)
 	var out []writtenInfo
 	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
@@ -385,6 +397,50 @@ func (d *Door) writeUpload(w http.ResponseWriter, r *http.Request) ([]writtenInf
 		return nil, errdefs.Invalid("no file in the upload")
 	}
 	return out, nil
+}
+
+// mkdirs makes dir and its missing parents and returns the ones it made,
+// outermost first.
+func (d *Door) mkdirs(ctx context.Context, f *manager.Files, dir, actor string) ([]string, error) {
+	var missing []string
+	for p := dir; p != "/"; p = pathpkg.Dir(p) {
+		if _, err := f.Stat(ctx, p); err == nil {
+			break
+		} else if !errors.Is(err, errdefs.ErrNotFound) {
+			return nil, err
+		}
+		missing = append([]string{p}, missing...)
+	}
+	if len(missing) == 0 {
+		return nil, nil
+	}
+	if err := f.Mkdir(ctx, dir, 0o755, true, actor); err != nil && !errors.Is(err, errdefs.ErrConflict) {
+		return nil, err
+	}
+	return missing, nil
+}
+
+// giveTo makes user (not root) the owner of paths the door just created
+// for a call acting as that user, as envd's own writes are: berth's file
+// access writes as the sandbox's root. It runs chown in the sandbox as
+// root, bounded by the daemon's own deadline; the paths are ones this
+// call made, and the command's only effect is inside the sandbox.
+func (d *Door) giveTo(ctx context.Context, user string, paths []string) {
+	if user == "" || user == "root" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var msg bytes.Buffer
+	ex, err := d.cfg.Manager.Exec(ctx, targetOf(ctx).Sandbox, &manager.ExecRequest{
+		Cmd: append([]string{"chown", "-h", "--", user + ":"}, paths...), User: "root",
+	}, manager.ExecIO{Stdout: &msg, Stderr: &msg}, principalOf(ctx).Actor)
+	if err == nil && ex.Code != 0 {
+		err = errors.New(strings.TrimSpace(msg.String()))
+	}
+	if err != nil {
+		d.cfg.Log.Warn("e2b: giving written files to their user", "sandbox", targetOf(ctx).Sandbox, "user", user, "err", err)
+	}
 }
 
 // proxy sends a request for a sandbox's own port through berth's port

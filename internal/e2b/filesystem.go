@@ -135,8 +135,12 @@ func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[pb
 			// The SDK's makeDir answers false for a directory already there.
 			return nil, connect.NewError(connect.CodeAlreadyExists, errors.New(p[0]+" exists"))
 		}
-		if err := f.Mkdir(ctx, p[0], 0o755, true, principalOf(ctx).Actor); err != nil {
+		made, err := s.d.mkdirs(ctx, f, p[0], principalOf(ctx).Actor)
+		if err != nil {
 			return nil, err
+		}
+		if user, err := userOfGetter(req.Header()); err == nil {
+			s.d.giveTo(ctx, s.d.defaultUser(ctx, user), made)
 		}
 		fi, err := f.Stat(ctx, p[0])
 		if err != nil {

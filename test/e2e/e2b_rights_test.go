@@ -42,8 +42,8 @@ func e2bCaller(t *testing.T, url string) func(method, path, body string, hdr map
 	}
 }
 
-// tenantKey makes a key of tenant with role and returns it.
-func tenantKey(t *testing.T, d *daemon, tenant, role string) string {
+// roleKey makes a key of tenant with role (berth key create) and returns it.
+func roleKey(t *testing.T, d *daemon, tenant, role string) string {
 	t.Helper()
 	out, errOut, code := d.cli("key", "create", "--tenant", tenant, "--role", role)
 	if code != 0 {
@@ -82,8 +82,8 @@ func TestE2BRightsBehindDoor(t *testing.T) {
 			t.Fatalf("tenant create: %s %s", out, errOut)
 		}
 	}
-	member, viewer := tenantKey(t, d, "acme", "member"), tenantKey(t, d, "acme", "viewer")
-	stranger := tenantKey(t, d, "other", "member")
+	member, viewer := roleKey(t, d, "acme", "member"), roleKey(t, d, "acme", "viewer")
+	stranger := roleKey(t, d, "other", "member")
 	type created struct{ SandboxID, EnvdAccessToken string }
 	mk := func(k string) created {
 		t.Helper()
