@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -276,9 +277,31 @@ func (d *Door) download(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": pathpkg.Base(path)}))
-	if _, err := f.ReadFile(ctx, path, w); err != nil {
+	var out io.Writer = w
+	if acceptsGzip(r.Header.Get("Accept-Encoding")) {
+		// The SDK's read({gzip: true}).
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Header().Add("Vary", "Accept-Encoding")
+		zw := gzip.NewWriter(w)
+		defer zw.Close()
+		out = zw
+	}
+	if _, err := f.ReadFile(ctx, path, out); err != nil {
 		d.cfg.Log.Warn("e2b download cut short", "sandbox", targetOf(ctx).Sandbox, "err", err)
 	}
+}
+
+// acceptsGzip reports whether an Accept-Encoding header asks for gzip
+// (and does not refuse it with q=0).
+func acceptsGzip(h string) bool {
+	for _, part := range strings.Split(h, ",") {
+		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if strings.EqualFold(strings.TrimSpace(name), "gzip") {
+			q := strings.ReplaceAll(strings.TrimSpace(params), " ", "")
+			return q != "q=0" && q != "q=0.0" && q != "q=0.00" && q != "q=0.000"
+		}
+	}
+	return false
 }
 
 // writtenInfo is envd's answer for one written file.
@@ -384,10 +407,23 @@ func (d *Door) writeUpload(w http.ResponseWriter, r *http.Request) ([]writtenInf
 			out = append(out, wi)
 		}
 	} else {
-		if r.Header.Get("Content-Encoding") != "" {
-			return nil, errdefs.Invalid("Content-Encoding %q is not supported", r.Header.Get("Content-Encoding"))
+		var in io.Reader = body
+		switch ce := r.Header.Get("Content-Encoding"); ce {
+		case "":
+		case "gzip":
+			// The SDK's gzip upload: the file is what it inflates to,
+			// bounded like an upload (a small body that inflates past
+			// the bound is refused, not written whole).
+			zr, err := gzip.NewReader(body)
+			if err != nil {
+				return nil, errdefs.Invalid("gzip body: %v", err)
+			}
+			defer zr.Close()
+			in = &boundedReader{r: zr, left: maxUpload}
+		default:
+			return nil, errdefs.Invalid("Content-Encoding %q is not supported (gzip is)", ce)
 		}
-		wi, err := put(qpath, body)
+		wi, err := put(qpath, in)
 		if err != nil {
 			return nil, err
 		}
@@ -397,6 +433,21 @@ func (d *Door) writeUpload(w http.ResponseWriter, r *http.Request) ([]writtenInf
 		return nil, errdefs.Invalid("no file in the upload")
 	}
 	return out, nil
+}
+
+// boundedReader reads r, failing once more than left bytes came.
+type boundedReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	if b.left < 0 {
+		return 0, errdefs.TooLarge("the upload inflates past %d bytes", int64(maxUpload))
+	}
+	return n, err
 }
 
 // mkdirs makes dir and its missing parents and returns the ones it made,

@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"io"
 	"net/url"
 	"path"
 	"strings"
@@ -194,4 +195,34 @@ func FuzzAbsPath(f *testing.F) {
 			t.Fatalf("absPath(%q, %q) = %q", p, user, got)
 		}
 	})
+}
+
+// FuzzAcceptsGzip: Accept-Encoding is read without panicking, gzip named
+// alone is accepted, and gzip;q=0 never is.
+func FuzzAcceptsGzip(f *testing.F) {
+	for _, s := range []string{"gzip", "br, gzip;q=0.5", "gzip;q=0", "deflate", "", "GZIP ; q=1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		got := acceptsGzip(h)
+		if strings.TrimSpace(h) == "gzip" && !got {
+			t.Fatalf("acceptsGzip(%q) = false", h)
+		}
+		if strings.ReplaceAll(h, " ", "") == "gzip;q=0" && got {
+			t.Fatalf("acceptsGzip(%q) = true", h)
+		}
+	})
+}
+
+// TestBoundedReader: an inflating upload stops with 413 past its bound.
+func TestBoundedReader(t *testing.T) {
+	b := &boundedReader{r: strings.NewReader(strings.Repeat("x", 100)), left: 10}
+	_, err := io.ReadAll(b)
+	if st := statusOf(err); st != 413 {
+		t.Fatalf("reading 100 bytes through a 10-byte bound: %v (status %d)", err, st)
+	}
+	b = &boundedReader{r: strings.NewReader("0123456789"), left: 10}
+	if got, err := io.ReadAll(b); err != nil || string(got) != "0123456789" {
+		t.Fatalf("exactly the bound: %q %v", got, err)
+	}
 }

@@ -47,6 +47,9 @@ try {
   const cat = await a.commands.run('for f in /home/user/rel.txt /home/user/nested/dir/one.txt /tmp/abs/two.txt; do cat $f; echo; done; stat -c %u /home/user/rel.txt')
   out.files = cat.stdout.trim().split('\n')
   out.readBack = await a.files.read('nested/dir/one.txt')
+  // gzip both ways (the SDK's gzip option).
+  await a.files.write('gz/z.txt', 'zipped', { gzip: true })
+  out.gz = [await a.files.read('gz/z.txt', { gzip: true }), await a.files.read('gz/z.txt')]
   try {
     await a.files.remove('/tmp/never-there')
     out.removeMissing = 'ok'

@@ -10,7 +10,7 @@ import (
 // (test/e2b/conventions.mjs) through what E2B programs assume: commands
 // naming no user run as "user" (uid 1000) in /home/user with that HOME;
 // relative paths are under /home/user; writeFiles keeps each entry's
-// directories; removing a missing file succeeds; Sandbox.list pages one
+// directories; gzip uploads and downloads; removing a missing file succeeds; Sandbox.list pages one
 // match at a time, newest first (or oldest with order asc), filtered by
 // metadata, template and startedAfter in the query; connect never
 // shortens a running sandbox's timeout; ports are public unless the
@@ -57,6 +57,9 @@ func TestE2BConventions(t *testing.T) {
 	}
 	if got.ReadBack != "one" {
 		t.Errorf("files.read of a relative nested path: %q", got.ReadBack)
+	}
+	if !slices.Equal(got.GZ, []string{"zipped", "zipped"}) {
+		t.Errorf("a gzip upload read back with and without gzip: %q", got.GZ)
 	}
 	if got.RemoveMissing != "ok" {
 		t.Errorf("removing a missing file: %s", got.RemoveMissing)
