@@ -28,6 +28,7 @@ func TestE2BConventions(t *testing.T) {
 		ID               string `json:"id"`
 		Who, Root, Files []string
 		ReadBack         string `json:"readBack"`
+		GZ               []string
 		RemoveMissing    string `json:"removeMissing"`
 		Pages            [][]string
 		Asc              []string
