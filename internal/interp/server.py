@@ -17,11 +17,29 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from jupyter_client.manager import KernelManager
-
 PORT = int(os.environ.get("BERTH_INTERP_PORT", "49999"))
 DEFAULT_TIMEOUT = float(os.environ.get("BERTH_INTERP_TIMEOUT", "300"))
-DEFAULT_CWD = os.environ.get("BERTH_INTERP_CWD", "/workspace")
+
+
+def _home():
+    """The home of the user the server runs as ("" when unknown)."""
+    try:
+        import pwd
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except (ImportError, KeyError):
+        return ""
+
+
+# A server run as an unprivileged user (E2B's "user", in a sandbox made
+# through berth's E2B door) works in that user's home, as E2B's does;
+# as root in /workspace, berth's own default.
+HOME = _home() if os.getuid() != 0 else ""
+if HOME and os.path.isdir(HOME):
+    os.environ["HOME"] = HOME
+
+from jupyter_client.manager import KernelManager  # noqa: E402 (after HOME)
+
+DEFAULT_CWD = os.environ.get("BERTH_INTERP_CWD") or (HOME if HOME and os.path.isdir(HOME) else "/workspace")
 MAX_BODY = 16 << 20
 MAX_CONTEXTS = 32
 LANGUAGES = {"python": "python", "python3": "python", "": "python"}
@@ -130,6 +148,9 @@ class Context:
 
     def start(self):
         env = dict(os.environ)
+        if HOME and os.path.isdir(HOME):
+            # The template's HOME is root's; a user's kernel has its own.
+            env["HOME"] = HOME
         env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
         env.setdefault("MPLCONFIGDIR", "/tmp/berth-interp-mpl")
         # Debian's matplotlibrc is in /etc, which is not the host's here.
