@@ -323,7 +323,8 @@ func (s *processService) CloseStdin(ctx context.Context, req *connect.Request[pb
 // Update resizes a running PTY. berth's background processes take a
 // terminal size from an attached client only, so the door sets it on the
 // terminal itself: `stty -F /proc/PID/fd/0 rows R cols C` run in the
-// sandbox as root against the process's own terminal (TIOCSWINSZ, which
+// sandbox as root (or the sandbox's default user, the owner of a
+// terminal root cannot open) against the process's own terminal (TIOCSWINSZ, which
 // also signals SIGWINCH to its foreground group). The pid is one the
 // door resolved to a running PTY process of this sandbox; the command's
 // only effect is inside the sandbox.
@@ -343,13 +344,25 @@ func (s *processService) Update(ctx context.Context, req *connect.Request[pb.Upd
 	if rows == 0 || cols == 0 {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("rows and cols must be positive"))
 	}
-	var msg limitedBuffer
-	ex, err := s.m().Exec(ctx, targetOf(ctx).Sandbox, &manager.ExecRequest{
-		Cmd:  []string{"stty", "-F", "/proc/" + strconv.Itoa(p.PID) + "/fd/0", "rows", strconv.Itoa(int(rows)), "cols", strconv.Itoa(int(cols))},
-		User: "root", Timeout: 10 * time.Second,
-	}, manager.ExecIO{Stdout: &msg, Stderr: &msg}, principalOf(ctx).Actor)
-	if err != nil {
-		return nil, connectError(err)
+	// The terminal's owner may open it through /proc: root for root's
+	// process, else the sandbox's default user (sandbox root has no
+	// CAP_SYS_PTRACE to open another user's fd).
+	var (
+		msg limitedBuffer
+		ex  manager.Exit
+	)
+	for _, user := range []string{"root", ""} {
+		msg.Reset()
+		ex, err = s.m().Exec(ctx, targetOf(ctx).Sandbox, &manager.ExecRequest{
+			Cmd:  []string{"stty", "-F", "/proc/" + strconv.Itoa(p.PID) + "/fd/0", "rows", strconv.Itoa(int(rows)), "cols", strconv.Itoa(int(cols))},
+			User: user, Timeout: 10 * time.Second,
+		}, manager.ExecIO{Stdout: &msg, Stderr: &msg}, principalOf(ctx).Actor)
+		if err != nil {
+			return nil, connectError(err)
+		}
+		if ex.Code == 0 {
+			break
+		}
 	}
 	if ex.Code != 0 {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("resizing the PTY: stty exited %d: %s", ex.Code, msg.String()))
