@@ -322,7 +322,7 @@ func (s *processService) CloseStdin(ctx context.Context, req *connect.Request[pb
 
 // Update resizes a running PTY. berth's background processes take a
 // terminal size from an attached client only, so the door sets it on the
-// terminal itself: `stty -F /proc/PID/fd/0 rows R cols C` run in the
+// terminal itself: `stty -F /dev/pts/N rows R cols C` (resizeScript) run in the
 // sandbox as root (or the sandbox's default user, the owner of a
 // terminal root cannot open) against the process's own terminal (TIOCSWINSZ, which
 // also signals SIGWINCH to its foreground group). The pid is one the
@@ -344,9 +344,8 @@ func (s *processService) Update(ctx context.Context, req *connect.Request[pb.Upd
 	if rows == 0 || cols == 0 {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("rows and cols must be positive"))
 	}
-	// The terminal's owner may open it through /proc: root for root's
-	// process, else the sandbox's default user (sandbox root has no
-	// CAP_SYS_PTRACE to open another user's fd).
+	// As root, else as the sandbox's default user (the terminal's owner
+	// when root may not open it).
 	var (
 		msg limitedBuffer
 		ex  manager.Exit
@@ -354,7 +353,7 @@ func (s *processService) Update(ctx context.Context, req *connect.Request[pb.Upd
 	for _, user := range []string{"root", ""} {
 		msg.Reset()
 		ex, err = s.m().Exec(ctx, targetOf(ctx).Sandbox, &manager.ExecRequest{
-			Cmd:  []string{"stty", "-F", "/proc/" + strconv.Itoa(p.PID) + "/fd/0", "rows", strconv.Itoa(int(rows)), "cols", strconv.Itoa(int(cols))},
+			Cmd:  []string{"sh", "-c", resizeScript, "sh", strconv.Itoa(p.PID), strconv.Itoa(int(rows)), strconv.Itoa(int(cols))},
 			User: user, Timeout: 10 * time.Second,
 		}, manager.ExecIO{Stdout: &msg, Stderr: &msg}, principalOf(ctx).Actor)
 		if err != nil {
@@ -369,6 +368,15 @@ func (s *processService) Update(ctx context.Context, req *connect.Request[pb.Upd
 	}
 	return connect.NewResponse(&pb.UpdateResponse{}), nil
 }
+
+// resizeScript sets the size of process $1's terminal to $2 rows and $3
+// columns. The terminal is found from /proc/$1/stat's tty_nr (readable by
+// anyone), not /proc/$1/fd/0: a process that changed user is not
+// dumpable, and sandbox root has no CAP_SYS_PTRACE to open its fds.
+const resizeScript = `t=$(sed 's/.*) //' /proc/"$1"/stat | cut -d' ' -f5) || exit 3
+maj=$(( (t >> 8) & 0xfff )); min=$(( (t & 0xff) | ((t >> 12) & 0xfff00) ))
+[ "$maj" -ge 136 ] && [ "$maj" -le 143 ] || { echo "process $1 has no pseudo-terminal" >&2; exit 3; }
+exec stty -F /dev/pts/$(( (maj - 136) * 256 + min )) rows "$2" cols "$3"`
 
 // limitedBuffer keeps the first 1 KiB written to it (a message shown to
 // the caller) and drops the rest.
