@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	pathpkg "path"
 	"strconv"
+	"strings"
 	"sync"
 
 	"connectrpc.com/connect"
@@ -92,7 +93,11 @@ func entryOf(fi manager.FileInfo) *pb.EntryInfo {
 	case fi.Link != "" || mode&fs.ModeSymlink != 0:
 		e.Type = pb.FileType_FILE_TYPE_SYMLINK
 		if fi.Link != "" {
+			// envd answers the target as an absolute path.
 			l := fi.Link
+			if !strings.HasPrefix(l, "/") {
+				l = pathpkg.Join(pathpkg.Dir(fi.Path), l)
+			}
 			e.SymlinkTarget = &l
 		}
 	case fi.IsDir:
@@ -112,9 +117,14 @@ func entryOf(fi manager.FileInfo) *pb.EntryInfo {
 	return e
 }
 
+// ownerName is the name of uid or gid id in berth's builtin templates
+// (root, and E2B's user at 1000); any other id as a number.
 func ownerName(id uint32) string {
-	if id == 0 {
+	switch id {
+	case 0:
 		return "root"
+	case 1000:
+		return E2BUser
 	}
 	return strconv.FormatUint(uint64(id), 10)
 }
