@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/interp"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -377,6 +379,17 @@ func (d *Door) create(ctx context.Context, w http.ResponseWriter, r *http.Reques
 			// E2B's convention on berth's own templates (which have the
 			// account): commands run as "user" in /home/user.
 			req.User, req.Workdir = E2BUser, homeOf(E2BUser)
+			if svc := t.Config.Service; svc != nil && svc.ReadyPort == interp.Port {
+				// The code interpreter's kernels start in the user's
+				// home, as E2B's do (docs/code-interpreter.md).
+				req.Env = maps.Clone(req.Env)
+				if req.Env == nil {
+					req.Env = map[string]string{}
+				}
+				if _, ok := req.Env["BERTH_INTERP_CWD"]; !ok {
+					req.Env["BERTH_INTERP_CWD"] = homeOf(E2BUser)
+				}
+			}
 		}
 	}
 	sb, err := d.cfg.Manager.Create(ctx, req, manager.CreateOptions{Actor: p.Actor, Tenant: p.Tenant})
