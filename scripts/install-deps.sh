@@ -29,6 +29,8 @@ command -v python3 >/dev/null || need_apt+=(python3)
 # (internal/interp): ipykernel, jupyter_client, matplotlib, numpy, pandas.
 /usr/bin/python3 -c 'import ipykernel, jupyter_client, matplotlib, numpy, pandas' 2>/dev/null ||
 	need_apt+=(python3-ipykernel python3-jupyter-client python3-matplotlib python3-numpy python3-pandas)
+# PIL: E2B's Image.show() gives a PNG result (internal/interp's kernel setup).
+/usr/bin/python3 -c 'import PIL' 2>/dev/null || need_apt+=(python3-pil)
 # make unit runs go test -race, which needs cgo: a C compiler and libc headers.
 command -v gcc >/dev/null || need_apt+=(gcc libc6-dev)
 # The MCP e2e test drives `berth mcp` with the MCP TypeScript SDK (test/mcp;

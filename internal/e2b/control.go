@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -16,10 +17,15 @@ import (
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/interp"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
+
+// E2BUser is the user E2B's programs expect their commands to run as
+// (uid 1000, home /home/user); berth's builtin templates have it.
+const E2BUser = "user"
 
 // DefaultTimeout is E2B's sandbox timeout when a create or connect names
 // none.
@@ -69,7 +75,7 @@ func (d *Door) controlRoutes() *http.ServeMux {
 			if err == nil {
 				call := func() error { return fn(ctx, w, r, p) }
 				if action != "" {
-					err = d.audited(ctx, r, p, action, id, call)
+					err = d.audited(ctx, r.RemoteAddr, p, "e2b "+action, id, call)
 				} else {
 					err = call()
 				}
@@ -141,10 +147,11 @@ type newSandbox struct {
 }
 
 type networkConfig struct {
-	AllowOut    []string        `json:"allowOut"`
-	DenyOut     []string        `json:"denyOut"`
-	EgressProxy json.RawMessage `json:"egressProxy"`
-	Rules       json.RawMessage `json:"rules"`
+	AllowPublicTraffic *bool           `json:"allowPublicTraffic"`
+	AllowOut           []string        `json:"allowOut"`
+	DenyOut            []string        `json:"denyOut"`
+	EgressProxy        json.RawMessage `json:"egressProxy"`
+	Rules              json.RawMessage `json:"rules"`
 }
 
 func present(m json.RawMessage) bool { return len(m) > 0 && string(m) != "null" }
@@ -207,6 +214,8 @@ func createRequest(in *newSandbox) (*manager.CreateRequest, error) {
 		}
 		req.Timeout = d
 	}
+	// E2B serves a sandbox's ports to anyone unless it asked otherwise.
+	req.AllPortsPublic = in.Network == nil || in.Network.AllowPublicTraffic == nil || *in.Network.AllowPublicTraffic
 	if n := in.Network; n != nil {
 		if present(n.EgressProxy) || present(n.Rules) {
 			return nil, errdefs.Invalid("network egressProxy and rules are not supported by berth's E2B door")
@@ -242,8 +251,8 @@ type sandboxOut struct {
 	Alias              string  `json:"alias,omitempty"`
 	ClientID           string  `json:"clientID"`
 	EnvdVersion        string  `json:"envdVersion"`
-	EnvdAccessToken    string  `json:"envdAccessToken"`
-	TrafficAccessToken string  `json:"trafficAccessToken"`
+	EnvdAccessToken    string  `json:"envdAccessToken,omitempty"`
+	TrafficAccessToken string  `json:"trafficAccessToken,omitempty"`
 	Domain             *string `json:"domain"`
 }
 
@@ -323,8 +332,22 @@ func (d *Door) listed(sb *sandbox.Sandbox) listedOut {
 	return out
 }
 
+// envdToken is the access token p is shown for sb: the sandbox's lease,
+// which runs commands and reads and writes files in it, only for a
+// caller that holds every right the lease does (LeaseScopes); anyone
+// else — a viewer, a key without exec or files — gets none, so reading a
+// sandbox never hands out more than the reader may do.
+func (d *Door) envdToken(ctx context.Context, sb *sandbox.Sandbox, p auth.Principal) (string, error) {
+	for _, sc := range auth.LeaseScopes {
+		if !p.Has(sc) {
+			return "", nil
+		}
+	}
+	return d.cfg.Server.SandboxLease(ctx, sb, p.KeyID)
+}
+
 func (d *Door) sandboxOut(ctx context.Context, sb *sandbox.Sandbox, p auth.Principal) (sandboxOut, error) {
-	tok, err := d.cfg.Server.SandboxLease(ctx, sb, p.KeyID)
+	tok, err := d.envdToken(ctx, sb, p)
 	if err != nil {
 		return sandboxOut{}, err
 	}
@@ -347,6 +370,28 @@ func (d *Door) create(ctx context.Context, w http.ResponseWriter, r *http.Reques
 			req.Template, req.Snapshot = "", sn.ID
 		}
 	}
+	if req.Snapshot == "" {
+		name := req.Template
+		if name == "" {
+			name = d.cfg.Manager.Config().DefaultTemplate
+		}
+		if t, err := d.cfg.Manager.ResolveTemplate(ctx, p.Tenant, name); err == nil && t.Builtin {
+			// E2B's convention on berth's own templates (which have the
+			// account): commands run as "user" in /home/user.
+			req.User, req.Workdir = E2BUser, homeOf(E2BUser)
+			if svc := t.Config.Service; svc != nil && svc.ReadyPort == interp.Port {
+				// The code interpreter's kernels start in the user's
+				// home, as E2B's do (docs/code-interpreter.md).
+				req.Env = maps.Clone(req.Env)
+				if req.Env == nil {
+					req.Env = map[string]string{}
+				}
+				if _, ok := req.Env["BERTH_INTERP_CWD"]; !ok {
+					req.Env["BERTH_INTERP_CWD"] = homeOf(E2BUser)
+				}
+			}
+		}
+	}
 	sb, err := d.cfg.Manager.Create(ctx, req, manager.CreateOptions{Actor: p.Actor, Tenant: p.Tenant})
 	if err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) {
@@ -363,82 +408,97 @@ func (d *Door) create(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	return nil
 }
 
-// listFilter is the SDK's list query: states and metadata pairs.
-type listFilter struct {
-	states   []string
-	metadata map[string]string
-}
-
-// parseListFilter reads state (comma-separated, repeatable) and metadata
-// (a URL-encoded k=v&k2=v2 string, its keys and values encoded again).
-func parseListFilter(q url.Values) (listFilter, error) {
-	var f listFilter
+// listQuery is the SDK's list query as berth's store filter: states,
+// metadata pairs, startedAfter, template, order. Every part is a
+// condition of the store's query, so a page holds limit matches.
+func listQuery(q url.Values) (store.SandboxFilter, bool, error) {
+	f := store.SandboxFilter{NoPool: true, Newest: true}
+	var running, paused bool
 	for _, v := range q["state"] {
 		for _, s := range strings.Split(v, ",") {
 			switch s {
-			case "running", "paused":
-				f.states = append(f.states, s)
+			case "running":
+				running = true
+			case "paused":
+				paused = true
 			case "":
 			default:
-				return f, errdefs.Invalid("state %q: want running or paused", s)
+				return f, false, errdefs.Invalid("state %q: want running or paused", s)
 			}
 		}
 	}
+	if !running && !paused {
+		running, paused = true, true
+	}
+	if running {
+		f.States = append(f.States, sandbox.StateRunning, sandbox.StateCreating, sandbox.StateStarting)
+	}
+	if paused {
+		// A stopped sandbox that kept its files is E2B's paused without
+		// memory (e2bState).
+		f.States = append(f.States, sandbox.StatePaused)
+		f.KeptRootStates = []sandbox.State{sandbox.StateStopping, sandbox.StateStopped}
+	}
+	none := false
 	if m := q.Get("metadata"); m != "" {
 		pairs, err := url.ParseQuery(m)
 		if err != nil {
-			return f, errdefs.Invalid("metadata: %v", err)
+			return f, false, errdefs.Invalid("metadata: %v", err)
 		}
-		f.metadata = map[string]string{}
+		f.Labels = map[string]string{}
 		for k, vs := range pairs {
 			key, err1 := url.QueryUnescape(k)
 			val, err2 := url.QueryUnescape(vs[len(vs)-1])
 			if err1 != nil || err2 != nil {
-				return f, errdefs.Invalid("metadata: bad encoding")
+				return f, false, errdefs.Invalid("metadata: bad encoding")
 			}
-			f.metadata[key] = val
+			f.Labels[key] = val
 		}
+		// No sandbox has labels berth would refuse.
+		none = sandbox.CheckLabels(f.Labels) != nil
 	}
-	return f, nil
+	if v := q.Get("startedAfter"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return f, false, errdefs.Invalid("startedAfter: want an RFC 3339 time")
+		}
+		f.StartedAfter = t
+	}
+	f.Template = q.Get("template")
+	switch q.Get("order") {
+	case "", "desc":
+	case "asc":
+		f.Newest = false
+	default:
+		return f, false, errdefs.Invalid("order must be asc or desc")
+	}
+	return f, none, nil
 }
 
-func (f listFilter) match(sb *sandbox.Sandbox) bool {
-	st := e2bState(sb)
-	if st == "" || sb.Spec.Pool != "" {
-		return false
+func (d *Door) list(ctx context.Context, q url.Values, page store.Page) ([]listedOut, string, error) {
+	f, none, err := listQuery(q)
+	if err != nil || none {
+		return []listedOut{}, "", err
 	}
-	if len(f.states) > 0 && !slices.Contains(f.states, st) {
-		return false
+	if f.Template == manager.BuiltinTemplate {
+		// E2B's default template is the daemon's default.
+		f.Template = d.cfg.Manager.Config().DefaultTemplate
 	}
-	for k, v := range f.metadata {
-		if got, ok := sb.Spec.Labels[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
-}
-
-func (d *Door) list(ctx context.Context, f listFilter, page store.Page) ([]listedOut, string, error) {
-	sbs, next, err := d.cfg.Manager.List(ctx, false, page)
+	sbs, next, err := d.cfg.Manager.ListFiltered(ctx, f, page)
 	if err != nil {
 		return nil, "", err
 	}
-	out := []listedOut{}
+	out := make([]listedOut, 0, len(sbs))
 	for _, sb := range sbs {
-		if f.match(sb) {
-			out = append(out, d.listed(sb))
-		}
+		out = append(out, d.listed(sb))
 	}
 	return out, next, nil
 }
 
 func (d *Door) listV1(ctx context.Context, w http.ResponseWriter, r *http.Request, _ auth.Principal) error {
-	f, err := parseListFilter(r.URL.Query())
-	if err != nil {
-		return err
-	}
-	f.states = []string{"running"}
-	out, _, err := d.list(ctx, f, store.Page{})
+	q := r.URL.Query()
+	q.Set("state", "running")
+	out, _, err := d.list(ctx, q, store.Page{})
 	if err != nil {
 		return err
 	}
@@ -448,10 +508,6 @@ func (d *Door) listV1(ctx context.Context, w http.ResponseWriter, r *http.Reques
 
 func (d *Door) listV2(ctx context.Context, w http.ResponseWriter, r *http.Request, _ auth.Principal) error {
 	q := r.URL.Query()
-	f, err := parseListFilter(q)
-	if err != nil {
-		return err
-	}
 	page := store.Page{Limit: 100, Cursor: q.Get("nextToken")}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
@@ -460,7 +516,7 @@ func (d *Door) listV2(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		}
 		page.Limit = n
 	}
-	out, next, err := d.list(ctx, f, page)
+	out, next, err := d.list(ctx, q, page)
 	if err != nil {
 		return err
 	}
@@ -490,7 +546,7 @@ func (d *Door) get(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 		return err
 	}
 	out := d.listed(sb)
-	if out.EnvdAccessToken, err = d.cfg.Server.SandboxLease(ctx, sb, p.KeyID); err != nil {
+	if out.EnvdAccessToken, err = d.envdToken(ctx, sb, p); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -610,8 +666,12 @@ func (d *Door) wake(ctx context.Context, id string, t time.Duration, memory *boo
 		return nil, false, err
 	}
 	if sb.Spec.Policy.IdleTimeout == 0 || sb.Spec.Timeout > 0 {
-		if sb, err = d.cfg.Manager.SetTimeout(ctx, sb.ID, t, p.Actor); err != nil {
-			return nil, false, err
+		// E2B's connect only extends: a running sandbox whose deadline
+		// is later than t from now keeps it.
+		if end, ok := sb.Deadline(); paused || ok && end.Before(time.Now().Add(t)) {
+			if sb, err = d.cfg.Manager.SetTimeout(ctx, sb.ID, t, p.Actor); err != nil {
+				return nil, false, err
+			}
 		}
 	}
 	return sb, paused, nil

@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"time"
 
 	"github.com/berth-sh/berth/internal/audit"
@@ -189,21 +190,25 @@ func (d *Door) authorize(r *http.Request, token string, rule auth.Rule, id strin
 
 // audited runs fn as an audited action (when the door has a log): begun
 // before it acts, completed with its outcome; a begin that cannot be
-// written refuses the call.
-func (d *Door) audited(ctx context.Context, r *http.Request, p auth.Principal, action, target string, fn func() error) error {
+// written refuses the call. source is the caller's address.
+func (d *Door) audited(ctx context.Context, source string, p auth.Principal, action, target string, fn func() error) error {
 	if d.cfg.Audit == nil {
 		return fn()
 	}
-	op, err := d.cfg.Audit.Begin(ctx, audit.Entry{Tenant: p.Tenant, Actor: p.Actor, Action: "e2b " + action,
-		Target: target, Source: r.RemoteAddr, RequestID: requestIDOf(r.Context())})
+	op, err := d.cfg.Audit.Begin(ctx, audit.Entry{Tenant: p.Tenant, Actor: p.Actor, Action: action,
+		Target: target, Source: source, RequestID: requestIDOf(ctx)})
 	if err != nil {
 		d.cfg.Log.Error("audit: refusing an e2b call that cannot be recorded", "action", action, "err", err)
 		return errdefs.Unavailable("the audit log cannot be written; nothing was done")
 	}
 	err = fn()
-	if err != nil {
-		op.Complete("error " + http.StatusText(statusOf(err)))
-	} else {
+	switch {
+	case err != nil:
+		op.Complete("error " + strconv.Itoa(statusOf(err)))
+	case restOK[action] != 0:
+		// The REST route's own outcome ("ok 204"): the same record.
+		op.Complete("ok " + strconv.Itoa(restOK[action]))
+	default:
 		op.Complete("ok")
 	}
 	return err

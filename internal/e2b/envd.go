@@ -1,6 +1,8 @@
 package e2b
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -10,6 +12,7 @@ import (
 	"net/http"
 	pathpkg "path"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -17,6 +20,8 @@ import (
 	"github.com/berth-sh/berth/internal/e2b/envdpb/filesystem/filesystemconnect"
 	"github.com/berth-sh/berth/internal/e2b/envdpb/process/processconnect"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/sandbox"
 )
 
 // The rules of envd's calls: the sandbox's own lease token, with the
@@ -32,6 +37,25 @@ const (
 	maxUpload     = 1 << 30
 	maxRPCMessage = 4 << 20
 )
+
+// The REST routes whose audit records envd's writes make: a file written
+// or a process started through the E2B door is recorded exactly as the
+// same call through /v1 (the action is the REST route's pattern).
+const (
+	actWriteFile     = "PUT /v1/sandboxes/{id}/files"
+	actRemove        = "DELETE /v1/sandboxes/{id}/files"
+	actMkdir         = "POST /v1/sandboxes/{id}/files/mkdir"
+	actMove          = "POST /v1/sandboxes/{id}/files/move"
+	actStartProcess  = "POST /v1/sandboxes/{id}/processes"
+	actProcessStdin  = "POST /v1/sandboxes/{id}/processes/{pid}/stdin"
+	actSignalProcess = "POST /v1/sandboxes/{id}/processes/{pid}/signal"
+)
+
+// restOK is the status each REST route above answers on success, which
+// its audit outcome records ("ok 204").
+var restOK = map[string]int{actWriteFile: http.StatusOK, actRemove: http.StatusNoContent, actMkdir: http.StatusNoContent,
+	actMove: http.StatusNoContent, actStartProcess: http.StatusCreated, actProcessStdin: http.StatusNoContent,
+	actSignalProcess: http.StatusNoContent}
 
 type principalKey struct{}
 
@@ -52,19 +76,35 @@ func (d *Door) envdRoutes() *http.ServeMux {
 	mux.Handle(fpath, d.envdAuth(ruleFiles, true, fh))
 	mux.Handle("GET /files", d.envdAuth(ruleFiles, false, http.HandlerFunc(d.download)))
 	mux.Handle("POST /files", d.envdAuth(ruleFiles, false, http.HandlerFunc(d.upload)))
-	mux.Handle("GET /health", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// E2B's health check carries no token: it says whether the
-		// sandbox answers, nothing about it.
-		if _, err := d.cfg.Manager.Get(context.WithoutCancel(r.Context()), targetOf(r.Context()).Sandbox); err != nil {
-			w.WriteHeader(http.StatusBadGateway)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	}))
+	mux.Handle("GET /health", http.HandlerFunc(d.health))
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, d.cfg.Log, errdefs.NotFound("envd has no route %s %s", r.Method, r.URL.Path))
 	}))
 	return mux
+}
+
+// ruleHealth is the health check's: any live lease of the sandbox.
+var ruleHealth = auth.Rule{Scopes: []auth.Scope{auth.ScopeSandboxesRead}, Lease: true}
+
+// health is envd's health check, which the SDK's isRunning reads: 204
+// while the sandbox runs, 502 when it does not (paused, stopped, killed).
+// Only the sandbox's own live access token learns that it runs: without
+// one — no token, another sandbox's, a revoked one, an id that names
+// nothing or another tenant's sandbox — the answer is 502 whatever the
+// sandbox is, so the route tells a stranger nothing about which ids exist.
+func (d *Door) health(w http.ResponseWriter, r *http.Request) {
+	id := targetOf(r.Context()).Sandbox
+	p, err := d.cfg.Server.Credential(r.Context(), r.Header.Get("X-Access-Token"), ruleHealth, id)
+	if err != nil || !p.IsLease() {
+		w.WriteHeader(http.StatusBadGateway)
+		return
+	}
+	sb, err := d.cfg.Manager.Get(d.cfg.WithCaller(context.WithoutCancel(r.Context()), p), id)
+	if err != nil || sb.State != sandbox.StateRunning {
+		w.WriteHeader(http.StatusBadGateway)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // envdAuth admits a call only with the target sandbox's own lease token
@@ -163,13 +203,32 @@ func homeOf(user string) string {
 	return "/home/" + user
 }
 
+// defaultUser is the user a call that names none acts as: the target
+// sandbox's default user when that is a name (E2B's "user" for a sandbox
+// the door made from a builtin template), else "" (root).
+func (d *Door) defaultUser(ctx context.Context, named string) string {
+	if named != "" {
+		return named
+	}
+	sb, err := d.cfg.Manager.Get(ctx, targetOf(ctx).Sandbox)
+	if err != nil {
+		return ""
+	}
+	u, err := checkUser(sb.Spec.User)
+	if err != nil || u == "" || u == "root" || (u[0] >= '0' && u[0] <= '9') {
+		return ""
+	}
+	return u
+}
+
 // absPath resolves p as envd does: relative to the user's home.
 func absPath(p, user string) (string, error) {
 	if p == "" {
 		return "", errdefs.Invalid("path is required")
 	}
-	if strings.IndexByte(p, 0) >= 0 {
-		return "", errdefs.Invalid("path has a NUL byte")
+	// The REST file routes' rule: no control characters.
+	if err := sandbox.CheckText("path", p); err != nil {
+		return "", err
 	}
 	if strings.HasPrefix(p, "~/") || p == "~" {
 		p = homeOf(user) + strings.TrimPrefix(p, "~")
@@ -195,6 +254,7 @@ func (d *Door) download(w http.ResponseWriter, r *http.Request) {
 		writeError(w, d.cfg.Log, err)
 		return
 	}
+	user = d.defaultUser(ctx, user)
 	path, err := absPath(r.URL.Query().Get("path"), user)
 	if err != nil {
 		writeError(w, d.cfg.Log, err)
@@ -217,9 +277,31 @@ func (d *Door) download(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": pathpkg.Base(path)}))
-	if _, err := f.ReadFile(ctx, path, w); err != nil {
+	var out io.Writer = w
+	if acceptsGzip(r.Header.Get("Accept-Encoding")) {
+		// The SDK's read({gzip: true}).
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Header().Add("Vary", "Accept-Encoding")
+		zw := gzip.NewWriter(w)
+		defer zw.Close()
+		out = zw
+	}
+	if _, err := f.ReadFile(ctx, path, out); err != nil {
 		d.cfg.Log.Warn("e2b download cut short", "sandbox", targetOf(ctx).Sandbox, "err", err)
 	}
+}
+
+// acceptsGzip reports whether an Accept-Encoding header asks for gzip
+// (and does not refuse it with q=0).
+func acceptsGzip(h string) bool {
+	for _, part := range strings.Split(h, ",") {
+		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if strings.EqualFold(strings.TrimSpace(name), "gzip") {
+			q := strings.ReplaceAll(strings.TrimSpace(params), " ", "")
+			return q != "q=0" && q != "q=0.0" && q != "q=0.00" && q != "q=0.000"
+		}
+	}
+	return false
 }
 
 // writtenInfo is envd's answer for one written file.
@@ -234,31 +316,68 @@ type writtenInfo struct {
 // given); parents are made.
 func (d *Door) upload(w http.ResponseWriter, r *http.Request) {
 	ctx, p := r.Context(), principalOf(r.Context())
-	user, err := fileUser(r)
+	var out []writtenInfo
+	err := d.audited(ctx, r.RemoteAddr, p, actWriteFile, targetOf(ctx).Sandbox, func() (err error) {
+		out, err = d.writeUpload(w, r)
+		return err
+	})
 	if err != nil {
 		writeError(w, d.cfg.Log, err)
 		return
 	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// partFileName is a multipart part's file name as the client sent it,
+// directories included (multipart.Part.FileName keeps only the base
+// name, which would write every file of the SDK's writeFiles into the
+// home directory).
+func partFileName(part *multipart.Part) string {
+	_, params, err := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+	if err != nil {
+		return ""
+	}
+	return params["filename"]
+}
+
+// writeUpload writes the upload's files: one octet-stream body to ?path,
+// or multipart parts named "file" (each to ?path, or to its file name
+// when no path is given); parents are made.
+func (d *Door) writeUpload(w http.ResponseWriter, r *http.Request) ([]writtenInfo, error) {
+	ctx, p := r.Context(), principalOf(r.Context())
+	user, err := fileUser(r)
+	if err != nil {
+		return nil, err
+	}
+	user = d.defaultUser(ctx, user)
 	qpath := r.URL.Query().Get("path")
 	f, err := d.cfg.Manager.Files(ctx, targetOf(ctx).Sandbox, true, p.Actor)
 	if err != nil {
-		writeError(w, d.cfg.Log, err)
-		return
+		return nil, err
 	}
 	defer f.Close()
+	var made []string // what the upload created, given to the user after
 	put := func(name string, body io.Reader) (writtenInfo, error) {
 		path, err := absPath(name, user)
 		if err != nil {
 			return writtenInfo{}, err
 		}
-		if err := f.Mkdir(ctx, pathpkg.Dir(path), 0o755, true, p.Actor); err != nil && !errors.Is(err, errdefs.ErrConflict) {
+		dirs, err := d.mkdirs(ctx, f, pathpkg.Dir(path), p.Actor)
+		if err != nil {
 			return writtenInfo{}, err
 		}
+		made = append(made, dirs...)
 		if _, err := f.WriteFile(ctx, path, 0o644, body, p.Actor); err != nil {
 			return writtenInfo{}, err
 		}
+		made = append(made, path)
 		return writtenInfo{Name: pathpkg.Base(path), Type: "file", Path: path}, nil
 	}
+	defer func() {
+		if len(made) > 0 {
+			d.giveTo(ctx, user, made)
+		}
+	}()
 	body := http.MaxBytesReader(w, r.Body, maxUpload)
 	var out []writtenInfo
 	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
@@ -270,8 +389,7 @@ func (d *Door) upload(w http.ResponseWriter, r *http.Request) {
 				break
 			}
 			if err != nil {
-				writeError(w, d.cfg.Log, errdefs.Invalid("multipart body: %v", err))
-				return
+				return nil, errdefs.Invalid("multipart body: %v", err)
 			}
 			if part.FormName() != "file" {
 				part.Close()
@@ -279,33 +397,101 @@ func (d *Door) upload(w http.ResponseWriter, r *http.Request) {
 			}
 			name := qpath
 			if name == "" {
-				name = part.FileName()
+				name = partFileName(part)
 			}
 			wi, err := put(name, part)
 			part.Close()
 			if err != nil {
-				writeError(w, d.cfg.Log, err)
-				return
+				return nil, err
 			}
 			out = append(out, wi)
 		}
 	} else {
-		if r.Header.Get("Content-Encoding") != "" {
-			writeError(w, d.cfg.Log, errdefs.Invalid("Content-Encoding %q is not supported", r.Header.Get("Content-Encoding")))
-			return
+		var in io.Reader = body
+		switch ce := r.Header.Get("Content-Encoding"); ce {
+		case "":
+		case "gzip":
+			// The SDK's gzip upload: the file is what it inflates to,
+			// bounded like an upload (a small body that inflates past
+			// the bound is refused, not written whole).
+			zr, err := gzip.NewReader(body)
+			if err != nil {
+				return nil, errdefs.Invalid("gzip body: %v", err)
+			}
+			defer zr.Close()
+			in = &boundedReader{r: zr, left: maxUpload}
+		default:
+			return nil, errdefs.Invalid("Content-Encoding %q is not supported (gzip is)", ce)
 		}
-		wi, err := put(qpath, body)
+		wi, err := put(qpath, in)
 		if err != nil {
-			writeError(w, d.cfg.Log, err)
-			return
+			return nil, err
 		}
 		out = append(out, wi)
 	}
 	if len(out) == 0 {
-		writeError(w, d.cfg.Log, errdefs.Invalid("no file in the upload"))
+		return nil, errdefs.Invalid("no file in the upload")
+	}
+	return out, nil
+}
+
+// boundedReader reads r, failing once more than left bytes came.
+type boundedReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	if b.left < 0 {
+		return 0, errdefs.TooLarge("the upload inflates past %d bytes", int64(maxUpload))
+	}
+	return n, err
+}
+
+// mkdirs makes dir and its missing parents and returns the ones it made,
+// outermost first.
+func (d *Door) mkdirs(ctx context.Context, f *manager.Files, dir, actor string) ([]string, error) {
+	var missing []string
+	for p := dir; p != "/"; p = pathpkg.Dir(p) {
+		if _, err := f.Stat(ctx, p); err == nil {
+			break
+		} else if !errors.Is(err, errdefs.ErrNotFound) {
+			return nil, err
+		}
+		missing = append([]string{p}, missing...)
+	}
+	if len(missing) == 0 {
+		return nil, nil
+	}
+	if err := f.Mkdir(ctx, dir, 0o755, true, actor); err != nil && !errors.Is(err, errdefs.ErrConflict) {
+		return nil, err
+	}
+	return missing, nil
+}
+
+// giveTo makes user (not root) the owner of paths the door just created
+// for a call acting as that user, as envd's own writes are: berth's file
+// access writes as the sandbox's root. It runs chown in the sandbox as
+// root, bounded by the daemon's own deadline; the paths are ones this
+// call made, and the command's only effect is inside the sandbox.
+func (d *Door) giveTo(ctx context.Context, user string, paths []string) {
+	if user == "" || user == "root" {
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var msg bytes.Buffer
+	ex, err := d.cfg.Manager.Exec(ctx, targetOf(ctx).Sandbox, &manager.ExecRequest{
+		Cmd: append([]string{"chown", "-h", "--", user + ":"}, paths...), User: "root",
+	}, manager.ExecIO{Stdout: &msg, Stderr: &msg}, principalOf(ctx).Actor)
+	if err == nil && ex.Code != 0 {
+		err = errors.New(strings.TrimSpace(msg.String()))
+	}
+	if err != nil {
+		d.cfg.Log.Warn("e2b: giving written files to their user", "sandbox", targetOf(ctx).Sandbox, "user", user, "err", err)
+	}
 }
 
 // proxy sends a request for a sandbox's own port through berth's port
@@ -316,6 +502,10 @@ func (d *Door) proxy(w http.ResponseWriter, r *http.Request, t Target) {
 	if tok == "" {
 		tok = r.Header.Get("E2b-Traffic-Access-Token")
 	}
+	if tok == "" && d.publicTraffic(r.Context(), t.Sandbox) {
+		d.forward(w, r.WithContext(d.cfg.WithCaller(r.Context(), auth.Anonymous)), t)
+		return
+	}
 	p, err := d.cfg.Server.Credential(r.Context(), tok, rulePorts, t.Sandbox)
 	if err == nil && !p.IsLease() {
 		err = errdefs.Permission("a sandbox port takes the sandbox's access token")
@@ -324,7 +514,20 @@ func (d *Door) proxy(w http.ResponseWriter, r *http.Request, t Target) {
 		writeError(w, d.cfg.Log, err)
 		return
 	}
-	r = r.WithContext(d.cfg.WithCaller(r.Context(), p))
+	d.forward(w, r.WithContext(d.cfg.WithCaller(r.Context(), p)), t)
+}
+
+// publicTraffic reports whether sandbox id serves its ports without a
+// token: made through the door without allowPublicTraffic: false, and
+// running.
+func (d *Door) publicTraffic(ctx context.Context, id string) bool {
+	sb, err := d.cfg.Manager.Get(d.cfg.WithCaller(ctx, auth.Anonymous), id)
+	return err == nil && sb.Spec.AllPortsPublic && sb.State == sandbox.StateRunning
+}
+
+// forward sends r, authorized, to the sandbox's port through berth's port
+// proxy, without the door's own headers.
+func (d *Door) forward(w http.ResponseWriter, r *http.Request, t Target) {
 	for _, h := range []string{"X-Access-Token", "E2b-Traffic-Access-Token", "E2b-Sandbox-Id", "E2b-Sandbox-Port"} {
 		r.Header.Del(h)
 	}

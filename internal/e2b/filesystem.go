@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	pathpkg "path"
 	"strconv"
+	"strings"
 	"sync"
 
 	"connectrpc.com/connect"
@@ -33,6 +34,7 @@ func (s *filesystemService) open(ctx context.Context, h interface{ Get(string) s
 	if err != nil {
 		return nil, nil, err
 	}
+	user = s.d.defaultUser(ctx, user)
 	abs := make([]string, len(paths))
 	for i, p := range paths {
 		if abs[i], err = absPath(p, user); err != nil {
@@ -49,14 +51,26 @@ func (s *filesystemService) open(ctx context.Context, h interface{ Get(string) s
 // unary is a one-answer Filesystem call: fn over the target's files at
 // the request's resolved paths, the files closed after, its error in
 // Connect's terms.
-func unary[Req, Res any](ctx context.Context, s *filesystemService, req *connect.Request[Req], write bool, paths []string,
+// A call that writes names its REST route (action): it is audited as
+// that route is, the same record whichever door it came through.
+func unary[Req, Res any](ctx context.Context, s *filesystemService, req *connect.Request[Req], action string, paths []string,
 	fn func(f *manager.Files, p []string) (*Res, error)) (*connect.Response[Res], error) {
-	f, p, err := s.open(ctx, req.Header(), write, paths...)
-	if err != nil {
-		return nil, connectError(err)
+	var out *Res
+	call := func() error {
+		f, p, err := s.open(ctx, req.Header(), action != "", paths...)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		out, err = fn(f, p)
+		return err
 	}
-	defer f.Close()
-	out, err := fn(f, p)
+	var err error
+	if action != "" {
+		err = s.d.audited(ctx, req.Peer().Addr, principalOf(ctx), action, targetOf(ctx).Sandbox, call)
+	} else {
+		err = call()
+	}
 	if err != nil {
 		return nil, connectError(err)
 	}
@@ -79,7 +93,11 @@ func entryOf(fi manager.FileInfo) *pb.EntryInfo {
 	case fi.Link != "" || mode&fs.ModeSymlink != 0:
 		e.Type = pb.FileType_FILE_TYPE_SYMLINK
 		if fi.Link != "" {
+			// envd answers the target as an absolute path.
 			l := fi.Link
+			if !strings.HasPrefix(l, "/") {
+				l = pathpkg.Join(pathpkg.Dir(fi.Path), l)
+			}
 			e.SymlinkTarget = &l
 		}
 	case fi.IsDir:
@@ -99,15 +117,20 @@ func entryOf(fi manager.FileInfo) *pb.EntryInfo {
 	return e
 }
 
+// ownerName is the name of uid or gid id in berth's builtin templates
+// (root, and E2B's user at 1000); any other id as a number.
 func ownerName(id uint32) string {
-	if id == 0 {
+	switch id {
+	case 0:
 		return "root"
+	case 1000:
+		return E2BUser
 	}
 	return strconv.FormatUint(uint64(id), 10)
 }
 
 func (s *filesystemService) Stat(ctx context.Context, req *connect.Request[pb.StatRequest]) (*connect.Response[pb.StatResponse], error) {
-	return unary(ctx, s, req, false, []string{req.Msg.GetPath()}, func(f *manager.Files, p []string) (*pb.StatResponse, error) {
+	return unary(ctx, s, req, "", []string{req.Msg.GetPath()}, func(f *manager.Files, p []string) (*pb.StatResponse, error) {
 		fi, err := f.Stat(ctx, p[0])
 		if err != nil {
 			return nil, err
@@ -117,13 +140,17 @@ func (s *filesystemService) Stat(ctx context.Context, req *connect.Request[pb.St
 }
 
 func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRequest]) (*connect.Response[pb.MakeDirResponse], error) {
-	return unary(ctx, s, req, true, []string{req.Msg.GetPath()}, func(f *manager.Files, p []string) (*pb.MakeDirResponse, error) {
+	return unary(ctx, s, req, actMkdir, []string{req.Msg.GetPath()}, func(f *manager.Files, p []string) (*pb.MakeDirResponse, error) {
 		if _, err := f.Stat(ctx, p[0]); err == nil {
 			// The SDK's makeDir answers false for a directory already there.
 			return nil, connect.NewError(connect.CodeAlreadyExists, errors.New(p[0]+" exists"))
 		}
-		if err := f.Mkdir(ctx, p[0], 0o755, true, principalOf(ctx).Actor); err != nil {
+		made, err := s.d.mkdirs(ctx, f, p[0], principalOf(ctx).Actor)
+		if err != nil {
 			return nil, err
+		}
+		if user, err := userOfGetter(req.Header()); err == nil {
+			s.d.giveTo(ctx, s.d.defaultUser(ctx, user), made)
 		}
 		fi, err := f.Stat(ctx, p[0])
 		if err != nil {
@@ -134,7 +161,7 @@ func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[pb
 }
 
 func (s *filesystemService) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]) (*connect.Response[pb.MoveResponse], error) {
-	return unary(ctx, s, req, true, []string{req.Msg.GetSource(), req.Msg.GetDestination()}, func(f *manager.Files, p []string) (*pb.MoveResponse, error) {
+	return unary(ctx, s, req, actMove, []string{req.Msg.GetSource(), req.Msg.GetDestination()}, func(f *manager.Files, p []string) (*pb.MoveResponse, error) {
 		if err := f.Move(ctx, p[0], p[1], false, principalOf(ctx).Actor); err != nil {
 			return nil, err
 		}
@@ -154,7 +181,7 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[pb
 	if depth > maxListDepth {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("depth over "+strconv.Itoa(maxListDepth)))
 	}
-	return unary(ctx, s, req, false, []string{req.Msg.GetPath()}, func(f *manager.Files, p []string) (*pb.ListDirResponse, error) {
+	return unary(ctx, s, req, "", []string{req.Msg.GetPath()}, func(f *manager.Files, p []string) (*pb.ListDirResponse, error) {
 		if fi, err := f.Stat(ctx, p[0]); err != nil {
 			return nil, err
 		} else if !fi.IsDir {
@@ -188,8 +215,9 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[pb
 }
 
 func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[pb.RemoveRequest]) (*connect.Response[pb.RemoveResponse], error) {
-	return unary(ctx, s, req, true, []string{req.Msg.GetPath()}, func(f *manager.Files, p []string) (*pb.RemoveResponse, error) {
-		if err := f.Remove(ctx, p[0], true, principalOf(ctx).Actor); err != nil {
+	return unary(ctx, s, req, actRemove, []string{req.Msg.GetPath()}, func(f *manager.Files, p []string) (*pb.RemoveResponse, error) {
+		// envd's remove of a path that is not there succeeds.
+		if err := f.Remove(ctx, p[0], true, principalOf(ctx).Actor); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			return nil, err
 		}
 		return &pb.RemoveResponse{}, nil

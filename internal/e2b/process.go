@@ -6,15 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/berth-sh/berth/api"
 	pb "github.com/berth-sh/berth/internal/e2b/envdpb/process"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/server/input"
 )
 
 // keepAlive is how often a process stream sends a keepalive event (the
@@ -105,36 +108,53 @@ func startEvent(pid int) *pb.ProcessEvent {
 }
 
 func (s *processService) Start(ctx context.Context, req *connect.Request[pb.StartRequest], st *connect.ServerStream[pb.StartResponse]) error {
-	user, err := userOf(req.Header())
-	if err != nil {
-		return connectError(err)
-	}
-	cfg := req.Msg.GetProcess()
-	if cfg.GetCmd() == "" {
-		return connect.NewError(connect.CodeInvalidArgument, errors.New("process cmd is required"))
-	}
-	exec := manager.ExecRequest{Cmd: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Env: cfg.GetEnvs(), User: user}
-	if cfg.Cwd != nil {
-		if exec.Workdir, err = absPath(cfg.GetCwd(), user); err != nil {
-			return connectError(err)
-		}
-	}
-	tty := req.Msg.Pty != nil
-	if tty {
-		exec.TTY = true
-		sz := req.Msg.GetPty().GetSize()
-		exec.Rows, exec.Cols = clamp16(sz.GetRows()), clamp16(sz.GetCols())
-	}
 	sb := targetOf(ctx).Sandbox
-	actor := principalOf(ctx).Actor
-	pr, err := s.m().StartProcess(ctx, sb, &manager.StartRequest{ExecRequest: exec, Tag: req.Msg.GetTag()}, actor)
+	p := principalOf(ctx)
+	tty := req.Msg.Pty != nil
+	var pr manager.Process
+	// The start is the REST process start: the same validation and the
+	// same audit record, whichever door it came through.
+	err := s.d.audited(ctx, req.Peer().Addr, p, actStartProcess, sb, func() error {
+		named, err := userOf(req.Header())
+		if err != nil {
+			return err
+		}
+		user := s.d.defaultUser(ctx, named)
+		cfg := req.Msg.GetProcess()
+		if cfg.GetCmd() == "" {
+			return errdefs.Invalid("process cmd is required")
+		}
+		exec := manager.ExecRequest{Cmd: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Env: maps.Clone(cfg.GetEnvs()), User: named}
+		if cfg.Cwd != nil {
+			if exec.Workdir, err = absPath(cfg.GetCwd(), user); err != nil {
+				return err
+			}
+		}
+		if err := input.ValidateExec(&api.ExecRequest{Cmd: exec.Cmd, Env: exec.Env, Workdir: exec.Workdir, User: exec.User}); err != nil {
+			return err
+		}
+		if _, ok := exec.Env["HOME"]; !ok && user != "" {
+			// envd's commands have their user's home as HOME.
+			if exec.Env == nil {
+				exec.Env = map[string]string{}
+			}
+			exec.Env["HOME"] = homeOf(user)
+		}
+		if tty {
+			exec.TTY = true
+			sz := req.Msg.GetPty().GetSize()
+			exec.Rows, exec.Cols = clamp16(sz.GetRows()), clamp16(sz.GetCols())
+		}
+		pr, err = s.m().StartProcess(ctx, sb, &manager.StartRequest{ExecRequest: exec, Tag: req.Msg.GetTag()}, p.Actor)
+		return err
+	})
 	if err != nil {
 		return connectError(err)
 	}
 	if !req.Msg.GetStdin() && !tty {
 		// E2B closes a command's stdin unless asked to keep it.
 		// A command already done has no stdin left to close.
-		if err := s.m().ProcessStdin(ctx, sb, pr.ID, bytes.NewReader(nil), true, actor); err != nil && !errors.Is(err, errdefs.ErrConflict) {
+		if err := s.m().ProcessStdin(ctx, sb, pr.ID, bytes.NewReader(nil), true, p.Actor); err != nil && !errors.Is(err, errdefs.ErrConflict) {
 			return connectError(err)
 		}
 	}
@@ -229,7 +249,9 @@ func (s *processService) SendInput(ctx context.Context, req *connect.Request[pb.
 	if err != nil {
 		return nil, connectError(err)
 	}
-	if err := s.m().ProcessStdin(ctx, targetOf(ctx).Sandbox, p.ID, bytes.NewReader(inputBytes(req.Msg.GetInput())), false, principalOf(ctx).Actor); err != nil {
+	if err := s.d.audited(ctx, req.Peer().Addr, principalOf(ctx), actProcessStdin, targetOf(ctx).Sandbox, func() error {
+		return s.m().ProcessStdin(ctx, targetOf(ctx).Sandbox, p.ID, bytes.NewReader(inputBytes(req.Msg.GetInput())), false, principalOf(ctx).Actor)
+	}); err != nil {
 		return nil, connectError(err)
 	}
 	return connect.NewResponse(&pb.SendInputResponse{}), nil
@@ -245,6 +267,10 @@ func (s *processService) StreamInput(ctx context.Context, st *connect.ClientStre
 				return nil, connectError(err)
 			}
 			p = &found
+			// One record for the stream, as for REST's stdin stream.
+			if err := s.d.audited(ctx, st.Peer().Addr, principalOf(ctx), actProcessStdin, targetOf(ctx).Sandbox, func() error { return nil }); err != nil {
+				return nil, connectError(err)
+			}
 		case *pb.StreamInputRequest_Data:
 			if p == nil {
 				return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("data before the start event"))
@@ -273,7 +299,9 @@ func (s *processService) SendSignal(ctx context.Context, req *connect.Request[pb
 	default:
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("signal %v is not SIGTERM or SIGKILL", req.Msg.GetSignal()))
 	}
-	if err := s.m().SignalProcess(ctx, targetOf(ctx).Sandbox, p.ID, sig, stop, principalOf(ctx).Actor); err != nil {
+	if err := s.d.audited(ctx, req.Peer().Addr, principalOf(ctx), actSignalProcess, targetOf(ctx).Sandbox, func() error {
+		return s.m().SignalProcess(ctx, targetOf(ctx).Sandbox, p.ID, sig, stop, principalOf(ctx).Actor)
+	}); err != nil {
 		return nil, connectError(err)
 	}
 	return connect.NewResponse(&pb.SendSignalResponse{}), nil
@@ -284,7 +312,9 @@ func (s *processService) CloseStdin(ctx context.Context, req *connect.Request[pb
 	if err != nil {
 		return nil, connectError(err)
 	}
-	if err := s.m().ProcessStdin(ctx, targetOf(ctx).Sandbox, p.ID, bytes.NewReader(nil), true, principalOf(ctx).Actor); err != nil {
+	if err := s.d.audited(ctx, req.Peer().Addr, principalOf(ctx), actProcessStdin, targetOf(ctx).Sandbox, func() error {
+		return s.m().ProcessStdin(ctx, targetOf(ctx).Sandbox, p.ID, bytes.NewReader(nil), true, principalOf(ctx).Actor)
+	}); err != nil {
 		return nil, connectError(err)
 	}
 	return connect.NewResponse(&pb.CloseStdinResponse{}), nil
@@ -292,8 +322,9 @@ func (s *processService) CloseStdin(ctx context.Context, req *connect.Request[pb
 
 // Update resizes a running PTY. berth's background processes take a
 // terminal size from an attached client only, so the door sets it on the
-// terminal itself: `stty -F /proc/PID/fd/0 rows R cols C` run in the
-// sandbox as root against the process's own terminal (TIOCSWINSZ, which
+// terminal itself: `stty -F /dev/pts/N rows R cols C` (resizeScript) run in the
+// sandbox as root (or the sandbox's default user, the owner of a
+// terminal root cannot open) against the process's own terminal (TIOCSWINSZ, which
 // also signals SIGWINCH to its foreground group). The pid is one the
 // door resolved to a running PTY process of this sandbox; the command's
 // only effect is inside the sandbox.
@@ -313,19 +344,39 @@ func (s *processService) Update(ctx context.Context, req *connect.Request[pb.Upd
 	if rows == 0 || cols == 0 {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("rows and cols must be positive"))
 	}
-	var msg limitedBuffer
-	ex, err := s.m().Exec(ctx, targetOf(ctx).Sandbox, &manager.ExecRequest{
-		Cmd:  []string{"stty", "-F", "/proc/" + strconv.Itoa(p.PID) + "/fd/0", "rows", strconv.Itoa(int(rows)), "cols", strconv.Itoa(int(cols))},
-		User: "root", Timeout: 10 * time.Second,
-	}, manager.ExecIO{Stdout: &msg, Stderr: &msg}, principalOf(ctx).Actor)
-	if err != nil {
-		return nil, connectError(err)
+	// As root, else as the sandbox's default user (the terminal's owner
+	// when root may not open it).
+	var (
+		msg limitedBuffer
+		ex  manager.Exit
+	)
+	for _, user := range []string{"root", ""} {
+		msg.Reset()
+		ex, err = s.m().Exec(ctx, targetOf(ctx).Sandbox, &manager.ExecRequest{
+			Cmd:  []string{"sh", "-c", resizeScript, "sh", strconv.Itoa(p.PID), strconv.Itoa(int(rows)), strconv.Itoa(int(cols))},
+			User: user, Timeout: 10 * time.Second,
+		}, manager.ExecIO{Stdout: &msg, Stderr: &msg}, principalOf(ctx).Actor)
+		if err != nil {
+			return nil, connectError(err)
+		}
+		if ex.Code == 0 {
+			break
+		}
 	}
 	if ex.Code != 0 {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("resizing the PTY: stty exited %d: %s", ex.Code, msg.String()))
 	}
 	return connect.NewResponse(&pb.UpdateResponse{}), nil
 }
+
+// resizeScript sets the size of process $1's terminal to $2 rows and $3
+// columns. The terminal is found from /proc/$1/stat's tty_nr (readable by
+// anyone), not /proc/$1/fd/0: a process that changed user is not
+// dumpable, and sandbox root has no CAP_SYS_PTRACE to open its fds.
+const resizeScript = `t=$(sed 's/.*) //' /proc/"$1"/stat | cut -d' ' -f5) || exit 3
+maj=$(( (t >> 8) & 0xfff )); min=$(( (t & 0xff) | ((t >> 12) & 0xfff00) ))
+[ "$maj" -ge 136 ] && [ "$maj" -le 143 ] || { echo "process $1 has no pseudo-terminal" >&2; exit 3; }
+exec stty -F /dev/pts/$(( (maj - 136) * 256 + min )) rows "$2" cols "$3"`
 
 // limitedBuffer keeps the first 1 KiB written to it (a message shown to
 // the caller) and drops the rest.

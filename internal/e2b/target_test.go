@@ -1,12 +1,15 @@
 package e2b
 
 import (
+	"io"
 	"net/url"
 	"path"
 	"strings"
 	"testing"
 
 	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
 )
 
 type createRequestT = manager.CreateRequest
@@ -124,23 +127,38 @@ func TestCreateRequest(t *testing.T) {
 }
 
 // FuzzListFilter: the SDK's list query never panics, and what it accepts
-// names only running and paused.
+// selects only E2B's states (running and paused, a stopped sandbox only
+// when its root persisted), never a warm-pool member, its labels what the
+// query named.
 func FuzzListFilter(f *testing.F) {
 	f.Add("state=running,paused&metadata=a%3Db%26c%3Dd")
 	f.Add("metadata=%25zz")
+	f.Add("startedAfter=2026-01-02T03:04:05.678Z&template=base&order=asc&state=paused")
+	f.Add("order=sideways")
 	f.Fuzz(func(t *testing.T, q string) {
 		v, err := url.ParseQuery(q)
 		if err != nil {
 			return
 		}
-		lf, err := parseListFilter(v)
+		lf, none, err := listQuery(v)
 		if err != nil {
 			return
 		}
-		for _, s := range lf.states {
-			if s != "running" && s != "paused" {
+		if !lf.NoPool || lf.IncludeDeleted || lf.Owner != (store.Owner{}) {
+			t.Fatalf("filter %+v", lf)
+		}
+		for _, s := range lf.States {
+			if s != sandbox.StateRunning && s != sandbox.StateCreating && s != sandbox.StateStarting && s != sandbox.StatePaused {
 				t.Fatalf("accepted state %q", s)
 			}
+		}
+		for _, s := range lf.KeptRootStates {
+			if s != sandbox.StateStopped && s != sandbox.StateStopping {
+				t.Fatalf("accepted kept-root state %q", s)
+			}
+		}
+		if !none && sandbox.CheckLabels(lf.Labels) != nil {
+			t.Fatalf("labels %q go to the store unchecked", lf.Labels)
 		}
 	})
 }
@@ -177,4 +195,34 @@ func FuzzAbsPath(f *testing.F) {
 			t.Fatalf("absPath(%q, %q) = %q", p, user, got)
 		}
 	})
+}
+
+// FuzzAcceptsGzip: Accept-Encoding is read without panicking, gzip named
+// alone is accepted, and gzip;q=0 never is.
+func FuzzAcceptsGzip(f *testing.F) {
+	for _, s := range []string{"gzip", "br, gzip;q=0.5", "gzip;q=0", "deflate", "", "GZIP ; q=1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		got := acceptsGzip(h)
+		if strings.TrimSpace(h) == "gzip" && !got {
+			t.Fatalf("acceptsGzip(%q) = false", h)
+		}
+		if strings.ReplaceAll(h, " ", "") == "gzip;q=0" && got {
+			t.Fatalf("acceptsGzip(%q) = true", h)
+		}
+	})
+}
+
+// TestBoundedReader: an inflating upload stops with 413 past its bound.
+func TestBoundedReader(t *testing.T) {
+	b := &boundedReader{r: strings.NewReader(strings.Repeat("x", 100)), left: 10}
+	_, err := io.ReadAll(b)
+	if st := statusOf(err); st != 413 {
+		t.Fatalf("reading 100 bytes through a 10-byte bound: %v (status %d)", err, st)
+	}
+	b = &boundedReader{r: strings.NewReader("0123456789"), left: 10}
+	if got, err := io.ReadAll(b); err != nil || string(got) != "0123456789" {
+		t.Fatalf("exactly the bound: %q %v", got, err)
+	}
 }

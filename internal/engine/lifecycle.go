@@ -167,7 +167,7 @@ func (m *Engine) create(ctx context.Context, req *CreateRequest, opt CreateOptio
 	if len(opt.Labels) > 0 {
 		spec.Labels = mergeMaps(spec.Labels, opt.Labels)
 	}
-	spec.Allow, spec.PublicPorts = req.Allow, req.PublicPorts
+	spec.Allow, spec.PublicPorts, spec.AllPortsPublic = req.Allow, req.PublicPorts, req.AllPortsPublic
 	if spec.Secrets, err = m.checkSecretRefs(ctx, opt.Tenant, req.Secrets); err != nil {
 		return nil, err
 	}

@@ -295,6 +295,13 @@ func (m *Engine) List(ctx context.Context, all bool, p store.Page) ([]*sandbox.S
 	return m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: owner(ctx), IncludeDeleted: all}, p)
 }
 
+// ListFiltered returns a page of the caller's sandboxes that f selects
+// (its Owner is the caller's, whatever f says; tombstones never).
+func (m *Engine) ListFiltered(ctx context.Context, f store.SandboxFilter, p store.Page) ([]*sandbox.Sandbox, string, error) {
+	f.Owner, f.IncludeDeleted = owner(ctx), false
+	return m.store.ListSandboxes(ctx, f, p)
+}
+
 // Events returns a page of a sandbox's recorded events with ids above after.
 func (m *Engine) Events(ctx context.Context, ref string, after int64, p store.Page) ([]*sandbox.Event, string, error) {
 	sb, err := m.Get(ctx, ref)

@@ -40,6 +40,9 @@ type CreateRequest struct {
 	Snapshot    string
 	Allow       []string
 	PublicPorts []int
+	// AllPortsPublic: every port open without a token through the E2B
+	// door (sandbox.Spec.AllPortsPublic).
+	AllPortsPublic bool
 	// Secrets are the tenant's secrets injected into its execs.
 	Secrets []sandbox.SecretRef
 	// Policy: zero fields take the template's or the daemon's default.

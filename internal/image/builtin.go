@@ -27,7 +27,8 @@ var builtinEnv = []string{
 // Builtin returns the built-in "host" template: one small layer, made
 // without any download, holding the skeleton of a root filesystem whose
 // /usr is an empty mountpoint (the runtime bind-mounts the host's /usr there
-// read-only), a fresh minimal /etc, and /.berth for the agent. Nothing of
+// read-only), a fresh minimal /etc (root, and E2B's "user" with its home),
+// and /.berth for the agent. Nothing of
 // the host's /etc is copied but os-release. Its id depends only on its
 // content, so repeated calls reuse the layer.
 func (s *Store) Builtin(ctx context.Context) (*Image, error) {
@@ -96,6 +97,7 @@ func builtinTar(osRelease []byte) ([]byte, error) {
 		mode int64
 		link string
 		data string
+		uid  int // owner (and group) id
 	}
 	ents := []ent{
 		{name: "./", typ: tar.TypeDir, mode: 0o755},
@@ -103,15 +105,19 @@ func builtinTar(osRelease []byte) ([]byte, error) {
 		{name: "bin", typ: tar.TypeSymlink, link: "usr/bin"},
 		{name: "dev/", typ: tar.TypeDir, mode: 0o755},
 		{name: "etc/", typ: tar.TypeDir, mode: 0o755},
-		{name: "etc/group", typ: tar.TypeReg, mode: 0o644, data: "root:x:0:\nnogroup:x:65534:\n"},
+		{name: "etc/group", typ: tar.TypeReg, mode: 0o644, data: "root:x:0:\nsudo:x:27:user\nuser:x:1000:\nnogroup:x:65534:\n"},
 		{name: "etc/hosts", typ: tar.TypeReg, mode: 0o644, data: "127.0.0.1\tlocalhost\n::1\tlocalhost\n"},
 		{name: "etc/nsswitch.conf", typ: tar.TypeReg, mode: 0o644, data: "passwd: files\ngroup: files\nshadow: files\n" +
 			"hosts: files dns\nnetworks: files\nprotocols: files\nservices: files\nethers: files\nrpc: files\n"},
 		{name: "etc/passwd", typ: tar.TypeReg, mode: 0o644, data: "root:x:0:0:root:/root:/bin/sh\n" +
+			"user:x:1000:1000::/home/user:/bin/bash\n" +
 			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"},
 		{name: "etc/resolv.conf", typ: tar.TypeReg, mode: 0o644},
 		{name: "etc/shells", typ: tar.TypeReg, mode: 0o644, data: "/bin/sh\n/usr/bin/sh\n/bin/bash\n/usr/bin/bash\n"},
 		{name: "home/", typ: tar.TypeDir, mode: 0o755},
+		// E2B's convention (the E2B door runs its sandboxes' commands as
+		// this user): an unprivileged "user", uid 1000, at /home/user.
+		{name: "home/user/", typ: tar.TypeDir, mode: 0o755, uid: 1000},
 		{name: "lib", typ: tar.TypeSymlink, link: "usr/lib"},
 		{name: "lib64", typ: tar.TypeSymlink, link: "usr/lib64"},
 		{name: "proc/", typ: tar.TypeDir, mode: 0o555},
@@ -132,7 +138,7 @@ func builtinTar(osRelease []byte) ([]byte, error) {
 	tw := tar.NewWriter(&buf)
 	for _, e := range ents {
 		hdr := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: e.mode, Linkname: e.link,
-			Size: int64(len(e.data)), ModTime: epoch, Format: tar.FormatPAX}
+			Size: int64(len(e.data)), ModTime: epoch, Format: tar.FormatPAX, Uid: e.uid, Gid: e.uid}
 		if e.typ == tar.TypeSymlink {
 			hdr.Mode = 0o777
 		}

@@ -43,10 +43,13 @@ const InstallHint = "run scripts/install-deps.sh (Debian: python3-ipykernel pyth
 // Service is the template's service: the server, restarted when it ends.
 func Service() *store.ServiceSpec {
 	return &store.ServiceSpec{
-		Cmd:       []string{"/usr/bin/python3", "-u", ServerPath},
-		Restart:   store.RestartAlways,
-		Env:       map[string]string{"PYTHONDONTWRITEBYTECODE": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1", "HOME": "/root", "JUPYTER_RUNTIME_DIR": "/tmp/berth-interp-jupyter"},
-		Dir:       "/workspace",
+		Cmd:     []string{"/usr/bin/python3", "-u", ServerPath},
+		Restart: store.RestartAlways,
+		Env:     map[string]string{"PYTHONDONTWRITEBYTECODE": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1", "HOME": "/root", "JUPYTER_RUNTIME_DIR": "/tmp/berth-interp-jupyter"},
+		Dir:     "/workspace",
+		// Root, as E2B's server (its kernels may work anywhere, /root
+		// included), whatever the sandbox's default user.
+		User:      "root",
 		ReadyPort: Port,
 	}
 }

@@ -17,11 +17,29 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from jupyter_client.manager import KernelManager
-
 PORT = int(os.environ.get("BERTH_INTERP_PORT", "49999"))
 DEFAULT_TIMEOUT = float(os.environ.get("BERTH_INTERP_TIMEOUT", "300"))
-DEFAULT_CWD = os.environ.get("BERTH_INTERP_CWD", "/workspace")
+
+
+def _home():
+    """The home of the user the server runs as ("" when unknown)."""
+    try:
+        import pwd
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except (ImportError, KeyError):
+        return ""
+
+
+# A server run as an unprivileged user (E2B's "user", in a sandbox made
+# through berth's E2B door) works in that user's home, as E2B's does;
+# as root in /workspace, berth's own default.
+HOME = _home() if os.getuid() != 0 else ""
+if HOME and os.path.isdir(HOME):
+    os.environ["HOME"] = HOME
+
+from jupyter_client.manager import KernelManager  # noqa: E402 (after HOME)
+
+DEFAULT_CWD = os.environ.get("BERTH_INTERP_CWD") or (HOME if HOME and os.path.isdir(HOME) else "/workspace")
 MAX_BODY = 16 << 20
 MAX_CONTEXTS = 32
 LANGUAGES = {"python": "python", "python3": "python", "": "python"}
@@ -39,7 +57,56 @@ MIME_FIELDS = {
     "application/javascript": "javascript",
     "application/vnd.e2b.chart": "chart",
     "application/vnd.e2b.data": "data",
+    "e2b/data": "data",
 }
+
+# Run in every new kernel, silently: what E2B's template sets up in its
+# kernels. A pandas DataFrame result also carries its columns as "data"
+# (E2B's e2b/data); PIL's Image.show() and Image.save(path) display the
+# image (a PNG result) instead of opening a viewer.
+KERNEL_SETUP = r"""
+def __berth_setup():
+    import sys
+    from IPython import get_ipython
+    from IPython.core.formatters import BaseFormatter
+    from traitlets import Unicode, ObjectName
+
+    class DataFormatter(BaseFormatter):
+        format_type = Unicode("e2b/data")
+        print_method = ObjectName("_repr_e2b_data_")
+        _return_type = (dict, str)
+
+        def __call__(self, obj):
+            pandas = sys.modules.get("pandas")
+            if pandas is None or not isinstance(obj, pandas.DataFrame):
+                return super().__call__(obj)
+            out = obj.to_dict(orient="list")
+            for k, v in out.items():
+                out[k] = [x.isoformat() if isinstance(x, pandas.Timestamp) else x for x in v]
+            return out
+
+    ip = get_ipython()
+    ip.display_formatter.formatters["e2b/data"] = DataFormatter(parent=ip.display_formatter)
+    try:
+        from IPython.display import display
+        from PIL.Image import Image
+        from PIL.ImageShow import UnixViewer
+    except ImportError:
+        return
+    UnixViewer.show_file = lambda self, path, **options: 0
+    save = Image.save
+
+    def saved(image, fp, format=None, **options):
+        if isinstance(fp, str):
+            display(image)
+        return save(image, fp, format, **options)
+
+    Image.save = saved
+
+
+__berth_setup()
+del __berth_setup
+"""
 
 
 class BadRequest(Exception):
@@ -58,8 +125,11 @@ def result_of(data, is_main):
         if field is None:
             extra[mime] = value
         else:
-            if isinstance(value, list):
+            if isinstance(value, list) and field != "data":
                 value = "".join(value)
+            if field == "text" and len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                # A string's repr: E2B answers the string itself.
+                value = value[1:-1]
             out[field] = value
     if extra:
         out["extra"] = extra
@@ -78,6 +148,9 @@ class Context:
 
     def start(self):
         env = dict(os.environ)
+        if HOME and os.path.isdir(HOME):
+            # The template's HOME is root's; a user's kernel has its own.
+            env["HOME"] = HOME
         env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
         env.setdefault("MPLCONFIGDIR", "/tmp/berth-interp-mpl")
         # Debian's matplotlibrc is in /etc, which is not the host's here.
@@ -99,6 +172,7 @@ class Context:
         kc.start_channels()
         kc.wait_for_ready(timeout=60)
         self.km, self.kc = km, kc
+        self._silent(KERNEL_SETUP)
 
     def stop(self):
         if self.kc is not None:

@@ -176,6 +176,11 @@ type Spec struct {
 	IPv6        string   `json:"ipv6,omitempty"`
 	Allow       []string `json:"allow,omitempty"`
 	PublicPorts []int    `json:"public_ports,omitempty"`
+	// AllPortsPublic: the E2B door serves every port of the sandbox
+	// without a token (E2B's default, unless the create asked
+	// allowPublicTraffic: false). berth's own port proxy keeps to
+	// PublicPorts.
+	AllPortsPublic bool `json:"all_ports_public,omitempty"`
 	// IDs is the sandbox's host uid/gid range, given at create and
 	// released at delete; never inherited by a fork or snapshot.
 	IDs *HostIDs `json:"ids,omitempty"`

@@ -34,7 +34,8 @@ type PrivateOptions struct {
 
 // RunPrivate starts a private daemon (a fresh data dir under TempRoot,
 // its own socket, a TCP listener on 127.0.0.1 for the credential
-// attacks), runs the suite against it, stops it and removes everything.
+// attacks and the E2B door on another), runs the suite against it, stops
+// it and removes everything.
 func RunPrivate(ctx context.Context, po PrivateOptions) (*Report, error) {
 	if po.Binary == "" {
 		exe, err := os.Executable()
@@ -65,7 +66,12 @@ func RunPrivate(ctx context.Context, po PrivateOptions) (*Report, error) {
 		return nil, err
 	}
 	tcpAddr := fmt.Sprintf("127.0.0.1:%d", port)
-	args := []string{"--insecure-listen", tcpAddr}
+	e2bPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	e2bAddr := fmt.Sprintf("127.0.0.1:%d", e2bPort)
+	args := []string{"--insecure-listen", tcpAddr, "--e2b-listen", e2bAddr}
 	if po.Runsc != "" {
 		args = append(args, "--runsc", po.Runsc)
 	}
@@ -85,7 +91,7 @@ func RunPrivate(ctx context.Context, po PrivateOptions) (*Report, error) {
 		return nil, fmt.Errorf("admin key: %w", err)
 	}
 	opts := Options{Client: d.Client(), Host: d.Host(), APIKey: strings.TrimSpace(string(key)),
-		TCP: "http://" + tcpAddr, DataDir: dataDir, DaemonPID: d.PID(), Runtimes: po.Runtimes, Only: po.Only,
+		TCP: "http://" + tcpAddr, E2B: "http://" + e2bAddr, DataDir: dataDir, DaemonPID: d.PID(), Runtimes: po.Runtimes, Only: po.Only,
 		Binary: po.Binary, WorkDir: work, Progress: po.Progress}
 	// The unix socket is the admin's: the key is for the TCP attacks only.
 	opts.APIKey = ""

@@ -84,6 +84,9 @@ type Options struct {
 	// TCP is an http://host:port base of the daemon's TCP listener for the
 	// API credential attacks ("" when Host is already TCP, or none).
 	TCP string
+	// E2B is an http://host:port base of the daemon's E2B door for the
+	// door's attacks ("" when it has none: they are not applicable).
+	E2B string
 	// DataDir is the daemon's data dir on this host (host paths must not
 	// show inside sandboxes; symlink targets of the agent attacks).
 	DataDir string
@@ -162,7 +165,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		preexisting[sb.ID] = true
 	}
 	rep.Runtimes = classes
-	target := attack.Target{Host: opts.Host, APIKey: opts.APIKey, TCP: opts.TCP, DataDir: opts.DataDir,
+	target := attack.Target{Host: opts.Host, APIKey: opts.APIKey, TCP: opts.TCP, E2B: opts.E2B, DataDir: opts.DataDir,
 		DaemonPID: opts.DaemonPID, Binary: opts.Binary, WorkDir: opts.WorkDir}
 	for _, rt := range classes {
 		e, err := attack.NewEnv(opts.Client, target, rt)

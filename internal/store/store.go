@@ -266,12 +266,29 @@ type Page struct {
 	Cursor string
 }
 
-// SandboxFilter selects sandboxes in ListSandboxes.
+// SandboxFilter selects sandboxes in ListSandboxes. Every field narrows
+// the query itself, so a page holds Limit matching sandboxes (a filter
+// applied after paging would answer short or empty pages).
 type SandboxFilter struct {
 	Owner          Owner
 	Node           string          // "" = all nodes
 	States         []sandbox.State // empty = all states
 	IncludeDeleted bool            // tombstones are excluded unless set
+	// KeptRootStates are states admitted besides States only for a
+	// sandbox whose whole writable root is on its own volume
+	// (persistent with persist_root): its files survive them.
+	KeptRootStates []sandbox.State
+	// Labels selects sandboxes holding every one of these labels.
+	Labels map[string]string
+	// Template selects the sandboxes of this template ("" = any).
+	Template string
+	// StartedAfter (inclusive) and StartedBefore bound StartedAt (zero:
+	// unbounded).
+	StartedAfter, StartedBefore time.Time
+	// NoPool leaves out unclaimed warm-pool members.
+	NoPool bool
+	// Newest lists newest first (its cursors are its own).
+	Newest bool
 }
 
 // VolumeFilter selects volumes in ListVolumes.

@@ -18,6 +18,12 @@ try {
   const frame = await sbx.runCode('import pandas as pd\npd.DataFrame({"a": [1, 2], "b": [3, 4]})')
   out.frameHtml = (frame.results[0] && frame.results[0].html || '').includes('<table')
   out.frameText = frame.text || ''
+  out.frameData = frame.results[0] && frame.results[0].data
+  const str = await sbx.runCode("'hello' + ' there'")
+  out.str = str.text
+  const pil = await sbx.runCode('import numpy\nfrom PIL import Image\n' +
+    'image = Image.fromarray((numpy.random.rand(8, 8, 3) * 255).astype("uint8"))\nimage.show()\nprint("done")')
+  out.pilPng = pil.results.map((r) => (r.png || '').slice(0, 12)).join(',')
   const printed = await sbx.runCode('print("from-stdout")')
   out.stdout = printed.logs.stdout.join('')
   const boom = await sbx.runCode('1/0')

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -8,7 +9,8 @@ import (
 // TestE2BCodeInterpreter drives the code-interpreter template through the
 // E2B door with the unmodified @e2b/code-interpreter SDK (its default
 // template, code-interpreter-v1): state kept across cells of a context, a
-// matplotlib figure as PNG, a pandas frame as HTML and text, stdout, an
+// matplotlib figure as PNG, a pandas frame as HTML, text and data, a
+// string result without its quotes, PIL's Image.show() as a PNG, stdout, an
 // exception's name and traceback, a timeout the SDK honours with the next
 // cell still running, a second context that does not share the first's
 // variables. Then berth shows nothing left.
@@ -19,14 +21,17 @@ import (
 func TestE2BCodeInterpreter(t *testing.T) {
 	d, url, key := e2bDaemon(t)
 	var got struct {
-		OK        bool   `json:"ok"`
-		ID        string `json:"id"`
-		Failure   string `json:"failure"`
-		Two       string `json:"two"`
-		PNG       string `json:"png"`
-		FrameHTML bool   `json:"frameHtml"`
-		FrameText string `json:"frameText"`
-		Stdout    string `json:"stdout"`
+		OK        bool                 `json:"ok"`
+		ID        string               `json:"id"`
+		Failure   string               `json:"failure"`
+		Two       string               `json:"two"`
+		PNG       string               `json:"png"`
+		FrameHTML bool                 `json:"frameHtml"`
+		FrameText string               `json:"frameText"`
+		FrameData map[string][]float64 `json:"frameData"`
+		Str       string               `json:"str"`
+		PILPNG    string               `json:"pilPng"`
+		Stdout    string               `json:"stdout"`
 		Error     *struct {
 			Name, Value string
 			Traceback   bool
@@ -56,6 +61,16 @@ func TestE2BCodeInterpreter(t *testing.T) {
 	}
 	if !got.FrameHTML || !strings.Contains(got.FrameText, "a") {
 		t.Errorf("a pandas frame: html %v, text %q", got.FrameHTML, got.FrameText)
+	}
+	if fmt.Sprint(got.FrameData) != "map[a:[1 2] b:[3 4]]" {
+		t.Errorf("the frame's data: %v, want its columns", got.FrameData)
+	}
+	// E2B answers a string result as the string, not its repr.
+	if got.Str != "hello there" {
+		t.Errorf("a string result: %q, want hello there", got.Str)
+	}
+	if !strings.Contains(got.PILPNG, "iVBORw0KGgo") {
+		t.Errorf("PIL's Image.show() gave no PNG: %q", got.PILPNG)
 	}
 	if got.Stdout != "from-stdout\n" {
 		t.Errorf("stdout %q", got.Stdout)

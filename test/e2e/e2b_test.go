@@ -281,7 +281,8 @@ func TestE2BDoorAttacks(t *testing.T) {
 	}
 	mk := func(k string) created {
 		t.Helper()
-		st, body := do("POST", "/v2/sandboxes", `{"templateID":"base","timeout":120}`, map[string]string{"X-API-Key": k})
+		// Ports that need the token: E2B's allowPublicTraffic false.
+		st, body := do("POST", "/v2/sandboxes", `{"templateID":"base","timeout":120,"network":{"allowPublicTraffic":false}}`, map[string]string{"X-API-Key": k})
 		var c created
 		if st != 201 || json.Unmarshal([]byte(body), &c) != nil || c.EnvdAccessToken == "" {
 			t.Fatalf("create: %d %s", st, body)

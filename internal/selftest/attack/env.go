@@ -20,6 +20,9 @@ type Target struct {
 	// TCP is an http://host:port base of the daemon's TCP listener for the
 	// API credential attacks ("" when Host is already TCP, or none).
 	TCP string
+	// E2B is an http://host:port base of the daemon's E2B door
+	// (serve --e2b-listen), "" when it has none.
+	E2B string
 	// DataDir is the daemon's data dir on this host ("" when unknown).
 	DataDir string
 	// DaemonPID is the daemon's pid when known (0 otherwise).

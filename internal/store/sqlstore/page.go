@@ -29,10 +29,12 @@ const maxCursor = 512
 type order struct {
 	list   string
 	at, id string
+	desc   bool // descending (at, id)
 }
 
 var (
 	bySandboxCreated  = order{list: "sandboxes", at: "created_at", id: "id"}
+	bySandboxNewest   = order{list: "sandboxes-newest", at: "created_at", id: "id", desc: true}
 	byVolumeCreated   = order{list: "volumes", at: "created_at", id: "id"}
 	bySnapshotCreated = order{list: "snapshots", at: "created_at", id: "id"}
 	byAPIKeyCreated   = order{list: "api_keys", at: "created_at", id: "id"}
@@ -101,26 +103,34 @@ func listPage[T any](ctx context.Context, s *sqlStore, q pageQuery, o order, p s
 		if err != nil {
 			return nil, "", err
 		}
+		cmp := " > "
+		if o.desc {
+			cmp = " < "
+		}
 		switch {
 		case o.at != "" && o.id != "":
-			q.and("("+o.at+" > ? OR ("+o.at+" = ? AND "+o.id+" > ?))", at, at, id)
+			q.and("("+o.at+cmp+"? OR ("+o.at+" = ? AND "+o.id+cmp+"?))", at, at, id)
 		case o.at != "":
-			q.and(o.at+" > ?", at)
+			q.and(o.at+cmp+"?", at)
 		default:
-			q.and(o.id+" > ?", id)
+			q.and(o.id+cmp+"?", id)
 		}
 	}
 	sql := q.base
 	if len(q.where) > 0 {
 		sql += " WHERE " + strings.Join(q.where, " AND ")
 	}
+	dir := ""
+	if o.desc {
+		dir = " DESC"
+	}
 	switch {
 	case o.at != "" && o.id != "":
-		sql += " ORDER BY " + o.at + ", " + o.id
+		sql += " ORDER BY " + o.at + dir + ", " + o.id + dir
 	case o.at != "":
-		sql += " ORDER BY " + o.at
+		sql += " ORDER BY " + o.at + dir
 	default:
-		sql += " ORDER BY " + o.id
+		sql += " ORDER BY " + o.id + dir
 	}
 	args := q.args
 	if p.Limit > 0 {

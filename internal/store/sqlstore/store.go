@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -247,14 +248,79 @@ func (s *sqlStore) ListSandboxes(ctx context.Context, f store.SandboxFilter, p s
 	if !f.IncludeDeleted {
 		q.and("state <> ?", string(sandbox.StateDeleted))
 	}
-	if len(f.States) > 0 {
-		args := make([]any, 0, len(f.States))
-		for _, st := range f.States {
+	in := func(states []sandbox.State) (string, []any) {
+		args := make([]any, 0, len(states))
+		for _, st := range states {
 			args = append(args, string(st))
 		}
-		q.and("state IN (?"+strings.Repeat(", ?", len(f.States)-1)+")", args...)
+		return "state IN (?" + strings.Repeat(", ?", len(states)-1) + ")", args
 	}
-	return listPage(ctx, s, q, bySandboxCreated, p, scanSandbox, sandboxKey)
+	switch {
+	case len(f.KeptRootStates) > 0:
+		kept, kargs := in(f.KeptRootStates)
+		cond := "(" + kept + " AND " + s.specTrue("persistent") + " AND " + s.specTrue("persist_root") + ")"
+		if len(f.States) > 0 {
+			st, args := in(f.States)
+			q.and("("+st+" OR "+cond+")", append(args, kargs...)...)
+		} else {
+			q.and(cond, kargs...)
+		}
+	case len(f.States) > 0:
+		st, args := in(f.States)
+		q.and(st, args...)
+	}
+	keys := make([]string, 0, len(f.Labels))
+	for k := range f.Labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		expr, arg := s.specLabel(k)
+		q.and(expr+" = ?", arg, f.Labels[k])
+	}
+	if f.Template != "" {
+		q.and(s.specText("template")+" = ?", f.Template)
+	}
+	if !f.StartedAfter.IsZero() {
+		q.and("started_at >= ?", micros(f.StartedAfter))
+	}
+	if !f.StartedBefore.IsZero() {
+		q.and("started_at <> 0 AND started_at < ?", micros(f.StartedBefore))
+	}
+	if f.NoPool {
+		q.and("COALESCE(" + s.specText("pool") + ", '') = ''")
+	}
+	o := bySandboxCreated
+	if f.Newest {
+		o = bySandboxNewest
+	}
+	return listPage(ctx, s, q, o, p, scanSandbox, sandboxKey)
+}
+
+// specText is the SQL of a top-level text field of the sandboxes' spec
+// column (JSON); field is a constant of this package, never input.
+func (s *sqlStore) specText(field string) string {
+	if s.d.Name == "postgres" {
+		return "(spec::jsonb ->> '" + field + "')"
+	}
+	return "json_extract(spec, '$." + field + "')"
+}
+
+// specTrue is the SQL condition that the spec's boolean field is true.
+func (s *sqlStore) specTrue(field string) string {
+	if s.d.Name == "postgres" {
+		return "COALESCE((spec::jsonb ->> '" + field + "') = 'true', FALSE)"
+	}
+	return "COALESCE(json_extract(spec, '$." + field + "'), 0) = 1"
+}
+
+// specLabel is the SQL of label key k of the spec and its bound argument
+// (the key is an argument, never spliced into the query).
+func (s *sqlStore) specLabel(k string) (string, any) {
+	if s.d.Name == "postgres" {
+		return "(spec::jsonb -> 'labels' ->> ?)", k
+	}
+	return "json_extract(spec, ?)", `$.labels."` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(k) + `"`
 }
 
 func (s *sqlStore) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox, events ...*sandbox.Event) error {

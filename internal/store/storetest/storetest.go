@@ -32,6 +32,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"SandboxNameUnique", testSandboxNameUnique},
 		{"SandboxCAS", testSandboxCAS},
 		{"SandboxFilters", testSandboxFilters},
+		{"SandboxSpecFilters", testSandboxSpecFilters},
 		{"Events", testEvents},
 		{"AllEvents", testAllEvents},
 		{"PurgeRemovesEvents", testPurgeRemovesEvents},
@@ -389,6 +390,81 @@ func testSandboxFilters(t *testing.T, s store.Store) {
 	want := newSandbox("f", "t1", "f", sandbox.StateFailed, at(5))
 	want.Generation = 1
 	checkSandbox(t, got[0], want)
+}
+
+// testSandboxSpecFilters: labels, template, start time, pool membership,
+// states kept only with a persisted root, and newest-first order are all
+// conditions of the query, so a limited page holds that many matches and
+// its cursor continues in the same order.
+func testSandboxSpecFilters(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	mk := func(id string, st sandbox.State, n int, tpl string, labels map[string]string, mod func(*sandbox.Sandbox)) {
+		sb := newSandbox(id, "t1", id, st, at(time.Duration(n)*time.Second))
+		sb.StartedAt = at(time.Duration(n) * time.Second)
+		sb.Spec.Template, sb.Spec.Labels = tpl, labels
+		if mod != nil {
+			mod(sb)
+		}
+		must(t, s.CreateSandbox(ctx, sb))
+	}
+	mine := map[string]string{"suite": "x", "k.a/b-c_d": "v w"}
+	mk("s1", sandbox.StateRunning, 1, "base", mine, nil)
+	mk("s2", sandbox.StateRunning, 2, "other", map[string]string{"suite": "y"}, nil)
+	mk("s3", sandbox.StatePaused, 3, "base", mine, nil)
+	mk("s4", sandbox.StateRunning, 4, "base", mine, func(sb *sandbox.Sandbox) { sb.Spec.Pool = "base" })
+	mk("s5", sandbox.StateStopped, 5, "base", mine, func(sb *sandbox.Sandbox) { sb.Spec.Persistent, sb.Spec.PersistRoot = true, true })
+	mk("s6", sandbox.StateStopped, 6, "base", mine, func(sb *sandbox.Sandbox) { sb.Spec.Persistent = true })
+	mk("s7", sandbox.StateRunning, 7, "base", mine, nil)
+	o := store.OwnedBy("t1")
+	live := []sandbox.State{sandbox.StateRunning, sandbox.StatePaused}
+	kept := []sandbox.State{sandbox.StateStopped}
+	for _, tc := range []struct {
+		name string
+		f    store.SandboxFilter
+		want []string
+	}{
+		{"labels", store.SandboxFilter{Owner: o, Labels: mine}, []string{"s1", "s3", "s4", "s5", "s6", "s7"}},
+		{"one label", store.SandboxFilter{Owner: o, Labels: map[string]string{"suite": "y"}}, []string{"s2"}},
+		{"label value differs", store.SandboxFilter{Owner: o, Labels: map[string]string{"suite": "z"}}, []string{}},
+		{"template", store.SandboxFilter{Owner: o, Template: "other"}, []string{"s2"}},
+		{"started after (inclusive)", store.SandboxFilter{Owner: o, StartedAfter: at(6 * time.Second)}, []string{"s6", "s7"}},
+		{"no pool", store.SandboxFilter{Owner: o, NoPool: true, States: live}, []string{"s1", "s2", "s3", "s7"}},
+		{"kept root", store.SandboxFilter{Owner: o, States: live, KeptRootStates: kept, NoPool: true}, []string{"s1", "s2", "s3", "s5", "s7"}},
+		{"kept root only", store.SandboxFilter{Owner: o, KeptRootStates: kept}, []string{"s5"}},
+		{"newest", store.SandboxFilter{Owner: o, Labels: mine, NoPool: true, Newest: true}, []string{"s7", "s6", "s5", "s3", "s1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := listSandboxes(ctx, s, tc.f)
+			must(t, err)
+			if g := ids(got); !reflect.DeepEqual(g, tc.want) {
+				t.Errorf("ids = %v, want %v", g, tc.want)
+			}
+			// Page by one: every page holds one match, in the same order.
+			var paged []string
+			p := store.Page{Limit: 1}
+			for range 20 {
+				sbs, next, err := s.ListSandboxes(ctx, tc.f, p)
+				must(t, err)
+				if len(sbs) != 1 && !(len(sbs) == 0 && len(tc.want) == 0) {
+					t.Fatalf("a page of %d after %v", len(sbs), paged)
+				}
+				paged = append(paged, ids(sbs)...)
+				if next == "" {
+					break
+				}
+				p.Cursor = next
+			}
+			if !reflect.DeepEqual(paged, tc.want) && !(len(paged) == 0 && len(tc.want) == 0) {
+				t.Errorf("paged ids = %v, want %v", paged, tc.want)
+			}
+		})
+	}
+	// A cursor of one order is not one of the other.
+	_, next, err := s.ListSandboxes(ctx, store.SandboxFilter{Owner: o}, store.Page{Limit: 1})
+	must(t, err)
+	if _, _, err := s.ListSandboxes(ctx, store.SandboxFilter{Owner: o, Newest: true}, store.Page{Limit: 1, Cursor: next}); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("an oldest-first cursor on the newest-first list: %v", err)
+	}
 }
 
 func newEvent(sbID string, i int) *sandbox.Event {

@@ -1,0 +1,156 @@
+package catalogue
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/selftest/attack"
+)
+
+// The E2B door (serve --e2b-listen) holds the same rights as the REST
+// API: a viewer key never receives a sandbox's envd access token (which
+// runs commands and writes files), envd's health check is no oracle of
+// which sandbox ids exist, and envd's process start refuses what REST's
+// refuses. They run once (runc): the door's rules do not depend on the
+// runtime.
+func e2bAttacks() []*attack.Attack {
+	x := func(id, desc, expected string, run func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome) *attack.Attack {
+		return &attack.Attack{ID: "api.e2b-" + id, Category: attack.CatAPI, Description: desc, Expected: expected,
+			Classes: []string{attack.Runc},
+			Run: func(ctx ctxT, e *attack.Env) attack.Outcome {
+				if e.Target.E2B == "" {
+					return attack.NotApplicable("needs the daemon's E2B door (--private starts one)")
+				}
+				door, err := newE2BDoor(ctx, e)
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				defer door.cleanup(context.WithoutCancel(ctx))
+				return run(ctx, e, door)
+			}}
+	}
+	return []*attack.Attack{
+		x("viewer-envd-token", "read a sandbox through the E2B door with a viewer key, to take its envd access token (commands as root, files)", "no envdAccessToken",
+			func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome {
+				st, body, err := door.do(ctx, "GET", "/sandboxes/"+door.sandbox, door.viewer, nil, "")
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				leaked := strings.Contains(body, "envdAccessToken") || strings.Contains(body, door.token)
+				return attack.Judged(st == 200 && !leaked, "GET /sandboxes/A as a viewer: %d, token shown %v", st, leaked)
+			}),
+		x("health-oracle", "probe envd's /health without a token for a live sandbox and for an id that names nothing", "the same answer (502) for both",
+			func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome {
+				var got []int
+				for _, id := range []string{door.sandbox, "sb-" + strings.Repeat("0", max(len(door.sandbox)-3, 1))} {
+					st, _, err := door.do(ctx, "GET", "/health", "", map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983"}, "")
+					if err != nil {
+						return attack.Escaped("request: %v", err)
+					}
+					got = append(got, st)
+				}
+				return attack.Judged(got[0] == got[1] && got[0] == 502, "live sandbox %d, unknown id %d", got[0], got[1])
+			}),
+		x("envd-control-bytes", "start a process through envd with an ESC in an env name and in the working directory", "invalid_argument, as REST refuses them",
+			func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome {
+				var seen []string
+				for _, p := range []string{`{"cmd":"/bin/true","envs":{"A\u001bB":"1"}}`, `{"cmd":"/bin/true","cwd":"/tmp/\u001b[31m"}`} {
+					var env bytes.Buffer
+					msg := `{"process":` + p + `}`
+					env.WriteByte(0)
+					_ = binary.Write(&env, binary.BigEndian, uint32(len(msg)))
+					env.WriteString(msg)
+					st, body, err := door.do(ctx, "POST", "/process.Process/Start", "", map[string]string{"E2b-Sandbox-Id": door.sandbox,
+						"E2b-Sandbox-Port": "49983", "X-Access-Token": door.token, "Content-Type": "application/connect+json"}, env.String())
+					if err != nil {
+						return attack.Escaped("request: %v", err)
+					}
+					if !strings.Contains(body, "invalid_argument") {
+						return attack.Escaped("start %s: %d %s", p, st, attack.Clip(attack.OneLine(body), 80))
+					}
+					seen = append(seen, "invalid_argument")
+				}
+				return attack.Contained("env name, cwd: %s", strings.Join(seen, ", "))
+			}),
+	}
+}
+
+// e2bDoor is one attack's setting on the E2B door: a tenant of its own
+// with a member and a viewer key, and a sandbox the member made through
+// the door (its id and envd token).
+type e2bDoor struct {
+	e                      *attack.Env
+	tenant, member, viewer string
+	sandbox, token         string
+	hc                     *http.Client
+}
+
+func newE2BDoor(ctx context.Context, e *attack.Env) (*e2bDoor, error) {
+	d := &e2bDoor{e: e, tenant: "selftest-e2b-" + e.Tag, hc: &http.Client{Timeout: 2 * time.Minute}}
+	if _, err := e.C.CreateTenant(ctx, d.tenant); err != nil {
+		return nil, err
+	}
+	for _, k := range []struct {
+		role string
+		dst  *string
+	}{{"member", &d.member}, {"viewer", &d.viewer}} {
+		key, err := e.C.CreateAPIKey(ctx, api.CreateAPIKeyRequest{Name: d.tenant + "-" + k.role, Tenant: d.tenant, Role: k.role})
+		if err != nil {
+			d.cleanup(context.WithoutCancel(ctx))
+			return nil, err
+		}
+		*k.dst = key.Key
+	}
+	st, body, err := d.do(ctx, "POST", "/v2/sandboxes", d.member, nil, `{"templateID":"base","timeout":300,"metadata":{"berth-selftest":"`+e.Tag+`"}}`)
+	var out struct{ SandboxID, EnvdAccessToken string }
+	if err == nil && (st != 201 || json.Unmarshal([]byte(body), &out) != nil || out.EnvdAccessToken == "") {
+		err = fmt.Errorf("create through the door: %d %s", st, attack.Clip(attack.OneLine(body), 80))
+	}
+	if err != nil {
+		d.cleanup(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	d.sandbox, d.token = out.SandboxID, out.EnvdAccessToken
+	return d, nil
+}
+
+// do sends one request to the door: key as X-API-Key when set, the
+// headers, a JSON body when body is set (unless a Content-Type is given).
+func (d *e2bDoor) do(ctx context.Context, method, path, key string, hdr map[string]string, body string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, method, d.e.Target.E2B+path, strings.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("X-API-Key", key)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := d.hc.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return resp.StatusCode, string(b), nil
+}
+
+// cleanup deletes the sandbox and the tenant (with its keys).
+func (d *e2bDoor) cleanup(ctx context.Context) {
+	if d.sandbox != "" {
+		d.e.Delete(ctx, d.sandbox)
+	}
+	d.e.C.DeleteTenant(ctx, d.tenant)
+}
