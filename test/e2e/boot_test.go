@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/testenv"
 )
 
 // TestStartAfterCrashesWithSandboxes: the daemon is killed again and again
@@ -25,19 +26,17 @@ import (
 func TestStartAfterCrashesWithSandboxes(t *testing.T) {
 	d := startDaemon(t)
 	ctx := context.Background()
-	fi, err := os.Stat(berthBin)
+	// The agent the daemon copies into its share: berth-agent, beside berth.
+	fi, err := os.Stat(filepath.Join(filepath.Dir(berthBin), testenv.AgentName))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if agentBin != "" {
-		if fi, err = os.Stat(agentBin); err != nil {
-			t.Fatal(err)
-		}
-	}
 	binSize := fi.Size()
 	var ids []string
-	// Two crashes, each with a sandbox made before it: one copy per start
-	// (three copies of the agent) outgrew the old share, sized for two.
+	// Two crashes, each with a sandbox made before it: the old share took
+	// one copy per start (three copies of the agent, each pinned by a
+	// sandbox), which outgrew it when it was sized for two copies of the
+	// whole berth binary, and holds more than one copy (checked below).
 	crashes := 2
 	for i := range crashes {
 		sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{})
