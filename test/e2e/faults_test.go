@@ -31,9 +31,8 @@ type faultStep struct {
 }
 
 type faultEnv struct {
-	d     *daemon
-	fp    string // the daemon's BERTH_FAILPOINTS_FILE
-	alive []string
+	d  *daemon
+	fp string // the daemon's BERTH_FAILPOINTS_FILE
 }
 
 func (f *faultEnv) arm(t *testing.T, spec string) {

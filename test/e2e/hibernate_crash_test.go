@@ -80,7 +80,7 @@ func TestCrashMidHibernateAndWake(t *testing.T) {
 				switch {
 				case got.State == "running":
 				case got.State == "stopped" && got.Reason == "hibernated":
-					if got, err = d.c.Wake(ctx, sb.ID); err != nil {
+					if _, err := d.c.Wake(ctx, sb.ID); err != nil {
 						t.Fatalf("wake after the crash: %v", err)
 					}
 				default:
