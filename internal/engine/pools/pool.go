@@ -436,9 +436,9 @@ func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
 			}
 		}
 	}
-	if len(pools) == 0 {
-		return
-	}
+	// No pool left (the last made 0) still goes on: a member left
+	// unfinished is no ready member to retire above, and only the pass
+	// below removes it.
 	m.mu.Lock()
 	inFlight := map[store.PoolKey]map[string]bool{}
 	for k, ids := range m.poolInFlight {
