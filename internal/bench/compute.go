@@ -157,7 +157,7 @@ func (b *bench) computeRows(ctx context.Context, p arrival, label string, argv [
 	}); err != nil {
 		return fmt.Errorf("compute: deleting: %w", err)
 	}
-	if err := b.waitNoSandboxes(ctx); err != nil {
+	if err := b.waitGone(ctx, ids); err != nil {
 		return err
 	}
 	peer := arrive(ctx, p, b.peer.RunTrue)
@@ -189,4 +189,33 @@ func (b *bench) computeRows(ctx context.Context, p arrival, label string, argv [
 	}
 	b.Add(row)
 	return nil
+}
+
+// waitGone waits until none of ids is a live sandbox: the pattern's own,
+// not whatever an earlier measurement's pool still retires.
+func (b *bench) waitGone(ctx context.Context, ids []string) error {
+	mine := map[string]bool{}
+	for _, id := range ids {
+		mine[id] = true
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		sbs, err := b.d.C.ListSandboxes(ctx, false)
+		if err != nil {
+			return err
+		}
+		left := 0
+		for _, sb := range sbs {
+			if mine[sb.ID] {
+				left++
+			}
+		}
+		if left == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("compute: %d of its sandboxes still live 60s after their delete", left)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }

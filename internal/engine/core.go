@@ -318,6 +318,9 @@ func (m *Engine) Stopping() <-chan struct{} { return m.stopCh }
 // tenant's own of that name first, then the shared catalogue's (404
 // naming it if there is neither; another tenant's is never found).
 func (m *Engine) ResolveTemplate(ctx context.Context, tenant, name string) (*store.Template, error) {
+	if name == "" {
+		name = m.cfg.DefaultTemplate // as a create that names none
+	}
 	t, err := m.store.ResolveTemplate(ctx, tenant, name)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil, errdefs.NotFound("no template %q", name)

@@ -480,6 +480,20 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.Invalid("run makes an ephemeral sandbox; use create --persistent"))
 		return
 	}
+	// The command first: a run that cannot run anything makes nothing.
+	exec := execRequest(&req.Exec)
+	if len(exec.Cmd) == 0 {
+		// No command: the image's ENTRYPOINT and CMD, as docker run runs.
+		t, err := s.m.ResolveTemplate(r.Context(), tenant(r), req.Sandbox.Template)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if exec.Cmd = t.Config.Command(); len(exec.Cmd) == 0 {
+			writeError(w, errdefs.Invalid("template %s names no CMD or ENTRYPOINT: give a command to run", t.Name))
+			return
+		}
+	}
 	sb, err := s.m.Create(r.Context(), createRequest(&req.Sandbox), manager.CreateOptions{Actor: actor(r), Tenant: tenant(r), OneShot: true})
 	if err != nil {
 		writeError(w, err)
@@ -496,19 +510,6 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		}
 		s.metrics.deleted.Inc()
 	}()
-	exec := execRequest(&req.Exec)
-	if len(exec.Cmd) == 0 {
-		// No command: the image's ENTRYPOINT and CMD, as docker run runs.
-		t, err := s.m.ResolveTemplate(r.Context(), tenant(r), sb.Spec.Template)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		if exec.Cmd = t.Config.Command(); len(exec.Cmd) == 0 {
-			writeError(w, errdefs.Invalid("template %s names no CMD or ENTRYPOINT: give a command to run", t.Name))
-			return
-		}
-	}
 	w.Header().Set("X-Berth-Sandbox-Id", sb.ID)
 	s.streamExec(w, r, func(ctx context.Context, eio manager.ExecIO) (manager.Exit, error) {
 		return s.m.Exec(ctx, sb.ID, exec, eio, actor(r))

@@ -179,7 +179,7 @@ func codeInterpreterScenario(t *testing.T, d *daemon, runtime string) {
 	if len(errs) != 1 || errs[0]["name"] != "NameError" {
 		t.Fatalf("x in a new context: %v", errs)
 	}
-	if got := mainText(t, c.exec(map[string]any{"code": "import os; y = 5; os.getcwd()", "context_id": cx.ID})); got != "'/tmp'" {
+	if got := mainText(t, c.exec(map[string]any{"code": "import os; y = 5; os.getcwd()", "context_id": cx.ID})); got != "/tmp" {
 		t.Fatalf("cwd of the new context: %q", got)
 	}
 	code, b = c.do("GET", "/contexts", nil)
@@ -207,10 +207,10 @@ func codeInterpreterScenario(t *testing.T, d *daemon, runtime string) {
 		}
 	}
 	// env_vars hold for one execution.
-	if got := mainText(t, c.exec(map[string]any{"code": "import os; os.environ.get('BERTH_T')", "env_vars": map[string]string{"BERTH_T": "v1"}})); got != "'v1'" {
+	if got := mainText(t, c.exec(map[string]any{"code": "import os; os.environ.get('BERTH_T')", "env_vars": map[string]string{"BERTH_T": "v1"}})); got != "v1" {
 		t.Fatalf("env var: %q", got)
 	}
-	if got := mainText(t, c.exec(map[string]any{"code": "repr(os.environ.get('BERTH_T'))"})); got != `'None'` {
+	if got := mainText(t, c.exec(map[string]any{"code": "repr(os.environ.get('BERTH_T'))"})); got != `None` {
 		t.Fatalf("env var after its execution: %q", got)
 	}
 }

@@ -361,7 +361,10 @@ func TestBadInputGetsStableErrors(t *testing.T) {
 		{"GET", "/v1/sandboxes/doesnotexist", ``, 404, "not_found"},
 		{"DELETE", "/v1/sandboxes/doesnotexist", ``, 404, "not_found"},
 		{"POST", "/v1/sandboxes/doesnotexist/exec", `{"cmd":["true"]}`, 404, "not_found"},
-		{"POST", "/v1/run", `{"exec":{"cmd":[]}}`, 400, "invalid_argument"},
+		// No command runs the template's CMD, as docker run does (base's is
+		// /bin/sh): a template naming none is refused before anything is
+		// made (TestDockerfileBuilds).
+		{"POST", "/v1/run", `{"sandbox":{"template":"no-such-template"},"exec":{"cmd":[]}}`, 404, "not_found"},
 		{"GET", "/v1/nothing", ``, 404, "not_found"},
 	}
 	for _, c := range cases {

@@ -271,7 +271,7 @@ func TestTemplateFileUser(t *testing.T) {
 	ctx := context.Background()
 	file := filepath.Join(t.TempDir(), "t.yaml")
 	if err := os.WriteFile(file, []byte("name: devbox\nfrom: base\nsteps:\n"+
-		"  - user: {name: dev, uid: 1000, home: /home/dev, default: true}\n"+
+		"  - user: {name: dev, uid: 1001, home: /home/dev, default: true}\n"+
 		"  - run: touch /home/dev/by-root\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -291,14 +291,14 @@ func TestTemplateFileUser(t *testing.T) {
 			defer d.c.DeleteSandbox(ctx, sb.ID, true)
 			got := sh(t, d, sb.ID, "id -un; id -u; id -gn; stat -c '%U:%G %a' /home/dev; grep '^dev:' /etc/passwd; "+
 				"touch /workspace/w /home/dev/h && stat -c '%U' /workspace /workspace/w")
-			want := "dev\n1000\ndev\ndev:dev 755\ndev:x:1000:1000::/home/dev:/bin/sh\ndev\ndev"
+			want := "dev\n1001\ndev\ndev:dev 755\ndev:x:1001:1001::/home/dev:/bin/sh\ndev\ndev"
 			if got != want {
 				t.Errorf("in a devbox sandbox:\n got %q\nwant %q", got, want)
 			}
 		})
 	}
 	// A second user with a taken uid is refused, naming it.
-	if err := os.WriteFile(file, []byte("name: devbox2\nfrom: devbox\nsteps:\n  - user: {name: other, uid: 1000}\n"), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte("name: devbox2\nfrom: devbox\nsteps:\n  - user: {name: other, uid: 1001}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, e, code := d.cli("apply", "-f", file); code == 0 || !strings.Contains(e, "already has") {

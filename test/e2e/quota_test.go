@@ -15,6 +15,7 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
 	"github.com/berth-sh/berth/internal/auth"
+	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/store"
 	"github.com/berth-sh/berth/internal/store/sqlite"
 )
@@ -29,6 +30,12 @@ func tenantKey(t *testing.T, d *daemon, tenant string, scopes ...auth.Scope) str
 		t.Fatal(err)
 	}
 	defer st.Close()
+	// The tenant's record first: quotas and other tenant routes name only
+	// tenants that exist. A second key of the same tenant finds it there.
+	if err := st.CreateTenant(ctx, &store.Tenant{Name: tenant, CreatedAt: time.Now().UTC()}); err != nil &&
+		!errors.Is(err, errdefs.ErrConflict) {
+		t.Fatal(err)
+	}
 	id, key := auth.NewKey()
 	var sc []string
 	for _, s := range scopes {

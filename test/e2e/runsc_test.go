@@ -194,7 +194,7 @@ func TestRunscSecurityBoundary(t *testing.T) {
 		"grep NoNewPrivs /proc/self/status":                               "NoNewPrivs:\t1",
 		"grep CapEff /proc/self/status":                                   "CapEff:\t00000000200405fb",
 		"grep -c ' /sys/fs/cgroup cgroup2 ro,' /proc/mounts":              "1",
-		"cat /proc/1/cmdline | tr '\\0' ' '":                              "/.berth/berth agent",
+		"cat /proc/1/cmdline | tr '\\0' ' '":                              "/.berth/berth --socket",
 		"ip -o link 2>/dev/null | wc -l; cat /sys/class/net/lo/operstate": "1",
 		"uname -r":                           "gvisor",
 		"test -e /proc/kcore || echo absent": "absent",

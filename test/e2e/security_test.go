@@ -63,7 +63,7 @@ func TestSecurityBoundary(t *testing.T) {
 		"n=0; bad=0; for f in /proc/1/task/*/status; do grep -q '^Seccomp:.2' $f || bad=1; n=$((n+1)); done; test $n -gt 1 && test $bad = 0 && echo all-threads-filtered": "all-threads-filtered",
 		"grep CapEff /proc/self/status":                                   "CapEff:\t00000000200405fb",
 		"ls /sys/fs/cgroup 2>/dev/null | wc -l":                           "0",
-		"cat /proc/1/cmdline | tr '\\0' ' '":                              "/.berth/berth agent",
+		"cat /proc/1/cmdline | tr '\\0' ' '":                              "/.berth/berth --listen-fd 3 --seccomp-fd 4",
 		"ip -o link 2>/dev/null | wc -l; cat /sys/class/net/lo/operstate": "1\nunknown",
 	}
 	// Its own host range (see TestHostIDsPerSandbox), never host root's.

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/ecdsa"
@@ -205,12 +206,23 @@ func TestTLSListenerEdge(t *testing.T) {
 			c.Close()
 		}
 	}()
+	// The two within the cap carry an authenticated request each: an
+	// unauthenticated connection gives its slot up to a new one (the
+	// edge's rule against slow clients, TestEdgeConnectionCap).
+	key, err := os.ReadFile(d.dataDir + "/admin.key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	authed := "GET /v1/version HTTP/1.1\r\nHost: berth\r\nAuthorization: Bearer " + strings.TrimSpace(string(key)) + "\r\n\r\n"
 	for i := 0; i < 2; i++ {
 		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg)
 		if err != nil {
 			t.Fatalf("connection %d within the cap: %v", i, err)
 		}
 		open = append(open, c)
+		if resp, _, err := sendOn(c, bufio.NewReader(c), authed); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("connection %d with a key: %v %v", i, resp, err)
+		}
 	}
 	if c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg); err == nil {
 		c.Close()
