@@ -70,6 +70,7 @@ type HTTPHandler struct {
 	mu       sync.Mutex
 	sessions map[string]*httpSession
 	pending  int            // sessions being created
+	held     int            // slots held by sessions (a probe's is given back before its client hears)
 	tenants  map[string]int // live sessions by tenant, once their client has their id (pending ones count against MaxSessions only)
 	closed   bool
 }
@@ -80,7 +81,54 @@ type httpSession struct {
 	s       *Session
 	release func() // of the credential binding (Caller.Bind)
 	counted bool   // in tenants: the client was told its id
+	holds   bool   // in held: a slot of MaxSessions
 }
+
+// slotWriter gives back the slot of a session the response does not name
+// (the SDK makes one to answer a client's discovery probe) when the
+// response's headers are written, before the client can read them: its
+// next request, the real initialize, must not find the slot still taken.
+// Ending the probe's session waits until the SDK has answered with it.
+type slotWriter struct {
+	http.ResponseWriter
+	h       *HTTPHandler
+	created *string
+	done    bool
+}
+
+func (w *slotWriter) headers() {
+	if w.done {
+		return
+	}
+	w.done = true
+	w.h.mu.Lock()
+	defer w.h.mu.Unlock()
+	id := *w.created
+	if hs := w.h.sessions[id]; hs != nil && hs.holds && w.Header().Get(SessionHeader) != id {
+		hs.holds = false
+		w.h.held--
+	}
+}
+
+func (w *slotWriter) WriteHeader(code int) {
+	w.headers()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *slotWriter) Write(p []byte) (int, error) {
+	w.headers()
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *slotWriter) Flush() {
+	w.headers()
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *slotWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // NewHTTPHandler returns the handler. caller reports who makes a request
 // (false: nobody authenticated; the request is refused).
@@ -127,7 +175,7 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	} else if r.Method == http.MethodPost {
 		h.mu.Lock()
-		full := h.closed || len(h.sessions)+h.pending >= h.opts.MaxSessions
+		full := h.closed || h.held+h.pending >= h.opts.MaxSessions
 		tenantFull := !full && c.Tenant != "" && h.tenants[c.Tenant] >= h.opts.MaxSessionsPerTenant
 		if !full && !tenantFull {
 			h.pending++
@@ -142,7 +190,9 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		created := new(string)
-		h.h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, callerCtx{c, created})))
+		sw := &slotWriter{ResponseWriter: w, h: h, created: created}
+		h.h.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), callerKey{}, callerCtx{c, created})))
+		sw.headers() // a response with no body still frees an unnamed session's slot
 		h.mu.Lock()
 		if *created == "" { // no session made: the slot held is free again
 			h.pending--
@@ -249,7 +299,8 @@ func (h *HTTPHandler) newServer(r *http.Request) *mcp.Server {
 				// open its next session before then.
 				h.pending--
 			}
-			h.sessions[id] = &httpSession{owner: c.Owner, tenant: c.Tenant, s: s}
+			h.sessions[id] = &httpSession{owner: c.Owner, tenant: c.Tenant, s: s, holds: true}
+			h.held++
 			*c.created = id
 			h.mu.Unlock()
 			return id
@@ -267,6 +318,9 @@ func (h *HTTPHandler) end(id string) {
 	if hs != nil {
 		if hs.counted {
 			h.untenant(hs.tenant)
+		}
+		if hs.holds {
+			h.held--
 		}
 		release = hs.release
 	}
