@@ -256,7 +256,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	if cfg.WebhookURL != "" {
 		d.webhook = webhook.New(webhook.Config{URL: cfg.WebhookURL, Secret: cfg.WebhookSecret,
-			Logger: log.With("component", "webhook"), OnDelivery: met.WebhookDelivery,
+			Logger: log.With("component", "webhook"), OnDelivery: met.WebhookDelivery, Encode: server.EventJSON,
 			Leads: func() bool { _, ok := d.leases.store.Held(); return ok }}, st)
 		mcfg.OnEvent = d.webhook.Kick
 		mcfg.Webhooks = []string{cfg.WebhookURL}

@@ -420,6 +420,12 @@ func (m *Engine) Delete(ctx context.Context, ref, actor string, cause sandbox.Ca
 	return sb, nil
 }
 
+// teardownError begins the Error destroyLocked records for an attempt
+// that failed: Error is the one text field a sandbox has, and a later
+// attempt that succeeds clears what an earlier one wrote, not the error a
+// failed sandbox was deleted with.
+const teardownError = "teardown: "
+
 // destroyLocked moves sb to deleting, tears it down (retrying with
 // backoff), verifies nothing is left, and records deleted. If teardown
 // keeps failing the record stays in deleting with the error, and the
@@ -449,35 +455,32 @@ func (m *Engine) destroyLocked(ctx context.Context, sb *sandbox.Sandbox, cause s
 		time.Sleep(backoff)
 		backoff *= 2
 	}
-	if err != nil {
+	// A failure stays recorded on the sandbox, which stays deleting: the
+	// reconciler retries it.
+	failed := func(what string, err error) error {
 		m.cfg.Metrics.TeardownFailed(true)
-		sb.Error = "teardown: " + err.Error()
+		sb.Error = teardownError + err.Error()
 		if uerr := m.store.UpdateSandbox(ctx, sb); uerr != nil {
 			m.log.Error("recording teardown error", "sandbox", sb.ID, "err", uerr)
 		}
+		return fmt.Errorf("sandbox %s: %s will be retried: %w", sb.ID, what, err)
+	}
+	if err != nil {
 		m.event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "teardown", Actor: actor,
 			Cause: cause, Reason: reason, Outcome: "error", Message: err.Error()})
-		return fmt.Errorf("sandbox %s: teardown will be retried: %w", sb.ID, err)
+		return failed("teardown", err)
 	}
-	if err == nil {
-		err = m.releaseVolumes(ctx, sb)
+	if err := m.releaseVolumes(ctx, sb); err != nil {
+		return failed("releasing volumes", err)
 	}
-	if err == nil {
-		err = m.releaseIDs(ctx, sb)
-	}
-	if err != nil {
-		m.cfg.Metrics.TeardownFailed(true)
-		sb.Error = "teardown: " + err.Error()
-		if uerr := m.store.UpdateSandbox(ctx, sb); uerr != nil {
-			m.log.Error("recording teardown error", "sandbox", sb.ID, "err", uerr)
-		}
-		return fmt.Errorf("sandbox %s: releasing volumes will be retried: %w", sb.ID, err)
+	if err := m.releaseIDs(ctx, sb); err != nil {
+		return failed("releasing ids", err)
 	}
 	m.node.Forget(sb)
-	if sb.Reason != reason {
-		reason = sb.Reason
-	}
-	if sb.Error != "" && strings.HasPrefix(sb.Error, "teardown: ") {
+	// The tombstone keeps why the sandbox went (its reason, a failure's
+	// error) but not a failed attempt's error, which is over now.
+	reason = sb.Reason
+	if strings.HasPrefix(sb.Error, teardownError) {
 		sb.Error = ""
 	}
 	if err := m.transition(ctx, sb, sandbox.StateDeleted, cause, actor, reason); err != nil {

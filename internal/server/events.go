@@ -217,6 +217,10 @@ func wantsEventStream(r *http.Request) bool {
 	return false
 }
 
+// EventJSON is an event as the events API writes it: the body of its
+// webhook delivery too (webhook.Config.Encode).
+func EventJSON(e *sandbox.Event) ([]byte, error) { return json.Marshal(apiEvent(e)) }
+
 func apiEvent(e *sandbox.Event) api.Event {
 	return api.Event{ID: e.ID, SandboxID: e.SandboxID, Time: e.Time, Type: e.Type,
 		From: string(e.From), To: string(e.To), Actor: e.Actor, Cause: string(e.Cause),

@@ -15,7 +15,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,7 +22,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -69,6 +67,11 @@ type Config struct {
 	// them only, checked before each event, so an event is not posted by
 	// two replicas. Nil: always (one daemon).
 	Leads func() bool
+	// Encode makes an event's delivery body: the events API's JSON, from
+	// the one conversion the HTTP API uses (the daemon passes
+	// server.EventJSON), so that a webhook and GET .../events never
+	// describe an event differently.
+	Encode func(*sandbox.Event) ([]byte, error)
 }
 
 // Deliverer sends lifecycle events to one URL, in order.
@@ -88,6 +91,9 @@ func New(cfg Config, st store.Webhooks) *Deliverer {
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = time.Second
+	}
+	if cfg.Encode == nil {
+		panic("webhook: Config.Encode is nil")
 	}
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{Timeout: 10 * time.Second}
@@ -218,9 +224,11 @@ const (
 
 // deliver posts ev until it is accepted or attempts run out.
 func (d *Deliverer) deliver(ctx context.Context, ev *sandbox.Event) outcome {
-	body, _ := json.Marshal(api.Event{ID: ev.ID, SandboxID: ev.SandboxID, Time: ev.Time, Type: ev.Type,
-		From: string(ev.From), To: string(ev.To), Actor: ev.Actor, Cause: string(ev.Cause),
-		Reason: ev.Reason, Outcome: ev.Outcome, Message: ev.Message})
+	body, err := d.cfg.Encode(ev)
+	if err != nil { // nothing a retry would change: given up, and said
+		d.cfg.Logger.Error("webhook: encoding event", "event", ev.ID, "err", err)
+		return handled
+	}
 	backoff := d.cfg.Backoff
 	for attempt := 1; attempt <= d.cfg.Attempts; attempt++ {
 		if attempt > 1 && !d.leads() {

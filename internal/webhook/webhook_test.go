@@ -14,6 +14,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server"
 	"github.com/berth-sh/berth/internal/store"
 	"github.com/berth-sh/berth/internal/store/sqlite"
 )
@@ -62,7 +63,7 @@ func TestDeliverSignedRetriedRecorded(t *testing.T) {
 		}
 	}
 	d := New(Config{URL: srv.URL, Secret: "s3cret", Backoff: 20 * time.Millisecond, Poll: 20 * time.Millisecond,
-		OnDelivery: onDelivery}, st)
+		OnDelivery: onDelivery, Encode: server.EventJSON}, st)
 	done := make(chan struct{})
 	go func() { d.Run(ctx); close(done) }()
 	time.Sleep(100 * time.Millisecond) // let it take its starting cursor
@@ -167,7 +168,7 @@ func TestDeliveryIDStableAcrossRetriesAndRestarts(t *testing.T) {
 	run := func(done func() bool) {
 		t.Helper()
 		rctx, cancel := context.WithCancel(ctx)
-		d := New(Config{URL: srv.URL, Backoff: time.Millisecond, Poll: 10 * time.Millisecond}, lossy)
+		d := New(Config{URL: srv.URL, Backoff: time.Millisecond, Poll: 10 * time.Millisecond, Encode: server.EventJSON}, lossy)
 		stopped := make(chan struct{})
 		go func() { d.Run(rctx); close(stopped) }()
 		for deadline := time.Now().Add(10 * time.Second); !done(); time.Sleep(5 * time.Millisecond) {
