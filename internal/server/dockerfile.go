@@ -5,10 +5,10 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/store"
 )
 
 // buildDockerfile is POST /v1/templates/{name}/dockerfile: the body is
@@ -51,16 +51,7 @@ func (s *Server) buildDockerfile(w http.ResponseWriter, r *http.Request) {
 		}
 		req.Timeout = timeoutSeconds(secs)
 	}
-	nd := newNDJSON(w)
-	t, err := s.m.BuildDockerfile(r.Context(), req, actor(r), func(ev manager.BuildEvent) { _ = nd.send(buildEventToAPI(ev)) })
-	if err != nil {
-		if nd.err == nil && !headerWritten(w) {
-			writeError(w, err)
-			return
-		}
-		_ = nd.send(api.BuildEvent{Error: apiErrorFor(w, err)})
-		return
-	}
-	tt := templateToAPI(t)
-	_ = nd.send(api.BuildEvent{Template: &tt})
+	buildStream(w, templateToAPI, func(progress func(manager.BuildEvent)) (*store.Template, error) {
+		return s.m.BuildDockerfile(r.Context(), req, actor(r), progress)
+	})
 }

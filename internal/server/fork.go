@@ -188,12 +188,7 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	nd := newNDJSON(w)
-	t, err := s.m.Apply(r.Context(), applyRequest(&req), actor(r), func(ev manager.BuildEvent) { _ = nd.send(buildEventToAPI(ev)) })
-	if err != nil {
-		_ = nd.send(api.BuildEvent{Error: apiErrorFor(w, err)})
-		return
-	}
-	tt := s.templateToAPI(t)
-	_ = nd.send(api.BuildEvent{Template: &tt})
+	buildStream(w, s.templateToAPI, func(progress func(manager.BuildEvent)) (*store.Template, error) {
+		return s.m.Apply(r.Context(), applyRequest(&req), actor(r), progress)
+	})
 }

@@ -651,8 +651,18 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	buildStream(w, templateToAPI, func(progress func(manager.BuildEvent)) (*store.Template, error) {
+		return s.m.BuildTemplate(r.Context(), buildRequest(&req), actor(r), progress)
+	})
+}
+
+// buildStream runs a build whose progress streams as NDJSON lines
+// (api.BuildEvent), then the template (as conv gives it) or the error. An
+// error before the first line is a plain error response, with its status
+// and code; after it, the stream's last line.
+func buildStream(w http.ResponseWriter, conv func(*store.Template) api.Template, run func(progress func(manager.BuildEvent)) (*store.Template, error)) {
 	nd := newNDJSON(w)
-	t, err := s.m.BuildTemplate(r.Context(), buildRequest(&req), actor(r), func(ev manager.BuildEvent) { _ = nd.send(buildEventToAPI(ev)) })
+	t, err := run(func(ev manager.BuildEvent) { _ = nd.send(buildEventToAPI(ev)) })
 	if err != nil {
 		if nd.err == nil && !headerWritten(w) {
 			writeError(w, err)
@@ -661,7 +671,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 		_ = nd.send(api.BuildEvent{Error: apiErrorFor(w, err)})
 		return
 	}
-	tt := templateToAPI(t)
+	tt := conv(t)
 	_ = nd.send(api.BuildEvent{Template: &tt})
 }
 
