@@ -52,34 +52,9 @@ func startPackageHosts(t *testing.T, topo *netTopo, hosts map[string]string, fil
 			servers = append(servers, srv)
 			go srv.Serve(ln)
 		}
-		mux := dns.NewServeMux()
-		mux.HandleFunc(".", func(w dns.ResponseWriter, req *dns.Msg) {
-			m := new(dns.Msg)
-			m.SetReply(req)
-			q := req.Question[0]
-			addr := hosts[strings.TrimSuffix(strings.ToLower(q.Name), ".")]
-			switch {
-			case addr == "":
-				m.Rcode = dns.RcodeNameError
-			case q.Qtype == dns.TypeA:
-				rr, _ := dns.NewRR(q.Name + " 30 IN A " + addr)
-				m.Answer = append(m.Answer, rr)
-			}
-			w.WriteMsg(m)
-		})
-		pc, err := net.ListenPacket("udp", bnDNS)
-		if err != nil {
-			return err
-		}
-		tl, err := net.Listen("tcp", bnDNS)
-		if err != nil {
-			return err
-		}
-		for _, s := range []*dns.Server{{PacketConn: pc, Handler: mux}, {Listener: tl, Handler: mux}} {
-			dnsServers = append(dnsServers, s)
-			go s.ActivateAndServe()
-		}
-		return nil
+		var err error
+		dnsServers, err = serveTestDNS(bnDNS, hosts, false)
+		return err
 	})
 	t.Cleanup(func() {
 		for _, s := range servers {

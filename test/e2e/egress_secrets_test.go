@@ -159,39 +159,9 @@ func startTestInternet(t *testing.T, topo *netTopo) *testHosts {
 			servers = append(servers, srv)
 			go srv.ServeTLS(ln, "", "")
 		}
-		mux := dns.NewServeMux()
-		mux.HandleFunc(".", func(w dns.ResponseWriter, req *dns.Msg) {
-			m := new(dns.Msg)
-			m.SetReply(req)
-			q := req.Question[0]
-			addr := map[string]string{esHostA + ".": esAddrA, esHostB + ".": esAddrB}[strings.ToLower(q.Name)]
-			switch {
-			case addr == "":
-				m.Rcode = dns.RcodeNameError
-			case q.Qtype == dns.TypeA:
-				rr, _ := dns.NewRR(q.Name + " 30 IN A " + addr)
-				m.Answer = append(m.Answer, rr)
-			case q.Qtype == dns.TypeAAAA:
-				// An IPv6 address the redirect does not cover: berth's
-				// resolver must not hand it to the secret's sandbox.
-				rr, _ := dns.NewRR(q.Name + " 30 IN AAAA 2001:db8::" + addr[strings.LastIndexByte(addr, '.')+1:])
-				m.Answer = append(m.Answer, rr)
-			}
-			w.WriteMsg(m)
-		})
-		pc, err := net.ListenPacket("udp", esDNS)
-		if err != nil {
-			return err
-		}
-		tl, err := net.Listen("tcp", esDNS)
-		if err != nil {
-			return err
-		}
-		for _, s := range []*dns.Server{{PacketConn: pc, Handler: mux}, {Listener: tl, Handler: mux}} {
-			dnsServers = append(dnsServers, s)
-			go s.ActivateAndServe()
-		}
-		return nil
+		var err error
+		dnsServers, err = serveTestDNS(esDNS, map[string]string{esHostA: esAddrA, esHostB: esAddrB}, true)
+		return err
 	})
 	t.Cleanup(func() {
 		for _, s := range servers {
@@ -477,4 +447,44 @@ except Exception as e:
 		t.Fatalf("veths left:\n%s", out)
 	}
 	t.Logf("requests seen: %s", hosts.all())
+}
+
+// serveTestDNS answers, on UDP and TCP addr (in the calling goroutine's
+// network namespace), the A queries of hosts (name → IPv4 address) and
+// NXDOMAIN for any other name. With aaaa, a name also gets an IPv6
+// address its IPv4 redirect does not cover (2001:db8:: and the IPv4
+// address's last byte), which berth's resolver must not hand on.
+func serveTestDNS(addr string, hosts map[string]string, aaaa bool) ([]*dns.Server, error) {
+	mux := dns.NewServeMux()
+	mux.HandleFunc(".", func(w dns.ResponseWriter, req *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(req)
+		q := req.Question[0]
+		ip := hosts[strings.TrimSuffix(strings.ToLower(q.Name), ".")]
+		switch {
+		case ip == "":
+			m.Rcode = dns.RcodeNameError
+		case q.Qtype == dns.TypeA:
+			rr, _ := dns.NewRR(q.Name + " 30 IN A " + ip)
+			m.Answer = append(m.Answer, rr)
+		case q.Qtype == dns.TypeAAAA && aaaa:
+			rr, _ := dns.NewRR(q.Name + " 30 IN AAAA 2001:db8::" + ip[strings.LastIndexByte(ip, '.')+1:])
+			m.Answer = append(m.Answer, rr)
+		}
+		w.WriteMsg(m)
+	})
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return nil, err
+	}
+	tl, err := net.Listen("tcp", addr)
+	if err != nil {
+		pc.Close()
+		return nil, err
+	}
+	servers := []*dns.Server{{PacketConn: pc, Handler: mux}, {Listener: tl, Handler: mux}}
+	for _, s := range servers {
+		go s.ActivateAndServe()
+	}
+	return servers, nil
 }
