@@ -2,6 +2,10 @@
 SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 export CGO_ENABLED := 0
+# One compile of each package per run: the tests' own builds of the
+# binaries (testenv.Build), the test binaries and make build share the
+# build cache only with the same flags (-trimpath changes every action).
+export GOFLAGS += -trimpath
 GO ?= go
 BIN := bin/berth
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)

@@ -6,21 +6,24 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/internal/testenv"
 )
 
 // pgURL starts (once) the private PostgreSQL test server and returns a
 // fresh database's URL.
 func pgURL(t *testing.T) string {
 	t.Helper()
-	_, self, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(self), "..", "..", "scripts", "pg-test-server.sh")
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(root, "scripts", "pg-test-server.sh")
 	// Output to a file, not a pipe: the server it starts keeps inherited
 	// descriptors open.
 	outf, err := os.CreateTemp("", "berth-pg-url-")

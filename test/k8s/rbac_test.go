@@ -5,7 +5,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -18,6 +17,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
+	"github.com/berth-sh/berth/internal/testenv"
 	"github.com/berth-sh/berth/internal/testenv/kubeenv"
 )
 
@@ -25,8 +25,11 @@ import (
 // render, scripts/check-chart.sh) as objects.
 func manifests(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
-	_, self, _, _ := runtime.Caller(0)
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "..", "deploy", "kubernetes", "berth.yaml"))
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "deploy", "kubernetes", "berth.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

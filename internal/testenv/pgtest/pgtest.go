@@ -17,12 +17,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/berth-sh/berth/internal/testenv"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the admin connection's driver
 )
@@ -38,9 +39,14 @@ var server struct {
 	admin *sql.DB
 }
 
+// script is scripts/pg-test-server.sh of the module (found as
+// testenv.RepoRoot finds it: a -trimpath build has no absolute file names).
 func script() string {
-	_, self, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(self), "..", "..", "..", "scripts", "pg-test-server.sh")
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return "scripts/pg-test-server.sh"
+	}
+	return filepath.Join(root, "scripts", "pg-test-server.sh")
 }
 
 func run(dir, arg string, timeout time.Duration) (string, error) {
