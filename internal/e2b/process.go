@@ -13,11 +13,9 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/berth-sh/berth/api"
 	pb "github.com/berth-sh/berth/internal/e2b/envdpb/process"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
-	"github.com/berth-sh/berth/internal/server/input"
 )
 
 // keepAlive is how often a process stream sends a keepalive event (the
@@ -130,7 +128,7 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 				return err
 			}
 		}
-		if err := input.ValidateExec(&api.ExecRequest{Cmd: exec.Cmd, Env: exec.Env, Workdir: exec.Workdir, User: exec.User}); err != nil {
+		if err := manager.ValidateExec(&exec); err != nil {
 			return err
 		}
 		if _, ok := exec.Env["HOME"]; !ok && user != "" {

@@ -42,11 +42,20 @@ func (m *Engine) Exec(ctx context.Context, ref string, req *ExecRequest, eio Exe
 	return exit, err
 }
 
-// ValidateExec checks an exec request before it reaches the agent.
+// ValidateExec checks an exec request before it reaches the agent: the
+// one set of rules every door's exec and process start meets (REST and its
+// WebSocket at the edge through input.ValidateExec, the E2B door, MCP,
+// background processes).
 func ValidateExec(req *ExecRequest) error {
 	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
 		return errdefs.Invalid("cmd is required")
 	}
+	return CheckExecFields(req)
+}
+
+// CheckExecFields is ValidateExec but for a missing command: a run's
+// command may come from its template, after the edge has checked the rest.
+func CheckExecFields(req *ExecRequest) error {
 	if len(req.Cmd) > maxArgs {
 		return errdefs.Invalid("at most %d arguments", maxArgs)
 	}
@@ -64,12 +73,23 @@ func ValidateExec(req *ExecRequest) error {
 		return errdefs.Limit("max_env", sandbox.MaxEnv, "%d env variables given", len(req.Env))
 	}
 	for k, v := range req.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
-			return errdefs.Invalid("bad env variable %q", k)
+		if k == "" || strings.Contains(k, "=") {
+			return errdefs.Invalid("bad env name %q", k)
+		}
+		if err := sandbox.CheckText("env name", k); err != nil {
+			return err
+		}
+		if err := sandbox.CheckEnvValue(k, v); err != nil {
+			return err
 		}
 	}
-	if req.Workdir != "" && !strings.HasPrefix(req.Workdir, "/") {
-		return errdefs.Invalid("workdir must be an absolute path")
+	if req.Workdir != "" {
+		if err := sandbox.CheckPath("workdir", req.Workdir); err != nil {
+			return err
+		}
+	}
+	if err := sandbox.CheckText("user", req.User); err != nil {
+		return err
 	}
 	if req.Timeout < 0 || req.Timeout > sandbox.MaxTimeout {
 		return errdefs.Invalid("timeout_seconds out of range")

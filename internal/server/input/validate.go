@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
@@ -23,7 +24,7 @@ func Validate(v any) error {
 		if err := validateCreate(&req.Sandbox); err != nil {
 			return err
 		}
-		return ValidateExec(&req.Exec)
+		return validateExec(&req.Exec, false) // its command may be the template's
 	case *api.ExecRequest:
 		return ValidateExec(req)
 	case *api.ForkRequest:
@@ -189,30 +190,21 @@ func validateCreate(req *api.CreateSandboxRequest) error {
 	return nil
 }
 
-// ValidateExec checks an exec request at the edge: the manager refuses
-// NUL in arguments (control characters there are a script's business);
-// here env, workdir and user are held to the same rules as a create.
-func ValidateExec(req *api.ExecRequest) error {
-	for k, v := range req.Env {
-		if k == "" || strings.Contains(k, "=") {
-			return errdefs.Invalid("bad env name %q", k)
-		}
-		if err := sandbox.CheckText("env name", k); err != nil {
-			return err
-		}
-		if err := sandbox.CheckEnvValue(k, v); err != nil {
-			return err
-		}
-	}
-	if req.Workdir != "" {
-		if err := sandbox.CheckPath("workdir", req.Workdir); err != nil {
-			return err
-		}
-	}
-	if err := sandbox.CheckText("user", req.User); err != nil {
+// ValidateExec checks an exec request at the edge, before anything
+// starts (a run's sandbox, a WebSocket's stream): the wire's own field
+// (timeout_seconds, a number of seconds) here, every other rule the
+// engine's (engine.ValidateExec), which it meets again on every door.
+func ValidateExec(req *api.ExecRequest) error { return validateExec(req, true) }
+
+func validateExec(req *api.ExecRequest, needCmd bool) error {
+	if err := checkSeconds("timeout_seconds", req.TimeoutSeconds); err != nil {
 		return err
 	}
-	return checkSeconds("timeout_seconds", req.TimeoutSeconds)
+	e := &engine.ExecRequest{Cmd: req.Cmd, Env: req.Env, Workdir: req.Workdir, User: req.User, Stdin: req.Stdin}
+	if needCmd {
+		return engine.ValidateExec(e)
+	}
+	return engine.CheckExecFields(e)
 }
 
 // CheckPathValues refuses control characters in the {id} and {name} path
