@@ -28,7 +28,7 @@ vet: ## go vet
 
 lint: vet ## go vet, gofmt and staticcheck
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" && false)
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+	time $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 # The race detector runs where goroutines meet; not on packages that link
 # the Kubernetes client (race-compiling its ~410 packages for four test
@@ -39,17 +39,21 @@ NORACE_PKGS = /cmd/berth$$|/internal/daemon$$|/internal/node/kube$$|/internal/te
 UNIT_PKGS = $(GO) list ./... | grep -v /test/
 
 unit: ## unit tests (no daemon): with the race detector except on NORACE_PKGS
-	CGO_ENABLED=1 $(GO) test -race -count=1 $$($(UNIT_PKGS) | grep -Ev '$(NORACE_PKGS)')
-	$(GO) test -count=1 $$($(UNIT_PKGS) | grep -E '$(NORACE_PKGS)')
+	time CGO_ENABLED=1 $(GO) test -race -count=1 $$($(UNIT_PKGS) | grep -Ev '$(NORACE_PKGS)')
+	time $(GO) test -count=1 $$($(UNIT_PKGS) | grep -E '$(NORACE_PKGS)')
 
 # test/k8s needs a Kubernetes cluster: make test-k8s runs it.
 E2E_PKGS = $$($(GO) list ./test/... | grep -v /test/k8s)
 
 e2e: ## end-to-end tests against a real daemon, runc, overlayfs, cgroups
-	$(GO) test -count=1 -timeout 25m $(E2E_PKGS)
+	time $(GO) test -count=1 -timeout 25m $(E2E_PKGS)
 
 e2e-race: ## the e2e suite with the daemon under the race detector
 	BERTH_E2E_RACE=1 $(GO) test -count=1 -timeout 30m -run '$(RUN)' $(E2E_PKGS)
+
+# Each step of make test says its time (bash's time: real, and user+sys
+# of everything it waited for, the daemons and sandboxes included), so a
+# CI log shows where the minutes went.
 
 # The suites prove they cleaned up after themselves: the leak check at the
 # end compares with a record taken before the run (test/leakcheck says why).
@@ -74,7 +78,7 @@ check-chart: ## deploy/kubernetes/berth.yaml is the Helm chart's default render 
 	@./scripts/check-chart.sh
 
 security-test: build ## the attack suite from inside sandboxes on every runtime class (berth selftest --private)
-	./$(BIN) selftest --private
+	time ./$(BIN) selftest --private
 
 fuzz: ## run each fuzzer for a while (seed corpora already run in test)
 	./scripts/fuzz.sh 60s
