@@ -10,6 +10,9 @@
 // sandbox ids and names, template names, read from the daemon. berth ls -q
 // --filter filters the API's list in the CLI; an unknown verb's "did you
 // mean" suggestions stay on the one error line.
+//
+// fs.go is berth fs (ls, stat, mkdir, rm, mv on ID:/path); lease.go is
+// berth lease and berth port-token over the lease and port-token routes.
 package main
 
 import (

@@ -24,7 +24,8 @@
 // doctor --fix's removals, the watchdog's kill of an unresponsive agent's
 // processes. A record says when, who (local, key:<id>, lease:<sandbox>,
 // system:<component>), in which tenant, what (the route pattern, or
-// <component>.<action>), on which target (the {id}/{name} path value), the
+// <component>.<action>: policy.stop, reconciler.cleanup, reconciler.fix
+// <kind>, watchdog.kill), on which target (the {id}/{name} path value), the
 // request id, the caller's address and the result (pending until an
 // outcome is recorded — for ever after a crash). Request bodies and
 // queries are never recorded: they may carry secrets.
@@ -50,11 +51,15 @@
 // anchored record and a head not below it. Keep anchors where whoever can
 // write the database cannot.
 //
-// Reading: GET /v1/audit (filters since, until, actor, action, target;
-// paged in insertion order) lists begins with their outcome; GET
-// /v1/audit/export streams every sealed record as JSON lines. A caller
-// reads its own tenant's chains, the host admin every tenant's. The log is
-// not purged by the --retention sweep.
+// Reading (scope audit): GET /v1/audit (filters since, until, actor,
+// action, target; paged in insertion order) lists begins with their
+// outcome; GET /v1/audit/export streams every sealed record as JSON lines;
+// POST /v1/audit/verify (berth audit verify) checks the chains. A caller
+// reads its own tenant's chains, the host admin every tenant's. The log
+// (table audit_log, two rows per audited call) is not purged by the
+// --retention sweep. TestSharedKeyVerifies and the e2e
+// TestTwoDaemonsShareAuditKey hold the shared key; TestAnchorDetectsRewind
+// and FuzzParseAnchor the anchor.
 package audit
 
 import (

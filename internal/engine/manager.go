@@ -15,6 +15,12 @@
 // sandbox becoming running). The engine imports no api and no runtime,
 // volume, network or mount code; it takes and returns its own types
 // (types.go), and turns the backend's answers into them in nodetypes.go.
+// Background work runs under a context cancelled at Close: nothing new
+// starts, what began finishes or is undone. A port request that
+// auto-resumes or auto-starts its sandbox waits, at most PortWakeWait, for
+// the template service's ready port and then for the target port to
+// accept (network.go, dialWoken), so the first preview of a stopped
+// sandbox gets the page, not a 502.
 package engine
 
 import (

@@ -28,6 +28,11 @@
 // — serve --mcp-max-sessions, --mcp-idle-timeout. The tools' client talks to
 // the daemon's own handler through an in-memory loopback listener with the
 // caller's bearer key.
+//
+// It is built on the official Go SDK (github.com/modelcontextprotocol/
+// go-sdk); each result carries StructuredContent and the same JSON as text.
+// The daemon's route (POST, GET and DELETE /v1/mcp) needs sandboxes:read,
+// sandboxes:write, exec and files, and takes no lease.
 package mcp
 
 import (

@@ -12,8 +12,13 @@
 // another boot.
 //
 // Templates' services: the core's Features.Running hook (every transition
-// to running) starts TemplateConfig.Service as the process tagged service
-// unless one runs already; its restart policy is the agent's. A service
+// to running) starts TemplateConfig.Service (internal/store/service.go; set
+// by a template file's service, or berth template import|build --service
+// CMD or --service-from-image; a build keeps its base's service unless
+// given one, and refuses a bad one before any step runs:
+// TestTemplateBuildService) as the process
+// tagged service unless one runs already; its restart policy is the
+// agent's. A service
 // with a ready port makes create wait (engine.awaitService, after the lock
 // is released) until that port accepts a connection, at most
 // store.ServiceReadyWait (30 s), so the service is usable when create

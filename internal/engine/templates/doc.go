@@ -40,8 +40,10 @@
 // network is part of its cache key; an apply that built nothing keeps the
 // record of the build that made its layers.
 //
-// Dockerfile builds (dockerfile.go, buildcontext.go). internal/image/
-// dockerfile turns the file into a plan; BuildDockerfile builds only the
+// Dockerfile builds (dockerfile.go, buildcontext.go: berth template build
+// NAME -f Dockerfile [CONTEXT], POST /v1/templates/{name}/dockerfile with
+// the context as a tar body). internal/image/dockerfile turns the file
+// into a plan; BuildDockerfile builds only the
 // stages the target needs. Config instructions set the template's defaults
 // (an ENTRYPOINT drops a CMD the stage did not set); RUN, COPY and ADD are
 // each a layer, cached per tenant by the hash of the base's layers, every
