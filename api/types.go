@@ -2,6 +2,10 @@
 // server and the Go SDK (package client) share them, so the wire format has a
 // single definition. The OpenAPI document in api/openapi.json describes the
 // same shapes for other languages.
+//
+// fileinfo.go is the POSIX view of file info (permissions 0755 = 493,
+// mode_string drwxr-xr-x, type) beside the Go FileMode mode kept for old
+// clients.
 package api
 
 import "time"

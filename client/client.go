@@ -4,6 +4,22 @@
 // A Client is safe for concurrent use. It keeps connections alive between
 // requests: over the daemon's unix socket an exec round trip costs about a
 // millisecond, so create one Client and reuse it.
+//
+// Connections: the unix socket, or HTTPS pinned by certificate fingerprint
+// (WithTLSFingerprint, compared in constant time; the pin replaces chain and
+// name verification) or verified against a CA file (tls.go); bearer keys.
+// A 429 carries RetryAfter. List calls page through the API's cursors
+// themselves (the ...Page calls return one page and the next cursor).
+// Creates (sandbox, fork, snapshot, volume) carry an Idempotency-Key
+// (random, or the caller's: WithIdempotencyKey, berth create
+// --idempotency-key) and are retried with it,
+// boundedly, when no answer came back. StreamEvents follows the event
+// stream (events.go, its own reader of the Server-Sent Events format),
+// reopening a cut stream with Last-Event-ID and never handing an id twice
+// (berth events [ID] --follow prints it).
+// CopyToSandbox and CopyFromSandbox are docker cp's rules over the files and
+// tar routes (cp.go: the extractor refuses names and links leading out of
+// the destination), so every SDK user shares the CLI's copy.
 package client
 
 import (

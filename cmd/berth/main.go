@@ -2,6 +2,17 @@
 // agent that runs inside each sandbox is its own small binary,
 // cmd/berth-agent, built beside it. This file only wires; each verb lives
 // in its own file.
+//
+// Every table goes through newTable (output.go), which escapes control
+// characters, DEL, C1 and invalid UTF-8 before the tabwriter: file names,
+// argv and event messages are the sandbox's choice and must not drive the
+// reader's terminal. complete.go is shell completion (berth completion):
+// sandbox ids and names, template names, read from the daemon. berth ls -q
+// --filter filters the API's list in the CLI; an unknown verb's "did you
+// mean" suggestions stay on the one error line.
+//
+// fs.go is berth fs (ls, stat, mkdir, rm, mv on ID:/path); lease.go is
+// berth lease and berth port-token over the lease and port-token routes.
 package main
 
 import (

@@ -8,4 +8,11 @@
 // result it reads, never buffers a stream whole, maps error codes to
 // errdefs categories only from a fixed set and cuts their messages short,
 // and treats any other misbehaviour as an internal error of that one call.
+//
+// Client covers ping, exec with streaming stdio, PTY and resize, files, tar,
+// DialPort and quiesce. Its wire types are the agent's own, not the API's:
+// the engine converts in one file (internal/engine/wire.go). Over a network
+// (the Kubernetes backend) the daemon dials with TLSDialer (tlsdial.go):
+// every failed handshake is ErrPeerRefused, a refused connect or a cancelled
+// context is not. FuzzClient plays a hostile agent against every call.
 package agent

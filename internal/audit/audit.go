@@ -12,6 +12,54 @@
 // chain, and the removal of a chain's last records together with a matching
 // edit of its head row — which VerifyAnchor detects against an anchor, the
 // signed heads the daemon writes outside the database (anchor.go).
+//
+// What is audited. The server's guard (internal/server/audit.go) begins a
+// record after authorization for every route whose method is not GET, and
+// for the WebSocket exec; if the begin cannot be written the call is
+// refused with 503 before it runs (TestEveryMutatingRouteAudited walks the
+// route table). Reads, the port proxy (a sandbox's own web traffic), the
+// catch-all 404 and what the guard refuses before authorization are not
+// audited. The engine audits its own actions through engine.Config.Audit
+// (System): policy pause/stop/delete, the reconciler's cleanups and
+// doctor --fix's removals, the watchdog's kill of an unresponsive agent's
+// processes. A record says when, who (local, key:<id>, lease:<sandbox>,
+// system:<component>), in which tenant, what (the route pattern, or
+// <component>.<action>: policy.stop, reconciler.cleanup, reconciler.fix
+// <kind>, watchdog.kill), on which target (the {id}/{name} path value), the
+// request id, the caller's address and the result (pending until an
+// outcome is recorded — for ever after a crash). Request bodies and
+// queries are never recorded: they may carry secrets.
+//
+// Chains. Per tenant, records are numbered (seq), and each stores the
+// previous record's hash and its own, an HMAC-SHA256 of Canonical (every
+// field but the row id, length-prefixed). Rows are only inserted: an
+// outcome is its own record whose ref is its begin's seq. The chain's head
+// row (audit_heads) is incremented first in the appending transaction,
+// which on PostgreSQL holds its row lock until commit, so appenders of one
+// tenant — several daemons included — are serialised and a chain stays
+// gapless. Daemons sharing one database must share the key (serve
+// --audit-key-file, OpenKeyFile: the operator's file, never made by berth,
+// regular, 0600, at least 32 bytes), or each verifies only its own records.
+//
+// The anchor (anchor.go): every serve --audit-anchor-interval (1 min) the
+// daemon signs every chain's head with Ed25519 (key
+// <data-dir>/audit-anchor.key, never in the database) and writes the anchor
+// to serve --audit-anchor-file (default <data-dir>.audit-anchor.json,
+// beside the data dir) and to a line of its log. berth audit verify
+// --anchor FILE sends it with POST /v1/audit/verify; the daemon checks the
+// signature with its own key, then that every chain still holds the
+// anchored record and a head not below it. Keep anchors where whoever can
+// write the database cannot.
+//
+// Reading (scope audit): GET /v1/audit (filters since, until, actor,
+// action, target; paged in insertion order) lists begins with their
+// outcome; GET /v1/audit/export streams every sealed record as JSON lines;
+// POST /v1/audit/verify (berth audit verify) checks the chains. A caller
+// reads its own tenant's chains, the host admin every tenant's. The log
+// (table audit_log, two rows per audited call) is not purged by the
+// --retention sweep. TestSharedKeyVerifies and the e2e
+// TestTwoDaemonsShareAuditKey hold the shared key; TestAnchorDetectsRewind
+// and FuzzParseAnchor the anchor.
 package audit
 
 import (

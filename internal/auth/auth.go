@@ -4,6 +4,33 @@
 // API key, of which only a SHA-256 hash is stored, or a sandbox's lease
 // token. Authorize decides, from a route's Rule alone, whether a principal
 // may call it. Tenancy and roles grow here without touching handlers.
+//
+// API keys are berth_ and 52 base32 characters; the store keeps the hash,
+// the printable prefix berth_<id>, a role (viewer, member, admin), the
+// scopes held within the role and its creator's (sandboxes:read,
+// sandboxes:write, exec, files, ports, network, templates, secrets, keys,
+// audit, and admin, which holds them all) and an optional expiry, checked
+// with revocation on every request. A key of the host (tenant "", holding
+// admin: the bootstrap key, written 0600 into the data dir at first start)
+// is the host admin too (Principal.Host).
+//
+// Authorize(principal, rule, id) decides from a route's Rule (public, or the
+// scopes it needs; whether a lease may call it; whether it is the host's
+// alone) and the route's decoded {id}, never from the request: a lease only
+// on the routes marked for leases, only with its own sandbox's id, and only
+// for the scopes its record holds (within LeaseScopes; never network or
+// admin). Grant, LeaseGrant and CreateLeaseGrant say what a new key, a
+// minted lease or a create's lease may hold; MayActOn whether a caller may
+// revoke a key (only one holding nothing the caller lacks); Recheck
+// re-decides an earlier principal for the connections bound to it.
+//
+// Leases signs and checks lease tokens (berth_lease_<sandbox>_<lease
+// id>_<HMAC>) and port tokens (berth_port_<sandbox>_<port>_<expiry>_<token
+// id>_<HMAC>), each naming a row of the store, with HMAC-SHA256 under a key
+// in the data dir (or serve --token-key-file, shared by replicas:
+// OpenLeasesFile), compared in constant time. FuzzValidKey, FuzzLeaseToken,
+// FuzzPortToken. Tenancy, leases and port tokens as the API sees them:
+// docs/api.md.
 package auth
 
 import (

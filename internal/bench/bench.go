@@ -46,6 +46,21 @@
 // Every figure is a p50 and p95 over n samples. At the end the bench
 // deletes its sandboxes, checks `doctor` is clean, stops the daemon by pid,
 // verifies that no mounts or cgroups are left and removes what it created.
+//
+// compute.go is --only compute: create → first command result (true, and
+// node -v in the burst) under three arrivals — sequential, staggered 200 ms
+// apart, and a burst of --burst at once (default 100) — with success count,
+// p99 and wall time, beside raw runc run true under the same arrivals and
+// the published hosted figures as a fixed reference; failures are counted,
+// not fatal. run also reports the CLI's start-up (berth help vs runc
+// --version) and both binaries' sizes. markdown.go is WriteReport (berth
+// bench --report DIR; make bench writes bench-report/): report.md with the
+// machine, date and version, and a PNG per row with a distribution under
+// charts/ (gonum.org/v1/plot). Subpackages: harness (what the measurements
+// share: Row, Stat, Cleanup, statistics, the private daemon wrapper, the
+// Recorder), netbench (egress and nat in their bench-made namespaces) and
+// peer (the raw runc peer). The daemons and their cleanup are
+// internal/testenv's; LeakScopes names them for the check after a run.
 package bench
 
 import (

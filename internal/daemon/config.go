@@ -1,6 +1,18 @@
 // Package daemon wires berth's daemon together: store, layer store,
 // runtime, sandbox manager, reconciler and HTTP server. It is what
 // `berth serve` runs.
+//
+// Run takes the data dir's exclusive lock first (lock.go: a flock on
+// <data-dir>/daemon.lock held for the daemon's life; a second daemon on the
+// same dir is refused naming the holder's pid), makes the daemon a child
+// subreaper (internal/reaper), then assembles store, layer store, backend,
+// manager and server. Listeners: TLS on --listen (tls.go: the given
+// certificate, or a self-signed one made once and kept, so its fingerprint
+// stays the same), plain HTTP on --insecure-listen, the unix socket, and the
+// E2B door on --e2b-listen (e2b.go), all behind the same connection edge
+// and deadlines (docs/api.md, "The edge"). leases.go keeps the store's
+// reconcile lease on PostgreSQL; kube.go maps the Kubernetes backend's
+// flags. Shutdown is graceful and leaves sandboxes running.
 package daemon
 
 import (

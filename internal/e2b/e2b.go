@@ -9,6 +9,15 @@
 // (its tenant and scopes apply), envd's X-Access-Token is the sandbox's
 // create-time lease token, checked by the same code as the REST server's
 // (server.Credential). Mutating calls are audited like the REST API's.
+//
+// One router (ParseTarget, fuzzed) picks the target: a host
+// {port}-{id}.{domain} first (api.{domain} is the control API), else the
+// E2b-Sandbox-Id and E2b-Sandbox-Port headers. control.go is the control
+// API (its metrics from Engine.ResourceUse: CPU over 200 ms from the cgroup,
+// memory from the backend, the writable layer's disk); envd.go, process.go
+// and filesystem.go are envd over engine/procs and engine/files, with the
+// polling watchers kept in the door. Errors are E2B's {code, message}
+// (Connect codes on RPC). docs/e2b.md describes the mapping and the tests.
 package e2b
 
 import (

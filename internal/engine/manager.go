@@ -1,11 +1,26 @@
-// Package manager is berth's sandbox engine: it turns API calls into
-// durable records and host side effects, in that order (intent first), and
-// drives the two to agree. Create mounts an overlay root, starts the agent
-// as PID 1 under the runtime and waits for it; exec and file calls go to the
-// agent over its unix socket; delete tears down in idempotent, verified,
-// retried steps. The reconciler (reconcile.go) adopts, finishes and cleans
-// up after restarts and crashes and enforces timeouts from stored
-// timestamps.
+// Package engine is the core of berth's sandbox engine: it turns API calls
+// into durable records and host side effects, in that order (intent
+// first), and drives the two to agree, over a node.Backend and the store.
+// Create provisions through the backend and waits for the agent; exec and
+// file calls go to the agent; delete tears down in idempotent, verified,
+// retried steps. Every transition is a compare-and-swap with its event.
+// The reconciler (package engine/reconcile) adopts, finishes and cleans up
+// after restarts and crashes and enforces policies.
+//
+// One live object per sandbox (live.go) holds its operation lock, open
+// execs, activity not yet stored and CPU sample. core.go exports what the
+// feature packages build on (Op, Lock, Async, Transition, Handover,
+// Launch, the ...Locked operations) and takes the Features hooks (a pool
+// claim, a create from a snapshot, the wake of a hibernated start, a
+// sandbox becoming running). The engine imports no api and no runtime,
+// volume, network or mount code; it takes and returns its own types
+// (types.go), and turns the backend's answers into them in nodetypes.go.
+// Background work runs under a context cancelled at Close: nothing new
+// starts, what began finishes or is undone. A port request that
+// auto-resumes or auto-starts its sandbox waits, at most PortWakeWait, for
+// the template service's ready port and then for the target port to
+// accept (network.go, dialWoken), so the first preview of a stopped
+// sandbox gets the page, not a 502.
 package engine
 
 import (

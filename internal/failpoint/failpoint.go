@@ -17,6 +17,21 @@
 // every hit, so a test can arm and disarm points in a running daemon
 // (the error-injection matrix does, one step after another, without a
 // restart per step). Both unset, a hit costs one length check.
+//
+// Arm does the same in process for unit tests. The points: create
+// (create.before-mount, create.after-mount, create.after-start), secrets
+// (secrets.deliver), fork and snapshot (fork.after-capture,
+// capture.frozen, snapshot.after-capture), restore (restore.before-revert),
+// volume.create.after-record, network.rules.apply, pool.refill.after-launch,
+// hibernate (hibernate.after-quiesce, -after-checkpoint, -after-marker,
+// -after-stopping, -after-stophost), wake (wake.after-starting,
+// -after-restore, -after-ready, -after-marker, -before-running,
+// wake.before-restore), and the backend-neutral pause.after-freeze,
+// stop.after-node and start.after-provision that test/k8s kills a replica
+// with. The error-injection matrix (test/e2e/faults_test.go,
+// TestErrorInjectionMatrix) drives each return point: the call must answer
+// 500 with its request id, leave what it worked on as it was, doctor clean,
+// and nothing for the leak check.
 package failpoint
 
 import (

@@ -44,4 +44,9 @@
 //
 // Committing walks an upper dir the same way (fd-relative, never
 // following symlinks) into a tar and feeds it to the same extractor.
+//
+// Both digests cover the whole stream as served, the padding after a tar's
+// end marker included; a mismatch names the layer ("layer 2 of 3
+// (sha256:…)") and both digests. WithProgress reports each layer's bytes
+// read for the import stream.
 package image

@@ -4,6 +4,11 @@
 // service inside the sandbox. The program is embedded here; Layer is the
 // template's layer that holds it, over the builtin template's. Nothing of
 // it runs on the host. See docs/code-interpreter.md.
+//
+// The template is registered at serve start (templates.Builder.EnsureBuiltin)
+// as code-interpreter, alias code-interpreter-v1 (the E2B SDK's default),
+// when Missing finds the host's Python packages; otherwise doctor reports a
+// template finding naming scripts/install-deps.sh.
 package interp
 
 import (

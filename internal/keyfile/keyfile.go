@@ -3,6 +3,10 @@
 // is never made here — two daemons each making their own would disagree —
 // and it must be a regular file readable by its owner only, holding at
 // least 32 bytes (read up to 4 KiB).
+//
+// Install (hidden verb berth install-keys, the Helm chart's init container)
+// copies a Kubernetes Secret volume's keys 0600 into the data dir, since the
+// kubelet makes the volume group-readable under fsGroup.
 package keyfile
 
 import (

@@ -12,6 +12,27 @@
 // A Session remembers the ephemeral sandboxes it created (and the ephemeral
 // children of its forks) and deletes those still alive when it ends: stdio
 // EOF, an HTTP session closed or expired, or the process stopping.
+//
+// The tools: sandbox_create, sandbox_list (paged by cursor), sandbox_get,
+// sandbox_delete, run_command (exit code and stdout/stderr capped at 64 KiB
+// each by default, 1 MiB at most, with truncated flags), file_write (8 MiB
+// at most), file_read (256 KiB by default, 4 MiB at most; base64 when not
+// UTF-8), file_list, expose_port (the proxy URL and whether the port is
+// public), snapshot_create, sandbox_fork, and the background-process tools
+// process_start, process_list and process_kill, written against the
+// Processes interface that ClientProcesses implements. Over HTTP
+// (HTTPHandler, mounted at /v1/mcp by internal/server/mcp.go) a session
+// belongs to the credential that opened it (another's session id is 404),
+// ends with that credential (Caller.Bind), and closes after 15 minutes idle;
+// at most 64 sessions (503 past that) and a quarter of them per tenant (429)
+// — serve --mcp-max-sessions, --mcp-idle-timeout. The tools' client talks to
+// the daemon's own handler through an in-memory loopback listener with the
+// caller's bearer key.
+//
+// It is built on the official Go SDK (github.com/modelcontextprotocol/
+// go-sdk); each result carries StructuredContent and the same JSON as text.
+// The daemon's route (POST, GET and DELETE /v1/mcp) needs sandboxes:read,
+// sandboxes:write, exec and files, and takes no lease.
 package mcp
 
 import (

@@ -8,6 +8,13 @@
 //
 // No label takes an unbounded value: there are no sandbox ids, and the
 // template label is folded to "other" beyond MaxTemplates distinct names.
+//
+// The daemon makes the registry and hands it to the engine as
+// engine.Config.Metrics (the engine's Recorder interface, so the engine
+// imports no Prometheus) and to the server, which registers the API's
+// collectors (NewAPI: requests, latency, connections, agent-channel
+// refusals) on it. The scrape-time Source is manager.MetricsSnapshot. Where
+// each measure is taken is in docs/metrics.md.
 package metrics
 
 import (

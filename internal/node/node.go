@@ -16,6 +16,18 @@
 //
 // Every method that changes the host is idempotent: the engine may call it
 // again after a crash, with the record as its intent.
+//
+// Backend is Lifecycle (provision, stop, discard, wipe, remove, freeze and
+// thaw, status, kill, hostname, agent client, port dial), Captures
+// (capture, materialize, revert, drop), Hibernation (checkpoint, restore),
+// Volumes, Network (rules, addresses), Storage (capacity, admission, disk
+// usage, diff, quarantine reads, layer commit), Sweep (the host half of
+// doctor), Recover and Tick, and Classes with each runtime class's Caps.
+// GET /v1/version lists the classes with their capabilities, and create
+// refuses what the class lacks before anything is made (persist_root
+// without a root layer, pause-when-idle of an ephemeral sandbox without
+// freeze, egress without egress). Hooks carry events, flows and the node's
+// id slots back to the engine.
 package node
 
 import (

@@ -5,6 +5,12 @@
 // same interface. BuildSpec turns berth's sandbox description into an OCI
 // runtime-spec document with berth's isolation defaults, which no API field
 // can weaken.
+//
+// Classes: runc (default, through containerd's go-runc), runsc (gVisor,
+// static build; checkpoint and restore for hibernate; docs/gvisor.md) and
+// kata (a microVM with runc's CLI, KVM hosts only, untested here;
+// docs/microvm.md). Isolation describes a class's boundary in the runtime's
+// own type. What the defaults are, and why: docs/isolation.md.
 package runtime
 
 import (

@@ -1,6 +1,14 @@
 // Package sandbox holds berth's core domain model: the sandbox record, its
 // state machine and the policy arithmetic (deadlines) as pure functions of the
 // current time. It does no I/O; the daemon, store and API build on it.
+//
+// Spec validation keeps resources within what the kernel enforces: cpus at
+// least 0.01 (the CFS quota floor), memory at least 16 MiB, pids between 8
+// and the host's kernel.pid_max (read by the daemon at start); and no
+// control characters in names, paths, env, labels and rules (text.go).
+// Policies (hard timeout, idle timeout with pause or stop, max age with
+// stop or delete, retention) are deadlines computed by Next from stored
+// timestamps; the reconciler sleeps until the next one.
 package sandbox
 
 import (

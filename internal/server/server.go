@@ -2,6 +2,25 @@
 // socket and, with API keys, over TCP. Handlers decode and validate input,
 // call the sandbox manager, and map error categories (internal/errdefs) to
 // statuses and stable codes in one place (writeError).
+//
+// One route table (routes.go) registers every route with its auth.Rule (an
+// invalid or unsafe rule stops the server from starting) and what it is
+// (Stream, EventStream, Upload). Each handler sits behind a guard that
+// authenticates and authorizes after the ServeMux matched, from the matched
+// pattern and the decoded path values the handler reads, so authorization
+// and routing cannot read different forms of a path; the guard also sets the
+// per-request deadlines, binds long-lived requests to their credential
+// (live.go), applies the per-key rate limit (ratelimit.go) and per-tenant
+// shares (shares.go), and begins the audit record (audit.go). Host routing
+// ({port}-{id}.{domain}) parses the host once into the same path values and
+// guard. Routes() exposes the table (TestCrossTenantRoutes and
+// TestEveryMutatingRouteAudited walk it; the OpenAPI scopes are checked
+// against it). The API's types become the engine's and back in one file
+// (convert.go; convert_test.go fails when a field of either side is not
+// converted). door.go lends the E2B door the guard's credential check
+// (Credential, CreateLease, ProxyPort, WithCaller). The edge's behaviour
+// (errors, input, TLS, connections, tenancy, quotas) is described in
+// docs/api.md.
 package server
 
 import (

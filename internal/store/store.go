@@ -16,6 +16,21 @@
 //
 // Driver errors never leave this package tree: implementations map "no rows"
 // to errdefs.ErrNotFound and unique violations to errdefs.ErrConflict.
+//
+// Lists are in keyset order (creation time then id; templates by name;
+// events by id), so paging under concurrent inserts never repeats or
+// skips. ListAllEvents reads events across sandboxes (an EventFilter), and
+// EventsWritten hands out a channel closed at the next commit that appended
+// events through that handle, which the live event stream wakes on. The
+// store also allocates per-sandbox host id ranges (id_slots: lowest free
+// slot, unique under concurrent allocators) and keeps idempotency keys
+// (put-if-absent, updates a compare-and-swap on the owning attempt).
+// Admission (LockTenant) serialises a tenant's quota-counted writes across
+// daemons (docs/api.md, "Quotas and rate limits"). sqlstore is the portable
+// SQL (cursors are base64url of list tag and sort key, strictly decoded:
+// FuzzDecodeCursor); sqlite opens the embedded database (modernc, WAL, one
+// writer connection with BEGIN IMMEDIATE); migrations are embedded numbered
+// SQL files.
 package store
 
 import (

@@ -9,6 +9,19 @@
 // It is not a test package: `berth bench` and `berth selftest` link it.
 // Nothing in it needs the testing package; callers turn its errors and
 // leaks into test failures or report lines.
+//
+// A daemon's Scope is what Check and Clean look at: mounts under its data
+// dir, loop devices backed by files there, child cgroups of its instance in
+// every hierarchy, its veths, bridge and nft tables in its netns
+// (network.Objects), the netns the harness made, processes of its group or
+// naming its data dir, and sandbox and runtime state files. Clean kills what
+// is left of those processes and cgroups by pid before it unmounts, so no
+// mount is only lazily detached. Sweep runs after a whole suite over every
+// berth-{e2e,bench,selftest,node,k8s}-* temp dir and what a Kubernetes test
+// cluster leaves outside its dir (its links, nft tables, CNI result files,
+// /var/log/containers links); make test and make test-k8s record what is
+// there before they run (leakcheck --record) and count only what is new
+// (--before).
 package testenv
 
 import (

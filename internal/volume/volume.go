@@ -5,6 +5,13 @@
 // inside the sandbox and the host's disk never holds more than the image's
 // size; the inode count is fixed at mkfs time. Loop devices are configured
 // with autoclear, so unmounting a volume also releases its device.
+//
+// The same images are sandboxes' disk-capped writable root layers
+// (NewScratch). The storage pool holds volume images, writable-layer images
+// and snapshots on a filesystem with reflink (the data dir itself, or XFS
+// reflink=1 on a sparse image made here), so fork and snapshot clone
+// metadata, not data; without mkfs.xfs it falls back to real copies. Why
+// this design, and the measurements: docs/storage.md.
 package volume
 
 import (

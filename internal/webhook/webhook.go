@@ -7,6 +7,12 @@
 // on. Each POST carries the event as JSON and an HMAC-SHA256 signature of
 // the body (X-Berth-Signature: sha256=<hex>); failures are retried with
 // exponential backoff and every attempt is recorded in the store.
+//
+// The delivery id is a hash of the URL and the stored event, so it is equal
+// across attempts, restarts and replicas. On a shared store only the holder
+// of the store's reconcile lease delivers (Config.Leads, checked before each
+// event and each retry). Events are the outbox, so the retention sweep keeps
+// a tombstone's events while the webhook's cursor is below any of them.
 package webhook
 
 import (

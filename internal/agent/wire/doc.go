@@ -88,4 +88,11 @@
 // process group, as does the timeout (and then timed_out is set). After
 // the process exits, output still arriving from children that hold its
 // pipes is forwarded briefly, then discarded without closing the pipe.
+//
+// The messages' encoding is pinned by golden JSON (wire_test.go), so an
+// agent already running in a sandbox keeps working with a newer daemon
+// however the REST API changes. An error frame's message passes through
+// SafeMessage (control characters and invalid bytes escaped, cut at a rune
+// boundary to 1 KiB) before it can reach an event, a log line or an API
+// answer.
 package wire

@@ -10,6 +10,21 @@
 // as "stopped" instead of vanishing. Process ids of the API are the
 // agent's prefixed by its boot (BOOT-N), so an id never names a process of
 // another boot.
+//
+// Templates' services: the core's Features.Running hook (every transition
+// to running) starts TemplateConfig.Service (internal/store/service.go; set
+// by a template file's service, or berth template import|build --service
+// CMD or --service-from-image; a build keeps its base's service unless
+// given one, and refuses a bad one before any step runs:
+// TestTemplateBuildService) as the process
+// tagged service unless one runs already; its restart policy is the
+// agent's. A service
+// with a ready port makes create wait (engine.awaitService, after the lock
+// is released) until that port accepts a connection, at most
+// store.ServiceReadyWait (30 s), so the service is usable when create
+// returns. Every agent call but attach and wait has its own 30 s timeout;
+// those two are bounded by the caller's context and end when the sandbox
+// stops.
 package procs
 
 import (

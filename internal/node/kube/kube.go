@@ -16,6 +16,19 @@
 // — freeze, checkpoint, capture its files where the cluster has no CSI
 // snapshots, secrets injected at egress — is said in the classes' Caps and
 // refused with errdefs.ErrNotSupported and a reason (refused.go).
+//
+// Files: kube.go (the informers), objects.go (pure object builders),
+// refused.go, egress.go (the policy's egress spec is a pure function of the
+// rules and pins kept in its annotations, so any replica may change it,
+// read from the API and updated with a conflict retry; expired pins dropped
+// in Tick), egress_resolver.go (the asking pod by source IP, REFUSED for
+// others, NXDOMAIN for names no rule allows, the pin written into the policy
+// before the answer; per-source rate, in-flight and TCP connection caps;
+// serve --kube-resolver-*), snapshot.go (refused with the reason where the
+// cluster serves no snapshot API or has no VolumeSnapshotClass for the
+// claims' driver), sweep.go (Recover and Sweep adopt or remove labelled
+// objects and unrecorded captures). internal/daemon/kube.go maps the flags;
+// docs/kubernetes.md is the full description and its tests.
 package kube
 
 import (

@@ -5,6 +5,17 @@
 // reflink-capable storage pool, per-sandbox host id ranges seen through
 // idmapped mounts, and, for egress, a veth on the daemon's bridge behind
 // nftables. It implements node.Backend; nothing above it touches the host.
+//
+// Where things are: overlay and writable layers (disk.go), volume mounts
+// (volumes.go), host id ranges and idmapped views (ids.go, over hostids),
+// egress attach and detach and resolv.conf (network.go, over egress), the
+// agent channel (agentchan.go, over agentchan), the runtimes through
+// internal/runtime (lifecycle.go), captures (captures.go, clones.go), the
+// diff and quarantine reads (inspect.go, over hostfiles), checkpoints
+// (hibernate.go), capacity and the reserve (capacity.go, over space), the
+// share tmpfs holding the agent binary (share.go), the thaw pass at open
+// (volume.ThawAll) and Sweep (sweep.go). The host layout is in
+// docs/storage.md.
 package local
 
 import (

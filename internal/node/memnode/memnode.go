@@ -16,6 +16,14 @@
 //
 // Every method is recorded (Calls) and can be made to fail (FailNext), so
 // tests can assert what the engine did and what it undid.
+//
+// Classes are configurable: fake-runc (pool, freeze, rename, egress),
+// fake-runsc (checkpoint, ports via the agent) and, with WithClasses,
+// fake-pod (pool without freeze or rename, like a Kubernetes pod);
+// SetDefault models a restart with another --runtime; FailNextFor fails a
+// method for one sandbox; Methods lists the calls in order. It does not model
+// what nodetest checks inside a sandbox (exec's host name, a root of its
+// own).
 package memnode
 
 import (

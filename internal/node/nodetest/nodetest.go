@@ -10,6 +10,16 @@
 // Sandboxes are shared between the cases of one runtime class where that
 // does not weaken a case (one ephemeral and one persistent sandbox carry
 // most of them), so that a class runs in seconds, not minutes.
+//
+// Cases: provision (twice), freeze and thaw, capture (running and paused)
+// then materialize, revert and drop, stop (twice), discard, wipe,
+// persist_root, checkpoint and restore where Caps.Checkpoint (a process's
+// pid and a shell variable survive), commit of a layer, a sweep that finds a
+// sandbox no record accounts for and fixes it, remove (twice) and nothing
+// left. A capability a class lacks is not skipped: the suite asserts its
+// refusal and that the sandbox still runs. Egress (Allocate, SetRules) is
+// left to test/e2e. test/node runs it on the local backend (runc, runsc),
+// test/k8s TestConformanceOnRealNode on the Kubernetes backend.
 package nodetest
 
 import (

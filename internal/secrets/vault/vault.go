@@ -2,6 +2,12 @@
 // put, opens on resolve and re-wraps on rotation, between a master keyring
 // it holds in memory and a store.Secrets. Values leave it only through
 // Resolve, to the engine, on their way into a sandbox.
+//
+// Rotate adds the new key and writes it to the key file before anything is
+// re-wrapped, and drops the old one only after: a crash between leaves a
+// keyring that opens every row. Re-wrapping runs in batches
+// (store.SecretsNotUnder, then store.RewrapSecret, a compare-and-swap on the
+// wrapped key, so a concurrent put wins).
 package vault
 
 import (

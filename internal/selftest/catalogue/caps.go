@@ -11,7 +11,7 @@ import (
 )
 
 // DocumentedCaps are the capabilities root inside a sandbox keeps
-// (docs/ARCHITECTURE.md, Isolation), with their bit numbers.
+// (docs/isolation.md, "The runc class"), with their bit numbers.
 var DocumentedCaps = map[string]uint{
 	"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_FOWNER": 3, "CAP_FSETID": 4, "CAP_KILL": 5,
 	"CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SETPCAP": 8, "CAP_NET_BIND_SERVICE": 10,

@@ -18,6 +18,22 @@
 //
 // The server supplies what is its own (Config): the store, how errors and
 // JSON are written, how ids are made and lease tokens sealed.
+//
+// In berth: POST /v1/sandboxes, /fork, /snapshots and POST /v1/volumes are
+// wrapped (internal/server/idempotency.go holds each route's Kind). A key
+// is 1-255 printable ASCII bytes (ParseKey; else 400
+// invalid_idempotency_key), scoped to the caller (tenant and actor) and the
+// route, and expires 24 h after its first request (the reconciler purges
+// expired keys). Before the handler acts the key is put if absent (exactly
+// one concurrent attempt wins) with the hash of the canonical request
+// (method, path, JSON body re-encoded with sorted keys), its owner
+// (node|boot|seq) and the ids the new objects will get; a warm-pool claim
+// hands out the member's own id, which CreateOptions.Reserve records before
+// the claim commits. Stored answers have lease tokens replaced by a marker
+// and minted again on replay (Idempotent-Replayed: true). Another node's
+// pending key is never presumed dead. Not covered: POST /v1/run (its answer
+// is live output) and snapshot restore; a fork interrupted after some
+// children were recorded answers with those children.
 package idempotency
 
 import (

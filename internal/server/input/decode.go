@@ -4,6 +4,10 @@
 // trailing data) and the validation of every request type the edge can
 // judge alone. Pure functions of the bytes and the request; the server's
 // handlers call them before anything acts.
+//
+// CheckPathValues checks the {id} and {name} path values. FuzzCheckJSON
+// lives here; FuzzDecodeRequests (decode, then the api→engine conversion
+// and the spec's own validation) stays in the server beside convert.go.
 package input
 
 import (
