@@ -44,21 +44,23 @@ func (q *quotas) importing(tenant string) int64 {
 
 // ChargeImport opens the storage account of an import, pull or build
 // commit by ctx's caller and returns ctx carrying it (image.WithBudget);
-// call done when the template is recorded or the import failed. A
+// call done when the template is recorded or the import failed: it reports
+// whether the import unpacked any layer (which a failed one may have left
+// unrecorded). A
 // tenant's layers are charged to its storage quota as they unpack, never
 // after: the import may add at most the quota minus TenantUsage at its
 // start (a build's sandboxes are admitted on their own, counting what the
 // import unpacked so far), and a cached layer is reused unread only when the tenant already holds
 // it or the shared catalogue does. The host's imports are bound by the
 // store's own caps only and trust the cache.
-func (m *Engine) ChargeImport(ctx context.Context) (context.Context, func(), error) {
+func (m *Engine) ChargeImport(ctx context.Context) (context.Context, func() bool, error) {
 	if m.images == nil {
-		return ctx, func() {}, nil
+		return ctx, func() bool { return false }, nil
 	}
 	tenant := CallerTenant(ctx)
 	if tenant == "" {
 		b := m.images.Budget(image.Charge{Bytes: -1, TrustCache: true})
-		return image.WithBudget(ctx, b), b.Close, nil
+		return image.WithBudget(ctx, b), func() bool { b.Close(); return b.Unpacked() }, nil
 	}
 	slot := m.quota.slot(tenant)
 	select {
@@ -100,7 +102,7 @@ func (m *Engine) ChargeImport(ctx context.Context) (context.Context, func(), err
 	m.quota.mu.Lock()
 	slot.budget = b
 	m.quota.mu.Unlock()
-	done := func() {
+	done := func() bool {
 		m.quota.mu.Lock()
 		if slot.budget == b {
 			slot.budget = nil
@@ -108,6 +110,7 @@ func (m *Engine) ChargeImport(ctx context.Context) (context.Context, func(), err
 			release()
 		}
 		m.quota.mu.Unlock()
+		return b.Unpacked()
 	}
 	return image.WithBudget(ctx, b), done, nil
 }

@@ -39,6 +39,7 @@ type Budget struct {
 	mu     sync.Mutex
 	left   int64
 	used   int64
+	made   int             // layers this account unpacked (new or proving a cached one)
 	reuse  map[string]bool // hex ids taken without proof
 	held   map[string]bool // hex ids this import unpacked or reused
 	closed bool
@@ -111,6 +112,15 @@ func (b *Budget) proven(h string) {
 	defer b.mu.Unlock()
 	b.held[h] = true
 	b.reuse[h] = true
+	b.made++
+}
+
+// Unpacked reports whether the account unpacked any layer: only then can
+// a failed import have left one that nothing records.
+func (b *Budget) Unpacked() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.made > 0
 }
 
 // take charges n bytes, or refuses them with the Charge's error and

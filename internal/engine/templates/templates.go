@@ -299,8 +299,8 @@ func (m *Builder) charged(ctx context.Context, fn func(context.Context) (*store.
 		return nil, err
 	}
 	t, err := fn(cctx)
-	done() // before the GC below: an open account keeps its layers
-	if err != nil && engine.CallerTenant(ctx) != "" {
+	unpacked := done() // before the GC below: an open account keeps its layers
+	if err != nil && unpacked && engine.CallerTenant(ctx) != "" {
 		if gerr := m.gcLayers(context.WithoutCancel(ctx)); gerr != nil {
 			m.log.Warn("removing the layers of a failed import", "err", gerr)
 		}
