@@ -235,3 +235,31 @@ func TestBudgetHoldsLayersFromGC(t *testing.T) {
 		t.Fatalf("GC after close removed %v (%v), want %v", removed, err, img.Layers)
 	}
 }
+
+// TestCommitDirBudget: a build's commit is charged like an import: an
+// upper dir past what the account has left is refused with the quota
+// error and stores no layer; one that fits is charged its size.
+func TestCommitDirBudget(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	upper := upperDir(t)
+	small := s.Budget(Charge{Bytes: 8})
+	_, _, err := s.CommitDir(WithBudget(ctx, small), upper)
+	small.Close()
+	if !errors.Is(err, errdefs.ErrQuota) {
+		t.Fatalf("commit past the budget: %v, want ErrQuota", err)
+	}
+	if l := layerDirs(t, s); len(l) != 0 {
+		t.Fatalf("layers after the refused commit: %v", l)
+	}
+	assertNoScratch(t, s)
+	b := s.Budget(Charge{Bytes: 1 << 20})
+	id, size, err := s.CommitDir(WithBudget(ctx, b), upper)
+	b.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Used() != size || size <= 8 || !s.HasLayer(id) {
+		t.Errorf("charged %d for a layer of %d bytes", b.Used(), size)
+	}
+}

@@ -182,3 +182,38 @@ func diffIDOf(t *testing.T, img v1.Image) string {
 	}
 	return cfg.RootFS.DiffIDs[0].String()
 }
+
+// TestTemplateStorageQuotaConcurrent: two imports of one tenant that each
+// fit its quota but not together, run at once: exactly one is recorded,
+// the other refused with quota_exceeded (imports of a tenant take turns,
+// so both cannot spend the same room).
+func TestTemplateStorageQuotaConcurrent(t *testing.T) {
+	e := newEnv(t, withImages())
+	e.setQuota(store.TenantQuota{Tenant: "acme", MaxStorage: 1 << 20})
+	acme := e.as("acme")
+	archives := []string{gzipArchive(t, zeroLayerImage(t, "x", 600<<10, "")), gzipArchive(t, zeroLayerImage(t, "y", 600<<10, ""))}
+	errs := make(chan error, 2)
+	for i, p := range archives {
+		go func() {
+			_, err := e.upload(acme, []string{"x", "y"}[i], p)
+			errs <- err
+		}()
+	}
+	ok, refused := 0, 0
+	for range 2 {
+		switch err := <-errs; {
+		case err == nil:
+			ok++
+		case errors.Is(err, errdefs.ErrQuota):
+			refused++
+		default:
+			t.Errorf("unexpected: %v", err)
+		}
+	}
+	if ok != 1 || refused != 1 {
+		t.Fatalf("%d recorded, %d refused; want 1 and 1", ok, refused)
+	}
+	if u, err := e.m.TenantUsage(e.ctx, "acme", ""); err != nil || u.Storage != 600<<10 {
+		t.Fatalf("usage %d %v, want one layer's", u.Storage, err)
+	}
+}
