@@ -65,11 +65,11 @@ func newQuotaCmd(g *globals) *cobra.Command {
 		Short: "Show your tenant's quota, or show and set any tenant's (host admin)",
 		Long: `A tenant's quota limits its live sandboxes, their CPUs, memory and storage
 (disk caps and volume sizes, as reserved, and the unpacked layers of its own
-templates), its create rate, and the request rate of each of its API keys.
-0 is unlimited. Over a limit, a create answers 429 quota_exceeded naming the
-limit, with Retry-After; nothing is left of it. A template import or build is
-charged as its layers unpack and refused at the first file past the storage
-left.`,
+templates: file bytes and 512 bytes a member), its create rate, and the
+request rate of each of its API keys. 0 is unlimited. Over a limit, a create
+answers 429 quota_exceeded naming the limit, with Retry-After; nothing is
+left of it. A template import or build is charged as its layers unpack and
+refused at the first file past the storage left.`,
 	}
 	cmd.AddCommand(newQuotaGetCmd(g), newQuotaSetCmd(g))
 	return cmd

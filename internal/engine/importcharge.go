@@ -149,7 +149,8 @@ func (m *Engine) templateLayers(ctx context.Context, tenant string) (own, shared
 }
 
 // templateStorage is what tenant's templates hold on disk against its
-// quota: the unpacked size of each layer of its own templates once, but
+// quota: each layer of its own templates once (image.Store.Billed: its
+// file bytes and a tar header's size a member, as its import was charged), but
 // not of the shared catalogue's layers its templates build on. A layer
 // another tenant holds too is charged to both: whether one does is not
 // the tenant's to learn.
@@ -163,7 +164,7 @@ func (m *Engine) templateStorage(ctx context.Context, tenant string) (int64, err
 	}
 	var n int64
 	for l := range own {
-		n += max(m.images.Size(l), 0)
+		n += max(m.images.Billed(l), 0)
 	}
 	return n, nil
 }

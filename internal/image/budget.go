@@ -7,13 +7,20 @@ import (
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
+// EntryCharge is what each member of a layer costs a Budget besides its
+// file bytes: the size of its tar header. An inode and a directory entry
+// take disk too, and a layer of a million empty files must not be free;
+// at a tar header's size the charge never exceeds the archive's own.
+const EntryCharge = 512
+
 // Charge is what an import or build done for one tenant may add to the
 // store, and which cached layers it may reuse without proving them.
 type Charge struct {
-	// Bytes is how many unpacked regular-file bytes the layers this import
-	// unpacks may add up to, shared by all of them (the tenant's storage
-	// quota minus its usage); below 0 means no limit beyond the store's
-	// per-layer caps.
+	// Bytes is how many bytes the layers this import unpacks may add up
+	// to, shared by all of them (the tenant's storage quota minus its
+	// usage): their regular files' bytes and EntryCharge a member (what
+	// Billed says of a stored layer); below 0 means no limit beyond the
+	// store's per-layer caps.
 	Bytes int64
 	// Reuse names the layers ("sha256:<hex>") already on the tenant's bill
 	// or free to it (its own templates' and the shared catalogue's): a

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -86,8 +87,9 @@ func TestBudgetSharedByLayers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.Used() != 1200*kib || b.Left() != 2<<20-1200*kib || got.Size != 1200*kib {
-		t.Errorf("used %d, left %d, size %d; want 1200 KiB charged of 2 MiB", b.Used(), b.Left(), got.Size)
+	// Two members, one a layer: their bytes and a header's size each.
+	if want := int64(1200*kib + 2*EntryCharge); b.Used() != want || b.Left() != 2<<20-want || got.Size != 1200*kib {
+		t.Errorf("used %d, left %d, size %d; want %d charged of 2 MiB", b.Used(), b.Left(), got.Size, want)
 	}
 	b.Close()
 
@@ -111,12 +113,13 @@ func TestBudgetSharedByLayers(t *testing.T) {
 	}
 }
 
-// TestExtractBudget: the extractor charges each file before writing it and
-// stops at the first that does not fit, in whichever layer it is.
+// TestExtractBudget: the extractor charges each member (EntryCharge) and
+// each file's bytes before writing it, and stops at the first that does
+// not fit, in whichever layer it is; a layer of empty files is not free.
 func TestExtractBudget(t *testing.T) {
 	requireRoot(t)
 	s := newStore(t)
-	b := s.Budget(Charge{Bytes: 10})
+	b := s.Budget(Charge{Bytes: 2*EntryCharge + 10})
 	defer b.Close()
 	dir := t.TempDir()
 	_, err := extractTar(context.Background(), bytes.NewReader(mkTar(t, reg("a", "123456"), reg("b", "123456"))), dir, IDMap{},
@@ -124,8 +127,8 @@ func TestExtractBudget(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrQuota) {
 		t.Fatalf("err = %v, want ErrQuota", err)
 	}
-	if b.Used() != 6 || b.Left() != 4 {
-		t.Errorf("used %d, left %d; want 6 and 4", b.Used(), b.Left())
+	if b.Used() != 2*EntryCharge+6 || b.Left() != 4 {
+		t.Errorf("used %d, left %d; want %d and 4", b.Used(), b.Left(), 2*EntryCharge+6)
 	}
 	if exists(filepath.Join(dir, "b")) {
 		t.Error("the refused file was created")
@@ -133,8 +136,27 @@ func TestExtractBudget(t *testing.T) {
 	// The per-layer cap still applies below the budget.
 	_, err = extractTar(context.Background(), bytes.NewReader(mkTar(t, reg("c", "123"))), t.TempDir(), IDMap{},
 		extractLimits{maxBytes: 2, maxEntries: 100, budget: b}, nil)
-	if !errors.Is(err, errdefs.ErrTooLarge) || b.Used() != 6 {
-		t.Errorf("layer cap: err = %v, used %d; want ErrTooLarge and nothing charged", err, b.Used())
+	if !errors.Is(err, errdefs.ErrQuota) || b.Used() != 2*EntryCharge+6 {
+		t.Errorf("4 bytes left: err = %v, used %d; want ErrQuota for the member alone", err, b.Used())
+	}
+	b2 := s.Budget(Charge{Bytes: 1 << 20})
+	defer b2.Close()
+	_, err = extractTar(context.Background(), bytes.NewReader(mkTar(t, reg("c", "123"))), t.TempDir(), IDMap{},
+		extractLimits{maxBytes: 2, maxEntries: 100, budget: b2}, nil)
+	if !errors.Is(err, errdefs.ErrTooLarge) || b2.Used() != EntryCharge {
+		t.Errorf("layer cap: err = %v, used %d; want ErrTooLarge and only the member charged", err, b2.Used())
+	}
+	// A thousand empty files cost their headers.
+	var ents []te
+	for i := range 1000 {
+		ents = append(ents, reg(fmt.Sprintf("e%d", i), ""))
+	}
+	b3 := s.Budget(Charge{Bytes: 999 * EntryCharge})
+	defer b3.Close()
+	_, err = extractTar(context.Background(), bytes.NewReader(mkTar(t, ents...)), t.TempDir(), IDMap{},
+		extractLimits{maxBytes: 1 << 20, maxEntries: 10000, budget: b3}, nil)
+	if !errors.Is(err, errdefs.ErrQuota) {
+		t.Errorf("1000 empty files under 999 headers' worth: err = %v, want ErrQuota", err)
 	}
 }
 
@@ -199,8 +221,8 @@ func TestBudgetCachedLayers(t *testing.T) {
 		t.Fatalf("import with the real bytes: %v", err)
 	}
 	prover.Close()
-	if prover.Used() != s.Size(id) || cachedSeen {
-		t.Errorf("proving import: charged %d (layer is %d), cached reported %v", prover.Used(), s.Size(id), cachedSeen)
+	if prover.Used() != s.Billed(id) || cachedSeen {
+		t.Errorf("proving import: charged %d (layer bills %d), cached reported %v", prover.Used(), s.Billed(id), cachedSeen)
 	}
 	// Trusted: free and unread, even with nothing left.
 	mine := s.Budget(Charge{Bytes: 0, Reuse: []string{id}})
@@ -259,7 +281,7 @@ func TestCommitDirBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.Used() != size || size <= 8 || !s.HasLayer(id) {
-		t.Errorf("charged %d for a layer of %d bytes", b.Used(), size)
+	if b.Used() != s.Billed(id) || b.Used() <= size || !s.HasLayer(id) {
+		t.Errorf("charged %d for a layer of %d bytes billing %d", b.Used(), size, s.Billed(id))
 	}
 }

@@ -102,6 +102,9 @@ func (x *extractor) run(ctx context.Context, tr *tar.Reader) error {
 		if x.stats.Entries > x.limits.maxEntries {
 			return errdefs.TooLarge("layer has more than %d entries", x.limits.maxEntries)
 		}
+		if err := x.limits.budget.take(EntryCharge); err != nil {
+			return err
+		}
 		if err := x.entry(hdr, tr); err != nil {
 			return err
 		}

@@ -262,6 +262,17 @@ func (s *Store) Size(id string) int64 {
 	return m.Size
 }
 
+// Billed is what layer id costs a tenant's storage quota: its unpacked
+// file bytes and EntryCharge for each member (as a Budget charged it), or
+// -1 if it is not in the store.
+func (s *Store) Billed(id string) int64 {
+	m, err := s.readMeta(id)
+	if err != nil {
+		return -1
+	}
+	return m.Size + m.Entries*EntryCharge
+}
+
 const (
 	metaFile    = "meta.json"
 	maxTrailing = 1 << 20 // bytes accepted after a layer tar's end marker

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/image"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -117,8 +118,10 @@ func TestTemplateStorageQuota(t *testing.T) {
 		}
 		return u.Storage
 	}
-	if u := usage("acme"); u != 600*kib {
-		t.Fatalf("usage after the first import: %d, want its layer's %d", u, 600*kib)
+	// Its file and a tar header for its one member.
+	const billed = 600*kib + image.EntryCharge
+	if u := usage("acme"); u != billed {
+		t.Fatalf("usage after the first import: %d, want its layer's %d", u, billed)
 	}
 
 	two := zeroLayerImage(t, "two", 600*kib, "")
@@ -127,14 +130,14 @@ func TestTemplateStorageQuota(t *testing.T) {
 		t.Fatalf("the archive is not small: %v %v", st.Size(), err)
 	}
 	_, err = e.upload(acme, "two", archive)
-	if !errors.Is(err, errdefs.ErrQuota) || !strings.Contains(err.Error(), "tenant acme: 600.0 KiB of 1.0 MiB storage in use") {
+	if !errors.Is(err, errdefs.ErrQuota) || !strings.Contains(err.Error(), "tenant acme: 600.5 KiB of 1.0 MiB storage in use") {
 		t.Fatalf("an import past the quota: %v, want quota_exceeded naming the storage", err)
 	}
 	if code, status := errdefs.Code(err); code != "quota_exceeded" || status != 429 {
 		t.Fatalf("code %s %d", code, status)
 	}
-	if u := usage("acme"); u != 600*kib {
-		t.Fatalf("usage after the refusal: %d, want %d", u, 600*kib)
+	if u := usage("acme"); u != billed {
+		t.Fatalf("usage after the refusal: %d, want %d", u, billed)
 	}
 	if _, err := e.st.GetTenantTemplate(e.ctx, "acme", "two"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("the refused template was recorded: %v", err)
@@ -146,7 +149,7 @@ func TestTemplateStorageQuota(t *testing.T) {
 	if _, err := e.upload(acme, "again", gzipArchive(t, one)); err != nil {
 		t.Fatalf("re-importing its own layer: %v", err)
 	}
-	if u := usage("acme"); u != 600*kib {
+	if u := usage("acme"); u != billed {
 		t.Fatalf("usage after re-importing its own layer: %d, want it counted once", u)
 	}
 
@@ -213,7 +216,7 @@ func TestTemplateStorageQuotaConcurrent(t *testing.T) {
 	if ok != 1 || refused != 1 {
 		t.Fatalf("%d recorded, %d refused; want 1 and 1", ok, refused)
 	}
-	if u, err := e.m.TenantUsage(e.ctx, "acme", ""); err != nil || u.Storage != 600<<10 {
+	if u, err := e.m.TenantUsage(e.ctx, "acme", ""); err != nil || u.Storage != 600<<10+image.EntryCharge {
 		t.Fatalf("usage %d %v, want one layer's", u.Storage, err)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
 	"github.com/berth-sh/berth/internal/auth"
+	"github.com/berth-sh/berth/internal/image"
 )
 
 // zerosImage is a one-layer image whose layer is file, size zero bytes
@@ -190,8 +191,9 @@ func TestTemplateImportQuota(t *testing.T) {
 		if _, err := upload(a, "fits", gzipDockerArchive(t, fitsImg)); err != nil {
 			t.Fatalf("an import that fits: %v", err)
 		}
-		if u := usage(); u != before+5<<20 {
-			t.Fatalf("a's storage usage %d after a 5 MiB import, want %d", u, before+5<<20)
+		// The file and a tar header for its one member.
+		if u := usage(); u != before+5<<20+image.EntryCharge {
+			t.Fatalf("a's storage usage %d after a 5 MiB import, want %d", u, before+5<<20+image.EntryCharge)
 		}
 		secondImg, _ := zerosImage(t, "second", 5<<20, "")
 		_, err = upload(a, "second", gzipDockerArchive(t, secondImg))
@@ -199,7 +201,7 @@ func TestTemplateImportQuota(t *testing.T) {
 		if !strings.Contains(ce.Message, "5.0 MiB of 8.0 MiB storage in use") {
 			t.Errorf("refusal message %q does not count the first import", ce.Message)
 		}
-		if hasTemplate(a, "second") || usage() != before+5<<20 {
+		if hasTemplate(a, "second") || usage() != before+5<<20+image.EntryCharge {
 			t.Error("the refused second import left a template or usage")
 		}
 	})
