@@ -64,9 +64,12 @@ func newQuotaCmd(g *globals) *cobra.Command {
 		Use:   "quota",
 		Short: "Show your tenant's quota, or show and set any tenant's (host admin)",
 		Long: `A tenant's quota limits its live sandboxes, their CPUs, memory and storage
-(disk caps and volume sizes, as reserved), its create rate, and the request
-rate of each of its API keys. 0 is unlimited. Over a limit, a create answers
-429 quota_exceeded naming the limit, with Retry-After; nothing is left of it.`,
+(disk caps and volume sizes, as reserved, and the unpacked layers of its own
+templates: file bytes and 512 bytes a member), its create rate, and the
+request rate of each of its API keys. 0 is unlimited. Over a limit, a create
+answers 429 quota_exceeded naming the limit, with Retry-After; nothing is
+left of it. A template import or build is charged as its layers unpack and
+refused at the first file past the storage left.`,
 	}
 	cmd.AddCommand(newQuotaGetCmd(g), newQuotaSetCmd(g))
 	return cmd
@@ -156,7 +159,7 @@ func newQuotaSetCmd(g *globals) *cobra.Command {
 	f.Int64Var(&sandboxes, "sandboxes", 0, "live sandboxes at once (0: unlimited)")
 	f.Float64Var(&cpus, "cpus", 0, "sum of the sandboxes' CPUs, in cores (0: unlimited)")
 	f.Var(&memory, "memory", "sum of the sandboxes' memory limits, e.g. 16g (0: unlimited)")
-	f.Var(&storage, "storage", "sum of disk caps and volume sizes, e.g. 500g (0: unlimited)")
+	f.Var(&storage, "storage", "sum of disk caps, volume sizes and own template layers, e.g. 500g (0: unlimited)")
 	f.StringVar(&createRate, "create-rate", "", "creates a minute, N/m or N/m,BURST (0: unlimited)")
 	f.StringVar(&keyRate, "key-rate", "", "API requests a second per key, N/s or N/s,BURST (0: the daemon's --rate-limit)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {

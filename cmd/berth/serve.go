@@ -173,7 +173,7 @@ printed at start (and shown by GET /v1/version); clients pin it with
 	f.Int64Var(&cfg.DefaultQuota.MaxSandboxes, "default-quota-sandboxes", 0, "live sandboxes at once of each tenant without a quota of its own (0: unlimited)")
 	f.Float64Var(&defCPUs, "default-quota-cpus", 0, "CPUs of each tenant without a quota of its own (0: unlimited)")
 	f.Var(&defMemory, "default-quota-memory", "memory of each tenant without a quota of its own (0: unlimited)")
-	f.Var(&defStorage, "default-quota-storage", "storage (disk caps and volume sizes) of each tenant without a quota of its own (0: unlimited)")
+	f.Var(&defStorage, "default-quota-storage", "storage (disk caps, volume sizes, own template layers) of each tenant without a quota of its own (0: unlimited)")
 	f.StringVar(&defCreateRate, "default-quota-create-rate", "", "creates a minute of each tenant without a quota of its own, N/m or N/m,BURST")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")

@@ -26,7 +26,10 @@ type Usage struct {
 	Sandboxes int64
 	CPUMillis int64
 	Memory    int64
-	Storage   int64 // disk caps of live sandboxes + sizes of live volumes
+	// Storage is the disk caps of live sandboxes, the sizes of live
+	// volumes, the unpacked layers of the tenant's own templates and what
+	// its running import has unpacked so far.
+	Storage int64
 }
 
 // quotas is the engine's admission state: one lock per tenant, held from
@@ -36,6 +39,7 @@ type quotas struct {
 	mu      sync.Mutex
 	locks   map[string]*sync.Mutex
 	buckets map[string]*bucket
+	imports map[string]*importSlot // storage.go
 }
 
 type bucket struct {
@@ -108,8 +112,10 @@ func (m *Engine) SetQuota(ctx context.Context, q *store.TenantQuota) error {
 
 // TenantUsage counts what the tenant's live sandboxes (its own warm-pool
 // members among them: a tenant's pool is of its own sandboxes; the host's
-// pool members belong to no tenant) and live volumes hold; skip is left out (the sandbox being
-// admitted, when it is already recorded elsewhere, e.g. a pool member).
+// pool members belong to no tenant), live volumes and template layers
+// hold (templateStorage), with what its running import has unpacked so
+// far; skip is left out (the sandbox being admitted, when it is already
+// recorded elsewhere, e.g. a pool member).
 func (m *Engine) TenantUsage(ctx context.Context, tenant, skip string) (Usage, error) {
 	var u Usage
 	sbs, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.OwnedBy(tenant)}, store.Page{})
@@ -137,6 +143,11 @@ func (m *Engine) TenantUsage(ctx context.Context, tenant, skip string) (Usage, e
 			u.Storage += v.SizeBytes
 		}
 	}
+	tpl, err := m.templateStorage(ctx, tenant)
+	if err != nil {
+		return u, err
+	}
+	u.Storage += tpl + m.quota.importing(tenant)
 	return u, nil
 }
 

@@ -56,7 +56,7 @@ func (s *Store) CommitDir(ctx context.Context, dir string) (string, int64, error
 	}()
 	sum := sha256.New()
 	r := io.TeeReader(pr, sum)
-	id, stats, err := s.unpack(ctx, r, sum, func() error {
+	id, stats, err := s.unpack(ctx, budgetOf(ctx), r, sum, func() error {
 		_, err := io.Copy(io.Discard, r)
 		return err
 	}, "")

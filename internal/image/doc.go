@@ -39,6 +39,11 @@
 //     security.*, and creates no device nodes or fifos except whiteouts;
 //   - caps unpacked bytes and member count per layer (errdefs.ErrTooLarge)
 //     and reports malformed input as errdefs.ErrInvalid;
+//   - under a Budget (a tenant's import: WithBudget), charges each file to
+//     the bytes the import has left before writing it (the quota error),
+//     and reuses a cached layer unread only if the Budget trusts it; any
+//     other cached layer is unpacked again from the import's own bytes and
+//     used only once they hash to its id;
 //   - checks blob digests against the manifest (layout, registry) and the
 //     uncompressed stream against the config's diffID (every source).
 //

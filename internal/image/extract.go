@@ -35,6 +35,10 @@ const (
 type extractLimits struct {
 	maxBytes   int64 // total regular-file bytes
 	maxEntries int64 // archive members, of every type
+	// budget, when set, is charged each regular file's size before it is
+	// written: the tenant's storage left, shared by every layer of one
+	// import, so a layer stops at min(maxBytes, what the import has left).
+	budget *Budget
 }
 
 // extractStats describes what one extraction did.
@@ -97,6 +101,9 @@ func (x *extractor) run(ctx context.Context, tr *tar.Reader) error {
 		x.stats.Entries++
 		if x.stats.Entries > x.limits.maxEntries {
 			return errdefs.TooLarge("layer has more than %d entries", x.limits.maxEntries)
+		}
+		if err := x.limits.budget.take(EntryCharge); err != nil {
+			return err
 		}
 		if err := x.entry(hdr, tr); err != nil {
 			return err
@@ -197,6 +204,11 @@ func (x *extractor) entry(hdr *tar.Header, tr *tar.Reader) error {
 	case tar.TypeReg, tar.TypeGNUSparse:
 		if hdr.Size < 0 || hdr.Size > x.limits.maxBytes-x.stats.Bytes {
 			return errdefs.TooLarge("layer unpacks to more than %d bytes", x.limits.maxBytes)
+		}
+		// Charged before a byte is written: a refused file leaves nothing
+		// on disk beyond the scratch dir the caller removes.
+		if err := x.limits.budget.take(hdr.Size); err != nil {
+			return err
 		}
 		if err := x.replace(pfd, base, false); err != nil {
 			return x.pathErr(rel, err)

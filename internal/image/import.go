@@ -172,7 +172,7 @@ func (s *Store) ImportArchive(ctx context.Context, archive string) (*Image, erro
 			return nil, err
 		}
 		defer os.RemoveAll(dir)
-		if err := s.unpackLayoutTar(opener, dir); err != nil {
+		if err := s.unpackLayoutTar(ctx, opener, dir); err != nil {
 			return nil, err
 		}
 		return s.ImportOCILayout(ctx, dir, "")
@@ -184,9 +184,13 @@ func (s *Store) ImportArchive(ctx context.Context, archive string) (*Image, erro
 var layoutFileRE = regexp.MustCompile(`^(oci-layout|index\.json|blobs/[a-z0-9]+/[a-f0-9]{32,128})$`)
 
 // unpackLayoutTar writes the OCI layout files of an archive to dir. Only
-// the names a layout has are taken, so nothing can land outside dir.
-func (s *Store) unpackLayoutTar(opener func() (io.ReadCloser, error), dir string) error {
+// the names a layout has are taken, so nothing can land outside dir. Under
+// a limited Budget the blobs may not hold more than it has left: they lie
+// on the tenant's disk while the import runs (they are not charged, only
+// bounded, as the layers they unpack to will be charged).
+func (s *Store) unpackLayoutTar(ctx context.Context, opener func() (io.ReadCloser, error), dir string) error {
 	var total int64
+	left, limited := budgetOf(ctx).limited()
 	return scanTar(opener, func(hdr *tar.Header, r io.Reader) error {
 		rel := path.Clean(hdr.Name)
 		if hdr.Typeflag != tar.TypeReg || !layoutFileRE.MatchString(rel) {
@@ -195,6 +199,9 @@ func (s *Store) unpackLayoutTar(opener func() (io.ReadCloser, error), dir string
 		total += hdr.Size
 		if hdr.Size < 0 || total > s.opts.maxArchiveBytes {
 			return errdefs.TooLarge("OCI layout archive holds more than %d bytes", s.opts.maxArchiveBytes)
+		}
+		if limited && total > left {
+			return budgetOf(ctx).c.Exceeded(left)
 		}
 		dst := filepath.Join(dir, filepath.FromSlash(rel))
 		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {

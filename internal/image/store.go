@@ -61,6 +61,8 @@ type Store struct {
 	gcMu   sync.RWMutex // imports hold it shared, GC exclusive
 	mu     sync.Mutex
 	layerL map[string]chan struct{} // per-layer unpack locks
+	// budgets are the open import accounts; GC keeps what they hold.
+	budgets map[*Budget]struct{}
 }
 
 type options struct {
@@ -139,7 +141,7 @@ func Open(root string, idmap IDMap, opts ...Option) (*Store, error) {
 			return nil, fmt.Errorf("image store: %w", err)
 		}
 	}
-	s := &Store{root: root, idmap: idmap, opts: o, log: o.log, layerL: map[string]chan struct{}{}}
+	s := &Store{root: root, idmap: idmap, opts: o, log: o.log, layerL: map[string]chan struct{}{}, budgets: map[*Budget]struct{}{}}
 	s.sweepTmp()
 	if err := s.claimWork(); err != nil {
 		return nil, err
@@ -260,6 +262,17 @@ func (s *Store) Size(id string) int64 {
 	return m.Size
 }
 
+// Billed is what layer id costs a tenant's storage quota: its unpacked
+// file bytes and EntryCharge for each member (as a Budget charged it), or
+// -1 if it is not in the store.
+func (s *Store) Billed(id string) int64 {
+	m, err := s.readMeta(id)
+	if err != nil {
+		return -1
+	}
+	return m.Size + m.Entries*EntryCharge
+}
+
 const (
 	metaFile    = "meta.json"
 	maxTrailing = 1 << 20 // bytes accepted after a layer tar's end marker
@@ -353,10 +366,29 @@ func (src layerSource) name() string {
 // The tar is unpacked into scratch space and renamed into place only after
 // the digests matched, so a layer dir, once visible, is complete and is
 // what its name says.
+//
+// A cached layer is taken unread only when ctx's Budget trusts it (the
+// tenant's own, the shared catalogue's, any for the host). Otherwise the
+// import's own bytes are unpacked, charged and hashed like a new layer's,
+// and only when they hash to the id is the cached copy used (the fresh one
+// is discarded): naming another tenant's layer id without its bytes gets
+// nothing. What stays observable to a tenant who does have the bytes is
+// only that the final rename found the layer there, which costs no time
+// it could measure from outside, and that the per-layer lock may make it
+// wait while another import unpacks the same layer.
 func (s *Store) ensureLayer(ctx context.Context, src layerSource) error {
 	h, ok := parseID(src.diffID)
 	if !ok {
 		return errdefs.Invalid("unsupported or malformed diffID %q", src.diffID)
+	}
+	b := budgetOf(ctx)
+	// Under GC's lock: a GC either ran before (HasLayer sees its result)
+	// or will keep the layer for us.
+	has := func() bool {
+		s.gcMu.RLock()
+		defer s.gcMu.RUnlock()
+		b.hold(h)
+		return s.HasLayer(h) && b.trusted(h)
 	}
 	emit := progressOf(ctx)
 	prog := Progress{Layer: src.index, Layers: src.count, Digest: src.diffID, Size: src.size}
@@ -367,7 +399,7 @@ func (s *Store) ensureLayer(ctx context.Context, src layerSource) error {
 		}
 		return nil
 	}
-	if s.HasLayer(h) {
+	if has() {
 		return cached()
 	}
 	unlock, err := s.lockLayer(ctx, h)
@@ -375,7 +407,7 @@ func (s *Store) ensureLayer(ctx context.Context, src layerSource) error {
 		return err
 	}
 	defer unlock()
-	if s.HasLayer(h) {
+	if has() {
 		return cached()
 	}
 	rc, err := src.open()
@@ -408,7 +440,7 @@ func (s *Store) ensureLayer(ctx context.Context, src layerSource) error {
 	}
 	diffHash := sha256.New()
 	start := time.Now()
-	_, stats, err := s.unpack(ctx, io.TeeReader(r, diffHash), diffHash, func() error {
+	_, stats, err := s.unpack(ctx, b, io.TeeReader(r, diffHash), diffHash, func() error {
 		// Drain what follows the tar end marker into the diffID's hash
 		// too, so both digests cover the whole stream as it was served:
 		// GNU tar pads an archive to its 10240-byte record after the end
@@ -444,12 +476,13 @@ func (s *Store) ensureLayer(ctx context.Context, src layerSource) error {
 	return nil
 }
 
-// unpack extracts the tar r into scratch space, runs finish (which must
-// consume the rest of r), takes the id from sum (which hashes r), checks it
-// against want if set, and renames the result to root/layers/<id>. If the
-// layer already exists, the fresh copy is discarded and the existing one
-// used: content addressing makes them equal.
-func (s *Store) unpack(ctx context.Context, r io.Reader, sum hash.Hash, finish func() error, want string) (string, extractStats, error) {
+// unpack extracts the tar r into scratch space, charging its bytes to b,
+// runs finish (which must consume the rest of r), takes the id from sum
+// (which hashes r), checks it against want if set, and renames the result
+// to root/layers/<id>. If the layer already exists, the fresh copy is
+// discarded and the existing one used: content addressing makes them
+// equal. Either way b holds the layer from then on.
+func (s *Store) unpack(ctx context.Context, b *Budget, r io.Reader, sum hash.Hash, finish func() error, want string) (string, extractStats, error) {
 	s.gcMu.RLock()
 	defer s.gcMu.RUnlock()
 	tmp, err := os.MkdirTemp(s.work, "layer-")
@@ -467,7 +500,7 @@ func (s *Store) unpack(ctx context.Context, r io.Reader, sum hash.Hash, finish f
 	if err := os.Lchown(fsDir, s.idmap.hostUID(0), s.idmap.hostGID(0)); err != nil {
 		return "", extractStats{}, err
 	}
-	stats, err := extractTar(ctx, r, fsDir, s.idmap, extractLimits{maxBytes: s.opts.maxBytes, maxEntries: s.opts.maxEntries}, s.log)
+	stats, err := extractTar(ctx, r, fsDir, s.idmap, extractLimits{maxBytes: s.opts.maxBytes, maxEntries: s.opts.maxEntries, budget: b}, s.log)
 	if err != nil {
 		return "", stats, err
 	}
@@ -491,11 +524,14 @@ func (s *Store) unpack(ctx context.Context, r io.Reader, sum hash.Hash, finish f
 	dst := s.layerDir(got)
 	if err := os.Rename(tmp, dst); err != nil {
 		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
-			// Another unpack (another process) won the race.
+			// Another unpack (another process, or the copy this import
+			// had to prove its bytes against) is there already.
+			b.proven(got)
 			return got, stats, nil
 		}
 		return "", stats, err
 	}
+	b.proven(got)
 	_ = syncDir(filepath.Dir(dst))
 	return got, stats, nil
 }
@@ -521,13 +557,16 @@ func syncDir(dir string) error {
 }
 
 // GC removes every layer whose id is not in keep and returns the ids it
-// removed. It waits for imports running in this Store; the caller must
-// include in keep the layers of every template it records and of every
-// sandbox that still mounts them.
+// removed. It waits for imports running in this Store and keeps the layers
+// open Budgets hold (imports not yet recorded); the caller must include in
+// keep the layers of every template it records and of every sandbox that
+// still mounts them.
 func (s *Store) GC(ctx context.Context, keep map[string]bool) ([]string, error) {
 	s.gcMu.Lock()
 	defer s.gcMu.Unlock()
-	keepHex := make(map[string]bool, len(keep))
+	s.mu.Lock()
+	keepHex := s.heldLayers()
+	s.mu.Unlock()
 	for id, k := range keep {
 		if h, ok := parseID(id); ok && k {
 			keepHex[h] = true

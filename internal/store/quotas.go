@@ -11,7 +11,7 @@ type TenantQuota struct {
 	MaxSandboxes int64 // live sandboxes at once
 	MaxCPUMillis int64 // sum of live sandboxes' CPU quotas, millicores
 	MaxMemory    int64 // sum of live sandboxes' memory limits, bytes
-	MaxStorage   int64 // sum of disk caps and volume sizes (reserved), bytes
+	MaxStorage   int64 // sum of disk caps and volume sizes (reserved) and own template layers, bytes
 	CreateRate   int64 // creates per minute
 	CreateBurst  int64 // creates at once (0: max(1, CreateRate))
 	KeyRate      int64 // API requests per second per key

@@ -90,6 +90,10 @@ func copyFiles(files []byte, src string) ([]byte, string, bool, error) {
 // is cached by the hash of everything it depends on, so applying an
 // unchanged file builds nothing. A changed template's warm pool rolls over.
 func (m *Builder) Apply(ctx context.Context, req *ApplyRequest, actor string, progress func(Event)) (*store.Template, error) {
+	return m.charged(ctx, func(ctx context.Context) (*store.Template, error) { return m.apply(ctx, req, actor, progress) })
+}
+
+func (m *Builder) apply(ctx context.Context, req *ApplyRequest, actor string, progress func(Event)) (*store.Template, error) {
 	tf, err := templatefile.Parse([]byte(req.Spec))
 	if errors.Is(err, templatefile.ErrTooLarge) {
 		return nil, errdefs.TooLarge("template file exceeds %d bytes", templatefile.MaxSize)

@@ -49,6 +49,12 @@ type stageResult struct {
 // and network, and the content it copies), the config instructions the
 // template's defaults. Only the stages the result needs are built.
 func (m *Builder) BuildDockerfile(ctx context.Context, req *DockerfileRequest, actor string, progress func(Event)) (*store.Template, error) {
+	return m.charged(ctx, func(ctx context.Context) (*store.Template, error) {
+		return m.buildDockerfile(ctx, req, actor, progress)
+	})
+}
+
+func (m *Builder) buildDockerfile(ctx context.Context, req *DockerfileRequest, actor string, progress func(Event)) (*store.Template, error) {
 	if err := m.checkNewTemplate(ctx, req.Name); err != nil {
 		return nil, err
 	}

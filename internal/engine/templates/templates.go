@@ -205,6 +205,10 @@ func (m *Builder) ImportTemplate(ctx context.Context, req *ImportRequest) (*stor
 	if err := m.checkNewTemplate(ctx, req.Name); err != nil {
 		return nil, err
 	}
+	return m.charged(ctx, func(ctx context.Context) (*store.Template, error) { return m.importTemplate(ctx, req) })
+}
+
+func (m *Builder) importTemplate(ctx context.Context, req *ImportRequest) (*store.Template, error) {
 	var (
 		img    *image.Image
 		err    error
@@ -272,11 +276,36 @@ func (m *Builder) UploadTemplate(ctx context.Context, name string, r io.Reader) 
 	if n == 0 {
 		return nil, errdefs.Invalid("empty archive")
 	}
-	img, err := m.e.Images().ImportArchive(ctx, f.Name())
+	return m.charged(ctx, func(ctx context.Context) (*store.Template, error) {
+		img, err := m.e.Images().ImportArchive(ctx, f.Name())
+		if err != nil {
+			return nil, err
+		}
+		return m.putImage(ctx, name, "upload", img, nil)
+	})
+}
+
+// charged runs fn, an import or build that records a template, under the
+// caller's storage account (engine.ChargeImport): a tenant's layers are
+// charged to its quota as they unpack, and cached layers it does not hold
+// are reused only after its own bytes proved them. When a tenant's fn
+// fails, the layers it unpacked that nothing records are removed again
+// (its cached build steps with them): a layer no template of the tenant
+// holds is on no one's bill, so it does not stay. The host's failures keep
+// theirs for the build cache, as before, until a template removal's GC.
+func (m *Builder) charged(ctx context.Context, fn func(context.Context) (*store.Template, error)) (*store.Template, error) {
+	cctx, done, err := m.e.ChargeImport(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return m.putImage(ctx, name, "upload", img, nil)
+	t, err := fn(cctx)
+	unpacked := done() // before the GC below: an open account keeps its layers
+	if err != nil && unpacked && engine.CallerTenant(ctx) != "" {
+		if gerr := m.gcLayers(context.WithoutCancel(ctx)); gerr != nil {
+			m.log.Warn("removing the layers of a failed import", "err", gerr)
+		}
+	}
+	return t, err
 }
 
 // DeleteTemplate removes the caller's template of that name (a tenant's
@@ -401,6 +430,10 @@ func (m *Builder) gcLayers(ctx context.Context) error {
 // stores the result as a new read-only layer on top of it, so tasks
 // started from the new template do not repeat the setup.
 func (m *Builder) BuildTemplate(ctx context.Context, req *BuildRequest, actor string, progress func(Event)) (*store.Template, error) {
+	return m.charged(ctx, func(ctx context.Context) (*store.Template, error) { return m.buildTemplate(ctx, req, actor, progress) })
+}
+
+func (m *Builder) buildTemplate(ctx context.Context, req *BuildRequest, actor string, progress func(Event)) (*store.Template, error) {
 	if err := m.checkNewTemplate(ctx, req.Name); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,185 @@
+package catalogue
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/selftest/attack"
+)
+
+// Storage rights (issue #30), tried as a tenant's key over TCP: a template
+// archive is charged to the tenant's storage quota as it unpacks, and a
+// layer already in the store is never handed to a tenant whose upload does
+// not hash to it. Each attack works in tenants of its own.
+func storageAttacks() []*attack.Attack {
+	x := func(id, desc, expected string, run func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome) *attack.Attack {
+		return &attack.Attack{ID: "api." + id, Category: attack.CatAPI, Description: desc, Expected: expected,
+			Run: func(ctx ctxT, e *attack.Env) attack.Outcome {
+				tcp := tcpOf(e)
+				if tcp == nil {
+					return attack.NotApplicable("needs the daemon's TCP listener (--private, or --host http://... / --tcp)")
+				}
+				tn, err := newTenantRun(ctx, e, id)
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				defer tn.cleanup(context.WithoutCancel(ctx))
+				return run(ctx, e, tcp, tn)
+			}}
+	}
+	return []*attack.Attack{
+		x("template-import-quota", "upload a gzip archive of a few KiB that unpacks to 64 MiB, under a storage quota of 8 MiB", "429 quota_exceeded; no template, usage unchanged",
+			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome {
+				if _, err := e.C.SetQuota(ctx, tn.name, api.QuotaRequest{MaxStorage: 8 << 20}); err != nil {
+					return attack.Escaped("set the quota: %v", err)
+				}
+				k, err := tn.key(ctx, "member")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				img, _, err := zerosLayerImage("bomb", 64<<20, "")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				archive, err := gzipDockerSave(img)
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				st, resp, err := uploadTemplate(ctx, tcp, k.Key, "bomb", archive)
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				if st < 300 {
+					_, _, _ = tcp.Do(context.WithoutCancel(ctx), "DELETE", "/v1/templates/bomb", k.Key, nil)
+				}
+				got, _, err := tcp.Do(ctx, "GET", "/v1/templates/bomb", k.Key, nil)
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				var q api.Quota
+				qst, qresp, err := tcp.Do(ctx, "GET", "/v1/quota", k.Key, nil)
+				if err != nil || qst != 200 || jsonInto(qresp, &q) != nil || q.Usage == nil {
+					return attack.Escaped("read the quota: %d %v %s", qst, err, attack.Clip(qresp, 80))
+				}
+				return attack.Judged(st == 429 && containsStr(resp, "quota_exceeded") && got == 404 && q.Usage.Storage == 0,
+					"upload of %d KiB: %d %s; the template then: %d; storage usage %d", len(archive)>>10, st,
+					attack.Clip(attack.OneLine(resp), 80), got, q.Usage.Storage)
+			}),
+		x("template-layer-forge", "import an archive whose config names another tenant's private layer id over other bytes", "400; no template of the other tenant's layer",
+			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome {
+				victim, err := tn.key(ctx, "member")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				private, layerID, err := zerosLayerImage("private-"+e.Tag, 4096, "")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				archive, err := gzipDockerSave(private)
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				if st, resp, err := uploadTemplate(ctx, tcp, victim.Key, "private", archive); err != nil || st != 201 && st != 200 {
+					return attack.Escaped("the victim's upload: %d %v %s", st, err, attack.Clip(attack.OneLine(resp), 80))
+				}
+				defer tcp.Do(context.WithoutCancel(ctx), "DELETE", "/v1/templates/private", victim.Key, nil)
+				thiefRun, err := newTenantRun(ctx, e, "template-layer-thief")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				defer thiefRun.cleanup(context.WithoutCancel(ctx))
+				thief, err := thiefRun.key(ctx, "member")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				forged, _, err := zerosLayerImage("guess", 16, layerID)
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				if archive, err = gzipDockerSave(forged); err != nil {
+					return attack.Escaped("%v", err)
+				}
+				st, resp, err := uploadTemplate(ctx, tcp, thief.Key, "stolen", archive)
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				if st < 300 {
+					defer tcp.Do(context.WithoutCancel(ctx), "DELETE", "/v1/templates/stolen", thief.Key, nil)
+				}
+				got, _, err := tcp.Do(ctx, "GET", "/v1/templates/stolen", thief.Key, nil)
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				return attack.Judged(st == 400 && got == 404, "upload naming the victim's layer %s: %d %s; the template then: %d",
+					attack.Clip(layerID, 19), st, attack.Clip(attack.OneLine(resp), 80), got)
+			}),
+	}
+}
+
+func uploadTemplate(ctx ctxT, tcp *attack.RawClient, key, tname string, archive []byte) (int, string, error) {
+	return tcp.Do(ctx, "PUT", "/v1/templates/"+tname+"/archive", key, io.Reader(bytes.NewReader(archive)))
+}
+
+// zerosLayerImage is a one-layer image whose layer is file, size zero
+// bytes; claim, if set, is the diffID its config says the layer has. It
+// returns the diffID the config names.
+func zerosLayerImage(file string, size int, claim string) (v1.Image, string, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Name: file, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(size)}); err != nil {
+		return nil, "", err
+	}
+	if _, err := tw.Write(make([]byte, size)); err != nil {
+		return nil, "", err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, "", err
+	}
+	data := buf.Bytes()
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	if err != nil {
+		return nil, "", err
+	}
+	img, err := mutate.AppendLayers(empty.Image, l)
+	if err != nil {
+		return nil, "", err
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, "", err
+	}
+	if claim != "" {
+		cfg = cfg.DeepCopy()
+		if cfg.RootFS.DiffIDs[0], err = v1.NewHash(claim); err != nil {
+			return nil, "", err
+		}
+		if img, err = mutate.ConfigFile(img, cfg); err != nil {
+			return nil, "", err
+		}
+	}
+	return img, cfg.RootFS.DiffIDs[0].String(), nil
+}
+
+// gzipDockerSave is img as a gzip-compressed docker-save tarball.
+func gzipDockerSave(img v1.Image) ([]byte, error) {
+	var out bytes.Buffer
+	zw := gzip.NewWriter(&out)
+	if err := tarball.Write(name.MustParseReference("selftest.invalid/storage:1").(name.Tag), img, zw); err != nil {
+		return nil, fmt.Errorf("write the archive: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
