@@ -27,6 +27,15 @@ func TestConcurrentUploadsCapped(t *testing.T) {
 			done <- err
 		}()
 	}
+	// Each held upload reads a first byte only once it has its slot: with
+	// every first byte taken, all the slots are, before any other upload
+	// (the probe below) could take one from a held upload still on its way
+	// to the slot — which refused that upload and left only three held.
+	for _, pw := range pipes {
+		if _, err := pw.Write([]byte{0}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	busy := func() bool {
 		_, err := e.m.UploadTemplate(e.ctx, "one-more", strings.NewReader("not a tar"))
 		return errors.Is(err, errdefs.ErrLimit)
