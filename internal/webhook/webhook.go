@@ -4,7 +4,9 @@
 // Delivery is at least once: a crash between a receiver's 2xx and the
 // cursor's write (or a lost answer, or a change of leader) posts the event
 // again, with the same X-Berth-Delivery-Id, which a receiver deduplicates
-// on. Each POST carries the event as JSON and an HMAC-SHA256 signature of
+// on. Each POST carries the event as the events API writes it (the body is
+// the server's encoding, Config.Encode: the package does not know the
+// HTTP API's types) and an HMAC-SHA256 signature of
 // the body (X-Berth-Signature: sha256=<hex>); failures are retried with
 // exponential backoff and every attempt is recorded in the store.
 //
