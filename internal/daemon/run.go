@@ -165,6 +165,12 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 			d.Close()
 		}
 	}()
+	// First, before anything else is opened: a keyring that cannot open
+	// the stored secrets refuses the start (checkSecretKeys).
+	secretsCfg, err := openSecrets(ctx, cfg, st, log)
+	if err != nil {
+		return nil, err
+	}
 	idmap := local.DefaultIDMap
 	d.images, err = image.Open(filepath.Join(cfg.DataDir, "images"),
 		image.IDMap{HostUID: idmap.HostUID, HostGID: idmap.HostGID, Size: idmap.Size},
@@ -325,9 +331,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		d.TLSFingerprint = Fingerprint(cert.Certificate[0])
 		d.Server.TLSFingerprint = d.TLSFingerprint
 	}
-	if d.Server.Secrets, err = openSecrets(cfg, st, log); err != nil {
-		return nil, err
-	}
+	d.Server.Secrets = secretsCfg
 	d.Manager.SetSecrets(d.Server.Secrets.Vault)
 	if lb != nil {
 		lb.SetEgressSecrets(egressSecrets(d.Server.Secrets.Vault, auditLog))

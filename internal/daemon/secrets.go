@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/node/local/egress"
@@ -19,7 +21,7 @@ import (
 
 // openSecrets loads the secrets master keyring and makes the vault the
 // API serves. Key ids are logged; keys never are.
-func openSecrets(cfg Config, st store.Store, log *slog.Logger) (server.SecretsConfig, error) {
+func openSecrets(ctx context.Context, cfg Config, st store.Store, log *slog.Logger) (server.SecretsConfig, error) {
 	kr, src, err := secrets.Load(cfg.SecretsKeyFile, os.Getenv, cfg.DataDir)
 	if err != nil {
 		return server.SecretsConfig{}, err
@@ -35,7 +37,39 @@ func openSecrets(cfg Config, st store.Store, log *slog.Logger) (server.SecretsCo
 		log.Warn("generated the secrets master key: back it up, or the stored secrets cannot be read without it", "file", keyFile)
 	}
 	log.Info("secrets keyring", "source", string(src), "key_ids", kr.IDs())
+	if err := checkSecretKeys(ctx, st, kr, keyFile); err != nil {
+		return server.SecretsConfig{}, err
+	}
 	return server.SecretsConfig{Vault: vault.New(st, kr), KeyFile: keyFile}, nil
+}
+
+// checkSecretKeys refuses a keyring that lacks a master key the stored
+// secrets are sealed under: a daemon started with the wrong key file (or,
+// on a shared store, another daemon's generated key) would otherwise serve
+// and fail every create that names such a secret, and a rotation would
+// find rows it cannot re-wrap. The error names the missing key ids and the
+// flag that brings them.
+func checkSecretKeys(ctx context.Context, st store.Secrets, kr *secrets.Keyring, keyFile string) error {
+	ids, err := st.SecretKeyIDs(ctx)
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for _, id := range ids {
+		if !slices.Contains(kr.IDs(), id) {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	from := "$BERTH_SECRETS_KEY"
+	if keyFile != "" {
+		from = keyFile
+	}
+	return fmt.Errorf("the store holds secrets sealed by master key %s, which this daemon's keyring (%s: %s) lacks: "+
+		"pass the key file that holds it with --secrets-key-file (one key a line; the first encrypts, all decrypt), "+
+		"or $BERTH_SECRETS_KEY", strings.Join(missing, ", "), from, strings.Join(kr.IDs(), ", "))
 }
 
 // egressProxyConfig reads --egress-ca-file (added to the system roots)

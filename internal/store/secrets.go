@@ -33,6 +33,10 @@ type Secrets interface {
 	// data key is wrapped by another master key than keyID (every tenant's:
 	// rotation is the daemon's work).
 	SecretsNotUnder(ctx context.Context, keyID string, limit int) ([]*Secret, error)
+	// SecretKeyIDs lists the master key ids the stored secrets are sealed
+	// under (every tenant's), each once: a daemon refuses to start without
+	// one of them.
+	SecretKeyIDs(ctx context.Context) ([]string, error)
 	// RewrapSecret stores s's new wrapped key and key id if the stored row
 	// still has prev's wrapped key (compare-and-swap), else ErrConflict: a
 	// put in between wrote a new data key.

@@ -190,6 +190,30 @@ func TestSecretsEnvInjection(t *testing.T) {
 	if got, code := printenv(id); code != 0 || got != v2 {
 		t.Fatalf("after restart: %q %d\n%s", got, code, tail(d.logs.String(), 2000))
 	}
+	// A daemon whose keyring lacks the key the stored secrets are sealed
+	// under does not start (it would serve and fail every create naming
+	// one): the refusal names the key id and the flag that brings it. With
+	// that key back in the file it starts again.
+	foreign, err := secrets.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.stop()
+	if err := os.WriteFile(filepath.Join(d.dataDir, "secrets.key"), []byte(foreign.Encode()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.tryStart(); err == nil {
+		t.Fatal("a daemon started without the master key its store's secrets are sealed under")
+	} else if !strings.Contains(err.Error(), nk.ID) || !strings.Contains(err.Error(), "--secrets-key-file") {
+		t.Fatalf("the refusal does not name key %s and the flag: %v", nk.ID, err)
+	}
+	if err := os.WriteFile(filepath.Join(d.dataDir, "secrets.key"), append(kb, []byte(foreign.Encode()+"\n")...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.start()
+	if got, code := printenv(id); code != 0 || got != v2 {
+		t.Fatalf("after restart with the key back: %q %d", got, code)
+	}
 
 	// Never in clear in the database (with its WAL), the bundle, the log.
 	if hits := dataDirHolds(t, d.dataDir, v1, v2); len(hits) > 0 {

@@ -155,6 +155,23 @@ func (s *sqlStore) SecretsNotUnder(ctx context.Context, keyID string, limit int)
 	return out, rows.Err()
 }
 
+func (s *sqlStore) SecretKeyIDs(ctx context.Context) ([]string, error) {
+	rows, err := s.query(ctx, `SELECT DISTINCT key_id FROM secrets ORDER BY key_id`)
+	if err != nil {
+		return nil, fmt.Errorf("secrets' key ids: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("secrets' key ids: %w", err)
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
+}
+
 func (s *sqlStore) RewrapSecret(ctx context.Context, sec *store.Secret, prev secrets.Sealed) error {
 	if err := checkSecret(sec); err != nil {
 		return err

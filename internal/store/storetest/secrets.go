@@ -90,6 +90,9 @@ func testSecrets(t *testing.T, s store.Store) {
 		t.Fatalf("no sealed value: %v", err)
 	}
 
+	if ids, err := s.SecretKeyIDs(ctx); err != nil || !equalStrings(ids, []string{k1.ID}) {
+		t.Fatalf("key ids before rotation: %v %v, want [%s]", ids, err, k1.ID)
+	}
 	// Rotation: every row not under k2 is re-wrapped, compare-and-swap on
 	// the wrapped key; a put in between wins.
 	todo, err := s.SecretsNotUnder(ctx, k2.ID, 100)
@@ -119,6 +122,9 @@ func testSecrets(t *testing.T, s store.Store) {
 	}
 	if left, err := s.SecretsNotUnder(ctx, k2.ID, 100); err != nil || len(left) != 0 {
 		t.Fatalf("left after rotation: %d %v", len(left), err)
+	}
+	if ids, err := s.SecretKeyIDs(ctx); err != nil || !equalStrings(ids, []string{k2.ID}) {
+		t.Fatalf("key ids after rotation: %v %v, want [%s]", ids, err, k2.ID)
 	}
 	kr2, _ := secrets.NewKeyring(k2)
 	for tenant, names := range map[string][]string{"t": {"A", "B", "C", "TOKEN"}, "u": {"TOKEN"}} {
