@@ -2,8 +2,12 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 
+	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/bench/netbench"
 	"github.com/berth-sh/berth/internal/bench/peer"
 	"github.com/berth-sh/berth/internal/node/local"
@@ -84,6 +88,11 @@ func (b *bench) cleanup(ctx context.Context) {
 		fail("%v", err)
 	}
 	if err := testenv.RemoveDir(b.tmp); err != nil {
+		fail("%v", err)
+	}
+	// The daemon's audit anchor lies beside its data dir (b.tmp itself),
+	// outside the dir just removed.
+	if err := os.Remove(audit.DefaultAnchorPath(b.tmp)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		fail("%v", err)
 	}
 }

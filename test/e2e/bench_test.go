@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/bench"
 	"github.com/berth-sh/berth/internal/testenv"
 )
@@ -128,6 +129,11 @@ func TestBenchTiny(t *testing.T) {
 	}
 	if _, err := os.Stat(rep.WorkDir); !os.IsNotExist(err) {
 		t.Errorf("work dir %s still there (%v)", rep.WorkDir, err)
+	}
+	// The daemon's audit anchor is written beside its data dir (the work
+	// dir), outside it: the bench removes it too.
+	if _, err := os.Stat(audit.DefaultAnchorPath(rep.WorkDir)); !os.IsNotExist(err) {
+		t.Errorf("audit anchor %s still there (%v)", audit.DefaultAnchorPath(rep.WorkDir), err)
 	}
 }
 
