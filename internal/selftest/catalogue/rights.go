@@ -20,21 +20,7 @@ import (
 // connection ends, a port token is revocable. Each attack works in a
 // tenant of its own, made for it and deleted after.
 func rightsAttacks() []*attack.Attack {
-	x := func(id, desc, expected string, run func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome) *attack.Attack {
-		return &attack.Attack{ID: "api." + id, Category: attack.CatAPI, Description: desc, Expected: expected,
-			Run: func(ctx ctxT, e *attack.Env) attack.Outcome {
-				tcp := tcpOf(e)
-				if tcp == nil {
-					return attack.NotApplicable("needs the daemon's TCP listener (--private, or --host http://... / --tcp)")
-				}
-				tn, err := newTenantRun(ctx, e, id)
-				if err != nil {
-					return attack.Escaped("%v", err)
-				}
-				defer tn.cleanup(context.WithoutCancel(ctx))
-				return run(ctx, e, tcp, tn)
-			}}
-	}
+	x := tenantAttack
 	return []*attack.Attack{
 		x("create-lease-scope", "exec and write files through the lease_token of a sandbox created by a key without exec or files", "403",
 			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome {
@@ -222,4 +208,22 @@ func tcpBase(e *attack.Env) string {
 		return e.Target.TCP
 	}
 	return e.Target.Host
+}
+
+// tenantAttack is an API attack run over the daemon's TCP listener in a
+// tenant made for it (newTenantRun) and deleted after.
+func tenantAttack(id, desc, expected string, run func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome) *attack.Attack {
+	return &attack.Attack{ID: "api." + id, Category: attack.CatAPI, Description: desc, Expected: expected,
+		Run: func(ctx ctxT, e *attack.Env) attack.Outcome {
+			tcp := tcpOf(e)
+			if tcp == nil {
+				return attack.NotApplicable("needs the daemon's TCP listener (--private, or --host http://... / --tcp)")
+			}
+			tn, err := newTenantRun(ctx, e, id)
+			if err != nil {
+				return attack.Escaped("%v", err)
+			}
+			defer tn.cleanup(context.WithoutCancel(ctx))
+			return run(ctx, e, tcp, tn)
+		}}
 }

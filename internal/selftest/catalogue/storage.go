@@ -23,21 +23,7 @@ import (
 // layer already in the store is never handed to a tenant whose upload does
 // not hash to it. Each attack works in tenants of its own.
 func storageAttacks() []*attack.Attack {
-	x := func(id, desc, expected string, run func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome) *attack.Attack {
-		return &attack.Attack{ID: "api." + id, Category: attack.CatAPI, Description: desc, Expected: expected,
-			Run: func(ctx ctxT, e *attack.Env) attack.Outcome {
-				tcp := tcpOf(e)
-				if tcp == nil {
-					return attack.NotApplicable("needs the daemon's TCP listener (--private, or --host http://... / --tcp)")
-				}
-				tn, err := newTenantRun(ctx, e, id)
-				if err != nil {
-					return attack.Escaped("%v", err)
-				}
-				defer tn.cleanup(context.WithoutCancel(ctx))
-				return run(ctx, e, tcp, tn)
-			}}
-	}
+	x := tenantAttack
 	return []*attack.Attack{
 		x("template-import-quota", "upload a gzip archive of a few KiB that unpacks to 64 MiB, under a storage quota of 8 MiB", "429 quota_exceeded; no template, usage unchanged",
 			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome {
