@@ -9,6 +9,7 @@ import (
 	"github.com/berth-sh/berth/internal/leader"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server/input"
 )
 
 // The engine takes and returns its own types; these are the only places
@@ -28,19 +29,6 @@ func seconds(v float64) time.Duration {
 		return math.MinInt64
 	case v > 0 && d < 1:
 		return 1
-	}
-	return time.Duration(d)
-}
-
-// timeoutSeconds converts an exec's timeout as the engine always has: a
-// value below a nanosecond is no timeout.
-func timeoutSeconds(v float64) time.Duration {
-	d := v * float64(time.Second)
-	switch {
-	case math.IsNaN(d) || d >= math.MaxInt64:
-		return math.MaxInt64
-	case d <= math.MinInt64:
-		return math.MinInt64
 	}
 	return time.Duration(d)
 }
@@ -91,10 +79,7 @@ func policyToAPI(p sandbox.Policy) api.Policy {
 	}
 }
 
-func execRequest(r *api.ExecRequest) *manager.ExecRequest {
-	return &manager.ExecRequest{Cmd: r.Cmd, Env: r.Env, Workdir: r.Workdir, User: r.User, Stdin: r.Stdin,
-		Timeout: timeoutSeconds(r.TimeoutSeconds), TTY: r.TTY, Rows: r.Rows, Cols: r.Cols}
-}
+func execRequest(r *api.ExecRequest) *manager.ExecRequest { return input.ExecRequest(r) }
 
 // exitToAPI: the engine's wall time is whole microseconds, as the agent
 // measures it.
@@ -197,7 +182,7 @@ func importRequest(r *api.ImportTemplateRequest) *manager.ImportRequest {
 
 // buildRequest: a step's timeout is an exec's.
 func buildRequest(r *api.BuildTemplateRequest) *manager.BuildRequest {
-	out := &manager.BuildRequest{Name: r.Name, From: r.From, Run: r.Run, Env: r.Env, Timeout: timeoutSeconds(r.TimeoutSeconds),
+	out := &manager.BuildRequest{Name: r.Name, From: r.From, Run: r.Run, Env: r.Env, Timeout: input.TimeoutSeconds(r.TimeoutSeconds),
 		Network: r.Network, Allow: r.Allow}
 	if s := r.Service; s != nil {
 		out.Service = &manager.ServiceRequest{Cmd: s.Cmd, FromImage: s.FromImage, Restart: s.Restart, MaxRestarts: s.MaxRestarts}

@@ -13,6 +13,7 @@ import (
 	"github.com/berth-sh/berth/internal/leader"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server/input"
 )
 
 // fill sets every field of the value v points to, recursively, to a
@@ -318,7 +319,7 @@ func TestSeconds(t *testing.T) {
 			t.Errorf("seconds(%g) = %d, want %d", c.v, got, c.want)
 		}
 	}
-	if got := timeoutSeconds(1e-12); got != 0 {
+	if got := input.TimeoutSeconds(1e-12); got != 0 {
 		t.Errorf("exec timeout 1e-12s = %d, want none", got)
 	}
 }

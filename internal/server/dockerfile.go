@@ -8,6 +8,7 @@ import (
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -49,7 +50,7 @@ func (s *Server) buildDockerfile(w http.ResponseWriter, r *http.Request) {
 			writeError(w, errdefs.Invalid("timeout_seconds: want a number of seconds"))
 			return
 		}
-		req.Timeout = timeoutSeconds(secs)
+		req.Timeout = input.TimeoutSeconds(secs)
 	}
 	buildStream(w, templateToAPI, func(progress func(manager.BuildEvent)) (*store.Template, error) {
 		return s.m.BuildDockerfile(r.Context(), req, actor(r), progress)

@@ -1,8 +1,10 @@
 package input
 
 import (
+	"math"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/engine"
@@ -200,7 +202,7 @@ func validateExec(req *api.ExecRequest, needCmd bool) error {
 	if err := checkSeconds("timeout_seconds", req.TimeoutSeconds); err != nil {
 		return err
 	}
-	e := &engine.ExecRequest{Cmd: req.Cmd, Env: req.Env, Workdir: req.Workdir, User: req.User, Stdin: req.Stdin}
+	e := ExecRequest(req)
 	if needCmd {
 		return engine.ValidateExec(e)
 	}
@@ -216,4 +218,24 @@ func CheckPathValues(r *http.Request) error {
 		}
 	}
 	return nil
+}
+
+// ExecRequest is req as the engine takes it: the one conversion, which the
+// server's handlers and the edge's check both use.
+func ExecRequest(r *api.ExecRequest) *engine.ExecRequest {
+	return &engine.ExecRequest{Cmd: r.Cmd, Env: r.Env, Workdir: r.Workdir, User: r.User, Stdin: r.Stdin,
+		Timeout: TimeoutSeconds(r.TimeoutSeconds), TTY: r.TTY, Rows: r.Rows, Cols: r.Cols}
+}
+
+// TimeoutSeconds converts a timeout in seconds as the engine always has: a
+// value below a nanosecond is no timeout.
+func TimeoutSeconds(v float64) time.Duration {
+	d := v * float64(time.Second)
+	switch {
+	case math.IsNaN(d) || d >= math.MaxInt64:
+		return math.MaxInt64
+	case d <= math.MinInt64:
+		return math.MinInt64
+	}
+	return time.Duration(d)
 }
