@@ -1,62 +1,26 @@
 package manager_test
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/image"
+	"github.com/berth-sh/berth/internal/selftest/catalogue"
 	"github.com/berth-sh/berth/internal/store"
 )
 
-// zeroLayerImage is a one-layer image whose layer is one file of size
-// zero bytes named file; forgeID, if set, is the diffID its config claims.
+// zeroLayerImage is catalogue.ZerosLayerImage, failing t on an error.
 func zeroLayerImage(t *testing.T, file string, size int, forgeID string) v1.Image {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	if err := tw.WriteHeader(&tar.Header{Name: file, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(size)}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tw.Write(make([]byte, size)); err != nil {
-		t.Fatal(err)
-	}
-	tw.Close()
-	data := buf.Bytes()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	img, _, err := catalogue.ZerosLayerImage(file, size, forgeID)
 	if err != nil {
 		t.Fatal(err)
-	}
-	img, err := mutate.AppendLayers(empty.Image, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if forgeID != "" {
-		cfg, err := img.ConfigFile()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg = cfg.DeepCopy()
-		cfg.RootFS.DiffIDs[0], err = v1.NewHash(forgeID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if img, err = mutate.ConfigFile(img, cfg); err != nil {
-			t.Fatal(err)
-		}
 	}
 	return img
 }
@@ -65,23 +29,12 @@ func zeroLayerImage(t *testing.T, file string, size int, forgeID string) v1.Imag
 // make it a few KiB however large it unpacks.
 func gzipArchive(t *testing.T, img v1.Image) string {
 	t.Helper()
-	var raw bytes.Buffer
-	if err := tarball.Write(name.MustParseReference("example.com/q:1").(name.Tag), img, &raw); err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "img.tar.gz")
-	f, err := os.Create(p)
+	b, err := catalogue.GzipDockerSave(img)
 	if err != nil {
 		t.Fatal(err)
 	}
-	zw := gzip.NewWriter(f)
-	if _, err := zw.Write(raw.Bytes()); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
+	p := filepath.Join(t.TempDir(), "img.tar.gz")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return p

@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,74 +10,33 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/image"
+	"github.com/berth-sh/berth/internal/selftest/catalogue"
 )
 
-// zerosImage is a one-layer image whose layer is file, size zero bytes
-// (a gzip archive of it is a few KiB); claim, if set, is the diffID its
-// config says the layer has.
+// zerosImage is catalogue.ZerosLayerImage, failing t on an error.
 func zerosImage(t *testing.T, file string, size int, claim string) (v1.Image, string) {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	if err := tw.WriteHeader(&tar.Header{Name: file, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(size)}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tw.Write(make([]byte, size)); err != nil {
-		t.Fatal(err)
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	data := buf.Bytes()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	img, id, err := catalogue.ZerosLayerImage(file, size, claim)
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := mutate.AppendLayers(empty.Image, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if claim != "" {
-		cfg = cfg.DeepCopy()
-		if cfg.RootFS.DiffIDs[0], err = v1.NewHash(claim); err != nil {
-			t.Fatal(err)
-		}
-		if img, err = mutate.ConfigFile(img, cfg); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return img, cfg.RootFS.DiffIDs[0].String()
+	return img, id
 }
 
-// gzipDockerArchive is img as a gzip-compressed docker-save tarball.
+// gzipDockerArchive is catalogue.GzipDockerSave, failing t on an error.
 func gzipDockerArchive(t *testing.T, img v1.Image) []byte {
 	t.Helper()
-	var raw, out bytes.Buffer
-	if err := tarball.Write(name.MustParseReference("example.test/quota:1").(name.Tag), img, &raw); err != nil {
+	b, err := catalogue.GzipDockerSave(img)
+	if err != nil {
 		t.Fatal(err)
 	}
-	zw := gzip.NewWriter(&out)
-	if _, err := zw.Write(raw.Bytes()); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return out.Bytes()
+	return b
 }
 
 // storeEntries lists the daemon's layer dirs and its image scratch space

@@ -34,11 +34,11 @@ func storageAttacks() []*attack.Attack {
 				if err != nil {
 					return attack.Escaped("%v", err)
 				}
-				img, _, err := zerosLayerImage("bomb", 64<<20, "")
+				img, _, err := ZerosLayerImage("bomb", 64<<20, "")
 				if err != nil {
 					return attack.Escaped("%v", err)
 				}
-				archive, err := gzipDockerSave(img)
+				archive, err := GzipDockerSave(img)
 				if err != nil {
 					return attack.Escaped("%v", err)
 				}
@@ -68,11 +68,11 @@ func storageAttacks() []*attack.Attack {
 				if err != nil {
 					return attack.Escaped("%v", err)
 				}
-				private, layerID, err := zerosLayerImage("private-"+e.Tag, 4096, "")
+				private, layerID, err := ZerosLayerImage("private-"+e.Tag, 4096, "")
 				if err != nil {
 					return attack.Escaped("%v", err)
 				}
-				archive, err := gzipDockerSave(private)
+				archive, err := GzipDockerSave(private)
 				if err != nil {
 					return attack.Escaped("%v", err)
 				}
@@ -89,11 +89,11 @@ func storageAttacks() []*attack.Attack {
 				if err != nil {
 					return attack.Escaped("%v", err)
 				}
-				forged, _, err := zerosLayerImage("guess", 16, layerID)
+				forged, _, err := ZerosLayerImage("guess", 16, layerID)
 				if err != nil {
 					return attack.Escaped("%v", err)
 				}
-				if archive, err = gzipDockerSave(forged); err != nil {
+				if archive, err = GzipDockerSave(forged); err != nil {
 					return attack.Escaped("%v", err)
 				}
 				st, resp, err := uploadTemplate(ctx, tcp, thief.Key, "stolen", archive)
@@ -117,10 +117,12 @@ func uploadTemplate(ctx ctxT, tcp *attack.RawClient, key, tname string, archive 
 	return tcp.Do(ctx, "PUT", "/v1/templates/"+tname+"/archive", key, io.Reader(bytes.NewReader(archive)))
 }
 
-// zerosLayerImage is a one-layer image whose layer is file, size zero
-// bytes; claim, if set, is the diffID its config says the layer has. It
-// returns the diffID the config names.
-func zerosLayerImage(file string, size int, claim string) (v1.Image, string, error) {
+// ZerosLayerImage is a one-layer image whose layer is file, size zero
+// bytes (a gzip archive of it is a few KiB however large it unpacks);
+// claim, if set, is the diffID its config says the layer has. It returns
+// the diffID the config names. The storage attacks and the quota tests
+// (internal/manager, test/e2e) build their archives with it.
+func ZerosLayerImage(file string, size int, claim string) (v1.Image, string, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	if err := tw.WriteHeader(&tar.Header{Name: file, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(size)}); err != nil {
@@ -157,8 +159,8 @@ func zerosLayerImage(file string, size int, claim string) (v1.Image, string, err
 	return img, cfg.RootFS.DiffIDs[0].String(), nil
 }
 
-// gzipDockerSave is img as a gzip-compressed docker-save tarball.
-func gzipDockerSave(img v1.Image) ([]byte, error) {
+// GzipDockerSave is img as a gzip-compressed docker-save tarball.
+func GzipDockerSave(img v1.Image) ([]byte, error) {
 	var out bytes.Buffer
 	zw := gzip.NewWriter(&out)
 	if err := tarball.Write(name.MustParseReference("selftest.invalid/storage:1").(name.Tag), img, zw); err != nil {
