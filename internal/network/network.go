@@ -277,6 +277,15 @@ func New(ctx context.Context, cfg Config) (*Network, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Two daemons starting together would each see a subnet free before
+	// either had put it on its bridge, and both take it: the choice, the
+	// overlap check and the bridge's address are made under a lock every
+	// daemon of the host takes.
+	unlock, err := lockHostNetwork()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	if !cfg.Subnet4.IsValid() {
 		// This instance's own bridge (left by an earlier run) is no
 		// reason to move.
