@@ -49,6 +49,7 @@ func runIn(d *daemon, id, script string, env map[string]string) (string, int, er
 // the channel between the daemon and the agent and the agent process
 // itself (issue: the boundary against a hostile tenant).
 func TestAgentChannelBoundary(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	for _, class := range agentClasses(t, d) {
@@ -246,6 +247,7 @@ func daemonMetrics(t *testing.T, d *daemon) string {
 // the host here) does not hold an exec past its timeout by more than a
 // second; the daemon then ends the sandbox's processes from the host.
 func TestExecTimeoutIsTheDaemons(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	for _, class := range agentClasses(t, d) {

@@ -10,6 +10,7 @@ import (
 )
 
 func TestApplyBuildsOnceAndRollsPool(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	dir := t.TempDir()

@@ -133,6 +133,7 @@ func removeAndRestore(t *testing.T, d *daemon, b db, seq int64, bad func(what, w
 // an edit, removal or reordering of a record in the SQLite file is found by
 // `berth audit verify`, naming the record.
 func TestAuditTamperSQLite(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Name: "audited", Persistent: true,
@@ -220,6 +221,7 @@ func TestAuditTamperSQLite(t *testing.T) {
 
 // TestAuditTamperPostgres is the same tamper detection on PostgreSQL.
 func TestAuditTamperPostgres(t *testing.T) {
+	parallel(t)
 	url := pgURL(t)
 	d := startDaemonWith(t, "--store", url)
 	ctx := context.Background()
@@ -243,6 +245,7 @@ func TestAuditTamperPostgres(t *testing.T) {
 // create leaves the create's begin record, which after the restart lists
 // as pending and which verify accepts.
 func TestAuditPendingSurvivesCrash(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	d.stop()
 	d.startWithEnv("BERTH_FAILPOINTS=create.after-mount")

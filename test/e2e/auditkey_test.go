@@ -15,6 +15,7 @@ import (
 // seal with one key, so the one chain their records form verifies on
 // either; a third daemon with its own key sees it as tampered.
 func TestTwoDaemonsShareAuditKey(t *testing.T) {
+	parallel(t)
 	url := pgURL(t)
 	key := make([]byte, 32)
 	rand.Read(key)

@@ -21,6 +21,7 @@ import (
 // scopes (daemon and raw runc peer, network daemon and its namespaces),
 // no cgroup parent and no work dir.
 func TestBenchTiny(t *testing.T) {
+	parallel(t)
 	// The binary is the sandboxes' agent too: mapped root must traverse to
 	// it and to the work dir, so not t.TempDir (0700).
 	dir, err := testenv.TempDir("", "bench")

@@ -24,6 +24,7 @@ import (
 // generation must still answer, a new one must be creatable, and the
 // share must hold one copy of an unchanged binary, not one per start.
 func TestStartAfterCrashesWithSandboxes(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	// The agent the daemon copies into its share: berth-agent, beside berth.
@@ -75,6 +76,7 @@ func TestStartAfterCrashesWithSandboxes(t *testing.T) {
 // runs is refused at once, with the holder's pid in the message, and the
 // first daemon and its sandboxes are untouched.
 func TestSecondDaemonRefused(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{})
@@ -115,6 +117,7 @@ func TestSecondDaemonRefused(t *testing.T) {
 // runs leaves the build's sandbox; the next start removes it (the build
 // failed with its daemon) instead of leaving it to its 2 h timeout.
 func TestKilledBuildLeavesNoSandbox(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	d.stop()

@@ -106,6 +106,7 @@ func (b *browserEnv) dom(url string) string {
 // for a second port of the same sandbox (another host: no cookie, and
 // another origin), and writes both into the DOM the browser prints.
 func TestPortTokenInBrowser(t *testing.T) {
+	parallel(t)
 	b := newBrowserEnv(t)
 	ctx := context.Background()
 	sb, err := b.admin.CreateSandbox(ctx, api.CreateSandboxRequest{})
@@ -168,6 +169,7 @@ func TestPortTokenInBrowser(t *testing.T) {
 // read into its DOM. Loaded on the daemon's origin (the path-routed
 // proxy) and on its own host name, it reads nothing of the victim.
 func TestPortTokenCrossOriginRefused(t *testing.T) {
+	parallel(t)
 	b := newBrowserEnv(t)
 	ctx := context.Background()
 	victim, err := b.admin.CreateSandbox(ctx, api.CreateSandboxRequest{})

@@ -79,6 +79,7 @@ func fetchStep(url string) string {
 // --network a step has no network at all; apply's per-step network works
 // the same and is part of the step's cache key.
 func TestBuildNetworkPolicy(t *testing.T) {
+	parallel(t)
 	topo := newNetTopo(t)
 	startPackageHosts(t, topo, map[string]string{bnPkgHost: bnPkgAddr, bnOtherHost: bnOtherAddr},
 		map[string]string{"pkg.txt": "package-bytes"})

@@ -12,6 +12,7 @@ import (
 // supervised service, which its sandboxes run and which answers on its
 // port after create; a bad service is refused before anything is built.
 func TestTemplateBuildService(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	if _, e, code := d.cli("template", "build", "websvc", "--from", "base",

@@ -16,6 +16,7 @@ import (
 // clients leave zero mounts, cgroups, runtime containers, dirs or
 // processes behind.
 func TestChurnLeavesNothing(t *testing.T) {
+	parallel(t)
 	cycles := 300
 	if n, err := strconv.Atoi(os.Getenv("BERTH_CHURN_CYCLES")); err == nil {
 		cycles = n

@@ -18,8 +18,14 @@ import (
 
 // The code-interpreter template (#16 item 4): E2B's code-interpreter wire
 // on port 49999, reached through berth's port proxy, on both classes.
-func TestCodeInterpreterRunc(t *testing.T)  { codeInterpreterScenario(t, startDaemon(t), "") }
-func TestCodeInterpreterRunsc(t *testing.T) { codeInterpreterScenario(t, startRunscDaemon(t), "runsc") }
+func TestCodeInterpreterRunc(t *testing.T) {
+	parallel(t)
+	codeInterpreterScenario(t, startDaemon(t), "")
+}
+func TestCodeInterpreterRunsc(t *testing.T) {
+	parallel(t)
+	codeInterpreterScenario(t, startRunscDaemon(t), "runsc")
+}
 
 type interpClient struct {
 	t    *testing.T

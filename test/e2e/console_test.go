@@ -113,6 +113,7 @@ func artifactsDir(t *testing.T) string {
 // browser asks nothing of any host but the daemon. Screenshots go to
 // artifactsDir.
 func TestConsoleInBrowser(t *testing.T) {
+	parallel(t)
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
 		t.Fatal("the console test needs Debian's chromium: run scripts/install-deps.sh (make deps)")

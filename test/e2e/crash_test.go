@@ -16,6 +16,7 @@ import (
 // the reconciler finishes or undoes the work: nothing orphaned, running
 // sandboxes adopted and usable.
 func TestCrashMidCreateAndDelete(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	// A sandbox that runs across every crash: it must be adopted each time.
@@ -83,6 +84,7 @@ func TestCrashMidCreateAndDelete(t *testing.T) {
 // TestExecAcrossDaemonRestart: the agent keeps the sandbox usable while the
 // daemon is away, and a SIGKILLed daemon adopts its sandboxes.
 func TestExecAcrossDaemonRestart(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{})
@@ -111,6 +113,7 @@ func TestExecAcrossDaemonRestart(t *testing.T) {
 // before the record was written, or a wiped database, would leave) are
 // listed by doctor and removed by doctor --fix.
 func TestOrphansFoundAndRemoved(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{})

@@ -12,6 +12,7 @@ import (
 // TestPolicyDefaults: a request's own policy wins, then the template's,
 // then the server's.
 func TestPolicyDefaults(t *testing.T) {
+	parallel(t)
 	d := startDaemonWith(t, "--default-idle-timeout", "5m", "--default-max-age", "48h")
 	ctx := context.Background()
 	file := filepath.Join(t.TempDir(), "t.yaml")

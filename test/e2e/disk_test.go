@@ -62,6 +62,7 @@ func poolUsed(t *testing.T, d *daemon) int64 {
 // capped too, the server default applies when no cap is asked for, and
 // bad sizes are a 400 naming the bound.
 func TestDiskCap(t *testing.T) {
+	parallel(t)
 	d := startDaemonWith(t, "--disk-default", "48m")
 	ctx := context.Background()
 	const mib = 1 << 20
@@ -191,6 +192,7 @@ func TestDiskCap(t *testing.T) {
 // volume) is discarded at stop and made again, capped, at start; a
 // snapshot restored in place is capped too.
 func TestDiskCapStopStart(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Persistent: true, Resources: api.Resources{DiskBytes: 32 << 20}})
@@ -234,6 +236,7 @@ func TestDiskCapStopStart(t *testing.T) {
 // TestDiskCapPersistRoot: with persist_root the root layer, /tmp included,
 // is on the workspace volume, whose size caps it.
 func TestDiskCapPersistRoot(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Persistent: true, PersistRoot: true, VolumeSizeBytes: 32 << 20})
@@ -257,6 +260,7 @@ func TestDiskCapPersistRoot(t *testing.T) {
 // TestDiskCapRunsc: gVisor writes through its gofer into berth's overlay
 // upper dir on the host (--overlay2 none), so the cap holds there too.
 func TestDiskCapRunsc(t *testing.T) {
+	parallel(t)
 	d := startRunscDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "runsc", Resources: api.Resources{DiskBytes: 32 << 20}})

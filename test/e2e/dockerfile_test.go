@@ -56,6 +56,7 @@ print(open("greeting.txt").read().strip(), "from", os.getcwd(), "as", os.getuid(
 // and the context cannot reach outside itself (../ sources, a tarball's
 // ../ and absolute names, a symlink to /etc/shadow).
 func TestDockerfileBuilds(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 

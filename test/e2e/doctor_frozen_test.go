@@ -20,6 +20,7 @@ import (
 // kernel made read-only, a cgroup frozen under a running record — and
 // checks that doctor reports each and --fix repairs it.
 func TestDoctorFindsFrozenReadonlyAndClones(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Persistent: true})

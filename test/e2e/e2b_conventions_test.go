@@ -17,6 +17,7 @@ import (
 // create asked allowPublicTraffic: false; isRunning is false once paused
 // or killed.
 func TestE2BConventions(t *testing.T) {
+	parallel(t)
 	d, url, key := e2bDaemon(t)
 	type answer struct {
 		Status int

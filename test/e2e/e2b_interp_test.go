@@ -19,6 +19,7 @@ import (
 // fifty): the port proxy's full duplex fixed that
 // (TestPortProxyStreamsAnswerBeforeBodyEOF).
 func TestE2BCodeInterpreter(t *testing.T) {
+	parallel(t)
 	d, url, key := e2bDaemon(t)
 	var got struct {
 		OK        bool                 `json:"ok"`

@@ -75,6 +75,7 @@ func connectEnvelope(msg string) string {
 // audit records; and the process start refuses the control bytes in env
 // names and the working directory that REST refuses.
 func TestE2BRightsBehindDoor(t *testing.T) {
+	parallel(t)
 	d, url, _ := e2bDaemon(t)
 	do := e2bCaller(t, url)
 	for _, tn := range []string{"acme", "other"} {

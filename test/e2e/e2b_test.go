@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,10 +41,36 @@ func e2bDaemon(t *testing.T, extra ...string) (*daemon, string, string) {
 
 // runE2BScript runs test/e2b/NAME (the unmodified e2b SDK) against the
 // door at url with key and decodes what it prints.
-func runE2BScript(t *testing.T, name, url, key string, out any) {
+func runE2BScript(t *testing.T, name, url, key string, out any, env ...string) {
 	t.Helper()
 	// Only the SDK's documented settings: the API and sandbox URLs, the key.
-	runNode(t, nil, []string{"E2B_API_URL=" + url, "E2B_SANDBOX_URL=" + url, "E2B_API_KEY=" + key}, out, name)
+	runNode(t, nil, append([]string{"E2B_API_URL=" + url, "E2B_SANDBOX_URL=" + url, "E2B_API_KEY=" + key}, env...), out, name)
+}
+
+// npmMu makes one npm install at a time: parallel tests would otherwise
+// run npm ci in the same directory together.
+var npmMu sync.Mutex
+
+// npmInstall runs npm ci in dir unless every one of the files (relative
+// to dir) is there already.
+func npmInstall(t *testing.T, ctx context.Context, dir string, files ...string) {
+	t.Helper()
+	npmMu.Lock()
+	defer npmMu.Unlock()
+	var missing []error
+	for _, f := range files {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			missing = append(missing, err)
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	ci := exec.CommandContext(ctx, "npm", "ci", "--prefer-offline", "--no-audit", "--no-fund")
+	ci.Dir = dir
+	if b, err := ci.CombinedOutput(); err != nil {
+		t.Fatalf("npm ci in %s (%v): %v\n%s", dir, errors.Join(missing...), err, b)
+	}
 }
 
 // runNode runs node on args in test/e2b, after the prefix (nsenter) if
@@ -63,15 +90,8 @@ func runNode(t *testing.T, prefix, env []string, out any, args ...string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	_, err1 := os.Stat(filepath.Join(dir, "node_modules", "e2b", "package.json"))
-	_, err2 := os.Stat(filepath.Join(dir, "node_modules", "@e2b", "code-interpreter", "package.json"))
-	if err := errors.Join(err1, err2); err != nil {
-		ci := exec.CommandContext(ctx, "npm", "ci", "--prefer-offline", "--no-audit", "--no-fund")
-		ci.Dir = dir
-		if b, err := ci.CombinedOutput(); err != nil {
-			t.Fatalf("npm ci in %s: %v\n%s", dir, err, b)
-		}
-	}
+	npmInstall(t, ctx, dir, filepath.Join("node_modules", "e2b", "package.json"),
+		filepath.Join("node_modules", "@e2b", "code-interpreter", "package.json"))
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Fatal(err)
@@ -106,6 +126,7 @@ type e2bEvent struct{ Name, Type string }
 // kept, list by metadata, an unknown template, kill. Then berth itself
 // shows nothing left.
 func TestE2BSDK(t *testing.T) {
+	parallel(t)
 	d, url, key := e2bDaemon(t)
 	var got struct {
 		OK    bool   `json:"ok"`
@@ -250,6 +271,7 @@ func TestE2BSDK(t *testing.T) {
 // the control API, an API key on envd, a tenant's key on another
 // tenant's sandbox, a forged token, a malformed target.
 func TestE2BDoorAttacks(t *testing.T) {
+	parallel(t)
 	d, url, key := e2bDaemon(t, "--e2b-domain", "e2b.test")
 	do := func(method, path, body string, hdr map[string]string) (int, string) {
 		t.Helper()
@@ -497,6 +519,7 @@ func TestE2BDoorAttacks(t *testing.T) {
 // trusting the test's CA, works end to end; plain HTTP gets no answer
 // from the door.
 func TestE2BTLS(t *testing.T) {
+	parallel(t)
 	certFile, keyFile, caFile := makeCA(t, t.TempDir())
 	addr := freeAddr(t)
 	d := startDaemonWith(t, "--e2b-listen", addr, "--e2b-cert", certFile, "--e2b-key", keyFile)
@@ -504,14 +527,13 @@ func TestE2BTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("NODE_EXTRA_CA_CERTS", caFile)
 	var got struct {
 		OK           bool
 		Error        string
 		Stdout, Read string
 		Killed       bool
 	}
-	runE2BScript(t, "tls.mjs", "https://"+addr, strings.TrimSpace(string(key)), &got)
+	runE2BScript(t, "tls.mjs", "https://"+addr, strings.TrimSpace(string(key)), &got, "NODE_EXTRA_CA_CERTS="+caFile)
 	if !got.OK || got.Stdout != "over tls\n" || got.Read != "tls file" || !got.Killed {
 		t.Fatalf("the SDK over TLS: %+v", got)
 	}
@@ -534,6 +556,7 @@ func TestE2BTLS(t *testing.T) {
 // only loopback, and a test preload (test/e2b/resolve.mjs) resolves the
 // domain's names to 127.0.0.1 there.
 func TestE2BDomainRouting(t *testing.T) {
+	parallel(t)
 	const domain = "e2b.test"
 	b := make([]byte, 3)
 	rand.Read(b)
@@ -580,6 +603,7 @@ func TestE2BDomainRouting(t *testing.T) {
 // a default sandbox is paused with memory instead. getMetrics reads
 // berth's accounting of a running sandbox (none while paused).
 func TestE2BPauseWithoutMemory(t *testing.T) {
+	parallel(t)
 	d, url, key := e2bDaemon(t)
 	var got struct {
 		OK, Paused, Listed, PausedAgain, Sleeper, Killed  bool

@@ -22,6 +22,7 @@ import (
 // and method by method, with the descriptors the pinned e2b SDK embeds:
 // what the SDK sends is what the door decodes.
 func TestE2BWireMatchesSDK(t *testing.T) {
+	parallel(t)
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)

@@ -286,6 +286,7 @@ func TestEdgeSlowloris(t *testing.T) {
 // give on the daemon's TCP listener are all the JSON error body with a
 // request id; a request id made to forge log lines is replaced.
 func TestEdgeErrorsOverTCP(t *testing.T) {
+	parallel(t)
 	d, addr, admin := tcpDaemon(t)
 	key, _ := os.ReadFile(d.dataDir + "/admin.key")
 	auth := "Authorization: Bearer " + strings.TrimSpace(string(key)) + "\r\n"
@@ -376,6 +377,7 @@ func TestEdgeErrorsOverTCP(t *testing.T) {
 // control bytes that would break every exec, are refused at create with a
 // 400 saying why, before anything is made.
 func TestEdgeInputRefused(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	pidMax, _ := os.ReadFile("/proc/sys/kernel/pid_max")

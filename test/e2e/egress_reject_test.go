@@ -16,6 +16,7 @@ import (
 // or "unreachable" instead of hanging until its own timeout; the attempt
 // is still in the flow log as denied.
 func TestDeniedEgressFailsFast(t *testing.T) {
+	parallel(t)
 	topo := newNetTopo(t)
 	d := startDaemonIn(t, topo.host)
 	ctx := context.Background()

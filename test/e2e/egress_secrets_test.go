@@ -182,11 +182,17 @@ func startTestInternet(t *testing.T, topo *netTopo) *testHosts {
 // and address; a daemon restart re-registers the sandbox; and the attacks
 // from inside (the CA key, the proxy port straight, SNI/Host mismatch,
 // IPv6) are refused.
-func TestEgressSecrets(t *testing.T) { testEgressSecrets(t, "runc") }
+func TestEgressSecrets(t *testing.T) {
+	parallel(t)
+	testEgressSecrets(t, "runc")
+}
 
 // TestEgressSecretsRunsc: the same with the sandbox (and its fork child)
 // on gVisor, whose netstack's frames take the same veth and redirect.
-func TestEgressSecretsRunsc(t *testing.T) { testEgressSecrets(t, "runsc") }
+func TestEgressSecretsRunsc(t *testing.T) {
+	parallel(t)
+	testEgressSecrets(t, "runsc")
+}
 
 func testEgressSecrets(t *testing.T, rt string) {
 	topo := newNetTopo(t)

@@ -23,6 +23,7 @@ import (
 )
 
 func TestRunPrintsAndExitsWithCode(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	out, errOut, code := d.cli("run", "--", "sh", "-c", "echo hi; echo err >&2; exit 3")
 	if out != "hi\n" || code != 3 || !strings.Contains(errOut, "err") {
@@ -40,6 +41,7 @@ func TestRunPrintsAndExitsWithCode(t *testing.T) {
 }
 
 func TestCreateExecFilesDelete(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	id, errOut, code := d.cli("create", "--name", "work", "--env", "GREETING=hello", "--label", "team=ml")
@@ -121,6 +123,7 @@ func TestCreateExecFilesDelete(t *testing.T) {
 }
 
 func TestTimeoutKillsAndDestroys(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{TimeoutSeconds: 1})
@@ -159,6 +162,7 @@ func TestTimeoutKillsAndDestroys(t *testing.T) {
 }
 
 func TestForkFloodStoppedAtPidsLimit(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Resources: api.Resources{Pids: 64}})
@@ -199,6 +203,7 @@ func TestForkFloodStoppedAtPidsLimit(t *testing.T) {
 }
 
 func TestMemoryHogIsOOMKilled(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Resources: api.Resources{MemoryBytes: 256 << 20}})
@@ -249,6 +254,7 @@ func (w *slowWriter) Write(p []byte) (int, error) {
 }
 
 func TestStdoutFloodDoesNotGrowDaemon(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{})
@@ -287,6 +293,7 @@ func TestStdoutFloodDoesNotGrowDaemon(t *testing.T) {
 }
 
 func TestPathEscapeAndTarSlipRejected(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{})
@@ -341,6 +348,7 @@ func TestPathEscapeAndTarSlipRejected(t *testing.T) {
 }
 
 func TestBadInputGetsStableErrors(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", d.socket)
@@ -393,6 +401,7 @@ func TestBadInputGetsStableErrors(t *testing.T) {
 }
 
 func TestTCPNeedsAPIKey(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	// Restart with a TCP listener on loopback.
 	d.stop()
@@ -429,6 +438,7 @@ func TestTCPNeedsAPIKey(t *testing.T) {
 }
 
 func TestRunClientDeathDestroysSandbox(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	cmd := exec.Command(berthBin, "run", "--", "sleep", "300")
 	cmd.Env = append(os.Environ(), "BERTH_HOST=unix://"+d.socket)

@@ -158,12 +158,14 @@ func testStreamUnderChurn(t *testing.T, d *daemon) {
 
 // TestEventStreamResume: on SQLite.
 func TestEventStreamResume(t *testing.T) {
+	parallel(t)
 	testStreamUnderChurn(t, startDaemon(t))
 }
 
 // TestEventStreamResumePostgres: on the real PostgreSQL, where ids are
 // drawn at insert and committed later.
 func TestEventStreamResumePostgres(t *testing.T) {
+	parallel(t)
 	testStreamUnderChurn(t, startDaemonWith(t, "--store", pgURL(t)))
 }
 
@@ -173,6 +175,7 @@ func TestEventStreamResumePostgres(t *testing.T) {
 // /v1/events or another's; no credential and a forged lease are 401; a
 // bad position is 400; a revoked key's open stream ends.
 func TestEventStreamAttacks(t *testing.T) {
+	parallel(t)
 	_, addr, admin := tcpDaemon(t)
 	ctx := context.Background()
 	base := "http://" + addr
@@ -335,6 +338,7 @@ func TestEventStreamStalledClient(t *testing.T) {
 // TestEventsFollowCLI: `berth events --follow` prints a sandbox created
 // after it started, and goes on after the daemon restarts.
 func TestEventsFollowCLI(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

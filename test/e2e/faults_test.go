@@ -167,6 +167,7 @@ func faultMatrix() []faultStep {
 // nothing it made is left), doctor finds nothing and the leak check finds
 // nothing once the cell's sandboxes are deleted.
 func TestErrorInjectionMatrix(t *testing.T) {
+	parallel(t)
 	base := t.TempDir()
 	fp := filepath.Join(base, "failpoints")
 	if err := os.WriteFile(fp, nil, 0o600); err != nil {
@@ -233,6 +234,7 @@ func TestErrorInjectionMatrix(t *testing.T) {
 // applied whole (its last rule, in the last netlink batch, lets traffic
 // through) and enforced (that rule removed, the traffic is dropped).
 func TestAllowRuleLimits(t *testing.T) {
+	parallel(t)
 	topo := newNetTopo(t)
 	d := startDaemonIn(t, topo.host)
 	ctx := context.Background()

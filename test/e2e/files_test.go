@@ -20,6 +20,7 @@ import (
 // string, permission number, type, owner as the sandbox sees it, symlink
 // target) and move's rename(2) rules, symlinks included.
 func TestFilesInfoAndMove(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	for _, rt := range []string{"runc", "runsc"} {
@@ -131,6 +132,7 @@ func TestFilesInfoAndMove(t *testing.T) {
 // sandbox — for files and directories, to missing and existing
 // destinations, src/. and a trailing slash on a missing destination.
 func TestCpDockerRules(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	a, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{})
@@ -239,6 +241,7 @@ func TestCpDockerRules(t *testing.T) {
 // gids in stat, list and tar — root and a workspace volume alike — not
 // the host's shifted ones.
 func TestQuarantineOwners(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	for _, rt := range []string{"runc", "runsc"} {

@@ -16,6 +16,7 @@ import (
 )
 
 func TestForkChildrenAreIsolated(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	parent, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Name: "parent", Persistent: true, PersistRoot: true})
@@ -109,6 +110,7 @@ func TestForkChildrenAreIsolated(t *testing.T) {
 }
 
 func TestSnapshotRestoreAndSurvival(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Name: "snappy", Persistent: true})

@@ -17,6 +17,7 @@ import (
 // find the sandbox alive in its recorded state with its processes, thawed,
 // and nothing left frozen or orphaned.
 func TestCrashWhileFrozen(t *testing.T) {
+	parallel(t)
 	for _, tc := range []struct {
 		point string
 		op    func(d *daemon, id string) error

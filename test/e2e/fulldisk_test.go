@@ -22,6 +22,7 @@ import (
 // naming the limit, that delete still works (space can be freed through
 // berth), and that creates work again once there is room.
 func TestFullDisk(t *testing.T) {
+	parallel(t)
 	base, err := os.MkdirTemp("", "berth-e2e-")
 	if err != nil {
 		t.Fatal(err)

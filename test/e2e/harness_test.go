@@ -57,6 +57,22 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// parallel lets test t run beside the suite's other parallel tests (at
+// most go test's -parallel at once, GOMAXPROCS by default). A test that
+// calls it holds nothing of the host that another daemon could see or
+// change: its daemons, data dirs, network namespaces and cgroup parents
+// are its own, and it asserts no wall-clock bound that a busy machine
+// would break. The tests that do not call it run first, one at a time:
+// those that read host-wide state (host id ranges, which two daemons'
+// first sandboxes share today) or set the process environment.
+// BERTH_E2E_SERIAL=1 runs every test alone, to tell a flake of load from
+// one of the code.
+func parallel(t *testing.T) {
+	if os.Getenv("BERTH_E2E_SERIAL") == "" {
+		t.Parallel()
+	}
+}
+
 // daemon is one berth daemon process started by a test: a testenv.Daemon
 // with the test's failure reporting around it.
 type daemon struct {

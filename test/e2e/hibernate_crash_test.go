@@ -18,6 +18,7 @@ import (
 // runs three points; BERTH_SOAK (make soak) runs every point with both
 // kinds.
 func TestCrashMidHibernateAndWake(t *testing.T) {
+	parallel(t)
 	d := startRunscDaemon(t)
 	ctx := context.Background()
 	points := []string{

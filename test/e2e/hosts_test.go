@@ -14,6 +14,7 @@ import (
 // an egress sandbox the hostname lookup never reaches DNS, so it is not
 // in the flow log as a denied query.
 func TestEtcHosts(t *testing.T) {
+	parallel(t)
 	topo := newNetTopo(t)
 	d := startDaemonIn(t, topo.host)
 	ctx := context.Background()

@@ -15,6 +15,7 @@ import (
 // or snapshot returns the first result and makes nothing more; another
 // body with the same key is refused.
 func TestIdempotentCreates(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := client.WithIdempotencyKey(context.Background(), "e2e-live")
 	a, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Labels: map[string]string{"idem": "live"}})
@@ -66,6 +67,7 @@ func TestIdempotentCreates(t *testing.T) {
 // reconciler finishes that create, and the client's retry with the same
 // key gets that sandbox instead of a second one. Likewise a fork.
 func TestIdempotentCreateAcrossCrash(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	for _, fp := range []string{"create.after-mount", "create.after-start"} {
 		t.Run(fp, func(t *testing.T) {
@@ -173,6 +175,7 @@ func childrenOf(t *testing.T, d *daemon, parent string) int {
 // records the member's id (not the one chosen beforehand), so the
 // replay names the claimed sandbox.
 func TestIdempotentPoolClaim(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	if _, err := d.c.SetPool(ctx, "base", 1); err != nil {

@@ -127,6 +127,7 @@ func writeTestLayout(t *testing.T, img v1.Image) string {
 // the new default; a layer whose diffID is wrong is refused naming the
 // layer and both digests.
 func TestImageConfigHonoured(t *testing.T) {
+	parallel(t)
 	d := startRunscDaemon(t)
 	ctx := context.Background()
 	img := gnuTarUserImage(t)
@@ -267,6 +268,7 @@ func TestImageConfigHonoured(t *testing.T) {
 // builtin template, with its group and home, as the template's default
 // user; its sandboxes run as it and it owns /workspace, on runc and runsc.
 func TestTemplateFileUser(t *testing.T) {
+	parallel(t)
 	d := startRunscDaemon(t)
 	ctx := context.Background()
 	file := filepath.Join(t.TempDir(), "t.yaml")

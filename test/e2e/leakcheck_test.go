@@ -25,6 +25,7 @@ import (
 // group, a process naming the data dir, a sandbox dir — and Clean removes
 // what it can, after which Check finds nothing.
 func TestLeakCheckFindsLeaks(t *testing.T) {
+	parallel(t)
 	base, err := testenv.TempDir("", "e2e")
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +113,7 @@ func pidOf(what string) int {
 // the harness falls back to; without it a failed restart left a pinned
 // loop device to every later run on the machine.
 func TestCleanWithoutTheDaemon(t *testing.T) {
+	parallel(t)
 	base, err := testenv.TempDir("", "e2e")
 	if err != nil {
 		t.Fatal(err)

@@ -91,6 +91,7 @@ func rawRequest(t *testing.T, addr, method, target, host, token string) rawRespo
 // matched /v1/sandboxes/{id}/events with id "X/ports/8080", and the
 // request reached the handler as the admin.
 func TestEncodedPathsNeedCredentials(t *testing.T) {
+	parallel(t)
 	_, addr, admin := tcpDaemon(t)
 	ctx := context.Background()
 	sb, err := admin.CreateSandbox(ctx, api.CreateSandboxRequest{PublicPorts: []int{8080}})
@@ -132,6 +133,7 @@ func TestEncodedPathsNeedCredentials(t *testing.T) {
 // (so cannot lift it), cannot widen its egress, fork, snapshot, create anything, list
 // other sandboxes or delete other objects.
 func TestLeaseCannotLiftContainment(t *testing.T) {
+	parallel(t)
 	_, addr, admin := tcpDaemon(t)
 	ctx := context.Background()
 	mine, err := admin.CreateSandbox(ctx, api.CreateSandboxRequest{})
@@ -265,6 +267,7 @@ func TestLeaseCannotLiftContainment(t *testing.T) {
 // route the table opens to leases or to anyone fails this test until it
 // is added below on purpose.
 func TestRouteTableOverTCP(t *testing.T) {
+	parallel(t)
 	const domain = "berth.test"
 	_, addr, admin := tcpDaemon(t, "--domain", domain)
 	ctx := context.Background()

@@ -13,6 +13,7 @@ import (
 
 // TestLeaseTokens: a sandbox's lease token acts on it alone and dies with it.
 func TestLeaseTokens(t *testing.T) {
+	parallel(t)
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := ln.Addr().String()
 	ln.Close()

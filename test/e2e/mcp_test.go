@@ -43,13 +43,7 @@ func nodeClient(t *testing.T, d *daemon, mode string, out any) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk", "package.json")); err != nil {
-		ci := exec.CommandContext(ctx, "npm", "ci", "--prefer-offline", "--no-audit", "--no-fund")
-		ci.Dir = dir
-		if b, err := ci.CombinedOutput(); err != nil {
-			t.Fatalf("npm ci in %s: %v\n%s", dir, err, b)
-		}
-	}
+	npmInstall(t, ctx, dir, filepath.Join("node_modules", "@modelcontextprotocol", "sdk", "package.json"))
 	cmd := exec.CommandContext(ctx, "node", "client.mjs")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "BERTH_BIN="+berthBin, "BERTH_HOST=unix://"+d.socket, "MCP_MODE="+mode)
@@ -93,6 +87,7 @@ func assertGone(t *testing.T, c *client.Client, id string) {
 // expose a port, delete; then a session that leaves its ephemeral sandbox
 // behind, which the session's end must delete.
 func TestMCPTypeScriptSDK(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	var full struct {
 		OK                    bool     `json:"ok"`
@@ -241,6 +236,7 @@ func sandboxID(t *testing.T, out map[string]any) string {
 // TestMCPStdioSignal: SIGTERM to `berth mcp` ends its session, and its
 // ephemeral sandboxes go with it; a persistent one stays.
 func TestMCPStdioSignal(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	cmd := exec.Command(berthBin, "mcp", "--host", "unix://"+d.socket)
 	var stderr bytes.Buffer
@@ -301,6 +297,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // trusted unix socket; a session's end deletes its ephemeral sandboxes;
 // no key, a lease token and another credential's session id are refused.
 func TestMCPHTTP(t *testing.T) {
+	parallel(t)
 	d, addr, admin := tcpDaemon(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -418,6 +415,7 @@ func TestMCPHTTP(t *testing.T) {
 // a session idle for --mcp-idle-timeout is closed, its ephemeral sandboxes
 // deleted and its slot freed.
 func TestMCPHTTPBounds(t *testing.T) {
+	parallel(t)
 	d, addr, admin := tcpDaemon(t, "--mcp-max-sessions", "2", "--mcp-idle-timeout", "3s")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -23,6 +23,7 @@ import (
 // interactive, execs by outcome, a resume timed, a deletion's cleanup
 // lag, and an orphan planted and counted when the sweep removes it.
 func TestMetricsScenario(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	before := scrape(t, d)
@@ -265,6 +266,7 @@ func delta(before, after map[string]*dto.MetricFamily, name string, pairs ...str
 // TestMetricsEgressDecisions: the egress firewall's flow log is counted by
 // decision: an allowed fetch and a refused one move allow and deny.
 func TestMetricsEgressDecisions(t *testing.T) {
+	parallel(t)
 	topo := newNetTopo(t)
 	d := startDaemonIn(t, topo.host)
 	ctx := context.Background()
@@ -316,6 +318,7 @@ func TestMetricsEgressDecisions(t *testing.T) {
 // path="pool" and as a pool_claim resume, and the pool's gauges and hit
 // counter show it.
 func TestMetricsPool(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	if _, err := d.c.SetPool(ctx, "base", 1); err != nil {

@@ -19,6 +19,7 @@ import (
 // takes another), and once both have stopped cleanly nothing of their
 // networks is left: no bridge, no veth, no nft table.
 func TestTwoDaemonsEgress(t *testing.T) {
+	parallel(t)
 	topo := newNetTopo(t)
 	t.Cleanup(func() {
 		out, err := exec.Command("ip", "-n", topo.host, "-o", "link").CombinedOutput()

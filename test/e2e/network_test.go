@@ -41,6 +41,7 @@ while True:
 `
 
 func TestPortProxyHTTPAndWebSocket(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{PublicPorts: []int{8000}})
@@ -171,12 +172,18 @@ func newNetTopo(t *testing.T) *netTopo {
 	return n
 }
 
-func TestEgressNetwork(t *testing.T) { testEgressNetwork(t, "runc") }
+func TestEgressNetwork(t *testing.T) {
+	parallel(t)
+	testEgressNetwork(t, "runc")
+}
 
 // TestEgressNetworkRunsc: the same policy, flow log, live rules, stop/start,
 // daemon restart and isolation between sandboxes on the gVisor class,
 // whose netstack serves the veth of a namespace wired before start.
-func TestEgressNetworkRunsc(t *testing.T) { testEgressNetwork(t, "runsc") }
+func TestEgressNetworkRunsc(t *testing.T) {
+	parallel(t)
+	testEgressNetwork(t, "runsc")
+}
 
 // startDaemonClass starts a daemon in netns ns that must offer runtime
 // class rt (runsc: a static build that passes the daemon's probe).

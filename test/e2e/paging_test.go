@@ -13,6 +13,7 @@ import (
 // Berth-Next-Cursor, the SDK's List still returns everything, and a bad
 // limit or cursor is 400 invalid_argument, not a 500.
 func TestListPaging(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	var want []string

@@ -21,6 +21,7 @@ import (
 // survive 50 pause/resume cycles, 20 stop/start cycles and a daemon
 // SIGKILL; a reset sandbox matches its template again.
 func TestPersistentStateSurvivesEverything(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Name: "keeper", Persistent: true, PersistRoot: true,
@@ -89,6 +90,7 @@ func TestPersistentStateSurvivesEverything(t *testing.T) {
 }
 
 func TestVolumeQuotaAndKeptVolume(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Persistent: true, VolumeSizeBytes: 32 << 20, KeepVolume: true})
@@ -139,6 +141,7 @@ func TestVolumeQuotaAndKeptVolume(t *testing.T) {
 }
 
 func TestRetentionDeletesStoppedSandboxAndVolume(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Persistent: true,
@@ -217,6 +220,7 @@ func TestIdlePolicy(t *testing.T) {
 }
 
 func TestQuarantineAndDiff(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Persistent: true})
@@ -266,6 +270,7 @@ func TestQuarantineAndDiff(t *testing.T) {
 }
 
 func TestLifecycleWebhook(t *testing.T) {
+	parallel(t)
 	var mu sync.Mutex
 	var got []api.Event
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -9,12 +9,18 @@ import (
 	"github.com/berth-sh/berth/api"
 )
 
-func TestWarmPoolClaimsAreFreshAndRefill(t *testing.T) { testWarmPool(t, "runc") }
+func TestWarmPoolClaimsAreFreshAndRefill(t *testing.T) {
+	parallel(t)
+	testWarmPool(t, "runc")
+}
 
 // TestWarmPoolRunsc: the same on a daemon whose default class is gVisor:
 // members are runsc sandboxes, frozen with runsc pause, and a named claim
 // gets its host name inside the Sentry (berth's helper, runsc exec).
-func TestWarmPoolRunsc(t *testing.T) { testWarmPool(t, "runsc") }
+func TestWarmPoolRunsc(t *testing.T) {
+	parallel(t)
+	testWarmPool(t, "runsc")
+}
 
 func testWarmPool(t *testing.T, rt string) {
 	d := startDaemonWith(t, "--runtime", rt)

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,7 +38,9 @@ func pgURL(t *testing.T) string {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("starting the PostgreSQL test server: %v", err)
 	}
-	stopPG = func() { exec.Command(script, "stop").Run() }
+	pgStopMu.Lock()
+	pgStop = func() { exec.Command(script, "stop").Run() }
+	pgStopMu.Unlock()
 	out, _ := os.ReadFile(outf.Name())
 	base := strings.TrimSpace(string(out))
 	name := "berth_e2e_" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "_"))
@@ -56,6 +59,7 @@ func pgURL(t *testing.T) string {
 // TestTwoDaemonsShareOnePostgres: two daemons (own data dirs, one
 // database) see each other's sandboxes but never act on them.
 func TestTwoDaemonsShareOnePostgres(t *testing.T) {
+	parallel(t)
 	url := pgURL(t)
 	a := startDaemonWith(t, "--store", url)
 	b := startDaemonWith(t, "--store", url)
@@ -110,5 +114,16 @@ func TestTwoDaemonsShareOnePostgres(t *testing.T) {
 	}
 }
 
+// pgStop stops the test server; set by the first pgURL (tests that call
+// it may run in parallel, hence the lock).
+var (
+	pgStopMu sync.Mutex
+	pgStop   = func() {}
+)
+
 // stopPG stops the test server at the end of the suite if a test started it.
-var stopPG = func() {}
+func stopPG() {
+	pgStopMu.Lock()
+	defer pgStopMu.Unlock()
+	pgStop()
+}

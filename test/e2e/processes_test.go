@@ -17,8 +17,14 @@ import (
 
 // Background processes (#14 item 1) and exec's shell exit codes (item 6),
 // on runc and runsc.
-func TestProcessesRunc(t *testing.T)  { processesScenario(t, startDaemon(t), "") }
-func TestProcessesRunsc(t *testing.T) { processesScenario(t, startRunscDaemon(t), "runsc") }
+func TestProcessesRunc(t *testing.T) {
+	parallel(t)
+	processesScenario(t, startDaemon(t), "")
+}
+func TestProcessesRunsc(t *testing.T) {
+	parallel(t)
+	processesScenario(t, startRunscDaemon(t), "runsc")
+}
 
 // waitFor polls cond for up to 30 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -197,8 +203,14 @@ func processesScenario(t *testing.T, d *daemon, runtime string) {
 // A template's service (#14 item 4): up after create, after a restart by
 // its policy, after stop/start and after an auto-resume from stop by a
 // port request.
-func TestServiceRunc(t *testing.T)  { serviceScenario(t, startDaemon(t), "") }
-func TestServiceRunsc(t *testing.T) { serviceScenario(t, startRunscDaemon(t), "runsc") }
+func TestServiceRunc(t *testing.T) {
+	parallel(t)
+	serviceScenario(t, startDaemon(t), "")
+}
+func TestServiceRunsc(t *testing.T) {
+	parallel(t)
+	serviceScenario(t, startRunscDaemon(t), "runsc")
+}
 
 func serviceScenario(t *testing.T, d *daemon, runtime string) {
 	ctx := context.Background()

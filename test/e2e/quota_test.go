@@ -57,6 +57,7 @@ func tenantKey(t *testing.T, d *daemon, tenant string, scopes ...auth.Scope) str
 // limit answers 429 rate_limited with a Retry-After after which the same
 // request passes.
 func TestQuotaLimits(t *testing.T) {
+	parallel(t)
 	addr := freeAddr(t)
 	d := startDaemonWith(t, "--insecure-listen", addr)
 	key := tenantKey(t, d, "acme", auth.ScopeSandboxesRead, auth.ScopeSandboxesWrite)

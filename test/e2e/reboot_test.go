@@ -17,6 +17,7 @@ import (
 // daemon brings the persistent sandbox back with its files, and removes
 // the ephemeral one.
 func TestPersistentSurvivesHostReboot(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	keep, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Name: "survivor", Persistent: true, PersistRoot: true})

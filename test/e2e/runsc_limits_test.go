@@ -57,6 +57,7 @@ func assertOOMScores(t *testing.T, rs *runtime.Runsc, id, cg, when string) {
 // sandbox stays usable and the host unaffected; every host process of
 // the sandbox carries oom_score_adj +500.
 func TestRunscTaskLimit(t *testing.T) {
+	parallel(t)
 	d := startRunscDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "runsc", Resources: api.Resources{Pids: 64}})

@@ -62,6 +62,7 @@ func assertUnreachable(t *testing.T, hc *http.Client, id, port string) {
 // network namespace to enter) is reached through its agent's dial; a
 // closed port is a clean 502, on runsc and runc alike.
 func TestRunscPortProxy(t *testing.T) {
+	parallel(t)
 	d := startRunscDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "runsc"})

@@ -51,6 +51,7 @@ func sh(t *testing.T, d *daemon, id, script string) string {
 // class through the daemon: create, exec, files, limits, pause/resume,
 // stop/start of a persistent sandbox, delete, and no leaks.
 func TestRunscConformance(t *testing.T) {
+	parallel(t)
 	d := startRunscDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "runsc",
@@ -145,6 +146,7 @@ func TestRunscConformance(t *testing.T) {
 // TestRunscSecurityBoundary runs the security suite's checks that apply
 // under gVisor, from inside a runsc sandbox.
 func TestRunscSecurityBoundary(t *testing.T) {
+	parallel(t)
 	d := startRunscDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "runsc"})
@@ -234,6 +236,7 @@ while :; do i=$((i+1)); echo $i > /tmp/c; sleep 0.1; done
 // TestRunscHibernateAcrossRestart: a process with state in memory keeps
 // counting from where it was after hibernate → daemon restart → wake.
 func TestRunscHibernateAcrossRestart(t *testing.T) {
+	parallel(t)
 	d := startRunscDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "runsc", Persistent: true})
@@ -335,6 +338,7 @@ func TestRunscHibernateAcrossRestart(t *testing.T) {
 // TestHibernateRuncUnsupported: runc cannot checkpoint here; the API says
 // so with a 409 and the reason, and the sandbox keeps running.
 func TestHibernateRuncUnsupported(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "runc"})

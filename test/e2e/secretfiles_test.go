@@ -16,8 +16,14 @@ import (
 // layer, inspect, event, log or data-dir file; it is back after a
 // stop/start; a replaced value is pushed to the running sandbox; rm
 // removes it from the running sandbox and it stays gone after a start.
-func TestSecretFilesRunc(t *testing.T)  { testSecretFiles(t, "runc") }
-func TestSecretFilesRunsc(t *testing.T) { testSecretFiles(t, "runsc") }
+func TestSecretFilesRunc(t *testing.T) {
+	parallel(t)
+	testSecretFiles(t, "runc")
+}
+func TestSecretFilesRunsc(t *testing.T) {
+	parallel(t)
+	testSecretFiles(t, "runsc")
+}
 
 func testSecretFiles(t *testing.T, rt string) {
 	d := startDaemon(t)

@@ -73,6 +73,7 @@ func dataDirHolds(t *testing.T, dir string, values ...string) []string {
 // still open, after a restart too, with the old key gone); rm stops it at
 // the next exec.
 func TestSecretsEnvInjection(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	if !strings.Contains(d.logs.String(), "generated the secrets master key") {
 		t.Fatalf("the daemon did not say it generated the master key:\n%s", tail(d.logs.String(), 2000))
@@ -239,6 +240,7 @@ func TestSecretsEnvInjection(t *testing.T) {
 // key from --secrets-key-file, the secrets row holds the name and key id
 // but not the value, and the value still reaches an exec.
 func TestSecretsSealedInPostgres(t *testing.T) {
+	parallel(t)
 	url := pgURL(t)
 	k, err := secrets.NewKey()
 	if err != nil {
@@ -276,6 +278,7 @@ func TestSecretsSealedInPostgres(t *testing.T) {
 // TestSecretsEnvRunsc: the runsc class gets secret env the same way (over
 // the agent channel, per exec), and its spec holds no value.
 func TestSecretsEnvRunsc(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	v := randomValue(t, "gv-")
 	if _, errOut, code := d.cliIn(v, "secret", "set", "GV"); code != 0 {

@@ -13,6 +13,7 @@ import (
 // TestSecurityBoundary checks, from inside a real sandbox, the isolation
 // its spec promises. Each command must fail (or report the safe value).
 func TestSecurityBoundary(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{})

@@ -18,6 +18,7 @@ import (
 // berth template import --service-from-image: the image's entrypoint and
 // cmd become the template's service, which every sandbox of it runs.
 func TestTemplateImportService(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	img := busyboxImage(t)

@@ -17,8 +17,14 @@ import (
 // Graceful stop (#14 item 4): stop sends the stop signal (SIGTERM here) to
 // background processes and to every other process of the sandbox, waits
 // for them, and kills one ignoring it once the grace has passed.
-func TestGracefulStopRunc(t *testing.T)  { gracefulStopScenario(t, startDaemon(t), "") }
-func TestGracefulStopRunsc(t *testing.T) { gracefulStopScenario(t, startRunscDaemon(t), "runsc") }
+func TestGracefulStopRunc(t *testing.T) {
+	parallel(t)
+	gracefulStopScenario(t, startDaemon(t), "")
+}
+func TestGracefulStopRunsc(t *testing.T) {
+	parallel(t)
+	gracefulStopScenario(t, startRunscDaemon(t), "runsc")
+}
 
 func gracefulStopScenario(t *testing.T, d *daemon, runtime string) {
 	ctx := context.Background()
@@ -95,8 +101,14 @@ func gracefulStopScenario(t *testing.T, d *daemon, runtime string) {
 
 // An image with STOPSIGNAL SIGINT: its sandboxes get SIGINT at stop, not
 // SIGTERM.
-func TestStopSignalFromImageRunc(t *testing.T)  { stopSignalScenario(t, startDaemon(t), "") }
-func TestStopSignalFromImageRunsc(t *testing.T) { stopSignalScenario(t, startRunscDaemon(t), "runsc") }
+func TestStopSignalFromImageRunc(t *testing.T) {
+	parallel(t)
+	stopSignalScenario(t, startDaemon(t), "")
+}
+func TestStopSignalFromImageRunsc(t *testing.T) {
+	parallel(t)
+	stopSignalScenario(t, startRunscDaemon(t), "runsc")
+}
 
 func stopSignalScenario(t *testing.T, d *daemon, runtime string) {
 	ctx := context.Background()

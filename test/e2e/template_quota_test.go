@@ -68,6 +68,7 @@ func storeEntries(t *testing.T, d *daemon) (layers, scratch []string) {
 // gets 400 (the bytes do not hash to it) and no template: a's layer is
 // never handed over.
 func TestTemplateImportQuota(t *testing.T) {
+	parallel(t)
 	addr := freeAddr(t)
 	d := startDaemonWith(t, "--insecure-listen", addr)
 	ctx := context.Background()

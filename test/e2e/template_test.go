@@ -69,6 +69,7 @@ func busyboxImage(t *testing.T) v1.Image {
 }
 
 func TestTemplateImportAndBuild(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	img := busyboxImage(t)

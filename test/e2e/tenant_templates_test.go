@@ -61,6 +61,7 @@ func poolMembers(t *testing.T, d *daemon, tenant, tpl string) []string {
 // the shared base, nor its own template while a sandbox uses it; host
 // paths and (without --tenant-pulls) registry pulls are refused.
 func TestTenantTemplates(t *testing.T) {
+	parallel(t)
 	addr := freeAddr(t)
 	d := startDaemonWith(t, "--insecure-listen", addr)
 	ctx := context.Background()
@@ -234,6 +235,7 @@ func TestTenantTemplates(t *testing.T) {
 // is its applier's, and a registry image is refused to a tenant without
 // --tenant-pulls.
 func TestTenantBuildCache(t *testing.T) {
+	parallel(t)
 	addr := freeAddr(t)
 	d := startDaemonWith(t, "--insecure-listen", addr)
 	ctx := context.Background()

@@ -18,6 +18,7 @@ import (
 // on the sandbox by id and by name; a minted lease dies with its
 // sandbox's stop; a revoked key is refused on its next request.
 func TestTenantsAndKeysCLI(t *testing.T) {
+	parallel(t)
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := ln.Addr().String()
 	ln.Close()

@@ -54,6 +54,7 @@ func freeAddr(t *testing.T) string {
 // (0600) and the same fingerprint comes back after a restart; certificate
 // and key files made from a CA of the test's own work with --tls-ca.
 func TestTLSListener(t *testing.T) {
+	parallel(t)
 	addr := freeAddr(t)
 	d := startDaemonWith(t, "--listen", addr)
 	fp := printedFingerprint(t, d)
@@ -187,6 +188,7 @@ func makeCA(t *testing.T, dir string, names ...string) (certFile, keyFile, caFil
 // handshake fails) and the header deadline (a client that never sends its
 // ClientHello is cut off at --http-read-header-timeout).
 func TestTLSListenerEdge(t *testing.T) {
+	parallel(t)
 	addr := freeAddr(t)
 	d := startDaemonWith(t, "--listen", addr, "--max-conns-per-client", "2", "--http-read-header-timeout", "1s")
 	fp := printedFingerprint(t, d)

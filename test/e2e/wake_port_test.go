@@ -15,6 +15,7 @@ import (
 // again (a bounded wait, the daemon's) and answers with the page: 200,
 // not 502 "nothing listens there". Then the same after a pause.
 func TestPreviewWakesStoppedSandbox(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	if _, e, code := d.cli("template", "build", "wakesvc", "--from", "base",

@@ -18,6 +18,7 @@ import (
 // the client goes and the agent's watch budget comes back (a new watch
 // after many ended ones still works).
 func TestFilesWatch(t *testing.T) {
+	parallel(t)
 	d := startDaemon(t)
 	ctx := context.Background()
 	type watchFn func(ctx context.Context, id, path string, recursive bool, each func(api.WatchEvent) error) error

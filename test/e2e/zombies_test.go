@@ -23,6 +23,7 @@ import (
 // left to the daemon (container inits, gVisor's sandbox and gofer) stays a
 // zombie under it. BERTH_SOAK runs 40 sandboxes per way and class.
 func TestNoZombiesAfterSandboxesEnd(t *testing.T) {
+	parallel(t)
 	d := startRunscDaemon(t)
 	ctx := context.Background()
 	per := 1
