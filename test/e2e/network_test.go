@@ -18,6 +18,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/internal/testenv"
 )
 
 // wsEcho is a WebSocket echo server in the Python standard library, run
@@ -164,7 +165,11 @@ func newNetTopo(t *testing.T) *netTopo {
 	ipCmd(t, "-n", n.inet, "route", "add", "default", "via", "198.51.100.1")
 	dir := t.TempDir()
 	os.WriteFile(dir+"/index.html", []byte("hello-from-the-test-internet\n"), 0o644)
-	srv := exec.Command("ip", "netns", "exec", n.inet, "python3", "-m", "http.server", "8080", "--directory", dir)
+	// nsenter joins the network namespace only; ip netns exec would make a
+	// mount namespace too, a copy of every mount of the host at its start,
+	// held for the server's life: the storage pools of daemons that tests
+	// beside this one stop meanwhile could never be released.
+	srv := exec.Command("nsenter", "--net="+testenv.NetnsPath(n.inet), "python3", "-m", "http.server", "8080", "--directory", dir)
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
