@@ -143,6 +143,10 @@ type Config struct {
 	// DefaultQuota applies to every named tenant without a quota of its
 	// own (zero fields: unlimited).
 	DefaultQuota store.TenantQuota
+	// MaxStarts is how many sandboxes the node starts at once, the rest
+	// waiting their turn (0: two per CPU; -1: no limit); StartQueue how
+	// many one tenant may have waiting (0: 1024; -1: no bound).
+	MaxStarts, StartQueue int
 	// SecretsKeyFile holds the secrets master keys (first encrypts, all
 	// decrypt); empty: BERTH_SECRETS_KEY, else <DataDir>/secrets.key,
 	// generated at first start.

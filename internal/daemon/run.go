@@ -229,6 +229,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		DefaultPolicy: sandbox.Policy{IdleTimeout: cfg.DefaultIdleTimeout, OnIdle: sandbox.Action(cfg.DefaultOnIdle),
 			MaxAge: cfg.DefaultMaxAge, Retention: cfg.DefaultRetention},
 		Retention: cfg.Retention, DefaultQuota: cfg.DefaultQuota,
+		MaxStarts: cfg.MaxStarts, StartQueue: cfg.StartQueue,
 	}
 	mcfg.TenantPulls = cfg.TenantPulls
 	if mcfg.Node == "" {

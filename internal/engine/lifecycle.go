@@ -252,6 +252,13 @@ func (opt CreateOptions) ReserveID() (string, error) {
 // if given, runs first (to lay down forked or snapshotted data), then
 // provision. A failure tears down and leaves a failed tombstone.
 func (m *Engine) launch(ctx context.Context, sb *sandbox.Sandbox, actor string, prep func() error) error {
+	// Its place in the node's start queue first: a tenant with too many
+	// starts waiting is refused before anything is written.
+	turn, err := m.starts.enter(sb.Tenant, sb.Spec.Pool != "")
+	if err != nil {
+		return err
+	}
+	defer turn.leave()
 	// Side effects must not be cut short by a client that goes away: the
 	// create either finishes or is undone.
 	ctx = context.WithoutCancel(ctx)
@@ -274,7 +281,11 @@ func (m *Engine) launch(ctx context.Context, sb *sandbox.Sandbox, actor string, 
 		}
 	}
 	defer unlock()
-	err := error(nil)
+	// Recorded (creating, counted in the tenant's quota), it waits its
+	// turn; the lock keeps a delete from starting under it meanwhile. The
+	// wait is not cut by the client: the record is written, so the create
+	// finishes or is undone, like the rest of it.
+	_ = turn.wait(ctx)
 	if prep != nil {
 		err = prep()
 	}
@@ -290,6 +301,7 @@ func (m *Engine) launch(ctx context.Context, sb *sandbox.Sandbox, actor string, 
 		m.fail(ctx, sb, actor, err)
 		return err
 	}
+	turn.leave()
 	m.wakeReconciler()
 	unlock()
 	m.awaitService(ctx, sb)

@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -100,7 +101,24 @@ type Config struct {
 	// finishes a create or start whose replica's presence lease
 	// (leader.ReplicaLeaseName) has lapsed. Empty where nothing is shared.
 	Replica string
+	// MaxStarts is how many sandboxes this node starts at once (creates,
+	// forks, restores, pool refills); the rest wait their turn
+	// (startqueue.go). 0: DefaultMaxStarts; negative: no limit.
+	MaxStarts int
+	// StartQueue is how many starts one tenant may have waiting before
+	// its next create is refused (429 limit_exceeded, start_queue). 0:
+	// DefaultStartQueue; negative: no bound.
+	StartQueue int
 }
+
+// DefaultMaxStarts is the starts at once per CPU of the host when
+// Config.MaxStarts is not set: a start is mostly the runtime's work on the
+// host's CPUs (runc's init, mounts, cgroups), so more at once only makes
+// each take longer.
+const DefaultMaxStarts = 2
+
+// DefaultStartQueue bounds the waiting starts of one tenant.
+const DefaultStartQueue = 1024
 
 // DefaultRecordRetention is how long tombstones and their records are kept
 // unless the daemon says otherwise (Config.Retention).
@@ -119,8 +137,9 @@ type Engine struct {
 	node   node.Backend
 	log    *slog.Logger
 
-	live     liveSet // one live object per sandbox (live.go)
-	quota    quotas  // per-tenant admission (quota.go)
+	live     liveSet     // one live object per sandbox (live.go)
+	quota    quotas      // per-tenant admission (quota.go)
+	starts   *startQueue // starts at once, and the turn of the rest (startqueue.go)
 	features Features
 	secrets  SecretResolver // secrets.go
 
@@ -185,9 +204,22 @@ func New(cfg Config, st store.Store, images *image.Store, backend node.Backend) 
 	} else {
 		cfg.Logger.Warn("no default disk cap: sandboxes created without --disk can fill the storage pool")
 	}
+	switch {
+	case cfg.MaxStarts == 0:
+		cfg.MaxStarts = DefaultMaxStarts * runtime.NumCPU()
+	case cfg.MaxStarts < 0:
+		cfg.MaxStarts = 0
+	}
+	switch {
+	case cfg.StartQueue == 0:
+		cfg.StartQueue = DefaultStartQueue
+	case cfg.StartQueue < 0:
+		cfg.StartQueue = 0
+	}
 	bg, cancel := context.WithCancel(context.Background())
 	return &Engine{
 		cfg: cfg, store: st, images: images, node: backend, log: cfg.Logger,
+		starts:      newStartQueue(cfg.MaxStarts, cfg.StartQueue),
 		asyncEvents: make(chan *sandbox.Event, 1024),
 		bg:          bg, cancel: cancel,
 		stopCh: make(chan struct{}),

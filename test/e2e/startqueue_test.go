@@ -1,0 +1,141 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/internal/auth"
+)
+
+// TestStartQueue: starts past --max-starts wait their turn instead of
+// failing, fairly between tenants, and a create returns only once its
+// sandbox runs commands. With one start at a time (each held 1.5 s at a
+// failpoint) and a bound of two waiting per tenant: of five creates acme
+// sends at once, three are admitted and two refused at once with 429
+// limit_exceeded (limit start_queue) and a Retry-After, leaving no
+// record; globex's one create, sent while acme's two wait, runs before
+// acme's last (a turn each), not behind all of acme's.
+func TestStartQueue(t *testing.T) {
+	parallel(t)
+	addr := freeAddr(t)
+	d := newDaemon(t, &daemon{extra: []string{"--insecure-listen", addr, "--max-starts", "1", "--start-queue", "2"},
+		env: []string{"BERTH_FAILPOINTS=create.after-mount=sleep(1500ms)"}})
+	ctx := context.Background()
+	clients := map[string]*client.Client{}
+	for _, tenant := range []string{"acme", "globex"} {
+		c, err := client.New("http://"+addr, tenantKey(t, d, tenant, auth.ScopeSandboxesRead, auth.ScopeSandboxesWrite, auth.ScopeExec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		clients[tenant] = c
+	}
+	// The tenants remove their own before the harness's cleanup (which
+	// sees the host admin's tenant only) checks for leaks.
+	t.Cleanup(func() {
+		for name, c := range clients {
+			sbs, err := c.ListSandboxes(ctx, false)
+			if err != nil {
+				t.Errorf("listing %s's sandboxes: %v", name, err)
+			}
+			for _, sb := range sbs {
+				if _, err := c.DeleteSandbox(ctx, sb.ID, true); err != nil {
+					t.Errorf("deleting %s: %v", sb.ID, err)
+				}
+			}
+		}
+	})
+
+	type result struct {
+		tenant string
+		id     string
+		err    error
+		at     time.Time
+	}
+	results := make(chan result, 6)
+	create := func(tenant string) {
+		c := clients[tenant]
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+		r := result{tenant: tenant, err: err, at: time.Now()}
+		if err == nil {
+			r.id = sb.ID
+			// Created means the agent answers: a command runs at once.
+			ex, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}, nil, nil)
+			if err != nil || ex.Code != 0 {
+				r.err = errors.Join(errors.New("exec right after create"), err)
+			}
+		}
+		results <- r
+	}
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Add(1)
+		go func() { defer wg.Done(); create("acme") }()
+	}
+	// Two of acme's are refused at once; the other three are recorded,
+	// creating (one starting, two waiting their turn).
+	for range 2 {
+		r := <-results
+		var ce *client.Error
+		if !errors.As(r.err, &ce) || ce.Status != 429 || ce.Code != "limit_exceeded" || ce.Limit != "start_queue" || ce.RetryAfter < time.Second {
+			t.Fatalf("acme's create past the bound: %+v (%v), want 429 limit_exceeded start_queue with a Retry-After", ce, r.err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		sbs, err := clients["acme"].ListSandboxes(ctx, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		creating := 0
+		for _, sb := range sbs {
+			if sb.State == "creating" {
+				creating++
+			}
+		}
+		if len(sbs) != 3 {
+			t.Fatalf("acme has %d records (tombstones included) with 2 refused, want 3", len(sbs))
+		}
+		if creating == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("acme's admitted creates never all showed creating: %d of 3", creating)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); create("globex") }()
+	wg.Wait()
+	close(results)
+	var acme []time.Time
+	var globex time.Time
+	for r := range results {
+		if r.err != nil {
+			t.Fatalf("%s's create: %v", r.tenant, r.err)
+		}
+		if r.tenant == "acme" {
+			acme = append(acme, r.at)
+		} else {
+			globex = r.at
+		}
+	}
+	if len(acme) != 3 || globex.IsZero() {
+		t.Fatalf("%d of acme's and globex's (%v) creates answered", len(acme), globex)
+	}
+	last := acme[0]
+	for _, at := range acme {
+		if at.After(last) {
+			last = at
+		}
+	}
+	if !globex.Before(last) {
+		t.Fatalf("globex's one create answered at %s, after all of acme's (last %s): no turn between tenants",
+			globex.Format(time.StampMilli), last.Format(time.StampMilli))
+	}
+}
