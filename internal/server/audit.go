@@ -12,6 +12,7 @@ import (
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/server/input"
+	"github.com/berth-sh/berth/internal/server/rest"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -45,13 +46,11 @@ func (s *Server) serveAudited(w http.ResponseWriter, r *http.Request, rt Route, 
 		target = r.PathValue("name")
 	}
 	e := audit.Entry{Tenant: p.Tenant, Actor: p.Actor, Action: rt.Pattern, Target: target, Source: r.RemoteAddr}
-	if info := infoOf(w); info != nil {
-		e.RequestID = info.id
-	}
+	e.RequestID = rest.RequestID(w)
 	op, err := s.Audit.Begin(r.Context(), e)
 	if err != nil {
 		s.logger().Error("audit: refusing a call that cannot be recorded", "route", rt.Pattern, "err", err)
-		writeError(w, errdefs.Unavailable("the audit log cannot be written; nothing was done"))
+		rest.Error(w, errdefs.Unavailable("the audit log cannot be written; nothing was done"))
 		return
 	}
 	finished := false
@@ -69,18 +68,7 @@ func (s *Server) serveAudited(w http.ResponseWriter, r *http.Request, rt Route, 
 
 // statusResult is the outcome of an answered call: "ok 201", "error 404".
 func statusResult(w http.ResponseWriter) string {
-	status := 0
-	for w != nil {
-		if sw, ok := w.(*statusWriter); ok {
-			status = sw.status
-			break
-		}
-		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
-		if !ok {
-			break
-		}
-		w = u.Unwrap()
-	}
+	status := rest.StatusOf(w)
 	if status == 0 {
 		return "unknown"
 	}
@@ -96,7 +84,7 @@ func auditOwner(r *http.Request) store.Owner {
 	if p, ok := auth.From(r.Context()); ok && p.Actor == auth.Admin.Actor {
 		return store.AnyOwner
 	}
-	return ownerOf(r.Context())
+	return rest.OwnerOf(r.Context())
 }
 
 // auditFilter reads GET /v1/audit's query: since and until (RFC 3339),
@@ -150,22 +138,22 @@ func (s *Server) auditLog() (*audit.Log, error) {
 func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
 	l, err := s.auditLog()
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	f, err := auditFilter(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	p, err := pageOf(r)
+	p, err := rest.PageOf(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	es, next, err := l.List(r.Context(), f, p)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	out := make([]api.AuditEntry, 0, len(es))
@@ -173,8 +161,8 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
 		out = append(out, api.AuditEntry{Tenant: e.Tenant, Seq: e.Seq, Time: e.Time, Actor: e.Actor, Action: e.Action,
 			Target: e.Target, RequestID: e.RequestID, Source: e.Source, Result: e.Result, CompletedAt: e.CompletedAt})
 	}
-	setNext(w, next)
-	writeJSON(w, http.StatusOK, out)
+	rest.SetNext(w, next)
+	rest.JSON(w, http.StatusOK, out)
 }
 
 // exportAudit streams every record of the caller's chains as JSON lines,
@@ -182,7 +170,7 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
 func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request) {
 	l, err := s.auditLog()
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
@@ -219,13 +207,13 @@ func (s *Server) verifyAnchor(r *http.Request, l *audit.Log, raw []byte) (*audit
 func (s *Server) verifyAudit(w http.ResponseWriter, r *http.Request) {
 	l, err := s.auditLog()
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	var req api.AuditVerifyRequest
 	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
 		if err := input.Decode(r, &req); err != nil {
-			writeError(w, err)
+			rest.Error(w, err)
 			return
 		}
 	}
@@ -236,12 +224,12 @@ func (s *Server) verifyAudit(w http.ResponseWriter, r *http.Request) {
 		rep, err = l.Verify(r.Context(), auditOwner(r))
 	}
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	out := api.AuditVerify{OK: rep.OK, Checked: rep.Checked, Pending: rep.Pending}
 	if rep.Bad != nil {
 		out.Bad = &api.AuditBad{Tenant: rep.Bad.Tenant, Seq: rep.Bad.Seq, Reason: rep.Bad.Reason}
 	}
-	writeJSON(w, http.StatusOK, out)
+	rest.JSON(w, http.StatusOK, out)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/server/rest"
 	"github.com/berth-sh/berth/internal/store"
 	"github.com/berth-sh/berth/internal/store/sqlite"
 )
@@ -129,7 +130,7 @@ func TestAuditBeforeAndOutcome(t *testing.T) {
 			ran++
 			es, _, err := st.ListAudit(ctx, store.AuditFilter{Owner: store.AnyOwner, Target: r.PathValue("id")}, store.Page{})
 			sawPending = err == nil && len(es) == 1 && es[0].Result == store.AuditPending
-			writeError(w, errdefs.Conflict("thing %s is busy", r.PathValue("id")))
+			rest.Error(w, errdefs.Conflict("thing %s is busy", r.PathValue("id")))
 		})},
 		Route{Pattern: "DELETE /v1/things/{id}", Rule: need(write), h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			panic("boom")
@@ -230,7 +231,7 @@ func TestAuditReadScope(t *testing.T) {
 		{"default tenant's admin key", auth.Principal{Actor: "key:d", KeyID: "d", Scopes: []string{string(auth.ScopeAdmin)}}, 1},
 	} {
 		r := httptest.NewRequest("GET", "/v1/audit", nil)
-		r = r.WithContext(withCaller(r.Context(), tc.p))
+		r = r.WithContext(rest.WithCaller(r.Context(), tc.p))
 		w := httptest.NewRecorder()
 		s.listAudit(w, r)
 		var es []map[string]any
@@ -238,7 +239,7 @@ func TestAuditReadScope(t *testing.T) {
 			t.Errorf("%s: %d %s; want %d entries", tc.name, w.Code, w.Body.String(), tc.want)
 		}
 		r = httptest.NewRequest("POST", "/v1/audit/verify", nil)
-		r = r.WithContext(withCaller(r.Context(), tc.p))
+		r = r.WithContext(rest.WithCaller(r.Context(), tc.p))
 		w = httptest.NewRecorder()
 		s.verifyAudit(w, r)
 		var v struct {
@@ -283,7 +284,7 @@ func TestAuditVerifyAnchor(t *testing.T) {
 	verify := func(body string) (int, string) {
 		r := httptest.NewRequest("POST", "/v1/audit/verify", strings.NewReader(body))
 		r.Header.Set("Content-Type", "application/json")
-		r = r.WithContext(withCaller(r.Context(), auth.Admin))
+		r = r.WithContext(rest.WithCaller(r.Context(), auth.Admin))
 		w := httptest.NewRecorder()
 		s.verifyAudit(w, r)
 		return w.Code, w.Body.String()

@@ -32,6 +32,7 @@ import (
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server/rest"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -232,25 +233,25 @@ func apiEvent(e *sandbox.Event) api.Event {
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	eq, err := parseEventQuery(r.URL.Query(), r.Header.Get("Last-Event-ID"))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	if len(eq.Sandboxes) > 0 {
-		writeError(w, errdefs.Invalid("sandbox= filters GET /v1/events; this route is one sandbox's"))
+		rest.Error(w, errdefs.Invalid("sandbox= filters GET /v1/events; this route is one sandbox's"))
 		return
 	}
 	sb, err := s.m.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	if wantsEventStream(r) {
 		s.streamEvents(w, r, []string{sb.ID}, eq.Types, eq.After)
 		return
 	}
-	p, err := pageOf(r)
+	p, err := rest.PageOf(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	var evs []*sandbox.Event
@@ -261,7 +262,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		evs, next, _, err = s.m.AllEvents(r.Context(), []string{sb.ID}, eq.Types, eq.After, p)
 	}
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	writeEvents(w, evs, next)
@@ -272,7 +273,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 func (s *Server) allEvents(w http.ResponseWriter, r *http.Request) {
 	eq, err := parseEventQuery(r.URL.Query(), r.Header.Get("Last-Event-ID"))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	// Names become ids now: a stream follows the sandbox it was asked
@@ -282,7 +283,7 @@ func (s *Server) allEvents(w http.ResponseWriter, r *http.Request) {
 	for _, ref := range eq.Sandboxes {
 		sb, err := s.m.Get(r.Context(), ref)
 		if err != nil {
-			writeError(w, err)
+			rest.Error(w, err)
 			return
 		}
 		ids = append(ids, sb.ID)
@@ -291,26 +292,26 @@ func (s *Server) allEvents(w http.ResponseWriter, r *http.Request) {
 		s.streamEvents(w, r, dedupe(ids), eq.Types, eq.After)
 		return
 	}
-	p, err := pageOf(r)
+	p, err := rest.PageOf(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	evs, next, _, err := s.m.AllEvents(r.Context(), dedupe(ids), eq.Types, eq.After, p)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	writeEvents(w, evs, next)
 }
 
 func writeEvents(w http.ResponseWriter, evs []*sandbox.Event, next string) {
-	setNext(w, next)
+	rest.SetNext(w, next)
 	out := make([]api.Event, 0, len(evs))
 	for _, e := range evs {
 		out = append(out, apiEvent(e))
 	}
-	writeJSON(w, 200, out)
+	rest.JSON(w, 200, out)
 }
 
 // streamEvents serves the events of sandboxes ids (every one the caller
@@ -321,7 +322,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, ids, types
 	p, _ := auth.From(ctx)
 	release, err := s.streams.admit(p.Actor+"\x00"+p.LeaseID, p.Tenant)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	defer release()
@@ -330,7 +331,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, ids, types
 	wake := s.m.EventsWritten()
 	evs, next, last, err := s.m.AllEvents(ctx, ids, types, after, store.Page{Limit: streamPage})
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	h := w.Header()
@@ -398,10 +399,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, ids, types
 		evs, next, last, err = s.m.AllEvents(ctx, ids, types, after, store.Page{Limit: streamPage})
 		if err != nil {
 			if ctx.Err() == nil {
-				rid := ""
-				if info := infoOf(w); info != nil {
-					rid = info.id
-				}
+				rid := rest.RequestID(w)
 				s.logger().Warn("event stream read failed; the client resumes from its last id", "err", err, "request_id", rid)
 			}
 			return

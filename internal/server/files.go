@@ -9,6 +9,8 @@ import (
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server/convert"
+	"github.com/berth-sh/berth/internal/server/rest"
 )
 
 func goVersion() string { return runtime.Version() }
@@ -72,23 +74,23 @@ func formatParam(r *http.Request) (tar bool, err error) {
 func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 	path, err := pathParam(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	asTar, err := formatParam(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"), false, actor(r))
+	f, err := s.m.Files(r.Context(), r.PathValue("id"), false, rest.Actor(r))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	defer f.Close()
 	fi, err := f.Stat(r.Context(), path)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	if asTar {
@@ -96,7 +98,7 @@ func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 		err = f.ReadTar(r.Context(), path, w)
 	} else {
 		if fi.IsDir {
-			writeError(w, errdefs.Invalid("%s is a directory; ask for format=tar", path))
+			rest.Error(w, errdefs.Invalid("%s is a directory; ask for format=tar", path))
 			return
 		}
 		w.Header().Set("Content-Type", "application/octet-stream")
@@ -105,8 +107,8 @@ func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 		_, err = f.ReadFile(r.Context(), path, w)
 	}
 	if err != nil {
-		if !headerWritten(w) {
-			writeError(w, err)
+		if !rest.HeaderWritten(w) {
+			rest.Error(w, err)
 			return
 		}
 		// Mid-stream: abort the response so the client sees a broken
@@ -118,39 +120,39 @@ func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 func (s *Server) writeFiles(w http.ResponseWriter, r *http.Request) {
 	path, err := pathParam(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	asTar, err := formatParam(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	mode, err := modeParam(r, 0o644)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"), true, actor(r))
+	f, err := s.m.Files(r.Context(), r.PathValue("id"), true, rest.Actor(r))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	defer f.Close()
 	if asTar {
-		if err := f.WriteTar(r.Context(), path, r.Body, actor(r)); err != nil {
-			writeError(w, err)
+		if err := f.WriteTar(r.Context(), path, r.Body, rest.Actor(r)); err != nil {
+			rest.Error(w, err)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	fi, err := f.WriteFile(r.Context(), path, mode, r.Body, actor(r))
+	fi, err := f.WriteFile(r.Context(), path, mode, r.Body, rest.Actor(r))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, 200, fileInfoToAPI(fi))
+	rest.JSON(w, 200, convert.FileInfoToAPI(fi))
 }
 
 func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
@@ -161,10 +163,10 @@ func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
 	defer f.Close()
 	fi, err := f.Stat(r.Context(), path)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, 200, fileInfoToAPI(fi))
+	rest.JSON(w, 200, convert.FileInfoToAPI(fi))
 }
 
 func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
@@ -175,36 +177,36 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 	defer f.Close()
 	fis, err := f.List(r.Context(), path)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, 200, convertSlice(fis, fileInfoToAPI))
+	rest.JSON(w, 200, convert.Slice(fis, convert.FileInfoToAPI))
 }
 
 func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
 	path, err := pathParam(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	parents, err := boolParam(r, "parents")
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	mode, err := modeParam(r, 0o755)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"), true, actor(r))
+	f, err := s.m.Files(r.Context(), r.PathValue("id"), true, rest.Actor(r))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	defer f.Close()
-	if err := f.Mkdir(r.Context(), path, mode, parents, actor(r)); err != nil {
-		writeError(w, err)
+	if err := f.Mkdir(r.Context(), path, mode, parents, rest.Actor(r)); err != nil {
+		rest.Error(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -213,22 +215,22 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
 func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
 	path, err := pathParam(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	recursive, err := boolParam(r, "recursive")
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"), true, actor(r))
+	f, err := s.m.Files(r.Context(), r.PathValue("id"), true, rest.Actor(r))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	defer f.Close()
-	if err := f.Remove(r.Context(), path, recursive, actor(r)); err != nil {
-		writeError(w, err)
+	if err := f.Remove(r.Context(), path, recursive, rest.Actor(r)); err != nil {
+		rest.Error(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -239,12 +241,12 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
 func (s *Server) openFiles(w http.ResponseWriter, r *http.Request, write bool) (*manager.Files, string, bool) {
 	path, err := pathParam(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return nil, "", false
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"), write, actor(r))
+	f, err := s.m.Files(r.Context(), r.PathValue("id"), write, rest.Actor(r))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return nil, "", false
 	}
 	return f, path, true

@@ -5,20 +5,22 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/server/convert"
 	"github.com/berth-sh/berth/internal/server/idempotency"
 	"github.com/berth-sh/berth/internal/server/input"
+	"github.com/berth-sh/berth/internal/server/rest"
 	"github.com/berth-sh/berth/internal/store"
 )
 
 func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	var req api.ForkRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	kids, frozen, err := s.m.Fork(r.Context(), r.PathValue("id"), forkRequest(&req), actor(r), idempotency.IDs(r)...)
+	kids, frozen, err := s.m.Fork(r.Context(), r.PathValue("id"), convert.ForkRequest(&req), rest.Actor(r), idempotency.IDs(r)...)
 	if err != nil && len(kids) == 0 {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	resp := api.ForkResponse{Children: []api.Sandbox{}, FreezeMS: float64(frozen.Microseconds()) / 1000}
@@ -27,90 +29,90 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil { // some children failed: report them, keep the rest
 		for _, k := range kids {
-			s.m.Delete(r.Context(), k.ID, actor(r), "user", "fork partly failed")
+			s.m.Delete(r.Context(), k.ID, rest.Actor(r), "user", "fork partly failed")
 		}
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, resp)
+	rest.JSON(w, http.StatusCreated, resp)
 }
 
 func snapshotToAPI(sn *store.Snapshot) api.Snapshot {
 	out := api.Snapshot{ID: sn.ID, Name: sn.Name, SandboxID: sn.SandboxID, Template: sn.Template,
 		SizeBytes: sn.SizeBytes, Parent: sn.Parent, CreatedAt: sn.CreatedAt}
-	out.ExpiresAt = timePtr(sn.ExpiresAt)
+	out.ExpiresAt = convert.TimePtr(sn.ExpiresAt)
 	return out
 }
 
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	var req api.CreateSnapshotRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	sn, err := s.m.CreateSnapshot(r.Context(), r.PathValue("id"), snapshotRequest(&req), actor(r), idempotency.IDs(r)...)
+	sn, err := s.m.CreateSnapshot(r.Context(), r.PathValue("id"), convert.SnapshotRequest(&req), rest.Actor(r), idempotency.IDs(r)...)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, snapshotToAPI(sn))
+	rest.JSON(w, http.StatusCreated, snapshotToAPI(sn))
 }
 
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
-	p, err := pageOf(r)
+	p, err := rest.PageOf(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	sns, next, err := s.m.ListSnapshots(r.Context(), r.PathValue("id"), p)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	setNext(w, next)
+	rest.SetNext(w, next)
 	out := make([]api.Snapshot, 0, len(sns))
 	for _, sn := range sns {
 		out = append(out, snapshotToAPI(sn))
 	}
-	writeJSON(w, 200, out)
+	rest.JSON(w, 200, out)
 }
 
 func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 	sn, err := s.m.GetSnapshot(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, 200, snapshotToAPI(sn))
+	rest.JSON(w, 200, snapshotToAPI(sn))
 }
 
 func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	if err := s.m.DeleteSnapshot(r.Context(), r.PathValue("id")); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.m.RestoreSnapshot(r.Context(), r.PathValue("id"), actor(r))
+	sb, err := s.m.RestoreSnapshot(r.Context(), r.PathValue("id"), rest.Actor(r))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, 200, s.toAPI(sb))
+	rest.JSON(w, 200, s.toAPI(sb))
 }
 
 func (s *Server) export(w http.ResponseWriter, r *http.Request) {
 	var req api.ExportRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	sw := &lazyHeader{w: w}
-	if err := s.m.Export(r.Context(), r.PathValue("id"), req.Paths, sw, actor(r)); err != nil {
+	if err := s.m.Export(r.Context(), r.PathValue("id"), req.Paths, sw, rest.Actor(r)); err != nil {
 		if !sw.started {
-			writeError(w, err)
+			rest.Error(w, err)
 			return
 		}
 		panic(http.ErrAbortHandler)
@@ -139,11 +141,11 @@ func (l *lazyHeader) Write(p []byte) (int, error) {
 func (s *Server) copy(w http.ResponseWriter, r *http.Request) {
 	var req api.CopyRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	if err := s.m.Copy(r.Context(), copyRequest(&req), actor(r)); err != nil {
-		writeError(w, err)
+	if err := s.m.Copy(r.Context(), convert.CopyRequest(&req), rest.Actor(r)); err != nil {
+		rest.Error(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -152,43 +154,43 @@ func (s *Server) copy(w http.ResponseWriter, r *http.Request) {
 func (s *Server) setPool(w http.ResponseWriter, r *http.Request) {
 	var req api.PoolRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	p, err := s.m.SetPool(r.Context(), r.PathValue("name"), req.Min)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, 200, poolPtrToAPI(p))
+	rest.JSON(w, 200, convert.PoolPtrToAPI(p))
 }
 
 func (s *Server) getPool(w http.ResponseWriter, r *http.Request) {
 	// Pool resolves the name as the caller sees it (404 if it cannot).
 	p, err := s.m.Pool(r.Context(), r.PathValue("name"))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, 200, poolPtrToAPI(p))
+	rest.JSON(w, 200, convert.PoolPtrToAPI(p))
 }
 
 func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
 	ps, err := s.m.Pools(r.Context())
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, 200, convertSlice(ps, poolToAPI))
+	rest.JSON(w, 200, convert.Slice(ps, convert.PoolToAPI))
 }
 
 func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 	var req api.ApplyRequest
 	if err := input.DecodeLarge(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	buildStream(w, s.templateToAPI, func(progress func(manager.BuildEvent)) (*store.Template, error) {
-		return s.m.Apply(r.Context(), applyRequest(&req), actor(r), progress)
+		return s.m.Apply(r.Context(), convert.ApplyRequest(&req), rest.Actor(r), progress)
 	})
 }

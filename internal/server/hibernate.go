@@ -2,6 +2,8 @@ package server
 
 import (
 	"net/http"
+
+	"github.com/berth-sh/berth/internal/server/rest"
 )
 
 // hibernate serves the hibernate verbs: POST /v1/sandboxes/{id}/hibernate
@@ -16,11 +18,11 @@ func (s *Server) hibernate(op string) http.HandlerFunc {
 		if op == "hibernate" {
 			fn = s.m.Hibernate
 		}
-		sb, err := fn(r.Context(), r.PathValue("id"), actor(r))
+		sb, err := fn(r.Context(), r.PathValue("id"), rest.Actor(r))
 		if err != nil {
-			writeError(w, err)
+			rest.Error(w, err)
 			return
 		}
-		writeJSON(w, 200, s.toAPI(sb))
+		rest.JSON(w, 200, s.toAPI(sb))
 	}
 }

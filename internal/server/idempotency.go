@@ -15,6 +15,7 @@ import (
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server/idempotency"
+	"github.com/berth-sh/berth/internal/server/rest"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -68,7 +69,7 @@ func (s *Server) idempotent(kind idempotency.Kind, h http.HandlerFunc) http.Hand
 			},
 			MaxBody: maxJSONBody, NewID: manager.NewID,
 			Seal: s.sealLeases, Unseal: s.unsealLeases,
-			WriteError: writeError, WriteJSON: writeJSON,
+			WriteError: rest.Error, WriteJSON: rest.JSON,
 			Log: func() *slog.Logger { return s.log },
 		}
 	})
@@ -107,7 +108,7 @@ func (s *Server) settled(ctx context.Context, id string) (*sandbox.Sandbox, erro
 	st, _ := s.idemBackend()
 	deadline := time.Now().Add(idempotency.Wait)
 	for {
-		sb, err := st.GetSandbox(ctx, ownerOf(ctx), id)
+		sb, err := st.GetSandbox(ctx, rest.OwnerOf(ctx), id)
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return nil, nil
 		} else if err != nil {
@@ -153,7 +154,7 @@ func (s *Server) idemCreate() idempotency.Kind {
 			return createFailed(sb)
 		}
 		out := s.toAPI(sb)
-		if out.LeaseToken, err = s.createLease(ctx, sb, principal(r)); err != nil {
+		if out.LeaseToken, err = s.createLease(ctx, sb, rest.Principal(r)); err != nil {
 			return 0, nil, false, err
 		}
 		return http.StatusCreated, out, true, nil
@@ -205,7 +206,7 @@ func (s *Server) idemSnapshot() idempotency.Kind {
 		if len(rec.IDs) != 1 {
 			return 0, nil, false, nil
 		}
-		sn, err := s.m.Store().GetSnapshot(ctx, ownerOf(ctx), rec.IDs[0])
+		sn, err := s.m.Store().GetSnapshot(ctx, rest.OwnerOf(ctx), rec.IDs[0])
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return 0, nil, false, nil
 		} else if err != nil {
@@ -223,7 +224,7 @@ func (s *Server) idemVolume() idempotency.Kind {
 		if json.Unmarshal(body, &req) != nil || req.Name == "" {
 			return 0, nil, false, nil
 		}
-		v, err := s.m.Store().GetVolumeByName(ctx, ownerOf(ctx), req.Name)
+		v, err := s.m.Store().GetVolumeByName(ctx, rest.OwnerOf(ctx), req.Name)
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return 0, nil, false, nil
 		} else if err != nil {

@@ -10,7 +10,9 @@ import (
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server/convert"
 	"github.com/berth-sh/berth/internal/server/input"
+	"github.com/berth-sh/berth/internal/server/rest"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -34,29 +36,29 @@ func (s *Server) lifecycle(op string) http.HandlerFunc {
 		if op == "stop" && r.URL.Query().Has("timeout") {
 			grace, err := parseStopTimeout(r.URL.Query().Get("timeout"))
 			if err != nil {
-				writeError(w, err)
+				rest.Error(w, err)
 				return
 			}
 			fn = func(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
 				return s.m.StopGrace(ctx, ref, actor, grace)
 			}
 		}
-		sb, err := fn(r.Context(), r.PathValue("id"), actor(r))
+		sb, err := fn(r.Context(), r.PathValue("id"), rest.Actor(r))
 		if err != nil {
-			writeError(w, err)
+			rest.Error(w, err)
 			return
 		}
-		writeJSON(w, 200, s.toAPI(sb))
+		rest.JSON(w, 200, s.toAPI(sb))
 	}
 }
 
 func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 	entries, err := s.m.Diff(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, 200, convertSlice(entries, diffToAPI))
+	rest.JSON(w, 200, convert.Slice(entries, convert.DiffToAPI))
 }
 
 func (s *Server) volumeToAPI(v *store.Volume) api.Volume {
@@ -69,48 +71,48 @@ func (s *Server) volumeToAPI(v *store.Volume) api.Volume {
 func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 	var req api.CreateVolumeRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	v, err := s.m.CreateVolume(r.Context(), volumeRequest(&req), tenant(r))
+	v, err := s.m.CreateVolume(r.Context(), convert.VolumeRequest(&req), rest.Tenant(r))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, s.volumeToAPI(v))
+	rest.JSON(w, http.StatusCreated, s.volumeToAPI(v))
 }
 
 func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
-	p, err := pageOf(r)
+	p, err := rest.PageOf(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	vs, next, err := s.m.ListVolumes(r.Context(), r.URL.Query().Get("all") == "true", p)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	setNext(w, next)
+	rest.SetNext(w, next)
 	out := make([]api.Volume, 0, len(vs))
 	for _, v := range vs {
 		out = append(out, s.volumeToAPI(v))
 	}
-	writeJSON(w, 200, out)
+	rest.JSON(w, 200, out)
 }
 
 func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) {
 	v, err := s.m.GetVolume(r.Context(), r.PathValue("name"))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, 200, s.volumeToAPI(v))
+	rest.JSON(w, 200, s.volumeToAPI(v))
 }
 
 func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) {
 	if err := s.m.DeleteVolume(r.Context(), r.PathValue("name")); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -14,7 +14,9 @@ import (
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/server/convert"
 	"github.com/berth-sh/berth/internal/server/input"
+	"github.com/berth-sh/berth/internal/server/rest"
 )
 
 // Background processes: /v1/sandboxes/{id}/processes (engine/procs).
@@ -29,7 +31,7 @@ func processToAPI(p manager.Process) api.Process {
 		out.Argv = []string{}
 	}
 	if p.Exit != nil {
-		ex := exitToAPI(*p.Exit)
+		ex := convert.ExitToAPI(*p.Exit)
 		out.Exit = &ex
 	}
 	return out
@@ -38,31 +40,31 @@ func processToAPI(p manager.Process) api.Process {
 func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
 	var req api.StartProcessRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	p, err := s.m.StartProcess(r.Context(), r.PathValue("id"), &manager.StartRequest{
 		ExecRequest: engine.ExecRequest{Cmd: req.Cmd, Env: req.Env, Workdir: req.Workdir, User: req.User,
 			TTY: req.TTY, Rows: req.Rows, Cols: req.Cols},
-		Tag: req.Tag, Restart: req.Restart, MaxRestarts: req.MaxRestarts}, actor(r))
+		Tag: req.Tag, Restart: req.Restart, MaxRestarts: req.MaxRestarts}, rest.Actor(r))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, processToAPI(p))
+	rest.JSON(w, http.StatusCreated, processToAPI(p))
 }
 
 func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) {
 	ps, err := s.m.ListProcesses(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	out := api.ProcessList{Processes: make([]api.Process, 0, len(ps))}
 	for _, p := range ps {
 		out.Processes = append(out.Processes, processToAPI(p))
 	}
-	writeJSON(w, 200, out)
+	rest.JSON(w, 200, out)
 }
 
 // getProcess answers the process pid names: by id, or the running (else
@@ -71,7 +73,7 @@ func (s *Server) getProcess(w http.ResponseWriter, r *http.Request) {
 	pid := r.PathValue("pid")
 	ps, err := s.m.ListProcesses(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	var found *manager.Process
@@ -86,10 +88,10 @@ func (s *Server) getProcess(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if found == nil {
-		writeError(w, errdefs.NotFound("no process %q", pid))
+		rest.Error(w, errdefs.NotFound("no process %q", pid))
 		return
 	}
-	writeJSON(w, 200, processToAPI(*found))
+	rest.JSON(w, 200, processToAPI(*found))
 }
 
 // processLogs streams the kept output and, with ?follow=1, the live
@@ -97,22 +99,22 @@ func (s *Server) getProcess(w http.ResponseWriter, r *http.Request) {
 func (s *Server) processLogs(w http.ResponseWriter, r *http.Request) {
 	follow, err := boolQuery(r, "follow")
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	nd := newNDJSON(w)
+	nd := rest.NewNDJSON(w)
 	var mu sync.Mutex
 	started := false
 	send := func(ev api.ProcessEvent) error {
 		mu.Lock()
 		started = true
 		mu.Unlock()
-		return nd.send(ev)
+		return nd.Send(ev)
 	}
 	ex, err := s.m.AttachProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), follow, manager.AttachIO{
 		Stdout: eventWriter{"stdout", send}, Stderr: eventWriter{"stderr", send},
 		Gap: func(n int64) { _ = send(api.ProcessEvent{Gap: n}) },
-	}, actor(r))
+	}, rest.Actor(r))
 	mu.Lock()
 	wasStarted := started
 	mu.Unlock()
@@ -121,18 +123,18 @@ func (s *Server) processLogs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if !wasStarted {
-			writeError(w, err)
+			rest.Error(w, err)
 			return
 		}
-		_ = nd.send(api.ProcessEvent{Error: apiErrorFor(w, err)})
+		_ = nd.Send(api.ProcessEvent{Error: rest.StreamError(w, err)})
 		return
 	}
 	if !wasStarted {
 		w.WriteHeader(http.StatusOK)
 	}
 	if ex != nil {
-		e := exitToAPI(*ex)
-		_ = nd.send(api.ProcessEvent{Exit: &e})
+		e := convert.ExitToAPI(*ex)
+		_ = nd.Send(api.ProcessEvent{Exit: &e})
 	}
 }
 
@@ -165,16 +167,16 @@ func boolQuery(r *http.Request, name string) (bool, error) {
 func (s *Server) processStdin(w http.ResponseWriter, r *http.Request) {
 	closeIt, err := boolQuery(r, "close")
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	body := http.MaxBytesReader(w, r.Body, maxProcStdin)
-	if err := s.m.ProcessStdin(r.Context(), r.PathValue("id"), r.PathValue("pid"), body, closeIt, actor(r)); err != nil {
+	if err := s.m.ProcessStdin(r.Context(), r.PathValue("id"), r.PathValue("pid"), body, closeIt, rest.Actor(r)); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			err = errdefs.TooLarge("stdin exceeds %d bytes per request", maxProcStdin)
 		}
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -183,11 +185,11 @@ func (s *Server) processStdin(w http.ResponseWriter, r *http.Request) {
 func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) {
 	var req api.SignalRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	if err := s.m.SignalProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), req.Signal, false, actor(r)); err != nil {
-		writeError(w, err)
+	if err := s.m.SignalProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), req.Signal, false, rest.Actor(r)); err != nil {
+		rest.Error(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -195,8 +197,8 @@ func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) {
 
 // killProcess sends SIGKILL and ends a supervised process's restarts.
 func (s *Server) killProcess(w http.ResponseWriter, r *http.Request) {
-	if err := s.m.SignalProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), "SIGKILL", true, actor(r)); err != nil {
-		writeError(w, err)
+	if err := s.m.SignalProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), "SIGKILL", true, rest.Actor(r)); err != nil {
+		rest.Error(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -204,12 +206,12 @@ func (s *Server) killProcess(w http.ResponseWriter, r *http.Request) {
 
 // waitProcess answers the process's exit once it has ended for good.
 func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request) {
-	ex, err := s.m.WaitProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), actor(r))
+	ex, err := s.m.WaitProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), rest.Actor(r))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, 200, exitToAPI(ex))
+	rest.JSON(w, 200, convert.ExitToAPI(ex))
 }
 
 // processWS attaches to a process over a WebSocket, for PTY processes:
@@ -219,7 +221,7 @@ func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request) {
 func (s *Server) processWS(w http.ResponseWriter, r *http.Request) {
 	id, pid := r.PathValue("id"), r.PathValue("pid")
 	if _, err := s.m.Get(r.Context(), id); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{WSProtocol}})
@@ -237,17 +239,17 @@ func (s *Server) processWS(w http.ResponseWriter, r *http.Request) {
 		Stdin: stdinR, KeepStdin: true,
 		Stdout: kindWriter{api.WSStdout, send}, Stderr: kindWriter{api.WSStderr, send},
 		Resize: resize,
-	}, actor(r))
+	}, rest.Actor(r))
 	if err != nil {
 		if !errors.Is(err, context.Canceled) && ctx.Err() == nil {
-			b, _ := json.Marshal(apiErrorFor(w, err))
+			b, _ := json.Marshal(rest.StreamError(w, err))
 			_ = send(api.WSError, b)
 			conn.Close(websocket.StatusNormalClosure, "")
 		}
 		return
 	}
 	if ex != nil {
-		b, _ := json.Marshal(exitToAPI(*ex))
+		b, _ := json.Marshal(convert.ExitToAPI(*ex))
 		_ = send(api.WSExit, b)
 	}
 	conn.Close(websocket.StatusNormalClosure, "")

@@ -9,6 +9,7 @@ import (
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/identity"
 	"github.com/berth-sh/berth/internal/server/input"
+	"github.com/berth-sh/berth/internal/server/rest"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -33,7 +34,7 @@ func (s *Server) tenantParam(r *http.Request) (string, error) {
 func (s *Server) getQuota(w http.ResponseWriter, r *http.Request) {
 	tenant, err := s.tenantParam(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	s.writeQuota(w, r, tenant)
@@ -46,7 +47,7 @@ func (s *Server) getQuota(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getOwnQuota(w http.ResponseWriter, r *http.Request) {
 	c, ok := identity.From(r.Context())
 	if !ok || c.Lease != "" {
-		writeError(w, errdefs.Permission("a tenant's quota is read with one of its API keys"))
+		rest.Error(w, errdefs.Permission("a tenant's quota is read with one of its API keys"))
 		return
 	}
 	s.writeQuota(w, r, c.Tenant)
@@ -55,39 +56,39 @@ func (s *Server) getOwnQuota(w http.ResponseWriter, r *http.Request) {
 func (s *Server) writeQuota(w http.ResponseWriter, r *http.Request, tenant string) {
 	q, err := s.m.Quota(r.Context(), tenant)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	_, rowErr := s.m.Store().GetTenantQuota(r.Context(), tenant)
 	u, err := s.m.TenantUsage(r.Context(), tenant, "")
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	out := quotaToAPI(q)
 	out.Default = errors.Is(rowErr, errdefs.ErrNotFound)
 	out.Usage = &api.QuotaUsage{Sandboxes: u.Sandboxes, CPUs: float64(u.CPUMillis) / 1000, Memory: u.Memory, Storage: u.Storage}
-	writeJSON(w, 200, out)
+	rest.JSON(w, 200, out)
 }
 
 func (s *Server) putQuota(w http.ResponseWriter, r *http.Request) {
 	tenant, err := s.tenantParam(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	var req api.QuotaRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	q, err := quotaFromAPI(tenant, &req)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	if err := s.m.SetQuota(r.Context(), q); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	s.keyRates.forget(tenant)

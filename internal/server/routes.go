@@ -17,10 +17,9 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/identity"
 	"github.com/berth-sh/berth/internal/server/edge"
 	"github.com/berth-sh/berth/internal/server/input"
-	"github.com/berth-sh/berth/internal/store"
+	"github.com/berth-sh/berth/internal/server/rest"
 )
 
 // Route is one entry of the API's route table: a ServeMux pattern and
@@ -206,7 +205,7 @@ func (s *Server) routeTable() []Route {
 
 		// Anything else: a 404, for callers with a credential.
 		{Pattern: "/", Rule: need(read), h: hf(func(w http.ResponseWriter, r *http.Request) {
-			writeError(w, errdefs.NotFound("no route %s %s", r.Method, r.URL.Path))
+			rest.Error(w, errdefs.NotFound("no route %s %s", r.Method, r.URL.Path))
 		})},
 	}
 	// The web console and its sign-in exchange (console.go).
@@ -270,8 +269,6 @@ func (s *Server) Routes() []Route { return slices.Clone(s.table) }
 // Routes returns the API's route table (for tests and documentation).
 func Routes() []Route { return New(nil, nil, nil).Routes() }
 
-type trustedKey struct{}
-
 // guard is the authorization of one route: it runs after the mux has
 // matched rt, and decides from rt's rule and the decoded path values the
 // mux matched — the same values the handler reads.
@@ -279,15 +276,13 @@ func (s *Server) guard(rt Route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Pattern != rt.Pattern {
 			// Mounted anywhere but on its own pattern: refuse.
-			writeError(w, errdefs.Permission("route %q reached by pattern %q", rt.Pattern, r.Pattern))
+			rest.Error(w, errdefs.Permission("route %q reached by pattern %q", rt.Pattern, r.Pattern))
 			return
 		}
-		if info := infoOf(w); info != nil {
-			info.route = rt.Pattern
-		}
+		rest.SetRoute(w, rt.Pattern)
 		r = s.deadlines(w, r, rt)
 		if err := input.CheckPathValues(r); err != nil {
-			writeError(w, err)
+			rest.Error(w, err)
 			return
 		}
 		p, err := s.authorize(r, rt)
@@ -300,25 +295,25 @@ func (s *Server) guard(rt Route) http.Handler {
 				// and the connection back: no keep-alive to hold.
 				w.Header().Set("Connection", "close")
 			}
-			writeError(w, err)
+			rest.Error(w, err)
 			return
 		}
 		if p.Actor != auth.Anonymous.Actor {
 			edge.Authenticated(r.Context()) // its connection keeps its slot (edge.Listener)
 		}
 		if err := s.rateLimit(r.Context(), p); err != nil { // ratelimit.go
-			writeError(w, err)
+			rest.Error(w, err)
 			return
 		}
 		if rt.Upload {
 			release, err := s.uploads.admit(p.Tenant)
 			if err != nil {
-				writeError(w, err)
+				rest.Error(w, err)
 				return
 			}
 			defer release()
 		}
-		ctx := withCaller(r.Context(), p)
+		ctx := rest.WithCaller(r.Context(), p)
 		if rt.Stream || rt.EventStream && wantsEventStream(r) {
 			// A connection that outlives its request's moment ends with
 			// its credential (live.go).
@@ -328,26 +323,6 @@ func (s *Server) guard(rt Route) http.Handler {
 		}
 		s.serveAudited(w, r.WithContext(ctx), rt, p)
 	})
-}
-
-// withCaller puts p into ctx, and the identity the engine reads the owner
-// of its store reads from. An anonymous request (a public port) carries
-// none: it reaches a sandbox by its id alone, whoever owns it.
-func withCaller(ctx context.Context, p auth.Principal) context.Context {
-	ctx = auth.With(ctx, p)
-	if p.Actor == auth.Anonymous.Actor {
-		return ctx
-	}
-	return identity.With(ctx, identity.Caller{Tenant: p.Tenant, Actor: p.Actor, KeyID: p.KeyID, Lease: p.Sandbox,
-		Host: p.Host})
-}
-
-// ownerOf is whose records a request reads (see withCaller).
-func ownerOf(ctx context.Context) store.Owner {
-	if c, ok := identity.From(ctx); ok && !c.Host {
-		return store.OwnedBy(c.Tenant)
-	}
-	return store.AnyOwner
 }
 
 // deadlines gives a request on a non-streaming route a deadline to send
@@ -434,7 +409,7 @@ func (b *idleBody) Read(p []byte) (int, error) {
 // call it.
 func (s *Server) authorize(r *http.Request, rt Route) (auth.Principal, error) {
 	ctx := r.Context()
-	if trusted, _ := ctx.Value(trustedKey{}).(bool); trusted {
+	if trusted := rest.Trusted(ctx); trusted {
 		return auth.Admin, nil
 	}
 	id := r.PathValue("id")
@@ -459,7 +434,7 @@ func (s *Server) authorize(r *http.Request, rt Route) (auth.Principal, error) {
 		// A lease is a credential only while its sandbox runs (its
 		// record is revoked when the sandbox stops, is quarantined or
 		// goes; this covers the moment in between).
-		if sb, err := s.lookup(ctx, p.Sandbox); err != nil || !leasable(sb.State) {
+		if sb, err := s.lookup(ctx, p.Sandbox); err != nil || !rest.Leasable(sb.State) {
 			return auth.Principal{}, errdefs.Unauthenticated("the lease token ended with its sandbox")
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/berth-sh/berth/internal/secrets"
 	"github.com/berth-sh/berth/internal/secrets/vault"
 	"github.com/berth-sh/berth/internal/server/input"
+	"github.com/berth-sh/berth/internal/server/rest"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -36,21 +37,21 @@ func (s *Server) vault() (*vault.Vault, error) {
 func (s *Server) putSecret(w http.ResponseWriter, r *http.Request) {
 	v, err := s.vault()
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	var req api.PutSecretRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	if strings.IndexByte(req.Value, 0) >= 0 {
-		writeError(w, errdefs.Invalid("secret value holds a NUL byte"))
+		rest.Error(w, errdefs.Invalid("secret value holds a NUL byte"))
 		return
 	}
-	sec, created, err := v.Put(r.Context(), tenant(r), r.PathValue("name"), []byte(req.Value))
+	sec, created, err := v.Put(r.Context(), rest.Tenant(r), r.PathValue("name"), []byte(req.Value))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	if !created {
@@ -60,41 +61,41 @@ func (s *Server) putSecret(w http.ResponseWriter, r *http.Request) {
 	if created {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, secretToAPI(sec))
+	rest.JSON(w, status, secretToAPI(sec))
 }
 
 func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
 	v, err := s.vault()
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	p, err := pageOf(r)
+	p, err := rest.PageOf(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	list, next, err := v.List(r.Context(), tenant(r), p)
+	list, next, err := v.List(r.Context(), rest.Tenant(r), p)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	setNext(w, next)
+	rest.SetNext(w, next)
 	out := make([]api.Secret, 0, len(list))
 	for _, sec := range list {
 		out = append(out, secretToAPI(sec))
 	}
-	writeJSON(w, http.StatusOK, out)
+	rest.JSON(w, http.StatusOK, out)
 }
 
 func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) {
 	v, err := s.vault()
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	if err := v.Delete(r.Context(), tenant(r), r.PathValue("name")); err != nil {
-		writeError(w, err)
+	if err := v.Delete(r.Context(), rest.Tenant(r), r.PathValue("name")); err != nil {
+		rest.Error(w, err)
 		return
 	}
 	s.pushSecretFiles(r, r.PathValue("name"))
@@ -106,7 +107,7 @@ func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) {
 // outcome is an event on each sandbox; the change stands either way).
 func (s *Server) pushSecretFiles(r *http.Request, name string) {
 	if s.m != nil {
-		s.m.SecretChanged(r.Context(), tenant(r), name)
+		s.m.SecretChanged(r.Context(), rest.Tenant(r), name)
 	}
 }
 
@@ -115,24 +116,24 @@ func (s *Server) pushSecretFiles(r *http.Request, name string) {
 func (s *Server) rotateSecretsKey(w http.ResponseWriter, r *http.Request) {
 	v, err := s.vault()
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	var req api.RotateSecretsKeyRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	k, err := secrets.KeyFromBase64(req.Key)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	rot, err := v.Rotate(r.Context(), k, s.Secrets.KeyFile)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	s.log.Info("secrets master key rotated", "key_id", rot.KeyID, "rewrapped", rot.Rewrapped, "removed", rot.Removed)
-	writeJSON(w, http.StatusOK, api.RotateSecretsKeyResponse{KeyID: rot.KeyID, Rewrapped: rot.Rewrapped, Removed: rot.Removed, KeyFile: rot.KeyFile})
+	rest.JSON(w, http.StatusOK, api.RotateSecretsKeyResponse{KeyID: rot.KeyID, Rewrapped: rot.Rewrapped, Removed: rot.Removed, KeyFile: rot.KeyFile})
 }

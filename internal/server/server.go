@@ -1,7 +1,7 @@
 // Package server is berth's HTTP API (/v1): JSON over a root-only unix
 // socket and, with API keys, over TCP. Handlers decode and validate input,
 // call the sandbox manager, and map error categories (internal/errdefs) to
-// statuses and stable codes in one place (writeError).
+// statuses and stable codes in one place (rest.Error).
 //
 // One route table (routes.go) registers every route with its auth.Rule (an
 // invalid or unsafe rule stops the server from starting) and what it is
@@ -26,7 +26,6 @@ package server
 import (
 	"context"
 	"crypto/ed25519"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -47,8 +46,10 @@ import (
 	"github.com/berth-sh/berth/internal/manager"
 	bmetrics "github.com/berth-sh/berth/internal/metrics"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server/convert"
 	"github.com/berth-sh/berth/internal/server/idempotency"
 	"github.com/berth-sh/berth/internal/server/input"
+	"github.com/berth-sh/berth/internal/server/rest"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -145,9 +146,9 @@ func New(m *manager.Manager, authn *auth.Authenticator, log *slog.Logger) *Serve
 func (s *Server) Handler(trusted bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		info := &reqInfo{id: requestID(r), method: r.Method, log: s.log}
-		w.Header().Set(RequestIDHeader, info.id)
-		sw := &statusWriter{ResponseWriter: w, status: 200, info: info}
+		id := rest.RequestIDOf(r)
+		w.Header().Set(RequestIDHeader, id)
+		sw := rest.NewWriter(w, id, r.Method, s.log)
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler {
@@ -155,20 +156,20 @@ func (s *Server) Handler(trusted bool) http.Handler {
 				}
 				// The stack is what finds the bug; the client gets the
 				// request id that names this log line.
-				s.logger().Error("handler panic", "request_id", info.id, "method", r.Method, "route", info.route,
+				s.logger().Error("handler panic", "request_id", id, "method", r.Method, "route", sw.Route(),
 					"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-				if !sw.wrote {
-					writeError(sw, fmt.Errorf("handler panic: %v", v))
+				if !sw.Wrote() {
+					rest.Error(sw, fmt.Errorf("handler panic: %v", v))
 				}
 			}
-			s.metrics.observe(r, sw.status, time.Since(start))
+			s.metrics.observe(r, sw.Status(), time.Since(start))
 		}()
 		if r.RequestURI == "*" {
 			// The mux would answer an empty 400 (OPTIONS * never gets here).
-			writeError(sw, errdefs.Invalid("request target * is only for OPTIONS"))
+			rest.Error(sw, errdefs.Invalid("request target * is only for OPTIONS"))
 			return
 		}
-		r = r.WithContext(context.WithValue(r.Context(), trustedKey{}, trusted))
+		r = r.WithContext(rest.WithTrusted(r.Context(), trusted))
 		if id, port, ok := s.hostTarget(r); ok {
 			// {port}-{id}.{domain}: the whole request goes to the sandbox.
 			// The host name is parsed once, into the path values the
@@ -183,13 +184,6 @@ func (s *Server) Handler(trusted bool) http.Handler {
 	})
 }
 
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-	wrote  bool
-	info   *reqInfo
-}
-
 func (s *Server) logger() *slog.Logger {
 	if s.log == nil {
 		return slog.Default()
@@ -197,56 +191,9 @@ func (s *Server) logger() *slog.Logger {
 	return s.log
 }
 
-func (w *statusWriter) WriteHeader(code int) {
-	if !w.wrote {
-		w.status, w.wrote = code, true
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	w.wrote = true
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *statusWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-// Unwrap lets http.ResponseController and the WebSocket upgrade reach the
-// underlying writer.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-func actor(r *http.Request) string {
-	p, _ := auth.From(r.Context())
-	return p.Actor
-}
-
-func tenant(r *http.Request) string {
-	p, _ := auth.From(r.Context())
-	return p.Tenant
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-}
-
-// writeError answers err as the JSON error body with its category's
-// status and stable code (5xx logged with the request id; see errorFor).
-func writeError(w http.ResponseWriter, err error) {
-	e, status := errorFor(w, err)
-	writeJSON(w, status, api.ErrorBody{Error: *e})
-}
-
 func (s *Server) version(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, 200, api.Version{Version: Version, Go: goVersion(), Runtime: strings.Join(s.m.RuntimeNames(), ","),
-		TLSFingerprint: s.TLSFingerprint, Classes: classesToAPI(s.m.Classes())})
+	rest.JSON(w, 200, api.Version{Version: Version, Go: goVersion(), Runtime: strings.Join(s.m.RuntimeNames(), ","),
+		TLSFingerprint: s.TLSFingerprint, Classes: convert.ClassesToAPI(s.m.Classes())})
 }
 
 // toAPI converts a sandbox record to its API form.
@@ -257,7 +204,7 @@ func (s *Server) toAPI(sb *sandbox.Sandbox) api.Sandbox {
 		Resources: api.Resources{CPUs: sb.Spec.Resources.CPUs, MemoryBytes: sb.Spec.Resources.MemoryBytes,
 			Pids: sb.Spec.Resources.Pids, DiskBytes: sb.Spec.Resources.DiskBytes},
 		Env: sb.Spec.Env, Labels: sb.Spec.Labels, TimeoutSeconds: sb.Spec.Timeout.Seconds(),
-		Network: sb.Spec.Network, Workdir: sb.Spec.Workdir, User: sb.Spec.User, Isolation: isolationToAPI(s.m.Isolation(sb)),
+		Network: sb.Spec.Network, Workdir: sb.Spec.Workdir, User: sb.Spec.User, Isolation: convert.IsolationToAPI(s.m.Isolation(sb)),
 		CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt, Cause: string(sb.Cause), Reason: sb.Reason,
 		Error: sb.Error,
 	}
@@ -282,13 +229,13 @@ func (s *Server) toAPI(sb *sandbox.Sandbox) api.Sandbox {
 		out.Volumes = append(out.Volumes, api.VolumeMount{Name: vm.Name, Path: vm.Path, ReadOnly: vm.ReadOnly})
 	}
 	p := sb.Spec.Policy
-	out.Policy = policyToAPI(p)
-	out.LastActivityAt = timePtr(s.m.LastActivity(sb))
-	out.PausedAt, out.StoppedAt = timePtr(sb.PausedAt), timePtr(sb.StoppedAt)
+	out.Policy = convert.PolicyToAPI(p)
+	out.LastActivityAt = convert.TimePtr(s.m.LastActivity(sb))
+	out.PausedAt, out.StoppedAt = convert.TimePtr(sb.PausedAt), convert.TimePtr(sb.StoppedAt)
 	if due, ok := sandbox.Next(sb, s.m.LastActivity(sb)); ok {
-		out.NextAction, out.NextActionAt = string(due.Action)+" ("+due.Policy+")", timePtr(due.At)
+		out.NextAction, out.NextActionAt = string(due.Action)+" ("+due.Policy+")", convert.TimePtr(due.At)
 	}
-	out.Disk = diskToAPI(s.m.DiskUsage(sb))
+	out.Disk = convert.DiskToAPI(s.m.DiskUsage(sb))
 	if sb.Spec.Parent != "" || sb.Spec.FromSnapshot != "" {
 		out.Lineage = &api.Lineage{Parent: sb.Spec.Parent, FromSnapshot: sb.Spec.FromSnapshot}
 	}
@@ -305,48 +252,41 @@ func (s *Server) toAPI(sb *sandbox.Sandbox) api.Sandbox {
 	return out
 }
 
-func timePtr(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
-}
-
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	var req api.CreateSandboxRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	sb, err := s.m.Create(r.Context(), createRequest(&req), manager.CreateOptions{Actor: actor(r), Tenant: tenant(r),
+	sb, err := s.m.Create(r.Context(), convert.CreateRequest(&req), manager.CreateOptions{Actor: rest.Actor(r), Tenant: rest.Tenant(r),
 		ID: idempotency.ID(r), Reserve: idempotency.Reserve(r)})
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	s.metrics.created.Inc()
 	out := s.toAPI(sb)
-	if out.LeaseToken, err = s.createLease(r.Context(), sb, principal(r)); err != nil {
-		writeError(w, err)
+	if out.LeaseToken, err = s.createLease(r.Context(), sb, rest.Principal(r)); err != nil {
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, out)
+	rest.JSON(w, http.StatusCreated, out)
 }
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	all, _ := strconv.ParseBool(r.URL.Query().Get("all"))
-	p, err := pageOf(r)
+	p, err := rest.PageOf(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	// A page may hold fewer than limit: warm-pool members are left out.
 	sbs, next, err := s.m.List(r.Context(), all, p)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	setNext(w, next)
+	rest.SetNext(w, next)
 	out := make([]api.Sandbox, 0, len(sbs))
 	for _, sb := range sbs {
 		if sb.Spec.Pool != "" {
@@ -354,13 +294,13 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 		}
 		out = append(out, s.toAPI(sb))
 	}
-	writeJSON(w, 200, out)
+	rest.JSON(w, 200, out)
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.m.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	out := s.toAPI(sb)
@@ -370,55 +310,27 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Lineage.Children = kids
 	}
-	writeJSON(w, 200, out)
+	rest.JSON(w, 200, out)
 }
 
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.m.Delete(r.Context(), r.PathValue("id"), actor(r), sandbox.CauseUser, "deleted by user")
+	sb, err := s.m.Delete(r.Context(), r.PathValue("id"), rest.Actor(r), sandbox.CauseUser, "deleted by user")
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	s.metrics.deleted.Inc()
-	writeJSON(w, 200, s.toAPI(sb))
-}
-
-// ndjson writes a stream of JSON lines, flushing each, safe for
-// concurrent writers (stdout and stderr).
-type ndjson struct {
-	mu  sync.Mutex
-	w   http.ResponseWriter
-	rc  *http.ResponseController
-	enc *json.Encoder
-	err error
-}
-
-func newNDJSON(w http.ResponseWriter) *ndjson {
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	return &ndjson{w: w, rc: http.NewResponseController(w), enc: json.NewEncoder(w)}
-}
-
-func (n *ndjson) send(v any) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.err != nil {
-		return n.err
-	}
-	if n.err = n.enc.Encode(v); n.err == nil {
-		n.err = n.rc.Flush()
-	}
-	return n.err
+	rest.JSON(w, 200, s.toAPI(sb))
 }
 
 // streamWriter turns writes into ExecEvents on one stream.
 type streamWriter struct {
-	nd     *ndjson
+	nd     *rest.NDJSON
 	stream string
 }
 
 func (sw streamWriter) Write(p []byte) (int, error) {
-	if err := sw.nd.send(api.ExecEvent{Stream: sw.stream, Data: p}); err != nil {
+	if err := sw.nd.Send(api.ExecEvent{Stream: sw.stream, Data: p}); err != nil {
 		return 0, err
 	}
 	return len(p), nil
@@ -427,45 +339,46 @@ func (sw streamWriter) Write(p []byte) (int, error) {
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	var req api.ExecRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	if req.TTY {
-		writeError(w, errdefs.Invalid("tty needs the interactive exec at /exec/ws"))
+		rest.Error(w, errdefs.Invalid("tty needs the interactive exec at /exec/ws"))
 		return
 	}
 	s.streamExec(w, r, func(ctx context.Context, eio manager.ExecIO) (manager.Exit, error) {
-		return s.m.Exec(ctx, r.PathValue("id"), execRequest(&req), eio, actor(r))
+		return s.m.Exec(ctx, r.PathValue("id"), convert.ExecRequest(&req), eio, rest.Actor(r))
 	})
 }
 
 // streamExec answers with an NDJSON exec stream. Errors before any output
 // get a plain error status; once streaming, they become an error event.
 func (s *Server) streamExec(w http.ResponseWriter, r *http.Request, run func(context.Context, manager.ExecIO) (manager.Exit, error)) {
-	nd := newNDJSON(w)
+	nd := rest.NewNDJSON(w)
+	var mu sync.Mutex
 	started := false
 	lazy := func(stream string) streamWriter {
 		return streamWriter{nd: nd, stream: stream}
 	}
-	eio := manager.ExecIO{Stdout: &startWriter{w: lazy("stdout"), started: &started, mu: &nd.mu},
-		Stderr: &startWriter{w: lazy("stderr"), started: &started, mu: &nd.mu}}
+	eio := manager.ExecIO{Stdout: &startWriter{w: lazy("stdout"), started: &started, mu: &mu},
+		Stderr: &startWriter{w: lazy("stderr"), started: &started, mu: &mu}}
 	start := time.Now()
 	exit, err := run(r.Context(), eio)
 	s.metrics.execs.Inc()
 	s.metrics.execDur.Observe(time.Since(start).Seconds())
-	nd.mu.Lock()
+	mu.Lock()
 	wasStarted := started
-	nd.mu.Unlock()
+	mu.Unlock()
 	if err != nil {
-		if !wasStarted && nd.err == nil {
-			writeError(w, err)
+		if !wasStarted && nd.Err() == nil {
+			rest.Error(w, err)
 			return
 		}
-		_ = nd.send(api.ExecEvent{Error: apiErrorFor(w, err)})
+		_ = nd.Send(api.ExecEvent{Error: rest.StreamError(w, err)})
 		return
 	}
-	ex := exitToAPI(exit)
-	_ = nd.send(api.ExecEvent{Exit: &ex})
+	ex := convert.ExitToAPI(exit)
+	_ = nd.Send(api.ExecEvent{Exit: &ex})
 }
 
 // startWriter records that output has begun, so the handler knows it can
@@ -488,34 +401,34 @@ func (sw *startWriter) Write(p []byte) (int, error) {
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	var req api.RunRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	if req.Exec.TTY {
-		writeError(w, errdefs.Invalid("tty is not available for run"))
+		rest.Error(w, errdefs.Invalid("tty is not available for run"))
 		return
 	}
 	if req.Sandbox.Persistent {
-		writeError(w, errdefs.Invalid("run makes an ephemeral sandbox; use create --persistent"))
+		rest.Error(w, errdefs.Invalid("run makes an ephemeral sandbox; use create --persistent"))
 		return
 	}
 	// The command first: a run that cannot run anything makes nothing.
-	exec := execRequest(&req.Exec)
+	exec := convert.ExecRequest(&req.Exec)
 	if len(exec.Cmd) == 0 {
 		// No command: the image's ENTRYPOINT and CMD, as docker run runs.
-		t, err := s.m.ResolveTemplate(r.Context(), tenant(r), req.Sandbox.Template)
+		t, err := s.m.ResolveTemplate(r.Context(), rest.Tenant(r), req.Sandbox.Template)
 		if err != nil {
-			writeError(w, err)
+			rest.Error(w, err)
 			return
 		}
 		if exec.Cmd = t.Config.Command(); len(exec.Cmd) == 0 {
-			writeError(w, errdefs.Invalid("template %s names no CMD or ENTRYPOINT: give a command to run", t.Name))
+			rest.Error(w, errdefs.Invalid("template %s names no CMD or ENTRYPOINT: give a command to run", t.Name))
 			return
 		}
 	}
-	sb, err := s.m.Create(r.Context(), createRequest(&req.Sandbox), manager.CreateOptions{Actor: actor(r), Tenant: tenant(r), OneShot: true})
+	sb, err := s.m.Create(r.Context(), convert.CreateRequest(&req.Sandbox), manager.CreateOptions{Actor: rest.Actor(r), Tenant: rest.Tenant(r), OneShot: true})
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	s.metrics.created.Inc()
@@ -524,34 +437,34 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		if r.Context().Err() != nil {
 			reason = "client went away"
 		}
-		if _, err := s.m.Delete(context.WithoutCancel(r.Context()), sb.ID, actor(r), sandbox.CauseClient, reason); err != nil {
+		if _, err := s.m.Delete(context.WithoutCancel(r.Context()), sb.ID, rest.Actor(r), sandbox.CauseClient, reason); err != nil {
 			s.log.Warn("run: destroying sandbox", "sandbox", sb.ID, "err", err)
 		}
 		s.metrics.deleted.Inc()
 	}()
 	w.Header().Set("X-Berth-Sandbox-Id", sb.ID)
 	s.streamExec(w, r, func(ctx context.Context, eio manager.ExecIO) (manager.Exit, error) {
-		return s.m.Exec(ctx, sb.ID, exec, eio, actor(r))
+		return s.m.Exec(ctx, sb.ID, exec, eio, rest.Actor(r))
 	})
 }
 
 func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
-	p, err := pageOf(r)
+	p, err := rest.PageOf(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	ts, next, err := s.m.ListTemplates(r.Context(), p)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	setNext(w, next)
+	rest.SetNext(w, next)
 	out := make([]api.Template, 0, len(ts))
 	for _, t := range ts {
 		out = append(out, s.templateToAPI(t))
 	}
-	writeJSON(w, 200, out)
+	rest.JSON(w, 200, out)
 }
 
 func (s *Server) templateToAPI(t *store.Template) api.Template {
@@ -567,7 +480,7 @@ func (s *Server) templateToAPI(t *store.Template) api.Template {
 		ctx = identity.With(ctx, identity.Caller{Tenant: t.Tenant})
 	}
 	if p, err := s.m.Pool(ctx, t.Name); err == nil && (p.Min > 0 || p.Ready > 0) {
-		out.Pool = poolPtrToAPI(p)
+		out.Pool = convert.PoolPtrToAPI(p)
 	}
 	return out
 }
@@ -598,19 +511,19 @@ func buildRecordToAPI(b *store.BuildRecord) *api.TemplateBuild {
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 	// The caller's own template of that name, else the shared one.
-	t, err := s.m.ResolveTemplate(r.Context(), tenant(r), r.PathValue("name"))
+	t, err := s.m.ResolveTemplate(r.Context(), rest.Tenant(r), r.PathValue("name"))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	out := s.templateToAPI(t)
 	out.Build = buildRecordToAPI(t.Config.Build) // one template: with its build's flows
-	writeJSON(w, 200, out)
+	rest.JSON(w, 200, out)
 }
 
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	if err := s.m.DeleteTemplate(r.Context(), r.PathValue("name")); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -619,11 +532,11 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
 	var req api.ImportTemplateRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	importStream(w, r, func(ctx context.Context) (*store.Template, error) {
-		return s.m.ImportTemplate(ctx, importRequest(&req))
+		return s.m.ImportTemplate(ctx, convert.ImportRequest(&req))
 	})
 }
 
@@ -640,38 +553,38 @@ func importStream(w http.ResponseWriter, r *http.Request, run func(context.Conte
 	if !strings.Contains(r.Header.Get("Accept"), "application/x-ndjson") {
 		t, err := run(r.Context())
 		if err != nil {
-			writeError(w, err)
+			rest.Error(w, err)
 			return
 		}
-		writeJSON(w, http.StatusCreated, templateToAPI(t))
+		rest.JSON(w, http.StatusCreated, templateToAPI(t))
 		return
 	}
-	nd := newNDJSON(w)
+	nd := rest.NewNDJSON(w)
 	ctx := manager.WithImportProgress(r.Context(), func(p manager.ImportProgress) {
-		_ = nd.send(api.ImportEvent{Progress: &api.ImportProgress{Layer: p.Layer, Layers: p.Layers, Digest: p.Digest,
+		_ = nd.Send(api.ImportEvent{Progress: &api.ImportProgress{Layer: p.Layer, Layers: p.Layers, Digest: p.Digest,
 			Bytes: p.Bytes, Size: p.Size, Done: p.Done, Cached: p.Cached}})
 	})
 	t, err := run(ctx)
 	if err != nil {
-		if nd.err == nil && !headerWritten(w) {
-			writeError(w, err)
+		if nd.Err() == nil && !rest.HeaderWritten(w) {
+			rest.Error(w, err)
 			return
 		}
-		_ = nd.send(api.ImportEvent{Error: apiErrorFor(w, err)})
+		_ = nd.Send(api.ImportEvent{Error: rest.StreamError(w, err)})
 		return
 	}
 	tt := templateToAPI(t)
-	_ = nd.send(api.ImportEvent{Template: &tt})
+	_ = nd.Send(api.ImportEvent{Template: &tt})
 }
 
 func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 	var req api.BuildTemplateRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	buildStream(w, templateToAPI, func(progress func(manager.BuildEvent)) (*store.Template, error) {
-		return s.m.BuildTemplate(r.Context(), buildRequest(&req), actor(r), progress)
+		return s.m.BuildTemplate(r.Context(), convert.BuildRequest(&req), rest.Actor(r), progress)
 	})
 }
 
@@ -680,34 +593,27 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 // error before the first line is a plain error response, with its status
 // and code; after it, the stream's last line.
 func buildStream(w http.ResponseWriter, conv func(*store.Template) api.Template, run func(progress func(manager.BuildEvent)) (*store.Template, error)) {
-	nd := newNDJSON(w)
-	t, err := run(func(ev manager.BuildEvent) { _ = nd.send(buildEventToAPI(ev)) })
+	nd := rest.NewNDJSON(w)
+	t, err := run(func(ev manager.BuildEvent) { _ = nd.Send(convert.BuildEventToAPI(ev)) })
 	if err != nil {
-		if nd.err == nil && !headerWritten(w) {
-			writeError(w, err)
+		if nd.Err() == nil && !rest.HeaderWritten(w) {
+			rest.Error(w, err)
 			return
 		}
-		_ = nd.send(api.BuildEvent{Error: apiErrorFor(w, err)})
+		_ = nd.Send(api.BuildEvent{Error: rest.StreamError(w, err)})
 		return
 	}
 	tt := conv(t)
-	_ = nd.send(api.BuildEvent{Template: &tt})
-}
-
-func headerWritten(w http.ResponseWriter) bool {
-	if sw, ok := w.(*statusWriter); ok {
-		return sw.wrote
-	}
-	return true
+	_ = nd.Send(api.BuildEvent{Template: &tt})
 }
 
 func (s *Server) doctor(w http.ResponseWriter, r *http.Request) {
 	rep, err := s.m.Doctor(r.Context(), r.Method == http.MethodPost)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, 200, doctorToAPI(rep))
+	rest.JSON(w, 200, convert.DoctorToAPI(rep))
 }
 
 type metrics struct {

@@ -26,7 +26,9 @@ import (
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server/convert"
 	"github.com/berth-sh/berth/internal/server/input"
+	"github.com/berth-sh/berth/internal/server/rest"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -47,11 +49,6 @@ func CheckTenantName(name string) error {
 		return errdefs.Invalid("tenant name %q: want 1-63 lowercase letters, digits and '-', not starting with '-'", name)
 	}
 	return nil
-}
-
-func principal(r *http.Request) auth.Principal {
-	p, _ := auth.From(r.Context())
-	return p
 }
 
 func (s *Server) now() time.Time {
@@ -78,42 +75,42 @@ func ttlOf(field string, secs int64, def, max time.Duration) (time.Duration, err
 func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
 	var req api.CreateTenantRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	if err := CheckTenantName(req.Name); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	t := &store.Tenant{Name: req.Name, CreatedAt: s.now()}
 	if err := s.m.Store().CreateTenant(r.Context(), t); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, api.Tenant{Name: t.Name, CreatedAt: t.CreatedAt})
+	rest.JSON(w, http.StatusCreated, api.Tenant{Name: t.Name, CreatedAt: t.CreatedAt})
 }
 
 func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
 	ts, err := s.m.Store().ListTenants(r.Context())
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	out := make([]api.Tenant, 0, len(ts))
 	for _, t := range ts {
 		out = append(out, api.Tenant{Name: t.Name, CreatedAt: t.CreatedAt})
 	}
-	writeJSON(w, 200, out)
+	rest.JSON(w, 200, out)
 }
 
 func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if err := CheckTenantName(name); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	if err := s.m.Store().DeleteTenant(r.Context(), name, s.now()); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	s.credentialsChanged()
@@ -124,7 +121,7 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) {
 
 func keyToAPI(k *store.APIKey) api.APIKey {
 	out := api.APIKey{ID: k.ID, Prefix: k.Prefix, Name: k.Name, Tenant: k.Tenant, Role: k.Role, Scopes: k.Scopes,
-		CreatedAt: k.CreatedAt, CreatedBy: k.CreatedBy, ExpiresAt: timePtr(k.ExpiresAt), RevokedAt: timePtr(k.RevokedAt)}
+		CreatedAt: k.CreatedAt, CreatedBy: k.CreatedBy, ExpiresAt: convert.TimePtr(k.ExpiresAt), RevokedAt: convert.TimePtr(k.RevokedAt)}
 	if out.Prefix == "" {
 		out.Prefix = auth.PrefixOf(k.ID)
 	}
@@ -137,32 +134,32 @@ func keyToAPI(k *store.APIKey) api.APIKey {
 func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 	var req api.CreateAPIKeyRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	p := principal(r)
+	p := rest.Principal(r)
 	tenant := req.Tenant
 	switch {
 	case p.Host && tenant == "":
-		writeError(w, errdefs.Invalid("a key needs a tenant: pass tenant"))
+		rest.Error(w, errdefs.Invalid("a key needs a tenant: pass tenant"))
 		return
 	case !p.Host && tenant == "":
 		tenant = p.Tenant
 	case !p.Host && tenant != p.Tenant:
 		// Another tenant is not there for this caller.
-		writeError(w, errdefs.NotFound("tenant %q not found", tenant))
+		rest.Error(w, errdefs.NotFound("tenant %q not found", tenant))
 		return
 	}
 	if err := sandbox.CheckText("name", req.Name); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	if len(req.Name) > 128 {
-		writeError(w, errdefs.Invalid("name is longer than 128 bytes"))
+		rest.Error(w, errdefs.Invalid("name is longer than 128 bytes"))
 		return
 	}
 	if _, err := s.m.Store().GetTenant(r.Context(), tenant); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	scopes := make([]auth.Scope, 0, len(req.Scopes))
@@ -171,7 +168,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 	}
 	granted, err := auth.Grant(p, auth.Role(req.Role), scopes)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	now := s.now()
@@ -179,7 +176,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 	if req.ExpiresInSeconds != 0 {
 		d, err := ttlOf("expires_in_seconds", req.ExpiresInSeconds, 0, MaxKeyLifetime)
 		if err != nil {
-			writeError(w, err)
+			rest.Error(w, err)
 			return
 		}
 		k.ExpiresAt = now.Add(d)
@@ -187,29 +184,29 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 	id, key := auth.NewKey()
 	k.ID, k.Hash, k.Prefix = id, auth.Hash(key), auth.PrefixOf(id)
 	if err := s.m.Store().CreateAPIKey(r.Context(), k); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, api.CreatedAPIKey{APIKey: keyToAPI(k), Key: key})
+	rest.JSON(w, http.StatusCreated, api.CreatedAPIKey{APIKey: keyToAPI(k), Key: key})
 }
 
 func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
-	pg, err := pageOf(r)
+	pg, err := rest.PageOf(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	ks, next, err := s.m.Store().ListAPIKeys(r.Context(), ownerOf(r.Context()), pg)
+	ks, next, err := s.m.Store().ListAPIKeys(r.Context(), rest.OwnerOf(r.Context()), pg)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	setNext(w, next)
+	rest.SetNext(w, next)
 	out := make([]api.APIKey, 0, len(ks))
 	for _, k := range ks {
 		out = append(out, keyToAPI(k))
 	}
-	writeJSON(w, 200, out)
+	rest.JSON(w, 200, out)
 }
 
 // revokeKey revokes a key named by its id or printable prefix; another
@@ -218,39 +215,29 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 // and the leases it minted with it.
 func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
 	id, _ := strings.CutPrefix(r.PathValue("id"), auth.KeyPrefix)
-	k, err := s.m.Store().GetAPIKey(r.Context(), ownerOf(r.Context()), id)
+	k, err := s.m.Store().GetAPIKey(r.Context(), rest.OwnerOf(r.Context()), id)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	if err := auth.MayActOn(principal(r), k.Scopes); err != nil {
-		writeError(w, err)
+	if err := auth.MayActOn(rest.Principal(r), k.Scopes); err != nil {
+		rest.Error(w, err)
 		return
 	}
 	if err := s.m.Store().RevokeAPIKey(r.Context(), k.ID, s.now()); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	s.credentialsChanged()
 	k, err = s.m.Store().GetAPIKey(r.Context(), store.AnyOwner, k.ID)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, 200, keyToAPI(k))
+	rest.JSON(w, 200, keyToAPI(k))
 }
 
 // ---- leases ----
-
-// leasable reports whether a sandbox in state st may be acted on by a
-// lease or port token: not once it stops, is quarantined, fails or goes.
-func leasable(st sandbox.State) bool {
-	switch st {
-	case sandbox.StateCreating, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStarting:
-		return true
-	}
-	return false
-}
 
 // leaseEnds reports whether entering st revokes a sandbox's leases.
 func leaseEnds(st sandbox.State) bool {
@@ -313,45 +300,45 @@ func (s *Server) minter(ctx context.Context, keyID string) (auth.Principal, erro
 func (s *Server) mintLease(w http.ResponseWriter, r *http.Request) {
 	var req api.CreateLeaseRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	if s.Leases == nil {
-		writeError(w, errdefs.Unavailable("this daemon mints no lease tokens"))
+		rest.Error(w, errdefs.Unavailable("this daemon mints no lease tokens"))
 		return
 	}
 	ttl, err := ttlOf("ttl_seconds", req.TTLSeconds, DefaultTokenTTL, MaxLeaseTTL)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	scopes := make([]auth.Scope, 0, len(req.Scopes))
 	for _, sc := range req.Scopes {
 		scopes = append(scopes, auth.Scope(sc))
 	}
-	p := principal(r)
+	p := rest.Principal(r)
 	granted, err := auth.LeaseGrant(p, scopes)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	sb, err := s.m.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	if !leasable(sb.State) {
-		writeError(w, errdefs.Conflict("sandbox %s is %s: leases are for live sandboxes", sb.ID, sb.State))
+	if !rest.Leasable(sb.State) {
+		rest.Error(w, errdefs.Conflict("sandbox %s is %s: leases are for live sandboxes", sb.ID, sb.State))
 		return
 	}
 	now := s.now()
 	l := &store.Lease{ID: auth.NewLeaseID(), SandboxID: sb.ID, Tenant: sb.Tenant, KeyID: p.KeyID, Scopes: granted,
 		CreatedAt: now, ExpiresAt: now.Add(ttl)}
 	if err := s.m.Store().CreateLease(r.Context(), l); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, api.Lease{ID: l.ID, SandboxID: sb.ID, Scopes: granted, ExpiresAt: l.ExpiresAt,
+	rest.JSON(w, http.StatusCreated, api.Lease{ID: l.ID, SandboxID: sb.ID, Scopes: granted, ExpiresAt: l.ExpiresAt,
 		Token: s.Leases.LeaseToken(sb.ID, l.ID)})
 }
 
@@ -360,39 +347,39 @@ func (s *Server) mintLease(w http.ResponseWriter, r *http.Request) {
 func (s *Server) mintPortToken(w http.ResponseWriter, r *http.Request) {
 	var req api.CreatePortTokenRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	if s.Leases == nil {
-		writeError(w, errdefs.Unavailable("this daemon mints no port tokens"))
+		rest.Error(w, errdefs.Unavailable("this daemon mints no port tokens"))
 		return
 	}
 	port, err := strconv.Atoi(r.PathValue("port"))
 	if err != nil || port < 1 || port > 65535 || strconv.Itoa(port) != r.PathValue("port") {
-		writeError(w, errdefs.Invalid("bad port %q", r.PathValue("port")))
+		rest.Error(w, errdefs.Invalid("bad port %q", r.PathValue("port")))
 		return
 	}
 	ttl, err := ttlOf("ttl_seconds", req.TTLSeconds, DefaultTokenTTL, MaxPortTokenTTL)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	sb, err := s.m.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	if !leasable(sb.State) {
-		writeError(w, errdefs.Conflict("sandbox %s is %s: port tokens are for live sandboxes", sb.ID, sb.State))
+	if !rest.Leasable(sb.State) {
+		rest.Error(w, errdefs.Conflict("sandbox %s is %s: port tokens are for live sandboxes", sb.ID, sb.State))
 		return
 	}
 	now := s.now()
 	exp := now.Add(ttl).Truncate(time.Second)
-	p := principal(r)
+	p := rest.Principal(r)
 	rec := &store.PortToken{ID: auth.NewPortTokenID(), SandboxID: sb.ID, Tenant: sb.Tenant, Port: port, KeyID: p.KeyID,
 		CreatedBy: p.Actor, CreatedAt: now, ExpiresAt: exp}
 	if err := s.m.Store().CreatePortToken(r.Context(), rec); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	tok := s.Leases.MintPort(auth.PortToken{Sandbox: sb.ID, Port: port, Expires: exp, ID: rec.ID})
@@ -400,31 +387,31 @@ func (s *Server) mintPortToken(w http.ResponseWriter, r *http.Request) {
 	if s.Domain != "" {
 		out.BrowserURL = s.hostPortURL(r, sb.ID, port) + "?" + auth.PortTokenParam + "=" + url.QueryEscape(tok)
 	}
-	writeJSON(w, http.StatusCreated, out)
+	rest.JSON(w, http.StatusCreated, out)
 }
 
 func portTokenToAPI(t *store.PortToken) api.PortTokenInfo {
 	return api.PortTokenInfo{ID: t.ID, SandboxID: t.SandboxID, Port: t.Port, CreatedBy: t.CreatedBy, CreatedAt: t.CreatedAt,
-		ExpiresAt: t.ExpiresAt, RevokedAt: timePtr(t.RevokedAt)}
+		ExpiresAt: t.ExpiresAt, RevokedAt: convert.TimePtr(t.RevokedAt)}
 }
 
 // listPortTokens lists the port tokens of a sandbox the caller sees.
 func (s *Server) listPortTokens(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.m.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	ts, err := s.m.Store().ListPortTokens(r.Context(), ownerOf(r.Context()), sb.ID)
+	ts, err := s.m.Store().ListPortTokens(r.Context(), rest.OwnerOf(r.Context()), sb.ID)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	out := make([]api.PortTokenInfo, 0, len(ts))
 	for _, t := range ts {
 		out = append(out, portTokenToAPI(t))
 	}
-	writeJSON(w, 200, out)
+	rest.JSON(w, 200, out)
 }
 
 // revokePortToken revokes a port token of a sandbox the caller sees: it
@@ -433,28 +420,28 @@ func (s *Server) listPortTokens(w http.ResponseWriter, r *http.Request) {
 func (s *Server) revokePortToken(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.m.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	o := ownerOf(r.Context())
+	o := rest.OwnerOf(r.Context())
 	t, err := s.m.Store().GetPortToken(r.Context(), o, r.PathValue("token"))
 	if err == nil && t.SandboxID != sb.ID {
 		err = errdefs.NotFound("port token %s not found", r.PathValue("token"))
 	}
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	if err := s.m.Store().RevokePortToken(r.Context(), o, t.ID, s.now()); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	s.credentialsChanged()
 	if t, err = s.m.Store().GetPortToken(r.Context(), o, t.ID); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, 200, portTokenToAPI(t))
+	rest.JSON(w, 200, portTokenToAPI(t))
 }
 
 // hostPortURL is the base URL of sandbox id's port on its own host name,
@@ -527,7 +514,7 @@ func (s *Server) portPrincipal(r *http.Request, rt Route) (p auth.Principal, ok 
 		return auth.Principal{}, true, err
 	}
 	sb, err := s.lookup(context.WithoutCancel(r.Context()), id)
-	if err != nil || !leasable(sb.State) || sb.ID != id || sb.Tenant != p.Tenant {
+	if err != nil || !rest.Leasable(sb.State) || sb.ID != id || sb.Tenant != p.Tenant {
 		return auth.Principal{}, true, errdefs.Unauthenticated("the port token ended with its sandbox")
 	}
 	return p, true, nil
