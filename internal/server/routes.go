@@ -18,6 +18,7 @@ import (
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/server/edge"
+	"github.com/berth-sh/berth/internal/server/events"
 	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/server/rest"
 )
@@ -94,8 +95,8 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "GET /v1/sandboxes", Rule: need(read), h: hf(s.listSandboxes)},
 		{Pattern: "GET /v1/sandboxes/{id}", Rule: lease(read), h: hf(s.getSandbox)},
 		{Pattern: "DELETE /v1/sandboxes/{id}", Rule: need(write), h: hf(s.deleteSandbox)},
-		{Pattern: "GET /v1/sandboxes/{id}/events", Rule: lease(read), EventStream: true, h: hf(s.events)},
-		{Pattern: "GET /v1/events", Rule: need(read), EventStream: true, h: hf(s.allEvents)},
+		{Pattern: "GET /v1/sandboxes/{id}/events", Rule: lease(read), EventStream: true, h: hf(s.events.Sandbox)},
+		{Pattern: "GET /v1/events", Rule: need(read), EventStream: true, h: hf(s.events.All)},
 		{Pattern: "POST /v1/run", Rule: need(write, auth.ScopeExec), Stream: true, h: hf(s.run)},
 
 		{Pattern: "POST /v1/sandboxes/{id}/exec", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.exec)},
@@ -314,7 +315,7 @@ func (s *Server) guard(rt Route) http.Handler {
 			defer release()
 		}
 		ctx := rest.WithCaller(r.Context(), p)
-		if rt.Stream || rt.EventStream && wantsEventStream(r) {
+		if rt.Stream || rt.EventStream && events.WantsStream(r) {
 			// A connection that outlives its request's moment ends with
 			// its credential (live.go).
 			var release func()
@@ -334,7 +335,7 @@ func (s *Server) guard(rt Route) http.Handler {
 // keep-alive connection left.
 func (s *Server) deadlines(w http.ResponseWriter, r *http.Request, rt Route) *http.Request {
 	rc := http.NewResponseController(w)
-	if rt.EventStream && wantsEventStream(r) {
+	if rt.EventStream && events.WantsStream(r) {
 		rt.Stream = true
 	}
 	if rt.Stream || s.WriteTimeout <= 0 {

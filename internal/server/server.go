@@ -47,6 +47,7 @@ import (
 	bmetrics "github.com/berth-sh/berth/internal/metrics"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server/convert"
+	"github.com/berth-sh/berth/internal/server/events"
 	"github.com/berth-sh/berth/internal/server/idempotency"
 	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/server/rest"
@@ -95,9 +96,9 @@ type Server struct {
 	MCPIdleTimeout          time.Duration
 	// EventPing is the heartbeat of an idle event stream (0: 15 s).
 	EventPing time.Duration
-	streams   streams      // the open event streams (events.go)
-	live      liveCreds    // long-lived connections bound to their credentials (live.go)
-	uploads   uploadShares // running uploads per tenant (shares.go)
+	events    *events.Handlers // the event routes and their open streams
+	live      liveCreds        // long-lived connections bound to their credentials (live.go)
+	uploads   uploadShares     // running uploads per tenant (shares.go)
 	m         *manager.Manager
 	authn     *auth.Authenticator
 	log       *slog.Logger
@@ -131,13 +132,26 @@ func New(m *manager.Manager, authn *auth.Authenticator, log *slog.Logger) *Serve
 	} else {
 		s.metrics = newMetrics()
 	}
+	s.events = &events.Handlers{Ping: func() time.Duration { return s.EventPing }, Log: s.logger}
 	if m != nil {
 		s.lookup = m.Get
 		s.metrics.watchManager(m)
+		// Only a real manager: a nil one in an interface would not read as
+		// none where a handler asks.
+		s.events.E = m
 	}
 	s.mount(s.routeTable())
 	return s
 }
+
+// CloseStreams ends every open event stream and refuses new ones: the
+// daemon calls it before shutting its listeners down, so streams do not
+// hold the shutdown up (their clients reconnect to the next daemon).
+func (s *Server) CloseStreams() { s.events.Close() }
+
+// EventJSON is an event as the events API writes it: the body of its
+// webhook delivery too (webhook.Config.Encode).
+func EventJSON(e *sandbox.Event) ([]byte, error) { return events.EventJSON(e) }
 
 // Handler returns the handler for one listener. On the local unix socket
 // (trusted) callers are the host administrator; elsewhere each route's
