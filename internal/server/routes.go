@@ -74,7 +74,6 @@ func lease(scopes ...auth.Scope) auth.Rule { return auth.Rule{Scopes: scopes, Le
 const (
 	read  = auth.ScopeSandboxesRead
 	write = auth.ScopeSandboxesWrite
-	admin = auth.ScopeAdmin
 )
 
 // routeTable is the whole API: every route with its rule, in one place.
@@ -158,27 +157,27 @@ func (s *Server) routeTable() []Route {
 				s.proxy(w, r, r.PathValue("id"), r.PathValue("port"), r.URL.Path)
 			})},
 
-		// Tenants, API keys, minted leases and port tokens (tenants.go).
-		{Pattern: "POST /v1/tenants", Rule: hostOnly, h: hf(s.createTenant)},
-		{Pattern: "GET /v1/tenants", Rule: hostOnly, h: hf(s.listTenants)},
-		{Pattern: "DELETE /v1/tenants/{name}", Rule: hostOnly, h: hf(s.deleteTenant)},
-		{Pattern: "POST /v1/keys", Rule: need(auth.ScopeKeys), h: hf(s.createKey)},
-		{Pattern: "GET /v1/keys", Rule: need(auth.ScopeKeys), h: hf(s.listKeys)},
-		{Pattern: "DELETE /v1/keys/{id}", Rule: need(auth.ScopeKeys), h: hf(s.revokeKey)},
-		{Pattern: "POST /v1/sandboxes/{id}/leases", Rule: need(write), h: hf(s.mintLease)},
-		{Pattern: "POST /v1/sandboxes/{id}/ports/{port}/token", Rule: need(auth.ScopePorts), h: hf(s.mintPortToken)},
-		{Pattern: "GET /v1/sandboxes/{id}/port-tokens", Rule: need(auth.ScopePorts), h: hf(s.listPortTokens)},
-		{Pattern: "DELETE /v1/sandboxes/{id}/port-tokens/{token}", Rule: need(auth.ScopePorts), h: hf(s.revokePortToken)},
-		// Audit log (internal/server/audit.go): a tenant's admin reads its own
+		// Tenants, API keys, minted leases and port tokens (package admin).
+		{Pattern: "POST /v1/tenants", Rule: hostOnly, h: hf(s.admin.CreateTenant)},
+		{Pattern: "GET /v1/tenants", Rule: hostOnly, h: hf(s.admin.ListTenants)},
+		{Pattern: "DELETE /v1/tenants/{name}", Rule: hostOnly, h: hf(s.admin.DeleteTenant)},
+		{Pattern: "POST /v1/keys", Rule: need(auth.ScopeKeys), h: hf(s.admin.CreateKey)},
+		{Pattern: "GET /v1/keys", Rule: need(auth.ScopeKeys), h: hf(s.admin.ListKeys)},
+		{Pattern: "DELETE /v1/keys/{id}", Rule: need(auth.ScopeKeys), h: hf(s.admin.RevokeKey)},
+		{Pattern: "POST /v1/sandboxes/{id}/leases", Rule: need(write), h: hf(s.admin.MintLease)},
+		{Pattern: "POST /v1/sandboxes/{id}/ports/{port}/token", Rule: need(auth.ScopePorts), h: hf(s.admin.MintPortToken)},
+		{Pattern: "GET /v1/sandboxes/{id}/port-tokens", Rule: need(auth.ScopePorts), h: hf(s.admin.ListPortTokens)},
+		{Pattern: "DELETE /v1/sandboxes/{id}/port-tokens/{token}", Rule: need(auth.ScopePorts), h: hf(s.admin.RevokePortToken)},
+		// Audit log (package admin): a tenant's admin reads its own
 		// chain (the audit scope), the host admin every chain.
-		{Pattern: "GET /v1/audit", Rule: need(auth.ScopeAudit), h: hf(s.listAudit)},
-		{Pattern: "GET /v1/audit/export", Rule: need(auth.ScopeAudit), Stream: true, h: hf(s.exportAudit)},
-		{Pattern: "POST /v1/audit/verify", Rule: need(auth.ScopeAudit), h: hf(s.verifyAudit)},
-		// Quotas (quota.go): per-tenant limits, host admin only; a tenant
+		{Pattern: "GET /v1/audit", Rule: need(auth.ScopeAudit), h: hf(s.admin.ListAudit)},
+		{Pattern: "GET /v1/audit/export", Rule: need(auth.ScopeAudit), Stream: true, h: hf(s.admin.ExportAudit)},
+		{Pattern: "POST /v1/audit/verify", Rule: need(auth.ScopeAudit), h: hf(s.admin.VerifyAudit)},
+		// Quotas (package admin): per-tenant limits, host admin only; a tenant
 		// reads its own through /v1/quota (the tenant is the caller's).
-		{Pattern: "GET /v1/quota", Rule: need(read), h: hf(s.getOwnQuota)},
-		{Pattern: "GET /v1/tenants/{tenant}/quota", Rule: hostOnly, h: hf(s.getQuota)},
-		{Pattern: "PUT /v1/tenants/{tenant}/quota", Rule: hostOnly, h: hf(s.putQuota)},
+		{Pattern: "GET /v1/quota", Rule: need(read), h: hf(s.admin.GetOwnQuota)},
+		{Pattern: "GET /v1/tenants/{tenant}/quota", Rule: hostOnly, h: hf(s.admin.GetQuota)},
+		{Pattern: "PUT /v1/tenants/{tenant}/quota", Rule: hostOnly, h: hf(s.admin.PutQuota)},
 		// Files beyond the basic ones (files_more.go): move, watch.
 		{Pattern: "POST /v1/sandboxes/{id}/files/move", Rule: lease(auth.ScopeFiles), h: hf(s.moveFile)},
 		{Pattern: "GET /v1/sandboxes/{id}/files/watch", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.watchFiles)},
@@ -192,12 +191,12 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/signal", Rule: lease(auth.ScopeExec), h: hf(s.signalProcess)},
 		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/kill", Rule: lease(auth.ScopeExec), h: hf(s.killProcess)},
 		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/wait", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.waitProcess)},
-		// Secrets (secrets.go): managing them is the secrets scope's; the
+		// Secrets (package admin): managing them is the secrets scope's; the
 		// master key's rotation is the host operator's.
-		{Pattern: "PUT /v1/secrets/{name}", Rule: need(auth.ScopeSecrets), h: hf(s.putSecret)},
-		{Pattern: "GET /v1/secrets", Rule: need(auth.ScopeSecrets), h: hf(s.listSecrets)},
-		{Pattern: "DELETE /v1/secrets/{name}", Rule: need(auth.ScopeSecrets), h: hf(s.deleteSecret)},
-		{Pattern: "POST /v1/secrets/rotate-key", Rule: hostOnly, h: hf(s.rotateSecretsKey)},
+		{Pattern: "PUT /v1/secrets/{name}", Rule: need(auth.ScopeSecrets), h: hf(s.admin.PutSecret)},
+		{Pattern: "GET /v1/secrets", Rule: need(auth.ScopeSecrets), h: hf(s.admin.ListSecrets)},
+		{Pattern: "DELETE /v1/secrets/{name}", Rule: need(auth.ScopeSecrets), h: hf(s.admin.DeleteSecret)},
+		{Pattern: "POST /v1/secrets/rotate-key", Rule: hostOnly, h: hf(s.admin.RotateSecretsKey)},
 		// MCP (internal/mcp, mcp.go): streamable HTTP, every tool call
 		// re-checked as the REST call it makes. Leases may not.
 		{Pattern: "POST /v1/mcp", Rule: need(MCPScopes...), Stream: true, h: s.mcpHandler()},

@@ -46,6 +46,7 @@ import (
 	"github.com/berth-sh/berth/internal/manager"
 	bmetrics "github.com/berth-sh/berth/internal/metrics"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server/admin"
 	"github.com/berth-sh/berth/internal/server/convert"
 	"github.com/berth-sh/berth/internal/server/events"
 	"github.com/berth-sh/berth/internal/server/idempotency"
@@ -97,6 +98,7 @@ type Server struct {
 	// EventPing is the heartbeat of an idle event stream (0: 15 s).
 	EventPing time.Duration
 	events    *events.Handlers // the event routes and their open streams
+	admin     *admin.Handlers  // tenants, keys, tokens, quotas, secrets, audit reads
 	live      liveCreds        // long-lived connections bound to their credentials (live.go)
 	uploads   uploadShares     // running uploads per tenant (shares.go)
 	m         *manager.Manager
@@ -111,7 +113,7 @@ type Server struct {
 	lookup func(context.Context, string) (*sandbox.Sandbox, error)
 	idem   idemState // Idempotency-Key attempts (idempotency.go, internal/server/idempotency)
 
-	// Secrets serves /v1/secrets (secrets.go).
+	// Secrets serves /v1/secrets (package admin).
 	Secrets SecretsConfig
 	mcp     mcpState // the MCP endpoint (mcp.go)
 
@@ -133,15 +135,33 @@ func New(m *manager.Manager, authn *auth.Authenticator, log *slog.Logger) *Serve
 		s.metrics = newMetrics()
 	}
 	s.events = &events.Handlers{Ping: func() time.Duration { return s.EventPing }, Log: s.logger}
+	s.admin = &admin.Handlers{Opts: s.adminOptions, Now: s.now, CredentialsChanged: s.credentialsChanged,
+		QuotaChanged: s.keyRates.forget, Log: s.logger}
 	if m != nil {
 		s.lookup = m.Get
 		s.metrics.watchManager(m)
 		// Only a real manager: a nil one in an interface would not read as
 		// none where a handler asks.
-		s.events.E = m
+		s.events.E, s.admin.E = m, m
 	}
 	s.mount(s.routeTable())
 	return s
+}
+
+// SecretsConfig is what the secrets routes need from the daemon.
+type SecretsConfig = admin.SecretsConfig
+
+// adminOptions are the settings the admin routes read, as the daemon
+// left them on s.
+func (s *Server) adminOptions() admin.Options {
+	return admin.Options{Leases: s.Leases, Domain: s.Domain, Audit: s.Audit, AuditAnchorKey: s.AuditAnchorKey,
+		Secrets: s.Secrets}
+}
+
+// LeaseRevoker is the engine's OnState hook: a sandbox that stops, is
+// quarantined, fails or is deleted loses its leases (see package admin).
+func LeaseRevoker(st store.Tenants, log *slog.Logger) func(string, sandbox.State) {
+	return admin.LeaseRevoker(st, log)
 }
 
 // CloseStreams ends every open event stream and refuses new ones: the

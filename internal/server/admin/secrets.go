@@ -1,4 +1,4 @@
-package server
+package admin
 
 import (
 	"net/http"
@@ -25,17 +25,17 @@ func secretToAPI(sec *store.Secret) api.Secret {
 	return api.Secret{Name: sec.Name, KeyID: sec.Sealed.KeyID, CreatedAt: sec.CreatedAt, UpdatedAt: sec.UpdatedAt}
 }
 
-func (s *Server) vault() (*vault.Vault, error) {
-	if s.Secrets.Vault == nil {
+func (h *Handlers) vault() (*vault.Vault, error) {
+	if h.opts().Secrets.Vault == nil {
 		return nil, errdefs.Unavailable("this daemon has no secrets keyring")
 	}
-	return s.Secrets.Vault, nil
+	return h.opts().Secrets.Vault, nil
 }
 
-// putSecret seals the body's value. Neither the value nor its length is
+// PutSecret seals the body's value. Neither the value nor its length is
 // logged or echoed.
-func (s *Server) putSecret(w http.ResponseWriter, r *http.Request) {
-	v, err := s.vault()
+func (h *Handlers) PutSecret(w http.ResponseWriter, r *http.Request) {
+	v, err := h.vault()
 	if err != nil {
 		rest.Error(w, err)
 		return
@@ -55,7 +55,7 @@ func (s *Server) putSecret(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !created {
-		s.pushSecretFiles(r, sec.Name)
+		h.pushSecretFiles(r, sec.Name)
 	}
 	status := http.StatusOK
 	if created {
@@ -64,8 +64,8 @@ func (s *Server) putSecret(w http.ResponseWriter, r *http.Request) {
 	rest.JSON(w, status, secretToAPI(sec))
 }
 
-func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
-	v, err := s.vault()
+func (h *Handlers) ListSecrets(w http.ResponseWriter, r *http.Request) {
+	v, err := h.vault()
 	if err != nil {
 		rest.Error(w, err)
 		return
@@ -88,8 +88,8 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
 	rest.JSON(w, http.StatusOK, out)
 }
 
-func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) {
-	v, err := s.vault()
+func (h *Handlers) DeleteSecret(w http.ResponseWriter, r *http.Request) {
+	v, err := h.vault()
 	if err != nil {
 		rest.Error(w, err)
 		return
@@ -98,23 +98,23 @@ func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) {
 		rest.Error(w, err)
 		return
 	}
-	s.pushSecretFiles(r, r.PathValue("name"))
+	h.pushSecretFiles(r, r.PathValue("name"))
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // pushSecretFiles brings a replaced or removed secret to the running
 // sandboxes that have it as a file, before the answer (best effort: the
 // outcome is an event on each sandbox; the change stands either way).
-func (s *Server) pushSecretFiles(r *http.Request, name string) {
-	if s.m != nil {
-		s.m.SecretChanged(r.Context(), rest.Tenant(r), name)
+func (h *Handlers) pushSecretFiles(r *http.Request, name string) {
+	if h.E != nil {
+		h.E.SecretChanged(r.Context(), rest.Tenant(r), name)
 	}
 }
 
-// rotateSecretsKey re-wraps every tenant's data keys under the body's key
+// RotateSecretsKey re-wraps every tenant's data keys under the body's key
 // while the daemon serves (admin only: it is the host's master key).
-func (s *Server) rotateSecretsKey(w http.ResponseWriter, r *http.Request) {
-	v, err := s.vault()
+func (h *Handlers) RotateSecretsKey(w http.ResponseWriter, r *http.Request) {
+	v, err := h.vault()
 	if err != nil {
 		rest.Error(w, err)
 		return
@@ -129,11 +129,11 @@ func (s *Server) rotateSecretsKey(w http.ResponseWriter, r *http.Request) {
 		rest.Error(w, err)
 		return
 	}
-	rot, err := v.Rotate(r.Context(), k, s.Secrets.KeyFile)
+	rot, err := v.Rotate(r.Context(), k, h.opts().Secrets.KeyFile)
 	if err != nil {
 		rest.Error(w, err)
 		return
 	}
-	s.log.Info("secrets master key rotated", "key_id", rot.KeyID, "rewrapped", rot.Rewrapped, "removed", rot.Removed)
+	h.logger().Info("secrets master key rotated", "key_id", rot.KeyID, "rewrapped", rot.Rewrapped, "removed", rot.Removed)
 	rest.JSON(w, http.StatusOK, api.RotateSecretsKeyResponse{KeyID: rot.KeyID, Rewrapped: rot.Rewrapped, Removed: rot.Removed, KeyFile: rot.KeyFile})
 }
