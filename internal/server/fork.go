@@ -4,7 +4,6 @@ import (
 	"net/http"
 
 	"github.com/berth-sh/berth/api"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/server/convert"
 	"github.com/berth-sh/berth/internal/server/idempotency"
 	"github.com/berth-sh/berth/internal/server/input"
@@ -149,48 +148,4 @@ func (s *Server) copy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-func (s *Server) setPool(w http.ResponseWriter, r *http.Request) {
-	var req api.PoolRequest
-	if err := input.Decode(r, &req); err != nil {
-		rest.Error(w, err)
-		return
-	}
-	p, err := s.m.SetPool(r.Context(), r.PathValue("name"), req.Min)
-	if err != nil {
-		rest.Error(w, err)
-		return
-	}
-	rest.JSON(w, 200, convert.PoolPtrToAPI(p))
-}
-
-func (s *Server) getPool(w http.ResponseWriter, r *http.Request) {
-	// Pool resolves the name as the caller sees it (404 if it cannot).
-	p, err := s.m.Pool(r.Context(), r.PathValue("name"))
-	if err != nil {
-		rest.Error(w, err)
-		return
-	}
-	rest.JSON(w, 200, convert.PoolPtrToAPI(p))
-}
-
-func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
-	ps, err := s.m.Pools(r.Context())
-	if err != nil {
-		rest.Error(w, err)
-		return
-	}
-	rest.JSON(w, 200, convert.Slice(ps, convert.PoolToAPI))
-}
-
-func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
-	var req api.ApplyRequest
-	if err := input.DecodeLarge(r, &req); err != nil {
-		rest.Error(w, err)
-		return
-	}
-	buildStream(w, s.templateToAPI, func(progress func(manager.BuildEvent)) (*store.Template, error) {
-		return s.m.Apply(r.Context(), convert.ApplyRequest(&req), rest.Actor(r), progress)
-	})
 }

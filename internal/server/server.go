@@ -42,7 +42,6 @@ import (
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/console"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/identity"
 	"github.com/berth-sh/berth/internal/manager"
 	bmetrics "github.com/berth-sh/berth/internal/metrics"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -52,6 +51,7 @@ import (
 	"github.com/berth-sh/berth/internal/server/idempotency"
 	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/server/rest"
+	"github.com/berth-sh/berth/internal/server/templates"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -99,8 +99,9 @@ type Server struct {
 	EventPing time.Duration
 	events    *events.Handlers // the event routes and their open streams
 	admin     *admin.Handlers  // tenants, keys, tokens, quotas, secrets, audit reads
-	live      liveCreds        // long-lived connections bound to their credentials (live.go)
-	uploads   uploadShares     // running uploads per tenant (shares.go)
+	templates *templates.Handlers
+	live      liveCreds    // long-lived connections bound to their credentials (live.go)
+	uploads   uploadShares // running uploads per tenant (shares.go)
 	m         *manager.Manager
 	authn     *auth.Authenticator
 	log       *slog.Logger
@@ -137,12 +138,13 @@ func New(m *manager.Manager, authn *auth.Authenticator, log *slog.Logger) *Serve
 	s.events = &events.Handlers{Ping: func() time.Duration { return s.EventPing }, Log: s.logger}
 	s.admin = &admin.Handlers{Opts: s.adminOptions, Now: s.now, CredentialsChanged: s.credentialsChanged,
 		QuotaChanged: s.keyRates.forget, Log: s.logger}
+	s.templates = &templates.Handlers{}
 	if m != nil {
 		s.lookup = m.Get
 		s.metrics.watchManager(m)
 		// Only a real manager: a nil one in an interface would not read as
 		// none where a handler asks.
-		s.events.E, s.admin.E = m, m
+		s.events.E, s.admin.E, s.templates.E = m, m, m
 	}
 	s.mount(s.routeTable())
 	return s
@@ -480,165 +482,6 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	s.streamExec(w, r, func(ctx context.Context, eio manager.ExecIO) (manager.Exit, error) {
 		return s.m.Exec(ctx, sb.ID, exec, eio, rest.Actor(r))
 	})
-}
-
-func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
-	p, err := rest.PageOf(r)
-	if err != nil {
-		rest.Error(w, err)
-		return
-	}
-	ts, next, err := s.m.ListTemplates(r.Context(), p)
-	if err != nil {
-		rest.Error(w, err)
-		return
-	}
-	rest.SetNext(w, next)
-	out := make([]api.Template, 0, len(ts))
-	for _, t := range ts {
-		out = append(out, s.templateToAPI(t))
-	}
-	rest.JSON(w, 200, out)
-}
-
-func (s *Server) templateToAPI(t *store.Template) api.Template {
-	out := templateToAPI(t)
-	if out.Build != nil { // a list gives the flows' counts, not the flows
-		for i := range out.Build.Steps {
-			out.Build.Steps[i].Flows = nil
-		}
-	}
-	// The pool of t itself: read as t's tenant, whose name resolves to t.
-	ctx := context.Background()
-	if t.Tenant != "" {
-		ctx = identity.With(ctx, identity.Caller{Tenant: t.Tenant})
-	}
-	if p, err := s.m.Pool(ctx, t.Name); err == nil && (p.Min > 0 || p.Ready > 0) {
-		out.Pool = convert.PoolPtrToAPI(p)
-	}
-	return out
-}
-
-func templateToAPI(t *store.Template) api.Template {
-	return api.Template{Tenant: t.Tenant, Name: t.Name, Layers: t.Layers, Source: t.Source, Builtin: t.Builtin,
-		Size: t.Size, Env: t.Config.Env, Workdir: t.Config.Workdir, User: t.Config.User,
-		Entrypoint: t.Config.Entrypoint, Cmd: t.Config.Cmd, ExposedPorts: t.Config.ExposedPorts,
-		StopSignal: t.Config.StopSignal, CreatedAt: t.CreatedAt, Build: buildRecordToAPI(t.Config.Build), Labels: t.Config.Labels}
-}
-
-func buildRecordToAPI(b *store.BuildRecord) *api.TemplateBuild {
-	if b == nil {
-		return nil
-	}
-	out := &api.TemplateBuild{Steps: make([]api.TemplateBuildStep, 0, len(b.Steps))}
-	for _, st := range b.Steps {
-		as := api.TemplateBuildStep{Step: st.Step, Desc: st.Desc, Line: st.Line, Cached: st.Cached, Network: st.Network,
-			Allow: st.Allow, Sandbox: st.Sandbox, FlowCount: len(st.Flows) + st.FlowsDropped, FlowsDropped: st.FlowsDropped}
-		for _, f := range st.Flows {
-			as.Flows = append(as.Flows, api.Flow{Seq: uint64(f.ID), Time: f.Time, Kind: f.Kind, Proto: f.Proto, Src: f.Src,
-				Dst: f.Dst, Name: f.Name, Decision: f.Decision, Rule: f.Rule})
-		}
-		out.Steps = append(out.Steps, as)
-	}
-	return out
-}
-
-func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
-	// The caller's own template of that name, else the shared one.
-	t, err := s.m.ResolveTemplate(r.Context(), rest.Tenant(r), r.PathValue("name"))
-	if err != nil {
-		rest.Error(w, err)
-		return
-	}
-	out := s.templateToAPI(t)
-	out.Build = buildRecordToAPI(t.Config.Build) // one template: with its build's flows
-	rest.JSON(w, 200, out)
-}
-
-func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
-	if err := s.m.DeleteTemplate(r.Context(), r.PathValue("name")); err != nil {
-		rest.Error(w, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
-	var req api.ImportTemplateRequest
-	if err := input.Decode(r, &req); err != nil {
-		rest.Error(w, err)
-		return
-	}
-	importStream(w, r, func(ctx context.Context) (*store.Template, error) {
-		return s.m.ImportTemplate(ctx, convert.ImportRequest(&req))
-	})
-}
-
-func (s *Server) uploadTemplate(w http.ResponseWriter, r *http.Request) {
-	importStream(w, r, func(ctx context.Context) (*store.Template, error) {
-		return s.m.UploadTemplate(ctx, r.PathValue("name"), r.Body)
-	})
-}
-
-// importStream runs an import. A client that accepts NDJSON gets the
-// layers' progress as api.ImportEvent lines, then the template or the
-// error; any other gets the template (201) or the error alone.
-func importStream(w http.ResponseWriter, r *http.Request, run func(context.Context) (*store.Template, error)) {
-	if !strings.Contains(r.Header.Get("Accept"), "application/x-ndjson") {
-		t, err := run(r.Context())
-		if err != nil {
-			rest.Error(w, err)
-			return
-		}
-		rest.JSON(w, http.StatusCreated, templateToAPI(t))
-		return
-	}
-	nd := rest.NewNDJSON(w)
-	ctx := manager.WithImportProgress(r.Context(), func(p manager.ImportProgress) {
-		_ = nd.Send(api.ImportEvent{Progress: &api.ImportProgress{Layer: p.Layer, Layers: p.Layers, Digest: p.Digest,
-			Bytes: p.Bytes, Size: p.Size, Done: p.Done, Cached: p.Cached}})
-	})
-	t, err := run(ctx)
-	if err != nil {
-		if nd.Err() == nil && !rest.HeaderWritten(w) {
-			rest.Error(w, err)
-			return
-		}
-		_ = nd.Send(api.ImportEvent{Error: rest.StreamError(w, err)})
-		return
-	}
-	tt := templateToAPI(t)
-	_ = nd.Send(api.ImportEvent{Template: &tt})
-}
-
-func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
-	var req api.BuildTemplateRequest
-	if err := input.Decode(r, &req); err != nil {
-		rest.Error(w, err)
-		return
-	}
-	buildStream(w, templateToAPI, func(progress func(manager.BuildEvent)) (*store.Template, error) {
-		return s.m.BuildTemplate(r.Context(), convert.BuildRequest(&req), rest.Actor(r), progress)
-	})
-}
-
-// buildStream runs a build whose progress streams as NDJSON lines
-// (api.BuildEvent), then the template (as conv gives it) or the error. An
-// error before the first line is a plain error response, with its status
-// and code; after it, the stream's last line.
-func buildStream(w http.ResponseWriter, conv func(*store.Template) api.Template, run func(progress func(manager.BuildEvent)) (*store.Template, error)) {
-	nd := rest.NewNDJSON(w)
-	t, err := run(func(ev manager.BuildEvent) { _ = nd.Send(convert.BuildEventToAPI(ev)) })
-	if err != nil {
-		if nd.Err() == nil && !rest.HeaderWritten(w) {
-			rest.Error(w, err)
-			return
-		}
-		_ = nd.Send(api.BuildEvent{Error: rest.StreamError(w, err)})
-		return
-	}
-	tt := conv(t)
-	_ = nd.Send(api.BuildEvent{Template: &tt})
 }
 
 func (s *Server) doctor(w http.ResponseWriter, r *http.Request) {

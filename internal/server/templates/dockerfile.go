@@ -1,4 +1,4 @@
-package server
+package templates
 
 import (
 	"encoding/json"
@@ -17,7 +17,7 @@ import (
 // the build context (a tar archive holding the Dockerfile), the query
 // names the Dockerfile, target, build arguments and the RUN steps'
 // network; the answer is the NDJSON stream of a build.
-func (s *Server) buildDockerfile(w http.ResponseWriter, r *http.Request) {
+func (h *Handlers) BuildDockerfile(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	req := &manager.DockerfileRequest{Name: r.PathValue("name"), Dockerfile: q.Get("dockerfile"), Target: q.Get("target"),
 		Context: r.Body, Network: manager.BuildNetwork{Mode: q.Get("network"), Allow: q["allow"]}}
@@ -53,7 +53,7 @@ func (s *Server) buildDockerfile(w http.ResponseWriter, r *http.Request) {
 		}
 		req.Timeout = input.TimeoutSeconds(secs)
 	}
-	buildStream(w, templateToAPI, func(progress func(manager.BuildEvent)) (*store.Template, error) {
-		return s.m.BuildDockerfile(r.Context(), req, rest.Actor(r), progress)
+	buildStream(w, ToAPI, func(progress func(manager.BuildEvent)) (*store.Template, error) {
+		return h.E.BuildDockerfile(r.Context(), req, rest.Actor(r), progress)
 	})
 }
