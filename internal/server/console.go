@@ -27,7 +27,7 @@ const ConsoleSessionTTL = 8 * time.Hour
 // routes only (bearerRoutes), never forwarded by the port proxy.
 const (
 	BearerProtocol = "berth.bearer."
-	WSProtocol     = "berth"
+	WSProtocol     = rest.WSProtocol
 )
 
 // bearerRoutes are the routes that read a bearer from the WebSocket

@@ -16,6 +16,7 @@ import (
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server/idempotency"
 	"github.com/berth-sh/berth/internal/server/rest"
+	"github.com/berth-sh/berth/internal/server/sandboxes"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -153,7 +154,7 @@ func (s *Server) idemCreate() idempotency.Kind {
 		if !sb.State.Live() && sb.Error != "" {
 			return createFailed(sb)
 		}
-		out := s.toAPI(sb)
+		out := s.sandboxes.ToAPI(sb)
 		if out.LeaseToken, err = s.createLease(ctx, sb, rest.Principal(r)); err != nil {
 			return 0, nil, false, err
 		}
@@ -188,7 +189,7 @@ func (s *Server) idemFork() idempotency.Kind {
 			case !sb.State.Live() && sb.Error != "":
 				failed = sb
 			default:
-				resp.Children = append(resp.Children, s.toAPI(sb))
+				resp.Children = append(resp.Children, s.sandboxes.ToAPI(sb))
 			}
 		}
 		if len(resp.Children) == 0 {
@@ -212,7 +213,7 @@ func (s *Server) idemSnapshot() idempotency.Kind {
 		} else if err != nil {
 			return 0, nil, false, err
 		}
-		return http.StatusCreated, snapshotToAPI(sn), true, nil
+		return http.StatusCreated, sandboxes.SnapshotToAPI(sn), true, nil
 	}}
 }
 
@@ -233,6 +234,6 @@ func (s *Server) idemVolume() idempotency.Kind {
 		if v.CreatedAt.Before(rec.CreatedAt) {
 			return 0, nil, false, nil // older: the retry's create will say the name is taken
 		}
-		return http.StatusCreated, s.volumeToAPI(v), true, nil
+		return http.StatusCreated, s.sandboxes.VolumeToAPI(v), true, nil
 	}}
 }

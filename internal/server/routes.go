@@ -90,40 +90,40 @@ func (s *Server) routeTable() []Route {
 		})},
 		{Pattern: "GET /metrics", Rule: hostOnly, h: promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})},
 
-		{Pattern: "POST /v1/sandboxes", Rule: need(write), h: hf(s.idempotent(s.idemCreate(), s.createSandbox))},
-		{Pattern: "GET /v1/sandboxes", Rule: need(read), h: hf(s.listSandboxes)},
-		{Pattern: "GET /v1/sandboxes/{id}", Rule: lease(read), h: hf(s.getSandbox)},
-		{Pattern: "DELETE /v1/sandboxes/{id}", Rule: need(write), h: hf(s.deleteSandbox)},
+		{Pattern: "POST /v1/sandboxes", Rule: need(write), h: hf(s.idempotent(s.idemCreate(), s.sandboxes.Create))},
+		{Pattern: "GET /v1/sandboxes", Rule: need(read), h: hf(s.sandboxes.List)},
+		{Pattern: "GET /v1/sandboxes/{id}", Rule: lease(read), h: hf(s.sandboxes.Get)},
+		{Pattern: "DELETE /v1/sandboxes/{id}", Rule: need(write), h: hf(s.sandboxes.Delete)},
 		{Pattern: "GET /v1/sandboxes/{id}/events", Rule: lease(read), EventStream: true, h: hf(s.events.Sandbox)},
 		{Pattern: "GET /v1/events", Rule: need(read), EventStream: true, h: hf(s.events.All)},
-		{Pattern: "POST /v1/run", Rule: need(write, auth.ScopeExec), Stream: true, h: hf(s.run)},
+		{Pattern: "POST /v1/run", Rule: need(write, auth.ScopeExec), Stream: true, h: hf(s.exec.Run)},
 
-		{Pattern: "POST /v1/sandboxes/{id}/exec", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.exec)},
-		{Pattern: "GET /v1/sandboxes/{id}/exec/ws", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.execWS)},
+		{Pattern: "POST /v1/sandboxes/{id}/exec", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.exec.Exec)},
+		{Pattern: "GET /v1/sandboxes/{id}/exec/ws", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.exec.ExecWS)},
 
-		{Pattern: "GET /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.readFiles)},
-		{Pattern: "PUT /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Stream: true, Upload: true, h: hf(s.writeFiles)},
-		{Pattern: "DELETE /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), h: hf(s.removeFile)},
-		{Pattern: "GET /v1/sandboxes/{id}/files/stat", Rule: lease(auth.ScopeFiles), h: hf(s.statFile)},
-		{Pattern: "GET /v1/sandboxes/{id}/files/list", Rule: lease(auth.ScopeFiles), h: hf(s.listFiles)},
-		{Pattern: "POST /v1/sandboxes/{id}/files/mkdir", Rule: lease(auth.ScopeFiles), h: hf(s.mkdir)},
-		{Pattern: "POST /v1/sandboxes/{id}/export", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.export)},
-		{Pattern: "POST /v1/copy", Rule: need(auth.ScopeFiles), Stream: true, h: hf(s.copy)},
+		{Pattern: "GET /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.files.Get)},
+		{Pattern: "PUT /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Stream: true, Upload: true, h: hf(s.files.Put)},
+		{Pattern: "DELETE /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), h: hf(s.files.Remove)},
+		{Pattern: "GET /v1/sandboxes/{id}/files/stat", Rule: lease(auth.ScopeFiles), h: hf(s.files.Stat)},
+		{Pattern: "GET /v1/sandboxes/{id}/files/list", Rule: lease(auth.ScopeFiles), h: hf(s.files.List)},
+		{Pattern: "POST /v1/sandboxes/{id}/files/mkdir", Rule: lease(auth.ScopeFiles), h: hf(s.files.Mkdir)},
+		{Pattern: "POST /v1/sandboxes/{id}/export", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.files.Export)},
+		{Pattern: "POST /v1/copy", Rule: need(auth.ScopeFiles), Stream: true, h: hf(s.files.Copy)},
 
-		{Pattern: "POST /v1/sandboxes/{id}/touch", Rule: lease(write), h: s.lifecycle("touch")},
-		{Pattern: "GET /v1/sandboxes/{id}/diff", Rule: need(read), h: hf(s.diff)},
-		{Pattern: "POST /v1/sandboxes/{id}/fork", Rule: need(write), h: hf(s.idempotent(s.idemFork(), s.fork))},
-		{Pattern: "POST /v1/sandboxes/{id}/snapshots", Rule: need(write), h: hf(s.idempotent(s.idemSnapshot(), s.createSnapshot))},
-		{Pattern: "GET /v1/sandboxes/{id}/snapshots", Rule: need(read), h: hf(s.listSnapshots)},
-		{Pattern: "GET /v1/snapshots", Rule: need(read), h: hf(s.listSnapshots)},
-		{Pattern: "GET /v1/snapshots/{id}", Rule: need(read), h: hf(s.getSnapshot)},
-		{Pattern: "DELETE /v1/snapshots/{id}", Rule: need(write), h: hf(s.deleteSnapshot)},
-		{Pattern: "POST /v1/snapshots/{id}/restore", Rule: need(write), h: hf(s.restoreSnapshot)},
+		{Pattern: "POST /v1/sandboxes/{id}/touch", Rule: lease(write), h: s.sandboxes.Lifecycle("touch")},
+		{Pattern: "GET /v1/sandboxes/{id}/diff", Rule: need(read), h: hf(s.sandboxes.Diff)},
+		{Pattern: "POST /v1/sandboxes/{id}/fork", Rule: need(write), h: hf(s.idempotent(s.idemFork(), s.sandboxes.Fork))},
+		{Pattern: "POST /v1/sandboxes/{id}/snapshots", Rule: need(write), h: hf(s.idempotent(s.idemSnapshot(), s.sandboxes.CreateSnapshot))},
+		{Pattern: "GET /v1/sandboxes/{id}/snapshots", Rule: need(read), h: hf(s.sandboxes.ListSnapshots)},
+		{Pattern: "GET /v1/snapshots", Rule: need(read), h: hf(s.sandboxes.ListSnapshots)},
+		{Pattern: "GET /v1/snapshots/{id}", Rule: need(read), h: hf(s.sandboxes.GetSnapshot)},
+		{Pattern: "DELETE /v1/snapshots/{id}", Rule: need(write), h: hf(s.sandboxes.DeleteSnapshot)},
+		{Pattern: "POST /v1/snapshots/{id}/restore", Rule: need(write), h: hf(s.sandboxes.RestoreSnapshot)},
 
-		{Pattern: "POST /v1/volumes", Rule: need(write), h: hf(s.idempotent(s.idemVolume(), s.createVolume))},
-		{Pattern: "GET /v1/volumes", Rule: need(read), h: hf(s.listVolumes)},
-		{Pattern: "GET /v1/volumes/{name}", Rule: need(read), h: hf(s.getVolume)},
-		{Pattern: "DELETE /v1/volumes/{name}", Rule: need(write), h: hf(s.deleteVolume)},
+		{Pattern: "POST /v1/volumes", Rule: need(write), h: hf(s.idempotent(s.idemVolume(), s.sandboxes.CreateVolume))},
+		{Pattern: "GET /v1/volumes", Rule: need(read), h: hf(s.sandboxes.ListVolumes)},
+		{Pattern: "GET /v1/volumes/{name}", Rule: need(read), h: hf(s.sandboxes.GetVolume)},
+		{Pattern: "DELETE /v1/volumes/{name}", Rule: need(write), h: hf(s.sandboxes.DeleteVolume)},
 
 		{Pattern: "GET /v1/templates", Rule: need(read), h: hf(s.templates.List)},
 		{Pattern: "GET /v1/templates/{name}", Rule: need(read), h: hf(s.templates.Get)},
@@ -139,9 +139,9 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "GET /v1/doctor", Rule: hostOnly, h: hf(s.doctor)},
 		{Pattern: "POST /v1/doctor/fix", Rule: hostOnly, h: hf(s.doctor)},
 
-		{Pattern: "GET /v1/sandboxes/{id}/network", Rule: need(read), h: hf(s.getNetwork)},
-		{Pattern: "POST /v1/sandboxes/{id}/network", Rule: need(auth.ScopeNetwork), h: hf(s.updateNetwork)},
-		{Pattern: "GET /v1/sandboxes/{id}/flows", Rule: need(read), h: hf(s.flows)},
+		{Pattern: "GET /v1/sandboxes/{id}/network", Rule: need(read), h: hf(s.sandboxes.GetNetwork)},
+		{Pattern: "POST /v1/sandboxes/{id}/network", Rule: need(auth.ScopeNetwork), h: hf(s.sandboxes.UpdateNetwork)},
+		{Pattern: "GET /v1/sandboxes/{id}/flows", Rule: need(read), h: hf(s.sandboxes.Flows)},
 		{Pattern: "/v1/sandboxes/{id}/ports/{port}/{path...}", Rule: lease(auth.ScopePorts), PublicPort: true, Stream: true,
 			h: hf(func(w http.ResponseWriter, r *http.Request) {
 				s.proxy(w, r, r.PathValue("id"), r.PathValue("port"), "/"+r.PathValue("path"))
@@ -178,19 +178,19 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "GET /v1/quota", Rule: need(read), h: hf(s.admin.GetOwnQuota)},
 		{Pattern: "GET /v1/tenants/{tenant}/quota", Rule: hostOnly, h: hf(s.admin.GetQuota)},
 		{Pattern: "PUT /v1/tenants/{tenant}/quota", Rule: hostOnly, h: hf(s.admin.PutQuota)},
-		// Files beyond the basic ones (files_more.go): move, watch.
-		{Pattern: "POST /v1/sandboxes/{id}/files/move", Rule: lease(auth.ScopeFiles), h: hf(s.moveFile)},
-		{Pattern: "GET /v1/sandboxes/{id}/files/watch", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.watchFiles)},
-		// Background processes (processes.go): the exec scope, leases too.
-		{Pattern: "POST /v1/sandboxes/{id}/processes", Rule: lease(auth.ScopeExec), h: hf(s.startProcess)},
-		{Pattern: "GET /v1/sandboxes/{id}/processes", Rule: lease(auth.ScopeExec), h: hf(s.listProcesses)},
-		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}", Rule: lease(auth.ScopeExec), h: hf(s.getProcess)},
-		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}/logs", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.processLogs)},
-		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}/ws", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.processWS)},
-		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/stdin", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.processStdin)},
-		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/signal", Rule: lease(auth.ScopeExec), h: hf(s.signalProcess)},
-		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/kill", Rule: lease(auth.ScopeExec), h: hf(s.killProcess)},
-		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/wait", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.waitProcess)},
+		// Files beyond the basic ones: move, watch.
+		{Pattern: "POST /v1/sandboxes/{id}/files/move", Rule: lease(auth.ScopeFiles), h: hf(s.files.Move)},
+		{Pattern: "GET /v1/sandboxes/{id}/files/watch", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.files.Watch)},
+		// Background processes (package exec): the exec scope, leases too.
+		{Pattern: "POST /v1/sandboxes/{id}/processes", Rule: lease(auth.ScopeExec), h: hf(s.exec.StartProcess)},
+		{Pattern: "GET /v1/sandboxes/{id}/processes", Rule: lease(auth.ScopeExec), h: hf(s.exec.ListProcesses)},
+		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}", Rule: lease(auth.ScopeExec), h: hf(s.exec.GetProcess)},
+		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}/logs", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.exec.ProcessLogs)},
+		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}/ws", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.exec.ProcessWS)},
+		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/stdin", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.exec.ProcessStdin)},
+		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/signal", Rule: lease(auth.ScopeExec), h: hf(s.exec.SignalProcess)},
+		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/kill", Rule: lease(auth.ScopeExec), h: hf(s.exec.KillProcess)},
+		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/wait", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.exec.WaitProcess)},
 		// Secrets (package admin): managing them is the secrets scope's; the
 		// master key's rotation is the host operator's.
 		{Pattern: "PUT /v1/secrets/{name}", Rule: need(auth.ScopeSecrets), h: hf(s.admin.PutSecret)},
@@ -211,15 +211,15 @@ func (s *Server) routeTable() []Route {
 	// The web console and its sign-in exchange (console.go).
 	rt = append(rt, s.consoleRoutes()...)
 	for _, op := range []string{"pause", "resume", "stop", "start", "reset"} {
-		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(write), h: s.lifecycle(op)})
+		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(write), h: s.sandboxes.Lifecycle(op)})
 	}
 	// Quarantine and release are containment, like the egress rules: a
 	// sandbox's own lease must never lift them.
 	for _, op := range []string{"quarantine", "release"} {
-		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(auth.ScopeNetwork), h: s.lifecycle(op)})
+		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(auth.ScopeNetwork), h: s.sandboxes.Lifecycle(op)})
 	}
 	for _, op := range []string{"hibernate", "wake"} {
-		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(write), h: s.hibernate(op)})
+		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(write), h: s.sandboxes.Hibernate(op)})
 	}
 	return rt
 }

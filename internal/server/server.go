@@ -1,7 +1,13 @@
 // Package server is berth's HTTP API (/v1): JSON over a root-only unix
-// socket and, with API keys, over TCP. Handlers decode and validate input,
-// call the sandbox manager, and map error categories (internal/errdefs) to
-// statuses and stable codes in one place (rest.Error).
+// socket and, with API keys, over TCP. This package assembles it: the
+// Server, the route table, and the middleware every route passes. The
+// handlers live in a package per resource, each declaring the small
+// interface of the engine it uses (sandboxes, exec, files, events,
+// templates, admin); what they share — the JSON and error writers, the
+// one mapping of error categories (internal/errdefs) to statuses and
+// stable codes, request ids, paging, the caller in the context — is
+// package rest, and the API types become the engine's and back in package
+// convert only.
 //
 // One route table (routes.go) registers every route with its auth.Rule (an
 // invalid or unsafe rule stops the server from starting) and what it is
@@ -13,14 +19,12 @@
 // (live.go), applies the per-key rate limit (ratelimit.go) and per-tenant
 // shares (shares.go), and begins the audit record (audit.go). Host routing
 // ({port}-{id}.{domain}) parses the host once into the same path values and
-// guard. Routes() exposes the table (TestCrossTenantRoutes and
-// TestEveryMutatingRouteAudited walk it; the OpenAPI scopes are checked
-// against it). The API's types become the engine's and back in one file
-// (convert.go; convert_test.go fails when a field of either side is not
-// converted). door.go lends the E2B door the guard's credential check
-// (Credential, CreateLease, ProxyPort, WithCaller). The edge's behaviour
-// (errors, input, TLS, connections, tenancy, quotas) is described in
-// docs/api.md.
+// guard, and the port proxy (proxy.go) serves both forms. Routes() exposes
+// the table (TestCrossTenantRoutes and TestEveryMutatingRouteAudited walk
+// it; the OpenAPI scopes are checked against it). door.go lends the E2B
+// door the guard's credential check (Credential, SandboxLease, ProxyPort,
+// WithCaller). The edge's behaviour (errors, input, TLS, connections,
+// tenancy, quotas) is described in docs/api.md.
 package server
 
 import (
@@ -29,10 +33,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,9 +52,11 @@ import (
 	"github.com/berth-sh/berth/internal/server/admin"
 	"github.com/berth-sh/berth/internal/server/convert"
 	"github.com/berth-sh/berth/internal/server/events"
-	"github.com/berth-sh/berth/internal/server/idempotency"
+	"github.com/berth-sh/berth/internal/server/exec"
+	"github.com/berth-sh/berth/internal/server/files"
 	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/server/rest"
+	"github.com/berth-sh/berth/internal/server/sandboxes"
 	"github.com/berth-sh/berth/internal/server/templates"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -100,6 +106,9 @@ type Server struct {
 	events    *events.Handlers // the event routes and their open streams
 	admin     *admin.Handlers  // tenants, keys, tokens, quotas, secrets, audit reads
 	templates *templates.Handlers
+	sandboxes *sandboxes.Handlers
+	files     *files.Handlers
+	exec      *exec.Handlers
 	live      liveCreds    // long-lived connections bound to their credentials (live.go)
 	uploads   uploadShares // running uploads per tenant (shares.go)
 	m         *manager.Manager
@@ -139,12 +148,17 @@ func New(m *manager.Manager, authn *auth.Authenticator, log *slog.Logger) *Serve
 	s.admin = &admin.Handlers{Opts: s.adminOptions, Now: s.now, CredentialsChanged: s.credentialsChanged,
 		QuotaChanged: s.keyRates.forget, Log: s.logger}
 	s.templates = &templates.Handlers{}
+	s.sandboxes = &sandboxes.Handlers{Created: s.metrics.created, Deleted: s.metrics.deleted, CreateLease: s.createLease}
+	s.files = &files.Handlers{}
+	s.exec = &exec.Handlers{Execs: s.metrics.execs, ExecSeconds: s.metrics.execDur, Created: s.metrics.created,
+		Deleted: s.metrics.deleted, Log: s.logger}
 	if m != nil {
 		s.lookup = m.Get
 		s.metrics.watchManager(m)
 		// Only a real manager: a nil one in an interface would not read as
 		// none where a handler asks.
 		s.events.E, s.admin.E, s.templates.E = m, m, m
+		s.sandboxes.E, s.files.E, s.exec.E = m, m, m
 	}
 	s.mount(s.routeTable())
 	return s
@@ -232,258 +246,6 @@ func (s *Server) version(w http.ResponseWriter, r *http.Request) {
 		TLSFingerprint: s.TLSFingerprint, Classes: convert.ClassesToAPI(s.m.Classes())})
 }
 
-// toAPI converts a sandbox record to its API form.
-func (s *Server) toAPI(sb *sandbox.Sandbox) api.Sandbox {
-	out := api.Sandbox{
-		ID: sb.ID, Name: sb.Name, Template: sb.Spec.Template, State: string(sb.State),
-		Persistent: sb.Spec.Persistent,
-		Resources: api.Resources{CPUs: sb.Spec.Resources.CPUs, MemoryBytes: sb.Spec.Resources.MemoryBytes,
-			Pids: sb.Spec.Resources.Pids, DiskBytes: sb.Spec.Resources.DiskBytes},
-		Env: sb.Spec.Env, Labels: sb.Spec.Labels, TimeoutSeconds: sb.Spec.Timeout.Seconds(),
-		Network: sb.Spec.Network, Workdir: sb.Spec.Workdir, User: sb.Spec.User, Isolation: convert.IsolationToAPI(s.m.Isolation(sb)),
-		CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt, Cause: string(sb.Cause), Reason: sb.Reason,
-		Error: sb.Error,
-	}
-	if !sb.StartedAt.IsZero() {
-		t := sb.StartedAt
-		out.StartedAt = &t
-	}
-	if d, ok := sb.Deadline(); ok && sb.State != sandbox.StateDeleted {
-		out.ExpiresAt = &d
-	}
-	if !sb.DeletedAt.IsZero() {
-		t := sb.DeletedAt
-		out.DeletedAt = &t
-	}
-	out.Hostname = sb.Hostname()
-	out.IPv4, out.IPv6, out.Allow, out.PublicPorts = sb.Spec.IPv4, sb.Spec.IPv6, sb.Spec.Allow, sb.Spec.PublicPorts
-	for _, r := range sb.Spec.Secrets {
-		out.Secrets = append(out.Secrets, api.SecretRef{Name: r.Name, Env: r.Env, File: r.File, EgressHost: r.EgressHost})
-	}
-	out.PersistRoot, out.KeepVolume = sb.Spec.PersistRoot, sb.Spec.KeepVolume
-	for _, vm := range sb.Spec.Volumes {
-		out.Volumes = append(out.Volumes, api.VolumeMount{Name: vm.Name, Path: vm.Path, ReadOnly: vm.ReadOnly})
-	}
-	p := sb.Spec.Policy
-	out.Policy = convert.PolicyToAPI(p)
-	out.LastActivityAt = convert.TimePtr(s.m.LastActivity(sb))
-	out.PausedAt, out.StoppedAt = convert.TimePtr(sb.PausedAt), convert.TimePtr(sb.StoppedAt)
-	if due, ok := sandbox.Next(sb, s.m.LastActivity(sb)); ok {
-		out.NextAction, out.NextActionAt = string(due.Action)+" ("+due.Policy+")", convert.TimePtr(due.At)
-	}
-	out.Disk = convert.DiskToAPI(s.m.DiskUsage(sb))
-	if sb.Spec.Parent != "" || sb.Spec.FromSnapshot != "" {
-		out.Lineage = &api.Lineage{Parent: sb.Spec.Parent, FromSnapshot: sb.Spec.FromSnapshot}
-	}
-	if sb.State.Live() {
-		for _, vm := range sb.Spec.Volumes {
-			if vm.Owned {
-				if v, err := s.m.Store().GetVolume(context.Background(), store.AnyOwner, vm.VolumeID); err == nil {
-					av := s.volumeToAPI(v)
-					out.Storage = &av
-				}
-			}
-		}
-	}
-	return out
-}
-
-func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
-	var req api.CreateSandboxRequest
-	if err := input.Decode(r, &req); err != nil {
-		rest.Error(w, err)
-		return
-	}
-	sb, err := s.m.Create(r.Context(), convert.CreateRequest(&req), manager.CreateOptions{Actor: rest.Actor(r), Tenant: rest.Tenant(r),
-		ID: idempotency.ID(r), Reserve: idempotency.Reserve(r)})
-	if err != nil {
-		rest.Error(w, err)
-		return
-	}
-	s.metrics.created.Inc()
-	out := s.toAPI(sb)
-	if out.LeaseToken, err = s.createLease(r.Context(), sb, rest.Principal(r)); err != nil {
-		rest.Error(w, err)
-		return
-	}
-	rest.JSON(w, http.StatusCreated, out)
-}
-
-func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
-	all, _ := strconv.ParseBool(r.URL.Query().Get("all"))
-	p, err := rest.PageOf(r)
-	if err != nil {
-		rest.Error(w, err)
-		return
-	}
-	// A page may hold fewer than limit: warm-pool members are left out.
-	sbs, next, err := s.m.List(r.Context(), all, p)
-	if err != nil {
-		rest.Error(w, err)
-		return
-	}
-	rest.SetNext(w, next)
-	out := make([]api.Sandbox, 0, len(sbs))
-	for _, sb := range sbs {
-		if sb.Spec.Pool != "" {
-			continue // unclaimed warm-pool members are not anyone's sandboxes
-		}
-		out = append(out, s.toAPI(sb))
-	}
-	rest.JSON(w, 200, out)
-}
-
-func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.m.Get(r.Context(), r.PathValue("id"))
-	if err != nil {
-		rest.Error(w, err)
-		return
-	}
-	out := s.toAPI(sb)
-	if kids := s.m.Children(r.Context(), sb.ID); len(kids) > 0 {
-		if out.Lineage == nil {
-			out.Lineage = &api.Lineage{}
-		}
-		out.Lineage.Children = kids
-	}
-	rest.JSON(w, 200, out)
-}
-
-func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.m.Delete(r.Context(), r.PathValue("id"), rest.Actor(r), sandbox.CauseUser, "deleted by user")
-	if err != nil {
-		rest.Error(w, err)
-		return
-	}
-	s.metrics.deleted.Inc()
-	rest.JSON(w, 200, s.toAPI(sb))
-}
-
-// streamWriter turns writes into ExecEvents on one stream.
-type streamWriter struct {
-	nd     *rest.NDJSON
-	stream string
-}
-
-func (sw streamWriter) Write(p []byte) (int, error) {
-	if err := sw.nd.Send(api.ExecEvent{Stream: sw.stream, Data: p}); err != nil {
-		return 0, err
-	}
-	return len(p), nil
-}
-
-func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
-	var req api.ExecRequest
-	if err := input.Decode(r, &req); err != nil {
-		rest.Error(w, err)
-		return
-	}
-	if req.TTY {
-		rest.Error(w, errdefs.Invalid("tty needs the interactive exec at /exec/ws"))
-		return
-	}
-	s.streamExec(w, r, func(ctx context.Context, eio manager.ExecIO) (manager.Exit, error) {
-		return s.m.Exec(ctx, r.PathValue("id"), convert.ExecRequest(&req), eio, rest.Actor(r))
-	})
-}
-
-// streamExec answers with an NDJSON exec stream. Errors before any output
-// get a plain error status; once streaming, they become an error event.
-func (s *Server) streamExec(w http.ResponseWriter, r *http.Request, run func(context.Context, manager.ExecIO) (manager.Exit, error)) {
-	nd := rest.NewNDJSON(w)
-	var mu sync.Mutex
-	started := false
-	lazy := func(stream string) streamWriter {
-		return streamWriter{nd: nd, stream: stream}
-	}
-	eio := manager.ExecIO{Stdout: &startWriter{w: lazy("stdout"), started: &started, mu: &mu},
-		Stderr: &startWriter{w: lazy("stderr"), started: &started, mu: &mu}}
-	start := time.Now()
-	exit, err := run(r.Context(), eio)
-	s.metrics.execs.Inc()
-	s.metrics.execDur.Observe(time.Since(start).Seconds())
-	mu.Lock()
-	wasStarted := started
-	mu.Unlock()
-	if err != nil {
-		if !wasStarted && nd.Err() == nil {
-			rest.Error(w, err)
-			return
-		}
-		_ = nd.Send(api.ExecEvent{Error: rest.StreamError(w, err)})
-		return
-	}
-	ex := convert.ExitToAPI(exit)
-	_ = nd.Send(api.ExecEvent{Exit: &ex})
-}
-
-// startWriter records that output has begun, so the handler knows it can
-// no longer answer with an error status.
-type startWriter struct {
-	w       streamWriter
-	started *bool
-	mu      *sync.Mutex
-}
-
-func (sw *startWriter) Write(p []byte) (int, error) {
-	sw.mu.Lock()
-	*sw.started = true
-	sw.mu.Unlock()
-	return sw.w.Write(p)
-}
-
-// run is the one-shot job: create an ephemeral sandbox, exec, stream,
-// destroy — also when the client goes away mid-run.
-func (s *Server) run(w http.ResponseWriter, r *http.Request) {
-	var req api.RunRequest
-	if err := input.Decode(r, &req); err != nil {
-		rest.Error(w, err)
-		return
-	}
-	if req.Exec.TTY {
-		rest.Error(w, errdefs.Invalid("tty is not available for run"))
-		return
-	}
-	if req.Sandbox.Persistent {
-		rest.Error(w, errdefs.Invalid("run makes an ephemeral sandbox; use create --persistent"))
-		return
-	}
-	// The command first: a run that cannot run anything makes nothing.
-	exec := convert.ExecRequest(&req.Exec)
-	if len(exec.Cmd) == 0 {
-		// No command: the image's ENTRYPOINT and CMD, as docker run runs.
-		t, err := s.m.ResolveTemplate(r.Context(), rest.Tenant(r), req.Sandbox.Template)
-		if err != nil {
-			rest.Error(w, err)
-			return
-		}
-		if exec.Cmd = t.Config.Command(); len(exec.Cmd) == 0 {
-			rest.Error(w, errdefs.Invalid("template %s names no CMD or ENTRYPOINT: give a command to run", t.Name))
-			return
-		}
-	}
-	sb, err := s.m.Create(r.Context(), convert.CreateRequest(&req.Sandbox), manager.CreateOptions{Actor: rest.Actor(r), Tenant: rest.Tenant(r), OneShot: true})
-	if err != nil {
-		rest.Error(w, err)
-		return
-	}
-	s.metrics.created.Inc()
-	defer func() {
-		reason := "run finished"
-		if r.Context().Err() != nil {
-			reason = "client went away"
-		}
-		if _, err := s.m.Delete(context.WithoutCancel(r.Context()), sb.ID, rest.Actor(r), sandbox.CauseClient, reason); err != nil {
-			s.log.Warn("run: destroying sandbox", "sandbox", sb.ID, "err", err)
-		}
-		s.metrics.deleted.Inc()
-	}()
-	w.Header().Set("X-Berth-Sandbox-Id", sb.ID)
-	s.streamExec(w, r, func(ctx context.Context, eio manager.ExecIO) (manager.Exit, error) {
-		return s.m.Exec(ctx, sb.ID, exec, eio, rest.Actor(r))
-	})
-}
-
 func (s *Server) doctor(w http.ResponseWriter, r *http.Request) {
 	rep, err := s.m.Doctor(r.Context(), r.Method == http.MethodPost)
 	if err != nil {
@@ -541,3 +303,5 @@ func (m *metrics) observe(r *http.Request, status int, d time.Duration) {
 	m.requests.WithLabelValues(r.Method, strconv.Itoa(status)).Inc()
 	m.latency.WithLabelValues(r.Method).Observe(d.Seconds())
 }
+
+func goVersion() string { return runtime.Version() }

@@ -71,6 +71,7 @@ func (h *Handlers) auditLog() (*audit.Log, error) {
 	return h.opts().Audit, nil
 }
 
+// ListAudit serves GET /v1/audit.
 func (h *Handlers) ListAudit(w http.ResponseWriter, r *http.Request) {
 	l, err := h.auditLog()
 	if err != nil {
@@ -140,6 +141,7 @@ func (h *Handlers) verifyAnchor(r *http.Request, l *audit.Log, raw []byte) (*aud
 	return l.VerifyAnchor(r.Context(), auditOwner(r), a)
 }
 
+// VerifyAudit serves POST /v1/audit/verify.
 func (h *Handlers) VerifyAudit(w http.ResponseWriter, r *http.Request) {
 	l, err := h.auditLog()
 	if err != nil {

@@ -31,6 +31,7 @@ func (h *Handlers) tenantParam(r *http.Request) (string, error) {
 	return t, nil
 }
 
+// GetQuota serves GET /v1/tenants/{tenant}/quota.
 func (h *Handlers) GetQuota(w http.ResponseWriter, r *http.Request) {
 	tenant, err := h.tenantParam(r)
 	if err != nil {
@@ -71,6 +72,7 @@ func (h *Handlers) writeQuota(w http.ResponseWriter, r *http.Request, tenant str
 	rest.JSON(w, 200, out)
 }
 
+// PutQuota serves PUT /v1/tenants/{tenant}/quota.
 func (h *Handlers) PutQuota(w http.ResponseWriter, r *http.Request) {
 	tenant, err := h.tenantParam(r)
 	if err != nil {

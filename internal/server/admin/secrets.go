@@ -64,6 +64,7 @@ func (h *Handlers) PutSecret(w http.ResponseWriter, r *http.Request) {
 	rest.JSON(w, status, secretToAPI(sec))
 }
 
+// ListSecrets serves GET /v1/secrets.
 func (h *Handlers) ListSecrets(w http.ResponseWriter, r *http.Request) {
 	v, err := h.vault()
 	if err != nil {
@@ -88,6 +89,7 @@ func (h *Handlers) ListSecrets(w http.ResponseWriter, r *http.Request) {
 	rest.JSON(w, http.StatusOK, out)
 }
 
+// DeleteSecret serves DELETE /v1/secrets/{name}.
 func (h *Handlers) DeleteSecret(w http.ResponseWriter, r *http.Request) {
 	v, err := h.vault()
 	if err != nil {

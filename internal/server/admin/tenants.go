@@ -136,6 +136,7 @@ func ttlOf(field string, secs int64, def, max time.Duration) (time.Duration, err
 
 // ---- tenants (host only) ----
 
+// CreateTenant serves POST /v1/tenants.
 func (h *Handlers) CreateTenant(w http.ResponseWriter, r *http.Request) {
 	var req api.CreateTenantRequest
 	if err := input.Decode(r, &req); err != nil {
@@ -154,6 +155,7 @@ func (h *Handlers) CreateTenant(w http.ResponseWriter, r *http.Request) {
 	rest.JSON(w, http.StatusCreated, api.Tenant{Name: t.Name, CreatedAt: t.CreatedAt})
 }
 
+// ListTenants serves GET /v1/tenants.
 func (h *Handlers) ListTenants(w http.ResponseWriter, r *http.Request) {
 	ts, err := h.E.Store().ListTenants(r.Context())
 	if err != nil {
@@ -167,6 +169,7 @@ func (h *Handlers) ListTenants(w http.ResponseWriter, r *http.Request) {
 	rest.JSON(w, 200, out)
 }
 
+// DeleteTenant serves DELETE /v1/tenants/{name}.
 func (h *Handlers) DeleteTenant(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if err := CheckTenantName(name); err != nil {
@@ -195,6 +198,7 @@ func keyToAPI(k *store.APIKey) api.APIKey {
 	return out
 }
 
+// CreateKey serves POST /v1/keys.
 func (h *Handlers) CreateKey(w http.ResponseWriter, r *http.Request) {
 	var req api.CreateAPIKeyRequest
 	if err := input.Decode(r, &req); err != nil {
@@ -254,6 +258,7 @@ func (h *Handlers) CreateKey(w http.ResponseWriter, r *http.Request) {
 	rest.JSON(w, http.StatusCreated, api.CreatedAPIKey{APIKey: keyToAPI(k), Key: key})
 }
 
+// ListKeys serves GET /v1/keys.
 func (h *Handlers) ListKeys(w http.ResponseWriter, r *http.Request) {
 	pg, err := rest.PageOf(r)
 	if err != nil {
@@ -327,6 +332,7 @@ func LeaseRevoker(st store.Tenants, log *slog.Logger) func(string, sandbox.State
 	}
 }
 
+// MintLease serves POST /v1/sandboxes/{id}/leases.
 func (h *Handlers) MintLease(w http.ResponseWriter, r *http.Request) {
 	var req api.CreateLeaseRequest
 	if err := input.Decode(r, &req); err != nil {
@@ -374,6 +380,7 @@ func (h *Handlers) MintLease(w http.ResponseWriter, r *http.Request) {
 
 // ---- port tokens ----
 
+// MintPortToken serves POST /v1/sandboxes/{id}/ports/{port}/token.
 func (h *Handlers) MintPortToken(w http.ResponseWriter, r *http.Request) {
 	var req api.CreatePortTokenRequest
 	if err := input.Decode(r, &req); err != nil {
@@ -446,7 +453,7 @@ func (h *Handlers) ListPortTokens(w http.ResponseWriter, r *http.Request) {
 
 // RevokePortToken revokes a port token of a sandbox the caller sees: it
 // is refused from its next request, and the connections it opened end
-// (live.go).
+// (the root package server, live.go).
 func (h *Handlers) RevokePortToken(w http.ResponseWriter, r *http.Request) {
 	sb, err := h.E.Get(r.Context(), r.PathValue("id"))
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 	"github.com/berth-sh/berth/internal/server/input"
 )
 
-// seconds converts a duration in the API's seconds. A positive value stays
+// Seconds converts a duration in the API's seconds. A positive value stays
 // positive (below a nanosecond it becomes one), so the engine still refuses
 // it as under 1ms rather than reading it as "none"; values past what a
 // Duration holds saturate, and the engine refuses them as out of range.

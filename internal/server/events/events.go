@@ -7,7 +7,7 @@
 // id it sent, sends them, and waits for the store's next commit of events
 // (store.Events.EventsWritten), a poll tick (another daemon sharing the
 // PostgreSQL store commits without waking this one), a heartbeat, or the
-// end — its credential's end included (live.go). Event ids become visible in id
+// end — its credential's end included (package server, live.go). Event ids become visible in id
 // order (the store's EventOrderLock), so reading "after the last id sent"
 // neither skips nor repeats an event, committed concurrently or not, and a
 // client that comes back with Last-Event-ID continues exactly where it
@@ -401,7 +401,7 @@ func (h *Handlers) streamEvents(w http.ResponseWriter, r *http.Request, ids, typ
 		evs, after = nil, last
 		// A stream that never catches up (a long history, a slow reader)
 		// still ends: its credential's end (the request's context is bound
-		// to it, live.go), cancellation and shutdown are looked at on every
+		// to it: package server, live.go), cancellation and shutdown are looked at on every
 		// pass, not only when idle.
 		select {
 		case <-ctx.Done():

@@ -69,6 +69,11 @@ func OwnerOf(ctx context.Context) store.Owner {
 	return store.AnyOwner
 }
 
+// WSProtocol is the WebSocket subprotocol of the exec and process
+// attach routes (the root package server's BearerProtocol carries a
+// browser's credential beside it).
+const WSProtocol = "berth"
+
 type trustedKey struct{}
 
 // WithTrusted marks ctx as a request of a trusted listener (the unix

@@ -13,7 +13,7 @@ import (
 	"github.com/berth-sh/berth/internal/store"
 )
 
-// buildDockerfile is POST /v1/templates/{name}/dockerfile: the body is
+// BuildDockerfile is POST /v1/templates/{name}/dockerfile: the body is
 // the build context (a tar archive holding the Dockerfile), the query
 // names the Dockerfile, target, build arguments and the RUN steps'
 // network; the answer is the NDJSON stream of a build.

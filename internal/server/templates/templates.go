@@ -40,6 +40,7 @@ type Handlers struct {
 	E Engine
 }
 
+// List serves GET /v1/templates.
 func (h *Handlers) List(w http.ResponseWriter, r *http.Request) {
 	p, err := rest.PageOf(r)
 	if err != nil {
@@ -104,6 +105,7 @@ func buildRecordToAPI(b *store.BuildRecord) *api.TemplateBuild {
 	return out
 }
 
+// Get serves GET /v1/templates/{name}.
 func (h *Handlers) Get(w http.ResponseWriter, r *http.Request) {
 	// The caller's own template of that name, else the shared one.
 	t, err := h.E.ResolveTemplate(r.Context(), rest.Tenant(r), r.PathValue("name"))
@@ -116,6 +118,7 @@ func (h *Handlers) Get(w http.ResponseWriter, r *http.Request) {
 	rest.JSON(w, 200, out)
 }
 
+// Delete serves DELETE /v1/templates/{name}.
 func (h *Handlers) Delete(w http.ResponseWriter, r *http.Request) {
 	if err := h.E.DeleteTemplate(r.Context(), r.PathValue("name")); err != nil {
 		rest.Error(w, err)
@@ -124,6 +127,7 @@ func (h *Handlers) Delete(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// Import serves POST /v1/templates/import.
 func (h *Handlers) Import(w http.ResponseWriter, r *http.Request) {
 	var req api.ImportTemplateRequest
 	if err := input.Decode(r, &req); err != nil {
@@ -135,6 +139,7 @@ func (h *Handlers) Import(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// Upload serves PUT /v1/templates/{name}/archive.
 func (h *Handlers) Upload(w http.ResponseWriter, r *http.Request) {
 	importStream(w, r, func(ctx context.Context) (*store.Template, error) {
 		return h.E.UploadTemplate(ctx, r.PathValue("name"), r.Body)
@@ -172,6 +177,7 @@ func importStream(w http.ResponseWriter, r *http.Request, run func(context.Conte
 	_ = nd.Send(api.ImportEvent{Template: &tt})
 }
 
+// Build serves POST /v1/templates/build.
 func (h *Handlers) Build(w http.ResponseWriter, r *http.Request) {
 	var req api.BuildTemplateRequest
 	if err := input.Decode(r, &req); err != nil {
@@ -202,6 +208,7 @@ func buildStream(w http.ResponseWriter, conv func(*store.Template) api.Template,
 	_ = nd.Send(api.BuildEvent{Template: &tt})
 }
 
+// SetPool serves PUT /v1/templates/{name}/pool.
 func (h *Handlers) SetPool(w http.ResponseWriter, r *http.Request) {
 	var req api.PoolRequest
 	if err := input.Decode(r, &req); err != nil {
@@ -216,6 +223,7 @@ func (h *Handlers) SetPool(w http.ResponseWriter, r *http.Request) {
 	rest.JSON(w, 200, convert.PoolPtrToAPI(p))
 }
 
+// GetPool serves GET /v1/templates/{name}/pool.
 func (h *Handlers) GetPool(w http.ResponseWriter, r *http.Request) {
 	// Pool resolves the name as the caller sees it (404 if it cannot).
 	p, err := h.E.Pool(r.Context(), r.PathValue("name"))
@@ -226,6 +234,7 @@ func (h *Handlers) GetPool(w http.ResponseWriter, r *http.Request) {
 	rest.JSON(w, 200, convert.PoolPtrToAPI(p))
 }
 
+// ListPools serves GET /v1/pools.
 func (h *Handlers) ListPools(w http.ResponseWriter, r *http.Request) {
 	ps, err := h.E.Pools(r.Context())
 	if err != nil {
@@ -235,6 +244,7 @@ func (h *Handlers) ListPools(w http.ResponseWriter, r *http.Request) {
 	rest.JSON(w, 200, convert.Slice(ps, convert.PoolToAPI))
 }
 
+// Apply serves POST /v1/apply.
 func (h *Handlers) Apply(w http.ResponseWriter, r *http.Request) {
 	var req api.ApplyRequest
 	if err := input.DecodeLarge(r, &req); err != nil {

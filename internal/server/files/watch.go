@@ -1,4 +1,4 @@
-package server
+package files
 
 import (
 	"context"
@@ -14,9 +14,9 @@ import (
 	"github.com/berth-sh/berth/internal/server/rest"
 )
 
-// moveFile renames path to to inside the sandbox by rename(2)'s rules;
+// Move renames path to to inside the sandbox by rename(2)'s rules;
 // no_replace=true makes an existing destination a 409.
-func (s *Server) moveFile(w http.ResponseWriter, r *http.Request) {
+func (h *Handlers) Move(w http.ResponseWriter, r *http.Request) {
 	path, err := pathParam(r)
 	if err != nil {
 		rest.Error(w, err)
@@ -32,7 +32,7 @@ func (s *Server) moveFile(w http.ResponseWriter, r *http.Request) {
 		rest.Error(w, err)
 		return
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"), true, rest.Actor(r))
+	f, err := h.E.Files(r.Context(), r.PathValue("id"), true, rest.Actor(r))
 	if err != nil {
 		rest.Error(w, err)
 		return
@@ -45,11 +45,11 @@ func (s *Server) moveFile(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// watchFiles streams the changes under the directory path (recursive=true:
+// Watch streams the changes under the directory path (recursive=true:
 // its subtree) as NDJSON lines of api.WatchEvent, or as WebSocket text
 // messages when the request asks for an upgrade; the first event is
 // "ready", the last "end" or "error". It runs until the client goes.
-func (s *Server) watchFiles(w http.ResponseWriter, r *http.Request) {
+func (h *Handlers) Watch(w http.ResponseWriter, r *http.Request) {
 	path, err := pathParam(r)
 	if err != nil {
 		rest.Error(w, err)
@@ -60,7 +60,7 @@ func (s *Server) watchFiles(w http.ResponseWriter, r *http.Request) {
 		rest.Error(w, err)
 		return
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"), false, rest.Actor(r))
+	f, err := h.E.Files(r.Context(), r.PathValue("id"), false, rest.Actor(r))
 	if err != nil {
 		rest.Error(w, err)
 		return

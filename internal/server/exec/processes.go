@@ -1,4 +1,4 @@
-package server
+package exec
 
 import (
 	"context"
@@ -37,13 +37,14 @@ func processToAPI(p manager.Process) api.Process {
 	return out
 }
 
-func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
+// StartProcess serves POST /v1/sandboxes/{id}/processes.
+func (h *Handlers) StartProcess(w http.ResponseWriter, r *http.Request) {
 	var req api.StartProcessRequest
 	if err := input.Decode(r, &req); err != nil {
 		rest.Error(w, err)
 		return
 	}
-	p, err := s.m.StartProcess(r.Context(), r.PathValue("id"), &manager.StartRequest{
+	p, err := h.E.StartProcess(r.Context(), r.PathValue("id"), &manager.StartRequest{
 		ExecRequest: engine.ExecRequest{Cmd: req.Cmd, Env: req.Env, Workdir: req.Workdir, User: req.User,
 			TTY: req.TTY, Rows: req.Rows, Cols: req.Cols},
 		Tag: req.Tag, Restart: req.Restart, MaxRestarts: req.MaxRestarts}, rest.Actor(r))
@@ -54,8 +55,9 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
 	rest.JSON(w, http.StatusCreated, processToAPI(p))
 }
 
-func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) {
-	ps, err := s.m.ListProcesses(r.Context(), r.PathValue("id"))
+// ListProcesses serves GET /v1/sandboxes/{id}/processes.
+func (h *Handlers) ListProcesses(w http.ResponseWriter, r *http.Request) {
+	ps, err := h.E.ListProcesses(r.Context(), r.PathValue("id"))
 	if err != nil {
 		rest.Error(w, err)
 		return
@@ -67,11 +69,11 @@ func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) {
 	rest.JSON(w, 200, out)
 }
 
-// getProcess answers the process pid names: by id, or the running (else
+// GetProcess answers the process pid names: by id, or the running (else
 // the newest) process with that tag.
-func (s *Server) getProcess(w http.ResponseWriter, r *http.Request) {
+func (h *Handlers) GetProcess(w http.ResponseWriter, r *http.Request) {
 	pid := r.PathValue("pid")
-	ps, err := s.m.ListProcesses(r.Context(), r.PathValue("id"))
+	ps, err := h.E.ListProcesses(r.Context(), r.PathValue("id"))
 	if err != nil {
 		rest.Error(w, err)
 		return
@@ -94,9 +96,9 @@ func (s *Server) getProcess(w http.ResponseWriter, r *http.Request) {
 	rest.JSON(w, 200, processToAPI(*found))
 }
 
-// processLogs streams the kept output and, with ?follow=1, the live
+// ProcessLogs streams the kept output and, with ?follow=1, the live
 // output, as NDJSON ProcessEvents.
-func (s *Server) processLogs(w http.ResponseWriter, r *http.Request) {
+func (h *Handlers) ProcessLogs(w http.ResponseWriter, r *http.Request) {
 	follow, err := boolQuery(r, "follow")
 	if err != nil {
 		rest.Error(w, err)
@@ -111,7 +113,7 @@ func (s *Server) processLogs(w http.ResponseWriter, r *http.Request) {
 		mu.Unlock()
 		return nd.Send(ev)
 	}
-	ex, err := s.m.AttachProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), follow, manager.AttachIO{
+	ex, err := h.E.AttachProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), follow, manager.AttachIO{
 		Stdout: eventWriter{"stdout", send}, Stderr: eventWriter{"stderr", send},
 		Gap: func(n int64) { _ = send(api.ProcessEvent{Gap: n}) },
 	}, rest.Actor(r))
@@ -162,16 +164,16 @@ func boolQuery(r *http.Request, name string) (bool, error) {
 	return b, nil
 }
 
-// processStdin copies the body to the process's stdin; ?close=1 closes
+// ProcessStdin copies the body to the process's stdin; ?close=1 closes
 // it after.
-func (s *Server) processStdin(w http.ResponseWriter, r *http.Request) {
+func (h *Handlers) ProcessStdin(w http.ResponseWriter, r *http.Request) {
 	closeIt, err := boolQuery(r, "close")
 	if err != nil {
 		rest.Error(w, err)
 		return
 	}
 	body := http.MaxBytesReader(w, r.Body, maxProcStdin)
-	if err := s.m.ProcessStdin(r.Context(), r.PathValue("id"), r.PathValue("pid"), body, closeIt, rest.Actor(r)); err != nil {
+	if err := h.E.ProcessStdin(r.Context(), r.PathValue("id"), r.PathValue("pid"), body, closeIt, rest.Actor(r)); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			err = errdefs.TooLarge("stdin exceeds %d bytes per request", maxProcStdin)
@@ -182,31 +184,32 @@ func (s *Server) processStdin(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) {
+// SignalProcess serves POST /v1/sandboxes/{id}/processes/{pid}/signal.
+func (h *Handlers) SignalProcess(w http.ResponseWriter, r *http.Request) {
 	var req api.SignalRequest
 	if err := input.Decode(r, &req); err != nil {
 		rest.Error(w, err)
 		return
 	}
-	if err := s.m.SignalProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), req.Signal, false, rest.Actor(r)); err != nil {
+	if err := h.E.SignalProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), req.Signal, false, rest.Actor(r)); err != nil {
 		rest.Error(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// killProcess sends SIGKILL and ends a supervised process's restarts.
-func (s *Server) killProcess(w http.ResponseWriter, r *http.Request) {
-	if err := s.m.SignalProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), "SIGKILL", true, rest.Actor(r)); err != nil {
+// KillProcess sends SIGKILL and ends a supervised process's restarts.
+func (h *Handlers) KillProcess(w http.ResponseWriter, r *http.Request) {
+	if err := h.E.SignalProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), "SIGKILL", true, rest.Actor(r)); err != nil {
 		rest.Error(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// waitProcess answers the process's exit once it has ended for good.
-func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request) {
-	ex, err := s.m.WaitProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), rest.Actor(r))
+// WaitProcess answers the process's exit once it has ended for good.
+func (h *Handlers) WaitProcess(w http.ResponseWriter, r *http.Request) {
+	ex, err := h.E.WaitProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), rest.Actor(r))
 	if err != nil {
 		rest.Error(w, err)
 		return
@@ -214,17 +217,17 @@ func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request) {
 	rest.JSON(w, 200, convert.ExitToAPI(ex))
 }
 
-// processWS attaches to a process over a WebSocket, for PTY processes:
+// ProcessWS attaches to a process over a WebSocket, for PTY processes:
 // the kept output then live output as WSStdout/WSStderr frames; the client
 // sends WSStdin, WSStdinEOF and WSResize; WSExit ends it when the process
 // ends. Leaving does not end the process.
-func (s *Server) processWS(w http.ResponseWriter, r *http.Request) {
+func (h *Handlers) ProcessWS(w http.ResponseWriter, r *http.Request) {
 	id, pid := r.PathValue("id"), r.PathValue("pid")
-	if _, err := s.m.Get(r.Context(), id); err != nil {
+	if _, err := h.E.Get(r.Context(), id); err != nil {
 		rest.Error(w, err)
 		return
 	}
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{WSProtocol}})
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{rest.WSProtocol}})
 	if err != nil {
 		return
 	}
@@ -235,7 +238,7 @@ func (s *Server) processWS(w http.ResponseWriter, r *http.Request) {
 	ws := &wsStream{conn: conn, ctx: ctx}
 	send := ws.send
 	stdinR, resize := ws.readInput(cancel, false)
-	ex, err := s.m.AttachProcess(ctx, id, pid, true, manager.AttachIO{
+	ex, err := h.E.AttachProcess(ctx, id, pid, true, manager.AttachIO{
 		Stdin: stdinR, KeepStdin: true,
 		Stdout: kindWriter{api.WSStdout, send}, Stderr: kindWriter{api.WSStderr, send},
 		Resize: resize,

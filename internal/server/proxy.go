@@ -9,53 +9,9 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/server/convert"
-	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/server/rest"
 )
-
-func (s *Server) getNetwork(w http.ResponseWriter, r *http.Request) {
-	nr, err := s.m.NetworkRules(r.Context(), r.PathValue("id"))
-	if err != nil {
-		rest.Error(w, err)
-		return
-	}
-	rest.JSON(w, 200, convert.RulesToAPI(nr))
-}
-
-func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
-	var req api.NetworkRulesRequest
-	if err := input.Decode(r, &req); err != nil {
-		rest.Error(w, err)
-		return
-	}
-	nr, err := s.m.UpdateNetworkRules(r.Context(), r.PathValue("id"), convert.RulesRequest(&req), rest.Actor(r))
-	if err != nil {
-		rest.Error(w, err)
-		return
-	}
-	rest.JSON(w, 200, convert.RulesToAPI(nr))
-}
-
-func (s *Server) flows(w http.ResponseWriter, r *http.Request) {
-	var after uint64
-	if v := r.URL.Query().Get("after"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			rest.Error(w, errdefs.Invalid("after must be a flow sequence number"))
-			return
-		}
-		after = n
-	}
-	fs, err := s.m.Flows(r.Context(), r.PathValue("id"), after, 10000)
-	if err != nil {
-		rest.Error(w, err)
-		return
-	}
-	rest.JSON(w, 200, convert.Slice(fs, convert.FlowToAPI))
-}
 
 // proxy forwards an HTTP request (WebSocket upgrades included) to a port
 // of a sandbox.

@@ -1,9 +1,14 @@
-package server
+// Package files serves the file routes of a sandbox: read and write a
+// file or a tar stream, stat, list, mkdir, remove, move and watch, and
+// the export and sandbox-to-sandbox copy. The routes are mounted by the
+// root package server's route table.
+package files
 
 import (
+	"context"
+	"io"
 	"net/http"
 	"os"
-	"runtime"
 	"strconv"
 
 	"github.com/berth-sh/berth/internal/errdefs"
@@ -13,7 +18,17 @@ import (
 	"github.com/berth-sh/berth/internal/server/rest"
 )
 
-func goVersion() string { return runtime.Version() }
+// Engine is what the file routes need of the engine.
+type Engine interface {
+	Files(ctx context.Context, ref string, write bool, actor string) (*manager.Files, error)
+	Export(ctx context.Context, ref string, paths []string, w io.Writer, actor string) error
+	Copy(ctx context.Context, req *manager.CopyRequest, actor string) error
+}
+
+// Handlers serves the file routes.
+type Handlers struct {
+	E Engine
+}
 
 // maxPathLen bounds a path query parameter.
 const maxPathLen = 4096
@@ -71,7 +86,8 @@ func formatParam(r *http.Request) (tar bool, err error) {
 	}
 }
 
-func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
+// Get serves GET /v1/sandboxes/{id}/files.
+func (h *Handlers) Get(w http.ResponseWriter, r *http.Request) {
 	path, err := pathParam(r)
 	if err != nil {
 		rest.Error(w, err)
@@ -82,7 +98,7 @@ func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 		rest.Error(w, err)
 		return
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"), false, rest.Actor(r))
+	f, err := h.E.Files(r.Context(), r.PathValue("id"), false, rest.Actor(r))
 	if err != nil {
 		rest.Error(w, err)
 		return
@@ -117,7 +133,8 @@ func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) writeFiles(w http.ResponseWriter, r *http.Request) {
+// Put serves PUT /v1/sandboxes/{id}/files.
+func (h *Handlers) Put(w http.ResponseWriter, r *http.Request) {
 	path, err := pathParam(r)
 	if err != nil {
 		rest.Error(w, err)
@@ -133,7 +150,7 @@ func (s *Server) writeFiles(w http.ResponseWriter, r *http.Request) {
 		rest.Error(w, err)
 		return
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"), true, rest.Actor(r))
+	f, err := h.E.Files(r.Context(), r.PathValue("id"), true, rest.Actor(r))
 	if err != nil {
 		rest.Error(w, err)
 		return
@@ -155,8 +172,9 @@ func (s *Server) writeFiles(w http.ResponseWriter, r *http.Request) {
 	rest.JSON(w, 200, convert.FileInfoToAPI(fi))
 }
 
-func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
-	f, path, ok := s.openFiles(w, r, false)
+// Stat serves GET /v1/sandboxes/{id}/files/stat.
+func (h *Handlers) Stat(w http.ResponseWriter, r *http.Request) {
+	f, path, ok := h.openFiles(w, r, false)
 	if !ok {
 		return
 	}
@@ -169,8 +187,9 @@ func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
 	rest.JSON(w, 200, convert.FileInfoToAPI(fi))
 }
 
-func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
-	f, path, ok := s.openFiles(w, r, false)
+// List serves GET /v1/sandboxes/{id}/files/list.
+func (h *Handlers) List(w http.ResponseWriter, r *http.Request) {
+	f, path, ok := h.openFiles(w, r, false)
 	if !ok {
 		return
 	}
@@ -183,7 +202,8 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 	rest.JSON(w, 200, convert.Slice(fis, convert.FileInfoToAPI))
 }
 
-func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
+// Mkdir serves POST /v1/sandboxes/{id}/files/mkdir.
+func (h *Handlers) Mkdir(w http.ResponseWriter, r *http.Request) {
 	path, err := pathParam(r)
 	if err != nil {
 		rest.Error(w, err)
@@ -199,7 +219,7 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
 		rest.Error(w, err)
 		return
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"), true, rest.Actor(r))
+	f, err := h.E.Files(r.Context(), r.PathValue("id"), true, rest.Actor(r))
 	if err != nil {
 		rest.Error(w, err)
 		return
@@ -212,7 +232,8 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
+// Remove serves DELETE /v1/sandboxes/{id}/files.
+func (h *Handlers) Remove(w http.ResponseWriter, r *http.Request) {
 	path, err := pathParam(r)
 	if err != nil {
 		rest.Error(w, err)
@@ -223,7 +244,7 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
 		rest.Error(w, err)
 		return
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"), true, rest.Actor(r))
+	f, err := h.E.Files(r.Context(), r.PathValue("id"), true, rest.Actor(r))
 	if err != nil {
 		rest.Error(w, err)
 		return
@@ -238,13 +259,13 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
 
 // openFiles parses the path parameter and opens file access to the
 // sandbox for a handler; on failure it has answered and returns false.
-func (s *Server) openFiles(w http.ResponseWriter, r *http.Request, write bool) (*manager.Files, string, bool) {
+func (h *Handlers) openFiles(w http.ResponseWriter, r *http.Request, write bool) (*manager.Files, string, bool) {
 	path, err := pathParam(r)
 	if err != nil {
 		rest.Error(w, err)
 		return nil, "", false
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"), write, rest.Actor(r))
+	f, err := h.E.Files(r.Context(), r.PathValue("id"), write, rest.Actor(r))
 	if err != nil {
 		rest.Error(w, err)
 		return nil, "", false

@@ -1,4 +1,4 @@
-package server
+package exec
 
 import (
 	"context"
@@ -19,17 +19,17 @@ import (
 	"github.com/berth-sh/berth/internal/server/rest"
 )
 
-// execWS serves an interactive exec over a WebSocket: the first message is
+// ExecWS serves an interactive exec over a WebSocket: the first message is
 // the JSON ExecRequest, then binary frames tagged by their first byte (see
 // api.WSStdin and friends).
-func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
+func (h *Handlers) ExecWS(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	// Fail fast with a plain HTTP error for an unknown sandbox.
-	if _, err := s.m.Get(r.Context(), id); err != nil {
+	if _, err := h.E.Get(r.Context(), id); err != nil {
 		rest.Error(w, err)
 		return
 	}
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{WSProtocol}})
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{rest.WSProtocol}})
 	if err != nil {
 		return
 	}
@@ -64,7 +64,7 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	stdinR, resize := ws.readInput(cancel, true)
-	exit, err := s.m.Exec(ctx, id, convert.ExecRequest(&req), manager.ExecIO{
+	exit, err := h.E.Exec(ctx, id, convert.ExecRequest(&req), manager.ExecIO{
 		Stdin:  stdinR,
 		Stdout: kindWriter{api.WSStdout, send},
 		Stderr: kindWriter{api.WSStderr, send},
