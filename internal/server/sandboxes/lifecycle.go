@@ -15,23 +15,29 @@ import (
 
 // Lifecycle serves POST /v1/sandboxes/{id}/{op}.
 func (h *Handlers) Lifecycle(op string) http.HandlerFunc {
-	// The manager's method is looked up per request, not when the route
-	// table is built (the table is built before, and without, a manager).
-	fns := map[string]func(*Handlers) func(context.Context, string, string) (*sandbox.Sandbox, error){
-		"pause":  func(h *Handlers) func(context.Context, string, string) (*sandbox.Sandbox, error) { return h.E.Pause },
-		"resume": func(h *Handlers) func(context.Context, string, string) (*sandbox.Sandbox, error) { return h.E.Resume },
-		"stop":   func(h *Handlers) func(context.Context, string, string) (*sandbox.Sandbox, error) { return h.E.Stop },
-		"start":  func(h *Handlers) func(context.Context, string, string) (*sandbox.Sandbox, error) { return h.E.Start },
-		"reset":  func(h *Handlers) func(context.Context, string, string) (*sandbox.Sandbox, error) { return h.E.Reset },
-		"quarantine": func(h *Handlers) func(context.Context, string, string) (*sandbox.Sandbox, error) {
-			return h.E.Quarantine
-		},
-		"release": func(h *Handlers) func(context.Context, string, string) (*sandbox.Sandbox, error) { return h.E.Release },
-		"touch":   func(h *Handlers) func(context.Context, string, string) (*sandbox.Sandbox, error) { return h.E.Touch },
-	}
-	pick := fns[op]
 	return func(w http.ResponseWriter, r *http.Request) {
-		fn := pick(h)
+		// The engine's method is picked per request, not when the route
+		// table is built (the table is built before, and without, an
+		// engine).
+		var fn func(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error)
+		switch op {
+		case "pause":
+			fn = h.E.Pause
+		case "resume":
+			fn = h.E.Resume
+		case "stop":
+			fn = h.E.Stop
+		case "start":
+			fn = h.E.Start
+		case "reset":
+			fn = h.E.Reset
+		case "quarantine":
+			fn = h.E.Quarantine
+		case "release":
+			fn = h.E.Release
+		case "touch":
+			fn = h.E.Touch
+		}
 		if op == "stop" && r.URL.Query().Has("timeout") {
 			grace, err := parseStopTimeout(r.URL.Query().Get("timeout"))
 			if err != nil {
