@@ -1,18 +1,14 @@
 package server
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/server/input"
-	"github.com/berth-sh/berth/internal/store"
+	"github.com/berth-sh/berth/internal/server/rest"
 )
 
 // Audited reports whether calls of rt are recorded in the audit log: every
@@ -45,13 +41,11 @@ func (s *Server) serveAudited(w http.ResponseWriter, r *http.Request, rt Route, 
 		target = r.PathValue("name")
 	}
 	e := audit.Entry{Tenant: p.Tenant, Actor: p.Actor, Action: rt.Pattern, Target: target, Source: r.RemoteAddr}
-	if info := infoOf(w); info != nil {
-		e.RequestID = info.id
-	}
+	e.RequestID = rest.RequestID(w)
 	op, err := s.Audit.Begin(r.Context(), e)
 	if err != nil {
 		s.logger().Error("audit: refusing a call that cannot be recorded", "route", rt.Pattern, "err", err)
-		writeError(w, errdefs.Unavailable("the audit log cannot be written; nothing was done"))
+		rest.Error(w, errdefs.Unavailable("the audit log cannot be written; nothing was done"))
 		return
 	}
 	finished := false
@@ -69,18 +63,7 @@ func (s *Server) serveAudited(w http.ResponseWriter, r *http.Request, rt Route, 
 
 // statusResult is the outcome of an answered call: "ok 201", "error 404".
 func statusResult(w http.ResponseWriter) string {
-	status := 0
-	for w != nil {
-		if sw, ok := w.(*statusWriter); ok {
-			status = sw.status
-			break
-		}
-		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
-		if !ok {
-			break
-		}
-		w = u.Unwrap()
-	}
+	status := rest.StatusOf(w)
 	if status == 0 {
 		return "unknown"
 	}
@@ -88,160 +71,4 @@ func statusResult(w http.ResponseWriter) string {
 		return "ok " + strconv.Itoa(status)
 	}
 	return "error " + strconv.Itoa(status)
-}
-
-// auditOwner is whose audit chains a caller reads: its tenant's; the host
-// operator on the unix socket reads every tenant's.
-func auditOwner(r *http.Request) store.Owner {
-	if p, ok := auth.From(r.Context()); ok && p.Actor == auth.Admin.Actor {
-		return store.AnyOwner
-	}
-	return ownerOf(r.Context())
-}
-
-// auditFilter reads GET /v1/audit's query: since and until (RFC 3339),
-// actor, action, target.
-func auditFilter(r *http.Request) (store.AuditFilter, error) {
-	q := r.URL.Query()
-	f := store.AuditFilter{Owner: auditOwner(r), Actor: q.Get("actor"), Action: q.Get("action"), Target: q.Get("target")}
-	for _, tm := range []struct {
-		name string
-		dst  *time.Time
-	}{{"since", &f.Since}, {"until", &f.Until}} {
-		v := q.Get(tm.name)
-		if v == "" {
-			continue
-		}
-		t, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
-			return f, errdefs.Invalid("%s must be an RFC 3339 time (2006-01-02T15:04:05Z)", tm.name)
-		}
-		*tm.dst = t
-	}
-	for _, v := range []struct{ name, val string }{{"actor", f.Actor}, {"action", f.Action}, {"target", f.Target}} {
-		if err := checkAuditText(v.name, v.val); err != nil {
-			return f, err
-		}
-	}
-	return f, nil
-}
-
-// checkAuditText refuses a filter value no record can hold: control
-// characters (PostgreSQL refuses a NUL outright) or past 512 bytes.
-func checkAuditText(name, v string) error {
-	if len(v) > 512 {
-		return errdefs.Invalid("%s is longer than 512 bytes", name)
-	}
-	for i, c := range v {
-		if c < 0x20 || c == 0x7f || (c >= 0x80 && c < 0xa0) || c == 0xfffd {
-			return errdefs.Invalid("%s has a control character or invalid UTF-8 at offset %d", name, i)
-		}
-	}
-	return nil
-}
-
-func (s *Server) auditLog() (*audit.Log, error) {
-	if s.Audit == nil {
-		return nil, errdefs.NotSupported("this daemon keeps no audit log")
-	}
-	return s.Audit, nil
-}
-
-func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
-	l, err := s.auditLog()
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	f, err := auditFilter(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	p, err := pageOf(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	es, next, err := l.List(r.Context(), f, p)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	out := make([]api.AuditEntry, 0, len(es))
-	for _, e := range es {
-		out = append(out, api.AuditEntry{Tenant: e.Tenant, Seq: e.Seq, Time: e.Time, Actor: e.Actor, Action: e.Action,
-			Target: e.Target, RequestID: e.RequestID, Source: e.Source, Result: e.Result, CompletedAt: e.CompletedAt})
-	}
-	setNext(w, next)
-	writeJSON(w, http.StatusOK, out)
-}
-
-// exportAudit streams every record of the caller's chains as JSON lines,
-// by tenant then seq: what an offline verifier holding the key needs.
-func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request) {
-	l, err := s.auditLog()
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
-	enc := json.NewEncoder(w)
-	err = l.Export(r.Context(), auditOwner(r), func(rec *store.AuditRecord) error {
-		return enc.Encode(api.AuditRecord{Tenant: rec.Tenant, Seq: rec.Seq, Kind: rec.Kind, Ref: rec.Ref, Time: rec.Time,
-			Actor: rec.Actor, Action: rec.Action, Target: rec.Target, RequestID: rec.RequestID, Source: rec.Source,
-			Result: rec.Result, PrevHash: rec.PrevHash, Hash: rec.Hash})
-	})
-	if err != nil {
-		// The status is sent: cut the stream so the caller sees it short.
-		s.logger().Error("audit export cut short", "err", err)
-		panic(http.ErrAbortHandler)
-	}
-}
-
-// verifyAnchor checks the chains the caller sees against an anchor this
-// daemon signed (its own key, never one the anchor names).
-func (s *Server) verifyAnchor(r *http.Request, l *audit.Log, raw []byte) (*audit.Report, error) {
-	if len(s.AuditAnchorKey) == 0 {
-		return nil, errdefs.Unavailable("this daemon signs no audit anchors")
-	}
-	a, err := audit.ParseAnchor(raw)
-	if err != nil {
-		return nil, errdefs.Invalid("%v", err)
-	}
-	if err := audit.CheckSignature(a, s.AuditAnchorKey); err != nil {
-		return nil, errdefs.Invalid("%v", err)
-	}
-	return l.VerifyAnchor(r.Context(), auditOwner(r), a)
-}
-
-func (s *Server) verifyAudit(w http.ResponseWriter, r *http.Request) {
-	l, err := s.auditLog()
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	var req api.AuditVerifyRequest
-	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
-		if err := input.Decode(r, &req); err != nil {
-			writeError(w, err)
-			return
-		}
-	}
-	var rep *audit.Report
-	if len(req.Anchor) > 0 {
-		rep, err = s.verifyAnchor(r, l, req.Anchor)
-	} else {
-		rep, err = l.Verify(r.Context(), auditOwner(r))
-	}
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	out := api.AuditVerify{OK: rep.OK, Checked: rep.Checked, Pending: rep.Pending}
-	if rep.Bad != nil {
-		out.Bad = &api.AuditBad{Tenant: rep.Bad.Tenant, Seq: rep.Bad.Seq, Reason: rep.Bad.Reason}
-	}
-	writeJSON(w, http.StatusOK, out)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/berth-sh/berth/internal/console"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/server/input"
+	"github.com/berth-sh/berth/internal/server/rest"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -26,7 +27,7 @@ const ConsoleSessionTTL = 8 * time.Hour
 // routes only (bearerRoutes), never forwarded by the port proxy.
 const (
 	BearerProtocol = "berth.bearer."
-	WSProtocol     = "berth"
+	WSProtocol     = rest.WSProtocol
 )
 
 // bearerRoutes are the routes that read a bearer from the WebSocket
@@ -117,8 +118,8 @@ func (s *Server) consoleCode(w http.ResponseWriter, r *http.Request) {
 	// Only the unix socket's caller: a host key over TCP (a console
 	// session's own, say) minting codes would renew itself for ever, each
 	// new key tied to nothing a revocation reaches.
-	if trusted, _ := r.Context().Value(trustedKey{}).(bool); !trusted {
-		writeError(w, errdefs.Permission("sign-in codes are minted over the unix socket only: run berth console on the daemon's host"))
+	if trusted := rest.Trusted(r.Context()); !trusted {
+		rest.Error(w, errdefs.Permission("sign-in codes are minted over the unix socket only: run berth console on the daemon's host"))
 		return
 	}
 	code, exp := s.consoleCodes.Mint(s.now())
@@ -127,7 +128,7 @@ func (s *Server) consoleCode(w http.ResponseWriter, r *http.Request) {
 		out.URLs = append(out.URLs, strings.TrimSuffix(base, "/")+console.Prefix+"#code="+url.QueryEscape(code))
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, http.StatusCreated, out)
+	rest.JSON(w, http.StatusCreated, out)
 }
 
 // consoleSession trades a sign-in code for a short-lived key of the
@@ -138,21 +139,21 @@ func (s *Server) consoleCode(w http.ResponseWriter, r *http.Request) {
 // the answer only (no cookie: nothing a cross-site request could ride).
 func (s *Server) consoleSession(w http.ResponseWriter, r *http.Request) {
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
-		writeError(w, errdefs.Invalid("the sign-in exchange takes application/json"))
+		rest.Error(w, errdefs.Invalid("the sign-in exchange takes application/json"))
 		return
 	}
 	if err := sameOrigin(r); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	var req api.ConsoleSessionRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	now := s.now()
 	if !s.consoleCodes.Redeem(req.Code, now) {
-		writeError(w, errdefs.Unauthenticated("the sign-in code is unknown, used or expired: run berth console again"))
+		rest.Error(w, errdefs.Unauthenticated("the sign-in code is unknown, used or expired: run berth console again"))
 		return
 	}
 	id, key := auth.NewKey()
@@ -160,11 +161,11 @@ func (s *Server) consoleSession(w http.ResponseWriter, r *http.Request) {
 		Role: string(auth.RoleAdmin), Scopes: []string{string(auth.ScopeAdmin)},
 		CreatedAt: now, CreatedBy: "console-signin", ExpiresAt: now.Add(ConsoleSessionTTL)}
 	if err := s.m.Store().CreateAPIKey(r.Context(), k); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, http.StatusCreated, api.ConsoleSession{APIKey: key, KeyID: id, ExpiresAt: k.ExpiresAt})
+	rest.JSON(w, http.StatusCreated, api.ConsoleSession{APIKey: key, KeyID: id, ExpiresAt: k.ExpiresAt})
 }
 
 // sameOrigin refuses a request a browser says comes from another site or

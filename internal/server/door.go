@@ -9,6 +9,7 @@ import (
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server/rest"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -29,7 +30,7 @@ func (s *Server) Credential(ctx context.Context, token string, rule auth.Rule, i
 		return auth.Principal{}, err
 	}
 	if p.IsLease() {
-		if sb, err := s.lookup(ctx, p.Sandbox); err != nil || !leasable(sb.State) {
+		if sb, err := s.lookup(ctx, p.Sandbox); err != nil || !rest.Leasable(sb.State) {
 			return auth.Principal{}, errdefs.Unauthenticated("the lease token ended with its sandbox")
 		}
 	}
@@ -44,7 +45,9 @@ func (s *Server) Credential(ctx context.Context, token string, rule auth.Rule, i
 
 // WithCaller is the context a call of the authorized p runs in: the
 // principal and the identity the engine reads owners from.
-func WithCaller(ctx context.Context, p auth.Principal) context.Context { return withCaller(ctx, p) }
+func WithCaller(ctx context.Context, p auth.Principal) context.Context {
+	return rest.WithCaller(ctx, p)
+}
 
 // SandboxLease is the lease token a door hands out for sb: its
 // create-time lease while that lives. A stop revokes every lease of a
@@ -60,7 +63,7 @@ func (s *Server) SandboxLease(ctx context.Context, sb *sandbox.Sandbox, keyID st
 		return "", err
 	}
 	tok, err := s.createLease(ctx, sb, creator)
-	if err != nil || s.Leases == nil || !leasable(sb.State) {
+	if err != nil || s.Leases == nil || !rest.Leasable(sb.State) {
 		return tok, err
 	}
 	first, err := s.m.Store().GetLease(ctx, auth.CreateLeaseID(sb.ID))

@@ -19,6 +19,7 @@ import (
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/server/input"
+	"github.com/berth-sh/berth/internal/server/rest"
 )
 
 // syncBuf is a log sink tests read while the server writes.
@@ -50,23 +51,23 @@ func edgeServer(t *testing.T, maxPerClient int, hs *http.Server) (string, *syncB
 	s.mount([]Route{
 		{Pattern: "GET /ok", Rule: public, h: hf(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })},
 		{Pattern: "GET /fail", Rule: public, h: hf(func(w http.ResponseWriter, r *http.Request) {
-			writeError(w, errors.New("disk /var/lib/berth/secret-path exploded"))
+			rest.Error(w, errors.New("disk /var/lib/berth/secret-path exploded"))
 		})},
 		{Pattern: "GET /panic", Rule: public, h: hf(func(w http.ResponseWriter, r *http.Request) { panic("boom") })},
 		{Pattern: "GET /unavailable", Rule: public, h: hf(func(w http.ResponseWriter, r *http.Request) {
-			writeError(w, errdefs.Unavailable("the store is down"))
+			rest.Error(w, errdefs.Unavailable("the store is down"))
 		})},
 		{Pattern: "POST /echo", Rule: public, h: hf(func(w http.ResponseWriter, r *http.Request) {
 			var req api.CreateVolumeRequest
 			if err := input.Decode(r, &req); err != nil {
-				writeError(w, err)
+				rest.Error(w, err)
 				return
 			}
-			writeJSON(w, 200, req)
+			rest.JSON(w, 200, req)
 		})},
 		{Pattern: HostPortPattern, Rule: lease(auth.ScopePorts), PublicPort: true, h: hf(func(w http.ResponseWriter, r *http.Request) {})},
 		{Pattern: "/", Rule: public, h: hf(func(w http.ResponseWriter, r *http.Request) {
-			writeError(w, errdefs.NotFound("no route %s %s", r.Method, r.URL.Path))
+			rest.Error(w, errdefs.NotFound("no route %s %s", r.Method, r.URL.Path))
 		})},
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -334,12 +335,12 @@ func TestBodyDeadline(t *testing.T) {
 		{Pattern: "POST /slow", Rule: public, h: hf(func(w http.ResponseWriter, r *http.Request) {
 			var req api.PoolRequest
 			if err := input.Decode(r, &req); err != nil {
-				writeError(w, err)
+				rest.Error(w, err)
 				return
 			}
 			select { // longer than the body deadline
 			case <-time.After(time.Second):
-				writeJSON(w, 200, req)
+				rest.JSON(w, 200, req)
 			case <-r.Context().Done():
 				t.Error("the request was cancelled after its body was read")
 			}
@@ -423,10 +424,10 @@ func TestUploadIdleDeadline(t *testing.T) {
 		{Pattern: "PUT /up", Rule: public, Stream: true, Upload: true, h: hf(func(w http.ResponseWriter, r *http.Request) {
 			n, err := io.Copy(io.Discard, r.Body)
 			if err != nil {
-				writeError(w, err)
+				rest.Error(w, err)
 				return
 			}
-			writeJSON(w, 200, map[string]int64{"bytes": n})
+			rest.JSON(w, 200, map[string]int64{"bytes": n})
 		})},
 		{Pattern: HostPortPattern, Rule: lease(auth.ScopePorts), PublicPort: true, h: hf(func(w http.ResponseWriter, r *http.Request) {})},
 	})

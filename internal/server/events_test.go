@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server/events"
 )
 
 // sseFrame is one frame of an event stream.
@@ -316,14 +316,14 @@ func TestEventStreamEnds(t *testing.T) {
 	for _, bad := range []struct{ path, last string }{
 		{"/v1/events", "x"}, {"/v1/events", "-1"}, {"/v1/events", "99999999999999999999"},
 		{"/v1/events?after=1e3", ""}, {"/v1/events?type=a%0Ab", ""}, {"/v1/events?sandbox=", ""},
-		{"/v1/events?" + strings.Repeat("type=x&", maxEventFilters+1), ""},
+		{"/v1/events?" + strings.Repeat("type=x&", events.MaxEventFilters+1), ""},
 	} {
 		if _, code, body := e.tryStream(k2, bad.path, bad.last); code != 400 || !strings.Contains(body, "invalid_argument") {
 			t.Errorf("%s (Last-Event-ID %q): %d %s, want 400 invalid_argument", bad.path, bad.last, code, body)
 		}
 	}
 	var open []*sseStream
-	for range maxStreamsPerKey {
+	for range events.MaxStreamsPerKey {
 		open = append(open, e.openStream(k2, "/v1/events", ""))
 	}
 	if _, code, body := e.tryStream(k2, "/v1/events", ""); code != 429 {
@@ -353,41 +353,15 @@ func TestEventStreamEnds(t *testing.T) {
 	}
 }
 
-// FuzzParseEventQuery: whatever the query and Last-Event-ID, the parser
-// returns an error or filters within bounds, made of characters ids and
-// types have.
-func FuzzParseEventQuery(f *testing.F) {
-	f.Add("sandbox=a&type=state&after=3", "7")
-	f.Add("after=-1", "")
-	f.Add("type=a%0Ab&type=a", " 12 ")
-	f.Fuzz(func(t *testing.T, rawQuery, last string) {
-		q, err := url.ParseQuery(rawQuery)
-		if err != nil {
-			return
-		}
-		eq, err := parseEventQuery(q, last)
-		if err != nil {
-			return
-		}
-		if eq.After < 0 || len(eq.Sandboxes) > maxEventFilters || len(eq.Types) > maxEventFilters {
-			t.Fatalf("%+v out of bounds", eq)
-		}
-		for _, v := range append(eq.Sandboxes, eq.Types...) {
-			if checkFilterValue("x", v) != nil {
-				t.Fatalf("accepted %q", v)
-			}
-		}
-	})
-}
-
 // TestEventStreamBehindEnds: a stream that never catches up (a long
 // history read a page at a time) is still re-checked: its key revoked,
 // it ends long before the backlog is sent.
 func TestEventStreamBehindEnds(t *testing.T) {
-	oldRecheck, oldPage := credRecheck, streamPage
-	credRecheck, streamPage = 50*time.Millisecond, 1
-	t.Cleanup(func() { credRecheck, streamPage = oldRecheck, oldPage })
+	oldRecheck := credRecheck
+	credRecheck = 50 * time.Millisecond
+	t.Cleanup(func() { credRecheck = oldRecheck })
 	e := newTenv(t)
+	e.srv.events.Page = 1
 	e.tenant("a")
 	k := e.key("local", "a", "admin")
 	sb := e.sandbox(k.Key, `{}`)
@@ -408,16 +382,16 @@ func TestEventStreamBehindEnds(t *testing.T) {
 }
 
 // TestEventStreamTenantCap: a tenant's keys together hold at most
-// maxStreamsPerTenant streams, however many keys its admins make; the
+// events.MaxStreamsPerTenant streams, however many keys its admins make; the
 // host is not capped by tenant, and another tenant is not affected.
 func TestEventStreamTenantCap(t *testing.T) {
 	e := newTenv(t)
 	e.tenant("a")
 	e.tenant("b")
 	var open []*sseStream
-	for len(open) < maxStreamsPerTenant {
+	for len(open) < events.MaxStreamsPerTenant {
 		k := e.key("local", "a", "admin").Key
-		for range min(maxStreamsPerKey, maxStreamsPerTenant-len(open)) {
+		for range min(events.MaxStreamsPerKey, events.MaxStreamsPerTenant-len(open)) {
 			open = append(open, e.openStream(k, "/v1/events", ""))
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server/idempotency"
+	"github.com/berth-sh/berth/internal/server/rest"
+	"github.com/berth-sh/berth/internal/server/sandboxes"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -68,7 +70,7 @@ func (s *Server) idempotent(kind idempotency.Kind, h http.HandlerFunc) http.Hand
 			},
 			MaxBody: maxJSONBody, NewID: manager.NewID,
 			Seal: s.sealLeases, Unseal: s.unsealLeases,
-			WriteError: writeError, WriteJSON: writeJSON,
+			WriteError: rest.Error, WriteJSON: rest.JSON,
 			Log: func() *slog.Logger { return s.log },
 		}
 	})
@@ -107,7 +109,7 @@ func (s *Server) settled(ctx context.Context, id string) (*sandbox.Sandbox, erro
 	st, _ := s.idemBackend()
 	deadline := time.Now().Add(idempotency.Wait)
 	for {
-		sb, err := st.GetSandbox(ctx, ownerOf(ctx), id)
+		sb, err := st.GetSandbox(ctx, rest.OwnerOf(ctx), id)
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return nil, nil
 		} else if err != nil {
@@ -152,8 +154,8 @@ func (s *Server) idemCreate() idempotency.Kind {
 		if !sb.State.Live() && sb.Error != "" {
 			return createFailed(sb)
 		}
-		out := s.toAPI(sb)
-		if out.LeaseToken, err = s.createLease(ctx, sb, principal(r)); err != nil {
+		out := s.sandboxes.ToAPI(sb)
+		if out.LeaseToken, err = s.createLease(ctx, sb, rest.Principal(r)); err != nil {
 			return 0, nil, false, err
 		}
 		return http.StatusCreated, out, true, nil
@@ -187,7 +189,7 @@ func (s *Server) idemFork() idempotency.Kind {
 			case !sb.State.Live() && sb.Error != "":
 				failed = sb
 			default:
-				resp.Children = append(resp.Children, s.toAPI(sb))
+				resp.Children = append(resp.Children, s.sandboxes.ToAPI(sb))
 			}
 		}
 		if len(resp.Children) == 0 {
@@ -205,13 +207,13 @@ func (s *Server) idemSnapshot() idempotency.Kind {
 		if len(rec.IDs) != 1 {
 			return 0, nil, false, nil
 		}
-		sn, err := s.m.Store().GetSnapshot(ctx, ownerOf(ctx), rec.IDs[0])
+		sn, err := s.m.Store().GetSnapshot(ctx, rest.OwnerOf(ctx), rec.IDs[0])
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return 0, nil, false, nil
 		} else if err != nil {
 			return 0, nil, false, err
 		}
-		return http.StatusCreated, snapshotToAPI(sn), true, nil
+		return http.StatusCreated, sandboxes.SnapshotToAPI(sn), true, nil
 	}}
 }
 
@@ -223,7 +225,7 @@ func (s *Server) idemVolume() idempotency.Kind {
 		if json.Unmarshal(body, &req) != nil || req.Name == "" {
 			return 0, nil, false, nil
 		}
-		v, err := s.m.Store().GetVolumeByName(ctx, ownerOf(ctx), req.Name)
+		v, err := s.m.Store().GetVolumeByName(ctx, rest.OwnerOf(ctx), req.Name)
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return 0, nil, false, nil
 		} else if err != nil {
@@ -232,6 +234,6 @@ func (s *Server) idemVolume() idempotency.Kind {
 		if v.CreatedAt.Before(rec.CreatedAt) {
 			return 0, nil, false, nil // older: the retry's create will say the name is taken
 		}
-		return http.StatusCreated, s.volumeToAPI(v), true, nil
+		return http.StatusCreated, s.sandboxes.VolumeToAPI(v), true, nil
 	}}
 }

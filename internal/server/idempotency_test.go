@@ -21,6 +21,7 @@ import (
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server/idempotency"
 	"github.com/berth-sh/berth/internal/server/input"
+	"github.com/berth-sh/berth/internal/server/rest"
 	"github.com/berth-sh/berth/internal/store"
 	"github.com/berth-sh/berth/internal/store/sqlite"
 )
@@ -66,7 +67,7 @@ func newIdemFixture(t *testing.T) *idemFixture {
 			Fail int    `json:"fail"`
 		}
 		if err := input.Decode(r, &req); err != nil {
-			writeError(w, err)
+			rest.Error(w, err)
 			return
 		}
 		f.calls.Add(1)
@@ -76,10 +77,10 @@ func newIdemFixture(t *testing.T) *idemFixture {
 		switch req.Fail {
 		case 0:
 		case http.StatusConflict:
-			writeError(w, errdefs.Conflict("name %q taken", req.Name))
+			rest.Error(w, errdefs.Conflict("name %q taken", req.Name))
 			return
 		default:
-			writeError(w, errors.New("boom"))
+			rest.Error(w, errors.New("boom"))
 			return
 		}
 		id := idempotency.ID(r)
@@ -89,10 +90,10 @@ func newIdemFixture(t *testing.T) *idemFixture {
 		now := time.Now()
 		if err := st.CreateSandbox(r.Context(), &sandbox.Sandbox{ID: id, Name: req.Name, State: sandbox.StateRunning,
 			CreatedAt: now, UpdatedAt: now}); err != nil {
-			writeError(w, err)
+			rest.Error(w, err)
 			return
 		}
-		writeJSON(w, http.StatusCreated, map[string]string{"id": id, "name": req.Name})
+		rest.JSON(w, http.StatusCreated, map[string]string{"id": id, "name": req.Name})
 	})
 	return f
 }

@@ -5,7 +5,15 @@ import (
 	"net"
 
 	"github.com/berth-sh/berth/internal/server/edge"
+	"github.com/berth-sh/berth/internal/server/rest"
 )
+
+// RequestIDHeader carries every request's id (see package rest).
+const RequestIDHeader = rest.RequestIDHeader
+
+// ValidRequestID reports whether a caller's request id is taken as is
+// (see package rest).
+func ValidRequestID(id string) bool { return rest.ValidRequestID(id) }
 
 // Listener wraps a listener the API is served on (package edge): the
 // per-client connection cap and the JSON rewrite of net/http's own error
@@ -20,7 +28,7 @@ func (s *Server) Listener(l net.Listener, maxPerClient int) net.Listener {
 func ConnContext(ctx context.Context, c net.Conn) context.Context { return edge.ConnContext(ctx, c) }
 
 func (s *Server) edgeConfig() edge.Config {
-	cfg := edge.Config{Log: s.logger, NewRequestID: newRequestID, RequestIDHeader: RequestIDHeader,
+	cfg := edge.Config{Log: s.logger, NewRequestID: rest.NewRequestID, RequestIDHeader: RequestIDHeader,
 		MaxHeaderBytes: s.maxHeaderBytes()}
 	if s.metrics != nil {
 		cfg.ConnOpen, cfg.ConnRefused = s.metrics.connOpen, s.metrics.connRefused

@@ -20,6 +20,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/server/rest"
 )
 
 // credRecheck is how often bound credentials are re-checked (a variable,
@@ -159,7 +160,7 @@ func (s *Server) recheck(ctx context.Context, p auth.Principal) error {
 		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			return err
 		}
-		if err != nil || !leasable(sb.State) {
+		if err != nil || !rest.Leasable(sb.State) {
 			return errdefs.Unauthenticated("the token ended with its sandbox")
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/mcp"
+	"github.com/berth-sh/berth/internal/server/rest"
 )
 
 // The MCP endpoint (/v1/mcp): the tools of internal/mcp over streamable
@@ -36,7 +37,7 @@ func (s *Server) mcpHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mcpInit()
 		if s.mcp.handler == nil {
-			writeError(w, errdefs.Unavailable("the daemon is shutting down"))
+			rest.Error(w, errdefs.Unavailable("the daemon is shutting down"))
 			return
 		}
 		s.mcp.handler.ServeHTTP(w, r)
@@ -82,7 +83,7 @@ func (s *Server) mcpCaller(r *http.Request) (mcp.Caller, bool) {
 	if !ok || p.IsLease() || p.Actor == auth.Anonymous.Actor {
 		return mcp.Caller{}, false
 	}
-	trusted, _ := r.Context().Value(trustedKey{}).(bool)
+	trusted := rest.Trusted(r.Context())
 	key := ""
 	owner := "local"
 	if !trusted {

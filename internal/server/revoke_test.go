@@ -18,6 +18,7 @@ import (
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/server/admin"
 )
 
 // revokeWithin is the bound the issue sets: a connection must end within
@@ -214,7 +215,7 @@ func TestRevocationEndsStreams(t *testing.T) {
 		if pt.ID == "" {
 			t.Fatalf("port token without an id: %+v", pt)
 		}
-		req, _ := http.NewRequest("GET", e.tcp.URL+portPath(sb.ID, 7000), nil)
+		req, _ := http.NewRequest("GET", e.tcp.URL+admin.PortPath(sb.ID, 7000), nil)
 		req.Header.Set(PortTokenHeader, pt.Token)
 		resp, err := noRedirect.Do(req)
 		if err != nil {

@@ -17,10 +17,10 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/identity"
 	"github.com/berth-sh/berth/internal/server/edge"
+	"github.com/berth-sh/berth/internal/server/events"
 	"github.com/berth-sh/berth/internal/server/input"
-	"github.com/berth-sh/berth/internal/store"
+	"github.com/berth-sh/berth/internal/server/rest"
 )
 
 // Route is one entry of the API's route table: a ServeMux pattern and
@@ -74,7 +74,6 @@ func lease(scopes ...auth.Scope) auth.Rule { return auth.Rule{Scopes: scopes, Le
 const (
 	read  = auth.ScopeSandboxesRead
 	write = auth.ScopeSandboxesWrite
-	admin = auth.ScopeAdmin
 )
 
 // routeTable is the whole API: every route with its rule, in one place.
@@ -91,58 +90,58 @@ func (s *Server) routeTable() []Route {
 		})},
 		{Pattern: "GET /metrics", Rule: hostOnly, h: promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})},
 
-		{Pattern: "POST /v1/sandboxes", Rule: need(write), h: hf(s.idempotent(s.idemCreate(), s.createSandbox))},
-		{Pattern: "GET /v1/sandboxes", Rule: need(read), h: hf(s.listSandboxes)},
-		{Pattern: "GET /v1/sandboxes/{id}", Rule: lease(read), h: hf(s.getSandbox)},
-		{Pattern: "DELETE /v1/sandboxes/{id}", Rule: need(write), h: hf(s.deleteSandbox)},
-		{Pattern: "GET /v1/sandboxes/{id}/events", Rule: lease(read), EventStream: true, h: hf(s.events)},
-		{Pattern: "GET /v1/events", Rule: need(read), EventStream: true, h: hf(s.allEvents)},
-		{Pattern: "POST /v1/run", Rule: need(write, auth.ScopeExec), Stream: true, h: hf(s.run)},
+		{Pattern: "POST /v1/sandboxes", Rule: need(write), h: hf(s.idempotent(s.idemCreate(), s.sandboxes.Create))},
+		{Pattern: "GET /v1/sandboxes", Rule: need(read), h: hf(s.sandboxes.List)},
+		{Pattern: "GET /v1/sandboxes/{id}", Rule: lease(read), h: hf(s.sandboxes.Get)},
+		{Pattern: "DELETE /v1/sandboxes/{id}", Rule: need(write), h: hf(s.sandboxes.Delete)},
+		{Pattern: "GET /v1/sandboxes/{id}/events", Rule: lease(read), EventStream: true, h: hf(s.events.Sandbox)},
+		{Pattern: "GET /v1/events", Rule: need(read), EventStream: true, h: hf(s.events.All)},
+		{Pattern: "POST /v1/run", Rule: need(write, auth.ScopeExec), Stream: true, h: hf(s.exec.Run)},
 
-		{Pattern: "POST /v1/sandboxes/{id}/exec", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.exec)},
-		{Pattern: "GET /v1/sandboxes/{id}/exec/ws", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.execWS)},
+		{Pattern: "POST /v1/sandboxes/{id}/exec", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.exec.Exec)},
+		{Pattern: "GET /v1/sandboxes/{id}/exec/ws", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.exec.ExecWS)},
 
-		{Pattern: "GET /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.readFiles)},
-		{Pattern: "PUT /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Stream: true, Upload: true, h: hf(s.writeFiles)},
-		{Pattern: "DELETE /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), h: hf(s.removeFile)},
-		{Pattern: "GET /v1/sandboxes/{id}/files/stat", Rule: lease(auth.ScopeFiles), h: hf(s.statFile)},
-		{Pattern: "GET /v1/sandboxes/{id}/files/list", Rule: lease(auth.ScopeFiles), h: hf(s.listFiles)},
-		{Pattern: "POST /v1/sandboxes/{id}/files/mkdir", Rule: lease(auth.ScopeFiles), h: hf(s.mkdir)},
-		{Pattern: "POST /v1/sandboxes/{id}/export", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.export)},
-		{Pattern: "POST /v1/copy", Rule: need(auth.ScopeFiles), Stream: true, h: hf(s.copy)},
+		{Pattern: "GET /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.files.Get)},
+		{Pattern: "PUT /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Stream: true, Upload: true, h: hf(s.files.Put)},
+		{Pattern: "DELETE /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), h: hf(s.files.Remove)},
+		{Pattern: "GET /v1/sandboxes/{id}/files/stat", Rule: lease(auth.ScopeFiles), h: hf(s.files.Stat)},
+		{Pattern: "GET /v1/sandboxes/{id}/files/list", Rule: lease(auth.ScopeFiles), h: hf(s.files.List)},
+		{Pattern: "POST /v1/sandboxes/{id}/files/mkdir", Rule: lease(auth.ScopeFiles), h: hf(s.files.Mkdir)},
+		{Pattern: "POST /v1/sandboxes/{id}/export", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.files.Export)},
+		{Pattern: "POST /v1/copy", Rule: need(auth.ScopeFiles), Stream: true, h: hf(s.files.Copy)},
 
-		{Pattern: "POST /v1/sandboxes/{id}/touch", Rule: lease(write), h: s.lifecycle("touch")},
-		{Pattern: "GET /v1/sandboxes/{id}/diff", Rule: need(read), h: hf(s.diff)},
-		{Pattern: "POST /v1/sandboxes/{id}/fork", Rule: need(write), h: hf(s.idempotent(s.idemFork(), s.fork))},
-		{Pattern: "POST /v1/sandboxes/{id}/snapshots", Rule: need(write), h: hf(s.idempotent(s.idemSnapshot(), s.createSnapshot))},
-		{Pattern: "GET /v1/sandboxes/{id}/snapshots", Rule: need(read), h: hf(s.listSnapshots)},
-		{Pattern: "GET /v1/snapshots", Rule: need(read), h: hf(s.listSnapshots)},
-		{Pattern: "GET /v1/snapshots/{id}", Rule: need(read), h: hf(s.getSnapshot)},
-		{Pattern: "DELETE /v1/snapshots/{id}", Rule: need(write), h: hf(s.deleteSnapshot)},
-		{Pattern: "POST /v1/snapshots/{id}/restore", Rule: need(write), h: hf(s.restoreSnapshot)},
+		{Pattern: "POST /v1/sandboxes/{id}/touch", Rule: lease(write), h: s.sandboxes.Lifecycle("touch")},
+		{Pattern: "GET /v1/sandboxes/{id}/diff", Rule: need(read), h: hf(s.sandboxes.Diff)},
+		{Pattern: "POST /v1/sandboxes/{id}/fork", Rule: need(write), h: hf(s.idempotent(s.idemFork(), s.sandboxes.Fork))},
+		{Pattern: "POST /v1/sandboxes/{id}/snapshots", Rule: need(write), h: hf(s.idempotent(s.idemSnapshot(), s.sandboxes.CreateSnapshot))},
+		{Pattern: "GET /v1/sandboxes/{id}/snapshots", Rule: need(read), h: hf(s.sandboxes.ListSnapshots)},
+		{Pattern: "GET /v1/snapshots", Rule: need(read), h: hf(s.sandboxes.ListSnapshots)},
+		{Pattern: "GET /v1/snapshots/{id}", Rule: need(read), h: hf(s.sandboxes.GetSnapshot)},
+		{Pattern: "DELETE /v1/snapshots/{id}", Rule: need(write), h: hf(s.sandboxes.DeleteSnapshot)},
+		{Pattern: "POST /v1/snapshots/{id}/restore", Rule: need(write), h: hf(s.sandboxes.RestoreSnapshot)},
 
-		{Pattern: "POST /v1/volumes", Rule: need(write), h: hf(s.idempotent(s.idemVolume(), s.createVolume))},
-		{Pattern: "GET /v1/volumes", Rule: need(read), h: hf(s.listVolumes)},
-		{Pattern: "GET /v1/volumes/{name}", Rule: need(read), h: hf(s.getVolume)},
-		{Pattern: "DELETE /v1/volumes/{name}", Rule: need(write), h: hf(s.deleteVolume)},
+		{Pattern: "POST /v1/volumes", Rule: need(write), h: hf(s.idempotent(s.idemVolume(), s.sandboxes.CreateVolume))},
+		{Pattern: "GET /v1/volumes", Rule: need(read), h: hf(s.sandboxes.ListVolumes)},
+		{Pattern: "GET /v1/volumes/{name}", Rule: need(read), h: hf(s.sandboxes.GetVolume)},
+		{Pattern: "DELETE /v1/volumes/{name}", Rule: need(write), h: hf(s.sandboxes.DeleteVolume)},
 
-		{Pattern: "GET /v1/templates", Rule: need(read), h: hf(s.listTemplates)},
-		{Pattern: "GET /v1/templates/{name}", Rule: need(read), h: hf(s.getTemplate)},
-		{Pattern: "DELETE /v1/templates/{name}", Rule: need(auth.ScopeTemplates), h: hf(s.deleteTemplate)},
-		{Pattern: "POST /v1/templates/import", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, h: hf(s.importTemplate)},
-		{Pattern: "PUT /v1/templates/{name}/archive", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, h: hf(s.uploadTemplate)},
-		{Pattern: "POST /v1/templates/build", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, h: hf(s.buildTemplate)},
-		{Pattern: "POST /v1/templates/{name}/dockerfile", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, h: hf(s.buildDockerfile)},
-		{Pattern: "PUT /v1/templates/{name}/pool", Rule: need(auth.ScopeTemplates), h: hf(s.setPool)},
-		{Pattern: "GET /v1/templates/{name}/pool", Rule: need(read), h: hf(s.getPool)},
-		{Pattern: "GET /v1/pools", Rule: need(read), h: hf(s.listPools)},
-		{Pattern: "POST /v1/apply", Rule: need(auth.ScopeTemplates), Stream: true, h: hf(s.apply)},
+		{Pattern: "GET /v1/templates", Rule: need(read), h: hf(s.templates.List)},
+		{Pattern: "GET /v1/templates/{name}", Rule: need(read), h: hf(s.templates.Get)},
+		{Pattern: "DELETE /v1/templates/{name}", Rule: need(auth.ScopeTemplates), h: hf(s.templates.Delete)},
+		{Pattern: "POST /v1/templates/import", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, h: hf(s.templates.Import)},
+		{Pattern: "PUT /v1/templates/{name}/archive", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, h: hf(s.templates.Upload)},
+		{Pattern: "POST /v1/templates/build", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, h: hf(s.templates.Build)},
+		{Pattern: "POST /v1/templates/{name}/dockerfile", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, h: hf(s.templates.BuildDockerfile)},
+		{Pattern: "PUT /v1/templates/{name}/pool", Rule: need(auth.ScopeTemplates), h: hf(s.templates.SetPool)},
+		{Pattern: "GET /v1/templates/{name}/pool", Rule: need(read), h: hf(s.templates.GetPool)},
+		{Pattern: "GET /v1/pools", Rule: need(read), h: hf(s.templates.ListPools)},
+		{Pattern: "POST /v1/apply", Rule: need(auth.ScopeTemplates), Stream: true, h: hf(s.templates.Apply)},
 		{Pattern: "GET /v1/doctor", Rule: hostOnly, h: hf(s.doctor)},
 		{Pattern: "POST /v1/doctor/fix", Rule: hostOnly, h: hf(s.doctor)},
 
-		{Pattern: "GET /v1/sandboxes/{id}/network", Rule: need(read), h: hf(s.getNetwork)},
-		{Pattern: "POST /v1/sandboxes/{id}/network", Rule: need(auth.ScopeNetwork), h: hf(s.updateNetwork)},
-		{Pattern: "GET /v1/sandboxes/{id}/flows", Rule: need(read), h: hf(s.flows)},
+		{Pattern: "GET /v1/sandboxes/{id}/network", Rule: need(read), h: hf(s.sandboxes.GetNetwork)},
+		{Pattern: "POST /v1/sandboxes/{id}/network", Rule: need(auth.ScopeNetwork), h: hf(s.sandboxes.UpdateNetwork)},
+		{Pattern: "GET /v1/sandboxes/{id}/flows", Rule: need(read), h: hf(s.sandboxes.Flows)},
 		{Pattern: "/v1/sandboxes/{id}/ports/{port}/{path...}", Rule: lease(auth.ScopePorts), PublicPort: true, Stream: true,
 			h: hf(func(w http.ResponseWriter, r *http.Request) {
 				s.proxy(w, r, r.PathValue("id"), r.PathValue("port"), "/"+r.PathValue("path"))
@@ -158,46 +157,46 @@ func (s *Server) routeTable() []Route {
 				s.proxy(w, r, r.PathValue("id"), r.PathValue("port"), r.URL.Path)
 			})},
 
-		// Tenants, API keys, minted leases and port tokens (tenants.go).
-		{Pattern: "POST /v1/tenants", Rule: hostOnly, h: hf(s.createTenant)},
-		{Pattern: "GET /v1/tenants", Rule: hostOnly, h: hf(s.listTenants)},
-		{Pattern: "DELETE /v1/tenants/{name}", Rule: hostOnly, h: hf(s.deleteTenant)},
-		{Pattern: "POST /v1/keys", Rule: need(auth.ScopeKeys), h: hf(s.createKey)},
-		{Pattern: "GET /v1/keys", Rule: need(auth.ScopeKeys), h: hf(s.listKeys)},
-		{Pattern: "DELETE /v1/keys/{id}", Rule: need(auth.ScopeKeys), h: hf(s.revokeKey)},
-		{Pattern: "POST /v1/sandboxes/{id}/leases", Rule: need(write), h: hf(s.mintLease)},
-		{Pattern: "POST /v1/sandboxes/{id}/ports/{port}/token", Rule: need(auth.ScopePorts), h: hf(s.mintPortToken)},
-		{Pattern: "GET /v1/sandboxes/{id}/port-tokens", Rule: need(auth.ScopePorts), h: hf(s.listPortTokens)},
-		{Pattern: "DELETE /v1/sandboxes/{id}/port-tokens/{token}", Rule: need(auth.ScopePorts), h: hf(s.revokePortToken)},
-		// Audit log (internal/server/audit.go): a tenant's admin reads its own
+		// Tenants, API keys, minted leases and port tokens (package admin).
+		{Pattern: "POST /v1/tenants", Rule: hostOnly, h: hf(s.admin.CreateTenant)},
+		{Pattern: "GET /v1/tenants", Rule: hostOnly, h: hf(s.admin.ListTenants)},
+		{Pattern: "DELETE /v1/tenants/{name}", Rule: hostOnly, h: hf(s.admin.DeleteTenant)},
+		{Pattern: "POST /v1/keys", Rule: need(auth.ScopeKeys), h: hf(s.admin.CreateKey)},
+		{Pattern: "GET /v1/keys", Rule: need(auth.ScopeKeys), h: hf(s.admin.ListKeys)},
+		{Pattern: "DELETE /v1/keys/{id}", Rule: need(auth.ScopeKeys), h: hf(s.admin.RevokeKey)},
+		{Pattern: "POST /v1/sandboxes/{id}/leases", Rule: need(write), h: hf(s.admin.MintLease)},
+		{Pattern: "POST /v1/sandboxes/{id}/ports/{port}/token", Rule: need(auth.ScopePorts), h: hf(s.admin.MintPortToken)},
+		{Pattern: "GET /v1/sandboxes/{id}/port-tokens", Rule: need(auth.ScopePorts), h: hf(s.admin.ListPortTokens)},
+		{Pattern: "DELETE /v1/sandboxes/{id}/port-tokens/{token}", Rule: need(auth.ScopePorts), h: hf(s.admin.RevokePortToken)},
+		// Audit log (package admin): a tenant's admin reads its own
 		// chain (the audit scope), the host admin every chain.
-		{Pattern: "GET /v1/audit", Rule: need(auth.ScopeAudit), h: hf(s.listAudit)},
-		{Pattern: "GET /v1/audit/export", Rule: need(auth.ScopeAudit), Stream: true, h: hf(s.exportAudit)},
-		{Pattern: "POST /v1/audit/verify", Rule: need(auth.ScopeAudit), h: hf(s.verifyAudit)},
-		// Quotas (quota.go): per-tenant limits, host admin only; a tenant
+		{Pattern: "GET /v1/audit", Rule: need(auth.ScopeAudit), h: hf(s.admin.ListAudit)},
+		{Pattern: "GET /v1/audit/export", Rule: need(auth.ScopeAudit), Stream: true, h: hf(s.admin.ExportAudit)},
+		{Pattern: "POST /v1/audit/verify", Rule: need(auth.ScopeAudit), h: hf(s.admin.VerifyAudit)},
+		// Quotas (package admin): per-tenant limits, host admin only; a tenant
 		// reads its own through /v1/quota (the tenant is the caller's).
-		{Pattern: "GET /v1/quota", Rule: need(read), h: hf(s.getOwnQuota)},
-		{Pattern: "GET /v1/tenants/{tenant}/quota", Rule: hostOnly, h: hf(s.getQuota)},
-		{Pattern: "PUT /v1/tenants/{tenant}/quota", Rule: hostOnly, h: hf(s.putQuota)},
-		// Files beyond the basic ones (files_more.go): move, watch.
-		{Pattern: "POST /v1/sandboxes/{id}/files/move", Rule: lease(auth.ScopeFiles), h: hf(s.moveFile)},
-		{Pattern: "GET /v1/sandboxes/{id}/files/watch", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.watchFiles)},
-		// Background processes (processes.go): the exec scope, leases too.
-		{Pattern: "POST /v1/sandboxes/{id}/processes", Rule: lease(auth.ScopeExec), h: hf(s.startProcess)},
-		{Pattern: "GET /v1/sandboxes/{id}/processes", Rule: lease(auth.ScopeExec), h: hf(s.listProcesses)},
-		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}", Rule: lease(auth.ScopeExec), h: hf(s.getProcess)},
-		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}/logs", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.processLogs)},
-		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}/ws", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.processWS)},
-		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/stdin", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.processStdin)},
-		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/signal", Rule: lease(auth.ScopeExec), h: hf(s.signalProcess)},
-		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/kill", Rule: lease(auth.ScopeExec), h: hf(s.killProcess)},
-		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/wait", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.waitProcess)},
-		// Secrets (secrets.go): managing them is the secrets scope's; the
+		{Pattern: "GET /v1/quota", Rule: need(read), h: hf(s.admin.GetOwnQuota)},
+		{Pattern: "GET /v1/tenants/{tenant}/quota", Rule: hostOnly, h: hf(s.admin.GetQuota)},
+		{Pattern: "PUT /v1/tenants/{tenant}/quota", Rule: hostOnly, h: hf(s.admin.PutQuota)},
+		// Files beyond the basic ones: move, watch.
+		{Pattern: "POST /v1/sandboxes/{id}/files/move", Rule: lease(auth.ScopeFiles), h: hf(s.files.Move)},
+		{Pattern: "GET /v1/sandboxes/{id}/files/watch", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.files.Watch)},
+		// Background processes (package exec): the exec scope, leases too.
+		{Pattern: "POST /v1/sandboxes/{id}/processes", Rule: lease(auth.ScopeExec), h: hf(s.exec.StartProcess)},
+		{Pattern: "GET /v1/sandboxes/{id}/processes", Rule: lease(auth.ScopeExec), h: hf(s.exec.ListProcesses)},
+		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}", Rule: lease(auth.ScopeExec), h: hf(s.exec.GetProcess)},
+		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}/logs", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.exec.ProcessLogs)},
+		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}/ws", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.exec.ProcessWS)},
+		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/stdin", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.exec.ProcessStdin)},
+		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/signal", Rule: lease(auth.ScopeExec), h: hf(s.exec.SignalProcess)},
+		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/kill", Rule: lease(auth.ScopeExec), h: hf(s.exec.KillProcess)},
+		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/wait", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.exec.WaitProcess)},
+		// Secrets (package admin): managing them is the secrets scope's; the
 		// master key's rotation is the host operator's.
-		{Pattern: "PUT /v1/secrets/{name}", Rule: need(auth.ScopeSecrets), h: hf(s.putSecret)},
-		{Pattern: "GET /v1/secrets", Rule: need(auth.ScopeSecrets), h: hf(s.listSecrets)},
-		{Pattern: "DELETE /v1/secrets/{name}", Rule: need(auth.ScopeSecrets), h: hf(s.deleteSecret)},
-		{Pattern: "POST /v1/secrets/rotate-key", Rule: hostOnly, h: hf(s.rotateSecretsKey)},
+		{Pattern: "PUT /v1/secrets/{name}", Rule: need(auth.ScopeSecrets), h: hf(s.admin.PutSecret)},
+		{Pattern: "GET /v1/secrets", Rule: need(auth.ScopeSecrets), h: hf(s.admin.ListSecrets)},
+		{Pattern: "DELETE /v1/secrets/{name}", Rule: need(auth.ScopeSecrets), h: hf(s.admin.DeleteSecret)},
+		{Pattern: "POST /v1/secrets/rotate-key", Rule: hostOnly, h: hf(s.admin.RotateSecretsKey)},
 		// MCP (internal/mcp, mcp.go): streamable HTTP, every tool call
 		// re-checked as the REST call it makes. Leases may not.
 		{Pattern: "POST /v1/mcp", Rule: need(MCPScopes...), Stream: true, h: s.mcpHandler()},
@@ -206,21 +205,21 @@ func (s *Server) routeTable() []Route {
 
 		// Anything else: a 404, for callers with a credential.
 		{Pattern: "/", Rule: need(read), h: hf(func(w http.ResponseWriter, r *http.Request) {
-			writeError(w, errdefs.NotFound("no route %s %s", r.Method, r.URL.Path))
+			rest.Error(w, errdefs.NotFound("no route %s %s", r.Method, r.URL.Path))
 		})},
 	}
 	// The web console and its sign-in exchange (console.go).
 	rt = append(rt, s.consoleRoutes()...)
 	for _, op := range []string{"pause", "resume", "stop", "start", "reset"} {
-		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(write), h: s.lifecycle(op)})
+		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(write), h: s.sandboxes.Lifecycle(op)})
 	}
 	// Quarantine and release are containment, like the egress rules: a
 	// sandbox's own lease must never lift them.
 	for _, op := range []string{"quarantine", "release"} {
-		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(auth.ScopeNetwork), h: s.lifecycle(op)})
+		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(auth.ScopeNetwork), h: s.sandboxes.Lifecycle(op)})
 	}
 	for _, op := range []string{"hibernate", "wake"} {
-		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(write), h: s.hibernate(op)})
+		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(write), h: s.sandboxes.Hibernate(op)})
 	}
 	return rt
 }
@@ -270,8 +269,6 @@ func (s *Server) Routes() []Route { return slices.Clone(s.table) }
 // Routes returns the API's route table (for tests and documentation).
 func Routes() []Route { return New(nil, nil, nil).Routes() }
 
-type trustedKey struct{}
-
 // guard is the authorization of one route: it runs after the mux has
 // matched rt, and decides from rt's rule and the decoded path values the
 // mux matched — the same values the handler reads.
@@ -279,15 +276,13 @@ func (s *Server) guard(rt Route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Pattern != rt.Pattern {
 			// Mounted anywhere but on its own pattern: refuse.
-			writeError(w, errdefs.Permission("route %q reached by pattern %q", rt.Pattern, r.Pattern))
+			rest.Error(w, errdefs.Permission("route %q reached by pattern %q", rt.Pattern, r.Pattern))
 			return
 		}
-		if info := infoOf(w); info != nil {
-			info.route = rt.Pattern
-		}
+		rest.SetRoute(w, rt.Pattern)
 		r = s.deadlines(w, r, rt)
 		if err := input.CheckPathValues(r); err != nil {
-			writeError(w, err)
+			rest.Error(w, err)
 			return
 		}
 		p, err := s.authorize(r, rt)
@@ -300,26 +295,26 @@ func (s *Server) guard(rt Route) http.Handler {
 				// and the connection back: no keep-alive to hold.
 				w.Header().Set("Connection", "close")
 			}
-			writeError(w, err)
+			rest.Error(w, err)
 			return
 		}
 		if p.Actor != auth.Anonymous.Actor {
 			edge.Authenticated(r.Context()) // its connection keeps its slot (edge.Listener)
 		}
 		if err := s.rateLimit(r.Context(), p); err != nil { // ratelimit.go
-			writeError(w, err)
+			rest.Error(w, err)
 			return
 		}
 		if rt.Upload {
 			release, err := s.uploads.admit(p.Tenant)
 			if err != nil {
-				writeError(w, err)
+				rest.Error(w, err)
 				return
 			}
 			defer release()
 		}
-		ctx := withCaller(r.Context(), p)
-		if rt.Stream || rt.EventStream && wantsEventStream(r) {
+		ctx := rest.WithCaller(r.Context(), p)
+		if rt.Stream || rt.EventStream && events.WantsStream(r) {
 			// A connection that outlives its request's moment ends with
 			// its credential (live.go).
 			var release func()
@@ -328,26 +323,6 @@ func (s *Server) guard(rt Route) http.Handler {
 		}
 		s.serveAudited(w, r.WithContext(ctx), rt, p)
 	})
-}
-
-// withCaller puts p into ctx, and the identity the engine reads the owner
-// of its store reads from. An anonymous request (a public port) carries
-// none: it reaches a sandbox by its id alone, whoever owns it.
-func withCaller(ctx context.Context, p auth.Principal) context.Context {
-	ctx = auth.With(ctx, p)
-	if p.Actor == auth.Anonymous.Actor {
-		return ctx
-	}
-	return identity.With(ctx, identity.Caller{Tenant: p.Tenant, Actor: p.Actor, KeyID: p.KeyID, Lease: p.Sandbox,
-		Host: p.Host})
-}
-
-// ownerOf is whose records a request reads (see withCaller).
-func ownerOf(ctx context.Context) store.Owner {
-	if c, ok := identity.From(ctx); ok && !c.Host {
-		return store.OwnedBy(c.Tenant)
-	}
-	return store.AnyOwner
 }
 
 // deadlines gives a request on a non-streaming route a deadline to send
@@ -359,7 +334,7 @@ func ownerOf(ctx context.Context) store.Owner {
 // keep-alive connection left.
 func (s *Server) deadlines(w http.ResponseWriter, r *http.Request, rt Route) *http.Request {
 	rc := http.NewResponseController(w)
-	if rt.EventStream && wantsEventStream(r) {
+	if rt.EventStream && events.WantsStream(r) {
 		rt.Stream = true
 	}
 	if rt.Stream || s.WriteTimeout <= 0 {
@@ -434,7 +409,7 @@ func (b *idleBody) Read(p []byte) (int, error) {
 // call it.
 func (s *Server) authorize(r *http.Request, rt Route) (auth.Principal, error) {
 	ctx := r.Context()
-	if trusted, _ := ctx.Value(trustedKey{}).(bool); trusted {
+	if trusted := rest.Trusted(ctx); trusted {
 		return auth.Admin, nil
 	}
 	id := r.PathValue("id")
@@ -459,7 +434,7 @@ func (s *Server) authorize(r *http.Request, rt Route) (auth.Principal, error) {
 		// A lease is a credential only while its sandbox runs (its
 		// record is revoked when the sandbox stops, is quarantined or
 		// goes; this covers the moment in between).
-		if sb, err := s.lookup(ctx, p.Sandbox); err != nil || !leasable(sb.State) {
+		if sb, err := s.lookup(ctx, p.Sandbox); err != nil || !rest.Leasable(sb.State) {
 			return auth.Principal{}, errdefs.Unauthenticated("the lease token ended with its sandbox")
 		}
 	}

@@ -1,7 +1,7 @@
 package server
 
 // Per-tenant shares of what the daemon holds for long-running requests:
-// no tenant takes all of it. Event streams have theirs (events.go), MCP
+// no tenant takes all of it. Event streams have theirs (package events), MCP
 // sessions theirs (internal/mcp, MaxSessionsPerTenant); uploads — request
 // bodies streamed into the daemon's disk or a sandbox's (file writes,
 // template archives, imports and builds) — are capped here, per tenant,

@@ -31,6 +31,7 @@ import (
 	"github.com/berth-sh/berth/internal/node/memnode"
 	"github.com/berth-sh/berth/internal/secrets"
 	"github.com/berth-sh/berth/internal/secrets/vault"
+	"github.com/berth-sh/berth/internal/server/admin"
 	"github.com/berth-sh/berth/internal/store"
 	"github.com/berth-sh/berth/internal/store/sqlite"
 )
@@ -659,7 +660,7 @@ func TestPortTokens(t *testing.T) {
 	viewer := e.key("local", "a", "viewer")
 	e.must(viewer.Key, "POST", "/v1/sandboxes/"+sb.ID+"/ports/8080/token", `{}`, 403, nil)
 	host := "8080-" + sb.ID + "." + testDomain
-	if pt.URL != portPath(sb.ID, 8080) || !strings.Contains(pt.BrowserURL, "://"+host+":") ||
+	if pt.URL != admin.PortPath(sb.ID, 8080) || !strings.Contains(pt.BrowserURL, "://"+host+":") ||
 		!strings.Contains(pt.BrowserURL, auth.PortTokenParam+"=") {
 		t.Fatalf("token URLs: %+v", pt)
 	}
@@ -742,41 +743,41 @@ func TestPortTokens(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b), resp.Header
 	}
-	code, b, h := get(portPath(sb.ID, 8080)+"deep", map[string]string{PortTokenHeader: pt.Token, "Cookie": "other=1"})
+	code, b, h := get(admin.PortPath(sb.ID, 8080)+"deep", map[string]string{PortTokenHeader: pt.Token, "Cookie": "other=1"})
 	if code != 200 || !strings.Contains(b, "path /deep") || !strings.Contains(b, "cookies []") {
 		t.Errorf("the header on the path route: %d %s", code, b)
 	}
 	if h.Get("Content-Security-Policy") != "sandbox" {
 		t.Errorf("a path-routed answer without CSP sandbox: %v", h)
 	}
-	if code, b, _ := get(portPath(sb.ID, 8080)+"?"+auth.PortTokenParam+"="+url.QueryEscape(pt.Token), nil); code != 401 {
+	if code, b, _ := get(admin.PortPath(sb.ID, 8080)+"?"+auth.PortTokenParam+"="+url.QueryEscape(pt.Token), nil); code != 401 {
 		t.Errorf("the query token on the path route: %d %s, want 401", code, b)
 	}
-	if code, b, _ := get(portPath(sb.ID, 8080), map[string]string{"Cookie": auth.PortTokenParam + "=" + pt.Token}); code != 401 {
+	if code, b, _ := get(admin.PortPath(sb.ID, 8080), map[string]string{"Cookie": auth.PortTokenParam + "=" + pt.Token}); code != 401 {
 		t.Errorf("the cookie on the path route: %d %s, want 401", code, b)
 	}
-	for _, path := range []string{portPath(sb.ID, 9090), portPath(other.ID, 8080), "/v1/sandboxes/" + sb.ID, "/v1/sandboxes"} {
+	for _, path := range []string{admin.PortPath(sb.ID, 9090), admin.PortPath(other.ID, 8080), "/v1/sandboxes/" + sb.ID, "/v1/sandboxes"} {
 		if code, b, _ := get(path, map[string]string{PortTokenHeader: pt.Token}); code != 401 {
 			t.Errorf("the port token on %s: %d %s, want 401", path, code, b)
 		}
 	}
-	if code, _ := e.do(pt.Token, "GET", portPath(sb.ID, 8080), ""); code != 401 {
+	if code, _ := e.do(pt.Token, "GET", admin.PortPath(sb.ID, 8080), ""); code != 401 {
 		t.Errorf("the port token as a bearer: %d, want 401", code)
 	}
 	// Expiry, the sandbox's stop and start, revocation.
 	var short api.PortToken
 	e.must(ka.Key, "POST", "/v1/sandboxes/"+other.ID+"/ports/8080/token", `{"ttl_seconds":600}`, 201, &short)
 	hdr := map[string]string{PortTokenHeader: short.Token}
-	if code, _, _ := get(portPath(other.ID, 8080), hdr); code != 200 {
+	if code, _, _ := get(admin.PortPath(other.ID, 8080), hdr); code != 200 {
 		t.Errorf("second token: %d", code)
 	}
 	e.must(ka.Key, "POST", "/v1/sandboxes/"+other.ID+"/stop", "", 200, nil)
-	if code, _, _ := get(portPath(other.ID, 8080), hdr); code != 401 {
+	if code, _, _ := get(admin.PortPath(other.ID, 8080), hdr); code != 401 {
 		t.Errorf("a port token of a stopped sandbox: %d, want 401", code)
 	}
 	e.must(ka.Key, "POST", "/v1/sandboxes/"+other.ID+"/start", "", 200, nil)
 	serveHTTP(e.node, other.ID, 8080)
-	if code, b, _ := get(portPath(other.ID, 8080), hdr); code != 200 {
+	if code, b, _ := get(admin.PortPath(other.ID, 8080), hdr); code != 200 {
 		t.Errorf("a port token after its sandbox's start: %d %s, want 200 (valid until expiry or revocation)", code, b)
 	}
 	var list []api.PortTokenInfo
@@ -788,18 +789,18 @@ func TestPortTokens(t *testing.T) {
 	e.must(kb, "DELETE", "/v1/sandboxes/"+other.ID+"/port-tokens/"+short.ID, "", 404, nil)
 	e.must(ka.Key, "DELETE", "/v1/sandboxes/"+sb.ID+"/port-tokens/"+short.ID, "", 404, nil)
 	e.must(ka.Key, "DELETE", "/v1/sandboxes/"+other.ID+"/port-tokens/"+short.ID, "", 200, nil)
-	if code, _, _ := get(portPath(other.ID, 8080), hdr); code != 401 {
+	if code, _, _ := get(admin.PortPath(other.ID, 8080), hdr); code != 401 {
 		t.Errorf("a revoked port token: %d, want 401", code)
 	}
 	// Its minting key's revocation ends a port token.
 	minter := e.key("local", "a", "member")
 	var mt api.PortToken
 	e.must(minter.Key, "POST", "/v1/sandboxes/"+sb.ID+"/ports/8080/token", `{}`, 201, &mt)
-	if code, _, _ := get(portPath(sb.ID, 8080), map[string]string{PortTokenHeader: mt.Token}); code != 200 {
+	if code, _, _ := get(admin.PortPath(sb.ID, 8080), map[string]string{PortTokenHeader: mt.Token}); code != 200 {
 		t.Errorf("a fresh token: %d", code)
 	}
 	e.must("local", "DELETE", "/v1/keys/"+minter.ID, "", 200, nil)
-	if code, _, _ := get(portPath(sb.ID, 8080), map[string]string{PortTokenHeader: mt.Token}); code != 401 {
+	if code, _, _ := get(admin.PortPath(sb.ID, 8080), map[string]string{PortTokenHeader: mt.Token}); code != 401 {
 		t.Errorf("a port token of a revoked key: %d, want 401", code)
 	}
 	e.clock.Advance(601 * time.Second)

@@ -7,7 +7,8 @@
 //
 // CheckPathValues checks the {id} and {name} path values. FuzzCheckJSON
 // lives here; FuzzDecodeRequests (decode, then the api→engine conversion
-// and the spec's own validation) stays in the server beside convert.go.
+// and the spec's own validation) lives beside the conversion, in
+// internal/server/convert.
 package input
 
 import (

@@ -1,4 +1,4 @@
-package server
+package convert
 
 import (
 	"encoding/json"
@@ -114,51 +114,51 @@ func TestConvertRequests(t *testing.T) {
 	}
 	{
 		in := filled[api.CreateSandboxRequest](t)
-		out := createRequest(in)
+		out := CreateRequest(in)
 		check("create", in, out, createToAPI(out))
 	}
 	{
 		in := filled[api.ExecRequest](t)
-		out := execRequest(in)
+		out := ExecRequest(in)
 		check("exec", in, out, &api.ExecRequest{Cmd: out.Cmd, Env: out.Env, Workdir: out.Workdir, User: out.User,
 			Stdin: out.Stdin, TimeoutSeconds: out.Timeout.Seconds(), TTY: out.TTY, Rows: out.Rows, Cols: out.Cols})
 	}
 	{
 		in := filled[api.ForkRequest](t)
-		out := forkRequest(in)
+		out := ForkRequest(in)
 		check("fork", in, out, &api.ForkRequest{Count: out.Count, Persistent: out.Persistent,
 			TimeoutSeconds: out.Timeout.Seconds(), Labels: out.Labels, Env: out.Env, NamePrefix: out.NamePrefix})
 	}
 	{
 		in := filled[api.CreateSnapshotRequest](t)
-		out := snapshotRequest(in)
+		out := SnapshotRequest(in)
 		check("snapshot", in, out, &api.CreateSnapshotRequest{Name: out.Name, RetentionSeconds: out.Retention.Seconds()})
 	}
 	{
 		in := filled[api.CopyRequest](t)
-		out := copyRequest(in)
+		out := CopyRequest(in)
 		check("copy", in, out, &api.CopyRequest{From: out.From, FromPath: out.FromPath, To: out.To, ToPath: out.ToPath})
 	}
 	{
 		in := filled[api.CreateVolumeRequest](t)
-		out := volumeRequest(in)
+		out := VolumeRequest(in)
 		check("volume", in, out, &api.CreateVolumeRequest{Name: out.Name, SizeBytes: out.SizeBytes, Inodes: out.Inodes})
 	}
 	{
 		in := filled[api.NetworkRulesRequest](t)
-		out := rulesRequest(in)
+		out := RulesRequest(in)
 		check("network rules", in, out, &api.NetworkRulesRequest{Allow: out.Allow, Deny: out.Deny})
 	}
 	{
 		in := filled[api.ImportTemplateRequest](t)
-		out := importRequest(in)
+		out := ImportRequest(in)
 		check("import", in, out, &api.ImportTemplateRequest{Name: out.Name, Path: out.Path, Ref: out.Ref, Insecure: out.Insecure,
 			Service: &api.TemplateService{Cmd: out.Service.Cmd, FromImage: out.Service.FromImage, Restart: out.Service.Restart,
 				MaxRestarts: out.Service.MaxRestarts}})
 	}
 	{
 		in := filled[api.BuildTemplateRequest](t)
-		out := buildRequest(in)
+		out := BuildRequest(in)
 		check("build", in, out, &api.BuildTemplateRequest{Name: out.Name, From: out.From, Run: out.Run, Env: out.Env,
 			TimeoutSeconds: out.Timeout.Seconds(), Network: out.Network, Allow: out.Allow,
 			Service: &api.TemplateService{Cmd: out.Service.Cmd, FromImage: out.Service.FromImage, Restart: out.Service.Restart,
@@ -166,12 +166,12 @@ func TestConvertRequests(t *testing.T) {
 	}
 	{
 		in := filled[api.ApplyRequest](t)
-		out := applyRequest(in)
+		out := ApplyRequest(in)
 		check("apply", in, out, &api.ApplyRequest{Spec: out.Spec, Files: out.Files})
 	}
 	{
 		in := filled[api.Resize](t)
-		out := resizeOf(*in)
+		out := Resize(*in)
 		check("resize", in, &out, &api.Resize{Rows: out.Rows, Cols: out.Cols})
 	}
 }
@@ -185,7 +185,7 @@ func createToAPI(r *manager.CreateRequest) *api.CreateSandboxRequest {
 		Network: r.Network, Runtime: r.Runtime, Workdir: r.Workdir, User: r.User,
 		PersistRoot: r.PersistRoot, VolumeSizeBytes: r.VolumeSizeBytes, VolumeInodes: r.VolumeInodes,
 		KeepVolume: r.KeepVolume, Snapshot: r.Snapshot, Allow: r.Allow, PublicPorts: r.PublicPorts,
-		Policy: policyToAPI(r.Policy),
+		Policy: PolicyToAPI(r.Policy),
 	}
 	for _, v := range r.Volumes {
 		out.Volumes = append(out.Volumes, api.VolumeMount{Name: v.Name, Path: v.Path, ReadOnly: v.ReadOnly})
@@ -216,13 +216,13 @@ func TestConvertResults(t *testing.T) {
 	{
 		in := filled[manager.Exit](t)
 		in.Duration = 1234567 * time.Microsecond
-		out := exitToAPI(*in)
+		out := ExitToAPI(*in)
 		check("exit", in, &out, &manager.Exit{Code: out.Code, Signal: out.Signal, TimedOut: out.TimedOut,
 			OOMKilled: out.OOMKilled, Duration: time.Duration(out.DurationMS * float64(time.Millisecond))})
 	}
 	{
 		in := filled[manager.FileInfo](t)
-		out := fileInfoToAPI(*in)
+		out := FileInfoToAPI(*in)
 		check("file info", in, &out, &manager.FileInfo{Name: out.Name, Path: out.Path, Size: out.Size, Mode: out.Mode,
 			ModTime: out.ModTime, IsDir: out.IsDir, Link: out.Link, UID: out.UID, GID: out.GID})
 		// The POSIX view is derived from the mode.
@@ -232,12 +232,12 @@ func TestConvertResults(t *testing.T) {
 	}
 	{
 		in := filled[manager.DiffEntry](t)
-		out := diffToAPI(*in)
+		out := DiffToAPI(*in)
 		check("diff", in, &out, &manager.DiffEntry{Path: out.Path, Kind: out.Kind, Size: out.Size, Dir: out.Dir})
 	}
 	{
 		in := filled[manager.Isolation](t)
-		out := isolationToAPI(*in)
+		out := IsolationToAPI(*in)
 		check("isolation", in, &out, &manager.Isolation{Runtime: out.Runtime, SharedKernel: out.SharedKernel,
 			UserNamespace: out.UserNamespace, Seccomp: out.Seccomp, Capabilities: out.Capabilities, NoNewPrivs: out.NoNewPrivs,
 			ReadonlyImage: out.ReadonlyImage, IDMode: out.IDMode, HostUID: out.HostUID, HostGID: out.HostGID,
@@ -245,36 +245,36 @@ func TestConvertResults(t *testing.T) {
 	}
 	{
 		in := filled[manager.Disk](t)
-		out := diskToAPI(in)
+		out := DiskToAPI(in)
 		check("disk", in, out, &manager.Disk{CapBytes: out.CapBytes, CapInodes: out.CapInodes, UsedBytes: out.UsedBytes,
 			UsedInodes: out.UsedInodes, Enforced: out.Enforced, Note: out.Note, ReadOnly: out.ReadOnly})
 	}
 	{
 		in := filled[manager.NetworkRules](t)
-		out := rulesToAPI(in)
+		out := RulesToAPI(in)
 		check("network rules", in, out, &manager.NetworkRules{Mode: out.Mode, IPv4: out.IPv4, IPv6: out.IPv6, Allow: out.Allow})
 	}
 	{
 		in := filled[manager.Flow](t)
-		out := flowToAPI(*in)
+		out := FlowToAPI(*in)
 		check("flow", in, &out, &manager.Flow{Seq: out.Seq, Time: out.Time, Kind: out.Kind, Proto: out.Proto, Src: out.Src,
 			Dst: out.Dst, Name: out.Name, Decision: out.Decision, Rule: out.Rule})
 	}
 	{
 		in := filled[manager.Pool](t)
-		out := poolPtrToAPI(in)
+		out := PoolPtrToAPI(in)
 		check("pool", in, out, &manager.Pool{Tenant: out.Tenant, Template: out.Template, Min: out.Min, Ready: out.Ready, Starting: out.Starting,
 			Hits: out.Hits, Misses: out.Misses, Reason: out.Reason})
 	}
 	{
 		in := filled[manager.BuildEvent](t)
-		out := buildEventToAPI(*in)
+		out := BuildEventToAPI(*in)
 		check("build event", in, &out, &manager.BuildEvent{Step: out.Step, Stream: out.Stream, Data: out.Data},
 			"Template", "Error")
 	}
 	{
 		in := filled[manager.DoctorReport](t)
-		out := doctorToAPI(in)
+		out := DoctorToAPI(in)
 		back := &manager.DoctorReport{Runtime: out.Runtime, Healthy: out.Healthy}
 		for _, f := range out.Findings {
 			back.Findings = append(back.Findings, manager.DoctorFinding{Kind: f.Kind, ID: f.ID, Detail: f.Detail, Fixed: f.Fixed, Error: f.Error})
@@ -287,8 +287,8 @@ func TestConvertResults(t *testing.T) {
 	}
 	{
 		in := filled[sandbox.Policy](t)
-		out := policyToAPI(*in)
-		check("policy", in, &out, ptr(policy(out)))
+		out := PolicyToAPI(*in)
+		check("policy", in, &out, ptr(Policy(out)))
 	}
 }
 
@@ -296,13 +296,13 @@ func ptr[T any](v T) *T { return &v }
 
 // nil stays nil and empty stays empty, so responses encode as before.
 func TestConvertSlices(t *testing.T) {
-	if convertSlice([]manager.Flow(nil), flowToAPI) != nil {
+	if Slice([]manager.Flow(nil), FlowToAPI) != nil {
 		t.Error("nil became non-nil")
 	}
-	if b, _ := json.Marshal(convertSlice([]manager.Flow{}, flowToAPI)); string(b) != "[]" {
+	if b, _ := json.Marshal(Slice([]manager.Flow{}, FlowToAPI)); string(b) != "[]" {
 		t.Errorf("empty encodes as %s", b)
 	}
-	if b, _ := json.Marshal(doctorToAPI(&manager.DoctorReport{Findings: []manager.DoctorFinding{}})); string(b) !=
+	if b, _ := json.Marshal(DoctorToAPI(&manager.DoctorReport{Findings: []manager.DoctorFinding{}})); string(b) !=
 		`{"findings":[],"runtime":"","healthy":false}` {
 		t.Errorf("doctor encodes as %s", b)
 	}
@@ -315,8 +315,8 @@ func TestSeconds(t *testing.T) {
 		v    float64
 		want time.Duration
 	}{{0, 0}, {1.5, 1500 * time.Millisecond}, {1e-12, 1}, {-1, -time.Second}, {1e300, 1<<63 - 1}, {-1e300, -1 << 63}} {
-		if got := seconds(c.v); got != c.want {
-			t.Errorf("seconds(%g) = %d, want %d", c.v, got, c.want)
+		if got := Seconds(c.v); got != c.want {
+			t.Errorf("Seconds(%g) = %d, want %d", c.v, got, c.want)
 		}
 	}
 	if got := input.TimeoutSeconds(1e-12); got != 0 {
@@ -336,5 +336,5 @@ func TestWireThroughEngine(t *testing.T) {
 		}
 	}
 	ex := agent.Exit{Code: 137, Signal: "SIGKILL", TimedOut: true, OOMKilled: true, DurationMS: 1.5}
-	same("exit", ex, exitToAPI(manager.Exit{Code: 137, Signal: "SIGKILL", TimedOut: true, OOMKilled: true, Duration: 1500 * time.Microsecond}))
+	same("exit", ex, ExitToAPI(manager.Exit{Code: 137, Signal: "SIGKILL", TimedOut: true, OOMKilled: true, Duration: 1500 * time.Microsecond}))
 }

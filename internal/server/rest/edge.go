@@ -1,4 +1,4 @@
-package server
+package rest
 
 import (
 	"crypto/rand"
@@ -41,36 +41,80 @@ func alnumByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
-// newRequestID returns 16 random bytes in hex.
-func newRequestID() string {
+// NewRequestID returns 16 random bytes in hex.
+func NewRequestID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
 
-// requestID returns r's id from the caller, or a new one.
-func requestID(r *http.Request) string {
+// RequestIDOf returns r's id from the caller, or a new one.
+func RequestIDOf(r *http.Request) string {
 	if id := r.Header.Get(RequestIDHeader); ValidRequestID(id) {
 		return id
 	}
-	return newRequestID()
+	return NewRequestID()
 }
 
-// reqInfo is what the edge knows about the request a response writer
-// answers: its id, the route the mux matched, and where 5xx causes go.
-type reqInfo struct {
+// Writer is the response writer every request is answered through: it
+// keeps the status sent and what the edge knows about the request (its
+// id, the route the mux matched, and where 5xx causes go), which Error
+// reads back through any wrapper that unwraps to it.
+type Writer struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
 	id     string
 	method string
-	route  string // the matched pattern; set by guard
+	route  string // the matched pattern; set by the guard (SetRoute)
 	log    *slog.Logger
 }
 
-// infoOf finds the request info of the response writer w, which is the
-// edge's statusWriter or wraps it.
-func infoOf(w http.ResponseWriter) *reqInfo {
+// NewWriter wraps w for the request of id and method; 5xx causes are
+// logged to log (nil: slog's default).
+func NewWriter(w http.ResponseWriter, id, method string, log *slog.Logger) *Writer {
+	return &Writer{ResponseWriter: w, status: 200, id: id, method: method, log: log}
+}
+
+// WriteHeader records the first status sent.
+func (w *Writer) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *Writer) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush flushes the underlying writer, if it can.
+func (w *Writer) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController and the WebSocket upgrade reach the
+// underlying writer.
+func (w *Writer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Status is the status sent (200 until one is).
+func (w *Writer) Status() int { return w.status }
+
+// Route is the route the guard matched ("" before it has).
+func (w *Writer) Route() string { return w.route }
+
+// Wrote reports whether anything of the answer was sent.
+func (w *Writer) Wrote() bool { return w.wrote }
+
+// writerOf finds the Writer of the response writer w, which is one or
+// wraps one.
+func writerOf(w http.ResponseWriter) *Writer {
 	for w != nil {
-		if sw, ok := w.(*statusWriter); ok {
-			return sw.info
+		if sw, ok := w.(*Writer); ok {
+			return sw
 		}
 		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
 		if !ok {
@@ -79,6 +123,39 @@ func infoOf(w http.ResponseWriter) *reqInfo {
 		w = u.Unwrap()
 	}
 	return nil
+}
+
+// SetRoute records the route the mux matched for the request w answers.
+func SetRoute(w http.ResponseWriter, pattern string) {
+	if sw := writerOf(w); sw != nil {
+		sw.route = pattern
+	}
+}
+
+// RequestID is the id of the request w answers ("" if w is no Writer's).
+func RequestID(w http.ResponseWriter) string {
+	if sw := writerOf(w); sw != nil {
+		return sw.id
+	}
+	return ""
+}
+
+// StatusOf is the status w's Writer sent, 0 if w is no Writer's.
+func StatusOf(w http.ResponseWriter) int {
+	if sw := writerOf(w); sw != nil {
+		return sw.status
+	}
+	return 0
+}
+
+// HeaderWritten reports whether w has sent its header (true when w is no
+// Writer's: then it cannot be known, and the answer must not be begun
+// again).
+func HeaderWritten(w http.ResponseWriter) bool {
+	if sw, ok := w.(*Writer); ok {
+		return sw.wrote
+	}
+	return true
 }
 
 // errorFor builds the API error for err answered on w, and logs it when
@@ -91,7 +168,7 @@ func errorFor(w http.ResponseWriter, err error) (*api.Error, int) {
 	if d, ok := errdefs.RetryAfter(err); ok {
 		w.Header().Set("Retry-After", retryAfterSeconds(d))
 	}
-	info := infoOf(w)
+	info := writerOf(w)
 	if info != nil {
 		e.RequestID = info.id
 	}
@@ -112,9 +189,9 @@ func errorFor(w http.ResponseWriter, err error) (*api.Error, int) {
 	return e, status
 }
 
-// apiErrorFor is errorFor for an error sent inside a stream (an exec or
+// StreamError is Error for an error sent inside a stream (an exec or
 // build event, a WebSocket frame): logged the same way.
-func apiErrorFor(w http.ResponseWriter, err error) *api.Error {
+func StreamError(w http.ResponseWriter, err error) *api.Error {
 	e, _ := errorFor(w, err)
 	return e
 }

@@ -1,4 +1,4 @@
-package server
+package files
 
 import (
 	"context"
@@ -11,57 +11,58 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/server/rest"
 )
 
-// moveFile renames path to to inside the sandbox by rename(2)'s rules;
+// Move renames path to to inside the sandbox by rename(2)'s rules;
 // no_replace=true makes an existing destination a 409.
-func (s *Server) moveFile(w http.ResponseWriter, r *http.Request) {
+func (h *Handlers) Move(w http.ResponseWriter, r *http.Request) {
 	path, err := pathParam(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	to, err := pathParamNamed(r, "to")
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	noReplace, err := boolParam(r, "no_replace")
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"), true, actor(r))
+	f, err := h.E.Files(r.Context(), r.PathValue("id"), true, rest.Actor(r))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	defer f.Close()
-	if err := f.Move(r.Context(), path, to, noReplace, actor(r)); err != nil {
-		writeError(w, err)
+	if err := f.Move(r.Context(), path, to, noReplace, rest.Actor(r)); err != nil {
+		rest.Error(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// watchFiles streams the changes under the directory path (recursive=true:
+// Watch streams the changes under the directory path (recursive=true:
 // its subtree) as NDJSON lines of api.WatchEvent, or as WebSocket text
 // messages when the request asks for an upgrade; the first event is
 // "ready", the last "end" or "error". It runs until the client goes.
-func (s *Server) watchFiles(w http.ResponseWriter, r *http.Request) {
+func (h *Handlers) Watch(w http.ResponseWriter, r *http.Request) {
 	path, err := pathParam(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	recursive, err := boolParam(r, "recursive")
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"), false, actor(r))
+	f, err := h.E.Files(r.Context(), r.PathValue("id"), false, rest.Actor(r))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	defer f.Close()
@@ -95,8 +96,8 @@ func (s *Server) watchFiles(w http.ResponseWriter, r *http.Request) {
 		}
 		defer conn.Close(websocket.StatusNormalClosure, "")
 	} else {
-		nd := newNDJSON(w)
-		send = func(ev api.WatchEvent) error { return nd.send(ev) }
+		nd := rest.NewNDJSON(w)
+		send = func(ev api.WatchEvent) error { return nd.Send(ev) }
 	}
 	readySent := false
 	err = f.Watch(ctx, path, recursive, func() { readySent = send(api.WatchEvent{Type: api.WatchReady, Path: path}) == nil },
@@ -106,9 +107,9 @@ func (s *Server) watchFiles(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case ctx.Err() != nil:
 	case err != nil && !readySent && !strings.EqualFold(r.Header.Get("Upgrade"), "websocket"):
-		writeError(w, err) // nothing streamed yet: a plain error answer
+		rest.Error(w, err) // nothing streamed yet: a plain error answer
 	case err != nil:
-		_ = send(api.WatchEvent{Type: api.WatchError, Error: apiErrorFor(w, err)})
+		_ = send(api.WatchEvent{Type: api.WatchError, Error: rest.StreamError(w, err)})
 	default:
 		_ = send(api.WatchEvent{Type: api.WatchEnd})
 	}

@@ -1,4 +1,9 @@
-package server
+// Package convert is where the HTTP API's JSON types (package api) become
+// the engine's and back: the only place, so a field added on one side and
+// forgotten on the other is one file to read (convert_test.go fails when a
+// field of either side is not converted). A nil slice stays nil and an
+// empty one empty, so a response encodes as it did.
+package convert
 
 import (
 	"io/fs"
@@ -12,15 +17,11 @@ import (
 	"github.com/berth-sh/berth/internal/server/input"
 )
 
-// The engine takes and returns its own types; these are the only places
-// the HTTP API's JSON types become the engine's and back. A nil slice stays
-// nil and an empty one empty, so a response encodes as it did.
-
-// seconds converts a duration in the API's seconds. A positive value stays
+// Seconds converts a duration in the API's seconds. A positive value stays
 // positive (below a nanosecond it becomes one), so the engine still refuses
 // it as under 1ms rather than reading it as "none"; values past what a
 // Duration holds saturate, and the engine refuses them as out of range.
-func seconds(v float64) time.Duration {
+func Seconds(v float64) time.Duration {
 	d := v * float64(time.Second)
 	switch {
 	case math.IsNaN(d) || d >= math.MaxInt64:
@@ -33,7 +34,16 @@ func seconds(v float64) time.Duration {
 	return time.Duration(d)
 }
 
-func convertSlice[T, U any](in []T, f func(T) U) []U {
+// TimePtr is t, or nil for the zero time (omitted from the JSON).
+func TimePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// Slice converts each element of in with f (nil stays nil).
+func Slice[T, U any](in []T, f func(T) U) []U {
 	if in == nil {
 		return nil
 	}
@@ -44,34 +54,34 @@ func convertSlice[T, U any](in []T, f func(T) U) []U {
 	return out
 }
 
-func createRequest(r *api.CreateSandboxRequest) *manager.CreateRequest {
+func CreateRequest(r *api.CreateSandboxRequest) *manager.CreateRequest {
 	return &manager.CreateRequest{
 		Name: r.Name, Template: r.Template, Persistent: r.Persistent,
 		Resources: sandbox.Resources{CPUs: r.Resources.CPUs, MemoryBytes: r.Resources.MemoryBytes,
 			Pids: r.Resources.Pids, DiskBytes: r.Resources.DiskBytes},
-		Env: r.Env, Labels: r.Labels, Timeout: seconds(r.TimeoutSeconds),
+		Env: r.Env, Labels: r.Labels, Timeout: Seconds(r.TimeoutSeconds),
 		Network: r.Network, Runtime: r.Runtime, Workdir: r.Workdir, User: r.User,
 		PersistRoot: r.PersistRoot, VolumeSizeBytes: r.VolumeSizeBytes, VolumeInodes: r.VolumeInodes,
-		Volumes: convertSlice(r.Volumes, func(v api.VolumeMount) manager.VolumeRequest {
+		Volumes: Slice(r.Volumes, func(v api.VolumeMount) manager.VolumeRequest {
 			return manager.VolumeRequest{Name: v.Name, Path: v.Path, ReadOnly: v.ReadOnly}
 		}),
 		KeepVolume: r.KeepVolume, Snapshot: r.Snapshot, Allow: r.Allow, PublicPorts: r.PublicPorts,
-		Secrets: convertSlice(r.Secrets, func(s api.SecretRef) sandbox.SecretRef {
+		Secrets: Slice(r.Secrets, func(s api.SecretRef) sandbox.SecretRef {
 			return sandbox.SecretRef{Name: s.Name, Env: s.Env, File: s.File, EgressHost: s.EgressHost}
 		}),
-		Policy: policy(r.Policy),
+		Policy: Policy(r.Policy),
 	}
 }
 
-func policy(p api.Policy) sandbox.Policy {
+func Policy(p api.Policy) sandbox.Policy {
 	return sandbox.Policy{
-		IdleTimeout: seconds(p.IdleTimeoutSeconds), OnIdle: sandbox.Action(p.OnIdle),
-		MaxAge: seconds(p.MaxAgeSeconds), OnMaxAge: sandbox.Action(p.OnMaxAge),
-		Retention: seconds(p.RetentionSeconds), AutoResume: p.AutoResume, IdleCPUThreshold: p.IdleCPUThreshold,
+		IdleTimeout: Seconds(p.IdleTimeoutSeconds), OnIdle: sandbox.Action(p.OnIdle),
+		MaxAge: Seconds(p.MaxAgeSeconds), OnMaxAge: sandbox.Action(p.OnMaxAge),
+		Retention: Seconds(p.RetentionSeconds), AutoResume: p.AutoResume, IdleCPUThreshold: p.IdleCPUThreshold,
 	}
 }
 
-func policyToAPI(p sandbox.Policy) api.Policy {
+func PolicyToAPI(p sandbox.Policy) api.Policy {
 	return api.Policy{
 		IdleTimeoutSeconds: p.IdleTimeout.Seconds(), OnIdle: string(p.OnIdle),
 		MaxAgeSeconds: p.MaxAge.Seconds(), OnMaxAge: string(p.OnMaxAge),
@@ -79,30 +89,30 @@ func policyToAPI(p sandbox.Policy) api.Policy {
 	}
 }
 
-func execRequest(r *api.ExecRequest) *manager.ExecRequest { return input.ExecRequest(r) }
+func ExecRequest(r *api.ExecRequest) *manager.ExecRequest { return input.ExecRequest(r) }
 
-// exitToAPI: the engine's wall time is whole microseconds, as the agent
+// ExitToAPI: the engine's wall time is whole microseconds, as the agent
 // measures it.
-func exitToAPI(e manager.Exit) api.ExecExit {
+func ExitToAPI(e manager.Exit) api.ExecExit {
 	return api.ExecExit{Code: e.Code, Signal: e.Signal, TimedOut: e.TimedOut, OOMKilled: e.OOMKilled,
 		DurationMS: float64(e.Duration.Microseconds()) / 1000}
 }
 
-func resizeOf(r api.Resize) manager.Resize { return manager.Resize{Rows: r.Rows, Cols: r.Cols} }
+func Resize(r api.Resize) manager.Resize { return manager.Resize{Rows: r.Rows, Cols: r.Cols} }
 
-func fileInfoToAPI(fi manager.FileInfo) api.FileInfo {
+func FileInfoToAPI(fi manager.FileInfo) api.FileInfo {
 	m := fs.FileMode(fi.Mode)
 	return api.FileInfo{Name: fi.Name, Path: fi.Path, Size: fi.Size, Mode: fi.Mode, ModTime: fi.ModTime,
 		IsDir: fi.IsDir, Link: fi.Link, Permissions: api.PosixPermissions(m), ModeString: api.ModeString(m),
 		Type: api.FileType(m), UID: fi.UID, GID: fi.GID}
 }
 
-func diffToAPI(d manager.DiffEntry) api.DiffEntry {
+func DiffToAPI(d manager.DiffEntry) api.DiffEntry {
 	return api.DiffEntry{Path: d.Path, Kind: d.Kind, Size: d.Size, Dir: d.Dir}
 }
 
-// classesToAPI lists the runtime classes and what each can do.
-func classesToAPI(cls []manager.RuntimeClass) []api.RuntimeClass {
+// ClassesToAPI lists the runtime classes and what each can do.
+func ClassesToAPI(cls []manager.RuntimeClass) []api.RuntimeClass {
 	out := make([]api.RuntimeClass, 0, len(cls))
 	for _, c := range cls {
 		out = append(out, api.RuntimeClass{Name: c.Name, Capabilities: api.RuntimeCaps{
@@ -112,13 +122,13 @@ func classesToAPI(cls []manager.RuntimeClass) []api.RuntimeClass {
 	return out
 }
 
-func isolationToAPI(i manager.Isolation) api.Isolation {
+func IsolationToAPI(i manager.Isolation) api.Isolation {
 	return api.Isolation{Runtime: i.Runtime, SharedKernel: i.SharedKernel, UserNamespace: i.UserNamespace,
 		Seccomp: i.Seccomp, Capabilities: i.Capabilities, NoNewPrivs: i.NoNewPrivs, ReadonlyImage: i.ReadonlyImage,
 		IDMode: i.IDMode, HostUID: i.HostUID, HostGID: i.HostGID, HostIDs: i.HostIDs, UsernsOwner: i.UsernsOwner}
 }
 
-func diskToAPI(d *manager.Disk) *api.Disk {
+func DiskToAPI(d *manager.Disk) *api.Disk {
 	if d == nil {
 		return nil
 	}
@@ -126,53 +136,53 @@ func diskToAPI(d *manager.Disk) *api.Disk {
 		Enforced: d.Enforced, Note: d.Note, ReadOnly: d.ReadOnly}
 }
 
-func forkRequest(r *api.ForkRequest) *manager.ForkRequest {
-	return &manager.ForkRequest{Count: r.Count, Persistent: r.Persistent, Timeout: seconds(r.TimeoutSeconds),
+func ForkRequest(r *api.ForkRequest) *manager.ForkRequest {
+	return &manager.ForkRequest{Count: r.Count, Persistent: r.Persistent, Timeout: Seconds(r.TimeoutSeconds),
 		Labels: r.Labels, Env: r.Env, NamePrefix: r.NamePrefix}
 }
 
-func snapshotRequest(r *api.CreateSnapshotRequest) *manager.SnapshotRequest {
-	return &manager.SnapshotRequest{Name: r.Name, Retention: seconds(r.RetentionSeconds)}
+func SnapshotRequest(r *api.CreateSnapshotRequest) *manager.SnapshotRequest {
+	return &manager.SnapshotRequest{Name: r.Name, Retention: Seconds(r.RetentionSeconds)}
 }
 
-func copyRequest(r *api.CopyRequest) *manager.CopyRequest {
+func CopyRequest(r *api.CopyRequest) *manager.CopyRequest {
 	return &manager.CopyRequest{From: r.From, FromPath: r.FromPath, To: r.To, ToPath: r.ToPath}
 }
 
-func volumeRequest(r *api.CreateVolumeRequest) *manager.VolumeCreate {
+func VolumeRequest(r *api.CreateVolumeRequest) *manager.VolumeCreate {
 	return &manager.VolumeCreate{Name: r.Name, SizeBytes: r.SizeBytes, Inodes: r.Inodes}
 }
 
-func rulesRequest(r *api.NetworkRulesRequest) *manager.RulesRequest {
+func RulesRequest(r *api.NetworkRulesRequest) *manager.RulesRequest {
 	return &manager.RulesRequest{Allow: r.Allow, Deny: r.Deny}
 }
 
-func rulesToAPI(n *manager.NetworkRules) *api.NetworkRules {
+func RulesToAPI(n *manager.NetworkRules) *api.NetworkRules {
 	if n == nil {
 		return nil
 	}
 	return &api.NetworkRules{Mode: n.Mode, IPv4: n.IPv4, IPv6: n.IPv6, Allow: n.Allow}
 }
 
-func flowToAPI(f manager.Flow) api.Flow {
+func FlowToAPI(f manager.Flow) api.Flow {
 	return api.Flow{Seq: f.Seq, Time: f.Time, Kind: f.Kind, Proto: f.Proto, Src: f.Src, Dst: f.Dst,
 		Name: f.Name, Decision: f.Decision, Rule: f.Rule}
 }
 
-func poolToAPI(p manager.Pool) api.Pool {
+func PoolToAPI(p manager.Pool) api.Pool {
 	return api.Pool{Tenant: p.Tenant, Template: p.Template, Min: p.Min, Ready: p.Ready, Starting: p.Starting, Hits: p.Hits, Misses: p.Misses,
 		Reason: p.Reason}
 }
 
-func poolPtrToAPI(p *manager.Pool) *api.Pool {
+func PoolPtrToAPI(p *manager.Pool) *api.Pool {
 	if p == nil {
 		return nil
 	}
-	out := poolToAPI(*p)
+	out := PoolToAPI(*p)
 	return &out
 }
 
-func importRequest(r *api.ImportTemplateRequest) *manager.ImportRequest {
+func ImportRequest(r *api.ImportTemplateRequest) *manager.ImportRequest {
 	out := &manager.ImportRequest{Name: r.Name, Path: r.Path, Ref: r.Ref, Insecure: r.Insecure}
 	if s := r.Service; s != nil {
 		out.Service = &manager.ServiceRequest{Cmd: s.Cmd, FromImage: s.FromImage, Restart: s.Restart, MaxRestarts: s.MaxRestarts}
@@ -180,8 +190,8 @@ func importRequest(r *api.ImportTemplateRequest) *manager.ImportRequest {
 	return out
 }
 
-// buildRequest: a step's timeout is an exec's.
-func buildRequest(r *api.BuildTemplateRequest) *manager.BuildRequest {
+// BuildRequest: a step's timeout is an exec's.
+func BuildRequest(r *api.BuildTemplateRequest) *manager.BuildRequest {
 	out := &manager.BuildRequest{Name: r.Name, From: r.From, Run: r.Run, Env: r.Env, Timeout: input.TimeoutSeconds(r.TimeoutSeconds),
 		Network: r.Network, Allow: r.Allow}
 	if s := r.Service; s != nil {
@@ -190,25 +200,25 @@ func buildRequest(r *api.BuildTemplateRequest) *manager.BuildRequest {
 	return out
 }
 
-func applyRequest(r *api.ApplyRequest) *manager.ApplyRequest {
+func ApplyRequest(r *api.ApplyRequest) *manager.ApplyRequest {
 	return &manager.ApplyRequest{Spec: r.Spec, Files: r.Files}
 }
 
-// buildEventToAPI is a progress event; the stream's last event (the
+// BuildEventToAPI is a progress event; the stream's last event (the
 // template or the error) is the server's own.
-func buildEventToAPI(e manager.BuildEvent) api.BuildEvent {
+func BuildEventToAPI(e manager.BuildEvent) api.BuildEvent {
 	return api.BuildEvent{Step: e.Step, Stream: e.Stream, Data: e.Data}
 }
 
-func doctorToAPI(r *manager.DoctorReport) *api.DoctorReport {
+func DoctorToAPI(r *manager.DoctorReport) *api.DoctorReport {
 	if r == nil {
 		return nil
 	}
 	return &api.DoctorReport{Runtime: r.Runtime, Healthy: r.Healthy,
-		Findings: convertSlice(r.Findings, func(f manager.DoctorFinding) api.DoctorFinding {
+		Findings: Slice(r.Findings, func(f manager.DoctorFinding) api.DoctorFinding {
 			return api.DoctorFinding{Kind: f.Kind, ID: f.ID, Detail: f.Detail, Fixed: f.Fixed, Error: f.Error}
 		}),
-		Leases: convertSlice(r.Leases, func(l leader.Status) api.DoctorLease {
+		Leases: Slice(r.Leases, func(l leader.Status) api.DoctorLease {
 			return api.DoctorLease{Name: l.Name, Holder: l.Holder, Self: l.Self, Held: l.Held, Epoch: l.Epoch,
 				RemainingMillis: l.Remaining.Milliseconds(), Trivial: l.Trivial, Error: l.Error}
 		})}

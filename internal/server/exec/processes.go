@@ -1,4 +1,4 @@
-package server
+package exec
 
 import (
 	"context"
@@ -14,7 +14,9 @@ import (
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/server/convert"
 	"github.com/berth-sh/berth/internal/server/input"
+	"github.com/berth-sh/berth/internal/server/rest"
 )
 
 // Background processes: /v1/sandboxes/{id}/processes (engine/procs).
@@ -29,49 +31,51 @@ func processToAPI(p manager.Process) api.Process {
 		out.Argv = []string{}
 	}
 	if p.Exit != nil {
-		ex := exitToAPI(*p.Exit)
+		ex := convert.ExitToAPI(*p.Exit)
 		out.Exit = &ex
 	}
 	return out
 }
 
-func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
+// StartProcess serves POST /v1/sandboxes/{id}/processes.
+func (h *Handlers) StartProcess(w http.ResponseWriter, r *http.Request) {
 	var req api.StartProcessRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	p, err := s.m.StartProcess(r.Context(), r.PathValue("id"), &manager.StartRequest{
+	p, err := h.E.StartProcess(r.Context(), r.PathValue("id"), &manager.StartRequest{
 		ExecRequest: engine.ExecRequest{Cmd: req.Cmd, Env: req.Env, Workdir: req.Workdir, User: req.User,
 			TTY: req.TTY, Rows: req.Rows, Cols: req.Cols},
-		Tag: req.Tag, Restart: req.Restart, MaxRestarts: req.MaxRestarts}, actor(r))
+		Tag: req.Tag, Restart: req.Restart, MaxRestarts: req.MaxRestarts}, rest.Actor(r))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, processToAPI(p))
+	rest.JSON(w, http.StatusCreated, processToAPI(p))
 }
 
-func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) {
-	ps, err := s.m.ListProcesses(r.Context(), r.PathValue("id"))
+// ListProcesses serves GET /v1/sandboxes/{id}/processes.
+func (h *Handlers) ListProcesses(w http.ResponseWriter, r *http.Request) {
+	ps, err := h.E.ListProcesses(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	out := api.ProcessList{Processes: make([]api.Process, 0, len(ps))}
 	for _, p := range ps {
 		out.Processes = append(out.Processes, processToAPI(p))
 	}
-	writeJSON(w, 200, out)
+	rest.JSON(w, 200, out)
 }
 
-// getProcess answers the process pid names: by id, or the running (else
+// GetProcess answers the process pid names: by id, or the running (else
 // the newest) process with that tag.
-func (s *Server) getProcess(w http.ResponseWriter, r *http.Request) {
+func (h *Handlers) GetProcess(w http.ResponseWriter, r *http.Request) {
 	pid := r.PathValue("pid")
-	ps, err := s.m.ListProcesses(r.Context(), r.PathValue("id"))
+	ps, err := h.E.ListProcesses(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	var found *manager.Process
@@ -86,33 +90,33 @@ func (s *Server) getProcess(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if found == nil {
-		writeError(w, errdefs.NotFound("no process %q", pid))
+		rest.Error(w, errdefs.NotFound("no process %q", pid))
 		return
 	}
-	writeJSON(w, 200, processToAPI(*found))
+	rest.JSON(w, 200, processToAPI(*found))
 }
 
-// processLogs streams the kept output and, with ?follow=1, the live
+// ProcessLogs streams the kept output and, with ?follow=1, the live
 // output, as NDJSON ProcessEvents.
-func (s *Server) processLogs(w http.ResponseWriter, r *http.Request) {
+func (h *Handlers) ProcessLogs(w http.ResponseWriter, r *http.Request) {
 	follow, err := boolQuery(r, "follow")
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	nd := newNDJSON(w)
+	nd := rest.NewNDJSON(w)
 	var mu sync.Mutex
 	started := false
 	send := func(ev api.ProcessEvent) error {
 		mu.Lock()
 		started = true
 		mu.Unlock()
-		return nd.send(ev)
+		return nd.Send(ev)
 	}
-	ex, err := s.m.AttachProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), follow, manager.AttachIO{
+	ex, err := h.E.AttachProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), follow, manager.AttachIO{
 		Stdout: eventWriter{"stdout", send}, Stderr: eventWriter{"stderr", send},
 		Gap: func(n int64) { _ = send(api.ProcessEvent{Gap: n}) },
-	}, actor(r))
+	}, rest.Actor(r))
 	mu.Lock()
 	wasStarted := started
 	mu.Unlock()
@@ -121,18 +125,18 @@ func (s *Server) processLogs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if !wasStarted {
-			writeError(w, err)
+			rest.Error(w, err)
 			return
 		}
-		_ = nd.send(api.ProcessEvent{Error: apiErrorFor(w, err)})
+		_ = nd.Send(api.ProcessEvent{Error: rest.StreamError(w, err)})
 		return
 	}
 	if !wasStarted {
 		w.WriteHeader(http.StatusOK)
 	}
 	if ex != nil {
-		e := exitToAPI(*ex)
-		_ = nd.send(api.ProcessEvent{Exit: &e})
+		e := convert.ExitToAPI(*ex)
+		_ = nd.Send(api.ProcessEvent{Exit: &e})
 	}
 }
 
@@ -160,69 +164,70 @@ func boolQuery(r *http.Request, name string) (bool, error) {
 	return b, nil
 }
 
-// processStdin copies the body to the process's stdin; ?close=1 closes
+// ProcessStdin copies the body to the process's stdin; ?close=1 closes
 // it after.
-func (s *Server) processStdin(w http.ResponseWriter, r *http.Request) {
+func (h *Handlers) ProcessStdin(w http.ResponseWriter, r *http.Request) {
 	closeIt, err := boolQuery(r, "close")
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	body := http.MaxBytesReader(w, r.Body, maxProcStdin)
-	if err := s.m.ProcessStdin(r.Context(), r.PathValue("id"), r.PathValue("pid"), body, closeIt, actor(r)); err != nil {
+	if err := h.E.ProcessStdin(r.Context(), r.PathValue("id"), r.PathValue("pid"), body, closeIt, rest.Actor(r)); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			err = errdefs.TooLarge("stdin exceeds %d bytes per request", maxProcStdin)
 		}
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) {
+// SignalProcess serves POST /v1/sandboxes/{id}/processes/{pid}/signal.
+func (h *Handlers) SignalProcess(w http.ResponseWriter, r *http.Request) {
 	var req api.SignalRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	if err := s.m.SignalProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), req.Signal, false, actor(r)); err != nil {
-		writeError(w, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-// killProcess sends SIGKILL and ends a supervised process's restarts.
-func (s *Server) killProcess(w http.ResponseWriter, r *http.Request) {
-	if err := s.m.SignalProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), "SIGKILL", true, actor(r)); err != nil {
-		writeError(w, err)
+	if err := h.E.SignalProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), req.Signal, false, rest.Actor(r)); err != nil {
+		rest.Error(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// waitProcess answers the process's exit once it has ended for good.
-func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request) {
-	ex, err := s.m.WaitProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), actor(r))
+// KillProcess sends SIGKILL and ends a supervised process's restarts.
+func (h *Handlers) KillProcess(w http.ResponseWriter, r *http.Request) {
+	if err := h.E.SignalProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), "SIGKILL", true, rest.Actor(r)); err != nil {
+		rest.Error(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// WaitProcess answers the process's exit once it has ended for good.
+func (h *Handlers) WaitProcess(w http.ResponseWriter, r *http.Request) {
+	ex, err := h.E.WaitProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), rest.Actor(r))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, 200, exitToAPI(ex))
+	rest.JSON(w, 200, convert.ExitToAPI(ex))
 }
 
-// processWS attaches to a process over a WebSocket, for PTY processes:
+// ProcessWS attaches to a process over a WebSocket, for PTY processes:
 // the kept output then live output as WSStdout/WSStderr frames; the client
 // sends WSStdin, WSStdinEOF and WSResize; WSExit ends it when the process
 // ends. Leaving does not end the process.
-func (s *Server) processWS(w http.ResponseWriter, r *http.Request) {
+func (h *Handlers) ProcessWS(w http.ResponseWriter, r *http.Request) {
 	id, pid := r.PathValue("id"), r.PathValue("pid")
-	if _, err := s.m.Get(r.Context(), id); err != nil {
-		writeError(w, err)
+	if _, err := h.E.Get(r.Context(), id); err != nil {
+		rest.Error(w, err)
 		return
 	}
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{WSProtocol}})
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{rest.WSProtocol}})
 	if err != nil {
 		return
 	}
@@ -233,21 +238,21 @@ func (s *Server) processWS(w http.ResponseWriter, r *http.Request) {
 	ws := &wsStream{conn: conn, ctx: ctx}
 	send := ws.send
 	stdinR, resize := ws.readInput(cancel, false)
-	ex, err := s.m.AttachProcess(ctx, id, pid, true, manager.AttachIO{
+	ex, err := h.E.AttachProcess(ctx, id, pid, true, manager.AttachIO{
 		Stdin: stdinR, KeepStdin: true,
 		Stdout: kindWriter{api.WSStdout, send}, Stderr: kindWriter{api.WSStderr, send},
 		Resize: resize,
-	}, actor(r))
+	}, rest.Actor(r))
 	if err != nil {
 		if !errors.Is(err, context.Canceled) && ctx.Err() == nil {
-			b, _ := json.Marshal(apiErrorFor(w, err))
+			b, _ := json.Marshal(rest.StreamError(w, err))
 			_ = send(api.WSError, b)
 			conn.Close(websocket.StatusNormalClosure, "")
 		}
 		return
 	}
 	if ex != nil {
-		b, _ := json.Marshal(exitToAPI(*ex))
+		b, _ := json.Marshal(convert.ExitToAPI(*ex))
 		_ = send(api.WSExit, b)
 	}
 	conn.Close(websocket.StatusNormalClosure, "")

@@ -1,4 +1,4 @@
-package server
+package rest
 
 import (
 	"encoding/json"
@@ -22,7 +22,7 @@ func TestRetryAfterHeader(t *testing.T) {
 		{errdefs.QuotaExceeded(5*time.Second, "tenant acme: 3 of 3"), "quota_exceeded", "5"},
 	} {
 		w := httptest.NewRecorder()
-		writeError(w, tc.err)
+		Error(w, tc.err)
 		var body api.ErrorBody
 		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
 			t.Fatal(err)
@@ -32,7 +32,7 @@ func TestRetryAfterHeader(t *testing.T) {
 		}
 	}
 	w := httptest.NewRecorder()
-	writeError(w, errdefs.Conflict("x"))
+	Error(w, errdefs.Conflict("x"))
 	if w.Header().Get("Retry-After") != "" {
 		t.Error("a conflict carries a Retry-After")
 	}

@@ -9,64 +9,22 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/server/input"
+	"github.com/berth-sh/berth/internal/server/rest"
 )
-
-func (s *Server) getNetwork(w http.ResponseWriter, r *http.Request) {
-	nr, err := s.m.NetworkRules(r.Context(), r.PathValue("id"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, 200, rulesToAPI(nr))
-}
-
-func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
-	var req api.NetworkRulesRequest
-	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	nr, err := s.m.UpdateNetworkRules(r.Context(), r.PathValue("id"), rulesRequest(&req), actor(r))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, 200, rulesToAPI(nr))
-}
-
-func (s *Server) flows(w http.ResponseWriter, r *http.Request) {
-	var after uint64
-	if v := r.URL.Query().Get("after"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			writeError(w, errdefs.Invalid("after must be a flow sequence number"))
-			return
-		}
-		after = n
-	}
-	fs, err := s.m.Flows(r.Context(), r.PathValue("id"), after, 10000)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, 200, convertSlice(fs, flowToAPI))
-}
 
 // proxy forwards an HTTP request (WebSocket upgrades included) to a port
 // of a sandbox.
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id, portStr, path string) {
 	port, err := strconv.Atoi(portStr)
 	if err != nil || port < 1 || port > 65535 {
-		writeError(w, errdefs.Invalid("bad port %q", portStr))
+		rest.Error(w, errdefs.Invalid("bad port %q", portStr))
 		return
 	}
 	// Dial first, so an unreachable sandbox or port is a clean error.
 	conn, _, err := s.m.DialPort(r.Context(), id, port)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	// Full duplex: net/http's HTTP/1 server otherwise reads the rest of
@@ -114,7 +72,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id, portStr, path
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeError(w, errdefs.Unavailable("sandbox %s port %d: %v", id, port, err))
+			rest.Error(w, errdefs.Unavailable("sandbox %s port %d: %v", id, port, err))
 		},
 	}
 	rp.ServeHTTP(w, r)

@@ -1,4 +1,4 @@
-package server
+package admin
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/identity"
 	"github.com/berth-sh/berth/internal/server/input"
+	"github.com/berth-sh/berth/internal/server/rest"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -19,79 +20,83 @@ const maxQuotaCPUs = 1 << 40
 // tenantParam is the {tenant} path value: a tenant's name by the rule
 // tenants are made with (CheckTenantName), of a tenant that exists — a
 // quota is never set for a name no tenant has (nor for "../x").
-func (s *Server) tenantParam(r *http.Request) (string, error) {
+func (h *Handlers) tenantParam(r *http.Request) (string, error) {
 	t := r.PathValue("tenant")
 	if err := CheckTenantName(t); err != nil {
 		return "", err
 	}
-	if _, err := s.m.Store().GetTenant(r.Context(), t); err != nil {
+	if _, err := h.E.Store().GetTenant(r.Context(), t); err != nil {
 		return "", err
 	}
 	return t, nil
 }
 
-func (s *Server) getQuota(w http.ResponseWriter, r *http.Request) {
-	tenant, err := s.tenantParam(r)
+// GetQuota serves GET /v1/tenants/{tenant}/quota.
+func (h *Handlers) GetQuota(w http.ResponseWriter, r *http.Request) {
+	tenant, err := h.tenantParam(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	s.writeQuota(w, r, tenant)
+	h.writeQuota(w, r, tenant)
 }
 
-// getOwnQuota is GET /v1/quota: the caller's own tenant's limits and
+// GetOwnQuota is GET /v1/quota: the caller's own tenant's limits and
 // usage, read from who the caller is (never from the request), so any key
 // of a tenant sees its own quota and nothing of another's. The host's
 // administrator gets the default tenant's.
-func (s *Server) getOwnQuota(w http.ResponseWriter, r *http.Request) {
+func (h *Handlers) GetOwnQuota(w http.ResponseWriter, r *http.Request) {
 	c, ok := identity.From(r.Context())
 	if !ok || c.Lease != "" {
-		writeError(w, errdefs.Permission("a tenant's quota is read with one of its API keys"))
+		rest.Error(w, errdefs.Permission("a tenant's quota is read with one of its API keys"))
 		return
 	}
-	s.writeQuota(w, r, c.Tenant)
+	h.writeQuota(w, r, c.Tenant)
 }
 
-func (s *Server) writeQuota(w http.ResponseWriter, r *http.Request, tenant string) {
-	q, err := s.m.Quota(r.Context(), tenant)
+func (h *Handlers) writeQuota(w http.ResponseWriter, r *http.Request, tenant string) {
+	q, err := h.E.Quota(r.Context(), tenant)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	_, rowErr := s.m.Store().GetTenantQuota(r.Context(), tenant)
-	u, err := s.m.TenantUsage(r.Context(), tenant, "")
+	_, rowErr := h.E.Store().GetTenantQuota(r.Context(), tenant)
+	u, err := h.E.TenantUsage(r.Context(), tenant, "")
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	out := quotaToAPI(q)
 	out.Default = errors.Is(rowErr, errdefs.ErrNotFound)
 	out.Usage = &api.QuotaUsage{Sandboxes: u.Sandboxes, CPUs: float64(u.CPUMillis) / 1000, Memory: u.Memory, Storage: u.Storage}
-	writeJSON(w, 200, out)
+	rest.JSON(w, 200, out)
 }
 
-func (s *Server) putQuota(w http.ResponseWriter, r *http.Request) {
-	tenant, err := s.tenantParam(r)
+// PutQuota serves PUT /v1/tenants/{tenant}/quota.
+func (h *Handlers) PutQuota(w http.ResponseWriter, r *http.Request) {
+	tenant, err := h.tenantParam(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	var req api.QuotaRequest
 	if err := input.Decode(r, &req); err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	q, err := quotaFromAPI(tenant, &req)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	if err := s.m.SetQuota(r.Context(), q); err != nil {
-		writeError(w, err)
+	if err := h.E.SetQuota(r.Context(), q); err != nil {
+		rest.Error(w, err)
 		return
 	}
-	s.keyRates.forget(tenant)
-	s.getQuota(w, r)
+	if h.QuotaChanged != nil {
+		h.QuotaChanged(tenant)
+	}
+	h.GetQuota(w, r)
 }
 
 // quotaFromAPI checks and converts a quota request.

@@ -1,4 +1,4 @@
-package server
+package rest
 
 import (
 	"context"
@@ -27,7 +27,7 @@ func TestPageOf(t *testing.T) {
 		{"limit=ten", store.Page{}, true},
 		{"limit=1e3", store.Page{}, true},
 	} {
-		p, err := pageOf(httptest.NewRequest("GET", "/v1/sandboxes?"+tc.query, nil))
+		p, err := PageOf(httptest.NewRequest("GET", "/v1/sandboxes?"+tc.query, nil))
 		if tc.bad {
 			if code, status := errdefs.Code(err); !errors.Is(err, errdefs.ErrInvalid) || status != 400 || code != "invalid_argument" {
 				t.Errorf("%q: err %v (%s %d), want 400 invalid_argument", tc.query, err, code, status)
@@ -45,22 +45,22 @@ func TestPageOf(t *testing.T) {
 // tenant, an anonymous request (public port) carries no caller.
 func TestCallerOwner(t *testing.T) {
 	ctx := context.Background()
-	if o := ownerOf(withCaller(ctx, auth.Admin)); o != store.AnyOwner {
+	if o := OwnerOf(WithCaller(ctx, auth.Admin)); o != store.AnyOwner {
 		t.Errorf("the host admin reads for %v, want every tenant", o)
 	}
 	key := auth.Principal{Actor: "key:k1", KeyID: "k1", Tenant: "acme"}
-	c, ok := identity.From(withCaller(ctx, key))
+	c, ok := identity.From(WithCaller(ctx, key))
 	if !ok || c.Tenant != "acme" || c.KeyID != "k1" || c.Actor != "key:k1" {
 		t.Errorf("key caller = %+v %v", c, ok)
 	}
-	if o := ownerOf(withCaller(ctx, key)); o != store.OwnedBy("acme") {
+	if o := OwnerOf(WithCaller(ctx, key)); o != store.OwnedBy("acme") {
 		t.Errorf("key reads for %v", o)
 	}
 	lease := auth.Principal{Actor: "lease:sb1", Sandbox: "sb1"}
-	if c, _ := identity.From(withCaller(ctx, lease)); c.Lease != "sb1" {
+	if c, _ := identity.From(WithCaller(ctx, lease)); c.Lease != "sb1" {
 		t.Errorf("lease caller = %+v", c)
 	}
-	if _, ok := identity.From(withCaller(ctx, auth.Anonymous)); ok {
+	if _, ok := identity.From(WithCaller(ctx, auth.Anonymous)); ok {
 		t.Error("an anonymous request carries a caller")
 	}
 }

@@ -1,17 +1,34 @@
-package server
+// Package files serves the file routes of a sandbox: read and write a
+// file or a tar stream, stat, list, mkdir, remove, move and watch, and
+// the export and sandbox-to-sandbox copy. The routes are mounted by the
+// root package server's route table.
+package files
 
 import (
+	"context"
+	"io"
 	"net/http"
 	"os"
-	"runtime"
 	"strconv"
 
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server/convert"
+	"github.com/berth-sh/berth/internal/server/rest"
 )
 
-func goVersion() string { return runtime.Version() }
+// Engine is what the file routes need of the engine.
+type Engine interface {
+	Files(ctx context.Context, ref string, write bool, actor string) (*manager.Files, error)
+	Export(ctx context.Context, ref string, paths []string, w io.Writer, actor string) error
+	Copy(ctx context.Context, req *manager.CopyRequest, actor string) error
+}
+
+// Handlers serves the file routes.
+type Handlers struct {
+	E Engine
+}
 
 // maxPathLen bounds a path query parameter.
 const maxPathLen = 4096
@@ -69,26 +86,27 @@ func formatParam(r *http.Request) (tar bool, err error) {
 	}
 }
 
-func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
+// Get serves GET /v1/sandboxes/{id}/files.
+func (h *Handlers) Get(w http.ResponseWriter, r *http.Request) {
 	path, err := pathParam(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	asTar, err := formatParam(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"), false, actor(r))
+	f, err := h.E.Files(r.Context(), r.PathValue("id"), false, rest.Actor(r))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	defer f.Close()
 	fi, err := f.Stat(r.Context(), path)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	if asTar {
@@ -96,7 +114,7 @@ func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 		err = f.ReadTar(r.Context(), path, w)
 	} else {
 		if fi.IsDir {
-			writeError(w, errdefs.Invalid("%s is a directory; ask for format=tar", path))
+			rest.Error(w, errdefs.Invalid("%s is a directory; ask for format=tar", path))
 			return
 		}
 		w.Header().Set("Content-Type", "application/octet-stream")
@@ -105,8 +123,8 @@ func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 		_, err = f.ReadFile(r.Context(), path, w)
 	}
 	if err != nil {
-		if !headerWritten(w) {
-			writeError(w, err)
+		if !rest.HeaderWritten(w) {
+			rest.Error(w, err)
 			return
 		}
 		// Mid-stream: abort the response so the client sees a broken
@@ -115,120 +133,125 @@ func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) writeFiles(w http.ResponseWriter, r *http.Request) {
+// Put serves PUT /v1/sandboxes/{id}/files.
+func (h *Handlers) Put(w http.ResponseWriter, r *http.Request) {
 	path, err := pathParam(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	asTar, err := formatParam(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	mode, err := modeParam(r, 0o644)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"), true, actor(r))
+	f, err := h.E.Files(r.Context(), r.PathValue("id"), true, rest.Actor(r))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	defer f.Close()
 	if asTar {
-		if err := f.WriteTar(r.Context(), path, r.Body, actor(r)); err != nil {
-			writeError(w, err)
+		if err := f.WriteTar(r.Context(), path, r.Body, rest.Actor(r)); err != nil {
+			rest.Error(w, err)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	fi, err := f.WriteFile(r.Context(), path, mode, r.Body, actor(r))
+	fi, err := f.WriteFile(r.Context(), path, mode, r.Body, rest.Actor(r))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, 200, fileInfoToAPI(fi))
+	rest.JSON(w, 200, convert.FileInfoToAPI(fi))
 }
 
-func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
-	f, path, ok := s.openFiles(w, r, false)
+// Stat serves GET /v1/sandboxes/{id}/files/stat.
+func (h *Handlers) Stat(w http.ResponseWriter, r *http.Request) {
+	f, path, ok := h.openFiles(w, r, false)
 	if !ok {
 		return
 	}
 	defer f.Close()
 	fi, err := f.Stat(r.Context(), path)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, 200, fileInfoToAPI(fi))
+	rest.JSON(w, 200, convert.FileInfoToAPI(fi))
 }
 
-func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
-	f, path, ok := s.openFiles(w, r, false)
+// List serves GET /v1/sandboxes/{id}/files/list.
+func (h *Handlers) List(w http.ResponseWriter, r *http.Request) {
+	f, path, ok := h.openFiles(w, r, false)
 	if !ok {
 		return
 	}
 	defer f.Close()
 	fis, err := f.List(r.Context(), path)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	writeJSON(w, 200, convertSlice(fis, fileInfoToAPI))
+	rest.JSON(w, 200, convert.Slice(fis, convert.FileInfoToAPI))
 }
 
-func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
+// Mkdir serves POST /v1/sandboxes/{id}/files/mkdir.
+func (h *Handlers) Mkdir(w http.ResponseWriter, r *http.Request) {
 	path, err := pathParam(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	parents, err := boolParam(r, "parents")
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	mode, err := modeParam(r, 0o755)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"), true, actor(r))
+	f, err := h.E.Files(r.Context(), r.PathValue("id"), true, rest.Actor(r))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	defer f.Close()
-	if err := f.Mkdir(r.Context(), path, mode, parents, actor(r)); err != nil {
-		writeError(w, err)
+	if err := f.Mkdir(r.Context(), path, mode, parents, rest.Actor(r)); err != nil {
+		rest.Error(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
+// Remove serves DELETE /v1/sandboxes/{id}/files.
+func (h *Handlers) Remove(w http.ResponseWriter, r *http.Request) {
 	path, err := pathParam(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	recursive, err := boolParam(r, "recursive")
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"), true, actor(r))
+	f, err := h.E.Files(r.Context(), r.PathValue("id"), true, rest.Actor(r))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	defer f.Close()
-	if err := f.Remove(r.Context(), path, recursive, actor(r)); err != nil {
-		writeError(w, err)
+	if err := f.Remove(r.Context(), path, recursive, rest.Actor(r)); err != nil {
+		rest.Error(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -236,15 +259,15 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
 
 // openFiles parses the path parameter and opens file access to the
 // sandbox for a handler; on failure it has answered and returns false.
-func (s *Server) openFiles(w http.ResponseWriter, r *http.Request, write bool) (*manager.Files, string, bool) {
+func (h *Handlers) openFiles(w http.ResponseWriter, r *http.Request, write bool) (*manager.Files, string, bool) {
 	path, err := pathParam(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return nil, "", false
 	}
-	f, err := s.m.Files(r.Context(), r.PathValue("id"), write, actor(r))
+	f, err := h.E.Files(r.Context(), r.PathValue("id"), write, rest.Actor(r))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return nil, "", false
 	}
 	return f, path, true

@@ -1,4 +1,4 @@
-package server
+package exec
 
 import (
 	"context"
@@ -14,20 +14,22 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/server/convert"
 	"github.com/berth-sh/berth/internal/server/input"
+	"github.com/berth-sh/berth/internal/server/rest"
 )
 
-// execWS serves an interactive exec over a WebSocket: the first message is
+// ExecWS serves an interactive exec over a WebSocket: the first message is
 // the JSON ExecRequest, then binary frames tagged by their first byte (see
 // api.WSStdin and friends).
-func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
+func (h *Handlers) ExecWS(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	// Fail fast with a plain HTTP error for an unknown sandbox.
-	if _, err := s.m.Get(r.Context(), id); err != nil {
-		writeError(w, err)
+	if _, err := h.E.Get(r.Context(), id); err != nil {
+		rest.Error(w, err)
 		return
 	}
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{WSProtocol}})
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{rest.WSProtocol}})
 	if err != nil {
 		return
 	}
@@ -39,7 +41,7 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 	ws := &wsStream{conn: conn, ctx: ctx}
 	send := ws.send
 	sendErr := func(err error) {
-		b, _ := json.Marshal(apiErrorFor(w, err))
+		b, _ := json.Marshal(rest.StreamError(w, err))
 		_ = send(api.WSError, b)
 		conn.Close(websocket.StatusNormalClosure, "")
 	}
@@ -62,19 +64,19 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	stdinR, resize := ws.readInput(cancel, true)
-	exit, err := s.m.Exec(ctx, id, execRequest(&req), manager.ExecIO{
+	exit, err := h.E.Exec(ctx, id, convert.ExecRequest(&req), manager.ExecIO{
 		Stdin:  stdinR,
 		Stdout: kindWriter{api.WSStdout, send},
 		Stderr: kindWriter{api.WSStderr, send},
 		Resize: resize,
-	}, actor(r))
+	}, rest.Actor(r))
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
 			sendErr(err)
 		}
 		return
 	}
-	b, _ := json.Marshal(exitToAPI(exit))
+	b, _ := json.Marshal(convert.ExitToAPI(exit))
 	_ = send(api.WSExit, b)
 	conn.Close(websocket.StatusNormalClosure, "")
 }
@@ -129,7 +131,7 @@ func (ws *wsStream) readInput(cancel func(), failStdin bool) (io.Reader, chan ma
 				var rs api.Resize
 				if json.Unmarshal(msg[1:], &rs) == nil {
 					select {
-					case resize <- resizeOf(rs):
+					case resize <- convert.Resize(rs):
 					default:
 					}
 				}

@@ -1,13 +1,13 @@
-package server
-
-// Events: a page of JSON, or, for a request that accepts
-// text/event-stream, a live Server-Sent Events stream (docs/events.md).
+// Package events serves the event routes (GET /v1/events and
+// /v1/sandboxes/{id}/events): a page of JSON, or, for a request that
+// accepts text/event-stream, a live Server-Sent Events stream
+// (docs/events.md).
 //
 // A stream is a follower of the store: it reads the events after the last
 // id it sent, sends them, and waits for the store's next commit of events
 // (store.Events.EventsWritten), a poll tick (another daemon sharing the
 // PostgreSQL store commits without waking this one), a heartbeat, or the
-// end — its credential's end included (live.go). Event ids become visible in id
+// end — its credential's end included (package server, live.go). Event ids become visible in id
 // order (the store's EventOrderLock), so reading "after the last id sent"
 // neither skips nor repeats an event, committed concurrently or not, and a
 // client that comes back with Last-Event-ID continues exactly where it
@@ -16,10 +16,13 @@ package server
 // reading is cut off when a write does not complete within
 // streamWriteTimeout (its socket buffers are the bounded buffer); it
 // resumes from its last id.
+package events
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"log/slog"
 	"mime"
 	"net/http"
 	"net/url"
@@ -32,6 +35,7 @@ import (
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server/rest"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -41,25 +45,46 @@ const (
 	streamWriteTimeout = 30 * time.Second
 	// streamRetry is the reconnection delay the stream asks for (ms).
 	streamRetry = 2000
-	// maxStreamsPerKey caps the open streams of one credential, and
-	// maxStreamsPerTenant those of one tenant's credentials together (its
+	// MaxStreamsPerKey caps the open streams of one credential, and
+	// MaxStreamsPerTenant those of one tenant's credentials together (its
 	// admins can make many keys, and every sandbox's lease is one).
-	maxStreamsPerKey    = 16
-	maxStreamsPerTenant = 64
-	// maxEventFilters caps the sandbox= and type= values of one request.
-	maxEventFilters = 32
+	MaxStreamsPerKey    = 16
+	MaxStreamsPerTenant = 64
+	// MaxEventFilters caps the sandbox= and type= values of one request.
+	MaxEventFilters = 32
 )
 
-var (
-	// streamPage is the most events one read of a stream holds in memory.
-	streamPage = 256
+const (
+	// defaultStreamPage is the most events one read of a stream holds in
+	// memory (Handlers.Page).
+	defaultStreamPage = 256
 	// streamPoll is how often a stream reads without a wake-up: the
 	// bound on how late it sees another daemon's events.
 	streamPoll = time.Second
+	// defaultStreamPing is the heartbeat of an idle stream (Handlers.Ping).
+	defaultStreamPing = 15 * time.Second
 )
 
-// defaultStreamPing is the heartbeat of an idle stream (Server.EventPing).
-const defaultStreamPing = 15 * time.Second
+// Engine is what the event routes read of the engine.
+type Engine interface {
+	Get(ctx context.Context, ref string) (*sandbox.Sandbox, error)
+	Events(ctx context.Context, ref string, after int64, p store.Page) ([]*sandbox.Event, string, error)
+	AllEvents(ctx context.Context, ids, types []string, after int64, p store.Page) (evs []*sandbox.Event, next string, last int64, err error)
+	EventsWritten() <-chan struct{}
+}
+
+// Handlers serves the event routes.
+type Handlers struct {
+	E Engine
+	// Ping is the heartbeat of an idle stream, read per stream (0: 15 s).
+	Ping func() time.Duration
+	// Page is the most events one read of a stream holds (0: 256).
+	Page int
+	// Log is where a failed stream read is told.
+	Log func() *slog.Logger
+
+	streams streams
+}
 
 // streams tracks the open event streams: per-credential counts, and the
 // channel closed at shutdown.
@@ -79,9 +104,9 @@ func (st *streams) init() {
 	}
 }
 
-// admit counts a new stream of key, refusing one over maxStreamsPerKey
+// admit counts a new stream of key, refusing one over MaxStreamsPerKey
 // or, for a tenant's credential (tenant not ""), over
-// maxStreamsPerTenant; the host's are not capped by tenant.
+// MaxStreamsPerTenant; the host's are not capped by tenant.
 func (st *streams) admit(key, tenant string) (release func(), err error) {
 	st.init()
 	st.mu.Lock()
@@ -89,12 +114,12 @@ func (st *streams) admit(key, tenant string) (release func(), err error) {
 	if st.closed {
 		return nil, errdefs.Unavailable("the daemon is shutting down")
 	}
-	if st.open[key] >= maxStreamsPerKey {
-		return nil, errdefs.Exhausted("%d event streams are open with this credential already; close one", maxStreamsPerKey)
+	if st.open[key] >= MaxStreamsPerKey {
+		return nil, errdefs.Exhausted("%d event streams are open with this credential already; close one", MaxStreamsPerKey)
 	}
 	tkey := "\x01tenant\x00" + tenant
-	if tenant != "" && st.open[tkey] >= maxStreamsPerTenant {
-		return nil, errdefs.Exhausted("%d event streams are open in tenant %s already; close one", maxStreamsPerTenant, tenant)
+	if tenant != "" && st.open[tkey] >= MaxStreamsPerTenant {
+		return nil, errdefs.Exhausted("%d event streams are open in tenant %s already; close one", MaxStreamsPerTenant, tenant)
 	}
 	keys := []string{key}
 	if tenant != "" {
@@ -114,16 +139,16 @@ func (st *streams) admit(key, tenant string) (release func(), err error) {
 	}, nil
 }
 
-// CloseStreams ends every open event stream and refuses new ones: the
-// daemon calls it before shutting its listeners down, so streams do not
-// hold the shutdown up (their clients reconnect to the next daemon).
-func (s *Server) CloseStreams() {
-	s.streams.init()
-	s.streams.mu.Lock()
-	defer s.streams.mu.Unlock()
-	if !s.streams.closed {
-		s.streams.closed = true
-		close(s.streams.closing)
+// Close ends every open event stream and refuses new ones: the daemon
+// calls it before shutting its listeners down, so streams do not hold the
+// shutdown up (their clients reconnect to the next daemon).
+func (h *Handlers) Close() {
+	h.streams.init()
+	h.streams.mu.Lock()
+	defer h.streams.mu.Unlock()
+	if !h.streams.closed {
+		h.streams.closed = true
+		close(h.streams.closing)
 	}
 }
 
@@ -135,14 +160,14 @@ type eventQuery struct {
 }
 
 // parseEventQuery reads an events request's filters and position:
-// sandbox= and type= (repeatable, at most maxEventFilters each), after= and
+// sandbox= and type= (repeatable, at most MaxEventFilters each), after= and
 // Last-Event-ID (an event id: a non-negative decimal number).
 func parseEventQuery(q url.Values, lastEventID string) (eventQuery, error) {
 	var eq eventQuery
 	for _, k := range []string{"sandbox", "type"} {
 		vs := q[k]
-		if len(vs) > maxEventFilters {
-			return eventQuery{}, errdefs.Invalid("at most %d %s= filters are served", maxEventFilters, k)
+		if len(vs) > MaxEventFilters {
+			return eventQuery{}, errdefs.Invalid("at most %d %s= filters are served", MaxEventFilters, k)
 		}
 		for _, v := range vs {
 			if err := checkFilterValue(k, v); err != nil {
@@ -205,8 +230,8 @@ func dedupe(vs []string) []string {
 	return out
 }
 
-// wantsEventStream reports whether r accepts text/event-stream.
-func wantsEventStream(r *http.Request) bool {
+// WantsStream reports whether r accepts text/event-stream.
+func WantsStream(r *http.Request) bool {
 	for _, h := range r.Header.Values("Accept") {
 		for _, part := range strings.Split(h, ",") {
 			if mt, _, err := mime.ParseMediaType(strings.TrimSpace(part)); err == nil && mt == "text/event-stream" {
@@ -227,52 +252,52 @@ func apiEvent(e *sandbox.Event) api.Event {
 		Reason: e.Reason, Outcome: e.Outcome, Message: e.Message}
 }
 
-// events serves GET /v1/sandboxes/{id}/events: that sandbox's events, a
+// Sandbox serves GET /v1/sandboxes/{id}/events: that sandbox's events, a
 // page or a stream.
-func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+func (h *Handlers) Sandbox(w http.ResponseWriter, r *http.Request) {
 	eq, err := parseEventQuery(r.URL.Query(), r.Header.Get("Last-Event-ID"))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	if len(eq.Sandboxes) > 0 {
-		writeError(w, errdefs.Invalid("sandbox= filters GET /v1/events; this route is one sandbox's"))
+		rest.Error(w, errdefs.Invalid("sandbox= filters GET /v1/events; this route is one sandbox's"))
 		return
 	}
-	sb, err := s.m.Get(r.Context(), r.PathValue("id"))
+	sb, err := h.E.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	if wantsEventStream(r) {
-		s.streamEvents(w, r, []string{sb.ID}, eq.Types, eq.After)
+	if WantsStream(r) {
+		h.streamEvents(w, r, []string{sb.ID}, eq.Types, eq.After)
 		return
 	}
-	p, err := pageOf(r)
+	p, err := rest.PageOf(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	var evs []*sandbox.Event
 	var next string
 	if len(eq.Types) == 0 {
-		evs, next, err = s.m.Events(r.Context(), sb.ID, eq.After, p)
+		evs, next, err = h.E.Events(r.Context(), sb.ID, eq.After, p)
 	} else {
-		evs, next, _, err = s.m.AllEvents(r.Context(), []string{sb.ID}, eq.Types, eq.After, p)
+		evs, next, _, err = h.E.AllEvents(r.Context(), []string{sb.ID}, eq.Types, eq.After, p)
 	}
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	writeEvents(w, evs, next)
 }
 
-// allEvents serves GET /v1/events: the events of every sandbox the
-// caller sees, filtered; a page or a stream.
-func (s *Server) allEvents(w http.ResponseWriter, r *http.Request) {
+// All serves GET /v1/events: the events of every sandbox the caller
+// sees, filtered; a page or a stream.
+func (h *Handlers) All(w http.ResponseWriter, r *http.Request) {
 	eq, err := parseEventQuery(r.URL.Query(), r.Header.Get("Last-Event-ID"))
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	// Names become ids now: a stream follows the sandbox it was asked
@@ -280,63 +305,67 @@ func (s *Server) allEvents(w http.ResponseWriter, r *http.Request) {
 	// 404, as on every route.
 	var ids []string
 	for _, ref := range eq.Sandboxes {
-		sb, err := s.m.Get(r.Context(), ref)
+		sb, err := h.E.Get(r.Context(), ref)
 		if err != nil {
-			writeError(w, err)
+			rest.Error(w, err)
 			return
 		}
 		ids = append(ids, sb.ID)
 	}
-	if wantsEventStream(r) {
-		s.streamEvents(w, r, dedupe(ids), eq.Types, eq.After)
+	if WantsStream(r) {
+		h.streamEvents(w, r, dedupe(ids), eq.Types, eq.After)
 		return
 	}
-	p, err := pageOf(r)
+	p, err := rest.PageOf(r)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	evs, next, _, err := s.m.AllEvents(r.Context(), dedupe(ids), eq.Types, eq.After, p)
+	evs, next, _, err := h.E.AllEvents(r.Context(), dedupe(ids), eq.Types, eq.After, p)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	writeEvents(w, evs, next)
 }
 
 func writeEvents(w http.ResponseWriter, evs []*sandbox.Event, next string) {
-	setNext(w, next)
+	rest.SetNext(w, next)
 	out := make([]api.Event, 0, len(evs))
 	for _, e := range evs {
 		out = append(out, apiEvent(e))
 	}
-	writeJSON(w, 200, out)
+	rest.JSON(w, 200, out)
 }
 
 // streamEvents serves the events of sandboxes ids (every one the caller
 // sees when empty) of types (every one when empty) after id after, then
 // live, as Server-Sent Events (see the top of this file).
-func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, ids, types []string, after int64) {
+func (h *Handlers) streamEvents(w http.ResponseWriter, r *http.Request, ids, types []string, after int64) {
 	ctx := r.Context()
 	p, _ := auth.From(ctx)
-	release, err := s.streams.admit(p.Actor+"\x00"+p.LeaseID, p.Tenant)
+	release, err := h.streams.admit(p.Actor+"\x00"+p.LeaseID, p.Tenant)
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
 	defer release()
 	// The first read happens before the answer's status, so a failing
 	// store is a JSON error and not an empty stream.
-	wake := s.m.EventsWritten()
-	evs, next, last, err := s.m.AllEvents(ctx, ids, types, after, store.Page{Limit: streamPage})
+	page := h.Page
+	if page <= 0 {
+		page = defaultStreamPage
+	}
+	wake := h.E.EventsWritten()
+	evs, next, last, err := h.E.AllEvents(ctx, ids, types, after, store.Page{Limit: page})
 	if err != nil {
-		writeError(w, err)
+		rest.Error(w, err)
 		return
 	}
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no") // a proxy in front must not buffer it
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/event-stream")
+	hdr.Set("Cache-Control", "no-cache")
+	hdr.Set("X-Accel-Buffering", "no") // a proxy in front must not buffer it
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	var buf bytes.Buffer
@@ -350,7 +379,10 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, ids, types
 		return err == nil
 	}
 	buf.WriteString("retry: " + strconv.Itoa(streamRetry) + "\n\n")
-	pingEvery := s.EventPing
+	var pingEvery time.Duration
+	if h.Ping != nil {
+		pingEvery = h.Ping()
+	}
 	if pingEvery <= 0 {
 		pingEvery = defaultStreamPing
 	}
@@ -358,7 +390,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, ids, types
 	defer ping.Stop()
 	poll := time.NewTicker(streamPoll)
 	defer poll.Stop()
-	s.streams.init()
+	h.streams.init()
 	for {
 		for _, e := range evs {
 			writeFrame(&buf, e)
@@ -369,12 +401,12 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, ids, types
 		evs, after = nil, last
 		// A stream that never catches up (a long history, a slow reader)
 		// still ends: its credential's end (the request's context is bound
-		// to it, live.go), cancellation and shutdown are looked at on every
+		// to it: package server, live.go), cancellation and shutdown are looked at on every
 		// pass, not only when idle.
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.streams.closing:
+		case <-h.streams.closing:
 			return
 		default:
 		}
@@ -390,19 +422,16 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, ids, types
 				continue
 			case <-ctx.Done():
 				return
-			case <-s.streams.closing:
+			case <-h.streams.closing:
 				return
 			}
 		}
-		wake = s.m.EventsWritten()
-		evs, next, last, err = s.m.AllEvents(ctx, ids, types, after, store.Page{Limit: streamPage})
+		wake = h.E.EventsWritten()
+		evs, next, last, err = h.E.AllEvents(ctx, ids, types, after, store.Page{Limit: page})
 		if err != nil {
 			if ctx.Err() == nil {
-				rid := ""
-				if info := infoOf(w); info != nil {
-					rid = info.id
-				}
-				s.logger().Warn("event stream read failed; the client resumes from its last id", "err", err, "request_id", rid)
+				rid := rest.RequestID(w)
+				h.logger().Warn("event stream read failed; the client resumes from its last id", "err", err, "request_id", rid)
 			}
 			return
 		}
@@ -420,4 +449,11 @@ func writeFrame(buf *bytes.Buffer, e *sandbox.Event) {
 	buf.WriteString("data: ")
 	buf.Write(data)
 	buf.WriteString("\n\n")
+}
+
+func (h *Handlers) logger() *slog.Logger {
+	if h.Log == nil {
+		return slog.Default()
+	}
+	return h.Log()
 }

@@ -1,4 +1,4 @@
-package server
+package templates
 
 import (
 	"encoding/json"
@@ -9,37 +9,38 @@ import (
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server/input"
+	"github.com/berth-sh/berth/internal/server/rest"
 	"github.com/berth-sh/berth/internal/store"
 )
 
-// buildDockerfile is POST /v1/templates/{name}/dockerfile: the body is
+// BuildDockerfile is POST /v1/templates/{name}/dockerfile: the body is
 // the build context (a tar archive holding the Dockerfile), the query
 // names the Dockerfile, target, build arguments and the RUN steps'
 // network; the answer is the NDJSON stream of a build.
-func (s *Server) buildDockerfile(w http.ResponseWriter, r *http.Request) {
+func (h *Handlers) BuildDockerfile(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	req := &manager.DockerfileRequest{Name: r.PathValue("name"), Dockerfile: q.Get("dockerfile"), Target: q.Get("target"),
 		Context: r.Body, Network: manager.BuildNetwork{Mode: q.Get("network"), Allow: q["allow"]}}
 	for _, f := range [][2]string{{"dockerfile", req.Dockerfile}, {"target", req.Target}, {"network", req.Network.Mode}} {
 		if err := sandbox.CheckText(f[0], f[1]); err != nil {
-			writeError(w, err)
+			rest.Error(w, err)
 			return
 		}
 	}
 	for _, a := range req.Network.Allow {
 		if err := sandbox.CheckText("allow rule", a); err != nil {
-			writeError(w, err)
+			rest.Error(w, err)
 			return
 		}
 	}
 	if ba := q.Get("buildargs"); ba != "" {
 		if err := json.Unmarshal([]byte(ba), &req.BuildArgs); err != nil {
-			writeError(w, errdefs.Invalid("buildargs: want a JSON object of strings: %v", err))
+			rest.Error(w, errdefs.Invalid("buildargs: want a JSON object of strings: %v", err))
 			return
 		}
 		for k, v := range req.BuildArgs {
 			if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
-				writeError(w, errdefs.Invalid("buildargs: bad argument %q", k))
+				rest.Error(w, errdefs.Invalid("buildargs: bad argument %q", k))
 				return
 			}
 		}
@@ -47,12 +48,12 @@ func (s *Server) buildDockerfile(w http.ResponseWriter, r *http.Request) {
 	if t := q.Get("timeout_seconds"); t != "" {
 		var secs float64
 		if err := json.Unmarshal([]byte(t), &secs); err != nil || !(secs >= 0 && secs <= sandbox.MaxTimeout.Seconds()) {
-			writeError(w, errdefs.Invalid("timeout_seconds: want a number of seconds"))
+			rest.Error(w, errdefs.Invalid("timeout_seconds: want a number of seconds"))
 			return
 		}
 		req.Timeout = input.TimeoutSeconds(secs)
 	}
-	buildStream(w, templateToAPI, func(progress func(manager.BuildEvent)) (*store.Template, error) {
-		return s.m.BuildDockerfile(r.Context(), req, actor(r), progress)
+	buildStream(w, ToAPI, func(progress func(manager.BuildEvent)) (*store.Template, error) {
+		return h.E.BuildDockerfile(r.Context(), req, rest.Actor(r), progress)
 	})
 }

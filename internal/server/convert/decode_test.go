@@ -1,4 +1,4 @@
-package server
+package convert
 
 import (
 	"net/http/httptest"
@@ -34,7 +34,7 @@ func FuzzDecodeRequests(f *testing.F) {
 		var c api.CreateSandboxRequest
 		if err := input.Decode(r, &c); err != nil {
 			assert4xx(t, err)
-		} else if sp, err := manager.SpecFromRequest(createRequest(&c), tpl); err != nil {
+		} else if sp, err := manager.SpecFromRequest(CreateRequest(&c), tpl); err != nil {
 			assert4xx(t, err)
 		} else {
 			// Accepted: valid by the spec's own rules, and within what
@@ -55,7 +55,7 @@ func FuzzDecodeRequests(f *testing.F) {
 		var e api.ExecRequest
 		if err := input.Decode(r, &e); err != nil {
 			assert4xx(t, err)
-		} else if err := manager.ValidateExec(execRequest(&e)); err != nil {
+		} else if err := manager.ValidateExec(ExecRequest(&e)); err != nil {
 			assert4xx(t, err)
 		}
 	})
