@@ -127,7 +127,7 @@ func (p *Pool) Close(inUse bool) error {
 		err := unix.Unmount(p.root, 0)
 		switch {
 		case err == nil:
-			return waitDetached(p.image, 15*time.Second)
+			return waitDetached(p.image, detachWait)
 		case errors.Is(err, unix.EINVAL):
 			return nil
 		case errors.Is(err, unix.EBUSY) && i < 20:
@@ -347,7 +347,7 @@ func waitDetached(image string, limit time.Duration) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("storage pool unmounted, but %s still holds %s after %s", dev, image, limit)
+			return fmt.Errorf("unmounted, but %s still holds %s after %s", dev, image, limit)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -211,7 +211,24 @@ func (m *Manager) Mount(id string) error {
 }
 
 // Unmount unmounts volume id; its loop device is released with it.
-func (m *Manager) Unmount(id string) error { return overlay.Unmount(m.Path(id)) }
+//
+// It returns once the loop device under it has let go of its image too
+// (or fails naming the device after detachWait): the kernel clears an
+// autoclear device from a work queue after the unmount returns, late on a
+// loaded host, and a delete that answered with the device still bound
+// would leave it to whoever looks next (seen: a runsc sandbox's scratch
+// device still bound just after its delete, at load 16 on 2 cores). The
+// image is still there when this fails, so a retry waits again.
+func (m *Manager) Unmount(id string) error {
+	if err := overlay.Unmount(m.Path(id)); err != nil {
+		return err
+	}
+	return waitDetached(m.image(id), detachWait)
+}
+
+// detachWait bounds how long an unmount waits for its loop device to let
+// go of the image.
+const detachWait = 15 * time.Second
 
 // Mounted reports whether volume id is mounted.
 func (m *Manager) Mounted(id string) bool {
