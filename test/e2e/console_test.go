@@ -267,7 +267,21 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("the timeline shows no transition to running: %q", timeline)
 	}
 	run("terminal connects", chromedp.WaitVisible(css(`#terminal .xterm-rows`)), waitText(`#terminal-status`, "connected"),
-		chromedp.Click(css(`#terminal`)), chromedp.Focus(css(`#terminal .xterm-helper-textarea`)),
+		chromedp.Click(css(`#terminal`)), chromedp.Focus(css(`#terminal .xterm-helper-textarea`)))
+	// Typed once the shell shows its prompt, as a person would: typed
+	// ahead, the tty echoes the command before the shell runs, and its
+	// output lands after the prompt ("# hi").
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		screen := strs("read the terminal", `[...document.querySelectorAll('#terminal .xterm-rows > div')].map(d => d.textContent.trim())`)
+		if slices.ContainsFunc(screen, func(l string) bool { return strings.HasSuffix(l, "#") || strings.HasSuffix(l, "$") }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			shot(t, tctx, shots, "terminal-failed")
+			t.Fatalf("the terminal shows no shell prompt: %q", screen)
+		}
+	}
+	run("type a command", chromedp.Focus(css(`#terminal .xterm-helper-textarea`)),
 		// Typed as an input method would (SendKeys' key and char events
 		// both reach xterm.js, doubling every letter), then Enter.
 		chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
