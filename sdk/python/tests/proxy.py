@@ -3,7 +3,7 @@ reads each connection's first request, records it, and answers it as the
 next scripted action says — a canned 429/503 with Retry-After, a dropped
 connection (closed with no answer), or a pass-through to the daemon's
 plain-HTTP listener, optionally cut right after the first Server-Sent
-Event. Every later request on a passed-through connection is piped
+Event or stripped of its Last-Event-ID. Every later request on a passed-through connection is piped
 unseen, so tests script one action per connection."""
 from __future__ import annotations
 
@@ -24,7 +24,9 @@ class Seen:
 @dataclass
 class Proxy:
     upstream: Tuple[str, int]
-    actions: List[str] = field(default_factory=list)  # "429:N", "503:N", "drop", "pass", "cut-after-event"
+    # "429[:N]", "503[:N]" (N: Retry-After), "drop", "pass", "cut-after-event",
+    # "replay" (pass without the Last-Event-ID header)
+    actions: List[str] = field(default_factory=list)
     seen: List[Seen] = field(default_factory=list)
     default: str = "pass"
 
@@ -84,6 +86,10 @@ class Proxy:
                 c.sendall(hdr.encode() + b"\r\n" + body)
                 c.close()
             else:
+                if action == "replay":
+                    # As a server that lost its place would: drop
+                    # Last-Event-ID, so the stream starts over from the first event.
+                    raw = b"\r\n".join(ln for ln in raw.split(b"\r\n") if not ln.lower().startswith(b"last-event-id:"))
                 self._pipe(c, raw, cut=(action == "cut-after-event"))
         except OSError:
             c.close()

@@ -78,6 +78,25 @@ def test_event_stream_resumes_with_last_event_id(client, admin_key):
             assert streams[1].headers["accept"] == "text/event-stream"
 
 
+def test_event_stream_never_repeats_an_event(client, admin_key):
+    """A server that starts the reopened stream over (here: the proxy
+    strips Last-Event-ID) resends the first event; the client drops it."""
+    http = os.environ["BERTH_TEST_HTTP"]
+    with berth.Client(http, api_key=admin_key) as direct:
+        with direct.sandboxes.create() as sb:
+            sb.stop()
+            want = [e.id for e in direct.events.list(sandbox=sb.id)]
+            with Proxy.to(http, ["cut-after-event", "replay"]) as px:
+                with berth.Client(px.url, api_key=admin_key) as c:
+                    got = []
+                    for ev in c.events.stream(sandbox=sb.id):
+                        got.append(ev.id)
+                        if len(got) == len(want):
+                            break
+            assert got == want
+            assert px.seen[1].headers["last-event-id"] == str(want[0])
+
+
 def test_event_stream_from_an_id(client, sandbox):
     sandbox.touch()
     sandbox.stop()

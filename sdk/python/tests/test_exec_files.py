@@ -50,8 +50,10 @@ def test_background_processes(sandbox):
     ex = sandbox.processes.wait(s.id)
     assert ex.signal or ex.code != 0
 
-    t = sandbox.processes.start("trap 'exit 7' TERM; while true; do sleep 0.05; done")
-    sandbox.exec("sleep 0.2")  # let the trap be set
+    t = sandbox.processes.start("trap 'exit 7' TERM; echo trapped; while true; do sleep 0.05; done")
+    for ev in sandbox.processes.logs_stream(t.id, follow=True):  # the trap is set once it says so
+        if ev.data and b"trapped" in ev.data:
+            break
     sandbox.processes.signal(t.id, "TERM")
     assert sandbox.processes.wait(t.id).code == 7
 
