@@ -385,14 +385,28 @@ class AsyncSandbox:
         return m.Lease.from_dict(await self._c._json("POST", self._path("leases"), body=req))
 
     # async-only-begin
-    def pty(self, cmd: Union[str, Sequence[str]] = ("sh",), *, rows: int = 24, cols: int = 80, env: Optional[Dict[str, str]] = None):
+    def pty(
+        self,
+        cmd: Union[str, Sequence[str]] = ("sh",),
+        *,
+        rows: int = 24,
+        cols: int = 80,
+        env: Optional[Dict[str, str]] = None,
+        workdir: Optional[str] = None,
+        user: Optional[str] = None,
+        tty: bool = True,
+    ):
         """Opens an interactive terminal over the exec WebSocket (asyncio
         only: websockets 10 has no sync client): ``async with sb.pty(...) as
-        t:`` then ``t.send``, ``t.resize``, ``t.recv``, ``t.wait``."""
+        t:`` then ``t.send``, ``t.resize``, ``t.recv``, ``t.wait``. With
+        ``tty=False`` the same session runs over pipes: no terminal, and
+        ``t.close_stdin()`` ends the command's input (a terminal has no end
+        of input; send ``"\\x04"``, its ^D, instead)."""
         from ._pty import Pty
 
         argv = ["sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        req = m.ExecRequest(cmd=argv, tty=True, rows=rows, cols=cols, env=env)
+        req = m.ExecRequest(cmd=argv, env=env, workdir=workdir, user=user, tty=tty or None,
+                            rows=rows if tty else None, cols=cols if tty else None)
         return Pty(self._c._conn, self._c._user_agent, self._path("exec", "ws"), req)
     # async-only-end
 

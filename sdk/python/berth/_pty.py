@@ -76,17 +76,25 @@ class Pty:
         finally:
             await self._out.put(None)
 
+    async def _send(self, msg: bytes) -> None:
+        try:
+            await self._ws.send(msg)
+        except websockets.exceptions.ConnectionClosed as e:
+            raise StreamError("the terminal session is over") from e
+
     async def send(self, data) -> None:
         """Types ``data`` (bytes or str) into the terminal."""
         if isinstance(data, str):
             data = data.encode()
-        await self._ws.send(bytes([WS_STDIN]) + data)
+        await self._send(bytes([WS_STDIN]) + data)
 
     async def close_stdin(self) -> None:
-        await self._ws.send(bytes([WS_STDIN_EOF]))
+        """Ends the command's input."""
+        await self._send(bytes([WS_STDIN_EOF]))
 
     async def resize(self, rows: int, cols: int) -> None:
-        await self._ws.send(bytes([WS_RESIZE]) + json.dumps({"rows": rows, "cols": cols}).encode())
+        """Resizes the terminal (the command sees SIGWINCH)."""
+        await self._send(bytes([WS_RESIZE]) + json.dumps({"rows": rows, "cols": cols}).encode())
 
     async def recv(self) -> bytes:
         """The next output chunk; b"" once the session ended."""
