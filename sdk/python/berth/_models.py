@@ -136,6 +136,7 @@ class Error(Model):
         ('request_id', 'request_id', ()),
         ('limit', 'limit', ()),
     )
+    _required = ('code', 'message',)
 
 
 @dataclass
@@ -148,6 +149,7 @@ class ErrorBody(Model):
     _wire = (
         ('error', 'error', ('Error',)),
     )
+    _required = ('error',)
 
 
 @dataclass
@@ -211,6 +213,7 @@ class Disk(Model):
         ('note', 'note', ()),
         ('read_only', 'read_only', ()),
     )
+    _required = ('cap_bytes', 'cap_inodes', 'used_bytes', 'used_inodes', 'enforced',)
 
 
 @dataclass
@@ -365,6 +368,7 @@ class Isolation(Model):
         ('host_ids', 'host_ids', ()),
         ('userns_owner', 'userns_owner', ()),
     )
+    _required = ('runtime', 'shared_kernel', 'user_namespace', 'seccomp', 'capabilities', 'no_new_privileges', 'readonly_image',)
 
 
 @dataclass
@@ -470,6 +474,7 @@ class Sandbox(Model):
         ('lease_token', 'lease_token', ()),
         ('secrets', 'secrets', ('list', ('SecretRef',))),
     )
+    _required = ('id', 'name', 'template', 'state', 'persistent', 'resources', 'network', 'isolation', 'created_at', 'updated_at', 'hostname', 'policy',)
 
 
 @dataclass
@@ -501,6 +506,7 @@ class ExecRequest(Model):
         ('rows', 'rows', ()),
         ('cols', 'cols', ()),
     )
+    _required = ('cmd',)
 
 
 @dataclass
@@ -523,6 +529,7 @@ class ExecExit(Model):
         ('duration_ms', 'duration_ms', ()),
         ('signal', 'signal', ()),
     )
+    _required = ('code', 'timed_out', 'oom_killed', 'duration_ms',)
 
 
 @dataclass
@@ -557,6 +564,7 @@ class Resize(Model):
         ('rows', 'rows', ()),
         ('cols', 'cols', ()),
     )
+    _required = ('rows', 'cols',)
 
 
 @dataclass
@@ -571,6 +579,7 @@ class RunRequest(Model):
         ('sandbox', 'sandbox', ('CreateSandboxRequest',)),
         ('exec', 'exec', ('ExecRequest',)),
     )
+    _required = ('sandbox', 'exec',)
 
 
 @dataclass
@@ -611,6 +620,7 @@ class FileInfo(Model):
         ('uid', 'uid', ()),
         ('gid', 'gid', ()),
     )
+    _required = ('name', 'path', 'size', 'mode', 'mod_time', 'is_dir', 'permissions', 'mode_string', 'type',)
 
 
 @dataclass
@@ -666,6 +676,7 @@ class Template(Model):
         ('build', 'build', ('TemplateBuild',)),
         ('labels', 'labels', ('map', ())),
     )
+    _required = ('name', 'layers', 'source', 'builtin', 'size', 'created_at',)
 
 
 @dataclass
@@ -689,6 +700,7 @@ class ImportTemplateRequest(Model):
         ('insecure', 'insecure', ()),
         ('service', 'service', ('TemplateService',)),
     )
+    _required = ('name',)
 
 
 @dataclass
@@ -722,6 +734,7 @@ class BuildTemplateRequest(Model):
         ('network', 'network', ()),
         ('allow', 'allow', ('list', ())),
     )
+    _required = ('name', 'from', 'run',)
 
 
 @dataclass
@@ -743,6 +756,7 @@ class BuildEvent(Model):
         ('template', 'template', ('Template',)),
         ('error', 'error', ('Error',)),
     )
+    _required = ('step',)
 
 
 @dataclass
@@ -775,6 +789,7 @@ class Event(Model):
         ('outcome', 'outcome', ()),
         ('message', 'message', ()),
     )
+    _required = ('id', 'sandbox_id', 'time', 'type',)
 
 
 @dataclass
@@ -797,6 +812,7 @@ class DoctorFinding(Model):
         ('fixed', 'fixed', ()),
         ('error', 'error', ()),
     )
+    _required = ('kind', 'id', 'detail', 'fixed',)
 
 
 @dataclass
@@ -816,6 +832,7 @@ class DoctorReport(Model):
         ('healthy', 'healthy', ()),
         ('leases', 'leases', ('list', ('DoctorLease',))),
     )
+    _required = ('findings', 'runtime', 'healthy',)
 
 
 @dataclass
@@ -848,6 +865,7 @@ class DoctorLease(Model):
         ('trivial', 'trivial', ()),
         ('error', 'error', ()),
     )
+    _required = ('name', 'holder', 'self', 'held', 'epoch', 'remaining_ms',)
 
 
 @dataclass
@@ -876,6 +894,7 @@ class Version(Model):
         ('tls_fingerprint', 'tls_fingerprint', ()),
         ('classes', 'classes', ('list', ('RuntimeClass',))),
     )
+    _required = ('version', 'go', 'runtime',)
 
 
 @dataclass
@@ -934,6 +953,7 @@ class VolumeMount(Model):
         ('path', 'path', ()),
         ('read_only', 'read_only', ()),
     )
+    _required = ('name', 'path',)
 
 
 @dataclass
@@ -976,6 +996,7 @@ class Volume(Model):
         ('attached_to', 'attached_to', ()),
         ('read_only', 'read_only', ()),
     )
+    _required = ('id', 'name', 'state', 'size_bytes', 'inodes', 'used_bytes', 'used_inodes', 'keep', 'created_at',)
 
 
 @dataclass
@@ -995,6 +1016,7 @@ class CreateVolumeRequest(Model):
         ('size_bytes', 'size_bytes', ()),
         ('inodes', 'inodes', ()),
     )
+    _required = ('name',)
 
 
 @dataclass
@@ -1015,6 +1037,7 @@ class DiffEntry(Model):
         ('size', 'size', ()),
         ('dir', 'dir', ()),
     )
+    _required = ('path', 'kind', 'size',)
 
 
 @dataclass
@@ -1061,6 +1084,7 @@ class ForkResponse(Model):
         ('children', 'children', ('list', ('Sandbox',))),
         ('freeze_ms', 'freeze_ms', ()),
     )
+    _required = ('children', 'freeze_ms',)
 
 
 @dataclass
@@ -1111,6 +1135,7 @@ class Snapshot(Model):
         ('parent', 'parent', ()),
         ('expires_at', 'expires_at', ('datetime',)),
     )
+    _required = ('id', 'name', 'sandbox_id', 'template', 'size_bytes', 'created_at',)
 
 
 @dataclass
@@ -1140,6 +1165,7 @@ class ExportRequest(Model):
     _wire = (
         ('paths', 'paths', ('list', ())),
     )
+    _required = ('paths',)
 
 
 @dataclass
@@ -1162,6 +1188,7 @@ class CopyRequest(Model):
         ('to', 'to', ()),
         ('to_path', 'to_path', ()),
     )
+    _required = ('from', 'from_path', 'to', 'to_path',)
 
 
 @dataclass
@@ -1175,6 +1202,7 @@ class PoolRequest(Model):
     _wire = (
         ('min', 'min', ()),
     )
+    _required = ('min',)
 
 
 @dataclass
@@ -1210,6 +1238,7 @@ class Pool(Model):
         ('tenant', 'tenant', ()),
         ('reason', 'reason', ()),
     )
+    _required = ('template', 'min', 'ready', 'starting', 'hits', 'misses',)
 
 
 @dataclass
@@ -1228,6 +1257,7 @@ class ApplyRequest(Model):
         ('spec', 'spec', ()),
         ('files', 'files', ('bytes',)),
     )
+    _required = ('spec',)
 
 
 @dataclass
@@ -1260,6 +1290,7 @@ class NetworkRules(Model):
         ('ipv4', 'ipv4', ()),
         ('ipv6', 'ipv6', ()),
     )
+    _required = ('mode', 'allow',)
 
 
 @dataclass
@@ -1288,6 +1319,7 @@ class Flow(Model):
         ('name', 'name', ()),
         ('rule', 'rule', ()),
     )
+    _required = ('seq', 'time', 'kind', 'proto', 'src', 'dst', 'decision',)
 
 
 @dataclass
@@ -1302,6 +1334,7 @@ class Tenant(Model):
         ('name', 'name', ()),
         ('created_at', 'created_at', ('datetime',)),
     )
+    _required = ('name', 'created_at',)
 
 
 @dataclass
@@ -1314,6 +1347,7 @@ class CreateTenantRequest(Model):
     _wire = (
         ('name', 'name', ()),
     )
+    _required = ('name',)
 
 
 @dataclass
@@ -1344,6 +1378,7 @@ class APIKey(Model):
         ('expires_at', 'expires_at', ('datetime',)),
         ('revoked_at', 'revoked_at', ('datetime',)),
     )
+    _required = ('id', 'prefix', 'tenant', 'scopes', 'created_at',)
 
 
 @dataclass
@@ -1377,6 +1412,7 @@ class CreatedAPIKey(Model):
         ('expires_at', 'expires_at', ('datetime',)),
         ('revoked_at', 'revoked_at', ('datetime',)),
     )
+    _required = ('id', 'prefix', 'tenant', 'scopes', 'created_at', 'key',)
 
 
 @dataclass
@@ -1397,6 +1433,7 @@ class CreateAPIKeyRequest(Model):
         ('scopes', 'scopes', ('list', ())),
         ('expires_in_seconds', 'expires_in_seconds', ()),
     )
+    _required = ('role',)
 
 
 @dataclass
@@ -1431,6 +1468,7 @@ class Lease(Model):
         ('expires_at', 'expires_at', ('datetime',)),
         ('token', 'token', ()),
     )
+    _required = ('id', 'sandbox_id', 'scopes', 'expires_at', 'token',)
 
 
 @dataclass
@@ -1478,6 +1516,7 @@ class PortToken(Model):
         ('expires_at', 'expires_at', ('datetime',)),
         ('browser_url', 'browser_url', ()),
     )
+    _required = ('id', 'sandbox_id', 'port', 'token', 'url', 'expires_at',)
 
 
 @dataclass
@@ -1511,6 +1550,7 @@ class AuditEntry(Model):
         ('source', 'source', ()),
         ('completed_at', 'completed_at', ('datetime',)),
     )
+    _required = ('tenant', 'seq', 'time', 'actor', 'action', 'result',)
 
 
 @dataclass
@@ -1548,6 +1588,7 @@ class AuditRecord(Model):
         ('source', 'source', ()),
         ('result', 'result', ()),
     )
+    _required = ('tenant', 'seq', 'kind', 'time', 'prev_hash', 'hash',)
 
 
 @dataclass
@@ -1582,6 +1623,7 @@ class AuditVerify(Model):
         ('pending', 'pending', ()),
         ('bad', 'bad', ('AuditVerifyBad',)),
     )
+    _required = ('ok', 'checked', 'pending',)
 
 
 @dataclass
@@ -1619,6 +1661,7 @@ class QuotaRequest(Model):
         ('key_rate_per_second', 'key_rate_per_second', ()),
         ('key_burst', 'key_burst', ()),
     )
+    _required = ('max_sandboxes', 'max_cpus', 'max_memory_bytes', 'max_storage_bytes', 'create_rate_per_minute', 'create_burst', 'key_rate_per_second', 'key_burst',)
 
 
 @dataclass
@@ -1663,6 +1706,7 @@ class Quota(Model):
         ('default', 'default', ()),
         ('usage', 'usage', ('QuotaUsage',)),
     )
+    _required = ('tenant', 'max_sandboxes', 'max_cpus', 'max_memory_bytes', 'max_storage_bytes', 'create_rate_per_minute', 'create_burst', 'key_rate_per_second', 'key_burst', 'default',)
 
 
 @dataclass
@@ -1681,6 +1725,7 @@ class QuotaUsage(Model):
         ('memory_bytes', 'memory_bytes', ()),
         ('storage_bytes', 'storage_bytes', ()),
     )
+    _required = ('sandboxes', 'cpus', 'memory_bytes', 'storage_bytes',)
 
 
 @dataclass
@@ -1702,6 +1747,7 @@ class WatchEvent(Model):
         ('is_dir', 'is_dir', ()),
         ('error', 'error', ('Error',)),
     )
+    _required = ('type',)
 
 
 @dataclass
@@ -1733,6 +1779,7 @@ class StartProcessRequest(Model):
         ('restart', 'restart', ()),
         ('max_restarts', 'max_restarts', ()),
     )
+    _required = ('cmd',)
 
 
 @dataclass
@@ -1765,6 +1812,7 @@ class Process(Model):
         ('restarts', 'restarts', ()),
         ('reason', 'reason', ()),
     )
+    _required = ('id', 'argv', 'started', 'state',)
 
 
 @dataclass
@@ -1777,6 +1825,7 @@ class ProcessList(Model):
     _wire = (
         ('processes', 'processes', ('list', ('Process',))),
     )
+    _required = ('processes',)
 
 
 @dataclass
@@ -1810,6 +1859,7 @@ class SignalRequest(Model):
     _wire = (
         ('signal', 'signal', ()),
     )
+    _required = ('signal',)
 
 
 @dataclass
@@ -1849,6 +1899,7 @@ class Secret(Model):
         ('created_at', 'created_at', ('datetime',)),
         ('updated_at', 'updated_at', ('datetime',)),
     )
+    _required = ('name', 'key_id', 'created_at', 'updated_at',)
 
 
 @dataclass
@@ -1864,6 +1915,7 @@ class PutSecretRequest(Model):
     _wire = (
         ('value', 'value', ()),
     )
+    _required = ('value',)
 
 
 @dataclass
@@ -1877,6 +1929,7 @@ class RotateSecretsKeyRequest(Model):
     _wire = (
         ('key', 'key', ()),
     )
+    _required = ('key',)
 
 
 @dataclass
@@ -1895,6 +1948,7 @@ class RotateSecretsKeyResponse(Model):
         ('removed', 'removed', ('list', ())),
         ('key_file', 'key_file', ()),
     )
+    _required = ('key_id', 'rewrapped',)
 
 
 @dataclass
@@ -1928,6 +1982,7 @@ class SecretRef(Model):
         ('file', 'file', ()),
         ('egress_host', 'egress_host', ()),
     )
+    _required = ('name',)
 
 
 @dataclass
@@ -1944,6 +1999,7 @@ class ConsoleCode(Model):
         ('expires_at', 'expires_at', ('datetime',)),
         ('urls', 'urls', ('list', ())),
     )
+    _required = ('code', 'expires_at',)
 
 
 @dataclass
@@ -1956,6 +2012,7 @@ class ConsoleSessionRequest(Model):
     _wire = (
         ('code', 'code', ()),
     )
+    _required = ('code',)
 
 
 @dataclass
@@ -1972,6 +2029,7 @@ class ConsoleSession(Model):
         ('key_id', 'key_id', ()),
         ('expires_at', 'expires_at', ('datetime',)),
     )
+    _required = ('api_key', 'key_id', 'expires_at',)
 
 
 @dataclass
@@ -2003,6 +2061,7 @@ class RuntimeCaps(Model):
         ('pool', 'pool', ()),
         ('rename', 'rename', ()),
     )
+    _required = ('freeze', 'checkpoint', 'capture', 'root_layer', 'egress', 'pool', 'rename',)
 
 
 @dataclass
@@ -2017,6 +2076,7 @@ class RuntimeClass(Model):
         ('name', 'name', ()),
         ('capabilities', 'capabilities', ('RuntimeCaps',)),
     )
+    _required = ('name', 'capabilities',)
 
 
 @dataclass
@@ -2042,6 +2102,7 @@ class PortTokenInfo(Model):
         ('expires_at', 'expires_at', ('datetime',)),
         ('revoked_at', 'revoked_at', ('datetime',)),
     )
+    _required = ('id', 'sandbox_id', 'port', 'created_by', 'created_at', 'expires_at',)
 
 
 @dataclass

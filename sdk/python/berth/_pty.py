@@ -77,6 +77,8 @@ class Pty:
             await self._out.put(None)
 
     async def _send(self, msg: bytes) -> None:
+        if self.exit is not None or self._error is not None:
+            raise StreamError("the terminal session is over")
         try:
             await self._ws.send(msg)
         except websockets.exceptions.ConnectionClosed as e:

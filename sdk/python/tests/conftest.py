@@ -11,6 +11,10 @@ import uuid
 import pytest
 
 import berth
+from berth import _wire
+
+# Every answer the suite decodes must be what api/openapi.json describes.
+_wire.STRICT = True
 
 
 def need(name: str) -> str:

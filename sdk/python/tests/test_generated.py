@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOOLS = os.path.join(HERE, "..", "tools")
 
@@ -43,10 +45,13 @@ def test_drift_is_detected(tmp_path):
     assert r.returncode == 1
 
 
-def test_models_round_trip():
+def test_models_round_trip(monkeypatch):
     from datetime import timezone
 
+    from berth import _wire
     from berth import models as m
+
+    monkeypatch.setattr(_wire, "STRICT", False)  # as users decode: unknown keys ignored
 
     sb = m.Sandbox.from_dict({"id": "a", "name": "n", "template": "t", "state": "running",
                               "created_at": "2026-12-07T00:45:59.123456789Z", "resources": {"cpus": 0.5},
@@ -60,3 +65,15 @@ def test_models_round_trip():
     assert m.ExecRequest(cmd=["x"], stdin=b"hi").to_dict() == {"cmd": ["x"], "stdin": "aGk="}
     e = m.Event.from_dict({"id": 1, "sandbox_id": "s", "time": "2026-01-01T00:00:00+02:00", "type": "x", "from": "a"})
     assert e.from_ == "a" and e.to_dict()["from"] == "a"
+
+
+def test_strict_decoding_refuses_what_the_spec_does_not_describe(monkeypatch):
+    from berth import _wire
+    from berth import models as m
+
+    monkeypatch.setattr(_wire, "STRICT", True)
+    with pytest.raises(_wire.SpecMismatch):
+        m.Tenant.from_dict({"name": "a", "created_at": "2026-01-01T00:00:00Z", "extra": 1})
+    with pytest.raises(_wire.SpecMismatch):
+        m.Tenant.from_dict({"name": "a"})
+    assert m.Tenant.from_dict({"name": "a", "created_at": "2026-01-01T00:00:00Z"}).name == "a"

@@ -142,6 +142,8 @@ class Gen:
         lines.append("    _wire = (")
         lines.extend(wire)
         lines.append("    )")
+        if required:
+            lines.append("    _required = (%s)" % "".join("%r, " % p for p in required).rstrip(" "))
         self.out.append("\n".join(lines) + "\n")
         self.names.append(name)
 
