@@ -35,7 +35,7 @@ command -v python3 >/dev/null || need_apt+=(python3)
 # /usr/bin/python3): its one runtime dependency httpx, websockets for
 # terminals, pytest with its asyncio plugin, and pip (with setuptools, the
 # build backend) for its test of `pip install ./sdk/python`.
-/usr/bin/python3 -c 'import httpx, websockets, pytest, pytest_asyncio, pip, setuptools' 2>/dev/null ||
+/usr/bin/python3 -c 'import httpx, websockets, pytest, pytest_asyncio, setuptools, pip' 2>/dev/null ||
 	need_apt+=(python3-httpx python3-pytest python3-websockets python3-pytest-asyncio python3-pip)
 # make unit runs go test -race, which needs cgo: a C compiler and libc headers.
 command -v gcc >/dev/null || need_apt+=(gcc libc6-dev)

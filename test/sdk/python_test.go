@@ -79,7 +79,7 @@ func TestPythonSDK(t *testing.T) {
 	if _, err := os.Stat(python); err != nil {
 		t.Fatalf("the Python SDK suite needs Debian's %s: run scripts/install-deps.sh (%v)", python, err)
 	}
-	if out, err := exec.Command(python, "-c", "import httpx, websockets, pytest, pytest_asyncio, pip, setuptools").CombinedOutput(); err != nil {
+	if out, err := exec.Command(python, "-c", "import httpx, websockets, pytest, pytest_asyncio, setuptools, pip").CombinedOutput(); err != nil {
 		t.Fatalf("the Python SDK suite needs python3-httpx, python3-websockets, python3-pytest, python3-pytest-asyncio "+
 			"and python3-pip for %s: run scripts/install-deps.sh: %v\n%s", python, err, out)
 	}
