@@ -16,6 +16,7 @@ from ._conn import (
     IDEMPOTENCY_HEADER,
     NEXT_CURSOR_HEADER,
     SAFE_METHODS,
+    SANDBOX_ID_HEADER,
     Conn,
     new_idempotency_key,
     resolve,
@@ -217,6 +218,37 @@ class Client:
             return m.DoctorReport.from_dict(self._json("POST", "/v1/doctor/fix"))
         return m.DoctorReport.from_dict(self._json("GET", "/v1/doctor"))
 
+    def run(
+        self,
+        cmd: Union[str, Sequence[str]],
+        *,
+        sandbox: Optional[m.CreateSandboxRequest] = None,
+        stdin: Union[None, bytes, str] = None,
+        env: Optional[Dict[str, str]] = None,
+        timeout: Optional[float] = None,
+    ) -> ExecResult:
+        """Runs one command in a one-shot sandbox (POST /v1/run) that the
+        daemon destroys when the command ends: the same as create, exec and
+        delete in one round trip. Not retried on a cut connection (the
+        command may have run); ``result.sandbox_id`` names the sandbox."""
+        argv = ["sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        if isinstance(stdin, str):
+            stdin = stdin.encode()
+        req = m.RunRequest(sandbox=sandbox or m.CreateSandboxRequest(),
+                           exec=m.ExecRequest(cmd=argv, stdin=stdin, env=env, timeout_seconds=timeout))
+        resp = self._send("POST", "/v1/run", body=req, headers={"Accept": "application/x-ndjson"}, stream=True)
+        sandbox_id = resp.headers.get(SANDBOX_ID_HEADER, "")
+        out, err = bytearray(), bytearray()
+        for d in self._ndjson(resp):
+            ev = m.ExecEvent.from_dict(d)
+            if ev.error is not None:
+                raise from_stream(d["error"])
+            if ev.exit is not None:
+                return ExecResult(exit=ev.exit, stdout=bytes(out), stderr=bytes(err), sandbox_id=sandbox_id)
+            if ev.data:
+                (err if ev.stream == "stderr" else out).extend(ev.data)
+        raise StreamError("the run stream ended without an exit status")
+
     def pools(self) -> List[m.Pool]:
         """Every template's warm pool."""
         return [m.Pool.from_dict(p) for p in self._json("GET", "/v1/pools") or []]
@@ -377,6 +409,24 @@ class Sandbox:
         """This sandbox's recorded events (every page)."""
         return self._c.events.list(sandbox=self.id, after=after)
 
+    def export(self, paths: Sequence[str]) -> bytes:
+        """A tar archive of ``paths`` (files or directories) in the sandbox."""
+        resp = self._c._send("POST", self._path("export"), body=m.ExportRequest(paths=list(paths)),
+                                   headers={"Accept": "application/x-tar"})
+        return resp.content
+
+    def port_token(self, port: int, ttl_seconds: Optional[int] = None) -> m.PortToken:
+        """A token (and URL) that reaches ``port`` of the sandbox through the port proxy."""
+        d = self._c._json("POST", self._path("ports", str(int(port)), "token"),
+                                body=m.CreatePortTokenRequest(ttl_seconds=ttl_seconds))
+        return m.PortToken.from_dict(d)
+
+    def port_tokens(self) -> List[m.PortTokenInfo]:
+        return [m.PortTokenInfo.from_dict(t) for t in self._c._json("GET", self._path("port-tokens")) or []]
+
+    def revoke_port_token(self, token_id: str) -> m.PortTokenInfo:
+        return m.PortTokenInfo.from_dict(self._c._json("DELETE", self._path("port-tokens", _seg(token_id))))
+
     def lease(self, scopes: Sequence[str], ttl_seconds: int = 0) -> m.Lease:
         """Mints a lease token limited to this sandbox and ``scopes``."""
         req = m.CreateLeaseRequest(scopes=list(scopes), ttl_seconds=ttl_seconds or None)
@@ -465,6 +515,21 @@ class Files:
 
     def move(self, src: str, dst: str, no_replace: bool = False) -> None:
         self._c._send("POST", self._p + "/move", params={"path": src, "to": dst, "no_replace": _bool(no_replace)})
+
+    def watch(self, path: str, recursive: bool = False) -> Iterator[m.WatchEvent]:
+        """Yields the changes under directory ``path`` as they happen: first
+        ``ready``, then create, write, remove, rename and overflow events,
+        until the caller stops or the directory goes (``end``, which ends
+        the iteration). A failed watch raises its error."""
+        resp = self._c._send("GET", self._p + "/watch", params={"path": path, "recursive": _bool(recursive)},
+                                   headers={"Accept": "application/x-ndjson"}, stream=True)
+        for d in self._c._ndjson(resp):
+            ev = m.WatchEvent.from_dict(d)
+            if ev.type == "end":
+                return
+            if ev.type == "error":
+                raise from_stream(d.get("error") or {"code": "internal", "message": "watch %s failed" % path})
+            yield ev
 
     def read_tar(self, path: str) -> bytes:
         """A tar archive of ``path`` (a file or a directory tree)."""

@@ -14,6 +14,8 @@ class ExecResult:
     exit: ExecExit
     stdout: bytes = b""
     stderr: bytes = b""
+    sandbox_id: str = ""
+    """The one-shot sandbox of a client.run (empty for an exec)."""
 
     @property
     def exit_code(self) -> int:
