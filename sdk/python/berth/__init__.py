@@ -3,7 +3,7 @@
     import berth
 
     with berth.Client() as client:                      # BERTH_HOST, else the unix socket
-        with client.sandboxes.create("default") as sb:  # deleted when the block ends
+        with client.sandboxes.create() as sb:           # deleted when the block ends
             r = sb.exec("echo hello")
             print(r.exit_code, r.text)
 

@@ -115,6 +115,13 @@ def test_audit(client, sandbox):
     assert mine and all(e.target == sandbox.id for e in mine)
     touched = client.audit.list(target=sandbox.id, action="POST /v1/sandboxes/{id}/touch")
     assert [e.action for e in touched] == ["POST /v1/sandboxes/{id}/touch"]
+    mid = entries[len(entries) // 2].time  # a datetime, sent as RFC 3339
+    after, before = client.audit.list(since=mid), client.audit.list(until=mid)
+    assert after and before and all(e.time >= mid for e in after) and all(e.time <= mid for e in before)
+    assert {e.seq for e in after} | {e.seq for e in before} >= {e.seq for e in entries}
+    assert len(after) < len(entries) and len(before) < len(entries)
+    local = client.audit.list(actor="local")  # the unix socket's caller
+    assert local and all(e.actor == "local" for e in local)
     page = client.audit.list_page(limit=1)
     assert len(page.items) == 1 and page.next_cursor
     assert client.audit.list_page(limit=1, cursor=page.next_cursor).items[0].seq != page.items[0].seq

@@ -134,4 +134,7 @@ def test_system_calls(client):
     assert client.health() is True
     v = client.version()
     assert v.version
-    assert isinstance(client.doctor().healthy, bool)
+    assert client.doctor().healthy is True
+    assert client.doctor(fix=True).healthy is True  # nothing to fix on a healthy daemon
+    with pytest.raises(berth.NotFoundError):
+        client.templates.delete("no-such-template")
