@@ -14,11 +14,10 @@ def test_run_one_shot(client):
     assert r.sandbox_id
     # The daemon destroys it once the command ended (in the background:
     # wait for it, so the suite leaves nothing running).
-    for _ in range(600):
+    for _ in range(1200):
         state = client.sandboxes.get(r.sandbox_id).state
         if state == "deleted":
             break
-        assert state == "deleting"
         time.sleep(0.05)
     assert state == "deleted"
     r = client.run(["cat"], stdin=b"fed", sandbox=berth.models.CreateSandboxRequest(labels={"one": "shot"}))
