@@ -31,6 +31,12 @@ command -v python3 >/dev/null || need_apt+=(python3)
 	need_apt+=(python3-ipykernel python3-jupyter-client python3-matplotlib python3-numpy python3-pandas)
 # PIL: E2B's Image.show() gives a PNG result (internal/interp's kernel setup).
 /usr/bin/python3 -c 'import PIL' 2>/dev/null || need_apt+=(python3-pil)
+# The Python SDK's suite (test/sdk runs sdk/python/tests with Debian's
+# /usr/bin/python3): its one runtime dependency httpx, websockets for
+# terminals, pytest with its asyncio plugin, and pip (with setuptools, the
+# build backend) for its test of `pip install ./sdk/python`.
+/usr/bin/python3 -c 'import httpx, websockets, pytest, pytest_asyncio, setuptools, pip' 2>/dev/null ||
+	need_apt+=(python3-httpx python3-pytest python3-websockets python3-pytest-asyncio python3-pip)
 # make unit runs go test -race, which needs cgo: a C compiler and libc headers.
 command -v gcc >/dev/null || need_apt+=(gcc libc6-dev)
 # The MCP e2e test drives `berth mcp` with the MCP TypeScript SDK (test/mcp;

@@ -1,0 +1,63 @@
+"""Fixtures of the SDK suite. test/sdk/python_test.go starts the daemon and
+says where it is: BERTH_HOST (its unix socket: the host's admin), and
+BERTH_TEST_HTTP / BERTH_TEST_HTTPS (+ BERTH_TEST_TLS_FINGERPRINT,
+BERTH_TEST_TLS_CA) for its loopback TCP listeners. Every test deletes what
+it creates; the harness fails the run for any sandbox left."""
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+import berth
+from berth import _wire
+
+# Every answer the suite decodes must be what api/openapi.json describes.
+_wire.STRICT = True
+
+
+def need(name: str) -> str:
+    v = os.environ.get(name)
+    if not v:
+        pytest.fail("%s is not set: run this suite through test/sdk (go test ./test/sdk/)" % name)
+    return v
+
+
+@pytest.fixture(scope="session")
+def host() -> str:
+    return need("BERTH_HOST")
+
+
+@pytest.fixture
+def client(host):
+    with berth.Client() as c:
+        yield c
+
+
+@pytest.fixture
+async def aclient(host):
+    async with berth.AsyncClient() as c:
+        yield c
+
+
+@pytest.fixture
+def sandbox(client):
+    with client.sandboxes.create() as sb:
+        yield sb
+
+
+@pytest.fixture
+def unique():
+    return lambda prefix="py": "%s-%s" % (prefix, uuid.uuid4().hex[:8])
+
+
+@pytest.fixture
+def tenant_key(client, unique):
+    """A fresh tenant and a member key of it: (tenant, key secret, http url)."""
+    name = unique("t")
+    client.tenants.create(name)
+    k = client.keys.create("member", tenant=name, name="pytest")
+    yield name, k.key, need("BERTH_TEST_HTTP")
+    client.keys.revoke(k.id)
+    client.tenants.delete(name)
