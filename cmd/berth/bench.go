@@ -100,7 +100,8 @@ target was met (use --strict to fail on a missed target).`,
 	f.StringSliceVar(&forkSizes, "fork-sizes", []string{"10m", "100m", "1g"}, "workspace sizes of the parents that fork and snapshot measure")
 	f.IntVar(&opts.ForkIterations, "fork-iterations", 0, "samples of each fork, snapshot and restore size (0: --iterations, at most 10)")
 	f.StringVar(&netBytes, "net-bytes", "256m", "bytes each transfer of the nat measurement sends")
-	f.StringSliceVar(&opts.Only, "only", nil, "run only these measurements: tti, exec, run, churn, density, pause, restart, expiry, fork, pool, snapshot, runsc, egress, nat (or a-n)")
+	f.StringSliceVar(&opts.Only, "only", nil, "run only these measurements: compute, tti, exec, run, churn, density, pause, restart, expiry, fork, pool, snapshot, runsc, egress, nat (or a-n)")
+	f.StringArrayVar(&opts.ServeArgs, "serve-arg", nil, "a flag for the measured daemon's berth serve, e.g. --serve-arg=--max-starts=-1 (repeat for more)")
 	f.StringVar(&opts.Runc, "runc", "runc", "runc binary for the daemon's peer (`PATH` or name looked up in $PATH)")
 	f.BoolVar(&strict, "strict", false, "exit 1 when a target is missed")
 	var reportDir string

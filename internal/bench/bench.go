@@ -163,6 +163,9 @@ type Options struct {
 	// TempRoot is where the private temporary directory is made
 	// (default /tmp).
 	TempRoot string
+	// ServeArgs are more flags for the measured daemon's berth serve (a
+	// setting compared with its default, e.g. --max-starts -1).
+	ServeArgs []string
 }
 
 // Defaults of Options.
@@ -223,8 +226,10 @@ type Report struct {
 	// ForkSizes and ForkIterations are those of fork and snapshot.
 	ForkSizes      []int64 `json:"fork_sizes,omitempty"`
 	ForkIterations int     `json:"fork_iterations,omitempty"`
-	Rows           []Row   `json:"rows"`
-	Cleanup        Cleanup `json:"cleanup"`
+	// ServeArgs are the daemon's flags beyond the bench's own.
+	ServeArgs []string `json:"serve_args,omitempty"`
+	Rows      []Row    `json:"rows"`
+	Cleanup   Cleanup  `json:"cleanup"`
 	// Failed counts the rows whose target was missed.
 	Failed int `json:"failed"`
 }
@@ -348,6 +353,7 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (*Report, error)
 		Concurrency: opts.Concurrency,
 		Expiry:      opts.Expiry,
 		ExpiryStop:  opts.ExpiryStop,
+		ServeArgs:   opts.ServeArgs,
 		Rows:        []Row{},
 	}
 	if opts.selected(Fork) || opts.selected(Snapshot) {
@@ -415,7 +421,7 @@ func (b *bench) run(ctx context.Context) error {
 	b.Logf("working in %s", tmp)
 	b.net = netbench.New(netbench.Options{Binary: b.opts.Binary, WorkDir: tmp,
 		Iterations: b.opts.Iterations, NetBytes: b.opts.NetBytes}, b)
-	b.d, err = harness.StartDaemon(ctx, b.opts.Binary, tmp, "")
+	b.d, err = harness.StartDaemon(ctx, b.opts.Binary, tmp, "", b.opts.ServeArgs...)
 	if err != nil {
 		return err
 	}

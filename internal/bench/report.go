@@ -33,6 +33,9 @@ func WriteTable(w io.Writer, rep *Report) error {
 		}
 		fmt.Fprintf(w, "; fork sizes %s (%d iterations each)", strings.Join(sizes, ", "), rep.ForkIterations)
 	}
+	if len(rep.ServeArgs) > 0 {
+		fmt.Fprintf(w, "; daemon flags %s", strings.Join(rep.ServeArgs, " "))
+	}
 	fmt.Fprintf(w, "; took %.0fs\n\n", rep.Seconds)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
