@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -47,12 +49,12 @@ const (
 var doorOps = []string{"create", "get", "list", "exec", "bad-exec", "write", "read", "process", "bad-process", "port",
 	"pause", "resume", "kill"}
 
-// doorPrincipal is a caller: a key of a tenant with scopes, or the shared
-// sandbox's lease token.
+// doorPrincipal is a caller: a key of a tenant with scopes, or a token of
+// the shared sandbox (its lease, a port token of its port 8000).
 type doorPrincipal struct {
 	name   string
 	tenant string
-	scopes []auth.Scope // nil: the lease token
+	scopes []auth.Scope // nil: a token of the shared sandbox (doorFixture.keys)
 	// want is REST's decision of each operation (absent: ok).
 	want map[string]string
 }
@@ -92,6 +94,9 @@ var doorPrincipals = []doorPrincipal{
 	// plane, nothing of the control plane.
 	{name: "lease", tenant: "acme", want: map[string]string{"create": dForbidden, "list": dForbidden,
 		"pause": dForbidden, "resume": dForbidden, "kill": dForbidden}},
+	// A port token of the shared sandbox's port 8000: that port, and it
+	// is no credential for anything else.
+	{name: "port-token", tenant: "acme", want: allBut(dUnauth, "port")},
 }
 
 // doorOverrides are the decisions a door makes that differ from REST's,
@@ -102,6 +107,11 @@ var doorOverrides = map[string]string{
 	// REST lets it.
 	// divergence: policy (the E2B door keeps leases off its control API).
 	"e2b/lease/get": dForbidden,
+	// A sandbox port through the E2B door takes E2B's traffic token (the
+	// envd token), as the SDK sends it; berth's port tokens open berth's
+	// port proxy and the {port}-{id}.{domain} names.
+	// divergence: policy (which token the E2B door's port access takes).
+	"e2b/port-token/port": dUnauth,
 	// Input is validated before the sandbox is looked up, so another
 	// tenant's key with a bad environment hears invalid whatever the id
 	// (no oracle: the answer is the same for an id that names nothing).
@@ -110,12 +120,13 @@ var doorOverrides = map[string]string{
 	// divergence: the order of checks, not the decision (both refuse).
 	"rest/stranger/bad-exec": dInvalid, "rest/stranger/bad-process": dInvalid,
 	"mcp/stranger/bad-exec": dInvalid, "mcp/stranger/bad-process": dInvalid,
+	"mcp-stdio/stranger/bad-exec": dInvalid, "mcp-stdio/stranger/bad-process": dInvalid,
 }
 
 // doorNA: operations a door does not have, credentials it does not take.
 func doorNA(door, principal, op string) bool {
 	switch door {
-	case "mcp":
+	case "mcp", "mcp-stdio":
 		// MCP has no pause, resume or port read (expose_port only names
 		// the URL).
 		return op == "pause" || op == "resume" || op == "port"
@@ -188,6 +199,7 @@ var doorDrivers = []doorDriver{
 	{"rest", openREST},
 	{"e2b", openE2B},
 	{"mcp", openMCP},
+	{"mcp-stdio", openMCPStdio},
 }
 
 // TestDoorConformance runs the table.
@@ -260,6 +272,11 @@ func newDoorFixture(t *testing.T) *doorFixture {
 	if f.lease == "" {
 		t.Fatal("the create answered no lease token")
 	}
+	pt, err := admin.CreatePortToken(context.Background(), sb.ID, 8000, api.CreatePortTokenRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.keys["port-token"] = pt.Token
 	// A web server on port 8000 for the port reads.
 	if _, err := admin.StartProcess(context.Background(), sb.ID, api.StartProcessRequest{Cmd: []string{"sh", "-c",
 		"mkdir -p /tmp/www && cd /tmp/www && echo served > index.html && exec python3 -m http.server 8000"}}); err != nil {
@@ -525,7 +542,12 @@ func (s *restSession) do(op, id string) callResult {
 		return restClass(err)
 	case "port":
 		req, _ := http.NewRequest("GET", "http://"+s.f.addr+"/v1/sandboxes/"+id+"/ports/8000/", nil)
-		req.Header.Set("Authorization", "Bearer "+s.f.keys[s.p.name])
+		if s.p.name == "port-token" {
+			// The path-routed proxy takes a port token in its header.
+			req.Header.Set("X-Berth-Port-Token", s.f.keys[s.p.name])
+		} else {
+			req.Header.Set("Authorization", "Bearer "+s.f.keys[s.p.name])
+		}
 		return httpClass(req, "served")
 	case "pause":
 		_, err := s.c.Pause(ctx, id)
@@ -563,7 +585,7 @@ func httpClass(req *http.Request, want string) callResult {
 type e2bSession struct {
 	f     *doorFixture
 	p     doorPrincipal
-	key   string // X-API-Key ("" for the lease)
+	key   string // X-API-Key
 	envd  string // the envd access token of the shared sandbox
 	actor string
 	// noToken is the data plane's decision when the control API handed
@@ -572,12 +594,14 @@ type e2bSession struct {
 }
 
 func openE2B(f *doorFixture, p doorPrincipal) doorSession {
-	s := &e2bSession{f: f, p: p, actor: f.actors[p.name]}
+	s := &e2bSession{f: f, p: p, actor: f.actors[p.name], key: f.keys[p.name]}
 	if p.scopes == nil {
-		s.envd = f.lease
+		// A token of the sandbox: it is what the data plane carries, and
+		// what the control API is tried with (the SDK never sends it
+		// there).
+		s.envd = s.key
 		return s
 	}
-	s.key = f.keys[p.name]
 	// The SDK's connect: the sandbox's envd token comes from the control
 	// API, with what the key may have of it.
 	st, body := s.raw("GET", "/sandboxes/"+f.shared, `{}`, map[string]string{"X-API-Key": s.key})
@@ -627,11 +651,6 @@ func (s *e2bSession) raw(method, path, body string, hdr map[string]string) (int,
 }
 
 func (s *e2bSession) control(method, path, body string) callResult {
-	if s.key == "" {
-		// The lease on the control API: what the SDK would never send.
-		st, b := s.raw(method, path, body, map[string]string{"X-API-Key": s.f.lease})
-		return callResult{class: classOf(st), detail: b}
-	}
 	st, b := s.raw(method, path, body, map[string]string{"X-API-Key": s.key})
 	return callResult{class: classOf(st), detail: b}
 }
@@ -727,6 +746,25 @@ type mcpSession struct {
 	cs      *mcp.ClientSession
 	refused callResult // the session's own refusal, if any
 	actor   string
+}
+
+// openMCPStdio is `berth mcp` over stdio, as an MCP client spawns it,
+// reaching the daemon over TCP with the principal's token as its key.
+// It is a REST client, so it takes what REST takes (a lease too).
+func openMCPStdio(f *doorFixture, p doorPrincipal) doorSession {
+	s := &mcpSession{f: f, p: p, actor: f.actors[p.name]}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.Command(berthBin, "mcp", "--host", "http://"+f.addr)
+	cmd.Env = append(os.Environ(), "BERTH_API_KEY="+f.keys[p.name])
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "doors", Version: "1"}, nil).Connect(ctx,
+		&mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		s.refused = callResult{class: "error", detail: err.Error()}
+		return s
+	}
+	s.cs = cs
+	return s
 }
 
 func openMCP(f *doorFixture, p doorPrincipal) doorSession {
