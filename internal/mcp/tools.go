@@ -294,13 +294,18 @@ func (s *Session) writeFile(ctx context.Context, _ *mcp.CallToolRequest, in writ
 	if err != nil {
 		return nil, fileOut{}, err
 	}
-	if dir := path.Dir(in.Path); path.IsAbs(in.Path) && dir != "/" {
-		// As an editor saves: the file's directories are made first.
+	fi, err := s.opts.Client.WriteFile(ctx, in.ID, in.Path, mode, bytes.NewReader(data))
+	if dir := path.Dir(in.Path); client.IsNotFound(err) && path.IsAbs(in.Path) && dir != "/" {
+		// As an editor saves: the file's missing directories are made,
+		// then it is written again. Only after the daemon took the write
+		// (its path valid, the caller allowed): a refused write changes
+		// nothing, and a write into a directory that exists is the one
+		// call (and audit record) REST's is.
 		if err := s.opts.Client.Mkdir(ctx, in.ID, dir, true); err != nil {
 			return nil, fileOut{}, err
 		}
+		fi, err = s.opts.Client.WriteFile(ctx, in.ID, in.Path, mode, bytes.NewReader(data))
 	}
-	fi, err := s.opts.Client.WriteFile(ctx, in.ID, in.Path, mode, bytes.NewReader(data))
 	if err != nil {
 		return nil, fileOut{}, err
 	}
