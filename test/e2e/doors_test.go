@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,8 +47,8 @@ const (
 // pause before resume (the shared sandbox ends running). bad-exec and
 // bad-process carry an ESC in an env name, which every door refuses as
 // invalid with REST's validator, once the caller may run commands.
-var doorOps = []string{"create", "get", "list", "exec", "bad-exec", "write", "read", "process", "bad-process", "port",
-	"pause", "resume", "kill"}
+var doorOps = []string{"create", "get", "list", "exec", "bad-exec", "write", "bad-write", "read", "process", "bad-process",
+	"port", "pause", "resume", "kill"}
 
 // doorPrincipal is a caller: a key of a tenant with scopes, or a token of
 // the shared sandbox (its lease, a port token of its port 8000).
@@ -94,6 +95,9 @@ var doorPrincipals = []doorPrincipal{
 	// plane, nothing of the control plane.
 	{name: "lease", tenant: "acme", want: map[string]string{"create": dForbidden, "list": dForbidden,
 		"pause": dForbidden, "resume": dForbidden, "kill": dForbidden}},
+	// The lease of another tenant's sandbox, naming acme's: no right on
+	// it.
+	{name: "other-lease", tenant: "other", want: allBut(dForbidden)},
 	// A port token of the shared sandbox's port 8000: that port, and it
 	// is no credential for anything else.
 	{name: "port-token", tenant: "acme", want: allBut(dUnauth, "port")},
@@ -118,9 +122,10 @@ var doorOverrides = map[string]string{
 	// The E2B door cannot send such a call at all: its control API
 	// refuses the stranger the sandbox (404) before any envd token.
 	// divergence: the order of checks, not the decision (both refuse).
-	"rest/stranger/bad-exec": dInvalid, "rest/stranger/bad-process": dInvalid,
-	"mcp/stranger/bad-exec": dInvalid, "mcp/stranger/bad-process": dInvalid,
+	"rest/stranger/bad-exec": dInvalid, "rest/stranger/bad-process": dInvalid, "rest/stranger/bad-write": dInvalid,
+	"mcp/stranger/bad-exec": dInvalid, "mcp/stranger/bad-process": dInvalid, "mcp/stranger/bad-write": dInvalid,
 	"mcp-stdio/stranger/bad-exec": dInvalid, "mcp-stdio/stranger/bad-process": dInvalid,
+	"mcp-stdio/stranger/bad-write": dInvalid,
 }
 
 // doorNA: operations a door does not have, credentials it does not take.
@@ -277,6 +282,14 @@ func newDoorFixture(t *testing.T) *doorFixture {
 		t.Fatal(err)
 	}
 	f.keys["port-token"] = pt.Token
+	oc := f.restClient(f.keys["admin@other"])
+	defer oc.Close()
+	osb, err := oc.CreateSandbox(context.Background(), api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.created[osb.ID] = f.keys["admin@other"]
+	f.keys["other-lease"], f.actors["other-lease"] = osb.LeaseToken, "lease:"+osb.ID
 	// A web server on port 8000 for the port reads.
 	if _, err := admin.StartProcess(context.Background(), sb.ID, api.StartProcessRequest{Cmd: []string{"sh", "-c",
 		"mkdir -p /tmp/www && cd /tmp/www && echo served > index.html && exec python3 -m http.server 8000"}}); err != nil {
@@ -388,7 +401,7 @@ func (f *doorFixture) run(t *testing.T, drv doorDriver, p doorPrincipal) {
 	for _, op := range doorOps {
 		want := dOK
 		switch op {
-		case "bad-exec", "bad-process":
+		case "bad-exec", "bad-process", "bad-write":
 			// Input is validated after the decision: who may not run
 			// commands hears that, not what is wrong with them.
 			want = dInvalid
@@ -534,6 +547,9 @@ func (s *restSession) do(op, id string) callResult {
 	case "write":
 		_, err := s.c.WriteFile(ctx, id, "/tmp/doors.txt", 0o644, strings.NewReader("doors"))
 		return restClass(err)
+	case "bad-write":
+		_, err := s.c.WriteFile(ctx, id, badPath, 0o644, strings.NewReader("doors"))
+		return restClass(err)
 	case "read":
 		_, _, err := s.c.ReadFile(ctx, id, "/tmp/www/index.html", io.Discard)
 		return restClass(err)
@@ -562,8 +578,12 @@ func (s *restSession) do(op, id string) callResult {
 	panic("no operation " + op)
 }
 
-// badEnv is an environment every door must refuse: an ESC in a name.
-var badEnv = map[string]string{"A\x1bB": "1"}
+// badEnv is an environment every door must refuse: an ESC in a name;
+// badPath a file path (a NUL in it).
+var (
+	badEnv  = map[string]string{"A\x1bB": "1"}
+	badPath = "/tmp/a\x00b"
+)
 
 // httpClass sends req and classes its answer; a 2xx must contain want.
 func httpClass(req *http.Request, want string) callResult {
@@ -720,9 +740,13 @@ func (s *e2bSession) do(op, id string) callResult {
 		}
 		st, body := s.raw("POST", "/process.Process/Start", connectEnvelope(proc), hdr)
 		return connectClass(st, body)
-	case "write":
+	case "write", "bad-write":
 		hdr["Content-Type"] = "application/octet-stream"
-		st, body := s.raw("POST", "/files?path=/tmp/doors.txt", "doors", hdr)
+		path := "/tmp/doors.txt"
+		if op == "bad-write" {
+			path = badPath
+		}
+		st, body := s.raw("POST", "/files?path="+url.QueryEscape(path), "doors", hdr)
 		return callResult{class: classOf(st), detail: body}
 	case "read":
 		st, body := s.raw("GET", "/files?path=/tmp/www/index.html", "", hdr)
@@ -867,9 +891,10 @@ func (s *mcpSession) do(op, id string) callResult {
 		_, r := s.call("process_start", map[string]any{"id": id, "cmd": []string{"true"}, "env": badEnv})
 		return r
 	case "write":
-		// At the root: file_write makes a file's missing directories
-		// first, a call (and audit row) of its own.
-		_, r := s.call("file_write", map[string]any{"id": id, "path": "/doors.txt", "content": "doors"})
+		_, r := s.call("file_write", map[string]any{"id": id, "path": "/tmp/doors.txt", "content": "doors"})
+		return r
+	case "bad-write":
+		_, r := s.call("file_write", map[string]any{"id": id, "path": badPath, "content": "doors"})
 		return r
 	case "read":
 		_, r := s.call("file_read", map[string]any{"id": id, "path": "/tmp/www/index.html"})
