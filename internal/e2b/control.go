@@ -332,18 +332,17 @@ func (d *Door) listed(sb *sandbox.Sandbox) listedOut {
 	return out
 }
 
-// envdToken is the access token p is shown for sb: the sandbox's lease,
-// which runs commands and reads and writes files in it, only for a
-// caller that holds every right the lease does (LeaseScopes); anyone
-// else — a viewer, a key without exec or files — gets none, so reading a
-// sandbox never hands out more than the reader may do.
+// envdToken is the access token p is shown for sb: a lease derived from
+// p (Server.SandboxLease), holding the data-plane scopes p holds (exec,
+// files, ports) and no others, and dying with p's key. A caller holding
+// none of them — a viewer — gets none, so reading a sandbox never hands
+// out more than the reader may do, and a key without exec still reaches
+// the files it may read, as through REST.
 func (d *Door) envdToken(ctx context.Context, sb *sandbox.Sandbox, p auth.Principal) (string, error) {
-	for _, sc := range auth.LeaseScopes {
-		if !p.Has(sc) {
-			return "", nil
-		}
+	if !p.Has(auth.ScopeExec) && !p.Has(auth.ScopeFiles) && !p.Has(auth.ScopePorts) {
+		return "", nil
 	}
-	return d.cfg.Server.SandboxLease(ctx, sb, p.KeyID)
+	return d.cfg.Server.SandboxLease(ctx, sb, p)
 }
 
 func (d *Door) sandboxOut(ctx context.Context, sb *sandbox.Sandbox, p auth.Principal) (sandboxOut, error) {

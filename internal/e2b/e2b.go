@@ -55,7 +55,7 @@ var errBadTarget = errdefs.Invalid("malformed sandbox target (host {port}-{sandb
 // check, one lease, one port proxy for every door.
 type Server interface {
 	Credential(ctx context.Context, token string, rule auth.Rule, id string) (auth.Principal, error)
-	SandboxLease(ctx context.Context, sb *sandbox.Sandbox, keyID string) (string, error)
+	SandboxLease(ctx context.Context, sb *sandbox.Sandbox, caller auth.Principal) (string, error)
 	ProxyPort(w http.ResponseWriter, r *http.Request, id string, port int, path string)
 }
 

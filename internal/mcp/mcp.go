@@ -31,12 +31,15 @@
 //
 // It is built on the official Go SDK (github.com/modelcontextprotocol/
 // go-sdk); each result carries StructuredContent and the same JSON as text.
-// The daemon's route (POST, GET and DELETE /v1/mcp) needs sandboxes:read,
-// sandboxes:write, exec and files, and takes no lease.
+// The daemon's route (POST, GET and DELETE /v1/mcp) needs sandboxes:read
+// and takes no lease; each tool needs what its REST call needs. A tool's
+// refusal starts with the API's error code ("permission_denied: ...").
 package mcp
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -191,4 +194,19 @@ func (s *Session) Closed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.closed
+}
+
+// addTool registers a tool whose refusals keep their class: an API error
+// comes back as "code: message" (permission_denied, not_found, ...), the
+// decision the same call through REST answers, so an agent (and the door
+// conformance suite) tells a missing right from a missing sandbox.
+func addTool[In, Out any](srv *mcp.Server, t *mcp.Tool, h mcp.ToolHandlerFor[In, Out]) {
+	mcp.AddTool(srv, t, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
+		res, out, err := h(ctx, req, in)
+		var e *client.Error
+		if err != nil && errors.As(err, &e) && e.Code != "" {
+			err = fmt.Errorf("%s: %w", e.Code, err)
+		}
+		return res, out, err
+	})
 }

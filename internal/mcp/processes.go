@@ -31,7 +31,7 @@ type killIn struct {
 
 // registerProcesses adds the background-process tools over p.
 func (s *Session) registerProcesses(p Processes) {
-	mcp.AddTool(s.server, &mcp.Tool{Name: "process_start", Description: "Start a command in a sandbox in the background and return its process id."},
+	addTool(s.server, &mcp.Tool{Name: "process_start", Description: "Start a command in a sandbox in the background and return its process id."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in bgIn) (*mcp.CallToolResult, processOut, error) {
 			cmd := in.Cmd
 			switch {
@@ -45,7 +45,7 @@ func (s *Session) registerProcesses(p Processes) {
 			pi, err := p.StartBackground(ctx, in.ID, cmd, in.Env, in.Workdir)
 			return nil, processOut{Process: pi}, err
 		})
-	mcp.AddTool(s.server, &mcp.Tool{Name: "process_list", Description: "List a sandbox's background processes.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+	addTool(s.server, &mcp.Tool{Name: "process_list", Description: "List a sandbox's background processes.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in idIn) (*mcp.CallToolResult, psOut, error) {
 			ps, err := p.ListProcesses(ctx, in.ID)
 			if ps == nil {
@@ -53,7 +53,7 @@ func (s *Session) registerProcesses(p Processes) {
 			}
 			return nil, psOut{Processes: ps}, err
 		})
-	mcp.AddTool(s.server, &mcp.Tool{Name: "process_kill", Description: "Send a signal to a background process of a sandbox."},
+	addTool(s.server, &mcp.Tool{Name: "process_kill", Description: "Send a signal to a background process of a sandbox."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in killIn) (*mcp.CallToolResult, processOut, error) {
 			pi, err := p.KillProcess(ctx, in.ID, in.ProcessID, in.Signal)
 			return nil, processOut{Process: pi}, err

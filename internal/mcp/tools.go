@@ -179,17 +179,17 @@ type deleteOut struct {
 
 func (s *Session) register() {
 	srv := s.server
-	mcp.AddTool(srv, &mcp.Tool{Name: "sandbox_create", Description: "Create a sandbox (ephemeral by default: deleted when this session ends; persistent on request) from a template, with optional egress rules and public ports."}, s.create)
-	mcp.AddTool(srv, &mcp.Tool{Name: "sandbox_list", Description: "List the sandboxes the caller owns, one page at a time.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.list)
-	mcp.AddTool(srv, &mcp.Tool{Name: "sandbox_get", Description: "Show one sandbox.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.get)
-	mcp.AddTool(srv, &mcp.Tool{Name: "sandbox_delete", Description: "Delete a sandbox and everything in it."}, s.delete)
-	mcp.AddTool(srv, &mcp.Tool{Name: "run_command", Description: "Run a command in a sandbox in the foreground and return its exit code and (bounded) stdout and stderr."}, s.run)
-	mcp.AddTool(srv, &mcp.Tool{Name: "file_write", Description: "Create or replace a file inside a sandbox (its missing parent directories are made)."}, s.writeFile)
-	mcp.AddTool(srv, &mcp.Tool{Name: "file_read", Description: "Read a file inside a sandbox (bounded; binary content comes back as base64).", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.readFile)
-	mcp.AddTool(srv, &mcp.Tool{Name: "file_list", Description: "List a directory inside a sandbox, one page at a time.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.listFiles)
-	mcp.AddTool(srv, &mcp.Tool{Name: "expose_port", Description: "Return the port-proxy URL of a sandbox port, and whether it is public.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.exposePort)
-	mcp.AddTool(srv, &mcp.Tool{Name: "snapshot_create", Description: "Snapshot a sandbox's filesystem (workspace and writable root)."}, s.snapshot)
-	mcp.AddTool(srv, &mcp.Tool{Name: "sandbox_fork", Description: "Fork a sandbox into copy-on-write children (ephemeral by default: deleted when this session ends)."}, s.fork)
+	addTool(srv, &mcp.Tool{Name: "sandbox_create", Description: "Create a sandbox (ephemeral by default: deleted when this session ends; persistent on request) from a template, with optional egress rules and public ports."}, s.create)
+	addTool(srv, &mcp.Tool{Name: "sandbox_list", Description: "List the sandboxes the caller owns, one page at a time.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.list)
+	addTool(srv, &mcp.Tool{Name: "sandbox_get", Description: "Show one sandbox.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.get)
+	addTool(srv, &mcp.Tool{Name: "sandbox_delete", Description: "Delete a sandbox and everything in it."}, s.delete)
+	addTool(srv, &mcp.Tool{Name: "run_command", Description: "Run a command in a sandbox in the foreground and return its exit code and (bounded) stdout and stderr."}, s.run)
+	addTool(srv, &mcp.Tool{Name: "file_write", Description: "Create or replace a file inside a sandbox (its missing parent directories are made)."}, s.writeFile)
+	addTool(srv, &mcp.Tool{Name: "file_read", Description: "Read a file inside a sandbox (bounded; binary content comes back as base64).", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.readFile)
+	addTool(srv, &mcp.Tool{Name: "file_list", Description: "List a directory inside a sandbox, one page at a time.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.listFiles)
+	addTool(srv, &mcp.Tool{Name: "expose_port", Description: "Return the port-proxy URL of a sandbox port, and whether it is public.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.exposePort)
+	addTool(srv, &mcp.Tool{Name: "snapshot_create", Description: "Snapshot a sandbox's filesystem (workspace and writable root)."}, s.snapshot)
+	addTool(srv, &mcp.Tool{Name: "sandbox_fork", Description: "Fork a sandbox into copy-on-write children (ephemeral by default: deleted when this session ends)."}, s.fork)
 	if s.opts.Processes != nil {
 		s.registerProcesses(s.opts.Processes)
 	}
@@ -294,13 +294,18 @@ func (s *Session) writeFile(ctx context.Context, _ *mcp.CallToolRequest, in writ
 	if err != nil {
 		return nil, fileOut{}, err
 	}
-	if dir := path.Dir(in.Path); path.IsAbs(in.Path) && dir != "/" {
-		// As an editor saves: the file's directories are made first.
+	fi, err := s.opts.Client.WriteFile(ctx, in.ID, in.Path, mode, bytes.NewReader(data))
+	if dir := path.Dir(in.Path); client.IsNotFound(err) && path.IsAbs(in.Path) && dir != "/" {
+		// As an editor saves: the file's missing directories are made,
+		// then it is written again. Only after the daemon took the write
+		// (its path valid, the caller allowed): a refused write changes
+		// nothing, and a write into a directory that exists is the one
+		// call (and audit record) REST's is.
 		if err := s.opts.Client.Mkdir(ctx, in.ID, dir, true); err != nil {
 			return nil, fileOut{}, err
 		}
+		fi, err = s.opts.Client.WriteFile(ctx, in.ID, in.Path, mode, bytes.NewReader(data))
 	}
-	fi, err := s.opts.Client.WriteFile(ctx, in.ID, in.Path, mode, bytes.NewReader(data))
 	if err != nil {
 		return nil, fileOut{}, err
 	}

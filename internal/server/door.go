@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/berth-sh/berth/internal/auth"
@@ -49,20 +50,19 @@ func WithCaller(ctx context.Context, p auth.Principal) context.Context {
 	return rest.WithCaller(ctx, p)
 }
 
-// SandboxLease is the lease token a door hands out for sb: its
-// create-time lease while that lives. A stop revokes every lease of a
-// sandbox (LeaseRevoker), so once sb has stopped and started again (E2B's
-// pause without memory, then connect) it is a lease of the same scopes
-// for this start of sb — one per start, its id naming StartedAt, so
-// repeated calls hand out the same token — revoked again at its next
-// stop. A sandbox that is not leasable gets its create-time token, which
-// the guard refuses.
-func (s *Server) SandboxLease(ctx context.Context, sb *sandbox.Sandbox, keyID string) (string, error) {
-	creator, err := s.minter(ctx, keyID)
-	if err != nil {
-		return "", err
-	}
-	tok, err := s.createLease(ctx, sb, creator)
+// SandboxLease is the lease token a door hands out for sb to caller: a
+// token derived from the caller, never holding a right it lacks and dying
+// with its key. The sandbox's creator gets its create-time lease while
+// that lives. Anyone else — another key of the tenant reading the
+// sandbox, or the creator once a stop revoked the create-time lease (E2B's
+// pause without memory, then connect) — gets a lease of its own for this
+// start of sb: the create-time lease's scopes that caller also holds
+// (auth.CreateLeaseGrant), recorded with the caller's key, its id naming
+// the key and StartedAt so repeated calls hand out the same token, revoked
+// at sb's next stop like every lease of it. A sandbox that is not leasable
+// gets its create-time token, which the guard refuses.
+func (s *Server) SandboxLease(ctx context.Context, sb *sandbox.Sandbox, caller auth.Principal) (string, error) {
+	tok, err := s.createLease(ctx, sb, caller)
 	if err != nil || s.Leases == nil || !rest.Leasable(sb.State) {
 		return tok, err
 	}
@@ -70,12 +70,21 @@ func (s *Server) SandboxLease(ctx context.Context, sb *sandbox.Sandbox, keyID st
 	if err != nil {
 		return "", err
 	}
-	if first.RevokedAt.IsZero() {
+	if first.RevokedAt.IsZero() && first.KeyID == caller.KeyID {
 		return tok, nil
 	}
+	var scopes []string
+	for _, sc := range auth.CreateLeaseGrant(caller) {
+		if slices.Contains(first.Scopes, sc) {
+			scopes = append(scopes, sc)
+		}
+	}
 	id := auth.CreateLeaseID(sb.ID) + "-" + strconv.FormatInt(sb.StartedAt.UnixNano(), 36)
-	err = s.m.Store().CreateLease(ctx, &store.Lease{ID: id, SandboxID: sb.ID, Tenant: sb.Tenant, KeyID: keyID,
-		Scopes: first.Scopes, CreatedAt: s.now()})
+	if first.KeyID != caller.KeyID {
+		id += "-" + caller.KeyID
+	}
+	err = s.m.Store().CreateLease(ctx, &store.Lease{ID: id, SandboxID: sb.ID, Tenant: sb.Tenant, KeyID: caller.KeyID,
+		Scopes: scopes, CreatedAt: s.now()})
 	if err != nil && !errors.Is(err, errdefs.ErrConflict) {
 		return "", err
 	}

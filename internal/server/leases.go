@@ -44,24 +44,6 @@ func (s *Server) createLease(ctx context.Context, sb *sandbox.Sandbox, creator a
 	return s.Leases.Token(sb.ID), nil
 }
 
-// minter is the principal on whose behalf a door hands out a lease minted
-// with keyID: the caller in ctx when it is that key's, else the key as
-// stored ("" is the host socket only when ctx says so; otherwise a
-// principal holding nothing a lease could carry).
-func (s *Server) minter(ctx context.Context, keyID string) (auth.Principal, error) {
-	if p, ok := auth.From(ctx); ok && p.KeyID == keyID && !p.IsLease() {
-		return p, nil
-	}
-	if keyID == "" {
-		return auth.Principal{Actor: "unknown"}, nil
-	}
-	k, err := s.m.Store().GetAPIKey(ctx, store.AnyOwner, keyID)
-	if err != nil {
-		return auth.Principal{}, err
-	}
-	return auth.Principal{Actor: "key:" + k.ID, KeyID: k.ID, Tenant: k.Tenant, Scopes: k.Scopes}, nil
-}
-
 // PortTokenHeader carries a port token on the path-routed proxy, which
 // takes no cookie and no query token: that route is for non-browser
 // clients (browsers use the host-routed {port}-{id}.{domain} names).

@@ -17,9 +17,9 @@ import (
 
 // The E2B door (serve --e2b-listen) holds the same rights as the REST
 // API: a viewer key never receives a sandbox's envd access token (which
-// runs commands and writes files), envd's health check is no oracle of
-// which sandbox ids exist, and envd's process start refuses what REST's
-// refuses. They run once (runc): the door's rules do not depend on the
+// runs commands and writes files), the token a key is shown ends with
+// that key, envd's health check is no oracle of which sandbox ids exist,
+// and envd's process start refuses what REST's refuses. They run once (runc): the door's rules do not depend on the
 // runtime.
 func e2bAttacks() []*attack.Attack {
 	x := func(id, desc, expected string, run func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome) *attack.Attack {
@@ -59,17 +59,36 @@ func e2bAttacks() []*attack.Attack {
 				}
 				return attack.Judged(got[0] == got[1] && got[0] == 502, "live sandbox %d, unknown id %d", got[0], got[1])
 			}),
+		x("revoked-reader-token", "read a sandbox through the E2B door with a second member key (not its creator), revoke that key, then run a command with the envd token it was shown", "the token ends with the key: unauthenticated",
+			func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome {
+				k, err := e.C.CreateAPIKey(ctx, api.CreateAPIKeyRequest{Name: door.tenant + "-reader", Tenant: door.tenant, Role: "member"})
+				if err != nil {
+					return attack.Escaped("a second member key: %v", err)
+				}
+				st, body, err := door.do(ctx, "GET", "/sandboxes/"+door.sandbox, k.Key, nil, "")
+				var out struct{ EnvdAccessToken string }
+				if err != nil || st != 200 || json.Unmarshal([]byte(body), &out) != nil || out.EnvdAccessToken == "" {
+					return attack.Escaped("the reader's get: %d %v %s", st, err, attack.Clip(attack.OneLine(body), 80))
+				}
+				if _, err := e.C.RevokeAPIKey(ctx, k.ID); err != nil {
+					return attack.Escaped("revoking the reader: %v", err)
+				}
+				st, body, err = door.do(ctx, "POST", "/process.Process/Start", "", map[string]string{"E2b-Sandbox-Id": door.sandbox,
+					"E2b-Sandbox-Port": "49983", "X-Access-Token": out.EnvdAccessToken, "Content-Type": "application/connect+json"},
+					connectEnvelope(`{"process":{"cmd":"/bin/true"}}`))
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				return attack.Judged(strings.Contains(body, "unauthenticated"), "a command with the revoked reader's token: %d %s",
+					st, attack.Clip(attack.OneLine(body), 80))
+			}),
 		x("envd-control-bytes", "start a process through envd with an ESC in an env name and in the working directory", "invalid_argument, as REST refuses them",
 			func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome {
 				var seen []string
 				for _, p := range []string{`{"cmd":"/bin/true","envs":{"A\u001bB":"1"}}`, `{"cmd":"/bin/true","cwd":"/tmp/\u001b[31m"}`} {
-					var env bytes.Buffer
-					msg := `{"process":` + p + `}`
-					env.WriteByte(0)
-					_ = binary.Write(&env, binary.BigEndian, uint32(len(msg)))
-					env.WriteString(msg)
 					st, body, err := door.do(ctx, "POST", "/process.Process/Start", "", map[string]string{"E2b-Sandbox-Id": door.sandbox,
-						"E2b-Sandbox-Port": "49983", "X-Access-Token": door.token, "Content-Type": "application/connect+json"}, env.String())
+						"E2b-Sandbox-Port": "49983", "X-Access-Token": door.token, "Content-Type": "application/connect+json"},
+						connectEnvelope(`{"process":`+p+`}`))
 					if err != nil {
 						return attack.Escaped("request: %v", err)
 					}
@@ -81,6 +100,15 @@ func e2bAttacks() []*attack.Attack {
 				return attack.Contained("env name, cwd: %s", strings.Join(seen, ", "))
 			}),
 	}
+}
+
+// connectEnvelope is one Connect streaming message (flags 0) holding msg.
+func connectEnvelope(msg string) string {
+	var b bytes.Buffer
+	b.WriteByte(0)
+	_ = binary.Write(&b, binary.BigEndian, uint32(len(msg)))
+	b.WriteString(msg)
+	return b.String()
 }
 
 // e2bDoor is one attack's setting on the E2B door: a tenant of its own
