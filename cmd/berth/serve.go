@@ -168,7 +168,7 @@ printed at start (and shown by GET /v1/version); clients pin it with
 	f.IntVar(&cfg.MCPMaxSessions, "mcp-max-sessions", 64, "MCP sessions /v1/mcp holds at once")
 	f.DurationVar(&cfg.MCPIdleTimeout, "mcp-idle-timeout", 15*time.Minute, "close an MCP session of /v1/mcp idle this long (its ephemeral sandboxes are deleted)")
 	f.DurationVar(&cfg.WriteTimeout, "http-write-timeout", daemon.DefaultWriteTimeout, "time to answer a request on non-streaming routes (exec, files, builds and the port proxy are not bounded)")
-	f.IntVar(&cfg.MaxStarts, "max-starts", 0, "sandboxes started at once (creates, forks, restores, pool refills); the rest wait their turn, fairly between tenants (0: two per CPU; -1: no limit)")
+	f.IntVar(&cfg.MaxStarts, "max-starts", 0, "sandboxes started at once (creates, forks, restores, pool refills); the rest wait their turn, fairly between tenants (0: eight per CPU; -1: no limit)")
 	f.IntVar(&cfg.StartQueue, "start-queue", 0, "starts one tenant may have waiting before its next create is refused with 429 limit_exceeded (0: 1024; -1: no bound)")
 	f.IntVar(&cfg.MaxConnsPerClient, "max-conns-per-client", daemon.DefaultMaxConnsPerClient, "TCP connections one client IP may hold open; at the cap a new one replaces the oldest that has not authenticated, else it is closed at accept (-1: no cap)")
 	f.StringVar(&rateLimit, "rate-limit", "", "default request rate of each API key, N/s or N/s,BURST (default: none; a tenant's quota key rate overrides)")

@@ -144,7 +144,7 @@ type Config struct {
 	// own (zero fields: unlimited).
 	DefaultQuota store.TenantQuota
 	// MaxStarts is how many sandboxes the node starts at once, the rest
-	// waiting their turn (0: two per CPU; -1: no limit); StartQueue how
+	// waiting their turn (0: eight per CPU; -1: no limit); StartQueue how
 	// many one tenant may have waiting (0: 1024; -1: no bound).
 	MaxStarts, StartQueue int
 	// SecretsKeyFile holds the secrets master keys (first encrypts, all

@@ -112,10 +112,14 @@ type Config struct {
 }
 
 // DefaultMaxStarts is the starts at once per CPU of the host when
-// Config.MaxStarts is not set: a start is mostly the runtime's work on the
-// host's CPUs (runc's init, mounts, cgroups), so more at once only makes
-// each take longer.
-const DefaultMaxStarts = 2
+// Config.MaxStarts is not set. A start is partly the runtime's work on the
+// host's CPUs (runc's init, mounts, cgroups) and partly waits (the disk,
+// the agent's first answer) that others' work fills: on the 2-core test
+// host, 2 per CPU cut a burst of 100's median but took half as long
+// again for the last (bench, 2026-12-07: wall 19.9 s vs 13.0 s with no
+// limit), so the default limit is high enough to keep the CPUs busy and
+// bounds what a flood of creates starts at once.
+const DefaultMaxStarts = 8
 
 // DefaultStartQueue bounds the waiting starts of one tenant.
 const DefaultStartQueue = 1024
