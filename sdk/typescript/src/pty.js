@@ -87,7 +87,7 @@ export class Pty {
   }
 
   _send(buf) {
-    if (this._ended || this._ws.readyState !== WebSocket.OPEN) throw new StreamError("the terminal session is over");
+    if (this._ended || this._ws.readyState !== WebSocket.OPEN) return Promise.reject(new StreamError("the terminal session is over"));
     return new Promise((resolve, reject) => this._ws.send(buf, { binary: true }, (err) => (err ? reject(new StreamError("the terminal session is over", err)) : resolve())));
   }
 
