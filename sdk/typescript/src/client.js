@@ -456,6 +456,19 @@ export class Sandbox {
     return check("PortToken", d);
   }
 
+  async portTokens() {
+    return checkList("PortTokenInfo", await this._c._json("GET", this._path("port-tokens")));
+  }
+
+  async revokePortToken(tokenId) {
+    return check("PortTokenInfo", await this._c._json("DELETE", this._path("port-tokens", seg(tokenId))));
+  }
+
+  /** Mints a lease token limited to this sandbox and `scopes`. */
+  async lease(scopes, { ttlSeconds } = {}) {
+    return check("Lease", await this._c._json("POST", this._path("leases"), { body: { scopes, ttl_seconds: ttlSeconds || undefined } }));
+  }
+
   /**
    * Opens an interactive terminal over the exec WebSocket: `const t = await
    * sb.pty(["sh"])`, then `t.send`, `t.resize`, `t.readUntil`, `t.wait`,
@@ -558,6 +571,26 @@ class Files {
 
   async move(src, dst, { noReplace = false } = {}) {
     await this._c._send("POST", this._p + "/move", { params: { path: src, to: dst, no_replace: bool(noReplace) } });
+  }
+
+  /**
+   * Yields the changes under directory `path` as they happen: first
+   * `ready`, then create, write, remove, rename and overflow events, until
+   * the caller stops or the directory goes (`end`, which ends the
+   * iteration). A failed watch throws its error.
+   */
+  async *watch(path, { recursive = false } = {}) {
+    const res = await this._c._send("GET", this._p + "/watch", {
+      params: { path, recursive: bool(recursive) },
+      headers: { Accept: "application/x-ndjson" },
+      stream: true,
+    });
+    for await (const d of this._c._ndjson(res)) {
+      check("WatchEvent", d);
+      if (d.type === "end") return;
+      if (d.type === "error") throw fromStream(d.error ?? { code: "internal", message: `watch ${path} failed` });
+      yield d;
+    }
   }
 
   /** A tar archive of `path` (a file or a directory tree). */

@@ -157,6 +157,9 @@ export declare class Sandbox implements AsyncDisposable {
   events(options?: { after?: number }): PageIterator<models.Event>;
   export(paths: string[]): Promise<Bytes>;
   portToken(port: number, options?: { ttlSeconds?: number }): Promise<models.PortToken>;
+  portTokens(): Promise<models.PortTokenInfo[]>;
+  revokePortToken(tokenId: string): Promise<models.PortTokenInfo>;
+  lease(scopes: string[], options?: { ttlSeconds?: number }): Promise<models.Lease>;
   pty(cmd?: Command, options?: { rows?: number; cols?: number; env?: Record<string, string>; workdir?: string; user?: string; tty?: boolean }): Promise<Pty>;
 }
 
@@ -192,6 +195,7 @@ export declare class Files {
   mkdir(path: string, options?: { parents?: boolean }): Promise<void>;
   remove(path: string, options?: { recursive?: boolean }): Promise<void>;
   move(src: string, dst: string, options?: { noReplace?: boolean }): Promise<void>;
+  watch(path: string, options?: { recursive?: boolean }): AsyncGenerator<models.WatchEvent, void, undefined>;
   readTar(path: string): Promise<Bytes>;
   writeTar(directory: string, archive: Uint8Array): Promise<void>;
 }

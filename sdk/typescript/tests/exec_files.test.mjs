@@ -131,3 +131,39 @@ test("background processes: start, list, get, logs, stdin, signal, kill, wait", 
   await sb.processes.signal(r.id, "TERM");
   assert.equal((await sb.processes.wait(r.id)).code, 9);
 });
+
+test("files.watch: ready, the changes, and the end when the directory goes", async () => {
+  await sb.files.mkdir("/tmp/watched");
+  let it = sb.files.watch("/tmp/watched")[Symbol.asyncIterator]();
+  assert.equal((await it.next()).value.type, "ready");
+  await sb.files.write("/tmp/watched/new.txt", "x");
+  const seen = [];
+  for (let r = await it.next(); !r.done; r = await it.next()) {
+    seen.push([r.value.type, r.value.path]);
+    if (r.value.type === "write") break;
+  }
+  // The daemon writes a temp file and renames it into place.
+  assert.deepEqual(seen.at(-1), ["write", "/tmp/watched/new.txt"]);
+  assert.ok(seen.every(([t]) => ["create", "write", "rename"].includes(t)), JSON.stringify(seen));
+  await it.return();
+  it = sb.files.watch("/tmp/watched")[Symbol.asyncIterator]();
+  assert.equal((await it.next()).value.type, "ready");
+  await sb.files.remove("/tmp/watched", { recursive: true });
+  const rest = [];
+  for (let r = await it.next(); !r.done; r = await it.next()) rest.push([r.value.type, r.value.path]);
+  assert.deepEqual(rest, [["remove", "/tmp/watched/new.txt"]]);
+});
+
+test("port tokens and leases", async () => {
+  const tok = await sb.portToken(8080, { ttlSeconds: 300 });
+  assert.equal(tok.port, 8080);
+  assert.equal(tok.sandbox_id, sb.id);
+  assert.ok(tok.token);
+  assert.deepEqual((await sb.portTokens()).map((t) => t.id), [tok.id]);
+  const revoked = await sb.revokePortToken(tok.id);
+  assert.equal(revoked.id, tok.id);
+  assert.ok(revoked.revoked_at);
+  const lease = await sb.lease(["exec"], { ttlSeconds: 600 });
+  assert.equal(lease.sandbox_id, sb.id);
+  assert.ok(lease.token);
+});
