@@ -2,6 +2,8 @@
 // (client.sandboxes, sandbox.files, ...), the same shape as the Python
 // SDK's (sdk/python/berth/_async_client.py). Durations are seconds, as in
 // the API; output and file contents are Buffers (Uint8Array).
+import "./dispose.js";
+
 import http from "node:http";
 import https from "node:https";
 
@@ -25,6 +27,9 @@ const argv = (cmd) => (typeof cmd === "string" ? ["sh", "-c", cmd] : [...cmd]);
 const bool = (v) => (v ? "true" : undefined);
 const b64 = (v) => (v === undefined || v === null ? undefined : Buffer.from(v).toString("base64"));
 const defaultSleep = (s) => new Promise((r) => setTimeout(r, s * 1000));
+
+// TLS verification failures (node's codes, from OpenSSL's names).
+const TLS_VERIFY = /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|ERR_TLS_CERT_ALTNAME_INVALID/;
 
 // Connection errors that mean nothing answered at all.
 const REFUSED = new Set(["ECONNREFUSED", "ENOENT", "EACCES", "EHOSTUNREACH", "ENETUNREACH", "EADDRNOTAVAIL"]);
@@ -181,10 +186,12 @@ export class Client {
         res = await this._once(method, url, h, content);
       } catch (err) {
         if (err instanceof BerthError) throw err; // the pin did not match
-        if (REFUSED.has(err.code)) {
+        // A certificate that fails verification fails every attempt alike;
+        // nothing was sent.
+        if (REFUSED.has(err.code) || TLS_VERIFY.test(err.code ?? "")) {
           // Refused at the first attempt: no daemon, say so at once. A
           // daemon that went away since an earlier attempt may be restarting.
-          if (attempt === 0 || attempt >= this.maxRetries) throw new ConnectError(this.host, err);
+          if (attempt === 0 || attempt >= this.maxRetries || !REFUSED.has(err.code)) throw new ConnectError(this.host, err);
           await this._sleep(backoff(attempt));
           continue;
         }

@@ -9,6 +9,8 @@
 // Node 20 has no global WebSocket (Node 22 has one, but without a way to
 // dial a unix socket or to use the pinning agent), so this uses the `ws`
 // package, the SDK's one runtime dependency.
+import "./dispose.js";
+
 import WebSocket from "ws";
 
 import { StreamError, fromStream } from "./errors.js";
