@@ -205,7 +205,13 @@ export class Client {
         continue;
       }
       if (res.statusCode >= 200 && res.statusCode < 300) {
-        if (!stream) res.body = await readAll(res);
+        if (!stream) {
+          try {
+            res.body = await readAll(res);
+          } catch (err) {
+            throw new TransportError(`${method} ${path}: the answer broke off: ${err.message || err.code}`, err);
+          }
+        }
         return res;
       }
       const raw = await readAll(res).catch(() => Buffer.alloc(0));
@@ -241,10 +247,20 @@ export class Client {
     return { items: checkList(model, p.items).map(map), nextCursor: p.nextCursor };
   }
 
+  // The JSON values of an NDJSON stream; a connection that breaks in the
+  // middle is a StreamError.
   async *_ndjson(res) {
     try {
-      for await (const line of lines(res)) {
-        if (line.trim()) yield JSON.parse(line);
+      const it = lines(res)[Symbol.asyncIterator]();
+      for (;;) {
+        let r;
+        try {
+          r = await it.next();
+        } catch (err) {
+          throw new StreamError(`the stream broke: ${err.message || err.code}`, err);
+        }
+        if (r.done) return;
+        if (r.value.trim()) yield JSON.parse(r.value);
       }
     } finally {
       res.destroy();
@@ -541,7 +557,17 @@ class Files {
   async *readStream(path) {
     const res = await this._c._send("GET", this._p, { params: { path }, stream: true });
     try {
-      for await (const chunk of res) yield chunk;
+      const it = res[Symbol.asyncIterator]();
+      for (;;) {
+        let r;
+        try {
+          r = await it.next();
+        } catch (err) {
+          throw new StreamError(`reading ${path} broke off: ${err.message || err.code}`, err);
+        }
+        if (r.done) return;
+        yield r.value;
+      }
     } finally {
       res.destroy();
     }

@@ -15,6 +15,7 @@ import {
   UnauthenticatedError,
   UnavailableError,
   Sandbox,
+  StreamError,
   fingerprintOf,
   parseFingerprint,
 } from "../src/index.js";
@@ -231,6 +232,36 @@ test("a dropped exec (no Idempotency-Key) is not sent again", () =>
           await px.close();
         }
         assert.equal(px.seen.filter((s) => s.method === "POST").length, 1);
+      } finally {
+        await sb.delete({ force: true });
+        direct.close();
+      }
+    }),
+  ));
+
+test("an exec stream cut before its exit is a StreamError, and the exec is not sent again", () =>
+  withClient((admin) =>
+    withTenantKey(admin, "admin", async (key) => {
+      const direct = new Client({ host: http(), apiKey: key });
+      const sb = await direct.sandboxes.create();
+      try {
+        const px = await Proxy.to(http(), ["cut-after-line"]);
+        const c = new Client({ host: px.url, apiKey: key, sleep: recorder().sleep });
+        try {
+          const got = [];
+          await assert.rejects(
+            (async () => {
+              for await (const ev of new Sandbox(c, sb.info).execStream("echo first; sleep 1; echo second")) got.push(ev);
+            })(),
+            (e) => e instanceof StreamError && e.code === "stream",
+          );
+          assert.equal(got.length, 1);
+          assert.equal(got[0].data.toString(), "first\n");
+        } finally {
+          c.close();
+          await px.close();
+        }
+        assert.equal(px.seen.length, 1);
       } finally {
         await sb.delete({ force: true });
         direct.close();

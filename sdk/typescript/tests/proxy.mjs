@@ -10,7 +10,8 @@ import net from "node:net";
 
 export class Proxy {
   // actions: "429[:N]", "503[:N]" (N: Retry-After), "drop", "pass",
-  // "cut-after-event", "replay" (pass without the Last-Event-ID header).
+  // "cut-after-event", "cut-after-line" (after the first NDJSON line of the
+  // body), "replay" (pass without the Last-Event-ID header).
   static async to(httpURL, actions = []) {
     const u = new URL(httpURL);
     const p = new Proxy(u.hostname, Number(u.port), actions);
@@ -93,22 +94,31 @@ export class Proxy {
     c.resume();
     c.on("close", () => u.destroy());
     u.on("close", () => c.destroy());
-    if (action !== "cut-after-event") {
+    if (action !== "cut-after-event" && action !== "cut-after-line") {
       u.pipe(c);
       return;
     }
-    // Forward up to the end of the first event, then cut (in the middle of
+    // Forward up to the end of the first event (or line), then cut (in the middle of
     // a chunk of the chunked body, as a network would).
     let seen = Buffer.alloc(0);
+    let cut = false;
     u.on("data", (b) => {
+      if (cut) return;
       const start = seen.length;
       seen = Buffer.concat([seen, b]);
-      const d = seen.indexOf("\ndata:");
-      const end = d >= 0 ? seen.indexOf("\n\n", d) : -1;
+      let end = -1;
+      if (action === "cut-after-event") {
+        const d = seen.indexOf("\ndata:");
+        end = d >= 0 ? seen.indexOf("\n\n", d) : -1;
+      } else {
+        const body = seen.indexOf("\r\n\r\n");
+        end = body >= 0 ? seen.indexOf("}\n", body) : -1;
+      }
       if (end < 0) {
         c.write(b);
         return;
       }
+      cut = true;
       c.write(seen.subarray(start, end + 2), () => {
         c.destroy();
         u.destroy();
