@@ -114,11 +114,11 @@ type Config struct {
 // DefaultMaxStarts is the starts at once per CPU of the host when
 // Config.MaxStarts is not set. A start is partly the runtime's work on the
 // host's CPUs (runc's init, mounts, cgroups) and partly waits (the disk,
-// the agent's first answer) that others' work fills: on the 2-core test
-// host, 2 per CPU cut a burst of 100's median but took half as long
-// again for the last (bench, 2026-12-07: wall 19.9 s vs 13.0 s with no
-// limit), so the default limit is high enough to keep the CPUs busy and
-// bounds what a flood of creates starts at once.
+// the agent's first answer) that others' work fills, so the limit keeps
+// the CPUs busy rather than low; it bounds what a flood of creates starts
+// at once. On the 2-core test host (berth bench, 2026-12-07, a burst of
+// 100 → first `true`, p50 / p95 / last): no limit 11.6 / 14.6 / 14.7 s,
+// 16 at once 6.5 / 12.5 / 12.7 s, 4 at once 7.4 / 14.3 / 14.9 s.
 const DefaultMaxStarts = 8
 
 // DefaultStartQueue bounds the waiting starts of one tenant.
