@@ -282,11 +282,12 @@ func (m *Engine) launch(ctx context.Context, sb *sandbox.Sandbox, actor string, 
 	}
 	defer unlock()
 	// Recorded (creating, counted in the tenant's quota), it waits its
-	// turn; the lock keeps a delete from starting under it meanwhile. The
-	// wait is not cut by the client: the record is written, so the create
-	// finishes or is undone, like the rest of it.
-	_ = turn.wait(ctx)
-	if prep != nil {
+	// turn; the lock keeps a delete from starting under it meanwhile, but
+	// a delete first ends the wait (abandon): the create then fails, and
+	// the delete removes what is left. The client going away does not end
+	// it: the record is written, so the create finishes or is undone.
+	err = turn.waitFor(ctx, sb.ID)
+	if err == nil && prep != nil {
 		err = prep()
 	}
 	if err == nil {
@@ -417,6 +418,9 @@ func (m *Engine) Delete(ctx context.Context, ref, actor string, cause sandbox.Ca
 		return nil, err
 	}
 	ctx = context.WithoutCancel(ctx)
+	// A create still waiting its turn to start gives up at once, rather
+	// than start only to be deleted.
+	m.starts.abandon(sb.ID, errdefs.Conflict("sandbox %s was deleted while its start waited its turn", sb.ID))
 	unlock := m.live.lock(sb.ID)
 	defer unlock()
 	// Re-read under the lock: another operation may have moved it.

@@ -41,6 +41,10 @@ type startQueue struct {
 	// avg is a moving average of how long a start held its slot, for the
 	// Retry-After of a refusal.
 	avg time.Duration
+	// waiters cancel the wait of a recorded start by its sandbox id: a
+	// delete of a sandbox still waiting its turn ends the wait at once
+	// instead of waiting behind it (abandon).
+	waiters map[string]context.CancelCauseFunc
 }
 
 // queueClass is a queue of its own in the turn: a tenant's requests, or
@@ -63,7 +67,8 @@ type startTicket struct {
 
 func newStartQueue(limit, bound int) *startQueue {
 	return &startQueue{limit: max(limit, 0), bound: max(bound, 0),
-		waiting: map[queueClass][]*startTicket{}, held: map[string]int{}, avg: 500 * time.Millisecond}
+		waiting: map[queueClass][]*startTicket{}, held: map[string]int{}, avg: 500 * time.Millisecond,
+		waiters: map[string]context.CancelCauseFunc{}}
 }
 
 // enter takes a ticket for a start of tenant (pool: a warm-pool refill,
@@ -121,6 +126,37 @@ func (t *startTicket) wait(ctx context.Context) error {
 		q.unqueue(t)
 		return ctx.Err()
 	}
+}
+
+// waitFor is wait for the start of sandbox id, which abandon(id) ends
+// with its cause.
+func (t *startTicket) waitFor(ctx context.Context, id string) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	t.q.mu.Lock()
+	t.q.waiters[id] = cancel
+	t.q.mu.Unlock()
+	defer func() {
+		t.q.mu.Lock()
+		delete(t.q.waiters, id)
+		t.q.mu.Unlock()
+	}()
+	if err := t.wait(ctx); err != nil {
+		return context.Cause(ctx)
+	}
+	return nil
+}
+
+// abandon ends the wait of sandbox id's start, if it is waiting, with
+// cause; it reports whether one was.
+func (q *startQueue) abandon(id string, cause error) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	cancel, ok := q.waiters[id]
+	if ok {
+		cancel(cause)
+	}
+	return ok
 }
 
 // leave gives t's slot (or its place) back and starts the next waiter.

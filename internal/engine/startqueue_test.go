@@ -207,3 +207,41 @@ func TestStartQueueUnlimited(t *testing.T) {
 		tk.leave()
 	}
 }
+
+// TestStartQueueAbandon: abandon ends the wait of a recorded start with
+// its cause, and reports false for a start not waiting.
+func TestStartQueueAbandon(t *testing.T) {
+	q := newStartQueue(1, 0)
+	run, _ := enterWait(t, q, "t", false)
+	tk, err := q.enter("t", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() { res <- tk.waitFor(context.Background(), "sb1") }()
+	for {
+		q.mu.Lock()
+		_, watched := q.waiters["sb1"]
+		queued := tk.queued
+		q.mu.Unlock()
+		if watched && queued {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cause := errors.New("deleted")
+	if !q.abandon("sb1", cause) {
+		t.Fatal("abandon found no waiting start")
+	}
+	if err := <-res; !errors.Is(err, cause) {
+		t.Fatalf("abandoned wait: %v, want its cause", err)
+	}
+	tk.leave()
+	if q.abandon("sb1", cause) {
+		t.Fatal("abandon found a start that no longer waits")
+	}
+	run.leave()
+	if r, w := q.depth(); r != 0 || w != 0 || len(q.held) != 0 || len(q.waiters) != 0 {
+		t.Fatalf("after all left: %d running, %d waiting, held %v, waiters %d", r, w, q.held, len(q.waiters))
+	}
+}

@@ -139,3 +139,69 @@ func TestStartQueue(t *testing.T) {
 			globex.Format(time.StampMilli), last.Format(time.StampMilli))
 	}
 }
+
+// TestStartQueueDeleteWhileWaiting: a delete of a sandbox whose start is
+// still waiting its turn ends the wait: its create answers 409 and the
+// sandbox is deleted, never started; the start ahead of it is untouched.
+// (Before, the delete waited behind the create, which started the
+// sandbox and answered success, only for it to be deleted.)
+func TestStartQueueDeleteWhileWaiting(t *testing.T) {
+	parallel(t)
+	d := newDaemon(t, &daemon{extra: []string{"--max-starts", "1"},
+		env: []string{"BERTH_FAILPOINTS=create.after-mount=sleep(3s)"}})
+	ctx := context.Background()
+	creating := func() []api.Sandbox {
+		sbs, err := d.c.ListSandboxes(ctx, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []api.Sandbox
+		for _, sb := range sbs {
+			if sb.State == "creating" {
+				out = append(out, sb)
+			}
+		}
+		return out
+	}
+	waitCreating := func(n int) []api.Sandbox {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if got := creating(); len(got) == n {
+				return got
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("never %d sandboxes creating: %d", n, len(creating()))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	type result struct {
+		sb  *api.Sandbox
+		err error
+	}
+	first, second := make(chan result, 1), make(chan result, 1)
+	go func() { sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{}); first <- result{sb, err} }()
+	a := waitCreating(1)[0] // starting: it holds the one slot for 3 s
+	go func() { sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{}); second <- result{sb, err} }()
+	var b api.Sandbox
+	for _, sb := range waitCreating(2) {
+		if sb.ID != a.ID {
+			b = sb
+		}
+	}
+	if _, err := d.c.DeleteSandbox(ctx, b.ID, true); err != nil {
+		t.Fatalf("deleting the waiting sandbox: %v", err)
+	}
+	r := <-second
+	if !client.IsConflict(r.err) {
+		t.Fatalf("the create whose sandbox was deleted while waiting: %+v %v, want 409", r.sb, r.err)
+	}
+	got, err := d.c.GetSandbox(ctx, b.ID)
+	if err != nil || got.State != "deleted" || got.StartedAt != nil {
+		t.Fatalf("the deleted waiting sandbox: %+v %v, want deleted and never started", got, err)
+	}
+	r = <-first
+	if r.err != nil || r.sb.ID != a.ID || r.sb.State != "running" {
+		t.Fatalf("the start ahead: %+v %v", r.sb, r.err)
+	}
+}
