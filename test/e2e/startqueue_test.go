@@ -98,14 +98,16 @@ func TestStartQueue(t *testing.T) {
 				creating++
 			}
 		}
-		if len(sbs) != 3 {
+		// The refusals can answer before the last admitted create has
+		// written its record: wait for three, never more.
+		if len(sbs) > 3 {
 			t.Fatalf("acme has %d records (tombstones included) with 2 refused, want 3", len(sbs))
 		}
 		if creating == 3 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("acme's admitted creates never all showed creating: %d of 3", creating)
+			t.Fatalf("acme's admitted creates never all showed creating: %d of 3 (%d records)", creating, len(sbs))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
