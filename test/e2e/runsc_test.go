@@ -95,7 +95,9 @@ func TestRunscConformance(t *testing.T) {
 		t.Errorf("exec: %+v %v %q %q", exit, err, out.String(), errb.String())
 	}
 	// Pause: no exec; resume: processes carry on.
-	sh(t, d, sb.ID, "nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/c; sleep 0.05; done' >/dev/null 2>&1 &")
+	// Each count replaces the file whole (a rename): a read between a
+	// truncate and its write would read nothing.
+	sh(t, d, sb.ID, "nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/c.new; mv /tmp/c.new /tmp/c; sleep 0.05; done' >/dev/null 2>&1 &")
 	time.Sleep(300 * time.Millisecond)
 	if _, err := d.c.Pause(ctx, sb.ID); err != nil {
 		t.Fatal(err)

@@ -15,8 +15,8 @@ import (
 // TestStartQueue: starts past --max-starts wait their turn instead of
 // failing, fairly between tenants, and a create returns only once its
 // sandbox runs commands. With one start at a time (each held 1.5 s at a
-// failpoint) and a bound of two waiting per tenant: of five creates acme
-// sends at once, three are admitted and two refused at once with 429
+// failpoint) and a bound of two waiting per tenant: of four creates acme
+// sends at once while its first starts, two wait and two are refused with 429
 // limit_exceeded (limit start_queue) and a Retry-After, leaving no
 // record; globex's one create, sent while acme's two wait, runs before
 // acme's last (a turn each), not behind all of acme's.
@@ -73,12 +73,29 @@ func TestStartQueue(t *testing.T) {
 		results <- r
 	}
 	var wg sync.WaitGroup
-	for range 5 {
+	// The first takes the one slot: recorded, then granted its turn at
+	// once (its start then sleeps 1.5 s at the failpoint).
+	wg.Add(1)
+	go func() { defer wg.Done(); create("acme") }()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		sbs, err := clients["acme"].ListSandboxes(ctx, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sbs) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("acme's first create was never recorded")
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // from its record to its turn: in-process steps
+	for range 4 {
 		wg.Add(1)
 		go func() { defer wg.Done(); create("acme") }()
 	}
-	// Two of acme's are refused at once; the other three are recorded,
-	// creating (one starting, two waiting their turn).
+	// Of the four sent while the first starts, two wait (the bound) and two
+	// are refused at once; three are recorded, creating.
 	for range 2 {
 		r := <-results
 		var ce *client.Error
