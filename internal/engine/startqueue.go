@@ -251,7 +251,7 @@ func (q *startQueue) unqueue(t *startTicket) {
 	}
 }
 
-// depth reports the starts running and waiting (for metrics and doctor).
+// depth reports the starts running and waiting.
 func (q *startQueue) depth() (running, waiting int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -271,16 +271,24 @@ func TestConsoleInBrowser(t *testing.T) {
 	// Typed once the shell shows its prompt, as a person would: typed
 	// ahead, the tty echoes the command before the shell runs, and its
 	// output lands after the prompt ("# hi").
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		screen := strs("read the terminal", `[...document.querySelectorAll('#terminal .xterm-rows > div')].map(d => d.textContent.trim())`)
-		if slices.ContainsFunc(screen, func(l string) bool { return strings.HasSuffix(l, "#") || strings.HasSuffix(l, "$") }) {
-			break
-		}
-		if time.Now().After(deadline) {
-			shot(t, tctx, shots, "terminal-failed")
-			t.Fatalf("the terminal shows no shell prompt: %q", screen)
+	// waitLine waits until a line of the terminal (its trailing blanks
+	// cut) satisfies ok; what names what is awaited.
+	waitLine := func(what string, ok func(line string) bool) {
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			screen := strs("read the terminal", `[...document.querySelectorAll('#terminal .xterm-rows > div')].map(d => d.textContent.trimEnd())`)
+			if slices.ContainsFunc(screen, ok) {
+				return
+			}
+			if time.Now().After(deadline) {
+				shot(t, tctx, shots, "terminal-failed")
+				t.Fatalf("the terminal shows %s: %q", what, screen)
+			}
 		}
 	}
+	waitLine("no shell prompt", func(l string) bool {
+		l = strings.TrimSpace(l)
+		return strings.HasSuffix(l, "#") || strings.HasSuffix(l, "$")
+	})
 	run("type a command", chromedp.Focus(css(`#terminal .xterm-helper-textarea`)),
 		// Typed as an input method would (SendKeys' key and char events
 		// both reach xterm.js, doubling every letter), then Enter.
@@ -288,16 +296,7 @@ func TestConsoleInBrowser(t *testing.T) {
 			_, err := chromedp.Call(ctx, input.InsertText, input.InsertTextParams{Text: "echo hi"})
 			return err
 		}), chromedp.KeyEvent("\r"))
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		screen := strs("read the terminal", `[...document.querySelectorAll('#terminal .xterm-rows > div')].map(d => d.textContent.trimEnd())`)
-		if slices.Contains(screen, "hi") {
-			break
-		}
-		if time.Now().After(deadline) {
-			shot(t, tctx, shots, "terminal-failed")
-			t.Fatalf("no line reads hi on the terminal: %q", screen)
-		}
-	}
+	waitLine("no line that reads hi", func(l string) bool { return l == "hi" })
 	shot(t, tctx, shots, "sandbox")
 
 	// Files: upload, then download.

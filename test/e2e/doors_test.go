@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -21,9 +20,6 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
 	"github.com/berth-sh/berth/internal/auth"
-	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/store"
-	"github.com/berth-sh/berth/internal/store/sqlite"
 )
 
 // The door-conformance suite (#30): every operation through every door
@@ -338,25 +334,7 @@ func waitPort(c *client.Client, id string) error {
 // key and its audit actor.
 func doorKey(t *testing.T, d *daemon, tenant string, scopes ...auth.Scope) (string, string) {
 	t.Helper()
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(d.dataDir, "berth.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if err := st.CreateTenant(ctx, &store.Tenant{Name: tenant, CreatedAt: time.Now().UTC()}); err != nil &&
-		!errors.Is(err, errdefs.ErrConflict) {
-		t.Fatal(err)
-	}
-	id, key := auth.NewKey()
-	var sc []string
-	for _, s := range scopes {
-		sc = append(sc, string(s))
-	}
-	if err := st.CreateAPIKey(ctx, &store.APIKey{ID: id, Name: tenant + "-doors", Tenant: tenant, Hash: auth.Hash(key),
-		Scopes: sc, CreatedAt: time.Now().UTC()}); err != nil {
-		t.Fatal(err)
-	}
+	key, id := tenantKeyID(t, d, tenant, scopes...)
 	return key, "key:" + id
 }
 

@@ -24,6 +24,13 @@ import (
 // handle on its SQLite file) and returns the key.
 func tenantKey(t *testing.T, d *daemon, tenant string, scopes ...auth.Scope) string {
 	t.Helper()
+	key, _ := tenantKeyID(t, d, tenant, scopes...)
+	return key
+}
+
+// tenantKeyID is tenantKey that also returns the key's id.
+func tenantKeyID(t *testing.T, d *daemon, tenant string, scopes ...auth.Scope) (key, id string) {
+	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(d.dataDir, "berth.db"))
 	if err != nil {
@@ -36,7 +43,7 @@ func tenantKey(t *testing.T, d *daemon, tenant string, scopes ...auth.Scope) str
 		!errors.Is(err, errdefs.ErrConflict) {
 		t.Fatal(err)
 	}
-	id, key := auth.NewKey()
+	id, key = auth.NewKey()
 	var sc []string
 	for _, s := range scopes {
 		sc = append(sc, string(s))
@@ -45,7 +52,7 @@ func tenantKey(t *testing.T, d *daemon, tenant string, scopes ...auth.Scope) str
 		Scopes: sc, CreatedAt: time.Now().UTC()}); err != nil {
 		t.Fatal(err)
 	}
-	return key
+	return key, id
 }
 
 // TestQuotaLimits: a tenant's quota over the real daemon. Limit 3, 8
