@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
@@ -23,7 +24,7 @@ var k8sLink = regexp.MustCompile(`^bkn?[0-9a-f]{6}$`)
 // berth-k8s-<hex>-np), kube-proxy's KUBE- chains, libcni's result cache
 // files and kubelet's links in /var/log/containers. Its mounts, cgroup
 // parent (/berth-k8s-<hex>) and dir are Sweep's usual checks.
-func sweepK8s(root string, add func(kind, format string, args ...any)) {
+func sweepK8s(root string, since time.Time, add func(kind, format string, args ...any)) {
 	dir := []byte(filepath.Join(root, "berth-k8s-"))
 	for _, p := range processes() {
 		if bytes.Contains(p.cmdline, dir) {
@@ -56,17 +57,32 @@ func sweepK8s(root string, add func(kind, format string, args ...any)) {
 			}
 		}
 	}
-	cached, _ := filepath.Glob("/var/lib/cni/results/berth-k8s-*")
-	for _, f := range cached {
-		add("file", "%s", f)
+	// The cache and the log links are host-wide, named by the cluster and
+	// not by its dir: one older than the stamp is another run's.
+	newer := func(path string) bool {
+		info, err := os.Lstat(path)
+		return err == nil && info.ModTime().After(since)
 	}
-	logs, _ := filepath.Glob("/var/log/containers/*")
+	cached, _ := filepath.Glob(filepath.Join(cniResults, "berth-k8s-*"))
+	for _, f := range cached {
+		if newer(f) {
+			add("file", "%s", f)
+		}
+	}
+	logs, _ := filepath.Glob(filepath.Join(containerLogs, "*"))
 	for _, l := range logs {
-		if dst, err := os.Readlink(l); err == nil && strings.HasPrefix(dst, string(dir)) {
+		if dst, err := os.Readlink(l); err == nil && strings.HasPrefix(dst, string(dir)) && newer(l) {
 			add("file", "%s -> %s", l, dst)
 		}
 	}
 }
+
+// Where libcni caches results and kubelet links container logs (a test
+// points them at its own dirs).
+var (
+	cniResults    = "/var/lib/cni/results"
+	containerLogs = "/var/log/containers"
+)
 
 // kubeProxyRuns reports whether any kube-proxy process runs here.
 func kubeProxyRuns() bool {

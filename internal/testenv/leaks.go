@@ -363,7 +363,7 @@ func Sweep(o SweepOptions) []Leak {
 			add("process", "%d %s %s", p.pid, argv[0], argv[1])
 		}
 	}
-	sweepK8s(o.TempRoot, add)
+	sweepK8s(o.TempRoot, o.Since, add)
 	ents, _ := os.ReadDir(o.TempRoot)
 	for _, e := range ents {
 		p := filepath.Join(o.TempRoot, e.Name())

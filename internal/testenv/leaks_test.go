@@ -95,6 +95,10 @@ func TestUnder(t *testing.T) {
 // suite's binary dir.
 func TestSweepDirs(t *testing.T) {
 	root := t.TempDir()
+	oldCNI, oldLogs := cniResults, containerLogs
+	cniResults, containerLogs = t.TempDir(), t.TempDir()
+	t.Cleanup(func() { cniResults, containerLogs = oldCNI, oldLogs })
+	write(t, cniResults+"/berth-k8s-1a2b3c-c0ffee-eth0", "{}")
 	for _, d := range []string{"berth-e2e-1", "berth-bench-2", "berth-e2e-bin-3", "berth-pg-test", "other"} {
 		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
 			t.Fatal(err)
@@ -106,7 +110,7 @@ func TestSweepDirs(t *testing.T) {
 			got = append(got, filepath.Base(l.What))
 		}
 	}
-	if !slices.Equal(got, []string{"berth-bench-2", "berth-e2e-1"}) {
+	if !slices.Equal(got, []string{"berth-k8s-1a2b3c-c0ffee-eth0", "berth-bench-2", "berth-e2e-1"}) {
 		t.Errorf("sweep dirs = %v", got)
 	}
 	for _, l := range Sweep(SweepOptions{TempRoot: root, Since: time.Now().Add(time.Hour)}) {
