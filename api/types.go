@@ -589,6 +589,9 @@ type CopyRequest struct {
 // PoolRequest is the body of PUT /v1/templates/{name}/pool.
 type PoolRequest struct {
 	Min int `json:"min"` // ready sandboxes kept for this template; 0 = no pool
+	// Auto forgets the size set (min must be 0): the default template's
+	// pool is the daemon's automatic one again, any other has none.
+	Auto bool `json:"auto,omitempty"`
 }
 
 // Pool is a template's warm pool as the API shows it.
@@ -606,6 +609,10 @@ type Pool struct {
 	// when a refill failed: "tenant quota reached: ...", "host capacity:
 	// ...", "error: ...". Absent when the pool is full or filling.
 	Reason string `json:"reason,omitempty"`
+	// Auto: no size was set for this template and Min is the daemon's
+	// automatic warm pool's (the default template, sized from recent
+	// demand; berth serve --warm-pool).
+	Auto bool `json:"auto,omitempty"`
 }
 
 // ApplyRequest is the body of POST /v1/apply: a declarative template.

@@ -9,10 +9,20 @@ import (
 )
 
 // SetPool sets the warm pool of a template: min ready sandboxes are kept
-// for it (0 removes the pool).
+// for it (0: none, the default template's automatic pool included).
 func (c *Client) SetPool(ctx context.Context, template string, min int) (*api.Pool, error) {
 	var p api.Pool
 	if err := c.do(ctx, http.MethodPut, poolPath(template), nil, api.PoolRequest{Min: min}, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// ClearPool forgets the size set for a template's pool: the default
+// template's is the daemon's automatic pool again, any other has none.
+func (c *Client) ClearPool(ctx context.Context, template string) (*api.Pool, error) {
+	var p api.Pool
+	if err := c.do(ctx, http.MethodPut, poolPath(template), nil, api.PoolRequest{Auto: true}, &p); err != nil {
 		return nil, err
 	}
 	return &p, nil

@@ -52,10 +52,15 @@ func newPoolLsCmd(g *globals) *cobra.Command {
 func printPoolTable(w io.Writer, ps []api.Pool) error {
 	tw := newTable(w)
 	// OWNER is the tenant whose template's pool it is ("-": the host's).
-	// REASON says why a pool is below MIN (a refill that failed).
+	// REASON says why a pool is below MIN (a refill that failed). MIN
+	// "N (auto)": the daemon's automatic pool, sized from recent demand.
 	fmt.Fprintln(tw, "TEMPLATE\tOWNER\tMIN\tREADY\tSTARTING\tHITS\tMISSES\tREASON")
 	for _, p := range ps {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", p.Template, orDash(p.Tenant), p.Min, p.Ready, p.Starting, p.Hits, p.Misses, orDash(p.Reason))
+		min := strconv.Itoa(p.Min)
+		if p.Auto {
+			min += " (auto)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", p.Template, orDash(p.Tenant), min, p.Ready, p.Starting, p.Hits, p.Misses, orDash(p.Reason))
 	}
 	return tw.Flush()
 }
@@ -71,19 +76,27 @@ func poolColumn(p *api.Pool) string {
 
 func newTemplatePoolCmd(g *globals) *cobra.Command {
 	var min int
+	var auto bool
 	cmd := &cobra.Command{
-		Use:   "pool NAME [--min N]",
+		Use:   "pool NAME [--min N | --auto]",
 		Short: "Show or set a template's warm pool",
 		Long: `With --min N, keep N ready sandboxes of template NAME (0 removes the pool);
 without it, show the pool. Pool members are created ahead and kept frozen;
 create takes one and the pool refills in the background. A claimed sandbox gets a
-fresh id, hostname, secrets and tokens, and no member is ever handed out twice.`,
+fresh id, hostname, secrets and tokens, and no member is ever handed out twice.
+
+The default template has a pool without anyone setting one: the daemon sizes it
+from recent demand (MIN shows "(auto)"; berth serve --warm-pool). A size set with
+--min, 0 included, replaces it; --auto forgets the size and returns to it.`,
 		Example: `  berth template pool py --min 4
+  berth template pool base --auto
   berth template pool py -o json`,
 		Args: exactArgs(1, "a template name"),
 	}
 	out := addOutputFlag(cmd)
 	cmd.Flags().IntVar(&min, "min", 0, "number of ready sandboxes to keep (0 removes the pool)")
+	cmd.Flags().BoolVar(&auto, "auto", false, "forget the size set: the default template's pool is sized by the daemon again")
+	cmd.MarkFlagsMutuallyExclusive("min", "auto")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		set := cmd.Flags().Changed("min")
 		if set && min < 0 {
@@ -95,9 +108,12 @@ fresh id, hostname, secrets and tokens, and no member is ever handed out twice.`
 		}
 		defer c.Close()
 		var p *api.Pool
-		if set {
+		switch {
+		case auto:
+			p, err = c.ClearPool(cmd.Context(), args[0])
+		case set:
 			p, err = c.SetPool(cmd.Context(), args[0], min)
-		} else {
+		default:
 			p, err = c.GetPool(cmd.Context(), args[0])
 		}
 		if err != nil {

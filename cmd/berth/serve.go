@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/berth-sh/berth/internal/daemon"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/server"
+	"github.com/berth-sh/berth/templatefile"
 )
 
 // webhookSecretEnv supplies --webhook-secret when the flag is not given, so
@@ -35,7 +37,7 @@ func newServeCmdWith(run func(context.Context, daemon.Config) error) *cobra.Comm
 	diskDefault := sizeValue(manager.DefaultDiskBytes)
 	var lowWater, poolSize sizeValue
 	retention := durationValue(manager.DefaultRecordRetention)
-	var rateLimit, defCreateRate string
+	var rateLimit, defCreateRate, warmPool string
 	var defMemory, defStorage sizeValue
 	var defCPUs float64
 	cmd := &cobra.Command{
@@ -94,6 +96,11 @@ printed at start (and shown by GET /v1/version); clients pin it with
 			if err := quotaFlags(&cfg, rateLimit, defCreateRate, defCPUs, int64(defMemory), int64(defStorage)); err != nil {
 				return err
 			}
+			wp, err := parseWarmPool(warmPool)
+			if err != nil {
+				return err
+			}
+			cfg.WarmPool = wp
 			server.Version = version
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -169,6 +176,9 @@ printed at start (and shown by GET /v1/version); clients pin it with
 	f.DurationVar(&cfg.MCPIdleTimeout, "mcp-idle-timeout", 15*time.Minute, "close an MCP session of /v1/mcp idle this long (its ephemeral sandboxes are deleted)")
 	f.DurationVar(&cfg.WriteTimeout, "http-write-timeout", daemon.DefaultWriteTimeout, "time to answer a request on non-streaming routes (exec, files, builds and the port proxy are not bounded)")
 	f.IntVar(&cfg.MaxStarts, "max-starts", 0, "sandboxes started at once (creates, forks, restores, pool refills); the rest wait their turn, fairly between tenants (0: eight per CPU; -1: no limit)")
+	f.StringVar(&warmPool, "warm-pool", "auto", "the default template's warm pool while none is set for it (berth template pool): auto (sized from recent demand: the most creates of any 10 s), off, or a fixed size N")
+	f.IntVar(&cfg.WarmPoolMax, "warm-pool-max", 0, "most members of the automatic warm pool (0: as many as 1/16 of the host's memory holds at 8 MiB each, at most 256)")
+	f.DurationVar(&cfg.WarmPoolIdle, "warm-pool-idle", 0, "how long the automatic warm pool keeps its size after the demand that set it (0: 10m)")
 	f.IntVar(&cfg.StartQueue, "start-queue", 0, "starts one tenant may have waiting before its next create is refused with 429 limit_exceeded (0: 1024; -1: no bound)")
 	f.IntVar(&cfg.MaxConnsPerClient, "max-conns-per-client", daemon.DefaultMaxConnsPerClient, "TCP connections one client IP may hold open; at the cap a new one replaces the oldest that has not authenticated, else it is closed at accept (-1: no cap)")
 	f.StringVar(&rateLimit, "rate-limit", "", "default request rate of each API key, N/s or N/s,BURST (default: none; a tenant's quota key rate overrides)")
@@ -214,6 +224,24 @@ func newLogger(level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
 	}
 	return nil, fmt.Errorf("invalid --log-format %q: want text or json", format)
+}
+
+// parseWarmPool is --warm-pool: auto (0), off (-1) or a size.
+func parseWarmPool(v string) (int, error) {
+	switch v {
+	case "auto", "":
+		return 0, nil
+	case "off":
+		return -1, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > templatefile.MaxPoolMin {
+		return 0, fmt.Errorf("--warm-pool %q: want auto, off or a size from 0 to %d", v, templatefile.MaxPoolMin)
+	}
+	if n == 0 {
+		return -1, nil
+	}
+	return n, nil
 }
 
 // quotaFlags maps --rate-limit and --default-quota-* onto cfg.

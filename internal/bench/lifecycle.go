@@ -192,7 +192,7 @@ func (b *bench) measureRestart(ctx context.Context) error {
 			return err
 		}
 		freshP.Add(d)
-		if d, err = fresh(api.CreateSandboxRequest{}); err != nil {
+		if d, err = fresh(coldReq); err != nil {
 			return err
 		}
 		freshE.Add(d)
@@ -263,7 +263,7 @@ func (b *bench) expiry(ctx context.Context, action string, n int, target bool) e
 	workers := b.opts.Concurrency
 	// Probe the create time to choose T.
 	t0 := time.Now()
-	probe, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	probe, err := c.CreateSandbox(ctx, coldReq)
 	if err != nil {
 		return fmt.Errorf("probe create: %w", err)
 	}
@@ -273,7 +273,8 @@ func (b *bench) expiry(ctx context.Context, action string, n int, target bool) e
 	}
 	// Creates serial at worst, plus the touches, with a margin.
 	T := (3*time.Second + time.Duration(n)*one*3/2).Round(time.Second)
-	req := api.CreateSandboxRequest{Policy: api.Policy{IdleTimeoutSeconds: T.Seconds(), OnIdle: action}}
+	req := coldReq
+	req.Policy = api.Policy{IdleTimeoutSeconds: T.Seconds(), OnIdle: action}
 
 	ids := make([]string, n)
 	b.Logf("expiry (%s): creating %d sandboxes (%d concurrent), idle timeout %s", action, n, workers, T)

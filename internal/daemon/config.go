@@ -147,6 +147,10 @@ type Config struct {
 	// waiting their turn (0: eight per CPU; -1: no limit); StartQueue how
 	// many one tenant may have waiting (0: 1024; -1: no bound).
 	MaxStarts, StartQueue int
+	// WarmPool, WarmPoolMax and WarmPoolIdle size the default template's
+	// automatic warm pool (engine.Config's fields of those names).
+	WarmPool, WarmPoolMax int
+	WarmPoolIdle          time.Duration
 	// SecretsKeyFile holds the secrets master keys (first encrypts, all
 	// decrypt); empty: BERTH_SECRETS_KEY, else <DataDir>/secrets.key,
 	// generated at first start.

@@ -230,6 +230,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 			MaxAge: cfg.DefaultMaxAge, Retention: cfg.DefaultRetention},
 		Retention: cfg.Retention, DefaultQuota: cfg.DefaultQuota,
 		MaxStarts: cfg.MaxStarts, StartQueue: cfg.StartQueue,
+		WarmPool: cfg.WarmPool, WarmPoolMax: cfg.WarmPoolMax, WarmPoolIdle: cfg.WarmPoolIdle,
 	}
 	mcfg.TenantPulls = cfg.TenantPulls
 	if mcfg.Node == "" {

@@ -105,6 +105,14 @@ type Config struct {
 	// forks, restores, pool refills); the rest wait their turn
 	// (startqueue.go). 0: DefaultMaxStarts; negative: no limit.
 	MaxStarts int
+	// WarmPool sizes the host's warm pool of the default template while
+	// no pool of it is set through the API (package pools, auto.go): 0
+	// from recent demand, at most WarmPoolMax (0: from the host's memory)
+	// and for WarmPoolIdle after the demand (0: 10 minutes); positive:
+	// that many; negative: none.
+	WarmPool     int
+	WarmPoolMax  int
+	WarmPoolIdle time.Duration
 	// StartQueue is how many starts one tenant may have waiting before
 	// its next create is refused (429 limit_exceeded, start_queue). 0:
 	// DefaultStartQueue; negative: no bound.

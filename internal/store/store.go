@@ -302,6 +302,10 @@ type SandboxFilter struct {
 	StartedAfter, StartedBefore time.Time
 	// NoPool leaves out unclaimed warm-pool members.
 	NoPool bool
+	// Pool, if set, keeps only the unclaimed members of that template's
+	// warm pool (a claim reads its pool's members, not the node's
+	// sandboxes).
+	Pool string
 	// Newest lists newest first (its cursors are its own).
 	Newest bool
 }
@@ -449,9 +453,12 @@ type PoolKey struct {
 // Pools are the warm-pool sizes per (tenant, template) (a handful: not
 // paged).
 type Pools interface {
-	// SetPool sets the warm-pool size of tenant's template (0 removes
-	// it).
+	// SetPool sets the warm-pool size of tenant's template; 0 is kept
+	// as a size (none, where the daemon would size one itself).
 	SetPool(ctx context.Context, tenant, template string, min int) error
+	// ClearPool forgets the size of tenant's template (its template
+	// removed, or the daemon's automatic size asked for again).
+	ClearPool(ctx context.Context, tenant, template string) error
 	// ListPools returns every tenant's pools.
 	ListPools(ctx context.Context) (map[PoolKey]int, error)
 }

@@ -124,6 +124,12 @@ func (d *daemon) start() {
 // test (cleanup must go on to clean the host when a start fails).
 func (d *daemon) tryStart() error {
 	args := slices.Clone(d.extra)
+	// The automatic warm pool would make members in the background of
+	// every test's creates (more load, sandboxes no test asked for): it is
+	// on only where a test asks for it (pool_test.go).
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--warm-pool") }) {
+		args = append(args, "--warm-pool=off")
+	}
 	p, err := testenv.Start(context.Background(), testenv.Config{
 		Binary: berthBin, DataDir: d.dataDir, Socket: d.socket, Args: args, Env: d.env,
 		Netns: d.netns, LogLevel: "debug", UserAgent: "berth-e2e", ReadyTimeout: 30 * time.Second,

@@ -108,3 +108,111 @@ func testWarmPool(t *testing.T, rt string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestWarmPoolAuto: with no pool set, the default template's pool is sized
+// from recent demand (the most creates of any 10 s, within --warm-pool-max),
+// fills in the background, serves the next creates, gives way to a size set
+// through the API and back, and scales to zero once the demand is older
+// than --warm-pool-idle. A daemon with --warm-pool=off keeps none.
+func TestWarmPoolAuto(t *testing.T) {
+	parallel(t)
+	d := startDaemonWith(t, "--warm-pool=auto", "--warm-pool-max=3", "--warm-pool-idle=15s")
+	ctx := context.Background()
+	pool := func() *api.Pool {
+		t.Helper()
+		p, err := d.c.GetPool(ctx, "base")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	waitPool := func(what string, ok func(p *api.Pool) bool) *api.Pool {
+		t.Helper()
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			p := pool()
+			if ok(p) {
+				return p
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pool: %s: %+v", what, p)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if p := pool(); !p.Auto || p.Min != 0 || p.Ready != 0 {
+		t.Fatalf("before any create: %+v, want an automatic pool of 0", p)
+	}
+	// Five creates at once: demand 5, bounded to 3.
+	ids := make(chan string, 5)
+	errs := make(chan error, 5)
+	for range 5 {
+		go func() {
+			sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+			if err != nil {
+				errs <- err
+				return
+			}
+			ids <- sb.ID
+		}()
+	}
+	for range 5 {
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		case id := <-ids:
+			if _, err := d.c.DeleteSandbox(ctx, id, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	p := waitPool("filled to the bound of 3", func(p *api.Pool) bool { return p.Ready == 3 })
+	if !p.Auto || p.Min != 3 {
+		t.Fatalf("after the burst: %+v, want an automatic pool of 3", p)
+	}
+	hits := p.Hits
+	// The next creates are claims: fresh, working sandboxes.
+	for i := range 2 {
+		sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out := execOut(t, d, sb.ID, "sh", "-c", "ls /tmp | wc -l; echo ok"); out != "0\nok\n" {
+			t.Fatalf("claim %d: %q", i, out)
+		}
+		execOut(t, d, sb.ID, "sh", "-c", "echo left > /tmp/left")
+		if _, err := d.c.DeleteSandbox(ctx, sb.ID, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := pool(); p.Hits != hits+2 {
+		t.Fatalf("the two creates after the burst were not claims: hits %d, want %d (%+v)", p.Hits, hits+2, p)
+	}
+	// A size set through the API replaces the automatic one, 0 (none)
+	// included; forgetting it returns to the automatic size.
+	if p, err := d.c.SetPool(ctx, "base", 1); err != nil || p.Auto || p.Min != 1 {
+		t.Fatalf("set to 1: %+v %v", p, err)
+	}
+	if p, err := d.c.SetPool(ctx, "base", 0); err != nil || p.Auto || p.Min != 0 {
+		t.Fatalf("set to 0: %+v %v, want no pool", p, err)
+	}
+	waitPool("drained by a size of 0", func(p *api.Pool) bool { return p.Ready == 0 && p.Starting == 0 })
+	if p, err := d.c.ClearPool(ctx, "base"); err != nil || !p.Auto || p.Min != 3 {
+		t.Fatalf("cleared: %+v %v, want the automatic 3", p, err)
+	}
+	waitPool("refilled to 3", func(p *api.Pool) bool { return p.Ready == 3 })
+	// No demand for longer than --warm-pool-idle: down to none.
+	waitPool("scaled to zero", func(p *api.Pool) bool { return p.Min == 0 && p.Ready == 0 && p.Starting == 0 })
+
+	off := startDaemon(t) // the harness's --warm-pool=off
+	sb, err := off.c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := off.c.DeleteSandbox(ctx, sb.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := off.c.GetPool(ctx, "base"); err != nil || p.Auto || p.Min != 0 {
+		t.Fatalf("--warm-pool=off: %+v %v, want no pool", p, err)
+	}
+}

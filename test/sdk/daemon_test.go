@@ -32,7 +32,7 @@ func startDaemon(t *testing.T) *sdkDaemon {
 	httpAddr, tlsAddr := freePort(t), freePort(t)
 	d, err := testenv.Start(context.Background(), testenv.Config{
 		Binary: berthBin, DataDir: filepath.Join(base, "data"), Socket: filepath.Join(base, "berth.sock"),
-		Args:     []string{"--insecure-listen", httpAddr, "--listen", tlsAddr},
+		Args:     []string{"--insecure-listen", httpAddr, "--listen", tlsAddr, "--warm-pool=off"},
 		LogLevel: "debug", UserAgent: "berth-sdk-test", ReadyTimeout: 30 * time.Second, StopTimeout: 20 * time.Second,
 	})
 	if err != nil {

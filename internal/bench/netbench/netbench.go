@@ -184,7 +184,9 @@ func (b *Bench) netSetup(ctx context.Context) (*netBench, error) {
 		return nil, err
 	}
 	// Debug and JSON: the "provisioned" lines split each create.
-	nb.d, err = harness.StartDaemon(ctx, b.opts.Binary, nb.dir, host, "--log-level", "debug", "--log-format", "json")
+	// No automatic warm pool: its rows compare cold creates with and
+	// without egress, and none of its sandboxes may be left at its end.
+	nb.d, err = harness.StartDaemon(ctx, b.opts.Binary, nb.dir, host, "--log-level", "debug", "--log-format", "json", "--warm-pool=off")
 	if err != nil {
 		return nil, fmt.Errorf("network daemon: %w", err)
 	}

@@ -57,6 +57,9 @@ type Warm struct {
 	poolBuilding int                               // members being made, all pools (under mu)
 	poolInFlight map[store.PoolKey]map[string]bool // ids of members being made, per pool (under mu)
 	retiring     map[string]bool                   // ids of members queued for removal (under mu)
+
+	demand  demand // poolable creates of the automatic pool (auto.go)
+	autoMax int    // the automatic pool's bound
 }
 
 // New returns the warm-pool feature of e and installs its claim in e's
@@ -64,6 +67,11 @@ type Warm struct {
 func New(e *engine.Engine) *Warm {
 	w := &Warm{e: e, store: e.Store(), node: e.Backend(), log: e.Log(),
 		poolStats: map[store.PoolKey]*poolStats{}, poolInFlight: map[store.PoolKey]map[string]bool{}, retiring: map[string]bool{}}
+	w.autoMax = e.Config().WarmPoolMax
+	if w.autoMax <= 0 {
+		w.autoMax = defaultAutoMax()
+	}
+	w.autoMax = min(w.autoMax, MaxPoolSize)
 	return w
 }
 
@@ -140,6 +148,25 @@ func (m *Warm) SetPool(ctx context.Context, name string, min int) (*Pool, error)
 	return m.Pool(ctx, name)
 }
 
+// ClearPool forgets the size set for the caller's own template name: the
+// default template's pool is the automatic one again (auto.go), any
+// other has none.
+func (m *Warm) ClearPool(ctx context.Context, name string) (*Pool, error) {
+	tenant := engine.CallerTenant(ctx)
+	tpl, err := m.e.ResolveTemplate(ctx, tenant, name)
+	if err != nil {
+		return nil, err
+	}
+	if tpl.Tenant != tenant {
+		return nil, errdefs.Permission("template %q is the host's shared template: its pool is the host's to set", name)
+	}
+	if err := m.store.ClearPool(ctx, tenant, name); err != nil {
+		return nil, err
+	}
+	m.e.WakeReconciler()
+	return m.Pool(ctx, name)
+}
+
 // Pool reports the pool of template name as the caller resolves it: a
 // tenant's own template's, or the shared one's.
 func (m *Warm) Pool(ctx context.Context, name string) (*Pool, error) {
@@ -147,7 +174,7 @@ func (m *Warm) Pool(ctx context.Context, name string) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	pools, err := m.store.ListPools(ctx)
+	set, err := m.store.ListPools(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -156,24 +183,31 @@ func (m *Warm) Pool(ctx context.Context, name string) (*Pool, error) {
 		return nil, err
 	}
 	k := keyOf(tpl)
-	return m.poolReport(k, pools[k], members[k]), nil
+	p := m.poolReport(k, m.sizes(set)[k], members[k])
+	p.Auto = m.isAuto(k, set)
+	return p, nil
 }
 
 // Pools reports every pool the caller sees: the host every tenant's, a
 // tenant its own and the host's of the shared templates it does not
 // shadow.
 func (m *Warm) Pools(ctx context.Context) ([]Pool, error) {
-	pools, err := m.store.ListPools(ctx)
+	set, err := m.store.ListPools(ctx)
 	if err != nil {
 		return nil, err
 	}
+	pools := m.sizes(set)
 	members, err := m.poolMembers(ctx)
 	if err != nil {
 		return nil, err
 	}
 	tenant, scoped := engine.Owner(ctx).Tenant()
 	keys := make([]store.PoolKey, 0, len(pools))
-	for k := range pools {
+	auto, _ := m.autoKey()
+	for k, size := range pools {
+		if size == 0 && len(members[k]) == 0 && k != auto {
+			continue // set to none, and none left
+		}
 		if scoped && k.Tenant != tenant {
 			if k.Tenant != "" {
 				continue
@@ -192,7 +226,9 @@ func (m *Warm) Pools(ctx context.Context) ([]Pool, error) {
 	})
 	out := make([]Pool, 0, len(keys))
 	for _, k := range keys {
-		out = append(out, *m.poolReport(k, pools[k], members[k]))
+		p := m.poolReport(k, pools[k], members[k])
+		p.Auto = m.isAuto(k, set)
+		out = append(out, *p)
 	}
 	return out, nil
 }
@@ -293,16 +329,24 @@ func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec
 		return nil, nil
 	}
 	k := keyOf(tpl)
-	pools, err := m.store.ListPools(ctx)
-	if err != nil || pools[k] == 0 {
+	if ak, ok := m.autoKey(); ok && k == ak {
+		m.demand.note(m.e.Now()) // hit or miss, what the automatic pool is sized by
+	}
+	set, err := m.store.ListPools(ctx)
+	if err != nil || m.sizes(set)[k] == 0 {
 		return nil, err
 	}
-	members, err := m.poolMembers(ctx)
+	// Only this pool's members are read: a claim's cost must not grow
+	// with the node's sandboxes.
+	members, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.e.Node(), Pool: k.Template}, store.Page{})
 	if err != nil {
 		return nil, err
 	}
 	defer m.e.WakeReconciler() // refill
-	for _, cand := range members[k] {
+	for _, cand := range members {
+		if cand.Tenant != k.Tenant {
+			continue // another tenant's pool of a template of the same name
+		}
 		if !m.ready(cand) || !slices.Equal(cand.Spec.Layers, tpl.Layers) ||
 			cand.Spec.Resources.DiskBytes != spec.Resources.DiskBytes || // made under another default
 			m.runtimeOf(cand) != spec.Runtime { // made under another default class
@@ -412,8 +456,9 @@ func (m *Warm) claimSteps(ctx context.Context, sb, prev *sandbox.Sandbox, opt en
 
 // Refill creates members for pools below their size, replaces members
 // made from an older version of their template, and removes ready
-// members above the size (a pool made smaller). At most two members are
-// made at a time, so a refill never starves claims. live is this node's
+// members above the size (a pool made smaller). At most refillParallel
+// members are made at a time, and each waits its turn in the start queue
+// behind every caller's start, so a refill never starves creates. live is this node's
 // live sandboxes, as the reconciler just read them: enough to find stale
 // members, but not to count: a member whose record was written after that
 // read and that finished before the count would be in neither the list
@@ -424,8 +469,12 @@ func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
 	m.refilling.Lock()
 	defer m.refilling.Unlock()
 	members := groupPoolMembers(live)
-	pools, err := m.store.ListPools(ctx)
-	if err != nil || len(pools) == 0 && len(members) == 0 {
+	set, err := m.store.ListPools(ctx)
+	if err != nil {
+		return
+	}
+	pools := m.sizes(set)
+	if len(pools) == 0 && len(members) == 0 {
 		return
 	}
 	for k, list := range members {
@@ -502,7 +551,7 @@ func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
 			continue
 		}
 		m.mu.Lock()
-		for have := len(counted); have < size && m.poolBuilding < 2 && !m.e.Closing(); have++ {
+		for have := len(counted); have < size && m.poolBuilding < m.refillParallel() && !m.e.Closing(); have++ {
 			id := engine.NewID()
 			m.poolBuilding++
 			if m.poolInFlight[k] == nil {
@@ -536,6 +585,16 @@ func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
 		}
 		m.mu.Unlock()
 	}
+}
+
+// refillParallel is how many members are made at once: a quarter of the
+// node's starts at once, 2 to 8.
+func (m *Warm) refillParallel() int {
+	n := m.e.Config().MaxStarts
+	if n <= 0 {
+		return 4
+	}
+	return min(8, max(2, n/4))
 }
 
 // Stuck reports whether pool member sb waits in a state a member only
@@ -659,9 +718,9 @@ func (m *Warm) addPoolMember(ctx context.Context, tpl *store.Template, id string
 		return nil
 	}
 	// The pool may have shrunk or its template changed meanwhile.
-	pools, err := m.store.ListPools(ctx)
+	set, err := m.store.ListPools(ctx)
 	latest, terr := m.store.GetTenantTemplate(ctx, tpl.Tenant, tpl.Name)
-	if err != nil || terr != nil || pools[keyOf(tpl)] == 0 || !slices.Equal(latest.Layers, tpl.Layers) {
+	if err != nil || terr != nil || m.sizes(set)[keyOf(tpl)] == 0 || !slices.Equal(latest.Layers, tpl.Layers) {
 		return m.e.DestroyLocked(ctx, cur, sandbox.CauseReconciler, actorReconciler, "warm pool no longer wants it")
 	}
 	if !caps.Freeze {

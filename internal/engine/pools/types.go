@@ -16,4 +16,7 @@ type Pool struct {
 	// "error: ..."), or that the template's runtime class cannot keep
 	// members.
 	Reason string
+	// Auto: Min is the automatic pool's size, from recent demand (no
+	// size was set for this template; auto.go).
+	Auto bool
 }

@@ -364,7 +364,7 @@ func (m *Builder) DeleteTemplate(ctx context.Context, name string) error {
 	}
 	// Its warm pool goes with it. The members are removed as the engine
 	// (a tenant's own request cannot see them).
-	if err := m.store.SetPool(ctx, tenant, name, 0); err != nil {
+	if err := m.store.ClearPool(ctx, tenant, name); err != nil {
 		return err
 	}
 	for _, sb := range live {

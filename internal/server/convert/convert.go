@@ -171,7 +171,7 @@ func FlowToAPI(f manager.Flow) api.Flow {
 
 func PoolToAPI(p manager.Pool) api.Pool {
 	return api.Pool{Tenant: p.Tenant, Template: p.Template, Min: p.Min, Ready: p.Ready, Starting: p.Starting, Hits: p.Hits, Misses: p.Misses,
-		Reason: p.Reason}
+		Reason: p.Reason, Auto: p.Auto}
 }
 
 func PoolPtrToAPI(p *manager.Pool) *api.Pool {

@@ -264,7 +264,7 @@ func TestConvertResults(t *testing.T) {
 		in := filled[manager.Pool](t)
 		out := PoolPtrToAPI(in)
 		check("pool", in, out, &manager.Pool{Tenant: out.Tenant, Template: out.Template, Min: out.Min, Ready: out.Ready, Starting: out.Starting,
-			Hits: out.Hits, Misses: out.Misses, Reason: out.Reason})
+			Hits: out.Hits, Misses: out.Misses, Reason: out.Reason, Auto: out.Auto})
 	}
 	{
 		in := filled[manager.BuildEvent](t)

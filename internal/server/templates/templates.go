@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/identity"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/server/convert"
@@ -31,6 +32,7 @@ type Engine interface {
 	BuildDockerfile(ctx context.Context, req *manager.DockerfileRequest, actor string, progress func(manager.BuildEvent)) (*store.Template, error)
 	Apply(ctx context.Context, req *manager.ApplyRequest, actor string, progress func(manager.BuildEvent)) (*store.Template, error)
 	SetPool(ctx context.Context, name string, min int) (*manager.Pool, error)
+	ClearPool(ctx context.Context, name string) (*manager.Pool, error)
 	Pool(ctx context.Context, name string) (*manager.Pool, error)
 	Pools(ctx context.Context) ([]manager.Pool, error)
 }
@@ -215,7 +217,16 @@ func (h *Handlers) SetPool(w http.ResponseWriter, r *http.Request) {
 		rest.Error(w, err)
 		return
 	}
-	p, err := h.E.SetPool(r.Context(), r.PathValue("name"), req.Min)
+	var p *manager.Pool
+	var err error
+	switch {
+	case req.Auto && req.Min != 0:
+		err = errdefs.Invalid("give min or auto, not both")
+	case req.Auto:
+		p, err = h.E.ClearPool(r.Context(), r.PathValue("name"))
+	default:
+		p, err = h.E.SetPool(r.Context(), r.PathValue("name"), req.Min)
+	}
 	if err != nil {
 		rest.Error(w, err)
 		return

@@ -121,14 +121,16 @@ func (s *sqlStore) PutBuildCache(ctx context.Context, tenant, key, layer string)
 }
 
 func (s *sqlStore) SetPool(ctx context.Context, tenant, template string, min int) error {
-	if _, err := s.exec(ctx, `DELETE FROM pools WHERE tenant = ? AND template = ?`, tenant, template); err != nil {
+	if err := s.ClearPool(ctx, tenant, template); err != nil {
 		return err
-	}
-	if min <= 0 {
-		return nil
 	}
 	_, err := s.exec(ctx, `INSERT INTO pools (tenant, template, min_ready, updated_at) VALUES (?, ?, ?, ?)`,
 		tenant, template, min, micros(time.Now()))
+	return err
+}
+
+func (s *sqlStore) ClearPool(ctx context.Context, tenant, template string) error {
+	_, err := s.exec(ctx, `DELETE FROM pools WHERE tenant = ? AND template = ?`, tenant, template)
 	return err
 }
 

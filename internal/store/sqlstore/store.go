@@ -290,6 +290,9 @@ func (s *sqlStore) ListSandboxes(ctx context.Context, f store.SandboxFilter, p s
 	if f.NoPool {
 		q.and("COALESCE(" + s.specText("pool") + ", '') = ''")
 	}
+	if f.Pool != "" {
+		q.and(s.specText("pool")+" = ?", f.Pool)
+	}
 	o := bySandboxCreated
 	if f.Newest {
 		o = bySandboxNewest

@@ -58,16 +58,18 @@ func testSnapshots(t *testing.T, s store.Store) {
 	}
 	must(t, s.SetPool(ctx, "", "py", 3))
 	must(t, s.SetPool(ctx, "", "go", 1))
-	must(t, s.SetPool(ctx, "", "go", 0))
+	must(t, s.SetPool(ctx, "", "go", 0)) // kept: a size of none
+	must(t, s.SetPool(ctx, "", "js", 2))
+	must(t, s.ClearPool(ctx, "", "js")) // forgotten
 	// Pools are keyed per tenant: a's py is not the host's py, and
 	// removing one leaves the other.
 	must(t, s.SetPool(ctx, "a", "py", 1))
 	must(t, s.SetPool(ctx, "b", "go", 2))
-	want := map[store.PoolKey]int{{Template: "py"}: 3, {Tenant: "a", Template: "py"}: 1, {Tenant: "b", Template: "go"}: 2}
+	want := map[store.PoolKey]int{{Template: "py"}: 3, {Template: "go"}: 0, {Tenant: "a", Template: "py"}: 1, {Tenant: "b", Template: "go"}: 2}
 	if p, err := s.ListPools(ctx); err != nil || !maps.Equal(p, want) {
 		t.Fatalf("pools: %v %v, want %v", p, err, want)
 	}
-	must(t, s.SetPool(ctx, "a", "py", 0))
+	must(t, s.ClearPool(ctx, "a", "py"))
 	delete(want, store.PoolKey{Tenant: "a", Template: "py"})
 	if p, err := s.ListPools(ctx); err != nil || !maps.Equal(p, want) {
 		t.Fatalf("pools after a's removal: %v %v, want %v", p, err, want)

@@ -1196,11 +1196,18 @@ class PoolRequest(Model):
     """Body of PUT /v1/templates/{name}/pool."""
 
     min: int
-    """Ready sandboxes kept for the template; 0 = no pool."""
+    """Ready sandboxes kept for the template; 0 = no pool (for the default template: not even the
+    automatic one, until auto is asked for).
+    """
+    auto: Optional[bool] = None
+    """Forget the size set (min must be 0): the default template's pool is the daemon's automatic
+    one again (berth serve --warm-pool), any other template has none.
+    """
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
         ('min', 'min', ()),
+        ('auto', 'auto', ()),
     )
     _required = ('min',)
 
@@ -1226,6 +1233,11 @@ class Pool(Model):
     reached: ...", "host capacity: ..." or "error: ..." with the failure's message. Absent when
     the pool is full or filling.
     """
+    auto: Optional[bool] = None
+    """No size was set for this template: min is the daemon's automatic warm pool of the default
+    template, the most creates of it in any 10 seconds lately (berth serve --warm-pool). A size
+    set (0 included) replaces it until {"auto": true} is put.
+    """
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
@@ -1237,6 +1249,7 @@ class Pool(Model):
         ('misses', 'misses', ()),
         ('tenant', 'tenant', ()),
         ('reason', 'reason', ()),
+        ('auto', 'auto', ()),
     )
     _required = ('template', 'min', 'ready', 'starting', 'hits', 'misses',)
 

@@ -647,8 +647,16 @@ export interface CopyRequest {
 
 /** Body of PUT /v1/templates/{name}/pool. */
 export interface PoolRequest {
-  /** Ready sandboxes kept for the template; 0 = no pool. */
+  /**
+   * Ready sandboxes kept for the template; 0 = no pool (for the default template: not even the
+   * automatic one, until auto is asked for).
+   */
   min: number;
+  /**
+   * Forget the size set (min must be 0): the default template's pool is the daemon's automatic one
+   * again (berth serve --warm-pool), any other template has none.
+   */
+  auto?: boolean;
 }
 
 /** A template's warm pool: ready, never-used sandboxes handed out on create. */
@@ -671,6 +679,12 @@ export interface Pool {
    * the pool is full or filling.
    */
   reason?: string;
+  /**
+   * No size was set for this template: min is the daemon's automatic warm pool of the default
+   * template, the most creates of it in any 10 seconds lately (berth serve --warm-pool). A size
+   * set (0 included) replaces it until {"auto": true} is put.
+   */
+  auto?: boolean;
 }
 
 /** Body of POST /v1/apply: a declarative template. */
