@@ -173,6 +173,9 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 		ReconcileInterval: 20 * time.Millisecond,
 		Logger:            slog.New(slog.DiscardHandler),
 		Now:               e.clock.Now,
+		// The automatic warm pool would make members behind every
+		// test's creates; TestWarmPoolAutoClock turns it on.
+		WarmPool: -1,
 	}
 	for _, o := range opts {
 		o(e)

@@ -562,3 +562,48 @@ func TestSnapshotCaptureFailure(t *testing.T) {
 	e.waitState(sb.ID, sandbox.StateRunning)
 	e.healthy()
 }
+
+// TestWarmPoolAutoClock: on the fake clock, the automatic pool of the
+// default template holds the most creates of one 10 s bucket (bounded by
+// WarmPoolMax), serves the next create, and retires its members once the
+// demand is older than WarmPoolIdle.
+func TestWarmPoolAutoClock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(e *env) {
+		e.cfg.WarmPool, e.cfg.WarmPoolMax, e.cfg.WarmPoolIdle = 0, 2, time.Minute
+	})
+	for range 3 {
+		sb := e.create(manager.CreateRequest{})
+		if _, err := e.m.Delete(e.ctx, sb.ID, "test", sandbox.CauseUser, "done"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool := func() *manager.Pool {
+		p, err := e.m.Pool(e.ctx, "base")
+		must(t, err)
+		return p
+	}
+	if !poll(func() bool { return pool().Ready == 2 }) {
+		t.Fatalf("automatic pool not filled to its bound of 2: %+v", pool())
+	}
+	if p := pool(); !p.Auto || p.Min != 2 || p.Hits+p.Misses != 3 {
+		t.Fatalf("pool after 3 creates: %+v", p)
+	}
+	hits := pool().Hits
+	sb := e.create(manager.CreateRequest{})
+	if p := pool(); p.Hits != hits+1 {
+		t.Fatalf("the next create was not a claim: %+v", p)
+	}
+	if _, err := e.m.Delete(e.ctx, sb.ID, "test", sandbox.CauseUser, "done"); err != nil {
+		t.Fatal(err)
+	}
+	// Within the idle window the size holds; past it, down to none.
+	e.clock.Advance(50 * time.Second)
+	if p := pool(); p.Min != 2 {
+		t.Fatalf("size within the idle window: %+v", p)
+	}
+	e.clock.Advance(30 * time.Second)
+	if !poll(func() bool { p := pool(); return p.Min == 0 && p.Ready == 0 && p.Starting == 0 }) {
+		t.Fatalf("automatic pool not retired after the idle window: %+v", pool())
+	}
+}

@@ -304,8 +304,9 @@ type SandboxFilter struct {
 	NoPool bool
 	// Pool, if set, keeps only the unclaimed members of that template's
 	// warm pool (a claim reads its pool's members, not the node's
-	// sandboxes).
-	Pool string
+	// sandboxes); Pooled keeps the unclaimed members of every pool.
+	Pool   string
+	Pooled bool
 	// Newest lists newest first (its cursors are its own).
 	Newest bool
 }

@@ -58,6 +58,8 @@ type Warm struct {
 	poolInFlight map[store.PoolKey]map[string]bool // ids of members being made, per pool (under mu)
 	retiring     map[string]bool                   // ids of members queued for removal (under mu)
 
+	refillKick, refillRunning atomic.Bool // kickRefill's pass asked for, and running
+
 	demand  demand // poolable creates of the automatic pool (auto.go)
 	autoMax int    // the automatic pool's bound
 }
@@ -270,7 +272,7 @@ func (m *Warm) poolReport(name store.PoolKey, min int, members []*sandbox.Sandbo
 
 // poolMembers groups this node's unclaimed pool members by pool.
 func (m *Warm) poolMembers(ctx context.Context) (map[store.PoolKey][]*sandbox.Sandbox, error) {
-	live, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.e.Node()}, store.Page{})
+	live, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.e.Node(), Pooled: true}, store.Page{})
 	if err != nil {
 		return nil, err
 	}
@@ -342,7 +344,7 @@ func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec
 	if err != nil {
 		return nil, err
 	}
-	defer m.e.WakeReconciler() // refill
+	defer m.kickRefill()
 	for _, cand := range members {
 		if cand.Tenant != k.Tenant {
 			continue // another tenant's pool of a template of the same name
@@ -469,6 +471,13 @@ func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
 	m.refilling.Lock()
 	defer m.refilling.Unlock()
 	members := groupPoolMembers(live)
+	if live == nil {
+		var err error
+		if members, err = m.poolMembers(ctx); err != nil {
+			m.log.Warn("refilling warm pools: listing their members", "err", err)
+			return
+		}
+	}
 	set, err := m.store.ListPools(ctx)
 	if err != nil {
 		return
@@ -533,7 +542,7 @@ func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
 		}
 		var ready []*sandbox.Sandbox
 		for _, sb := range members[k] {
-			if !slices.Equal(sb.Spec.Layers, tpl.Layers) || retiring[sb.ID] {
+			if !slices.Equal(sb.Spec.Layers, tpl.Layers) || retiring[sb.ID] || !becoming(sb) {
 				continue // going: not counted, not chosen again
 			}
 			counted[sb.ID] = true
@@ -580,11 +589,35 @@ func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
 					delete(m.poolInFlight, k)
 				}
 				m.mu.Unlock()
-				m.e.WakeReconciler()
+				m.kickRefill()
 			})
 		}
 		m.mu.Unlock()
 	}
+}
+
+// kickRefill asks for a refill pass soon, off the caller's path: after a
+// claim and after each member made. A pass reads the pools' members only;
+// the reconciler's full tick (every sandbox of the node) is not woken for
+// it, so a burst of claims does not run one tick per claim. Kicks while a
+// pass runs make one more pass.
+func (m *Warm) kickRefill() {
+	m.refillKick.Store(true)
+	if m.e.Closing() || !m.refillRunning.CompareAndSwap(false, true) {
+		return
+	}
+	m.e.Go(func(ctx context.Context) {
+		for m.refillKick.Swap(false) {
+			if _, ok := m.e.Config().NodeLease.Held(); !ok || ctx.Err() != nil {
+				break // the node's work is another replica's, or the daemon stops
+			}
+			m.Refill(ctx, nil)
+		}
+		m.refillRunning.Store(false)
+		if m.refillKick.Load() && ctx.Err() == nil {
+			m.kickRefill() // a kick between the last pass and the flag
+		}
+	})
 }
 
 // refillParallel is how many members are made at once: a quarter of the
@@ -664,6 +697,18 @@ func (m *Warm) retire(sb *sandbox.Sandbox, reason string) {
 	}) {
 		delete(m.retiring, sb.ID) // busy: the next pass tries again
 	}
+}
+
+// becoming reports whether member sb is, or is on its way to being, a
+// ready member: a retired one's record can still be read as deleting after
+// its retirement was forgotten, and must not count against the size (the
+// next pass would retire a ready member in its place).
+func becoming(sb *sandbox.Sandbox) bool {
+	switch sb.State {
+	case sandbox.StateCreating, sandbox.StateRunning, sandbox.StatePaused:
+		return true
+	}
+	return false
 }
 
 // compareAge orders pool members oldest first (their ids break ties).

@@ -293,6 +293,9 @@ func (s *sqlStore) ListSandboxes(ctx context.Context, f store.SandboxFilter, p s
 	if f.Pool != "" {
 		q.and(s.specText("pool")+" = ?", f.Pool)
 	}
+	if f.Pooled {
+		q.and("COALESCE(" + s.specText("pool") + ", '') <> ''")
+	}
 	o := bySandboxCreated
 	if f.Newest {
 		o = bySandboxNewest

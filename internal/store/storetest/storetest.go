@@ -431,6 +431,7 @@ func testSandboxSpecFilters(t *testing.T, s store.Store) {
 		{"no pool", store.SandboxFilter{Owner: o, NoPool: true, States: live}, []string{"s1", "s2", "s3", "s7"}},
 		{"pool", store.SandboxFilter{Owner: o, Pool: "base"}, []string{"s4"}},
 		{"another pool", store.SandboxFilter{Owner: o, Pool: "other"}, []string{}},
+		{"any pool", store.SandboxFilter{Owner: o, Pooled: true}, []string{"s4"}},
 		{"kept root", store.SandboxFilter{Owner: o, States: live, KeptRootStates: kept, NoPool: true}, []string{"s1", "s2", "s3", "s5", "s7"}},
 		{"kept root only", store.SandboxFilter{Owner: o, KeptRootStates: kept}, []string{"s5"}},
 		{"newest", store.SandboxFilter{Owner: o, Labels: mine, NoPool: true, Newest: true}, []string{"s7", "s6", "s5", "s3", "s1"}},
