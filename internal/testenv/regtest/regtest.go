@@ -73,7 +73,8 @@ type Registry struct {
 	// IP address only, signed by the test CA (CAPEM, CAFile).
 	Addr string
 	// OtherAddr reaches the same registry at an address its certificate
-	// does not name (a TLS name mismatch).
+	// does not name (a TLS name mismatch): it listens on every address of
+	// its namespace.
 	OtherAddr string
 	// ClosedAddr is an address of the registry's namespace where nothing
 	// listens (connection refused).
@@ -199,19 +200,19 @@ storage:
   delete:
     enabled: true
 http:
-  addr: %s
+  addr: 0.0.0.0:5000
   tls:
     certificate: %s
     key: %s
 auth:
-%s`, r.Storage, r.Addr, crt, key, authCfg)
+%s`, r.Storage, crt, key, authCfg)
 	cfgFile := r.write(t, "config.yml", []byte(cfg))
 	// nsenter joins the network namespace only (ip netns exec would also
 	// make a mount namespace holding every mount of the host).
 	cmd := exec.Command("nsenter", "--net="+netnsPath(r.Netns), bin, "serve", cfgFile)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "OTEL_SDK_DISABLED=true", "OTEL_TRACES_EXPORTER=none"}
 	cmd.Stdout, cmd.Stderr = lockedWriter{r}, lockedWriter{r}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
