@@ -23,7 +23,7 @@ func newTemplateCmd(g *globals) *cobra.Command {
 		Short:   "Manage templates (the root filesystems sandboxes start from)",
 	}
 	cmd.AddCommand(newTemplateLsCmd(g), newTemplateInspectCmd(g), newTemplateImportCmd(g), newTemplateBuildCmd(g), newTemplateRmCmd(g),
-		newTemplatePoolCmd(g))
+		newTemplatePoolCmd(g), newTemplatePushCmd(g))
 	return cmd
 }
 

@@ -393,6 +393,13 @@ func (s *Store) importImage(ctx context.Context, img v1.Image, src source) (*Ima
 			srcs[i].size = ld.Size
 		}
 	}
+	if src != fromArchive {
+		sizes := make([]int64, len(srcs))
+		for i := range srcs {
+			sizes[i] = srcs[i].size
+		}
+		ctx = withTotals(ctx, sizes)
+	}
 	if err := s.ensureAll(ctx, srcs); err != nil {
 		return nil, err
 	}

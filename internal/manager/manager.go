@@ -66,6 +66,8 @@ type (
 	Flow            = netrules.Flow
 	Pool            = pools.Pool
 	ImportRequest   = templates.ImportRequest
+	PushRequest     = templates.PushRequest
+	Pushed          = templates.Pushed
 	ServiceRequest  = templates.ServiceRequest
 	BuildRequest    = templates.BuildRequest
 	ApplyRequest    = templates.ApplyRequest

@@ -23,9 +23,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/testenv/regtest"
 )
 
@@ -40,6 +43,12 @@ type regAccess struct {
 // registryDaemon starts a daemon with serve --registry-auth and
 // --registry-certs built from access.
 func registryDaemon(t *testing.T, access ...regAccess) *daemon {
+	t.Helper()
+	return registryDaemonWith(t, nil, access...)
+}
+
+// registryDaemonWith is registryDaemon with more serve flags.
+func registryDaemonWith(t *testing.T, extra []string, access ...regAccess) *daemon {
 	t.Helper()
 	dir := t.TempDir()
 	auths := map[string]map[string]string{}
@@ -61,7 +70,8 @@ func registryDaemon(t *testing.T, access ...regAccess) *daemon {
 		t.Fatal(err)
 	}
 	os.MkdirAll(filepath.Join(dir, "certs.d"), 0o755)
-	return startDaemonWith(t, "--registry-auth", filepath.Join(dir, "auth.json"), "--registry-certs", filepath.Join(dir, "certs.d"))
+	return startDaemonWith(t, append([]string{"--registry-auth", filepath.Join(dir, "auth.json"),
+		"--registry-certs", filepath.Join(dir, "certs.d")}, extra...)...)
 }
 
 // pushImage writes img to ref in r with r's account, from the test.
@@ -310,4 +320,150 @@ func randHex(t *testing.T, n int) string {
 		t.Fatal(err)
 	}
 	return fmt.Sprintf("%x", b)
+}
+
+// A pushed template imports back under another name with the digests the
+// push reported and the same files (a whiteout included); a build step's
+// layer keeps its id through the round trip; a second push of the same
+// template is the same image and sends no layer again.
+func TestRegistryPushRoundTrip(t *testing.T) {
+	parallel(t)
+	r := regtest.Start(t, regtest.Basic)
+	d := registryDaemon(t, regAccess{r.Addr, r.CAPEM, r.User, r.Password})
+	ctx := context.Background()
+	tarPath := filepath.Join(t.TempDir(), "bb.tar")
+	if err := tarball.WriteToFile(tarPath, must(name.ParseReference("example.test/busybox:1")), busyboxImage(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, e, code := d.cli("template", "import", "bb", tarPath); code != 0 {
+		t.Fatalf("import tarball: %s", e)
+	}
+	if out, e, code := d.cli("template", "build", "bb-built", "--from", "bb",
+		"--run", "mkdir -p /opt && echo built > /opt/marker", "--run", "rm /data/hello"); code != 0 {
+		t.Fatalf("build: %s %s", out, e)
+	}
+	built, err := d.c.GetTemplate(ctx, "bb-built")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ref := r.Addr + "/team/bb-built:1"
+	stdout, stderr, code := d.cli("template", "push", "bb-built", ref, "-o", "json")
+	if code != 0 {
+		t.Fatalf("push: %d %s %s\n%s", code, stdout, stderr, r.Log())
+	}
+	var res api.PushResult
+	jsonDecode(t, stdout, &res)
+	for _, want := range []string{"layer 1/2", "layer 2/2", "done", "(all layers: "} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("the push's progress does not show %q:\n%s", want, stderr)
+		}
+	}
+	if res.Ref != ref || len(res.Layers) != 2 || res.Layers[1] != built.Layers[1] {
+		t.Fatalf("pushed %+v; the template's layers are %v (a build step's layer must keep its id)", res, built.Layers)
+	}
+	// What the registry holds is what the push said.
+	tr := r.Transport()
+	defer tr.CloseIdleConnections()
+	remoteImg, err := remote.Image(must(name.ParseReference(ref)), remote.WithTransport(tr),
+		remote.WithAuth(authn.FromConfig(authn.AuthConfig{Username: r.User, Password: r.Password})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dg := must(remoteImg.Digest()).String(); dg != res.Digest {
+		t.Fatalf("the registry has %s, the push said %s", dg, res.Digest)
+	}
+	cfg := must(remoteImg.ConfigFile())
+	if fmt.Sprint(diffIDs(t, remoteImg)) != fmt.Sprint(res.Layers) || cfg.Config.WorkingDir != "/data" ||
+		!strings.Contains(strings.Join(cfg.Config.Env, " "), "FROM_IMAGE=yes") || cfg.OS != "linux" {
+		t.Fatalf("pushed config: %+v", cfg)
+	}
+
+	// Import it back under another name: the same digests and files.
+	tpl, err := d.c.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "bb-back", Ref: r.Addr + "/team/bb-built@" + res.Digest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(tpl.Layers) != fmt.Sprint(res.Layers) || tpl.Workdir != "/data" {
+		t.Fatalf("imported back %+v, pushed %v", tpl, res.Layers)
+	}
+	out, e, code := d.cli("run", "--template", "bb-back", "--", "sh", "-c", "cat /opt/marker; ls /data; echo $FROM_IMAGE")
+	if code != 0 || out != "built\nyes\n" {
+		t.Fatalf("files of the template pushed and pulled back: %q %q", out, e)
+	}
+
+	// Pushed again under another tag: the same image, no layer sent.
+	stdout, stderr, code = d.cli("template", "push", "bb-built", r.Addr+"/team/bb-built:2", "-o", "json")
+	var res2 api.PushResult
+	if code != 0 {
+		t.Fatalf("second push: %s %s", stdout, stderr)
+	}
+	jsonDecode(t, stdout, &res2)
+	if res2.Digest != res.Digest || strings.Count(stderr, "already in the registry") != 2 {
+		t.Fatalf("second push: %+v, first %s; progress:\n%s", res2, res.Digest, stderr)
+	}
+
+	// Refusals: a template on the host's /usr, a registry that is not
+	// there (named in the message, as a pull's).
+	_, err = d.c.PushTemplate(ctx, "base", api.PushTemplateRequest{Ref: r.Addr + "/team/base:1"})
+	if ce := wantStatus(t, "push of base", err, 400, "invalid_argument"); !strings.Contains(ce.Message, "/usr") {
+		t.Fatalf("push of base: %q", ce.Message)
+	}
+	bad := r.ClosedAddr + "/team/x:1"
+	_, err = d.c.PushTemplate(ctx, "bb-built", api.PushTemplateRequest{Ref: bad})
+	if ce := wantStatus(t, "push to a closed port", err, 502, "registry_unreachable"); !strings.HasPrefix(ce.Message, "push "+bad+": ") {
+		t.Fatalf("push to a closed port: %q", ce.Message)
+	}
+	_, err = d.c.PushTemplate(ctx, "nosuch", api.PushTemplateRequest{Ref: r.Addr + "/team/x:1"})
+	wantStatus(t, "push of a missing template", err, 404, "not_found")
+}
+
+// With --tenant-pulls a tenant pushes its own template and pulls it back;
+// another tenant's push of it finds nothing.
+func TestRegistryPushTenants(t *testing.T) {
+	parallel(t)
+	r := regtest.Start(t, regtest.Basic)
+	addr := freeAddr(t)
+	d := registryDaemonWith(t, []string{"--tenant-pulls", "--insecure-listen", addr}, regAccess{r.Addr, r.CAPEM, r.User, r.Password})
+	ctx := context.Background()
+	scopes := []auth.Scope{auth.ScopeSandboxesRead, auth.ScopeSandboxesWrite, auth.ScopeTemplates, auth.ScopeExec}
+	a, err := client.New("http://"+addr, tenantKey(t, d, "a", scopes...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := client.New("http://"+addr, tenantKey(t, d, "b", scopes...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	defer b.Close()
+	tarPath := filepath.Join(t.TempDir(), "bb.tar")
+	if err := tarball.WriteToFile(tarPath, must(name.ParseReference("example.test/busybox:1")), busyboxImage(t)); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(tarPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := a.UploadTemplateArchive(ctx, "mine", f); err != nil {
+		t.Fatal(err)
+	}
+	ref := r.Addr + "/a/mine:1"
+	_, err = b.PushTemplate(ctx, "mine", api.PushTemplateRequest{Ref: r.Addr + "/b/stolen:1"})
+	wantStatus(t, "b pushing a's template", err, 404, "not_found")
+	res, err := a.PushTemplate(ctx, "mine", api.PushTemplateRequest{Ref: ref})
+	if err != nil {
+		t.Fatalf("a pushing its own template: %v", err)
+	}
+	back, err := a.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "mine-back", Ref: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Tenant != "a" || fmt.Sprint(back.Layers) != fmt.Sprint(res.Layers) {
+		t.Fatalf("a's template pulled back: %+v, pushed %+v", back, res)
+	}
+	if _, err := b.GetTemplate(ctx, "mine-back"); err == nil {
+		t.Fatal("b sees a's pulled template")
+	}
 }
