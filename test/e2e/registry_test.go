@@ -142,7 +142,7 @@ func TestRegistryImportAuth(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("import from the basic-auth registry: %d %s %s\n%s", code, stdout, stderr, basic.Log())
 	}
-	for _, want := range []string{"layer 1/2", "layer 2/2", "done"} {
+	for _, want := range []string{"layer 1/2", "layer 2/2", "done", "(all layers: "} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("the import's progress does not show %q:\n%s", want, stderr)
 		}
