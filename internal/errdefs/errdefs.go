@@ -171,7 +171,8 @@ var (
 	// this host's architecture (400 image_unsupported).
 	ErrImageUnsupported = errors.New("image unsupported")
 	// ErrDigestMismatch: a blob does not hash to the digest that names it
-	// (a registry's: 502 digest_mismatch; a file's: 400 digest_mismatch).
+	// (a registry's: 502 digest_mismatch; an uploaded archive's or a
+	// layout's stays 400 invalid_argument, its code from before).
 	ErrDigestMismatch = errors.New("digest mismatch")
 )
 
@@ -250,9 +251,7 @@ func Code(err error) (code string, status int) {
 		return "idempotency_key_reused", 422
 	case errors.Is(err, ErrIdempotencyInProgress):
 		return "idempotency_in_progress", 409
-	case errors.Is(err, ErrDigestMismatch) && errors.Is(err, ErrInvalid):
-		return "digest_mismatch", 400
-	case errors.Is(err, ErrDigestMismatch):
+	case errors.Is(err, ErrDigestMismatch) && !errors.Is(err, ErrInvalid):
 		return "digest_mismatch", 502
 	case errors.Is(err, ErrImageUnsupported):
 		return "image_unsupported", 400
