@@ -97,7 +97,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		ForkRequest{}, ForkResponse{}, Lineage{}, Snapshot{}, CreateSnapshotRequest{}, ExportRequest{},
 		CopyRequest{}, PoolRequest{}, Pool{}, ApplyRequest{}, Disk{}, Quota{}, QuotaRequest{}, QuotaUsage{},
 		StartProcessRequest{}, Process{}, ProcessList{}, ProcessEvent{}, SignalRequest{}, TemplateService{},
-		RuntimeClass{}, RuntimeCaps{}, PushTemplateRequest{}, PushResult{}, PushEvent{}, ImportProgress{},
+		RuntimeClass{}, RuntimeCaps{}, PushTemplateRequest{}, PushResult{}, PushEvent{}, ImportProgress{}, RegistryAuth{},
 	}
 	for _, v := range types {
 		rt := reflect.TypeOf(v)

@@ -35,6 +35,10 @@ type ImportProgress struct {
 type PushTemplateRequest struct {
 	Ref      string `json:"ref"`
 	Insecure bool   `json:"insecure,omitempty"` // allow a plain-HTTP registry
+	// RegistryAuth is a registry account for this push alone, never
+	// stored or shown; without it the host's pushes use the daemon's
+	// credentials and a tenant's go anonymous.
+	RegistryAuth *RegistryAuth `json:"registry_auth,omitempty"`
 }
 
 // PushResult is what a push wrote: the reference, the manifest's digest

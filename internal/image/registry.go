@@ -210,6 +210,26 @@ func (s *Store) transportFor(reg name.Registry) (http.RoundTripper, error) {
 	return t, nil
 }
 
+// RequestAuth is a registry account given with one request: used for
+// that transfer instead of the daemon's credentials, never stored.
+// Username and Password, or Token (a registry bearer token).
+type RequestAuth struct {
+	Username, Password, Token string
+}
+
+type authKey struct{}
+
+// WithRequestAuth returns a context under which pulls and pushes use a
+// (nil: anonymous access) instead of the Store's keychain: a tenant's
+// transfers never borrow the daemon's registry accounts.
+func WithRequestAuth(ctx context.Context, a *RequestAuth) context.Context {
+	var au authn.Authenticator = authn.Anonymous
+	if a != nil && (a.Username != "" || a.Token != "") {
+		au = authn.FromConfig(authn.AuthConfig{Username: a.Username, Password: a.Password, RegistryToken: a.Token})
+	}
+	return context.WithValue(ctx, authKey{}, au)
+}
+
 // remoteOptions are the options of a transfer with ref's registry.
 func (s *Store) remoteOptions(ctx context.Context, ref name.Reference) ([]remote.Option, func(), error) {
 	tr, err := s.transportFor(ref.Context().Registry)
@@ -221,11 +241,11 @@ func (s *Store) remoteOptions(ctx context.Context, ref name.Reference) ([]remote
 			t.CloseIdleConnections()
 		}
 	}
-	return []remote.Option{
-		remote.WithContext(ctx),
-		remote.WithTransport(tr),
-		remote.WithAuthFromKeychain(s.opts.keychain),
-	}, closer, nil
+	auth := remote.WithAuthFromKeychain(s.opts.keychain)
+	if a, ok := ctx.Value(authKey{}).(authn.Authenticator); ok {
+		auth = remote.WithAuth(a)
+	}
+	return []remote.Option{remote.WithContext(ctx), remote.WithTransport(tr), auth}, closer, nil
 }
 
 // resolveImage fetches ref's manifest and picks the linux/GOARCH image of
@@ -297,7 +317,8 @@ func registryErr(step, ref string, err error) error {
 			return wrap(errdefs.ErrNotFound, errdefs.ErrImageNotFound, "the registry has no such image (404"+msg+")")
 		case http.StatusUnauthorized:
 			return wrap(errdefs.ErrPermission, errdefs.ErrRegistryUnauthorized,
-				"the registry refused the credentials, or none were configured for it (401"+msg+"; serve --registry-auth)")
+				"the registry refused the credentials, or none were given for it (401"+msg+
+					"; the host's come from serve --registry-auth, a tenant's only with its request)")
 		case http.StatusForbidden:
 			return wrap(errdefs.ErrPermission, errdefs.ErrRegistryDenied, "the registry denied access (403"+msg+")")
 		case http.StatusUnsupportedMediaType:

@@ -67,6 +67,7 @@ type (
 	Pool            = pools.Pool
 	ImportRequest   = templates.ImportRequest
 	PushRequest     = templates.PushRequest
+	RequestAuth     = image.RequestAuth
 	Pushed          = templates.Pushed
 	ServiceRequest  = templates.ServiceRequest
 	BuildRequest    = templates.BuildRequest

@@ -418,13 +418,17 @@ func TestRegistryPushRoundTrip(t *testing.T) {
 	wantStatus(t, "push of a missing template", err, 404, "not_found")
 }
 
-// With --tenant-pulls a tenant pushes its own template and pulls it back;
-// another tenant's push of it finds nothing.
+// With --tenant-pulls a tenant pushes its own template and pulls it back,
+// with the registry account its requests give: never with the daemon's
+// (the operator's), which the host's transfers use. Another tenant's push
+// of it finds nothing. The host can give a request its own account too.
 func TestRegistryPushTenants(t *testing.T) {
 	parallel(t)
 	r := regtest.Start(t, regtest.Basic)
+	other := regtest.Start(t, regtest.Token) // the daemon has its CA, no account
 	addr := freeAddr(t)
-	d := registryDaemonWith(t, []string{"--tenant-pulls", "--insecure-listen", addr}, regAccess{r.Addr, r.CAPEM, r.User, r.Password})
+	d := registryDaemonWith(t, []string{"--tenant-pulls", "--insecure-listen", addr},
+		regAccess{r.Addr, r.CAPEM, r.User, r.Password}, regAccess{other.Addr, other.CAPEM, "", ""})
 	ctx := context.Background()
 	scopes := []auth.Scope{auth.ScopeSandboxesRead, auth.ScopeSandboxesWrite, auth.ScopeTemplates, auth.ScopeExec}
 	a, err := client.New("http://"+addr, tenantKey(t, d, "a", scopes...))
@@ -450,13 +454,20 @@ func TestRegistryPushTenants(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := r.Addr + "/a/mine:1"
-	_, err = b.PushTemplate(ctx, "mine", api.PushTemplateRequest{Ref: r.Addr + "/b/stolen:1"})
+	account := &api.RegistryAuth{Username: r.User, Password: r.Password}
+	_, err = b.PushTemplate(ctx, "mine", api.PushTemplateRequest{Ref: r.Addr + "/b/stolen:1", RegistryAuth: account})
 	wantStatus(t, "b pushing a's template", err, 404, "not_found")
-	res, err := a.PushTemplate(ctx, "mine", api.PushTemplateRequest{Ref: ref})
+	// The daemon's account for r is the host's: a's push without its own
+	// is anonymous, and refused.
+	_, err = a.PushTemplate(ctx, "mine", api.PushTemplateRequest{Ref: ref})
+	wantStatus(t, "a pushing without an account", err, 403, "registry_unauthorized")
+	res, err := a.PushTemplate(ctx, "mine", api.PushTemplateRequest{Ref: ref, RegistryAuth: account})
 	if err != nil {
-		t.Fatalf("a pushing its own template: %v", err)
+		t.Fatalf("a pushing its own template with its account: %v", err)
 	}
-	back, err := a.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "mine-back", Ref: ref})
+	_, err = a.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "mine-back", Ref: ref})
+	wantStatus(t, "a pulling without an account", err, 403, "registry_unauthorized")
+	back, err := a.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "mine-back", Ref: ref, RegistryAuth: account})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,5 +476,21 @@ func TestRegistryPushTenants(t *testing.T) {
 	}
 	if _, err := b.GetTemplate(ctx, "mine-back"); err == nil {
 		t.Fatal("b sees a's pulled template")
+	}
+	// The host pulls with the daemon's account (r) or its request's (the
+	// token registry, through the CLI: the password on stdin).
+	if _, err := d.c.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "host-copy", Ref: ref}); err != nil {
+		t.Fatalf("the host pulling with the daemon's account: %v", err)
+	}
+	pushImage(t, other, other.Addr+"/t/img:v1", taskImage(t, "other\n"))
+	oref := other.Addr + "/t/img:v1"
+	if _, e, code := d.cli("template", "import", "tok", oref); code == 0 || !strings.Contains(e, "401") {
+		t.Fatalf("the host pulling from the token registry with no account: %d %s", code, e)
+	}
+	if out, e, code := d.cliIn(other.Password+"\n", "template", "import", "tok", oref, "--registry-user", other.User, "--registry-password-stdin"); code != 0 {
+		t.Fatalf("the host pulling with its request's account: %d %s %s", code, out, e)
+	}
+	if d.logs.Contains(other.Password) || d.logs.Contains(r.Password) {
+		t.Fatal("the daemon logged a registry password")
 	}
 }

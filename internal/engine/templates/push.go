@@ -13,6 +13,9 @@ type PushRequest struct {
 	Name     string
 	Ref      string
 	Insecure bool // allow a plain-HTTP registry
+	// Auth, if set, is the registry account of this push alone (never
+	// stored); see registryCtx.
+	Auth *image.RequestAuth
 }
 
 // Pushed is what a push wrote: the reference, the manifest digest and the
@@ -20,7 +23,7 @@ type PushRequest struct {
 type Pushed = image.Pushed
 
 // PushTemplate writes a template the caller can see as an OCI image to a
-// registry, with the daemon's registry credentials (image.Store.Push).
+// registry (image.Store.Push), with the account registryCtx picks.
 // Like a pull, it makes the daemon connect where the request says, so a
 // tenant may push only when the daemon allows tenant pulls (serve
 // --tenant-pulls), and only a template it resolves: its own or the shared
@@ -44,7 +47,7 @@ func (m *Builder) PushTemplate(ctx context.Context, req *PushRequest) (*Pushed, 
 		return nil, errdefs.Invalid("template %q runs on the host's /usr (it is or is built on the builtin %q): it has no image of its own to push", t.Name, BuiltinTemplate)
 	}
 	c := t.Config
-	return m.e.Images().Push(ctx, req.Ref, image.PushImage{
+	return m.e.Images().Push(registryCtx(ctx, req.Auth), req.Ref, image.PushImage{
 		Layers: t.Layers,
 		Config: image.Config{Env: c.Env, Workdir: c.Workdir, User: c.User, Entrypoint: c.Entrypoint, Cmd: c.Cmd,
 			ExposedPorts: c.ExposedPorts, StopSignal: c.StopSignal},

@@ -157,7 +157,8 @@ func (h *Handlers) Push(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	run := func(ctx context.Context) (*api.PushResult, error) {
-		p, err := h.E.PushTemplate(ctx, &manager.PushRequest{Name: r.PathValue("name"), Ref: req.Ref, Insecure: req.Insecure})
+		p, err := h.E.PushTemplate(ctx, &manager.PushRequest{Name: r.PathValue("name"), Ref: req.Ref, Insecure: req.Insecure,
+			Auth: convert.RegistryAuth(req.RegistryAuth)})
 		if err != nil {
 			return nil, err
 		}
