@@ -97,7 +97,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		ForkRequest{}, ForkResponse{}, Lineage{}, Snapshot{}, CreateSnapshotRequest{}, ExportRequest{},
 		CopyRequest{}, PoolRequest{}, Pool{}, ApplyRequest{}, Disk{}, Quota{}, QuotaRequest{}, QuotaUsage{},
 		StartProcessRequest{}, Process{}, ProcessList{}, ProcessEvent{}, SignalRequest{}, TemplateService{},
-		RuntimeClass{}, RuntimeCaps{},
+		RuntimeClass{}, RuntimeCaps{}, PushTemplateRequest{}, PushResult{}, PushEvent{}, ImportProgress{}, RegistryAuth{},
 	}
 	for _, v := range types {
 		rt := reflect.TypeOf(v)
@@ -248,6 +248,8 @@ func TestOpenAPISuccessStatus(t *testing.T) {
 		{"PUT /v1/templates/{name}/pool", "200", "application/json", "#/components/schemas/Pool"},
 		{"GET /v1/pools", "200", "application/json", ""},
 		{"POST /v1/apply", "200", "application/x-ndjson", "#/components/schemas/BuildEvent"},
+		{"POST /v1/templates/{name}/push", "200", "application/json", "#/components/schemas/PushResult"},
+		{"POST /v1/templates/{name}/push", "200", "application/x-ndjson", "#/components/schemas/PushEvent"},
 	} {
 		method, path, _ := strings.Cut(tc.route, " ")
 		var op struct {

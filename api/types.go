@@ -406,8 +406,20 @@ type ImportTemplateRequest struct {
 	Path     string `json:"path,omitempty"`
 	Ref      string `json:"ref,omitempty"`
 	Insecure bool   `json:"insecure,omitempty"` // allow plain-HTTP registries
+	// RegistryAuth is a registry account for this pull alone, never
+	// stored or shown. Without it the host's pulls use the daemon's
+	// credentials (serve --registry-auth) and a tenant's go anonymous.
+	RegistryAuth *RegistryAuth `json:"registry_auth,omitempty"`
 	// Service is a supervised service of the template's sandboxes (processes.go).
 	Service *TemplateService `json:"service,omitempty"`
+}
+
+// RegistryAuth is a registry account given with one request: Username
+// and Password, or Token (a registry bearer token).
+type RegistryAuth struct {
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
+	Token    string `json:"token,omitempty"`
 }
 
 // BuildTemplateRequest is the body of POST /v1/templates/build.

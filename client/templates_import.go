@@ -63,3 +63,50 @@ func (c *Client) importStream(ctx context.Context, hreq *http.Request, progress 
 		}
 	}
 }
+
+// PushTemplate writes template name to a registry as an OCI image, with
+// the daemon's registry credentials, and returns what it wrote.
+func (c *Client) PushTemplate(ctx context.Context, name string, req api.PushTemplateRequest) (*api.PushResult, error) {
+	var out api.PushResult
+	if err := c.do(ctx, http.MethodPost, "/v1/templates/"+pathEscape(name)+"/push", nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// PushTemplateProgress is PushTemplate reporting each layer's upload to
+// progress (bytes of its compressed blob sent, done, cached: the registry
+// had it).
+func (c *Client) PushTemplateProgress(ctx context.Context, name string, req api.PushTemplateRequest, progress func(api.ImportProgress)) (*api.PushResult, error) {
+	hreq, err := c.newRequest(ctx, http.MethodPost, "/v1/templates/"+pathEscape(name)+"/push", nil, req)
+	if err != nil {
+		return nil, err
+	}
+	hreq.Header.Set("Accept", "application/x-ndjson")
+	resp, err := c.send(hreq)
+	if err != nil {
+		return nil, err
+	}
+	defer closeBody(resp.Body)
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev api.PushEvent
+		if err := dec.Decode(&ev); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if errors.Is(err, io.EOF) {
+				return nil, errors.New("push stream ended without a result")
+			}
+			return nil, fmt.Errorf("read push stream: %w", err)
+		}
+		switch {
+		case ev.Error != nil:
+			return nil, apiError(ev.Error)
+		case ev.Result != nil:
+			return ev.Result, nil
+		case ev.Progress != nil && progress != nil:
+			progress(*ev.Progress)
+		}
+	}
+}

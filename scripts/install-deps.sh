@@ -6,7 +6,8 @@
 # cluster with scripts/pg-test-server.sh), containerd and the CNI plugins
 # (the Kubernetes test cluster's node), a Go toolchain new enough to
 # build berth (taken from the Go module proxy when the host has none), and
-# gVisor's runsc (scripts/install-runsc.sh). The tests fail, not skip, when
+# gVisor's runsc (scripts/install-runsc.sh) and the CNCF distribution
+# registry (scripts/install-registry.sh). The tests fail, not skip, when
 # any of these is missing. Idempotent: a second run changes nothing.
 set -euo pipefail
 
@@ -102,6 +103,11 @@ else
 	"$(dirname "$0")/install-runsc.sh"
 	runsc --version | sed -n 1p
 fi
+
+# The CNCF distribution registry the registry tests push to and pull from
+# (internal/testenv/regtest): built from the Go module proxy, about 2-5
+# minutes the first time, then cached under /var/cache/berth/registry.
+"$(dirname "$0")/install-registry.sh" >/dev/null
 
 # The E2B e2e test drives the E2B door with the unmodified e2b SDK, pinned
 # in test/e2b/package-lock.json.

@@ -10,18 +10,20 @@ import (
 	"github.com/berth-sh/berth/api"
 )
 
-// importProgress prints an import's progress on w: one line rewritten in
-// place on a terminal; on anything else a plain line when a layer starts
-// and when it is done.
+// importProgress prints an import's or a push's progress on w: one line
+// rewritten in place on a terminal; on anything else a plain line when a
+// layer starts and when it is done. Each line ends with the totals over
+// all layers when the daemon knows them.
 type importProgress struct {
-	w       io.Writer
-	tty     bool
-	started map[int]bool
-	dirty   bool
+	w          io.Writer
+	tty        bool
+	started    map[int]bool
+	dirty      bool
+	cachedText string // what a cached layer is: "already present" (in the store)
 }
 
 func newImportProgress(w io.Writer) *importProgress {
-	p := &importProgress{w: w, started: map[int]bool{}}
+	p := &importProgress{w: w, started: map[int]bool{}, cachedText: "already present"}
 	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		p.tty = true
 	}
@@ -40,11 +42,14 @@ func (p *importProgress) report(ev api.ImportProgress) {
 	var line string
 	switch {
 	case ev.Cached:
-		line = fmt.Sprintf("layer %d/%d %s: already present", ev.Layer, ev.Layers, id)
+		line = fmt.Sprintf("layer %d/%d %s: %s", ev.Layer, ev.Layers, id, p.cachedText)
 	case ev.Done:
 		line = fmt.Sprintf("layer %d/%d %s: done, %s", ev.Layer, ev.Layers, id, formatSize(ev.Bytes))
 	default:
 		line = fmt.Sprintf("layer %d/%d %s: %s of %s", ev.Layer, ev.Layers, id, formatSize(ev.Bytes), size)
+	}
+	if ev.TotalSize > 0 {
+		line += fmt.Sprintf(" (all layers: %s of %s)", formatSize(ev.TotalBytes), formatSize(ev.TotalSize))
 	}
 	if p.tty {
 		fmt.Fprintf(p.w, "\r\x1b[K%s", line)

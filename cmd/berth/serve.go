@@ -122,6 +122,8 @@ printed at start (and shown by GET /v1/version); clients pin it with
 	f.StringVar(&cfg.RunscPath, "runsc", "runsc", "gVisor runsc binary (`PATH` or name in $PATH), offered as runtime class runsc when it works here; none: off")
 	f.StringVar(&cfg.DefaultTemplate, "default-template", "base", "template used when a create names none")
 	f.BoolVar(&cfg.TenantPulls, "tenant-pulls", false, "let tenants' keys import templates from registries (the daemon fetches what they name); off, tenants upload image archives")
+	f.StringVar(&cfg.RegistryAuth, "registry-auth", "", "registry credentials `FILE` in docker's config.json format (\"auths\"), used for every pull and push instead of the daemon user's docker config; read at start")
+	f.StringVar(&cfg.RegistryCerts, "registry-certs", "", "`DIR` of per-registry CA certificates, docker's certs.d layout: DIR/<host:port>/*.crt are trusted for that registry besides the system's roots")
 	f.StringVar(&cfg.AgentPath, "agent", "", "agent binary (`PATH`) mounted into sandboxes as their PID 1 (default: berth-agent beside this executable)")
 	f.StringVar(&cfg.Backend, "backend", "local", "where sandboxes run: local (this machine) or kubernetes (pods in --namespace; docs/kubernetes.md)")
 	f.StringVar(&cfg.Kube.Kubeconfig, "kubeconfig", "", "with --backend kubernetes: kubeconfig `FILE` (default: the pod's service account, in-cluster)")

@@ -23,7 +23,7 @@ func newTemplateCmd(g *globals) *cobra.Command {
 		Short:   "Manage templates (the root filesystems sandboxes start from)",
 	}
 	cmd.AddCommand(newTemplateLsCmd(g), newTemplateInspectCmd(g), newTemplateImportCmd(g), newTemplateBuildCmd(g), newTemplateRmCmd(g),
-		newTemplatePoolCmd(g))
+		newTemplatePoolCmd(g), newTemplatePushCmd(g))
 	return cmd
 }
 
@@ -180,11 +180,14 @@ func newTemplateImportCmd(g *globals) *cobra.Command {
   anything else       a registry reference (alpine:3.20, ghcr.io/org/img@sha256:...)`,
 		Example: `  docker save python:3.12-slim -o py.tar && berth template import py ./py.tar
   berth template import alpine alpine:3.20
+  echo "$PW" | berth template import app ghcr.io/team/app:1 --registry-user bot --registry-password-stdin
   berth template import web nginx:1.27 --service-from-image --service-restart always`,
 		Args: exactArgs(2, "a template name and a path or image reference"),
 	}
 	out := addOutputFlag(cmd)
-	cmd.Flags().BoolVar(&insecure, "insecure", false, "allow a plain-HTTP or self-signed registry")
+	cmd.Flags().BoolVar(&insecure, "insecure", false, "allow a plain-HTTP registry")
+	var regAuth registryAuthFlags
+	regAuth.register(cmd)
 	cmd.Flags().StringVar(&svcCmd, "service", "", "run this command (split at spaces) as the sandboxes' supervised service")
 	cmd.Flags().BoolVar(&svcFromImage, "service-from-image", false, "run the image's entrypoint and cmd as the sandboxes' supervised service")
 	cmd.Flags().StringVar(&svcRestart, "service-restart", "", "the service's restart policy: always, on-failure (default) or never")
@@ -228,7 +231,12 @@ func newTemplateImportCmd(g *globals) *cobra.Command {
 				return err
 			}
 		case errors.Is(statErr, fs.ErrNotExist) && !looksLikePath(src):
-			t, err = c.ImportTemplateProgress(cmd.Context(), api.ImportTemplateRequest{Name: name, Ref: src, Insecure: insecure, Service: svc}, prog.report)
+			ra, err := regAuth.auth(cmd)
+			if err != nil {
+				return err
+			}
+			t, err = c.ImportTemplateProgress(cmd.Context(), api.ImportTemplateRequest{Name: name, Ref: src, Insecure: insecure,
+				RegistryAuth: ra, Service: svc}, prog.report)
 			if err != nil {
 				return err
 			}

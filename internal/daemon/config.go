@@ -55,6 +55,13 @@ type Config struct {
 	// TenantPulls lets tenants import templates from registries (serve
 	// --tenant-pulls); off, they upload archives and pulls are the host's.
 	TenantPulls bool
+	// RegistryAuth is a docker config.json whose "auths" are the
+	// registry accounts of every pull and push (serve --registry-auth);
+	// "" keeps the daemon user's docker config. Never logged or stored.
+	RegistryAuth string
+	// RegistryCerts is a directory of per-registry CA certificates in
+	// docker's certs.d layout (serve --registry-certs).
+	RegistryCerts string
 	// Backend is where sandboxes run: "local" (default, this machine) or
 	// "kubernetes" (pods; Kube configures it).
 	Backend string

@@ -172,9 +172,24 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	idmap := local.DefaultIDMap
+	imageOpts := []image.Option{image.WithLogger(log.With("component", "image"))}
+	if cfg.RegistryAuth != "" {
+		creds, err := image.LoadCredentials(cfg.RegistryAuth)
+		if err != nil {
+			return nil, fmt.Errorf("--registry-auth %s: %w", cfg.RegistryAuth, err)
+		}
+		// The hosts only: the secrets are never logged.
+		log.Info("registry credentials", "file", cfg.RegistryAuth, "registries", creds.Hosts())
+		imageOpts = append(imageOpts, image.WithKeychain(creds))
+	}
+	if cfg.RegistryCerts != "" {
+		if st, err := os.Stat(cfg.RegistryCerts); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("--registry-certs %s: not a directory", cfg.RegistryCerts)
+		}
+		imageOpts = append(imageOpts, image.WithRegistryCerts(cfg.RegistryCerts))
+	}
 	d.images, err = image.Open(filepath.Join(cfg.DataDir, "images"),
-		image.IDMap{HostUID: idmap.HostUID, HostGID: idmap.HostGID, Size: idmap.Size},
-		image.WithLogger(log.With("component", "image")))
+		image.IDMap{HostUID: idmap.HostUID, HostGID: idmap.HostGID, Size: idmap.Size}, imageOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("opening layer store: %w", err)
 	}

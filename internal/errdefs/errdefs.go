@@ -137,6 +137,45 @@ var (
 	ErrEgressSecretHost = errors.New("egress secret host not allowed")
 )
 
+// Reasons of registry transfers (a pull, an import by reference, a push),
+// each with its own stable code, so a client can tell the registry's
+// failures from berth's. The registry is upstream of the daemon: what it
+// refuses or cannot serve is a 502 (bad gateway) or, for a missing image
+// or refused credentials, a 404 or 403 (never a 401, which would say the
+// caller's berth key was refused).
+var (
+	// ErrRegistryUnreachable: nothing answered at the registry's address
+	// (connection refused, no route, timed out) (502 registry_unreachable).
+	ErrRegistryUnreachable = errors.New("registry unreachable")
+	// ErrRegistryDNS: the registry's host name did not resolve (502
+	// registry_dns).
+	ErrRegistryDNS = errors.New("registry name not resolved")
+	// ErrRegistryTLS: the registry's TLS handshake or certificate failed
+	// (unknown authority, a name it is not for, expired, plain HTTP) (502
+	// registry_tls).
+	ErrRegistryTLS = errors.New("registry TLS failed")
+	// ErrRegistryUnauthorized: the registry answered 401: credentials
+	// missing or refused (403 registry_unauthorized).
+	ErrRegistryUnauthorized = errors.New("registry credentials refused")
+	// ErrRegistryDenied: the registry answered 403 to the credentials it
+	// took (403 registry_denied).
+	ErrRegistryDenied = errors.New("registry denied access")
+	// ErrRegistry: any other failure of the registry (a 5xx, a malformed
+	// answer, a 429) (502 registry_error).
+	ErrRegistry = errors.New("registry error")
+	// ErrImageNotFound: the registry has no such repository, tag or
+	// manifest (404 image_not_found).
+	ErrImageNotFound = errors.New("image not found")
+	// ErrImageUnsupported: what the reference names is no container image
+	// berth runs: an unknown media type (an artifact), no linux image for
+	// this host's architecture (400 image_unsupported).
+	ErrImageUnsupported = errors.New("image unsupported")
+	// ErrDigestMismatch: a blob does not hash to the digest that names it
+	// (a registry's: 502 digest_mismatch; an uploaded archive's or a
+	// layout's stays 400 invalid_argument, its code from before).
+	ErrDigestMismatch = errors.New("digest mismatch")
+)
+
 // ErrLimit: a request past one of berth's documented limits (400
 // limit_exceeded; docs/limits.md lists them). The *Error's Limit names it.
 var ErrLimit = errors.New("limit exceeded")
@@ -212,6 +251,24 @@ func Code(err error) (code string, status int) {
 		return "idempotency_key_reused", 422
 	case errors.Is(err, ErrIdempotencyInProgress):
 		return "idempotency_in_progress", 409
+	case errors.Is(err, ErrDigestMismatch) && !errors.Is(err, ErrInvalid):
+		return "digest_mismatch", 502
+	case errors.Is(err, ErrImageUnsupported):
+		return "image_unsupported", 400
+	case errors.Is(err, ErrImageNotFound):
+		return "image_not_found", 404
+	case errors.Is(err, ErrRegistryUnauthorized):
+		return "registry_unauthorized", 403
+	case errors.Is(err, ErrRegistryDenied):
+		return "registry_denied", 403
+	case errors.Is(err, ErrRegistryUnreachable):
+		return "registry_unreachable", 502
+	case errors.Is(err, ErrRegistryDNS):
+		return "registry_dns", 502
+	case errors.Is(err, ErrRegistryTLS):
+		return "registry_tls", 502
+	case errors.Is(err, ErrRegistry):
+		return "registry_error", 502
 	case errors.Is(err, ErrInvalid):
 		return "invalid_argument", 400
 	case errors.Is(err, ErrUnauthenticated):

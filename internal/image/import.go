@@ -24,7 +24,6 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/klauspost/compress/zstd"
 
@@ -91,7 +90,8 @@ func pickImage(ii v1.ImageIndex, ref string, depth int) (v1.Image, error) {
 			}
 		}
 		if len(plat) == 0 {
-			return nil, errdefs.Invalid("image index has %d manifests and none for linux/%s; name one", len(cands), runtime.GOARCH)
+			return nil, &errdefs.Error{Category: errdefs.ErrInvalid, Reason: errdefs.ErrImageUnsupported,
+				Msg: fmt.Sprintf("image index has %d manifests and none for linux/%s; name one", len(cands), runtime.GOARCH)}
 		}
 		cands = plat[:1]
 	}
@@ -122,8 +122,15 @@ func pickImage(ii v1.ImageIndex, ref string, depth int) (v1.Image, error) {
 		}
 		return img, nil
 	default:
-		return nil, errdefs.Invalid("manifest %s has unsupported media type %q", d.Digest, d.MediaType)
+		return nil, &errdefs.Error{Category: errdefs.ErrInvalid, Reason: errdefs.ErrImageUnsupported,
+			Msg: fmt.Sprintf("manifest %s has unsupported media type %q", d.Digest, d.MediaType)}
 	}
+}
+
+// mismatch reports content that does not hash to the digest naming it.
+func mismatch(msg string) error {
+	return &errdefs.Error{Category: errdefs.ErrInvalid, Reason: errdefs.ErrDigestMismatch,
+		Msg: "invalid layer archive: digest mismatch: " + msg}
 }
 
 func checkDigest(got func() (v1.Hash, error), want v1.Hash, what string) error {
@@ -132,7 +139,7 @@ func checkDigest(got func() (v1.Hash, error), want v1.Hash, what string) error {
 		return invalid("read "+what, err)
 	}
 	if h != want {
-		return invalid("digest mismatch", fmt.Errorf("%s hashes to %s, index says %s", what, h, want))
+		return mismatch(fmt.Sprintf("%s hashes to %s, index says %s", what, h, want))
 	}
 	return nil
 }
@@ -283,7 +290,10 @@ func openMaybeGzip(p string, gz bool) (io.ReadCloser, error) {
 }
 
 // Pull fetches ref from its registry (linux/GOARCH of a multi-platform
-// image) and imports it. insecure allows plain http and unverified TLS.
+// image) and imports it. insecure allows plain HTTP. Credentials come from
+// the Store's keychain (WithKeychain), extra CA certificates from its
+// certs directory (WithRegistryCerts). A failure names the step, the
+// reference and the cause, with a registry reason (registryErr).
 func (s *Store) Pull(ctx context.Context, ref string, insecure bool) (*Image, error) {
 	var nopts []name.Option
 	if insecure {
@@ -291,39 +301,22 @@ func (s *Store) Pull(ctx context.Context, ref string, insecure bool) (*Image, er
 	}
 	r, err := name.ParseReference(ref, nopts...)
 	if err != nil {
-		return nil, &errdefs.Error{Category: errdefs.ErrInvalid, Msg: fmt.Sprintf("bad image reference %q", ref), Err: err}
+		return nil, &errdefs.Error{Category: errdefs.ErrInvalid, Msg: fmt.Sprintf("bad image reference %q: %v", ref, err), Err: err}
 	}
-	img, err := remote.Image(r,
-		remote.WithContext(ctx),
-		remote.WithAuthFromKeychain(s.opts.keychain),
-		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH}))
+	opts, done, err := s.remoteOptions(ctx, r)
 	if err != nil {
-		return nil, registryErr(ref, err)
+		return nil, registryErr("pull", ref, err)
+	}
+	defer done()
+	img, err := s.resolveImage(r, append(opts, remote.WithPlatform(platform)))
+	if err != nil {
+		return nil, registryErr("pull", ref, err)
 	}
 	out, err := s.importImage(ctx, img, fromRegistry)
 	if err != nil {
-		return nil, registryErr(ref, err)
+		return nil, registryErr("pull", ref, err)
 	}
 	return out, nil
-}
-
-// registryErr gives registry failures a category; errors that already
-// have one pass through.
-func registryErr(ref string, err error) error {
-	var e *errdefs.Error
-	if errors.As(err, &e) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	var terr *transport.Error
-	if errors.As(err, &terr) {
-		switch terr.StatusCode {
-		case 404:
-			return &errdefs.Error{Category: errdefs.ErrNotFound, Msg: fmt.Sprintf("image %s not found", ref), Err: err}
-		case 401, 403:
-			return &errdefs.Error{Category: errdefs.ErrPermission, Msg: fmt.Sprintf("registry refused access to %s", ref), Err: err}
-		}
-	}
-	return &errdefs.Error{Category: errdefs.ErrUnavailable, Msg: fmt.Sprintf("pull %s", ref), Err: err}
 }
 
 // source is where an image's blobs come from; it decides what is checked
@@ -341,6 +334,11 @@ const (
 // manifest's digests; docker archives carry no digests, so there only the
 // diffIDs are checked, which every source is.
 func (s *Store) importImage(ctx context.Context, img v1.Image, src source) (*Image, error) {
+	if src != fromArchive {
+		if err := checkMediaTypes(img); err != nil {
+			return nil, err
+		}
+	}
 	rawCfg, err := img.RawConfigFile()
 	if err != nil {
 		return nil, invalid("read image config", err)
@@ -350,7 +348,8 @@ func (s *Store) importImage(ctx context.Context, img v1.Image, src source) (*Ima
 		return nil, invalid("parse image config", err)
 	}
 	if cfg.OS != "" && cfg.OS != "linux" {
-		return nil, errdefs.Invalid("image is for %s, not linux", cfg.OS)
+		return nil, &errdefs.Error{Category: errdefs.ErrInvalid, Reason: errdefs.ErrImageUnsupported,
+			Msg: fmt.Sprintf("image is for %s, not linux", cfg.OS)}
 	}
 	diffIDs := cfg.RootFS.DiffIDs
 	srcs := make([]layerSource, len(diffIDs))
@@ -376,7 +375,7 @@ func (s *Store) importImage(ctx context.Context, img v1.Image, src source) (*Ima
 		}
 		sum := sha256.Sum256(rawCfg)
 		if got := "sha256:" + hex.EncodeToString(sum[:]); got != m.Config.Digest.String() {
-			return nil, invalid("digest mismatch", fmt.Errorf("config hashes to %s, manifest says %s", got, m.Config.Digest))
+			return nil, mismatch(fmt.Sprintf("config hashes to %s, manifest says %s", got, m.Config.Digest))
 		}
 		if len(m.Layers) != len(diffIDs) {
 			return nil, errdefs.Invalid("manifest has %d layers, config %d diffIDs", len(m.Layers), len(diffIDs))
@@ -393,6 +392,13 @@ func (s *Store) importImage(ctx context.Context, img v1.Image, src source) (*Ima
 			srcs[i].digest = ld.Digest.String()
 			srcs[i].size = ld.Size
 		}
+	}
+	if src != fromArchive {
+		sizes := make([]int64, len(srcs))
+		for i := range srcs {
+			sizes[i] = srcs[i].size
+		}
+		ctx = withTotals(ctx, sizes)
 	}
 	if err := s.ensureAll(ctx, srcs); err != nil {
 		return nil, err
@@ -411,6 +417,27 @@ func (s *Store) importImage(ctx context.Context, img v1.Image, src source) (*Ima
 		out.Size += max(s.Size(src.diffID), 0)
 	}
 	return out, nil
+}
+
+// checkMediaTypes refuses what is no container image: an artifact (a Helm
+// chart, a signature, an SBOM) is pushed with an image manifest too, and
+// its config and layer media types tell.
+func checkMediaTypes(img v1.Image) error {
+	m, err := img.Manifest()
+	if err != nil {
+		return invalid("read image manifest", err)
+	}
+	if mt := m.Config.MediaType; mt != "" && !mt.IsConfig() {
+		return &errdefs.Error{Category: errdefs.ErrInvalid, Reason: errdefs.ErrImageUnsupported,
+			Msg: fmt.Sprintf("config has media type %q: an artifact, not a container image", mt)}
+	}
+	for i, ld := range m.Layers {
+		if ld.MediaType != "" && !ld.MediaType.IsLayer() {
+			return &errdefs.Error{Category: errdefs.ErrInvalid, Reason: errdefs.ErrImageUnsupported,
+				Msg: fmt.Sprintf("layer %d of %d has media type %q, not a container image layer", i+1, len(m.Layers), ld.MediaType)}
+		}
+	}
+	return nil
 }
 
 // openWith classifies the failures of open and of reading what it returns:
@@ -439,8 +466,10 @@ func (u unavailableReader) Read(p []byte) (int, error) {
 	n, err := u.ReadCloser.Read(p)
 	if err != nil && err != io.EOF && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		var e *errdefs.Error
-		if !errors.As(err, &e) {
-			err = &errdefs.Error{Category: errdefs.ErrUnavailable, Msg: "registry read failed", Err: err}
+		if cause, ok := digestMismatch(err); ok {
+			err = &errdefs.Error{Category: errdefs.ErrUnavailable, Reason: errdefs.ErrDigestMismatch, Msg: cause, Err: err}
+		} else if !errors.As(err, &e) {
+			err = &errdefs.Error{Category: errdefs.ErrUnavailable, Msg: "registry read failed: " + clip(err.Error()), Err: err}
 		}
 	}
 	return n, err

@@ -11,12 +11,16 @@ import (
 // Bytes of its stream (the blob as served: compressed for a layout or a
 // registry, the tar for a docker archive) have been read, of Size when the
 // manifest says (0: unknown). Done marks the layer's last report; Cached
-// that it was already in the store and nothing was read.
+// that it was already in the store (for a push: in the registry) and
+// nothing was read. TotalBytes and TotalSize are the same over all the
+// image's layers (a cached layer counts as wholly read), when every
+// layer's size is known (else both 0).
 type Progress struct {
-	Layer, Layers int
-	Digest        string // the layer's diffID
-	Bytes, Size   int64
-	Done, Cached  bool
+	Layer, Layers         int
+	Digest                string // the layer's diffID
+	Bytes, Size           int64
+	Done, Cached          bool
+	TotalBytes, TotalSize int64
 }
 
 type progressKey struct{}
@@ -60,4 +64,41 @@ func (c *countingReader) Read(b []byte) (int, error) {
 		c.emit(c.p)
 	}
 	return n, err
+}
+
+// withTotals returns ctx with its progress function (if any) wrapped to
+// fill in the totals over layers of sizes sizes (layer i+1 is sizes[i]);
+// an unknown size (0 or less) leaves the totals out.
+func withTotals(ctx context.Context, sizes []int64) context.Context {
+	emit := progressOf(ctx)
+	if emit == nil {
+		return ctx
+	}
+	var total int64
+	for _, n := range sizes {
+		if n <= 0 {
+			return ctx
+		}
+		total += n
+	}
+	var mu sync.Mutex
+	read := make([]int64, len(sizes))
+	return context.WithValue(ctx, progressKey{}, func(p Progress) {
+		mu.Lock()
+		if i := p.Layer - 1; i >= 0 && i < len(read) {
+			switch {
+			case p.Cached || p.Done:
+				read[i] = sizes[i]
+			default:
+				read[i] = min(p.Bytes, sizes[i])
+			}
+		}
+		var sum int64
+		for _, n := range read {
+			sum += n
+		}
+		p.TotalBytes, p.TotalSize = sum, total
+		mu.Unlock()
+		emit(p)
+	})
 }

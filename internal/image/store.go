@@ -71,6 +71,7 @@ type options struct {
 	maxArchiveBytes int64
 	log             *slog.Logger
 	keychain        authn.Keychain
+	certsDir        string
 	osRelease       string
 	parallel        int
 }
@@ -459,7 +460,7 @@ func (s *Store) ensureLayer(ctx context.Context, src layerSource) error {
 				return invalid("read layer "+src.diffID, err)
 			}
 			if d := "sha256:" + hex.EncodeToString(rawHash.Sum(nil)); d != src.digest {
-				return errdefs.Invalid("invalid layer archive: digest mismatch: the layer blob hashes to %s, the manifest says %s", d, src.digest)
+				return mismatch(fmt.Sprintf("the layer blob hashes to %s, the manifest says %s", d, src.digest))
 			}
 		}
 		return nil
@@ -509,7 +510,8 @@ func (s *Store) unpack(ctx context.Context, b *Budget, r io.Reader, sum hash.Has
 	}
 	got := hex.EncodeToString(sum.Sum(nil))
 	if want != "" && got != want {
-		return "", stats, errdefs.Invalid("invalid layer archive: diffID mismatch: the layer's content hashes to sha256:%s, the image config says sha256:%s", got, want)
+		return "", stats, &errdefs.Error{Category: errdefs.ErrInvalid, Reason: errdefs.ErrDigestMismatch,
+			Msg: fmt.Sprintf("invalid layer archive: diffID mismatch: the layer's content hashes to sha256:%s, the image config says sha256:%s", got, want)}
 	}
 	meta, err := json.Marshal(layerMeta{Size: stats.Bytes, Entries: stats.Entries, Skipped: stats.Skipped, Created: time.Now().UTC()})
 	if err != nil {

@@ -66,6 +66,9 @@ type (
 	Flow            = netrules.Flow
 	Pool            = pools.Pool
 	ImportRequest   = templates.ImportRequest
+	PushRequest     = templates.PushRequest
+	RequestAuth     = image.RequestAuth
+	Pushed          = templates.Pushed
 	ServiceRequest  = templates.ServiceRequest
 	BuildRequest    = templates.BuildRequest
 	ApplyRequest    = templates.ApplyRequest

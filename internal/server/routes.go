@@ -130,6 +130,7 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "DELETE /v1/templates/{name}", Rule: need(auth.ScopeTemplates), h: hf(s.templates.Delete)},
 		{Pattern: "POST /v1/templates/import", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, h: hf(s.templates.Import)},
 		{Pattern: "PUT /v1/templates/{name}/archive", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, h: hf(s.templates.Upload)},
+		{Pattern: "POST /v1/templates/{name}/push", Rule: need(auth.ScopeTemplates), Stream: true, h: hf(s.templates.Push)},
 		{Pattern: "POST /v1/templates/build", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, h: hf(s.templates.Build)},
 		{Pattern: "POST /v1/templates/{name}/dockerfile", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, h: hf(s.templates.BuildDockerfile)},
 		{Pattern: "PUT /v1/templates/{name}/pool", Rule: need(auth.ScopeTemplates), h: hf(s.templates.SetPool)},

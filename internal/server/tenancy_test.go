@@ -296,6 +296,7 @@ func TestCrossTenantRoutes(t *testing.T) {
 		"POST /v1/sandboxes/{id}/leases":                 {`{"scopes":["exec"]}`},
 		"POST /v1/sandboxes/{id}/ports/{port}/token":     {`{}`},
 		"PUT /v1/templates/{name}/pool":                  {`{"min":1}`},
+		"POST /v1/templates/{name}/push":                 {`{"ref":"127.0.0.1:1/x:1"}`},
 	}
 	wantOK := map[string]int{ // routes of no one's object: what a's key gets
 		"GET /healthz": 200, "GET /v1/version": 200, "GET /v1/openapi.json": 200,
@@ -392,6 +393,8 @@ func TestCrossTenantRoutes(t *testing.T) {
 					want = 404 // b's own template: a reads the shared catalogue only
 				case strings.Contains(tg.path, "/base") && (method == "DELETE" || method == "PUT"):
 					want = 403 // the host's shared template: a cannot remove or pool it
+				case strings.Contains(tg.path, "/base") && rt.Pattern == "POST /v1/templates/{name}/push":
+					want = 403 // the shared template a sees, but tenant pushes are off
 				case wantOK[rt.Pattern] != 0:
 					want = wantOK[rt.Pattern]
 				case rt.Pattern == "PUT /v1/secrets/{name}" && code == 200:

@@ -323,13 +323,18 @@ type SweepOptions struct {
 // Sweep is the check after a whole suite, without knowing its daemons:
 // nothing of any harness dir (Prefixes under TempRoot) may be left —
 // mounts, loop devices, cgroup parents of instances, processes of their
-// binaries, the dirs themselves.
+// binaries, the dirs themselves; and with no TempRoot given (the whole
+// host's check), nothing of a test registry (sweepRegtest).
 func Sweep(o SweepOptions) []Leak {
+	hostWide := o.TempRoot == ""
 	if o.TempRoot == "" {
 		o.TempRoot = "/tmp"
 	}
 	var out []Leak
 	add := func(kind, format string, args ...any) { out = append(out, Leak{kind, fmt.Sprintf(format, args...)}) }
+	if hostWide {
+		sweepRegtest(add)
+	}
 	harness := func(path string) bool {
 		rel, err := filepath.Rel(o.TempRoot, path)
 		if err != nil || strings.HasPrefix(rel, "..") {

@@ -125,7 +125,7 @@ func (m *Builder) apply(ctx context.Context, req *ApplyRequest, actor string, pr
 			return nil, errdefs.Permission("registry pulls by tenants are off on this daemon (serve --tenant-pulls): build from a template you can see")
 		}
 		say(0, "--> pulling %s", tf.Image)
-		img, err := m.e.Images().Pull(ctx, tf.Image, tf.Insecure)
+		img, err := m.e.Images().Pull(registryCtx(ctx, nil), tf.Image, tf.Insecure)
 		if err != nil {
 			return nil, err
 		}

@@ -274,7 +274,7 @@ func (m *Builder) stageBase(ctx context.Context, s *dockerfile.Stage, results []
 		return nil, errdefs.NotFound("no template %q, and registry pulls by tenants are off on this daemon (serve --tenant-pulls)", s.Base)
 	}
 	say(0, "--> pulling %s", s.Base)
-	img, perr := m.e.Images().Pull(ctx, s.Base, false)
+	img, perr := m.e.Images().Pull(registryCtx(ctx, nil), s.Base, false)
 	if perr != nil {
 		return nil, fmt.Errorf("no template %q, and pulling it as an image failed: %w", s.Base, perr)
 	}

@@ -234,7 +234,7 @@ func (m *Builder) importTemplate(ctx context.Context, req *ImportRequest) (*stor
 		}
 	case req.Ref != "":
 		source = "registry:" + req.Ref
-		img, err = m.e.Images().Pull(ctx, req.Ref, req.Insecure)
+		img, err = m.e.Images().Pull(registryCtx(ctx, req.Auth), req.Ref, req.Insecure)
 	default:
 		return nil, errdefs.Invalid("path or ref is required")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/image"
 )
 
@@ -25,6 +26,9 @@ type ImportRequest struct {
 	Path     string
 	Ref      string
 	Insecure bool // allow plain-HTTP registries
+	// Auth, if set, is the registry account of this pull alone (never
+	// stored); see registryCtx.
+	Auth *image.RequestAuth
 	// Service, if set, becomes the template's supervised service.
 	Service *ServiceRequest
 }
@@ -67,4 +71,17 @@ type Event struct {
 	Step   int
 	Stream string
 	Data   []byte
+}
+
+// registryCtx is ctx for a registry transfer (a pull or a push). The
+// daemon's registry credentials (serve --registry-auth) are the host's: a
+// tenant's transfer uses only the account its request gives, else none,
+// so a tenant can neither read the operator's private images nor write to
+// the operator's repositories through the daemon. The host's transfer uses
+// its request's account when it gives one, else the daemon's.
+func registryCtx(ctx context.Context, a *image.RequestAuth) context.Context {
+	if engine.CallerTenant(ctx) != "" || a != nil {
+		return image.WithRequestAuth(ctx, a)
+	}
+	return ctx
 }

@@ -21,7 +21,9 @@ import (
 // Storage rights (issue #30), tried as a tenant's key over TCP: a template
 // archive is charged to the tenant's storage quota as it unpacks, and a
 // layer already in the store is never handed to a tenant whose upload does
-// not hash to it. Each attack works in tenants of its own.
+// not hash to it, and a tenant's key neither pushes a template to an
+// address it names (unless the daemon allows tenant pulls) nor pushes
+// another tenant's. Each attack works in tenants of its own.
 func storageAttacks() []*attack.Attack {
 	x := tenantAttack
 	return []*attack.Attack{
@@ -109,6 +111,55 @@ func storageAttacks() []*attack.Attack {
 				}
 				return attack.Judged(st == 400 && got == 404, "upload naming the victim's layer %s: %d %s; the template then: %d",
 					attack.Clip(layerID, 19), st, attack.Clip(attack.OneLine(resp), 80), got)
+			}),
+		x("template-push-tenant", "push the tenant's own template to an address it names, and another tenant's template, with tenant keys", "403 (tenant pushes off), and 403/404 for the other tenant's template; never a connection",
+			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome {
+				owner, err := tn.key(ctx, "admin")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				img, _, err := ZerosLayerImage("pushed-"+e.Tag, 4096, "")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				archive, err := GzipDockerSave(img)
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				if st, resp, err := uploadTemplate(ctx, tcp, owner.Key, "mine", archive); err != nil || st != 201 && st != 200 {
+					return attack.Escaped("the owner's upload: %d %v %s", st, err, attack.Clip(attack.OneLine(resp), 80))
+				}
+				defer tcp.Do(context.WithoutCancel(ctx), "DELETE", "/v1/templates/mine", owner.Key, nil)
+				// A loopback port nothing listens on: were the push let
+				// through, it would still send nothing off the machine.
+				req := api.PushTemplateRequest{Ref: "127.0.0.1:1/selftest/mine:1"}
+				st1, r1, err := tcp.Do(ctx, "POST", "/v1/templates/mine/push", owner.Key, req)
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				otherRun, err := newTenantRun(ctx, e, "template-push-other")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				defer otherRun.cleanup(context.WithoutCancel(ctx))
+				other, err := otherRun.key(ctx, "admin")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				st2, r2, err := tcp.Do(ctx, "POST", "/v1/templates/mine/push", other.Key, req)
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				// A daemon that allows tenant pulls (serve --tenant-pulls)
+				// allows tenant pushes of their own templates too.
+				pullSt, _, err := tcp.Do(ctx, "POST", "/v1/templates/import", owner.Key, api.ImportTemplateRequest{Name: "pulled", Ref: req.Ref})
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				ownOK := st1 == 403 || pullSt != 403 && st1 == 502 && containsStr(r1, "registry_unreachable")
+				return attack.Judged(ownOK && (st2 == 403 || st2 == 404) && !containsStr(r2, "registry_"),
+					"push of its own template to %s: %d %s; of the other tenant's: %d %s", req.Ref,
+					st1, attack.Clip(attack.OneLine(r1), 70), st2, attack.Clip(attack.OneLine(r2), 70))
 			}),
 	}
 }

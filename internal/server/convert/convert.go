@@ -183,7 +183,7 @@ func PoolPtrToAPI(p *manager.Pool) *api.Pool {
 }
 
 func ImportRequest(r *api.ImportTemplateRequest) *manager.ImportRequest {
-	out := &manager.ImportRequest{Name: r.Name, Path: r.Path, Ref: r.Ref, Insecure: r.Insecure}
+	out := &manager.ImportRequest{Name: r.Name, Path: r.Path, Ref: r.Ref, Insecure: r.Insecure, Auth: RegistryAuth(r.RegistryAuth)}
 	if s := r.Service; s != nil {
 		out.Service = &manager.ServiceRequest{Cmd: s.Cmd, FromImage: s.FromImage, Restart: s.Restart, MaxRestarts: s.MaxRestarts}
 	}
@@ -222,4 +222,12 @@ func DoctorToAPI(r *manager.DoctorReport) *api.DoctorReport {
 			return api.DoctorLease{Name: l.Name, Holder: l.Holder, Self: l.Self, Held: l.Held, Epoch: l.Epoch,
 				RemainingMillis: l.Remaining.Milliseconds(), Trivial: l.Trivial, Error: l.Error}
 		})}
+}
+
+// RegistryAuth is a request's registry account (nil: none given).
+func RegistryAuth(a *api.RegistryAuth) *manager.RequestAuth {
+	if a == nil {
+		return nil
+	}
+	return &manager.RequestAuth{Username: a.Username, Password: a.Password, Token: a.Token}
 }

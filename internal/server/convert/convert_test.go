@@ -153,6 +153,7 @@ func TestConvertRequests(t *testing.T) {
 		in := filled[api.ImportTemplateRequest](t)
 		out := ImportRequest(in)
 		check("import", in, out, &api.ImportTemplateRequest{Name: out.Name, Path: out.Path, Ref: out.Ref, Insecure: out.Insecure,
+			RegistryAuth: &api.RegistryAuth{Username: out.Auth.Username, Password: out.Auth.Password, Token: out.Auth.Token},
 			Service: &api.TemplateService{Cmd: out.Service.Cmd, FromImage: out.Service.FromImage, Restart: out.Service.Restart,
 				MaxRestarts: out.Service.MaxRestarts}})
 	}

@@ -28,6 +28,7 @@ type Engine interface {
 	DeleteTemplate(ctx context.Context, name string) error
 	ImportTemplate(ctx context.Context, req *manager.ImportRequest) (*store.Template, error)
 	UploadTemplate(ctx context.Context, name string, r io.Reader) (*store.Template, error)
+	PushTemplate(ctx context.Context, req *manager.PushRequest) (*manager.Pushed, error)
 	BuildTemplate(ctx context.Context, req *manager.BuildRequest, actor string, progress func(manager.BuildEvent)) (*store.Template, error)
 	BuildDockerfile(ctx context.Context, req *manager.DockerfileRequest, actor string, progress func(manager.BuildEvent)) (*store.Template, error)
 	Apply(ctx context.Context, req *manager.ApplyRequest, actor string, progress func(manager.BuildEvent)) (*store.Template, error)
@@ -148,6 +149,53 @@ func (h *Handlers) Upload(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// Push serves POST /v1/templates/{name}/push. A client that accepts NDJSON
+// gets the layers' upload progress as api.PushEvent lines, then the
+// result or the error; any other gets the result (200) or the error.
+func (h *Handlers) Push(w http.ResponseWriter, r *http.Request) {
+	var req api.PushTemplateRequest
+	if err := input.Decode(r, &req); err != nil {
+		rest.Error(w, err)
+		return
+	}
+	run := func(ctx context.Context) (*api.PushResult, error) {
+		p, err := h.E.PushTemplate(ctx, &manager.PushRequest{Name: r.PathValue("name"), Ref: req.Ref, Insecure: req.Insecure,
+			Auth: convert.RegistryAuth(req.RegistryAuth)})
+		if err != nil {
+			return nil, err
+		}
+		return &api.PushResult{Ref: p.Ref, Digest: p.Digest, Layers: p.Layers}, nil
+	}
+	if !strings.Contains(r.Header.Get("Accept"), "application/x-ndjson") {
+		res, err := run(r.Context())
+		if err != nil {
+			rest.Error(w, err)
+			return
+		}
+		rest.JSON(w, http.StatusOK, res)
+		return
+	}
+	nd := rest.NewNDJSON(w)
+	ctx := manager.WithImportProgress(r.Context(), func(p manager.ImportProgress) {
+		_ = nd.Send(api.PushEvent{Progress: progressToAPI(p)})
+	})
+	res, err := run(ctx)
+	if err != nil {
+		if nd.Err() == nil && !rest.HeaderWritten(w) {
+			rest.Error(w, err)
+			return
+		}
+		_ = nd.Send(api.PushEvent{Error: rest.StreamError(w, err)})
+		return
+	}
+	_ = nd.Send(api.PushEvent{Result: res})
+}
+
+func progressToAPI(p manager.ImportProgress) *api.ImportProgress {
+	return &api.ImportProgress{Layer: p.Layer, Layers: p.Layers, Digest: p.Digest,
+		Bytes: p.Bytes, Size: p.Size, Done: p.Done, Cached: p.Cached, TotalBytes: p.TotalBytes, TotalSize: p.TotalSize}
+}
+
 // importStream runs an import. A client that accepts NDJSON gets the
 // layers' progress as api.ImportEvent lines, then the template or the
 // error; any other gets the template (201) or the error alone.
@@ -163,8 +211,7 @@ func importStream(w http.ResponseWriter, r *http.Request, run func(context.Conte
 	}
 	nd := rest.NewNDJSON(w)
 	ctx := manager.WithImportProgress(r.Context(), func(p manager.ImportProgress) {
-		_ = nd.Send(api.ImportEvent{Progress: &api.ImportProgress{Layer: p.Layer, Layers: p.Layers, Digest: p.Digest,
-			Bytes: p.Bytes, Size: p.Size, Done: p.Done, Cached: p.Cached}})
+		_ = nd.Send(api.ImportEvent{Progress: progressToAPI(p)})
 	})
 	t, err := run(ctx)
 	if err != nil {

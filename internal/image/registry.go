@@ -1,0 +1,418 @@
+package image
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"unicode"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/berth-sh/berth/internal/errdefs"
+)
+
+// maxCredentialsFile bounds the credentials file read at start.
+const maxCredentialsFile = 1 << 20
+
+// Credentials are registry accounts by registry host ("host" or
+// "host:port"), read from a docker-style config.json: a Keychain that
+// answers with them and with anonymous access for every other registry.
+// The daemon's HOME and docker's credential helpers are not consulted.
+type Credentials struct {
+	auths map[string]authn.AuthConfig
+}
+
+// authEntry is one entry of config.json's "auths".
+type authEntry struct {
+	Auth          string `json:"auth"`
+	Username      string `json:"username"`
+	Password      string `json:"password"`
+	IdentityToken string `json:"identitytoken"`
+	RegistryToken string `json:"registrytoken"`
+	Email         string `json:"email"` // ignored; old docker wrote it
+}
+
+// ParseCredentials parses a docker config.json (only "auths" is read).
+// An entry gives "auth" (base64 of user:password), "username" and
+// "password", or a token ("identitytoken" for an OAuth2 refresh token,
+// "registrytoken" for a bearer token); keys are a registry host, with or
+// without a scheme and path as docker writes them
+// ("https://index.docker.io/v1/"). "credsStore" and "credHelpers" are
+// refused: the daemon runs no helper programs, the accounts it uses are in
+// the file.
+func ParseCredentials(data []byte) (*Credentials, error) {
+	if len(data) > maxCredentialsFile {
+		return nil, errdefs.TooLarge("credentials file is larger than %d bytes", maxCredentialsFile)
+	}
+	var f struct {
+		Auths       map[string]authEntry `json:"auths"`
+		CredsStore  string               `json:"credsStore"`
+		CredHelpers map[string]string    `json:"credHelpers"`
+	}
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, &errdefs.Error{Category: errdefs.ErrInvalid, Msg: "credentials file is not docker config.json: " + err.Error()}
+	}
+	if f.CredsStore != "" || len(f.CredHelpers) > 0 {
+		return nil, errdefs.Invalid("credentials file names credential helpers (credsStore, credHelpers): the daemon runs none; put the accounts in \"auths\"")
+	}
+	c := &Credentials{auths: map[string]authn.AuthConfig{}}
+	for key, e := range f.Auths {
+		host, err := credentialsHost(key)
+		if err != nil {
+			return nil, err
+		}
+		var ac authn.AuthConfig
+		switch {
+		case e.Auth != "":
+			raw, err := base64.StdEncoding.DecodeString(e.Auth)
+			if err != nil {
+				return nil, errdefs.Invalid("credentials for %s: \"auth\" is not base64", host)
+			}
+			user, pass, ok := strings.Cut(string(raw), ":")
+			if !ok || user == "" {
+				return nil, errdefs.Invalid("credentials for %s: \"auth\" is not base64 of user:password", host)
+			}
+			ac.Username, ac.Password = user, pass
+		case e.Username != "":
+			ac.Username, ac.Password = e.Username, e.Password
+		}
+		ac.IdentityToken, ac.RegistryToken = e.IdentityToken, e.RegistryToken
+		if ac == (authn.AuthConfig{}) {
+			return nil, errdefs.Invalid("credentials for %s: no auth, username, identitytoken or registrytoken", host)
+		}
+		if _, dup := c.auths[host]; dup {
+			return nil, errdefs.Invalid("credentials for %s given twice", host)
+		}
+		c.auths[host] = ac
+	}
+	return c, nil
+}
+
+// LoadCredentials reads and parses the credentials file at path.
+func LoadCredentials(path string) (*Credentials, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxCredentialsFile+1))
+	if err != nil {
+		return nil, err
+	}
+	return ParseCredentials(data)
+}
+
+// credentialsHost reduces an "auths" key to the registry host[:port] it
+// names: docker writes bare hosts and URLs alike.
+func credentialsHost(key string) (string, error) {
+	h := key
+	if i := strings.Index(h, "://"); i >= 0 {
+		h = h[i+3:]
+	}
+	h, _, _ = strings.Cut(h, "/")
+	h = strings.ToLower(h)
+	if h == "" || strings.ContainsFunc(h, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+		return "", errdefs.Invalid("credentials file: %q names no registry host", key)
+	}
+	reg, err := name.NewRegistry(h)
+	if err != nil {
+		return "", errdefs.Invalid("credentials file: %q names no registry host", key)
+	}
+	// As references name it: docker.io is index.docker.io.
+	return reg.RegistryStr(), nil
+}
+
+// Hosts lists the registries the credentials are for (no secrets).
+func (c *Credentials) Hosts() []string {
+	out := make([]string, 0, len(c.auths))
+	for h := range c.auths {
+		out = append(out, h)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Resolve implements authn.Keychain.
+func (c *Credentials) Resolve(r authn.Resource) (authn.Authenticator, error) {
+	if ac, ok := c.auths[strings.ToLower(r.RegistryStr())]; ok {
+		return authn.FromConfig(ac), nil
+	}
+	return authn.Anonymous, nil
+}
+
+// WithRegistryCerts names a directory of per-registry CA certificates in
+// docker's layout: <dir>/<host[:port]>/*.crt are trusted, besides the
+// system's roots, for that registry alone. It is read at each transfer.
+func WithRegistryCerts(dir string) Option { return func(o *options) { o.certsDir = dir } }
+
+// transportFor returns the HTTP transport for reg: the default one, or a
+// copy trusting reg's certificates from the certs directory.
+func (s *Store) transportFor(reg name.Registry) (http.RoundTripper, error) {
+	base := remote.DefaultTransport.(*http.Transport)
+	if s.opts.certsDir == "" {
+		return base, nil
+	}
+	host := reg.RegistryStr()
+	if host == "" || host == "." || host == ".." || strings.ContainsAny(host, "/\\\x00") {
+		return base, nil
+	}
+	dir := filepath.Join(s.opts.certsDir, host)
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return base, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("registry certificates for %s: %w", host, err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	n := 0
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".crt") || !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("registry certificates for %s: %w", host, err)
+		}
+		if !pool.AppendCertsFromPEM(b) {
+			return nil, errdefs.Invalid("registry certificates for %s: %s holds no PEM certificate", host, e.Name())
+		}
+		n++
+	}
+	if n == 0 {
+		return base, nil
+	}
+	t := base.Clone()
+	if t.TLSClientConfig == nil {
+		t.TLSClientConfig = &tls.Config{}
+	}
+	t.TLSClientConfig.RootCAs = pool
+	return t, nil
+}
+
+// RequestAuth is a registry account given with one request: used for
+// that transfer instead of the daemon's credentials, never stored.
+// Username and Password, or Token (a registry bearer token).
+type RequestAuth struct {
+	Username, Password, Token string
+}
+
+type authKey struct{}
+
+// WithRequestAuth returns a context under which pulls and pushes use a
+// (nil: anonymous access) instead of the Store's keychain: a tenant's
+// transfers never borrow the daemon's registry accounts.
+func WithRequestAuth(ctx context.Context, a *RequestAuth) context.Context {
+	var au authn.Authenticator = authn.Anonymous
+	if a != nil && (a.Username != "" || a.Token != "") {
+		au = authn.FromConfig(authn.AuthConfig{Username: a.Username, Password: a.Password, RegistryToken: a.Token})
+	}
+	return context.WithValue(ctx, authKey{}, au)
+}
+
+// remoteOptions are the options of a transfer with ref's registry.
+func (s *Store) remoteOptions(ctx context.Context, ref name.Reference) ([]remote.Option, func(), error) {
+	tr, err := s.transportFor(ref.Context().Registry)
+	if err != nil {
+		return nil, nil, err
+	}
+	closer := func() {
+		if t, ok := tr.(*http.Transport); ok && t != remote.DefaultTransport {
+			t.CloseIdleConnections()
+		}
+	}
+	auth := remote.WithAuthFromKeychain(s.opts.keychain)
+	if a, ok := ctx.Value(authKey{}).(authn.Authenticator); ok {
+		auth = remote.WithAuth(a)
+	}
+	return []remote.Option{remote.WithContext(ctx), remote.WithTransport(tr), auth}, closer, nil
+}
+
+// resolveImage fetches ref's manifest and picks the linux/GOARCH image of
+// an index. Anything but an image or an index is refused by media type.
+func (s *Store) resolveImage(ref name.Reference, opts []remote.Option) (v1.Image, error) {
+	desc, err := remote.Get(ref, opts...)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case desc.MediaType.IsIndex():
+		ii, err := desc.ImageIndex()
+		if err != nil {
+			return nil, err
+		}
+		img, err := pickImage(ii, "", 0)
+		if err != nil {
+			return nil, unsupported(err)
+		}
+		return img, nil
+	case desc.MediaType.IsImage():
+		return desc.Image()
+	default:
+		return nil, &errdefs.Error{Category: errdefs.ErrInvalid, Reason: errdefs.ErrImageUnsupported,
+			Msg: fmt.Sprintf("manifest has media type %q, not a container image or image index", desc.MediaType)}
+	}
+}
+
+// unsupported gives an invalid-image error the ErrImageUnsupported reason.
+func unsupported(err error) error {
+	var e *errdefs.Error
+	if errors.As(err, &e) && errors.Is(err, errdefs.ErrInvalid) && e.Reason == nil {
+		c := *e
+		c.Reason = errdefs.ErrImageUnsupported
+		return &c
+	}
+	return err
+}
+
+// registryErr names a failed transfer's step, reference and cause, with
+// the registry reason (errdefs.ErrRegistry*) that gives it a stable code.
+// Errors berth itself classified keep their category and get the step
+// and reference in front.
+func registryErr(step, ref string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	wrap := func(cat, reason error, cause string) error {
+		return &errdefs.Error{Category: cat, Reason: reason, Msg: step + " " + ref + ": " + cause, Err: err}
+	}
+	if cause, ok := digestMismatch(err); ok {
+		return wrap(errdefs.ErrUnavailable, errdefs.ErrDigestMismatch, cause)
+	}
+	var e *errdefs.Error
+	if errors.As(err, &e) {
+		c := *e
+		c.Msg = step + " " + ref + ": " + e.Msg
+		if errors.Is(err, errdefs.ErrDigestMismatch) {
+			// What the registry served is wrong, not the request.
+			c.Category, c.Reason = errdefs.ErrUnavailable, errdefs.ErrDigestMismatch
+		}
+		return &c
+	}
+	var terr *transport.Error
+	if errors.As(err, &terr) {
+		msg := registryMessage(terr)
+		switch terr.StatusCode {
+		case http.StatusNotFound:
+			return wrap(errdefs.ErrNotFound, errdefs.ErrImageNotFound, "the registry has no such image (404"+msg+")")
+		case http.StatusUnauthorized:
+			return wrap(errdefs.ErrPermission, errdefs.ErrRegistryUnauthorized,
+				"the registry refused the credentials, or none were given for it (401"+msg+
+					"; the host's come from serve --registry-auth, a tenant's only with its request)")
+		case http.StatusForbidden:
+			return wrap(errdefs.ErrPermission, errdefs.ErrRegistryDenied, "the registry denied access (403"+msg+")")
+		case http.StatusUnsupportedMediaType:
+			return wrap(errdefs.ErrInvalid, errdefs.ErrImageUnsupported, "the registry refused the media type (415"+msg+")")
+		}
+		return wrap(errdefs.ErrUnavailable, errdefs.ErrRegistry, fmt.Sprintf("the registry answered %d%s", terr.StatusCode, msg))
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return wrap(errdefs.ErrUnavailable, errdefs.ErrRegistryDNS, "cannot resolve the registry's host name: "+dnsErr.Error())
+	}
+	if cause, ok := tlsCause(err); ok {
+		return wrap(errdefs.ErrUnavailable, errdefs.ErrRegistryTLS, "TLS: "+cause)
+	}
+	var opErr *net.OpError
+	isOp := errors.As(err, &opErr)
+	if isOp && opErr.Op == "dial" || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.ETIMEDOUT) {
+		cause := "cannot connect to the registry"
+		if isOp {
+			cause += ": " + opErr.Err.Error()
+			if opErr.Addr != nil {
+				cause += " at " + opErr.Addr.String()
+			}
+		} else {
+			cause += ": " + clip(err.Error())
+		}
+		return wrap(errdefs.ErrUnavailable, errdefs.ErrRegistryUnreachable, cause)
+	}
+	return wrap(errdefs.ErrUnavailable, errdefs.ErrRegistry, "registry transfer failed: "+clip(err.Error()))
+}
+
+// registryMessage is the registry's own error text, clipped, for the
+// message ("" when it sent none).
+func registryMessage(terr *transport.Error) string {
+	var parts []string
+	for _, d := range terr.Errors {
+		parts = append(parts, clip(string(d.Code)+" "+d.Message))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(parts, "; ")
+}
+
+// clip keeps a remote party's text printable and short.
+func clip(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}
+
+// tlsCause recognises a failed TLS handshake or certificate check.
+func tlsCause(err error) (string, bool) {
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	var verify *tls.CertificateVerificationError
+	var rec tls.RecordHeaderError
+	switch {
+	case errors.As(err, &unknown):
+		return "the registry's certificate is signed by an unknown authority (give its CA in serve --registry-certs DIR/<host:port>/ca.crt)", true
+	case errors.As(err, &host):
+		return "the registry's certificate is not for this address: " + host.Error(), true
+	case errors.As(err, &invalid):
+		return "the registry's certificate is invalid: " + invalid.Error(), true
+	case errors.As(err, &verify):
+		return "the registry's certificate failed verification: " + verify.Err.Error(), true
+	case errors.As(err, &rec):
+		return "the registry did not answer TLS (plain HTTP? only --insecure allows it)", true
+	}
+	return "", false
+}
+
+// digestMismatch recognises go-containerregistry's failed verification of
+// a blob it read (its error type is internal; the e2e test of a corrupted
+// blob in a real registry holds this to the text).
+func digestMismatch(err error) (string, bool) {
+	if errors.Is(err, errdefs.ErrDigestMismatch) {
+		return "", false
+	}
+	s := err.Error()
+	if i := strings.Index(s, "error verifying sha256 checksum"); i >= 0 {
+		return "a blob the registry served does not match its digest: " + clip(s[i:]), true
+	}
+	return "", false
+}
+
+// platform is the one image Pull takes from an index.
+var platform = v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
