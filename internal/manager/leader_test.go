@@ -184,7 +184,7 @@ func startReplica(t *testing.T, url, name string, node *memnode.Node) *replica {
 	}
 	r.m, err = manager.New(manager.Config{
 		Node: "cluster", ReconcileInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
-		NodeLease: r.lease, StoreLease: r.lease, Replica: name,
+		NodeLease: r.lease, StoreLease: r.lease, Replica: name, WarmPool: -1,
 	}, r.st, nil, tagged{node, name})
 	if err != nil {
 		t.Fatal(err)

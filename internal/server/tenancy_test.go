@@ -81,7 +81,7 @@ func newTenv(t *testing.T) *tenv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { images.Close() })
-	m, err := manager.New(manager.Config{Node: "node-a", ReconcileInterval: time.Hour, Logger: log,
+	m, err := manager.New(manager.Config{Node: "node-a", ReconcileInterval: time.Hour, Logger: log, WarmPool: -1,
 		UploadDir: filepath.Join(dir, "layers", "uploads"), OnState: LeaseRevoker(st, log)}, st, images, e.node)
 	if err != nil {
 		t.Fatal(err)

@@ -58,6 +58,7 @@ __all__ = [
     'Flow',
     'ForkRequest',
     'ForkResponse',
+    'ImportProgress',
     'ImportTemplateRequest',
     'Isolation',
     'Lease',
@@ -72,10 +73,14 @@ __all__ = [
     'Process',
     'ProcessEvent',
     'ProcessList',
+    'PushEvent',
+    'PushResult',
+    'PushTemplateRequest',
     'PutSecretRequest',
     'Quota',
     'QuotaRequest',
     'QuotaUsage',
+    'RegistryAuth',
     'Resize',
     'Resources',
     'RotateSecretsKeyRequest',
@@ -110,9 +115,12 @@ class Error(Model):
     limit on work in progress: past a documented limit, named in limit; docs/limits.md),
     unauthenticated (401), permission_denied (403), not_found (404), conflict (409), too_large
     (413), resource_exhausted (429), not_supported (501), insufficient_storage (507),
-    unreachable (502: a sandbox port nothing listens on), unavailable (503), internal (500);
-    with an Idempotency-Key also invalid_idempotency_key (400), idempotency_key_reused (422) and
-    idempotency_in_progress (409).
+    unreachable (502: a sandbox port nothing listens on), unavailable (503), internal (500); for
+    registry pulls and pushes (docs/images.md) registry_unreachable, registry_dns, registry_tls,
+    registry_error, digest_mismatch (502), registry_unauthorized, registry_denied (403),
+    image_not_found (404), image_unsupported (400); with an Idempotency-Key also
+    invalid_idempotency_key (400), idempotency_key_reused (422) and idempotency_in_progress
+    (409).
     """
     message: str
     """One actionable line, safe to show. A 500's is "internal error (request id ...)": its cause
@@ -691,6 +699,7 @@ class ImportTemplateRequest(Model):
     insecure: Optional[bool] = None
     """Allow plain-HTTP registries."""
     service: Optional[TemplateService] = None
+    registry_auth: Optional[RegistryAuth] = None
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
@@ -699,6 +708,7 @@ class ImportTemplateRequest(Model):
         ('ref', 'ref', ()),
         ('insecure', 'insecure', ()),
         ('service', 'service', ('TemplateService',)),
+        ('registry_auth', 'registry_auth', ('RegistryAuth',)),
     )
     _required = ('name',)
 
@@ -2182,6 +2192,124 @@ class TemplateBuildStep(Model):
     )
 
 
+@dataclass
+class PushTemplateRequest(Model):
+    """The PushTemplateRequest object of the API."""
+
+    ref: str
+    """Registry reference to write to (host[:port]/repo:tag)."""
+    insecure: Optional[bool] = None
+    """Allow a plain-HTTP registry (certificates are still checked over TLS)."""
+    registry_auth: Optional[RegistryAuth] = None
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('ref', 'ref', ()),
+        ('insecure', 'insecure', ()),
+        ('registry_auth', 'registry_auth', ('RegistryAuth',)),
+    )
+    _required = ('ref',)
+
+
+@dataclass
+class PushResult(Model):
+    """The PushResult object of the API."""
+
+    ref: str
+    digest: str
+    """The pushed manifest's digest (sha256:...): pushing the same template again gives the same
+    one.
+    """
+    layers: List[str]
+    """The pushed image's diffIDs, bottom first. A build step's layer keeps its template layer id;
+    an imported layer's is that of berth's serialization.
+    """
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('ref', 'ref', ()),
+        ('digest', 'digest', ()),
+        ('layers', 'layers', ('list', ())),
+    )
+    _required = ('ref', 'digest', 'layers',)
+
+
+@dataclass
+class ImportProgress(Model):
+    """How far one layer of an import (bytes of its blob read) or a push (bytes of its compressed
+    blob uploaded) is.
+    """
+
+    layer: int
+    """1-based."""
+    layers: int
+    digest: str
+    """The layer's diffID."""
+    bytes: int
+    size: Optional[int] = None
+    """The blob's size when known."""
+    done: Optional[bool] = None
+    """The layer's last line."""
+    cached: Optional[bool] = None
+    """Already in the store (a push: in the registry); nothing was read."""
+    total_bytes: Optional[int] = None
+    """Bytes over all the image's layers (a cached layer counts as read); absent when a layer's
+    size is unknown.
+    """
+    total_size: Optional[int] = None
+    """Size of all the image's layers; absent when a layer's size is unknown."""
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('layer', 'layer', ()),
+        ('layers', 'layers', ()),
+        ('digest', 'digest', ()),
+        ('bytes', 'bytes', ()),
+        ('size', 'size', ()),
+        ('done', 'done', ()),
+        ('cached', 'cached', ()),
+        ('total_bytes', 'total_bytes', ()),
+        ('total_size', 'total_size', ()),
+    )
+    _required = ('layer', 'layers', 'digest', 'bytes',)
+
+
+@dataclass
+class PushEvent(Model):
+    """One line of a push's NDJSON stream: progress, then result or error."""
+
+    progress: Optional[ImportProgress] = None
+    result: Optional[PushResult] = None
+    error: Optional[Error] = None
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('progress', 'progress', ('ImportProgress',)),
+        ('result', 'result', ('PushResult',)),
+        ('error', 'error', ('Error',)),
+    )
+
+
+@dataclass
+class RegistryAuth(Model):
+    """A registry account given with one request, for that pull or push alone (registry_auth of
+    ImportTemplateRequest and PushTemplateRequest), never stored or shown: username and
+    password, or token (a registry bearer token). Without it the host's transfers use the
+    daemon's credentials (serve --registry-auth) and a tenant's go anonymous.
+    """
+
+    username: Optional[str] = None
+    password: Optional[str] = None
+    token: Optional[str] = None
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('username', 'username', ()),
+        ('password', 'password', ()),
+        ('token', 'token', ()),
+    )
+
+
 MODELS: Dict[str, type] = {
     'Error': Error,
     'ErrorBody': ErrorBody,
@@ -2260,4 +2388,9 @@ MODELS: Dict[str, type] = {
     'AuditVerifyRequest': AuditVerifyRequest,
     'TemplateBuild': TemplateBuild,
     'TemplateBuildStep': TemplateBuildStep,
+    'PushTemplateRequest': PushTemplateRequest,
+    'PushResult': PushResult,
+    'ImportProgress': ImportProgress,
+    'PushEvent': PushEvent,
+    'RegistryAuth': RegistryAuth,
 }

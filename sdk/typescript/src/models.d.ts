@@ -12,9 +12,11 @@ export interface Error {
    * on work in progress: past a documented limit, named in limit; docs/limits.md), unauthenticated
    * (401), permission_denied (403), not_found (404), conflict (409), too_large (413),
    * resource_exhausted (429), not_supported (501), insufficient_storage (507), unreachable (502: a
-   * sandbox port nothing listens on), unavailable (503), internal (500); with an Idempotency-Key
-   * also invalid_idempotency_key (400), idempotency_key_reused (422) and idempotency_in_progress
-   * (409).
+   * sandbox port nothing listens on), unavailable (503), internal (500); for registry pulls and
+   * pushes (docs/images.md) registry_unreachable, registry_dns, registry_tls, registry_error,
+   * digest_mismatch (502), registry_unauthorized, registry_denied (403), image_not_found (404),
+   * image_unsupported (400); with an Idempotency-Key also invalid_idempotency_key (400),
+   * idempotency_key_reused (422) and idempotency_in_progress (409).
    */
   code: string;
   /**
@@ -374,6 +376,7 @@ export interface ImportTemplateRequest {
   /** Allow plain-HTTP registries. */
   insecure?: boolean;
   service?: TemplateService;
+  registry_auth?: RegistryAuth;
 }
 
 /** Body of POST /v1/templates/build. */
@@ -1145,4 +1148,70 @@ export interface TemplateBuildStep {
   /** The first 256 flows of the step. */
   flows?: Flow[];
   flows_dropped?: number;
+}
+
+/** The PushTemplateRequest object of the API. */
+export interface PushTemplateRequest {
+  /** Registry reference to write to (host[:port]/repo:tag). */
+  ref: string;
+  /** Allow a plain-HTTP registry (certificates are still checked over TLS). */
+  insecure?: boolean;
+  registry_auth?: RegistryAuth;
+}
+
+/** The PushResult object of the API. */
+export interface PushResult {
+  ref: string;
+  /** The pushed manifest's digest (sha256:...): pushing the same template again gives the same one. */
+  digest: string;
+  /**
+   * The pushed image's diffIDs, bottom first. A build step's layer keeps its template layer id; an
+   * imported layer's is that of berth's serialization.
+   */
+  layers: string[];
+}
+
+/**
+ * How far one layer of an import (bytes of its blob read) or a push (bytes of its compressed blob
+ * uploaded) is.
+ */
+export interface ImportProgress {
+  /** 1-based. */
+  layer: number;
+  layers: number;
+  /** The layer's diffID. */
+  digest: string;
+  bytes: number;
+  /** The blob's size when known. */
+  size?: number;
+  /** The layer's last line. */
+  done?: boolean;
+  /** Already in the store (a push: in the registry); nothing was read. */
+  cached?: boolean;
+  /**
+   * Bytes over all the image's layers (a cached layer counts as read); absent when a layer's size
+   * is unknown.
+   */
+  total_bytes?: number;
+  /** Size of all the image's layers; absent when a layer's size is unknown. */
+  total_size?: number;
+}
+
+/** One line of a push's NDJSON stream: progress, then result or error. */
+export interface PushEvent {
+  progress?: ImportProgress;
+  result?: PushResult;
+  error?: Error;
+}
+
+/**
+ * A registry account given with one request, for that pull or push alone (registry_auth of
+ * ImportTemplateRequest and PushTemplateRequest), never stored or shown: username and password, or
+ * token (a registry bearer token). Without it the host's transfers use the daemon's credentials
+ * (serve --registry-auth) and a tenant's go anonymous.
+ */
+export interface RegistryAuth {
+  username?: string;
+  password?: string;
+  token?: string;
 }

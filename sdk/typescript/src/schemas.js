@@ -21,7 +21,7 @@ export const SCHEMAS = {
   RunRequest: { required: ["sandbox","exec"], props: {"sandbox":"CreateSandboxRequest","exec":"ExecRequest"} },
   FileInfo: { required: ["name","path","size","mode","mod_time","is_dir","permissions","mode_string","type"], props: {"name":null,"path":null,"size":null,"mode":null,"mod_time":null,"is_dir":null,"link":null,"permissions":null,"mode_string":null,"type":null,"uid":null,"gid":null} },
   Template: { required: ["name","layers","source","builtin","size","created_at"], props: {"tenant":null,"pool":"Pool","name":null,"layers":null,"source":null,"builtin":null,"size":null,"env":null,"workdir":null,"user":null,"entrypoint":null,"cmd":null,"exposed_ports":null,"stop_signal":null,"created_at":null,"build":"TemplateBuild","labels":null} },
-  ImportTemplateRequest: { required: ["name"], props: {"name":null,"path":null,"ref":null,"insecure":null,"service":"TemplateService"} },
+  ImportTemplateRequest: { required: ["name"], props: {"name":null,"path":null,"ref":null,"insecure":null,"service":"TemplateService","registry_auth":"RegistryAuth"} },
   BuildTemplateRequest: { required: ["name","from","run"], props: {"name":null,"from":null,"run":null,"env":null,"timeout_seconds":null,"service":"TemplateService","network":null,"allow":null} },
   BuildEvent: { required: ["step"], props: {"step":null,"stream":null,"data":null,"template":"Template","error":"Error"} },
   Event: { required: ["id","sandbox_id","time","type"], props: {"id":null,"sandbox_id":null,"time":null,"type":null,"from":null,"to":null,"actor":null,"cause":null,"reason":null,"outcome":null,"message":null} },
@@ -84,4 +84,9 @@ export const SCHEMAS = {
   AuditVerifyRequest: { required: [], props: {"anchor":null} },
   TemplateBuild: { required: [], props: {"steps":["list","TemplateBuildStep"]} },
   TemplateBuildStep: { required: [], props: {"step":null,"desc":null,"line":null,"cached":null,"network":null,"allow":null,"sandbox":null,"flow_count":null,"flows":["list","Flow"],"flows_dropped":null} },
+  PushTemplateRequest: { required: ["ref"], props: {"ref":null,"insecure":null,"registry_auth":"RegistryAuth"} },
+  PushResult: { required: ["ref","digest","layers"], props: {"ref":null,"digest":null,"layers":null} },
+  ImportProgress: { required: ["layer","layers","digest","bytes"], props: {"layer":null,"layers":null,"digest":null,"bytes":null,"size":null,"done":null,"cached":null,"total_bytes":null,"total_size":null} },
+  PushEvent: { required: [], props: {"progress":"ImportProgress","result":"PushResult","error":"Error"} },
+  RegistryAuth: { required: [], props: {"username":null,"password":null,"token":null} },
 };
