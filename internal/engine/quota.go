@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"sync"
 	"time"
@@ -36,10 +37,41 @@ type Usage struct {
 // the usage count to the record insert so that concurrent creates cannot
 // overshoot, and the create-rate buckets.
 type quotas struct {
-	mu      sync.Mutex
-	locks   map[string]*sync.Mutex
-	buckets map[string]*bucket
-	imports map[string]*importSlot // storage.go
+	mu       sync.Mutex
+	locks    map[string]*sync.Mutex
+	buckets  map[string]*bucket
+	imports  map[string]*importSlot      // storage.go
+	reserved map[string]map[string]Usage // tenant → sandbox id → admitted, its write still running
+}
+
+// reserve records n as admitted for sandbox id of tenant until release:
+// the count sees it whether or not its record is written yet.
+func (q *quotas) reserve(tenant, id string, n Usage) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.reserved == nil {
+		q.reserved = map[string]map[string]Usage{}
+	}
+	if q.reserved[tenant] == nil {
+		q.reserved[tenant] = map[string]Usage{}
+	}
+	q.reserved[tenant][id] = n
+}
+
+func (q *quotas) release(tenant, id string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.reserved[tenant], id)
+	if len(q.reserved[tenant]) == 0 {
+		delete(q.reserved, tenant)
+	}
+}
+
+// reservations is a copy of tenant's admitted sandboxes whose writes run.
+func (q *quotas) reservations(tenant string) map[string]Usage {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return maps.Clone(q.reserved[tenant])
 }
 
 type bucket struct {
@@ -118,13 +150,26 @@ func (m *Engine) SetQuota(ctx context.Context, q *store.TenantQuota) error {
 // recorded elsewhere, e.g. a pool member).
 func (m *Engine) TenantUsage(ctx context.Context, tenant, skip string) (Usage, error) {
 	var u Usage
+	// Admitted sandboxes whose writes still run count as admitted, once,
+	// whether or not their record is written yet. They are read before
+	// the records: one released in between was written before its
+	// release, so the records read after it hold it.
+	reserved := m.quota.reservations(tenant)
 	sbs, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.OwnedBy(tenant)}, store.Page{})
 	if err != nil {
 		return u, err
 	}
+	for id, n := range reserved {
+		if id != skip {
+			u.add(n)
+		}
+	}
 	owned := map[string]bool{}
 	for _, sb := range sbs {
 		if !sb.State.Live() || sb.Spec.Pool != "" && sb.Tenant == "" || sb.ID == skip {
+			continue
+		}
+		if _, ok := reserved[sb.ID]; ok {
 			continue
 		}
 		u.add(m.need(&sb.Spec))
@@ -205,7 +250,12 @@ func (m *Engine) admitNeed(ctx context.Context, tenant, skip string, n Usage, ra
 	}
 	l := m.quota.lock(tenant)
 	l.Lock()
-	defer l.Unlock()
+	locked := true
+	defer func() {
+		if locked {
+			l.Unlock()
+		}
+	}()
 	// The in-process lock queues this daemon's creates; the store's lock
 	// serialises them with other daemons sharing the database.
 	unlock, err := m.store.LockTenant(ctx, tenant)
@@ -253,6 +303,19 @@ func (m *Engine) admitNeed(ctx context.Context, tenant, skip string, n Usage, ra
 	case n.Storage > 0 && q.MaxStorage > 0 && u.Storage+n.Storage > q.MaxStorage:
 		return refuse(errdefs.QuotaExceeded(QuotaRetryAfter, "tenant %s: %s of %s storage reserved, %s asks %s",
 			name, sandbox.FormatBytes(u.Storage), sandbox.FormatBytes(q.MaxStorage), what, sandbox.FormatBytes(n.Storage)))
+	}
+	// A daemon alone on its store admits a sandbox by reservation: the
+	// locks are let go before write (a claim's thaw and transition, a
+	// record insert), so one tenant's creates are counted one at a time
+	// but written side by side. Daemons sharing a store (PostgreSQL, a
+	// store lease) hold both locks through write: another daemon sees an
+	// admission only in the store.
+	if skip != "" && m.cfg.StoreLease.Status().Trivial {
+		m.quota.reserve(tenant, skip, n)
+		defer m.quota.release(tenant, skip)
+		unlock()
+		l.Unlock()
+		locked = false
 	}
 	if err := write(); err != nil {
 		return refuse(err)

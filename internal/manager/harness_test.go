@@ -132,8 +132,10 @@ type env struct {
 	clock *clock
 	st    *faultyStore
 	node  *memnode.Node
-	m     *manager.Manager
-	cfg   manager.Config
+	// backend, if set, is what the engine runs on: node wrapped.
+	backend node.Backend
+	m       *manager.Manager
+	cfg     manager.Config
 	// images is the real layer store (withImages), or nil.
 	images *image.Store
 
@@ -204,7 +206,11 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 // start makes and recovers a manager over e's store and node.
 func (e *env) start() {
 	e.t.Helper()
-	m, err := manager.New(e.cfg, e.st, e.images, e.node)
+	var be node.Backend = e.node
+	if e.backend != nil {
+		be = e.backend
+	}
+	m, err := manager.New(e.cfg, e.st, e.images, be)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package manager_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/node/memnode"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -267,4 +269,91 @@ func TestQuotaVolumes(t *testing.T) {
 	}
 	_, err = e.createAs("acme", manager.CreateRequest{Resources: sandbox.Resources{CPUs: 0.1, MemoryBytes: 64 << 20, Pids: 64, DiskBytes: 2 << 30}})
 	wantQuotaErr(t, err, "storage reserved")
+}
+
+// gatedThaw is a node whose thaws wait until want of them run at once
+// (or a bound passes): a test sees whether claims thaw side by side.
+type gatedThaw struct {
+	*memnode.Node
+	want    int
+	mu      sync.Mutex
+	running int
+	most    int
+	met     chan struct{}
+}
+
+func (g *gatedThaw) Thaw(ctx context.Context, sb *sandbox.Sandbox) error {
+	g.mu.Lock()
+	g.running++
+	g.most = max(g.most, g.running)
+	if g.running == g.want {
+		close(g.met)
+	}
+	g.mu.Unlock()
+	select {
+	case <-g.met:
+	case <-time.After(3 * time.Second):
+	}
+	g.mu.Lock()
+	g.running--
+	g.mu.Unlock()
+	return g.Node.Thaw(ctx, sb)
+}
+
+// TestQuotaClaimsSideBySide: a tenant with a quota has its creates
+// counted one at a time but claimed side by side (admission by
+// reservation: the tenant's lock is not held through the thaw and the
+// record), and the count still never overshoots: of 3 concurrent creates
+// under a limit of 2, 2 are claims and 1 is refused, and a member the
+// refused one did not take is untouched.
+func TestQuotaClaimsSideBySide(t *testing.T) {
+	g := &gatedThaw{want: 2, met: make(chan struct{})}
+	e := newEnv(t, func(e *env) {
+		e.node = memnode.New(e.t)
+		g.Node = e.node
+		e.backend = g
+	})
+	_, err := e.m.SetPool(e.ctx, "base", 3)
+	must(t, err)
+	m1 := e.waitPoolMember()
+	m2 := e.waitPoolMember(m1.ID)
+	e.waitPoolMember(m1.ID, m2.ID)
+	e.setQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 2})
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = e.createAs("acme", manager.CreateRequest{})
+		}()
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, errdefs.ErrQuota):
+			wantQuotaErr(t, err, "tenant acme: 2 of 2 concurrent sandboxes in use")
+		default:
+			t.Errorf("unexpected error: %v", err)
+		}
+	}
+	if ok != 2 {
+		sbs, _, _ := e.st.ListSandboxes(e.ctx, store.SandboxFilter{Owner: store.AnyOwner, IncludeDeleted: true}, store.Page{})
+		for _, sb := range sbs {
+			t.Logf("%s tenant=%q pool=%q %s %s", sb.ID, sb.Tenant, sb.Spec.Pool, sb.State, sb.Reason)
+		}
+		t.Fatalf("%d created (%v); want 2", ok, errs)
+	}
+	if g.most < 2 {
+		t.Fatalf("the claims thawed one at a time (at most %d at once)", g.most)
+	}
+	if live, _ := e.liveOf("acme"); live != 2 {
+		t.Fatalf("acme has %d live sandboxes, want 2", live)
+	}
+	if u, err := e.m.TenantUsage(e.ctx, "acme", ""); err != nil || u.Sandboxes != 2 {
+		t.Fatalf("usage after the claims: %+v %v", u, err)
+	}
 }
