@@ -22,8 +22,9 @@ func newProcessCmds(g *globals) []*cobra.Command {
 	return []*cobra.Command{newPsCmd(g), newLogsCmd(g), newAttachCmd(g), newKillCmd(g), newWaitCmd(g)}
 }
 
-// startDetached starts req as a background process and prints its id.
-func startDetached(ctx context.Context, cmd *cobra.Command, g *globals, id string, req api.ExecRequest, tag, restart string) error {
+// startDetached starts req as a background process and prints its id;
+// opt holds the process's own fields (tag, restart policy, ready port).
+func startDetached(ctx context.Context, cmd *cobra.Command, g *globals, id string, req api.ExecRequest, opt api.StartProcessRequest) error {
 	c, err := g.client()
 	if err != nil {
 		return err
@@ -32,8 +33,9 @@ func startDetached(ctx context.Context, cmd *cobra.Command, g *globals, id strin
 	if req.TimeoutSeconds != 0 {
 		return fmt.Errorf("--timeout does not apply to a detached process (kill it with berth kill)")
 	}
-	p, err := c.StartProcess(ctx, id, api.StartProcessRequest{Cmd: req.Cmd, Env: req.Env, Workdir: req.Workdir, User: req.User,
-		TTY: req.TTY, Rows: req.Rows, Cols: req.Cols, Tag: tag, Restart: restart})
+	opt.Cmd, opt.Env, opt.Workdir, opt.User = req.Cmd, req.Env, req.Workdir, req.User
+	opt.TTY, opt.Rows, opt.Cols = req.TTY, req.Rows, req.Cols
+	p, err := c.StartProcess(ctx, id, opt)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,70 @@
+package procs
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/store"
+)
+
+// TestForgotten: a kill by process number ends the record of that run in
+// the current boot only; a kill by tag ends the records with that tag,
+// whichever boot their run was of.
+func TestForgotten(t *testing.T) {
+	sps := []*store.SupervisedProcess{
+		{Key: "a", Boot: "b1", AgentID: "1", Spec: store.ProcessSpec{Tag: "web"}},
+		{Key: "b", Boot: "b1", AgentID: "2"},
+		{Key: "c", Boot: "b0", AgentID: "3"}, // not started again in b1
+		{Key: "d", Boot: "b0", AgentID: "4", Spec: store.ProcessSpec{Tag: "db"}},
+	}
+	keys := func(in []*store.SupervisedProcess) (out []string) {
+		for _, sp := range in {
+			out = append(out, sp.Key)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		ref  string
+		want []string
+	}{
+		{"1", []string{"a"}},
+		{"2", []string{"b"}},
+		{"3", nil}, // process 3 of boot b1 is another process
+		{"web", []string{"a"}},
+		{"db", []string{"d"}},
+		{"none", nil},
+	} {
+		if got := keys(forgotten(sps, "b1", tc.ref)); len(got) != len(tc.want) || len(got) > 0 && got[0] != tc.want[0] {
+			t.Errorf("forgotten(%q) = %v, want %v", tc.ref, got, tc.want)
+		}
+	}
+}
+
+// TestValidateStartReadyPort: a ready port is a TCP port or none.
+func TestValidateStartReadyPort(t *testing.T) {
+	for port, ok := range map[int]bool{0: true, 1: true, 8000: true, 65535: true, -1: false, 65536: false} {
+		req := &StartRequest{ExecRequest: engine.ExecRequest{Cmd: []string{"true"}}, Restart: "always", ReadyPort: port}
+		err := ValidateStart(req)
+		if ok && err != nil || !ok && !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("ready port %d: %v", port, err)
+		}
+	}
+}
+
+// TestSpecOf: what is recorded is the request as given, not shared with
+// it.
+func TestSpecOf(t *testing.T) {
+	req := &StartRequest{ExecRequest: engine.ExecRequest{Cmd: []string{"srv", "-p"}, Env: map[string]string{"K": "v"},
+		Workdir: "/w", User: "1000"}, Tag: "web", Restart: "on-failure", MaxRestarts: 3, ReadyPort: 80}
+	sp := specOf(req)
+	req.Cmd[0], req.Env["K"] = "changed", "changed"
+	if sp.Cmd[0] != "srv" || sp.Env["K"] != "v" || sp.Workdir != "/w" || sp.User != "1000" || sp.Tag != "web" ||
+		sp.Restart != "on-failure" || sp.MaxRestarts != 3 || sp.ReadyPort != 80 {
+		t.Errorf("specOf = %+v", sp)
+	}
+	if supervised("") || supervised("never") || !supervised("always") || !supervised("on-failure") {
+		t.Error("supervised: only always and on-failure are")
+	}
+}
