@@ -97,7 +97,10 @@ func newLogsCmd(g *globals) *cobra.Command {
 		Use:   "logs [-f] ID PID|TAG",
 		Short: "Print a background process's output",
 		Long: `Print a background process's kept output (its last MiB) and, with -f, its
-live output until it ends. With -f, berth exits with the process's exit code.`,
+live output until it ends. With -f, berth exits with the process's exit code.
+A process ended by its sandbox's stop keeps the end of its output (8 KiB a
+stream): name it by its id (berth ps), while the sandbox is stopped or after it
+started again.`,
 		Args: exactArgs(2, "a sandbox id and a process id or tag"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()

@@ -124,6 +124,9 @@ func (m *Engine) stopGraceLocked(ctx context.Context, sb *sandbox.Sandbox, cause
 	// Only a running sandbox can be asked: a paused one is frozen, and a
 	// stop being retried has had its chance.
 	graceful := sb.State == sandbox.StateRunning && grace > 0
+	if sb.State == sandbox.StateRunning && m.features.Stopping != nil {
+		m.features.Stopping(ctx, sb)
+	}
 	if sb.State != sandbox.StateStopping {
 		if err := m.transition(ctx, sb, sandbox.StateStopping, cause, actor, reason); err != nil {
 			return err

@@ -131,14 +131,25 @@ func supervisedScenario(t *testing.T, d *daemon, runtime string) {
 		t.Fatalf("web runs as %s, started as %s", runs["web"], web.ID)
 	}
 
-	// Stop and start: a new boot.
+	// Stop and start: a new boot. The stopped run's output stays
+	// readable by its id, stopped and after the start.
+	prev := runs["web"]
+	logsOf := func(when, pid string) {
+		t.Helper()
+		out, e, code := d.cli("logs", id, pid)
+		if code != 0 || !strings.Contains(out, "Serving HTTP on") {
+			t.Fatalf("logs of %s %s: %d %q %q", pid, when, code, out, e)
+		}
+	}
 	if _, err := d.c.Stop(ctx, id); err != nil {
 		t.Fatal(err)
 	}
+	logsOf("while stopped", prev)
 	if _, err := d.c.Start(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	runs = back("after stop/start", runs)
+	logsOf("after the start", prev)
 	var page string
 	waitFor(t, "the web server after stop/start", func() bool {
 		code, body := getPort(t, hc, id, "8000", "index.html")

@@ -9,7 +9,15 @@
 // sandbox's live object, so that processes of an earlier boot are reported
 // as "stopped" instead of vanishing. Process ids of the API are the
 // agent's prefixed by its boot (BOOT-N), so an id never names a process of
-// another boot.
+// another boot. Before a running sandbox stops (the engine's Stopping
+// hook) the end of each process's output is read from the agent (8 KiB a
+// stream, 64 KiB a sandbox, the newest processes' first; at most 2 s, the
+// daemon's bound): logs and attach by the id of a process of an ended
+// boot replay it (a gap first for what is gone), while the sandbox is
+// stopped and after its next start, without starting anything. A crash
+// or a host reboot leaves no time to read it: such a process's output is
+// gone, and logs says so. The tails live in memory, as the table does; a
+// daemon restart forgets them.
 //
 // Templates' services: the core's Features.Running hook (every transition
 // to running) starts TemplateConfig.Service (internal/store/service.go; set
@@ -94,6 +102,14 @@ const (
 	// maxLost is how many processes of earlier boots are remembered.
 	maxLost    = 32
 	bootPrefix = 6
+	// tailBytes is the output of each stream of a process kept from
+	// its sandbox's stop; tailTotal caps what a sandbox keeps in all
+	// (the oldest processes' tails go first); tailWait bounds the
+	// reading at the stop (the daemon's bound: a stalling agent only
+	// loses its tails).
+	tailBytes = 8 << 10
+	tailTotal = 64 << 10
+	tailWait  = 2 * time.Second
 )
 
 // Procs runs background processes.
@@ -127,6 +143,42 @@ type Process struct {
 	Restart  string
 	Restarts int
 	Reason   string // why a stopped process ended
+
+	tail *tail // its output kept from the sandbox's stop, or nil
+}
+
+// tail is the end of a process's output, read at its sandbox's stop.
+type tail struct {
+	stdout, stderr []byte
+	cut            int64 // bytes of output before them that are gone
+}
+
+func (t *tail) size() int {
+	if t == nil {
+		return 0
+	}
+	return len(t.stdout) + len(t.stderr)
+}
+
+// tailWriter keeps the last max bytes written to it.
+type tailWriter struct {
+	buf []byte
+	max int
+	cut int64
+}
+
+func (w *tailWriter) Write(b []byte) (int, error) {
+	n := len(b)
+	if len(b) > w.max {
+		w.cut += int64(len(b) - w.max)
+		b = b[len(b)-w.max:]
+	}
+	if over := len(w.buf) + len(b) - w.max; over > 0 {
+		w.cut += int64(over)
+		w.buf = append(w.buf[:0], w.buf[over:]...)
+	}
+	w.buf = append(w.buf, b...)
+	return n, nil
 }
 
 // AttachIO is an attacher's side (see agent.AttachIO).
@@ -184,6 +236,46 @@ func (r *record) newBootLocked(boot string) {
 		}
 	}
 	r.boot, r.cur = boot, nil
+}
+
+// stopped records boot's processes, with their tails, as the sandbox's
+// stop found them, keeping at most tailTotal bytes of tails (the newest).
+func (r *record) stopped(boot string, ps []Process) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.newBootLocked(boot)
+	r.cur = ps
+	all := len(r.lost) + len(r.cur)
+	at := func(i int) *Process {
+		if i < len(r.lost) {
+			return &r.lost[i]
+		}
+		return &r.cur[i-len(r.lost)]
+	}
+	total := 0
+	for i := all - 1; i >= 0; i-- {
+		pr := at(i)
+		if total+pr.tail.size() > tailTotal {
+			pr.tail = nil
+			continue
+		}
+		total += pr.tail.size()
+	}
+}
+
+// kept returns process id if its output was kept at a stop (so it is of
+// a boot that ended).
+func (r *record) kept(id string) (Process, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ps := range [][]Process{r.lost, r.cur} {
+		for _, pr := range ps {
+			if pr.ID == id && pr.tail != nil {
+				return pr, true
+			}
+		}
+	}
+	return Process{}, false
 }
 
 func (r *record) add(boot string, pr Process) {
@@ -491,9 +583,28 @@ func (p *Procs) ListProcesses(ctx context.Context, ref string) ([]Process, error
 // AttachProcess replays process pid's output and, with follow, streams it live
 // until it ends; it returns the exit if the process has ended.
 func (p *Procs) AttachProcess(ctx context.Context, ref, pid string, follow bool, aio AttachIO, actor string) (*engine.Exit, error) {
+	if pidRE.MatchString(pid) {
+		// A process of a sandbox not running: the output kept from its
+		// stop, without starting anything.
+		sb, err := p.e.Local(ctx, ref)
+		if err != nil {
+			return nil, err
+		}
+		if sb.State != sandbox.StateRunning {
+			if pr, ok := p.record(sb.ID).kept(pid); ok {
+				return pr.Exit, replayTail(pr.tail, aio)
+			}
+		}
+	}
 	sb, c, boot, err := p.ready(ctx, ref, "attach to a process in", actor)
 	if err != nil {
 		return nil, err
+	}
+	if m := pidRE.FindStringSubmatch(pid); m != nil && m[1] != boot[:bootPrefix] {
+		// A process of an earlier boot.
+		if pr, ok := p.record(sb.ID).kept(pid); ok {
+			return pr.Exit, replayTail(pr.tail, aio)
+		}
 	}
 	aref, err := p.agentRef(sb, boot, pid)
 	if err != nil {
@@ -532,6 +643,53 @@ func (p *Procs) AttachProcess(ctx context.Context, ref, pid string, follow bool,
 	e := exitOf(*ex)
 	p.record(sb.ID).ended(curID(boot, aref), e)
 	return &e, nil
+}
+
+// replayTail writes a kept tail to an attacher, its gap first.
+func replayTail(t *tail, aio AttachIO) error {
+	if t.cut > 0 && aio.Gap != nil {
+		aio.Gap(t.cut)
+	}
+	if len(t.stdout) > 0 && aio.Stdout != nil {
+		if _, err := aio.Stdout.Write(t.stdout); err != nil {
+			return err
+		}
+	}
+	if len(t.stderr) > 0 && aio.Stderr != nil {
+		if _, err := aio.Stderr.Write(t.stderr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Stopping reads, before running sandbox sb stops, the end of every
+// background process's output (tailBytes a stream) into the record, so
+// that it stays readable (logs, attach by the process's id) after the
+// stop and after the next start. It is the engine's Stopping hook; at
+// most tailWait in all, after which the rest is not kept.
+func (p *Procs) Stopping(ctx context.Context, sb *sandbox.Sandbox) {
+	ctx, cancel := context.WithTimeout(ctx, tailWait)
+	defer cancel()
+	c := p.e.Backend().Agent(sb)
+	boot, ins, err := c.ListProcs(ctx)
+	if err != nil || boot == "" {
+		return
+	}
+	ps := make([]Process, 0, len(ins))
+	for _, in := range ins {
+		pr := processOf(boot, in)
+		if ctx.Err() == nil {
+			out, errw := &tailWriter{max: tailBytes}, &tailWriter{max: tailBytes}
+			var gap int64
+			if _, err := c.AttachProc(ctx, in.ID, false, agent.AttachIO{Stdout: out, Stderr: errw,
+				Gap: func(n int64) { gap += n }}); err == nil || out.buf != nil || errw.buf != nil {
+				pr.tail = &tail{stdout: out.buf, stderr: errw.buf, cut: gap + out.cut + errw.cut}
+			}
+		}
+		ps = append(ps, pr)
+	}
+	p.record(sb.ID).stopped(boot, ps)
 }
 
 // stoppedErr explains a lost agent connection by the sandbox's state.

@@ -2,6 +2,7 @@ package procs
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/berth-sh/berth/internal/engine"
@@ -66,5 +67,50 @@ func TestSpecOf(t *testing.T) {
 	}
 	if supervised("") || supervised("never") || !supervised("always") || !supervised("on-failure") {
 		t.Error("supervised: only always and on-failure are")
+	}
+}
+
+// TestTailWriter: the last max bytes are kept, and what went before is
+// counted.
+func TestTailWriter(t *testing.T) {
+	w := &tailWriter{max: 8}
+	for _, s := range []string{"abc", "defgh", "ij", "0123456789abcdef", "XY"} {
+		if n, err := w.Write([]byte(s)); n != len(s) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v", s, n, err)
+		}
+	}
+	if string(w.buf) != "89abcdefXY"[2:] || w.cut != int64(3+5+2+16+2-8) {
+		t.Fatalf("tail %q cut %d", w.buf, w.cut)
+	}
+}
+
+// TestStoppedKeepsNewestTails: a sandbox keeps at most tailTotal bytes
+// of tails, the newest processes' first; a new boot keeps the earlier
+// one's tails with its processes.
+func TestStoppedKeepsNewestTails(t *testing.T) {
+	r := &record{}
+	big := func() *tail { return &tail{stdout: make([]byte, tailBytes), stderr: make([]byte, tailBytes)} }
+	var ps []Process
+	n := tailTotal/(2*tailBytes) + 2
+	for i := range n {
+		ps = append(ps, Process{ID: fmt.Sprintf("aaaaaa-%d", i), State: "running", tail: big()})
+	}
+	r.stopped("aaaaaaaa", ps)
+	if _, ok := r.kept("aaaaaa-0"); ok {
+		t.Error("the oldest tail was kept past the bound")
+	}
+	if p, ok := r.kept(fmt.Sprintf("aaaaaa-%d", n-1)); !ok || p.tail.size() != 2*tailBytes {
+		t.Error("the newest tail was not kept")
+	}
+	r.sync("bbbbbbbb", nil)
+	if _, ok := r.kept(fmt.Sprintf("aaaaaa-%d", n-1)); !ok {
+		t.Error("a new boot lost the earlier boot's tails")
+	}
+	total := 0
+	for _, p := range r.snapshot("", "") {
+		total += p.tail.size()
+	}
+	if total > tailTotal {
+		t.Errorf("%d bytes of tails kept, bound %d", total, tailTotal)
 	}
 }
