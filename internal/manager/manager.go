@@ -79,6 +79,8 @@ type (
 	Process           = procs.Process
 	StartRequest      = procs.StartRequest
 	AttachIO          = procs.AttachIO
+	// Ownership says who owns what a file write creates.
+	Ownership = files.Ownership
 )
 
 // RuntimeClass is a runtime class and what it can do (node.Caps).
