@@ -126,6 +126,14 @@ func supervisedScenario(t *testing.T, d *daemon, runtime string) {
 	if _, e, code := d.cli("kill", id, "doomed"); code != 0 {
 		t.Fatalf("kill doomed: %s", e)
 	}
+	// An on-failure process that succeeds is done: it does not come back.
+	if _, e, code := d.cli("exec", "-d", "--tag", "once", "--restart", "on-failure", id, "--", "true"); code != 0 {
+		t.Fatal(e)
+	}
+	waitFor(t, "the on-failure process's success", func() bool {
+		p, ok := procNamed(procList(t, d, id), "once")
+		return ok && p.State == "exited" && p.Exit != nil && p.Exit.Code == 0
+	})
 	runs := back("after start", nil)
 	if runs["web"] != web.ID {
 		t.Fatalf("web runs as %s, started as %s", runs["web"], web.ID)
@@ -152,6 +160,11 @@ func supervisedScenario(t *testing.T, d *daemon, runtime string) {
 	page := once("right after the start")
 	runs = back("after stop/start", runs)
 	logsOf("after the start", prev)
+	for _, p := range procList(t, d, id) {
+		if p.Tag == "once" && strings.HasPrefix(p.ID, runs["web"][:7]) {
+			t.Fatalf("an on-failure process that had succeeded ran again: %+v", p)
+		}
+	}
 	if page == first {
 		t.Fatalf("after stop/start the page is %q (first run's %q): not a new run with its env", page, first)
 	}

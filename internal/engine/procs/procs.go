@@ -51,7 +51,9 @@
 // a sandbox's Spec.Env is: give credentials as secrets, which are
 // references, never stored with the process) with the sandbox's secrets
 // as they are now. Its run of the earlier boot stays listed as
-// "stopped". A process without a policy does not come back. Killing a
+// "stopped". A process without a policy does not come back, nor does an
+// on-failure one that had ended in success before a stop (the Stopping
+// hook sees it in the agent's table and removes its record). Killing a
 // supervised process (kill, the API's .../kill: a stop) removes its
 // record, also when it had ended for good; a signal that is not a kill
 // leaves it to its policy. The records go with the sandbox's delete; a
@@ -690,6 +692,33 @@ func (p *Procs) Stopping(ctx context.Context, sb *sandbox.Sandbox) {
 		ps = append(ps, pr)
 	}
 	p.record(sb.ID).stopped(boot, ps)
+	// An on-failure process that ended in success is done: it does not
+	// come back at the next boot.
+	if sps, err := p.e.Store().ListProcesses(ctx, sb.ID); err == nil {
+		for _, sp := range succeeded(sps, boot, ins) {
+			if err := p.e.Store().DeleteProcess(ctx, sb.ID, sp.Key); err != nil {
+				p.e.Log().Warn("supervised process: forgetting one that succeeded", "sandbox", sb.ID, "process", sp.Key, "err", err)
+			}
+		}
+	}
+}
+
+// succeeded are the records of sps whose run in boot (as ins, the
+// agent's table, shows it) has ended for good with exit code 0 under the
+// on-failure policy.
+func succeeded(sps []*store.SupervisedProcess, boot string, ins []agent.ProcInfo) []*store.SupervisedProcess {
+	var out []*store.SupervisedProcess
+	for _, sp := range sps {
+		if sp.Boot != boot || sp.Spec.Restart != wire.RestartOnFailure {
+			continue
+		}
+		for _, in := range ins {
+			if in.ID == sp.AgentID && in.State == wire.ProcExited && in.Exit != nil && in.Exit.Code == 0 && in.Exit.Signal == "" {
+				out = append(out, sp)
+			}
+		}
+	}
+	return out
 }
 
 // stoppedErr explains a lost agent connection by the sandbox's state.

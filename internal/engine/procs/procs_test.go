@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/berth-sh/berth/internal/agent"
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/store"
@@ -112,5 +113,27 @@ func TestStoppedKeepsNewestTails(t *testing.T) {
 	}
 	if total > tailTotal {
 		t.Errorf("%d bytes of tails kept, bound %d", total, tailTotal)
+	}
+}
+
+// TestSucceeded: only an on-failure run of the current boot that exited
+// 0 by itself is done.
+func TestSucceeded(t *testing.T) {
+	sps := []*store.SupervisedProcess{
+		{Key: "ok", Boot: "b1", AgentID: "1", Spec: store.ProcessSpec{Restart: "on-failure"}},
+		{Key: "failed", Boot: "b1", AgentID: "2", Spec: store.ProcessSpec{Restart: "on-failure"}},
+		{Key: "always", Boot: "b1", AgentID: "3", Spec: store.ProcessSpec{Restart: "always"}},
+		{Key: "running", Boot: "b1", AgentID: "4", Spec: store.ProcessSpec{Restart: "on-failure"}},
+		{Key: "old", Boot: "b0", AgentID: "5", Spec: store.ProcessSpec{Restart: "on-failure"}},
+	}
+	ins := []agent.ProcInfo{
+		{ID: "1", State: "exited", Exit: &agent.Exit{Code: 0}},
+		{ID: "2", State: "exited", Exit: &agent.Exit{Code: 1}},
+		{ID: "3", State: "exited", Exit: &agent.Exit{Code: 0}},
+		{ID: "4", State: "running"},
+		{ID: "5", State: "exited", Exit: &agent.Exit{Code: 0}},
+	}
+	if got := succeeded(sps, "b1", ins); len(got) != 1 || got[0].Key != "ok" {
+		t.Fatalf("succeeded = %+v, want ok", got)
 	}
 }
