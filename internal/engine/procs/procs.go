@@ -65,11 +65,12 @@
 // sandbox's; a port that never opens fails nothing), and a start of the
 // sandbox, or a port request that wakes it, waits for the ready ports of
 // its template's service and of its supervised processes
-// (engine.awaitService) before it answers or dials. The ready port belongs to the process rather than to the
-// sandbox: a user's processes start after the create, so a create could
-// only wait out the bound for a port nothing has been asked to open,
-// while the process's start and every later wake are exactly the moments
-// something is about to listen on it.
+// (engine.awaitService) before it answers or dials. The ready port
+// belongs to the process rather than to the sandbox: a user's processes
+// start after the create, so a create could only wait out the bound for
+// a port nothing has been asked to open, while the process's start and
+// every later start or wake are exactly the moments something is about
+// to listen on it.
 package procs
 
 import (
@@ -670,8 +671,8 @@ func replayTail(t *tail, aio AttachIO) error {
 // that it stays readable (logs, attach by the process's id) after the
 // stop and after the next start. It is the engine's Stopping hook; at
 // most tailWait in all, after which the rest is not kept.
-func (p *Procs) Stopping(ctx context.Context, sb *sandbox.Sandbox) {
-	ctx, cancel := context.WithTimeout(ctx, tailWait)
+func (p *Procs) Stopping(parent context.Context, sb *sandbox.Sandbox) {
+	ctx, cancel := context.WithTimeout(parent, tailWait)
 	defer cancel()
 	c := p.e.Backend().Agent(sb)
 	boot, ins, err := c.ListProcs(ctx)
@@ -694,9 +695,10 @@ func (p *Procs) Stopping(ctx context.Context, sb *sandbox.Sandbox) {
 	p.record(sb.ID).stopped(boot, ps)
 	// An on-failure process that ended in success is done: it does not
 	// come back at the next boot.
-	if sps, err := p.e.Store().ListProcesses(ctx, sb.ID); err == nil {
+	sctx := context.WithoutCancel(parent) // the store's, not the agent's, time
+	if sps, err := p.e.Store().ListProcesses(sctx, sb.ID); err == nil {
 		for _, sp := range succeeded(sps, boot, ins) {
-			if err := p.e.Store().DeleteProcess(ctx, sb.ID, sp.Key); err != nil {
+			if err := p.e.Store().DeleteProcess(sctx, sb.ID, sp.Key); err != nil {
 				p.e.Log().Warn("supervised process: forgetting one that succeeded", "sandbox", sb.ID, "process", sp.Key, "err", err)
 			}
 		}
