@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -34,11 +37,18 @@ func TestSupervisedProcessesRunsc(t *testing.T) {
 
 // webCmd serves /tmp/www on :8000, its page naming the env it was given
 // and the run (a fresh number per start).
-var webCmd = []string{"sh", "-c", `mkdir -p /tmp/www && cd /tmp/www && echo "$GREETING run-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')" > index.html && exec python3 -u -m http.server 8000`}
+var webCmd = []string{"sh", "-c", `mkdir -p /tmp/www && cd /tmp/www && echo "$GREETING run-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ') $GH_TOKEN" > index.html && exec python3 -u -m http.server 8000`}
 
 func supervisedScenario(t *testing.T, d *daemon, runtime string) {
 	ctx := context.Background()
-	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: runtime, Persistent: true, Policy: api.Policy{AutoResume: true}})
+	// A secret as env: each start resolves it again; the store never
+	// holds its value with the process.
+	const token = "tok-s3cr3t-91c7"
+	if _, e, code := d.cliIn(token, "secret", "set", "TOKEN"); code != 0 {
+		t.Fatalf("secret set: %s", e)
+	}
+	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: runtime, Persistent: true, Policy: api.Policy{AutoResume: true},
+		Secrets: []api.SecretRef{{Name: "TOKEN", Env: "GH_TOKEN"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,8 +175,17 @@ func supervisedScenario(t *testing.T, d *daemon, runtime string) {
 			t.Fatalf("an on-failure process that had succeeded ran again: %+v", p)
 		}
 	}
-	if page == first {
-		t.Fatalf("after stop/start the page is %q (first run's %q): not a new run with its env", page, first)
+	if page == first || !strings.HasSuffix(page, " "+token+"\n") {
+		t.Fatalf("after stop/start the page is %q (first run's %q): not a new run with its env and secret", page, first)
+	}
+	for _, f := range []string{"berth.db", "berth.db-wal"} {
+		b, err := os.ReadFile(filepath.Join(d.dataDir, f))
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte(token)) {
+			t.Fatalf("the secret's value is in the store (%s)", f)
+		}
 	}
 
 	// A port request wakes the stopped sandbox and answers from the
