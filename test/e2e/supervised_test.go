@@ -242,7 +242,7 @@ func supervisedScenario(t *testing.T, d *daemon, runtime string) {
 		d.stop()
 		simulateReboot(t, d, id)
 		d.start()
-		runs = back("after a host reboot", runs)
+		back("after a host reboot", runs)
 		once("after a host reboot")
 	}
 
