@@ -23,8 +23,16 @@ type StartProcessRequest struct {
 	Tag string `json:"tag,omitempty"`
 	// Restart is never (default), always or on-failure; MaxRestarts caps
 	// the restarts (0: 10).
+	// A process with a restart policy is supervised: recorded with its
+	// sandbox, it is started again at every boot (start after stop, wake,
+	// restart after a host reboot) until it is killed (berth kill).
 	Restart     string `json:"restart,omitempty"`
 	MaxRestarts int    `json:"max_restarts,omitempty"`
+	// ReadyPort, when set, is a TCP port the process listens on: the
+	// start answers once it accepts (at most 30 s, the daemon's bound),
+	// and, for a supervised process, so does a port request that wakes
+	// its auto_resume sandbox.
+	ReadyPort int `json:"ready_port,omitempty"`
 }
 
 // Process describes a background process.

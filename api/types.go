@@ -596,6 +596,9 @@ type CopyRequest struct {
 	FromPath string `json:"from_path"` // file or directory
 	To       string `json:"to"`
 	ToPath   string `json:"to_path"` // the copy's path, or the directory it goes into when that exists
+	// PreserveOwner keeps the source's owners (archive mode); otherwise
+	// what the copy creates belongs to the destination sandbox's user.
+	PreserveOwner bool `json:"preserve_owner,omitempty"`
 }
 
 // PoolRequest is the body of PUT /v1/templates/{name}/pool.

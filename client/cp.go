@@ -22,8 +22,15 @@ import (
 // an existing directory (a missing dst ending in "/" is an error); a
 // directory becomes dst when dst does not exist, or dst/<name of src> when
 // it does, and src ending in "/." copies only its contents. Ownership is not
-// kept: in the sandbox the files belong to its root.
+// kept: in the sandbox the files belong to its user (root if it has none).
 func (c *Client) CopyToSandbox(ctx context.Context, src, id, dst string) error {
+	return c.CopyToSandboxWith(ctx, src, id, dst, WriteOptions{})
+}
+
+// CopyToSandboxWith is CopyToSandbox with the copy owned as o says: by
+// o.User, or with o.PreserveOwner by the local files' uids and gids
+// (archive mode, as docker cp -a).
+func (c *Client) CopyToSandboxWith(ctx context.Context, src, id, dst string, o WriteOptions) error {
 	fi, err := os.Stat(src)
 	if err != nil {
 		return fmt.Errorf("cannot copy %s: %w", src, unwrapPathError(err))
@@ -47,7 +54,15 @@ func (c *Client) CopyToSandbox(ctx context.Context, src, id, dst string) error {
 			return fmt.Errorf("cannot copy %s: %w", src, unwrapPathError(err))
 		}
 		defer f.Close()
-		_, err = c.WriteFile(ctx, id, target, fi.Mode(), f)
+		if o.PreserveOwner {
+			// One file as a one-entry archive, to carry its owner.
+			pr, pw := io.Pipe()
+			go func() { pw.CloseWithError(writeTar(pw, src, path.Base(target), true)) }()
+			err = c.WriteTarWith(ctx, id, path.Dir(target), pr, o)
+			pr.CloseWithError(errors.New("upload ended"))
+			return err
+		}
+		_, err = c.WriteFileWith(ctx, id, target, fi.Mode(), f, o)
 		return err
 	}
 
@@ -61,22 +76,31 @@ func (c *Client) CopyToSandbox(ctx context.Context, src, id, dst string) error {
 	if dstExists && !strings.HasSuffix(src, string(filepath.Separator)+".") && src != "." {
 		prefix = filepath.Base(filepath.Clean(src))
 	}
-	if !dstExists {
-		if err := c.Mkdir(ctx, id, dst, true); err != nil {
+	if clean := path.Clean(dst); !dstExists && clean != "/" {
+		// The archive makes DST, owned as what it holds: it goes into
+		// DST's parent (made first if missing) under DST's name.
+		parent := path.Dir(clean)
+		if _, err := c.Stat(ctx, id, parent); IsNotFound(err) {
+			if err := c.Mkdir(ctx, id, parent, true); err != nil {
+				return err
+			}
+		} else if err != nil {
 			return err
 		}
+		dst, prefix = parent, path.Base(clean)
 	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeTar(pw, src, prefix)) }()
-	err = c.WriteTar(ctx, id, dst, pr)
+	go func() { pw.CloseWithError(writeTar(pw, src, prefix, o.PreserveOwner)) }()
+	err = c.WriteTarWith(ctx, id, dst, pr, o)
 	pr.CloseWithError(errors.New("upload ended")) // unblocks writeTar if the upload failed
 	return err
 }
 
 // writeTar writes the tree at root to w with names under prefix (or at the
-// top when prefix is empty). Ownership is not kept: in the sandbox the files
-// belong to its root, as with docker cp.
-func writeTar(w io.Writer, root, prefix string) error {
+// top when prefix is empty). Ownership is kept only with preserve (the
+// local uids and gids); otherwise the daemon gives the files to the
+// sandbox's user.
+func writeTar(w io.Writer, root, prefix string, preserve bool) error {
 	tw := tar.NewWriter(w)
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -114,7 +138,10 @@ func writeTar(w io.Writer, root, prefix string) error {
 		if info.IsDir() {
 			hdr.Name += "/"
 		}
-		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
+		if !preserve {
+			hdr.Uid, hdr.Gid = 0, 0
+		}
+		hdr.Uname, hdr.Gname = "", ""
 		hdr.Format = tar.FormatPAX
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err

@@ -178,7 +178,7 @@ func TestWriteTarRoundTrip(t *testing.T) {
 
 	for _, prefix := range []string{"", "proj"} {
 		var buf bytes.Buffer
-		must(writeTar(&buf, src, prefix))
+		must(writeTar(&buf, src, prefix, false))
 		var names []string
 		tr := tar.NewReader(bytes.NewReader(buf.Bytes()))
 		for {

@@ -45,7 +45,33 @@ func (c *Client) ReadFile(ctx context.Context, id, path string, w io.Writer) (fs
 // WriteFile creates or replaces the file at path inside the sandbox with the
 // contents of r. mode sets the permission bits (0 lets the daemon choose).
 func (c *Client) WriteFile(ctx context.Context, id, path string, mode fs.FileMode, r io.Reader) (*api.FileInfo, error) {
-	q := url.Values{"path": {path}}
+	return c.WriteFileWith(ctx, id, path, mode, r, WriteOptions{})
+}
+
+// WriteOptions say who owns what a write creates. By default it is the
+// sandbox's user (root if it has none).
+type WriteOptions struct {
+	// User owns it instead: "uid[:gid]" or a name of the sandbox's
+	// /etc/passwd.
+	User string
+	// PreserveOwner (tar uploads and copies into a sandbox): each entry
+	// keeps the archive's uid and gid, as the sandbox sees ids.
+	PreserveOwner bool
+}
+
+func (o WriteOptions) query(q url.Values) url.Values {
+	if o.User != "" {
+		q.Set("user", o.User)
+	}
+	if o.PreserveOwner {
+		q.Set("preserve_owner", "true")
+	}
+	return q
+}
+
+// WriteFileWith is WriteFile with the file owned as o says.
+func (c *Client) WriteFileWith(ctx context.Context, id, path string, mode fs.FileMode, r io.Reader, o WriteOptions) (*api.FileInfo, error) {
+	q := o.query(url.Values{"path": {path}})
 	if mode != 0 {
 		q.Set("mode", fmt.Sprintf("%04o", uint32(mode.Perm()|mode&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky))))
 	}
@@ -94,7 +120,12 @@ func (c *Client) ReadTar(ctx context.Context, id, path string, w io.Writer) erro
 // WriteTar extracts the tar archive read from r into the directory dir
 // inside the sandbox.
 func (c *Client) WriteTar(ctx context.Context, id, dir string, r io.Reader) error {
-	req, err := c.newRequest(ctx, http.MethodPut, filesPath(id), url.Values{"path": {dir}, "format": {"tar"}}, r)
+	return c.WriteTarWith(ctx, id, dir, r, WriteOptions{})
+}
+
+// WriteTarWith is WriteTar with what it creates owned as o says.
+func (c *Client) WriteTarWith(ctx context.Context, id, dir string, r io.Reader, o WriteOptions) error {
+	req, err := c.newRequest(ctx, http.MethodPut, filesPath(id), o.query(url.Values{"path": {dir}, "format": {"tar"}}), r)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/client"
 )
 
 // cpEndpoint is one side of `berth cp`: a sandbox path (ID:/path) or a local
@@ -59,7 +60,11 @@ func parseCpArgs(src, dst string) (cpEndpoint, cpEndpoint, error) {
 }
 
 func newCpCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var (
+		preserve bool
+		user     string
+	)
+	cmd := &cobra.Command{
 		Use:   "cp SRC DST",
 		Short: "Copy files between the local machine and a sandbox, or between sandboxes",
 		Long: `Copy files or directories between the local machine and a sandbox, as docker cp
@@ -79,11 +84,18 @@ sandbox twice), the daemon copies by the same rules; nothing passes through
 this machine.
 
 Archives from a sandbox are extracted safely: absolute paths, ".." and links
-that lead outside the destination are refused.`,
+that lead outside the destination are refused.
+
+What a copy creates in a sandbox belongs to that sandbox's user (berth create
+--user; root if it has none), so its own processes can change it; --user gives
+it to another user of the sandbox. --preserve-owner (-a, docker cp's archive
+mode) keeps the source's uids and gids instead: the local files' on a copy in,
+the source sandbox's on a copy between sandboxes.`,
 		Example: `  berth cp ./src $id:/work
   berth cp $id:/work/out.json .
   berth cp $id:/work - | tar t
-  berth cp $child:/workspace/result $parent:/workspace/incoming`,
+  berth cp $child:/workspace/result $parent:/workspace/incoming
+  berth cp --preserve-owner ./tree $id:/srv`,
 		Args: exactArgs(2, "SRC and DST"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			src, dst, err := parseCpArgs(args[0], args[1])
@@ -95,19 +107,32 @@ that lead outside the destination are refused.`,
 				return err
 			}
 			defer c.Close()
+			if preserve && user != "" {
+				return errors.New("--preserve-owner and --user do not go together")
+			}
+			o := client.WriteOptions{User: user, PreserveOwner: preserve}
 			switch {
 			case src.remote() && dst.remote():
-				return c.Copy(cmd.Context(), api.CopyRequest{From: src.sandbox, FromPath: src.path, To: dst.sandbox, ToPath: dst.path})
+				if user != "" {
+					return errors.New("--user applies to a copy from this machine; between sandboxes the copy belongs to the destination's user")
+				}
+				return c.Copy(cmd.Context(), api.CopyRequest{From: src.sandbox, FromPath: src.path, To: dst.sandbox, ToPath: dst.path,
+					PreserveOwner: preserve})
+			case src.remote() && (preserve || user != ""):
+				return errors.New("--preserve-owner and --user apply to copies into a sandbox")
 			case src.remote() && dst.path == "-":
 				return c.ReadTar(cmd.Context(), src.sandbox, src.path, cmd.OutOrStdout())
 			case src.remote():
 				return c.CopyFromSandbox(cmd.Context(), src.sandbox, src.path, dst.path)
 			case src.path == "-":
-				return c.WriteTar(cmd.Context(), dst.sandbox, dst.path, cmd.InOrStdin())
+				return c.WriteTarWith(cmd.Context(), dst.sandbox, dst.path, cmd.InOrStdin(), o)
 			}
-			return c.CopyToSandbox(cmd.Context(), src.path, dst.sandbox, dst.path)
+			return c.CopyToSandboxWith(cmd.Context(), src.path, dst.sandbox, dst.path, o)
 		},
 	}
+	cmd.Flags().BoolVarP(&preserve, "preserve-owner", "a", false, "keep the source's uids and gids (archive mode) instead of giving the copy to the sandbox's user")
+	cmd.Flags().StringVarP(&user, "user", "u", "", "give what a copy into a sandbox creates to this user of it (uid[:gid] or a name)")
+	return cmd
 }
 
 // unwrapPathError drops the operation and path a *PathError repeats.

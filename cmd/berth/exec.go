@@ -23,6 +23,8 @@ func newExecCmd(g *globals) *cobra.Command {
 		timeout          durationValue
 		detach           bool
 		tag, restart     string
+		maxRestarts      int
+		readyPort        int
 	)
 	cmd := &cobra.Command{
 		Use:   "exec [flags] ID [--] CMD [ARG...]",
@@ -35,11 +37,17 @@ raw mode and resizes are passed on). Use both for a shell: berth exec -it ID sh
 
 -d starts the command in the background, detached from this client: berth
 prints its process id and exits. See berth ps, logs, attach, kill and wait.
-With -d, -t gives it a terminal to attach to later.`,
+With -d, -t gives it a terminal to attach to later. --restart always|on-failure
+makes it supervised: the agent restarts it when it ends, and berth starts it
+again at every boot of the sandbox (start after stop, wake, restart after a
+host reboot) until berth kill ends it. --ready-port makes the start (and, for a
+supervised process, a port request that wakes the sandbox) wait, at most 30 s,
+until that port accepts.`,
 		Example: `  berth exec $id -- python3 -c 'print(42)'
   berth exec -it $id bash
   tar c src | berth exec -i $id -- tar x -C /work
-  berth exec -d --tag web $id -- python3 -m http.server 8000`,
+  berth exec -d --tag web $id -- python3 -m http.server 8000
+  berth exec -d --tag web --restart always --ready-port 8000 $id -- python3 -m http.server 8000`,
 		Args: minArgs(2, "a sandbox id and a command"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, argv := args[0], args[1:]
@@ -66,10 +74,11 @@ With -d, -t gives it a terminal to attach to later.`,
 					return fmt.Errorf("-d and -i do not go together: send input with berth attach")
 				}
 				req.TTY = tty
-				return startDetached(cmd.Context(), cmd, g, id, req, tag, restart)
+				return startDetached(cmd.Context(), cmd, g, id, req, api.StartProcessRequest{Tag: tag, Restart: restart,
+					MaxRestarts: maxRestarts, ReadyPort: readyPort})
 			}
-			if tag != "" || restart != "" {
-				return fmt.Errorf("--tag and --restart need -d")
+			if tag != "" || restart != "" || maxRestarts != 0 || readyPort != 0 {
+				return fmt.Errorf("--tag, --restart, --max-restarts and --ready-port need -d")
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -92,7 +101,9 @@ With -d, -t gives it a terminal to attach to later.`,
 	f.Var(&timeout, "timeout", "kill the command after this long (e.g. 30s, 5m, or seconds)")
 	f.BoolVarP(&detach, "detach", "d", false, "run in the background and print the process id")
 	f.StringVar(&tag, "tag", "", "with -d: name the process (unique among the sandbox's running ones)")
-	f.StringVar(&restart, "restart", "", "with -d: restart policy: never, always or on-failure")
+	f.StringVar(&restart, "restart", "", "with -d: restart policy: never, always or on-failure (supervised: started again at every boot)")
+	f.IntVar(&maxRestarts, "max-restarts", 0, "with -d and --restart: restarts per boot of the sandbox (default 10)")
+	f.IntVar(&readyPort, "ready-port", 0, "with -d: wait (at most 30 s) until the process accepts on this TCP port")
 	return cmd
 }
 

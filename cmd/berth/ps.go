@@ -22,8 +22,9 @@ func newProcessCmds(g *globals) []*cobra.Command {
 	return []*cobra.Command{newPsCmd(g), newLogsCmd(g), newAttachCmd(g), newKillCmd(g), newWaitCmd(g)}
 }
 
-// startDetached starts req as a background process and prints its id.
-func startDetached(ctx context.Context, cmd *cobra.Command, g *globals, id string, req api.ExecRequest, tag, restart string) error {
+// startDetached starts req as a background process and prints its id;
+// opt holds the process's own fields (tag, restart policy, ready port).
+func startDetached(ctx context.Context, cmd *cobra.Command, g *globals, id string, req api.ExecRequest, opt api.StartProcessRequest) error {
 	c, err := g.client()
 	if err != nil {
 		return err
@@ -32,8 +33,9 @@ func startDetached(ctx context.Context, cmd *cobra.Command, g *globals, id strin
 	if req.TimeoutSeconds != 0 {
 		return fmt.Errorf("--timeout does not apply to a detached process (kill it with berth kill)")
 	}
-	p, err := c.StartProcess(ctx, id, api.StartProcessRequest{Cmd: req.Cmd, Env: req.Env, Workdir: req.Workdir, User: req.User,
-		TTY: req.TTY, Rows: req.Rows, Cols: req.Cols, Tag: tag, Restart: restart})
+	opt.Cmd, opt.Env, opt.Workdir, opt.User = req.Cmd, req.Env, req.Workdir, req.User
+	opt.TTY, opt.Rows, opt.Cols = req.TTY, req.Rows, req.Cols
+	p, err := c.StartProcess(ctx, id, opt)
 	if err != nil {
 		return err
 	}
@@ -95,7 +97,10 @@ func newLogsCmd(g *globals) *cobra.Command {
 		Use:   "logs [-f] ID PID|TAG",
 		Short: "Print a background process's output",
 		Long: `Print a background process's kept output (its last MiB) and, with -f, its
-live output until it ends. With -f, berth exits with the process's exit code.`,
+live output until it ends. With -f, berth exits with the process's exit code.
+A process ended by its sandbox's stop keeps the end of its output (8 KiB a
+stream): name it by its id (berth ps), while the sandbox is stopped or after it
+started again.`,
 		Args: exactArgs(2, "a sandbox id and a process id or tag"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()

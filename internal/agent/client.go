@@ -508,7 +508,20 @@ func (cc *clientConn) sendData(r io.Reader) (sendErr error, readErr error) {
 // failed or too large (too_large) upload leaves the old file as it was.
 // mode zero keeps an existing file's mode, or 0644.
 func (c *Client) WriteFile(ctx context.Context, path string, mode os.FileMode, r io.Reader) (FileInfo, error) {
-	cc, err := c.open(ctx, wire.Request{Op: wire.OpWriteFile, Path: path, Mode: unixMode(mode)})
+	return c.WriteFileAs(ctx, path, mode, r, Ownership{})
+}
+
+// Ownership says who owns what a write creates: Owner, a user of the
+// sandbox ("uid[:gid]" or a name its /etc/passwd resolves; "" is the
+// agent's, root); with Preserve (tar only), each entry's archive owner.
+type Ownership struct {
+	Owner    string
+	Preserve bool
+}
+
+// WriteFileAs is WriteFile with the file owned as o says.
+func (c *Client) WriteFileAs(ctx context.Context, path string, mode os.FileMode, r io.Reader, o Ownership) (FileInfo, error) {
+	cc, err := c.open(ctx, wire.Request{Op: wire.OpWriteFile, Path: path, Mode: unixMode(mode), Owner: o.Owner})
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -543,7 +556,12 @@ func (c *Client) ReadTar(ctx context.Context, path string, w io.Writer) error {
 // would land outside dir, link outside it, or are devices or FIFOs fail
 // the call with an invalid_argument error (entries before it stay).
 func (c *Client) WriteTar(ctx context.Context, dir string, r io.Reader) error {
-	return c.writeTar(ctx, wire.Request{Op: wire.OpWriteTar, Path: dir}, r)
+	return c.WriteTarAs(ctx, dir, r, Ownership{})
+}
+
+// WriteTarAs is WriteTar with what it creates owned as o says.
+func (c *Client) WriteTarAs(ctx context.Context, dir string, r io.Reader, o Ownership) error {
+	return c.writeTar(ctx, wire.Request{Op: wire.OpWriteTar, Path: dir, Owner: o.Owner, PreserveOwner: o.Preserve}, r)
 }
 
 func (c *Client) writeTar(ctx context.Context, req wire.Request, r io.Reader) error {

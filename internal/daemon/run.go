@@ -309,6 +309,13 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	} else if created {
 		log.Info("created the bootstrap admin API key", "file", filepath.Join(cfg.DataDir, auth.AdminKeyFile))
 	}
+	// Before recovery: the sandboxes it starts again (a persistent one
+	// after a host reboot) get their secrets, as env of their services
+	// and supervised processes, as files and at the egress proxy.
+	d.Manager.SetSecrets(secretsCfg.Vault)
+	if lb != nil {
+		lb.SetEgressSecrets(egressSecrets(secretsCfg.Vault, auditLog))
+	}
 	if err := d.Manager.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("reconciling: %w", err)
 	}
@@ -349,10 +356,6 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		d.Server.TLSFingerprint = d.TLSFingerprint
 	}
 	d.Server.Secrets = secretsCfg
-	d.Manager.SetSecrets(d.Server.Secrets.Vault)
-	if lb != nil {
-		lb.SetEgressSecrets(egressSecrets(d.Server.Secrets.Vault, auditLog))
-	}
 	ok = true
 	return d, nil
 }

@@ -35,6 +35,10 @@ type Features struct {
 	// become running (create, start, unpause, wake, auto-resume): a copy
 	// of its record. It runs templates' services.
 	Running func(ctx context.Context, sb *sandbox.Sandbox)
+	// Stopping is told, synchronously, before a running sandbox is
+	// stopped, while its agent still answers (its processes' output is
+	// kept); it bounds its own wait, briefly.
+	Stopping func(ctx context.Context, sb *sandbox.Sandbox)
 }
 
 // SetFeatures installs the feature hooks; call it before Recover.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -309,33 +310,60 @@ func (m *Engine) launch(ctx context.Context, sb *sandbox.Sandbox, actor string, 
 	return nil
 }
 
-// awaitService waits, at most store.ServiceReadyWait, until sb's
-// template's service accepts connections on its ReadyPort (the Running
-// hook starts it in the background), so a client can use it as soon as
-// create returns. A service that never listens does not fail the create.
+// awaitService waits, at most store.ServiceReadyWait in all, until every
+// ready port of sb accepts connections: its template's service's and
+// those of its supervised processes (the Running hook starts both in the
+// background), so a client can use them as soon as create, start or a
+// waking port request returns. A port that never listens fails nothing.
 func (m *Engine) awaitService(ctx context.Context, sb *sandbox.Sandbox) {
-	if sb.Spec.Template == "" {
+	ports := m.readyPorts(ctx, sb)
+	if len(ports) == 0 {
 		return
 	}
-	tpl, err := m.ResolveTemplate(ctx, sb.Tenant, sb.Spec.Template)
-	if err != nil || tpl.Config.Service == nil || tpl.Config.Service.ReadyPort == 0 {
-		return
-	}
-	port := tpl.Config.Service.ReadyPort
 	ctx, cancel := context.WithTimeout(ctx, store.ServiceReadyWait)
 	defer cancel()
+	for _, port := range ports {
+		if err := m.AwaitPort(ctx, sb, port); err != nil {
+			m.log.Warn("ready port not listening in time", "sandbox", sb.ID, "port", port, "err", err)
+			return
+		}
+	}
+}
+
+// readyPorts are sb's ready ports: its template's service's, then its
+// supervised processes' (store.ProcessSpec.ReadyPort), each once.
+func (m *Engine) readyPorts(ctx context.Context, sb *sandbox.Sandbox) []int {
+	var ports []int
+	if sb.Spec.Template != "" {
+		if tpl, err := m.ResolveTemplate(ctx, sb.Tenant, sb.Spec.Template); err == nil && tpl.Config.Service != nil &&
+			tpl.Config.Service.ReadyPort != 0 {
+			ports = append(ports, tpl.Config.Service.ReadyPort)
+		}
+	}
+	if sps, err := m.store.ListProcesses(ctx, sb.ID); err == nil {
+		for _, sp := range sps {
+			if p := sp.Spec.ReadyPort; p != 0 && !slices.Contains(ports, p) {
+				ports = append(ports, p)
+			}
+		}
+	}
+	return ports
+}
+
+// AwaitPort waits until port of running sandbox sb accepts a connection,
+// or ctx ends (the caller's deadline, which must be the daemon's).
+func (m *Engine) AwaitPort(ctx context.Context, sb *sandbox.Sandbox, port int) error {
 	for {
 		dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
 		c, err := m.node.DialPort(dctx, sb, port)
 		dcancel()
 		if err == nil {
 			c.Close()
-			return
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			m.log.Warn("service not ready by the end of create", "sandbox", sb.ID, "port", port, "err", err)
-			return
+			return fmt.Errorf("port %d: %w (last: %v)", port, ctx.Err(), err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -117,10 +117,11 @@ func (m *Engine) DialPort(ctx context.Context, ref string, port int) (net.Conn, 
 const PortWakeWait = store.ServiceReadyWait
 
 // dialWoken dials port of sb, which this request has just brought back to
-// running: it waits for the template's service ready port (awaitService),
-// then retries the port while nothing listens on it yet, at most
-// PortWakeWait in all, so the first request to a stopped preview gets the
-// page rather than a 502. The deadline is the daemon's, never the
+// running: it waits for its ready ports (the template's service's and its
+// supervised processes', which the Running hook starts again;
+// awaitService), then retries the port while nothing listens on it yet,
+// at most PortWakeWait in all, so the first request to a stopped preview
+// gets the page rather than a 502. The deadline is the daemon's, never the
 // sandbox's: a port that never opens is a 502 after it.
 func (m *Engine) dialWoken(ctx context.Context, sb *sandbox.Sandbox, port int) (net.Conn, error) {
 	wctx, cancel := context.WithTimeout(ctx, PortWakeWait)

@@ -124,6 +124,9 @@ func (m *Engine) stopGraceLocked(ctx context.Context, sb *sandbox.Sandbox, cause
 	// Only a running sandbox can be asked: a paused one is frozen, and a
 	// stop being retried has had its chance.
 	graceful := sb.State == sandbox.StateRunning && grace > 0
+	if sb.State == sandbox.StateRunning && m.features.Stopping != nil {
+		m.features.Stopping(ctx, sb)
+	}
 	if sb.State != sandbox.StateStopping {
 		if err := m.transition(ctx, sb, sandbox.StateStopping, cause, actor, reason); err != nil {
 			return err
@@ -150,10 +153,18 @@ func (m *Engine) stopGraceLocked(ctx context.Context, sb *sandbox.Sandbox, cause
 }
 
 // Start brings a stopped sandbox back from its template plus its volume.
+// As a create does, it answers once the sandbox's ready ports accept (its
+// template's service's and its supervised processes', started in the
+// background: awaitService, bounded, after the lock is released).
 func (m *Engine) Start(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
-	return m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
+	sb, err := m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
 		return m.startLocked(ctx, sb, sandbox.CauseUser, actor, "started by user")
 	})
+	if err != nil {
+		return sb, err
+	}
+	m.awaitService(ctx, sb)
+	return sb, nil
 }
 
 func (m *Engine) startLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {

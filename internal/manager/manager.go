@@ -82,6 +82,8 @@ type (
 	Process           = procs.Process
 	StartRequest      = procs.StartRequest
 	AttachIO          = procs.AttachIO
+	// Ownership says who owns what a file write creates.
+	Ownership = files.Ownership
 )
 
 // RuntimeClass is a runtime class and what it can do (node.Caps).
@@ -130,7 +132,8 @@ func New(cfg Config, st store.Store, images *image.Store, backend node.Backend) 
 		nr.Record(f)
 		tb.ObserveFlow(f) // a build sandbox's flows go to its template's build record
 	}
-	e.SetFeatures(engine.Features{Claim: w.Claim, FromSnapshot: sn.FromSnapshot, Wake: h.WakeLocked, Flow: flow, Running: pr.Running})
+	e.SetFeatures(engine.Features{Claim: w.Claim, FromSnapshot: sn.FromSnapshot, Wake: h.WakeLocked, Flow: flow, Running: pr.Running,
+		Stopping: pr.Stopping})
 	return &Manager{
 		Engine:      e,
 		Warm:        w,

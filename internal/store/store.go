@@ -581,5 +581,6 @@ type Store interface {
 	Admission // admission.go
 	Secrets
 	ReconcileLeases // leader.go
+	Processes       // processes.go
 	Close() error
 }

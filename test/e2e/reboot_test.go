@@ -2,13 +2,9 @@ package e2e
 
 import (
 	"context"
-	"slices"
 	"testing"
 
 	"github.com/berth-sh/berth/api"
-	"github.com/berth-sh/berth/internal/cgroups"
-	"github.com/berth-sh/berth/internal/node/local"
-	"github.com/berth-sh/berth/internal/overlay"
 )
 
 // TestPersistentSurvivesHostReboot simulates a reboot while the daemon is
@@ -30,23 +26,7 @@ func TestPersistentSurvivesHostReboot(t *testing.T) {
 	}
 	execOut(t, d, keep.ID, "sh", "-c", "head -c 1000000 /dev/urandom > /workspace/w; mkdir -p /opt && head -c 1000 /dev/urandom > /opt/r; sha256sum /workspace/w /opt/r > /root/sums; sync")
 	d.stop()
-	// The "reboot".
-	parent := "/" + local.InstanceName(d.dataDir)
-	for _, id := range []string{keep.ID, gone.ID} {
-		if err := cgroups.Destroy(parent + "/" + id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ms, _ := overlay.MountsUnder(d.dataDir)
-	slices.Reverse(ms)
-	for _, m := range ms {
-		if err := overlay.Unmount(m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if left, _ := overlay.MountsUnder(d.dataDir); len(left) > 0 {
-		t.Fatalf("mounts left after the simulated reboot: %v", left)
-	}
+	simulateReboot(t, d, keep.ID, gone.ID)
 	d.startWithEnv()
 	got, err := d.c.GetSandbox(ctx, keep.ID)
 	if err != nil || got.State != "running" {

@@ -123,7 +123,11 @@ func (s *server) handleWriteFile(cn *conn) error {
 	if mode == 0 {
 		mode = 0o644
 	}
-	fi, err := writeAtomic(pfd, name, clean, mode, req.UID, req.GID, &wire.DataReader{FR: cn.fr}, s.cfg.MaxFileBytes)
+	uid, gid, err := s.ownerIDs(&req)
+	if err != nil {
+		return err
+	}
+	fi, err := writeAtomic(pfd, name, clean, mode, uid, gid, &wire.DataReader{FR: cn.fr}, s.cfg.MaxFileBytes)
 	if err != nil {
 		return err
 	}
@@ -209,6 +213,25 @@ func (w fdWriter) Write(p []byte) (int, error) {
 		n += m
 	}
 	return n, nil
+}
+
+// ownerIDs is who owns what a write request creates: its Owner resolved
+// in the sandbox, else its UID and GID (nil: the agent's).
+func (s *server) ownerIDs(req *wire.Request) (uid, gid *int, err error) {
+	if s.cfg.IDs != nil && (req.Owner != "" || req.PreserveOwner || req.UID != nil || req.GID != nil) {
+		// The daemon's own server over a sandbox's root from the host
+		// (IDShift) runs as the host's root: it gives nothing away.
+		return nil, nil, errdefs.Invalid("owners are not set from the host side")
+	}
+	if req.Owner == "" {
+		return req.UID, req.GID, nil
+	}
+	cred, err := s.root.ResolveUser(req.Owner)
+	if err != nil {
+		return nil, nil, err
+	}
+	u, g := int(cred.Uid), int(cred.Gid)
+	return &u, &g, nil
 }
 
 // chownTo gives the directory at p to the user spec owner, resolved

@@ -200,7 +200,11 @@ func (s *server) handleWriteTar(cn *conn) error {
 	}
 	defer unix.Close(dfd)
 	r := &wire.DataReader{FR: cn.fr}
-	opts := extractOpts{uid: cn.req.UID, gid: cn.req.GID, maxBytes: s.cfg.MaxFileBytes, maxEntries: maxTarEntries}
+	uid, gid, err := s.ownerIDs(&cn.req)
+	if err != nil {
+		return err
+	}
+	opts := extractOpts{uid: uid, gid: gid, preserve: cn.req.PreserveOwner, maxBytes: s.cfg.MaxFileBytes, maxEntries: maxTarEntries}
 	if err := extractTar(dfd, r, opts); err != nil {
 		return err
 	}
@@ -216,7 +220,10 @@ func (s *server) handleWriteTar(cn *conn) error {
 }
 
 type extractOpts struct {
-	uid, gid   *int // owner of what is created; nil = the agent's
+	uid, gid *int // owner of what is created; nil = the agent's
+	// preserve: an entry is owned by its header's uid and gid; the
+	// directories made on the way by uid and gid.
+	preserve   bool
 	maxBytes   int64
 	maxEntries int
 }
@@ -370,6 +377,15 @@ func extractEntry(dfd int, hdr *tar.Header, tr io.Reader, o extractOpts) error {
 		return bad(err)
 	}
 	defer unix.Close(pfd)
+	if o.preserve {
+		// The archive's owner, as the sandbox sees ids: one outside
+		// its user namespace's range fails the chown (EINVAL).
+		if hdr.Uid < 0 || hdr.Gid < 0 || hdr.Uid >= 1<<32-1 || hdr.Gid >= 1<<32-1 {
+			return errdefs.Invalid("tar entry %q: bad owner %d:%d", hdr.Name, hdr.Uid, hdr.Gid)
+		}
+		u, g := hdr.Uid, hdr.Gid
+		o.uid, o.gid = &u, &g
+	}
 	mode := uint32(hdr.Mode) & 0o7777
 	switch hdr.Typeflag {
 	case tar.TypeDir:

@@ -31,8 +31,14 @@ type Request struct {
 	NoReplace bool   `json:"no_replace,omitempty"`
 	// Owner (mkdir): the directory, made or already there, is then owned
 	// by this user ("uid[:gid]" or a name), resolved against the
-	// sandbox's own /etc/passwd and /etc/group.
+	// sandbox's own /etc/passwd and /etc/group. Owner (write_file,
+	// write_tar): what the write creates is owned by this user (it wins
+	// over UID and GID).
 	Owner string `json:"owner,omitempty"`
+	// PreserveOwner (write_tar): each entry is owned by the archive's
+	// uid and gid, as the sandbox sees ids (archive semantics); the
+	// directories made on the way are owned as Owner says.
+	PreserveOwner bool `json:"preserve_owner,omitempty"`
 	// Shutdown: the signal and grace of a graceful stop (shutdown.go).
 	Shutdown *ShutdownRequest `json:"shutdown,omitempty"`
 }

@@ -2,6 +2,18 @@
 // running sandbox's files through its agent (every path resolved inside
 // its root), a quarantined one's read from outside it, writes recorded as
 // events. Export, copy and template builds use it too.
+//
+// Ownership: what a user's write or copy creates (the files API's PUT,
+// berth cp in either form) belongs to the request's user, else the
+// sandbox's (Spec.User: create --user, else the template's USER), else
+// root, resolved by the agent against the sandbox's own /etc/passwd, so
+// a non-root sandbox's processes can change what was copied in; with
+// preserve_owner (a tar, cp -a) each entry keeps the archive's uid and
+// gid, as the sandbox sees ids. Directories an extraction makes on the
+// way belong to the owner too; a copy into a missing directory makes it
+// from the archive, so it is the owner's. The engine's own writes
+// (template builds: COPY is root's, as in Docker) use WriteFile and
+// WriteTar, root's.
 package files
 
 import (
@@ -128,22 +140,49 @@ func (f *Files) writable() error {
 	return nil
 }
 
+// Ownership says who owns what a write creates (agent.Ownership): a
+// user's copies and writes are owned by the request's user, else the
+// sandbox's (Owner), with Preserve (tar) by the archive's owners; the
+// engine's own writes (template builds) by root.
+type Ownership = agent.Ownership
+
+// Owner is who owns the files a user's write creates: user (the
+// request's), else the sandbox's user; "" is root.
+func (f *Files) Owner(user string) string {
+	if user != "" {
+		return user
+	}
+	return f.sb.Spec.User
+}
+
+// WriteFile writes path as root, as the engine's own writes are.
 func (f *Files) WriteFile(ctx context.Context, path string, mode os.FileMode, r io.Reader, actor string) (engine.FileInfo, error) {
+	return f.WriteFileAs(ctx, path, mode, r, Ownership{}, actor)
+}
+
+// WriteFileAs writes path owned as o says.
+func (f *Files) WriteFileAs(ctx context.Context, path string, mode os.FileMode, r io.Reader, o Ownership, actor string) (engine.FileInfo, error) {
 	if err := f.writable(); err != nil {
 		return engine.FileInfo{}, err
 	}
-	fi, err := f.c.WriteFile(ctx, path, mode, r)
+	fi, err := f.c.WriteFileAs(ctx, path, mode, r, o)
 	if err == nil {
 		f.record(ctx, "files.write", actor, path)
 	}
 	return engine.FileInfoOf(fi), err
 }
 
+// WriteTar extracts r into dir as root, as the engine's own writes are.
 func (f *Files) WriteTar(ctx context.Context, dir string, r io.Reader, actor string) error {
+	return f.WriteTarAs(ctx, dir, r, Ownership{}, actor)
+}
+
+// WriteTarAs extracts r into dir, what it creates owned as o says.
+func (f *Files) WriteTarAs(ctx context.Context, dir string, r io.Reader, o Ownership, actor string) error {
 	if err := f.writable(); err != nil {
 		return err
 	}
-	err := f.c.WriteTar(ctx, dir, r)
+	err := f.c.WriteTarAs(ctx, dir, r, o)
 	if err == nil {
 		f.record(ctx, "files.write_tar", actor, dir)
 	}

@@ -8,6 +8,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/berth-sh/berth/internal/engine/files"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -21,6 +22,9 @@ import (
 //     missing parents), and goes into ToPath under its own name when
 //     ToPath is a directory, unless FromPath ends in "/.", which copies
 //     only its contents. A directory onto a file is a conflict.
+//   - What the copy creates is owned by the destination sandbox's user
+//     (docker cp's rule: the container's root there), or, with
+//     PreserveOwner, by the owners the source shows (archive mode).
 func (m *Snapshots) Copy(ctx context.Context, req *CopyRequest, actor string) error {
 	if !strings.HasPrefix(req.FromPath, "/") || !strings.HasPrefix(req.ToPath, "/") {
 		return errdefs.Invalid("from_path and to_path must be absolute")
@@ -69,7 +73,18 @@ func (m *Snapshots) Copy(ctx context.Context, req *CopyRequest, actor string) er
 		return errdefs.Conflict("cannot copy directory %s:%s onto file %s:%s", req.From, req.FromPath, req.To, req.ToPath)
 	case dstExists && !contentsOnly:
 		dir = cleanTo
-	default: // a directory into a missing ToPath, or its contents into an existing one
+	case !dstExists && base != "" && cleanTo != "/":
+		// A directory into a missing ToPath: the extraction makes it,
+		// owned as what it holds; missing parents are made first.
+		dir, rename = path.Dir(cleanTo), path.Base(cleanTo)
+		if _, err := dst.Stat(ctx, dir); errors.Is(err, errdefs.ErrNotFound) {
+			if err := dst.Mkdir(ctx, dir, 0o755, true, actor); err != nil {
+				return err
+			}
+		} else if err != nil {
+			return err
+		}
+	default: // a directory's contents into an existing ToPath (or "/" into a missing one)
 		dir, rename = cleanTo, "."
 		if !dstExists {
 			if err := dst.Mkdir(ctx, cleanTo, 0o755, true, actor); err != nil {
@@ -84,7 +99,11 @@ func (m *Snapshots) Copy(ctx context.Context, req *CopyRequest, actor string) er
 	go func() { pw.CloseWithError(src.ReadTar(ctx, req.FromPath, pw)) }()
 	tr, tw := io.Pipe()
 	go func() { tw.CloseWithError(retar(pr, tw, base, rename)) }()
-	err = dst.WriteTar(ctx, dir, tr, actor)
+	own := files.Ownership{Preserve: req.PreserveOwner}
+	if !own.Preserve {
+		own.Owner = dst.Owner("")
+	}
+	err = dst.WriteTarAs(ctx, dir, tr, own, actor)
 	tr.CloseWithError(io.ErrClosedPipe)
 	pr.CloseWithError(io.ErrClosedPipe)
 	return err

@@ -24,4 +24,8 @@ type CopyRequest struct {
 	FromPath string
 	To       string
 	ToPath   string
+	// PreserveOwner keeps the source's owners (uid and gid as the
+	// sandboxes see them) instead of giving the copy to the
+	// destination's user.
+	PreserveOwner bool
 }

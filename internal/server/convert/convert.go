@@ -146,7 +146,7 @@ func SnapshotRequest(r *api.CreateSnapshotRequest) *manager.SnapshotRequest {
 }
 
 func CopyRequest(r *api.CopyRequest) *manager.CopyRequest {
-	return &manager.CopyRequest{From: r.From, FromPath: r.FromPath, To: r.To, ToPath: r.ToPath}
+	return &manager.CopyRequest{From: r.From, FromPath: r.FromPath, To: r.To, ToPath: r.ToPath, PreserveOwner: r.PreserveOwner}
 }
 
 func VolumeRequest(r *api.CreateVolumeRequest) *manager.VolumeCreate {

@@ -137,7 +137,8 @@ func TestConvertRequests(t *testing.T) {
 	{
 		in := filled[api.CopyRequest](t)
 		out := CopyRequest(in)
-		check("copy", in, out, &api.CopyRequest{From: out.From, FromPath: out.FromPath, To: out.To, ToPath: out.ToPath})
+		check("copy", in, out, &api.CopyRequest{From: out.From, FromPath: out.FromPath, To: out.To, ToPath: out.ToPath,
+			PreserveOwner: out.PreserveOwner})
 	}
 	{
 		in := filled[api.CreateVolumeRequest](t)

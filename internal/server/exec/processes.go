@@ -47,7 +47,7 @@ func (h *Handlers) StartProcess(w http.ResponseWriter, r *http.Request) {
 	p, err := h.E.StartProcess(r.Context(), r.PathValue("id"), &manager.StartRequest{
 		ExecRequest: engine.ExecRequest{Cmd: req.Cmd, Env: req.Env, Workdir: req.Workdir, User: req.User,
 			TTY: req.TTY, Rows: req.Rows, Cols: req.Cols},
-		Tag: req.Tag, Restart: req.Restart, MaxRestarts: req.MaxRestarts}, rest.Actor(r))
+		Tag: req.Tag, Restart: req.Restart, MaxRestarts: req.MaxRestarts, ReadyPort: req.ReadyPort}, rest.Actor(r))
 	if err != nil {
 		rest.Error(w, err)
 		return

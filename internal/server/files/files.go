@@ -150,26 +150,58 @@ func (h *Handlers) Put(w http.ResponseWriter, r *http.Request) {
 		rest.Error(w, err)
 		return
 	}
+	own, err := ownershipParams(r, asTar)
+	if err != nil {
+		rest.Error(w, err)
+		return
+	}
 	f, err := h.E.Files(r.Context(), r.PathValue("id"), true, rest.Actor(r))
 	if err != nil {
 		rest.Error(w, err)
 		return
 	}
 	defer f.Close()
+	if !own.Preserve {
+		own.Owner = f.Owner(own.Owner)
+	}
 	if asTar {
-		if err := f.WriteTar(r.Context(), path, r.Body, rest.Actor(r)); err != nil {
+		if err := f.WriteTarAs(r.Context(), path, r.Body, own, rest.Actor(r)); err != nil {
 			rest.Error(w, err)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	fi, err := f.WriteFile(r.Context(), path, mode, r.Body, rest.Actor(r))
+	fi, err := f.WriteFileAs(r.Context(), path, mode, r.Body, own, rest.Actor(r))
 	if err != nil {
 		rest.Error(w, err)
 		return
 	}
 	rest.JSON(w, 200, convert.FileInfoToAPI(fi))
+}
+
+// ownershipParams reads who owns what a write creates: user= (a user of
+// the sandbox, "uid[:gid]" or a name; default the sandbox's user) or,
+// for a tar, preserve_owner=true (the archive's owners).
+func ownershipParams(r *http.Request, asTar bool) (manager.Ownership, error) {
+	user := r.URL.Query().Get("user")
+	if len(user) > 256 {
+		return manager.Ownership{}, errdefs.Invalid("user: at most 256 bytes")
+	}
+	if err := sandbox.CheckText("user", user); err != nil {
+		return manager.Ownership{}, err
+	}
+	preserve, err := boolParam(r, "preserve_owner")
+	if err != nil {
+		return manager.Ownership{}, err
+	}
+	if preserve && !asTar {
+		return manager.Ownership{}, errdefs.Invalid("preserve_owner applies to a tar upload (format=tar)")
+	}
+	if preserve && user != "" {
+		return manager.Ownership{}, errdefs.Invalid("preserve_owner and user do not go together")
+	}
+	return manager.Ownership{Owner: user, Preserve: preserve}, nil
 }
 
 // Stat serves GET /v1/sandboxes/{id}/files/stat.

@@ -377,6 +377,12 @@ func (s *sqlStore) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox, event
 			return errdefs.Modified("sandbox %s was modified concurrently (have generation %d, stored %d); reload it and retry",
 				sb.ID, sb.Generation, gen)
 		}
+		if sb.State == sandbox.StateDeleted {
+			// Their env goes with the sandbox, not with its tombstone.
+			if err := s.deleteProcesses(ctx, tx, sb.ID); err != nil {
+				return err
+			}
+		}
 		ids, err = s.insertEvents(ctx, tx, sb.ID, events)
 		return err
 	})
@@ -396,7 +402,7 @@ func (s *sqlStore) PurgeSandbox(ctx context.Context, id string) error {
 }
 
 // purgeSandbox removes sandbox id with its events, their webhook
-// deliveries and its flows.
+// deliveries, its flows and its supervised processes.
 func (s *sqlStore) purgeSandbox(ctx context.Context, tx *sql.Tx, id string) error {
 	// Explicit rather than relying on ON DELETE CASCADE, which needs
 	// foreign-key enforcement switched on.
@@ -404,6 +410,7 @@ func (s *sqlStore) purgeSandbox(ctx context.Context, tx *sql.Tx, id string) erro
 		`DELETE FROM webhook_deliveries WHERE event_id IN (SELECT id FROM events WHERE sandbox_id = ?)`,
 		`DELETE FROM events WHERE sandbox_id = ?`,
 		`DELETE FROM flows WHERE sandbox_id = ?`,
+		`DELETE FROM supervised_processes WHERE sandbox_id = ?`,
 	} {
 		if _, err := tx.ExecContext(ctx, s.d.rebind(q), id); err != nil {
 			return fmt.Errorf("purge sandbox %s: %w", id, err)

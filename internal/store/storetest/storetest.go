@@ -40,6 +40,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"APIKeys", testAPIKeys},
 		{"Tenants", testTenants},
 		{"PortTokens", testPortTokens},
+		{"Processes", testProcesses},
 		{"Leases", testLeases},
 		{"ConcurrentUpdates", testConcurrentUpdates},
 		{"ConcurrentWriters", testConcurrentWriters},

@@ -1190,6 +1190,10 @@ class CopyRequest(Model):
     """Destination sandbox id or name."""
     to_path: str
     """Directory of the destination sandbox to copy into (created if missing)."""
+    preserve_owner: Optional[bool] = None
+    """Keep the source's uids and gids (archive mode); otherwise what the copy creates belongs to
+    the destination sandbox's user (root if it has none).
+    """
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
@@ -1197,6 +1201,7 @@ class CopyRequest(Model):
         ('from_path', 'from_path', ()),
         ('to', 'to', ()),
         ('to_path', 'to_path', ()),
+        ('preserve_owner', 'preserve_owner', ()),
     )
     _required = ('from', 'from_path', 'to', 'to_path',)
 
@@ -1787,7 +1792,16 @@ class StartProcessRequest(Model):
     tag: Optional[str] = None
     """Unique among running processes: a letter, then letters, digits, '_', '.', '-'."""
     restart: Optional[Literal['never', 'always', 'on-failure']] = None
+    """always or on-failure makes the process supervised: recorded with its sandbox, it is started
+    again at every boot (start after stop, wake, restart after a host reboot) until it is killed
+    (POST .../kill, stop).
+    """
     max_restarts: Optional[int] = None
+    ready_port: Optional[int] = None
+    """A TCP port the process listens on: the start answers once it accepts (at most 30 s, the
+    daemon's bound), and, for a supervised process, so does a port request that wakes its
+    auto_resume sandbox.
+    """
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
@@ -1801,6 +1815,7 @@ class StartProcessRequest(Model):
         ('tag', 'tag', ()),
         ('restart', 'restart', ()),
         ('max_restarts', 'max_restarts', ()),
+        ('ready_port', 'ready_port', ()),
     )
     _required = ('cmd',)
 

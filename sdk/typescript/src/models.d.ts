@@ -646,6 +646,11 @@ export interface CopyRequest {
   to: string;
   /** Directory of the destination sandbox to copy into (created if missing). */
   to_path: string;
+  /**
+   * Keep the source's uids and gids (archive mode); otherwise what the copy creates belongs to the
+   * destination sandbox's user (root if it has none).
+   */
+  preserve_owner?: boolean;
 }
 
 /** Body of PUT /v1/templates/{name}/pool. */
@@ -955,8 +960,19 @@ export interface StartProcessRequest {
   cols?: number;
   /** Unique among running processes: a letter, then letters, digits, '_', '.', '-'. */
   tag?: string;
+  /**
+   * always or on-failure makes the process supervised: recorded with its sandbox, it is started
+   * again at every boot (start after stop, wake, restart after a host reboot) until it is killed
+   * (POST .../kill, stop).
+   */
   restart?: "never" | "always" | "on-failure";
   max_restarts?: number;
+  /**
+   * A TCP port the process listens on: the start answers once it accepts (at most 30 s, the
+   * daemon's bound), and, for a supervised process, so does a port request that wakes its
+   * auto_resume sandbox.
+   */
+  ready_port?: number;
 }
 
 /** The Process object of the API. */
