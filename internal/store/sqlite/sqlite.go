@@ -43,6 +43,8 @@ var dialect = sqlstore.Dialect{
 	Classify: classify,
 	// unixepoch('subsec') is the statement's time, with milliseconds.
 	NowMillis: "CAST(unixepoch('subsec') * 1000 AS INTEGER)",
+	// One writer at a time: the writes waiting for it commit together.
+	GroupCommit: true,
 }
 
 const (

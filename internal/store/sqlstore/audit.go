@@ -39,7 +39,7 @@ func (s *sqlStore) AppendAudit(ctx context.Context, r *store.AuditRecord, seal f
 		return errdefs.Invalid("audit record without a time")
 	}
 	rec := *r
-	err := s.inTx(ctx, false, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO audit_heads (tenant, seq, hash) VALUES (?, 0, '')
 			ON CONFLICT (tenant) DO NOTHING`), rec.Tenant); err != nil {
 			return fmt.Errorf("audit head: %w", err)

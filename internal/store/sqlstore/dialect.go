@@ -67,6 +67,10 @@ type Dialect struct {
 	// (PostgreSQL: " FOR SHARE"), so that a takeover cannot commit between
 	// a fenced write's check and its commit; SQLite serializes writers.
 	ShareLock string
+	// GroupCommit runs the writes waiting for the one writer together, in
+	// one transaction with a savepoint each (batch.go): for a database
+	// with one writer at a time (SQLite).
+	GroupCommit bool
 }
 
 func (d Dialect) rebind(q string) string {

@@ -24,7 +24,7 @@ func (s *sqlStore) Purge(ctx context.Context, req store.PurgeRequest) (store.Pur
 		limit = 100
 	}
 	before := micros(req.Before)
-	err := s.inTx(ctx, true, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
 		res = store.PurgeResult{}
 		hold, err := s.outboxHold(ctx, tx, req.Webhooks)
 		if err != nil {

@@ -31,6 +31,7 @@ type sqlStore struct {
 	d       Dialect
 	close   func() error
 	written broadcast // closed at each commit that appended events
+	batch   batcher   // group commit (batch.go), with Dialect.GroupCommit
 }
 
 // broadcast wakes every waiter at once: fire closes the channel wait
@@ -67,8 +68,32 @@ func (s *sqlStore) Close() error {
 }
 
 func (s *sqlStore) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if s.d.GroupCommit {
+		var res result
+		err := s.inBatch(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+			r, err := tx.ExecContext(ctx, s.d.rebind(q), args...)
+			if err != nil {
+				return err
+			}
+			// Read now: a driver result asked later waits for the
+			// connection, which the next batch holds.
+			res.id, res.idErr = r.LastInsertId()
+			res.rows, res.rowsErr = r.RowsAffected()
+			return nil
+		})
+		return res, err
+	}
 	return s.w.ExecContext(ctx, s.d.rebind(q), args...)
 }
+
+// result is an sql.Result read while its statement's connection was held.
+type result struct {
+	id, rows       int64
+	idErr, rowsErr error
+}
+
+func (r result) LastInsertId() (int64, error) { return r.id, r.idErr }
+func (r result) RowsAffected() (int64, error) { return r.rows, r.rowsErr }
 
 func (s *sqlStore) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
 	return s.r.QueryContext(ctx, s.d.rebind(q), args...)
@@ -137,7 +162,7 @@ func (s *sqlStore) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, event
 		unique bool
 		ids    []int64
 	)
-	err = s.inTx(ctx, len(events) > 0, func(tx *sql.Tx) error {
+	err = s.inTx(ctx, len(events) > 0, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)`),
 			sb.ID, sb.Tenant, sb.Name, string(sb.State), string(spec),
 			micros(sb.CreatedAt), micros(sb.UpdatedAt), micros(sb.StartedAt), micros(sb.DeletedAt),
@@ -163,8 +188,13 @@ func (s *sqlStore) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, event
 
 // inTx runs fn in a write transaction, committed if fn returns nil. events
 // says fn appends events: then it starts behind the dialect's
-// EventOrderLock (see AppendEvent).
-func (s *sqlStore) inTx(ctx context.Context, events bool, fn func(tx *sql.Tx) error) (err error) {
+// EventOrderLock (see AppendEvent). fn runs its statements with the ctx it
+// is given: with Dialect.GroupCommit, its caller's values without its
+// cancellation, as one write of a batch (batch.go).
+func (s *sqlStore) inTx(ctx context.Context, events bool, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
+	if s.d.GroupCommit {
+		return s.inBatch(ctx, events, fn)
+	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -179,7 +209,7 @@ func (s *sqlStore) inTx(ctx context.Context, events bool, fn func(tx *sql.Tx) er
 			return fmt.Errorf("event order lock: %w", err)
 		}
 	}
-	if err := fn(tx); err != nil {
+	if err := fn(ctx, tx); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
@@ -339,7 +369,7 @@ func (s *sqlStore) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox, event
 		ids    []int64
 	)
 	fence, fenceArgs := s.fenceClause(ctx)
-	err = s.inTx(ctx, len(events) > 0, func(tx *sql.Tx) error {
+	err = s.inTx(ctx, len(events) > 0, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, s.d.rebind(`UPDATE sandboxes SET tenant = ?, name = ?, state = ?, spec = ?,
 		created_at = ?, updated_at = ?, started_at = ?, deleted_at = ?,
 		cause = ?, reason = ?, error = ?, generation = generation + 1,
@@ -398,7 +428,7 @@ func (s *sqlStore) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox, event
 }
 
 func (s *sqlStore) PurgeSandbox(ctx context.Context, id string) error {
-	return s.inTx(ctx, false, func(tx *sql.Tx) error { return s.purgeSandbox(ctx, tx, id) })
+	return s.inTx(ctx, false, func(ctx context.Context, tx *sql.Tx) error { return s.purgeSandbox(ctx, tx, id) })
 }
 
 // purgeSandbox removes sandbox id with its events, their webhook
@@ -455,7 +485,7 @@ func eventKey(ev *sandbox.Event) (int64, string) { return ev.ID, "" }
 // a higher one.
 func (s *sqlStore) AppendEvent(ctx context.Context, ev *sandbox.Event) error {
 	var ids []int64
-	err := s.inTx(ctx, true, func(tx *sql.Tx) (err error) {
+	err := s.inTx(ctx, true, func(ctx context.Context, tx *sql.Tx) (err error) {
 		ids, err = s.insertEvents(ctx, tx, ev.SandboxID, []*sandbox.Event{ev})
 		return err
 	})
@@ -754,7 +784,7 @@ func (s *sqlStore) RevokeAPIKey(ctx context.Context, id string, at time.Time) er
 	if at.IsZero() {
 		return errdefs.Invalid("revocation time is zero")
 	}
-	return s.inTx(ctx, false, func(tx *sql.Tx) error {
+	return s.inTx(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
 		var one int
 		err := tx.QueryRowContext(ctx, s.d.rebind(`SELECT 1 FROM api_keys WHERE id = ?`), id).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {

@@ -72,7 +72,7 @@ func (s *sqlStore) DeleteTenant(ctx context.Context, name string, at time.Time) 
 	if at.IsZero() {
 		return errdefs.Invalid("deletion time is zero")
 	}
-	return s.inTx(ctx, false, func(tx *sql.Tx) error {
+	return s.inTx(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
 		for _, c := range []struct{ what, q string }{
 			{"sandbox", `SELECT COUNT(*) FROM sandboxes WHERE tenant = ? AND state <> 'deleted'`},
 			{"volume", `SELECT COUNT(*) FROM volumes WHERE tenant = ? AND state <> 'deleted'`},
