@@ -171,6 +171,19 @@ func (m *Engine) startLocked(ctx context.Context, sb *sandbox.Sandbox, cause san
 	if sb.State != sandbox.StateStopped && sb.State != sandbox.StateStarting {
 		return sandbox.ErrWrongState("start", sb)
 	}
+	// A start (or a wake) takes its turn among the node's starts, as a
+	// create does (startqueue.go): many stopped workspaces started at once,
+	// or previews woken together, do not start their runtimes all at once.
+	// It waits before anything changes (the sandbox stays stopped); a
+	// delete ends the wait (abandon), and the start then fails.
+	turn, err := m.starts.enter(sb.Tenant, false)
+	if err != nil {
+		return err
+	}
+	defer turn.leave()
+	if err := turn.waitFor(ctx, sb.ID); err != nil {
+		return err
+	}
 	if m.node.Hibernated(sb) {
 		// Its processes and memory were checkpointed: bring them back
 		// (a wake the daemon was killed in is started over: the image

@@ -224,3 +224,85 @@ func TestStartQueueDeleteWhileWaiting(t *testing.T) {
 		t.Fatalf("the start ahead: %+v %v", r.sb, r.err)
 	}
 }
+
+// TestStartQueueCoversStarts: a start of a stopped sandbox takes its turn
+// among the node's starts like a create. With one start at a time, each
+// held 2 s at a failpoint, a start sent while a create holds the slot
+// waits with its sandbox still stopped (on the old code it went to
+// starting at once, two runtimes starting side by side), then runs.
+func TestStartQueueCoversStarts(t *testing.T) {
+	parallel(t)
+	d := newDaemon(t, &daemon{extra: []string{"--max-starts", "1"},
+		env: []string{"BERTH_FAILPOINTS=create.after-mount=sleep(2s)"}})
+	ctx := context.Background()
+	p, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Persistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.c.Stop(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	state := func(id string) string {
+		sb, err := d.c.GetSandbox(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb.State
+	}
+	created := make(chan error, 1)
+	go func() {
+		_, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+		created <- err
+	}()
+	// The create holds the one slot once it is recorded (granted at once:
+	// nothing else starts), for the failpoint's 2 s.
+	var holder string
+	for deadline := time.Now().Add(30 * time.Second); holder == ""; time.Sleep(20 * time.Millisecond) {
+		sbs, err := d.c.ListSandboxes(ctx, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sb := range sbs {
+			if sb.State == "creating" {
+				holder = sb.ID
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the create was never recorded")
+		}
+	}
+	started := make(chan error, 1)
+	go func() {
+		_, err := d.c.Start(ctx, p.ID)
+		started <- err
+	}()
+	// While the create holds the slot, the start waits: its sandbox stays
+	// stopped.
+	waited := 0
+	for range 10 {
+		time.Sleep(50 * time.Millisecond)
+		h, s := state(holder), state(p.ID)
+		if h != "creating" {
+			break // the holder finished: nothing more to learn from the window
+		}
+		if s != "stopped" {
+			t.Fatalf("sandbox %s is %s while the one start slot is the create's", p.ID, s)
+		}
+		waited++
+	}
+	if waited == 0 {
+		t.Fatal("the create finished before the start could be seen waiting")
+	}
+	if err := <-created; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	if s := state(p.ID); s != "running" {
+		t.Fatalf("after its turn the sandbox is %s", s)
+	}
+	if out := execOut(t, d, p.ID, "echo", "ok"); out != "ok\n" {
+		t.Fatalf("exec after the start: %q", out)
+	}
+}
