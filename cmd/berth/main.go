@@ -11,6 +11,10 @@
 // --filter filters the API's list in the CLI; an unknown verb's "did you
 // mean" suggestions stay on the one error line.
 //
+// context.go and config.go are berth context: saved daemons in
+// $XDG_CONFIG_HOME/berth/config.json, and globals.resolve, the one place
+// that decides host, key and TLS (flags, BERTH_*, context, default).
+//
 // fs.go is berth fs (ls, stat, mkdir, rm, mv on ID:/path); lease.go is
 // berth lease and berth port-token over the lease and port-token routes.
 package main
