@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 
@@ -49,10 +48,15 @@ type contextDef struct {
 	TLSFingerprint string `json:"tls_fingerprint,omitempty"`
 }
 
-var contextNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
-
+// validContextName accepts [A-Za-z0-9][A-Za-z0-9._-]{0,62}. (By hand, not
+// a package-level regexp: every CLI start would pay for compiling it.)
 func validContextName(name string) error {
-	if !contextNameRE.MatchString(name) {
+	ok := len(name) > 0 && len(name) <= 63
+	for i := 0; ok && i < len(name); i++ {
+		c := name[i]
+		ok = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || i > 0 && (c == '.' || c == '_' || c == '-')
+	}
+	if !ok {
 		return fmt.Errorf("invalid context name %q: want letters, digits, '.', '_' or '-', at most 63, starting with a letter or digit", name)
 	}
 	return nil

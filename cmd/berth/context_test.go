@@ -377,3 +377,16 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	})
 }
+
+func TestValidContextName(t *testing.T) {
+	for _, ok := range []string{"a", "prod", "Prod-2.eu_west", "0", strings.Repeat("x", 63)} {
+		if err := validContextName(ok); err != nil {
+			t.Errorf("%q refused: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "-a", ".a", "_a", "a b", "a/b", "a:b", "é", strings.Repeat("x", 64), "a\n"} {
+		if validContextName(bad) == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
