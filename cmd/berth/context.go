@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -246,11 +247,24 @@ func flagWords(s string) string {
 		`fields "tls_ca" and "tls_fingerprint"`, "--tls-ca and --tls-fingerprint", `fields "tls_ca"/"tls_fingerprint"`, "--tls-ca and --tls-fingerprint").Replace(s)
 }
 
-// updateConfig loads the config file, lets fn change it and saves it.
+// updateConfig loads the config file, lets fn change it and saves it,
+// holding a lock beside it so two commands changing contexts at once do not
+// lose one another's change (readers need none: the save is atomic).
 func updateConfig(fn func(cfg *cliConfig, path string) error) error {
 	path, err := configPath()
 	if err != nil {
 		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	lock, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("config %s: lock: %w", path, err)
 	}
 	cfg, err := loadConfig(path)
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -388,5 +389,38 @@ func TestValidContextName(t *testing.T) {
 		if validContextName(bad) == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// TestConfigConcurrentUpdates: commands changing contexts at once each
+// keep their change.
+func TestConfigConcurrentUpdates(t *testing.T) {
+	path := isolateConfig(t)
+	const n = 16
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- updateConfig(func(cfg *cliConfig, _ string) error {
+				if cfg.Contexts == nil {
+					cfg.Contexts = map[string]*contextDef{}
+				}
+				cfg.Contexts[fmt.Sprintf("c%d", i)] = &contextDef{Host: "https://h"}
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := loadConfig(path)
+	if err != nil || len(cfg.Contexts) != n {
+		t.Fatalf("after %d concurrent adds: %d contexts, %v", n, len(cfg.Contexts), err)
 	}
 }
