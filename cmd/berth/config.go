@@ -214,6 +214,17 @@ func loadConfig(path string) (*cliConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
+	// As ssh does with a private key: a stored API key in a file others
+	// can read is refused, not used.
+	for name, d := range cfg.Contexts {
+		if d.APIKey == "" {
+			continue
+		}
+		if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
+			return nil, fmt.Errorf("config %s: holds the API key of context %q but is readable by others (mode %#o): chmod 600 it", path, name, st.Mode().Perm())
+		}
+		break
+	}
 	return cfg, nil
 }
 

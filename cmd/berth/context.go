@@ -146,7 +146,8 @@ the context off.
 
 Contexts are kept in $XDG_CONFIG_HOME/berth/config.json (~/.config/berth),
 mode 0600. An API key is referenced by the path of its file (--api-key-file),
-or stored in the config file when read from stdin (--api-key-stdin). The
+or stored in the config file when read from stdin (--api-key-stdin); a config
+file that holds a key and that others can read is refused. The
 context named "default" is the local daemon and the environment.`,
 		Example: `  berth context add prod --host https://berth.example:8443 --api-key-file ~/.berth/prod.key --tls-fingerprint sha256:...
   berth context use prod

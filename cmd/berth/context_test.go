@@ -91,6 +91,23 @@ func TestConfigRoundTrip(t *testing.T) {
 	if got, err := loadConfig(path); err != nil || got.Current != "" {
 		t.Errorf("after rewrite: %+v, %v", got, err)
 	}
+	// A stored key in a file others can read is refused.
+	if err := os.Chmod(path, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadConfig(path); err == nil || !strings.Contains(err.Error(), `context "ci" but is readable by others (mode 0640)`) {
+		t.Errorf("group-readable config with a stored key: %v", err)
+	}
+	delete(cfg.Contexts, "ci")
+	if err := saveConfig(path, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadConfig(path); err != nil {
+		t.Errorf("world-readable config with no stored key: %v", err)
+	}
 	// No file: an empty config.
 	if got, err := loadConfig(filepath.Join(t.TempDir(), "none.json")); err != nil || len(got.Contexts) != 0 {
 		t.Errorf("missing file: %+v, %v", got, err)
