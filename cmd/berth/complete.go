@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -11,9 +13,14 @@ import (
 // names, template verbs and every --template flag the template names,
 // both read from the daemon the flags or environment name.
 
+// completionTimeout bounds each daemon call a completion makes: a slow or
+// unreachable daemon completes nothing rather than hang the shell.
+var completionTimeout = 2 * time.Second
+
 // addCompletions sets the completion of every verb under root by the
-// placeholders its Use line names (ID, ID..., PARENT; NAME under
-// `template`), and of every --template flag.
+// placeholder its Use line names first, after any flags ("[flags]",
+// "[-f]", "[-s SIGNAL]"): ID, [ID], PARENT, ID..., ID:/path; NAME or
+// NAME... under template. And of every --template flag.
 func addCompletions(root *cobra.Command, g *globals) {
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
@@ -21,70 +28,106 @@ func addCompletions(root *cobra.Command, g *globals) {
 			walk(sub)
 		}
 		if c.Flags().Lookup("template") != nil {
-			_ = c.RegisterFlagCompletionFunc("template", completeTemplates(g))
+			// A flag's value completes whatever the positional arguments.
+			_ = c.RegisterFlagCompletionFunc("template", completeTemplates(g, true))
 		}
 		if c.ValidArgsFunction != nil {
 			return
 		}
-		fields := strings.Fields(c.Use)
-		if len(fields) < 2 {
-			return
-		}
-		switch arg := fields[1]; {
-		case arg == "ID" || arg == "PARENT" || arg == "SRC" && c.Name() == "cp":
-			c.ValidArgsFunction = completeSandboxes(g, false)
+		arg := firstArgWord(c.Use)
+		inTemplate := c.Parent() != nil && c.Parent().Name() == "template"
+		switch {
+		case arg == "ID" || arg == "[ID]" || arg == "PARENT" || arg == "SRC" && c.Name() == "cp":
+			c.ValidArgsFunction = completeSandboxes(g, false, "")
 		case arg == "ID...":
-			c.ValidArgsFunction = completeSandboxes(g, true)
-		case arg == "NAME" && c.Parent() != nil && c.Parent().Name() == "template":
-			c.ValidArgsFunction = completeTemplates(g)
+			c.ValidArgsFunction = completeSandboxes(g, true, "")
+		case strings.HasPrefix(arg, "ID:/"):
+			c.ValidArgsFunction = completeSandboxes(g, false, ":")
+		case arg == "NAME" && inTemplate:
+			c.ValidArgsFunction = completeTemplates(g, false)
+		case arg == "NAME..." && inTemplate:
+			c.ValidArgsFunction = completeTemplates(g, true)
 		}
 	}
 	walk(root)
 }
 
+// firstArgWord is the first word of a Use line after the verb that is not
+// a flag: "[flags]", "[-f]" and "[-s SIGNAL]" are skipped.
+func firstArgWord(use string) string {
+	fields := strings.Fields(use)
+	inFlag := false
+	for _, f := range fields[min(1, len(fields)):] {
+		switch {
+		case inFlag:
+			inFlag = !strings.HasSuffix(f, "]")
+		case f == "[flags]":
+		case strings.HasPrefix(f, "[-"):
+			inFlag = !strings.HasSuffix(f, "]")
+		default:
+			return f
+		}
+	}
+	return ""
+}
+
 type completeFunc = func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective)
 
 // completeSandboxes completes the first argument (every argument, with
-// many) with the live sandboxes' ids and names.
-func completeSandboxes(g *globals, many bool) completeFunc {
+// many) with the live sandboxes' ids and names, each followed by suffix
+// (":" for the ID:/path of berth fs, with no space after it). Any failure
+// completes nothing and says nothing: a completion is no place for errors.
+func completeSandboxes(g *globals, many bool, suffix string) completeFunc {
+	return func(cmd *cobra.Command, args []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 && !many || suffix != "" && strings.Contains(prefix, ":") {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		directive := cobra.ShellCompDirectiveNoFileComp
+		if suffix != "" {
+			directive |= cobra.ShellCompDirectiveNoSpace
+		}
+		c, err := g.client()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
+		defer cancel()
+		sbs, err := c.ListSandboxes(ctx, false)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var out []cobra.Completion
+		for _, sb := range sbs {
+			desc := sb.State + " " + sb.Template
+			if strings.HasPrefix(sb.ID, prefix) {
+				out = append(out, cobra.CompletionWithDesc(compSafe(sb.ID)+suffix, compSafe(strings.TrimSpace(orDash(sb.Name)+" "+desc))))
+			}
+			if sb.Name != "" && strings.HasPrefix(sb.Name, prefix) {
+				out = append(out, cobra.CompletionWithDesc(compSafe(sb.Name)+suffix, compSafe(sb.ID+" "+desc)))
+			}
+		}
+		return out, directive
+	}
+}
+
+// completeTemplates completes with the template names the caller sees
+// (the first argument only, unless many); failures complete nothing.
+func completeTemplates(g *globals, many bool) completeFunc {
 	return func(cmd *cobra.Command, args []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		if len(args) > 0 && !many {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
 		c, err := g.client()
 		if err != nil {
-			return nil, cobra.ShellCompDirectiveError
+			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
 		defer c.Close()
-		sbs, err := c.ListSandboxes(cmd.Context(), false)
+		ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
+		defer cancel()
+		tpls, err := c.ListTemplates(ctx)
 		if err != nil {
-			return nil, cobra.ShellCompDirectiveError
-		}
-		var out []cobra.Completion
-		for _, sb := range sbs {
-			desc := sb.State + " " + sb.Template
-			if strings.HasPrefix(sb.ID, prefix) {
-				out = append(out, cobra.CompletionWithDesc(sb.ID, compSafe(strings.TrimSpace(orDash(sb.Name)+" "+desc))))
-			}
-			if sb.Name != "" && strings.HasPrefix(sb.Name, prefix) {
-				out = append(out, cobra.CompletionWithDesc(compSafe(sb.Name), compSafe(sb.ID+" "+desc)))
-			}
-		}
-		return out, cobra.ShellCompDirectiveNoFileComp
-	}
-}
-
-// completeTemplates completes with the template names the caller sees.
-func completeTemplates(g *globals) completeFunc {
-	return func(cmd *cobra.Command, args []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		c, err := g.client()
-		if err != nil {
-			return nil, cobra.ShellCompDirectiveError
-		}
-		defer c.Close()
-		tpls, err := c.ListTemplates(cmd.Context())
-		if err != nil {
-			return nil, cobra.ShellCompDirectiveError
+			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
 		var out []cobra.Completion
 		for _, t := range tpls {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -20,31 +19,25 @@ type globals struct {
 	// TLS of an https:// host: a pinned certificate fingerprint or a CA file.
 	tlsFingerprint string
 	tlsCA          string
+	// context names a saved context (berth context) to use.
+	context string
 }
 
-// client connects to the daemon named by --host, then BERTH_HOST, then the
-// default socket; --api-key falls back to BERTH_API_KEY.
+// client connects to the daemon that resolve names (flags, then BERTH_*
+// variables, then the saved context, then the default socket).
 func (g *globals) client() (*client.Client, error) {
-	host := g.host
-	if host == "" {
-		host = os.Getenv("BERTH_HOST")
-	}
-	key := g.apiKey
-	if key == "" {
-		key = os.Getenv("BERTH_API_KEY")
+	s, err := g.resolve()
+	if err != nil {
+		return nil, err
 	}
 	opts := []client.Option{client.WithUserAgent("berth-cli/" + version)}
-	fp := g.tlsFingerprint
-	if fp == "" {
-		fp = os.Getenv(client.TLSFingerprintEnv)
+	if s.tlsFingerprint != "" {
+		opts = append(opts, client.WithTLSFingerprint(s.tlsFingerprint))
 	}
-	if fp != "" {
-		opts = append(opts, client.WithTLSFingerprint(fp))
+	if s.tlsCA != "" {
+		opts = append(opts, client.WithTLSCAFile(s.tlsCA))
 	}
-	if g.tlsCA != "" {
-		opts = append(opts, client.WithTLSCAFile(g.tlsCA))
-	}
-	return client.New(host, key, opts...)
+	return client.New(s.host, s.apiKey, opts...)
 }
 
 func newRootCmd() *cobra.Command {
@@ -66,6 +59,8 @@ The CLI talks to the daemon over its unix socket, or over HTTP(S) with an API ke
 	pf.StringVar(&g.apiKey, "api-key", "", "API key for a TCP daemon (env BERTH_API_KEY)")
 	pf.StringVar(&g.tlsFingerprint, "tls-fingerprint", "", "pin the https:// daemon's certificate: sha256:<hex> as `berth serve` prints it (env "+client.TLSFingerprintEnv+")")
 	pf.StringVar(&g.tlsCA, "tls-ca", "", "verify the https:// daemon's certificate against this CA `FILE` (PEM)")
+	pf.StringVar(&g.context, "context", "", "use this saved context (env "+contextEnv+"; see berth context)")
+	_ = root.RegisterFlagCompletionFunc("context", completeContexts)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())
 	})
@@ -94,7 +89,7 @@ The CLI talks to the daemon over its unix socket, or over HTTP(S) with an API ke
 		root.AddCommand(c)
 	}
 	for _, c := range []*cobra.Command{newServeCmd(), newTemplateCmd(g), newApplyCmd(g), newPoolCmd(g), newDoctorCmd(g), newAuditCmd(g), newVersionCmd(g), newBenchCmd(), newSelftestCmd(g),
-		newTenantCmd(g), newKeyCmd(g), newQuotaCmd(g), newConsoleCmd(g)} {
+		newTenantCmd(g), newKeyCmd(g), newQuotaCmd(g), newConsoleCmd(g), newContextCmd(g)} {
 		c.GroupID = "admin"
 		root.AddCommand(c)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/client"
 )
 
 // runGrace is how much longer than the command's --timeout the sandbox of a
@@ -25,8 +26,8 @@ const exitInterrupted = 130
 
 func newRunCmd(g *globals) *cobra.Command {
 	var (
-		sf          sandboxFlags
-		interactive bool
+		sf               sandboxFlags
+		interactive, tty bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags] [--] [CMD [ARG...]]",
@@ -37,10 +38,18 @@ ends, on Ctrl-C (exit code 130) and if this client goes away.
 
 With no CMD, the template's own command runs (its image's ENTRYPOINT and CMD).
 
-With -i, the whole of stdin is read first and passed to the command.`,
+With -i, the whole of stdin is read first and passed to the command.
+
+With -t (and -it for a shell), the command gets a terminal, as with docker run
+--rm -it: the sandbox is created, the command runs in it over the interactive
+exec route (the local terminal in raw mode, resizes passed on; -i attaches
+stdin as it is typed), and the sandbox is deleted when the command exits. If
+this client dies instead, the sandbox stops once it has had no session for 10
+minutes and is deleted a minute later (unless --timeout ends it earlier).`,
 		Example: `  berth run -- python3 -c 'print(1+1)'
   berth run --memory 256m --timeout 30s --network none -- sh -c 'make test'
-  echo hello | berth run -i -- cat`,
+  echo hello | berth run -i -- cat
+  berth run -it -- sh`,
 		Args: cobra.ArbitraryArgs, // none: the template's ENTRYPOINT and CMD
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sb, err := sf.request()
@@ -51,6 +60,20 @@ With -i, the whole of stdin is read first and passed to the command.`,
 			if sf.timeout > 0 {
 				req.Exec.TimeoutSeconds = sf.timeout.seconds()
 				req.Sandbox.TimeoutSeconds = (time.Duration(sf.timeout) + runGrace).Seconds()
+			}
+			if tty {
+				if len(args) == 0 {
+					return errors.New("-t needs a command: berth run -it -- sh")
+				}
+				c, err := g.client()
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+				defer stop()
+				exit, err := runInteractive(ctx, cmd, c, req, interactive)
+				return commandExit(ctx, cmd, exit, err)
 			}
 			if interactive {
 				if req.Exec.Stdin, err = io.ReadAll(cmd.InOrStdin()); err != nil {
@@ -73,8 +96,43 @@ With -i, the whole of stdin is read first and passed to the command.`,
 	// Flags stop at the command: `berth run ls -la` runs `ls -la`.
 	f.SetInterspersed(false)
 	sf.register(f, "time limit for the command")
-	f.BoolVarP(&interactive, "interactive", "i", false, "pass stdin to the command")
+	f.BoolVarP(&interactive, "interactive", "i", false, "pass stdin to the command (read whole first; as it is typed with -t)")
+	f.BoolVarP(&tty, "tty", "t", false, "give the command a terminal (-it for a shell); the sandbox is deleted when it exits")
 	return cmd
+}
+
+// Backstop of a run -t whose client dies before it can delete the sandbox
+// (a kill -9, a lost laptop): with no session open the sandbox is idle, so
+// it stops after runTTYIdle and is deleted runTTYRetention later. An open
+// session keeps it from being idle however quiet the user is.
+const (
+	runTTYIdle      = 10 * time.Minute
+	runTTYRetention = time.Minute
+)
+
+// runInteractive is run -t: create the sandbox, run the command in it
+// through exec's interactive path (execInteractive: raw mode, resizes,
+// stdin as typed with -i), then delete the sandbox whatever happened.
+func runInteractive(ctx context.Context, cmd *cobra.Command, c *client.Client, req api.RunRequest, interactive bool) (api.ExecExit, error) {
+	sbReq := req.Sandbox
+	if sbReq.IdleTimeoutSeconds == 0 {
+		sbReq.IdleTimeoutSeconds = runTTYIdle.Seconds()
+		sbReq.OnIdle = "stop"
+		sbReq.RetentionSeconds = runTTYRetention.Seconds()
+	}
+	sb, err := c.CreateSandbox(ctx, sbReq)
+	if err != nil {
+		return api.ExecExit{}, err
+	}
+	defer func() {
+		// Ctrl-C or SIGTERM may have ended ctx: the delete still runs.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if _, err := c.DeleteSandbox(dctx, sb.ID, true); err != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "berth: sandbox %s was not deleted: %s\n", sb.ID, oneLine(err.Error()))
+		}
+	}()
+	return execInteractive(ctx, cmd, c, sb.ID, req.Exec, interactive, true)
 }
 
 // commandExit turns the end of a run or exec into the CLI's exit: the

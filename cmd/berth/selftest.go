@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth-sh/berth/client"
 	"github.com/berth-sh/berth/internal/selftest"
 )
 
@@ -81,17 +80,11 @@ run as root on the daemon's host. docs/security.md lists the attacks.`,
 			rep, err = selftest.RunPrivate(ctx, selftest.PrivateOptions{Runsc: runsc, Agent: agent, Runtimes: runtimes, Only: only,
 				Progress: progress, Log: cmd.ErrOrStderr()})
 		} else {
-			host := g.host
-			if host == "" {
-				host = os.Getenv("BERTH_HOST")
+			conn, cerr := g.resolve()
+			if cerr != nil {
+				return cerr
 			}
-			if host == "" {
-				host = client.DefaultHost
-			}
-			key := g.apiKey
-			if key == "" {
-				key = os.Getenv("BERTH_API_KEY")
-			}
+			host, key := conn.host, conn.apiKey
 			c, cerr := g.client()
 			if cerr != nil {
 				return cerr

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/berth-sh/berth/api"
 )
@@ -83,5 +86,59 @@ func TestCompletion(t *testing.T) {
 	out, _, code = runCLI(t, host, "", "__complete", "create", "--template", "")
 	if code != 0 || !strings.Contains(out, "base") {
 		t.Errorf("completing --template: %d %q", code, out)
+	}
+	// Verbs whose Use line puts flags before the id, or brackets it.
+	for _, verb := range [][]string{{"exec"}, {"rm"}, {"logs"}, {"kill"}, {"events"}, {"snapshot", "ls"}, {"lease"}, {"port-token"}} {
+		out, _, code := runCLI(t, host, "", append(append([]string{"__complete"}, verb...), "d")...)
+		if code != 0 || !strings.Contains(out, "dev\t") || strings.Contains(out, "sb1\t") {
+			t.Errorf("completing %v: %d %q", verb, code, out)
+		}
+	}
+	// berth fs takes ID:/path: the id comes with its colon and no space.
+	out, _, _ = runCLI(t, host, "", "__complete", "fs", "ls", "sb")
+	if !strings.Contains(out, "sb1:\t") || !strings.Contains(out, "sb2:\t") || !strings.Contains(out, ":6\n") {
+		t.Errorf("completing fs ls: %q", out)
+	}
+	// Template verbs, several names for rm.
+	out, _, _ = runCLI(t, host, "", "__complete", "template", "rm", "base", "")
+	if !strings.Contains(out, "base\n") {
+		t.Errorf("completing template rm's second name: %q", out)
+	}
+	// The flag's value completes after positional arguments too.
+	out, _, _ = runCLI(t, host, "", "__complete", "run", "--template", "")
+	if !strings.Contains(out, "base\n") {
+		t.Errorf("completing run --template: %q", out)
+	}
+}
+
+// TestCompletionFailsQuietly: a daemon that is down, refuses or does not
+// answer completes nothing, with no error directive and nothing on the
+// terminal but cobra's own directive line.
+func TestCompletionFailsQuietly(t *testing.T) {
+	isolateConfig(t)
+	completionTimeout = 100 * time.Millisecond
+	t.Cleanup(func() { completionTimeout = 2 * time.Second })
+	release := make(chan struct{})
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(hang.Close)
+	t.Cleanup(func() { close(release) })
+	refuse := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeTestJSON(w, 401, api.ErrorBody{Error: api.Error{Code: "unauthorized", Message: "bad key"}})
+	}))
+	t.Cleanup(refuse.Close)
+	for name, host := range map[string]string{
+		"hanging": hang.URL, "refusing": refuse.URL, "down": "unix://" + t.TempDir() + "/none.sock", "bad host": "ftp://x",
+	} {
+		for _, args := range [][]string{{"inspect", ""}, {"fs", "ls", ""}, {"template", "inspect", ""}, {"run", "--template", ""}} {
+			out, errs, code := runCLI(t, host, "", append([]string{"__complete"}, args...)...)
+			if code != 0 || out != ":4\n" || strings.Contains(errs, "berth:") {
+				t.Errorf("%s daemon, completing %v: %d %q %q", name, args, code, out, errs)
+			}
+		}
 	}
 }
