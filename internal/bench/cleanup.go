@@ -35,7 +35,7 @@ func (b *bench) cleanup(ctx context.Context) {
 		c := b.d.C
 		// Warm pools (the automatic one of the default template among
 		// them) hold sandboxes no list shows: sized to none first.
-		if err := b.drainPools(ctx); err != nil {
+		if err := testenv.DrainPools(ctx, c, 2*time.Minute); err != nil {
 			fail("%v", err)
 		}
 		if sbs, err := c.ListSandboxes(ctx, false); err != nil {
@@ -111,38 +111,5 @@ func LeakScopes(workDir string) []testenv.Scope {
 	return []testenv.Scope{
 		{DataDir: workDir, Cgroups: []string{"/" + peer.Parent(local.InstanceName(workDir))}},
 		{DataDir: netbench.DataDir(workDir), Namespaces: NetNamespaces(workDir)},
-	}
-}
-
-// drainPools sets every pool to none and waits until their members are
-// gone.
-func (b *bench) drainPools(ctx context.Context) error {
-	c := b.d.C
-	pools, err := c.ListPools(ctx)
-	if err != nil {
-		return fmt.Errorf("listing pools: %w", err)
-	}
-	for _, p := range pools {
-		if _, err := c.SetPool(ctx, p.Template, 0); err != nil {
-			return fmt.Errorf("emptying pool %s: %w", p.Template, err)
-		}
-	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		pools, err := c.ListPools(ctx)
-		if err != nil {
-			return fmt.Errorf("listing pools: %w", err)
-		}
-		left := 0
-		for _, p := range pools {
-			left += p.Ready + p.Starting
-		}
-		if left == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("pools still hold %d members 2 minutes after being emptied", left)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -111,6 +112,12 @@ func RunPrivate(ctx context.Context, po PrivateOptions) (*Report, error) {
 // to remove by hand or could not remove.
 func stopPrivate(d *testenv.Daemon, work, dataDir string) []string {
 	var out []string
+	// The daemon runs with its defaults, the automatic warm pool among
+	// them (attacks run in claimed members as users' sandboxes do): its
+	// members are drained before the daemon stops.
+	if err := testenv.DrainPools(context.Background(), d.Client(), 2*time.Minute); err != nil {
+		out = append(out, "draining warm pools: "+err.Error())
+	}
 	if err := d.Stop(); err != nil {
 		out = append(out, "stopping the daemon: "+err.Error())
 	}

@@ -273,3 +273,41 @@ func (l *Log) Contains(s string) bool { return strings.Contains(l.String(), s) }
 
 // NetnsPath is where `ip netns` keeps the named namespace.
 func NetnsPath(name string) string { return "/var/run/netns/" + name }
+
+// DrainPools sets every warm pool the client sees to none (the automatic
+// pool of the default template among them) and waits, at most within,
+// until their members are gone: they are sandboxes no list shows, so a
+// harness that deletes what it lists must drain them first.
+func DrainPools(ctx context.Context, c *client.Client, within time.Duration) error {
+	pools, err := c.ListPools(ctx)
+	if err != nil {
+		return fmt.Errorf("listing pools: %w", err)
+	}
+	for _, p := range pools {
+		if _, err := c.SetPool(ctx, p.Template, 0); err != nil {
+			return fmt.Errorf("emptying pool %s: %w", p.Template, err)
+		}
+	}
+	deadline := time.Now().Add(within)
+	for {
+		pools, err := c.ListPools(ctx)
+		if err != nil {
+			return fmt.Errorf("listing pools: %w", err)
+		}
+		left := 0
+		for _, p := range pools {
+			left += p.Ready + p.Starting
+		}
+		if left == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pools still hold %d members %s after being emptied", left, within)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
