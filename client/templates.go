@@ -83,24 +83,7 @@ func (c *Client) buildStream(ctx context.Context, path string, body any, progres
 // readBuildStream sends hreq and reads the NDJSON stream of
 // api.BuildEvent it answers.
 func (c *Client) readBuildStream(ctx context.Context, hreq *http.Request, progress io.Writer) (*api.Template, error) {
-	hreq.Header.Set("Accept", "application/x-ndjson")
-	resp, err := c.send(hreq)
-	if err != nil {
-		return nil, err
-	}
-	defer closeBody(resp.Body)
-	dec := json.NewDecoder(resp.Body)
-	for {
-		var ev api.BuildEvent
-		if err := dec.Decode(&ev); err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			if errors.Is(err, io.EOF) {
-				return nil, errors.New("build stream ended without a result")
-			}
-			return nil, fmt.Errorf("read build stream: %w", err)
-		}
+	return readStream(ctx, c, hreq, "build", func(ev *api.BuildEvent) (*api.Template, error) {
 		switch {
 		case ev.Error != nil:
 			if ev.Step > 0 {
@@ -113,6 +96,35 @@ func (c *Client) readBuildStream(ctx context.Context, hreq *http.Request, progre
 			if _, err := progress.Write(ev.Data); err != nil {
 				return nil, fmt.Errorf("write build output: %w", err)
 			}
+		}
+		return nil, nil
+	})
+}
+
+// readStream sends hreq and reads the NDJSON stream of events E it
+// answers (a build, import or push, named what), handing each to each
+// until it returns a result or an error.
+func readStream[E, R any](ctx context.Context, c *Client, hreq *http.Request, what string, each func(*E) (*R, error)) (*R, error) {
+	hreq.Header.Set("Accept", "application/x-ndjson")
+	resp, err := c.send(hreq)
+	if err != nil {
+		return nil, err
+	}
+	defer closeBody(resp.Body)
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev E
+		if err := dec.Decode(&ev); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if errors.Is(err, io.EOF) {
+				return nil, errors.New(what + " stream ended without a result")
+			}
+			return nil, fmt.Errorf("read %s stream: %w", what, err)
+		}
+		if r, err := each(&ev); err != nil || r != nil {
+			return r, err
 		}
 	}
 }

@@ -2,9 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
 
@@ -35,24 +32,7 @@ func (c *Client) UploadTemplateArchiveProgress(ctx context.Context, name string,
 }
 
 func (c *Client) importStream(ctx context.Context, hreq *http.Request, progress func(api.ImportProgress)) (*api.Template, error) {
-	hreq.Header.Set("Accept", "application/x-ndjson")
-	resp, err := c.send(hreq)
-	if err != nil {
-		return nil, err
-	}
-	defer closeBody(resp.Body)
-	dec := json.NewDecoder(resp.Body)
-	for {
-		var ev api.ImportEvent
-		if err := dec.Decode(&ev); err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			if errors.Is(err, io.EOF) {
-				return nil, errors.New("import stream ended without a result")
-			}
-			return nil, fmt.Errorf("read import stream: %w", err)
-		}
+	return readStream(ctx, c, hreq, "import", func(ev *api.ImportEvent) (*api.Template, error) {
 		switch {
 		case ev.Error != nil:
 			return nil, apiError(ev.Error)
@@ -61,7 +41,8 @@ func (c *Client) importStream(ctx context.Context, hreq *http.Request, progress 
 		case ev.Progress != nil && progress != nil:
 			progress(*ev.Progress)
 		}
-	}
+		return nil, nil
+	})
 }
 
 // PushTemplate writes template name to a registry as an OCI image, with
@@ -82,24 +63,7 @@ func (c *Client) PushTemplateProgress(ctx context.Context, name string, req api.
 	if err != nil {
 		return nil, err
 	}
-	hreq.Header.Set("Accept", "application/x-ndjson")
-	resp, err := c.send(hreq)
-	if err != nil {
-		return nil, err
-	}
-	defer closeBody(resp.Body)
-	dec := json.NewDecoder(resp.Body)
-	for {
-		var ev api.PushEvent
-		if err := dec.Decode(&ev); err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			if errors.Is(err, io.EOF) {
-				return nil, errors.New("push stream ended without a result")
-			}
-			return nil, fmt.Errorf("read push stream: %w", err)
-		}
+	return readStream(ctx, c, hreq, "push", func(ev *api.PushEvent) (*api.PushResult, error) {
 		switch {
 		case ev.Error != nil:
 			return nil, apiError(ev.Error)
@@ -108,5 +72,6 @@ func (c *Client) PushTemplateProgress(ctx context.Context, name string, req api.
 		case ev.Progress != nil && progress != nil:
 			progress(*ev.Progress)
 		}
-	}
+		return nil, nil
+	})
 }
