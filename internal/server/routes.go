@@ -166,6 +166,7 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "GET /v1/keys", Rule: need(auth.ScopeKeys), h: hf(s.admin.ListKeys)},
 		{Pattern: "DELETE /v1/keys/{id}", Rule: need(auth.ScopeKeys), h: hf(s.admin.RevokeKey)},
 		{Pattern: "POST /v1/sandboxes/{id}/leases", Rule: need(write), h: hf(s.admin.MintLease)},
+		{Pattern: "DELETE /v1/sandboxes/{id}/leases/{lease}", Rule: need(write), h: hf(s.admin.RevokeLease)},
 		{Pattern: "POST /v1/sandboxes/{id}/ports/{port}/token", Rule: need(auth.ScopePorts), h: hf(s.admin.MintPortToken)},
 		{Pattern: "GET /v1/sandboxes/{id}/port-tokens", Rule: need(auth.ScopePorts), h: hf(s.admin.ListPortTokens)},
 		{Pattern: "DELETE /v1/sandboxes/{id}/port-tokens/{token}", Rule: need(auth.ScopePorts), h: hf(s.admin.RevokePortToken)},
