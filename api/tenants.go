@@ -30,7 +30,8 @@ type APIKey struct {
 // CreateAPIKeyRequest is the body of POST /v1/keys. Tenant is the key's
 // tenant (a tenant's own key may only name its own, or leave it empty);
 // Scopes, if any, narrow the role's; ExpiresInSeconds, if set, is the
-// key's lifetime.
+// key's lifetime. A key made by an expiring key ends with it at the
+// latest (a later expiry is refused; none inherits the maker's).
 type CreateAPIKeyRequest struct {
 	Name             string   `json:"name,omitempty"`
 	Tenant           string   `json:"tenant,omitempty"`

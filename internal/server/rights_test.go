@@ -274,3 +274,34 @@ func TestLeaseRevokedByItself(t *testing.T) {
 	e.must(owner.Key, "DELETE", "/v1/sandboxes/"+sb.ID+"/leases/c-"+sb.ID, "", 204, nil)
 	e.must(sb.LeaseToken, "GET", "/v1/sandboxes/"+sb.ID, "", 401, nil)
 }
+
+// TestKeyNotOutlivingCreator: a key that expires makes keys that end with
+// it at the latest (before, a console session's key, good for hours,
+// could make itself a key that never expires).
+func TestKeyNotOutlivingCreator(t *testing.T) {
+	e := newTenv(t)
+	e.tenant("a")
+	var short api.CreatedAPIKey
+	e.must("local", "POST", "/v1/keys", `{"tenant":"a","role":"admin","expires_in_seconds":3600}`, 201, &short)
+	if short.ExpiresAt == nil {
+		t.Fatal("the short key has no expiry")
+	}
+	if code, body := e.do(short.Key, "POST", "/v1/keys", `{"role":"member","expires_in_seconds":7200}`); code != 403 {
+		t.Errorf("a key outliving its maker: %d %s, want 403", code, body)
+	}
+	var inherited, shorter api.CreatedAPIKey
+	e.must(short.Key, "POST", "/v1/keys", `{"role":"member"}`, 201, &inherited)
+	if inherited.ExpiresAt == nil || inherited.ExpiresAt.Sub(*short.ExpiresAt).Abs() > time.Millisecond { // the store keeps µs
+		t.Errorf("a key made without expiry by a key expiring at %v expires at %v, want the same", short.ExpiresAt, inherited.ExpiresAt)
+	}
+	e.must(short.Key, "POST", "/v1/keys", `{"role":"member","expires_in_seconds":60}`, 201, &shorter)
+	e.clock.Advance(3601 * time.Second)
+	e.must(inherited.Key, "GET", "/v1/sandboxes", "", 401, nil)
+	// The host, and a key without expiry, still make keys without one.
+	var forever, child api.CreatedAPIKey
+	e.must("local", "POST", "/v1/keys", `{"tenant":"a","role":"admin"}`, 201, &forever)
+	e.must(forever.Key, "POST", "/v1/keys", `{"role":"member"}`, 201, &child)
+	if forever.ExpiresAt != nil || child.ExpiresAt != nil {
+		t.Errorf("keys without expiry: %v %v", forever.ExpiresAt, child.ExpiresAt)
+	}
+}

@@ -250,6 +250,26 @@ func (h *Handlers) CreateKey(w http.ResponseWriter, r *http.Request) {
 		}
 		k.ExpiresAt = now.Add(d)
 	}
+	// No key outlives the key that made it: an expiring key (a console
+	// session's, one handed out for a day) makes keys that end with it
+	// at the latest, else a stolen session would mint itself a permanent
+	// one. Without expires_in_seconds the new key inherits the expiry.
+	if p.KeyID != "" {
+		creator, err := h.E.Store().GetAPIKey(r.Context(), store.AnyOwner, p.KeyID)
+		if err != nil {
+			rest.Error(w, err)
+			return
+		}
+		switch {
+		case creator.ExpiresAt.IsZero():
+		case k.ExpiresAt.IsZero():
+			k.ExpiresAt = creator.ExpiresAt
+		case k.ExpiresAt.After(creator.ExpiresAt):
+			rest.Error(w, errdefs.Permission("the credential expires at %s: it cannot make a key that outlives it",
+				creator.ExpiresAt.UTC().Format(time.RFC3339)))
+			return
+		}
+	}
 	id, key := auth.NewKey()
 	k.ID, k.Hash, k.Prefix = id, auth.Hash(key), auth.PrefixOf(id)
 	if err := h.E.Store().CreateAPIKey(r.Context(), k); err != nil {

@@ -1452,6 +1452,9 @@ class CreateAPIKeyRequest(Model):
     tenant: Optional[str] = None
     scopes: Optional[List[str]] = None
     expires_in_seconds: Optional[int] = None
+    """The key's lifetime. A key made by an expiring key ends with it at the latest: a later expiry
+    is 403, none inherits the maker's.
+    """
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (

@@ -780,6 +780,10 @@ export interface CreateAPIKeyRequest {
   tenant?: string;
   role: "viewer" | "member" | "admin";
   scopes?: string[];
+  /**
+   * The key's lifetime. A key made by an expiring key ends with it at the latest: a later expiry
+   * is 403, none inherits the maker's.
+   */
   expires_in_seconds?: number;
 }
 
