@@ -108,11 +108,15 @@ func (s *processService) follow(ctx context.Context, sandboxID, id string, tty b
 
 // streamEnd is what a stream whose context ended returns: the end of the
 // token it was opened with (server.Bind's cause) as its caller's reason,
-// nothing when the caller itself hung up.
+// deadline_exceeded at the caller's own Connect timeout, nothing when the
+// caller hung up (no one is left to read it).
 func streamEnd(ctx context.Context) error {
 	c := context.Cause(ctx)
-	if c == nil || errors.Is(c, context.Canceled) || errors.Is(c, context.DeadlineExceeded) {
+	switch {
+	case c == nil || errors.Is(c, context.Canceled):
 		return nil
+	case errors.Is(c, context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, c)
 	}
 	return connectError(c)
 }
