@@ -1,0 +1,108 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/openapi"
+)
+
+// TestOpenAPIGenerated: the checked-in api/openapi.json (the document
+// the daemon serves) is byte for byte what the route table, the api
+// types and the overlay generate. make lint checks the same through
+// openapigen -check.
+func TestOpenAPIGenerated(t *testing.T) {
+	overlay, err := os.ReadFile("../../api/openapi-overlay.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := GenerateOpenAPI(overlay, "../../api", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(doc, api.OpenAPI) {
+		t.Fatal("api/openapi.json is not what the code generates: run go generate ./api")
+	}
+}
+
+// TestOpenAPIOverlayCannotContradict: the overlay may add prose, not
+// facts that the code decides; each of these overlays is refused.
+func TestOpenAPIOverlayCannotContradict(t *testing.T) {
+	overlay, err := os.ReadFile("../../api/openapi-overlay.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, patch, want string }{
+		{"a field the type lacks", `{"components":{"schemas":{"Sandbox":{"properties":{"no_such_field":{"description":"x"}}}}}}`, "no field"},
+		{"a schema no route reaches", `{"components":{"schemas":{"NoSuchType":{"description":"x"}}}}`, "no route's type"},
+		{"another type for a field", `{"components":{"schemas":{"Sandbox":{"properties":{"id":{"type":"integer"}}}}}}`, "contradicts"},
+		{"a type for an untyped field", `{"components":{"schemas":{"AuditVerifyRequest":{"properties":{"anchor":{"type":"object"}}}}}}`, "shape"},
+		{"another scope", `{"paths":{"/v1/sandboxes":{"get":{"x-berth-scopes":["admin"]}}}}`, "contradicts"},
+		{"a route that is not", `{"paths":{"/v1/nothing":{"get":{"summary":"x"}}}}`, "no route"},
+		{"a method that is not", `{"paths":{"/v1/sandboxes":{"put":{"summary":"x"}}}}`, "no route"},
+		{"an answer the handler does not give", `{"paths":{"/v1/templates/{name}":{"delete":{"responses":{"200":{"description":"x"}}}}}}`, "not one the route declares"},
+		{"a content type not declared", `{"paths":{"/v1/sandboxes/{id}":{"get":{"responses":{"200":{"content":{"text/plain":{}}}}}}}}`, "not one the route declares"},
+		{"a request body not declared", `{"paths":{"/v1/sandboxes/{id}":{"get":{"requestBody":{"content":{"application/json":{}}}}}}}`, "request body"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var base, patch map[string]any
+			if err := json.Unmarshal(overlay, &base); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal([]byte(tc.patch), &patch); err != nil {
+				t.Fatal(err)
+			}
+			deepSet(base, patch)
+			b, _ := json.Marshal(base)
+			_, err := GenerateOpenAPI(b, "../../api", false)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("overlay with %s: err = %v, want one saying %q", tc.name, err, tc.want)
+			}
+		})
+	}
+}
+
+// deepSet writes patch's leaves into dst.
+func deepSet(dst, patch map[string]any) {
+	for k, v := range patch {
+		if pm, ok := v.(map[string]any); ok {
+			if dm, ok := dst[k].(map[string]any); ok {
+				deepSet(dm, pm)
+				continue
+			}
+		}
+		dst[k] = v
+	}
+}
+
+// TestOpenAPIRoutesDeclareTypes: a route without a declared answer is
+// refused at mount, and every route with a JSON body declares it, so
+// the document cannot leave one out.
+func TestOpenAPIRoutesDeclareTypes(t *testing.T) {
+	for _, op := range OpenAPIOperations(Routes()) {
+		if len(op.Answers) == 0 {
+			t.Errorf("%s %s declares no answer", op.Method, op.Path)
+		}
+		if op.Method == "GET" && op.Body != nil {
+			t.Errorf("%s %s: a GET with a body", op.Method, op.Path)
+		}
+	}
+	// The generated document of a route table with one new route
+	// carries its body and answer types.
+	ops := []openapi.Operation{{Method: "POST", Path: "/v1/x/{id}", Scopes: []string{"exec"},
+		Body: api.ExecRequest{}, Answers: []openapi.Answer{{Status: 201, Body: api.Process{}}}}}
+	doc, err := openapi.Generate(ops, openapi.Config{Overlay: []byte(`{}`), Draft: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"$ref": "#/components/schemas/ExecRequest"`, `"201"`, `"$ref": "#/components/schemas/Process"`,
+		`"name": "id"`, `"x-berth-scopes": [`} {
+		if !strings.Contains(string(doc), want) {
+			t.Errorf("generated document lacks %s", want)
+		}
+	}
+}
