@@ -299,9 +299,6 @@ func checkRoute(rt Route) error {
 	switch {
 	case !rt.Rule.Valid():
 		return fmt.Errorf("server: route %q has no valid access rule", rt.Pattern)
-	case len(rt.Out) == 0:
-		// The answer's type is what api/openapi.json is made from.
-		return fmt.Errorf("server: route %q declares no answer (Out)", rt.Pattern)
 	case rt.Rule.Lease && rt.Pattern != HostPortPattern && !strings.HasPrefix(path, "/v1/sandboxes/{id}"):
 		// A lease names a sandbox: its {id} must be a sandbox's.
 		return fmt.Errorf("server: route %q lets leases in but is not under /v1/sandboxes/{id}", rt.Pattern)

@@ -1,6 +1,6 @@
-// Command openapigen writes api/openapi.json from the server's route
-// table, the types of package api and api/openapi-overlay.json (see
-// package internal/openapi). With -check it writes nothing and fails
+// Package main is the command openapigen, which writes api/openapi.json
+// from the server's route table, the types of package api and
+// api/openapi-overlay.json (see package internal/openapi). With -check it writes nothing and fails
 // when the checked-in document differs from the generated one (make
 // lint runs it so).
 //

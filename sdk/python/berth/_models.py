@@ -2155,15 +2155,29 @@ class WatchEvent(Model):
 
 @dataclass
 class StartProcessRequest(Model):
-    """StartProcessRequest is the body of POST /v1/sandboxes/{id}/processes: an exec request
-    (without stdin or timeout) with a tag and a restart policy.
+    """StartProcessRequest is the body of POST /v1/sandboxes/{id}/processes: an exec request with a
+    tag and a restart policy. Its exec fields are ExecRequest's own (one definition), but stdin
+    and timeout_seconds: a background process takes its stdin through its stdin call and has no
+    timeout, and a start that gives either is refused (400).
     """
 
     cmd: List[str]
     env: Optional[Dict[str, str]] = None
     workdir: Optional[str] = None
     user: Optional[str] = None
+    """"uid[:gid]" or a name from /etc/passwd"""
+    stdin: Optional[bytes] = None
+    """Not for a background process: a start that gives it is refused (400 invalid_argument); send
+    stdin with POST .../processes/{pid}/stdin.
+    """
+    timeout_seconds: Optional[float] = None
+    """Not for a background process (it has no timeout; kill it): a start that gives it is refused
+    (400 invalid_argument).
+    """
     tty: Optional[bool] = None
+    """Run the process under a terminal of rows x cols; attach to it with GET
+    .../processes/{pid}/ws.
+    """
     rows: Optional[int] = None
     cols: Optional[int] = None
     tag: Optional[str] = None
@@ -2186,6 +2200,8 @@ class StartProcessRequest(Model):
         ('env', 'env', ('map', ())),
         ('workdir', 'workdir', ()),
         ('user', 'user', ()),
+        ('stdin', 'stdin', ('bytes',)),
+        ('timeout_seconds', 'timeout_seconds', ()),
         ('tty', 'tty', ()),
         ('rows', 'rows', ()),
         ('cols', 'cols', ()),

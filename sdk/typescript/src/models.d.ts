@@ -1199,14 +1199,28 @@ export interface WatchEvent {
 }
 
 /**
- * StartProcessRequest is the body of POST /v1/sandboxes/{id}/processes: an exec request (without
- * stdin or timeout) with a tag and a restart policy.
+ * StartProcessRequest is the body of POST /v1/sandboxes/{id}/processes: an exec request with a tag
+ * and a restart policy. Its exec fields are ExecRequest's own (one definition), but stdin and
+ * timeout_seconds: a background process takes its stdin through its stdin call and has no timeout,
+ * and a start that gives either is refused (400).
  */
 export interface StartProcessRequest {
   cmd: string[];
   env?: Record<string, string>;
   workdir?: string;
+  /** "uid[:gid]" or a name from /etc/passwd */
   user?: string;
+  /**
+   * Not for a background process: a start that gives it is refused (400 invalid_argument); send
+   * stdin with POST .../processes/{pid}/stdin.
+   */
+  stdin?: string /* base64 */;
+  /**
+   * Not for a background process (it has no timeout; kill it): a start that gives it is refused
+   * (400 invalid_argument).
+   */
+  timeout_seconds?: number;
+  /** Run the process under a terminal of rows x cols; attach to it with GET .../processes/{pid}/ws. */
   tty?: boolean;
   rows?: number;
   cols?: number;

@@ -77,7 +77,7 @@ export const SCHEMAS = {
   QuotaUsage: { required: ["sandboxes","cpus","memory_bytes","storage_bytes"], props: {"sandboxes":null,"cpus":null,"memory_bytes":null,"storage_bytes":null} },
   QuotaRequest: { required: ["max_sandboxes","max_cpus","max_memory_bytes","max_storage_bytes","create_rate_per_minute","create_burst","key_rate_per_second","key_burst"], props: {"max_sandboxes":null,"max_cpus":null,"max_memory_bytes":null,"max_storage_bytes":null,"create_rate_per_minute":null,"create_burst":null,"key_rate_per_second":null,"key_burst":null} },
   WatchEvent: { required: ["type"], props: {"type":null,"path":null,"old_path":null,"is_dir":null,"error":"Error"} },
-  StartProcessRequest: { required: ["cmd"], props: {"cmd":null,"env":null,"workdir":null,"user":null,"tty":null,"rows":null,"cols":null,"tag":null,"restart":null,"max_restarts":null,"ready_port":null} },
+  StartProcessRequest: { required: ["cmd"], props: {"cmd":null,"env":null,"workdir":null,"user":null,"stdin":null,"timeout_seconds":null,"tty":null,"rows":null,"cols":null,"tag":null,"restart":null,"max_restarts":null,"ready_port":null} },
   Process: { required: ["id","argv","started","state"], props: {"id":null,"tag":null,"argv":null,"tty":null,"pid":null,"started":null,"state":null,"exit":"ExecExit","restart":null,"restarts":null,"reason":null} },
   ProcessList: { required: ["processes"], props: {"processes":["list","Process"]} },
   ProcessEvent: { required: [], props: {"stream":null,"data":null,"gap":null,"exit":"ExecExit","error":"Error"} },
