@@ -104,6 +104,12 @@ type Config struct {
 	// Extra are api types the document describes though no route
 	// declares them (the body of an error, say).
 	Extra []any
+	// Facts are values the code decides beyond the types, by the JSON
+	// pointer of the object key they set ("/components/schemas/Error/
+	// properties/code/x-berth-codes"), set after the overlay's merge
+	// (their objects may be the overlay's): the overlay cannot
+	// contradict them either. Each value must marshal to JSON.
+	Facts map[string]any
 	// Draft skips the checks that every operation has an id and a
 	// summary (to see what the code alone generates).
 	Draft bool
@@ -167,6 +173,11 @@ func Generate(ops []Operation, cfg Config) ([]byte, error) {
 	}
 	if err := m.merge(out, overlay, ""); err != nil {
 		return nil, err
+	}
+	for ptr, v := range cfg.Facts {
+		if err := setFact(out, ptr, v); err != nil {
+			return nil, err
+		}
 	}
 	if !cfg.Draft {
 		if err := finish(out); err != nil {
@@ -289,6 +300,35 @@ func (g *gen) sortKeys(keys []string, at string) {
 		}
 		return keys[i] < keys[j]
 	})
+}
+
+// setFact sets the key at JSON pointer ptr of doc to v (as JSON reads
+// it), under objects that must exist (made by the code or the overlay);
+// an overlay that set that key otherwise contradicts the code.
+func setFact(doc map[string]any, ptr string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	var val any
+	if err := json.Unmarshal(b, &val); err != nil {
+		return err
+	}
+	parts := strings.Split(strings.TrimPrefix(ptr, "/"), "/")
+	cur := doc
+	for _, p := range parts[:len(parts)-1] {
+		next, ok := cur[p].(map[string]any)
+		if !ok {
+			return fmt.Errorf("openapi: fact %s: no object at %s", ptr, p)
+		}
+		cur = next
+	}
+	last := parts[len(parts)-1]
+	if old, ok := cur[last]; ok && !reflect.DeepEqual(old, val) {
+		return fmt.Errorf("openapi: overlay %s = %v contradicts the code's %v", ptr, old, val)
+	}
+	cur[last] = val
+	return nil
 }
 
 // pathParams are the path parameters of path, strings unless the

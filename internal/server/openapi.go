@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/openapi"
 )
 
@@ -47,5 +48,35 @@ func OpenAPIOperations(table []Route) []openapi.Operation {
 func GenerateOpenAPI(overlay []byte, apiDir string, draft bool) ([]byte, error) {
 	return openapi.Generate(OpenAPIOperations(Routes()), openapi.Config{Overlay: overlay, APIDir: apiDir, Draft: draft,
 		// The error body every error answer carries (components.responses).
-		Extra: []any{api.ErrorBody{}}})
+		Extra: []any{api.ErrorBody{}},
+		// Every stable error code with its status, as the API edge maps
+		// errors (errdefs.Code).
+		Facts: errorFacts()})
+}
+
+// errorResponses are the error answers of the document
+// (components.responses) by the status they stand for; Error is every
+// other status.
+var errorResponses = map[int]string{400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
+	409: "Conflict", 413: "TooLarge", 422: "UnprocessableEntity", 429: "TooManyRequests", 507: "InsufficientStorage"}
+
+// errorFacts are the stable error codes as the document lists them:
+// all of them on the error body's code, and on each error answer those
+// of its status.
+func errorFacts() map[string]any {
+	facts := map[string]any{"/components/schemas/Error/properties/code/x-berth-codes": errdefs.Codes()}
+	by := map[string][]string{}
+	for _, c := range errdefs.Codes() {
+		name, ok := errorResponses[c.Status]
+		if !ok {
+			name = "Error"
+		}
+		if !slices.Contains(by[name], c.Code) {
+			by[name] = append(by[name], c.Code)
+		}
+	}
+	for name, codes := range by {
+		facts["/components/responses/"+name+"/x-berth-codes"] = codes
+	}
+	return facts
 }

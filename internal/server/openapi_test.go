@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/openapi"
 )
 
@@ -107,6 +109,51 @@ func TestOpenAPIRoutesDeclareTypes(t *testing.T) {
 		`"name": "id"`, `"x-berth-scopes": [`} {
 		if !strings.Contains(string(doc), want) {
 			t.Errorf("generated document lacks %s", want)
+		}
+	}
+}
+
+// TestOpenAPIErrorCodes: the document lists every stable error code the
+// API edge gives (errdefs.Code), with its status, on the error body's
+// code, and each on the error answer of its status.
+func TestOpenAPIErrorCodes(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				Error struct {
+					Properties struct {
+						Code struct {
+							Codes []errdefs.StatusCode `json:"x-berth-codes"`
+						} `json:"code"`
+					} `json:"properties"`
+				}
+			} `json:"schemas"`
+			Responses map[string]struct {
+				Codes []string `json:"x-berth-codes"`
+			} `json:"responses"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(api.OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	listed := doc.Components.Schemas.Error.Properties.Code.Codes
+	for _, c := range []errdefs.StatusCode{{Code: "invalid_argument", Status: 400}, {Code: "quota_exceeded", Status: 429},
+		{Code: "rate_limited", Status: 429}, {Code: "limit_exceeded", Status: 400}, {Code: "limit_exceeded", Status: 429},
+		{Code: "egress_secret_needs_egress", Status: 400}, {Code: "internal", Status: 500}} {
+		if !slices.Contains(listed, c) {
+			t.Errorf("Error.code does not list %v", c)
+		}
+	}
+	if !slices.Equal(listed, errdefs.Codes()) {
+		t.Errorf("Error.code lists %v, errdefs %v", listed, errdefs.Codes())
+	}
+	for _, c := range errdefs.Codes() {
+		name, ok := errorResponses[c.Status]
+		if !ok {
+			name = "Error"
+		}
+		if !slices.Contains(doc.Components.Responses[name].Codes, c.Code) {
+			t.Errorf("error answer %s does not list %s (%d)", name, c.Code, c.Status)
 		}
 	}
 }

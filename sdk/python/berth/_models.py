@@ -124,16 +124,15 @@ class Error(Model):
     """An API error."""
 
     code: str
-    """Stable code: invalid_argument (400), limit_exceeded (400, or 429 with Retry-After for a
-    limit on work in progress: past a documented limit, named in limit; docs/limits.md),
-    unauthenticated (401), permission_denied (403), not_found (404), conflict (409), too_large
-    (413), resource_exhausted (429), not_supported (501), insufficient_storage (507),
-    unreachable (502: a sandbox port nothing listens on), unavailable (503), internal (500); for
-    registry pulls and pushes (docs/images.md) registry_unreachable, registry_dns, registry_tls,
-    registry_error, digest_mismatch (502), registry_unauthorized, registry_denied (403),
-    image_not_found (404), image_unsupported (400); with an Idempotency-Key also
-    invalid_idempotency_key (400), idempotency_key_reused (422) and idempotency_in_progress
-    (409).
+    """Stable code; x-berth-codes lists every code with its HTTP status, as the daemon maps its
+    errors (internal/errdefs). limit_exceeded is 400, or 429 with Retry-After for a limit on
+    work in progress: past a documented limit, named in limit (docs/limits.md); quota_exceeded
+    and rate_limited (429) may carry Retry-After; unreachable (502) is a sandbox port nothing
+    listens on; the registry codes (registry_*, digest_mismatch, image_not_found,
+    image_unsupported) come from pulls and pushes (docs/images.md); invalid_idempotency_key,
+    idempotency_key_reused and idempotency_in_progress from an Idempotency-Key;
+    egress_secret_needs_egress and egress_secret_host_not_allowed from a secret bound to egress
+    hosts (docs/secrets.md). A client should treat a code it does not know by its status.
     """
     message: str
     """One actionable line, safe to show. A 500's is "internal error (request id ...)": its cause
