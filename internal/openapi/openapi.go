@@ -85,10 +85,12 @@ type Answer struct {
 type Operation struct {
 	Method, Path string // Path with {name} parameters; {rest...} is written {rest}
 	Scopes       []string
-	Lease        bool // a sandbox's lease token may call it
-	Host         bool // the host's administrator alone
-	Public       bool // no credential
-	PublicPort   bool // no credential for a port its sandbox made public
+	Lease        bool           // a sandbox's lease token may call it
+	Host         bool           // the host's administrator alone
+	Public       bool           // no credential
+	PublicPort   bool           // no credential for a port its sandbox made public
+	Query        any            // a struct whose fields tagged `query:"name[,required]"` are the query parameters
+	PathTypes    map[string]any // a path parameter's Go type (a zero value) when it is not a string
 	Body         Body
 	Answers      []Answer
 }
@@ -133,7 +135,7 @@ func Generate(ops []Operation, cfg Config) ([]byte, error) {
 		item, _ := paths[op.Path].(map[string]any)
 		if item == nil {
 			item = map[string]any{}
-			if ps := pathParams(op.Path); len(ps) > 0 {
+			if ps := g.pathParams(op.Path, op.PathTypes); len(ps) > 0 {
 				item["parameters"] = ps
 			}
 			paths[op.Path] = item
@@ -331,9 +333,9 @@ func setFact(doc map[string]any, ptr string, v any) error {
 	return nil
 }
 
-// pathParams are the path parameters of path, strings unless the
-// overlay says more.
-func pathParams(path string) []any {
+// pathParams are the path parameters of path, strings unless types
+// says otherwise.
+func (g *gen) pathParams(path string, types map[string]any) []any {
 	var out []any
 	for rest := path; ; {
 		i := strings.IndexByte(rest, '{')
@@ -342,8 +344,11 @@ func pathParams(path string) []any {
 		}
 		j := strings.IndexByte(rest[i:], '}')
 		name := rest[i+1 : i+j]
-		out = append(out, map[string]any{"name": name, "in": "path", "required": true,
-			"schema": map[string]any{"type": "string"}})
+		schema := map[string]any{"type": "string"}
+		if t, ok := types[name]; ok {
+			schema = g.schema(reflect.TypeOf(t))
+		}
+		out = append(out, map[string]any{"name": name, "in": "path", "required": true, "schema": schema})
 		rest = rest[i+j+1:]
 	}
 }
@@ -367,6 +372,25 @@ func (g *gen) operation(op Operation) (map[string]any, error) {
 	}
 	if op.Public {
 		o["security"] = []any{}
+	}
+	if op.Query != nil {
+		var params []any
+		for _, f := range queryFields(reflect.TypeOf(op.Query)) {
+			name, opt, _ := strings.Cut(f.Tag.Get("query"), ",")
+			schema := g.schema(f.Type)
+			if err := constraints(schema, f.Tag.Get("oa")); err != nil {
+				return nil, fmt.Errorf("%s.%s: %w", f.owner, f.Name, err)
+			}
+			p := map[string]any{"name": name, "in": "query", "required": opt == "required", "schema": schema}
+			if f.Type.Kind() == reflect.Slice {
+				p["style"], p["explode"] = "form", true // ?type=a&type=b
+			}
+			if d := g.docs[f.owner+"."+f.Name]; d != "" {
+				p["description"] = describe(d, f.Name)
+			}
+			params = append(params, p)
+		}
+		o["parameters"] = params
 	}
 	if op.Body != nil {
 		required := true
@@ -574,7 +598,10 @@ func (g *gen) object(t reflect.Type) (map[string]any, []string) {
 			// tools ignore it, and the SDKs' model generators read
 			// $ref without allOf.
 			s = maps.Clone(s)
-			s["description"] = d
+			s["description"] = describe(d, f.Name)
+		}
+		if err := constraints(s, f.Tag.Get("oa")); err != nil {
+			panic(fmt.Sprintf("openapi: %s.%s: %v", t.Name(), f.Name, err))
 		}
 		props[name] = s
 		names = append(names, name)
@@ -587,7 +614,7 @@ func (g *gen) object(t reflect.Type) (map[string]any, []string) {
 		o["required"] = required
 	}
 	if d := g.docs[t.Name()]; d != "" {
-		o["description"] = d
+		o["description"] = describe(d, t.Name())
 	}
 	return o, names
 }
@@ -613,6 +640,71 @@ func Fields(t reflect.Type) []Field {
 		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
 			out = append(out, Fields(f.Type)...)
 			continue
+		}
+		out = append(out, Field{f, t.Name()})
+	}
+	return out
+}
+
+// describe is a Go doc comment as an API description: without the Go
+// name it begins with ("Path is the path inside the sandbox." reads
+// "The path inside the sandbox.").
+func describe(doc, goName string) string {
+	rest, ok := strings.CutPrefix(doc, goName+" ")
+	if !ok {
+		return doc
+	}
+	for _, verb := range []string{"is ", "are "} {
+		if r, ok := strings.CutPrefix(rest, verb); ok {
+			rest = r
+			break
+		}
+	}
+	if rest == "" {
+		return doc
+	}
+	return strings.ToUpper(rest[:1]) + rest[1:]
+}
+
+// constraints adds to schema the constraints of a field's oa tag:
+// comma-separated key=value pairs (minimum=1,default=1000), a value read
+// as JSON when it is a number or a boolean, else as a string.
+func constraints(schema map[string]any, tag string) error {
+	if tag == "" {
+		return nil
+	}
+	for _, kv := range strings.Split(tag, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || !allowedConstraint[k] {
+			return fmt.Errorf("bad oa tag entry %q", kv)
+		}
+		var val any = v
+		var x any
+		if json.Unmarshal([]byte(v), &x) == nil {
+			if _, isStr := x.(string); !isStr {
+				val = x
+			}
+		}
+		schema[k] = val
+	}
+	return nil
+}
+
+var allowedConstraint = map[string]bool{"minimum": true, "maximum": true, "default": true, "minLength": true,
+	"maxLength": true, "minItems": true, "maxItems": true}
+
+// queryFields lists the fields of query struct t tagged query, those
+// of embedded structs in their place.
+func queryFields(t reflect.Type) []Field {
+	var out []Field
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Anonymous && f.Tag.Get("query") == "" && f.Type.Kind() == reflect.Struct {
+			out = append(out, queryFields(f.Type)...)
+			continue
+		}
+		if f.Tag.Get("query") == "" {
+			panic(fmt.Sprintf("openapi: query field %s.%s has no query tag", t.Name(), f.Name))
 		}
 		out = append(out, Field{f, t.Name()})
 	}
@@ -799,7 +891,11 @@ func (m merger) merge(dst, overlay map[string]any, at string) error {
 		case []any:
 			if k == "parameters" {
 				d, _ := dv.([]any)
-				dst[k] = m.mergeParams(d, o)
+				merged, err := m.mergeParams(d, o, here)
+				if err != nil {
+					return err
+				}
+				dst[k] = merged
 				continue
 			}
 			if !reflect.DeepEqual(dv, ov) {
@@ -821,19 +917,33 @@ func (m merger) merge(dst, overlay map[string]any, at string) error {
 // mergeParams appends the overlay's parameters to the generated path
 // parameters; an overlay entry naming the same (name, in), inline or by
 // a $ref to a component parameter, takes the generated one's place.
-func (m merger) mergeParams(gen, overlay []any) []any {
+func (m merger) mergeParams(gen, overlay []any, at string) ([]any, error) {
 	out := slices.Clone(gen)
 	for _, p := range overlay {
 		pm, _ := p.(map[string]any)
 		key := paramKey(pm, m.params)
 		i := slices.IndexFunc(out, func(q any) bool { return paramKey(q.(map[string]any), m.params) == key })
-		if i >= 0 && key != "" {
-			out[i] = p
+		if i < 0 || key == "" {
+			if strings.HasPrefix(key, "query ") {
+				return nil, fmt.Errorf("openapi: overlay %s: query parameter %s is no field of the route's query type", at, key)
+			}
+			out = append(out, p)
 			continue
 		}
-		out = append(out, p)
+		if _, isRef := pm["$ref"]; isRef {
+			if !strings.HasPrefix(key, "path ") {
+				return nil, fmt.Errorf("openapi: overlay %s: %s by $ref would hide the code's parameter", at, key)
+			}
+			out[i] = p // a path parameter's shared description
+			continue
+		}
+		merged := maps.Clone(out[i].(map[string]any))
+		if err := m.merge(merged, pm, at+"/"+key); err != nil {
+			return nil, err
+		}
+		out[i] = merged
 	}
-	return out
+	return out, nil
 }
 
 // merger merges an overlay; params maps "#/components/parameters/X"

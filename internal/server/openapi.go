@@ -36,9 +36,13 @@ func OpenAPIOperations(table []Route) []openapi.Operation {
 		for _, sc := range rt.Rule.Scopes {
 			scopes = append(scopes, string(sc))
 		}
-		ops = append(ops, openapi.Operation{Method: method, Path: strings.ReplaceAll(path, "...}", "}"),
+		var types map[string]any
+		if strings.Contains(path, "{port}") {
+			types = map[string]any{"port": 0} // a TCP port, parsed as such
+		}
+		ops = append(ops, openapi.Operation{Method: method, Path: strings.ReplaceAll(path, "...}", "}"), PathTypes: types,
 			Scopes: scopes, Lease: rt.Rule.Lease, Host: rt.Rule.Host, Public: rt.Rule.Public,
-			PublicPort: rt.PublicPort, Body: rt.In, Answers: rt.Out})
+			PublicPort: rt.PublicPort, Query: rt.Query, Body: rt.In, Answers: rt.Out})
 	}
 	return ops
 }

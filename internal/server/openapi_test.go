@@ -48,6 +48,8 @@ func TestOpenAPIOverlayCannotContradict(t *testing.T) {
 		{"a method that is not", `{"paths":{"/v1/sandboxes":{"put":{"summary":"x"}}}}`, "no route"},
 		{"an answer the handler does not give", `{"paths":{"/v1/templates/{name}":{"delete":{"responses":{"200":{"description":"x"}}}}}}`, "not one the route declares"},
 		{"a content type not declared", `{"paths":{"/v1/sandboxes/{id}":{"get":{"responses":{"200":{"content":{"text/plain":{}}}}}}}}`, "not one the route declares"},
+		{"a query parameter the query type lacks", `{"paths":{"/v1/sandboxes":{"get":{"parameters":[{"name":"nope","in":"query"}]}}}}`, "no field of the route's query type"},
+		{"another type for a query parameter", `{"paths":{"/v1/sandboxes":{"get":{"parameters":[{"name":"all","in":"query","schema":{"type":"string"}}]}}}}`, "contradicts"},
 		{"a request body not declared", `{"paths":{"/v1/sandboxes/{id}":{"get":{"requestBody":{"content":{"application/json":{}}}}}}}`, "request body"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -52,12 +52,14 @@ type Route struct {
 	// within Server.BodyTimeout, so a stalled upload is cut (400) instead
 	// of holding its connection and its work open for ever.
 	Upload bool
-	// In is the request body the handler decodes and Out its success
-	// answers: the types api/openapi.json is generated from
+	// In is the request body the handler decodes, Query its query
+	// parameters (an api struct whose fields carry query tags) and Out
+	// its success answers: the types api/openapi.json is generated from
 	// (openapigen). Error answers are the same on every route.
-	In  openapi.Body
-	Out []openapi.Answer
-	h   http.Handler
+	In    openapi.Body
+	Query any
+	Out   []openapi.Answer
+	h     http.Handler
 }
 
 // HostPortPattern is the pattern of the host-routed port proxy,
@@ -135,22 +137,22 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "GET /metrics", Rule: hostOnly, Out: ok(openapi.Text("text/plain")), h: promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})},
 
 		{Pattern: "POST /v1/sandboxes", Rule: need(write), In: api.CreateSandboxRequest{}, Out: created(api.Sandbox{}), h: hf(s.idempotent(s.idemCreate(), s.sandboxes.Create))},
-		{Pattern: "GET /v1/sandboxes", Rule: need(read), Out: ok([]api.Sandbox{}), h: hf(s.sandboxes.List)},
+		{Pattern: "GET /v1/sandboxes", Rule: need(read), Query: api.ListQuery{}, Out: ok([]api.Sandbox{}), h: hf(s.sandboxes.List)},
 		{Pattern: "GET /v1/sandboxes/{id}", Rule: lease(read), Out: ok(api.Sandbox{}), h: hf(s.sandboxes.Get)},
-		{Pattern: "DELETE /v1/sandboxes/{id}", Rule: need(write), Out: ok(api.Sandbox{}), h: hf(s.sandboxes.Delete)},
-		{Pattern: "GET /v1/sandboxes/{id}/events", Rule: lease(read), EventStream: true, Out: ok([]api.Event{}, openapi.SSE{Of: api.Event{}}), h: hf(s.events.Sandbox)},
-		{Pattern: "GET /v1/events", Rule: need(read), EventStream: true, Out: ok([]api.Event{}, openapi.SSE{Of: api.Event{}}), h: hf(s.events.All)},
+		{Pattern: "DELETE /v1/sandboxes/{id}", Rule: need(write), Query: api.DeleteSandboxQuery{}, Out: ok(api.Sandbox{}), h: hf(s.sandboxes.Delete)},
+		{Pattern: "GET /v1/sandboxes/{id}/events", Rule: lease(read), EventStream: true, Query: api.SandboxEventsQuery{}, Out: ok([]api.Event{}, openapi.SSE{Of: api.Event{}}), h: hf(s.events.Sandbox)},
+		{Pattern: "GET /v1/events", Rule: need(read), EventStream: true, Query: api.EventsQuery{}, Out: ok([]api.Event{}, openapi.SSE{Of: api.Event{}}), h: hf(s.events.All)},
 		{Pattern: "POST /v1/run", Rule: need(write, auth.ScopeExec), Stream: true, In: api.RunRequest{}, Out: ok(openapi.NDJSON{Of: api.ExecEvent{}}), h: hf(s.exec.Run)},
 
 		{Pattern: "POST /v1/sandboxes/{id}/exec", Rule: lease(auth.ScopeExec), Stream: true, In: api.ExecRequest{}, Out: ok(openapi.NDJSON{Of: api.ExecEvent{}}), h: hf(s.exec.Exec)},
 		{Pattern: "GET /v1/sandboxes/{id}/exec/ws", Rule: lease(auth.ScopeExec), Stream: true, Out: webSocket(api.ExecRequest{}, api.Resize{}, api.ExecExit{}, api.Error{}), h: hf(s.exec.ExecWS)},
 
-		{Pattern: "GET /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Stream: true, Out: ok(openapi.Bytes{"application/octet-stream", "application/x-tar"}), h: hf(s.files.Get)},
-		{Pattern: "PUT /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Stream: true, Upload: true, In: openapi.Bytes{"application/octet-stream", "application/x-tar"}, Out: answers(ok(api.FileInfo{}), noContent), h: hf(s.files.Put)},
-		{Pattern: "DELETE /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Out: noContent, h: hf(s.files.Remove)},
-		{Pattern: "GET /v1/sandboxes/{id}/files/stat", Rule: lease(auth.ScopeFiles), Out: ok(api.FileInfo{}), h: hf(s.files.Stat)},
-		{Pattern: "GET /v1/sandboxes/{id}/files/list", Rule: lease(auth.ScopeFiles), Out: ok([]api.FileInfo{}), h: hf(s.files.List)},
-		{Pattern: "POST /v1/sandboxes/{id}/files/mkdir", Rule: lease(auth.ScopeFiles), Out: noContent, h: hf(s.files.Mkdir)},
+		{Pattern: "GET /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Stream: true, Query: api.ReadFileQuery{}, Out: ok(openapi.Bytes{"application/octet-stream", "application/x-tar"}), h: hf(s.files.Get)},
+		{Pattern: "PUT /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Stream: true, Upload: true, In: openapi.Bytes{"application/octet-stream", "application/x-tar"}, Query: api.WriteFileQuery{}, Out: answers(ok(api.FileInfo{}), noContent), h: hf(s.files.Put)},
+		{Pattern: "DELETE /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Query: api.RemoveFileQuery{}, Out: noContent, h: hf(s.files.Remove)},
+		{Pattern: "GET /v1/sandboxes/{id}/files/stat", Rule: lease(auth.ScopeFiles), Query: api.FileQuery{}, Out: ok(api.FileInfo{}), h: hf(s.files.Stat)},
+		{Pattern: "GET /v1/sandboxes/{id}/files/list", Rule: lease(auth.ScopeFiles), Query: api.FileQuery{}, Out: ok([]api.FileInfo{}), h: hf(s.files.List)},
+		{Pattern: "POST /v1/sandboxes/{id}/files/mkdir", Rule: lease(auth.ScopeFiles), Query: api.MkdirQuery{}, Out: noContent, h: hf(s.files.Mkdir)},
 		{Pattern: "POST /v1/sandboxes/{id}/export", Rule: lease(auth.ScopeFiles), Stream: true, In: api.ExportRequest{}, Out: ok(openapi.Bytes{"application/x-tar"}), h: hf(s.files.Export)},
 		{Pattern: "POST /v1/copy", Rule: need(auth.ScopeFiles), Stream: true, In: api.CopyRequest{}, Out: noContent, h: hf(s.files.Copy)},
 
@@ -158,25 +160,25 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "GET /v1/sandboxes/{id}/diff", Rule: need(read), Out: ok([]api.DiffEntry{}), h: hf(s.sandboxes.Diff)},
 		{Pattern: "POST /v1/sandboxes/{id}/fork", Rule: need(write), In: api.ForkRequest{}, Out: created(api.ForkResponse{}), h: hf(s.idempotent(s.idemFork(), s.sandboxes.Fork))},
 		{Pattern: "POST /v1/sandboxes/{id}/snapshots", Rule: need(write), In: api.CreateSnapshotRequest{}, Out: created(api.Snapshot{}), h: hf(s.idempotent(s.idemSnapshot(), s.sandboxes.CreateSnapshot))},
-		{Pattern: "GET /v1/sandboxes/{id}/snapshots", Rule: need(read), Out: ok([]api.Snapshot{}), h: hf(s.sandboxes.ListSnapshots)},
-		{Pattern: "GET /v1/snapshots", Rule: need(read), Out: ok([]api.Snapshot{}), h: hf(s.sandboxes.ListSnapshots)},
+		{Pattern: "GET /v1/sandboxes/{id}/snapshots", Rule: need(read), Query: api.Page{}, Out: ok([]api.Snapshot{}), h: hf(s.sandboxes.ListSnapshots)},
+		{Pattern: "GET /v1/snapshots", Rule: need(read), Query: api.Page{}, Out: ok([]api.Snapshot{}), h: hf(s.sandboxes.ListSnapshots)},
 		{Pattern: "GET /v1/snapshots/{id}", Rule: need(read), Out: ok(api.Snapshot{}), h: hf(s.sandboxes.GetSnapshot)},
 		{Pattern: "DELETE /v1/snapshots/{id}", Rule: need(write), Out: noContent, h: hf(s.sandboxes.DeleteSnapshot)},
 		{Pattern: "POST /v1/snapshots/{id}/restore", Rule: need(write), Out: ok(api.Sandbox{}), h: hf(s.sandboxes.RestoreSnapshot)},
 
 		{Pattern: "POST /v1/volumes", Rule: need(write), In: api.CreateVolumeRequest{}, Out: created(api.Volume{}), h: hf(s.idempotent(s.idemVolume(), s.sandboxes.CreateVolume))},
-		{Pattern: "GET /v1/volumes", Rule: need(read), Out: ok([]api.Volume{}), h: hf(s.sandboxes.ListVolumes)},
+		{Pattern: "GET /v1/volumes", Rule: need(read), Query: api.ListQuery{}, Out: ok([]api.Volume{}), h: hf(s.sandboxes.ListVolumes)},
 		{Pattern: "GET /v1/volumes/{name}", Rule: need(read), Out: ok(api.Volume{}), h: hf(s.sandboxes.GetVolume)},
 		{Pattern: "DELETE /v1/volumes/{name}", Rule: need(write), Out: noContent, h: hf(s.sandboxes.DeleteVolume)},
 
-		{Pattern: "GET /v1/templates", Rule: need(read), Out: ok([]api.Template{}), h: hf(s.templates.List)},
+		{Pattern: "GET /v1/templates", Rule: need(read), Query: api.Page{}, Out: ok([]api.Template{}), h: hf(s.templates.List)},
 		{Pattern: "GET /v1/templates/{name}", Rule: need(read), Out: ok(api.Template{}), h: hf(s.templates.Get)},
 		{Pattern: "DELETE /v1/templates/{name}", Rule: need(auth.ScopeTemplates), Out: noContent, h: hf(s.templates.Delete)},
 		{Pattern: "POST /v1/templates/import", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, In: api.ImportTemplateRequest{}, Out: created(api.Template{}), h: hf(s.templates.Import)},
 		{Pattern: "PUT /v1/templates/{name}/archive", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, In: openapi.Bytes{"application/x-tar", "application/octet-stream"}, Out: created(api.Template{}), h: hf(s.templates.Upload)},
 		{Pattern: "POST /v1/templates/{name}/push", Rule: need(auth.ScopeTemplates), Stream: true, In: api.PushTemplateRequest{}, Out: ok(api.PushResult{}, openapi.NDJSON{Of: api.PushEvent{}}), h: hf(s.templates.Push)},
 		{Pattern: "POST /v1/templates/build", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, In: api.BuildTemplateRequest{}, Out: ok(openapi.NDJSON{Of: api.BuildEvent{}}), h: hf(s.templates.Build)},
-		{Pattern: "POST /v1/templates/{name}/dockerfile", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, In: openapi.Bytes{"application/x-tar"}, Out: ok(openapi.NDJSON{Of: api.BuildEvent{}}), h: hf(s.templates.BuildDockerfile)},
+		{Pattern: "POST /v1/templates/{name}/dockerfile", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, In: openapi.Bytes{"application/x-tar"}, Query: api.DockerfileQuery{}, Out: ok(openapi.NDJSON{Of: api.BuildEvent{}}), h: hf(s.templates.BuildDockerfile)},
 		{Pattern: "PUT /v1/templates/{name}/pool", Rule: need(auth.ScopeTemplates), In: api.PoolRequest{}, Out: ok(api.Pool{}), h: hf(s.templates.SetPool)},
 		{Pattern: "GET /v1/templates/{name}/pool", Rule: need(read), Out: ok(api.Pool{}), h: hf(s.templates.GetPool)},
 		{Pattern: "GET /v1/pools", Rule: need(read), Out: ok([]api.Pool{}), h: hf(s.templates.ListPools)},
@@ -186,7 +188,7 @@ func (s *Server) routeTable() []Route {
 
 		{Pattern: "GET /v1/sandboxes/{id}/network", Rule: need(read), Out: ok(api.NetworkRules{}), h: hf(s.sandboxes.GetNetwork)},
 		{Pattern: "POST /v1/sandboxes/{id}/network", Rule: need(auth.ScopeNetwork), In: api.NetworkRulesRequest{}, Out: ok(api.NetworkRules{}), h: hf(s.sandboxes.UpdateNetwork)},
-		{Pattern: "GET /v1/sandboxes/{id}/flows", Rule: need(read), Out: ok([]api.Flow{}), h: hf(s.sandboxes.Flows)},
+		{Pattern: "GET /v1/sandboxes/{id}/flows", Rule: need(read), Query: api.FlowsQuery{}, Out: ok([]api.Flow{}), h: hf(s.sandboxes.Flows)},
 		{Pattern: "/v1/sandboxes/{id}/ports/{port}/{path...}", Rule: lease(auth.ScopePorts), PublicPort: true, Stream: true, Out: ok(),
 			h: hf(func(w http.ResponseWriter, r *http.Request) {
 				s.proxy(w, r, r.PathValue("id"), r.PathValue("port"), "/"+r.PathValue("path"))
@@ -207,7 +209,7 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "GET /v1/tenants", Rule: hostOnly, Out: ok([]api.Tenant{}), h: hf(s.admin.ListTenants)},
 		{Pattern: "DELETE /v1/tenants/{name}", Rule: hostOnly, Out: noContent, h: hf(s.admin.DeleteTenant)},
 		{Pattern: "POST /v1/keys", Rule: need(auth.ScopeKeys), In: api.CreateAPIKeyRequest{}, Out: created(api.CreatedAPIKey{}), h: hf(s.admin.CreateKey)},
-		{Pattern: "GET /v1/keys", Rule: need(auth.ScopeKeys), Out: ok([]api.APIKey{}), h: hf(s.admin.ListKeys)},
+		{Pattern: "GET /v1/keys", Rule: need(auth.ScopeKeys), Query: api.Page{}, Out: ok([]api.APIKey{}), h: hf(s.admin.ListKeys)},
 		{Pattern: "DELETE /v1/keys/{id}", Rule: need(auth.ScopeKeys), Out: ok(api.APIKey{}), h: hf(s.admin.RevokeKey)},
 		{Pattern: "POST /v1/sandboxes/{id}/leases", Rule: need(write), In: api.CreateLeaseRequest{}, Out: created(api.Lease{}), h: hf(s.admin.MintLease)},
 		{Pattern: "POST /v1/sandboxes/{id}/ports/{port}/token", Rule: need(auth.ScopePorts), In: api.CreatePortTokenRequest{}, Out: created(api.PortToken{}), h: hf(s.admin.MintPortToken)},
@@ -215,7 +217,7 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "DELETE /v1/sandboxes/{id}/port-tokens/{token}", Rule: need(auth.ScopePorts), Out: ok(api.PortTokenInfo{}), h: hf(s.admin.RevokePortToken)},
 		// Audit log (package admin): a tenant's admin reads its own
 		// chain (the audit scope), the host admin every chain.
-		{Pattern: "GET /v1/audit", Rule: need(auth.ScopeAudit), Out: ok([]api.AuditEntry{}), h: hf(s.admin.ListAudit)},
+		{Pattern: "GET /v1/audit", Rule: need(auth.ScopeAudit), Query: api.AuditQuery{}, Out: ok([]api.AuditEntry{}), h: hf(s.admin.ListAudit)},
 		{Pattern: "GET /v1/audit/export", Rule: need(auth.ScopeAudit), Stream: true, Out: ok(openapi.NDJSON{Of: api.AuditRecord{}}), h: hf(s.admin.ExportAudit)},
 		{Pattern: "POST /v1/audit/verify", Rule: need(auth.ScopeAudit), In: openapi.Optional{Body: api.AuditVerifyRequest{}}, Out: ok(api.AuditVerify{}), h: hf(s.admin.VerifyAudit)},
 		// Quotas (package admin): per-tenant limits, host admin only; a tenant
@@ -224,22 +226,22 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "GET /v1/tenants/{tenant}/quota", Rule: hostOnly, Out: ok(api.Quota{}), h: hf(s.admin.GetQuota)},
 		{Pattern: "PUT /v1/tenants/{tenant}/quota", Rule: hostOnly, In: api.QuotaRequest{}, Out: ok(api.Quota{}), h: hf(s.admin.PutQuota)},
 		// Files beyond the basic ones: move, watch.
-		{Pattern: "POST /v1/sandboxes/{id}/files/move", Rule: lease(auth.ScopeFiles), Out: noContent, h: hf(s.files.Move)},
-		{Pattern: "GET /v1/sandboxes/{id}/files/watch", Rule: lease(auth.ScopeFiles), Stream: true, Out: ok(openapi.NDJSON{Of: api.WatchEvent{}}), h: hf(s.files.Watch)},
+		{Pattern: "POST /v1/sandboxes/{id}/files/move", Rule: lease(auth.ScopeFiles), Query: api.MoveFileQuery{}, Out: noContent, h: hf(s.files.Move)},
+		{Pattern: "GET /v1/sandboxes/{id}/files/watch", Rule: lease(auth.ScopeFiles), Stream: true, Query: api.WatchQuery{}, Out: ok(openapi.NDJSON{Of: api.WatchEvent{}}), h: hf(s.files.Watch)},
 		// Background processes (package exec): the exec scope, leases too.
 		{Pattern: "POST /v1/sandboxes/{id}/processes", Rule: lease(auth.ScopeExec), In: api.StartProcessRequest{}, Out: created(api.Process{}), h: hf(s.exec.StartProcess)},
 		{Pattern: "GET /v1/sandboxes/{id}/processes", Rule: lease(auth.ScopeExec), Out: ok(api.ProcessList{}), h: hf(s.exec.ListProcesses)},
 		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}", Rule: lease(auth.ScopeExec), Out: ok(api.Process{}), h: hf(s.exec.GetProcess)},
-		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}/logs", Rule: lease(auth.ScopeExec), Stream: true, Out: ok(openapi.NDJSON{Of: api.ProcessEvent{}}), h: hf(s.exec.ProcessLogs)},
+		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}/logs", Rule: lease(auth.ScopeExec), Stream: true, Query: api.ProcessLogsQuery{}, Out: ok(openapi.NDJSON{Of: api.ProcessEvent{}}), h: hf(s.exec.ProcessLogs)},
 		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}/ws", Rule: lease(auth.ScopeExec), Stream: true, Out: webSocket(nil, api.Resize{}, api.ExecExit{}, api.Error{}), h: hf(s.exec.ProcessWS)},
-		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/stdin", Rule: lease(auth.ScopeExec), Stream: true, In: openapi.Optional{Body: openapi.Bytes{"application/octet-stream"}}, Out: noContent, h: hf(s.exec.ProcessStdin)},
+		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/stdin", Rule: lease(auth.ScopeExec), Stream: true, In: openapi.Optional{Body: openapi.Bytes{"application/octet-stream"}}, Query: api.ProcessStdinQuery{}, Out: noContent, h: hf(s.exec.ProcessStdin)},
 		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/signal", Rule: lease(auth.ScopeExec), In: api.SignalRequest{}, Out: noContent, h: hf(s.exec.SignalProcess)},
 		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/kill", Rule: lease(auth.ScopeExec), Out: noContent, h: hf(s.exec.KillProcess)},
 		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/wait", Rule: lease(auth.ScopeExec), Stream: true, Out: ok(api.ExecExit{}), h: hf(s.exec.WaitProcess)},
 		// Secrets (package admin): managing them is the secrets scope's; the
 		// master key's rotation is the host operator's.
 		{Pattern: "PUT /v1/secrets/{name}", Rule: need(auth.ScopeSecrets), In: api.PutSecretRequest{}, Out: answers(ok(api.Secret{}), created(api.Secret{})), h: hf(s.admin.PutSecret)},
-		{Pattern: "GET /v1/secrets", Rule: need(auth.ScopeSecrets), Out: ok([]api.Secret{}), h: hf(s.admin.ListSecrets)},
+		{Pattern: "GET /v1/secrets", Rule: need(auth.ScopeSecrets), Query: api.Page{}, Out: ok([]api.Secret{}), h: hf(s.admin.ListSecrets)},
 		{Pattern: "DELETE /v1/secrets/{name}", Rule: need(auth.ScopeSecrets), Out: noContent, h: hf(s.admin.DeleteSecret)},
 		{Pattern: "POST /v1/secrets/rotate-key", Rule: hostOnly, In: api.RotateSecretsKeyRequest{}, Out: ok(api.RotateSecretsKeyResponse{}), h: hf(s.admin.RotateSecretsKey)},
 		// MCP (internal/mcp, mcp.go): streamable HTTP, every tool call
@@ -256,7 +258,11 @@ func (s *Server) routeTable() []Route {
 	// The web console and its sign-in exchange (console.go).
 	rt = append(rt, s.consoleRoutes()...)
 	for _, op := range []string{"pause", "resume", "stop", "start", "reset"} {
-		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(write), Out: ok(api.Sandbox{}), h: s.sandboxes.Lifecycle(op)})
+		var query any
+		if op == "stop" {
+			query = api.StopQuery{}
+		}
+		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(write), Query: query, Out: ok(api.Sandbox{}), h: s.sandboxes.Lifecycle(op)})
 	}
 	// Quarantine and release are containment, like the egress rules: a
 	// sandbox's own lease must never lift them.

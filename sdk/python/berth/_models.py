@@ -288,7 +288,7 @@ class CreateSandboxRequest(Model):
     public_ports: Optional[List[int]] = None
     """Sandbox ports the port proxy serves without credentials."""
     secrets: Optional[List[SecretRef]] = None
-    """Secrets are the tenant's secrets every exec in it gets as env vars."""
+    """The tenant's secrets every exec in it gets as env vars."""
     idle_timeout_seconds: Optional[float] = None
     """Act (on_idle) after this long without activity: API calls (exec, files, ports), open exec
     sessions, and processes other than the agent using CPU above idle_cpu_threshold. 0 = none
@@ -469,9 +469,9 @@ class Sandbox(Model):
     """The policy action the reconciler takes next (e.g. pause, stop, delete), at next_action_at."""
     next_action_at: Optional[datetime] = None
     storage: Optional[Volume] = None
-    """Storage is the usage of the sandbox's workspace volume, if any."""
+    """The usage of the sandbox's workspace volume, if any."""
     disk: Optional[Disk] = None
-    """Disk is the cap and usage of the writable root layer."""
+    """The cap and usage of the writable root layer."""
     lineage: Optional[Lineage] = None
     ipv4: Optional[str] = None
     """Address in network mode egress; kept across stop/start."""
@@ -1113,9 +1113,9 @@ class Template(Model):
     when empty).
     """
     build: Optional[TemplateBuild] = None
-    """Build is the record of the build that made the template (build, apply, a Dockerfile): its
-    steps and, for steps with a network, their flows (only in GET /v1/templates/{name} and a
-    build's answer; a list gives the counts).
+    """The record of the build that made the template (build, apply, a Dockerfile): its steps and,
+    for steps with a network, their flows (only in GET /v1/templates/{name} and a build's
+    answer; a list gives the counts).
     """
     labels: Optional[Dict[str, str]] = None
     """The image's labels (a Dockerfile's LABEL)."""
@@ -1216,9 +1216,7 @@ class TemplateBuildStep(Model):
     sandbox: Optional[str] = None
     """The build sandbox the step ran in."""
     flow_count: Optional[int] = None
-    """FlowCount is how many flows the step made (Flows holds the first 256 of them; FlowsDropped
-    the rest).
-    """
+    """How many flows the step made (Flows holds the first 256 of them; FlowsDropped the rest)."""
     flows: Optional[List[Flow]] = None
     """The first 256 flows of the step."""
     flows_dropped: Optional[int] = None
@@ -1241,7 +1239,7 @@ class TemplateBuildStep(Model):
 
 @dataclass
 class Flow(Model):
-    """Flow is one connection attempt or DNS query of a sandbox."""
+    """One connection attempt or DNS query of a sandbox."""
 
     seq: int
     time: datetime
@@ -1283,12 +1281,11 @@ class ImportTemplateRequest(Model):
     insecure: Optional[bool] = None
     """Allow plain-HTTP registries."""
     registry_auth: Optional[RegistryAuth] = None
-    """RegistryAuth is a registry account for this pull alone, never stored or shown. Without it
-    the host's pulls use the daemon's credentials (serve --registry-auth) and a tenant's go
-    anonymous.
+    """A registry account for this pull alone, never stored or shown. Without it the host's pulls
+    use the daemon's credentials (serve --registry-auth) and a tenant's go anonymous.
     """
     service: Optional[TemplateService] = None
-    """Service is a supervised service of the template's sandboxes (processes.go)."""
+    """A supervised service of the template's sandboxes (processes.go)."""
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
@@ -1344,17 +1341,15 @@ class TemplateService(Model):
 
 @dataclass
 class PushTemplateRequest(Model):
-    """PushTemplateRequest is the body of POST /v1/templates/{name}/push: the registry reference to
-    write the template to.
-    """
+    """The body of POST /v1/templates/{name}/push: the registry reference to write the template to."""
 
     ref: str
     """Registry reference to write to (host[:port]/repo:tag)."""
     insecure: Optional[bool] = None
     """Allow a plain-HTTP registry (certificates are still checked over TLS)."""
     registry_auth: Optional[RegistryAuth] = None
-    """RegistryAuth is a registry account for this push alone, never stored or shown; without it
-    the host's pushes use the daemon's credentials and a tenant's go anonymous.
+    """A registry account for this push alone, never stored or shown; without it the host's pushes
+    use the daemon's credentials and a tenant's go anonymous.
     """
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
@@ -1368,8 +1363,8 @@ class PushTemplateRequest(Model):
 
 @dataclass
 class PushResult(Model):
-    """PushResult is what a push wrote: the reference, the manifest's digest and the pushed layers'
-    diffIDs (bottom first).
+    """What a push wrote: the reference, the manifest's digest and the pushed layers' diffIDs
+    (bottom first).
     """
 
     ref: str
@@ -1460,8 +1455,8 @@ class BuildTemplateRequest(Model):
     timeout_seconds: Optional[float] = None
     """Per step."""
     service: Optional[TemplateService] = None
-    """Service replaces the base template's supervised service (FromImage: the base's entrypoint
-    and cmd); nil keeps the base's.
+    """Replaces the base template's supervised service (FromImage: the base's entrypoint and cmd);
+    nil keeps the base's.
     """
     network: Optional[Literal['none', 'egress']] = None
     """The steps' network: none (default, loopback only) or egress with allow rules, under the
@@ -1627,7 +1622,7 @@ class DoctorLease(Model):
 
 @dataclass
 class NetworkRules(Model):
-    """NetworkRules is the answer of GET|POST /v1/sandboxes/{id}/network."""
+    """The answer of GET|POST /v1/sandboxes/{id}/network."""
 
     mode: Literal['none', 'egress']
     allow: List[str]
@@ -1660,7 +1655,7 @@ class NetworkRulesRequest(Model):
 
 @dataclass
 class CreateTenantRequest(Model):
-    """CreateTenantRequest is the body of POST /v1/tenants."""
+    """The body of POST /v1/tenants."""
 
     name: str
 
@@ -1673,7 +1668,7 @@ class CreateTenantRequest(Model):
 
 @dataclass
 class Tenant(Model):
-    """Tenant owns sandboxes, volumes, snapshots, keys and leases."""
+    """Owns sandboxes, volumes, snapshots, keys and leases."""
 
     name: str
     created_at: datetime
@@ -1688,9 +1683,9 @@ class Tenant(Model):
 
 @dataclass
 class CreateAPIKeyRequest(Model):
-    """CreateAPIKeyRequest is the body of POST /v1/keys. Tenant is the key's tenant (a tenant's own
-    key may only name its own, or leave it empty); Scopes, if any, narrow the role's;
-    ExpiresInSeconds, if set, is the key's lifetime.
+    """The body of POST /v1/keys. Tenant is the key's tenant (a tenant's own key may only name its
+    own, or leave it empty); Scopes, if any, narrow the role's; ExpiresInSeconds, if set, is the
+    key's lifetime.
     """
 
     role: Literal['viewer', 'member', 'admin']
@@ -1712,7 +1707,7 @@ class CreateAPIKeyRequest(Model):
 
 @dataclass
 class CreatedAPIKey(Model):
-    """CreatedAPIKey is the answer of POST /v1/keys: the only time the key itself is shown."""
+    """The answer of POST /v1/keys: the only time the key itself is shown."""
 
     id: str
     prefix: str
@@ -1746,7 +1741,7 @@ class CreatedAPIKey(Model):
 
 @dataclass
 class APIKey(Model):
-    """APIKey is an API key as listed: never its secret."""
+    """An API key as listed: never its secret."""
 
     id: str
     prefix: str
@@ -1777,9 +1772,8 @@ class APIKey(Model):
 
 @dataclass
 class CreateLeaseRequest(Model):
-    """CreateLeaseRequest is the body of POST /v1/sandboxes/{id}/leases: scopes among exec, files
-    and ports (the lease always reads its own sandbox and events) and its lifetime (0: one
-    hour).
+    """The body of POST /v1/sandboxes/{id}/leases: scopes among exec, files and ports (the lease
+    always reads its own sandbox and events) and its lifetime (0: one hour).
     """
 
     scopes: Optional[List[Literal['exec', 'files', 'ports']]] = None
@@ -1794,7 +1788,7 @@ class CreateLeaseRequest(Model):
 
 @dataclass
 class Lease(Model):
-    """Lease is a minted lease token."""
+    """A minted lease token."""
 
     id: str
     sandbox_id: str
@@ -1815,9 +1809,7 @@ class Lease(Model):
 
 @dataclass
 class CreatePortTokenRequest(Model):
-    """CreatePortTokenRequest is the body of POST /v1/sandboxes/{id}/ports/{port}/token: the
-    token's lifetime (0: one hour).
-    """
+    """The body of POST /v1/sandboxes/{id}/ports/{port}/token: the token's lifetime (0: one hour)."""
 
     ttl_seconds: Optional[int] = None
 
@@ -1829,12 +1821,12 @@ class CreatePortTokenRequest(Model):
 
 @dataclass
 class PortToken(Model):
-    """PortToken opens one port of one sandbox. Browsers use BrowserURL (set when the daemon has a
-    --domain): the port's own host name {port}-{id}.{domain} with the token in the
-    berth_port_token query parameter, which the proxy turns into a cookie of that host alone.
-    Non-browser clients use URL (relative to the API's base, the path-routed proxy) with the
-    token in the X-Berth-Port-Token header: that route takes no cookie and no query token, and
-    its answers are sandboxed (an opaque origin) in a browser.
+    """Opens one port of one sandbox. Browsers use BrowserURL (set when the daemon has a --domain):
+    the port's own host name {port}-{id}.{domain} with the token in the berth_port_token query
+    parameter, which the proxy turns into a cookie of that host alone. Non-browser clients use
+    URL (relative to the API's base, the path-routed proxy) with the token in the X-Berth-Port-
+    Token header: that route takes no cookie and no query token, and its answers are sandboxed
+    (an opaque origin) in a browser.
     """
 
     id: str
@@ -1871,7 +1863,7 @@ class PortToken(Model):
 
 @dataclass
 class PortTokenInfo(Model):
-    """PortTokenInfo is a port token's record as listed: never its secret."""
+    """A port token's record as listed: never its secret."""
 
     id: str
     sandbox_id: str
@@ -1897,9 +1889,9 @@ class PortTokenInfo(Model):
 
 @dataclass
 class AuditEntry(Model):
-    """AuditEntry is one audited action (GET /v1/audit): when it began, who did what to which
-    target, and its outcome ("pending" while — or, after a crash, for ever — none was recorded).
-    Request bodies are never recorded.
+    """One audited action (GET /v1/audit): when it began, who did what to which target, and its
+    outcome ("pending" while — or, after a crash, for ever — none was recorded). Request bodies
+    are never recorded.
     """
 
     tenant: str
@@ -1934,9 +1926,9 @@ class AuditEntry(Model):
 
 @dataclass
 class AuditRecord(Model):
-    """AuditRecord is one sealed record of a tenant's chain, as exported (GET /v1/audit/export,
-    JSON lines): a "begin" or an "outcome" (Ref names its begin's Seq), its predecessor's hash
-    and its own HMAC-SHA256 seal.
+    """One sealed record of a tenant's chain, as exported (GET /v1/audit/export, JSON lines): a
+    "begin" or an "outcome" (Ref names its begin's Seq), its predecessor's hash and its own
+    HMAC-SHA256 seal.
     """
 
     tenant: str
@@ -1975,9 +1967,9 @@ class AuditRecord(Model):
 
 @dataclass
 class AuditVerifyRequest(Model):
-    """AuditVerifyRequest is the (optional) body of POST /v1/audit/verify: an anchor the daemon
-    wrote (serve --audit-anchor-file), whose signature it checks with its own key and whose
-    chain heads must still be in the chains — a chain cut and its head rewound below them fails.
+    """The (optional) body of POST /v1/audit/verify: an anchor the daemon wrote (serve --audit-
+    anchor-file), whose signature it checks with its own key and whose chain heads must still be
+    in the chains — a chain cut and its head rewound below them fails.
     """
 
     anchor: Optional[Dict[str, Any]] = None
@@ -1993,13 +1985,13 @@ class AuditVerifyRequest(Model):
 
 @dataclass
 class AuditVerify(Model):
-    """AuditVerify is the answer of POST /v1/audit/verify."""
+    """The answer of POST /v1/audit/verify."""
 
     ok: bool
     checked: int
     pending: int
     bad: Optional[AuditBad] = None
-    """Bad is the first record found wrong."""
+    """The first record found wrong."""
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
@@ -2013,7 +2005,7 @@ class AuditVerify(Model):
 
 @dataclass
 class AuditBad(Model):
-    """AuditBad names a record that fails verification."""
+    """Names a record that fails verification."""
 
     tenant: str
     seq: int
@@ -2154,9 +2146,9 @@ class WatchEvent(Model):
 
 @dataclass
 class StartProcessRequest(Model):
-    """StartProcessRequest is the body of POST /v1/sandboxes/{id}/processes: an exec request with a
-    tag and a restart policy. Its exec fields are ExecRequest's own (one definition), but stdin
-    and timeout_seconds: a background process takes its stdin through its stdin call and has no
+    """The body of POST /v1/sandboxes/{id}/processes: an exec request with a tag and a restart
+    policy. Its exec fields are ExecRequest's own (one definition), but stdin and
+    timeout_seconds: a background process takes its stdin through its stdin call and has no
     timeout, and a start that gives either is refused (400).
     """
 
@@ -2214,14 +2206,14 @@ class StartProcessRequest(Model):
 
 @dataclass
 class Process(Model):
-    """Process describes a background process."""
+    """Describes a background process."""
 
     id: str
     argv: List[str]
     started: datetime
     state: Literal['running', 'restarting', 'exited', 'killed', 'stopped', 'paused', 'hibernated', 'quarantined']
-    """State is running, restarting, exited, killed (by a signal), stopped (ended by the sandbox's
-    stop), paused or hibernated (with the sandbox).
+    """Running, restarting, exited, killed (by a signal), stopped (ended by the sandbox's stop),
+    paused or hibernated (with the sandbox).
     """
     tag: Optional[str] = None
     tty: Optional[bool] = None
@@ -2251,7 +2243,7 @@ class Process(Model):
 
 @dataclass
 class ProcessList(Model):
-    """ProcessList is the body of GET /v1/sandboxes/{id}/processes."""
+    """The body of GET /v1/sandboxes/{id}/processes."""
 
     processes: List[Process]
 
@@ -2264,9 +2256,9 @@ class ProcessList(Model):
 
 @dataclass
 class ProcessEvent(Model):
-    """ProcessEvent is one line of the NDJSON stream of GET .../logs: the kept output, then (with
-    follow) live output, then an exit event if the process has ended. Gap counts output bytes
-    dropped before they were read.
+    """One line of the NDJSON stream of GET .../logs: the kept output, then (with follow) live
+    output, then an exit event if the process has ended. Gap counts output bytes dropped before
+    they were read.
     """
 
     stream: Optional[Literal['stdout', 'stderr']] = None
@@ -2288,7 +2280,7 @@ class ProcessEvent(Model):
 
 @dataclass
 class SignalRequest(Model):
-    """SignalRequest is the body of POST .../processes/{pid}/signal."""
+    """The body of POST .../processes/{pid}/signal."""
 
     signal: str
     """"TERM" or "SIGTERM"; "" is SIGTERM"""
@@ -2302,9 +2294,7 @@ class SignalRequest(Model):
 
 @dataclass
 class PutSecretRequest(Model):
-    """PutSecretRequest is the body of PUT /v1/secrets/{name}. The value never comes back: no route
-    returns it.
-    """
+    """The body of PUT /v1/secrets/{name}. The value never comes back: no route returns it."""
 
     value: str
     """The value (at most 64 KiB, no NUL). Sealed at rest; never returned, logged or put in an
@@ -2340,8 +2330,8 @@ class Secret(Model):
 
 @dataclass
 class RotateSecretsKeyRequest(Model):
-    """RotateSecretsKeyRequest is the body of POST /v1/secrets/rotate-key (admin): the new master
-    key, standard base64 of 32 bytes.
+    """The body of POST /v1/secrets/rotate-key (admin): the new master key, standard base64 of 32
+    bytes.
     """
 
     key: str
@@ -2356,15 +2346,14 @@ class RotateSecretsKeyRequest(Model):
 
 @dataclass
 class RotateSecretsKeyResponse(Model):
-    """RotateSecretsKeyResponse says what a rotation did."""
+    """Says what a rotation did."""
 
     key_id: str
     rewrapped: int
     removed: Optional[List[str]] = None
     key_file: Optional[str] = None
-    """KeyFile is the key file the daemon rewrote with the new key only; empty when the keys came
-    from BERTH_SECRETS_KEY, which the operator must now set to the new key before the next
-    start.
+    """The key file the daemon rewrote with the new key only; empty when the keys came from
+    BERTH_SECRETS_KEY, which the operator must now set to the new key before the next start.
     """
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
@@ -2379,10 +2368,9 @@ class RotateSecretsKeyResponse(Model):
 
 @dataclass
 class ConsoleCode(Model):
-    """ConsoleCode is the answer of POST /v1/console/codes (the host's own, `berth console`): a
-    one-time sign-in code for the web console, and the console URLs of the daemon's TCP
-    listeners with the code in their fragment (which a browser never sends to a server nor puts
-    in a Referer).
+    """The answer of POST /v1/console/codes (the host's own, `berth console`): a one-time sign-in
+    code for the web console, and the console URLs of the daemon's TCP listeners with the code
+    in their fragment (which a browser never sends to a server nor puts in a Referer).
     """
 
     code: str
@@ -2400,8 +2388,8 @@ class ConsoleCode(Model):
 
 @dataclass
 class ConsoleSessionRequest(Model):
-    """ConsoleSessionRequest is the body of POST /v1/console/session: the console trades a sign-in
-    code for a short-lived API key.
+    """The body of POST /v1/console/session: the console trades a sign-in code for a short-lived
+    API key.
     """
 
     code: str
@@ -2415,8 +2403,8 @@ class ConsoleSessionRequest(Model):
 
 @dataclass
 class ConsoleSession(Model):
-    """ConsoleSession is that key: the host's scope (admin, tenant ""), for ConsoleSessionTTL,
-    shown once. The console keeps it in its tab's sessionStorage and revokes it at sign-out.
+    """That key: the host's scope (admin, tenant ""), for ConsoleSessionTTL, shown once. The
+    console keeps it in its tab's sessionStorage and revokes it at sign-out.
     """
 
     api_key: str

@@ -141,7 +141,7 @@ export interface CreateSandboxRequest {
   allow?: string[];
   /** Sandbox ports the port proxy serves without credentials. */
   public_ports?: number[];
-  /** Secrets are the tenant's secrets every exec in it gets as env vars. */
+  /** The tenant's secrets every exec in it gets as env vars. */
   secrets?: SecretRef[];
   /**
    * Act (on_idle) after this long without activity: API calls (exec, files, ports), open exec
@@ -267,9 +267,9 @@ export interface Sandbox {
   /** The policy action the reconciler takes next (e.g. pause, stop, delete), at next_action_at. */
   next_action?: string;
   next_action_at?: string /* RFC 3339 */;
-  /** Storage is the usage of the sandbox's workspace volume, if any. */
+  /** The usage of the sandbox's workspace volume, if any. */
   storage?: Volume;
-  /** Disk is the cap and usage of the writable root layer. */
+  /** The cap and usage of the writable root layer. */
   disk?: Disk;
   lineage?: Lineage;
   /** Address in network mode egress; kept across stop/start. */
@@ -630,9 +630,9 @@ export interface Template {
    */
   stop_signal?: string;
   /**
-   * Build is the record of the build that made the template (build, apply, a Dockerfile): its
-   * steps and, for steps with a network, their flows (only in GET /v1/templates/{name} and a
-   * build's answer; a list gives the counts).
+   * The record of the build that made the template (build, apply, a Dockerfile): its steps and,
+   * for steps with a network, their flows (only in GET /v1/templates/{name} and a build's answer;
+   * a list gives the counts).
    */
   build?: TemplateBuild;
   /** The image's labels (a Dockerfile's LABEL). */
@@ -687,17 +687,14 @@ export interface TemplateBuildStep {
   allow?: string[];
   /** The build sandbox the step ran in. */
   sandbox?: string;
-  /**
-   * FlowCount is how many flows the step made (Flows holds the first 256 of them; FlowsDropped the
-   * rest).
-   */
+  /** How many flows the step made (Flows holds the first 256 of them; FlowsDropped the rest). */
   flow_count?: number;
   /** The first 256 flows of the step. */
   flows?: Flow[];
   flows_dropped?: number;
 }
 
-/** Flow is one connection attempt or DNS query of a sandbox. */
+/** One connection attempt or DNS query of a sandbox. */
 export interface Flow {
   seq: number;
   time: string /* RFC 3339 */;
@@ -723,11 +720,11 @@ export interface ImportTemplateRequest {
   /** Allow plain-HTTP registries. */
   insecure?: boolean;
   /**
-   * RegistryAuth is a registry account for this pull alone, never stored or shown. Without it the
-   * host's pulls use the daemon's credentials (serve --registry-auth) and a tenant's go anonymous.
+   * A registry account for this pull alone, never stored or shown. Without it the host's pulls use
+   * the daemon's credentials (serve --registry-auth) and a tenant's go anonymous.
    */
   registry_auth?: RegistryAuth;
-  /** Service is a supervised service of the template's sandboxes (processes.go). */
+  /** A supervised service of the template's sandboxes (processes.go). */
   service?: TemplateService;
 }
 
@@ -754,25 +751,22 @@ export interface TemplateService {
   max_restarts?: number;
 }
 
-/**
- * PushTemplateRequest is the body of POST /v1/templates/{name}/push: the registry reference to
- * write the template to.
- */
+/** The body of POST /v1/templates/{name}/push: the registry reference to write the template to. */
 export interface PushTemplateRequest {
   /** Registry reference to write to (host[:port]/repo:tag). */
   ref: string;
   /** Allow a plain-HTTP registry (certificates are still checked over TLS). */
   insecure?: boolean;
   /**
-   * RegistryAuth is a registry account for this push alone, never stored or shown; without it the
-   * host's pushes use the daemon's credentials and a tenant's go anonymous.
+   * A registry account for this push alone, never stored or shown; without it the host's pushes
+   * use the daemon's credentials and a tenant's go anonymous.
    */
   registry_auth?: RegistryAuth;
 }
 
 /**
- * PushResult is what a push wrote: the reference, the manifest's digest and the pushed layers'
- * diffIDs (bottom first).
+ * What a push wrote: the reference, the manifest's digest and the pushed layers' diffIDs (bottom
+ * first).
  */
 export interface PushResult {
   ref: string;
@@ -829,8 +823,8 @@ export interface BuildTemplateRequest {
   /** Per step. */
   timeout_seconds?: number;
   /**
-   * Service replaces the base template's supervised service (FromImage: the base's entrypoint and
-   * cmd); nil keeps the base's.
+   * Replaces the base template's supervised service (FromImage: the base's entrypoint and cmd);
+   * nil keeps the base's.
    */
   service?: TemplateService;
   /**
@@ -917,7 +911,7 @@ export interface DoctorLease {
   error?: string;
 }
 
-/** NetworkRules is the answer of GET|POST /v1/sandboxes/{id}/network. */
+/** The answer of GET|POST /v1/sandboxes/{id}/network. */
 export interface NetworkRules {
   mode: "none" | "egress";
   ipv4?: string;
@@ -931,21 +925,21 @@ export interface NetworkRulesRequest {
   deny?: string[];
 }
 
-/** CreateTenantRequest is the body of POST /v1/tenants. */
+/** The body of POST /v1/tenants. */
 export interface CreateTenantRequest {
   name: string;
 }
 
-/** Tenant owns sandboxes, volumes, snapshots, keys and leases. */
+/** Owns sandboxes, volumes, snapshots, keys and leases. */
 export interface Tenant {
   name: string;
   created_at: string /* RFC 3339 */;
 }
 
 /**
- * CreateAPIKeyRequest is the body of POST /v1/keys. Tenant is the key's tenant (a tenant's own key
- * may only name its own, or leave it empty); Scopes, if any, narrow the role's; ExpiresInSeconds,
- * if set, is the key's lifetime.
+ * The body of POST /v1/keys. Tenant is the key's tenant (a tenant's own key may only name its own,
+ * or leave it empty); Scopes, if any, narrow the role's; ExpiresInSeconds, if set, is the key's
+ * lifetime.
  */
 export interface CreateAPIKeyRequest {
   name?: string;
@@ -955,7 +949,7 @@ export interface CreateAPIKeyRequest {
   expires_in_seconds?: number;
 }
 
-/** CreatedAPIKey is the answer of POST /v1/keys: the only time the key itself is shown. */
+/** The answer of POST /v1/keys: the only time the key itself is shown. */
 export interface CreatedAPIKey {
   id: string;
   prefix: string;
@@ -971,7 +965,7 @@ export interface CreatedAPIKey {
   key: string;
 }
 
-/** APIKey is an API key as listed: never its secret. */
+/** An API key as listed: never its secret. */
 export interface APIKey {
   id: string;
   prefix: string;
@@ -986,15 +980,15 @@ export interface APIKey {
 }
 
 /**
- * CreateLeaseRequest is the body of POST /v1/sandboxes/{id}/leases: scopes among exec, files and
- * ports (the lease always reads its own sandbox and events) and its lifetime (0: one hour).
+ * The body of POST /v1/sandboxes/{id}/leases: scopes among exec, files and ports (the lease always
+ * reads its own sandbox and events) and its lifetime (0: one hour).
  */
 export interface CreateLeaseRequest {
   scopes?: Array<"exec" | "files" | "ports">;
   ttl_seconds?: number;
 }
 
-/** Lease is a minted lease token. */
+/** A minted lease token. */
 export interface Lease {
   id: string;
   sandbox_id: string;
@@ -1003,19 +997,16 @@ export interface Lease {
   token: string;
 }
 
-/**
- * CreatePortTokenRequest is the body of POST /v1/sandboxes/{id}/ports/{port}/token: the token's
- * lifetime (0: one hour).
- */
+/** The body of POST /v1/sandboxes/{id}/ports/{port}/token: the token's lifetime (0: one hour). */
 export interface CreatePortTokenRequest {
   ttl_seconds?: number;
 }
 
 /**
- * PortToken opens one port of one sandbox. Browsers use BrowserURL (set when the daemon has a
- * --domain): the port's own host name {port}-{id}.{domain} with the token in the berth_port_token
- * query parameter, which the proxy turns into a cookie of that host alone. Non-browser clients use
- * URL (relative to the API's base, the path-routed proxy) with the token in the X-Berth-Port-Token
+ * Opens one port of one sandbox. Browsers use BrowserURL (set when the daemon has a --domain): the
+ * port's own host name {port}-{id}.{domain} with the token in the berth_port_token query
+ * parameter, which the proxy turns into a cookie of that host alone. Non-browser clients use URL
+ * (relative to the API's base, the path-routed proxy) with the token in the X-Berth-Port-Token
  * header: that route takes no cookie and no query token, and its answers are sandboxed (an opaque
  * origin) in a browser.
  */
@@ -1043,7 +1034,7 @@ export interface PortToken {
   expires_at: string /* RFC 3339 */;
 }
 
-/** PortTokenInfo is a port token's record as listed: never its secret. */
+/** A port token's record as listed: never its secret. */
 export interface PortTokenInfo {
   id: string;
   sandbox_id: string;
@@ -1056,9 +1047,9 @@ export interface PortTokenInfo {
 }
 
 /**
- * AuditEntry is one audited action (GET /v1/audit): when it began, who did what to which target,
- * and its outcome ("pending" while — or, after a crash, for ever — none was recorded). Request
- * bodies are never recorded.
+ * One audited action (GET /v1/audit): when it began, who did what to which target, and its outcome
+ * ("pending" while — or, after a crash, for ever — none was recorded). Request bodies are never
+ * recorded.
  */
 export interface AuditEntry {
   tenant: string;
@@ -1078,9 +1069,9 @@ export interface AuditEntry {
 }
 
 /**
- * AuditRecord is one sealed record of a tenant's chain, as exported (GET /v1/audit/export, JSON
- * lines): a "begin" or an "outcome" (Ref names its begin's Seq), its predecessor's hash and its
- * own HMAC-SHA256 seal.
+ * One sealed record of a tenant's chain, as exported (GET /v1/audit/export, JSON lines): a "begin"
+ * or an "outcome" (Ref names its begin's Seq), its predecessor's hash and its own HMAC-SHA256
+ * seal.
  */
 export interface AuditRecord {
   tenant: string;
@@ -1100,9 +1091,9 @@ export interface AuditRecord {
 }
 
 /**
- * AuditVerifyRequest is the (optional) body of POST /v1/audit/verify: an anchor the daemon wrote
- * (serve --audit-anchor-file), whose signature it checks with its own key and whose chain heads
- * must still be in the chains — a chain cut and its head rewound below them fails.
+ * The (optional) body of POST /v1/audit/verify: an anchor the daemon wrote (serve
+ * --audit-anchor-file), whose signature it checks with its own key and whose chain heads must
+ * still be in the chains — a chain cut and its head rewound below them fails.
  */
 export interface AuditVerifyRequest {
   /**
@@ -1112,16 +1103,16 @@ export interface AuditVerifyRequest {
   anchor?: Record<string, unknown>;
 }
 
-/** AuditVerify is the answer of POST /v1/audit/verify. */
+/** The answer of POST /v1/audit/verify. */
 export interface AuditVerify {
   ok: boolean;
   checked: number;
   pending: number;
-  /** Bad is the first record found wrong. */
+  /** The first record found wrong. */
   bad?: AuditBad;
 }
 
-/** AuditBad names a record that fails verification. */
+/** Names a record that fails verification. */
 export interface AuditBad {
   tenant: string;
   seq: number;
@@ -1199,10 +1190,10 @@ export interface WatchEvent {
 }
 
 /**
- * StartProcessRequest is the body of POST /v1/sandboxes/{id}/processes: an exec request with a tag
- * and a restart policy. Its exec fields are ExecRequest's own (one definition), but stdin and
- * timeout_seconds: a background process takes its stdin through its stdin call and has no timeout,
- * and a start that gives either is refused (400).
+ * The body of POST /v1/sandboxes/{id}/processes: an exec request with a tag and a restart policy.
+ * Its exec fields are ExecRequest's own (one definition), but stdin and timeout_seconds: a
+ * background process takes its stdin through its stdin call and has no timeout, and a start that
+ * gives either is refused (400).
  */
 export interface StartProcessRequest {
   cmd: string[];
@@ -1241,7 +1232,7 @@ export interface StartProcessRequest {
   ready_port?: number;
 }
 
-/** Process describes a background process. */
+/** Describes a background process. */
 export interface Process {
   id: string;
   tag?: string;
@@ -1251,8 +1242,8 @@ export interface Process {
   pid?: number;
   started: string /* RFC 3339 */;
   /**
-   * State is running, restarting, exited, killed (by a signal), stopped (ended by the sandbox's
-   * stop), paused or hibernated (with the sandbox).
+   * Running, restarting, exited, killed (by a signal), stopped (ended by the sandbox's stop),
+   * paused or hibernated (with the sandbox).
    */
   state: "running" | "restarting" | "exited" | "killed" | "stopped" | "paused" | "hibernated" | "quarantined";
   exit?: ExecExit;
@@ -1261,15 +1252,15 @@ export interface Process {
   reason?: string;
 }
 
-/** ProcessList is the body of GET /v1/sandboxes/{id}/processes. */
+/** The body of GET /v1/sandboxes/{id}/processes. */
 export interface ProcessList {
   processes: Process[];
 }
 
 /**
- * ProcessEvent is one line of the NDJSON stream of GET .../logs: the kept output, then (with
- * follow) live output, then an exit event if the process has ended. Gap counts output bytes
- * dropped before they were read.
+ * One line of the NDJSON stream of GET .../logs: the kept output, then (with follow) live output,
+ * then an exit event if the process has ended. Gap counts output bytes dropped before they were
+ * read.
  */
 export interface ProcessEvent {
   stream?: "stdout" | "stderr";
@@ -1280,16 +1271,13 @@ export interface ProcessEvent {
   error?: Error;
 }
 
-/** SignalRequest is the body of POST .../processes/{pid}/signal. */
+/** The body of POST .../processes/{pid}/signal. */
 export interface SignalRequest {
   /** "TERM" or "SIGTERM"; "" is SIGTERM */
   signal: string;
 }
 
-/**
- * PutSecretRequest is the body of PUT /v1/secrets/{name}. The value never comes back: no route
- * returns it.
- */
+/** The body of PUT /v1/secrets/{name}. The value never comes back: no route returns it. */
 export interface PutSecretRequest {
   /** The value (at most 64 KiB, no NUL). Sealed at rest; never returned, logged or put in an event. */
   value: string;
@@ -1305,30 +1293,30 @@ export interface Secret {
 }
 
 /**
- * RotateSecretsKeyRequest is the body of POST /v1/secrets/rotate-key (admin): the new master key,
- * standard base64 of 32 bytes.
+ * The body of POST /v1/secrets/rotate-key (admin): the new master key, standard base64 of 32
+ * bytes.
  */
 export interface RotateSecretsKeyRequest {
   /** The new master key: standard base64 of 32 bytes. */
   key: string;
 }
 
-/** RotateSecretsKeyResponse says what a rotation did. */
+/** Says what a rotation did. */
 export interface RotateSecretsKeyResponse {
   key_id: string;
   rewrapped: number;
   removed?: string[];
   /**
-   * KeyFile is the key file the daemon rewrote with the new key only; empty when the keys came
-   * from BERTH_SECRETS_KEY, which the operator must now set to the new key before the next start.
+   * The key file the daemon rewrote with the new key only; empty when the keys came from
+   * BERTH_SECRETS_KEY, which the operator must now set to the new key before the next start.
    */
   key_file?: string;
 }
 
 /**
- * ConsoleCode is the answer of POST /v1/console/codes (the host's own, `berth console`): a
- * one-time sign-in code for the web console, and the console URLs of the daemon's TCP listeners
- * with the code in their fragment (which a browser never sends to a server nor puts in a Referer).
+ * The answer of POST /v1/console/codes (the host's own, `berth console`): a one-time sign-in code
+ * for the web console, and the console URLs of the daemon's TCP listeners with the code in their
+ * fragment (which a browser never sends to a server nor puts in a Referer).
  */
 export interface ConsoleCode {
   code: string;
@@ -1337,16 +1325,16 @@ export interface ConsoleCode {
 }
 
 /**
- * ConsoleSessionRequest is the body of POST /v1/console/session: the console trades a sign-in code
- * for a short-lived API key.
+ * The body of POST /v1/console/session: the console trades a sign-in code for a short-lived API
+ * key.
  */
 export interface ConsoleSessionRequest {
   code: string;
 }
 
 /**
- * ConsoleSession is that key: the host's scope (admin, tenant ""), for ConsoleSessionTTL, shown
- * once. The console keeps it in its tab's sessionStorage and revokes it at sign-out.
+ * That key: the host's scope (admin, tenant ""), for ConsoleSessionTTL, shown once. The console
+ * keeps it in its tab's sessionStorage and revokes it at sign-out.
  */
 export interface ConsoleSession {
   api_key: string;
