@@ -91,6 +91,8 @@ type Operation struct {
 	PublicPort   bool           // no credential for a port its sandbox made public
 	Query        any            // a struct whose fields tagged `query:"name[,required]"` are the query parameters
 	PathTypes    map[string]any // a path parameter's Go type (a zero value) when it is not a string
+	Headers      map[string]any // headers of the 200 answer, by name (a header object or a $ref)
+	Stream       bool           // the request or answer may last as long as its work: no deadline
 	Body         Body
 	Answers      []Answer
 }
@@ -440,6 +442,16 @@ func (g *gen) operation(op Operation) (map[string]any, error) {
 			}
 			c[k] = v
 		}
+	}
+	if len(op.Headers) > 0 {
+		r, _ := responses["200"].(map[string]any)
+		if r == nil {
+			return nil, fmt.Errorf("headers declared without a 200 answer")
+		}
+		r["headers"] = maps.Clone(op.Headers)
+	}
+	if op.Stream {
+		o["x-berth-stream"] = true
 	}
 	if strings.HasPrefix(op.Path, "/v1/") && !op.Public {
 		for code, name := range commonErrors {

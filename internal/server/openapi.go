@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -40,11 +41,31 @@ func OpenAPIOperations(table []Route) []openapi.Operation {
 		if strings.Contains(path, "{port}") {
 			types = map[string]any{"port": 0} // a TCP port, parsed as such
 		}
+		var headers map[string]any
+		if rt.Query != nil && paged(reflect.TypeOf(rt.Query)) {
+			headers = map[string]any{api.NextCursorHeader: map[string]any{"$ref": "#/components/headers/NextCursor"}}
+		}
 		ops = append(ops, openapi.Operation{Method: method, Path: strings.ReplaceAll(path, "...}", "}"), PathTypes: types,
+			Headers: headers, Stream: rt.Stream,
 			Scopes: scopes, Lease: rt.Rule.Lease, Host: rt.Rule.Host, Public: rt.Rule.Public,
 			PublicPort: rt.PublicPort, Query: rt.Query, Body: rt.In, Answers: rt.Out})
 	}
 	return ops
+}
+
+// paged reports whether query type t is or embeds api.Page: its route pages,
+// announcing the next page in a header.
+func paged(t reflect.Type) bool {
+	if t == reflect.TypeOf(api.Page{}) {
+		return true
+	}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Anonymous && f.Type.Kind() == reflect.Struct && paged(f.Type) {
+			return true
+		}
+	}
+	return false
 }
 
 // GenerateOpenAPI is api/openapi.json as the route table, the api

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -157,5 +158,47 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 		if !slices.Contains(doc.Components.Responses[name].Codes, c.Code) {
 			t.Errorf("error answer %s does not list %s (%d)", name, c.Code, c.Status)
 		}
+	}
+}
+
+// TestOpenAPIPagedLists: a route whose query is paged (api.Page) answers
+// with the next page's cursor in a header, and the document says so —
+// also for the lists the hand-written document had missed.
+func TestOpenAPIPagedLists(t *testing.T) {
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(api.OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	headers := func(path, method string) map[string]any {
+		var op struct {
+			Responses map[string]struct {
+				Headers map[string]any `json:"headers"`
+			} `json:"responses"`
+		}
+		if err := json.Unmarshal(doc.Paths[path][method], &op); err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		return op.Responses["200"].Headers
+	}
+	n := 0
+	for _, rt := range Routes() {
+		if rt.Query == nil || !paged(reflect.TypeOf(rt.Query)) {
+			continue
+		}
+		n++
+		method, path, _ := strings.Cut(rt.Pattern, " ")
+		if headers(path, strings.ToLower(method))[api.NextCursorHeader] == nil {
+			t.Errorf("%s pages but does not document %s", rt.Pattern, api.NextCursorHeader)
+		}
+	}
+	for _, want := range []string{"/v1/keys", "/v1/secrets", "/v1/audit", "/v1/sandboxes"} {
+		if headers(want, "get")[api.NextCursorHeader] == nil {
+			t.Errorf("GET %s does not document %s", want, api.NextCursorHeader)
+		}
+	}
+	if n < 10 {
+		t.Errorf("only %d paged routes", n)
 	}
 }
