@@ -7,7 +7,7 @@
 //
 // What Go types cannot say — summaries, operation ids, tags, prose
 // about errors, headers, query parameters, enums and examples — comes
-// from a small overlay (api/openapi-overlay.json), merged onto the
+// from a small overlay (api/openapi-overlay.yaml), merged onto the
 // generated document under one rule: the overlay may add, and may
 // replace prose (description, summary), but may not contradict a
 // generated fact (a type, a required list, a scope), nor describe a
@@ -39,6 +39,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"sigs.k8s.io/yaml"
 )
 
 // Body is what a request or an answer carries: a value of an api type
@@ -99,7 +101,8 @@ type Operation struct {
 
 // Config is what Generate reads besides the operations.
 type Config struct {
-	// Overlay is the JSON overlay document (api/openapi-overlay.json).
+	// Overlay is the overlay document (api/openapi-overlay.yaml), YAML
+	// (or JSON, which YAML includes).
 	Overlay []byte
 	// APIDir is the directory of package api's sources: the doc
 	// comments of its types and fields become schema descriptions
@@ -161,7 +164,11 @@ func Generate(ops []Operation, cfg Config) ([]byte, error) {
 		"security": []any{map[string]any{}, map[string]any{"bearerAuth": []any{}}},
 	}
 	var overlay map[string]any
-	if err := json.Unmarshal(cfg.Overlay, &overlay); err != nil {
+	js, err := yaml.YAMLToJSON(cfg.Overlay)
+	if err != nil {
+		return nil, fmt.Errorf("openapi: overlay: %w", err)
+	}
+	if err := json.Unmarshal(js, &overlay); err != nil {
 		return nil, fmt.Errorf("openapi: overlay: %w", err)
 	}
 	if err := checkOverlay(overlay, out); err != nil {

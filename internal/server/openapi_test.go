@@ -12,6 +12,7 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/openapi"
+	"sigs.k8s.io/yaml"
 )
 
 // TestOpenAPIGenerated: the checked-in api/openapi.json (the document
@@ -19,7 +20,7 @@ import (
 // types and the overlay generate. make lint checks the same through
 // openapigen -check.
 func TestOpenAPIGenerated(t *testing.T) {
-	overlay, err := os.ReadFile("../../api/openapi-overlay.json")
+	overlay, err := os.ReadFile("../../api/openapi-overlay.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +36,7 @@ func TestOpenAPIGenerated(t *testing.T) {
 // TestOpenAPIOverlayCannotContradict: the overlay may add prose, not
 // facts that the code decides; each of these overlays is refused.
 func TestOpenAPIOverlayCannotContradict(t *testing.T) {
-	overlay, err := os.ReadFile("../../api/openapi-overlay.json")
+	overlay, err := os.ReadFile("../../api/openapi-overlay.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +56,11 @@ func TestOpenAPIOverlayCannotContradict(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var base, patch map[string]any
-			if err := json.Unmarshal(overlay, &base); err != nil {
+			js, err := yaml.YAMLToJSON(overlay)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(js, &base); err != nil {
 				t.Fatal(err)
 			}
 			if err := json.Unmarshal([]byte(tc.patch), &patch); err != nil {
@@ -63,7 +68,7 @@ func TestOpenAPIOverlayCannotContradict(t *testing.T) {
 			}
 			deepSet(base, patch)
 			b, _ := json.Marshal(base)
-			_, err := GenerateOpenAPI(b, "../../api", false)
+			_, err = GenerateOpenAPI(b, "../../api", false)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("overlay with %s: err = %v, want one saying %q", tc.name, err, tc.want)
 			}

@@ -1,8 +1,8 @@
 // Package main is the command openapigen, which writes api/openapi.json
 // from the server's route table, the types of package api and
-// api/openapi-overlay.json (see package internal/openapi). With -check it writes nothing and fails
-// when the checked-in document differs from the generated one (make
-// lint runs it so).
+// api/openapi-overlay.yaml (see package internal/openapi). With -check it
+// writes nothing and fails when the checked-in document differs from the
+// generated one (make lint runs it so).
 //
 //	go run ./internal/server/openapigen [-check] [-root DIR]
 package main
@@ -30,7 +30,7 @@ func main() {
 
 func run(root string, check, draft bool) error {
 	dir := filepath.Join(root, "api")
-	overlay, err := os.ReadFile(filepath.Join(dir, "openapi-overlay.json"))
+	overlay, err := os.ReadFile(filepath.Join(dir, "openapi-overlay.yaml"))
 	if draft {
 		overlay, err = []byte("{}"), nil
 	}
