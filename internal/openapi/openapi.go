@@ -186,7 +186,7 @@ func Generate(ops []Operation, cfg Config) ([]byte, error) {
 		return nil, err
 	}
 	for ptr, v := range cfg.Facts {
-		if err := setFact(out, ptr, v); err != nil {
+		if err := setFact(out, ptr, v); err != nil && !cfg.Draft { // a draft lacks the overlay's objects
 			return nil, err
 		}
 	}
@@ -667,11 +667,14 @@ func Fields(t reflect.Type) []Field {
 
 // describe is a Go doc comment as an API description: without the Go
 // name it begins with ("Path is the path inside the sandbox." reads
-// "The path inside the sandbox.").
+// "The path inside the sandbox.", "ReadOnly: the kernel..." "The
+// kernel...").
 func describe(doc, goName string) string {
 	rest, ok := strings.CutPrefix(doc, goName+" ")
 	if !ok {
-		return doc
+		if rest, ok = strings.CutPrefix(doc, goName+": "); !ok {
+			return doc
+		}
 	}
 	for _, verb := range []string{"is ", "are "} {
 		if r, ok := strings.CutPrefix(rest, verb); ok {
