@@ -95,6 +95,7 @@ type Operation struct {
 	PathTypes    map[string]any // a path parameter's Go type (a zero value) when it is not a string
 	Headers      map[string]any // headers of the 200 answer, by name (a header object or a $ref)
 	Stream       bool           // the request or answer may last as long as its work: no deadline
+	Errors       map[int]string // error answers beyond the common ones: status -> components.responses name
 	Body         Body
 	Answers      []Answer
 }
@@ -464,6 +465,9 @@ func (g *gen) operation(op Operation) (map[string]any, error) {
 		for code, name := range commonErrors {
 			responses[code] = ref("responses", name)
 		}
+	}
+	for code, name := range op.Errors {
+		responses[strconv.Itoa(code)] = ref("responses", name)
 	}
 	o["responses"] = responses
 	return o, nil

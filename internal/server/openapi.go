@@ -45,8 +45,18 @@ func OpenAPIOperations(table []Route) []openapi.Operation {
 		if rt.Query != nil && paged(reflect.TypeOf(rt.Query)) {
 			headers = map[string]any{api.NextCursorHeader: map[string]any{"$ref": "#/components/headers/NextCursor"}}
 		}
+		var errs map[int]string
+		in := rt.In
+		if opt, ok := in.(openapi.Optional); ok {
+			in = opt.Body
+		}
+		if in != nil && reflect.TypeOf(in).PkgPath() == reflect.TypeOf(api.Sandbox{}).PkgPath() {
+			// A JSON body is read through input.Decode, whose cap
+			// answers 413.
+			errs = map[int]string{http.StatusRequestEntityTooLarge: errorResponses[http.StatusRequestEntityTooLarge]}
+		}
 		ops = append(ops, openapi.Operation{Method: method, Path: strings.ReplaceAll(path, "...}", "}"), PathTypes: types,
-			Headers: headers, Stream: rt.Stream,
+			Headers: headers, Stream: rt.Stream, Errors: errs,
 			Scopes: scopes, Lease: rt.Rule.Lease, Host: rt.Rule.Host, Public: rt.Rule.Public,
 			PublicPort: rt.PublicPort, Query: rt.Query, Body: rt.In, Answers: rt.Out})
 	}
