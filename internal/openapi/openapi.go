@@ -96,6 +96,7 @@ type Operation struct {
 	Headers      map[string]any // headers of the 200 answer, by name (a header object or a $ref)
 	Stream       bool           // the request or answer may last as long as its work: no deadline
 	Errors       map[int]string // error answers beyond the common ones: status -> components.responses name
+	Params       []any          // parameters beyond the path's and the query's (a header's $ref, say)
 	Body         Body
 	Answers      []Answer
 }
@@ -401,6 +402,10 @@ func (g *gen) operation(op Operation) (map[string]any, error) {
 			params = append(params, p)
 		}
 		o["parameters"] = params
+	}
+	if len(op.Params) > 0 {
+		ps, _ := o["parameters"].([]any)
+		o["parameters"] = append(ps, op.Params...)
 	}
 	if op.Body != nil {
 		required := true
@@ -954,6 +959,9 @@ func (m merger) mergeParams(gen, overlay []any, at string) ([]any, error) {
 				return nil, fmt.Errorf("openapi: overlay %s: query parameter %s is no field of the route's query type", at, key)
 			}
 			out = append(out, p)
+			continue
+		}
+		if reflect.DeepEqual(out[i], p) {
 			continue
 		}
 		if _, isRef := pm["$ref"]; isRef {

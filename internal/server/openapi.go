@@ -55,8 +55,21 @@ func OpenAPIOperations(table []Route) []openapi.Operation {
 			// answers 413.
 			errs = map[int]string{http.StatusRequestEntityTooLarge: errorResponses[http.StatusRequestEntityTooLarge]}
 		}
+		var params []any
+		if rt.Idem != nil {
+			// The Idempotency-Key header, and what it may answer: a
+			// retry while the first runs (409), a key reused with
+			// another request (422).
+			params = []any{map[string]any{"$ref": "#/components/parameters/IdempotencyKey"}}
+			if errs == nil {
+				errs = map[int]string{}
+			}
+			for _, code := range []int{http.StatusConflict, http.StatusUnprocessableEntity} {
+				errs[code] = errorResponses[code]
+			}
+		}
 		ops = append(ops, openapi.Operation{Method: method, Path: strings.ReplaceAll(path, "...}", "}"), PathTypes: types,
-			Headers: headers, Stream: rt.Stream, Errors: errs,
+			Headers: headers, Stream: rt.Stream, Errors: errs, Params: params,
 			Scopes: scopes, Lease: rt.Rule.Lease, Host: rt.Rule.Host, Public: rt.Rule.Public,
 			PublicPort: rt.PublicPort, Query: rt.Query, Body: rt.In, Answers: rt.Out})
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/berth-sh/berth/internal/openapi"
 	"github.com/berth-sh/berth/internal/server/edge"
 	"github.com/berth-sh/berth/internal/server/events"
+	"github.com/berth-sh/berth/internal/server/idempotency"
 	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/server/rest"
 )
@@ -52,6 +53,10 @@ type Route struct {
 	// within Server.BodyTimeout, so a stalled upload is cut (400) instead
 	// of holding its connection and its work open for ever.
 	Upload bool
+	// Idem makes the route honour an Idempotency-Key of this kind
+	// (idempotency.go): the handler is wrapped at the table's end, and
+	// the document gives the route the header and its answers.
+	Idem *idempotency.Kind
 	// In is the request body the handler decodes, Query its query
 	// parameters (an api struct whose fields carry query tags) and Out
 	// its success answers: the types api/openapi.json is generated from
@@ -113,6 +118,9 @@ func status(code int, bodies []openapi.Body) []openapi.Answer {
 	return out
 }
 
+// ptr is a pointer to a copy of v.
+func ptr[T any](v T) *T { return &v }
+
 // answers is several answers of one route.
 func answers(as ...[]openapi.Answer) []openapi.Answer { return slices.Concat(as...) }
 
@@ -136,7 +144,7 @@ func (s *Server) routeTable() []Route {
 		})},
 		{Pattern: "GET /metrics", Rule: hostOnly, Out: ok(openapi.Text("text/plain")), h: promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})},
 
-		{Pattern: "POST /v1/sandboxes", Rule: need(write), In: api.CreateSandboxRequest{}, Out: created(api.Sandbox{}), h: hf(s.idempotent(s.idemCreate(), s.sandboxes.Create))},
+		{Pattern: "POST /v1/sandboxes", Rule: need(write), In: api.CreateSandboxRequest{}, Out: created(api.Sandbox{}), Idem: ptr(s.idemCreate()), h: hf(s.sandboxes.Create)},
 		{Pattern: "GET /v1/sandboxes", Rule: need(read), Query: api.ListQuery{}, Out: ok([]api.Sandbox{}), h: hf(s.sandboxes.List)},
 		{Pattern: "GET /v1/sandboxes/{id}", Rule: lease(read), Out: ok(api.Sandbox{}), h: hf(s.sandboxes.Get)},
 		{Pattern: "DELETE /v1/sandboxes/{id}", Rule: need(write), Query: api.DeleteSandboxQuery{}, Out: ok(api.Sandbox{}), h: hf(s.sandboxes.Delete)},
@@ -158,15 +166,15 @@ func (s *Server) routeTable() []Route {
 
 		{Pattern: "POST /v1/sandboxes/{id}/touch", Rule: lease(write), Out: ok(api.Sandbox{}), h: s.sandboxes.Lifecycle("touch")},
 		{Pattern: "GET /v1/sandboxes/{id}/diff", Rule: need(read), Out: ok([]api.DiffEntry{}), h: hf(s.sandboxes.Diff)},
-		{Pattern: "POST /v1/sandboxes/{id}/fork", Rule: need(write), In: api.ForkRequest{}, Out: created(api.ForkResponse{}), h: hf(s.idempotent(s.idemFork(), s.sandboxes.Fork))},
-		{Pattern: "POST /v1/sandboxes/{id}/snapshots", Rule: need(write), In: api.CreateSnapshotRequest{}, Out: created(api.Snapshot{}), h: hf(s.idempotent(s.idemSnapshot(), s.sandboxes.CreateSnapshot))},
+		{Pattern: "POST /v1/sandboxes/{id}/fork", Rule: need(write), In: api.ForkRequest{}, Out: created(api.ForkResponse{}), Idem: ptr(s.idemFork()), h: hf(s.sandboxes.Fork)},
+		{Pattern: "POST /v1/sandboxes/{id}/snapshots", Rule: need(write), In: api.CreateSnapshotRequest{}, Out: created(api.Snapshot{}), Idem: ptr(s.idemSnapshot()), h: hf(s.sandboxes.CreateSnapshot)},
 		{Pattern: "GET /v1/sandboxes/{id}/snapshots", Rule: need(read), Query: api.Page{}, Out: ok([]api.Snapshot{}), h: hf(s.sandboxes.ListSnapshots)},
 		{Pattern: "GET /v1/snapshots", Rule: need(read), Query: api.Page{}, Out: ok([]api.Snapshot{}), h: hf(s.sandboxes.ListSnapshots)},
 		{Pattern: "GET /v1/snapshots/{id}", Rule: need(read), Out: ok(api.Snapshot{}), h: hf(s.sandboxes.GetSnapshot)},
 		{Pattern: "DELETE /v1/snapshots/{id}", Rule: need(write), Out: noContent, h: hf(s.sandboxes.DeleteSnapshot)},
 		{Pattern: "POST /v1/snapshots/{id}/restore", Rule: need(write), Out: ok(api.Sandbox{}), h: hf(s.sandboxes.RestoreSnapshot)},
 
-		{Pattern: "POST /v1/volumes", Rule: need(write), In: api.CreateVolumeRequest{}, Out: created(api.Volume{}), h: hf(s.idempotent(s.idemVolume(), s.sandboxes.CreateVolume))},
+		{Pattern: "POST /v1/volumes", Rule: need(write), In: api.CreateVolumeRequest{}, Out: created(api.Volume{}), Idem: ptr(s.idemVolume()), h: hf(s.sandboxes.CreateVolume)},
 		{Pattern: "GET /v1/volumes", Rule: need(read), Query: api.ListQuery{}, Out: ok([]api.Volume{}), h: hf(s.sandboxes.ListVolumes)},
 		{Pattern: "GET /v1/volumes/{name}", Rule: need(read), Out: ok(api.Volume{}), h: hf(s.sandboxes.GetVolume)},
 		{Pattern: "DELETE /v1/volumes/{name}", Rule: need(write), Out: noContent, h: hf(s.sandboxes.DeleteVolume)},
@@ -257,6 +265,7 @@ func (s *Server) routeTable() []Route {
 	}
 	// The web console and its sign-in exchange (console.go).
 	rt = append(rt, s.consoleRoutes()...)
+
 	for _, op := range []string{"pause", "resume", "stop", "start", "reset"} {
 		var query any
 		if op == "stop" {
@@ -271,6 +280,11 @@ func (s *Server) routeTable() []Route {
 	}
 	for _, op := range []string{"hibernate", "wake"} {
 		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(write), Out: ok(api.Sandbox{}), h: s.sandboxes.Hibernate(op)})
+	}
+	for i := range rt {
+		if rt[i].Idem != nil {
+			rt[i].h = s.idempotent(*rt[i].Idem, rt[i].h.ServeHTTP)
+		}
 	}
 	return rt
 }
