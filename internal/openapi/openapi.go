@@ -958,6 +958,9 @@ func (m merger) mergeParams(gen, overlay []any, at string) ([]any, error) {
 			if strings.HasPrefix(key, "query ") {
 				return nil, fmt.Errorf("openapi: overlay %s: query parameter %s is no field of the route's query type", at, key)
 			}
+			if strings.HasPrefix(key, "path ") {
+				return nil, fmt.Errorf("openapi: overlay %s: path parameter %s is not in the route's pattern", at, key)
+			}
 			out = append(out, p)
 			continue
 		}

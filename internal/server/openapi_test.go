@@ -52,6 +52,7 @@ func TestOpenAPIOverlayCannotContradict(t *testing.T) {
 		{"a content type not declared", `{"paths":{"/v1/sandboxes/{id}":{"get":{"responses":{"200":{"content":{"text/plain":{}}}}}}}}`, "not one the route declares"},
 		{"a query parameter the query type lacks", `{"paths":{"/v1/sandboxes":{"get":{"parameters":[{"name":"nope","in":"query"}]}}}}`, "no field of the route's query type"},
 		{"another type for a query parameter", `{"paths":{"/v1/sandboxes":{"get":{"parameters":[{"name":"all","in":"query","schema":{"type":"string"}}]}}}}`, "contradicts"},
+		{"a path parameter the pattern lacks", `{"paths":{"/v1/sandboxes/{id}":{"parameters":[{"name":"nope","in":"path","required":true}]}}}`, "not in the route's pattern"},
 		{"a request body not declared", `{"paths":{"/v1/sandboxes/{id}":{"get":{"requestBody":{"content":{"application/json":{}}}}}}}`, "request body"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
