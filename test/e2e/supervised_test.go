@@ -115,7 +115,7 @@ func supervisedScenario(t *testing.T, d *daemon, runtime string) {
 
 	// A supervised web server, with its own env and a ready port: the
 	// start answers once it accepts.
-	web, err := d.c.StartProcess(ctx, id, api.StartProcessRequest{Cmd: webCmd, Env: map[string]string{"GREETING": "hello"},
+	web, err := d.c.StartProcess(ctx, id, api.StartProcessRequest{ExecRequest: api.ExecRequest{Cmd: webCmd, Env: map[string]string{"GREETING": "hello"}},
 		Tag: "web", Restart: "always", ReadyPort: 8000})
 	if err != nil {
 		t.Fatal(err)
