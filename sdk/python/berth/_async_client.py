@@ -251,6 +251,39 @@ class AsyncClient:
                 (err if ev.stream == "stderr" else out).extend(ev.data)
         raise StreamError("the run stream ended without an exit status")
 
+    async def apply(self, spec: str, files: Optional[bytes] = None, *, on_output: Optional[Callable[[m.BuildEvent], Any]] = None) -> m.Template:
+        """Builds a declarative template: ``spec`` is the template file
+        (YAML or JSON), ``files`` a tar of the local files its copy steps
+        name. Only steps whose inputs changed are built again."""
+        resp = await self._send("POST", "/v1/apply", body=m.ApplyRequest(spec=spec, files=files),
+                                headers={"Accept": "application/x-ndjson"}, stream=True)
+        return await self._build_stream(resp, on_output)
+
+    async def _build_stream(self, resp: httpx.Response, on_output: Optional[Callable[[m.BuildEvent], Any]]) -> m.Template:
+        events = self._ndjson(resp)
+        try:
+            async for d in events:
+                if d.get("error"):
+                    err = from_stream(d["error"])
+                    if d.get("step"):
+                        err.message = "step %d: %s" % (d["step"], err.message)
+                        err.args = (err.message,)
+                    raise err
+                ev = m.BuildEvent.from_dict(d)
+                if ev.template is not None:
+                    return ev.template
+                if ev.data and on_output:
+                    on_output(ev)
+        finally:
+            await events.aclose()
+        raise StreamError("the build stream ended without a template")
+
+    async def copy(self, from_sandbox: str, from_path: str, to_sandbox: str, to_path: str, *, preserve_owner: bool = False) -> None:
+        """Copies a file or directory from one sandbox to another (docker
+        cp's rules), without the bytes passing through this client."""
+        req = m.CopyRequest(from_=from_sandbox, from_path=from_path, to=to_sandbox, to_path=to_path, preserve_owner=preserve_owner or None)
+        await self._send("POST", "/v1/copy", body=req)
+
     async def pools(self) -> List[m.Pool]:
         """Every template's warm pool."""
         return [m.Pool.from_dict(p) for p in await self._json("GET", "/v1/pools") or []]
@@ -327,6 +360,48 @@ class AsyncSandbox:
 
     async def wake(self) -> "AsyncSandbox":
         return await self._verb("wake")
+
+    async def quarantine(self) -> "AsyncSandbox":
+        """Freezes the sandbox and cuts its network; its files stay
+        readable for inspection. ``release()`` ends it."""
+        return await self._verb("quarantine")
+
+    async def release(self) -> "AsyncSandbox":
+        """Ends a quarantine: the sandbox runs again, its rules restored."""
+        return await self._verb("release")
+
+    async def port_request(
+        self,
+        port: int,
+        path: str = "/",
+        *,
+        method: str = "GET",
+        body: Union[None, bytes, str] = None,
+        headers: Optional[Dict[str, str]] = None,
+        params: Optional[Dict[str, Any]] = None,
+    ) -> httpx.Response:
+        """Sends one HTTP request to ``port`` of the sandbox through the
+        daemon's port proxy (/v1/sandboxes/{id}/ports/{port}/{path}) with
+        this client's credentials, and returns the answer, read, whatever
+        its status: a status from the sandbox's server is not an error
+        here. The proxy's own refusals (nothing listens, no right) are
+        APIErrors. Never retried: the request may not be safe to repeat."""
+        target = self._path("ports", str(int(port))) + "/" + path.lstrip("/")
+        content = body.encode() if isinstance(body, str) else body
+        try:
+            resp = await self._c._http.request(method, target, content=content, headers=headers, params=params)
+        except httpx.ConnectError as e:
+            raise ConnectError(self._c.host, e) from e
+        except httpx.TransportError as e:
+            raise TransportError("%s %s: %s" % (method, target, e or type(e).__name__)) from e
+        if resp.headers.get("content-type", "").startswith("application/json") and resp.status_code >= 400:
+            try:
+                err = resp.json().get("error")
+            except ValueError:
+                err = None
+            if isinstance(err, dict) and "code" in err:
+                raise from_response(resp.status_code, resp.reason_phrase, resp.headers, resp.content)
+        return resp
 
     async def diff(self) -> List[m.DiffEntry]:
         """What changed in the writable layer against the template."""
@@ -624,6 +699,18 @@ class AsyncProcesses:
     async def wait(self, pid: str) -> m.ExecExit:
         return m.ExecExit.from_dict(await self._c._json("POST", self._p + "/" + _seg(pid) + "/wait"))
 
+    # async-only-begin
+    def attach(self, pid: str):
+        """Attaches to a background process over its WebSocket (asyncio
+        only): ``async with sb.processes.attach(pid) as t:`` then, as with
+        a terminal, ``t.recv``, ``t.send`` (its stdin), ``t.resize`` (a PTY
+        process's), ``t.wait``. Its kept output comes first, then live
+        output; leaving does not end the process."""
+        from ._pty import Pty
+
+        return Pty(self._c._conn, self._c._user_agent, self._p + "/" + _seg(pid) + "/ws", None)
+    # async-only-end
+
 
 class AsyncNetwork:
     """sandbox.network: live egress rules and the flow log."""
@@ -691,6 +778,129 @@ class AsyncTemplates:
         """Keeps ``min`` sandboxes of the template warm (0 empties the pool)."""
         return m.Pool.from_dict(await self._c._json("PUT", "/v1/templates/" + _seg(name) + "/pool", body=m.PoolRequest(min=min)))
 
+    async def clear_pool(self, name: str) -> m.Pool:
+        """Forgets the size set for the template's pool: the default
+        template's pool is the daemon's automatic one again, any other has
+        none."""
+        return m.Pool.from_dict(await self._c._json("PUT", "/v1/templates/" + _seg(name) + "/pool", body=m.PoolRequest(min=0, auto=True)))
+
+    async def import_(
+        self,
+        name: str,
+        ref: Optional[str] = None,
+        *,
+        path: Optional[str] = None,
+        insecure: Optional[bool] = None,
+        registry_auth: Optional[m.RegistryAuth] = None,
+        service: Optional[m.TemplateService] = None,
+        on_progress: Optional[Callable[[m.ImportProgress], Any]] = None,
+    ) -> m.Template:
+        """Imports template ``name`` from a registry image ``ref`` (with
+        ``registry_auth``, or the daemon's own credentials for the host's
+        templates) or from ``path``, an OCI layout or docker-save tarball on
+        the daemon's host. Each layer's progress goes to ``on_progress``."""
+        req = m.ImportTemplateRequest(name=name, ref=ref, path=path, insecure=insecure, registry_auth=registry_auth, service=service)
+        resp = await self._c._send("POST", "/v1/templates/import", body=req, headers={"Accept": "application/x-ndjson"}, stream=True)
+        return await self._import_stream(resp, on_progress)
+
+    async def upload(self, name: str, archive: bytes, *, on_progress: Optional[Callable[[m.ImportProgress], Any]] = None) -> m.Template:
+        """Imports template ``name`` from a docker-save or OCI tarball sent
+        from here (``archive``, its bytes)."""
+        resp = await self._c._send("PUT", "/v1/templates/" + _seg(name) + "/archive", body=bytes(archive),
+                                   headers={"Content-Type": "application/x-tar", "Accept": "application/x-ndjson"}, stream=True)
+        return await self._import_stream(resp, on_progress)
+
+    async def _import_stream(self, resp: httpx.Response, on_progress: Optional[Callable[[m.ImportProgress], Any]]) -> m.Template:
+        events = self._c._ndjson(resp)
+        try:
+            async for d in events:
+                if d.get("error"):
+                    raise from_stream(d["error"])
+                # An ImportEvent: progress lines, then the template.
+                if d.get("template"):
+                    return m.Template.from_dict(d["template"])
+                if d.get("progress") and on_progress:
+                    on_progress(m.ImportProgress.from_dict(d["progress"]))
+        finally:
+            await events.aclose()
+        raise StreamError("the import stream ended without a template")
+
+    async def build(
+        self,
+        name: str,
+        from_: str,
+        run: Sequence[str],
+        *,
+        env: Optional[Dict[str, str]] = None,
+        timeout: Optional[float] = None,
+        network: Optional[str] = None,
+        allow: Optional[Sequence[str]] = None,
+        service: Optional[m.TemplateService] = None,
+        on_output: Optional[Callable[[m.BuildEvent], Any]] = None,
+    ) -> m.Template:
+        """Builds template ``name`` by running the ``run`` shell steps on
+        top of template ``from_``, each step's output handed to
+        ``on_output`` (BuildEvents: ``step``, ``stream``, ``data``) as it
+        comes. Steps have no network unless ``network="egress"`` with
+        ``allow`` rules. A step that fails raises its error with the step
+        number in the message."""
+        req = m.BuildTemplateRequest(name=name, from_=from_, run=list(run), env=env, timeout_seconds=timeout,
+                                     network=network, allow=list(allow) if allow is not None else None, service=service)
+        resp = await self._c._send("POST", "/v1/templates/build", body=req, headers={"Accept": "application/x-ndjson"}, stream=True)
+        return await self._c._build_stream(resp, on_output)
+
+    async def build_dockerfile(
+        self,
+        name: str,
+        context: bytes,
+        *,
+        dockerfile: Optional[str] = None,
+        target: Optional[str] = None,
+        build_args: Optional[Dict[str, str]] = None,
+        network: Optional[str] = None,
+        allow: Optional[Sequence[str]] = None,
+        timeout: Optional[float] = None,
+        on_output: Optional[Callable[[m.BuildEvent], Any]] = None,
+    ) -> m.Template:
+        """Builds template ``name`` from a Dockerfile: ``context`` is a tar
+        archive of the build context holding it (``dockerfile`` names it,
+        "Dockerfile" by default). ``FROM`` names a berth template."""
+        params: Dict[str, Any] = {"dockerfile": dockerfile, "target": target,
+                                  "buildargs": json.dumps(build_args) if build_args else None,
+                                  "network": network, "allow": list(allow) if allow else None,
+                                  "timeout_seconds": timeout}
+        resp = await self._c._send("POST", "/v1/templates/" + _seg(name) + "/dockerfile", params=params, body=bytes(context),
+                                   headers={"Content-Type": "application/x-tar", "Accept": "application/x-ndjson"}, stream=True)
+        return await self._c._build_stream(resp, on_output)
+
+    async def push(
+        self,
+        name: str,
+        ref: str,
+        *,
+        insecure: Optional[bool] = None,
+        registry_auth: Optional[m.RegistryAuth] = None,
+        on_progress: Optional[Callable[[m.ImportProgress], Any]] = None,
+    ) -> m.PushResult:
+        """Writes template ``name`` to a registry as the OCI image ``ref``;
+        each layer's upload goes to ``on_progress``."""
+        req = m.PushTemplateRequest(ref=ref, insecure=insecure, registry_auth=registry_auth)
+        resp = await self._c._send("POST", "/v1/templates/" + _seg(name) + "/push", body=req,
+                                   headers={"Accept": "application/x-ndjson"}, stream=True)
+        events = self._c._ndjson(resp)
+        try:
+            async for d in events:
+                if d.get("error"):
+                    raise from_stream(d["error"])
+                ev = m.PushEvent.from_dict(d)
+                if ev.result is not None:
+                    return ev.result
+                if ev.progress is not None and on_progress:
+                    on_progress(ev.progress)
+        finally:
+            await events.aclose()
+        raise StreamError("the push stream ended without a result")
+
 
 class AsyncVolumes:
     """client.volumes: named volumes."""
@@ -730,6 +940,11 @@ class AsyncSecrets:
 
     async def delete(self, name: str) -> None:
         await self._c._send("DELETE", "/v1/secrets/" + _seg(name))
+
+    async def rotate_key(self, key: str) -> m.RotateSecretsKeyResponse:
+        """Re-wraps every stored secret under the new master key ``key``
+        (the host's administrator only)."""
+        return m.RotateSecretsKeyResponse.from_dict(await self._c._json("POST", "/v1/secrets/rotate-key", body=m.RotateSecretsKeyRequest(key=key)))
 
 
 class AsyncEvents:

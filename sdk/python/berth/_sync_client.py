@@ -249,6 +249,39 @@ class Client:
                 (err if ev.stream == "stderr" else out).extend(ev.data)
         raise StreamError("the run stream ended without an exit status")
 
+    def apply(self, spec: str, files: Optional[bytes] = None, *, on_output: Optional[Callable[[m.BuildEvent], Any]] = None) -> m.Template:
+        """Builds a declarative template: ``spec`` is the template file
+        (YAML or JSON), ``files`` a tar of the local files its copy steps
+        name. Only steps whose inputs changed are built again."""
+        resp = self._send("POST", "/v1/apply", body=m.ApplyRequest(spec=spec, files=files),
+                                headers={"Accept": "application/x-ndjson"}, stream=True)
+        return self._build_stream(resp, on_output)
+
+    def _build_stream(self, resp: httpx.Response, on_output: Optional[Callable[[m.BuildEvent], Any]]) -> m.Template:
+        events = self._ndjson(resp)
+        try:
+            for d in events:
+                if d.get("error"):
+                    err = from_stream(d["error"])
+                    if d.get("step"):
+                        err.message = "step %d: %s" % (d["step"], err.message)
+                        err.args = (err.message,)
+                    raise err
+                ev = m.BuildEvent.from_dict(d)
+                if ev.template is not None:
+                    return ev.template
+                if ev.data and on_output:
+                    on_output(ev)
+        finally:
+            events.close()
+        raise StreamError("the build stream ended without a template")
+
+    def copy(self, from_sandbox: str, from_path: str, to_sandbox: str, to_path: str, *, preserve_owner: bool = False) -> None:
+        """Copies a file or directory from one sandbox to another (docker
+        cp's rules), without the bytes passing through this client."""
+        req = m.CopyRequest(from_=from_sandbox, from_path=from_path, to=to_sandbox, to_path=to_path, preserve_owner=preserve_owner or None)
+        self._send("POST", "/v1/copy", body=req)
+
     def pools(self) -> List[m.Pool]:
         """Every template's warm pool."""
         return [m.Pool.from_dict(p) for p in self._json("GET", "/v1/pools") or []]
@@ -325,6 +358,48 @@ class Sandbox:
 
     def wake(self) -> "Sandbox":
         return self._verb("wake")
+
+    def quarantine(self) -> "Sandbox":
+        """Freezes the sandbox and cuts its network; its files stay
+        readable for inspection. ``release()`` ends it."""
+        return self._verb("quarantine")
+
+    def release(self) -> "Sandbox":
+        """Ends a quarantine: the sandbox runs again, its rules restored."""
+        return self._verb("release")
+
+    def port_request(
+        self,
+        port: int,
+        path: str = "/",
+        *,
+        method: str = "GET",
+        body: Union[None, bytes, str] = None,
+        headers: Optional[Dict[str, str]] = None,
+        params: Optional[Dict[str, Any]] = None,
+    ) -> httpx.Response:
+        """Sends one HTTP request to ``port`` of the sandbox through the
+        daemon's port proxy (/v1/sandboxes/{id}/ports/{port}/{path}) with
+        this client's credentials, and returns the answer, read, whatever
+        its status: a status from the sandbox's server is not an error
+        here. The proxy's own refusals (nothing listens, no right) are
+        APIErrors. Never retried: the request may not be safe to repeat."""
+        target = self._path("ports", str(int(port))) + "/" + path.lstrip("/")
+        content = body.encode() if isinstance(body, str) else body
+        try:
+            resp = self._c._http.request(method, target, content=content, headers=headers, params=params)
+        except httpx.ConnectError as e:
+            raise ConnectError(self._c.host, e) from e
+        except httpx.TransportError as e:
+            raise TransportError("%s %s: %s" % (method, target, e or type(e).__name__)) from e
+        if resp.headers.get("content-type", "").startswith("application/json") and resp.status_code >= 400:
+            try:
+                err = resp.json().get("error")
+            except ValueError:
+                err = None
+            if isinstance(err, dict) and "code" in err:
+                raise from_response(resp.status_code, resp.reason_phrase, resp.headers, resp.content)
+        return resp
 
     def diff(self) -> List[m.DiffEntry]:
         """What changed in the writable layer against the template."""
@@ -598,6 +673,7 @@ class Processes:
         return m.ExecExit.from_dict(self._c._json("POST", self._p + "/" + _seg(pid) + "/wait"))
 
 
+
 class Network:
     """sandbox.network: live egress rules and the flow log."""
 
@@ -664,6 +740,129 @@ class Templates:
         """Keeps ``min`` sandboxes of the template warm (0 empties the pool)."""
         return m.Pool.from_dict(self._c._json("PUT", "/v1/templates/" + _seg(name) + "/pool", body=m.PoolRequest(min=min)))
 
+    def clear_pool(self, name: str) -> m.Pool:
+        """Forgets the size set for the template's pool: the default
+        template's pool is the daemon's automatic one again, any other has
+        none."""
+        return m.Pool.from_dict(self._c._json("PUT", "/v1/templates/" + _seg(name) + "/pool", body=m.PoolRequest(min=0, auto=True)))
+
+    def import_(
+        self,
+        name: str,
+        ref: Optional[str] = None,
+        *,
+        path: Optional[str] = None,
+        insecure: Optional[bool] = None,
+        registry_auth: Optional[m.RegistryAuth] = None,
+        service: Optional[m.TemplateService] = None,
+        on_progress: Optional[Callable[[m.ImportProgress], Any]] = None,
+    ) -> m.Template:
+        """Imports template ``name`` from a registry image ``ref`` (with
+        ``registry_auth``, or the daemon's own credentials for the host's
+        templates) or from ``path``, an OCI layout or docker-save tarball on
+        the daemon's host. Each layer's progress goes to ``on_progress``."""
+        req = m.ImportTemplateRequest(name=name, ref=ref, path=path, insecure=insecure, registry_auth=registry_auth, service=service)
+        resp = self._c._send("POST", "/v1/templates/import", body=req, headers={"Accept": "application/x-ndjson"}, stream=True)
+        return self._import_stream(resp, on_progress)
+
+    def upload(self, name: str, archive: bytes, *, on_progress: Optional[Callable[[m.ImportProgress], Any]] = None) -> m.Template:
+        """Imports template ``name`` from a docker-save or OCI tarball sent
+        from here (``archive``, its bytes)."""
+        resp = self._c._send("PUT", "/v1/templates/" + _seg(name) + "/archive", body=bytes(archive),
+                                   headers={"Content-Type": "application/x-tar", "Accept": "application/x-ndjson"}, stream=True)
+        return self._import_stream(resp, on_progress)
+
+    def _import_stream(self, resp: httpx.Response, on_progress: Optional[Callable[[m.ImportProgress], Any]]) -> m.Template:
+        events = self._c._ndjson(resp)
+        try:
+            for d in events:
+                if d.get("error"):
+                    raise from_stream(d["error"])
+                # An ImportEvent: progress lines, then the template.
+                if d.get("template"):
+                    return m.Template.from_dict(d["template"])
+                if d.get("progress") and on_progress:
+                    on_progress(m.ImportProgress.from_dict(d["progress"]))
+        finally:
+            events.close()
+        raise StreamError("the import stream ended without a template")
+
+    def build(
+        self,
+        name: str,
+        from_: str,
+        run: Sequence[str],
+        *,
+        env: Optional[Dict[str, str]] = None,
+        timeout: Optional[float] = None,
+        network: Optional[str] = None,
+        allow: Optional[Sequence[str]] = None,
+        service: Optional[m.TemplateService] = None,
+        on_output: Optional[Callable[[m.BuildEvent], Any]] = None,
+    ) -> m.Template:
+        """Builds template ``name`` by running the ``run`` shell steps on
+        top of template ``from_``, each step's output handed to
+        ``on_output`` (BuildEvents: ``step``, ``stream``, ``data``) as it
+        comes. Steps have no network unless ``network="egress"`` with
+        ``allow`` rules. A step that fails raises its error with the step
+        number in the message."""
+        req = m.BuildTemplateRequest(name=name, from_=from_, run=list(run), env=env, timeout_seconds=timeout,
+                                     network=network, allow=list(allow) if allow is not None else None, service=service)
+        resp = self._c._send("POST", "/v1/templates/build", body=req, headers={"Accept": "application/x-ndjson"}, stream=True)
+        return self._c._build_stream(resp, on_output)
+
+    def build_dockerfile(
+        self,
+        name: str,
+        context: bytes,
+        *,
+        dockerfile: Optional[str] = None,
+        target: Optional[str] = None,
+        build_args: Optional[Dict[str, str]] = None,
+        network: Optional[str] = None,
+        allow: Optional[Sequence[str]] = None,
+        timeout: Optional[float] = None,
+        on_output: Optional[Callable[[m.BuildEvent], Any]] = None,
+    ) -> m.Template:
+        """Builds template ``name`` from a Dockerfile: ``context`` is a tar
+        archive of the build context holding it (``dockerfile`` names it,
+        "Dockerfile" by default). ``FROM`` names a berth template."""
+        params: Dict[str, Any] = {"dockerfile": dockerfile, "target": target,
+                                  "buildargs": json.dumps(build_args) if build_args else None,
+                                  "network": network, "allow": list(allow) if allow else None,
+                                  "timeout_seconds": timeout}
+        resp = self._c._send("POST", "/v1/templates/" + _seg(name) + "/dockerfile", params=params, body=bytes(context),
+                                   headers={"Content-Type": "application/x-tar", "Accept": "application/x-ndjson"}, stream=True)
+        return self._c._build_stream(resp, on_output)
+
+    def push(
+        self,
+        name: str,
+        ref: str,
+        *,
+        insecure: Optional[bool] = None,
+        registry_auth: Optional[m.RegistryAuth] = None,
+        on_progress: Optional[Callable[[m.ImportProgress], Any]] = None,
+    ) -> m.PushResult:
+        """Writes template ``name`` to a registry as the OCI image ``ref``;
+        each layer's upload goes to ``on_progress``."""
+        req = m.PushTemplateRequest(ref=ref, insecure=insecure, registry_auth=registry_auth)
+        resp = self._c._send("POST", "/v1/templates/" + _seg(name) + "/push", body=req,
+                                   headers={"Accept": "application/x-ndjson"}, stream=True)
+        events = self._c._ndjson(resp)
+        try:
+            for d in events:
+                if d.get("error"):
+                    raise from_stream(d["error"])
+                ev = m.PushEvent.from_dict(d)
+                if ev.result is not None:
+                    return ev.result
+                if ev.progress is not None and on_progress:
+                    on_progress(ev.progress)
+        finally:
+            events.close()
+        raise StreamError("the push stream ended without a result")
+
 
 class Volumes:
     """client.volumes: named volumes."""
@@ -703,6 +902,11 @@ class Secrets:
 
     def delete(self, name: str) -> None:
         self._c._send("DELETE", "/v1/secrets/" + _seg(name))
+
+    def rotate_key(self, key: str) -> m.RotateSecretsKeyResponse:
+        """Re-wraps every stored secret under the new master key ``key``
+        (the host's administrator only)."""
+        return m.RotateSecretsKeyResponse.from_dict(self._c._json("POST", "/v1/secrets/rotate-key", body=m.RotateSecretsKeyRequest(key=key)))
 
 
 class Events:
