@@ -134,11 +134,15 @@ test("quarantine, port requests, copies and attach", () =>
 
       await a.exec("mkdir -p /tmp/www && echo 'hello through the proxy' > /tmp/www/index.html");
       await a.processes.start(["busybox", "httpd", "-f", "-p", "8080", "-h", "/tmp/www"]);
+      // Until httpd listens the proxy itself refuses (502 unreachable).
       let r;
-      for (let i = 0; i < 100; i++) {
-        r = await a.portRequest(8080, "/index.html");
-        if (r.status === 200) break;
-        await sleep(50);
+      for (let i = 0; i < 200 && !r; i++) {
+        try {
+          r = await a.portRequest(8080, "/index.html");
+        } catch (e) {
+          assert.equal(e.code, "unreachable", String(e));
+          await sleep(50);
+        }
       }
       assert.equal(r.status, 200);
       assert.equal(r.body.toString(), "hello through the proxy\n");
