@@ -43,7 +43,7 @@ def _bool(v: bool) -> Optional[str]:
 
 
 class Client:
-    """An sync client of one berth daemon.
+    """A sync client of one berth daemon.
 
     ``host`` is ``unix:///path/to/berth.sock``, ``http://host:port`` or
     ``https://host:port`` (default: ``BERTH_HOST``, else the daemon's default
@@ -211,9 +211,11 @@ class Client:
         return True
 
     def version(self) -> m.Version:
+        """The daemon's version, runtime classes and their capabilities, and its TLS fingerprint."""
         return m.Version.from_dict(self._json("GET", "/v1/version"))
 
     def doctor(self, fix: bool = False) -> m.DoctorReport:
+        """The daemon's health report: leaks and records that disagree with the host. ``fix`` repairs what it can (host admin)."""
         if fix:
             return m.DoctorReport.from_dict(self._json("POST", "/v1/doctor/fix"))
         return m.DoctorReport.from_dict(self._json("GET", "/v1/doctor"))
@@ -305,6 +307,7 @@ class Sandbox:
 
     @property
     def state(self) -> str:
+        """The state as last read (``refresh()`` reads it again)."""
         return self.info.state
 
     def __enter__(self) -> "Sandbox":
@@ -330,6 +333,7 @@ class Sandbox:
         return self
 
     def delete(self, force: bool = False) -> m.Sandbox:
+        """Deletes the sandbox; ``force`` kills its processes without a graceful stop."""
         self.info = m.Sandbox.from_dict(self._c._json("DELETE", self._path(), params={"force": _bool(force)}))
         return self.info
 
@@ -338,15 +342,19 @@ class Sandbox:
         return self._verb("stop", {"timeout": None if timeout is None else "%gs" % timeout})
 
     def start(self) -> "Sandbox":
+        """Starts a stopped sandbox (a hibernated one is woken)."""
         return self._verb("start")
 
     def pause(self) -> "Sandbox":
+        """Freezes every process in place, memory kept (a class that cannot freeze stops instead)."""
         return self._verb("pause")
 
     def resume(self) -> "Sandbox":
+        """Continues a paused sandbox."""
         return self._verb("resume")
 
     def reset(self) -> "Sandbox":
+        """Returns the writable layer and owned volumes to the template's state."""
         return self._verb("reset")
 
     def touch(self) -> "Sandbox":
@@ -354,9 +362,11 @@ class Sandbox:
         return self._verb("touch")
 
     def hibernate(self) -> "Sandbox":
+        """Saves processes and memory to disk and releases them (classes with checkpoint: gVisor)."""
         return self._verb("hibernate")
 
     def wake(self) -> "Sandbox":
+        """Restores a hibernated sandbox: its processes continue where they were."""
         return self._verb("wake")
 
     def quarantine(self) -> "Sandbox":
@@ -415,11 +425,13 @@ class Sandbox:
         return [Sandbox(self._c, ch) for ch in fr.children or []]
 
     def snapshot(self, name: Optional[str] = None, *, retention_seconds: Optional[float] = None, idempotency_key: Optional[str] = None) -> m.Snapshot:
+        """Captures the sandbox's files as a named snapshot (retried safely with one Idempotency-Key)."""
         req = m.CreateSnapshotRequest(name=name, retention_seconds=retention_seconds)
         d = self._c._json("POST", self._path("snapshots"), body=req, idempotency_key=idempotency_key or new_idempotency_key())
         return m.Snapshot.from_dict(d)
 
     def snapshots(self) -> List[m.Snapshot]:
+        """This sandbox's snapshots (every page)."""
         return [m.Snapshot.from_dict(s) for s in self._c._all(self._path("snapshots"))]
 
     def exec_stream(
@@ -497,9 +509,11 @@ class Sandbox:
         return m.PortToken.from_dict(d)
 
     def port_tokens(self) -> List[m.PortTokenInfo]:
+        """The port tokens minted for this sandbox (their ids, never their secrets)."""
         return [m.PortTokenInfo.from_dict(t) for t in self._c._json("GET", self._path("port-tokens")) or []]
 
     def revoke_port_token(self, token_id: str) -> m.PortTokenInfo:
+        """Revokes one port token: its links stop working."""
         return m.PortTokenInfo.from_dict(self._c._json("DELETE", self._path("port-tokens", _seg(token_id))))
 
     def lease(self, scopes: Sequence[str], ttl_seconds: int = 0) -> m.Lease:
@@ -532,6 +546,7 @@ class Sandboxes:
         return Sandbox(self._c, m.Sandbox.from_dict(d))
 
     def get(self, id_or_name: str) -> Sandbox:
+        """One sandbox by id or name."""
         return Sandbox(self._c, m.Sandbox.from_dict(self._c._json("GET", "/v1/sandboxes/" + _seg(id_or_name))))
 
     def list(self, all: bool = False) -> List[Sandbox]:
@@ -544,6 +559,7 @@ class Sandboxes:
         return Page(items=[Sandbox(self._c, m.Sandbox.from_dict(d)) for d in items], next_cursor=nxt)
 
     def delete(self, id_or_name: str, force: bool = False) -> m.Sandbox:
+        """Deletes a sandbox by id or name."""
         return m.Sandbox.from_dict(self._c._json("DELETE", "/v1/sandboxes/" + _seg(id_or_name), params={"force": _bool(force)}))
 
 
@@ -555,6 +571,7 @@ class Files:
         self._p = "/v1/sandboxes/" + _seg(sandbox_id) + "/files"
 
     def read(self, path: str) -> bytes:
+        """A file's whole content."""
         return (self._c._send("GET", self._p, params={"path": path})).content
 
     def read_stream(self, path: str) -> Iterator[bytes]:
@@ -577,18 +594,23 @@ class Files:
         return m.FileInfo.from_dict(resp.json()) if resp.status_code != 204 and resp.content else m.FileInfo.from_dict({})
 
     def stat(self, path: str) -> m.FileInfo:
+        """One file's information (type, size, mode, owner, times)."""
         return m.FileInfo.from_dict(self._c._json("GET", self._p + "/stat", params={"path": path}))
 
     def list(self, path: str) -> List[m.FileInfo]:
+        """A directory's entries."""
         return [m.FileInfo.from_dict(d) for d in self._c._json("GET", self._p + "/list", params={"path": path}) or []]
 
     def mkdir(self, path: str, parents: bool = False) -> None:
+        """Makes a directory (``parents``: and its missing parents)."""
         self._c._send("POST", self._p + "/mkdir", params={"path": path, "parents": _bool(parents)})
 
     def remove(self, path: str, recursive: bool = False) -> None:
+        """Removes a file, or a directory with ``recursive``."""
         self._c._send("DELETE", self._p, params={"path": path, "recursive": _bool(recursive)})
 
     def move(self, src: str, dst: str, no_replace: bool = False) -> None:
+        """Renames ``src`` to ``dst`` (``no_replace``: refuse if ``dst`` exists)."""
         self._c._send("POST", self._p + "/move", params={"path": src, "to": dst, "no_replace": _bool(no_replace)})
 
     def watch(self, path: str, recursive: bool = False) -> Iterator[m.WatchEvent]:
@@ -629,9 +651,11 @@ class Processes:
         return m.Process.from_dict(self._c._json("POST", self._p, body=m.StartProcessRequest(cmd=argv, **fields)))
 
     def list(self) -> List[m.Process]:
+        """The sandbox's background processes."""
         return m.ProcessList.from_dict(self._c._json("GET", self._p)).processes or []
 
     def get(self, pid: str) -> m.Process:
+        """One background process."""
         return m.Process.from_dict(self._c._json("GET", self._p + "/" + _seg(pid)))
 
     def logs_stream(self, pid: str, follow: bool = False) -> Iterator[m.ProcessEvent]:
@@ -661,15 +685,19 @@ class Processes:
         return ProcessOutput(stdout=bytes(out), stderr=bytes(err), exit=exit, gap=gap)
 
     def stdin(self, pid: str, data: Union[bytes, str] = b"", close: bool = False) -> None:
+        """Writes ``data`` to the process's stdin (``close``: then ends its input)."""
         self._c._send("POST", self._p + "/" + _seg(pid) + "/stdin", params={"close": _bool(close)}, body=data)
 
     def signal(self, pid: str, signal: str) -> None:
+        """Sends a signal by name ("TERM", "INT", "HUP", ...)."""
         self._c._send("POST", self._p + "/" + _seg(pid) + "/signal", body=m.SignalRequest(signal=signal))
 
     def kill(self, pid: str) -> None:
+        """Kills the process (SIGKILL); a restart policy does not bring it back."""
         self._c._send("POST", self._p + "/" + _seg(pid) + "/kill")
 
     def wait(self, pid: str) -> m.ExecExit:
+        """Waits for the process to end: its exit status."""
         return m.ExecExit.from_dict(self._c._json("POST", self._p + "/" + _seg(pid) + "/wait"))
 
 
@@ -682,6 +710,7 @@ class Network:
         self._p = "/v1/sandboxes/" + _seg(sandbox_id)
 
     def get(self) -> m.NetworkRules:
+        """The sandbox's egress mode and rules."""
         return m.NetworkRules.from_dict(self._c._json("GET", self._p + "/network"))
 
     def update(self, allow: Optional[Sequence[str]] = None, deny: Optional[Sequence[str]] = None) -> m.NetworkRules:
@@ -690,6 +719,7 @@ class Network:
         return m.NetworkRules.from_dict(self._c._json("POST", self._p + "/network", body=req))
 
     def flows(self, after: int = 0) -> List[m.Flow]:
+        """The flow log: each egress connection and DNS answer decided, after id ``after``."""
         return [m.Flow.from_dict(f) for f in self._c._json("GET", self._p + "/flows", params={"after": after or None}) or []]
 
 
@@ -700,12 +730,15 @@ class Snapshots:
         self._c = client
 
     def list(self) -> List[m.Snapshot]:
+        """Every snapshot (every page)."""
         return [m.Snapshot.from_dict(s) for s in self._c._all("/v1/snapshots")]
 
     def get(self, id_or_name: str) -> m.Snapshot:
+        """One snapshot by id or name."""
         return m.Snapshot.from_dict(self._c._json("GET", "/v1/snapshots/" + _seg(id_or_name)))
 
     def delete(self, id_or_name: str) -> None:
+        """Deletes a snapshot."""
         self._c._send("DELETE", "/v1/snapshots/" + _seg(id_or_name))
 
     def restore(self, id_or_name: str) -> Sandbox:
@@ -721,19 +754,24 @@ class Templates:
         self._c = client
 
     def list(self) -> List[m.Template]:
+        """Every template (every page)."""
         return [m.Template.from_dict(t) for t in self._c._all("/v1/templates")]
 
     def list_page(self, limit: Optional[int] = None, cursor: Optional[str] = None) -> Page:
+        """One page of templates and the next cursor."""
         items, nxt = self._c._page("/v1/templates", None, limit, cursor)
         return Page(items=[m.Template.from_dict(t) for t in items], next_cursor=nxt)
 
     def get(self, name: str) -> m.Template:
+        """One template by name."""
         return m.Template.from_dict(self._c._json("GET", "/v1/templates/" + _seg(name)))
 
     def delete(self, name: str) -> None:
+        """Deletes a template (refused while sandboxes use it)."""
         self._c._send("DELETE", "/v1/templates/" + _seg(name))
 
     def get_pool(self, name: str) -> m.Pool:
+        """The template's warm pool: its size, ready and starting members, hits and misses."""
         return m.Pool.from_dict(self._c._json("GET", "/v1/templates/" + _seg(name) + "/pool"))
 
     def set_pool(self, name: str, min: int) -> m.Pool:
@@ -871,20 +909,25 @@ class Volumes:
         self._c = client
 
     def create(self, name: str, size_bytes: Optional[int] = None, inodes: Optional[int] = None, *, idempotency_key: Optional[str] = None) -> m.Volume:
+        """Creates a named volume (retried safely with one Idempotency-Key)."""
         req = m.CreateVolumeRequest(name=name, size_bytes=size_bytes, inodes=inodes)
         return m.Volume.from_dict(self._c._json("POST", "/v1/volumes", body=req, idempotency_key=idempotency_key or new_idempotency_key()))
 
     def list(self) -> List[m.Volume]:
+        """Every volume (every page)."""
         return [m.Volume.from_dict(v) for v in self._c._all("/v1/volumes")]
 
     def list_page(self, limit: Optional[int] = None, cursor: Optional[str] = None) -> Page:
+        """One page of volumes and the next cursor."""
         items, nxt = self._c._page("/v1/volumes", None, limit, cursor)
         return Page(items=[m.Volume.from_dict(v) for v in items], next_cursor=nxt)
 
     def get(self, name: str) -> m.Volume:
+        """One volume by name, with its use."""
         return m.Volume.from_dict(self._c._json("GET", "/v1/volumes/" + _seg(name)))
 
     def delete(self, name: str) -> None:
+        """Deletes a volume (refused while a sandbox mounts it)."""
         self._c._send("DELETE", "/v1/volumes/" + _seg(name))
 
 
@@ -895,12 +938,15 @@ class Secrets:
         self._c = client
 
     def set(self, name: str, value: str) -> m.Secret:
+        """Stores a secret (its value is never returned; sandboxes see a placeholder)."""
         return m.Secret.from_dict(self._c._json("PUT", "/v1/secrets/" + _seg(name), body=m.PutSecretRequest(value=value)))
 
     def list(self) -> List[m.Secret]:
+        """The secrets' names and metadata (never their values)."""
         return [m.Secret.from_dict(s) for s in self._c._all("/v1/secrets")]
 
     def delete(self, name: str) -> None:
+        """Deletes a secret."""
         self._c._send("DELETE", "/v1/secrets/" + _seg(name))
 
     def rotate_key(self, key: str) -> m.RotateSecretsKeyResponse:
@@ -931,6 +977,7 @@ class Events:
 
     def list_page(self, sandbox: Union[None, str, Sequence[str]] = None, types: Optional[Sequence[str]] = None,
                         after: int = 0, limit: Optional[int] = None, cursor: Optional[str] = None) -> Page:
+        """One page of events and the next cursor."""
         path, q = self._query(sandbox, types, after)
         items, nxt = self._c._page(path, q, limit, cursor)
         return Page(items=[m.Event.from_dict(e) for e in items], next_cursor=nxt)
@@ -1015,6 +1062,7 @@ class Audit:
 
     def list_page(self, *, since=None, until=None, actor: Optional[str] = None, action: Optional[str] = None, target: Optional[str] = None,
                         limit: Optional[int] = None, cursor: Optional[str] = None) -> Page:
+        """One page of audit entries and the next cursor."""
         items, nxt = self._c._page("/v1/audit", self._query(since, until, actor, action, target), limit, cursor)
         return Page(items=[m.AuditEntry.from_dict(e) for e in items], next_cursor=nxt)
 
@@ -1023,6 +1071,7 @@ class Audit:
         return (self._c._send("GET", "/v1/audit/export")).content
 
     def verify(self, anchor: Optional[Dict[str, Any]] = None) -> m.AuditVerify:
+        """Checks the audit chains (with ``anchor``: also against a signed anchor, which detects truncation)."""
         body = m.AuditVerifyRequest(anchor=anchor) if anchor is not None else None
         return m.AuditVerify.from_dict(self._c._json("POST", "/v1/audit/verify", body=body))
 
@@ -1041,9 +1090,11 @@ class Keys:
         return m.CreatedAPIKey.from_dict(self._c._json("POST", "/v1/keys", body=req))
 
     def list(self) -> List[m.APIKey]:
+        """The API keys the caller may see (never their secrets)."""
         return [m.APIKey.from_dict(k) for k in self._c._all("/v1/keys")]
 
     def revoke(self, id_or_prefix: str) -> m.APIKey:
+        """Revokes a key by id or prefix: it stops working at once, its streams closed."""
         return m.APIKey.from_dict(self._c._json("DELETE", "/v1/keys/" + _seg(id_or_prefix)))
 
 
@@ -1054,12 +1105,15 @@ class Tenants:
         self._c = client
 
     def create(self, name: str) -> m.Tenant:
+        """Creates a tenant (host admin)."""
         return m.Tenant.from_dict(self._c._json("POST", "/v1/tenants", body=m.CreateTenantRequest(name=name)))
 
     def list(self) -> List[m.Tenant]:
+        """Every tenant (host admin)."""
         return [m.Tenant.from_dict(t) for t in self._c._json("GET", "/v1/tenants") or []]
 
     def delete(self, name: str) -> None:
+        """Deletes an empty tenant (host admin)."""
         self._c._send("DELETE", "/v1/tenants/" + _seg(name))
 
 
@@ -1070,9 +1124,11 @@ class Quotas:
         self._c = client
 
     def get(self, tenant: str) -> m.Quota:
+        """A tenant's quota and use."""
         return m.Quota.from_dict(self._c._json("GET", "/v1/tenants/" + _seg(tenant) + "/quota"))
 
     def set(self, tenant: str, quota: m.QuotaRequest) -> m.Quota:
+        """Sets a tenant's quota (host admin)."""
         return m.Quota.from_dict(self._c._json("PUT", "/v1/tenants/" + _seg(tenant) + "/quota", body=quota))
 
     def own(self) -> m.Quota:
