@@ -251,7 +251,9 @@ func (h *Handlers) Mkdir(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer f.Close()
-	if err := f.Mkdir(r.Context(), path, mode, parents, rest.Actor(r)); err != nil {
+	// Owned as a user's write is: by the sandbox's user, so its own
+	// processes can write into what the API made.
+	if err := f.MkdirAs(r.Context(), path, mode, parents, f.Owner(""), rest.Actor(r)); err != nil {
 		rest.Error(w, err)
 		return
 	}
