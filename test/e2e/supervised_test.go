@@ -246,6 +246,27 @@ func supervisedScenario(t *testing.T, d *daemon, runtime string) {
 		once("after a host reboot")
 	}
 
+	// A fork's child starts the parent's supervised processes at its first
+	// boot, as any boot of the parent would; the unsupervised ones stay
+	// the parent's.
+	fr, err := d.c.Fork(ctx, id, api.ForkRequest{Count: 1})
+	if err != nil || len(fr.Children) != 1 {
+		t.Fatalf("fork: %+v %v", fr, err)
+	}
+	child := fr.Children[0].ID
+	waitFor(t, "the child's supervised processes", func() bool {
+		tags := map[string]int{}
+		for _, p := range procList(t, d, child) {
+			if p.State == "running" || p.State == "restarting" {
+				tags[p.Tag]++
+			}
+		}
+		return tags["web"] == 1 && tags["plain"] == 0 && len(tags) >= 2
+	})
+	if _, err := d.c.DeleteSandbox(ctx, child, true); err != nil {
+		t.Fatal(err)
+	}
+
 	// Killed, it stays gone across a stop/start.
 	if _, e, code := d.cli("kill", id, "web"); code != 0 {
 		t.Fatalf("kill web: %s", e)
