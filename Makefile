@@ -26,8 +26,9 @@ build: ## build the static berth binary and its sandbox agent (berth-agent) into
 vet: ## go vet
 	$(GO) vet ./...
 
-lint: vet ## go vet, gofmt and staticcheck
+lint: vet ## go vet, gofmt, staticcheck, and api/openapi.json as the code generates it
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" && false)
+	$(GO) run ./internal/server/openapigen -check
 	time $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 # The race detector runs where goroutines meet; not on packages that link

@@ -33,11 +33,14 @@ type APIKey struct {
 // key's lifetime. A key made by an expiring key ends with it at the
 // latest (a later expiry is refused; none inherits the maker's).
 type CreateAPIKeyRequest struct {
-	Name             string   `json:"name,omitempty"`
-	Tenant           string   `json:"tenant,omitempty"`
-	Role             string   `json:"role"`
-	Scopes           []string `json:"scopes,omitempty"`
-	ExpiresInSeconds int64    `json:"expires_in_seconds,omitempty"`
+	Name   string   `json:"name,omitempty"`
+	Tenant string   `json:"tenant,omitempty"`
+	Role   string   `json:"role"`
+	Scopes []string `json:"scopes,omitempty"`
+	// ExpiresInSeconds is the key's lifetime. A key made by an expiring
+	// key ends with it at the latest: a later expiry is 403, none
+	// inherits the maker's.
+	ExpiresInSeconds int64 `json:"expires_in_seconds,omitempty"`
 }
 
 // CreatedAPIKey is the answer of POST /v1/keys: the only time the key

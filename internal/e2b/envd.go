@@ -227,11 +227,9 @@ func (d *Door) defaultUser(ctx context.Context, named string) string {
 
 // absPath resolves p as envd does: relative to the user's home.
 func absPath(p, user string) (string, error) {
-	if p == "" {
-		return "", errdefs.Invalid("path is required")
-	}
-	// The REST file routes' rule: no control characters.
-	if err := sandbox.CheckText("path", p); err != nil {
+	// The REST file routes' rule: given, within PATH_MAX, no control
+	// characters.
+	if err := sandbox.CheckFilePath("path", p); err != nil {
 		return "", err
 	}
 	if strings.HasPrefix(p, "~/") || p == "~" {

@@ -142,13 +142,17 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 		if cfg.GetCmd() == "" {
 			return errdefs.Invalid("process cmd is required")
 		}
-		exec := manager.ExecRequest{Cmd: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Env: maps.Clone(cfg.GetEnvs()), User: named}
+		start := &manager.StartRequest{ExecRequest: manager.ExecRequest{Cmd: append([]string{cfg.GetCmd()}, cfg.GetArgs()...),
+			Env: maps.Clone(cfg.GetEnvs()), User: named}, Tag: req.Msg.GetTag()}
+		exec := &start.ExecRequest
 		if cfg.Cwd != nil {
 			if exec.Workdir, err = absPath(cfg.GetCwd(), user); err != nil {
 				return err
 			}
 		}
-		if err := manager.ValidateExec(&exec); err != nil {
+		// REST's start's one Validate, before the door adds its own
+		// HOME, so the caller's request is what is judged.
+		if err := start.Validate(); err != nil {
 			return err
 		}
 		if _, ok := exec.Env["HOME"]; !ok && user != "" {
@@ -163,7 +167,7 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 			sz := req.Msg.GetPty().GetSize()
 			exec.Rows, exec.Cols = clamp16(sz.GetRows()), clamp16(sz.GetCols())
 		}
-		pr, err = s.m().StartProcess(ctx, sb, &manager.StartRequest{ExecRequest: exec, Tag: req.Msg.GetTag()}, p.Actor)
+		pr, err = s.m().StartProcess(ctx, sb, start, p.Actor)
 		return err
 	})
 	if err != nil {

@@ -144,6 +144,32 @@ func e2bAttacks() []*attack.Attack {
 				}
 				return attack.Contained("env name, cwd: %s", strings.Join(seen, ", "))
 			}),
+		x("envd-long-path", "write a file through envd, and start a process there, naming a path past PATH_MAX (4097 bytes)", "400 and invalid_argument, as REST refuses it",
+			func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome {
+				long := "/tmp/" + strings.Repeat("a", 4092)
+				hdr := map[string]string{"E2b-Sandbox-Id": door.sandbox, "E2b-Sandbox-Port": "49983", "X-Access-Token": door.token}
+				up := map[string]string{"Content-Type": "application/octet-stream"}
+				for k, v := range hdr {
+					up[k] = v
+				}
+				st, body, err := door.do(ctx, "POST", "/files?path="+long, "", up, "x")
+				if err != nil {
+					return attack.Escaped("upload: %v", err)
+				}
+				if st != 400 {
+					return attack.Escaped("upload to a path past PATH_MAX: %d %s", st, attack.Clip(attack.OneLine(body), 80))
+				}
+				hdr["Content-Type"] = "application/connect+json"
+				st, body, err = door.do(ctx, "POST", "/process.Process/Start", "", hdr,
+					connectEnvelope(`{"process":{"cmd":"/bin/true","cwd":"`+long+`"}}`))
+				if err != nil {
+					return attack.Escaped("start: %v", err)
+				}
+				if !strings.Contains(body, "invalid_argument") {
+					return attack.Escaped("start in a cwd past PATH_MAX: %d %s", st, attack.Clip(attack.OneLine(body), 80))
+				}
+				return attack.Contained("upload 400, start invalid_argument")
+			}),
 	}
 }
 
