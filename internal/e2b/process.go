@@ -88,6 +88,11 @@ func (s *processService) follow(ctx context.Context, sandboxID, id string, tty b
 	}()
 	aio := manager.AttachIO{Stdout: dataWriter{e: e, pty: tty}, Stderr: dataWriter{e: e, stderr: true, pty: tty}}
 	ex, err := s.m().AttachProcess(actx, sandboxID, id, true, aio, principalOf(ctx).Actor)
+	if ctx.Err() != nil {
+		// The stream's token ended, or its caller hung up: the stream
+		// ends, the process runs on.
+		return streamEnd(ctx)
+	}
 	if err != nil {
 		return connectError(err)
 	}
@@ -99,6 +104,21 @@ func (s *processService) follow(ctx context.Context, sandboxID, id string, tty b
 		end.Status = "signal: " + ex.Signal
 	}
 	return e.event(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}})
+}
+
+// streamEnd is what a stream whose context ended returns: the end of the
+// token it was opened with (server.Bind's cause) as its caller's reason,
+// deadline_exceeded at the caller's own Connect timeout, nothing when the
+// caller hung up (no one is left to read it).
+func streamEnd(ctx context.Context) error {
+	c := context.Cause(ctx)
+	switch {
+	case c == nil || errors.Is(c, context.Canceled):
+		return nil
+	case errors.Is(c, context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, c)
+	}
+	return connectError(c)
 }
 
 func startEvent(pid int) *pb.ProcessEvent {

@@ -220,6 +220,7 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "GET /v1/keys", Rule: need(auth.ScopeKeys), Query: api.Page{}, Out: ok([]api.APIKey{}), h: hf(s.admin.ListKeys)},
 		{Pattern: "DELETE /v1/keys/{id}", Rule: need(auth.ScopeKeys), Out: ok(api.APIKey{}), h: hf(s.admin.RevokeKey)},
 		{Pattern: "POST /v1/sandboxes/{id}/leases", Rule: need(write), In: api.CreateLeaseRequest{}, Out: created(api.Lease{}), h: hf(s.admin.MintLease)},
+		{Pattern: "DELETE /v1/sandboxes/{id}/leases/{lease}", Rule: need(write), Out: noContent, h: hf(s.admin.RevokeLease)},
 		{Pattern: "POST /v1/sandboxes/{id}/ports/{port}/token", Rule: need(auth.ScopePorts), In: api.CreatePortTokenRequest{}, Out: created(api.PortToken{}), h: hf(s.admin.MintPortToken)},
 		{Pattern: "GET /v1/sandboxes/{id}/port-tokens", Rule: need(auth.ScopePorts), Out: ok([]api.PortTokenInfo{}), h: hf(s.admin.ListPortTokens)},
 		{Pattern: "DELETE /v1/sandboxes/{id}/port-tokens/{token}", Rule: need(auth.ScopePorts), Out: ok(api.PortTokenInfo{}), h: hf(s.admin.RevokePortToken)},

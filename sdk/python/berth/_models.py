@@ -1685,7 +1685,8 @@ class Tenant(Model):
 class CreateAPIKeyRequest(Model):
     """The body of POST /v1/keys. Tenant is the key's tenant (a tenant's own key may only name its
     own, or leave it empty); Scopes, if any, narrow the role's; ExpiresInSeconds, if set, is the
-    key's lifetime.
+    key's lifetime. A key made by an expiring key ends with it at the latest (a later expiry is
+    refused; none inherits the maker's).
     """
 
     role: Literal['viewer', 'member', 'admin']
@@ -1693,6 +1694,9 @@ class CreateAPIKeyRequest(Model):
     tenant: Optional[str] = None
     scopes: Optional[List[str]] = None
     expires_in_seconds: Optional[int] = None
+    """The key's lifetime. A key made by an expiring key ends with it at the latest: a later expiry
+    is 403, none inherits the maker's.
+    """
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (

@@ -939,13 +939,18 @@ export interface Tenant {
 /**
  * The body of POST /v1/keys. Tenant is the key's tenant (a tenant's own key may only name its own,
  * or leave it empty); Scopes, if any, narrow the role's; ExpiresInSeconds, if set, is the key's
- * lifetime.
+ * lifetime. A key made by an expiring key ends with it at the latest (a later expiry is refused;
+ * none inherits the maker's).
  */
 export interface CreateAPIKeyRequest {
   name?: string;
   tenant?: string;
   role: "viewer" | "member" | "admin";
   scopes?: string[];
+  /**
+   * The key's lifetime. A key made by an expiring key ends with it at the latest: a later expiry
+   * is 403, none inherits the maker's.
+   */
   expires_in_seconds?: number;
 }
 
