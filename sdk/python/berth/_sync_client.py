@@ -521,6 +521,12 @@ class Sandbox:
         req = m.CreateLeaseRequest(scopes=list(scopes), ttl_seconds=ttl_seconds or None)
         return m.Lease.from_dict(self._c._json("POST", self._path("leases"), body=req))
 
+    def revoke_lease(self, lease_id: str) -> None:
+        """Revokes one lease of this sandbox (the id ``lease()`` answered;
+        the create-time lease's is ``"c-"`` and the sandbox id): refused from
+        its next request, its open streams ended."""
+        self._c._send("DELETE", self._path("leases", _seg(lease_id)))
+
 
 
 class Sandboxes:

@@ -40,6 +40,10 @@ def test_lease_token_runs_exec_on_its_sandbox_only(client, tenant_key):
                 with pytest.raises(berth.APIError) as ei:
                     berth.Sandbox(lc, other.info).exec("true")
                 assert ei.value.status in (403, 404)
+                # Revoked by itself, the lease is refused from its next request.
+                sb.revoke_lease(lease.id)
+                with pytest.raises(berth.UnauthenticatedError):
+                    berth.Sandbox(lc, sb.info).exec("true")
 
 
 def test_snapshot_restore(client, unique):

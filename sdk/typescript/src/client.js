@@ -575,6 +575,15 @@ export class Sandbox {
   }
 
   /**
+   * Revokes one lease of this sandbox (the id `lease()` answered; the
+   * create-time lease's is "c-" and the sandbox id): refused from its next
+   * request, its open streams ended.
+   */
+  async revokeLease(leaseId) {
+    await this._c._send("DELETE", this._path("leases", seg(leaseId)));
+  }
+
+  /**
    * Opens an interactive terminal over the exec WebSocket: `const t = await
    * sb.pty(["sh"])`, then `t.send`, `t.resize`, `t.readUntil`, `t.wait`,
    * `t.close()`. With `tty: false` the session runs over pipes and

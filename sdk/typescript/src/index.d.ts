@@ -174,6 +174,8 @@ export declare class Sandbox implements AsyncDisposable {
   portTokens(): Promise<models.PortTokenInfo[]>;
   revokePortToken(tokenId: string): Promise<models.PortTokenInfo>;
   lease(scopes: string[], options?: { ttlSeconds?: number }): Promise<models.Lease>;
+  /** Revokes one lease of this sandbox: refused from its next request, its open streams ended. */
+  revokeLease(leaseId: string): Promise<void>;
   pty(cmd?: Command, options?: { rows?: number; cols?: number; env?: Record<string, string>; workdir?: string; user?: string; tty?: boolean }): Promise<Pty>;
 }
 

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
-import { Client, ExecResult, NotFoundError } from "../src/index.js";
+import { Client, ExecResult, NotFoundError, Sandbox, UnauthenticatedError } from "../src/index.js";
 import "./helpers.mjs";
 
 let c;
@@ -166,4 +166,14 @@ test("port tokens and leases", async () => {
   const lease = await sb.lease(["exec"], { ttlSeconds: 600 });
   assert.equal(lease.sandbox_id, sb.id);
   assert.ok(lease.token);
+  // The lease runs commands in its sandbox until it is revoked by itself.
+  const lc = new Client({ host: process.env.BERTH_TEST_HTTP, apiKey: lease.token });
+  try {
+    const leased = new Sandbox(lc, sb.info);
+    assert.equal((await leased.exec("echo leased")).text, "leased\n");
+    await sb.revokeLease(lease.id);
+    await assert.rejects(leased.exec("true"), UnauthenticatedError);
+  } finally {
+    lc.close();
+  }
 });
