@@ -84,6 +84,7 @@ func (s *Server) routeTable() []Route {
 	rt := []Route{
 		{Pattern: "GET /healthz", Rule: public, h: hf(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })},
 		{Pattern: "GET /v1/version", Rule: need(read), h: hf(s.version)},
+		{Pattern: "GET /v1/whoami", Rule: need(read), h: hf(s.whoami)},
 		{Pattern: "GET /v1/openapi.json", Rule: need(read), h: hf(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			w.Write(api.OpenAPI)
