@@ -1088,6 +1088,19 @@ export interface ConsoleSessionRequest {
   code: string;
 }
 
+/** Answer of GET /v1/whoami: the caller's credential as the daemon sees it. */
+export interface WhoAmI {
+  actor: string;
+  key_id?: string;
+  /** "" for the host's keys. */
+  tenant: string;
+  /** The narrowest role whose scopes hold every scope of the key. */
+  role: "viewer" | "member" | "admin";
+  scopes: string[];
+  /** The host's administrator: the only caller of the host routes. */
+  host: boolean;
+}
+
 /** The ConsoleSession object of the API. */
 export interface ConsoleSession {
   api_key: string;

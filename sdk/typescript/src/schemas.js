@@ -77,6 +77,7 @@ export const SCHEMAS = {
   SecretRef: { required: ["name"], props: {"name":null,"env":null,"file":null,"egress_host":null} },
   ConsoleCode: { required: ["code","expires_at"], props: {"code":null,"expires_at":null,"urls":null} },
   ConsoleSessionRequest: { required: ["code"], props: {"code":null} },
+  WhoAmI: { required: ["actor","tenant","role","scopes","host"], props: {"actor":null,"key_id":null,"tenant":null,"role":null,"scopes":null,"host":null} },
   ConsoleSession: { required: ["api_key","key_id","expires_at"], props: {"api_key":null,"key_id":null,"expires_at":null} },
   RuntimeCaps: { required: ["freeze","checkpoint","capture","root_layer","egress","pool","rename"], props: {"freeze":null,"checkpoint":null,"capture":null,"root_layer":null,"egress":null,"pool":null,"rename":null} },
   RuntimeClass: { required: ["name","capabilities"], props: {"name":null,"capabilities":"RuntimeCaps"} },
