@@ -73,6 +73,9 @@ export function App() {
     setRights(new Rights(who));
     get<Version>("/v1/version").then(setVersion, () => setVersion(null));
     if (!/^#\//.test(location.hash)) history.replaceState(null, "", "#/");
+    // replaceState fires no hashchange: the route is read again here
+    // (after a sign-in link, it was the code's fragment).
+    window.dispatchEvent(new HashChangeEvent("hashchange"));
   };
 
   useEffect(() => {
