@@ -123,7 +123,7 @@ func (s *consoleSession) strs(what, expr string) []string {
 
 func (s *consoleSession) count(sel string) int {
 	s.t.Helper()
-	v, err := chromedp.Run(s.ctx, chromedp.Evaluate[int](`document.querySelectorAll(` + jsString(sel) + `).length`))
+	v, err := chromedp.Run(s.ctx, chromedp.Evaluate[int](`document.querySelectorAll(`+jsString(sel)+`).length`))
 	if err != nil {
 		s.fail("count "+sel, err)
 	}

@@ -14,6 +14,16 @@ const here = dirname(fileURLToPath(import.meta.url));
 const out = join(here, "..", "assets");
 const check = process.argv.includes("--check");
 
+// Everything from the API is rendered as text: no source may write markup.
+for (const f of readdirSync(join(here, "src"), { recursive: true })) {
+  if (!/\.(ts|tsx)$/.test(f)) continue;
+  const src = readFileSync(join(here, "src", f), "utf8");
+  if (/dangerouslySetInnerHTML|innerHTML|outerHTML|insertAdjacentHTML|document\.write|\beval\(|new Function/.test(src)) {
+    console.error(`src/${f} writes markup or evaluates code: the console renders text only (docs/console.md)`);
+    process.exit(1);
+  }
+}
+
 const result = await build({
   absWorkingDir: here,
   entryPoints: { app: "src/main.tsx" },
