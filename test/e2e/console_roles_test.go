@@ -378,6 +378,32 @@ func TestConsoleRoles(t *testing.T) {
 		t.Error("a paused sandbox still offers pause")
 	}
 	s.run("resume", chromedp.Click(chromedp.CSS(`#actions button[data-op="resume"]`)), chromedp.WaitVisible(chromedp.CSS(`#actions button[data-op="pause"]`)))
+	// Search narrows the list; bulk delete removes what is selected, and
+	// the rows go with the events.
+	var bulk []string
+	for _, n := range []string{"bulk-a", "bulk-b"} {
+		sb, err := member.CreateSandbox(ctx, api.CreateSandboxRequest{Name: n, Labels: map[string]string{"batch": "7"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bulk = append(bulk, sb.ID)
+	}
+	s.page("#/sandboxes", `#sandboxes tr[data-id="`+bulk[1]+`"]`)
+	s.fill("#sb-search", "batch=7")
+	s.run("search", waitText("#sb-count", "2 of 4"))
+	for _, id := range bulk {
+		s.run("select "+id, chromedp.Click(chromedp.CSS(`#sandboxes tr[data-id="`+id+`"] input.pick`)))
+	}
+	s.shot("member-bulk-select")
+	s.run("confirm bulk delete", chromedp.Click(chromedp.CSS("#bulk-delete")), waitText("#bulk-delete", "Really"),
+		chromedp.Click(chromedp.CSS("#bulk-delete")), chromedp.WaitNotPresent(chromedp.CSS(`#sandboxes tr[data-id="`+bulk[0]+`"]`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`#sandboxes tr[data-id="`+bulk[1]+`"]`)))
+	for _, id := range bulk {
+		if sb, err := member.GetSandbox(ctx, id); err == nil && sb.State != "deleted" && sb.State != "deleting" {
+			t.Errorf("bulk delete left %s %s", id, sb.State)
+		}
+	}
+	s.fill("#sb-search", "")
 	s.signOut()
 
 	// The tenant's admin: keys, secrets (names only), the audit log.

@@ -150,6 +150,7 @@ export function Action(props: {
   danger?: boolean;
   confirm?: string;
   op?: string;
+  id?: string;
   disabled?: boolean;
 }) {
   const [busy, setBusy] = useState(false);
@@ -160,6 +161,7 @@ export function Action(props: {
     <button
       type="button"
       class={"act" + (props.danger ? " danger" : "")}
+      id={props.id}
       data-op={props.op}
       disabled={busy || props.disabled}
       aria-busy={busy}

@@ -7,7 +7,7 @@
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { ApiError, pages, sbPath, send, stream } from "../api";
 import { useApp } from "../app";
-import { Card, ErrorText, Notice, PageTitle, StateBadge, Table, useTick, type Column } from "../components/ui";
+import { Action, Card, ErrorText, Notice, PageTitle, StateBadge, Table, useTick, type Column } from "../components/ui";
 import { ago, bytes, cpus, labelsText } from "../format";
 import type { Event, Sandbox } from "../types";
 import { CreateForm } from "./create";
@@ -221,12 +221,13 @@ export function SandboxList() {
             {sandboxes ? rows.length + " of " + all.length : ""}
           </span>
           {canWrite && picked.length > 0 && (
-            <button
-              type="button"
-              class="act danger"
+            <Action
               id="bulk-delete"
-              onClick={async () => {
-                setBulkError(null);
+              danger
+              label={"Delete " + picked.length + " selected"}
+              confirm={"Really delete " + picked.length + "?"}
+              onError={setBulkError}
+              run={async () => {
                 const errs: string[] = [];
                 for (const s of picked) {
                   try {
@@ -236,11 +237,9 @@ export function SandboxList() {
                   }
                 }
                 setSelected(new Set());
-                if (errs.length) setBulkError(new Error(errs.join("\n")));
+                if (errs.length) throw new Error(errs.join("\n"));
               }}
-            >
-              Delete {picked.length} selected
-            </button>
+            />
           )}
         </form>
         <ErrorText error={error || bulkError} />
