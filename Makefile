@@ -33,8 +33,9 @@ lint: vet console-check ## go vet, gofmt, staticcheck, and the console's assets 
 # The web console's sources (internal/console/web: TypeScript, Preact,
 # xterm.js, pinned in its package-lock.json) are built with esbuild into
 # internal/console/assets, which is committed and embedded in the binary;
-# a Go build needs no npm. console-check type-checks the sources and
-# fails when the committed assets differ from a fresh build.
+# a Go build needs no npm. console-check type-checks the sources, runs
+# their unit tests (test/*.test.ts) and fails when the committed assets
+# differ from a fresh build.
 CONSOLE_WEB := internal/console/web
 $(CONSOLE_WEB)/node_modules/.package-lock.json: $(CONSOLE_WEB)/package-lock.json
 	cd $(CONSOLE_WEB) && npm ci --no-audit --no-fund
@@ -42,8 +43,8 @@ $(CONSOLE_WEB)/node_modules/.package-lock.json: $(CONSOLE_WEB)/package-lock.json
 console: $(CONSOLE_WEB)/node_modules/.package-lock.json ## rebuild the web console's embedded assets from internal/console/web
 	cd $(CONSOLE_WEB) && node_modules/.bin/tsc -p tsconfig.json && node build.mjs
 
-console-check: $(CONSOLE_WEB)/node_modules/.package-lock.json ## the committed console assets are what its sources build to
-	cd $(CONSOLE_WEB) && node_modules/.bin/tsc -p tsconfig.json && node build.mjs --check
+console-check: $(CONSOLE_WEB)/node_modules/.package-lock.json ## type check, unit tests, and the committed console assets are what its sources build to
+	cd $(CONSOLE_WEB) && node_modules/.bin/tsc -p tsconfig.json && node test.mjs >/dev/null && node build.mjs --check
 
 # The race detector runs where goroutines meet; not on packages that link
 # the Kubernetes client (race-compiling its ~410 packages for four test
