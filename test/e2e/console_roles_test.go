@@ -294,6 +294,25 @@ func TestConsoleRoles(t *testing.T) {
 	// cannot do, and is told why in words.
 	s.signIn(keys["viewer"].Key, "viewer")
 	noneOf("viewer", s.nav(), "Keys", "Secrets", "Audit", "Tenants")
+	// The keyboard: the first Tab reaches the skip link, Enter moves the
+	// focus to the page's heading, the next Tabs walk the navigation.
+	focused := func() string {
+		return s.str("focus", `(e => e ? e.tagName.toLowerCase() + '|' + (e.className || '') + '|' + e.textContent.trim() : '')(document.activeElement)`)
+	}
+	s.str("blur", `(document.activeElement && document.activeElement.blur(), 'ok')`)
+	s.run("tab", chromedp.KeyEvent("\t"))
+	if f := focused(); !strings.HasPrefix(f, "a|skip|") {
+		t.Errorf("the first Tab focuses %q, want the skip link", f)
+	}
+	s.run("skip", chromedp.KeyEvent("\r"))
+	if f := focused(); !strings.HasPrefix(f, "h1|") {
+		t.Errorf("the skip link moved the focus to %q, want the page's heading", f)
+	}
+	s.run("tab to the brand and the first page", goHash("#/"), chromedp.WaitVisible(chromedp.CSS("#state-counts")),
+		chromedp.Focus(chromedp.CSS(".skip")), chromedp.KeyEvent("\t"), chromedp.KeyEvent("\t"))
+	if f := focused(); f != "a||Dashboard" && f != "a|active|Dashboard" {
+		t.Errorf("Tab after the brand focuses %q, want the Dashboard link", f)
+	}
 	s.page("#/", "#state-counts")
 	s.shot("viewer-dashboard")
 	s.page("#/sandboxes", sbRow)
