@@ -103,6 +103,7 @@ __all__ = [
     'Volume',
     'VolumeMount',
     'WatchEvent',
+    'WhoAmI',
 ]
 
 
@@ -2054,6 +2055,32 @@ class ConsoleSessionRequest(Model):
 
 
 @dataclass
+class WhoAmI(Model):
+    """Answer of GET /v1/whoami: the caller's credential as the daemon sees it."""
+
+    actor: str
+    tenant: str
+    """"" for the host's keys."""
+    role: Literal['viewer', 'member', 'admin']
+    """The narrowest role whose scopes hold every scope of the key."""
+    scopes: List[str]
+    host: bool
+    """The host's administrator: the only caller of the host routes."""
+    key_id: Optional[str] = None
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('actor', 'actor', ()),
+        ('tenant', 'tenant', ()),
+        ('role', 'role', ()),
+        ('scopes', 'scopes', ('list', ())),
+        ('host', 'host', ()),
+        ('key_id', 'key_id', ()),
+    )
+    _required = ('actor', 'tenant', 'role', 'scopes', 'host',)
+
+
+@dataclass
 class ConsoleSession(Model):
     """The ConsoleSession object of the API."""
 
@@ -2396,6 +2423,7 @@ MODELS: Dict[str, type] = {
     'SecretRef': SecretRef,
     'ConsoleCode': ConsoleCode,
     'ConsoleSessionRequest': ConsoleSessionRequest,
+    'WhoAmI': WhoAmI,
     'ConsoleSession': ConsoleSession,
     'RuntimeCaps': RuntimeCaps,
     'RuntimeClass': RuntimeClass,
