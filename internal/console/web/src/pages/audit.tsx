@@ -5,7 +5,7 @@ import { get, send } from "../api";
 import { useApp } from "../app";
 import { Card, ErrorText, Loading, PageTitle, Table, useLoad } from "../components/ui";
 import { ago, when } from "../format";
-import type { AuditEntry } from "../types";
+import type { APIKey, AuditEntry } from "../types";
 import { Denied } from "./admin";
 
 type Verify = { ok: boolean; checked: number; pending: number; bad?: { tenant: string; seq: number; reason: string } };
@@ -20,10 +20,13 @@ export function Audit() {
     (signal) => (rights.can("audit") ? get<AuditEntry[] | { entries: AuditEntry[] }>("/v1/audit?" + q, { signal }) : Promise.resolve([])),
     [q.toString()],
   );
+  // Actors are "key:<id>": named by their key's name where the caller may list keys.
+  const keys = useLoad((signal) => (rights.can("keys") ? get<APIKey[]>("/v1/keys", { signal }) : Promise.resolve([])), []);
+  const names = new Map((keys.data || []).map((k) => ["key:" + k.id, k.name || k.prefix + "…"]));
   const [verify, setVerify] = useState<Verify | null>(null);
   const [error, setError] = useState<unknown>(null);
   if (!rights.can("audit")) return <Denied title="Audit log" why={rights.lacks("audit", "read the audit log")} />;
-  const rows = a.data ? (Array.isArray(a.data) ? a.data : a.data.entries) : [];
+  const rows = (a.data ? (Array.isArray(a.data) ? a.data : a.data.entries) : []).slice().reverse(); // newest first
   const input = (k: keyof typeof f, label: string, type: "text" | "datetime-local" = "text") => (
     <>
       <label for={"audit-" + k}>{label}</label>
@@ -84,7 +87,7 @@ export function Audit() {
             cols={[
               { label: "#", get: (x) => x.seq },
               { label: "when", get: (x) => <span title={when(x.time)}>{ago(x.time)}</span> },
-              { label: "who", get: (x) => x.actor },
+              { label: "who", get: (x) => (names.has(x.actor) ? <span title={x.actor}>{names.get(x.actor)}</span> : x.actor) },
               { label: "did", wrap: true, get: (x) => x.action },
               { label: "to", wrap: true, get: (x) => x.target },
               { label: "result", get: (x) => x.result },
