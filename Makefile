@@ -26,8 +26,9 @@ build: ## build the static berth binary and its sandbox agent (berth-agent) into
 vet: ## go vet
 	$(GO) vet ./...
 
-lint: vet console-check ## go vet, gofmt, staticcheck, and the console's assets match its sources
+lint: vet console-check ## go vet, gofmt, staticcheck, api/openapi.json as the code generates it, and the console's assets as its sources build
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" && false)
+	$(GO) run ./internal/server/openapigen -check
 	time $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 # The web console's sources (internal/console/web: TypeScript, Preact,

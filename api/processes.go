@@ -8,16 +8,12 @@ import "time"
 // (state "stopped") or delete.
 
 // StartProcessRequest is the body of POST /v1/sandboxes/{id}/processes:
-// an exec request (without stdin or timeout) with a tag and a restart
-// policy.
+// an exec request with a tag and a restart policy. Its exec fields are
+// ExecRequest's own (one definition), but stdin and timeout_seconds: a
+// background process takes its stdin through its stdin call and has no
+// timeout, and a start that gives either is refused (400).
 type StartProcessRequest struct {
-	Cmd     []string          `json:"cmd"`
-	Env     map[string]string `json:"env,omitempty"`
-	Workdir string            `json:"workdir,omitempty"`
-	User    string            `json:"user,omitempty"`
-	TTY     bool              `json:"tty,omitempty"`
-	Rows    uint16            `json:"rows,omitempty"`
-	Cols    uint16            `json:"cols,omitempty"`
+	ExecRequest
 	// Tag names the process, unique among the sandbox's running ones: a
 	// letter, then letters, digits, '_', '.', '-'.
 	Tag string `json:"tag,omitempty"`

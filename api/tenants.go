@@ -30,13 +30,17 @@ type APIKey struct {
 // CreateAPIKeyRequest is the body of POST /v1/keys. Tenant is the key's
 // tenant (a tenant's own key may only name its own, or leave it empty);
 // Scopes, if any, narrow the role's; ExpiresInSeconds, if set, is the
-// key's lifetime.
+// key's lifetime. A key made by an expiring key ends with it at the
+// latest (a later expiry is refused; none inherits the maker's).
 type CreateAPIKeyRequest struct {
-	Name             string   `json:"name,omitempty"`
-	Tenant           string   `json:"tenant,omitempty"`
-	Role             string   `json:"role"`
-	Scopes           []string `json:"scopes,omitempty"`
-	ExpiresInSeconds int64    `json:"expires_in_seconds,omitempty"`
+	Name   string   `json:"name,omitempty"`
+	Tenant string   `json:"tenant,omitempty"`
+	Role   string   `json:"role"`
+	Scopes []string `json:"scopes,omitempty"`
+	// ExpiresInSeconds is the key's lifetime. A key made by an expiring
+	// key ends with it at the latest: a later expiry is 403, none
+	// inherits the maker's.
+	ExpiresInSeconds int64 `json:"expires_in_seconds,omitempty"`
 }
 
 // CreatedAPIKey is the answer of POST /v1/keys: the only time the key

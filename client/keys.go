@@ -44,6 +44,13 @@ func (c *Client) CreateLease(ctx context.Context, id string, req api.CreateLease
 	return &l, nil
 }
 
+// RevokeLease revokes lease leaseID of sandbox id (the id CreateLease
+// answered; the create-time lease's is "c-" and the sandbox id): it is
+// refused from its next request, and connections it opened end.
+func (c *Client) RevokeLease(ctx context.Context, id, leaseID string) error {
+	return c.do(ctx, http.MethodDelete, sandboxPath(id)+"/leases/"+pathEscape(leaseID), nil, nil, nil)
+}
+
 // CreatePortToken mints a browser token for one port of sandbox id.
 func (c *Client) CreatePortToken(ctx context.Context, id string, port int, req api.CreatePortTokenRequest) (*api.PortToken, error) {
 	var t api.PortToken

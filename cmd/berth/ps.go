@@ -51,7 +51,9 @@ func newPsCmd(g *globals) *cobra.Command {
 
 STATE is running, restarting (a supervised process waiting to start again),
 exited, killed (by a signal), stopped (ended by the sandbox's stop), or paused
-or hibernated with the sandbox.`,
+or hibernated with the sandbox. RESTART is a supervised process's policy
+(always, on-failure: exec -d --restart), which also starts it again at every
+boot; "-" for one that runs once.`,
 		Args: exactArgs(1, "a sandbox id"),
 	}
 	out := addOutputFlag(cmd)
@@ -69,7 +71,7 @@ or hibernated with the sandbox.`,
 			return printJSON(cmd.OutOrStdout(), ps)
 		}
 		tw := newTable(cmd.OutOrStdout())
-		fmt.Fprintln(tw, "PID\tTAG\tSTATE\tEXIT\tSTARTED\tCOMMAND")
+		fmt.Fprintln(tw, "PID\tTAG\tSTATE\tRESTART\tEXIT\tSTARTED\tCOMMAND")
 		now := time.Now()
 		for _, p := range ps {
 			exit := "-"
@@ -84,7 +86,11 @@ or hibernated with the sandbox.`,
 			if len(cmdline) > 60 {
 				cmdline = cmdline[:57] + "..."
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, orDash(p.Tag), state, exit, age(now, p.Started), cmdline)
+			restart := p.Restart
+			if restart == "never" {
+				restart = ""
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, orDash(p.Tag), state, orDash(restart), exit, age(now, p.Started), cmdline)
 		}
 		return tw.Flush()
 	}

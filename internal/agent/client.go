@@ -399,6 +399,13 @@ func (c *Client) Mkdir(ctx context.Context, path string, mode os.FileMode, paren
 	return c.simple(ctx, wire.Request{Op: wire.OpMkdir, Path: path, Mode: unixMode(mode), Parents: parents})
 }
 
+// MkdirAs is Mkdir with what it makes (the directory and the parents it
+// creates) given to owner, a user the agent resolves in the sandbox; ""
+// is root, as Mkdir.
+func (c *Client) MkdirAs(ctx context.Context, path string, mode os.FileMode, parents bool, owner string) error {
+	return c.simple(ctx, wire.Request{Op: wire.OpMkdir, Path: path, Mode: unixMode(mode), Parents: parents, Owner: owner})
+}
+
 // MkdirOwned makes path (and its parents) if missing and gives it to
 // owner, a user the agent resolves in the sandbox ("uid[:gid]" or a name).
 func (c *Client) MkdirOwned(ctx context.Context, path, owner string) error {

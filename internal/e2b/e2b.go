@@ -8,7 +8,10 @@
 // Credentials are berth's: the control API's X-API-Key is a berth API key
 // (its tenant and scopes apply), envd's X-Access-Token is the sandbox's
 // create-time lease token, checked by the same code as the REST server's
-// (server.Credential). Mutating calls are audited like the REST API's.
+// (server.Credential). Every envd call and proxied port connection is
+// bound to its token (server.Bind), so a process stream, a watch or a
+// proxied WebSocket ends within seconds of the token's revocation, as a
+// REST stream does. Mutating calls are audited like the REST API's.
 //
 // One router (ParseTarget, fuzzed) picks the target: a host
 // {port}-{id}.{domain} first (api.{domain} is the control API), else the
@@ -57,6 +60,10 @@ type Server interface {
 	Credential(ctx context.Context, token string, rule auth.Rule, id string) (auth.Principal, error)
 	SandboxLease(ctx context.Context, sb *sandbox.Sandbox, caller auth.Principal) (string, error)
 	ProxyPort(w http.ResponseWriter, r *http.Request, id string, port int, path string)
+	// Bind ties a call's context to p's credential: it ends within a few
+	// seconds of that credential's end, so a stream opened with a token
+	// does not outlive its revocation.
+	Bind(ctx context.Context, p auth.Principal) (context.Context, func())
 }
 
 // Config is what the door needs.

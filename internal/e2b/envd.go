@@ -127,7 +127,11 @@ func (d *Door) envdAuth(rule auth.Rule, rpc bool, h http.Handler) http.Handler {
 			writeError(w, d.cfg.Log, err)
 			return
 		}
-		ctx := context.WithValue(d.cfg.WithCaller(r.Context(), p), principalKey{}, p)
+		// A stream (process output, a watch, a download) ends with the
+		// token that opened it.
+		ctx, release := d.cfg.Server.Bind(r.Context(), p)
+		defer release()
+		ctx = context.WithValue(d.cfg.WithCaller(ctx, p), principalKey{}, p)
 		h.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
@@ -223,11 +227,9 @@ func (d *Door) defaultUser(ctx context.Context, named string) string {
 
 // absPath resolves p as envd does: relative to the user's home.
 func absPath(p, user string) (string, error) {
-	if p == "" {
-		return "", errdefs.Invalid("path is required")
-	}
-	// The REST file routes' rule: no control characters.
-	if err := sandbox.CheckText("path", p); err != nil {
+	// The REST file routes' rule: given, within PATH_MAX, no control
+	// characters.
+	if err := sandbox.CheckFilePath("path", p); err != nil {
 		return "", err
 	}
 	if strings.HasPrefix(p, "~/") || p == "~" {
@@ -514,7 +516,9 @@ func (d *Door) proxy(w http.ResponseWriter, r *http.Request, t Target) {
 		writeError(w, d.cfg.Log, err)
 		return
 	}
-	d.forward(w, r.WithContext(d.cfg.WithCaller(r.Context(), p)), t)
+	ctx, release := d.cfg.Server.Bind(r.Context(), p) // a proxied WebSocket ends with its token
+	defer release()
+	d.forward(w, r.WithContext(d.cfg.WithCaller(ctx, p)), t)
 }
 
 // publicTraffic reports whether sandbox id serves its ports without a

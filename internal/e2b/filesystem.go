@@ -288,7 +288,10 @@ func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[p
 		}
 		return send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Filesystem{Filesystem: fe}})
 	})
-	if err != nil && ctx.Err() == nil {
+	if ctx.Err() != nil {
+		return streamEnd(ctx)
+	}
+	if err != nil {
 		return connectError(err)
 	}
 	return nil

@@ -88,6 +88,11 @@ func (s *processService) follow(ctx context.Context, sandboxID, id string, tty b
 	}()
 	aio := manager.AttachIO{Stdout: dataWriter{e: e, pty: tty}, Stderr: dataWriter{e: e, stderr: true, pty: tty}}
 	ex, err := s.m().AttachProcess(actx, sandboxID, id, true, aio, principalOf(ctx).Actor)
+	if ctx.Err() != nil {
+		// The stream's token ended, or its caller hung up: the stream
+		// ends, the process runs on.
+		return streamEnd(ctx)
+	}
 	if err != nil {
 		return connectError(err)
 	}
@@ -99,6 +104,21 @@ func (s *processService) follow(ctx context.Context, sandboxID, id string, tty b
 		end.Status = "signal: " + ex.Signal
 	}
 	return e.event(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}})
+}
+
+// streamEnd is what a stream whose context ended returns: the end of the
+// token it was opened with (server.Bind's cause) as its caller's reason,
+// deadline_exceeded at the caller's own Connect timeout, nothing when the
+// caller hung up (no one is left to read it).
+func streamEnd(ctx context.Context) error {
+	c := context.Cause(ctx)
+	switch {
+	case c == nil || errors.Is(c, context.Canceled):
+		return nil
+	case errors.Is(c, context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, c)
+	}
+	return connectError(c)
 }
 
 func startEvent(pid int) *pb.ProcessEvent {
@@ -122,13 +142,17 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 		if cfg.GetCmd() == "" {
 			return errdefs.Invalid("process cmd is required")
 		}
-		exec := manager.ExecRequest{Cmd: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Env: maps.Clone(cfg.GetEnvs()), User: named}
+		start := &manager.StartRequest{ExecRequest: manager.ExecRequest{Cmd: append([]string{cfg.GetCmd()}, cfg.GetArgs()...),
+			Env: maps.Clone(cfg.GetEnvs()), User: named}, Tag: req.Msg.GetTag()}
+		exec := &start.ExecRequest
 		if cfg.Cwd != nil {
 			if exec.Workdir, err = absPath(cfg.GetCwd(), user); err != nil {
 				return err
 			}
 		}
-		if err := manager.ValidateExec(&exec); err != nil {
+		// REST's start's one Validate, before the door adds its own
+		// HOME, so the caller's request is what is judged.
+		if err := start.Validate(); err != nil {
 			return err
 		}
 		if _, ok := exec.Env["HOME"]; !ok && user != "" {
@@ -143,7 +167,7 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 			sz := req.Msg.GetPty().GetSize()
 			exec.Rows, exec.Cols = clamp16(sz.GetRows()), clamp16(sz.GetCols())
 		}
-		pr, err = s.m().StartProcess(ctx, sb, &manager.StartRequest{ExecRequest: exec, Tag: req.Msg.GetTag()}, p.Actor)
+		pr, err = s.m().StartProcess(ctx, sb, start, p.Actor)
 		return err
 	})
 	if err != nil {

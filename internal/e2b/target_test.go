@@ -226,3 +226,20 @@ func TestBoundedReader(t *testing.T) {
 		t.Fatalf("exactly the bound: %q %v", got, err)
 	}
 }
+
+// TestAbsPathIsRESTsRule: the door's file paths meet the REST file
+// routes' rule (sandbox.CheckFilePath): given, within PATH_MAX, no
+// control characters.
+func TestAbsPathIsRESTsRule(t *testing.T) {
+	long := "/" + strings.Repeat("a", sandbox.MaxFilePathBytes)
+	for _, p := range []string{"", "/tmp/a\x1bb", "x\x00", long} {
+		if got, err := absPath(p, "user"); err == nil {
+			t.Errorf("absPath(%.20q) = %.20q, want refused", p, got)
+		} else if rest := sandbox.CheckFilePath("path", p); rest == nil {
+			t.Errorf("REST accepts %.20q, which the door refuses: %v", p, err)
+		}
+	}
+	if got, err := absPath("~/x", "user"); err != nil || got != "/home/user/x" {
+		t.Errorf("absPath(~/x) = %q, %v", got, err)
+	}
+}

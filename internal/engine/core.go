@@ -70,7 +70,7 @@ func (m *Engine) LiveValue(id string, key any, mk func() any) any {
 }
 
 // AgentExecRequest composes what the agent runs for req in sb (see
-// agentExecRequest); the caller has validated req (ValidateExec).
+// agentExecRequest); the caller has validated req (ExecRequest.Validate).
 func (m *Engine) AgentExecRequest(ctx context.Context, sb *sandbox.Sandbox, req *ExecRequest) (agent.ExecRequest, error) {
 	return m.agentExecRequest(ctx, sb, req)
 }

@@ -42,20 +42,20 @@ func (m *Engine) Exec(ctx context.Context, ref string, req *ExecRequest, eio Exe
 	return exit, err
 }
 
-// ValidateExec checks an exec request before it reaches the agent: the
-// one set of rules every door's exec and process start meets (REST and its
-// WebSocket at the edge through input.ValidateExec, the E2B door, MCP,
-// background processes).
-func ValidateExec(req *ExecRequest) error {
+// Validate checks an exec request before it reaches the agent: the one
+// set of rules every door's exec and process start meets (REST and its
+// WebSocket at the edge through input.Validate, the E2B door, MCP
+// through REST, background processes through StartRequest.Validate).
+func (req *ExecRequest) Validate() error {
 	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
 		return errdefs.Invalid("cmd is required")
 	}
-	return CheckExecFields(req)
+	return req.CheckFields()
 }
 
-// CheckExecFields is ValidateExec but for a missing command: a run's
-// command may come from its template, after the edge has checked the rest.
-func CheckExecFields(req *ExecRequest) error {
+// CheckFields is Validate but for a missing command: a run's command may
+// come from its template, after the edge has checked the rest.
+func (req *ExecRequest) CheckFields() error {
 	if len(req.Cmd) > maxArgs {
 		return errdefs.Invalid("at most %d arguments", maxArgs)
 	}
@@ -101,7 +101,7 @@ func CheckExecFields(req *ExecRequest) error {
 }
 
 func (m *Engine) execIn(ctx context.Context, sb *sandbox.Sandbox, req *ExecRequest, eio ExecIO, actor string) (Exit, error) {
-	if err := ValidateExec(req); err != nil {
+	if err := req.Validate(); err != nil {
 		return Exit{}, err
 	}
 	sb, err := m.readyForUse(ctx, sb, "exec", actor)

@@ -7,12 +7,12 @@ import (
 )
 
 // TestValidateExecOneRuleSet: the rules every door's exec meets (the E2B
-// door and MCP reach the engine without input.ValidateExec): control bytes
+// door reaches the engine without input.Validate): control bytes
 // in env names, values, the user and the workdir are refused here, where
 // the E2B door once let them through.
 func TestValidateExecOneRuleSet(t *testing.T) {
 	ok := ExecRequest{Cmd: []string{"sh", "-c", "echo \x1b[1m"}, Env: map[string]string{"PEM": "a\nb\tc"}, Workdir: "/w", User: "1000:1000"}
-	if err := ValidateExec(&ok); err != nil {
+	if err := ok.Validate(); err != nil {
 		t.Fatalf("a good request: %v", err)
 	}
 	for name, mut := range map[string]func(*ExecRequest){
@@ -34,7 +34,7 @@ func TestValidateExecOneRuleSet(t *testing.T) {
 		r := ok
 		r.Env = map[string]string{}
 		mut(&r)
-		err := ValidateExec(&r)
+		err := r.Validate()
 		if err == nil {
 			t.Errorf("%s: accepted", name)
 			continue
@@ -44,10 +44,10 @@ func TestValidateExecOneRuleSet(t *testing.T) {
 		}
 	}
 	// A run's command may come from its template: the rest still holds.
-	if err := CheckExecFields(&ExecRequest{Env: map[string]string{"A\x1b": "x"}}); err == nil {
-		t.Error("CheckExecFields accepted a control byte in an env name")
+	if err := (&ExecRequest{Env: map[string]string{"A\x1b": "x"}}).CheckFields(); err == nil {
+		t.Error("CheckFields accepted a control byte in an env name")
 	}
-	if err := CheckExecFields(&ExecRequest{}); err != nil {
-		t.Errorf("CheckExecFields refused a request without a command: %v", err)
+	if err := (&ExecRequest{}).CheckFields(); err != nil {
+		t.Errorf("CheckFields refused a request without a command: %v", err)
 	}
 }

@@ -230,70 +230,84 @@ func RetryAfter(err error) (time.Duration, bool) {
 	return 0, false
 }
 
+// codes maps errors to the API's stable codes and statuses: the first
+// row whose errors err is all of (and not the row's not) gives them. The
+// order matters: a specific reason before its category.
+var codes = []struct {
+	all    []error
+	not    error
+	code   string
+	status int
+}{
+	{[]error{ErrQuota}, nil, "quota_exceeded", 429},
+	{[]error{ErrRateLimited}, nil, "rate_limited", 429},
+	{[]error{ErrLimit, ErrExhausted}, nil, "limit_exceeded", 429},
+	{[]error{ErrLimit}, nil, "limit_exceeded", 400},
+	{[]error{ErrEgressSecretNetwork}, nil, "egress_secret_needs_egress", 400},
+	{[]error{ErrEgressSecretHost}, nil, "egress_secret_host_not_allowed", 400},
+	{[]error{ErrIdempotencyKeyInvalid}, nil, "invalid_idempotency_key", 400},
+	{[]error{ErrIdempotencyKeyReused}, nil, "idempotency_key_reused", 422},
+	{[]error{ErrIdempotencyInProgress}, nil, "idempotency_in_progress", 409},
+	{[]error{ErrDigestMismatch}, ErrInvalid, "digest_mismatch", 502},
+	{[]error{ErrImageUnsupported}, nil, "image_unsupported", 400},
+	{[]error{ErrImageNotFound}, nil, "image_not_found", 404},
+	{[]error{ErrRegistryUnauthorized}, nil, "registry_unauthorized", 403},
+	{[]error{ErrRegistryDenied}, nil, "registry_denied", 403},
+	{[]error{ErrRegistryUnreachable}, nil, "registry_unreachable", 502},
+	{[]error{ErrRegistryDNS}, nil, "registry_dns", 502},
+	{[]error{ErrRegistryTLS}, nil, "registry_tls", 502},
+	{[]error{ErrRegistry}, nil, "registry_error", 502},
+	{[]error{ErrInvalid}, nil, "invalid_argument", 400},
+	{[]error{ErrUnauthenticated}, nil, "unauthenticated", 401},
+	{[]error{ErrPermission}, nil, "permission_denied", 403},
+	{[]error{ErrNotFound}, nil, "not_found", 404},
+	{[]error{ErrConflict}, nil, "conflict", 409},
+	{[]error{ErrTooLarge}, nil, "too_large", 413},
+	{[]error{ErrExhausted}, nil, "resource_exhausted", 429},
+	{[]error{ErrNotSupported}, nil, "not_supported", 501},
+	{[]error{ErrInsufficientStorage}, nil, "insufficient_storage", 507},
+	{[]error{ErrUnavailable}, nil, "unavailable", 503},
+	{[]error{ErrUnreachable}, nil, "unreachable", 502},
+}
+
 // Code returns the stable API error code and HTTP status for err.
 func Code(err error) (code string, status int) {
-	switch {
-	case errors.Is(err, ErrQuota):
-		return "quota_exceeded", 429
-	case errors.Is(err, ErrRateLimited):
-		return "rate_limited", 429
-	case errors.Is(err, ErrLimit) && errors.Is(err, ErrExhausted):
-		return "limit_exceeded", 429
-	case errors.Is(err, ErrLimit):
-		return "limit_exceeded", 400
-	case errors.Is(err, ErrEgressSecretNetwork):
-		return "egress_secret_needs_egress", 400
-	case errors.Is(err, ErrEgressSecretHost):
-		return "egress_secret_host_not_allowed", 400
-	case errors.Is(err, ErrIdempotencyKeyInvalid):
-		return "invalid_idempotency_key", 400
-	case errors.Is(err, ErrIdempotencyKeyReused):
-		return "idempotency_key_reused", 422
-	case errors.Is(err, ErrIdempotencyInProgress):
-		return "idempotency_in_progress", 409
-	case errors.Is(err, ErrDigestMismatch) && !errors.Is(err, ErrInvalid):
-		return "digest_mismatch", 502
-	case errors.Is(err, ErrImageUnsupported):
-		return "image_unsupported", 400
-	case errors.Is(err, ErrImageNotFound):
-		return "image_not_found", 404
-	case errors.Is(err, ErrRegistryUnauthorized):
-		return "registry_unauthorized", 403
-	case errors.Is(err, ErrRegistryDenied):
-		return "registry_denied", 403
-	case errors.Is(err, ErrRegistryUnreachable):
-		return "registry_unreachable", 502
-	case errors.Is(err, ErrRegistryDNS):
-		return "registry_dns", 502
-	case errors.Is(err, ErrRegistryTLS):
-		return "registry_tls", 502
-	case errors.Is(err, ErrRegistry):
-		return "registry_error", 502
-	case errors.Is(err, ErrInvalid):
-		return "invalid_argument", 400
-	case errors.Is(err, ErrUnauthenticated):
-		return "unauthenticated", 401
-	case errors.Is(err, ErrPermission):
-		return "permission_denied", 403
-	case errors.Is(err, ErrNotFound):
-		return "not_found", 404
-	case errors.Is(err, ErrConflict):
-		return "conflict", 409
-	case errors.Is(err, ErrTooLarge):
-		return "too_large", 413
-	case errors.Is(err, ErrExhausted):
-		return "resource_exhausted", 429
-	case errors.Is(err, ErrNotSupported):
-		return "not_supported", 501
-	case errors.Is(err, ErrInsufficientStorage):
-		return "insufficient_storage", 507
-	case errors.Is(err, ErrUnavailable):
-		return "unavailable", 503
-	case errors.Is(err, ErrUnreachable):
-		return "unreachable", 502
-	default:
-		return "internal", 500
+rows:
+	for _, c := range codes {
+		for _, e := range c.all {
+			if !errors.Is(err, e) {
+				continue rows
+			}
+		}
+		if c.not != nil && errors.Is(err, c.not) {
+			continue
+		}
+		return c.code, c.status
 	}
+	return "internal", 500
+}
+
+// StatusCode is a stable API error code and the HTTP status it comes
+// with.
+type StatusCode struct {
+	Code   string `json:"code"`
+	Status int    `json:"status"`
+}
+
+// Codes lists every stable code Code returns, each with its statuses
+// (limit_exceeded has two), "internal" last: the list api/openapi.json
+// documents.
+func Codes() []StatusCode {
+	var out []StatusCode
+	seen := map[StatusCode]bool{}
+	for _, c := range codes {
+		sc := StatusCode{c.code, c.status}
+		if !seen[sc] {
+			seen[sc] = true
+			out = append(out, sc)
+		}
+	}
+	return append(out, StatusCode{"internal", 500})
 }
 
 // Message returns the user-safe message of err: the Msg of the outermost

@@ -84,3 +84,37 @@ func TestLimitErrors(t *testing.T) {
 		t.Fatal("a plain invalid error names a limit")
 	}
 }
+
+// TestCodesListsWhatCodeGives: Codes (the list api/openapi.json
+// documents) holds the code and status Code gives for every error the
+// package defines, alone and in the pairs Code tells apart.
+func TestCodesListsWhatCodeGives(t *testing.T) {
+	errs := []error{ErrInvalid, ErrUnauthenticated, ErrPermission, ErrNotFound, ErrConflict, ErrTooLarge, ErrExhausted,
+		ErrUnavailable, ErrUnreachable, ErrNotSupported, ErrInsufficientStorage, ErrIdempotencyKeyInvalid,
+		ErrIdempotencyKeyReused, ErrIdempotencyInProgress, ErrQuota, ErrRateLimited, ErrEgressSecretNetwork,
+		ErrEgressSecretHost, ErrRegistryUnreachable, ErrRegistryDNS, ErrRegistryTLS, ErrRegistryUnauthorized,
+		ErrRegistryDenied, ErrRegistry, ErrImageNotFound, ErrImageUnsupported, ErrDigestMismatch, ErrLimit,
+		errors.Join(ErrLimit, ErrExhausted), errors.Join(ErrDigestMismatch, ErrInvalid), errors.New("anything")}
+	codes := Codes()
+	seen := map[StatusCode]bool{}
+	for _, err := range errs {
+		code, status := Code(err)
+		sc := StatusCode{code, status}
+		seen[sc] = true
+		found := false
+		for _, c := range codes {
+			found = found || c == sc
+		}
+		if !found {
+			t.Errorf("Code(%v) = %v, which Codes does not list", err, sc)
+		}
+	}
+	for _, c := range codes {
+		if !seen[c] {
+			t.Errorf("Codes lists %v, which no error here gives", c)
+		}
+	}
+	if codes[len(codes)-1] != (StatusCode{"internal", 500}) {
+		t.Errorf("Codes ends with %v, want internal", codes[len(codes)-1])
+	}
+}

@@ -154,6 +154,3 @@ func (m *Manager) Close() { m.Reconciler.Close() }
 // SpecFromRequest validates a create request against a template's
 // defaults and returns the sandbox spec.
 var SpecFromRequest = engine.SpecFromRequest
-
-// ValidateExec checks an exec request before it reaches the agent.
-var ValidateExec = engine.ValidateExec

@@ -21,7 +21,7 @@ const killWait = 10 * time.Second
 // StartBackground starts cmd detached: it outlives the tool call and the
 // session, and belongs to its sandbox's lifecycle.
 func (p ClientProcesses) StartBackground(ctx context.Context, sandboxID string, cmd []string, env map[string]string, workdir string) (ProcessInfo, error) {
-	pr, err := p.C.StartProcess(ctx, sandboxID, api.StartProcessRequest{Cmd: cmd, Env: env, Workdir: workdir})
+	pr, err := p.C.StartProcess(ctx, sandboxID, api.StartProcessRequest{ExecRequest: api.ExecRequest{Cmd: cmd, Env: env, Workdir: workdir}})
 	if err != nil {
 		return ProcessInfo{}, err
 	}

@@ -112,6 +112,22 @@ func CheckPath(field, p string) error {
 	return CheckText(field, p)
 }
 
+// MaxFilePathBytes bounds the path of a file request (PATH_MAX).
+const MaxFilePathBytes = 4096
+
+// CheckFilePath checks the path a file request names (REST's file routes
+// and the E2B door's filesystem): given, at most MaxFilePathBytes, no
+// control characters. Relative paths are the door's to resolve.
+func CheckFilePath(field, p string) error {
+	if p == "" {
+		return errdefs.Invalid("%s is required", field)
+	}
+	if len(p) > MaxFilePathBytes {
+		return errdefs.Invalid("%s longer than %d bytes", field, MaxFilePathBytes)
+	}
+	return CheckText(field, p)
+}
+
 // CheckEnv checks an environment map given to a create, fork or exec.
 func CheckEnv(env map[string]string) error {
 	if len(env) > MaxEnv {

@@ -338,11 +338,6 @@ func TestRoutesDocumented(t *testing.T) {
 	if err := json.Unmarshal(api.OpenAPI, &doc); err != nil {
 		t.Fatal(err)
 	}
-	// Not part of the documented API: the catch-all 404, the Prometheus
-	// endpoint, the port proxy's redirect to its trailing slash, and the
-	// host-routed proxy (a host name, not a path).
-	undocumented := []string{"/", "GET /metrics", "/v1/sandboxes/{id}/ports/{port}", HostPortPattern,
-		"GET /{$}", "GET /console"} // the last two: redirects to /console/
 	// op is a documented operation as "METHOD /path"; a route without a
 	// method (the port proxy, any method) is documented as GET.
 	op := func(pattern string) string {
@@ -354,7 +349,7 @@ func TestRoutesDocumented(t *testing.T) {
 	}
 	registered := map[string]bool{}
 	for _, rt := range Routes() {
-		if slices.Contains(undocumented, rt.Pattern) {
+		if !Documented(rt.Pattern) {
 			continue
 		}
 		key := op(rt.Pattern)
@@ -380,7 +375,7 @@ func TestRoutesDocumented(t *testing.T) {
 		if op.OperationID == "" || len(op.Responses) == 0 {
 			t.Errorf("%s: no operationId or responses", rt.Pattern)
 		}
-		if strings.HasPrefix(path, "/v1/") && path != "/v1/openapi.json" {
+		if strings.HasPrefix(path, "/v1/") && !rt.Rule.Public {
 			for _, code := range []string{"400", "401", "403", "429", "default"} {
 				if _, ok := op.Responses[code]; !ok {
 					t.Errorf("%s: no %s response", rt.Pattern, code)

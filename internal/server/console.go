@@ -11,6 +11,7 @@ import (
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/console"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/openapi"
 	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/server/rest"
 	"github.com/berth-sh/berth/internal/store"
@@ -104,11 +105,11 @@ func (s *Server) consoleRoutes() []Route {
 		http.Redirect(w, r, console.Prefix, http.StatusFound)
 	})
 	return []Route{
-		{Pattern: "GET /{$}", Rule: public, h: toConsole},
-		{Pattern: "GET /console", Rule: public, h: toConsole},
-		{Pattern: "GET /console/{path...}", Rule: public, h: files},
-		{Pattern: "POST /v1/console/codes", Rule: hostOnly, h: hf(s.consoleCode)},
-		{Pattern: "POST /v1/console/session", Rule: public, h: hf(s.consoleSession)},
+		{Pattern: "GET /{$}", Rule: public, Out: found, h: toConsole},
+		{Pattern: "GET /console", Rule: public, Out: found, h: toConsole},
+		{Pattern: "GET /console/{path...}", Rule: public, Out: ok(openapi.Text("text/html")), h: files},
+		{Pattern: "POST /v1/console/codes", Rule: hostOnly, Out: created(api.ConsoleCode{}), h: hf(s.consoleCode)},
+		{Pattern: "POST /v1/console/session", Rule: public, In: api.ConsoleSessionRequest{}, Out: created(api.ConsoleSession{}), h: hf(s.consoleSession)},
 	}
 }
 

@@ -44,6 +44,15 @@ func (s *Server) Credential(ctx context.Context, token string, rule auth.Rule, i
 	return p, nil
 }
 
+// Bind is the context a door's call by p runs in while it lasts: it is
+// cancelled, with the reason as its cause, within credRecheck of p's
+// credential ending (revoked, expired, its minting key or tenant gone,
+// its sandbox no longer leasable), as a REST stream's is (live.go). The
+// caller defers release.
+func (s *Server) Bind(ctx context.Context, p auth.Principal) (context.Context, func()) {
+	return s.bind(ctx, p)
+}
+
 // WithCaller is the context a call of the authorized p runs in: the
 // principal and the identity the engine reads owners from.
 func WithCaller(ctx context.Context, p auth.Principal) context.Context {

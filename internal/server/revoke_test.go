@@ -139,6 +139,22 @@ func TestRevocationEndsStreams(t *testing.T) {
 		}
 	})
 
+	t.Run("lease expiry", func(t *testing.T) {
+		// No revocation here kicks the watcher: its tick sees the expiry.
+		var l api.Lease
+		e.must(owner.Key, "POST", "/v1/sandboxes/"+sb.ID+"/leases", `{"scopes":["exec"],"ttl_seconds":60}`, 201, &l)
+		c := e.wsOpen(l.Token, "/v1/sandboxes/"+sb.ID+"/exec/ws", nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Write(ctx, websocket.MessageText, []byte(`{"cmd":["cat"],"tty":true}`)); err != nil {
+			t.Fatal(err)
+		}
+		e.clock.Advance(61 * time.Second)
+		if !wsEnds(c, revokeWithin) {
+			t.Fatal("the lease's terminal outlived the lease's expiry")
+		}
+	})
+
 	t.Run("event stream", func(t *testing.T) {
 		k := e.key("local", "a", "member")
 		st := e.openStream(k.Key, "/v1/events", "")

@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/berth-sh/berth/api"
 )
 
 // TestCreateLeaseScopedToCreator: the lease_token a create hands out
@@ -212,4 +215,93 @@ func TestTenantShares(t *testing.T) {
 		}
 		e.must(ka.Key, "PUT", "/v1/sandboxes/"+sa.ID+"/files?path=/third", "y", 0, nil)
 	})
+}
+
+// TestLeaseRevokedByItself: one lease ends by itself, not only with its
+// key or its sandbox's stop (before, no route revoked a single lease: a
+// lease handed to code that misbehaved lived until its expiry unless its
+// minting key, and everything else that key made, was revoked). Its
+// streams end with it; its sibling leases and its key live on; another
+// tenant's key, another sandbox's path and a caller lacking a scope the
+// lease holds are refused.
+func TestLeaseRevokedByItself(t *testing.T) {
+	e := newTenv(t)
+	e.tenant("a")
+	e.tenant("b")
+	owner := e.key("local", "a", "member")
+	sb := e.sandbox(owner.Key, `{"template":"base"}`)
+	other := e.sandbox(owner.Key, `{"template":"base"}`)
+	var l1, l2 api.Lease
+	e.must(owner.Key, "POST", "/v1/sandboxes/"+sb.ID+"/leases", `{"scopes":["exec"]}`, 201, &l1)
+	e.must(owner.Key, "POST", "/v1/sandboxes/"+sb.ID+"/leases", `{"scopes":["exec"]}`, 201, &l2)
+
+	// A stream opened with the lease.
+	c := e.wsOpen(l1.Token, "/v1/sandboxes/"+sb.ID+"/exec/ws", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Write(ctx, websocket.MessageText, []byte(`{"cmd":["cat"],"tty":true}`)); err != nil {
+		t.Fatal(err)
+	}
+
+	stranger := e.key("local", "b", "admin")
+	noExec := e.key("local", "a", "member", "sandboxes:read", "sandboxes:write")
+	for _, c := range []struct {
+		name, cred, path string
+		want             int
+	}{
+		{"another tenant's key", stranger.Key, "/v1/sandboxes/" + sb.ID + "/leases/" + l1.ID, 404},
+		{"another sandbox's path", owner.Key, "/v1/sandboxes/" + other.ID + "/leases/" + l1.ID, 404},
+		{"no such lease", owner.Key, "/v1/sandboxes/" + sb.ID + "/leases/nosuch", 404},
+		{"a key without exec", noExec.Key, "/v1/sandboxes/" + sb.ID + "/leases/" + l1.ID, 403},
+		{"the lease itself", l1.Token, "/v1/sandboxes/" + sb.ID + "/leases/" + l1.ID, 403},
+	} {
+		if code, body := e.do(c.cred, "DELETE", c.path, ""); code != c.want {
+			t.Errorf("%s revoking the lease: %d %s, want %d", c.name, code, body, c.want)
+		}
+	}
+	e.must(l1.Token, "GET", "/v1/sandboxes/"+sb.ID, "", 200, nil)
+
+	e.must(owner.Key, "DELETE", "/v1/sandboxes/"+sb.ID+"/leases/"+l1.ID, "", 204, nil)
+	if !wsEnds(c, revokeWithin) {
+		t.Error("the lease's terminal outlived the lease's revocation")
+	}
+	e.must(l1.Token, "GET", "/v1/sandboxes/"+sb.ID, "", 401, nil)
+	e.must(l2.Token, "GET", "/v1/sandboxes/"+sb.ID, "", 200, nil)
+	e.must(owner.Key, "GET", "/v1/sandboxes/"+sb.ID, "", 200, nil)
+	// Again: no error. The create-time lease by its id, c-<sandbox>.
+	e.must(owner.Key, "DELETE", "/v1/sandboxes/"+sb.ID+"/leases/"+l1.ID, "", 204, nil)
+	e.must(sb.LeaseToken, "GET", "/v1/sandboxes/"+sb.ID, "", 200, nil)
+	e.must(owner.Key, "DELETE", "/v1/sandboxes/"+sb.ID+"/leases/c-"+sb.ID, "", 204, nil)
+	e.must(sb.LeaseToken, "GET", "/v1/sandboxes/"+sb.ID, "", 401, nil)
+}
+
+// TestKeyNotOutlivingCreator: a key that expires makes keys that end with
+// it at the latest (before, a console session's key, good for hours,
+// could make itself a key that never expires).
+func TestKeyNotOutlivingCreator(t *testing.T) {
+	e := newTenv(t)
+	e.tenant("a")
+	var short api.CreatedAPIKey
+	e.must("local", "POST", "/v1/keys", `{"tenant":"a","role":"admin","expires_in_seconds":3600}`, 201, &short)
+	if short.ExpiresAt == nil {
+		t.Fatal("the short key has no expiry")
+	}
+	if code, body := e.do(short.Key, "POST", "/v1/keys", `{"role":"member","expires_in_seconds":7200}`); code != 403 {
+		t.Errorf("a key outliving its maker: %d %s, want 403", code, body)
+	}
+	var inherited, shorter api.CreatedAPIKey
+	e.must(short.Key, "POST", "/v1/keys", `{"role":"member"}`, 201, &inherited)
+	if inherited.ExpiresAt == nil || inherited.ExpiresAt.Sub(*short.ExpiresAt).Abs() > time.Millisecond { // the store keeps µs
+		t.Errorf("a key made without expiry by a key expiring at %v expires at %v, want the same", short.ExpiresAt, inherited.ExpiresAt)
+	}
+	e.must(short.Key, "POST", "/v1/keys", `{"role":"member","expires_in_seconds":60}`, 201, &shorter)
+	e.clock.Advance(3601 * time.Second)
+	e.must(inherited.Key, "GET", "/v1/sandboxes", "", 401, nil)
+	// The host, and a key without expiry, still make keys without one.
+	var forever, child api.CreatedAPIKey
+	e.must("local", "POST", "/v1/keys", `{"tenant":"a","role":"admin"}`, 201, &forever)
+	e.must(forever.Key, "POST", "/v1/keys", `{"role":"member"}`, 201, &child)
+	if forever.ExpiresAt != nil || child.ExpiresAt != nil {
+		t.Errorf("keys without expiry: %v %v", forever.ExpiresAt, child.ExpiresAt)
+	}
 }

@@ -17,8 +17,10 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/openapi"
 	"github.com/berth-sh/berth/internal/server/edge"
 	"github.com/berth-sh/berth/internal/server/events"
+	"github.com/berth-sh/berth/internal/server/idempotency"
 	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/server/rest"
 )
@@ -51,7 +53,18 @@ type Route struct {
 	// within Server.BodyTimeout, so a stalled upload is cut (400) instead
 	// of holding its connection and its work open for ever.
 	Upload bool
-	h      http.Handler
+	// Idem makes the route honour an Idempotency-Key of this kind
+	// (idempotency.go): the handler is wrapped at the table's end, and
+	// the document gives the route the header and its answers.
+	Idem *idempotency.Kind
+	// In is the request body the handler decodes, Query its query
+	// parameters (an api struct whose fields carry query tags) and Out
+	// its success answers: the types api/openapi.json is generated from
+	// (openapigen). Error answers are the same on every route.
+	In    openapi.Body
+	Query any
+	Out   []openapi.Answer
+	h     http.Handler
 }
 
 // HostPortPattern is the pattern of the host-routed port proxy,
@@ -76,152 +89,204 @@ const (
 	write = auth.ScopeSandboxesWrite
 )
 
+// Answers of routes, as Route.Out declares them.
+var (
+	noContent = []openapi.Answer{{Status: http.StatusNoContent}}
+	accepted  = []openapi.Answer{{Status: http.StatusAccepted}}
+	found     = []openapi.Answer{{Status: http.StatusFound}}
+	redirect  = []openapi.Answer{{Status: http.StatusPermanentRedirect}}
+	notFound  = []openapi.Answer{{Status: http.StatusNotFound, Body: api.ErrorBody{}}}
+)
+
+// ok is a 200 answer with any of bodies (alternative content types), or
+// with no body declared.
+func ok(bodies ...openapi.Body) []openapi.Answer { return status(http.StatusOK, bodies) }
+
+// created is a 201 answer with body.
+func created(body openapi.Body) []openapi.Answer {
+	return status(http.StatusCreated, []openapi.Body{body})
+}
+
+func status(code int, bodies []openapi.Body) []openapi.Answer {
+	if len(bodies) == 0 {
+		return []openapi.Answer{{Status: code}}
+	}
+	var out []openapi.Answer
+	for _, b := range bodies {
+		out = append(out, openapi.Answer{Status: code, Body: b})
+	}
+	return out
+}
+
+// ptr is a pointer to a copy of v.
+func ptr[T any](v T) *T { return &v }
+
+// answers is several answers of one route.
+func answers(as ...[]openapi.Answer) []openapi.Answer { return slices.Concat(as...) }
+
+// webSocket is the upgrade of a WebSocket route: the JSON text message
+// its client sends first (nil: none) and the JSON payloads of its frames.
+func webSocket(first any, messages ...any) []openapi.Answer {
+	return []openapi.Answer{{Status: http.StatusSwitchingProtocols, Body: openapi.WebSocket{First: first, Messages: messages}}}
+}
+
 // routeTable is the whole API: every route with its rule, in one place.
 // What a lease token may do is the routes marked lease: exec, files, the
 // port proxy, reading its sandbox and events, and touch.
 func (s *Server) routeTable() []Route {
 	hf := func(f http.HandlerFunc) http.Handler { return f }
 	rt := []Route{
-		{Pattern: "GET /healthz", Rule: public, h: hf(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })},
-		{Pattern: "GET /v1/version", Rule: need(read), h: hf(s.version)},
-		{Pattern: "GET /v1/whoami", Rule: need(read), h: hf(s.whoami)},
-		{Pattern: "GET /v1/openapi.json", Rule: need(read), h: hf(func(w http.ResponseWriter, r *http.Request) {
+		{Pattern: "GET /healthz", Rule: public, Out: ok(openapi.Text("text/plain")), h: hf(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })},
+		{Pattern: "GET /v1/version", Rule: need(read), Out: ok(api.Version{}), h: hf(s.version)},
+		{Pattern: "GET /v1/whoami", Rule: need(read), Out: ok(api.WhoAmI{}), h: hf(s.whoami)},
+		{Pattern: "GET /v1/openapi.json", Rule: need(read), Out: ok(openapi.AnyJSON{}), h: hf(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			w.Write(api.OpenAPI)
 		})},
-		{Pattern: "GET /metrics", Rule: hostOnly, h: promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})},
+		{Pattern: "GET /metrics", Rule: hostOnly, Out: ok(openapi.Text("text/plain")), h: promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})},
 
-		{Pattern: "POST /v1/sandboxes", Rule: need(write), h: hf(s.idempotent(s.idemCreate(), s.sandboxes.Create))},
-		{Pattern: "GET /v1/sandboxes", Rule: need(read), h: hf(s.sandboxes.List)},
-		{Pattern: "GET /v1/sandboxes/{id}", Rule: lease(read), h: hf(s.sandboxes.Get)},
-		{Pattern: "DELETE /v1/sandboxes/{id}", Rule: need(write), h: hf(s.sandboxes.Delete)},
-		{Pattern: "GET /v1/sandboxes/{id}/events", Rule: lease(read), EventStream: true, h: hf(s.events.Sandbox)},
-		{Pattern: "GET /v1/events", Rule: need(read), EventStream: true, h: hf(s.events.All)},
-		{Pattern: "POST /v1/run", Rule: need(write, auth.ScopeExec), Stream: true, h: hf(s.exec.Run)},
+		{Pattern: "POST /v1/sandboxes", Rule: need(write), In: api.CreateSandboxRequest{}, Out: created(api.Sandbox{}), Idem: ptr(s.idemCreate()), h: hf(s.sandboxes.Create)},
+		{Pattern: "GET /v1/sandboxes", Rule: need(read), Query: api.ListQuery{}, Out: ok([]api.Sandbox{}), h: hf(s.sandboxes.List)},
+		{Pattern: "GET /v1/sandboxes/{id}", Rule: lease(read), Out: ok(api.Sandbox{}), h: hf(s.sandboxes.Get)},
+		{Pattern: "DELETE /v1/sandboxes/{id}", Rule: need(write), Query: api.DeleteSandboxQuery{}, Out: ok(api.Sandbox{}), h: hf(s.sandboxes.Delete)},
+		{Pattern: "GET /v1/sandboxes/{id}/events", Rule: lease(read), EventStream: true, Query: api.SandboxEventsQuery{}, Out: ok([]api.Event{}, openapi.SSE{Of: api.Event{}}), h: hf(s.events.Sandbox)},
+		{Pattern: "GET /v1/events", Rule: need(read), EventStream: true, Query: api.EventsQuery{}, Out: ok([]api.Event{}, openapi.SSE{Of: api.Event{}}), h: hf(s.events.All)},
+		{Pattern: "POST /v1/run", Rule: need(write, auth.ScopeExec), Stream: true, In: api.RunRequest{}, Out: ok(openapi.NDJSON{Of: api.ExecEvent{}}), h: hf(s.exec.Run)},
 
-		{Pattern: "POST /v1/sandboxes/{id}/exec", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.exec.Exec)},
-		{Pattern: "GET /v1/sandboxes/{id}/exec/ws", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.exec.ExecWS)},
+		{Pattern: "POST /v1/sandboxes/{id}/exec", Rule: lease(auth.ScopeExec), Stream: true, In: api.ExecRequest{}, Out: ok(openapi.NDJSON{Of: api.ExecEvent{}}), h: hf(s.exec.Exec)},
+		{Pattern: "GET /v1/sandboxes/{id}/exec/ws", Rule: lease(auth.ScopeExec), Stream: true, Out: webSocket(api.ExecRequest{}, api.Resize{}, api.ExecExit{}, api.Error{}), h: hf(s.exec.ExecWS)},
 
-		{Pattern: "GET /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.files.Get)},
-		{Pattern: "PUT /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Stream: true, Upload: true, h: hf(s.files.Put)},
-		{Pattern: "DELETE /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), h: hf(s.files.Remove)},
-		{Pattern: "GET /v1/sandboxes/{id}/files/stat", Rule: lease(auth.ScopeFiles), h: hf(s.files.Stat)},
-		{Pattern: "GET /v1/sandboxes/{id}/files/list", Rule: lease(auth.ScopeFiles), h: hf(s.files.List)},
-		{Pattern: "POST /v1/sandboxes/{id}/files/mkdir", Rule: lease(auth.ScopeFiles), h: hf(s.files.Mkdir)},
-		{Pattern: "POST /v1/sandboxes/{id}/export", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.files.Export)},
-		{Pattern: "POST /v1/copy", Rule: need(auth.ScopeFiles), Stream: true, h: hf(s.files.Copy)},
+		{Pattern: "GET /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Stream: true, Query: api.ReadFileQuery{}, Out: ok(openapi.Bytes{"application/octet-stream", "application/x-tar"}), h: hf(s.files.Get)},
+		{Pattern: "PUT /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Stream: true, Upload: true, In: openapi.Bytes{"application/octet-stream", "application/x-tar"}, Query: api.WriteFileQuery{}, Out: answers(ok(api.FileInfo{}), noContent), h: hf(s.files.Put)},
+		{Pattern: "DELETE /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Query: api.RemoveFileQuery{}, Out: noContent, h: hf(s.files.Remove)},
+		{Pattern: "GET /v1/sandboxes/{id}/files/stat", Rule: lease(auth.ScopeFiles), Query: api.FileQuery{}, Out: ok(api.FileInfo{}), h: hf(s.files.Stat)},
+		{Pattern: "GET /v1/sandboxes/{id}/files/list", Rule: lease(auth.ScopeFiles), Query: api.FileQuery{}, Out: ok([]api.FileInfo{}), h: hf(s.files.List)},
+		{Pattern: "POST /v1/sandboxes/{id}/files/mkdir", Rule: lease(auth.ScopeFiles), Query: api.MkdirQuery{}, Out: noContent, h: hf(s.files.Mkdir)},
+		{Pattern: "POST /v1/sandboxes/{id}/export", Rule: lease(auth.ScopeFiles), Stream: true, In: api.ExportRequest{}, Out: ok(openapi.Bytes{"application/x-tar"}), h: hf(s.files.Export)},
+		{Pattern: "POST /v1/copy", Rule: need(auth.ScopeFiles), Stream: true, In: api.CopyRequest{}, Out: noContent, h: hf(s.files.Copy)},
 
-		{Pattern: "POST /v1/sandboxes/{id}/touch", Rule: lease(write), h: s.sandboxes.Lifecycle("touch")},
-		{Pattern: "GET /v1/sandboxes/{id}/diff", Rule: need(read), h: hf(s.sandboxes.Diff)},
-		{Pattern: "POST /v1/sandboxes/{id}/fork", Rule: need(write), h: hf(s.idempotent(s.idemFork(), s.sandboxes.Fork))},
-		{Pattern: "POST /v1/sandboxes/{id}/snapshots", Rule: need(write), h: hf(s.idempotent(s.idemSnapshot(), s.sandboxes.CreateSnapshot))},
-		{Pattern: "GET /v1/sandboxes/{id}/snapshots", Rule: need(read), h: hf(s.sandboxes.ListSnapshots)},
-		{Pattern: "GET /v1/snapshots", Rule: need(read), h: hf(s.sandboxes.ListSnapshots)},
-		{Pattern: "GET /v1/snapshots/{id}", Rule: need(read), h: hf(s.sandboxes.GetSnapshot)},
-		{Pattern: "DELETE /v1/snapshots/{id}", Rule: need(write), h: hf(s.sandboxes.DeleteSnapshot)},
-		{Pattern: "POST /v1/snapshots/{id}/restore", Rule: need(write), h: hf(s.sandboxes.RestoreSnapshot)},
+		{Pattern: "POST /v1/sandboxes/{id}/touch", Rule: lease(write), Out: ok(api.Sandbox{}), h: s.sandboxes.Lifecycle("touch")},
+		{Pattern: "GET /v1/sandboxes/{id}/diff", Rule: need(read), Out: ok([]api.DiffEntry{}), h: hf(s.sandboxes.Diff)},
+		{Pattern: "POST /v1/sandboxes/{id}/fork", Rule: need(write), In: api.ForkRequest{}, Out: created(api.ForkResponse{}), Idem: ptr(s.idemFork()), h: hf(s.sandboxes.Fork)},
+		{Pattern: "POST /v1/sandboxes/{id}/snapshots", Rule: need(write), In: api.CreateSnapshotRequest{}, Out: created(api.Snapshot{}), Idem: ptr(s.idemSnapshot()), h: hf(s.sandboxes.CreateSnapshot)},
+		{Pattern: "GET /v1/sandboxes/{id}/snapshots", Rule: need(read), Query: api.Page{}, Out: ok([]api.Snapshot{}), h: hf(s.sandboxes.ListSnapshots)},
+		{Pattern: "GET /v1/snapshots", Rule: need(read), Query: api.Page{}, Out: ok([]api.Snapshot{}), h: hf(s.sandboxes.ListSnapshots)},
+		{Pattern: "GET /v1/snapshots/{id}", Rule: need(read), Out: ok(api.Snapshot{}), h: hf(s.sandboxes.GetSnapshot)},
+		{Pattern: "DELETE /v1/snapshots/{id}", Rule: need(write), Out: noContent, h: hf(s.sandboxes.DeleteSnapshot)},
+		{Pattern: "POST /v1/snapshots/{id}/restore", Rule: need(write), Out: ok(api.Sandbox{}), h: hf(s.sandboxes.RestoreSnapshot)},
 
-		{Pattern: "POST /v1/volumes", Rule: need(write), h: hf(s.idempotent(s.idemVolume(), s.sandboxes.CreateVolume))},
-		{Pattern: "GET /v1/volumes", Rule: need(read), h: hf(s.sandboxes.ListVolumes)},
-		{Pattern: "GET /v1/volumes/{name}", Rule: need(read), h: hf(s.sandboxes.GetVolume)},
-		{Pattern: "DELETE /v1/volumes/{name}", Rule: need(write), h: hf(s.sandboxes.DeleteVolume)},
+		{Pattern: "POST /v1/volumes", Rule: need(write), In: api.CreateVolumeRequest{}, Out: created(api.Volume{}), Idem: ptr(s.idemVolume()), h: hf(s.sandboxes.CreateVolume)},
+		{Pattern: "GET /v1/volumes", Rule: need(read), Query: api.ListQuery{}, Out: ok([]api.Volume{}), h: hf(s.sandboxes.ListVolumes)},
+		{Pattern: "GET /v1/volumes/{name}", Rule: need(read), Out: ok(api.Volume{}), h: hf(s.sandboxes.GetVolume)},
+		{Pattern: "DELETE /v1/volumes/{name}", Rule: need(write), Out: noContent, h: hf(s.sandboxes.DeleteVolume)},
 
-		{Pattern: "GET /v1/templates", Rule: need(read), h: hf(s.templates.List)},
-		{Pattern: "GET /v1/templates/{name}", Rule: need(read), h: hf(s.templates.Get)},
-		{Pattern: "DELETE /v1/templates/{name}", Rule: need(auth.ScopeTemplates), h: hf(s.templates.Delete)},
-		{Pattern: "POST /v1/templates/import", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, h: hf(s.templates.Import)},
-		{Pattern: "PUT /v1/templates/{name}/archive", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, h: hf(s.templates.Upload)},
-		{Pattern: "POST /v1/templates/{name}/push", Rule: need(auth.ScopeTemplates), Stream: true, h: hf(s.templates.Push)},
-		{Pattern: "POST /v1/templates/build", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, h: hf(s.templates.Build)},
-		{Pattern: "POST /v1/templates/{name}/dockerfile", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, h: hf(s.templates.BuildDockerfile)},
-		{Pattern: "PUT /v1/templates/{name}/pool", Rule: need(auth.ScopeTemplates), h: hf(s.templates.SetPool)},
-		{Pattern: "GET /v1/templates/{name}/pool", Rule: need(read), h: hf(s.templates.GetPool)},
-		{Pattern: "GET /v1/pools", Rule: need(read), h: hf(s.templates.ListPools)},
-		{Pattern: "POST /v1/apply", Rule: need(auth.ScopeTemplates), Stream: true, h: hf(s.templates.Apply)},
-		{Pattern: "GET /v1/doctor", Rule: hostOnly, h: hf(s.doctor)},
-		{Pattern: "POST /v1/doctor/fix", Rule: hostOnly, h: hf(s.doctor)},
+		{Pattern: "GET /v1/templates", Rule: need(read), Query: api.Page{}, Out: ok([]api.Template{}), h: hf(s.templates.List)},
+		{Pattern: "GET /v1/templates/{name}", Rule: need(read), Out: ok(api.Template{}), h: hf(s.templates.Get)},
+		{Pattern: "DELETE /v1/templates/{name}", Rule: need(auth.ScopeTemplates), Out: noContent, h: hf(s.templates.Delete)},
+		{Pattern: "POST /v1/templates/import", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, In: api.ImportTemplateRequest{}, Out: created(api.Template{}), h: hf(s.templates.Import)},
+		{Pattern: "PUT /v1/templates/{name}/archive", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, In: openapi.Bytes{"application/x-tar", "application/octet-stream"}, Out: created(api.Template{}), h: hf(s.templates.Upload)},
+		{Pattern: "POST /v1/templates/{name}/push", Rule: need(auth.ScopeTemplates), Stream: true, In: api.PushTemplateRequest{}, Out: ok(api.PushResult{}, openapi.NDJSON{Of: api.PushEvent{}}), h: hf(s.templates.Push)},
+		{Pattern: "POST /v1/templates/build", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, In: api.BuildTemplateRequest{}, Out: ok(openapi.NDJSON{Of: api.BuildEvent{}}), h: hf(s.templates.Build)},
+		{Pattern: "POST /v1/templates/{name}/dockerfile", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, In: openapi.Bytes{"application/x-tar"}, Query: api.DockerfileQuery{}, Out: ok(openapi.NDJSON{Of: api.BuildEvent{}}), h: hf(s.templates.BuildDockerfile)},
+		{Pattern: "PUT /v1/templates/{name}/pool", Rule: need(auth.ScopeTemplates), In: api.PoolRequest{}, Out: ok(api.Pool{}), h: hf(s.templates.SetPool)},
+		{Pattern: "GET /v1/templates/{name}/pool", Rule: need(read), Out: ok(api.Pool{}), h: hf(s.templates.GetPool)},
+		{Pattern: "GET /v1/pools", Rule: need(read), Out: ok([]api.Pool{}), h: hf(s.templates.ListPools)},
+		{Pattern: "POST /v1/apply", Rule: need(auth.ScopeTemplates), Stream: true, In: api.ApplyRequest{}, Out: ok(openapi.NDJSON{Of: api.BuildEvent{}}), h: hf(s.templates.Apply)},
+		{Pattern: "GET /v1/doctor", Rule: hostOnly, Out: ok(api.DoctorReport{}), h: hf(s.doctor)},
+		{Pattern: "POST /v1/doctor/fix", Rule: hostOnly, Out: ok(api.DoctorReport{}), h: hf(s.doctor)},
 
-		{Pattern: "GET /v1/sandboxes/{id}/network", Rule: need(read), h: hf(s.sandboxes.GetNetwork)},
-		{Pattern: "POST /v1/sandboxes/{id}/network", Rule: need(auth.ScopeNetwork), h: hf(s.sandboxes.UpdateNetwork)},
-		{Pattern: "GET /v1/sandboxes/{id}/flows", Rule: need(read), h: hf(s.sandboxes.Flows)},
-		{Pattern: "/v1/sandboxes/{id}/ports/{port}/{path...}", Rule: lease(auth.ScopePorts), PublicPort: true, Stream: true,
+		{Pattern: "GET /v1/sandboxes/{id}/network", Rule: need(read), Out: ok(api.NetworkRules{}), h: hf(s.sandboxes.GetNetwork)},
+		{Pattern: "POST /v1/sandboxes/{id}/network", Rule: need(auth.ScopeNetwork), In: api.NetworkRulesRequest{}, Out: ok(api.NetworkRules{}), h: hf(s.sandboxes.UpdateNetwork)},
+		{Pattern: "GET /v1/sandboxes/{id}/flows", Rule: need(read), Query: api.FlowsQuery{}, Out: ok([]api.Flow{}), h: hf(s.sandboxes.Flows)},
+		{Pattern: "/v1/sandboxes/{id}/ports/{port}/{path...}", Rule: lease(auth.ScopePorts), PublicPort: true, Stream: true, Out: ok(),
 			h: hf(func(w http.ResponseWriter, r *http.Request) {
 				s.proxy(w, r, r.PathValue("id"), r.PathValue("port"), "/"+r.PathValue("path"))
 			})},
-		{Pattern: "/v1/sandboxes/{id}/ports/{port}", Rule: lease(auth.ScopePorts), PublicPort: true, Stream: true,
+		{Pattern: "/v1/sandboxes/{id}/ports/{port}", Rule: lease(auth.ScopePorts), PublicPort: true, Stream: true, Out: redirect,
 			h: hf(func(w http.ResponseWriter, r *http.Request) {
 				u := *r.URL
 				u.Path, u.RawPath = r.URL.Path+"/", r.URL.EscapedPath()+"/"
 				http.Redirect(w, r, u.RequestURI(), http.StatusPermanentRedirect)
 			})},
-		{Pattern: HostPortPattern, Rule: lease(auth.ScopePorts), PublicPort: true, Stream: true,
+		{Pattern: HostPortPattern, Rule: lease(auth.ScopePorts), PublicPort: true, Stream: true, Out: ok(),
 			h: hf(func(w http.ResponseWriter, r *http.Request) {
 				s.proxy(w, r, r.PathValue("id"), r.PathValue("port"), r.URL.Path)
 			})},
 
 		// Tenants, API keys, minted leases and port tokens (package admin).
-		{Pattern: "POST /v1/tenants", Rule: hostOnly, h: hf(s.admin.CreateTenant)},
-		{Pattern: "GET /v1/tenants", Rule: hostOnly, h: hf(s.admin.ListTenants)},
-		{Pattern: "DELETE /v1/tenants/{name}", Rule: hostOnly, h: hf(s.admin.DeleteTenant)},
-		{Pattern: "POST /v1/keys", Rule: need(auth.ScopeKeys), h: hf(s.admin.CreateKey)},
-		{Pattern: "GET /v1/keys", Rule: need(auth.ScopeKeys), h: hf(s.admin.ListKeys)},
-		{Pattern: "DELETE /v1/keys/{id}", Rule: need(auth.ScopeKeys), h: hf(s.admin.RevokeKey)},
-		{Pattern: "POST /v1/sandboxes/{id}/leases", Rule: need(write), h: hf(s.admin.MintLease)},
-		{Pattern: "POST /v1/sandboxes/{id}/ports/{port}/token", Rule: need(auth.ScopePorts), h: hf(s.admin.MintPortToken)},
-		{Pattern: "GET /v1/sandboxes/{id}/port-tokens", Rule: need(auth.ScopePorts), h: hf(s.admin.ListPortTokens)},
-		{Pattern: "DELETE /v1/sandboxes/{id}/port-tokens/{token}", Rule: need(auth.ScopePorts), h: hf(s.admin.RevokePortToken)},
+		{Pattern: "POST /v1/tenants", Rule: hostOnly, In: api.CreateTenantRequest{}, Out: created(api.Tenant{}), h: hf(s.admin.CreateTenant)},
+		{Pattern: "GET /v1/tenants", Rule: hostOnly, Out: ok([]api.Tenant{}), h: hf(s.admin.ListTenants)},
+		{Pattern: "DELETE /v1/tenants/{name}", Rule: hostOnly, Out: noContent, h: hf(s.admin.DeleteTenant)},
+		{Pattern: "POST /v1/keys", Rule: need(auth.ScopeKeys), In: api.CreateAPIKeyRequest{}, Out: created(api.CreatedAPIKey{}), h: hf(s.admin.CreateKey)},
+		{Pattern: "GET /v1/keys", Rule: need(auth.ScopeKeys), Query: api.Page{}, Out: ok([]api.APIKey{}), h: hf(s.admin.ListKeys)},
+		{Pattern: "DELETE /v1/keys/{id}", Rule: need(auth.ScopeKeys), Out: ok(api.APIKey{}), h: hf(s.admin.RevokeKey)},
+		{Pattern: "POST /v1/sandboxes/{id}/leases", Rule: need(write), In: api.CreateLeaseRequest{}, Out: created(api.Lease{}), h: hf(s.admin.MintLease)},
+		{Pattern: "DELETE /v1/sandboxes/{id}/leases/{lease}", Rule: need(write), Out: noContent, h: hf(s.admin.RevokeLease)},
+		{Pattern: "POST /v1/sandboxes/{id}/ports/{port}/token", Rule: need(auth.ScopePorts), In: api.CreatePortTokenRequest{}, Out: created(api.PortToken{}), h: hf(s.admin.MintPortToken)},
+		{Pattern: "GET /v1/sandboxes/{id}/port-tokens", Rule: need(auth.ScopePorts), Out: ok([]api.PortTokenInfo{}), h: hf(s.admin.ListPortTokens)},
+		{Pattern: "DELETE /v1/sandboxes/{id}/port-tokens/{token}", Rule: need(auth.ScopePorts), Out: ok(api.PortTokenInfo{}), h: hf(s.admin.RevokePortToken)},
 		// Audit log (package admin): a tenant's admin reads its own
 		// chain (the audit scope), the host admin every chain.
-		{Pattern: "GET /v1/audit", Rule: need(auth.ScopeAudit), h: hf(s.admin.ListAudit)},
-		{Pattern: "GET /v1/audit/export", Rule: need(auth.ScopeAudit), Stream: true, h: hf(s.admin.ExportAudit)},
-		{Pattern: "POST /v1/audit/verify", Rule: need(auth.ScopeAudit), h: hf(s.admin.VerifyAudit)},
+		{Pattern: "GET /v1/audit", Rule: need(auth.ScopeAudit), Query: api.AuditQuery{}, Out: ok([]api.AuditEntry{}), h: hf(s.admin.ListAudit)},
+		{Pattern: "GET /v1/audit/export", Rule: need(auth.ScopeAudit), Stream: true, Out: ok(openapi.NDJSON{Of: api.AuditRecord{}}), h: hf(s.admin.ExportAudit)},
+		{Pattern: "POST /v1/audit/verify", Rule: need(auth.ScopeAudit), In: openapi.Optional{Body: api.AuditVerifyRequest{}}, Out: ok(api.AuditVerify{}), h: hf(s.admin.VerifyAudit)},
 		// Quotas (package admin): per-tenant limits, host admin only; a tenant
 		// reads its own through /v1/quota (the tenant is the caller's).
-		{Pattern: "GET /v1/quota", Rule: need(read), h: hf(s.admin.GetOwnQuota)},
-		{Pattern: "GET /v1/tenants/{tenant}/quota", Rule: hostOnly, h: hf(s.admin.GetQuota)},
-		{Pattern: "PUT /v1/tenants/{tenant}/quota", Rule: hostOnly, h: hf(s.admin.PutQuota)},
+		{Pattern: "GET /v1/quota", Rule: need(read), Out: ok(api.Quota{}), h: hf(s.admin.GetOwnQuota)},
+		{Pattern: "GET /v1/tenants/{tenant}/quota", Rule: hostOnly, Out: ok(api.Quota{}), h: hf(s.admin.GetQuota)},
+		{Pattern: "PUT /v1/tenants/{tenant}/quota", Rule: hostOnly, In: api.QuotaRequest{}, Out: ok(api.Quota{}), h: hf(s.admin.PutQuota)},
 		// Files beyond the basic ones: move, watch.
-		{Pattern: "POST /v1/sandboxes/{id}/files/move", Rule: lease(auth.ScopeFiles), h: hf(s.files.Move)},
-		{Pattern: "GET /v1/sandboxes/{id}/files/watch", Rule: lease(auth.ScopeFiles), Stream: true, h: hf(s.files.Watch)},
+		{Pattern: "POST /v1/sandboxes/{id}/files/move", Rule: lease(auth.ScopeFiles), Query: api.MoveFileQuery{}, Out: noContent, h: hf(s.files.Move)},
+		{Pattern: "GET /v1/sandboxes/{id}/files/watch", Rule: lease(auth.ScopeFiles), Stream: true, Query: api.WatchQuery{}, Out: ok(openapi.NDJSON{Of: api.WatchEvent{}}), h: hf(s.files.Watch)},
 		// Background processes (package exec): the exec scope, leases too.
-		{Pattern: "POST /v1/sandboxes/{id}/processes", Rule: lease(auth.ScopeExec), h: hf(s.exec.StartProcess)},
-		{Pattern: "GET /v1/sandboxes/{id}/processes", Rule: lease(auth.ScopeExec), h: hf(s.exec.ListProcesses)},
-		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}", Rule: lease(auth.ScopeExec), h: hf(s.exec.GetProcess)},
-		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}/logs", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.exec.ProcessLogs)},
-		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}/ws", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.exec.ProcessWS)},
-		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/stdin", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.exec.ProcessStdin)},
-		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/signal", Rule: lease(auth.ScopeExec), h: hf(s.exec.SignalProcess)},
-		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/kill", Rule: lease(auth.ScopeExec), h: hf(s.exec.KillProcess)},
-		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/wait", Rule: lease(auth.ScopeExec), Stream: true, h: hf(s.exec.WaitProcess)},
+		{Pattern: "POST /v1/sandboxes/{id}/processes", Rule: lease(auth.ScopeExec), In: api.StartProcessRequest{}, Out: created(api.Process{}), h: hf(s.exec.StartProcess)},
+		{Pattern: "GET /v1/sandboxes/{id}/processes", Rule: lease(auth.ScopeExec), Out: ok(api.ProcessList{}), h: hf(s.exec.ListProcesses)},
+		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}", Rule: lease(auth.ScopeExec), Out: ok(api.Process{}), h: hf(s.exec.GetProcess)},
+		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}/logs", Rule: lease(auth.ScopeExec), Stream: true, Query: api.ProcessLogsQuery{}, Out: ok(openapi.NDJSON{Of: api.ProcessEvent{}}), h: hf(s.exec.ProcessLogs)},
+		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}/ws", Rule: lease(auth.ScopeExec), Stream: true, Out: webSocket(nil, api.Resize{}, api.ExecExit{}, api.Error{}), h: hf(s.exec.ProcessWS)},
+		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/stdin", Rule: lease(auth.ScopeExec), Stream: true, In: openapi.Optional{Body: openapi.Bytes{"application/octet-stream"}}, Query: api.ProcessStdinQuery{}, Out: noContent, h: hf(s.exec.ProcessStdin)},
+		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/signal", Rule: lease(auth.ScopeExec), In: api.SignalRequest{}, Out: noContent, h: hf(s.exec.SignalProcess)},
+		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/kill", Rule: lease(auth.ScopeExec), Out: noContent, h: hf(s.exec.KillProcess)},
+		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/wait", Rule: lease(auth.ScopeExec), Stream: true, Out: ok(api.ExecExit{}), h: hf(s.exec.WaitProcess)},
 		// Secrets (package admin): managing them is the secrets scope's; the
 		// master key's rotation is the host operator's.
-		{Pattern: "PUT /v1/secrets/{name}", Rule: need(auth.ScopeSecrets), h: hf(s.admin.PutSecret)},
-		{Pattern: "GET /v1/secrets", Rule: need(auth.ScopeSecrets), h: hf(s.admin.ListSecrets)},
-		{Pattern: "DELETE /v1/secrets/{name}", Rule: need(auth.ScopeSecrets), h: hf(s.admin.DeleteSecret)},
-		{Pattern: "POST /v1/secrets/rotate-key", Rule: hostOnly, h: hf(s.admin.RotateSecretsKey)},
+		{Pattern: "PUT /v1/secrets/{name}", Rule: need(auth.ScopeSecrets), In: api.PutSecretRequest{}, Out: answers(ok(api.Secret{}), created(api.Secret{})), h: hf(s.admin.PutSecret)},
+		{Pattern: "GET /v1/secrets", Rule: need(auth.ScopeSecrets), Query: api.Page{}, Out: ok([]api.Secret{}), h: hf(s.admin.ListSecrets)},
+		{Pattern: "DELETE /v1/secrets/{name}", Rule: need(auth.ScopeSecrets), Out: noContent, h: hf(s.admin.DeleteSecret)},
+		{Pattern: "POST /v1/secrets/rotate-key", Rule: hostOnly, In: api.RotateSecretsKeyRequest{}, Out: ok(api.RotateSecretsKeyResponse{}), h: hf(s.admin.RotateSecretsKey)},
 		// MCP (internal/mcp, mcp.go): streamable HTTP, every tool call
 		// re-checked as the REST call it makes. Leases may not.
-		{Pattern: "POST /v1/mcp", Rule: need(MCPScopes...), Stream: true, h: s.mcpHandler()},
-		{Pattern: "GET /v1/mcp", Rule: need(MCPScopes...), Stream: true, h: s.mcpHandler()},
-		{Pattern: "DELETE /v1/mcp", Rule: need(MCPScopes...), h: s.mcpHandler()},
+		{Pattern: "POST /v1/mcp", Rule: need(MCPScopes...), Stream: true, In: openapi.AnyJSON{}, Out: answers(ok(), accepted), h: s.mcpHandler()},
+		{Pattern: "GET /v1/mcp", Rule: need(MCPScopes...), Stream: true, Out: ok(openapi.SSE{Of: openapi.AnyJSON{}}), h: s.mcpHandler()},
+		{Pattern: "DELETE /v1/mcp", Rule: need(MCPScopes...), Out: noContent, h: s.mcpHandler()},
 
 		// Anything else: a 404, for callers with a credential.
-		{Pattern: "/", Rule: need(read), h: hf(func(w http.ResponseWriter, r *http.Request) {
+		{Pattern: "/", Rule: need(read), Out: notFound, h: hf(func(w http.ResponseWriter, r *http.Request) {
 			rest.Error(w, errdefs.NotFound("no route %s %s", r.Method, r.URL.Path))
 		})},
 	}
 	// The web console and its sign-in exchange (console.go).
 	rt = append(rt, s.consoleRoutes()...)
+
 	for _, op := range []string{"pause", "resume", "stop", "start", "reset"} {
-		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(write), h: s.sandboxes.Lifecycle(op)})
+		var query any
+		if op == "stop" {
+			query = api.StopQuery{}
+		}
+		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(write), Query: query, Out: ok(api.Sandbox{}), h: s.sandboxes.Lifecycle(op)})
 	}
 	// Quarantine and release are containment, like the egress rules: a
 	// sandbox's own lease must never lift them.
 	for _, op := range []string{"quarantine", "release"} {
-		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(auth.ScopeNetwork), h: s.sandboxes.Lifecycle(op)})
+		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(auth.ScopeNetwork), Out: ok(api.Sandbox{}), h: s.sandboxes.Lifecycle(op)})
 	}
 	for _, op := range []string{"hibernate", "wake"} {
-		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(write), h: s.sandboxes.Hibernate(op)})
+		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(write), Out: ok(api.Sandbox{}), h: s.sandboxes.Hibernate(op)})
+	}
+	for i := range rt {
+		if rt[i].Idem != nil {
+			rt[i].h = s.idempotent(*rt[i].Idem, rt[i].h.ServeHTTP)
+		}
 	}
 	return rt
 }

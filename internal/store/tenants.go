@@ -62,6 +62,9 @@ type Tenants interface {
 	CreateLease(ctx context.Context, l *Lease) error
 	// GetLease returns lease id, revoked or not.
 	GetLease(ctx context.Context, id string) (*Lease, error)
+	// RevokeLease revokes lease id at at (idempotent: a revoked lease
+	// keeps its first time); another owner's is not found.
+	RevokeLease(ctx context.Context, o Owner, id string, at time.Time) error
 	// RevokeLeases revokes, at at, every lease of sandbox id not yet
 	// revoked, and says how many.
 	RevokeLeases(ctx context.Context, sandboxID string, at time.Time) (int64, error)

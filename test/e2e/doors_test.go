@@ -294,8 +294,8 @@ func newDoorFixture(t *testing.T) *doorFixture {
 	f.created[osb.ID] = f.keys["admin@other"]
 	f.keys["other-lease"], f.actors["other-lease"] = osb.LeaseToken, "lease:"+osb.ID
 	// A web server on port 8000 for the port reads.
-	if _, err := admin.StartProcess(context.Background(), sb.ID, api.StartProcessRequest{Cmd: []string{"sh", "-c",
-		"mkdir -p /tmp/www && cd /tmp/www && echo served > index.html && exec python3 -m http.server 8000"}}); err != nil {
+	if _, err := admin.StartProcess(context.Background(), sb.ID, api.StartProcessRequest{ExecRequest: api.ExecRequest{Cmd: []string{"sh", "-c",
+		"mkdir -p /tmp/www && cd /tmp/www && echo served > index.html && exec python3 -m http.server 8000"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := waitPort(admin, sb.ID); err != nil {
@@ -527,7 +527,7 @@ func (s *restSession) do(op, id string) callResult {
 		_, err := s.c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"true"}, Env: badEnv}, io.Discard, io.Discard)
 		return restClass(err)
 	case "bad-process":
-		_, err := s.c.StartProcess(ctx, id, api.StartProcessRequest{Cmd: []string{"true"}, Env: badEnv})
+		_, err := s.c.StartProcess(ctx, id, api.StartProcessRequest{ExecRequest: api.ExecRequest{Cmd: []string{"true"}, Env: badEnv}})
 		return restClass(err)
 	case "write":
 		_, err := s.c.WriteFile(ctx, id, "/tmp/doors.txt", 0o644, strings.NewReader("doors"))
@@ -539,7 +539,7 @@ func (s *restSession) do(op, id string) callResult {
 		_, _, err := s.c.ReadFile(ctx, id, "/tmp/www/index.html", io.Discard)
 		return restClass(err)
 	case "process":
-		_, err := s.c.StartProcess(ctx, id, api.StartProcessRequest{Cmd: []string{"true"}})
+		_, err := s.c.StartProcess(ctx, id, api.StartProcessRequest{ExecRequest: api.ExecRequest{Cmd: []string{"true"}}})
 		return restClass(err)
 	case "port":
 		req, _ := http.NewRequest("GET", "http://"+s.f.addr+"/v1/sandboxes/"+id+"/ports/8000/", nil)

@@ -130,6 +130,13 @@ func (d *daemon) tryStart() error {
 	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--warm-pool") }) {
 		args = append(args, "--warm-pool=off")
 	}
+	// Creates and forks are admitted against what their disk caps may grow
+	// to, per daemon: with the 10 GiB default, the suite's daemons side by
+	// side would each need tens of GiB free on the test machine. Tests of
+	// the default itself name their own.
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--disk-default") }) {
+		args = append(args, "--disk-default", "2GiB")
+	}
 	p, err := testenv.Start(context.Background(), testenv.Config{
 		Binary: berthBin, DataDir: d.dataDir, Socket: d.socket, Args: args, Env: d.env,
 		Netns: d.netns, LogLevel: "debug", UserAgent: "berth-e2e", ReadyTimeout: 30 * time.Second,

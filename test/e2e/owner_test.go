@@ -73,6 +73,19 @@ func ownerScenario(t *testing.T, d *daemon, runtime string) {
 		t.Fatalf("the sandbox's user editing the copies: %q", out)
 	}
 
+	// A directory the files API makes (and the parents it makes on the
+	// way) is the sandbox's user's too; a parent that was there stays
+	// root's.
+	if err := d.c.Mkdir(ctx, sb.ID, "/tmp/made/by/api", true); err != nil {
+		t.Fatal(err)
+	}
+	if got := owners(sb.ID, "/tmp", "/tmp/made", "/tmp/made/by", "/tmp/made/by/api"); got != "0:0 1000:1000 1000:1000 1000:1000" {
+		t.Fatalf("owners of what mkdir made: %s, want /tmp root's and the rest 1000:1000", got)
+	}
+	if out := execOut(t, d, sb.ID, "sh", "-c", "echo in > /tmp/made/by/api/f && cat /tmp/made/by/api/f"); out != "in\n" {
+		t.Fatalf("the sandbox's user writing into a directory mkdir made: %q", out)
+	}
+
 	// --user: another user of the sandbox.
 	cp("--user", "0", filepath.Join(host, "f.txt"), sb.ID+":/tmp/root.txt")
 	if _, err := d.c.WriteFileWith(ctx, sb.ID, "/tmp/w2.txt", 0o644, strings.NewReader("w\n"), client.WriteOptions{User: "2000:3000"}); err != nil {

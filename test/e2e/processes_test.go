@@ -134,6 +134,23 @@ func processesScenario(t *testing.T, d *daemon, runtime string) {
 		t.Fatalf("cat's output %q", out)
 	}
 
+	// The table marks a supervised process by its restart policy.
+	if out, e, code := d.cli("exec", "-d", "--restart", "on-failure", "--tag", "svc", id, "--", "sleep", "600"); code != 0 {
+		t.Fatalf("exec -d --restart: %d %q %q", code, out, e)
+	}
+	table, _, _ := d.cli("ps", id)
+	rows := map[string][]string{}
+	for _, l := range strings.Split(strings.TrimSpace(table), "\n")[1:] {
+		f := strings.Fields(l)
+		rows[f[1]] = f
+	}
+	if !strings.Contains(table, "RESTART") || len(rows["svc"]) < 4 || rows["svc"][3] != "on-failure" || len(rows["web"]) < 4 || rows["web"][3] != "-" {
+		t.Fatalf("ps table: want svc's RESTART on-failure and web's -:\n%s", table)
+	}
+	if _, e, code := d.cli("kill", id, "svc"); code != 0 {
+		t.Fatalf("kill svc: %q", e)
+	}
+
 	// A background process survives its client's SIGKILL.
 	out, _, _ = d.cli("exec", "-d", "--tag", "sleeper", id, "--", "sleep", "600")
 	sleeper := strings.TrimSpace(out)

@@ -115,7 +115,7 @@ func supervisedScenario(t *testing.T, d *daemon, runtime string) {
 
 	// A supervised web server, with its own env and a ready port: the
 	// start answers once it accepts.
-	web, err := d.c.StartProcess(ctx, id, api.StartProcessRequest{Cmd: webCmd, Env: map[string]string{"GREETING": "hello"},
+	web, err := d.c.StartProcess(ctx, id, api.StartProcessRequest{ExecRequest: api.ExecRequest{Cmd: webCmd, Env: map[string]string{"GREETING": "hello"}},
 		Tag: "web", Restart: "always", ReadyPort: 8000})
 	if err != nil {
 		t.Fatal(err)
@@ -244,6 +244,27 @@ func supervisedScenario(t *testing.T, d *daemon, runtime string) {
 		d.start()
 		back("after a host reboot", runs)
 		once("after a host reboot")
+	}
+
+	// A fork's child starts the parent's supervised processes at its first
+	// boot, as any boot of the parent would; the unsupervised ones stay
+	// the parent's.
+	fr, err := d.c.Fork(ctx, id, api.ForkRequest{Count: 1})
+	if err != nil || len(fr.Children) != 1 {
+		t.Fatalf("fork: %+v %v", fr, err)
+	}
+	child := fr.Children[0].ID
+	waitFor(t, "the child's supervised processes", func() bool {
+		tags := map[string]int{}
+		for _, p := range procList(t, d, child) {
+			if p.State == "running" || p.State == "restarting" {
+				tags[p.Tag]++
+			}
+		}
+		return tags["web"] == 1 && tags["plain"] == 0 && len(tags) >= 2
+	})
+	if _, err := d.c.DeleteSandbox(ctx, child, true); err != nil {
+		t.Fatal(err)
 	}
 
 	// Killed, it stays gone across a stop/start.

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -73,6 +74,24 @@ func TestTenantsAndKeysCLI(t *testing.T) {
 	if exit, err := leased.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"echo", "leased"}}, &out, &out); err != nil || exit.Code != 0 {
 		t.Fatalf("exec with the minted lease: %v %q", err, out.String())
 	}
+	// One lease revoked by itself (berth lease --revoke): it ends, its
+	// sibling does not.
+	js, errOut, code := d.cli("lease", sb.ID, "--scope", "exec", "-o", "json")
+	var l2 api.Lease
+	if code != 0 || json.Unmarshal([]byte(js), &l2) != nil || l2.ID == "" {
+		t.Fatalf("lease -o json: %d %q %q", code, js, errOut)
+	}
+	if out, errOut, code := d.cli("lease", sb.ID, "--revoke", l2.ID); code != 0 || strings.TrimSpace(out) != l2.ID {
+		t.Fatalf("lease --revoke: %d %q %q", code, out, errOut)
+	}
+	revoked, _ := client.New("http://"+addr, l2.Token)
+	var ce *client.Error
+	if _, err := revoked.GetSandbox(ctx, sb.ID); !errors.As(err, &ce) || ce.Status != http.StatusUnauthorized {
+		t.Errorf("the revoked lease: %v, want 401", err)
+	}
+	if _, err := leased.GetSandbox(ctx, sb.ID); err != nil {
+		t.Errorf("revoking one lease ended its sibling: %v", err)
+	}
 	if _, err := acme.Stop(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +111,6 @@ func TestTenantsAndKeysCLI(t *testing.T) {
 		t.Fatalf("key revoke: %d %q %q", code, out, errOut)
 	}
 	_, err = acme.ListSandboxes(ctx, false)
-	var ce *client.Error
 	if !errors.As(err, &ce) || ce.Status != http.StatusUnauthorized {
 		t.Errorf("a revoked key: %v, want 401", err)
 	}

@@ -32,7 +32,10 @@ func startDaemon(t *testing.T) *sdkDaemon {
 	httpAddr, tlsAddr := freePort(t), freePort(t)
 	d, err := testenv.Start(context.Background(), testenv.Config{
 		Binary: berthBin, DataDir: filepath.Join(base, "data"), Socket: filepath.Join(base, "berth.sock"),
-		Args:     []string{"--insecure-listen", httpAddr, "--listen", tlsAddr, "--warm-pool=off"},
+		// A 2 GiB default disk cap: creates and forks are admitted against
+		// what their caps may grow to, and the suites' forks must not need
+		// tens of GiB free on the test machine.
+		Args:     []string{"--insecure-listen", httpAddr, "--listen", tlsAddr, "--warm-pool=off", "--disk-default", "2GiB"},
 		LogLevel: "debug", UserAgent: "berth-sdk-test", ReadyTimeout: 30 * time.Second, StopTimeout: 20 * time.Second,
 	})
 	if err != nil {

@@ -81,6 +81,11 @@ func TestPythonSDK(t *testing.T) {
 	if testing.Verbose() {
 		args = append(args, "-v")
 	}
+	// BERTH_SDK_TESTS: a pytest -k expression, to run some tests while
+	// working on them (the harness and its checks are the same).
+	if k := os.Getenv("BERTH_SDK_TESTS"); k != "" {
+		args = append(args, "-k", k)
+	}
 	cmd := exec.CommandContext(ctx, python, args...)
 	cmd.Dir = filepath.Join(root, "sdk", "python")
 	cmd.Env = append(cleanEnv("PYTHON"),

@@ -39,7 +39,13 @@ func TestTypeScriptSDK(t *testing.T) {
 
 	// One file at a time: the files share one daemon, and the retry tests
 	// count requests through their own proxies.
-	cmd := exec.CommandContext(ctx, "node", "--test", "--test-concurrency=1", "--test-reporter=spec", "tests/")
+	args := []string{"--test", "--test-concurrency=1", "--test-reporter=spec"}
+	// BERTH_SDK_TESTS: a test name pattern, to run some tests while
+	// working on them (the harness and its checks are the same).
+	if k := os.Getenv("BERTH_SDK_TESTS"); k != "" {
+		args = append(args, "--test-name-pattern", k)
+	}
+	cmd := exec.CommandContext(ctx, "node", append(args, "tests/")...)
 	cmd.Dir = dir
 	cmd.Env = append(cleanEnv("NODE_"), dm.env()...)
 	cmd.Env = append(cmd.Env, "BERTH_TEST_TMP="+dm.base)

@@ -234,12 +234,27 @@ func (s *server) ownerIDs(req *wire.Request) (uid, gid *int, err error) {
 	return &u, &g, nil
 }
 
-// chownTo gives the directory at p to the user spec owner, resolved
-// against the sandbox's own /etc/passwd and /etc/group.
-func (s *server) chownTo(p, owner string) error {
-	cred, err := s.root.ResolveUser(owner)
+// mkdir makes req.Path; with an owner, the directory and every parent
+// the call made are the owner's (a parent that was there stays as it
+// was), so a sandbox's own user can write into what the files API made.
+func (s *server) mkdir(req wire.Request) error {
+	if req.Owner == "" {
+		return s.root.Mkdir(req.Path, req.Mode, req.Parents)
+	}
+	cred, err := s.root.ResolveUser(req.Owner)
 	if err != nil {
 		return err
 	}
-	return s.root.ChownDir(p, int(cred.Uid), int(cred.Gid))
+	created, err := s.root.MkdirCreated(req.Path, req.Mode, req.Parents)
+	if err != nil {
+		return err
+	}
+	for _, p := range created {
+		if err := s.root.ChownDir(p, int(cred.Uid), int(cred.Gid)); err != nil {
+			return err
+		}
+	}
+	// The target itself even when it was there (MkdirOwned: a workspace
+	// made by the image is given to the sandbox's user).
+	return s.root.ChownDir(req.Path, int(cred.Uid), int(cred.Gid))
 }

@@ -363,10 +363,7 @@ func (s *server) handle(ctx context.Context, c net.Conn) {
 	case wire.OpList:
 		err = s.handleList(cn)
 	case wire.OpMkdir:
-		err = s.root.Mkdir(req.Path, req.Mode, req.Parents)
-		if err == nil && req.Owner != "" {
-			err = s.chownTo(req.Path, req.Owner)
-		}
+		err = s.mkdir(req)
 		if err == nil {
 			err = cn.fw.Send(wire.FrameEnd, nil)
 		}

@@ -298,9 +298,17 @@ func (r *Root) List(p string, each func(wire.FileInfo) error) error {
 // Mkdir creates a directory; with parents, missing parents too and an
 // existing directory is not an error.
 func (r *Root) Mkdir(p string, mode uint32, parents bool) error {
+	_, err := r.MkdirCreated(p, mode, parents)
+	return err
+}
+
+// MkdirCreated is Mkdir that also says which directories it made, in the
+// order it made them (absolute paths inside the root): what an owned
+// mkdir gives to its owner besides the target.
+func (r *Root) MkdirCreated(p string, mode uint32, parents bool) (created []string, err error) {
 	clean, rel, err := CleanPath(p)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if mode == 0 {
 		mode = 0o755
@@ -308,14 +316,17 @@ func (r *Root) Mkdir(p string, mode uint32, parents bool) error {
 	mode &= 0o7777
 	if !parents {
 		if rel == "." {
-			return errdefs.Conflict("mkdir /: file exists")
+			return nil, errdefs.Conflict("mkdir /: file exists")
 		}
 		pfd, name, err := r.OpenParent(clean)
 		if err != nil {
-			return PathErr("mkdir", clean, err)
+			return nil, PathErr("mkdir", clean, err)
 		}
 		defer unix.Close(pfd)
-		return PathErr("mkdir", clean, unix.Mkdirat(pfd, name, mode))
+		if err := unix.Mkdirat(pfd, name, mode); err != nil {
+			return nil, PathErr("mkdir", clean, err)
+		}
+		return []string{clean}, nil
 	}
 	// Walk down from the root, resolving each prefix afresh inside the
 	// root so that a symlinked component is followed the way the kernel
@@ -332,23 +343,26 @@ func (r *Root) Mkdir(p string, mode uint32, parents bool) error {
 			continue
 		}
 		if err != unix.ENOENT {
-			return PathErr("mkdir", "/"+prefix, err)
+			return created, PathErr("mkdir", "/"+prefix, err)
 		}
 		pfd, name, err := r.OpenParent("/" + prefix)
 		if err != nil {
-			return PathErr("mkdir", "/"+prefix, err)
+			return created, PathErr("mkdir", "/"+prefix, err)
 		}
 		err = unix.Mkdirat(pfd, name, mode)
 		unix.Close(pfd)
 		if err != nil && err != unix.EEXIST {
-			return PathErr("mkdir", "/"+prefix, err)
+			return created, PathErr("mkdir", "/"+prefix, err)
+		}
+		if err == nil {
+			created = append(created, "/"+prefix)
 		}
 	}
 	fd, err := r.Open(rel, unix.O_PATH|unix.O_DIRECTORY)
 	if err != nil {
-		return PathErr("mkdir", clean, err)
+		return created, PathErr("mkdir", clean, err)
 	}
-	return unix.Close(fd)
+	return created, unix.Close(fd)
 }
 
 // MaxTreeDepth bounds the recursion of tree walks (one fd per level).

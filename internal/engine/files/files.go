@@ -3,8 +3,8 @@
 // its root), a quarantined one's read from outside it, writes recorded as
 // events. Export, copy and template builds use it too.
 //
-// Ownership: what a user's write or copy creates (the files API's PUT,
-// berth cp in either form) belongs to the request's user, else the
+// Ownership: what a user's write, copy or mkdir creates (the files API's
+// PUT and mkdir, berth cp in either form) belongs to the request's user, else the
 // sandbox's (Spec.User: create --user, else the template's USER), else
 // root, resolved by the agent against the sandbox's own /etc/passwd, so
 // a non-root sandbox's processes can change what was copied in; with
@@ -189,11 +189,19 @@ func (f *Files) WriteTarAs(ctx context.Context, dir string, r io.Reader, o Owner
 	return err
 }
 
+// Mkdir makes path (with parents, the missing ones too) as root, as the
+// engine's own writes are.
 func (f *Files) Mkdir(ctx context.Context, path string, mode os.FileMode, parents bool, actor string) error {
+	return f.MkdirAs(ctx, path, mode, parents, "", actor)
+}
+
+// MkdirAs makes path, what it creates owned by owner (Owner: a user's
+// mkdir is the sandbox's user's; "" is root).
+func (f *Files) MkdirAs(ctx context.Context, path string, mode os.FileMode, parents bool, owner, actor string) error {
 	if err := f.writable(); err != nil {
 		return err
 	}
-	err := f.c.Mkdir(ctx, path, mode, parents)
+	err := f.c.MkdirAs(ctx, path, mode, parents, owner)
 	if err == nil {
 		f.record(ctx, "files.mkdir", actor, path)
 	}

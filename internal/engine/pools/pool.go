@@ -54,6 +54,7 @@ type Warm struct {
 	refilling    sync.Mutex
 	mu           sync.Mutex
 	poolStats    map[store.PoolKey]*poolStats
+	claimQueues  map[store.PoolKey]*claimQueue     // what claims pop members from (claimqueue.go; under mu)
 	poolBuilding int                               // members being made, all pools (under mu)
 	poolInFlight map[store.PoolKey]map[string]bool // ids of members being made, per pool (under mu)
 	retiring     map[string]bool                   // ids of members queued for removal (under mu)
@@ -68,7 +69,7 @@ type Warm struct {
 // creates.
 func New(e *engine.Engine) *Warm {
 	w := &Warm{e: e, store: e.Store(), node: e.Backend(), log: e.Log(),
-		poolStats: map[store.PoolKey]*poolStats{}, poolInFlight: map[store.PoolKey]map[string]bool{}, retiring: map[string]bool{}}
+		poolStats: map[store.PoolKey]*poolStats{}, claimQueues: map[store.PoolKey]*claimQueue{}, poolInFlight: map[store.PoolKey]map[string]bool{}, retiring: map[string]bool{}}
 	w.autoMax = e.Config().WarmPoolMax
 	if w.autoMax <= 0 {
 		w.autoMax = defaultAutoMax()
@@ -338,34 +339,44 @@ func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec
 	if err != nil || m.sizes(set)[k] == 0 {
 		return nil, err
 	}
-	// Only this pool's members are read: a claim's cost must not grow
-	// with the node's sandboxes.
-	members, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.e.Node(), Pool: k.Template}, store.Page{})
-	if err != nil {
-		return nil, err
-	}
+	// Only this pool's members are read, once for a burst of claims
+	// (claimqueue.go): a claim's cost must grow neither with the node's
+	// sandboxes nor with the claims beside it.
 	defer m.kickRefill()
-	for _, cand := range members {
-		if cand.Tenant != k.Tenant {
-			continue // another tenant's pool of a template of the same name
+	q := m.queue(k)
+	listed := false
+	list := func(ctx context.Context) ([]string, error) {
+		members, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.e.Node(), Pool: k.Template}, store.Page{})
+		if err != nil {
+			return nil, err
 		}
-		if !m.ready(cand) || !slices.Equal(cand.Spec.Layers, tpl.Layers) ||
-			cand.Spec.Resources.DiskBytes != spec.Resources.DiskBytes || // made under another default
-			m.runtimeOf(cand) != spec.Runtime { // made under another default class
-			continue
+		return m.readyIDs(k, members), nil
+	}
+	for {
+		id, ok, err := q.next(ctx, &listed, list)
+		if err != nil {
+			return nil, err
 		}
-		unlock, ok := m.e.TryLock(cand.ID)
 		if !ok {
-			continue // another claim or the reconciler has it
+			break
+		}
+		unlock, ok := m.e.TryLock(id)
+		if !ok {
+			continue // the reconciler has it (claims never share an id)
 		}
 		begin := time.Now()
-		sb, err := m.claimLocked(ctx, k, cand.ID, spec, req, opt)
+		sb, err := m.claimLocked(ctx, k, id, tpl, spec, req, opt)
 		unlock()
 		if err != nil {
 			if errors.Is(err, errdefs.ErrNameTaken) || errors.Is(err, errdefs.ErrQuota) {
-				return nil, err // the name is taken, the tenant is full: no member will do
+				// The name is taken, the tenant is full: no member will
+				// do. The member goes back for the next claim.
+				q.putBack(id)
+				return nil, err
 			}
-			m.log.Warn("pool claim failed", "sandbox", cand.ID, "err", err)
+			if !errors.Is(err, errNotClaimable) {
+				m.log.Warn("pool claim failed", "sandbox", id, "err", err)
+			}
 			continue
 		}
 		m.stats(k).hits.Add(1)
@@ -376,17 +387,21 @@ func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec
 	return nil, nil
 }
 
-func (m *Warm) claimLocked(ctx context.Context, pool store.PoolKey, id string, spec sandbox.Spec, req *engine.CreateRequest, opt engine.CreateOptions) (*sandbox.Sandbox, error) {
+func (m *Warm) claimLocked(ctx context.Context, pool store.PoolKey, id string, tpl *store.Template, spec sandbox.Spec, req *engine.CreateRequest, opt engine.CreateOptions) (*sandbox.Sandbox, error) {
 	// A host pool's member belongs to no tenant, so the claimant's own
 	// read would not find it: read it as the engine, then check it is
 	// still a member of the pool being claimed from.
 	sb, err := m.store.GetSandbox(ctx, store.AnyOwner, id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, errNotClaimable // removed since the pool was listed
+	}
 	if err != nil {
 		return nil, err
 	}
 	if !m.ready(sb) || sb.Spec.Pool != pool.Template || sb.Tenant != pool.Tenant ||
-		m.runtimeOf(sb) != spec.Runtime {
-		return nil, errdefs.Conflict("pool member %s was taken", id)
+		m.runtimeOf(sb) != spec.Runtime || !slices.Equal(sb.Spec.Layers, tpl.Layers) ||
+		sb.Spec.Resources.DiskBytes != spec.Resources.DiskBytes { // made under another default
+		return nil, errNotClaimable // claimed, removed or changed since the pool was listed
 	}
 	// The claimant's identity and settings; what the container was started
 	// with (layers, resources, host /usr) is the member's and equal.

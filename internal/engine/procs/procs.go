@@ -376,9 +376,11 @@ func apiID(boot, id string) string {
 
 var pidRE = regexp.MustCompile(`^([0-9a-f]{6})-([0-9]+)$`)
 
-// ValidateStart checks a start request before it reaches the agent.
-func ValidateStart(req *StartRequest) error {
-	if err := engine.ValidateExec(&req.ExecRequest); err != nil {
+// Validate checks a start request before it reaches the agent: the one
+// set of rules of a process start, whichever door it came through (REST
+// at the edge through input.Validate, the E2B door, MCP through REST).
+func (req *StartRequest) Validate() error {
+	if err := req.ExecRequest.Validate(); err != nil {
 		return err
 	}
 	if req.Timeout != 0 {
@@ -486,7 +488,7 @@ func reasonOf(pr Process) string {
 
 // StartProcess starts a background process in sandbox ref.
 func (p *Procs) StartProcess(ctx context.Context, ref string, req *StartRequest, actor string) (Process, error) {
-	if err := ValidateStart(req); err != nil {
+	if err := req.Validate(); err != nil {
 		return Process{}, err
 	}
 	sb, c, boot, err := p.ready(ctx, ref, "start a process in", actor)
@@ -909,7 +911,7 @@ func (p *Procs) startService(ctx context.Context, sb *sandbox.Sandbox, c *agent.
 		restart = store.RestartOnFailure
 	}
 	req := &engine.ExecRequest{Cmd: svc.Cmd, Env: svc.Env, Workdir: svc.Dir, User: svc.User}
-	if err := engine.ValidateExec(req); err != nil {
+	if err := req.Validate(); err != nil {
 		log.Warn("service: invalid", "err", err)
 		return
 	}
@@ -947,7 +949,7 @@ func (p *Procs) restart(ctx context.Context, sb *sandbox.Sandbox, c *agent.Clien
 	}
 	req := &engine.ExecRequest{Cmd: sp.Spec.Cmd, Env: sp.Spec.Env, Workdir: sp.Spec.Workdir, User: sp.Spec.User,
 		TTY: sp.Spec.TTY, Rows: sp.Spec.Rows, Cols: sp.Spec.Cols}
-	if err := engine.ValidateExec(req); err != nil {
+	if err := req.Validate(); err != nil {
 		fail(err)
 		return
 	}

@@ -48,7 +48,7 @@ func TestForgotten(t *testing.T) {
 func TestValidateStartReadyPort(t *testing.T) {
 	for port, ok := range map[int]bool{0: true, 1: true, 8000: true, 65535: true, -1: false, 65536: false} {
 		req := &StartRequest{ExecRequest: engine.ExecRequest{Cmd: []string{"true"}}, Restart: "always", ReadyPort: port}
-		err := ValidateStart(req)
+		err := req.Validate()
 		if ok && err != nil || !ok && !errors.Is(err, errdefs.ErrInvalid) {
 			t.Errorf("ready port %d: %v", port, err)
 		}

@@ -136,6 +136,12 @@ func (m *Snapshots) Fork(ctx context.Context, ref string, req *ForkRequest, acto
 		taken[sp.IPv4], taken[sp.IPv6] = sp.IPv4 != "", sp.IPv6 != ""
 		addrs[i] = sp
 	}
+	// The parent's supervised processes come with its children: each
+	// child's first boot starts them, as any boot of the parent would.
+	supervised, err := m.store.ListProcesses(ctx, parent.ID)
+	if err != nil {
+		return nil, frozen, fmt.Errorf("listing %s's supervised processes: %w", parent.ID, err)
+	}
 	children := make([]*sandbox.Sandbox, n)
 	errs := make([]error, n)
 	done := make(chan int, n)
@@ -178,7 +184,12 @@ func (m *Snapshots) Fork(ctx context.Context, ref string, req *ForkRequest, acto
 			child := &sandbox.Sandbox{ID: id, Name: name, Tenant: parent.Tenant, State: sandbox.StateCreating,
 				Node: m.e.Node(), Spec: sp, CreatedAt: now, UpdatedAt: now, Cause: sandbox.CauseUser,
 				Reason: "forked from " + parent.ID}
-			errs[i] = m.e.Launch(ctx, child, actor, func() error { return m.node.Materialize(ctx, child, stage.Name) })
+			errs[i] = m.e.Launch(ctx, child, actor, func() error {
+				if err := m.node.Materialize(ctx, child, stage.Name); err != nil {
+					return err
+				}
+				return m.inherit(ctx, supervised, child.ID)
+			})
 			children[i] = child
 		}()
 	}
@@ -197,6 +208,18 @@ func (m *Snapshots) Fork(ctx context.Context, ref string, req *ForkRequest, acto
 		return out, frozen, err
 	}
 	return out, frozen, nil
+}
+
+// inherit records sps, a parent's supervised processes, as sandbox id's,
+// not yet started: its first boot starts them (procs.Running).
+func (m *Snapshots) inherit(ctx context.Context, sps []*store.SupervisedProcess, id string) error {
+	for _, sp := range sps {
+		cp := &store.SupervisedProcess{SandboxID: id, Key: sp.Key, Spec: sp.Spec, CreatedAt: m.e.Now()}
+		if err := m.store.PutProcess(ctx, cp); err != nil {
+			return fmt.Errorf("recording supervised process %s: %w", sp.Key, err)
+		}
+	}
+	return nil
 }
 
 // capture is the backend's Capture with its contract kept whatever the

@@ -18,7 +18,7 @@ import (
 // The E2B door (serve --e2b-listen) holds the same rights as the REST
 // API: a viewer key never receives a sandbox's envd access token (which
 // runs commands and writes files), the token a key is shown ends with
-// that key, envd's health check is no oracle of which sandbox ids exist,
+// that key (and so does a stream opened with it), envd's health check is no oracle of which sandbox ids exist,
 // and envd's process start refuses what REST's refuses. They run once (runc): the door's rules do not depend on the
 // runtime.
 func e2bAttacks() []*attack.Attack {
@@ -82,6 +82,51 @@ func e2bAttacks() []*attack.Attack {
 				return attack.Judged(strings.Contains(body, "unauthenticated"), "a command with the revoked reader's token: %d %s",
 					st, attack.Clip(attack.OneLine(body), 80))
 			}),
+		x("revoked-stream", "open a process stream through envd with the envd token of a second member key's sandbox, revoke that key, and keep reading the stream", "the stream ends within 5 s of the revocation",
+			func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome {
+				k, err := e.C.CreateAPIKey(ctx, api.CreateAPIKeyRequest{Name: door.tenant + "-streamer", Tenant: door.tenant, Role: "member"})
+				if err != nil {
+					return attack.Escaped("a second member key: %v", err)
+				}
+				st, body, err := door.do(ctx, "GET", "/sandboxes/"+door.sandbox, k.Key, nil, "")
+				var out struct{ EnvdAccessToken string }
+				if err != nil || st != 200 || json.Unmarshal([]byte(body), &out) != nil || out.EnvdAccessToken == "" {
+					return attack.Escaped("the streamer's get: %d %v %s", st, err, attack.Clip(attack.OneLine(body), 80))
+				}
+				sctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				req, err := http.NewRequestWithContext(sctx, "POST", e.Target.E2B+"/process.Process/Start",
+					strings.NewReader(connectEnvelope(`{"process":{"cmd":"/bin/sleep","args":["600"]}}`)))
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				req.Header = http.Header{"E2b-Sandbox-Id": {door.sandbox}, "E2b-Sandbox-Port": {"49983"},
+					"X-Access-Token": {out.EnvdAccessToken}, "Content-Type": {"application/connect+json"}}
+				resp, err := (&http.Client{}).Do(req)
+				if err != nil {
+					return attack.Escaped("the stream: %v", err)
+				}
+				defer resp.Body.Close()
+				var hdr [5]byte // the start event: the stream is open
+				if _, err := io.ReadFull(resp.Body, hdr[:]); err != nil || resp.StatusCode != 200 {
+					return attack.Escaped("the stream did not open: %d %v", resp.StatusCode, err)
+				}
+				if _, err := e.C.RevokeAPIKey(ctx, k.ID); err != nil {
+					return attack.Escaped("revoking the streamer: %v", err)
+				}
+				ended := make(chan string, 1)
+				go func() {
+					b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+					ended <- string(b)
+				}()
+				select {
+				case tail := <-ended:
+					return attack.Judged(strings.Contains(tail, "unauthenticated"), "the stream ended after the revocation: %s",
+						attack.Clip(attack.OneLine(tail), 80))
+				case <-time.After(5 * time.Second):
+					return attack.Escaped("the stream outlived its key's revocation by 5 s")
+				}
+			}),
 		x("envd-control-bytes", "start a process through envd with an ESC in an env name and in the working directory", "invalid_argument, as REST refuses them",
 			func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome {
 				var seen []string
@@ -98,6 +143,32 @@ func e2bAttacks() []*attack.Attack {
 					seen = append(seen, "invalid_argument")
 				}
 				return attack.Contained("env name, cwd: %s", strings.Join(seen, ", "))
+			}),
+		x("envd-long-path", "write a file through envd, and start a process there, naming a path past PATH_MAX (4097 bytes)", "400 and invalid_argument, as REST refuses it",
+			func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome {
+				long := "/tmp/" + strings.Repeat("a", 4092)
+				hdr := map[string]string{"E2b-Sandbox-Id": door.sandbox, "E2b-Sandbox-Port": "49983", "X-Access-Token": door.token}
+				up := map[string]string{"Content-Type": "application/octet-stream"}
+				for k, v := range hdr {
+					up[k] = v
+				}
+				st, body, err := door.do(ctx, "POST", "/files?path="+long, "", up, "x")
+				if err != nil {
+					return attack.Escaped("upload: %v", err)
+				}
+				if st != 400 {
+					return attack.Escaped("upload to a path past PATH_MAX: %d %s", st, attack.Clip(attack.OneLine(body), 80))
+				}
+				hdr["Content-Type"] = "application/connect+json"
+				st, body, err = door.do(ctx, "POST", "/process.Process/Start", "", hdr,
+					connectEnvelope(`{"process":{"cmd":"/bin/true","cwd":"`+long+`"}}`))
+				if err != nil {
+					return attack.Escaped("start: %v", err)
+				}
+				if !strings.Contains(body, "invalid_argument") {
+					return attack.Escaped("start in a cwd past PATH_MAX: %d %s", st, attack.Clip(attack.OneLine(body), 80))
+				}
+				return attack.Contained("upload 400, start invalid_argument")
 			}),
 	}
 }

@@ -145,6 +145,51 @@ func rightsAttacks() []*attack.Attack {
 				}
 				return attack.Judged(st == 401, "GET the port with the revoked token: %d %s", st, attack.Clip(attack.OneLine(resp), 60))
 			}),
+		x("key-outlives-creator", "with a key that expires in an hour, make a key that expires later, and one with no expiry", "403 for the later one; the other ends with its maker",
+			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome {
+				short, err := e.C.CreateAPIKey(ctx, api.CreateAPIKeyRequest{Tenant: tn.name, Role: "admin", ExpiresInSeconds: 3600})
+				if err != nil || short.ExpiresAt == nil {
+					return attack.Escaped("an expiring key: %v", err)
+				}
+				st, resp, err := tcp.Do(ctx, "POST", "/v1/keys", short.Key, api.CreateAPIKeyRequest{Role: "member", ExpiresInSeconds: 7200})
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				if st != 403 {
+					return attack.Escaped("a key outliving its maker: %d %s", st, attack.Clip(attack.OneLine(resp), 60))
+				}
+				var k api.CreatedAPIKey
+				st, resp, err = tcp.Do(ctx, "POST", "/v1/keys", short.Key, api.CreateAPIKeyRequest{Role: "member"})
+				if err != nil || st != 201 || jsonInto(resp, &k) != nil {
+					return attack.Escaped("a key without expiry: %d %v %s", st, err, attack.Clip(resp, 80))
+				}
+				ends := k.ExpiresAt != nil && !k.ExpiresAt.After(*short.ExpiresAt)
+				return attack.Judged(ends, "later: 403; without expiry: expires %v (maker %v)", k.ExpiresAt, short.ExpiresAt)
+			}),
+		x("lease-revoked", "run a command with a lease token after that lease alone was revoked (its key still valid)", "401",
+			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome {
+				k, err := tn.key(ctx, "member")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				sb, err := tn.create(ctx, tcp, k.Key)
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				var l api.Lease
+				st, resp, err := tcp.Do(ctx, "POST", "/v1/sandboxes/"+sb.ID+"/leases", k.Key, api.CreateLeaseRequest{Scopes: []string{"exec"}})
+				if err != nil || st != 201 || jsonInto(resp, &l) != nil || l.ID == "" {
+					return attack.Escaped("mint: %d %v %s", st, err, attack.Clip(resp, 80))
+				}
+				if st, resp, err := tcp.Do(ctx, "DELETE", "/v1/sandboxes/"+sb.ID+"/leases/"+l.ID, k.Key, nil); err != nil || st != 204 {
+					return attack.Escaped("revoke: %d %v %s", st, err, attack.Clip(resp, 80))
+				}
+				st, resp, err = tcp.Do(ctx, "POST", "/v1/sandboxes/"+sb.ID+"/exec", l.Token, api.ExecRequest{Cmd: []string{"true"}})
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				return attack.Judged(st == 401, "exec with the revoked lease: %d %s", st, attack.Clip(attack.OneLine(resp), 60))
+			}),
 	}
 }
 

@@ -15,6 +15,7 @@ package admin
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -249,6 +250,26 @@ func (h *Handlers) CreateKey(w http.ResponseWriter, r *http.Request) {
 		}
 		k.ExpiresAt = now.Add(d)
 	}
+	// No key outlives the key that made it: an expiring key (a console
+	// session's, one handed out for a day) makes keys that end with it
+	// at the latest, else a stolen session would mint itself a permanent
+	// one. Without expires_in_seconds the new key inherits the expiry.
+	if p.KeyID != "" {
+		creator, err := h.E.Store().GetAPIKey(r.Context(), store.AnyOwner, p.KeyID)
+		if err != nil {
+			rest.Error(w, err)
+			return
+		}
+		switch {
+		case creator.ExpiresAt.IsZero():
+		case k.ExpiresAt.IsZero():
+			k.ExpiresAt = creator.ExpiresAt
+		case k.ExpiresAt.After(creator.ExpiresAt):
+			rest.Error(w, errdefs.Permission("the credential expires at %s: it cannot make a key that outlives it",
+				creator.ExpiresAt.UTC().Format(time.RFC3339)))
+			return
+		}
+	}
 	id, key := auth.NewKey()
 	k.ID, k.Hash, k.Prefix = id, auth.Hash(key), auth.PrefixOf(id)
 	if err := h.E.Store().CreateAPIKey(r.Context(), k); err != nil {
@@ -376,6 +397,41 @@ func (h *Handlers) MintLease(w http.ResponseWriter, r *http.Request) {
 	}
 	rest.JSON(w, http.StatusCreated, api.Lease{ID: l.ID, SandboxID: sb.ID, Scopes: granted, ExpiresAt: l.ExpiresAt,
 		Token: h.opts().Leases.LeaseToken(sb.ID, l.ID)})
+}
+
+// RevokeLease serves DELETE /v1/sandboxes/{id}/leases/{lease}: one lease
+// of a sandbox the caller sees ends by itself (its id is the one minting
+// answered; the create-time lease's is "c-" and the sandbox id), refused
+// from its next request, its streams ended (the root package server,
+// live.go). As with keys (auth.MayActOn), no caller revokes a lease
+// holding a scope it lacks. Revoking a revoked lease is no error.
+func (h *Handlers) RevokeLease(w http.ResponseWriter, r *http.Request) {
+	sb, err := h.E.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		rest.Error(w, err)
+		return
+	}
+	o := rest.OwnerOf(r.Context())
+	l, err := h.E.Store().GetLease(r.Context(), r.PathValue("lease"))
+	if err == nil && (l.SandboxID != sb.ID || !o.Sees(l.Tenant)) {
+		err = errdefs.NotFound("lease %s not found", r.PathValue("lease"))
+	} else if errors.Is(err, errdefs.ErrNotFound) {
+		err = errdefs.NotFound("lease %s not found", r.PathValue("lease"))
+	}
+	if err != nil {
+		rest.Error(w, err)
+		return
+	}
+	if err := auth.MayActOn(rest.Principal(r), l.Scopes); err != nil {
+		rest.Error(w, err)
+		return
+	}
+	if err := h.E.Store().RevokeLease(r.Context(), o, l.ID, h.now()); err != nil {
+		rest.Error(w, err)
+		return
+	}
+	h.credentialsChanged()
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // ---- port tokens ----

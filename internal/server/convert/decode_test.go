@@ -55,7 +55,7 @@ func FuzzDecodeRequests(f *testing.F) {
 		var e api.ExecRequest
 		if err := input.Decode(r, &e); err != nil {
 			assert4xx(t, err)
-		} else if err := manager.ValidateExec(ExecRequest(&e)); err != nil {
+		} else if err := ExecRequest(&e).Validate(); err != nil {
 			assert4xx(t, err)
 		}
 	})

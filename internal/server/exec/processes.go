@@ -11,7 +11,6 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/berth-sh/berth/api"
-	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/server/convert"
@@ -44,10 +43,7 @@ func (h *Handlers) StartProcess(w http.ResponseWriter, r *http.Request) {
 		rest.Error(w, err)
 		return
 	}
-	p, err := h.E.StartProcess(r.Context(), r.PathValue("id"), &manager.StartRequest{
-		ExecRequest: engine.ExecRequest{Cmd: req.Cmd, Env: req.Env, Workdir: req.Workdir, User: req.User,
-			TTY: req.TTY, Rows: req.Rows, Cols: req.Cols},
-		Tag: req.Tag, Restart: req.Restart, MaxRestarts: req.MaxRestarts, ReadyPort: req.ReadyPort}, rest.Actor(r))
+	p, err := h.E.StartProcess(r.Context(), r.PathValue("id"), input.StartRequest(&req), rest.Actor(r))
 	if err != nil {
 		rest.Error(w, err)
 		return

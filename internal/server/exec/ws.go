@@ -55,11 +55,7 @@ func (h *Handlers) ExecWS(w http.ResponseWriter, r *http.Request) {
 		sendErr(errdefs.Invalid("the first message must be the JSON exec request"))
 		return
 	}
-	if err := input.DecodeBytes(first, &req); err != nil {
-		sendErr(err)
-		return
-	}
-	if err := input.ValidateExec(&req); err != nil {
+	if err := input.DecodeBytes(first, &req); err != nil { // validates too (input.Validate)
 		sendErr(err)
 		return
 	}

@@ -30,22 +30,16 @@ type Handlers struct {
 	E Engine
 }
 
-// maxPathLen bounds a path query parameter.
-const maxPathLen = 4096
-
 func pathParam(r *http.Request) (string, error) { return pathParamNamed(r, "path") }
 
 // pathParamNamed reads the required path query parameter name: at most
-// maxPathLen bytes, no control characters.
+// sandbox.MaxFilePathBytes bytes, no control characters.
 func pathParamNamed(r *http.Request, name string) (string, error) {
 	p := r.URL.Query().Get(name)
 	if p == "" {
 		return "", errdefs.Invalid("%s query parameter is required", name)
 	}
-	if len(p) > maxPathLen {
-		return "", errdefs.Invalid("%s longer than %d bytes", name, maxPathLen)
-	}
-	if err := sandbox.CheckText(name, p); err != nil {
+	if err := sandbox.CheckFilePath(name, p); err != nil { // the E2B door's rule too
 		return "", err
 	}
 	return p, nil
@@ -257,7 +251,9 @@ func (h *Handlers) Mkdir(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer f.Close()
-	if err := f.Mkdir(r.Context(), path, mode, parents, rest.Actor(r)); err != nil {
+	// Owned as a user's write is: by the sandbox's user, so its own
+	// processes can write into what the API made.
+	if err := f.MkdirAs(r.Context(), path, mode, parents, f.Owner(""), rest.Actor(r)); err != nil {
 		rest.Error(w, err)
 		return
 	}

@@ -3,6 +3,7 @@ package input
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -104,6 +105,16 @@ func TestEdgeValidation(t *testing.T) {
 		{"build", `{"name":"t","from":"base","run":["echo a\u0000"]}`, "NUL"},
 		{"build", `{"name":"t","from":"base","run":["echo a\necho b"]}`, ""},
 		{"import", `{"name":"t","ref":"x\u0000"}`, "ref"},
+		{"process", `{"cmd":["sleep","9"],"tag":"web","restart":"always"}`, ""},
+		{"process", `{"cmd":["ls"],"env":{"A\u001bB":"1"}}`, "env name"},
+		{"process", `{"cmd":["ls"],"workdir":"/tmp/\u001b[31m"}`, "workdir"},
+		{"process", `{"cmd":["ls"],"workdir":"tmp"}`, "absolute"},
+		{"process", `{"cmd":["ls"],"stdin":"eA=="}`, "stdin"},
+		{"process", `{"cmd":["ls"],"timeout_seconds":1e-12}`, "no timeout"},
+		{"process", `{"cmd":["ls"],"tag":"1abc"}`, "tag"},
+		{"process", `{"cmd":["ls"],"restart":"sometimes"}`, "restart policy"},
+		{"process", `{"cmd":["ls"],"ready_port":70000}`, "ready_port"},
+		{"process", `{"cmd":[]}`, "cmd is required"},
 	} {
 		var v any
 		switch tc.route {
@@ -129,6 +140,8 @@ func TestEdgeValidation(t *testing.T) {
 			v = &api.BuildTemplateRequest{}
 		case "import":
 			v = &api.ImportTemplateRequest{}
+		case "process":
+			v = &api.StartProcessRequest{}
 		}
 		err := DecodeBytes([]byte(tc.body), v)
 		if tc.msg == "" && err != nil || tc.msg != "" && (err == nil || !strings.Contains(err.Error(), tc.msg)) {
@@ -166,4 +179,29 @@ func FuzzCheckJSON(f *testing.F) {
 			t.Fatalf("accepted a body its validation refuses: %v", err)
 		}
 	})
+}
+
+// TestProcessStartOneValidate: the edge's check of a process start is
+// the engine's Validate of the start as the engine takes it (the one the
+// E2B door calls): every start one refuses the other refuses with the
+// same error, and one it accepts the other accepts.
+func TestProcessStartOneValidate(t *testing.T) {
+	for _, req := range []api.StartProcessRequest{
+		{ExecRequest: api.ExecRequest{Cmd: []string{"true"}}},
+		{ExecRequest: api.ExecRequest{Cmd: []string{"true"}, Env: map[string]string{"A\x1bB": "1"}}},
+		{ExecRequest: api.ExecRequest{Cmd: []string{"true"}, Env: map[string]string{"A=B": "1"}}},
+		{ExecRequest: api.ExecRequest{Cmd: []string{"true"}, Workdir: "/tmp/\x1b[31m"}},
+		{ExecRequest: api.ExecRequest{Cmd: []string{"true"}, User: "root\n"}},
+		{ExecRequest: api.ExecRequest{Cmd: []string{"a\x00b"}}},
+		{ExecRequest: api.ExecRequest{Cmd: []string{"true"}, Stdin: []byte("x")}},
+		{ExecRequest: api.ExecRequest{Cmd: []string{"true"}}, Tag: "x y"},
+		{ExecRequest: api.ExecRequest{Cmd: []string{"true"}}, Tag: "abcdef-1"},
+		{ExecRequest: api.ExecRequest{Cmd: []string{"true"}}, MaxRestarts: -1},
+	} {
+		edge := Validate(&req)
+		engine := StartRequest(&req).Validate()
+		if fmt.Sprint(edge) != fmt.Sprint(engine) {
+			t.Errorf("start %+v: the edge says %v, the engine %v", req, edge, engine)
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/procs"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
@@ -18,6 +19,12 @@ import (
 // store accept. What needs a template or the host's state (defaults
 // merged, volumes resolved) is the spec's own validation
 // (sandbox.Spec.Validate), which the manager runs before any side effect.
+//
+// An exec or a process start is checked by the engine's own Validate of
+// the request as the engine takes it (engine.ExecRequest.Validate,
+// procs.StartRequest.Validate), after the one conversion (ExecRequest,
+// StartRequest): the same rules the E2B door calls, and the engine
+// meets again, so no door can accept what another refuses.
 func Validate(v any) error {
 	switch req := v.(type) {
 	case *api.CreateSandboxRequest:
@@ -28,7 +35,14 @@ func Validate(v any) error {
 		}
 		return validateExec(&req.Exec, false) // its command may be the template's
 	case *api.ExecRequest:
-		return ValidateExec(req)
+		return validateExec(req, true)
+	case *api.StartProcessRequest:
+		// The wire's own field first: a timeout below a nanosecond
+		// would convert to none.
+		if req.TimeoutSeconds != 0 {
+			return errdefs.Invalid("a background process has no timeout; kill it")
+		}
+		return StartRequest(req).Validate()
 	case *api.ForkRequest:
 		if err := checkSeconds("timeout_seconds", req.TimeoutSeconds); err != nil {
 			return err
@@ -192,21 +206,20 @@ func validateCreate(req *api.CreateSandboxRequest) error {
 	return nil
 }
 
-// ValidateExec checks an exec request at the edge, before anything
+// validateExec checks an exec request at the edge, before anything
 // starts (a run's sandbox, a WebSocket's stream): the wire's own field
 // (timeout_seconds, a number of seconds) here, every other rule the
-// engine's (engine.ValidateExec), which it meets again on every door.
-func ValidateExec(req *api.ExecRequest) error { return validateExec(req, true) }
-
+// engine's (engine.ExecRequest.Validate), which it meets again on every
+// door.
 func validateExec(req *api.ExecRequest, needCmd bool) error {
 	if err := checkSeconds("timeout_seconds", req.TimeoutSeconds); err != nil {
 		return err
 	}
 	e := ExecRequest(req)
 	if needCmd {
-		return engine.ValidateExec(e)
+		return e.Validate()
 	}
-	return engine.CheckExecFields(e)
+	return e.CheckFields()
 }
 
 // CheckPathValues refuses control characters in the {id} and {name} path
@@ -225,6 +238,13 @@ func CheckPathValues(r *http.Request) error {
 func ExecRequest(r *api.ExecRequest) *engine.ExecRequest {
 	return &engine.ExecRequest{Cmd: r.Cmd, Env: r.Env, Workdir: r.Workdir, User: r.User, Stdin: r.Stdin,
 		Timeout: TimeoutSeconds(r.TimeoutSeconds), TTY: r.TTY, Rows: r.Rows, Cols: r.Cols}
+}
+
+// StartRequest is a process start as the engine takes it: the one
+// conversion, which the handler and the edge's check both use.
+func StartRequest(r *api.StartProcessRequest) *procs.StartRequest {
+	return &procs.StartRequest{ExecRequest: *ExecRequest(&r.ExecRequest), Tag: r.Tag, Restart: r.Restart,
+		MaxRestarts: r.MaxRestarts, ReadyPort: r.ReadyPort}
 }
 
 // TimeoutSeconds converts a timeout in seconds as the engine always has: a

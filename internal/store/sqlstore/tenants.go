@@ -164,6 +164,23 @@ func (s *sqlStore) GetLease(ctx context.Context, id string) (*store.Lease, error
 	return &l, nil
 }
 
+func (s *sqlStore) RevokeLease(ctx context.Context, o store.Owner, id string, at time.Time) error {
+	if at.IsZero() {
+		return errdefs.Invalid("revocation time is zero")
+	}
+	l, err := s.GetLease(ctx, id)
+	if err == nil && !o.Sees(l.Tenant) {
+		err = errdefs.NotFound("lease not found")
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := s.exec(ctx, `UPDATE leases SET revoked_at = ? WHERE id = ? AND revoked_at = 0`, micros(at), id); err != nil {
+		return fmt.Errorf("revoke lease %s: %w", id, err)
+	}
+	return nil
+}
+
 func (s *sqlStore) RevokeLeases(ctx context.Context, sandboxID string, at time.Time) (int64, error) {
 	if at.IsZero() {
 		return 0, errdefs.Invalid("revocation time is zero")

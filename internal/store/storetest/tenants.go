@@ -109,6 +109,20 @@ func testLeases(t *testing.T, s store.Store) {
 	if l, _ := s.GetLease(ctx, "l3"); !l.RevokedAt.IsZero() {
 		t.Errorf("revoking sb1's leases revoked sb2's: %+v", l)
 	}
+	// One lease revoked by itself: idempotent, first time kept, another
+	// owner's not found.
+	l4 := &store.Lease{ID: "l4", SandboxID: "sb2", Tenant: "t", Scopes: []string{"exec"}, CreatedAt: at(0)}
+	must(t, s.CreateLease(ctx, l4))
+	wantCategory(t, s.RevokeLease(ctx, store.OwnedBy("other"), "l4", at(time.Minute)), errdefs.ErrNotFound)
+	wantCategory(t, s.RevokeLease(ctx, store.OwnedBy("t"), "nope", at(time.Minute)), errdefs.ErrNotFound)
+	must(t, s.RevokeLease(ctx, store.OwnedBy("t"), "l4", at(time.Minute)))
+	must(t, s.RevokeLease(ctx, store.AnyOwner, "l4", at(2*time.Minute)))
+	if l, _ := s.GetLease(ctx, "l4"); !l.RevokedAt.Equal(stored(at(time.Minute))) {
+		t.Errorf("l4 revoked at %v, want %v", l.RevokedAt, at(time.Minute))
+	}
+	if l, _ := s.GetLease(ctx, "l3"); !l.RevokedAt.IsZero() {
+		t.Errorf("revoking l4 revoked l3: %+v", l)
+	}
 	must(t, s.RevokeAPIKey(ctx, "k1", at(time.Hour)))
 	if l, _ := s.GetLease(ctx, "l3"); !l.RevokedAt.Equal(stored(at(time.Hour))) {
 		t.Errorf("revoking k1 left its lease l3: %+v", l)

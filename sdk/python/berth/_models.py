@@ -23,10 +23,10 @@ from ._wire import Model
 __all__ = [
     'APIKey',
     'ApplyRequest',
+    'AuditBad',
     'AuditEntry',
     'AuditRecord',
     'AuditVerify',
-    'AuditVerifyBad',
     'AuditVerifyRequest',
     'BuildEvent',
     'BuildTemplateRequest',
@@ -108,20 +108,32 @@ __all__ = [
 
 
 @dataclass
+class ErrorBody(Model):
+    """Body of every non-2xx response."""
+
+    error: Error
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('error', 'error', ('Error',)),
+    )
+    _required = ('error',)
+
+
+@dataclass
 class Error(Model):
     """An API error."""
 
     code: str
-    """Stable code: invalid_argument (400), limit_exceeded (400, or 429 with Retry-After for a
-    limit on work in progress: past a documented limit, named in limit; docs/limits.md),
-    unauthenticated (401), permission_denied (403), not_found (404), conflict (409), too_large
-    (413), resource_exhausted (429), not_supported (501), insufficient_storage (507),
-    unreachable (502: a sandbox port nothing listens on), unavailable (503), internal (500); for
-    registry pulls and pushes (docs/images.md) registry_unreachable, registry_dns, registry_tls,
-    registry_error, digest_mismatch (502), registry_unauthorized, registry_denied (403),
-    image_not_found (404), image_unsupported (400); with an Idempotency-Key also
-    invalid_idempotency_key (400), idempotency_key_reused (422) and idempotency_in_progress
-    (409).
+    """Stable code; x-berth-codes lists every code with its HTTP status, as the daemon maps its
+    errors (internal/errdefs). limit_exceeded is 400, or 429 with Retry-After for a limit on
+    work in progress: past a documented limit, named in limit (docs/limits.md); quota_exceeded
+    and rate_limited (429) may carry Retry-After; unreachable (502) is a sandbox port nothing
+    listens on; the registry codes (registry_*, digest_mismatch, image_not_found,
+    image_unsupported) come from pulls and pushes (docs/images.md); invalid_idempotency_key,
+    idempotency_key_reused and idempotency_in_progress from an Idempotency-Key;
+    egress_secret_needs_egress and egress_secret_host_not_allowed from a secret bound to egress
+    hosts (docs/secrets.md). A client should treat a code it does not know by its status.
     """
     message: str
     """One actionable line, safe to show. A 500's is "internal error (request id ...)": its cause
@@ -149,16 +161,215 @@ class Error(Model):
 
 
 @dataclass
-class ErrorBody(Model):
-    """Body of every non-2xx response."""
+class Version(Model):
+    """Answer of GET /v1/version."""
 
-    error: Error
+    version: str
+    go: str
+    runtime: str
+    commit: Optional[str] = None
+    tls_fingerprint: Optional[str] = None
+    """sha256:<hex> of the TLS listener's leaf certificate (--listen), for clients to pin; absent
+    without one.
+    """
+    classes: Optional[List[RuntimeClass]] = None
+    """The runtime classes, the default first, with what each can do on this daemon's backend; an
+    operation a class cannot do is refused (400 or 501) with the reason.
+    """
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
-        ('error', 'error', ('Error',)),
+        ('version', 'version', ()),
+        ('go', 'go', ()),
+        ('runtime', 'runtime', ()),
+        ('commit', 'commit', ()),
+        ('tls_fingerprint', 'tls_fingerprint', ()),
+        ('classes', 'classes', ('list', ('RuntimeClass',))),
     )
-    _required = ('error',)
+    _required = ('version', 'go', 'runtime',)
+
+
+@dataclass
+class RuntimeClass(Model):
+    """A runtime class a daemon offers and what it can do."""
+
+    name: str
+    capabilities: RuntimeCaps
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('name', 'name', ()),
+        ('capabilities', 'capabilities', ('RuntimeCaps',)),
+    )
+    _required = ('name', 'capabilities',)
+
+
+@dataclass
+class RuntimeCaps(Model):
+    """What a runtime class can do."""
+
+    freeze: bool
+    """pause and quarantine keep processes in memory, frozen"""
+    checkpoint: bool
+    """hibernate saves processes and memory to disk"""
+    capture: bool
+    """fork, snapshot, sandboxes from snapshots, restore"""
+    root_layer: bool
+    """persist_root, diff, template builds, an enforced disk cap"""
+    egress: bool
+    """network mode egress (default deny, rules, flow log)"""
+    pool: bool
+    """warm pools"""
+    rename: bool
+    """a running sandbox's host name can change (a named create can be served from a warm pool)"""
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('freeze', 'freeze', ()),
+        ('checkpoint', 'checkpoint', ()),
+        ('capture', 'capture', ()),
+        ('root_layer', 'root_layer', ()),
+        ('egress', 'egress', ()),
+        ('pool', 'pool', ()),
+        ('rename', 'rename', ()),
+    )
+    _required = ('freeze', 'checkpoint', 'capture', 'root_layer', 'egress', 'pool', 'rename',)
+
+
+@dataclass
+class WhoAmI(Model):
+    """The answer of GET /v1/whoami: the credential the request carried, as the daemon sees it
+    (never the key itself). The console asks it once at sign-in to show only the actions the
+    caller's scopes allow. Role is the narrowest role (viewer, member, admin) whose scopes hold
+    every scope of the key; Host marks the host's administrator, the only caller of the host
+    routes (tenants, metrics, doctor).
+    """
+
+    actor: str
+    tenant: str
+    role: Literal['viewer', 'member', 'admin']
+    scopes: List[str]
+    host: bool
+    key_id: Optional[str] = None
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('actor', 'actor', ()),
+        ('tenant', 'tenant', ()),
+        ('role', 'role', ()),
+        ('scopes', 'scopes', ('list', ())),
+        ('host', 'host', ()),
+        ('key_id', 'key_id', ()),
+    )
+    _required = ('actor', 'tenant', 'role', 'scopes', 'host',)
+
+
+@dataclass
+class CreateSandboxRequest(Model):
+    """Body of POST /v1/sandboxes. The lifecycle policy fields (Policy) are part of this object
+    itself, not nested.
+    """
+
+    name: Optional[str] = None
+    """Unique name, usable wherever an id is."""
+    template: Optional[str] = None
+    """Template to create from; default: the daemon's default template."""
+    persistent: Optional[bool] = None
+    """Give the sandbox a workspace volume (at /workspace) that survives pause, stop/start, daemon
+    restart and host reboot.
+    """
+    resources: Optional[Resources] = None
+    env: Optional[Dict[str, str]] = None
+    """Environment of every process in the sandbox."""
+    labels: Optional[Dict[str, str]] = None
+    timeout_seconds: Optional[float] = None
+    """Hard lifetime in seconds; 0 = none."""
+    network: Optional[Literal['none', 'egress']] = None
+    """none | egress"""
+    runtime: Optional[str] = None
+    """Runtime class, e.g. runc."""
+    workdir: Optional[str] = None
+    """Default working directory of execs."""
+    user: Optional[str] = None
+    """Who commands run as when an exec names no one, and who owns /workspace: uid[:gid] or a name
+    from the sandbox's /etc/passwd. Default: the template's user, else root.
+    """
+    persist_root: Optional[bool] = None
+    """Also keep the whole writable root layer of a persistent sandbox (packages installed with apt
+    or pip survive stop/start).
+    """
+    volume_size_bytes: Optional[int] = None
+    """Quota of the workspace volume (and of the root layer with persist_root); default 1 GiB."""
+    volume_inodes: Optional[int] = None
+    """Inode limit of the workspace volume; default 1 per 16 KiB."""
+    volumes: Optional[List[VolumeMount]] = None
+    """Existing named volumes to attach."""
+    keep_volume: Optional[bool] = None
+    """Keep the workspace volume when the sandbox is deleted."""
+    snapshot: Optional[str] = None
+    """Start the sandbox from this snapshot (id or name): its template, workspace and writable
+    root, instead of a template.
+    """
+    allow: Optional[List[str]] = None
+    """Egress rules for network mode egress: [tcp://|udp://]IP|CIDR|DOMAIN|*.DOMAIN[:PORT[,PORT]].
+    Everything else is denied.
+    """
+    public_ports: Optional[List[int]] = None
+    """Sandbox ports the port proxy serves without credentials."""
+    secrets: Optional[List[SecretRef]] = None
+    """The tenant's secrets every exec in it gets as env vars."""
+    idle_timeout_seconds: Optional[float] = None
+    """Act (on_idle) after this long without activity: API calls (exec, files, ports), open exec
+    sessions, and processes other than the agent using CPU above idle_cpu_threshold. 0 = none
+    (or the template's or server's default).
+    """
+    on_idle: Optional[Literal['pause', 'stop']] = None
+    """What to do when idle; default pause."""
+    max_age_seconds: Optional[float] = None
+    """Act (on_max_age) when the sandbox is this old. 0 = none."""
+    on_max_age: Optional[Literal['stop', 'delete']] = None
+    """What to do at max age; default delete."""
+    retention_seconds: Optional[float] = None
+    """Delete a stopped sandbox (and its volume unless kept) this long after it stopped. 0 = never."""
+    auto_resume: Optional[bool] = None
+    """An exec, file or port request to a paused or stopped sandbox resumes or starts it first,
+    then is served.
+    """
+    idle_cpu_threshold: Optional[float] = None
+    """CPU use in cores above which the sandbox's processes count as activity; 0 = default 0.05,
+    negative = CPU use is ignored.
+    """
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('name', 'name', ()),
+        ('template', 'template', ()),
+        ('persistent', 'persistent', ()),
+        ('resources', 'resources', ('Resources',)),
+        ('env', 'env', ('map', ())),
+        ('labels', 'labels', ('map', ())),
+        ('timeout_seconds', 'timeout_seconds', ()),
+        ('network', 'network', ()),
+        ('runtime', 'runtime', ()),
+        ('workdir', 'workdir', ()),
+        ('user', 'user', ()),
+        ('persist_root', 'persist_root', ()),
+        ('volume_size_bytes', 'volume_size_bytes', ()),
+        ('volume_inodes', 'volume_inodes', ()),
+        ('volumes', 'volumes', ('list', ('VolumeMount',))),
+        ('keep_volume', 'keep_volume', ()),
+        ('snapshot', 'snapshot', ()),
+        ('allow', 'allow', ('list', ())),
+        ('public_ports', 'public_ports', ('list', ())),
+        ('secrets', 'secrets', ('list', ('SecretRef',))),
+        ('idle_timeout_seconds', 'idle_timeout_seconds', ()),
+        ('on_idle', 'on_idle', ()),
+        ('max_age_seconds', 'max_age_seconds', ()),
+        ('on_max_age', 'on_max_age', ()),
+        ('retention_seconds', 'retention_seconds', ()),
+        ('auto_resume', 'auto_resume', ()),
+        ('idle_cpu_threshold', 'idle_cpu_threshold', ()),
+    )
 
 
 @dataclass
@@ -192,192 +403,56 @@ class Resources(Model):
 
 
 @dataclass
-class Disk(Model):
-    """Cap and usage of a sandbox's writable root layer (/tmp included). Absent when the layer is
-    on the workspace volume (persist_root; see storage) or the sandbox is deleted.
-    """
+class VolumeMount(Model):
+    """A named volume attached at a path inside the sandbox."""
 
-    cap_bytes: int
-    """Cap in bytes (the filesystem's usable size once mounted)."""
-    cap_inodes: int
-    """Inode cap."""
-    used_bytes: int
-    """Bytes used (0 while not mounted)."""
-    used_inodes: int
-    """Inodes used."""
-    enforced: bool
-    """Whether the cap is in force; false with a note when it is recorded only."""
-    note: Optional[str] = None
-    """Why the cap is not in force."""
+    name: str
+    """Volume name."""
+    path: str
+    """Absolute mount point; default /workspace for the first volume, required for the others."""
     read_only: Optional[bool] = None
-    """the kernel made the layer's filesystem read-only (an I/O error); a stop/start makes it anew"""
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('cap_bytes', 'cap_bytes', ()),
-        ('cap_inodes', 'cap_inodes', ()),
-        ('used_bytes', 'used_bytes', ()),
-        ('used_inodes', 'used_inodes', ()),
-        ('enforced', 'enforced', ()),
-        ('note', 'note', ()),
-        ('read_only', 'read_only', ()),
-    )
-    _required = ('cap_bytes', 'cap_inodes', 'used_bytes', 'used_inodes', 'enforced',)
-
-
-@dataclass
-class CreateSandboxRequest(Model):
-    """Body of POST /v1/sandboxes. The lifecycle policy fields (Policy) are part of this object
-    itself, not nested.
-    """
-
-    name: Optional[str] = None
-    """Unique name, usable wherever an id is."""
-    template: Optional[str] = None
-    """Template to create from; default: the daemon's default template."""
-    persistent: Optional[bool] = None
-    """Give the sandbox a workspace volume (at /workspace) that survives pause, stop/start, daemon
-    restart and host reboot.
-    """
-    resources: Optional[Resources] = None
-    env: Optional[Dict[str, str]] = None
-    """Environment of every process in the sandbox."""
-    labels: Optional[Dict[str, str]] = None
-    timeout_seconds: Optional[float] = None
-    """Hard lifetime in seconds; 0 = none."""
-    network: Optional[Literal['none', 'egress']] = None
-    runtime: Optional[str] = None
-    """Runtime class, e.g. runc."""
-    workdir: Optional[str] = None
-    """Default working directory of execs."""
-    user: Optional[str] = None
-    """Who commands run as when an exec names no one, and who owns /workspace: uid[:gid] or a name
-    from the sandbox's /etc/passwd. Default: the template's user, else root.
-    """
-    persist_root: Optional[bool] = None
-    """Also keep the whole writable root layer of a persistent sandbox (packages installed with apt
-    or pip survive stop/start).
-    """
-    volume_size_bytes: Optional[int] = None
-    """Quota of the workspace volume (and of the root layer with persist_root); default 1 GiB."""
-    volume_inodes: Optional[int] = None
-    """Inode limit of the workspace volume; default 1 per 16 KiB."""
-    volumes: Optional[List[VolumeMount]] = None
-    """Existing named volumes to attach."""
-    keep_volume: Optional[bool] = None
-    """Keep the workspace volume when the sandbox is deleted."""
-    idle_timeout_seconds: Optional[float] = None
-    """Act (on_idle) after this long without activity: API calls (exec, files, ports), open exec
-    sessions, and processes other than the agent using CPU above idle_cpu_threshold. 0 = none
-    (or the template's or server's default).
-    """
-    on_idle: Optional[Literal['pause', 'stop']] = None
-    """What to do when idle; default pause."""
-    max_age_seconds: Optional[float] = None
-    """Act (on_max_age) when the sandbox is this old. 0 = none."""
-    on_max_age: Optional[Literal['stop', 'delete']] = None
-    """What to do at max age; default delete."""
-    retention_seconds: Optional[float] = None
-    """Delete a stopped sandbox (and its volume unless kept) this long after it stopped. 0 = never."""
-    auto_resume: Optional[bool] = None
-    """An exec, file or port request to a paused or stopped sandbox resumes or starts it first,
-    then is served.
-    """
-    idle_cpu_threshold: Optional[float] = None
-    """CPU use in cores above which the sandbox's processes count as activity; 0 = default 0.05,
-    negative = CPU use is ignored.
-    """
-    snapshot: Optional[str] = None
-    """Start the sandbox from this snapshot (id or name): its template, workspace and writable
-    root, instead of a template.
-    """
-    allow: Optional[List[str]] = None
-    """Egress rules for network mode egress: [tcp://|udp://]IP|CIDR|DOMAIN|*.DOMAIN[:PORT[,PORT]].
-    Everything else is denied.
-    """
-    public_ports: Optional[List[int]] = None
-    """Sandbox ports the port proxy serves without credentials."""
-    secrets: Optional[List[SecretRef]] = None
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
         ('name', 'name', ()),
-        ('template', 'template', ()),
-        ('persistent', 'persistent', ()),
-        ('resources', 'resources', ('Resources',)),
-        ('env', 'env', ('map', ())),
-        ('labels', 'labels', ('map', ())),
-        ('timeout_seconds', 'timeout_seconds', ()),
-        ('network', 'network', ()),
-        ('runtime', 'runtime', ()),
-        ('workdir', 'workdir', ()),
-        ('user', 'user', ()),
-        ('persist_root', 'persist_root', ()),
-        ('volume_size_bytes', 'volume_size_bytes', ()),
-        ('volume_inodes', 'volume_inodes', ()),
-        ('volumes', 'volumes', ('list', ('VolumeMount',))),
-        ('keep_volume', 'keep_volume', ()),
-        ('idle_timeout_seconds', 'idle_timeout_seconds', ()),
-        ('on_idle', 'on_idle', ()),
-        ('max_age_seconds', 'max_age_seconds', ()),
-        ('on_max_age', 'on_max_age', ()),
-        ('retention_seconds', 'retention_seconds', ()),
-        ('auto_resume', 'auto_resume', ()),
-        ('idle_cpu_threshold', 'idle_cpu_threshold', ()),
-        ('snapshot', 'snapshot', ()),
-        ('allow', 'allow', ('list', ())),
-        ('public_ports', 'public_ports', ('list', ())),
-        ('secrets', 'secrets', ('list', ('SecretRef',))),
+        ('path', 'path', ()),
+        ('read_only', 'read_only', ()),
     )
+    _required = ('name', 'path',)
 
 
 @dataclass
-class Isolation(Model):
-    """The isolation boundary a sandbox runs behind."""
-
-    runtime: str
-    shared_kernel: bool
-    user_namespace: bool
-    """Sandbox root is not host root."""
-    seccomp: str
-    """Seccomp profile name."""
-    capabilities: List[str]
-    """Capabilities root inside keeps."""
-    no_new_privileges: bool
-    readonly_image: bool
-    id_mode: Optional[Literal['per-sandbox', 'shared']] = None
-    """per-sandbox: the sandbox has its own host uid/gid range, image layers idmapped onto it;
-    shared: one range for every sandbox (hosts without idmapped mounts). Absent on a deleted
-    sandbox, whose range is released.
+class SecretRef(Model):
+    """One of the caller's secrets the sandbox gets as an env var of its execs, or as a file under
+    /run/secrets. Only the reference is stored; the value is read at each exec (env) or start
+    (file), so a removed secret is no longer given. With egress_host, the sandbox holds only a
+    placeholder and the egress proxy injects the value.
     """
-    host_uid: Optional[int] = None
-    """Host uid of root inside the sandbox."""
-    host_gid: Optional[int] = None
-    """Host gid of root inside the sandbox."""
-    host_ids: Optional[int] = None
-    """How many host ids from host_uid (and host_gid) are the sandbox's."""
-    userns_owner: Optional[Literal['sandbox', 'host-root', 'sentry']] = None
-    """Who owns the sandbox's user namespace and is charged its per-user kernel counts (inotify
-    instances): sandbox (its own host root uid), host-root, or sentry (runsc: gVisor serves
-    them).
+
+    name: str
+    env: Optional[str] = None
+    """The env var (default: the name)."""
+    file: Optional[str] = None
+    """Instead of an env var: a path under /run/secrets where the value is a file (0400, owned by
+    the sandbox's user) on a tmpfs, written at every start, never on the writable layer. Not
+    with env in one reference.
+    """
+    egress_host: Optional[str] = None
+    """Instead of the value: the env var (env, default the name) holds a placeholder, which berth's
+    egress proxy replaces by the value in the request headers of HTTPS requests to this host
+    only (SNI and Host both this host). The sandbox must be in network mode egress with a rule
+    allowing the host on TCP 443; its execs get SSL_CERT_FILE, REQUESTS_CA_BUNDLE and
+    NODE_EXTRA_CA_CERTS naming a CA bundle that adds the sandbox's own CA. Not with file.
     """
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
-        ('runtime', 'runtime', ()),
-        ('shared_kernel', 'shared_kernel', ()),
-        ('user_namespace', 'user_namespace', ()),
-        ('seccomp', 'seccomp', ()),
-        ('capabilities', 'capabilities', ('list', ())),
-        ('no_new_privileges', 'no_new_privileges', ()),
-        ('readonly_image', 'readonly_image', ()),
-        ('id_mode', 'id_mode', ()),
-        ('host_uid', 'host_uid', ()),
-        ('host_gid', 'host_gid', ()),
-        ('host_ids', 'host_ids', ()),
-        ('userns_owner', 'userns_owner', ()),
+        ('name', 'name', ()),
+        ('env', 'env', ()),
+        ('file', 'file', ()),
+        ('egress_host', 'egress_host', ()),
     )
-    _required = ('runtime', 'shared_kernel', 'user_namespace', 'seccomp', 'capabilities', 'no_new_privileges', 'readonly_image',)
+    _required = ('name',)
 
 
 @dataclass
@@ -423,7 +498,9 @@ class Sandbox(Model):
     """The policy action the reconciler takes next (e.g. pause, stop, delete), at next_action_at."""
     next_action_at: Optional[datetime] = None
     storage: Optional[Volume] = None
+    """The usage of the sandbox's workspace volume, if any."""
     disk: Optional[Disk] = None
+    """The cap and usage of the writable root layer."""
     lineage: Optional[Lineage] = None
     ipv4: Optional[str] = None
     """Address in network mode egress; kept across stop/start."""
@@ -432,13 +509,13 @@ class Sandbox(Model):
     allow: Optional[List[str]] = None
     """Egress rules."""
     public_ports: Optional[List[int]] = None
+    secrets: Optional[List[SecretRef]] = None
+    """The secret references its execs get (names, never values)."""
     lease_token: Optional[str] = None
     """Returned by create only: a bearer credential for this sandbox alone, by its id, that dies
     with it. It may exec, read and write files (export included), reach ports, read the sandbox
     and its events, and touch it; nothing else (the operations marked x-berth-lease).
     """
-    secrets: Optional[List[SecretRef]] = None
-    """The secret references its execs get (names, never values)."""
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
@@ -480,432 +557,61 @@ class Sandbox(Model):
         ('ipv6', 'ipv6', ()),
         ('allow', 'allow', ('list', ())),
         ('public_ports', 'public_ports', ('list', ())),
-        ('lease_token', 'lease_token', ()),
         ('secrets', 'secrets', ('list', ('SecretRef',))),
+        ('lease_token', 'lease_token', ()),
     )
     _required = ('id', 'name', 'template', 'state', 'persistent', 'resources', 'network', 'isolation', 'created_at', 'updated_at', 'hostname', 'policy',)
 
 
 @dataclass
-class ExecRequest(Model):
-    """Body of POST /v1/sandboxes/{id}/exec and first (text) message of /exec/ws."""
+class Isolation(Model):
+    """The isolation boundary a sandbox runs behind."""
 
-    cmd: List[str]
-    env: Optional[Dict[str, str]] = None
-    workdir: Optional[str] = None
-    user: Optional[str] = None
-    """"uid[:gid]" or a name from /etc/passwd."""
-    stdin: Optional[bytes] = None
-    """Whole stdin for non-interactive exec."""
-    timeout_seconds: Optional[float] = None
-    tty: Optional[bool] = None
-    """WebSocket only."""
-    rows: Optional[int] = None
-    cols: Optional[int] = None
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('cmd', 'cmd', ('list', ())),
-        ('env', 'env', ('map', ())),
-        ('workdir', 'workdir', ()),
-        ('user', 'user', ()),
-        ('stdin', 'stdin', ('bytes',)),
-        ('timeout_seconds', 'timeout_seconds', ()),
-        ('tty', 'tty', ()),
-        ('rows', 'rows', ()),
-        ('cols', 'cols', ()),
-    )
-    _required = ('cmd',)
-
-
-@dataclass
-class ExecExit(Model):
-    """Final result of an exec."""
-
-    code: int
-    """Exit code; 128+signal when killed."""
-    timed_out: bool
-    oom_killed: bool
-    duration_ms: float
-    """Wall time of the process."""
-    signal: Optional[str] = None
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('code', 'code', ()),
-        ('timed_out', 'timed_out', ()),
-        ('oom_killed', 'oom_killed', ()),
-        ('duration_ms', 'duration_ms', ()),
-        ('signal', 'signal', ()),
-    )
-    _required = ('code', 'timed_out', 'oom_killed', 'duration_ms',)
-
-
-@dataclass
-class ExecEvent(Model):
-    """One line of an exec or run NDJSON stream: output as produced, then exactly one exit or error
-    event.
-    """
-
-    stream: Optional[Literal['stdout', 'stderr']] = None
-    data: Optional[bytes] = None
-    exit: Optional[ExecExit] = None
-    error: Optional[Error] = None
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('stream', 'stream', ()),
-        ('data', 'data', ('bytes',)),
-        ('exit', 'exit', ('ExecExit',)),
-        ('error', 'error', ('Error',)),
-    )
-
-
-@dataclass
-class Resize(Model):
-    """Payload of a WSResize frame."""
-
-    rows: int
-    cols: int
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('rows', 'rows', ()),
-        ('cols', 'cols', ()),
-    )
-    _required = ('rows', 'cols',)
-
-
-@dataclass
-class RunRequest(Model):
-    """Body of POST /v1/run."""
-
-    sandbox: CreateSandboxRequest
-    exec: ExecRequest
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('sandbox', 'sandbox', ('CreateSandboxRequest',)),
-        ('exec', 'exec', ('ExecRequest',)),
-    )
-    _required = ('sandbox', 'exec',)
-
-
-@dataclass
-class FileInfo(Model):
-    """A file inside a sandbox."""
-
-    name: str
-    path: str
-    size: int
-    mode: int
-    """Go fs.FileMode bits (kept as it was for old clients; use permissions, mode_string and type)."""
-    mod_time: datetime
-    is_dir: bool
-    permissions: int
-    """POSIX permission number, set-id and sticky bits included: a directory 0755 is 493."""
-    mode_string: str
-    """The mode as ls -l shows it, e.g. drwxr-xr-x."""
-    type: Literal['file', 'dir', 'symlink', 'fifo', 'socket', 'char', 'block']
-    link: Optional[str] = None
-    """Symlink target."""
-    uid: Optional[int] = None
-    """Owner uid as the sandbox sees it (absent from agents too old to report it)."""
-    gid: Optional[int] = None
-    """Owner gid as the sandbox sees it."""
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('name', 'name', ()),
-        ('path', 'path', ()),
-        ('size', 'size', ()),
-        ('mode', 'mode', ()),
-        ('mod_time', 'mod_time', ('datetime',)),
-        ('is_dir', 'is_dir', ()),
-        ('permissions', 'permissions', ()),
-        ('mode_string', 'mode_string', ()),
-        ('type', 'type', ()),
-        ('link', 'link', ()),
-        ('uid', 'uid', ()),
-        ('gid', 'gid', ()),
-    )
-    _required = ('name', 'path', 'size', 'mode', 'mod_time', 'is_dir', 'permissions', 'mode_string', 'type',)
-
-
-@dataclass
-class Template(Model):
-    """A template."""
-
-    name: str
-    layers: List[str]
-    source: str
-    builtin: bool
-    size: int
-    created_at: datetime
-    tenant: Optional[str] = None
-    """The tenant that owns the template; absent for the host's shared catalogue, which every
-    tenant sees.
-    """
-    pool: Optional[Pool] = None
-    env: Optional[List[str]] = None
-    workdir: Optional[str] = None
-    user: Optional[str] = None
-    """Default user of its sandboxes' commands (the image's USER)."""
-    entrypoint: Optional[List[str]] = None
-    """The image's entrypoint."""
-    cmd: Optional[List[str]] = None
-    """The image's Cmd (arguments to the entrypoint, or the command)."""
-    exposed_ports: Optional[List[str]] = None
-    """The image's exposed ports ("8080/tcp"); shown only, never published."""
-    stop_signal: Optional[str] = None
-    """The image's STOPSIGNAL: stop sends it to the sandbox's processes before the kill (SIGTERM
-    when empty).
-    """
-    build: Optional[TemplateBuild] = None
-    labels: Optional[Dict[str, str]] = None
-    """The image's labels (a Dockerfile's LABEL)."""
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('name', 'name', ()),
-        ('layers', 'layers', ('list', ())),
-        ('source', 'source', ()),
-        ('builtin', 'builtin', ()),
-        ('size', 'size', ()),
-        ('created_at', 'created_at', ('datetime',)),
-        ('tenant', 'tenant', ()),
-        ('pool', 'pool', ('Pool',)),
-        ('env', 'env', ('list', ())),
-        ('workdir', 'workdir', ()),
-        ('user', 'user', ()),
-        ('entrypoint', 'entrypoint', ('list', ())),
-        ('cmd', 'cmd', ('list', ())),
-        ('exposed_ports', 'exposed_ports', ('list', ())),
-        ('stop_signal', 'stop_signal', ()),
-        ('build', 'build', ('TemplateBuild',)),
-        ('labels', 'labels', ('map', ())),
-    )
-    _required = ('name', 'layers', 'source', 'builtin', 'size', 'created_at',)
-
-
-@dataclass
-class ImportTemplateRequest(Model):
-    """Body of POST /v1/templates/import; exactly one of path and ref."""
-
-    name: str
-    path: Optional[str] = None
-    """OCI layout directory or docker-save tarball on the daemon's host."""
-    ref: Optional[str] = None
-    """Registry reference."""
-    insecure: Optional[bool] = None
-    """Allow plain-HTTP registries."""
-    service: Optional[TemplateService] = None
-    registry_auth: Optional[RegistryAuth] = None
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('name', 'name', ()),
-        ('path', 'path', ()),
-        ('ref', 'ref', ()),
-        ('insecure', 'insecure', ()),
-        ('service', 'service', ('TemplateService',)),
-        ('registry_auth', 'registry_auth', ('RegistryAuth',)),
-    )
-    _required = ('name',)
-
-
-@dataclass
-class BuildTemplateRequest(Model):
-    """Body of POST /v1/templates/build."""
-
-    name: str
-    from_: str
-    run: List[str]
-    """Shell steps run with /bin/sh -c in order."""
-    env: Optional[Dict[str, str]] = None
-    timeout_seconds: Optional[float] = None
-    """Per step."""
-    service: Optional[TemplateService] = None
-    network: Optional[Literal['none', 'egress']] = None
-    """The steps' network: none (default, loopback only) or egress with allow rules, under the
-    egress policy and flow log of any sandbox; the flows are kept in the template's build
-    record.
-    """
-    allow: Optional[List[str]] = None
-    """Egress rules of the steps (network egress)."""
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('name', 'name', ()),
-        ('from_', 'from', ()),
-        ('run', 'run', ('list', ())),
-        ('env', 'env', ('map', ())),
-        ('timeout_seconds', 'timeout_seconds', ()),
-        ('service', 'service', ('TemplateService',)),
-        ('network', 'network', ()),
-        ('allow', 'allow', ('list', ())),
-    )
-    _required = ('name', 'from', 'run',)
-
-
-@dataclass
-class BuildEvent(Model):
-    """One line of the build NDJSON stream: step output, then one event with template or error."""
-
-    step: int
-    """1-based index into run; 0 for set-up."""
-    stream: Optional[Literal['stdout', 'stderr']] = None
-    data: Optional[bytes] = None
-    template: Optional[Template] = None
-    error: Optional[Error] = None
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('step', 'step', ()),
-        ('stream', 'stream', ()),
-        ('data', 'data', ('bytes',)),
-        ('template', 'template', ('Template',)),
-        ('error', 'error', ('Error',)),
-    )
-    _required = ('step',)
-
-
-@dataclass
-class Event(Model):
-    """A recorded transition or mutating call."""
-
-    id: int
-    sandbox_id: str
-    time: datetime
-    type: str
-    from_: Optional[str] = None
-    to: Optional[str] = None
-    actor: Optional[str] = None
-    cause: Optional[str] = None
-    reason: Optional[str] = None
-    outcome: Optional[str] = None
-    message: Optional[str] = None
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('id', 'id', ()),
-        ('sandbox_id', 'sandbox_id', ()),
-        ('time', 'time', ('datetime',)),
-        ('type', 'type', ()),
-        ('from_', 'from', ()),
-        ('to', 'to', ()),
-        ('actor', 'actor', ()),
-        ('cause', 'cause', ()),
-        ('reason', 'reason', ()),
-        ('outcome', 'outcome', ()),
-        ('message', 'message', ()),
-    )
-    _required = ('id', 'sandbox_id', 'time', 'type',)
-
-
-@dataclass
-class DoctorFinding(Model):
-    """An orphan or leak."""
-
-    kind: str
-    """mount, cgroup, runtime, dir, process or record."""
-    id: str
-    """Sandbox id, if known."""
-    detail: str
-    fixed: bool
-    error: Optional[str] = None
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('kind', 'kind', ()),
-        ('id', 'id', ()),
-        ('detail', 'detail', ()),
-        ('fixed', 'fixed', ()),
-        ('error', 'error', ()),
-    )
-    _required = ('kind', 'id', 'detail', 'fixed',)
-
-
-@dataclass
-class DoctorReport(Model):
-    """Answer of GET /v1/doctor and POST /v1/doctor/fix."""
-
-    findings: List[DoctorFinding]
     runtime: str
-    healthy: bool
-    leases: Optional[List[DoctorLease]] = None
-    """Reconcile leases: which replica runs the node's and the store-wide background work."""
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('findings', 'findings', ('list', ('DoctorFinding',))),
-        ('runtime', 'runtime', ()),
-        ('healthy', 'healthy', ()),
-        ('leases', 'leases', ('list', ('DoctorLease',))),
-    )
-    _required = ('findings', 'runtime', 'healthy',)
-
-
-@dataclass
-class DoctorLease(Model):
-    """A reconcile lease as the answering daemon sees it."""
-
-    name: str
-    """node:<node> or store."""
-    holder: str
-    """The replica holding it, as last read."""
-    self: str
-    """The answering replica."""
-    held: bool
-    """Whether the answering replica holds it now."""
-    epoch: int
-    """Fencing token: grows with every change of holder."""
-    remaining_ms: int
-    trivial: Optional[bool] = None
-    """No other replica can contend (one daemon per node or store)."""
-    error: Optional[str] = None
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('name', 'name', ()),
-        ('holder', 'holder', ()),
-        ('self', 'self', ()),
-        ('held', 'held', ()),
-        ('epoch', 'epoch', ()),
-        ('remaining_ms', 'remaining_ms', ()),
-        ('trivial', 'trivial', ()),
-        ('error', 'error', ()),
-    )
-    _required = ('name', 'holder', 'self', 'held', 'epoch', 'remaining_ms',)
-
-
-@dataclass
-class Version(Model):
-    """Answer of GET /v1/version."""
-
-    version: str
-    go: str
-    runtime: str
-    commit: Optional[str] = None
-    tls_fingerprint: Optional[str] = None
-    """sha256:<hex> of the TLS listener's leaf certificate (--listen), for clients to pin; absent
-    without one.
+    """runtime class, e.g. runc"""
+    shared_kernel: bool
+    """true for namespace runtimes"""
+    user_namespace: bool
+    """Sandbox root is not host root."""
+    seccomp: str
+    """Seccomp profile name."""
+    capabilities: List[str]
+    """Capabilities root inside keeps."""
+    no_new_privileges: bool
+    readonly_image: bool
+    id_mode: Optional[Literal['per-sandbox', 'shared']] = None
+    """per-sandbox: the sandbox has its own host uid/gid range, image layers idmapped onto it;
+    shared: one range for every sandbox (hosts without idmapped mounts). Absent on a deleted
+    sandbox, whose range is released.
     """
-    classes: Optional[List[RuntimeClass]] = None
-    """The runtime classes, the default first, with what each can do on this daemon's backend; an
-    operation a class cannot do is refused (400 or 501) with the reason.
+    host_uid: Optional[int] = None
+    """Host uid of root inside the sandbox."""
+    host_gid: Optional[int] = None
+    """Host gid of root inside the sandbox."""
+    host_ids: Optional[int] = None
+    """How many host ids from host_uid (and host_gid) are the sandbox's."""
+    userns_owner: Optional[Literal['sandbox', 'host-root', 'sentry']] = None
+    """Who owns the sandbox's user namespace and is charged its per-user kernel counts (inotify
+    instances): sandbox (its own host root uid), host-root, or sentry (runsc: gVisor serves
+    them).
     """
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
-        ('version', 'version', ()),
-        ('go', 'go', ()),
         ('runtime', 'runtime', ()),
-        ('commit', 'commit', ()),
-        ('tls_fingerprint', 'tls_fingerprint', ()),
-        ('classes', 'classes', ('list', ('RuntimeClass',))),
+        ('shared_kernel', 'shared_kernel', ()),
+        ('user_namespace', 'user_namespace', ()),
+        ('seccomp', 'seccomp', ()),
+        ('capabilities', 'capabilities', ('list', ())),
+        ('no_new_privileges', 'no_new_privileges', ()),
+        ('readonly_image', 'readonly_image', ()),
+        ('id_mode', 'id_mode', ()),
+        ('host_uid', 'host_uid', ()),
+        ('host_gid', 'host_gid', ()),
+        ('host_ids', 'host_ids', ()),
+        ('userns_owner', 'userns_owner', ()),
     )
-    _required = ('version', 'go', 'runtime',)
+    _required = ('runtime', 'shared_kernel', 'user_namespace', 'seccomp', 'capabilities', 'no_new_privileges', 'readonly_image',)
 
 
 @dataclass
@@ -946,25 +652,6 @@ class Policy(Model):
         ('auto_resume', 'auto_resume', ()),
         ('idle_cpu_threshold', 'idle_cpu_threshold', ()),
     )
-
-
-@dataclass
-class VolumeMount(Model):
-    """A named volume attached at a path inside the sandbox."""
-
-    name: str
-    """Volume name."""
-    path: str
-    """Absolute mount point; default /workspace for the first volume, required for the others."""
-    read_only: Optional[bool] = None
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('name', 'name', ()),
-        ('path', 'path', ()),
-        ('read_only', 'read_only', ()),
-    )
-    _required = ('name', 'path',)
 
 
 @dataclass
@@ -1011,23 +698,281 @@ class Volume(Model):
 
 
 @dataclass
-class CreateVolumeRequest(Model):
-    """Body of POST /v1/volumes."""
+class Disk(Model):
+    """Cap and usage of a sandbox's writable root layer (/tmp included). Absent when the layer is
+    on the workspace volume (persist_root; see storage) or the sandbox is deleted.
+    """
+
+    cap_bytes: int
+    """Cap in bytes (the filesystem's usable size once mounted)."""
+    cap_inodes: int
+    """Inode cap."""
+    used_bytes: int
+    """Bytes used (0 while not mounted)."""
+    used_inodes: int
+    """Inodes used."""
+    enforced: bool
+    """Whether the cap is in force; false with a note when it is recorded only."""
+    note: Optional[str] = None
+    """Why the cap is not in force."""
+    read_only: Optional[bool] = None
+    """the kernel made the layer's filesystem read-only (an I/O error); a stop/start makes it anew"""
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('cap_bytes', 'cap_bytes', ()),
+        ('cap_inodes', 'cap_inodes', ()),
+        ('used_bytes', 'used_bytes', ()),
+        ('used_inodes', 'used_inodes', ()),
+        ('enforced', 'enforced', ()),
+        ('note', 'note', ()),
+        ('read_only', 'read_only', ()),
+    )
+    _required = ('cap_bytes', 'cap_inodes', 'used_bytes', 'used_inodes', 'enforced',)
+
+
+@dataclass
+class Lineage(Model):
+    """Where a sandbox comes from and what came from it."""
+
+    parent: Optional[str] = None
+    """Id of the sandbox it was forked from."""
+    from_snapshot: Optional[str] = None
+    """Id of the snapshot it was made from."""
+    children: Optional[List[str]] = None
+    """Ids of the sandboxes forked from it."""
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('parent', 'parent', ()),
+        ('from_snapshot', 'from_snapshot', ()),
+        ('children', 'children', ('list', ())),
+    )
+
+
+@dataclass
+class Event(Model):
+    """A recorded transition or mutating call."""
+
+    id: int
+    sandbox_id: str
+    time: datetime
+    type: str
+    from_: Optional[str] = None
+    to: Optional[str] = None
+    actor: Optional[str] = None
+    cause: Optional[str] = None
+    reason: Optional[str] = None
+    outcome: Optional[str] = None
+    message: Optional[str] = None
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('id', 'id', ()),
+        ('sandbox_id', 'sandbox_id', ()),
+        ('time', 'time', ('datetime',)),
+        ('type', 'type', ()),
+        ('from_', 'from', ()),
+        ('to', 'to', ()),
+        ('actor', 'actor', ()),
+        ('cause', 'cause', ()),
+        ('reason', 'reason', ()),
+        ('outcome', 'outcome', ()),
+        ('message', 'message', ()),
+    )
+    _required = ('id', 'sandbox_id', 'time', 'type',)
+
+
+@dataclass
+class RunRequest(Model):
+    """Body of POST /v1/run."""
+
+    sandbox: CreateSandboxRequest
+    exec: ExecRequest
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('sandbox', 'sandbox', ('CreateSandboxRequest',)),
+        ('exec', 'exec', ('ExecRequest',)),
+    )
+    _required = ('sandbox', 'exec',)
+
+
+@dataclass
+class ExecRequest(Model):
+    """Body of POST /v1/sandboxes/{id}/exec and first (text) message of /exec/ws."""
+
+    cmd: List[str]
+    env: Optional[Dict[str, str]] = None
+    workdir: Optional[str] = None
+    user: Optional[str] = None
+    """"uid[:gid]" or a name from /etc/passwd."""
+    stdin: Optional[bytes] = None
+    """Whole stdin for non-interactive exec."""
+    timeout_seconds: Optional[float] = None
+    tty: Optional[bool] = None
+    """WebSocket only."""
+    rows: Optional[int] = None
+    cols: Optional[int] = None
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('cmd', 'cmd', ('list', ())),
+        ('env', 'env', ('map', ())),
+        ('workdir', 'workdir', ()),
+        ('user', 'user', ()),
+        ('stdin', 'stdin', ('bytes',)),
+        ('timeout_seconds', 'timeout_seconds', ()),
+        ('tty', 'tty', ()),
+        ('rows', 'rows', ()),
+        ('cols', 'cols', ()),
+    )
+    _required = ('cmd',)
+
+
+@dataclass
+class ExecEvent(Model):
+    """One line of an exec or run NDJSON stream: output as produced, then exactly one exit or error
+    event.
+    """
+
+    stream: Optional[Literal['stdout', 'stderr']] = None
+    """"stdout" | "stderr" """
+    data: Optional[bytes] = None
+    """base64 in JSON"""
+    exit: Optional[ExecExit] = None
+    error: Optional[Error] = None
+    """the exec could not run or was cut off"""
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('stream', 'stream', ()),
+        ('data', 'data', ('bytes',)),
+        ('exit', 'exit', ('ExecExit',)),
+        ('error', 'error', ('Error',)),
+    )
+
+
+@dataclass
+class ExecExit(Model):
+    """Final result of an exec."""
+
+    code: int
+    """Exit code; 128+signal when killed."""
+    timed_out: bool
+    oom_killed: bool
+    duration_ms: float
+    """Wall time of the process."""
+    signal: Optional[str] = None
+    """e.g. "SIGKILL" when killed by a signal"""
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('code', 'code', ()),
+        ('timed_out', 'timed_out', ()),
+        ('oom_killed', 'oom_killed', ()),
+        ('duration_ms', 'duration_ms', ()),
+        ('signal', 'signal', ()),
+    )
+    _required = ('code', 'timed_out', 'oom_killed', 'duration_ms',)
+
+
+@dataclass
+class Resize(Model):
+    """Payload of a WSResize frame."""
+
+    rows: int
+    cols: int
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('rows', 'rows', ()),
+        ('cols', 'cols', ()),
+    )
+    _required = ('rows', 'cols',)
+
+
+@dataclass
+class FileInfo(Model):
+    """A file inside a sandbox."""
 
     name: str
-    """Unique volume name."""
-    size_bytes: Optional[int] = None
-    """Size quota; default 1 GiB."""
-    inodes: Optional[int] = None
-    """Inode limit; default 1 per 16 KiB."""
+    path: str
+    size: int
+    mode: int
+    """Go fs.FileMode bits (kept as it was for old clients; use permissions, mode_string and type)."""
+    mod_time: datetime
+    is_dir: bool
+    permissions: int
+    """POSIX permission number, set-id and sticky bits included: a directory 0755 is 493."""
+    mode_string: str
+    """The mode as ls -l shows it, e.g. drwxr-xr-x."""
+    type: Literal['file', 'dir', 'symlink', 'fifo', 'socket', 'char', 'block']
+    link: Optional[str] = None
+    """Symlink target."""
+    uid: Optional[int] = None
+    """Owner uid as the sandbox sees it (absent from agents too old to report it)."""
+    gid: Optional[int] = None
+    """Owner gid as the sandbox sees it."""
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
         ('name', 'name', ()),
-        ('size_bytes', 'size_bytes', ()),
-        ('inodes', 'inodes', ()),
+        ('path', 'path', ()),
+        ('size', 'size', ()),
+        ('mode', 'mode', ()),
+        ('mod_time', 'mod_time', ('datetime',)),
+        ('is_dir', 'is_dir', ()),
+        ('permissions', 'permissions', ()),
+        ('mode_string', 'mode_string', ()),
+        ('type', 'type', ()),
+        ('link', 'link', ()),
+        ('uid', 'uid', ()),
+        ('gid', 'gid', ()),
     )
-    _required = ('name',)
+    _required = ('name', 'path', 'size', 'mode', 'mod_time', 'is_dir', 'permissions', 'mode_string', 'type',)
+
+
+@dataclass
+class ExportRequest(Model):
+    """Body of POST /v1/sandboxes/{id}/export."""
+
+    paths: List[str]
+    """Files or directories inside the sandbox; the archive holds exactly these."""
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('paths', 'paths', ('list', ())),
+    )
+    _required = ('paths',)
+
+
+@dataclass
+class CopyRequest(Model):
+    """Body of POST /v1/copy: copy a path from one sandbox to another directly."""
+
+    from_: str
+    """Source sandbox id or name."""
+    from_path: str
+    """File or directory in the source sandbox."""
+    to: str
+    """Destination sandbox id or name."""
+    to_path: str
+    """Directory of the destination sandbox to copy into (created if missing)."""
+    preserve_owner: Optional[bool] = None
+    """Keep the source's uids and gids (archive mode); otherwise what the copy creates belongs to
+    the destination sandbox's user (root if it has none).
+    """
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('from_', 'from', ()),
+        ('from_path', 'from_path', ()),
+        ('to', 'to', ()),
+        ('to_path', 'to_path', ()),
+        ('preserve_owner', 'preserve_owner', ()),
+    )
+    _required = ('from', 'from_path', 'to', 'to_path',)
 
 
 @dataclass
@@ -1036,6 +981,7 @@ class DiffEntry(Model):
 
     path: str
     kind: Literal['added', 'changed', 'removed']
+    """added | changed | removed"""
     size: int
     """Size in bytes (of the new content for added and changed files)."""
     dir: Optional[bool] = None
@@ -1099,21 +1045,18 @@ class ForkResponse(Model):
 
 
 @dataclass
-class Lineage(Model):
-    """Where a sandbox comes from and what came from it."""
+class CreateSnapshotRequest(Model):
+    """Body of POST /v1/sandboxes/{id}/snapshots."""
 
-    parent: Optional[str] = None
-    """Id of the sandbox it was forked from."""
-    from_snapshot: Optional[str] = None
-    """Id of the snapshot it was made from."""
-    children: Optional[List[str]] = None
-    """Ids of the sandboxes forked from it."""
+    name: Optional[str] = None
+    """Unique name, usable wherever a snapshot id is."""
+    retention_seconds: Optional[float] = None
+    """Deleted this long after creation; 0 = kept."""
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
-        ('parent', 'parent', ()),
-        ('from_snapshot', 'from_snapshot', ()),
-        ('children', 'children', ('list', ())),
+        ('name', 'name', ()),
+        ('retention_seconds', 'retention_seconds', ()),
     )
 
 
@@ -1150,82 +1093,83 @@ class Snapshot(Model):
 
 
 @dataclass
-class CreateSnapshotRequest(Model):
-    """Body of POST /v1/sandboxes/{id}/snapshots."""
+class CreateVolumeRequest(Model):
+    """Body of POST /v1/volumes."""
 
-    name: Optional[str] = None
-    """Unique name, usable wherever a snapshot id is."""
-    retention_seconds: Optional[float] = None
-    """Deleted this long after creation; 0 = kept."""
+    name: str
+    """Unique volume name."""
+    size_bytes: Optional[int] = None
+    """Size quota; default 1 GiB."""
+    inodes: Optional[int] = None
+    """Inode limit; default 1 per 16 KiB."""
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
         ('name', 'name', ()),
-        ('retention_seconds', 'retention_seconds', ()),
+        ('size_bytes', 'size_bytes', ()),
+        ('inodes', 'inodes', ()),
     )
+    _required = ('name',)
 
 
 @dataclass
-class ExportRequest(Model):
-    """Body of POST /v1/sandboxes/{id}/export."""
+class Template(Model):
+    """A template."""
 
-    paths: List[str]
-    """Files or directories inside the sandbox; the archive holds exactly these."""
+    name: str
+    layers: List[str]
+    source: str
+    builtin: bool
+    size: int
+    created_at: datetime
+    tenant: Optional[str] = None
+    """The tenant that owns the template; absent for the host's shared catalogue, which every
+    tenant sees.
+    """
+    pool: Optional[Pool] = None
+    env: Optional[List[str]] = None
+    workdir: Optional[str] = None
+    user: Optional[str] = None
+    """Default user of its sandboxes' commands (the image's USER)."""
+    entrypoint: Optional[List[str]] = None
+    """The image's entrypoint."""
+    cmd: Optional[List[str]] = None
+    """The image's Cmd (arguments to the entrypoint, or the command)."""
+    exposed_ports: Optional[List[str]] = None
+    """The image's exposed ports ("8080/tcp"); shown only, never published."""
+    stop_signal: Optional[str] = None
+    """The image's STOPSIGNAL: stop sends it to the sandbox's processes before the kill (SIGTERM
+    when empty).
+    """
+    build: Optional[TemplateBuild] = None
+    """The record of the build that made the template (build, apply, a Dockerfile): its steps and,
+    for steps with a network, their flows (only in GET /v1/templates/{name} and a build's
+    answer; a list gives the counts).
+    """
+    labels: Optional[Dict[str, str]] = None
+    """The image's labels (a Dockerfile's LABEL)."""
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
-        ('paths', 'paths', ('list', ())),
+        ('name', 'name', ()),
+        ('layers', 'layers', ('list', ())),
+        ('source', 'source', ()),
+        ('builtin', 'builtin', ()),
+        ('size', 'size', ()),
+        ('created_at', 'created_at', ('datetime',)),
+        ('tenant', 'tenant', ()),
+        ('pool', 'pool', ('Pool',)),
+        ('env', 'env', ('list', ())),
+        ('workdir', 'workdir', ()),
+        ('user', 'user', ()),
+        ('entrypoint', 'entrypoint', ('list', ())),
+        ('cmd', 'cmd', ('list', ())),
+        ('exposed_ports', 'exposed_ports', ('list', ())),
+        ('stop_signal', 'stop_signal', ()),
+        ('build', 'build', ('TemplateBuild',)),
+        ('labels', 'labels', ('map', ())),
     )
-    _required = ('paths',)
-
-
-@dataclass
-class CopyRequest(Model):
-    """Body of POST /v1/copy: copy a path from one sandbox to another directly."""
-
-    from_: str
-    """Source sandbox id or name."""
-    from_path: str
-    """File or directory in the source sandbox."""
-    to: str
-    """Destination sandbox id or name."""
-    to_path: str
-    """Directory of the destination sandbox to copy into (created if missing)."""
-    preserve_owner: Optional[bool] = None
-    """Keep the source's uids and gids (archive mode); otherwise what the copy creates belongs to
-    the destination sandbox's user (root if it has none).
-    """
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('from_', 'from', ()),
-        ('from_path', 'from_path', ()),
-        ('to', 'to', ()),
-        ('to_path', 'to_path', ()),
-        ('preserve_owner', 'preserve_owner', ()),
-    )
-    _required = ('from', 'from_path', 'to', 'to_path',)
-
-
-@dataclass
-class PoolRequest(Model):
-    """Body of PUT /v1/templates/{name}/pool."""
-
-    min: int
-    """Ready sandboxes kept for the template; 0 = no pool (for the default template: not even the
-    automatic one, until auto is asked for).
-    """
-    auto: Optional[bool] = None
-    """Forget the size set (min must be 0): the default template's pool is the daemon's automatic
-    one again (berth serve --warm-pool), any other template has none.
-    """
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('min', 'min', ()),
-        ('auto', 'auto', ()),
-    )
-    _required = ('min',)
+    _required = ('name', 'layers', 'source', 'builtin', 'size', 'created_at',)
 
 
 @dataclass
@@ -1271,6 +1215,344 @@ class Pool(Model):
 
 
 @dataclass
+class TemplateBuild(Model):
+    """The record of the build that made a template: its steps and, for steps with a network, their
+    flows (flows only in GET /v1/templates/{name} and a build's answer; a list gives the
+    counts).
+    """
+
+    steps: List[TemplateBuildStep]
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('steps', 'steps', ('list', ('TemplateBuildStep',))),
+    )
+    _required = ('steps',)
+
+
+@dataclass
+class TemplateBuildStep(Model):
+    """One step of a build."""
+
+    step: int
+    desc: str
+    line: Optional[int] = None
+    """The step's line in its Dockerfile (absent: not from one)."""
+    cached: Optional[bool] = None
+    network: Optional[str] = None
+    """none or egress."""
+    allow: Optional[List[str]] = None
+    sandbox: Optional[str] = None
+    """The build sandbox the step ran in."""
+    flow_count: Optional[int] = None
+    """How many flows the step made (Flows holds the first 256 of them; FlowsDropped the rest)."""
+    flows: Optional[List[Flow]] = None
+    """The first 256 flows of the step."""
+    flows_dropped: Optional[int] = None
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('step', 'step', ()),
+        ('desc', 'desc', ()),
+        ('line', 'line', ()),
+        ('cached', 'cached', ()),
+        ('network', 'network', ()),
+        ('allow', 'allow', ('list', ())),
+        ('sandbox', 'sandbox', ()),
+        ('flow_count', 'flow_count', ()),
+        ('flows', 'flows', ('list', ('Flow',))),
+        ('flows_dropped', 'flows_dropped', ()),
+    )
+    _required = ('step', 'desc',)
+
+
+@dataclass
+class Flow(Model):
+    """One connection attempt or DNS query of a sandbox."""
+
+    seq: int
+    time: datetime
+    kind: Literal['conn', 'dns']
+    """conn | dns"""
+    proto: str
+    src: str
+    dst: str
+    decision: Literal['allow', 'deny']
+    """allow | deny"""
+    name: Optional[str] = None
+    """DNS name queried, or the name the address was resolved from"""
+    rule: Optional[str] = None
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('seq', 'seq', ()),
+        ('time', 'time', ('datetime',)),
+        ('kind', 'kind', ()),
+        ('proto', 'proto', ()),
+        ('src', 'src', ()),
+        ('dst', 'dst', ()),
+        ('decision', 'decision', ()),
+        ('name', 'name', ()),
+        ('rule', 'rule', ()),
+    )
+    _required = ('seq', 'time', 'kind', 'proto', 'src', 'dst', 'decision',)
+
+
+@dataclass
+class ImportTemplateRequest(Model):
+    """Body of POST /v1/templates/import; exactly one of path and ref."""
+
+    name: str
+    path: Optional[str] = None
+    """OCI layout directory or docker-save tarball on the daemon's host."""
+    ref: Optional[str] = None
+    """Registry reference."""
+    insecure: Optional[bool] = None
+    """Allow plain-HTTP registries."""
+    registry_auth: Optional[RegistryAuth] = None
+    """A registry account for this pull alone, never stored or shown. Without it the host's pulls
+    use the daemon's credentials (serve --registry-auth) and a tenant's go anonymous.
+    """
+    service: Optional[TemplateService] = None
+    """A supervised service of the template's sandboxes (processes.go)."""
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('name', 'name', ()),
+        ('path', 'path', ()),
+        ('ref', 'ref', ()),
+        ('insecure', 'insecure', ()),
+        ('registry_auth', 'registry_auth', ('RegistryAuth',)),
+        ('service', 'service', ('TemplateService',)),
+    )
+    _required = ('name',)
+
+
+@dataclass
+class RegistryAuth(Model):
+    """A registry account given with one request, for that pull or push alone (registry_auth of
+    ImportTemplateRequest and PushTemplateRequest), never stored or shown: username and
+    password, or token (a registry bearer token). Without it the host's transfers use the
+    daemon's credentials (serve --registry-auth) and a tenant's go anonymous.
+    """
+
+    username: Optional[str] = None
+    password: Optional[str] = None
+    token: Optional[str] = None
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('username', 'username', ()),
+        ('password', 'password', ()),
+        ('token', 'token', ()),
+    )
+
+
+@dataclass
+class TemplateService(Model):
+    """A supervised service the template's sandboxes run whenever they become running: cmd, or
+    from_image (the image's entrypoint and cmd).
+    """
+
+    cmd: Optional[List[str]] = None
+    from_image: Optional[bool] = None
+    restart: Optional[Literal['always', 'on-failure', 'never']] = None
+    max_restarts: Optional[int] = None
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('cmd', 'cmd', ('list', ())),
+        ('from_image', 'from_image', ()),
+        ('restart', 'restart', ()),
+        ('max_restarts', 'max_restarts', ()),
+    )
+
+
+@dataclass
+class PushTemplateRequest(Model):
+    """The body of POST /v1/templates/{name}/push: the registry reference to write the template to."""
+
+    ref: str
+    """Registry reference to write to (host[:port]/repo:tag)."""
+    insecure: Optional[bool] = None
+    """Allow a plain-HTTP registry (certificates are still checked over TLS)."""
+    registry_auth: Optional[RegistryAuth] = None
+    """A registry account for this push alone, never stored or shown; without it the host's pushes
+    use the daemon's credentials and a tenant's go anonymous.
+    """
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('ref', 'ref', ()),
+        ('insecure', 'insecure', ()),
+        ('registry_auth', 'registry_auth', ('RegistryAuth',)),
+    )
+    _required = ('ref',)
+
+
+@dataclass
+class PushResult(Model):
+    """What a push wrote: the reference, the manifest's digest and the pushed layers' diffIDs
+    (bottom first).
+    """
+
+    ref: str
+    digest: str
+    """The pushed manifest's digest (sha256:...): pushing the same template again gives the same
+    one.
+    """
+    layers: List[str]
+    """The pushed image's diffIDs, bottom first. A build step's layer keeps its template layer id;
+    an imported layer's is that of berth's serialization.
+    """
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('ref', 'ref', ()),
+        ('digest', 'digest', ()),
+        ('layers', 'layers', ('list', ())),
+    )
+    _required = ('ref', 'digest', 'layers',)
+
+
+@dataclass
+class PushEvent(Model):
+    """One line of a push's NDJSON stream: progress, then result or error."""
+
+    progress: Optional[ImportProgress] = None
+    result: Optional[PushResult] = None
+    error: Optional[Error] = None
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('progress', 'progress', ('ImportProgress',)),
+        ('result', 'result', ('PushResult',)),
+        ('error', 'error', ('Error',)),
+    )
+
+
+@dataclass
+class ImportProgress(Model):
+    """How far one layer of an import (bytes of its blob read) or a push (bytes of its compressed
+    blob uploaded) is.
+    """
+
+    layer: int
+    """1-based."""
+    layers: int
+    """of the image"""
+    digest: str
+    """The layer's diffID."""
+    bytes: int
+    size: Optional[int] = None
+    """The blob's size when known."""
+    done: Optional[bool] = None
+    """The layer's last line."""
+    cached: Optional[bool] = None
+    """Already in the store (a push: in the registry); nothing was read."""
+    total_bytes: Optional[int] = None
+    """Bytes over all the image's layers (a cached layer counts as read); absent when a layer's
+    size is unknown.
+    """
+    total_size: Optional[int] = None
+    """Size of all the image's layers; absent when a layer's size is unknown."""
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('layer', 'layer', ()),
+        ('layers', 'layers', ()),
+        ('digest', 'digest', ()),
+        ('bytes', 'bytes', ()),
+        ('size', 'size', ()),
+        ('done', 'done', ()),
+        ('cached', 'cached', ()),
+        ('total_bytes', 'total_bytes', ()),
+        ('total_size', 'total_size', ()),
+    )
+    _required = ('layer', 'layers', 'digest', 'bytes',)
+
+
+@dataclass
+class BuildTemplateRequest(Model):
+    """Body of POST /v1/templates/build."""
+
+    name: str
+    from_: str
+    run: List[str]
+    """Shell steps run with /bin/sh -c in order."""
+    env: Optional[Dict[str, str]] = None
+    timeout_seconds: Optional[float] = None
+    """Per step."""
+    service: Optional[TemplateService] = None
+    """Replaces the base template's supervised service (FromImage: the base's entrypoint and cmd);
+    nil keeps the base's.
+    """
+    network: Optional[Literal['none', 'egress']] = None
+    """The steps' network: none (default, loopback only) or egress with allow rules, under the
+    egress policy and flow log of any sandbox; the flows are kept in the template's build
+    record.
+    """
+    allow: Optional[List[str]] = None
+    """Egress rules of the steps (network egress)."""
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('name', 'name', ()),
+        ('from_', 'from', ()),
+        ('run', 'run', ('list', ())),
+        ('env', 'env', ('map', ())),
+        ('timeout_seconds', 'timeout_seconds', ()),
+        ('service', 'service', ('TemplateService',)),
+        ('network', 'network', ()),
+        ('allow', 'allow', ('list', ())),
+    )
+    _required = ('name', 'from', 'run',)
+
+
+@dataclass
+class BuildEvent(Model):
+    """One line of the build NDJSON stream: step output, then one event with template or error."""
+
+    step: int
+    """1-based index into run; 0 for set-up."""
+    stream: Optional[Literal['stdout', 'stderr']] = None
+    data: Optional[bytes] = None
+    template: Optional[Template] = None
+    error: Optional[Error] = None
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('step', 'step', ()),
+        ('stream', 'stream', ()),
+        ('data', 'data', ('bytes',)),
+        ('template', 'template', ('Template',)),
+        ('error', 'error', ('Error',)),
+    )
+    _required = ('step',)
+
+
+@dataclass
+class PoolRequest(Model):
+    """Body of PUT /v1/templates/{name}/pool."""
+
+    min: int
+    """Ready sandboxes kept for the template; 0 = no pool (for the default template: not even the
+    automatic one, until auto is asked for).
+    """
+    auto: Optional[bool] = None
+    """Forget the size set (min must be 0): the default template's pool is the daemon's automatic
+    one again (berth serve --warm-pool), any other template has none.
+    """
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('min', 'min', ()),
+        ('auto', 'auto', ()),
+    )
+    _required = ('min',)
+
+
+@dataclass
 class ApplyRequest(Model):
     """Body of POST /v1/apply: a declarative template."""
 
@@ -1290,22 +1572,86 @@ class ApplyRequest(Model):
 
 
 @dataclass
-class NetworkRulesRequest(Model):
-    """Rules to add and remove, effective at once."""
+class DoctorReport(Model):
+    """Answer of GET /v1/doctor and POST /v1/doctor/fix."""
 
-    allow: Optional[List[str]] = None
-    deny: Optional[List[str]] = None
+    findings: List[DoctorFinding]
+    runtime: str
+    healthy: bool
+    leases: Optional[List[DoctorLease]] = None
+    """Reconcile leases: which replica runs the node's and the store-wide background work."""
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
-        ('allow', 'allow', ('list', ())),
-        ('deny', 'deny', ('list', ())),
+        ('findings', 'findings', ('list', ('DoctorFinding',))),
+        ('runtime', 'runtime', ()),
+        ('healthy', 'healthy', ()),
+        ('leases', 'leases', ('list', ('DoctorLease',))),
     )
+    _required = ('findings', 'runtime', 'healthy',)
+
+
+@dataclass
+class DoctorFinding(Model):
+    """An orphan or leak."""
+
+    kind: str
+    """mount, cgroup, runtime, dir, process or record."""
+    id: str
+    """Sandbox id, if known."""
+    detail: str
+    """path or name"""
+    fixed: bool
+    error: Optional[str] = None
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('kind', 'kind', ()),
+        ('id', 'id', ()),
+        ('detail', 'detail', ()),
+        ('fixed', 'fixed', ()),
+        ('error', 'error', ()),
+    )
+    _required = ('kind', 'id', 'detail', 'fixed',)
+
+
+@dataclass
+class DoctorLease(Model):
+    """A reconcile lease as the answering daemon sees it."""
+
+    name: str
+    """node:<node> or store."""
+    holder: str
+    """The replica holding it, as last read."""
+    self: str
+    """The answering replica."""
+    held: bool
+    """Whether the answering replica holds it now."""
+    epoch: int
+    """Fencing token: grows with every change of holder."""
+    remaining_ms: int
+    """left of the holder's lease when last read"""
+    trivial: Optional[bool] = None
+    """No other replica can contend (one daemon per node or store)."""
+    error: Optional[str] = None
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('name', 'name', ()),
+        ('holder', 'holder', ()),
+        ('self', 'self', ()),
+        ('held', 'held', ()),
+        ('epoch', 'epoch', ()),
+        ('remaining_ms', 'remaining_ms', ()),
+        ('trivial', 'trivial', ()),
+        ('error', 'error', ()),
+    )
+    _required = ('name', 'holder', 'self', 'held', 'epoch', 'remaining_ms',)
 
 
 @dataclass
 class NetworkRules(Model):
-    """The NetworkRules object of the API."""
+    """The answer of GET|POST /v1/sandboxes/{id}/network."""
 
     mode: Literal['none', 'egress']
     allow: List[str]
@@ -1323,37 +1669,35 @@ class NetworkRules(Model):
 
 
 @dataclass
-class Flow(Model):
-    """The Flow object of the API."""
+class NetworkRulesRequest(Model):
+    """Rules to add and remove, effective at once."""
 
-    seq: int
-    time: datetime
-    kind: Literal['conn', 'dns']
-    proto: str
-    src: str
-    dst: str
-    decision: Literal['allow', 'deny']
-    name: Optional[str] = None
-    rule: Optional[str] = None
+    allow: Optional[List[str]] = None
+    deny: Optional[List[str]] = None
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
-        ('seq', 'seq', ()),
-        ('time', 'time', ('datetime',)),
-        ('kind', 'kind', ()),
-        ('proto', 'proto', ()),
-        ('src', 'src', ()),
-        ('dst', 'dst', ()),
-        ('decision', 'decision', ()),
-        ('name', 'name', ()),
-        ('rule', 'rule', ()),
+        ('allow', 'allow', ('list', ())),
+        ('deny', 'deny', ('list', ())),
     )
-    _required = ('seq', 'time', 'kind', 'proto', 'src', 'dst', 'decision',)
+
+
+@dataclass
+class CreateTenantRequest(Model):
+    """The body of POST /v1/tenants."""
+
+    name: str
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('name', 'name', ()),
+    )
+    _required = ('name',)
 
 
 @dataclass
 class Tenant(Model):
-    """The Tenant object of the API."""
+    """Owns sandboxes, volumes, snapshots, keys and leases."""
 
     name: str
     created_at: datetime
@@ -1367,52 +1711,36 @@ class Tenant(Model):
 
 
 @dataclass
-class CreateTenantRequest(Model):
-    """The CreateTenantRequest object of the API."""
+class CreateAPIKeyRequest(Model):
+    """The body of POST /v1/keys. Tenant is the key's tenant (a tenant's own key may only name its
+    own, or leave it empty); Scopes, if any, narrow the role's; ExpiresInSeconds, if set, is the
+    key's lifetime. A key made by an expiring key ends with it at the latest (a later expiry is
+    refused; none inherits the maker's).
+    """
 
-    name: str
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('name', 'name', ()),
-    )
-    _required = ('name',)
-
-
-@dataclass
-class APIKey(Model):
-    """The APIKey object of the API."""
-
-    id: str
-    prefix: str
-    tenant: str
-    scopes: List[str]
-    created_at: datetime
+    role: Literal['viewer', 'member', 'admin']
     name: Optional[str] = None
-    role: Optional[Literal['viewer', 'member', 'admin']] = None
-    created_by: Optional[str] = None
-    expires_at: Optional[datetime] = None
-    revoked_at: Optional[datetime] = None
+    tenant: Optional[str] = None
+    scopes: Optional[List[str]] = None
+    expires_in_seconds: Optional[int] = None
+    """The key's lifetime. A key made by an expiring key ends with it at the latest: a later expiry
+    is 403, none inherits the maker's.
+    """
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
-        ('id', 'id', ()),
-        ('prefix', 'prefix', ()),
+        ('role', 'role', ()),
+        ('name', 'name', ()),
         ('tenant', 'tenant', ()),
         ('scopes', 'scopes', ('list', ())),
-        ('created_at', 'created_at', ('datetime',)),
-        ('name', 'name', ()),
-        ('role', 'role', ()),
-        ('created_by', 'created_by', ()),
-        ('expires_at', 'expires_at', ('datetime',)),
-        ('revoked_at', 'revoked_at', ('datetime',)),
+        ('expires_in_seconds', 'expires_in_seconds', ()),
     )
-    _required = ('id', 'prefix', 'tenant', 'scopes', 'created_at',)
+    _required = ('role',)
 
 
 @dataclass
 class CreatedAPIKey(Model):
-    """The CreatedAPIKey object of the API."""
+    """The answer of POST /v1/keys: the only time the key itself is shown."""
 
     id: str
     prefix: str
@@ -1445,29 +1773,41 @@ class CreatedAPIKey(Model):
 
 
 @dataclass
-class CreateAPIKeyRequest(Model):
-    """The CreateAPIKeyRequest object of the API."""
+class APIKey(Model):
+    """An API key as listed: never its secret."""
 
-    role: Literal['viewer', 'member', 'admin']
+    id: str
+    prefix: str
+    tenant: str
+    scopes: List[str]
+    created_at: datetime
     name: Optional[str] = None
-    tenant: Optional[str] = None
-    scopes: Optional[List[str]] = None
-    expires_in_seconds: Optional[int] = None
+    role: Optional[Literal['viewer', 'member', 'admin']] = None
+    created_by: Optional[str] = None
+    expires_at: Optional[datetime] = None
+    revoked_at: Optional[datetime] = None
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
-        ('role', 'role', ()),
-        ('name', 'name', ()),
+        ('id', 'id', ()),
+        ('prefix', 'prefix', ()),
         ('tenant', 'tenant', ()),
         ('scopes', 'scopes', ('list', ())),
-        ('expires_in_seconds', 'expires_in_seconds', ()),
+        ('created_at', 'created_at', ('datetime',)),
+        ('name', 'name', ()),
+        ('role', 'role', ()),
+        ('created_by', 'created_by', ()),
+        ('expires_at', 'expires_at', ('datetime',)),
+        ('revoked_at', 'revoked_at', ('datetime',)),
     )
-    _required = ('role',)
+    _required = ('id', 'prefix', 'tenant', 'scopes', 'created_at',)
 
 
 @dataclass
 class CreateLeaseRequest(Model):
-    """The CreateLeaseRequest object of the API."""
+    """The body of POST /v1/sandboxes/{id}/leases: scopes among exec, files and ports (the lease
+    always reads its own sandbox and events) and its lifetime (0: one hour).
+    """
 
     scopes: Optional[List[Literal['exec', 'files', 'ports']]] = None
     ttl_seconds: Optional[int] = None
@@ -1481,7 +1821,7 @@ class CreateLeaseRequest(Model):
 
 @dataclass
 class Lease(Model):
-    """The Lease object of the API."""
+    """A minted lease token."""
 
     id: str
     sandbox_id: str
@@ -1502,7 +1842,7 @@ class Lease(Model):
 
 @dataclass
 class CreatePortTokenRequest(Model):
-    """The CreatePortTokenRequest object of the API."""
+    """The body of POST /v1/sandboxes/{id}/ports/{port}/token: the token's lifetime (0: one hour)."""
 
     ttl_seconds: Optional[int] = None
 
@@ -1514,7 +1854,13 @@ class CreatePortTokenRequest(Model):
 
 @dataclass
 class PortToken(Model):
-    """The PortToken object of the API."""
+    """Opens one port of one sandbox. Browsers use BrowserURL (set when the daemon has a --domain):
+    the port's own host name {port}-{id}.{domain} with the token in the berth_port_token query
+    parameter, which the proxy turns into a cookie of that host alone. Non-browser clients use
+    URL (relative to the API's base, the path-routed proxy) with the token in the X-Berth-Port-
+    Token header: that route takes no cookie and no query token, and its answers are sandboxed
+    (an opaque origin) in a browser.
+    """
 
     id: str
     """The token's record: listed at GET /v1/sandboxes/{id}/port-tokens, revoked at DELETE
@@ -1549,8 +1895,37 @@ class PortToken(Model):
 
 
 @dataclass
+class PortTokenInfo(Model):
+    """A port token's record as listed: never its secret."""
+
+    id: str
+    sandbox_id: str
+    port: int
+    created_by: str
+    """The minting principal (key:<id>, or local)."""
+    created_at: datetime
+    expires_at: datetime
+    revoked_at: Optional[datetime] = None
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('id', 'id', ()),
+        ('sandbox_id', 'sandbox_id', ()),
+        ('port', 'port', ()),
+        ('created_by', 'created_by', ()),
+        ('created_at', 'created_at', ('datetime',)),
+        ('expires_at', 'expires_at', ('datetime',)),
+        ('revoked_at', 'revoked_at', ('datetime',)),
+    )
+    _required = ('id', 'sandbox_id', 'port', 'created_by', 'created_at', 'expires_at',)
+
+
+@dataclass
 class AuditEntry(Model):
-    """The AuditEntry object of the API."""
+    """One audited action (GET /v1/audit): when it began, who did what to which target, and its
+    outcome ("pending" while — or, after a crash, for ever — none was recorded). Request bodies
+    are never recorded.
+    """
 
     tenant: str
     seq: int
@@ -1584,7 +1959,10 @@ class AuditEntry(Model):
 
 @dataclass
 class AuditRecord(Model):
-    """The AuditRecord object of the API."""
+    """One sealed record of a tenant's chain, as exported (GET /v1/audit/export, JSON lines): a
+    "begin" or an "outcome" (Ref names its begin's Seq), its predecessor's hash and its own
+    HMAC-SHA256 seal.
+    """
 
     tenant: str
     seq: int
@@ -1621,12 +1999,50 @@ class AuditRecord(Model):
 
 
 @dataclass
-class AuditVerifyBad(Model):
-    """The AuditVerifyBad object of the API."""
+class AuditVerifyRequest(Model):
+    """The (optional) body of POST /v1/audit/verify: an anchor the daemon wrote (serve --audit-
+    anchor-file), whose signature it checks with its own key and whose chain heads must still be
+    in the chains — a chain cut and its head rewound below them fails.
+    """
 
-    tenant: Optional[str] = None
-    seq: Optional[int] = None
-    reason: Optional[str] = None
+    anchor: Optional[Dict[str, Any]] = None
+    """The content of an audit anchor file: version, time, heads by tenant ({seq, hash}), key, sig
+    (Ed25519).
+    """
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('anchor', 'anchor', ()),
+    )
+
+
+@dataclass
+class AuditVerify(Model):
+    """The answer of POST /v1/audit/verify."""
+
+    ok: bool
+    checked: int
+    pending: int
+    bad: Optional[AuditBad] = None
+    """The first record found wrong."""
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('ok', 'ok', ()),
+        ('checked', 'checked', ()),
+        ('pending', 'pending', ()),
+        ('bad', 'bad', ('AuditBad',)),
+    )
+    _required = ('ok', 'checked', 'pending',)
+
+
+@dataclass
+class AuditBad(Model):
+    """Names a record that fails verification."""
+
+    tenant: str
+    seq: int
+    reason: str
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
@@ -1634,63 +2050,7 @@ class AuditVerifyBad(Model):
         ('seq', 'seq', ()),
         ('reason', 'reason', ()),
     )
-
-
-@dataclass
-class AuditVerify(Model):
-    """The AuditVerify object of the API."""
-
-    ok: bool
-    checked: int
-    pending: int
-    bad: Optional[AuditVerifyBad] = None
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('ok', 'ok', ()),
-        ('checked', 'checked', ()),
-        ('pending', 'pending', ()),
-        ('bad', 'bad', ('AuditVerifyBad',)),
-    )
-    _required = ('ok', 'checked', 'pending',)
-
-
-@dataclass
-class QuotaRequest(Model):
-    """A tenant's limits; 0 means unlimited."""
-
-    max_sandboxes: int
-    """Live sandboxes at once (0: unlimited)."""
-    max_cpus: float
-    """Sum of the live sandboxes' CPU quotas, in cores (0: unlimited)."""
-    max_memory_bytes: int
-    """Sum of their memory limits (0: unlimited)."""
-    max_storage_bytes: int
-    """Sum of their disk caps and the tenant's volume sizes, reserved, and the unpacked layers of
-    its own templates; a template import or build is charged as it unpacks and refused with 429
-    quota_exceeded past it (0: unlimited).
-    """
-    create_rate_per_minute: int
-    """Creates a minute, a token bucket (0: unlimited)."""
-    create_burst: int
-    """Creates at once (0: max(1, the rate))."""
-    key_rate_per_second: int
-    """API requests a second per key of the tenant (0: the daemon's --rate-limit)."""
-    key_burst: int
-    """Requests at once per key (0: max(1, the rate))."""
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('max_sandboxes', 'max_sandboxes', ()),
-        ('max_cpus', 'max_cpus', ()),
-        ('max_memory_bytes', 'max_memory_bytes', ()),
-        ('max_storage_bytes', 'max_storage_bytes', ()),
-        ('create_rate_per_minute', 'create_rate_per_minute', ()),
-        ('create_burst', 'create_burst', ()),
-        ('key_rate_per_second', 'key_rate_per_second', ()),
-        ('key_burst', 'key_burst', ()),
-    )
-    _required = ('max_sandboxes', 'max_cpus', 'max_memory_bytes', 'max_storage_bytes', 'create_rate_per_minute', 'create_burst', 'key_rate_per_second', 'key_burst',)
+    _required = ('tenant', 'seq', 'reason',)
 
 
 @dataclass
@@ -1758,6 +2118,44 @@ class QuotaUsage(Model):
 
 
 @dataclass
+class QuotaRequest(Model):
+    """A tenant's limits; 0 means unlimited."""
+
+    max_sandboxes: int
+    """Live sandboxes at once (0: unlimited)."""
+    max_cpus: float
+    """Sum of the live sandboxes' CPU quotas, in cores (0: unlimited)."""
+    max_memory_bytes: int
+    """Sum of their memory limits (0: unlimited)."""
+    max_storage_bytes: int
+    """Sum of their disk caps and the tenant's volume sizes, reserved, and the unpacked layers of
+    its own templates; a template import or build is charged as it unpacks and refused with 429
+    quota_exceeded past it (0: unlimited).
+    """
+    create_rate_per_minute: int
+    """Creates a minute, a token bucket (0: unlimited)."""
+    create_burst: int
+    """Creates at once (0: max(1, the rate))."""
+    key_rate_per_second: int
+    """API requests a second per key of the tenant (0: the daemon's --rate-limit)."""
+    key_burst: int
+    """Requests at once per key (0: max(1, the rate))."""
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('max_sandboxes', 'max_sandboxes', ()),
+        ('max_cpus', 'max_cpus', ()),
+        ('max_memory_bytes', 'max_memory_bytes', ()),
+        ('max_storage_bytes', 'max_storage_bytes', ()),
+        ('create_rate_per_minute', 'create_rate_per_minute', ()),
+        ('create_burst', 'create_burst', ()),
+        ('key_rate_per_second', 'key_rate_per_second', ()),
+        ('key_burst', 'key_burst', ()),
+    )
+    _required = ('max_sandboxes', 'max_cpus', 'max_memory_bytes', 'max_storage_bytes', 'create_rate_per_minute', 'create_burst', 'key_rate_per_second', 'key_burst',)
+
+
+@dataclass
 class WatchEvent(Model):
     """One change of a files watch."""
 
@@ -1781,13 +2179,29 @@ class WatchEvent(Model):
 
 @dataclass
 class StartProcessRequest(Model):
-    """The StartProcessRequest object of the API."""
+    """The body of POST /v1/sandboxes/{id}/processes: an exec request with a tag and a restart
+    policy. Its exec fields are ExecRequest's own (one definition), but stdin and
+    timeout_seconds: a background process takes its stdin through its stdin call and has no
+    timeout, and a start that gives either is refused (400).
+    """
 
     cmd: List[str]
     env: Optional[Dict[str, str]] = None
     workdir: Optional[str] = None
     user: Optional[str] = None
+    """"uid[:gid]" or a name from /etc/passwd"""
+    stdin: Optional[bytes] = None
+    """Not for a background process: a start that gives it is refused (400 invalid_argument); send
+    stdin with POST .../processes/{pid}/stdin.
+    """
+    timeout_seconds: Optional[float] = None
+    """Not for a background process (it has no timeout; kill it): a start that gives it is refused
+    (400 invalid_argument).
+    """
     tty: Optional[bool] = None
+    """Run the process under a terminal of rows x cols; attach to it with GET
+    .../processes/{pid}/ws.
+    """
     rows: Optional[int] = None
     cols: Optional[int] = None
     tag: Optional[str] = None
@@ -1810,6 +2224,8 @@ class StartProcessRequest(Model):
         ('env', 'env', ('map', ())),
         ('workdir', 'workdir', ()),
         ('user', 'user', ()),
+        ('stdin', 'stdin', ('bytes',)),
+        ('timeout_seconds', 'timeout_seconds', ()),
         ('tty', 'tty', ()),
         ('rows', 'rows', ()),
         ('cols', 'cols', ()),
@@ -1823,15 +2239,19 @@ class StartProcessRequest(Model):
 
 @dataclass
 class Process(Model):
-    """The Process object of the API."""
+    """Describes a background process."""
 
     id: str
     argv: List[str]
     started: datetime
     state: Literal['running', 'restarting', 'exited', 'killed', 'stopped', 'paused', 'hibernated', 'quarantined']
+    """Running, restarting, exited, killed (by a signal), stopped (ended by the sandbox's stop),
+    paused or hibernated (with the sandbox).
+    """
     tag: Optional[str] = None
     tty: Optional[bool] = None
     pid: Optional[int] = None
+    """in the sandbox, while running"""
     exit: Optional[ExecExit] = None
     restart: Optional[str] = None
     restarts: Optional[int] = None
@@ -1856,7 +2276,7 @@ class Process(Model):
 
 @dataclass
 class ProcessList(Model):
-    """The ProcessList object of the API."""
+    """The body of GET /v1/sandboxes/{id}/processes."""
 
     processes: List[Process]
 
@@ -1869,7 +2289,10 @@ class ProcessList(Model):
 
 @dataclass
 class ProcessEvent(Model):
-    """The ProcessEvent object of the API."""
+    """One line of the NDJSON stream of GET .../logs: the kept output, then (with follow) live
+    output, then an exit event if the process has ended. Gap counts output bytes dropped before
+    they were read.
+    """
 
     stream: Optional[Literal['stdout', 'stderr']] = None
     data: Optional[bytes] = None
@@ -1890,9 +2313,10 @@ class ProcessEvent(Model):
 
 @dataclass
 class SignalRequest(Model):
-    """The SignalRequest object of the API."""
+    """The body of POST .../processes/{pid}/signal."""
 
     signal: str
+    """"TERM" or "SIGTERM"; "" is SIGTERM"""
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
@@ -1902,23 +2326,19 @@ class SignalRequest(Model):
 
 
 @dataclass
-class TemplateService(Model):
-    """A supervised service the template's sandboxes run whenever they become running: cmd, or
-    from_image (the image's entrypoint and cmd).
-    """
+class PutSecretRequest(Model):
+    """The body of PUT /v1/secrets/{name}. The value never comes back: no route returns it."""
 
-    cmd: Optional[List[str]] = None
-    from_image: Optional[bool] = None
-    restart: Optional[Literal['always', 'on-failure', 'never']] = None
-    max_restarts: Optional[int] = None
+    value: str
+    """The value (at most 64 KiB, no NUL). Sealed at rest; never returned, logged or put in an
+    event.
+    """
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
-        ('cmd', 'cmd', ('list', ())),
-        ('from_image', 'from_image', ()),
-        ('restart', 'restart', ()),
-        ('max_restarts', 'max_restarts', ()),
+        ('value', 'value', ()),
     )
+    _required = ('value',)
 
 
 @dataclass
@@ -1942,24 +2362,10 @@ class Secret(Model):
 
 
 @dataclass
-class PutSecretRequest(Model):
-    """The PutSecretRequest object of the API."""
-
-    value: str
-    """The value (at most 64 KiB, no NUL). Sealed at rest; never returned, logged or put in an
-    event.
-    """
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('value', 'value', ()),
-    )
-    _required = ('value',)
-
-
-@dataclass
 class RotateSecretsKeyRequest(Model):
-    """The RotateSecretsKeyRequest object of the API."""
+    """The body of POST /v1/secrets/rotate-key (admin): the new master key, standard base64 of 32
+    bytes.
+    """
 
     key: str
     """The new master key: standard base64 of 32 bytes."""
@@ -1973,12 +2379,15 @@ class RotateSecretsKeyRequest(Model):
 
 @dataclass
 class RotateSecretsKeyResponse(Model):
-    """The RotateSecretsKeyResponse object of the API."""
+    """Says what a rotation did."""
 
     key_id: str
     rewrapped: int
     removed: Optional[List[str]] = None
     key_file: Optional[str] = None
+    """The key file the daemon rewrote with the new key only; empty when the keys came from
+    BERTH_SECRETS_KEY, which the operator must now set to the new key before the next start.
+    """
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
@@ -1991,42 +2400,11 @@ class RotateSecretsKeyResponse(Model):
 
 
 @dataclass
-class SecretRef(Model):
-    """One of the caller's secrets the sandbox gets as an env var of its execs, or as a file under
-    /run/secrets. Only the reference is stored; the value is read at each exec (env) or start
-    (file), so a removed secret is no longer given. With egress_host, the sandbox holds only a
-    placeholder and the egress proxy injects the value.
-    """
-
-    name: str
-    env: Optional[str] = None
-    """The env var (default: the name)."""
-    file: Optional[str] = None
-    """Instead of an env var: a path under /run/secrets where the value is a file (0400, owned by
-    the sandbox's user) on a tmpfs, written at every start, never on the writable layer. Not
-    with env in one reference.
-    """
-    egress_host: Optional[str] = None
-    """Instead of the value: the env var (env, default the name) holds a placeholder, which berth's
-    egress proxy replaces by the value in the request headers of HTTPS requests to this host
-    only (SNI and Host both this host). The sandbox must be in network mode egress with a rule
-    allowing the host on TCP 443; its execs get SSL_CERT_FILE, REQUESTS_CA_BUNDLE and
-    NODE_EXTRA_CA_CERTS naming a CA bundle that adds the sandbox's own CA. Not with file.
-    """
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('name', 'name', ()),
-        ('env', 'env', ()),
-        ('file', 'file', ()),
-        ('egress_host', 'egress_host', ()),
-    )
-    _required = ('name',)
-
-
-@dataclass
 class ConsoleCode(Model):
-    """The ConsoleCode object of the API."""
+    """The answer of POST /v1/console/codes (the host's own, `berth console`): a one-time sign-in
+    code for the web console, and the console URLs of the daemon's TCP listeners with the code
+    in their fragment (which a browser never sends to a server nor puts in a Referer).
+    """
 
     code: str
     expires_at: datetime
@@ -2043,7 +2421,9 @@ class ConsoleCode(Model):
 
 @dataclass
 class ConsoleSessionRequest(Model):
-    """The ConsoleSessionRequest object of the API."""
+    """The body of POST /v1/console/session: the console trades a sign-in code for a short-lived
+    API key.
+    """
 
     code: str
 
@@ -2055,34 +2435,10 @@ class ConsoleSessionRequest(Model):
 
 
 @dataclass
-class WhoAmI(Model):
-    """Answer of GET /v1/whoami: the caller's credential as the daemon sees it."""
-
-    actor: str
-    tenant: str
-    """"" for the host's keys."""
-    role: Literal['viewer', 'member', 'admin']
-    """The narrowest role whose scopes hold every scope of the key."""
-    scopes: List[str]
-    host: bool
-    """The host's administrator: the only caller of the host routes."""
-    key_id: Optional[str] = None
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('actor', 'actor', ()),
-        ('tenant', 'tenant', ()),
-        ('role', 'role', ()),
-        ('scopes', 'scopes', ('list', ())),
-        ('host', 'host', ()),
-        ('key_id', 'key_id', ()),
-    )
-    _required = ('actor', 'tenant', 'role', 'scopes', 'host',)
-
-
-@dataclass
 class ConsoleSession(Model):
-    """The ConsoleSession object of the API."""
+    """That key: the host's scope (admin, tenant ""), for ConsoleSessionTTL, shown once. The
+    console keeps it in its tab's sessionStorage and revokes it at sign-out.
+    """
 
     api_key: str
     key_id: str
@@ -2097,343 +2453,88 @@ class ConsoleSession(Model):
     _required = ('api_key', 'key_id', 'expires_at',)
 
 
-@dataclass
-class RuntimeCaps(Model):
-    """What a runtime class can do."""
-
-    freeze: bool
-    """pause and quarantine keep processes in memory, frozen"""
-    checkpoint: bool
-    """hibernate saves processes and memory to disk"""
-    capture: bool
-    """fork, snapshot, sandboxes from snapshots, restore"""
-    root_layer: bool
-    """persist_root, diff, template builds, an enforced disk cap"""
-    egress: bool
-    """network mode egress (default deny, rules, flow log)"""
-    pool: bool
-    """warm pools"""
-    rename: bool
-    """a running sandbox's host name can change (a named create can be served from a warm pool)"""
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('freeze', 'freeze', ()),
-        ('checkpoint', 'checkpoint', ()),
-        ('capture', 'capture', ()),
-        ('root_layer', 'root_layer', ()),
-        ('egress', 'egress', ()),
-        ('pool', 'pool', ()),
-        ('rename', 'rename', ()),
-    )
-    _required = ('freeze', 'checkpoint', 'capture', 'root_layer', 'egress', 'pool', 'rename',)
-
-
-@dataclass
-class RuntimeClass(Model):
-    """A runtime class a daemon offers and what it can do."""
-
-    name: str
-    capabilities: RuntimeCaps
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('name', 'name', ()),
-        ('capabilities', 'capabilities', ('RuntimeCaps',)),
-    )
-    _required = ('name', 'capabilities',)
-
-
-@dataclass
-class PortTokenInfo(Model):
-    """The PortTokenInfo object of the API."""
-
-    id: str
-    sandbox_id: str
-    port: int
-    created_by: str
-    """The minting principal (key:<id>, or local)."""
-    created_at: datetime
-    expires_at: datetime
-    revoked_at: Optional[datetime] = None
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('id', 'id', ()),
-        ('sandbox_id', 'sandbox_id', ()),
-        ('port', 'port', ()),
-        ('created_by', 'created_by', ()),
-        ('created_at', 'created_at', ('datetime',)),
-        ('expires_at', 'expires_at', ('datetime',)),
-        ('revoked_at', 'revoked_at', ('datetime',)),
-    )
-    _required = ('id', 'sandbox_id', 'port', 'created_by', 'created_at', 'expires_at',)
-
-
-@dataclass
-class AuditVerifyRequest(Model):
-    """The AuditVerifyRequest object of the API."""
-
-    anchor: Optional[Dict[str, Any]] = None
-    """The content of an audit anchor file: version, time, heads by tenant ({seq, hash}), key, sig
-    (Ed25519).
-    """
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('anchor', 'anchor', ()),
-    )
-
-
-@dataclass
-class TemplateBuild(Model):
-    """The record of the build that made a template: its steps and, for steps with a network, their
-    flows (flows only in GET /v1/templates/{name} and a build's answer; a list gives the
-    counts).
-    """
-
-    steps: Optional[List[TemplateBuildStep]] = None
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('steps', 'steps', ('list', ('TemplateBuildStep',))),
-    )
-
-
-@dataclass
-class TemplateBuildStep(Model):
-    """One step of a build."""
-
-    step: Optional[int] = None
-    desc: Optional[str] = None
-    line: Optional[int] = None
-    """The step's line in its Dockerfile (absent: not from one)."""
-    cached: Optional[bool] = None
-    network: Optional[str] = None
-    """none or egress."""
-    allow: Optional[List[str]] = None
-    sandbox: Optional[str] = None
-    """The build sandbox the step ran in."""
-    flow_count: Optional[int] = None
-    flows: Optional[List[Flow]] = None
-    """The first 256 flows of the step."""
-    flows_dropped: Optional[int] = None
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('step', 'step', ()),
-        ('desc', 'desc', ()),
-        ('line', 'line', ()),
-        ('cached', 'cached', ()),
-        ('network', 'network', ()),
-        ('allow', 'allow', ('list', ())),
-        ('sandbox', 'sandbox', ()),
-        ('flow_count', 'flow_count', ()),
-        ('flows', 'flows', ('list', ('Flow',))),
-        ('flows_dropped', 'flows_dropped', ()),
-    )
-
-
-@dataclass
-class PushTemplateRequest(Model):
-    """The PushTemplateRequest object of the API."""
-
-    ref: str
-    """Registry reference to write to (host[:port]/repo:tag)."""
-    insecure: Optional[bool] = None
-    """Allow a plain-HTTP registry (certificates are still checked over TLS)."""
-    registry_auth: Optional[RegistryAuth] = None
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('ref', 'ref', ()),
-        ('insecure', 'insecure', ()),
-        ('registry_auth', 'registry_auth', ('RegistryAuth',)),
-    )
-    _required = ('ref',)
-
-
-@dataclass
-class PushResult(Model):
-    """The PushResult object of the API."""
-
-    ref: str
-    digest: str
-    """The pushed manifest's digest (sha256:...): pushing the same template again gives the same
-    one.
-    """
-    layers: List[str]
-    """The pushed image's diffIDs, bottom first. A build step's layer keeps its template layer id;
-    an imported layer's is that of berth's serialization.
-    """
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('ref', 'ref', ()),
-        ('digest', 'digest', ()),
-        ('layers', 'layers', ('list', ())),
-    )
-    _required = ('ref', 'digest', 'layers',)
-
-
-@dataclass
-class ImportProgress(Model):
-    """How far one layer of an import (bytes of its blob read) or a push (bytes of its compressed
-    blob uploaded) is.
-    """
-
-    layer: int
-    """1-based."""
-    layers: int
-    digest: str
-    """The layer's diffID."""
-    bytes: int
-    size: Optional[int] = None
-    """The blob's size when known."""
-    done: Optional[bool] = None
-    """The layer's last line."""
-    cached: Optional[bool] = None
-    """Already in the store (a push: in the registry); nothing was read."""
-    total_bytes: Optional[int] = None
-    """Bytes over all the image's layers (a cached layer counts as read); absent when a layer's
-    size is unknown.
-    """
-    total_size: Optional[int] = None
-    """Size of all the image's layers; absent when a layer's size is unknown."""
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('layer', 'layer', ()),
-        ('layers', 'layers', ()),
-        ('digest', 'digest', ()),
-        ('bytes', 'bytes', ()),
-        ('size', 'size', ()),
-        ('done', 'done', ()),
-        ('cached', 'cached', ()),
-        ('total_bytes', 'total_bytes', ()),
-        ('total_size', 'total_size', ()),
-    )
-    _required = ('layer', 'layers', 'digest', 'bytes',)
-
-
-@dataclass
-class PushEvent(Model):
-    """One line of a push's NDJSON stream: progress, then result or error."""
-
-    progress: Optional[ImportProgress] = None
-    result: Optional[PushResult] = None
-    error: Optional[Error] = None
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('progress', 'progress', ('ImportProgress',)),
-        ('result', 'result', ('PushResult',)),
-        ('error', 'error', ('Error',)),
-    )
-
-
-@dataclass
-class RegistryAuth(Model):
-    """A registry account given with one request, for that pull or push alone (registry_auth of
-    ImportTemplateRequest and PushTemplateRequest), never stored or shown: username and
-    password, or token (a registry bearer token). Without it the host's transfers use the
-    daemon's credentials (serve --registry-auth) and a tenant's go anonymous.
-    """
-
-    username: Optional[str] = None
-    password: Optional[str] = None
-    token: Optional[str] = None
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('username', 'username', ()),
-        ('password', 'password', ()),
-        ('token', 'token', ()),
-    )
-
-
 MODELS: Dict[str, type] = {
-    'Error': Error,
     'ErrorBody': ErrorBody,
-    'Resources': Resources,
-    'Disk': Disk,
-    'CreateSandboxRequest': CreateSandboxRequest,
-    'Isolation': Isolation,
-    'Sandbox': Sandbox,
-    'ExecRequest': ExecRequest,
-    'ExecExit': ExecExit,
-    'ExecEvent': ExecEvent,
-    'Resize': Resize,
-    'RunRequest': RunRequest,
-    'FileInfo': FileInfo,
-    'Template': Template,
-    'ImportTemplateRequest': ImportTemplateRequest,
-    'BuildTemplateRequest': BuildTemplateRequest,
-    'BuildEvent': BuildEvent,
-    'Event': Event,
-    'DoctorFinding': DoctorFinding,
-    'DoctorReport': DoctorReport,
-    'DoctorLease': DoctorLease,
+    'Error': Error,
     'Version': Version,
-    'Policy': Policy,
+    'RuntimeClass': RuntimeClass,
+    'RuntimeCaps': RuntimeCaps,
+    'WhoAmI': WhoAmI,
+    'CreateSandboxRequest': CreateSandboxRequest,
+    'Resources': Resources,
     'VolumeMount': VolumeMount,
+    'SecretRef': SecretRef,
+    'Sandbox': Sandbox,
+    'Isolation': Isolation,
+    'Policy': Policy,
     'Volume': Volume,
-    'CreateVolumeRequest': CreateVolumeRequest,
+    'Disk': Disk,
+    'Lineage': Lineage,
+    'Event': Event,
+    'RunRequest': RunRequest,
+    'ExecRequest': ExecRequest,
+    'ExecEvent': ExecEvent,
+    'ExecExit': ExecExit,
+    'Resize': Resize,
+    'FileInfo': FileInfo,
+    'ExportRequest': ExportRequest,
+    'CopyRequest': CopyRequest,
     'DiffEntry': DiffEntry,
     'ForkRequest': ForkRequest,
     'ForkResponse': ForkResponse,
-    'Lineage': Lineage,
-    'Snapshot': Snapshot,
     'CreateSnapshotRequest': CreateSnapshotRequest,
-    'ExportRequest': ExportRequest,
-    'CopyRequest': CopyRequest,
-    'PoolRequest': PoolRequest,
+    'Snapshot': Snapshot,
+    'CreateVolumeRequest': CreateVolumeRequest,
+    'Template': Template,
     'Pool': Pool,
-    'ApplyRequest': ApplyRequest,
-    'NetworkRulesRequest': NetworkRulesRequest,
-    'NetworkRules': NetworkRules,
+    'TemplateBuild': TemplateBuild,
+    'TemplateBuildStep': TemplateBuildStep,
     'Flow': Flow,
-    'Tenant': Tenant,
+    'ImportTemplateRequest': ImportTemplateRequest,
+    'RegistryAuth': RegistryAuth,
+    'TemplateService': TemplateService,
+    'PushTemplateRequest': PushTemplateRequest,
+    'PushResult': PushResult,
+    'PushEvent': PushEvent,
+    'ImportProgress': ImportProgress,
+    'BuildTemplateRequest': BuildTemplateRequest,
+    'BuildEvent': BuildEvent,
+    'PoolRequest': PoolRequest,
+    'ApplyRequest': ApplyRequest,
+    'DoctorReport': DoctorReport,
+    'DoctorFinding': DoctorFinding,
+    'DoctorLease': DoctorLease,
+    'NetworkRules': NetworkRules,
+    'NetworkRulesRequest': NetworkRulesRequest,
     'CreateTenantRequest': CreateTenantRequest,
-    'APIKey': APIKey,
-    'CreatedAPIKey': CreatedAPIKey,
+    'Tenant': Tenant,
     'CreateAPIKeyRequest': CreateAPIKeyRequest,
+    'CreatedAPIKey': CreatedAPIKey,
+    'APIKey': APIKey,
     'CreateLeaseRequest': CreateLeaseRequest,
     'Lease': Lease,
     'CreatePortTokenRequest': CreatePortTokenRequest,
     'PortToken': PortToken,
+    'PortTokenInfo': PortTokenInfo,
     'AuditEntry': AuditEntry,
     'AuditRecord': AuditRecord,
-    'AuditVerifyBad': AuditVerifyBad,
+    'AuditVerifyRequest': AuditVerifyRequest,
     'AuditVerify': AuditVerify,
-    'QuotaRequest': QuotaRequest,
+    'AuditBad': AuditBad,
     'Quota': Quota,
     'QuotaUsage': QuotaUsage,
+    'QuotaRequest': QuotaRequest,
     'WatchEvent': WatchEvent,
     'StartProcessRequest': StartProcessRequest,
     'Process': Process,
     'ProcessList': ProcessList,
     'ProcessEvent': ProcessEvent,
     'SignalRequest': SignalRequest,
-    'TemplateService': TemplateService,
-    'Secret': Secret,
     'PutSecretRequest': PutSecretRequest,
+    'Secret': Secret,
     'RotateSecretsKeyRequest': RotateSecretsKeyRequest,
     'RotateSecretsKeyResponse': RotateSecretsKeyResponse,
-    'SecretRef': SecretRef,
     'ConsoleCode': ConsoleCode,
     'ConsoleSessionRequest': ConsoleSessionRequest,
-    'WhoAmI': WhoAmI,
     'ConsoleSession': ConsoleSession,
-    'RuntimeCaps': RuntimeCaps,
-    'RuntimeClass': RuntimeClass,
-    'PortTokenInfo': PortTokenInfo,
-    'AuditVerifyRequest': AuditVerifyRequest,
-    'TemplateBuild': TemplateBuild,
-    'TemplateBuildStep': TemplateBuildStep,
-    'PushTemplateRequest': PushTemplateRequest,
-    'PushResult': PushResult,
-    'ImportProgress': ImportProgress,
-    'PushEvent': PushEvent,
-    'RegistryAuth': RegistryAuth,
 }

@@ -24,9 +24,11 @@ _READ_LIMIT = 4 << 20
 
 
 class Pty:
-    """One terminal session: ``async with sandbox.pty(["sh"]) as t``."""
+    """One terminal session: ``async with sandbox.pty(["sh"]) as t``, or an
+    attach to a background process (``sandbox.processes.attach(pid)``: the
+    same wire without the opening request)."""
 
-    def __init__(self, conn: Conn, user_agent: str, path: str, req: m.ExecRequest):
+    def __init__(self, conn: Conn, user_agent: str, path: str, req: Optional[m.ExecRequest]):
         self._conn, self._ua, self._path, self._req = conn, user_agent, path, req
         self._ws = None
         self._out: "asyncio.Queue[Optional[bytes]]" = asyncio.Queue()
@@ -43,7 +45,8 @@ class Pty:
             base = self._conn.base_url.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
             kw = {"ssl": self._conn.ssl_context} if base.startswith("wss://") and self._conn.ssl_context else {}
             self._ws = await websockets.client.connect(base + self._path, extra_headers=headers, max_size=_READ_LIMIT, **kw)
-        await self._ws.send(json.dumps(self._req.to_dict()))
+        if self._req is not None:  # an exec's session; an attach to a process sends none
+            await self._ws.send(json.dumps(self._req.to_dict()))
         self._reader = asyncio.ensure_future(self._read())
         return self
 
@@ -112,6 +115,8 @@ class Pty:
         while needle not in buf:
             chunk = await self.recv()
             if not chunk:
+                if self._error is not None:
+                    raise self._error
                 raise StreamError("the terminal ended before %r appeared; got %r" % (needle, buf[-200:]))
             buf += chunk
             if len(buf) > limit:

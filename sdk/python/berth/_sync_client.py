@@ -43,7 +43,7 @@ def _bool(v: bool) -> Optional[str]:
 
 
 class Client:
-    """An sync client of one berth daemon.
+    """A sync client of one berth daemon.
 
     ``host`` is ``unix:///path/to/berth.sock``, ``http://host:port`` or
     ``https://host:port`` (default: ``BERTH_HOST``, else the daemon's default
@@ -211,9 +211,11 @@ class Client:
         return True
 
     def version(self) -> m.Version:
+        """The daemon's version, runtime classes and their capabilities, and its TLS fingerprint."""
         return m.Version.from_dict(self._json("GET", "/v1/version"))
 
     def doctor(self, fix: bool = False) -> m.DoctorReport:
+        """The daemon's health report: leaks and records that disagree with the host. ``fix`` repairs what it can (host admin)."""
         if fix:
             return m.DoctorReport.from_dict(self._json("POST", "/v1/doctor/fix"))
         return m.DoctorReport.from_dict(self._json("GET", "/v1/doctor"))
@@ -249,6 +251,39 @@ class Client:
                 (err if ev.stream == "stderr" else out).extend(ev.data)
         raise StreamError("the run stream ended without an exit status")
 
+    def apply(self, spec: str, files: Optional[bytes] = None, *, on_output: Optional[Callable[[m.BuildEvent], Any]] = None) -> m.Template:
+        """Builds a declarative template: ``spec`` is the template file
+        (YAML or JSON), ``files`` a tar of the local files its copy steps
+        name. Only steps whose inputs changed are built again."""
+        resp = self._send("POST", "/v1/apply", body=m.ApplyRequest(spec=spec, files=files),
+                                headers={"Accept": "application/x-ndjson"}, stream=True)
+        return self._build_stream(resp, on_output)
+
+    def _build_stream(self, resp: httpx.Response, on_output: Optional[Callable[[m.BuildEvent], Any]]) -> m.Template:
+        events = self._ndjson(resp)
+        try:
+            for d in events:
+                if d.get("error"):
+                    err = from_stream(d["error"])
+                    if d.get("step"):
+                        err.message = "step %d: %s" % (d["step"], err.message)
+                        err.args = (err.message,)
+                    raise err
+                ev = m.BuildEvent.from_dict(d)
+                if ev.template is not None:
+                    return ev.template
+                if ev.data and on_output:
+                    on_output(ev)
+        finally:
+            events.close()
+        raise StreamError("the build stream ended without a template")
+
+    def copy(self, from_sandbox: str, from_path: str, to_sandbox: str, to_path: str, *, preserve_owner: bool = False) -> None:
+        """Copies a file or directory from one sandbox to another (docker
+        cp's rules), without the bytes passing through this client."""
+        req = m.CopyRequest(from_=from_sandbox, from_path=from_path, to=to_sandbox, to_path=to_path, preserve_owner=preserve_owner or None)
+        self._send("POST", "/v1/copy", body=req)
+
     def pools(self) -> List[m.Pool]:
         """Every template's warm pool."""
         return [m.Pool.from_dict(p) for p in self._json("GET", "/v1/pools") or []]
@@ -272,6 +307,7 @@ class Sandbox:
 
     @property
     def state(self) -> str:
+        """The state as last read (``refresh()`` reads it again)."""
         return self.info.state
 
     def __enter__(self) -> "Sandbox":
@@ -297,6 +333,7 @@ class Sandbox:
         return self
 
     def delete(self, force: bool = False) -> m.Sandbox:
+        """Deletes the sandbox; ``force`` kills its processes without a graceful stop."""
         self.info = m.Sandbox.from_dict(self._c._json("DELETE", self._path(), params={"force": _bool(force)}))
         return self.info
 
@@ -305,15 +342,19 @@ class Sandbox:
         return self._verb("stop", {"timeout": None if timeout is None else "%gs" % timeout})
 
     def start(self) -> "Sandbox":
+        """Starts a stopped sandbox (a hibernated one is woken)."""
         return self._verb("start")
 
     def pause(self) -> "Sandbox":
+        """Freezes every process in place, memory kept (a class that cannot freeze stops instead)."""
         return self._verb("pause")
 
     def resume(self) -> "Sandbox":
+        """Continues a paused sandbox."""
         return self._verb("resume")
 
     def reset(self) -> "Sandbox":
+        """Returns the writable layer and owned volumes to the template's state."""
         return self._verb("reset")
 
     def touch(self) -> "Sandbox":
@@ -321,10 +362,54 @@ class Sandbox:
         return self._verb("touch")
 
     def hibernate(self) -> "Sandbox":
+        """Saves processes and memory to disk and releases them (classes with checkpoint: gVisor)."""
         return self._verb("hibernate")
 
     def wake(self) -> "Sandbox":
+        """Restores a hibernated sandbox: its processes continue where they were."""
         return self._verb("wake")
+
+    def quarantine(self) -> "Sandbox":
+        """Freezes the sandbox and cuts its network; its files stay
+        readable for inspection. ``release()`` ends it."""
+        return self._verb("quarantine")
+
+    def release(self) -> "Sandbox":
+        """Ends a quarantine: the sandbox runs again, its rules restored."""
+        return self._verb("release")
+
+    def port_request(
+        self,
+        port: int,
+        path: str = "/",
+        *,
+        method: str = "GET",
+        body: Union[None, bytes, str] = None,
+        headers: Optional[Dict[str, str]] = None,
+        params: Optional[Dict[str, Any]] = None,
+    ) -> httpx.Response:
+        """Sends one HTTP request to ``port`` of the sandbox through the
+        daemon's port proxy (/v1/sandboxes/{id}/ports/{port}/{path}) with
+        this client's credentials, and returns the answer, read, whatever
+        its status: a status from the sandbox's server is not an error
+        here. The proxy's own refusals (nothing listens, no right) are
+        APIErrors. Never retried: the request may not be safe to repeat."""
+        target = self._path("ports", str(int(port))) + "/" + path.lstrip("/")
+        content = body.encode() if isinstance(body, str) else body
+        try:
+            resp = self._c._http.request(method, target, content=content, headers=headers, params=params)
+        except httpx.ConnectError as e:
+            raise ConnectError(self._c.host, e) from e
+        except httpx.TransportError as e:
+            raise TransportError("%s %s: %s" % (method, target, e or type(e).__name__)) from e
+        if resp.headers.get("content-type", "").startswith("application/json") and resp.status_code >= 400:
+            try:
+                err = resp.json().get("error")
+            except ValueError:
+                err = None
+            if isinstance(err, dict) and "code" in err:
+                raise from_response(resp.status_code, resp.reason_phrase, resp.headers, resp.content)
+        return resp
 
     def diff(self) -> List[m.DiffEntry]:
         """What changed in the writable layer against the template."""
@@ -340,11 +425,13 @@ class Sandbox:
         return [Sandbox(self._c, ch) for ch in fr.children or []]
 
     def snapshot(self, name: Optional[str] = None, *, retention_seconds: Optional[float] = None, idempotency_key: Optional[str] = None) -> m.Snapshot:
+        """Captures the sandbox's files as a named snapshot (retried safely with one Idempotency-Key)."""
         req = m.CreateSnapshotRequest(name=name, retention_seconds=retention_seconds)
         d = self._c._json("POST", self._path("snapshots"), body=req, idempotency_key=idempotency_key or new_idempotency_key())
         return m.Snapshot.from_dict(d)
 
     def snapshots(self) -> List[m.Snapshot]:
+        """This sandbox's snapshots (every page)."""
         return [m.Snapshot.from_dict(s) for s in self._c._all(self._path("snapshots"))]
 
     def exec_stream(
@@ -422,9 +509,11 @@ class Sandbox:
         return m.PortToken.from_dict(d)
 
     def port_tokens(self) -> List[m.PortTokenInfo]:
+        """The port tokens minted for this sandbox (their ids, never their secrets)."""
         return [m.PortTokenInfo.from_dict(t) for t in self._c._json("GET", self._path("port-tokens")) or []]
 
     def revoke_port_token(self, token_id: str) -> m.PortTokenInfo:
+        """Revokes one port token: its links stop working."""
         return m.PortTokenInfo.from_dict(self._c._json("DELETE", self._path("port-tokens", _seg(token_id))))
 
     def lease(self, scopes: Sequence[str], ttl_seconds: int = 0) -> m.Lease:
@@ -457,6 +546,7 @@ class Sandboxes:
         return Sandbox(self._c, m.Sandbox.from_dict(d))
 
     def get(self, id_or_name: str) -> Sandbox:
+        """One sandbox by id or name."""
         return Sandbox(self._c, m.Sandbox.from_dict(self._c._json("GET", "/v1/sandboxes/" + _seg(id_or_name))))
 
     def list(self, all: bool = False) -> List[Sandbox]:
@@ -469,6 +559,7 @@ class Sandboxes:
         return Page(items=[Sandbox(self._c, m.Sandbox.from_dict(d)) for d in items], next_cursor=nxt)
 
     def delete(self, id_or_name: str, force: bool = False) -> m.Sandbox:
+        """Deletes a sandbox by id or name."""
         return m.Sandbox.from_dict(self._c._json("DELETE", "/v1/sandboxes/" + _seg(id_or_name), params={"force": _bool(force)}))
 
 
@@ -480,6 +571,7 @@ class Files:
         self._p = "/v1/sandboxes/" + _seg(sandbox_id) + "/files"
 
     def read(self, path: str) -> bytes:
+        """A file's whole content."""
         return (self._c._send("GET", self._p, params={"path": path})).content
 
     def read_stream(self, path: str) -> Iterator[bytes]:
@@ -502,18 +594,23 @@ class Files:
         return m.FileInfo.from_dict(resp.json()) if resp.status_code != 204 and resp.content else m.FileInfo.from_dict({})
 
     def stat(self, path: str) -> m.FileInfo:
+        """One file's information (type, size, mode, owner, times)."""
         return m.FileInfo.from_dict(self._c._json("GET", self._p + "/stat", params={"path": path}))
 
     def list(self, path: str) -> List[m.FileInfo]:
+        """A directory's entries."""
         return [m.FileInfo.from_dict(d) for d in self._c._json("GET", self._p + "/list", params={"path": path}) or []]
 
     def mkdir(self, path: str, parents: bool = False) -> None:
+        """Makes a directory (``parents``: and its missing parents)."""
         self._c._send("POST", self._p + "/mkdir", params={"path": path, "parents": _bool(parents)})
 
     def remove(self, path: str, recursive: bool = False) -> None:
+        """Removes a file, or a directory with ``recursive``."""
         self._c._send("DELETE", self._p, params={"path": path, "recursive": _bool(recursive)})
 
     def move(self, src: str, dst: str, no_replace: bool = False) -> None:
+        """Renames ``src`` to ``dst`` (``no_replace``: refuse if ``dst`` exists)."""
         self._c._send("POST", self._p + "/move", params={"path": src, "to": dst, "no_replace": _bool(no_replace)})
 
     def watch(self, path: str, recursive: bool = False) -> Iterator[m.WatchEvent]:
@@ -554,9 +651,11 @@ class Processes:
         return m.Process.from_dict(self._c._json("POST", self._p, body=m.StartProcessRequest(cmd=argv, **fields)))
 
     def list(self) -> List[m.Process]:
+        """The sandbox's background processes."""
         return m.ProcessList.from_dict(self._c._json("GET", self._p)).processes or []
 
     def get(self, pid: str) -> m.Process:
+        """One background process."""
         return m.Process.from_dict(self._c._json("GET", self._p + "/" + _seg(pid)))
 
     def logs_stream(self, pid: str, follow: bool = False) -> Iterator[m.ProcessEvent]:
@@ -586,16 +685,21 @@ class Processes:
         return ProcessOutput(stdout=bytes(out), stderr=bytes(err), exit=exit, gap=gap)
 
     def stdin(self, pid: str, data: Union[bytes, str] = b"", close: bool = False) -> None:
+        """Writes ``data`` to the process's stdin (``close``: then ends its input)."""
         self._c._send("POST", self._p + "/" + _seg(pid) + "/stdin", params={"close": _bool(close)}, body=data)
 
     def signal(self, pid: str, signal: str) -> None:
+        """Sends a signal by name ("TERM", "INT", "HUP", ...)."""
         self._c._send("POST", self._p + "/" + _seg(pid) + "/signal", body=m.SignalRequest(signal=signal))
 
     def kill(self, pid: str) -> None:
+        """Kills the process (SIGKILL); a restart policy does not bring it back."""
         self._c._send("POST", self._p + "/" + _seg(pid) + "/kill")
 
     def wait(self, pid: str) -> m.ExecExit:
+        """Waits for the process to end: its exit status."""
         return m.ExecExit.from_dict(self._c._json("POST", self._p + "/" + _seg(pid) + "/wait"))
+
 
 
 class Network:
@@ -606,6 +710,7 @@ class Network:
         self._p = "/v1/sandboxes/" + _seg(sandbox_id)
 
     def get(self) -> m.NetworkRules:
+        """The sandbox's egress mode and rules."""
         return m.NetworkRules.from_dict(self._c._json("GET", self._p + "/network"))
 
     def update(self, allow: Optional[Sequence[str]] = None, deny: Optional[Sequence[str]] = None) -> m.NetworkRules:
@@ -614,6 +719,7 @@ class Network:
         return m.NetworkRules.from_dict(self._c._json("POST", self._p + "/network", body=req))
 
     def flows(self, after: int = 0) -> List[m.Flow]:
+        """The flow log: each egress connection and DNS answer decided, after id ``after``."""
         return [m.Flow.from_dict(f) for f in self._c._json("GET", self._p + "/flows", params={"after": after or None}) or []]
 
 
@@ -624,12 +730,15 @@ class Snapshots:
         self._c = client
 
     def list(self) -> List[m.Snapshot]:
+        """Every snapshot (every page)."""
         return [m.Snapshot.from_dict(s) for s in self._c._all("/v1/snapshots")]
 
     def get(self, id_or_name: str) -> m.Snapshot:
+        """One snapshot by id or name."""
         return m.Snapshot.from_dict(self._c._json("GET", "/v1/snapshots/" + _seg(id_or_name)))
 
     def delete(self, id_or_name: str) -> None:
+        """Deletes a snapshot."""
         self._c._send("DELETE", "/v1/snapshots/" + _seg(id_or_name))
 
     def restore(self, id_or_name: str) -> Sandbox:
@@ -645,24 +754,152 @@ class Templates:
         self._c = client
 
     def list(self) -> List[m.Template]:
+        """Every template (every page)."""
         return [m.Template.from_dict(t) for t in self._c._all("/v1/templates")]
 
     def list_page(self, limit: Optional[int] = None, cursor: Optional[str] = None) -> Page:
+        """One page of templates and the next cursor."""
         items, nxt = self._c._page("/v1/templates", None, limit, cursor)
         return Page(items=[m.Template.from_dict(t) for t in items], next_cursor=nxt)
 
     def get(self, name: str) -> m.Template:
+        """One template by name."""
         return m.Template.from_dict(self._c._json("GET", "/v1/templates/" + _seg(name)))
 
     def delete(self, name: str) -> None:
+        """Deletes a template (refused while sandboxes use it)."""
         self._c._send("DELETE", "/v1/templates/" + _seg(name))
 
     def get_pool(self, name: str) -> m.Pool:
+        """The template's warm pool: its size, ready and starting members, hits and misses."""
         return m.Pool.from_dict(self._c._json("GET", "/v1/templates/" + _seg(name) + "/pool"))
 
     def set_pool(self, name: str, min: int) -> m.Pool:
         """Keeps ``min`` sandboxes of the template warm (0 empties the pool)."""
         return m.Pool.from_dict(self._c._json("PUT", "/v1/templates/" + _seg(name) + "/pool", body=m.PoolRequest(min=min)))
+
+    def clear_pool(self, name: str) -> m.Pool:
+        """Forgets the size set for the template's pool: the default
+        template's pool is the daemon's automatic one again, any other has
+        none."""
+        return m.Pool.from_dict(self._c._json("PUT", "/v1/templates/" + _seg(name) + "/pool", body=m.PoolRequest(min=0, auto=True)))
+
+    def import_(
+        self,
+        name: str,
+        ref: Optional[str] = None,
+        *,
+        path: Optional[str] = None,
+        insecure: Optional[bool] = None,
+        registry_auth: Optional[m.RegistryAuth] = None,
+        service: Optional[m.TemplateService] = None,
+        on_progress: Optional[Callable[[m.ImportProgress], Any]] = None,
+    ) -> m.Template:
+        """Imports template ``name`` from a registry image ``ref`` (with
+        ``registry_auth``, or the daemon's own credentials for the host's
+        templates) or from ``path``, an OCI layout or docker-save tarball on
+        the daemon's host. Each layer's progress goes to ``on_progress``."""
+        req = m.ImportTemplateRequest(name=name, ref=ref, path=path, insecure=insecure, registry_auth=registry_auth, service=service)
+        resp = self._c._send("POST", "/v1/templates/import", body=req, headers={"Accept": "application/x-ndjson"}, stream=True)
+        return self._import_stream(resp, on_progress)
+
+    def upload(self, name: str, archive: bytes, *, on_progress: Optional[Callable[[m.ImportProgress], Any]] = None) -> m.Template:
+        """Imports template ``name`` from a docker-save or OCI tarball sent
+        from here (``archive``, its bytes)."""
+        resp = self._c._send("PUT", "/v1/templates/" + _seg(name) + "/archive", body=bytes(archive),
+                                   headers={"Content-Type": "application/x-tar", "Accept": "application/x-ndjson"}, stream=True)
+        return self._import_stream(resp, on_progress)
+
+    def _import_stream(self, resp: httpx.Response, on_progress: Optional[Callable[[m.ImportProgress], Any]]) -> m.Template:
+        events = self._c._ndjson(resp)
+        try:
+            for d in events:
+                if d.get("error"):
+                    raise from_stream(d["error"])
+                # An ImportEvent: progress lines, then the template.
+                if d.get("template"):
+                    return m.Template.from_dict(d["template"])
+                if d.get("progress") and on_progress:
+                    on_progress(m.ImportProgress.from_dict(d["progress"]))
+        finally:
+            events.close()
+        raise StreamError("the import stream ended without a template")
+
+    def build(
+        self,
+        name: str,
+        from_: str,
+        run: Sequence[str],
+        *,
+        env: Optional[Dict[str, str]] = None,
+        timeout: Optional[float] = None,
+        network: Optional[str] = None,
+        allow: Optional[Sequence[str]] = None,
+        service: Optional[m.TemplateService] = None,
+        on_output: Optional[Callable[[m.BuildEvent], Any]] = None,
+    ) -> m.Template:
+        """Builds template ``name`` by running the ``run`` shell steps on
+        top of template ``from_``, each step's output handed to
+        ``on_output`` (BuildEvents: ``step``, ``stream``, ``data``) as it
+        comes. Steps have no network unless ``network="egress"`` with
+        ``allow`` rules. A step that fails raises its error with the step
+        number in the message."""
+        req = m.BuildTemplateRequest(name=name, from_=from_, run=list(run), env=env, timeout_seconds=timeout,
+                                     network=network, allow=list(allow) if allow is not None else None, service=service)
+        resp = self._c._send("POST", "/v1/templates/build", body=req, headers={"Accept": "application/x-ndjson"}, stream=True)
+        return self._c._build_stream(resp, on_output)
+
+    def build_dockerfile(
+        self,
+        name: str,
+        context: bytes,
+        *,
+        dockerfile: Optional[str] = None,
+        target: Optional[str] = None,
+        build_args: Optional[Dict[str, str]] = None,
+        network: Optional[str] = None,
+        allow: Optional[Sequence[str]] = None,
+        timeout: Optional[float] = None,
+        on_output: Optional[Callable[[m.BuildEvent], Any]] = None,
+    ) -> m.Template:
+        """Builds template ``name`` from a Dockerfile: ``context`` is a tar
+        archive of the build context holding it (``dockerfile`` names it,
+        "Dockerfile" by default). ``FROM`` names a berth template."""
+        params: Dict[str, Any] = {"dockerfile": dockerfile, "target": target,
+                                  "buildargs": json.dumps(build_args) if build_args else None,
+                                  "network": network, "allow": list(allow) if allow else None,
+                                  "timeout_seconds": timeout}
+        resp = self._c._send("POST", "/v1/templates/" + _seg(name) + "/dockerfile", params=params, body=bytes(context),
+                                   headers={"Content-Type": "application/x-tar", "Accept": "application/x-ndjson"}, stream=True)
+        return self._c._build_stream(resp, on_output)
+
+    def push(
+        self,
+        name: str,
+        ref: str,
+        *,
+        insecure: Optional[bool] = None,
+        registry_auth: Optional[m.RegistryAuth] = None,
+        on_progress: Optional[Callable[[m.ImportProgress], Any]] = None,
+    ) -> m.PushResult:
+        """Writes template ``name`` to a registry as the OCI image ``ref``;
+        each layer's upload goes to ``on_progress``."""
+        req = m.PushTemplateRequest(ref=ref, insecure=insecure, registry_auth=registry_auth)
+        resp = self._c._send("POST", "/v1/templates/" + _seg(name) + "/push", body=req,
+                                   headers={"Accept": "application/x-ndjson"}, stream=True)
+        events = self._c._ndjson(resp)
+        try:
+            for d in events:
+                if d.get("error"):
+                    raise from_stream(d["error"])
+                ev = m.PushEvent.from_dict(d)
+                if ev.result is not None:
+                    return ev.result
+                if ev.progress is not None and on_progress:
+                    on_progress(ev.progress)
+        finally:
+            events.close()
+        raise StreamError("the push stream ended without a result")
 
 
 class Volumes:
@@ -672,20 +909,25 @@ class Volumes:
         self._c = client
 
     def create(self, name: str, size_bytes: Optional[int] = None, inodes: Optional[int] = None, *, idempotency_key: Optional[str] = None) -> m.Volume:
+        """Creates a named volume (retried safely with one Idempotency-Key)."""
         req = m.CreateVolumeRequest(name=name, size_bytes=size_bytes, inodes=inodes)
         return m.Volume.from_dict(self._c._json("POST", "/v1/volumes", body=req, idempotency_key=idempotency_key or new_idempotency_key()))
 
     def list(self) -> List[m.Volume]:
+        """Every volume (every page)."""
         return [m.Volume.from_dict(v) for v in self._c._all("/v1/volumes")]
 
     def list_page(self, limit: Optional[int] = None, cursor: Optional[str] = None) -> Page:
+        """One page of volumes and the next cursor."""
         items, nxt = self._c._page("/v1/volumes", None, limit, cursor)
         return Page(items=[m.Volume.from_dict(v) for v in items], next_cursor=nxt)
 
     def get(self, name: str) -> m.Volume:
+        """One volume by name, with its use."""
         return m.Volume.from_dict(self._c._json("GET", "/v1/volumes/" + _seg(name)))
 
     def delete(self, name: str) -> None:
+        """Deletes a volume (refused while a sandbox mounts it)."""
         self._c._send("DELETE", "/v1/volumes/" + _seg(name))
 
 
@@ -696,13 +938,21 @@ class Secrets:
         self._c = client
 
     def set(self, name: str, value: str) -> m.Secret:
+        """Stores a secret (its value is never returned; sandboxes see a placeholder)."""
         return m.Secret.from_dict(self._c._json("PUT", "/v1/secrets/" + _seg(name), body=m.PutSecretRequest(value=value)))
 
     def list(self) -> List[m.Secret]:
+        """The secrets' names and metadata (never their values)."""
         return [m.Secret.from_dict(s) for s in self._c._all("/v1/secrets")]
 
     def delete(self, name: str) -> None:
+        """Deletes a secret."""
         self._c._send("DELETE", "/v1/secrets/" + _seg(name))
+
+    def rotate_key(self, key: str) -> m.RotateSecretsKeyResponse:
+        """Re-wraps every stored secret under the new master key ``key``
+        (the host's administrator only)."""
+        return m.RotateSecretsKeyResponse.from_dict(self._c._json("POST", "/v1/secrets/rotate-key", body=m.RotateSecretsKeyRequest(key=key)))
 
 
 class Events:
@@ -727,6 +977,7 @@ class Events:
 
     def list_page(self, sandbox: Union[None, str, Sequence[str]] = None, types: Optional[Sequence[str]] = None,
                         after: int = 0, limit: Optional[int] = None, cursor: Optional[str] = None) -> Page:
+        """One page of events and the next cursor."""
         path, q = self._query(sandbox, types, after)
         items, nxt = self._c._page(path, q, limit, cursor)
         return Page(items=[m.Event.from_dict(e) for e in items], next_cursor=nxt)
@@ -811,6 +1062,7 @@ class Audit:
 
     def list_page(self, *, since=None, until=None, actor: Optional[str] = None, action: Optional[str] = None, target: Optional[str] = None,
                         limit: Optional[int] = None, cursor: Optional[str] = None) -> Page:
+        """One page of audit entries and the next cursor."""
         items, nxt = self._c._page("/v1/audit", self._query(since, until, actor, action, target), limit, cursor)
         return Page(items=[m.AuditEntry.from_dict(e) for e in items], next_cursor=nxt)
 
@@ -819,6 +1071,7 @@ class Audit:
         return (self._c._send("GET", "/v1/audit/export")).content
 
     def verify(self, anchor: Optional[Dict[str, Any]] = None) -> m.AuditVerify:
+        """Checks the audit chains (with ``anchor``: also against a signed anchor, which detects truncation)."""
         body = m.AuditVerifyRequest(anchor=anchor) if anchor is not None else None
         return m.AuditVerify.from_dict(self._c._json("POST", "/v1/audit/verify", body=body))
 
@@ -837,9 +1090,11 @@ class Keys:
         return m.CreatedAPIKey.from_dict(self._c._json("POST", "/v1/keys", body=req))
 
     def list(self) -> List[m.APIKey]:
+        """The API keys the caller may see (never their secrets)."""
         return [m.APIKey.from_dict(k) for k in self._c._all("/v1/keys")]
 
     def revoke(self, id_or_prefix: str) -> m.APIKey:
+        """Revokes a key by id or prefix: it stops working at once, its streams closed."""
         return m.APIKey.from_dict(self._c._json("DELETE", "/v1/keys/" + _seg(id_or_prefix)))
 
 
@@ -850,12 +1105,15 @@ class Tenants:
         self._c = client
 
     def create(self, name: str) -> m.Tenant:
+        """Creates a tenant (host admin)."""
         return m.Tenant.from_dict(self._c._json("POST", "/v1/tenants", body=m.CreateTenantRequest(name=name)))
 
     def list(self) -> List[m.Tenant]:
+        """Every tenant (host admin)."""
         return [m.Tenant.from_dict(t) for t in self._c._json("GET", "/v1/tenants") or []]
 
     def delete(self, name: str) -> None:
+        """Deletes an empty tenant (host admin)."""
         self._c._send("DELETE", "/v1/tenants/" + _seg(name))
 
 
@@ -866,9 +1124,11 @@ class Quotas:
         self._c = client
 
     def get(self, tenant: str) -> m.Quota:
+        """A tenant's quota and use."""
         return m.Quota.from_dict(self._c._json("GET", "/v1/tenants/" + _seg(tenant) + "/quota"))
 
     def set(self, tenant: str, quota: m.QuotaRequest) -> m.Quota:
+        """Sets a tenant's quota (host admin)."""
         return m.Quota.from_dict(self._c._json("PUT", "/v1/tenants/" + _seg(tenant) + "/quota", body=quota))
 
     def own(self) -> m.Quota:

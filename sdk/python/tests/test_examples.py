@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
@@ -30,3 +31,39 @@ def test_fork_artefacts(client):
     assert len(got) == 3
     left = [s for s in client.sandboxes.list() if (s.info.labels or {}).get("example") == "fork"]
     assert left == []
+
+
+def test_warm_pool(client):
+    r = load("warm_pool").main(client, template="example-warm-test", size=2)
+    assert len(r["took"]) == 2
+    assert r["pool"].hits >= 2  # both creates were claims of warm members
+    assert "example-warm-test" not in [t.name for t in client.templates.list()]
+
+
+def test_agent_tool_loop(client):
+    """The loop with a scripted model: it asks for code twice (the second
+    call reads a file the first wrote: one sandbox for the conversation),
+    then answers from the tool's output."""
+    ex = load("agent_tool_loop")
+    seen = []
+
+    def model(messages, tools):
+        assert tools[0]["function"]["name"] == "run_python"
+        tool_msgs = [m for m in messages if m["role"] == "tool"]
+        seen.append(len(tool_msgs))
+        if len(tool_msgs) == 0:
+            code = "a, b = 0, 1\nfor _ in range(20): a, b = b, a + b\nopen('/tmp/fib', 'w').write(str(a))\nprint(a)"
+            return {"role": "assistant", "content": None,
+                    "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "run_python", "arguments": json.dumps({"code": code})}}]}
+        if len(tool_msgs) == 1:
+            code = "import os; print(open('/tmp/fib').read(), os.path.exists('/etc/passwd'))"
+            return {"role": "assistant", "content": None,
+                    "tool_calls": [{"id": "c2", "type": "function", "function": {"name": "run_python", "arguments": json.dumps({"code": code})}}]}
+        out = json.loads(tool_msgs[-1]["content"])
+        assert out["exit_code"] == 0
+        return {"role": "assistant", "content": "The 20th Fibonacci number is " + out["stdout"].split()[0]}
+
+    answer = ex.main(client, "What is the 20th Fibonacci number?", model)
+    assert answer == "The 20th Fibonacci number is 6765"
+    assert seen == [0, 1, 2]
+    assert [s for s in client.sandboxes.list() if (s.info.labels or {}).get("example") == "agent"] == []

@@ -77,3 +77,8 @@ def test_strict_decoding_refuses_what_the_spec_does_not_describe(monkeypatch):
     with pytest.raises(_wire.SpecMismatch):
         m.Tenant.from_dict({"name": "a"})
     assert m.Tenant.from_dict({"name": "a", "created_at": "2026-01-01T00:00:00Z"}).name == "a"
+
+
+def test_reference_matches_the_docstrings(tmp_path):
+    """docs/sdk-python-reference.md is generated from the SDK's docstrings."""
+    regenerate_and_compare("gen_reference.py", os.path.join(HERE, "..", "..", "..", "docs", "sdk-python-reference.md"), tmp_path)

@@ -38,6 +38,7 @@ RULES = [
     (r"\bimport asyncio\b", "import time"),
     (r"\basyncio\.sleep\b", "time.sleep"),
     (r"\bAsync([A-Z]\w*)", r"\1"),
+    (r"An asyncio client", "A sync client"),
     (r"asyncio client", "sync client"),
     (r"``async with``", "``with``"),
 ]

@@ -305,6 +305,46 @@ export class Client {
     return collect(this._execEvents(res), String(res.headers[SANDBOX_ID_HEADER] ?? ""));
   }
 
+  /**
+   * Builds a declarative template: `spec` is the template file (YAML or
+   * JSON), `files` a tar of the local files its copy steps name. Only steps
+   * whose inputs changed are built again.
+   */
+  async apply(spec, { files, onOutput } = {}) {
+    const res = await this._send("POST", "/v1/apply", {
+      body: { spec, files: b64(files) },
+      headers: { Accept: "application/x-ndjson" },
+      stream: true,
+    });
+    return this._buildStream(res, onOutput);
+  }
+
+  // The BuildEvents of a build, Dockerfile build or apply: output to
+  // onOutput (data as a Buffer), then the template or the failing step's error.
+  async _buildStream(res, onOutput) {
+    for await (const d of this._ndjson(res)) {
+      check("BuildEvent", d);
+      if (d.error) {
+        const err = fromStream(d.error);
+        if (d.step) err.message = `step ${d.step}: ${err.message}`;
+        throw err;
+      }
+      if (d.template) return d.template;
+      if (d.data) onOutput?.({ ...d, data: Buffer.from(d.data, "base64") });
+    }
+    throw new StreamError("the build stream ended without a template");
+  }
+
+  /**
+   * Copies a file or directory from one sandbox to another (docker cp's
+   * rules), without the bytes passing through this client.
+   */
+  async copy(fromSandbox, fromPath, toSandbox, toPath, { preserveOwner = false } = {}) {
+    await this._send("POST", "/v1/copy", {
+      body: { from: fromSandbox, from_path: fromPath, to: toSandbox, to_path: toPath, preserve_owner: preserveOwner || undefined },
+    });
+  }
+
   /** Every template's warm pool. */
   async pools() {
     return checkList("Pool", await this._json("GET", "/v1/pools"));
@@ -411,6 +451,48 @@ export class Sandbox {
   }
 
   /** What changed in the writable layer against the template. */
+  /** Freezes the sandbox and cuts its network; its files stay readable. `release()` ends it. */
+  quarantine() {
+    return this._verb("quarantine");
+  }
+  /** Ends a quarantine: the sandbox runs again, its rules restored. */
+  release() {
+    return this._verb("release");
+  }
+
+  /**
+   * Sends one HTTP request to `port` of the sandbox through the daemon's
+   * port proxy with this client's credentials; resolves with `{status,
+   * headers, body}` (a Buffer) whatever the sandbox's server answered. The
+   * proxy's own refusals (nothing listens, no right) reject with their
+   * APIError. Never retried: the request may not be safe to repeat.
+   */
+  async portRequest(port, path = "/", { method = "GET", body, headers, params } = {}) {
+    const target = this._path("ports", String(Math.trunc(port))) + "/" + String(path).replace(/^\/+/, "") + query(params);
+    const h = { ...this._c._headers, ...headers };
+    const content = body === undefined ? undefined : Buffer.from(body);
+    if (content !== undefined) h["Content-Length"] = String(content.length);
+    let res;
+    try {
+      res = await this._c._once(method, target, h, content);
+    } catch (err) {
+      if (err instanceof BerthError) throw err;
+      if (REFUSED.has(err.code)) throw new ConnectError(this._c.host, err);
+      throw new TransportError(`${method} ${target}: ${err.message || err.code}`, err);
+    }
+    const raw = await readAll(res);
+    if (res.statusCode >= 400 && String(res.headers["content-type"] ?? "").startsWith("application/json")) {
+      let e;
+      try {
+        e = JSON.parse(raw.toString("utf8")).error;
+      } catch {
+        e = undefined;
+      }
+      if (e && typeof e === "object" && "code" in e) throw fromResponse(res.statusCode, res.statusMessage, res.headers, raw);
+    }
+    return { status: res.statusCode, headers: res.headers, body: raw };
+  }
+
   async diff() {
     return checkList("DiffEntry", await this._c._json("GET", this._path("diff")));
   }
@@ -710,9 +792,19 @@ class Processes {
   async wait(id) {
     return check("ExecExit", await this._c._json("POST", this._p + "/" + seg(id) + "/wait"));
   }
-}
 
-/** sandbox.network: live egress rules and the flow log. */
+  /**
+   * Attaches to a background process over its WebSocket: its kept output,
+   * then live output; `t.send` writes its stdin, `t.resize` resizes a PTY
+   * process's terminal, `t.wait()` its exit. Leaving (`t.close()`) does not
+   * end the process.
+   */
+  async attach(id) {
+    const t = new Pty(this._c._conn, this._c._headers, this._p + "/" + seg(id) + "/ws");
+    await t._open(undefined);
+    return t;
+  }
+}
 class Network {
   constructor(client, id) {
     this._c = client;
@@ -777,6 +869,94 @@ class Templates {
   async setPool(name, min) {
     return check("Pool", await this._c._json("PUT", "/v1/templates/" + seg(name) + "/pool", { body: { min } }));
   }
+  /**
+   * Forgets the size set for the template's pool: the default template's
+   * is the daemon's automatic pool again, any other has none.
+   */
+  async clearPool(name) {
+    return check("Pool", await this._c._json("PUT", "/v1/templates/" + seg(name) + "/pool", { body: { min: 0, auto: true } }));
+  }
+
+  /**
+   * Imports template `name` from a registry image `ref` (with
+   * `registryAuth`, or the daemon's credentials for the host's templates)
+   * or from `path`, an OCI layout or docker-save tarball on the daemon's
+   * host. Each layer's progress goes to `onProgress`.
+   */
+  async import(name, ref, { path, insecure, registryAuth, service, onProgress } = {}) {
+    const body = { name, ref, path, insecure, registry_auth: registryAuth, service };
+    const res = await this._c._send("POST", "/v1/templates/import", { body, headers: { Accept: "application/x-ndjson" }, stream: true });
+    return this._importStream(res, onProgress);
+  }
+
+  /** Imports template `name` from a docker-save or OCI tarball sent from here (its bytes). */
+  async upload(name, archive, { onProgress } = {}) {
+    const res = await this._c._send("PUT", "/v1/templates/" + seg(name) + "/archive", {
+      body: Buffer.from(archive),
+      headers: { "Content-Type": "application/x-tar", Accept: "application/x-ndjson" },
+      stream: true,
+    });
+    return this._importStream(res, onProgress);
+  }
+
+  async _importStream(res, onProgress) {
+    // ImportEvents: progress lines, then the template.
+    for await (const d of this._c._ndjson(res)) {
+      if (d.error) throw fromStream(d.error);
+      if (d.template) return check("Template", d.template);
+      if (d.progress) onProgress?.(check("ImportProgress", d.progress));
+    }
+    throw new StreamError("the import stream ended without a template");
+  }
+
+  /**
+   * Builds template `name` by running the `run` shell steps on top of
+   * template `from`, each step's output handed to `onOutput` (BuildEvents:
+   * `step`, `stream`, `data` as a Buffer) as it comes. Steps have no
+   * network unless `network: "egress"` with `allow` rules. A failing step
+   * rejects with its number in the message.
+   */
+  async build(name, from, run, { env, timeout, network, allow, service, onOutput } = {}) {
+    const body = { name, from, run: [...run], env, timeout_seconds: timeout, network, allow, service };
+    const res = await this._c._send("POST", "/v1/templates/build", { body, headers: { Accept: "application/x-ndjson" }, stream: true });
+    return this._c._buildStream(res, onOutput);
+  }
+
+  /**
+   * Builds template `name` from a Dockerfile: `context` is a tar archive
+   * of the build context holding it (`dockerfile` names it, "Dockerfile"
+   * by default); `FROM` names a berth template.
+   */
+  async buildDockerfile(name, context, { dockerfile, target, buildArgs, network, allow, timeout, onOutput } = {}) {
+    const params = {
+      dockerfile,
+      target,
+      buildargs: buildArgs ? JSON.stringify(buildArgs) : undefined,
+      network,
+      allow,
+      timeout_seconds: timeout,
+    };
+    const res = await this._c._send("POST", "/v1/templates/" + seg(name) + "/dockerfile", {
+      params,
+      body: Buffer.from(context),
+      headers: { "Content-Type": "application/x-tar", Accept: "application/x-ndjson" },
+      stream: true,
+    });
+    return this._c._buildStream(res, onOutput);
+  }
+
+  /** Writes template `name` to a registry as the OCI image `ref`; each layer's upload goes to `onProgress`. */
+  async push(name, ref, { insecure, registryAuth, onProgress } = {}) {
+    const body = { ref, insecure, registry_auth: registryAuth };
+    const res = await this._c._send("POST", "/v1/templates/" + seg(name) + "/push", { body, headers: { Accept: "application/x-ndjson" }, stream: true });
+    for await (const d of this._c._ndjson(res)) {
+      if (d.error) throw fromStream(d.error);
+      check("PushEvent", d);
+      if (d.result) return d.result;
+      if (d.progress) onProgress?.(d.progress);
+    }
+    throw new StreamError("the push stream ended without a result");
+  }
 }
 
 /** client.volumes: named volumes. */
@@ -818,6 +998,10 @@ class Secrets {
   }
   async delete(name) {
     await this._c._send("DELETE", "/v1/secrets/" + seg(name));
+  }
+  /** Re-wraps every stored secret under the new master key `key` (standard base64 of 32 bytes; the host's administrator only). */
+  async rotateKey(key) {
+    return check("RotateSecretsKeyResponse", await this._c._json("POST", "/v1/secrets/rotate-key", { body: { key } }));
   }
 }
 

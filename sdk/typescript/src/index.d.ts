@@ -126,6 +126,10 @@ export declare class Client implements AsyncDisposable {
   /** One command in a one-shot sandbox the daemon destroys when it ends. */
   run(cmd: Command, options?: { sandbox?: models.CreateSandboxRequest; stdin?: string | Uint8Array; env?: Record<string, string>; timeout?: number }): Promise<ExecResult>;
   pools(): Promise<models.Pool[]>;
+  /** Builds a declarative template (YAML or JSON `spec`, `files` a tar of what its copy steps name). */
+  apply(spec: string, options?: { files?: Uint8Array; onOutput?: (ev: BuildOutput) => void }): Promise<models.Template>;
+  /** Copies a file or directory from one sandbox to another, inside the daemon. */
+  copy(fromSandbox: string, fromPath: string, toSandbox: string, toPath: string, options?: { preserveOwner?: boolean }): Promise<void>;
 }
 
 /** One sandbox; `await using` deletes it when the block ends, even when it threw. */
@@ -149,6 +153,16 @@ export declare class Sandbox implements AsyncDisposable {
   hibernate(): Promise<this>;
   wake(): Promise<this>;
   diff(): Promise<models.DiffEntry[]>;
+  /** Freezes the sandbox and cuts its network; its files stay readable. */
+  quarantine(): Promise<this>;
+  /** Ends a quarantine. */
+  release(): Promise<this>;
+  /** One HTTP request to `port` through the daemon's port proxy: the sandbox server's answer, whatever its status. */
+  portRequest(
+    port: number,
+    path?: string,
+    options?: { method?: string; body?: string | Uint8Array; headers?: Record<string, string>; params?: Record<string, unknown> },
+  ): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: Bytes }>;
   fork(count?: number, options?: Omit<models.ForkRequest, "count"> & RequestOptions): Promise<Sandbox[]>;
   snapshot(options?: { name?: string; retentionSeconds?: number } & RequestOptions): Promise<models.Snapshot>;
   snapshots(): PageIterator<models.Snapshot>;
@@ -210,6 +224,8 @@ export declare class Processes {
   signal(id: string, signal: string): Promise<void>;
   kill(id: string): Promise<void>;
   wait(id: string): Promise<models.ExecExit>;
+  /** Attaches to a background process over its WebSocket (kept output, then live). */
+  attach(id: string): Promise<Pty>;
 }
 
 export declare class Network {
@@ -232,6 +248,43 @@ export declare class Templates {
   delete(name: string): Promise<void>;
   getPool(name: string): Promise<models.Pool>;
   setPool(name: string, min: number): Promise<models.Pool>;
+  clearPool(name: string): Promise<models.Pool>;
+  import(
+    name: string,
+    ref?: string,
+    options?: { path?: string; insecure?: boolean; registryAuth?: models.RegistryAuth; service?: models.TemplateService; onProgress?: (p: models.ImportProgress) => void },
+  ): Promise<models.Template>;
+  upload(name: string, archive: Uint8Array, options?: { onProgress?: (p: models.ImportProgress) => void }): Promise<models.Template>;
+  build(
+    name: string,
+    from: string,
+    run: string[],
+    options?: BuildOptions & { env?: Record<string, string>; service?: models.TemplateService },
+  ): Promise<models.Template>;
+  buildDockerfile(
+    name: string,
+    context: Uint8Array,
+    options?: BuildOptions & { dockerfile?: string; target?: string; buildArgs?: Record<string, string> },
+  ): Promise<models.Template>;
+  push(
+    name: string,
+    ref: string,
+    options?: { insecure?: boolean; registryAuth?: models.RegistryAuth; onProgress?: (p: models.ImportProgress) => void },
+  ): Promise<models.PushResult>;
+}
+
+/** A build step's output (a BuildEvent with its data decoded). */
+export interface BuildOutput {
+  step: number;
+  stream?: string;
+  data: Bytes;
+}
+
+export interface BuildOptions {
+  network?: string;
+  allow?: string[];
+  timeout?: number;
+  onOutput?: (ev: BuildOutput) => void;
 }
 
 export declare class Volumes {
@@ -246,6 +299,7 @@ export declare class Secrets {
   set(name: string, value: string): Promise<models.Secret>;
   list(): PageIterator<models.Secret>;
   delete(name: string): Promise<void>;
+  rotateKey(key: string): Promise<models.RotateSecretsKeyResponse>;
 }
 
 export interface EventFilter {

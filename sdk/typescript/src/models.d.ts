@@ -5,18 +5,23 @@
 // Typed models of berth's API: one interface per schema of api/openapi.json, in
 // the wire's own shape (snake_case keys; times are RFC 3339 strings, bytes base64).
 
+/** Body of every non-2xx response. */
+export interface ErrorBody {
+  error: Error;
+}
+
 /** An API error. */
 export interface Error {
   /**
-   * Stable code: invalid_argument (400), limit_exceeded (400, or 429 with Retry-After for a limit
-   * on work in progress: past a documented limit, named in limit; docs/limits.md), unauthenticated
-   * (401), permission_denied (403), not_found (404), conflict (409), too_large (413),
-   * resource_exhausted (429), not_supported (501), insufficient_storage (507), unreachable (502: a
-   * sandbox port nothing listens on), unavailable (503), internal (500); for registry pulls and
-   * pushes (docs/images.md) registry_unreachable, registry_dns, registry_tls, registry_error,
-   * digest_mismatch (502), registry_unauthorized, registry_denied (403), image_not_found (404),
-   * image_unsupported (400); with an Idempotency-Key also invalid_idempotency_key (400),
-   * idempotency_key_reused (422) and idempotency_in_progress (409).
+   * Stable code; x-berth-codes lists every code with its HTTP status, as the daemon maps its
+   * errors (internal/errdefs). limit_exceeded is 400, or 429 with Retry-After for a limit on work
+   * in progress: past a documented limit, named in limit (docs/limits.md); quota_exceeded and
+   * rate_limited (429) may carry Retry-After; unreachable (502) is a sandbox port nothing listens
+   * on; the registry codes (registry_*, digest_mismatch, image_not_found, image_unsupported) come
+   * from pulls and pushes (docs/images.md); invalid_idempotency_key, idempotency_key_reused and
+   * idempotency_in_progress from an Idempotency-Key; egress_secret_needs_egress and
+   * egress_secret_host_not_allowed from a secret bound to egress hosts (docs/secrets.md). A client
+   * should treat a code it does not know by its status.
    */
   code: string;
   /**
@@ -38,52 +43,62 @@ export interface Error {
   limit?: string;
 }
 
-/** Body of every non-2xx response. */
-export interface ErrorBody {
-  error: Error;
-}
-
-/**
- * Limits of a sandbox: cgroup limits, and the disk cap of its writable root layer (/tmp included);
- * 0 or absent means the template's or the server's default.
- */
-export interface Resources {
-  /** CPU limit in cores. */
-  cpus?: number;
-  /** Memory limit in bytes. */
-  memory_bytes?: number;
-  /** Limit on the number of processes. */
-  pids?: number;
+/** Answer of GET /v1/version. */
+export interface Version {
+  version: string;
+  commit?: string;
+  go: string;
+  runtime: string;
   /**
-   * Cap of the writable root layer and /tmp together, in bytes: its own filesystem, so a write
-   * past it fails with ENOSPC inside the sandbox; the inode cap is one per 16 KiB. Default: the
-   * template's, else the server's --disk-default (10 GiB). Between 16 MiB and the storage pool's
-   * size, else 400 invalid_argument naming the bound. With persist_root the root layer is on the
-   * workspace volume, whose size (volume_size_bytes) caps it instead, and disk_bytes is refused
-   * (400).
+   * sha256:<hex> of the TLS listener's leaf certificate (--listen), for clients to pin; absent
+   * without one.
    */
-  disk_bytes?: number;
+  tls_fingerprint?: string;
+  /**
+   * The runtime classes, the default first, with what each can do on this daemon's backend; an
+   * operation a class cannot do is refused (400 or 501) with the reason.
+   */
+  classes?: RuntimeClass[];
+}
+
+/** A runtime class a daemon offers and what it can do. */
+export interface RuntimeClass {
+  name: string;
+  capabilities: RuntimeCaps;
+}
+
+/** What a runtime class can do. */
+export interface RuntimeCaps {
+  /** pause and quarantine keep processes in memory, frozen */
+  freeze: boolean;
+  /** hibernate saves processes and memory to disk */
+  checkpoint: boolean;
+  /** fork, snapshot, sandboxes from snapshots, restore */
+  capture: boolean;
+  /** persist_root, diff, template builds, an enforced disk cap */
+  root_layer: boolean;
+  /** network mode egress (default deny, rules, flow log) */
+  egress: boolean;
+  /** warm pools */
+  pool: boolean;
+  /** a running sandbox's host name can change (a named create can be served from a warm pool) */
+  rename: boolean;
 }
 
 /**
- * Cap and usage of a sandbox's writable root layer (/tmp included). Absent when the layer is on
- * the workspace volume (persist_root; see storage) or the sandbox is deleted.
+ * The answer of GET /v1/whoami: the credential the request carried, as the daemon sees it (never
+ * the key itself). The console asks it once at sign-in to show only the actions the caller's
+ * scopes allow. Role is the narrowest role (viewer, member, admin) whose scopes hold every scope
+ * of the key; Host marks the host's administrator, the only caller of the host routes (tenants,
+ * metrics, doctor).
  */
-export interface Disk {
-  /** Cap in bytes (the filesystem's usable size once mounted). */
-  cap_bytes: number;
-  /** Inode cap. */
-  cap_inodes: number;
-  /** Bytes used (0 while not mounted). */
-  used_bytes: number;
-  /** Inodes used. */
-  used_inodes: number;
-  /** Whether the cap is in force; false with a note when it is recorded only. */
-  enforced: boolean;
-  /** Why the cap is not in force. */
-  note?: string;
-  /** the kernel made the layer's filesystem read-only (an I/O error); a stop/start makes it anew */
-  read_only?: boolean;
+export interface WhoAmI {
+  actor: string;
+  key_id?: string;
+  tenant: string;
+  role: "viewer" | "member" | "admin";
+  scopes: string[];
+  host: boolean;
 }
 
 /**
@@ -106,6 +121,7 @@ export interface CreateSandboxRequest {
   labels?: Record<string, string>;
   /** Hard lifetime in seconds; 0 = none. */
   timeout_seconds?: number;
+  /** none | egress */
   network?: "none" | "egress";
   /** Runtime class, e.g. runc. */
   runtime?: string;
@@ -130,6 +146,20 @@ export interface CreateSandboxRequest {
   /** Keep the workspace volume when the sandbox is deleted. */
   keep_volume?: boolean;
   /**
+   * Start the sandbox from this snapshot (id or name): its template, workspace and writable root,
+   * instead of a template.
+   */
+  snapshot?: string;
+  /**
+   * Egress rules for network mode egress: [tcp://|udp://]IP|CIDR|DOMAIN|*.DOMAIN[:PORT[,PORT]].
+   * Everything else is denied.
+   */
+  allow?: string[];
+  /** Sandbox ports the port proxy serves without credentials. */
+  public_ports?: number[];
+  /** The tenant's secrets every exec in it gets as env vars. */
+  secrets?: SecretRef[];
+  /**
    * Act (on_idle) after this long without activity: API calls (exec, files, ports), open exec
    * sessions, and processes other than the agent using CPU above idle_cpu_threshold. 0 = none (or
    * the template's or server's default).
@@ -153,50 +183,63 @@ export interface CreateSandboxRequest {
    * negative = CPU use is ignored.
    */
   idle_cpu_threshold?: number;
-  /**
-   * Start the sandbox from this snapshot (id or name): its template, workspace and writable root,
-   * instead of a template.
-   */
-  snapshot?: string;
-  /**
-   * Egress rules for network mode egress: [tcp://|udp://]IP|CIDR|DOMAIN|*.DOMAIN[:PORT[,PORT]].
-   * Everything else is denied.
-   */
-  allow?: string[];
-  /** Sandbox ports the port proxy serves without credentials. */
-  public_ports?: number[];
-  secrets?: SecretRef[];
 }
 
-/** The isolation boundary a sandbox runs behind. */
-export interface Isolation {
-  runtime: string;
-  shared_kernel: boolean;
-  /** Sandbox root is not host root. */
-  user_namespace: boolean;
-  /** Seccomp profile name. */
-  seccomp: string;
-  /** Capabilities root inside keeps. */
-  capabilities: string[];
-  no_new_privileges: boolean;
-  readonly_image: boolean;
+/**
+ * Limits of a sandbox: cgroup limits, and the disk cap of its writable root layer (/tmp included);
+ * 0 or absent means the template's or the server's default.
+ */
+export interface Resources {
+  /** CPU limit in cores. */
+  cpus?: number;
+  /** Memory limit in bytes. */
+  memory_bytes?: number;
+  /** Limit on the number of processes. */
+  pids?: number;
   /**
-   * per-sandbox: the sandbox has its own host uid/gid range, image layers idmapped onto it;
-   * shared: one range for every sandbox (hosts without idmapped mounts). Absent on a deleted
-   * sandbox, whose range is released.
+   * Cap of the writable root layer and /tmp together, in bytes: its own filesystem, so a write
+   * past it fails with ENOSPC inside the sandbox; the inode cap is one per 16 KiB. Default: the
+   * template's, else the server's --disk-default (10 GiB). Between 16 MiB and the storage pool's
+   * size, else 400 invalid_argument naming the bound. With persist_root the root layer is on the
+   * workspace volume, whose size (volume_size_bytes) caps it instead, and disk_bytes is refused
+   * (400).
    */
-  id_mode?: "per-sandbox" | "shared";
-  /** Host uid of root inside the sandbox. */
-  host_uid?: number;
-  /** Host gid of root inside the sandbox. */
-  host_gid?: number;
-  /** How many host ids from host_uid (and host_gid) are the sandbox's. */
-  host_ids?: number;
+  disk_bytes?: number;
+}
+
+/** A named volume attached at a path inside the sandbox. */
+export interface VolumeMount {
+  /** Volume name. */
+  name: string;
+  /** Absolute mount point; default /workspace for the first volume, required for the others. */
+  path: string;
+  read_only?: boolean;
+}
+
+/**
+ * One of the caller's secrets the sandbox gets as an env var of its execs, or as a file under
+ * /run/secrets. Only the reference is stored; the value is read at each exec (env) or start
+ * (file), so a removed secret is no longer given. With egress_host, the sandbox holds only a
+ * placeholder and the egress proxy injects the value.
+ */
+export interface SecretRef {
+  name: string;
+  /** The env var (default: the name). */
+  env?: string;
   /**
-   * Who owns the sandbox's user namespace and is charged its per-user kernel counts (inotify
-   * instances): sandbox (its own host root uid), host-root, or sentry (runsc: gVisor serves them).
+   * Instead of an env var: a path under /run/secrets where the value is a file (0400, owned by the
+   * sandbox's user) on a tmpfs, written at every start, never on the writable layer. Not with env
+   * in one reference.
    */
-  userns_owner?: "sandbox" | "host-root" | "sentry";
+  file?: string;
+  /**
+   * Instead of the value: the env var (env, default the name) holds a placeholder, which berth's
+   * egress proxy replaces by the value in the request headers of HTTPS requests to this host only
+   * (SNI and Host both this host). The sandbox must be in network mode egress with a rule allowing
+   * the host on TCP 443; its execs get SSL_CERT_FILE, REQUESTS_CA_BUNDLE and NODE_EXTRA_CA_CERTS
+   * naming a CA bundle that adds the sandbox's own CA. Not with file.
+   */
+  egress_host?: string;
 }
 
 /** A sandbox. */
@@ -240,7 +283,9 @@ export interface Sandbox {
   /** The policy action the reconciler takes next (e.g. pause, stop, delete), at next_action_at. */
   next_action?: string;
   next_action_at?: string /* RFC 3339 */;
+  /** The usage of the sandbox's workspace volume, if any. */
   storage?: Volume;
+  /** The cap and usage of the writable root layer. */
   disk?: Disk;
   lineage?: Lineage;
   /** Address in network mode egress; kept across stop/start. */
@@ -250,233 +295,47 @@ export interface Sandbox {
   /** Egress rules. */
   allow?: string[];
   public_ports?: number[];
+  /** The secret references its execs get (names, never values). */
+  secrets?: SecretRef[];
   /**
    * Returned by create only: a bearer credential for this sandbox alone, by its id, that dies with
    * it. It may exec, read and write files (export included), reach ports, read the sandbox and its
    * events, and touch it; nothing else (the operations marked x-berth-lease).
    */
   lease_token?: string;
-  /** The secret references its execs get (names, never values). */
-  secrets?: SecretRef[];
 }
 
-/** Body of POST /v1/sandboxes/{id}/exec and first (text) message of /exec/ws. */
-export interface ExecRequest {
-  cmd: string[];
-  env?: Record<string, string>;
-  workdir?: string;
-  /** "uid[:gid]" or a name from /etc/passwd. */
-  user?: string;
-  /** Whole stdin for non-interactive exec. */
-  stdin?: string /* base64 */;
-  timeout_seconds?: number;
-  /** WebSocket only. */
-  tty?: boolean;
-  rows?: number;
-  cols?: number;
-}
-
-/** Final result of an exec. */
-export interface ExecExit {
-  /** Exit code; 128+signal when killed. */
-  code: number;
-  signal?: string;
-  timed_out: boolean;
-  oom_killed: boolean;
-  /** Wall time of the process. */
-  duration_ms: number;
-}
-
-/**
- * One line of an exec or run NDJSON stream: output as produced, then exactly one exit or error
- * event.
- */
-export interface ExecEvent {
-  stream?: "stdout" | "stderr";
-  data?: string /* base64 */;
-  exit?: ExecExit;
-  error?: Error;
-}
-
-/** Payload of a WSResize frame. */
-export interface Resize {
-  rows: number;
-  cols: number;
-}
-
-/** Body of POST /v1/run. */
-export interface RunRequest {
-  sandbox: CreateSandboxRequest;
-  exec: ExecRequest;
-}
-
-/** A file inside a sandbox. */
-export interface FileInfo {
-  name: string;
-  path: string;
-  size: number;
-  /** Go fs.FileMode bits (kept as it was for old clients; use permissions, mode_string and type). */
-  mode: number;
-  mod_time: string /* RFC 3339 */;
-  is_dir: boolean;
-  /** Symlink target. */
-  link?: string;
-  /** POSIX permission number, set-id and sticky bits included: a directory 0755 is 493. */
-  permissions: number;
-  /** The mode as ls -l shows it, e.g. drwxr-xr-x. */
-  mode_string: string;
-  type: "file" | "dir" | "symlink" | "fifo" | "socket" | "char" | "block";
-  /** Owner uid as the sandbox sees it (absent from agents too old to report it). */
-  uid?: number;
-  /** Owner gid as the sandbox sees it. */
-  gid?: number;
-}
-
-/** A template. */
-export interface Template {
-  /**
-   * The tenant that owns the template; absent for the host's shared catalogue, which every tenant
-   * sees.
-   */
-  tenant?: string;
-  pool?: Pool;
-  name: string;
-  layers: string[];
-  source: string;
-  builtin: boolean;
-  size: number;
-  env?: string[];
-  workdir?: string;
-  /** Default user of its sandboxes' commands (the image's USER). */
-  user?: string;
-  /** The image's entrypoint. */
-  entrypoint?: string[];
-  /** The image's Cmd (arguments to the entrypoint, or the command). */
-  cmd?: string[];
-  /** The image's exposed ports ("8080/tcp"); shown only, never published. */
-  exposed_ports?: string[];
-  /**
-   * The image's STOPSIGNAL: stop sends it to the sandbox's processes before the kill (SIGTERM when
-   * empty).
-   */
-  stop_signal?: string;
-  created_at: string /* RFC 3339 */;
-  build?: TemplateBuild;
-  /** The image's labels (a Dockerfile's LABEL). */
-  labels?: Record<string, string>;
-}
-
-/** Body of POST /v1/templates/import; exactly one of path and ref. */
-export interface ImportTemplateRequest {
-  name: string;
-  /** OCI layout directory or docker-save tarball on the daemon's host. */
-  path?: string;
-  /** Registry reference. */
-  ref?: string;
-  /** Allow plain-HTTP registries. */
-  insecure?: boolean;
-  service?: TemplateService;
-  registry_auth?: RegistryAuth;
-}
-
-/** Body of POST /v1/templates/build. */
-export interface BuildTemplateRequest {
-  name: string;
-  from: string;
-  /** Shell steps run with /bin/sh -c in order. */
-  run: string[];
-  env?: Record<string, string>;
-  /** Per step. */
-  timeout_seconds?: number;
-  service?: TemplateService;
-  /**
-   * The steps' network: none (default, loopback only) or egress with allow rules, under the egress
-   * policy and flow log of any sandbox; the flows are kept in the template's build record.
-   */
-  network?: "none" | "egress";
-  /** Egress rules of the steps (network egress). */
-  allow?: string[];
-}
-
-/** One line of the build NDJSON stream: step output, then one event with template or error. */
-export interface BuildEvent {
-  /** 1-based index into run; 0 for set-up. */
-  step: number;
-  stream?: "stdout" | "stderr";
-  data?: string /* base64 */;
-  template?: Template;
-  error?: Error;
-}
-
-/** A recorded transition or mutating call. */
-export interface Event {
-  id: number;
-  sandbox_id: string;
-  time: string /* RFC 3339 */;
-  type: string;
-  from?: string;
-  to?: string;
-  actor?: string;
-  cause?: string;
-  reason?: string;
-  outcome?: string;
-  message?: string;
-}
-
-/** An orphan or leak. */
-export interface DoctorFinding {
-  /** mount, cgroup, runtime, dir, process or record. */
-  kind: string;
-  /** Sandbox id, if known. */
-  id: string;
-  detail: string;
-  fixed: boolean;
-  error?: string;
-}
-
-/** Answer of GET /v1/doctor and POST /v1/doctor/fix. */
-export interface DoctorReport {
-  findings: DoctorFinding[];
+/** The isolation boundary a sandbox runs behind. */
+export interface Isolation {
+  /** runtime class, e.g. runc */
   runtime: string;
-  healthy: boolean;
-  /** Reconcile leases: which replica runs the node's and the store-wide background work. */
-  leases?: DoctorLease[];
-}
-
-/** A reconcile lease as the answering daemon sees it. */
-export interface DoctorLease {
-  /** node:<node> or store. */
-  name: string;
-  /** The replica holding it, as last read. */
-  holder: string;
-  /** The answering replica. */
-  self: string;
-  /** Whether the answering replica holds it now. */
-  held: boolean;
-  /** Fencing token: grows with every change of holder. */
-  epoch: number;
-  remaining_ms: number;
-  /** No other replica can contend (one daemon per node or store). */
-  trivial?: boolean;
-  error?: string;
-}
-
-/** Answer of GET /v1/version. */
-export interface Version {
-  version: string;
-  commit?: string;
-  go: string;
-  runtime: string;
+  /** true for namespace runtimes */
+  shared_kernel: boolean;
+  /** Sandbox root is not host root. */
+  user_namespace: boolean;
+  /** Seccomp profile name. */
+  seccomp: string;
+  /** Capabilities root inside keeps. */
+  capabilities: string[];
+  no_new_privileges: boolean;
+  readonly_image: boolean;
   /**
-   * sha256:<hex> of the TLS listener's leaf certificate (--listen), for clients to pin; absent
-   * without one.
+   * per-sandbox: the sandbox has its own host uid/gid range, image layers idmapped onto it;
+   * shared: one range for every sandbox (hosts without idmapped mounts). Absent on a deleted
+   * sandbox, whose range is released.
    */
-  tls_fingerprint?: string;
+  id_mode?: "per-sandbox" | "shared";
+  /** Host uid of root inside the sandbox. */
+  host_uid?: number;
+  /** Host gid of root inside the sandbox. */
+  host_gid?: number;
+  /** How many host ids from host_uid (and host_gid) are the sandbox's. */
+  host_ids?: number;
   /**
-   * The runtime classes, the default first, with what each can do on this daemon's backend; an
-   * operation a class cannot do is refused (400 or 501) with the reason.
+   * Who owns the sandbox's user namespace and is charged its per-user kernel counts (inotify
+   * instances): sandbox (its own host root uid), host-root, or sentry (runsc: gVisor serves them).
    */
-  classes?: RuntimeClass[];
+  userns_owner?: "sandbox" | "host-root" | "sentry";
 }
 
 /**
@@ -510,15 +369,6 @@ export interface Policy {
   idle_cpu_threshold?: number;
 }
 
-/** A named volume attached at a path inside the sandbox. */
-export interface VolumeMount {
-  /** Volume name. */
-  name: string;
-  /** Absolute mount point; default /workspace for the first volume, required for the others. */
-  path: string;
-  read_only?: boolean;
-}
-
 /**
  * A named filesystem with a size and inode quota enforced by the filesystem: writes past it fail
  * with ENOSPC inside the sandbox.
@@ -538,27 +388,163 @@ export interface Volume {
   attached_to?: string;
   /** Outlives the sandbox it belongs to. */
   keep: boolean;
-  created_at: string /* RFC 3339 */;
   /**
    * the kernel made the mounted filesystem read-only (an I/O error, e.g. the host disk under the
    * pool filled); a stop/start mounts it read-write again
    */
   read_only?: boolean;
+  created_at: string /* RFC 3339 */;
 }
 
-/** Body of POST /v1/volumes. */
-export interface CreateVolumeRequest {
-  /** Unique volume name. */
+/**
+ * Cap and usage of a sandbox's writable root layer (/tmp included). Absent when the layer is on
+ * the workspace volume (persist_root; see storage) or the sandbox is deleted.
+ */
+export interface Disk {
+  /** Cap in bytes (the filesystem's usable size once mounted). */
+  cap_bytes: number;
+  /** Inode cap. */
+  cap_inodes: number;
+  /** Bytes used (0 while not mounted). */
+  used_bytes: number;
+  /** Inodes used. */
+  used_inodes: number;
+  /** Whether the cap is in force; false with a note when it is recorded only. */
+  enforced: boolean;
+  /** Why the cap is not in force. */
+  note?: string;
+  /** the kernel made the layer's filesystem read-only (an I/O error); a stop/start makes it anew */
+  read_only?: boolean;
+}
+
+/** Where a sandbox comes from and what came from it. */
+export interface Lineage {
+  /** Id of the sandbox it was forked from. */
+  parent?: string;
+  /** Id of the snapshot it was made from. */
+  from_snapshot?: string;
+  /** Ids of the sandboxes forked from it. */
+  children?: string[];
+}
+
+/** A recorded transition or mutating call. */
+export interface Event {
+  id: number;
+  sandbox_id: string;
+  time: string /* RFC 3339 */;
+  type: string;
+  from?: string;
+  to?: string;
+  actor?: string;
+  cause?: string;
+  reason?: string;
+  outcome?: string;
+  message?: string;
+}
+
+/** Body of POST /v1/run. */
+export interface RunRequest {
+  sandbox: CreateSandboxRequest;
+  exec: ExecRequest;
+}
+
+/** Body of POST /v1/sandboxes/{id}/exec and first (text) message of /exec/ws. */
+export interface ExecRequest {
+  cmd: string[];
+  env?: Record<string, string>;
+  workdir?: string;
+  /** "uid[:gid]" or a name from /etc/passwd. */
+  user?: string;
+  /** Whole stdin for non-interactive exec. */
+  stdin?: string /* base64 */;
+  timeout_seconds?: number;
+  /** WebSocket only. */
+  tty?: boolean;
+  rows?: number;
+  cols?: number;
+}
+
+/**
+ * One line of an exec or run NDJSON stream: output as produced, then exactly one exit or error
+ * event.
+ */
+export interface ExecEvent {
+  /** "stdout" | "stderr" */
+  stream?: "stdout" | "stderr";
+  /** base64 in JSON */
+  data?: string /* base64 */;
+  exit?: ExecExit;
+  /** the exec could not run or was cut off */
+  error?: Error;
+}
+
+/** Final result of an exec. */
+export interface ExecExit {
+  /** Exit code; 128+signal when killed. */
+  code: number;
+  /** e.g. "SIGKILL" when killed by a signal */
+  signal?: string;
+  timed_out: boolean;
+  oom_killed: boolean;
+  /** Wall time of the process. */
+  duration_ms: number;
+}
+
+/** Payload of a WSResize frame. */
+export interface Resize {
+  rows: number;
+  cols: number;
+}
+
+/** A file inside a sandbox. */
+export interface FileInfo {
   name: string;
-  /** Size quota; default 1 GiB. */
-  size_bytes?: number;
-  /** Inode limit; default 1 per 16 KiB. */
-  inodes?: number;
+  path: string;
+  size: number;
+  /** Go fs.FileMode bits (kept as it was for old clients; use permissions, mode_string and type). */
+  mode: number;
+  mod_time: string /* RFC 3339 */;
+  is_dir: boolean;
+  /** Symlink target. */
+  link?: string;
+  /** POSIX permission number, set-id and sticky bits included: a directory 0755 is 493. */
+  permissions: number;
+  /** The mode as ls -l shows it, e.g. drwxr-xr-x. */
+  mode_string: string;
+  type: "file" | "dir" | "symlink" | "fifo" | "socket" | "char" | "block";
+  /** Owner uid as the sandbox sees it (absent from agents too old to report it). */
+  uid?: number;
+  /** Owner gid as the sandbox sees it. */
+  gid?: number;
+}
+
+/** Body of POST /v1/sandboxes/{id}/export. */
+export interface ExportRequest {
+  /** Files or directories inside the sandbox; the archive holds exactly these. */
+  paths: string[];
+}
+
+/** Body of POST /v1/copy: copy a path from one sandbox to another directly. */
+export interface CopyRequest {
+  /** Source sandbox id or name. */
+  from: string;
+  /** File or directory in the source sandbox. */
+  from_path: string;
+  /** Destination sandbox id or name. */
+  to: string;
+  /** Directory of the destination sandbox to copy into (created if missing). */
+  to_path: string;
+  /**
+   * Keep the source's uids and gids (archive mode); otherwise what the copy creates belongs to the
+   * destination sandbox's user (root if it has none).
+   */
+  preserve_owner?: boolean;
 }
 
 /** One path of a sandbox's filesystem that differs from its template. */
 export interface DiffEntry {
   path: string;
+  /** added | changed | removed */
   kind: "added" | "changed" | "removed";
   /** Size in bytes (of the new content for added and changed files). */
   size: number;
@@ -594,14 +580,12 @@ export interface ForkResponse {
   freeze_ms: number;
 }
 
-/** Where a sandbox comes from and what came from it. */
-export interface Lineage {
-  /** Id of the sandbox it was forked from. */
-  parent?: string;
-  /** Id of the snapshot it was made from. */
-  from_snapshot?: string;
-  /** Ids of the sandboxes forked from it. */
-  children?: string[];
+/** Body of POST /v1/sandboxes/{id}/snapshots. */
+export interface CreateSnapshotRequest {
+  /** Unique name, usable wherever a snapshot id is. */
+  name?: string;
+  /** Deleted this long after creation; 0 = kept. */
+  retention_seconds?: number;
 }
 
 /**
@@ -622,49 +606,53 @@ export interface Snapshot {
   expires_at?: string /* RFC 3339 */;
 }
 
-/** Body of POST /v1/sandboxes/{id}/snapshots. */
-export interface CreateSnapshotRequest {
-  /** Unique name, usable wherever a snapshot id is. */
-  name?: string;
-  /** Deleted this long after creation; 0 = kept. */
-  retention_seconds?: number;
+/** Body of POST /v1/volumes. */
+export interface CreateVolumeRequest {
+  /** Unique volume name. */
+  name: string;
+  /** Size quota; default 1 GiB. */
+  size_bytes?: number;
+  /** Inode limit; default 1 per 16 KiB. */
+  inodes?: number;
 }
 
-/** Body of POST /v1/sandboxes/{id}/export. */
-export interface ExportRequest {
-  /** Files or directories inside the sandbox; the archive holds exactly these. */
-  paths: string[];
-}
-
-/** Body of POST /v1/copy: copy a path from one sandbox to another directly. */
-export interface CopyRequest {
-  /** Source sandbox id or name. */
-  from: string;
-  /** File or directory in the source sandbox. */
-  from_path: string;
-  /** Destination sandbox id or name. */
-  to: string;
-  /** Directory of the destination sandbox to copy into (created if missing). */
-  to_path: string;
+/** A template. */
+export interface Template {
   /**
-   * Keep the source's uids and gids (archive mode); otherwise what the copy creates belongs to the
-   * destination sandbox's user (root if it has none).
+   * The tenant that owns the template; absent for the host's shared catalogue, which every tenant
+   * sees.
    */
-  preserve_owner?: boolean;
-}
-
-/** Body of PUT /v1/templates/{name}/pool. */
-export interface PoolRequest {
+  tenant?: string;
+  pool?: Pool;
+  name: string;
+  layers: string[];
+  source: string;
+  builtin: boolean;
+  size: number;
+  env?: string[];
+  workdir?: string;
+  created_at: string /* RFC 3339 */;
+  /** Default user of its sandboxes' commands (the image's USER). */
+  user?: string;
+  /** The image's entrypoint. */
+  entrypoint?: string[];
+  /** The image's Cmd (arguments to the entrypoint, or the command). */
+  cmd?: string[];
+  /** The image's exposed ports ("8080/tcp"); shown only, never published. */
+  exposed_ports?: string[];
   /**
-   * Ready sandboxes kept for the template; 0 = no pool (for the default template: not even the
-   * automatic one, until auto is asked for).
+   * The image's STOPSIGNAL: stop sends it to the sandbox's processes before the kill (SIGTERM when
+   * empty).
    */
-  min: number;
+  stop_signal?: string;
   /**
-   * Forget the size set (min must be 0): the default template's pool is the daemon's automatic one
-   * again (berth serve --warm-pool), any other template has none.
+   * The record of the build that made the template (build, apply, a Dockerfile): its steps and,
+   * for steps with a network, their flows (only in GET /v1/templates/{name} and a build's answer;
+   * a list gives the counts).
    */
-  auto?: boolean;
+  build?: TemplateBuild;
+  /** The image's labels (a Dockerfile's LABEL). */
+  labels?: Record<string, string>;
 }
 
 /** A template's warm pool: ready, never-used sandboxes handed out on create. */
@@ -695,6 +683,199 @@ export interface Pool {
   auto?: boolean;
 }
 
+/**
+ * The record of the build that made a template: its steps and, for steps with a network, their
+ * flows (flows only in GET /v1/templates/{name} and a build's answer; a list gives the counts).
+ */
+export interface TemplateBuild {
+  steps: TemplateBuildStep[];
+}
+
+/** One step of a build. */
+export interface TemplateBuildStep {
+  step: number;
+  desc: string;
+  /** The step's line in its Dockerfile (absent: not from one). */
+  line?: number;
+  cached?: boolean;
+  /** none or egress. */
+  network?: string;
+  allow?: string[];
+  /** The build sandbox the step ran in. */
+  sandbox?: string;
+  /** How many flows the step made (Flows holds the first 256 of them; FlowsDropped the rest). */
+  flow_count?: number;
+  /** The first 256 flows of the step. */
+  flows?: Flow[];
+  flows_dropped?: number;
+}
+
+/** One connection attempt or DNS query of a sandbox. */
+export interface Flow {
+  seq: number;
+  time: string /* RFC 3339 */;
+  /** conn | dns */
+  kind: "conn" | "dns";
+  proto: string;
+  src: string;
+  dst: string;
+  /** DNS name queried, or the name the address was resolved from */
+  name?: string;
+  /** allow | deny */
+  decision: "allow" | "deny";
+  rule?: string;
+}
+
+/** Body of POST /v1/templates/import; exactly one of path and ref. */
+export interface ImportTemplateRequest {
+  name: string;
+  /** OCI layout directory or docker-save tarball on the daemon's host. */
+  path?: string;
+  /** Registry reference. */
+  ref?: string;
+  /** Allow plain-HTTP registries. */
+  insecure?: boolean;
+  /**
+   * A registry account for this pull alone, never stored or shown. Without it the host's pulls use
+   * the daemon's credentials (serve --registry-auth) and a tenant's go anonymous.
+   */
+  registry_auth?: RegistryAuth;
+  /** A supervised service of the template's sandboxes (processes.go). */
+  service?: TemplateService;
+}
+
+/**
+ * A registry account given with one request, for that pull or push alone (registry_auth of
+ * ImportTemplateRequest and PushTemplateRequest), never stored or shown: username and password, or
+ * token (a registry bearer token). Without it the host's transfers use the daemon's credentials
+ * (serve --registry-auth) and a tenant's go anonymous.
+ */
+export interface RegistryAuth {
+  username?: string;
+  password?: string;
+  token?: string;
+}
+
+/**
+ * A supervised service the template's sandboxes run whenever they become running: cmd, or
+ * from_image (the image's entrypoint and cmd).
+ */
+export interface TemplateService {
+  cmd?: string[];
+  from_image?: boolean;
+  restart?: "always" | "on-failure" | "never";
+  max_restarts?: number;
+}
+
+/** The body of POST /v1/templates/{name}/push: the registry reference to write the template to. */
+export interface PushTemplateRequest {
+  /** Registry reference to write to (host[:port]/repo:tag). */
+  ref: string;
+  /** Allow a plain-HTTP registry (certificates are still checked over TLS). */
+  insecure?: boolean;
+  /**
+   * A registry account for this push alone, never stored or shown; without it the host's pushes
+   * use the daemon's credentials and a tenant's go anonymous.
+   */
+  registry_auth?: RegistryAuth;
+}
+
+/**
+ * What a push wrote: the reference, the manifest's digest and the pushed layers' diffIDs (bottom
+ * first).
+ */
+export interface PushResult {
+  ref: string;
+  /** The pushed manifest's digest (sha256:...): pushing the same template again gives the same one. */
+  digest: string;
+  /**
+   * The pushed image's diffIDs, bottom first. A build step's layer keeps its template layer id; an
+   * imported layer's is that of berth's serialization.
+   */
+  layers: string[];
+}
+
+/** One line of a push's NDJSON stream: progress, then result or error. */
+export interface PushEvent {
+  progress?: ImportProgress;
+  result?: PushResult;
+  error?: Error;
+}
+
+/**
+ * How far one layer of an import (bytes of its blob read) or a push (bytes of its compressed blob
+ * uploaded) is.
+ */
+export interface ImportProgress {
+  /** 1-based. */
+  layer: number;
+  /** of the image */
+  layers: number;
+  /** The layer's diffID. */
+  digest: string;
+  bytes: number;
+  /** The blob's size when known. */
+  size?: number;
+  /** The layer's last line. */
+  done?: boolean;
+  /** Already in the store (a push: in the registry); nothing was read. */
+  cached?: boolean;
+  /**
+   * Bytes over all the image's layers (a cached layer counts as read); absent when a layer's size
+   * is unknown.
+   */
+  total_bytes?: number;
+  /** Size of all the image's layers; absent when a layer's size is unknown. */
+  total_size?: number;
+}
+
+/** Body of POST /v1/templates/build. */
+export interface BuildTemplateRequest {
+  name: string;
+  from: string;
+  /** Shell steps run with /bin/sh -c in order. */
+  run: string[];
+  env?: Record<string, string>;
+  /** Per step. */
+  timeout_seconds?: number;
+  /**
+   * Replaces the base template's supervised service (FromImage: the base's entrypoint and cmd);
+   * nil keeps the base's.
+   */
+  service?: TemplateService;
+  /**
+   * The steps' network: none (default, loopback only) or egress with allow rules, under the egress
+   * policy and flow log of any sandbox; the flows are kept in the template's build record.
+   */
+  network?: "none" | "egress";
+  /** Egress rules of the steps (network egress). */
+  allow?: string[];
+}
+
+/** One line of the build NDJSON stream: step output, then one event with template or error. */
+export interface BuildEvent {
+  /** 1-based index into run; 0 for set-up. */
+  step: number;
+  stream?: "stdout" | "stderr";
+  data?: string /* base64 */;
+  template?: Template;
+  error?: Error;
+}
+
+/** Body of PUT /v1/templates/{name}/pool. */
+export interface PoolRequest {
+  /**
+   * Ready sandboxes kept for the template; 0 = no pool (for the default template: not even the
+   * automatic one, until auto is asked for).
+   */
+  min: number;
+  /**
+   * Forget the size set (min must be 0): the default template's pool is the daemon's automatic one
+   * again (berth serve --warm-pool), any other template has none.
+   */
+  auto?: boolean;
+}
+
 /** Body of POST /v1/apply: a declarative template. */
 export interface ApplyRequest {
   /** The template file's content (YAML or JSON). */
@@ -706,13 +887,47 @@ export interface ApplyRequest {
   files?: string /* base64 */;
 }
 
-/** Rules to add and remove, effective at once. */
-export interface NetworkRulesRequest {
-  allow?: string[];
-  deny?: string[];
+/** Answer of GET /v1/doctor and POST /v1/doctor/fix. */
+export interface DoctorReport {
+  findings: DoctorFinding[];
+  runtime: string;
+  healthy: boolean;
+  /** Reconcile leases: which replica runs the node's and the store-wide background work. */
+  leases?: DoctorLease[];
 }
 
-/** The NetworkRules object of the API. */
+/** An orphan or leak. */
+export interface DoctorFinding {
+  /** mount, cgroup, runtime, dir, process or record. */
+  kind: string;
+  /** Sandbox id, if known. */
+  id: string;
+  /** path or name */
+  detail: string;
+  fixed: boolean;
+  error?: string;
+}
+
+/** A reconcile lease as the answering daemon sees it. */
+export interface DoctorLease {
+  /** node:<node> or store. */
+  name: string;
+  /** The replica holding it, as last read. */
+  holder: string;
+  /** The answering replica. */
+  self: string;
+  /** Whether the answering replica holds it now. */
+  held: boolean;
+  /** Fencing token: grows with every change of holder. */
+  epoch: number;
+  /** left of the holder's lease when last read */
+  remaining_ms: number;
+  /** No other replica can contend (one daemon per node or store). */
+  trivial?: boolean;
+  error?: string;
+}
+
+/** The answer of GET|POST /v1/sandboxes/{id}/network. */
 export interface NetworkRules {
   mode: "none" | "egress";
   ipv4?: string;
@@ -720,45 +935,42 @@ export interface NetworkRules {
   allow: string[];
 }
 
-/** The Flow object of the API. */
-export interface Flow {
-  seq: number;
-  time: string /* RFC 3339 */;
-  kind: "conn" | "dns";
-  proto: string;
-  src: string;
-  dst: string;
-  name?: string;
-  decision: "allow" | "deny";
-  rule?: string;
+/** Rules to add and remove, effective at once. */
+export interface NetworkRulesRequest {
+  allow?: string[];
+  deny?: string[];
 }
 
-/** The Tenant object of the API. */
+/** The body of POST /v1/tenants. */
+export interface CreateTenantRequest {
+  name: string;
+}
+
+/** Owns sandboxes, volumes, snapshots, keys and leases. */
 export interface Tenant {
   name: string;
   created_at: string /* RFC 3339 */;
 }
 
-/** The CreateTenantRequest object of the API. */
-export interface CreateTenantRequest {
-  name: string;
-}
-
-/** The APIKey object of the API. */
-export interface APIKey {
-  id: string;
-  prefix: string;
+/**
+ * The body of POST /v1/keys. Tenant is the key's tenant (a tenant's own key may only name its own,
+ * or leave it empty); Scopes, if any, narrow the role's; ExpiresInSeconds, if set, is the key's
+ * lifetime. A key made by an expiring key ends with it at the latest (a later expiry is refused;
+ * none inherits the maker's).
+ */
+export interface CreateAPIKeyRequest {
   name?: string;
-  tenant: string;
-  role?: "viewer" | "member" | "admin";
-  scopes: string[];
-  created_at: string /* RFC 3339 */;
-  created_by?: string;
-  expires_at?: string /* RFC 3339 */;
-  revoked_at?: string /* RFC 3339 */;
+  tenant?: string;
+  role: "viewer" | "member" | "admin";
+  scopes?: string[];
+  /**
+   * The key's lifetime. A key made by an expiring key ends with it at the latest: a later expiry
+   * is 403, none inherits the maker's.
+   */
+  expires_in_seconds?: number;
 }
 
-/** The CreatedAPIKey object of the API. */
+/** The answer of POST /v1/keys: the only time the key itself is shown. */
 export interface CreatedAPIKey {
   id: string;
   prefix: string;
@@ -774,22 +986,30 @@ export interface CreatedAPIKey {
   key: string;
 }
 
-/** The CreateAPIKeyRequest object of the API. */
-export interface CreateAPIKeyRequest {
+/** An API key as listed: never its secret. */
+export interface APIKey {
+  id: string;
+  prefix: string;
   name?: string;
-  tenant?: string;
-  role: "viewer" | "member" | "admin";
-  scopes?: string[];
-  expires_in_seconds?: number;
+  tenant: string;
+  role?: "viewer" | "member" | "admin";
+  scopes: string[];
+  created_at: string /* RFC 3339 */;
+  created_by?: string;
+  expires_at?: string /* RFC 3339 */;
+  revoked_at?: string /* RFC 3339 */;
 }
 
-/** The CreateLeaseRequest object of the API. */
+/**
+ * The body of POST /v1/sandboxes/{id}/leases: scopes among exec, files and ports (the lease always
+ * reads its own sandbox and events) and its lifetime (0: one hour).
+ */
 export interface CreateLeaseRequest {
   scopes?: Array<"exec" | "files" | "ports">;
   ttl_seconds?: number;
 }
 
-/** The Lease object of the API. */
+/** A minted lease token. */
 export interface Lease {
   id: string;
   sandbox_id: string;
@@ -798,12 +1018,19 @@ export interface Lease {
   token: string;
 }
 
-/** The CreatePortTokenRequest object of the API. */
+/** The body of POST /v1/sandboxes/{id}/ports/{port}/token: the token's lifetime (0: one hour). */
 export interface CreatePortTokenRequest {
   ttl_seconds?: number;
 }
 
-/** The PortToken object of the API. */
+/**
+ * Opens one port of one sandbox. Browsers use BrowserURL (set when the daemon has a --domain): the
+ * port's own host name {port}-{id}.{domain} with the token in the berth_port_token query
+ * parameter, which the proxy turns into a cookie of that host alone. Non-browser clients use URL
+ * (relative to the API's base, the path-routed proxy) with the token in the X-Berth-Port-Token
+ * header: that route takes no cookie and no query token, and its answers are sandboxed (an opaque
+ * origin) in a browser.
+ */
 export interface PortToken {
   /**
    * The token's record: listed at GET /v1/sandboxes/{id}/port-tokens, revoked at DELETE
@@ -819,16 +1046,32 @@ export interface PortToken {
    * answers carry Content-Security-Policy: sandbox.
    */
   url: string;
-  expires_at: string /* RFC 3339 */;
   /**
    * With a daemon --domain: the port's own host name {port}-{id}.{domain} with the token in the
    * berth_port_token query parameter, which the proxy turns into a cookie of that host alone (no
    * Domain attribute) and redirects away from.
    */
   browser_url?: string;
+  expires_at: string /* RFC 3339 */;
 }
 
-/** The AuditEntry object of the API. */
+/** A port token's record as listed: never its secret. */
+export interface PortTokenInfo {
+  id: string;
+  sandbox_id: string;
+  port: number;
+  /** The minting principal (key:<id>, or local). */
+  created_by: string;
+  created_at: string /* RFC 3339 */;
+  expires_at: string /* RFC 3339 */;
+  revoked_at?: string /* RFC 3339 */;
+}
+
+/**
+ * One audited action (GET /v1/audit): when it began, who did what to which target, and its outcome
+ * ("pending" while — or, after a crash, for ever — none was recorded). Request bodies are never
+ * recorded.
+ */
 export interface AuditEntry {
   tenant: string;
   seq: number;
@@ -846,7 +1089,11 @@ export interface AuditEntry {
   completed_at?: string /* RFC 3339 */;
 }
 
-/** The AuditRecord object of the API. */
+/**
+ * One sealed record of a tenant's chain, as exported (GET /v1/audit/export, JSON lines): a "begin"
+ * or an "outcome" (Ref names its begin's Seq), its predecessor's hash and its own HMAC-SHA256
+ * seal.
+ */
 export interface AuditRecord {
   tenant: string;
   seq: number;
@@ -864,43 +1111,33 @@ export interface AuditRecord {
   hash: string;
 }
 
-/** The AuditVerifyBad object of the API. */
-export interface AuditVerifyBad {
-  tenant?: string;
-  seq?: number;
-  reason?: string;
+/**
+ * The (optional) body of POST /v1/audit/verify: an anchor the daemon wrote (serve
+ * --audit-anchor-file), whose signature it checks with its own key and whose chain heads must
+ * still be in the chains — a chain cut and its head rewound below them fails.
+ */
+export interface AuditVerifyRequest {
+  /**
+   * The content of an audit anchor file: version, time, heads by tenant ({seq, hash}), key, sig
+   * (Ed25519).
+   */
+  anchor?: Record<string, unknown>;
 }
 
-/** The AuditVerify object of the API. */
+/** The answer of POST /v1/audit/verify. */
 export interface AuditVerify {
   ok: boolean;
   checked: number;
   pending: number;
-  bad?: AuditVerifyBad;
+  /** The first record found wrong. */
+  bad?: AuditBad;
 }
 
-/** A tenant's limits; 0 means unlimited. */
-export interface QuotaRequest {
-  /** Live sandboxes at once (0: unlimited). */
-  max_sandboxes: number;
-  /** Sum of the live sandboxes' CPU quotas, in cores (0: unlimited). */
-  max_cpus: number;
-  /** Sum of their memory limits (0: unlimited). */
-  max_memory_bytes: number;
-  /**
-   * Sum of their disk caps and the tenant's volume sizes, reserved, and the unpacked layers of its
-   * own templates; a template import or build is charged as it unpacks and refused with 429
-   * quota_exceeded past it (0: unlimited).
-   */
-  max_storage_bytes: number;
-  /** Creates a minute, a token bucket (0: unlimited). */
-  create_rate_per_minute: number;
-  /** Creates at once (0: max(1, the rate)). */
-  create_burst: number;
-  /** API requests a second per key of the tenant (0: the daemon's --rate-limit). */
-  key_rate_per_second: number;
-  /** Requests at once per key (0: max(1, the rate)). */
-  key_burst: number;
+/** Names a record that fails verification. */
+export interface AuditBad {
+  tenant: string;
+  seq: number;
+  reason: string;
 }
 
 /** Answer of GET/PUT /v1/tenants/{tenant}/quota. */
@@ -939,6 +1176,30 @@ export interface QuotaUsage {
   storage_bytes: number;
 }
 
+/** A tenant's limits; 0 means unlimited. */
+export interface QuotaRequest {
+  /** Live sandboxes at once (0: unlimited). */
+  max_sandboxes: number;
+  /** Sum of the live sandboxes' CPU quotas, in cores (0: unlimited). */
+  max_cpus: number;
+  /** Sum of their memory limits (0: unlimited). */
+  max_memory_bytes: number;
+  /**
+   * Sum of their disk caps and the tenant's volume sizes, reserved, and the unpacked layers of its
+   * own templates; a template import or build is charged as it unpacks and refused with 429
+   * quota_exceeded past it (0: unlimited).
+   */
+  max_storage_bytes: number;
+  /** Creates a minute, a token bucket (0: unlimited). */
+  create_rate_per_minute: number;
+  /** Creates at once (0: max(1, the rate)). */
+  create_burst: number;
+  /** API requests a second per key of the tenant (0: the daemon's --rate-limit). */
+  key_rate_per_second: number;
+  /** Requests at once per key (0: max(1, the rate)). */
+  key_burst: number;
+}
+
 /** One change of a files watch. */
 export interface WatchEvent {
   type: "ready" | "create" | "write" | "remove" | "rename" | "overflow" | "end" | "error";
@@ -949,12 +1210,29 @@ export interface WatchEvent {
   error?: Error;
 }
 
-/** The StartProcessRequest object of the API. */
+/**
+ * The body of POST /v1/sandboxes/{id}/processes: an exec request with a tag and a restart policy.
+ * Its exec fields are ExecRequest's own (one definition), but stdin and timeout_seconds: a
+ * background process takes its stdin through its stdin call and has no timeout, and a start that
+ * gives either is refused (400).
+ */
 export interface StartProcessRequest {
   cmd: string[];
   env?: Record<string, string>;
   workdir?: string;
+  /** "uid[:gid]" or a name from /etc/passwd */
   user?: string;
+  /**
+   * Not for a background process: a start that gives it is refused (400 invalid_argument); send
+   * stdin with POST .../processes/{pid}/stdin.
+   */
+  stdin?: string /* base64 */;
+  /**
+   * Not for a background process (it has no timeout; kill it): a start that gives it is refused
+   * (400 invalid_argument).
+   */
+  timeout_seconds?: number;
+  /** Run the process under a terminal of rows x cols; attach to it with GET .../processes/{pid}/ws. */
   tty?: boolean;
   rows?: number;
   cols?: number;
@@ -975,14 +1253,19 @@ export interface StartProcessRequest {
   ready_port?: number;
 }
 
-/** The Process object of the API. */
+/** Describes a background process. */
 export interface Process {
   id: string;
   tag?: string;
   argv: string[];
   tty?: boolean;
+  /** in the sandbox, while running */
   pid?: number;
   started: string /* RFC 3339 */;
+  /**
+   * Running, restarting, exited, killed (by a signal), stopped (ended by the sandbox's stop),
+   * paused or hibernated (with the sandbox).
+   */
   state: "running" | "restarting" | "exited" | "killed" | "stopped" | "paused" | "hibernated" | "quarantined";
   exit?: ExecExit;
   restart?: string;
@@ -990,12 +1273,16 @@ export interface Process {
   reason?: string;
 }
 
-/** The ProcessList object of the API. */
+/** The body of GET /v1/sandboxes/{id}/processes. */
 export interface ProcessList {
   processes: Process[];
 }
 
-/** The ProcessEvent object of the API. */
+/**
+ * One line of the NDJSON stream of GET .../logs: the kept output, then (with follow) live output,
+ * then an exit event if the process has ended. Gap counts output bytes dropped before they were
+ * read.
+ */
 export interface ProcessEvent {
   stream?: "stdout" | "stderr";
   data?: string /* base64 */;
@@ -1005,20 +1292,16 @@ export interface ProcessEvent {
   error?: Error;
 }
 
-/** The SignalRequest object of the API. */
+/** The body of POST .../processes/{pid}/signal. */
 export interface SignalRequest {
+  /** "TERM" or "SIGTERM"; "" is SIGTERM */
   signal: string;
 }
 
-/**
- * A supervised service the template's sandboxes run whenever they become running: cmd, or
- * from_image (the image's entrypoint and cmd).
- */
-export interface TemplateService {
-  cmd?: string[];
-  from_image?: boolean;
-  restart?: "always" | "on-failure" | "never";
-  max_restarts?: number;
+/** The body of PUT /v1/secrets/{name}. The value never comes back: no route returns it. */
+export interface PutSecretRequest {
+  /** The value (at most 64 KiB, no NUL). Sealed at rest; never returned, logged or put in an event. */
+  value: string;
 }
 
 /** A secret's metadata; no route returns a value. */
@@ -1030,217 +1313,52 @@ export interface Secret {
   updated_at: string /* RFC 3339 */;
 }
 
-/** The PutSecretRequest object of the API. */
-export interface PutSecretRequest {
-  /** The value (at most 64 KiB, no NUL). Sealed at rest; never returned, logged or put in an event. */
-  value: string;
-}
-
-/** The RotateSecretsKeyRequest object of the API. */
+/**
+ * The body of POST /v1/secrets/rotate-key (admin): the new master key, standard base64 of 32
+ * bytes.
+ */
 export interface RotateSecretsKeyRequest {
   /** The new master key: standard base64 of 32 bytes. */
   key: string;
 }
 
-/** The RotateSecretsKeyResponse object of the API. */
+/** Says what a rotation did. */
 export interface RotateSecretsKeyResponse {
   key_id: string;
   rewrapped: number;
   removed?: string[];
+  /**
+   * The key file the daemon rewrote with the new key only; empty when the keys came from
+   * BERTH_SECRETS_KEY, which the operator must now set to the new key before the next start.
+   */
   key_file?: string;
 }
 
 /**
- * One of the caller's secrets the sandbox gets as an env var of its execs, or as a file under
- * /run/secrets. Only the reference is stored; the value is read at each exec (env) or start
- * (file), so a removed secret is no longer given. With egress_host, the sandbox holds only a
- * placeholder and the egress proxy injects the value.
+ * The answer of POST /v1/console/codes (the host's own, `berth console`): a one-time sign-in code
+ * for the web console, and the console URLs of the daemon's TCP listeners with the code in their
+ * fragment (which a browser never sends to a server nor puts in a Referer).
  */
-export interface SecretRef {
-  name: string;
-  /** The env var (default: the name). */
-  env?: string;
-  /**
-   * Instead of an env var: a path under /run/secrets where the value is a file (0400, owned by the
-   * sandbox's user) on a tmpfs, written at every start, never on the writable layer. Not with env
-   * in one reference.
-   */
-  file?: string;
-  /**
-   * Instead of the value: the env var (env, default the name) holds a placeholder, which berth's
-   * egress proxy replaces by the value in the request headers of HTTPS requests to this host only
-   * (SNI and Host both this host). The sandbox must be in network mode egress with a rule allowing
-   * the host on TCP 443; its execs get SSL_CERT_FILE, REQUESTS_CA_BUNDLE and NODE_EXTRA_CA_CERTS
-   * naming a CA bundle that adds the sandbox's own CA. Not with file.
-   */
-  egress_host?: string;
-}
-
-/** The ConsoleCode object of the API. */
 export interface ConsoleCode {
   code: string;
   expires_at: string /* RFC 3339 */;
   urls?: string[];
 }
 
-/** The ConsoleSessionRequest object of the API. */
+/**
+ * The body of POST /v1/console/session: the console trades a sign-in code for a short-lived API
+ * key.
+ */
 export interface ConsoleSessionRequest {
   code: string;
 }
 
-/** Answer of GET /v1/whoami: the caller's credential as the daemon sees it. */
-export interface WhoAmI {
-  actor: string;
-  key_id?: string;
-  /** "" for the host's keys. */
-  tenant: string;
-  /** The narrowest role whose scopes hold every scope of the key. */
-  role: "viewer" | "member" | "admin";
-  scopes: string[];
-  /** The host's administrator: the only caller of the host routes. */
-  host: boolean;
-}
-
-/** The ConsoleSession object of the API. */
+/**
+ * That key: the host's scope (admin, tenant ""), for ConsoleSessionTTL, shown once. The console
+ * keeps it in its tab's sessionStorage and revokes it at sign-out.
+ */
 export interface ConsoleSession {
   api_key: string;
   key_id: string;
   expires_at: string /* RFC 3339 */;
-}
-
-/** What a runtime class can do. */
-export interface RuntimeCaps {
-  /** pause and quarantine keep processes in memory, frozen */
-  freeze: boolean;
-  /** hibernate saves processes and memory to disk */
-  checkpoint: boolean;
-  /** fork, snapshot, sandboxes from snapshots, restore */
-  capture: boolean;
-  /** persist_root, diff, template builds, an enforced disk cap */
-  root_layer: boolean;
-  /** network mode egress (default deny, rules, flow log) */
-  egress: boolean;
-  /** warm pools */
-  pool: boolean;
-  /** a running sandbox's host name can change (a named create can be served from a warm pool) */
-  rename: boolean;
-}
-
-/** A runtime class a daemon offers and what it can do. */
-export interface RuntimeClass {
-  name: string;
-  capabilities: RuntimeCaps;
-}
-
-/** The PortTokenInfo object of the API. */
-export interface PortTokenInfo {
-  id: string;
-  sandbox_id: string;
-  port: number;
-  /** The minting principal (key:<id>, or local). */
-  created_by: string;
-  created_at: string /* RFC 3339 */;
-  expires_at: string /* RFC 3339 */;
-  revoked_at?: string /* RFC 3339 */;
-}
-
-/** The AuditVerifyRequest object of the API. */
-export interface AuditVerifyRequest {
-  /**
-   * The content of an audit anchor file: version, time, heads by tenant ({seq, hash}), key, sig
-   * (Ed25519).
-   */
-  anchor?: Record<string, unknown>;
-}
-
-/**
- * The record of the build that made a template: its steps and, for steps with a network, their
- * flows (flows only in GET /v1/templates/{name} and a build's answer; a list gives the counts).
- */
-export interface TemplateBuild {
-  steps?: TemplateBuildStep[];
-}
-
-/** One step of a build. */
-export interface TemplateBuildStep {
-  step?: number;
-  desc?: string;
-  /** The step's line in its Dockerfile (absent: not from one). */
-  line?: number;
-  cached?: boolean;
-  /** none or egress. */
-  network?: string;
-  allow?: string[];
-  /** The build sandbox the step ran in. */
-  sandbox?: string;
-  flow_count?: number;
-  /** The first 256 flows of the step. */
-  flows?: Flow[];
-  flows_dropped?: number;
-}
-
-/** The PushTemplateRequest object of the API. */
-export interface PushTemplateRequest {
-  /** Registry reference to write to (host[:port]/repo:tag). */
-  ref: string;
-  /** Allow a plain-HTTP registry (certificates are still checked over TLS). */
-  insecure?: boolean;
-  registry_auth?: RegistryAuth;
-}
-
-/** The PushResult object of the API. */
-export interface PushResult {
-  ref: string;
-  /** The pushed manifest's digest (sha256:...): pushing the same template again gives the same one. */
-  digest: string;
-  /**
-   * The pushed image's diffIDs, bottom first. A build step's layer keeps its template layer id; an
-   * imported layer's is that of berth's serialization.
-   */
-  layers: string[];
-}
-
-/**
- * How far one layer of an import (bytes of its blob read) or a push (bytes of its compressed blob
- * uploaded) is.
- */
-export interface ImportProgress {
-  /** 1-based. */
-  layer: number;
-  layers: number;
-  /** The layer's diffID. */
-  digest: string;
-  bytes: number;
-  /** The blob's size when known. */
-  size?: number;
-  /** The layer's last line. */
-  done?: boolean;
-  /** Already in the store (a push: in the registry); nothing was read. */
-  cached?: boolean;
-  /**
-   * Bytes over all the image's layers (a cached layer counts as read); absent when a layer's size
-   * is unknown.
-   */
-  total_bytes?: number;
-  /** Size of all the image's layers; absent when a layer's size is unknown. */
-  total_size?: number;
-}
-
-/** One line of a push's NDJSON stream: progress, then result or error. */
-export interface PushEvent {
-  progress?: ImportProgress;
-  result?: PushResult;
-  error?: Error;
-}
-
-/**
- * A registry account given with one request, for that pull or push alone (registry_auth of
- * ImportTemplateRequest and PushTemplateRequest), never stored or shown: username and password, or
- * token (a registry bearer token). Without it the host's transfers use the daemon's credentials
- * (serve --registry-auth) and a tenant's go anonymous.
- */
-export interface RegistryAuth {
-  username?: string;
-  password?: string;
-  token?: string;
 }

@@ -19,7 +19,7 @@ import { check } from "./wire.js";
 const STDIN = 0, STDOUT = 1, STDERR = 2, RESIZE = 3, EXIT = 4, STDIN_EOF = 5, ERROR = 6;
 const READ_LIMIT = 4 << 20;
 
-/** One terminal session (Sandbox.pty). */
+/** One terminal session (Sandbox.pty), or an attach to a background process (Processes.attach). */
 export class Pty {
   constructor(conn, headers, path) {
     this._conn = conn;
@@ -59,7 +59,8 @@ export class Pty {
       this._error ??= new StreamError("the terminal connection failed", err);
       this._end();
     });
-    ws.send(JSON.stringify(req));
+    // An exec's session opens with its request; an attach to a process sends none.
+    if (req !== undefined) ws.send(JSON.stringify(req));
   }
 
   _onMessage(msg, isBinary) {
@@ -122,6 +123,7 @@ export class Pty {
     while (buf.indexOf(n) < 0) {
       const chunk = await this.recv();
       if (!chunk.length) {
+        if (this._error) throw this._error;
         throw new StreamError(`the terminal ended before ${JSON.stringify(String(needle))} appeared; got ${JSON.stringify(buf.subarray(-200).toString())}`);
       }
       buf = Buffer.concat([buf, chunk]);

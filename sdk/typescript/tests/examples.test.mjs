@@ -10,7 +10,9 @@ import { promisify } from "node:util";
 import { withClient } from "./helpers.mjs";
 import * as forkArtefacts from "../examples/fork_artefacts.mjs";
 import * as persistentWorkspace from "../examples/persistent_workspace.mjs";
+import * as agentToolLoop from "../examples/agent_tool_loop.mjs";
 import * as runCode from "../examples/run_code.mjs";
+import * as warmPool from "../examples/warm_pool.mjs";
 
 const examples = join(dirname(fileURLToPath(import.meta.url)), "..", "examples");
 
@@ -39,5 +41,38 @@ test("fork_artefacts", () =>
     assert.deepEqual(Object.values(got).sort((a, b) => a - b), [5050, 10100, 15150]);
     assert.equal(Object.keys(got).length, 3);
     const left = (await c.sandboxes.list().toArray()).filter((s) => s.info.labels?.example === "fork");
+    assert.deepEqual(left, []);
+  }));
+
+test("warm_pool", () =>
+  withClient(async (c) => {
+    const r = await warmPool.main(c, { template: "example-warm-ts", size: 2 });
+    assert.equal(Object.keys(r.took).length, 2);
+    assert.ok(r.pool.hits >= 2, JSON.stringify(r.pool)); // both creates were claims of warm members
+    assert.ok(!(await c.templates.list().toArray()).some((t) => t.name === "example-warm-ts"));
+  }));
+
+test("agent_tool_loop with a scripted model", () =>
+  withClient(async (c) => {
+    const seen = [];
+    const call = (id, code) => ({
+      role: "assistant",
+      content: null,
+      tool_calls: [{ id, type: "function", function: { name: "run_python", arguments: JSON.stringify({ code }) } }],
+    });
+    const model = async (messages, tools) => {
+      assert.equal(tools[0].function.name, "run_python");
+      const tool = messages.filter((m) => m.role === "tool");
+      seen.push(tool.length);
+      // The second call reads the file the first wrote: one sandbox for the conversation.
+      if (tool.length === 0) return call("c1", "a, b = 0, 1\nfor _ in range(20): a, b = b, a + b\nopen('/tmp/fib', 'w').write(str(a))\nprint(a)");
+      if (tool.length === 1) return call("c2", "print(open('/tmp/fib').read())");
+      const out = JSON.parse(tool.at(-1).content);
+      assert.equal(out.exit_code, 0);
+      return { role: "assistant", content: "The 20th Fibonacci number is " + out.stdout.trim() };
+    };
+    assert.equal(await agentToolLoop.main(c, "What is the 20th Fibonacci number?", model), "The 20th Fibonacci number is 6765");
+    assert.deepEqual(seen, [0, 1, 2]);
+    const left = (await c.sandboxes.list().toArray()).filter((s) => s.info.labels?.example === "agent");
     assert.deepEqual(left, []);
   }));

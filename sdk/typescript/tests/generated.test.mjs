@@ -50,3 +50,8 @@ test("strict mode refuses an answer the spec does not describe", async () => {
   const ok = { code: 0, timed_out: false, oom_killed: false, duration_ms: 1 };
   assert.deepEqual(check("ExecExit", ok), ok);
 });
+
+test("docs/sdk-typescript-reference.md is what the generator makes of the declarations", async () => {
+  const { OUT, generate } = await import("../tools/gen-reference.mjs");
+  assert.ok(readFileSync(OUT, "utf8") === generate(), "docs/sdk-typescript-reference.md is stale: run node sdk/typescript/tools/gen-reference.mjs");
+});
