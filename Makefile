@@ -11,7 +11,7 @@ BIN := bin/berth
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: help deps build test test-k8s check-chart k8s-tools unit e2e e2e-race security-test fuzz lint vet bench soak test-interp-sdk demo clean
+.PHONY: help deps build console console-check test test-k8s check-chart k8s-tools unit e2e e2e-race security-test fuzz lint vet bench soak test-interp-sdk demo clean
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -26,10 +26,26 @@ build: ## build the static berth binary and its sandbox agent (berth-agent) into
 vet: ## go vet
 	$(GO) vet ./...
 
-lint: vet ## go vet, gofmt, staticcheck, and api/openapi.json as the code generates it
+lint: vet console-check ## go vet, gofmt, staticcheck, api/openapi.json as the code generates it, and the console's assets as its sources build
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" && false)
 	$(GO) run ./internal/server/openapigen -check
 	time $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+# The web console's sources (internal/console/web: TypeScript, Preact,
+# xterm.js, pinned in its package-lock.json) are built with esbuild into
+# internal/console/assets, which is committed and embedded in the binary;
+# a Go build needs no npm. console-check type-checks the sources, runs
+# their unit tests (test/*.test.ts) and fails when the committed assets
+# differ from a fresh build.
+CONSOLE_WEB := internal/console/web
+$(CONSOLE_WEB)/node_modules/.package-lock.json: $(CONSOLE_WEB)/package-lock.json
+	cd $(CONSOLE_WEB) && npm ci --no-audit --no-fund
+
+console: $(CONSOLE_WEB)/node_modules/.package-lock.json ## rebuild the web console's embedded assets from internal/console/web
+	cd $(CONSOLE_WEB) && node_modules/.bin/tsc -p tsconfig.json && node build.mjs
+
+console-check: $(CONSOLE_WEB)/node_modules/.package-lock.json ## type check, unit tests, and the committed console assets are what its sources build to
+	cd $(CONSOLE_WEB) && node_modules/.bin/tsc -p tsconfig.json && node test.mjs >/dev/null && node build.mjs --check
 
 # The race detector runs where goroutines meet; not on packages that link
 # the Kubernetes client (race-compiling its ~410 packages for four test

@@ -27,3 +27,18 @@ type ConsoleSession struct {
 	KeyID     string    `json:"key_id"`
 	ExpiresAt time.Time `json:"expires_at"`
 }
+
+// WhoAmI is the answer of GET /v1/whoami: the credential the request
+// carried, as the daemon sees it (never the key itself). The console asks
+// it once at sign-in to show only the actions the caller's scopes allow.
+// Role is the narrowest role (viewer, member, admin) whose scopes hold
+// every scope of the key; Host marks the host's administrator, the only
+// caller of the host routes (tenants, metrics, doctor).
+type WhoAmI struct {
+	Actor  string   `json:"actor"`
+	KeyID  string   `json:"key_id,omitempty"`
+	Tenant string   `json:"tenant"`
+	Role   string   `json:"role"`
+	Scopes []string `json:"scopes"`
+	Host   bool     `json:"host"`
+}

@@ -37,6 +37,16 @@ func (c *Client) Version(ctx context.Context) (*api.Version, error) {
 	return &v, nil
 }
 
+// WhoAmI returns the caller's own credential as the daemon sees it: its
+// tenant, scopes and role (GET /v1/whoami).
+func (c *Client) WhoAmI(ctx context.Context) (*api.WhoAmI, error) {
+	var v api.WhoAmI
+	if err := c.do(ctx, http.MethodGet, "/v1/whoami", nil, nil, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
 // OpenAPI returns the daemon's OpenAPI document.
 func (c *Client) OpenAPI(ctx context.Context) ([]byte, error) {
 	req, err := c.newRequest(ctx, http.MethodGet, "/v1/openapi.json", nil, nil)

@@ -109,6 +109,13 @@ fi
 # minutes the first time, then cached under /var/cache/berth/registry.
 "$(dirname "$0")/install-registry.sh" >/dev/null
 
+# The web console's build tools and the e2e test's axe-core, pinned in
+# internal/console/web/package-lock.json (make console, make lint).
+if [ ! -f "$(dirname "$0")/../internal/console/web/node_modules/.package-lock.json" ] ||
+	[ "$(dirname "$0")/../internal/console/web/package-lock.json" -nt "$(dirname "$0")/../internal/console/web/node_modules/.package-lock.json" ]; then
+	(cd "$(dirname "$0")/../internal/console/web" && npm ci --no-audit --no-fund)
+fi
+
 # The E2B e2e test drives the E2B door with the unmodified e2b SDK, pinned
 # in test/e2b/package-lock.json.
 if [ ! -f "$(dirname "$0")/../test/e2b/node_modules/e2b/package.json" ] ||

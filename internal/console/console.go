@@ -1,5 +1,7 @@
-// Package console is berth's web console: a small hand-written JavaScript
-// application and the vendored xterm.js, embedded in the binary and served
+// Package console is berth's web console: a Preact application written in
+// TypeScript (its sources in web/, built with esbuild at development time
+// into assets/, which is committed: `make console`, checked by `make
+// lint`) with xterm.js bundled in, embedded in the binary and served
 // by the daemon under /console/ on its TCP API listeners, with the headers
 // that keep it apart from everything else the daemon's origin serves (a
 // strict Content-Security-Policy, no framing, no sniffing, no referrer, its

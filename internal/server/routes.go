@@ -138,6 +138,7 @@ func (s *Server) routeTable() []Route {
 	rt := []Route{
 		{Pattern: "GET /healthz", Rule: public, Out: ok(openapi.Text("text/plain")), h: hf(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })},
 		{Pattern: "GET /v1/version", Rule: need(read), Out: ok(api.Version{}), h: hf(s.version)},
+		{Pattern: "GET /v1/whoami", Rule: need(read), Out: ok(api.WhoAmI{}), h: hf(s.whoami)},
 		{Pattern: "GET /v1/openapi.json", Rule: need(read), Out: ok(openapi.AnyJSON{}), h: hf(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			w.Write(api.OpenAPI)

@@ -346,7 +346,7 @@ func TestConsoleInBrowser(t *testing.T) {
 			run("size "+size.name, chromedp.EmulateViewport(size.width, size.height))
 		}
 		for _, pg := range []string{"sandboxes", "templates", "pools", "volumes", "snapshots", "audit", ""} {
-			run("page "+pg, goHash("#/"+pg), chromedp.WaitVisible(css(`main h1`)), chromedp.WaitNotPresent(css(`main > p.muted`)))
+			run("page "+pg, goHash("#/"+pg), chromedp.WaitVisible(css(`main h1`)), chromedp.WaitNotPresent(css(`main .loading`)))
 			if pg == "sandboxes" {
 				run("list rows", chromedp.WaitVisible(css(`#sandboxes`)))
 			}

@@ -23,7 +23,7 @@ import (
 func All() []*attack.Attack {
 	var all []*attack.Attack
 	for _, part := range [][]*attack.Attack{kernelAttacks(), procAttacks(), capsAttacks(), cveAttacks(), agentAttacks(),
-		resourceAttacks(), netAttacks(), crossAttacks(), filesAttacks(), apiAttacks(), rightsAttacks(), storageAttacks(), e2bAttacks()} {
+		resourceAttacks(), netAttacks(), crossAttacks(), filesAttacks(), apiAttacks(), rightsAttacks(), consoleAttacks(), storageAttacks(), e2bAttacks()} {
 		all = append(all, part...)
 	}
 	return all

@@ -103,6 +103,7 @@ __all__ = [
     'Volume',
     'VolumeMount',
     'WatchEvent',
+    'WhoAmI',
 ]
 
 
@@ -233,6 +234,34 @@ class RuntimeCaps(Model):
         ('rename', 'rename', ()),
     )
     _required = ('freeze', 'checkpoint', 'capture', 'root_layer', 'egress', 'pool', 'rename',)
+
+
+@dataclass
+class WhoAmI(Model):
+    """The answer of GET /v1/whoami: the credential the request carried, as the daemon sees it
+    (never the key itself). The console asks it once at sign-in to show only the actions the
+    caller's scopes allow. Role is the narrowest role (viewer, member, admin) whose scopes hold
+    every scope of the key; Host marks the host's administrator, the only caller of the host
+    routes (tenants, metrics, doctor).
+    """
+
+    actor: str
+    tenant: str
+    role: Literal['viewer', 'member', 'admin']
+    scopes: List[str]
+    host: bool
+    key_id: Optional[str] = None
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('actor', 'actor', ()),
+        ('tenant', 'tenant', ()),
+        ('role', 'role', ()),
+        ('scopes', 'scopes', ('list', ())),
+        ('host', 'host', ()),
+        ('key_id', 'key_id', ()),
+    )
+    _required = ('actor', 'tenant', 'role', 'scopes', 'host',)
 
 
 @dataclass
@@ -2430,6 +2459,7 @@ MODELS: Dict[str, type] = {
     'Version': Version,
     'RuntimeClass': RuntimeClass,
     'RuntimeCaps': RuntimeCaps,
+    'WhoAmI': WhoAmI,
     'CreateSandboxRequest': CreateSandboxRequest,
     'Resources': Resources,
     'VolumeMount': VolumeMount,

@@ -86,6 +86,22 @@ export interface RuntimeCaps {
 }
 
 /**
+ * The answer of GET /v1/whoami: the credential the request carried, as the daemon sees it (never
+ * the key itself). The console asks it once at sign-in to show only the actions the caller's
+ * scopes allow. Role is the narrowest role (viewer, member, admin) whose scopes hold every scope
+ * of the key; Host marks the host's administrator, the only caller of the host routes (tenants,
+ * metrics, doctor).
+ */
+export interface WhoAmI {
+  actor: string;
+  key_id?: string;
+  tenant: string;
+  role: "viewer" | "member" | "admin";
+  scopes: string[];
+  host: boolean;
+}
+
+/**
  * Body of POST /v1/sandboxes. The lifecycle policy fields (Policy) are part of this object itself,
  * not nested.
  */

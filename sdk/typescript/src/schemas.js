@@ -12,6 +12,7 @@ export const SCHEMAS = {
   Version: { required: ["version","go","runtime"], props: {"version":null,"commit":null,"go":null,"runtime":null,"tls_fingerprint":null,"classes":["list","RuntimeClass"]} },
   RuntimeClass: { required: ["name","capabilities"], props: {"name":null,"capabilities":"RuntimeCaps"} },
   RuntimeCaps: { required: ["freeze","checkpoint","capture","root_layer","egress","pool","rename"], props: {"freeze":null,"checkpoint":null,"capture":null,"root_layer":null,"egress":null,"pool":null,"rename":null} },
+  WhoAmI: { required: ["actor","tenant","role","scopes","host"], props: {"actor":null,"key_id":null,"tenant":null,"role":null,"scopes":null,"host":null} },
   CreateSandboxRequest: { required: [], props: {"name":null,"template":null,"persistent":null,"resources":"Resources","env":null,"labels":null,"timeout_seconds":null,"network":null,"runtime":null,"workdir":null,"user":null,"persist_root":null,"volume_size_bytes":null,"volume_inodes":null,"volumes":["list","VolumeMount"],"keep_volume":null,"snapshot":null,"allow":null,"public_ports":null,"secrets":["list","SecretRef"],"idle_timeout_seconds":null,"on_idle":null,"max_age_seconds":null,"on_max_age":null,"retention_seconds":null,"auto_resume":null,"idle_cpu_threshold":null} },
   Resources: { required: [], props: {"cpus":null,"memory_bytes":null,"pids":null,"disk_bytes":null} },
   VolumeMount: { required: ["name","path"], props: {"name":null,"path":null,"read_only":null} },
