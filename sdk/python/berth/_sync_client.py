@@ -214,6 +214,12 @@ class Client:
         """The daemon's version, runtime classes and their capabilities, and its TLS fingerprint."""
         return m.Version.from_dict(self._json("GET", "/v1/version"))
 
+    def whoami(self) -> m.WhoAmI:
+        """The credential this client uses, as the daemon sees it: actor,
+        tenant, scopes, the narrowest role holding them, and whether it is
+        the host's administrator (never the key itself)."""
+        return m.WhoAmI.from_dict(self._json("GET", "/v1/whoami"))
+
     def doctor(self, fix: bool = False) -> m.DoctorReport:
         """The daemon's health report: leaks and records that disagree with the host. ``fix`` repairs what it can (host admin)."""
         if fix:

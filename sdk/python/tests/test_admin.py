@@ -105,6 +105,9 @@ def test_api_key_from_the_environment(client, tenant_key, monkeypatch):
     with berth.Client() as c:
         assert c.host == http
         assert c.quotas.own().tenant == tenant
+        me = c.whoami()
+        assert (me.tenant, me.role, me.host) == (tenant, "member", False)
+    assert client.whoami().host is True
 
 
 def test_audit(client, sandbox):

@@ -290,6 +290,15 @@ export class Client {
     return check("Version", await this._json("GET", "/v1/version"));
   }
 
+  /**
+   * The credential this client uses, as the daemon sees it: actor, tenant,
+   * scopes, the narrowest role holding them, and whether it is the host's
+   * administrator (never the key itself).
+   */
+  async whoami() {
+    return check("WhoAmI", await this._json("GET", "/v1/whoami"));
+  }
+
   async doctor({ fix = false } = {}) {
     return check("DoctorReport", await this._json(fix ? "POST" : "GET", fix ? "/v1/doctor/fix" : "/v1/doctor"));
   }

@@ -126,6 +126,8 @@ export declare class Client implements AsyncDisposable {
   /** One command in a one-shot sandbox the daemon destroys when it ends. */
   run(cmd: Command, options?: { sandbox?: models.CreateSandboxRequest; stdin?: string | Uint8Array; env?: Record<string, string>; timeout?: number }): Promise<ExecResult>;
   pools(): Promise<models.Pool[]>;
+  /** The credential this client uses, as the daemon sees it (never the key itself). */
+  whoami(): Promise<models.WhoAmI>;
   /** Builds a declarative template (YAML or JSON `spec`, `files` a tar of what its copy steps name). */
   apply(spec: string, options?: { files?: Uint8Array; onOutput?: (ev: BuildOutput) => void }): Promise<models.Template>;
   /** Copies a file or directory from one sandbox to another, inside the daemon. */

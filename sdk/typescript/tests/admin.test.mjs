@@ -108,6 +108,11 @@ test("tenants, keys and quotas", () =>
       assert.equal(q2.max_sandboxes, 2);
       const tc = new Client({ host: http, apiKey: key });
       try {
+        const me = await tc.whoami();
+        assert.equal(me.tenant, tenant);
+        assert.equal(me.role, "member");
+        assert.equal(me.host, false);
+        assert.equal((await c.whoami()).host, true);
         const own = await tc.quotas.own();
         assert.equal(own.tenant, tenant);
         assert.equal(own.max_sandboxes, 2);
