@@ -24,6 +24,7 @@
 // capture.frozen, snapshot.after-capture), restore (restore.before-revert),
 // volume.create.after-record, network.rules.apply, pool.refill.after-launch,
 // runsc.probe (the daemon's probe of gVisor at start and its retries),
+// build.after-launch (a template build's sandbox made),
 // hibernate (hibernate.after-quiesce, -after-checkpoint, -after-marker,
 // -after-stopping, -after-stophost), wake (wake.after-starting,
 // -after-restore, -after-ready, -after-marker, -before-running,

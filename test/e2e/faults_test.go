@@ -149,6 +149,22 @@ func faultMatrix() []faultStep {
 				t.Fatalf("rules after a failed update: %+v %v", nr, err)
 			}
 		}})
+	steps = append(steps, faultStep{op: "template build", point: "build.after-launch",
+		run: func(ctx context.Context, f *faultEnv, _ string) error {
+			_, err := f.d.c.BuildTemplate(ctx, api.BuildTemplateRequest{Name: "faulted-build", From: "base", Run: []string{"touch /built"}}, nil)
+			return err
+		},
+		check: func(t *testing.T, f *faultEnv, _ string) {
+			if tpl, err := f.d.c.GetTemplate(context.Background(), "faulted-build"); err == nil {
+				t.Fatalf("a failed build left its template: %+v", tpl)
+			}
+			// The build sandbox is hidden from lists: its record must
+			// be gone (deleted), not running.
+			waitFor(t, "the build sandbox removed", func() bool {
+				ents, err := os.ReadDir(filepath.Join(f.d.dataDir, "sandboxes"))
+				return err == nil && len(ents) == 0
+			})
+		}})
 	steps = append(steps, faultStep{op: "create with secret files", point: "secrets.deliver",
 		setup: func(t *testing.T, f *faultEnv) string {
 			if _, err := f.d.c.SetSecret(context.Background(), "FAULTS", "value-7c1e"); err != nil {
