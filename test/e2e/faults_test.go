@@ -165,6 +165,18 @@ func faultMatrix() []faultStep {
 				return err == nil && len(ents) == 0
 			})
 		}})
+	steps = append(steps, faultStep{op: "template import", point: "import.after-unpack",
+		// The target is the OCI layout to import (no sandbox).
+		setup: func(t *testing.T, f *faultEnv) string { return writeTestLayout(t, gnuTarUserImage(t)) },
+		run: func(ctx context.Context, f *faultEnv, layout string) error {
+			_, err := f.d.c.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "faulted-import", Path: layout})
+			return err
+		},
+		check: func(t *testing.T, f *faultEnv, _ string) {
+			if tpl, err := f.d.c.GetTemplate(context.Background(), "faulted-import"); err == nil {
+				t.Fatalf("a failed import left its template: %+v", tpl)
+			}
+		}})
 	steps = append(steps, faultStep{op: "create with secret files", point: "secrets.deliver",
 		setup: func(t *testing.T, f *faultEnv) string {
 			if _, err := f.d.c.SetSecret(context.Background(), "FAULTS", "value-7c1e"); err != nil {
