@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/berth-sh/berth/internal/audit"
@@ -48,15 +49,21 @@ type Daemon struct {
 	Manager *manager.Manager
 	Server  *server.Server
 	images  *image.Store
-	runsc   *runtime.Runsc // the gVisor class, when available
-	backend node.Backend
-	webhook *webhook.Deliverer
-	anchor  *audit.Anchorer // signs the audit chains' heads out of the database
-	leases  *leases         // leases.go
-	servers []*http.Server
-	lns     []net.Listener
-	tls     *tls.Config // of the --listen listener
-	lock    *os.File    // the data dir's flock (lock.go), held for the daemon's life
+	runsc   *runtime.Runsc // the gVisor class, when available (runscMu)
+	runscMu sync.Mutex
+	// runscRetry, called at Close, stops retryRunsc; runscDone is closed
+	// when it has returned. Nil: no retry runs.
+	runscRetry    context.CancelFunc
+	runscDone     chan struct{}
+	runscRetryCfg *Config
+	backend       node.Backend
+	webhook       *webhook.Deliverer
+	anchor        *audit.Anchorer // signs the audit chains' heads out of the database
+	leases        *leases         // leases.go
+	servers       []*http.Server
+	lns           []net.Listener
+	tls           *tls.Config // of the --listen listener
+	lock          *os.File    // the data dir's flock (lock.go), held for the daemon's life
 	// TLSFingerprint is the pin of the --listen certificate (empty
 	// without --listen).
 	TLSFingerprint string
@@ -227,6 +234,15 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 			EgressRoots: egressRoots, EgressUpstream: egressDNS,
 		})
 		backend = lb
+		if err == nil && d.runscRetryCfg != nil {
+			var rctx context.Context
+			rctx, d.runscRetry = context.WithCancel(context.WithoutCancel(ctx))
+			d.runscDone = make(chan struct{})
+			go func() {
+				defer close(d.runscDone)
+				d.retryRunsc(rctx, d.runscRetryCfg, lb)
+			}()
+		}
 	case "kubernetes":
 		backend, err = openKube(ctx, cfg.Kube, log.With("component", "node"))
 	default:
@@ -384,12 +400,15 @@ func (d *Daemon) openRuntimes(ctx context.Context, cfg *Config) ([]runtime.Runti
 		return nil, err
 	}
 	rts := []runtime.Runtime{runc}
-	rs, why := openRunsc(ctx, cfg, log)
+	rs, why, retry := openRunsc(ctx, cfg, log)
 	if rs != nil {
 		d.runsc = rs
 		rts = append(rts, rs)
 	} else {
-		log.Info("runtime class runsc unavailable; sandboxes run on runc only", "reason", why)
+		log.Info("runtime class runsc unavailable; sandboxes run on runc only", "reason", why, "retried", retry)
+		if retry && cfg.Runtime != "runsc" {
+			d.runscRetryCfg = cfg
+		}
 	}
 	if cfg.MicroVMPath != "" {
 		vm, err := runtime.NewMicroVM("kata", cfg.MicroVMPath, filepath.Join(cfg.DataDir, "microvm"))
@@ -554,6 +573,10 @@ func hostPidMax() (int64, error) {
 
 // Close stops background work and closes the store. Sandboxes keep running.
 func (d *Daemon) Close() {
+	if d.runscRetry != nil {
+		d.runscRetry()
+		<-d.runscDone
+	}
 	if d.Manager != nil {
 		d.Manager.Close() // closes the backend too
 	} else if d.backend != nil {
@@ -562,6 +585,8 @@ func (d *Daemon) Close() {
 	if d.leases != nil {
 		d.leases.close() // after the reconciler stopped: hands over at once
 	}
+	d.runscMu.Lock()
+	defer d.runscMu.Unlock()
 	if d.runsc != nil {
 		// runsc's shared null-netns mount; running sandboxes keep theirs.
 		if err := d.runsc.Close(); err != nil {

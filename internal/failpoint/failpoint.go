@@ -23,6 +23,11 @@
 // (secrets.deliver), fork and snapshot (fork.after-capture,
 // capture.frozen, snapshot.after-capture), restore (restore.before-revert),
 // volume.create.after-record, network.rules.apply, pool.refill.after-launch,
+// runsc.probe (the daemon's probe of gVisor at start and its retries),
+// build.after-launch (a template build's sandbox made), import.after-unpack
+// (an import's or upload's layers unpacked, its template not recorded),
+// secrets.rewrap and secrets.rotate.after-rewrap (a master key rotation:
+// internal/secrets/vault's TestRotateFailsAtEachStep),
 // hibernate (hibernate.after-quiesce, -after-checkpoint, -after-marker,
 // -after-stopping, -after-stophost), wake (wake.after-starting,
 // -after-restore, -after-ready, -after-marker, -before-running,

@@ -281,9 +281,9 @@ func (m *Manager) IDs() ([]string, error) {
 // Usage is what a volume holds.
 type Usage struct {
 	UsedBytes, UsedInodes int64
-	// ReadOnly: the mounted filesystem is read-only — the kernel remounts
-	// ext4 so after an I/O error (the host disk under the pool filled,
-	// say). The next mount (stop/start) is read-write again.
+	// ReadOnly: the mounted filesystem takes no writes — ext4 stops them
+	// after an I/O error (the host disk under the pool filled, say;
+	// ReadOnlyFS). The next mount (stop/start) is read-write again.
 	ReadOnly bool
 }
 
@@ -295,10 +295,14 @@ func (m *Manager) Usage(id string) (Usage, error) {
 		if err := unix.Statfs(m.Path(id), &st); err != nil {
 			return Usage{}, err
 		}
+		ro, err := ReadOnlyFS(m.Path(id))
+		if err != nil {
+			return Usage{}, err
+		}
 		return Usage{
 			UsedBytes:  int64(st.Blocks-st.Bfree) * st.Bsize,
 			UsedInodes: int64(st.Files - st.Ffree),
-			ReadOnly:   st.Flags&unix.ST_RDONLY != 0,
+			ReadOnly:   ro != Writable,
 		}, nil
 	}
 	var st unix.Stat_t

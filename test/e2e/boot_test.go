@@ -149,3 +149,64 @@ func TestKilledBuildLeavesNoSandbox(t *testing.T) {
 	}
 	assertDoctorClean(t, d)
 }
+
+// TestRunscSandboxesWaitForTheirClass: a daemon whose runsc probe fails at
+// start (here a failpoint; in life the data dir full for a moment) keeps
+// its gVisor sandboxes as they run, instead of judging them by runc (which
+// knows no such container: an ephemeral one was destroyed, a persistent
+// one started again under runc), probes runsc again, and once it answers
+// offers the class and adopts them: the same processes, the same memory.
+func TestRunscSandboxesWaitForTheirClass(t *testing.T) {
+	parallel(t)
+	d := startRunscDaemon(t)
+	ctx := context.Background()
+	var ids []string
+	for _, persistent := range []bool{false, true} {
+		sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "runsc", Persistent: persistent, TimeoutSeconds: 600})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A process whose pid tells a restart from an adoption.
+		execOut(t, d, sb.ID, "sh", "-c", "sleep 3600 >/dev/null 2>&1 & echo $! > /tmp/pid")
+		ids = append(ids, sb.ID)
+	}
+	pids := map[string]string{}
+	for _, id := range ids {
+		pids[id] = execOut(t, d, id, "cat", "/tmp/pid")
+	}
+	d.stop()
+	d.startWithEnv("BERTH_FAILPOINTS=runsc.probe=1*return(no space left on device)")
+	if v, err := d.c.Version(ctx); err != nil || strings.Contains(v.Runtime, "runsc") {
+		t.Fatalf("runsc offered although its probe failed: %+v %v", v, err)
+	}
+	for _, id := range ids {
+		sb, err := d.c.GetSandbox(ctx, id)
+		if err != nil || sb.State != "running" {
+			t.Fatalf("sandbox %s while its class is unavailable: %+v %v", id, sb, err)
+		}
+	}
+	waitFor(t, "runsc offered after its probe passed", func() bool {
+		v, err := d.c.Version(ctx)
+		return err == nil && strings.Contains(v.Runtime, "runsc")
+	})
+	for _, id := range ids {
+		var out string
+		waitFor(t, "sandbox "+id+" adopted", func() bool {
+			var b strings.Builder
+			exit, err := d.c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"sh", "-c", "cat /tmp/pid && kill -0 $(cat /tmp/pid) && echo alive"}}, &b, &b)
+			out = b.String()
+			return err == nil && exit.Code == 0
+		})
+		if out != pids[id]+"alive\n" {
+			t.Fatalf("sandbox %s was not adopted as it ran: %q, before %q", id, out, pids[id])
+		}
+		sb, err := d.c.GetSandbox(ctx, id)
+		if err != nil || sb.State != "running" || sb.Isolation.Runtime != "runsc" {
+			t.Fatalf("sandbox %s after its class came: %+v %v", id, sb, err)
+		}
+	}
+	if _, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "runsc"}); err != nil {
+		t.Fatalf("a create on runsc once it came: %v", err)
+	}
+	assertDoctorClean(t, d)
+}

@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -143,6 +147,34 @@ func faultMatrix() []faultStep {
 			nr, err := f.d.c.Network(context.Background(), id)
 			if err != nil || !slices.Equal(nr.Allow, []string{"10.1.0.0/16"}) {
 				t.Fatalf("rules after a failed update: %+v %v", nr, err)
+			}
+		}})
+	steps = append(steps, faultStep{op: "template build", point: "build.after-launch",
+		run: func(ctx context.Context, f *faultEnv, _ string) error {
+			_, err := f.d.c.BuildTemplate(ctx, api.BuildTemplateRequest{Name: "faulted-build", From: "base", Run: []string{"touch /built"}}, nil)
+			return err
+		},
+		check: func(t *testing.T, f *faultEnv, _ string) {
+			if tpl, err := f.d.c.GetTemplate(context.Background(), "faulted-build"); err == nil {
+				t.Fatalf("a failed build left its template: %+v", tpl)
+			}
+			// The build sandbox is hidden from lists: its record must
+			// be gone (deleted), not running.
+			waitFor(t, "the build sandbox removed", func() bool {
+				ents, err := os.ReadDir(filepath.Join(f.d.dataDir, "sandboxes"))
+				return err == nil && len(ents) == 0
+			})
+		}})
+	steps = append(steps, faultStep{op: "template import", point: "import.after-unpack",
+		// The target is the OCI layout to import (no sandbox).
+		setup: func(t *testing.T, f *faultEnv) string { return writeTestLayout(t, gnuTarUserImage(t)) },
+		run: func(ctx context.Context, f *faultEnv, layout string) error {
+			_, err := f.d.c.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "faulted-import", Path: layout})
+			return err
+		},
+		check: func(t *testing.T, f *faultEnv, _ string) {
+			if tpl, err := f.d.c.GetTemplate(context.Background(), "faulted-import"); err == nil {
+				t.Fatalf("a failed import left its template: %+v", tpl)
 			}
 		}})
 	steps = append(steps, faultStep{op: "create with secret files", point: "secrets.deliver",
@@ -340,4 +372,65 @@ func TestSoakErrorInjectionRunsc(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertNoLeaks(t, d)
+}
+
+// TestE2BAllowRuleLimits: the E2B door refuses 1,000 allowOut entries with
+// 400 naming max_allow_rules, as the REST API does (both answered 500
+// "netlink message too long" from about 145 rules), and creates a sandbox
+// with the maximum (its chain goes into the kernel in several netlink
+// batches; a batch refused fails the create).
+func TestE2BAllowRuleLimits(t *testing.T) {
+	parallel(t)
+	d, url, key := e2bDaemon(t)
+	ctx := context.Background()
+	rules := func(n int) []string {
+		out := make([]string, 0, n)
+		for i := range n {
+			out = append(out, fmt.Sprintf("10.%d.%d.0/24", 200+i/125, 2*(i%125)))
+		}
+		return out
+	}
+	create := func(allow []string) (int, []byte) {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"templateID": "base", "timeout": 120,
+			"network": map[string]any{"allowOut": allow}})
+		req, err := http.NewRequestWithContext(ctx, "POST", url+"/v2/sandboxes", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-API-Key", key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, out
+	}
+	st, body := create(rules(1000))
+	var e struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	if st != 400 || json.Unmarshal(body, &e) != nil || e.Code != 400 || !strings.Contains(e.Message, "max_allow_rules") {
+		t.Fatalf("create with 1000 allowOut entries: %d %s", st, body)
+	}
+	if sbs, err := d.c.ListSandboxes(ctx, true); err != nil || len(sbs) != 0 {
+		t.Fatalf("a refused create left %d sandboxes (%v)", len(sbs), err)
+	}
+
+	max := rules(sandboxMaxAllowRules)
+	st, body = create(max)
+	var c struct{ SandboxID string }
+	if st != 201 || json.Unmarshal(body, &c) != nil || c.SandboxID == "" {
+		t.Fatalf("create with the maximum of %d allowOut entries: %d %s", len(max), st, body)
+	}
+	sb, err := d.c.GetSandbox(ctx, c.SandboxID)
+	if err != nil || len(sb.Allow) != len(max) {
+		t.Fatalf("the sandbox made with %d rules: %v, %d rules", len(max), err, len(sb.Allow))
+	}
+	if _, err := d.c.DeleteSandbox(ctx, c.SandboxID, false); err != nil {
+		t.Fatal(err)
+	}
 }

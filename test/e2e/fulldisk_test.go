@@ -67,6 +67,11 @@ func TestFullDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// q writes into its volume while the disk is full.
+	q, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Persistent: true, VolumeSizeBytes: 128 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
 	// A volume larger than the pool is refused outright.
 	if _, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Persistent: true, VolumeSizeBytes: 16 << 40}); !isCode(err, 400, "") {
 		t.Errorf("16 TiB volume on a 4 GiB pool: %v, want 400", err)
@@ -117,7 +122,61 @@ func TestFullDisk(t *testing.T) {
 	if got, err := d.c.GetSandbox(ctx, p.ID); err != nil || got.State != "deleted" {
 		t.Fatalf("after delete: %+v %v", got, err)
 	}
+	// A volume written while the host disk is full: ext4 stops taking
+	// writes (its journal aborts); the writer goes on trying.
+	var out strings.Builder
+	if _, err := d.c.Exec(ctx, q.ID, api.ExecRequest{Cmd: []string{"sh", "-c",
+		"dd if=/dev/zero of=/workspace/big bs=1M count=100 conv=fsync 2>/dev/null; " +
+			"for i in 1 2 3 4 5; do touch /workspace/t$i 2>/dev/null && echo wrote; sleep 0.2; done; echo tried"}}, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "tried\n" {
+		t.Fatalf("the volume took writes on a full host disk: %q", out.String())
+	}
 	os.Remove(filler)
+	// Room again, but the volume stays read-only until it is mounted anew
+	// (no remount lifts ext4's emergency read-only state): inspect, the
+	// events and doctor say so (on kernels 6.x statfs does not, and it
+	// went read-only silently), and a stop/start mounts it read-write.
+	waitFor(t, "the read-only volume in inspect and the events", func() bool {
+		got, err := d.c.GetSandbox(ctx, q.ID)
+		if err != nil || got.Storage == nil || !got.Storage.ReadOnly {
+			return false
+		}
+		evs, _ := d.c.Events(ctx, q.ID)
+		for _, ev := range evs {
+			if ev.Type == "storage" && ev.Outcome == "read_only" && strings.Contains(ev.Message, "stop and start") {
+				return true
+			}
+		}
+		return false
+	})
+	rep, err := d.c.Doctor(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, f := range rep.Findings {
+		found = found || (f.Kind == "readonly" && f.ID == q.ID)
+	}
+	if !found {
+		t.Errorf("doctor does not report the read-only volume: %+v", rep.Findings)
+	}
+	if _, err := d.c.Stop(ctx, q.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.c.Start(ctx, q.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := execOut(t, d, q.ID, "sh", "-c", "touch /workspace/again && echo ok"); got != "ok\n" {
+		t.Fatalf("the volume after stop/start: %q", got)
+	}
+	if got, err := d.c.GetSandbox(ctx, q.ID); err != nil || got.Storage == nil || got.Storage.ReadOnly {
+		t.Fatalf("read-only after stop/start: %+v %v", got, err)
+	}
+	if _, err := d.c.DeleteSandbox(ctx, q.ID, true); err != nil {
+		t.Fatal(err)
+	}
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{})
 	if err != nil {
 		t.Fatalf("create once there is room again: %v", err)

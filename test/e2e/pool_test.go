@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -214,5 +216,57 @@ func TestWarmPoolAuto(t *testing.T) {
 	}
 	if p, err := off.c.GetPool(ctx, "base"); err != nil || p.Auto || p.Min != 0 {
 		t.Fatalf("--warm-pool=off: %+v %v, want no pool", p, err)
+	}
+}
+
+// TestCrashMidPoolRefill kills the daemon at each step of a warm-pool
+// refill (a member's create before and after its mount and after its
+// start, and between its start and its pause into the pool) and starts it
+// again: the member left behind is finished into the pool or removed, the
+// pool refills to its size and no more, none waits "starting", a size of
+// 0 empties it, and doctor has nothing to report.
+func TestCrashMidPoolRefill(t *testing.T) {
+	parallel(t)
+	d := startDaemon(t)
+	ctx := context.Background()
+	waitPool := func(what string, ok func(p *api.Pool) bool) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			p, err := d.c.GetPool(ctx, "base")
+			if err == nil && ok(p) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pool: %s: %+v %v", what, p, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	for _, fp := range []string{"create.before-mount", "create.after-mount", "create.after-start", "pool.refill.after-launch"} {
+		t.Run(fp, func(t *testing.T) {
+			d.stop()
+			d.startWithEnv("BERTH_FAILPOINTS=" + fp)
+			// The refill runs behind the answer: the daemon may die
+			// before or after it is written.
+			_, _ = d.c.SetPool(ctx, "base", 2)
+			d.waitExit()
+			d.startWithEnv()
+			waitPool("refilled to 2 after a kill at "+fp, func(p *api.Pool) bool {
+				return p.Min == 2 && p.Ready == 2 && p.Starting == 0
+			})
+			assertDoctorClean(t, d)
+			if _, err := d.c.SetPool(ctx, "base", 0); err != nil {
+				t.Fatal(err)
+			}
+			waitPool("emptied by a size of 0", func(p *api.Pool) bool { return p.Ready == 0 && p.Starting == 0 })
+			// A member in a state the pool does not count (stopped,
+			// failed) would still have its directory.
+			waitFor(t, "every member's directory removed", func() bool {
+				ents, err := os.ReadDir(filepath.Join(d.dataDir, "sandboxes"))
+				return err == nil && len(ents) == 0
+			})
+			assertDoctorClean(t, d)
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -46,6 +47,12 @@ type Reconciler struct {
 	swept      time.Time
 	sweptEpoch int64
 	sweeping   atomic.Bool
+
+	// classWait are the sandboxes recovery left alone because their
+	// runtime class was not available (classAbsent); each tick recovers
+	// those whose class has come since.
+	classMu   sync.Mutex
+	classWait map[string]string // sandbox id: its class
 }
 
 // New returns the reconciler of e, with the features it tends.
@@ -116,6 +123,19 @@ func (m *Reconciler) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 // sandbox died. The caller holds sb's lock.
 func (m *Reconciler) recoverLocked(ctx context.Context, sb *sandbox.Sandbox, after, oneShot, down string) {
 	log := m.log.With("sandbox", sb.ID, "state", sb.State)
+	if m.classAbsent(sb) {
+		// Judged by a runtime that does not know it, a running gVisor
+		// sandbox would look gone: destroyed, or started again under
+		// another class. It is left as it is until its class comes.
+		log.Warn("its runtime class is not available now; left as it is until it is", "runtime", sb.Spec.Runtime)
+		m.classMu.Lock()
+		if m.classWait == nil {
+			m.classWait = map[string]string{}
+		}
+		m.classWait[sb.ID] = sb.Spec.Runtime
+		m.classMu.Unlock()
+		return
+	}
 	destroy := func(reason string) {
 		log.Info("reconciler destroying sandbox", "reason", reason)
 		done := m.e.AuditSystem(ctx, sb, actorReconciler, "cleanup")
@@ -226,6 +246,33 @@ func (m *Reconciler) recoverLocked(ctx context.Context, sb *sandbox.Sandbox, aft
 	}
 }
 
+// classAbsent reports whether sb names a runtime class the node does not
+// have now.
+func (m *Reconciler) classAbsent(sb *sandbox.Sandbox) bool {
+	_, ok := node.ClassCaps(m.node, sb.Spec.Runtime)
+	return sb.Spec.Runtime != "" && !ok
+}
+
+// recoverWaiting recovers the sandboxes left for their runtime class
+// (classWait) whose class the node has now.
+func (m *Reconciler) recoverWaiting() {
+	m.classMu.Lock()
+	defer m.classMu.Unlock()
+	for id, class := range m.classWait {
+		if _, ok := node.ClassCaps(m.node, class); !ok {
+			continue
+		}
+		// Busy: the next tick tries again. Still absent when it runs
+		// (it cannot be: classes only join): recoverLocked lists it again.
+		if m.e.Async(id, m.fenced(func(ctx context.Context, cur *sandbox.Sandbox) {
+			m.recoverLocked(ctx, cur, "once its runtime class "+class+" was available",
+				"client went away (daemon restart)", "runtime class was unavailable")
+		})) {
+			delete(m.classWait, id)
+		}
+	}
+}
+
 // finishHibernate records as hibernated a sandbox whose checkpoint
 // completed before the daemon died: its root and volumes are released as
 // a hibernate does, its image and bundle kept for the wake.
@@ -319,6 +366,7 @@ func (m *Reconciler) tick(ctx context.Context) time.Time {
 		m.pools.Refill(ctx, live)
 	}
 	m.node.Tick(ctx, live)
+	m.recoverWaiting()
 	shared := !m.e.Config().NodeLease.Status().Trivial
 	gone := m.goneReplicas(ctx)
 	if shared {
@@ -367,7 +415,7 @@ func (m *Reconciler) tick(ctx context.Context) time.Time {
 				}
 			}))
 		case sandbox.StateRunning:
-			if m.node.Exited(sb) {
+			if m.node.Exited(sb) && !m.classAbsent(sb) {
 				m.e.Async(sb.ID, m.fenced(func(ctx context.Context, sb *sandbox.Sandbox) {
 					if sb.State != sandbox.StateRunning || m.e.Alive(ctx, sb) {
 						return

@@ -406,14 +406,17 @@ func (m *Builder) buildLayer(ctx context.Context, layers []string, cfg store.Tem
 	if err := m.e.Launch(ctx, sb, actor, nil); err != nil {
 		return "", err
 	}
-	// A crash from here leaves the build sandbox (label berth.build) to
-	// the reconciler, which removes it: no build outlives its daemon.
-	failpoint.Hit("build.after-launch")
 	defer func() {
 		if _, err := m.e.Delete(context.WithoutCancel(ctx), sb.ID, actor, sandbox.CauseUser, "template build finished"); err != nil {
 			m.log.Warn("removing build sandbox", "sandbox", sb.ID, "err", err)
 		}
 	}()
+	// A crash from here leaves the build sandbox (label berth.build) to
+	// the reconciler, which removes it: no build outlives its daemon. An
+	// error here fails the build, its sandbox removed by the defer above.
+	if err := failpoint.Inject("build.after-launch"); err != nil {
+		return "", err
+	}
 	if err := action(sb); err != nil {
 		if tap != nil {
 			err = tap.explainDenials(ctx, err)

@@ -18,6 +18,7 @@ import (
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/engine/files"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/identity"
 	"github.com/berth-sh/berth/internal/image"
 	"github.com/berth-sh/berth/internal/interp"
@@ -241,6 +242,11 @@ func (m *Builder) importTemplate(ctx context.Context, req *ImportRequest) (*stor
 	if err != nil {
 		return nil, err
 	}
+	// The layers unpacked so far stay in the content-addressed cache
+	// (shared, collected with it); the template is not recorded.
+	if err := failpoint.Inject("import.after-unpack"); err != nil {
+		return nil, err
+	}
 	return m.putImage(ctx, req.Name, source, img, req.Service)
 }
 
@@ -279,6 +285,9 @@ func (m *Builder) UploadTemplate(ctx context.Context, name string, r io.Reader) 
 	return m.charged(ctx, func(ctx context.Context) (*store.Template, error) {
 		img, err := m.e.Images().ImportArchive(ctx, f.Name())
 		if err != nil {
+			return nil, err
+		}
+		if err := failpoint.Inject("import.after-unpack"); err != nil {
 			return nil, err
 		}
 		return m.putImage(ctx, name, "upload", img, nil)

@@ -40,8 +40,9 @@ func (b *Backend) Committed(sb *sandbox.Sandbox) int64 {
 }
 
 // watchReadOnly records, once per occurrence, that a running sandbox's
-// workspace volume or writable layer went read-only (the kernel remounts
-// ext4 so after an I/O error: the host disk under the pool filled, say);
+// workspace volume or writable layer went read-only (ext4 stops writes
+// after an I/O error: the host disk under the pool filled, say; on
+// kernels 6.x statfs does not show it, volume.ReadOnlyFS does);
 // inspect shows it (read_only) and doctor reports it; a stop/start mounts
 // it read-write again.
 func (b *Backend) watchReadOnly(live []*sandbox.Sandbox) {
@@ -63,7 +64,8 @@ func (b *Backend) watchReadOnly(live []*sandbox.Sandbox) {
 				b.log.Warn("filesystem went read-only", "sandbox", sb.ID, "what", what)
 				b.emit(&sandbox.Event{SandboxID: sb.ID, Type: "storage", Actor: "reconciler",
 					Cause: sandbox.CauseReconciler, Outcome: "read_only",
-					Message: what + " is read-only (the kernel remounted it after an I/O error); stop and start the sandbox to mount it again"})
+					Message: what + " takes no more writes: the kernel made it read-only after an I/O error (a full host disk under the storage pool does this); " +
+						"stop and start the sandbox once there is room to mount it read-write again"})
 			}
 		}
 		if !persistsRoot(sb) && b.scratch.Mounted(sb.ID) {

@@ -84,7 +84,8 @@ func (b *Backend) doctorClones(in node.SweepInput, add node.Report) {
 // doctorFrozen reports filesystems under the pool left frozen and volumes
 // the kernel made read-only, and sandboxes whose cgroup freezer disagrees
 // with their record; fix thaws, remounts read-write where the filesystem
-// allows it, and thaws or freezes the cgroup as the record says. busy
+// allows it (not ext4's emergency read-only state: that takes a fresh
+// mount), and thaws or freezes the cgroup as the record says. busy
 // sandboxes (an operation in flight may freeze them) are left alone.
 func (b *Backend) doctorFrozen(ctx context.Context, in node.SweepInput, add node.Report) {
 	live, busy, probeFreeze := in.Live, in.Busy, !in.AtStart
@@ -108,11 +109,15 @@ func (b *Backend) doctorFrozen(ctx context.Context, in node.SweepInput, add node
 				})
 			}
 		}
-		var st unix.Statfs_t
-		if err := unix.Statfs(mp, &st); err == nil && st.Flags&unix.ST_RDONLY != 0 {
+		switch ro, _ := volume.ReadOnlyFS(mp); ro {
+		case volume.MountedReadOnly:
 			add("readonly", owner, "filesystem is read-only (the kernel remounts on errors): "+mp, func() error {
 				return unix.Mount("", mp, "", unix.MS_REMOUNT, "")
 			})
+		case volume.EmergencyReadOnly:
+			// No remount lifts ext4's emergency read-only state: --fix
+			// must not claim it did.
+			add("readonly", owner, "filesystem takes no writes since an I/O error (ext4 emergency_ro; the host disk under the pool filled, say): "+mp+"; stop and start the sandbox once there is room", nil)
 		}
 		unlock()
 	}

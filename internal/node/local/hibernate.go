@@ -315,7 +315,11 @@ func dirSize(dir string) int64 {
 //     its save): the marker is written.
 //   - an image and neither marker nor intent: a wake removed the marker
 //     and was killed before the image; the image is garbage.
-func (b *Backend) recoverCheckpoints() {
+//
+// rts are the classes to settle for: all of them at start, or one that
+// joined later (AddRuntime, atStart false: only its intents are settled).
+// An intent of a class not in rts is left for when that class comes.
+func (b *Backend) recoverCheckpoints(rts map[string]runtime.Runtime, atStart bool) {
 	ents, err := os.ReadDir(filepath.Join(b.cfg.DataDir, "sandboxes"))
 	if err != nil {
 		return
@@ -327,6 +331,9 @@ func (b *Backend) recoverCheckpoints() {
 		id := e.Name()
 		data, err := os.ReadFile(b.hibernatingIntent(id))
 		if err != nil {
+			if !atStart {
+				continue
+			}
 			if _, merr := os.Stat(b.hibernationMarker(id)); errors.Is(merr, os.ErrNotExist) {
 				if _, derr := os.Stat(b.checkpointDir(id)); derr == nil {
 					b.log.Info("removing the checkpoint image of a finished wake", "sandbox", id)
@@ -345,16 +352,22 @@ func (b *Backend) recoverCheckpoints() {
 			_ = os.Remove(b.hibernatingIntent(id)) // finished: the engine completes it
 			continue
 		}
-		b.settleCheckpoint(id, &h)
+		rt := rts[h.Runtime]
+		if rt == nil {
+			if atStart {
+				b.log.Warn("hibernate intent of a runtime class this daemon lacks (now); left", "sandbox", id, "runtime", h.Runtime)
+			}
+			continue
+		}
+		b.settleCheckpoint(id, &h, rt)
 	}
 }
 
-func (b *Backend) settleCheckpoint(id string, h *hibernation) {
+func (b *Backend) settleCheckpoint(id string, h *hibernation, rt runtime.Runtime) {
 	log := b.log.With("sandbox", id)
-	rt := b.runtimes[h.Runtime]
 	sig, ok := rt.(initSignaller)
-	if rt == nil || !ok {
-		log.Warn("hibernate intent of a runtime class this daemon lacks; left", "runtime", h.Runtime)
+	if !ok {
+		log.Warn("hibernate intent of a runtime class that cannot checkpoint; left", "runtime", h.Runtime)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReadyTimeout+30*time.Second)

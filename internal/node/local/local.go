@@ -29,6 +29,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,7 +104,10 @@ type Backend struct {
 	volumes *volume.Manager
 	scratch *volume.Manager // sandboxes' writable root layers (disk.go)
 	pool    *volume.Pool
-	// runtimes by name; def serves records that name none.
+	// runtimes by name; def serves records that name none. A class may
+	// join after start (AddRuntime: runsc once its probe succeeds), so
+	// both are read under rtMu.
+	rtMu     sync.RWMutex
 	runtimes map[string]runtime.Runtime
 	classes  []node.Class
 	def      string
@@ -204,8 +208,25 @@ func New(cfg Config) (*Backend, error) {
 		b.runtimes[rt.Name()] = rt
 		b.classes = append(b.classes, node.Class{Name: rt.Name(), Caps: capsOf(rt)})
 	}
-	b.recoverCheckpoints()
+	b.recoverCheckpoints(b.runtimes, true)
 	return b, nil
+}
+
+// AddRuntime makes class rt available after the backend opened: a class
+// whose probe failed at start for a passing reason (the data dir full for
+// a moment) and succeeded later. Its sandboxes, left alone meanwhile
+// (Runtime answers unavailable for them), are then served by it; the
+// hibernations of its sandboxes a killed daemon left half done are
+// settled first.
+func (b *Backend) AddRuntime(rt runtime.Runtime) {
+	b.recoverCheckpoints(map[string]runtime.Runtime{rt.Name(): rt}, false)
+	b.rtMu.Lock()
+	defer b.rtMu.Unlock()
+	if _, ok := b.runtimes[rt.Name()]; ok {
+		return
+	}
+	b.runtimes[rt.Name()] = rt
+	b.classes = append(b.classes, node.Class{Name: rt.Name(), Caps: capsOf(rt)})
 }
 
 // capsOf says what runtime class rt can do on this backend. The runtimes
@@ -262,14 +283,34 @@ func (b *Backend) Start(h node.Hooks) {
 }
 
 // Classes lists the runtime classes, the default first.
-func (b *Backend) Classes() []node.Class { return b.classes }
+func (b *Backend) Classes() []node.Class {
+	b.rtMu.RLock()
+	defer b.rtMu.RUnlock()
+	return slices.Clone(b.classes)
+}
 
-// Runtime returns runtime class name (the default for "").
+// Runtime returns runtime class name (the default for ""). A class this
+// backend does not have (now) is an absent runtime whose every call is
+// refused as unavailable: serving a sandbox of one class with another's
+// runtime would judge a running gVisor sandbox gone (runc knows no such
+// container), destroy it, or start it again under runc.
 func (b *Backend) Runtime(name string) runtime.Runtime {
+	b.rtMu.RLock()
+	defer b.rtMu.RUnlock()
+	if name == "" {
+		return b.runtimes[b.def]
+	}
 	if rt, ok := b.runtimes[name]; ok {
 		return rt
 	}
-	return b.runtimes[b.def]
+	return absentRuntime(name)
+}
+
+// runtimeNamed returns class name, nil if this backend lacks it.
+func (b *Backend) runtimeNamed(name string) runtime.Runtime {
+	b.rtMu.RLock()
+	defer b.rtMu.RUnlock()
+	return b.runtimes[name]
 }
 
 func (b *Backend) rtFor(sb *sandbox.Sandbox) runtime.Runtime { return b.Runtime(sb.Spec.Runtime) }

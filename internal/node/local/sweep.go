@@ -23,8 +23,8 @@ import (
 // disagree with their records, and running records with no container.
 func (b *Backend) Sweep(ctx context.Context, in node.SweepInput, add node.Report) {
 	live, busy := in.Live, in.Busy
-	for _, cls := range b.classes {
-		rt := b.runtimes[cls.Name]
+	for _, cls := range b.Classes() {
+		rt := b.runtimeNamed(cls.Name)
 		containers, err := rt.List(ctx)
 		if err != nil {
 			add("runtime", "", cls.Name+": listing containers: "+err.Error(), nil)

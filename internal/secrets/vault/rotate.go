@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/secrets"
 )
 
@@ -46,6 +47,9 @@ func (v *Vault) Rotate(ctx context.Context, newKey secrets.Key, keyFile string) 
 	if err != nil {
 		// Both keys stay held (and in the file): nothing is lost, and
 		// rotating again finishes the job.
+		return Rotation{KeyID: newKey.ID, Rewrapped: n}, fmt.Errorf("rotation: %w (both keys are kept; run it again)", err)
+	}
+	if err := failpoint.Inject("secrets.rotate.after-rewrap"); err != nil {
 		return Rotation{KeyID: newKey.ID, Rewrapped: n}, fmt.Errorf("rotation: %w (both keys are kept; run it again)", err)
 	}
 	only, _ := secrets.NewKeyring(newKey)

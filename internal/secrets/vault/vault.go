@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/secrets"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -134,6 +135,9 @@ func (v *Vault) Rewrap(ctx context.Context) (int, error) {
 			}
 			if !changed {
 				continue
+			}
+			if err := failpoint.Inject("secrets.rewrap"); err != nil {
+				return n, err
 			}
 			upd := *sec
 			upd.Sealed = nw
