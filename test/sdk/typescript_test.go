@@ -39,7 +39,10 @@ func TestTypeScriptSDK(t *testing.T) {
 
 	// One file at a time: the files share one daemon, and the retry tests
 	// count requests through their own proxies.
-	args := []string{"--test", "--test-concurrency=1", "--test-reporter=spec"}
+	// A test that hangs fails by its name after two minutes instead of
+	// the whole suite being killed at the context's end with its cause
+	// unsaid.
+	args := []string{"--test", "--test-concurrency=1", "--test-reporter=spec", "--test-timeout=120000"}
 	// BERTH_SDK_TESTS: a test name pattern, to run some tests while
 	// working on them (the harness and its checks are the same).
 	if k := os.Getenv("BERTH_SDK_TESTS"); k != "" {

@@ -5,6 +5,7 @@ BERTH_TEST_TLS_CA) for its loopback TCP listeners. Every test deletes what
 it creates; the harness fails the run for any sandbox left."""
 from __future__ import annotations
 
+import faulthandler
 import os
 import uuid
 
@@ -61,3 +62,13 @@ def tenant_key(client, unique):
     yield name, k.key, need("BERTH_TEST_HTTP")
     client.keys.revoke(k.id)
     client.tenants.delete(name)
+
+
+@pytest.fixture(autouse=True)
+def _bounded():
+    """A test that hangs ends the run with every thread's stack printed
+    after four minutes, instead of holding the suite until the harness
+    kills it with its cause unsaid."""
+    faulthandler.dump_traceback_later(240, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()

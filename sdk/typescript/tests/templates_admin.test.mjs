@@ -122,23 +122,46 @@ test("clearPool", () =>
     }
   }));
 
-test("quarantine, port requests, copies and attach", () =>
+// step bounds one awaited call of a test, so that a call that never
+// answers fails naming itself (and the test's cleanup still runs) instead
+// of holding the suite until the harness kills it.
+async function step(name, p, ms = 60_000) {
+  let timer;
+  const t = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${name}: no answer in ${ms / 1000} s`)), ms);
+  });
+  try {
+    return await Promise.race([p, t]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+test("quarantine and release", () =>
   withClient(async (c) => {
     const a = await c.sandboxes.create();
-    const b = await c.sandboxes.create();
     try {
-      await a.files.write("/tmp/evidence", "kept");
-      assert.equal((await a.quarantine()).state, "quarantined");
-      assert.equal((await a.files.read("/tmp/evidence")).toString(), "kept");
-      assert.equal((await a.release()).state, "running");
+      await step("write", a.files.write("/tmp/evidence", "kept"));
+      assert.equal((await step("quarantine", a.quarantine())).state, "quarantined");
+      assert.equal((await step("read while quarantined", a.files.read("/tmp/evidence"))).toString(), "kept");
+      assert.equal((await step("release", a.release())).state, "running");
+      assert.equal((await step("exec after release", a.exec("cat /tmp/evidence"))).text, "kept");
+    } finally {
+      await a.delete({ force: true });
+    }
+  }));
 
-      await a.exec("mkdir -p /tmp/www && echo 'hello through the proxy' > /tmp/www/index.html");
-      await a.processes.start(["busybox", "httpd", "-f", "-p", "8080", "-h", "/tmp/www"]);
+test("port requests through the proxy", () =>
+  withClient(async (c) => {
+    const a = await c.sandboxes.create();
+    try {
+      await step("exec", a.exec("mkdir -p /tmp/www && echo 'hello through the proxy' > /tmp/www/index.html"));
+      await step("start httpd", a.processes.start(["busybox", "httpd", "-f", "-p", "8080", "-h", "/tmp/www"]));
       // Until httpd listens the proxy itself refuses (502 unreachable).
       let r;
       for (let i = 0; i < 200 && !r; i++) {
         try {
-          r = await a.portRequest(8080, "/index.html");
+          r = await step("port request", a.portRequest(8080, "/index.html"), 20_000);
         } catch (e) {
           assert.equal(e.code, "unreachable", String(e));
           await sleep(50);
@@ -146,20 +169,29 @@ test("quarantine, port requests, copies and attach", () =>
       }
       assert.equal(r.status, 200);
       assert.equal(r.body.toString(), "hello through the proxy\n");
-      assert.equal((await a.portRequest(8080, "/missing")).status, 404);
-      await assert.rejects(a.portRequest(9, "/"), (e) => e instanceof APIError && (e.status === 502 || e.status === 503));
+      assert.equal((await step("a 404 of the server", a.portRequest(8080, "/missing"))).status, 404);
+      await assert.rejects(step("a port nobody listens on", a.portRequest(9, "/")), (e) => e instanceof APIError && (e.status === 502 || e.status === 503));
+    } finally {
+      await a.delete({ force: true });
+    }
+  }));
 
-      await a.exec("mkdir -p /tmp/out && echo artefact > /tmp/out/result.txt");
-      await c.copy(a.id, "/tmp/out", b.id, "/tmp/in");
-      assert.equal((await b.files.read("/tmp/in/result.txt")).toString(), "artefact\n");
+test("copies between sandboxes, and attach to a process", () =>
+  withClient(async (c) => {
+    const a = await c.sandboxes.create();
+    const b = await c.sandboxes.create();
+    try {
+      await step("exec", a.exec("mkdir -p /tmp/out && echo artefact > /tmp/out/result.txt"));
+      await step("copy", c.copy(a.id, "/tmp/out", b.id, "/tmp/in"));
+      assert.equal((await step("read the copy", b.files.read("/tmp/in/result.txt"))).toString(), "artefact\n");
 
-      const p = await b.processes.start(["sh", "-c", "echo started; read line; echo got $line"]);
-      const t = await b.processes.attach(p.id);
+      const p = await step("start", b.processes.start(["sh", "-c", "echo started; read line; echo got $line"]));
+      const t = await step("attach", b.processes.attach(p.id));
       try {
-        await t.readUntil("started\n");
-        await t.send("hello\n");
-        await t.readUntil("got hello\n");
-        assert.equal((await t.wait()).code, 0);
+        await step("its kept output", t.readUntil("started\n"));
+        await step("send", t.send("hello\n"));
+        await step("its live output", t.readUntil("got hello\n"));
+        assert.equal((await step("its exit", t.wait())).code, 0);
       } finally {
         t.close();
       }
