@@ -45,19 +45,27 @@ export class Pty {
     }
     const ws = new WebSocket(url, opts);
     this._ws = ws;
+    // Listen before the open is awaited: an attach's server speaks first
+    // (the process's kept output), and ws emits frames that came in the
+    // same read as the upgrade's answer right after "open", before the
+    // code after an await of it runs; a handler added then loses them.
+    let opened = false;
+    ws.on("message", (msg, isBinary) => this._onMessage(msg, isBinary));
+    ws.on("close", () => this._end());
     await new Promise((resolve, reject) => {
-      ws.once("open", resolve);
-      ws.once("error", reject);
+      ws.once("open", () => {
+        opened = true;
+        resolve();
+      });
+      ws.on("error", (err) => {
+        if (!opened) return reject(err);
+        this._error ??= new StreamError("the terminal connection failed", err);
+        this._end();
+      });
       ws.once("unexpected-response", (_req, res) => {
         reject(new StreamError(`the terminal was refused: HTTP ${res.statusCode}`));
         res.resume();
       });
-    });
-    ws.on("message", (msg, isBinary) => this._onMessage(msg, isBinary));
-    ws.on("close", () => this._end());
-    ws.on("error", (err) => {
-      this._error ??= new StreamError("the terminal connection failed", err);
-      this._end();
     });
     // An exec's session opens with its request; an attach to a process sends none.
     if (req !== undefined) ws.send(JSON.stringify(req));
