@@ -267,7 +267,11 @@ class AsyncClient:
                                 headers={"Accept": "application/x-ndjson"}, stream=True)
         return await self._build_stream(resp, on_output)
 
-    async def _build_stream(self, resp: httpx.Response, on_output: Optional[Callable[[m.BuildEvent], Any]]) -> m.Template:
+    async def _result_stream(self, resp: httpx.Response, unended: str, each: Callable[[dict], Any]) -> Any:
+        """Reads the NDJSON stream of a build, import or push: each line
+        goes to ``each``, which returns the stream's result (ending it) or
+        None; an error line raises, naming its build step if it has one; a
+        stream that ends without a result raises StreamError(``unended``)."""
         events = self._ndjson(resp)
         try:
             async for d in events:
@@ -277,14 +281,21 @@ class AsyncClient:
                         err.message = "step %d: %s" % (d["step"], err.message)
                         err.args = (err.message,)
                     raise err
-                ev = m.BuildEvent.from_dict(d)
-                if ev.template is not None:
-                    return ev.template
-                if ev.data and on_output:
-                    on_output(ev)
+                r = each(d)
+                if r is not None:
+                    return r
         finally:
             await events.aclose()
-        raise StreamError("the build stream ended without a template")
+        raise StreamError(unended)
+
+    async def _build_stream(self, resp: httpx.Response, on_output: Optional[Callable[[m.BuildEvent], Any]]) -> m.Template:
+        def each(d: dict) -> Optional[m.Template]:
+            ev = m.BuildEvent.from_dict(d)
+            if ev.data and on_output and ev.template is None:
+                on_output(ev)
+            return ev.template
+
+        return await self._result_stream(resp, "the build stream ended without a template", each)
 
     async def copy(self, from_sandbox: str, from_path: str, to_sandbox: str, to_path: str, *, preserve_owner: bool = False) -> None:
         """Copies a file or directory from one sandbox to another (docker
@@ -861,19 +872,15 @@ class AsyncTemplates:
         return await self._import_stream(resp, on_progress)
 
     async def _import_stream(self, resp: httpx.Response, on_progress: Optional[Callable[[m.ImportProgress], Any]]) -> m.Template:
-        events = self._c._ndjson(resp)
-        try:
-            async for d in events:
-                if d.get("error"):
-                    raise from_stream(d["error"])
-                # An ImportEvent: progress lines, then the template.
-                if d.get("template"):
-                    return m.Template.from_dict(d["template"])
-                if d.get("progress") and on_progress:
-                    on_progress(m.ImportProgress.from_dict(d["progress"]))
-        finally:
-            await events.aclose()
-        raise StreamError("the import stream ended without a template")
+        def each(d: dict) -> Optional[m.Template]:
+            # An ImportEvent: progress lines, then the template.
+            if d.get("template"):
+                return m.Template.from_dict(d["template"])
+            if d.get("progress") and on_progress:
+                on_progress(m.ImportProgress.from_dict(d["progress"]))
+            return None
+
+        return await self._c._result_stream(resp, "the import stream ended without a template", each)
 
     async def build(
         self,
@@ -937,19 +944,13 @@ class AsyncTemplates:
         req = m.PushTemplateRequest(ref=ref, insecure=insecure, registry_auth=registry_auth)
         resp = await self._c._send("POST", "/v1/templates/" + _seg(name) + "/push", body=req,
                                    headers={"Accept": "application/x-ndjson"}, stream=True)
-        events = self._c._ndjson(resp)
-        try:
-            async for d in events:
-                if d.get("error"):
-                    raise from_stream(d["error"])
-                ev = m.PushEvent.from_dict(d)
-                if ev.result is not None:
-                    return ev.result
-                if ev.progress is not None and on_progress:
-                    on_progress(ev.progress)
-        finally:
-            await events.aclose()
-        raise StreamError("the push stream ended without a result")
+        def each(d: dict) -> Optional[m.PushResult]:
+            ev = m.PushEvent.from_dict(d)
+            if ev.result is None and ev.progress is not None and on_progress:
+                on_progress(ev.progress)
+            return ev.result
+
+        return await self._c._result_stream(resp, "the push stream ended without a result", each)
 
 
 class AsyncVolumes:

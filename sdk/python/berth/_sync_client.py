@@ -265,7 +265,11 @@ class Client:
                                 headers={"Accept": "application/x-ndjson"}, stream=True)
         return self._build_stream(resp, on_output)
 
-    def _build_stream(self, resp: httpx.Response, on_output: Optional[Callable[[m.BuildEvent], Any]]) -> m.Template:
+    def _result_stream(self, resp: httpx.Response, unended: str, each: Callable[[dict], Any]) -> Any:
+        """Reads the NDJSON stream of a build, import or push: each line
+        goes to ``each``, which returns the stream's result (ending it) or
+        None; an error line raises, naming its build step if it has one; a
+        stream that ends without a result raises StreamError(``unended``)."""
         events = self._ndjson(resp)
         try:
             for d in events:
@@ -275,14 +279,21 @@ class Client:
                         err.message = "step %d: %s" % (d["step"], err.message)
                         err.args = (err.message,)
                     raise err
-                ev = m.BuildEvent.from_dict(d)
-                if ev.template is not None:
-                    return ev.template
-                if ev.data and on_output:
-                    on_output(ev)
+                r = each(d)
+                if r is not None:
+                    return r
         finally:
             events.close()
-        raise StreamError("the build stream ended without a template")
+        raise StreamError(unended)
+
+    def _build_stream(self, resp: httpx.Response, on_output: Optional[Callable[[m.BuildEvent], Any]]) -> m.Template:
+        def each(d: dict) -> Optional[m.Template]:
+            ev = m.BuildEvent.from_dict(d)
+            if ev.data and on_output and ev.template is None:
+                on_output(ev)
+            return ev.template
+
+        return self._result_stream(resp, "the build stream ended without a template", each)
 
     def copy(self, from_sandbox: str, from_path: str, to_sandbox: str, to_path: str, *, preserve_owner: bool = False) -> None:
         """Copies a file or directory from one sandbox to another (docker
@@ -823,19 +834,15 @@ class Templates:
         return self._import_stream(resp, on_progress)
 
     def _import_stream(self, resp: httpx.Response, on_progress: Optional[Callable[[m.ImportProgress], Any]]) -> m.Template:
-        events = self._c._ndjson(resp)
-        try:
-            for d in events:
-                if d.get("error"):
-                    raise from_stream(d["error"])
-                # An ImportEvent: progress lines, then the template.
-                if d.get("template"):
-                    return m.Template.from_dict(d["template"])
-                if d.get("progress") and on_progress:
-                    on_progress(m.ImportProgress.from_dict(d["progress"]))
-        finally:
-            events.close()
-        raise StreamError("the import stream ended without a template")
+        def each(d: dict) -> Optional[m.Template]:
+            # An ImportEvent: progress lines, then the template.
+            if d.get("template"):
+                return m.Template.from_dict(d["template"])
+            if d.get("progress") and on_progress:
+                on_progress(m.ImportProgress.from_dict(d["progress"]))
+            return None
+
+        return self._c._result_stream(resp, "the import stream ended without a template", each)
 
     def build(
         self,
@@ -899,19 +906,13 @@ class Templates:
         req = m.PushTemplateRequest(ref=ref, insecure=insecure, registry_auth=registry_auth)
         resp = self._c._send("POST", "/v1/templates/" + _seg(name) + "/push", body=req,
                                    headers={"Accept": "application/x-ndjson"}, stream=True)
-        events = self._c._ndjson(resp)
-        try:
-            for d in events:
-                if d.get("error"):
-                    raise from_stream(d["error"])
-                ev = m.PushEvent.from_dict(d)
-                if ev.result is not None:
-                    return ev.result
-                if ev.progress is not None and on_progress:
-                    on_progress(ev.progress)
-        finally:
-            events.close()
-        raise StreamError("the push stream ended without a result")
+        def each(d: dict) -> Optional[m.PushResult]:
+            ev = m.PushEvent.from_dict(d)
+            if ev.result is None and ev.progress is not None and on_progress:
+                on_progress(ev.progress)
+            return ev.result
+
+        return self._c._result_stream(resp, "the push stream ended without a result", each)
 
 
 class Volumes:

@@ -328,20 +328,38 @@ export class Client {
     return this._buildStream(res, onOutput);
   }
 
-  // The BuildEvents of a build, Dockerfile build or apply: output to
-  // onOutput (data as a Buffer), then the template or the failing step's error.
-  async _buildStream(res, onOutput) {
+  // The NDJSON stream of a build, import or push: every line checked
+  // against model (if given), an error line thrown (naming its build step
+  // if it has one), every other line to each, whose first result other
+  // than undefined ends the stream; one that ends without a result throws
+  // StreamError(unended).
+  async _resultStream(res, unended, each, model) {
     for await (const d of this._ndjson(res)) {
-      check("BuildEvent", d);
+      if (model) check(model, d);
       if (d.error) {
         const err = fromStream(d.error);
         if (d.step) err.message = `step ${d.step}: ${err.message}`;
         throw err;
       }
-      if (d.template) return d.template;
-      if (d.data) onOutput?.({ ...d, data: Buffer.from(d.data, "base64") });
+      const r = each(d);
+      if (r !== undefined) return r;
     }
-    throw new StreamError("the build stream ended without a template");
+    throw new StreamError(unended);
+  }
+
+  // The BuildEvents of a build, Dockerfile build or apply: output to
+  // onOutput (data as a Buffer), then the template or the failing step's error.
+  _buildStream(res, onOutput) {
+    return this._resultStream(
+      res,
+      "the build stream ended without a template",
+      (d) => {
+        if (d.template) return d.template;
+        if (d.data) onOutput?.({ ...d, data: Buffer.from(d.data, "base64") });
+        return undefined;
+      },
+      "BuildEvent",
+    );
   }
 
   /**
@@ -917,14 +935,13 @@ class Templates {
     return this._importStream(res, onProgress);
   }
 
-  async _importStream(res, onProgress) {
+  _importStream(res, onProgress) {
     // ImportEvents: progress lines, then the template.
-    for await (const d of this._c._ndjson(res)) {
-      if (d.error) throw fromStream(d.error);
+    return this._c._resultStream(res, "the import stream ended without a template", (d) => {
       if (d.template) return check("Template", d.template);
       if (d.progress) onProgress?.(check("ImportProgress", d.progress));
-    }
-    throw new StreamError("the import stream ended without a template");
+      return undefined;
+    });
   }
 
   /**
@@ -967,13 +984,12 @@ class Templates {
   async push(name, ref, { insecure, registryAuth, onProgress } = {}) {
     const body = { ref, insecure, registry_auth: registryAuth };
     const res = await this._c._send("POST", "/v1/templates/" + seg(name) + "/push", { body, headers: { Accept: "application/x-ndjson" }, stream: true });
-    for await (const d of this._c._ndjson(res)) {
-      if (d.error) throw fromStream(d.error);
+    return this._c._resultStream(res, "the push stream ended without a result", (d) => {
       check("PushEvent", d);
       if (d.result) return d.result;
       if (d.progress) onProgress?.(d.progress);
-    }
-    throw new StreamError("the push stream ended without a result");
+      return undefined;
+    });
   }
 }
 
