@@ -438,7 +438,9 @@ func TestUpdateNetworkRules(t *testing.T) {
 	if s, _ := e.node.Get(sb.ID); !slices.Equal(s.Rules, []string{"B.example"}) {
 		t.Fatalf("node applied %v", s.Rules)
 	}
-	_, err = e.m.UpdateNetworkRules(e.ctx, sb.ID, &manager.RulesRequest{Allow: []string{"invalid"}}, "test")
+	// The rules' grammar is the real one (package egressrule), not the
+	// double's: a rule that does not parse.
+	_, err = e.m.UpdateNetworkRules(e.ctx, sb.ID, &manager.RulesRequest{Allow: []string{"not a rule!"}}, "test")
 	wantErr(t, err, errdefs.ErrInvalid)
 	if got := e.get(sb.ID).Spec.Allow; !slices.Equal(got, []string{"B.example"}) {
 		t.Fatalf("a refused update changed the record: %v", got)

@@ -35,7 +35,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -842,37 +841,6 @@ func (n *Node) VolumeUsage(id string) (node.VolumeUsage, error) {
 // VolumeIDs lists the volumes.
 func (n *Node) VolumeIDs() ([]string, error) { return n.Volumes(), nil }
 
-// CheckRules refuses a rule that is empty or contains "invalid".
-func (n *Node) CheckRules(allow []string) error {
-	for _, r := range allow {
-		if _, err := n.CanonicalRule(r); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// AllowsTCP is true when a rule names host exactly (with or without a
-// port list holding port): enough for the engine's checks in unit tests.
-func (n *Node) AllowsTCP(allow []string, host string, port uint16) bool {
-	for _, r := range allow {
-		r = strings.TrimPrefix(strings.ToLower(strings.TrimSpace(r)), "tcp://")
-		h, ports, hasPorts := strings.Cut(r, ":")
-		if h != host {
-			continue
-		}
-		if !hasPorts {
-			return true
-		}
-		for _, p := range strings.Split(ports, ",") {
-			if p == strconv.Itoa(int(port)) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // EgressCA returns a fresh CA certificate (no proxy runs here).
 func (n *Node) EgressCA(ctx context.Context, sb *sandbox.Sandbox) ([]byte, []byte, error) {
 	ca, err := egressproxy.NewCA(sb.ID, time.Now())
@@ -880,15 +848,6 @@ func (n *Node) EgressCA(ctx context.Context, sb *sandbox.Sandbox) ([]byte, []byt
 		return nil, nil, err
 	}
 	return ca.CertPEM(), nil, nil
-}
-
-// CanonicalRule lower-cases and trims a rule.
-func (n *Node) CanonicalRule(rule string) (string, error) {
-	r := strings.ToLower(strings.TrimSpace(rule))
-	if r == "" || strings.Contains(r, "invalid") {
-		return "", errdefs.Invalid("bad egress rule %q", rule)
-	}
-	return r, nil
 }
 
 // Allocate returns documentation-range addresses no sandbox uses.
@@ -1168,4 +1127,15 @@ func emptyDir(dir string) error {
 	return nil
 }
 
-var _ node.Backend = (*Node)(nil)
+// The double has every capability; its classes' Caps say which each
+// serves.
+var (
+	_ node.Backend     = (*Node)(nil)
+	_ node.Freezer     = (*Node)(nil)
+	_ node.Hibernator  = (*Node)(nil)
+	_ node.Capturer    = (*Node)(nil)
+	_ node.Egress      = (*Node)(nil)
+	_ node.EgressProxy = (*Node)(nil)
+	_ node.RootLayer   = (*Node)(nil)
+	_ node.Renamer     = (*Node)(nil)
+)

@@ -203,11 +203,11 @@ func (c *classRun) tick(t *testing.T) int {
 // not complete; a capture of it leaves it paused; after Thaw it runs on.
 func (c *classRun) testFreezeThaw(t *testing.T) {
 	if !c.caps.Freeze {
-		c.refused(t, "Freeze", c.b.Freeze(t.Context(), c.e))
-		c.refused(t, "Thaw", c.b.Thaw(t.Context(), c.e))
-		_, err := c.b.QuarantineFiles(t.Context(), c.e)
+		c.refused(t, "Freeze", c.freeze(t.Context(), c.e))
+		c.refused(t, "Thaw", c.thaw(t.Context(), c.e))
+		_, err := c.quarantineFiles(t.Context(), c.e)
 		c.refused(t, "QuarantineFiles", err)
-		c.refused(t, "SetRules(cut)", c.b.SetRules(t.Context(), c.e, true))
+		c.refused(t, "SetRules(cut)", c.setRules(t.Context(), c.e, true))
 		c.alive(t, c.e)
 		return
 	}
@@ -216,14 +216,14 @@ func (c *classRun) testFreezeThaw(t *testing.T) {
 		t.Fatal("the ticker does not tick")
 	}
 	ctx := t.Context()
-	if err := c.b.Freeze(ctx, c.e); err != nil {
+	if err := c.freeze(ctx, c.e); err != nil {
 		t.Fatalf("Freeze: %v", err)
 	}
 	c.e.State = sandbox.StatePaused
 	thawed := false
 	defer func() {
 		if !thawed {
-			_ = c.b.Thaw(context.WithoutCancel(ctx), c.e)
+			_ = c.thaw(context.WithoutCancel(ctx), c.e)
 			c.e.State = sandbox.StateRunning
 		}
 	}()
@@ -253,19 +253,19 @@ func (c *classRun) testFreezeThaw(t *testing.T) {
 		t.Errorf("WaitReady with a 300ms context returned after %s: it does not honour its context", d.Round(time.Millisecond))
 	}
 	// A capture of a paused sandbox leaves it paused.
-	name := c.b.CaptureName(c.e.ID)
-	capt, release, err := c.b.Capture(ctx, c.e, name)
+	name := c.newCaptureName(c.e.ID)
+	capt, release, err := c.capture(ctx, c.e, name)
 	if err != nil {
 		t.Fatalf("Capture of a paused sandbox: %v", err)
 	}
 	release()
-	if err := c.b.DropCapture(capt.Name); err != nil {
+	if err := c.dropCapture(capt.Name); err != nil {
 		t.Errorf("DropCapture: %v", err)
 	}
 	if st := c.status(t, c.e); st != node.StatusPaused {
 		t.Errorf("Status after a capture of a paused sandbox = %s, want paused", st)
 	}
-	if err := c.b.Thaw(ctx, c.e); err != nil {
+	if err := c.thaw(ctx, c.e); err != nil {
 		t.Fatalf("Thaw: %v", err)
 	}
 	thawed = true
@@ -285,7 +285,7 @@ func (c *classRun) testFreezeThaw(t *testing.T) {
 // quarantineRead reads path of e from the host side (QuarantineFiles).
 func (c *classRun) quarantineRead(t *testing.T, path string) string {
 	t.Helper()
-	fs, err := c.b.QuarantineFiles(t.Context(), c.e)
+	fs, err := c.quarantineFiles(t.Context(), c.e)
 	if err != nil {
 		t.Fatalf("QuarantineFiles: %v", err)
 	}
@@ -336,7 +336,7 @@ func (c *classRun) testPorts(t *testing.T) {
 // A class without Caps.Rename may refuse it, but must not report a change
 // it did not make.
 func (c *classRun) testSetHostname(t *testing.T) {
-	err := c.b.SetHostname(t.Context(), c.e, "nodetest-renamed")
+	err := c.setHostname(t.Context(), c.e, "nodetest-renamed")
 	if err != nil {
 		if c.caps.Rename {
 			t.Fatalf("SetHostname: %v", err)
@@ -364,7 +364,7 @@ func (c *classRun) testStorage(t *testing.T) {
 		if d := c.b.DiskUsage(c.e); d != nil && (d.Enforced || d.Note == "") {
 			t.Errorf("DiskUsage = %+v on a class without a root layer: want it not enforced, with a note", d)
 		}
-		_, err := c.b.Diff(t.Context(), c.e)
+		_, err := c.diff(t.Context(), c.e)
 		c.refused(t, "Diff", err)
 		c.alive(t, c.e)
 		return
@@ -385,7 +385,7 @@ func (c *classRun) testStorage(t *testing.T) {
 		t.Errorf("writing past the disk cap: exit %d, %v; want a failure", code, err)
 	}
 	c.sh(t, c.e, "rm -f /root/too-big /root/four-mib")
-	changes, err := c.b.Diff(t.Context(), c.e)
+	changes, err := c.diff(t.Context(), c.e)
 	if err != nil {
 		t.Fatalf("Diff: %v", err)
 	}
@@ -402,11 +402,11 @@ func (c *classRun) testStorage(t *testing.T) {
 // it cannot, Checkpoint is refused as a conflict and the sandbox runs on.
 func (c *classRun) testCheckpoint(t *testing.T) {
 	ctx := t.Context()
-	if c.b.Hibernated(c.e) {
+	if node.Hibernated(c.b, c.e) {
 		t.Fatal("Hibernated of a running sandbox")
 	}
 	if !c.caps.Checkpoint {
-		_, alive, err := c.b.Checkpoint(ctx, c.e)
+		_, alive, err := c.checkpoint(ctx, c.e)
 		if !alive {
 			t.Errorf("a refused Checkpoint on class %s reports the sandbox not alive", c.class)
 		}
@@ -417,14 +417,14 @@ func (c *classRun) testCheckpoint(t *testing.T) {
 			t.Errorf("ping after a refused checkpoint: %v", err)
 		}
 		c.e.State = sandbox.StateStopped // as a hibernated record would be
-		err = c.b.Restore(ctx, c.e)
+		err = c.restore(ctx, c.e)
 		c.e.State = sandbox.StateRunning
 		c.refused(t, "Restore of a sandbox with no checkpoint", err)
 		return
 	}
 	pid := strings.TrimSpace(c.sh(t, c.e, "cat /var/tick.pid"))
 	before := c.tick(t)
-	cp, alive, err := c.b.Checkpoint(ctx, c.e)
+	cp, alive, err := c.checkpoint(ctx, c.e)
 	if err != nil {
 		t.Fatalf("Checkpoint: %v (alive %v)", err, alive)
 	}
@@ -437,18 +437,18 @@ func (c *classRun) testCheckpoint(t *testing.T) {
 		t.Fatalf("Stop after Checkpoint: %v", err)
 	}
 	c.e.State = sandbox.StateStopped
-	if !c.b.Hibernated(c.e) {
+	if !node.Hibernated(c.b, c.e) {
 		t.Fatal("Hibernated is false after a checkpoint")
 	}
 	if st := c.status(t, c.e); st != node.StatusGone && st != node.StatusStopped {
 		t.Errorf("Status of a hibernated sandbox = %s", st)
 	}
 	c.e.State = sandbox.StateStarting
-	if err := c.b.Restore(ctx, c.e); err != nil {
+	if err := c.restore(ctx, c.e); err != nil {
 		t.Fatalf("Restore: %v", err)
 	}
 	c.e.State = sandbox.StateRunning
-	if c.b.Hibernated(c.e) {
+	if node.Hibernated(c.b, c.e) {
 		t.Error("Hibernated after Restore")
 	}
 	if got := strings.TrimSpace(c.sh(t, c.e, "cat /var/tick.pid; kill -0 $(cat /var/tick.pid) && echo alive")); got != pid+"\nalive" {
@@ -467,23 +467,23 @@ func (c *classRun) testCaptureMaterialize(t *testing.T) {
 	ctx := t.Context()
 	c.sh(t, c.e, "echo parent > /root/captured")
 	if !c.caps.Capture {
-		name := c.b.CaptureName(c.e.ID)
-		_, release, err := c.b.Capture(ctx, c.e, name)
+		name := c.newCaptureName(c.e.ID)
+		_, release, err := c.capture(ctx, c.e, name)
 		c.refused(t, "Capture", err)
 		if release != nil {
 			release()
 		}
 		child := c.newChild(t, c.e)
-		c.refused(t, "Materialize", c.b.Materialize(ctx, child, name))
+		c.refused(t, "Materialize", c.materialize(ctx, child, name))
 		c.remove(t, child)
 		c.alive(t, c.e)
 		return
 	}
-	name := c.b.CaptureName(c.e.ID)
-	if other := c.b.CaptureName(c.e.ID); other == name {
+	name := c.newCaptureName(c.e.ID)
+	if other := c.newCaptureName(c.e.ID); other == name {
 		t.Errorf("CaptureName returned %q twice", name)
 	}
-	capt, release, err := c.b.Capture(ctx, c.e, name)
+	capt, release, err := c.capture(ctx, c.e, name)
 	if err != nil {
 		t.Fatalf("Capture: %v", err)
 	}
@@ -499,13 +499,13 @@ func (c *classRun) testCaptureMaterialize(t *testing.T) {
 	if st := c.status(t, c.e); st != node.StatusRunning {
 		t.Errorf("Status after Capture = %s, want running", st)
 	}
-	if _, r2, err := c.b.Capture(ctx, c.e, name); err == nil {
+	if _, r2, err := c.capture(ctx, c.e, name); err == nil {
 		r2()
 		t.Error("a second Capture under the same name succeeded")
 	}
 	c.sh(t, c.e, "echo later > /root/after-capture")
 	c.child = c.newChild(t, c.e)
-	if err := c.b.Materialize(ctx, c.child, name); err != nil {
+	if err := c.materialize(ctx, c.child, name); err != nil {
 		t.Fatalf("Materialize: %v", err)
 	}
 	release()
@@ -518,7 +518,7 @@ func (c *classRun) testCaptureMaterialize(t *testing.T) {
 	}
 	// The capture stays for Revert (StopRevertDiscard).
 	nobody := c.newChild(t, c.e)
-	if err := c.b.Materialize(ctx, nobody, "no-such-capture"); !errors.Is(err, node.ErrNoCapture) {
+	if err := c.materialize(ctx, nobody, "no-such-capture"); !errors.Is(err, node.ErrNoCapture) {
 		t.Errorf("Materialize of a missing capture = %v, want ErrNoCapture", err)
 	}
 	c.remove(t, nobody)
@@ -543,7 +543,7 @@ func (c *classRun) testStopRevertDiscard(t *testing.T) {
 		t.Error("Exited is false after Stop")
 	}
 	if !c.caps.Capture {
-		c.refused(t, "Revert", c.b.Revert(ctx, c.e, c.b.CaptureName(c.e.ID)))
+		c.refused(t, "Revert", c.revert(ctx, c.e, c.newCaptureName(c.e.ID)))
 		if err := c.b.Discard(ctx, c.e); err != nil {
 			t.Fatalf("Discard: %v", err)
 		}
@@ -551,10 +551,10 @@ func (c *classRun) testStopRevertDiscard(t *testing.T) {
 		return
 	}
 	name := c.captureName
-	if err := c.b.Revert(ctx, c.e, name); err != nil {
+	if err := c.revert(ctx, c.e, name); err != nil {
 		t.Fatalf("Revert: %v", err)
 	}
-	if err := c.b.Revert(ctx, c.e, "no-such-capture"); !errors.Is(err, node.ErrNoCapture) {
+	if err := c.revert(ctx, c.e, "no-such-capture"); !errors.Is(err, node.ErrNoCapture) {
 		t.Errorf("Revert to a missing capture = %v, want ErrNoCapture", err)
 	}
 	c.provision(t, c.e)
@@ -565,14 +565,14 @@ func (c *classRun) testStopRevertDiscard(t *testing.T) {
 		t.Error("after Revert a file written after the capture is still there")
 	}
 	for i := range 2 {
-		if err := c.b.DropCapture(name); err != nil {
+		if err := c.dropCapture(name); err != nil {
 			t.Errorf("DropCapture #%d: %v", i+1, err)
 		}
 	}
-	if err := c.b.Revert(ctx, c.e, name); !errors.Is(err, node.ErrNoCapture) {
+	if err := c.revert(ctx, c.e, name); !errors.Is(err, node.ErrNoCapture) {
 		t.Errorf("Revert to a dropped capture = %v, want ErrNoCapture", err)
 	}
-	if err := c.b.DropCapture("../escape"); err == nil {
+	if err := c.dropCapture("../escape"); err == nil {
 		t.Error("DropCapture of a path took it")
 	}
 	// Stop and Discard: an ephemeral sandbox starts again from its template.
@@ -661,9 +661,9 @@ func (c *classRun) testPersistentVolumesOnly(t *testing.T) {
 // without starting it (Diff of a stopped record).
 func (c *classRun) testCapturePersistent(t *testing.T) {
 	ctx := t.Context()
-	name := c.b.CaptureName(c.p.ID)
+	name := c.newCaptureName(c.p.ID)
 	if !c.caps.Capture {
-		_, release, err := c.b.Capture(ctx, c.p, name)
+		_, release, err := c.capture(ctx, c.p, name)
 		c.refused(t, "Capture of a persistent sandbox", err)
 		if release != nil {
 			release()
@@ -671,23 +671,23 @@ func (c *classRun) testCapturePersistent(t *testing.T) {
 		c.alive(t, c.p)
 		return
 	}
-	_, release, err := c.b.Capture(ctx, c.p, name)
+	_, release, err := c.capture(ctx, c.p, name)
 	if err != nil {
 		t.Fatalf("Capture: %v", err)
 	}
 	defer func() {
 		release()
-		if err := c.b.DropCapture(name); err != nil {
+		if err := c.dropCapture(name); err != nil {
 			t.Errorf("DropCapture: %v", err)
 		}
 	}()
 	q := c.newChild(t, c.p)
 	c.makeVolumes(t, q)
-	if err := c.b.Materialize(ctx, q, name); err != nil {
+	if err := c.materialize(ctx, q, name); err != nil {
 		t.Fatalf("Materialize: %v", err)
 	}
 	q.State = sandbox.StateStopped
-	changes, err := c.b.Diff(ctx, q)
+	changes, err := c.diff(ctx, q)
 	if err != nil {
 		t.Fatalf("Diff of the materialized sandbox: %v", err)
 	}
@@ -727,14 +727,14 @@ func (c *classRun) testCommitLayer(t *testing.T) {
 			d = c.newSandbox(t, c.class, sbOpts{})
 			c.provision(t, d)
 		}
-		_, err := c.b.CommitLayer(t.Context(), d)
+		_, err := c.commitLayer(t.Context(), d)
 		c.refused(t, "CommitLayer", err)
 		c.alive(t, d)
 		c.child = d
 		return
 	}
 	c.sh(t, c.child, "echo built > /built")
-	layer, err := c.b.CommitLayer(t.Context(), c.child)
+	layer, err := c.commitLayer(t.Context(), c.child)
 	if err != nil || layer == "" {
 		t.Fatalf("CommitLayer = %q, %v", layer, err)
 	}

@@ -81,7 +81,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) Harness) {
 		return
 	}
 	t.Run("Volumes", s.testVolumes)
-	t.Run("Network", s.testNetwork)
+	t.Run("Capabilities", s.testCapabilities)
 	t.Run("Capacity", s.testCapacity)
 	t.Run("IDRange", s.testIDRange)
 	for _, class := range classes {
@@ -288,7 +288,7 @@ func (s *suite) removeAll(t *testing.T) {
 		s.release(t, sb)
 	}
 	for _, name := range s.captures {
-		if err := s.b.DropCapture(name); err != nil {
+		if err := s.dropCapture(name); err != nil {
 			t.Errorf("cleanup: DropCapture %s: %v", name, err)
 		}
 	}
