@@ -473,8 +473,7 @@ func Hibernated(b Backend, sb *sandbox.Sandbox) bool {
 }
 
 // CheckCaps reports a class of b that claims a capability whose interface
-// b does not implement (what the conformance suite and the daemon's start
-// check).
+// b does not implement (the conformance suite's Capabilities case).
 func CheckCaps(b Backend) error {
 	for _, c := range b.Classes() {
 		for _, need := range []struct {
