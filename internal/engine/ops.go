@@ -55,10 +55,10 @@ func (m *Engine) pauseLocked(ctx context.Context, sb *sandbox.Sandbox, cause san
 		return m.stopLocked(ctx, sb, cause, actor, reason+" (a stop: runtime class "+sb.Spec.Runtime+" cannot freeze processes)")
 	}
 	fz, err := node.Need[node.Freezer](m.node, node.OpPause)
-	if err != nil {
-		return err
+	if err == nil {
+		err = fz.Freeze(ctx, sb)
 	}
-	if err := fz.Freeze(ctx, sb); err != nil {
+	if err != nil {
 		return fmt.Errorf("pausing: %w", err)
 	}
 	// A crash here leaves a frozen sandbox under a running record: the
@@ -89,10 +89,10 @@ func (m *Engine) resumeLocked(ctx context.Context, sb *sandbox.Sandbox, cause sa
 	}
 	begin := time.Now()
 	fz, err := node.Need[node.Freezer](m.node, node.OpResume)
-	if err != nil {
-		return err
+	if err == nil {
+		err = fz.Thaw(ctx, sb)
 	}
-	if err := fz.Thaw(ctx, sb); err != nil {
+	if err != nil {
 		return fmt.Errorf("resuming: %w", err)
 	}
 	m.touch(sb.ID)
@@ -292,11 +292,12 @@ func (m *Engine) Quarantine(ctx context.Context, ref, actor string) (*sandbox.Sa
 		}()
 		switch prev {
 		case sandbox.StateRunning:
-			fz, err := node.Need[node.Freezer](m.node, node.OpQuarantine)
-			if err != nil {
-				return err
+			// A quarantine freezes as a pause does (and is refused as one).
+			fz, err := node.Need[node.Freezer](m.node, node.OpPause)
+			if err == nil {
+				err = fz.Freeze(ctx, sb)
 			}
-			if err := fz.Freeze(ctx, sb); err != nil {
+			if err != nil {
 				return fmt.Errorf("freezing: %w", err)
 			}
 			cu.Add(func() error { return fz.Thaw(ctx, sb) })
@@ -352,19 +353,19 @@ func (m *Engine) Release(ctx context.Context, ref, actor string) (*sandbox.Sandb
 			}
 		}()
 		eg, err := node.Need[node.Egress](m.node, node.OpQuarantine)
-		if err != nil {
-			return err
+		if err == nil {
+			err = eg.SetRules(ctx, sb, false)
 		}
-		if err := eg.SetRules(ctx, sb, false); err != nil {
+		if err != nil {
 			return fmt.Errorf("restoring network rules: %w", err)
 		}
 		cu.Add(func() error { return eg.SetRules(ctx, sb, true) })
 		if to == sandbox.StateRunning {
 			fz, err := node.Need[node.Freezer](m.node, node.OpResume)
-			if err != nil {
-				return err
+			if err == nil {
+				err = fz.Thaw(ctx, sb)
 			}
-			if err := fz.Thaw(ctx, sb); err != nil {
+			if err != nil {
 				return fmt.Errorf("thawing: %w", err)
 			}
 			cu.Add(func() error { return fz.Freeze(ctx, sb) })
