@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
@@ -10,7 +11,7 @@ const ReasonHibernated = "hibernated"
 // Hibernated reports whether sb is stopped with its processes and memory
 // saved, to be restored by Wake.
 func (m *Engine) Hibernated(sb *sandbox.Sandbox) bool {
-	return sb.State == sandbox.StateStopped && m.node.Hibernated(sb)
+	return sb.State == sandbox.StateStopped && node.Hibernated(m.node, sb)
 }
 
 // classOf names sb's runtime class.

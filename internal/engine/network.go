@@ -7,12 +7,15 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/network/egressrule"
+	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
 
 // Sandbox networking, the engine's half: a sandbox's mode, addresses and
-// rules are in its record; the backend attaches it (node.Network). Mode
+// rules are in its record (checked by package egressrule); the backend
+// attaches it (node.Egress, a capability asked for with node.Need). Mode
 // none (the default) is loopback only; mode egress is default-deny with
 // the sandbox's rules, its connections in the flow log.
 
@@ -33,7 +36,7 @@ func (m *Engine) prepareNetworkTaken(ctx context.Context, sp *sandbox.Spec, id s
 	if sp.Network != "egress" {
 		return nil
 	}
-	if err := m.node.CheckRules(sp.Allow); err != nil {
+	if err := egressrule.Check(sp.Allow); err != nil {
 		return err
 	}
 	if sp.IPv4 != "" {
@@ -43,7 +46,11 @@ func (m *Engine) prepareNetworkTaken(ctx context.Context, sp *sandbox.Spec, id s
 	if err != nil {
 		return err
 	}
-	v4, v6, err := m.node.Allocate(ctx, id, func(a string) bool { return used[a] || taken != nil && taken(a) })
+	eg, err := node.Need[node.Egress](m.node, node.OpEgress)
+	if err != nil {
+		return err
+	}
+	v4, v6, err := eg.Allocate(ctx, id, func(a string) bool { return used[a] || taken != nil && taken(a) })
 	if err != nil {
 		return err
 	}

@@ -31,7 +31,11 @@ func (m *Engine) DiskUsage(sb *sandbox.Sandbox) *Disk {
 }
 
 func (m *Engine) nodeDiff(ctx context.Context, sb *sandbox.Sandbox) ([]DiffEntry, error) {
-	cs, err := m.node.Diff(ctx, sb)
+	rl, err := node.Need[node.RootLayer](m.node, node.OpDiff)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := rl.Diff(ctx, sb)
 	return diffOf(cs), err
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/berth-sh/berth/internal/cleanup"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/failpoint"
+	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -53,17 +54,21 @@ func (m *Engine) pauseLocked(ctx context.Context, sb *sandbox.Sandbox, cause san
 		}
 		return m.stopLocked(ctx, sb, cause, actor, reason+" (a stop: runtime class "+sb.Spec.Runtime+" cannot freeze processes)")
 	}
-	if err := m.node.Freeze(ctx, sb); err != nil {
+	fz, err := node.Need[node.Freezer](m.node, node.OpPause)
+	if err == nil {
+		err = fz.Freeze(ctx, sb)
+	}
+	if err != nil {
 		return fmt.Errorf("pausing: %w", err)
 	}
 	// A crash here leaves a frozen sandbox under a running record: the
 	// restart thaws it (recoverOne), the record being the intent.
-	err := failpoint.Inject("pause.after-freeze")
+	err = failpoint.Inject("pause.after-freeze")
 	if err == nil {
 		err = m.transition(ctx, sb, sandbox.StatePaused, cause, actor, reason)
 	}
 	if err != nil {
-		if terr := m.node.Thaw(ctx, sb); terr != nil {
+		if terr := fz.Thaw(ctx, sb); terr != nil {
 			err = errors.Join(err, fmt.Errorf("thawing again: %w", terr))
 		}
 		return err
@@ -83,7 +88,11 @@ func (m *Engine) resumeLocked(ctx context.Context, sb *sandbox.Sandbox, cause sa
 		return sandbox.ErrWrongState("resume", sb)
 	}
 	begin := time.Now()
-	if err := m.node.Thaw(ctx, sb); err != nil {
+	fz, err := node.Need[node.Freezer](m.node, node.OpResume)
+	if err == nil {
+		err = fz.Thaw(ctx, sb)
+	}
+	if err != nil {
 		return fmt.Errorf("resuming: %w", err)
 	}
 	m.touch(sb.ID)
@@ -184,7 +193,7 @@ func (m *Engine) startLocked(ctx context.Context, sb *sandbox.Sandbox, cause san
 	if err := turn.waitFor(ctx, sb.ID); err != nil {
 		return err
 	}
-	if m.node.Hibernated(sb) {
+	if node.Hibernated(m.node, sb) {
 		// Its processes and memory were checkpointed: bring them back
 		// (a wake the daemon was killed in is started over: the image
 		// stays until a wake has finished).
@@ -283,10 +292,15 @@ func (m *Engine) Quarantine(ctx context.Context, ref, actor string) (*sandbox.Sa
 		}()
 		switch prev {
 		case sandbox.StateRunning:
-			if err := m.node.Freeze(ctx, sb); err != nil {
+			// A quarantine freezes as a pause does (and is refused as one).
+			fz, err := node.Need[node.Freezer](m.node, node.OpPause)
+			if err == nil {
+				err = fz.Freeze(ctx, sb)
+			}
+			if err != nil {
 				return fmt.Errorf("freezing: %w", err)
 			}
-			cu.Add(func() error { return m.node.Thaw(ctx, sb) })
+			cu.Add(func() error { return fz.Thaw(ctx, sb) })
 			if l := m.live.peek(sb.ID); l != nil {
 				l.cancelExecs()
 			}
@@ -294,12 +308,20 @@ func (m *Engine) Quarantine(ctx context.Context, ref, actor string) (*sandbox.Sa
 		default:
 			return sandbox.ErrWrongState("quarantine", sb)
 		}
-		if err := m.node.SetRules(ctx, sb, true); err != nil {
+		// A backend without egress refuses the cut as its SetRules would.
+		eg, egErr := node.Need[node.Egress](m.node, node.OpQuarantine)
+		setRules := func(cut bool) error {
+			if egErr != nil {
+				return egErr
+			}
+			return eg.SetRules(ctx, sb, cut)
+		}
+		if err := setRules(true); err != nil {
 			// The sandbox is frozen: it sends nothing meanwhile; a stopped
 			// one has no attachment. Recorded, not fatal.
 			m.log.Warn("cutting quarantined sandbox's network", "sandbox", sb.ID, "err", err)
 		}
-		cu.Add(func() error { return m.node.SetRules(ctx, sb, false) })
+		cu.Add(func() error { return setRules(false) })
 		sb.PrevState = prev
 		if err := m.transition(ctx, sb, sandbox.StateQuarantined, sandbox.CauseAdmin, actor, "quarantined"); err != nil {
 			sb.PrevState = ""
@@ -330,15 +352,23 @@ func (m *Engine) Release(ctx context.Context, ref, actor string) (*sandbox.Sandb
 				err = errors.Join(err, fmt.Errorf("undoing the release: %w", uerr))
 			}
 		}()
-		if err := m.node.SetRules(ctx, sb, false); err != nil {
+		eg, err := node.Need[node.Egress](m.node, node.OpQuarantine)
+		if err == nil {
+			err = eg.SetRules(ctx, sb, false)
+		}
+		if err != nil {
 			return fmt.Errorf("restoring network rules: %w", err)
 		}
-		cu.Add(func() error { return m.node.SetRules(ctx, sb, true) })
+		cu.Add(func() error { return eg.SetRules(ctx, sb, true) })
 		if to == sandbox.StateRunning {
-			if err := m.node.Thaw(ctx, sb); err != nil {
+			fz, err := node.Need[node.Freezer](m.node, node.OpResume)
+			if err == nil {
+				err = fz.Thaw(ctx, sb)
+			}
+			if err != nil {
 				return fmt.Errorf("thawing: %w", err)
 			}
-			cu.Add(func() error { return m.node.Freeze(ctx, sb) })
+			cu.Add(func() error { return fz.Freeze(ctx, sb) })
 		}
 		prev := sb.PrevState
 		sb.PrevState = ""

@@ -10,6 +10,7 @@ import (
 	"github.com/berth-sh/berth/internal/agent/wire"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/failpoint"
+	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/secrets"
 	"github.com/berth-sh/berth/internal/store"
@@ -98,7 +99,10 @@ func (m *Engine) deliverSecretFiles(ctx context.Context, sb *sandbox.Sandbox, wh
 	}
 	var ca, system []byte
 	if err == nil && sb.Spec.HasEgressSecrets() {
-		ca, system, err = m.node.EgressCA(ctx, sb)
+		var px node.EgressProxy
+		if px, err = node.Need[node.EgressProxy](m.node, node.OpEgressSecrets); err == nil {
+			ca, system, err = px.EgressCA(ctx, sb)
+		}
 	}
 	if err == nil {
 		defer func() {

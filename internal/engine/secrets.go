@@ -7,6 +7,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/agent/wire"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/network/egressrule"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/secrets"
 )
@@ -90,7 +91,7 @@ func (m *Engine) checkEgressSecrets(sp *sandbox.Spec) error {
 			return errdefs.EgressSecret(errdefs.ErrEgressSecretNetwork,
 				"secret %s: egress:%s needs network mode egress (--network egress --allow %s)", r.Name, r.EgressHost, r.EgressHost)
 		}
-		if !m.node.AllowsTCP(sp.Allow, r.EgressHost, egressPort) {
+		if !egressrule.Allows(sp.Allow, r.EgressHost, egressPort) {
 			return errdefs.EgressSecret(errdefs.ErrEgressSecretHost,
 				"secret %s: the sandbox's egress rules do not allow %s on TCP %d (--allow %s)", r.Name, r.EgressHost, egressPort, r.EgressHost)
 		}

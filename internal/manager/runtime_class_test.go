@@ -162,8 +162,10 @@ var fakePod = node.Class{Name: "fake-pod", Caps: node.Caps{PortsViaAgent: true}}
 func TestPauseIsStopWhereClassCannotFreeze(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withClasses(fakePod))
+	// In the workspace: a persistent sandbox's root layer goes with a stop
+	// (unless persist_root), on the double as on a real node.
 	sb := e.create(manager.CreateRequest{Persistent: true})
-	e.writeFile(sb.ID, "/kept", "x")
+	e.writeFile(sb.ID, "/workspace/kept", "x")
 	got, err := e.m.Pause(e.ctx, sb.ID, "test")
 	must(t, err)
 	if got.State != sandbox.StateStopped {
@@ -178,7 +180,7 @@ func TestPauseIsStopWhereClassCannotFreeze(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitState(sb.ID, sandbox.StateRunning)
-	if b, err := e.readFile(sb.ID, "/kept"); err != nil || b != "x" {
+	if b, err := e.readFile(sb.ID, "/workspace/kept"); err != nil || b != "x" {
 		t.Fatalf("file after pause-as-stop and start: %q %v", b, err)
 	}
 

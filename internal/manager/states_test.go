@@ -103,8 +103,10 @@ func TestStopStart(t *testing.T) {
 		t.Run(map[bool]string{false: "ephemeral", true: "persistent"}[persistent], func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
+			// The workspace: what of a persistent sandbox a stop keeps
+			// (its root layer too only with persist_root).
 			sb := e.create(manager.CreateRequest{Persistent: persistent})
-			e.writeFile(sb.ID, "/kept", "x")
+			e.writeFile(sb.ID, "/workspace/kept", "x")
 			if _, err := e.m.Stop(e.ctx, sb.ID, "test"); err != nil {
 				t.Fatal(err)
 			}
@@ -122,7 +124,7 @@ func TestStopStart(t *testing.T) {
 			e.wantNodeStatus(sb.ID, node.StatusRunning)
 			_, err = e.m.Start(e.ctx, sb.ID, "test")
 			wantErr(t, err, errdefs.ErrConflict)
-			got, err := e.readFile(sb.ID, "/kept")
+			got, err := e.readFile(sb.ID, "/workspace/kept")
 			if persistent && got != "x" {
 				t.Fatalf("persistent sandbox lost its files across stop: %q, %v", got, err)
 			}
@@ -182,7 +184,7 @@ func TestQuarantineRelease(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			sb := e.create(manager.CreateRequest{Network: "egress", Allow: []string{"example.com"}, Persistent: true})
-			e.writeFile(sb.ID, "/evidence", "kept")
+			e.writeFile(sb.ID, "/workspace/evidence", "kept") // kept by a stop
 			switch from {
 			case sandbox.StatePaused:
 				_, err := e.m.Pause(e.ctx, sb.ID, "test")
@@ -206,7 +208,7 @@ func TestQuarantineRelease(t *testing.T) {
 				e.wantNodeStatus(sb.ID, before)
 			}
 			// Reads are served; exec and writes are refused.
-			if got, err := e.readFile(sb.ID, "/evidence"); err != nil || got != "kept" {
+			if got, err := e.readFile(sb.ID, "/workspace/evidence"); err != nil || got != "kept" {
 				t.Fatalf("reading a quarantined sandbox: %q, %v", got, err)
 			}
 			_, _, err = e.exec(sb.ID, "true")
@@ -438,7 +440,9 @@ func TestUpdateNetworkRules(t *testing.T) {
 	if s, _ := e.node.Get(sb.ID); !slices.Equal(s.Rules, []string{"B.example"}) {
 		t.Fatalf("node applied %v", s.Rules)
 	}
-	_, err = e.m.UpdateNetworkRules(e.ctx, sb.ID, &manager.RulesRequest{Allow: []string{"invalid"}}, "test")
+	// The rules' grammar is the real one (package egressrule), not the
+	// double's: a rule that does not parse.
+	_, err = e.m.UpdateNetworkRules(e.ctx, sb.ID, &manager.RulesRequest{Allow: []string{"not a rule!"}}, "test")
 	wantErr(t, err, errdefs.ErrInvalid)
 	if got := e.get(sb.ID).Spec.Allow; !slices.Equal(got, []string{"B.example"}) {
 		t.Fatalf("a refused update changed the record: %v", got)

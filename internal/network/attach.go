@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/berth-sh/berth/internal/network/egressrule"
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -106,7 +107,7 @@ func (n *Network) validateAttachment(a Attachment) error {
 	if !a.IPv6.Is6() || !n.cfg.Subnet6.Contains(a.IPv6) || a.IPv6 == n.gw6 || a.IPv6 == n.cfg.Subnet6.Addr() {
 		return fmt.Errorf("network: IPv6 %s is not a host address of %s", a.IPv6, n.cfg.Subnet6)
 	}
-	return ValidateRules(a.Rules)
+	return egressrule.ValidateAll(a.Rules)
 }
 
 // Attach connects the network namespace at netnsPath (for a container,
@@ -310,7 +311,7 @@ func (n *Network) Adopt(ctx context.Context, a Attachment) error {
 // connections see them at once, established ones are not cut. Pins of
 // domain rules that stay are kept.
 func (n *Network) SetRules(id string, rules []Rule) error {
-	if err := ValidateRules(rules); err != nil {
+	if err := egressrule.ValidateAll(rules); err != nil {
 		return err
 	}
 	n.mu.Lock()

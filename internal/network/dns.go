@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/berth-sh/berth/internal/network/egressrule"
 	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
 )
@@ -119,16 +120,16 @@ func (r *resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		Reply(w, req, dns.RcodeNotImplemented)
 		return
 	}
-	name := normDomain(req.Question[0].Name)
+	name := egressrule.NormDomain(req.Question[0].Name)
 	f := Flow{Time: time.Now(), Kind: "dns", Proto: proto, Src: src, Dst: dst, Name: name}
 	var tags []string
 	v4only := false
 	for _, rule := range rules {
-		if rule.Domain != "" && matchDomain(rule.Domain, name) {
+		if rule.Domain != "" && egressrule.MatchDomain(rule.Domain, name) {
 			if len(tags) == 0 {
 				f.Rule = rule.String()
 			}
-			tags = append(tags, rule.tag())
+			tags = append(tags, rule.Tag())
 			v4only = v4only || redirectsRule(redirect, rule)
 		}
 	}

@@ -122,7 +122,7 @@ func (n *Network) handleLog(p nflog.Packet) {
 			f.Decision = Allow
 			f.Rule = "rule " + what
 			for _, r := range sb.rules {
-				if r.tag() == what {
+				if r.Tag() == what {
 					f.Rule = r.String()
 					break
 				}

@@ -13,6 +13,7 @@ import (
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 
+	"github.com/berth-sh/berth/internal/network/egressrule"
 	"github.com/berth-sh/berth/internal/network/nftexpr"
 )
 
@@ -109,7 +110,7 @@ func redirectsRule(redirect []string, r Rule) bool {
 		return false
 	}
 	for _, h := range redirect {
-		if matchDomain(r.Domain, normDomain(h)) {
+		if egressrule.MatchDomain(r.Domain, egressrule.NormDomain(h)) {
 			return true
 		}
 	}
@@ -310,9 +311,9 @@ func (n *Network) ruleOrder(rules []Rule) (explicitProtected, explicitDNS, plain
 // allowRules returns the nft rule bodies for one allow rule: match is the
 // address match for one family (CIDR compare or domain set lookup).
 func (n *Network) allowExprs(r Rule, match []expr.Any) [][]expr.Any {
-	lg := n.logTo(logPrefix + "a " + r.tag())
+	lg := n.logTo(logPrefix + "a " + r.Tag())
 	var out [][]expr.Any
-	protos := r.protos()
+	protos := r.L4()
 	if protos == nil {
 		return [][]expr.Any{nftexpr.Cat(match, nftexpr.One(lg), nftexpr.One(nftexpr.Accept()))}
 	}
@@ -392,7 +393,7 @@ func (n *Network) programSandbox(sb *sandbox, withDispatch bool) error {
 	wantSets := map[string]bool{}
 	for _, r := range domains {
 		for _, fam := range []int{4, 6} {
-			s := n.domainSet(fam, sb.tag, r.tag())
+			s := n.domainSet(fam, sb.tag, r.Tag())
 			if wantSets[s.Name] {
 				continue
 			}
@@ -427,7 +428,7 @@ func (n *Network) programSandbox(sb *sandbox, withDispatch bool) error {
 			if !redirects(sb, r) {
 				continue
 			}
-			s := n.domainSet(4, sb.tag, r.tag())
+			s := n.domainSet(4, sb.tag, r.Tag())
 			c.AddRule(&nftables.Rule{Table: inet, Chain: rd, UserData: ud, Exprs: nftexpr.Cat(nftexpr.NFProto(true),
 				nftexpr.One(&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4}),
 				nftexpr.One(&expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID}),

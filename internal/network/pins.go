@@ -3,6 +3,8 @@ package network
 import (
 	"net/netip"
 	"time"
+
+	"github.com/berth-sh/berth/internal/network/egressrule"
 )
 
 // maxPinsPerSandbox bounds the (name, address) pairs a sandbox's pin
@@ -57,7 +59,7 @@ func (p pins) has(name string, a netip.Addr, now time.Time) bool { return p.Has(
 
 // Has reports whether name's pin of a holds after now.
 func (p Pins) Has(name string, a netip.Addr, now time.Time) bool {
-	t, ok := p[PinKey{normDomain(name), a.Unmap()}]
+	t, ok := p[PinKey{egressrule.NormDomain(name), a.Unmap()}]
 	return ok && t.After(now)
 }
 
@@ -80,19 +82,6 @@ func (n *Network) Pinned(id, name string, addr netip.Addr) bool {
 	defer n.mu.Unlock()
 	sb := n.sandboxes[id]
 	return sb != nil && sb.pins.has(name, addr, time.Now())
-}
-
-// AllowsTCP reports whether rules allow a TCP connection to port of the
-// domain name host (a domain rule matching it, on that port): what an
-// egress secret's host must satisfy.
-func AllowsTCP(rules []Rule, host string, port uint16) bool {
-	host = normDomain(host)
-	for _, r := range rules {
-		if r.Domain != "" && matchDomain(r.Domain, host) && r.matchesPort(port, protoTCP) {
-			return true
-		}
-	}
-	return false
 }
 
 // ClampTTL is berth's resolver's TTL policy for one answered record: the

@@ -1,42 +1,62 @@
 // Package node is the seam between berth's engine and what runs its
-// sandboxes: a Backend provisions, starts, stops, freezes, captures,
-// materializes, checkpoints, removes and sweeps one sandbox at a time, and
-// says what it can do as data (Caps), so the engine never tests runtime
-// names or probes for anonymous interfaces. The engine owns records,
-// state, policies and events; a Backend owns every host resource.
+// sandboxes, at the level of one sandbox, as containerd's sandbox
+// Controller sits above its shims. The engine owns records, state,
+// policies and events; a backend owns every host resource.
 //
-// It sits where containerd's sandbox Controller sits above its shims: one
-// level above the OCI runtime, at the sandbox rather than the container.
+// The seam is a small core and optional capabilities:
+//
+//   - Backend is what every backend does: Runner (provision, stop,
+//     discard, wipe, remove, status, kill, the agent client, port dials,
+//     the init log), Volumes, Storage (capacity, admission, disk use),
+//     Accounting (CPU, memory, OOM kills, refused agent connections), and
+//     the node's own housekeeping (classes, isolation, host id ranges,
+//     recover, sweep, tick, start, close).
+//   - A capability is an interface a backend implements or not: Freezer
+//     (pause, quarantine, the instant of a capture), Hibernator (checkpoint
+//     and restore), Capturer (fork, snapshot, restore), Egress (addresses
+//     and rules), EgressProxy (secrets injected at egress), RootLayer
+//     (diff, quarantine reads, template builds) and Renamer (a pool
+//     claim's hostname). The engine asks with Need, a type assertion that
+//     answers a missing capability with the backend's reason (Refuser) as
+//     errdefs.ErrNotSupported; a backend that gains one (Kubernetes
+//     freezing gVisor pods) implements the interface and nothing above it
+//     changes.
+//   - Caps stay data per runtime class: one backend's classes differ
+//     (runc cannot checkpoint, runsc can), GET /v1/version lists them, and
+//     create refuses what the class lacks before anything is made
+//     (persist_root without a root layer, pause-when-idle of an ephemeral
+//     sandbox without freeze, egress without egress). A class may claim a
+//     capability only where its backend implements the interface
+//     (CheckCaps, asserted by the conformance suite).
+//
+// What is pure is not on the seam: the egress rules' grammar is package
+// network/egressrule, used alike by the engine and every backend.
+//
 // The local implementation (package node/local) runs sandboxes on this
 // machine with runc, runsc or a microVM runtime over overlayfs, loop
-// images, cgroups and nftables. A Kubernetes implementation is the second:
-// its sandbox is a pod reached at an address (the agent client comes from
-// the backend, so the engine never sees a socket path), its workspace a
-// PVC (volumes are ids the backend maps to its own storage).
+// images, cgroups and nftables, and has every capability. The Kubernetes
+// one (node/kube) makes a sandbox a pod reached at an address (the agent
+// client comes from the backend, so the engine never sees a socket
+// path), its workspace a PVC (volumes are ids the backend maps to its own
+// storage); it captures through CSI snapshots and applies egress rules as
+// NetworkPolicy, and lacks the rest. node/memnode is the in-memory double
+// of the engine's unit tests; node/nodetest is the conformance suite all
+// three pass.
 //
 // Every method that changes the host is idempotent: the engine may call it
-// again after a crash, with the record as its intent.
-//
-// Backend is Lifecycle (provision, stop, discard, wipe, remove, freeze and
-// thaw, status, kill, hostname, agent client, port dial), Captures
-// (capture, materialize, revert, drop), Hibernation (checkpoint, restore),
-// Volumes, Network (rules, addresses), Storage (capacity, admission, disk
-// usage, diff, quarantine reads, layer commit), Sweep (the host half of
-// doctor), Recover and Tick, and Classes with each runtime class's Caps.
-// GET /v1/version lists the classes with their capabilities, and create
-// refuses what the class lacks before anything is made (persist_root
-// without a root layer, pause-when-idle of an ephemeral sandbox without
-// freeze, egress without egress). Hooks carry events, flows and the node's
-// id slots back to the engine.
+// again after a crash, with the record as its intent. Hooks carry events,
+// flows and the node's id slots back to the engine.
 package node
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"time"
 
 	"github.com/berth-sh/berth/internal/agent"
+	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
@@ -204,8 +224,9 @@ type FileSource interface {
 	Close()
 }
 
-// Lifecycle makes, runs and removes one sandbox on the backend.
-type Lifecycle interface {
+// Runner makes, runs and removes one sandbox: what every backend does,
+// as containerd's sandbox Controller is what every sandbox runtime does.
+type Runner interface {
 	// Provision lays down sb's host side (root, writable layer, volumes,
 	// network) and starts it with the agent as init, returning once the
 	// agent answers. sb.Spec.Layers must be set. Idempotent: a half-made
@@ -224,9 +245,6 @@ type Lifecycle interface {
 	// Remove deletes every host resource of sb except its volumes' data,
 	// then checks that nothing is left.
 	Remove(ctx context.Context, sb *sandbox.Sandbox) error
-	// Freeze and Thaw stop and continue every process of sb in place.
-	Freeze(ctx context.Context, sb *sandbox.Sandbox) error
-	Thaw(ctx context.Context, sb *sandbox.Sandbox) error
 	// Status reports sb's processes as the backend sees them.
 	Status(ctx context.Context, sb *sandbox.Sandbox) (Status, error)
 	// Exited reports, cheaply, that no process of sb runs any more.
@@ -234,9 +252,6 @@ type Lifecycle interface {
 	// KillAll ends every process of sb from outside (an agent that does
 	// not answer past a deadline).
 	KillAll(ctx context.Context, sb *sandbox.Sandbox) error
-	// SetHostname changes a running sandbox's host name (a pool claim);
-	// a class without Caps.Rename refuses it.
-	SetHostname(ctx context.Context, sb *sandbox.Sandbox, name string) error
 	// Agent returns the client of sb's agent. The backend decides how it
 	// is reached and verifies every connection.
 	Agent(sb *sandbox.Sandbox) *agent.Client
@@ -249,36 +264,6 @@ type Lifecycle interface {
 	InitLog(sb *sandbox.Sandbox, n int, wait time.Duration) string
 	// Forget drops what the backend keeps in memory about a deleted sb.
 	Forget(sb *sandbox.Sandbox)
-}
-
-// Captures copy a sandbox's files for forks and snapshots.
-type Captures interface {
-	// Capture copies sb's files under name (which must be new), freezing
-	// sb's processes (if running) and filesystems only while it copies.
-	// release ends the capture's use by the caller; until then a sweep
-	// leaves it alone. Every freeze is undone; a thaw that fails is the
-	// error.
-	Capture(ctx context.Context, sb *sandbox.Sandbox, name string) (c Capture, release func(), err error)
-	// Materialize lays capture name down as the files of new sandbox sb.
-	Materialize(ctx context.Context, sb *sandbox.Sandbox, name string) error
-	// Revert replaces stopped sandbox sb's files with capture name's.
-	Revert(ctx context.Context, sb *sandbox.Sandbox, name string) error
-	// DropCapture removes capture name; a missing one is not an error.
-	DropCapture(name string) error
-	// CaptureName returns a fresh name for a fork's capture of parent.
-	CaptureName(parent string) string
-}
-
-// Hibernation saves and restores processes and memory (Caps.Checkpoint).
-type Hibernation interface {
-	// Checkpoint saves running or paused sb's processes and memory and
-	// ends them. On failure, alive says whether sb still runs as before.
-	Checkpoint(ctx context.Context, sb *sandbox.Sandbox) (cp Checkpoint, alive bool, err error)
-	// Hibernated reports whether stopped sb has a checkpoint to restore.
-	Hibernated(sb *sandbox.Sandbox) bool
-	// Restore brings a hibernated sb back from its checkpoint, its agent
-	// answering; the checkpoint is removed once it runs.
-	Restore(ctx context.Context, sb *sandbox.Sandbox) error
 }
 
 // Volumes hold volume data, by the volume's id.
@@ -300,27 +285,6 @@ type VolumeUsage struct {
 	ReadOnly bool
 }
 
-// Network gives egress sandboxes their addresses and rules.
-type Network interface {
-	// CheckRules validates egress rules.
-	CheckRules(allow []string) error
-	// CanonicalRule returns the form two spellings of one rule share.
-	CanonicalRule(rule string) (string, error)
-	// AllowsTCP reports whether the (valid) rules allow TCP to port of
-	// the domain name host: what an egress secret's host must satisfy.
-	AllowsTCP(allow []string, host string, port uint16) bool
-	// EgressCA returns the certificate (PEM) of sb's own egress CA, made
-	// on first use and kept on the node (its key never in the sandbox)
-	// until sb is removed, and the node's system CA bundle (for images
-	// without their own).
-	EgressCA(ctx context.Context, sb *sandbox.Sandbox) (ca, system []byte, err error)
-	// Allocate returns addresses for new egress sandbox id that used does
-	// not report taken.
-	Allocate(ctx context.Context, id string, used func(addr string) bool) (ipv4, ipv6 string, err error)
-	// SetRules applies sb's rules now (cut: none at all, a quarantine).
-	SetRules(ctx context.Context, sb *sandbox.Sandbox, cut bool) error
-}
-
 // Storage admits and reports the space sandboxes and volumes take.
 type Storage interface {
 	// Capacity is the most a disk cap or volume may be.
@@ -335,23 +299,29 @@ type Storage interface {
 	ReleaseReserve()
 	// DiskUsage reports sb's writable layer's cap and use (nil: none).
 	DiskUsage(sb *sandbox.Sandbox) *Disk
-	// Diff lists sb's files that differ from its template.
-	Diff(ctx context.Context, sb *sandbox.Sandbox) ([]Change, error)
-	// QuarantineFiles serves reads of a quarantined sandbox.
-	QuarantineFiles(ctx context.Context, sb *sandbox.Sandbox) (FileSource, error)
-	// CommitLayer ends build sandbox sb and stores what it wrote as a new
-	// template layer, returning its id.
-	CommitLayer(ctx context.Context, sb *sandbox.Sandbox) (string, error)
 }
 
-// Backend is one node's sandbox machinery.
+// Accounting samples what sandboxes use.
+type Accounting interface {
+	// CPUUsage and OOMKills sample sb's accounting.
+	CPUUsage(sb *sandbox.Sandbox) (time.Duration, error)
+	OOMKills(sb *sandbox.Sandbox) (uint64, error)
+	// MemoryUsage is the memory sb's processes hold now.
+	MemoryUsage(sb *sandbox.Sandbox) (int64, error)
+	// AgentRefusals counts connections to agents refused for who
+	// listened (a replaced, redirected or impostor endpoint).
+	AgentRefusals() uint64
+}
+
+// Backend is one node's sandbox machinery: the core every backend
+// implements. What only some backends can do is a capability interface
+// below, asked for with Need (or a type assertion), never a method every
+// backend must write only to refuse.
 type Backend interface {
-	Lifecycle
-	Captures
-	Hibernation
+	Runner
 	Volumes
-	Network
 	Storage
+	Accounting
 
 	// Classes lists the runtime classes, the default first.
 	Classes() []Class
@@ -360,14 +330,6 @@ type Backend interface {
 	// IDRange returns host id range slot's ids, or, when ok is false, the
 	// one shared range every sandbox uses (no slot is needed).
 	IDRange(slot int) (ids sandbox.HostIDs, ok bool)
-	// AgentRefusals counts connections to agents refused for who
-	// listened (a replaced, redirected or impostor endpoint).
-	AgentRefusals() uint64
-	// CPUUsage and OOMKills sample sb's accounting.
-	CPUUsage(sb *sandbox.Sandbox) (time.Duration, error)
-	OOMKills(sb *sandbox.Sandbox) (uint64, error)
-	// MemoryUsage is the memory sb's processes hold now.
-	MemoryUsage(sb *sandbox.Sandbox) (int64, error)
 
 	// Recover re-registers the host side of live sandboxes after a start
 	// (network attachments) and removes what belongs to none of them.
@@ -386,6 +348,157 @@ type Backend interface {
 	// resources; keepNetwork leaves the egress network in place for
 	// sandboxes that keep running.
 	Close(keepNetwork bool)
+}
+
+// Freezer stops and continues every process of a sandbox in place
+// (Caps.Freeze: pause, quarantine, the instant of a capture).
+type Freezer interface {
+	Freeze(ctx context.Context, sb *sandbox.Sandbox) error
+	Thaw(ctx context.Context, sb *sandbox.Sandbox) error
+}
+
+// Hibernator saves and restores processes and memory (Caps.Checkpoint).
+type Hibernator interface {
+	// Checkpoint saves running or paused sb's processes and memory and
+	// ends them. On failure, alive says whether sb still runs as before.
+	Checkpoint(ctx context.Context, sb *sandbox.Sandbox) (cp Checkpoint, alive bool, err error)
+	// Hibernated reports whether stopped sb has a checkpoint to restore.
+	Hibernated(sb *sandbox.Sandbox) bool
+	// Restore brings a hibernated sb back from its checkpoint, its agent
+	// answering; the checkpoint is removed once it runs.
+	Restore(ctx context.Context, sb *sandbox.Sandbox) error
+}
+
+// Capturer copies a sandbox's files for forks and snapshots
+// (Caps.Capture).
+type Capturer interface {
+	// Capture copies sb's files under name (which must be new), freezing
+	// sb's processes (if running) and filesystems only while it copies.
+	// release ends the capture's use by the caller; until then a sweep
+	// leaves it alone. Every freeze is undone; a thaw that fails is the
+	// error.
+	Capture(ctx context.Context, sb *sandbox.Sandbox, name string) (c Capture, release func(), err error)
+	// Materialize lays capture name down as the files of new sandbox sb.
+	Materialize(ctx context.Context, sb *sandbox.Sandbox, name string) error
+	// Revert replaces stopped sandbox sb's files with capture name's.
+	Revert(ctx context.Context, sb *sandbox.Sandbox, name string) error
+	// DropCapture removes capture name; a missing one is not an error.
+	DropCapture(name string) error
+	// CaptureName returns a fresh name for a fork's capture of parent.
+	CaptureName(parent string) string
+}
+
+// Egress gives egress sandboxes their addresses and applies their rules
+// (Caps.Egress). The rules' grammar is package network/egressrule's.
+type Egress interface {
+	// Allocate returns addresses for new egress sandbox id that used does
+	// not report taken.
+	Allocate(ctx context.Context, id string, used func(addr string) bool) (ipv4, ipv6 string, err error)
+	// SetRules applies sb's rules now (cut: none at all, a quarantine).
+	SetRules(ctx context.Context, sb *sandbox.Sandbox, cut bool) error
+}
+
+// EgressProxy puts berth's egress proxy on a sandbox's path, so secrets
+// are injected into its requests at egress.
+type EgressProxy interface {
+	// EgressCA returns the certificate (PEM) of sb's own egress CA, made
+	// on first use and kept on the node (its key never in the sandbox)
+	// until sb is removed, and the node's system CA bundle (for images
+	// without their own).
+	EgressCA(ctx context.Context, sb *sandbox.Sandbox) (ca, system []byte, err error)
+}
+
+// RootLayer is a sandbox's writable root layer held by the backend
+// (Caps.RootLayer): listed, read while frozen, made a template layer.
+type RootLayer interface {
+	// Diff lists sb's files that differ from its template.
+	Diff(ctx context.Context, sb *sandbox.Sandbox) ([]Change, error)
+	// QuarantineFiles serves reads of a quarantined sandbox.
+	QuarantineFiles(ctx context.Context, sb *sandbox.Sandbox) (FileSource, error)
+	// CommitLayer ends build sandbox sb and stores what it wrote as a new
+	// template layer, returning its id.
+	CommitLayer(ctx context.Context, sb *sandbox.Sandbox) (string, error)
+}
+
+// Renamer changes a running sandbox's host name in place (Caps.Rename:
+// a pool claim gives a named claimant its name); a class without
+// Caps.Rename refuses it.
+type Renamer interface {
+	SetHostname(ctx context.Context, sb *sandbox.Sandbox, name string) error
+}
+
+// Refuser is a backend that says why it lacks a capability: Refuse
+// returns the refusal (errdefs.ErrNotSupported, with the reason) of op,
+// one of the Op constants, or nil to leave the refusal to Need.
+type Refuser interface {
+	Refuse(op string) error
+}
+
+// The operations of the capability interfaces, as a refusal names them.
+const (
+	OpPause          = "pause (freeze)"
+	OpResume         = "resume (thaw)"
+	OpHibernate      = "hibernate"
+	OpWake           = "wake"
+	OpCapture        = "fork and snapshot (capture)"
+	OpEgress         = "network mode egress"
+	OpEgressSecrets  = "secrets injected at egress"
+	OpDiff           = "diff"
+	OpQuarantine     = "quarantine"
+	OpTemplateBuilds = "template builds"
+	OpRename         = "rename"
+)
+
+// Need returns b's capability C (one of the interfaces above), or, when
+// b lacks it, the refusal of op: the backend's own (Refuser) or a plain
+// errdefs.ErrNotSupported.
+func Need[C any](b Backend, op string) (C, error) {
+	if c, ok := any(b).(C); ok {
+		return c, nil
+	}
+	var zero C
+	if r, ok := b.(Refuser); ok {
+		if err := r.Refuse(op); err != nil {
+			return zero, err
+		}
+	}
+	return zero, errdefs.NotSupported("%s is not available on this node backend", op)
+}
+
+// Hibernated reports whether stopped sb has a checkpoint on b to restore
+// (never on a backend that cannot checkpoint).
+func Hibernated(b Backend, sb *sandbox.Sandbox) bool {
+	h, ok := b.(Hibernator)
+	return ok && h.Hibernated(sb)
+}
+
+// CheckCaps reports a class of b that claims a capability whose interface
+// b does not implement (the conformance suite's Capabilities case).
+func CheckCaps(b Backend) error {
+	for _, c := range b.Classes() {
+		for _, need := range []struct {
+			claims bool
+			has    bool
+			what   string
+		}{
+			{c.Caps.Freeze, is[Freezer](b), "freeze (node.Freezer)"},
+			{c.Caps.Checkpoint, is[Hibernator](b), "checkpoint (node.Hibernator)"},
+			{c.Caps.Capture, is[Capturer](b), "capture (node.Capturer)"},
+			{c.Caps.Egress, is[Egress](b), "egress (node.Egress)"},
+			{c.Caps.RootLayer, is[RootLayer](b), "root_layer (node.RootLayer)"},
+			{c.Caps.Rename, is[Renamer](b), "rename (node.Renamer)"},
+		} {
+			if need.claims && !need.has {
+				return fmt.Errorf("runtime class %s claims %s, which its backend does not implement", c.Name, need.what)
+			}
+		}
+	}
+	return nil
+}
+
+func is[C any](b Backend) bool {
+	_, ok := any(b).(C)
+	return ok
 }
 
 // Hooks are how a backend tells the engine what it saw.

@@ -166,9 +166,9 @@ func CheckLabels(labels map[string]string) error {
 	return nil
 }
 
-// CheckAllow checks the count and text of egress allow rules; the backend
-// parses them (node.Backend.CheckRules), counting each port of a rule
-// against MaxAllowRules too.
+// CheckAllow checks the count and text of egress allow rules; package
+// network/egressrule parses them (egressrule.Check), counting each port of
+// a rule against MaxAllowRules too.
 func CheckAllow(allow []string) error {
 	if len(allow) > MaxAllowRules {
 		return errdefs.Limit("max_allow_rules", MaxAllowRules, "%d allow rules given", len(allow))

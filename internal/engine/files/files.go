@@ -57,7 +57,11 @@ func (a *Access) Files(ctx context.Context, ref string, write bool, actor string
 		return nil, err
 	}
 	if sb.State == sandbox.StateQuarantined && !write {
-		q, err := m.Backend().QuarantineFiles(ctx, sb)
+		rl, err := node.Need[node.RootLayer](m.Backend(), node.OpQuarantine)
+		if err != nil {
+			return nil, err
+		}
+		q, err := rl.QuarantineFiles(ctx, sb)
 		if err != nil {
 			return nil, err
 		}

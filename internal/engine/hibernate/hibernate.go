@@ -56,8 +56,12 @@ func (m *Hibernation) hibernateLocked(ctx context.Context, sb *sandbox.Sandbox, 
 	if sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused {
 		return sandbox.ErrWrongState("hibernate", sb)
 	}
+	h, err := node.Need[node.Hibernator](m.node, node.OpHibernate)
+	if err != nil {
+		return err
+	}
 	m.e.CancelExecs(sb.ID)
-	cp, alive, err := m.node.Checkpoint(ctx, sb)
+	cp, alive, err := h.Checkpoint(ctx, sb)
 	if err != nil {
 		if !alive {
 			m.log.Warn("checkpoint failed and the sandbox is gone; stopping it", "sandbox", sb.ID, "err", err)
@@ -99,7 +103,7 @@ func (m *Hibernation) Wake(ctx context.Context, ref, actor string) (*sandbox.San
 func (m *Hibernation) wakeLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {
 	// Starting: a wake the daemon was killed in, started over (its
 	// marker and image are kept until a wake finished).
-	if !m.e.Hibernated(sb) && (sb.State != sandbox.StateStarting || !m.node.Hibernated(sb)) {
+	if !m.e.Hibernated(sb) && (sb.State != sandbox.StateStarting || !node.Hibernated(m.node, sb)) {
 		if sb.State == sandbox.StateStopped {
 			return errdefs.Conflict("sandbox %s is stopped, not hibernated: use start", sb.ID)
 		}
@@ -119,7 +123,10 @@ func (m *Hibernation) wakeLocked(ctx context.Context, sb *sandbox.Sandbox, cause
 		err = failpoint.Inject("wake.before-restore")
 	}
 	if err == nil {
-		err = m.node.Restore(ctx, sb)
+		var h node.Hibernator
+		if h, err = node.Need[node.Hibernator](m.node, node.OpWake); err == nil {
+			err = h.Restore(ctx, sb)
+		}
 	}
 	if err != nil {
 		m.log.Warn("wake failed", "sandbox", sb.ID, "err", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/failpoint"
+	"github.com/berth-sh/berth/internal/network/egressrule"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -116,7 +117,7 @@ func rulesOf(sb *sandbox.Sandbox) *NetworkRules {
 }
 
 // canonical returns the form of rule two spellings of it share.
-func (m *Rules) canonical(rule string) (string, error) { return m.node.CanonicalRule(rule) }
+func (m *Rules) canonical(rule string) (string, error) { return egressrule.Canonical(rule) }
 
 // UpdateNetworkRules adds and removes egress rules; a running sandbox's
 // take effect at once, without a restart.
@@ -152,7 +153,7 @@ func (m *Rules) UpdateNetworkRules(ctx context.Context, ref string, req *Request
 			if err := sandbox.CheckAllow(allow); err != nil {
 				return nil, err
 			}
-			if err := m.node.CheckRules(allow); err != nil {
+			if err := egressrule.Check(allow); err != nil {
 				return nil, err
 			}
 			sb.Spec.Allow = allow
@@ -162,9 +163,13 @@ func (m *Rules) UpdateNetworkRules(ctx context.Context, ref string, req *Request
 			return err
 		}
 		if sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused {
-			err := failpoint.Inject("network.rules.apply")
+			eg, err := node.Need[node.Egress](m.node, node.OpEgress)
+			if err != nil {
+				return err
+			}
+			err = failpoint.Inject("network.rules.apply")
 			if err == nil {
-				err = m.node.SetRules(ctx, sb, false)
+				err = eg.SetRules(ctx, sb, false)
 			}
 			if err != nil {
 				// The sandbox keeps the rules it had: record and kernel.
@@ -172,7 +177,7 @@ func (m *Rules) UpdateNetworkRules(ctx context.Context, ref string, req *Request
 				if uerr := m.store.UpdateSandbox(ctx, sb); uerr != nil {
 					err = errors.Join(err, fmt.Errorf("restoring the stored rules: %w", uerr))
 				}
-				if rerr := m.node.SetRules(ctx, sb, false); rerr != nil {
+				if rerr := eg.SetRules(ctx, sb, false); rerr != nil {
 					err = errors.Join(err, fmt.Errorf("restoring the applied rules: %w", rerr))
 				}
 				return fmt.Errorf("applying rules: %w", err)

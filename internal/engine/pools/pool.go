@@ -441,10 +441,14 @@ func (m *Warm) claimSteps(ctx context.Context, sb, prev *sandbox.Sandbox, opt en
 		if sb.Name == "" {
 			return nil
 		}
-		if err := m.node.SetHostname(ctx, sb, sb.Hostname()); err != nil {
+		rn, err := node.Need[node.Renamer](m.node, node.OpRename)
+		if err == nil {
+			err = rn.SetHostname(ctx, sb, sb.Hostname())
+		}
+		if err != nil {
 			return fmt.Errorf("setting hostname: %w", err)
 		}
-		cu.Add(func() error { return m.node.SetHostname(ctx, prev, prev.Hostname()) })
+		cu.Add(func() error { return rn.SetHostname(ctx, prev, prev.Hostname()) })
 		return nil
 	}
 	if prev.State == sandbox.StateRunning {
@@ -457,10 +461,14 @@ func (m *Warm) claimSteps(ctx context.Context, sb, prev *sandbox.Sandbox, opt en
 		cu.Release()
 		return nil
 	}
-	if err := m.node.Thaw(ctx, sb); err != nil {
+	fz, err := node.Need[node.Freezer](m.node, node.OpResume)
+	if err == nil {
+		err = fz.Thaw(ctx, sb)
+	}
+	if err != nil {
 		return fmt.Errorf("thawing pool member: %w", err)
 	}
-	cu.Add(func() error { return m.node.Freeze(ctx, prev) })
+	cu.Add(func() error { return fz.Freeze(ctx, prev) })
 	if err := rename(); err != nil {
 		return err
 	}

@@ -154,7 +154,7 @@ func (m *Reconciler) recoverLocked(ctx context.Context, sb *sandbox.Sandbox, aft
 		// A template build runs in the daemon that started it: its
 		// sandbox outlived the build, which failed with that daemon.
 		destroy("its template build ended when the daemon that ran it stopped (" + down + "); the build failed")
-	case m.node.Hibernated(sb) && (sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused ||
+	case node.Hibernated(m.node, sb) && (sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused ||
 		sb.State == sandbox.StateStopping):
 		// The checkpoint completed (its marker is written only then),
 		// but the daemon died before the record said so.
@@ -185,7 +185,11 @@ func (m *Reconciler) recoverLocked(ctx context.Context, sb *sandbox.Sandbox, aft
 			// after the freeze, and is the intent). A frozen sandbox is
 			// alive: thaw it, as its record says it runs.
 			if st, err := m.node.Status(ctx, sb); err == nil && st == node.StatusPaused {
-				if err := m.node.Thaw(ctx, sb); err != nil {
+				fz, err := node.Need[node.Freezer](m.node, node.OpResume)
+				if err == nil {
+					err = fz.Thaw(ctx, sb)
+				}
+				if err != nil {
 					log.Warn("thawing a sandbox left frozen", "err", err)
 				} else {
 					log.Info("thawed a sandbox left frozen by an interrupted operation")
@@ -228,7 +232,7 @@ func (m *Reconciler) recoverLocked(ctx context.Context, sb *sandbox.Sandbox, aft
 		if err := m.e.StopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "stop finished "+after); err != nil {
 			log.Warn("finishing stop", "err", err)
 		}
-	case sb.State == sandbox.StateStarting && !m.node.Hibernated(sb) && m.e.Alive(ctx, sb):
+	case sb.State == sandbox.StateStarting && !node.Hibernated(m.node, sb) && m.e.Alive(ctx, sb):
 		// The start (or the wake) finished on the host; only its record
 		// was not written.
 		if err := m.e.Transition(ctx, sb, sandbox.StateRunning, sandbox.CauseReconciler, actorReconciler, "start finished "+after); err != nil {

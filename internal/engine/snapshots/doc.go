@@ -2,7 +2,8 @@
 // (a running sandbox's children), snapshots and their restore or a new
 // sandbox made from one, export, and copy between or within sandboxes.
 //
-// Captures are the node backend's (node.Captures). On the local backend a
+// Captures are the node backend's (node.Capturer, asked for with
+// node.Need: a backend without it refuses every capture). On the local backend a
 // capture freezes the sandbox's cgroup, FIFREEZEs its volume and reflink-
 // clones the volume image and the writable layer inside the storage pool:
 // the freeze lasts some 40 ms whatever the data size (docs/storage.md).

@@ -39,6 +39,11 @@ func New(e *engine.Engine, fa *files.Access) *Snapshots {
 	return &Snapshots{e: e, files: fa, store: e.Store(), node: e.Backend(), log: e.Log()}
 }
 
+// capturer is the backend's Capturer, or its refusal of captures.
+func (m *Snapshots) capturer() (node.Capturer, error) {
+	return node.Need[node.Capturer](m.node, node.OpCapture)
+}
+
 // Limits of fork and snapshots.
 const (
 	MaxForkCount           = 64
@@ -91,10 +96,14 @@ func (m *Snapshots) Fork(ctx context.Context, ref string, req *ForkRequest, acto
 	if err := engine.CheckDuration("timeout_seconds", timeout); err != nil {
 		return nil, 0, err
 	}
+	cp, err := m.capturer()
+	if err != nil {
+		return nil, 0, err
+	}
 	var parent *sandbox.Sandbox
 	var stage node.Capture
 	var release func()
-	_, err := m.e.Op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
+	_, err = m.e.Op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
 		if sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused && sb.State != sandbox.StateStopped {
 			return sandbox.ErrWrongState("fork", sb)
 		}
@@ -103,7 +112,7 @@ func (m *Snapshots) Fork(ctx context.Context, ref string, req *ForkRequest, acto
 		}
 		parent = sb
 		var err error
-		stage, release, err = capture(ctx, m.node, sb, m.node.CaptureName(sb.ID))
+		stage, release, err = capture(ctx, cp, sb, cp.CaptureName(sb.ID))
 		return err
 	})
 	if err != nil {
@@ -112,7 +121,7 @@ func (m *Snapshots) Fork(ctx context.Context, ref string, req *ForkRequest, acto
 	frozen := stage.Frozen
 	defer func() {
 		release()
-		if err := m.node.DropCapture(stage.Name); err != nil {
+		if err := cp.DropCapture(stage.Name); err != nil {
 			m.log.Warn("removing a fork's capture", "capture", stage.Name, "err", err)
 		}
 	}()
@@ -185,7 +194,7 @@ func (m *Snapshots) Fork(ctx context.Context, ref string, req *ForkRequest, acto
 				Node: m.e.Node(), Spec: sp, CreatedAt: now, UpdatedAt: now, Cause: sandbox.CauseUser,
 				Reason: "forked from " + parent.ID}
 			errs[i] = m.e.Launch(ctx, child, actor, func() error {
-				if err := m.node.Materialize(ctx, child, stage.Name); err != nil {
+				if err := cp.Materialize(ctx, child, stage.Name); err != nil {
 					return err
 				}
 				return m.inherit(ctx, supervised, child.ID)
@@ -226,7 +235,7 @@ func (m *Snapshots) inherit(ctx context.Context, sps []*store.SupervisedProcess,
 // backend does: release is never nil (a nil one deferred by the caller
 // was a handler panic), a second call does nothing, and on an error
 // there is nothing to release.
-func capture(ctx context.Context, b node.Backend, sb *sandbox.Sandbox, name string) (node.Capture, func(), error) {
+func capture(ctx context.Context, b node.Capturer, sb *sandbox.Sandbox, name string) (node.Capture, func(), error) {
 	c, release, err := b.Capture(ctx, sb, name)
 	if err != nil {
 		if release != nil {
@@ -286,8 +295,12 @@ func (m *Snapshots) CreateSnapshot(ctx context.Context, ref string, req *Snapsho
 	if err := engine.CheckDuration("retention_seconds", retention); err != nil {
 		return nil, err
 	}
+	cp, err := m.capturer()
+	if err != nil {
+		return nil, err
+	}
 	var sn *store.Snapshot
-	_, err := m.e.Op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
+	_, err = m.e.Op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
 		if sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused && sb.State != sandbox.StateStopped &&
 			sb.State != sandbox.StateQuarantined {
 			return sandbox.ErrWrongState("snapshot", sb)
@@ -315,7 +328,7 @@ func (m *Snapshots) CreateSnapshot(ctx context.Context, ref string, req *Snapsho
 		if err := m.e.Admit(ctx, m.e.SandboxNeed(&sb.Spec), "a snapshot of "+sb.ID); err != nil {
 			return err
 		}
-		c, release, err := capture(ctx, m.node, sb, id)
+		c, release, err := capture(ctx, cp, sb, id)
 		if err != nil {
 			return err
 		}
@@ -335,7 +348,7 @@ func (m *Snapshots) CreateSnapshot(ctx context.Context, ref string, req *Snapsho
 		}
 		if err != nil {
 			release()
-			if derr := m.node.DropCapture(id); derr != nil {
+			if derr := cp.DropCapture(id); derr != nil {
 				m.log.Warn("removing an unrecorded snapshot's capture", "snapshot", id, "err", derr)
 			}
 			sn = nil
@@ -379,7 +392,11 @@ func (m *Snapshots) DeleteSnapshot(ctx context.Context, ref string) error {
 	if err != nil {
 		return err
 	}
-	if err := m.node.DropCapture(sn.ID); err != nil {
+	cp, err := m.capturer()
+	if err != nil {
+		return err
+	}
+	if err := cp.DropCapture(sn.ID); err != nil {
 		return err
 	}
 	return m.store.DeleteSnapshot(ctx, sn.ID)
@@ -402,9 +419,12 @@ func (m *Snapshots) RestoreSnapshot(ctx context.Context, ref, actor string) (*sa
 				return err
 			}
 		}
-		err := failpoint.Inject("restore.before-revert")
+		cp, err := m.capturer()
 		if err == nil {
-			err = m.node.Revert(ctx, sb, sn.ID)
+			err = failpoint.Inject("restore.before-revert")
+		}
+		if err == nil {
+			err = cp.Revert(ctx, sb, sn.ID)
 		}
 		if err != nil {
 			// Undone as far as it can be: a sandbox that ran runs again
@@ -433,6 +453,10 @@ func (m *Snapshots) FromSnapshot(ctx context.Context, req *engine.CreateRequest,
 	}
 	if req.Template != "" && req.Template != sn.Template {
 		return nil, errdefs.Invalid("a sandbox from a snapshot has the snapshot's template (%s)", sn.Template)
+	}
+	cp, err := m.capturer()
+	if err != nil {
+		return nil, err
 	}
 	sp := childSpec(sn.Spec)
 	sp.FromSnapshot, sp.Parent = sn.ID, ""
@@ -466,7 +490,7 @@ func (m *Snapshots) FromSnapshot(ctx context.Context, req *engine.CreateRequest,
 	sb := &sandbox.Sandbox{ID: id, Name: req.Name, Tenant: opt.Tenant, State: sandbox.StateCreating,
 		Node: m.e.Node(), Spec: sp, CreatedAt: now, UpdatedAt: now, Cause: sandbox.CauseUser,
 		Reason: "from snapshot " + sn.Name}
-	if err := m.e.Launch(ctx, sb, opt.Actor, func() error { return m.node.Materialize(ctx, sb, sn.ID) }); err != nil {
+	if err := m.e.Launch(ctx, sb, opt.Actor, func() error { return cp.Materialize(ctx, sb, sn.ID) }); err != nil {
 		return nil, err
 	}
 	return sb, nil

@@ -20,6 +20,8 @@ import (
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/failpoint"
+	"github.com/berth-sh/berth/internal/network/egressrule"
+	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 	"github.com/berth-sh/berth/templatefile"
@@ -270,7 +272,7 @@ func (m *Builder) apply(ctx context.Context, req *ApplyRequest, actor string, pr
 		cfg.Policy = &pol
 	}
 	if n := tf.Network; n != nil {
-		if err := m.node.CheckRules(n.Allow); err != nil {
+		if err := egressrule.Check(n.Allow); err != nil {
 			return nil, errdefs.Invalid("network.allow: %s", errdefs.Message(err))
 		}
 		cfg.Network, cfg.Allow = n.Mode, n.Allow
@@ -423,7 +425,11 @@ func (m *Builder) buildLayer(ctx context.Context, layers []string, cfg store.Tem
 		}
 		return "", err
 	}
+	rl, err := node.Need[node.RootLayer](m.node, node.OpTemplateBuilds)
+	if err != nil {
+		return "", err
+	}
 	unlock := m.e.Lock(sb.ID)
 	defer unlock()
-	return m.node.CommitLayer(ctx, sb)
+	return rl.CommitLayer(ctx, sb)
 }

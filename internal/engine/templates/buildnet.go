@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/network/egressrule"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -38,7 +39,7 @@ func (m *Builder) checkNetwork(n BuildNetwork) error {
 			return errdefs.Invalid("allow rules need network mode egress (--network egress)")
 		}
 	case "egress":
-		if err := m.node.CheckRules(n.Allow); err != nil {
+		if err := egressrule.Check(n.Allow); err != nil {
 			return errdefs.Invalid("build network: %s", errdefs.Message(err))
 		}
 	default:

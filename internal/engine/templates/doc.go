@@ -30,7 +30,7 @@
 // step names one (berth template build --network egress --allow RULE, a
 // template file's run step with network and allow, a Dockerfile build's
 // --network/--allow): mode egress gives it the sandbox egress policy, rules
-// checked (node.CheckRules) before any step runs. Builder.ObserveFlow,
+// checked (egressrule.Check) before any step runs. Builder.ObserveFlow,
 // chained after the flow log on the backend's flow hook, collects the
 // build sandboxes' flows: a failed step's error names the flows the policy
 // denied (a connection's log record may trail the step's exit, so a failed

@@ -32,6 +32,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/network"
+	"github.com/berth-sh/berth/internal/network/egressrule"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
@@ -145,7 +146,7 @@ func policyState(p *networkingv1.NetworkPolicy) (allow []string, pins network.Pi
 		}
 		for _, r := range recs {
 			if r.Addr.IsValid() {
-				pins[network.PinKey{Name: network.NormDomain(r.Name), Addr: r.Addr.Unmap()}] = time.Unix(r.Until, 0)
+				pins[network.PinKey{Name: egressrule.NormDomain(r.Name), Addr: r.Addr.Unmap()}] = time.Unix(r.Until, 0)
 			}
 		}
 	}
@@ -176,7 +177,7 @@ func keepPins(pins network.Pins, rules []network.Rule, now time.Time) bool {
 // block each) on its ports. A domain rule with no pinned address adds
 // nothing: an egress rule without peers would allow every destination.
 func (b *Backend) egressPolicyFor(id string, allow []string, pins network.Pins, now time.Time) (*networkingv1.NetworkPolicy, error) {
-	rules, err := network.ParseRules(allow)
+	rules, err := egressrule.ParseAll(allow)
 	if err != nil {
 		return nil, errdefs.Invalid("%v", err)
 	}
@@ -331,7 +332,7 @@ func (b *Backend) updatePolicy(ctx context.Context, id string, change func(allow
 // writeRules rewrites sb's policy from its record's rules; pins of names
 // no rule allows any more go.
 func (b *Backend) writeRules(ctx context.Context, sb *sandbox.Sandbox) error {
-	rules, err := network.ParseRules(sb.Spec.Allow)
+	rules, err := egressrule.ParseAll(sb.Spec.Allow)
 	if err != nil {
 		return errdefs.Invalid("%v", err)
 	}
@@ -371,13 +372,9 @@ func (b *Backend) Allocate(ctx context.Context, id string, used func(string) boo
 	return "", "", nil
 }
 
-// EgressCA is refused: secrets injected at egress need berth's egress
-// proxy on the sandbox's path (a redirect of its connections), which a
-// NetworkPolicy cannot express; not built for pods.
-func (b *Backend) EgressCA(ctx context.Context, sb *sandbox.Sandbox) ([]byte, []byte, error) {
-	return nil, nil, notOnKube("secrets injected at egress", whyEgressProxy)
-}
-
+// whyEgressProxy: secrets injected at egress (node.EgressProxy) need
+// berth's egress proxy on the sandbox's path (a redirect of its
+// connections), which a NetworkPolicy cannot express; not built for pods.
 const whyEgressProxy = "they need berth's egress proxy on the sandbox's path, and a NetworkPolicy can allow or deny but not redirect a pod's connections"
 
 // egressDNS makes berth's resolver the only nameserver of an egress pod.

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/berth-sh/berth/internal/network"
+	"github.com/berth-sh/berth/internal/network/egressrule"
 	"github.com/berth-sh/berth/internal/node"
 )
 
@@ -209,7 +210,7 @@ func (r *resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		network.Reply(w, req, dns.RcodeNotImplemented)
 		return
 	}
-	name := network.NormDomain(req.Question[0].Name)
+	name := egressrule.NormDomain(req.Question[0].Name)
 	f := node.Flow{SandboxID: id, Time: time.Now(), Kind: "dns", Proto: proto, Src: src.String(), Dst: dst.String(), Name: name}
 	rule, ok := b.cachedRule(id, name)
 	if !ok {
@@ -259,7 +260,7 @@ func (r *resolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	if len(pins) > 0 {
 		allowed := true
 		err := b.updatePolicy(ctx, id, func(allow *[]string, ps network.Pins, now time.Time) (bool, error) {
-			rules, err := network.ParseRules(*allow)
+			rules, err := egressrule.ParseAll(*allow)
 			if err != nil {
 				return false, err
 			}
@@ -307,7 +308,7 @@ func (b *Backend) cachedRule(id, name string) (string, bool) {
 	if err != nil || !ok {
 		return "", false
 	}
-	rules, err := network.ParseRules(allow)
+	rules, err := egressrule.ParseAll(allow)
 	if err != nil {
 		return "", false
 	}

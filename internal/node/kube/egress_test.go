@@ -16,6 +16,8 @@ import (
 
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/network"
+	"github.com/berth-sh/berth/internal/network/egressrule"
+	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
@@ -121,7 +123,7 @@ func TestEgressPolicyFor(t *testing.T) {
 // expired one and one of an address never pinnable.
 func TestKeepPins(t *testing.T) {
 	now := time.Now()
-	rules, _ := network.ParseRules([]string{"*.b.test:443"})
+	rules, _ := egressrule.ParseAll([]string{"*.b.test:443"})
 	pins := network.Pins{
 		{Name: "x.b.test", Addr: netip.MustParseAddr("192.0.2.1")}: now.Add(time.Minute),
 		{Name: "b.test", Addr: netip.MustParseAddr("192.0.2.2")}:   now.Add(time.Minute),
@@ -171,7 +173,9 @@ func TestEgressRefusedWithoutResolver(t *testing.T) {
 	if _, _, err := egressBackend().Allocate(ctx, "abc", nil); err != nil {
 		t.Errorf("allocate with a resolver: %v", err)
 	}
-	if _, _, err := egressBackend().EgressCA(ctx, sb); !errors.Is(err, errdefs.ErrNotSupported) {
+	// Secrets at egress need a proxy on the pod's path: the backend is no
+	// node.EgressProxy, and says why.
+	if _, err := node.Need[node.EgressProxy](egressBackend(), node.OpEgressSecrets); !errors.Is(err, errdefs.ErrNotSupported) || !strings.Contains(err.Error(), "NetworkPolicy") {
 		t.Errorf("egress CA: %v", err)
 	}
 }

@@ -15,7 +15,9 @@
 // VolumeSnapshots of the owned claims (snapshot.go). What a pod cannot do
 // — freeze, checkpoint, capture its files where the cluster has no CSI
 // snapshots, secrets injected at egress — is said in the classes' Caps and
-// refused with errdefs.ErrNotSupported and a reason (refused.go).
+// refused with errdefs.ErrNotSupported and a reason: a capability no pod
+// has is a node capability interface it does not implement, whose refusal
+// node.Need takes from Refuse (refused.go).
 //
 // Files: kube.go (the informers), objects.go (pure object builders),
 // refused.go, egress.go (the policy's egress spec is a pure function of the
@@ -188,7 +190,15 @@ type Backend struct {
 	hooks   node.Hooks
 }
 
-var _ node.Backend = (*Backend)(nil)
+// A pod can be captured (CSI VolumeSnapshots, where the cluster has a
+// snapshot class) and given egress rules (a NetworkPolicy and berth's
+// resolver); for the capabilities it lacks, see Refuse.
+var (
+	_ node.Backend  = (*Backend)(nil)
+	_ node.Capturer = (*Backend)(nil)
+	_ node.Egress   = (*Backend)(nil)
+	_ node.Refuser  = (*Backend)(nil)
+)
 
 // Caps of every class on Kubernetes: ports through the agent (the pod's
 // network is the cluster's), nothing that needs the node's kernel from

@@ -466,13 +466,6 @@ func (l limitWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// SetHostname is refused (Caps.Rename false): a pod's hostname is fixed
-// at its creation, so a warm-pool claim keeps its member's.
-func (b *Backend) SetHostname(ctx context.Context, sb *sandbox.Sandbox, name string) error {
-	return errdefs.NotSupported("kubernetes: a pod's hostname is set when it is made and cannot change " +
-		"(a warm-pool member serves only creates without a name, keeping its sb-<id> hostname)")
-}
-
 // waitClaimGone waits until volume id's claim is gone from the API.
 func (b *Backend) waitClaimGone(ctx context.Context, id string) error {
 	return waitCache(ctx, b.cfg.ReadyTimeout, "waiting for claim "+claimName(id)+" to go", func() (bool, error) {

@@ -233,12 +233,16 @@ func TestRefusals(t *testing.T) {
 	b, sb := testBackend(), testSandbox()
 	ctx := t.Context()
 	_, _, capErr := b.Capture(ctx, sb, "x")
-	_, _, cpErr := b.Checkpoint(ctx, sb)
 	_, _, allocErr := b.Allocate(ctx, sb.ID, func(string) bool { return false })
-	_, diffErr := b.Diff(ctx, sb)
+	// What no pod can do is a capability the backend lacks: the engine's
+	// question (node.Need) is answered with the reason.
+	_, freezeErr := node.Need[node.Freezer](b, node.OpPause)
+	_, cpErr := node.Need[node.Hibernator](b, node.OpHibernate)
+	_, diffErr := node.Need[node.RootLayer](b, node.OpDiff)
+	_, renameErr := node.Need[node.Renamer](b, node.OpRename)
 	for name, err := range map[string]error{
-		"freeze": b.Freeze(ctx, sb), "capture": capErr, "checkpoint": cpErr, "allocate": allocErr,
-		"diff": diffErr, "set rules": b.SetRules(ctx, sb, true), "hostname": b.SetHostname(ctx, sb, "x"),
+		"freeze": freezeErr, "capture": capErr, "checkpoint": cpErr, "allocate": allocErr,
+		"diff": diffErr, "set rules": b.SetRules(ctx, sb, true), "hostname": renameErr,
 	} {
 		if !errors.Is(err, errdefs.ErrNotSupported) || !strings.Contains(err.Error(), "kubernetes") {
 			t.Errorf("%s: %v, want not supported naming kubernetes", name, err)

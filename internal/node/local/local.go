@@ -4,7 +4,8 @@
 // on its own loop-mounted image, quota-limited volume images in a
 // reflink-capable storage pool, per-sandbox host id ranges seen through
 // idmapped mounts, and, for egress, a veth on the daemon's bridge behind
-// nftables. It implements node.Backend; nothing above it touches the host.
+// nftables. It implements node.Backend and every capability interface of
+// package node; nothing above it touches the host.
 //
 // Where things are: overlay and writable layers (disk.go), volume mounts
 // (volumes.go), host id ranges and idmapped views (ids.go, over hostids),
@@ -133,7 +134,18 @@ type Backend struct {
 	stopCh chan struct{}
 }
 
-var _ node.Backend = (*Backend)(nil)
+// The local backend has every capability (each class's Caps say which
+// of them it serves).
+var (
+	_ node.Backend     = (*Backend)(nil)
+	_ node.Freezer     = (*Backend)(nil)
+	_ node.Hibernator  = (*Backend)(nil)
+	_ node.Capturer    = (*Backend)(nil)
+	_ node.Egress      = (*Backend)(nil)
+	_ node.EgressProxy = (*Backend)(nil)
+	_ node.RootLayer   = (*Backend)(nil)
+	_ node.Renamer     = (*Backend)(nil)
+)
 
 // New opens the backend: the share, the storage pool (thawing what an
 // interrupted capture left frozen), volumes and writable-layer stores,

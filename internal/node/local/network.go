@@ -2,16 +2,14 @@ package local
 
 // Sandbox networking: package egress is the glue to package network (the
 // lazy network, attach, detach, rules, recovery, dials in a netns); these
-// are the node.Backend methods over it.
+// are the node.Egress and node.EgressProxy methods over it.
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
 
-	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/network"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/node/local/egress"
@@ -22,24 +20,6 @@ import (
 func (b *Backend) onFlow(id string, f network.Flow) {
 	b.hooks.Flow(node.Flow{SandboxID: id, Time: f.Time, Kind: f.Kind, Proto: f.Proto,
 		Src: f.Src.String(), Dst: f.Dst.String(), Name: f.Name, Decision: f.Decision, Rule: f.Rule})
-}
-
-// CheckRules validates egress rules.
-func (b *Backend) CheckRules(allow []string) error {
-	if _, err := network.ParseRules(allow); err != nil {
-		if errors.Is(err, errdefs.ErrLimit) {
-			return err
-		}
-		return errdefs.Invalid("%v", err)
-	}
-	return nil
-}
-
-// AllowsTCP reports whether allow has a domain rule letting TCP reach
-// port of host.
-func (b *Backend) AllowsTCP(allow []string, host string, port uint16) bool {
-	rules, err := network.ParseRules(allow)
-	return err == nil && network.AllowsTCP(rules, host, port)
 }
 
 // EgressCA returns sb's egress CA certificate (PEM), making the CA on
@@ -55,15 +35,6 @@ func (b *Backend) EgressCA(ctx context.Context, sb *sandbox.Sandbox) ([]byte, []
 
 // SetEgressSecrets gives the egress proxy the daemon's secrets and audit.
 func (b *Backend) SetEgressSecrets(s egress.Secrets) { b.egress.SetSecrets(s) }
-
-// CanonicalRule returns rule as the network package prints it.
-func (b *Backend) CanonicalRule(rule string) (string, error) {
-	r, err := network.ParseRule(rule)
-	if err != nil {
-		return "", errdefs.Invalid("%v", err)
-	}
-	return r.String(), nil
-}
 
 // Allocate assigns new egress sandbox id's addresses.
 func (b *Backend) Allocate(ctx context.Context, id string, used func(string) bool) (string, string, error) {

@@ -3,10 +3,15 @@
 // devices, cgroups or nftables.
 //
 // What it models, per sandbox: whether it is provisioned, its processes'
-// status (running, paused, stopped, gone), its files, its host name, its
-// egress rules (applied or cut), its hibernation checkpoint and its
-// volumes; captures are copies of a sandbox's files kept in memory (a map
-// of path to content). Its agent is real: agent.Serve on a unix socket in
+// status (running, paused, stopped, gone), its files (the committed layers
+// it names laid down, /workspace, its volumes' mount points; a stop's
+// Discard drops all but the volumes' paths unless persist_root), its host
+// name, its egress rules (applied or cut), its hibernation checkpoint and
+// its volumes; captures are copies of a sandbox's files kept in memory (a
+// map of path to content), and so are committed layers. Each class
+// refuses, as not supported, what its Caps lack (freeze and thaw,
+// quarantine reads and cut, capture, diff, layer commits, persist_root,
+// renames), and Admit refuses what exceeds Capacity. Its agent is real: agent.Serve on a unix socket in
 // a private temporary directory, its Root the sandbox's own directory, so
 // file operations are the agent's own and confined to it. Exec therefore
 // runs real processes as the test's user with "/" as their default working
@@ -21,9 +26,12 @@
 // fake-runsc (checkpoint, ports via the agent) and, with WithClasses,
 // fake-pod (pool without freeze or rename, like a Kubernetes pod);
 // SetDefault models a restart with another --runtime; FailNextFor fails a
-// method for one sandbox; Methods lists the calls in order. It does not model
-// what nodetest checks inside a sandbox (exec's host name, a root of its
-// own).
+// method for one sandbox; Methods lists the calls in order.
+//
+// It passes the node conformance suite (nodetest, as a Model harness:
+// files through the agent's file API, no exec); it does not model what
+// only a process inside a real sandbox shows (exec's host name, a root of
+// its own, CPU time, a disk cap, a volume's use).
 package memnode
 
 import (
@@ -31,11 +39,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -123,6 +131,7 @@ type Node struct {
 	classes   []node.Class
 	sbs       map[string]*Sandbox
 	captures  map[string]*capture
+	layers    map[string]map[string]file // committed layers' files, by layer id
 	volumes   map[string][2]int64
 	calls     []Call
 	fail      map[string][]failure
@@ -133,6 +142,7 @@ type Node struct {
 	started   bool
 	closed    int
 	captureNo int
+	layerNo   int
 }
 
 // Option configures a Node.
@@ -156,6 +166,7 @@ func New(tb testing.TB, opts ...Option) *Node {
 		classes:  []node.Class{FakeRunc, FakeRunsc},
 		sbs:      map[string]*Sandbox{},
 		captures: map[string]*capture{},
+		layers:   map[string]map[string]file{},
 		volumes:  map[string][2]int64{},
 		fail:     map[string][]failure{},
 		ports:    map[string]map[int]func(net.Conn){},
@@ -452,6 +463,9 @@ func (n *Node) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	if !ok {
 		return fmt.Errorf("memnode: no runtime class %q", sb.Spec.Runtime)
 	}
+	if sb.Spec.PersistRoot && !cls.Caps.RootLayer {
+		return errdefs.NotSupported("memnode: class %s keeps no root layer: persist_root is not available", cls.Name)
+	}
 	for _, vm := range sb.Spec.Volumes {
 		if _, ok := n.volumes[vm.VolumeID]; !ok {
 			return fmt.Errorf("memnode: volume %s does not exist", vm.VolumeID)
@@ -459,10 +473,42 @@ func (n *Node) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	}
 	s := n.sbLocked(sb)
 	s.Class, s.Provisioned, s.Hostname = cls.Name, true, sb.Hostname()
+	if err := n.layDown(s, sb); err != nil {
+		return err
+	}
 	if err := n.startAgent(s); err != nil {
 		return err
 	}
 	s.Status = node.StatusRunning
+	return nil
+}
+
+// layDown gives s what its template shows: the files of the committed
+// layers among sb's (where the sandbox has none of its own there; a file
+// the sandbox removed comes back, as no whiteout is kept), the default
+// working directory /workspace, and its volumes' mount points (a
+// volume's files are those under its path in the sandbox's). The caller
+// holds n.mu.
+func (n *Node) layDown(s *Sandbox, sb *sandbox.Sandbox) error {
+	for _, id := range sb.Spec.Layers {
+		files := map[string]file{}
+		for p, f := range n.layers[id] {
+			if _, err := os.Lstat(filepath.Join(s.Root, filepath.FromSlash(p))); errors.Is(err, fs.ErrNotExist) {
+				files[p] = f
+			}
+		}
+		if err := writeTree(s.Root, files); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(s.Root, "workspace"), 0o755); err != nil {
+		return err
+	}
+	for _, vm := range sb.Spec.Volumes {
+		if err := os.MkdirAll(filepath.Join(s.Root, filepath.FromSlash(vm.Path)), 0o755); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -489,8 +535,12 @@ func (n *Node) Discard(ctx context.Context, sb *sandbox.Sandbox) error {
 		return err
 	}
 	s := n.sbLocked(sb)
-	if !sb.Spec.Persistent {
+	switch {
+	case !sb.Spec.Persistent:
 		return emptyDir(s.Root)
+	case !sb.Spec.PersistRoot:
+		// The root layer goes; the volumes' files stay.
+		return emptyBut(s.Root, sb.Spec.Volumes)
 	}
 	return nil
 }
@@ -555,6 +605,9 @@ func (n *Node) Thaw(ctx context.Context, sb *sandbox.Sandbox) error {
 		return err
 	}
 	s := n.sbLocked(sb)
+	if cls, _ := n.classOf(s.Class); !cls.Caps.Freeze {
+		return errdefs.NotSupported("memnode: class %s cannot freeze, so nothing thaws", cls.Name)
+	}
 	switch s.Status {
 	case node.StatusRunning, node.StatusPaused:
 		s.Status = node.StatusRunning
@@ -666,10 +719,13 @@ func (n *Node) Capture(ctx context.Context, sb *sandbox.Sandbox, name string) (n
 	if err := n.failing("Capture", sb.ID, name); err != nil {
 		return node.Capture{}, nil, err
 	}
+	s := n.sbLocked(sb)
+	if err := n.classCan(s.Class, sb, func(c node.Caps) bool { return c.Capture }, "capture files"); err != nil {
+		return node.Capture{}, nil, err
+	}
 	if _, ok := n.captures[name]; ok {
 		return node.Capture{}, nil, fmt.Errorf("memnode: capture %s exists", name)
 	}
-	s := n.sbLocked(sb)
 	files, err := readTree(s.Root)
 	if err != nil {
 		return node.Capture{}, nil, err
@@ -698,6 +754,9 @@ func (n *Node) Materialize(ctx context.Context, sb *sandbox.Sandbox, name string
 	if err := n.failing("Materialize", sb.ID, name); err != nil {
 		return err
 	}
+	if err := n.classCan("", sb, func(c node.Caps) bool { return c.Capture }, "capture files"); err != nil {
+		return err
+	}
 	c, ok := n.captures[name]
 	if !ok {
 		return node.ErrNoCapture
@@ -711,6 +770,9 @@ func (n *Node) Revert(ctx context.Context, sb *sandbox.Sandbox, name string) err
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if err := n.failing("Revert", sb.ID, name); err != nil {
+		return err
+	}
+	if err := n.classCan("", sb, func(c node.Caps) bool { return c.Capture }, "capture files"); err != nil {
 		return err
 	}
 	c, ok := n.captures[name]
@@ -730,6 +792,9 @@ func (n *Node) DropCapture(name string) error {
 	defer n.mu.Unlock()
 	if err := n.failing("DropCapture", name, ""); err != nil {
 		return err
+	}
+	if name == "" || strings.ContainsAny(name, "/\\") || strings.Contains(name, "..") {
+		return errdefs.Invalid("memnode: bad capture name %q", name)
 	}
 	delete(n.captures, name)
 	return nil
@@ -842,37 +907,6 @@ func (n *Node) VolumeUsage(id string) (node.VolumeUsage, error) {
 // VolumeIDs lists the volumes.
 func (n *Node) VolumeIDs() ([]string, error) { return n.Volumes(), nil }
 
-// CheckRules refuses a rule that is empty or contains "invalid".
-func (n *Node) CheckRules(allow []string) error {
-	for _, r := range allow {
-		if _, err := n.CanonicalRule(r); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// AllowsTCP is true when a rule names host exactly (with or without a
-// port list holding port): enough for the engine's checks in unit tests.
-func (n *Node) AllowsTCP(allow []string, host string, port uint16) bool {
-	for _, r := range allow {
-		r = strings.TrimPrefix(strings.ToLower(strings.TrimSpace(r)), "tcp://")
-		h, ports, hasPorts := strings.Cut(r, ":")
-		if h != host {
-			continue
-		}
-		if !hasPorts {
-			return true
-		}
-		for _, p := range strings.Split(ports, ",") {
-			if p == strconv.Itoa(int(port)) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // EgressCA returns a fresh CA certificate (no proxy runs here).
 func (n *Node) EgressCA(ctx context.Context, sb *sandbox.Sandbox) ([]byte, []byte, error) {
 	ca, err := egressproxy.NewCA(sb.ID, time.Now())
@@ -880,15 +914,6 @@ func (n *Node) EgressCA(ctx context.Context, sb *sandbox.Sandbox) ([]byte, []byt
 		return nil, nil, err
 	}
 	return ca.CertPEM(), nil, nil
-}
-
-// CanonicalRule lower-cases and trims a rule.
-func (n *Node) CanonicalRule(rule string) (string, error) {
-	r := strings.ToLower(strings.TrimSpace(rule))
-	if r == "" || strings.Contains(r, "invalid") {
-		return "", errdefs.Invalid("bad egress rule %q", rule)
-	}
-	return r, nil
 }
 
 // Allocate returns documentation-range addresses no sandbox uses.
@@ -917,6 +942,12 @@ func (n *Node) SetRules(ctx context.Context, sb *sandbox.Sandbox, cut bool) erro
 		return err
 	}
 	s := n.sbLocked(sb)
+	if cut {
+		// A quarantine's cut goes with its freeze.
+		if err := n.classCan(s.Class, sb, func(c node.Caps) bool { return c.Freeze }, "cut the network (quarantine)"); err != nil {
+			return err
+		}
+	}
 	s.RulesCut = cut
 	if !cut {
 		s.Rules = slices.Clone(sb.Spec.Allow)
@@ -931,7 +962,14 @@ func (n *Node) Capacity() (int64, error) { return Capacity, nil }
 func (n *Node) Admit(need int64, what string, committed func() int64) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.failing("Admit", "", what)
+	if err := n.failing("Admit", "", what); err != nil {
+		return err
+	}
+	if need > Capacity {
+		return errdefs.InsufficientStorage("memnode: %s may grow to %s, more than the node's %s (%s committed)",
+			what, sandbox.FormatBytes(need), sandbox.FormatBytes(Capacity), sandbox.FormatBytes(committed()))
+	}
+	return nil
 }
 
 // Committed is nothing: the node's disk is never full.
@@ -946,6 +984,10 @@ func (n *Node) DiskUsage(sb *sandbox.Sandbox) *node.Disk { return nil }
 // Diff lists every file of sb as added.
 func (n *Node) Diff(ctx context.Context, sb *sandbox.Sandbox) ([]node.Change, error) {
 	n.mu.Lock()
+	if err := n.classCan("", sb, func(c node.Caps) bool { return c.RootLayer }, "list a root layer's changes"); err != nil {
+		n.mu.Unlock()
+		return nil, err
+	}
 	root := n.sbLocked(sb).Root
 	n.mu.Unlock()
 	files, err := readTree(root)
@@ -966,6 +1008,9 @@ func (n *Node) QuarantineFiles(ctx context.Context, sb *sandbox.Sandbox) (node.F
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if err := n.failing("QuarantineFiles", sb.ID, ""); err != nil {
+		return nil, err
+	}
+	if err := n.classCan("", sb, func(c node.Caps) bool { return c.RootLayer }, "read a frozen sandbox's files"); err != nil {
 		return nil, err
 	}
 	s := n.sbLocked(sb)
@@ -998,9 +1043,48 @@ func (f *fileSource) Client(ctx context.Context, path string) (*agent.Client, st
 
 func (f *fileSource) Close() { f.once.Do(f.close) }
 
-// CommitLayer is not supported: the node stores no layers.
+// CommitLayer ends build sandbox sb and keeps its files as a layer that
+// sandboxes naming it in their layers are provisioned with.
 func (n *Node) CommitLayer(ctx context.Context, sb *sandbox.Sandbox) (string, error) {
-	return "", errdefs.NotSupported("memnode: no layer store")
+	n.mu.Lock()
+	if err := n.failing("CommitLayer", sb.ID, ""); err != nil {
+		n.mu.Unlock()
+		return "", err
+	}
+	if err := n.classCan("", sb, func(c node.Caps) bool { return c.RootLayer }, "commit a root layer"); err != nil {
+		n.mu.Unlock()
+		return "", err
+	}
+	s := n.sbLocked(sb)
+	files, err := readTree(s.Root)
+	if err != nil {
+		n.mu.Unlock()
+		return "", err
+	}
+	n.layerNo++
+	id := fmt.Sprintf("memlayer-%d", n.layerNo)
+	n.layers[id] = files
+	stop := stopAgent(s)
+	s.Status = node.StatusStopped
+	n.mu.Unlock()
+	stop()
+	return id, nil
+}
+
+// classCan refuses (not supported) what class (sb's when "") cannot do.
+// The caller holds n.mu.
+func (n *Node) classCan(class string, sb *sandbox.Sandbox, can func(node.Caps) bool, what string) error {
+	if class == "" {
+		class = sb.Spec.Runtime
+	}
+	cls, ok := n.classOf(class)
+	if !ok {
+		return fmt.Errorf("memnode: no runtime class %q", class)
+	}
+	if !can(cls.Caps) {
+		return errdefs.NotSupported("memnode: class %s cannot %s", cls.Name, what)
+	}
+	return nil
 }
 
 // Classes lists the classes, the default first.
@@ -1152,6 +1236,35 @@ func writeTree(root string, files map[string]file) error {
 	return nil
 }
 
+// emptyBut empties dir but for the volumes' paths in it.
+func emptyBut(dir string, vols []sandbox.VolumeMount) error {
+	keep := map[string]bool{}
+	for _, vm := range vols {
+		keep[filepath.Join(dir, filepath.FromSlash(vm.Path))] = true
+	}
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) && p == dir {
+			return filepath.SkipDir
+		}
+		if err != nil || p == dir {
+			return err
+		}
+		if keep[p] {
+			return filepath.SkipDir
+		}
+		if d.IsDir() && slices.ContainsFunc(slices.Collect(maps.Keys(keep)), func(k string) bool { return strings.HasPrefix(k, p+string(filepath.Separator)) }) {
+			return nil // a volume lies below: look inside
+		}
+		if err := os.RemoveAll(p); err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return filepath.SkipDir
+		}
+		return nil
+	})
+}
+
 func emptyDir(dir string) error {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -1168,4 +1281,15 @@ func emptyDir(dir string) error {
 	return nil
 }
 
-var _ node.Backend = (*Node)(nil)
+// The double has every capability; its classes' Caps say which each
+// serves.
+var (
+	_ node.Backend     = (*Node)(nil)
+	_ node.Freezer     = (*Node)(nil)
+	_ node.Hibernator  = (*Node)(nil)
+	_ node.Capturer    = (*Node)(nil)
+	_ node.Egress      = (*Node)(nil)
+	_ node.EgressProxy = (*Node)(nil)
+	_ node.RootLayer   = (*Node)(nil)
+	_ node.Renamer     = (*Node)(nil)
+)

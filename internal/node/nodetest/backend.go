@@ -85,32 +85,39 @@ func (s *suite) testVolumes(t *testing.T) {
 	}
 }
 
-// testNetwork: rules are checked and canonicalised. Allocate and SetRules
-// of egress sandboxes need the node's bridge and are the e2e suite's
-// (test/e2e network tests run the daemon in a namespace of their own: no
-// packet of a test may leave the machine).
-func (s *suite) testNetwork(t *testing.T) {
-	if err := s.b.CheckRules([]string{"10.0.0.0/8", "pypi.org:443", "tcp://*.github.com:443,22", "1.1.1.1"}); err != nil {
-		t.Errorf("CheckRules of valid rules: %v", err)
+// testCapabilities: every capability a class claims is an interface the
+// backend implements (node.CheckCaps), and asking for one it lacks is a
+// refusal (not supported), as the engine gets it. Egress rules' grammar
+// is package egressrule's, off the seam; Allocate and SetRules of egress
+// sandboxes need the node's bridge and are the e2e suite's (test/e2e
+// network tests run the daemon in a namespace of their own: no packet of
+// a test may leave the machine).
+func (s *suite) testCapabilities(t *testing.T) {
+	if err := node.CheckCaps(s.b); err != nil {
+		t.Error(err)
 	}
-	for _, bad := range []string{"not a rule!", "10.0.0.0/99", "pypi.org:99999"} {
-		if err := s.b.CheckRules([]string{bad}); !errors.Is(err, errdefs.ErrInvalid) {
-			t.Errorf("CheckRules(%q) = %v, want an invalid-argument error", bad, err)
+	for _, c := range []struct {
+		name string
+		op   string
+		need func(string) error
+	}{
+		{"Freezer", node.OpPause, func(op string) error { _, err := node.Need[node.Freezer](s.b, op); return err }},
+		{"Hibernator", node.OpHibernate, func(op string) error { _, err := node.Need[node.Hibernator](s.b, op); return err }},
+		{"Capturer", node.OpCapture, func(op string) error { _, err := node.Need[node.Capturer](s.b, op); return err }},
+		{"Egress", node.OpEgress, func(op string) error { _, err := node.Need[node.Egress](s.b, op); return err }},
+		{"EgressProxy", node.OpEgressSecrets, func(op string) error { _, err := node.Need[node.EgressProxy](s.b, op); return err }},
+		{"RootLayer", node.OpDiff, func(op string) error { _, err := node.Need[node.RootLayer](s.b, op); return err }},
+		{"Renamer", node.OpRename, func(op string) error { _, err := node.Need[node.Renamer](s.b, op); return err }},
+	} {
+		err := c.need(c.op)
+		if err == nil {
+			t.Logf("the backend is a node.%s", c.name)
+			continue
 		}
-	}
-	a, err := s.b.CanonicalRule("PyPI.org:443")
-	if err != nil {
-		t.Fatalf("CanonicalRule: %v", err)
-	}
-	b, err := s.b.CanonicalRule("pypi.org.:443")
-	if err != nil || a != b {
-		t.Errorf("CanonicalRule: %q and %q (%v) for two spellings of one rule", a, b, err)
-	}
-	if other, err := s.b.CanonicalRule("pypi.org:80"); err != nil || other == a {
-		t.Errorf("CanonicalRule: %q for port 80 as for 443 (%v)", other, err)
-	}
-	if _, err := s.b.CanonicalRule("not a rule!"); !errors.Is(err, errdefs.ErrInvalid) {
-		t.Errorf("CanonicalRule of garbage = %v, want an invalid-argument error", err)
+		if !errors.Is(err, errdefs.ErrNotSupported) || errdefs.Message(err) == "" {
+			t.Errorf("asking for node.%s, which the backend lacks: %v; want not supported, with a reason", c.name, err)
+		}
+		t.Logf("the backend is no node.%s: %v", c.name, err)
 	}
 }
 

@@ -17,16 +17,23 @@
 // pid and a shell variable survive), commit of a layer, a sweep that finds a
 // sandbox no record accounts for and fixes it, remove (twice) and nothing
 // left. A capability a class lacks is not skipped: the suite asserts its
-// refusal and that the sandbox still runs. Egress (Allocate, SetRules) is
-// left to test/e2e. test/node runs it on the local backend (runc, runsc),
-// test/k8s TestConformanceOnRealNode on the Kubernetes backend.
+// refusal and that the sandbox still runs; it asks for a capability as the
+// engine does (node.Need), and checks that no class claims one its backend
+// does not implement. Egress (Allocate, SetRules) is left to test/e2e.
+// test/node runs it on the local backend (runc, runsc), test/k8s
+// TestConformanceOnRealNode on the Kubernetes backend, and package
+// memnode's TestConformance on the in-memory double (a Model harness: no
+// exec, files through the agent's file API; see Harness.Model).
 package nodetest
 
 import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
+	"fmt"
 	"maps"
+	pathpkg "path"
 	"slices"
 	"strings"
 	"sync"
@@ -34,6 +41,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/internal/agent"
+	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
@@ -59,6 +67,16 @@ type Harness struct {
 	// FirstSlot is the first host id slot the suite hands out (the store's
 	// allocator does in the engine); slots FirstSlot.. must be free.
 	FirstSlot int
+	// Model: the backend is a model of a node (the in-memory double of
+	// package memnode): its sandboxes hold files and states but run no
+	// processes of their own, and an exec through their agent would run on
+	// the test's host. The suite then never execs: it reads and writes a
+	// sandbox's files through the agent's file API and checks everything
+	// else of the seam (states, refusals, captures, layers, volumes,
+	// sweeps), leaving to the real backends what only a process inside can
+	// show (its output and host name, a ticker's memory, a listening port,
+	// CPU time, a disk cap the kernel enforces).
+	Model bool
 }
 
 // Run runs the conformance suite against the backend newBackend returns.
@@ -81,7 +99,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) Harness) {
 		return
 	}
 	t.Run("Volumes", s.testVolumes)
-	t.Run("Network", s.testNetwork)
+	t.Run("Capabilities", s.testCapabilities)
 	t.Run("Capacity", s.testCapacity)
 	t.Run("IDRange", s.testIDRange)
 	for _, class := range classes {
@@ -288,7 +306,7 @@ func (s *suite) removeAll(t *testing.T) {
 		s.release(t, sb)
 	}
 	for _, name := range s.captures {
-		if err := s.b.DropCapture(name); err != nil {
+		if err := s.dropCapture(name); err != nil {
 			t.Errorf("cleanup: DropCapture %s: %v", name, err)
 		}
 	}
@@ -345,6 +363,9 @@ func (s *suite) sweep(ctx context.Context, in node.SweepInput) []finding {
 // exit fails the test.
 func (s *suite) sh(t *testing.T, sb *sandbox.Sandbox, script string) string {
 	t.Helper()
+	if s.h.Model {
+		t.Fatalf("the suite would exec %q in a sandbox of a model backend (it would run on the host)", script)
+	}
 	out, errOut, code, err := s.run(t.Context(), sb, script, 30*time.Second)
 	if err != nil {
 		t.Fatalf("exec %q in %s: %v", script, sb.ID, err)
@@ -356,6 +377,9 @@ func (s *suite) sh(t *testing.T, sb *sandbox.Sandbox, script string) string {
 }
 
 func (s *suite) run(ctx context.Context, sb *sandbox.Sandbox, script string, timeout time.Duration) (stdout, stderr string, code int, err error) {
+	if s.h.Model {
+		return "", "", -1, fmt.Errorf("nodetest: no exec in a sandbox of a model backend (it would run on the host): %q", script)
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var o, e bytes.Buffer
@@ -370,7 +394,64 @@ func (s *suite) run(ctx context.Context, sb *sandbox.Sandbox, script string, tim
 // exists reports whether path exists in running sb.
 func (s *suite) exists(t *testing.T, sb *sandbox.Sandbox, path string) bool {
 	t.Helper()
+	if s.h.Model {
+		_, err := s.b.Agent(sb).Stat(t.Context(), path)
+		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			t.Fatalf("stat %s in %s: %v", path, sb.ID, err)
+		}
+		return err == nil
+	}
 	return strings.TrimSpace(s.sh(t, sb, "if [ -e "+path+" ]; then echo yes; else echo no; fi")) == "yes"
+}
+
+// write puts line (and a newline) in file path of running sb, making its
+// directory, as `mkdir -p DIR && echo LINE > PATH`.
+func (s *suite) write(t *testing.T, sb *sandbox.Sandbox, path, line string) {
+	t.Helper()
+	if !s.h.Model {
+		s.sh(t, sb, "mkdir -p "+pathpkg.Dir(path)+" && echo "+line+" > "+path)
+		return
+	}
+	c := s.b.Agent(sb)
+	if err := c.Mkdir(t.Context(), pathpkg.Dir(path), 0o755, true); err != nil {
+		t.Fatalf("mkdir %s in %s: %v", pathpkg.Dir(path), sb.ID, err)
+	}
+	if _, err := c.WriteFile(t.Context(), path, 0o644, strings.NewReader(line+"\n")); err != nil {
+		t.Fatalf("writing %s in %s: %v", path, sb.ID, err)
+	}
+}
+
+// read returns what paths of running sb hold, one after the other, as
+// `cat PATH...`.
+func (s *suite) read(t *testing.T, sb *sandbox.Sandbox, paths ...string) string {
+	t.Helper()
+	if !s.h.Model {
+		return s.sh(t, sb, "cat "+strings.Join(paths, " "))
+	}
+	var buf bytes.Buffer
+	for _, p := range paths {
+		if _, err := s.b.Agent(sb).ReadFile(t.Context(), p, &buf); err != nil {
+			t.Fatalf("reading %s in %s: %v", p, sb.ID, err)
+		}
+	}
+	return buf.String()
+}
+
+// entries lists the names in directory dir of running sb, as `ls -A DIR`.
+func (s *suite) entries(t *testing.T, sb *sandbox.Sandbox, dir string) string {
+	t.Helper()
+	if !s.h.Model {
+		return s.sh(t, sb, "ls -A "+dir)
+	}
+	fis, err := s.b.Agent(sb).List(t.Context(), dir)
+	if err != nil {
+		t.Fatalf("listing %s in %s: %v", dir, sb.ID, err)
+	}
+	var out strings.Builder
+	for _, fi := range fis {
+		out.WriteString(fi.Name + "\n")
+	}
+	return out.String()
 }
 
 func (s *suite) status(t *testing.T, sb *sandbox.Sandbox) node.Status {

@@ -30,6 +30,7 @@ import (
 	"github.com/berth-sh/berth/internal/atomicfile"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/network"
+	"github.com/berth-sh/berth/internal/network/egressrule"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
@@ -207,7 +208,7 @@ func (e *Net) attach(ctx context.Context, sb *sandbox.Sandbox, netnsPath string)
 	if err != nil {
 		return err
 	}
-	rules, err := network.ParseRules(sb.Spec.Allow)
+	rules, err := egressrule.ParseAll(sb.Spec.Allow)
 	if err != nil {
 		return err
 	}
@@ -258,7 +259,7 @@ func (e *Net) Recover(ctx context.Context, live []*sandbox.Sandbox) error {
 		if sb.Spec.Network != "egress" || (sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused && sb.State != sandbox.StateQuarantined) {
 			continue
 		}
-		rules, _ := network.ParseRules(sb.Spec.Allow)
+		rules, _ := egressrule.ParseAll(sb.Spec.Allow)
 		if sb.State == sandbox.StateQuarantined {
 			rules = nil
 		}
@@ -290,7 +291,7 @@ func (e *Net) SetRules(sb *sandbox.Sandbox, cut bool) error {
 	var rules []network.Rule
 	if !cut {
 		var err error
-		if rules, err = network.ParseRules(sb.Spec.Allow); err != nil {
+		if rules, err = egressrule.ParseAll(sb.Spec.Allow); err != nil {
 			return errdefs.Invalid("%v", err)
 		}
 	}

@@ -1,4 +1,4 @@
-package network
+package egressrule
 
 import "testing"
 
@@ -14,13 +14,13 @@ func TestParseRule(t *testing.T) {
 		"Example.COM.":              "example.com",
 	}
 	for in, want := range good {
-		r, err := ParseRule(in)
+		r, err := Parse(in)
 		if err != nil || r.String() != want {
 			t.Errorf("%q: got %q %v, want %q", in, r.String(), err, want)
 		}
 	}
 	for _, bad := range []string{"", "pypi.org:0", "pypi.org:x", "[::1", "ftp://x", "a b", "1.2.3.4:70000"} {
-		if _, err := ParseRule(bad); err == nil {
+		if _, err := Parse(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
@@ -31,9 +31,9 @@ func FuzzParseRule(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		r, err := ParseRule(s)
+		r, err := Parse(s)
 		if err == nil {
-			if _, err := ParseRule(r.String()); err != nil && r.Proto == "" && len(r.Ports) == 0 {
+			if _, err := Parse(r.String()); err != nil && r.Proto == "" && len(r.Ports) == 0 {
 				t.Fatalf("canonical form %q of %q does not parse: %v", r.String(), s, err)
 			}
 		}

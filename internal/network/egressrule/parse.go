@@ -1,4 +1,4 @@
-package network
+package egressrule
 
 import (
 	"fmt"
@@ -10,14 +10,14 @@ import (
 	sbx "github.com/berth-sh/berth/internal/sandbox"
 )
 
-// ParseRule reads a rule as users write it:
+// Parse reads a rule as users write it:
 //
 //	[tcp://|udp://]TARGET[:PORT[,PORT...]]
 //
 // TARGET is an IP address, a CIDR, a domain or a wildcard domain
 // (*.pypi.org); an IPv6 address with ports is bracketed ([2001:db8::1]:443).
 // Examples: 10.0.0.0/8, 1.1.1.1, pypi.org:443, tcp://*.github.com:443,22.
-func ParseRule(s string) (Rule, error) {
+func Parse(s string) (Rule, error) {
 	var r Rule
 	orig := s
 	s = strings.TrimSpace(s)
@@ -68,17 +68,17 @@ func ParseRule(s string) (Rule, error) {
 	return r, nil
 }
 
-// ParseRules reads several rules: at most sandbox.MaxAllowRules, a rule
+// ParseAll reads several rules: at most sandbox.MaxAllowRules, a rule
 // with ports counting once per port (each is a kernel rule of its own;
 // errdefs.ErrLimit past that).
-func ParseRules(ss []string) ([]Rule, error) {
+func ParseAll(ss []string) ([]Rule, error) {
 	if len(ss) > sbx.MaxAllowRules {
 		return nil, errdefs.Limit("max_allow_rules", sbx.MaxAllowRules, "%d allow rules given", len(ss))
 	}
 	out := make([]Rule, 0, len(ss))
 	weight := 0
 	for _, s := range ss {
-		r, err := ParseRule(s)
+		r, err := Parse(s)
 		if err != nil {
 			return nil, err
 		}
@@ -88,5 +88,5 @@ func ParseRules(ss []string) ([]Rule, error) {
 		}
 		out = append(out, r)
 	}
-	return out, ValidateRules(out)
+	return out, ValidateAll(out)
 }
