@@ -308,7 +308,8 @@ const (
 	WSError    byte = 6 // server -> client: JSON Error, then close
 )
 
-// Resize is the payload of WSResize.
+// Resize is the payload of WSResize. A resize reaches the command in order
+// with the stdin messages around it.
 type Resize struct {
 	Rows uint16 `json:"rows"`
 	Cols uint16 `json:"cols"`

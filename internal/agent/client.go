@@ -333,17 +333,42 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, eio ExecIO) (Exit, e
 // pumpStdin copies r to stdin frames and ends them with stdin-EOF (also
 // when r fails: the process sees the end of its input either way).
 func pumpStdin(r io.Reader, fw *wire.FrameWriter) {
+	if err := pumpInput(r, fw); err != nil && err != errSend {
+		fw.Send(wire.FrameStdinEOF, nil)
+	}
+}
+
+// errSend: a frame could not be sent (the connection is gone).
+var errSend = errors.New("agent: send failed")
+
+// pumpInput sends r's bytes as stdin frames until r fails, and returns
+// r's error (io.EOF at its end) or errSend. A TermInput's size changes
+// go as resize frames, in order with its bytes.
+func pumpInput(r io.Reader, fw *wire.FrameWriter) error {
 	buf := make([]byte, wire.DataChunk)
+	oi, ordered := r.(orderedInput)
+	if c, ok := r.(interface{ CloseRead() }); ok {
+		defer c.CloseRead()
+	}
 	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			if fw.Send(wire.FrameStdin, buf[:n]) != nil {
-				return
-			}
+		var (
+			n   int
+			rs  *Resize
+			err error
+		)
+		if ordered {
+			n, rs, err = oi.Next(buf)
+		} else {
+			n, err = r.Read(buf)
+		}
+		if rs != nil && fw.SendJSON(wire.FrameResize, rs) != nil {
+			return errSend
+		}
+		if n > 0 && fw.Send(wire.FrameStdin, buf[:n]) != nil {
+			return errSend
 		}
 		if err != nil {
-			fw.Send(wire.FrameStdinEOF, nil)
-			return
+			return err
 		}
 	}
 }

@@ -135,18 +135,8 @@ func (c *Client) AttachProc(ctx context.Context, ref string, follow bool, aio At
 	}()
 	if aio.Stdin != nil {
 		go func() {
-			buf := make([]byte, wire.DataChunk)
-			for {
-				n, err := aio.Stdin.Read(buf)
-				if n > 0 && cc.fw.Send(wire.FrameStdin, buf[:n]) != nil {
-					return
-				}
-				if err != nil {
-					if !aio.KeepStdin {
-						cc.fw.Send(wire.FrameStdinEOF, nil)
-					}
-					return
-				}
+			if err := pumpInput(aio.Stdin, cc.fw); err != errSend && !aio.KeepStdin {
+				cc.fw.Send(wire.FrameStdinEOF, nil)
 			}
 		}()
 	}

@@ -3,6 +3,7 @@ package engine
 import (
 	"time"
 
+	"github.com/berth-sh/berth/internal/agent"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
@@ -82,6 +83,21 @@ type Exit struct {
 // Resize is a terminal size change of a TTY exec.
 type Resize struct {
 	Rows, Cols uint16
+}
+
+// TermInput is a terminal's input, bytes and size changes in the order
+// its user made them (agent.TermInput). Given as an exec's or an
+// attach's Stdin, its resizes reach the process in order with the bytes:
+// a resize sent beside the input, on ExecIO.Resize, can be overtaken by
+// input typed after it.
+type TermInput struct{ *agent.TermInput }
+
+// NewTermInput returns an empty terminal input.
+func NewTermInput() TermInput { return TermInput{agent.NewTermInput()} }
+
+// Resize queues a size change after the input written before it.
+func (t TermInput) Resize(rs Resize) error {
+	return t.TermInput.Resize(agent.Resize{Rows: rs.Rows, Cols: rs.Cols})
 }
 
 // FileInfo describes one file inside a sandbox.

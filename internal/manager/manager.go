@@ -53,6 +53,7 @@ type (
 	ExecRequest     = engine.ExecRequest
 	Exit            = engine.Exit
 	Resize          = engine.Resize
+	TermInput       = engine.TermInput
 	FileInfo        = engine.FileInfo
 	DiffEntry       = engine.DiffEntry
 	Isolation       = engine.Isolation
@@ -92,6 +93,9 @@ type RuntimeClass = node.Class
 // WithImportProgress returns a context under which template imports and
 // uploads report their progress to fn.
 var WithImportProgress = templates.WithImportProgress
+
+// NewTermInput returns an empty terminal input (engine.TermInput).
+var NewTermInput = engine.NewTermInput
 
 const (
 	DefaultDiskBytes = engine.DefaultDiskBytes

@@ -563,22 +563,26 @@ func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
 		if counted == nil {
 			counted = map[string]bool{}
 		}
-		var ready []*sandbox.Sandbox
+		var listed []*sandbox.Sandbox
 		for _, sb := range members[k] {
 			if !slices.Equal(sb.Spec.Layers, tpl.Layers) || retiring[sb.ID] || !becoming(sb) {
 				continue // going: not counted, not chosen again
 			}
 			counted[sb.ID] = true
-			if m.ready(sb) && !inFlight[k][sb.ID] {
-				ready = append(ready, sb)
-			}
+			listed = append(listed, sb)
 		}
-		// Above its size (made smaller): the newest ready members go
-		// first, the oldest are kept.
-		if surplus := len(counted) - size; surplus > 0 {
-			slices.SortFunc(ready, func(a, b *sandbox.Sandbox) int { return -compareAge(a, b) })
-			for _, sb := range ready[:min(surplus, len(ready))] {
-				m.retire(sb, "warm pool made smaller")
+		// Above its size (made smaller): the oldest members are kept, the
+		// newest go. A member still being made cannot be retired now; the
+		// pass its completion kicks retires it if the pool is still too
+		// large. (Choosing among the ready members alone would retire the
+		// oldest ones while a member that was just paused, not yet out of
+		// flight, stayed.)
+		if len(counted) > size {
+			slices.SortFunc(listed, compareAge)
+			for _, sb := range listed[min(size, len(listed)):] {
+				if m.ready(sb) && !inFlight[k][sb.ID] {
+					m.retire(sb, "warm pool made smaller")
+				}
 			}
 			continue
 		}

@@ -233,11 +233,11 @@ func (h *Handlers) ProcessWS(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	ws := &wsStream{conn: conn, ctx: ctx}
 	send := ws.send
-	stdinR, resize := ws.readInput(cancel, false)
+	in := ws.readInput(cancel, false)
+	defer in.CloseRead() // a write waiting for a reader that never came ends
 	ex, err := h.E.AttachProcess(ctx, id, pid, true, manager.AttachIO{
-		Stdin: stdinR, KeepStdin: true,
+		Stdin: in, KeepStdin: true, // resizes in order with the bytes
 		Stdout: kindWriter{api.WSStdout, send}, Stderr: kindWriter{api.WSStderr, send},
-		Resize: resize,
 	}, rest.Actor(r))
 	if err != nil {
 		if !errors.Is(err, context.Canceled) && ctx.Err() == nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -59,12 +58,12 @@ func (h *Handlers) ExecWS(w http.ResponseWriter, r *http.Request) {
 		sendErr(err)
 		return
 	}
-	stdinR, resize := ws.readInput(cancel, true)
+	in := ws.readInput(cancel, true)
+	defer in.CloseRead() // a write waiting for a reader that never came ends
 	exit, err := h.E.Exec(ctx, id, convert.ExecRequest(&req), manager.ExecIO{
-		Stdin:  stdinR,
+		Stdin:  in, // its resizes in order with its bytes
 		Stdout: kindWriter{api.WSStdout, send},
 		Stderr: kindWriter{api.WSStderr, send},
-		Resize: resize,
 	}, rest.Actor(r))
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
@@ -96,19 +95,18 @@ func (ws *wsStream) send(kind byte, p []byte) error {
 }
 
 // readInput forwards the client's WSStdin, WSStdinEOF and WSResize
-// messages into the returned stdin pipe and resize channel until the
-// connection ends, and then calls cancel. failStdin: stdin's reader gets
-// the connection's error rather than EOF.
-func (ws *wsStream) readInput(cancel func(), failStdin bool) (io.Reader, chan manager.Resize) {
-	stdinR, stdinW := io.Pipe()
-	resize := make(chan manager.Resize, 4)
+// messages, in their order, into the returned terminal input until the
+// connection ends, and then calls cancel. failStdin: the input's reader
+// gets the connection's error rather than EOF.
+func (ws *wsStream) readInput(cancel func(), failStdin bool) manager.TermInput {
+	in := manager.NewTermInput()
 	go func() {
-		defer stdinW.Close()
+		defer in.Close()
 		for {
 			typ, msg, err := ws.conn.Read(ws.ctx)
 			if err != nil {
 				if failStdin {
-					stdinW.CloseWithError(err)
+					in.CloseWithError(err)
 				}
 				cancel()
 				return
@@ -118,23 +116,18 @@ func (ws *wsStream) readInput(cancel func(), failStdin bool) (io.Reader, chan ma
 			}
 			switch msg[0] {
 			case api.WSStdin:
-				if _, err := stdinW.Write(msg[1:]); err != nil {
-					return
-				}
+				in.Write(msg[1:]) // fails once the input's reader is gone; the connection is still read to see it end
 			case api.WSStdinEOF:
-				stdinW.Close()
+				in.Close()
 			case api.WSResize:
 				var rs api.Resize
 				if json.Unmarshal(msg[1:], &rs) == nil {
-					select {
-					case resize <- convert.Resize(rs):
-					default:
-					}
+					in.Resize(convert.Resize(rs))
 				}
 			}
 		}
 	}()
-	return stdinR, resize
+	return in
 }
 
 type kindWriter struct {

@@ -120,11 +120,12 @@ func (s *sqlStore) PutBuildCache(ctx context.Context, tenant, key, layer string)
 	return err
 }
 
+// SetPool is one statement: a reader never sees the pool without a size
+// between a delete and an insert (the refill read such a gap as "no pool"
+// and retired every member of a pool being resized).
 func (s *sqlStore) SetPool(ctx context.Context, tenant, template string, min int) error {
-	if err := s.ClearPool(ctx, tenant, template); err != nil {
-		return err
-	}
-	_, err := s.exec(ctx, `INSERT INTO pools (tenant, template, min_ready, updated_at) VALUES (?, ?, ?, ?)`,
+	_, err := s.exec(ctx, `INSERT INTO pools (tenant, template, min_ready, updated_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (tenant, template) DO UPDATE SET min_ready = excluded.min_ready, updated_at = excluded.updated_at`,
 		tenant, template, min, micros(time.Now()))
 	return err
 }

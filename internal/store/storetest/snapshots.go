@@ -75,3 +75,42 @@ func testSnapshots(t *testing.T, s store.Store) {
 		t.Fatalf("pools after a's removal: %v %v, want %v", p, err, want)
 	}
 }
+
+// testPoolResizeAtomic: a pool being resized always has a size to a
+// reader. A refill that read "no pool" between a delete and an insert
+// retired every member of a pool only being made smaller.
+func testPoolResizeAtomic(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	must(t, s.SetPool(ctx, "", "base", 3))
+	stop := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		defer close(errc)
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := s.SetPool(ctx, "", "base", 1+n%3); err != nil {
+				errc <- err
+				return
+			}
+		}
+	}()
+	for range 3000 {
+		p, err := s.ListPools(ctx)
+		if err != nil {
+			close(stop)
+			t.Fatal(err)
+		}
+		if _, ok := p[store.PoolKey{Template: "base"}]; !ok {
+			close(stop)
+			t.Fatalf("a pool being resized read as no pool: %v", p)
+		}
+	}
+	close(stop)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}

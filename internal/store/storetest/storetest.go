@@ -49,6 +49,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"SandboxLifecycleTimes", testSandboxLifecycleTimes},
 		{"WebhookOutbox", testWebhookOutbox},
 		{"Snapshots", testSnapshots},
+		{"PoolResizeAtomic", testPoolResizeAtomic},
 		{"Flows", testFlows},
 		{"IDSlots", testIDSlots},
 		{"IDSlotsConcurrent", testIDSlotsConcurrent},
