@@ -416,3 +416,50 @@ func digestMismatch(err error) (string, bool) {
 
 // platform is the one image Pull takes from an index.
 var platform = v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
+
+// Resolve asks ref's registry which manifest ref names now (a HEAD of the
+// manifest, a GET when the registry answers no digest to HEAD) and
+// returns the reference pinned to it, "repository@sha256:<hex>", and the
+// digest. Pulling the pinned reference imports exactly what was resolved,
+// even if the tag moves meanwhile. Credentials and certificates are
+// Pull's; a failure is named as Pull's are.
+func (s *Store) Resolve(ctx context.Context, ref string, insecure bool) (pinned, digest string, err error) {
+	var nopts []name.Option
+	if insecure {
+		nopts = append(nopts, name.Insecure)
+	}
+	r, err := name.ParseReference(ref, nopts...)
+	if err != nil {
+		return "", "", &errdefs.Error{Category: errdefs.ErrInvalid, Msg: fmt.Sprintf("bad image reference %q: %v", ref, err), Err: err}
+	}
+	if d, ok := r.(name.Digest); ok {
+		if _, valid := parseID(d.DigestStr()); !valid {
+			return "", "", errdefs.Invalid("bad image reference %q: only sha256 digests are supported", ref)
+		}
+		return d.String(), d.DigestStr(), nil
+	}
+	opts, done, err := s.remoteOptions(ctx, r)
+	if err != nil {
+		return "", "", registryErr("resolve", ref, err)
+	}
+	defer done()
+	desc, err := remote.Head(r, opts...)
+	if err != nil {
+		var terr *transport.Error
+		if !errors.As(err, &terr) || terr.StatusCode == http.StatusNotFound || terr.StatusCode == http.StatusUnauthorized ||
+			terr.StatusCode == http.StatusForbidden {
+			return "", "", registryErr("resolve", ref, err)
+		}
+		// Some registries answer HEAD badly; the manifest itself says.
+		full, gerr := remote.Get(r, opts...)
+		if gerr != nil {
+			return "", "", registryErr("resolve", ref, gerr)
+		}
+		desc = &full.Descriptor
+	}
+	if desc.Digest.Algorithm != "sha256" {
+		return "", "", registryErr("resolve", ref, errdefs.Invalid("the registry names the manifest by %s, not a sha256 digest", desc.Digest))
+	}
+	pinned = r.Context().Digest(desc.Digest.String()).String()
+	return pinned, desc.Digest.String(), nil
+}

@@ -225,6 +225,29 @@ auth:
 	return r
 }
 
+// BlobGets counts the authorized GET requests for blob digest
+// ("sha256:<hex>") the registry has taken so far: how many times a client
+// fetched that blob (a HEAD is no fetch). It reads the registry's log
+// line of the authorization, which is written before the blob is served,
+// so a fetch whose bytes a client has read is always counted.
+func (r *Registry) BlobGets(digest string) int {
+	n := 0
+	for _, line := range strings.Split(r.Log(), "\n") {
+		if !strings.Contains(line, `msg="authorized request"`) || !strings.Contains(line, " http.request.method=GET ") {
+			continue
+		}
+		i := strings.Index(line, "/blobs/"+digest)
+		if i < 0 || !strings.Contains(line[:i], "http.request.uri=") {
+			continue
+		}
+		if rest := line[i+len("/blobs/")+len(digest):]; rest != "" && rest[0] != '"' && rest[0] != ' ' {
+			continue
+		}
+		n++
+	}
+	return n
+}
+
 // Log is what the registry printed so far.
 func (r *Registry) Log() string {
 	r.mu.Lock()
