@@ -32,8 +32,8 @@ func IsImageTemplate(name string) bool { return strings.HasPrefix(name, ImageTem
 
 // CreateRequest is what a new sandbox is made from.
 type CreateRequest struct {
-	Name       string
-	Template   string // "" = the daemon's default template
+	Name     string
+	Template string // "" = the daemon's default template
 	// Image, instead of Template, makes the sandbox from a registry
 	// image: resolved to its digest and pulled on first use, then cached
 	// by digest as a template record of the caller's (ImageTemplateName).
@@ -43,7 +43,7 @@ type CreateRequest struct {
 	// RegistryAuth is Image's registry account for this pull alone
 	// (never stored); see templates' registryCtx.
 	RegistryAuth *image.RequestAuth
-	Persistent bool
+	Persistent   bool
 	// Resources: zero fields take the template's or the default.
 	Resources sandbox.Resources
 	Env       map[string]string
