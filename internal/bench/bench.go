@@ -242,10 +242,10 @@ type Report struct {
 	// ServeArgs are the daemon's flags beyond the bench's own.
 	ServeArgs []string `json:"serve_args,omitempty"`
 	// Images and ImageBase are those of the images measurement.
-	Images    int   `json:"images,omitempty"`
-	ImageBase int64 `json:"image_base,omitempty"`
-	Rows      []Row    `json:"rows"`
-	Cleanup   Cleanup  `json:"cleanup"`
+	Images    int     `json:"images,omitempty"`
+	ImageBase int64   `json:"image_base,omitempty"`
+	Rows      []Row   `json:"rows"`
+	Cleanup   Cleanup `json:"cleanup"`
 	// Failed counts the rows whose target was missed.
 	Failed int `json:"failed"`
 }
