@@ -168,8 +168,8 @@ func TestBenchImagesTiny(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Rows) != 5 {
-		t.Fatalf("%d rows, want 5", len(rep.Rows))
+	if len(rep.Rows) != 6 {
+		t.Fatalf("%d rows, want 6", len(rep.Rows))
 	}
 	for _, r := range rep.Rows {
 		if r.Measurement != bench.Images || r.Berth.N <= 0 || r.Berth.P50 <= 0 {
