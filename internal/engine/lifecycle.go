@@ -113,6 +113,9 @@ func (m *Engine) Create(ctx context.Context, req *CreateRequest, opt CreateOptio
 	if info.tenantTemplate || (info.path == "snapshot" && sb.Tenant != "") {
 		tname = TenantTemplateLabel
 	}
+	if IsImageTemplate(sb.Spec.Template) {
+		tname = ImageTemplateLabel
+	}
 	m.cfg.Metrics.Created(tname, sb.Spec.Runtime, info.path, time.Since(begin))
 	return sb, nil
 }
