@@ -63,6 +63,9 @@ func (m *Builder) ResolveImage(ctx context.Context, req *engine.CreateRequest, t
 	if tenant != "" && !m.e.Config().TenantPulls {
 		return nil, nop, errdefs.Permission("registry pulls by tenants are off on this daemon (serve --tenant-pulls): create from a template you can see")
 	}
+	if m.e.Images() == nil {
+		return nil, nop, errdefs.NotSupported("this daemon keeps no image layers: create from a template")
+	}
 	rctx := registryCtx(ctx, req.RegistryAuth)
 	pinned, digest, err := m.e.Images().Resolve(rctx, req.Image, req.ImageInsecure)
 	if err != nil {
