@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"archive/tar"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,6 +32,37 @@ func blobDigests(t *testing.T, img v1.Image) []string {
 		out = append(out, l.Digest.String())
 	}
 	return out
+}
+
+// fileBytes is what img's layers unpack to: their regular files' bytes.
+func fileBytes(t *testing.T, img v1.Image) int64 {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, l := range layers {
+		rc, err := l.Uncompressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := tar.NewReader(rc)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.Typeflag == tar.TypeReg {
+				n += h.Size
+			}
+		}
+		rc.Close()
+	}
+	return n
 }
 
 func imageRecord(t *testing.T, img v1.Image) string {
@@ -334,5 +368,49 @@ func TestImageCacheGC(t *testing.T) {
 		if _, err := d.c.DeleteSandbox(ctx, id, true); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// The cache evicts least recently used first: with room for two task
+// images on their shared base, a third evicts the one not used since,
+// not the older one created again meanwhile.
+func TestImageCacheLRU(t *testing.T) {
+	parallel(t)
+	r := regtest.Start(t, regtest.Basic)
+	// The base's file bytes (links and dirs count none) and two task
+	// files of 7 bytes ("task x\n"), with a little to spare.
+	capBytes := fileBytes(t, busyboxImage(t)) + 2*7 + 3
+	d := registryDaemonWith(t, []string{"--image-cache-size", fmt.Sprint(capBytes)}, regAccess{r.Addr, r.CAPEM, r.User, r.Password})
+	ctx := context.Background()
+	imgs := map[string]v1.Image{}
+	refs := map[string]string{}
+	for _, k := range []string{"a", "b", "c"} {
+		imgs[k] = taskImage(t, "task "+k+"\n")
+		refs[k] = r.Addr + "/lru/" + k + ":v1"
+		pushImage(t, r, refs[k], imgs[k])
+	}
+	use := func(k string) {
+		t.Helper()
+		sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Image: refs[k]})
+		if err != nil {
+			t.Fatalf("create from %s: %v", k, err)
+		}
+		if _, err := d.c.DeleteSandbox(ctx, sb.ID, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	has := func(k string) bool {
+		_, err := d.c.GetTemplate(ctx, imageRecord(t, imgs[k]))
+		return err == nil
+	}
+	use("a")
+	use("b")
+	use("a") // a is now the more recently used
+	if !has("a") || !has("b") {
+		t.Fatal("two images that fit the cap were evicted")
+	}
+	use("c")
+	if !has("a") || !has("c") || has("b") {
+		t.Fatalf("after c: a %v, b %v, c %v; want b (least recently used) evicted", has("a"), has("b"), has("c"))
 	}
 }
