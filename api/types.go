@@ -58,8 +58,19 @@ type Disk struct {
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes.
 type CreateSandboxRequest struct {
-	Name           string            `json:"name,omitempty"`
-	Template       string            `json:"template,omitempty"` // default: the server's default template
+	Name     string `json:"name,omitempty"`
+	Template string `json:"template,omitempty"` // default: the server's default template
+	// Image makes the sandbox from a registry image instead of a
+	// template: resolved to its manifest digest, pulled on first use and
+	// cached by digest (as template "image@sha256:…" of the caller).
+	// A tenant's key needs a daemon run with --tenant-pulls.
+	Image string `json:"image,omitempty"`
+	// ImageInsecure allows a plain-HTTP registry for Image.
+	ImageInsecure bool `json:"image_insecure,omitempty"`
+	// RegistryAuth is Image's registry account for this pull alone, never
+	// stored or shown. Without it the host's pulls use the daemon's
+	// credentials (serve --registry-auth) and a tenant's go anonymous.
+	RegistryAuth   *RegistryAuth     `json:"registry_auth,omitempty"`
 	Persistent     bool              `json:"persistent,omitempty"`
 	Resources      Resources         `json:"resources,omitzero"`
 	Env            map[string]string `json:"env,omitempty"`

@@ -21,6 +21,7 @@ func newBenchCmd() *cobra.Command {
 		strict    bool
 		forkSizes []string
 		netBytes  string
+		imageBase string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--iterations N] [--idle N] [--churn-seconds S] [--expiry N] [--fork-sizes 10m,100m,1g] [--net-bytes 256m] [--only a,b,...] [-o json]",
@@ -35,7 +36,7 @@ own socket, cgroup parent and runc root), so it neither needs nor touches a
 running "berth serve". At the end it deletes its sandboxes, checks doctor,
 stops the daemon and removes everything it created. It must run as root.
 
-Measurements (--only takes these names, or the letters a-o):
+Measurements (--only takes these names, or the letters a-p):
   tti      time to interactive: create + first exec of true, vs runc run true
   exec     exec round trip of true through the SDK, vs runc exec true
   run      one-shot "berth run -- true" (CLI wall time), vs runc run true
@@ -69,12 +70,22 @@ Measurements (--only takes these names, or the letters a-o):
   nat      TCP throughput (--net-bytes per transfer) from an egress sandbox
            through berth's bridge and NAT to a test host, vs the same
            transfer over a plain veth pair
+  images   --images per-task images (default 200) sharing a base of
+           --image-base-size (default 300m), each with a small task layer,
+           pushed to a test registry, then made into sandboxes with
+           create --image: create -> first command from an image not yet
+           pulled (nothing cached; base cached) vs cp -a of the same bytes,
+           from a cached image vs a local template, import throughput, and
+           host storage vs the bytes of the distinct layers (needs the
+           registry of scripts/install-registry.sh and busybox-static)
 
-egress and nat never send a packet off this machine: they run a second
-private daemon inside a network namespace the bench makes (nsenter --net),
-whose only link is a veth into another bench-made namespace holding the test
-host (198.51.100.2, a documentation address) and a TCP sink; the peer's
-sender is a third namespace on a plain veth to the same sink. The
+egress, nat and images never send a packet off this machine: images runs the
+CNCF distribution registry in a bench-made network namespace reached by
+address over a veth pair, with a CA and account made for the run. egress and
+nat run a second private daemon inside a network namespace the bench makes
+(nsenter --net), whose only link is a veth into another bench-made namespace
+holding the test host (198.51.100.2, a documentation address) and a TCP sink;
+the peer's sender is a third namespace on a plain veth to the same sink. The
 namespaces have no route to the real network and are deleted at the end.
 
 The exit code is 0 when the bench ran and cleaned up, whether or not every
@@ -85,7 +96,8 @@ target was met (use --strict to fail on a missed target).`,
   berth bench --only compute --burst 200
   berth bench --only pause,restart,expiry --expiry 50
   berth bench --only fork,pool,snapshot --fork-sizes 10m,100m
-  berth bench --only egress,nat --net-bytes 64m`,
+  berth bench --only egress,nat --net-bytes 64m
+  berth bench --only images --images 50 --image-base-size 100m`,
 		Args: cobra.NoArgs,
 	}
 	out := addOutputFlag(cmd)
@@ -100,7 +112,9 @@ target was met (use --strict to fail on a missed target).`,
 	f.StringSliceVar(&forkSizes, "fork-sizes", []string{"10m", "100m", "1g"}, "workspace sizes of the parents that fork and snapshot measure")
 	f.IntVar(&opts.ForkIterations, "fork-iterations", 0, "samples of each fork, snapshot and restore size (0: --iterations, at most 10)")
 	f.StringVar(&netBytes, "net-bytes", "256m", "bytes each transfer of the nat measurement sends")
-	f.StringSliceVar(&opts.Only, "only", nil, "run only these measurements: compute, tti, exec, run, churn, density, pause, restart, expiry, fork, pool, snapshot, runsc, egress, nat (or a-n)")
+	f.IntVar(&opts.Images, "images", bench.DefaultImages, "per-task images the images measurement pulls")
+	f.StringVar(&imageBase, "image-base-size", "300m", "size of the base layer the images measurement's images share")
+	f.StringSliceVar(&opts.Only, "only", nil, "run only these measurements: compute, tti, exec, run, churn, density, pause, restart, expiry, fork, pool, snapshot, runsc, egress, nat, images (or a-p)")
 	f.StringArrayVar(&opts.ServeArgs, "serve-arg", nil, "a flag for the measured daemon's berth serve, e.g. --serve-arg=--max-starts=-1 (repeat for more)")
 	f.StringVar(&opts.Runc, "runc", "runc", "runc binary for the daemon's peer (`PATH` or name looked up in $PATH)")
 	f.BoolVar(&strict, "strict", false, "exit 1 when a target is missed")
@@ -123,6 +137,9 @@ target was met (use --strict to fail on a missed target).`,
 			return fmt.Errorf("--net-bytes: %w", err)
 		}
 		opts.NetBytes = nb
+		if opts.ImageBase, err = parseSize(imageBase); err != nil {
+			return fmt.Errorf("--image-base-size: %w", err)
+		}
 		if opts.ForkIterations < 0 {
 			return fmt.Errorf("--fork-iterations must not be negative")
 		}

@@ -16,6 +16,9 @@ func newCreateCmd(g *globals) *cobra.Command {
 		labels   []string
 		snapshot string
 		idemKey  string
+		img      string
+		insecure bool
+		ra       registryAuthFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "create [flags]",
@@ -44,6 +47,15 @@ served by the port proxy without credentials.
 --snapshot SNAP starts the sandbox from a snapshot ('berth snapshot'): its
 template, workspace and writable root; --template is not needed then.
 
+--image REF starts it from a registry image instead of a template: the daemon
+resolves REF to its digest, pulls it the first time (concurrent creates of one
+image share one pull) and keeps it by digest as your template
+"image@sha256:<hex>", so the next create of it starts without a pull. The
+cache is bounded by serve --image-cache-size (least recently used images no
+sandbox uses go first). --registry-user with --registry-password-stdin gives
+this pull its own registry account. A tenant key needs a daemon run with
+--tenant-pulls.
+
 Every create carries an idempotency key, and a request that got no answer
 (the daemon restarting) is retried with it, so it never makes two sandboxes.
 --idempotency-key KEY chooses the key: a script that runs 'berth create' again
@@ -54,6 +66,7 @@ hours); with other flags it is refused.`,
   berth create --persist-root --keep-volume --max-age 7d --on-max-age stop --retention 30d
   berth create --volume data:/data --volume models:/models:ro --label team=ml
   berth create --snapshot before-upgrade --name dev2 --persistent
+  berth create --image registry.example.com/tasks/swe-1234:latest
   berth create --idempotency-key "job-$JOB_ID"
   berth create --user 1000 --workdir /workspace     # commands run as uid 1000, who owns /workspace
   berth create --network egress --allow 'tcp://*.pypi.org:443' --public-port 8080`,
@@ -67,6 +80,13 @@ hours); with other flags it is refused.`,
 		}
 		req.Name = name
 		req.Snapshot = snapshot
+		req.Image, req.ImageInsecure = img, insecure
+		if req.RegistryAuth, err = ra.auth(cmd); err != nil {
+			return err
+		}
+		if req.RegistryAuth != nil && img == "" {
+			return fmt.Errorf("a registry account (--registry-user, --registry-token-stdin) goes with --image")
+		}
 		if err := pf.apply(&req, cmd.Flags().Changed("persistent")); err != nil {
 			return err
 		}
@@ -97,8 +117,11 @@ hours); with other flags it is refused.`,
 	f.StringArrayVarP(&labels, "label", "l", nil, "label `K=V`; repeatable")
 	f.StringVar(&idemKey, "idempotency-key", "", "`KEY` that makes a repeated create return the first one's sandbox (1-255 printable ASCII)")
 	f.StringVar(&snapshot, "snapshot", "", "start from snapshot `SNAP` (its template, workspace and writable root) instead of a template")
+	f.StringVar(&img, "image", "", "start from registry image `REF`, pulled on first use and cached by digest, instead of a template")
+	f.BoolVar(&insecure, "image-insecure", false, "allow a plain-HTTP registry for --image")
+	ra.register(cmd)
 	sf.register(f, "hard lifetime of the sandbox; it is deleted when it runs out")
 	pf.register(f)
-	cmd.MarkFlagsMutuallyExclusive("snapshot", "template")
+	cmd.MarkFlagsMutuallyExclusive("snapshot", "template", "image")
 	return cmd
 }

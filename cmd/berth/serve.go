@@ -35,6 +35,7 @@ func newServeCmdWith(run func(context.Context, daemon.Config) error) *cobra.Comm
 	cfg := daemon.Config{}
 	var logLevel, logFormat string
 	diskDefault := sizeValue(manager.DefaultDiskBytes)
+	var imageCache sizeValue
 	var lowWater, poolSize sizeValue
 	retention := durationValue(manager.DefaultRecordRetention)
 	var rateLimit, defCreateRate, warmPool string
@@ -90,6 +91,7 @@ printed at start (and shown by GET /v1/version); clients pin it with
 				// in the process's arguments (a Kubernetes Secret's env).
 				cfg.Store = os.Getenv(storeEnv)
 			}
+			cfg.ImageCacheSize = int64(imageCache)
 			if cfg.DiskDefault = int64(diskDefault); cfg.DiskDefault == 0 {
 				cfg.DiskDefault = -1 // none
 			}
@@ -122,6 +124,7 @@ printed at start (and shown by GET /v1/version); clients pin it with
 	f.StringVar(&cfg.RunscPath, "runsc", "runsc", "gVisor runsc binary (`PATH` or name in $PATH), offered as runtime class runsc when it works here; none: off")
 	f.StringVar(&cfg.DefaultTemplate, "default-template", "base", "template used when a create names none")
 	f.BoolVar(&cfg.TenantPulls, "tenant-pulls", false, "let tenants' keys import templates from registries (the daemon fetches what they name); off, tenants upload image archives")
+	f.Var(&imageCache, "image-cache-size", "cap of the layers images pulled on create (create --image) hold, e.g. 50g; past it the least recently used image records no sandbox uses are removed with the layers nothing else holds (0: no cap)")
 	f.StringVar(&cfg.RegistryAuth, "registry-auth", "", "registry credentials `FILE` in docker's config.json format (\"auths\"), used for every pull and push instead of the daemon user's docker config; read at start")
 	f.StringVar(&cfg.RegistryCerts, "registry-certs", "", "`DIR` of per-registry CA certificates, docker's certs.d layout: DIR/<host:port>/*.crt are trusted for that registry besides the system's roots")
 	f.StringVar(&cfg.AgentPath, "agent", "", "agent binary (`PATH`) mounted into sandboxes as their PID 1 (default: berth-agent beside this executable)")

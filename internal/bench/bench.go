@@ -42,6 +42,11 @@
 //	nat      TCP throughput from an egress sandbox through berth's NAT to a
 //	         sink in a bench-made "internet" netns, vs the same transfer
 //	         over a plain veth pair (nothing leaves the machine)
+//	images   per-task images from a test registry in a bench-made netns
+//	         (images.go): create → first command from an image not yet
+//	         pulled and from a cached one, vs cp of the same bytes and a
+//	         local template; import throughput; host storage vs the bytes
+//	         of the distinct layers
 //
 // Every figure is a p50 and p95 over n samples. At the end the bench
 // deletes its sandboxes, checks `doctor` is clean, stops the daemon by pid,
@@ -82,6 +87,7 @@ import (
 	"github.com/berth-sh/berth/internal/bench/netbench"
 	"github.com/berth-sh/berth/internal/bench/peer"
 	"github.com/berth-sh/berth/internal/cgroups"
+	"github.com/berth-sh/berth/internal/testenv/regtest"
 )
 
 // Measurement names, as --only takes them.
@@ -104,6 +110,8 @@ const (
 	// Issue 5: sandbox networking (internal/bench/netbench).
 	Egress = netbench.Egress
 	NAT    = netbench.NAT
+	// Issue 32: per-task images pulled from a registry (images.go).
+	Images = "images"
 )
 
 // DefaultNetBytes is what each transfer of the nat measurement sends.
@@ -114,12 +122,12 @@ const DefaultNetBytes = netbench.DefaultNetBytes
 func NetNamespaces(workDir string) []string { return netbench.NetNamespaces(workDir) }
 
 // All lists every measurement in the order Run performs them.
-var All = []string{TTI, Exec, RunCLI, Churn, Density, Pause, Restart, Expiry, Fork, Pool, Snapshot, Runsc, Egress, NAT, Compute}
+var All = []string{TTI, Exec, RunCLI, Churn, Density, Pause, Restart, Expiry, Fork, Pool, Snapshot, Runsc, Egress, NAT, Compute, Images}
 
 // aliases lets --only name measurements by their letter in the design notes.
 var aliases = map[string]string{"a": TTI, "b": Exec, "c": RunCLI, "d": Churn, "e": Density,
 	"f": Pause, "g": Restart, "h": Expiry, "i": Fork, "j": Pool, "k": Snapshot, "l": Runsc,
-	"m": Egress, "n": NAT, "o": Compute}
+	"m": Egress, "n": NAT, "o": Compute, "p": Images}
 
 // Options configures a bench run. Zero values take the defaults.
 type Options struct {
@@ -158,6 +166,11 @@ type Options struct {
 	// Burst is how many creates the compute measurement starts at once
 	// (default 100).
 	Burst int
+	// Images is how many per-task images the images measurement pulls
+	// (default 200), and ImageBase the size of the base they share
+	// (default 300 MiB).
+	Images    int
+	ImageBase int64
 	// Only restricts the run to these measurements (see All); empty: all.
 	Only []string
 	// TempRoot is where the private temporary directory is made
@@ -228,8 +241,11 @@ type Report struct {
 	ForkIterations int     `json:"fork_iterations,omitempty"`
 	// ServeArgs are the daemon's flags beyond the bench's own.
 	ServeArgs []string `json:"serve_args,omitempty"`
-	Rows      []Row    `json:"rows"`
-	Cleanup   Cleanup  `json:"cleanup"`
+	// Images and ImageBase are those of the images measurement.
+	Images    int     `json:"images,omitempty"`
+	ImageBase int64   `json:"image_base,omitempty"`
+	Rows      []Row   `json:"rows"`
+	Cleanup   Cleanup `json:"cleanup"`
 	// Failed counts the rows whose target was missed.
 	Failed int `json:"failed"`
 }
@@ -287,6 +303,18 @@ func (o *Options) setDefaults() error {
 	}
 	if o.TempRoot == "" {
 		o.TempRoot = "/tmp"
+	}
+	if o.Images == 0 {
+		o.Images = DefaultImages
+	}
+	if o.ImageBase == 0 {
+		o.ImageBase = DefaultImageBase
+	}
+	if o.Images < 2 || o.Images > 10000 {
+		return fmt.Errorf("bench: --images must be between 2 and 10000, not %d", o.Images)
+	}
+	if o.ImageBase < 1<<10 || o.ImageBase > 16<<30 {
+		return fmt.Errorf("bench: --image-base-size must be between 1 KiB and 16 GiB, not %d bytes", o.ImageBase)
 	}
 	if len(o.ForkSizes) == 0 {
 		o.ForkSizes = slices.Clone(DefaultForkSizes)
@@ -359,6 +387,9 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (*Report, error)
 	if opts.selected(Fork) || opts.selected(Snapshot) {
 		rep.ForkSizes, rep.ForkIterations = opts.ForkSizes, opts.ForkIterations
 	}
+	if opts.selected(Images) {
+		rep.Images, rep.ImageBase = opts.Images, opts.ImageBase
+	}
 	b := &bench{opts: opts, log: progress, rep: rep}
 	err := b.run(ctx)
 	if err != nil && b.d != nil {
@@ -395,6 +426,8 @@ type bench struct {
 	peer *peer.Peer
 	// net is the network measurements (their namespaces, sink and daemon).
 	net *netbench.Bench
+	// reg is the images measurement's registry (images.go).
+	reg *regtest.Registry
 
 	// parents are the filled parents of fork and snapshot, by size, and
 	// copies the copy peer's samples of each.
@@ -421,7 +454,15 @@ func (b *bench) run(ctx context.Context) error {
 	b.Logf("working in %s", tmp)
 	b.net = netbench.New(netbench.Options{Binary: b.opts.Binary, WorkDir: tmp,
 		Iterations: b.opts.Iterations, NetBytes: b.opts.NetBytes}, b)
-	b.d, err = harness.StartDaemon(ctx, b.opts.Binary, tmp, "", b.opts.ServeArgs...)
+	serveArgs := b.opts.ServeArgs
+	if b.opts.selected(Images) {
+		more, err := b.startRegistry()
+		if err != nil {
+			return err
+		}
+		serveArgs = append(slices.Clone(serveArgs), more...)
+	}
+	b.d, err = harness.StartDaemon(ctx, b.opts.Binary, tmp, "", serveArgs...)
 	if err != nil {
 		return err
 	}
@@ -461,6 +502,7 @@ func (b *bench) run(ctx context.Context) error {
 		{Egress, b.net.MeasureEgress},
 		{NAT, b.net.MeasureNAT},
 		{Compute, b.measureCompute},
+		{Images, b.measureImages},
 	}
 	for _, s := range steps {
 		if !b.opts.selected(s.name) {

@@ -64,6 +64,7 @@ func (b *bench) cleanup(ctx context.Context) {
 			fail("stopping the daemon: %v", err)
 		}
 	}
+	cl.Leftover = append(cl.Leftover, b.stopRegistry()...)
 	if b.peer != nil {
 		ids, err := b.peer.List(ctx)
 		if err != nil {

@@ -55,6 +55,9 @@ type Config struct {
 	// TenantPulls lets tenants import templates from registries (serve
 	// --tenant-pulls); off, they upload archives and pulls are the host's.
 	TenantPulls bool
+	// ImageCacheSize caps the layers of images pulled on create (serve
+	// --image-cache-size); 0: no cap.
+	ImageCacheSize int64
 	// RegistryAuth is a docker config.json whose "auths" are the
 	// registry accounts of every pull and push (serve --registry-auth);
 	// "" keeps the daemon user's docker config. Never logged or stored.

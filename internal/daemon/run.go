@@ -264,6 +264,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		WarmPool: cfg.WarmPool, WarmPoolMax: cfg.WarmPoolMax, WarmPoolIdle: cfg.WarmPoolIdle,
 	}
 	mcfg.TenantPulls = cfg.TenantPulls
+	mcfg.ImageCacheSize = cfg.ImageCacheSize
 	if mcfg.Node == "" {
 		mcfg.Node = local.InstanceName(cfg.DataDir)
 		if cfg.Backend == "kubernetes" {

@@ -31,6 +31,11 @@ type Features struct {
 	Flow func(node.Flow)
 	// FromSnapshot makes a sandbox from req.Snapshot.
 	FromSnapshot func(ctx context.Context, req *CreateRequest, opt CreateOptions) (*sandbox.Sandbox, error)
+	// ResolveImage returns the cached image record of req.Image for the
+	// caller (pulling it on first use) and a release that lets the image
+	// cache evict it again: call it once the create is recorded (or
+	// failed).
+	ResolveImage func(ctx context.Context, req *CreateRequest, tenant string) (*store.Template, func(), error)
 	// Running is told, in the background, of every sandbox that has just
 	// become running (create, start, unpause, wake, auto-resume): a copy
 	// of its record. It runs templates' services.
@@ -320,12 +325,16 @@ func (m *Engine) Stopping() <-chan struct{} { return m.stopCh }
 
 // ResolveTemplate returns the template a sandbox of tenant named: the
 // tenant's own of that name first, then the shared catalogue's (404
-// naming it if there is neither; another tenant's is never found).
+// naming it if there is neither; another tenant's is never found, nor
+// the host's image cache records).
 func (m *Engine) ResolveTemplate(ctx context.Context, tenant, name string) (*store.Template, error) {
 	if name == "" {
 		name = m.cfg.DefaultTemplate // as a create that names none
 	}
 	t, err := m.store.ResolveTemplate(ctx, tenant, name)
+	if err == nil && IsImageTemplate(name) && t.Tenant != tenant {
+		err = errdefs.ErrNotFound // the host's image records are no shared catalogue
+	}
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil, errdefs.NotFound("no template %q", name)
 	}

@@ -113,6 +113,9 @@ func (m *Engine) Create(ctx context.Context, req *CreateRequest, opt CreateOptio
 	if info.tenantTemplate || (info.path == "snapshot" && sb.Tenant != "") {
 		tname = TenantTemplateLabel
 	}
+	if IsImageTemplate(sb.Spec.Template) {
+		tname = ImageTemplateLabel
+	}
 	m.cfg.Metrics.Created(tname, sb.Spec.Runtime, info.path, time.Since(begin))
 	return sb, nil
 }
@@ -134,6 +137,9 @@ func (m *Engine) create(ctx context.Context, req *CreateRequest, opt CreateOptio
 	if opt.ID != "" && !ValidID(opt.ID) {
 		return nil, errdefs.Invalid("bad sandbox id %q", opt.ID)
 	}
+	if req.Snapshot != "" && req.Image != "" {
+		return nil, errdefs.Invalid("give snapshot or image, not both")
+	}
 	if req.Snapshot != "" {
 		if m.features.FromSnapshot == nil {
 			return nil, errdefs.NotSupported("this daemon makes no sandboxes from snapshots")
@@ -141,18 +147,11 @@ func (m *Engine) create(ctx context.Context, req *CreateRequest, opt CreateOptio
 		info.path = "snapshot"
 		return m.features.FromSnapshot(ctx, req, opt)
 	}
-	tname := req.Template
-	if tname == "" {
-		tname = m.cfg.DefaultTemplate
-	}
-	// The caller's own template of that name first, then the shared
-	// catalogue's; never another tenant's.
-	tpl, err := m.store.ResolveTemplate(ctx, opt.Tenant, tname)
-	if errors.Is(err, errdefs.ErrNotFound) {
-		return nil, errdefs.NotFound("no template %q (see `berth template ls`)", tname)
-	} else if err != nil {
+	tpl, release, err := m.createTemplate(ctx, req, opt)
+	if err != nil {
 		return nil, err
 	}
+	defer release()
 	info.tenantTemplate = tpl.Tenant != ""
 	spec, err := SpecFromRequest(req, tpl)
 	if err != nil {
@@ -232,6 +231,42 @@ func (m *Engine) create(ctx context.Context, req *CreateRequest, opt CreateOptio
 		return nil, err
 	}
 	return sb, nil
+}
+
+// createTemplate is the template a create starts from: req.Image's cached
+// record (pulled on first use, kept from eviction until release), else
+// the template it names, the caller's own first, then the shared
+// catalogue's; never another tenant's. An image record is reached only
+// through Image, and only the caller's own: the host's records (pulled
+// with the daemon's registry accounts) are no shared catalogue.
+func (m *Engine) createTemplate(ctx context.Context, req *CreateRequest, opt CreateOptions) (*store.Template, func(), error) {
+	nop := func() {}
+	if req.Image != "" {
+		if req.Template != "" {
+			return nil, nop, errdefs.Invalid("give template or image, not both")
+		}
+		if m.features.ResolveImage == nil {
+			return nil, nop, errdefs.NotSupported("this daemon makes no sandboxes from registry images")
+		}
+		return m.features.ResolveImage(ctx, req, opt.Tenant)
+	}
+	if req.RegistryAuth != nil || req.ImageInsecure {
+		return nil, nop, errdefs.Invalid("registry_auth and image_insecure go with image")
+	}
+	tname := req.Template
+	if tname == "" {
+		tname = m.cfg.DefaultTemplate
+	}
+	tpl, err := m.store.ResolveTemplate(ctx, opt.Tenant, tname)
+	if err == nil && IsImageTemplate(tname) && tpl.Tenant != opt.Tenant {
+		err = errdefs.ErrNotFound
+	}
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, nop, errdefs.NotFound("no template %q (see `berth template ls`)", tname)
+	} else if err != nil {
+		return nil, nop, err
+	}
+	return tpl, nop, nil
 }
 
 // ReserveID returns the new sandbox's id (the chosen one, else a new one)

@@ -50,6 +50,11 @@ type Config struct {
 	// TenantPulls lets tenants' callers import templates from registries
 	// (serve --tenant-pulls); off, a registry pull is the host's alone.
 	TenantPulls bool
+	// ImageCacheSize caps the bytes of the layers that images pulled on
+	// first use (create --image) hold (serve --image-cache-size); past
+	// it, the least recently used image records no sandbox uses are
+	// removed with the layers nothing else holds. 0: no cap.
+	ImageCacheSize int64
 	// UploadDir stages uploaded template archives (on the layer store's
 	// filesystem, so an import moves rather than copies).
 	UploadDir string

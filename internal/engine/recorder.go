@@ -10,13 +10,18 @@ import (
 // operator's to see as series.
 const TenantTemplateLabel = "tenant"
 
+// ImageTemplateLabel is the template measures name a registry image's
+// record by (create --image): one per digest, thousands for a harness
+// that runs an image per task, so never a series each.
+const ImageTemplateLabel = "image"
+
 // Recorder receives the engine's measures as they happen (package metrics
 // implements it over Prometheus; nil in Config: none). Labels are small
 // closed sets or template and class names; never a sandbox id.
 type Recorder interface {
 	// Created: a create succeeded, its agent answering d after the
 	// request; path is cold, pool or snapshot; template is a shared
-	// catalogue name or TenantTemplateLabel.
+	// catalogue name, TenantTemplateLabel or ImageTemplateLabel.
 	Created(template, class, path string, d time.Duration)
 	// CreateFailed: a create was refused or failed with this API error code.
 	CreateFailed(code string)

@@ -1,11 +1,26 @@
 package engine
 
 import (
+	"strings"
 	"time"
 
 	"github.com/berth-sh/berth/internal/agent"
+	"github.com/berth-sh/berth/internal/image"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
+
+// ImageTemplatePrefix begins the name of every image record the image
+// cache keeps (create --image): "image@sha256:<hex>". No template a
+// caller names can begin so ('@' is no name character), so a record
+// never shadows a template, nor one a record.
+const ImageTemplatePrefix = "image@"
+
+// ImageTemplateName is the record name of the image of manifest digest
+// ("sha256:<hex>").
+func ImageTemplateName(digest string) string { return ImageTemplatePrefix + digest }
+
+// IsImageTemplate reports whether name is an image cache record's.
+func IsImageTemplate(name string) bool { return strings.HasPrefix(name, ImageTemplatePrefix) }
 
 // The engine's own request and result types. The HTTP API's JSON types
 // (package api) are converted to and from these in the server, so the API
@@ -18,9 +33,18 @@ import (
 
 // CreateRequest is what a new sandbox is made from.
 type CreateRequest struct {
-	Name       string
-	Template   string // "" = the daemon's default template
-	Persistent bool
+	Name     string
+	Template string // "" = the daemon's default template
+	// Image, instead of Template, makes the sandbox from a registry
+	// image: resolved to its digest and pulled on first use, then cached
+	// by digest as a template record of the caller's (ImageTemplateName).
+	Image string
+	// ImageInsecure allows a plain-HTTP registry for Image.
+	ImageInsecure bool
+	// RegistryAuth is Image's registry account for this pull alone
+	// (never stored); see templates' registryCtx.
+	RegistryAuth *image.RequestAuth
+	Persistent   bool
 	// Resources: zero fields take the template's or the default.
 	Resources sandbox.Resources
 	Env       map[string]string

@@ -162,8 +162,12 @@ func (c *Credentials) Resolve(r authn.Resource) (authn.Authenticator, error) {
 // system's roots, for that registry alone. It is read at each transfer.
 func WithRegistryCerts(dir string) Option { return func(o *options) { o.certsDir = dir } }
 
-// transportFor returns the HTTP transport for reg: the default one, or a
-// copy trusting reg's certificates from the certs directory.
+// transportFor returns the HTTP transport for reg: the default one, or one
+// trusting reg's certificates from the certs directory. The directory is
+// read at each transfer; a transport is kept per registry while its
+// certificates stay the same (names, sizes, modification times), so the
+// transfers of many creates of one registry's images reuse connections
+// rather than each paying a TLS handshake.
 func (s *Store) transportFor(reg name.Registry) (http.RoundTripper, error) {
 	base := remote.DefaultTransport.(*http.Transport)
 	if s.opts.certsDir == "" {
@@ -181,15 +185,32 @@ func (s *Store) transportFor(reg name.Registry) (http.RoundTripper, error) {
 	if err != nil {
 		return nil, fmt.Errorf("registry certificates for %s: %w", host, err)
 	}
-	pool, err := x509.SystemCertPool()
-	if err != nil || pool == nil {
-		pool = x509.NewCertPool()
-	}
-	n := 0
+	var crts []os.DirEntry
+	var key strings.Builder
 	for _, e := range ents {
 		if !strings.HasSuffix(e.Name(), ".crt") || !e.Type().IsRegular() {
 			continue
 		}
+		fi, err := e.Info()
+		if err != nil {
+			return nil, fmt.Errorf("registry certificates for %s: %w", host, err)
+		}
+		fmt.Fprintf(&key, "%s\x00%d\x00%d\x00", e.Name(), fi.Size(), fi.ModTime().UnixNano())
+		crts = append(crts, e)
+	}
+	if len(crts) == 0 {
+		return base, nil
+	}
+	s.trMu.Lock()
+	defer s.trMu.Unlock()
+	if c, ok := s.transports[host]; ok && c.key == key.String() {
+		return c.tr, nil
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	for _, e := range crts {
 		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			return nil, fmt.Errorf("registry certificates for %s: %w", host, err)
@@ -197,17 +218,26 @@ func (s *Store) transportFor(reg name.Registry) (http.RoundTripper, error) {
 		if !pool.AppendCertsFromPEM(b) {
 			return nil, errdefs.Invalid("registry certificates for %s: %s holds no PEM certificate", host, e.Name())
 		}
-		n++
-	}
-	if n == 0 {
-		return base, nil
 	}
 	t := base.Clone()
 	if t.TLSClientConfig == nil {
 		t.TLSClientConfig = &tls.Config{}
 	}
 	t.TLSClientConfig.RootCAs = pool
+	if old, ok := s.transports[host]; ok {
+		old.tr.CloseIdleConnections() // its certificates changed
+	}
+	if s.transports == nil {
+		s.transports = map[string]cachedTransport{}
+	}
+	s.transports[host] = cachedTransport{key: key.String(), tr: t}
 	return t, nil
+}
+
+// cachedTransport is a registry's transport and the certificates it trusts.
+type cachedTransport struct {
+	key string
+	tr  *http.Transport
 }
 
 // RequestAuth is a registry account given with one request: used for
@@ -236,11 +266,7 @@ func (s *Store) remoteOptions(ctx context.Context, ref name.Reference) ([]remote
 	if err != nil {
 		return nil, nil, err
 	}
-	closer := func() {
-		if t, ok := tr.(*http.Transport); ok && t != remote.DefaultTransport {
-			t.CloseIdleConnections()
-		}
-	}
+	closer := func() {} // the transports are kept (transportFor)
 	auth := remote.WithAuthFromKeychain(s.opts.keychain)
 	if a, ok := ctx.Value(authKey{}).(authn.Authenticator); ok {
 		auth = remote.WithAuth(a)
@@ -416,3 +442,50 @@ func digestMismatch(err error) (string, bool) {
 
 // platform is the one image Pull takes from an index.
 var platform = v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
+
+// Resolve asks ref's registry which manifest ref names now (a HEAD of the
+// manifest, a GET when the registry answers no digest to HEAD) and
+// returns the reference pinned to it, "repository@sha256:<hex>", and the
+// digest. Pulling the pinned reference imports exactly what was resolved,
+// even if the tag moves meanwhile. Credentials and certificates are
+// Pull's; a failure is named as Pull's are.
+func (s *Store) Resolve(ctx context.Context, ref string, insecure bool) (pinned, digest string, err error) {
+	var nopts []name.Option
+	if insecure {
+		nopts = append(nopts, name.Insecure)
+	}
+	r, err := name.ParseReference(ref, nopts...)
+	if err != nil {
+		return "", "", &errdefs.Error{Category: errdefs.ErrInvalid, Msg: fmt.Sprintf("bad image reference %q: %v", ref, err), Err: err}
+	}
+	if d, ok := r.(name.Digest); ok {
+		if _, valid := parseID(d.DigestStr()); !valid {
+			return "", "", errdefs.Invalid("bad image reference %q: only sha256 digests are supported", ref)
+		}
+		return d.String(), d.DigestStr(), nil
+	}
+	opts, done, err := s.remoteOptions(ctx, r)
+	if err != nil {
+		return "", "", registryErr("resolve", ref, err)
+	}
+	defer done()
+	desc, err := remote.Head(r, opts...)
+	if err != nil {
+		var terr *transport.Error
+		if !errors.As(err, &terr) || terr.StatusCode == http.StatusNotFound || terr.StatusCode == http.StatusUnauthorized ||
+			terr.StatusCode == http.StatusForbidden {
+			return "", "", registryErr("resolve", ref, err)
+		}
+		// Some registries answer HEAD badly; the manifest itself says.
+		full, gerr := remote.Get(r, opts...)
+		if gerr != nil {
+			return "", "", registryErr("resolve", ref, gerr)
+		}
+		desc = &full.Descriptor
+	}
+	if desc.Digest.Algorithm != "sha256" {
+		return "", "", registryErr("resolve", ref, errdefs.Invalid("the registry names the manifest by %s, not a sha256 digest", desc.Digest))
+	}
+	pinned = r.Context().Digest(desc.Digest.String()).String()
+	return pinned, desc.Digest.String(), nil
+}

@@ -63,6 +63,9 @@ type Store struct {
 	layerL map[string]chan struct{} // per-layer unpack locks
 	// budgets are the open import accounts; GC keeps what they hold.
 	budgets map[*Budget]struct{}
+
+	trMu       sync.Mutex
+	transports map[string]cachedTransport // by registry host (transportFor)
 }
 
 type options struct {
@@ -152,6 +155,12 @@ func Open(root string, idmap IDMap, opts ...Option) (*Store, error) {
 
 // Close releases the store's scratch space. Layers stay on disk.
 func (s *Store) Close() error {
+	s.trMu.Lock()
+	for _, c := range s.transports {
+		c.tr.CloseIdleConnections()
+	}
+	s.transports = nil
+	s.trMu.Unlock()
 	if s.lockf == nil {
 		return nil
 	}

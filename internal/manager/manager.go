@@ -137,7 +137,7 @@ func New(cfg Config, st store.Store, images *image.Store, backend node.Backend) 
 		tb.ObserveFlow(f) // a build sandbox's flows go to its template's build record
 	}
 	e.SetFeatures(engine.Features{Claim: w.Claim, FromSnapshot: sn.FromSnapshot, Wake: h.WakeLocked, Flow: flow, Running: pr.Running,
-		Stopping: pr.Stopping})
+		Stopping: pr.Stopping, ResolveImage: tb.ResolveImage})
 	return &Manager{
 		Engine:      e,
 		Warm:        w,

@@ -31,7 +31,9 @@ func (m *Manager) MetricsSnapshot(ctx context.Context) (metrics.Snapshot, error)
 	for _, sb := range live {
 		// A name the shared catalogue does not have is a tenant's own.
 		tname := sb.Spec.Template
-		if !shared[tname] {
+		if engine.IsImageTemplate(tname) {
+			tname = engine.ImageTemplateLabel
+		} else if !shared[tname] {
 			tname = engine.TenantTemplateLabel
 		}
 		s.Sandboxes = append(s.Sandboxes, metrics.SandboxStat{

@@ -33,7 +33,7 @@ func TestBenchTiny(t *testing.T) {
 	defer cancel()
 	rep, err := bench.Run(ctx, bench.Options{
 		Binary: berthBin, Iterations: 3, Burst: 4, Idle: 3, Churn: time.Second, Expiry: 3, ExpiryStop: 2, TempRoot: dir,
-		ForkSizes: []int64{1 << 20}, NetBytes: 1 << 20,
+		ForkSizes: []int64{1 << 20}, NetBytes: 1 << 20, Images: 3, ImageBase: 1 << 20,
 	}, testWriter{t})
 	if rep != nil {
 		var sb strings.Builder
@@ -143,4 +143,51 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// berth bench --only images, tiny: a registry in its own namespace, three
+// task images on a 1 MiB base; every row has figures, the storage row
+// compares the layer store with the distinct layers, and the bench leaves
+// nothing behind (its registry namespace included: cleanup reports it).
+func TestBenchImagesTiny(t *testing.T) {
+	parallel(t)
+	dir, err := testenv.TempDir("", "bench")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	rep, err := bench.Run(ctx, bench.Options{Binary: berthBin, Iterations: 2, TempRoot: dir,
+		Only: []string{bench.Images}, Images: 3, ImageBase: 1 << 20}, testWriter{t})
+	if rep != nil {
+		var sb strings.Builder
+		_ = bench.WriteTable(&sb, rep)
+		t.Logf("report:\n%s", sb.String())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 6 {
+		t.Fatalf("%d rows, want 6", len(rep.Rows))
+	}
+	for _, r := range rep.Rows {
+		if r.Measurement != bench.Images || r.Berth.N <= 0 || r.Berth.P50 <= 0 {
+			t.Errorf("row %+v", r)
+		}
+		if strings.HasPrefix(r.Name, "host storage") && (r.PeerStat == nil || r.PeerStat.P50 <= 0 || r.Ratio <= 0) {
+			t.Errorf("storage row without the distinct layers' bytes: %+v", r)
+		}
+	}
+	if !rep.Cleanup.Clean() {
+		t.Errorf("cleanup: %+v", rep.Cleanup)
+	}
+	for _, s := range bench.LeakScopes(rep.WorkDir) {
+		for _, l := range testenv.Check(s) {
+			t.Errorf("left by the bench: %s", l)
+		}
+	}
+	if _, err := os.Stat(rep.WorkDir); !os.IsNotExist(err) {
+		t.Errorf("work dir %s still there (%v)", rep.WorkDir, err)
+	}
 }

@@ -43,6 +43,8 @@ type Builder struct {
 
 	tapMu sync.Mutex
 	taps  map[string]*flowTap // build sandboxes' flows, by sandbox id (buildnet.go)
+
+	images imageCache // images pulled on create (imagecache.go)
 }
 
 // MaxConcurrentUploads is how many template archives the daemon receives
@@ -150,7 +152,10 @@ func builtinConfig(c image.Config) store.TemplateConfig {
 // (and the engine's own work) the shared catalogue.
 func (m *Builder) ListTemplates(ctx context.Context, p store.Page) ([]*store.Template, string, error) {
 	if tenant, ok := engine.Owner(ctx).Tenant(); ok && tenant != "" {
-		return m.store.ListTenantTemplates(ctx, tenant, p)
+		ts, next, err := m.store.ListTenantTemplates(ctx, tenant, p)
+		// The host's image cache records are no shared catalogue: they
+		// were pulled with the daemon's registry accounts.
+		return slices.DeleteFunc(ts, func(t *store.Template) bool { return t.Tenant != tenant && engine.IsImageTemplate(t.Name) }), next, err
 	}
 	return m.store.ListTemplates(ctx, p)
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -160,6 +161,33 @@ func storageAttacks() []*attack.Attack {
 				return attack.Judged(ownOK && (st2 == 403 || st2 == 404) && !containsStr(r2, "registry_"),
 					"push of its own template to %s: %d %s; of the other tenant's: %d %s", req.Ref,
 					st1, attack.Clip(attack.OneLine(r1), 70), st2, attack.Clip(attack.OneLine(r2), 70))
+			}),
+		x("create-image-tenant", "create a sandbox from a registry image at an address it names, and from an image record by its name, with a tenant key", "403 (tenant pulls off) or the registry's 502, and 404 for the record; never a sandbox",
+			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome {
+				k, err := tn.key(ctx, "admin")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				// A loopback port nothing listens on: were the pull let
+				// through, it would still send nothing off the machine.
+				ref := "127.0.0.1:1/selftest/task:1"
+				st1, r1, err := tcp.Do(ctx, "POST", "/v1/sandboxes", k.Key, api.CreateSandboxRequest{Image: ref})
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				pullSt, _, err := tcp.Do(ctx, "POST", "/v1/templates/import", k.Key, api.ImportTemplateRequest{Name: "pulled", Ref: ref})
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				// The name of a record no tenant made: the host's, if any.
+				rec := "image@sha256:" + strings.Repeat("0", 64)
+				st2, r2, err := tcp.Do(ctx, "POST", "/v1/sandboxes", k.Key, api.CreateSandboxRequest{Template: rec})
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				ok1 := st1 == 403 && containsStr(r1, "tenant-pulls") || pullSt != 403 && st1 == 502 && containsStr(r1, "registry_unreachable")
+				return attack.Judged(ok1 && st2 == 404, "create from %s: %d %s; from record %s: %d %s", ref,
+					st1, attack.Clip(attack.OneLine(r1), 70), attack.Clip(rec, 19), st2, attack.Clip(attack.OneLine(r2), 70))
 			}),
 	}
 }

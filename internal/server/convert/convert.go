@@ -56,7 +56,8 @@ func Slice[T, U any](in []T, f func(T) U) []U {
 
 func CreateRequest(r *api.CreateSandboxRequest) *manager.CreateRequest {
 	return &manager.CreateRequest{
-		Name: r.Name, Template: r.Template, Persistent: r.Persistent,
+		Name: r.Name, Template: r.Template, Image: r.Image, ImageInsecure: r.ImageInsecure, RegistryAuth: RegistryAuth(r.RegistryAuth),
+		Persistent: r.Persistent,
 		Resources: sandbox.Resources{CPUs: r.Resources.CPUs, MemoryBytes: r.Resources.MemoryBytes,
 			Pids: r.Resources.Pids, DiskBytes: r.Resources.DiskBytes},
 		Env: r.Env, Labels: r.Labels, Timeout: Seconds(r.TimeoutSeconds),

@@ -180,14 +180,15 @@ func TestConvertRequests(t *testing.T) {
 
 func createToAPI(r *manager.CreateRequest) *api.CreateSandboxRequest {
 	out := &api.CreateSandboxRequest{
-		Name: r.Name, Template: r.Template, Persistent: r.Persistent,
+		Name: r.Name, Template: r.Template, Image: r.Image, ImageInsecure: r.ImageInsecure, Persistent: r.Persistent,
 		Resources: api.Resources{CPUs: r.Resources.CPUs, MemoryBytes: r.Resources.MemoryBytes,
 			Pids: r.Resources.Pids, DiskBytes: r.Resources.DiskBytes},
 		Env: r.Env, Labels: r.Labels, TimeoutSeconds: r.Timeout.Seconds(),
 		Network: r.Network, Runtime: r.Runtime, Workdir: r.Workdir, User: r.User,
 		PersistRoot: r.PersistRoot, VolumeSizeBytes: r.VolumeSizeBytes, VolumeInodes: r.VolumeInodes,
 		KeepVolume: r.KeepVolume, Snapshot: r.Snapshot, Allow: r.Allow, PublicPorts: r.PublicPorts,
-		Policy: PolicyToAPI(r.Policy),
+		Policy:       PolicyToAPI(r.Policy),
+		RegistryAuth: registryAuthToAPI(r.RegistryAuth),
 	}
 	for _, v := range r.Volumes {
 		out.Volumes = append(out.Volumes, api.VolumeMount{Name: v.Name, Path: v.Path, ReadOnly: v.ReadOnly})
@@ -339,4 +340,11 @@ func TestWireThroughEngine(t *testing.T) {
 	}
 	ex := agent.Exit{Code: 137, Signal: "SIGKILL", TimedOut: true, OOMKilled: true, DurationMS: 1.5}
 	same("exit", ex, ExitToAPI(manager.Exit{Code: 137, Signal: "SIGKILL", TimedOut: true, OOMKilled: true, Duration: 1500 * time.Microsecond}))
+}
+
+func registryAuthToAPI(a *manager.RequestAuth) *api.RegistryAuth {
+	if a == nil {
+		return nil
+	}
+	return &api.RegistryAuth{Username: a.Username, Password: a.Password, Token: a.Token}
 }

@@ -314,6 +314,12 @@ func canonicalJSON(body []byte) []byte {
 	if err := dec.Decode(&v); err != nil || dec.More() {
 		return body
 	}
+	if m, ok := v.(map[string]any); ok {
+		// A registry account (create --image) is no part of what the
+		// request makes, and its hash, kept with the key, must not be a
+		// way to test guesses of its password.
+		delete(m, "registry_auth")
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		return body

@@ -46,12 +46,21 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/crypto/bcrypt"
 )
+
+// TB is the part of testing.TB Start uses (a *testing.T is one); Run
+// starts a registry without a test.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	TempDir() string
+	Cleanup(func())
+}
 
 // Auth is how the registry authenticates clients.
 type Auth int
@@ -89,6 +98,7 @@ type Registry struct {
 	// User and Password are the one account the registry accepts.
 	User, Password string
 
+	closer  func() // Run's: its cleanups
 	cmd     *exec.Cmd
 	done    chan struct{} // closed when cmd exited
 	waitErr error
@@ -121,7 +131,7 @@ func Binary() (string, error) {
 
 // Start runs a registry with auth until the test ends. A missing registry
 // binary fails the test.
-func Start(t testing.TB, auth Auth) *Registry {
+func Start(t TB, auth Auth) *Registry {
 	t.Helper()
 	bin, err := Binary()
 	if err != nil {
@@ -225,6 +235,87 @@ auth:
 	return r
 }
 
+// BlobGets counts the authorized GET requests for blob digest
+// ("sha256:<hex>") the registry has taken so far: how many times a client
+// fetched that blob (a HEAD is no fetch). It reads the registry's log
+// line of the authorization, which is written before the blob is served,
+// so a fetch whose bytes a client has read is always counted.
+func (r *Registry) BlobGets(digest string) int {
+	n := 0
+	for _, line := range strings.Split(r.Log(), "\n") {
+		if !strings.Contains(line, `msg="authorized request"`) || !strings.Contains(line, " http.request.method=GET ") {
+			continue
+		}
+		i := strings.Index(line, "/blobs/"+digest)
+		if i < 0 || !strings.Contains(line[:i], "http.request.uri=") {
+			continue
+		}
+		if rest := line[i+len("/blobs/")+len(digest):]; rest != "" && rest[0] != '"' && rest[0] != ' ' {
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+// Run starts a registry with auth outside a test (berth bench), its files
+// in a new directory under dir; Close stops it and removes what it made.
+// It needs what Start needs (root, the registry binary).
+func Run(dir string, auth Auth) (reg *Registry, err error) {
+	rn := &runner{dir: dir}
+	defer func() {
+		if p := recover(); p != nil {
+			f, ok := p.(fatal)
+			if !ok {
+				panic(p)
+			}
+			rn.close()
+			reg, err = nil, f.err
+		}
+	}()
+	reg = Start(rn, auth)
+	reg.closer = rn.close
+	return reg, nil
+}
+
+// Close stops a registry Run started (the namespace goes with it); it is
+// idempotent. A registry Start made is stopped by its test's cleanup.
+func (r *Registry) Close() {
+	if r.closer != nil {
+		r.closer()
+		r.closer = nil
+	}
+}
+
+// runner is the TB of Run: Fatal panics with a fatal, which Run recovers
+// into its error after running the cleanups registered so far.
+type runner struct {
+	dir      string
+	cleanups []func()
+}
+
+type fatal struct{ err error }
+
+func (*runner) Helper()                        {}
+func (*runner) Fatal(args ...any)              { panic(fatal{errors.New(fmt.Sprint(args...))}) }
+func (*runner) Fatalf(format string, a ...any) { panic(fatal{fmt.Errorf(format, a...)}) }
+func (rn *runner) Cleanup(f func())            { rn.cleanups = append(rn.cleanups, f) }
+func (rn *runner) TempDir() string {
+	d, err := os.MkdirTemp(rn.dir, "regtest-")
+	if err != nil {
+		rn.Fatal(err)
+	}
+	rn.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+func (rn *runner) close() {
+	for i := len(rn.cleanups) - 1; i >= 0; i-- {
+		rn.cleanups[i]()
+	}
+	rn.cleanups = nil
+}
+
 // Log is what the registry printed so far.
 func (r *Registry) Log() string {
 	r.mu.Lock()
@@ -299,7 +390,7 @@ func ipCmd(args ...string) error {
 
 func netnsPath(name string) string { return "/var/run/netns/" + name }
 
-func (r *Registry) write(t testing.TB, name string, b []byte) string {
+func (r *Registry) write(t TB, name string, b []byte) string {
 	t.Helper()
 	p := filepath.Join(r.dir, name)
 	if err := os.WriteFile(p, b, 0o600); err != nil {
@@ -320,7 +411,7 @@ func randInt(n int) int {
 	return int(binary.LittleEndian.Uint32(b[:]) % uint32(n))
 }
 
-func newCA(t testing.TB) (*x509.Certificate, *ecdsa.PrivateKey) {
+func newCA(t TB) (*x509.Certificate, *ecdsa.PrivateKey) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -340,7 +431,7 @@ func newCA(t testing.TB) (*x509.Certificate, *ecdsa.PrivateKey) {
 	return ca, key
 }
 
-func newLeaf(t testing.TB, ca *x509.Certificate, caKey *ecdsa.PrivateKey, ip netip.Addr) ([]byte, *ecdsa.PrivateKey) {
+func newLeaf(t TB, ca *x509.Certificate, caKey *ecdsa.PrivateKey, ip netip.Addr) ([]byte, *ecdsa.PrivateKey) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -359,7 +450,7 @@ func newLeaf(t testing.TB, ca *x509.Certificate, caKey *ecdsa.PrivateKey, ip net
 
 // newSigner makes the token signing key and its self-signed certificate
 // (the registry's rootcertbundle).
-func newSigner(t testing.TB) (*ecdsa.PrivateKey, *x509.Certificate) {
+func newSigner(t TB) (*ecdsa.PrivateKey, *x509.Certificate) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -383,7 +474,7 @@ func pemCert(der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
-func pemKey(t testing.TB, k *ecdsa.PrivateKey) []byte {
+func pemKey(t TB, k *ecdsa.PrivateKey) []byte {
 	t.Helper()
 	der, err := x509.MarshalECPrivateKey(k)
 	if err != nil {

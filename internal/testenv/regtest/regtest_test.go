@@ -2,6 +2,7 @@ package regtest
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"testing"
@@ -49,6 +50,26 @@ func TestRegistry(t *testing.T) {
 				want, _ := img.Digest()
 				if d, _ := got.Digest(); d != want {
 					t.Fatalf("pulled %s, pushed %s", d, want)
+				}
+				// BlobGets counts the fetches of a blob, and only those.
+				layers, err := got.Layers()
+				if err != nil {
+					t.Fatal(err)
+				}
+				ld, _ := layers[0].Digest()
+				if n := r.BlobGets(ld.String()); n != 0 {
+					t.Fatalf("BlobGets before any read = %d", n)
+				}
+				rc, err := layers[0].Compressed()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.Copy(io.Discard, rc); err != nil {
+					t.Fatal(err)
+				}
+				rc.Close()
+				if n := r.BlobGets(ld.String()); n != 1 {
+					t.Fatalf("BlobGets after one read = %d, want 1\n%s", n, r.Log())
 				}
 				bad := authn.FromConfig(authn.AuthConfig{Username: r.User, Password: "wrong"})
 				for _, a := range []authn.Authenticator{authn.Anonymous, bad} {

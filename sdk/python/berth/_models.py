@@ -274,6 +274,20 @@ class CreateSandboxRequest(Model):
     """Unique name, usable wherever an id is."""
     template: Optional[str] = None
     """Template to create from; default: the daemon's default template."""
+    image: Optional[str] = None
+    """A registry image to make the sandbox from instead of a template (not with template or
+    snapshot): resolved at its registry to a manifest digest with the request's account, pulled
+    on first use (one pull for concurrent creates of one image) and kept by digest as the
+    caller's template "image@sha256:<hex>", which the image cache (serve --image-cache-size)
+    collects least recently used first. A tenant's key needs a daemon run with --tenant-pulls
+    (403 otherwise).
+    """
+    image_insecure: Optional[bool] = None
+    """Allow a plain-HTTP registry for image."""
+    registry_auth: Optional[RegistryAuth] = None
+    """Image's registry account for this pull alone, never stored or shown. Without it the host's
+    pulls use the daemon's credentials (serve --registry-auth) and a tenant's go anonymous.
+    """
     persistent: Optional[bool] = None
     """Give the sandbox a workspace volume (at /workspace) that survives pause, stop/start, daemon
     restart and host reboot.
@@ -344,6 +358,9 @@ class CreateSandboxRequest(Model):
     _wire = (
         ('name', 'name', ()),
         ('template', 'template', ()),
+        ('image', 'image', ()),
+        ('image_insecure', 'image_insecure', ()),
+        ('registry_auth', 'registry_auth', ('RegistryAuth',)),
         ('persistent', 'persistent', ()),
         ('resources', 'resources', ('Resources',)),
         ('env', 'env', ('map', ())),
@@ -369,6 +386,27 @@ class CreateSandboxRequest(Model):
         ('retention_seconds', 'retention_seconds', ()),
         ('auto_resume', 'auto_resume', ()),
         ('idle_cpu_threshold', 'idle_cpu_threshold', ()),
+    )
+
+
+@dataclass
+class RegistryAuth(Model):
+    """A registry account given with one request, for that pull or push alone (registry_auth of
+    ImportTemplateRequest, PushTemplateRequest and the image of CreateSandboxRequest), never
+    stored or shown: username and password, or token (a registry bearer token). Without it the
+    host's transfers use the daemon's credentials (serve --registry-auth) and a tenant's go
+    anonymous.
+    """
+
+    username: Optional[str] = None
+    password: Optional[str] = None
+    token: Optional[str] = None
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('username', 'username', ()),
+        ('password', 'password', ()),
+        ('token', 'token', ()),
     )
 
 
@@ -1326,26 +1364,6 @@ class ImportTemplateRequest(Model):
         ('service', 'service', ('TemplateService',)),
     )
     _required = ('name',)
-
-
-@dataclass
-class RegistryAuth(Model):
-    """A registry account given with one request, for that pull or push alone (registry_auth of
-    ImportTemplateRequest and PushTemplateRequest), never stored or shown: username and
-    password, or token (a registry bearer token). Without it the host's transfers use the
-    daemon's credentials (serve --registry-auth) and a tenant's go anonymous.
-    """
-
-    username: Optional[str] = None
-    password: Optional[str] = None
-    token: Optional[str] = None
-
-    # (attribute, JSON key, codec) of every field, for berth._wire.
-    _wire = (
-        ('username', 'username', ()),
-        ('password', 'password', ()),
-        ('token', 'token', ()),
-    )
 
 
 @dataclass
@@ -2461,6 +2479,7 @@ MODELS: Dict[str, type] = {
     'RuntimeCaps': RuntimeCaps,
     'WhoAmI': WhoAmI,
     'CreateSandboxRequest': CreateSandboxRequest,
+    'RegistryAuth': RegistryAuth,
     'Resources': Resources,
     'VolumeMount': VolumeMount,
     'SecretRef': SecretRef,
@@ -2491,7 +2510,6 @@ MODELS: Dict[str, type] = {
     'TemplateBuildStep': TemplateBuildStep,
     'Flow': Flow,
     'ImportTemplateRequest': ImportTemplateRequest,
-    'RegistryAuth': RegistryAuth,
     'TemplateService': TemplateService,
     'PushTemplateRequest': PushTemplateRequest,
     'PushResult': PushResult,

@@ -111,6 +111,21 @@ export interface CreateSandboxRequest {
   /** Template to create from; default: the daemon's default template. */
   template?: string;
   /**
+   * A registry image to make the sandbox from instead of a template (not with template or
+   * snapshot): resolved at its registry to a manifest digest with the request's account, pulled on
+   * first use (one pull for concurrent creates of one image) and kept by digest as the caller's
+   * template "image@sha256:<hex>", which the image cache (serve --image-cache-size) collects least
+   * recently used first. A tenant's key needs a daemon run with --tenant-pulls (403 otherwise).
+   */
+  image?: string;
+  /** Allow a plain-HTTP registry for image. */
+  image_insecure?: boolean;
+  /**
+   * Image's registry account for this pull alone, never stored or shown. Without it the host's
+   * pulls use the daemon's credentials (serve --registry-auth) and a tenant's go anonymous.
+   */
+  registry_auth?: RegistryAuth;
+  /**
    * Give the sandbox a workspace volume (at /workspace) that survives pause, stop/start, daemon
    * restart and host reboot.
    */
@@ -183,6 +198,18 @@ export interface CreateSandboxRequest {
    * negative = CPU use is ignored.
    */
   idle_cpu_threshold?: number;
+}
+
+/**
+ * A registry account given with one request, for that pull or push alone (registry_auth of
+ * ImportTemplateRequest, PushTemplateRequest and the image of CreateSandboxRequest), never stored
+ * or shown: username and password, or token (a registry bearer token). Without it the host's
+ * transfers use the daemon's credentials (serve --registry-auth) and a tenant's go anonymous.
+ */
+export interface RegistryAuth {
+  username?: string;
+  password?: string;
+  token?: string;
 }
 
 /**
@@ -742,18 +769,6 @@ export interface ImportTemplateRequest {
   registry_auth?: RegistryAuth;
   /** A supervised service of the template's sandboxes (processes.go). */
   service?: TemplateService;
-}
-
-/**
- * A registry account given with one request, for that pull or push alone (registry_auth of
- * ImportTemplateRequest and PushTemplateRequest), never stored or shown: username and password, or
- * token (a registry bearer token). Without it the host's transfers use the daemon's credentials
- * (serve --registry-auth) and a tenant's go anonymous.
- */
-export interface RegistryAuth {
-  username?: string;
-  password?: string;
-  token?: string;
 }
 
 /**
