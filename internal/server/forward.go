@@ -150,4 +150,3 @@ func (f *Forwarder) transport(node, addr string) *http.Transport {
 	f.transports[key] = t
 	return t
 }
-
