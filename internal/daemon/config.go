@@ -81,6 +81,13 @@ type Config struct {
 	// E2BDomain routes hosts {port}-{sandboxID}.{E2BDomain} there.
 	E2BListen, E2BDomain string
 	E2BCert, E2BKey      string
+	// PeerListen, if set, takes requests forwarded by the other daemons
+	// of a shared store over mutual TLS (internal/peer) on this TCP
+	// address, and makes this daemon forward requests about their
+	// sandboxes to them; PeerAdvertise is the address they reach it at
+	// (default: PeerListen); PeerCA the peer CA file every daemon of the
+	// store is given (default: <data-dir>/peer-ca.pem, made if missing).
+	PeerListen, PeerAdvertise, PeerCA string
 	// EgressSubnet is the IPv4 subnet of egress sandboxes (CIDR); empty:
 	// the one this data dir used before, else the first free one.
 	EgressSubnet string

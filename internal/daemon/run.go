@@ -469,6 +469,11 @@ func (d *Daemon) Serve(ctx context.Context) error {
 			return err
 		}
 	}
+	if d.cfg.PeerListen != "" {
+		if err := d.listenPeer(); err != nil {
+			return err
+		}
+	}
 	if err := os.MkdirAll(filepath.Dir(d.cfg.Socket), 0o755); err != nil {
 		return err
 	}

@@ -372,6 +372,9 @@ func (s *Server) guard(rt Route) http.Handler {
 			rest.Error(w, err)
 			return
 		}
+		if s.maybeForward(w, r, rt, p) { // forward.go: another daemon runs the sandbox
+			return
+		}
 		if rt.Upload {
 			release, err := s.uploads.admit(p.Tenant)
 			if err != nil {

@@ -101,6 +101,9 @@ type Server struct {
 	MCPMaxSessions          int
 	MCPMaxSessionsPerTenant int
 	MCPIdleTimeout          time.Duration
+	// Forward, if set, sends requests about sandboxes another daemon of
+	// the shared store runs to that daemon (forward.go).
+	Forward *Forwarder
 	// EventPing is the heartbeat of an idle event stream (0: 15 s).
 	EventPing time.Duration
 	events    *events.Handlers // the event routes and their open streams

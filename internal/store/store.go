@@ -582,5 +582,6 @@ type Store interface {
 	Secrets
 	ReconcileLeases // leader.go
 	Processes       // processes.go
+	Peers           // peers.go
 	Close() error
 }

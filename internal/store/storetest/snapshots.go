@@ -114,3 +114,22 @@ func testPoolResizeAtomic(t *testing.T, s store.Store) {
 		t.Fatal(err)
 	}
 }
+
+// testPeers: a node's peer address, replaced by its next start.
+func testPeers(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if _, err := s.GetPeer(ctx, "node-a"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("no address yet: %v", err)
+	}
+	must(t, s.PutPeer(ctx, "node-a", "10.0.0.1:7443"))
+	must(t, s.PutPeer(ctx, "node-b", "10.0.0.2:7443"))
+	must(t, s.PutPeer(ctx, "node-a", "10.0.0.9:7443"))
+	for node, want := range map[string]string{"node-a": "10.0.0.9:7443", "node-b": "10.0.0.2:7443"} {
+		if got, err := s.GetPeer(ctx, node); err != nil || got != want {
+			t.Fatalf("%s: %q %v, want %q", node, got, err, want)
+		}
+	}
+	if err := s.PutPeer(ctx, "", "x:1"); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("no node: %v", err)
+	}
+}

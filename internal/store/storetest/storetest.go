@@ -50,6 +50,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"WebhookOutbox", testWebhookOutbox},
 		{"Snapshots", testSnapshots},
 		{"PoolResizeAtomic", testPoolResizeAtomic},
+		{"Peers", testPeers},
 		{"Flows", testFlows},
 		{"IDSlots", testIDSlots},
 		{"IDSlotsConcurrent", testIDSlotsConcurrent},
