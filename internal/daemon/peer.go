@@ -65,8 +65,7 @@ func (d *Daemon) listenPeer() error {
 		MaxHeaderBytes:    server.DefaultMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	})
-	d.Server.Forward = &server.Forwarder{Identity: id, Addr: d.Store.GetPeer,
-		Log: func() interface{ Warn(string, ...any) } { return log }}
+	d.Server.Forward = &server.Forwarder{Identity: id, Addr: d.Store.GetPeer, Log: log}
 	log.Info("listening", "peer", l.Addr().String(), "advertise", advertise, "node", node)
 	return nil
 }
