@@ -47,9 +47,16 @@ class BashKernel(Kernel):
         self.start_bash()
 
     def start_bash(self):
-        self.bash = subprocess.Popen(
-            ["/bin/bash", "--noprofile", "--norc"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True, bufsize=0)
+        # ipykernel ignores SIGINT outside a handler, and an ignored signal
+        # stays ignored in what it starts (bash could not even trap it):
+        # bash starts with the default.
+        saved = signal.signal(signal.SIGINT, signal.SIG_DFL)
+        try:
+            self.bash = subprocess.Popen(
+                ["/bin/bash", "--noprofile", "--norc"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True, bufsize=0)
+        finally:
+            signal.signal(signal.SIGINT, saved)
         self.bash.stdin.write(PRELUDE.encode())
         self.bash.stdin.flush()
 

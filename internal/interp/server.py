@@ -42,6 +42,7 @@ from jupyter_client.manager import KernelManager  # noqa: E402 (after HOME)
 
 DEFAULT_CWD = os.environ.get("BERTH_INTERP_CWD") or (HOME if HOME and os.path.isdir(HOME) else "/workspace")
 MAX_BODY = 16 << 20
+DEBUG = bool(os.environ.get("BERTH_INTERP_DEBUG"))
 MAX_CONTEXTS = 32
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -288,26 +289,44 @@ class Context:
 
     def _drain(self, msg_id, deadline, emit, hung_up=None):
         """Reads iopub until msg_id's kernel goes idle; False on deadline
-        or once hung_up() says the caller went away."""
+        or once hung_up() says the caller went away.
+
+        Deno's kernel may publish a cell's result after the cell's idle
+        status; its iopub is one ordered stream, so once idle a
+        kernel_info request follows, and what the cell published comes
+        before that request's own idle."""
+        probe = None
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                return False
+                return probe is not None  # the cell itself had ended
             try:
                 msg = self.kc.get_iopub_msg(timeout=min(left, 0.5))
             except queue.Empty:
                 if hung_up is not None and hung_up():
                     return False
                 if not self.km.is_alive():
-                    emit({"type": "unexpected_end_of_execution"})
+                    if emit is not None:
+                        emit({"type": "unexpected_end_of_execution"})
                     return True
                 continue
-            if msg.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
+            if DEBUG:
+                print("iopub", msg_id, msg.get("parent_header", {}).get("msg_id"), msg["msg_type"], msg["content"],
+                      file=sys.stderr)
+            parent = msg.get("parent_header", {}).get("msg_id")
             kind = msg["msg_type"]
             c = msg["content"]
-            if kind == "status" and c.get("execution_state") == "idle":
+            idle = kind == "status" and c.get("execution_state") == "idle"
+            if probe is not None and parent == probe and idle:
                 return True
+            if parent != msg_id:
+                continue
+            if idle:
+                if self.kernel != "deno":
+                    return True
+                probe = self.kc.kernel_info()
+                deadline = min(deadline, time.monotonic() + 5)
+                continue
             if emit is None:
                 continue
             if kind == "stream":
@@ -418,7 +437,11 @@ def str_field(body, name, default=None):
 
 
 class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.0"
+    # HTTP/1.1 for /execute's chunked answer: a stream cut short (the
+    # sandbox killed mid-cell) is then an error to every hop and to the
+    # client, where a close-delimited HTTP/1.0 body would end as if
+    # complete. Every other answer has its Content-Length.
+    protocol_version = "HTTP/1.1"
     server_version = "berth-interp"
 
     def log_message(self, fmt, *args):
@@ -451,15 +474,19 @@ class Handler(BaseHTTPRequestHandler):
     def handle_errors(self, fn):
         try:
             fn()
-        except BadRequest as e:
-            self.reply(400, {"error": str(e)})
-        except NotFound as e:
-            self.reply(404, {"error": str(e)})
         except (BrokenPipeError, ConnectionResetError):
-            pass
+            self.close_connection = True
         except Exception as e:  # the server stays up for the next request
+            # The request's body may be unread: the connection ends.
+            self.close_connection = True
+            if isinstance(e, BadRequest):
+                status, msg = 400, str(e)
+            elif isinstance(e, NotFound):
+                status, msg = 404, str(e)
+            else:
+                status, msg = 500, "%s: %s" % (type(e).__name__, e)
             try:
-                self.reply(500, {"error": "%s: %s" % (type(e).__name__, e)})
+                self.reply(status, {"error": msg})
             except OSError:
                 pass
 
@@ -538,8 +565,10 @@ class Handler(BaseHTTPRequestHandler):
         # one never answered by it.
         self.send_response(200)
         self.send_header("Content-Type", "application/x-ndjson")
+        self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Connection", "close")
         self.end_headers()
+        self.close_connection = True
 
         gone = []
 
@@ -560,8 +589,9 @@ class Handler(BaseHTTPRequestHandler):
         def emit(obj):
             if gone:
                 return
+            line = (json.dumps(obj) + "\n").encode()
             try:
-                self.wfile.write((json.dumps(obj) + "\n").encode())
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
                 self.wfile.flush()
             except OSError:
                 gone.append(True)
@@ -573,8 +603,18 @@ class Handler(BaseHTTPRequestHandler):
                 emit({"type": "error", "name": type(e).__name__, "value": "the %s context did not start: %s" % (lang, e),
                       "traceback": ""})
                 emit({"type": "end_of_execution"})
+                self.end_chunks(gone)
                 return
         ctx.execute(code, env_vars, float(timeout), emit, hung_up)
+        self.end_chunks(gone)
+
+    def end_chunks(self, gone):
+        if not gone:
+            try:
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+            except OSError:
+                pass
 
 
 def main():
