@@ -1,9 +1,13 @@
 // Package interp is the code-interpreter template: E2B's code-interpreter
 // server (the wire @e2b/code-interpreter speaks, on port 49999) as a small
-// Python program over jupyter_client and ipykernel, run by the template's
-// service inside the sandbox. The program is embedded here; Layer is the
-// template's layer that holds it, over the builtin template's. Nothing of
-// it runs on the host. See docs/code-interpreter.md.
+// Python program over jupyter_client, run by the template's service inside
+// the sandbox, with a Jupyter kernel per context: ipykernel (Python),
+// Deno's (JavaScript, TypeScript), IRkernel (R) and bash_kernel.py, berth's
+// own (Bash: neither Debian nor npm packages one). Python kernels load
+// berth_charts.py, which reads a matplotlib figure into E2B's chart JSON.
+// The programs are embedded here; Layer is the template's layer that holds
+// them, over the builtin template's. Nothing of it runs on the host. See
+// docs/code-interpreter.md.
 //
 // The template is registered at serve start (templates.Builder.EnsureBuiltin)
 // as code-interpreter, alias code-interpreter-v1 (the E2B SDK's default),

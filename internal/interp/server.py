@@ -343,7 +343,7 @@ class Context:
                 emit({"type": "number_of_executions", "execution_count": c.get("execution_count", 0)})
 
     def _silent(self, code, timeout=30):
-        msg_id = self.kc.execute(code, silent=True, store_history=False)
+        msg_id = self.kc.execute(code, silent=True, store_history=False, stop_on_error=False)
         self._drain(msg_id, time.monotonic() + timeout, None)
 
     def execute(self, code, env_vars, timeout, emit, hung_up=None):
@@ -352,7 +352,10 @@ class Context:
                 self.start()
             if env_vars:
                 self._silent(set_env_code(self.language, env_vars))
-            msg_id = self.kc.execute(code)
+            # Cells of a context never queue (its lock), so an error has
+            # no later cell to abort; with stop_on_error ipykernel aborts
+            # a cell that arrives just after a failed one, unrun.
+            msg_id = self.kc.execute(code, stop_on_error=False)
             done = self._drain(msg_id, time.monotonic() + timeout, emit, hung_up)
             if not done:
                 self.km.interrupt_kernel()
@@ -427,6 +430,11 @@ class Contexts:
 
 
 CONTEXTS = Contexts()
+DEFAULTS = threading.Event()
+# How long a request waits for the default contexts before going on
+# without them (their kernels start in seconds; a host under load is
+# slower).
+DEFAULTS_WAIT = 120
 
 
 def str_field(body, name, default=None):
@@ -499,6 +507,7 @@ class Handler(BaseHTTPRequestHandler):
             if parts == ["health"]:
                 self.reply(200, "OK")
             elif parts == ["contexts"]:
+                DEFAULTS.wait(DEFAULTS_WAIT)
                 self.reply(200, CONTEXTS.list())
             else:
                 raise NotFound("no route %s" % self.path)
@@ -508,6 +517,7 @@ class Handler(BaseHTTPRequestHandler):
         def run():
             parts = self.path_parts()
             if len(parts) == 2 and parts[0] == "contexts":
+                DEFAULTS.wait(DEFAULTS_WAIT)
                 CONTEXTS.delete(parts[1])
                 self.send_response(204)
                 self.send_header("Content-Length", "0")
@@ -526,9 +536,11 @@ class Handler(BaseHTTPRequestHandler):
                 cwd = str_field(b, "cwd") or DEFAULT_CWD
                 if not cwd.startswith("/"):
                     raise BadRequest("cwd must be an absolute path")
+                DEFAULTS.wait(DEFAULTS_WAIT)
                 ctx = CONTEXTS.create(str_field(b, "language") or "python", cwd)
                 self.reply(200, ctx.info())
             elif len(parts) == 3 and parts[0] == "contexts" and parts[2] == "restart":
+                DEFAULTS.wait(DEFAULTS_WAIT)
                 CONTEXTS.get(parts[1]).restart()
                 self.send_response(204)
                 self.send_header("Content-Length", "0")
@@ -597,6 +609,7 @@ class Handler(BaseHTTPRequestHandler):
                 gone.append(True)
 
         if ctx is None:
+            DEFAULTS.wait(DEFAULTS_WAIT)
             try:
                 ctx = CONTEXTS.default_for(lang)
             except Exception as e:
@@ -618,25 +631,25 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main():
-    ThreadingHTTPServer.request_queue_size = 128
-    srv = ThreadingHTTPServer(("0.0.0.0", PORT), Handler, bind_and_activate=False)
+    srv = ThreadingHTTPServer(("0.0.0.0", PORT), Handler)
     srv.daemon_threads = True
-    # The default contexts, python's and javascript's as E2B's, start
-    # before the port listens (the template's ready port: a sandbox is
-    # created once they run), so the first request finds them and they
-    # lead the contexts list. A language the host lacks has none.
-    for language in ("python", "javascript"):
-        try:
-            CONTEXTS.default_for(language)
-        except Exception as e:
-            print("default %s context: %s" % (language, e), file=sys.stderr)
-    try:
-        srv.server_bind()
-        srv.server_activate()
-    except OSError:
-        srv.server_close()
-        raise
+    threading.Thread(target=start_defaults, daemon=True).start()
     srv.serve_forever()
+
+
+def start_defaults():
+    """Starts the default contexts, python's and javascript's as E2B's,
+    then opens DEFAULTS: requests about contexts wait for it, so the
+    defaults lead the contexts list and the first cell finds its kernel
+    running. A language the host lacks has none."""
+    try:
+        for language in ("python", "javascript"):
+            try:
+                CONTEXTS.default_for(language)
+            except Exception as e:
+                print("default %s context: %s" % (language, e), file=sys.stderr)
+    finally:
+        DEFAULTS.set()
 
 
 if __name__ == "__main__":
