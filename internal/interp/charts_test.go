@@ -10,6 +10,20 @@ import (
 	"testing"
 )
 
+// mplDir is the package's tests' matplotlib cache (TestMain removes it).
+var mplDir string
+
+func TestMain(m *testing.M) {
+	d, err := os.MkdirTemp("", "berth-interp-mpl-")
+	if err != nil {
+		panic(err)
+	}
+	mplDir = d
+	code := m.Run()
+	os.RemoveAll(d)
+	os.Exit(code)
+}
+
 // chartOf runs the figure code with the host's matplotlib (Agg) and
 // berth_charts.chart, and returns the chart's JSON as decoded.
 func chartOf(t *testing.T, figure string) map[string]any {
@@ -132,7 +146,9 @@ func chartOfRaw(t *testing.T, figure string) string {
 		"sys.path.insert(0, " + jsonString(dir) + ")\nimport berth_charts\n" + figure +
 		"\nprint(json.dumps(berth_charts.chart(plt.gcf())))\n"
 	cmd := exec.Command("/usr/bin/python3", "-c", prog)
-	cmd.Env = append(os.Environ(), "MPLCONFIGDIR="+dir)
+	// One matplotlib cache for the package's tests: a fresh one costs
+	// seconds of font scanning per figure.
+	cmd.Env = append(os.Environ(), "MPLCONFIGDIR="+mplDir)
 	out, err := cmd.Output()
 	if err != nil {
 		var stderr []byte
