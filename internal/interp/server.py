@@ -431,6 +431,11 @@ class Contexts:
 
 CONTEXTS = Contexts()
 DEFAULTS = threading.Event()
+# The languages whose default context starts with the server: E2B's two,
+# unless the sandbox's env names others (BERTH_INTERP_DEFAULTS=python
+# saves the Deno kernel's memory, some 200 MB resident, where no
+# JavaScript runs; its context then starts at its first cell).
+DEFAULT_LANGUAGES = [x.strip() for x in os.environ.get("BERTH_INTERP_DEFAULTS", "python,javascript").split(",") if x.strip()]
 # How long a request waits for the default contexts before going on
 # without them (their kernels start in seconds; a host under load is
 # slower).
@@ -643,7 +648,7 @@ def start_defaults():
     defaults lead the contexts list and the first cell finds its kernel
     running. A language the host lacks has none."""
     try:
-        for language in ("python", "javascript"):
+        for language in DEFAULT_LANGUAGES:
             try:
                 CONTEXTS.default_for(language)
             except Exception as e:

@@ -212,6 +212,24 @@ func TestCodeInterpreterKernels(t *testing.T) {
 		t.Errorf("contexts at the end: %s", b)
 	}
 
+	// BERTH_INTERP_DEFAULTS=python: only python's default context starts
+	// with the server; javascript's at its first cell.
+	lean, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "code-interpreter-v1",
+		Env: map[string]string{"BERTH_INTERP_DEFAULTS": "python"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := &interpClient{t: t, d: d, id: lean.ID, hc: hc, base: fmt.Sprintf("http://berth/v1/sandboxes/%s/ports/49999", lean.ID)}
+	if code, b := lc.do("GET", "/contexts", nil); code != 200 || strings.Contains(string(b), "javascript") || !strings.Contains(string(b), `"python"`) {
+		t.Errorf("contexts with BERTH_INTERP_DEFAULTS=python: %d %s", code, b)
+	}
+	if got := text(noError("lean js", lc.exec(map[string]any{"code": "1 + 2", "language": "js"}))); got != "3" {
+		t.Errorf("js in the lean sandbox: %q", got)
+	}
+	if _, err := d.c.DeleteSandbox(ctx, lean.ID, true); err != nil {
+		t.Fatal(err)
+	}
+
 	// A sandbox killed during a cell: the answer's head (200) is already
 	// out, so the client sees its request cut, not refused (E2B's SDK
 	// tells "the sandbox was killed" from that).
