@@ -32,6 +32,9 @@ command -v python3 >/dev/null || need_apt+=(python3)
 	need_apt+=(python3-ipykernel python3-jupyter-client python3-matplotlib python3-numpy python3-pandas)
 # PIL: E2B's Image.show() gives a PNG result (internal/interp's kernel setup).
 /usr/bin/python3 -c 'import PIL' 2>/dev/null || need_apt+=(python3-pil)
+# The code interpreter's R kernel: Debian's R and IRkernel (the kernelspec
+# "ir" in /usr/share/jupyter/kernels).
+[ -x /usr/bin/R ] && [ -d /usr/lib/R/site-library/IRkernel ] || need_apt+=(r-base-core r-cran-irkernel)
 # The Python SDK's suite (test/sdk runs sdk/python/tests with Debian's
 # /usr/bin/python3): its one runtime dependency httpx, websockets for
 # terminals, pytest with its asyncio plugin, and pip (with setuptools, the
@@ -114,6 +117,15 @@ fi
 if [ ! -f "$(dirname "$0")/../internal/console/web/node_modules/.package-lock.json" ] ||
 	[ "$(dirname "$0")/../internal/console/web/package-lock.json" -nt "$(dirname "$0")/../internal/console/web/node_modules/.package-lock.json" ]; then
 	(cd "$(dirname "$0")/../internal/console/web" && npm ci --no-audit --no-fund)
+fi
+
+# The code interpreter's JavaScript and TypeScript kernel: Deno's own
+# Jupyter kernel (`deno jupyter`), from npm's deno, whose binary comes in
+# its optional dependency @deno/linux-x64-glibc (no download at install).
+# Global, so it lands in /usr/bin, the sandboxes' /usr (npm's prefix here).
+DENO_VERSION=2.9.6
+if [ "$(/usr/bin/deno --version 2>/dev/null | sed -n 's/^deno \([^ ]*\).*/\1/p')" != "$DENO_VERSION" ]; then
+	npm install -g --no-audit --no-fund --prefix /usr "deno@$DENO_VERSION"
 fi
 
 # The E2B e2e test drives the E2B door with the unmodified e2b SDK, pinned

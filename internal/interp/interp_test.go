@@ -3,10 +3,13 @@ package interp
 import (
 	"archive/tar"
 	"bytes"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -37,8 +40,11 @@ func TestLayerHoldsTheServer(t *testing.T) {
 			}
 		}
 	}
-	if want := []string{"opt/", "opt/berth/", "opt/berth/interp/", "opt/berth/interp/server.py"}; !slices.Equal(names, want) {
-		t.Fatalf("entries %q, want %q", names, want)
+	for _, want := range []string{"etc/R/ldpaths", "etc/R/Renviron", "opt/berth/interp/server.py", "opt/berth/interp/bash_kernel.py",
+		"opt/berth/interp/berth_charts.py", "opt/berth/interp/kernels/deno/kernel.json", "opt/berth/interp/kernels/berth-bash/kernel.json"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("the layer lacks %s: %q", want, names)
+		}
 	}
 	if !bytes.Contains(serverPy, []byte("49999")) || !bytes.Contains(serverPy, []byte("jupyter_client")) {
 		t.Fatal("embedded server is not the interpreter")
@@ -76,5 +82,79 @@ func TestMissing(t *testing.T) {
 	}
 	if got := Missing(root); !slices.Equal(got, Modules[:1]) {
 		t.Fatalf("missing %q, want %q", got, Modules[:1])
+	}
+}
+
+func TestKernelSpecs(t *testing.T) {
+	for name, b := range map[string][]byte{"deno": denoSpec, "berth-bash": bashSpec} {
+		var spec struct {
+			Argv     []string `json:"argv"`
+			Language string   `json:"language"`
+		}
+		if err := json.Unmarshal(b, &spec); err != nil || len(spec.Argv) < 2 || !slices.Contains(spec.Argv, "{connection_file}") {
+			t.Errorf("kernelspec %s: %v %+v", name, err, spec)
+		}
+	}
+	if !bytes.Contains(bashSpec, []byte("/opt/berth/interp/bash_kernel.py")) {
+		t.Error("the bash kernelspec does not run the layer's bash_kernel.py")
+	}
+}
+
+// The host's /etc/alternatives links into /usr come along (the sandbox's
+// /etc is not the host's); other links and files do not.
+func TestLayerAlternatives(t *testing.T) {
+	root := t.TempDir()
+	alt := filepath.Join(root, "etc/alternatives")
+	if err := os.MkdirAll(alt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, target := range map[string]string{"which": "/usr/bin/which.debianutils", "evil": "/root/.ssh/id_rsa",
+		"up": "/usr/../etc/shadow", "rel": "../x"} {
+		if err := os.Symlink(target, filepath.Join(alt, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(alt, "README"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := layer(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	links := map[string]string{}
+	tr := tar.NewReader(bytes.NewReader(b))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(h.Name, "etc/alternatives/") && h.Name != "etc/alternatives/" {
+			links[h.Name] = h.Linkname
+		}
+	}
+	if want := map[string]string{"etc/alternatives/which": "/usr/bin/which.debianutils"}; !reflect.DeepEqual(links, want) {
+		t.Fatalf("alternatives %v, want %v", links, want)
+	}
+}
+
+func TestMissingKernels(t *testing.T) {
+	root := t.TempDir()
+	if got := MissingKernels(root); len(got) != 3 || !strings.Contains(got[0], "deno") {
+		t.Fatalf("empty root: %q", got)
+	}
+	for _, k := range Kernels {
+		p := filepath.Join(root, k.Needs)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := MissingKernels(root); len(got) != 0 {
+		t.Fatalf("all there: missing %q", got)
 	}
 }

@@ -698,6 +698,9 @@ func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*Report, er
 	if miss := interp.Missing("/"); len(miss) > 0 {
 		add("template", "", fmt.Sprintf("the %s template is unavailable: the host lacks %s; %s",
 			interp.Template, strings.Join(miss, ", "), interp.InstallHint), nil)
+	} else if miss := interp.MissingKernels("/"); len(miss) > 0 {
+		add("template", "", fmt.Sprintf("the %s template lacks languages: the host lacks %s; %s",
+			interp.Template, strings.Join(miss, ", "), interp.InstallHint), nil)
 	}
 	// The locks keep doctor from racing a create or delete in progress;
 	// the record is read again under the lock, since the list above may be
