@@ -96,6 +96,9 @@ type FileInfo struct {
 	// UID and GID own the file as the sandbox sees it; nil from an agent
 	// too old to report them.
 	UID, GID *uint32
+	// Xattrs are a file's or directory's user-namespace extended
+	// attributes by full name (agent.FileInfo's, bounded there).
+	Xattrs map[string]string
 }
 
 // DiffEntry is one path of a sandbox that differs from its template.

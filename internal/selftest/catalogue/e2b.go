@@ -3,11 +3,15 @@ package catalogue
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -170,7 +174,63 @@ func e2bAttacks() []*attack.Attack {
 				}
 				return attack.Contained("upload 400, start invalid_argument")
 			}),
+		x("signed-url-misuse", "download a file through a signed file URL (the SDK's downloadUrl) with a forged signature, an expired one, one signed for another path, another sandbox's, and a read signature used to upload", "each 401, while the sandbox's own signature reads the file",
+			func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome {
+				envd := func(id, tok string) map[string]string {
+					h := map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983"}
+					if tok != "" {
+						h["X-Access-Token"] = tok
+					}
+					return h
+				}
+				up := envd(door.sandbox, door.token)
+				up["Content-Type"] = "application/octet-stream"
+				if st, body, err := door.do(ctx, "POST", "/files?path=/tmp/signed.txt&username=root", "", up, "secret"); err != nil || st != 200 {
+					return attack.Escaped("writing the file: %d %v %s", st, err, attack.Clip(attack.OneLine(body), 80))
+				}
+				// A second sandbox of the same tenant, to sign with.
+				st, body, err := door.do(ctx, "POST", "/v2/sandboxes", door.member, nil, `{"templateID":"base","timeout":300,"metadata":{"berth-selftest":"`+e.Tag+`"}}`)
+				var other struct{ SandboxID, EnvdAccessToken string }
+				if err != nil || st != 201 || json.Unmarshal([]byte(body), &other) != nil || other.EnvdAccessToken == "" {
+					return attack.Escaped("a second sandbox: %d %v %s", st, err, attack.Clip(attack.OneLine(body), 80))
+				}
+				defer e.Delete(context.WithoutCancel(ctx), other.SandboxID)
+				exp := strconv.FormatInt(time.Now().Add(time.Minute).Unix(), 10)
+				past := strconv.FormatInt(time.Now().Add(-time.Minute).Unix(), 10)
+				url := func(path, sig, exp string) string {
+					return "/files?path=" + path + "&username=root&signature=" + neturl.QueryEscape(sig) + "&signature_expiration=" + exp
+				}
+				tries := []struct{ what, method, url, sandbox string }{
+					{"forged", "GET", url("/tmp/signed.txt", e2bSign("/tmp/signed.txt", "read", "root", "berth_lease_forged", exp), exp), door.sandbox},
+					{"expired", "GET", url("/tmp/signed.txt", e2bSign("/tmp/signed.txt", "read", "root", door.token, past), past), door.sandbox},
+					{"other path", "GET", url("/etc/shadow", e2bSign("/tmp/signed.txt", "read", "root", door.token, exp), exp), door.sandbox},
+					{"other sandbox's", "GET", url("/tmp/signed.txt", e2bSign("/tmp/signed.txt", "read", "root", other.EnvdAccessToken, exp), exp), door.sandbox},
+					{"read as write", "POST", url("/tmp/signed.txt", e2bSign("/tmp/signed.txt", "read", "root", door.token, exp), exp), door.sandbox},
+				}
+				var seen []string
+				for _, t := range tries {
+					st, body, err := door.do(ctx, t.method, t.url, "", envd(t.sandbox, ""), "")
+					if err != nil {
+						return attack.Escaped("%s: %v", t.what, err)
+					}
+					if st != 401 || strings.Contains(body, "secret") {
+						return attack.Escaped("%s signature: %d %s", t.what, st, attack.Clip(attack.OneLine(body), 80))
+					}
+					seen = append(seen, t.what+" 401")
+				}
+				st, body, err = door.do(ctx, "GET", url("/tmp/signed.txt", e2bSign("/tmp/signed.txt", "read", "root", door.token, exp), exp), "", envd(door.sandbox, ""), "")
+				if err != nil || st != 200 || body != "secret" {
+					return attack.Escaped("the sandbox's own signature did not read the file (the refusals prove nothing): %d %v %s", st, err, attack.Clip(attack.OneLine(body), 80))
+				}
+				return attack.Contained("%s; its own 200", strings.Join(seen, ", "))
+			}),
 	}
+}
+
+// e2bSign is the SDK's file URL signature (internal/e2b/signing.go).
+func e2bSign(path, op, user, token, exp string) string {
+	sum := sha256.Sum256([]byte(path + ":" + op + ":" + user + ":" + token + ":" + exp))
+	return "v1_" + strings.TrimRight(base64.StdEncoding.EncodeToString(sum[:]), "=")
 }
 
 // connectEnvelope is one Connect streaming message (flags 0) holding msg.
