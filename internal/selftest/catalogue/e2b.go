@@ -174,6 +174,32 @@ func e2bAttacks() []*attack.Attack {
 				}
 				return attack.Contained("upload 400, start invalid_argument")
 			}),
+		x("network-widen", "widen a sandbox's egress rules through the E2B door's updateNetwork (PUT /sandboxes/A/network, denyOut nothing) with a viewer key, and with the sandbox's envd token", "403 for both (the token is a lease: no control API); the rules unchanged",
+			func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome {
+				before, err := e.C.Network(ctx, door.sandbox)
+				if err != nil {
+					return attack.Escaped("the rules before: %v", err)
+				}
+				var seen []string
+				for _, who := range []struct{ what, key string }{{"viewer", door.viewer}, {"envd token", door.token}} {
+					st, body, err := door.do(ctx, "PUT", "/sandboxes/"+door.sandbox+"/network", who.key, nil, `{}`)
+					if err != nil {
+						return attack.Escaped("request: %v", err)
+					}
+					if st != 403 && st != 401 {
+						return attack.Escaped("updateNetwork as the %s: %d %s", who.what, st, attack.Clip(attack.OneLine(body), 80))
+					}
+					seen = append(seen, fmt.Sprintf("%s %d", who.what, st))
+				}
+				after, err := e.C.Network(ctx, door.sandbox)
+				if err != nil {
+					return attack.Escaped("the rules after: %v", err)
+				}
+				if after.Mode != before.Mode || strings.Join(after.Allow, ",") != strings.Join(before.Allow, ",") {
+					return attack.Escaped("the rules changed: %s %v -> %s %v", before.Mode, before.Allow, after.Mode, after.Allow)
+				}
+				return attack.Contained("%s; rules unchanged", strings.Join(seen, ", "))
+			}),
 		x("signed-url-misuse", "download a file through a signed file URL (the SDK's downloadUrl) with a forged signature, an expired one, one signed for another path, another sandbox's, and a read signature used to upload", "each 401, while the sandbox's own signature reads the file",
 			func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome {
 				envd := func(id, tok string) map[string]string {
