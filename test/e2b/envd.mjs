@@ -3,7 +3,8 @@
 // (written, read back by getInfo and list, kept by a rename, dropped by an
 // overwrite, set as an xattr from inside), entry info in watch events, a
 // watch allowing network mounts, and signed file URLs (downloadUrl,
-// uploadUrl) used, misused and outlived. Prints one JSON object for
+// uploadUrl) used, misused and outlived; a running command's wait when
+// its sandbox is killed. Prints one JSON object for
 // test/e2e/e2b_envd_test.go to judge; a step that throws ends it with
 // {"failure": ...}.
 import { Sandbox, FilesystemEventType } from 'e2b'
@@ -89,6 +90,13 @@ try {
   out.unroutedExpired = await signed(await a.downloadUrl('s.txt', { useSignatureExpiration: -10_000 }), '')
   await a.kill()
   out.afterKill = await signed(down, a.sandboxId)
+
+  // A command running when its sandbox is killed: the SDK's wait fails
+  // with its "sandbox was killed" TimeoutError.
+  const cmd = await b.commands.run('sleep 60', { background: true })
+  await b.kill()
+  const err = await cmd.wait().catch((e) => e)
+  out.killedWait = err ? err.constructor.name + ': ' + err.message : 'no error'
   out.ok = true
 } catch (e) {
   out.failure = String(e && e.stack || e)

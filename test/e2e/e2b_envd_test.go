@@ -15,7 +15,10 @@ import (
 // reads and writes without a token, and is refused (401) when expired,
 // edited (path, user, expiry), sent to another sandbox, used for the
 // other operation, or used after its sandbox is gone; one that names no
-// sandbox (E2B_SANDBOX_URL routes by headers) is told so (400).
+// sandbox (E2B_SANDBOX_URL routes by headers) is told so (400). A
+// command's wait when its sandbox is killed fails as E2B's does: the
+// stream's connection cut, the SDK's health check then saying the sandbox
+// is gone (TimeoutError, "killed or reached its end of life").
 func TestE2BNewerEnvd(t *testing.T) {
 	parallel(t)
 	_, url, key := e2bDaemon(t)
@@ -39,6 +42,7 @@ func TestE2BNewerEnvd(t *testing.T) {
 		Expired, OtherPath, OtherUser, LaterExpiry     answer
 		OtherSandbox, ReadAsWrite, Unrouted, AfterKill answer
 		UnroutedExpired                                answer
+		KilledWait                                     string
 	}
 	runE2BScript(t, "envd.mjs", url, key, &got)
 	t.Logf("the SDK saw: %+v", got)
@@ -91,6 +95,9 @@ func TestE2BNewerEnvd(t *testing.T) {
 	}
 	if got.Unrouted.Status != 400 || !strings.Contains(got.Unrouted.Body, "--e2b-domain") {
 		t.Errorf("a signed URL naming no sandbox: %+v", got.Unrouted)
+	}
+	if !strings.HasPrefix(got.KilledWait, "TimeoutError: ") || !strings.Contains(got.KilledWait, "killed or reached its end of life") {
+		t.Errorf("waiting for a command of a killed sandbox: %s", got.KilledWait)
 	}
 	if got.UnroutedExpired.Status != 401 || !strings.Contains(got.UnroutedExpired.Body, "signature is already expired") {
 		t.Errorf("an expired signed URL naming no sandbox: %+v", got.UnroutedExpired)
