@@ -200,7 +200,7 @@ func e2bAttacks() []*attack.Attack {
 				}
 				return attack.Contained("%s; rules unchanged", strings.Join(seen, ", "))
 			}),
-		x("signed-url-misuse", "download a file through a signed file URL (the SDK's downloadUrl) with a forged signature, an expired one, one signed for another path, another sandbox's, and a read signature used to upload", "each 401, while the sandbox's own signature reads the file",
+		x("signed-url-misuse", "download a file through a signed file URL (the SDK's downloadUrl) with a forged signature, an expired one, one signed for another path, another sandbox's, a read signature used to upload, and one of a second key's token after that key is revoked", "each 401, while the sandbox's own signatures read the file",
 			func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome {
 				envd := func(id, tok string) map[string]string {
 					h := map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983"}
@@ -248,6 +248,28 @@ func e2bAttacks() []*attack.Attack {
 				if err != nil || st != 200 || body != "secret" {
 					return attack.Escaped("the sandbox's own signature did not read the file (the refusals prove nothing): %d %v %s", st, err, attack.Clip(attack.OneLine(body), 80))
 				}
+				// A second member key's token signs too, until that key
+				// is revoked.
+				k, err := e.C.CreateAPIKey(ctx, api.CreateAPIKeyRequest{Name: door.tenant + "-signer", Tenant: door.tenant, Role: "member"})
+				if err != nil {
+					return attack.Escaped("a second member key: %v", err)
+				}
+				st, body, err = door.do(ctx, "GET", "/sandboxes/"+door.sandbox, k.Key, nil, "")
+				var got struct{ EnvdAccessToken string }
+				if err != nil || st != 200 || json.Unmarshal([]byte(body), &got) != nil || got.EnvdAccessToken == "" {
+					return attack.Escaped("the second key's get: %d %v %s", st, err, attack.Clip(attack.OneLine(body), 80))
+				}
+				signed := url("/tmp/signed.txt", e2bSign("/tmp/signed.txt", "read", "root", got.EnvdAccessToken, exp), exp)
+				if st, body, err = door.do(ctx, "GET", signed, "", envd(door.sandbox, ""), ""); err != nil || st != 200 || body != "secret" {
+					return attack.Escaped("the second key's signature did not read the file: %d %v %s", st, err, attack.Clip(attack.OneLine(body), 80))
+				}
+				if _, err := e.C.RevokeAPIKey(ctx, k.ID); err != nil {
+					return attack.Escaped("revoking the second key: %v", err)
+				}
+				if st, body, err = door.do(ctx, "GET", signed, "", envd(door.sandbox, ""), ""); err != nil || st != 401 {
+					return attack.Escaped("a revoked key's signed URL: %d %v %s", st, err, attack.Clip(attack.OneLine(body), 80))
+				}
+				seen = append(seen, "revoked key's 401")
 				return attack.Contained("%s; its own 200", strings.Join(seen, ", "))
 			}),
 	}
