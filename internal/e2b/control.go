@@ -142,8 +142,12 @@ type newSandbox struct {
 	Network             *networkConfig          `json:"network"`
 	Metadata            map[string]string       `json:"metadata"`
 	EnvVars             map[string]string       `json:"envVars"`
-	MCP                 json.RawMessage         `json:"mcp"`
-	VolumeMounts        json.RawMessage         `json:"volumeMounts"`
+	// MCP (the SDK's mcp option) is read by no one here: the SDK starts
+	// the gateway itself, a command in the sandbox (mcp-gateway, which
+	// the template must hold), and reaches it on port 50005 with a
+	// bearer token of its own, through the port proxy like any port.
+	MCP          json.RawMessage `json:"mcp"`
+	VolumeMounts json.RawMessage `json:"volumeMounts"`
 }
 
 type networkConfig struct {
@@ -173,8 +177,6 @@ func seconds(v *int64, def time.Duration) (time.Duration, error) {
 // allowOut and denyOut onto egress rules (egressAllow).
 func createRequest(in *newSandbox) (*manager.CreateRequest, error) {
 	switch {
-	case present(in.MCP):
-		return nil, errdefs.Invalid("mcp gateways are not supported by berth's E2B door")
 	case present(in.VolumeMounts):
 		return nil, errdefs.Invalid("volumeMounts are not supported by berth's E2B door; use berth volumes")
 	case in.Secure != nil && !*in.Secure:

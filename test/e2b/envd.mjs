@@ -97,6 +97,18 @@ try {
   await b.kill()
   const err = await cmd.wait().catch((e) => e)
   out.killedWait = err ? err.constructor.name + ': ' + err.message : 'no error'
+
+  // mcp: the SDK starts the gateway itself in the sandbox; the base
+  // template has none, so the create fails as on E2B and the SDK kills
+  // the sandbox it made.
+  const tag = 'mcp-' + Math.random().toString(36).slice(2)
+  try {
+    await Sandbox.create('base', { timeoutMs: 60_000, metadata: { tag }, mcp: { nothing: {} } })
+    out.mcp = 'created'
+  } catch (e) {
+    out.mcp = e.constructor.name + ': ' + e.message
+  }
+  out.mcpLeft = (await Sandbox.list({ query: { metadata: { tag } } }).nextItems()).length
   out.ok = true
 } catch (e) {
   out.failure = String(e && e.stack || e)

@@ -18,7 +18,9 @@ import (
 // sandbox (E2B_SANDBOX_URL routes by headers) is told so (400). A
 // command's wait when its sandbox is killed fails as E2B's does: the
 // stream's connection cut, the SDK's health check then saying the sandbox
-// is gone (TimeoutError, "killed or reached its end of life").
+// is gone (TimeoutError, "killed or reached its end of life"). A create
+// with mcp runs the SDK's own gateway start in the sandbox: on a template
+// without mcp-gateway it fails as on E2B and leaves no sandbox.
 func TestE2BNewerEnvd(t *testing.T) {
 	parallel(t)
 	_, url, key := e2bDaemon(t)
@@ -42,7 +44,8 @@ func TestE2BNewerEnvd(t *testing.T) {
 		Expired, OtherPath, OtherUser, LaterExpiry     answer
 		OtherSandbox, ReadAsWrite, Unrouted, AfterKill answer
 		UnroutedExpired                                answer
-		KilledWait                                     string
+		KilledWait, MCP                                string
+		MCPLeft                                        int
 	}
 	runE2BScript(t, "envd.mjs", url, key, &got)
 	t.Logf("the SDK saw: %+v", got)
@@ -98,6 +101,9 @@ func TestE2BNewerEnvd(t *testing.T) {
 	}
 	if !strings.HasPrefix(got.KilledWait, "TimeoutError: ") || !strings.Contains(got.KilledWait, "killed or reached its end of life") {
 		t.Errorf("waiting for a command of a killed sandbox: %s", got.KilledWait)
+	}
+	if !strings.HasPrefix(got.MCP, "SandboxError: Failed to start MCP gateway") || got.MCPLeft != 0 {
+		t.Errorf("a create with mcp on a template without mcp-gateway: %s, %d sandboxes left", got.MCP, got.MCPLeft)
 	}
 	if got.UnroutedExpired.Status != 401 || !strings.Contains(got.UnroutedExpired.Body, "signature is already expired") {
 		t.Errorf("an expired signed URL naming no sandbox: %+v", got.UnroutedExpired)
