@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"testing"
 
@@ -109,9 +110,27 @@ func TestCreateRequest(t *testing.T) {
 		}},
 		{name: "zero timeout", in: newSandbox{Timeout: sec(0)}, bad: true},
 		{name: "huge timeout", in: newSandbox{Timeout: sec(1 << 40)}, bad: true},
-		{name: "denyOut of one host", in: newSandbox{Network: &networkConfig{DenyOut: []string{"1.1.1.1"}}}, bad: true},
+		{name: "denyOut of one host", in: newSandbox{Network: &networkConfig{DenyOut: []string{"1.1.1.1"}}},
+			chk: func(t *testing.T, r *createRequestT) {
+				// Everything but 1.1.1.1: its 32 neighbour prefixes and IPv6.
+				if r.Network != "egress" || len(r.Allow) != 33 || !slices.Contains(r.Allow, "1.1.1.0/32") || slices.Contains(r.Allow, "0.0.0.0/0") {
+					t.Errorf("%+v", r)
+				}
+			}},
+		{name: "denyOut of a name", in: newSandbox{Network: &networkConfig{DenyOut: []string{"example.com"}}}, bad: true},
+		{name: "no internet but allowOut", in: newSandbox{AllowInternetAccess: &no, Network: &networkConfig{AllowOut: []string{"10.0.0.1"}}},
+			chk: func(t *testing.T, r *createRequestT) {
+				if r.Network != "egress" || !slices.Equal(r.Allow, []string{"10.0.0.1"}) {
+					t.Errorf("%+v", r)
+				}
+			}},
 		{name: "insecure", in: newSandbox{Secure: &no}, bad: true},
-		{name: "mcp", in: newSandbox{MCP: []byte(`{"x":1}`)}, bad: true},
+		// The SDK starts the gateway itself: a create like any other.
+		{name: "mcp", in: newSandbox{MCP: []byte(`{"x":1}`)}, chk: func(t *testing.T, r *createRequestT) {
+			if r.Template != "" || r.Network != "" {
+				t.Errorf("%+v", r)
+			}
+		}},
 		{name: "autoResume alone", in: newSandbox{AutoResume: &struct{ Enabled bool }{true}}, bad: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
