@@ -594,8 +594,15 @@ func (d *Door) proxy(w http.ResponseWriter, r *http.Request, t Target) {
 	if tok == "" {
 		tok = r.Header.Get("E2b-Traffic-Access-Token")
 	}
-	if tok == "" && d.publicTraffic(r.Context(), t.Sandbox) {
-		d.forward(w, r.WithContext(d.cfg.WithCaller(r.Context(), auth.Anonymous)), t)
+	if tok == "" {
+		if d.publicTraffic(r.Context(), t.Sandbox) {
+			d.forward(w, r.WithContext(d.cfg.WithCaller(r.Context(), auth.Anonymous)), t)
+			return
+		}
+		// E2B's answer to a port asked without its traffic token; the
+		// same for a sandbox that serves its ports only with one and
+		// for an id that names nothing, so it tells no one which exist.
+		writeError(w, d.cfg.Log, errdefs.Permission("this sandbox port takes the sandbox's traffic access token (e2b-traffic-access-token)"))
 		return
 	}
 	p, err := d.cfg.Server.Credential(r.Context(), tok, rulePorts, t.Sandbox)
@@ -613,10 +620,14 @@ func (d *Door) proxy(w http.ResponseWriter, r *http.Request, t Target) {
 
 // publicTraffic reports whether sandbox id serves its ports without a
 // token: made through the door without allowPublicTraffic: false, and
-// running.
+// running — or paused with auto-resume, which the request then wakes (as
+// E2B's autoResume does on traffic).
 func (d *Door) publicTraffic(ctx context.Context, id string) bool {
 	sb, err := d.cfg.Manager.Get(d.cfg.WithCaller(ctx, auth.Anonymous), id)
-	return err == nil && sb.Spec.AllPortsPublic && sb.State == sandbox.StateRunning
+	if err != nil || !sb.Spec.AllPortsPublic {
+		return false
+	}
+	return sb.State == sandbox.StateRunning || (sb.State == sandbox.StatePaused && sb.Spec.Policy.AutoResume)
 }
 
 // forward sends r, authorized, to the sandbox's port through berth's port
