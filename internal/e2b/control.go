@@ -156,6 +156,7 @@ type networkConfig struct {
 	DenyOut            []string        `json:"denyOut"`
 	EgressProxy        json.RawMessage `json:"egressProxy"`
 	Rules              json.RawMessage `json:"rules"`
+	MaskRequestHost    json.RawMessage `json:"maskRequestHost"`
 }
 
 func present(m json.RawMessage) bool { return len(m) > 0 && string(m) != "null" }
@@ -221,6 +222,9 @@ func createRequest(in *newSandbox) (*manager.CreateRequest, error) {
 	if n := in.Network; n != nil {
 		if present(n.EgressProxy) || present(n.Rules) {
 			return nil, errdefs.Invalid("network egressProxy and rules are not supported by berth's E2B door")
+		}
+		if present(n.MaskRequestHost) {
+			return nil, errdefs.Invalid("network maskRequestHost is not supported by berth's E2B door")
 		}
 		if n.AllowOut != nil || n.DenyOut != nil {
 			// E2B's deny list with exceptions, as berth's allow list

@@ -117,6 +117,7 @@ func TestCreateRequest(t *testing.T) {
 					t.Errorf("%+v", r)
 				}
 			}},
+		{name: "maskRequestHost", in: newSandbox{Network: &networkConfig{MaskRequestHost: []byte(`"h:${PORT}"`)}}, bad: true},
 		{name: "denyOut of a name", in: newSandbox{Network: &networkConfig{DenyOut: []string{"example.com"}}}, bad: true},
 		{name: "no internet but allowOut", in: newSandbox{AllowInternetAccess: &no, Network: &networkConfig{AllowOut: []string{"10.0.0.1"}}},
 			chk: func(t *testing.T, r *createRequestT) {
