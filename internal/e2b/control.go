@@ -156,7 +156,7 @@ type networkConfig struct {
 	DenyOut            []string        `json:"denyOut"`
 	EgressProxy        json.RawMessage `json:"egressProxy"`
 	Rules              json.RawMessage `json:"rules"`
-	MaskRequestHost    json.RawMessage `json:"maskRequestHost"`
+	MaskRequestHost    *string         `json:"maskRequestHost"`
 }
 
 func present(m json.RawMessage) bool { return len(m) > 0 && string(m) != "null" }
@@ -223,8 +223,11 @@ func createRequest(in *newSandbox) (*manager.CreateRequest, error) {
 		if present(n.EgressProxy) || present(n.Rules) {
 			return nil, errdefs.Invalid("network egressProxy and rules are not supported by berth's E2B door")
 		}
-		if present(n.MaskRequestHost) {
-			return nil, errdefs.Invalid("network maskRequestHost is not supported by berth's E2B door")
+		if n.MaskRequestHost != nil {
+			if err := checkMaskHost(*n.MaskRequestHost); err != nil {
+				return nil, err
+			}
+			req.MaskRequestHost = *n.MaskRequestHost
 		}
 		if n.AllowOut != nil || n.DenyOut != nil {
 			// E2B's deny list with exceptions, as berth's allow list

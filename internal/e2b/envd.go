@@ -11,6 +11,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	pathpkg "path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -324,6 +325,26 @@ type writtenInfo struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
+// maxMaskHost bounds maskRequestHost (a host name and a port).
+const maxMaskHost = 260
+
+// checkMaskHost accepts a maskRequestHost: a host[:port] of letters,
+// digits, '.', '-', '_' and ':' (IPv6 in brackets), where "${PORT}" stands
+// for the port asked — nothing that could end the header or start another.
+func checkMaskHost(m string) error {
+	if m == "" || len(m) > maxMaskHost {
+		return errdefs.Invalid("network maskRequestHost: want a host[:port] of at most %d bytes", maxMaskHost)
+	}
+	rest := strings.ReplaceAll(m, "${PORT}", "1")
+	for i := range len(rest) {
+		c := rest[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte(".-_:[]", c) >= 0) {
+			return errdefs.Invalid("network maskRequestHost %q: want a host[:port] (${PORT} for the port)", m)
+		}
+	}
+	return nil
+}
+
 // File metadata (envd 0.6.2): an upload's X-Metadata-KEY: VALUE headers
 // are kept as the written file's user xattrs user.e2b.key (the key
 // lower-cased: header names are case-insensitive), and every user.e2b.*
@@ -631,10 +652,14 @@ func (d *Door) publicTraffic(ctx context.Context, id string) bool {
 }
 
 // forward sends r, authorized, to the sandbox's port through berth's port
-// proxy, without the door's own headers.
+// proxy, without the door's own headers, with the Host the sandbox's
+// maskRequestHost names.
 func (d *Door) forward(w http.ResponseWriter, r *http.Request, t Target) {
 	for _, h := range []string{"X-Access-Token", "E2b-Traffic-Access-Token", "E2b-Sandbox-Id", "E2b-Sandbox-Port"} {
 		r.Header.Del(h)
+	}
+	if sb, err := d.cfg.Manager.Get(r.Context(), t.Sandbox); err == nil && sb.Spec.MaskRequestHost != "" {
+		r.Host = strings.ReplaceAll(sb.Spec.MaskRequestHost, "${PORT}", strconv.Itoa(t.Port))
 	}
 	d.cfg.Server.ProxyPort(w, r, t.Sandbox, t.Port, r.URL.Path)
 }

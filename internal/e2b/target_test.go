@@ -117,7 +117,15 @@ func TestCreateRequest(t *testing.T) {
 					t.Errorf("%+v", r)
 				}
 			}},
-		{name: "maskRequestHost", in: newSandbox{Network: &networkConfig{MaskRequestHost: []byte(`"h:${PORT}"`)}}, bad: true},
+		{name: "maskRequestHost", in: newSandbox{Network: &networkConfig{MaskRequestHost: str("h.example:${PORT}")}},
+			chk: func(t *testing.T, r *createRequestT) {
+				if r.MaskRequestHost != "h.example:${PORT}" {
+					t.Errorf("%+v", r)
+				}
+			}},
+		{name: "maskRequestHost with a newline", in: newSandbox{Network: &networkConfig{MaskRequestHost: str("h\r\nX-Evil: 1")}}, bad: true},
+		{name: "maskRequestHost empty", in: newSandbox{Network: &networkConfig{MaskRequestHost: str("")}}, bad: true},
+		{name: "maskRequestHost with a path", in: newSandbox{Network: &networkConfig{MaskRequestHost: str("h/x")}}, bad: true},
 		{name: "denyOut of a name", in: newSandbox{Network: &networkConfig{DenyOut: []string{"example.com"}}}, bad: true},
 		{name: "no internet but allowOut", in: newSandbox{AllowInternetAccess: &no, Network: &networkConfig{AllowOut: []string{"10.0.0.1"}}},
 			chk: func(t *testing.T, r *createRequestT) {
@@ -263,3 +271,5 @@ func TestAbsPathIsRESTsRule(t *testing.T) {
 		t.Errorf("absPath(~/x) = %q, %v", got, err)
 	}
 }
+
+func str(s string) *string { return &s }

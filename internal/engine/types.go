@@ -43,6 +43,9 @@ type CreateRequest struct {
 	// AllPortsPublic: every port open without a token through the E2B
 	// door (sandbox.Spec.AllPortsPublic).
 	AllPortsPublic bool
+	// MaskRequestHost: the Host of requests to its ports through the E2B
+	// door (sandbox.Spec.MaskRequestHost).
+	MaskRequestHost string
 	// Secrets are the tenant's secrets injected into its execs.
 	Secrets []sandbox.SecretRef
 	// Policy: zero fields take the template's or the daemon's default.

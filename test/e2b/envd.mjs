@@ -98,6 +98,26 @@ try {
   const err = await cmd.wait().catch((e) => e)
   out.killedWait = err ? err.constructor.name + ': ' + err.message : 'no error'
 
+  // maskRequestHost: the Host requests to a port carry in the sandbox.
+  const m = await Sandbox.create({ timeoutMs: 600_000, network: { maskRequestHost: 'masked.example:${PORT}' } })
+  made.push(m)
+  await m.commands.run(`python3 -c "
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        open('/tmp/host.txt', 'w').write(self.headers['Host'])
+        self.send_response(200)
+        self.end_headers()
+    def log_message(self, *a): pass
+http.server.HTTPServer(('127.0.0.1', 8080), H).serve_forever()
+"`, { background: true })
+  let st = 0
+  for (let i = 0; i < 50 && st !== 200; i++) {
+    st = (await fetch(base + '/', { headers: { 'E2b-Sandbox-Id': m.sandboxId, 'E2b-Sandbox-Port': '8080' } })).status
+    if (st !== 200) await new Promise((r) => setTimeout(r, 200))
+  }
+  out.maskedHost = (await m.files.read('/tmp/host.txt')).trim()
+
   // mcp: the SDK starts the gateway itself in the sandbox; the base
   // template has none, so the create fails as on E2B and the SDK kills
   // the sandbox it made.

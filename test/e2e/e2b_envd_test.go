@@ -20,7 +20,9 @@ import (
 // stream's connection cut, the SDK's health check then saying the sandbox
 // is gone (TimeoutError, "killed or reached its end of life"). A create
 // with mcp runs the SDK's own gateway start in the sandbox: on a template
-// without mcp-gateway it fails as on E2B and leaves no sandbox.
+// without mcp-gateway it fails as on E2B and leaves no sandbox. A
+// sandbox made with maskRequestHost gets that Host on requests to its
+// ports.
 func TestE2BNewerEnvd(t *testing.T) {
 	parallel(t)
 	_, url, key := e2bDaemon(t)
@@ -44,7 +46,7 @@ func TestE2BNewerEnvd(t *testing.T) {
 		Expired, OtherPath, OtherUser, LaterExpiry     answer
 		OtherSandbox, ReadAsWrite, Unrouted, AfterKill answer
 		UnroutedExpired                                answer
-		KilledWait, MCP                                string
+		KilledWait, MCP, MaskedHost                    string
 		MCPLeft                                        int
 	}
 	runE2BScript(t, "envd.mjs", url, key, &got)
@@ -101,6 +103,9 @@ func TestE2BNewerEnvd(t *testing.T) {
 	}
 	if !strings.HasPrefix(got.KilledWait, "TimeoutError: ") || !strings.Contains(got.KilledWait, "killed or reached its end of life") {
 		t.Errorf("waiting for a command of a killed sandbox: %s", got.KilledWait)
+	}
+	if got.MaskedHost != "masked.example:8080" {
+		t.Errorf("the Host a request to port 8080 of a maskRequestHost sandbox carried: %q", got.MaskedHost)
 	}
 	if !strings.HasPrefix(got.MCP, "SandboxError: Failed to start MCP gateway") || got.MCPLeft != 0 {
 		t.Errorf("a create with mcp on a template without mcp-gateway: %s, %d sandboxes left", got.MCP, got.MCPLeft)
