@@ -546,14 +546,19 @@ func (c *Client) WriteFile(ctx context.Context, path string, mode os.FileMode, r
 // Ownership says who owns what a write creates: Owner, a user of the
 // sandbox ("uid[:gid]" or a name its /etc/passwd resolves; "" is the
 // agent's, root); with Preserve (tar only), each entry's archive owner.
+//
+// Xattrs (WriteFileAs only) are user-namespace extended attributes
+// ("user.x") the new file gets, as a write's description of the file
+// rather than its owner; an agent too old to set them is an error.
 type Ownership struct {
 	Owner    string
 	Preserve bool
+	Xattrs   map[string]string
 }
 
 // WriteFileAs is WriteFile with the file owned as o says.
 func (c *Client) WriteFileAs(ctx context.Context, path string, mode os.FileMode, r io.Reader, o Ownership) (FileInfo, error) {
-	cc, err := c.open(ctx, wire.Request{Op: wire.OpWriteFile, Path: path, Mode: unixMode(mode), Owner: o.Owner})
+	cc, err := c.open(ctx, wire.Request{Op: wire.OpWriteFile, Path: path, Mode: unixMode(mode), Owner: o.Owner, Xattrs: o.Xattrs})
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -568,6 +573,11 @@ func (c *Client) WriteFileAs(ctx context.Context, path string, mode os.FileMode,
 			return FileInfo{}, cc.ioErr(sendErr)
 		}
 		return FileInfo{}, err
+	}
+	for k, v := range o.Xattrs {
+		if got, ok := fi.Xattrs[k]; !ok || got != v {
+			return fi, errdefs.Unavailable("write %s: the sandbox's agent did not set xattr %s (it predates xattrs, or the file system has none)", path, k)
+		}
 	}
 	return fi, nil
 }

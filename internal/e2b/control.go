@@ -9,7 +9,6 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -103,6 +102,7 @@ func (d *Door) controlRoutes() *http.ServeMux {
 	mux.Handle("POST /sandboxes/{sandboxID}/snapshots", h(ruleWrite, "POST /sandboxes/{sandboxID}/snapshots", d.createSnapshot))
 	mux.Handle("GET /snapshots", h(ruleRead, "", d.listSnapshots))
 	mux.Handle("DELETE /templates/{templateID}", h(ruleWrite, "DELETE /templates/{templateID}", d.deleteSnapshot))
+	mux.Handle("PUT /sandboxes/{sandboxID}/network", h(ruleNetwork, "PUT /sandboxes/{sandboxID}/network", d.updateNetwork))
 	mux.Handle("POST /sandboxes/{sandboxID}/refreshes", h(ruleWrite, "POST /sandboxes/{sandboxID}/refreshes", d.refresh))
 	mux.Handle("/", h(ruleRead, "", func(_ context.Context, _ http.ResponseWriter, r *http.Request, _ auth.Principal) error {
 		return errdefs.NotFound("berth's E2B door has no route %s %s", r.Method, r.URL.Path)
@@ -142,8 +142,12 @@ type newSandbox struct {
 	Network             *networkConfig          `json:"network"`
 	Metadata            map[string]string       `json:"metadata"`
 	EnvVars             map[string]string       `json:"envVars"`
-	MCP                 json.RawMessage         `json:"mcp"`
-	VolumeMounts        json.RawMessage         `json:"volumeMounts"`
+	// MCP (the SDK's mcp option) is read by no one here: the SDK starts
+	// the gateway itself, a command in the sandbox (mcp-gateway, which
+	// the template must hold), and reaches it on port 50005 with a
+	// bearer token of its own, through the port proxy like any port.
+	MCP          json.RawMessage `json:"mcp"`
+	VolumeMounts json.RawMessage `json:"volumeMounts"`
 }
 
 type networkConfig struct {
@@ -152,6 +156,7 @@ type networkConfig struct {
 	DenyOut            []string        `json:"denyOut"`
 	EgressProxy        json.RawMessage `json:"egressProxy"`
 	Rules              json.RawMessage `json:"rules"`
+	MaskRequestHost    *string         `json:"maskRequestHost"`
 }
 
 func present(m json.RawMessage) bool { return len(m) > 0 && string(m) != "null" }
@@ -170,11 +175,9 @@ func seconds(v *int64, def time.Duration) (time.Duration, error) {
 // createRequest maps E2B's create onto berth's: the template by name,
 // the timeout onto the hard timeout (or, with autoPause, onto the idle
 // policy pausing), metadata onto labels, envVars onto env, network
-// allowOut onto egress rules.
+// allowOut and denyOut onto egress rules (egressAllow).
 func createRequest(in *newSandbox) (*manager.CreateRequest, error) {
 	switch {
-	case present(in.MCP):
-		return nil, errdefs.Invalid("mcp gateways are not supported by berth's E2B door")
 	case present(in.VolumeMounts):
 		return nil, errdefs.Invalid("volumeMounts are not supported by berth's E2B door; use berth volumes")
 	case in.Secure != nil && !*in.Secure:
@@ -220,15 +223,20 @@ func createRequest(in *newSandbox) (*manager.CreateRequest, error) {
 		if present(n.EgressProxy) || present(n.Rules) {
 			return nil, errdefs.Invalid("network egressProxy and rules are not supported by berth's E2B door")
 		}
-		for _, r := range n.DenyOut {
-			// berth's egress is deny by default: denying everything
-			// else is what an allow list already means.
-			if r != "0.0.0.0/0" && r != "::/0" {
-				return nil, errdefs.Invalid("network denyOut %q: berth denies every destination not allowed; only 0.0.0.0/0 may be named", r)
+		if n.MaskRequestHost != nil {
+			if err := checkMaskHost(*n.MaskRequestHost); err != nil {
+				return nil, err
 			}
+			req.MaskRequestHost = *n.MaskRequestHost
 		}
-		if len(n.AllowOut) > 0 {
-			req.Network, req.Allow = "egress", slices.Clone(n.AllowOut)
+		if n.AllowOut != nil || n.DenyOut != nil {
+			// E2B's deny list with exceptions, as berth's allow list
+			// (network.go).
+			allow, err := egressAllow(n.AllowOut, n.DenyOut)
+			if err != nil {
+				return nil, err
+			}
+			req.Network, req.Allow = "egress", allow
 		}
 	}
 	if in.AllowInternetAccess != nil {
@@ -236,7 +244,12 @@ func createRequest(in *newSandbox) (*manager.CreateRequest, error) {
 		case !*in.AllowInternetAccess && req.Network == "":
 			req.Network = "none"
 		case !*in.AllowInternetAccess:
-			return nil, errdefs.Invalid("allow_internet_access false contradicts network allowOut")
+			// E2B's allTraffic denied: only allowOut stays.
+			allow, err := egressAllow(in.Network.AllowOut, []string{all4.String()})
+			if err != nil {
+				return nil, err
+			}
+			req.Allow = allow
 		case req.Network == "":
 			req.Network, req.Allow = "egress", []string{"0.0.0.0/0", "::/0"}
 		}

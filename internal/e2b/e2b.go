@@ -46,8 +46,10 @@ import (
 )
 
 // EnvdVersion is the envd version the door reports: the e2b SDKs gate
-// features on it (closeStdin from 0.5.2, octet-stream uploads from 0.5.7).
-const EnvdVersion = "0.5.7"
+// features on it (closeStdin from 0.5.2, octet-stream uploads from 0.5.7,
+// file metadata from 0.6.2, entry info in watch events from 0.6.3,
+// watches that allow network mounts from 0.6.4).
+const EnvdVersion = "0.6.4"
 
 // maxBody bounds a control-plane JSON body.
 const maxBody = 1 << 20
@@ -64,6 +66,9 @@ type Server interface {
 	// seconds of that credential's end, so a stream opened with a token
 	// does not outlive its revocation.
 	Bind(ctx context.Context, p auth.Principal) (context.Context, func())
+	// SignedLease finds the lease token of sb a signed file URL was
+	// made with (signing.go).
+	SignedLease(ctx context.Context, sb *sandbox.Sandbox, matches func(token string) bool) (string, error)
 }
 
 // Config is what the door needs.
@@ -136,6 +141,10 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeError(w, d.cfg.Log, err)
 	case !ok:
+		if signed, err := unroutedSignedFile(r); signed {
+			writeError(w, d.cfg.Log, err)
+			return
+		}
 		d.control.ServeHTTP(w, r)
 	case t.Port == EnvdPort:
 		r = r.WithContext(context.WithValue(r.Context(), targetKey{}, t))

@@ -11,11 +11,13 @@ import (
 	"mime/multipart"
 	"net/http"
 	pathpkg "path"
+	"strconv"
 	"strings"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/berth-sh/berth/internal/agent/wire"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/e2b/envdpb/filesystem/filesystemconnect"
 	"github.com/berth-sh/berth/internal/e2b/envdpb/process/processconnect"
@@ -114,7 +116,16 @@ func (d *Door) envdAuth(rule auth.Rule, rpc bool, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t := targetOf(r.Context())
 		tok := r.Header.Get("X-Access-Token")
-		p, err := d.cfg.Server.Credential(r.Context(), tok, rule, t.Sandbox)
+		var err error
+		if tok == "" && !rpc {
+			// A signed file URL (signing.go) stands for the token
+			// that signed it.
+			tok, err = d.signedToken(r, t.Sandbox)
+		}
+		var p auth.Principal
+		if err == nil {
+			p, err = d.cfg.Server.Credential(r.Context(), tok, rule, t.Sandbox)
+		}
 		if err == nil && !p.IsLease() {
 			err = errdefs.Permission("envd takes the sandbox's access token (envdAccessToken)")
 		}
@@ -308,9 +319,104 @@ func acceptsGzip(h string) bool {
 
 // writtenInfo is envd's answer for one written file.
 type writtenInfo struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-	Path string `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Path     string            `json:"path"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// maxMaskHost bounds maskRequestHost (a host name and a port).
+const maxMaskHost = 260
+
+// checkMaskHost accepts a maskRequestHost: a host[:port] of letters,
+// digits, '.', '-', '_' and ':' (IPv6 in brackets), where "${PORT}" stands
+// for the port asked — nothing that could end the header or start another.
+func checkMaskHost(m string) error {
+	if m == "" || len(m) > maxMaskHost {
+		return errdefs.Invalid("network maskRequestHost: want a host[:port] of at most %d bytes", maxMaskHost)
+	}
+	rest := strings.ReplaceAll(m, "${PORT}", "1")
+	for i := range len(rest) {
+		c := rest[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte(".-_:[]", c) >= 0) {
+			return errdefs.Invalid("network maskRequestHost %q: want a host[:port] (${PORT} for the port)", m)
+		}
+	}
+	return nil
+}
+
+// File metadata (envd 0.6.2): an upload's X-Metadata-KEY: VALUE headers
+// are kept as the written file's user xattrs user.e2b.key (the key
+// lower-cased: header names are case-insensitive), and every user.e2b.*
+// xattr of a file, however it was set, is its metadata in stat, list and
+// the upload's answer. A write replaces the file, so an overwrite without
+// metadata leaves none; a rename keeps it.
+const (
+	metadataHeader = "X-Metadata-"
+	metadataXattr  = "user.e2b."
+)
+
+// metadataOf reads an upload's metadata headers as xattrs. Keys are HTTP
+// tokens, values printable ASCII (the SDK's own rules), within the
+// agent's bounds (which it checks again).
+func metadataOf(h http.Header) (map[string]string, error) {
+	var x map[string]string
+	for name, vals := range h {
+		if len(name) <= len(metadataHeader) || !strings.EqualFold(name[:len(metadataHeader)], metadataHeader) {
+			continue
+		}
+		key := strings.ToLower(name[len(metadataHeader):])
+		if len(vals) != 1 {
+			return nil, errdefs.Invalid("metadata %q given %d times", key, len(vals))
+		}
+		for i := range len(key) {
+			if !isTokenChar(key[i]) {
+				return nil, errdefs.Invalid("metadata key %q: want HTTP token characters", key)
+			}
+		}
+		for i := range len(vals[0]) {
+			if c := vals[0][i]; c < 0x20 || c > 0x7e {
+				return nil, errdefs.Invalid("metadata %q: the value must be printable ASCII", key)
+			}
+		}
+		if x == nil {
+			x = map[string]string{}
+		}
+		x[metadataXattr+key] = vals[0]
+	}
+	if len(x) > wire.MaxXattrs {
+		return nil, errdefs.Invalid("more than %d metadata keys", wire.MaxXattrs)
+	}
+	total := 0
+	for k, v := range x {
+		if len(k) > 255 {
+			return nil, errdefs.Invalid("metadata key %q too long", k[len(metadataXattr):])
+		}
+		total += len(k) + len(v)
+	}
+	if total > wire.MaxXattrBytes {
+		return nil, errdefs.Invalid("metadata over %d bytes", wire.MaxXattrBytes)
+	}
+	return x, nil
+}
+
+func isTokenChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// metadataFrom is a file's E2B metadata: its user.e2b.* xattrs, the
+// prefix cut (nil when it has none).
+func metadataFrom(x map[string]string) map[string]string {
+	var m map[string]string
+	for k, v := range x {
+		if key, ok := strings.CutPrefix(k, metadataXattr); ok && key != "" {
+			if m == nil {
+				m = map[string]string{}
+			}
+			m[key] = v
+		}
+	}
+	return m
 }
 
 // upload writes files: one octet-stream body to ?path, or multipart
@@ -353,6 +459,10 @@ func (d *Door) writeUpload(w http.ResponseWriter, r *http.Request) ([]writtenInf
 	}
 	user = d.defaultUser(ctx, user)
 	qpath := r.URL.Query().Get("path")
+	meta, err := metadataOf(r.Header)
+	if err != nil {
+		return nil, err
+	}
 	f, err := d.cfg.Manager.Files(ctx, targetOf(ctx).Sandbox, true, p.Actor)
 	if err != nil {
 		return nil, err
@@ -369,11 +479,12 @@ func (d *Door) writeUpload(w http.ResponseWriter, r *http.Request) ([]writtenInf
 			return writtenInfo{}, err
 		}
 		made = append(made, dirs...)
-		if _, err := f.WriteFile(ctx, path, 0o644, body, p.Actor); err != nil {
+		fi, err := f.WriteFileAs(ctx, path, 0o644, body, manager.Ownership{Xattrs: meta}, p.Actor)
+		if err != nil {
 			return writtenInfo{}, err
 		}
 		made = append(made, path)
-		return writtenInfo{Name: pathpkg.Base(path), Type: "file", Path: path}, nil
+		return writtenInfo{Name: pathpkg.Base(path), Type: "file", Path: path, Metadata: metadataFrom(fi.Xattrs)}, nil
 	}
 	defer func() {
 		if len(made) > 0 {
@@ -504,8 +615,15 @@ func (d *Door) proxy(w http.ResponseWriter, r *http.Request, t Target) {
 	if tok == "" {
 		tok = r.Header.Get("E2b-Traffic-Access-Token")
 	}
-	if tok == "" && d.publicTraffic(r.Context(), t.Sandbox) {
-		d.forward(w, r.WithContext(d.cfg.WithCaller(r.Context(), auth.Anonymous)), t)
+	if tok == "" {
+		if d.publicTraffic(r.Context(), t.Sandbox) {
+			d.forward(w, r.WithContext(d.cfg.WithCaller(r.Context(), auth.Anonymous)), t)
+			return
+		}
+		// E2B's answer to a port asked without its traffic token; the
+		// same for a sandbox that serves its ports only with one and
+		// for an id that names nothing, so it tells no one which exist.
+		writeError(w, d.cfg.Log, errdefs.Permission("this sandbox port takes the sandbox's traffic access token (e2b-traffic-access-token)"))
 		return
 	}
 	p, err := d.cfg.Server.Credential(r.Context(), tok, rulePorts, t.Sandbox)
@@ -523,17 +641,25 @@ func (d *Door) proxy(w http.ResponseWriter, r *http.Request, t Target) {
 
 // publicTraffic reports whether sandbox id serves its ports without a
 // token: made through the door without allowPublicTraffic: false, and
-// running.
+// running — or paused with auto-resume, which the request then wakes (as
+// E2B's autoResume does on traffic).
 func (d *Door) publicTraffic(ctx context.Context, id string) bool {
 	sb, err := d.cfg.Manager.Get(d.cfg.WithCaller(ctx, auth.Anonymous), id)
-	return err == nil && sb.Spec.AllPortsPublic && sb.State == sandbox.StateRunning
+	if err != nil || !sb.Spec.AllPortsPublic {
+		return false
+	}
+	return sb.State == sandbox.StateRunning || (sb.State == sandbox.StatePaused && sb.Spec.Policy.AutoResume)
 }
 
 // forward sends r, authorized, to the sandbox's port through berth's port
-// proxy, without the door's own headers.
+// proxy, without the door's own headers, with the Host the sandbox's
+// maskRequestHost names.
 func (d *Door) forward(w http.ResponseWriter, r *http.Request, t Target) {
 	for _, h := range []string{"X-Access-Token", "E2b-Traffic-Access-Token", "E2b-Sandbox-Id", "E2b-Sandbox-Port"} {
 		r.Header.Del(h)
+	}
+	if sb, err := d.cfg.Manager.Get(r.Context(), t.Sandbox); err == nil && sb.Spec.MaskRequestHost != "" {
+		r.Host = strings.ReplaceAll(sb.Spec.MaskRequestHost, "${PORT}", strconv.Itoa(t.Port))
 	}
 	d.cfg.Server.ProxyPort(w, r, t.Sandbox, t.Port, r.URL.Path)
 }

@@ -114,6 +114,7 @@ func entryOf(fi manager.FileInfo) *pb.EntryInfo {
 	if fi.GID != nil {
 		e.Group = ownerName(*fi.GID)
 	}
+	e.Metadata = metadataFrom(fi.Xattrs)
 	return e
 }
 
@@ -249,6 +250,18 @@ func eventOf(dir string, ev manager.WatchEvent) (*pb.FilesystemEvent, bool) {
 	return &pb.FilesystemEvent{Name: name, Type: t}, true
 }
 
+// withEntry adds the event's entry info (envd 0.6.3's includeEntry), best
+// effort as envd's: a path gone by the time it is read (a remove, a
+// rename's old name) has none.
+func withEntry(ctx context.Context, f *manager.Files, fe *pb.FilesystemEvent, p string) {
+	if fe.Type == pb.EventType_EVENT_TYPE_REMOVE {
+		return
+	}
+	if fi, err := f.Stat(ctx, p); err == nil {
+		fe.Entry = entryOf(fi)
+	}
+}
+
 // relTo is p relative to dir, E2B's event name.
 func relTo(dir, p string) (string, bool) {
 	dir = pathpkg.Clean(dir)
@@ -260,6 +273,12 @@ func relTo(dir, p string) (string, bool) {
 	}
 	return "", false
 }
+
+// A watch's allowNetworkMounts (envd 0.6.4) is accepted and changes
+// nothing: envd refuses to watch a network file system unless asked,
+// because inotify misses changes made elsewhere; berth mounts none into a
+// sandbox (volumes are the node's own directories), and every watch is
+// the agent's inotify.
 
 func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[pb.WatchDirRequest], st *connect.ServerStream[pb.WatchDirResponse]) error {
 	f, ps, err := s.open(ctx, req.Header(), false, req.Msg.GetPath())
@@ -285,6 +304,9 @@ func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[p
 		fe, ok := eventOf(p, ev)
 		if !ok {
 			return nil
+		}
+		if req.Msg.GetIncludeEntry() {
+			withEntry(ctx, f, fe, ev.Path)
 		}
 		return send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Filesystem{Filesystem: fe}})
 	})
@@ -388,6 +410,9 @@ func (s *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 			fe, ok := eventOf(p, ev)
 			if !ok {
 				return nil
+			}
+			if req.Msg.GetIncludeEntry() {
+				withEntry(wctx, f, fe, ev.Path)
 			}
 			w.mu.Lock()
 			defer w.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 	pb "github.com/berth-sh/berth/internal/e2b/envdpb/process"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/sandbox"
 )
 
 // keepAlive is how often a process stream sends a keepalive event (the
@@ -88,6 +90,14 @@ func (s *processService) follow(ctx context.Context, sandboxID, id string, tty b
 	}()
 	aio := manager.AttachIO{Stdout: dataWriter{e: e, pty: tty}, Stderr: dataWriter{e: e, stderr: true, pty: tty}}
 	ex, err := s.m().AttachProcess(actx, sandboxID, id, true, aio, principalOf(ctx).Actor)
+	if (err != nil || ctx.Err() != nil) && s.d.sandboxGone(ctx, sandboxID) {
+		// The sandbox was killed or stopped under the stream: its
+		// connection is cut, not ended, as when E2B's VM goes with its
+		// connections. The SDK then asks envd's health, which says the
+		// sandbox is not running, and tells its caller the sandbox was
+		// killed (a TimeoutError) instead of an error of the stream's.
+		panic(http.ErrAbortHandler)
+	}
 	if ctx.Err() != nil {
 		// The stream's token ended, or its caller hung up: the stream
 		// ends, the process runs on.
@@ -104,6 +114,21 @@ func (s *processService) follow(ctx context.Context, sandboxID, id string, tty b
 		end.Status = "signal: " + ex.Signal
 	}
 	return e.event(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}})
+}
+
+// sandboxGone reports whether sandbox id is no more, or on its way out
+// (deleting, stopping, stopped, failed): what a stream that ended under
+// it ended for.
+func (d *Door) sandboxGone(ctx context.Context, id string) bool {
+	sb, err := d.cfg.Manager.Get(context.WithoutCancel(ctx), id)
+	if err != nil {
+		return errors.Is(err, errdefs.ErrNotFound)
+	}
+	switch sb.State {
+	case sandbox.StateDeleting, sandbox.StateDeleted, sandbox.StateStopping, sandbox.StateStopped, sandbox.StateFailed:
+		return true
+	}
+	return false
 }
 
 // streamEnd is what a stream whose context ended returns: the end of the

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"testing"
 
@@ -109,9 +110,36 @@ func TestCreateRequest(t *testing.T) {
 		}},
 		{name: "zero timeout", in: newSandbox{Timeout: sec(0)}, bad: true},
 		{name: "huge timeout", in: newSandbox{Timeout: sec(1 << 40)}, bad: true},
-		{name: "denyOut of one host", in: newSandbox{Network: &networkConfig{DenyOut: []string{"1.1.1.1"}}}, bad: true},
+		{name: "denyOut of one host", in: newSandbox{Network: &networkConfig{DenyOut: []string{"1.1.1.1"}}},
+			chk: func(t *testing.T, r *createRequestT) {
+				// Everything but 1.1.1.1: its 32 neighbour prefixes and IPv6.
+				if r.Network != "egress" || len(r.Allow) != 33 || !slices.Contains(r.Allow, "1.1.1.0/32") || slices.Contains(r.Allow, "0.0.0.0/0") {
+					t.Errorf("%+v", r)
+				}
+			}},
+		{name: "maskRequestHost", in: newSandbox{Network: &networkConfig{MaskRequestHost: str("h.example:${PORT}")}},
+			chk: func(t *testing.T, r *createRequestT) {
+				if r.MaskRequestHost != "h.example:${PORT}" {
+					t.Errorf("%+v", r)
+				}
+			}},
+		{name: "maskRequestHost with a newline", in: newSandbox{Network: &networkConfig{MaskRequestHost: str("h\r\nX-Evil: 1")}}, bad: true},
+		{name: "maskRequestHost empty", in: newSandbox{Network: &networkConfig{MaskRequestHost: str("")}}, bad: true},
+		{name: "maskRequestHost with a path", in: newSandbox{Network: &networkConfig{MaskRequestHost: str("h/x")}}, bad: true},
+		{name: "denyOut of a name", in: newSandbox{Network: &networkConfig{DenyOut: []string{"example.com"}}}, bad: true},
+		{name: "no internet but allowOut", in: newSandbox{AllowInternetAccess: &no, Network: &networkConfig{AllowOut: []string{"10.0.0.1"}}},
+			chk: func(t *testing.T, r *createRequestT) {
+				if r.Network != "egress" || !slices.Equal(r.Allow, []string{"10.0.0.1"}) {
+					t.Errorf("%+v", r)
+				}
+			}},
 		{name: "insecure", in: newSandbox{Secure: &no}, bad: true},
-		{name: "mcp", in: newSandbox{MCP: []byte(`{"x":1}`)}, bad: true},
+		// The SDK starts the gateway itself: a create like any other.
+		{name: "mcp", in: newSandbox{MCP: []byte(`{"x":1}`)}, chk: func(t *testing.T, r *createRequestT) {
+			if r.Template != "" || r.Network != "" {
+				t.Errorf("%+v", r)
+			}
+		}},
 		{name: "autoResume alone", in: newSandbox{AutoResume: &struct{ Enabled bool }{true}}, bad: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -243,3 +271,5 @@ func TestAbsPathIsRESTsRule(t *testing.T) {
 		t.Errorf("absPath(~/x) = %q, %v", got, err)
 	}
 }
+
+func str(s string) *string { return &s }

@@ -68,6 +68,9 @@ type CreateRequest struct {
 	// AllPortsPublic: every port open without a token through the E2B
 	// door (sandbox.Spec.AllPortsPublic).
 	AllPortsPublic bool
+	// MaskRequestHost: the Host of requests to its ports through the E2B
+	// door (sandbox.Spec.MaskRequestHost).
+	MaskRequestHost string
 	// Secrets are the tenant's secrets injected into its execs.
 	Secrets []sandbox.SecretRef
 	// Policy: zero fields take the template's or the daemon's default.
@@ -136,6 +139,9 @@ type FileInfo struct {
 	// UID and GID own the file as the sandbox sees it; nil from an agent
 	// too old to report them.
 	UID, GID *uint32
+	// Xattrs are a file's or directory's user-namespace extended
+	// attributes by full name (agent.FileInfo's, bounded there).
+	Xattrs map[string]string
 }
 
 // DiffEntry is one path of a sandbox that differs from its template.

@@ -29,7 +29,7 @@ func FileInfoOf(fi agent.FileInfo) FileInfo       { return fileInfoOf(fi) }
 func FileInfosOf(fis []agent.FileInfo) []FileInfo { return fileInfosOf(fis) }
 
 func fileInfoOf(fi agent.FileInfo) FileInfo {
-	return FileInfo{Name: fi.Name, Path: fi.Path, Size: fi.Size, Mode: fi.Mode, ModTime: fi.ModTime, IsDir: fi.IsDir, Link: fi.Link, UID: fi.UID, GID: fi.GID}
+	return FileInfo{Name: fi.Name, Path: fi.Path, Size: fi.Size, Mode: fi.Mode, ModTime: fi.ModTime, IsDir: fi.IsDir, Link: fi.Link, UID: fi.UID, GID: fi.GID, Xattrs: fi.Xattrs}
 }
 
 func fileInfosOf(fis []agent.FileInfo) []FileInfo {

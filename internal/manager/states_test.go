@@ -447,6 +447,22 @@ func TestUpdateNetworkRules(t *testing.T) {
 	if got := e.get(sb.ID).Spec.Allow; !slices.Equal(got, []string{"B.example"}) {
 		t.Fatalf("a refused update changed the record: %v", got)
 	}
+	// Replace (the E2B door's updateNetwork): the list becomes Allow,
+	// deduplicated, the rules before gone; empty is deny all.
+	rules, err = e.m.UpdateNetworkRules(e.ctx, sb.ID, &manager.RulesRequest{
+		Allow: []string{"c.example", "C.EXAMPLE", "10.0.0.0/8"}, Replace: true}, "test")
+	must(t, err)
+	if !slices.Equal(rules.Allow, []string{"c.example", "10.0.0.0/8"}) {
+		t.Fatalf("replaced rules %+v", rules)
+	}
+	if s, _ := e.node.Get(sb.ID); !slices.Equal(s.Rules, rules.Allow) {
+		t.Fatalf("node applied %v", s.Rules)
+	}
+	rules, err = e.m.UpdateNetworkRules(e.ctx, sb.ID, &manager.RulesRequest{Replace: true}, "test")
+	must(t, err)
+	if len(rules.Allow) != 0 {
+		t.Fatalf("replaced by nothing: %+v", rules)
+	}
 	none := e.create(manager.CreateRequest{})
 	_, err = e.m.UpdateNetworkRules(e.ctx, none.ID, &manager.RulesRequest{Allow: []string{"x"}}, "test")
 	wantErr(t, err, errdefs.ErrInvalid)

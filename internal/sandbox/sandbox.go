@@ -189,6 +189,10 @@ type Spec struct {
 	// allowPublicTraffic: false). berth's own port proxy keeps to
 	// PublicPorts.
 	AllPortsPublic bool `json:"all_ports_public,omitempty"`
+	// MaskRequestHost: the Host header the E2B door gives requests to
+	// the sandbox's ports ("${PORT}" the port; E2B's maskRequestHost);
+	// "" keeps the caller's.
+	MaskRequestHost string `json:"mask_request_host,omitempty"`
 	// IDs is the sandbox's host uid/gid range, given at create and
 	// released at delete; never inherited by a fork or snapshot.
 	IDs *HostIDs `json:"ids,omitempty"`

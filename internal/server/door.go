@@ -105,3 +105,40 @@ func (s *Server) SandboxLease(ctx context.Context, sb *sandbox.Sandbox, caller a
 func (s *Server) ProxyPort(w http.ResponseWriter, r *http.Request, id string, port int, path string) {
 	s.proxy(w, r, id, strconv.Itoa(port), path)
 }
+
+// maxSigningKeys bounds the keys of one tenant whose leases a signed file
+// URL is checked against (a tenant with more keys signs with the
+// creator's).
+const maxSigningKeys = 1000
+
+// SignedLease returns the lease token of sb that made a signed file URL
+// (E2B's downloadUrl/uploadUrl: the SDK signs with its envdAccessToken):
+// matches reports whether the URL's signature is the one a token would
+// give. The candidates are the tokens SandboxLease hands out for sb at
+// this start — the create-time lease, the creator's lease after a stop,
+// and each key of sb's tenant's own lease — so no store row is read per
+// guess; none is checked for life here: the caller authenticates the one
+// that matches with Credential, which refuses a revoked or ended lease.
+// "" when none matches.
+func (s *Server) SignedLease(ctx context.Context, sb *sandbox.Sandbox, matches func(token string) bool) (string, error) {
+	if s.Leases == nil {
+		return "", nil
+	}
+	first := auth.CreateLeaseID(sb.ID)
+	started := first + "-" + strconv.FormatInt(sb.StartedAt.UnixNano(), 36)
+	for _, id := range []string{first, started} {
+		if tok := s.Leases.LeaseToken(sb.ID, id); matches(tok) {
+			return tok, nil
+		}
+	}
+	keys, _, err := s.m.Store().ListAPIKeys(ctx, store.OwnedBy(sb.Tenant), store.Page{Limit: maxSigningKeys})
+	if err != nil {
+		return "", err
+	}
+	for _, k := range keys {
+		if tok := s.Leases.LeaseToken(sb.ID, started+"-"+k.ID); matches(tok) {
+			return tok, nil
+		}
+	}
+	return "", nil
+}

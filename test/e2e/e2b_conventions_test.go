@@ -93,7 +93,7 @@ func TestE2BConventions(t *testing.T) {
 	if got.PublicPort.Status != 200 || !strings.Contains(got.PublicPort.Body, "Directory listing") {
 		t.Errorf("a port of a default sandbox without a token: %+v", got.PublicPort)
 	}
-	if got.PrivatePort.Status != 401 {
+	if got.PrivatePort.Status != 403 {
 		t.Errorf("a port of an allowPublicTraffic: false sandbox without a token: %+v", got.PrivatePort)
 	}
 	if got.PrivatePortToken.Status != 200 {

@@ -464,8 +464,12 @@ func TestE2BDoorAttacks(t *testing.T) {
 	if st, body := port("", a.SandboxID, b.EnvdAccessToken); st != 403 && st != 401 {
 		t.Errorf("B's token on A's port: %d %s", st, body)
 	}
-	if st, body := port("", a.SandboxID, ""); st != 401 {
+	if st, body := port("", a.SandboxID, ""); st != 403 {
 		t.Errorf("no token on A's port: %d %s", st, body)
+	}
+	// The same answer for an id that names nothing: no oracle.
+	if st, body := port("", "nosuchsandbox000", ""); st != 403 {
+		t.Errorf("no token on a port of no sandbox: %d %s", st, body)
 	}
 
 	// A tenant's key on another tenant's sandbox: 404, nothing changed.

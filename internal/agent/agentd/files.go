@@ -127,7 +127,10 @@ func (s *server) handleWriteFile(cn *conn) error {
 	if err != nil {
 		return err
 	}
-	fi, err := writeAtomic(pfd, name, clean, mode, uid, gid, &wire.DataReader{FR: cn.fr}, s.cfg.MaxFileBytes)
+	if err := rootfs.CheckXattrs(req.Xattrs); err != nil {
+		return err
+	}
+	fi, err := writeAtomic(pfd, name, clean, mode, uid, gid, req.Xattrs, &wire.DataReader{FR: cn.fr}, s.cfg.MaxFileBytes)
 	if err != nil {
 		return err
 	}
@@ -137,7 +140,11 @@ func (s *server) handleWriteFile(cn *conn) error {
 // writeAtomic writes r (at most limit bytes) to a new temporary file in
 // dirfd and renames it over name, which is replaced whatever it is (a
 // symlink there is replaced, never followed).
-func writeAtomic(dirfd int, name, clean string, mode uint32, uid, gid *int, r io.Reader, limit int64) (wire.FileInfo, error) {
+//
+// xattrs (user namespace, checked by the caller) are set on the new file
+// before it replaces the old one, so an overwrite keeps none of the old
+// file's.
+func writeAtomic(dirfd int, name, clean string, mode uint32, uid, gid *int, xattrs map[string]string, r io.Reader, limit int64) (wire.FileInfo, error) {
 	tmp := tempName()
 	fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -179,6 +186,9 @@ func writeAtomic(dirfd int, name, clean string, mode uint32, uid, gid *int, r io
 	if err := unix.Fchmod(fd, mode); err != nil {
 		return wire.FileInfo{}, rootfs.PathErr("chmod", clean, err)
 	}
+	if err := rootfs.SetXattrs(fd, clean, xattrs); err != nil {
+		return wire.FileInfo{}, err
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return wire.FileInfo{}, rootfs.PathErr("stat", clean, err)
@@ -187,7 +197,9 @@ func writeAtomic(dirfd int, name, clean string, mode uint32, uid, gid *int, r io
 		return wire.FileInfo{}, rootfs.PathErr("rename", clean, err)
 	}
 	done = true
-	return rootfs.Info(clean, &st, ""), nil
+	fi := rootfs.Info(clean, &st, "")
+	fi.Xattrs = rootfs.UserXattrs(rootfs.FDPath(fd, ""), true)
+	return fi, nil
 }
 
 func intOr(p *int, def int) int {

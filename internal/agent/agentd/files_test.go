@@ -3,8 +3,10 @@ package agentd
 import (
 	"archive/tar"
 	"bytes"
+	"errors"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -12,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berth-sh/berth/internal/agent"
 	"github.com/berth-sh/berth/internal/agent/wire"
 
 	"golang.org/x/sys/unix"
@@ -541,4 +544,77 @@ func TestWriteTarCaps(t *testing.T) {
 	wantCategory(t, err, errdefs.ErrInvalid)
 	err = a.client.WriteTar(testCtx(t), "/nope", bytes.NewReader(tarOf(t, reg("a", "x"))))
 	wantCategory(t, err, errdefs.ErrNotFound)
+}
+
+// TestWriteFileXattrs: a write sets the user xattrs it names on the new
+// file; stat and list report a regular file's and a directory's user
+// xattrs, however they were set, and no others; an overwrite without
+// xattrs leaves none (the file is replaced), a move keeps them; a name
+// outside the user namespace, or xattrs past the bounds, are refused and
+// nothing is written.
+func TestWriteFileXattrs(t *testing.T) {
+	a := startAgent(t)
+	c, ctx := a.client, testCtx(t)
+	x := map[string]string{"user.e2b.author": "mish", "user.e2b.purpose": "upload"}
+	fi, err := c.WriteFileAs(ctx, "/m.txt", 0, strings.NewReader("m"), agent.Ownership{Xattrs: x})
+	if err != nil {
+		if errors.Is(err, unix.ENOTSUP) || strings.Contains(err.Error(), "not supported") {
+			t.Fatalf("the test's file system has no user xattrs: %v", err)
+		}
+		t.Fatal(err)
+	}
+	if !maps.Equal(fi.Xattrs, x) {
+		t.Fatalf("the write's answer: %v, want %v", fi.Xattrs, x)
+	}
+	if fi, err = c.Stat(ctx, "/m.txt"); err != nil || !maps.Equal(fi.Xattrs, x) {
+		t.Fatalf("stat: %v %v", fi.Xattrs, err)
+	}
+	// Set from inside (as a sandbox process would), on a directory too;
+	// a trusted.* name is not reported.
+	if err := os.Mkdir(filepath.Join(a.root, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setxattr(filepath.Join(a.root, "d"), "user.e2b.tag", []byte("dir"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setxattr(filepath.Join(a.root, "m.txt"), "trusted.hidden", []byte("x"), 0); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := c.List(ctx, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]map[string]string{}
+	for _, e := range ents {
+		got[e.Name] = e.Xattrs
+	}
+	if !maps.Equal(got["m.txt"], x) || !maps.Equal(got["d"], map[string]string{"user.e2b.tag": "dir"}) {
+		t.Fatalf("list: %v", got)
+	}
+	if err := c.Move(ctx, "/m.txt", "/n.txt", false); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err = c.Stat(ctx, "/n.txt"); err != nil || !maps.Equal(fi.Xattrs, x) {
+		t.Fatalf("after a move: %v %v", fi.Xattrs, err)
+	}
+	if fi, err = c.WriteFile(ctx, "/n.txt", 0, strings.NewReader("again")); err != nil || fi.Xattrs != nil {
+		t.Fatalf("an overwrite without xattrs: %v %v", fi.Xattrs, err)
+	}
+	if fi, err = c.Stat(ctx, "/n.txt"); err != nil || fi.Xattrs != nil {
+		t.Fatalf("stat after the overwrite: %v %v", fi.Xattrs, err)
+	}
+	big := map[string]string{}
+	for i := range wire.MaxXattrs + 1 {
+		big["user.k"+strconv.Itoa(i)] = "v"
+	}
+	for _, bad := range []map[string]string{
+		{"trusted.x": "v"}, {"security.capability": "v"}, {"user.": "v"}, big,
+		{"user.big": strings.Repeat("v", wire.MaxXattrBytes)},
+	} {
+		_, err := c.WriteFileAs(ctx, "/bad.txt", 0, strings.NewReader("x"), agent.Ownership{Xattrs: bad})
+		wantCategory(t, err, errdefs.ErrInvalid)
+		if _, err := os.Lstat(filepath.Join(a.root, "bad.txt")); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("a refused write left a file: %v", err)
+		}
+	}
 }

@@ -401,7 +401,7 @@ func extractEntry(dfd int, hdr *tar.Header, tr io.Reader, o extractOpts) error {
 		}
 		return bad(mkdirOwned(pfd, name, mode, o))
 	case tar.TypeReg, tar.TypeGNUSparse: // tar.Reader reports the old TypeRegA as TypeReg
-		_, err := writeAtomic(pfd, name, hdr.Name, mode, o.uid, o.gid, io.LimitReader(tr, hdr.Size), hdr.Size)
+		_, err := writeAtomic(pfd, name, hdr.Name, mode, o.uid, o.gid, nil, io.LimitReader(tr, hdr.Size), hdr.Size)
 		if err != nil {
 			return bad(err)
 		}

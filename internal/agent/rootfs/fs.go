@@ -233,7 +233,12 @@ func (r *Root) Stat(p string) (wire.FileInfo, error) {
 			return wire.FileInfo{}, PathErr("readlink", clean, err)
 		}
 	}
-	return Info(clean, &st, link), nil
+	fi := Info(clean, &st, link)
+	if IsReg(st.Mode) || IsDir(st.Mode) {
+		// The O_PATH fd's magic link leads to the file itself.
+		fi.Xattrs = UserXattrs(FDPath(fd, ""), true)
+	}
+	return fi, nil
 }
 
 // ReadDirNames returns the names of the directory fd (which must be open
@@ -288,7 +293,12 @@ func (r *Root) List(p string, each func(wire.FileInfo) error) error {
 		if IsLink(st.Mode) {
 			link, _ = ReadlinkAt(fd, name)
 		}
-		if err := each(Info(path.Join(clean, name), &st, link)); err != nil {
+		fi := Info(path.Join(clean, name), &st, link)
+		if IsReg(st.Mode) || IsDir(st.Mode) {
+			// name is one component, not followed.
+			fi.Xattrs = UserXattrs(FDPath(fd, name), false)
+		}
+		if err := each(fi); err != nil {
 			return err
 		}
 	}

@@ -41,7 +41,22 @@ type Request struct {
 	PreserveOwner bool `json:"preserve_owner,omitempty"`
 	// Shutdown: the signal and grace of a graceful stop (shutdown.go).
 	Shutdown *ShutdownRequest `json:"shutdown,omitempty"`
+	// Xattrs (write_file): extended attributes of the user namespace
+	// ("user." names) set on the new file before it replaces the old
+	// one, within MaxXattrs and MaxXattrBytes. An agent older than this
+	// field ignores it and answers a FileInfo without Xattrs, which the
+	// client reads as refused.
+	Xattrs map[string]string `json:"xattrs,omitempty"`
 }
+
+// Bounds of the user xattrs a write sets and a stat or list reports for
+// one file: names and values together (an entry's JSON stays under
+// MaxEntryJSON).
+const (
+	MaxXattrs     = 32
+	MaxXattrBytes = 8 << 10
+	XattrPrefix   = "user."
+)
 
 // ExecSpec is the exec part of a request.
 type ExecSpec struct {
@@ -105,6 +120,11 @@ type FileInfo struct {
 	// from agents older than them, hence pointers (0 is root).
 	UID *uint32 `json:"uid,omitempty"`
 	GID *uint32 `json:"gid,omitempty"`
+	// Xattrs are a regular file's or directory's extended attributes of
+	// the user namespace (full names, "user.x"), those that fit in
+	// MaxXattrs and MaxXattrBytes in name order; absent when it has
+	// none, and from agents older than them.
+	Xattrs map[string]string `json:"xattrs,omitempty"`
 }
 
 // Resize is the payload of a resize frame: the terminal's new size.

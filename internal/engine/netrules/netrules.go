@@ -134,6 +134,9 @@ func (m *Rules) UpdateNetworkRules(ctx context.Context, ref string, req *Request
 		var prev, allow []string
 		if err := m.e.StoreOwn(ctx, sb, func(sb *sandbox.Sandbox) ([]*sandbox.Event, error) {
 			prev, allow = sb.Spec.Allow, slices.Clone(sb.Spec.Allow)
+			if req.Replace {
+				allow = nil
+			}
 			for _, a := range req.Allow {
 				r, err := m.canonical(a)
 				if err != nil {

@@ -6,6 +6,9 @@ import "time"
 type Request struct {
 	Allow []string
 	Deny  []string
+	// Replace makes Allow (less Deny) the whole list, the rules there
+	// before dropped: the E2B door's updateNetwork.
+	Replace bool
 }
 
 // NetworkRules is a sandbox's network identity and egress rules.

@@ -3,11 +3,15 @@ package catalogue
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -170,7 +174,111 @@ func e2bAttacks() []*attack.Attack {
 				}
 				return attack.Contained("upload 400, start invalid_argument")
 			}),
+		x("network-widen", "widen a sandbox's egress rules through the E2B door's updateNetwork (PUT /sandboxes/A/network, denyOut nothing) with a viewer key, and with the sandbox's envd token", "403 for both (the token is a lease: no control API); the rules unchanged",
+			func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome {
+				before, err := e.C.Network(ctx, door.sandbox)
+				if err != nil {
+					return attack.Escaped("the rules before: %v", err)
+				}
+				var seen []string
+				for _, who := range []struct{ what, key string }{{"viewer", door.viewer}, {"envd token", door.token}} {
+					st, body, err := door.do(ctx, "PUT", "/sandboxes/"+door.sandbox+"/network", who.key, nil, `{}`)
+					if err != nil {
+						return attack.Escaped("request: %v", err)
+					}
+					if st != 403 && st != 401 {
+						return attack.Escaped("updateNetwork as the %s: %d %s", who.what, st, attack.Clip(attack.OneLine(body), 80))
+					}
+					seen = append(seen, fmt.Sprintf("%s %d", who.what, st))
+				}
+				after, err := e.C.Network(ctx, door.sandbox)
+				if err != nil {
+					return attack.Escaped("the rules after: %v", err)
+				}
+				if after.Mode != before.Mode || strings.Join(after.Allow, ",") != strings.Join(before.Allow, ",") {
+					return attack.Escaped("the rules changed: %s %v -> %s %v", before.Mode, before.Allow, after.Mode, after.Allow)
+				}
+				return attack.Contained("%s; rules unchanged", strings.Join(seen, ", "))
+			}),
+		x("signed-url-misuse", "download a file through a signed file URL (the SDK's downloadUrl) with a forged signature, an expired one, one signed for another path, another sandbox's, a read signature used to upload, and one of a second key's token after that key is revoked", "each 401, while the sandbox's own signatures read the file",
+			func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome {
+				envd := func(id, tok string) map[string]string {
+					h := map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983"}
+					if tok != "" {
+						h["X-Access-Token"] = tok
+					}
+					return h
+				}
+				up := envd(door.sandbox, door.token)
+				up["Content-Type"] = "application/octet-stream"
+				if st, body, err := door.do(ctx, "POST", "/files?path=/tmp/signed.txt&username=root", "", up, "secret"); err != nil || st != 200 {
+					return attack.Escaped("writing the file: %d %v %s", st, err, attack.Clip(attack.OneLine(body), 80))
+				}
+				// A second sandbox of the same tenant, to sign with.
+				st, body, err := door.do(ctx, "POST", "/v2/sandboxes", door.member, nil, `{"templateID":"base","timeout":300,"metadata":{"berth-selftest":"`+e.Tag+`"}}`)
+				var other struct{ SandboxID, EnvdAccessToken string }
+				if err != nil || st != 201 || json.Unmarshal([]byte(body), &other) != nil || other.EnvdAccessToken == "" {
+					return attack.Escaped("a second sandbox: %d %v %s", st, err, attack.Clip(attack.OneLine(body), 80))
+				}
+				defer e.Delete(context.WithoutCancel(ctx), other.SandboxID)
+				exp := strconv.FormatInt(time.Now().Add(time.Minute).Unix(), 10)
+				past := strconv.FormatInt(time.Now().Add(-time.Minute).Unix(), 10)
+				url := func(path, sig, exp string) string {
+					return "/files?path=" + path + "&username=root&signature=" + neturl.QueryEscape(sig) + "&signature_expiration=" + exp
+				}
+				tries := []struct{ what, method, url, sandbox string }{
+					{"forged", "GET", url("/tmp/signed.txt", e2bSign("/tmp/signed.txt", "read", "root", "berth_lease_forged", exp), exp), door.sandbox},
+					{"expired", "GET", url("/tmp/signed.txt", e2bSign("/tmp/signed.txt", "read", "root", door.token, past), past), door.sandbox},
+					{"other path", "GET", url("/etc/shadow", e2bSign("/tmp/signed.txt", "read", "root", door.token, exp), exp), door.sandbox},
+					{"other sandbox's", "GET", url("/tmp/signed.txt", e2bSign("/tmp/signed.txt", "read", "root", other.EnvdAccessToken, exp), exp), door.sandbox},
+					{"read as write", "POST", url("/tmp/signed.txt", e2bSign("/tmp/signed.txt", "read", "root", door.token, exp), exp), door.sandbox},
+				}
+				var seen []string
+				for _, t := range tries {
+					st, body, err := door.do(ctx, t.method, t.url, "", envd(t.sandbox, ""), "")
+					if err != nil {
+						return attack.Escaped("%s: %v", t.what, err)
+					}
+					if st != 401 || strings.Contains(body, "secret") {
+						return attack.Escaped("%s signature: %d %s", t.what, st, attack.Clip(attack.OneLine(body), 80))
+					}
+					seen = append(seen, t.what+" 401")
+				}
+				st, body, err = door.do(ctx, "GET", url("/tmp/signed.txt", e2bSign("/tmp/signed.txt", "read", "root", door.token, exp), exp), "", envd(door.sandbox, ""), "")
+				if err != nil || st != 200 || body != "secret" {
+					return attack.Escaped("the sandbox's own signature did not read the file (the refusals prove nothing): %d %v %s", st, err, attack.Clip(attack.OneLine(body), 80))
+				}
+				// A second member key's token signs too, until that key
+				// is revoked.
+				k, err := e.C.CreateAPIKey(ctx, api.CreateAPIKeyRequest{Name: door.tenant + "-signer", Tenant: door.tenant, Role: "member"})
+				if err != nil {
+					return attack.Escaped("a second member key: %v", err)
+				}
+				st, body, err = door.do(ctx, "GET", "/sandboxes/"+door.sandbox, k.Key, nil, "")
+				var got struct{ EnvdAccessToken string }
+				if err != nil || st != 200 || json.Unmarshal([]byte(body), &got) != nil || got.EnvdAccessToken == "" {
+					return attack.Escaped("the second key's get: %d %v %s", st, err, attack.Clip(attack.OneLine(body), 80))
+				}
+				signed := url("/tmp/signed.txt", e2bSign("/tmp/signed.txt", "read", "root", got.EnvdAccessToken, exp), exp)
+				if st, body, err = door.do(ctx, "GET", signed, "", envd(door.sandbox, ""), ""); err != nil || st != 200 || body != "secret" {
+					return attack.Escaped("the second key's signature did not read the file: %d %v %s", st, err, attack.Clip(attack.OneLine(body), 80))
+				}
+				if _, err := e.C.RevokeAPIKey(ctx, k.ID); err != nil {
+					return attack.Escaped("revoking the second key: %v", err)
+				}
+				if st, body, err = door.do(ctx, "GET", signed, "", envd(door.sandbox, ""), ""); err != nil || st != 401 {
+					return attack.Escaped("a revoked key's signed URL: %d %v %s", st, err, attack.Clip(attack.OneLine(body), 80))
+				}
+				seen = append(seen, "revoked key's 401")
+				return attack.Contained("%s; its own 200", strings.Join(seen, ", "))
+			}),
 	}
+}
+
+// e2bSign is the SDK's file URL signature (internal/e2b/signing.go).
+func e2bSign(path, op, user, token, exp string) string {
+	sum := sha256.Sum256([]byte(path + ":" + op + ":" + user + ":" + token + ":" + exp))
+	return "v1_" + strings.TrimRight(base64.StdEncoding.EncodeToString(sum[:]), "=")
 }
 
 // connectEnvelope is one Connect streaming message (flags 0) holding msg.
