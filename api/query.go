@@ -112,8 +112,9 @@ type WatchQuery struct {
 
 // SandboxEventsQuery is the query of GET /v1/sandboxes/{id}/events.
 type SandboxEventsQuery struct {
-	// After returns only events whose id is greater than this.
-	After int64 `query:"after"`
+	// After returns only events whose id is greater than this (an event
+	// id), or, as "latest", only events written from now on.
+	After string `query:"after"`
 	// Type returns only events of this type (repeatable).
 	Type []string `query:"type"`
 	Page

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -376,13 +375,12 @@ object per line.`,
 }
 
 // followEvents prints the events q selects, then each new one, until ctx
-// ends: as a table flushed per row (columns padded to a fixed minimum, as
-// later rows are not known), or one JSON object per line.
+// ends: as a table of fixed column widths written row by row (a
+// tabwriter flushed per row aligns each row by itself only), or one JSON
+// object per line.
 func followEvents(ctx context.Context, c *client.Client, q client.EventsQuery, w io.Writer, asJSON, all bool) error {
-	tw := table{tabwriter.NewWriter(w, 12, 0, 2, ' ', 0)}
 	if !asJSON {
-		eventHeader(tw, all)
-		if err := tw.Flush(); err != nil {
+		if _, err := io.WriteString(w, fixedRow(eventHeaderCells(all), all)); err != nil {
 			return err
 		}
 	}
@@ -391,30 +389,61 @@ func followEvents(ctx context.Context, c *client.Client, q client.EventsQuery, w
 		if asJSON {
 			return enc.Encode(e)
 		}
-		eventRow(tw, e, all)
-		return tw.Flush()
+		_, err := io.WriteString(w, fixedRow(eventCells(e, all), all))
+		return err
 	})
 }
 
-func eventHeader(tw io.Writer, all bool) {
-	if all {
-		fmt.Fprintln(tw, "ID\tTIME\tSANDBOX\tTYPE\tFROM\tTO\tACTOR\tCAUSE\tOUTCOME\tMESSAGE")
-		return
+// followWidths are the followed table's column widths, each the longest
+// value its column usually holds (ids of 16, RFC 3339 times with an
+// offset, the longest state, "lease:" and an id); a longer value shifts
+// only the rest of its own row.
+var followWidths = map[string]int{"ID": 6, "TIME": 25, "SANDBOX": 16, "TYPE": 10, "FROM": 11, "TO": 11,
+	"ACTOR": 22, "CAUSE": 10, "OUTCOME": 7}
+
+func fixedRow(cells []string, all bool) string {
+	hdr := eventHeaderCells(all)
+	var b strings.Builder
+	for i, c := range cells {
+		if i == len(cells)-1 {
+			b.WriteString(c)
+			break
+		}
+		b.WriteString(c)
+		if pad := followWidths[hdr[i]] - len(c); pad > 0 {
+			b.WriteString(strings.Repeat(" ", pad))
+		}
+		b.WriteString("  ")
 	}
-	fmt.Fprintln(tw, "ID\tTIME\tTYPE\tFROM\tTO\tACTOR\tCAUSE\tOUTCOME\tMESSAGE")
+	b.WriteString("\n")
+	return b.String()
 }
 
-func eventRow(tw io.Writer, e api.Event, all bool) {
+func eventHeaderCells(all bool) []string {
+	if all {
+		return []string{"ID", "TIME", "SANDBOX", "TYPE", "FROM", "TO", "ACTOR", "CAUSE", "OUTCOME", "MESSAGE"}
+	}
+	return []string{"ID", "TIME", "TYPE", "FROM", "TO", "ACTOR", "CAUSE", "OUTCOME", "MESSAGE"}
+}
+
+func eventHeader(tw io.Writer, all bool) {
+	fmt.Fprintln(tw, strings.Join(eventHeaderCells(all), "\t"))
+}
+
+func eventCells(e api.Event, all bool) []string {
 	msg := e.Message
 	if e.Reason != "" {
 		msg = strings.TrimSpace(e.Reason + " " + msg)
 	}
-	sb := ""
+	cells := []string{strconv.FormatInt(e.ID, 10), e.Time.Local().Format(time.RFC3339)}
 	if all {
-		sb = e.SandboxID + "\t"
+		cells = append(cells, e.SandboxID)
 	}
-	fmt.Fprintf(tw, "%d\t%s\t%s%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.Time.Local().Format(time.RFC3339), sb,
-		e.Type, orDash(e.From), orDash(e.To), orDash(e.Actor), orDash(e.Cause), orDash(e.Outcome), msg)
+	return append(cells, e.Type, orDash(e.From), orDash(e.To), orDash(e.Actor), orDash(e.Cause), orDash(e.Outcome), msg)
+}
+
+func eventRow(tw io.Writer, e api.Event, all bool) {
+	fmt.Fprintln(tw, strings.Join(eventCells(e, all), "\t"))
 }
 
 func newRmCmd(g *globals) *cobra.Command {

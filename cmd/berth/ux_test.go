@@ -142,3 +142,30 @@ func TestCompletionFailsQuietly(t *testing.T) {
 		}
 	}
 }
+
+// A followed event table keeps its columns aligned from row to row,
+// whatever each value's length: every row is written alone, so widths
+// are fixed, not measured.
+func TestFollowedEventsAligned(t *testing.T) {
+	evs := []api.Event{
+		{ID: 7, Time: time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC), SandboxID: "abcdefgh12345678", Type: "state", From: "creating", To: "running", Actor: "local", Cause: "user", Outcome: "ok"},
+		{ID: 12345, Time: time.Date(2026, 12, 7, 12, 0, 1, 0, time.UTC), SandboxID: "zz", Type: "network", To: "quarantined", Actor: "lease:abcdefgh12345678", Cause: "reconciler", Outcome: "refused", Message: "m"},
+	}
+	for _, all := range []bool{false, true} {
+		rows := []string{fixedRow(eventHeaderCells(all), all)}
+		for _, e := range evs {
+			rows = append(rows, fixedRow(eventCells(e, all), all))
+		}
+		// Each column starts at the same offset in every row: the offset
+		// of the header's names.
+		hdr := rows[0]
+		for _, name := range eventHeaderCells(all)[1:] {
+			at := strings.Index(hdr, "  "+name) + 2
+			for _, r := range rows[1:] {
+				if at > len(r) || r[at-2:at] != "  " || r[at] == ' ' {
+					t.Fatalf("all=%v: column %s does not start at %d in %q (header %q)", all, name, at, r, hdr)
+				}
+			}
+		}
+	}
+}

@@ -419,6 +419,11 @@ func (m *Engine) AllEvents(ctx context.Context, ids, types []string, after int64
 // events (store.Events.EventsWritten): a follower reads, then waits on it.
 func (m *Engine) EventsWritten() <-chan struct{} { return m.store.EventsWritten() }
 
+// LatestEventID is the newest event's id (store.Events): event ids are
+// one sequence over every sandbox, and a caller sees them on its own
+// events anyway, so the number tells a tenant nothing new.
+func (m *Engine) LatestEventID(ctx context.Context) (int64, error) { return m.store.LatestEventID(ctx) }
+
 // LastActivity is the latest activity known for sb (API calls, exec
 // sessions, busy CPU), stored or not yet.
 func (m *Engine) LastActivity(sb *sandbox.Sandbox) time.Time { return m.lastActivity(sb) }

@@ -11,9 +11,9 @@ import (
 )
 
 // handshake runs a TLS handshake between a listener of server and a dial
-// from client expecting node want, and returns the dial's error and the
-// node the server saw.
-func handshake(t *testing.T, server, client *Identity, want string) (error, string) {
+// from client expecting node want, and returns the node the server saw
+// and the dial's error.
+func handshake(t *testing.T, server, client *Identity, want string) (string, error) {
 	t.Helper()
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", server.ServerConfig())
 	if err != nil {
@@ -53,7 +53,7 @@ func handshake(t *testing.T, server, client *Identity, want string) (error, stri
 		tc.Read(b[:])
 	}
 	tc.Close()
-	return err, <-seen
+	return <-seen, err
 }
 
 func TestPeerChannel(t *testing.T) {
@@ -73,11 +73,11 @@ func TestPeerChannel(t *testing.T) {
 	b, _ := NewIdentity(again, "node-b")
 
 	// b dials a expecting a: both sides verified, the server sees b.
-	if err, seen := handshake(t, a, b, "node-a"); err != nil || seen != "node-b" {
+	if seen, err := handshake(t, a, b, "node-a"); err != nil || seen != "node-b" {
 		t.Fatalf("peers of one CA: %v, server saw %q", err, seen)
 	}
 	// b dials the address the store gave for node-c, and node-a answers.
-	if err, _ := handshake(t, a, b, "node-c"); err == nil || !strings.Contains(err.Error(), "node-c") {
+	if _, err := handshake(t, a, b, "node-c"); err == nil || !strings.Contains(err.Error(), "node-c") {
 		t.Fatalf("another node answering: %v", err)
 	}
 	// A daemon of another CA: refused both ways.
@@ -86,10 +86,10 @@ func TestPeerChannel(t *testing.T) {
 		t.Fatal(err)
 	}
 	x, _ := NewIdentity(other, "node-a")
-	if err, seen := handshake(t, a, x, "node-a"); err == nil || seen != "" {
+	if seen, err := handshake(t, a, x, "node-a"); err == nil || seen != "" {
 		t.Fatalf("a client of another CA: %v, server saw %q", err, seen)
 	}
-	if err, _ := handshake(t, x, b, "node-a"); err == nil {
+	if _, err := handshake(t, x, b, "node-a"); err == nil {
 		t.Fatal("a server of another CA was trusted")
 	}
 }

@@ -277,6 +277,36 @@ func TestEventStreamResume(t *testing.T) {
 	}
 }
 
+// TestEventStreamFromLatest: after=latest replays nothing of the history
+// (a page is empty, a stream holds only what comes next), and a
+// Last-Event-ID, as on a reconnect, still wins over it.
+func TestEventStreamFromLatest(t *testing.T) {
+	e := newTenv(t)
+	for range 3 {
+		e.sandbox("local", `{}`)
+	}
+	var all, page []api.Event
+	e.must("local", "GET", "/v1/events", "", 200, &all)
+	e.must("local", "GET", "/v1/events?after=latest", "", 200, &page)
+	if len(all) < 3 || len(page) != 0 {
+		t.Fatalf("history %d events, after=latest page %v", len(all), ids(page))
+	}
+	st := e.openStream("local", "/v1/events?after=latest", "")
+	<-st.frames // retry:
+	sb := e.sandbox("local", `{}`)
+	got := st.events(t, 1, 5*time.Second)
+	if len(got) == 0 || got[0].SandboxID != sb.ID || got[0].ID <= all[len(all)-1].ID {
+		t.Fatalf("after=latest streamed %+v first, want the new sandbox %s's event", got, sb.ID)
+	}
+	st.close()
+	st = e.openStream("local", "/v1/events?after=latest", strconv.FormatInt(all[0].ID, 10))
+	<-st.frames
+	if got := st.events(t, 1, 5*time.Second); len(got) == 0 || got[0].ID != all[1].ID {
+		t.Fatalf("Last-Event-ID %d with after=latest: %v, want %d first", all[0].ID, ids(got), all[1].ID)
+	}
+	st.close()
+}
+
 func ids(evs []api.Event) []int64 {
 	var out []int64
 	for _, ev := range evs {

@@ -367,6 +367,9 @@ type Events interface {
 	// the same database (another daemon sharing PostgreSQL) do not close
 	// it, so a follower polls as well.
 	EventsWritten() <-chan struct{}
+	// LatestEventID is the id of the newest event of any sandbox (0 with
+	// none): where a reader that wants only what comes next begins.
+	LatestEventID(ctx context.Context) (int64, error)
 }
 
 // EventFilter selects events in ListAllEvents.

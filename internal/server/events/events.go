@@ -71,6 +71,7 @@ type Engine interface {
 	Events(ctx context.Context, ref string, after int64, p store.Page) ([]*sandbox.Event, string, error)
 	AllEvents(ctx context.Context, ids, types []string, after int64, p store.Page) (evs []*sandbox.Event, next string, last int64, err error)
 	EventsWritten() <-chan struct{}
+	LatestEventID(ctx context.Context) (int64, error)
 }
 
 // Handlers serves the event routes.
@@ -157,6 +158,7 @@ type eventQuery struct {
 	Sandboxes []string // sandbox= (ids or names); empty: every one
 	Types     []string // type=; empty: every type
 	After     int64    // after=, or the Last-Event-ID header, which wins
+	Latest    bool     // after=latest (and no Last-Event-ID): only what comes next
 }
 
 // parseEventQuery reads an events request's filters and position:
@@ -176,14 +178,17 @@ func parseEventQuery(q url.Values, lastEventID string) (eventQuery, error) {
 		}
 	}
 	eq.Sandboxes, eq.Types = dedupe(q["sandbox"]), dedupe(q["type"])
-	if v := q.Get("after"); v != "" {
+	if v := q.Get("after"); v == "latest" {
+		eq.Latest = true
+	} else if v != "" {
 		n, err := parseEventID(v)
 		if err != nil {
-			return eventQuery{}, errdefs.Invalid("after must be an event id")
+			return eventQuery{}, errdefs.Invalid("after must be an event id or latest")
 		}
 		eq.After = n
 	}
 	if lastEventID != "" {
+		eq.Latest = false
 		n, err := parseEventID(strings.TrimSpace(lastEventID))
 		if err != nil {
 			return eventQuery{}, errdefs.Invalid("Last-Event-ID must be an event id")
@@ -191,6 +196,19 @@ func parseEventQuery(q url.Values, lastEventID string) (eventQuery, error) {
 		eq.After = n
 	}
 	return eq, nil
+}
+
+// query reads an events request's query; after=latest becomes the
+// newest event's id now, so a page is empty and a stream holds only what
+// comes next (a console that lists first and then follows needs no
+// replay of the whole history).
+func (h *Handlers) query(r *http.Request) (eventQuery, error) {
+	eq, err := parseEventQuery(r.URL.Query(), r.Header.Get("Last-Event-ID"))
+	if err != nil || !eq.Latest {
+		return eq, err
+	}
+	eq.After, err = h.E.LatestEventID(r.Context())
+	return eq, err
 }
 
 // parseEventID reads an event id: decimal digits only (no sign, no
@@ -255,7 +273,7 @@ func apiEvent(e *sandbox.Event) api.Event {
 // Sandbox serves GET /v1/sandboxes/{id}/events: that sandbox's events, a
 // page or a stream.
 func (h *Handlers) Sandbox(w http.ResponseWriter, r *http.Request) {
-	eq, err := parseEventQuery(r.URL.Query(), r.Header.Get("Last-Event-ID"))
+	eq, err := h.query(r)
 	if err != nil {
 		rest.Error(w, err)
 		return
@@ -295,7 +313,7 @@ func (h *Handlers) Sandbox(w http.ResponseWriter, r *http.Request) {
 // All serves GET /v1/events: the events of every sandbox the caller
 // sees, filtered; a page or a stream.
 func (h *Handlers) All(w http.ResponseWriter, r *http.Request) {
-	eq, err := parseEventQuery(r.URL.Query(), r.Header.Get("Last-Event-ID"))
+	eq, err := h.query(r)
 	if err != nil {
 		rest.Error(w, err)
 		return

@@ -551,6 +551,12 @@ func (s *sqlStore) ListAllEvents(ctx context.Context, f store.EventFilter, p sto
 
 func (s *sqlStore) EventsWritten() <-chan struct{} { return s.written.wait() }
 
+func (s *sqlStore) LatestEventID(ctx context.Context) (int64, error) {
+	var id int64
+	err := s.queryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM events`).Scan(&id)
+	return id, err
+}
+
 // placeholders is n comma-separated parameters.
 func placeholders(n int) string { return "?" + strings.Repeat(", ?", n-1) }
 

@@ -490,6 +490,17 @@ func newEvent(sbID string, i int) *sandbox.Event {
 
 func testEvents(t *testing.T, s store.Store) {
 	ctx := t.Context()
+	if n, err := s.LatestEventID(ctx); err != nil || n != 0 {
+		t.Fatalf("LatestEventID with no events: %d %v", n, err)
+	}
+	defer func() {
+		// The newest event of any sandbox, whichever was written last.
+		if n, err := s.LatestEventID(ctx); err != nil || n == 0 {
+			t.Fatalf("LatestEventID: %d %v", n, err)
+		} else if later, _, err := s.ListAllEvents(ctx, store.EventFilter{Owner: store.AnyOwner, AfterID: n}, store.Page{}); err != nil || len(later) != 0 {
+			t.Fatalf("events after LatestEventID %d: %d %v", n, len(later), err)
+		}
+	}()
 	must(t, s.CreateSandbox(ctx, newSandbox("e1", "t", "", sandbox.StateRunning, at(0))))
 	must(t, s.CreateSandbox(ctx, newSandbox("e2", "t", "", sandbox.StateRunning, at(0))))
 

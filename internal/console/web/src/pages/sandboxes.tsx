@@ -86,9 +86,13 @@ export function useSandboxes() {
       // fields an event does not carry) is read from the list itself.
       schedule();
     };
-    stream("/v1/events", onEvent, ac.signal, (up) => {
+    // Only what comes next: the list is the state. Each time the stream
+    // comes up (a reconnect resumes by Last-Event-ID) the list is read
+    // again, so nothing between the last read and the stream is missed.
+    stream("/v1/events?after=latest", onEvent, ac.signal, (up) => {
       setStreaming(up);
       live(up);
+      if (up) load();
     });
     return () => {
       ac.abort();
