@@ -80,8 +80,9 @@
 // networkPolicy, networkPolicyManagement, envVarsInjectionPolicy and
 // volumeClaimTemplatesPolicy (sandboxes get network mode none), a
 // claim's env, additionalPodMetadata, volumeClaimTemplates and
-// ttlSecondsAfterFinished, shutdownPolicy Retain and DeleteForeground
-// (refused), operatingMode Suspended (refused), a pool's updateStrategy
+// ttlSecondsAfterFinished, shutdownPolicy Delete's removal of the object
+// (the object is kept and reports its sandbox gone, as Retain does),
+// other shutdown policies (refused), operatingMode Suspended (refused), a pool's updateStrategy
 // (members made from an older template stay until claimed or the pool is
 // resized), the PodScheduled, Suspended and Finished conditions.
 package agentsandbox
@@ -181,6 +182,11 @@ type Config struct {
 	Resync time.Duration
 	Log    *slog.Logger
 	Now    func() time.Time
+	// Held, if set, says whether this replica may act: replicas share the
+	// objects, and one reconciling them at a time (the node lease's
+	// holder) keeps two from making a sandbox for one object. The others
+	// watch and wait.
+	Held func() bool
 }
 
 // Door reconciles agent-sandbox objects into berth sandboxes.
@@ -337,6 +343,10 @@ func (r *refusal) Error() string { return r.err.Error() }
 func refused(reason string, err error) error { return &refusal{reason, err} }
 
 func (d *Door) reconcile(ctx context.Context, k key) error {
+	if d.cfg.Held != nil && !d.cfg.Held() {
+		d.queue.AddAfter(k, d.cfg.Resync)
+		return nil
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	obj, err := d.get(k.gvr, k.namespace, k.name)

@@ -140,10 +140,13 @@ func mapBlueprint(bp *blueprint, templates map[string]string, now time.Time) (*M
 		}
 		m.Req.Timeout = d.Round(time.Second) + time.Second
 	}
+	// At shutdownTime berth deletes the sandbox; the object is kept and
+	// reports it gone (Retain, the CRD's default). Delete's removal of
+	// the object itself is not served (named below).
 	switch bp.ShutdownPolicy {
-	case "", "Delete":
+	case "", "Retain", "Delete":
 	default:
-		return nil, errdefs.Invalid("shutdownPolicy %q is not served (berth deletes a sandbox at its shutdownTime)", bp.ShutdownPolicy)
+		return nil, errdefs.Invalid("shutdownPolicy %q is not served (Retain or Delete)", bp.ShutdownPolicy)
 	}
 	switch bp.OperatingMode {
 	case "", "Running":
@@ -156,6 +159,7 @@ func mapBlueprint(bp *blueprint, templates map[string]string, now time.Time) (*M
 			m.NotServed = append(m.NotServed, what)
 		}
 	}
+	ns(bp.ShutdownPolicy == "Delete" && bp.ShutdownTime != nil, "shutdownPolicy Delete (the object is kept, its sandbox deleted)")
 	ns(len(c.Command) > 0 || len(c.Args) > 0, "command/args (berth's agent is PID 1)")
 	ns(len(c.Ports) > 0, "ports")
 	ns(c.ReadinessProbe != nil || c.LivenessProbe != nil || c.StartupProbe != nil, "probes")

@@ -44,12 +44,12 @@ func TestMapBlueprint(t *testing.T) {
 		t.Fatalf("not served %v", m.NotServed)
 	}
 	for name, spec := range map[string]string{
-		"two containers":  `{"podTemplate":{"spec":{"containers":[{"name":"a","image":"berth.local/base:test"},{"name":"b","image":"berth.local/base:test"}]}}}`,
+		"two containers":   `{"podTemplate":{"spec":{"containers":[{"name":"a","image":"berth.local/base:test"},{"name":"b","image":"berth.local/base:test"}]}}}`,
 		"image not served": `{"podTemplate":{"spec":{"containers":[{"name":"a","image":"evil.example/miner"}]}}}`,
 		"valueFrom":        `{"podTemplate":{"spec":{"containers":[{"name":"a","image":"berth.local/base:test","env":[{"name":"K","valueFrom":{"secretKeyRef":{"name":"s","key":"k"}}}]}]}}}`,
 		"negative memory":  `{"podTemplate":{"spec":{"containers":[{"name":"a","image":"berth.local/base:test","resources":{"limits":{"memory":"-1"}}}]}}}`,
 		"past shutdown":    `{"podTemplate":{"spec":{"containers":[{"name":"a","image":"berth.local/base:test"}]}},"shutdownTime":"1970-01-01T00:00:01Z"}`,
-		"retain":           `{"podTemplate":{"spec":{"containers":[{"name":"a","image":"berth.local/base:test"}]}},"shutdownPolicy":"Retain"}`,
+		"foreground":           `{"podTemplate":{"spec":{"containers":[{"name":"a","image":"berth.local/base:test"}]}},"shutdownPolicy":"DeleteForeground"}`,
 		"suspended":        `{"podTemplate":{"spec":{"containers":[{"name":"a","image":"berth.local/base:test"}]}},"operatingMode":"Suspended"}`,
 		"bad env name":     `{"podTemplate":{"spec":{"containers":[{"name":"a","image":"berth.local/base:test","env":[{"name":"A=B","value":"v"}]}]}}}`,
 		"not an object":    `"x"`,

@@ -180,12 +180,18 @@ func TestAgentSandboxDoor(t *testing.T) {
 	waitReady := func(gvr schema.GroupVersionResource, namespace, name, wantStatus, wantReason string) *unstructured.Unstructured {
 		t.Helper()
 		var u *unstructured.Unstructured
-		waitFor(t, namespace+"/"+name+" Ready="+wantStatus+" "+wantReason, func() bool {
+		deadline := time.Now().Add(90 * time.Second)
+		for {
 			u = get(gvr, namespace, name)
-			s, r, _ := ready(u)
-			return s == wantStatus && r == wantReason
-		})
-		return u
+			if s, r, _ := ready(u); s == wantStatus && r == wantReason {
+				return u
+			}
+			if time.Now().After(deadline) {
+				js, _ := u.MarshalJSON()
+				t.Fatalf("timed out waiting for %s/%s Ready=%s %s: %s", namespace, name, wantStatus, wantReason, js)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 	t1ctx := identity.With(ctx, identity.Caller{Tenant: "t1", Actor: "test"})
 	exec := func(id, script string) string {
