@@ -49,7 +49,7 @@ func TestMapBlueprint(t *testing.T) {
 		"valueFrom":        `{"podTemplate":{"spec":{"containers":[{"name":"a","image":"berth.local/base:test","env":[{"name":"K","valueFrom":{"secretKeyRef":{"name":"s","key":"k"}}}]}]}}}`,
 		"negative memory":  `{"podTemplate":{"spec":{"containers":[{"name":"a","image":"berth.local/base:test","resources":{"limits":{"memory":"-1"}}}]}}}`,
 		"past shutdown":    `{"podTemplate":{"spec":{"containers":[{"name":"a","image":"berth.local/base:test"}]}},"shutdownTime":"1970-01-01T00:00:01Z"}`,
-		"foreground":           `{"podTemplate":{"spec":{"containers":[{"name":"a","image":"berth.local/base:test"}]}},"shutdownPolicy":"DeleteForeground"}`,
+		"foreground":       `{"podTemplate":{"spec":{"containers":[{"name":"a","image":"berth.local/base:test"}]}},"shutdownPolicy":"DeleteForeground"}`,
 		"suspended":        `{"podTemplate":{"spec":{"containers":[{"name":"a","image":"berth.local/base:test"}]}},"operatingMode":"Suspended"}`,
 		"bad env name":     `{"podTemplate":{"spec":{"containers":[{"name":"a","image":"berth.local/base:test","env":[{"name":"A=B","value":"v"}]}]}}}`,
 		"not an object":    `"x"`,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"k8s.io/client-go/dynamic"
 
@@ -35,7 +36,9 @@ func (d *Daemon) startAgentSandbox(ctx context.Context, authn *auth.Authenticato
 	for tpl, img := range images {
 		templates[img] = tpl
 	}
-	if err := agentsandbox.InstallCRDs(ctx, dyn); err != nil {
+	ictx, icancel := context.WithTimeout(ctx, time.Minute)
+	defer icancel()
+	if err := agentsandbox.InstallCRDs(ictx, dyn); err != nil {
 		return nil, fmt.Errorf("--agent-sandbox: %w", err)
 	}
 	door := agentsandbox.New(agentsandbox.Config{Engine: d.Manager, Auth: authn, Audit: d.Server.Audit,

@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/client"
 	"github.com/berth-sh/berth/internal/agentsandbox"
 	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/auth"
@@ -350,5 +352,156 @@ func waitGoneObj(t *testing.T, dyn dynamic.Interface, gvr schema.GroupVersionRes
 	waitFor(t, ns+"/"+name+" gone", func() bool {
 		_, err := dyn.Resource(gvr).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
+	})
+}
+
+// TestAgentSandboxThroughServe: the real `berth serve --backend kubernetes
+// --agent-sandbox` (the binary, SQLite) installs the CRDs itself; a
+// tenant and a member key made through its API, the key put in a
+// namespace's Secret, agent-sandbox's hello-world Sandbox applied there
+// (server-side apply, field manager "kubectl") reaches Ready; an exec
+// through berth's HTTP API with the tenant's key answers in the sandbox
+// the status names; the key revoked, a second Sandbox is Unauthenticated;
+// the first deleted while its key is revoked keeps its finalizer (nothing
+// berth made is left unaccounted), and goes with its berth sandbox once a
+// new key is in the Secret.
+func TestAgentSandboxThroughServe(t *testing.T) {
+	var c *kubeenv.Cluster
+	checkGone(t, &c)
+	c = kubeenv.Start(t, kubeenv.Options{Node: true})
+	ctx := context.Background()
+	const ns = "berth-sandboxes"
+	c.CreateNamespace(t, ns)
+	importImages(t, c)
+	b := serveOnCluster(t, c, ns, "door", "--agent-sandbox")
+
+	if _, err := b.c.CreateTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	mkKey := func() *api.CreatedAPIKey {
+		k, err := b.c.CreateAPIKey(ctx, api.CreateAPIKeyRequest{Tenant: "acme", Role: "member"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	k := mkKey()
+	c.CreateNamespace(t, "acme")
+	setKey := func(key string) {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: agentsandbox.KeySecret},
+			Data: map[string][]byte{agentsandbox.KeySecretData: []byte(key)}}
+		if _, err := c.Client.CoreV1().Secrets("acme").Update(ctx, s, metav1.UpdateOptions{}); apierrors.IsNotFound(err) {
+			_, err = c.Client.CoreV1().Secrets("acme").Create(ctx, s, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	setKey(k.Key)
+
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyAs := func(name string) {
+		t.Helper()
+		raw, err := os.ReadFile(filepath.Join("testdata", "agentsandbox", "hello-world.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		obj := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(raw, &obj.Object); err != nil {
+			t.Fatal(err)
+		}
+		obj.SetName(name)
+		js, _ := obj.MarshalJSON()
+		force := true
+		var perr error
+		// The daemon installs the CRDs as it starts; the apply retries
+		// until the apiserver serves them.
+		waitFor(t, "the Sandbox CRD served", func() bool {
+			_, perr = dyn.Resource(agentsandbox.SandboxGVR).Namespace("acme").Patch(ctx, name, types.ApplyPatchType, js,
+				metav1.PatchOptions{FieldManager: "kubectl", Force: &force})
+			return perr == nil
+		})
+	}
+	condOf := func(name string) (string, string, *unstructured.Unstructured) {
+		u, err := dyn.Resource(agentsandbox.SandboxGVR).Namespace("acme").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range conds {
+			if cm, _ := c.(map[string]any); cm["type"] == "Ready" {
+				return cm["status"].(string), cm["reason"].(string), u
+			}
+		}
+		return "", "", u
+	}
+	waitCond := func(name, status, reason string) *unstructured.Unstructured {
+		t.Helper()
+		var u *unstructured.Unstructured
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			var s, r string
+			s, r, u = condOf(name)
+			if s == status && r == reason {
+				return u
+			}
+			if time.Now().After(deadline) {
+				js, _ := u.MarshalJSON()
+				t.Fatalf("%s: want Ready=%s %s: %s", name, status, reason, js)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+
+	applyAs("hello-world")
+	u := waitCond("hello-world", "True", "DependenciesReady")
+	id := u.GetAnnotations()["berth.sh/sandbox"]
+	kc, err := client.New("http://"+b.addr, k.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	ex, err := kc.Exec(ctx, id, api.ExecRequest{Cmd: []string{"/bin/sh", "-c", "echo from-$(hostname)"}, Env: map[string]string{"PATH": "/bin"}}, &out, &out)
+	if err != nil || ex.Code != 0 || !strings.HasPrefix(out.String(), "from-") {
+		t.Fatalf("exec through the API with the tenant's key: %v, %+v, %q", err, ex, out.String())
+	}
+	sb, err := kc.GetSandbox(ctx, id)
+	if err != nil || sb.State != "running" {
+		t.Fatalf("the tenant reads its sandbox: %+v, %v", sb, err)
+	}
+
+	// Revoked: nothing more is made, nothing is let go.
+	if _, err := b.c.RevokeAPIKey(ctx, k.Prefix); err != nil {
+		t.Fatal(err)
+	}
+	applyAs("second")
+	waitCond("second", "False", "Unauthenticated")
+	if err := dyn.Resource(agentsandbox.SandboxGVR).Namespace("acme").Delete(ctx, "hello-world", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitCond("hello-world", "False", "Unauthenticated")
+	if sb, err := b.c.GetSandbox(ctx, id); err != nil || sb.State != "running" {
+		t.Fatalf("with the key revoked, the sandbox of a deleted object: %+v, %v; want it running, the object held", sb, err)
+	}
+	setKey(mkKey().Key)
+	for _, n := range []string{"hello-world", "second"} {
+		if n == "second" {
+			if err := dyn.Resource(agentsandbox.SandboxGVR).Namespace("acme").Delete(ctx, n, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitGoneObj(t, dyn, agentsandbox.SandboxGVR, "acme", n)
+	}
+	if sb, err := b.c.GetSandbox(ctx, id); !client.IsNotFound(err) && (err != nil || sb.State != "deleted") {
+		t.Fatalf("the deleted object's sandbox: %+v, %v", sb, err)
+	}
+	waitFor(t, "no berth pod left", func() bool {
+		pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=berth"})
+		return err == nil && len(pods.Items) == 0
 	})
 }
