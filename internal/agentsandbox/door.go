@@ -331,8 +331,9 @@ func (d *Door) get(gvr schema.GroupVersionResource, ns, name string) (*unstructu
 	return o.(*unstructured.Unstructured).DeepCopy(), nil
 }
 
-// refusal is a reconcile outcome the object's Ready condition reports,
-// with nothing more to retry until the object (or its key) changes.
+// refusal is a reconcile outcome the object's Ready condition reports:
+// not retried at once with backoff, only at the next resync or change of
+// the object (a key put in place, a quota freed).
 type refusal struct {
 	reason string
 	err    error
@@ -466,6 +467,11 @@ func (d *Door) reconcileSandbox(ctx context.Context, p auth.Principal, obj *unst
 		return nil, err
 	}
 	if len(sbs) > 0 {
+		if obj.GetAnnotations()[annotBerthID] != sbs[0].ID {
+			// The note after a create that lost a race with another
+			// write to the object: written now.
+			return sbs[0], d.note(ctx, SandboxGVR, obj, annotBerthID, sbs[0].ID)
+		}
 		return sbs[0], nil
 	}
 	if obj.GetAnnotations()[annotBerthID] != "" {
@@ -494,10 +500,13 @@ func refusalOf(err error) error {
 	switch {
 	case errors.Is(err, errdefs.ErrPermission):
 		return refused("Forbidden", err)
-	case errors.Is(err, errdefs.ErrInvalid), errors.Is(err, errdefs.ErrNotFound), errors.Is(err, errdefs.ErrNotSupported):
-		return refused("InvalidSpec", err)
-	case errors.Is(err, errdefs.ErrLimit):
+	case errors.Is(err, errdefs.ErrExhausted):
+		// The tenant's quota or start queue: said, and tried again at
+		// the next resync.
 		return refused("QuotaExceeded", err)
+	case errors.Is(err, errdefs.ErrInvalid), errors.Is(err, errdefs.ErrLimit), errors.Is(err, errdefs.ErrNotFound),
+		errors.Is(err, errdefs.ErrNotSupported), errors.Is(err, errdefs.ErrConflict):
+		return refused("InvalidSpec", err)
 	}
 	return err
 }

@@ -77,3 +77,23 @@ func FuzzMapBlueprint(f *testing.F) {
 		}
 	})
 }
+
+func TestRefusalOf(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		reason string
+	}{
+		{errdefs.QuotaExceeded(time.Second, "tenant t: 2 of 2 concurrent sandboxes in use"), "QuotaExceeded"},
+		{errdefs.Permission("no"), "Forbidden"},
+		{errdefs.Invalid("bad"), "InvalidSpec"},
+		{errdefs.Limit("max_labels", 1, "x"), "InvalidSpec"},
+	} {
+		var r *refusal
+		if !errors.As(refusalOf(c.err), &r) || r.reason != c.reason {
+			t.Errorf("refusalOf(%v) = %v, want reason %s", c.err, refusalOf(c.err), c.reason)
+		}
+	}
+	if err := refusalOf(errors.New("apiserver down")); errors.As(err, new(*refusal)) {
+		t.Error("a transient error became a refusal: it would not be retried with backoff")
+	}
+}
