@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
 
 	"github.com/berth-sh/berth/api"
@@ -30,6 +32,7 @@ import (
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 	"github.com/berth-sh/berth/internal/store/sqlite"
+	"github.com/berth-sh/berth/internal/testenv"
 	"github.com/berth-sh/berth/internal/testenv/kubeenv"
 )
 
@@ -356,7 +359,9 @@ func waitGoneObj(t *testing.T, dyn dynamic.Interface, gvr schema.GroupVersionRes
 }
 
 // TestAgentSandboxThroughServe: the real `berth serve --backend kubernetes
-// --agent-sandbox` (the binary, SQLite) installs the CRDs itself; a
+// --agent-sandbox` (the binary, SQLite), as berth's ServiceAccount with
+// the chart's Role and deploy/kubernetes/agent-sandbox-rbac.yaml and
+// nothing else, installs the CRDs itself; a
 // tenant and a member key made through its API, the key put in a
 // namespace's Secret, agent-sandbox's hello-world Sandbox applied there
 // (server-side apply, field manager "kubectl") reaches Ready; an exec
@@ -373,7 +378,7 @@ func TestAgentSandboxThroughServe(t *testing.T) {
 	const ns = "berth-sandboxes"
 	c.CreateNamespace(t, ns)
 	importImages(t, c)
-	b := serveOnCluster(t, c, ns, "door", "--agent-sandbox")
+	b := serveOnCluster(t, c, ns, "door", "--agent-sandbox", "--kubeconfig", berthServiceAccount(t, c))
 
 	if _, err := b.c.CreateTenant(ctx, "acme"); err != nil {
 		t.Fatal(err)
@@ -504,4 +509,66 @@ func TestAgentSandboxThroughServe(t *testing.T) {
 		pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=berth"})
 		return err == nil && len(pods.Items) == 0
 	})
+}
+
+// berthServiceAccount makes berth's ServiceAccount with the chart's Role
+// (deploy/kubernetes/berth.yaml) and the door's ClusterRole
+// (deploy/kubernetes/agent-sandbox-rbac.yaml), and returns a kubeconfig
+// file of a bound token of it.
+func berthServiceAccount(t *testing.T, c *kubeenv.Cluster) string {
+	t.Helper()
+	ctx := context.Background()
+	c.CreateNamespace(t, "berth")
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(root, "deploy", "kubernetes", "agent-sandbox-rbac.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := manifests(t)
+	for _, doc := range bytes.Split(raw, []byte("\n---")) {
+		var m map[string]any
+		if err := yaml.Unmarshal(doc, &m); err != nil {
+			t.Fatal(err)
+		}
+		if len(m) > 0 {
+			objs = append(objs, &unstructured.Unstructured{Object: m})
+		}
+	}
+	for _, obj := range objs {
+		var gvr schema.GroupVersionResource
+		switch obj.GetKind() {
+		case "ServiceAccount":
+			gvr = corev1.SchemeGroupVersion.WithResource("serviceaccounts")
+		case "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding":
+			gvr = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1",
+				Resource: strings.ToLower(obj.GetKind()) + "s"}
+		default:
+			continue
+		}
+		var res dynamic.ResourceInterface = dyn.Resource(gvr)
+		if obj.GetNamespace() != "" {
+			res = dyn.Resource(gvr).Namespace(obj.GetNamespace())
+		}
+		if _, err := res.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s %s: %v", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	sa := c.ServiceAccountConfig(t, "berth", "berth")
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: sa.Host, CertificateAuthorityData: sa.CAData, CertificateAuthority: sa.CAFile}
+	kc.AuthInfos["berth"] = &clientcmdapi.AuthInfo{Token: sa.BearerToken}
+	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "berth"}
+	kc.CurrentContext = "c"
+	path := filepath.Join(t.TempDir(), "berth-sa.kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
