@@ -133,6 +133,11 @@ var (
 	crdGVR      = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 )
 
+// maxReplicas bounds a SandboxWarmPool's size (berth's own pools'
+// bound, pools.MaxPoolSize, is the same order); the tenant's quota
+// bounds it further.
+const maxReplicas = 100
+
 // Names the door writes.
 const (
 	Finalizer     = "berth.sh/agent-sandbox"
@@ -558,9 +563,13 @@ func (d *Door) reconcilePool(ctx context.Context, p auth.Principal, obj *unstruc
 	if ps.Replicas != nil {
 		want = int(*ps.Replicas)
 	}
-	if want < 0 || want > 100 {
-		d.cfg.Log.Warn("agent-sandbox pool: replicas out of range (0-100)", "namespace", obj.GetNamespace(), "name", obj.GetName(), "replicas", want)
+	if want < 0 {
 		want = 0
+	}
+	if want > maxReplicas {
+		d.cfg.Log.Warn("agent-sandbox pool: replicas past the door's bound", "namespace", obj.GetNamespace(), "name", obj.GetName(),
+			"replicas", want, "max", maxReplicas)
+		want = maxReplicas
 	}
 	members, err := d.members(ctx, obj)
 	if err != nil {
@@ -697,7 +706,12 @@ func (d *Door) reconcileClaim(ctx context.Context, p auth.Principal, obj *unstru
 // the claim's pool. Anything else is nil: a claim written with another
 // sandbox's id in it gets nothing of it.
 func (d *Door) adopted(ctx context.Context, claim, pool *unstructured.Unstructured, id string) (*sandbox.Sandbox, error) {
-	sbs, err := d.owned(ctx, map[string]string{labelPoolUID: string(pool.GetUID())})
+	return d.adoptedFrom(ctx, map[string]string{labelPoolUID: string(pool.GetUID())}, id)
+}
+
+// adoptedFrom is the sandbox id among the caller's holding labels.
+func (d *Door) adoptedFrom(ctx context.Context, labels map[string]string, id string) (*sandbox.Sandbox, error) {
+	sbs, err := d.owned(ctx, labels)
 	if err != nil {
 		return nil, err
 	}
@@ -740,11 +754,15 @@ func (d *Door) finalize(ctx context.Context, gvr schema.GroupVersionResource, ob
 		var cs claimSpec
 		_ = specOf(obj, &cs)
 		if id := obj.GetAnnotations()[annotSandbox]; id != "" {
+			// Its pool's member, by the pool's uid; with the pool gone
+			// first, by the pool's name (members keep their labels).
+			sel := map[string]string{labelKind: "pool-member", labelName: cs.WarmPoolRef.Name}
 			if pool, perr := d.get(PoolGVR, obj.GetNamespace(), cs.WarmPoolRef.Name); perr == nil {
-				var sb *sandbox.Sandbox
-				if sb, err = d.adopted(actx, obj, pool, id); sb != nil {
-					gone = append(gone, sb)
-				}
+				sel = map[string]string{labelPoolUID: string(pool.GetUID())}
+			}
+			var sb *sandbox.Sandbox
+			if sb, err = d.adoptedFrom(actx, sel, id); sb != nil {
+				gone = append(gone, sb)
 			}
 		}
 		if err == nil {

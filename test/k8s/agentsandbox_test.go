@@ -62,7 +62,9 @@ import (
 //     it, and t1's sandbox survives that claim's deletion;
 //   - the audit log holds the door's creates, by the key's actor;
 //   - deleting the objects deletes their berth sandboxes (the finalizer
-//     holds each until then) and nothing of berth's is left.
+//     holds each until then): the pool first, its spare member with it
+//     and the claimed one kept, then the claim with its sandbox; nothing
+//     of berth's is left.
 func TestAgentSandboxDoor(t *testing.T) {
 	t0 := time.Now()
 	var c *kubeenv.Cluster
@@ -311,9 +313,16 @@ func TestAgentSandboxDoor(t *testing.T) {
 	for _, o := range []struct {
 		gvr      schema.GroupVersionResource
 		ns, name string
-	}{{agentsandbox.ClaimGVR, "team-a", "user-session-aider"}, {agentsandbox.SandboxGVR, "team-a", "hello-world"},
-		{agentsandbox.SandboxGVR, "team-a", "malformed"}, {agentsandbox.PoolGVR, "team-a", "python-sandbox-warmpool"},
+	}{{agentsandbox.PoolGVR, "team-a", "python-sandbox-warmpool"}, {agentsandbox.SandboxGVR, "team-a", "hello-world"},
+		{agentsandbox.SandboxGVR, "team-a", "malformed"}, {agentsandbox.ClaimGVR, "team-a", "user-session-aider"},
 		{agentsandbox.PoolGVR, "team-b", "python-sandbox-warmpool"}} {
+		if o.gvr == agentsandbox.ClaimGVR {
+			// The pool went first: its spare member with it, the
+			// claimed one kept for its claim.
+			if sb, err := m.Get(t1ctx, member); err != nil || sb.State != sandbox.StateRunning {
+				t.Fatalf("the claimed member after its pool's deletion: %+v, %v", sb, err)
+			}
+		}
 		if err := dyn.Resource(o.gvr).Namespace(o.ns).Delete(ctx, o.name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
