@@ -144,6 +144,7 @@ printed at start (and shown by GET /v1/version); clients pin it with
 	f.StringVar(&cfg.Kube.NodeName, "kube-node", "", "with --backend kubernetes: bind every pod to this `NODE` (a cluster without a scheduler)")
 	f.StringVar(&cfg.Kube.NodeSelector, "kube-node-selector", "", "with --backend kubernetes: schedule pods only on nodes with these labels, `KEY=VALUE,...` (a node pool set aside for sandboxes)")
 	f.StringVar(&cfg.Kube.Tolerations, "kube-toleration", "", "with --backend kubernetes: tolerate the sandbox pool's taints, `KEY[=VALUE]:EFFECT,...`")
+	f.BoolVar(&cfg.Kube.AgentSandbox, "agent-sandbox", false, "with --backend kubernetes: serve kubernetes-sigs/agent-sandbox's Sandbox, SandboxTemplate, SandboxWarmPool and SandboxClaim (v1beta1): install their CRDs and make berth sandboxes of the objects, each acting as the berth API key in its namespace's Secret berth-api-key (docs/kubernetes.md)")
 	f.BoolVar(&cfg.Kube.UserNamespaces, "kube-user-namespaces", false, "with --backend kubernetes: run pods with hostUsers: false (nodes that support user namespaces)")
 	f.StringVar(&cfg.Kube.ResolverListen, "kube-resolver-listen", "", "with --backend kubernetes: serve berth's DNS resolver for egress pods on this `ADDR` (UDP and TCP, e.g. :5353 behind a Service's port 53)")
 	f.StringVar(&cfg.Kube.ResolverAddress, "kube-resolver-address", "", "with --backend kubernetes: the `IP` egress pods get as their only nameserver (the resolver Service's ClusterIP); unset: network mode egress is refused")

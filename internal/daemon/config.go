@@ -232,4 +232,8 @@ type KubeConfig struct {
 	// listen port.
 	ResolverListen, ResolverAddress string
 	ResolverUpstream, ResolverPeers []string
+	// AgentSandbox serves kubernetes-sigs/agent-sandbox's resources as a
+	// door (internal/agentsandbox): their CRDs installed and reconciled
+	// into sandboxes.
+	AgentSandbox bool
 }

@@ -68,6 +68,7 @@ type Daemon struct {
 	// without --listen).
 	TLSFingerprint string
 	e2b            *e2b.Door // the --e2b-listen door (e2b.go)
+	authn          *auth.Authenticator
 }
 
 func (c *Config) setDefaults() error {
@@ -201,6 +202,9 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("opening layer store: %w", err)
 	}
 	var rts []runtime.Runtime
+	if cfg.Kube.AgentSandbox && cfg.Backend != "kubernetes" {
+		return nil, fmt.Errorf("--agent-sandbox needs --backend kubernetes")
+	}
 	if cfg.Backend == "" || cfg.Backend == "local" {
 		if rts, err = d.openRuntimes(ctx, &cfg); err != nil {
 			return nil, err
@@ -345,7 +349,8 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.Server = server.New(d.Manager, auth.New(st, leases), log.With("component", "api"))
+	d.authn = auth.New(st, leases)
+	d.Server = server.New(d.Manager, d.authn, log.With("component", "api"))
 	d.Server.Leases = leases
 	d.Server.Audit = auditLog
 	anchorKey, err := audit.OpenAnchorKey(cfg.DataDir)
@@ -473,6 +478,13 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		if err := d.listenPeer(); err != nil {
 			return err
 		}
+	}
+	if d.cfg.Kube.AgentSandbox {
+		stop, err := d.startAgentSandbox(ctx, d.authn, log.With("component", "agent-sandbox"))
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	if err := os.MkdirAll(filepath.Dir(d.cfg.Socket), 0o755); err != nil {
 		return err
