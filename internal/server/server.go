@@ -55,6 +55,7 @@ import (
 	"github.com/berth-sh/berth/internal/server/exec"
 	"github.com/berth-sh/berth/internal/server/files"
 	"github.com/berth-sh/berth/internal/server/input"
+	"github.com/berth-sh/berth/internal/server/ratelimit"
 	"github.com/berth-sh/berth/internal/server/rest"
 	"github.com/berth-sh/berth/internal/server/sandboxes"
 	"github.com/berth-sh/berth/internal/server/templates"
@@ -95,7 +96,7 @@ type Server struct {
 	// KeyRate is the default request rate of each API key (ratelimit.go);
 	// a tenant's quota key_rate overrides it.
 	KeyRate  KeyRate
-	keyRates keyRates
+	keyRates ratelimit.Keys
 	// MCPMaxSessions, MCPMaxSessionsPerTenant and MCPIdleTimeout bound
 	// /v1/mcp's sessions (0: internal/mcp's defaults).
 	MCPMaxSessions          int
@@ -149,7 +150,7 @@ func New(m *manager.Manager, authn *auth.Authenticator, log *slog.Logger) *Serve
 	}
 	s.events = &events.Handlers{Ping: func() time.Duration { return s.EventPing }, Log: s.logger}
 	s.admin = &admin.Handlers{Opts: s.adminOptions, Now: s.now, CredentialsChanged: s.credentialsChanged,
-		QuotaChanged: s.keyRates.forget, Log: s.logger}
+		QuotaChanged: s.keyRates.Forget, Log: s.logger}
 	s.templates = &templates.Handlers{}
 	s.sandboxes = &sandboxes.Handlers{Created: s.metrics.created, Deleted: s.metrics.deleted, CreateLease: s.createLease}
 	s.files = &files.Handlers{}
