@@ -392,8 +392,10 @@ func TestE2BAllowRuleLimits(t *testing.T) {
 	}
 	create := func(allow []string) (int, []byte) {
 		t.Helper()
+		// Every destination denied but the allowOut entries (E2B's
+		// allowOut alone is an exception to nothing: all stays open).
 		body, _ := json.Marshal(map[string]any{"templateID": "base", "timeout": 120,
-			"network": map[string]any{"allowOut": allow}})
+			"network": map[string]any{"allowOut": allow, "denyOut": []string{"0.0.0.0/0"}}})
 		req, err := http.NewRequestWithContext(ctx, "POST", url+"/v2/sandboxes", bytes.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
