@@ -148,9 +148,13 @@ func newCA() (*CA, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	sn, err := serial()
+	if err != nil {
+		return nil, nil, err
+	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
+		SerialNumber:          sn,
 		Subject:               pkix.Name{CommonName: "berth peer CA"},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.AddDate(10, 0, 0),
@@ -173,9 +177,8 @@ func newCA() (*CA, []byte, error) {
 	return ca, out, err
 }
 
-func serial() *big.Int {
-	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	return n
+func serial() (*big.Int, error) {
+	return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 }
 
 // Issue makes a leaf for node, valid for life from now (an hour's skew
@@ -188,9 +191,13 @@ func (ca *CA) Issue(node string, life time.Duration) (*tls.Certificate, error) {
 	if err != nil {
 		return nil, err
 	}
+	sn, err := serial()
+	if err != nil {
+		return nil, err
+	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
+		SerialNumber: sn,
 		Subject:      pkix.Name{CommonName: node},
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(life),

@@ -10,7 +10,6 @@ package forward
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -65,7 +64,7 @@ func (f *Forwarder) Serve(w http.ResponseWriter, r *http.Request, sandboxID, nod
 			if f.Log != nil {
 				f.Log.Warn("forwarding to the owning daemon", "node", node, "addr", addr, "err", err)
 			}
-			rest.Error(w, errdefs.Unavailable("%s", fmt.Sprintf("sandbox %s runs on node %s, which could not be reached: %v", sandboxID, node, err)))
+			rest.Error(w, errdefs.Unavailable("sandbox %s runs on node %s, which could not be reached: %v", sandboxID, node, err))
 		},
 	}
 	rp.ServeHTTP(w, r)
