@@ -26,6 +26,7 @@ type claimQueue struct {
 	mu      sync.Mutex
 	ids     []string
 	listing chan struct{} // closed when the listing in flight ends; nil when none
+	waiting int           // claims waiting for the listing in flight
 }
 
 // queue returns pool k's claim queue.
@@ -59,11 +60,17 @@ func (q *claimQueue) next(ctx context.Context, listed *bool, list func(context.C
 			return "", false, nil
 		}
 		if wait := q.listing; wait != nil {
+			q.waiting++
 			q.mu.Unlock()
 			select {
 			case <-wait:
 			case <-ctx.Done():
-				return "", false, ctx.Err()
+			}
+			q.mu.Lock()
+			q.waiting--
+			q.mu.Unlock()
+			if err := ctx.Err(); err != nil {
+				return "", false, err
 			}
 			*listed = true // that listing began after this claim found the queue empty
 			continue
