@@ -36,7 +36,7 @@ func (s *Store) Builtin(ctx context.Context) (*Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("builtin image: %w", err)
 	}
-	tarball, err := builtinTar(osRelease)
+	tarball, err := builtinTar(osRelease, HostAlternatives(s.opts.alternatives))
 	if err != nil {
 		return nil, fmt.Errorf("builtin image: %w", err)
 	}
@@ -88,8 +88,8 @@ func readSmallFile(p string, limit int64) ([]byte, error) {
 }
 
 // builtinTar is the built-in layer as a tar, byte-for-byte the same for
-// the same os-release.
-func builtinTar(osRelease []byte) ([]byte, error) {
+// the same os-release and alternatives.
+func builtinTar(osRelease []byte, alts []Symlink) ([]byte, error) {
 	epoch := time.Unix(0, 0)
 	type ent struct {
 		name string
@@ -133,6 +133,12 @@ func builtinTar(osRelease []byte) ([]byte, error) {
 	}
 	if osRelease != nil {
 		ents = append(ents, ent{name: "etc/os-release", typ: tar.TypeReg, mode: 0o644, data: string(osRelease)})
+	}
+	if len(alts) > 0 {
+		ents = append(ents, ent{name: "etc/alternatives/", typ: tar.TypeDir, mode: 0o755})
+		for _, a := range alts {
+			ents = append(ents, ent{name: a.Name, typ: tar.TypeSymlink, link: a.Target})
+		}
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)

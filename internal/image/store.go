@@ -76,6 +76,7 @@ type options struct {
 	keychain        authn.Keychain
 	certsDir        string
 	osRelease       string
+	alternatives    string
 	parallel        int
 }
 
@@ -104,6 +105,10 @@ func WithKeychain(k authn.Keychain) Option { return func(o *options) { o.keychai
 // (default /usr/lib/os-release; a missing file is left out).
 func WithOSRelease(path string) Option { return func(o *options) { o.osRelease = path } }
 
+// WithAlternatives sets the host directory whose links into /usr Builtin
+// copies to /etc/alternatives (default /etc/alternatives; missing, none).
+func WithAlternatives(dir string) Option { return func(o *options) { o.alternatives = dir } }
+
 // Open opens, creating if needed, the layer store at root and sweeps the
 // scratch space left by crashed processes.
 func Open(root string, idmap IDMap, opts ...Option) (*Store, error) {
@@ -113,6 +118,7 @@ func Open(root string, idmap IDMap, opts ...Option) (*Store, error) {
 		maxArchiveBytes: 64 << 30,
 		keychain:        authn.DefaultKeychain,
 		osRelease:       "/usr/lib/os-release",
+		alternatives:    "/etc/alternatives",
 		parallel:        4,
 	}
 	for _, opt := range opts {

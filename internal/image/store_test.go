@@ -687,7 +687,22 @@ func TestBuiltin(t *testing.T) {
 	if err := os.WriteFile(osr, []byte("ID=testos\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := newStore(t, WithOSRelease(osr))
+	alt := filepath.Join(t.TempDir(), "alternatives")
+	if err := os.MkdirAll(alt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Only links into /usr come along; not a link elsewhere, through
+	// "..", relative, nor a file.
+	for name, target := range map[string]string{"which": "/usr/bin/which.debianutils", "evil": "/root/.ssh/id_rsa",
+		"up": "/usr/../etc/shadow", "rel": "../x", "awk": "/usr/bin/mawk"} {
+		if err := os.Symlink(target, filepath.Join(alt, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(alt, "README"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, WithOSRelease(osr), WithAlternatives(alt))
 	ctx := context.Background()
 	img, err := s.Builtin(ctx)
 	if err != nil {
@@ -717,8 +732,17 @@ func TestBuiltin(t *testing.T) {
 		etc = append(etc, e.Name())
 		assertOwner(t, filepath.Join(l, "etc", e.Name()), 100000, 200000)
 	}
-	if want := []string{"group", "hosts", "nsswitch.conf", "os-release", "passwd", "resolv.conf", "shells"}; !slices.Equal(etc, want) {
+	if want := []string{"alternatives", "group", "hosts", "nsswitch.conf", "os-release", "passwd", "resolv.conf", "shells"}; !slices.Equal(etc, want) {
 		t.Errorf("/etc = %v, want %v", etc, want)
+	}
+	var links []string
+	ents, _ = os.ReadDir(filepath.Join(l, "etc/alternatives"))
+	for _, e := range ents {
+		target, _ := os.Readlink(filepath.Join(l, "etc/alternatives", e.Name()))
+		links = append(links, e.Name()+"->"+target)
+	}
+	if want := []string{"awk->/usr/bin/mawk", "which->/usr/bin/which.debianutils"}; !slices.Equal(links, want) {
+		t.Errorf("/etc/alternatives = %v, want %v", links, want)
 	}
 	if !strings.HasPrefix(readFile(t, filepath.Join(l, "etc/passwd")), "root:x:0:0:root:/root:/bin/sh\n") ||
 		!strings.Contains(readFile(t, filepath.Join(l, "etc/passwd")), "nobody:x:65534:65534:") {
@@ -732,7 +756,7 @@ func TestBuiltin(t *testing.T) {
 		t.Errorf("second Builtin: %v, %v; want the same layer", again, err)
 	}
 	// Different host content, different layer.
-	s2 := newStore(t, WithOSRelease(filepath.Join(t.TempDir(), "missing")))
+	s2 := newStore(t, WithOSRelease(filepath.Join(t.TempDir(), "missing")), WithAlternatives(alt))
 	other, err := s2.Builtin(ctx)
 	if err != nil || other.Layers[0] == img.Layers[0] || exists(filepath.Join(s2.LayerPath(other.Layers[0]), "etc/os-release")) {
 		t.Errorf("builtin without os-release: %v, %v", other, err)

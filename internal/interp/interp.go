@@ -148,48 +148,11 @@ func MissingKernels(root string) []string {
 	return out
 }
 
-// maxAlternatives bounds what alternatives reads of the host's
-// /etc/alternatives (Debian has some hundreds).
-const maxAlternatives = 4096
-
-// alternatives returns the symlinks of the host's /etc/alternatives
-// (under root) that point into /usr, sorted: Debian's commands and
-// libraries of /usr reach their chosen implementation through them
-// (/usr/bin/which, awk, R's which, libblas.so.3), and the sandbox's /etc
-// is not the host's. Only the links are copied, never a file's content;
-// anything else there is left out.
-func alternatives(root string) []entry {
-	dir := filepath.Join(root, "etc/alternatives")
-	des, err := os.ReadDir(dir)
-	if err != nil {
-		return nil
-	}
-	var out []entry
-	for _, de := range des {
-		if de.Type()&os.ModeSymlink == 0 || len(out) >= maxAlternatives {
-			continue
-		}
-		target, err := os.Readlink(filepath.Join(dir, de.Name()))
-		if err != nil || !strings.HasPrefix(target, "/usr/") || strings.Contains(target, "/../") {
-			continue
-		}
-		out = append(out, entry{name: "etc/alternatives/" + de.Name(), link: target})
-	}
-	return out // ReadDir sorts by name
-}
-
-// Layer is the template's own layer: layerEntries and the host's
-// alternatives, as a tar byte-for-byte the same for the same server and
-// host, so its id is stable.
+// Layer is the template's own layer: layerEntries as a tar,
+// byte-for-byte the same for the same server, so its id is stable. The
+// host's /etc/alternatives come from the base it sits on (image.Builtin).
 func Layer() ([]byte, error) {
-	return layer("/")
-}
-
-func layer(root string) ([]byte, error) {
 	ents := layerEntries()
-	if alt := alternatives(root); len(alt) > 0 {
-		ents = append(append(ents, entry{name: "etc/alternatives/"}), alt...)
-	}
 	epoch := time.Unix(0, 0)
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -97,46 +96,6 @@ func TestKernelSpecs(t *testing.T) {
 	}
 	if !bytes.Contains(bashSpec, []byte("/opt/berth/interp/bash_kernel.py")) {
 		t.Error("the bash kernelspec does not run the layer's bash_kernel.py")
-	}
-}
-
-// The host's /etc/alternatives links into /usr come along (the sandbox's
-// /etc is not the host's); other links and files do not.
-func TestLayerAlternatives(t *testing.T) {
-	root := t.TempDir()
-	alt := filepath.Join(root, "etc/alternatives")
-	if err := os.MkdirAll(alt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, target := range map[string]string{"which": "/usr/bin/which.debianutils", "evil": "/root/.ssh/id_rsa",
-		"up": "/usr/../etc/shadow", "rel": "../x"} {
-		if err := os.Symlink(target, filepath.Join(alt, name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(alt, "README"), []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	b, err := layer(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	links := map[string]string{}
-	tr := tar.NewReader(bytes.NewReader(b))
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.HasPrefix(h.Name, "etc/alternatives/") && h.Name != "etc/alternatives/" {
-			links[h.Name] = h.Linkname
-		}
-	}
-	if want := map[string]string{"etc/alternatives/which": "/usr/bin/which.debianutils"}; !reflect.DeepEqual(links, want) {
-		t.Fatalf("alternatives %v, want %v", links, want)
 	}
 }
 

@@ -62,6 +62,11 @@ func TestCreateExecFilesDelete(t *testing.T) {
 	if code != 0 || len(f) < 6 || f[0] != "0" || f[2] == "0" || f[4] != "hello" {
 		t.Fatalf("exec: %q code %d", out, code)
 	}
+	// The host's /usr reaches its chosen commands through
+	// /etc/alternatives, which the built-in template mirrors.
+	if out, e, code := d.cli("exec", id, "--", "sh", "-c", "which sh && echo 'a b' | awk '{print $2}'"); code != 0 || out != "/usr/bin/sh\nb\n" {
+		t.Fatalf("which and awk in the base template: %q %q code %d", out, e, code)
+	}
 	// Files round trip through the CLI.
 	local := t.TempDir()
 	os.WriteFile(local+"/in.txt", []byte("payload"), 0o644)
