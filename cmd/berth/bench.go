@@ -58,7 +58,8 @@ Measurements (--only takes these names, or the letters a-p):
   snapshot snapshot and restore (running -> running) of the same parents, vs
            the full copy and a stop -> start of the same sandbox
   runsc    create -> first exec on gVisor beside runc, and hibernate / wake of
-           a runsc sandbox holding 100 MiB and 1 GiB (skipped without runsc)
+           a runsc sandbox holding each of --hibernate-sizes (100 MiB and 1 GiB;
+           skipped without runsc)
   egress   create -> first exec in network mode egress vs mode none, and the
            extra time of egress (target p50 <= 15 ms)
   compute  create -> first command result (true; node -v too in the burst when
@@ -110,6 +111,8 @@ target was met (use --strict to fail on a missed target).`,
 	f.IntVar(&opts.Expiry, "expiry", bench.DefaultExpiry, "sandboxes the expiry measurement lets expire together (on_idle pause)")
 	f.IntVar(&opts.ExpiryStop, "expiry-stop", 0, "sandboxes the expiry measurement then lets expire together with on_idle stop (0: skip, -1: as many as --expiry)")
 	f.StringSliceVar(&forkSizes, "fork-sizes", []string{"10m", "100m", "1g"}, "workspace sizes of the parents that fork and snapshot measure")
+	var hibernateSizes []string
+	f.StringSliceVar(&hibernateSizes, "hibernate-sizes", []string{"100m", "1g"}, "memory a runsc sandbox holds in the hibernate and wake measurement")
 	f.IntVar(&opts.ForkIterations, "fork-iterations", 0, "samples of each fork, snapshot and restore size (0: --iterations, at most 10)")
 	f.StringVar(&netBytes, "net-bytes", "256m", "bytes each transfer of the nat measurement sends")
 	f.IntVar(&opts.Images, "images", bench.DefaultImages, "per-task images the images measurement pulls")
@@ -131,6 +134,13 @@ target was met (use --strict to fail on a missed target).`,
 				return fmt.Errorf("--fork-sizes: %w", err)
 			}
 			opts.ForkSizes = append(opts.ForkSizes, sz)
+		}
+		for _, s := range hibernateSizes {
+			sz, err := parseSize(s)
+			if err != nil {
+				return fmt.Errorf("--hibernate-sizes: %w", err)
+			}
+			opts.HibernateSizes = append(opts.HibernateSizes, sz)
 		}
 		nb, err := parseSize(netBytes)
 		if err != nil {

@@ -157,6 +157,9 @@ type Options struct {
 	// ForkSizes are the workspace sizes, in bytes, of the parents that
 	// fork and snapshot measure (default 10 MiB, 100 MiB, 1 GiB).
 	ForkSizes []int64
+	// HibernateSizes are the memory, in bytes, a runsc sandbox's process
+	// holds in the hibernate / wake measurement (default 100 MiB, 1 GiB).
+	HibernateSizes []int64
 	// ForkIterations is the number of samples of each fork, snapshot and
 	// restore size, and of their copy peer (default: Iterations, at most 10).
 	ForkIterations int
@@ -194,6 +197,10 @@ const (
 
 // DefaultForkSizes are the parent workspace sizes of fork and snapshot.
 var DefaultForkSizes = []int64{10 << 20, 100 << 20, 1 << 30}
+
+// DefaultHibernateSizes are the memory a hibernated runsc sandbox's
+// process holds.
+var DefaultHibernateSizes = []int64{100 << 20, 1 << 30}
 
 // The report's types are the harness's, which the measurement packages
 // share.
@@ -239,6 +246,8 @@ type Report struct {
 	// ForkSizes and ForkIterations are those of fork and snapshot.
 	ForkSizes      []int64 `json:"fork_sizes,omitempty"`
 	ForkIterations int     `json:"fork_iterations,omitempty"`
+	// HibernateSizes are those of the runsc measurement's hibernate.
+	HibernateSizes []int64 `json:"hibernate_sizes,omitempty"`
 	// ServeArgs are the daemon's flags beyond the bench's own.
 	ServeArgs []string `json:"serve_args,omitempty"`
 	// Images and ImageBase are those of the images measurement.
@@ -324,6 +333,14 @@ func (o *Options) setDefaults() error {
 			return fmt.Errorf("bench: fork sizes must be between 1 KiB and 64 GiB, not %d bytes", sz)
 		}
 	}
+	if len(o.HibernateSizes) == 0 {
+		o.HibernateSizes = slices.Clone(DefaultHibernateSizes)
+	}
+	for _, sz := range o.HibernateSizes {
+		if sz < 1<<20 || sz > 64<<30 {
+			return fmt.Errorf("bench: hibernate sizes must be between 1 MiB and 64 GiB, not %d bytes", sz)
+		}
+	}
 	if o.ForkIterations == 0 {
 		o.ForkIterations = min(o.Iterations, DefaultForkIterations)
 	}
@@ -386,6 +403,9 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (*Report, error)
 	}
 	if opts.selected(Fork) || opts.selected(Snapshot) {
 		rep.ForkSizes, rep.ForkIterations = opts.ForkSizes, opts.ForkIterations
+	}
+	if opts.selected(Runsc) {
+		rep.HibernateSizes = opts.HibernateSizes
 	}
 	if opts.selected(Images) {
 		rep.Images, rep.ImageBase = opts.Images, opts.ImageBase

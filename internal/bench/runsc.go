@@ -16,12 +16,9 @@ import (
 // 100 MiB and 1 GiB of memory.
 const Runsc = "runsc"
 
-// runscHibernateSizes are the memory a hibernated sandbox's process holds.
-var runscHibernateSizes = []int64{100 << 20, 1 << 30}
-
 // (l) runsc: create → first exec vs the same on runc, interleaved; then
 // hibernate and wake (until the agent answers) of a runsc sandbox whose
-// process holds each of runscHibernateSizes in memory.
+// process holds each of Options.HibernateSizes in memory.
 func (b *bench) measureRunsc(ctx context.Context) error {
 	c := b.d.C
 	rep, err := c.Doctor(ctx, false)
@@ -69,7 +66,7 @@ func (b *bench) measureRunsc(ctx context.Context) error {
 		Berth: harness.Summarize(rs.V), Peer: "the same on runc (berth)", PeerStat: &rcs,
 		Note: "SDK CreateSandbox until an exec of true returns; runsc and runc alternate"})
 
-	for _, size := range runscHibernateSizes {
+	for _, size := range b.opts.HibernateSizes {
 		if err := b.measureHibernate(ctx, size); err != nil {
 			return err
 		}

@@ -33,7 +33,7 @@ func TestBenchTiny(t *testing.T) {
 	defer cancel()
 	rep, err := bench.Run(ctx, bench.Options{
 		Binary: berthBin, Iterations: 3, Burst: 4, Idle: 3, Churn: time.Second, Expiry: 3, ExpiryStop: 2, TempRoot: dir,
-		ForkSizes: []int64{1 << 20}, NetBytes: 1 << 20, Images: 3, ImageBase: 1 << 20,
+		ForkSizes: []int64{1 << 20}, HibernateSizes: []int64{16 << 20}, NetBytes: 1 << 20, Images: 3, ImageBase: 1 << 20,
 	}, testWriter{t})
 	if rep != nil {
 		var sb strings.Builder
