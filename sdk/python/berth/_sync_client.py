@@ -60,7 +60,10 @@ class Client:
     ``https://host:port`` (default: ``BERTH_HOST``, else the daemon's default
     socket); ``api_key`` defaults to ``BERTH_API_KEY``; ``tls_fingerprint``
     (default ``BERTH_TLS_FINGERPRINT``) pins an https daemon's certificate,
-    ``tls_ca`` verifies it against a CA file instead. Calls refused with 429
+    ``tls_ca`` verifies it against a CA file instead. Without a host (nor
+    ``BERTH_HOST``), ``context`` (default ``BERTH_CONTEXT``, else the berth
+    CLI's current context) names a context saved by ``berth context add``:
+    its host, key and TLS settings. Calls refused with 429
     or 503 are retried up to ``max_retries`` times, waiting what Retry-After
     says (at most ``max_retry_wait`` seconds), else a short backoff.
 
@@ -94,8 +97,9 @@ class Client:
         timeout: Optional[float] = DEFAULT_TIMEOUT,
         stream_timeout: Optional[float] = None,
         connect_timeout: float = 30.0,
+        context: Optional[str] = None,
     ):
-        self._conn: Conn = resolve(host, api_key, tls_fingerprint, tls_ca)
+        self._conn: Conn = resolve(host, api_key, tls_fingerprint, tls_ca, context)
         self.host = self._conn.host
         self.max_retries = max_retries
         self.max_retry_wait = max_retry_wait
@@ -1013,13 +1017,13 @@ class Volumes:
         req = m.CreateVolumeRequest(name=name, size_bytes=size_bytes, inodes=inodes)
         return m.Volume.from_dict(self._c._json("POST", "/v1/volumes", body=req, idempotency_key=idempotency_key or new_idempotency_key()))
 
-    def list(self) -> List[m.Volume]:
-        """Every volume (every page)."""
-        return [m.Volume.from_dict(v) for v in self._c._all("/v1/volumes")]
+    def list(self, all: bool = False) -> List[m.Volume]:
+        """Every volume (every page); ``all`` includes the tombstones of deleted ones."""
+        return [m.Volume.from_dict(v) for v in self._c._all("/v1/volumes", {"all": _bool(all)})]
 
-    def list_page(self, limit: Optional[int] = None, cursor: Optional[str] = None) -> Page:
+    def list_page(self, limit: Optional[int] = None, cursor: Optional[str] = None, all: bool = False) -> Page:
         """One page of volumes and the next cursor."""
-        items, nxt = self._c._page("/v1/volumes", None, limit, cursor)
+        items, nxt = self._c._page("/v1/volumes", {"all": _bool(all)}, limit, cursor)
         return Page(items=[m.Volume.from_dict(v) for v in items], next_cursor=nxt)
 
     def get(self, name: str) -> m.Volume:

@@ -103,7 +103,9 @@ function query(params) {
  * https://host:port (default: BERTH_HOST, else the daemon's default
  * socket); `apiKey` defaults to BERTH_API_KEY; `tlsFingerprint` (default
  * BERTH_TLS_FINGERPRINT) pins an https daemon's certificate, `tlsCa`
- * verifies it against a CA file instead. Calls refused with 429 or 503 are
+ * verifies it against a CA file instead. Without a host (nor BERTH_HOST),
+ * `context` (default BERTH_CONTEXT, else the CLI's current context) names a
+ * context saved by `berth context add`: its host, key and TLS settings. Calls refused with 429 or 503 are
  * retried up to `maxRetries` times, waiting what Retry-After says (at most
  * `maxRetryWait` seconds), else a short backoff.
  *
@@ -1083,11 +1085,12 @@ class Volumes {
     });
     return check("Volume", d);
   }
-  list() {
-    return this._c._list("/v1/volumes", undefined, "Volume");
+  /** Every volume, page by page; `all` includes the tombstones of deleted ones. */
+  list({ all = false } = {}) {
+    return this._c._list("/v1/volumes", { all: bool(all) }, "Volume");
   }
-  listPage({ limit, cursor } = {}) {
-    return this._c._listPage("/v1/volumes", undefined, "Volume", { limit, cursor });
+  listPage({ limit, cursor, all = false } = {}) {
+    return this._c._listPage("/v1/volumes", { all: bool(all) }, "Volume", { limit, cursor });
   }
   async get(name) {
     return check("Volume", await this._c._json("GET", "/v1/volumes/" + seg(name)));

@@ -36,6 +36,12 @@ export interface ClientOptions {
   tlsFingerprint?: string;
   /** Verifies an https daemon's certificate against this CA file instead. */
   tlsCa?: string;
+  /**
+   * Without a host (nor BERTH_HOST): a context saved by `berth context add`
+   * (its host, key and TLS settings); default BERTH_CONTEXT, else the CLI's
+   * current context. "default" is the local socket.
+   */
+  context?: string;
   userAgent?: string;
   /** Retries of a refused (429/503) or, when safe, cut request (default 4). */
   maxRetries?: number;
@@ -318,8 +324,9 @@ export interface BuildOptions {
 
 export declare class Volumes {
   create(name: string, options?: { sizeBytes?: number; inodes?: number } & RequestOptions): Promise<models.Volume>;
-  list(): PageIterator<models.Volume>;
-  listPage(options?: PageOptions): Promise<Page<models.Volume>>;
+  /** Every volume; `all` includes the tombstones of deleted ones. */
+  list(options?: { all?: boolean }): PageIterator<models.Volume>;
+  listPage(options?: PageOptions & { all?: boolean }): Promise<Page<models.Volume>>;
   get(name: string): Promise<models.Volume>;
   delete(name: string): Promise<void>;
 }
