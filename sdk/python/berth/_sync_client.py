@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import copy
 import json
-from typing import Any, Iterator, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterable, Iterator, Callable, Dict, List, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
 
 import httpx
@@ -51,6 +51,14 @@ def _seg(s: Any) -> str:
 
 def _bool(v: bool) -> Optional[str]:
     return "true" if v else None
+
+
+
+
+def _chunks_of(chunks: Any) -> Any:
+    """A body to stream: the caller's iterable of bytes (an open binary
+    file, a generator), as httpx sends it."""
+    return chunks
 
 
 class Client:
@@ -179,14 +187,19 @@ class Client:
         stream: bool = False,
         long: bool = False,
         extra_timeout: float = 0.0,
+        body_stream: Any = None,
     ) -> httpx.Response:
         """Sends one request with the retry policy (berth._conn); returns a
         2xx response (unread when stream) or raises an APIError. ``long``
         routes are bounded by ``stream_timeout``, the others by ``timeout``
-        (plus ``extra_timeout``)."""
+        (plus ``extra_timeout``). ``body_stream`` (an iterable of bytes) is
+        sent as it comes and read once: such a request is never sent twice."""
         h = dict(headers or {})
-        content = None
-        if isinstance(body, (bytes, str)):
+        content: Any = None
+        if body_stream is not None:
+            content = _chunks_of(body_stream)
+            h.setdefault("Content-Type", "application/octet-stream")
+        elif isinstance(body, (bytes, str)):
             content = body.encode() if isinstance(body, str) else body
             h.setdefault("Content-Type", "application/octet-stream")
         elif body is not None:
@@ -196,7 +209,7 @@ class Client:
             h[IDEMPOTENCY_HEADER] = idempotency_key
         q = {k: v for k, v in (params or {}).items() if v is not None}
         # Sending twice is safe for these; for others only a refusal is retried.
-        replayable = method in SAFE_METHODS or bool(idempotency_key)
+        replayable = (method in SAFE_METHODS or bool(idempotency_key)) and body_stream is None
         attempt = 0
         while True:
             req = self._http.build_request(method, path, params=q, content=content, headers=h,
@@ -239,7 +252,7 @@ class Client:
             raw = resp.read()
             resp.close()
             err = from_response(resp.status_code, resp.reason_phrase, resp.headers, raw)
-            delay = retry_delay(err, attempt, self.max_retry_wait) if attempt < self.max_retries else None
+            delay = retry_delay(err, attempt, self.max_retry_wait) if attempt < self.max_retries and body_stream is None else None
             if delay is None:
                 raise err
             _sleep(delay)
@@ -705,6 +718,15 @@ class Files:
     def write(self, path: str, data: Union[bytes, str], mode: Optional[int] = None) -> m.FileInfo:
         """Writes (replaces) a file; ``mode`` like 0o755."""
         resp = self._c._send("PUT", self._p, params={"path": path, "mode": None if mode is None else "%04o" % mode}, body=data)
+        return m.FileInfo.from_dict(resp.json()) if resp.status_code != 204 and resp.content else m.FileInfo.from_dict({})
+
+    def write_stream(self, path: str, chunks: Union[Iterable[bytes], Any], mode: Optional[int] = None) -> m.FileInfo:
+        """Writes (replaces) a file from ``chunks``, sent as they come and
+        never held whole here: an iterable of bytes (an open binary file, a
+        generator) or, with the sync client, an async iterable too.
+        ``mode`` like 0o755. Not retried (the chunks are read once)."""
+        resp = self._c._send("PUT", self._p, params={"path": path, "mode": None if mode is None else "%04o" % mode},
+                                   body_stream=chunks, long=True)
         return m.FileInfo.from_dict(resp.json()) if resp.status_code != 204 and resp.content else m.FileInfo.from_dict({})
 
     def stat(self, path: str) -> m.FileInfo:

@@ -203,6 +203,23 @@ export class Client {
         req.timedOut = true;
         req.destroy(Object.assign(new Error("timed out"), { code: "ETIMEDOUT" }));
       });
+      if (body !== undefined && !(body instanceof Uint8Array) && typeof body[Symbol.asyncIterator] === "function") {
+        // A stream (a node Readable, a web ReadableStream, an async
+        // generator): written as it comes, chunked, with backpressure.
+        (async () => {
+          for await (const chunk of body) {
+            if (req.destroyed) return;
+            if (!req.write(typeof chunk === "string" ? chunk : Buffer.from(chunk))) {
+              await new Promise((r) => {
+                req.once("drain", r);
+                req.once("close", r);
+              });
+            }
+          }
+          req.end();
+        })().catch((err) => req.destroy(err));
+        return;
+      }
       req.end(body);
     });
   }
@@ -212,21 +229,25 @@ export class Client {
    * 2xx response whose body is unread (stream) or read into `.body`, or
    * rejects with an APIError.
    */
-  async _send(method, path, { params, body, headers, idempotencyKey, stream = false, long = false, extraTimeout = 0 } = {}) {
+  async _send(method, path, { params, body, bodyStream, headers, idempotencyKey, stream = false, long = false, extraTimeout = 0 } = {}) {
     const h = { ...this._headers, ...headers };
     let content;
-    if (body instanceof Uint8Array || typeof body === "string") {
+    if (bodyStream !== undefined) {
+      // Read once: such a request is never sent twice.
+      content = bodyStream;
+      h["Content-Type"] ??= "application/octet-stream";
+    } else if (body instanceof Uint8Array || typeof body === "string") {
       content = typeof body === "string" ? Buffer.from(body) : body;
       h["Content-Type"] ??= "application/octet-stream";
     } else if (body !== undefined) {
       content = Buffer.from(JSON.stringify(body));
       h["Content-Type"] = "application/json";
     }
-    if (content !== undefined) h["Content-Length"] = String(content.length);
+    if (content !== undefined && bodyStream === undefined) h["Content-Length"] = String(content.length);
     if (idempotencyKey) h[IDEMPOTENCY_HEADER] = idempotencyKey;
     const url = path + query(params);
     // Sending twice is safe for these; for others only a refusal is retried.
-    const replayable = SAFE_METHODS.has(method) || Boolean(idempotencyKey);
+    const replayable = (SAFE_METHODS.has(method) || Boolean(idempotencyKey)) && bodyStream === undefined;
     for (let attempt = 0; ; attempt++) {
       let res;
       try {
@@ -246,7 +267,7 @@ export class Client {
         // Cut before an answer came: the request may or may not have been
         // done, so only one safe to send twice is sent again — or any
         // request whose kept-alive connection the server had closed.
-        if ((!replayable && !err.reusedSocket) || attempt >= this.maxRetries) {
+        if ((!replayable && !(err.reusedSocket && bodyStream === undefined)) || attempt >= this.maxRetries) {
           throw new TransportError(`${method} ${path}: ${err.message || err.code}`, err);
         }
         await this._sleep(backoff(attempt));
@@ -265,7 +286,7 @@ export class Client {
       }
       const raw = await readAll(res).catch(() => Buffer.alloc(0));
       const err = fromResponse(res.statusCode, res.statusMessage, res.headers, raw);
-      const delay = attempt < this.maxRetries ? retryDelay(err, attempt, this.maxRetryWait) : undefined;
+      const delay = attempt < this.maxRetries && bodyStream === undefined ? retryDelay(err, attempt, this.maxRetryWait) : undefined;
       if (delay === undefined) throw err;
       await this._sleep(delay);
     }
@@ -771,6 +792,18 @@ class Files {
   async write(path, data, { mode } = {}) {
     const params = { path, mode: mode === undefined ? undefined : mode.toString(8).padStart(4, "0") };
     const res = await this._c._send("PUT", this._p, { params, body: typeof data === "string" ? data : Buffer.from(data) });
+    return res.body.length ? check("FileInfo", JSON.parse(res.body.toString("utf8"))) : {};
+  }
+
+  /**
+   * Writes (replaces) a file from `source`, sent as it comes and never held
+   * whole here: an async iterable of bytes (a node Readable such as
+   * fs.createReadStream, a web ReadableStream, an async generator). `mode`
+   * like 0o755. Not retried (the source is read once).
+   */
+  async writeStream(path, source, { mode } = {}) {
+    const params = { path, mode: mode === undefined ? undefined : mode.toString(8).padStart(4, "0") };
+    const res = await this._c._send("PUT", this._p, { params, bodyStream: source, long: true });
     return res.body.length ? check("FileInfo", JSON.parse(res.body.toString("utf8"))) : {};
   }
 

@@ -239,6 +239,8 @@ export declare class Files {
   readStream(path: string): AsyncGenerator<Bytes, void, undefined>;
   mode(path: string): Promise<number>;
   write(path: string, data: string | Uint8Array, options?: { mode?: number }): Promise<models.FileInfo>;
+  /** Writes a file from an async iterable of bytes (a node Readable, a web ReadableStream, an async generator) as it comes; not retried. */
+  writeStream(path: string, source: AsyncIterable<Uint8Array | string>, options?: { mode?: number }): Promise<models.FileInfo>;
   stat(path: string): Promise<models.FileInfo>;
   list(path: string): Promise<models.FileInfo[]>;
   mkdir(path: string, options?: { parents?: boolean }): Promise<void>;
