@@ -19,7 +19,9 @@ func TestTypeScriptSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tool := range []string{"node", "npm"} {
+	// deno: an example runs as a Deno program too (npm's deno, which
+	// scripts/install-deps.sh installs for the code interpreter's kernel).
+	for _, tool := range []string{"node", "npm", "deno"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("the TypeScript SDK suite needs %s: run scripts/install-deps.sh (make deps)", tool)
 		}

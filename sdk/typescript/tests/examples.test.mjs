@@ -32,6 +32,17 @@ test("run_code as a program", async () => {
   assert.match(stdout, /found 17 primes\n\[\s*2,/);
 });
 
+// Deno runs the SDK as it is (node:http and node:https, ws from
+// node_modules): the same example as a Deno program, nothing fetched.
+test("run_code as a Deno program", async () => {
+  const denoDir = join(need("BERTH_TEST_TMP"), "deno-dir");
+  const { stdout } = await promisify(execFile)("deno", ["run", "--allow-all", "--quiet", "--no-lock", join(examples, "run_code.mjs")], {
+    env: { ...process.env, DENO_DIR: denoDir, DENO_NO_UPDATE_CHECK: "1" },
+    cwd: dirname(examples),
+  });
+  assert.match(stdout, /found 17 primes\n\[\s*2,/);
+});
+
 test("persistent_workspace", () =>
   withClient(async (c) => {
     assert.equal(await persistentWorkspace.main(c), "step 1 done\nstep 2 done\n");
