@@ -12,6 +12,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/testenv/fakenet"
 )
 
 // The package host of the build tests: served over plain HTTP in the inet
@@ -53,7 +54,7 @@ func startPackageHosts(t *testing.T, topo *netTopo, hosts map[string]string, fil
 			go srv.Serve(ln)
 		}
 		var err error
-		dnsServers, err = serveTestDNS(bnDNS, hosts, false)
+		dnsServers, err = fakenet.ServeDNSHere(bnDNS, hosts, false)
 		return err
 	})
 	t.Cleanup(func() {

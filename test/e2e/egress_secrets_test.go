@@ -2,34 +2,26 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/vishvananda/netns"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
 	"github.com/berth-sh/berth/internal/secrets"
+	"github.com/berth-sh/berth/internal/testenv/fakenet"
 )
 
 // The fake internet of TestEgressSecrets, in the inet netns of a netTopo:
@@ -75,57 +67,9 @@ func (h *testHosts) all() string {
 // stay there).
 func inNetns(t *testing.T, name string, fn func() error) {
 	t.Helper()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		ns, err := netns.GetFromName(name)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer ns.Close()
-		if err := netns.Set(ns); err != nil {
-			errc <- err
-			return
-		}
-		errc <- fn()
-	}()
-	if err := <-errc; err != nil {
+	if err := fakenet.InNetns(name, fn); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func testCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey, []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "berth e2e test internet CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return cert, key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-}
-
-func leafFor(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, names ...string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: names[0]},
-		DNSNames: names, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
 // startTestInternet adds the hosts' addresses to the inet netns and serves
@@ -134,11 +78,11 @@ func startTestInternet(t *testing.T, topo *netTopo) *testHosts {
 	t.Helper()
 	ipCmd(t, "-n", topo.inet, "addr", "add", esAddrA+"/32", "dev", "lo")
 	ipCmd(t, "-n", topo.inet, "addr", "add", esAddrB+"/32", "dev", "lo")
-	ca, caKey, caPEM := testCA(t)
+	ca := fakenet.NewCA(t)
 	// Both hosts' certificates name both hosts, so a request whose Host is
 	// the other host's is served (and seen) rather than refused by TLS.
-	leaf := leafFor(t, ca, caKey, esHostA, esHostB)
-	h := &testHosts{caPEM: caPEM, seen: map[string][]seenRequest{}}
+	leaf := ca.Leaf(t, esHostA, esHostB)
+	h := &testHosts{caPEM: ca.PEM, seen: map[string][]seenRequest{}}
 	var servers []*http.Server
 	var dnsServers []*dns.Server
 	inNetns(t, topo.inet, func() error {
@@ -160,7 +104,7 @@ func startTestInternet(t *testing.T, topo *netTopo) *testHosts {
 			go srv.ServeTLS(ln, "", "")
 		}
 		var err error
-		dnsServers, err = serveTestDNS(esDNS, map[string]string{esHostA: esAddrA, esHostB: esAddrB}, true)
+		dnsServers, err = fakenet.ServeDNSHere(esDNS, map[string]string{esHostA: esAddrA, esHostB: esAddrB}, true)
 		return err
 	})
 	t.Cleanup(func() {
@@ -449,44 +393,4 @@ except Exception as e:
 		t.Fatalf("veths left:\n%s", out)
 	}
 	t.Logf("requests seen: %s", hosts.all())
-}
-
-// serveTestDNS answers, on UDP and TCP addr (in the calling goroutine's
-// network namespace), the A queries of hosts (name → IPv4 address) and
-// NXDOMAIN for any other name. With aaaa, a name also gets an IPv6
-// address its IPv4 redirect does not cover (2001:db8:: and the IPv4
-// address's last byte), which berth's resolver must not hand on.
-func serveTestDNS(addr string, hosts map[string]string, aaaa bool) ([]*dns.Server, error) {
-	mux := dns.NewServeMux()
-	mux.HandleFunc(".", func(w dns.ResponseWriter, req *dns.Msg) {
-		m := new(dns.Msg)
-		m.SetReply(req)
-		q := req.Question[0]
-		ip := hosts[strings.TrimSuffix(strings.ToLower(q.Name), ".")]
-		switch {
-		case ip == "":
-			m.Rcode = dns.RcodeNameError
-		case q.Qtype == dns.TypeA:
-			rr, _ := dns.NewRR(q.Name + " 30 IN A " + ip)
-			m.Answer = append(m.Answer, rr)
-		case q.Qtype == dns.TypeAAAA && aaaa:
-			rr, _ := dns.NewRR(q.Name + " 30 IN AAAA 2001:db8::" + ip[strings.LastIndexByte(ip, '.')+1:])
-			m.Answer = append(m.Answer, rr)
-		}
-		w.WriteMsg(m)
-	})
-	pc, err := net.ListenPacket("udp", addr)
-	if err != nil {
-		return nil, err
-	}
-	tl, err := net.Listen("tcp", addr)
-	if err != nil {
-		pc.Close()
-		return nil, err
-	}
-	servers := []*dns.Server{{PacketConn: pc, Handler: mux}, {Listener: tl, Handler: mux}}
-	for _, s := range servers {
-		go s.ActivateAndServe()
-	}
-	return servers, nil
 }

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +17,7 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
 	"github.com/berth-sh/berth/internal/testenv"
+	"github.com/berth-sh/berth/internal/testenv/fakenet"
 )
 
 // wsEcho is a WebSocket echo server in the Python standard library, run
@@ -120,9 +119,9 @@ func TestPortProxyHTTPAndWebSocket(t *testing.T) {
 	}
 }
 
-// netTopo is a test-made network: a "host" namespace the daemon runs in,
-// and an "internet" namespace with test servers. Nothing routes off the
-// machine: the namespaces have no other links.
+// netTopo is a test-made network (fakenet): a "host" namespace the daemon
+// runs in, and an "internet" namespace with test servers. Nothing routes
+// off the machine: the namespaces have no other links.
 type netTopo struct {
 	host, inet string
 	servers    []*exec.Cmd
@@ -130,39 +129,25 @@ type netTopo struct {
 
 func ipCmd(t *testing.T, args ...string) {
 	t.Helper()
-	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-		t.Fatalf("ip %v: %v %s", args, err, out)
-	}
+	fakenet.IP(t, args...)
 }
 
+// newNetTopo is fakenet's topology with the addresses the egress tests
+// probe (203.0.113.10, a metadata address) and a plain HTTP server on
+// 198.51.100.2:8080.
 func newNetTopo(t *testing.T) *netTopo {
-	b := make([]byte, 3)
-	rand.Read(b)
-	r := hex.EncodeToString(b)
-	n := &netTopo{host: "bt-h-" + r, inet: "bt-i-" + r}
-	ipCmd(t, "netns", "add", n.host)
-	ipCmd(t, "netns", "add", n.inet)
+	f := fakenet.New(t)
+	n := &netTopo{host: f.Host, inet: f.Inet}
+	// Registered after fakenet's cleanup, so it runs before the
+	// namespaces are deleted.
 	t.Cleanup(func() {
 		for _, s := range n.servers {
 			s.Process.Kill()
 			s.Wait()
 		}
-		exec.Command("ip", "netns", "del", n.host).Run()
-		exec.Command("ip", "netns", "del", n.inet).Run()
 	})
-	ipCmd(t, "link", "add", "bth"+r, "type", "veth", "peer", "name", "bti"+r)
-	ipCmd(t, "link", "set", "bth"+r, "netns", n.host)
-	ipCmd(t, "link", "set", "bti"+r, "netns", n.inet)
-	ipCmd(t, "-n", n.host, "addr", "add", "198.51.100.1/24", "dev", "bth"+r)
-	ipCmd(t, "-n", n.host, "link", "set", "bth"+r, "up")
-	ipCmd(t, "-n", n.host, "link", "set", "lo", "up")
-	ipCmd(t, "-n", n.host, "route", "add", "default", "via", "198.51.100.2")
-	ipCmd(t, "-n", n.inet, "addr", "add", "198.51.100.2/24", "dev", "bti"+r)
-	ipCmd(t, "-n", n.inet, "addr", "add", "203.0.113.10/32", "dev", "lo")
-	ipCmd(t, "-n", n.inet, "addr", "add", "169.254.169.254/32", "dev", "lo")
-	ipCmd(t, "-n", n.inet, "link", "set", "bti"+r, "up")
-	ipCmd(t, "-n", n.inet, "link", "set", "lo", "up")
-	ipCmd(t, "-n", n.inet, "route", "add", "default", "via", "198.51.100.1")
+	f.AddAddr(t, "203.0.113.10")
+	f.AddAddr(t, "169.254.169.254")
 	dir := t.TempDir()
 	os.WriteFile(dir+"/index.html", []byte("hello-from-the-test-internet\n"), 0o644)
 	// nsenter joins the network namespace only; ip netns exec would make a

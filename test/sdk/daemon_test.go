@@ -2,24 +2,45 @@ package sdk
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"io"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/berth-sh/berth/internal/testenv"
+	"github.com/berth-sh/berth/internal/testenv/fakenet"
 )
 
 // sdkDaemon is one private daemon for an SDK suite: on its unix socket
-// (the host's admin), on plain HTTP and on TLS, all loopback.
+// (the host's admin), on plain HTTP and on TLS, all loopback in the host
+// namespace of a test internet (fakenet), whose one HTTPS host, the
+// egress examples' API, its sandboxes reach through berth's egress proxy.
 type sdkDaemon struct {
 	d                 *testenv.Daemon
+	topo              *fakenet.Topo
 	base              string // a temp dir the suite may use; removed at the end
 	httpAddr, tlsAddr string
 	fingerprint       string
+	api               *fakeAPI
 }
+
+// The test internet's API host: the egress-secret examples store its key
+// as a secret injected at egress for this host.
+const (
+	apiHost = "api.berth-sdk.test"
+	apiAddr = "203.0.113.40"
+	apiDNS  = fakenet.InetAddr + ":53"
+)
 
 // startDaemon starts the daemon of one suite; the test's cleanup fails it
 // for any sandbox the suite left, stops the daemon and checks for leaks.
@@ -29,13 +50,23 @@ func startDaemon(t *testing.T) *sdkDaemon {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Registered first, so it runs last: the namespaces go after the
+	// daemon and its leak check.
+	topo := fakenet.New(t)
+	api := startFakeAPI(t, topo, filepath.Join(base, "api-seen.jsonl"))
+	caFile := filepath.Join(base, "test-internet-ca.pem")
+	if err := os.WriteFile(caFile, api.caPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	httpAddr, tlsAddr := freePort(t), freePort(t)
 	d, err := testenv.Start(context.Background(), testenv.Config{
 		Binary: berthBin, DataDir: filepath.Join(base, "data"), Socket: filepath.Join(base, "berth.sock"),
+		Netns: topo.Host,
 		// A 2 GiB default disk cap: creates and forks are admitted against
 		// what their caps may grow to, and the suites' forks must not need
 		// tens of GiB free on the test machine.
-		Args:     []string{"--insecure-listen", httpAddr, "--listen", tlsAddr, "--warm-pool=off", "--disk-default", "2GiB"},
+		Args: []string{"--insecure-listen", httpAddr, "--listen", tlsAddr, "--warm-pool=off", "--disk-default", "2GiB",
+			"--egress-ca-file", caFile, "--egress-dns", apiDNS},
 		LogLevel: "debug", UserAgent: "berth-sdk-test", ReadyTimeout: 30 * time.Second, StopTimeout: 20 * time.Second,
 	})
 	if err != nil {
@@ -55,7 +86,57 @@ func startDaemon(t *testing.T) *sdkDaemon {
 	if v.TLSFingerprint == "" {
 		t.Fatal("the daemon's version has no TLS fingerprint though it listens on TLS")
 	}
-	return &sdkDaemon{d: d, base: base, httpAddr: httpAddr, tlsAddr: tlsAddr, fingerprint: v.TLSFingerprint}
+	return &sdkDaemon{d: d, topo: topo, base: base, httpAddr: httpAddr, tlsAddr: tlsAddr, fingerprint: v.TLSFingerprint, api: api}
+}
+
+// command runs name in the daemon's network namespace (its loopback
+// listeners are there, and so is the route to the test internet).
+func (s *sdkDaemon) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + testenv.NetnsPath(s.topo.Host), "--", name}, args...)...)
+}
+
+// fakeAPI is the test internet's API host: HTTPS under the test's CA, it
+// answers 200 to a request bearing its key and 401 to any other, and
+// writes down the Authorization header of every request it gets (a JSON
+// object a line), so the suites can see what reached the upstream.
+type fakeAPI struct {
+	key   string
+	caPEM []byte
+	seen  string // the file of Authorization headers seen
+	mu    sync.Mutex
+}
+
+func startFakeAPI(t *testing.T, topo *fakenet.Topo, seen string) *fakeAPI {
+	t.Helper()
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	ca := fakenet.NewCA(t)
+	a := &fakeAPI{key: "sk-test-" + hex.EncodeToString(b), caPEM: ca.PEM, seen: seen}
+	if err := os.WriteFile(seen, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	topo.AddAddr(t, apiAddr)
+	topo.ServeHTTPS(t, net.JoinHostPort(apiAddr, "443"), ca.Leaf(t, apiHost), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth := r.Header.Get("Authorization")
+		line, _ := json.Marshal(map[string]string{"host": r.Host, "path": r.URL.Path, "authorization": auth})
+		a.mu.Lock()
+		if f, err := os.OpenFile(a.seen, os.O_APPEND|os.O_WRONLY, 0); err == nil {
+			f.Write(append(line, '\n'))
+			f.Close()
+		}
+		a.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if subtle.ConstantTimeCompare([]byte(auth), []byte("Bearer "+a.key)) != 1 {
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, `{"error": "unknown API key"}`+"\n")
+			return
+		}
+		io.WriteString(w, `{"user": "sdk-example", "authorized": true}`+"\n")
+	}))
+	topo.ServeDNS(t, apiDNS, map[string]string{apiHost: apiAddr}, false)
+	return a
 }
 
 // env says where the daemon is, as both suites read it: BERTH_HOST (its
@@ -68,6 +149,11 @@ func (s *sdkDaemon) env() []string {
 		"BERTH_TEST_HTTPS=https://" + s.tlsAddr,
 		"BERTH_TEST_TLS_FINGERPRINT=" + s.fingerprint,
 		"BERTH_TEST_TLS_CA=" + filepath.Join(s.d.DataDir(), "tls", "cert.pem"),
+		// The egress examples' API host, its key (the secret to inject),
+		// and the file of what it received.
+		"BERTH_TEST_API_HOST=" + apiHost,
+		"BERTH_TEST_API_KEY=" + s.api.key,
+		"BERTH_TEST_API_SEEN=" + s.api.seen,
 	}
 }
 

@@ -86,13 +86,15 @@ func TestPythonSDK(t *testing.T) {
 	if k := os.Getenv("BERTH_SDK_TESTS"); k != "" {
 		args = append(args, "-k", k)
 	}
-	cmd := exec.CommandContext(ctx, python, args...)
+	cmd := dm.command(ctx, python, args...)
 	cmd.Dir = filepath.Join(root, "sdk", "python")
 	cmd.Env = append(cleanEnv("PYTHON"),
 		"PYTHONPATH="+cmd.Dir,
 		"PYTHONDONTWRITEBYTECODE=1",
 	)
 	cmd.Env = append(cmd.Env, dm.env()...)
+	log := filepath.Join(dm.base, "requests-python.log")
+	cmd.Env = append(cmd.Env, "BERTH_SDK_REQUEST_LOG="+log)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("pytest (sdk/python): %v\n%s", err, out)
@@ -101,4 +103,9 @@ func TestPythonSDK(t *testing.T) {
 		t.Fatalf("pytest ran no test:\n%s", out)
 	}
 	t.Logf("pytest:\n%s", lastLines(string(out), 5))
+	if os.Getenv("BERTH_SDK_TESTS") != "" {
+		t.Log("route coverage not checked: BERTH_SDK_TESTS ran some of the tests")
+		return
+	}
+	checkCoverage(t, "Python", log)
 }

@@ -28,6 +28,7 @@ from .errors import (
     NotFoundError,
     PermissionDeniedError,
     RateLimitedError,
+    RequestTimeout,
     StreamError,
     TooLargeError,
     TransportError,
@@ -41,6 +42,6 @@ __all__ = [
     "APIError", "AsyncClient", "AsyncSandbox", "BerthError", "Client", "ConflictError", "ConnectError",
     "DEFAULT_HOST", "ExecResult", "FingerprintError", "InternalError", "InvalidArgumentError",
     "LimitExceededError", "NotFoundError", "Page", "PermissionDeniedError", "ProcessOutput",
-    "RateLimitedError", "Sandbox", "StreamError", "TooLargeError", "TransportError", "UnauthenticatedError",
+    "RateLimitedError", "RequestTimeout", "Sandbox", "StreamError", "TooLargeError", "TransportError", "UnauthenticatedError",
     "UnavailableError", "fingerprint_of", "models", "new_idempotency_key", "parse_fingerprint",
 ]

@@ -5,8 +5,9 @@ edit this one, then regenerate.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
-from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, AsyncIterable, AsyncIterator, Callable, Dict, List, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
 
 import httpx
@@ -26,13 +27,23 @@ from ._conn import (
 )
 from ._types import ExecResult, Page, ProcessOutput
 from ._wire import SSEParser, as_body
-from .errors import APIError, ConnectError, FingerprintError, StreamError, TransportError, from_response, from_stream
+from .errors import APIError, ConnectError, FingerprintError, RequestTimeout, StreamError, TransportError, from_response, from_stream
 
 # Every wait of the retry and reconnect loops goes through here (tests
 # record the delays instead of sleeping them).
 _sleep = asyncio.sleep
 
 _Body = Union[None, bytes, str, Dict[str, Any], m.Model]
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "<unchanged>"
+
+
+_UNSET: Any = _Unset()
+
+DEFAULT_TIMEOUT = 60.0
+"""Seconds a short call may go without progress (Client's ``timeout``)."""
 
 
 def _seg(s: Any) -> str:
@@ -44,6 +55,23 @@ def _bool(v: bool) -> Optional[str]:
     return "true" if v else None
 
 
+# async-only-begin
+async def _aiter_of(chunks: Any) -> AsyncIterator[bytes]:
+    for c in chunks:
+        yield c
+# async-only-end
+
+
+def _chunks_of(chunks: Any) -> Any:
+    """A body to stream: the caller's iterable of bytes (an open binary
+    file, a generator), as httpx sends it."""
+    # async-only-begin
+    if not hasattr(chunks, "__aiter__"):
+        return _aiter_of(chunks)
+    # async-only-end
+    return chunks
+
+
 class AsyncClient:
     """An asyncio client of one berth daemon.
 
@@ -51,9 +79,26 @@ class AsyncClient:
     ``https://host:port`` (default: ``BERTH_HOST``, else the daemon's default
     socket); ``api_key`` defaults to ``BERTH_API_KEY``; ``tls_fingerprint``
     (default ``BERTH_TLS_FINGERPRINT``) pins an https daemon's certificate,
-    ``tls_ca`` verifies it against a CA file instead. Calls refused with 429
+    ``tls_ca`` verifies it against a CA file instead. Without a host (nor
+    ``BERTH_HOST``), ``context`` (default ``BERTH_CONTEXT``, else the berth
+    CLI's current context) names a context saved by ``berth context add``:
+    its host, key and TLS settings. Calls refused with 429
     or 503 are retried up to ``max_retries`` times, waiting what Retry-After
     says (at most ``max_retry_wait`` seconds), else a short backoff.
+
+    Timeouts are per route, in seconds without progress (no byte of the
+    answer, or none sent), not in total: ``timeout`` (default 60) bounds
+    short calls, whose answer comes once the daemon has done a bounded
+    piece of work (get, list, delete, lifecycle verbs, file calls, keys,
+    ...); ``stream_timeout`` (default None: no bound) bounds the long-running
+    ones, whose answer lasts as long as the work the caller asked for:
+    exec and run streams, process waits and logs, watches, event streams,
+    template builds, imports, uploads, pushes and apply, copies, exports
+    and tar transfers, snapshots, forks, hibernate, wake, restore, and
+    creates that pull an ``image``. A stop's ``timeout`` (its grace) is
+    added to its bound. ``connect_timeout`` bounds opening a connection.
+    ``with_options(timeout=...)`` gives a client for one call or a few with
+    other bounds. A call past its bound raises RequestTimeout.
 
     Use it as a context manager, or call ``aclose()``.
     """
@@ -68,12 +113,18 @@ class AsyncClient:
         user_agent: str = "berth-python",
         max_retries: int = 4,
         max_retry_wait: float = 30.0,
-        timeout: Optional[float] = None,
+        timeout: Optional[float] = DEFAULT_TIMEOUT,
+        stream_timeout: Optional[float] = None,
+        connect_timeout: float = 30.0,
+        context: Optional[str] = None,
     ):
-        self._conn: Conn = resolve(host, api_key, tls_fingerprint, tls_ca)
+        self._conn: Conn = resolve(host, api_key, tls_fingerprint, tls_ca, context)
         self.host = self._conn.host
         self.max_retries = max_retries
         self.max_retry_wait = max_retry_wait
+        self.timeout = timeout
+        self.stream_timeout = stream_timeout
+        self.connect_timeout = connect_timeout
         self._user_agent = user_agent
         transport = httpx.AsyncHTTPTransport(
             uds=self._conn.uds,
@@ -83,8 +134,11 @@ class AsyncClient:
             base_url=self._conn.base_url,
             transport=transport,
             headers=self._conn.headers(user_agent),
-            timeout=httpx.Timeout(timeout, connect=30.0),
+            timeout=httpx.Timeout(timeout, connect=connect_timeout),
         )
+        self._groups()
+
+    def _groups(self) -> None:
         self.sandboxes = AsyncSandboxes(self)
         self.snapshots = AsyncSnapshots(self)
         self.templates = AsyncTemplates(self)
@@ -95,6 +149,30 @@ class AsyncClient:
         self.keys = AsyncKeys(self)
         self.tenants = AsyncTenants(self)
         self.quotas = AsyncQuotas(self)
+
+    def with_options(
+        self,
+        *,
+        timeout: Optional[float] = _UNSET,
+        stream_timeout: Optional[float] = _UNSET,
+        max_retries: int = _UNSET,
+    ) -> "AsyncClient":
+        """A client like this one with other bounds for the calls made
+        through it (``client.with_options(timeout=5).sandboxes.get(id)``);
+        it shares this client's connections, so closing either closes both."""
+        c = copy.copy(self)
+        if timeout is not _UNSET:
+            c.timeout = timeout
+        if stream_timeout is not _UNSET:
+            c.stream_timeout = stream_timeout
+        if max_retries is not _UNSET:
+            c.max_retries = max_retries
+        c._groups()
+        return c
+
+    def _timeout(self, long: bool, extra: float = 0.0) -> httpx.Timeout:
+        t = self.stream_timeout if long else self.timeout
+        return httpx.Timeout(None if t is None else t + extra, connect=self.connect_timeout)
 
     async def __aenter__(self) -> "AsyncClient":
         return self
@@ -118,12 +196,21 @@ class AsyncClient:
         headers: Optional[Dict[str, str]] = None,
         idempotency_key: Optional[str] = None,
         stream: bool = False,
+        long: bool = False,
+        extra_timeout: float = 0.0,
+        body_stream: Any = None,
     ) -> httpx.Response:
         """Sends one request with the retry policy (berth._conn); returns a
-        2xx response (unread when stream) or raises an APIError."""
+        2xx response (unread when stream) or raises an APIError. ``long``
+        routes are bounded by ``stream_timeout``, the others by ``timeout``
+        (plus ``extra_timeout``). ``body_stream`` (an iterable of bytes) is
+        sent as it comes and read once: such a request is never sent twice."""
         h = dict(headers or {})
-        content = None
-        if isinstance(body, (bytes, str)):
+        content: Any = None
+        if body_stream is not None:
+            content = _chunks_of(body_stream)
+            h.setdefault("Content-Type", "application/octet-stream")
+        elif isinstance(body, (bytes, str)):
             content = body.encode() if isinstance(body, str) else body
             h.setdefault("Content-Type", "application/octet-stream")
         elif body is not None:
@@ -133,14 +220,19 @@ class AsyncClient:
             h[IDEMPOTENCY_HEADER] = idempotency_key
         q = {k: v for k, v in (params or {}).items() if v is not None}
         # Sending twice is safe for these; for others only a refusal is retried.
-        replayable = method in SAFE_METHODS or bool(idempotency_key)
+        replayable = (method in SAFE_METHODS or bool(idempotency_key)) and body_stream is None
         attempt = 0
         while True:
-            req = self._http.build_request(method, path, params=q, content=content, headers=h)
+            req = self._http.build_request(method, path, params=q, content=content, headers=h,
+                                           timeout=self._timeout(long, extra_timeout))
             try:
                 resp = await self._http.send(req, stream=True)
             except FingerprintError:
                 raise
+            except httpx.TimeoutException as e:
+                if isinstance(e, httpx.ConnectTimeout) and attempt == 0:
+                    raise ConnectError(self.host, e) from e
+                raise RequestTimeout("%s %s: no answer within the call's timeout (%s)" % (method, path, type(e).__name__)) from e
             except httpx.ConnectError as e:
                 if isinstance(e.__context__, FingerprintError):
                     raise e.__context__ from None
@@ -154,20 +246,24 @@ class AsyncClient:
             except httpx.TransportError as e:
                 # Cut before an answer came: the request may or may not have
                 # been done, so only a request safe to send twice is sent again.
-                if not replayable or attempt >= self.max_retries or isinstance(e, httpx.TimeoutException):
+                if not replayable or attempt >= self.max_retries:
                     raise TransportError("%s %s: %s" % (method, path, e or type(e).__name__)) from e
                 await _sleep(BACKOFF[min(attempt, len(BACKOFF) - 1)])
                 attempt += 1
                 continue
             if 200 <= resp.status_code < 300:
                 if not stream:
-                    await resp.aread()
-                    await resp.aclose()
+                    try:
+                        await resp.aread()
+                    except httpx.TimeoutException as e:
+                        raise RequestTimeout("%s %s: the answer stalled past the call's timeout" % (method, path)) from e
+                    finally:
+                        await resp.aclose()
                 return resp
             raw = await resp.aread()
             await resp.aclose()
             err = from_response(resp.status_code, resp.reason_phrase, resp.headers, raw)
-            delay = retry_delay(err, attempt, self.max_retry_wait) if attempt < self.max_retries else None
+            delay = retry_delay(err, attempt, self.max_retry_wait) if attempt < self.max_retries and body_stream is None else None
             if delay is None:
                 raise err
             await _sleep(delay)
@@ -202,6 +298,8 @@ class AsyncClient:
             async for line in resp.aiter_lines():
                 if line.strip():
                     yield json.loads(line)
+        except httpx.TimeoutException as e:
+            raise RequestTimeout("%s %s: the stream stalled past the call's timeout" % (resp.request.method, resp.request.url.path)) from e
         finally:
             await resp.aclose()
 
@@ -221,6 +319,16 @@ class AsyncClient:
         tenant, scopes, the narrowest role holding them, and whether it is
         the host's administrator (never the key itself)."""
         return m.WhoAmI.from_dict(await self._json("GET", "/v1/whoami"))
+
+    async def metrics(self) -> str:
+        """The daemon's metrics in the Prometheus text format (GET /metrics;
+        the host's administrator only)."""
+        return (await self._send("GET", "/metrics")).text
+
+    async def openapi(self) -> Dict[str, Any]:
+        """The daemon's OpenAPI document (GET /v1/openapi.json): the API it
+        serves, for tools that read it."""
+        return await self._json("GET", "/v1/openapi.json")
 
     async def doctor(self, fix: bool = False) -> m.DoctorReport:
         """The daemon's health report: leaks and records that disagree with the host. ``fix`` repairs what it can (host admin)."""
@@ -246,7 +354,7 @@ class AsyncClient:
             stdin = stdin.encode()
         req = m.RunRequest(sandbox=sandbox or m.CreateSandboxRequest(),
                            exec=m.ExecRequest(cmd=argv, stdin=stdin, env=env, timeout_seconds=timeout))
-        resp = await self._send("POST", "/v1/run", body=req, headers={"Accept": "application/x-ndjson"}, stream=True)
+        resp = await self._send("POST", "/v1/run", body=req, headers={"Accept": "application/x-ndjson"}, stream=True, long=True)
         sandbox_id = resp.headers.get(SANDBOX_ID_HEADER, "")
         out, err = bytearray(), bytearray()
         async for d in self._ndjson(resp):
@@ -264,7 +372,7 @@ class AsyncClient:
         (YAML or JSON), ``files`` a tar of the local files its copy steps
         name. Only steps whose inputs changed are built again."""
         resp = await self._send("POST", "/v1/apply", body=m.ApplyRequest(spec=spec, files=files),
-                                headers={"Accept": "application/x-ndjson"}, stream=True)
+                                headers={"Accept": "application/x-ndjson"}, stream=True, long=True)
         return await self._build_stream(resp, on_output)
 
     async def _result_stream(self, resp: httpx.Response, unended: str, each: Callable[[dict], Any]) -> Any:
@@ -301,7 +409,7 @@ class AsyncClient:
         """Copies a file or directory from one sandbox to another (docker
         cp's rules), without the bytes passing through this client."""
         req = m.CopyRequest(from_=from_sandbox, from_path=from_path, to=to_sandbox, to_path=to_path, preserve_owner=preserve_owner or None)
-        await self._send("POST", "/v1/copy", body=req)
+        await self._send("POST", "/v1/copy", body=req, long=True)
 
     async def pools(self) -> List[m.Pool]:
         """Every template's warm pool."""
@@ -342,8 +450,8 @@ class AsyncSandbox:
     def _path(self, *rest: str) -> str:
         return "/v1/sandboxes/" + _seg(self.id) + "".join("/" + r for r in rest)
 
-    async def _verb(self, verb: str, params: Optional[Dict[str, Any]] = None) -> "AsyncSandbox":
-        self.info = m.Sandbox.from_dict(await self._c._json("POST", self._path(verb), params=params))
+    async def _verb(self, verb: str, params: Optional[Dict[str, Any]] = None, long: bool = False, extra_timeout: float = 0.0) -> "AsyncSandbox":
+        self.info = m.Sandbox.from_dict(await self._c._json("POST", self._path(verb), params=params, long=long, extra_timeout=extra_timeout))
         return self
 
     async def refresh(self) -> "AsyncSandbox":
@@ -358,7 +466,7 @@ class AsyncSandbox:
 
     async def stop(self, timeout: Optional[float] = None) -> "AsyncSandbox":
         """Stops it (SIGTERM, then SIGKILL after ``timeout`` seconds)."""
-        return await self._verb("stop", {"timeout": None if timeout is None else "%gs" % timeout})
+        return await self._verb("stop", {"timeout": None if timeout is None else "%gs" % timeout}, extra_timeout=timeout or 0.0)
 
     async def start(self) -> "AsyncSandbox":
         """Starts a stopped sandbox (a hibernated one is woken)."""
@@ -382,11 +490,11 @@ class AsyncSandbox:
 
     async def hibernate(self) -> "AsyncSandbox":
         """Saves processes and memory to disk and releases them (classes with checkpoint: gVisor)."""
-        return await self._verb("hibernate")
+        return await self._verb("hibernate", long=True)
 
     async def wake(self) -> "AsyncSandbox":
         """Restores a hibernated sandbox: its processes continue where they were."""
-        return await self._verb("wake")
+        return await self._verb("wake", long=True)
 
     async def quarantine(self) -> "AsyncSandbox":
         """Freezes the sandbox and cuts its network; its files stay
@@ -416,9 +524,12 @@ class AsyncSandbox:
         target = self._path("ports", str(int(port))) + "/" + path.lstrip("/")
         content = body.encode() if isinstance(body, str) else body
         try:
-            resp = await self._c._http.request(method, target, content=content, headers=headers, params=params)
+            resp = await self._c._http.request(method, target, content=content, headers=headers, params=params,
+                                               timeout=self._c._timeout(False))
         except httpx.ConnectError as e:
             raise ConnectError(self._c.host, e) from e
+        except httpx.TimeoutException as e:
+            raise RequestTimeout("%s %s: no answer within the call's timeout" % (method, target)) from e
         except httpx.TransportError as e:
             raise TransportError("%s %s: %s" % (method, target, e or type(e).__name__)) from e
         if resp.headers.get("content-type", "").startswith("application/json") and resp.status_code >= 400:
@@ -439,14 +550,14 @@ class AsyncSandbox:
         (ForkRequest's fields as keywords); retried safely with one
         Idempotency-Key."""
         req = m.ForkRequest(count=count, **fields)
-        d = await self._c._json("POST", self._path("fork"), body=req, idempotency_key=idempotency_key or new_idempotency_key())
+        d = await self._c._json("POST", self._path("fork"), body=req, idempotency_key=idempotency_key or new_idempotency_key(), long=True)
         fr = m.ForkResponse.from_dict(d)
         return [AsyncSandbox(self._c, ch) for ch in fr.children or []]
 
     async def snapshot(self, name: Optional[str] = None, *, retention_seconds: Optional[float] = None, idempotency_key: Optional[str] = None) -> m.Snapshot:
         """Captures the sandbox's files as a named snapshot (retried safely with one Idempotency-Key)."""
         req = m.CreateSnapshotRequest(name=name, retention_seconds=retention_seconds)
-        d = await self._c._json("POST", self._path("snapshots"), body=req, idempotency_key=idempotency_key or new_idempotency_key())
+        d = await self._c._json("POST", self._path("snapshots"), body=req, idempotency_key=idempotency_key or new_idempotency_key(), long=True)
         return m.Snapshot.from_dict(d)
 
     async def snapshots(self) -> List[m.Snapshot]:
@@ -471,7 +582,7 @@ class AsyncSandbox:
         if isinstance(stdin, str):
             stdin = stdin.encode()
         req = m.ExecRequest(cmd=argv, stdin=stdin, env=env, workdir=workdir, user=user, timeout_seconds=timeout)
-        resp = await self._c._send("POST", self._path("exec"), body=req, headers={"Accept": "application/x-ndjson"}, stream=True)
+        resp = await self._c._send("POST", self._path("exec"), body=req, headers={"Accept": "application/x-ndjson"}, stream=True, long=True)
         async for d in self._c._ndjson(resp):
             ev = m.ExecEvent.from_dict(d)
             if ev.error is not None:
@@ -518,7 +629,7 @@ class AsyncSandbox:
     async def export(self, paths: Sequence[str]) -> bytes:
         """A tar archive of ``paths`` (files or directories) in the sandbox."""
         resp = await self._c._send("POST", self._path("export"), body=m.ExportRequest(paths=list(paths)),
-                                   headers={"Accept": "application/x-tar"})
+                                   headers={"Accept": "application/x-tar"}, long=True)
         return resp.content
 
     async def port_token(self, port: int, ttl_seconds: Optional[int] = None) -> m.PortToken:
@@ -592,7 +703,9 @@ class AsyncSandboxes:
         Idempotency-Key (yours, or a random one), so a retry after a cut
         connection never makes two."""
         req = request or m.CreateSandboxRequest(template=template, **fields)
-        d = await self._c._json("POST", "/v1/sandboxes", body=req, idempotency_key=idempotency_key or new_idempotency_key())
+        # A create that pulls an image lasts as long as the pull.
+        d = await self._c._json("POST", "/v1/sandboxes", body=req, idempotency_key=idempotency_key or new_idempotency_key(),
+                                long=bool(req.image))
         return AsyncSandbox(self._c, m.Sandbox.from_dict(d))
 
     async def get(self, id_or_name: str) -> AsyncSandbox:
@@ -643,6 +756,15 @@ class AsyncFiles:
         resp = await self._c._send("PUT", self._p, params={"path": path, "mode": None if mode is None else "%04o" % mode}, body=data)
         return m.FileInfo.from_dict(resp.json()) if resp.status_code != 204 and resp.content else m.FileInfo.from_dict({})
 
+    async def write_stream(self, path: str, chunks: Union[AsyncIterable[bytes], Any], mode: Optional[int] = None) -> m.FileInfo:
+        """Writes (replaces) a file from ``chunks``, sent as they come and
+        never held whole here: an iterable of bytes (an open binary file, a
+        generator) or, with the asyncio client, an async iterable too.
+        ``mode`` like 0o755. Not retried (the chunks are read once)."""
+        resp = await self._c._send("PUT", self._p, params={"path": path, "mode": None if mode is None else "%04o" % mode},
+                                   body_stream=chunks, long=True)
+        return m.FileInfo.from_dict(resp.json()) if resp.status_code != 204 and resp.content else m.FileInfo.from_dict({})
+
     async def stat(self, path: str) -> m.FileInfo:
         """One file's information (type, size, mode, owner, times)."""
         return m.FileInfo.from_dict(await self._c._json("GET", self._p + "/stat", params={"path": path}))
@@ -669,7 +791,7 @@ class AsyncFiles:
         until the caller stops or the directory goes (``end``, which ends
         the iteration). A failed watch raises its error."""
         resp = await self._c._send("GET", self._p + "/watch", params={"path": path, "recursive": _bool(recursive)},
-                                   headers={"Accept": "application/x-ndjson"}, stream=True)
+                                   headers={"Accept": "application/x-ndjson"}, stream=True, long=True)
         async for d in self._c._ndjson(resp):
             ev = m.WatchEvent.from_dict(d)
             if ev.type == "end":
@@ -680,12 +802,12 @@ class AsyncFiles:
 
     async def read_tar(self, path: str) -> bytes:
         """A tar archive of ``path`` (a file or a directory tree)."""
-        resp = await self._c._send("GET", self._p, params={"path": path, "format": "tar"}, headers={"Accept": "application/x-tar"})
+        resp = await self._c._send("GET", self._p, params={"path": path, "format": "tar"}, headers={"Accept": "application/x-tar"}, long=True)
         return resp.content
 
     async def write_tar(self, directory: str, archive: bytes) -> None:
         """Unpacks a tar archive into ``directory``."""
-        await self._c._send("PUT", self._p, params={"path": directory, "format": "tar"}, body=archive, headers={"Content-Type": "application/x-tar"})
+        await self._c._send("PUT", self._p, params={"path": directory, "format": "tar"}, body=archive, headers={"Content-Type": "application/x-tar"}, long=True)
 
 
 class AsyncProcesses:
@@ -713,7 +835,7 @@ class AsyncProcesses:
         dropped before this reader), with ``follow`` until it exits (the last
         event carries ``exit``)."""
         resp = await self._c._send("GET", self._p + "/" + _seg(pid) + "/logs", params={"follow": _bool(follow)},
-                                   headers={"Accept": "application/x-ndjson"}, stream=True)
+                                   headers={"Accept": "application/x-ndjson"}, stream=True, long=follow)
         async for d in self._c._ndjson(resp):
             ev = m.ProcessEvent.from_dict(d)
             if ev.error is not None:
@@ -748,7 +870,7 @@ class AsyncProcesses:
 
     async def wait(self, pid: str) -> m.ExecExit:
         """Waits for the process to end: its exit status."""
-        return m.ExecExit.from_dict(await self._c._json("POST", self._p + "/" + _seg(pid) + "/wait"))
+        return m.ExecExit.from_dict(await self._c._json("POST", self._p + "/" + _seg(pid) + "/wait", long=True))
 
     # async-only-begin
     def attach(self, pid: str):
@@ -804,7 +926,7 @@ class AsyncSnapshots:
 
     async def restore(self, id_or_name: str) -> AsyncSandbox:
         """Rolls the snapshot's sandbox back to it."""
-        d = await self._c._json("POST", "/v1/snapshots/" + _seg(id_or_name) + "/restore")
+        d = await self._c._json("POST", "/v1/snapshots/" + _seg(id_or_name) + "/restore", long=True)
         return AsyncSandbox(self._c, m.Sandbox.from_dict(d))
 
 
@@ -861,14 +983,14 @@ class AsyncTemplates:
         templates) or from ``path``, an OCI layout or docker-save tarball on
         the daemon's host. Each layer's progress goes to ``on_progress``."""
         req = m.ImportTemplateRequest(name=name, ref=ref, path=path, insecure=insecure, registry_auth=registry_auth, service=service)
-        resp = await self._c._send("POST", "/v1/templates/import", body=req, headers={"Accept": "application/x-ndjson"}, stream=True)
+        resp = await self._c._send("POST", "/v1/templates/import", body=req, headers={"Accept": "application/x-ndjson"}, stream=True, long=True)
         return await self._import_stream(resp, on_progress)
 
     async def upload(self, name: str, archive: bytes, *, on_progress: Optional[Callable[[m.ImportProgress], Any]] = None) -> m.Template:
         """Imports template ``name`` from a docker-save or OCI tarball sent
         from here (``archive``, its bytes)."""
         resp = await self._c._send("PUT", "/v1/templates/" + _seg(name) + "/archive", body=bytes(archive),
-                                   headers={"Content-Type": "application/x-tar", "Accept": "application/x-ndjson"}, stream=True)
+                                   headers={"Content-Type": "application/x-tar", "Accept": "application/x-ndjson"}, stream=True, long=True)
         return await self._import_stream(resp, on_progress)
 
     async def _import_stream(self, resp: httpx.Response, on_progress: Optional[Callable[[m.ImportProgress], Any]]) -> m.Template:
@@ -903,7 +1025,7 @@ class AsyncTemplates:
         number in the message."""
         req = m.BuildTemplateRequest(name=name, from_=from_, run=list(run), env=env, timeout_seconds=timeout,
                                      network=network, allow=list(allow) if allow is not None else None, service=service)
-        resp = await self._c._send("POST", "/v1/templates/build", body=req, headers={"Accept": "application/x-ndjson"}, stream=True)
+        resp = await self._c._send("POST", "/v1/templates/build", body=req, headers={"Accept": "application/x-ndjson"}, stream=True, long=True)
         return await self._c._build_stream(resp, on_output)
 
     async def build_dockerfile(
@@ -927,7 +1049,7 @@ class AsyncTemplates:
                                   "network": network, "allow": list(allow) if allow else None,
                                   "timeout_seconds": timeout}
         resp = await self._c._send("POST", "/v1/templates/" + _seg(name) + "/dockerfile", params=params, body=bytes(context),
-                                   headers={"Content-Type": "application/x-tar", "Accept": "application/x-ndjson"}, stream=True)
+                                   headers={"Content-Type": "application/x-tar", "Accept": "application/x-ndjson"}, stream=True, long=True)
         return await self._c._build_stream(resp, on_output)
 
     async def push(
@@ -943,7 +1065,7 @@ class AsyncTemplates:
         each layer's upload goes to ``on_progress``."""
         req = m.PushTemplateRequest(ref=ref, insecure=insecure, registry_auth=registry_auth)
         resp = await self._c._send("POST", "/v1/templates/" + _seg(name) + "/push", body=req,
-                                   headers={"Accept": "application/x-ndjson"}, stream=True)
+                                   headers={"Accept": "application/x-ndjson"}, stream=True, long=True)
         def each(d: dict) -> Optional[m.PushResult]:
             ev = m.PushEvent.from_dict(d)
             if ev.result is None and ev.progress is not None and on_progress:
@@ -964,13 +1086,13 @@ class AsyncVolumes:
         req = m.CreateVolumeRequest(name=name, size_bytes=size_bytes, inodes=inodes)
         return m.Volume.from_dict(await self._c._json("POST", "/v1/volumes", body=req, idempotency_key=idempotency_key or new_idempotency_key()))
 
-    async def list(self) -> List[m.Volume]:
-        """Every volume (every page)."""
-        return [m.Volume.from_dict(v) for v in await self._c._all("/v1/volumes")]
+    async def list(self, all: bool = False) -> List[m.Volume]:
+        """Every volume (every page); ``all`` includes the tombstones of deleted ones."""
+        return [m.Volume.from_dict(v) for v in await self._c._all("/v1/volumes", {"all": _bool(all)})]
 
-    async def list_page(self, limit: Optional[int] = None, cursor: Optional[str] = None) -> Page:
+    async def list_page(self, limit: Optional[int] = None, cursor: Optional[str] = None, all: bool = False) -> Page:
         """One page of volumes and the next cursor."""
-        items, nxt = await self._c._page("/v1/volumes", None, limit, cursor)
+        items, nxt = await self._c._page("/v1/volumes", {"all": _bool(all)}, limit, cursor)
         return Page(items=[m.Volume.from_dict(v) for v in items], next_cursor=nxt)
 
     async def get(self, name: str) -> m.Volume:
@@ -1055,7 +1177,7 @@ class AsyncEvents:
             if last > 0:
                 h["Last-Event-ID"] = str(last)
             try:
-                resp = await self._c._send("GET", path, params=q, headers=h, stream=True)
+                resp = await self._c._send("GET", path, params=q, headers=h, stream=True, long=True)
             except APIError as e:
                 if e.status < 500 and e.status != 429:
                     raise

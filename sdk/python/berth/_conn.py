@@ -1,10 +1,14 @@
 """How the SDK reaches a daemon, the same way the berth CLI does: the host
-(argument, else ``BERTH_HOST``, else the default unix socket), the API key
-(argument, else ``BERTH_API_KEY``, sent as a bearer token), and for an
+(argument, else ``BERTH_HOST``, else the saved context named by the
+``context`` argument, ``BERTH_CONTEXT`` or the CLI config file's current
+one, else the default unix socket), the API key (argument, else
+``BERTH_API_KEY``, else the context's, sent as a bearer token), and for an
 ``https://`` host either a pinned certificate fingerprint (argument, else
 ``BERTH_TLS_FINGERPRINT``: ``sha256:`` and the hex SHA-256 of the leaf's
-DER, as ``berth serve`` prints it) or a CA file. Also the retry policy both
-clients share.
+DER, as ``berth serve`` prints it) or a CA file, else the context's. A
+context applies only when it gives the host: its key and TLS settings
+belong to its daemon and never go to a host named elsewhere (the CLI's
+rule, cmd/berth/context.go). Also the retry policy both clients share.
 
 The pin replaces chain and name verification, as in the Go client
 (client/tls.go), and is checked inside the TLS handshake — before any
@@ -16,17 +20,22 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 import secrets
 import ssl
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Tuple
 from urllib.parse import urlsplit
 
 from .errors import APIError, FingerprintError
 
 DEFAULT_HOST = "unix:///run/berth/berth.sock"
 """Where the daemon listens unless told otherwise (client.DefaultHost)."""
+
+CONTEXT_ENV = "BERTH_CONTEXT"
+DEFAULT_CONTEXT = "default"
+"""The context name that means no saved context (the local socket)."""
 
 UNIX_BASE_URL = "http://berth"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -44,6 +53,8 @@ class Conn:
     uds: Optional[str]
     api_key: str
     ssl_context: Optional[ssl.SSLContext]
+    context: str = ""
+    """The saved context in use ("" for none)."""
 
     def headers(self, user_agent: str) -> dict:
         h = {"User-Agent": user_agent}
@@ -105,17 +116,77 @@ def _pinned_context(want: bytes, ca: Optional[ssl.SSLContext]) -> ssl.SSLContext
     return ctx
 
 
+def config_path() -> str:
+    """The berth CLI's config file, which holds its saved contexts:
+    $XDG_CONFIG_HOME/berth/config.json, else ~/.config/berth/config.json
+    (Go's os.UserConfigDir)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "berth", "config.json")
+
+
+def load_context(name: Optional[str] = None) -> Tuple[str, Optional[dict]]:
+    """The saved context ``name`` (else ``BERTH_CONTEXT``, else the config
+    file's current one) as (name, its settings), or ("", None) for none. A
+    config file that stores a key and that others can read is refused, as
+    the CLI refuses it."""
+    name = name or os.environ.get(CONTEXT_ENV) or None
+    path = config_path()
+    try:
+        with open(path, encoding="utf-8") as f:
+            cfg = json.load(f)
+    except FileNotFoundError:
+        if name and name != DEFAULT_CONTEXT:
+            raise ValueError("context %r is not in %s (no such file); see berth context ls" % (name, path)) from None
+        return "", None
+    except ValueError as e:
+        raise ValueError("config %s: %s" % (path, e)) from None
+    contexts = cfg.get("contexts") or {}
+    if any((d or {}).get("api_key") for d in contexts.values()) and os.stat(path).st_mode & 0o077:
+        raise ValueError("config %s holds an API key but is readable by others: chmod 600 it" % path)
+    name = name or cfg.get("current") or None
+    if not name or name == DEFAULT_CONTEXT:
+        return "", None
+    d = contexts.get(name)
+    if not d or not d.get("host"):
+        raise ValueError("context %r is not in %s; see berth context ls" % (name, path))
+    return name, d
+
+
+def _read_key_file(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        key = f.read().strip()
+    if not key or "\n" in key or "\r" in key:
+        raise ValueError("API key file %s must hold one line" % path)
+    return key
+
+
 def resolve(
     host: Optional[str] = None,
     api_key: Optional[str] = None,
     tls_fingerprint: Optional[str] = None,
     tls_ca: Optional[str] = None,
+    context: Optional[str] = None,
 ) -> Conn:
     """Resolves the connection as the CLI does (see the module doc)."""
-    host = host or os.environ.get("BERTH_HOST") or DEFAULT_HOST
-    api_key = api_key if api_key is not None else os.environ.get("BERTH_API_KEY", "")
+    if host and context:
+        raise ValueError("host and context both name a daemon: give one")
+    host = host or os.environ.get("BERTH_HOST") or None
+    ctx_name, ctx = ("", None) if host else load_context(context)
+    if ctx is not None:
+        host = ctx["host"]
+    host = host or DEFAULT_HOST
+    if api_key is None:
+        api_key = os.environ.get("BERTH_API_KEY") or None
+    if api_key is None and ctx is not None:
+        if ctx.get("api_key"):
+            api_key = ctx["api_key"]
+        elif ctx.get("api_key_file"):
+            api_key = _read_key_file(ctx["api_key_file"])
     if tls_fingerprint is None:
         tls_fingerprint = os.environ.get("BERTH_TLS_FINGERPRINT") or None
+    if tls_fingerprint is None and tls_ca is None and ctx is not None:
+        # The context's TLS settings go as a unit, with its host.
+        tls_fingerprint, tls_ca = ctx.get("tls_fingerprint") or None, ctx.get("tls_ca") or None
     u = urlsplit(host)
     uds = None
     if u.scheme == "unix":
@@ -131,16 +202,16 @@ def resolve(
         base = "http://" + u.netloc  # as docker does: plain HTTP
     else:
         raise ValueError("invalid host %r: scheme must be unix, http or https" % host)
-    ctx = None
+    ssl_ctx = None
     if tls_fingerprint or tls_ca:
         if u.scheme != "https":
             raise ValueError("invalid host %r: a TLS fingerprint or CA needs an https:// host" % host)
         if tls_fingerprint:
-            ctx = _pinned_context(parse_fingerprint(tls_fingerprint), None)
+            ssl_ctx = _pinned_context(parse_fingerprint(tls_fingerprint), None)
         else:
-            ctx = ssl.create_default_context(cafile=tls_ca)
-            ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    return Conn(host=host, base_url=base, uds=uds, api_key=api_key or "", ssl_context=ctx)
+            ssl_ctx = ssl.create_default_context(cafile=tls_ca)
+            ssl_ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return Conn(host=host, base_url=base, uds=uds, api_key=api_key or "", ssl_context=ssl_ctx, context=ctx_name)
 
 
 def new_idempotency_key() -> str:

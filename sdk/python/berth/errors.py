@@ -42,6 +42,13 @@ class TransportError(BerthError):
     """The connection broke before an answer came (and the request was not one safe to send again)."""
 
 
+class RequestTimeout(TransportError):
+    """No byte of the answer came (or none could be sent) for the call's
+    timeout: the client's ``timeout`` for short calls, ``stream_timeout``
+    for long-running ones (see Client). Not retried: the call may have been
+    done."""
+
+
 class StreamError(BerthError):
     """A stream (exec output, process logs, a PTY) ended without its exit status."""
 

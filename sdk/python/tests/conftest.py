@@ -18,6 +18,49 @@ from berth import _wire
 _wire.STRICT = True
 
 
+def _record_requests(log: str) -> None:
+    """Appends "METHOD /path" of every request the SDK sends (HTTP through
+    httpx, WebSockets through websockets) to ``log``: test/sdk checks that
+    the suite called every operation of api/openapi.json (coverage_test.go)."""
+    import threading
+    from urllib.parse import urlsplit
+
+    import httpx
+    import websockets.client
+
+    lock = threading.Lock()
+
+    def record(method: str, url) -> None:
+        with lock, open(log, "a") as f:
+            f.write("%s %s\n" % (method, urlsplit(str(url)).path))
+
+    sync_send, async_send = httpx.Client.send, httpx.AsyncClient.send
+    connect, unix_connect = websockets.client.connect, websockets.client.unix_connect
+
+    def send(self, request, **kw):
+        record(request.method, request.url)
+        return sync_send(self, request, **kw)
+
+    async def asend(self, request, **kw):
+        record(request.method, request.url)
+        return await async_send(self, request, **kw)
+
+    def ws_connect(uri, *a, **kw):
+        record("GET", uri)
+        return connect(uri, *a, **kw)
+
+    def ws_unix_connect(path, uri, *a, **kw):
+        record("GET", uri)
+        return unix_connect(path, uri, *a, **kw)
+
+    httpx.Client.send, httpx.AsyncClient.send = send, asend
+    websockets.client.connect, websockets.client.unix_connect = ws_connect, ws_unix_connect
+
+
+if os.environ.get("BERTH_SDK_REQUEST_LOG"):
+    _record_requests(os.environ["BERTH_SDK_REQUEST_LOG"])
+
+
 def need(name: str) -> str:
     v = os.environ.get(name)
     if not v:

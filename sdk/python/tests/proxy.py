@@ -25,7 +25,8 @@ class Seen:
 class Proxy:
     upstream: Tuple[str, int]
     # "429[:N]", "503[:N]" (N: Retry-After), "drop", "pass", "cut-after-event",
-    # "replay" (pass without the Last-Event-ID header)
+    # "replay" (pass without the Last-Event-ID header), "stall" (read the
+    # request, never answer: the connection is held until close())
     actions: List[str] = field(default_factory=list)
     seen: List[Seen] = field(default_factory=list)
     default: str = "pass"
@@ -36,6 +37,7 @@ class Proxy:
         self._sock.listen(16)
         self.url = "http://127.0.0.1:%d" % self._sock.getsockname()[1]
         self._lock = threading.Lock()
+        self._held: List[socket.socket] = []
         self._stop = False
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -47,6 +49,9 @@ class Proxy:
     def close(self):
         self._stop = True
         self._sock.close()
+        with self._lock:
+            for c in self._held:
+                c.close()
 
     def __enter__(self):
         return self
@@ -74,6 +79,9 @@ class Proxy:
                 action = self.actions.pop(0) if self.actions else self.default
             if action == "drop":
                 c.close()
+            elif action == "stall":
+                with self._lock:
+                    self._held.append(c)
             elif action.startswith(("429", "503")):
                 code, _, after = action.partition(":")
                 reason = "Too Many Requests" if code == "429" else "Service Unavailable"

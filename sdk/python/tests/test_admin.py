@@ -43,6 +43,9 @@ def test_volumes(client, unique):
         client.volumes.delete(name)
     with pytest.raises(berth.NotFoundError):
         client.volumes.get(name)
+    # Gone from the list; its tombstone only with all.
+    assert name not in [x.name for x in client.volumes.list()]
+    assert name in [x.name for x in client.volumes.list(all=True)]
 
 
 def test_secrets(client, unique):

@@ -5,6 +5,8 @@ import importlib.util
 import json
 import os
 
+from conftest import need
+
 EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
 
 
@@ -67,3 +69,27 @@ def test_agent_tool_loop(client):
     assert answer == "The 20th Fibonacci number is 6765"
     assert seen == [0, 1, 2]
     assert [s for s in client.sandboxes.list() if (s.info.labels or {}).get("example") == "agent"] == []
+
+
+def test_egress_secret(client):
+    """The key reaches the API host (the test internet's, which answers 200
+    to its key alone and writes down each Authorization header it gets);
+    the sandbox holds only the placeholder: not in its env, its processes'
+    environments, /run/secrets or anything the call printed."""
+    host, key, seen_file = need("BERTH_TEST_API_HOST"), need("BERTH_TEST_API_KEY"), need("BERTH_TEST_API_SEEN")
+    with open(seen_file) as f:
+        before = len(f.readlines())
+    inside = []
+
+    def look(sb):
+        inside.append(sb.exec("env; cat /proc/[0-9]*/environ | tr '\\0' '\\n'; cat /run/secrets/* /tmp/* 2>/dev/null; true").text)
+
+    r = load("egress_secret").main(client, host, key, look=look)
+    assert r["status"] == 200 and json.loads(r["body"]) == {"user": "sdk-example", "authorized": True}, r
+    assert r["placeholder"].startswith("berth-secret-placeholder-"), r
+    with open(seen_file) as f:
+        seen = [json.loads(line) for line in f.readlines()[before:]]
+    assert [(s["host"], s["authorization"]) for s in seen] == [(host, "Bearer " + key)], seen
+    assert "EXAMPLE_API_KEY=" + r["placeholder"] in inside[0]
+    assert key not in inside[0] and key not in r["body"] and key not in r["placeholder"]
+    assert "EXAMPLE_API_KEY" not in [s.name for s in client.secrets.list()]

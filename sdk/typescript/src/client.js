@@ -18,7 +18,7 @@ import {
   resolve,
   retryDelay,
 } from "./conn.js";
-import { APIError, BerthError, ConnectError, StreamError, TransportError, fromResponse, fromStream } from "./errors.js";
+import { APIError, BerthError, ConnectError, RequestTimeoutError, StreamError, TransportError, fromResponse, fromStream } from "./errors.js";
 import { Pty } from "./pty.js";
 import { SSEParser, check, checkList, lines } from "./wire.js";
 
@@ -27,6 +27,9 @@ const argv = (cmd) => (typeof cmd === "string" ? ["sh", "-c", cmd] : [...cmd]);
 const bool = (v) => (v ? "true" : undefined);
 const b64 = (v) => (v === undefined || v === null ? undefined : Buffer.from(v).toString("base64"));
 const defaultSleep = (s) => new Promise((r) => setTimeout(r, s * 1000));
+
+/** Seconds a short call may go without progress (Client's `timeout`). */
+export const DEFAULT_TIMEOUT = 60;
 
 // TLS verification failures (node's codes, from OpenSSL's names).
 const TLS_VERIFY = /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|ERR_TLS_CERT_ALTNAME_INVALID/;
@@ -100,9 +103,23 @@ function query(params) {
  * https://host:port (default: BERTH_HOST, else the daemon's default
  * socket); `apiKey` defaults to BERTH_API_KEY; `tlsFingerprint` (default
  * BERTH_TLS_FINGERPRINT) pins an https daemon's certificate, `tlsCa`
- * verifies it against a CA file instead. Calls refused with 429 or 503 are
+ * verifies it against a CA file instead. Without a host (nor BERTH_HOST),
+ * `context` (default BERTH_CONTEXT, else the CLI's current context) names a
+ * context saved by `berth context add`: its host, key and TLS settings. Calls refused with 429 or 503 are
  * retried up to `maxRetries` times, waiting what Retry-After says (at most
  * `maxRetryWait` seconds), else a short backoff.
+ *
+ * Timeouts are per route, in seconds without progress on the connection
+ * (not in total): `timeout` (default 60) bounds short calls, answered once
+ * the daemon has done a bounded piece of work; `streamTimeout` (default
+ * none) the long-running ones, whose answer lasts as long as the work asked
+ * for: exec and run streams, process waits and followed logs, watches,
+ * event streams, template builds, imports, uploads, pushes and apply,
+ * copies, exports and tar transfers, snapshots, forks, hibernate, wake,
+ * restore, and creates that pull an `image`. A stop's `timeout` (its grace)
+ * is added to its bound. `withOptions({ timeout })` gives a client for one
+ * call or a few with other bounds. A call past its bound rejects with
+ * RequestTimeoutError.
  */
 export class Client {
   constructor(options = {}) {
@@ -110,10 +127,15 @@ export class Client {
     this.host = this._conn.host;
     this.maxRetries = options.maxRetries ?? 4;
     this.maxRetryWait = options.maxRetryWait ?? 30;
-    this.timeout = options.timeout;
+    this.timeout = options.timeout === undefined ? DEFAULT_TIMEOUT : options.timeout;
+    this.streamTimeout = options.streamTimeout;
     this._sleep = options.sleep ?? defaultSleep;
     this._headers = { "User-Agent": options.userAgent ?? "berth-typescript" };
     if (this._conn.apiKey) this._headers.Authorization = "Bearer " + this._conn.apiKey;
+    this._groups();
+  }
+
+  _groups() {
     this.sandboxes = new Sandboxes(this);
     this.snapshots = new Snapshots(this);
     this.templates = new Templates(this);
@@ -124,6 +146,24 @@ export class Client {
     this.keys = new Keys(this);
     this.tenants = new Tenants(this);
     this.quotas = new Quotas(this);
+  }
+
+  /**
+   * A client like this one with other bounds (`timeout`, `streamTimeout`,
+   * `maxRetries`) for the calls made through it
+   * (`client.withOptions({ timeout: 5 }).sandboxes.get(id)`); it shares this
+   * client's connections, so closing either closes both.
+   */
+  withOptions(options = {}) {
+    const c = Object.assign(Object.create(Object.getPrototypeOf(this)), this);
+    for (const k of ["timeout", "streamTimeout", "maxRetries"]) if (k in options) c[k] = options[k];
+    c._groups();
+    return c;
+  }
+
+  _bound(long, extra = 0) {
+    const t = long ? this.streamTimeout : this.timeout;
+    return t ? t + extra : undefined;
   }
 
   /** Closes the idle connections. */
@@ -139,7 +179,9 @@ export class Client {
 
   // One attempt: resolves with the response (its body unread), rejects
   // with the connection's error.
-  _once(method, path, headers, body) {
+  // `timeout`: seconds without progress before the request is destroyed
+  // (undefined: no bound).
+  _once(method, path, headers, body, timeout) {
     const c = this._conn;
     const opts = { method, path: c.prefix + path, headers, agent: c.agent };
     if (c.socketPath) opts.socketPath = c.socketPath;
@@ -147,7 +189,7 @@ export class Client {
       opts.host = c.hostname;
       opts.port = c.port;
     }
-    if (this.timeout) opts.timeout = this.timeout * 1000;
+    if (timeout) opts.timeout = timeout * 1000;
     return new Promise((resolve, reject) => {
       const req = (c.secure ? https : http).request(opts);
       req.once("response", resolve);
@@ -155,7 +197,29 @@ export class Client {
         err.reusedSocket = req.reusedSocket;
         reject(err);
       });
-      req.once("timeout", () => req.destroy(Object.assign(new Error("timed out"), { code: "ETIMEDOUT" })));
+      req.once("timeout", () => {
+        // Also once the answer has begun: its body then breaks off, and
+        // readers look at this mark to say why.
+        req.timedOut = true;
+        req.destroy(Object.assign(new Error("timed out"), { code: "ETIMEDOUT" }));
+      });
+      if (body !== undefined && !(body instanceof Uint8Array) && typeof body[Symbol.asyncIterator] === "function") {
+        // A stream (a node Readable, a web ReadableStream, an async
+        // generator): written as it comes, chunked, with backpressure.
+        (async () => {
+          for await (const chunk of body) {
+            if (req.destroyed) return;
+            if (!req.write(typeof chunk === "string" ? chunk : Buffer.from(chunk))) {
+              await new Promise((r) => {
+                req.once("drain", r);
+                req.once("close", r);
+              });
+            }
+          }
+          req.end();
+        })().catch((err) => req.destroy(err));
+        return;
+      }
       req.end(body);
     });
   }
@@ -165,27 +229,32 @@ export class Client {
    * 2xx response whose body is unread (stream) or read into `.body`, or
    * rejects with an APIError.
    */
-  async _send(method, path, { params, body, headers, idempotencyKey, stream = false } = {}) {
+  async _send(method, path, { params, body, bodyStream, headers, idempotencyKey, stream = false, long = false, extraTimeout = 0 } = {}) {
     const h = { ...this._headers, ...headers };
     let content;
-    if (body instanceof Uint8Array || typeof body === "string") {
+    if (bodyStream !== undefined) {
+      // Read once: such a request is never sent twice.
+      content = bodyStream;
+      h["Content-Type"] ??= "application/octet-stream";
+    } else if (body instanceof Uint8Array || typeof body === "string") {
       content = typeof body === "string" ? Buffer.from(body) : body;
       h["Content-Type"] ??= "application/octet-stream";
     } else if (body !== undefined) {
       content = Buffer.from(JSON.stringify(body));
       h["Content-Type"] = "application/json";
     }
-    if (content !== undefined) h["Content-Length"] = String(content.length);
+    if (content !== undefined && bodyStream === undefined) h["Content-Length"] = String(content.length);
     if (idempotencyKey) h[IDEMPOTENCY_HEADER] = idempotencyKey;
     const url = path + query(params);
     // Sending twice is safe for these; for others only a refusal is retried.
-    const replayable = SAFE_METHODS.has(method) || Boolean(idempotencyKey);
+    const replayable = (SAFE_METHODS.has(method) || Boolean(idempotencyKey)) && bodyStream === undefined;
     for (let attempt = 0; ; attempt++) {
       let res;
       try {
-        res = await this._once(method, url, h, content);
+        res = await this._once(method, url, h, content, this._bound(long, extraTimeout));
       } catch (err) {
         if (err instanceof BerthError) throw err; // the pin did not match
+        if (err.code === "ETIMEDOUT") throw new RequestTimeoutError(`${method} ${path}: no answer within the call's timeout`, err);
         // A certificate that fails verification fails every attempt alike;
         // nothing was sent.
         if (REFUSED.has(err.code) || TLS_VERIFY.test(err.code ?? "")) {
@@ -198,7 +267,7 @@ export class Client {
         // Cut before an answer came: the request may or may not have been
         // done, so only one safe to send twice is sent again — or any
         // request whose kept-alive connection the server had closed.
-        if ((!replayable && !err.reusedSocket) || attempt >= this.maxRetries || err.code === "ETIMEDOUT") {
+        if ((!replayable && !(err.reusedSocket && bodyStream === undefined)) || attempt >= this.maxRetries) {
           throw new TransportError(`${method} ${path}: ${err.message || err.code}`, err);
         }
         await this._sleep(backoff(attempt));
@@ -209,6 +278,7 @@ export class Client {
           try {
             res.body = await readAll(res);
           } catch (err) {
+            if (res.req?.timedOut) throw new RequestTimeoutError(`${method} ${path}: the answer stalled past the call's timeout`, err);
             throw new TransportError(`${method} ${path}: the answer broke off: ${err.message || err.code}`, err);
           }
         }
@@ -216,7 +286,7 @@ export class Client {
       }
       const raw = await readAll(res).catch(() => Buffer.alloc(0));
       const err = fromResponse(res.statusCode, res.statusMessage, res.headers, raw);
-      const delay = attempt < this.maxRetries ? retryDelay(err, attempt, this.maxRetryWait) : undefined;
+      const delay = attempt < this.maxRetries && bodyStream === undefined ? retryDelay(err, attempt, this.maxRetryWait) : undefined;
       if (delay === undefined) throw err;
       await this._sleep(delay);
     }
@@ -257,6 +327,7 @@ export class Client {
         try {
           r = await it.next();
         } catch (err) {
+          if (res.req?.timedOut) throw new RequestTimeoutError("the stream stalled past the call's timeout", err);
           throw new StreamError(`the stream broke: ${err.message || err.code}`, err);
         }
         if (r.done) return;
@@ -299,6 +370,16 @@ export class Client {
     return check("WhoAmI", await this._json("GET", "/v1/whoami"));
   }
 
+  /** The daemon's metrics in the Prometheus text format (GET /metrics; the host's administrator only). */
+  async metrics() {
+    return (await this._send("GET", "/metrics")).body.toString("utf8");
+  }
+
+  /** The daemon's OpenAPI document (GET /v1/openapi.json): the API it serves, for tools that read it. */
+  async openapi() {
+    return this._json("GET", "/v1/openapi.json");
+  }
+
   async doctor({ fix = false } = {}) {
     return check("DoctorReport", await this._json(fix ? "POST" : "GET", fix ? "/v1/doctor/fix" : "/v1/doctor"));
   }
@@ -310,7 +391,7 @@ export class Client {
    */
   async run(cmd, { sandbox = {}, stdin, env, timeout } = {}) {
     const req = { sandbox, exec: { cmd: argv(cmd), stdin: b64(stdin), env, timeout_seconds: timeout } };
-    const res = await this._send("POST", "/v1/run", { body: req, headers: { Accept: "application/x-ndjson" }, stream: true });
+    const res = await this._send("POST", "/v1/run", { body: req, headers: { Accept: "application/x-ndjson" }, stream: true, long: true });
     return collect(this._execEvents(res), String(res.headers[SANDBOX_ID_HEADER] ?? ""));
   }
 
@@ -324,6 +405,7 @@ export class Client {
       body: { spec, files: b64(files) },
       headers: { Accept: "application/x-ndjson" },
       stream: true,
+      long: true,
     });
     return this._buildStream(res, onOutput);
   }
@@ -369,6 +451,7 @@ export class Client {
   async copy(fromSandbox, fromPath, toSandbox, toPath, { preserveOwner = false } = {}) {
     await this._send("POST", "/v1/copy", {
       body: { from: fromSandbox, from_path: fromPath, to: toSandbox, to_path: toPath, preserve_owner: preserveOwner || undefined },
+      long: true,
     });
   }
 
@@ -434,8 +517,8 @@ export class Sandbox {
     return "/v1/sandboxes/" + seg(this.id) + rest.map((r) => "/" + r).join("");
   }
 
-  async _verb(verb, params) {
-    this.info = check("Sandbox", await this._c._json("POST", this._path(verb), { params }));
+  async _verb(verb, params, { long = false, extraTimeout = 0 } = {}) {
+    this.info = check("Sandbox", await this._c._json("POST", this._path(verb), { params, long, extraTimeout }));
     return this;
   }
 
@@ -452,7 +535,7 @@ export class Sandbox {
 
   /** Stops it (SIGTERM, then SIGKILL after `timeout` seconds). */
   stop({ timeout } = {}) {
-    return this._verb("stop", { timeout: timeout === undefined ? undefined : `${timeout}s` });
+    return this._verb("stop", { timeout: timeout === undefined ? undefined : `${timeout}s` }, { extraTimeout: timeout ?? 0 });
   }
   start() {
     return this._verb("start");
@@ -471,10 +554,10 @@ export class Sandbox {
     return this._verb("touch");
   }
   hibernate() {
-    return this._verb("hibernate");
+    return this._verb("hibernate", undefined, { long: true });
   }
   wake() {
-    return this._verb("wake");
+    return this._verb("wake", undefined, { long: true });
   }
 
   /** What changed in the writable layer against the template. */
@@ -501,10 +584,11 @@ export class Sandbox {
     if (content !== undefined) h["Content-Length"] = String(content.length);
     let res;
     try {
-      res = await this._c._once(method, target, h, content);
+      res = await this._c._once(method, target, h, content, this._c._bound(false));
     } catch (err) {
       if (err instanceof BerthError) throw err;
       if (REFUSED.has(err.code)) throw new ConnectError(this._c.host, err);
+      if (err.code === "ETIMEDOUT") throw new RequestTimeoutError(`${method} ${target}: no answer within the call's timeout`, err);
       throw new TransportError(`${method} ${target}: ${err.message || err.code}`, err);
     }
     const raw = await readAll(res);
@@ -532,6 +616,7 @@ export class Sandbox {
     const d = await this._c._json("POST", this._path("fork"), {
       body: { count, ...fields },
       idempotencyKey: idempotencyKey || newIdempotencyKey(),
+      long: true,
     });
     check("ForkResponse", d);
     return (d.children ?? []).map((ch) => new Sandbox(this._c, ch));
@@ -541,6 +626,7 @@ export class Sandbox {
     const d = await this._c._json("POST", this._path("snapshots"), {
       body: { name, retention_seconds: retentionSeconds },
       idempotencyKey: idempotencyKey || newIdempotencyKey(),
+      long: true,
     });
     return check("Snapshot", d);
   }
@@ -558,7 +644,7 @@ export class Sandbox {
    */
   async *execStream(cmd, { stdin, env, workdir, user, timeout } = {}) {
     const req = { cmd: argv(cmd), stdin: b64(stdin), env, workdir, user, timeout_seconds: timeout };
-    const res = await this._c._send("POST", this._path("exec"), { body: req, headers: { Accept: "application/x-ndjson" }, stream: true });
+    const res = await this._c._send("POST", this._path("exec"), { body: req, headers: { Accept: "application/x-ndjson" }, stream: true, long: true });
     yield* this._c._execEvents(res);
   }
 
@@ -578,7 +664,7 @@ export class Sandbox {
 
   /** A tar archive of `paths` (files or directories) in the sandbox. */
   async export(paths) {
-    const res = await this._c._send("POST", this._path("export"), { body: { paths }, headers: { Accept: "application/x-tar" } });
+    const res = await this._c._send("POST", this._path("export"), { body: { paths }, headers: { Accept: "application/x-tar" }, long: true });
     return res.body;
   }
 
@@ -637,7 +723,12 @@ class Sandboxes {
    * makes two.
    */
   async create(request = {}, { idempotencyKey } = {}) {
-    const d = await this._c._json("POST", "/v1/sandboxes", { body: request, idempotencyKey: idempotencyKey || newIdempotencyKey() });
+    // A create that pulls an image lasts as long as the pull.
+    const d = await this._c._json("POST", "/v1/sandboxes", {
+      body: request,
+      idempotencyKey: idempotencyKey || newIdempotencyKey(),
+      long: Boolean(request.image),
+    });
     return new Sandbox(this._c, check("Sandbox", d));
   }
 
@@ -704,6 +795,18 @@ class Files {
     return res.body.length ? check("FileInfo", JSON.parse(res.body.toString("utf8"))) : {};
   }
 
+  /**
+   * Writes (replaces) a file from `source`, sent as it comes and never held
+   * whole here: an async iterable of bytes (a node Readable such as
+   * fs.createReadStream, a web ReadableStream, an async generator). `mode`
+   * like 0o755. Not retried (the source is read once).
+   */
+  async writeStream(path, source, { mode } = {}) {
+    const params = { path, mode: mode === undefined ? undefined : mode.toString(8).padStart(4, "0") };
+    const res = await this._c._send("PUT", this._p, { params, bodyStream: source, long: true });
+    return res.body.length ? check("FileInfo", JSON.parse(res.body.toString("utf8"))) : {};
+  }
+
   async stat(path) {
     return check("FileInfo", await this._c._json("GET", this._p + "/stat", { params: { path } }));
   }
@@ -735,6 +838,7 @@ class Files {
       params: { path, recursive: bool(recursive) },
       headers: { Accept: "application/x-ndjson" },
       stream: true,
+      long: true,
     });
     for await (const d of this._c._ndjson(res)) {
       check("WatchEvent", d);
@@ -746,7 +850,7 @@ class Files {
 
   /** A tar archive of `path` (a file or a directory tree). */
   async readTar(path) {
-    return (await this._c._send("GET", this._p, { params: { path, format: "tar" }, headers: { Accept: "application/x-tar" } })).body;
+    return (await this._c._send("GET", this._p, { params: { path, format: "tar" }, headers: { Accept: "application/x-tar" }, long: true })).body;
   }
 
   /** Unpacks a tar archive into `directory`. */
@@ -755,6 +859,7 @@ class Files {
       params: { path: directory, format: "tar" },
       body: Buffer.from(archive),
       headers: { "Content-Type": "application/x-tar" },
+      long: true,
     });
   }
 }
@@ -790,6 +895,7 @@ class Processes {
       params: { follow: bool(follow) },
       headers: { Accept: "application/x-ndjson" },
       stream: true,
+      long: follow,
     });
     for await (const d of this._c._ndjson(res)) {
       check("ProcessEvent", d);
@@ -826,7 +932,7 @@ class Processes {
   }
 
   async wait(id) {
-    return check("ExecExit", await this._c._json("POST", this._p + "/" + seg(id) + "/wait"));
+    return check("ExecExit", await this._c._json("POST", this._p + "/" + seg(id) + "/wait", { long: true }));
   }
 
   /**
@@ -877,7 +983,7 @@ class Snapshots {
   }
   /** Rolls the snapshot's sandbox back to it. */
   async restore(idOrName) {
-    return new Sandbox(this._c, check("Sandbox", await this._c._json("POST", "/v1/snapshots/" + seg(idOrName) + "/restore")));
+    return new Sandbox(this._c, check("Sandbox", await this._c._json("POST", "/v1/snapshots/" + seg(idOrName) + "/restore", { long: true })));
   }
 }
 
@@ -921,7 +1027,7 @@ class Templates {
    */
   async import(name, ref, { path, insecure, registryAuth, service, onProgress } = {}) {
     const body = { name, ref, path, insecure, registry_auth: registryAuth, service };
-    const res = await this._c._send("POST", "/v1/templates/import", { body, headers: { Accept: "application/x-ndjson" }, stream: true });
+    const res = await this._c._send("POST", "/v1/templates/import", { body, headers: { Accept: "application/x-ndjson" }, stream: true, long: true });
     return this._importStream(res, onProgress);
   }
 
@@ -931,6 +1037,7 @@ class Templates {
       body: Buffer.from(archive),
       headers: { "Content-Type": "application/x-tar", Accept: "application/x-ndjson" },
       stream: true,
+      long: true,
     });
     return this._importStream(res, onProgress);
   }
@@ -953,7 +1060,7 @@ class Templates {
    */
   async build(name, from, run, { env, timeout, network, allow, service, onOutput } = {}) {
     const body = { name, from, run: [...run], env, timeout_seconds: timeout, network, allow, service };
-    const res = await this._c._send("POST", "/v1/templates/build", { body, headers: { Accept: "application/x-ndjson" }, stream: true });
+    const res = await this._c._send("POST", "/v1/templates/build", { body, headers: { Accept: "application/x-ndjson" }, stream: true, long: true });
     return this._c._buildStream(res, onOutput);
   }
 
@@ -976,6 +1083,7 @@ class Templates {
       body: Buffer.from(context),
       headers: { "Content-Type": "application/x-tar", Accept: "application/x-ndjson" },
       stream: true,
+      long: true,
     });
     return this._c._buildStream(res, onOutput);
   }
@@ -983,7 +1091,12 @@ class Templates {
   /** Writes template `name` to a registry as the OCI image `ref`; each layer's upload goes to `onProgress`. */
   async push(name, ref, { insecure, registryAuth, onProgress } = {}) {
     const body = { ref, insecure, registry_auth: registryAuth };
-    const res = await this._c._send("POST", "/v1/templates/" + seg(name) + "/push", { body, headers: { Accept: "application/x-ndjson" }, stream: true });
+    const res = await this._c._send("POST", "/v1/templates/" + seg(name) + "/push", {
+      body,
+      headers: { Accept: "application/x-ndjson" },
+      stream: true,
+      long: true,
+    });
     return this._c._resultStream(res, "the push stream ended without a result", (d) => {
       check("PushEvent", d);
       if (d.result) return d.result;
@@ -1005,11 +1118,12 @@ class Volumes {
     });
     return check("Volume", d);
   }
-  list() {
-    return this._c._list("/v1/volumes", undefined, "Volume");
+  /** Every volume, page by page; `all` includes the tombstones of deleted ones. */
+  list({ all = false } = {}) {
+    return this._c._list("/v1/volumes", { all: bool(all) }, "Volume");
   }
-  listPage({ limit, cursor } = {}) {
-    return this._c._listPage("/v1/volumes", undefined, "Volume", { limit, cursor });
+  listPage({ limit, cursor, all = false } = {}) {
+    return this._c._listPage("/v1/volumes", { all: bool(all) }, "Volume", { limit, cursor });
   }
   async get(name) {
     return check("Volume", await this._c._json("GET", "/v1/volumes/" + seg(name)));
@@ -1083,7 +1197,7 @@ class Events {
       if (last > 0) headers["Last-Event-ID"] = String(last);
       let res;
       try {
-        res = await this._c._send("GET", path, { params: q, headers, stream: true });
+        res = await this._c._send("GET", path, { params: q, headers, stream: true, long: true });
       } catch (e) {
         if (e instanceof APIError && e.status < 500 && e.status !== 429) throw e;
         if (!(e instanceof BerthError)) throw e;

@@ -1,9 +1,13 @@
 // How the SDK reaches a daemon, the same way the berth CLI and the Python
-// SDK do: the host (option, else BERTH_HOST, else the default unix
-// socket), the API key (option, else BERTH_API_KEY, sent as a bearer
-// token), and for an https:// host either a pinned certificate fingerprint
-// (option, else BERTH_TLS_FINGERPRINT: "sha256:" and the hex SHA-256 of the
-// leaf's DER, as `berth serve` prints it) or a CA file.
+// SDK do: the host (option, else BERTH_HOST, else the saved context named
+// by the `context` option, BERTH_CONTEXT or the CLI config file's current
+// one, else the default unix socket), the API key (option, else
+// BERTH_API_KEY, else the context's, sent as a bearer token), and for an
+// https:// host either a pinned certificate fingerprint (option, else
+// BERTH_TLS_FINGERPRINT: "sha256:" and the hex SHA-256 of the leaf's DER,
+// as `berth serve` prints it) or a CA file, else the context's. A context
+// applies only when it gives the host: its key and TLS settings never go to
+// a host named elsewhere (the CLI's rule, cmd/berth/context.go).
 //
 // Requests go through node's http/https modules rather than fetch: fetch
 // cannot dial a unix socket, and it offers no hook to check a pinned
@@ -12,7 +16,9 @@
 // agent before it hands the connection to any request, so the API key is
 // never written to a connection whose certificate did not match.
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
+import { homedir } from "node:os";
+import { join } from "node:path";
 import http from "node:http";
 import https from "node:https";
 import tls from "node:tls";
@@ -21,6 +27,9 @@ import { FingerprintError } from "./errors.js";
 
 /** Where the daemon listens unless told otherwise (client.DefaultHost). */
 export const DEFAULT_HOST = "unix:///run/berth/berth.sock";
+export const CONTEXT_ENV = "BERTH_CONTEXT";
+/** The context name that means no saved context (the local socket). */
+export const DEFAULT_CONTEXT = "default";
 export const IDEMPOTENCY_HEADER = "Idempotency-Key";
 export const NEXT_CURSOR_HEADER = "berth-next-cursor";
 export const SANDBOX_ID_HEADER = "x-berth-sandbox-id";
@@ -87,20 +96,76 @@ class PinnedAgent extends https.Agent {
 }
 
 /**
+ * The berth CLI's config file, which holds its saved contexts:
+ * $XDG_CONFIG_HOME/berth/config.json, else ~/.config/berth/config.json.
+ */
+export function configPath() {
+  return join(process.env.XDG_CONFIG_HOME || join(homedir(), ".config"), "berth", "config.json");
+}
+
+/**
+ * The saved context `name` (else BERTH_CONTEXT, else the config file's
+ * current one) as {name, def}, or {name: "", def: undefined} for none. A
+ * config file that stores a key and that others can read is refused, as the
+ * CLI refuses it.
+ */
+export function loadContext(name) {
+  name = name || process.env[CONTEXT_ENV] || undefined;
+  const path = configPath();
+  let cfg;
+  try {
+    cfg = JSON.parse(readFileSync(path, "utf8"));
+  } catch (err) {
+    if (err.code !== "ENOENT") throw new TypeError(`config ${path}: ${err.message}`);
+    if (name && name !== DEFAULT_CONTEXT) throw new TypeError(`context "${name}" is not in ${path} (no such file); see berth context ls`);
+    return { name: "", def: undefined };
+  }
+  const contexts = cfg.contexts ?? {};
+  if (Object.values(contexts).some((d) => d?.api_key) && statSync(path).mode & 0o077) {
+    throw new TypeError(`config ${path} holds an API key but is readable by others: chmod 600 it`);
+  }
+  name = name || cfg.current || undefined;
+  if (!name || name === DEFAULT_CONTEXT) return { name: "", def: undefined };
+  const def = contexts[name];
+  if (!def?.host) throw new TypeError(`context "${name}" is not in ${path}; see berth context ls`);
+  return { name, def };
+}
+
+function readKeyFile(path) {
+  const key = readFileSync(path, "utf8").trim();
+  if (!key || /[\r\n]/.test(key)) throw new TypeError(`API key file ${path} must hold one line`);
+  return key;
+}
+
+/**
  * Resolves the connection as the CLI does: returns what requests and the
  * WebSocket dialer need.
  */
-export function resolve({ host, apiKey, tlsFingerprint, tlsCa } = {}) {
-  host = host || process.env.BERTH_HOST || DEFAULT_HOST;
-  apiKey = apiKey ?? process.env.BERTH_API_KEY ?? "";
+export function resolve({ host, apiKey, tlsFingerprint, tlsCa, context } = {}) {
+  if (host && context) throw new TypeError("host and context both name a daemon: give one");
+  host = host || process.env.BERTH_HOST || undefined;
+  const ctx = host ? { name: "", def: undefined } : loadContext(context);
+  if (ctx.def) host = ctx.def.host;
+  host = host || DEFAULT_HOST;
+  apiKey = apiKey ?? (process.env.BERTH_API_KEY || undefined);
+  if (apiKey === undefined && ctx.def) {
+    if (ctx.def.api_key) apiKey = ctx.def.api_key;
+    else if (ctx.def.api_key_file) apiKey = readKeyFile(ctx.def.api_key_file);
+  }
+  apiKey ??= "";
   tlsFingerprint = tlsFingerprint ?? (process.env.BERTH_TLS_FINGERPRINT || undefined);
+  if (tlsFingerprint === undefined && tlsCa === undefined && ctx.def) {
+    // The context's TLS settings go as a unit, with its host.
+    tlsFingerprint = ctx.def.tls_fingerprint || undefined;
+    tlsCa = ctx.def.tls_ca || undefined;
+  }
   let u;
   try {
     u = new URL(host);
   } catch {
     throw new TypeError(`invalid host ${JSON.stringify(host)}: want unix:///path, http://host:port or https://host:port`);
   }
-  const conn = { host, apiKey, socketPath: undefined, secure: false, hostname: "", port: 0, prefix: "", agent: undefined };
+  const conn = { host, apiKey, context: ctx.name, socketPath: undefined, secure: false, hostname: "", port: 0, prefix: "", agent: undefined };
   switch (u.protocol) {
     case "unix:":
       conn.socketPath = decodeURIComponent(u.pathname || u.host);

@@ -48,6 +48,18 @@ export class TransportError extends BerthError {
   }
 }
 
+/**
+ * No byte of the answer came (or none could be sent) within the call's
+ * bound: the client's `timeout` for short calls, `streamTimeout` for
+ * long-running ones. Not retried: the call may have been done.
+ */
+export class RequestTimeoutError extends TransportError {
+  constructor(message, cause) {
+    super(message, cause);
+    this.code = "timeout";
+  }
+}
+
 /** A stream (exec output, process logs, events, a PTY) ended without its end. */
 export class StreamError extends BerthError {
   constructor(message, cause) {

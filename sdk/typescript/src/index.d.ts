@@ -10,6 +10,8 @@ export type { models };
 
 /** Where the daemon listens unless told otherwise. */
 export declare const DEFAULT_HOST: string;
+/** Seconds a short call may go without progress (ClientOptions.timeout's default). */
+export declare const DEFAULT_TIMEOUT: number;
 /** Parses "sha256:<64 hex digits>" (or 32 colon-separated bytes) into its 32 bytes. */
 export declare function parseFingerprint(s: string): Bytes;
 /** "sha256:<hex>" of a certificate's DER bytes. */
@@ -34,13 +36,28 @@ export interface ClientOptions {
   tlsFingerprint?: string;
   /** Verifies an https daemon's certificate against this CA file instead. */
   tlsCa?: string;
+  /**
+   * Without a host (nor BERTH_HOST): a context saved by `berth context add`
+   * (its host, key and TLS settings); default BERTH_CONTEXT, else the CLI's
+   * current context. "default" is the local socket.
+   */
+  context?: string;
   userAgent?: string;
   /** Retries of a refused (429/503) or, when safe, cut request (default 4). */
   maxRetries?: number;
   /** The longest Retry-After (seconds) waited for; a longer one is the error (default 30). */
   maxRetryWait?: number;
-  /** Per-request socket idle timeout in seconds (default none). */
-  timeout?: number;
+  /**
+   * Seconds a short call may go without progress on its connection (default
+   * 60; 0 or null: no bound). See Client for which calls are short.
+   */
+  timeout?: number | null;
+  /**
+   * Seconds a long-running call (exec and run streams, waits, watches, event
+   * streams, builds, imports, pushes, copies, snapshots, forks, ...) may go
+   * without progress (default none).
+   */
+  streamTimeout?: number | null;
   /** How the retry loops wait (seconds); tests record instead of sleeping. */
   sleep?: (seconds: number) => Promise<void>;
 }
@@ -107,6 +124,16 @@ export declare class Client implements AsyncDisposable {
   readonly host: string;
   maxRetries: number;
   maxRetryWait: number;
+  /** The short calls' bound in seconds (see ClientOptions.timeout). */
+  timeout: number | null | undefined;
+  /** The long-running calls' bound in seconds (see ClientOptions.streamTimeout). */
+  streamTimeout: number | null | undefined;
+  /**
+   * A client like this one with other bounds for the calls made through it
+   * (`client.withOptions({ timeout: 5 }).sandboxes.get(id)`); it shares this
+   * client's connections, so closing either closes both.
+   */
+  withOptions(options: { timeout?: number | null; streamTimeout?: number | null; maxRetries?: number }): Client;
   readonly sandboxes: Sandboxes;
   readonly snapshots: Snapshots;
   readonly templates: Templates;
@@ -123,6 +150,10 @@ export declare class Client implements AsyncDisposable {
   health(): Promise<true>;
   version(): Promise<models.Version>;
   doctor(options?: { fix?: boolean }): Promise<models.DoctorReport>;
+  /** The daemon's metrics in the Prometheus text format (the host's administrator only). */
+  metrics(): Promise<string>;
+  /** The daemon's OpenAPI document. */
+  openapi(): Promise<Record<string, unknown>>;
   /** One command in a one-shot sandbox the daemon destroys when it ends. */
   run(cmd: Command, options?: { sandbox?: models.CreateSandboxRequest; stdin?: string | Uint8Array; env?: Record<string, string>; timeout?: number }): Promise<ExecResult>;
   pools(): Promise<models.Pool[]>;
@@ -208,6 +239,8 @@ export declare class Files {
   readStream(path: string): AsyncGenerator<Bytes, void, undefined>;
   mode(path: string): Promise<number>;
   write(path: string, data: string | Uint8Array, options?: { mode?: number }): Promise<models.FileInfo>;
+  /** Writes a file from an async iterable of bytes (a node Readable, a web ReadableStream, an async generator) as it comes; not retried. */
+  writeStream(path: string, source: AsyncIterable<Uint8Array | string>, options?: { mode?: number }): Promise<models.FileInfo>;
   stat(path: string): Promise<models.FileInfo>;
   list(path: string): Promise<models.FileInfo[]>;
   mkdir(path: string, options?: { parents?: boolean }): Promise<void>;
@@ -293,8 +326,9 @@ export interface BuildOptions {
 
 export declare class Volumes {
   create(name: string, options?: { sizeBytes?: number; inodes?: number } & RequestOptions): Promise<models.Volume>;
-  list(): PageIterator<models.Volume>;
-  listPage(options?: PageOptions): Promise<Page<models.Volume>>;
+  /** Every volume; `all` includes the tombstones of deleted ones. */
+  list(options?: { all?: boolean }): PageIterator<models.Volume>;
+  listPage(options?: PageOptions & { all?: boolean }): Promise<Page<models.Volume>>;
   get(name: string): Promise<models.Volume>;
   delete(name: string): Promise<void>;
 }
@@ -370,6 +404,8 @@ export declare class FingerprintError extends BerthError {
   readonly want: string;
 }
 export declare class TransportError extends BerthError {}
+/** A call past its bound (the client's timeout or streamTimeout); code "timeout". Not retried. */
+export declare class RequestTimeoutError extends TransportError {}
 export declare class StreamError extends BerthError {}
 export declare class APIError extends BerthError {
   /** The answer's one-line message. */

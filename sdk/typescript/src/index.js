@@ -1,6 +1,6 @@
 // @berth-sh/sdk: the TypeScript/JavaScript SDK of berth's HTTP API.
 // See docs/sdk-typescript.md in the berth repository.
-export { Client, ExecResult, PageIterator, Sandbox } from "./client.js";
+export { Client, DEFAULT_TIMEOUT, ExecResult, PageIterator, Sandbox } from "./client.js";
 export { DEFAULT_HOST, fingerprintOf, newIdempotencyKey, parseFingerprint } from "./conn.js";
 export {
   APIError,
@@ -14,6 +14,7 @@ export {
   NotFoundError,
   PermissionDeniedError,
   RateLimitedError,
+  RequestTimeoutError,
   StreamError,
   TooLargeError,
   TransportError,

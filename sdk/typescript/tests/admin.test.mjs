@@ -14,6 +14,19 @@ test("system: health, version, doctor", () =>
     assert.ok(v.version && v.runtime);
     const rep = await c.doctor();
     assert.equal(typeof rep.healthy, "boolean");
+    assert.equal((await c.doctor({ fix: true })).healthy, true); // nothing to fix on a healthy daemon
+  }));
+
+test("hibernate and wake (runsc)", () =>
+  withClient(async (c) => {
+    // runc cannot checkpoint processes on this kernel: hibernation is gVisor's.
+    await using_(await c.sandboxes.create({ runtime: "runsc" }), async (sb) => {
+      await sb.exec("echo across hibernation > /tmp/kept");
+      await sb.hibernate();
+      assert.notEqual((await sb.refresh()).state, "running");
+      assert.equal((await sb.wake()).state, "running");
+      assert.equal((await sb.files.read("/tmp/kept")).toString(), "across hibernation\n");
+    });
   }));
 
 test("templates and pools", () =>
@@ -65,6 +78,9 @@ test("volumes", () =>
       await c.volumes.delete(name);
     }
     await assert.rejects(c.volumes.get(name), NotFoundError);
+    // Gone from the list; its tombstone only with all.
+    assert.ok(!(await c.volumes.list().toArray()).some((x) => x.name === name));
+    assert.ok((await c.volumes.list({ all: true }).toArray()).some((x) => x.name === name));
   }));
 
 test("secrets", () =>

@@ -38,6 +38,9 @@ test("events: pages, filters, after", () =>
       assert.deepEqual(later.map((e) => e.id), ids.slice(1));
       const type = evs.at(-1).type;
       const typed = await c.events.list({ sandbox: [sb.id], types: [type] }).toArray();
+      // Across sandboxes (GET /v1/events): no filter, or more than one.
+      const everything = await c.events.list({ after: ids[0] - 1 }).toArray();
+      assert.ok(ids.every((id) => everything.some((e) => e.id === id)));
       assert.ok(typed.length && typed.every((e) => e.type === type));
       const p = await c.events.listPage({ sandbox: sb.id, limit: 1 });
       assert.equal(p.items.length, 1);

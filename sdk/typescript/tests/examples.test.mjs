@@ -2,12 +2,14 @@
 // imported (their main) and, for one, run as a program the way its header says.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 
-import { withClient } from "./helpers.mjs";
+import { need, withClient } from "./helpers.mjs";
+import * as egressSecret from "../examples/egress_secret.mjs";
 import * as forkArtefacts from "../examples/fork_artefacts.mjs";
 import * as persistentWorkspace from "../examples/persistent_workspace.mjs";
 import * as agentToolLoop from "../examples/agent_tool_loop.mjs";
@@ -27,6 +29,17 @@ test("run_code", () =>
 
 test("run_code as a program", async () => {
   const { stdout } = await promisify(execFile)(process.execPath, [join(examples, "run_code.mjs")], { env: process.env });
+  assert.match(stdout, /found 17 primes\n\[\s*2,/);
+});
+
+// Deno runs the SDK as it is (node:http and node:https, ws from
+// node_modules): the same example as a Deno program, nothing fetched.
+test("run_code as a Deno program", async () => {
+  const denoDir = join(need("BERTH_TEST_TMP"), "deno-dir");
+  const { stdout } = await promisify(execFile)("deno", ["run", "--allow-all", "--quiet", "--no-lock", join(examples, "run_code.mjs")], {
+    env: { ...process.env, DENO_DIR: denoDir, DENO_NO_UPDATE_CHECK: "1" },
+    cwd: dirname(examples),
+  });
   assert.match(stdout, /found 17 primes\n\[\s*2,/);
 });
 
@@ -75,4 +88,28 @@ test("agent_tool_loop with a scripted model", () =>
     assert.deepEqual(seen, [0, 1, 2]);
     const left = (await c.sandboxes.list().toArray()).filter((s) => s.info.labels?.example === "agent");
     assert.deepEqual(left, []);
+  }));
+
+// The key reaches the API host (the test internet's, which answers 200 to
+// its key alone and writes down each Authorization header it gets); the
+// sandbox holds only the placeholder: not in its env, its processes'
+// environments, /run/secrets or anything the call printed.
+test("egress_secret", () =>
+  withClient(async (c) => {
+    const [host, key, seenFile] = ["BERTH_TEST_API_HOST", "BERTH_TEST_API_KEY", "BERTH_TEST_API_SEEN"].map(need);
+    const seenLines = () => readFileSync(seenFile, "utf8").split("\n").filter(Boolean);
+    const before = seenLines().length;
+    let inside = "";
+    const look = async (sb) => {
+      inside = (await sb.exec("env; cat /proc/[0-9]*/environ | tr '\\0' '\\n'; cat /run/secrets/* /tmp/* 2>/dev/null; true")).text;
+    };
+    const r = await egressSecret.main(c, host, key, look);
+    assert.equal(r.status, 200, JSON.stringify(r));
+    assert.deepEqual(JSON.parse(r.body), { user: "sdk-example", authorized: true });
+    assert.match(r.placeholder, /^berth-secret-placeholder-/);
+    const seen = seenLines().slice(before).map((l) => JSON.parse(l));
+    assert.deepEqual(seen.map((s) => [s.host, s.authorization]), [[host, "Bearer " + key]]);
+    assert.ok(inside.includes("EXAMPLE_API_KEY=" + r.placeholder), inside);
+    for (const where of [inside, r.body, r.placeholder]) assert.ok(!where.includes(key));
+    assert.ok(!(await c.secrets.list().toArray()).some((s) => s.name === "EXAMPLE_API_KEY"));
   }));

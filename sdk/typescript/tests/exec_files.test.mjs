@@ -1,5 +1,9 @@
 // Exec (streaming output, stdin, exit status), run, files and background processes.
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { createReadStream, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
 
 import { Client, ExecResult, NotFoundError, Sandbox, UnauthenticatedError } from "../src/index.js";
@@ -175,5 +179,26 @@ test("port tokens and leases", async () => {
     await assert.rejects(leased.exec("true"), UnauthenticatedError);
   } finally {
     lc.close();
+  }
+});
+
+test("files.writeStream: an async generator and a file's read stream, as they come", async () => {
+  const chunks = Array.from({ length: 64 }, (_, i) => Buffer.alloc(65536, i)); // 4 MiB
+  async function* gen() {
+    for (const ch of chunks) yield ch;
+  }
+  await sb.files.writeStream("/tmp/streamed", gen(), { mode: 0o640 });
+  assert.equal((await sb.files.stat("/tmp/streamed")).size, 4 << 20);
+  const want = createHash("sha256").update(Buffer.concat(chunks)).digest("hex");
+  assert.equal((await sb.exec("sha256sum /tmp/streamed")).text.split(" ")[0], want);
+  assert.equal(await sb.files.mode("/tmp/streamed"), 0o640);
+  const dir = mkdtempSync(join(process.env.BERTH_TEST_TMP ?? tmpdir(), "ws-"));
+  try {
+    const src = join(dir, "src");
+    writeFileSync(src, "from a file\n".repeat(1000));
+    await sb.files.writeStream("/tmp/from-file", createReadStream(src));
+    assert.deepEqual(await sb.files.read("/tmp/from-file"), readFileSync(src));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
   }
 });

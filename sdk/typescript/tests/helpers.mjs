@@ -4,6 +4,9 @@
 // BERTH_TEST_TLS_CA) for its loopback TCP listeners. Every test deletes
 // what it creates; the harness fails the run for any sandbox left.
 import { randomBytes } from "node:crypto";
+import { appendFileSync } from "node:fs";
+import http from "node:http";
+import https from "node:https";
 
 import { Client, setStrict } from "../src/index.js";
 
@@ -17,6 +20,23 @@ export function need(name) {
 }
 
 need("BERTH_HOST");
+
+// Appends "METHOD /path" of every request this process sends (the SDK's
+// HTTP calls, and the WebSocket upgrades ws makes through the same
+// http.request) to BERTH_SDK_REQUEST_LOG: test/sdk checks that the suite
+// called every operation of api/openapi.json (coverage_test.go).
+if (process.env.BERTH_SDK_REQUEST_LOG) {
+  const log = process.env.BERTH_SDK_REQUEST_LOG;
+  for (const mod of [http, https]) {
+    const request = mod.request;
+    mod.request = function (opts, ...rest) {
+      if (opts && typeof opts === "object" && !(opts instanceof URL) && opts.path) {
+        appendFileSync(log, `${opts.method ?? "GET"} ${opts.path.split("?")[0]}\n`);
+      }
+      return request.call(this, opts, ...rest);
+    };
+  }
+}
 
 export const unique = (prefix = "ts") => `${prefix}-${randomBytes(4).toString("hex")}`;
 

@@ -11,7 +11,8 @@ import net from "node:net";
 export class Proxy {
   // actions: "429[:N]", "503[:N]" (N: Retry-After), "drop", "pass",
   // "cut-after-event", "cut-after-line" (after the first NDJSON line of the
-  // body), "replay" (pass without the Last-Event-ID header).
+  // body), "replay" (pass without the Last-Event-ID header), "stall" (read
+  // the request, never answer: the connection is held until close()).
   static async to(httpURL, actions = []) {
     const u = new URL(httpURL);
     const p = new Proxy(u.hostname, Number(u.port), actions);
@@ -72,6 +73,7 @@ export class Proxy {
       c.destroy();
       return;
     }
+    if (action === "stall") return;
     if (action.startsWith("429") || action.startsWith("503")) {
       const [code, after] = action.split(":");
       const reason = code === "429" ? "Too Many Requests" : "Service Unavailable";
