@@ -25,6 +25,7 @@ from ._conn import (
     resolve,
     retry_delay,
 )
+from ._pty import AsyncPty, AsyncTerminals
 from ._types import ExecResult, Page, ProcessOutput
 from ._wire import SSEParser, as_body
 from .errors import APIError, ConnectError, FingerprintError, RequestTimeout, StreamError, TransportError, from_response, from_stream
@@ -136,6 +137,7 @@ class AsyncClient:
             headers=self._conn.headers(user_agent),
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
         )
+        self._terminals = AsyncTerminals()
         self._groups()
 
     def _groups(self) -> None:
@@ -181,7 +183,9 @@ class AsyncClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Closes the connections."""
+        """Closes the connections (and, with the sync client, the terminal
+        sessions still open and the thread they run on)."""
+        await self._terminals.aclose()
         await self._http.aclose()
 
     # -- transport -------------------------------------------------------
@@ -657,7 +661,6 @@ class AsyncSandbox:
         its next request, its open streams ended."""
         await self._c._send("DELETE", self._path("leases", _seg(lease_id)))
 
-    # async-only-begin
     def pty(
         self,
         cmd: Union[str, Sequence[str]] = ("sh",),
@@ -668,20 +671,17 @@ class AsyncSandbox:
         workdir: Optional[str] = None,
         user: Optional[str] = None,
         tty: bool = True,
-    ):
-        """Opens an interactive terminal over the exec WebSocket (asyncio
-        only: websockets 10 has no sync client): ``async with sb.pty(...) as
-        t:`` then ``t.send``, ``t.resize``, ``t.recv``, ``t.wait``. With
-        ``tty=False`` the same session runs over pipes: no terminal, and
+    ) -> AsyncPty:
+        """Opens an interactive terminal over the exec WebSocket:
+        ``async with sb.pty(...) as t:`` then ``t.send``, ``t.resize``,
+        ``t.recv``, ``t.read_until``, ``t.wait``. With ``tty=False`` the
+        same session runs over pipes: no terminal, and
         ``t.close_stdin()`` ends the command's input (a terminal has no end
         of input; send ``"\\x04"``, its ^D, instead)."""
-        from ._pty import Pty
-
         argv = ["sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         req = m.ExecRequest(cmd=argv, env=env, workdir=workdir, user=user, tty=tty or None,
                             rows=rows if tty else None, cols=cols if tty else None)
-        return Pty(self._c._conn, self._c._user_agent, self._path("exec", "ws"), req)
-    # async-only-end
+        return AsyncPty(self._c, self._path("exec", "ws"), req)
 
 
 class AsyncSandboxes:
@@ -872,17 +872,13 @@ class AsyncProcesses:
         """Waits for the process to end: its exit status."""
         return m.ExecExit.from_dict(await self._c._json("POST", self._p + "/" + _seg(pid) + "/wait", long=True))
 
-    # async-only-begin
-    def attach(self, pid: str):
-        """Attaches to a background process over its WebSocket (asyncio
-        only): ``async with sb.processes.attach(pid) as t:`` then, as with
+    def attach(self, pid: str) -> AsyncPty:
+        """Attaches to a background process over its WebSocket:
+        ``async with sb.processes.attach(pid) as t:`` then, as with
         a terminal, ``t.recv``, ``t.send`` (its stdin), ``t.resize`` (a PTY
         process's), ``t.wait``. Its kept output comes first, then live
         output; leaving does not end the process."""
-        from ._pty import Pty
-
-        return Pty(self._c._conn, self._c._user_agent, self._p + "/" + _seg(pid) + "/ws", None)
-    # async-only-end
+        return AsyncPty(self._c, self._p + "/" + _seg(pid) + "/ws", None)
 
 
 class AsyncNetwork:

@@ -23,6 +23,7 @@ from ._conn import (
     resolve,
     retry_delay,
 )
+from ._pty import Pty, Terminals
 from ._types import ExecResult, Page, ProcessOutput
 from ._wire import SSEParser, as_body
 from .errors import APIError, ConnectError, FingerprintError, RequestTimeout, StreamError, TransportError, from_response, from_stream
@@ -125,6 +126,7 @@ class Client:
             headers=self._conn.headers(user_agent),
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
         )
+        self._terminals = Terminals()
         self._groups()
 
     def _groups(self) -> None:
@@ -170,7 +172,9 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        """Closes the connections."""
+        """Closes the connections (and, with the sync client, the terminal
+        sessions still open and the thread they run on)."""
+        self._terminals.close()
         self._http.close()
 
     # -- transport -------------------------------------------------------
@@ -646,6 +650,27 @@ class Sandbox:
         its next request, its open streams ended."""
         self._c._send("DELETE", self._path("leases", _seg(lease_id)))
 
+    def pty(
+        self,
+        cmd: Union[str, Sequence[str]] = ("sh",),
+        *,
+        rows: int = 24,
+        cols: int = 80,
+        env: Optional[Dict[str, str]] = None,
+        workdir: Optional[str] = None,
+        user: Optional[str] = None,
+        tty: bool = True,
+    ) -> Pty:
+        """Opens an interactive terminal over the exec WebSocket:
+        ``with sb.pty(...) as t:`` then ``t.send``, ``t.resize``,
+        ``t.recv``, ``t.read_until``, ``t.wait``. With ``tty=False`` the
+        same session runs over pipes: no terminal, and
+        ``t.close_stdin()`` ends the command's input (a terminal has no end
+        of input; send ``"\\x04"``, its ^D, instead)."""
+        argv = ["sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        req = m.ExecRequest(cmd=argv, env=env, workdir=workdir, user=user, tty=tty or None,
+                            rows=rows if tty else None, cols=cols if tty else None)
+        return Pty(self._c, self._path("exec", "ws"), req)
 
 
 class Sandboxes:
@@ -836,6 +861,13 @@ class Processes:
         """Waits for the process to end: its exit status."""
         return m.ExecExit.from_dict(self._c._json("POST", self._p + "/" + _seg(pid) + "/wait", long=True))
 
+    def attach(self, pid: str) -> Pty:
+        """Attaches to a background process over its WebSocket:
+        ``with sb.processes.attach(pid) as t:`` then, as with
+        a terminal, ``t.recv``, ``t.send`` (its stdin), ``t.resize`` (a PTY
+        process's), ``t.wait``. Its kept output comes first, then live
+        output; leaving does not end the process."""
+        return Pty(self._c, self._p + "/" + _seg(pid) + "/ws", None)
 
 
 class Network:
