@@ -8,7 +8,7 @@
             print(r.exit_code, r.text)
 
 ``berth.AsyncClient`` is the same API for asyncio (``async with``/``await``),
-plus terminals over WebSocket (``sandbox.pty``). The API's types are in
+terminals over WebSocket (``sandbox.pty``) included. The API's types are in
 ``berth.models``; errors in ``berth.errors`` (also exported here).
 """
 from . import models

@@ -283,10 +283,11 @@ class Pty:
     (``sandbox.processes.attach(pid)``: the same wire without the opening
     request). The calls block; ``recv``, ``read_until`` and ``wait`` take a
     ``timeout`` in seconds (default None: no bound) and raise RequestTimeout
-    past it, the session still usable. The session runs on the client's
-    terminal thread (see Terminals), so it may be used from any thread, one
-    reader at a time. Leaving the ``with`` (or ``close()``) closes it; so
-    does closing the client."""
+    past it, the session still usable. The session runs on an event loop in
+    a thread of the client's (websockets 10, Debian 12's, has only an
+    asyncio client), so it may be used from any thread, one reader at a
+    time. Leaving the ``with`` (or ``close()``) closes it; so does closing
+    the client, which ends that thread."""
 
     def __init__(self, client: Any, path: str, req: Optional[m.ExecRequest]):
         self._client, self._rt = client, client._terminals

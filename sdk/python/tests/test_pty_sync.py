@@ -108,8 +108,9 @@ def test_sync_terminal_errors_are_typed(sandbox, client):
     assert ei.value.code == "not_found"
     gone = client.sandboxes.create()
     gone.delete()
-    with pytest.raises(berth.APIError):
+    with pytest.raises(berth.APIError) as ei:
         open_and_wait(gone.pty(["sh"]))
+    assert type(ei.value) in (berth.NotFoundError, berth.ConflictError), repr(ei.value)
     # No daemon at the other end.
     with berth.Client("unix:///nonexistent/berth.sock") as c:
         with pytest.raises(berth.ConnectError):

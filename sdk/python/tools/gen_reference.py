@@ -29,8 +29,8 @@ HEADER = """# The Python SDK: API reference
 
 The calls of `berth.Client` and what it reaches (`client.sandboxes`,
 `sandbox.files`, ...). `berth.AsyncClient` has the same calls as
-coroutines (`await`, `async with`, `async for`), plus terminals and
-process attach (below). The request and answer types are the dataclasses
+coroutines (`await`, `async with`, `async for`); its terminal sessions
+are below the sync ones. The request and answer types are the dataclasses
 of `berth.models`, generated from the API's OpenAPI document; their fields
 are the API's (docs/api.md). The guide is docs/sdk-python.md.
 """
@@ -42,6 +42,7 @@ SYNC = [
     ("Sandbox", _sync_client.Sandbox, "a sandbox"),
     ("Files", _sync_client.Files, "sandbox.files"),
     ("Processes", _sync_client.Processes, "sandbox.processes"),
+    ("Pty", _pty.Pty, "with sandbox.pty(...) as t, with sandbox.processes.attach(pid) as t"),
     ("Network", _sync_client.Network, "sandbox.network"),
     ("Snapshots", _sync_client.Snapshots, "client.snapshots"),
     ("Templates", _sync_client.Templates, "client.templates"),
@@ -129,8 +130,9 @@ def render() -> str:
     parts = [HEADER]
     for title, cls, where in SYNC:
         parts.append(render_class(title, cls, where))
-    parts.append("## asyncio only\n\n`AsyncSandbox.pty(...)` and `AsyncProcesses.attach(pid)` return a session:\n")
-    parts.append(render_class("Pty", _pty.Pty, "async with sandbox.pty(...) as t").replace("## Pty", "### Pty", 1))
+    parts.append("## asyncio terminal sessions\n\n`AsyncSandbox.pty(...)` and `AsyncProcesses.attach(pid)` return a session "
+                 "with the sync one's calls as coroutines, without their `timeout` (use `asyncio.wait_for`):\n")
+    parts.append(render_class("AsyncPty", _pty.AsyncPty, "async with sandbox.pty(...) as t").replace("## AsyncPty", "### AsyncPty", 1))
     parts.append("## Results\n")
     for cls in RESULTS:
         parts.append(render_class(cls.__name__, cls, "berth." + cls.__name__).replace("## ", "### ", 1))
