@@ -243,6 +243,9 @@ class Terminals:
         fut = asyncio.run_coroutine_threadsafe(fn(*args), loop)
         try:
             return fut.result(timeout)
+        except concurrent.futures.CancelledError:
+            # The client closed (from another thread) while this call waited.
+            raise StreamError("the client was closed during the call") from None
         except BaseException:
             fut.cancel()  # a timeout, or the caller interrupted (KeyboardInterrupt)
             raise

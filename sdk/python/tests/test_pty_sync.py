@@ -174,6 +174,7 @@ def test_sync_pty_cleanup_on_exception_leaves_no_thread_or_socket(host):
             sb.delete()
     with pytest.raises(berth.StreamError):
         left.send("echo\n")
+    assert left.recv(timeout=120) == b""  # a reader sees the end
     assert threading.active_count() == threads
     assert open_fds() == fds
     # A closed client opens no session (nor a thread).
@@ -188,3 +189,31 @@ async def test_async_terminal_errors_are_typed(aclient):
         with pytest.raises(berth.NotFoundError):
             async with sb.processes.attach("no-such-process") as t:
                 await asyncio.wait_for(t.wait(), 120)
+
+
+def test_sync_client_close_ends_a_blocked_wait(host):
+    """A thread blocked in wait() when another thread closes the client
+    gets StreamError, not a hang nor an asyncio error."""
+    threads = threading.active_count()
+    errs = []
+    with berth.Client() as c:
+        sb = c.sandboxes.create()
+        try:
+            t = sb.pty(["sh"]).__enter__()
+            t.send("echo ready-$((4+4))\n")
+            t.read_until(b"ready-8", timeout=120)
+
+            def waiter():
+                try:
+                    t.wait()
+                except BaseException as e:  # noqa: B902 (handed to the main thread)
+                    errs.append(e)
+
+            w = threading.Thread(target=waiter)
+            w.start()
+            c._terminals.close()  # what Client.close() does first
+            w.join()
+        finally:
+            sb.delete()
+    assert len(errs) == 1 and isinstance(errs[0], berth.StreamError), errs
+    assert threading.active_count() == threads
