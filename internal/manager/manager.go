@@ -121,39 +121,43 @@ func New(cfg Config, st store.Store, images *image.Store, backend node.Backend) 
 	if err != nil {
 		return nil, err
 	}
-	w := pools.New(e)
-	fa := files.New(e)
-	sn := snapshots.New(e, fa)
-	h := hibernate.New(e)
-	nr := netrules.New(e)
-	pr := procs.New(e)
+	// Each feature registers its hooks as it is made: netrules before
+	// templates, so the flow log records a flow before a build sees it.
+	h := e.Host()
+	w := pools.New(h)
+	fa := files.New(h)
+	sn := snapshots.New(h, fa)
+	hb := hibernate.New(h)
+	nr := netrules.New(h)
+	pr := procs.New(h)
 	setPool := func(ctx context.Context, name string, min int) error {
 		_, err := w.SetPool(ctx, name, min)
 		return err
 	}
-	tb := templates.New(e, fa, setPool)
-	flow := func(f node.Flow) {
-		nr.Record(f)
-		tb.ObserveFlow(f) // a build sandbox's flows go to its template's build record
-	}
-	e.SetFeatures(engine.Features{Claim: w.Claim, FromSnapshot: sn.FromSnapshot, Wake: h.WakeLocked, Flow: flow, Running: pr.Running,
-		Stopping: pr.Stopping, ResolveImage: tb.ResolveImage})
+	tb := templates.New(h, fa, setPool)
 	return &Manager{
 		Engine:      e,
 		Warm:        w,
 		Snapshots:   sn,
 		Builder:     tb,
-		Reconciler:  reconcile.New(e, w, sn),
-		Volumes:     volumes.New(e),
+		Reconciler:  reconcile.New(h, w, sn),
+		Volumes:     volumes.New(h),
 		Rules:       nr,
-		Hibernation: h,
+		Hibernation: hb,
 		Access:      fa,
 		Procs:       pr,
 	}, nil
 }
 
+// Recover starts the engine's background work, then reconciles the
+// records with the host and runs the reconciler until Close.
+func (m *Manager) Recover(ctx context.Context) error {
+	m.Engine.Run()
+	return m.Reconciler.Recover(ctx)
+}
+
 // Close stops background work; sandboxes keep running.
-func (m *Manager) Close() { m.Reconciler.Close() }
+func (m *Manager) Close() { m.Engine.Close() }
 
 // SpecFromRequest validates a create request against a template's
 // defaults and returns the sandbox spec.

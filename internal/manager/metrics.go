@@ -37,7 +37,7 @@ func (m *Manager) MetricsSnapshot(ctx context.Context) (metrics.Snapshot, error)
 			tname = engine.TenantTemplateLabel
 		}
 		s.Sandboxes = append(s.Sandboxes, metrics.SandboxStat{
-			State: string(sb.State), Template: tname, Class: m.ClassOf(sb),
+			State: string(sb.State), Template: tname, Class: m.Engine.Host().ClassOf(sb),
 			TeardownFailed: (sb.State == sandbox.StateDeleting || sb.State == sandbox.StateFailed) && sb.Error != "",
 		})
 		if d := backend.DiskUsage(sb); d != nil {

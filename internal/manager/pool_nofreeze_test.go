@@ -142,7 +142,7 @@ func TestPoolWithoutFreeze(t *testing.T) {
 
 	// A changed template rolls the running members over.
 	must(t, e.st.PutTemplate(e.ctx, &store.Template{Name: "base", Layers: []string{newLayer}, Source: "test", CreatedAt: e.clock.Now()}))
-	e.m.WakeReconciler()
+	e.m.Host().WakeReconciler()
 	e.readyRunning(2, []string{newLayer})
 	for _, old := range rest {
 		e.waitState(old.ID, sandbox.StateDeleted)

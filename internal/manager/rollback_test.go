@@ -439,7 +439,7 @@ func TestPoolShrinks(t *testing.T) {
 			t.Fatalf("pool of 2 has %d ready members", len(frozen()))
 		}
 		e.create(manager.CreateRequest{})
-		e.m.WakeReconciler()
+		e.m.Host().WakeReconciler()
 		for range 20 {
 			if n := len(e.poolMembersOf("", "base")); n > 2 {
 				t.Fatalf("pool of 2 has %d members", n)
