@@ -325,7 +325,7 @@ func (h host) ResolveTemplate(ctx context.Context, tenant, name string) (*store.
 func (h host) GetVolume(ctx context.Context, ref string) (*store.Volume, error) {
 	return h.e.GetVolume(ctx, ref)
 }
-func (h host) Hibernated(sb *sandbox.Sandbox) bool                 { return h.e.Hibernated(sb) }
+func (h host) Hibernated(sb *sandbox.Sandbox) bool                 { return h.e.hibernated(sb) }
 func (h host) LastActivity(sb *sandbox.Sandbox) time.Time          { return h.e.lastActivity(sb) }
 func (h host) OpenExecs(id string) int                             { return h.e.openExecs(id) }
 func (h host) Busy(sb *sandbox.Sandbox) bool                       { return h.e.busy(sb) }

@@ -247,9 +247,6 @@ func New(cfg Config, st store.Store, images *image.Store, backend node.Backend) 
 	}, nil
 }
 
-// Backend returns the node backend.
-func (m *Engine) Backend() node.Backend { return m.node }
-
 // AgentRefusals counts refused agent connections (the backend's).
 func (m *Engine) AgentRefusals() uint64 { return m.node.AgentRefusals() }
 
@@ -279,9 +276,6 @@ func (m *Engine) RuntimeNames() []string {
 
 // Store returns the record store.
 func (m *Engine) Store() store.Store { return m.store }
-
-// Images returns the layer store.
-func (m *Engine) Images() *image.Store { return m.images }
 
 // Config returns the manager's configuration.
 func (m *Engine) Config() Config { return m.cfg }
