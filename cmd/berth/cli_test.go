@@ -18,7 +18,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/daemon"
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/engine"
 )
 
 // fakeDaemon is just enough of the API to drive the CLI end to end.
@@ -422,8 +422,8 @@ func TestServeDiskDefaultFlag(t *testing.T) {
 		}
 		return got
 	}
-	if c := serve(); c.DiskDefault != manager.DefaultDiskBytes {
-		t.Errorf("no flag: DiskDefault %d, want %d", c.DiskDefault, manager.DefaultDiskBytes)
+	if c := serve(); c.DiskDefault != engine.DefaultDiskBytes {
+		t.Errorf("no flag: DiskDefault %d, want %d", c.DiskDefault, engine.DefaultDiskBytes)
 	}
 	if c := serve("--disk-default", "2g"); c.DiskDefault != 2<<30 {
 		t.Errorf("--disk-default 2g: %d", c.DiskDefault)

@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-sh/berth/internal/daemon"
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/server"
 	"github.com/berth-sh/berth/templatefile"
 )
@@ -34,10 +34,10 @@ func newServeCmd() *cobra.Command { return newServeCmdWith(daemon.Run) }
 func newServeCmdWith(run func(context.Context, daemon.Config) error) *cobra.Command {
 	cfg := daemon.Config{}
 	var logLevel, logFormat string
-	diskDefault := sizeValue(manager.DefaultDiskBytes)
+	diskDefault := sizeValue(engine.DefaultDiskBytes)
 	var imageCache sizeValue
 	var lowWater, poolSize sizeValue
-	retention := durationValue(manager.DefaultRecordRetention)
+	retention := durationValue(engine.DefaultRecordRetention)
 	var rateLimit, defCreateRate, warmPool string
 	var defMemory, defStorage sizeValue
 	var defCPUs float64

@@ -7,7 +7,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/bench/harness"
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/engine/templates"
 )
 
 // poolSize is the warm pool the claim measurement keeps.
@@ -22,7 +22,7 @@ var coldReq = api.CreateSandboxRequest{Resources: api.Resources{Pids: 600}}
 // (j) warm-pool claim → first exec result, vs a cold create → first exec.
 func (b *bench) measurePool(ctx context.Context) (err error) {
 	c := b.d.C
-	tpl := manager.BuiltinTemplate
+	tpl := templates.BuiltinTemplate
 	if _, err := c.SetPool(ctx, tpl, poolSize); err != nil {
 		return fmt.Errorf("set pool %s to %d: %w", tpl, poolSize, err)
 	}

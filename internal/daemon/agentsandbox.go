@@ -41,7 +41,7 @@ func (d *Daemon) startAgentSandbox(ctx context.Context, authn *auth.Authenticato
 	if err := agentsandbox.InstallCRDs(ictx, dyn); err != nil {
 		return nil, fmt.Errorf("--agent-sandbox: %w", err)
 	}
-	door := agentsandbox.New(agentsandbox.Config{Engine: d.Manager, Auth: authn, Audit: d.Server.Audit,
+	door := agentsandbox.New(agentsandbox.Config{Engine: d.engine, Auth: authn, Audit: d.Server.Audit,
 		Dynamic: dyn, Client: client, SandboxNamespace: kc.Namespace, Templates: templates, Log: log,
 		Held: func() bool { _, ok := d.leases.node.Held(); return ok }})
 	rctx, cancel := context.WithCancel(context.Background())

@@ -128,7 +128,7 @@ type Config struct {
 	Logger   *slog.Logger
 
 	// DiskDefault caps each sandbox's writable root layer and /tmp when
-	// neither request nor template does: 0 means manager.DefaultDiskBytes,
+	// neither request nor template does: 0 means engine.DefaultDiskBytes,
 	// negative no cap.
 	DiskDefault int64
 	// DiskLowWater is the free space creates must leave on the filesystem

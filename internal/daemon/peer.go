@@ -32,7 +32,7 @@ func (d *Daemon) listenPeer() error {
 	if created {
 		log.Warn("generated the peer CA: give the same file (--peer-ca) to every daemon sharing this store", "file", path)
 	}
-	node := d.Manager.Config().Node
+	node := d.engine.Config().Node
 	id, err := peer.NewIdentity(ca, node)
 	if err != nil {
 		return err

@@ -20,9 +20,10 @@ import (
 	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/e2b"
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/templates"
 	"github.com/berth-sh/berth/internal/image"
 	"github.com/berth-sh/berth/internal/leader"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/metrics"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/node/local"
@@ -46,7 +47,7 @@ const (
 type Daemon struct {
 	cfg     Config
 	Store   store.Store
-	Manager *manager.Manager
+	engine  *engineSet // the engine and its features (engine.go)
 	Server  *server.Server
 	images  *image.Store
 	runsc   *runtime.Runsc // the gVisor class, when available (runscMu)
@@ -85,7 +86,7 @@ func (c *Config) setDefaults() error {
 		c.Runtime = "runc"
 	}
 	if c.DefaultTemplate == "" {
-		c.DefaultTemplate = manager.BuiltinTemplate
+		c.DefaultTemplate = templates.BuiltinTemplate
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -224,7 +225,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	diskDefault := cfg.DiskDefault
 	if diskDefault == 0 {
-		diskDefault = manager.DefaultDiskBytes
+		diskDefault = engine.DefaultDiskBytes
 	}
 	var backend node.Backend
 	var lb *local.Backend
@@ -256,7 +257,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d.backend = backend
-	mcfg := manager.Config{
+	mcfg := engine.Config{
 		DefaultTemplate: cfg.DefaultTemplate,
 		UploadDir:       filepath.Join(cfg.DataDir, "uploads"),
 		Logger:          log.With("component", "manager"),
@@ -317,12 +318,12 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	auditLog := audit.New(st, auditKey, log.With("component", "audit"))
 	mcfg.Audit = auditLog.System
-	d.Manager, err = manager.New(mcfg, st, d.images, backend)
+	d.engine, err = assembleEngine(mcfg, st, d.images, backend)
 	if err != nil {
 		return nil, err
 	}
-	met.Watch(d.Manager.MetricsSnapshot, 5*time.Second)
-	if err := d.Manager.EnsureBuiltin(ctx); err != nil {
+	met.Watch(d.engine.MetricsSnapshot, 5*time.Second)
+	if err := d.engine.EnsureBuiltin(ctx); err != nil {
 		return nil, err
 	}
 	if created, err := auth.Bootstrap(ctx, st, cfg.DataDir, time.Now().UTC()); err != nil {
@@ -333,11 +334,11 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	// Before recovery: the sandboxes it starts again (a persistent one
 	// after a host reboot) get their secrets, as env of their services
 	// and supervised processes, as files and at the egress proxy.
-	d.Manager.SetSecrets(secretsCfg.Vault)
+	d.engine.SetSecrets(secretsCfg.Vault)
 	if lb != nil {
 		lb.SetEgressSecrets(egressSecrets(secretsCfg.Vault, auditLog))
 	}
-	if err := d.Manager.Recover(ctx); err != nil {
+	if err := d.engine.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("reconciling: %w", err)
 	}
 	var leases *auth.Leases
@@ -350,7 +351,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d.authn = auth.New(st, leases)
-	d.Server = server.New(d.Manager, d.authn, log.With("component", "api"))
+	d.Server = server.New(d.engine, d.authn, log.With("component", "api"))
 	d.Server.Leases = leases
 	d.Server.Audit = auditLog
 	anchorKey, err := audit.OpenAnchorKey(cfg.DataDir)
@@ -502,8 +503,8 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		return err
 	}
 	d.addServer(ul, true)
-	log.Info("berth daemon ready", "socket", d.cfg.Socket, "data_dir", d.cfg.DataDir, "runtime", d.Manager.DefaultRuntime(),
-		"runtimes", strings.Join(d.Manager.RuntimeNames(), ","))
+	log.Info("berth daemon ready", "socket", d.cfg.Socket, "data_dir", d.cfg.DataDir, "runtime", d.engine.DefaultRuntime(),
+		"runtimes", strings.Join(d.engine.RuntimeNames(), ","))
 	if d.webhook != nil {
 		wctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
@@ -595,8 +596,8 @@ func (d *Daemon) Close() {
 		d.runscRetry()
 		<-d.runscDone
 	}
-	if d.Manager != nil {
-		d.Manager.Close() // closes the backend too
+	if d.engine != nil {
+		d.engine.Close() // closes the backend too
 	} else if d.backend != nil {
 		d.backend.Close(true)
 	}

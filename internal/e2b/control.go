@@ -15,9 +15,10 @@ import (
 
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/snapshots"
+	"github.com/berth-sh/berth/internal/engine/templates"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/interp"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -176,7 +177,7 @@ func seconds(v *int64, def time.Duration) (time.Duration, error) {
 // the timeout onto the hard timeout (or, with autoPause, onto the idle
 // policy pausing), metadata onto labels, envVars onto env, network
 // allowOut and denyOut onto egress rules (egressAllow).
-func createRequest(in *newSandbox) (*manager.CreateRequest, error) {
+func createRequest(in *newSandbox) (*engine.CreateRequest, error) {
 	switch {
 	case present(in.VolumeMounts):
 		return nil, errdefs.Invalid("volumeMounts are not supported by berth's E2B door; use berth volumes")
@@ -185,14 +186,14 @@ func createRequest(in *newSandbox) (*manager.CreateRequest, error) {
 	}
 	// E2B's default template answers as the daemon's default.
 	tpl := in.TemplateID
-	if tpl == manager.BuiltinTemplate {
+	if tpl == templates.BuiltinTemplate {
 		tpl = ""
 	}
 	d, err := seconds(in.Timeout, DefaultTimeout)
 	if err != nil {
 		return nil, err
 	}
-	req := &manager.CreateRequest{Template: tpl, Labels: in.Metadata, Env: in.EnvVars}
+	req := &engine.CreateRequest{Template: tpl, Labels: in.Metadata, Env: in.EnvVars}
 	if in.AutoPause != nil && *in.AutoPause {
 		req.Policy = sandbox.Policy{IdleTimeout: d, OnIdle: sandbox.ActionPause}
 		if in.AutoResume != nil && in.AutoResume.Enabled {
@@ -404,7 +405,7 @@ func (d *Door) create(ctx context.Context, w http.ResponseWriter, r *http.Reques
 			}
 		}
 	}
-	sb, err := d.cfg.Manager.Create(ctx, req, manager.CreateOptions{Actor: p.Actor, Tenant: p.Tenant})
+	sb, err := d.cfg.Manager.Create(ctx, req, engine.CreateOptions{Actor: p.Actor, Tenant: p.Tenant})
 	if err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) {
 			// The SDK's answer for an unknown template.
@@ -492,7 +493,7 @@ func (d *Door) list(ctx context.Context, q url.Values, page store.Page) ([]liste
 	if err != nil || none {
 		return []listedOut{}, "", err
 	}
-	if f.Template == manager.BuiltinTemplate {
+	if f.Template == templates.BuiltinTemplate {
 		// E2B's default template is the daemon's default.
 		f.Template = d.cfg.Manager.Config().DefaultTemplate
 	}
@@ -765,14 +766,14 @@ func (d *Door) fork(ctx context.Context, w http.ResponseWriter, r *http.Request,
 	if in.Count != nil {
 		count = *in.Count
 	}
-	if count < 1 || count > manager.MaxForkCount {
-		return errdefs.Invalid("count must be 1..%d", manager.MaxForkCount)
+	if count < 1 || count > snapshots.MaxForkCount {
+		return errdefs.Invalid("count must be 1..%d", snapshots.MaxForkCount)
 	}
 	parent, err := d.live(ctx, r.PathValue("sandboxID"))
 	if err != nil {
 		return err
 	}
-	kids, _, err := d.cfg.Manager.Fork(ctx, parent.ID, &manager.ForkRequest{Count: count, Timeout: t,
+	kids, _, err := d.cfg.Manager.Fork(ctx, parent.ID, &snapshots.ForkRequest{Count: count, Timeout: t,
 		Labels: parent.Spec.Labels}, p.Actor)
 	if err != nil && len(kids) == 0 {
 		return err
@@ -831,7 +832,7 @@ func (d *Door) createSnapshot(ctx context.Context, w http.ResponseWriter, r *htt
 	if err != nil {
 		return err
 	}
-	sn, err := d.cfg.Manager.CreateSnapshot(ctx, sb.ID, &manager.SnapshotRequest{Name: in.Name}, p.Actor)
+	sn, err := d.cfg.Manager.CreateSnapshot(ctx, sb.ID, &snapshots.SnapshotRequest{Name: in.Name}, p.Actor)
 	if err != nil {
 		return err
 	}

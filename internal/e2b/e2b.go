@@ -30,6 +30,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -38,11 +39,16 @@ import (
 
 	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/auth"
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/files"
+	"github.com/berth-sh/berth/internal/engine/netrules"
+	"github.com/berth-sh/berth/internal/engine/procs"
+	"github.com/berth-sh/berth/internal/engine/snapshots"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server"
 	"github.com/berth-sh/berth/internal/server/edge"
+	"github.com/berth-sh/berth/internal/store"
 )
 
 // EnvdVersion is the envd version the door reports: the e2b SDKs gate
@@ -71,9 +77,46 @@ type Server interface {
 	SignedLease(ctx context.Context, sb *sandbox.Sandbox, matches func(token string) bool) (string, error)
 }
 
+// Engine is what the door drives of the engine: the sandbox records and
+// their lifecycle, exec and processes, files, snapshots and fork, and
+// egress rules. The daemon assembles it from the core and its features.
+type Engine interface {
+	Config() engine.Config
+	Create(ctx context.Context, req *engine.CreateRequest, opt engine.CreateOptions) (*sandbox.Sandbox, error)
+	Get(ctx context.Context, ref string) (*sandbox.Sandbox, error)
+	ListFiltered(ctx context.Context, f store.SandboxFilter, p store.Page) ([]*sandbox.Sandbox, string, error)
+	Delete(ctx context.Context, ref, actor string, cause sandbox.Cause, reason string) (*sandbox.Sandbox, error)
+	ResolveTemplate(ctx context.Context, tenant, name string) (*store.Template, error)
+	LastActivity(sb *sandbox.Sandbox) time.Time
+	ResourceUse(ctx context.Context, ref string) (engine.ResourceUse, error)
+	Pause(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error)
+	Resume(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error)
+	Start(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error)
+	Stop(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error)
+	SetTimeout(ctx context.Context, ref string, d time.Duration, actor string) (*sandbox.Sandbox, error)
+	Touch(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error)
+	Exec(ctx context.Context, ref string, req *engine.ExecRequest, eio engine.ExecIO, actor string) (engine.Exit, error)
+
+	StartProcess(ctx context.Context, ref string, req *procs.StartRequest, actor string) (procs.Process, error)
+	ListProcesses(ctx context.Context, ref string) ([]procs.Process, error)
+	AttachProcess(ctx context.Context, ref, pid string, follow bool, aio procs.AttachIO, actor string) (*engine.Exit, error)
+	ProcessStdin(ctx context.Context, ref, pid string, r io.Reader, close bool, actor string) error
+	SignalProcess(ctx context.Context, ref, pid, sig string, stop bool, actor string) error
+
+	Files(ctx context.Context, ref string, write bool, actor string) (*files.Files, error)
+
+	Fork(ctx context.Context, ref string, req *snapshots.ForkRequest, actor string, ids ...string) ([]*sandbox.Sandbox, time.Duration, error)
+	CreateSnapshot(ctx context.Context, ref string, req *snapshots.SnapshotRequest, actor string, ids ...string) (*store.Snapshot, error)
+	ListSnapshots(ctx context.Context, ref string, p store.Page) ([]*store.Snapshot, string, error)
+	GetSnapshot(ctx context.Context, ref string) (*store.Snapshot, error)
+	DeleteSnapshot(ctx context.Context, ref string) error
+
+	UpdateNetworkRules(ctx context.Context, ref string, req *netrules.Request, actor string) (*netrules.NetworkRules, error)
+}
+
 // Config is what the door needs.
 type Config struct {
-	Manager *manager.Manager
+	Manager Engine // the engine the door drives
 	Server  Server
 	// WithCaller puts an authorized principal into a call's context.
 	WithCaller func(context.Context, auth.Principal) context.Context

@@ -21,8 +21,9 @@ import (
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/e2b/envdpb/filesystem/filesystemconnect"
 	"github.com/berth-sh/berth/internal/e2b/envdpb/process/processconnect"
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/files"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
@@ -479,7 +480,7 @@ func (d *Door) writeUpload(w http.ResponseWriter, r *http.Request) ([]writtenInf
 			return writtenInfo{}, err
 		}
 		made = append(made, dirs...)
-		fi, err := f.WriteFileAs(ctx, path, 0o644, body, manager.Ownership{Xattrs: meta}, p.Actor)
+		fi, err := f.WriteFileAs(ctx, path, 0o644, body, files.Ownership{Xattrs: meta}, p.Actor)
 		if err != nil {
 			return writtenInfo{}, err
 		}
@@ -565,7 +566,7 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 
 // mkdirs makes dir and its missing parents and returns the ones it made,
 // outermost first.
-func (d *Door) mkdirs(ctx context.Context, f *manager.Files, dir, actor string) ([]string, error) {
+func (d *Door) mkdirs(ctx context.Context, f *files.Files, dir, actor string) ([]string, error) {
 	var missing []string
 	for p := dir; p != "/"; p = pathpkg.Dir(p) {
 		if _, err := f.Stat(ctx, p); err == nil {
@@ -596,9 +597,9 @@ func (d *Door) giveTo(ctx context.Context, user string, paths []string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	var msg bytes.Buffer
-	ex, err := d.cfg.Manager.Exec(ctx, targetOf(ctx).Sandbox, &manager.ExecRequest{
+	ex, err := d.cfg.Manager.Exec(ctx, targetOf(ctx).Sandbox, &engine.ExecRequest{
 		Cmd: append([]string{"chown", "-h", "--", user + ":"}, paths...), User: "root",
-	}, manager.ExecIO{Stdout: &msg, Stderr: &msg}, principalOf(ctx).Actor)
+	}, engine.ExecIO{Stdout: &msg, Stderr: &msg}, principalOf(ctx).Actor)
 	if err == nil && ex.Code != 0 {
 		err = errors.New(strings.TrimSpace(msg.String()))
 	}

@@ -15,8 +15,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/berth-sh/berth/internal/e2b/envdpb/filesystem"
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/files"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/manager"
 )
 
 // filesystemService is envd's filesystem.Filesystem over berth's file
@@ -29,7 +30,7 @@ const maxListDepth = 16
 // open resolves the request's paths against the home of the user the call
 // names (every one checked before anything opens), then opens the target
 // sandbox's files; the caller closes them.
-func (s *filesystemService) open(ctx context.Context, h interface{ Get(string) string }, write bool, paths ...string) (*manager.Files, []string, error) {
+func (s *filesystemService) open(ctx context.Context, h interface{ Get(string) string }, write bool, paths ...string) (*files.Files, []string, error) {
 	user, err := userOfGetter(h)
 	if err != nil {
 		return nil, nil, err
@@ -54,7 +55,7 @@ func (s *filesystemService) open(ctx context.Context, h interface{ Get(string) s
 // A call that writes names its REST route (action): it is audited as
 // that route is, the same record whichever door it came through.
 func unary[Req, Res any](ctx context.Context, s *filesystemService, req *connect.Request[Req], action string, paths []string,
-	fn func(f *manager.Files, p []string) (*Res, error)) (*connect.Response[Res], error) {
+	fn func(f *files.Files, p []string) (*Res, error)) (*connect.Response[Res], error) {
 	var out *Res
 	call := func() error {
 		f, p, err := s.open(ctx, req.Header(), action != "", paths...)
@@ -85,7 +86,7 @@ func userOfGetter(h interface{ Get(string) string }) (string, error) {
 	return userOf(hdr)
 }
 
-func entryOf(fi manager.FileInfo) *pb.EntryInfo {
+func entryOf(fi engine.FileInfo) *pb.EntryInfo {
 	mode := fs.FileMode(fi.Mode)
 	e := &pb.EntryInfo{Name: fi.Name, Path: fi.Path, Size: fi.Size, Mode: uint32(mode.Perm()),
 		Permissions: mode.String(), ModifiedTime: timestamppb.New(fi.ModTime)}
@@ -131,7 +132,7 @@ func ownerName(id uint32) string {
 }
 
 func (s *filesystemService) Stat(ctx context.Context, req *connect.Request[pb.StatRequest]) (*connect.Response[pb.StatResponse], error) {
-	return unary(ctx, s, req, "", []string{req.Msg.GetPath()}, func(f *manager.Files, p []string) (*pb.StatResponse, error) {
+	return unary(ctx, s, req, "", []string{req.Msg.GetPath()}, func(f *files.Files, p []string) (*pb.StatResponse, error) {
 		fi, err := f.Stat(ctx, p[0])
 		if err != nil {
 			return nil, err
@@ -141,7 +142,7 @@ func (s *filesystemService) Stat(ctx context.Context, req *connect.Request[pb.St
 }
 
 func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRequest]) (*connect.Response[pb.MakeDirResponse], error) {
-	return unary(ctx, s, req, actMkdir, []string{req.Msg.GetPath()}, func(f *manager.Files, p []string) (*pb.MakeDirResponse, error) {
+	return unary(ctx, s, req, actMkdir, []string{req.Msg.GetPath()}, func(f *files.Files, p []string) (*pb.MakeDirResponse, error) {
 		if _, err := f.Stat(ctx, p[0]); err == nil {
 			// The SDK's makeDir answers false for a directory already there.
 			return nil, connect.NewError(connect.CodeAlreadyExists, errors.New(p[0]+" exists"))
@@ -162,7 +163,7 @@ func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[pb
 }
 
 func (s *filesystemService) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]) (*connect.Response[pb.MoveResponse], error) {
-	return unary(ctx, s, req, actMove, []string{req.Msg.GetSource(), req.Msg.GetDestination()}, func(f *manager.Files, p []string) (*pb.MoveResponse, error) {
+	return unary(ctx, s, req, actMove, []string{req.Msg.GetSource(), req.Msg.GetDestination()}, func(f *files.Files, p []string) (*pb.MoveResponse, error) {
 		if err := f.Move(ctx, p[0], p[1], false, principalOf(ctx).Actor); err != nil {
 			return nil, err
 		}
@@ -182,7 +183,7 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[pb
 	if depth > maxListDepth {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("depth over "+strconv.Itoa(maxListDepth)))
 	}
-	return unary(ctx, s, req, "", []string{req.Msg.GetPath()}, func(f *manager.Files, p []string) (*pb.ListDirResponse, error) {
+	return unary(ctx, s, req, "", []string{req.Msg.GetPath()}, func(f *files.Files, p []string) (*pb.ListDirResponse, error) {
 		if fi, err := f.Stat(ctx, p[0]); err != nil {
 			return nil, err
 		} else if !fi.IsDir {
@@ -216,7 +217,7 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[pb
 }
 
 func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[pb.RemoveRequest]) (*connect.Response[pb.RemoveResponse], error) {
-	return unary(ctx, s, req, actRemove, []string{req.Msg.GetPath()}, func(f *manager.Files, p []string) (*pb.RemoveResponse, error) {
+	return unary(ctx, s, req, actRemove, []string{req.Msg.GetPath()}, func(f *files.Files, p []string) (*pb.RemoveResponse, error) {
 		// envd's remove of a path that is not there succeeds.
 		if err := f.Remove(ctx, p[0], true, principalOf(ctx).Actor); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			return nil, err
@@ -227,7 +228,7 @@ func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[pb.
 
 // eventOf is E2B's event for one of berth's watch events; ok is false for
 // what E2B has no name for (an overflow).
-func eventOf(dir string, ev manager.WatchEvent) (*pb.FilesystemEvent, bool) {
+func eventOf(dir string, ev files.WatchEvent) (*pb.FilesystemEvent, bool) {
 	var t pb.EventType
 	switch ev.Type {
 	case "create":
@@ -253,7 +254,7 @@ func eventOf(dir string, ev manager.WatchEvent) (*pb.FilesystemEvent, bool) {
 // withEntry adds the event's entry info (envd 0.6.3's includeEntry), best
 // effort as envd's: a path gone by the time it is read (a remove, a
 // rename's old name) has none.
-func withEntry(ctx context.Context, f *manager.Files, fe *pb.FilesystemEvent, p string) {
+func withEntry(ctx context.Context, f *files.Files, fe *pb.FilesystemEvent, p string) {
 	if fe.Type == pb.EventType_EVENT_TYPE_REMOVE {
 		return
 	}
@@ -297,7 +298,7 @@ func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[p
 	ready := func() {
 		sendErr = send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Start{Start: &pb.WatchDirResponse_StartEvent{}}})
 	}
-	err = f.Watch(ctx, p, req.Msg.GetRecursive(), ready, func(ev manager.WatchEvent) error {
+	err = f.Watch(ctx, p, req.Msg.GetRecursive(), ready, func(ev files.WatchEvent) error {
 		if sendErr != nil {
 			return sendErr
 		}
@@ -406,7 +407,7 @@ func (s *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 	ready := make(chan struct{})
 	go func() {
 		defer f.Close()
-		err := f.Watch(wctx, p, req.Msg.GetRecursive(), func() { close(ready) }, func(ev manager.WatchEvent) error {
+		err := f.Watch(wctx, p, req.Msg.GetRecursive(), func() { close(ready) }, func(ev files.WatchEvent) error {
 			fe, ok := eventOf(p, ev)
 			if !ok {
 				return nil

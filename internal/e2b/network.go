@@ -8,8 +8,8 @@ import (
 	"slices"
 
 	"github.com/berth-sh/berth/internal/auth"
+	"github.com/berth-sh/berth/internal/engine/netrules"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/manager"
 )
 
 // E2B's egress rules are a deny list with exceptions: everything is
@@ -133,7 +133,7 @@ func (d *Door) updateNetwork(ctx context.Context, w http.ResponseWriter, r *http
 	if err != nil {
 		return err
 	}
-	if _, err := d.cfg.Manager.UpdateNetworkRules(ctx, r.PathValue("sandboxID"), &manager.RulesRequest{Allow: allow, Replace: true}, p.Actor); err != nil {
+	if _, err := d.cfg.Manager.UpdateNetworkRules(ctx, r.PathValue("sandboxID"), &netrules.Request{Allow: allow, Replace: true}, p.Actor); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -15,8 +15,9 @@ import (
 	"connectrpc.com/connect"
 
 	pb "github.com/berth-sh/berth/internal/e2b/envdpb/process"
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/procs"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
@@ -30,7 +31,7 @@ const keepAlive = 20 * time.Second
 // sandbox.
 type processService struct{ d *Door }
 
-func (s *processService) m() *manager.Manager { return s.d.cfg.Manager }
+func (s *processService) m() Engine { return s.d.cfg.Manager }
 
 // eventSender serializes a stream's sends (output of two pipes and the
 // keepalive ticker).
@@ -88,7 +89,7 @@ func (s *processService) follow(ctx context.Context, sandboxID, id string, tty b
 			}
 		}
 	}()
-	aio := manager.AttachIO{Stdout: dataWriter{e: e, pty: tty}, Stderr: dataWriter{e: e, stderr: true, pty: tty}}
+	aio := procs.AttachIO{Stdout: dataWriter{e: e, pty: tty}, Stderr: dataWriter{e: e, stderr: true, pty: tty}}
 	ex, err := s.m().AttachProcess(actx, sandboxID, id, true, aio, principalOf(ctx).Actor)
 	if (err != nil || ctx.Err() != nil) && s.d.sandboxGone(ctx, sandboxID) {
 		// The sandbox was killed or stopped under the stream: its
@@ -154,7 +155,7 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 	sb := targetOf(ctx).Sandbox
 	p := principalOf(ctx)
 	tty := req.Msg.Pty != nil
-	var pr manager.Process
+	var pr procs.Process
 	// The start is the REST process start: the same validation and the
 	// same audit record, whichever door it came through.
 	err := s.d.audited(ctx, req.Peer().Addr, p, actStartProcess, sb, func() error {
@@ -167,7 +168,7 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 		if cfg.GetCmd() == "" {
 			return errdefs.Invalid("process cmd is required")
 		}
-		start := &manager.StartRequest{ExecRequest: manager.ExecRequest{Cmd: append([]string{cfg.GetCmd()}, cfg.GetArgs()...),
+		start := &procs.StartRequest{ExecRequest: engine.ExecRequest{Cmd: append([]string{cfg.GetCmd()}, cfg.GetArgs()...),
 			Env: maps.Clone(cfg.GetEnvs()), User: named}, Tag: req.Msg.GetTag()}
 		exec := &start.ExecRequest
 		if cfg.Cwd != nil {
@@ -221,10 +222,10 @@ func clamp16(v uint32) uint16 {
 
 // resolve finds the berth process a selector names: by pid among the
 // running processes, or by tag.
-func (s *processService) resolve(ctx context.Context, sel *pb.ProcessSelector) (manager.Process, error) {
+func (s *processService) resolve(ctx context.Context, sel *pb.ProcessSelector) (procs.Process, error) {
 	ps, err := s.m().ListProcesses(ctx, targetOf(ctx).Sandbox)
 	if err != nil {
-		return manager.Process{}, err
+		return procs.Process{}, err
 	}
 	for _, p := range ps {
 		if p.State != "running" {
@@ -243,11 +244,11 @@ func (s *processService) resolve(ctx context.Context, sel *pb.ProcessSelector) (
 	}
 	switch v := sel.GetSelector().(type) {
 	case *pb.ProcessSelector_Pid:
-		return manager.Process{}, errdefs.NotFound("process with pid %d not found", v.Pid)
+		return procs.Process{}, errdefs.NotFound("process with pid %d not found", v.Pid)
 	case *pb.ProcessSelector_Tag:
-		return manager.Process{}, errdefs.NotFound("process with tag %q not found", v.Tag)
+		return procs.Process{}, errdefs.NotFound("process with tag %q not found", v.Tag)
 	}
-	return manager.Process{}, errdefs.Invalid("a process selector (pid or tag) is required")
+	return procs.Process{}, errdefs.Invalid("a process selector (pid or tag) is required")
 }
 
 func (s *processService) Connect(ctx context.Context, req *connect.Request[pb.ConnectRequest], st *connect.ServerStream[pb.ConnectResponse]) error {
@@ -305,7 +306,7 @@ func (s *processService) SendInput(ctx context.Context, req *connect.Request[pb.
 }
 
 func (s *processService) StreamInput(ctx context.Context, st *connect.ClientStream[pb.StreamInputRequest]) (*connect.Response[pb.StreamInputResponse], error) {
-	var p *manager.Process
+	var p *procs.Process
 	for st.Receive() {
 		switch ev := st.Msg().GetEvent().(type) {
 		case *pb.StreamInputRequest_Start:
@@ -395,14 +396,14 @@ func (s *processService) Update(ctx context.Context, req *connect.Request[pb.Upd
 	// when root may not open it).
 	var (
 		msg limitedBuffer
-		ex  manager.Exit
+		ex  engine.Exit
 	)
 	for _, user := range []string{"root", ""} {
 		msg.Reset()
-		ex, err = s.m().Exec(ctx, targetOf(ctx).Sandbox, &manager.ExecRequest{
+		ex, err = s.m().Exec(ctx, targetOf(ctx).Sandbox, &engine.ExecRequest{
 			Cmd:  []string{"sh", "-c", resizeScript, "sh", strconv.Itoa(p.PID), strconv.Itoa(int(rows)), strconv.Itoa(int(cols))},
 			User: user, Timeout: 10 * time.Second,
-		}, manager.ExecIO{Stdout: &msg, Stderr: &msg}, principalOf(ctx).Actor)
+		}, engine.ExecIO{Stdout: &msg, Stderr: &msg}, principalOf(ctx).Actor)
 		if err != nil {
 			return nil, connectError(err)
 		}

@@ -8,12 +8,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
 
-type createRequestT = manager.CreateRequest
+type createRequestT = engine.CreateRequest
 
 func TestParseTarget(t *testing.T) {
 	for _, tc := range []struct {

@@ -13,16 +13,16 @@ import (
 // audit.Log.System).
 type Auditor func(ctx context.Context, tenant, component, action, target string) func(error)
 
-// AuditSystem begins the record of a system action on sb (in sb's tenant);
+// auditSystem begins the record of a system action on sb (in sb's tenant);
 // call the result with the action's error. Without an Auditor it records
 // nothing.
-func (m *Engine) AuditSystem(ctx context.Context, sb *sandbox.Sandbox, component, action string) func(error) {
-	return m.AuditSystemOn(ctx, sb.Tenant, component, action, sb.ID)
+func (m *Engine) auditSystem(ctx context.Context, sb *sandbox.Sandbox, component, action string) func(error) {
+	return m.auditSystemOn(ctx, sb.Tenant, component, action, sb.ID)
 }
 
-// AuditSystemOn is AuditSystem for a target that is no sandbox record (an
+// auditSystemOn is AuditSystem for a target that is no sandbox record (an
 // orphan on the host).
-func (m *Engine) AuditSystemOn(ctx context.Context, tenant, component, action, target string) func(error) {
+func (m *Engine) auditSystemOn(ctx context.Context, tenant, component, action, target string) func(error) {
 	if m.cfg.Audit == nil {
 		return func(error) {}
 	}

@@ -255,7 +255,7 @@ func (m *Engine) agentOverdue(sb *sandbox.Sandbox, what string) {
 		m.event(context.Background(), &sandbox.Event{SandboxID: sb.ID, Type: "security", Actor: "daemon",
 			Cause: sandbox.CauseReconciler, Outcome: "killed",
 			Message: fmt.Sprintf("the agent did not end %s at its deadline and does not answer: processes ended from the host", what)})
-		done := m.AuditSystem(context.Background(), sb, "watchdog", "kill")
+		done := m.auditSystem(context.Background(), sb, "watchdog", "kill")
 		err = m.node.KillAll(context.Background(), sb)
 		done(err)
 		if err != nil {

@@ -8,9 +8,9 @@ import (
 // ReasonHibernated is the reason a hibernated sandbox's record carries.
 const ReasonHibernated = "hibernated"
 
-// Hibernated reports whether sb is stopped with its processes and memory
+// hibernated reports whether sb is stopped with its processes and memory
 // saved, to be restored by Wake.
-func (m *Engine) Hibernated(sb *sandbox.Sandbox) bool {
+func (m *Engine) hibernated(sb *sandbox.Sandbox) bool {
 	return sb.State == sandbox.StateStopped && node.Hibernated(m.node, sb)
 }
 

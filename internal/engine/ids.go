@@ -48,9 +48,9 @@ func (m *Engine) releaseIDs(ctx context.Context, sb *sandbox.Sandbox) error {
 	return nil
 }
 
-// DoctorIDs finds id slots this node holds for sandboxes that are gone (a
+// doctorIDs finds id slots this node holds for sandboxes that are gone (a
 // create interrupted between taking the slot and writing the record).
-func (m *Engine) DoctorIDs(ctx context.Context, busy func(string) bool, live map[string]*sandbox.Sandbox, add func(kind, id, detail string, fixFn func() error)) {
+func (m *Engine) doctorIDs(ctx context.Context, busy func(string) bool, live map[string]*sandbox.Sandbox, add func(kind, id, detail string, fixFn func() error)) {
 	held, err := m.store.ListIDSlots(ctx, m.cfg.Node)
 	if err != nil {
 		add("ids", "", "listing id slots: "+err.Error(), nil)

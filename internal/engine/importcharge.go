@@ -42,7 +42,7 @@ func (q *quotas) importing(tenant string) int64 {
 	return 0
 }
 
-// ChargeImport opens the storage account of an import, pull or build
+// chargeImport opens the storage account of an import, pull or build
 // commit by ctx's caller and returns ctx carrying it (image.WithBudget);
 // call done when the template is recorded or the import failed: it reports
 // whether the import unpacked any layer (which a failed one may have left
@@ -53,7 +53,7 @@ func (q *quotas) importing(tenant string) int64 {
 // import unpacked so far), and a cached layer is reused unread only when the tenant already holds
 // it or the shared catalogue does. The host's imports are bound by the
 // store's own caps only and trust the cache.
-func (m *Engine) ChargeImport(ctx context.Context) (context.Context, func() bool, error) {
+func (m *Engine) chargeImport(ctx context.Context) (context.Context, func() bool, error) {
 	if m.images == nil {
 		return ctx, func() bool { return false }, nil
 	}

@@ -141,11 +141,11 @@ func (m *Engine) create(ctx context.Context, req *CreateRequest, opt CreateOptio
 		return nil, errdefs.Invalid("give snapshot or image, not both")
 	}
 	if req.Snapshot != "" {
-		if m.features.FromSnapshot == nil {
+		if m.hooks.FromSnapshot == nil {
 			return nil, errdefs.NotSupported("this daemon makes no sandboxes from snapshots")
 		}
 		info.path = "snapshot"
-		return m.features.FromSnapshot(ctx, req, opt)
+		return m.hooks.FromSnapshot(ctx, req, opt)
 	}
 	tpl, release, err := m.createTemplate(ctx, req, opt)
 	if err != nil {
@@ -208,8 +208,8 @@ func (m *Engine) create(ctx context.Context, req *CreateRequest, opt CreateOptio
 	if err := m.admit(ctx, m.sandboxNeed(&spec), "a new sandbox"); err != nil {
 		return nil, err
 	}
-	if m.features.Claim != nil {
-		if sb, err := m.features.Claim(ctx, tpl, spec, req, opt); err != nil || sb != nil {
+	if m.hooks.Claim != nil {
+		if sb, err := m.hooks.Claim(ctx, tpl, spec, req, opt); err != nil || sb != nil {
 			if sb != nil {
 				info.path = "pool"
 			}
@@ -246,10 +246,10 @@ func (m *Engine) createTemplate(ctx context.Context, req *CreateRequest, opt Cre
 		if req.Template != "" {
 			return nil, nop, errdefs.Invalid("give template or image, not both")
 		}
-		if m.features.ResolveImage == nil {
+		if m.hooks.ResolveImage == nil {
 			return nil, nop, errdefs.NotSupported("this daemon makes no sandboxes from registry images")
 		}
-		return m.features.ResolveImage(ctx, req, opt.Tenant)
+		return m.hooks.ResolveImage(ctx, req, opt.Tenant)
 	}
 	if req.RegistryAuth != nil || req.ImageInsecure {
 		return nil, nop, errdefs.Invalid("registry_auth and image_insecure go with image")
@@ -359,7 +359,7 @@ func (m *Engine) awaitService(ctx context.Context, sb *sandbox.Sandbox) {
 	ctx, cancel := context.WithTimeout(ctx, store.ServiceReadyWait)
 	defer cancel()
 	for _, port := range ports {
-		if err := m.AwaitPort(ctx, sb, port); err != nil {
+		if err := m.awaitPort(ctx, sb, port); err != nil {
 			m.log.Warn("ready port not listening in time", "sandbox", sb.ID, "port", port, "err", err)
 			return
 		}
@@ -386,9 +386,9 @@ func (m *Engine) readyPorts(ctx context.Context, sb *sandbox.Sandbox) []int {
 	return ports
 }
 
-// AwaitPort waits until port of running sandbox sb accepts a connection,
+// awaitPort waits until port of running sandbox sb accepts a connection,
 // or ctx ends (the caller's deadline, which must be the daemon's).
-func (m *Engine) AwaitPort(ctx context.Context, sb *sandbox.Sandbox, port int) error {
+func (m *Engine) awaitPort(ctx context.Context, sb *sandbox.Sandbox, port int) error {
 	for {
 		dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
 		c, err := m.node.DialPort(dctx, sb, port)

@@ -8,11 +8,14 @@
 // after restarts and crashes and enforces policies.
 //
 // One live object per sandbox (live.go) holds its operation lock, open
-// execs, activity not yet stored and CPU sample. core.go exports what the
-// feature packages build on (Op, Lock, Async, Transition, Handover,
-// Launch, the ...Locked operations) and takes the Features hooks (a pool
-// claim, a create from a snapshot, the wake of a hibernated start, a
-// sandbox becoming running). The engine imports no api and no runtime,
+// execs, activity not yet stored and CPU sample. The feature packages
+// (pools, snapshots, templates, ...) never hold the *Engine: each is
+// given the narrow Host (host.go, Engine.Host) — records, an Op that
+// holds a sandbox's lock and offers transition, stop, start, pause and
+// destroy, launch, events, tracked goroutines, store, backend, clock and
+// log — and registers its Hooks there (a pool claim, a create from a
+// snapshot or an image, the wake of a hibernated start, a sandbox
+// becoming running or stopping, egress flows). The engine imports no api and no runtime,
 // volume, network or mount code; it takes and returns its own types
 // (types.go), and turns the backend's answers into them in nodetypes.go.
 // Background work runs under a context cancelled at Close: nothing new
@@ -154,11 +157,11 @@ type Engine struct {
 	node   node.Backend
 	log    *slog.Logger
 
-	live     liveSet     // one live object per sandbox (live.go)
-	quota    quotas      // per-tenant admission (quota.go)
-	starts   *startQueue // starts at once, and the turn of the rest (startqueue.go)
-	features Features
-	secrets  SecretResolver // secrets.go
+	live    liveSet        // one live object per sandbox (live.go)
+	quota   quotas         // per-tenant admission (quota.go)
+	starts  *startQueue    // starts at once, and the turn of the rest (startqueue.go)
+	hooks   Hooks          // the features' part in the core's operations (host.go)
+	secrets SecretResolver // secrets.go
 
 	// asyncEvents carries events recorded off the request path (exec).
 	asyncEvents chan *sandbox.Event
@@ -244,9 +247,6 @@ func New(cfg Config, st store.Store, images *image.Store, backend node.Backend) 
 	}, nil
 }
 
-// Backend returns the node backend.
-func (m *Engine) Backend() node.Backend { return m.node }
-
 // AgentRefusals counts refused agent connections (the backend's).
 func (m *Engine) AgentRefusals() uint64 { return m.node.AgentRefusals() }
 
@@ -276,9 +276,6 @@ func (m *Engine) RuntimeNames() []string {
 
 // Store returns the record store.
 func (m *Engine) Store() store.Store { return m.store }
-
-// Images returns the layer store.
-func (m *Engine) Images() *image.Store { return m.images }
 
 // Config returns the manager's configuration.
 func (m *Engine) Config() Config { return m.cfg }
@@ -424,10 +421,6 @@ func (m *Engine) EventsWritten() <-chan struct{} { return m.store.EventsWritten(
 // events anyway, so the number tells a tenant nothing new.
 func (m *Engine) LatestEventID(ctx context.Context) (int64, error) { return m.store.LatestEventID(ctx) }
 
-// LastActivity is the latest activity known for sb (API calls, exec
-// sessions, busy CPU), stored or not yet.
-func (m *Engine) LastActivity(sb *sandbox.Sandbox) time.Time { return m.lastActivity(sb) }
-
 // transition moves sb to state to, writes it (compare-and-swap) and records
 // the event. On a write failure sb is left unchanged.
 func (m *Engine) transition(ctx context.Context, sb *sandbox.Sandbox, to sandbox.State, cause sandbox.Cause, actor, reason string) error {
@@ -471,9 +464,9 @@ func (m *Engine) transition(ctx context.Context, sb *sandbox.Sandbox, to sandbox
 		// the files (bounded: secretFilesTimeout).
 		_ = m.deliverSecretFiles(ctx, sb, "running")
 	}
-	if to == sandbox.StateRunning && from != sandbox.StateRunning && m.features.Running != nil {
+	if to == sandbox.StateRunning && from != sandbox.StateRunning && len(m.hooks.running) > 0 {
 		cp := *sb
-		m.Go(func(ctx context.Context) { m.features.Running(ctx, &cp) })
+		m.goTracked(func(ctx context.Context) { m.hooks.runRunning(ctx, &cp) })
 	}
 	return nil
 }
@@ -502,9 +495,9 @@ func (m *Engine) handover(ctx context.Context, sb *sandbox.Sandbox, cause sandbo
 	if HasSecretFiles(sb) {
 		_ = m.deliverSecretFiles(ctx, sb, "running")
 	}
-	if m.features.Running != nil {
+	if len(m.hooks.running) > 0 {
 		cp := *sb
-		m.Go(func(ctx context.Context) { m.features.Running(ctx, &cp) })
+		m.goTracked(func(ctx context.Context) { m.hooks.runRunning(ctx, &cp) })
 	}
 	return nil
 }

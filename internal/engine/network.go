@@ -19,13 +19,6 @@ import (
 // none (the default) is loopback only; mode egress is default-deny with
 // the sandbox's rules, its connections in the flow log.
 
-// PrepareNetwork is prepareNetwork for the feature packages (fork, a
-// sandbox from a snapshot), whose specs come without addresses; taken, if
-// set, reports addresses already given to sandboxes not yet recorded.
-func (m *Engine) PrepareNetwork(ctx context.Context, sp *sandbox.Spec, id string, taken func(string) bool) error {
-	return m.prepareNetworkTaken(ctx, sp, id, taken)
-}
-
 // prepareNetwork assigns an egress sandbox's addresses (once: they are
 // kept across stop/start) and checks its rules.
 func (m *Engine) prepareNetwork(ctx context.Context, sp *sandbox.Spec, id string) error {

@@ -133,8 +133,8 @@ func (m *Engine) stopGraceLocked(ctx context.Context, sb *sandbox.Sandbox, cause
 	// Only a running sandbox can be asked: a paused one is frozen, and a
 	// stop being retried has had its chance.
 	graceful := sb.State == sandbox.StateRunning && grace > 0
-	if sb.State == sandbox.StateRunning && m.features.Stopping != nil {
-		m.features.Stopping(ctx, sb)
+	if sb.State == sandbox.StateRunning {
+		m.hooks.runStopping(ctx, sb)
 	}
 	if sb.State != sandbox.StateStopping {
 		if err := m.transition(ctx, sb, sandbox.StateStopping, cause, actor, reason); err != nil {
@@ -197,11 +197,11 @@ func (m *Engine) startLocked(ctx context.Context, sb *sandbox.Sandbox, cause san
 		// Its processes and memory were checkpointed: bring them back
 		// (a wake the daemon was killed in is started over: the image
 		// stays until a wake has finished).
-		if m.features.Wake == nil {
+		if m.hooks.Wake == nil {
 			return errdefs.NotSupported("sandbox %s is hibernated and this daemon does not wake sandboxes", sb.ID)
 		}
 		begin := time.Now()
-		if err := m.features.Wake(ctx, sb, cause, actor, reason); err != nil {
+		if err := m.hooks.Wake(ctx, &Op{e: m, id: sb.ID}, sb, cause, actor, reason); err != nil {
 			return err
 		}
 		m.cfg.Metrics.Resumed("wake", time.Since(begin))
@@ -405,11 +405,6 @@ func (m *Engine) storeOwn(ctx context.Context, sb *sandbox.Sandbox, apply func(*
 		m.log.Debug("record modified concurrently; applying the change again", "sandbox", sb.ID, "attempt", attempt)
 		*sb = *cur
 	}
-}
-
-// StoreOwn is storeOwn for the feature packages.
-func (m *Engine) StoreOwn(ctx context.Context, sb *sandbox.Sandbox, apply func(*sandbox.Sandbox) ([]*sandbox.Event, error)) error {
-	return m.storeOwn(ctx, sb, apply)
 }
 
 // Touch records activity: a keep-alive that pushes idle timeouts back.

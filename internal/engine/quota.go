@@ -230,9 +230,9 @@ func (m *Engine) admitQuota(ctx context.Context, sb *sandbox.Sandbox, write func
 	return m.admitNeed(ctx, sb.Tenant, sb.ID, m.need(&sb.Spec), true, write)
 }
 
-// AdmitVolume runs write (the record of a new named volume of size bytes)
+// admitVolume runs write (the record of a new named volume of size bytes)
 // only when it fits in the tenant's storage quota, under its lock.
-func (m *Engine) AdmitVolume(ctx context.Context, tenant string, size int64, write func() error) error {
+func (m *Engine) admitVolume(ctx context.Context, tenant string, size int64, write func() error) error {
 	return m.admitNeed(ctx, tenant, "", Usage{Storage: size}, false, write)
 }
 
@@ -324,8 +324,3 @@ func (m *Engine) admitNeed(ctx context.Context, tenant, skip string, n Usage, ra
 }
 
 func cpus(milli int64) string { return fmt.Sprintf("%g", float64(milli)/1000) }
-
-// AdmitQuota is admitQuota for the feature packages (a pool claim).
-func (m *Engine) AdmitQuota(ctx context.Context, sb *sandbox.Sandbox, write func() error) error {
-	return m.admitQuota(ctx, sb, write)
-}

@@ -43,9 +43,6 @@ type Recorder interface {
 	Egress(decision string)
 }
 
-// Recorder returns where the engine and its features record measures.
-func (m *Engine) Recorder() Recorder { return m.cfg.Metrics }
-
 type nopRecorder struct{}
 
 func (nopRecorder) Created(string, string, string, time.Duration) {}

@@ -23,9 +23,6 @@ func (m *Engine) GetVolume(ctx context.Context, ref string) (*store.Volume, erro
 	return v, err
 }
 
-// DropVolume removes volume v's data and records it deleted.
-func (m *Engine) DropVolume(ctx context.Context, v *store.Volume) error { return m.dropVolume(ctx, v) }
-
 func (m *Engine) dropVolume(ctx context.Context, v *store.Volume) error {
 	if err := m.node.DeleteVolume(v.ID); err != nil {
 		return err

@@ -11,8 +11,9 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/snapshots"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server/idempotency"
 	"github.com/berth-sh/berth/internal/server/rest"
@@ -38,7 +39,7 @@ func ParseIdempotencyKey(h http.Header) (string, bool, error) { return idempoten
 
 // idemState is a server's Idempotency-Key attempts.
 type idemState struct {
-	// store and node, if set, stand in for the manager's (tests).
+	// store and node, if set, stand in for the engine's (tests).
 	store store.Store
 	node  string
 	once  sync.Once
@@ -68,7 +69,7 @@ func (s *Server) idempotent(kind idempotency.Kind, h http.HandlerFunc) http.Hand
 				}
 				return st, node
 			},
-			MaxBody: maxJSONBody, NewID: manager.NewID,
+			MaxBody: maxJSONBody, NewID: engine.NewID,
 			Seal: s.sealLeases, Unseal: s.unsealLeases,
 			WriteError: rest.Error, WriteJSON: rest.JSON,
 			Log: func() *slog.Logger { return s.log },
@@ -171,8 +172,8 @@ func (s *Server) idemFork() idempotency.Kind {
 		switch {
 		case req.Count == 0:
 			return 1
-		case req.Count < 0 || req.Count > manager.MaxForkCount:
-			return 0 // refused by the manager
+		case req.Count < 0 || req.Count > snapshots.MaxForkCount:
+			return 0 // refused by the engine
 		}
 		return req.Count
 	}

@@ -46,7 +46,6 @@ import (
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/console"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/manager"
 	bmetrics "github.com/berth-sh/berth/internal/metrics"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server/admin"
@@ -115,7 +114,7 @@ type Server struct {
 	exec      *exec.Handlers
 	live      liveCreds    // long-lived connections bound to their credentials (live.go)
 	uploads   uploadShares // running uploads per tenant (shares.go)
-	m         *manager.Manager
+	m         Engine
 	authn     *auth.Authenticator
 	log       *slog.Logger
 	mux       *http.ServeMux
@@ -123,7 +122,7 @@ type Server struct {
 	// table is the mounted route table; hostRoute its host-routed proxy.
 	table     []Route
 	hostRoute Route
-	// lookup resolves a sandbox for authorization (the manager's Get).
+	// lookup resolves a sandbox for authorization (the engine's Get).
 	lookup func(context.Context, string) (*sandbox.Sandbox, error)
 	idem   idemState // Idempotency-Key attempts (idempotency.go, internal/server/idempotency)
 
@@ -139,7 +138,7 @@ type Server struct {
 }
 
 // New returns the API server for m.
-func New(m *manager.Manager, authn *auth.Authenticator, log *slog.Logger) *Server {
+func New(m Engine, authn *auth.Authenticator, log *slog.Logger) *Server {
 	s := &Server{m: m, authn: authn, log: log, consoleCodes: console.NewCodes()}
 	// The engine's registry (package metrics), when it has one: /metrics
 	// serves the API's measures and the engine's together.
@@ -158,8 +157,8 @@ func New(m *manager.Manager, authn *auth.Authenticator, log *slog.Logger) *Serve
 		Deleted: s.metrics.deleted, Log: s.logger}
 	if m != nil {
 		s.lookup = m.Get
-		s.metrics.watchManager(m)
-		// Only a real manager: a nil one in an interface would not read as
+		s.metrics.watchEngine(m)
+		// Only a real engine: a nil one in an interface would not read as
 		// none where a handler asks.
 		s.events.E, s.admin.E, s.templates.E = m, m, m
 		s.sandboxes.E, s.files.E, s.exec.E = m, m, m
@@ -273,7 +272,7 @@ type metrics struct {
 }
 
 // engineRegistry is the registry of m's Recorder, if it keeps one.
-func engineRegistry(m *manager.Manager) (*prometheus.Registry, bool) {
+func engineRegistry(m Engine) (*prometheus.Registry, bool) {
 	if m == nil {
 		return nil, false
 	}
@@ -298,8 +297,8 @@ func newMetricsOn(reg *prometheus.Registry, runtime bool) *metrics {
 		execs: a.Execs, execDur: a.ExecSeconds, connOpen: a.ConnOpen, connRefused: a.ConnRefused}
 }
 
-// watchManager adds the measures the manager keeps itself.
-func (m *metrics) watchManager(mgr *manager.Manager) {
+// watchEngine adds the measures the engine keeps itself.
+func (m *metrics) watchEngine(mgr Engine) {
 	bmetrics.RegisterAgentRefusals(m.reg, mgr.AgentRefusals)
 }
 

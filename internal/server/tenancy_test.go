@@ -26,8 +26,9 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/auth"
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/enginetest"
 	"github.com/berth-sh/berth/internal/image"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/node/memnode"
 	"github.com/berth-sh/berth/internal/secrets"
 	"github.com/berth-sh/berth/internal/secrets/vault"
@@ -81,7 +82,7 @@ func newTenv(t *testing.T) *tenv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { images.Close() })
-	m, err := manager.New(manager.Config{Node: "node-a", ReconcileInterval: time.Hour, Logger: log, WarmPool: -1,
+	m, err := enginetest.New(engine.Config{Node: "node-a", ReconcileInterval: time.Hour, Logger: log, WarmPool: -1,
 		UploadDir: filepath.Join(dir, "layers", "uploads"), OnState: LeaseRevoker(st, log)}, st, images, e.node)
 	if err != nil {
 		t.Fatal(err)

@@ -26,8 +26,9 @@ import (
 	"github.com/berth-sh/berth/internal/agentsandbox"
 	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/auth"
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/enginetest"
 	"github.com/berth-sh/berth/internal/identity"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/node/kube"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -36,7 +37,7 @@ import (
 	"github.com/berth-sh/berth/internal/testenv/kubeenv"
 )
 
-// TestAgentSandboxDoor runs berth's engine (internal/manager over
+// TestAgentSandboxDoor runs berth's engine (internal/engine/enginetest over
 // SQLite) on the Kubernetes backend with the agent-sandbox door
 // (internal/agentsandbox) against the real apiserver and node. The door
 // installs the pinned CRDs; agent-sandbox's own example manifests
@@ -93,7 +94,7 @@ func TestAgentSandboxDoor(t *testing.T) {
 			Resources: &sandbox.Resources{CPUs: 0.1, MemoryBytes: 128 << 20, Pids: 256, DiskBytes: 256 << 20}}}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := manager.New(manager.Config{Node: "k8s:" + ns + "/berth", ReconcileInterval: 200 * time.Millisecond,
+	m, err := enginetest.New(engine.Config{Node: "k8s:" + ns + "/berth", ReconcileInterval: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))}, st, nil, b)
 	if err != nil {
 		t.Fatal(err)
@@ -204,8 +205,8 @@ func TestAgentSandboxDoor(t *testing.T) {
 	exec := func(id, script string) string {
 		t.Helper()
 		var out bytes.Buffer
-		ex, err := m.Exec(t1ctx, id, &manager.ExecRequest{Cmd: []string{"/bin/sh", "-c", script}, Timeout: 30 * time.Second},
-			manager.ExecIO{Stdout: &out, Stderr: &out}, "test")
+		ex, err := m.Exec(t1ctx, id, &engine.ExecRequest{Cmd: []string{"/bin/sh", "-c", script}, Timeout: 30 * time.Second},
+			engine.ExecIO{Stdout: &out, Stderr: &out}, "test")
 		if err != nil || ex.Code != 0 {
 			t.Fatalf("exec %q in %s: %v, exit %d, output %q", script, id, err, ex.Code, out.String())
 		}

@@ -14,7 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/enginetest"
 	"github.com/berth-sh/berth/internal/node/kube"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/secrets"
@@ -24,8 +25,8 @@ import (
 	"github.com/berth-sh/berth/internal/testenv/kubeenv"
 )
 
-// TestWarmPoolOnRealNode runs berth's engine (internal/manager, the
-// daemon's own assembly, over SQLite) on the Kubernetes backend against
+// TestWarmPoolOnRealNode runs berth's engine (internal/engine/enginetest: the
+// daemon's assembly, over SQLite) on the Kubernetes backend against
 // the real apiserver and node: a warm pool of 2 for a template makes two
 // pods that are Running before any claim; a create without a name claims
 // one of them — the same pod (UID and creation time from before the
@@ -68,9 +69,9 @@ func TestWarmPoolOnRealNode(t *testing.T) {
 			Resources: &sandbox.Resources{CPUs: 0.1, MemoryBytes: 128 << 20, Pids: 256, DiskBytes: 256 << 20}}}); err != nil {
 		t.Fatal(err)
 	}
-	mcfg := manager.Config{Node: "k8s:" + ns + "/berth", ReconcileInterval: 200 * time.Millisecond,
+	mcfg := engine.Config{Node: "k8s:" + ns + "/berth", ReconcileInterval: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))}
-	m, err := manager.New(mcfg, st, nil, b)
+	m, err := enginetest.New(mcfg, st, nil, b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,8 +139,8 @@ func TestWarmPoolOnRealNode(t *testing.T) {
 	exec := func(id, script string) string {
 		t.Helper()
 		var out bytes.Buffer
-		ex, err := m.Exec(ctx, id, &manager.ExecRequest{Cmd: []string{"/bin/sh", "-c", script}, Timeout: 30 * time.Second},
-			manager.ExecIO{Stdout: &out, Stderr: &out}, "test")
+		ex, err := m.Exec(ctx, id, &engine.ExecRequest{Cmd: []string{"/bin/sh", "-c", script}, Timeout: 30 * time.Second},
+			engine.ExecIO{Stdout: &out, Stderr: &out}, "test")
 		if err != nil || ex.Code != 0 {
 			t.Fatalf("exec %q in %s: %v, exit %d, output %q", script, id, err, ex.Code, out.String())
 		}
@@ -162,8 +163,8 @@ func TestWarmPoolOnRealNode(t *testing.T) {
 
 	// The claim: the create takes a member's pod as it runs.
 	t2 := time.Now()
-	claimed, err := m.Create(ctx, &manager.CreateRequest{Template: "base", Env: map[string]string{"K": "v"},
-		Secrets: []sandbox.SecretRef{{Name: "TOKEN", Env: "GH_TOKEN"}}}, manager.CreateOptions{Actor: "test", Tenant: "t1"})
+	claimed, err := m.Create(ctx, &engine.CreateRequest{Template: "base", Env: map[string]string{"K": "v"},
+		Secrets: []sandbox.SecretRef{{Name: "TOKEN", Env: "GH_TOKEN"}}}, engine.CreateOptions{Actor: "test", Tenant: "t1"})
 	claimTook := time.Since(t2)
 	if err != nil {
 		t.Fatalf("create: %v", err)
@@ -182,7 +183,7 @@ func TestWarmPoolOnRealNode(t *testing.T) {
 
 	// A named create: cold, with the name as the hostname.
 	t3 := time.Now()
-	cold, err := m.Create(ctx, &manager.CreateRequest{Template: "base", Name: "cold"}, manager.CreateOptions{Actor: "test"})
+	cold, err := m.Create(ctx, &engine.CreateRequest{Template: "base", Name: "cold"}, engine.CreateOptions{Actor: "test"})
 	coldTook := time.Since(t3)
 	if err != nil {
 		t.Fatalf("cold create: %v", err)
@@ -212,7 +213,7 @@ func TestWarmPoolOnRealNode(t *testing.T) {
 	if b, err = kube.New(ctx, kcfg); err != nil {
 		t.Fatal(err)
 	}
-	if m, err = manager.New(mcfg, st, nil, b); err != nil {
+	if m, err = enginetest.New(mcfg, st, nil, b); err != nil {
 		t.Fatal(err)
 	}
 	m.SetSecrets(v)

@@ -17,8 +17,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/internal/engine/templates"
 	"github.com/berth-sh/berth/internal/image"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/node/local"
 	"github.com/berth-sh/berth/internal/overlay"
 	"github.com/berth-sh/berth/internal/runtime"
@@ -52,9 +52,9 @@ var (
 // instance names the peer's cgroup parent): the overlay root over the
 // daemon's base template layers and the base spec.
 func New(ctx context.Context, runc, tmp string, c *client.Client, instance string) (*Peer, error) {
-	tpl, err := c.GetTemplate(ctx, manager.BuiltinTemplate)
+	tpl, err := c.GetTemplate(ctx, templates.BuiltinTemplate)
 	if err != nil {
-		return nil, fmt.Errorf("reading template %s: %w", manager.BuiltinTemplate, err)
+		return nil, fmt.Errorf("reading template %s: %w", templates.BuiltinTemplate, err)
 	}
 	if len(tpl.Layers) == 0 {
 		return nil, fmt.Errorf("template %s has no layers", tpl.Name)

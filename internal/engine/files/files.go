@@ -31,15 +31,15 @@ import (
 )
 
 // Access opens sandboxes' files.
-type Access struct{ e *engine.Engine }
+type Access struct{ e engine.Host }
 
 // New returns file access over e.
-func New(e *engine.Engine) *Access { return &Access{e: e} }
+func New(e engine.Host) *Access { return &Access{e: e} }
 
 // Files gives access to a running sandbox's filesystem through its agent.
 // Every path resolves inside the sandbox's root; see package agent.
 type Files struct {
-	m  *engine.Engine
+	m  engine.Host
 	sb *sandbox.Sandbox
 	c  *agent.Client
 	// q serves reads of a quarantined (frozen) sandbox from outside it.

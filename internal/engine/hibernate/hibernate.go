@@ -20,20 +20,18 @@ import (
 
 // Hibernation hibernates and wakes sandboxes.
 type Hibernation struct {
-	e     *engine.Engine
+	e     engine.Host
 	store store.Store
 	node  node.Backend
 	log   *slog.Logger
 }
 
-// New returns the hibernation feature of e.
-func New(e *engine.Engine) *Hibernation {
-	return &Hibernation{e: e, store: e.Store(), node: e.Backend(), log: e.Log()}
-}
-
-// WakeLocked restores hibernated sb, whose lock the caller holds.
-func (m *Hibernation) WakeLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {
-	return m.wakeLocked(ctx, sb, cause, actor, reason)
+// New returns the hibernation feature of e; a start of a hibernated
+// sandbox becomes its wake (the Wake hook).
+func New(e engine.Host) *Hibernation {
+	m := &Hibernation{e: e, store: e.Store(), node: e.Backend(), log: e.Log()}
+	e.Hooks().Wake = m.wakeLocked
+	return m
 }
 
 // Hibernate saves a running or paused sandbox's processes and memory to
@@ -42,12 +40,12 @@ func (m *Hibernation) WakeLocked(ctx context.Context, sb *sandbox.Sandbox, cause
 // but kept as they are, with the checkpoint image. Wake restores it. The
 // runtime class must have the checkpoint capability; others get a 409.
 func (m *Hibernation) Hibernate(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
-	return m.e.Op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
-		return m.hibernateLocked(ctx, sb, sandbox.CauseUser, actor)
+	return m.e.Op(ctx, ref, func(ctx context.Context, op *engine.Op, sb *sandbox.Sandbox) error {
+		return m.hibernateLocked(ctx, op, sb, sandbox.CauseUser, actor)
 	})
 }
 
-func (m *Hibernation) hibernateLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor string) error {
+func (m *Hibernation) hibernateLocked(ctx context.Context, op *engine.Op, sb *sandbox.Sandbox, cause sandbox.Cause, actor string) error {
 	if !m.e.Caps(sb).Checkpoint {
 		return errdefs.Conflict("hibernate is not supported by runtime class %s: it cannot checkpoint processes "+
 			"(runc would need CRIU, and Debian's CRIU 3.17 fails on this kernel); create the sandbox with "+
@@ -60,12 +58,12 @@ func (m *Hibernation) hibernateLocked(ctx context.Context, sb *sandbox.Sandbox, 
 	if err != nil {
 		return err
 	}
-	m.e.CancelExecs(sb.ID)
+	op.CancelExecs()
 	cp, alive, err := h.Checkpoint(ctx, sb)
 	if err != nil {
 		if !alive {
 			m.log.Warn("checkpoint failed and the sandbox is gone; stopping it", "sandbox", sb.ID, "err", err)
-			if serr := m.e.StopLocked(ctx, sb, sandbox.CauseReconciler, actor, "hibernate failed: processes lost"); serr != nil {
+			if serr := op.Stop(ctx, sb, sandbox.CauseReconciler, actor, "hibernate failed: processes lost"); serr != nil {
 				m.log.Warn("stopping after failed checkpoint", "sandbox", sb.ID, "err", serr)
 			}
 		}
@@ -74,13 +72,13 @@ func (m *Hibernation) hibernateLocked(ctx context.Context, sb *sandbox.Sandbox, 
 	// From here the processes live only in the image. A crash from here
 	// on leaves the marker, by which the reconciler finishes the
 	// hibernate (reconcile.finishHibernate).
-	if err := m.e.Transition(ctx, sb, sandbox.StateStopping, cause, actor, engine.ReasonHibernated); err != nil {
+	if err := op.Transition(ctx, sb, sandbox.StateStopping, cause, actor, engine.ReasonHibernated); err != nil {
 		return err
 	}
 	failpoint.Hit("hibernate.after-stopping")
 	// Unmount the root and volumes like a stop, but keep the writable
 	// layer and bundle: the restored processes need them as they were.
-	if err := m.e.StopHost(ctx, sb); err != nil {
+	if err := op.StopHost(ctx, sb); err != nil {
 		sb.Error = "hibernate: " + err.Error()
 		_ = m.store.UpdateSandbox(ctx, sb)
 		return fmt.Errorf("hibernate: releasing host resources: %w", err)
@@ -88,19 +86,19 @@ func (m *Hibernation) hibernateLocked(ctx context.Context, sb *sandbox.Sandbox, 
 	failpoint.Hit("hibernate.after-stophost")
 	m.e.Event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "hibernate", Actor: actor, Cause: cause, Outcome: "ok",
 		Message: fmt.Sprintf("checkpoint of %s in %s", sandbox.FormatBytes(cp.SizeBytes), cp.Took.Round(time.Millisecond))})
-	return m.e.Transition(ctx, sb, sandbox.StateStopped, cause, actor, engine.ReasonHibernated)
+	return op.Transition(ctx, sb, sandbox.StateStopped, cause, actor, engine.ReasonHibernated)
 }
 
 // Wake restores a hibernated sandbox: its root and volumes are mounted
 // again and its processes continue from the checkpoint, in the same
 // memory state. The checkpoint image is removed once it runs.
 func (m *Hibernation) Wake(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error) {
-	return m.e.Op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
-		return m.wakeLocked(ctx, sb, sandbox.CauseUser, actor, "woken from hibernation")
+	return m.e.Op(ctx, ref, func(ctx context.Context, op *engine.Op, sb *sandbox.Sandbox) error {
+		return m.wakeLocked(ctx, op, sb, sandbox.CauseUser, actor, "woken from hibernation")
 	})
 }
 
-func (m *Hibernation) wakeLocked(ctx context.Context, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {
+func (m *Hibernation) wakeLocked(ctx context.Context, op *engine.Op, sb *sandbox.Sandbox, cause sandbox.Cause, actor, reason string) error {
 	// Starting: a wake the daemon was killed in, started over (its
 	// marker and image are kept until a wake finished).
 	if !m.e.Hibernated(sb) && (sb.State != sandbox.StateStarting || !node.Hibernated(m.node, sb)) {
@@ -113,12 +111,12 @@ func (m *Hibernation) wakeLocked(ctx context.Context, sb *sandbox.Sandbox, cause
 		return errdefs.Conflict("sandbox %s was hibernated, which this daemon's runtime class %s cannot restore", sb.ID, m.e.ClassOf(sb))
 	}
 	if sb.State != sandbox.StateStarting { // starting: a wake cut short by a crash
-		if err := m.e.Transition(ctx, sb, sandbox.StateStarting, cause, actor, reason); err != nil {
+		if err := op.Transition(ctx, sb, sandbox.StateStarting, cause, actor, reason); err != nil {
 			return err
 		}
 	}
 	failpoint.Hit("wake.after-starting")
-	err := m.e.PrepareRecord(ctx, sb)
+	err := op.PrepareRecord(ctx, sb)
 	if err == nil {
 		err = failpoint.Inject("wake.before-restore")
 	}
@@ -130,11 +128,11 @@ func (m *Hibernation) wakeLocked(ctx context.Context, sb *sandbox.Sandbox, cause
 	}
 	if err != nil {
 		m.log.Warn("wake failed", "sandbox", sb.ID, "err", err)
-		if herr := m.e.StopHost(ctx, sb); herr != nil {
+		if herr := op.StopHost(ctx, sb); herr != nil {
 			m.log.Warn("cleaning up failed wake", "sandbox", sb.ID, "err", herr)
 		}
 		// Still hibernated (marker and image kept): wake may be retried.
-		if terr := m.e.Transition(ctx, sb, sandbox.StateStopped, sandbox.CauseReconciler, actor, engine.ReasonHibernated); terr != nil {
+		if terr := op.Transition(ctx, sb, sandbox.StateStopped, sandbox.CauseReconciler, actor, engine.ReasonHibernated); terr != nil {
 			m.log.Error("recording failed wake", "sandbox", sb.ID, "err", terr)
 		}
 		sb.Error = "wake: " + errdefs.Message(err)
@@ -146,5 +144,5 @@ func (m *Hibernation) wakeLocked(ctx context.Context, sb *sandbox.Sandbox, cause
 	}
 	failpoint.Hit("wake.before-running")
 	m.e.Touched(sb.ID)
-	return m.e.Transition(ctx, sb, sandbox.StateRunning, cause, actor, reason)
+	return op.Transition(ctx, sb, sandbox.StateRunning, cause, actor, reason)
 }

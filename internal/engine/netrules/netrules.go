@@ -23,7 +23,7 @@ import (
 
 // Rules serves sandboxes' network rules and flow logs.
 type Rules struct {
-	e     *engine.Engine
+	e     engine.Host
 	store store.Store
 	node  node.Backend
 
@@ -32,10 +32,11 @@ type Rules struct {
 }
 
 // New returns the network-rules feature of e and starts its flow-log
-// recorder (until e closes); Record is the backend's flow hook.
-func New(e *engine.Engine) *Rules {
+// recorder (until e closes); Record is a flow hook of the backend's.
+func New(e engine.Host) *Rules {
 	r := &Rules{e: e, store: e.Store(), node: e.Backend(), flows: make(chan node.Flow, 4096)}
 	e.Go(func(context.Context) { r.recordFlows() })
+	e.Hooks().OnFlow(r.Record)
 	return r
 }
 
@@ -123,7 +124,7 @@ func (m *Rules) canonical(rule string) (string, error) { return egressrule.Canon
 // take effect at once, without a restart.
 func (m *Rules) UpdateNetworkRules(ctx context.Context, ref string, req *Request, actor string) (*NetworkRules, error) {
 	var out *NetworkRules
-	_, err := m.e.Op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
+	_, err := m.e.Op(ctx, ref, func(ctx context.Context, op *engine.Op, sb *sandbox.Sandbox) error {
 		if sb.Spec.Network != "egress" {
 			return errdefs.Invalid("sandbox %s has network mode %s: rules apply to mode egress", sb.ID, sb.Spec.Network)
 		}
@@ -132,7 +133,7 @@ func (m *Rules) UpdateNetworkRules(ctx context.Context, ref string, req *Request
 			return errdefs.Limit("max_allow_rules", sandbox.MaxAllowRules, "%d rules to allow and %d to deny given", len(req.Allow), len(req.Deny))
 		}
 		var prev, allow []string
-		if err := m.e.StoreOwn(ctx, sb, func(sb *sandbox.Sandbox) ([]*sandbox.Event, error) {
+		if err := op.StoreOwn(ctx, sb, func(sb *sandbox.Sandbox) ([]*sandbox.Event, error) {
 			prev, allow = sb.Spec.Allow, slices.Clone(sb.Spec.Allow)
 			if req.Replace {
 				allow = nil

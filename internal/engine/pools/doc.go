@@ -1,13 +1,13 @@
 // Package pools is the warm-pool feature over the engine's core: per
 // (tenant, template), sandboxes made ahead and kept frozen, so a create
 // that fits the template's defaults thaws one (Warm.Claim, the core's
-// Features.Claim hook) and gives it the caller's identity — hostname
+// Hooks.Claim hook) and gives it the caller's identity — hostname
 // (runc: through nsenter; runsc: the agent's helper through runsc exec),
 // env, labels, policies. Members are never reused.
 //
 // On a class that cannot freeze (node.Caps.Freeze false: a Kubernetes pod)
 // members wait running, with no idle policy; a claim takes one as it is
-// (Engine.Handover). On a class that cannot rename a running sandbox
+// (Op.Handover). On a class that cannot rename a running sandbox
 // (Caps.Rename false) only creates without a name claim members; named
 // creates are made cold.
 //

@@ -44,7 +44,7 @@ import (
 
 // Warm is the warm-pool feature over the engine's core.
 type Warm struct {
-	e     *engine.Engine
+	e     engine.Host
 	store store.Store
 	node  node.Backend
 	log   *slog.Logger
@@ -67,7 +67,7 @@ type Warm struct {
 
 // New returns the warm-pool feature of e and installs its claim in e's
 // creates.
-func New(e *engine.Engine) *Warm {
+func New(e engine.Host) *Warm {
 	w := &Warm{e: e, store: e.Store(), node: e.Backend(), log: e.Log(),
 		poolStats: map[store.PoolKey]*poolStats{}, claimQueues: map[store.PoolKey]*claimQueue{}, poolInFlight: map[store.PoolKey]map[string]bool{}, retiring: map[string]bool{}}
 	w.autoMax = e.Config().WarmPoolMax
@@ -75,6 +75,7 @@ func New(e *engine.Engine) *Warm {
 		w.autoMax = defaultAutoMax()
 	}
 	w.autoMax = min(w.autoMax, MaxPoolSize)
+	e.Hooks().Claim = w.Claim // a create may be served by a warm member
 	return w
 }
 
@@ -360,12 +361,12 @@ func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec
 		if !ok {
 			break
 		}
-		unlock, ok := m.e.TryLock(id)
+		op, unlock, ok := m.e.TryLock(id)
 		if !ok {
 			continue // the reconciler has it (claims never share an id)
 		}
 		begin := time.Now()
-		sb, err := m.claimLocked(ctx, k, id, tpl, spec, req, opt)
+		sb, err := m.claimLocked(ctx, op, k, id, tpl, spec, req, opt)
 		unlock()
 		if err != nil {
 			if errors.Is(err, errdefs.ErrNameTaken) || errors.Is(err, errdefs.ErrQuota) {
@@ -387,7 +388,7 @@ func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec
 	return nil, nil
 }
 
-func (m *Warm) claimLocked(ctx context.Context, pool store.PoolKey, id string, tpl *store.Template, spec sandbox.Spec, req *engine.CreateRequest, opt engine.CreateOptions) (*sandbox.Sandbox, error) {
+func (m *Warm) claimLocked(ctx context.Context, op *engine.Op, pool store.PoolKey, id string, tpl *store.Template, spec sandbox.Spec, req *engine.CreateRequest, opt engine.CreateOptions) (*sandbox.Sandbox, error) {
 	// A host pool's member belongs to no tenant, so the claimant's own
 	// read would not find it: read it as the engine, then check it is
 	// still a member of the pool being claimed from.
@@ -420,7 +421,7 @@ func (m *Warm) claimLocked(ctx context.Context, pool store.PoolKey, id string, t
 	}
 	// The claim counts against the claimant's quota: admitted under its
 	// tenant's lock, which is held until the member is recorded as its.
-	if err := m.e.AdmitQuota(ctx, sb, func() error { return m.claimSteps(ctx, sb, &prev, opt) }); err != nil {
+	if err := m.e.AdmitQuota(ctx, sb, func() error { return m.claimSteps(ctx, op, sb, &prev, opt) }); err != nil {
 		return nil, err
 	}
 	return sb, nil
@@ -431,7 +432,7 @@ func (m *Warm) claimLocked(ctx context.Context, pool store.PoolKey, id string, t
 // (named as before, frozen or running). A member kept running (its class
 // cannot freeze) is not thawed; its record is handed over, which writes
 // the claimant's secret files as a transition to running would.
-func (m *Warm) claimSteps(ctx context.Context, sb, prev *sandbox.Sandbox, opt engine.CreateOptions) error {
+func (m *Warm) claimSteps(ctx context.Context, op *engine.Op, sb, prev *sandbox.Sandbox, opt engine.CreateOptions) error {
 	cu := cleanup.Make()
 	defer cu.Clean()
 	// Thawed first, then renamed: a class that renames through a process
@@ -455,7 +456,7 @@ func (m *Warm) claimSteps(ctx context.Context, sb, prev *sandbox.Sandbox, opt en
 		if err := rename(); err != nil {
 			return err
 		}
-		if err := m.e.Handover(ctx, sb, sandbox.CauseUser, opt.Actor, "create (warm pool)"); err != nil {
+		if err := op.Handover(ctx, sb, sandbox.CauseUser, opt.Actor, "create (warm pool)"); err != nil {
 			return err
 		}
 		cu.Release()
@@ -472,7 +473,7 @@ func (m *Warm) claimSteps(ctx context.Context, sb, prev *sandbox.Sandbox, opt en
 	if err := rename(); err != nil {
 		return err
 	}
-	if err := m.e.Transition(ctx, sb, sandbox.StateRunning, sandbox.CauseUser, opt.Actor, "create (warm pool)"); err != nil {
+	if err := op.Transition(ctx, sb, sandbox.StateRunning, sandbox.CauseUser, opt.Actor, "create (warm pool)"); err != nil {
 		return err
 	}
 	cu.Release()
@@ -680,7 +681,7 @@ func (m *Warm) InFlight(id string) bool {
 // pool wants it, else destroys it; in the background, if it is still
 // stuck and unclaimed when its lock is free.
 func (m *Warm) finish(sb *sandbox.Sandbox, want bool) {
-	m.e.Async(sb.ID, func(ctx context.Context, cur *sandbox.Sandbox) {
+	m.e.Async(sb.ID, func(ctx context.Context, op *engine.Op, cur *sandbox.Sandbox) {
 		f, ok := m.e.Config().NodeLease.Held()
 		if !ok || !m.Stuck(cur) || m.InFlight(cur.ID) {
 			return
@@ -688,9 +689,9 @@ func (m *Warm) finish(sb *sandbox.Sandbox, want bool) {
 		ctx = leader.Fenced(ctx, f)
 		var err error
 		if want {
-			err = m.e.PauseLocked(ctx, cur, sandbox.CauseReconciler, "pool:"+cur.Spec.Pool, "ready in warm pool (finished after an interruption)")
+			err = op.Pause(ctx, cur, sandbox.CauseReconciler, "pool:"+cur.Spec.Pool, "ready in warm pool (finished after an interruption)")
 		} else {
-			err = m.e.DestroyLocked(ctx, cur, sandbox.CauseReconciler, actorReconciler, "warm pool member left unfinished, no longer wanted")
+			err = op.Destroy(ctx, cur, sandbox.CauseReconciler, actorReconciler, "warm pool member left unfinished, no longer wanted")
 		}
 		if err != nil {
 			m.log.Warn("finishing a warm pool member left unfinished", "sandbox", cur.ID, "err", err)
@@ -712,7 +713,7 @@ func (m *Warm) retire(sb *sandbox.Sandbox, reason string) {
 		delete(m.retiring, sb.ID)
 		m.mu.Unlock()
 	}
-	if !m.e.Async(sb.ID, func(ctx context.Context, cur *sandbox.Sandbox) {
+	if !m.e.Async(sb.ID, func(ctx context.Context, op *engine.Op, cur *sandbox.Sandbox) {
 		defer done()
 		// Fenced like the reconciler's own actions: a replica that lost
 		// the node's lease while queued acts no more.
@@ -720,7 +721,7 @@ func (m *Warm) retire(sb *sandbox.Sandbox, reason string) {
 		if !ok || cur.Spec.Pool == "" || !m.ready(cur) {
 			return
 		}
-		_ = m.e.DestroyLocked(leader.Fenced(ctx, f), cur, sandbox.CauseReconciler, actorReconciler, reason)
+		_ = op.Destroy(leader.Fenced(ctx, f), cur, sandbox.CauseReconciler, actorReconciler, reason)
 	}) {
 		delete(m.retiring, sb.ID) // busy: the next pass tries again
 	}
@@ -780,7 +781,7 @@ func (m *Warm) addPoolMember(ctx context.Context, tpl *store.Template, id string
 	if err := failpoint.Inject("pool.refill.after-launch"); err != nil {
 		return err
 	}
-	unlock := m.e.Lock(sb.ID)
+	op, unlock := m.e.Lock(sb.ID)
 	defer unlock()
 	cur, err := m.store.GetSandbox(ctx, store.AnyOwner, sb.ID)
 	if err != nil {
@@ -793,10 +794,10 @@ func (m *Warm) addPoolMember(ctx context.Context, tpl *store.Template, id string
 	set, err := m.store.ListPools(ctx)
 	latest, terr := m.store.GetTenantTemplate(ctx, tpl.Tenant, tpl.Name)
 	if err != nil || terr != nil || m.sizes(set)[keyOf(tpl)] == 0 || !slices.Equal(latest.Layers, tpl.Layers) {
-		return m.e.DestroyLocked(ctx, cur, sandbox.CauseReconciler, actorReconciler, "warm pool no longer wants it")
+		return op.Destroy(ctx, cur, sandbox.CauseReconciler, actorReconciler, "warm pool no longer wants it")
 	}
 	if !caps.Freeze {
 		return nil // ready as it runs (ready)
 	}
-	return m.e.PauseLocked(ctx, cur, sandbox.CauseReconciler, "pool:"+tpl.Name, "ready in warm pool")
+	return op.Pause(ctx, cur, sandbox.CauseReconciler, "pool:"+tpl.Name, "ready in warm pool")
 }

@@ -116,10 +116,15 @@ const (
 )
 
 // Procs runs background processes.
-type Procs struct{ e *engine.Engine }
+type Procs struct{ e engine.Host }
 
 // New returns background processes over e.
-func New(e *engine.Engine) *Procs { return &Procs{e: e} }
+func New(e engine.Host) *Procs {
+	m := &Procs{e: e}
+	e.Hooks().OnRunning(m.Running)   // a template's service starts with its sandbox
+	e.Hooks().OnStopping(m.Stopping) // its processes' output is kept before a stop
+	return m
+}
 
 // StartRequest is a background process to start.
 type StartRequest struct {

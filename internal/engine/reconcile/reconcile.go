@@ -33,7 +33,7 @@ const BuildLabel = "berth.build"
 // teardowns, notices dead sandboxes, refills warm pools, expires
 // snapshots and runs doctor on demand.
 type Reconciler struct {
-	e         *engine.Engine
+	e         engine.Host
 	store     store.Store
 	node      node.Backend
 	log       *slog.Logger
@@ -56,17 +56,16 @@ type Reconciler struct {
 }
 
 // New returns the reconciler of e, with the features it tends.
-func New(e *engine.Engine, w *pools.Warm, sn *snapshots.Snapshots) *Reconciler {
+func New(e engine.Host, w *pools.Warm, sn *snapshots.Snapshots) *Reconciler {
 	return &Reconciler{e: e, store: e.Store(), node: e.Backend(), log: e.Log(), pools: w, snapshots: sn,
 		interval: e.Config().ReconcileInterval}
 }
 
-// Recover starts the engine's background work, reconciles the records
+// Recover reconciles the records (the engine running: Engine.Run)
 // with the host once (adopting live sandboxes, finishing interrupted
 // creates and deletes, removing orphans) and then runs the reconciler in
 // the background until Close.
 func (m *Reconciler) Recover(ctx context.Context) error {
-	m.e.Run()
 	// Recovery assumes the node is this daemon's: true of the local
 	// backend (leader.Always). Replicas sharing a node do not recover at
 	// start: the others are alive, and their creates in flight are not
@@ -91,10 +90,6 @@ func (m *Reconciler) Recover(ctx context.Context) error {
 	return nil
 }
 
-// Close stops background work (the engine's included): what is in
-// flight is cancelled and awaited. Sandboxes keep running.
-func (m *Reconciler) Close() { m.e.Close() }
-
 // recover brings every live record to a resting state after a start.
 func (m *Reconciler) recover(ctx context.Context) error {
 	live, _, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.e.Node()}, store.Page{})
@@ -111,9 +106,9 @@ func (m *Reconciler) recover(ctx context.Context) error {
 }
 
 func (m *Reconciler) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
-	unlock := m.e.Lock(sb.ID)
+	op, unlock := m.e.Lock(sb.ID)
 	defer unlock()
-	m.recoverLocked(ctx, sb, "after restart", "client went away (daemon restart)", "daemon was down")
+	m.recoverLocked(ctx, op, sb, "after restart", "client went away (daemon restart)", "daemon was down")
 }
 
 // recoverLocked brings sb to a resting state: its create, start, stop or
@@ -121,7 +116,7 @@ func (m *Reconciler) recoverOne(ctx context.Context, sb *sandbox.Sandbox) {
 // dead one restarted or destroyed. after ends the reasons recorded ("after
 // restart"); oneShot is a one-shot sandbox's; down says when a dead
 // sandbox died. The caller holds sb's lock.
-func (m *Reconciler) recoverLocked(ctx context.Context, sb *sandbox.Sandbox, after, oneShot, down string) {
+func (m *Reconciler) recoverLocked(ctx context.Context, op *engine.Op, sb *sandbox.Sandbox, after, oneShot, down string) {
 	log := m.log.With("sandbox", sb.ID, "state", sb.State)
 	if m.classAbsent(sb) {
 		// Judged by a runtime that does not know it, a running gVisor
@@ -139,7 +134,7 @@ func (m *Reconciler) recoverLocked(ctx context.Context, sb *sandbox.Sandbox, aft
 	destroy := func(reason string) {
 		log.Info("reconciler destroying sandbox", "reason", reason)
 		done := m.e.AuditSystem(ctx, sb, actorReconciler, "cleanup")
-		err := m.e.DestroyLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason)
+		err := op.Destroy(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason)
 		done(err)
 		if err != nil {
 			log.Warn("reconciler teardown", "err", err)
@@ -158,18 +153,18 @@ func (m *Reconciler) recoverLocked(ctx context.Context, sb *sandbox.Sandbox, aft
 		sb.State == sandbox.StateStopping):
 		// The checkpoint completed (its marker is written only then),
 		// but the daemon died before the record said so.
-		m.finishHibernate(ctx, sb, log)
+		m.finishHibernate(ctx, op, sb, log)
 	case sb.State == sandbox.StateCreating:
 		var err error
 		if !m.e.Alive(ctx, sb) {
-			err = m.e.Provision(ctx, sb)
+			err = op.Provision(ctx, sb)
 		}
 		if err != nil {
 			log.Warn("interrupted create cannot be finished", "err", err)
-			m.e.Fail(ctx, sb, actorReconciler, err)
+			op.Fail(ctx, sb, actorReconciler, err)
 			return
 		}
-		if err := m.e.Transition(ctx, sb, sandbox.StateRunning, sandbox.CauseReconciler, actorReconciler, "create finished "+after); err != nil {
+		if err := op.Transition(ctx, sb, sandbox.StateRunning, sandbox.CauseReconciler, actorReconciler, "create finished "+after); err != nil {
 			log.Warn("recording finished create", "err", err)
 		}
 	case sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused ||
@@ -212,39 +207,39 @@ func (m *Reconciler) recoverLocked(ctx context.Context, sb *sandbox.Sandbox, aft
 		wasPaused := sb.State == sandbox.StatePaused
 		if sb.State == sandbox.StateQuarantined {
 			log.Warn("quarantined sandbox lost its processes; it stays quarantined, stopped")
-			_ = m.e.StopHost(ctx, sb)
+			_ = op.StopHost(ctx, sb)
 			sb.PrevState = sandbox.StateStopped
 			_ = m.store.UpdateSandbox(ctx, sb)
 			return
 		}
-		if err := m.e.StopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "processes gone "+after); err != nil {
+		if err := op.Stop(ctx, sb, sandbox.CauseReconciler, actorReconciler, "processes gone "+after); err != nil {
 			log.Warn("stopping dead sandbox", "err", err)
 			return
 		}
-		if err := m.e.StartLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "restarted after its processes were lost"); err != nil {
+		if err := op.Start(ctx, sb, sandbox.CauseReconciler, actorReconciler, "restarted after its processes were lost"); err != nil {
 			log.Warn("restarting persistent sandbox", "err", err)
 			return
 		}
 		if wasPaused {
-			_ = m.e.PauseLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "paused again "+after)
+			_ = op.Pause(ctx, sb, sandbox.CauseReconciler, actorReconciler, "paused again "+after)
 		}
 	case sb.State == sandbox.StateStopping:
-		if err := m.e.StopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "stop finished "+after); err != nil {
+		if err := op.Stop(ctx, sb, sandbox.CauseReconciler, actorReconciler, "stop finished "+after); err != nil {
 			log.Warn("finishing stop", "err", err)
 		}
 	case sb.State == sandbox.StateStarting && !node.Hibernated(m.node, sb) && m.e.Alive(ctx, sb):
 		// The start (or the wake) finished on the host; only its record
 		// was not written.
-		if err := m.e.Transition(ctx, sb, sandbox.StateRunning, sandbox.CauseReconciler, actorReconciler, "start finished "+after); err != nil {
+		if err := op.Transition(ctx, sb, sandbox.StateRunning, sandbox.CauseReconciler, actorReconciler, "start finished "+after); err != nil {
 			log.Warn("recording finished start", "err", err)
 		}
 	case sb.State == sandbox.StateStarting:
-		if err := m.e.StartLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, "start finished "+after); err != nil {
+		if err := op.Start(ctx, sb, sandbox.CauseReconciler, actorReconciler, "start finished "+after); err != nil {
 			log.Warn("finishing start", "err", err)
 		}
 	case sb.State == sandbox.StateStopped:
 		// Nothing may run or stay mounted for a stopped sandbox.
-		if err := m.e.StopHost(ctx, sb); err != nil {
+		if err := op.StopHost(ctx, sb); err != nil {
 			log.Warn("cleaning stopped sandbox", "err", err)
 		}
 	}
@@ -268,8 +263,8 @@ func (m *Reconciler) recoverWaiting() {
 		}
 		// Busy: the next tick tries again. Still absent when it runs
 		// (it cannot be: classes only join): recoverLocked lists it again.
-		if m.e.Async(id, m.fenced(func(ctx context.Context, cur *sandbox.Sandbox) {
-			m.recoverLocked(ctx, cur, "once its runtime class "+class+" was available",
+		if m.e.Async(id, m.fenced(func(ctx context.Context, op *engine.Op, cur *sandbox.Sandbox) {
+			m.recoverLocked(ctx, op, cur, "once its runtime class "+class+" was available",
 				"client went away (daemon restart)", "runtime class was unavailable")
 		})) {
 			delete(m.classWait, id)
@@ -280,20 +275,20 @@ func (m *Reconciler) recoverWaiting() {
 // finishHibernate records as hibernated a sandbox whose checkpoint
 // completed before the daemon died: its root and volumes are released as
 // a hibernate does, its image and bundle kept for the wake.
-func (m *Reconciler) finishHibernate(ctx context.Context, sb *sandbox.Sandbox, log *slog.Logger) {
+func (m *Reconciler) finishHibernate(ctx context.Context, op *engine.Op, sb *sandbox.Sandbox, log *slog.Logger) {
 	if sb.State != sandbox.StateStopping {
-		if err := m.e.Transition(ctx, sb, sandbox.StateStopping, sandbox.CauseReconciler, actorReconciler, engine.ReasonHibernated); err != nil {
+		if err := op.Transition(ctx, sb, sandbox.StateStopping, sandbox.CauseReconciler, actorReconciler, engine.ReasonHibernated); err != nil {
 			log.Warn("recording an interrupted hibernate", "err", err)
 			return
 		}
 	}
-	if err := m.e.StopHost(ctx, sb); err != nil {
+	if err := op.StopHost(ctx, sb); err != nil {
 		log.Warn("finishing an interrupted hibernate", "err", err)
 		return
 	}
 	m.e.Event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "hibernate", Actor: actorReconciler, Cause: sandbox.CauseReconciler,
 		Outcome: "ok", Message: "checkpoint completed before the daemon stopped; hibernate finished after restart"})
-	if err := m.e.Transition(ctx, sb, sandbox.StateStopped, sandbox.CauseReconciler, actorReconciler, engine.ReasonHibernated); err != nil {
+	if err := op.Transition(ctx, sb, sandbox.StateStopped, sandbox.CauseReconciler, actorReconciler, engine.ReasonHibernated); err != nil {
 		log.Warn("recording an interrupted hibernate", "err", err)
 		return
 	}
@@ -387,7 +382,7 @@ func (m *Reconciler) tick(ctx context.Context) time.Time {
 		m.e.FlushActivity(ctx, sb)
 		if due, ok := sandbox.Next(sb, m.e.LastActivity(sb)); ok {
 			if !now.Before(due.At) {
-				if !m.e.Async(sb.ID, m.fenced(func(ctx context.Context, cur *sandbox.Sandbox) { m.enforce(ctx, cur) })) {
+				if !m.e.Async(sb.ID, m.fenced(func(ctx context.Context, op *engine.Op, cur *sandbox.Sandbox) { m.enforce(ctx, op, cur) })) {
 					// Busy with another operation: look again shortly.
 					due.At = now.Add(50 * time.Millisecond)
 				}
@@ -405,33 +400,33 @@ func (m *Reconciler) tick(ctx context.Context) time.Time {
 		}
 		switch sb.State {
 		case sandbox.StateDeleting, sandbox.StateFailed:
-			m.e.Async(sb.ID, m.fenced(func(ctx context.Context, sb *sandbox.Sandbox) {
+			m.e.Async(sb.ID, m.fenced(func(ctx context.Context, op *engine.Op, sb *sandbox.Sandbox) {
 				if sb.State == sandbox.StateDeleting || sb.State == sandbox.StateFailed {
 					done := m.e.AuditSystem(ctx, sb, actorReconciler, "cleanup")
-					done(m.e.DestroyLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, sb.Reason))
+					done(op.Destroy(ctx, sb, sandbox.CauseReconciler, actorReconciler, sb.Reason))
 				}
 			}))
 		case sandbox.StateStopping:
-			m.e.Async(sb.ID, m.fenced(func(ctx context.Context, sb *sandbox.Sandbox) {
+			m.e.Async(sb.ID, m.fenced(func(ctx context.Context, op *engine.Op, sb *sandbox.Sandbox) {
 				if sb.State == sandbox.StateStopping {
 					done := m.e.AuditSystem(ctx, sb, actorReconciler, "stop")
-					done(m.e.StopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, sb.Reason))
+					done(op.Stop(ctx, sb, sandbox.CauseReconciler, actorReconciler, sb.Reason))
 				}
 			}))
 		case sandbox.StateRunning:
 			if m.node.Exited(sb) && !m.classAbsent(sb) {
-				m.e.Async(sb.ID, m.fenced(func(ctx context.Context, sb *sandbox.Sandbox) {
+				m.e.Async(sb.ID, m.fenced(func(ctx context.Context, op *engine.Op, sb *sandbox.Sandbox) {
 					if sb.State != sandbox.StateRunning || m.e.Alive(ctx, sb) {
 						return
 					}
 					reason := "sandbox exited unexpectedly: " + strings.TrimSpace(m.node.InitLog(sb, 256, 50*time.Millisecond))
 					if sb.Spec.Persistent {
 						done := m.e.AuditSystem(ctx, sb, actorReconciler, "stop")
-						done(m.e.StopLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason))
+						done(op.Stop(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason))
 						return
 					}
 					done := m.e.AuditSystem(ctx, sb, actorReconciler, "cleanup")
-					done(m.e.DestroyLocked(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason))
+					done(op.Destroy(ctx, sb, sandbox.CauseReconciler, actorReconciler, reason))
 				}))
 			}
 		}
@@ -538,7 +533,7 @@ func (m *Reconciler) orphans(live []*sandbox.Sandbox, gone func(string) bool) {
 			continue
 		}
 		seen := *sb
-		m.e.Async(sb.ID, m.fenced(func(ctx context.Context, cur *sandbox.Sandbox) {
+		m.e.Async(sb.ID, m.fenced(func(ctx context.Context, op *engine.Op, cur *sandbox.Sandbox) {
 			// Moved on since the list (its replica was slow, not gone; or
 			// another pass did it): nothing of this is due any more.
 			if cur.State != seen.State || cur.Replica != seen.Replica || cur.Generation != seen.Generation {
@@ -550,7 +545,7 @@ func (m *Reconciler) orphans(live []*sandbox.Sandbox, gone func(string) bool) {
 			}
 			m.log.Info("reconciler: finishing what a replica that is gone left in flight",
 				"sandbox", cur.ID, "state", cur.State, "replica", who)
-			m.recoverLocked(ctx, cur, "by the node lease holder: replica "+who+" is gone",
+			m.recoverLocked(ctx, op, cur, "by the node lease holder: replica "+who+" is gone",
 				"client went away (its replica "+who+" is gone)", "replica "+who+" was gone")
 		}))
 	}
@@ -560,13 +555,13 @@ func (m *Reconciler) orphans(live []*sandbox.Sandbox, gone func(string) bool) {
 // still held when it starts (it may have waited for the sandbox's lock),
 // and its transitions carry the lease's fence, so the store refuses them
 // once another replica holds the lease.
-func (m *Reconciler) fenced(fn func(context.Context, *sandbox.Sandbox)) func(context.Context, *sandbox.Sandbox) {
-	return func(ctx context.Context, sb *sandbox.Sandbox) {
+func (m *Reconciler) fenced(fn func(context.Context, *engine.Op, *sandbox.Sandbox)) func(context.Context, *engine.Op, *sandbox.Sandbox) {
+	return func(ctx context.Context, op *engine.Op, sb *sandbox.Sandbox) {
 		f, ok := m.e.Config().NodeLease.Held()
 		if !ok {
 			return
 		}
-		fn(leader.Fenced(ctx, f), sb)
+		fn(leader.Fenced(ctx, f), op, sb)
 	}
 }
 
@@ -595,7 +590,7 @@ func (m *Reconciler) purgeRetained(ctx context.Context, now time.Time) {
 }
 
 // enforce takes the policy action due for sb, if it is still due.
-func (m *Reconciler) enforce(ctx context.Context, sb *sandbox.Sandbox) {
+func (m *Reconciler) enforce(ctx context.Context, op *engine.Op, sb *sandbox.Sandbox) {
 	due, ok := sandbox.Next(sb, m.e.LastActivity(sb))
 	if !ok || m.e.Now().Before(due.At) {
 		return
@@ -622,14 +617,14 @@ func (m *Reconciler) enforce(ctx context.Context, sb *sandbox.Sandbox) {
 	defer func() { done(err) }()
 	switch due.Action {
 	case sandbox.ActionPause:
-		err = m.e.PauseLocked(ctx, sb, sandbox.CausePolicy, actor, reason)
+		err = op.Pause(ctx, sb, sandbox.CausePolicy, actor, reason)
 	case sandbox.ActionStop:
 		if sb.State == sandbox.StatePaused || sb.State == sandbox.StateRunning {
-			err = m.e.StopLocked(ctx, sb, sandbox.CausePolicy, actor, reason)
+			err = op.Stop(ctx, sb, sandbox.CausePolicy, actor, reason)
 		}
 	case sandbox.ActionDelete:
 		// Its cleanup lag counts from the deadline, not from this tick.
-		err = m.e.DestroyLocked(engine.WithCleanupFrom(ctx, due.At), sb, sandbox.CausePolicy, actor, reason)
+		err = op.Destroy(engine.WithCleanupFrom(ctx, due.At), sb, sandbox.CausePolicy, actor, reason)
 	}
 	if err != nil {
 		m.log.Warn("policy action failed", "sandbox", sb.ID, "policy", due.Policy, "action", due.Action, "err", err)
@@ -706,7 +701,7 @@ func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*Report, er
 	// the record is read again under the lock, since the list above may be
 	// older than an operation that has just finished.
 	busy := func(id string) bool {
-		unlock, ok := m.e.TryLock(id)
+		_, unlock, ok := m.e.TryLock(id)
 		if !ok {
 			return true
 		}
@@ -737,9 +732,12 @@ func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*Report, er
 		owners[v.ID] = v.SandboxID
 	}
 	m.node.Sweep(ctx, node.SweepInput{
-		Live:    live,
-		Busy:    busy,
-		TryLock: m.e.TryLock,
+		Live: live,
+		Busy: busy,
+		TryLock: func(id string) (func(), bool) {
+			_, unlock, ok := m.e.TryLock(id)
+			return unlock, ok
+		},
 		VolumeOwner: func(vid string) (string, bool) {
 			if owner, ok := owners[vid]; ok {
 				return owner, true
@@ -769,7 +767,7 @@ func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*Report, er
 		if sb := live[id]; m.pools != nil && m.pools.Stuck(sb) && !m.pools.InFlight(id) && m.e.Now().Sub(sb.UpdatedAt) > stuckMemberGrace {
 			add("pool", id, fmt.Sprintf("warm pool member of %s unfinished (running, not ready) since %s", sb.Spec.Pool, sb.UpdatedAt.Format(time.RFC3339)),
 				func() error {
-					unlock, ok := m.e.TryLock(id)
+					op, unlock, ok := m.e.TryLock(id)
 					if !ok {
 						return fmt.Errorf("sandbox %s is busy", id)
 					}
@@ -778,7 +776,7 @@ func (m *Reconciler) doctor(ctx context.Context, fix, atStart bool) (*Report, er
 					if err != nil || !m.pools.Stuck(cur) {
 						return err
 					}
-					return m.e.DestroyLocked(ctx, cur, sandbox.CauseReconciler, actorReconciler, "doctor --fix: unfinished warm pool member")
+					return op.Destroy(ctx, cur, sandbox.CauseReconciler, actorReconciler, "doctor --fix: unfinished warm pool member")
 				})
 		}
 	}

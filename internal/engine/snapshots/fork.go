@@ -26,7 +26,7 @@ import (
 // engine's core: crash-consistent captures by the node backend, children
 // and snapshot-made sandboxes launched by the core.
 type Snapshots struct {
-	e     *engine.Engine
+	e     engine.Host
 	files *files.Access
 	store store.Store
 	node  node.Backend
@@ -35,8 +35,10 @@ type Snapshots struct {
 
 // New returns the snapshot feature of e; export and copy read and write
 // files through fa.
-func New(e *engine.Engine, fa *files.Access) *Snapshots {
-	return &Snapshots{e: e, files: fa, store: e.Store(), node: e.Backend(), log: e.Log()}
+func New(e engine.Host, fa *files.Access) *Snapshots {
+	m := &Snapshots{e: e, files: fa, store: e.Store(), node: e.Backend(), log: e.Log()}
+	e.Hooks().FromSnapshot = m.FromSnapshot // a create from a snapshot
+	return m
 }
 
 // capturer is the backend's Capturer, or its refusal of captures.
@@ -103,7 +105,7 @@ func (m *Snapshots) Fork(ctx context.Context, ref string, req *ForkRequest, acto
 	var parent *sandbox.Sandbox
 	var stage node.Capture
 	var release func()
-	_, err = m.e.Op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
+	_, err = m.e.Op(ctx, ref, func(ctx context.Context, op *engine.Op, sb *sandbox.Sandbox) error {
 		if sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused && sb.State != sandbox.StateStopped {
 			return sandbox.ErrWrongState("fork", sb)
 		}
@@ -300,7 +302,7 @@ func (m *Snapshots) CreateSnapshot(ctx context.Context, ref string, req *Snapsho
 		return nil, err
 	}
 	var sn *store.Snapshot
-	_, err = m.e.Op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
+	_, err = m.e.Op(ctx, ref, func(ctx context.Context, op *engine.Op, sb *sandbox.Sandbox) error {
 		if sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused && sb.State != sandbox.StateStopped &&
 			sb.State != sandbox.StateQuarantined {
 			return sandbox.ErrWrongState("snapshot", sb)
@@ -409,13 +411,13 @@ func (m *Snapshots) RestoreSnapshot(ctx context.Context, ref, actor string) (*sa
 	if err != nil {
 		return nil, err
 	}
-	return m.e.Op(ctx, sn.SandboxID, func(ctx context.Context, sb *sandbox.Sandbox) error {
+	return m.e.Op(ctx, sn.SandboxID, func(ctx context.Context, op *engine.Op, sb *sandbox.Sandbox) error {
 		wasRunning := sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused
 		if !wasRunning && sb.State != sandbox.StateStopped {
 			return sandbox.ErrWrongState("restore", sb)
 		}
 		if wasRunning {
-			if err := m.e.StopLocked(ctx, sb, sandbox.CauseUser, actor, "restore snapshot "+sn.Name); err != nil {
+			if err := op.Stop(ctx, sb, sandbox.CauseUser, actor, "restore snapshot "+sn.Name); err != nil {
 				return err
 			}
 		}
@@ -430,7 +432,7 @@ func (m *Snapshots) RestoreSnapshot(ctx context.Context, ref, actor string) (*sa
 			// Undone as far as it can be: a sandbox that ran runs again
 			// (on the files as the failed revert left them).
 			if wasRunning {
-				if serr := m.e.StartLocked(ctx, sb, sandbox.CauseReconciler, actor, "restore of "+sn.Name+" failed"); serr != nil {
+				if serr := op.Start(ctx, sb, sandbox.CauseReconciler, actor, "restore of "+sn.Name+" failed"); serr != nil {
 					err = errors.Join(err, fmt.Errorf("starting again: %w", serr))
 				}
 			}
@@ -439,7 +441,7 @@ func (m *Snapshots) RestoreSnapshot(ctx context.Context, ref, actor string) (*sa
 		m.e.Event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "restore", Actor: actor, Cause: sandbox.CauseUser,
 			Outcome: "ok", Message: "restored snapshot " + sn.ID + " (" + sn.Name + ")"})
 		if wasRunning {
-			return m.e.StartLocked(ctx, sb, sandbox.CauseUser, actor, "restored snapshot "+sn.Name)
+			return op.Start(ctx, sb, sandbox.CauseUser, actor, "restored snapshot "+sn.Name)
 		}
 		return nil
 	})

@@ -429,7 +429,7 @@ func (m *Builder) buildLayer(ctx context.Context, layers []string, cfg store.Tem
 	if err != nil {
 		return "", err
 	}
-	unlock := m.e.Lock(sb.ID)
+	_, unlock := m.e.Lock(sb.ID)
 	defer unlock()
 	return rl.CommitLayer(ctx, sb)
 }

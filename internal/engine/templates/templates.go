@@ -31,7 +31,7 @@ import (
 // uploads and builds of template layers, declarative apply with a
 // per-step cache, and the builtin template.
 type Builder struct {
-	e     *engine.Engine
+	e     engine.Host
 	store store.Store
 	node  node.Backend
 	log   *slog.Logger
@@ -55,9 +55,12 @@ const MaxConcurrentUploads = 4
 
 // New returns the templates feature of e; setPool is the warm-pool
 // feature's (nil: apply refuses a pool: section).
-func New(e *engine.Engine, fa *files.Access, setPool func(ctx context.Context, name string, min int) error) *Builder {
-	return &Builder{e: e, files: fa, store: e.Store(), node: e.Backend(), log: e.Log(), setPool: setPool,
+func New(e engine.Host, fa *files.Access, setPool func(ctx context.Context, name string, min int) error) *Builder {
+	m := &Builder{e: e, files: fa, store: e.Store(), node: e.Backend(), log: e.Log(), setPool: setPool,
 		uploads: make(chan struct{}, MaxConcurrentUploads)}
+	e.Hooks().ResolveImage = m.ResolveImage // a create from an image
+	e.Hooks().OnFlow(m.ObserveFlow)         // a build sandbox's flows go to its build record
+	return m
 }
 
 // BuiltinTemplate is the name of the template berth provides without a

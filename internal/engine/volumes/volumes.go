@@ -17,13 +17,13 @@ import (
 
 // Volumes serves named volumes.
 type Volumes struct {
-	e     *engine.Engine
+	e     engine.Host
 	store store.Store
 	node  node.Backend
 }
 
 // New returns the volumes feature of e.
-func New(e *engine.Engine) *Volumes { return &Volumes{e: e, store: e.Store(), node: e.Backend()} }
+func New(e engine.Host) *Volumes { return &Volumes{e: e, store: e.Store(), node: e.Backend()} }
 
 // CreateVolume makes a named volume.
 func (m *Volumes) CreateVolume(ctx context.Context, req *CreateRequest, tenant string) (*store.Volume, error) {

@@ -10,8 +10,13 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/agent"
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/netrules"
+	"github.com/berth-sh/berth/internal/engine/pools"
+	"github.com/berth-sh/berth/internal/engine/reconcile"
+	"github.com/berth-sh/berth/internal/engine/templates"
+	"github.com/berth-sh/berth/internal/image"
 	"github.com/berth-sh/berth/internal/leader"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server/input"
 )
@@ -182,7 +187,7 @@ func TestConvertRequests(t *testing.T) {
 	}
 }
 
-func createToAPI(r *manager.CreateRequest) *api.CreateSandboxRequest {
+func createToAPI(r *engine.CreateRequest) *api.CreateSandboxRequest {
 	out := &api.CreateSandboxRequest{
 		Name: r.Name, Template: r.Template, Image: r.Image, ImageInsecure: r.ImageInsecure, Persistent: r.Persistent,
 		Resources: api.Resources{CPUs: r.Resources.CPUs, MemoryBytes: r.Resources.MemoryBytes,
@@ -221,19 +226,19 @@ func TestConvertResults(t *testing.T) {
 		}
 	}
 	{
-		in := filled[manager.Exit](t)
+		in := filled[engine.Exit](t)
 		in.Duration = 1234567 * time.Microsecond
 		out := ExitToAPI(*in)
-		check("exit", in, &out, &manager.Exit{Code: out.Code, Signal: out.Signal, TimedOut: out.TimedOut,
+		check("exit", in, &out, &engine.Exit{Code: out.Code, Signal: out.Signal, TimedOut: out.TimedOut,
 			OOMKilled: out.OOMKilled, Duration: time.Duration(out.DurationMS * float64(time.Millisecond))})
 	}
 	{
-		in := filled[manager.FileInfo](t)
+		in := filled[engine.FileInfo](t)
 		// Xattrs are the E2B door's file metadata (user.e2b.*), which
 		// berth's own file info does not carry.
 		in.Xattrs = nil
 		out := FileInfoToAPI(*in)
-		check("file info", in, &out, &manager.FileInfo{Name: out.Name, Path: out.Path, Size: out.Size, Mode: out.Mode,
+		check("file info", in, &out, &engine.FileInfo{Name: out.Name, Path: out.Path, Size: out.Size, Mode: out.Mode,
 			ModTime: out.ModTime, IsDir: out.IsDir, Link: out.Link, UID: out.UID, GID: out.GID})
 		// The POSIX view is derived from the mode.
 		if m := fs.FileMode(in.Mode); out.Permissions != api.PosixPermissions(m) || out.ModeString != api.ModeString(m) || out.Type != api.FileType(m) {
@@ -241,53 +246,53 @@ func TestConvertResults(t *testing.T) {
 		}
 	}
 	{
-		in := filled[manager.DiffEntry](t)
+		in := filled[engine.DiffEntry](t)
 		out := DiffToAPI(*in)
-		check("diff", in, &out, &manager.DiffEntry{Path: out.Path, Kind: out.Kind, Size: out.Size, Dir: out.Dir})
+		check("diff", in, &out, &engine.DiffEntry{Path: out.Path, Kind: out.Kind, Size: out.Size, Dir: out.Dir})
 	}
 	{
-		in := filled[manager.Isolation](t)
+		in := filled[engine.Isolation](t)
 		out := IsolationToAPI(*in)
-		check("isolation", in, &out, &manager.Isolation{Runtime: out.Runtime, SharedKernel: out.SharedKernel,
+		check("isolation", in, &out, &engine.Isolation{Runtime: out.Runtime, SharedKernel: out.SharedKernel,
 			UserNamespace: out.UserNamespace, Seccomp: out.Seccomp, Capabilities: out.Capabilities, NoNewPrivs: out.NoNewPrivs,
 			ReadonlyImage: out.ReadonlyImage, IDMode: out.IDMode, HostUID: out.HostUID, HostGID: out.HostGID,
 			HostIDs: out.HostIDs, UsernsOwner: out.UsernsOwner})
 	}
 	{
-		in := filled[manager.Disk](t)
+		in := filled[engine.Disk](t)
 		out := DiskToAPI(in)
-		check("disk", in, out, &manager.Disk{CapBytes: out.CapBytes, CapInodes: out.CapInodes, UsedBytes: out.UsedBytes,
+		check("disk", in, out, &engine.Disk{CapBytes: out.CapBytes, CapInodes: out.CapInodes, UsedBytes: out.UsedBytes,
 			UsedInodes: out.UsedInodes, Enforced: out.Enforced, Note: out.Note, ReadOnly: out.ReadOnly})
 	}
 	{
-		in := filled[manager.NetworkRules](t)
+		in := filled[netrules.NetworkRules](t)
 		out := RulesToAPI(in)
-		check("network rules", in, out, &manager.NetworkRules{Mode: out.Mode, IPv4: out.IPv4, IPv6: out.IPv6, Allow: out.Allow})
+		check("network rules", in, out, &netrules.NetworkRules{Mode: out.Mode, IPv4: out.IPv4, IPv6: out.IPv6, Allow: out.Allow})
 	}
 	{
-		in := filled[manager.Flow](t)
+		in := filled[netrules.Flow](t)
 		out := FlowToAPI(*in)
-		check("flow", in, &out, &manager.Flow{Seq: out.Seq, Time: out.Time, Kind: out.Kind, Proto: out.Proto, Src: out.Src,
+		check("flow", in, &out, &netrules.Flow{Seq: out.Seq, Time: out.Time, Kind: out.Kind, Proto: out.Proto, Src: out.Src,
 			Dst: out.Dst, Name: out.Name, Decision: out.Decision, Rule: out.Rule})
 	}
 	{
-		in := filled[manager.Pool](t)
+		in := filled[pools.Pool](t)
 		out := PoolPtrToAPI(in)
-		check("pool", in, out, &manager.Pool{Tenant: out.Tenant, Template: out.Template, Min: out.Min, Ready: out.Ready, Starting: out.Starting,
+		check("pool", in, out, &pools.Pool{Tenant: out.Tenant, Template: out.Template, Min: out.Min, Ready: out.Ready, Starting: out.Starting,
 			Hits: out.Hits, Misses: out.Misses, Reason: out.Reason, Auto: out.Auto})
 	}
 	{
-		in := filled[manager.BuildEvent](t)
+		in := filled[templates.Event](t)
 		out := BuildEventToAPI(*in)
-		check("build event", in, &out, &manager.BuildEvent{Step: out.Step, Stream: out.Stream, Data: out.Data},
+		check("build event", in, &out, &templates.Event{Step: out.Step, Stream: out.Stream, Data: out.Data},
 			"Template", "Error")
 	}
 	{
-		in := filled[manager.DoctorReport](t)
+		in := filled[reconcile.Report](t)
 		out := DoctorToAPI(in)
-		back := &manager.DoctorReport{Runtime: out.Runtime, Healthy: out.Healthy}
+		back := &reconcile.Report{Runtime: out.Runtime, Healthy: out.Healthy}
 		for _, f := range out.Findings {
-			back.Findings = append(back.Findings, manager.DoctorFinding{Kind: f.Kind, ID: f.ID, Detail: f.Detail, Fixed: f.Fixed, Error: f.Error})
+			back.Findings = append(back.Findings, reconcile.Finding{Kind: f.Kind, ID: f.ID, Detail: f.Detail, Fixed: f.Fixed, Error: f.Error})
 		}
 		for _, l := range out.Leases {
 			back.Leases = append(back.Leases, leader.Status{Name: l.Name, Holder: l.Holder, Self: l.Self, Held: l.Held,
@@ -306,13 +311,13 @@ func ptr[T any](v T) *T { return &v }
 
 // nil stays nil and empty stays empty, so responses encode as before.
 func TestConvertSlices(t *testing.T) {
-	if Slice([]manager.Flow(nil), FlowToAPI) != nil {
+	if Slice([]netrules.Flow(nil), FlowToAPI) != nil {
 		t.Error("nil became non-nil")
 	}
-	if b, _ := json.Marshal(Slice([]manager.Flow{}, FlowToAPI)); string(b) != "[]" {
+	if b, _ := json.Marshal(Slice([]netrules.Flow{}, FlowToAPI)); string(b) != "[]" {
 		t.Errorf("empty encodes as %s", b)
 	}
-	if b, _ := json.Marshal(DoctorToAPI(&manager.DoctorReport{Findings: []manager.DoctorFinding{}})); string(b) !=
+	if b, _ := json.Marshal(DoctorToAPI(&reconcile.Report{Findings: []reconcile.Finding{}})); string(b) !=
 		`{"findings":[],"runtime":"","healthy":false}` {
 		t.Errorf("doctor encodes as %s", b)
 	}
@@ -346,10 +351,10 @@ func TestWireThroughEngine(t *testing.T) {
 		}
 	}
 	ex := agent.Exit{Code: 137, Signal: "SIGKILL", TimedOut: true, OOMKilled: true, DurationMS: 1.5}
-	same("exit", ex, ExitToAPI(manager.Exit{Code: 137, Signal: "SIGKILL", TimedOut: true, OOMKilled: true, Duration: 1500 * time.Microsecond}))
+	same("exit", ex, ExitToAPI(engine.Exit{Code: 137, Signal: "SIGKILL", TimedOut: true, OOMKilled: true, Duration: 1500 * time.Microsecond}))
 }
 
-func registryAuthToAPI(a *manager.RequestAuth) *api.RegistryAuth {
+func registryAuthToAPI(a *image.RequestAuth) *api.RegistryAuth {
 	if a == nil {
 		return nil
 	}

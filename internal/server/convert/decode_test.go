@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/store"
@@ -34,7 +34,7 @@ func FuzzDecodeRequests(f *testing.F) {
 		var c api.CreateSandboxRequest
 		if err := input.Decode(r, &c); err != nil {
 			assert4xx(t, err)
-		} else if sp, err := manager.SpecFromRequest(CreateRequest(&c), tpl); err != nil {
+		} else if sp, err := engine.SpecFromRequest(CreateRequest(&c), tpl); err != nil {
 			assert4xx(t, err)
 		} else {
 			// Accepted: valid by the spec's own rules, and within what

@@ -16,8 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/procs"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server/convert"
 	"github.com/berth-sh/berth/internal/server/input"
@@ -28,16 +29,16 @@ import (
 // Engine is what the exec and process routes need of the engine.
 type Engine interface {
 	Get(ctx context.Context, ref string) (*sandbox.Sandbox, error)
-	Create(ctx context.Context, req *manager.CreateRequest, opt manager.CreateOptions) (*sandbox.Sandbox, error)
+	Create(ctx context.Context, req *engine.CreateRequest, opt engine.CreateOptions) (*sandbox.Sandbox, error)
 	Delete(ctx context.Context, ref, actor string, cause sandbox.Cause, reason string) (*sandbox.Sandbox, error)
 	ResolveTemplate(ctx context.Context, tenant, name string) (*store.Template, error)
-	Exec(ctx context.Context, ref string, req *manager.ExecRequest, eio manager.ExecIO, actor string) (manager.Exit, error)
-	StartProcess(ctx context.Context, ref string, req *manager.StartRequest, actor string) (manager.Process, error)
-	ListProcesses(ctx context.Context, ref string) ([]manager.Process, error)
-	AttachProcess(ctx context.Context, ref, pid string, follow bool, aio manager.AttachIO, actor string) (*manager.Exit, error)
+	Exec(ctx context.Context, ref string, req *engine.ExecRequest, eio engine.ExecIO, actor string) (engine.Exit, error)
+	StartProcess(ctx context.Context, ref string, req *procs.StartRequest, actor string) (procs.Process, error)
+	ListProcesses(ctx context.Context, ref string) ([]procs.Process, error)
+	AttachProcess(ctx context.Context, ref, pid string, follow bool, aio procs.AttachIO, actor string) (*engine.Exit, error)
 	ProcessStdin(ctx context.Context, ref, pid string, r io.Reader, close bool, actor string) error
 	SignalProcess(ctx context.Context, ref, pid, sig string, stop bool, actor string) error
-	WaitProcess(ctx context.Context, ref, pid, actor string) (manager.Exit, error)
+	WaitProcess(ctx context.Context, ref, pid, actor string) (engine.Exit, error)
 }
 
 // Handlers serves the exec and process routes.
@@ -82,21 +83,21 @@ func (h *Handlers) Exec(w http.ResponseWriter, r *http.Request) {
 		rest.Error(w, errdefs.Invalid("tty needs the interactive exec at /exec/ws"))
 		return
 	}
-	h.streamExec(w, r, func(ctx context.Context, eio manager.ExecIO) (manager.Exit, error) {
+	h.streamExec(w, r, func(ctx context.Context, eio engine.ExecIO) (engine.Exit, error) {
 		return h.E.Exec(ctx, r.PathValue("id"), convert.ExecRequest(&req), eio, rest.Actor(r))
 	})
 }
 
 // streamExec answers with an NDJSON exec stream. Errors before any output
 // get a plain error status; once streaming, they become an error event.
-func (h *Handlers) streamExec(w http.ResponseWriter, r *http.Request, run func(context.Context, manager.ExecIO) (manager.Exit, error)) {
+func (h *Handlers) streamExec(w http.ResponseWriter, r *http.Request, run func(context.Context, engine.ExecIO) (engine.Exit, error)) {
 	nd := rest.NewNDJSON(w)
 	var mu sync.Mutex
 	started := false
 	lazy := func(stream string) streamWriter {
 		return streamWriter{nd: nd, stream: stream}
 	}
-	eio := manager.ExecIO{Stdout: &startWriter{w: lazy("stdout"), started: &started, mu: &mu},
+	eio := engine.ExecIO{Stdout: &startWriter{w: lazy("stdout"), started: &started, mu: &mu},
 		Stderr: &startWriter{w: lazy("stderr"), started: &started, mu: &mu}}
 	start := time.Now()
 	exit, err := run(r.Context(), eio)
@@ -162,7 +163,7 @@ func (h *Handlers) Run(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	sb, err := h.E.Create(r.Context(), convert.CreateRequest(&req.Sandbox), manager.CreateOptions{Actor: rest.Actor(r), Tenant: rest.Tenant(r), OneShot: true})
+	sb, err := h.E.Create(r.Context(), convert.CreateRequest(&req.Sandbox), engine.CreateOptions{Actor: rest.Actor(r), Tenant: rest.Tenant(r), OneShot: true})
 	if err != nil {
 		rest.Error(w, err)
 		return
@@ -179,7 +180,7 @@ func (h *Handlers) Run(w http.ResponseWriter, r *http.Request) {
 		h.Deleted.Inc()
 	}()
 	w.Header().Set("X-Berth-Sandbox-Id", sb.ID)
-	h.streamExec(w, r, func(ctx context.Context, eio manager.ExecIO) (manager.Exit, error) {
+	h.streamExec(w, r, func(ctx context.Context, eio engine.ExecIO) (engine.Exit, error) {
 		return h.E.Exec(ctx, sb.ID, exec, eio, rest.Actor(r))
 	})
 }

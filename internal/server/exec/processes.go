@@ -11,8 +11,8 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/engine/procs"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/server/convert"
 	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/server/rest"
@@ -23,7 +23,7 @@ import (
 // maxProcStdin caps one POST .../stdin body.
 const maxProcStdin = 64 << 20
 
-func processToAPI(p manager.Process) api.Process {
+func processToAPI(p procs.Process) api.Process {
 	out := api.Process{ID: p.ID, Tag: p.Tag, Argv: p.Argv, TTY: p.TTY, PID: p.PID, Started: p.Started,
 		State: p.State, Restart: p.Restart, Restarts: p.Restarts, Reason: p.Reason}
 	if out.Argv == nil {
@@ -74,7 +74,7 @@ func (h *Handlers) GetProcess(w http.ResponseWriter, r *http.Request) {
 		rest.Error(w, err)
 		return
 	}
-	var found *manager.Process
+	var found *procs.Process
 	for i := len(ps) - 1; i >= 0; i-- {
 		p := ps[i]
 		if p.ID == pid {
@@ -109,7 +109,7 @@ func (h *Handlers) ProcessLogs(w http.ResponseWriter, r *http.Request) {
 		mu.Unlock()
 		return nd.Send(ev)
 	}
-	ex, err := h.E.AttachProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), follow, manager.AttachIO{
+	ex, err := h.E.AttachProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), follow, procs.AttachIO{
 		Stdout: eventWriter{"stdout", send}, Stderr: eventWriter{"stderr", send},
 		Gap: func(n int64) { _ = send(api.ProcessEvent{Gap: n}) },
 	}, rest.Actor(r))
@@ -235,7 +235,7 @@ func (h *Handlers) ProcessWS(w http.ResponseWriter, r *http.Request) {
 	send := ws.send
 	in := ws.readInput(cancel, false)
 	defer in.CloseRead() // a write waiting for a reader that never came ends
-	ex, err := h.E.AttachProcess(ctx, id, pid, true, manager.AttachIO{
+	ex, err := h.E.AttachProcess(ctx, id, pid, true, procs.AttachIO{
 		Stdin: in, KeepStdin: true, // resizes in order with the bytes
 		Stdout: kindWriter{api.WSStdout, send}, Stderr: kindWriter{api.WSStderr, send},
 	}, rest.Actor(r))

@@ -11,8 +11,8 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/server/convert"
 	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/server/rest"
@@ -60,7 +60,7 @@ func (h *Handlers) ExecWS(w http.ResponseWriter, r *http.Request) {
 	}
 	in := ws.readInput(cancel, true)
 	defer in.CloseRead() // a write waiting for a reader that never came ends
-	exit, err := h.E.Exec(ctx, id, convert.ExecRequest(&req), manager.ExecIO{
+	exit, err := h.E.Exec(ctx, id, convert.ExecRequest(&req), engine.ExecIO{
 		Stdin:  in, // its resizes in order with its bytes
 		Stdout: kindWriter{api.WSStdout, send},
 		Stderr: kindWriter{api.WSStderr, send},
@@ -98,8 +98,8 @@ func (ws *wsStream) send(kind byte, p []byte) error {
 // messages, in their order, into the returned terminal input until the
 // connection ends, and then calls cancel. failStdin: the input's reader
 // gets the connection's error rather than EOF.
-func (ws *wsStream) readInput(cancel func(), failStdin bool) manager.TermInput {
-	in := manager.NewTermInput()
+func (ws *wsStream) readInput(cancel func(), failStdin bool) engine.TermInput {
+	in := engine.NewTermInput()
 	go func() {
 		defer in.Close()
 		for {

@@ -11,8 +11,9 @@ import (
 	"os"
 	"strconv"
 
+	enginefiles "github.com/berth-sh/berth/internal/engine/files"
+	"github.com/berth-sh/berth/internal/engine/snapshots"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server/convert"
 	"github.com/berth-sh/berth/internal/server/rest"
@@ -20,9 +21,9 @@ import (
 
 // Engine is what the file routes need of the engine.
 type Engine interface {
-	Files(ctx context.Context, ref string, write bool, actor string) (*manager.Files, error)
+	Files(ctx context.Context, ref string, write bool, actor string) (*enginefiles.Files, error)
 	Export(ctx context.Context, ref string, paths []string, w io.Writer, actor string) error
-	Copy(ctx context.Context, req *manager.CopyRequest, actor string) error
+	Copy(ctx context.Context, req *snapshots.CopyRequest, actor string) error
 }
 
 // Handlers serves the file routes.
@@ -177,25 +178,25 @@ func (h *Handlers) Put(w http.ResponseWriter, r *http.Request) {
 // ownershipParams reads who owns what a write creates: user= (a user of
 // the sandbox, "uid[:gid]" or a name; default the sandbox's user) or,
 // for a tar, preserve_owner=true (the archive's owners).
-func ownershipParams(r *http.Request, asTar bool) (manager.Ownership, error) {
+func ownershipParams(r *http.Request, asTar bool) (enginefiles.Ownership, error) {
 	user := r.URL.Query().Get("user")
 	if len(user) > 256 {
-		return manager.Ownership{}, errdefs.Invalid("user: at most 256 bytes")
+		return enginefiles.Ownership{}, errdefs.Invalid("user: at most 256 bytes")
 	}
 	if err := sandbox.CheckText("user", user); err != nil {
-		return manager.Ownership{}, err
+		return enginefiles.Ownership{}, err
 	}
 	preserve, err := boolParam(r, "preserve_owner")
 	if err != nil {
-		return manager.Ownership{}, err
+		return enginefiles.Ownership{}, err
 	}
 	if preserve && !asTar {
-		return manager.Ownership{}, errdefs.Invalid("preserve_owner applies to a tar upload (format=tar)")
+		return enginefiles.Ownership{}, errdefs.Invalid("preserve_owner applies to a tar upload (format=tar)")
 	}
 	if preserve && user != "" {
-		return manager.Ownership{}, errdefs.Invalid("preserve_owner and user do not go together")
+		return enginefiles.Ownership{}, errdefs.Invalid("preserve_owner and user do not go together")
 	}
-	return manager.Ownership{Owner: user, Preserve: preserve}, nil
+	return enginefiles.Ownership{Owner: user, Preserve: preserve}, nil
 }
 
 // Stat serves GET /v1/sandboxes/{id}/files/stat.
@@ -287,7 +288,7 @@ func (h *Handlers) Remove(w http.ResponseWriter, r *http.Request) {
 
 // openFiles parses the path parameter and opens file access to the
 // sandbox for a handler; on failure it has answered and returns false.
-func (h *Handlers) openFiles(w http.ResponseWriter, r *http.Request, write bool) (*manager.Files, string, bool) {
+func (h *Handlers) openFiles(w http.ResponseWriter, r *http.Request, write bool) (*enginefiles.Files, string, bool) {
 	path, err := pathParam(r)
 	if err != nil {
 		rest.Error(w, err)

@@ -10,7 +10,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/berth-sh/berth/api"
-	"github.com/berth-sh/berth/internal/manager"
+	enginefiles "github.com/berth-sh/berth/internal/engine/files"
 	"github.com/berth-sh/berth/internal/server/rest"
 )
 
@@ -101,7 +101,7 @@ func (h *Handlers) Watch(w http.ResponseWriter, r *http.Request) {
 	}
 	readySent := false
 	err = f.Watch(ctx, path, recursive, func() { readySent = send(api.WatchEvent{Type: api.WatchReady, Path: path}) == nil },
-		func(ev manager.WatchEvent) error {
+		func(ev enginefiles.WatchEvent) error {
 			return send(api.WatchEvent{Type: ev.Type, Path: ev.Path, OldPath: ev.OldPath, IsDir: ev.IsDir})
 		})
 	switch {

@@ -237,7 +237,7 @@ func ID(r *http.Request) string {
 	return ""
 }
 
-// Reserve returns the manager's CreateOptions.Reserve for the request:
+// Reserve returns the engine's CreateOptions.Reserve for the request:
 // it records the id the create hands out (a warm-pool member's) before it
 // does, so a retry after a crash finds it.
 func Reserve(r *http.Request) func(string) error {

@@ -18,7 +18,7 @@ import (
 // labels, users and rules, and numbers within what the kernel and the
 // store accept. What needs a template or the host's state (defaults
 // merged, volumes resolved) is the spec's own validation
-// (sandbox.Spec.Validate), which the manager runs before any side effect.
+// (sandbox.Spec.Validate), which the engine runs before any side effect.
 //
 // An exec or a process start is checked by the engine's own Validate of
 // the request as the engine takes it (engine.ExecRequest.Validate,

@@ -13,7 +13,7 @@ import (
 // where they were.
 func (h *Handlers) Hibernate(op string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		// Looked up per request: the route table is built without a manager.
+		// Looked up per request: the route table is built without an engine.
 		fn := h.E.Wake
 		if op == "hibernate" {
 			fn = h.E.Hibernate

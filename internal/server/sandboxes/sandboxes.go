@@ -16,7 +16,10 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/auth"
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/netrules"
+	"github.com/berth-sh/berth/internal/engine/snapshots"
+	"github.com/berth-sh/berth/internal/engine/volumes"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server/convert"
@@ -37,14 +40,14 @@ type Engine interface {
 
 // Records is a sandbox's record and what its API form shows.
 type Records interface {
-	Create(ctx context.Context, req *manager.CreateRequest, opt manager.CreateOptions) (*sandbox.Sandbox, error)
+	Create(ctx context.Context, req *engine.CreateRequest, opt engine.CreateOptions) (*sandbox.Sandbox, error)
 	List(ctx context.Context, all bool, p store.Page) ([]*sandbox.Sandbox, string, error)
 	Get(ctx context.Context, ref string) (*sandbox.Sandbox, error)
 	Delete(ctx context.Context, ref, actor string, cause sandbox.Cause, reason string) (*sandbox.Sandbox, error)
 	Children(ctx context.Context, id string) []string
-	Isolation(sb *sandbox.Sandbox) manager.Isolation
+	Isolation(sb *sandbox.Sandbox) engine.Isolation
 	LastActivity(sb *sandbox.Sandbox) time.Time
-	DiskUsage(sb *sandbox.Sandbox) *manager.Disk
+	DiskUsage(sb *sandbox.Sandbox) *engine.Disk
 	Store() store.Store
 }
 
@@ -61,13 +64,13 @@ type Lifecycle interface {
 	Touch(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error)
 	Hibernate(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error)
 	Wake(ctx context.Context, ref, actor string) (*sandbox.Sandbox, error)
-	Diff(ctx context.Context, ref string) ([]manager.DiffEntry, error)
+	Diff(ctx context.Context, ref string) ([]engine.DiffEntry, error)
 }
 
 // Snapshots is fork and the snapshot routes'.
 type Snapshots interface {
-	Fork(ctx context.Context, ref string, req *manager.ForkRequest, actor string, ids ...string) ([]*sandbox.Sandbox, time.Duration, error)
-	CreateSnapshot(ctx context.Context, ref string, req *manager.SnapshotRequest, actor string, ids ...string) (*store.Snapshot, error)
+	Fork(ctx context.Context, ref string, req *snapshots.ForkRequest, actor string, ids ...string) ([]*sandbox.Sandbox, time.Duration, error)
+	CreateSnapshot(ctx context.Context, ref string, req *snapshots.SnapshotRequest, actor string, ids ...string) (*store.Snapshot, error)
 	ListSnapshots(ctx context.Context, ref string, p store.Page) ([]*store.Snapshot, string, error)
 	GetSnapshot(ctx context.Context, ref string) (*store.Snapshot, error)
 	DeleteSnapshot(ctx context.Context, ref string) error
@@ -76,7 +79,7 @@ type Snapshots interface {
 
 // Volumes is the volume routes'.
 type Volumes interface {
-	CreateVolume(ctx context.Context, req *manager.VolumeCreate, tenant string) (*store.Volume, error)
+	CreateVolume(ctx context.Context, req *volumes.CreateRequest, tenant string) (*store.Volume, error)
 	ListVolumes(ctx context.Context, all bool, p store.Page) ([]*store.Volume, string, error)
 	GetVolume(ctx context.Context, ref string) (*store.Volume, error)
 	DeleteVolume(ctx context.Context, ref string) error
@@ -85,9 +88,9 @@ type Volumes interface {
 
 // Network is a sandbox's egress rules and flows.
 type Network interface {
-	NetworkRules(ctx context.Context, ref string) (*manager.NetworkRules, error)
-	UpdateNetworkRules(ctx context.Context, ref string, req *manager.RulesRequest, actor string) (*manager.NetworkRules, error)
-	Flows(ctx context.Context, ref string, after uint64, limit int) ([]manager.Flow, error)
+	NetworkRules(ctx context.Context, ref string) (*netrules.NetworkRules, error)
+	UpdateNetworkRules(ctx context.Context, ref string, req *netrules.Request, actor string) (*netrules.NetworkRules, error)
+	Flows(ctx context.Context, ref string, after uint64, limit int) ([]netrules.Flow, error)
 }
 
 // Handlers serves the sandbox routes.
@@ -162,7 +165,7 @@ func (h *Handlers) Create(w http.ResponseWriter, r *http.Request) {
 		rest.Error(w, err)
 		return
 	}
-	sb, err := h.E.Create(r.Context(), convert.CreateRequest(&req), manager.CreateOptions{Actor: rest.Actor(r), Tenant: rest.Tenant(r),
+	sb, err := h.E.Create(r.Context(), convert.CreateRequest(&req), engine.CreateOptions{Actor: rest.Actor(r), Tenant: rest.Tenant(r),
 		ID: idempotency.ID(r), Reserve: idempotency.Reserve(r)})
 	if err != nil {
 		rest.Error(w, err)

@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"strings"
 
+	enginetemplates "github.com/berth-sh/berth/internal/engine/templates"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/server/rest"
@@ -19,8 +19,8 @@ import (
 // network; the answer is the NDJSON stream of a build.
 func (h *Handlers) BuildDockerfile(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	req := &manager.DockerfileRequest{Name: r.PathValue("name"), Dockerfile: q.Get("dockerfile"), Target: q.Get("target"),
-		Context: r.Body, Network: manager.BuildNetwork{Mode: q.Get("network"), Allow: q["allow"]}}
+	req := &enginetemplates.DockerfileRequest{Name: r.PathValue("name"), Dockerfile: q.Get("dockerfile"), Target: q.Get("target"),
+		Context: r.Body, Network: enginetemplates.BuildNetwork{Mode: q.Get("network"), Allow: q["allow"]}}
 	for _, f := range [][2]string{{"dockerfile", req.Dockerfile}, {"target", req.Target}, {"network", req.Network.Mode}} {
 		if err := sandbox.CheckText(f[0], f[1]); err != nil {
 			rest.Error(w, err)
@@ -53,7 +53,7 @@ func (h *Handlers) BuildDockerfile(w http.ResponseWriter, r *http.Request) {
 		}
 		req.Timeout = input.TimeoutSeconds(secs)
 	}
-	buildStream(w, ToAPI, func(progress func(manager.BuildEvent)) (*store.Template, error) {
+	buildStream(w, ToAPI, func(progress func(enginetemplates.Event)) (*store.Template, error) {
 		return h.E.BuildDockerfile(r.Context(), req, rest.Actor(r), progress)
 	})
 }

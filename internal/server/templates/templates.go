@@ -12,9 +12,10 @@ import (
 	"strings"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/engine/pools"
+	enginetemplates "github.com/berth-sh/berth/internal/engine/templates"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/identity"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/server/convert"
 	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/server/rest"
@@ -26,16 +27,16 @@ type Engine interface {
 	ListTemplates(ctx context.Context, p store.Page) ([]*store.Template, string, error)
 	ResolveTemplate(ctx context.Context, tenant, name string) (*store.Template, error)
 	DeleteTemplate(ctx context.Context, name string) error
-	ImportTemplate(ctx context.Context, req *manager.ImportRequest) (*store.Template, error)
+	ImportTemplate(ctx context.Context, req *enginetemplates.ImportRequest) (*store.Template, error)
 	UploadTemplate(ctx context.Context, name string, r io.Reader) (*store.Template, error)
-	PushTemplate(ctx context.Context, req *manager.PushRequest) (*manager.Pushed, error)
-	BuildTemplate(ctx context.Context, req *manager.BuildRequest, actor string, progress func(manager.BuildEvent)) (*store.Template, error)
-	BuildDockerfile(ctx context.Context, req *manager.DockerfileRequest, actor string, progress func(manager.BuildEvent)) (*store.Template, error)
-	Apply(ctx context.Context, req *manager.ApplyRequest, actor string, progress func(manager.BuildEvent)) (*store.Template, error)
-	SetPool(ctx context.Context, name string, min int) (*manager.Pool, error)
-	ClearPool(ctx context.Context, name string) (*manager.Pool, error)
-	Pool(ctx context.Context, name string) (*manager.Pool, error)
-	Pools(ctx context.Context) ([]manager.Pool, error)
+	PushTemplate(ctx context.Context, req *enginetemplates.PushRequest) (*enginetemplates.Pushed, error)
+	BuildTemplate(ctx context.Context, req *enginetemplates.BuildRequest, actor string, progress func(enginetemplates.Event)) (*store.Template, error)
+	BuildDockerfile(ctx context.Context, req *enginetemplates.DockerfileRequest, actor string, progress func(enginetemplates.Event)) (*store.Template, error)
+	Apply(ctx context.Context, req *enginetemplates.ApplyRequest, actor string, progress func(enginetemplates.Event)) (*store.Template, error)
+	SetPool(ctx context.Context, name string, min int) (*pools.Pool, error)
+	ClearPool(ctx context.Context, name string) (*pools.Pool, error)
+	Pool(ctx context.Context, name string) (*pools.Pool, error)
+	Pools(ctx context.Context) ([]pools.Pool, error)
 }
 
 // Handlers serves the template routes.
@@ -159,7 +160,7 @@ func (h *Handlers) Push(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	run := func(ctx context.Context) (*api.PushResult, error) {
-		p, err := h.E.PushTemplate(ctx, &manager.PushRequest{Name: r.PathValue("name"), Ref: req.Ref, Insecure: req.Insecure,
+		p, err := h.E.PushTemplate(ctx, &enginetemplates.PushRequest{Name: r.PathValue("name"), Ref: req.Ref, Insecure: req.Insecure,
 			Auth: convert.RegistryAuth(req.RegistryAuth)})
 		if err != nil {
 			return nil, err
@@ -176,7 +177,7 @@ func (h *Handlers) Push(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	nd := rest.NewNDJSON(w)
-	ctx := manager.WithImportProgress(r.Context(), func(p manager.ImportProgress) {
+	ctx := enginetemplates.WithImportProgress(r.Context(), func(p enginetemplates.ImportProgress) {
 		_ = nd.Send(api.PushEvent{Progress: progressToAPI(p)})
 	})
 	res, err := run(ctx)
@@ -191,7 +192,7 @@ func (h *Handlers) Push(w http.ResponseWriter, r *http.Request) {
 	_ = nd.Send(api.PushEvent{Result: res})
 }
 
-func progressToAPI(p manager.ImportProgress) *api.ImportProgress {
+func progressToAPI(p enginetemplates.ImportProgress) *api.ImportProgress {
 	return &api.ImportProgress{Layer: p.Layer, Layers: p.Layers, Digest: p.Digest,
 		Bytes: p.Bytes, Size: p.Size, Done: p.Done, Cached: p.Cached, TotalBytes: p.TotalBytes, TotalSize: p.TotalSize}
 }
@@ -210,7 +211,7 @@ func importStream(w http.ResponseWriter, r *http.Request, run func(context.Conte
 		return
 	}
 	nd := rest.NewNDJSON(w)
-	ctx := manager.WithImportProgress(r.Context(), func(p manager.ImportProgress) {
+	ctx := enginetemplates.WithImportProgress(r.Context(), func(p enginetemplates.ImportProgress) {
 		_ = nd.Send(api.ImportEvent{Progress: progressToAPI(p)})
 	})
 	t, err := run(ctx)
@@ -233,7 +234,7 @@ func (h *Handlers) Build(w http.ResponseWriter, r *http.Request) {
 		rest.Error(w, err)
 		return
 	}
-	buildStream(w, ToAPI, func(progress func(manager.BuildEvent)) (*store.Template, error) {
+	buildStream(w, ToAPI, func(progress func(enginetemplates.Event)) (*store.Template, error) {
 		return h.E.BuildTemplate(r.Context(), convert.BuildRequest(&req), rest.Actor(r), progress)
 	})
 }
@@ -242,9 +243,9 @@ func (h *Handlers) Build(w http.ResponseWriter, r *http.Request) {
 // (api.BuildEvent), then the template (as conv gives it) or the error. An
 // error before the first line is a plain error response, with its status
 // and code; after it, the stream's last line.
-func buildStream(w http.ResponseWriter, conv func(*store.Template) api.Template, run func(progress func(manager.BuildEvent)) (*store.Template, error)) {
+func buildStream(w http.ResponseWriter, conv func(*store.Template) api.Template, run func(progress func(enginetemplates.Event)) (*store.Template, error)) {
 	nd := rest.NewNDJSON(w)
-	t, err := run(func(ev manager.BuildEvent) { _ = nd.Send(convert.BuildEventToAPI(ev)) })
+	t, err := run(func(ev enginetemplates.Event) { _ = nd.Send(convert.BuildEventToAPI(ev)) })
 	if err != nil {
 		if nd.Err() == nil && !rest.HeaderWritten(w) {
 			rest.Error(w, err)
@@ -264,7 +265,7 @@ func (h *Handlers) SetPool(w http.ResponseWriter, r *http.Request) {
 		rest.Error(w, err)
 		return
 	}
-	var p *manager.Pool
+	var p *pools.Pool
 	var err error
 	switch {
 	case req.Auto && req.Min != 0:
@@ -309,7 +310,7 @@ func (h *Handlers) Apply(w http.ResponseWriter, r *http.Request) {
 		rest.Error(w, err)
 		return
 	}
-	buildStream(w, h.withPool, func(progress func(manager.BuildEvent)) (*store.Template, error) {
+	buildStream(w, h.withPool, func(progress func(enginetemplates.Event)) (*store.Template, error) {
 		return h.E.Apply(r.Context(), convert.ApplyRequest(&req), rest.Actor(r), progress)
 	})
 }

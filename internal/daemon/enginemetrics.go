@@ -1,4 +1,4 @@
-package manager
+package daemon
 
 import (
 	"context"
@@ -12,9 +12,9 @@ import (
 // MetricsSnapshot reads what the scrape-time gauges show: this node's
 // live sandboxes, the warm pools, and storage in use by kind. It is a
 // metrics.Source; the collector caches it between scrapes.
-func (m *Manager) MetricsSnapshot(ctx context.Context) (metrics.Snapshot, error) {
+func (m *engineSet) MetricsSnapshot(ctx context.Context) (metrics.Snapshot, error) {
 	var s metrics.Snapshot
-	st, backend := m.Store(), m.Backend()
+	st, backend := m.Store(), m.Engine.Host().Backend()
 	live, _, err := st.ListSandboxes(ctx, store.SandboxFilter{Owner: store.AnyOwner, Node: m.Node()}, store.Page{})
 	if err != nil {
 		return s, err
@@ -37,7 +37,7 @@ func (m *Manager) MetricsSnapshot(ctx context.Context) (metrics.Snapshot, error)
 			tname = engine.TenantTemplateLabel
 		}
 		s.Sandboxes = append(s.Sandboxes, metrics.SandboxStat{
-			State: string(sb.State), Template: tname, Class: m.ClassOf(sb),
+			State: string(sb.State), Template: tname, Class: m.Engine.Host().ClassOf(sb),
 			TeardownFailed: (sb.State == sandbox.StateDeleting || sb.State == sandbox.StateFailed) && sb.Error != "",
 		})
 		if d := backend.DiskUsage(sb); d != nil {
@@ -67,7 +67,7 @@ func (m *Manager) MetricsSnapshot(ctx context.Context) (metrics.Snapshot, error)
 		s.Storage["snapshots"] += sn.SizeBytes
 	}
 	seen := map[string]bool{}
-	images := m.Images()
+	images := m.Engine.Host().Images()
 	for _, t := range tpls {
 		for _, l := range t.Layers {
 			if !seen[l] && images != nil {

@@ -1,4 +1,4 @@
-package manager_test
+package enginetest_test
 
 import (
 	"encoding/json"
@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/secrets"
 	"github.com/berth-sh/berth/internal/secrets/vault"
@@ -22,7 +22,7 @@ func TestSecretReferences(t *testing.T) {
 	ref := []sandbox.SecretRef{{Name: "TOKEN", Env: "GH_TOKEN"}}
 
 	// No resolver installed: a create naming a secret is refused.
-	if _, err := e.m.Create(e.ctx, &manager.CreateRequest{Secrets: ref}, manager.CreateOptions{Actor: "test", Tenant: "t1"}); !errors.Is(err, errdefs.ErrInvalid) {
+	if _, err := e.m.Create(e.ctx, &engine.CreateRequest{Secrets: ref}, engine.CreateOptions{Actor: "test", Tenant: "t1"}); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Fatalf("create without a resolver: %v", err)
 	}
 	k, _ := secrets.NewKey()
@@ -34,15 +34,15 @@ func TestSecretReferences(t *testing.T) {
 	if _, _, err := v.Put(e.ctx, "t2", "TOKEN", []byte("theirs")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.m.Create(e.ctx, &manager.CreateRequest{Secrets: ref}, manager.CreateOptions{Actor: "test", Tenant: "t1"}); !errors.Is(err, errdefs.ErrInvalid) ||
+	if _, err := e.m.Create(e.ctx, &engine.CreateRequest{Secrets: ref}, engine.CreateOptions{Actor: "test", Tenant: "t1"}); !errors.Is(err, errdefs.ErrInvalid) ||
 		!strings.Contains(err.Error(), "does not exist") {
 		t.Fatalf("create naming another tenant's secret: %v", err)
 	}
 	if sbs, _, err := e.st.ListSandboxes(e.ctx, store.SandboxFilter{Owner: store.AnyOwner, IncludeDeleted: true}, store.Page{}); err != nil || len(sbs) != 0 {
 		t.Fatalf("a refused create left records: %d %v", len(sbs), err)
 	}
-	if _, err := e.m.Create(e.ctx, &manager.CreateRequest{Secrets: []sandbox.SecretRef{{Name: "TOKEN"}, {Name: "OTHER", Env: "TOKEN"}}},
-		manager.CreateOptions{Actor: "test", Tenant: "t2"}); !errors.Is(err, errdefs.ErrInvalid) {
+	if _, err := e.m.Create(e.ctx, &engine.CreateRequest{Secrets: []sandbox.SecretRef{{Name: "TOKEN"}, {Name: "OTHER", Env: "TOKEN"}}},
+		engine.CreateOptions{Actor: "test", Tenant: "t2"}); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Fatalf("one env var twice: %v", err)
 	}
 
@@ -50,7 +50,7 @@ func TestSecretReferences(t *testing.T) {
 	if _, _, err := v.Put(e.ctx, "t1", "TOKEN", []byte(v1)); err != nil {
 		t.Fatal(err)
 	}
-	sb, err := e.m.Create(e.ctx, &manager.CreateRequest{Secrets: ref}, manager.CreateOptions{Actor: "test", Tenant: "t1"})
+	sb, err := e.m.Create(e.ctx, &engine.CreateRequest{Secrets: ref}, engine.CreateOptions{Actor: "test", Tenant: "t1"})
 	if err != nil {
 		t.Fatal(err)
 	}

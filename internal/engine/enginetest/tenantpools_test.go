@@ -1,4 +1,4 @@
-package manager_test
+package enginetest_test
 
 import (
 	"context"
@@ -14,9 +14,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/templates"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/identity"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -96,10 +97,10 @@ func TestTenantPools(t *testing.T) {
 	}
 	// zed cannot reach acme's template, so not its pool either; zed's
 	// create of the shared base leaves the member be.
-	if _, err := e.createAs("zed", manager.CreateRequest{Template: "tool"}); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := e.createAs("zed", engine.CreateRequest{Template: "tool"}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("zed's create of acme's tool: %v, want not found", err)
 	}
-	zb, err := e.createAs("zed", manager.CreateRequest{Template: "base"})
+	zb, err := e.createAs("zed", engine.CreateRequest{Template: "base"})
 	must(t, err)
 	if zb.ID == member.ID {
 		t.Fatal("zed's create claimed acme's pool member")
@@ -107,7 +108,7 @@ func TestTenantPools(t *testing.T) {
 	// acme at its quota of 1 (its member): its create claims the member,
 	// which is no extra sandbox.
 	e.setQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 1})
-	sb, err := e.createAs("acme", manager.CreateRequest{Template: "tool", Name: "mine"})
+	sb, err := e.createAs("acme", engine.CreateRequest{Template: "tool", Name: "mine"})
 	if err != nil {
 		t.Fatalf("acme's create at its quota with a member ready: %v", err)
 	}
@@ -206,13 +207,13 @@ func TestTenantTemplateChanges(t *testing.T) {
 		t.Fatalf("zed's templates: %+v, want the shared base and its zonly", ts)
 	}
 	// Host paths and registries.
-	if _, err := e.m.ImportTemplate(acme, &manager.ImportRequest{Name: "p", Path: arch}); !errors.Is(err, errdefs.ErrPermission) {
+	if _, err := e.m.ImportTemplate(acme, &templates.ImportRequest{Name: "p", Path: arch}); !errors.Is(err, errdefs.ErrPermission) {
 		t.Fatalf("acme importing a host path: %v, want permission denied", err)
 	}
-	if _, err := e.m.ImportTemplate(acme, &manager.ImportRequest{Name: "r", Ref: "127.0.0.1:1/none:1"}); !errors.Is(err, errdefs.ErrPermission) {
+	if _, err := e.m.ImportTemplate(acme, &templates.ImportRequest{Name: "r", Ref: "127.0.0.1:1/none:1"}); !errors.Is(err, errdefs.ErrPermission) {
 		t.Fatalf("acme pulling without tenant pulls: %v, want permission denied", err)
 	}
-	if h, err := e.m.ImportTemplate(e.ctx, &manager.ImportRequest{Name: "hostimp", Path: arch}); err != nil || h.Tenant != "" {
+	if h, err := e.m.ImportTemplate(e.ctx, &templates.ImportRequest{Name: "hostimp", Path: arch}); err != nil || h.Tenant != "" {
 		t.Fatalf("the host's path import: %+v %v", h, err)
 	}
 	// Removal.
@@ -222,7 +223,7 @@ func TestTenantTemplateChanges(t *testing.T) {
 	if err := e.m.DeleteTemplate(acme, "zonly"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("acme removing zed's template: %v, want not found", err)
 	}
-	sb, err := e.createAs("acme", manager.CreateRequest{Template: "base"})
+	sb, err := e.createAs("acme", engine.CreateRequest{Template: "base"})
 	must(t, err)
 	if !slices.Equal(sb.Spec.Layers, a.Layers) {
 		t.Fatalf("acme's create of base has layers %v, want its own %v", sb.Spec.Layers, a.Layers)
@@ -231,7 +232,7 @@ func TestTenantTemplateChanges(t *testing.T) {
 		t.Fatalf("acme removing its base in use: %v, want conflict", err)
 	}
 	// zed's sandbox of the shared hostimp holds it for the host.
-	zs, err := e.createAs("zed", manager.CreateRequest{Template: "hostimp"})
+	zs, err := e.createAs("zed", engine.CreateRequest{Template: "hostimp"})
 	must(t, err)
 	if err := e.m.DeleteTemplate(e.ctx, "hostimp"); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("the host removing hostimp used by zed: %v, want conflict", err)

@@ -1,4 +1,4 @@
-package manager_test
+package enginetest_test
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/internal/engine"
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/engine/procs"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
@@ -17,7 +17,7 @@ import (
 // print "ready" once its traps are set) and waits for "ready".
 func (e *env) startTrap(id, script string) {
 	e.t.Helper()
-	p, err := e.m.StartProcess(e.ctx, id, &manager.StartRequest{ExecRequest: engine.ExecRequest{
+	p, err := e.m.StartProcess(e.ctx, id, &procs.StartRequest{ExecRequest: engine.ExecRequest{
 		Cmd: []string{"sh", "-c", script}}}, "test")
 	if err != nil {
 		e.t.Fatal(err)
@@ -25,7 +25,7 @@ func (e *env) startTrap(id, script string) {
 	var out bytes.Buffer
 	if !poll(func() bool {
 		out.Reset()
-		_, err := e.m.AttachProcess(e.ctx, id, p.ID, false, manager.AttachIO{Stdout: &out}, "test")
+		_, err := e.m.AttachProcess(e.ctx, id, p.ID, false, procs.AttachIO{Stdout: &out}, "test")
 		return err == nil && strings.Contains(out.String(), "ready")
 	}) {
 		e.t.Fatalf("process never got ready: %q", out.String())
@@ -45,7 +45,7 @@ func TestStopGraceful(t *testing.T) {
 		return strings.TrimSpace(string(b))
 	}
 
-	sb := e.create(manager.CreateRequest{Template: "base", Persistent: true})
+	sb := e.create(engine.CreateRequest{Template: "base", Persistent: true})
 	e.startTrap(sb.ID, `trap "echo got-term > `+dir+`/term; exit 0" TERM; echo ready; while :; do sleep 0.05; done`)
 	begin := time.Now()
 	if _, err := e.m.Stop(e.ctx, sb.ID, "test"); err != nil {
@@ -70,7 +70,7 @@ func TestStopGraceful(t *testing.T) {
 	if err := e.st.PutTemplate(e.ctx, &intTpl); err != nil {
 		t.Fatal(err)
 	}
-	sb2 := e.create(manager.CreateRequest{Template: "int-stop", Persistent: true})
+	sb2 := e.create(engine.CreateRequest{Template: "int-stop", Persistent: true})
 	e.startTrap(sb2.ID, `trap "echo got-term > `+dir+`/int; exit 0" TERM; trap "echo got-int > `+dir+`/int; exit 0" INT; echo ready; while :; do sleep 0.05; done`)
 	if _, err := e.m.Stop(e.ctx, sb2.ID, "test"); err != nil {
 		t.Fatal(err)
@@ -80,7 +80,7 @@ func TestStopGraceful(t *testing.T) {
 	}
 
 	// A process that ignores the signal: killed after the grace.
-	sb3 := e.create(manager.CreateRequest{Template: "base", Persistent: true})
+	sb3 := e.create(engine.CreateRequest{Template: "base", Persistent: true})
 	e.startTrap(sb3.ID, `trap "echo ignored > `+dir+`/ign" TERM; echo ready; while :; do sleep 0.05; done`)
 	const grace = 1500 * time.Millisecond
 	begin = time.Now()
@@ -104,7 +104,7 @@ func TestStopGraceful(t *testing.T) {
 	}
 
 	// Delete of a running sandbox does not wait out a grace.
-	sb4 := e.create(manager.CreateRequest{Template: "base"})
+	sb4 := e.create(engine.CreateRequest{Template: "base"})
 	e.startTrap(sb4.ID, `trap "" TERM; echo ready; while :; do sleep 0.05; done`)
 	begin = time.Now()
 	if _, err := e.m.Delete(e.ctx, sb4.ID, "test", sandbox.CauseUser, "test"); err != nil {

@@ -1,4 +1,4 @@
-package manager_test
+package enginetest_test
 
 // Two replicas of the control plane on one real PostgreSQL: two engines
 // with their reconcilers, one node (a shared memnode standing for the
@@ -17,8 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-sh/berth/internal/engine/enginetest"
+
+	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/leader"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/node/memnode"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -110,7 +112,7 @@ type replica struct {
 	// presence is its presence lease (leader.ReplicaLeaseName), kept as
 	// the daemon keeps it where the node is shared.
 	presence *leader.Keeper
-	m        *manager.Manager
+	m        *enginetest.Engine
 	cancel   context.CancelFunc // stops the keeper; with release: a graceful stop
 	done     chan struct{}
 	closed   sync.Once
@@ -182,7 +184,7 @@ func startReplica(t *testing.T, url, name string, node *memnode.Node) *replica {
 	if err := leader.WaitHeld(t.Context(), r.presence, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	r.m, err = manager.New(manager.Config{
+	r.m, err = enginetest.New(engine.Config{
 		Node: "cluster", ReconcileInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
 		NodeLease: r.lease, StoreLease: r.lease, Replica: name, WarmPool: -1,
 	}, r.st, nil, tagged{node, name})
@@ -249,7 +251,7 @@ func waitHolder(t *testing.T, within time.Duration, rs ...*replica) *replica {
 // expiring creates, through r, a sandbox whose 1 s timeout deletes it.
 func expiring(t *testing.T, r *replica) *sandbox.Sandbox {
 	t.Helper()
-	sb, err := r.m.Create(t.Context(), &manager.CreateRequest{Timeout: time.Second}, manager.CreateOptions{Actor: "test"})
+	sb, err := r.m.Create(t.Context(), &engine.CreateRequest{Timeout: time.Second}, engine.CreateOptions{Actor: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +451,7 @@ func orphanCreate(t *testing.T, r *replica, g *gate) (string, chan error) {
 	t.Helper()
 	errc := make(chan error, 1)
 	go func() {
-		_, err := r.m.Create(context.Background(), &manager.CreateRequest{}, manager.CreateOptions{Actor: "test"})
+		_, err := r.m.Create(context.Background(), &engine.CreateRequest{}, engine.CreateOptions{Actor: "test"})
 		errc <- err
 	}()
 	select {
@@ -528,12 +530,12 @@ func TestOrphanedTransitionsFinished(t *testing.T) {
 	}
 
 	// x serves a one-shot sandbox and then dies in the middle of a create.
-	oneShot, err := x.m.Create(t.Context(), &manager.CreateRequest{}, manager.CreateOptions{Actor: "test", OneShot: true})
+	oneShot, err := x.m.Create(t.Context(), &engine.CreateRequest{}, engine.CreateOptions{Actor: "test", OneShot: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// ... and a persistent one it stopped and is starting again.
-	pers, err := x.m.Create(t.Context(), &manager.CreateRequest{Persistent: true}, manager.CreateOptions{Actor: "test"})
+	pers, err := x.m.Create(t.Context(), &engine.CreateRequest{Persistent: true}, engine.CreateOptions{Actor: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -653,7 +655,7 @@ func TestSharedNodeOrphansSwept(t *testing.T) {
 	first := plant("orphan0000000001")
 	_, _, holder, other := startPair(t, url, node)
 	gone(first)
-	sb, err := other.m.Create(t.Context(), &manager.CreateRequest{}, manager.CreateOptions{Actor: "test"})
+	sb, err := other.m.Create(t.Context(), &engine.CreateRequest{}, engine.CreateOptions{Actor: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package manager_test
+package enginetest_test
 
 import (
 	"context"
@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/snapshots"
+	"github.com/berth-sh/berth/internal/engine/volumes"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/node/memnode"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -22,8 +24,8 @@ func (e *env) setQuota(q store.TenantQuota) {
 	}
 }
 
-func (e *env) createAs(tenant string, req manager.CreateRequest) (*sandbox.Sandbox, error) {
-	return e.m.Create(e.ctx, &req, manager.CreateOptions{Actor: "test", Tenant: tenant})
+func (e *env) createAs(tenant string, req engine.CreateRequest) (*sandbox.Sandbox, error) {
+	return e.m.Create(e.ctx, &req, engine.CreateOptions{Actor: "test", Tenant: tenant})
 }
 
 // liveOf counts the tenant's live records.
@@ -69,7 +71,7 @@ func TestQuotaSandboxesRace(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = e.createAs("acme", manager.CreateRequest{})
+			_, errs[i] = e.createAs("acme", engine.CreateRequest{})
 		}()
 	}
 	wg.Wait()
@@ -95,7 +97,7 @@ func TestQuotaSandboxesRace(t *testing.T) {
 		t.Fatalf("%d provisions on the node, want 3", n)
 	}
 	// Another tenant is not limited by acme's quota, nor the host admin.
-	if _, err := e.createAs("other", manager.CreateRequest{}); err != nil {
+	if _, err := e.createAs("other", engine.CreateRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	// After a delete, one more fits, and not two.
@@ -103,10 +105,10 @@ func TestQuotaSandboxesRace(t *testing.T) {
 	if _, err := e.m.Delete(e.ctx, sbs[0].ID, "test", sandbox.CauseUser, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.createAs("acme", manager.CreateRequest{}); err != nil {
+	if _, err := e.createAs("acme", engine.CreateRequest{}); err != nil {
 		t.Fatalf("after a delete: %v", err)
 	}
-	_, err := e.createAs("acme", manager.CreateRequest{})
+	_, err := e.createAs("acme", engine.CreateRequest{})
 	wantQuotaErr(t, err, "3 of 3 concurrent sandboxes")
 }
 
@@ -114,8 +116,8 @@ func TestQuotaSandboxesRace(t *testing.T) {
 // and not before.
 func TestQuotaResources(t *testing.T) {
 	e := newEnv(t)
-	res := func(cpus float64, mem, disk int64) manager.CreateRequest {
-		return manager.CreateRequest{Resources: sandbox.Resources{CPUs: cpus, MemoryBytes: mem, Pids: 256, DiskBytes: disk}}
+	res := func(cpus float64, mem, disk int64) engine.CreateRequest {
+		return engine.CreateRequest{Resources: sandbox.Resources{CPUs: cpus, MemoryBytes: mem, Pids: 256, DiskBytes: disk}}
 	}
 	e.setQuota(store.TenantQuota{Tenant: "cpu", MaxCPUMillis: 1500})
 	if _, err := e.createAs("cpu", res(1, 256<<20, 1<<30)); err != nil {
@@ -163,11 +165,11 @@ func TestQuotaCreateRate(t *testing.T) {
 	e := newEnv(t)
 	e.setQuota(store.TenantQuota{Tenant: "fast", CreateRate: 60, CreateBurst: 2})
 	for i := 0; i < 2; i++ {
-		if _, err := e.createAs("fast", manager.CreateRequest{}); err != nil {
+		if _, err := e.createAs("fast", engine.CreateRequest{}); err != nil {
 			t.Fatalf("create %d within the burst: %v", i, err)
 		}
 	}
-	_, err := e.createAs("fast", manager.CreateRequest{})
+	_, err := e.createAs("fast", engine.CreateRequest{})
 	wantQuotaErr(t, err, "tenant fast: create rate of 60 a minute (burst 2) exceeded")
 	d, _ := errdefs.RetryAfter(err)
 	if d > 1100*time.Millisecond {
@@ -176,7 +178,7 @@ func TestQuotaCreateRate(t *testing.T) {
 	// Honest: waiting what it said (rounded up to a second, as the header
 	// says) is enough.
 	time.Sleep(((d + time.Second - 1) / time.Second) * time.Second)
-	if _, err := e.createAs("fast", manager.CreateRequest{}); err != nil {
+	if _, err := e.createAs("fast", engine.CreateRequest{}); err != nil {
 		t.Fatalf("a retry after Retry-After %v: %v", d, err)
 	}
 	if live, all := e.liveOf("fast"); live != 3 || all != 3 {
@@ -188,18 +190,18 @@ func TestQuotaCreateRate(t *testing.T) {
 // row, not the host admin; a row of zeros lifts it.
 func TestQuotaDefault(t *testing.T) {
 	e := newEnv(t, func(e *env) { e.cfg.DefaultQuota = store.TenantQuota{MaxSandboxes: 1} })
-	if _, err := e.createAs("t1", manager.CreateRequest{}); err != nil {
+	if _, err := e.createAs("t1", engine.CreateRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := e.createAs("t1", manager.CreateRequest{})
+	_, err := e.createAs("t1", engine.CreateRequest{})
 	wantQuotaErr(t, err, "tenant t1: 1 of 1 concurrent sandboxes in use")
 	for i := 0; i < 2; i++ {
-		if _, err := e.createAs("", manager.CreateRequest{}); err != nil {
+		if _, err := e.createAs("", engine.CreateRequest{}); err != nil {
 			t.Fatalf("the host admin: %v", err)
 		}
 	}
 	e.setQuota(store.TenantQuota{Tenant: "t1"})
-	if _, err := e.createAs("t1", manager.CreateRequest{}); err != nil {
+	if _, err := e.createAs("t1", engine.CreateRequest{}); err != nil {
 		t.Fatalf("unlimited row: %v", err)
 	}
 }
@@ -214,14 +216,14 @@ func TestQuotaPoolClaim(t *testing.T) {
 	m1 := e.waitPoolMember()
 	m2 := e.waitPoolMember(m1.ID)
 	e.setQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 1})
-	sb, err := e.createAs("acme", manager.CreateRequest{})
+	sb, err := e.createAs("acme", engine.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sb.ID != m1.ID && sb.ID != m2.ID {
 		t.Fatalf("the create did not claim a member (%s)", sb.ID)
 	}
-	_, err = e.createAs("acme", manager.CreateRequest{})
+	_, err = e.createAs("acme", engine.CreateRequest{})
 	wantQuotaErr(t, err, "tenant acme: 1 of 1 concurrent sandboxes in use")
 	other := m1
 	if sb.ID == m1.ID {
@@ -239,14 +241,14 @@ func TestQuotaPoolClaim(t *testing.T) {
 func TestQuotaFork(t *testing.T) {
 	e := newEnv(t)
 	e.setQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 2})
-	parent, err := e.createAs("acme", manager.CreateRequest{})
+	parent, err := e.createAs("acme", engine.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.m.Fork(e.ctx, parent.ID, &manager.ForkRequest{Count: 1}, "test"); err != nil {
+	if _, _, err := e.m.Fork(e.ctx, parent.ID, &snapshots.ForkRequest{Count: 1}, "test"); err != nil {
 		t.Fatalf("a fork within the quota: %v", err)
 	}
-	_, _, err = e.m.Fork(e.ctx, parent.ID, &manager.ForkRequest{Count: 1}, "test")
+	_, _, err = e.m.Fork(e.ctx, parent.ID, &snapshots.ForkRequest{Count: 1}, "test")
 	wantQuotaErr(t, err, "tenant acme: 2 of 2 concurrent sandboxes in use")
 	if live, _ := e.liveOf("acme"); live != 2 {
 		t.Fatalf("%d live after a refused fork, want 2", live)
@@ -258,16 +260,16 @@ func TestQuotaFork(t *testing.T) {
 func TestQuotaVolumes(t *testing.T) {
 	e := newEnv(t)
 	e.setQuota(store.TenantQuota{Tenant: "acme", MaxStorage: 3 << 30})
-	if _, err := e.m.CreateVolume(e.ctx, &manager.VolumeCreate{Name: "v1", SizeBytes: 2 << 30}, "acme"); err != nil {
+	if _, err := e.m.CreateVolume(e.ctx, &volumes.CreateRequest{Name: "v1", SizeBytes: 2 << 30}, "acme"); err != nil {
 		t.Fatal(err)
 	}
-	_, err := e.m.CreateVolume(e.ctx, &manager.VolumeCreate{Name: "v2", SizeBytes: 2 << 30}, "acme")
+	_, err := e.m.CreateVolume(e.ctx, &volumes.CreateRequest{Name: "v2", SizeBytes: 2 << 30}, "acme")
 	wantQuotaErr(t, err, "tenant acme: 2.0 GiB of 3.0 GiB storage reserved, this volume asks 2.0 GiB")
 	vols, _, err := e.st.ListVolumes(e.ctx, store.VolumeFilter{Owner: store.OwnedBy("acme"), IncludeDeleted: true}, store.Page{})
 	if err != nil || len(vols) != 1 {
 		t.Fatalf("volumes after a refusal: %d %v", len(vols), err)
 	}
-	_, err = e.createAs("acme", manager.CreateRequest{Resources: sandbox.Resources{CPUs: 0.1, MemoryBytes: 64 << 20, Pids: 64, DiskBytes: 2 << 30}})
+	_, err = e.createAs("acme", engine.CreateRequest{Resources: sandbox.Resources{CPUs: 0.1, MemoryBytes: 64 << 20, Pids: 64, DiskBytes: 2 << 30}})
 	wantQuotaErr(t, err, "storage reserved")
 }
 
@@ -325,7 +327,7 @@ func TestQuotaClaimsSideBySide(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = e.createAs("acme", manager.CreateRequest{})
+			_, errs[i] = e.createAs("acme", engine.CreateRequest{})
 		}()
 	}
 	wg.Wait()

@@ -1,4 +1,4 @@
-package manager_test
+package enginetest_test
 
 import (
 	"slices"
@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/node/memnode"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -25,7 +25,7 @@ var fakeKata = node.Class{Name: "fake-kata", Caps: node.Caps{Pool: true, Freeze:
 func TestDefaultClassRecordedByName(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(manager.CreateRequest{})
+	sb := e.create(engine.CreateRequest{})
 	if got := e.get(sb.ID).Spec.Runtime; got != memnode.FakeRunc.Name {
 		t.Fatalf("a create without a runtime recorded %q, want the default's name %q", got, memnode.FakeRunc.Name)
 	}
@@ -39,7 +39,7 @@ func TestDefaultClassRecordedByName(t *testing.T) {
 func TestRestartWithAnotherDefaultKeepsClasses(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	runc := e.create(manager.CreateRequest{Persistent: true})
+	runc := e.create(engine.CreateRequest{Persistent: true})
 	e.stopManager()
 	e.node.SetDefault(memnode.FakeRunsc.Name)
 	e.start()
@@ -68,7 +68,7 @@ func TestRestartWithAnotherDefaultKeepsClasses(t *testing.T) {
 		t.Fatalf("restarted on class %q", s.Class)
 	}
 	// A new sandbox gets the new default, by name.
-	if n := e.create(manager.CreateRequest{}); n.Spec.Runtime != memnode.FakeRunsc.Name {
+	if n := e.create(engine.CreateRequest{}); n.Spec.Runtime != memnode.FakeRunsc.Name {
 		t.Fatalf("new sandbox on %q", n.Spec.Runtime)
 	}
 }
@@ -76,7 +76,7 @@ func TestRestartWithAnotherDefaultKeepsClasses(t *testing.T) {
 func TestEgressRefusedWhenDefaultLacksIt(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withClasses(memnode.FakeRunsc, memnode.FakeRunc))
-	_, err := e.m.Create(e.ctx, &manager.CreateRequest{Network: "egress"}, manager.CreateOptions{})
+	_, err := e.m.Create(e.ctx, &engine.CreateRequest{Network: "egress"}, engine.CreateOptions{})
 	wantErr(t, err, errdefs.ErrInvalid)
 	if !strings.Contains(errdefs.Message(err), memnode.FakeRunsc.Name) {
 		t.Fatalf("refusal %q does not name the class", errdefs.Message(err))
@@ -84,7 +84,7 @@ func TestEgressRefusedWhenDefaultLacksIt(t *testing.T) {
 	if ids := e.live(); len(ids) != 0 {
 		t.Fatalf("refused create left %v", ids)
 	}
-	sb := e.create(manager.CreateRequest{Network: "egress", Runtime: memnode.FakeRunc.Name})
+	sb := e.create(engine.CreateRequest{Network: "egress", Runtime: memnode.FakeRunc.Name})
 	if sb.Spec.IPv4 == "" {
 		t.Fatal("egress sandbox without an address")
 	}
@@ -102,7 +102,7 @@ func TestNonDefaultCreateNeverClaimsDefaultPoolMember(t *testing.T) {
 		t.Fatalf("member made in %q", member.Spec.Runtime)
 	}
 	for _, class := range []string{fakeKata.Name, memnode.FakeRunsc.Name} {
-		sb := e.create(manager.CreateRequest{Runtime: class})
+		sb := e.create(engine.CreateRequest{Runtime: class})
 		if sb.ID == member.ID || sb.Spec.Runtime != class {
 			t.Fatalf("a %s create got the %s pool member", class, member.Spec.Runtime)
 		}
@@ -114,7 +114,7 @@ func TestNonDefaultCreateNeverClaimsDefaultPoolMember(t *testing.T) {
 		t.Fatalf("member %s pool %q", got.State, got.Spec.Pool)
 	}
 	// Naming the default's class is the default: it may claim.
-	if sb := e.create(manager.CreateRequest{Runtime: memnode.FakeRunc.Name}); sb.ID != member.ID {
+	if sb := e.create(engine.CreateRequest{Runtime: memnode.FakeRunc.Name}); sb.ID != member.ID {
 		t.Fatalf("a create naming the default class did not claim its member")
 	}
 }
@@ -131,7 +131,7 @@ func TestPoolMembersOfAnOldDefaultAreNotClaimed(t *testing.T) {
 	e.node.SetDefault(fakeKata.Name)
 	e.start()
 	for range 3 {
-		sb := e.create(manager.CreateRequest{})
+		sb := e.create(engine.CreateRequest{})
 		if sb.ID == old.ID || sb.Spec.Runtime != fakeKata.Name {
 			t.Fatalf("create on the new default got %s (%s); the old default's member is %s", sb.ID, sb.Spec.Runtime, old.ID)
 		}
@@ -164,7 +164,7 @@ func TestPauseIsStopWhereClassCannotFreeze(t *testing.T) {
 	e := newEnv(t, withClasses(fakePod))
 	// In the workspace: a persistent sandbox's root layer goes with a stop
 	// (unless persist_root), on the double as on a real node.
-	sb := e.create(manager.CreateRequest{Persistent: true})
+	sb := e.create(engine.CreateRequest{Persistent: true})
 	e.writeFile(sb.ID, "/workspace/kept", "x")
 	got, err := e.m.Pause(e.ctx, sb.ID, "test")
 	must(t, err)
@@ -184,16 +184,16 @@ func TestPauseIsStopWhereClassCannotFreeze(t *testing.T) {
 		t.Fatalf("file after pause-as-stop and start: %q %v", b, err)
 	}
 
-	eph := e.create(manager.CreateRequest{})
+	eph := e.create(engine.CreateRequest{})
 	_, err = e.m.Pause(e.ctx, eph.ID, "test")
 	wantErr(t, err, errdefs.ErrNotSupported)
 	if g := e.get(eph.ID); g.State != sandbox.StateRunning {
 		t.Fatalf("a refused pause changed the sandbox to %s", g.State)
 	}
-	_, err = e.m.Create(e.ctx, &manager.CreateRequest{Policy: sandbox.Policy{IdleTimeout: time.Minute}}, manager.CreateOptions{Actor: "test"})
+	_, err = e.m.Create(e.ctx, &engine.CreateRequest{Policy: sandbox.Policy{IdleTimeout: time.Minute}}, engine.CreateOptions{Actor: "test"})
 	wantErr(t, err, errdefs.ErrInvalid)
 	// Stopping when idle is fine.
-	e.create(manager.CreateRequest{Policy: sandbox.Policy{IdleTimeout: time.Minute, OnIdle: sandbox.ActionStop}})
+	e.create(engine.CreateRequest{Policy: sandbox.Policy{IdleTimeout: time.Minute, OnIdle: sandbox.ActionStop}})
 }
 
 // A class whose root layer goes with its pod (Caps.RootLayer false)
@@ -204,7 +204,7 @@ func TestPersistRootNeedsRootLayer(t *testing.T) {
 	e := newEnv(t, withClasses(fakePod, fakeKata))
 	before, _, err := e.m.List(e.ctx, false, store.Page{})
 	must(t, err)
-	_, err = e.m.Create(e.ctx, &manager.CreateRequest{Runtime: fakePod.Name, Persistent: true, PersistRoot: true}, manager.CreateOptions{Actor: "test"})
+	_, err = e.m.Create(e.ctx, &engine.CreateRequest{Runtime: fakePod.Name, Persistent: true, PersistRoot: true}, engine.CreateOptions{Actor: "test"})
 	wantErr(t, err, errdefs.ErrInvalid)
 	if !strings.Contains(err.Error(), "persist_root") || !strings.Contains(err.Error(), fakePod.Name) {
 		t.Fatalf("refusal %q does not name persist_root and the class", err)
@@ -214,5 +214,5 @@ func TestPersistRootNeedsRootLayer(t *testing.T) {
 	if len(after) != len(before) {
 		t.Fatalf("a refused create left a record: %d sandboxes before, %d after", len(before), len(after))
 	}
-	e.create(manager.CreateRequest{Runtime: fakeKata.Name, Persistent: true, PersistRoot: true})
+	e.create(engine.CreateRequest{Runtime: fakeKata.Name, Persistent: true, PersistRoot: true})
 }

@@ -1,4 +1,4 @@
-package manager_test
+package enginetest_test
 
 import (
 	"slices"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/node/memnode"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -82,7 +82,7 @@ func TestPoolWithoutFreeze(t *testing.T) {
 
 	// A named create cannot be given its name as hostname: made cold,
 	// the members untouched, no miss counted (it was never the pool's).
-	named := e.create(manager.CreateRequest{Name: "named"})
+	named := e.create(engine.CreateRequest{Name: "named"})
 	if slices.Contains(ids, named.ID) {
 		t.Fatalf("a named create claimed member %s, whose host name cannot change", named.ID)
 	}
@@ -92,7 +92,7 @@ func TestPoolWithoutFreeze(t *testing.T) {
 
 	// An unnamed create claims a member as it runs.
 	marks := map[string]int{ids[0]: e.mark(ids[0]), ids[1]: e.mark(ids[1])}
-	sb, err := e.createAs("t1", manager.CreateRequest{Env: map[string]string{"K": "v"},
+	sb, err := e.createAs("t1", engine.CreateRequest{Env: map[string]string{"K": "v"},
 		Secrets: []sandbox.SecretRef{{Name: "TOKEN", Env: "GH_TOKEN"}, {Name: "TOKEN", File: "/run/secrets/tok"}}})
 	must(t, err)
 	if !slices.Contains(ids, sb.ID) || sb.State != sandbox.StateRunning || sb.Spec.Pool != "" || sb.Tenant != "t1" {
@@ -142,7 +142,7 @@ func TestPoolWithoutFreeze(t *testing.T) {
 
 	// A changed template rolls the running members over.
 	must(t, e.st.PutTemplate(e.ctx, &store.Template{Name: "base", Layers: []string{newLayer}, Source: "test", CreatedAt: e.clock.Now()}))
-	e.m.WakeReconciler()
+	e.m.Host().WakeReconciler()
 	e.readyRunning(2, []string{newLayer})
 	for _, old := range rest {
 		e.waitState(old.ID, sandbox.StateDeleted)
@@ -180,7 +180,7 @@ func TestPoolWithoutFreezeClaimRollsBack(t *testing.T) {
 	member := e.readyRunning(1, []string{layer})[0]
 	mark := e.mark(member.ID)
 	e.st.FailUpdate(member.ID, errInjected)
-	sb := e.create(manager.CreateRequest{Env: map[string]string{"K": "v"}})
+	sb := e.create(engine.CreateRequest{Env: map[string]string{"K": "v"}})
 	if sb.ID == member.ID {
 		t.Fatal("the failed claim handed out the member")
 	}
@@ -198,7 +198,7 @@ func TestPoolWithoutFreezeClaimRollsBack(t *testing.T) {
 	if calls := e.callsAfter(member.ID, mark, "Freeze", "Thaw", "SetHostname", "Stop", "Remove"); len(calls) != 0 {
 		t.Fatalf("the failed claim made node calls %v", calls)
 	}
-	if next := e.create(manager.CreateRequest{}); next.ID != member.ID {
+	if next := e.create(engine.CreateRequest{}); next.ID != member.ID {
 		t.Fatalf("next create made %s, not the member %s", next.ID, member.ID)
 	}
 }
@@ -222,7 +222,7 @@ func TestPoolMemberNotIdle(t *testing.T) {
 	if got := e.get(member.ID); got.State != sandbox.StateRunning || got.Spec.Pool != "base" {
 		t.Fatalf("idle member became %s (%s)", got.State, got.Reason)
 	}
-	sb := e.create(manager.CreateRequest{})
+	sb := e.create(engine.CreateRequest{})
 	if sb.ID != member.ID || sb.Spec.Policy.IdleTimeout != time.Minute || sb.Spec.Policy.OnIdle != sandbox.ActionStop {
 		t.Fatalf("claimed %s with policy %+v; want member %s with the template's idle stop", sb.ID, sb.Spec.Policy, member.ID)
 	}

@@ -1,10 +1,10 @@
-package manager_test
+package enginetest_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
@@ -17,38 +17,38 @@ func TestPolicyActions(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name  string
-		req   manager.CreateRequest
+		req   engine.CreateRequest
 		setup func(e *env, id string)
 		after time.Duration
 		want  sandbox.State
 		node  node.Status // "" none left
 	}{
 		{name: "timeout deletes an ephemeral sandbox",
-			req: manager.CreateRequest{Timeout: 60 * time.Second}, after: 61 * time.Second, want: sandbox.StateDeleted},
+			req: engine.CreateRequest{Timeout: 60 * time.Second}, after: 61 * time.Second, want: sandbox.StateDeleted},
 		{name: "timeout stops a persistent sandbox",
-			req: manager.CreateRequest{Timeout: 60 * time.Second, Persistent: true}, after: 61 * time.Second,
+			req: engine.CreateRequest{Timeout: 60 * time.Second, Persistent: true}, after: 61 * time.Second,
 			want: sandbox.StateStopped, node: node.StatusStopped},
 		{name: "idle pauses by default",
-			req: manager.CreateRequest{Policy: sandbox.Policy{IdleTimeout: 30 * time.Second}}, after: 31 * time.Second,
+			req: engine.CreateRequest{Policy: sandbox.Policy{IdleTimeout: 30 * time.Second}}, after: 31 * time.Second,
 			want: sandbox.StatePaused, node: node.StatusPaused},
 		{name: "idle stops",
-			req:   manager.CreateRequest{Persistent: true, Policy: sandbox.Policy{IdleTimeout: 30 * time.Second, OnIdle: sandbox.ActionStop}},
+			req:   engine.CreateRequest{Persistent: true, Policy: sandbox.Policy{IdleTimeout: 30 * time.Second, OnIdle: sandbox.ActionStop}},
 			after: 31 * time.Second, want: sandbox.StateStopped, node: node.StatusStopped},
 		{name: "max age deletes by default",
-			req: manager.CreateRequest{Policy: sandbox.Policy{MaxAge: 100 * time.Second}}, after: 101 * time.Second,
+			req: engine.CreateRequest{Policy: sandbox.Policy{MaxAge: 100 * time.Second}}, after: 101 * time.Second,
 			want: sandbox.StateDeleted},
 		{name: "max age stops",
-			req:   manager.CreateRequest{Persistent: true, Policy: sandbox.Policy{MaxAge: 100 * time.Second, OnMaxAge: sandbox.ActionStop}},
+			req:   engine.CreateRequest{Persistent: true, Policy: sandbox.Policy{MaxAge: 100 * time.Second, OnMaxAge: sandbox.ActionStop}},
 			after: 101 * time.Second, want: sandbox.StateStopped, node: node.StatusStopped},
 		{name: "max age deletes a stopped sandbox",
-			req: manager.CreateRequest{Persistent: true, Policy: sandbox.Policy{MaxAge: 100 * time.Second}},
+			req: engine.CreateRequest{Persistent: true, Policy: sandbox.Policy{MaxAge: 100 * time.Second}},
 			setup: func(e *env, id string) {
 				_, err := e.m.Stop(e.ctx, id, "test")
 				must(e.t, err)
 			},
 			after: 101 * time.Second, want: sandbox.StateDeleted},
 		{name: "retention deletes a stopped sandbox",
-			req: manager.CreateRequest{Persistent: true, Policy: sandbox.Policy{Retention: 60 * time.Second}},
+			req: engine.CreateRequest{Persistent: true, Policy: sandbox.Policy{Retention: 60 * time.Second}},
 			setup: func(e *env, id string) {
 				_, err := e.m.Stop(e.ctx, id, "test")
 				must(e.t, err)
@@ -83,7 +83,7 @@ func TestPolicyActions(t *testing.T) {
 func TestIdleCountsFromLastActivity(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(manager.CreateRequest{Policy: sandbox.Policy{IdleTimeout: 30 * time.Second}})
+	sb := e.create(engine.CreateRequest{Policy: sandbox.Policy{IdleTimeout: 30 * time.Second}})
 	e.clock.Advance(20 * time.Second)
 	if exit, _, err := e.exec(sb.ID, "true"); err != nil || exit.Code != 0 {
 		t.Fatalf("exec: %+v %v", exit, err)
@@ -102,8 +102,8 @@ func TestIdleCountsFromLastActivity(t *testing.T) {
 func TestExitedSandboxIsNoticed(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	eph := e.create(manager.CreateRequest{})
-	per := e.create(manager.CreateRequest{Persistent: true})
+	eph := e.create(engine.CreateRequest{})
+	per := e.create(engine.CreateRequest{Persistent: true})
 	e.node.Crash(eph.ID)
 	e.node.Crash(per.ID)
 	e.waitState(eph.ID, sandbox.StateDeleted)
@@ -119,13 +119,13 @@ func TestExitedSandboxIsNoticed(t *testing.T) {
 func TestRecoverAfterRestart(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	alive := e.create(manager.CreateRequest{})
-	paused := e.create(manager.CreateRequest{})
+	alive := e.create(engine.CreateRequest{})
+	paused := e.create(engine.CreateRequest{})
 	_, err := e.m.Pause(e.ctx, paused.ID, "test")
 	must(t, err)
-	dead := e.create(manager.CreateRequest{})
-	deadPersistent := e.create(manager.CreateRequest{Persistent: true})
-	frozen := e.create(manager.CreateRequest{})
+	dead := e.create(engine.CreateRequest{})
+	deadPersistent := e.create(engine.CreateRequest{Persistent: true})
+	frozen := e.create(engine.CreateRequest{})
 	e.stopManager()
 	e.node.Crash(dead.ID)
 	e.node.Crash(deadPersistent.ID)

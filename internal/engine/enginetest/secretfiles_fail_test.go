@@ -1,10 +1,10 @@
-package manager_test
+package enginetest_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/secrets"
 	"github.com/berth-sh/berth/internal/secrets/vault"
@@ -25,7 +25,7 @@ func TestCreateFailsWithoutItsSecretFiles(t *testing.T) {
 	if _, _, err := v.Put(e.ctx, "t1", "TOKEN", []byte("tok-9d1e")); err != nil {
 		t.Fatal(err)
 	}
-	sb, err := e.createAs("t1", manager.CreateRequest{Name: "files",
+	sb, err := e.createAs("t1", engine.CreateRequest{Name: "files",
 		Secrets: []sandbox.SecretRef{{Name: "TOKEN", File: "/run/secrets/tok"}}})
 	if err == nil {
 		t.Fatalf("create answered %s although its secret files were not written", sb.State)
@@ -47,7 +47,7 @@ func TestCreateFailsWithoutItsSecretFiles(t *testing.T) {
 		t.Fatalf("node still holds the failed sandbox: %+v", s)
 	}
 	// An env-only reference needs no files: that create still works.
-	if _, err := e.createAs("t1", manager.CreateRequest{Secrets: []sandbox.SecretRef{{Name: "TOKEN", Env: "T"}}}); err != nil {
+	if _, err := e.createAs("t1", engine.CreateRequest{Secrets: []sandbox.SecretRef{{Name: "TOKEN", Env: "T"}}}); err != nil {
 		t.Fatal(err)
 	}
 	e.healthy()

@@ -1,4 +1,4 @@
-package manager_test
+package enginetest_test
 
 import (
 	"bytes"
@@ -7,12 +7,12 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/procs"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/store"
 )
 
-func (e *env) procs(id string) []manager.Process {
+func (e *env) procs(id string) []procs.Process {
 	e.t.Helper()
 	ps, err := e.m.ListProcesses(e.ctx, id)
 	if err != nil {
@@ -22,13 +22,13 @@ func (e *env) procs(id string) []manager.Process {
 }
 
 // findProc returns the last listed process with id or tag id.
-func findProc(ps []manager.Process, id string) (manager.Process, bool) {
+func findProc(ps []procs.Process, id string) (procs.Process, bool) {
 	for i := len(ps) - 1; i >= 0; i-- {
 		if ps[i].ID == id || ps[i].Tag == id {
 			return ps[i], true
 		}
 	}
-	return manager.Process{}, false
+	return procs.Process{}, false
 }
 
 // Background processes through the engine: start, list, replay, stdin,
@@ -36,8 +36,8 @@ func findProc(ps []manager.Process, id string) (manager.Process, bool) {
 // earlier boot is refused after the start.
 func TestProcesses(t *testing.T) {
 	e := newEnv(t)
-	sb := e.create(manager.CreateRequest{Template: "base", Persistent: true})
-	web, err := e.m.StartProcess(e.ctx, sb.ID, &manager.StartRequest{ExecRequest: engine.ExecRequest{
+	sb := e.create(engine.CreateRequest{Template: "base", Persistent: true})
+	web, err := e.m.StartProcess(e.ctx, sb.ID, &procs.StartRequest{ExecRequest: engine.ExecRequest{
 		Cmd: []string{"sh", "-c", `trap 'echo bye; exit 5' TERM; echo hello; while :; do sleep 0.05; done`}}, Tag: "web"}, "test")
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +45,7 @@ func TestProcesses(t *testing.T) {
 	if web.State != "running" || web.Tag != "web" || !strings.Contains(web.ID, "-") {
 		t.Fatalf("started %+v", web)
 	}
-	cat, err := e.m.StartProcess(e.ctx, sb.ID, &manager.StartRequest{ExecRequest: engine.ExecRequest{Cmd: []string{"cat"}}}, "test")
+	cat, err := e.m.StartProcess(e.ctx, sb.ID, &procs.StartRequest{ExecRequest: engine.ExecRequest{Cmd: []string{"cat"}}}, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestProcesses(t *testing.T) {
 	var out bytes.Buffer
 	if !poll(func() bool {
 		out.Reset()
-		_, err := e.m.AttachProcess(e.ctx, sb.ID, "web", false, manager.AttachIO{Stdout: &out}, "test")
+		_, err := e.m.AttachProcess(e.ctx, sb.ID, "web", false, procs.AttachIO{Stdout: &out}, "test")
 		return err == nil && strings.Contains(out.String(), "hello")
 	}) {
 		t.Fatalf("replay %q", out.String())
@@ -67,7 +67,7 @@ func TestProcesses(t *testing.T) {
 		t.Fatalf("cat: %+v %v", ex, err)
 	}
 	out.Reset()
-	if ex, err := e.m.AttachProcess(e.ctx, sb.ID, cat.ID, true, manager.AttachIO{Stdout: &out}, "test"); err != nil || ex == nil || out.String() != "meow\n" {
+	if ex, err := e.m.AttachProcess(e.ctx, sb.ID, cat.ID, true, procs.AttachIO{Stdout: &out}, "test"); err != nil || ex == nil || out.String() != "meow\n" {
 		t.Fatalf("cat replay %q %+v %v", out.String(), ex, err)
 	}
 	if err := e.m.SignalProcess(e.ctx, sb.ID, web.ID, "TERM", false, "test"); err != nil {
@@ -80,11 +80,11 @@ func TestProcesses(t *testing.T) {
 	wantErr(t, err, errdefs.ErrInvalid)
 	_, err = e.m.WaitProcess(e.ctx, sb.ID, "../x", "test")
 	wantErr(t, err, errdefs.ErrInvalid)
-	_, err = e.m.StartProcess(e.ctx, sb.ID, &manager.StartRequest{ExecRequest: engine.ExecRequest{Cmd: []string{"true"}}, Tag: "abcdef-1"}, "test")
+	_, err = e.m.StartProcess(e.ctx, sb.ID, &procs.StartRequest{ExecRequest: engine.ExecRequest{Cmd: []string{"true"}}, Tag: "abcdef-1"}, "test")
 	wantErr(t, err, errdefs.ErrInvalid)
 
 	// A stop ends what runs; the list keeps what it saw.
-	sleeper, err := e.m.StartProcess(e.ctx, sb.ID, &manager.StartRequest{ExecRequest: engine.ExecRequest{Cmd: []string{"sleep", "60"}}}, "test")
+	sleeper, err := e.m.StartProcess(e.ctx, sb.ID, &procs.StartRequest{ExecRequest: engine.ExecRequest{Cmd: []string{"sleep", "60"}}}, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestProcesses(t *testing.T) {
 	}
 	_, err = e.m.WaitProcess(e.ctx, sb.ID, sleeper.ID, "test")
 	wantErr(t, err, errdefs.ErrConflict)
-	_, err = e.m.AttachProcess(e.ctx, sb.ID, "ffffff-1", false, manager.AttachIO{}, "test")
+	_, err = e.m.AttachProcess(e.ctx, sb.ID, "ffffff-1", false, procs.AttachIO{}, "test")
 	wantErr(t, err, errdefs.ErrNotFound)
 }
 
@@ -118,20 +118,20 @@ func TestService(t *testing.T) {
 		Config: store.TemplateConfig{Service: &store.ServiceSpec{Cmd: []string{"sh", "-c", "echo up; exec sleep 60"}, Restart: store.RestartAlways}}}); err != nil {
 		t.Fatal(err)
 	}
-	sb := e.create(manager.CreateRequest{Template: "svc", Persistent: true})
-	running := func() (manager.Process, bool) {
+	sb := e.create(engine.CreateRequest{Template: "svc", Persistent: true})
+	running := func() (procs.Process, bool) {
 		ps, err := e.m.ListProcesses(e.ctx, sb.ID)
 		if err != nil {
-			return manager.Process{}, false
+			return procs.Process{}, false
 		}
 		for _, p := range ps {
 			if p.Tag == store.ServiceTag && p.State == "running" {
 				return p, true
 			}
 		}
-		return manager.Process{}, false
+		return procs.Process{}, false
 	}
-	var first manager.Process
+	var first procs.Process
 	if !poll(func() bool { var ok bool; first, ok = running(); return ok }) {
 		t.Fatalf("no service after create: %+v", e.procs(sb.ID))
 	}

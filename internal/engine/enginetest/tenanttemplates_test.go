@@ -1,12 +1,12 @@
-package manager_test
+package enginetest_test
 
 import (
 	"errors"
 	"slices"
 	"testing"
 
+	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -25,7 +25,7 @@ func TestTenantTemplateResolution(t *testing.T) {
 	must(t, err)
 	member := e.waitPoolMember()
 
-	own, err := e.createAs("acme", manager.CreateRequest{Template: "base"})
+	own, err := e.createAs("acme", engine.CreateRequest{Template: "base"})
 	must(t, err)
 	if own.ID == member.ID || !slices.Equal(own.Spec.Layers, []string{ownLayer}) || own.Tenant != "acme" {
 		t.Fatalf("acme's create of base = %s layers %v tenant %q; want its own template, not pool member %s",
@@ -34,19 +34,19 @@ func TestTenantTemplateResolution(t *testing.T) {
 	if got := e.get(member.ID); got.Tenant != "" || got.Spec.Pool != "base" {
 		t.Fatalf("the shared pool member changed: tenant %q pool %q", got.Tenant, got.Spec.Pool)
 	}
-	shared, err := e.createAs("zed", manager.CreateRequest{Template: "base"})
+	shared, err := e.createAs("zed", engine.CreateRequest{Template: "base"})
 	must(t, err)
 	if shared.ID != member.ID || !slices.Equal(shared.Spec.Layers, []string{layer}) || shared.Tenant != "zed" {
 		t.Fatalf("zed's create of base = %s layers %v tenant %q; want the shared pool member %s",
 			shared.ID, shared.Spec.Layers, shared.Tenant, member.ID)
 	}
-	if _, err := e.createAs("zed", manager.CreateRequest{Template: "mine"}); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := e.createAs("zed", engine.CreateRequest{Template: "mine"}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("zed's create of acme's template: %v, want not found", err)
 	}
-	if _, err := e.createAs("", manager.CreateRequest{Template: "mine"}); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := e.createAs("", engine.CreateRequest{Template: "mine"}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("the host's create of acme's template: %v, want not found", err)
 	}
-	if _, err := e.createAs("acme", manager.CreateRequest{Template: "mine"}); err != nil {
+	if _, err := e.createAs("acme", engine.CreateRequest{Template: "mine"}); err != nil {
 		t.Fatalf("acme's create of its own template: %v", err)
 	}
 }

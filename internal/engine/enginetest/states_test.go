@@ -1,4 +1,4 @@
-package manager_test
+package enginetest_test
 
 import (
 	"bufio"
@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/netrules"
+	"github.com/berth-sh/berth/internal/engine/snapshots"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/node/memnode"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -23,7 +25,7 @@ import (
 func TestCreateRunsAndRecordsEvents(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(manager.CreateRequest{Name: "one"})
+	sb := e.create(engine.CreateRequest{Name: "one"})
 	e.wantNodeStatus(sb.ID, node.StatusRunning)
 	if got := e.get(sb.ID); got.State != sandbox.StateRunning || got.StartedAt.IsZero() || got.Spec.IDs == nil {
 		t.Fatalf("record %+v: want running, started, with a host id range", got)
@@ -51,13 +53,13 @@ func TestCreateRunsAndRecordsEvents(t *testing.T) {
 func TestCreateRefusals(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	for name, req := range map[string]manager.CreateRequest{
+	for name, req := range map[string]engine.CreateRequest{
 		"bad name":         {Name: "-x"},
 		"unknown runtime":  {Runtime: "nope"},
 		"unknown tpl":      {Template: "nope"},
 		"allow, no egress": {Allow: []string{"example.com"}},
 	} {
-		_, err := e.m.Create(e.ctx, &req, manager.CreateOptions{})
+		_, err := e.m.Create(e.ctx, &req, engine.CreateOptions{})
 		if err == nil {
 			t.Errorf("%s: created", name)
 		}
@@ -65,15 +67,15 @@ func TestCreateRefusals(t *testing.T) {
 	if ids := e.live(); len(ids) != 0 {
 		t.Fatalf("refused creates left sandboxes %v", ids)
 	}
-	e.create(manager.CreateRequest{Name: "dup"})
-	_, err := e.m.Create(e.ctx, &manager.CreateRequest{Name: "dup"}, manager.CreateOptions{})
+	e.create(engine.CreateRequest{Name: "dup"})
+	_, err := e.m.Create(e.ctx, &engine.CreateRequest{Name: "dup"}, engine.CreateOptions{})
 	wantErr(t, err, errdefs.ErrConflict)
 }
 
 func TestPauseResume(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(manager.CreateRequest{})
+	sb := e.create(engine.CreateRequest{})
 	if _, err := e.m.Pause(e.ctx, sb.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +107,7 @@ func TestStopStart(t *testing.T) {
 			e := newEnv(t)
 			// The workspace: what of a persistent sandbox a stop keeps
 			// (its root layer too only with persist_root).
-			sb := e.create(manager.CreateRequest{Persistent: persistent})
+			sb := e.create(engine.CreateRequest{Persistent: persistent})
 			e.writeFile(sb.ID, "/workspace/kept", "x")
 			if _, err := e.m.Stop(e.ctx, sb.ID, "test"); err != nil {
 				t.Fatal(err)
@@ -144,7 +146,7 @@ func TestStopStart(t *testing.T) {
 func TestReset(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(manager.CreateRequest{Persistent: true})
+	sb := e.create(engine.CreateRequest{Persistent: true})
 	e.writeFile(sb.ID, "/scratch", "x")
 	if _, err := e.m.Reset(e.ctx, sb.ID, "test"); err != nil {
 		t.Fatal(err)
@@ -183,7 +185,7 @@ func TestQuarantineRelease(t *testing.T) {
 		t.Run(string(from), func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			sb := e.create(manager.CreateRequest{Network: "egress", Allow: []string{"example.com"}, Persistent: true})
+			sb := e.create(engine.CreateRequest{Network: "egress", Allow: []string{"example.com"}, Persistent: true})
 			e.writeFile(sb.ID, "/workspace/evidence", "kept") // kept by a stop
 			switch from {
 			case sandbox.StatePaused:
@@ -271,7 +273,7 @@ func TestDeleteFromEachState(t *testing.T) {
 	}
 	for name, setup := range setups {
 		t.Run(name, func(t *testing.T) {
-			req := manager.CreateRequest{Persistent: true}
+			req := engine.CreateRequest{Persistent: true}
 			if name == "hibernated" {
 				req.Runtime = memnode.FakeRunsc.Name
 			}
@@ -309,17 +311,17 @@ func TestDeleteFromEachState(t *testing.T) {
 func TestHibernateWake(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(manager.CreateRequest{Runtime: memnode.FakeRunsc.Name})
+	sb := e.create(engine.CreateRequest{Runtime: memnode.FakeRunsc.Name})
 	e.writeFile(sb.ID, "/state", "in memory")
 	h, err := e.m.Hibernate(e.ctx, sb.ID, "test")
 	must(t, err)
-	if h.State != sandbox.StateStopped || h.Reason != manager.ReasonHibernated || !e.m.Hibernated(h) {
-		t.Fatalf("hibernated record %s %q hibernated=%v", h.State, h.Reason, e.m.Hibernated(h))
+	if h.State != sandbox.StateStopped || h.Reason != engine.ReasonHibernated || !e.m.Host().Hibernated(h) {
+		t.Fatalf("hibernated record %s %q hibernated=%v", h.State, h.Reason, e.m.Host().Hibernated(h))
 	}
 	e.wantNodeStatus(sb.ID, node.StatusStopped)
 	w, err := e.m.Wake(e.ctx, sb.ID, "test")
 	must(t, err)
-	if w.State != sandbox.StateRunning || e.m.Hibernated(w) {
+	if w.State != sandbox.StateRunning || e.m.Host().Hibernated(w) {
 		t.Fatalf("woken record %s", w.State)
 	}
 	if got, err := e.readFile(sb.ID, "/state"); err != nil || got != "in memory" {
@@ -352,7 +354,7 @@ func TestHibernateWake(t *testing.T) {
 func TestHibernateRefusedWithoutCheckpoint(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(manager.CreateRequest{}) // fake-runc: no Checkpoint
+	sb := e.create(engine.CreateRequest{}) // fake-runc: no Checkpoint
 	mark := e.mark(sb.ID)
 	_, err := e.m.Hibernate(e.ctx, sb.ID, "test")
 	wantErr(t, err, errdefs.ErrConflict)
@@ -366,7 +368,7 @@ func TestHibernateRefusedWithoutCheckpoint(t *testing.T) {
 func TestAutoResume(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(manager.CreateRequest{Persistent: true, Policy: sandbox.Policy{AutoResume: true}})
+	sb := e.create(engine.CreateRequest{Persistent: true, Policy: sandbox.Policy{AutoResume: true}})
 	_, err := e.m.Pause(e.ctx, sb.ID, "test")
 	must(t, err)
 	if exit, _, err := e.exec(sb.ID, "true"); err != nil || exit.Code != 0 {
@@ -388,7 +390,7 @@ func (e *env) writeFileAuto(id string) {
 func TestTouch(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(manager.CreateRequest{})
+	sb := e.create(engine.CreateRequest{})
 	e.clock.Advance(42 * time.Second)
 	got, err := e.m.Touch(e.ctx, sb.ID, "test")
 	must(t, err)
@@ -400,7 +402,7 @@ func TestTouch(t *testing.T) {
 func TestDialPort(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(manager.CreateRequest{})
+	sb := e.create(engine.CreateRequest{})
 	e.node.Listen(sb.ID, 8080, func(c net.Conn) {
 		defer c.Close()
 		line, _ := bufio.NewReader(c).ReadString('\n')
@@ -430,8 +432,8 @@ func TestDialPort(t *testing.T) {
 func TestUpdateNetworkRules(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(manager.CreateRequest{Network: "egress", Allow: []string{"a.example"}})
-	rules, err := e.m.UpdateNetworkRules(e.ctx, sb.ID, &manager.RulesRequest{
+	sb := e.create(engine.CreateRequest{Network: "egress", Allow: []string{"a.example"}})
+	rules, err := e.m.UpdateNetworkRules(e.ctx, sb.ID, &netrules.Request{
 		Allow: []string{"B.example", "A.EXAMPLE"}, Deny: []string{"a.example"}}, "test")
 	must(t, err)
 	if !slices.Equal(rules.Allow, []string{"B.example"}) || rules.IPv4 == "" {
@@ -442,14 +444,14 @@ func TestUpdateNetworkRules(t *testing.T) {
 	}
 	// The rules' grammar is the real one (package egressrule), not the
 	// double's: a rule that does not parse.
-	_, err = e.m.UpdateNetworkRules(e.ctx, sb.ID, &manager.RulesRequest{Allow: []string{"not a rule!"}}, "test")
+	_, err = e.m.UpdateNetworkRules(e.ctx, sb.ID, &netrules.Request{Allow: []string{"not a rule!"}}, "test")
 	wantErr(t, err, errdefs.ErrInvalid)
 	if got := e.get(sb.ID).Spec.Allow; !slices.Equal(got, []string{"B.example"}) {
 		t.Fatalf("a refused update changed the record: %v", got)
 	}
 	// Replace (the E2B door's updateNetwork): the list becomes Allow,
 	// deduplicated, the rules before gone; empty is deny all.
-	rules, err = e.m.UpdateNetworkRules(e.ctx, sb.ID, &manager.RulesRequest{
+	rules, err = e.m.UpdateNetworkRules(e.ctx, sb.ID, &netrules.Request{
 		Allow: []string{"c.example", "C.EXAMPLE", "10.0.0.0/8"}, Replace: true}, "test")
 	must(t, err)
 	if !slices.Equal(rules.Allow, []string{"c.example", "10.0.0.0/8"}) {
@@ -458,22 +460,22 @@ func TestUpdateNetworkRules(t *testing.T) {
 	if s, _ := e.node.Get(sb.ID); !slices.Equal(s.Rules, rules.Allow) {
 		t.Fatalf("node applied %v", s.Rules)
 	}
-	rules, err = e.m.UpdateNetworkRules(e.ctx, sb.ID, &manager.RulesRequest{Replace: true}, "test")
+	rules, err = e.m.UpdateNetworkRules(e.ctx, sb.ID, &netrules.Request{Replace: true}, "test")
 	must(t, err)
 	if len(rules.Allow) != 0 {
 		t.Fatalf("replaced by nothing: %+v", rules)
 	}
-	none := e.create(manager.CreateRequest{})
-	_, err = e.m.UpdateNetworkRules(e.ctx, none.ID, &manager.RulesRequest{Allow: []string{"x"}}, "test")
+	none := e.create(engine.CreateRequest{})
+	_, err = e.m.UpdateNetworkRules(e.ctx, none.ID, &netrules.Request{Allow: []string{"x"}}, "test")
 	wantErr(t, err, errdefs.ErrInvalid)
 }
 
 func TestForkAndSnapshots(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	parent := e.create(manager.CreateRequest{Persistent: true})
+	parent := e.create(engine.CreateRequest{Persistent: true})
 	e.writeFile(parent.ID, "/data", "v1")
-	kids, _, err := e.m.Fork(e.ctx, parent.ID, &manager.ForkRequest{Count: 2, NamePrefix: "kid"}, "test")
+	kids, _, err := e.m.Fork(e.ctx, parent.ID, &snapshots.ForkRequest{Count: 2, NamePrefix: "kid"}, "test")
 	must(t, err)
 	if len(kids) != 2 {
 		t.Fatalf("%d children", len(kids))
@@ -491,7 +493,7 @@ func TestForkAndSnapshots(t *testing.T) {
 	}
 	e.wantNodeStatus(parent.ID, node.StatusRunning)
 
-	sn, err := e.m.CreateSnapshot(e.ctx, parent.ID, &manager.SnapshotRequest{Name: "snap"}, "test")
+	sn, err := e.m.CreateSnapshot(e.ctx, parent.ID, &snapshots.SnapshotRequest{Name: "snap"}, "test")
 	must(t, err)
 	e.writeFile(parent.ID, "/data", "v2")
 	r, err := e.m.RestoreSnapshot(e.ctx, "snap", "test")
@@ -502,7 +504,7 @@ func TestForkAndSnapshots(t *testing.T) {
 	if got, _ := e.readFile(parent.ID, "/data"); got != "v1" {
 		t.Fatalf("after restore %q", got)
 	}
-	from := e.create(manager.CreateRequest{Snapshot: sn.ID})
+	from := e.create(engine.CreateRequest{Snapshot: sn.ID})
 	if got, _ := e.readFile(from.ID, "/data"); got != "v1" || from.Spec.FromSnapshot != sn.ID {
 		t.Fatalf("from snapshot: %q, from %q", got, from.Spec.FromSnapshot)
 	}
@@ -516,7 +518,7 @@ func TestForkAndSnapshots(t *testing.T) {
 func TestDoctorFindsAndFixesOrphans(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(manager.CreateRequest{})
+	sb := e.create(engine.CreateRequest{})
 	// A node-side sandbox no record accounts for: provisioned behind the
 	// engine's back.
 	orphan := &sandbox.Sandbox{ID: "orphan0000000000", Spec: sandbox.Spec{Layers: []string{layer}}}

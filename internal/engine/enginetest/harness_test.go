@@ -1,6 +1,7 @@
-package manager_test
+package enginetest_test
 
-// The engine's unit tests: the manager's exported API over real SQLite and
+// The engine's unit tests: its exported API (core and features, as the
+// daemon assembles them: enginetest.New) over real SQLite and
 // the in-memory node backend (internal/node/memnode). They need no root and
 // no runtime; the agent is real (in-process, on a socket in a temp dir), so
 // exec runs harmless host commands as the test's user.
@@ -18,10 +19,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-sh/berth/internal/engine/enginetest"
+
 	"go.uber.org/goleak"
 
+	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/image"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/node/memnode"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -134,8 +137,8 @@ type env struct {
 	node  *memnode.Node
 	// backend, if set, is what the engine runs on: node wrapped.
 	backend node.Backend
-	m       *manager.Manager
-	cfg     manager.Config
+	m       *enginetest.Engine
+	cfg     engine.Config
 	// images is the real layer store (withImages), or nil.
 	images *image.Store
 
@@ -144,7 +147,7 @@ type env struct {
 
 type envOpt func(*env)
 
-// withImages gives the manager a real layer store (and an upload
+// withImages gives the engine a real layer store (and an upload
 // directory on it), so template imports and uploads run as in the daemon.
 func withImages() envOpt {
 	return func(e *env) {
@@ -170,7 +173,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	e := &env{t: t, ctx: ctx, clock: &clock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}}
-	e.cfg = manager.Config{
+	e.cfg = engine.Config{
 		Node:              "node-a",
 		ReconcileInterval: 20 * time.Millisecond,
 		Logger:            slog.New(slog.DiscardHandler),
@@ -203,14 +206,14 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	return e
 }
 
-// start makes and recovers a manager over e's store and node.
+// start makes and recovers an engine over e's store and node.
 func (e *env) start() {
 	e.t.Helper()
 	var be node.Backend = e.node
 	if e.backend != nil {
 		be = e.backend
 	}
-	m, err := manager.New(e.cfg, e.st, e.images, be)
+	m, err := enginetest.New(e.cfg, e.st, e.images, be)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -223,9 +226,9 @@ func (e *env) start() {
 	e.stopManager = func() { once.Do(m.Close) }
 }
 
-func (e *env) create(req manager.CreateRequest) *sandbox.Sandbox {
+func (e *env) create(req engine.CreateRequest) *sandbox.Sandbox {
 	e.t.Helper()
-	sb, err := e.m.Create(e.ctx, &req, manager.CreateOptions{Actor: "test"})
+	sb, err := e.m.Create(e.ctx, &req, engine.CreateOptions{Actor: "test"})
 	if err != nil {
 		e.t.Fatalf("create %+v: %v", req, err)
 	}
@@ -285,10 +288,10 @@ func (e *env) wantNodeStatus(id string, want node.Status) {
 	}
 }
 
-func (e *env) exec(id string, cmd ...string) (manager.Exit, string, error) {
+func (e *env) exec(id string, cmd ...string) (engine.Exit, string, error) {
 	var out bytes.Buffer
-	exit, err := e.m.Exec(e.ctx, id, &manager.ExecRequest{Cmd: cmd, Timeout: 20 * time.Second},
-		manager.ExecIO{Stdout: &out, Stderr: &out}, "test")
+	exit, err := e.m.Exec(e.ctx, id, &engine.ExecRequest{Cmd: cmd, Timeout: 20 * time.Second},
+		engine.ExecIO{Stdout: &out, Stderr: &out}, "test")
 	return exit, out.String(), err
 }
 

@@ -1,10 +1,11 @@
-package manager_test
+package enginetest_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/netrules"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
@@ -16,7 +17,7 @@ import (
 func TestUnconditionalUpdatesRetryTheirOwnWrite(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(manager.CreateRequest{Network: "egress", Allow: []string{"10.1.0.0/16"}})
+	sb := e.create(engine.CreateRequest{Network: "egress", Allow: []string{"10.1.0.0/16"}})
 	for _, tc := range []struct {
 		name string
 		do   func() error
@@ -24,7 +25,7 @@ func TestUnconditionalUpdatesRetryTheirOwnWrite(t *testing.T) {
 		{"timeout", func() error { _, err := e.m.SetTimeout(e.ctx, sb.ID, time.Hour, "test"); return err }},
 		{"touch", func() error { _, err := e.m.Touch(e.ctx, sb.ID, "test"); return err }},
 		{"network rules", func() error {
-			_, err := e.m.UpdateNetworkRules(e.ctx, sb.ID, &manager.RulesRequest{Allow: []string{"10.2.0.0/16"}}, "test")
+			_, err := e.m.UpdateNetworkRules(e.ctx, sb.ID, &netrules.Request{Allow: []string{"10.2.0.0/16"}}, "test")
 			return err
 		}},
 	} {

@@ -1,4 +1,4 @@
-package manager_test
+package enginetest_test
 
 import (
 	"errors"
@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/pools"
+	"github.com/berth-sh/berth/internal/engine/snapshots"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/manager"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -39,8 +41,8 @@ func TestProvisionFailureLeavesFailedTombstone(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			e.node.FailNext("Provision", errInjected)
-			_, err := e.m.Create(e.ctx, &manager.CreateRequest{Name: "doomed", Persistent: persistent},
-				manager.CreateOptions{Actor: "test"})
+			_, err := e.m.Create(e.ctx, &engine.CreateRequest{Name: "doomed", Persistent: persistent},
+				engine.CreateOptions{Actor: "test"})
 			if !errors.Is(err, errInjected) {
 				t.Fatalf("create: %v, want the provision error", err)
 			}
@@ -72,7 +74,7 @@ func TestProvisionFailureLeavesFailedTombstone(t *testing.T) {
 				t.Fatalf("id slots left: %v", slots)
 			}
 			// The name is free again.
-			e.create(manager.CreateRequest{Name: "doomed"})
+			e.create(engine.CreateRequest{Name: "doomed"})
 			e.healthy()
 		})
 	}
@@ -81,7 +83,7 @@ func TestProvisionFailureLeavesFailedTombstone(t *testing.T) {
 func TestStartFailureFallsBackToStopped(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(manager.CreateRequest{Persistent: true})
+	sb := e.create(engine.CreateRequest{Persistent: true})
 	_, err := e.m.Stop(e.ctx, sb.ID, "test")
 	must(t, err)
 	e.node.FailNext("Provision", errInjected)
@@ -107,7 +109,7 @@ func TestStartFailureFallsBackToStopped(t *testing.T) {
 func TestStopFailureIsRetried(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(manager.CreateRequest{Persistent: true})
+	sb := e.create(engine.CreateRequest{Persistent: true})
 	e.node.FailNext("Stop", errInjected)
 	_, err := e.m.Stop(e.ctx, sb.ID, "test")
 	if !errors.Is(err, errInjected) {
@@ -124,7 +126,7 @@ func TestStopFailureIsRetried(t *testing.T) {
 func TestTeardownFailureIsRetried(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(manager.CreateRequest{})
+	sb := e.create(engine.CreateRequest{})
 	for range 4 { // every attempt of the delete itself
 		e.node.FailNextFor("Remove", sb.ID, errInjected)
 	}
@@ -147,7 +149,7 @@ func TestTeardownFailureIsRetried(t *testing.T) {
 func TestPauseRollsBackWhenUnrecorded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(manager.CreateRequest{})
+	sb := e.create(engine.CreateRequest{})
 	e.st.FailUpdate(sb.ID, errInjected)
 	_, err := e.m.Pause(e.ctx, sb.ID, "test")
 	if !errors.Is(err, errInjected) {
@@ -180,7 +182,7 @@ func TestQuarantineRollsBack(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			sb := e.create(manager.CreateRequest{Network: "egress", Allow: []string{"example.com"}})
+			sb := e.create(engine.CreateRequest{Network: "egress", Allow: []string{"example.com"}})
 			if tc.from == sandbox.StatePaused {
 				_, err := e.m.Pause(e.ctx, sb.ID, "test")
 				must(t, err)
@@ -232,7 +234,7 @@ func TestReleaseRollsBack(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			sb := e.create(manager.CreateRequest{Network: "egress", Allow: []string{"example.com"}})
+			sb := e.create(engine.CreateRequest{Network: "egress", Allow: []string{"example.com"}})
 			_, err := e.m.Quarantine(e.ctx, sb.ID, "admin")
 			must(t, err)
 			mark := e.mark(sb.ID)
@@ -263,7 +265,7 @@ func TestReleaseRollsBack(t *testing.T) {
 func TestHibernateAndWakeFailures(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(manager.CreateRequest{Runtime: "fake-runsc"})
+	sb := e.create(engine.CreateRequest{Runtime: "fake-runsc"})
 	e.node.FailNext("Checkpoint", errInjected) // the processes survive it
 	_, err := e.m.Hibernate(e.ctx, sb.ID, "test")
 	if !errors.Is(err, errInjected) {
@@ -280,8 +282,8 @@ func TestHibernateAndWakeFailures(t *testing.T) {
 		t.Fatalf("wake: %v", err)
 	}
 	got := e.get(sb.ID)
-	if got.State != sandbox.StateStopped || !e.m.Hibernated(got) || !strings.HasPrefix(got.Error, "wake: ") {
-		t.Fatalf("after a failed wake: %s hibernated=%v error %q", got.State, e.m.Hibernated(got), got.Error)
+	if got.State != sandbox.StateStopped || !e.m.Host().Hibernated(got) || !strings.HasPrefix(got.Error, "wake: ") {
+		t.Fatalf("after a failed wake: %s hibernated=%v error %q", got.State, e.m.Host().Hibernated(got), got.Error)
 	}
 	_, err = e.m.Wake(e.ctx, sb.ID, "test")
 	must(t, err)
@@ -291,10 +293,10 @@ func TestHibernateAndWakeFailures(t *testing.T) {
 func TestForkWithOneFailingChild(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	parent := e.create(manager.CreateRequest{})
+	parent := e.create(engine.CreateRequest{})
 	e.writeFile(parent.ID, "/data", "shared")
 	e.node.FailNext("Materialize", errInjected)
-	kids, _, err := e.m.Fork(e.ctx, parent.ID, &manager.ForkRequest{Count: 3}, "test")
+	kids, _, err := e.m.Fork(e.ctx, parent.ID, &snapshots.ForkRequest{Count: 3}, "test")
 	if !errors.Is(err, errInjected) {
 		t.Fatalf("fork: %v, want the materialize error", err)
 	}
@@ -333,9 +335,9 @@ func TestForkWithOneFailingChild(t *testing.T) {
 func TestForkCaptureFailure(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	parent := e.create(manager.CreateRequest{})
+	parent := e.create(engine.CreateRequest{})
 	e.node.FailNext("Capture", errInjected)
-	kids, _, err := e.m.Fork(e.ctx, parent.ID, &manager.ForkRequest{Count: 2}, "test")
+	kids, _, err := e.m.Fork(e.ctx, parent.ID, &snapshots.ForkRequest{Count: 2}, "test")
 	if !errors.Is(err, errInjected) || len(kids) != 0 {
 		t.Fatalf("fork: %d children, %v", len(kids), err)
 	}
@@ -374,7 +376,7 @@ func TestPoolClaim(t *testing.T) {
 	must(t, err)
 	member := e.waitPoolMember()
 	e.wantNodeStatus(member.ID, node.StatusPaused)
-	sb := e.create(manager.CreateRequest{Name: "claimed", Env: map[string]string{"K": "v"}})
+	sb := e.create(engine.CreateRequest{Name: "claimed", Env: map[string]string{"K": "v"}})
 	if sb.ID != member.ID || sb.Spec.Pool != "" || sb.Name != "claimed" {
 		t.Fatalf("create did not claim the member: %+v", sb)
 	}
@@ -438,8 +440,8 @@ func TestPoolShrinks(t *testing.T) {
 		if !poll(func() bool { return len(frozen()) == 2 }) {
 			t.Fatalf("pool of 2 has %d ready members", len(frozen()))
 		}
-		e.create(manager.CreateRequest{})
-		e.m.WakeReconciler()
+		e.create(engine.CreateRequest{})
+		e.m.Host().WakeReconciler()
 		for range 20 {
 			if n := len(e.poolMembersOf("", "base")); n > 2 {
 				t.Fatalf("pool of 2 has %d members", n)
@@ -479,7 +481,7 @@ func TestPoolClaimRollsBack(t *testing.T) {
 			before, _ := e.node.Get(member.ID)
 			mark := e.mark(member.ID)
 			tc.fail(e, member.ID)
-			sb := e.create(manager.CreateRequest{Name: "claimant"})
+			sb := e.create(engine.CreateRequest{Name: "claimant"})
 			if sb.ID == member.ID {
 				t.Fatal("the failed claim handed out the member")
 			}
@@ -499,7 +501,7 @@ func TestPoolClaimRollsBack(t *testing.T) {
 				t.Fatalf("calls %v, want %v", calls, tc.wantCalls)
 			}
 			// The member is still good for the next create.
-			next := e.create(manager.CreateRequest{})
+			next := e.create(engine.CreateRequest{})
 			if next.ID != member.ID {
 				t.Fatalf("next create made %s, not the member %s", next.ID, member.ID)
 			}
@@ -513,12 +515,12 @@ func TestPoolClaimRollsBack(t *testing.T) {
 func TestPoolClaimWithTakenName(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	taken := e.create(manager.CreateRequest{Name: "taken"})
+	taken := e.create(engine.CreateRequest{Name: "taken"})
 	_, err := e.m.SetPool(e.ctx, "base", 1)
 	must(t, err)
 	member := e.waitPoolMember()
 	before, _ := e.node.Get(member.ID)
-	_, err = e.m.Create(e.ctx, &manager.CreateRequest{Name: "taken"}, manager.CreateOptions{Actor: "test"})
+	_, err = e.m.Create(e.ctx, &engine.CreateRequest{Name: "taken"}, engine.CreateOptions{Actor: "test"})
 	wantErr(t, err, errdefs.ErrConflict)
 	if !strings.Contains(errdefs.Message(err), `"taken"`) {
 		t.Fatalf("conflict %q does not name the name", errdefs.Message(err))
@@ -547,9 +549,9 @@ func sorted(s ...string) []string { slices.Sort(s); return s }
 func TestSnapshotCaptureFailure(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(manager.CreateRequest{})
+	sb := e.create(engine.CreateRequest{})
 	e.node.FailNext("Capture", errInjected)
-	sn, err := e.m.CreateSnapshot(e.ctx, sb.ID, &manager.SnapshotRequest{}, "test")
+	sn, err := e.m.CreateSnapshot(e.ctx, sb.ID, &snapshots.SnapshotRequest{}, "test")
 	if !errors.Is(err, errInjected) || sn != nil {
 		t.Fatalf("snapshot: %+v, %v", sn, err)
 	}
@@ -573,12 +575,12 @@ func TestWarmPoolAutoClock(t *testing.T) {
 		e.cfg.WarmPool, e.cfg.WarmPoolMax, e.cfg.WarmPoolIdle = 0, 2, time.Minute
 	})
 	for range 3 {
-		sb := e.create(manager.CreateRequest{})
+		sb := e.create(engine.CreateRequest{})
 		if _, err := e.m.Delete(e.ctx, sb.ID, "test", sandbox.CauseUser, "done"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	pool := func() *manager.Pool {
+	pool := func() *pools.Pool {
 		p, err := e.m.Pool(e.ctx, "base")
 		must(t, err)
 		return p
@@ -590,7 +592,7 @@ func TestWarmPoolAutoClock(t *testing.T) {
 		t.Fatalf("pool after 3 creates: %+v", p)
 	}
 	hits := pool().Hits
-	sb := e.create(manager.CreateRequest{})
+	sb := e.create(engine.CreateRequest{})
 	if p := pool(); p.Hits != hits+1 {
 		t.Fatalf("the next create was not a claim: %+v", p)
 	}

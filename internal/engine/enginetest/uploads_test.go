@@ -1,4 +1,4 @@
-package manager_test
+package enginetest_test
 
 import (
 	"errors"
@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berth-sh/berth/internal/engine/templates"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/manager"
 )
 
 // Template archives received at once are capped: one past
@@ -18,8 +18,8 @@ func TestConcurrentUploadsCapped(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withImages())
 	var pipes []*io.PipeWriter
-	done := make(chan error, manager.MaxConcurrentUploads)
-	for i := range manager.MaxConcurrentUploads {
+	done := make(chan error, templates.MaxConcurrentUploads)
+	for i := range templates.MaxConcurrentUploads {
 		pr, pw := io.Pipe()
 		pipes = append(pipes, pw)
 		go func() {
@@ -41,7 +41,7 @@ func TestConcurrentUploadsCapped(t *testing.T) {
 		return errors.Is(err, errdefs.ErrLimit)
 	}
 	if !poll(busy) {
-		t.Fatalf("%d uploads held, one more not refused", manager.MaxConcurrentUploads)
+		t.Fatalf("%d uploads held, one more not refused", templates.MaxConcurrentUploads)
 	}
 	_, err := e.m.UploadTemplate(e.ctx, "one-more", strings.NewReader("not a tar"))
 	if code, status := errdefs.Code(err); code != "limit_exceeded" || status != 429 || errdefs.LimitName(err) != "max_concurrent_uploads" {
@@ -57,7 +57,7 @@ func TestConcurrentUploadsCapped(t *testing.T) {
 	for _, pw := range pipes[1:] {
 		pw.CloseWithError(errors.New("client went away"))
 	}
-	for range manager.MaxConcurrentUploads - 1 {
+	for range templates.MaxConcurrentUploads - 1 {
 		<-done
 	}
 }

@@ -1,4 +1,4 @@
-package manager_test
+package enginetest_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/internal/audit"
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -27,8 +27,8 @@ func TestSystemActionsAudited(t *testing.T) {
 	key := []byte("manager-test-audit-key-0123456789abcdef")
 	log.Store(audit.New(e.st, key, nil))
 
-	idle := e.create(manager.CreateRequest{Persistent: true, Policy: sandbox.Policy{IdleTimeout: 30 * time.Second, OnIdle: sandbox.ActionStop}})
-	crashed := e.create(manager.CreateRequest{})
+	idle := e.create(engine.CreateRequest{Persistent: true, Policy: sandbox.Policy{IdleTimeout: 30 * time.Second, OnIdle: sandbox.ActionStop}})
+	crashed := e.create(engine.CreateRequest{})
 	e.node.Crash(crashed.ID)
 	e.waitState(crashed.ID, sandbox.StateDeleted)
 	e.clock.Advance(31 * time.Second)

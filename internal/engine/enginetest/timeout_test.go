@@ -1,10 +1,10 @@
-package manager_test
+package enginetest_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/berth-sh/berth/internal/manager"
+	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
@@ -13,7 +13,7 @@ import (
 func TestSetTimeout(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(manager.CreateRequest{Timeout: 60 * time.Second})
+	sb := e.create(engine.CreateRequest{Timeout: 60 * time.Second})
 	e.clock.Advance(50 * time.Second)
 	got, err := e.m.SetTimeout(e.ctx, sb.ID, 100*time.Second, "test")
 	must(t, err)
