@@ -662,10 +662,13 @@ const NextCursorHeader = "Berth-Next-Cursor"
 // resource use now, from berth's own accounting. CPUPercent is of its CPU
 // limit over the last 200 ms; memory is what its cgroup holds (page cache
 // included); disk is its writable root layer (0 when that lives on its
-// volume: see the sandbox's storage). The daemon keeps no history: the
-// console samples it while a sandbox's page is open.
+// volume: see the sandbox's storage). A sandbox that is not running has
+// no use to measure: State says which state it is in, the figures are 0.
+// The daemon keeps no history: the console samples it while a sandbox's
+// page is open.
 type SandboxUsage struct {
 	Time             time.Time `json:"time"`
+	State            string    `json:"state"`
 	CPUPercent       float64   `json:"cpu_percent"`
 	CPUs             float64   `json:"cpus"`
 	MemoryBytes      int64     `json:"memory_bytes"`

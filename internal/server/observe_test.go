@@ -89,7 +89,7 @@ func TestRedactWebhookURL(t *testing.T) {
 
 // TestSandboxUsage: GET /v1/sandboxes/{id}/usage is the engine's
 // ResourceUse for the caller's own running sandbox; another tenant's is
-// not found, a stopped one a conflict, a lease is refused.
+// not found, a stopped one its state and zeros, a lease is refused.
 func TestSandboxUsage(t *testing.T) {
 	e := newTenv(t)
 	e.tenant("a")
@@ -100,11 +100,15 @@ func TestSandboxUsage(t *testing.T) {
 	sb := e.sandbox(m.Key, `{"template":"base","persistent":true,"resources":{"cpus":2,"memory_bytes":268435456}}`)
 	var u api.SandboxUsage
 	e.must(v.Key, "GET", "/v1/sandboxes/"+sb.ID+"/usage", "", 200, &u)
-	if u.CPUs != 2 || u.MemoryLimitBytes != 268435456 || u.Time.IsZero() || u.CPUPercent < 0 || u.CPUPercent > 100 {
+	if u.State != "running" || u.CPUs != 2 || u.MemoryLimitBytes != 268435456 || u.Time.IsZero() || u.CPUPercent < 0 || u.CPUPercent > 100 {
 		t.Errorf("usage: %+v", u)
 	}
 	e.must(other.Key, "GET", "/v1/sandboxes/"+sb.ID+"/usage", "", 404, nil)
 	e.must(sb.LeaseToken, "GET", "/v1/sandboxes/"+sb.ID+"/usage", "", 403, nil)
 	e.must(m.Key, "POST", "/v1/sandboxes/"+sb.ID+"/stop", "", 200, nil)
-	e.must(v.Key, "GET", "/v1/sandboxes/"+sb.ID+"/usage", "", 409, nil)
+	var stopped api.SandboxUsage
+	e.must(v.Key, "GET", "/v1/sandboxes/"+sb.ID+"/usage", "", 200, &stopped)
+	if stopped.State != "stopped" || stopped.CPUs != 0 || stopped.MemoryBytes != 0 {
+		t.Errorf("a stopped sandbox's usage: %+v", stopped)
+	}
 }

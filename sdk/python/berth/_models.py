@@ -1759,11 +1759,13 @@ class SandboxUsage(Model):
     """GET /v1/sandboxes/{id}/usage: a running sandbox's resource use now, from berth's own
     accounting. CPUPercent is of its CPU limit over the last 200 ms; memory is what its cgroup
     holds (page cache included); disk is its writable root layer (0 when that lives on its
-    volume: see the sandbox's storage). The daemon keeps no history: the console samples it
-    while a sandbox's page is open.
+    volume: see the sandbox's storage). A sandbox that is not running has no use to measure:
+    State says which state it is in, the figures are 0. The daemon keeps no history: the console
+    samples it while a sandbox's page is open.
     """
 
     time: datetime
+    state: str
     cpu_percent: float
     cpus: float
     memory_bytes: int
@@ -1774,6 +1776,7 @@ class SandboxUsage(Model):
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
         ('time', 'time', ('datetime',)),
+        ('state', 'state', ()),
         ('cpu_percent', 'cpu_percent', ()),
         ('cpus', 'cpus', ()),
         ('memory_bytes', 'memory_bytes', ()),
@@ -1781,7 +1784,7 @@ class SandboxUsage(Model):
         ('disk_bytes', 'disk_bytes', ()),
         ('disk_limit_bytes', 'disk_limit_bytes', ()),
     )
-    _required = ('time', 'cpu_percent', 'cpus', 'memory_bytes', 'memory_limit_bytes', 'disk_bytes', 'disk_limit_bytes',)
+    _required = ('time', 'state', 'cpu_percent', 'cpus', 'memory_bytes', 'memory_limit_bytes', 'disk_bytes', 'disk_limit_bytes',)
 
 
 @dataclass

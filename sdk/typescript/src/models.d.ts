@@ -988,10 +988,13 @@ export interface NetworkRulesRequest {
  * GET /v1/sandboxes/{id}/usage: a running sandbox's resource use now, from berth's own accounting.
  * CPUPercent is of its CPU limit over the last 200 ms; memory is what its cgroup holds (page cache
  * included); disk is its writable root layer (0 when that lives on its volume: see the sandbox's
- * storage). The daemon keeps no history: the console samples it while a sandbox's page is open.
+ * storage). A sandbox that is not running has no use to measure: State says which state it is in,
+ * the figures are 0. The daemon keeps no history: the console samples it while a sandbox's page is
+ * open.
  */
 export interface SandboxUsage {
   time: string /* RFC 3339 */;
+  state: string;
   cpu_percent: number;
   cpus: number;
   memory_bytes: number;

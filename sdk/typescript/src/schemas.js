@@ -61,7 +61,7 @@ export const SCHEMAS = {
   WebhookDelivery: { required: ["event_id","attempt","status","time"], props: {"event_id":null,"attempt":null,"status":null,"error":null,"time":null} },
   NetworkRules: { required: ["mode","allow"], props: {"mode":null,"ipv4":null,"ipv6":null,"allow":null} },
   NetworkRulesRequest: { required: [], props: {"allow":null,"deny":null} },
-  SandboxUsage: { required: ["time","cpu_percent","cpus","memory_bytes","memory_limit_bytes","disk_bytes","disk_limit_bytes"], props: {"time":null,"cpu_percent":null,"cpus":null,"memory_bytes":null,"memory_limit_bytes":null,"disk_bytes":null,"disk_limit_bytes":null} },
+  SandboxUsage: { required: ["time","state","cpu_percent","cpus","memory_bytes","memory_limit_bytes","disk_bytes","disk_limit_bytes"], props: {"time":null,"state":null,"cpu_percent":null,"cpus":null,"memory_bytes":null,"memory_limit_bytes":null,"disk_bytes":null,"disk_limit_bytes":null} },
   CreateTenantRequest: { required: ["name"], props: {"name":null} },
   Tenant: { required: ["name","created_at"], props: {"name":null,"created_at":null} },
   CreateAPIKeyRequest: { required: ["role"], props: {"name":null,"tenant":null,"role":null,"scopes":null,"expires_in_seconds":null} },
