@@ -1,7 +1,7 @@
 // The live log of a template import or build, from the NDJSON lines the
 // API streams: an import's layer progress (api.ImportEvent: one line per
 // layer, updated in place), a build's output (api.BuildEvent: base64
-// chunks, a heading when the step changes), then the template or the
+// chunks, a new line when the step changes), then the template or the
 // error.
 import type { BuildEvent, ImportEvent, Template } from "./types";
 import { bytes } from "./format";
@@ -43,9 +43,10 @@ export function feed(p: Progress, ev: ImportEvent | BuildEvent): Progress {
     n.partial = false;
   }
   if ("step" in ev && ev.data) {
+    // The daemon heads each step itself ("--> [2/3] RUN ..."); a new
+    // step starts a new line.
     if (ev.step !== n.step) {
       n.step = ev.step;
-      n.lines.push(ev.step === 0 ? "— setting up —" : `— step ${ev.step} —`);
       n.partial = false;
     }
     const parts = b64(ev.data).replace(/\r\n?/g, "\n").split("\n");

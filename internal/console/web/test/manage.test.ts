@@ -65,7 +65,7 @@ test("the build context: typed Dockerfile over picked files, a folder's files un
   assert.equal(dockerfileQuery("egress", "a.example, :443  10.0.0.0/8"), "network=egress&allow=a.example&allow=%3A443&allow=10.0.0.0%2F8");
 });
 
-test("the live log: layers in place, output by step, the end", () => {
+test("the live log: layers in place, output across chunks and steps, the end", () => {
   const b64 = (s: string) => btoa(s);
   let p = startProgress();
   p = feed(p, { progress: { layer: 1, layers: 2, digest: "sha256:0123456789abcdef", bytes: 1024, size: 4096 } });
@@ -76,8 +76,9 @@ test("the live log: layers in place, output by step, the end", () => {
   q = feed(q, { step: 1, stream: "stdout", data: b64("hel") });
   q = feed(q, { step: 1, stream: "stdout", data: b64("lo\nwor") });
   q = feed(q, { step: 1, stream: "stderr", data: b64("ld\n") });
+  q = feed(q, { step: 1, stream: "stdout", data: b64("no newline") });
   q = feed(q, { step: 2, stream: "stdout", data: b64("42\n") });
-  assert.deepEqual(q.lines, ["— step 1 —", "hello", "world", "— step 2 —", "42"]);
+  assert.deepEqual(q.lines, ["hello", "world", "no newline", "42"]);
   const done = feed(q, { step: 2, template: { name: "t" } as never });
   assert.equal(done.template?.name, "t");
   assert.equal(q.template, undefined, "feed leaves its input alone");

@@ -25,9 +25,13 @@ export function SandboxPage(props: { id: string }) {
   const [events, setEvents] = useState<Event[]>([]);
   const path = sbPath(props.id);
   useTick(10000);
-  const refresh = () => get<Sandbox>(path).then(setSb, (e) => (e instanceof ApiError && e.status === 404 ? setLoadError(e) : null));
+  const refresh = (signal: AbortSignal) =>
+    get<Sandbox>(path, { signal }).then(setSb, (e) => (e instanceof ApiError && e.status === 404 ? setLoadError(e) : null));
   useEffect(() => {
     const ac = new AbortController();
+    // An event re-reads the sandbox 300 ms later, at most once meanwhile;
+    // leaving the page (or signing out) cancels it.
+    let pending: ReturnType<typeof setTimeout> | null = null;
     (async () => {
       try {
         setSb(await get<Sandbox>(path, { signal: ac.signal }));
@@ -43,19 +47,21 @@ export function SandboxPage(props: { id: string }) {
       } catch {
         /* the stream below still runs */
       }
-      let pending: ReturnType<typeof setTimeout> | null = null;
       stream(
         path + "/events",
         (e) => {
           setEvents((old) => (old.some((x) => x.id === e.id) ? old : [...old, e]));
-          if (!pending) pending = setTimeout(() => ((pending = null), refresh()), 300);
+          if (!pending && !ac.signal.aborted) pending = setTimeout(() => ((pending = null), refresh(ac.signal)), 300);
         },
         ac.signal,
         () => {},
         last,
       );
     })();
-    return () => ac.abort();
+    return () => {
+      ac.abort();
+      if (pending) clearTimeout(pending);
+    };
   }, [props.id]);
 
   if (loadError) {
