@@ -21,12 +21,14 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/internal/testenv/regtest"
 )
 
 // TestConsoleManage drives the console's managing pages in Chromium as a
 // tenant's viewer, member and admin and as the host: templates (a
-// Dockerfile build with a context file and a docker-save archive uploaded,
-// each with its live log; only for the templates right), a sandbox's
+// Dockerfile build with a context file, a docker-save archive uploaded and
+// an import from a registry by reference, each with its live log; only
+// for the templates right), a sandbox's
 // resources over time and its forks and snapshots as a tree (fork and
 // snapshot from the page, for sandboxes:write), and the webhook page (the
 // host's alone: its URL redacted, never the secret, its deliveries).
@@ -45,7 +47,13 @@ func TestConsoleManage(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := ln.Addr().String()
 	ln.Close()
-	d := startDaemonWith(t, "--insecure-listen", addr, "--webhook-url", hookURL, "--webhook-secret", "whsec-never-shown")
+	// A registry (its own network namespace, TLS by the test CA, an
+	// account) the host imports from by reference.
+	reg := regtest.Start(t, regtest.Basic)
+	regRef := reg.Addr + "/tools/bb:1"
+	pushImage(t, reg, regRef, taskImage(t, "from-the-registry\n"))
+	d := registryDaemonWith(t, []string{"--insecure-listen", addr, "--webhook-url", hookURL, "--webhook-secret", "whsec-never-shown"},
+		regAccess{reg.Addr, reg.CAPEM, reg.User, reg.Password})
 	keyb, _ := os.ReadFile(d.dataDir + "/admin.key")
 	hostKey := strings.TrimSpace(string(keyb))
 	base := "http://" + addr
@@ -234,7 +242,18 @@ func TestConsoleManage(t *testing.T) {
 	checkAxe("host", "webhooks")
 	s.shot("host-webhooks")
 	s.page("#/templates", "#template-add")
-	checkAxe("host", "templates")
+	s.run("registry", chromedp.Click(chromedp.CSS("#how-registry")), chromedp.WaitVisible(chromedp.CSS("#tpl-ref")))
+	s.fill("#tpl-name", "bb-registry")
+	s.fill("#tpl-ref", regRef)
+	s.run("import by reference", chromedp.Click(chromedp.CSS("#tpl-submit")), waitText("#build-status", "Made template bb-registry"))
+	if got := text("#build-log"); !strings.Contains(got, "layer 1 of 2") || !strings.Contains(got, "layer 2 of 2") || !strings.Contains(got, "done") {
+		t.Errorf("the registry import's log reads %q", got)
+	}
+	if tpl, err := host.GetTemplate(ctx, "bb-registry"); err != nil || tpl.Source != "registry:"+regRef {
+		t.Errorf("the imported template: %+v %v", tpl, err)
+	}
+	checkAxe("host", "templates (import log)")
+	s.shot("host-registry-import")
 
 	s.run("phone", chromedp.EmulateViewport(375, 812, chromedp.EmulateMobile))
 	for _, pg := range []string{"templates", "webhooks", "sandbox/" + root.ID} {
