@@ -42,3 +42,29 @@ type WhoAmI struct {
 	Scopes []string `json:"scopes"`
 	Host   bool     `json:"host"`
 }
+
+// Webhook is one endpoint of GET /v1/webhooks (the host's administrator
+// alone): the URL `berth serve --webhook-url` configured, with its user,
+// password and query values replaced by "redacted" (the path is kept);
+// whether deliveries are signed (--webhook-secret; never the secret); the
+// last event handled; and this daemon's delivery attempts since it
+// started (on a shared store only the replica holding the store's lease
+// delivers), newest first, at most 20.
+type Webhook struct {
+	URL         string            `json:"url"`
+	Signed      bool              `json:"signed"`
+	LastEventID int64             `json:"last_event_id"`
+	Delivered   int64             `json:"delivered"`
+	Failed      int64             `json:"failed"`
+	Recent      []WebhookDelivery `json:"recent"`
+}
+
+// WebhookDelivery is one attempt to post an event: the receiver's HTTP
+// status (0: no answer) and, when it failed, why (without the URL).
+type WebhookDelivery struct {
+	EventID int64     `json:"event_id"`
+	Attempt int       `json:"attempt"`
+	Status  int       `json:"status"`
+	Error   string    `json:"error,omitempty"`
+	Time    time.Time `json:"time"`
+}

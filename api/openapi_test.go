@@ -100,7 +100,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		CopyRequest{}, PoolRequest{}, Pool{}, ApplyRequest{}, Disk{}, Quota{}, QuotaRequest{}, QuotaUsage{},
 		StartProcessRequest{}, Process{}, ProcessList{}, ProcessEvent{}, SignalRequest{}, TemplateService{},
 		RuntimeClass{}, RuntimeCaps{}, PushTemplateRequest{}, PushResult{}, PushEvent{}, ImportProgress{}, RegistryAuth{},
-		WhoAmI{},
+		WhoAmI{}, Webhook{}, WebhookDelivery{}, SandboxUsage{},
 	}
 	for _, v := range types {
 		rt := reflect.TypeOf(v)

@@ -657,3 +657,22 @@ type ApplyRequest struct {
 // ?cursor=) that carries the next page's cursor; the last page has none.
 // The body is the page's bare JSON array.
 const NextCursorHeader = "Berth-Next-Cursor"
+
+// SandboxUsage is GET /v1/sandboxes/{id}/usage: a running sandbox's
+// resource use now, from berth's own accounting. CPUPercent is of its CPU
+// limit over the last 200 ms; memory is what its cgroup holds (page cache
+// included); disk is its writable root layer (0 when that lives on its
+// volume: see the sandbox's storage). A sandbox that is not running has
+// no use to measure: State says which state it is in, the figures are 0.
+// The daemon keeps no history: the console samples it while a sandbox's
+// page is open.
+type SandboxUsage struct {
+	Time             time.Time `json:"time"`
+	State            string    `json:"state"`
+	CPUPercent       float64   `json:"cpu_percent"`
+	CPUs             float64   `json:"cpus"`
+	MemoryBytes      int64     `json:"memory_bytes"`
+	MemoryLimitBytes int64     `json:"memory_limit_bytes"`
+	DiskBytes        int64     `json:"disk_bytes"`
+	DiskLimitBytes   int64     `json:"disk_limit_bytes"`
+}

@@ -379,6 +379,9 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		d.Server.TLSFingerprint = d.TLSFingerprint
 	}
 	d.Server.Secrets = secretsCfg
+	if d.webhook != nil {
+		d.Server.Webhooks = []server.WebhookSource{d.webhook}
+	}
 	ok = true
 	return d, nil
 }

@@ -194,10 +194,12 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "POST /v1/apply", Rule: need(auth.ScopeTemplates), Stream: true, In: api.ApplyRequest{}, Out: ok(openapi.NDJSON{Of: api.BuildEvent{}}), h: hf(s.templates.Apply)},
 		{Pattern: "GET /v1/doctor", Rule: hostOnly, Out: ok(api.DoctorReport{}), h: hf(s.doctor)},
 		{Pattern: "POST /v1/doctor/fix", Rule: hostOnly, Out: ok(api.DoctorReport{}), h: hf(s.doctor)},
+		{Pattern: "GET /v1/webhooks", Rule: hostOnly, Out: ok([]api.Webhook{}), h: hf(s.webhooks)},
 
 		{Pattern: "GET /v1/sandboxes/{id}/network", Rule: need(read), Out: ok(api.NetworkRules{}), h: hf(s.sandboxes.GetNetwork)},
 		{Pattern: "POST /v1/sandboxes/{id}/network", Rule: need(auth.ScopeNetwork), In: api.NetworkRulesRequest{}, Out: ok(api.NetworkRules{}), h: hf(s.sandboxes.UpdateNetwork)},
 		{Pattern: "GET /v1/sandboxes/{id}/flows", Rule: need(read), Query: api.FlowsQuery{}, Out: ok([]api.Flow{}), h: hf(s.sandboxes.Flows)},
+		{Pattern: "GET /v1/sandboxes/{id}/usage", Rule: need(read), Out: ok(api.SandboxUsage{}), h: hf(s.sandboxUsage)},
 		{Pattern: "/v1/sandboxes/{id}/ports/{port}/{path...}", Rule: lease(auth.ScopePorts), PublicPort: true, Stream: true, Out: ok(),
 			h: hf(func(w http.ResponseWriter, r *http.Request) {
 				s.proxy(w, r, r.PathValue("id"), r.PathValue("port"), "/"+r.PathValue("path"))

@@ -104,6 +104,9 @@ type Server struct {
 	// Forward, if set, sends requests about sandboxes another daemon of
 	// the shared store runs to that daemon (forward.go).
 	Forward *Forwarder
+	// Webhooks are the configured webhook endpoints GET /v1/webhooks
+	// shows (serve --webhook-url).
+	Webhooks []WebhookSource
 	// EventPing is the heartbeat of an idle event stream (0: 15 s).
 	EventPing time.Duration
 	events    *events.Handlers // the event routes and their open streams

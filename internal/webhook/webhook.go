@@ -23,13 +23,18 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
+	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -87,6 +92,84 @@ type Deliverer struct {
 	cfg  Config
 	st   store.Webhooks
 	kick chan struct{}
+
+	mu                sync.Mutex
+	recent            []store.WebhookDelivery // this daemon's last attempts, oldest first
+	delivered, failed int64
+}
+
+// recentMax is how many attempts Status shows.
+const recentMax = 20
+
+// Status is what GET /v1/webhooks shows of the deliverer: its URL with
+// credentials redacted (Redact), whether deliveries are signed (never the
+// secret), the last event handled (the cursor, shared by the replicas of
+// one store) and this daemon's attempts since it started, newest first.
+// An error is the store's.
+func (d *Deliverer) Status(ctx context.Context) (api.Webhook, error) {
+	cursor, _, err := d.st.WebhookCursor(ctx, d.cfg.URL)
+	if err != nil {
+		return api.Webhook{}, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := api.Webhook{URL: Redact(d.cfg.URL), Signed: d.cfg.Secret != "", LastEventID: cursor,
+		Delivered: d.delivered, Failed: d.failed, Recent: []api.WebhookDelivery{}}
+	for i := len(d.recent) - 1; i >= 0; i-- {
+		r := d.recent[i]
+		st.Recent = append(st.Recent, api.WebhookDelivery{EventID: r.EventID, Attempt: r.Attempt, Status: r.Status,
+			Error: r.Error, Time: r.Time})
+	}
+	return st, nil
+}
+
+func (d *Deliverer) note(rec store.WebhookDelivery) {
+	rec.URL = Redact(rec.URL)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if rec.Error == "" {
+		d.delivered++
+	} else {
+		d.failed++
+	}
+	d.recent = append(d.recent, rec)
+	if len(d.recent) > recentMax {
+		d.recent = append(d.recent[:0:0], d.recent[len(d.recent)-recentMax:]...)
+	}
+}
+
+// Redact is raw without what may be a credential: the user and password
+// and every query value become "redacted". The path stays: it is what
+// tells one endpoint from another. Something that does not parse as a URL
+// is shown as a fixed phrase.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "(not a URL)"
+	}
+	if u.User != nil {
+		u.User = url.User("redacted")
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k := range q {
+			q[k] = []string{"redacted"}
+		}
+		u.RawQuery = q.Encode()
+	}
+	u.Fragment, u.RawFragment = "", ""
+	return u.String()
+}
+
+// attemptError is an attempt's failure without the URL, which net/http
+// quotes in its errors (with the password hidden, but not a user name or
+// a query's token).
+func attemptError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return strings.TrimSpace(ue.Op + ": " + ue.Err.Error())
+	}
+	return err.Error()
 }
 
 // New returns a Deliverer; Run starts it.
@@ -248,8 +331,9 @@ func (d *Deliverer) deliver(ctx context.Context, ev *sandbox.Event) outcome {
 		}
 		rec := &store.WebhookDelivery{EventID: ev.ID, URL: d.cfg.URL, Attempt: attempt, Status: status, Time: time.Now().UTC()}
 		if err != nil {
-			rec.Error = err.Error()
+			rec.Error = attemptError(err)
 		}
+		d.note(*rec)
 		if rerr := d.st.RecordWebhookDelivery(context.WithoutCancel(ctx), rec); rerr != nil {
 			d.cfg.Logger.Error("webhook: recording delivery", "err", rerr)
 		}

@@ -89,6 +89,7 @@ __all__ = [
     'RuntimeCaps',
     'RuntimeClass',
     'Sandbox',
+    'SandboxUsage',
     'Secret',
     'SecretRef',
     'SignalRequest',
@@ -103,6 +104,8 @@ __all__ = [
     'Volume',
     'VolumeMount',
     'WatchEvent',
+    'Webhook',
+    'WebhookDelivery',
     'WhoAmI',
 ]
 
@@ -1668,6 +1671,57 @@ class DoctorLease(Model):
 
 
 @dataclass
+class Webhook(Model):
+    """One endpoint of GET /v1/webhooks (the host's administrator alone): the URL `berth serve
+    --webhook-url` configured, with its user, password and query values replaced by "redacted"
+    (the path is kept); whether deliveries are signed (--webhook-secret; never the secret); the
+    last event handled; and this daemon's delivery attempts since it started (on a shared store
+    only the replica holding the store's lease delivers), newest first, at most 20.
+    """
+
+    url: str
+    signed: bool
+    last_event_id: int
+    delivered: int
+    failed: int
+    recent: List[WebhookDelivery]
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('url', 'url', ()),
+        ('signed', 'signed', ()),
+        ('last_event_id', 'last_event_id', ()),
+        ('delivered', 'delivered', ()),
+        ('failed', 'failed', ()),
+        ('recent', 'recent', ('list', ('WebhookDelivery',))),
+    )
+    _required = ('url', 'signed', 'last_event_id', 'delivered', 'failed', 'recent',)
+
+
+@dataclass
+class WebhookDelivery(Model):
+    """One attempt to post an event: the receiver's HTTP status (0: no answer) and, when it failed,
+    why (without the URL).
+    """
+
+    event_id: int
+    attempt: int
+    status: int
+    time: datetime
+    error: Optional[str] = None
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('event_id', 'event_id', ()),
+        ('attempt', 'attempt', ()),
+        ('status', 'status', ()),
+        ('time', 'time', ('datetime',)),
+        ('error', 'error', ()),
+    )
+    _required = ('event_id', 'attempt', 'status', 'time',)
+
+
+@dataclass
 class NetworkRules(Model):
     """The answer of GET|POST /v1/sandboxes/{id}/network."""
 
@@ -1698,6 +1752,39 @@ class NetworkRulesRequest(Model):
         ('allow', 'allow', ('list', ())),
         ('deny', 'deny', ('list', ())),
     )
+
+
+@dataclass
+class SandboxUsage(Model):
+    """GET /v1/sandboxes/{id}/usage: a running sandbox's resource use now, from berth's own
+    accounting. CPUPercent is of its CPU limit over the last 200 ms; memory is what its cgroup
+    holds (page cache included); disk is its writable root layer (0 when that lives on its
+    volume: see the sandbox's storage). A sandbox that is not running has no use to measure:
+    State says which state it is in, the figures are 0. The daemon keeps no history: the console
+    samples it while a sandbox's page is open.
+    """
+
+    time: datetime
+    state: str
+    cpu_percent: float
+    cpus: float
+    memory_bytes: int
+    memory_limit_bytes: int
+    disk_bytes: int
+    disk_limit_bytes: int
+
+    # (attribute, JSON key, codec) of every field, for berth._wire.
+    _wire = (
+        ('time', 'time', ('datetime',)),
+        ('state', 'state', ()),
+        ('cpu_percent', 'cpu_percent', ()),
+        ('cpus', 'cpus', ()),
+        ('memory_bytes', 'memory_bytes', ()),
+        ('memory_limit_bytes', 'memory_limit_bytes', ()),
+        ('disk_bytes', 'disk_bytes', ()),
+        ('disk_limit_bytes', 'disk_limit_bytes', ()),
+    )
+    _required = ('time', 'state', 'cpu_percent', 'cpus', 'memory_bytes', 'memory_limit_bytes', 'disk_bytes', 'disk_limit_bytes',)
 
 
 @dataclass
@@ -2522,8 +2609,11 @@ MODELS: Dict[str, type] = {
     'DoctorReport': DoctorReport,
     'DoctorFinding': DoctorFinding,
     'DoctorLease': DoctorLease,
+    'Webhook': Webhook,
+    'WebhookDelivery': WebhookDelivery,
     'NetworkRules': NetworkRules,
     'NetworkRulesRequest': NetworkRulesRequest,
+    'SandboxUsage': SandboxUsage,
     'CreateTenantRequest': CreateTenantRequest,
     'Tenant': Tenant,
     'CreateAPIKeyRequest': CreateAPIKeyRequest,

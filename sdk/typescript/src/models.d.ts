@@ -942,6 +942,34 @@ export interface DoctorLease {
   error?: string;
 }
 
+/**
+ * One endpoint of GET /v1/webhooks (the host's administrator alone): the URL `berth serve
+ * --webhook-url` configured, with its user, password and query values replaced by "redacted" (the
+ * path is kept); whether deliveries are signed (--webhook-secret; never the secret); the last
+ * event handled; and this daemon's delivery attempts since it started (on a shared store only the
+ * replica holding the store's lease delivers), newest first, at most 20.
+ */
+export interface Webhook {
+  url: string;
+  signed: boolean;
+  last_event_id: number;
+  delivered: number;
+  failed: number;
+  recent: WebhookDelivery[];
+}
+
+/**
+ * One attempt to post an event: the receiver's HTTP status (0: no answer) and, when it failed, why
+ * (without the URL).
+ */
+export interface WebhookDelivery {
+  event_id: number;
+  attempt: number;
+  status: number;
+  error?: string;
+  time: string /* RFC 3339 */;
+}
+
 /** The answer of GET|POST /v1/sandboxes/{id}/network. */
 export interface NetworkRules {
   mode: "none" | "egress";
@@ -954,6 +982,25 @@ export interface NetworkRules {
 export interface NetworkRulesRequest {
   allow?: string[];
   deny?: string[];
+}
+
+/**
+ * GET /v1/sandboxes/{id}/usage: a running sandbox's resource use now, from berth's own accounting.
+ * CPUPercent is of its CPU limit over the last 200 ms; memory is what its cgroup holds (page cache
+ * included); disk is its writable root layer (0 when that lives on its volume: see the sandbox's
+ * storage). A sandbox that is not running has no use to measure: State says which state it is in,
+ * the figures are 0. The daemon keeps no history: the console samples it while a sandbox's page is
+ * open.
+ */
+export interface SandboxUsage {
+  time: string /* RFC 3339 */;
+  state: string;
+  cpu_percent: number;
+  cpus: number;
+  memory_bytes: number;
+  memory_limit_bytes: number;
+  disk_bytes: number;
+  disk_limit_bytes: number;
 }
 
 /** The body of POST /v1/tenants. */

@@ -192,3 +192,30 @@ export async function stream(path: string, onEvent: (e: Event) => void, signal: 
     await new Promise((res) => setTimeout(res, 2000));
   }
 }
+
+/**
+ * Sends a request whose answer is an NDJSON stream (a template import or
+ * build) and calls onLine with each parsed line as it arrives. An error
+ * before the stream starts is an ApiError, as for any request.
+ */
+export async function ndjson<T>(method: string, path: string, body: unknown, onLine: (v: T) => void,
+  opts: Opts = {}): Promise<void> {
+  const r = await request(method, path, { ...opts, body, headers: { Accept: "application/x-ndjson", ...(opts.headers || {}) } });
+  if (!r.body) return;
+  const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  const emit = (line: string) => {
+    if (line.trim()) onLine(JSON.parse(line) as T);
+  };
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buf += value;
+    let i;
+    while ((i = buf.indexOf("\n")) >= 0) {
+      emit(buf.slice(0, i));
+      buf = buf.slice(i + 1);
+    }
+  }
+  emit(buf);
+}

@@ -9,9 +9,11 @@ import { SignIn, redeemCode } from "./pages/signin";
 import { Dashboard } from "./pages/dashboard";
 import { SandboxList } from "./pages/sandboxes";
 import { SandboxPage } from "./pages/sandbox";
-import { Templates, Pools, Volumes, Snapshots } from "./pages/objects";
+import { Pools, Volumes, Snapshots } from "./pages/objects";
+import { Templates } from "./pages/templates";
 import { Secrets, Keys, Tenants } from "./pages/admin";
 import { Audit } from "./pages/audit";
+import { Webhooks } from "./pages/webhooks";
 
 export type Ctx = { rights: Rights; version: Version | null; live: (up: boolean | null) => void };
 const AppCtx = createContext<Ctx | null>(null);
@@ -43,6 +45,7 @@ const pages: Page[] = [
   { path: "secrets", label: "Secrets", show: (r) => r.can("secrets") },
   { path: "keys", label: "Keys", show: (r) => r.can("keys") },
   { path: "tenants", label: "Tenants", show: (r) => r.host },
+  { path: "webhooks", label: "Webhooks", show: (r) => r.host },
   { path: "audit", label: "Audit", show: (r) => r.can("audit") },
 ];
 
@@ -155,6 +158,9 @@ export function App() {
       break;
     case "audit":
       page = <Audit />;
+      break;
+    case "webhooks":
+      page = <Webhooks />;
       break;
     default:
       page = <p class="error">No such page.</p>;

@@ -3,6 +3,7 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 import { get, pages, text } from "../api";
 import { useApp } from "../app";
+import { Spark } from "../components/chart";
 import { Card, ErrorText, KV, PageTitle, StateBadge } from "../components/ui";
 import { bytes, cpus, plural } from "../format";
 import type { Quota, Sandbox } from "../types";
@@ -39,28 +40,6 @@ const charts: Chart[] = [
   { id: "teardown", title: "Teardown failures per minute", rate: true, fmt: (v) => v.toFixed(1), val: (s) => sumOf(s, "berth_teardown_failures_total") },
   { id: "requests", title: "API requests per minute", rate: true, fmt: (v) => v.toFixed(0), val: (s) => sumOf(s, "berth_http_requests_total") },
 ];
-
-function Spark(props: { id: string; title: string; pts: (number | null)[]; fmt: (v: number) => string }) {
-  const ys = props.pts.filter((p): p is number => p !== null);
-  const max = Math.max(1e-9, ...ys);
-  const step = 300 / Math.max(1, props.pts.length - 1);
-  const coords = props.pts
-    .map((p, i) => (p === null ? null : (i * step).toFixed(1) + "," + (88 - (p / max) * 84).toFixed(1)))
-    .filter(Boolean)
-    .join(" ");
-  const cur = ys.length ? props.fmt(ys[ys.length - 1]) : "—";
-  return (
-    <figure class="chart" data-chart={props.id}>
-      <figcaption class="muted">{props.title}</figcaption>
-      <div class="val">{cur}</div>
-      <svg viewBox="0 0 300 90" preserveAspectRatio="none" role="img" aria-label={props.title + ": " + cur}>
-        <line x1="0" y1="89" x2="300" y2="89" />
-        {ys.length > 1 && <polyline points={coords} />}
-      </svg>
-      <div class="muted max">{ys.length ? "max " + props.fmt(max) : ""}</div>
-    </figure>
-  );
-}
 
 function Measures() {
   const [series, setSeries] = useState<Record<string, (number | null)[]>>({});

@@ -1,86 +1,13 @@
-// Templates, warm pools, volumes and snapshots: lists in humane values,
+// Warm pools, volumes and snapshots (templates: templates.tsx): lists in humane values,
 // with the actions the caller's rights allow.
 import { useState } from "preact/hooks";
 import { get, send } from "../api";
 import { useApp } from "../app";
-import { Action, Card, ErrorText, Loading, Notice, PageTitle, Table, useLoad } from "../components/ui";
+import { Action, Card, ErrorText, Loading, PageTitle, Table, useLoad } from "../components/ui";
 import { ago, bytes, when } from "../format";
-import type { Pool, Snapshot, Template, Volume } from "../types";
+import type { Pool, Snapshot, Volume } from "../types";
 
 const enc = encodeURIComponent;
-
-export function Templates() {
-  const { rights } = useApp();
-  const t = useLoad((signal) => get<Template[]>("/v1/templates", { signal }), []);
-  const [error, setError] = useState<unknown>(null);
-  const [pool, setPool] = useState<{ name: string; min: string } | null>(null);
-  const canManage = rights.can("templates");
-  return (
-    <>
-      <PageTitle>Templates</PageTitle>
-      {!canManage && <Notice>{rights.lacks("templates", "delete templates or size their warm pools")}</Notice>}
-      <Card>
-        <ErrorText error={t.error || error} />
-        {t.loading ? (
-          <Loading />
-        ) : (
-          <Table
-            id="templates"
-            sortable
-            rows={t.data || []}
-            rowKey={(x) => x.name}
-            empty="no templates"
-            cols={[
-              { label: "template", sort: (x) => x.name, get: (x) => x.name },
-              { label: "owner", get: (x) => x.tenant || "shared" },
-              { label: "source", wrap: true, cls: "hide-sm", get: (x) => x.source },
-              { label: "size", sort: (x) => x.size, get: (x) => bytes(x.size) },
-              { label: "warm pool", get: (x) => (x.pool ? x.pool.ready + " ready of " + x.pool.min : "") },
-              { label: "created", cls: "hide-sm", get: (x) => ("created_at" in x ? ago((x as { created_at?: string }).created_at) : "") },
-              {
-                label: "",
-                get: (x) =>
-                  canManage && !x.builtin ? (
-                    <span class="row-actions">
-                      <button type="button" class="act small" onClick={() => setPool({ name: x.name, min: String(x.pool?.min || 0) })}>
-                        Pool…<span class="sr-only"> {x.name}</span>
-                      </button>
-                      <Action label="Delete" danger confirm="Really delete?" run={async () => { await send("DELETE", "/v1/templates/" + enc(x.name)); t.reload(); }} onError={setError} />
-                    </span>
-                  ) : (
-                    ""
-                  ),
-              },
-            ]}
-          />
-        )}
-      </Card>
-      {pool && (
-        <Card title={"Warm pool of " + pool.name}>
-          <form
-            class="row"
-            onSubmit={async (e) => {
-              e.preventDefault();
-              try {
-                await send("PUT", "/v1/templates/" + enc(pool.name) + "/pool", { min: Number(pool.min) });
-                setPool(null);
-                t.reload();
-              } catch (err) {
-                setError(err);
-              }
-            }}
-          >
-            <label for="pool-min">Sandboxes kept started and ready</label>
-            <input id="pool-min" type="number" min="0" value={pool.min} onInput={(e) => setPool({ ...pool, min: (e.target as HTMLInputElement).value })} />
-            <button class="act primary" type="submit">
-              Save
-            </button>
-          </form>
-        </Card>
-      )}
-    </>
-  );
-}
 
 export function Pools() {
   const p = useLoad((signal) => get<Pool[]>("/v1/pools", { signal }), []);

@@ -1,7 +1,7 @@
 // A sandbox: its summary in humane values, the actions its state and the
 // caller's rights allow, its timeline (live), terminal, files,
 // processes with their logs, network rules (editable with the network
-// right), flow log, forks and snapshots.
+// right), flow log, resources over time, forks and snapshots as a tree.
 import { useEffect, useState } from "preact/hooks";
 import { ApiError, get, sbPath, send, stream, text } from "../api";
 import { useApp } from "../app";
@@ -10,7 +10,9 @@ import { Terminal } from "../components/terminal";
 import { Action, Card, ErrorText, KV, Loading, Notice, PageTitle, StateBadge, Table, useLoad, useTick } from "../components/ui";
 import { ago, bytes, cpus, duration, labelsText, when } from "../format";
 import { opWords, opsFor, type Op } from "../rights";
-import type { Event, Flow, NetworkRules, Process, ProcessList, Sandbox, Snapshot } from "../types";
+import type { Event, Flow, NetworkRules, Process, ProcessList, Sandbox, SandboxUsage, Snapshot } from "../types";
+import { Spark } from "../components/chart";
+import { rootOf, treeRows, type Known, type Row } from "../lineage";
 import { storageOf } from "./sandboxes";
 
 const link = (id: string) => <a href={"#/sandbox/" + encodeURIComponent(id)}>{id}</a>;
@@ -23,9 +25,13 @@ export function SandboxPage(props: { id: string }) {
   const [events, setEvents] = useState<Event[]>([]);
   const path = sbPath(props.id);
   useTick(10000);
-  const refresh = () => get<Sandbox>(path).then(setSb, (e) => (e instanceof ApiError && e.status === 404 ? setLoadError(e) : null));
+  const refresh = (signal: AbortSignal) =>
+    get<Sandbox>(path, { signal }).then(setSb, (e) => (e instanceof ApiError && e.status === 404 ? setLoadError(e) : null));
   useEffect(() => {
     const ac = new AbortController();
+    // An event re-reads the sandbox 300 ms later, at most once meanwhile;
+    // leaving the page (or signing out) cancels it.
+    let pending: ReturnType<typeof setTimeout> | null = null;
     (async () => {
       try {
         setSb(await get<Sandbox>(path, { signal: ac.signal }));
@@ -41,19 +47,21 @@ export function SandboxPage(props: { id: string }) {
       } catch {
         /* the stream below still runs */
       }
-      let pending: ReturnType<typeof setTimeout> | null = null;
       stream(
         path + "/events",
         (e) => {
           setEvents((old) => (old.some((x) => x.id === e.id) ? old : [...old, e]));
-          if (!pending) pending = setTimeout(() => ((pending = null), refresh()), 300);
+          if (!pending && !ac.signal.aborted) pending = setTimeout(() => ((pending = null), refresh(ac.signal)), 300);
         },
         ac.signal,
         () => {},
         last,
       );
     })();
-    return () => ac.abort();
+    return () => {
+      ac.abort();
+      if (pending) clearTimeout(pending);
+    };
   }, [props.id]);
 
   if (loadError) {
@@ -159,6 +167,7 @@ export function SandboxPage(props: { id: string }) {
             ]}
           />
         </Card>
+        <Usage sb={sb} />
         <Processes sb={sb} />
         <Flows id={sb.id} />
         <Lineage sb={sb} />
@@ -321,38 +330,163 @@ function Flows(props: { id: string }) {
   );
 }
 
+const pct = (v: number) => v.toFixed(v < 10 ? 1 : 0) + " %";
+type UsagePt = { cpu: number | null; mem: number | null; disk: number | null; net: number | null };
+
+/**
+ * Resources over time: GET .../usage (the engine's accounting now) and the
+ * flow log's new entries, sampled every 3 s while the page is open and the
+ * sandbox runs (the daemon keeps no per-sandbox history).
+ */
+function Usage(props: { sb: Sandbox }) {
+  const running = props.sb.state === "running";
+  const [pts, setPts] = useState<UsagePt[]>([]);
+  const [last, setLast] = useState<SandboxUsage | null>(null);
+  const [error, setError] = useState<unknown>(null);
+  useEffect(() => {
+    if (!running) return;
+    const ac = new AbortController();
+    const path = sbPath(props.sb.id);
+    let seq = -1;
+    let prevT = 0;
+    let busy = false;
+    const sample = async () => {
+      if (busy) return;
+      busy = true;
+      try {
+        const u = await get<SandboxUsage>(path + "/usage", { signal: ac.signal });
+        const fl = await get<Flow[]>(path + "/flows" + (seq >= 0 ? "?after=" + seq : ""), { signal: ac.signal });
+        const t = Date.now();
+        const net = seq >= 0 && prevT ? fl.length / ((t - prevT) / 60000) : null;
+        for (const f of fl) seq = Math.max(seq, f.seq);
+        if (seq < 0) seq = 0;
+        prevT = t;
+        setError(null);
+        if (u.state === "running") setLast(u);
+        // A sample of a sandbox that stopped running meanwhile is a gap.
+        const on = u.state === "running";
+        setPts((old) => [...old, on ? { cpu: u.cpu_percent, mem: u.memory_bytes, disk: u.disk_limit_bytes || u.disk_bytes ? u.disk_bytes : null, net }
+          : { cpu: null, mem: null, disk: null, net: null }].slice(-60));
+      } catch (e) {
+        if (!ac.signal.aborted) setError(e);
+      } finally {
+        busy = false;
+      }
+    };
+    sample();
+    const iv = setInterval(sample, 3000);
+    return () => {
+      ac.abort();
+      clearInterval(iv);
+    };
+  }, [props.sb.id, running]);
+  const of = (k: keyof UsagePt) => pts.map((p) => p[k]);
+  return (
+    <Card title="Resources over time" wide id="usage">
+      {!running ? (
+        <Notice id="usage-note">Resource use is sampled while the sandbox runs; it is {props.sb.state} now.</Notice>
+      ) : (
+        <>
+          <p class="muted">Sampled from the daemon every 3 s while this page is open.</p>
+          <ErrorText error={error} />
+          <div class="charts" id="usage-charts">
+            <Spark id="cpu" title={"CPU (of " + cpus(last?.cpus || props.sb.resources?.cpus) + ")"} pts={of("cpu")} fmt={pct} max={100} />
+            <Spark id="memory" title="Memory" pts={of("mem")} fmt={bytes} max={last?.memory_limit_bytes || undefined}
+              note={last?.memory_limit_bytes ? "of " + bytes(last.memory_limit_bytes) : undefined} />
+            <Spark id="disk" title="Disk (writable layer)" pts={of("disk")} fmt={bytes} max={last?.disk_limit_bytes || undefined}
+              note={last?.disk_limit_bytes ? "of " + bytes(last.disk_limit_bytes) : last && !last.disk_bytes ? "on its volume: see Storage" : undefined} />
+            <Spark id="network" title="Connections and lookups per minute" pts={of("net")} fmt={(v) => v.toFixed(1)} />
+          </div>
+        </>
+      )}
+    </Card>
+  );
+}
+
+/**
+ * Forks and snapshots as a tree: walks up to the oldest ancestor still
+ * readable (at most 8 steps) and down through the forks (at most 40
+ * sandboxes), each with its snapshots under it.
+ */
 function Lineage(props: { sb: Sandbox }) {
   const { rights } = useApp();
   const path = sbPath(props.sb.id);
-  const snaps = useLoad((signal) => get<Snapshot[]>(path + "/snapshots", { signal }), [props.sb.id]);
+  const [known, setKnown] = useState<Map<string, Known> | null>(null);
+  const [n, setN] = useState(0);
   const [error, setError] = useState<unknown>(null);
   const [name, setName] = useState("");
+  useEffect(() => {
+    const ac = new AbortController();
+    const signal = ac.signal;
+    const snapsOf = (id: string) => get<Snapshot[]>(sbPath(id) + "/snapshots?limit=50", { signal }).catch(() => [] as Snapshot[]);
+    const sbOf = (id: string) => get<Sandbox>(sbPath(id), { signal }).catch(() => null);
+    (async () => {
+      const m = new Map<string, Known>();
+      m.set(props.sb.id, { sb: props.sb, snaps: await snapsOf(props.sb.id) });
+      let cur: Sandbox | null = props.sb;
+      for (let i = 0; i < 8 && cur?.lineage?.parent && !m.has(cur.lineage.parent); i++) {
+        const pid: string = cur.lineage.parent;
+        cur = await sbOf(pid);
+        m.set(pid, { sb: cur, snaps: cur ? await snapsOf(pid) : [] });
+      }
+      const queue = [rootOf(props.sb.id, m)];
+      const visited = new Set<string>();
+      while (queue.length && m.size < 40) {
+        const id = queue.shift()!;
+        if (visited.has(id)) continue;
+        visited.add(id);
+        for (const c of m.get(id)?.sb?.lineage?.children || []) {
+          if (!m.has(c)) {
+            if (m.size >= 40) break;
+            const s = await sbOf(c);
+            m.set(c, { sb: s, snaps: s ? await snapsOf(c) : [] });
+          }
+          queue.push(c);
+        }
+      }
+      if (!signal.aborted) setKnown(m);
+    })().catch((e) => !signal.aborted && setError(e));
+    return () => ac.abort();
+  }, [props.sb.id, props.sb.lineage?.children?.length, n]);
   const can = rights.can("sandboxes:write") && (props.sb.state === "running" || props.sb.state === "paused" || props.sb.state === "stopped");
+  const rows = known ? treeRows(rootOf(props.sb.id, known), known, props.sb.id) : [];
+  const label = (r: Row) => {
+    if (r.kind === "snapshot") {
+      const s = r.snap!;
+      return (
+        <span>
+          <span class="kind">snapshot</span> {s.name || s.id} <span class="muted">· {bytes(s.size_bytes)} · taken {ago(s.created_at)}
+            {s.expires_at ? " · expires " + ago(s.expires_at) : ""}</span>
+        </span>
+      );
+    }
+    if (r.kind === "more") return <span><span class="kind">fork</span> {link(r.id)} <span class="muted">(not loaded)</span></span>;
+    const sb = r.sb;
+    return (
+      <span>
+        <span class="kind">{r.depth === 0 ? "sandbox" : "fork"}</span>{" "}
+        {r.current ? <strong>{sb?.name || r.id}</strong> : <a href={"#/sandbox/" + encodeURIComponent(r.id)}>{sb?.name || r.id}</a>}{" "}
+        {sb ? <StateBadge state={sb.state} /> : <span class="muted">(gone)</span>}
+        {r.current && <span class="muted"> · this sandbox</span>}
+        {sb?.lineage?.from_snapshot && <span class="muted"> · from snapshot {sb.lineage.from_snapshot}</span>}
+      </span>
+    );
+  };
   return (
     <Card title="Forks and snapshots" wide id="lineage">
-      <ErrorText error={snaps.error || error} />
-      {props.sb.lineage?.parent && <p>Forked from {link(props.sb.lineage.parent)}.</p>}
-      {props.sb.lineage?.children?.length ? (
-        <ul class="tree">
-          {props.sb.lineage.children.map((c) => (
-            <li>fork {link(c)}</li>
+      <ErrorText error={error} />
+      {!known ? (
+        <Loading />
+      ) : (
+        <ul class="tree" id="lineage-tree" aria-label="Forks and snapshots, from the oldest ancestor">
+          {rows.map((r) => (
+            <li class={"d" + Math.min(r.depth, 8) + " " + r.kind} data-id={r.id} data-kind={r.kind} aria-current={r.current ? "true" : undefined}>
+              {label(r)}
+            </li>
           ))}
         </ul>
-      ) : (
-        <p class="muted">No forks.</p>
       )}
-      <Table
-        id="snapshots"
-        rows={snaps.data || []}
-        rowKey={(s) => s.id}
-        empty="no snapshots"
-        cols={[
-          { label: "snapshot", get: (s) => s.name || s.id },
-          { label: "size", get: (s) => bytes(s.size_bytes) },
-          { label: "taken", get: (s) => ago(s.created_at) },
-          { label: "expires", cls: "hide-sm", get: (s) => (s.expires_at ? ago(s.expires_at) : "never") },
-        ]}
-      />
+      {rows.length === 1 && <p class="muted">No forks or snapshots yet.</p>}
       {can && (
         <div class="row">
           <Action label="Fork" op="fork" run={async () => {
@@ -364,10 +498,11 @@ function Lineage(props: { sb: Sandbox }) {
           <Action label="Take snapshot" op="snapshot" run={async () => {
             await send("POST", path + "/snapshots", name ? { name } : {});
             setName("");
-            snaps.reload();
+            setN((x) => x + 1);
           }} onError={setError} />
         </div>
       )}
+      {!rights.can("sandboxes:write") && <p class="muted">Forking and taking snapshots need the “sandboxes:write” right.</p>}
     </Card>
   );
 }
