@@ -35,4 +35,6 @@ type Engine interface {
 	AgentRefusals() uint64
 	DialPort(ctx context.Context, ref string, port int) (net.Conn, *sandbox.Sandbox, error)
 	Doctor(ctx context.Context, fix bool) (*reconcile.Report, error)
+	// ResourceUse is a running sandbox's use now (GET .../usage).
+	ResourceUse(ctx context.Context, ref string) (engine.ResourceUse, error)
 }
