@@ -12,6 +12,7 @@ import (
 	"github.com/berth-sh/berth/internal/server/events"
 	"github.com/berth-sh/berth/internal/server/exec"
 	"github.com/berth-sh/berth/internal/server/files"
+	"github.com/berth-sh/berth/internal/server/observe"
 	"github.com/berth-sh/berth/internal/server/sandboxes"
 	"github.com/berth-sh/berth/internal/server/templates"
 )
@@ -27,6 +28,7 @@ type Engine interface {
 	sandboxes.Engine
 	files.Engine
 	exec.Engine
+	observe.Engine
 
 	Config() engine.Config
 	Node() string
@@ -35,6 +37,4 @@ type Engine interface {
 	AgentRefusals() uint64
 	DialPort(ctx context.Context, ref string, port int) (net.Conn, *sandbox.Sandbox, error)
 	Doctor(ctx context.Context, fix bool) (*reconcile.Report, error)
-	// ResourceUse is a running sandbox's use now (GET .../usage).
-	ResourceUse(ctx context.Context, ref string) (engine.ResourceUse, error)
 }

@@ -2,15 +2,12 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -194,12 +191,12 @@ func (s *Server) routeTable() []Route {
 		{Pattern: "POST /v1/apply", Rule: need(auth.ScopeTemplates), Stream: true, In: api.ApplyRequest{}, Out: ok(openapi.NDJSON{Of: api.BuildEvent{}}), h: hf(s.templates.Apply)},
 		{Pattern: "GET /v1/doctor", Rule: hostOnly, Out: ok(api.DoctorReport{}), h: hf(s.doctor)},
 		{Pattern: "POST /v1/doctor/fix", Rule: hostOnly, Out: ok(api.DoctorReport{}), h: hf(s.doctor)},
-		{Pattern: "GET /v1/webhooks", Rule: hostOnly, Out: ok([]api.Webhook{}), h: hf(s.webhooks)},
+		{Pattern: "GET /v1/webhooks", Rule: hostOnly, Out: ok([]api.Webhook{}), h: hf(s.observe.WebhookList)},
 
 		{Pattern: "GET /v1/sandboxes/{id}/network", Rule: need(read), Out: ok(api.NetworkRules{}), h: hf(s.sandboxes.GetNetwork)},
 		{Pattern: "POST /v1/sandboxes/{id}/network", Rule: need(auth.ScopeNetwork), In: api.NetworkRulesRequest{}, Out: ok(api.NetworkRules{}), h: hf(s.sandboxes.UpdateNetwork)},
 		{Pattern: "GET /v1/sandboxes/{id}/flows", Rule: need(read), Query: api.FlowsQuery{}, Out: ok([]api.Flow{}), h: hf(s.sandboxes.Flows)},
-		{Pattern: "GET /v1/sandboxes/{id}/usage", Rule: need(read), Out: ok(api.SandboxUsage{}), h: hf(s.sandboxUsage)},
+		{Pattern: "GET /v1/sandboxes/{id}/usage", Rule: need(read), Out: ok(api.SandboxUsage{}), h: hf(s.observe.Usage)},
 		{Pattern: "/v1/sandboxes/{id}/ports/{port}/{path...}", Rule: lease(auth.ScopePorts), PublicPort: true, Stream: true, Out: ok(),
 			h: hf(func(w http.ResponseWriter, r *http.Request) {
 				s.proxy(w, r, r.PathValue("id"), r.PathValue("port"), "/"+r.PathValue("path"))
@@ -397,84 +394,11 @@ func (s *Server) guard(rt Route) http.Handler {
 	})
 }
 
-// deadlines gives a request on a non-streaming route a deadline to send
-// its body in (BodyTimeout, lifted once the body has been read, so a
-// handler still working is not cut off by the connection's background
-// read) and one to be answered in (WriteTimeout). Streaming routes get
-// neither: their own work bounds them. Deadlines are per connection, so
-// each request sets both, lifting what an earlier one on the same
-// keep-alive connection left.
+// deadlines sets the connection's deadlines for a request on rt
+// (edge.Deadlines).
 func (s *Server) deadlines(w http.ResponseWriter, r *http.Request, rt Route) *http.Request {
-	rc := http.NewResponseController(w)
-	if rt.EventStream && events.WantsStream(r) {
-		rt.Stream = true
-	}
-	if rt.Stream || s.WriteTimeout <= 0 {
-		_ = rc.SetWriteDeadline(time.Time{})
-	} else {
-		_ = rc.SetWriteDeadline(time.Now().Add(s.WriteTimeout))
-	}
-	if rt.Upload && s.BodyTimeout > 0 && r.Body != nil && r.Body != http.NoBody {
-		if rc.SetReadDeadline(time.Now().Add(s.BodyTimeout)) != nil {
-			return r
-		}
-		r2 := r.WithContext(r.Context())
-		r2.Body = &idleBody{ReadCloser: r.Body, idle: s.BodyTimeout, rc: rc}
-		return r2
-	}
-	if rt.Stream || s.BodyTimeout <= 0 || r.Body == nil || r.Body == http.NoBody {
-		return r
-	}
-	if rc.SetReadDeadline(time.Now().Add(s.BodyTimeout)) != nil {
-		return r
-	}
-	r2 := r.WithContext(r.Context())
-	r2.Body = &deadlineBody{ReadCloser: r.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
-	return r2
-}
-
-// deadlineBody lifts the body's read deadline when the body has been
-// read to its end.
-type deadlineBody struct {
-	io.ReadCloser
-	lift func()
-	done bool
-}
-
-func (b *deadlineBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	// Only at the end: after a timeout the deadline must stay, or
-	// net/http's discard of the unread rest would wait for it forever.
-	if err == io.EOF && !b.done {
-		b.done = true
-		b.lift()
-	}
-	return n, err
-}
-
-// idleBody is an upload's body: each read that brings data moves the read
-// deadline idle ahead; at the end it is lifted. A read that times out is
-// the client's fault, a 400 naming the pause allowed.
-type idleBody struct {
-	io.ReadCloser
-	idle time.Duration
-	rc   *http.ResponseController
-	done bool
-}
-
-func (b *idleBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	switch {
-	case err == io.EOF && !b.done:
-		b.done = true
-		_ = b.rc.SetReadDeadline(time.Time{})
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		err = &errdefs.Error{Category: errdefs.ErrInvalid, Err: err,
-			Msg: fmt.Sprintf("the upload stalled: no data for %s (--http-body-timeout)", b.idle)}
-	case n > 0 && err == nil:
-		_ = b.rc.SetReadDeadline(time.Now().Add(b.idle))
-	}
-	return n, err
+	stream := rt.Stream || rt.EventStream && events.WantsStream(r)
+	return edge.Deadlines(w, r, stream, rt.Upload, s.WriteTimeout, s.BodyTimeout)
 }
 
 // authorize returns the principal of a request for rt, or why it may not

@@ -54,6 +54,7 @@ import (
 	"github.com/berth-sh/berth/internal/server/exec"
 	"github.com/berth-sh/berth/internal/server/files"
 	"github.com/berth-sh/berth/internal/server/input"
+	"github.com/berth-sh/berth/internal/server/observe"
 	"github.com/berth-sh/berth/internal/server/ratelimit"
 	"github.com/berth-sh/berth/internal/server/rest"
 	"github.com/berth-sh/berth/internal/server/sandboxes"
@@ -138,7 +139,11 @@ type Server struct {
 	// (console.go).
 	ConsoleURLs  []string
 	consoleCodes *console.Codes
+	observe      *observe.Handlers
 }
+
+// WebhookSource is a configured webhook endpoint (GET /v1/webhooks).
+type WebhookSource = observe.WebhookSource
 
 // New returns the API server for m.
 func New(m Engine, authn *auth.Authenticator, log *slog.Logger) *Server {
@@ -156,6 +161,7 @@ func New(m Engine, authn *auth.Authenticator, log *slog.Logger) *Server {
 	s.templates = &templates.Handlers{}
 	s.sandboxes = &sandboxes.Handlers{Created: s.metrics.created, Deleted: s.metrics.deleted, CreateLease: s.createLease}
 	s.files = &files.Handlers{}
+	s.observe = &observe.Handlers{Webhooks: func() []WebhookSource { return s.Webhooks }}
 	s.exec = &exec.Handlers{Execs: s.metrics.execs, ExecSeconds: s.metrics.execDur, Created: s.metrics.created,
 		Deleted: s.metrics.deleted, Log: s.logger}
 	if m != nil {
@@ -164,7 +170,7 @@ func New(m Engine, authn *auth.Authenticator, log *slog.Logger) *Server {
 		// Only a real engine: a nil one in an interface would not read as
 		// none where a handler asks.
 		s.events.E, s.admin.E, s.templates.E = m, m, m
-		s.sandboxes.E, s.files.E, s.exec.E = m, m, m
+		s.sandboxes.E, s.files.E, s.exec.E, s.observe.E = m, m, m, m
 	}
 	s.mount(s.routeTable())
 	return s
