@@ -50,7 +50,8 @@ type TemplateBuilder interface {
 const (
 	maxUploadBytes   = 1 << 30 // one copy step's archive
 	maxUploads       = 64      // archives kept per tenant
-	maxBuilds        = 32      // builds remembered per tenant
+	maxBuilds        = 32      // builds waiting or in progress per tenant
+	maxEndedBuilds   = 64      // ended builds whose status is kept per tenant
 	maxLogEntries    = 20000   // log lines kept per build
 	uploadLinkTTL    = 15 * time.Minute
 	buildMemory      = time.Hour // a finished build's status stays readable this long
@@ -237,14 +238,26 @@ func (d *Door) requestBuild(ctx context.Context, w http.ResponseWriter, r *http.
 	s.mu.Lock()
 	s.sweep(now)
 	n := 0
+	var oldest *tplBuild
+	ended := 0
 	for _, b := range s.builds {
-		if b.tenant == p.Tenant {
+		switch {
+		case b.tenant != p.Tenant:
+		case b.ended.IsZero():
 			n++
+		default:
+			ended++
+			if oldest == nil || b.ended.Before(oldest.ended) {
+				oldest = b
+			}
 		}
 	}
 	if n >= maxBuilds {
 		s.mu.Unlock()
-		return errdefs.LimitBusy("e2b_template_builds", maxBuilds, time.Minute, "%d template builds of this tenant are recent or in progress: wait for them", n)
+		return errdefs.LimitBusy("e2b_template_builds", maxBuilds, time.Minute, "%d template builds of this tenant are waiting or in progress: wait for them", n)
+	}
+	if ended >= maxEndedBuilds { // the oldest ended build's status goes first
+		delete(s.builds, oldest.id)
 	}
 	b := &tplBuild{id: newBuildID(), templateID: name, tenant: p.Tenant, status: "waiting", created: now}
 	s.builds[b.id] = b
@@ -798,15 +811,16 @@ func (d *Door) startBuild(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	tid, bid := r.PathValue("templateID"), r.PathValue("buildID")
 	var base *store.TemplateConfig
+	var missing error // a fromTemplate that names nothing: the build fails at its base, as E2B's
 	if n := baseName(&in); sandbox.ValidName(n) {
 		t, err := d.cfg.Templates.ResolveTemplate(ctx, p.Tenant, n)
 		switch {
 		case err == nil:
 			base = &t.Config
-		case in.FromTemplate != "":
-			return err
 		case !errors.Is(err, errdefs.ErrNotFound):
 			return err
+		case in.FromTemplate != "":
+			missing = err
 		}
 	}
 	s := d.tpl
@@ -832,6 +846,11 @@ func (d *Door) startBuild(ctx context.Context, w http.ResponseWriter, r *http.Re
 	s.mu.Unlock()
 	if err != nil {
 		return err
+	}
+	if missing != nil {
+		d.endBuild(b, nil, missing, 0, pl)
+		writeJSON(w, http.StatusAccepted, struct{}{})
+		return nil
 	}
 	// The files are linked aside: a later upload of the same hash or the
 	// sweep does not pull them from under the build.
@@ -927,12 +946,41 @@ func stepWhat(st templateStep) string {
 	return fmt.Sprintf("failed to apply %s %s", strings.ToUpper(st.Type), strings.Join(st.Args, " "))
 }
 
+// dockerfileLine is the line an error of the Dockerfile's names, and the
+// rest of its message: "Dockerfile: line N (text): msg" or
+// "Dockerfile: line N: msg".
+func dockerfileLine(msg string) (int, string, bool) {
+	rest, ok := strings.CutPrefix(msg, "Dockerfile: line ")
+	if !ok {
+		return 0, msg, false
+	}
+	i := strings.IndexAny(rest, " :")
+	if i <= 0 {
+		return 0, msg, false
+	}
+	n, err := strconv.Atoi(rest[:i])
+	if err != nil {
+		return 0, msg, false
+	}
+	rest = rest[i:]
+	if strings.HasPrefix(rest, " (") {
+		j := strings.Index(rest, "): ")
+		if j < 0 {
+			return 0, msg, false
+		}
+		return n, rest[j+3:], true
+	}
+	return n, strings.TrimPrefix(rest, ": "), true
+}
+
 // stepError is err of Dockerfile step n told as E2B tells a step's: what
 // the step did, then berth's cause without the Dockerfile's line.
 func stepError(n int, pl *plan, msg string) string {
-	if strings.HasPrefix(msg, "Dockerfile: line ") {
-		if i := strings.Index(msg, "): "); i >= 0 {
-			msg = msg[i+3:]
+	// The line names the step surely: one instruction a line, FROM first.
+	if line, rest, ok := dockerfileLine(msg); ok {
+		msg = rest
+		if line >= 1 {
+			n = line - 1
 		}
 	}
 	// envd's words for a user that does not exist, which programs match.
@@ -976,6 +1024,9 @@ func (d *Door) endBuild(b *tplBuild, t *store.Template, err error, last int, pl 
 		if statusOf(err) >= 500 && !errors.Is(err, errdefs.ErrUnavailable) {
 			d.cfg.Log.Error("e2b template build failed", "build", b.id, "template", b.templateID, "err", err)
 			msg = "internal error (template build " + b.id + ")"
+		}
+		if line, _, ok := dockerfileLine(msg); ok && line >= 1 {
+			last = line - 1
 		}
 		step := stepName(last, pl)
 		msg = stepError(last, pl, msg)
