@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"time"
@@ -101,7 +102,11 @@ func New(cfg Config) *Door {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	d := &Door{cfg: cfg, watch: newWatchers(), tpl: newTplState()}
+	filesDir := "" // copy steps' uploads: beside the engine's own uploads when it has a place for them
+	if cfg.Manager != nil && cfg.Manager.Config().UploadDir != "" {
+		filesDir = filepath.Join(cfg.Manager.Config().UploadDir, "e2b-files")
+	}
+	d := &Door{cfg: cfg, watch: newWatchers(), tpl: newTplState(filesDir)}
 	d.control = d.controlRoutes()
 	d.envd = d.envdRoutes()
 	return d

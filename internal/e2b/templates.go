@@ -96,10 +96,16 @@ type uploadLink struct {
 	expires    time.Time
 }
 
-func newTplState() *tplState {
+// newTplState keeps uploads in dir ("" for a temporary directory made
+// when first needed). dir is the door's alone: what a previous run left
+// there (uploads live in memory only) is removed.
+func newTplState(dir string) *tplState {
+	if dir != "" {
+		_ = os.RemoveAll(dir)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &tplState{builds: map[string]*tplBuild{}, uploads: map[string]*tplUpload{}, links: map[string]*uploadLink{},
-		ctx: ctx, cancel: cancel}
+		ctx: ctx, cancel: cancel, dir: dir}
 }
 
 // close stops the builds in progress, waits for them and removes the
@@ -366,6 +372,10 @@ func (s *tplState) store(r *http.Request, l *uploadLink) error {
 		s.dir = dir
 	}
 	dir := s.dir
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		s.mu.Unlock()
+		return err
+	}
 	n := 0
 	for k := range s.uploads {
 		if strings.HasPrefix(k, l.p.Tenant+"\x00") {
