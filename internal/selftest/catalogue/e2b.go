@@ -173,7 +173,10 @@ func e2bAttacks() []*attack.Attack {
 				if err != nil || st != 200 || !strings.Contains(body, `"status":"waiting"`) {
 					bad = append(bad, fmt.Sprintf("the member's build after: %d %v %s", st, err, attack.Clip(attack.OneLine(body), 60)))
 				}
-				return attack.Judged(len(bad) == 0, "%d of 7 refused as expected; %s", 7-len(bad), strings.Join(bad, "; "))
+				if len(bad) > 0 {
+					return attack.Escaped("%d of 7 refused as expected; %s", 7-len(bad), strings.Join(bad, "; "))
+				}
+				return attack.Contained("7 of 7 refused as expected, the build untouched")
 			}),
 		x("envd-control-bytes", "start a process through envd with an ESC in an env name and in the working directory", "invalid_argument, as REST refuses them",
 			func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome {
