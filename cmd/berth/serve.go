@@ -126,6 +126,7 @@ printed at start (and shown by GET /v1/version); clients pin it with
 	f.BoolVar(&cfg.TenantPulls, "tenant-pulls", false, "let tenants' keys import templates from registries (the daemon fetches what they name); off, tenants upload image archives")
 	f.Var(&imageCache, "image-cache-size", "cap of the layers images pulled on create (create --image) hold, e.g. 50g; past it the least recently used image records no sandbox uses are removed with the layers nothing else holds (0: no cap)")
 	f.StringVar(&cfg.RegistryAuth, "registry-auth", "", "registry credentials `FILE` in docker's config.json format (\"auths\"), used for every pull and push instead of the daemon user's docker config; read at start")
+	f.StringVar(&cfg.RegistryMirror, "registry-mirror", "", "pull Docker Hub's images (ubuntu:22.04, docker.io/...) from this registry instead, as docker's registry-mirrors: `HOST[:PORT]`, or http://HOST[:PORT] for plain HTTP")
 	f.StringVar(&cfg.RegistryCerts, "registry-certs", "", "`DIR` of per-registry CA certificates, docker's certs.d layout: DIR/<host:port>/*.crt are trusted for that registry besides the system's roots")
 	f.StringVar(&cfg.AgentPath, "agent", "", "agent binary (`PATH`) mounted into sandboxes as their PID 1 (default: berth-agent beside this executable)")
 	f.StringVar(&cfg.Backend, "backend", "local", "where sandboxes run: local (this machine) or kubernetes (pods in --namespace; docs/kubernetes.md)")

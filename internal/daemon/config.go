@@ -65,6 +65,9 @@ type Config struct {
 	// RegistryCerts is a directory of per-registry CA certificates in
 	// docker's certs.d layout (serve --registry-certs).
 	RegistryCerts string
+	// RegistryMirror, if set, is the registry Docker Hub's references are
+	// pulled from (serve --registry-mirror: host[:port], or http://...).
+	RegistryMirror string
 	// Backend is where sandboxes run: "local" (default, this machine) or
 	// "kubernetes" (pods; Kube configures it).
 	Backend string

@@ -18,7 +18,7 @@ import (
 // rewritten) and the same header and idle deadlines.
 func (d *Daemon) listenE2B() error {
 	log := d.cfg.Logger
-	d.e2b = e2b.New(e2b.Config{Manager: d.engine, Server: d.Server, WithCaller: server.WithCaller, Audit: d.Server.Audit,
+	d.e2b = e2b.New(e2b.Config{Manager: d.engine, Templates: d.engine, Server: d.Server, WithCaller: server.WithCaller, Audit: d.Server.Audit,
 		Log: log.With("component", "e2b"), Domain: strings.ToLower(strings.TrimSuffix(d.cfg.E2BDomain, "."))})
 	l, err := net.Listen("tcp", d.cfg.E2BListen)
 	if err != nil {

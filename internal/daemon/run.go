@@ -191,6 +191,13 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		log.Info("registry credentials", "file", cfg.RegistryAuth, "registries", creds.Hosts())
 		imageOpts = append(imageOpts, image.WithKeychain(creds))
 	}
+	if cfg.RegistryMirror != "" {
+		host, plain, err := image.ParseMirror(cfg.RegistryMirror)
+		if err != nil {
+			return nil, fmt.Errorf("--registry-mirror: %w", err)
+		}
+		imageOpts = append(imageOpts, image.WithHubMirror(host, plain))
+	}
 	if cfg.RegistryCerts != "" {
 		if st, err := os.Stat(cfg.RegistryCerts); err != nil || !st.IsDir() {
 			return nil, fmt.Errorf("--registry-certs %s: not a directory", cfg.RegistryCerts)

@@ -105,6 +105,14 @@ func (d *Door) controlRoutes() *http.ServeMux {
 	mux.Handle("DELETE /templates/{templateID}", h(ruleWrite, "DELETE /templates/{templateID}", d.deleteSnapshot))
 	mux.Handle("PUT /sandboxes/{sandboxID}/network", h(ruleNetwork, "PUT /sandboxes/{sandboxID}/network", d.updateNetwork))
 	mux.Handle("POST /sandboxes/{sandboxID}/refreshes", h(ruleWrite, "POST /sandboxes/{sandboxID}/refreshes", d.refresh))
+	if d.cfg.Templates != nil {
+		mux.Handle("POST /v3/templates", h(ruleTemplates, "POST /v3/templates", d.requestBuild))
+		mux.Handle("GET /templates/{templateID}/files/{hash}", h(ruleTemplates, "", d.fileLink))
+		mux.Handle("PUT /templates/uploads/{token}", http.HandlerFunc(d.uploadFiles))
+		mux.Handle("POST /v2/templates/{templateID}/builds/{buildID}", h(ruleTemplates, "POST /v2/templates/{templateID}/builds/{buildID}", d.startBuild))
+		mux.Handle("GET /templates/{templateID}/builds/{buildID}/status", h(ruleTemplates, "", d.buildStatus))
+		mux.Handle("GET /templates/aliases/{alias}", h(ruleRead, "", d.templateAlias))
+	}
 	mux.Handle("/", h(ruleRead, "", func(_ context.Context, _ http.ResponseWriter, r *http.Request, _ auth.Principal) error {
 		return errdefs.NotFound("berth's E2B door has no route %s %s", r.Method, r.URL.Path)
 	}))

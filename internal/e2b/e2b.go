@@ -33,6 +33,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"time"
@@ -120,8 +121,11 @@ type Config struct {
 	Server  Server
 	// WithCaller puts an authorized principal into a call's context.
 	WithCaller func(context.Context, auth.Principal) context.Context
-	Audit      *audit.Log // nil: calls are not audited
-	Log        *slog.Logger
+	// Templates builds E2B's templates (templates.go); nil: the template
+	// build API answers 404.
+	Templates TemplateBuilder
+	Audit     *audit.Log // nil: calls are not audited
+	Log       *slog.Logger
 	// Domain, if set, routes hosts {port}-{sandboxID}.{Domain} to that
 	// sandbox's port and is the domain sandboxes report.
 	Domain string
@@ -133,6 +137,7 @@ type Door struct {
 	control *http.ServeMux
 	envd    *http.ServeMux
 	watch   *watchers
+	tpl     *tplState
 }
 
 // New returns the door for cfg.
@@ -140,14 +145,21 @@ func New(cfg Config) *Door {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	d := &Door{cfg: cfg, watch: newWatchers()}
+	filesDir := "" // copy steps' uploads: beside the engine's own uploads when it has a place for them
+	if cfg.Manager != nil && cfg.Manager.Config().UploadDir != "" {
+		filesDir = filepath.Join(cfg.Manager.Config().UploadDir, "e2b-files")
+	}
+	d := &Door{cfg: cfg, watch: newWatchers(), tpl: newTplState(filesDir)}
 	d.control = d.controlRoutes()
 	d.envd = d.envdRoutes()
 	return d
 }
 
-// Close ends the door's polling watchers.
-func (d *Door) Close() { d.watch.closeAll() }
+// Close ends the door's polling watchers and its template builds.
+func (d *Door) Close() {
+	d.watch.closeAll()
+	d.tpl.close()
+}
 
 // ServeHTTP sends a request to the data plane when it names a sandbox
 // target (host or headers), else to the control API.

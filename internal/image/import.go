@@ -303,6 +303,9 @@ func (s *Store) Pull(ctx context.Context, ref string, insecure bool) (*Image, er
 	if err != nil {
 		return nil, &errdefs.Error{Category: errdefs.ErrInvalid, Msg: fmt.Sprintf("bad image reference %q: %v", ref, err), Err: err}
 	}
+	if r, err = s.mirrored(r); err != nil {
+		return nil, errdefs.Invalid("bad image reference %q on the registry mirror: %v", ref, err)
+	}
 	opts, done, err := s.remoteOptions(ctx, r)
 	if err != nil {
 		return nil, registryErr("pull", ref, err)

@@ -157,6 +157,51 @@ func (c *Credentials) Resolve(r authn.Resource) (authn.Authenticator, error) {
 	return authn.Anonymous, nil
 }
 
+// WithHubMirror makes host[:port] the registry Docker Hub's references
+// (ubuntu:22.04, docker.io/library/ubuntu) are pulled and resolved from,
+// as docker's registry-mirrors: the same repository path (library/ubuntu)
+// on the mirror. plain allows it plain HTTP. Pushes are not redirected.
+func WithHubMirror(host string, plain bool) Option {
+	return func(o *options) { o.hubMirror, o.hubMirrorPlain = host, plain }
+}
+
+// ParseMirror reads a --registry-mirror value: host[:port], or
+// http://host[:port] for a plain-HTTP mirror.
+func ParseMirror(v string) (host string, plain bool, err error) {
+	h := v
+	switch {
+	case strings.HasPrefix(h, "http://"):
+		h, plain = strings.TrimPrefix(h, "http://"), true
+	case strings.HasPrefix(h, "https://"):
+		h = strings.TrimPrefix(h, "https://")
+	}
+	h = strings.TrimSuffix(h, "/")
+	if h == "" || strings.ContainsAny(h, "/@?# ") {
+		return "", false, errdefs.Invalid("registry mirror %q: want host[:port] or http://host[:port]", v)
+	}
+	if _, err := name.NewRegistry(h); err != nil {
+		return "", false, errdefs.Invalid("registry mirror %q: %v", v, err)
+	}
+	return h, plain, nil
+}
+
+// mirrored is r on the Docker Hub mirror when r is Docker Hub's and the
+// store has a mirror, else r.
+func (s *Store) mirrored(r name.Reference) (name.Reference, error) {
+	if s.opts.hubMirror == "" || r.Context().RegistryStr() != name.DefaultRegistry {
+		return r, nil
+	}
+	var nopts []name.Option
+	if s.opts.hubMirrorPlain {
+		nopts = append(nopts, name.Insecure)
+	}
+	repo := s.opts.hubMirror + "/" + r.Context().RepositoryStr()
+	if d, ok := r.(name.Digest); ok {
+		return name.NewDigest(repo+"@"+d.DigestStr(), nopts...)
+	}
+	return name.NewTag(repo+":"+r.Identifier(), nopts...)
+}
+
 // WithRegistryCerts names a directory of per-registry CA certificates in
 // docker's layout: <dir>/<host[:port]>/*.crt are trusted, besides the
 // system's roots, for that registry alone. It is read at each transfer.
@@ -457,6 +502,9 @@ func (s *Store) Resolve(ctx context.Context, ref string, insecure bool) (pinned,
 	r, err := name.ParseReference(ref, nopts...)
 	if err != nil {
 		return "", "", &errdefs.Error{Category: errdefs.ErrInvalid, Msg: fmt.Sprintf("bad image reference %q: %v", ref, err), Err: err}
+	}
+	if r, err = s.mirrored(r); err != nil {
+		return "", "", errdefs.Invalid("bad image reference %q on the registry mirror: %v", ref, err)
 	}
 	if d, ok := r.(name.Digest); ok {
 		if _, valid := parseID(d.DigestStr()); !valid {

@@ -75,6 +75,8 @@ type options struct {
 	log             *slog.Logger
 	keychain        authn.Keychain
 	certsDir        string
+	hubMirror       string // host[:port] Docker Hub's references are pulled from
+	hubMirrorPlain  bool
 	osRelease       string
 	alternatives    string
 	parallel        int

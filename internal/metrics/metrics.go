@@ -13,7 +13,7 @@
 // engine.Config.Metrics (the engine's Recorder interface, so the engine
 // imports no Prometheus) and to the server, which registers the API's
 // collectors (NewAPI: requests, latency, connections, agent-channel
-// refusals) on it. The scrape-time Source is manager.MetricsSnapshot. Where
+// refusals) on it. The scrape-time Source is the daemon's engine metrics snapshot (internal/daemon/enginemetrics.go). Where
 // each measure is taken is in docs/metrics.md.
 package metrics
 

@@ -49,7 +49,7 @@ func (c *tclock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// tenv is a daemon in a test: the real server over a real manager.
+// tenv is a daemon in a test: the real server over a real engine.
 type tenv struct {
 	t     *testing.T
 	st    store.Store

@@ -23,7 +23,7 @@
 // sandbox (users.go: its passwd and group read bounded to 4 MiB; a name or
 // uid already there is refused); build steps themselves run as root.
 // Imports report progress (image.WithProgress through
-// manager.WithImportProgress), streamed as api.ImportEvent NDJSON lines by
+// templates.WithImportProgress), streamed as api.ImportEvent NDJSON lines by
 // the import and archive routes when the request accepts it.
 //
 // Build network (buildnet.go). A build sandbox has no network unless a

@@ -33,6 +33,9 @@ type DockerfileRequest struct {
 	// Network is the RUN steps' network (none unless egress).
 	Network BuildNetwork
 	Timeout time.Duration // per RUN; 0 = an hour
+	// Service, if set, is the result's supervised service (the E2B
+	// door's start command); nil keeps the base's. Cmd only.
+	Service *ServiceRequest
 }
 
 // stageResult is what a stage built: its layers and config, and the cache
@@ -60,6 +63,13 @@ func (m *Builder) buildDockerfile(ctx context.Context, req *DockerfileRequest, a
 	}
 	if err := m.checkNetwork(req.Network); err != nil {
 		return nil, err
+	}
+	var svc *store.ServiceSpec
+	if req.Service != nil { // checked before anything is built
+		var err error
+		if svc, err = serviceSpec(req.Service, nil); err != nil {
+			return nil, err
+		}
 	}
 	df := req.Dockerfile
 	if df == "" {
@@ -224,6 +234,9 @@ func (m *Builder) buildDockerfile(ctx context.Context, req *DockerfileRequest, a
 	res := results[plan.Target]
 	cfg := res.cfg
 	cfg.Build = record
+	if svc != nil {
+		cfg.Service = svc
+	}
 	t := &store.Template{Tenant: tenant, Name: req.Name, Layers: res.layers, Config: cfg, Source: "dockerfile", CreatedAt: m.e.Now()}
 	for _, l := range t.Layers {
 		t.Size += max(m.e.Images().Size(l), 0)

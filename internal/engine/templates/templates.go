@@ -558,7 +558,7 @@ func serviceSpec(r *ServiceRequest, imageCmd []string) (*store.ServiceSpec, erro
 	if (len(r.Cmd) == 0) == !r.FromImage {
 		return nil, errdefs.Invalid("service: give exactly one of cmd and from_image")
 	}
-	spec := &store.ServiceSpec{Cmd: slices.Clone(r.Cmd), Restart: r.Restart, MaxRestarts: r.MaxRestarts}
+	spec := &store.ServiceSpec{Cmd: slices.Clone(r.Cmd), Restart: r.Restart, MaxRestarts: r.MaxRestarts, ReadyPort: r.ReadyPort}
 	if r.FromImage {
 		if len(imageCmd) == 0 {
 			return nil, errdefs.Invalid("service from the image: the image names no entrypoint or cmd")

@@ -40,6 +40,9 @@ type ServiceRequest struct {
 	FromImage   bool
 	Restart     string
 	MaxRestarts int
+	// ReadyPort, if set, is a port the service listens on: a create
+	// waits for it (store.ServiceSpec.ReadyPort).
+	ReadyPort int
 }
 
 // BuildRequest builds a template by running shell steps in a sandbox made

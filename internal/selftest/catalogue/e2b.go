@@ -131,6 +131,53 @@ func e2bAttacks() []*attack.Attack {
 					return attack.Escaped("the stream outlived its key's revocation by 5 s")
 				}
 			}),
+		x("template-build-rights", "request an E2B template build with a member key, then with a viewer key of its tenant and a member key of another tenant try to build, read the build's status and logs, ask for an upload link of its files and start it", "403 for the viewer, 404 for the other tenant; the build still waits, untouched",
+			func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome {
+				st, body, err := door.do(ctx, "POST", "/v3/templates", door.member, nil, `{"name":"selftest-e2b-tpl-`+e.Tag+`"}`)
+				var req struct{ TemplateID, BuildID string }
+				if err != nil || st != 202 || json.Unmarshal([]byte(body), &req) != nil || req.BuildID == "" {
+					return attack.Escaped("the member's build request: %d %v %s", st, err, attack.Clip(attack.OneLine(body), 80))
+				}
+				otherTenant := door.tenant + "-other"
+				if _, err := e.C.CreateTenant(ctx, otherTenant); err != nil {
+					return attack.Escaped("another tenant: %v", err)
+				}
+				defer e.C.DeleteTenant(context.WithoutCancel(ctx), otherTenant)
+				k, err := e.C.CreateAPIKey(ctx, api.CreateAPIKeyRequest{Name: otherTenant + "-member", Tenant: otherTenant, Role: "member"})
+				if err != nil {
+					return attack.Escaped("the other tenant's key: %v", err)
+				}
+				build := "/templates/" + req.TemplateID + "/builds/" + req.BuildID
+				var bad []string
+				for _, c := range []struct {
+					who, key, method, path, body string
+					want                         int
+				}{
+					{"viewer", door.viewer, "POST", "/v3/templates", `{"name":"selftest-e2b-viewer"}`, 403},
+					{"viewer", door.viewer, "GET", build + "/status", "", 403},
+					{"viewer", door.viewer, "GET", "/templates/" + req.TemplateID + "/files/" + strings.Repeat("ab", 32), "", 403},
+					{"viewer", door.viewer, "POST", "/v2" + build, `{"fromTemplate":"base","steps":[{"type":"RUN","args":["id"]}]}`, 403},
+					{"other tenant", k.Key, "GET", build + "/status", "", 404},
+					{"other tenant", k.Key, "GET", "/templates/" + req.TemplateID + "/files/" + strings.Repeat("ab", 32), "", 404},
+					{"other tenant", k.Key, "POST", "/v2" + build, `{"fromTemplate":"base","steps":[{"type":"RUN","args":["id"]}]}`, 404},
+				} {
+					st, body, err := door.do(ctx, c.method, c.path, c.key, nil, c.body)
+					if err != nil {
+						return attack.Escaped("request: %v", err)
+					}
+					if st != c.want {
+						bad = append(bad, fmt.Sprintf("%s %s %s: %d %s", c.who, c.method, c.path, st, attack.Clip(attack.OneLine(body), 60)))
+					}
+				}
+				st, body, err = door.do(ctx, "GET", build+"/status", door.member, nil, "")
+				if err != nil || st != 200 || !strings.Contains(body, `"status":"waiting"`) {
+					bad = append(bad, fmt.Sprintf("the member's build after: %d %v %s", st, err, attack.Clip(attack.OneLine(body), 60)))
+				}
+				if len(bad) > 0 {
+					return attack.Escaped("%d of 7 refused as expected; %s", 7-len(bad), strings.Join(bad, "; "))
+				}
+				return attack.Contained("7 of 7 refused as expected, the build untouched")
+			}),
 		x("envd-control-bytes", "start a process through envd with an ESC in an env name and in the working directory", "invalid_argument, as REST refuses them",
 			func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome {
 				var seen []string

@@ -1,0 +1,136 @@
+package e2b
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/berth-sh/berth/internal/image/dockerfile"
+	"github.com/berth-sh/berth/internal/store"
+)
+
+// TestPlanBuild: an E2B build's steps as the Dockerfile berth builds,
+// which berth's own Dockerfile reader accepts with the values intact
+// (quotes, $, spaces), and what is refused.
+func TestPlanBuild(t *testing.T) {
+	hash := strings.Repeat("ab", 32)
+	has := func(h string) bool { return h == hash }
+	in := &buildStart{FromImage: "e2bdev/base:latest", Steps: []templateStep{
+		{Type: "COPY", Args: []string{"folder/*", "folder", "user", "0755"}, FilesHash: hash},
+		{Type: "RUN", Args: []string{"echo \"a b\" $HOME\nls", "root"}},
+		{Type: "ENV", Args: []string{"A", `x "y" $Z \ w`, "B", ""}},
+		{Type: "WORKDIR", Args: []string{"/srv/my dir"}},
+		{Type: "USER", Args: []string{"user"}},
+		{Type: "RUN", Args: []string{"id"}, Force: true},
+	}, StartCmd: "python3 -m http.server 8000", ReadyCmd: `[ -n "$(ss -Htuln sport = :8000)" ]`}
+	base := &store.TemplateConfig{Workdir: "/workspace", User: ""}
+	pl, err := planBuild(in, "bid", base, has)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := dockerfile.Convert([]byte(pl.dockerfile), dockerfile.Options{})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, pl.dockerfile)
+	}
+	st := plan.Stages[plan.Target]
+	if st.Base != "base" {
+		t.Errorf("FROM %q, want berth's base", st.Base)
+	}
+	if len(st.Steps) != len(pl.stepOf) {
+		t.Fatalf("%d steps, %d mapped:\n%s", len(st.Steps), len(pl.stepOf), pl.dockerfile)
+	}
+	var env [][2]string
+	var runs [][]string
+	var users, dirs []string
+	for _, s := range st.Steps {
+		switch s.Kind {
+		case dockerfile.KindEnv:
+			env = append(env, s.Env...)
+		case dockerfile.KindRun:
+			runs = append(runs, s.Run)
+		case dockerfile.KindUser:
+			users = append(users, s.User)
+		case dockerfile.KindWorkdir:
+			dirs = append(dirs, s.Workdir)
+		case dockerfile.KindCopy:
+			if s.Copy.Chown != "user" || s.Copy.Chmod != "0755" || !s.Copy.DstIsDir || s.Copy.Srcs[0] != "files/"+hash+"/folder/*" {
+				t.Errorf("copy: %+v", s.Copy)
+			}
+		}
+	}
+	if len(env) != 2 || env[0] != [2]string{"A", `x "y" $Z \ w`} || env[1] != [2]string{"B", ""} {
+		t.Errorf("env: %q", env)
+	}
+	if len(runs) != 2 || runs[0][2] != "echo \"a b\" $HOME\nls" || runs[1][2] != "id" {
+		t.Errorf("runs: %q", runs)
+	}
+	// RUN as root, back to the base's (root), then the template's user.
+	if strings.Join(users, ",") != "root,root,user" {
+		t.Errorf("users: %q", users)
+	}
+	if strings.Join(dirs, ",") != "/workspace,/srv/my dir" {
+		t.Errorf("workdirs: %q", dirs)
+	}
+	if pl.service == nil || pl.service.ReadyPort != 8000 || pl.service.Cmd[2] != in.StartCmd {
+		t.Errorf("service: %+v", pl.service)
+	}
+	// The forced step's label, and E2B's step of each instruction.
+	if !strings.Contains(pl.dockerfile, `LABEL sh.berth.e2b.build="bid"`) {
+		t.Errorf("no force label:\n%s", pl.dockerfile)
+	}
+	if got := stepName(len(pl.stepOf), pl); got != "6" {
+		t.Errorf("the last instruction is step %s, want 6", got)
+	}
+	if msg := stepError(0, pl, "Dockerfile: line 3 (COPY x): no such file"); msg != "failed to copy 'folder/*': no such file" {
+		t.Errorf("copy error: %q", msg)
+	}
+
+	for _, c := range []struct {
+		name string
+		in   buildStart
+	}{
+		{"no base", buildStart{}},
+		{"both bases", buildStart{FromImage: "a", FromTemplate: "b"}},
+		{"registry", buildStart{FromImage: "a", FromImageRegistry: map[string]any{"type": "registry"}}},
+		{"unknown step", buildStart{FromTemplate: "base", Steps: []templateStep{{Type: "ARG", Args: []string{"x"}}}}},
+		{"not uploaded", buildStart{FromTemplate: "base", Steps: []templateStep{{Type: "COPY", Args: []string{"a", "b"}, FilesHash: strings.Repeat("cd", 32)}}}},
+		{"escaping copy", buildStart{FromTemplate: "base", Steps: []templateStep{{Type: "COPY", Args: []string{"../etc", "b"}, FilesHash: hash}}}},
+		{"env name", buildStart{FromTemplate: "base", Steps: []templateStep{{Type: "ENV", Args: []string{"A=B", "c"}}}}},
+		{"env newline", buildStart{FromTemplate: "base", Steps: []templateStep{{Type: "ENV", Args: []string{"A", "b\nRUN x"}}}}},
+		{"control", buildStart{FromTemplate: "base", Steps: []templateStep{{Type: "RUN", Args: []string{"echo \x1b[31m"}}}}},
+		{"workdir newline", buildStart{FromTemplate: "base", Steps: []templateStep{{Type: "WORKDIR", Args: []string{"/a\nRUN id"}}}}},
+		{"ready", buildStart{FromTemplate: "base", StartCmd: "x", ReadyCmd: "pgrep x"}},
+		{"image injection", buildStart{FromImage: "a\nRUN id"}},
+	} {
+		if _, err := planBuild(&c.in, "bid", nil, has); err == nil {
+			t.Errorf("%s: accepted", c.name)
+		}
+	}
+}
+
+// FuzzPlanBuild: whatever the steps, the Dockerfile written is one
+// instruction a line that berth's reader takes as the steps mapped, or
+// the build is refused.
+func FuzzPlanBuild(f *testing.F) {
+	f.Add("RUN", "echo hi", "root", "/srv")
+	f.Add("ENV", "A", `"q" $x \`, "/a b")
+	f.Add("USER", "user", "", "")
+	f.Add("WORKDIR", "/srv/\"x\"", "", "rel")
+	f.Fuzz(func(t *testing.T, typ, a, b, dir string) {
+		args := []string{a}
+		if b != "" {
+			args = append(args, b)
+		}
+		in := &buildStart{FromTemplate: "base", Steps: []templateStep{{Type: typ, Args: args}, {Type: "WORKDIR", Args: []string{dir}}}}
+		pl, err := planBuild(in, "bid", &store.TemplateConfig{}, func(string) bool { return false })
+		if err != nil {
+			return
+		}
+		plan, err := dockerfile.Convert([]byte(pl.dockerfile), dockerfile.Options{})
+		if err != nil {
+			return // berth's reader refuses it: the build fails, nothing is built
+		}
+		if n := len(plan.Stages[plan.Target].Steps); n != len(pl.stepOf) {
+			t.Fatalf("%d instructions read, %d written:\n%s", n, len(pl.stepOf), pl.dockerfile)
+		}
+	})
+}
