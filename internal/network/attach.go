@@ -448,7 +448,7 @@ func (n *Network) Prune(ctx context.Context, live func(id string) bool) ([]strin
 // unknown), from veth aliases and chain rule user data.
 func (n *Network) found() (map[string]string, error) {
 	out := map[string]string{}
-	links, err := netlink.LinkList()
+	links, err := Dump(netlink.LinkList)
 	if err != nil {
 		return nil, err
 	}
@@ -503,7 +503,7 @@ func (n *Network) found() (map[string]string, error) {
 // "chain:<family>/<name>" for every chain, "elem:<map>/<key>" for the
 // dispatch and port map elements). For leak checks and doctor.
 func (n *Network) Resources() (ifaces []string, sets []string, err error) {
-	links, err := netlink.LinkList()
+	links, err := Dump(netlink.LinkList)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -446,7 +446,7 @@ type hostNets []hostNet
 // hostPrefixes reads the addresses of every link but except (link-local
 // ones left out: they never collide with a sandbox subnet).
 func hostPrefixes(except string) (hostNets, error) {
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	addrs, err := Dump(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_ALL) })
 	if err != nil {
 		return nil, fmt.Errorf("network: listing host addresses: %w", err)
 	}
@@ -629,7 +629,7 @@ func Destroy(instance string) error {
 	if err := c.Flush(); err != nil {
 		errs = append(errs, fmt.Errorf("network: deleting tables: %w", err))
 	}
-	links, err := netlink.LinkList()
+	links, err := Dump(netlink.LinkList)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -691,7 +691,7 @@ func Objects(instance, netnsPath string) (HostObjects, error) {
 		defer h.Close()
 		nftOpts = append(nftOpts, nftables.WithNetNSFd(int(ns)))
 	}
-	links, err := h.LinkList()
+	links, err := Dump(h.LinkList)
 	if err != nil {
 		return out, err
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
+
+	"github.com/berth-sh/berth/internal/network"
 )
 
 // k8sLink is the name of a link a kubeenv test cluster makes: its pod
@@ -31,7 +33,7 @@ func sweepK8s(root string, since time.Time, add func(kind, format string, args .
 			add("process", "%d %s", p.pid, strings.ReplaceAll(string(p.cmdline), "\x00", " "))
 		}
 	}
-	if links, err := netlink.LinkList(); err == nil {
+	if links, err := network.Dump(netlink.LinkList); err == nil {
 		for _, l := range links {
 			if k8sLink.MatchString(l.Attrs().Name) {
 				add("network", "link %s", l.Attrs().Name)

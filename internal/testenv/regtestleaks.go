@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/berth-sh/berth/internal/network"
 )
 
 // regtest's names (internal/testenv/regtest): its namespace brg-<6 hex>
@@ -38,7 +40,7 @@ func sweepRegtest(add func(kind, format string, args ...any)) {
 			add("netns", "%s", e.Name())
 		}
 	}
-	if links, err := netlink.LinkList(); err == nil {
+	if links, err := network.Dump(netlink.LinkList); err == nil {
 		for _, l := range links {
 			if regtestLink.MatchString(l.Attrs().Name) {
 				add("network", "link %s", l.Attrs().Name)

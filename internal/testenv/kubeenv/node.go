@@ -24,6 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/berth-sh/berth/internal/network"
 	"github.com/berth-sh/berth/internal/network/nftexpr"
 	"github.com/berth-sh/berth/internal/overlay"
 	"github.com/berth-sh/berth/internal/testenv"
@@ -220,7 +221,7 @@ func (n *node) addNodeIP() error {
 // of the host overlaps (another cluster's bridge included).
 func freeSubnet(second byte) (netip.Prefix, error) {
 	var taken []netip.Prefix
-	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+	routes, err := network.Dump(func() ([]netlink.Route, error) { return netlink.RouteList(nil, netlink.FAMILY_V4) })
 	if err != nil {
 		return netip.Prefix{}, err
 	}
@@ -233,7 +234,7 @@ func freeSubnet(second byte) (netip.Prefix, error) {
 			}
 		}
 	}
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	addrs, err := network.Dump(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_V4) })
 	if err != nil {
 		return netip.Prefix{}, err
 	}
