@@ -263,3 +263,24 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.Header.Set("Authorization", "Bearer "+b.key)
 	return b.base.RoundTrip(r)
 }
+
+// TestProcessWebSocketMissingProcess: attaching to a process the sandbox
+// does not have is refused at the upgrade (404 not_found), not after it
+// with an error frame.
+func TestProcessWebSocketMissingProcess(t *testing.T) {
+	e := newTenv(t)
+	e.tenant("a")
+	k := e.key("local", "a", "member")
+	sb := e.sandbox(k.Key, `{"template":"base"}`)
+	opts := &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + k.Key}}}
+	for _, path := range []string{"/v1/sandboxes/" + sb.ID + "/processes/no-such-process/ws", "/v1/sandboxes/no-such-sandbox/processes/p/ws"} {
+		c, status, err := dialWS(t, "ws"+strings.TrimPrefix(e.tcp.URL, "http")+path, opts)
+		if err == nil {
+			c.CloseNow()
+			t.Fatalf("%s: upgraded; want a 404 before the upgrade", path)
+		}
+		if status != http.StatusNotFound {
+			t.Fatalf("%s: status %d (%v), want 404", path, status, err)
+		}
+	}
+}

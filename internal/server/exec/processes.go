@@ -68,11 +68,20 @@ func (h *Handlers) ListProcesses(w http.ResponseWriter, r *http.Request) {
 // GetProcess answers the process pid names: by id, or the running (else
 // the newest) process with that tag.
 func (h *Handlers) GetProcess(w http.ResponseWriter, r *http.Request) {
-	pid := r.PathValue("pid")
-	ps, err := h.E.ListProcesses(r.Context(), r.PathValue("id"))
+	p, err := h.findProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"))
 	if err != nil {
 		rest.Error(w, err)
 		return
+	}
+	rest.JSON(w, 200, processToAPI(*p))
+}
+
+// findProcess is the process of sandbox id that pid names: by id, or the
+// running (else the newest) process with that tag.
+func (h *Handlers) findProcess(ctx context.Context, id, pid string) (*procs.Process, error) {
+	ps, err := h.E.ListProcesses(ctx, id)
+	if err != nil {
+		return nil, err
 	}
 	var found *procs.Process
 	for i := len(ps) - 1; i >= 0; i-- {
@@ -86,10 +95,9 @@ func (h *Handlers) GetProcess(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if found == nil {
-		rest.Error(w, errdefs.NotFound("no process %q", pid))
-		return
+		return nil, errdefs.NotFound("no process %q", pid)
 	}
-	rest.JSON(w, 200, processToAPI(*found))
+	return found, nil
 }
 
 // ProcessLogs streams the kept output and, with ?follow=1, the live
@@ -219,7 +227,9 @@ func (h *Handlers) WaitProcess(w http.ResponseWriter, r *http.Request) {
 // ends. Leaving does not end the process.
 func (h *Handlers) ProcessWS(w http.ResponseWriter, r *http.Request) {
 	id, pid := r.PathValue("id"), r.PathValue("pid")
-	if _, err := h.E.Get(r.Context(), id); err != nil {
+	// A missing sandbox or process is the upgrade's answer (404), not an
+	// error frame after it; one that ends meanwhile is still the frame's.
+	if _, err := h.findProcess(r.Context(), id, pid); err != nil {
 		rest.Error(w, err)
 		return
 	}
