@@ -62,8 +62,12 @@ unit: ## unit tests (no daemon): with the race detector except on NORACE_PKGS
 # test/k8s needs a Kubernetes cluster: make test-k8s runs it.
 E2E_PKGS = $$($(GO) list ./test/... | grep -v /test/k8s)
 
+# Four e2e tests at a time on any machine: each spends most of its time
+# waiting on sandboxes, runtimes and its daemon (at two, the e2e step used
+# under half of this 2-core machine's CPU).
+E2E_PARALLEL ?= 4
 e2e: ## end-to-end tests against a real daemon, runc, overlayfs, cgroups
-	time $(GO) test -count=1 -timeout 25m $(E2E_PKGS)
+	time $(GO) test -count=1 -parallel $(E2E_PARALLEL) -timeout 25m $(E2E_PKGS)
 
 e2e-race: ## the e2e suite with the daemon under the race detector
 	BERTH_E2E_RACE=1 $(GO) test -count=1 -timeout 30m -run '$(RUN)' $(E2E_PKGS)

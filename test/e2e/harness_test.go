@@ -58,7 +58,7 @@ func TestMain(m *testing.M) {
 }
 
 // parallel lets test t run beside the suite's other parallel tests (at
-// most go test's -parallel at once, GOMAXPROCS by default). A test that
+// most go test's -parallel at once: make e2e gives 4). A test that
 // calls it holds nothing of the host that another daemon could see or
 // change: its daemons, data dirs, network namespaces and cgroup parents
 // are its own, and it asserts no wall-clock bound that a busy machine
