@@ -32,6 +32,7 @@ type sdkDaemon struct {
 	httpAddr, tlsAddr string
 	fingerprint       string
 	api               *fakeAPI
+	hook              *webhookReceiver
 }
 
 // The test internet's API host: the egress-secret examples store its key
@@ -58,6 +59,7 @@ func startDaemon(t *testing.T) *sdkDaemon {
 	if err := os.WriteFile(caFile, api.caPEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	hook := startWebhookReceiver(t, topo)
 	httpAddr, tlsAddr := freePort(t), freePort(t)
 	d, err := testenv.Start(context.Background(), testenv.Config{
 		Binary: berthBin, DataDir: filepath.Join(base, "data"), Socket: filepath.Join(base, "berth.sock"),
@@ -66,7 +68,8 @@ func startDaemon(t *testing.T) *sdkDaemon {
 		// what their caps may grow to, and the suites' forks must not need
 		// tens of GiB free on the test machine.
 		Args: []string{"--insecure-listen", httpAddr, "--listen", tlsAddr, "--warm-pool=off", "--disk-default", "2GiB",
-			"--egress-ca-file", caFile, "--egress-dns", apiDNS},
+			"--egress-ca-file", caFile, "--egress-dns", apiDNS,
+			"--webhook-url", hook.url, "--webhook-secret", hook.secret},
 		LogLevel: "debug", UserAgent: "berth-sdk-test", ReadyTimeout: 30 * time.Second, StopTimeout: 20 * time.Second,
 	})
 	if err != nil {
@@ -86,7 +89,50 @@ func startDaemon(t *testing.T) *sdkDaemon {
 	if v.TLSFingerprint == "" {
 		t.Fatal("the daemon's version has no TLS fingerprint though it listens on TLS")
 	}
-	return &sdkDaemon{d: d, topo: topo, base: base, httpAddr: httpAddr, tlsAddr: tlsAddr, fingerprint: v.TLSFingerprint, api: api}
+	return &sdkDaemon{d: d, topo: topo, base: base, httpAddr: httpAddr, tlsAddr: tlsAddr, fingerprint: v.TLSFingerprint, api: api, hook: hook}
+}
+
+// webhookReceiver is the daemon's webhook endpoint (--webhook-url): a
+// plain HTTP server on the test internet's API address that takes every
+// delivery with 204. Its URL holds a user, a password and a query token,
+// and the daemon signs with a secret: GET /v1/webhooks must show the URL
+// redacted (webhookRedacted) and none of the four.
+type webhookReceiver struct {
+	url, secret string
+	hidden      []string // the user, password, token and secret
+}
+
+const (
+	webhookAddr     = apiAddr + ":8080"
+	webhookRedacted = "http://redacted@" + webhookAddr + "/berth-hook?token=redacted"
+)
+
+func startWebhookReceiver(t *testing.T, topo *fakenet.Topo) *webhookReceiver {
+	t.Helper()
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	user, pass, token := "hookuser-"+hex.EncodeToString(b[:4]), "hookpass-"+hex.EncodeToString(b[4:8]), "hooktoken-"+hex.EncodeToString(b[8:12])
+	r := &webhookReceiver{
+		url:    "http://" + user + ":" + pass + "@" + webhookAddr + "/berth-hook?token=" + token,
+		secret: "whsec-" + hex.EncodeToString(b[12:]),
+	}
+	r.hidden = []string{user, pass, token, r.secret}
+	var ln net.Listener
+	if err := fakenet.InNetns(topo.Inet, func() (err error) {
+		ln, err = net.Listen("tcp", webhookAddr)
+		return err
+	}); err != nil {
+		t.Fatalf("listening on %s in %s: %v", webhookAddr, topo.Inet, err)
+	}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return r
 }
 
 // command runs name in the daemon's network namespace (its loopback
@@ -154,6 +200,10 @@ func (s *sdkDaemon) env() []string {
 		"BERTH_TEST_API_HOST=" + apiHost,
 		"BERTH_TEST_API_KEY=" + s.api.key,
 		"BERTH_TEST_API_SEEN=" + s.api.seen,
+		// The daemon's webhook: the URL GET /v1/webhooks must show, and
+		// what it must not (the configured URL and the signing secret).
+		"BERTH_TEST_WEBHOOK_URL=" + webhookRedacted,
+		"BERTH_TEST_WEBHOOK_HIDDEN=" + strings.Join(s.hook.hidden, " "),
 	}
 }
 

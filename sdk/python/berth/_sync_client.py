@@ -408,6 +408,14 @@ class Client:
         """Every template's warm pool."""
         return [m.Pool.from_dict(p) for p in self._json("GET", "/v1/pools") or []]
 
+    def webhooks(self) -> List[m.Webhook]:
+        """The webhook endpoints the daemon posts lifecycle events to
+        (``berth serve --webhook-url``; the host's administrator only): each
+        URL with its user, password and query values redacted, whether
+        deliveries are signed (never the secret) and this daemon's recent
+        delivery attempts, newest first. Empty when none is configured."""
+        return [m.Webhook.from_dict(w) for w in self._json("GET", "/v1/webhooks") or []]
+
 
 class Sandbox:
     """One sandbox: its last known state in ``info`` (a berth.models.Sandbox)
@@ -537,6 +545,12 @@ class Sandbox:
     def diff(self) -> List[m.DiffEntry]:
         """What changed in the writable layer against the template."""
         return [m.DiffEntry.from_dict(d) for d in self._c._json("GET", self._path("diff")) or []]
+
+    def usage(self) -> m.SandboxUsage:
+        """The sandbox's CPU, memory and disk use now, each with its limit
+        (GET /v1/sandboxes/{id}/usage). A sandbox that is not running has
+        nothing to measure: its state, and zeros."""
+        return m.SandboxUsage.from_dict(self._c._json("GET", self._path("usage")))
 
     def fork(self, count: int = 1, *, idempotency_key: Optional[str] = None, **fields) -> List["Sandbox"]:
         """Forks ``count`` children from this sandbox's current state
@@ -713,6 +727,11 @@ class Sandboxes:
     def delete(self, id_or_name: str, force: bool = False) -> m.Sandbox:
         """Deletes a sandbox by id or name."""
         return m.Sandbox.from_dict(self._c._json("DELETE", "/v1/sandboxes/" + _seg(id_or_name), params={"force": _bool(force)}))
+
+    def usage(self, id_or_name: str) -> m.SandboxUsage:
+        """A sandbox's resource use now, by id or name, without fetching it
+        first (as ``sb.usage()``)."""
+        return m.SandboxUsage.from_dict(self._c._json("GET", "/v1/sandboxes/" + _seg(id_or_name) + "/usage"))
 
 
 class Files:

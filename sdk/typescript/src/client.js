@@ -459,6 +459,17 @@ export class Client {
   async pools() {
     return checkList("Pool", await this._json("GET", "/v1/pools"));
   }
+
+  /**
+   * The webhook endpoints the daemon posts lifecycle events to (`berth
+   * serve --webhook-url`; the host's administrator only): each URL with its
+   * user, password and query values redacted, whether deliveries are
+   * signed (never the secret) and this daemon's recent delivery attempts,
+   * newest first. Empty when none is configured.
+   */
+  async webhooks() {
+    return checkList("Webhook", await this._json("GET", "/v1/webhooks"));
+  }
 }
 
 async function readAll(res) {
@@ -609,6 +620,15 @@ export class Sandbox {
   }
 
   /**
+   * The sandbox's CPU, memory and disk use now, each with its limit (GET
+   * /v1/sandboxes/{id}/usage). A sandbox that is not running has nothing to
+   * measure: its state, and zeros.
+   */
+  async usage() {
+    return check("SandboxUsage", await this._c._json("GET", this._path("usage")));
+  }
+
+  /**
    * Forks `count` children from this sandbox's current state (ForkRequest's
    * other fields in `options`); retried safely with one Idempotency-Key.
    */
@@ -748,6 +768,11 @@ class Sandboxes {
 
   async delete(idOrName, { force = false } = {}) {
     return check("Sandbox", await this._c._json("DELETE", "/v1/sandboxes/" + seg(idOrName), { params: { force: bool(force) } }));
+  }
+
+  /** A sandbox's resource use now, by id or name, without fetching it first (as `sb.usage()`). */
+  async usage(idOrName) {
+    return check("SandboxUsage", await this._c._json("GET", "/v1/sandboxes/" + seg(idOrName) + "/usage"));
   }
 }
 

@@ -157,6 +157,8 @@ export declare class Client implements AsyncDisposable {
   /** One command in a one-shot sandbox the daemon destroys when it ends. */
   run(cmd: Command, options?: { sandbox?: models.CreateSandboxRequest; stdin?: string | Uint8Array; env?: Record<string, string>; timeout?: number }): Promise<ExecResult>;
   pools(): Promise<models.Pool[]>;
+  /** The daemon's webhook endpoints, each URL redacted, and their recent deliveries (the host's administrator only). */
+  webhooks(): Promise<models.Webhook[]>;
   /** The credential this client uses, as the daemon sees it (never the key itself). */
   whoami(): Promise<models.WhoAmI>;
   /** Builds a declarative template (YAML or JSON `spec`, `files` a tar of what its copy steps name). */
@@ -186,6 +188,8 @@ export declare class Sandbox implements AsyncDisposable {
   hibernate(): Promise<this>;
   wake(): Promise<this>;
   diff(): Promise<models.DiffEntry[]>;
+  /** CPU, memory and disk use now, each with its limit; a sandbox that is not running: its state, and zeros. */
+  usage(): Promise<models.SandboxUsage>;
   /** Freezes the sandbox and cuts its network; its files stay readable. */
   quarantine(): Promise<this>;
   /** Ends a quarantine. */
@@ -232,6 +236,8 @@ export declare class Sandboxes {
   list(options?: { all?: boolean }): PageIterator<Sandbox>;
   listPage(options?: { all?: boolean } & PageOptions): Promise<Page<Sandbox>>;
   delete(idOrName: string, options?: { force?: boolean }): Promise<models.Sandbox>;
+  /** A sandbox's resource use now, by id or name (as `sb.usage()`). */
+  usage(idOrName: string): Promise<models.SandboxUsage>;
 }
 
 export declare class Files {
