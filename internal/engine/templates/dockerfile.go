@@ -87,6 +87,12 @@ func (m *Builder) buildDockerfile(ctx context.Context, req *DockerfileRequest, a
 				return t.Config.Env
 			}
 			return nil
+		},
+		BaseWorkdir: func(base string) string {
+			if t, err := m.e.ResolveTemplate(ctx, tenant, base); err == nil {
+				return t.Config.Workdir
+			}
+			return ""
 		}})
 	if err != nil {
 		return nil, errdefs.Invalid("%s: %v", df, err)

@@ -154,6 +154,10 @@ type Options struct {
 	// BaseEnv returns the environment of a base (template or image) for
 	// expansion; nil: none known.
 	BaseEnv func(base string) []string
+	// BaseWorkdir returns the working directory of a base, which relative
+	// WORKDIR and COPY/ADD destinations start from, as docker's do ("" or
+	// nil: /).
+	BaseWorkdir func(base string) string
 }
 
 // Convert parses a Dockerfile and returns its plan.
@@ -278,10 +282,17 @@ func Convert(src []byte, opt Options) (plan *Plan, err error) {
 					shellCmd = step.Cmd
 				}
 			}
-		} else if s.Base != "" && opt.BaseEnv != nil {
-			for _, kv := range opt.BaseEnv(s.Base) {
-				if k, v, ok := strings.Cut(kv, "="); ok {
-					vars.set(k, v)
+		} else if s.Base != "" {
+			if opt.BaseEnv != nil {
+				for _, kv := range opt.BaseEnv(s.Base) {
+					if k, v, ok := strings.Cut(kv, "="); ok {
+						vars.set(k, v)
+					}
+				}
+			}
+			if opt.BaseWorkdir != nil {
+				if wd := opt.BaseWorkdir(s.Base); path.IsAbs(wd) {
+					workdir = path.Clean(wd)
 				}
 			}
 		}

@@ -183,3 +183,37 @@ func FuzzConvert(f *testing.F) {
 		}
 	})
 }
+
+// TestBaseWorkdir: relative COPY destinations and WORKDIRs start from the
+// base's own working directory, as docker's do (a template whose workdir
+// is /workspace copies "dest/" to /workspace/dest, not /dest); a stage on
+// an earlier stage takes that stage's; without one, /.
+func TestBaseWorkdir(t *testing.T) {
+	src := "FROM base\nCOPY a.txt dest/\nWORKDIR sub\nCOPY b.txt .\nFROM base AS plain\nCOPY a.txt dest/\n"
+	p, err := Convert([]byte(src), Options{BaseWorkdir: func(base string) string {
+		if base == "base" {
+			return "/workspace"
+		}
+		return ""
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := p.Stages[0]
+	if c := s.Steps[0].Copy; c.Dst != "/workspace/dest" || !c.DstIsDir {
+		t.Errorf("COPY a.txt dest/ on base: %+v", c)
+	}
+	if w := s.Steps[1]; w.Kind != KindWorkdir || w.Workdir != "/workspace/sub" {
+		t.Errorf("WORKDIR sub on base: %+v", w)
+	}
+	if c := s.Steps[2].Copy; c.Dst != "/workspace/sub" {
+		t.Errorf("COPY b.txt . after WORKDIR sub: %+v", c)
+	}
+	p, err = Convert([]byte(src), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := p.Stages[0].Steps[0].Copy; c.Dst != "/dest" {
+		t.Errorf("without a known base workdir: %+v", c)
+	}
+}
