@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/enginetest"
 	"github.com/berth-sh/berth/internal/engine/snapshots"
 	"github.com/berth-sh/berth/internal/engine/volumes"
 	"github.com/berth-sh/berth/internal/errdefs"
@@ -18,22 +19,22 @@ import (
 )
 
 func (e *env) setQuota(q store.TenantQuota) {
-	e.t.Helper()
-	if err := e.m.SetQuota(e.ctx, &q); err != nil {
-		e.t.Fatal(err)
+	e.T.Helper()
+	if err := e.Engine.SetQuota(e.Ctx, &q); err != nil {
+		e.T.Fatal(err)
 	}
 }
 
 func (e *env) createAs(tenant string, req engine.CreateRequest) (*sandbox.Sandbox, error) {
-	return e.m.Create(e.ctx, &req, engine.CreateOptions{Actor: "test", Tenant: tenant})
+	return e.Engine.Create(e.Ctx, &req, engine.CreateOptions{Actor: "test", Tenant: tenant})
 }
 
 // liveOf counts the tenant's live records.
 func (e *env) liveOf(tenant string) (live, all int) {
-	e.t.Helper()
-	sbs, _, err := e.st.ListSandboxes(e.ctx, store.SandboxFilter{Owner: store.OwnedBy(tenant), IncludeDeleted: true}, store.Page{})
+	e.T.Helper()
+	sbs, _, err := e.Store.ListSandboxes(e.Ctx, store.SandboxFilter{Owner: store.OwnedBy(tenant), IncludeDeleted: true}, store.Page{})
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	for _, sb := range sbs {
 		if sb.State.Live() {
@@ -93,7 +94,7 @@ func TestQuotaSandboxesRace(t *testing.T) {
 	if live, all := e.liveOf("acme"); live != 3 || all != 3 {
 		t.Fatalf("records: %d live of %d; want 3 of 3 (a refused create left a record)", live, all)
 	}
-	if n := len(e.node.Methods("", "Provision")); n != 3 {
+	if n := len(e.Node.Methods("", "Provision")); n != 3 {
 		t.Fatalf("%d provisions on the node, want 3", n)
 	}
 	// Another tenant is not limited by acme's quota, nor the host admin.
@@ -101,8 +102,8 @@ func TestQuotaSandboxesRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	// After a delete, one more fits, and not two.
-	sbs, _, _ := e.st.ListSandboxes(e.ctx, store.SandboxFilter{Owner: store.OwnedBy("acme")}, store.Page{})
-	if _, err := e.m.Delete(e.ctx, sbs[0].ID, "test", sandbox.CauseUser, "test"); err != nil {
+	sbs, _, _ := e.Store.ListSandboxes(e.Ctx, store.SandboxFilter{Owner: store.OwnedBy("acme")}, store.Page{})
+	if _, err := e.Engine.Delete(e.Ctx, sbs[0].ID, "test", sandbox.CauseUser, "test"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.createAs("acme", engine.CreateRequest{}); err != nil {
@@ -148,7 +149,7 @@ func TestQuotaResources(t *testing.T) {
 	if _, err := e.createAs("disk", res(0.1, 64<<20, 1<<30)); err != nil {
 		t.Fatalf("exactly at the storage limit: %v", err)
 	}
-	u, err := e.m.TenantUsage(e.ctx, "disk", "")
+	u, err := e.Engine.TenantUsage(e.Ctx, "disk", "")
 	if err != nil || u.Sandboxes != 2 || u.Storage != 3<<30 || u.Memory != 128<<20 || u.CPUMillis != 200 {
 		t.Fatalf("usage %+v %v", u, err)
 	}
@@ -189,7 +190,7 @@ func TestQuotaCreateRate(t *testing.T) {
 // TestQuotaDefault: the daemon's default quota binds tenants without a
 // row, not the host admin; a row of zeros lifts it.
 func TestQuotaDefault(t *testing.T) {
-	e := newEnv(t, func(e *env) { e.cfg.DefaultQuota = store.TenantQuota{MaxSandboxes: 1} })
+	e := newEnv(t, func(e *enginetest.Env) { e.Config.DefaultQuota = store.TenantQuota{MaxSandboxes: 1} })
 	if _, err := e.createAs("t1", engine.CreateRequest{}); err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +212,7 @@ func TestQuotaDefault(t *testing.T) {
 // pool members never count against a tenant.
 func TestQuotaPoolClaim(t *testing.T) {
 	e := newEnv(t)
-	_, err := e.m.SetPool(e.ctx, "base", 2)
+	_, err := e.Engine.SetPool(e.Ctx, "base", 2)
 	must(t, err)
 	m1 := e.waitPoolMember()
 	m2 := e.waitPoolMember(m1.ID)
@@ -229,10 +230,10 @@ func TestQuotaPoolClaim(t *testing.T) {
 	if sb.ID == m1.ID {
 		other = m2
 	}
-	if got := e.get(other.ID); got.Spec.Pool != "base" || got.Tenant != "" || got.State != sandbox.StatePaused {
+	if got := e.Get(other.ID); got.Spec.Pool != "base" || got.Tenant != "" || got.State != sandbox.StatePaused {
 		t.Fatalf("the refused claim touched member %s: pool %q tenant %q %s", other.ID, got.Spec.Pool, got.Tenant, got.State)
 	}
-	if u, err := e.m.TenantUsage(e.ctx, "acme", ""); err != nil || u.Sandboxes != 1 {
+	if u, err := e.Engine.TenantUsage(e.Ctx, "acme", ""); err != nil || u.Sandboxes != 1 {
 		t.Fatalf("usage %+v %v", u, err)
 	}
 }
@@ -245,10 +246,10 @@ func TestQuotaFork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.m.Fork(e.ctx, parent.ID, &snapshots.ForkRequest{Count: 1}, "test"); err != nil {
+	if _, _, err := e.Engine.Fork(e.Ctx, parent.ID, &snapshots.ForkRequest{Count: 1}, "test"); err != nil {
 		t.Fatalf("a fork within the quota: %v", err)
 	}
-	_, _, err = e.m.Fork(e.ctx, parent.ID, &snapshots.ForkRequest{Count: 1}, "test")
+	_, _, err = e.Engine.Fork(e.Ctx, parent.ID, &snapshots.ForkRequest{Count: 1}, "test")
 	wantQuotaErr(t, err, "tenant acme: 2 of 2 concurrent sandboxes in use")
 	if live, _ := e.liveOf("acme"); live != 2 {
 		t.Fatalf("%d live after a refused fork, want 2", live)
@@ -260,12 +261,12 @@ func TestQuotaFork(t *testing.T) {
 func TestQuotaVolumes(t *testing.T) {
 	e := newEnv(t)
 	e.setQuota(store.TenantQuota{Tenant: "acme", MaxStorage: 3 << 30})
-	if _, err := e.m.CreateVolume(e.ctx, &volumes.CreateRequest{Name: "v1", SizeBytes: 2 << 30}, "acme"); err != nil {
+	if _, err := e.Engine.CreateVolume(e.Ctx, &volumes.CreateRequest{Name: "v1", SizeBytes: 2 << 30}, "acme"); err != nil {
 		t.Fatal(err)
 	}
-	_, err := e.m.CreateVolume(e.ctx, &volumes.CreateRequest{Name: "v2", SizeBytes: 2 << 30}, "acme")
+	_, err := e.Engine.CreateVolume(e.Ctx, &volumes.CreateRequest{Name: "v2", SizeBytes: 2 << 30}, "acme")
 	wantQuotaErr(t, err, "tenant acme: 2.0 GiB of 3.0 GiB storage reserved, this volume asks 2.0 GiB")
-	vols, _, err := e.st.ListVolumes(e.ctx, store.VolumeFilter{Owner: store.OwnedBy("acme"), IncludeDeleted: true}, store.Page{})
+	vols, _, err := e.Store.ListVolumes(e.Ctx, store.VolumeFilter{Owner: store.OwnedBy("acme"), IncludeDeleted: true}, store.Page{})
 	if err != nil || len(vols) != 1 {
 		t.Fatalf("volumes after a refusal: %d %v", len(vols), err)
 	}
@@ -310,12 +311,12 @@ func (g *gatedThaw) Thaw(ctx context.Context, sb *sandbox.Sandbox) error {
 // refused one did not take is untouched.
 func TestQuotaClaimsSideBySide(t *testing.T) {
 	g := &gatedThaw{want: 2, met: make(chan struct{})}
-	e := newEnv(t, func(e *env) {
-		e.node = memnode.New(e.t)
-		g.Node = e.node
-		e.backend = g
+	e := newEnv(t, func(e *enginetest.Env) {
+		e.Node = memnode.New(e.T)
+		g.Node = e.Node
+		e.Backend = g
 	})
-	_, err := e.m.SetPool(e.ctx, "base", 3)
+	_, err := e.Engine.SetPool(e.Ctx, "base", 3)
 	must(t, err)
 	m1 := e.waitPoolMember()
 	m2 := e.waitPoolMember(m1.ID)
@@ -343,7 +344,7 @@ func TestQuotaClaimsSideBySide(t *testing.T) {
 		}
 	}
 	if ok != 2 {
-		sbs, _, _ := e.st.ListSandboxes(e.ctx, store.SandboxFilter{Owner: store.AnyOwner, IncludeDeleted: true}, store.Page{})
+		sbs, _, _ := e.Store.ListSandboxes(e.Ctx, store.SandboxFilter{Owner: store.AnyOwner, IncludeDeleted: true}, store.Page{})
 		for _, sb := range sbs {
 			t.Logf("%s tenant=%q pool=%q %s %s", sb.ID, sb.Tenant, sb.Spec.Pool, sb.State, sb.Reason)
 		}
@@ -355,7 +356,7 @@ func TestQuotaClaimsSideBySide(t *testing.T) {
 	if live, _ := e.liveOf("acme"); live != 2 {
 		t.Fatalf("acme has %d live sandboxes, want 2", live)
 	}
-	if u, err := e.m.TenantUsage(e.ctx, "acme", ""); err != nil || u.Sandboxes != 2 {
+	if u, err := e.Engine.TenantUsage(e.Ctx, "acme", ""); err != nil || u.Sandboxes != 2 {
 		t.Fatalf("usage after the claims: %+v %v", u, err)
 	}
 }

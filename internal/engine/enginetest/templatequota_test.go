@@ -9,6 +9,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/berth-sh/berth/internal/engine/enginetest"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/image"
 	"github.com/berth-sh/berth/internal/selftest/catalogue"
@@ -49,7 +50,7 @@ func gzipArchive(t *testing.T, img v1.Image) string {
 // invalid-archive error and nothing of it; with the real bytes it is
 // charged in full, exactly as if the layer were new.
 func TestTemplateStorageQuota(t *testing.T) {
-	e := newEnv(t, withImages())
+	e := newEnv(t, enginetest.WithImages())
 	const kib = 1 << 10
 	e.setQuota(store.TenantQuota{Tenant: "acme", MaxStorage: 1 << 20})
 	acme := e.as("acme")
@@ -65,7 +66,7 @@ func TestTemplateStorageQuota(t *testing.T) {
 	}
 	usage := func(tenant string) int64 {
 		t.Helper()
-		u, err := e.m.TenantUsage(e.ctx, tenant, "")
+		u, err := e.Engine.TenantUsage(e.Ctx, tenant, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,10 +93,10 @@ func TestTemplateStorageQuota(t *testing.T) {
 	if u := usage("acme"); u != billed {
 		t.Fatalf("usage after the refusal: %d, want %d", u, billed)
 	}
-	if _, err := e.st.GetTenantTemplate(e.ctx, "acme", "two"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := e.Store.GetTenantTemplate(e.Ctx, "acme", "two"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("the refused template was recorded: %v", err)
 	}
-	if e.images.HasLayer(diffIDOf(t, two)) {
+	if e.Images.HasLayer(diffIDOf(t, two)) {
 		t.Fatal("the refused layer is in the store")
 	}
 	// Its own layer again: free, so it fits with 424 KiB left.
@@ -113,10 +114,10 @@ func TestTemplateStorageQuota(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "diffID mismatch") {
 		t.Fatalf("zed forging acme's layer id: %v, want a diffID mismatch", err)
 	}
-	if _, err := e.st.GetTenantTemplate(e.ctx, "zed", "stolen"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := e.Store.GetTenantTemplate(e.Ctx, "zed", "stolen"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("the forged template was recorded: %v", err)
 	}
-	if !e.images.HasLayer(oneID) {
+	if !e.Images.HasLayer(oneID) {
 		t.Fatal("acme's layer went with zed's failed import")
 	}
 	// With acme's real bytes zed pays for the layer like any new one: its
@@ -144,7 +145,7 @@ func diffIDOf(t *testing.T, img v1.Image) string {
 // the other refused with quota_exceeded (imports of a tenant take turns,
 // so both cannot spend the same room).
 func TestTemplateStorageQuotaConcurrent(t *testing.T) {
-	e := newEnv(t, withImages())
+	e := newEnv(t, enginetest.WithImages())
 	e.setQuota(store.TenantQuota{Tenant: "acme", MaxStorage: 1 << 20})
 	acme := e.as("acme")
 	archives := []string{gzipArchive(t, zeroLayerImage(t, "x", 600<<10, "")), gzipArchive(t, zeroLayerImage(t, "y", 600<<10, ""))}
@@ -169,7 +170,7 @@ func TestTemplateStorageQuotaConcurrent(t *testing.T) {
 	if ok != 1 || refused != 1 {
 		t.Fatalf("%d recorded, %d refused; want 1 and 1", ok, refused)
 	}
-	if u, err := e.m.TenantUsage(e.ctx, "acme", ""); err != nil || u.Storage != 600<<10+image.EntryCharge {
+	if u, err := e.Engine.TenantUsage(e.Ctx, "acme", ""); err != nil || u.Storage != 600<<10+image.EntryCharge {
 		t.Fatalf("usage %d %v, want one layer's", u.Storage, err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/enginetest"
 	"github.com/berth-sh/berth/internal/engine/templates"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/identity"
@@ -24,14 +25,14 @@ import (
 
 // as is ctx acting for tenant's caller (as the server's guard makes it).
 func (e *env) as(tenant string) context.Context {
-	return identity.With(e.ctx, identity.Caller{Tenant: tenant, Actor: "key:" + tenant})
+	return identity.With(e.Ctx, identity.Caller{Tenant: tenant, Actor: "key:" + tenant})
 }
 
 // poolMembersOf lists the pool members of (tenant, template), as stored.
 func (e *env) poolMembersOf(tenant, tpl string) []*sandbox.Sandbox {
-	e.t.Helper()
-	sbs, _, err := e.st.ListSandboxes(e.ctx, store.SandboxFilter{Owner: store.AnyOwner}, store.Page{})
-	must(e.t, err)
+	e.T.Helper()
+	sbs, _, err := e.Store.ListSandboxes(e.Ctx, store.SandboxFilter{Owner: store.AnyOwner}, store.Page{})
+	must(e.T, err)
 	var out []*sandbox.Sandbox
 	for _, sb := range sbs {
 		if sb.Spec.Pool == tpl && sb.Tenant == tenant && sb.State.Live() {
@@ -47,23 +48,23 @@ func (e *env) poolMembersOf(tenant, tpl string) []*sandbox.Sandbox {
 // makes nothing (and no error loop).
 func TestTenantPools(t *testing.T) {
 	e := newEnv(t)
-	must(t, e.st.PutTemplate(e.ctx, &store.Template{Tenant: "acme", Name: "tool", Layers: []string{ownLayer}, Source: "test", CreatedAt: e.clock.Now()}))
+	must(t, e.Store.PutTemplate(e.Ctx, &store.Template{Tenant: "acme", Name: "tool", Layers: []string{ownLayer}, Source: "test", CreatedAt: e.Clock.Now()}))
 	acme, zed := e.as("acme"), e.as("zed")
-	if _, err := e.m.SetPool(acme, "base", 1); !errors.Is(err, errdefs.ErrPermission) {
+	if _, err := e.Engine.SetPool(acme, "base", 1); !errors.Is(err, errdefs.ErrPermission) {
 		t.Fatalf("acme sizing the shared base's pool: %v, want permission denied", err)
 	}
-	if _, err := e.m.SetPool(zed, "tool", 1); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := e.Engine.SetPool(zed, "tool", 1); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("zed sizing acme's pool: %v, want not found", err)
 	}
-	if ps, err := e.m.Pools(e.ctx); err != nil || len(ps) != 0 {
+	if ps, err := e.Engine.Pools(e.Ctx); err != nil || len(ps) != 0 {
 		t.Fatalf("pools after refused sets: %+v %v", ps, err)
 	}
-	p, err := e.m.SetPool(acme, "tool", 1)
+	p, err := e.Engine.SetPool(acme, "tool", 1)
 	if err != nil || p.Tenant != "acme" || p.Template != "tool" || p.Min != 1 {
 		t.Fatalf("acme's pool: %+v %v", p, err)
 	}
 	var member *sandbox.Sandbox
-	if !poll(func() bool {
+	if !enginetest.Poll(func() bool {
 		ms := e.poolMembersOf("acme", "tool")
 		if len(ms) == 1 && ms[0].State == sandbox.StatePaused {
 			member = ms[0]
@@ -76,23 +77,23 @@ func TestTenantPools(t *testing.T) {
 	if !slices.Equal(member.Spec.Layers, []string{ownLayer}) {
 		t.Fatalf("member layers %v, want acme's template's", member.Spec.Layers)
 	}
-	if u, err := e.m.TenantUsage(e.ctx, "acme", ""); err != nil || u.Sandboxes != 1 {
+	if u, err := e.Engine.TenantUsage(e.Ctx, "acme", ""); err != nil || u.Sandboxes != 1 {
 		t.Fatalf("acme's usage with its pool member: %+v %v, want 1 sandbox", u, err)
 	}
-	if _, err := e.m.Get(acme, member.ID); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := e.Engine.Get(acme, member.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("acme reading its unclaimed member: %v, want not found", err)
 	}
-	if _, err := e.m.Get(e.ctx, member.ID); err != nil {
+	if _, err := e.Engine.Get(e.Ctx, member.ID); err != nil {
 		t.Fatalf("the host reading the member: %v", err)
 	}
 	// Who sees which pool.
-	if ps, err := e.m.Pools(zed); err != nil || len(ps) != 0 {
+	if ps, err := e.Engine.Pools(zed); err != nil || len(ps) != 0 {
 		t.Fatalf("zed's pools: %+v %v, want none", ps, err)
 	}
-	if ps, err := e.m.Pools(acme); err != nil || len(ps) != 1 || ps[0].Tenant != "acme" || ps[0].Ready != 1 {
+	if ps, err := e.Engine.Pools(acme); err != nil || len(ps) != 1 || ps[0].Tenant != "acme" || ps[0].Ready != 1 {
 		t.Fatalf("acme's pools: %+v %v", ps, err)
 	}
-	if ps, err := e.m.Pools(e.ctx); err != nil || len(ps) != 1 || ps[0].Tenant != "acme" {
+	if ps, err := e.Engine.Pools(e.Ctx); err != nil || len(ps) != 1 || ps[0].Tenant != "acme" {
 		t.Fatalf("the host's pools: %+v %v", ps, err)
 	}
 	// zed cannot reach acme's template, so not its pool either; zed's
@@ -115,7 +116,7 @@ func TestTenantPools(t *testing.T) {
 	if sb.ID != member.ID || sb.Tenant != "acme" || sb.Spec.Pool != "" || sb.Name != "mine" {
 		t.Fatalf("acme's create = %s tenant %q pool %q name %q; want the claimed member %s", sb.ID, sb.Tenant, sb.Spec.Pool, sb.Name, member.ID)
 	}
-	if got, err := e.m.Get(acme, "mine"); err != nil || got.ID != member.ID {
+	if got, err := e.Engine.Get(acme, "mine"); err != nil || got.ID != member.ID {
 		t.Fatalf("acme reading its claimed sandbox: %v", err)
 	}
 	// The refill is held at the quota: no member is made while acme is
@@ -124,25 +125,25 @@ func TestTenantPools(t *testing.T) {
 	if ms := e.poolMembersOf("acme", "tool"); len(ms) != 0 {
 		t.Fatalf("a member was made past acme's quota: %s", ms[0].ID)
 	}
-	if u, err := e.m.TenantUsage(e.ctx, "acme", ""); err != nil || u.Sandboxes != 1 {
+	if u, err := e.Engine.TenantUsage(e.Ctx, "acme", ""); err != nil || u.Sandboxes != 1 {
 		t.Fatalf("acme's usage: %+v %v", u, err)
 	}
-	if !poll(func() bool {
-		p, err := e.m.Pool(acme, "tool")
+	if !enginetest.Poll(func() bool {
+		p, err := e.Engine.Pool(acme, "tool")
 		return err == nil && p.Ready == 0 && strings.HasPrefix(p.Reason, "tenant quota reached: ")
 	}) {
-		p, err := e.m.Pool(acme, "tool")
+		p, err := e.Engine.Pool(acme, "tool")
 		t.Fatalf("acme's pool held at its quota: %+v %v, want the reason", p, err)
 	}
 	// Room again: the refill makes a new member.
 	e.setQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 2})
-	if !poll(func() bool {
+	if !enginetest.Poll(func() bool {
 		ms := e.poolMembersOf("acme", "tool")
 		return len(ms) == 1 && ms[0].State == sandbox.StatePaused
 	}) {
 		t.Fatal("no refill once acme had room")
 	}
-	if p, err := e.m.Pool(acme, "tool"); err != nil || p.Reason != "" {
+	if p, err := e.Engine.Pool(acme, "tool"); err != nil || p.Reason != "" {
 		t.Fatalf("a full pool: %+v %v, want no reason", p, err)
 	}
 }
@@ -166,13 +167,13 @@ func writeArchive(t *testing.T) string {
 }
 
 func (e *env) upload(ctx context.Context, name, path string) (*store.Template, error) {
-	e.t.Helper()
+	e.T.Helper()
 	f, err := os.Open(path)
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	defer f.Close()
-	return e.m.UploadTemplate(ctx, name, f)
+	return e.Engine.UploadTemplate(ctx, name, f)
 }
 
 // TestTenantTemplateChanges: a tenant uploads its own templates (names
@@ -182,7 +183,7 @@ func (e *env) upload(ctx context.Context, name, path string) (*store.Template, e
 // name is not held up by a tenant's sandbox of its own template of that
 // name.
 func TestTenantTemplateChanges(t *testing.T) {
-	e := newEnv(t, withImages())
+	e := newEnv(t, enginetest.WithImages())
 	acme, zed := e.as("acme"), e.as("zed")
 	arch := writeArchive(t)
 	a, err := e.upload(acme, "base", arch)
@@ -196,31 +197,31 @@ func TestTenantTemplateChanges(t *testing.T) {
 	if err != nil || z.Tenant != "zed" {
 		t.Fatalf("zed's upload: %+v %v", z, err)
 	}
-	ts, _, err := e.m.ListTemplates(acme, store.Page{})
+	ts, _, err := e.Engine.ListTemplates(acme, store.Page{})
 	must(t, err)
 	if len(ts) != 1 || ts[0].Name != "base" || ts[0].Tenant != "acme" {
 		t.Fatalf("acme's templates: %+v, want its own base only", ts)
 	}
-	ts, _, err = e.m.ListTemplates(zed, store.Page{})
+	ts, _, err = e.Engine.ListTemplates(zed, store.Page{})
 	must(t, err)
 	if len(ts) != 2 || ts[0].Name != "base" || ts[0].Tenant != "" || ts[1].Name != "zonly" || ts[1].Tenant != "zed" {
 		t.Fatalf("zed's templates: %+v, want the shared base and its zonly", ts)
 	}
 	// Host paths and registries.
-	if _, err := e.m.ImportTemplate(acme, &templates.ImportRequest{Name: "p", Path: arch}); !errors.Is(err, errdefs.ErrPermission) {
+	if _, err := e.Engine.ImportTemplate(acme, &templates.ImportRequest{Name: "p", Path: arch}); !errors.Is(err, errdefs.ErrPermission) {
 		t.Fatalf("acme importing a host path: %v, want permission denied", err)
 	}
-	if _, err := e.m.ImportTemplate(acme, &templates.ImportRequest{Name: "r", Ref: "127.0.0.1:1/none:1"}); !errors.Is(err, errdefs.ErrPermission) {
+	if _, err := e.Engine.ImportTemplate(acme, &templates.ImportRequest{Name: "r", Ref: "127.0.0.1:1/none:1"}); !errors.Is(err, errdefs.ErrPermission) {
 		t.Fatalf("acme pulling without tenant pulls: %v, want permission denied", err)
 	}
-	if h, err := e.m.ImportTemplate(e.ctx, &templates.ImportRequest{Name: "hostimp", Path: arch}); err != nil || h.Tenant != "" {
+	if h, err := e.Engine.ImportTemplate(e.Ctx, &templates.ImportRequest{Name: "hostimp", Path: arch}); err != nil || h.Tenant != "" {
 		t.Fatalf("the host's path import: %+v %v", h, err)
 	}
 	// Removal.
-	if err := e.m.DeleteTemplate(acme, "hostimp"); !errors.Is(err, errdefs.ErrPermission) {
+	if err := e.Engine.DeleteTemplate(acme, "hostimp"); !errors.Is(err, errdefs.ErrPermission) {
 		t.Fatalf("acme removing the shared hostimp: %v, want permission denied", err)
 	}
-	if err := e.m.DeleteTemplate(acme, "zonly"); !errors.Is(err, errdefs.ErrNotFound) {
+	if err := e.Engine.DeleteTemplate(acme, "zonly"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("acme removing zed's template: %v, want not found", err)
 	}
 	sb, err := e.createAs("acme", engine.CreateRequest{Template: "base"})
@@ -228,33 +229,33 @@ func TestTenantTemplateChanges(t *testing.T) {
 	if !slices.Equal(sb.Spec.Layers, a.Layers) {
 		t.Fatalf("acme's create of base has layers %v, want its own %v", sb.Spec.Layers, a.Layers)
 	}
-	if err := e.m.DeleteTemplate(acme, "base"); !errors.Is(err, errdefs.ErrConflict) {
+	if err := e.Engine.DeleteTemplate(acme, "base"); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("acme removing its base in use: %v, want conflict", err)
 	}
 	// zed's sandbox of the shared hostimp holds it for the host.
 	zs, err := e.createAs("zed", engine.CreateRequest{Template: "hostimp"})
 	must(t, err)
-	if err := e.m.DeleteTemplate(e.ctx, "hostimp"); !errors.Is(err, errdefs.ErrConflict) {
+	if err := e.Engine.DeleteTemplate(e.Ctx, "hostimp"); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("the host removing hostimp used by zed: %v, want conflict", err)
 	}
-	_, err = e.m.Delete(e.ctx, zs.ID, "test", sandbox.CauseUser, "test")
+	_, err = e.Engine.Delete(e.Ctx, zs.ID, "test", sandbox.CauseUser, "test")
 	must(t, err)
-	must(t, e.m.DeleteTemplate(e.ctx, "hostimp")) // once zed's is gone
+	must(t, e.Engine.DeleteTemplate(e.Ctx, "hostimp")) // once zed's is gone
 	// acme's sandbox of its own base does not hold the shared base: the
 	// name resolves to acme's own for it.
-	must(t, e.m.DeleteTemplate(e.ctx, "base"))
-	if got, err := e.st.GetTenantTemplate(e.ctx, "acme", "base"); err != nil || !slices.Equal(got.Layers, a.Layers) {
+	must(t, e.Engine.DeleteTemplate(e.Ctx, "base"))
+	if got, err := e.Store.GetTenantTemplate(e.Ctx, "acme", "base"); err != nil || !slices.Equal(got.Layers, a.Layers) {
 		t.Fatalf("acme's base after the host removed the shared one: %+v %v", got, err)
 	}
-	_, err = e.m.Delete(e.ctx, sb.ID, "test", sandbox.CauseUser, "test")
+	_, err = e.Engine.Delete(e.Ctx, sb.ID, "test", sandbox.CauseUser, "test")
 	must(t, err)
-	must(t, e.m.DeleteTemplate(acme, "base"))
-	if _, err := e.st.GetTenantTemplate(e.ctx, "acme", "base"); !errors.Is(err, errdefs.ErrNotFound) {
+	must(t, e.Engine.DeleteTemplate(acme, "base"))
+	if _, err := e.Store.GetTenantTemplate(e.Ctx, "acme", "base"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("acme's base after removal: %v", err)
 	}
 	// zed's template shares the layers: they stay for it.
 	for _, l := range z.Layers {
-		if !e.images.HasLayer(l) {
+		if !e.Images.HasLayer(l) {
 			t.Fatalf("layer %s of zed's template went with acme's", l)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/enginetest"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -19,9 +20,9 @@ const ownLayer = "sha256:0000000000000000000000000000000000000000000000000000000
 // shadowing a pooled shared name never claims the shared pool's members.
 func TestTenantTemplateResolution(t *testing.T) {
 	e := newEnv(t)
-	must(t, e.st.PutTemplate(e.ctx, &store.Template{Tenant: "acme", Name: "base", Layers: []string{ownLayer}, Source: "test", CreatedAt: e.clock.Now()}))
-	must(t, e.st.PutTemplate(e.ctx, &store.Template{Tenant: "acme", Name: "mine", Layers: []string{ownLayer}, Source: "test", CreatedAt: e.clock.Now()}))
-	_, err := e.m.SetPool(e.ctx, "base", 1)
+	must(t, e.Store.PutTemplate(e.Ctx, &store.Template{Tenant: "acme", Name: "base", Layers: []string{ownLayer}, Source: "test", CreatedAt: e.Clock.Now()}))
+	must(t, e.Store.PutTemplate(e.Ctx, &store.Template{Tenant: "acme", Name: "mine", Layers: []string{ownLayer}, Source: "test", CreatedAt: e.Clock.Now()}))
+	_, err := e.Engine.SetPool(e.Ctx, "base", 1)
 	must(t, err)
 	member := e.waitPoolMember()
 
@@ -31,12 +32,12 @@ func TestTenantTemplateResolution(t *testing.T) {
 		t.Fatalf("acme's create of base = %s layers %v tenant %q; want its own template, not pool member %s",
 			own.ID, own.Spec.Layers, own.Tenant, member.ID)
 	}
-	if got := e.get(member.ID); got.Tenant != "" || got.Spec.Pool != "base" {
+	if got := e.Get(member.ID); got.Tenant != "" || got.Spec.Pool != "base" {
 		t.Fatalf("the shared pool member changed: tenant %q pool %q", got.Tenant, got.Spec.Pool)
 	}
 	shared, err := e.createAs("zed", engine.CreateRequest{Template: "base"})
 	must(t, err)
-	if shared.ID != member.ID || !slices.Equal(shared.Spec.Layers, []string{layer}) || shared.Tenant != "zed" {
+	if shared.ID != member.ID || !slices.Equal(shared.Spec.Layers, []string{enginetest.Layer}) || shared.Tenant != "zed" {
 		t.Fatalf("zed's create of base = %s layers %v tenant %q; want the shared pool member %s",
 			shared.ID, shared.Spec.Layers, shared.Tenant, member.ID)
 	}
