@@ -1,8 +1,11 @@
 // Package enginetest is the engine's test harness: New assembles the
 // engine as the daemon does (internal/engine/assemble) over the store and
 // node backend a test gives it (the server's and the Kubernetes suite's
-// tests). The engine's own unit tests, over SQLite in a temp dir and
-// internal/node/memnode, live here too.
+// tests), and Env (env.go) runs it over SQLite in a temp dir and
+// internal/node/memnode for the engine's unit tests, which live beside
+// the packages they exercise as external test packages (engine_test,
+// pools_test, procs_test, templates_test: this package imports every
+// feature).
 package enginetest
 
 import (

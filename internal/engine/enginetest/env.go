@@ -23,6 +23,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/identity"
 	"github.com/berth-sh/berth/internal/image"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/node/memnode"
@@ -423,4 +424,80 @@ func (e *Env) CallsAfter(id string, mark int, only ...string) []string {
 		}
 	}
 	return out
+}
+
+// OwnLayer is the (fake) layer of acme's own "base" template.
+const OwnLayer = "sha256:00000000000000000000000000000000000000000000000000000000000000a1"
+
+// SetQuota sets a tenant's quota.
+func (e *Env) SetQuota(q store.TenantQuota) {
+	e.T.Helper()
+	if err := e.Engine.SetQuota(e.Ctx, &q); err != nil {
+		e.T.Fatal(err)
+	}
+}
+
+// CreateAs creates a sandbox as tenant.
+func (e *Env) CreateAs(tenant string, req engine.CreateRequest) (*sandbox.Sandbox, error) {
+	return e.Engine.Create(e.Ctx, &req, engine.CreateOptions{Actor: "test", Tenant: tenant})
+}
+
+// WaitPoolMember waits for template base's pool to have a ready member
+// and returns it.
+func (e *Env) WaitPoolMember(skip ...string) *sandbox.Sandbox {
+	e.T.Helper()
+	var member *sandbox.Sandbox
+	ok := Poll(func() bool {
+		sbs, _, err := e.Engine.List(e.Ctx, false, store.Page{})
+		Must(e.T, err)
+		for _, sb := range sbs {
+			if sb.Spec.Pool == "base" && sb.State == sandbox.StatePaused && !slices.Contains(skip, sb.ID) {
+				member = sb
+				return true
+			}
+		}
+		return false
+	})
+	if !ok {
+		e.T.Fatal("no ready pool member")
+	}
+	return member
+}
+
+// Must fails the test if err is not nil.
+func Must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// As is e's context acting for tenant's caller (as the server's guard makes it).
+func (e *Env) As(tenant string) context.Context {
+	return identity.With(e.Ctx, identity.Caller{Tenant: tenant, Actor: "key:" + tenant})
+}
+
+// PoolMembersOf lists the pool members of (tenant, template), as stored.
+func (e *Env) PoolMembersOf(tenant, tpl string) []*sandbox.Sandbox {
+	e.T.Helper()
+	sbs, _, err := e.Store.ListSandboxes(e.Ctx, store.SandboxFilter{Owner: store.AnyOwner}, store.Page{})
+	Must(e.T, err)
+	var out []*sandbox.Sandbox
+	for _, sb := range sbs {
+		if sb.Spec.Pool == tpl && sb.Tenant == tenant && sb.State.Live() {
+			out = append(out, sb)
+		}
+	}
+	return out
+}
+
+// Upload uploads the template archive at path as name.
+func (e *Env) Upload(ctx context.Context, name, path string) (*store.Template, error) {
+	e.T.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	defer f.Close()
+	return e.Engine.UploadTemplate(ctx, name, f)
 }

@@ -1,4 +1,4 @@
-package enginetest_test
+package engine_test
 
 // Two replicas of the control plane on one real PostgreSQL: two engines
 // with their reconcilers, one node (a shared memnode standing for the

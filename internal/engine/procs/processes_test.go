@@ -1,4 +1,4 @@
-package enginetest_test
+package procs_test
 
 import (
 	"bytes"

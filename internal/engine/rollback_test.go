@@ -1,4 +1,4 @@
-package enginetest_test
+package engine_test
 
 import (
 	"errors"
@@ -25,7 +25,7 @@ import (
 func (e *env) tombstones() []*sandbox.Sandbox {
 	e.T.Helper()
 	all, _, err := e.Engine.List(e.Ctx, true, store.Page{})
-	must(e.T, err)
+	enginetest.Must(e.T, err)
 	var out []*sandbox.Sandbox
 	for _, sb := range all {
 		if sb.State == sandbox.StateDeleted {
@@ -70,7 +70,7 @@ func TestProvisionFailureLeavesFailedTombstone(t *testing.T) {
 				t.Fatalf("volumes left: %v", v)
 			}
 			slots, err := e.Store.ListIDSlots(e.Ctx, "")
-			must(t, err)
+			enginetest.Must(t, err)
 			if len(slots) != 0 {
 				t.Fatalf("id slots left: %v", slots)
 			}
@@ -86,7 +86,7 @@ func TestStartFailureFallsBackToStopped(t *testing.T) {
 	e := newEnv(t)
 	sb := e.Create(engine.CreateRequest{Persistent: true})
 	_, err := e.Engine.Stop(e.Ctx, sb.ID, "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	e.Node.FailNext("Provision", enginetest.ErrInjected)
 	_, err = e.Engine.Start(e.Ctx, sb.ID, "test")
 	if !errors.Is(err, enginetest.ErrInjected) {
@@ -101,7 +101,7 @@ func TestStartFailureFallsBackToStopped(t *testing.T) {
 	}
 	e.WantNodeStatus(sb.ID, node.StatusStopped)
 	_, err = e.Engine.Start(e.Ctx, sb.ID, "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	if got := e.Get(sb.ID); got.State != sandbox.StateRunning || got.Error != "" {
 		t.Fatalf("after a retried start: %s, error %q", got.State, got.Error)
 	}
@@ -186,9 +186,9 @@ func TestQuarantineRollsBack(t *testing.T) {
 			sb := e.Create(engine.CreateRequest{Network: "egress", Allow: []string{"example.com"}})
 			if tc.from == sandbox.StatePaused {
 				_, err := e.Engine.Pause(e.Ctx, sb.ID, "test")
-				must(t, err)
+				enginetest.Must(t, err)
 			}
-			must(t, e.Node.SetRules(e.Ctx, e.Get(sb.ID), false)) // rules applied, as at start
+			enginetest.Must(t, e.Node.SetRules(e.Ctx, e.Get(sb.ID), false)) // rules applied, as at start
 			before := e.NodeStatus(sb.ID)
 			mark := e.Mark(sb.ID)
 			tc.fail(e, sb.ID)
@@ -237,7 +237,7 @@ func TestReleaseRollsBack(t *testing.T) {
 			e := newEnv(t)
 			sb := e.Create(engine.CreateRequest{Network: "egress", Allow: []string{"example.com"}})
 			_, err := e.Engine.Quarantine(e.Ctx, sb.ID, "admin")
-			must(t, err)
+			enginetest.Must(t, err)
 			mark := e.Mark(sb.ID)
 			tc.fail(e, sb.ID)
 			_, err = e.Engine.Release(e.Ctx, sb.ID, "admin")
@@ -257,7 +257,7 @@ func TestReleaseRollsBack(t *testing.T) {
 			}
 			// And it can be released after all.
 			_, err = e.Engine.Release(e.Ctx, sb.ID, "admin")
-			must(t, err)
+			enginetest.Must(t, err)
 			e.WantNodeStatus(sb.ID, node.StatusRunning)
 		})
 	}
@@ -276,7 +276,7 @@ func TestHibernateAndWakeFailures(t *testing.T) {
 	e.WantNodeStatus(sb.ID, node.StatusRunning)
 
 	_, err = e.Engine.Hibernate(e.Ctx, sb.ID, "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	e.Node.FailNext("Restore", enginetest.ErrInjected)
 	_, err = e.Engine.Wake(e.Ctx, sb.ID, "test")
 	if !errors.Is(err, enginetest.ErrInjected) {
@@ -287,7 +287,7 @@ func TestHibernateAndWakeFailures(t *testing.T) {
 		t.Fatalf("after a failed wake: %s hibernated=%v error %q", got.State, e.Engine.Host().Hibernated(got), got.Error)
 	}
 	_, err = e.Engine.Wake(e.Ctx, sb.ID, "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	e.WantNodeStatus(sb.ID, node.StatusRunning)
 }
 
@@ -348,34 +348,12 @@ func TestForkCaptureFailure(t *testing.T) {
 	e.WaitState(parent.ID, sandbox.StateRunning)
 }
 
-// waitPoolMember waits for template base's pool to have a ready member
-// and returns it.
-func (e *env) waitPoolMember(skip ...string) *sandbox.Sandbox {
-	e.T.Helper()
-	var member *sandbox.Sandbox
-	ok := enginetest.Poll(func() bool {
-		sbs, _, err := e.Engine.List(e.Ctx, false, store.Page{})
-		must(e.T, err)
-		for _, sb := range sbs {
-			if sb.Spec.Pool == "base" && sb.State == sandbox.StatePaused && !slices.Contains(skip, sb.ID) {
-				member = sb
-				return true
-			}
-		}
-		return false
-	})
-	if !ok {
-		e.T.Fatal("no ready pool member")
-	}
-	return member
-}
-
 func TestPoolClaim(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	_, err := e.Engine.SetPool(e.Ctx, "base", 1)
-	must(t, err)
-	member := e.waitPoolMember()
+	enginetest.Must(t, err)
+	member := e.WaitPoolMember()
 	e.WantNodeStatus(member.ID, node.StatusPaused)
 	sb := e.Create(engine.CreateRequest{Name: "claimed", Env: map[string]string{"K": "v"}})
 	if sb.ID != member.ID || sb.Spec.Pool != "" || sb.Name != "claimed" {
@@ -388,9 +366,9 @@ func TestPoolClaim(t *testing.T) {
 	if _, out, err := e.Exec(sb.ID, "sh", "-c", "echo $K"); err != nil || strings.TrimSpace(out) != "v" {
 		t.Fatalf("claimant's env: %q %v", out, err)
 	}
-	e.waitPoolMember(member.ID) // refilled
+	e.WaitPoolMember(member.ID) // refilled
 	p, err := e.Engine.Pool(e.Ctx, "base")
-	must(t, err)
+	enginetest.Must(t, err)
 	if p.Hits != 1 {
 		t.Fatalf("pool %+v", p)
 	}
@@ -403,10 +381,10 @@ func TestPoolShrinks(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	_, err := e.Engine.SetPool(e.Ctx, "base", 3)
-	must(t, err)
+	enginetest.Must(t, err)
 	frozen := func() []*sandbox.Sandbox {
 		var out []*sandbox.Sandbox
-		for _, sb := range e.poolMembersOf("", "base") {
+		for _, sb := range e.PoolMembersOf("", "base") {
 			if sb.State == sandbox.StatePaused {
 				out = append(out, sb)
 			}
@@ -424,9 +402,9 @@ func TestPoolShrinks(t *testing.T) {
 	}
 	oldest := frozen()[0]
 	_, err = e.Engine.SetPool(e.Ctx, "base", 1)
-	must(t, err)
-	if !enginetest.Poll(func() bool { return len(e.poolMembersOf("", "base")) == 1 }) {
-		t.Fatalf("pool made 1 keeps %d members", len(e.poolMembersOf("", "base")))
+	enginetest.Must(t, err)
+	if !enginetest.Poll(func() bool { return len(e.PoolMembersOf("", "base")) == 1 }) {
+		t.Fatalf("pool made 1 keeps %d members", len(e.PoolMembersOf("", "base")))
 	}
 	if left := frozen(); len(left) != 1 || left[0].ID != oldest.ID {
 		t.Fatalf("pool made 1 kept %v; want its oldest member %s", left, oldest.ID)
@@ -436,7 +414,7 @@ func TestPoolShrinks(t *testing.T) {
 	}
 	// Claims and refills, many rounds: never more members than the size.
 	_, err = e.Engine.SetPool(e.Ctx, "base", 2)
-	must(t, err)
+	enginetest.Must(t, err)
 	for range 10 {
 		if !enginetest.Poll(func() bool { return len(frozen()) == 2 }) {
 			t.Fatalf("pool of 2 has %d ready members", len(frozen()))
@@ -444,7 +422,7 @@ func TestPoolShrinks(t *testing.T) {
 		e.Create(engine.CreateRequest{})
 		e.Engine.Host().WakeReconciler()
 		for range 20 {
-			if n := len(e.poolMembersOf("", "base")); n > 2 {
+			if n := len(e.PoolMembersOf("", "base")); n > 2 {
 				t.Fatalf("pool of 2 has %d members", n)
 			}
 			time.Sleep(2 * time.Millisecond)
@@ -477,8 +455,8 @@ func TestPoolClaimRollsBack(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			_, err := e.Engine.SetPool(e.Ctx, "base", 1)
-			must(t, err)
-			member := e.waitPoolMember()
+			enginetest.Must(t, err)
+			member := e.WaitPoolMember()
 			before, _ := e.Node.Get(member.ID)
 			mark := e.Mark(member.ID)
 			tc.fail(e, member.ID)
@@ -518,8 +496,8 @@ func TestPoolClaimWithTakenName(t *testing.T) {
 	e := newEnv(t)
 	taken := e.Create(engine.CreateRequest{Name: "taken"})
 	_, err := e.Engine.SetPool(e.Ctx, "base", 1)
-	must(t, err)
-	member := e.waitPoolMember()
+	enginetest.Must(t, err)
+	member := e.WaitPoolMember()
 	before, _ := e.Node.Get(member.ID)
 	_, err = e.Engine.Create(e.Ctx, &engine.CreateRequest{Name: "taken"}, engine.CreateOptions{Actor: "test"})
 	enginetest.WantErr(t, err, errdefs.ErrConflict)
@@ -583,7 +561,7 @@ func TestWarmPoolAutoClock(t *testing.T) {
 	}
 	pool := func() *pools.Pool {
 		p, err := e.Engine.Pool(e.Ctx, "base")
-		must(t, err)
+		enginetest.Must(t, err)
 		return p
 	}
 	if !enginetest.Poll(func() bool { return pool().Ready == 2 }) {

@@ -1,4 +1,4 @@
-package enginetest_test
+package templates_test
 
 import (
 	"testing"
@@ -8,7 +8,8 @@ import (
 
 func TestMain(m *testing.M) { enginetest.Main(m) }
 
-// env is the shared harness with this package's own helpers.
+// env is the engine's shared test harness with this package's own
+// helpers.
 type env struct{ *enginetest.Env }
 
 func newEnv(t *testing.T, opts ...enginetest.Option) *env {

@@ -1,4 +1,4 @@
-package enginetest_test
+package engine_test
 
 import (
 	"context"
@@ -17,17 +17,6 @@ import (
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
-
-func (e *env) setQuota(q store.TenantQuota) {
-	e.T.Helper()
-	if err := e.Engine.SetQuota(e.Ctx, &q); err != nil {
-		e.T.Fatal(err)
-	}
-}
-
-func (e *env) createAs(tenant string, req engine.CreateRequest) (*sandbox.Sandbox, error) {
-	return e.Engine.Create(e.Ctx, &req, engine.CreateOptions{Actor: "test", Tenant: tenant})
-}
 
 // liveOf counts the tenant's live records.
 func (e *env) liveOf(tenant string) (live, all int) {
@@ -65,14 +54,14 @@ func wantQuotaErr(t *testing.T, err error, msg string) {
 // exists — no record, no provision on the node.
 func TestQuotaSandboxesRace(t *testing.T) {
 	e := newEnv(t)
-	e.setQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 3})
+	e.SetQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 3})
 	var wg sync.WaitGroup
 	errs := make([]error, 8)
 	for i := range errs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = e.createAs("acme", engine.CreateRequest{})
+			_, errs[i] = e.CreateAs("acme", engine.CreateRequest{})
 		}()
 	}
 	wg.Wait()
@@ -98,7 +87,7 @@ func TestQuotaSandboxesRace(t *testing.T) {
 		t.Fatalf("%d provisions on the node, want 3", n)
 	}
 	// Another tenant is not limited by acme's quota, nor the host admin.
-	if _, err := e.createAs("other", engine.CreateRequest{}); err != nil {
+	if _, err := e.CreateAs("other", engine.CreateRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	// After a delete, one more fits, and not two.
@@ -106,10 +95,10 @@ func TestQuotaSandboxesRace(t *testing.T) {
 	if _, err := e.Engine.Delete(e.Ctx, sbs[0].ID, "test", sandbox.CauseUser, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.createAs("acme", engine.CreateRequest{}); err != nil {
+	if _, err := e.CreateAs("acme", engine.CreateRequest{}); err != nil {
 		t.Fatalf("after a delete: %v", err)
 	}
-	_, err := e.createAs("acme", engine.CreateRequest{})
+	_, err := e.CreateAs("acme", engine.CreateRequest{})
 	wantQuotaErr(t, err, "3 of 3 concurrent sandboxes")
 }
 
@@ -120,33 +109,33 @@ func TestQuotaResources(t *testing.T) {
 	res := func(cpus float64, mem, disk int64) engine.CreateRequest {
 		return engine.CreateRequest{Resources: sandbox.Resources{CPUs: cpus, MemoryBytes: mem, Pids: 256, DiskBytes: disk}}
 	}
-	e.setQuota(store.TenantQuota{Tenant: "cpu", MaxCPUMillis: 1500})
-	if _, err := e.createAs("cpu", res(1, 256<<20, 1<<30)); err != nil {
+	e.SetQuota(store.TenantQuota{Tenant: "cpu", MaxCPUMillis: 1500})
+	if _, err := e.CreateAs("cpu", res(1, 256<<20, 1<<30)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.createAs("cpu", res(0.5, 256<<20, 1<<30)); err != nil {
+	if _, err := e.CreateAs("cpu", res(0.5, 256<<20, 1<<30)); err != nil {
 		t.Fatalf("exactly at the CPU limit: %v", err)
 	}
-	_, err := e.createAs("cpu", res(0.01, 256<<20, 1<<30))
+	_, err := e.CreateAs("cpu", res(0.01, 256<<20, 1<<30))
 	wantQuotaErr(t, err, "tenant cpu: 1.5 of 1.5 CPUs in use")
 
-	e.setQuota(store.TenantQuota{Tenant: "mem", MaxMemory: 1 << 30})
-	if _, err := e.createAs("mem", res(0.1, 768<<20, 1<<30)); err != nil {
+	e.SetQuota(store.TenantQuota{Tenant: "mem", MaxMemory: 1 << 30})
+	if _, err := e.CreateAs("mem", res(0.1, 768<<20, 1<<30)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.createAs("mem", res(0.1, 512<<20, 1<<30))
+	_, err = e.CreateAs("mem", res(0.1, 512<<20, 1<<30))
 	wantQuotaErr(t, err, "tenant mem: 768.0 MiB of 1.0 GiB memory in use, this sandbox asks 512.0 MiB")
-	if _, err := e.createAs("mem", res(0.1, 256<<20, 1<<30)); err != nil {
+	if _, err := e.CreateAs("mem", res(0.1, 256<<20, 1<<30)); err != nil {
 		t.Fatalf("exactly at the memory limit: %v", err)
 	}
 
-	e.setQuota(store.TenantQuota{Tenant: "disk", MaxStorage: 3 << 30})
-	if _, err := e.createAs("disk", res(0.1, 64<<20, 2<<30)); err != nil {
+	e.SetQuota(store.TenantQuota{Tenant: "disk", MaxStorage: 3 << 30})
+	if _, err := e.CreateAs("disk", res(0.1, 64<<20, 2<<30)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.createAs("disk", res(0.1, 64<<20, 2<<30))
+	_, err = e.CreateAs("disk", res(0.1, 64<<20, 2<<30))
 	wantQuotaErr(t, err, "tenant disk: 2.0 GiB of 3.0 GiB storage reserved")
-	if _, err := e.createAs("disk", res(0.1, 64<<20, 1<<30)); err != nil {
+	if _, err := e.CreateAs("disk", res(0.1, 64<<20, 1<<30)); err != nil {
 		t.Fatalf("exactly at the storage limit: %v", err)
 	}
 	u, err := e.Engine.TenantUsage(e.Ctx, "disk", "")
@@ -164,13 +153,13 @@ func TestQuotaResources(t *testing.T) {
 // refused with a Retry-After, and a retry after that long succeeds.
 func TestQuotaCreateRate(t *testing.T) {
 	e := newEnv(t)
-	e.setQuota(store.TenantQuota{Tenant: "fast", CreateRate: 60, CreateBurst: 2})
+	e.SetQuota(store.TenantQuota{Tenant: "fast", CreateRate: 60, CreateBurst: 2})
 	for i := 0; i < 2; i++ {
-		if _, err := e.createAs("fast", engine.CreateRequest{}); err != nil {
+		if _, err := e.CreateAs("fast", engine.CreateRequest{}); err != nil {
 			t.Fatalf("create %d within the burst: %v", i, err)
 		}
 	}
-	_, err := e.createAs("fast", engine.CreateRequest{})
+	_, err := e.CreateAs("fast", engine.CreateRequest{})
 	wantQuotaErr(t, err, "tenant fast: create rate of 60 a minute (burst 2) exceeded")
 	d, _ := errdefs.RetryAfter(err)
 	if d > 1100*time.Millisecond {
@@ -179,7 +168,7 @@ func TestQuotaCreateRate(t *testing.T) {
 	// Honest: waiting what it said (rounded up to a second, as the header
 	// says) is enough.
 	time.Sleep(((d + time.Second - 1) / time.Second) * time.Second)
-	if _, err := e.createAs("fast", engine.CreateRequest{}); err != nil {
+	if _, err := e.CreateAs("fast", engine.CreateRequest{}); err != nil {
 		t.Fatalf("a retry after Retry-After %v: %v", d, err)
 	}
 	if live, all := e.liveOf("fast"); live != 3 || all != 3 {
@@ -191,18 +180,18 @@ func TestQuotaCreateRate(t *testing.T) {
 // row, not the host admin; a row of zeros lifts it.
 func TestQuotaDefault(t *testing.T) {
 	e := newEnv(t, func(e *enginetest.Env) { e.Config.DefaultQuota = store.TenantQuota{MaxSandboxes: 1} })
-	if _, err := e.createAs("t1", engine.CreateRequest{}); err != nil {
+	if _, err := e.CreateAs("t1", engine.CreateRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := e.createAs("t1", engine.CreateRequest{})
+	_, err := e.CreateAs("t1", engine.CreateRequest{})
 	wantQuotaErr(t, err, "tenant t1: 1 of 1 concurrent sandboxes in use")
 	for i := 0; i < 2; i++ {
-		if _, err := e.createAs("", engine.CreateRequest{}); err != nil {
+		if _, err := e.CreateAs("", engine.CreateRequest{}); err != nil {
 			t.Fatalf("the host admin: %v", err)
 		}
 	}
-	e.setQuota(store.TenantQuota{Tenant: "t1"})
-	if _, err := e.createAs("t1", engine.CreateRequest{}); err != nil {
+	e.SetQuota(store.TenantQuota{Tenant: "t1"})
+	if _, err := e.CreateAs("t1", engine.CreateRequest{}); err != nil {
 		t.Fatalf("unlimited row: %v", err)
 	}
 }
@@ -213,18 +202,18 @@ func TestQuotaDefault(t *testing.T) {
 func TestQuotaPoolClaim(t *testing.T) {
 	e := newEnv(t)
 	_, err := e.Engine.SetPool(e.Ctx, "base", 2)
-	must(t, err)
-	m1 := e.waitPoolMember()
-	m2 := e.waitPoolMember(m1.ID)
-	e.setQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 1})
-	sb, err := e.createAs("acme", engine.CreateRequest{})
+	enginetest.Must(t, err)
+	m1 := e.WaitPoolMember()
+	m2 := e.WaitPoolMember(m1.ID)
+	e.SetQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 1})
+	sb, err := e.CreateAs("acme", engine.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sb.ID != m1.ID && sb.ID != m2.ID {
 		t.Fatalf("the create did not claim a member (%s)", sb.ID)
 	}
-	_, err = e.createAs("acme", engine.CreateRequest{})
+	_, err = e.CreateAs("acme", engine.CreateRequest{})
 	wantQuotaErr(t, err, "tenant acme: 1 of 1 concurrent sandboxes in use")
 	other := m1
 	if sb.ID == m1.ID {
@@ -241,8 +230,8 @@ func TestQuotaPoolClaim(t *testing.T) {
 // TestQuotaFork: forks are admitted like creates.
 func TestQuotaFork(t *testing.T) {
 	e := newEnv(t)
-	e.setQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 2})
-	parent, err := e.createAs("acme", engine.CreateRequest{})
+	e.SetQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 2})
+	parent, err := e.CreateAs("acme", engine.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +249,7 @@ func TestQuotaFork(t *testing.T) {
 // refused past it, with nothing recorded; sandboxes then see them counted.
 func TestQuotaVolumes(t *testing.T) {
 	e := newEnv(t)
-	e.setQuota(store.TenantQuota{Tenant: "acme", MaxStorage: 3 << 30})
+	e.SetQuota(store.TenantQuota{Tenant: "acme", MaxStorage: 3 << 30})
 	if _, err := e.Engine.CreateVolume(e.Ctx, &volumes.CreateRequest{Name: "v1", SizeBytes: 2 << 30}, "acme"); err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +259,7 @@ func TestQuotaVolumes(t *testing.T) {
 	if err != nil || len(vols) != 1 {
 		t.Fatalf("volumes after a refusal: %d %v", len(vols), err)
 	}
-	_, err = e.createAs("acme", engine.CreateRequest{Resources: sandbox.Resources{CPUs: 0.1, MemoryBytes: 64 << 20, Pids: 64, DiskBytes: 2 << 30}})
+	_, err = e.CreateAs("acme", engine.CreateRequest{Resources: sandbox.Resources{CPUs: 0.1, MemoryBytes: 64 << 20, Pids: 64, DiskBytes: 2 << 30}})
 	wantQuotaErr(t, err, "storage reserved")
 }
 
@@ -317,18 +306,18 @@ func TestQuotaClaimsSideBySide(t *testing.T) {
 		e.Backend = g
 	})
 	_, err := e.Engine.SetPool(e.Ctx, "base", 3)
-	must(t, err)
-	m1 := e.waitPoolMember()
-	m2 := e.waitPoolMember(m1.ID)
-	e.waitPoolMember(m1.ID, m2.ID)
-	e.setQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 2})
+	enginetest.Must(t, err)
+	m1 := e.WaitPoolMember()
+	m2 := e.WaitPoolMember(m1.ID)
+	e.WaitPoolMember(m1.ID, m2.ID)
+	e.SetQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 2})
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
 	for i := range errs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = e.createAs("acme", engine.CreateRequest{})
+			_, errs[i] = e.CreateAs("acme", engine.CreateRequest{})
 		}()
 	}
 	wg.Wait()

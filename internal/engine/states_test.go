@@ -1,4 +1,4 @@
-package enginetest_test
+package engine_test
 
 import (
 	"bufio"
@@ -191,14 +191,14 @@ func TestQuarantineRelease(t *testing.T) {
 			switch from {
 			case sandbox.StatePaused:
 				_, err := e.Engine.Pause(e.Ctx, sb.ID, "test")
-				must(t, err)
+				enginetest.Must(t, err)
 			case sandbox.StateStopped:
 				_, err := e.Engine.Stop(e.Ctx, sb.ID, "test")
-				must(t, err)
+				enginetest.Must(t, err)
 			}
 			before := e.NodeStatus(sb.ID)
 			q, err := e.Engine.Quarantine(e.Ctx, sb.ID, "admin")
-			must(t, err)
+			enginetest.Must(t, err)
 			if q.State != sandbox.StateQuarantined || q.PrevState != from {
 				t.Fatalf("quarantined record %s prev %s", q.State, q.PrevState)
 			}
@@ -232,7 +232,7 @@ func TestQuarantineRelease(t *testing.T) {
 			}
 			mark := e.Mark(sb.ID)
 			r, err := e.Engine.Release(e.Ctx, sb.ID, "admin")
-			must(t, err)
+			enginetest.Must(t, err)
 			if r.State != from || r.PrevState != "" {
 				t.Fatalf("released record %s prev %q, want %s", r.State, r.PrevState, from)
 			}
@@ -258,19 +258,19 @@ func TestDeleteFromEachState(t *testing.T) {
 	e := newEnv(t)
 	setups := map[string]func(id string){
 		"running": func(string) {},
-		"paused":  func(id string) { _, err := e.Engine.Pause(e.Ctx, id, "test"); must(t, err) },
-		"stopped": func(id string) { _, err := e.Engine.Stop(e.Ctx, id, "test"); must(t, err) },
+		"paused":  func(id string) { _, err := e.Engine.Pause(e.Ctx, id, "test"); enginetest.Must(t, err) },
+		"stopped": func(id string) { _, err := e.Engine.Stop(e.Ctx, id, "test"); enginetest.Must(t, err) },
 		"quarantined": func(id string) {
 			_, err := e.Engine.Quarantine(e.Ctx, id, "test")
-			must(t, err)
+			enginetest.Must(t, err)
 		},
 		"quarantined-stopped": func(id string) {
 			_, err := e.Engine.Stop(e.Ctx, id, "test")
-			must(t, err)
+			enginetest.Must(t, err)
 			_, err = e.Engine.Quarantine(e.Ctx, id, "test")
-			must(t, err)
+			enginetest.Must(t, err)
 		},
-		"hibernated": func(id string) { _, err := e.Engine.Hibernate(e.Ctx, id, "test"); must(t, err) },
+		"hibernated": func(id string) { _, err := e.Engine.Hibernate(e.Ctx, id, "test"); enginetest.Must(t, err) },
 	}
 	for name, setup := range setups {
 		t.Run(name, func(t *testing.T) {
@@ -282,7 +282,7 @@ func TestDeleteFromEachState(t *testing.T) {
 			vol := sb.Spec.Volumes[0].VolumeID
 			setup(sb.ID)
 			del, err := e.Engine.Delete(e.Ctx, sb.ID, "test", sandbox.CauseUser, "deleted by user")
-			must(t, err)
+			enginetest.Must(t, err)
 			if del.State != sandbox.StateDeleted || del.DeletedAt.IsZero() {
 				t.Fatalf("after delete: %s at %v", del.State, del.DeletedAt)
 			}
@@ -302,7 +302,7 @@ func TestDeleteFromEachState(t *testing.T) {
 		})
 	}
 	slots, err := e.Store.ListIDSlots(e.Ctx, "")
-	must(t, err)
+	enginetest.Must(t, err)
 	if len(slots) != 0 {
 		t.Fatalf("id slots still held: %v", slots)
 	}
@@ -315,13 +315,13 @@ func TestHibernateWake(t *testing.T) {
 	sb := e.Create(engine.CreateRequest{Runtime: memnode.FakeRunsc.Name})
 	e.WriteFile(sb.ID, "/state", "in memory")
 	h, err := e.Engine.Hibernate(e.Ctx, sb.ID, "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	if h.State != sandbox.StateStopped || h.Reason != engine.ReasonHibernated || !e.Engine.Host().Hibernated(h) {
 		t.Fatalf("hibernated record %s %q hibernated=%v", h.State, h.Reason, e.Engine.Host().Hibernated(h))
 	}
 	e.WantNodeStatus(sb.ID, node.StatusStopped)
 	w, err := e.Engine.Wake(e.Ctx, sb.ID, "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	if w.State != sandbox.StateRunning || e.Engine.Host().Hibernated(w) {
 		t.Fatalf("woken record %s", w.State)
 	}
@@ -330,12 +330,12 @@ func TestHibernateWake(t *testing.T) {
 	}
 	// Paused → hibernate; start of a hibernated sandbox wakes it.
 	_, err = e.Engine.Pause(e.Ctx, sb.ID, "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	_, err = e.Engine.Hibernate(e.Ctx, sb.ID, "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	mark := e.Mark(sb.ID)
 	s, err := e.Engine.Start(e.Ctx, sb.ID, "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	if s.State != sandbox.StateRunning {
 		t.Fatalf("start of a hibernated sandbox: %s", s.State)
 	}
@@ -344,7 +344,7 @@ func TestHibernateWake(t *testing.T) {
 	}
 	// Wake of a plainly stopped one is refused, naming start.
 	_, err = e.Engine.Stop(e.Ctx, sb.ID, "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	_, err = e.Engine.Wake(e.Ctx, sb.ID, "test")
 	enginetest.WantErr(t, err, errdefs.ErrConflict)
 	if !strings.Contains(errdefs.Message(err), "use start") {
@@ -371,13 +371,13 @@ func TestAutoResume(t *testing.T) {
 	e := newEnv(t)
 	sb := e.Create(engine.CreateRequest{Persistent: true, Policy: sandbox.Policy{AutoResume: true}})
 	_, err := e.Engine.Pause(e.Ctx, sb.ID, "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	if exit, _, err := e.Exec(sb.ID, "true"); err != nil || exit.Code != 0 {
 		t.Fatalf("exec on a paused auto_resume sandbox: %+v %v", exit, err)
 	}
 	e.WaitState(sb.ID, sandbox.StateRunning)
 	_, err = e.Engine.Stop(e.Ctx, sb.ID, "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	e.writeFileAuto(sb.ID)
 	e.WaitState(sb.ID, sandbox.StateRunning)
 	e.WantNodeStatus(sb.ID, node.StatusRunning)
@@ -394,7 +394,7 @@ func TestTouch(t *testing.T) {
 	sb := e.Create(engine.CreateRequest{})
 	e.Clock.Advance(42 * time.Second)
 	got, err := e.Engine.Touch(e.Ctx, sb.ID, "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	if !got.LastActivityAt.Equal(e.Clock.Now()) {
 		t.Fatalf("last activity %v, want %v", got.LastActivityAt, e.Clock.Now())
 	}
@@ -410,7 +410,7 @@ func TestDialPort(t *testing.T) {
 		io.WriteString(c, "echo "+line)
 	})
 	c, got, err := e.Engine.DialPort(e.Ctx, sb.ID, 8080)
-	must(t, err)
+	enginetest.Must(t, err)
 	if got.ID != sb.ID {
 		t.Fatalf("dialled %s", got.ID)
 	}
@@ -425,7 +425,7 @@ func TestDialPort(t *testing.T) {
 	_, _, err = e.Engine.DialPort(e.Ctx, sb.ID, 0)
 	enginetest.WantErr(t, err, errdefs.ErrInvalid)
 	_, err = e.Engine.Pause(e.Ctx, sb.ID, "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	_, _, err = e.Engine.DialPort(e.Ctx, sb.ID, 8080)
 	enginetest.WantErr(t, err, errdefs.ErrConflict)
 }
@@ -436,7 +436,7 @@ func TestUpdateNetworkRules(t *testing.T) {
 	sb := e.Create(engine.CreateRequest{Network: "egress", Allow: []string{"a.example"}})
 	rules, err := e.Engine.UpdateNetworkRules(e.Ctx, sb.ID, &netrules.Request{
 		Allow: []string{"B.example", "A.EXAMPLE"}, Deny: []string{"a.example"}}, "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	if !slices.Equal(rules.Allow, []string{"B.example"}) || rules.IPv4 == "" {
 		t.Fatalf("rules %+v", rules)
 	}
@@ -454,7 +454,7 @@ func TestUpdateNetworkRules(t *testing.T) {
 	// deduplicated, the rules before gone; empty is deny all.
 	rules, err = e.Engine.UpdateNetworkRules(e.Ctx, sb.ID, &netrules.Request{
 		Allow: []string{"c.example", "C.EXAMPLE", "10.0.0.0/8"}, Replace: true}, "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	if !slices.Equal(rules.Allow, []string{"c.example", "10.0.0.0/8"}) {
 		t.Fatalf("replaced rules %+v", rules)
 	}
@@ -462,7 +462,7 @@ func TestUpdateNetworkRules(t *testing.T) {
 		t.Fatalf("node applied %v", s.Rules)
 	}
 	rules, err = e.Engine.UpdateNetworkRules(e.Ctx, sb.ID, &netrules.Request{Replace: true}, "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	if len(rules.Allow) != 0 {
 		t.Fatalf("replaced by nothing: %+v", rules)
 	}
@@ -477,7 +477,7 @@ func TestForkAndSnapshots(t *testing.T) {
 	parent := e.Create(engine.CreateRequest{Persistent: true})
 	e.WriteFile(parent.ID, "/data", "v1")
 	kids, _, err := e.Engine.Fork(e.Ctx, parent.ID, &snapshots.ForkRequest{Count: 2, NamePrefix: "kid"}, "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	if len(kids) != 2 {
 		t.Fatalf("%d children", len(kids))
 	}
@@ -495,10 +495,10 @@ func TestForkAndSnapshots(t *testing.T) {
 	e.WantNodeStatus(parent.ID, node.StatusRunning)
 
 	sn, err := e.Engine.CreateSnapshot(e.Ctx, parent.ID, &snapshots.SnapshotRequest{Name: "snap"}, "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	e.WriteFile(parent.ID, "/data", "v2")
 	r, err := e.Engine.RestoreSnapshot(e.Ctx, "snap", "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	if r.State != sandbox.StateRunning {
 		t.Fatalf("restored sandbox %s", r.State)
 	}
@@ -510,7 +510,7 @@ func TestForkAndSnapshots(t *testing.T) {
 		t.Fatalf("from snapshot: %q, from %q", got, from.Spec.FromSnapshot)
 	}
 	e.Healthy()
-	must(t, e.Engine.DeleteSnapshot(e.Ctx, sn.ID))
+	enginetest.Must(t, e.Engine.DeleteSnapshot(e.Ctx, sn.ID))
 	if c := e.Node.Captures(); len(c) != 0 {
 		t.Fatalf("deleted snapshot left captures %v", c)
 	}
@@ -523,14 +523,14 @@ func TestDoctorFindsAndFixesOrphans(t *testing.T) {
 	// A node-side sandbox no record accounts for: provisioned behind the
 	// engine's back.
 	orphan := &sandbox.Sandbox{ID: "orphan0000000000", Spec: sandbox.Spec{Layers: []string{enginetest.Layer}}}
-	must(t, e.Node.Provision(e.Ctx, orphan))
+	enginetest.Must(t, e.Node.Provision(e.Ctx, orphan))
 	rep, err := e.Engine.Doctor(e.Ctx, false)
-	must(t, err)
+	enginetest.Must(t, err)
 	if rep.Healthy || len(rep.Findings) != 1 || rep.Findings[0].ID != orphan.ID {
 		t.Fatalf("doctor: %+v", rep)
 	}
 	rep, err = e.Engine.Doctor(e.Ctx, true)
-	must(t, err)
+	enginetest.Must(t, err)
 	if !rep.Healthy || !rep.Findings[0].Fixed {
 		t.Fatalf("doctor --fix: %+v", rep)
 	}
@@ -539,13 +539,6 @@ func TestDoctorFindsAndFixesOrphans(t *testing.T) {
 	}
 	e.WantNodeStatus(sb.ID, node.StatusRunning)
 	e.Healthy()
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 func errorsIsConflict(err error) bool { return errors.Is(err, errdefs.ErrConflict) }

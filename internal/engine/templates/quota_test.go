@@ -1,4 +1,4 @@
-package enginetest_test
+package templates_test
 
 import (
 	"errors"
@@ -52,12 +52,12 @@ func gzipArchive(t *testing.T, img v1.Image) string {
 func TestTemplateStorageQuota(t *testing.T) {
 	e := newEnv(t, enginetest.WithImages())
 	const kib = 1 << 10
-	e.setQuota(store.TenantQuota{Tenant: "acme", MaxStorage: 1 << 20})
-	acme := e.as("acme")
+	e.SetQuota(store.TenantQuota{Tenant: "acme", MaxStorage: 1 << 20})
+	acme := e.As("acme")
 	one := zeroLayerImage(t, "one", 600*kib, "")
 	oneID := diffIDOf(t, one)
 
-	tpl, err := e.upload(acme, "one", gzipArchive(t, one))
+	tpl, err := e.Upload(acme, "one", gzipArchive(t, one))
 	if err != nil {
 		t.Fatalf("an import that fits: %v", err)
 	}
@@ -83,7 +83,7 @@ func TestTemplateStorageQuota(t *testing.T) {
 	if st, err := os.Stat(archive); err != nil || st.Size() > 64*kib {
 		t.Fatalf("the archive is not small: %v %v", st.Size(), err)
 	}
-	_, err = e.upload(acme, "two", archive)
+	_, err = e.Upload(acme, "two", archive)
 	if !errors.Is(err, errdefs.ErrQuota) || !strings.Contains(err.Error(), "tenant acme: 600.5 KiB of 1.0 MiB storage in use") {
 		t.Fatalf("an import past the quota: %v, want quota_exceeded naming the storage", err)
 	}
@@ -100,7 +100,7 @@ func TestTemplateStorageQuota(t *testing.T) {
 		t.Fatal("the refused layer is in the store")
 	}
 	// Its own layer again: free, so it fits with 424 KiB left.
-	if _, err := e.upload(acme, "again", gzipArchive(t, one)); err != nil {
+	if _, err := e.Upload(acme, "again", gzipArchive(t, one)); err != nil {
 		t.Fatalf("re-importing its own layer: %v", err)
 	}
 	if u := usage("acme"); u != billed {
@@ -108,9 +108,9 @@ func TestTemplateStorageQuota(t *testing.T) {
 	}
 
 	// zed names acme's layer over other bytes.
-	e.setQuota(store.TenantQuota{Tenant: "zed", MaxStorage: 512 * kib})
-	zed := e.as("zed")
-	_, err = e.upload(zed, "stolen", gzipArchive(t, zeroLayerImage(t, "guess", 8, oneID)))
+	e.SetQuota(store.TenantQuota{Tenant: "zed", MaxStorage: 512 * kib})
+	zed := e.As("zed")
+	_, err = e.Upload(zed, "stolen", gzipArchive(t, zeroLayerImage(t, "guess", 8, oneID)))
 	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "diffID mismatch") {
 		t.Fatalf("zed forging acme's layer id: %v, want a diffID mismatch", err)
 	}
@@ -122,7 +122,7 @@ func TestTemplateStorageQuota(t *testing.T) {
 	}
 	// With acme's real bytes zed pays for the layer like any new one: its
 	// 512 KiB do not hold 600 (the cache does not make it free).
-	_, err = e.upload(zed, "same", gzipArchive(t, one))
+	_, err = e.Upload(zed, "same", gzipArchive(t, one))
 	if !errors.Is(err, errdefs.ErrQuota) {
 		t.Fatalf("zed importing a cached layer past its quota: %v, want quota_exceeded", err)
 	}
@@ -146,13 +146,13 @@ func diffIDOf(t *testing.T, img v1.Image) string {
 // so both cannot spend the same room).
 func TestTemplateStorageQuotaConcurrent(t *testing.T) {
 	e := newEnv(t, enginetest.WithImages())
-	e.setQuota(store.TenantQuota{Tenant: "acme", MaxStorage: 1 << 20})
-	acme := e.as("acme")
+	e.SetQuota(store.TenantQuota{Tenant: "acme", MaxStorage: 1 << 20})
+	acme := e.As("acme")
 	archives := []string{gzipArchive(t, zeroLayerImage(t, "x", 600<<10, "")), gzipArchive(t, zeroLayerImage(t, "y", 600<<10, ""))}
 	errs := make(chan error, 2)
 	for i, p := range archives {
 		go func() {
-			_, err := e.upload(acme, []string{"x", "y"}[i], p)
+			_, err := e.Upload(acme, []string{"x", "y"}[i], p)
 			errs <- err
 		}()
 	}

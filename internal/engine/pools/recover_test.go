@@ -1,4 +1,4 @@
-package enginetest_test
+package pools_test
 
 import (
 	"testing"
@@ -19,19 +19,19 @@ func TestPoolFinishesInterruptedMembers(t *testing.T) {
 	arm := func() {
 		t.Helper()
 		disarm, err := failpoint.Arm("pool.refill.after-launch=1*return(refill interrupted)")
-		must(t, err)
+		enginetest.Must(t, err)
 		t.Cleanup(disarm)
 	}
 	states := func() map[string]sandbox.State {
 		out := map[string]sandbox.State{}
-		for _, sb := range e.poolMembersOf("", "base") {
+		for _, sb := range e.PoolMembersOf("", "base") {
 			out[sb.ID] = sb.State
 		}
 		return out
 	}
 	arm()
 	_, err := e.Engine.SetPool(e.Ctx, "base", 1)
-	must(t, err)
+	enginetest.Must(t, err)
 	var first string
 	if !enginetest.Poll(func() bool {
 		for id := range states() {
@@ -51,12 +51,12 @@ func TestPoolFinishesInterruptedMembers(t *testing.T) {
 	// unfinished one too.
 	arm()
 	_, err = e.Engine.SetPool(e.Ctx, "base", 2)
-	must(t, err)
+	enginetest.Must(t, err)
 	if !enginetest.Poll(func() bool { return len(states()) == 2 }) {
 		t.Fatalf("pool of 2: %v", states())
 	}
 	_, err = e.Engine.SetPool(e.Ctx, "base", 0)
-	must(t, err)
+	enginetest.Must(t, err)
 	if !enginetest.Poll(func() bool { return len(states()) == 0 }) {
 		t.Fatalf("pool made 0 keeps %v", states())
 	}

@@ -1,4 +1,4 @@
-package enginetest_test
+package engine_test
 
 import (
 	"slices"
@@ -62,9 +62,9 @@ func TestRestartWithAnotherDefaultKeepsClasses(t *testing.T) {
 		t.Fatalf("refusal %q does not name the sandbox's class", errdefs.Message(err))
 	}
 	_, err = e.Engine.Stop(e.Ctx, sb.ID, "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	_, err = e.Engine.Start(e.Ctx, sb.ID, "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	if s, _ := e.Node.Get(sb.ID); s.Class != memnode.FakeRunc.Name {
 		t.Fatalf("restarted on class %q", s.Class)
 	}
@@ -97,8 +97,8 @@ func TestNonDefaultCreateNeverClaimsDefaultPoolMember(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, enginetest.WithClasses(memnode.FakeRunc, fakeKata, memnode.FakeRunsc))
 	_, err := e.Engine.SetPool(e.Ctx, "base", 1)
-	must(t, err)
-	member := e.waitPoolMember()
+	enginetest.Must(t, err)
+	member := e.WaitPoolMember()
 	if member.Spec.Runtime != memnode.FakeRunc.Name {
 		t.Fatalf("member made in %q", member.Spec.Runtime)
 	}
@@ -126,8 +126,8 @@ func TestPoolMembersOfAnOldDefaultAreNotClaimed(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, enginetest.WithClasses(memnode.FakeRunc, fakeKata))
 	_, err := e.Engine.SetPool(e.Ctx, "base", 1)
-	must(t, err)
-	old := e.waitPoolMember()
+	enginetest.Must(t, err)
+	old := e.WaitPoolMember()
 	e.StopEngine()
 	e.Node.SetDefault(fakeKata.Name)
 	e.Start()
@@ -150,7 +150,7 @@ func TestPoolMembersOfAnOldDefaultAreNotClaimed(t *testing.T) {
 
 func listPool(e *env) []*sandbox.Sandbox {
 	sbs, _, err := e.Engine.List(e.Ctx, false, store.Page{})
-	must(e.T, err)
+	enginetest.Must(e.T, err)
 	return slices.DeleteFunc(sbs, func(sb *sandbox.Sandbox) bool { return sb.Spec.Pool == "" })
 }
 
@@ -168,12 +168,12 @@ func TestPauseIsStopWhereClassCannotFreeze(t *testing.T) {
 	sb := e.Create(engine.CreateRequest{Persistent: true})
 	e.WriteFile(sb.ID, "/workspace/kept", "x")
 	got, err := e.Engine.Pause(e.Ctx, sb.ID, "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	if got.State != sandbox.StateStopped {
 		t.Fatalf("pause on %s left the sandbox %s; want stopped", fakePod.Name, got.State)
 	}
 	evs, _, err := e.Engine.Events(e.Ctx, sb.ID, 0, store.Page{})
-	must(t, err)
+	enginetest.Must(t, err)
 	if last := evs[len(evs)-1]; last.To != sandbox.StateStopped || !strings.Contains(last.Reason, "cannot freeze") {
 		t.Fatalf("last event %+v: want a stop saying the class cannot freeze", last)
 	}
@@ -204,14 +204,14 @@ func TestPersistRootNeedsRootLayer(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, enginetest.WithClasses(fakePod, fakeKata))
 	before, _, err := e.Engine.List(e.Ctx, false, store.Page{})
-	must(t, err)
+	enginetest.Must(t, err)
 	_, err = e.Engine.Create(e.Ctx, &engine.CreateRequest{Runtime: fakePod.Name, Persistent: true, PersistRoot: true}, engine.CreateOptions{Actor: "test"})
 	enginetest.WantErr(t, err, errdefs.ErrInvalid)
 	if !strings.Contains(err.Error(), "persist_root") || !strings.Contains(err.Error(), fakePod.Name) {
 		t.Fatalf("refusal %q does not name persist_root and the class", err)
 	}
 	after, _, err := e.Engine.List(e.Ctx, false, store.Page{})
-	must(t, err)
+	enginetest.Must(t, err)
 	if len(after) != len(before) {
 		t.Fatalf("a refused create left a record: %d sandboxes before, %d after", len(before), len(after))
 	}

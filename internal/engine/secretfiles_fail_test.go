@@ -1,4 +1,4 @@
-package enginetest_test
+package engine_test
 
 import (
 	"strings"
@@ -25,7 +25,7 @@ func TestCreateFailsWithoutItsSecretFiles(t *testing.T) {
 	if _, _, err := v.Put(e.Ctx, "t1", "TOKEN", []byte("tok-9d1e")); err != nil {
 		t.Fatal(err)
 	}
-	sb, err := e.createAs("t1", engine.CreateRequest{Name: "files",
+	sb, err := e.CreateAs("t1", engine.CreateRequest{Name: "files",
 		Secrets: []sandbox.SecretRef{{Name: "TOKEN", File: "/run/secrets/tok"}}})
 	if err == nil {
 		t.Fatalf("create answered %s although its secret files were not written", sb.State)
@@ -47,7 +47,7 @@ func TestCreateFailsWithoutItsSecretFiles(t *testing.T) {
 		t.Fatalf("node still holds the failed sandbox: %+v", s)
 	}
 	// An env-only reference needs no files: that create still works.
-	if _, err := e.createAs("t1", engine.CreateRequest{Secrets: []sandbox.SecretRef{{Name: "TOKEN", Env: "T"}}}); err != nil {
+	if _, err := e.CreateAs("t1", engine.CreateRequest{Secrets: []sandbox.SecretRef{{Name: "TOKEN", Env: "T"}}}); err != nil {
 		t.Fatal(err)
 	}
 	e.Healthy()

@@ -1,4 +1,4 @@
-package enginetest_test
+package pools_test
 
 import (
 	"slices"
@@ -28,13 +28,13 @@ func (e *env) readyRunning(n int, layers []string, skip ...string) []*sandbox.Sa
 	var ms []*sandbox.Sandbox
 	if !enginetest.Poll(func() bool {
 		ms = ms[:0]
-		for _, sb := range e.poolMembersOf("", "base") {
+		for _, sb := range e.PoolMembersOf("", "base") {
 			if sb.State == sandbox.StateRunning && slices.Equal(sb.Spec.Layers, layers) && !slices.Contains(skip, sb.ID) {
 				ms = append(ms, sb)
 			}
 		}
 		p, err := e.Engine.Pool(e.Ctx, "base")
-		must(e.T, err)
+		enginetest.Must(e.T, err)
 		return len(ms) == n && p.Starting == 0
 	}) {
 		e.T.Fatalf("pool has %d running members on %v, want %d", len(ms), layers, n)
@@ -62,7 +62,7 @@ func TestPoolWithoutFreeze(t *testing.T) {
 	}
 
 	_, err := e.Engine.SetPool(e.Ctx, "base", 2)
-	must(t, err)
+	enginetest.Must(t, err)
 	members := e.readyRunning(2, []string{enginetest.Layer})
 	ids := []string{members[0].ID, members[1].ID}
 	// No reconciler round turns them into anything else.
@@ -93,9 +93,9 @@ func TestPoolWithoutFreeze(t *testing.T) {
 
 	// An unnamed create claims a member as it runs.
 	marks := map[string]int{ids[0]: e.Mark(ids[0]), ids[1]: e.Mark(ids[1])}
-	sb, err := e.createAs("t1", engine.CreateRequest{Env: map[string]string{"K": "v"},
+	sb, err := e.CreateAs("t1", engine.CreateRequest{Env: map[string]string{"K": "v"},
 		Secrets: []sandbox.SecretRef{{Name: "TOKEN", Env: "GH_TOKEN"}, {Name: "TOKEN", File: "/run/secrets/tok"}}})
-	must(t, err)
+	enginetest.Must(t, err)
 	if !slices.Contains(ids, sb.ID) || sb.State != sandbox.StateRunning || sb.Spec.Pool != "" || sb.Tenant != "t1" {
 		t.Fatalf("unnamed create = %s %s pool %q tenant %q; want a claimed member of %v", sb.ID, sb.State, sb.Spec.Pool, sb.Tenant, ids)
 	}
@@ -115,7 +115,7 @@ func TestPoolWithoutFreeze(t *testing.T) {
 	var handover, secretFiles bool
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		evs, _, err = e.Store.ListEvents(e.Ctx, store.AnyOwner, sb.ID, 0, store.Page{})
-		must(t, err)
+		enginetest.Must(t, err)
 		handover, secretFiles = false, false
 		for _, ev := range evs {
 			if ev.Type == "state" && ev.From == sandbox.StateRunning && ev.To == sandbox.StateRunning && ev.Reason == "create (warm pool)" && ev.Cause == sandbox.CauseUser {
@@ -142,7 +142,7 @@ func TestPoolWithoutFreeze(t *testing.T) {
 	rest := e.readyRunning(2, []string{enginetest.Layer}, sb.ID)
 
 	// A changed template rolls the running members over.
-	must(t, e.Store.PutTemplate(e.Ctx, &store.Template{Name: "base", Layers: []string{newLayer}, Source: "test", CreatedAt: e.Clock.Now()}))
+	enginetest.Must(t, e.Store.PutTemplate(e.Ctx, &store.Template{Name: "base", Layers: []string{newLayer}, Source: "test", CreatedAt: e.Clock.Now()}))
 	e.Engine.Host().WakeReconciler()
 	e.readyRunning(2, []string{newLayer})
 	for _, old := range rest {
@@ -155,12 +155,12 @@ func TestPoolWithoutFreeze(t *testing.T) {
 	// Size 0: no member is left, on record or on the node; the claimed
 	// sandbox and the cold one stay.
 	_, err = e.Engine.SetPool(e.Ctx, "base", 0)
-	must(t, err)
-	if !enginetest.Poll(func() bool { return len(e.poolMembersOf("", "base")) == 0 }) {
-		t.Fatalf("members left after sizing the pool to 0: %d", len(e.poolMembersOf("", "base")))
+	enginetest.Must(t, err)
+	if !enginetest.Poll(func() bool { return len(e.PoolMembersOf("", "base")) == 0 }) {
+		t.Fatalf("members left after sizing the pool to 0: %d", len(e.PoolMembersOf("", "base")))
 	}
 	all, _, err := e.Store.ListSandboxes(e.Ctx, store.SandboxFilter{Owner: store.AnyOwner, IncludeDeleted: true}, store.Page{})
-	must(t, err)
+	enginetest.Must(t, err)
 	for _, r := range all {
 		if _, ok := e.Node.Get(r.ID); ok != (r.ID == sb.ID || r.ID == named.ID) {
 			t.Errorf("sandbox %s (%s, pool %q): on the node %v", r.ID, r.State, r.Spec.Pool, ok)
@@ -177,7 +177,7 @@ func TestPoolWithoutFreezeClaimRollsBack(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, enginetest.WithClasses(memnode.FakePod))
 	_, err := e.Engine.SetPool(e.Ctx, "base", 1)
-	must(t, err)
+	enginetest.Must(t, err)
 	member := e.readyRunning(1, []string{enginetest.Layer})[0]
 	mark := e.Mark(member.ID)
 	e.Store.FailUpdate(member.ID, enginetest.ErrInjected)
@@ -208,10 +208,10 @@ func TestPoolWithoutFreezeClaimRollsBack(t *testing.T) {
 func TestPoolMemberNotIdle(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, enginetest.WithClasses(memnode.FakePod))
-	must(t, e.Store.PutTemplate(e.Ctx, &store.Template{Name: "base", Layers: []string{enginetest.Layer}, Source: "test", CreatedAt: e.Clock.Now(),
+	enginetest.Must(t, e.Store.PutTemplate(e.Ctx, &store.Template{Name: "base", Layers: []string{enginetest.Layer}, Source: "test", CreatedAt: e.Clock.Now(),
 		Config: store.TemplateConfig{Policy: &sandbox.Policy{IdleTimeout: time.Minute, OnIdle: sandbox.ActionStop}}}))
 	_, err := e.Engine.SetPool(e.Ctx, "base", 1)
-	must(t, err)
+	enginetest.Must(t, err)
 	member := e.readyRunning(1, []string{enginetest.Layer})[0]
 	if member.Spec.Policy.IdleTimeout != 0 {
 		t.Fatalf("member's idle timeout %v, want none", member.Spec.Policy.IdleTimeout)

@@ -1,10 +1,11 @@
-package enginetest_test
+package engine_test
 
 import (
 	"testing"
 	"time"
 
 	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/enginetest"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
@@ -44,14 +45,14 @@ func TestPolicyActions(t *testing.T) {
 			req: engine.CreateRequest{Persistent: true, Policy: sandbox.Policy{MaxAge: 100 * time.Second}},
 			setup: func(e *env, id string) {
 				_, err := e.Engine.Stop(e.Ctx, id, "test")
-				must(e.T, err)
+				enginetest.Must(e.T, err)
 			},
 			after: 101 * time.Second, want: sandbox.StateDeleted},
 		{name: "retention deletes a stopped sandbox",
 			req: engine.CreateRequest{Persistent: true, Policy: sandbox.Policy{Retention: 60 * time.Second}},
 			setup: func(e *env, id string) {
 				_, err := e.Engine.Stop(e.Ctx, id, "test")
-				must(e.T, err)
+				enginetest.Must(e.T, err)
 			},
 			after: 61 * time.Second, want: sandbox.StateDeleted},
 	} {
@@ -122,7 +123,7 @@ func TestRecoverAfterRestart(t *testing.T) {
 	alive := e.Create(engine.CreateRequest{})
 	paused := e.Create(engine.CreateRequest{})
 	_, err := e.Engine.Pause(e.Ctx, paused.ID, "test")
-	must(t, err)
+	enginetest.Must(t, err)
 	dead := e.Create(engine.CreateRequest{})
 	deadPersistent := e.Create(engine.CreateRequest{Persistent: true})
 	frozen := e.Create(engine.CreateRequest{})
@@ -130,7 +131,7 @@ func TestRecoverAfterRestart(t *testing.T) {
 	e.Node.Crash(dead.ID)
 	e.Node.Crash(deadPersistent.ID)
 	// Frozen under a running record: a pause the daemon died in.
-	must(t, e.Node.Freeze(e.Ctx, frozen))
+	enginetest.Must(t, e.Node.Freeze(e.Ctx, frozen))
 	e.Start()
 	e.WaitState(alive.ID, sandbox.StateRunning)
 	e.WantNodeStatus(alive.ID, node.StatusRunning)

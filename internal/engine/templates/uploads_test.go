@@ -1,4 +1,4 @@
-package enginetest_test
+package templates_test
 
 import (
 	"errors"
