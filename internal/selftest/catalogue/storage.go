@@ -200,7 +200,7 @@ func uploadTemplate(ctx ctxT, tcp *attack.RawClient, key, tname string, archive 
 // bytes (a gzip archive of it is a few KiB however large it unpacks);
 // claim, if set, is the diffID its config says the layer has. It returns
 // the diffID the config names. The storage attacks and the quota tests
-// (internal/engine/enginetest, test/e2e) build their archives with it.
+// (internal/engine/templates, test/e2e) build their archives with it.
 func ZerosLayerImage(file string, size int, claim string) (v1.Image, string, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)

@@ -1,4 +1,4 @@
-package enginetest_test
+package engine_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/enginetest"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -19,20 +20,20 @@ import (
 func TestSystemActionsAudited(t *testing.T) {
 	t.Parallel()
 	var log atomic.Pointer[audit.Log]
-	e := newEnv(t, func(e *env) {
-		e.cfg.Audit = func(ctx context.Context, tenant, component, action, target string) func(error) {
+	e := newEnv(t, func(e *enginetest.Env) {
+		e.Config.Audit = func(ctx context.Context, tenant, component, action, target string) func(error) {
 			return log.Load().System(ctx, tenant, component, action, target)
 		}
 	})
 	key := []byte("manager-test-audit-key-0123456789abcdef")
-	log.Store(audit.New(e.st, key, nil))
+	log.Store(audit.New(e.Store, key, nil))
 
-	idle := e.create(engine.CreateRequest{Persistent: true, Policy: sandbox.Policy{IdleTimeout: 30 * time.Second, OnIdle: sandbox.ActionStop}})
-	crashed := e.create(engine.CreateRequest{})
-	e.node.Crash(crashed.ID)
-	e.waitState(crashed.ID, sandbox.StateDeleted)
-	e.clock.Advance(31 * time.Second)
-	e.waitState(idle.ID, sandbox.StateStopped)
+	idle := e.Create(engine.CreateRequest{Persistent: true, Policy: sandbox.Policy{IdleTimeout: 30 * time.Second, OnIdle: sandbox.ActionStop}})
+	crashed := e.Create(engine.CreateRequest{})
+	e.Node.Crash(crashed.ID)
+	e.WaitState(crashed.ID, sandbox.StateDeleted)
+	e.Clock.Advance(31 * time.Second)
+	e.WaitState(idle.ID, sandbox.StateStopped)
 
 	want := map[string]struct{ actor, action string }{
 		idle.ID:    {"system:policy", "policy.stop"},
@@ -47,7 +48,7 @@ func TestSystemActionsAudited(t *testing.T) {
 		deadline := time.Now().Add(10 * time.Second)
 		for time.Now().Before(deadline) {
 			var err error
-			es, _, err = e.st.ListAudit(e.ctx, store.AuditFilter{Owner: store.AnyOwner, Target: id}, store.Page{})
+			es, _, err = e.Store.ListAudit(e.Ctx, store.AuditFilter{Owner: store.AnyOwner, Target: id}, store.Page{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -66,7 +67,7 @@ func TestSystemActionsAudited(t *testing.T) {
 			t.Errorf("%s: %d entries, the newest not ok; want %s by %s, ok", id, len(es), w.action, w.actor)
 		}
 	}
-	rep, err := log.Load().Verify(e.ctx, store.AnyOwner)
+	rep, err := log.Load().Verify(e.Ctx, store.AnyOwner)
 	// Each action is two records: its start and its outcome.
 	if err != nil || !rep.OK || rep.Checked != int64(2*total) {
 		t.Errorf("Verify = %+v, %v; want ok with %d records", rep, err, 2*total)

@@ -1,4 +1,4 @@
-package enginetest_test
+package engine_test
 
 // Two replicas of the control plane on one real PostgreSQL: two engines
 // with their reconcilers, one node (a shared memnode standing for the
@@ -322,7 +322,7 @@ func putBase(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if err := st.PutTemplate(t.Context(), &store.Template{Name: "base", Layers: []string{layer}, Source: "test",
+	if err := st.PutTemplate(t.Context(), &store.Template{Name: "base", Layers: []string{enginetest.Layer}, Source: "test",
 		CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
@@ -635,7 +635,7 @@ func TestSharedNodeOrphansSwept(t *testing.T) {
 	node := memnode.New(t)
 	plant := func(id string) string {
 		t.Helper()
-		if err := node.Provision(t.Context(), &sandbox.Sandbox{ID: id, Spec: sandbox.Spec{Template: "base", Layers: []string{layer},
+		if err := node.Provision(t.Context(), &sandbox.Sandbox{ID: id, Spec: sandbox.Spec{Template: "base", Layers: []string{enginetest.Layer},
 			Runtime: memnode.FakeRunc.Name}}); err != nil {
 			t.Fatal(err)
 		}

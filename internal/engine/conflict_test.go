@@ -1,10 +1,11 @@
-package enginetest_test
+package engine_test
 
 import (
 	"testing"
 	"time"
 
 	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/enginetest"
 	"github.com/berth-sh/berth/internal/engine/netrules"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
@@ -17,24 +18,24 @@ import (
 func TestUnconditionalUpdatesRetryTheirOwnWrite(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(engine.CreateRequest{Network: "egress", Allow: []string{"10.1.0.0/16"}})
+	sb := e.Create(engine.CreateRequest{Network: "egress", Allow: []string{"10.1.0.0/16"}})
 	for _, tc := range []struct {
 		name string
 		do   func() error
 	}{
-		{"timeout", func() error { _, err := e.m.SetTimeout(e.ctx, sb.ID, time.Hour, "test"); return err }},
-		{"touch", func() error { _, err := e.m.Touch(e.ctx, sb.ID, "test"); return err }},
+		{"timeout", func() error { _, err := e.Engine.SetTimeout(e.Ctx, sb.ID, time.Hour, "test"); return err }},
+		{"touch", func() error { _, err := e.Engine.Touch(e.Ctx, sb.ID, "test"); return err }},
 		{"network rules", func() error {
-			_, err := e.m.UpdateNetworkRules(e.ctx, sb.ID, &netrules.Request{Allow: []string{"10.2.0.0/16"}}, "test")
+			_, err := e.Engine.UpdateNetworkRules(e.Ctx, sb.ID, &netrules.Request{Allow: []string{"10.2.0.0/16"}}, "test")
 			return err
 		}},
 	} {
-		e.st.FailUpdate(sb.ID, errRace)
+		e.Store.FailUpdate(sb.ID, enginetest.ErrRace)
 		if err := tc.do(); err != nil {
 			t.Fatalf("%s with a concurrent writer: %v", tc.name, err)
 		}
 	}
-	got := e.get(sb.ID)
+	got := e.Get(sb.ID)
 	if got.Spec.Timeout == 0 || len(got.Spec.Allow) != 2 || got.State != sandbox.StateRunning {
 		t.Fatalf("record after the retried updates: timeout %s allow %v state %s", got.Spec.Timeout, got.Spec.Allow, got.State)
 	}

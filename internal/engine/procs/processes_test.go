@@ -1,4 +1,4 @@
-package enginetest_test
+package procs_test
 
 import (
 	"bytes"
@@ -7,16 +7,17 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/enginetest"
 	"github.com/berth-sh/berth/internal/engine/procs"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/store"
 )
 
 func (e *env) procs(id string) []procs.Process {
-	e.t.Helper()
-	ps, err := e.m.ListProcesses(e.ctx, id)
+	e.T.Helper()
+	ps, err := e.Engine.ListProcesses(e.Ctx, id)
 	if err != nil {
-		e.t.Fatalf("list processes of %s: %v", id, err)
+		e.T.Fatalf("list processes of %s: %v", id, err)
 	}
 	return ps
 }
@@ -36,8 +37,8 @@ func findProc(ps []procs.Process, id string) (procs.Process, bool) {
 // earlier boot is refused after the start.
 func TestProcesses(t *testing.T) {
 	e := newEnv(t)
-	sb := e.create(engine.CreateRequest{Template: "base", Persistent: true})
-	web, err := e.m.StartProcess(e.ctx, sb.ID, &procs.StartRequest{ExecRequest: engine.ExecRequest{
+	sb := e.Create(engine.CreateRequest{Template: "base", Persistent: true})
+	web, err := e.Engine.StartProcess(e.Ctx, sb.ID, &procs.StartRequest{ExecRequest: engine.ExecRequest{
 		Cmd: []string{"sh", "-c", `trap 'echo bye; exit 5' TERM; echo hello; while :; do sleep 0.05; done`}}, Tag: "web"}, "test")
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +46,7 @@ func TestProcesses(t *testing.T) {
 	if web.State != "running" || web.Tag != "web" || !strings.Contains(web.ID, "-") {
 		t.Fatalf("started %+v", web)
 	}
-	cat, err := e.m.StartProcess(e.ctx, sb.ID, &procs.StartRequest{ExecRequest: engine.ExecRequest{Cmd: []string{"cat"}}}, "test")
+	cat, err := e.Engine.StartProcess(e.Ctx, sb.ID, &procs.StartRequest{ExecRequest: engine.ExecRequest{Cmd: []string{"cat"}}}, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,48 +54,48 @@ func TestProcesses(t *testing.T) {
 		t.Fatalf("list %+v", e.procs(sb.ID))
 	}
 	var out bytes.Buffer
-	if !poll(func() bool {
+	if !enginetest.Poll(func() bool {
 		out.Reset()
-		_, err := e.m.AttachProcess(e.ctx, sb.ID, "web", false, procs.AttachIO{Stdout: &out}, "test")
+		_, err := e.Engine.AttachProcess(e.Ctx, sb.ID, "web", false, procs.AttachIO{Stdout: &out}, "test")
 		return err == nil && strings.Contains(out.String(), "hello")
 	}) {
 		t.Fatalf("replay %q", out.String())
 	}
-	if err := e.m.ProcessStdin(e.ctx, sb.ID, cat.ID, strings.NewReader("meow\n"), true, "test"); err != nil {
+	if err := e.Engine.ProcessStdin(e.Ctx, sb.ID, cat.ID, strings.NewReader("meow\n"), true, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if ex, err := e.m.WaitProcess(e.ctx, sb.ID, cat.ID, "test"); err != nil || ex.Code != 0 {
+	if ex, err := e.Engine.WaitProcess(e.Ctx, sb.ID, cat.ID, "test"); err != nil || ex.Code != 0 {
 		t.Fatalf("cat: %+v %v", ex, err)
 	}
 	out.Reset()
-	if ex, err := e.m.AttachProcess(e.ctx, sb.ID, cat.ID, true, procs.AttachIO{Stdout: &out}, "test"); err != nil || ex == nil || out.String() != "meow\n" {
+	if ex, err := e.Engine.AttachProcess(e.Ctx, sb.ID, cat.ID, true, procs.AttachIO{Stdout: &out}, "test"); err != nil || ex == nil || out.String() != "meow\n" {
 		t.Fatalf("cat replay %q %+v %v", out.String(), ex, err)
 	}
-	if err := e.m.SignalProcess(e.ctx, sb.ID, web.ID, "TERM", false, "test"); err != nil {
+	if err := e.Engine.SignalProcess(e.Ctx, sb.ID, web.ID, "TERM", false, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if ex, err := e.m.WaitProcess(e.ctx, sb.ID, "web", "test"); err != nil || ex.Code != 5 {
+	if ex, err := e.Engine.WaitProcess(e.Ctx, sb.ID, "web", "test"); err != nil || ex.Code != 5 {
 		t.Fatalf("web: %+v %v", ex, err)
 	}
-	err = e.m.SignalProcess(e.ctx, sb.ID, "web", "NOT A SIGNAL", false, "test")
-	wantErr(t, err, errdefs.ErrInvalid)
-	_, err = e.m.WaitProcess(e.ctx, sb.ID, "../x", "test")
-	wantErr(t, err, errdefs.ErrInvalid)
-	_, err = e.m.StartProcess(e.ctx, sb.ID, &procs.StartRequest{ExecRequest: engine.ExecRequest{Cmd: []string{"true"}}, Tag: "abcdef-1"}, "test")
-	wantErr(t, err, errdefs.ErrInvalid)
+	err = e.Engine.SignalProcess(e.Ctx, sb.ID, "web", "NOT A SIGNAL", false, "test")
+	enginetest.WantErr(t, err, errdefs.ErrInvalid)
+	_, err = e.Engine.WaitProcess(e.Ctx, sb.ID, "../x", "test")
+	enginetest.WantErr(t, err, errdefs.ErrInvalid)
+	_, err = e.Engine.StartProcess(e.Ctx, sb.ID, &procs.StartRequest{ExecRequest: engine.ExecRequest{Cmd: []string{"true"}}, Tag: "abcdef-1"}, "test")
+	enginetest.WantErr(t, err, errdefs.ErrInvalid)
 
 	// A stop ends what runs; the list keeps what it saw.
-	sleeper, err := e.m.StartProcess(e.ctx, sb.ID, &procs.StartRequest{ExecRequest: engine.ExecRequest{Cmd: []string{"sleep", "60"}}}, "test")
+	sleeper, err := e.Engine.StartProcess(e.Ctx, sb.ID, &procs.StartRequest{ExecRequest: engine.ExecRequest{Cmd: []string{"sleep", "60"}}}, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.m.Stop(e.ctx, sb.ID, "test"); err != nil {
+	if _, err := e.Engine.Stop(e.Ctx, sb.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
 	if p, ok := findProc(e.procs(sb.ID), sleeper.ID); !ok || p.State != "stopped" || p.Reason == "" {
 		t.Fatalf("after stop: %+v", e.procs(sb.ID))
 	}
-	if _, err := e.m.Start(e.ctx, sb.ID, "test"); err != nil {
+	if _, err := e.Engine.Start(e.Ctx, sb.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
 	ps := e.procs(sb.ID)
@@ -104,23 +105,23 @@ func TestProcesses(t *testing.T) {
 	if p, ok := findProc(ps, web.ID); !ok || p.State != "exited" || p.Exit == nil || p.Exit.Code != 5 {
 		t.Fatalf("web after start: %+v", ps)
 	}
-	_, err = e.m.WaitProcess(e.ctx, sb.ID, sleeper.ID, "test")
-	wantErr(t, err, errdefs.ErrConflict)
-	_, err = e.m.AttachProcess(e.ctx, sb.ID, "ffffff-1", false, procs.AttachIO{}, "test")
-	wantErr(t, err, errdefs.ErrNotFound)
+	_, err = e.Engine.WaitProcess(e.Ctx, sb.ID, sleeper.ID, "test")
+	enginetest.WantErr(t, err, errdefs.ErrConflict)
+	_, err = e.Engine.AttachProcess(e.Ctx, sb.ID, "ffffff-1", false, procs.AttachIO{}, "test")
+	enginetest.WantErr(t, err, errdefs.ErrNotFound)
 }
 
 // A template's service starts at create and again at every start, and is
 // restarted by its policy when it ends.
 func TestService(t *testing.T) {
 	e := newEnv(t)
-	if err := e.st.PutTemplate(e.ctx, &store.Template{Name: "svc", Layers: []string{layer}, Source: "test", CreatedAt: e.clock.Now(),
+	if err := e.Store.PutTemplate(e.Ctx, &store.Template{Name: "svc", Layers: []string{enginetest.Layer}, Source: "test", CreatedAt: e.Clock.Now(),
 		Config: store.TemplateConfig{Service: &store.ServiceSpec{Cmd: []string{"sh", "-c", "echo up; exec sleep 60"}, Restart: store.RestartAlways}}}); err != nil {
 		t.Fatal(err)
 	}
-	sb := e.create(engine.CreateRequest{Template: "svc", Persistent: true})
+	sb := e.Create(engine.CreateRequest{Template: "svc", Persistent: true})
 	running := func() (procs.Process, bool) {
-		ps, err := e.m.ListProcesses(e.ctx, sb.ID)
+		ps, err := e.Engine.ListProcesses(e.Ctx, sb.ID)
 		if err != nil {
 			return procs.Process{}, false
 		}
@@ -132,34 +133,34 @@ func TestService(t *testing.T) {
 		return procs.Process{}, false
 	}
 	var first procs.Process
-	if !poll(func() bool { var ok bool; first, ok = running(); return ok }) {
+	if !enginetest.Poll(func() bool { var ok bool; first, ok = running(); return ok }) {
 		t.Fatalf("no service after create: %+v", e.procs(sb.ID))
 	}
 	// Ended by a signal (no stop): always restarts it, same id.
-	if err := e.m.SignalProcess(e.ctx, sb.ID, store.ServiceTag, "KILL", false, "test"); err != nil {
+	if err := e.Engine.SignalProcess(e.Ctx, sb.ID, store.ServiceTag, "KILL", false, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if !poll(func() bool { p, ok := running(); return ok && p.Restarts >= 1 && p.ID == first.ID }) {
+	if !enginetest.Poll(func() bool { p, ok := running(); return ok && p.Restarts >= 1 && p.ID == first.ID }) {
 		t.Fatalf("service not restarted: %+v", e.procs(sb.ID))
 	}
-	if _, err := e.m.Stop(e.ctx, sb.ID, "test"); err != nil {
+	if _, err := e.Engine.Stop(e.Ctx, sb.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.m.Start(e.ctx, sb.ID, "test"); err != nil {
+	if _, err := e.Engine.Start(e.Ctx, sb.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if !poll(func() bool { p, ok := running(); return ok && p.ID != first.ID }) {
+	if !enginetest.Poll(func() bool { p, ok := running(); return ok && p.ID != first.ID }) {
 		t.Fatalf("no new service after start: %+v", e.procs(sb.ID))
 	}
 	// A pause and resume keeps the one that runs.
-	if _, err := e.m.Pause(e.ctx, sb.ID, "test"); err != nil {
+	if _, err := e.Engine.Pause(e.Ctx, sb.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
 	p, _ := findProc(e.procs(sb.ID), store.ServiceTag)
 	if p.State != "paused" {
 		t.Fatalf("service of a paused sandbox: %+v", p)
 	}
-	if _, err := e.m.Resume(e.ctx, sb.ID, "test"); err != nil {
+	if _, err := e.Engine.Resume(e.Ctx, sb.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond)

@@ -1,4 +1,4 @@
-package enginetest_test
+package engine_test
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/enginetest"
 	"github.com/berth-sh/berth/internal/engine/pools"
 	"github.com/berth-sh/berth/internal/engine/snapshots"
 	"github.com/berth-sh/berth/internal/errdefs"
@@ -22,9 +23,9 @@ import (
 
 // tombstones returns the deleted records, newest last.
 func (e *env) tombstones() []*sandbox.Sandbox {
-	e.t.Helper()
-	all, _, err := e.m.List(e.ctx, true, store.Page{})
-	must(e.t, err)
+	e.T.Helper()
+	all, _, err := e.Engine.List(e.Ctx, true, store.Page{})
+	enginetest.Must(e.T, err)
 	var out []*sandbox.Sandbox
 	for _, sb := range all {
 		if sb.State == sandbox.StateDeleted {
@@ -40,10 +41,10 @@ func TestProvisionFailureLeavesFailedTombstone(t *testing.T) {
 		t.Run(map[bool]string{false: "ephemeral", true: "persistent"}[persistent], func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			e.node.FailNext("Provision", errInjected)
-			_, err := e.m.Create(e.ctx, &engine.CreateRequest{Name: "doomed", Persistent: persistent},
+			e.Node.FailNext("Provision", enginetest.ErrInjected)
+			_, err := e.Engine.Create(e.Ctx, &engine.CreateRequest{Name: "doomed", Persistent: persistent},
 				engine.CreateOptions{Actor: "test"})
-			if !errors.Is(err, errInjected) {
+			if !errors.Is(err, enginetest.ErrInjected) {
 				t.Fatalf("create: %v, want the provision error", err)
 			}
 			ts := e.tombstones()
@@ -52,30 +53,30 @@ func TestProvisionFailureLeavesFailedTombstone(t *testing.T) {
 			}
 			sb := ts[0]
 			// "fail ... leaves a deleted tombstone carrying the error"
-			if !strings.Contains(sb.Error, errInjected.Error()) {
+			if !strings.Contains(sb.Error, enginetest.ErrInjected.Error()) {
 				t.Errorf("the failed create's tombstone carries error %q, want the provision error", sb.Error)
 			}
 			want := []string{">creating", "creating>failed", "failed>deleting", "deleting>deleted"}
-			if got := e.stateEvents(sb.ID); !slices.Equal(got, want) {
+			if got := e.StateEvents(sb.ID); !slices.Equal(got, want) {
 				t.Fatalf("state events %v, want %v", got, want)
 			}
-			if !slices.Contains(e.node.Methods(sb.ID), "Remove") {
-				t.Fatalf("the node's Remove was not called: %v", e.node.Methods(sb.ID))
+			if !slices.Contains(e.Node.Methods(sb.ID), "Remove") {
+				t.Fatalf("the node's Remove was not called: %v", e.Node.Methods(sb.ID))
 			}
-			if _, ok := e.node.Get(sb.ID); ok {
+			if _, ok := e.Node.Get(sb.ID); ok {
 				t.Fatal("the node still holds the failed sandbox")
 			}
-			if v := e.node.Volumes(); len(v) != 0 {
+			if v := e.Node.Volumes(); len(v) != 0 {
 				t.Fatalf("volumes left: %v", v)
 			}
-			slots, err := e.st.ListIDSlots(e.ctx, "")
-			must(t, err)
+			slots, err := e.Store.ListIDSlots(e.Ctx, "")
+			enginetest.Must(t, err)
 			if len(slots) != 0 {
 				t.Fatalf("id slots left: %v", slots)
 			}
 			// The name is free again.
-			e.create(engine.CreateRequest{Name: "doomed"})
-			e.healthy()
+			e.Create(engine.CreateRequest{Name: "doomed"})
+			e.Healthy()
 		})
 	}
 }
@@ -83,25 +84,25 @@ func TestProvisionFailureLeavesFailedTombstone(t *testing.T) {
 func TestStartFailureFallsBackToStopped(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(engine.CreateRequest{Persistent: true})
-	_, err := e.m.Stop(e.ctx, sb.ID, "test")
-	must(t, err)
-	e.node.FailNext("Provision", errInjected)
-	_, err = e.m.Start(e.ctx, sb.ID, "test")
-	if !errors.Is(err, errInjected) {
+	sb := e.Create(engine.CreateRequest{Persistent: true})
+	_, err := e.Engine.Stop(e.Ctx, sb.ID, "test")
+	enginetest.Must(t, err)
+	e.Node.FailNext("Provision", enginetest.ErrInjected)
+	_, err = e.Engine.Start(e.Ctx, sb.ID, "test")
+	if !errors.Is(err, enginetest.ErrInjected) {
 		t.Fatalf("start: %v", err)
 	}
-	got := e.get(sb.ID)
+	got := e.Get(sb.ID)
 	if got.State != sandbox.StateStopped {
 		t.Fatalf("after a failed start: %s", got.State)
 	}
 	if !strings.HasPrefix(got.Error, "start: ") {
 		t.Errorf("after a failed start the record's error is %q, want the start's", got.Error)
 	}
-	e.wantNodeStatus(sb.ID, node.StatusStopped)
-	_, err = e.m.Start(e.ctx, sb.ID, "test")
-	must(t, err)
-	if got := e.get(sb.ID); got.State != sandbox.StateRunning || got.Error != "" {
+	e.WantNodeStatus(sb.ID, node.StatusStopped)
+	_, err = e.Engine.Start(e.Ctx, sb.ID, "test")
+	enginetest.Must(t, err)
+	if got := e.Get(sb.ID); got.State != sandbox.StateRunning || got.Error != "" {
 		t.Fatalf("after a retried start: %s, error %q", got.State, got.Error)
 	}
 }
@@ -109,39 +110,39 @@ func TestStartFailureFallsBackToStopped(t *testing.T) {
 func TestStopFailureIsRetried(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(engine.CreateRequest{Persistent: true})
-	e.node.FailNext("Stop", errInjected)
-	_, err := e.m.Stop(e.ctx, sb.ID, "test")
-	if !errors.Is(err, errInjected) {
+	sb := e.Create(engine.CreateRequest{Persistent: true})
+	e.Node.FailNext("Stop", enginetest.ErrInjected)
+	_, err := e.Engine.Stop(e.Ctx, sb.ID, "test")
+	if !errors.Is(err, enginetest.ErrInjected) {
 		t.Fatalf("stop: %v", err)
 	}
 	// The record is the intent: the reconciler finishes the stop.
-	got := e.waitState(sb.ID, sandbox.StateStopped)
+	got := e.WaitState(sb.ID, sandbox.StateStopped)
 	if got.Error != "" {
 		t.Fatalf("error %q kept after the stop finished", got.Error)
 	}
-	e.wantNodeStatus(sb.ID, node.StatusStopped)
+	e.WantNodeStatus(sb.ID, node.StatusStopped)
 }
 
 func TestTeardownFailureIsRetried(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(engine.CreateRequest{})
+	sb := e.Create(engine.CreateRequest{})
 	for range 4 { // every attempt of the delete itself
-		e.node.FailNextFor("Remove", sb.ID, errInjected)
+		e.Node.FailNextFor("Remove", sb.ID, enginetest.ErrInjected)
 	}
-	_, err := e.m.Delete(e.ctx, sb.ID, "test", sandbox.CauseUser, "deleted by user")
-	if !errors.Is(err, errInjected) {
+	_, err := e.Engine.Delete(e.Ctx, sb.ID, "test", sandbox.CauseUser, "deleted by user")
+	if !errors.Is(err, enginetest.ErrInjected) {
 		t.Fatalf("delete: %v", err)
 	}
-	if got := e.get(sb.ID); got.State != sandbox.StateDeleting && got.State != sandbox.StateDeleted {
+	if got := e.Get(sb.ID); got.State != sandbox.StateDeleting && got.State != sandbox.StateDeleted {
 		t.Fatalf("after a failed teardown: %s", got.State)
 	}
-	got := e.waitState(sb.ID, sandbox.StateDeleted)
+	got := e.WaitState(sb.ID, sandbox.StateDeleted)
 	if got.Error != "" {
 		t.Fatalf("tombstone keeps the teardown error %q", got.Error)
 	}
-	if _, ok := e.node.Get(sb.ID); ok {
+	if _, ok := e.Node.Get(sb.ID); ok {
 		t.Fatal("the node still holds it")
 	}
 }
@@ -149,14 +150,14 @@ func TestTeardownFailureIsRetried(t *testing.T) {
 func TestPauseRollsBackWhenUnrecorded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(engine.CreateRequest{})
-	e.st.FailUpdate(sb.ID, errInjected)
-	_, err := e.m.Pause(e.ctx, sb.ID, "test")
-	if !errors.Is(err, errInjected) {
+	sb := e.Create(engine.CreateRequest{})
+	e.Store.FailUpdate(sb.ID, enginetest.ErrInjected)
+	_, err := e.Engine.Pause(e.Ctx, sb.ID, "test")
+	if !errors.Is(err, enginetest.ErrInjected) {
 		t.Fatalf("pause: %v", err)
 	}
-	e.waitState(sb.ID, sandbox.StateRunning)
-	e.wantNodeStatus(sb.ID, node.StatusRunning)
+	e.WaitState(sb.ID, sandbox.StateRunning)
+	e.WantNodeStatus(sb.ID, node.StatusRunning)
 }
 
 // Item 8(a), second half: a quarantine that cannot be recorded thaws the
@@ -170,40 +171,40 @@ func TestQuarantineRollsBack(t *testing.T) {
 		wantCalls []string
 	}{
 		{name: "record fails, running", from: sandbox.StateRunning,
-			fail:      func(e *env, id string) { e.st.FailUpdate(id, errInjected) },
+			fail:      func(e *env, id string) { e.Store.FailUpdate(id, enginetest.ErrInjected) },
 			wantCalls: []string{"Freeze", "SetRules:cut", "SetRules:apply", "Thaw"}},
 		{name: "record fails, paused", from: sandbox.StatePaused,
-			fail:      func(e *env, id string) { e.st.FailUpdate(id, errInjected) },
+			fail:      func(e *env, id string) { e.Store.FailUpdate(id, enginetest.ErrInjected) },
 			wantCalls: []string{"SetRules:cut", "SetRules:apply"}},
 		{name: "freeze fails", from: sandbox.StateRunning,
-			fail:      func(e *env, id string) { e.node.FailNextFor("Freeze", id, errInjected) },
+			fail:      func(e *env, id string) { e.Node.FailNextFor("Freeze", id, enginetest.ErrInjected) },
 			wantCalls: []string{"Freeze"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			sb := e.create(engine.CreateRequest{Network: "egress", Allow: []string{"example.com"}})
+			sb := e.Create(engine.CreateRequest{Network: "egress", Allow: []string{"example.com"}})
 			if tc.from == sandbox.StatePaused {
-				_, err := e.m.Pause(e.ctx, sb.ID, "test")
-				must(t, err)
+				_, err := e.Engine.Pause(e.Ctx, sb.ID, "test")
+				enginetest.Must(t, err)
 			}
-			must(t, e.node.SetRules(e.ctx, e.get(sb.ID), false)) // rules applied, as at start
-			before := e.nodeStatus(sb.ID)
-			mark := e.mark(sb.ID)
+			enginetest.Must(t, e.Node.SetRules(e.Ctx, e.Get(sb.ID), false)) // rules applied, as at start
+			before := e.NodeStatus(sb.ID)
+			mark := e.Mark(sb.ID)
 			tc.fail(e, sb.ID)
-			_, err := e.m.Quarantine(e.ctx, sb.ID, "admin")
-			if !errors.Is(err, errInjected) {
+			_, err := e.Engine.Quarantine(e.Ctx, sb.ID, "admin")
+			if !errors.Is(err, enginetest.ErrInjected) {
 				t.Fatalf("quarantine: %v", err)
 			}
-			got := e.waitState(sb.ID, tc.from)
+			got := e.WaitState(sb.ID, tc.from)
 			if got.PrevState != "" {
 				t.Fatalf("prev state %q recorded by a failed quarantine", got.PrevState)
 			}
-			e.wantNodeStatus(sb.ID, before)
-			if s, _ := e.node.Get(sb.ID); s.RulesCut {
+			e.WantNodeStatus(sb.ID, before)
+			if s, _ := e.Node.Get(sb.ID); s.RulesCut {
 				t.Fatal("a failed quarantine left the network cut")
 			}
-			if got := e.callsAfter(sb.ID, mark, "Freeze", "Thaw", "SetRules"); !slices.Equal(got, tc.wantCalls) {
+			if got := e.CallsAfter(sb.ID, mark, "Freeze", "Thaw", "SetRules"); !slices.Equal(got, tc.wantCalls) {
 				t.Fatalf("calls %v, want %v", got, tc.wantCalls)
 			}
 		})
@@ -222,42 +223,42 @@ func TestReleaseRollsBack(t *testing.T) {
 		wantCalls []string
 	}{
 		{name: "rules fail",
-			fail:      func(e *env, id string) { e.node.FailNextFor("SetRules", id, errInjected) },
+			fail:      func(e *env, id string) { e.Node.FailNextFor("SetRules", id, enginetest.ErrInjected) },
 			wantCalls: []string{"SetRules:apply"}},
 		{name: "thaw fails",
-			fail:      func(e *env, id string) { e.node.FailNextFor("Thaw", id, errInjected) },
+			fail:      func(e *env, id string) { e.Node.FailNextFor("Thaw", id, enginetest.ErrInjected) },
 			wantCalls: []string{"SetRules:apply", "Thaw", "SetRules:cut"}},
 		{name: "record fails",
-			fail:      func(e *env, id string) { e.st.FailUpdate(id, errInjected) },
+			fail:      func(e *env, id string) { e.Store.FailUpdate(id, enginetest.ErrInjected) },
 			wantCalls: []string{"SetRules:apply", "Thaw", "Freeze", "SetRules:cut"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			sb := e.create(engine.CreateRequest{Network: "egress", Allow: []string{"example.com"}})
-			_, err := e.m.Quarantine(e.ctx, sb.ID, "admin")
-			must(t, err)
-			mark := e.mark(sb.ID)
+			sb := e.Create(engine.CreateRequest{Network: "egress", Allow: []string{"example.com"}})
+			_, err := e.Engine.Quarantine(e.Ctx, sb.ID, "admin")
+			enginetest.Must(t, err)
+			mark := e.Mark(sb.ID)
 			tc.fail(e, sb.ID)
-			_, err = e.m.Release(e.ctx, sb.ID, "admin")
-			if !errors.Is(err, errInjected) {
+			_, err = e.Engine.Release(e.Ctx, sb.ID, "admin")
+			if !errors.Is(err, enginetest.ErrInjected) {
 				t.Fatalf("release: %v", err)
 			}
-			got := e.get(sb.ID)
+			got := e.Get(sb.ID)
 			if got.State != sandbox.StateQuarantined || got.PrevState != sandbox.StateRunning {
 				t.Fatalf("after a failed release: %s prev %s", got.State, got.PrevState)
 			}
-			e.wantNodeStatus(sb.ID, node.StatusPaused)
-			if s, _ := e.node.Get(sb.ID); !s.RulesCut {
+			e.WantNodeStatus(sb.ID, node.StatusPaused)
+			if s, _ := e.Node.Get(sb.ID); !s.RulesCut {
 				t.Fatal("a failed release left a quarantined sandbox's network up")
 			}
-			if got := e.callsAfter(sb.ID, mark, "Freeze", "Thaw", "SetRules"); !slices.Equal(got, tc.wantCalls) {
+			if got := e.CallsAfter(sb.ID, mark, "Freeze", "Thaw", "SetRules"); !slices.Equal(got, tc.wantCalls) {
 				t.Fatalf("calls %v, want %v", got, tc.wantCalls)
 			}
 			// And it can be released after all.
-			_, err = e.m.Release(e.ctx, sb.ID, "admin")
-			must(t, err)
-			e.wantNodeStatus(sb.ID, node.StatusRunning)
+			_, err = e.Engine.Release(e.Ctx, sb.ID, "admin")
+			enginetest.Must(t, err)
+			e.WantNodeStatus(sb.ID, node.StatusRunning)
 		})
 	}
 }
@@ -265,46 +266,46 @@ func TestReleaseRollsBack(t *testing.T) {
 func TestHibernateAndWakeFailures(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(engine.CreateRequest{Runtime: "fake-runsc"})
-	e.node.FailNext("Checkpoint", errInjected) // the processes survive it
-	_, err := e.m.Hibernate(e.ctx, sb.ID, "test")
-	if !errors.Is(err, errInjected) {
+	sb := e.Create(engine.CreateRequest{Runtime: "fake-runsc"})
+	e.Node.FailNext("Checkpoint", enginetest.ErrInjected) // the processes survive it
+	_, err := e.Engine.Hibernate(e.Ctx, sb.ID, "test")
+	if !errors.Is(err, enginetest.ErrInjected) {
 		t.Fatalf("hibernate: %v", err)
 	}
-	e.waitState(sb.ID, sandbox.StateRunning)
-	e.wantNodeStatus(sb.ID, node.StatusRunning)
+	e.WaitState(sb.ID, sandbox.StateRunning)
+	e.WantNodeStatus(sb.ID, node.StatusRunning)
 
-	_, err = e.m.Hibernate(e.ctx, sb.ID, "test")
-	must(t, err)
-	e.node.FailNext("Restore", errInjected)
-	_, err = e.m.Wake(e.ctx, sb.ID, "test")
-	if !errors.Is(err, errInjected) {
+	_, err = e.Engine.Hibernate(e.Ctx, sb.ID, "test")
+	enginetest.Must(t, err)
+	e.Node.FailNext("Restore", enginetest.ErrInjected)
+	_, err = e.Engine.Wake(e.Ctx, sb.ID, "test")
+	if !errors.Is(err, enginetest.ErrInjected) {
 		t.Fatalf("wake: %v", err)
 	}
-	got := e.get(sb.ID)
-	if got.State != sandbox.StateStopped || !e.m.Host().Hibernated(got) || !strings.HasPrefix(got.Error, "wake: ") {
-		t.Fatalf("after a failed wake: %s hibernated=%v error %q", got.State, e.m.Host().Hibernated(got), got.Error)
+	got := e.Get(sb.ID)
+	if got.State != sandbox.StateStopped || !e.Engine.Host().Hibernated(got) || !strings.HasPrefix(got.Error, "wake: ") {
+		t.Fatalf("after a failed wake: %s hibernated=%v error %q", got.State, e.Engine.Host().Hibernated(got), got.Error)
 	}
-	_, err = e.m.Wake(e.ctx, sb.ID, "test")
-	must(t, err)
-	e.wantNodeStatus(sb.ID, node.StatusRunning)
+	_, err = e.Engine.Wake(e.Ctx, sb.ID, "test")
+	enginetest.Must(t, err)
+	e.WantNodeStatus(sb.ID, node.StatusRunning)
 }
 
 func TestForkWithOneFailingChild(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	parent := e.create(engine.CreateRequest{})
-	e.writeFile(parent.ID, "/data", "shared")
-	e.node.FailNext("Materialize", errInjected)
-	kids, _, err := e.m.Fork(e.ctx, parent.ID, &snapshots.ForkRequest{Count: 3}, "test")
-	if !errors.Is(err, errInjected) {
+	parent := e.Create(engine.CreateRequest{})
+	e.WriteFile(parent.ID, "/data", "shared")
+	e.Node.FailNext("Materialize", enginetest.ErrInjected)
+	kids, _, err := e.Engine.Fork(e.Ctx, parent.ID, &snapshots.ForkRequest{Count: 3}, "test")
+	if !errors.Is(err, enginetest.ErrInjected) {
 		t.Fatalf("fork: %v, want the materialize error", err)
 	}
 	if len(kids) != 2 {
 		t.Fatalf("%d children made, want 2", len(kids))
 	}
 	for _, k := range kids {
-		if got, err := e.readFile(k.ID, "/data"); err != nil || got != "shared" {
+		if got, err := e.ReadFile(k.ID, "/data"); err != nil || got != "shared" {
 			t.Fatalf("child %s: %q, %v", k.ID, got, err)
 		}
 	}
@@ -317,17 +318,17 @@ func TestForkWithOneFailingChild(t *testing.T) {
 	if len(failed) != 1 {
 		t.Fatalf("%d failed children, want 1", len(failed))
 	}
-	if evs := e.stateEvents(failed[0].ID); !slices.Contains(evs, "creating>failed") {
+	if evs := e.StateEvents(failed[0].ID); !slices.Contains(evs, "creating>failed") {
 		t.Fatalf("failed child's state events %v", evs)
 	}
-	if !slices.Contains(e.node.Methods(failed[0].ID), "Remove") {
+	if !slices.Contains(e.Node.Methods(failed[0].ID), "Remove") {
 		t.Fatal("the failed child was not removed from the node")
 	}
-	if c := e.node.Captures(); len(c) != 0 {
+	if c := e.Node.Captures(); len(c) != 0 {
 		t.Fatalf("captures left: %v", c)
 	}
-	e.wantNodeStatus(parent.ID, node.StatusRunning)
-	e.healthy()
+	e.WantNodeStatus(parent.ID, node.StatusRunning)
+	e.Healthy()
 }
 
 // A capture that fails (its thaw, say: the backend returns that as the
@@ -335,61 +336,39 @@ func TestForkWithOneFailingChild(t *testing.T) {
 func TestForkCaptureFailure(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	parent := e.create(engine.CreateRequest{})
-	e.node.FailNext("Capture", errInjected)
-	kids, _, err := e.m.Fork(e.ctx, parent.ID, &snapshots.ForkRequest{Count: 2}, "test")
-	if !errors.Is(err, errInjected) || len(kids) != 0 {
+	parent := e.Create(engine.CreateRequest{})
+	e.Node.FailNext("Capture", enginetest.ErrInjected)
+	kids, _, err := e.Engine.Fork(e.Ctx, parent.ID, &snapshots.ForkRequest{Count: 2}, "test")
+	if !errors.Is(err, enginetest.ErrInjected) || len(kids) != 0 {
 		t.Fatalf("fork: %d children, %v", len(kids), err)
 	}
-	if ids := e.live(); !slices.Equal(ids, []string{parent.ID}) {
+	if ids := e.Live(); !slices.Equal(ids, []string{parent.ID}) {
 		t.Fatalf("live %v", ids)
 	}
-	e.waitState(parent.ID, sandbox.StateRunning)
-}
-
-// waitPoolMember waits for template base's pool to have a ready member
-// and returns it.
-func (e *env) waitPoolMember(skip ...string) *sandbox.Sandbox {
-	e.t.Helper()
-	var member *sandbox.Sandbox
-	ok := poll(func() bool {
-		sbs, _, err := e.m.List(e.ctx, false, store.Page{})
-		must(e.t, err)
-		for _, sb := range sbs {
-			if sb.Spec.Pool == "base" && sb.State == sandbox.StatePaused && !slices.Contains(skip, sb.ID) {
-				member = sb
-				return true
-			}
-		}
-		return false
-	})
-	if !ok {
-		e.t.Fatal("no ready pool member")
-	}
-	return member
+	e.WaitState(parent.ID, sandbox.StateRunning)
 }
 
 func TestPoolClaim(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	_, err := e.m.SetPool(e.ctx, "base", 1)
-	must(t, err)
-	member := e.waitPoolMember()
-	e.wantNodeStatus(member.ID, node.StatusPaused)
-	sb := e.create(engine.CreateRequest{Name: "claimed", Env: map[string]string{"K": "v"}})
+	_, err := e.Engine.SetPool(e.Ctx, "base", 1)
+	enginetest.Must(t, err)
+	member := e.WaitPoolMember()
+	e.WantNodeStatus(member.ID, node.StatusPaused)
+	sb := e.Create(engine.CreateRequest{Name: "claimed", Env: map[string]string{"K": "v"}})
 	if sb.ID != member.ID || sb.Spec.Pool != "" || sb.Name != "claimed" {
 		t.Fatalf("create did not claim the member: %+v", sb)
 	}
-	e.wantNodeStatus(sb.ID, node.StatusRunning)
-	if s, _ := e.node.Get(sb.ID); s.Hostname != "claimed" {
+	e.WantNodeStatus(sb.ID, node.StatusRunning)
+	if s, _ := e.Node.Get(sb.ID); s.Hostname != "claimed" {
 		t.Fatalf("host name %q", s.Hostname)
 	}
-	if _, out, err := e.exec(sb.ID, "sh", "-c", "echo $K"); err != nil || strings.TrimSpace(out) != "v" {
+	if _, out, err := e.Exec(sb.ID, "sh", "-c", "echo $K"); err != nil || strings.TrimSpace(out) != "v" {
 		t.Fatalf("claimant's env: %q %v", out, err)
 	}
-	e.waitPoolMember(member.ID) // refilled
-	p, err := e.m.Pool(e.ctx, "base")
-	must(t, err)
+	e.WaitPoolMember(member.ID) // refilled
+	p, err := e.Engine.Pool(e.Ctx, "base")
+	enginetest.Must(t, err)
 	if p.Hits != 1 {
 		t.Fatalf("pool %+v", p)
 	}
@@ -401,11 +380,11 @@ func TestPoolClaim(t *testing.T) {
 func TestPoolShrinks(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	_, err := e.m.SetPool(e.ctx, "base", 3)
-	must(t, err)
+	_, err := e.Engine.SetPool(e.Ctx, "base", 3)
+	enginetest.Must(t, err)
 	frozen := func() []*sandbox.Sandbox {
 		var out []*sandbox.Sandbox
-		for _, sb := range e.poolMembersOf("", "base") {
+		for _, sb := range e.PoolMembersOf("", "base") {
 			if sb.State == sandbox.StatePaused {
 				out = append(out, sb)
 			}
@@ -418,32 +397,32 @@ func TestPoolShrinks(t *testing.T) {
 		})
 		return out
 	}
-	if !poll(func() bool { return len(frozen()) == 3 }) {
+	if !enginetest.Poll(func() bool { return len(frozen()) == 3 }) {
 		t.Fatalf("pool of 3 has %d ready members", len(frozen()))
 	}
 	oldest := frozen()[0]
-	_, err = e.m.SetPool(e.ctx, "base", 1)
-	must(t, err)
-	if !poll(func() bool { return len(e.poolMembersOf("", "base")) == 1 }) {
-		t.Fatalf("pool made 1 keeps %d members", len(e.poolMembersOf("", "base")))
+	_, err = e.Engine.SetPool(e.Ctx, "base", 1)
+	enginetest.Must(t, err)
+	if !enginetest.Poll(func() bool { return len(e.PoolMembersOf("", "base")) == 1 }) {
+		t.Fatalf("pool made 1 keeps %d members", len(e.PoolMembersOf("", "base")))
 	}
 	if left := frozen(); len(left) != 1 || left[0].ID != oldest.ID {
 		t.Fatalf("pool made 1 kept %v; want its oldest member %s", left, oldest.ID)
 	}
-	if _, ok := e.node.Get(oldest.ID); !ok {
+	if _, ok := e.Node.Get(oldest.ID); !ok {
 		t.Fatalf("the kept member %s is gone from the node", oldest.ID)
 	}
 	// Claims and refills, many rounds: never more members than the size.
-	_, err = e.m.SetPool(e.ctx, "base", 2)
-	must(t, err)
+	_, err = e.Engine.SetPool(e.Ctx, "base", 2)
+	enginetest.Must(t, err)
 	for range 10 {
-		if !poll(func() bool { return len(frozen()) == 2 }) {
+		if !enginetest.Poll(func() bool { return len(frozen()) == 2 }) {
 			t.Fatalf("pool of 2 has %d ready members", len(frozen()))
 		}
-		e.create(engine.CreateRequest{})
-		e.m.Host().WakeReconciler()
+		e.Create(engine.CreateRequest{})
+		e.Engine.Host().WakeReconciler()
 		for range 20 {
-			if n := len(e.poolMembersOf("", "base")); n > 2 {
+			if n := len(e.PoolMembersOf("", "base")); n > 2 {
 				t.Fatalf("pool of 2 has %d members", n)
 			}
 			time.Sleep(2 * time.Millisecond)
@@ -463,37 +442,37 @@ func TestPoolClaimRollsBack(t *testing.T) {
 		// Thawed, then renamed (a gVisor member is renamed by a process
 		// in it, which cannot run frozen); undone last step first.
 		{name: "thaw fails",
-			fail:      func(e *env, id string) { e.node.FailNextFor("Thaw", id, errInjected) },
+			fail:      func(e *env, id string) { e.Node.FailNextFor("Thaw", id, enginetest.ErrInjected) },
 			wantCalls: []string{"Thaw"}},
 		{name: "rename fails",
-			fail:      func(e *env, id string) { e.node.FailNextFor("SetHostname", id, errInjected) },
+			fail:      func(e *env, id string) { e.Node.FailNextFor("SetHostname", id, enginetest.ErrInjected) },
 			wantCalls: []string{"Thaw", "SetHostname:claimant", "Freeze"}},
 		{name: "record fails",
-			fail:      func(e *env, id string) { e.st.FailUpdate(id, errInjected) },
+			fail:      func(e *env, id string) { e.Store.FailUpdate(id, enginetest.ErrInjected) },
 			wantCalls: []string{"Thaw", "SetHostname:claimant", "SetHostname:sb-", "Freeze"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			_, err := e.m.SetPool(e.ctx, "base", 1)
-			must(t, err)
-			member := e.waitPoolMember()
-			before, _ := e.node.Get(member.ID)
-			mark := e.mark(member.ID)
+			_, err := e.Engine.SetPool(e.Ctx, "base", 1)
+			enginetest.Must(t, err)
+			member := e.WaitPoolMember()
+			before, _ := e.Node.Get(member.ID)
+			mark := e.Mark(member.ID)
 			tc.fail(e, member.ID)
-			sb := e.create(engine.CreateRequest{Name: "claimant"})
+			sb := e.Create(engine.CreateRequest{Name: "claimant"})
 			if sb.ID == member.ID {
 				t.Fatal("the failed claim handed out the member")
 			}
-			got := e.get(member.ID)
+			got := e.Get(member.ID)
 			if got.State != sandbox.StatePaused || got.Spec.Pool != "base" || got.Name != "" {
 				t.Fatalf("member after a failed claim: %s pool %q name %q", got.State, got.Spec.Pool, got.Name)
 			}
-			after, _ := e.node.Get(member.ID)
+			after, _ := e.Node.Get(member.ID)
 			if after.Status != node.StatusPaused || after.Hostname != before.Hostname {
 				t.Fatalf("member on the node: %s host name %q, want paused, %q", after.Status, after.Hostname, before.Hostname)
 			}
-			calls := e.callsAfter(member.ID, mark, "SetHostname", "Thaw", "Freeze")
+			calls := e.CallsAfter(member.ID, mark, "SetHostname", "Thaw", "Freeze")
 			for i := range calls {
 				calls[i] = strings.TrimSuffix(calls[i], member.ID[:8])
 			}
@@ -501,7 +480,7 @@ func TestPoolClaimRollsBack(t *testing.T) {
 				t.Fatalf("calls %v, want %v", calls, tc.wantCalls)
 			}
 			// The member is still good for the next create.
-			next := e.create(engine.CreateRequest{})
+			next := e.Create(engine.CreateRequest{})
 			if next.ID != member.ID {
 				t.Fatalf("next create made %s, not the member %s", next.ID, member.ID)
 			}
@@ -515,28 +494,28 @@ func TestPoolClaimRollsBack(t *testing.T) {
 func TestPoolClaimWithTakenName(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	taken := e.create(engine.CreateRequest{Name: "taken"})
-	_, err := e.m.SetPool(e.ctx, "base", 1)
-	must(t, err)
-	member := e.waitPoolMember()
-	before, _ := e.node.Get(member.ID)
-	_, err = e.m.Create(e.ctx, &engine.CreateRequest{Name: "taken"}, engine.CreateOptions{Actor: "test"})
-	wantErr(t, err, errdefs.ErrConflict)
+	taken := e.Create(engine.CreateRequest{Name: "taken"})
+	_, err := e.Engine.SetPool(e.Ctx, "base", 1)
+	enginetest.Must(t, err)
+	member := e.WaitPoolMember()
+	before, _ := e.Node.Get(member.ID)
+	_, err = e.Engine.Create(e.Ctx, &engine.CreateRequest{Name: "taken"}, engine.CreateOptions{Actor: "test"})
+	enginetest.WantErr(t, err, errdefs.ErrConflict)
 	if !strings.Contains(errdefs.Message(err), `"taken"`) {
 		t.Fatalf("conflict %q does not name the name", errdefs.Message(err))
 	}
-	got := e.get(member.ID)
-	after, _ := e.node.Get(member.ID)
+	got := e.Get(member.ID)
+	after, _ := e.Node.Get(member.ID)
 	if got.State != sandbox.StatePaused || got.Spec.Pool != "base" || after.Status != node.StatusPaused ||
 		after.Hostname != before.Hostname {
 		t.Fatalf("member after the refused claim: %s pool %q, node %s %q", got.State, got.Spec.Pool, after.Status, after.Hostname)
 	}
-	if ids := e.live(); !slices.Equal(ids, sorted(taken.ID, member.ID)) {
+	if ids := e.Live(); !slices.Equal(ids, sorted(taken.ID, member.ID)) {
 		t.Fatalf("live %v", ids)
 	}
 	// The name conflict is told from a member that was taken: the claim
 	// stops there (no other member is tried, no miss is counted).
-	if p, err := e.m.Pool(e.ctx, "base"); err != nil || p.Hits != 0 || p.Misses != 0 {
+	if p, err := e.Engine.Pool(e.Ctx, "base"); err != nil || p.Hits != 0 || p.Misses != 0 {
 		t.Fatalf("pool after the refused claim: %+v, %v", p, err)
 	}
 }
@@ -549,20 +528,20 @@ func sorted(s ...string) []string { slices.Sort(s); return s }
 func TestSnapshotCaptureFailure(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(engine.CreateRequest{})
-	e.node.FailNext("Capture", errInjected)
-	sn, err := e.m.CreateSnapshot(e.ctx, sb.ID, &snapshots.SnapshotRequest{}, "test")
-	if !errors.Is(err, errInjected) || sn != nil {
+	sb := e.Create(engine.CreateRequest{})
+	e.Node.FailNext("Capture", enginetest.ErrInjected)
+	sn, err := e.Engine.CreateSnapshot(e.Ctx, sb.ID, &snapshots.SnapshotRequest{}, "test")
+	if !errors.Is(err, enginetest.ErrInjected) || sn != nil {
 		t.Fatalf("snapshot: %+v, %v", sn, err)
 	}
-	if sns, _, err := e.m.ListSnapshots(e.ctx, sb.ID, store.Page{}); err != nil || len(sns) != 0 {
+	if sns, _, err := e.Engine.ListSnapshots(e.Ctx, sb.ID, store.Page{}); err != nil || len(sns) != 0 {
 		t.Fatalf("snapshots after a failed capture: %v %v", sns, err)
 	}
-	if c := e.node.Captures(); len(c) != 0 {
+	if c := e.Node.Captures(); len(c) != 0 {
 		t.Fatalf("captures left: %v", c)
 	}
-	e.waitState(sb.ID, sandbox.StateRunning)
-	e.healthy()
+	e.WaitState(sb.ID, sandbox.StateRunning)
+	e.Healthy()
 }
 
 // TestWarmPoolAutoClock: on the fake clock, the automatic pool of the
@@ -571,41 +550,41 @@ func TestSnapshotCaptureFailure(t *testing.T) {
 // demand is older than WarmPoolIdle.
 func TestWarmPoolAutoClock(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(e *env) {
-		e.cfg.WarmPool, e.cfg.WarmPoolMax, e.cfg.WarmPoolIdle = 0, 2, time.Minute
+	e := newEnv(t, func(e *enginetest.Env) {
+		e.Config.WarmPool, e.Config.WarmPoolMax, e.Config.WarmPoolIdle = 0, 2, time.Minute
 	})
 	for range 3 {
-		sb := e.create(engine.CreateRequest{})
-		if _, err := e.m.Delete(e.ctx, sb.ID, "test", sandbox.CauseUser, "done"); err != nil {
+		sb := e.Create(engine.CreateRequest{})
+		if _, err := e.Engine.Delete(e.Ctx, sb.ID, "test", sandbox.CauseUser, "done"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	pool := func() *pools.Pool {
-		p, err := e.m.Pool(e.ctx, "base")
-		must(t, err)
+		p, err := e.Engine.Pool(e.Ctx, "base")
+		enginetest.Must(t, err)
 		return p
 	}
-	if !poll(func() bool { return pool().Ready == 2 }) {
+	if !enginetest.Poll(func() bool { return pool().Ready == 2 }) {
 		t.Fatalf("automatic pool not filled to its bound of 2: %+v", pool())
 	}
 	if p := pool(); !p.Auto || p.Min != 2 || p.Hits+p.Misses != 3 {
 		t.Fatalf("pool after 3 creates: %+v", p)
 	}
 	hits := pool().Hits
-	sb := e.create(engine.CreateRequest{})
+	sb := e.Create(engine.CreateRequest{})
 	if p := pool(); p.Hits != hits+1 {
 		t.Fatalf("the next create was not a claim: %+v", p)
 	}
-	if _, err := e.m.Delete(e.ctx, sb.ID, "test", sandbox.CauseUser, "done"); err != nil {
+	if _, err := e.Engine.Delete(e.Ctx, sb.ID, "test", sandbox.CauseUser, "done"); err != nil {
 		t.Fatal(err)
 	}
 	// Within the idle window the size holds; past it, down to none.
-	e.clock.Advance(50 * time.Second)
+	e.Clock.Advance(50 * time.Second)
 	if p := pool(); p.Min != 2 {
 		t.Fatalf("size within the idle window: %+v", p)
 	}
-	e.clock.Advance(30 * time.Second)
-	if !poll(func() bool { p := pool(); return p.Min == 0 && p.Ready == 0 && p.Starting == 0 }) {
+	e.Clock.Advance(30 * time.Second)
+	if !enginetest.Poll(func() bool { p := pool(); return p.Min == 0 && p.Ready == 0 && p.Starting == 0 }) {
 		t.Fatalf("automatic pool not retired after the idle window: %+v", pool())
 	}
 }

@@ -1,4 +1,4 @@
-package enginetest_test
+package engine_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/enginetest"
 	"github.com/berth-sh/berth/internal/engine/snapshots"
 	"github.com/berth-sh/berth/internal/engine/volumes"
 	"github.com/berth-sh/berth/internal/errdefs"
@@ -17,23 +18,12 @@ import (
 	"github.com/berth-sh/berth/internal/store"
 )
 
-func (e *env) setQuota(q store.TenantQuota) {
-	e.t.Helper()
-	if err := e.m.SetQuota(e.ctx, &q); err != nil {
-		e.t.Fatal(err)
-	}
-}
-
-func (e *env) createAs(tenant string, req engine.CreateRequest) (*sandbox.Sandbox, error) {
-	return e.m.Create(e.ctx, &req, engine.CreateOptions{Actor: "test", Tenant: tenant})
-}
-
 // liveOf counts the tenant's live records.
 func (e *env) liveOf(tenant string) (live, all int) {
-	e.t.Helper()
-	sbs, _, err := e.st.ListSandboxes(e.ctx, store.SandboxFilter{Owner: store.OwnedBy(tenant), IncludeDeleted: true}, store.Page{})
+	e.T.Helper()
+	sbs, _, err := e.Store.ListSandboxes(e.Ctx, store.SandboxFilter{Owner: store.OwnedBy(tenant), IncludeDeleted: true}, store.Page{})
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	for _, sb := range sbs {
 		if sb.State.Live() {
@@ -64,14 +54,14 @@ func wantQuotaErr(t *testing.T, err error, msg string) {
 // exists — no record, no provision on the node.
 func TestQuotaSandboxesRace(t *testing.T) {
 	e := newEnv(t)
-	e.setQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 3})
+	e.SetQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 3})
 	var wg sync.WaitGroup
 	errs := make([]error, 8)
 	for i := range errs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = e.createAs("acme", engine.CreateRequest{})
+			_, errs[i] = e.CreateAs("acme", engine.CreateRequest{})
 		}()
 	}
 	wg.Wait()
@@ -93,22 +83,22 @@ func TestQuotaSandboxesRace(t *testing.T) {
 	if live, all := e.liveOf("acme"); live != 3 || all != 3 {
 		t.Fatalf("records: %d live of %d; want 3 of 3 (a refused create left a record)", live, all)
 	}
-	if n := len(e.node.Methods("", "Provision")); n != 3 {
+	if n := len(e.Node.Methods("", "Provision")); n != 3 {
 		t.Fatalf("%d provisions on the node, want 3", n)
 	}
 	// Another tenant is not limited by acme's quota, nor the host admin.
-	if _, err := e.createAs("other", engine.CreateRequest{}); err != nil {
+	if _, err := e.CreateAs("other", engine.CreateRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	// After a delete, one more fits, and not two.
-	sbs, _, _ := e.st.ListSandboxes(e.ctx, store.SandboxFilter{Owner: store.OwnedBy("acme")}, store.Page{})
-	if _, err := e.m.Delete(e.ctx, sbs[0].ID, "test", sandbox.CauseUser, "test"); err != nil {
+	sbs, _, _ := e.Store.ListSandboxes(e.Ctx, store.SandboxFilter{Owner: store.OwnedBy("acme")}, store.Page{})
+	if _, err := e.Engine.Delete(e.Ctx, sbs[0].ID, "test", sandbox.CauseUser, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.createAs("acme", engine.CreateRequest{}); err != nil {
+	if _, err := e.CreateAs("acme", engine.CreateRequest{}); err != nil {
 		t.Fatalf("after a delete: %v", err)
 	}
-	_, err := e.createAs("acme", engine.CreateRequest{})
+	_, err := e.CreateAs("acme", engine.CreateRequest{})
 	wantQuotaErr(t, err, "3 of 3 concurrent sandboxes")
 }
 
@@ -119,36 +109,36 @@ func TestQuotaResources(t *testing.T) {
 	res := func(cpus float64, mem, disk int64) engine.CreateRequest {
 		return engine.CreateRequest{Resources: sandbox.Resources{CPUs: cpus, MemoryBytes: mem, Pids: 256, DiskBytes: disk}}
 	}
-	e.setQuota(store.TenantQuota{Tenant: "cpu", MaxCPUMillis: 1500})
-	if _, err := e.createAs("cpu", res(1, 256<<20, 1<<30)); err != nil {
+	e.SetQuota(store.TenantQuota{Tenant: "cpu", MaxCPUMillis: 1500})
+	if _, err := e.CreateAs("cpu", res(1, 256<<20, 1<<30)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.createAs("cpu", res(0.5, 256<<20, 1<<30)); err != nil {
+	if _, err := e.CreateAs("cpu", res(0.5, 256<<20, 1<<30)); err != nil {
 		t.Fatalf("exactly at the CPU limit: %v", err)
 	}
-	_, err := e.createAs("cpu", res(0.01, 256<<20, 1<<30))
+	_, err := e.CreateAs("cpu", res(0.01, 256<<20, 1<<30))
 	wantQuotaErr(t, err, "tenant cpu: 1.5 of 1.5 CPUs in use")
 
-	e.setQuota(store.TenantQuota{Tenant: "mem", MaxMemory: 1 << 30})
-	if _, err := e.createAs("mem", res(0.1, 768<<20, 1<<30)); err != nil {
+	e.SetQuota(store.TenantQuota{Tenant: "mem", MaxMemory: 1 << 30})
+	if _, err := e.CreateAs("mem", res(0.1, 768<<20, 1<<30)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.createAs("mem", res(0.1, 512<<20, 1<<30))
+	_, err = e.CreateAs("mem", res(0.1, 512<<20, 1<<30))
 	wantQuotaErr(t, err, "tenant mem: 768.0 MiB of 1.0 GiB memory in use, this sandbox asks 512.0 MiB")
-	if _, err := e.createAs("mem", res(0.1, 256<<20, 1<<30)); err != nil {
+	if _, err := e.CreateAs("mem", res(0.1, 256<<20, 1<<30)); err != nil {
 		t.Fatalf("exactly at the memory limit: %v", err)
 	}
 
-	e.setQuota(store.TenantQuota{Tenant: "disk", MaxStorage: 3 << 30})
-	if _, err := e.createAs("disk", res(0.1, 64<<20, 2<<30)); err != nil {
+	e.SetQuota(store.TenantQuota{Tenant: "disk", MaxStorage: 3 << 30})
+	if _, err := e.CreateAs("disk", res(0.1, 64<<20, 2<<30)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.createAs("disk", res(0.1, 64<<20, 2<<30))
+	_, err = e.CreateAs("disk", res(0.1, 64<<20, 2<<30))
 	wantQuotaErr(t, err, "tenant disk: 2.0 GiB of 3.0 GiB storage reserved")
-	if _, err := e.createAs("disk", res(0.1, 64<<20, 1<<30)); err != nil {
+	if _, err := e.CreateAs("disk", res(0.1, 64<<20, 1<<30)); err != nil {
 		t.Fatalf("exactly at the storage limit: %v", err)
 	}
-	u, err := e.m.TenantUsage(e.ctx, "disk", "")
+	u, err := e.Engine.TenantUsage(e.Ctx, "disk", "")
 	if err != nil || u.Sandboxes != 2 || u.Storage != 3<<30 || u.Memory != 128<<20 || u.CPUMillis != 200 {
 		t.Fatalf("usage %+v %v", u, err)
 	}
@@ -163,13 +153,13 @@ func TestQuotaResources(t *testing.T) {
 // refused with a Retry-After, and a retry after that long succeeds.
 func TestQuotaCreateRate(t *testing.T) {
 	e := newEnv(t)
-	e.setQuota(store.TenantQuota{Tenant: "fast", CreateRate: 60, CreateBurst: 2})
+	e.SetQuota(store.TenantQuota{Tenant: "fast", CreateRate: 60, CreateBurst: 2})
 	for i := 0; i < 2; i++ {
-		if _, err := e.createAs("fast", engine.CreateRequest{}); err != nil {
+		if _, err := e.CreateAs("fast", engine.CreateRequest{}); err != nil {
 			t.Fatalf("create %d within the burst: %v", i, err)
 		}
 	}
-	_, err := e.createAs("fast", engine.CreateRequest{})
+	_, err := e.CreateAs("fast", engine.CreateRequest{})
 	wantQuotaErr(t, err, "tenant fast: create rate of 60 a minute (burst 2) exceeded")
 	d, _ := errdefs.RetryAfter(err)
 	if d > 1100*time.Millisecond {
@@ -178,7 +168,7 @@ func TestQuotaCreateRate(t *testing.T) {
 	// Honest: waiting what it said (rounded up to a second, as the header
 	// says) is enough.
 	time.Sleep(((d + time.Second - 1) / time.Second) * time.Second)
-	if _, err := e.createAs("fast", engine.CreateRequest{}); err != nil {
+	if _, err := e.CreateAs("fast", engine.CreateRequest{}); err != nil {
 		t.Fatalf("a retry after Retry-After %v: %v", d, err)
 	}
 	if live, all := e.liveOf("fast"); live != 3 || all != 3 {
@@ -189,19 +179,19 @@ func TestQuotaCreateRate(t *testing.T) {
 // TestQuotaDefault: the daemon's default quota binds tenants without a
 // row, not the host admin; a row of zeros lifts it.
 func TestQuotaDefault(t *testing.T) {
-	e := newEnv(t, func(e *env) { e.cfg.DefaultQuota = store.TenantQuota{MaxSandboxes: 1} })
-	if _, err := e.createAs("t1", engine.CreateRequest{}); err != nil {
+	e := newEnv(t, func(e *enginetest.Env) { e.Config.DefaultQuota = store.TenantQuota{MaxSandboxes: 1} })
+	if _, err := e.CreateAs("t1", engine.CreateRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := e.createAs("t1", engine.CreateRequest{})
+	_, err := e.CreateAs("t1", engine.CreateRequest{})
 	wantQuotaErr(t, err, "tenant t1: 1 of 1 concurrent sandboxes in use")
 	for i := 0; i < 2; i++ {
-		if _, err := e.createAs("", engine.CreateRequest{}); err != nil {
+		if _, err := e.CreateAs("", engine.CreateRequest{}); err != nil {
 			t.Fatalf("the host admin: %v", err)
 		}
 	}
-	e.setQuota(store.TenantQuota{Tenant: "t1"})
-	if _, err := e.createAs("t1", engine.CreateRequest{}); err != nil {
+	e.SetQuota(store.TenantQuota{Tenant: "t1"})
+	if _, err := e.CreateAs("t1", engine.CreateRequest{}); err != nil {
 		t.Fatalf("unlimited row: %v", err)
 	}
 }
@@ -211,28 +201,28 @@ func TestQuotaDefault(t *testing.T) {
 // pool members never count against a tenant.
 func TestQuotaPoolClaim(t *testing.T) {
 	e := newEnv(t)
-	_, err := e.m.SetPool(e.ctx, "base", 2)
-	must(t, err)
-	m1 := e.waitPoolMember()
-	m2 := e.waitPoolMember(m1.ID)
-	e.setQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 1})
-	sb, err := e.createAs("acme", engine.CreateRequest{})
+	_, err := e.Engine.SetPool(e.Ctx, "base", 2)
+	enginetest.Must(t, err)
+	m1 := e.WaitPoolMember()
+	m2 := e.WaitPoolMember(m1.ID)
+	e.SetQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 1})
+	sb, err := e.CreateAs("acme", engine.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sb.ID != m1.ID && sb.ID != m2.ID {
 		t.Fatalf("the create did not claim a member (%s)", sb.ID)
 	}
-	_, err = e.createAs("acme", engine.CreateRequest{})
+	_, err = e.CreateAs("acme", engine.CreateRequest{})
 	wantQuotaErr(t, err, "tenant acme: 1 of 1 concurrent sandboxes in use")
 	other := m1
 	if sb.ID == m1.ID {
 		other = m2
 	}
-	if got := e.get(other.ID); got.Spec.Pool != "base" || got.Tenant != "" || got.State != sandbox.StatePaused {
+	if got := e.Get(other.ID); got.Spec.Pool != "base" || got.Tenant != "" || got.State != sandbox.StatePaused {
 		t.Fatalf("the refused claim touched member %s: pool %q tenant %q %s", other.ID, got.Spec.Pool, got.Tenant, got.State)
 	}
-	if u, err := e.m.TenantUsage(e.ctx, "acme", ""); err != nil || u.Sandboxes != 1 {
+	if u, err := e.Engine.TenantUsage(e.Ctx, "acme", ""); err != nil || u.Sandboxes != 1 {
 		t.Fatalf("usage %+v %v", u, err)
 	}
 }
@@ -240,15 +230,15 @@ func TestQuotaPoolClaim(t *testing.T) {
 // TestQuotaFork: forks are admitted like creates.
 func TestQuotaFork(t *testing.T) {
 	e := newEnv(t)
-	e.setQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 2})
-	parent, err := e.createAs("acme", engine.CreateRequest{})
+	e.SetQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 2})
+	parent, err := e.CreateAs("acme", engine.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.m.Fork(e.ctx, parent.ID, &snapshots.ForkRequest{Count: 1}, "test"); err != nil {
+	if _, _, err := e.Engine.Fork(e.Ctx, parent.ID, &snapshots.ForkRequest{Count: 1}, "test"); err != nil {
 		t.Fatalf("a fork within the quota: %v", err)
 	}
-	_, _, err = e.m.Fork(e.ctx, parent.ID, &snapshots.ForkRequest{Count: 1}, "test")
+	_, _, err = e.Engine.Fork(e.Ctx, parent.ID, &snapshots.ForkRequest{Count: 1}, "test")
 	wantQuotaErr(t, err, "tenant acme: 2 of 2 concurrent sandboxes in use")
 	if live, _ := e.liveOf("acme"); live != 2 {
 		t.Fatalf("%d live after a refused fork, want 2", live)
@@ -259,17 +249,17 @@ func TestQuotaFork(t *testing.T) {
 // refused past it, with nothing recorded; sandboxes then see them counted.
 func TestQuotaVolumes(t *testing.T) {
 	e := newEnv(t)
-	e.setQuota(store.TenantQuota{Tenant: "acme", MaxStorage: 3 << 30})
-	if _, err := e.m.CreateVolume(e.ctx, &volumes.CreateRequest{Name: "v1", SizeBytes: 2 << 30}, "acme"); err != nil {
+	e.SetQuota(store.TenantQuota{Tenant: "acme", MaxStorage: 3 << 30})
+	if _, err := e.Engine.CreateVolume(e.Ctx, &volumes.CreateRequest{Name: "v1", SizeBytes: 2 << 30}, "acme"); err != nil {
 		t.Fatal(err)
 	}
-	_, err := e.m.CreateVolume(e.ctx, &volumes.CreateRequest{Name: "v2", SizeBytes: 2 << 30}, "acme")
+	_, err := e.Engine.CreateVolume(e.Ctx, &volumes.CreateRequest{Name: "v2", SizeBytes: 2 << 30}, "acme")
 	wantQuotaErr(t, err, "tenant acme: 2.0 GiB of 3.0 GiB storage reserved, this volume asks 2.0 GiB")
-	vols, _, err := e.st.ListVolumes(e.ctx, store.VolumeFilter{Owner: store.OwnedBy("acme"), IncludeDeleted: true}, store.Page{})
+	vols, _, err := e.Store.ListVolumes(e.Ctx, store.VolumeFilter{Owner: store.OwnedBy("acme"), IncludeDeleted: true}, store.Page{})
 	if err != nil || len(vols) != 1 {
 		t.Fatalf("volumes after a refusal: %d %v", len(vols), err)
 	}
-	_, err = e.createAs("acme", engine.CreateRequest{Resources: sandbox.Resources{CPUs: 0.1, MemoryBytes: 64 << 20, Pids: 64, DiskBytes: 2 << 30}})
+	_, err = e.CreateAs("acme", engine.CreateRequest{Resources: sandbox.Resources{CPUs: 0.1, MemoryBytes: 64 << 20, Pids: 64, DiskBytes: 2 << 30}})
 	wantQuotaErr(t, err, "storage reserved")
 }
 
@@ -310,24 +300,24 @@ func (g *gatedThaw) Thaw(ctx context.Context, sb *sandbox.Sandbox) error {
 // refused one did not take is untouched.
 func TestQuotaClaimsSideBySide(t *testing.T) {
 	g := &gatedThaw{want: 2, met: make(chan struct{})}
-	e := newEnv(t, func(e *env) {
-		e.node = memnode.New(e.t)
-		g.Node = e.node
-		e.backend = g
+	e := newEnv(t, func(e *enginetest.Env) {
+		e.Node = memnode.New(e.T)
+		g.Node = e.Node
+		e.Backend = g
 	})
-	_, err := e.m.SetPool(e.ctx, "base", 3)
-	must(t, err)
-	m1 := e.waitPoolMember()
-	m2 := e.waitPoolMember(m1.ID)
-	e.waitPoolMember(m1.ID, m2.ID)
-	e.setQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 2})
+	_, err := e.Engine.SetPool(e.Ctx, "base", 3)
+	enginetest.Must(t, err)
+	m1 := e.WaitPoolMember()
+	m2 := e.WaitPoolMember(m1.ID)
+	e.WaitPoolMember(m1.ID, m2.ID)
+	e.SetQuota(store.TenantQuota{Tenant: "acme", MaxSandboxes: 2})
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
 	for i := range errs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = e.createAs("acme", engine.CreateRequest{})
+			_, errs[i] = e.CreateAs("acme", engine.CreateRequest{})
 		}()
 	}
 	wg.Wait()
@@ -343,7 +333,7 @@ func TestQuotaClaimsSideBySide(t *testing.T) {
 		}
 	}
 	if ok != 2 {
-		sbs, _, _ := e.st.ListSandboxes(e.ctx, store.SandboxFilter{Owner: store.AnyOwner, IncludeDeleted: true}, store.Page{})
+		sbs, _, _ := e.Store.ListSandboxes(e.Ctx, store.SandboxFilter{Owner: store.AnyOwner, IncludeDeleted: true}, store.Page{})
 		for _, sb := range sbs {
 			t.Logf("%s tenant=%q pool=%q %s %s", sb.ID, sb.Tenant, sb.Spec.Pool, sb.State, sb.Reason)
 		}
@@ -355,7 +345,7 @@ func TestQuotaClaimsSideBySide(t *testing.T) {
 	if live, _ := e.liveOf("acme"); live != 2 {
 		t.Fatalf("acme has %d live sandboxes, want 2", live)
 	}
-	if u, err := e.m.TenantUsage(e.ctx, "acme", ""); err != nil || u.Sandboxes != 2 {
+	if u, err := e.Engine.TenantUsage(e.Ctx, "acme", ""); err != nil || u.Sandboxes != 2 {
 		t.Fatalf("usage after the claims: %+v %v", u, err)
 	}
 }

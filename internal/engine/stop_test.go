@@ -1,4 +1,4 @@
-package enginetest_test
+package engine_test
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/enginetest"
 	"github.com/berth-sh/berth/internal/engine/procs"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
@@ -16,19 +17,19 @@ import (
 // startTrap starts a background process that runs script (which must
 // print "ready" once its traps are set) and waits for "ready".
 func (e *env) startTrap(id, script string) {
-	e.t.Helper()
-	p, err := e.m.StartProcess(e.ctx, id, &procs.StartRequest{ExecRequest: engine.ExecRequest{
+	e.T.Helper()
+	p, err := e.Engine.StartProcess(e.Ctx, id, &procs.StartRequest{ExecRequest: engine.ExecRequest{
 		Cmd: []string{"sh", "-c", script}}}, "test")
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	var out bytes.Buffer
-	if !poll(func() bool {
+	if !enginetest.Poll(func() bool {
 		out.Reset()
-		_, err := e.m.AttachProcess(e.ctx, id, p.ID, false, procs.AttachIO{Stdout: &out}, "test")
+		_, err := e.Engine.AttachProcess(e.Ctx, id, p.ID, false, procs.AttachIO{Stdout: &out}, "test")
 		return err == nil && strings.Contains(out.String(), "ready")
 	}) {
-		e.t.Fatalf("process never got ready: %q", out.String())
+		e.T.Fatalf("process never got ready: %q", out.String())
 	}
 }
 
@@ -45,10 +46,10 @@ func TestStopGraceful(t *testing.T) {
 		return strings.TrimSpace(string(b))
 	}
 
-	sb := e.create(engine.CreateRequest{Template: "base", Persistent: true})
+	sb := e.Create(engine.CreateRequest{Template: "base", Persistent: true})
 	e.startTrap(sb.ID, `trap "echo got-term > `+dir+`/term; exit 0" TERM; echo ready; while :; do sleep 0.05; done`)
 	begin := time.Now()
-	if _, err := e.m.Stop(e.ctx, sb.ID, "test"); err != nil {
+	if _, err := e.Engine.Stop(e.Ctx, sb.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
 	if got := marker("term"); got != "got-term" {
@@ -57,22 +58,22 @@ func TestStopGraceful(t *testing.T) {
 	if d := time.Since(begin); d > 5*time.Second {
 		t.Errorf("stop of a process that exits on TERM took %s", d)
 	}
-	e.waitState(sb.ID, sandbox.StateStopped)
+	e.WaitState(sb.ID, sandbox.StateStopped)
 
 	// A template whose image says STOPSIGNAL SIGINT.
-	base, err := e.st.GetTemplate(e.ctx, "base")
+	base, err := e.Store.GetTemplate(e.Ctx, "base")
 	if err != nil {
 		t.Fatal(err)
 	}
 	intTpl := *base
 	intTpl.Name = "int-stop"
 	intTpl.Config.StopSignal = "SIGINT"
-	if err := e.st.PutTemplate(e.ctx, &intTpl); err != nil {
+	if err := e.Store.PutTemplate(e.Ctx, &intTpl); err != nil {
 		t.Fatal(err)
 	}
-	sb2 := e.create(engine.CreateRequest{Template: "int-stop", Persistent: true})
+	sb2 := e.Create(engine.CreateRequest{Template: "int-stop", Persistent: true})
 	e.startTrap(sb2.ID, `trap "echo got-term > `+dir+`/int; exit 0" TERM; trap "echo got-int > `+dir+`/int; exit 0" INT; echo ready; while :; do sleep 0.05; done`)
-	if _, err := e.m.Stop(e.ctx, sb2.ID, "test"); err != nil {
+	if _, err := e.Engine.Stop(e.Ctx, sb2.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
 	if got := marker("int"); got != "got-int" {
@@ -80,11 +81,11 @@ func TestStopGraceful(t *testing.T) {
 	}
 
 	// A process that ignores the signal: killed after the grace.
-	sb3 := e.create(engine.CreateRequest{Template: "base", Persistent: true})
+	sb3 := e.Create(engine.CreateRequest{Template: "base", Persistent: true})
 	e.startTrap(sb3.ID, `trap "echo ignored > `+dir+`/ign" TERM; echo ready; while :; do sleep 0.05; done`)
 	const grace = 1500 * time.Millisecond
 	begin = time.Now()
-	if _, err := e.m.StopGrace(e.ctx, sb3.ID, "test", grace); err != nil {
+	if _, err := e.Engine.StopGrace(e.Ctx, sb3.ID, "test", grace); err != nil {
 		t.Fatal(err)
 	}
 	d := time.Since(begin)
@@ -94,20 +95,20 @@ func TestStopGraceful(t *testing.T) {
 	if got := marker("ign"); got != "ignored" {
 		t.Errorf("the ignoring process never got TERM (marker %q)", got)
 	}
-	if st := e.waitState(sb3.ID, sandbox.StateStopped); st.State != sandbox.StateStopped {
+	if st := e.WaitState(sb3.ID, sandbox.StateStopped); st.State != sandbox.StateStopped {
 		t.Fatalf("state %s", st.State)
 	}
 
 	// Bad grace: refused before anything happens.
-	if _, err := e.m.StopGrace(e.ctx, sb3.ID, "test", -time.Second); err == nil {
+	if _, err := e.Engine.StopGrace(e.Ctx, sb3.ID, "test", -time.Second); err == nil {
 		t.Fatal("negative grace accepted")
 	}
 
 	// Delete of a running sandbox does not wait out a grace.
-	sb4 := e.create(engine.CreateRequest{Template: "base"})
+	sb4 := e.Create(engine.CreateRequest{Template: "base"})
 	e.startTrap(sb4.ID, `trap "" TERM; echo ready; while :; do sleep 0.05; done`)
 	begin = time.Now()
-	if _, err := e.m.Delete(e.ctx, sb4.ID, "test", sandbox.CauseUser, "test"); err != nil {
+	if _, err := e.Engine.Delete(e.Ctx, sb4.ID, "test", sandbox.CauseUser, "test"); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(begin); d > 3*time.Second {

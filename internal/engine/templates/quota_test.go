@@ -1,4 +1,4 @@
-package enginetest_test
+package templates_test
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/berth-sh/berth/internal/engine/enginetest"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/image"
 	"github.com/berth-sh/berth/internal/selftest/catalogue"
@@ -49,14 +50,14 @@ func gzipArchive(t *testing.T, img v1.Image) string {
 // invalid-archive error and nothing of it; with the real bytes it is
 // charged in full, exactly as if the layer were new.
 func TestTemplateStorageQuota(t *testing.T) {
-	e := newEnv(t, withImages())
+	e := newEnv(t, enginetest.WithImages())
 	const kib = 1 << 10
-	e.setQuota(store.TenantQuota{Tenant: "acme", MaxStorage: 1 << 20})
-	acme := e.as("acme")
+	e.SetQuota(store.TenantQuota{Tenant: "acme", MaxStorage: 1 << 20})
+	acme := e.As("acme")
 	one := zeroLayerImage(t, "one", 600*kib, "")
 	oneID := diffIDOf(t, one)
 
-	tpl, err := e.upload(acme, "one", gzipArchive(t, one))
+	tpl, err := e.Upload(acme, "one", gzipArchive(t, one))
 	if err != nil {
 		t.Fatalf("an import that fits: %v", err)
 	}
@@ -65,7 +66,7 @@ func TestTemplateStorageQuota(t *testing.T) {
 	}
 	usage := func(tenant string) int64 {
 		t.Helper()
-		u, err := e.m.TenantUsage(e.ctx, tenant, "")
+		u, err := e.Engine.TenantUsage(e.Ctx, tenant, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +83,7 @@ func TestTemplateStorageQuota(t *testing.T) {
 	if st, err := os.Stat(archive); err != nil || st.Size() > 64*kib {
 		t.Fatalf("the archive is not small: %v %v", st.Size(), err)
 	}
-	_, err = e.upload(acme, "two", archive)
+	_, err = e.Upload(acme, "two", archive)
 	if !errors.Is(err, errdefs.ErrQuota) || !strings.Contains(err.Error(), "tenant acme: 600.5 KiB of 1.0 MiB storage in use") {
 		t.Fatalf("an import past the quota: %v, want quota_exceeded naming the storage", err)
 	}
@@ -92,14 +93,14 @@ func TestTemplateStorageQuota(t *testing.T) {
 	if u := usage("acme"); u != billed {
 		t.Fatalf("usage after the refusal: %d, want %d", u, billed)
 	}
-	if _, err := e.st.GetTenantTemplate(e.ctx, "acme", "two"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := e.Store.GetTenantTemplate(e.Ctx, "acme", "two"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("the refused template was recorded: %v", err)
 	}
-	if e.images.HasLayer(diffIDOf(t, two)) {
+	if e.Images.HasLayer(diffIDOf(t, two)) {
 		t.Fatal("the refused layer is in the store")
 	}
 	// Its own layer again: free, so it fits with 424 KiB left.
-	if _, err := e.upload(acme, "again", gzipArchive(t, one)); err != nil {
+	if _, err := e.Upload(acme, "again", gzipArchive(t, one)); err != nil {
 		t.Fatalf("re-importing its own layer: %v", err)
 	}
 	if u := usage("acme"); u != billed {
@@ -107,21 +108,21 @@ func TestTemplateStorageQuota(t *testing.T) {
 	}
 
 	// zed names acme's layer over other bytes.
-	e.setQuota(store.TenantQuota{Tenant: "zed", MaxStorage: 512 * kib})
-	zed := e.as("zed")
-	_, err = e.upload(zed, "stolen", gzipArchive(t, zeroLayerImage(t, "guess", 8, oneID)))
+	e.SetQuota(store.TenantQuota{Tenant: "zed", MaxStorage: 512 * kib})
+	zed := e.As("zed")
+	_, err = e.Upload(zed, "stolen", gzipArchive(t, zeroLayerImage(t, "guess", 8, oneID)))
 	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "diffID mismatch") {
 		t.Fatalf("zed forging acme's layer id: %v, want a diffID mismatch", err)
 	}
-	if _, err := e.st.GetTenantTemplate(e.ctx, "zed", "stolen"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := e.Store.GetTenantTemplate(e.Ctx, "zed", "stolen"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("the forged template was recorded: %v", err)
 	}
-	if !e.images.HasLayer(oneID) {
+	if !e.Images.HasLayer(oneID) {
 		t.Fatal("acme's layer went with zed's failed import")
 	}
 	// With acme's real bytes zed pays for the layer like any new one: its
 	// 512 KiB do not hold 600 (the cache does not make it free).
-	_, err = e.upload(zed, "same", gzipArchive(t, one))
+	_, err = e.Upload(zed, "same", gzipArchive(t, one))
 	if !errors.Is(err, errdefs.ErrQuota) {
 		t.Fatalf("zed importing a cached layer past its quota: %v, want quota_exceeded", err)
 	}
@@ -144,14 +145,14 @@ func diffIDOf(t *testing.T, img v1.Image) string {
 // the other refused with quota_exceeded (imports of a tenant take turns,
 // so both cannot spend the same room).
 func TestTemplateStorageQuotaConcurrent(t *testing.T) {
-	e := newEnv(t, withImages())
-	e.setQuota(store.TenantQuota{Tenant: "acme", MaxStorage: 1 << 20})
-	acme := e.as("acme")
+	e := newEnv(t, enginetest.WithImages())
+	e.SetQuota(store.TenantQuota{Tenant: "acme", MaxStorage: 1 << 20})
+	acme := e.As("acme")
 	archives := []string{gzipArchive(t, zeroLayerImage(t, "x", 600<<10, "")), gzipArchive(t, zeroLayerImage(t, "y", 600<<10, ""))}
 	errs := make(chan error, 2)
 	for i, p := range archives {
 		go func() {
-			_, err := e.upload(acme, []string{"x", "y"}[i], p)
+			_, err := e.Upload(acme, []string{"x", "y"}[i], p)
 			errs <- err
 		}()
 	}
@@ -169,7 +170,7 @@ func TestTemplateStorageQuotaConcurrent(t *testing.T) {
 	if ok != 1 || refused != 1 {
 		t.Fatalf("%d recorded, %d refused; want 1 and 1", ok, refused)
 	}
-	if u, err := e.m.TenantUsage(e.ctx, "acme", ""); err != nil || u.Storage != 600<<10+image.EntryCharge {
+	if u, err := e.Engine.TenantUsage(e.Ctx, "acme", ""); err != nil || u.Storage != 600<<10+image.EntryCharge {
 		t.Fatalf("usage %d %v, want one layer's", u.Storage, err)
 	}
 }

@@ -1,8 +1,9 @@
-package enginetest_test
+package pools_test
 
 import (
 	"testing"
 
+	"github.com/berth-sh/berth/internal/engine/enginetest"
 	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
@@ -18,21 +19,21 @@ func TestPoolFinishesInterruptedMembers(t *testing.T) {
 	arm := func() {
 		t.Helper()
 		disarm, err := failpoint.Arm("pool.refill.after-launch=1*return(refill interrupted)")
-		must(t, err)
+		enginetest.Must(t, err)
 		t.Cleanup(disarm)
 	}
 	states := func() map[string]sandbox.State {
 		out := map[string]sandbox.State{}
-		for _, sb := range e.poolMembersOf("", "base") {
+		for _, sb := range e.PoolMembersOf("", "base") {
 			out[sb.ID] = sb.State
 		}
 		return out
 	}
 	arm()
-	_, err := e.m.SetPool(e.ctx, "base", 1)
-	must(t, err)
+	_, err := e.Engine.SetPool(e.Ctx, "base", 1)
+	enginetest.Must(t, err)
 	var first string
-	if !poll(func() bool {
+	if !enginetest.Poll(func() bool {
 		for id := range states() {
 			first = id
 			return true
@@ -42,22 +43,22 @@ func TestPoolFinishesInterruptedMembers(t *testing.T) {
 		t.Fatal("no pool member made")
 	}
 	// The interrupted member itself is finished (paused), not replaced.
-	if !poll(func() bool { s := states(); return len(s) == 1 && s[first] == sandbox.StatePaused }) {
+	if !enginetest.Poll(func() bool { s := states(); return len(s) == 1 && s[first] == sandbox.StatePaused }) {
 		t.Fatalf("the interrupted member was not finished into the pool: %v", states())
 	}
 
 	// Interrupted again, then the pool is made 0: every member goes, the
 	// unfinished one too.
 	arm()
-	_, err = e.m.SetPool(e.ctx, "base", 2)
-	must(t, err)
-	if !poll(func() bool { return len(states()) == 2 }) {
+	_, err = e.Engine.SetPool(e.Ctx, "base", 2)
+	enginetest.Must(t, err)
+	if !enginetest.Poll(func() bool { return len(states()) == 2 }) {
 		t.Fatalf("pool of 2: %v", states())
 	}
-	_, err = e.m.SetPool(e.ctx, "base", 0)
-	must(t, err)
-	if !poll(func() bool { return len(states()) == 0 }) {
+	_, err = e.Engine.SetPool(e.Ctx, "base", 0)
+	enginetest.Must(t, err)
+	if !enginetest.Poll(func() bool { return len(states()) == 0 }) {
 		t.Fatalf("pool made 0 keeps %v", states())
 	}
-	e.healthy()
+	e.Healthy()
 }

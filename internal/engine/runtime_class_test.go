@@ -1,4 +1,4 @@
-package enginetest_test
+package engine_test
 
 import (
 	"slices"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/enginetest"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/node/memnode"
@@ -25,11 +26,11 @@ var fakeKata = node.Class{Name: "fake-kata", Caps: node.Caps{Pool: true, Freeze:
 func TestDefaultClassRecordedByName(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(engine.CreateRequest{})
-	if got := e.get(sb.ID).Spec.Runtime; got != memnode.FakeRunc.Name {
+	sb := e.Create(engine.CreateRequest{})
+	if got := e.Get(sb.ID).Spec.Runtime; got != memnode.FakeRunc.Name {
 		t.Fatalf("a create without a runtime recorded %q, want the default's name %q", got, memnode.FakeRunc.Name)
 	}
-	if s, _ := e.node.Get(sb.ID); s.Class != memnode.FakeRunc.Name {
+	if s, _ := e.Node.Get(sb.ID); s.Class != memnode.FakeRunc.Name {
 		t.Fatalf("provisioned as %q", s.Class)
 	}
 }
@@ -39,52 +40,52 @@ func TestDefaultClassRecordedByName(t *testing.T) {
 func TestRestartWithAnotherDefaultKeepsClasses(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	runc := e.create(engine.CreateRequest{Persistent: true})
-	e.stopManager()
-	e.node.SetDefault(memnode.FakeRunsc.Name)
-	e.start()
-	if got := e.m.DefaultRuntime(); got != memnode.FakeRunsc.Name {
+	runc := e.Create(engine.CreateRequest{Persistent: true})
+	e.StopEngine()
+	e.Node.SetDefault(memnode.FakeRunsc.Name)
+	e.Start()
+	if got := e.Engine.DefaultRuntime(); got != memnode.FakeRunsc.Name {
 		t.Fatalf("default %q", got)
 	}
-	sb := e.waitState(runc.ID, sandbox.StateRunning)
+	sb := e.WaitState(runc.ID, sandbox.StateRunning)
 	if sb.Spec.Runtime != memnode.FakeRunc.Name {
 		t.Fatalf("after the restart the record says %q", sb.Spec.Runtime)
 	}
-	if iso := e.m.Isolation(sb); iso.Runtime != memnode.FakeRunc.Name {
+	if iso := e.Engine.Isolation(sb); iso.Runtime != memnode.FakeRunc.Name {
 		t.Fatalf("isolation names %q", iso.Runtime)
 	}
 	// fake-runsc, the default now, could hibernate; this sandbox's class
 	// cannot.
-	_, err := e.m.Hibernate(e.ctx, sb.ID, "test")
-	wantErr(t, err, errdefs.ErrConflict)
+	_, err := e.Engine.Hibernate(e.Ctx, sb.ID, "test")
+	enginetest.WantErr(t, err, errdefs.ErrConflict)
 	if !strings.Contains(errdefs.Message(err), memnode.FakeRunc.Name) {
 		t.Fatalf("refusal %q does not name the sandbox's class", errdefs.Message(err))
 	}
-	_, err = e.m.Stop(e.ctx, sb.ID, "test")
-	must(t, err)
-	_, err = e.m.Start(e.ctx, sb.ID, "test")
-	must(t, err)
-	if s, _ := e.node.Get(sb.ID); s.Class != memnode.FakeRunc.Name {
+	_, err = e.Engine.Stop(e.Ctx, sb.ID, "test")
+	enginetest.Must(t, err)
+	_, err = e.Engine.Start(e.Ctx, sb.ID, "test")
+	enginetest.Must(t, err)
+	if s, _ := e.Node.Get(sb.ID); s.Class != memnode.FakeRunc.Name {
 		t.Fatalf("restarted on class %q", s.Class)
 	}
 	// A new sandbox gets the new default, by name.
-	if n := e.create(engine.CreateRequest{}); n.Spec.Runtime != memnode.FakeRunsc.Name {
+	if n := e.Create(engine.CreateRequest{}); n.Spec.Runtime != memnode.FakeRunsc.Name {
 		t.Fatalf("new sandbox on %q", n.Spec.Runtime)
 	}
 }
 
 func TestEgressRefusedWhenDefaultLacksIt(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withClasses(memnode.FakeRunsc, memnode.FakeRunc))
-	_, err := e.m.Create(e.ctx, &engine.CreateRequest{Network: "egress"}, engine.CreateOptions{})
-	wantErr(t, err, errdefs.ErrInvalid)
+	e := newEnv(t, enginetest.WithClasses(memnode.FakeRunsc, memnode.FakeRunc))
+	_, err := e.Engine.Create(e.Ctx, &engine.CreateRequest{Network: "egress"}, engine.CreateOptions{})
+	enginetest.WantErr(t, err, errdefs.ErrInvalid)
 	if !strings.Contains(errdefs.Message(err), memnode.FakeRunsc.Name) {
 		t.Fatalf("refusal %q does not name the class", errdefs.Message(err))
 	}
-	if ids := e.live(); len(ids) != 0 {
+	if ids := e.Live(); len(ids) != 0 {
 		t.Fatalf("refused create left %v", ids)
 	}
-	sb := e.create(engine.CreateRequest{Network: "egress", Runtime: memnode.FakeRunc.Name})
+	sb := e.Create(engine.CreateRequest{Network: "egress", Runtime: memnode.FakeRunc.Name})
 	if sb.Spec.IPv4 == "" {
 		t.Fatal("egress sandbox without an address")
 	}
@@ -94,27 +95,27 @@ func TestEgressRefusedWhenDefaultLacksIt(t *testing.T) {
 // member (members are made in the default class).
 func TestNonDefaultCreateNeverClaimsDefaultPoolMember(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withClasses(memnode.FakeRunc, fakeKata, memnode.FakeRunsc))
-	_, err := e.m.SetPool(e.ctx, "base", 1)
-	must(t, err)
-	member := e.waitPoolMember()
+	e := newEnv(t, enginetest.WithClasses(memnode.FakeRunc, fakeKata, memnode.FakeRunsc))
+	_, err := e.Engine.SetPool(e.Ctx, "base", 1)
+	enginetest.Must(t, err)
+	member := e.WaitPoolMember()
 	if member.Spec.Runtime != memnode.FakeRunc.Name {
 		t.Fatalf("member made in %q", member.Spec.Runtime)
 	}
 	for _, class := range []string{fakeKata.Name, memnode.FakeRunsc.Name} {
-		sb := e.create(engine.CreateRequest{Runtime: class})
+		sb := e.Create(engine.CreateRequest{Runtime: class})
 		if sb.ID == member.ID || sb.Spec.Runtime != class {
 			t.Fatalf("a %s create got the %s pool member", class, member.Spec.Runtime)
 		}
-		if s, _ := e.node.Get(sb.ID); s.Class != class {
+		if s, _ := e.Node.Get(sb.ID); s.Class != class {
 			t.Fatalf("provisioned as %q, want %q", s.Class, class)
 		}
 	}
-	if got := e.get(member.ID); got.State != sandbox.StatePaused || got.Spec.Pool != "base" {
+	if got := e.Get(member.ID); got.State != sandbox.StatePaused || got.Spec.Pool != "base" {
 		t.Fatalf("member %s pool %q", got.State, got.Spec.Pool)
 	}
 	// Naming the default's class is the default: it may claim.
-	if sb := e.create(engine.CreateRequest{Runtime: memnode.FakeRunc.Name}); sb.ID != member.ID {
+	if sb := e.Create(engine.CreateRequest{Runtime: memnode.FakeRunc.Name}); sb.ID != member.ID {
 		t.Fatalf("a create naming the default class did not claim its member")
 	}
 }
@@ -123,20 +124,20 @@ func TestNonDefaultCreateNeverClaimsDefaultPoolMember(t *testing.T) {
 // old default are not handed to creates of the new one.
 func TestPoolMembersOfAnOldDefaultAreNotClaimed(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withClasses(memnode.FakeRunc, fakeKata))
-	_, err := e.m.SetPool(e.ctx, "base", 1)
-	must(t, err)
-	old := e.waitPoolMember()
-	e.stopManager()
-	e.node.SetDefault(fakeKata.Name)
-	e.start()
+	e := newEnv(t, enginetest.WithClasses(memnode.FakeRunc, fakeKata))
+	_, err := e.Engine.SetPool(e.Ctx, "base", 1)
+	enginetest.Must(t, err)
+	old := e.WaitPoolMember()
+	e.StopEngine()
+	e.Node.SetDefault(fakeKata.Name)
+	e.Start()
 	for range 3 {
-		sb := e.create(engine.CreateRequest{})
+		sb := e.Create(engine.CreateRequest{})
 		if sb.ID == old.ID || sb.Spec.Runtime != fakeKata.Name {
 			t.Fatalf("create on the new default got %s (%s); the old default's member is %s", sb.ID, sb.Spec.Runtime, old.ID)
 		}
 	}
-	if got := e.get(old.ID); got.Spec.Runtime != memnode.FakeRunc.Name {
+	if got := e.Get(old.ID); got.Spec.Runtime != memnode.FakeRunc.Name {
 		t.Fatalf("old member now %q", got.Spec.Runtime)
 	}
 	// Pool members made since are the new default's.
@@ -148,8 +149,8 @@ func TestPoolMembersOfAnOldDefaultAreNotClaimed(t *testing.T) {
 }
 
 func listPool(e *env) []*sandbox.Sandbox {
-	sbs, _, err := e.m.List(e.ctx, false, store.Page{})
-	must(e.t, err)
+	sbs, _, err := e.Engine.List(e.Ctx, false, store.Page{})
+	enginetest.Must(e.T, err)
 	return slices.DeleteFunc(sbs, func(sb *sandbox.Sandbox) bool { return sb.Spec.Pool == "" })
 }
 
@@ -161,39 +162,39 @@ var fakePod = node.Class{Name: "fake-pod", Caps: node.Caps{PortsViaAgent: true}}
 // one cannot be paused (501) and cannot be made to pause when idle (400).
 func TestPauseIsStopWhereClassCannotFreeze(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withClasses(fakePod))
+	e := newEnv(t, enginetest.WithClasses(fakePod))
 	// In the workspace: a persistent sandbox's root layer goes with a stop
 	// (unless persist_root), on the double as on a real node.
-	sb := e.create(engine.CreateRequest{Persistent: true})
-	e.writeFile(sb.ID, "/workspace/kept", "x")
-	got, err := e.m.Pause(e.ctx, sb.ID, "test")
-	must(t, err)
+	sb := e.Create(engine.CreateRequest{Persistent: true})
+	e.WriteFile(sb.ID, "/workspace/kept", "x")
+	got, err := e.Engine.Pause(e.Ctx, sb.ID, "test")
+	enginetest.Must(t, err)
 	if got.State != sandbox.StateStopped {
 		t.Fatalf("pause on %s left the sandbox %s; want stopped", fakePod.Name, got.State)
 	}
-	evs, _, err := e.m.Events(e.ctx, sb.ID, 0, store.Page{})
-	must(t, err)
+	evs, _, err := e.Engine.Events(e.Ctx, sb.ID, 0, store.Page{})
+	enginetest.Must(t, err)
 	if last := evs[len(evs)-1]; last.To != sandbox.StateStopped || !strings.Contains(last.Reason, "cannot freeze") {
 		t.Fatalf("last event %+v: want a stop saying the class cannot freeze", last)
 	}
-	if _, err := e.m.Start(e.ctx, sb.ID, "test"); err != nil {
+	if _, err := e.Engine.Start(e.Ctx, sb.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
-	e.waitState(sb.ID, sandbox.StateRunning)
-	if b, err := e.readFile(sb.ID, "/workspace/kept"); err != nil || b != "x" {
+	e.WaitState(sb.ID, sandbox.StateRunning)
+	if b, err := e.ReadFile(sb.ID, "/workspace/kept"); err != nil || b != "x" {
 		t.Fatalf("file after pause-as-stop and start: %q %v", b, err)
 	}
 
-	eph := e.create(engine.CreateRequest{})
-	_, err = e.m.Pause(e.ctx, eph.ID, "test")
-	wantErr(t, err, errdefs.ErrNotSupported)
-	if g := e.get(eph.ID); g.State != sandbox.StateRunning {
+	eph := e.Create(engine.CreateRequest{})
+	_, err = e.Engine.Pause(e.Ctx, eph.ID, "test")
+	enginetest.WantErr(t, err, errdefs.ErrNotSupported)
+	if g := e.Get(eph.ID); g.State != sandbox.StateRunning {
 		t.Fatalf("a refused pause changed the sandbox to %s", g.State)
 	}
-	_, err = e.m.Create(e.ctx, &engine.CreateRequest{Policy: sandbox.Policy{IdleTimeout: time.Minute}}, engine.CreateOptions{Actor: "test"})
-	wantErr(t, err, errdefs.ErrInvalid)
+	_, err = e.Engine.Create(e.Ctx, &engine.CreateRequest{Policy: sandbox.Policy{IdleTimeout: time.Minute}}, engine.CreateOptions{Actor: "test"})
+	enginetest.WantErr(t, err, errdefs.ErrInvalid)
 	// Stopping when idle is fine.
-	e.create(engine.CreateRequest{Policy: sandbox.Policy{IdleTimeout: time.Minute, OnIdle: sandbox.ActionStop}})
+	e.Create(engine.CreateRequest{Policy: sandbox.Policy{IdleTimeout: time.Minute, OnIdle: sandbox.ActionStop}})
 }
 
 // A class whose root layer goes with its pod (Caps.RootLayer false)
@@ -201,18 +202,18 @@ func TestPauseIsStopWhereClassCannotFreeze(t *testing.T) {
 // the same request on a class with a root layer of its own is made.
 func TestPersistRootNeedsRootLayer(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withClasses(fakePod, fakeKata))
-	before, _, err := e.m.List(e.ctx, false, store.Page{})
-	must(t, err)
-	_, err = e.m.Create(e.ctx, &engine.CreateRequest{Runtime: fakePod.Name, Persistent: true, PersistRoot: true}, engine.CreateOptions{Actor: "test"})
-	wantErr(t, err, errdefs.ErrInvalid)
+	e := newEnv(t, enginetest.WithClasses(fakePod, fakeKata))
+	before, _, err := e.Engine.List(e.Ctx, false, store.Page{})
+	enginetest.Must(t, err)
+	_, err = e.Engine.Create(e.Ctx, &engine.CreateRequest{Runtime: fakePod.Name, Persistent: true, PersistRoot: true}, engine.CreateOptions{Actor: "test"})
+	enginetest.WantErr(t, err, errdefs.ErrInvalid)
 	if !strings.Contains(err.Error(), "persist_root") || !strings.Contains(err.Error(), fakePod.Name) {
 		t.Fatalf("refusal %q does not name persist_root and the class", err)
 	}
-	after, _, err := e.m.List(e.ctx, false, store.Page{})
-	must(t, err)
+	after, _, err := e.Engine.List(e.Ctx, false, store.Page{})
+	enginetest.Must(t, err)
 	if len(after) != len(before) {
 		t.Fatalf("a refused create left a record: %d sandboxes before, %d after", len(before), len(after))
 	}
-	e.create(engine.CreateRequest{Runtime: fakeKata.Name, Persistent: true, PersistRoot: true})
+	e.Create(engine.CreateRequest{Runtime: fakeKata.Name, Persistent: true, PersistRoot: true})
 }

@@ -1,4 +1,4 @@
-package enginetest_test
+package engine_test
 
 import (
 	"strings"
@@ -20,12 +20,12 @@ func TestCreateFailsWithoutItsSecretFiles(t *testing.T) {
 	e := newEnv(t)
 	k, _ := secrets.NewKey()
 	kr, _ := secrets.NewKeyring(k)
-	v := vault.New(e.st, kr)
-	e.m.SetSecrets(v)
-	if _, _, err := v.Put(e.ctx, "t1", "TOKEN", []byte("tok-9d1e")); err != nil {
+	v := vault.New(e.Store, kr)
+	e.Engine.SetSecrets(v)
+	if _, _, err := v.Put(e.Ctx, "t1", "TOKEN", []byte("tok-9d1e")); err != nil {
 		t.Fatal(err)
 	}
-	sb, err := e.createAs("t1", engine.CreateRequest{Name: "files",
+	sb, err := e.CreateAs("t1", engine.CreateRequest{Name: "files",
 		Secrets: []sandbox.SecretRef{{Name: "TOKEN", File: "/run/secrets/tok"}}})
 	if err == nil {
 		t.Fatalf("create answered %s although its secret files were not written", sb.State)
@@ -33,7 +33,7 @@ func TestCreateFailsWithoutItsSecretFiles(t *testing.T) {
 	if !strings.Contains(err.Error(), "secret files not delivered") {
 		t.Fatalf("create error does not say why: %v", err)
 	}
-	if ids := e.live(); len(ids) != 0 {
+	if ids := e.Live(); len(ids) != 0 {
 		t.Fatalf("live after the failed create: %v", ids)
 	}
 	tomb := e.tombstones()
@@ -43,12 +43,12 @@ func TestCreateFailsWithoutItsSecretFiles(t *testing.T) {
 		}
 		t.Fatalf("%d tombstones", len(tomb))
 	}
-	if s, ok := e.node.Get(tomb[0].ID); ok {
+	if s, ok := e.Node.Get(tomb[0].ID); ok {
 		t.Fatalf("node still holds the failed sandbox: %+v", s)
 	}
 	// An env-only reference needs no files: that create still works.
-	if _, err := e.createAs("t1", engine.CreateRequest{Secrets: []sandbox.SecretRef{{Name: "TOKEN", Env: "T"}}}); err != nil {
+	if _, err := e.CreateAs("t1", engine.CreateRequest{Secrets: []sandbox.SecretRef{{Name: "TOKEN", Env: "T"}}}); err != nil {
 		t.Fatal(err)
 	}
-	e.healthy()
+	e.Healthy()
 }

@@ -1,10 +1,11 @@
-package enginetest_test
+package engine_test
 
 import (
 	"testing"
 	"time"
 
 	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/internal/engine/enginetest"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
@@ -43,38 +44,38 @@ func TestPolicyActions(t *testing.T) {
 		{name: "max age deletes a stopped sandbox",
 			req: engine.CreateRequest{Persistent: true, Policy: sandbox.Policy{MaxAge: 100 * time.Second}},
 			setup: func(e *env, id string) {
-				_, err := e.m.Stop(e.ctx, id, "test")
-				must(e.t, err)
+				_, err := e.Engine.Stop(e.Ctx, id, "test")
+				enginetest.Must(e.T, err)
 			},
 			after: 101 * time.Second, want: sandbox.StateDeleted},
 		{name: "retention deletes a stopped sandbox",
 			req: engine.CreateRequest{Persistent: true, Policy: sandbox.Policy{Retention: 60 * time.Second}},
 			setup: func(e *env, id string) {
-				_, err := e.m.Stop(e.ctx, id, "test")
-				must(e.t, err)
+				_, err := e.Engine.Stop(e.Ctx, id, "test")
+				enginetest.Must(e.T, err)
 			},
 			after: 61 * time.Second, want: sandbox.StateDeleted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			sb := e.create(tc.req)
+			sb := e.Create(tc.req)
 			if tc.setup != nil {
 				tc.setup(e, sb.ID)
 			}
-			before := e.get(sb.ID).State
+			before := e.Get(sb.ID).State
 			// Not due yet: nothing happens before the deadline.
-			e.clock.Advance(tc.after - 2*time.Second)
+			e.Clock.Advance(tc.after - 2*time.Second)
 			time.Sleep(100 * time.Millisecond) // several reconciler passes
-			if got := e.get(sb.ID).State; got != before {
+			if got := e.Get(sb.ID).State; got != before {
 				t.Fatalf("acted before the deadline: %s", got)
 			}
-			e.clock.Advance(2 * time.Second)
-			got := e.waitState(sb.ID, tc.want)
+			e.Clock.Advance(2 * time.Second)
+			got := e.WaitState(sb.ID, tc.want)
 			if got.Cause != sandbox.CausePolicy {
 				t.Fatalf("cause %s (%s), want policy", got.Cause, got.Reason)
 			}
-			e.wantNodeStatus(sb.ID, tc.node)
+			e.WantNodeStatus(sb.ID, tc.node)
 		})
 	}
 }
@@ -83,18 +84,18 @@ func TestPolicyActions(t *testing.T) {
 func TestIdleCountsFromLastActivity(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sb := e.create(engine.CreateRequest{Policy: sandbox.Policy{IdleTimeout: 30 * time.Second}})
-	e.clock.Advance(20 * time.Second)
-	if exit, _, err := e.exec(sb.ID, "true"); err != nil || exit.Code != 0 {
+	sb := e.Create(engine.CreateRequest{Policy: sandbox.Policy{IdleTimeout: 30 * time.Second}})
+	e.Clock.Advance(20 * time.Second)
+	if exit, _, err := e.Exec(sb.ID, "true"); err != nil || exit.Code != 0 {
 		t.Fatalf("exec: %+v %v", exit, err)
 	}
-	e.clock.Advance(20 * time.Second) // 40 s after start, 20 s after the exec
+	e.Clock.Advance(20 * time.Second) // 40 s after start, 20 s after the exec
 	time.Sleep(100 * time.Millisecond)
-	if got := e.get(sb.ID).State; got != sandbox.StateRunning {
+	if got := e.Get(sb.ID).State; got != sandbox.StateRunning {
 		t.Fatalf("idled %s after activity 20 s ago", got)
 	}
-	e.clock.Advance(11 * time.Second)
-	e.waitState(sb.ID, sandbox.StatePaused)
+	e.Clock.Advance(11 * time.Second)
+	e.WaitState(sb.ID, sandbox.StatePaused)
 }
 
 // A sandbox whose processes end on their own is noticed: an ephemeral
@@ -102,16 +103,16 @@ func TestIdleCountsFromLastActivity(t *testing.T) {
 func TestExitedSandboxIsNoticed(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	eph := e.create(engine.CreateRequest{})
-	per := e.create(engine.CreateRequest{Persistent: true})
-	e.node.Crash(eph.ID)
-	e.node.Crash(per.ID)
-	e.waitState(eph.ID, sandbox.StateDeleted)
-	got := e.waitState(per.ID, sandbox.StateStopped)
+	eph := e.Create(engine.CreateRequest{})
+	per := e.Create(engine.CreateRequest{Persistent: true})
+	e.Node.Crash(eph.ID)
+	e.Node.Crash(per.ID)
+	e.WaitState(eph.ID, sandbox.StateDeleted)
+	got := e.WaitState(per.ID, sandbox.StateStopped)
 	if got.Cause != sandbox.CauseReconciler {
 		t.Fatalf("cause %s", got.Cause)
 	}
-	e.healthy()
+	e.Healthy()
 }
 
 // After a restart, the reconciler adopts what runs, destroys ephemeral
@@ -119,27 +120,27 @@ func TestExitedSandboxIsNoticed(t *testing.T) {
 func TestRecoverAfterRestart(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	alive := e.create(engine.CreateRequest{})
-	paused := e.create(engine.CreateRequest{})
-	_, err := e.m.Pause(e.ctx, paused.ID, "test")
-	must(t, err)
-	dead := e.create(engine.CreateRequest{})
-	deadPersistent := e.create(engine.CreateRequest{Persistent: true})
-	frozen := e.create(engine.CreateRequest{})
-	e.stopManager()
-	e.node.Crash(dead.ID)
-	e.node.Crash(deadPersistent.ID)
+	alive := e.Create(engine.CreateRequest{})
+	paused := e.Create(engine.CreateRequest{})
+	_, err := e.Engine.Pause(e.Ctx, paused.ID, "test")
+	enginetest.Must(t, err)
+	dead := e.Create(engine.CreateRequest{})
+	deadPersistent := e.Create(engine.CreateRequest{Persistent: true})
+	frozen := e.Create(engine.CreateRequest{})
+	e.StopEngine()
+	e.Node.Crash(dead.ID)
+	e.Node.Crash(deadPersistent.ID)
 	// Frozen under a running record: a pause the daemon died in.
-	must(t, e.node.Freeze(e.ctx, frozen))
-	e.start()
-	e.waitState(alive.ID, sandbox.StateRunning)
-	e.wantNodeStatus(alive.ID, node.StatusRunning)
-	e.waitState(paused.ID, sandbox.StatePaused)
-	e.wantNodeStatus(paused.ID, node.StatusPaused)
-	e.waitState(dead.ID, sandbox.StateDeleted)
-	e.waitState(deadPersistent.ID, sandbox.StateRunning)
-	e.wantNodeStatus(deadPersistent.ID, node.StatusRunning)
-	e.waitState(frozen.ID, sandbox.StateRunning)
-	e.wantNodeStatus(frozen.ID, node.StatusRunning)
-	e.healthy()
+	enginetest.Must(t, e.Node.Freeze(e.Ctx, frozen))
+	e.Start()
+	e.WaitState(alive.ID, sandbox.StateRunning)
+	e.WantNodeStatus(alive.ID, node.StatusRunning)
+	e.WaitState(paused.ID, sandbox.StatePaused)
+	e.WantNodeStatus(paused.ID, node.StatusPaused)
+	e.WaitState(dead.ID, sandbox.StateDeleted)
+	e.WaitState(deadPersistent.ID, sandbox.StateRunning)
+	e.WantNodeStatus(deadPersistent.ID, node.StatusRunning)
+	e.WaitState(frozen.ID, sandbox.StateRunning)
+	e.WantNodeStatus(frozen.ID, node.StatusRunning)
+	e.Healthy()
 }

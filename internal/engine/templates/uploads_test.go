@@ -1,4 +1,4 @@
-package enginetest_test
+package templates_test
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berth-sh/berth/internal/engine/enginetest"
 	"github.com/berth-sh/berth/internal/engine/templates"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -16,14 +17,14 @@ import (
 // and accepted again once an upload ends.
 func TestConcurrentUploadsCapped(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withImages())
+	e := newEnv(t, enginetest.WithImages())
 	var pipes []*io.PipeWriter
 	done := make(chan error, templates.MaxConcurrentUploads)
 	for i := range templates.MaxConcurrentUploads {
 		pr, pw := io.Pipe()
 		pipes = append(pipes, pw)
 		go func() {
-			_, err := e.m.UploadTemplate(e.ctx, fmt.Sprintf("held-%d", i), pr)
+			_, err := e.Engine.UploadTemplate(e.Ctx, fmt.Sprintf("held-%d", i), pr)
 			done <- err
 		}()
 	}
@@ -37,13 +38,13 @@ func TestConcurrentUploadsCapped(t *testing.T) {
 		}
 	}
 	busy := func() bool {
-		_, err := e.m.UploadTemplate(e.ctx, "one-more", strings.NewReader("not a tar"))
+		_, err := e.Engine.UploadTemplate(e.Ctx, "one-more", strings.NewReader("not a tar"))
 		return errors.Is(err, errdefs.ErrLimit)
 	}
-	if !poll(busy) {
+	if !enginetest.Poll(busy) {
 		t.Fatalf("%d uploads held, one more not refused", templates.MaxConcurrentUploads)
 	}
-	_, err := e.m.UploadTemplate(e.ctx, "one-more", strings.NewReader("not a tar"))
+	_, err := e.Engine.UploadTemplate(e.Ctx, "one-more", strings.NewReader("not a tar"))
 	if code, status := errdefs.Code(err); code != "limit_exceeded" || status != 429 || errdefs.LimitName(err) != "max_concurrent_uploads" {
 		t.Fatalf("refusal: %v (%s %d)", err, code, status)
 	}
@@ -51,7 +52,7 @@ func TestConcurrentUploadsCapped(t *testing.T) {
 	if err := <-done; err == nil {
 		t.Fatal("an upload cut short succeeded")
 	}
-	if !poll(func() bool { return !busy() }) {
+	if !enginetest.Poll(func() bool { return !busy() }) {
 		t.Fatal("no room after an upload ended")
 	}
 	for _, pw := range pipes[1:] {
