@@ -335,10 +335,17 @@ func TestExecFloodBoundedMemory(t *testing.T) {
 }
 
 // blockingWriter blocks until released: a client that stops reading.
-type blockingWriter struct{ release chan struct{} }
+// With after set, it stops only once after() holds (writes before that
+// are taken).
+type blockingWriter struct {
+	release chan struct{}
+	after   func() bool
+}
 
 func (w blockingWriter) Write(p []byte) (int, error) {
-	<-w.release
+	if w.after == nil || w.after() {
+		<-w.release
+	}
 	return len(p), nil
 }
 
@@ -347,12 +354,16 @@ func TestExecBackpressure(t *testing.T) {
 	release := make(chan struct{})
 	var stderr syncBuffer
 	done := make(chan error, 1)
+	// The client stops reading stdout once it has the shell's pid from
+	// stderr: stdout and stderr share the stream, so a stdout frame the
+	// agent sent first would otherwise hold the pid's frame behind it.
+	gotPid := func() bool { return strings.HasSuffix(stderr.String(), "\n") }
 	go func() {
 		_, err := a.client.Exec(testCtx(t), agent.ExecRequest{Argv: []string{"sh", "-c", "echo $$ >&2; yes"}, Env: testEnv},
-			agent.ExecIO{Stdout: blockingWriter{release}, Stderr: &stderr})
+			agent.ExecIO{Stdout: blockingWriter{release: release, after: gotPid}, Stderr: &stderr})
 		done <- err
 	}()
-	waitFor(t, func() bool { return strings.HasSuffix(stderr.String(), "\n") })
+	waitFor(t, gotPid)
 	pgid, _ := strconv.Atoi(strings.TrimSpace(stderr.String()))
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
