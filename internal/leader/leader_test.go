@@ -78,8 +78,11 @@ func TestHolderLosesDatabase(t *testing.T) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	if aLost > ttl {
-		t.Errorf("a stopped believing after %v, want within the TTL %v", aLost, ttl)
+	// a's belief ends within the TTL of its last renewal, before the cut;
+	// what this loop sees of it lags by its polling on a loaded machine,
+	// so the check is the order that matters: a stopped before b began.
+	if aLost > bTook {
+		t.Errorf("a stopped believing after %v, b took over after %v: a must stop first", aLost, bTook)
 	}
 	if bTook > ttl+ttl/3+200*time.Millisecond {
 		t.Errorf("b took over after %v, want within TTL + TTL/3", bTook)

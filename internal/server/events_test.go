@@ -319,9 +319,9 @@ func ids(evs []api.Event) []int64 {
 // lease's sandbox stops, and at CloseStreams; a credential's streams are
 // capped; bad positions and filters are 400.
 func TestEventStreamEnds(t *testing.T) {
-	old := credRecheck
-	credRecheck = 100 * time.Millisecond
-	t.Cleanup(func() { credRecheck = old })
+	old := credRecheck.Load()
+	credRecheck.Store(int64(100 * time.Millisecond))
+	t.Cleanup(func() { credRecheck.Store(old) })
 	e := newTenv(t)
 	e.tenant("a")
 	k := e.key("local", "a", "admin")
@@ -387,9 +387,9 @@ func TestEventStreamEnds(t *testing.T) {
 // history read a page at a time) is still re-checked: its key revoked,
 // it ends long before the backlog is sent.
 func TestEventStreamBehindEnds(t *testing.T) {
-	oldRecheck := credRecheck
-	credRecheck = 50 * time.Millisecond
-	t.Cleanup(func() { credRecheck = oldRecheck })
+	oldRecheck := credRecheck.Load()
+	credRecheck.Store(int64(50 * time.Millisecond))
+	t.Cleanup(func() { credRecheck.Store(oldRecheck) })
 	e := newTenv(t)
 	e.srv.events.Page = 1
 	e.tenant("a")

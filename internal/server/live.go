@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berth-sh/berth/internal/auth"
@@ -23,9 +24,12 @@ import (
 	"github.com/berth-sh/berth/internal/server/rest"
 )
 
-// credRecheck is how often bound credentials are re-checked (a variable,
-// so tests may shorten it).
-var credRecheck = 2 * time.Second
+// credRecheck is how often bound credentials are re-checked, in
+// nanoseconds (atomic, so a test may shorten it while an earlier test's
+// watcher still reads it).
+var credRecheck atomic.Int64
+
+func init() { credRecheck.Store(int64(2 * time.Second)) }
 
 // liveCreds is the registry of bound connections.
 type liveCreds struct {
@@ -106,7 +110,8 @@ func (s *Server) credentialsChanged() {
 // nothing is bound.
 func (s *Server) watchCreds() {
 	lc := &s.live
-	t := time.NewTicker(credRecheck)
+	every := time.Duration(credRecheck.Load())
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -126,7 +131,7 @@ func (s *Server) watchCreds() {
 		}
 		lc.mu.Unlock()
 		for _, bs := range byCred {
-			ctx, cancel := context.WithTimeout(context.Background(), credRecheck)
+			ctx, cancel := context.WithTimeout(context.Background(), every)
 			err := s.recheck(ctx, bs[0].p)
 			cancel()
 			if err == nil || !isCredentialEnd(err) {

@@ -112,8 +112,10 @@ func TestConvertRequests(t *testing.T) {
 		// AllPortsPublic (allowPublicTraffic: berth's ports keep their
 		// token default), MaskRequestHost (maskRequestHost), and a rules
 		// update's Replace (updateNetwork replaces; REST's adds and
-		// removes).
-		door := map[string]bool{"create.AllPortsPublic": true, "create.MaskRequestHost": true, "network rules.Replace": true}
+		// removes), and a template service's ReadyPort (a template build's
+		// setStartCmd with waitForPort; berth's own services have none).
+		door := map[string]bool{"create.AllPortsPublic": true, "create.MaskRequestHost": true, "network rules.Replace": true,
+			"import.Service.ReadyPort": true, "build.Service.ReadyPort": true}
 		if z := zeroFields(reflect.ValueOf(out), name, door); len(z) > 0 {
 			t.Errorf("%s: engine fields not converted: %v", name, z)
 		}
