@@ -232,7 +232,9 @@ func TestErrorInjectionMatrix(t *testing.T) {
 				!strings.Contains(ce.Message, ce.RequestID) {
 				t.Fatalf("%s with %s failing answered %v (%+v)", st.op, st.point, err, ce)
 			}
-			if !strings.Contains(d.logs.String(), "failpoint "+st.point+": injected by the matrix") {
+			// The log line is written before the answer, but reaches this
+			// process through a pipe another goroutine reads.
+			if !waitLog(d, "failpoint "+st.point+": injected by the matrix") {
 				t.Fatalf("the daemon's log does not say why %s failed", st.op)
 			}
 			if st.check != nil {
