@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -124,7 +125,19 @@ func TestTemplateImportAndBuild(t *testing.T) {
 	if code != 0 || out != "built\n" {
 		t.Fatalf("run in built template: %q %q", out, e)
 	}
-	// Removing a template in use is refused; unused, it goes.
+	// Removing a template in use is refused; unused, it goes. First the
+	// one-shot runs' sandboxes must be gone (a run returns before its
+	// sandbox's teardown ends), so the refusal names this one.
+	for i := 0; ; i++ {
+		live, err := d.c.ListSandboxes(ctx, false)
+		if err == nil && len(live) == 0 {
+			break
+		}
+		if i == 300 {
+			t.Fatalf("the runs' sandboxes are still there: %+v %v", live, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "bb-built"})
 	if err != nil {
 		t.Fatal(err)
