@@ -92,11 +92,29 @@ type FaultyStore struct {
 	mu     sync.Mutex
 	fail   map[string][]error
 	failIf []failIf
+	nextID int
 }
 
 type failIf struct {
 	match func(*sandbox.Sandbox) bool
 	err   error
+	keep  bool // every matching update until stopped, not the next one
+	id    int
+}
+
+// FailUpdatesIf makes every update that match accepts fail with err,
+// until stop is called.
+func (s *FaultyStore) FailUpdatesIf(match func(*sandbox.Sandbox) bool, err error) (stop func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextID++
+	id := s.nextID
+	s.failIf = append(s.failIf, failIf{match: match, err: err, keep: true, id: id})
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.failIf = slices.DeleteFunc(s.failIf, func(f failIf) bool { return f.id == id })
+	}
 }
 
 // FailUpdateIf makes the next update of a sandbox record that match
@@ -105,7 +123,7 @@ type failIf struct {
 func (s *FaultyStore) FailUpdateIf(match func(*sandbox.Sandbox) bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.failIf = append(s.failIf, failIf{match, err})
+	s.failIf = append(s.failIf, failIf{match: match, err: err})
 }
 
 // FailUpdate makes the next update of sandbox id's record fail with err.
@@ -154,7 +172,9 @@ func (s *FaultyStore) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox, ev
 	}
 	for i, f := range s.failIf {
 		if f.match(sb) {
-			s.failIf = slices.Delete(s.failIf, i, i+1)
+			if !f.keep {
+				s.failIf = slices.Delete(s.failIf, i, i+1)
+			}
 			s.mu.Unlock()
 			return f.err
 		}

@@ -3,8 +3,10 @@ package pools_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/berth-sh/berth/internal/engine/enginetest"
+	"github.com/berth-sh/berth/internal/engine/reconcile"
 	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -120,4 +122,72 @@ func paused(s map[string]sandbox.State) int {
 		}
 	}
 	return n
+}
+
+// A member that stays unfinished (every write that would finish it or
+// remove it refused) is reported by doctor once it has waited past the
+// refills' grace, not before, and doctor --fix removes it. The reconciler
+// ticks hourly here: only the refill's own kicks run, so nothing else
+// holds the member's lock when doctor looks.
+func TestDoctorReportsStuckPoolMember(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(e *enginetest.Env) { e.Config.ReconcileInterval = time.Hour })
+	isMember := func(sb *sandbox.Sandbox, st sandbox.State) bool { return sb.Spec.Pool == "base" && sb.State == st }
+	stopPause := e.Store.FailUpdatesIf(func(sb *sandbox.Sandbox) bool { return isMember(sb, sandbox.StatePaused) }, enginetest.ErrInjected)
+	defer stopPause()
+	stopRemove := e.Store.FailUpdatesIf(func(sb *sandbox.Sandbox) bool { return isMember(sb, sandbox.StateDeleting) }, enginetest.ErrInjected)
+	defer stopRemove()
+	_, err := e.Engine.SetPool(e.Ctx, "base", 1)
+	enginetest.Must(t, err)
+	var stuck string
+	if !enginetest.Poll(func() bool {
+		for _, sb := range e.PoolMembersOf("", "base") {
+			if sb.State == sandbox.StateRunning && !e.Engine.InFlight(sb.ID) {
+				stuck = sb.ID
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatal("no member left unfinished")
+	}
+	poolFindings := func() []reconcile.Finding {
+		t.Helper()
+		rep, err := e.Engine.Doctor(e.Ctx, false)
+		enginetest.Must(t, err)
+		var out []reconcile.Finding
+		for _, f := range rep.Findings {
+			if f.Kind == "pool" {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	if f := poolFindings(); len(f) != 0 {
+		t.Fatalf("doctor reports a member within the refills' grace: %+v", f)
+	}
+	e.Clock.Advance(2 * time.Minute)
+	var got []reconcile.Finding
+	if !enginetest.Poll(func() bool {
+		got = poolFindings()
+		return len(got) == 1 && got[0].ID == stuck && strings.Contains(got[0].Detail, "unfinished")
+	}) {
+		t.Fatalf("doctor does not report the stuck member %s: %+v", stuck, got)
+	}
+	stopRemove() // the refills still cannot finish it: --fix removes it
+	_, err = e.Engine.Doctor(e.Ctx, true)
+	enginetest.Must(t, err)
+	if !enginetest.Poll(func() bool {
+		sb, err := e.Store.GetSandbox(e.Ctx, store.AnyOwner, stuck)
+		return err == nil && sb.State == sandbox.StateDeleted
+	}) {
+		t.Fatal("doctor --fix left the stuck member")
+	}
+	stopPause()
+	_, err = e.Engine.SetPool(e.Ctx, "base", 0)
+	enginetest.Must(t, err)
+	if !enginetest.Poll(func() bool { return len(e.PoolMembersOf("", "base")) == 0 }) {
+		t.Fatal("pool made 0 keeps members")
+	}
+	e.Healthy()
 }
