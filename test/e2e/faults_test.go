@@ -36,6 +36,9 @@ type faultStep struct {
 	// waits for (a warm pool's refill); the point fails its first hit
 	// only, and check sees what the failure left.
 	background bool
+	// term is the failpoint's action: return (the default), or panic (a
+	// bug in a step: answered 500 like an error, and undone like one).
+	term string
 	// soak: the heavier half, run by make soak only
 	// (TestSoakErrorInjectionMatrix); make test keeps at least one cell
 	// of each operation.
@@ -90,6 +93,7 @@ func faultMatrix() []faultStep {
 	for _, p := range []string{"create.before-mount", "create.after-mount", "create.after-start"} {
 		steps = append(steps, faultStep{op: "create", point: p, run: create})
 	}
+	steps = append(steps, faultStep{op: "create (panic)", point: "create.after-mount", term: "panic", run: create})
 	for _, p := range []string{"fork.after-capture", "create.after-mount"} {
 		steps = append(steps, faultStep{op: "fork", point: p, setup: running, run: fork, check: stillRuns})
 	}
@@ -274,13 +278,17 @@ func runFaultMatrix(t *testing.T, soak bool) {
 			// The message is the cell's own: the log line found below
 			// is this cell's, not an earlier cell's at the same point.
 			msg := fmt.Sprintf("injected by the matrix in cell %d", i)
+			term := st.term
+			if term == "" {
+				term = "return"
+			}
 			if st.background {
-				f.arm(t, st.point+"=1*return("+msg+")")
+				f.arm(t, st.point+"=1*"+term+"("+msg+")")
 				if err := st.run(ctx, f, target); err != nil {
 					t.Fatalf("%s: %v", st.op, err)
 				}
 			} else {
-				f.arm(t, st.point+"=return("+msg+")")
+				f.arm(t, st.point+"="+term+"("+msg+")")
 				err := st.run(ctx, f, target)
 				f.arm(t, "")
 				var ce *client.Error
