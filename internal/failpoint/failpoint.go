@@ -26,8 +26,10 @@
 // (volume.attach.after-record, volume.attach.after-mount),
 // network.rules.apply, a warm pool's refill (pool.refill.after-launch,
 // pool.refill.before-pause), runsc.probe (the daemon's probe of gVisor at
-// start and its retries), build.after-launch (a template build's sandbox
-// made), import.after-unpack (an import's or upload's layers unpacked, its
+// start and its retries), a template build (build.after-launch: its
+// sandbox made; build.after-commit: a step's layer in the store, not yet
+// cached; build.before-record: every layer made, the template not
+// recorded), import.after-unpack (an import's or upload's layers unpacked, its
 // template not recorded), secrets.rewrap and secrets.rotate.after-rewrap (a
 // master key rotation), hibernate (hibernate.after-quiesce,
 // -after-checkpoint, -after-marker, -after-stopping, -after-stophost: a

@@ -36,6 +36,9 @@ type faultStep struct {
 	// waits for (a warm pool's refill); the point fails its first hit
 	// only, and check sees what the failure left.
 	background bool
+	// streamed: the answer streams its progress, so an error after the
+	// first output comes as its last frame (the status was 200 by then).
+	streamed bool
 	// term is the failpoint's action: return (the default), or panic (a
 	// bug in a step: answered 500 like an error, and undone like one).
 	term string
@@ -163,22 +166,9 @@ func faultMatrix() []faultStep {
 				t.Fatalf("rules after a failed update: %+v %v", nr, err)
 			}
 		}})
-	steps = append(steps, faultStep{op: "template build", point: "build.after-launch",
-		run: func(ctx context.Context, f *faultEnv, _ string) error {
-			_, err := f.d.c.BuildTemplate(ctx, api.BuildTemplateRequest{Name: "faulted-build", From: "base", Run: []string{"touch /built"}}, nil)
-			return err
-		},
-		check: func(t *testing.T, f *faultEnv, _ string) {
-			if tpl, err := f.d.c.GetTemplate(context.Background(), "faulted-build"); err == nil {
-				t.Fatalf("a failed build left its template: %+v", tpl)
-			}
-			// The build sandbox is hidden from lists: its record must
-			// be gone (deleted), not running.
-			waitFor(t, "the build sandbox removed", func() bool {
-				ents, err := os.ReadDir(filepath.Join(f.d.dataDir, "sandboxes"))
-				return err == nil && len(ents) == 0
-			})
-		}})
+	for _, p := range []string{"build.after-launch", "build.after-commit", "build.before-record"} {
+		steps = append(steps, buildStep(p, p == "build.before-record"))
+	}
 	steps = append(steps, faultStep{op: "template import", point: "import.after-unpack",
 		// The target is the OCI layout to import (no sandbox).
 		setup: func(t *testing.T, f *faultEnv) string { return writeTestLayout(t, gnuTarUserImage(t)) },
@@ -208,6 +198,28 @@ func faultMatrix() []faultStep {
 			return err
 		}})
 	return steps
+}
+
+// buildStep: a template build failing at point leaves no template and
+// removes its build sandbox (the layers it made stay in the shared
+// store, for the next build's cache).
+func buildStep(point string, soak bool) faultStep {
+	return faultStep{op: "template build", point: point, soak: soak, streamed: true,
+		run: func(ctx context.Context, f *faultEnv, _ string) error {
+			_, err := f.d.c.BuildTemplate(ctx, api.BuildTemplateRequest{Name: "faulted-build", From: "base", Run: []string{"touch /built"}}, nil)
+			return err
+		},
+		check: func(t *testing.T, f *faultEnv, _ string) {
+			if tpl, err := f.d.c.GetTemplate(context.Background(), "faulted-build"); err == nil {
+				t.Fatalf("a failed build left its template: %+v", tpl)
+			}
+			// The build sandbox is hidden from lists: its record must
+			// be gone (deleted), not running.
+			waitFor(t, "the build sandbox removed", func() bool {
+				ents, err := os.ReadDir(filepath.Join(f.d.dataDir, "sandboxes"))
+				return err == nil && len(ents) == 0
+			})
+		}}
 }
 
 // TestErrorInjectionMatrix drives each multi-step operation through an
@@ -292,7 +304,7 @@ func runFaultMatrix(t *testing.T, soak bool) {
 				err := st.run(ctx, f, target)
 				f.arm(t, "")
 				var ce *client.Error
-				if !errors.As(err, &ce) || ce.Status != 500 || ce.Code != "internal" || ce.RequestID == "" ||
+				if !errors.As(err, &ce) || !(ce.Status == 500 || st.streamed && ce.Status == 0) || ce.Code != "internal" || ce.RequestID == "" ||
 					!strings.Contains(ce.Message, ce.RequestID) {
 					t.Fatalf("%s with %s failing answered %v (%+v)", st.op, st.point, err, ce)
 				}
