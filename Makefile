@@ -110,7 +110,7 @@ bench: build ## the performance report (berth bench) beside raw runc; Markdown a
 test-interp-sdk: ## only the @e2b/code-interpreter SDK through the E2B door (also part of make test)
 	$(GO) test -count=1 -timeout 10m -run TestE2BCodeInterpreter -v ./test/e2e/
 
-soak: build ## long churn run with leak checks; the error-injection matrix's runsc half; every hibernate/wake crash point; 320 sandboxes ended in every way, counting zombies
+soak: build ## long churn run with leak checks; the error-injection matrix's heavier half (TestSoakErrorInjectionMatrix); every hibernate/wake crash point; 320 sandboxes ended in every way, counting zombies
 	BERTH_SOAK=1 $(GO) test -count=1 -timeout 90m -run 'TestSoak|TestCrashMidHibernateAndWake|TestNoZombiesAfterSandboxesEnd' -v ./test/e2e/
 
 demo: ## the quick start: installs what is missing, builds, runs the demo

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -328,7 +329,7 @@ func (m *Engine) launch(ctx context.Context, sb *sandbox.Sandbox, actor string, 
 		err = prep()
 	}
 	if err == nil {
-		err = m.provision(ctx, sb)
+		err = m.provisionRecovered(ctx, sb)
 	}
 	if err != nil {
 		m.log.Warn("create failed", "sandbox", sb.ID, "err", err)
@@ -432,6 +433,21 @@ func (m *Engine) provision(ctx context.Context, sb *sandbox.Sandbox) error {
 		return err
 	}
 	return m.ownWorkspace(ctx, sb)
+}
+
+// provisionRecovered is provision with a panic in one of its steps made
+// the create's error (logged with its stack), so that the create is
+// undone like any that failed: the server's guard answers a panic with
+// 500, but would leave the sandbox half made, creating, for ever.
+func (m *Engine) provisionRecovered(ctx context.Context, sb *sandbox.Sandbox) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			m.log.Error("panic in a create's step; undoing the create", "sandbox", sb.ID, "panic", fmt.Sprint(v),
+				"stack", string(debug.Stack()))
+			err = fmt.Errorf("panic: %v", v)
+		}
+	}()
+	return m.provision(ctx, sb)
 }
 
 // workspaceDir is the directory a sandbox's default user owns.

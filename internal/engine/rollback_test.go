@@ -12,6 +12,7 @@ import (
 	"github.com/berth-sh/berth/internal/engine/pools"
 	"github.com/berth-sh/berth/internal/engine/snapshots"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/node"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -587,4 +588,55 @@ func TestWarmPoolAutoClock(t *testing.T) {
 	if !enginetest.Poll(func() bool { p := pool(); return p.Min == 0 && p.Ready == 0 && p.Starting == 0 }) {
 		t.Fatalf("automatic pool not retired after the idle window: %+v", pool())
 	}
+}
+
+// A hibernate that fails after its checkpoint (the processes live only in
+// the image) is undone by waking the sandbox from it: it runs again, the
+// hibernate answering the step's error; a failed release of its host
+// resources is retried by the undo. A wake that fails at its first step
+// leaves the sandbox hibernated, and wakeable. Not parallel: the
+// failpoints are the process's.
+func TestHibernateUndoneAfterCheckpoint(t *testing.T) {
+	e := newEnv(t)
+	arm := func(spec string) {
+		t.Helper()
+		disarm, err := failpoint.Arm(spec)
+		enginetest.Must(t, err)
+		t.Cleanup(disarm)
+	}
+	sb := e.Create(engine.CreateRequest{Runtime: "fake-runsc"})
+	for _, fail := range []func(){
+		func() { arm("hibernate.after-stopping=1*return(injected)") },
+		func() { arm("hibernate.after-stophost=1*return(injected)") },
+		func() { e.Node.FailNext("Stop", enginetest.ErrInjected) },
+	} {
+		fail()
+		mark := e.Mark(sb.ID)
+		_, err := e.Engine.Hibernate(e.Ctx, sb.ID, "test")
+		if err == nil || !strings.Contains(err.Error(), "undone") {
+			t.Fatalf("hibernate: %v, want its error saying it was undone", err)
+		}
+		got := e.WaitState(sb.ID, sandbox.StateRunning)
+		e.WantNodeStatus(sb.ID, node.StatusRunning)
+		if e.Engine.Host().Hibernated(got) {
+			t.Fatal("running, and still hibernated")
+		}
+		if calls := e.CallsAfter(sb.ID, mark, "Checkpoint", "Restore"); !slices.Equal(calls, []string{"Checkpoint", "Restore"}) {
+			t.Fatalf("calls %v, want the checkpoint then its restore", calls)
+		}
+	}
+
+	arm("wake.after-starting=1*return(injected)")
+	_, err := e.Engine.Hibernate(e.Ctx, sb.ID, "test")
+	enginetest.Must(t, err)
+	if _, err := e.Engine.Wake(e.Ctx, sb.ID, "test"); err == nil || !strings.Contains(err.Error(), "failpoint wake.after-starting") {
+		t.Fatalf("wake: %v, want the step's error", err)
+	}
+	got := e.Get(sb.ID)
+	if got.State != sandbox.StateStopped || !e.Engine.Host().Hibernated(got) {
+		t.Fatalf("after a failed wake: %s hibernated=%v", got.State, e.Engine.Host().Hibernated(got))
+	}
+	_, err = e.Engine.Wake(e.Ctx, sb.ID, "test")
+	enginetest.Must(t, err)
+	e.WantNodeStatus(sb.ID, node.StatusRunning)
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
@@ -117,6 +118,11 @@ func (m *Engine) attachVolumes(ctx context.Context, sb *sandbox.Sandbox) error {
 				}
 				return fmt.Errorf("attaching volume %s: %w", v.Name, err)
 			}
+		}
+		// Recorded as attached: a create failing from here releases it
+		// (fail → destroyLocked → releaseVolumes).
+		if err := failpoint.Inject("volume.attach.after-record"); err != nil {
+			return err
 		}
 		if err := m.node.CreateVolume(v.ID, v.SizeBytes, v.Inodes); err != nil {
 			return err

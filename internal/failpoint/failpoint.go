@@ -22,21 +22,27 @@
 // (create.before-mount, create.after-mount, create.after-start), secrets
 // (secrets.deliver), fork and snapshot (fork.after-capture,
 // capture.frozen, snapshot.after-capture), restore (restore.before-revert),
-// volume.create.after-record, network.rules.apply, pool.refill.after-launch,
-// runsc.probe (the daemon's probe of gVisor at start and its retries),
-// build.after-launch (a template build's sandbox made), import.after-unpack
-// (an import's or upload's layers unpacked, its template not recorded),
-// secrets.rewrap and secrets.rotate.after-rewrap (a master key rotation:
-// internal/secrets/vault's TestRotateFailsAtEachStep),
-// hibernate (hibernate.after-quiesce, -after-checkpoint, -after-marker,
-// -after-stopping, -after-stophost), wake (wake.after-starting,
-// -after-restore, -after-ready, -after-marker, -before-running,
-// wake.before-restore), and the backend-neutral pause.after-freeze,
-// stop.after-node and start.after-provision that test/k8s kills a replica
-// with. The error-injection matrix (test/e2e/faults_test.go,
-// TestErrorInjectionMatrix) drives each return point: the call must answer
-// 500 with its request id, leave what it worked on as it was, doctor clean,
-// and nothing for the leak check.
+// volume.create.after-record, volume attach at create
+// (volume.attach.after-record, volume.attach.after-mount),
+// network.rules.apply, a warm pool's refill (pool.refill.after-launch,
+// pool.refill.before-pause), runsc.probe (the daemon's probe of gVisor at
+// start and its retries), a template build (build.after-launch: its
+// sandbox made; build.after-commit: a step's layer in the store, not yet
+// cached; build.before-record: every layer made, the template not
+// recorded), import.after-unpack (an import's or upload's layers unpacked, its
+// template not recorded), secrets.rewrap and secrets.rotate.after-rewrap (a
+// master key rotation), hibernate (hibernate.after-quiesce,
+// -after-checkpoint, -after-marker, -after-stopping, -after-stophost: a
+// failure after the save wakes the sandbox from its image), wake
+// (wake.after-starting, wake.before-restore, -after-restore, -after-ready,
+// -after-marker; wake.before-running, past the image's removal, kills
+// only), and the backend-neutral pause.after-freeze, stop.after-node and
+// start.after-provision that test/k8s kills a replica with. The
+// error-injection matrix (test/e2e/faults_test.go, TestErrorInjectionMatrix
+// and make soak's TestSoakErrorInjectionMatrix) drives each return point:
+// the call must answer 500 with its request id (a refill, which no request
+// waits for, removes its member), leave what it worked on as it was,
+// doctor clean, and nothing for the leak check.
 package failpoint
 
 import (

@@ -360,7 +360,9 @@ type Freezer interface {
 // Hibernator saves and restores processes and memory (Caps.Checkpoint).
 type Hibernator interface {
 	// Checkpoint saves running or paused sb's processes and memory and
-	// ends them. On failure, alive says whether sb still runs as before.
+	// ends them. On failure, alive says whether sb still runs as before;
+	// a failure after the image was complete leaves sb Hibernated (its
+	// image recorded), which the engine undoes by restoring it.
 	Checkpoint(ctx context.Context, sb *sandbox.Sandbox) (cp Checkpoint, alive bool, err error)
 	// Hibernated reports whether stopped sb has a checkpoint to restore.
 	Hibernated(sb *sandbox.Sandbox) bool

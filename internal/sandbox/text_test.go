@@ -1,9 +1,12 @@
 package sandbox_test
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/runtime"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
@@ -113,4 +116,48 @@ func FuzzCheckText(f *testing.F) {
 			t.Fatalf("env accepted NUL in %q", s)
 		}
 	})
+}
+
+// Every count and size limit of a request's text refuses past its value
+// with limit_exceeded naming it (docs/limits.md), and takes the value
+// itself.
+func TestLimitsNamed(t *testing.T) {
+	many := func(n int, val string) map[string]string {
+		m := make(map[string]string, n)
+		for i := range n {
+			m[fmt.Sprintf("K_%d", i)] = val
+		}
+		return m
+	}
+	rules := func(n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf("10.%d.%d.0/24", i/250, i%250)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		limit    string
+		at, past func() error
+	}{
+		{"max_env", func() error { return sandbox.CheckEnv(many(sandbox.MaxEnv, "v")) },
+			func() error { return sandbox.CheckEnv(many(sandbox.MaxEnv+1, "v")) }},
+		{"env_value_bytes", func() error { return sandbox.CheckEnv(many(1, strings.Repeat("v", sandbox.MaxEnvValueBytes))) },
+			func() error { return sandbox.CheckEnv(many(1, strings.Repeat("v", sandbox.MaxEnvValueBytes+1))) }},
+		{"max_labels", func() error { return sandbox.CheckLabels(many(sandbox.MaxLabels, "v")) },
+			func() error { return sandbox.CheckLabels(many(sandbox.MaxLabels+1, "v")) }},
+		{"label_value_bytes", func() error { return sandbox.CheckLabels(many(1, strings.Repeat("v", sandbox.MaxLabelValueBytes))) },
+			func() error { return sandbox.CheckLabels(many(1, strings.Repeat("v", sandbox.MaxLabelValueBytes+1))) }},
+		{"max_allow_rules", func() error { return sandbox.CheckAllow(rules(sandbox.MaxAllowRules)) },
+			func() error { return sandbox.CheckAllow(rules(sandbox.MaxAllowRules + 1)) }},
+	} {
+		if err := tc.at(); err != nil {
+			t.Errorf("%s: at the limit: %v", tc.limit, err)
+		}
+		err := tc.past()
+		if !errors.Is(err, errdefs.ErrLimit) || errdefs.LimitName(err) != tc.limit ||
+			!strings.Contains(errdefs.Message(err), "limit "+tc.limit+" is ") {
+			t.Errorf("%s: past the limit: %v (limit %q)", tc.limit, err, errdefs.LimitName(err))
+		}
+	}
 }

@@ -32,6 +32,20 @@ type faultStep struct {
 	// check, if set, says what the failed operation must have left as
 	// it was (beyond nothing leaked).
 	check func(t *testing.T, f *faultEnv, target string)
+	// background: run only starts the operation, which no request
+	// waits for (a warm pool's refill); the point fails its first hit
+	// only, and check sees what the failure left.
+	background bool
+	// streamed: the answer streams its progress, so an error after the
+	// first output comes as its last frame (the status was 200 by then).
+	streamed bool
+	// term is the failpoint's action: return (the default), or panic (a
+	// bug in a step: answered 500 like an error, and undone like one).
+	term string
+	// soak: the heavier half, run by make soak only
+	// (TestSoakErrorInjectionMatrix); make test keeps at least one cell
+	// of each operation.
+	soak bool
 }
 
 type faultEnv struct {
@@ -46,9 +60,11 @@ func (f *faultEnv) arm(t *testing.T, spec string) {
 	}
 }
 
-// faultMatrix is every multi-step operation that runs without runsc,
-// with each of its named steps (the hibernate and wake cells need runsc
-// and run in the soak target: TestErrorInjectionMatrixRunsc).
+// faultMatrix is every multi-step operation with each of its named
+// steps: create, fork, snapshot, restore, volume create, volume attach,
+// network update, template build and import, create with secret files,
+// a warm pool's refill, hibernate and wake (on runsc, the class that can
+// checkpoint) and the secrets master key's rotation.
 func faultMatrix() []faultStep {
 	create := func(ctx context.Context, f *faultEnv, _ string) error {
 		_, err := f.d.c.CreateSandbox(ctx, api.CreateSandboxRequest{})
@@ -80,6 +96,7 @@ func faultMatrix() []faultStep {
 	for _, p := range []string{"create.before-mount", "create.after-mount", "create.after-start"} {
 		steps = append(steps, faultStep{op: "create", point: p, run: create})
 	}
+	steps = append(steps, faultStep{op: "create (panic)", point: "create.after-mount", term: "panic", run: create})
 	for _, p := range []string{"fork.after-capture", "create.after-mount"} {
 		steps = append(steps, faultStep{op: "fork", point: p, setup: running, run: fork, check: stillRuns})
 	}
@@ -149,22 +166,9 @@ func faultMatrix() []faultStep {
 				t.Fatalf("rules after a failed update: %+v %v", nr, err)
 			}
 		}})
-	steps = append(steps, faultStep{op: "template build", point: "build.after-launch",
-		run: func(ctx context.Context, f *faultEnv, _ string) error {
-			_, err := f.d.c.BuildTemplate(ctx, api.BuildTemplateRequest{Name: "faulted-build", From: "base", Run: []string{"touch /built"}}, nil)
-			return err
-		},
-		check: func(t *testing.T, f *faultEnv, _ string) {
-			if tpl, err := f.d.c.GetTemplate(context.Background(), "faulted-build"); err == nil {
-				t.Fatalf("a failed build left its template: %+v", tpl)
-			}
-			// The build sandbox is hidden from lists: its record must
-			// be gone (deleted), not running.
-			waitFor(t, "the build sandbox removed", func() bool {
-				ents, err := os.ReadDir(filepath.Join(f.d.dataDir, "sandboxes"))
-				return err == nil && len(ents) == 0
-			})
-		}})
+	for _, p := range []string{"build.after-launch", "build.after-commit", "build.before-record"} {
+		steps = append(steps, buildStep(p, p == "build.before-record"))
+	}
 	steps = append(steps, faultStep{op: "template import", point: "import.after-unpack",
 		// The target is the OCI layout to import (no sandbox).
 		setup: func(t *testing.T, f *faultEnv) string { return writeTestLayout(t, gnuTarUserImage(t)) },
@@ -177,6 +181,10 @@ func faultMatrix() []faultStep {
 				t.Fatalf("a failed import left its template: %+v", tpl)
 			}
 		}})
+	steps = append(steps, volumeAttachSteps()...)
+	steps = append(steps, poolRefillSteps()...)
+	steps = append(steps, hibernateSteps()...)
+	steps = append(steps, rotationSteps()...)
 	steps = append(steps, faultStep{op: "create with secret files", point: "secrets.deliver",
 		setup: func(t *testing.T, f *faultEnv) string {
 			if _, err := f.d.c.SetSecret(context.Background(), "FAULTS", "value-7c1e"); err != nil {
@@ -192,14 +200,53 @@ func faultMatrix() []faultStep {
 	return steps
 }
 
+// buildStep: a template build failing at point leaves no template and
+// removes its build sandbox (the layers it made stay in the shared
+// store, for the next build's cache).
+func buildStep(point string, soak bool) faultStep {
+	return faultStep{op: "template build", point: point, soak: soak, streamed: true,
+		run: func(ctx context.Context, f *faultEnv, _ string) error {
+			_, err := f.d.c.BuildTemplate(ctx, api.BuildTemplateRequest{Name: "faulted-build", From: "base", Run: []string{"touch /built"}}, nil)
+			return err
+		},
+		check: func(t *testing.T, f *faultEnv, _ string) {
+			if tpl, err := f.d.c.GetTemplate(context.Background(), "faulted-build"); err == nil {
+				t.Fatalf("a failed build left its template: %+v", tpl)
+			}
+			// The build sandbox is hidden from lists: its record must
+			// be gone (deleted), not running.
+			waitFor(t, "the build sandbox removed", func() bool {
+				ents, err := os.ReadDir(filepath.Join(f.d.dataDir, "sandboxes"))
+				return err == nil && len(ents) == 0
+			})
+		}}
+}
+
 // TestErrorInjectionMatrix drives each multi-step operation through an
 // error at each of its named steps, in one daemon armed through
 // BERTH_FAILPOINTS_FILE: the operation fails with a 500 naming its
 // request id, its partial work is undone (what it worked on is as before,
 // nothing it made is left), doctor finds nothing and the leak check finds
-// nothing once the cell's sandboxes are deleted.
+// nothing once the cell's sandboxes are deleted. A background operation
+// (a pool's refill) answers nothing: its cell checks what the failure
+// left. make test runs every cell but the heavier half of the hibernate
+// and wake ones (TestSoakErrorInjectionMatrix, make soak).
 func TestErrorInjectionMatrix(t *testing.T) {
 	parallel(t)
+	runFaultMatrix(t, false)
+}
+
+// TestSoakErrorInjectionMatrix is the matrix's heavier half, run by make
+// soak (BERTH_SOAK=1): every step of hibernate and wake on runsc that
+// make test's matrix leaves out.
+func TestSoakErrorInjectionMatrix(t *testing.T) {
+	if os.Getenv("BERTH_SOAK") == "" {
+		t.Skip("opt-in, the heavier half of the error-injection matrix: make soak (BERTH_SOAK=1)")
+	}
+	runFaultMatrix(t, true)
+}
+
+func runFaultMatrix(t *testing.T, soak bool) {
 	base := t.TempDir()
 	fp := filepath.Join(base, "failpoints")
 	if err := os.WriteFile(fp, nil, 0o600); err != nil {
@@ -207,8 +254,15 @@ func TestErrorInjectionMatrix(t *testing.T) {
 	}
 	topo := newNetTopo(t) // the network update cell's egress sandbox lives there
 	d := newDaemon(t, &daemon{netns: topo.host, env: []string{"BERTH_FAILPOINTS_FILE=" + fp}})
+	// The hibernate and wake cells need runsc: missing, the matrix fails.
+	if rep, err := d.c.Doctor(context.Background(), false); err != nil || !strings.Contains(rep.Runtime, "runsc") {
+		t.Fatalf("the matrix's daemon offers no runsc class (%v): install it with scripts/install-runsc.sh (make deps runs it)", err)
+	}
 	f := &faultEnv{d: d, fp: fp}
-	for _, st := range faultMatrix() {
+	for i, st := range faultMatrix() {
+		if st.soak != soak {
+			continue
+		}
 		t.Run(st.op+"/"+st.point, func(t *testing.T) {
 			ctx := context.Background()
 			t.Cleanup(func() { // a failed cell leaves nothing to the next
@@ -218,25 +272,53 @@ func TestErrorInjectionMatrix(t *testing.T) {
 						d.c.DeleteSandbox(ctx, sb.ID, true)
 					}
 				}
+				if st.background && t.Failed() {
+					d.c.SetPool(ctx, "base", 0)
+					for range 300 { // best effort: the next cell's leak check tells
+						if ents, err := os.ReadDir(filepath.Join(d.dataDir, "sandboxes")); err == nil && len(ents) == 0 {
+							break
+						}
+						time.Sleep(100 * time.Millisecond)
+					}
+				}
 			})
 			f.arm(t, "")
 			target := ""
 			if st.setup != nil {
 				target = st.setup(t, f)
 			}
-			f.arm(t, st.point+"=return(injected by the matrix)")
-			err := st.run(ctx, f, target)
-			f.arm(t, "")
-			var ce *client.Error
-			if !errors.As(err, &ce) || ce.Status != 500 || ce.Code != "internal" || ce.RequestID == "" ||
-				!strings.Contains(ce.Message, ce.RequestID) {
-				t.Fatalf("%s with %s failing answered %v (%+v)", st.op, st.point, err, ce)
+			// The message is the cell's own: the log line found below
+			// is this cell's, not an earlier cell's at the same point.
+			msg := fmt.Sprintf("injected by the matrix in cell %d", i)
+			term := st.term
+			if term == "" {
+				term = "return"
+			}
+			if st.background {
+				f.arm(t, st.point+"=1*"+term+"("+msg+")")
+				if err := st.run(ctx, f, target); err != nil {
+					t.Fatalf("%s: %v", st.op, err)
+				}
+			} else {
+				f.arm(t, st.point+"="+term+"("+msg+")")
+				err := st.run(ctx, f, target)
+				f.arm(t, "")
+				var ce *client.Error
+				if !errors.As(err, &ce) || !(ce.Status == 500 || st.streamed && ce.Status == 0) || ce.Code != "internal" || ce.RequestID == "" ||
+					!strings.Contains(ce.Message, ce.RequestID) {
+					t.Fatalf("%s with %s failing answered %v (%+v)", st.op, st.point, err, ce)
+				}
 			}
 			// The log line is written before the answer, but reaches this
-			// process through a pipe another goroutine reads.
-			if !waitLog(d, "failpoint "+st.point+": injected by the matrix") {
+			// process through a pipe another goroutine reads; a
+			// background operation's when it comes to the step.
+			why := "failpoint " + st.point + ": " + msg
+			if st.background {
+				waitFor(t, "the refill to come to "+st.point, func() bool { return strings.Contains(d.logs.String(), why) })
+			} else if !waitLog(d, why) {
 				t.Fatalf("the daemon's log does not say why %s failed", st.op)
 			}
+			f.arm(t, "")
 			if st.check != nil {
 				st.check(t, f, target)
 			}
@@ -326,54 +408,6 @@ func TestAllowRuleLimits(t *testing.T) {
 	if out, code := fetch(); code == 0 {
 		t.Fatalf("reachable after its rule was removed: %q", out)
 	}
-}
-
-// TestSoakErrorInjectionRunsc is the matrix's heavier half, run by make
-// soak (BERTH_SOAK=1): a wake on runsc that fails at its step before the
-// restore leaves the sandbox hibernated with its image whole, and the next
-// wake brings back the same processes; then nothing is leaked.
-func TestSoakErrorInjectionRunsc(t *testing.T) {
-	if os.Getenv("BERTH_SOAK") == "" {
-		t.Skip("opt-in, the heavier half of the error-injection matrix: make soak (BERTH_SOAK=1)")
-	}
-	fp := filepath.Join(t.TempDir(), "failpoints")
-	if err := os.WriteFile(fp, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	d := newDaemon(t, &daemon{env: []string{"BERTH_FAILPOINTS_FILE=" + fp}})
-	ctx := context.Background()
-	sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "runsc", Persistent: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	execOut(t, d, sb.ID, "sh", "-c", "sleep 1000 >/dev/null 2>&1 &")
-	if _, err := d.c.Hibernate(ctx, sb.ID); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(fp, []byte("wake.before-restore=return(injected by the matrix)"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	_, err = d.c.Wake(ctx, sb.ID)
-	os.WriteFile(fp, nil, 0o600)
-	var ce *client.Error
-	if !errors.As(err, &ce) || ce.Status != 500 || ce.RequestID == "" {
-		t.Fatalf("wake with its restore step failing: %v", err)
-	}
-	got, err := d.c.GetSandbox(ctx, sb.ID)
-	if err != nil || got.State != "stopped" || got.Reason != "hibernated" {
-		t.Fatalf("after the failed wake: %+v %v", got, err)
-	}
-	if _, err := d.c.Wake(ctx, sb.ID); err != nil {
-		t.Fatalf("wake after the failed one: %v", err)
-	}
-	if out := execOut(t, d, sb.ID, "sh", "-c", "pgrep sleep >/dev/null && echo kept"); out != "kept\n" {
-		t.Fatalf("the woken sandbox lost its processes: %q", out)
-	}
-	assertDoctorClean(t, d)
-	if _, err := d.c.DeleteSandbox(ctx, sb.ID, true); err != nil {
-		t.Fatal(err)
-	}
-	assertNoLeaks(t, d)
 }
 
 // TestE2BAllowRuleLimits: the E2B door refuses 1,000 allowOut entries with

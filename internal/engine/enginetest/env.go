@@ -89,8 +89,41 @@ func (c *Clock) Advance(d time.Duration) {
 // updates (a transition that cannot be recorded).
 type FaultyStore struct {
 	store.Store
-	mu   sync.Mutex
-	fail map[string][]error
+	mu     sync.Mutex
+	fail   map[string][]error
+	failIf []failIf
+	nextID int
+}
+
+type failIf struct {
+	match func(*sandbox.Sandbox) bool
+	err   error
+	keep  bool // every matching update until stopped, not the next one
+	id    int
+}
+
+// FailUpdatesIf makes every update that match accepts fail with err,
+// until stop is called.
+func (s *FaultyStore) FailUpdatesIf(match func(*sandbox.Sandbox) bool, err error) (stop func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextID++
+	id := s.nextID
+	s.failIf = append(s.failIf, failIf{match: match, err: err, keep: true, id: id})
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.failIf = slices.DeleteFunc(s.failIf, func(f failIf) bool { return f.id == id })
+	}
+}
+
+// FailUpdateIf makes the next update of a sandbox record that match
+// accepts (as it would be written) fail with err: for a sandbox whose id
+// the test cannot know beforehand (a warm pool's member).
+func (s *FaultyStore) FailUpdateIf(match func(*sandbox.Sandbox) bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failIf = append(s.failIf, failIf{match: match, err: err})
 }
 
 // FailUpdate makes the next update of sandbox id's record fail with err.
@@ -136,6 +169,15 @@ func (s *FaultyStore) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox, ev
 		s.fail[sb.ID] = q[1:]
 		s.mu.Unlock()
 		return err
+	}
+	for i, f := range s.failIf {
+		if f.match(sb) {
+			if !f.keep {
+				s.failIf = slices.Delete(s.failIf, i, i+1)
+			}
+			s.mu.Unlock()
+			return f.err
+		}
 	}
 	s.mu.Unlock()
 	return s.Store.UpdateSandbox(ctx, sb, events...)

@@ -61,6 +61,11 @@ func (m *Hibernation) hibernateLocked(ctx context.Context, op *engine.Op, sb *sa
 	op.CancelExecs()
 	cp, alive, err := h.Checkpoint(ctx, sb)
 	if err != nil {
+		if !alive && node.Hibernated(m.node, sb) {
+			// The image is complete and recorded: a step after the
+			// save failed. Undone by restoring it.
+			return m.undoHibernate(ctx, op, sb, actor, err)
+		}
 		if !alive {
 			m.log.Warn("checkpoint failed and the sandbox is gone; stopping it", "sandbox", sb.ID, "err", err)
 			if serr := op.Stop(ctx, sb, sandbox.CauseReconciler, actor, "hibernate failed: processes lost"); serr != nil {
@@ -75,18 +80,50 @@ func (m *Hibernation) hibernateLocked(ctx context.Context, op *engine.Op, sb *sa
 	if err := op.Transition(ctx, sb, sandbox.StateStopping, cause, actor, engine.ReasonHibernated); err != nil {
 		return err
 	}
-	failpoint.Hit("hibernate.after-stopping")
+	if err := failpoint.Inject("hibernate.after-stopping"); err != nil {
+		return m.undoHibernate(ctx, op, sb, actor, err)
+	}
 	// Unmount the root and volumes like a stop, but keep the writable
 	// layer and bundle: the restored processes need them as they were.
 	if err := op.StopHost(ctx, sb); err != nil {
-		sb.Error = "hibernate: " + err.Error()
-		_ = m.store.UpdateSandbox(ctx, sb)
-		return fmt.Errorf("hibernate: releasing host resources: %w", err)
+		return m.undoHibernate(ctx, op, sb, actor, fmt.Errorf("releasing host resources: %w", err))
 	}
-	failpoint.Hit("hibernate.after-stophost")
+	if err := failpoint.Inject("hibernate.after-stophost"); err != nil {
+		return m.undoHibernate(ctx, op, sb, actor, err)
+	}
 	m.e.Event(ctx, &sandbox.Event{SandboxID: sb.ID, Type: "hibernate", Actor: actor, Cause: cause, Outcome: "ok",
 		Message: fmt.Sprintf("checkpoint of %s in %s", sandbox.FormatBytes(cp.SizeBytes), cp.Took.Round(time.Millisecond))})
 	return op.Transition(ctx, sb, sandbox.StateStopped, cause, actor, engine.ReasonHibernated)
+}
+
+// undoHibernate undoes a hibernate that failed after its checkpoint was
+// complete and recorded (sb's processes live only in the image): the
+// record is taken through stopped (hibernated) and the sandbox woken
+// from the image, so it runs with the processes it had (a paused one
+// runs). Should the wake fail too, it stays hibernated, its image whole:
+// never lost. Either way the hibernate answers cause.
+func (m *Hibernation) undoHibernate(ctx context.Context, op *engine.Op, sb *sandbox.Sandbox, actor string, cause error) error {
+	ctx = context.WithoutCancel(ctx)
+	m.log.Warn("hibernate failed after its checkpoint; waking the sandbox from it", "sandbox", sb.ID, "err", cause)
+	if sb.State != sandbox.StateStopping {
+		if err := op.Transition(ctx, sb, sandbox.StateStopping, sandbox.CauseReconciler, actor, engine.ReasonHibernated); err != nil {
+			return fmt.Errorf("hibernate: %w (undoing it: %v)", cause, err)
+		}
+	}
+	if err := op.StopHost(ctx, sb); err != nil {
+		// Left stopping with its marker: the reconciler finishes the
+		// hibernate (reconcile.finishHibernate), and wake brings it back.
+		sb.Error = "hibernate: " + err.Error()
+		_ = m.store.UpdateSandbox(ctx, sb)
+		return fmt.Errorf("hibernate: %w (undoing it: releasing host resources: %v)", cause, err)
+	}
+	if err := op.Transition(ctx, sb, sandbox.StateStopped, sandbox.CauseReconciler, actor, engine.ReasonHibernated); err != nil {
+		return fmt.Errorf("hibernate: %w (undoing it: %v)", cause, err)
+	}
+	if err := m.wakeLocked(ctx, op, sb, sandbox.CauseReconciler, actor, "hibernate failed: woken from its checkpoint"); err != nil {
+		return fmt.Errorf("hibernate: %w (undoing it failed, the sandbox stays hibernated: %v)", cause, err)
+	}
+	return fmt.Errorf("hibernate: %w (undone: the sandbox runs with its processes)", cause)
 }
 
 // Wake restores a hibernated sandbox: its root and volumes are mounted
@@ -115,8 +152,10 @@ func (m *Hibernation) wakeLocked(ctx context.Context, op *engine.Op, sb *sandbox
 			return err
 		}
 	}
-	failpoint.Hit("wake.after-starting")
-	err := op.PrepareRecord(ctx, sb)
+	err := failpoint.Inject("wake.after-starting")
+	if err == nil {
+		err = op.PrepareRecord(ctx, sb)
+	}
 	if err == nil {
 		err = failpoint.Inject("wake.before-restore")
 	}
@@ -142,6 +181,8 @@ func (m *Hibernation) wakeLocked(ctx context.Context, op *engine.Op, sb *sandbox
 		_ = m.store.UpdateSandbox(ctx, sb)
 		return fmt.Errorf("waking: %w", err)
 	}
+	// Past the image's removal a wake only goes forward (a kill here is
+	// finished by the reconciler): this point kills, it cannot fail.
 	failpoint.Hit("wake.before-running")
 	m.e.Touched(sb.ID)
 	return op.Transition(ctx, sb, sandbox.StateRunning, cause, actor, reason)

@@ -608,7 +608,7 @@ func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
 					// choice, not a fault to shout about each round.
 					m.log.Debug("warm pool held at the tenant's quota", "tenant", tpl.Tenant, "template", tpl.Name, "err", err)
 				case err != nil:
-					m.log.Warn("refilling warm pool", "tenant", tpl.Tenant, "template", tpl.Name, "err", err)
+					m.log.Warn("refilling warm pool", "tenant", tpl.Tenant, "template", tpl.Name, "sandbox", id, "err", err)
 				}
 				m.mu.Lock()
 				m.poolBuilding--
@@ -773,31 +773,53 @@ func (m *Warm) addPoolMember(ctx context.Context, tpl *store.Template, id string
 	// A tenant's pool member is the tenant's (its quota counts it).
 	sb := &sandbox.Sandbox{ID: id, Tenant: tpl.Tenant, State: sandbox.StateCreating, Node: m.e.Node(), Spec: spec,
 		CreatedAt: now, UpdatedAt: now, Cause: sandbox.CauseReconciler, Reason: "warm pool"}
+	// A create that failed undid itself (the engine's fail).
 	if err := m.e.Launch(ctx, sb, "pool:"+tpl.Name, nil); err != nil {
 		return err
 	}
-	// A member left here (a kill, an error) runs unfinished: a later
-	// Refill finishes or removes it (finish).
-	if err := failpoint.Inject("pool.refill.after-launch"); err != nil {
-		return err
-	}
+	// A member left here by a kill runs unfinished: a later Refill
+	// finishes or removes it (finish). A step that fails removes it.
 	op, unlock := m.e.Lock(sb.ID)
 	defer unlock()
-	cur, err := m.store.GetSandbox(ctx, store.AnyOwner, sb.ID)
+	err = failpoint.Inject("pool.refill.after-launch")
+	var cur *sandbox.Sandbox
+	if err == nil {
+		if cur, err = m.store.GetSandbox(ctx, store.AnyOwner, sb.ID); err != nil {
+			return err // no record to act on: left to finish, as after a kill
+		}
+		if cur.Spec.Pool == "" || cur.State != sandbox.StateRunning {
+			return nil
+		}
+		// The pool may have shrunk or its template changed meanwhile.
+		set, lerr := m.store.ListPools(ctx)
+		latest, terr := m.store.GetTenantTemplate(ctx, tpl.Tenant, tpl.Name)
+		if lerr != nil || terr != nil || m.sizes(set)[keyOf(tpl)] == 0 || !slices.Equal(latest.Layers, tpl.Layers) {
+			return op.Destroy(ctx, cur, sandbox.CauseReconciler, actorReconciler, "warm pool no longer wants it")
+		}
+		if !caps.Freeze {
+			return nil // ready as it runs (ready)
+		}
+		err = failpoint.Inject("pool.refill.before-pause")
+		if err == nil {
+			err = op.Pause(ctx, cur, sandbox.CauseReconciler, "pool:"+tpl.Name, "ready in warm pool")
+		}
+	}
 	if err != nil {
-		return err
+		m.removeFailed(ctx, op, sb.ID, err)
 	}
-	if cur.Spec.Pool == "" || cur.State != sandbox.StateRunning {
-		return nil
+	return err
+}
+
+// removeFailed destroys pool member id, whose making failed after its
+// create with err: a member half made is undone, the error its reason.
+// The caller holds its lock.
+func (m *Warm) removeFailed(ctx context.Context, op *engine.Op, id string, err error) {
+	cur, gerr := m.store.GetSandbox(ctx, store.AnyOwner, id)
+	if gerr != nil || cur.State == sandbox.StateDeleted {
+		return // gone, or no record to act on: a later refill finishes it
 	}
-	// The pool may have shrunk or its template changed meanwhile.
-	set, err := m.store.ListPools(ctx)
-	latest, terr := m.store.GetTenantTemplate(ctx, tpl.Tenant, tpl.Name)
-	if err != nil || terr != nil || m.sizes(set)[keyOf(tpl)] == 0 || !slices.Equal(latest.Layers, tpl.Layers) {
-		return op.Destroy(ctx, cur, sandbox.CauseReconciler, actorReconciler, "warm pool no longer wants it")
+	reason := "warm pool member not made: " + err.Error()
+	if derr := op.Destroy(ctx, cur, sandbox.CauseReconciler, actorReconciler, reason); derr != nil {
+		m.log.Warn("removing a warm pool member that failed", "sandbox", id, "err", derr)
 	}
-	if !caps.Freeze {
-		return nil // ready as it runs (ready)
-	}
-	return op.Pause(ctx, cur, sandbox.CauseReconciler, "pool:"+tpl.Name, "ready in warm pool")
 }

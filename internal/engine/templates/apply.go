@@ -308,6 +308,11 @@ func (m *Builder) apply(ctx context.Context, req *ApplyRequest, actor string, pr
 		say(0, "--> %s is up to date", tf.Name)
 		tpl = cur
 	default:
+		// Every step's layer built and cached: a failure here leaves the
+		// cache to the next build, and no template.
+		if err := failpoint.Inject("build.before-record"); err != nil {
+			return nil, err
+		}
 		if err := m.store.PutTemplate(ctx, tpl); err != nil {
 			return nil, err
 		}
@@ -431,5 +436,15 @@ func (m *Builder) buildLayer(ctx context.Context, layers []string, cfg store.Tem
 	}
 	_, unlock := m.e.Lock(sb.ID)
 	defer unlock()
-	return rl.CommitLayer(ctx, sb)
+	layer, err := rl.CommitLayer(ctx, sb)
+	if err != nil {
+		return "", err
+	}
+	// The layer is in the store, no cache entry or template names it
+	// yet: a failure from here leaves it to the store's unreferenced
+	// layers, as an import's that failed.
+	if err := failpoint.Inject("build.after-commit"); err != nil {
+		return "", err
+	}
+	return layer, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/failpoint"
 	"github.com/berth-sh/berth/internal/image/dockerfile"
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
@@ -246,6 +247,9 @@ func (m *Builder) buildDockerfile(ctx context.Context, req *DockerfileRequest, a
 	t := &store.Template{Tenant: tenant, Name: req.Name, Layers: res.layers, Config: cfg, Source: "dockerfile", CreatedAt: m.e.Now()}
 	for _, l := range t.Layers {
 		t.Size += max(m.e.Images().Size(l), 0)
+	}
+	if err := failpoint.Inject("build.before-record"); err != nil {
+		return nil, err
 	}
 	if err := m.store.PutTemplate(ctx, t); err != nil {
 		return nil, err

@@ -509,6 +509,9 @@ func (m *Builder) buildTemplate(ctx context.Context, req *BuildRequest, actor st
 		Tenant: tenant, Name: req.Name, Layers: append(slices.Clone(base.Layers), layer), Config: cfg,
 		Source: "build:" + base.Name, Size: size, CreatedAt: m.e.Now(),
 	}
+	if err := failpoint.Inject("build.before-record"); err != nil {
+		return nil, err
+	}
 	if err := m.store.PutTemplate(ctx, t); err != nil {
 		return nil, err
 	}

@@ -140,21 +140,24 @@ func (b *Backend) Checkpoint(ctx context.Context, sb *sandbox.Sandbox) (node.Che
 	// gVisor cannot save the agent's listening socket (it is bound on the
 	// host): have the agent close it, which removes the socket file.
 	if err := b.quiesceAgent(ctx, id); err != nil {
-		_ = sig.SignalInit(ctx, id, agent.SigRelisten)
+		b.relisten(ctx, id, sig)
 		undo()
 		return node.Checkpoint{}, true, fmt.Errorf("hibernate: %w", err)
 	}
 	b.forgetAgent(id)
-	failpoint.Hit("hibernate.after-quiesce")
+	err = failpoint.Inject("hibernate.after-quiesce")
 	t0 := time.Now()
-	if err := cp.Checkpoint(ctx, id, dir); err != nil {
+	if err == nil {
+		err = cp.Checkpoint(ctx, id, dir)
+	}
+	if err != nil {
 		_ = os.RemoveAll(dir)
 		if st, serr := rt.State(ctx, id); serr == nil && (st.Status == runtime.StatusRunning || st.Status == runtime.StatusPaused) {
 			// Still alive: serve again as before.
 			if st.Status == runtime.StatusPaused {
 				_ = rt.Resume(ctx, id)
 			}
-			_ = sig.SignalInit(ctx, id, agent.SigRelisten)
+			b.relisten(ctx, id, sig)
 			if werr := b.waitReady(ctx, id); werr != nil {
 				b.log.Warn("agent after failed checkpoint", "sandbox", id, "err", werr)
 			}
@@ -165,16 +168,39 @@ func (b *Backend) Checkpoint(ctx context.Context, sb *sandbox.Sandbox) (node.Che
 		return node.Checkpoint{}, false, fmt.Errorf("hibernate: checkpoint failed and the sandbox's processes are gone (it is stopped now): %w", err)
 	}
 	took := time.Since(t0)
-	failpoint.Hit("hibernate.after-checkpoint")
+	// From here the processes live only in the image, which is complete:
+	// a step that fails still records it (the marker), so that the
+	// engine can undo the hibernate by restoring it (alive false and
+	// Hibernated true), as recoverCheckpoints does after a kill.
 	mk, err := json.Marshal(hibernation{Dir: dir, Runtime: rt.Name(), At: time.Now().UTC(), Took: took.Seconds()})
-	if err == nil {
-		err = atomicfile.Write(b.hibernationMarker(id), mk, 0o600)
-	}
 	if err != nil {
 		return node.Checkpoint{}, false, fmt.Errorf("hibernate: writing marker: %w", err)
 	}
-	failpoint.Hit("hibernate.after-marker")
+	if ferr := failpoint.Inject("hibernate.after-checkpoint"); ferr != nil {
+		if werr := atomicfile.Write(b.hibernationMarker(id), mk, 0o600); werr != nil {
+			return node.Checkpoint{}, false, fmt.Errorf("hibernate: %w (and writing marker: %v)", ferr, werr)
+		}
+		return node.Checkpoint{}, false, fmt.Errorf("hibernate: %w", ferr)
+	}
+	if err := atomicfile.Write(b.hibernationMarker(id), mk, 0o600); err != nil {
+		return node.Checkpoint{}, false, fmt.Errorf("hibernate: writing marker: %w", err)
+	}
+	if err := failpoint.Inject("hibernate.after-marker"); err != nil {
+		return node.Checkpoint{}, false, fmt.Errorf("hibernate: %w", err)
+	}
 	return node.Checkpoint{Took: took, SizeBytes: dirSize(dir)}, false, nil
+}
+
+// relisten has a quiesced agent listen again: its new socket is another
+// file than the pinned one, so the pin is forgotten first (the next ping
+// pins the new one).
+func (b *Backend) relisten(ctx context.Context, id string, sig initSignaller) {
+	if err := b.resetAgentPin(id); err != nil {
+		b.log.Warn("resetting the agent pin", "sandbox", id, "err", err)
+	}
+	if err := sig.SignalInit(ctx, id, agent.SigRelisten); err != nil {
+		b.log.Warn("asking the agent to listen again", "sandbox", id, "err", err)
+	}
 }
 
 // quiesceAgent asks the agent to close its listening socket and waits
@@ -273,20 +299,35 @@ func (b *Backend) Restore(ctx context.Context, sb *sandbox.Sandbox) error {
 		}
 		return err
 	}
-	failpoint.Hit("wake.after-restore")
+	// A step failing from here leaves the restored container to the
+	// engine's undo (Stop), the marker and image as they were: a wake
+	// may be tried again.
+	if err := failpoint.Inject("wake.after-restore"); err != nil {
+		return err
+	}
 	if err := sig.SignalInit(ctx, id, agent.SigRelisten); err != nil {
 		return fmt.Errorf("signalling the restored agent: %w", err)
 	}
 	if err := b.waitReady(ctx, id); err != nil {
 		return err
 	}
-	failpoint.Hit("wake.after-ready")
+	if err := failpoint.Inject("wake.after-ready"); err != nil {
+		return err
+	}
 	// The marker first: a sandbox with a marker and no image would be
 	// lost, an image with no marker is garbage recoverCheckpoints removes.
 	if err := os.Remove(b.hibernationMarker(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	failpoint.Hit("wake.after-marker")
+	if err := failpoint.Inject("wake.after-marker"); err != nil {
+		// The image is still whole: named again, it stays wakeable.
+		if mk, merr := json.Marshal(h); merr == nil {
+			if werr := atomicfile.Write(b.hibernationMarker(id), mk, 0o600); werr != nil {
+				return fmt.Errorf("%w (and writing the marker back: %v)", err, werr)
+			}
+		}
+		return err
+	}
 	_ = os.RemoveAll(h.Dir)
 	return nil
 }

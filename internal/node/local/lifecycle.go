@@ -71,6 +71,11 @@ func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	if err := b.mountVolumes(sb); err != nil {
 		return err
 	}
+	if len(sb.Spec.Volumes) > 0 {
+		if err := failpoint.Inject("volume.attach.after-mount"); err != nil {
+			return err
+		}
+	}
 	if err := b.prepareScratch(sb); err != nil { // the disk cap (disk.go)
 		return err
 	}
