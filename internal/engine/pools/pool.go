@@ -59,7 +59,7 @@ type Warm struct {
 	poolInFlight map[store.PoolKey]map[string]bool // ids of members being made, per pool (under mu)
 	retiring     map[string]bool                   // ids of members queued for removal (under mu)
 
-	refillKick, refillRunning atomic.Bool // kickRefill's pass asked for, and running
+	refillKick, refillRunning atomic.Bool  // kickRefill's pass asked for, and running
 	lastClaim                 atomic.Int64 // when the last claim began (unix ns, the host's clock)
 
 	demand  demand // poolable creates of the automatic pool (auto.go)
