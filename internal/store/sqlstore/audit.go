@@ -40,14 +40,10 @@ func (s *sqlStore) AppendAudit(ctx context.Context, r *store.AuditRecord, seal f
 	}
 	rec := *r
 	err := s.inTx(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
-		if _, err := s.txExec(ctx, tx, s.d.rebind(`INSERT INTO audit_heads (tenant, seq, hash) VALUES (?, 0, '')
-			ON CONFLICT (tenant) DO NOTHING`), rec.Tenant); err != nil {
-			return fmt.Errorf("audit head: %w", err)
-		}
-		if _, err := s.txExec(ctx, tx, s.d.rebind(`UPDATE audit_heads SET seq = seq + 1 WHERE tenant = ?`), rec.Tenant); err != nil {
-			return fmt.Errorf("audit head: %w", err)
-		}
-		if err := s.txQueryRow(ctx, tx, s.d.rebind(`SELECT seq, hash FROM audit_heads WHERE tenant = ?`), rec.Tenant).
+		// The tenant's head moves on by one and gives the hash it held:
+		// one statement (an upsert returning the row) where it was three.
+		if err := s.txQueryRow(ctx, tx, s.d.rebind(`INSERT INTO audit_heads (tenant, seq, hash) VALUES (?, 1, '')
+			ON CONFLICT (tenant) DO UPDATE SET seq = audit_heads.seq + 1 RETURNING seq, hash`), rec.Tenant).
 			Scan(&rec.Seq, &rec.PrevHash); err != nil {
 			return fmt.Errorf("audit head: %w", err)
 		}
