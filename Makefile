@@ -53,11 +53,15 @@ console-check: $(CONSOLE_WEB)/node_modules/.package-lock.json ## type check, uni
 # runs under -race in make e2e-race) nor on pure computation (seccomp's
 # filter assembly: 26 s with -race, 4 s without).
 NORACE_PKGS = /cmd/berth$$|/internal/daemon$$|/internal/node/kube$$|/internal/testenv/kubeenv|/internal/seccomp$$
+# Single tests of pure computation in packages that otherwise run under
+# -race; their files say //go:build !race.
+UNIT_NORACE_TESTS = -run '^TestGrowthPerCycle$$' ./internal/store/sqlite/
 UNIT_PKGS = $(GO) list ./... | grep -v /test/
 
 unit: ## unit tests (no daemon): with the race detector except on NORACE_PKGS
 	time CGO_ENABLED=1 $(GO) test -race -count=1 $$($(UNIT_PKGS) | grep -Ev '$(NORACE_PKGS)')
 	time $(GO) test -count=1 $$($(UNIT_PKGS) | grep -E '$(NORACE_PKGS)')
+	time $(GO) test -count=1 $(UNIT_NORACE_TESTS)
 
 # test/k8s needs a Kubernetes cluster: make test-k8s runs it.
 E2E_PKGS = $$($(GO) list ./test/... | grep -v /test/k8s)

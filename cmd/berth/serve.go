@@ -106,6 +106,13 @@ printed at start (and shown by GET /v1/version); clients pin it with
 			server.Version = version
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if path := os.Getenv(cpuProfileEnv); path != "" {
+				end, err := startCPUProfile(path)
+				if err != nil {
+					return err
+				}
+				defer end()
+			}
 			return run(ctx, cfg)
 		},
 	}

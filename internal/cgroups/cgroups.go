@@ -6,12 +6,14 @@ package cgroups
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -33,7 +35,31 @@ func V2() bool {
 // hierarchies returns the mounted hierarchy roots that runc creates
 // cgroups in: every v1 controller directory (and the v2 one of a hybrid
 // layout), or the single v2 root.
+//
+// The answer is kept per Root: the host's hierarchies do not change under
+// a running daemon, and asking again (a directory read and a statfs per
+// controller) was most of the cost of the reconciler's per-sandbox checks.
+// A failed read is not kept.
 func hierarchies() []string {
+	known.mu.Lock()
+	defer known.mu.Unlock()
+	if known.root == Root && known.list != nil {
+		return known.list
+	}
+	list := readHierarchies()
+	if list != nil {
+		known.root, known.list = Root, list
+	}
+	return list
+}
+
+var known struct {
+	mu   sync.Mutex
+	root string
+	list []string
+}
+
+func readHierarchies() []string {
 	if V2() {
 		return []string{Root}
 	}
@@ -95,6 +121,18 @@ func Children(parent string) []string {
 		}
 	}
 	return out
+}
+
+// Empty reports whether cgroup rel holds no process (in no hierarchy): a
+// running sandbox answers from its first hierarchy's list.
+func Empty(rel string) bool {
+	for _, p := range Paths(rel) {
+		b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		if err == nil && len(bytes.TrimSpace(b)) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Procs returns the pids in cgroup rel.

@@ -38,6 +38,13 @@ import (
 // orphan whose pidfd was released without a wait is reaped then).
 const sweepEvery = 10 * time.Second
 
+// sweepGap is the least time between two sweeps a SIGCHLD asks for: a
+// burst of creates ends hundreds of runtime processes a second, and each
+// sweep lists the daemon's children and its file table (and holds off
+// forks meanwhile), so the signals of a burst are taken together. An
+// orphan waits at most this much longer to be reaped.
+const sweepGap = 100 * time.Millisecond
+
 // Reaper reaps the adopted children of this process; see the package doc.
 type Reaper struct {
 	log    *slog.Logger
@@ -70,6 +77,11 @@ func Start(log *slog.Logger) (*Reaper, error) {
 			select {
 			case <-r.stop:
 				return
+			case <-time.After(sweepGap):
+			}
+			select {
+			case <-r.stop:
+				return
 			case <-sig:
 			case <-t.C:
 			}
@@ -99,6 +111,9 @@ func (r *Reaper) Reaped() int {
 // Sweep reaps every zombie child of this process that no pidfd of this
 // process refers to, and returns how many it reaped.
 func (r *Reaper) Sweep() int {
+	if !zombiePending() {
+		return 0
+	}
 	// No fork while the sweep decides: a new child's pid cannot then be
 	// the reused pid of a zombie seen a moment earlier.
 	syscall.ForkLock.Lock()
@@ -135,6 +150,26 @@ func (r *Reaper) Sweep() int {
 	r.reaped += n
 	r.mu.Unlock()
 	return n
+}
+
+// zombiePending reports whether any child of this process has ended and
+// waits to be reaped, without reaping it (waitid's WNOWAIT): the cheap
+// question before a sweep's listing, which most SIGCHLDs (a child an
+// exec.Cmd waits for, reaped already) answer no to.
+func zombiePending() bool {
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return false // ECHILD: no children at all
+		}
+		// With WNOHANG and no child waitable, Linux answers an all-zero
+		// siginfo; a waitable child gives SIGCHLD.
+		return info.Signo == int32(unix.SIGCHLD)
+	}
 }
 
 // zombieChildren returns the children of process self (any of its

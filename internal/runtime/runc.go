@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	gorunc "github.com/containerd/go-runc"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -212,8 +213,22 @@ func (rc *Runc) State(ctx context.Context, id string) (State, error) {
 }
 
 // List implements Runtime.
+//
+// runc 1.1's list fails whole when a container's directory goes (or comes)
+// while it reads the root: a create or delete beside it. That is tried
+// again a few times before it is an error (doctor reported it after a
+// burst's teardown).
 func (rc *Runc) List(ctx context.Context) ([]State, error) {
-	cs, err := rc.r.List(ctx)
+	var (
+		cs  []*gorunc.Container
+		err error
+	)
+	for attempt := range 5 {
+		if cs, err = rc.r.List(ctx); err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Duration(attempt+1) * 20 * time.Millisecond)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("runc list: %w", err)
 	}

@@ -312,35 +312,6 @@ func (m *Manager) Usage(id string) (Usage, error) {
 	return Usage{UsedBytes: st.Blocks * 512}, nil
 }
 
-// findLoop returns the loop device already bound to file, if any. A file
-// must never be bound twice: two filesystems on one image corrupt it. (A
-// lazily unmounted filesystem keeps its device until its last user goes.)
-func findLoop(file string) (string, bool) {
-	var want unix.Stat_t
-	if err := unix.Stat(file, &want); err != nil {
-		return "", false
-	}
-	devs, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	for _, bf := range devs {
-		b, err := os.ReadFile(bf)
-		if err != nil {
-			continue
-		}
-		name := strings.TrimSpace(string(b))
-		if strings.HasSuffix(name, " (deleted)") {
-			// Bound to a file since deleted (its lazily unmounted
-			// filesystem still alive): a new file at the same path is
-			// not it, and must not be handed that filesystem.
-			continue
-		}
-		var st unix.Stat_t
-		if unix.Stat(name, &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
-			return "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(bf))), true
-		}
-	}
-	return "", false
-}
-
 // attachLoop binds a free loop device to file, with autoclear, or returns
 // the device it is already bound to.
 func attachLoop(file string) (*os.File, error) {
@@ -384,6 +355,7 @@ func attachLoop(file string) (*os.File, error) {
 			}
 			return nil, fmt.Errorf("configuring %s: %w", dev, err)
 		}
+		loops.bound(back, dev)
 		return loop, nil
 	}
 	return nil, errors.New("no free loop device after 20 attempts")

@@ -59,7 +59,8 @@ type Warm struct {
 	poolInFlight map[store.PoolKey]map[string]bool // ids of members being made, per pool (under mu)
 	retiring     map[string]bool                   // ids of members queued for removal (under mu)
 
-	refillKick, refillRunning atomic.Bool // kickRefill's pass asked for, and running
+	refillKick, refillRunning atomic.Bool  // kickRefill's pass asked for, and running
+	lastClaim                 atomic.Int64 // when the last claim began (unix ns, the host's clock)
 
 	demand  demand // poolable creates of the automatic pool (auto.go)
 	autoMax int    // the automatic pool's bound
@@ -343,6 +344,7 @@ func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec
 	// Only this pool's members are read, once for a burst of claims
 	// (claimqueue.go): a claim's cost must grow neither with the node's
 	// sandboxes nor with the claims beside it.
+	m.lastClaim.Store(time.Now().UnixNano())
 	defer m.kickRefill()
 	q := m.queue(k)
 	listed := false
@@ -635,6 +637,7 @@ func (m *Warm) kickRefill() {
 		return
 	}
 	m.e.Go(func(ctx context.Context) {
+		m.awaitClaimsQuiet(ctx)
 		for m.refillKick.Swap(false) {
 			if _, ok := m.e.Config().NodeLease.Held(); !ok || ctx.Err() != nil {
 				break // the node's work is another replica's, or the daemon stops
@@ -646,6 +649,33 @@ func (m *Warm) kickRefill() {
 			m.kickRefill() // a kick between the last pass and the flag
 		}
 	})
+}
+
+// A refill pass waits until no claim came for claimQuiet, and at most
+// refillHold after it was asked for: a burst of claims is served before
+// the members that replace them are made, whose runtime starts and mounts
+// would take the CPU the claimants' first commands need (a burst of 100
+// on 2 cores). Measured times are the host's, not the engine's clock: a
+// pause, not a deadline.
+const (
+	claimQuiet = 150 * time.Millisecond
+	refillHold = time.Second
+)
+
+func (m *Warm) awaitClaimsQuiet(ctx context.Context) {
+	start := time.Now()
+	for {
+		wait := claimQuiet - time.Since(time.Unix(0, m.lastClaim.Load()))
+		wait = min(wait, refillHold-time.Since(start))
+		if wait <= 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
 }
 
 // refillParallel is how many members are made at once: a quarter of the

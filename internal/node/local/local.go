@@ -442,7 +442,7 @@ func (b *Backend) OOMKills(sb *sandbox.Sandbox) (uint64, error) {
 
 // Exited reports that sb's cgroup holds no process.
 func (b *Backend) Exited(sb *sandbox.Sandbox) bool {
-	return len(cgroups.Procs(b.paths(sb.ID).cgroup)) == 0
+	return cgroups.Empty(b.paths(sb.ID).cgroup)
 }
 
 // KillAll kills every process in sb's cgroup.

@@ -46,6 +46,7 @@ var dialect = sqlstore.Dialect{
 	NowMillis: "CAST(unixepoch('subsec') * 1000 AS INTEGER)",
 	// One writer at a time: the writes waiting for it commit together.
 	GroupCommit: true,
+	PrepareOnce: true,
 }
 
 const (

@@ -40,14 +40,10 @@ func (s *sqlStore) AppendAudit(ctx context.Context, r *store.AuditRecord, seal f
 	}
 	rec := *r
 	err := s.inTx(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO audit_heads (tenant, seq, hash) VALUES (?, 0, '')
-			ON CONFLICT (tenant) DO NOTHING`), rec.Tenant); err != nil {
-			return fmt.Errorf("audit head: %w", err)
-		}
-		if _, err := tx.ExecContext(ctx, s.d.rebind(`UPDATE audit_heads SET seq = seq + 1 WHERE tenant = ?`), rec.Tenant); err != nil {
-			return fmt.Errorf("audit head: %w", err)
-		}
-		if err := tx.QueryRowContext(ctx, s.d.rebind(`SELECT seq, hash FROM audit_heads WHERE tenant = ?`), rec.Tenant).
+		// The tenant's head moves on by one and gives the hash it held:
+		// one statement (an upsert returning the row) where it was three.
+		if err := s.txQueryRow(ctx, tx, s.d.rebind(`INSERT INTO audit_heads (tenant, seq, hash) VALUES (?, 1, '')
+			ON CONFLICT (tenant) DO UPDATE SET seq = audit_heads.seq + 1 RETURNING seq, hash`), rec.Tenant).
 			Scan(&rec.Seq, &rec.PrevHash); err != nil {
 			return fmt.Errorf("audit head: %w", err)
 		}
@@ -55,13 +51,13 @@ func (s *sqlStore) AppendAudit(ctx context.Context, r *store.AuditRecord, seal f
 			return errdefs.Invalid("audit outcome refers to record %d of %d", rec.Ref, rec.Seq)
 		}
 		rec.Hash = seal(&rec)
-		if _, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO audit_log (tenant, seq, kind, ref, at, actor, action, target,
+		if _, err := s.txExec(ctx, tx, s.d.rebind(`INSERT INTO audit_log (tenant, seq, kind, ref, at, actor, action, target,
 			request_id, source, result, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			rec.Tenant, rec.Seq, rec.Kind, rec.Ref, micros(rec.Time), rec.Actor, rec.Action, rec.Target,
 			rec.RequestID, rec.Source, rec.Result, rec.PrevHash, rec.Hash); err != nil {
 			return fmt.Errorf("append audit record: %w", err)
 		}
-		if _, err := tx.ExecContext(ctx, s.d.rebind(`UPDATE audit_heads SET hash = ? WHERE tenant = ?`), rec.Hash, rec.Tenant); err != nil {
+		if _, err := s.txExec(ctx, tx, s.d.rebind(`UPDATE audit_heads SET hash = ? WHERE tenant = ?`), rec.Hash, rec.Tenant); err != nil {
 			return fmt.Errorf("audit head: %w", err)
 		}
 		return nil

@@ -160,25 +160,25 @@ func (s *sqlStore) runBatch(ops []*batchOp) {
 			op.err = err // never started: nothing written
 			continue
 		}
-		if _, err := tx.ExecContext(bg, "SAVEPOINT w"); err != nil {
+		if _, err := s.txExec(bg, tx, "SAVEPOINT w"); err != nil {
 			broken(fmt.Errorf("savepoint: %w", err))
 			return
 		}
 		if err := op.fn(context.WithoutCancel(op.ctx), tx); err != nil {
 			op.err = err
-			if _, rerr := tx.ExecContext(bg, "ROLLBACK TO w"); rerr != nil {
+			if _, rerr := s.txExec(bg, tx, "ROLLBACK TO w"); rerr != nil {
 				// The database ended the transaction itself: the
 				// batch's other writes went with it.
 				broken(errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rerr)))
 				return
 			}
-			if _, rerr := tx.ExecContext(bg, "RELEASE w"); rerr != nil {
+			if _, rerr := s.txExec(bg, tx, "RELEASE w"); rerr != nil {
 				broken(fmt.Errorf("release savepoint: %w", rerr))
 				return
 			}
 			continue
 		}
-		if _, err := tx.ExecContext(bg, "RELEASE w"); err != nil {
+		if _, err := s.txExec(bg, tx, "RELEASE w"); err != nil {
 			broken(fmt.Errorf("release savepoint: %w", err))
 			return
 		}

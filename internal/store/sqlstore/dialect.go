@@ -53,6 +53,9 @@ type Dialect struct {
 	// (PostgreSQL: SELECT pg_advisory_xact_lock(n)); SQLite serializes
 	// writers and leaves it empty.
 	EventOrderLock string
+	// PrepareOnce keeps a prepared statement per query text (stmtcache.go):
+	// for drivers that parse every statement they are given.
+	PrepareOnce bool
 	// TenantLock takes a tenant's quota admission lock across every handle
 	// on the database (store.Admission.LockTenant); w is the writer pool.
 	// PostgreSQL: a transaction-scoped advisory lock on

@@ -24,7 +24,7 @@ func (s *sqlStore) AppendFlows(ctx context.Context, flows []*store.Flow, keep in
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	touched := map[string]bool{}
 	for _, f := range flows {
-		if _, err := tx.ExecContext(ctx, ins, f.SandboxID, f.ID, micros(f.Time), f.Kind, f.Proto, f.Src, f.Dst,
+		if _, err := s.txExec(ctx, tx, ins, f.SandboxID, f.ID, micros(f.Time), f.Kind, f.Proto, f.Src, f.Dst,
 			f.Name, f.Decision, f.Rule); err != nil {
 			return fmt.Errorf("append flows: %w", err)
 		}
@@ -32,7 +32,7 @@ func (s *sqlStore) AppendFlows(ctx context.Context, flows []*store.Flow, keep in
 	}
 	if keep > 0 {
 		for id := range touched {
-			if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM flows WHERE sandbox_id = ? AND id <= (
+			if _, err := s.txExec(ctx, tx, s.d.rebind(`DELETE FROM flows WHERE sandbox_id = ? AND id <= (
 				SELECT id FROM flows WHERE sandbox_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)`), id, id, keep); err != nil {
 				return fmt.Errorf("trim flows: %w", err)
 			}

@@ -103,7 +103,7 @@ func (s *sqlStore) fenceHolds(ctx context.Context, tx *sql.Tx) (bool, error) {
 		return true, nil
 	}
 	var one int
-	err := tx.QueryRowContext(ctx, s.d.rebind(`SELECT 1 WHERE 1 = 1`+clause), args...).Scan(&one)
+	err := s.txQueryRow(ctx, tx, s.d.rebind(`SELECT 1 WHERE 1 = 1`+clause), args...).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}

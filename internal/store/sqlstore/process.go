@@ -66,7 +66,7 @@ func (s *sqlStore) DeleteProcess(ctx context.Context, sandboxID, key string) err
 
 // deleteProcesses removes sandbox id's supervised processes in tx.
 func (s *sqlStore) deleteProcesses(ctx context.Context, tx *sql.Tx, id string) error {
-	if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM supervised_processes WHERE sandbox_id = ?`), id); err != nil {
+	if _, err := s.txExec(ctx, tx, s.d.rebind(`DELETE FROM supervised_processes WHERE sandbox_id = ?`), id); err != nil {
 		return fmt.Errorf("sandbox %s: delete supervised processes: %w", id, err)
 	}
 	return nil

@@ -36,7 +36,7 @@ func (s *sqlStore) Purge(ctx context.Context, req store.PurgeRequest) (store.Pur
 		}
 		for _, id := range ids {
 			var evs, fls int64
-			if err := tx.QueryRowContext(ctx, s.d.rebind(`SELECT
+			if err := s.txQueryRow(ctx, tx, s.d.rebind(`SELECT
 				(SELECT COUNT(*) FROM events WHERE sandbox_id = ?), (SELECT COUNT(*) FROM flows WHERE sandbox_id = ?)`),
 				id, id).Scan(&evs, &fls); err != nil {
 				return fmt.Errorf("purge: count: %w", err)
@@ -74,7 +74,7 @@ func (s *sqlStore) outboxHold(ctx context.Context, tx *sql.Tx, urls []string) (i
 	hold := int64(math.MaxInt64)
 	for _, u := range urls {
 		var id int64
-		err := tx.QueryRowContext(ctx, s.d.rebind(`SELECT event_id FROM webhook_cursors WHERE url = ?`), u).Scan(&id)
+		err := s.txQueryRow(ctx, tx, s.d.rebind(`SELECT event_id FROM webhook_cursors WHERE url = ?`), u).Scan(&id)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			return 0, nil
@@ -89,7 +89,7 @@ func (s *sqlStore) outboxHold(ctx context.Context, tx *sql.Tx, urls []string) (i
 // purgeable returns up to limit tombstones deleted before before whose
 // events all have ids at most hold, oldest first.
 func (s *sqlStore) purgeable(ctx context.Context, tx *sql.Tx, before, hold int64, limit int) ([]string, error) {
-	rows, err := tx.QueryContext(ctx, s.d.rebind(`SELECT id FROM sandboxes
+	rows, err := s.txQuery(ctx, tx, s.d.rebind(`SELECT id FROM sandboxes
 		WHERE state = ? AND deleted_at > 0 AND deleted_at < ?
 		AND NOT EXISTS (SELECT 1 FROM events WHERE events.sandbox_id = sandboxes.id AND events.id > ?)
 		ORDER BY deleted_at, id LIMIT ?`), string(sandbox.StateDeleted), before, hold, limit)
@@ -109,7 +109,7 @@ func (s *sqlStore) purgeable(ctx context.Context, tx *sql.Tx, before, hold int64
 }
 
 func (s *sqlStore) execCount(ctx context.Context, tx *sql.Tx, q string, args ...any) (int64, error) {
-	r, err := tx.ExecContext(ctx, s.d.rebind(q), args...)
+	r, err := s.txExec(ctx, tx, s.d.rebind(q), args...)
 	if err != nil {
 		return 0, err
 	}

@@ -32,6 +32,7 @@ type sqlStore struct {
 	close   func() error
 	written broadcast // closed at each commit that appended events
 	batch   batcher   // group commit (batch.go), with Dialect.GroupCommit
+	stmts   stmtCache // prepared statements, with Dialect.PrepareOnce
 }
 
 // broadcast wakes every waiter at once: fire closes the channel wait
@@ -61,6 +62,7 @@ func (b *broadcast) fire() {
 }
 
 func (s *sqlStore) Close() error {
+	s.stmts.close()
 	if s.close == nil {
 		return nil
 	}
@@ -71,7 +73,7 @@ func (s *sqlStore) exec(ctx context.Context, q string, args ...any) (sql.Result,
 	if s.d.GroupCommit {
 		var res result
 		err := s.inBatch(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
-			r, err := tx.ExecContext(ctx, s.d.rebind(q), args...)
+			r, err := s.txExec(ctx, tx, s.d.rebind(q), args...)
 			if err != nil {
 				return err
 			}
@@ -96,11 +98,19 @@ func (r result) LastInsertId() (int64, error) { return r.id, r.idErr }
 func (r result) RowsAffected() (int64, error) { return r.rows, r.rowsErr }
 
 func (s *sqlStore) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	return s.r.QueryContext(ctx, s.d.rebind(q), args...)
+	q = s.d.rebind(q)
+	if st := s.prepared(ctx, s.r, q); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return s.r.QueryContext(ctx, q, args...)
 }
 
 func (s *sqlStore) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
-	return s.r.QueryRowContext(ctx, s.d.rebind(q), args...)
+	q = s.d.rebind(q)
+	if st := s.prepared(ctx, s.r, q); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return s.r.QueryRowContext(ctx, q, args...)
 }
 
 // micros encodes t as unix microseconds in UTC; the zero time is 0.
@@ -163,7 +173,7 @@ func (s *sqlStore) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, event
 		ids    []int64
 	)
 	err = s.inTx(ctx, len(events) > 0, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)`),
+		_, err := s.txExec(ctx, tx, s.d.rebind(`INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)`),
 			sb.ID, sb.Tenant, sb.Name, string(sb.State), string(spec),
 			micros(sb.CreatedAt), micros(sb.UpdatedAt), micros(sb.StartedAt), micros(sb.DeletedAt),
 			string(sb.Cause), sb.Reason, sb.Error,
@@ -205,7 +215,7 @@ func (s *sqlStore) inTx(ctx context.Context, events bool, fn func(ctx context.Co
 		}
 	}()
 	if events && s.d.EventOrderLock != "" {
-		if _, err := tx.ExecContext(ctx, s.d.EventOrderLock); err != nil {
+		if _, err := s.txExec(ctx, tx, s.d.EventOrderLock); err != nil {
 			return fmt.Errorf("event order lock: %w", err)
 		}
 	}
@@ -370,7 +380,7 @@ func (s *sqlStore) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox, event
 	)
 	fence, fenceArgs := s.fenceClause(ctx)
 	err = s.inTx(ctx, len(events) > 0, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.d.rebind(`UPDATE sandboxes SET tenant = ?, name = ?, state = ?, spec = ?,
+		res, err := s.txExec(ctx, tx, s.d.rebind(`UPDATE sandboxes SET tenant = ?, name = ?, state = ?, spec = ?,
 		created_at = ?, updated_at = ?, started_at = ?, deleted_at = ?,
 		cause = ?, reason = ?, error = ?, generation = generation + 1,
 		last_activity_at = ?, paused_at = ?, stopped_at = ?, prev_state = ?, node = ?, replica = ?
@@ -397,7 +407,7 @@ func (s *sqlStore) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox, event
 			}
 			// Tell a vanished record from a stale copy.
 			var gen int64
-			err := tx.QueryRowContext(ctx, s.d.rebind(`SELECT generation FROM sandboxes WHERE id = ?`), sb.ID).Scan(&gen)
+			err := s.txQueryRow(ctx, tx, s.d.rebind(`SELECT generation FROM sandboxes WHERE id = ?`), sb.ID).Scan(&gen)
 			switch {
 			case errors.Is(err, sql.ErrNoRows):
 				return errdefs.NotFound("sandbox %s not found", sb.ID)
@@ -442,11 +452,11 @@ func (s *sqlStore) purgeSandbox(ctx context.Context, tx *sql.Tx, id string) erro
 		`DELETE FROM flows WHERE sandbox_id = ?`,
 		`DELETE FROM supervised_processes WHERE sandbox_id = ?`,
 	} {
-		if _, err := tx.ExecContext(ctx, s.d.rebind(q), id); err != nil {
+		if _, err := s.txExec(ctx, tx, s.d.rebind(q), id); err != nil {
 			return fmt.Errorf("purge sandbox %s: %w", id, err)
 		}
 	}
-	res, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM sandboxes WHERE id = ?`), id)
+	res, err := s.txExec(ctx, tx, s.d.rebind(`DELETE FROM sandboxes WHERE id = ?`), id)
 	if err != nil {
 		return fmt.Errorf("purge sandbox %s: %w", id, err)
 	}
@@ -506,7 +516,7 @@ func (s *sqlStore) insertEvents(ctx context.Context, tx *sql.Tx, sandboxID strin
 	ids := make([]int64, len(events))
 	for i, ev := range events {
 		sid := cmp.Or(ev.SandboxID, sandboxID)
-		err := tx.QueryRowContext(ctx, q, sid, micros(ev.Time), ev.Type, string(ev.From), string(ev.To), ev.Actor,
+		err := s.txQueryRow(ctx, tx, q, sid, micros(ev.Time), ev.Type, string(ev.From), string(ev.To), ev.Actor,
 			string(ev.Cause), ev.Reason, ev.Outcome, ev.Message).Scan(&ids[i])
 		if err != nil {
 			if s.d.classify(err) == ForeignKeyViolation {
@@ -792,22 +802,22 @@ func (s *sqlStore) RevokeAPIKey(ctx context.Context, id string, at time.Time) er
 	}
 	return s.inTx(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
 		var one int
-		err := tx.QueryRowContext(ctx, s.d.rebind(`SELECT 1 FROM api_keys WHERE id = ?`), id).Scan(&one)
+		err := s.txQueryRow(ctx, tx, s.d.rebind(`SELECT 1 FROM api_keys WHERE id = ?`), id).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
 			return errdefs.NotFound("api key %s not found", id)
 		}
 		if err != nil {
 			return fmt.Errorf("revoke api key %s: %w", id, err)
 		}
-		if _, err := tx.ExecContext(ctx, s.d.rebind(`UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at = 0`),
+		if _, err := s.txExec(ctx, tx, s.d.rebind(`UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at = 0`),
 			micros(at), id); err != nil {
 			return fmt.Errorf("revoke api key %s: %w", id, err)
 		}
-		if _, err := tx.ExecContext(ctx, s.d.rebind(`UPDATE leases SET revoked_at = ? WHERE key_id = ? AND revoked_at = 0`),
+		if _, err := s.txExec(ctx, tx, s.d.rebind(`UPDATE leases SET revoked_at = ? WHERE key_id = ? AND revoked_at = 0`),
 			micros(at), id); err != nil {
 			return fmt.Errorf("revoke the leases of api key %s: %w", id, err)
 		}
-		if _, err := tx.ExecContext(ctx, s.d.rebind(`UPDATE port_tokens SET revoked_at = ? WHERE key_id = ? AND revoked_at = 0`),
+		if _, err := s.txExec(ctx, tx, s.d.rebind(`UPDATE port_tokens SET revoked_at = ? WHERE key_id = ? AND revoked_at = 0`),
 			micros(at), id); err != nil {
 			return fmt.Errorf("revoke the port tokens of api key %s: %w", id, err)
 		}

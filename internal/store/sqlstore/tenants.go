@@ -83,14 +83,14 @@ func (s *sqlStore) DeleteTenant(ctx context.Context, name string, at time.Time) 
 			{"template", `SELECT COUNT(*) FROM templates WHERE tenant = ?`},
 		} {
 			var n int64
-			if err := tx.QueryRowContext(ctx, s.d.rebind(c.q), name).Scan(&n); err != nil {
+			if err := s.txQueryRow(ctx, tx, s.d.rebind(c.q), name).Scan(&n); err != nil {
 				return fmt.Errorf("delete tenant %s: %w", name, err)
 			}
 			if n > 0 {
 				return errdefs.Conflict("tenant %q still owns %d %s(s): delete them first", name, n, c.what)
 			}
 		}
-		res, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM tenants WHERE name = ?`), name)
+		res, err := s.txExec(ctx, tx, s.d.rebind(`DELETE FROM tenants WHERE name = ?`), name)
 		if err != nil {
 			return fmt.Errorf("delete tenant %s: %w", name, err)
 		}
@@ -103,7 +103,7 @@ func (s *sqlStore) DeleteTenant(ctx context.Context, name string, at time.Time) 
 			`DELETE FROM build_cache WHERE tenant = ?`,
 			`DELETE FROM pools WHERE tenant = ?`,
 		} {
-			if _, err := tx.ExecContext(ctx, s.d.rebind(q), name); err != nil {
+			if _, err := s.txExec(ctx, tx, s.d.rebind(q), name); err != nil {
 				return fmt.Errorf("delete tenant %s: %w", name, err)
 			}
 		}
@@ -112,7 +112,7 @@ func (s *sqlStore) DeleteTenant(ctx context.Context, name string, at time.Time) 
 			`UPDATE leases SET revoked_at = ? WHERE tenant = ? AND revoked_at = 0`,
 			`UPDATE port_tokens SET revoked_at = ? WHERE tenant = ? AND revoked_at = 0`,
 		} {
-			if _, err := tx.ExecContext(ctx, s.d.rebind(q), micros(at), name); err != nil {
+			if _, err := s.txExec(ctx, tx, s.d.rebind(q), micros(at), name); err != nil {
 				return fmt.Errorf("delete tenant %s: revoke: %w", name, err)
 			}
 		}
