@@ -88,14 +88,38 @@ const MaxPoolSize = templatefile.MaxPoolMin
 type poolStats struct {
 	hits, misses atomic.Int64
 
-	mu     sync.Mutex
-	reason string // why the last member could not be made, "" after one was
+	mu       sync.Mutex
+	reason   string    // why the last member could not be made, "" after one was
+	failures int       // members not made in a row
+	retryAt  time.Time // no member is begun before (the host's clock)
 }
 
-func (st *poolStats) setReason(r string) {
+// Members that fail in a row are retried after a backoff, doubling from
+// refillBackoff to refillBackoffMax: an error that lasts (a full disk, a
+// broken template) would otherwise make and remove members back to back.
+const (
+	refillBackoff    = time.Second
+	refillBackoffMax = time.Minute
+)
+
+// made records the outcome of one member's making.
+func (st *poolStats) made(err error) {
 	st.mu.Lock()
-	st.reason = r
-	st.mu.Unlock()
+	defer st.mu.Unlock()
+	if err == nil {
+		st.reason, st.failures, st.retryAt = "", 0, time.Time{}
+		return
+	}
+	st.reason = refillReason(err)
+	st.failures++
+	st.retryAt = time.Now().Add(min(refillBackoff<<min(st.failures-1, 10), refillBackoffMax))
+}
+
+// backingOff reports whether the pool waits before its next member.
+func (st *poolStats) backingOff() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return time.Now().Before(st.retryAt)
 }
 
 func (st *poolStats) lastReason() string {
@@ -589,6 +613,9 @@ func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
 			}
 			continue
 		}
+		if m.stats(k).backingOff() {
+			continue // the reconciler's next passes try again
+		}
 		m.mu.Lock()
 		for have := len(counted); have < size && m.poolBuilding < m.refillParallel() && !m.e.Closing(); have++ {
 			id := engine.NewID()
@@ -599,11 +626,7 @@ func (m *Warm) Refill(ctx context.Context, live []*sandbox.Sandbox) {
 			m.poolInFlight[k][id] = true
 			m.e.Go(func(ctx context.Context) {
 				err := m.addPoolMember(ctx, tpl, id)
-				if err != nil {
-					m.stats(k).setReason(refillReason(err))
-				} else {
-					m.stats(k).setReason("")
-				}
+				m.stats(k).made(err)
 				switch {
 				case errors.Is(err, errdefs.ErrQuota):
 					// A tenant's pool stops at its quota: the tenant's
