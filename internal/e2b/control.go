@@ -225,6 +225,9 @@ func createRequest(in *newSandbox) (*engine.CreateRequest, error) {
 			// stop, which keeps them for a sandbox whose whole writable
 			// root lives on its own volume.
 			req.Persistent, req.PersistRoot = true, true
+			// The SDK resumes with the token it had: the create-time
+			// lease outlives this sandbox's stops (and nothing else).
+			req.KeepCreateLease = true
 			req.Policy.OnIdle = sandbox.ActionStop
 		}
 	} else {
