@@ -179,7 +179,8 @@ func (s *tplState) loadBuilds(now time.Time, log *slog.Logger) {
 		var rec buildRecord
 		if ok {
 			b, err := os.ReadFile(file)
-			ok = err == nil && json.Unmarshal(b, &rec) == nil && rec.ID == id && validBuildID(id) && rec.Tenant != ""
+			ok = err == nil && json.Unmarshal(b, &rec) == nil && rec.ID == id && validBuildID(id) && rec.Tenant != "" &&
+				rec.Target != "" && len(rec.Tags) > 0 && slices.Contains([]string{"waiting", "building", "ready", "error"}, rec.Status)
 		}
 		if !ok {
 			log.Warn("removing an unreadable e2b build record", "file", file)

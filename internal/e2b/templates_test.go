@@ -220,6 +220,11 @@ func TestBuildRecordsSurviveRestart(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "junk.json"), []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A record of a valid id without its tags (a start would index them).
+	noTags := newBuildID()
+	if err := os.WriteFile(filepath.Join(dir, noTags+".json"), []byte(`{"id":"`+noTags+`","tenant":"acme","target":"x","status":"waiting"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	s.close()
 
 	s2 := newTplState("", dir, log)
@@ -240,8 +245,10 @@ func TestBuildRecordsSurviveRestart(t *testing.T) {
 	if b := get(waiting.id); b.status != "waiting" {
 		t.Errorf("waiting build: %+v", b)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "junk.json")); !os.IsNotExist(err) {
-		t.Errorf("unreadable record kept: %v", err)
+	for _, f := range []string{"junk.json", noTags + ".json"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); !os.IsNotExist(err) {
+			t.Errorf("unreadable record %s kept: %v", f, err)
+		}
 	}
 	// The interrupted build's new state is on disk too.
 	s3 := newTplState("", dir, log)
