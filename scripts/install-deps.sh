@@ -26,6 +26,9 @@ command -v git >/dev/null || need_apt+=(git)
 # The tests drive python3 inside sandboxes (host /usr) and through it the
 # host's libseccomp (runc's dependency) as a reference for berth's compiler.
 command -v python3 >/dev/null || need_apt+=(python3)
+# `python` as well as `python3` in the base template (the host's /usr): E2B
+# programs run `python ...` (docs/e2b.md).
+[ -e /usr/bin/python ] || need_apt+=(python-is-python3)
 # The code-interpreter template runs a Jupyter kernel from the host's /usr
 # (internal/interp): ipykernel, jupyter_client, matplotlib, numpy, pandas.
 /usr/bin/python3 -c 'import ipykernel, jupyter_client, matplotlib, numpy, pandas' 2>/dev/null ||

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 
 	"github.com/berth-sh/berth/internal/e2b"
@@ -19,7 +20,8 @@ import (
 func (d *Daemon) listenE2B() error {
 	log := d.cfg.Logger
 	d.e2b = e2b.New(e2b.Config{Manager: d.engine, Templates: d.engine, Server: d.Server, WithCaller: server.WithCaller, Audit: d.Server.Audit,
-		Log: log.With("component", "e2b"), Domain: strings.ToLower(strings.TrimSuffix(d.cfg.E2BDomain, "."))})
+		Log: log.With("component", "e2b"), Domain: strings.ToLower(strings.TrimSuffix(d.cfg.E2BDomain, ".")),
+		StateDir: filepath.Join(d.cfg.DataDir, "e2b")})
 	l, err := net.Listen("tcp", d.cfg.E2BListen)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", d.cfg.E2BListen, err)

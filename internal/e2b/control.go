@@ -112,6 +112,9 @@ func (d *Door) controlRoutes() *http.ServeMux {
 		mux.Handle("POST /v2/templates/{templateID}/builds/{buildID}", h(ruleTemplates, "POST /v2/templates/{templateID}/builds/{buildID}", d.startBuild))
 		mux.Handle("GET /templates/{templateID}/builds/{buildID}/status", h(ruleTemplates, "", d.buildStatus))
 		mux.Handle("GET /templates/aliases/{alias}", h(ruleRead, "", d.templateAlias))
+		mux.Handle("GET /templates/{templateID}/{sub}", h(ruleRead, "", d.templateSub))
+		mux.Handle("POST /templates/tags", h(ruleTemplates, "POST /templates/tags", d.assignTags))
+		mux.Handle("DELETE /templates/tags", h(ruleTemplates, "DELETE /templates/tags", d.removeTags))
 	}
 	mux.Handle("/", h(ruleRead, "", func(_ context.Context, _ http.ResponseWriter, r *http.Request, _ auth.Principal) error {
 		return errdefs.NotFound("berth's E2B door has no route %s %s", r.Method, r.URL.Path)
@@ -197,6 +200,13 @@ func createRequest(in *newSandbox) (*engine.CreateRequest, error) {
 	if tpl == templates.BuiltinTemplate {
 		tpl = ""
 	}
+	if strings.Contains(tpl, ":") { // E2B's name:tag: its berth template
+		n, err := refName(tpl)
+		if err != nil {
+			return nil, errdefs.NotFound("template %q not found", tpl)
+		}
+		tpl = n
+	}
 	d, err := seconds(in.Timeout, DefaultTimeout)
 	if err != nil {
 		return nil, err
@@ -215,6 +225,9 @@ func createRequest(in *newSandbox) (*engine.CreateRequest, error) {
 			// stop, which keeps them for a sandbox whose whole writable
 			// root lives on its own volume.
 			req.Persistent, req.PersistRoot = true, true
+			// The SDK resumes with the token it had: the create-time
+			// lease outlives this sandbox's stops (and nothing else).
+			req.KeepCreateLease = true
 			req.Policy.OnIdle = sandbox.ActionStop
 		}
 	} else {

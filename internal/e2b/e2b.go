@@ -129,6 +129,9 @@ type Config struct {
 	// Domain, if set, routes hosts {port}-{sandboxID}.{Domain} to that
 	// sandbox's port and is the domain sandboxes report.
 	Domain string
+	// StateDir keeps the door's records that outlive a restart (template
+	// builds); "" keeps them in memory only.
+	StateDir string
 }
 
 // Door serves the E2B APIs.
@@ -149,7 +152,11 @@ func New(cfg Config) *Door {
 	if cfg.Manager != nil && cfg.Manager.Config().UploadDir != "" {
 		filesDir = filepath.Join(cfg.Manager.Config().UploadDir, "e2b-files")
 	}
-	d := &Door{cfg: cfg, watch: newWatchers(), tpl: newTplState(filesDir)}
+	recDir := ""
+	if cfg.StateDir != "" {
+		recDir = filepath.Join(cfg.StateDir, "builds")
+	}
+	d := &Door{cfg: cfg, watch: newWatchers(), tpl: newTplState(filesDir, recDir, cfg.Log)}
 	d.control = d.controlRoutes()
 	d.envd = d.envdRoutes()
 	return d

@@ -11,8 +11,16 @@ package e2b
 // and quotas, as `berth template build -f` builds it. The start command
 // becomes the template's supervised service.
 //
-// Builds and uploads live in the door's memory: a daemon restart ends a
-// build in progress (its status is then 404) and forgets the uploads.
+// E2B's tags are berth templates: the build of name:tag makes berth's
+// template name.tag (E2B's own default tag, or none, the template name),
+// labelled with its E2B name, tag and build id (tagLabels), and a tag
+// assigned later is a template of the tagged one's layers (assignTags).
+//
+// A build's record (its state, reason and log) is kept in the door's
+// state directory as well as in memory, written at each change of state
+// and step: a daemon restart keeps the status of the builds it knew, and
+// ends a build in progress as an error saying so (loadBuilds). Uploads
+// live in memory only: a restart forgets them.
 
 import (
 	"archive/tar"
@@ -22,12 +30,17 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"log/slog"
 	"net/http"
 	"os"
 	"path"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,6 +57,10 @@ import (
 type TemplateBuilder interface {
 	BuildDockerfile(ctx context.Context, req *templates.DockerfileRequest, actor string, progress func(templates.Event)) (*store.Template, error)
 	ResolveTemplate(ctx context.Context, tenant, name string) (*store.Template, error)
+	// ListTemplates and DeleteTemplate act as ctx's caller: its own
+	// templates and the shared ones it sees; its own removed.
+	ListTemplates(ctx context.Context, p store.Page) ([]*store.Template, string, error)
+	DeleteTemplate(ctx context.Context, name string) error
 }
 
 // Bounds of the template build API's state, per tenant.
@@ -60,6 +77,13 @@ const (
 	// e2bBaseImage is E2B's default base image (fromBaseImage()): berth's
 	// base template is its counterpart (E2B's user, home and tools).
 	e2bBaseImage = "e2bdev/base"
+	// defaultTag is E2B's tag of a name given without one.
+	defaultTag = "default"
+	// The labels of a template the door built or tagged: its E2B name,
+	// tag and build id.
+	labelName  = "sh.berth.e2b.name"
+	labelTag   = "sh.berth.e2b.tag"
+	labelBuild = "sh.berth.e2b.build-id"
 )
 
 var ruleTemplates = auth.Rule{Scopes: []auth.Scope{auth.ScopeTemplates}}
@@ -74,14 +98,36 @@ type tplState struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	dir     string // archives, created when first needed
+	// recDir keeps a file per build (its buildRecord); "" keeps builds in
+	// memory only. saveMu orders the writes of one state after another.
+	recDir string
+	saveMu sync.Mutex
 }
 
 type tplBuild struct {
 	id, templateID, tenant string
-	status                 string // waiting, building, ready, error
-	reason                 *buildReason
-	logs                   []logEntry
-	created, ended         time.Time
+	// target is the berth template the build makes (templateID's, or
+	// templateID.tag); tags are the E2B tags it gets, target's first.
+	target         string
+	tags           []string
+	status         string // waiting, building, ready, error
+	reason         *buildReason
+	logs           []logEntry
+	created, ended time.Time
+}
+
+// buildRecord is a build as its file keeps it.
+type buildRecord struct {
+	ID         string       `json:"id"`
+	TemplateID string       `json:"templateID"`
+	Tenant     string       `json:"tenant"`
+	Target     string       `json:"target"`
+	Tags       []string     `json:"tags"`
+	Status     string       `json:"status"`
+	Reason     *buildReason `json:"reason,omitempty"`
+	Logs       []logEntry   `json:"logs"`
+	Created    time.Time    `json:"created"`
+	Ended      time.Time    `json:"ended,omitzero"`
 }
 
 type tplUpload struct {
@@ -97,15 +143,140 @@ type uploadLink struct {
 }
 
 // newTplState keeps uploads in dir ("" for a temporary directory made
-// when first needed). dir is the door's alone: what a previous run left
-// there (uploads live in memory only) is removed.
-func newTplState(dir string) *tplState {
+// when first needed) and build records in recDir ("": memory only). dir
+// is the door's alone: what a previous run left there (uploads live in
+// memory only) is removed. The records in recDir are read back.
+func newTplState(dir, recDir string, log *slog.Logger) *tplState {
 	if dir != "" {
 		_ = os.RemoveAll(dir)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &tplState{builds: map[string]*tplBuild{}, uploads: map[string]*tplUpload{}, links: map[string]*uploadLink{},
-		ctx: ctx, cancel: cancel, dir: dir}
+	s := &tplState{builds: map[string]*tplBuild{}, uploads: map[string]*tplUpload{}, links: map[string]*uploadLink{},
+		ctx: ctx, cancel: cancel, dir: dir, recDir: recDir}
+	if recDir != "" {
+		s.loadBuilds(time.Now(), log)
+	}
+	return s
+}
+
+// interruptedReason is the reason of a build a daemon restart ended.
+const interruptedReason = "the build was interrupted: berth's daemon stopped while it ran; build the template again"
+
+// loadBuilds reads the build records a previous run left: a build that
+// was in progress then ended with it (an error saying so); a record that
+// cannot be read is removed.
+func (s *tplState) loadBuilds(now time.Time, log *slog.Logger) {
+	ents, err := os.ReadDir(s.recDir)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			log.Warn("reading the e2b build records", "dir", s.recDir, "err", err)
+		}
+		return
+	}
+	for _, e := range ents {
+		file := filepath.Join(s.recDir, e.Name())
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		var rec buildRecord
+		if ok {
+			b, err := os.ReadFile(file)
+			ok = err == nil && json.Unmarshal(b, &rec) == nil && rec.ID == id && validBuildID(id) && rec.Tenant != "" &&
+				rec.Target != "" && len(rec.Tags) > 0 && slices.Contains([]string{"waiting", "building", "ready", "error"}, rec.Status)
+		}
+		if !ok {
+			log.Warn("removing an unreadable e2b build record", "file", file)
+			_ = os.RemoveAll(file)
+			continue
+		}
+		b := &tplBuild{id: rec.ID, templateID: rec.TemplateID, tenant: rec.Tenant, target: rec.Target, tags: rec.Tags,
+			status: rec.Status, reason: rec.Reason, logs: rec.Logs, created: rec.Created, ended: rec.Ended}
+		if b.status == "building" {
+			b.status, b.ended = "error", now
+			b.reason = &buildReason{Message: interruptedReason, LogEntries: []logEntry{}}
+			b.logs = append(b.logs, logEntry{Timestamp: now.UTC(), Level: "error", Message: interruptedReason})
+			s.builds[b.id] = b
+			s.save(b)
+			continue
+		}
+		s.builds[b.id] = b
+	}
+}
+
+// validBuildID is a build id as newBuildID makes them.
+func validBuildID(id string) bool {
+	if len(id) != 36 {
+		return false
+	}
+	for i := range len(id) {
+		c := id[i]
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			if c != '-' {
+				return false
+			}
+		} else if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// save writes b's record (when the door keeps records). Called without
+// mu held; a record that cannot be written leaves the build in memory.
+func (s *tplState) save(b *tplBuild) {
+	if s.recDir == "" {
+		return
+	}
+	s.saveMu.Lock()
+	defer s.saveMu.Unlock()
+	s.mu.Lock()
+	rec := buildRecord{ID: b.id, TemplateID: b.templateID, Tenant: b.tenant, Target: b.target, Tags: b.tags,
+		Status: b.status, Reason: b.reason, Logs: slices.Clone(b.logs), Created: b.created, Ended: b.ended}
+	gone := s.builds[b.id] != b
+	s.mu.Unlock()
+	file := filepath.Join(s.recDir, b.id+".json")
+	if gone { // forgotten meanwhile
+		_ = os.Remove(file)
+		return
+	}
+	data, err := json.Marshal(rec)
+	if err == nil {
+		err = os.MkdirAll(s.recDir, 0o700)
+	}
+	if err == nil {
+		err = writeFileAtomic(file, data)
+	}
+	if err != nil {
+		slog.Default().Warn("writing an e2b build record", "build", b.id, "err", err)
+	}
+}
+
+// forget removes the record of a build no longer kept. Called with mu
+// held.
+func (s *tplState) forget(id string) {
+	delete(s.builds, id)
+	if s.recDir != "" {
+		_ = os.Remove(filepath.Join(s.recDir, id+".json"))
+	}
+}
+
+func writeFileAtomic(file string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(file), ".rec-*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), file)
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+	}
+	return err
 }
 
 // close stops the builds in progress, waits for them and removes the
@@ -124,7 +295,7 @@ func (s *tplState) close() {
 func (s *tplState) sweep(now time.Time) {
 	for id, b := range s.builds {
 		if !b.ended.IsZero() && now.Sub(b.ended) > buildMemory || b.status == "waiting" && now.Sub(b.created) > buildMemory {
-			delete(s.builds, id)
+			s.forget(id)
 		}
 	}
 	for t, l := range s.links {
@@ -203,22 +374,84 @@ func newBuildID() string {
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
-// templateName is the berth template an E2B name names: E2B's name may
-// carry a tag after a colon; berth's templates have none, so only E2B's
-// default tag is taken.
-func templateName(name string, tags []string) (string, error) {
-	n, tag, hasTag := strings.Cut(name, ":")
-	if hasTag && tag != "default" || len(tags) > 0 && !(len(tags) == 1 && tags[0] == "default") {
-		return "", errdefs.Invalid("template tags are not supported by berth: name the template without a tag (berth keeps one build per name)")
+// berthName is the berth template of E2B's name and tag: the name itself
+// for E2B's default tag (or none), else name.tag. E2B's names hold no '.',
+// so a tagged one's must not: name.tag then names one name and tag only.
+func berthName(name, tag string) (string, error) {
+	if !sandbox.ValidName(name) {
+		return "", errdefs.Invalid("bad template name %q: use 1-63 letters, digits, '.', '_' or '-'", name)
 	}
+	if tag == "" || tag == defaultTag {
+		return name, nil
+	}
+	if !sandbox.ValidName(tag) {
+		return "", errdefs.Invalid("bad tag %q: use letters, digits, '.', '_' or '-', starting with a letter or digit", tag)
+	}
+	if strings.Contains(name, ".") {
+		return "", errdefs.Invalid("template name %q: a tagged template's name holds no '.' (berth names the template of a tag name.tag)", name)
+	}
+	n := name + "." + tag
 	if !sandbox.ValidName(n) {
-		return "", errdefs.Invalid("bad template name %q: use 1-63 letters, digits, '.', '_' or '-'", n)
+		return "", errdefs.Invalid("template %s:%s: name and tag together take at most 62 characters on berth", name, tag)
 	}
 	return n, nil
 }
 
-// requestBuild is POST /v3/templates: a build of a new template, waiting
-// for its steps.
+// splitRef is E2B's name[:tag]: the name and its tag ("" for none).
+func splitRef(ref string) (name, tag string, err error) {
+	name, tag, has := strings.Cut(ref, ":")
+	if has && tag == "" {
+		return "", "", errdefs.Invalid("template %q: a tag after ':' is required", ref)
+	}
+	return name, tag, nil
+}
+
+// refName is the berth template E2B's name[:tag] names.
+func refName(ref string) (string, error) {
+	name, tag, err := splitRef(ref)
+	if err != nil {
+		return "", err
+	}
+	return berthName(name, tag)
+}
+
+// buildTags are the E2B name and tags a build request names: the name's
+// own tag and the request's tags, E2B's default tag when none is given.
+func buildTags(ref string, more []string) (name string, tags []string, err error) {
+	name, tag, err := splitRef(ref)
+	if err != nil {
+		return "", nil, err
+	}
+	if tag != "" {
+		tags = append(tags, tag)
+	}
+	for _, t := range more {
+		if !slices.Contains(tags, t) {
+			tags = append(tags, t)
+		}
+	}
+	if len(tags) == 0 {
+		tags = []string{defaultTag}
+	}
+	if len(tags) > 16 {
+		return "", nil, errdefs.Invalid("tags: at most 16")
+	}
+	for _, t := range tags {
+		if _, err := berthName(name, t); err != nil {
+			return "", nil, err
+		}
+	}
+	return name, tags, nil
+}
+
+// tagLabels is the LABEL instruction marking a template as E2B's name:tag
+// of a build.
+func tagLabels(name, tag, buildID string) string {
+	return fmt.Sprintf("LABEL %s=%s %s=%s %s=%s", labelName, dq(name), labelTag, dq(tag), labelBuild, dq(buildID))
+}
+
+// requestBuild is POST /v3/templates: a build of a new template (or of a
+// new tag of one), waiting for its steps.
 func (d *Door) requestBuild(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	var in templateRequestV3
 	if err := decode(r, &in); err != nil {
@@ -230,15 +463,19 @@ func (d *Door) requestBuild(ctx context.Context, w http.ResponseWriter, r *http.
 	if in.Name == "" {
 		return errdefs.Invalid("name: required")
 	}
-	name, err := templateName(in.Name, in.Tags)
+	name, tags, err := buildTags(in.Name, in.Tags)
 	if err != nil {
 		return err
 	}
-	if t, err := d.cfg.Templates.ResolveTemplate(ctx, p.Tenant, name); err == nil && t.Tenant == p.Tenant {
-		return errdefs.Conflict("template %q exists: berth builds a name once (remove it with `berth template rm %s`)", name, name)
-	} else if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-		return err
+	for _, tag := range tags {
+		bn, _ := berthName(name, tag)
+		if t, err := d.cfg.Templates.ResolveTemplate(ctx, p.Tenant, bn); err == nil && t.Tenant == p.Tenant {
+			return errdefs.Conflict("template %q exists: berth builds a name:tag once (remove the tag with Template.removeTags or the template with `berth template rm %s`)", bn, bn)
+		} else if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return err
+		}
 	}
+	target, _ := berthName(name, tags[0])
 	s := d.tpl
 	now := time.Now()
 	s.mu.Lock()
@@ -263,13 +500,14 @@ func (d *Door) requestBuild(ctx context.Context, w http.ResponseWriter, r *http.
 		return errdefs.LimitBusy("e2b_template_builds", maxBuilds, time.Minute, "%d template builds of this tenant are waiting or in progress: wait for them", n)
 	}
 	if ended >= maxEndedBuilds { // the oldest ended build's status goes first
-		delete(s.builds, oldest.id)
+		s.forget(oldest.id)
 	}
-	b := &tplBuild{id: newBuildID(), templateID: name, tenant: p.Tenant, status: "waiting", created: now}
+	b := &tplBuild{id: newBuildID(), templateID: name, target: target, tags: tags, tenant: p.Tenant, status: "waiting", created: now}
 	s.builds[b.id] = b
 	s.mu.Unlock()
+	s.save(b)
 	writeJSON(w, http.StatusAccepted, templateRequestOut{TemplateID: name, BuildID: b.id, Aliases: []string{name},
-		Names: []string{name}, Tags: []string{"default"}})
+		Names: []string{name}, Tags: tags})
 	return nil
 }
 
@@ -820,6 +1058,13 @@ func (d *Door) startBuild(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return err
 	}
 	tid, bid := r.PathValue("templateID"), r.PathValue("buildID")
+	if in.FromTemplate != "" && strings.Contains(in.FromTemplate, ":") {
+		n, err := refName(in.FromTemplate) // E2B's name:tag
+		if err != nil {
+			return errdefs.Invalid("fromTemplate: %v", err)
+		}
+		in.FromTemplate = n
+	}
 	var base *store.TemplateConfig
 	var missing error // a fromTemplate that names nothing: the build fails at its base, as E2B's
 	if n := baseName(&in); sandbox.ValidName(n) {
@@ -852,11 +1097,15 @@ func (d *Door) startBuild(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	if err == nil {
 		b.status = "building"
+		// The result says which E2B name, tag and build it is.
+		pl.dockerfile += tagLabels(b.templateID, b.tags[0], b.id) + "\n"
+		pl.stepOf = append(pl.stepOf, 0)
 	}
 	s.mu.Unlock()
 	if err != nil {
 		return err
 	}
+	s.save(b)
 	if missing != nil {
 		d.endBuild(b, nil, missing, 0, pl)
 		writeJSON(w, http.StatusAccepted, struct{}{})
@@ -921,13 +1170,14 @@ func (d *Door) runBuild(ctx context.Context, b *tplBuild, pl *plan, files map[st
 			}
 		}
 	}
-	req := &templates.DockerfileRequest{Name: b.templateID, Context: pr, Service: pl.service}
+	req := &templates.DockerfileRequest{Name: b.target, Context: pr, Service: pl.service}
 	t, err := d.cfg.Templates.BuildDockerfile(ctx, req, p.Actor, func(ev templates.Event) {
 		if ev.Step != last {
 			flush("stdout", true)
 			flush("stderr", true)
 			if ev.Step != 0 {
 				last = ev.Step
+				d.tpl.save(b) // the log so far outlives a restart
 			}
 		}
 		if lines[ev.Stream] == nil {
@@ -938,6 +1188,10 @@ func (d *Door) runBuild(ctx context.Context, b *tplBuild, pl *plan, files map[st
 	})
 	flush("stdout", true)
 	flush("stderr", true)
+	if err == nil && len(b.tags) > 1 { // the build's other tags
+		_, err = d.tagTemplate(ctx, p, t, b.templateID, b.tags[1:], b.id)
+		last = 0
+	}
 	d.endBuild(b, t, err, last, pl)
 }
 
@@ -1046,6 +1300,7 @@ func (d *Door) endBuild(b *tplBuild, t *store.Template, err error, last int, pl 
 		b.status, b.ended = "error", time.Now()
 		b.reason = &buildReason{Message: msg, Step: step, LogEntries: []logEntry{}}
 		s.mu.Unlock()
+		s.save(b)
 		return
 	}
 	d.logBuild(b, "info", fmt.Sprintf("Template %s built: %d layers", t.Name, len(t.Layers)), "finalize")
@@ -1053,6 +1308,7 @@ func (d *Door) endBuild(b *tplBuild, t *store.Template, err error, last int, pl 
 	s.mu.Lock()
 	b.status, b.ended = "ready", time.Now()
 	s.mu.Unlock()
+	s.save(b)
 }
 
 // buildStatus is GET /templates/{templateID}/builds/{buildID}/status: the
@@ -1102,17 +1358,215 @@ func (d *Door) buildStatus(_ context.Context, w http.ResponseWriter, r *http.Req
 }
 
 // templateAlias is GET /templates/aliases/{alias}: whether the caller sees
-// a template of that name (the SDK's Template.exists). Another tenant's
+// a template of that name (the SDK's Template.exists), name:tag naming a
+// tag's template, and a name alone any of its tags' too. Another tenant's
 // is not found, as one that does not exist.
 func (d *Door) templateAlias(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	name := r.PathValue("alias")
-	if !sandbox.ValidName(name) {
-		return errdefs.NotFound("template %q not found", name)
+	alias := r.PathValue("alias")
+	name, err := refName(alias)
+	if err != nil {
+		return errdefs.NotFound("template %q not found", alias)
 	}
 	t, err := d.cfg.Templates.ResolveTemplate(ctx, p.Tenant, name)
+	if errors.Is(err, errdefs.ErrNotFound) && !strings.Contains(alias, ":") {
+		var tagged []*store.Template
+		if tagged, err = d.taggedTemplates(ctx, p, alias); err == nil && len(tagged) == 0 {
+			err = errdefs.NotFound("template %q not found", alias)
+		}
+		if err == nil {
+			t = tagged[0]
+		}
+	}
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"templateID": t.Name, "public": t.Tenant != p.Tenant})
+	writeJSON(w, http.StatusOK, map[string]any{"templateID": name, "public": t.Tenant != p.Tenant})
+	return nil
+}
+
+// taggedTemplates are the caller's own templates the door made for E2B's
+// name, oldest first.
+func (d *Door) taggedTemplates(ctx context.Context, p auth.Principal, name string) ([]*store.Template, error) {
+	var out []*store.Template
+	page := store.Page{Limit: 500}
+	for {
+		ts, next, err := d.cfg.Templates.ListTemplates(ctx, page)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range ts {
+			if t.Tenant == p.Tenant && t.Config.Labels[labelName] == name && t.Config.Labels[labelTag] != "" {
+				out = append(out, t)
+			}
+		}
+		if next == "" {
+			break
+		}
+		page.Cursor = next
+	}
+	slices.SortStableFunc(out, func(a, b *store.Template) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return out, nil
+}
+
+// ownTag is the caller's template the door made for name:tag, else 404.
+func (d *Door) ownTag(ctx context.Context, p auth.Principal, name, tag string) (*store.Template, error) {
+	bn, err := berthName(name, tag)
+	if err != nil {
+		return nil, err
+	}
+	t, err := d.cfg.Templates.ResolveTemplate(ctx, p.Tenant, bn)
+	if err != nil {
+		return nil, err
+	}
+	if t.Tenant != p.Tenant || t.Config.Labels[labelName] != name || t.Config.Labels[labelTag] != tag && !(tag == "" && t.Config.Labels[labelTag] == defaultTag) {
+		return nil, errdefs.NotFound("template %s:%s not found", name, tag)
+	}
+	return t, nil
+}
+
+// tagTemplate gives template t (the caller's) E2B's tags of name: each
+// a template of t's layers and config, labelled with its tag and t's
+// build (buildID when t has none). A tag the door gave before moves to t
+// (its template removed first: refused while a sandbox uses it); a
+// template of that name the door did not make is left alone (409).
+func (d *Door) tagTemplate(ctx context.Context, p auth.Principal, t *store.Template, name string, tags []string, buildID string) (string, error) {
+	if b := t.Config.Labels[labelBuild]; b != "" {
+		buildID = b
+	}
+	for _, tag := range tags {
+		bn, err := berthName(name, tag)
+		if err != nil {
+			return "", err
+		}
+		if bn == t.Name {
+			continue
+		}
+		old, err := d.cfg.Templates.ResolveTemplate(ctx, p.Tenant, bn)
+		switch {
+		case err == nil && old.Tenant == p.Tenant:
+			if old.Config.Labels[labelName] != name {
+				return "", errdefs.Conflict("template %q exists and is not E2B's %s:%s: berth leaves it alone", bn, name, tag)
+			}
+			if err := d.cfg.Templates.DeleteTemplate(ctx, bn); err != nil {
+				return "", err
+			}
+		case err != nil && !errors.Is(err, errdefs.ErrNotFound):
+			return "", err
+		}
+		df := fmt.Sprintf("FROM %s\n%s\n", t.Name, tagLabels(name, tag, buildID))
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(writeContext(pw, &plan{dockerfile: df}, nil)) }()
+		_, err = d.cfg.Templates.BuildDockerfile(ctx, &templates.DockerfileRequest{Name: bn, Context: pr}, p.Actor, func(templates.Event) {})
+		pr.Close()
+		if err != nil {
+			return "", err
+		}
+	}
+	return buildID, nil
+}
+
+type assignTagsIn struct {
+	Target string   `json:"target"`
+	Tags   []string `json:"tags"`
+}
+
+// assignTags is POST /templates/tags: E2B's Template.assignTags, the
+// build of target (name:tag, the default tag without one) given more
+// tags of its name.
+func (d *Door) assignTags(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	var in assignTagsIn
+	if err := decode(r, &in); err != nil {
+		return err
+	}
+	name, tag, err := splitRef(in.Target)
+	if err != nil {
+		return err
+	}
+	if len(in.Tags) == 0 || len(in.Tags) > 16 {
+		return errdefs.Invalid("tags: give 1 to 16")
+	}
+	for _, t := range in.Tags {
+		if _, err := berthName(name, t); err != nil {
+			return err
+		}
+	}
+	bn, err := berthName(name, tag)
+	if err != nil {
+		return err
+	}
+	t, err := d.cfg.Templates.ResolveTemplate(ctx, p.Tenant, bn)
+	if err == nil && t.Tenant != p.Tenant {
+		err = errdefs.NotFound("template %q not found: tag your own templates", in.Target)
+	}
+	if err != nil {
+		return err
+	}
+	bid, err := d.tagTemplate(ctx, p, t, name, in.Tags, newBuildID())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"buildID": bid, "tags": in.Tags})
+	return nil
+}
+
+type removeTagsIn struct {
+	Name string   `json:"name"`
+	Tags []string `json:"tags"`
+}
+
+// removeTags is DELETE /templates/tags: E2B's Template.removeTags, each
+// tag's template removed (refused while a sandbox uses it). Every tag must
+// be one the door gave the name; nothing is removed otherwise.
+func (d *Door) removeTags(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	var in removeTagsIn
+	if err := decode(r, &in); err != nil {
+		return err
+	}
+	if len(in.Tags) == 0 || len(in.Tags) > 16 {
+		return errdefs.Invalid("tags: give 1 to 16")
+	}
+	var names []string
+	for _, tag := range in.Tags {
+		t, err := d.ownTag(ctx, p, in.Name, tag)
+		if err != nil {
+			return err
+		}
+		names = append(names, t.Name)
+	}
+	for _, n := range names {
+		if err := d.cfg.Templates.DeleteTemplate(ctx, n); err != nil {
+			return err
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+type templateTagOut struct {
+	Tag       string    `json:"tag"`
+	BuildID   string    `json:"buildID"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// templateSub is GET /templates/{templateID}/{sub}: E2B's tags list
+// (sub "tags"; a pattern of its own would clash with
+// /templates/aliases/{alias}).
+func (d *Door) templateSub(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	if r.PathValue("sub") != "tags" {
+		return errdefs.NotFound("berth's E2B door has no route %s %s", r.Method, r.URL.Path)
+	}
+	name := r.PathValue("templateID")
+	ts, err := d.taggedTemplates(ctx, p, name)
+	if err != nil {
+		return err
+	}
+	if len(ts) == 0 {
+		return errdefs.NotFound("template %q not found", name)
+	}
+	out := []templateTagOut{}
+	for _, t := range ts {
+		out = append(out, templateTagOut{Tag: t.Config.Labels[labelTag], BuildID: t.Config.Labels[labelBuild], CreatedAt: t.CreatedAt.UTC()})
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }

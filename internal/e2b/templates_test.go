@@ -1,10 +1,16 @@
 package e2b
 
 import (
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/berth-sh/berth/internal/image/dockerfile"
+	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -133,4 +139,128 @@ func FuzzPlanBuild(f *testing.F) {
 			t.Fatalf("%d instructions read, %d written:\n%s", n, len(pl.stepOf), pl.dockerfile)
 		}
 	})
+}
+
+// TestBerthName: E2B's name[:tag] as the berth template of it, and the
+// names refused (a tag's name with a '.', which name.tag could not tell
+// apart, bad characters, too long).
+func TestBerthName(t *testing.T) {
+	for ref, want := range map[string]string{
+		"my-app":               "my-app",
+		"my-app:default":       "my-app",
+		"my-app:v1":            "my-app.v1",
+		"my-app:v1.0":          "my-app.v1.0",
+		"py3.11":               "py3.11",
+		"e2b-tags-test:v1-abc": "e2b-tags-test.v1-abc",
+	} {
+		if got, err := refName(ref); err != nil || got != want {
+			t.Errorf("%q: %q %v, want %q", ref, got, err, want)
+		}
+	}
+	for _, ref := range []string{"", ":v1", "my-app:", "my-app::v1", "my.app:v1", "my-app:-v1", "my-app:v 1", "a:" + strings.Repeat("b", 62), "a/b:c"} {
+		if got, err := refName(ref); err == nil {
+			t.Errorf("%q: accepted as %q", ref, got)
+		}
+	}
+	name, tags, err := buildTags("app:v1", []string{"latest", "v1"})
+	if err != nil || name != "app" || strings.Join(tags, ",") != "v1,latest" {
+		t.Errorf("buildTags: %q %q %v", name, tags, err)
+	}
+	if _, tags, _ := buildTags("app", nil); strings.Join(tags, ",") != defaultTag {
+		t.Errorf("no tag: %q", tags)
+	}
+}
+
+// FuzzBerthName: a name berthName accepts is a valid berth template
+// name, and two tagged refs (or two untagged ones) that map to one
+// template are the same name and tag. (An untagged name with a '.' is a
+// berth name of its own: "a.b" and "a:b" are one template, documented.)
+func FuzzBerthName(f *testing.F) {
+	f.Add("app", "v1", "app.v1", "")
+	f.Add("a.b", "", "a", "b")
+	f.Add("a", "b.c", "a", "b.c")
+	f.Fuzz(func(t *testing.T, n1, t1, n2, t2 string) {
+		b1, err1 := berthName(n1, t1)
+		b2, err2 := berthName(n2, t2)
+		if err1 != nil || err2 != nil {
+			return
+		}
+		if !sandbox.ValidName(b1) {
+			t.Fatalf("%q:%q -> invalid %q", n1, t1, b1)
+		}
+		tagged := func(tag string) bool { return tag != "" && tag != defaultTag }
+		if b1 == b2 && tagged(t1) == tagged(t2) && (n1 != n2 || tagged(t1) && t1 != t2) {
+			t.Fatalf("%q:%q and %q:%q both %q", n1, t1, n2, t2, b1)
+		}
+	})
+}
+
+// TestBuildRecordsSurviveRestart: the door's build records, read back by
+// a new door state: an ended build keeps its status and log, one in
+// progress ends as an error saying the daemon stopped, a waiting one
+// waits, an unreadable record is removed.
+func TestBuildRecordsSurviveRestart(t *testing.T) {
+	dir := t.TempDir()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s := newTplState("", dir, log)
+	now := time.Now()
+	mk := func(status string) *tplBuild {
+		b := &tplBuild{id: newBuildID(), templateID: "app", target: "app.v1", tags: []string{"v1"}, tenant: "acme", status: status, created: now,
+			logs: []logEntry{{Timestamp: now, Level: "info", Message: "step 1 of " + status}}}
+		if status == "ready" {
+			b.ended = now
+		}
+		s.mu.Lock()
+		s.builds[b.id] = b
+		s.mu.Unlock()
+		s.save(b)
+		return b
+	}
+	ready, building, waiting := mk("ready"), mk("building"), mk("waiting")
+	if err := os.WriteFile(filepath.Join(dir, "junk.json"), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A record of a valid id without its tags (a start would index them).
+	noTags := newBuildID()
+	if err := os.WriteFile(filepath.Join(dir, noTags+".json"), []byte(`{"id":"`+noTags+`","tenant":"acme","target":"x","status":"waiting"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.close()
+
+	s2 := newTplState("", dir, log)
+	defer s2.close()
+	get := func(id string) *tplBuild {
+		b := s2.builds[id]
+		if b == nil {
+			t.Fatalf("build %s not read back", id)
+		}
+		return b
+	}
+	if b := get(ready.id); b.status != "ready" || len(b.logs) != 1 || b.target != "app.v1" || b.tenant != "acme" || !b.ended.Equal(ready.ended) {
+		t.Errorf("ready build: %+v", b)
+	}
+	if b := get(building.id); b.status != "error" || b.reason == nil || b.reason.Message != interruptedReason || len(b.logs) != 2 || b.ended.IsZero() {
+		t.Errorf("interrupted build: %+v", b)
+	}
+	if b := get(waiting.id); b.status != "waiting" {
+		t.Errorf("waiting build: %+v", b)
+	}
+	for _, f := range []string{"junk.json", noTags + ".json"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); !os.IsNotExist(err) {
+			t.Errorf("unreadable record %s kept: %v", f, err)
+		}
+	}
+	// The interrupted build's new state is on disk too.
+	s3 := newTplState("", dir, log)
+	defer s3.close()
+	if b := s3.builds[building.id]; b == nil || b.status != "error" || len(b.logs) != 2 {
+		t.Errorf("the interrupted build read again: %+v", b)
+	}
+	// A forgotten build's record goes.
+	s3.mu.Lock()
+	s3.forget(ready.id)
+	s3.mu.Unlock()
+	if _, err := os.Stat(filepath.Join(dir, ready.id+".json")); !os.IsNotExist(err) {
+		t.Errorf("forgotten build's record kept: %v", err)
+	}
 }

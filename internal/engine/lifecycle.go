@@ -169,7 +169,7 @@ func (m *Engine) create(ctx context.Context, req *CreateRequest, opt CreateOptio
 		spec.Labels = mergeMaps(spec.Labels, opt.Labels)
 	}
 	spec.Allow, spec.PublicPorts, spec.AllPortsPublic = req.Allow, req.PublicPorts, req.AllPortsPublic
-	spec.MaskRequestHost = req.MaskRequestHost
+	spec.MaskRequestHost, spec.KeepCreateLease = req.MaskRequestHost, req.KeepCreateLease
 	if spec.Secrets, err = m.checkSecretRefs(ctx, opt.Tenant, req.Secrets); err != nil {
 		return nil, err
 	}

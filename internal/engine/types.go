@@ -71,6 +71,9 @@ type CreateRequest struct {
 	// MaskRequestHost: the Host of requests to its ports through the E2B
 	// door (sandbox.Spec.MaskRequestHost).
 	MaskRequestHost string
+	// KeepCreateLease: the create-time lease outlives a stop
+	// (sandbox.Spec.KeepCreateLease; the E2B door's pause without memory).
+	KeepCreateLease bool
 	// Secrets are the tenant's secrets injected into its execs.
 	Secrets []sandbox.SecretRef
 	// Policy: zero fields take the template's or the daemon's default.

@@ -193,6 +193,12 @@ type Spec struct {
 	// the sandbox's ports ("${PORT}" the port; E2B's maskRequestHost);
 	// "" keeps the caller's.
 	MaskRequestHost string `json:"mask_request_host,omitempty"`
+	// KeepCreateLease: a stop leaves the create-time lease alive (E2B's
+	// pause without memory, whose SDK resumes with the token it had); the
+	// lease still ends with its key, the sandbox's deletion, quarantine or
+	// failure, or its own revocation, and the guard refuses it while the
+	// sandbox is not running. Every other lease of it ends at the stop.
+	KeepCreateLease bool `json:"keep_create_lease,omitempty"`
 	// IDs is the sandbox's host uid/gid range, given at create and
 	// released at delete; never inherited by a fork or snapshot.
 	IDs *HostIDs `json:"ids,omitempty"`

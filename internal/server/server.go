@@ -59,7 +59,6 @@ import (
 	"github.com/berth-sh/berth/internal/server/rest"
 	"github.com/berth-sh/berth/internal/server/sandboxes"
 	"github.com/berth-sh/berth/internal/server/templates"
-	"github.com/berth-sh/berth/internal/store"
 )
 
 // maxJSONBody bounds every JSON request body (but apply's).
@@ -188,7 +187,7 @@ func (s *Server) adminOptions() admin.Options {
 
 // LeaseRevoker is the engine's OnState hook: a sandbox that stops, is
 // quarantined, fails or is deleted loses its leases (see package admin).
-func LeaseRevoker(st store.Tenants, log *slog.Logger) func(string, sandbox.State) {
+func LeaseRevoker(st admin.LeaseStore, log *slog.Logger) func(string, sandbox.State) {
 	return admin.LeaseRevoker(st, log)
 }
 

@@ -66,8 +66,8 @@ type Tenants interface {
 	// keeps its first time); another owner's is not found.
 	RevokeLease(ctx context.Context, o Owner, id string, at time.Time) error
 	// RevokeLeases revokes, at at, every lease of sandbox id not yet
-	// revoked, and says how many.
-	RevokeLeases(ctx context.Context, sandboxID string, at time.Time) (int64, error)
+	// revoked but those named in keep, and says how many.
+	RevokeLeases(ctx context.Context, sandboxID string, at time.Time, keep ...string) (int64, error)
 
 	// CreatePortToken records t; an id taken is ErrConflict.
 	CreatePortToken(ctx context.Context, t *PortToken) error

@@ -37,6 +37,8 @@ try {
   out.who = who.stdout.trim().split('\n')
   const root = await a.commands.run('id -un; echo $HOME', { user: 'root' })
   out.root = root.stdout.trim().split('\n')
+  // `python`, not only `python3`, as E2B programs run it.
+  out.python = (await a.commands.run('python -c "import sys; print(sys.version_info[0])"')).stdout.trim()
 
   // Relative paths are the user's home; writeFiles keeps directories.
   await a.files.write('rel.txt', 'rel')

@@ -21,13 +21,19 @@ try {
   out.sleeper = (await again.commands.list()).some((p) => p.pid === sleeper.pid && p.cmd === 'sleep')
   out.stateAfter = (await again.getInfo()).state
   out.ran = (await again.commands.run('echo back')).stdout
-  // The token from before the stop ended with it: the old handle is refused.
+  // The token from before the stop is the sandbox's again: the old handle
+  // works, as on E2B.
   try {
     await sbx.files.read('/root/kept.txt')
     out.oldToken = 'accepted'
   } catch (e) {
     out.oldToken = e.constructor.name
   }
+  // The SDK's own resume path: the same handle paused without memory and
+  // connected again keeps working with the token it had.
+  await sbx.pause({ keepMemory: false })
+  await sbx.connect()
+  out.instanceResume = (await sbx.commands.run('cat /root/kept.txt', { user: 'root' })).stdout
   // Paused with memory, connected with onResume 'reboot': the process is
   // started afresh (stop and start), the files kept.
   const bg = await again.commands.run('sleep 600', { background: true })

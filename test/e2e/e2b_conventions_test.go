@@ -42,6 +42,7 @@ func TestE2BConventions(t *testing.T) {
 		PrivatePortToken answer `json:"privatePortToken"`
 		Running, Paused  bool
 		Killed           bool
+		Python           string
 	}
 	runE2BScript(t, "conventions.mjs", url, key, &got)
 	t.Logf("the SDK saw: %+v", got)
@@ -53,6 +54,9 @@ func TestE2BConventions(t *testing.T) {
 	}
 	if want := []string{"root", "/root"}; !slices.Equal(got.Root, want) {
 		t.Errorf("a command as root: %q, want %q", got.Root, want)
+	}
+	if got.Python != "3" {
+		t.Errorf("`python` in the base template: %q, want Python 3", got.Python)
 	}
 	if want := []string{"rel", "one", "two", "1000"}; !slices.Equal(got.Files, want) {
 		t.Errorf("relative and nested writes read back in the sandbox: %q, want %q", got.Files, want)

@@ -603,15 +603,18 @@ func TestE2BDomainRouting(t *testing.T) {
 // its own volume): getInfo and list say paused, berth says stopped, a
 // second pause is the SDK's false, connect starts it with its files and
 // without its old processes; connect with onResume 'reboot' restarts a
-// paused one; the access token from before the stop is refused after it;
-// a default sandbox is paused with memory instead. getMetrics reads
-// berth's accounting of a running sandbox (none while paused).
+// paused one; the access token from before the stop works again after it
+// (the SDK's own resume path: the handle it had), refused while stopped,
+// and still ends with its key and with the sandbox; a default sandbox is
+// paused with memory instead. getMetrics reads berth's accounting of a
+// running sandbox (none while paused).
 func TestE2BPauseWithoutMemory(t *testing.T) {
 	parallel(t)
 	d, url, key := e2bDaemon(t)
 	var got struct {
 		OK, Paused, Listed, PausedAgain, Sleeper, Killed  bool
 		Error, ID, State, Kept, StateAfter, Ran, OldToken string
+		InstanceResume                                    string
 		Reboot                                            struct {
 			Kept    string
 			Sleeper bool
@@ -633,8 +636,8 @@ func TestE2BPauseWithoutMemory(t *testing.T) {
 	if got.Kept != "kept" || got.Sleeper || got.StateAfter != "running" || got.Ran != "back\n" {
 		t.Errorf("connect after a pause without memory: %+v", got)
 	}
-	if got.OldToken != "AuthenticationError" {
-		t.Errorf("the access token from before the stop, after connect: %s", got.OldToken)
+	if got.OldToken != "accepted" || got.InstanceResume != "kept" {
+		t.Errorf("the access token from before the stop, after connect: %s; the handle paused and connected again: %q", got.OldToken, got.InstanceResume)
 	}
 	if got.Reboot.Kept != "kept" || got.Reboot.Sleeper {
 		t.Errorf("connect with onResume reboot: %+v", got.Reboot)
@@ -652,6 +655,57 @@ func TestE2BPauseWithoutMemory(t *testing.T) {
 	}
 	if out, _, code := d.cli("ls", "-o", "json"); code != 0 || strings.TrimSpace(out) != "[]" {
 		t.Errorf("berth ls after the kills: %d %s", code, out)
+	}
+
+	// The kept token still ends with its key and with its sandbox.
+	if out, errOut, code := d.cli("tenant", "create", "acme"); code != 0 {
+		t.Fatalf("tenant create: %s %s", out, errOut)
+	}
+	member, other := roleKey(t, d, "acme", "member"), roleKey(t, d, "acme", "member")
+	do := e2bCaller(t, url)
+	mk := func(key string) (string, string) {
+		st, body := do("POST", "/v2/sandboxes", `{"templateID":"base","timeout":300,"autoPause":true,"autoPauseMemory":false}`, map[string]string{"X-API-Key": key})
+		var sb struct{ SandboxID, EnvdAccessToken string }
+		if st != 201 || json.Unmarshal([]byte(body), &sb) != nil || sb.EnvdAccessToken == "" {
+			t.Fatalf("create: %d %s", st, body)
+		}
+		return sb.SandboxID, sb.EnvdAccessToken
+	}
+	health := func(id, tok string) int {
+		st, _ := do("GET", "/health", "", map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983", "X-Access-Token": tok})
+		return st
+	}
+	stopStart := func(id, tok, key string) {
+		if st, body := do("POST", "/sandboxes/"+id+"/pause", `{"memory":false}`, map[string]string{"X-API-Key": key}); st != 204 {
+			t.Fatalf("pause without memory: %d %s", st, body)
+		}
+		if st := health(id, tok); st != 502 {
+			t.Errorf("the kept token while its sandbox is stopped: %d, want 502", st)
+		}
+		if st, body := do("POST", "/sandboxes/"+id+"/connect", `{"timeout":300}`, map[string]string{"X-API-Key": key}); st >= 300 {
+			t.Fatalf("connect: %d %s", st, body)
+		}
+	}
+	a, ta := mk(member)
+	stopStart(a, ta, member)
+	if st := health(a, ta); st != 204 {
+		t.Errorf("the create-time token after the stop and start: %d, want 204", st)
+	}
+	if out, errOut, code := d.cli("key", "revoke", member[:len("berth_")+12]); code != 0 {
+		t.Fatalf("key revoke: %s %s", out, errOut)
+	}
+	if st := health(a, ta); st != 502 {
+		t.Errorf("the kept token after its key's revocation: %d, want 502", st)
+	}
+	b, tb := mk(other)
+	stopStart(b, tb, other)
+	for _, id := range []string{a, b} {
+		if st, body := do("DELETE", "/sandboxes/"+id, "", map[string]string{"X-API-Key": other}); st != 204 {
+			t.Errorf("kill %s: %d %s", id, st, body)
+		}
+	}
+	if st := health(b, tb); st != 502 {
+		t.Errorf("the kept token after its sandbox's deletion: %d, want 502", st)
 	}
 	assertDoctorClean(t, d)
 }

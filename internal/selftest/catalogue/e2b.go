@@ -178,6 +178,74 @@ func e2bAttacks() []*attack.Attack {
 				}
 				return attack.Contained("7 of 7 refused as expected, the build untouched")
 			}),
+		x("template-tag-rights", "build an E2B template with a member key, then with a viewer key of its tenant and a member key of another tenant try to give it tags, remove its tag and list its tags; and tag the host's shared base template as the member", "403 for the viewer, 404 for the other tenant and for the shared template; the template keeps its one tag",
+			func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome {
+				name := "selftest-e2b-tags-" + e.Tag
+				st, body, err := door.do(ctx, "POST", "/v3/templates", door.member, nil, `{"name":"`+name+`"}`)
+				var req struct{ TemplateID, BuildID string }
+				if err != nil || st != 202 || json.Unmarshal([]byte(body), &req) != nil || req.BuildID == "" {
+					return attack.Escaped("the member's build request: %d %v %s", st, err, attack.Clip(attack.OneLine(body), 80))
+				}
+				build := "/templates/" + req.TemplateID + "/builds/" + req.BuildID
+				if st, body, err := door.do(ctx, "POST", "/v2"+build, door.member, nil, `{"fromTemplate":"base"}`); err != nil || st != 202 {
+					return attack.Escaped("starting the member's build: %d %v %s", st, err, attack.Clip(attack.OneLine(body), 80))
+				}
+				defer door.do(context.WithoutCancel(ctx), "DELETE", "/templates/tags", door.member, nil, `{"name":"`+name+`","tags":["default"]}`)
+				for i := 0; ; i++ {
+					st, body, err := door.do(ctx, "GET", build+"/status", door.member, nil, "")
+					if err == nil && st == 200 && strings.Contains(body, `"status":"ready"`) {
+						break
+					}
+					if err != nil || st != 200 || strings.Contains(body, `"status":"error"`) || i >= 600 {
+						return attack.Escaped("the member's build: %d %v %s", st, err, attack.Clip(attack.OneLine(body), 120))
+					}
+					time.Sleep(200 * time.Millisecond)
+				}
+				otherTenant := door.tenant + "-other"
+				if _, err := e.C.CreateTenant(ctx, otherTenant); err != nil {
+					return attack.Escaped("another tenant: %v", err)
+				}
+				defer e.C.DeleteTenant(context.WithoutCancel(ctx), otherTenant)
+				k, err := e.C.CreateAPIKey(ctx, api.CreateAPIKeyRequest{Name: otherTenant + "-member", Tenant: otherTenant, Role: "member"})
+				if err != nil {
+					return attack.Escaped("the other tenant's key: %v", err)
+				}
+				assign := `{"target":"` + name + `","tags":["stolen"]}`
+				remove := `{"name":"` + name + `","tags":["default"]}`
+				var bad []string
+				for _, c := range []struct {
+					who, key, method, path, body string
+					want                         int
+				}{
+					{"viewer", door.viewer, "POST", "/templates/tags", assign, 403},
+					{"viewer", door.viewer, "DELETE", "/templates/tags", remove, 403},
+					{"other tenant", k.Key, "POST", "/templates/tags", assign, 404},
+					{"other tenant", k.Key, "DELETE", "/templates/tags", remove, 404},
+					{"other tenant", k.Key, "GET", "/templates/" + name + "/tags", "", 404},
+					{"other tenant", k.Key, "GET", "/templates/aliases/" + name, "", 404},
+					{"member", door.member, "POST", "/templates/tags", `{"target":"base","tags":["mine"]}`, 404},
+				} {
+					st, body, err := door.do(ctx, c.method, c.path, c.key, nil, c.body)
+					if err != nil {
+						return attack.Escaped("request: %v", err)
+					}
+					if st != c.want {
+						bad = append(bad, fmt.Sprintf("%s %s %s: %d %s", c.who, c.method, c.path, st, attack.Clip(attack.OneLine(body), 60)))
+					}
+				}
+				st, body, err = door.do(ctx, "GET", "/templates/"+name+"/tags", door.member, nil, "")
+				var tags []struct{ Tag string }
+				if err != nil || st != 200 || json.Unmarshal([]byte(body), &tags) != nil || len(tags) != 1 || tags[0].Tag != "default" {
+					bad = append(bad, fmt.Sprintf("the member's tags after: %d %v %s", st, err, attack.Clip(attack.OneLine(body), 80)))
+				}
+				if st, _, err := door.do(ctx, "GET", "/templates/aliases/base.mine", door.member, nil, ""); err != nil || st != 404 {
+					bad = append(bad, fmt.Sprintf("a tag of the shared base was made: %d %v", st, err))
+				}
+				if len(bad) > 0 {
+					return attack.Escaped("%d of 7 refused as expected; %s", 7-len(bad), strings.Join(bad, "; "))
+				}
+				return attack.Contained("7 of 7 refused as expected, the template keeps its one tag")
+			}),
 		x("envd-control-bytes", "start a process through envd with an ESC in an env name and in the working directory", "invalid_argument, as REST refuses them",
 			func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome {
 				var seen []string

@@ -339,15 +339,33 @@ func leaseEnds(st sandbox.State) bool {
 	return false
 }
 
+// LeaseStore is what LeaseRevoker reads and writes.
+type LeaseStore interface {
+	store.Tenants
+	GetSandbox(ctx context.Context, o store.Owner, id string) (*sandbox.Sandbox, error)
+}
+
 // LeaseRevoker is the engine's OnState hook: a sandbox that stops, is
 // quarantined, fails or is deleted loses its leases, so none outlives
-// that into a later start or release.
-func LeaseRevoker(st store.Tenants, log *slog.Logger) func(string, sandbox.State) {
+// that into a later start or release — but for the create-time lease of
+// a sandbox whose spec keeps it across a stop (KeepCreateLease: E2B's
+// pause without memory), which a stop leaves alive.
+func LeaseRevoker(st LeaseStore, log *slog.Logger) func(string, sandbox.State) {
 	return func(id string, to sandbox.State) {
 		if !leaseEnds(to) {
 			return
 		}
-		if _, err := st.RevokeLeases(context.Background(), id, time.Now().UTC()); err != nil && log != nil {
+		var keep []string
+		if to == sandbox.StateStopping || to == sandbox.StateStopped {
+			sb, err := st.GetSandbox(context.Background(), store.AnyOwner, id)
+			if err != nil && !errors.Is(err, errdefs.ErrNotFound) && log != nil {
+				log.Error("reading a stopping sandbox for its leases", "sandbox", id, "err", err)
+			}
+			if err == nil && sb.Spec.KeepCreateLease {
+				keep = append(keep, auth.CreateLeaseID(id))
+			}
+		}
+		if _, err := st.RevokeLeases(context.Background(), id, time.Now().UTC(), keep...); err != nil && log != nil {
 			log.Error("revoking the leases of a sandbox", "sandbox", id, "state", to, "err", err)
 		}
 	}

@@ -181,11 +181,20 @@ func (s *sqlStore) RevokeLease(ctx context.Context, o store.Owner, id string, at
 	return nil
 }
 
-func (s *sqlStore) RevokeLeases(ctx context.Context, sandboxID string, at time.Time) (int64, error) {
+func (s *sqlStore) RevokeLeases(ctx context.Context, sandboxID string, at time.Time, keep ...string) (int64, error) {
 	if at.IsZero() {
 		return 0, errdefs.Invalid("revocation time is zero")
 	}
-	res, err := s.exec(ctx, `UPDATE leases SET revoked_at = ? WHERE sandbox_id = ? AND revoked_at = 0`, micros(at), sandboxID)
+	if len(keep) > 16 {
+		return 0, errdefs.Invalid("at most 16 leases kept")
+	}
+	q := `UPDATE leases SET revoked_at = ? WHERE sandbox_id = ? AND revoked_at = 0`
+	args := []any{micros(at), sandboxID}
+	for _, k := range keep {
+		q += ` AND id <> ?`
+		args = append(args, k)
+	}
+	res, err := s.exec(ctx, q, args...)
 	if err != nil {
 		return 0, fmt.Errorf("revoke leases of %s: %w", sandboxID, err)
 	}

@@ -95,6 +95,24 @@ func testLeases(t *testing.T, s store.Store) {
 	_, err = s.GetLease(ctx, "nope")
 	wantCategory(t, err, errdefs.ErrNotFound)
 
+	// A lease named in keep stays; the rest of the sandbox's go.
+	l5 := &store.Lease{ID: "l5", SandboxID: "sb3", Tenant: "t", Scopes: []string{"exec"}, CreatedAt: at(0)}
+	l6 := &store.Lease{ID: "l6", SandboxID: "sb3", Tenant: "t", Scopes: []string{"exec"}, CreatedAt: at(0)}
+	must(t, s.CreateLease(ctx, l5))
+	must(t, s.CreateLease(ctx, l6))
+	if n, err := s.RevokeLeases(ctx, "sb3", at(time.Minute), "l5"); err != nil || n != 1 {
+		t.Errorf("RevokeLeases(sb3, keep l5) = %d %v, want 1", n, err)
+	}
+	if l, _ := s.GetLease(ctx, "l5"); !l.RevokedAt.IsZero() {
+		t.Errorf("the kept lease was revoked: %+v", l)
+	}
+	if l, _ := s.GetLease(ctx, "l6"); l.RevokedAt.IsZero() {
+		t.Errorf("a lease not kept stayed: %+v", l)
+	}
+	if n, _ := s.RevokeLeases(ctx, "sb3", at(2*time.Minute)); n != 1 {
+		t.Errorf("RevokeLeases(sb3) after keeping l5 = %d, want 1", n)
+	}
+
 	n, err := s.RevokeLeases(ctx, "sb1", at(time.Minute))
 	must(t, err)
 	if n != 2 {
