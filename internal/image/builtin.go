@@ -44,7 +44,7 @@ func (s *Store) Builtin(ctx context.Context) (*Image, error) {
 	id := "sha256:" + hex.EncodeToString(sum[:])
 	if err := s.ensureLayer(ctx, layerSource{
 		diffID: id,
-		open:   func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(tarball)), nil },
+		open:   func(context.Context) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(tarball)), nil },
 	}); err != nil {
 		return nil, fmt.Errorf("builtin image: %w", err)
 	}
@@ -169,7 +169,7 @@ func (s *Store) TarLayer(ctx context.Context, tarball []byte) (string, error) {
 	id := "sha256:" + hex.EncodeToString(sum[:])
 	if err := s.ensureLayer(ctx, layerSource{
 		diffID: id,
-		open:   func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(tarball)), nil },
+		open:   func(context.Context) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(tarball)), nil },
 	}); err != nil {
 		return "", err
 	}

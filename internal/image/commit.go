@@ -56,9 +56,11 @@ func (s *Store) CommitDir(ctx context.Context, dir string) (string, int64, error
 	}()
 	sum := sha256.New()
 	r := io.TeeReader(pr, sum)
-	id, stats, err := s.unpack(ctx, budgetOf(ctx), r, sum, func() error {
-		_, err := io.Copy(io.Discard, r)
-		return err
+	id, stats, err := s.unpack(ctx, budgetOf(ctx), r, func() ([]byte, error) {
+		if _, err := io.Copy(io.Discard, r); err != nil {
+			return nil, err
+		}
+		return sum.Sum(nil), nil
 	}, "")
 	// Unblock and reap the writer whatever happened. A failing walk is the
 	// root cause of whatever the extractor then saw.

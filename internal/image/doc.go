@@ -50,6 +50,16 @@
 // Committing walks an upper dir the same way (fd-relative, never
 // following symlinks) into a tar and feeds it to the same extractor.
 //
+// A layer is read in one pass (stream.go): a goroutine reads the blob (a
+// registry's over HTTP/1.1, blobFetcher), hashes it for its digest,
+// decompresses it and hashes the tar for its diffID, each byte once per
+// digest and once in all for an uncompressed blob, which is its own tar;
+// the caller extracts the tar as it arrives, starting each file's
+// writeback as it writes it, so the syncfs before the rename has little
+// left to write. Nothing of the blob is stored. A blob that fails to
+// decode or to parse is read to its end and reported as a digest mismatch
+// when it is one.
+//
 // Both digests cover the whole stream as served, the padding after a tar's
 // end marker included; a mismatch names the layer ("layer 2 of 3
 // (sha256:…)") and both digests. WithProgress reports each layer's bytes

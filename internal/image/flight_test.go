@@ -36,11 +36,11 @@ func TestEnsureLayerCancelledFirstCaller(t *testing.T) {
 	firstCtx, cancel := context.WithCancel(context.Background())
 	started := make(chan struct{})
 	var opens atomic.Int32
-	first := layerSource{diffID: id, open: func() (io.ReadCloser, error) {
+	first := layerSource{diffID: id, open: func(context.Context) (io.ReadCloser, error) {
 		opens.Add(1)
 		return io.NopCloser(blockingReader{firstCtx, started}), nil
 	}}
-	second := layerSource{diffID: id, open: func() (io.ReadCloser, error) {
+	second := layerSource{diffID: id, open: func(context.Context) (io.ReadCloser, error) {
 		opens.Add(1)
 		return io.NopCloser(bytes.NewReader(data)), nil
 	}}

@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -25,7 +24,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"github.com/klauspost/compress/zstd"
+	"github.com/klauspost/compress/gzip"
 
 	"github.com/berth-sh/berth/internal/errdefs"
 )
@@ -57,7 +56,7 @@ func (s *Store) ImportOCILayout(ctx context.Context, dir, ref string) (*Image, e
 	if err != nil {
 		return nil, err
 	}
-	return s.importImage(ctx, img, fromLayout)
+	return s.importImage(ctx, img, fromLayout, nil)
 }
 
 // pickImage resolves ref in index ii down to one image manifest.
@@ -172,7 +171,7 @@ func (s *Store) ImportArchive(ctx context.Context, archive string) (*Image, erro
 		if err != nil {
 			return nil, invalid("read docker archive", err)
 		}
-		return s.importImage(ctx, img, fromArchive)
+		return s.importImage(ctx, img, fromArchive, nil)
 	case oci:
 		dir, err := os.MkdirTemp(s.work, "oci-")
 		if err != nil {
@@ -315,7 +314,11 @@ func (s *Store) Pull(ctx context.Context, ref string, insecure bool) (*Image, er
 	if err != nil {
 		return nil, registryErr("pull", ref, err)
 	}
-	out, err := s.importImage(ctx, img, fromRegistry)
+	blobs, err := s.blobFetcher(ctx, r)
+	if err != nil {
+		return nil, registryErr("pull", ref, err)
+	}
+	out, err := s.importImage(ctx, img, fromRegistry, blobs)
 	if err != nil {
 		return nil, registryErr("pull", ref, err)
 	}
@@ -335,8 +338,9 @@ const (
 // importImage unpacks img's layers and returns it. For layouts and
 // registries, the config and each layer blob are checked against the
 // manifest's digests; docker archives carry no digests, so there only the
-// diffIDs are checked, which every source is.
-func (s *Store) importImage(ctx context.Context, img v1.Image, src source) (*Image, error) {
+// diffIDs are checked, which every source is. A registry's layer blobs
+// are read with blobs.
+func (s *Store) importImage(ctx context.Context, img v1.Image, src source, blobs *blobFetcher) (*Image, error) {
 	if src != fromArchive {
 		if err := checkMediaTypes(img); err != nil {
 			return nil, err
@@ -369,7 +373,7 @@ func (s *Store) importImage(ctx context.Context, img v1.Image, src source) (*Ima
 			if err != nil {
 				return nil, invalid("find layer", err)
 			}
-			srcs[i].open = openWith(l.Uncompressed, src)
+			srcs[i].open = openWith(ignoreCtx(l.Uncompressed), src)
 		}
 	} else {
 		m, err := img.Manifest()
@@ -387,11 +391,17 @@ func (s *Store) importImage(ctx context.Context, img v1.Image, src source) (*Ima
 			if ld.Digest.Algorithm != "sha256" {
 				return nil, errdefs.Invalid("unsupported layer digest %s", ld.Digest)
 			}
-			l, err := img.LayerByDigest(ld.Digest)
-			if err != nil {
-				return nil, invalid("find layer", err)
+			if blobs != nil {
+				srcs[i].open = openWith(func(ctx context.Context) (io.ReadCloser, error) {
+					return blobs.open(ctx, ld.Digest, ld.Size)
+				}, src)
+			} else {
+				l, err := img.LayerByDigest(ld.Digest)
+				if err != nil {
+					return nil, invalid("find layer", err)
+				}
+				srcs[i].open = openWith(ignoreCtx(l.Compressed), src)
 			}
-			srcs[i].open = openWith(l.Compressed, src)
 			srcs[i].digest = ld.Digest.String()
 			srcs[i].size = ld.Size
 		}
@@ -445,9 +455,9 @@ func checkMediaTypes(img v1.Image) error {
 
 // openWith classifies the failures of open and of reading what it returns:
 // a registry's are ErrUnavailable, a local file's are ErrInvalid.
-func openWith(open func() (io.ReadCloser, error), src source) func() (io.ReadCloser, error) {
-	return func() (io.ReadCloser, error) {
-		rc, err := open()
+func openWith(open func(context.Context) (io.ReadCloser, error), src source) func(context.Context) (io.ReadCloser, error) {
+	return func(ctx context.Context) (io.ReadCloser, error) {
+		rc, err := open(ctx)
 		if err != nil {
 			if src == fromRegistry {
 				return nil, err // Pull's registryErr classifies it
@@ -459,6 +469,11 @@ func openWith(open func() (io.ReadCloser, error), src source) func() (io.ReadClo
 		}
 		return rc, nil
 	}
+}
+
+// ignoreCtx adapts an opener of local bytes, which needs no context.
+func ignoreCtx(open func() (io.ReadCloser, error)) func(context.Context) (io.ReadCloser, error) {
+	return func(context.Context) (io.ReadCloser, error) { return open() }
 }
 
 // unavailableReader marks errors reading a registry's stream as
@@ -508,22 +523,4 @@ func (s *Store) ensureAll(ctx context.Context, srcs []layerSource) error {
 		return first
 	}
 	return ctx.Err()
-}
-
-// decompress sniffs r's compression from its magic bytes.
-func decompress(r io.Reader) (io.ReadCloser, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
-	magic, _ := br.Peek(4)
-	switch {
-	case len(magic) >= 2 && magic[0] == 0x1f && magic[1] == 0x8b:
-		return gzip.NewReader(br)
-	case bytes.Equal(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
-		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(1<<27))
-		if err != nil {
-			return nil, err
-		}
-		return zr.IOReadCloser(), nil
-	default:
-		return io.NopCloser(br), nil
-	}
 }

@@ -2,15 +2,14 @@ package image
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"log/slog"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,6 +65,7 @@ type Store struct {
 
 	trMu       sync.Mutex
 	transports map[string]cachedTransport // by registry host (transportFor)
+	baseBlobs  *http.Transport            // blobTransport of the default transport
 }
 
 type options struct {
@@ -166,8 +166,12 @@ func (s *Store) Close() error {
 	s.trMu.Lock()
 	for _, c := range s.transports {
 		c.tr.CloseIdleConnections()
+		c.blobs.CloseIdleConnections()
 	}
 	s.transports = nil
+	if s.baseBlobs != nil {
+		s.baseBlobs.CloseIdleConnections()
+	}
 	s.trMu.Unlock()
 	if s.lockf == nil {
 		return nil
@@ -352,7 +356,7 @@ type layerSource struct {
 	// open returns the stream. When digest is set the stream is the
 	// (possibly compressed) blob and must hash to digest; it is
 	// decompressed by sniffing its magic. Otherwise it is the tar itself.
-	open   func() (io.ReadCloser, error)
+	open   func(context.Context) (io.ReadCloser, error)
 	digest string
 	// index (1-based) of count names the layer in errors and progress
 	// (0: a single layer of berth's own, named by its id alone).
@@ -428,61 +432,60 @@ func (s *Store) ensureLayer(ctx context.Context, src layerSource) error {
 	if has() {
 		return cached()
 	}
-	rc, err := src.open()
+	// The transfer ends with the layer: a failed unpack stops the
+	// stream's goroutine even while it waits for the registry.
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rc, err := src.open(lctx)
 	if err != nil {
 		return inLayer(src.name(), err)
 	}
 	defer rc.Close()
 
-	var rawHash hash.Hash
-	var r io.Reader = rc
 	var counter *countingReader
+	var count func(io.Reader) io.Reader
 	if emit != nil {
 		emit(prog)
-		counter = &countingReader{r: rc, p: prog, emit: emit, last: time.Now()}
-		r = counter
-		rc = struct {
-			io.Reader
-			io.Closer
-		}{counter, rc}
-	}
-	if src.digest != "" {
-		rawHash = sha256.New()
-		r = io.TeeReader(rc, rawHash)
-		dr, err := decompress(r)
-		if err != nil {
-			return invalid("decompress layer "+src.diffID, err)
+		count = func(r io.Reader) io.Reader {
+			counter = &countingReader{r: r, p: prog, emit: emit, last: time.Now()}
+			return counter
 		}
-		defer dr.Close()
-		r = dr
 	}
-	diffHash := sha256.New()
+	ls := newLayerStream(rc, src.digest != "", count)
+	defer func() {
+		cancel()
+		ls.Close()
+	}()
 	start := time.Now()
-	_, stats, err := s.unpack(ctx, b, io.TeeReader(r, diffHash), diffHash, func() error {
-		// Drain what follows the tar end marker into the diffID's hash
-		// too, so both digests cover the whole stream as it was served:
-		// GNU tar pads an archive to its 10240-byte record after the end
-		// marker, and that padding is part of what the diffID hashes. The
-		// bound keeps a compressed bomb from running for long.
-		n, err := io.Copy(diffHash, io.LimitReader(r, maxTrailing+1))
+	_, stats, err := s.unpack(ctx, b, ls, func() ([]byte, error) {
+		// Read what follows the tar end marker too, so both digests cover
+		// the whole stream as it was served: GNU tar pads an archive to
+		// its 10240-byte record after the end marker, and that padding is
+		// part of what the diffID hashes. The bound keeps a compressed
+		// bomb from running for long.
+		n, err := io.Copy(io.Discard, io.LimitReader(ls, maxTrailing+1))
 		if err != nil {
-			return invalid("read layer "+src.diffID, err)
+			return nil, invalid("read layer "+src.diffID, err)
 		}
 		if n > maxTrailing {
-			return errdefs.Invalid("layer %s has more than %d bytes after its end marker", src.diffID, maxTrailing)
+			return nil, errdefs.Invalid("layer %s has more than %d bytes after its end marker", src.diffID, maxTrailing)
 		}
-		if rawHash != nil {
-			// The decompressor may stop at its own end marker.
-			if _, err := io.Copy(rawHash, rc); err != nil {
-				return invalid("read layer "+src.diffID, err)
-			}
-			if d := "sha256:" + hex.EncodeToString(rawHash.Sum(nil)); d != src.digest {
-				return mismatch(fmt.Sprintf("the layer blob hashes to %s, the manifest says %s", d, src.digest))
+		// The stream is at its end: its goroutine is done with the hashes.
+		raw, diff := ls.Sums()
+		if src.digest != "" {
+			if d := "sha256:" + hex.EncodeToString(raw); d != src.digest {
+				return nil, blobMismatch(d, src.digest)
 			}
 		}
-		return nil
+		return diff, nil
 	}, h)
 	if err != nil {
+		if errors.Is(err, errdefs.ErrInvalid) && !errors.Is(err, errdefs.ErrDigestMismatch) {
+			// Bad bytes: the blob's own, or other bytes than its digest's?
+			if merr := ls.checkBlob(src.digest); merr != nil {
+				err = merr
+			}
+		}
 		return inLayer(src.name(), err)
 	}
 	if counter != nil {
@@ -490,17 +493,18 @@ func (s *Store) ensureLayer(ctx context.Context, src layerSource) error {
 		emit(counter.p)
 	}
 	s.log.Info("unpacked layer", "layer", src.diffID, "bytes", stats.Bytes, "entries", stats.Entries,
-		"skipped", stats.Skipped, "took", time.Since(start).Round(time.Millisecond))
+		"skipped", stats.Skipped, "compression", ls.compress, "took", time.Since(start).Round(time.Millisecond),
+		"sync", stats.Sync.Round(time.Millisecond))
 	return nil
 }
 
 // unpack extracts the tar r into scratch space, charging its bytes to b,
-// runs finish (which must consume the rest of r), takes the id from sum
-// (which hashes r), checks it against want if set, and renames the result
-// to root/layers/<id>. If the layer already exists, the fresh copy is
+// runs finish (which must consume the rest of r and returns the sha256 of
+// all of r), takes the id from that, checks it against want if set, syncs
+// the filesystem and renames the result to root/layers/<id>. If the layer already exists, the fresh copy is
 // discarded and the existing one used: content addressing makes them
 // equal. Either way b holds the layer from then on.
-func (s *Store) unpack(ctx context.Context, b *Budget, r io.Reader, sum hash.Hash, finish func() error, want string) (string, extractStats, error) {
+func (s *Store) unpack(ctx context.Context, b *Budget, r io.Reader, finish func() ([]byte, error), want string) (string, extractStats, error) {
 	s.gcMu.RLock()
 	defer s.gcMu.RUnlock()
 	tmp, err := os.MkdirTemp(s.work, "layer-")
@@ -522,10 +526,11 @@ func (s *Store) unpack(ctx context.Context, b *Budget, r io.Reader, sum hash.Has
 	if err != nil {
 		return "", stats, err
 	}
-	if err := finish(); err != nil {
+	sum, err := finish()
+	if err != nil {
 		return "", stats, err
 	}
-	got := hex.EncodeToString(sum.Sum(nil))
+	got := hex.EncodeToString(sum)
 	if want != "" && got != want {
 		return "", stats, &errdefs.Error{Category: errdefs.ErrInvalid, Reason: errdefs.ErrDigestMismatch,
 			Msg: fmt.Sprintf("invalid layer archive: diffID mismatch: the layer's content hashes to sha256:%s, the image config says sha256:%s", got, want)}
@@ -537,9 +542,11 @@ func (s *Store) unpack(ctx context.Context, b *Budget, r io.Reader, sum hash.Has
 	if err := os.WriteFile(filepath.Join(tmp, metaFile), meta, 0o644); err != nil {
 		return "", stats, err
 	}
+	t0 := time.Now()
 	if err := syncFS(tmp); err != nil {
 		return "", stats, err
 	}
+	stats.Sync = time.Since(t0)
 	dst := s.layerDir(got)
 	if err := os.Rename(tmp, dst); err != nil {
 		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
