@@ -38,6 +38,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/berth-sh/berth/internal/engine/quota"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/identity"
 	"github.com/berth-sh/berth/internal/image"
@@ -157,11 +158,11 @@ type Engine struct {
 	node   node.Backend
 	log    *slog.Logger
 
-	live    liveSet        // one live object per sandbox (live.go)
-	quota   quotas         // per-tenant admission (quota.go)
-	starts  *startQueue    // starts at once, and the turn of the rest (startqueue.go)
-	hooks   Hooks          // the features' part in the core's operations (host.go)
-	secrets SecretResolver // secrets.go
+	live    liveSet          // one live object per sandbox (live.go)
+	quota   *quota.Admission // per-tenant admission (quota.go)
+	starts  *startQueue      // starts at once, and the turn of the rest (startqueue.go)
+	hooks   Hooks            // the features' part in the core's operations (host.go)
+	secrets SecretResolver   // secrets.go
 
 	// asyncEvents carries events recorded off the request path (exec).
 	asyncEvents chan *sandbox.Event
@@ -237,14 +238,17 @@ func New(cfg Config, st store.Store, images *image.Store, backend node.Backend) 
 		cfg.StartQueue = 0
 	}
 	bg, cancel := context.WithCancel(context.Background())
-	return &Engine{
+	m := &Engine{
 		cfg: cfg, store: st, images: images, node: backend, log: cfg.Logger,
 		starts:      newStartQueue(cfg.MaxStarts, cfg.StartQueue),
 		asyncEvents: make(chan *sandbox.Event, 1024),
 		bg:          bg, cancel: cancel,
 		stopCh: make(chan struct{}),
 		kick:   make(chan struct{}, 1),
-	}, nil
+	}
+	m.quota = quota.New(quota.Config{Store: st, Images: images, Default: cfg.DefaultQuota,
+		Trivial: func() bool { return cfg.StoreLease.Status().Trivial }, Storage: m.sandboxNeed, Now: cfg.Now})
+	return m, nil
 }
 
 // AgentRefusals counts refused agent connections (the backend's).
