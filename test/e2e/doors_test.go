@@ -112,18 +112,18 @@ var doorPrincipals = []doorPrincipal{
 }
 
 // doorOverrides are the decisions a door makes that differ from REST's,
-// each with why; "door/principal/op".
+// each with why; "door/principal/op". Every decision is the access
+// layer's (internal/access): what differs here is which operation a door's
+// call is, or the order its protocol forces, never a rule of the door's.
+// (A port token opens its port through the E2B door too, as through
+// berth's proxy: one port-access operation.)
 var doorOverrides = map[string]string{
-	// The E2B control API takes API keys only (its SDK never sends the
-	// envd token there): a lease reading its own sandbox is refused where
-	// REST lets it.
-	// divergence: policy (the E2B door keeps leases off its control API).
+	// E2B's get is not REST's: its answer carries an envdAccessToken
+	// derived from the caller (access.SandboxCredentials), and a lease
+	// mints no credential, so a lease reading its own sandbox there is
+	// refused where REST's plain read lets it.
+	// divergence: a different operation (one that hands out a token).
 	"e2b/lease/get": dForbidden,
-	// A sandbox port through the E2B door takes E2B's traffic token (the
-	// envd token), as the SDK sends it; berth's port tokens open berth's
-	// port proxy and the {port}-{id}.{domain} names.
-	// divergence: policy (which token the E2B door's port access takes).
-	"e2b/port-token/port": dUnauth,
 	// Another tenant's key cannot send a bad call to envd at all: the
 	// control API refuses it the sandbox (404) before any envd token,
 	// where REST validates the input first (invalid).
@@ -143,9 +143,11 @@ func doorNA(door, principal, op string) bool {
 }
 
 // auditAction is the audit row's action of a mutating operation through a
-// door ("" for reads: no row). The E2B door's control calls are recorded
-// under its own routes; its data plane under REST's routes, and its only
-// way to run a command is a process start.
+// door ("" for reads: no row): the operation's (internal/access), REST's
+// route for every operation REST has. The E2B door's pause and resume are
+// operations of their own (a pause lifts the timeout too; a resume wakes
+// and extends it), recorded under its routes; its only way to run a
+// command is a process start.
 func auditAction(door, op string) string {
 	rest := map[string]string{
 		"create": "POST /v1/sandboxes", "exec": "POST /v1/sandboxes/{id}/exec",
@@ -155,16 +157,12 @@ func auditAction(door, op string) string {
 	}
 	if door == "e2b" {
 		switch op {
-		case "create":
-			return "e2b POST /sandboxes"
 		case "exec":
 			return rest["process"]
 		case "pause":
 			return "e2b POST /sandboxes/{sandboxID}/pause"
 		case "resume":
 			return "e2b POST /sandboxes/{sandboxID}/resume"
-		case "kill":
-			return "e2b DELETE /sandboxes/{sandboxID}"
 		}
 	}
 	return rest[op]
