@@ -24,6 +24,7 @@ import (
 	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/sandbox"
 )
 
 // Op is one operation a caller may ask of berth, whichever door it came
@@ -345,6 +346,36 @@ func DataPlane(p auth.Principal) bool {
 type Target struct {
 	Sandbox string
 	Port    int
+}
+
+// Port access without a credential: a door asks PublicPort, never the
+// sandbox's spec itself.
+
+// Door names a door whose port access differs in what a sandbox made
+// public (the E2B door also serves E2B's public traffic).
+type Door int
+
+// The doors PublicPort knows.
+const (
+	DoorREST Door = iota
+	DoorE2B
+)
+
+// PublicPort reports whether port of sb is open to a caller without a
+// credential through door: a port the sandbox lists as public
+// (Spec.PublicPorts) while it exists, through every door; and, through
+// the E2B door, every port of a sandbox made with E2B's public traffic
+// (Spec.AllPortsPublic) while it runs or waits paused for its traffic to
+// wake it (auto-resume). berth's own proxy keeps to PublicPorts.
+func PublicPort(sb *sandbox.Sandbox, port int, door Door) bool {
+	if sb == nil {
+		return false
+	}
+	if sb.State.Live() && slices.Contains(sb.Spec.PublicPorts, port) {
+		return true
+	}
+	return door == DoorE2B && sb.Spec.AllPortsPublic &&
+		(sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused && sb.Spec.Policy.AutoResume)
 }
 
 // Call is one operation asked by a caller: who, what, on which target

@@ -18,6 +18,7 @@ import (
 	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/internal/store"
 	"github.com/berth-sh/berth/internal/store/sqlite"
 )
@@ -93,6 +94,39 @@ func TestDecisions(t *testing.T) {
 	}
 	if DataPlane(viewer) || !DataPlane(filesOnly) || !DataPlane(lease) {
 		t.Error("DataPlane: a viewer has none, a files key and a lease have some")
+	}
+}
+
+// TestPublicPort: a listed public port is open through every door while
+// its sandbox exists; E2B's public traffic only through the E2B door,
+// while the sandbox runs or waits to be woken.
+func TestPublicPort(t *testing.T) {
+	listed := &sandbox.Sandbox{State: sandbox.StateStopped, Spec: sandbox.Spec{PublicPorts: []int{8000}}}
+	e2b := &sandbox.Sandbox{State: sandbox.StateRunning, Spec: sandbox.Spec{AllPortsPublic: true}}
+	asleep := &sandbox.Sandbox{State: sandbox.StatePaused, Spec: sandbox.Spec{AllPortsPublic: true}}
+	waking := &sandbox.Sandbox{State: sandbox.StatePaused, Spec: sandbox.Spec{AllPortsPublic: true}}
+	waking.Spec.Policy.AutoResume = true
+	gone := &sandbox.Sandbox{State: sandbox.StateDeleted, Spec: sandbox.Spec{PublicPorts: []int{8000}}}
+	for _, c := range []struct {
+		name string
+		sb   *sandbox.Sandbox
+		port int
+		door Door
+		want bool
+	}{
+		{"listed, REST", listed, 8000, DoorREST, true},
+		{"listed, E2B", listed, 8000, DoorE2B, true},
+		{"unlisted", listed, 8001, DoorREST, false},
+		{"E2B traffic, REST", e2b, 8001, DoorREST, false},
+		{"E2B traffic, E2B", e2b, 8001, DoorE2B, true},
+		{"E2B traffic paused", asleep, 8001, DoorE2B, false},
+		{"E2B traffic paused, auto-resume", waking, 8001, DoorE2B, true},
+		{"deleted", gone, 8000, DoorREST, false},
+		{"no sandbox", nil, 8000, DoorE2B, false},
+	} {
+		if got := PublicPort(c.sb, c.port, c.door); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
 	}
 }
 

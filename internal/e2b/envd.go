@@ -591,7 +591,7 @@ func (d *Door) proxy(w http.ResponseWriter, r *http.Request, t Target) {
 		tok = r.Header.Get("E2b-Traffic-Access-Token")
 	}
 	if tok == "" {
-		if d.publicTraffic(r.Context(), t.Sandbox) {
+		if d.publicTraffic(r.Context(), t.Sandbox, t.Port) {
 			d.forward(w, r.WithContext(d.cfg.WithCaller(r.Context(), auth.Anonymous)), t)
 			return
 		}
@@ -614,16 +614,14 @@ func (d *Door) proxy(w http.ResponseWriter, r *http.Request, t Target) {
 	d.forward(w, r.WithContext(d.cfg.WithCaller(ctx, p)), t)
 }
 
-// publicTraffic reports whether sandbox id serves its ports without a
-// token: made through the door without allowPublicTraffic: false, and
-// running — or paused with auto-resume, which the request then wakes (as
-// E2B's autoResume does on traffic).
-func (d *Door) publicTraffic(ctx context.Context, id string) bool {
+// publicTraffic reports whether sandbox id serves port without a token,
+// as the access layer decides (access.PublicPort): made through the door
+// without allowPublicTraffic: false, and running — or paused with
+// auto-resume, which the request then wakes (as E2B's autoResume does on
+// traffic) — or a port the sandbox lists as public.
+func (d *Door) publicTraffic(ctx context.Context, id string, port int) bool {
 	sb, err := d.cfg.Manager.Get(d.cfg.WithCaller(ctx, auth.Anonymous), id)
-	if err != nil || !sb.Spec.AllPortsPublic {
-		return false
-	}
-	return sb.State == sandbox.StateRunning || (sb.State == sandbox.StatePaused && sb.Spec.Policy.AutoResume)
+	return err == nil && access.PublicPort(sb, port, access.DoorE2B)
 }
 
 // forward sends r, authorized, to the sandbox's port through berth's port

@@ -441,5 +441,5 @@ func (s *Server) publicPort(ctx context.Context, id, port string) bool {
 		return false
 	}
 	sb, err := s.lookup(ctx, id)
-	return err == nil && sb.State.Live() && slices.Contains(sb.Spec.PublicPorts, n)
+	return err == nil && access.PublicPort(sb, n, access.DoorREST)
 }
