@@ -163,3 +163,22 @@ func TestAuditBeforeAndOutcome(t *testing.T) {
 		t.Error("the handler of a call that could not be audited ran")
 	}
 }
+
+// TestAuditedRoutesAreMutating: the catalogue (internal/access) records
+// exactly the routes that change something — every route with a method
+// other than GET and the WebSocket exec and process attach — each under
+// its own pattern, so a row reads the same as before the catalogue held
+// the actions and names one route.
+func TestAuditedRoutesAreMutating(t *testing.T) {
+	for _, rt := range Routes() {
+		method, _, hasMethod := strings.Cut(rt.Pattern, " ")
+		want := hasMethod && (method != http.MethodGet || rt.Pattern == "GET /v1/sandboxes/{id}/exec/ws" ||
+			rt.Pattern == "GET /v1/sandboxes/{id}/processes/{pid}/ws")
+		if Audited(rt) != want {
+			t.Errorf("%s (%s): audited %v, want %v", rt.Pattern, rt.Op, Audited(rt), want)
+		}
+		if Audited(rt) && rt.Op.Action() != rt.Pattern {
+			t.Errorf("%s is recorded as %q (operation %s)", rt.Pattern, rt.Op.Action(), rt.Op)
+		}
+	}
+}
