@@ -68,7 +68,13 @@ func (d *Door) controlRoutes() *http.ServeMux {
 			}
 			ctx, p, err := d.authorize(r, r.Header.Get("X-API-Key"), op, id)
 			if err == nil {
-				err = d.audited(ctx, r.RemoteAddr, p, op, id, nil, func() error { return fn(ctx, w, r, p) })
+				// The record's target is what REST's names: the sandbox,
+				// else the template or snapshot acted on.
+				target := id
+				if target == "" {
+					target = r.PathValue("templateID")
+				}
+				err = d.audited(ctx, r.RemoteAddr, p, op, target, nil, func() error { return fn(ctx, w, r, p) })
 			}
 			if err != nil {
 				writeError(w, d.cfg.Log, err)
