@@ -55,11 +55,6 @@ func (s *Server) Credential(ctx context.Context, token string, op access.Op, tar
 	return p, nil
 }
 
-// Gate is the access layer's entry point for a door's calls: the
-// decision, the request's validation and the audit record in this
-// daemon's audit log (access.Gate).
-func (s *Server) Gate() *access.Gate { return &access.Gate{Audit: s.Audit, Log: s.logger()} }
-
 // Bind is the context a door's call by p runs in while it lasts: it is
 // cancelled, with the reason as its cause, within credRecheck of p's
 // credential ending (revoked, expired, its minting key or tenant gone,
