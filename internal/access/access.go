@@ -414,6 +414,20 @@ type Record struct {
 // an error ("error 400") once the record is begun, as REST's handlers
 // record it.
 func (g *Gate) Begin(ctx context.Context, c Call, req Validator) (*Record, error) {
+	return g.BeginTranslated(ctx, c, func() (Validator, error) { return req, nil })
+}
+
+// Translate is a door's translation of its wire request into the
+// operation's request type (a nil Validator: the operation has none).
+// The gate runs it once the call is decided and its record begun, so a
+// request the door cannot translate (an empty command, a bad user name
+// or working directory) is refused with the same record as REST's
+// refusal of the same request ("error 400"), never before the gate.
+type Translate func() (Validator, error)
+
+// BeginTranslated is Begin with the request translated by tr inside the
+// gate: decision, record, translation, validation.
+func (g *Gate) BeginTranslated(ctx context.Context, c Call, tr Translate) (*Record, error) {
 	if err := Authorize(c.P, c.Op, c.Sandbox); err != nil {
 		return nil, err
 	}
@@ -433,11 +447,13 @@ func (g *Gate) Begin(ctx context.Context, c Call, req Validator) (*Record, error
 		}
 		r.rec = op
 	}
-	if req != nil {
-		if err := req.Validate(); err != nil {
-			r.Done(err)
-			return nil, err
-		}
+	req, err := tr()
+	if err == nil && req != nil {
+		err = req.Validate()
+	}
+	if err != nil {
+		r.Done(err)
+		return nil, err
 	}
 	return r, nil
 }
@@ -445,6 +461,17 @@ func (g *Gate) Begin(ctx context.Context, c Call, req Validator) (*Record, error
 // Do is Begin, fn, and the outcome of fn's error.
 func (g *Gate) Do(ctx context.Context, c Call, req Validator, fn func() error) error {
 	r, err := g.Begin(ctx, c, req)
+	if err != nil {
+		return err
+	}
+	err = fn()
+	r.Done(err)
+	return err
+}
+
+// DoTranslated is BeginTranslated, fn, and the outcome of fn's error.
+func (g *Gate) DoTranslated(ctx context.Context, c Call, tr Translate, fn func() error) error {
+	r, err := g.BeginTranslated(ctx, c, tr)
 	if err != nil {
 		return err
 	}

@@ -169,14 +169,29 @@ func TestGate(t *testing.T) {
 	if err := g.Do(ctx, Call{P: exec, Op: Read}, nil, run); err != nil {
 		t.Errorf("a read: %v", err)
 	}
+	// A door's translation runs inside the gate: after the decision (a
+	// caller without the right is refused, unrecorded, whatever is wrong
+	// with its request), and an untranslatable request is recorded as an
+	// invalid one is.
+	translated := 0
+	untranslatable := func() (Validator, error) { translated++; return nil, errdefs.Invalid("process cmd is required") }
+	if err := g.DoTranslated(ctx, Call{P: member, Op: ProcessStart, Sandbox: "sb1"}, untranslatable, run); !errors.Is(err, errdefs.ErrPermission) || translated != 0 {
+		t.Errorf("an untranslatable start without exec: %v (translated %d)", err, translated)
+	}
+	if err := g.DoTranslated(ctx, Call{P: exec, Op: ProcessStart, Sandbox: "sb1"}, untranslatable, run); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("an untranslatable start: %v", err)
+	}
+	if err := g.DoTranslated(ctx, Call{P: exec, Op: ProcessStart, Sandbox: "sb1"}, func() (Validator, error) { return request{bad: true}, nil }, run); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("a translated invalid start: %v", err)
+	}
 	if ran != 2 {
 		t.Errorf("ran %d calls, want 2", ran)
 	}
 	es, _, err := st.ListAudit(ctx, store.AuditFilter{Owner: store.AnyOwner}, store.Page{})
-	if err != nil || len(es) != 2 {
-		t.Fatalf("entries %+v, %v; want the invalid and the good start", es, err)
+	if err != nil || len(es) != 4 {
+		t.Fatalf("entries %+v, %v; want the invalid and the good start, the untranslatable and the translated invalid one", es, err)
 	}
-	for i, want := range []string{"error 400", "ok 201"} {
+	for i, want := range []string{"error 400", "ok 201", "error 400", "error 400"} {
 		e := es[i]
 		if e.Result != want || e.Action != "POST /v1/sandboxes/{id}/processes" || e.Actor != "key:m" || e.Tenant != "t" || e.Target != "sb1" {
 			t.Errorf("entry %d: %+v, want result %q", i, e, want)

@@ -276,10 +276,19 @@ func (d *Door) authorize(r *http.Request, token string, op access.Op, id string)
 // of op leaves. source is the caller's address; req, when op has a
 // request type, is validated by its one Validate before fn runs.
 func (d *Door) audited(ctx context.Context, source string, p auth.Principal, op access.Op, target string, req access.Validator, fn func() error) error {
+	return d.auditedFrom(ctx, source, p, op, target, func() (access.Validator, error) { return req, nil }, fn)
+}
+
+// auditedFrom is audited with the call's wire request translated by tr
+// inside the gate, after the decision and the begin record: a request
+// the door cannot translate (a bad user, an empty command, a process
+// that is not there) leaves the record REST's refusal of it leaves
+// ("error 400", "error 404"), never none.
+func (d *Door) auditedFrom(ctx context.Context, source string, p auth.Principal, op access.Op, target string, tr access.Translate, fn func() error) error {
 	g := access.Gate{Audit: d.cfg.Audit, Log: d.cfg.Log}
 	sandbox := targetOf(ctx).Sandbox
 	if sandbox == "" {
 		sandbox = target
 	}
-	return g.Do(ctx, access.Call{P: p, Op: op, Sandbox: sandbox, Target: target, Source: source, RequestID: requestIDOf(ctx)}, req, fn)
+	return g.DoTranslated(ctx, access.Call{P: p, Op: op, Sandbox: sandbox, Target: target, Source: source, RequestID: requestIDOf(ctx)}, tr, fn)
 }

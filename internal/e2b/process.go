@@ -188,16 +188,23 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 	sb := targetOf(ctx).Sandbox
 	p := principalOf(ctx)
 	tty := req.Msg.Pty != nil
-	var pr procs.Process
-	// The start is the REST process start: translated here, then the
-	// access layer's gate decides, validates it with the request type's
-	// one Validate (procs.StartRequest, as REST's) and records it, the
-	// same record whichever door it came through.
-	start, err := s.startRequest(ctx, req)
-	if err != nil {
-		return connectError(err)
-	}
-	err = s.d.audited(ctx, req.Peer().Addr, p, access.ProcessStart, sb, start, func() error {
+	var (
+		pr    procs.Process
+		start *envdStart
+	)
+	// The start is the REST process start: the access layer's gate
+	// decides, begins its record, has it translated (an untranslatable
+	// start is recorded as REST's invalid one is), validates it with the
+	// request type's one Validate (procs.StartRequest, as REST's) and
+	// records its outcome, the same record whichever door it came through.
+	err := s.d.auditedFrom(ctx, req.Peer().Addr, p, access.ProcessStart, sb, func() (access.Validator, error) {
+		var err error
+		start, err = s.startRequest(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return start, nil
+	}, func() error {
 		exec := &start.ExecRequest
 		if _, ok := exec.Env["HOME"]; !ok && start.home != "" {
 			// envd's commands have their user's home as HOME, added
@@ -271,6 +278,18 @@ func (s *processService) resolve(ctx context.Context, sel *pb.ProcessSelector) (
 	return procs.Process{}, errdefs.Invalid("a process selector (pid or tag) is required")
 }
 
+// resolving is the translation of a call that names a process by a
+// selector (access.Translate): the process found, into *p, inside the
+// gate, so a selector that names none is recorded as REST's call of an
+// unknown process is.
+func (s *processService) resolving(ctx context.Context, sel *pb.ProcessSelector, p *procs.Process) access.Translate {
+	return func() (access.Validator, error) {
+		found, err := s.resolve(ctx, sel)
+		*p = found
+		return nil, err
+	}
+}
+
 func (s *processService) Connect(ctx context.Context, req *connect.Request[pb.ConnectRequest], st *connect.ServerStream[pb.ConnectResponse]) error {
 	p, err := s.resolve(ctx, req.Msg.GetProcess())
 	if err != nil {
@@ -313,11 +332,8 @@ func inputBytes(in *pb.ProcessInput) []byte {
 }
 
 func (s *processService) SendInput(ctx context.Context, req *connect.Request[pb.SendInputRequest]) (*connect.Response[pb.SendInputResponse], error) {
-	p, err := s.resolve(ctx, req.Msg.GetProcess())
-	if err != nil {
-		return nil, connectError(err)
-	}
-	if err := s.d.audited(ctx, req.Peer().Addr, principalOf(ctx), access.ProcessStdin, targetOf(ctx).Sandbox, nil, func() error {
+	var p procs.Process
+	if err := s.d.auditedFrom(ctx, req.Peer().Addr, principalOf(ctx), access.ProcessStdin, targetOf(ctx).Sandbox, s.resolving(ctx, req.Msg.GetProcess(), &p), func() error {
 		return s.m().ProcessStdin(ctx, targetOf(ctx).Sandbox, p.ID, bytes.NewReader(inputBytes(req.Msg.GetInput())), false, principalOf(ctx).Actor)
 	}); err != nil {
 		return nil, connectError(err)
@@ -330,15 +346,13 @@ func (s *processService) StreamInput(ctx context.Context, st *connect.ClientStre
 	for st.Receive() {
 		switch ev := st.Msg().GetEvent().(type) {
 		case *pb.StreamInputRequest_Start:
-			found, err := s.resolve(ctx, ev.Start.GetProcess())
-			if err != nil {
+			// One record for the stream, as for REST's stdin stream.
+			var found procs.Process
+			if err := s.d.auditedFrom(ctx, st.Peer().Addr, principalOf(ctx), access.ProcessStdin, targetOf(ctx).Sandbox,
+				s.resolving(ctx, ev.Start.GetProcess(), &found), func() error { return nil }); err != nil {
 				return nil, connectError(err)
 			}
 			p = &found
-			// One record for the stream, as for REST's stdin stream.
-			if err := s.d.audited(ctx, st.Peer().Addr, principalOf(ctx), access.ProcessStdin, targetOf(ctx).Sandbox, nil, func() error { return nil }); err != nil {
-				return nil, connectError(err)
-			}
 		case *pb.StreamInputRequest_Data:
 			if p == nil {
 				return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("data before the start event"))
@@ -355,19 +369,23 @@ func (s *processService) StreamInput(ctx context.Context, st *connect.ClientStre
 }
 
 func (s *processService) SendSignal(ctx context.Context, req *connect.Request[pb.SendSignalRequest]) (*connect.Response[pb.SendSignalResponse], error) {
-	p, err := s.resolve(ctx, req.Msg.GetProcess())
-	if err != nil {
-		return nil, connectError(err)
-	}
+	var p procs.Process
 	sig, stop := "SIGTERM", false
-	switch req.Msg.GetSignal() {
-	case pb.Signal_SIGNAL_SIGKILL:
-		sig, stop = "SIGKILL", true
-	case pb.Signal_SIGNAL_SIGTERM:
-	default:
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("signal %v is not SIGTERM or SIGKILL", req.Msg.GetSignal()))
+	resolve := s.resolving(ctx, req.Msg.GetProcess(), &p)
+	translate := func() (access.Validator, error) {
+		if _, err := resolve(); err != nil {
+			return nil, err
+		}
+		switch req.Msg.GetSignal() {
+		case pb.Signal_SIGNAL_SIGKILL:
+			sig, stop = "SIGKILL", true
+		case pb.Signal_SIGNAL_SIGTERM:
+		default:
+			return nil, errdefs.Invalid("signal %v is not SIGTERM or SIGKILL", req.Msg.GetSignal())
+		}
+		return nil, nil
 	}
-	if err := s.d.audited(ctx, req.Peer().Addr, principalOf(ctx), access.ProcessSignal, targetOf(ctx).Sandbox, nil, func() error {
+	if err := s.d.auditedFrom(ctx, req.Peer().Addr, principalOf(ctx), access.ProcessSignal, targetOf(ctx).Sandbox, translate, func() error {
 		return s.m().SignalProcess(ctx, targetOf(ctx).Sandbox, p.ID, sig, stop, principalOf(ctx).Actor)
 	}); err != nil {
 		return nil, connectError(err)
@@ -376,11 +394,8 @@ func (s *processService) SendSignal(ctx context.Context, req *connect.Request[pb
 }
 
 func (s *processService) CloseStdin(ctx context.Context, req *connect.Request[pb.CloseStdinRequest]) (*connect.Response[pb.CloseStdinResponse], error) {
-	p, err := s.resolve(ctx, req.Msg.GetProcess())
-	if err != nil {
-		return nil, connectError(err)
-	}
-	if err := s.d.audited(ctx, req.Peer().Addr, principalOf(ctx), access.ProcessStdin, targetOf(ctx).Sandbox, nil, func() error {
+	var p procs.Process
+	if err := s.d.auditedFrom(ctx, req.Peer().Addr, principalOf(ctx), access.ProcessStdin, targetOf(ctx).Sandbox, s.resolving(ctx, req.Msg.GetProcess(), &p), func() error {
 		return s.m().ProcessStdin(ctx, targetOf(ctx).Sandbox, p.ID, bytes.NewReader(nil), true, principalOf(ctx).Actor)
 	}); err != nil {
 		return nil, connectError(err)

@@ -6,7 +6,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net/http"
 	"net/url"
 	"path"
 	"strconv"
@@ -248,14 +250,12 @@ func (s *Session) delete(ctx context.Context, _ *mcp.CallToolRequest, in idIn) (
 }
 
 func (s *Session) run(ctx context.Context, _ *mcp.CallToolRequest, in runIn) (*mcp.CallToolResult, runOut, error) {
-	cmd := in.Cmd
-	switch {
-	case len(cmd) > 0 && in.Shell != "":
-		return nil, runOut{}, errors.New("give cmd or shell, not both")
-	case in.Shell != "":
-		cmd = []string{"/bin/sh", "-c", in.Shell}
-	case len(cmd) == 0:
-		return nil, runOut{}, errors.New("give cmd or shell")
+	cmd, why := command(in.Cmd, in.Shell)
+	if why != "" {
+		// Put to REST as an exec of no command, which it refuses and
+		// records as it refuses any invalid exec.
+		_, err := s.opts.Client.Exec(ctx, in.ID, api.ExecRequest{}, io.Discard, io.Discard)
+		return nil, runOut{}, untranslatable(err, why)
 	}
 	n := bound(in.MaxOutputBytes, DefaultOutputBytes, MaxOutputBytes)
 	stdout, stderr := &capped{max: n}, &capped{max: n}
@@ -498,4 +498,36 @@ func parseMode(s string) (fs.FileMode, error) {
 		fm |= fs.ModeSticky
 	}
 	return fm, nil
+}
+
+// command is the command of a tool's cmd or shell argument, or why there
+// is none ("give cmd or shell").
+func command(cmd []string, shell string) ([]string, string) {
+	switch {
+	case len(cmd) > 0 && shell != "":
+		return nil, "give cmd or shell, not both"
+	case shell != "":
+		return []string{"/bin/sh", "-c", shell}, ""
+	case len(cmd) == 0:
+		return nil, "give cmd or shell"
+	}
+	return cmd, ""
+}
+
+// untranslatable is the answer to a tool call whose arguments name no
+// command: err is REST's answer to the operation asked with none, which
+// REST refuses as it refuses any invalid request of it — its decision
+// first (a caller without the right hears that), then its audit record
+// ("error 400") —, so a call MCP cannot translate leaves the record the
+// same refusal through REST leaves; why says what was wrong with the
+// tool's arguments.
+func untranslatable(err error, why string) error {
+	var e *client.Error
+	switch {
+	case err == nil:
+		return errors.New(why) // cannot happen: REST runs no empty command
+	case errors.As(err, &e) && e.Status == http.StatusBadRequest:
+		return fmt.Errorf("%w (%s)", err, why)
+	}
+	return err
 }
