@@ -393,6 +393,19 @@ type Call struct {
 // request of that type meets (engine.ExecRequest, procs.StartRequest).
 type Validator interface{ Validate() error }
 
+// Check is the gate's validation of an operation's request (nil: the
+// operation has none): its type's one Validate. It is the only place any
+// door's request is validated: Gate.Begin calls it on what a door hands
+// the gate, REST's strict decoding (internal/server/input.Decode) hands
+// every body it decodes to it. TestNoValidationOutsideGate fails when a
+// door calls a Validate itself.
+func Check(req Validator) error {
+	if req == nil {
+		return nil
+	}
+	return req.Validate()
+}
+
 // Gate is the entry point every door calls: decision, validation, audit.
 type Gate struct {
 	Audit *audit.Log // nil: nothing is recorded
@@ -448,8 +461,8 @@ func (g *Gate) BeginTranslated(ctx context.Context, c Call, tr Translate) (*Reco
 		r.rec = op
 	}
 	req, err := tr()
-	if err == nil && req != nil {
-		err = req.Validate()
+	if err == nil {
+		err = Check(req)
 	}
 	if err != nil {
 		r.Done(err)

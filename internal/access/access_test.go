@@ -305,3 +305,66 @@ func decisions(t *testing.T, path, rel string) []string {
 	})
 	return out
 }
+
+// doorDirs are the doors' packages (and those below them): each
+// translates its wire request and hands it to the gate, which validates
+// it (Gate.Begin, Check). internal/server/input holds the JSON bodies'
+// rule set, which it hands to Check.
+var doorDirs = []string{"internal/server", "internal/e2b", "internal/mcp", "internal/agentsandbox"}
+
+// TestNoValidationOutsideGate fails when a door validates a request
+// itself (a call of a Validate method or function) instead of handing it
+// to the gate: the gate validates every door's request of an operation
+// with its type's one rule set, once, so no door can accept what another
+// refuses, or refuse it without the record REST's refusal leaves. Tests
+// may.
+func TestNoValidationOutsideGate(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, dir := range doorDirs {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(root, path)
+			if d.IsDir() {
+				if rel == "internal/server/input" || d.Name() == "testdata" {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return nil
+			}
+			checked++
+			src, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fset := token.NewFileSet()
+			f, err := parser.ParseFile(fset, rel, src, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				if c, ok := n.(*ast.CallExpr); ok {
+					if s, ok := c.Fun.(*ast.SelectorExpr); ok && s.Sel.Name == "Validate" {
+						t.Errorf("%s: a door validates a request itself — hand it to the gate (access.Gate.Begin, access.Check)",
+							fset.Position(c.Pos()))
+					}
+				}
+				return true
+			})
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if checked < 50 {
+		t.Fatalf("only %d files checked", checked)
+	}
+}
