@@ -45,15 +45,16 @@ const (
 // bad-process carry an ESC in an env name, which every door refuses as
 // invalid with REST's validator, once the caller may run commands;
 // empty-exec and empty-process name no command, which a door refuses as
-// it translates (E2B's empty cmd, MCP's "give cmd or shell"). Every
-// invalid call leaves REST's record of its refusal ("error 400").
-var doorOps = []string{"create", "get", "list", "exec", "bad-exec", "empty-exec", "write", "bad-write", "read", "process",
-	"bad-process", "empty-process", "port", "pause", "resume", "kill"}
+// it translates (E2B's empty cmd, MCP's "give cmd or shell"); MCP's
+// base64-write's content is not base64. Every invalid call leaves REST's
+// record of its refusal ("error 400").
+var doorOps = []string{"create", "get", "list", "exec", "bad-exec", "empty-exec", "write", "bad-write", "base64-write", "read",
+	"process", "bad-process", "empty-process", "port", "pause", "resume", "kill"}
 
 // invalidOp is the operation an invalid call (bad-*, empty-*) is a call
 // of, and whether op is one.
 func invalidOp(op string) (string, bool) {
-	for _, pre := range []string{"bad-", "empty-"} {
+	for _, pre := range []string{"bad-", "empty-", "base64-"} {
 		if base, ok := strings.CutPrefix(op, pre); ok {
 			return base, true
 		}
@@ -112,7 +113,7 @@ var doorPrincipals = []doorPrincipal{
 	// invalid for a bad call whatever the id (no oracle: the same answer
 	// for an id that names nothing).
 	{name: "stranger", tenant: "other", scopes: memberScopes, want: with(allBut(dNotFound, "create", "list"), dInvalid,
-		"bad-exec", "bad-process", "bad-write", "empty-exec", "empty-process")},
+		"bad-exec", "bad-process", "bad-write", "empty-exec", "empty-process", "base64-write")},
 	// The shared sandbox's create-time lease: its own sandbox's data
 	// plane, nothing of the control plane.
 	{name: "lease", tenant: "acme", want: map[string]string{"create": dForbidden, "list": dForbidden,
@@ -154,7 +155,8 @@ func doorNA(door, principal, op string) bool {
 		// the URL).
 		return op == "pause" || op == "resume" || op == "port"
 	}
-	return false
+	// Only MCP's file_write takes base64 content.
+	return op == "base64-write"
 }
 
 // auditAction is the audit row's action of a mutating operation through a
@@ -907,6 +909,9 @@ func (s *mcpSession) do(op, id string) callResult {
 		return r
 	case "empty-exec":
 		_, r := s.call("run_command", map[string]any{"id": id})
+		return r
+	case "base64-write":
+		_, r := s.call("file_write", map[string]any{"id": id, "path": "/tmp/doors.txt", "content": "!!", "encoding": "base64"})
 		return r
 	case "empty-process":
 		_, r := s.call("process_start", map[string]any{"id": id})
