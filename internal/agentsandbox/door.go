@@ -112,6 +112,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/yaml"
 
+	"github.com/berth-sh/berth/internal/access"
 	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/engine"
@@ -408,26 +409,25 @@ func (d *Door) principal(ctx context.Context, ns string) (context.Context, auth.
 	if p.IsLease() {
 		return nil, auth.Principal{}, refused("Unauthenticated", errors.New("a lease token cannot act for a namespace"))
 	}
-	if err := auth.Authorize(p, auth.Rule{Scopes: []auth.Scope{auth.ScopeSandboxesWrite}}, ""); err != nil {
+	if err := access.Authorize(p, access.AgentSandboxAccount, ""); err != nil {
 		return nil, auth.Principal{}, refused("Forbidden", err)
 	}
 	ctx = auth.With(ctx, p)
 	return identity.With(ctx, identity.Caller{Tenant: p.Tenant, Actor: p.Actor, KeyID: p.KeyID, Host: p.Host}), p, nil
 }
 
-// audited runs fn as an audited action of p: begun before it acts.
-func (d *Door) audited(ctx context.Context, p auth.Principal, obj *unstructured.Unstructured, action, target string, fn func() error) error {
-	if d.cfg.Audit == nil {
-		return fn()
-	}
-	op, err := d.cfg.Audit.Begin(ctx, audit.Entry{Tenant: p.Tenant, Actor: p.Actor, Action: "agent-sandbox." + action,
-		Target: target, Source: "k8s:" + obj.GetNamespace() + "/" + strings.ToLower(obj.GetKind()) + "/" + obj.GetName()})
+// audited runs fn as op of p through the access layer's gate
+// (internal/access): decided, begun in the audit log before it acts,
+// completed with its outcome.
+func (d *Door) audited(ctx context.Context, p auth.Principal, obj *unstructured.Unstructured, op access.Op, target string, fn func() error) error {
+	g := access.Gate{Audit: d.cfg.Audit, Log: d.cfg.Log}
+	rec, err := g.Begin(ctx, access.Call{P: p, Op: op, Target: target,
+		Source: "k8s:" + obj.GetNamespace() + "/" + strings.ToLower(obj.GetKind()) + "/" + obj.GetName()}, nil)
 	if err != nil {
-		d.cfg.Log.Error("audit: refusing an agent-sandbox action that cannot be recorded", "action", action, "err", err)
-		return errdefs.Unavailable("the audit log cannot be written; nothing was done")
+		return err
 	}
 	err = fn()
-	op.Complete(audit.Result(err))
+	rec.Complete(audit.Result(err))
 	return err
 }
 
@@ -454,7 +454,7 @@ func (d *Door) create(ctx context.Context, p auth.Principal, obj *unstructured.U
 	req := m.Req
 	req.Labels = labels
 	var sb *sandbox.Sandbox
-	err := d.audited(ctx, p, obj, "create", obj.GetName(), func() error {
+	err := d.audited(ctx, p, obj, access.AgentSandboxCreate, obj.GetName(), func() error {
 		var err error
 		sb, err = d.cfg.Engine.Create(ctx, &req, engine.CreateOptions{Actor: p.Actor, Tenant: p.Tenant})
 		return err
@@ -662,7 +662,7 @@ func (d *Door) reconcileClaim(ctx context.Context, p auth.Principal, obj *unstru
 	}
 	for _, sb := range members {
 		if sb.State == sandbox.StateRunning {
-			err := d.audited(ctx, p, obj, "claim", sb.ID, func() error { return d.note(ctx, ClaimGVR, obj, annotSandbox, sb.ID) })
+			err := d.audited(ctx, p, obj, access.AgentSandboxClaim, sb.ID, func() error { return d.note(ctx, ClaimGVR, obj, annotSandbox, sb.ID) })
 			if err != nil {
 				return nil, err
 			}
@@ -724,7 +724,7 @@ func (d *Door) adoptedFrom(ctx context.Context, labels map[string]string, id str
 }
 
 func (d *Door) remove(ctx context.Context, p auth.Principal, obj *unstructured.Unstructured, sb *sandbox.Sandbox) error {
-	return d.audited(ctx, p, obj, "delete", sb.ID, func() error {
+	return d.audited(ctx, p, obj, access.AgentSandboxDelete, sb.ID, func() error {
 		_, err := d.cfg.Engine.Delete(ctx, sb.ID, p.Actor, sandbox.CauseUser, "agent-sandbox "+strings.ToLower(obj.GetKind())+" "+obj.GetNamespace()+"/"+obj.GetName()+" deleted")
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return nil

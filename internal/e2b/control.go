@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-sh/berth/internal/access"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/engine/snapshots"
@@ -37,17 +38,14 @@ const (
 	controlWriteTimeout = 10 * time.Minute
 )
 
-var (
-	ruleRead  = auth.Rule{Scopes: []auth.Scope{auth.ScopeSandboxesRead}}
-	ruleWrite = auth.Rule{Scopes: []auth.Scope{auth.ScopeSandboxesWrite}}
-)
-
-// controlRoutes is the control API: every route with the scopes its
-// caller's API key needs. Leases never reach it (their rules have no
-// Lease), so an envd token cannot create, list or kill.
+// controlRoutes is the control API: every route with the operation it is
+// (internal/access), whose rule and audit action are the catalogue's, the
+// same as REST's route of the operation has. No operation here lets a
+// lease in but keep-alive (touch, as REST's), so an envd token cannot
+// create, list or kill.
 func (d *Door) controlRoutes() *http.ServeMux {
 	mux := http.NewServeMux()
-	h := func(rule auth.Rule, action string, fn func(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error) http.HandlerFunc {
+	h := func(op access.Op, fn func(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			// Control calls are short: the body has a minute to arrive
 			// and the answer ten; a trickling caller holds nothing long.
@@ -68,55 +66,53 @@ func (d *Door) controlRoutes() *http.ServeMux {
 				writeError(w, d.cfg.Log, errdefs.NotFound("sandbox %q not found", id))
 				return
 			}
-			ctx, p, err := d.authorize(r, r.Header.Get("X-API-Key"), rule, id)
-			if err == nil && p.IsLease() {
-				err = errdefs.Permission("a lease token cannot call the control API")
-			}
+			ctx, p, err := d.authorize(r, r.Header.Get("X-API-Key"), op, id)
 			if err == nil {
-				call := func() error { return fn(ctx, w, r, p) }
-				if action != "" {
-					err = d.audited(ctx, r.RemoteAddr, p, "e2b "+action, id, call)
-				} else {
-					err = call()
+				// The record's target is what REST's names: the sandbox,
+				// else the template or snapshot acted on.
+				target := id
+				if target == "" {
+					target = r.PathValue("templateID")
 				}
+				err = d.audited(ctx, r.RemoteAddr, p, op, target, nil, func() error { return fn(ctx, w, r, p) })
 			}
 			if err != nil {
 				writeError(w, d.cfg.Log, err)
 			}
 		}
 	}
-	create := h(ruleWrite, "POST /sandboxes", d.create)
+	create := h(access.SandboxCreate, d.create)
 	mux.Handle("POST /sandboxes", create)
 	mux.Handle("POST /v2/sandboxes", create)
-	mux.Handle("GET /sandboxes", h(ruleRead, "", d.listV1))
-	mux.Handle("GET /v2/sandboxes", h(ruleRead, "", d.listV2))
-	mux.Handle("GET /sandboxes/{sandboxID}", h(ruleRead, "", d.get))
-	mux.Handle("DELETE /sandboxes/{sandboxID}", h(ruleWrite, "DELETE /sandboxes/{sandboxID}", d.kill))
-	mux.Handle("GET /sandboxes/{sandboxID}/metrics", h(ruleRead, "", d.metrics))
-	mux.Handle("POST /sandboxes/{sandboxID}/timeout", h(ruleWrite, "POST /sandboxes/{sandboxID}/timeout", d.setTimeout))
-	mux.Handle("POST /sandboxes/{sandboxID}/pause", h(ruleWrite, "POST /sandboxes/{sandboxID}/pause", d.pause))
-	connect := h(ruleWrite, "POST /sandboxes/{sandboxID}/connect", d.connect)
+	mux.Handle("GET /sandboxes", h(access.Read, d.listV1))
+	mux.Handle("GET /v2/sandboxes", h(access.Read, d.listV2))
+	mux.Handle("GET /sandboxes/{sandboxID}", h(access.SandboxCredentials, d.get))
+	mux.Handle("DELETE /sandboxes/{sandboxID}", h(access.SandboxDelete, d.kill))
+	mux.Handle("GET /sandboxes/{sandboxID}/metrics", h(access.SandboxInspect, d.metrics))
+	mux.Handle("POST /sandboxes/{sandboxID}/timeout", h(access.E2BTimeout, d.setTimeout))
+	mux.Handle("POST /sandboxes/{sandboxID}/pause", h(access.E2BPause, d.pause))
+	connect := h(access.E2BConnect, d.connect)
 	mux.Handle("POST /sandboxes/{sandboxID}/connect", connect)
 	mux.Handle("POST /v2/sandboxes/{sandboxID}/connect", connect)
-	mux.Handle("POST /sandboxes/{sandboxID}/resume", h(ruleWrite, "POST /sandboxes/{sandboxID}/resume", d.resume))
-	mux.Handle("POST /sandboxes/{sandboxID}/fork", h(ruleWrite, "POST /sandboxes/{sandboxID}/fork", d.fork))
-	mux.Handle("POST /sandboxes/{sandboxID}/snapshots", h(ruleWrite, "POST /sandboxes/{sandboxID}/snapshots", d.createSnapshot))
-	mux.Handle("GET /snapshots", h(ruleRead, "", d.listSnapshots))
-	mux.Handle("DELETE /templates/{templateID}", h(ruleWrite, "DELETE /templates/{templateID}", d.deleteSnapshot))
-	mux.Handle("PUT /sandboxes/{sandboxID}/network", h(ruleNetwork, "PUT /sandboxes/{sandboxID}/network", d.updateNetwork))
-	mux.Handle("POST /sandboxes/{sandboxID}/refreshes", h(ruleWrite, "POST /sandboxes/{sandboxID}/refreshes", d.refresh))
+	mux.Handle("POST /sandboxes/{sandboxID}/resume", h(access.E2BResume, d.resume))
+	mux.Handle("POST /sandboxes/{sandboxID}/fork", h(access.SandboxFork, d.fork))
+	mux.Handle("POST /sandboxes/{sandboxID}/snapshots", h(access.SnapshotCreate, d.createSnapshot))
+	mux.Handle("GET /snapshots", h(access.Read, d.listSnapshots))
+	mux.Handle("DELETE /templates/{templateID}", h(access.SnapshotDelete, d.deleteSnapshot))
+	mux.Handle("PUT /sandboxes/{sandboxID}/network", h(access.NetworkUpdate, d.updateNetwork))
+	mux.Handle("POST /sandboxes/{sandboxID}/refreshes", h(access.SandboxTouch, d.refresh))
 	if d.cfg.Templates != nil {
-		mux.Handle("POST /v3/templates", h(ruleTemplates, "POST /v3/templates", d.requestBuild))
-		mux.Handle("GET /templates/{templateID}/files/{hash}", h(ruleTemplates, "", d.fileLink))
+		mux.Handle("POST /v3/templates", h(access.E2BTemplateRequest, d.requestBuild))
+		mux.Handle("GET /templates/{templateID}/files/{hash}", h(access.E2BTemplateFiles, d.fileLink))
 		mux.Handle("PUT /templates/uploads/{token}", http.HandlerFunc(d.uploadFiles))
-		mux.Handle("POST /v2/templates/{templateID}/builds/{buildID}", h(ruleTemplates, "POST /v2/templates/{templateID}/builds/{buildID}", d.startBuild))
-		mux.Handle("GET /templates/{templateID}/builds/{buildID}/status", h(ruleTemplates, "", d.buildStatus))
-		mux.Handle("GET /templates/aliases/{alias}", h(ruleRead, "", d.templateAlias))
-		mux.Handle("GET /templates/{templateID}/{sub}", h(ruleRead, "", d.templateSub))
-		mux.Handle("POST /templates/tags", h(ruleTemplates, "POST /templates/tags", d.assignTags))
-		mux.Handle("DELETE /templates/tags", h(ruleTemplates, "DELETE /templates/tags", d.removeTags))
+		mux.Handle("POST /v2/templates/{templateID}/builds/{buildID}", h(access.E2BTemplateBuild, d.startBuild))
+		mux.Handle("GET /templates/{templateID}/builds/{buildID}/status", h(access.E2BTemplateStatus, d.buildStatus))
+		mux.Handle("GET /templates/aliases/{alias}", h(access.Read, d.templateAlias))
+		mux.Handle("GET /templates/{templateID}/{sub}", h(access.Read, d.templateSub))
+		mux.Handle("POST /templates/tags", h(access.E2BTemplateTag, d.assignTags))
+		mux.Handle("DELETE /templates/tags", h(access.E2BTemplateUntag, d.removeTags))
 	}
-	mux.Handle("/", h(ruleRead, "", func(_ context.Context, _ http.ResponseWriter, r *http.Request, _ auth.Principal) error {
+	mux.Handle("/", h(access.Read, func(_ context.Context, _ http.ResponseWriter, r *http.Request, _ auth.Principal) error {
 		return errdefs.NotFound("berth's E2B door has no route %s %s", r.Method, r.URL.Path)
 	}))
 	return mux
@@ -374,7 +370,7 @@ func (d *Door) listed(sb *sandbox.Sandbox) listedOut {
 // out more than the reader may do, and a key without exec still reaches
 // the files it may read, as through REST.
 func (d *Door) envdToken(ctx context.Context, sb *sandbox.Sandbox, p auth.Principal) (string, error) {
-	if !p.Has(auth.ScopeExec) && !p.Has(auth.ScopeFiles) && !p.Has(auth.ScopePorts) {
+	if !access.DataPlane(p) {
 		return "", nil
 	}
 	return d.cfg.Server.SandboxLease(ctx, sb, p)

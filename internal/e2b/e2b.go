@@ -35,9 +35,9 @@ import (
 	"net/http"
 	"path/filepath"
 	"runtime/debug"
-	"strconv"
 	"time"
 
+	"github.com/berth-sh/berth/internal/access"
 	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/engine"
@@ -66,7 +66,9 @@ var errBadTarget = errdefs.Invalid("malformed sandbox target (host {port}-{sandb
 // Server is the REST server's half the door borrows: one credential
 // check, one lease, one port proxy for every door.
 type Server interface {
-	Credential(ctx context.Context, token string, rule auth.Rule, id string) (auth.Principal, error)
+	// Credential authenticates token for op on target: the access
+	// layer's decision (internal/access), as REST's guard makes it.
+	Credential(ctx context.Context, token string, op access.Op, target access.Target) (auth.Principal, error)
 	SandboxLease(ctx context.Context, sb *sandbox.Sandbox, caller auth.Principal) (string, error)
 	ProxyPort(w http.ResponseWriter, r *http.Request, id string, port int, path string)
 	// Bind ties a call's context to p's credential: it ends within a few
@@ -263,11 +265,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// authorize checks token for rule on sandbox id and returns the call's
+// authorize checks token for op on sandbox id and returns the call's
 // context; a tenant's key naming another tenant's sandbox passes here and
 // meets 404 at the engine's owner-scoped read.
-func (d *Door) authorize(r *http.Request, token string, rule auth.Rule, id string) (context.Context, auth.Principal, error) {
-	p, err := d.cfg.Server.Credential(r.Context(), token, rule, id)
+func (d *Door) authorize(r *http.Request, token string, op access.Op, id string) (context.Context, auth.Principal, error) {
+	p, err := d.cfg.Server.Credential(r.Context(), token, op, access.Target{Sandbox: id})
 	if err != nil {
 		return nil, auth.Principal{}, err
 	}
@@ -275,28 +277,25 @@ func (d *Door) authorize(r *http.Request, token string, rule auth.Rule, id strin
 	return d.cfg.WithCaller(r.Context(), p), p, nil
 }
 
-// audited runs fn as an audited action (when the door has a log): begun
-// before it acts, completed with its outcome; a begin that cannot be
-// written refuses the call. source is the caller's address.
-func (d *Door) audited(ctx context.Context, source string, p auth.Principal, action, target string, fn func() error) error {
-	if d.cfg.Audit == nil {
-		return fn()
+// audited runs fn as op of p through the access layer's gate: decided,
+// begun in the audit log before it acts (a begin that cannot be written
+// refuses the call), completed with its outcome — the record REST's call
+// of op leaves. source is the caller's address; req, when op has a
+// request type, is validated by its one Validate before fn runs.
+func (d *Door) audited(ctx context.Context, source string, p auth.Principal, op access.Op, target string, req access.Validator, fn func() error) error {
+	return d.auditedFrom(ctx, source, p, op, target, func() (access.Validator, error) { return req, nil }, fn)
+}
+
+// auditedFrom is audited with the call's wire request translated by tr
+// inside the gate, after the decision and the begin record: a request
+// the door cannot translate (a bad user, an empty command, a process
+// that is not there) leaves the record REST's refusal of it leaves
+// ("error 400", "error 404"), never none.
+func (d *Door) auditedFrom(ctx context.Context, source string, p auth.Principal, op access.Op, target string, tr access.Translate, fn func() error) error {
+	g := access.Gate{Audit: d.cfg.Audit, Log: d.cfg.Log}
+	sandbox := targetOf(ctx).Sandbox
+	if sandbox == "" {
+		sandbox = target
 	}
-	op, err := d.cfg.Audit.Begin(ctx, audit.Entry{Tenant: p.Tenant, Actor: p.Actor, Action: action,
-		Target: target, Source: source, RequestID: requestIDOf(ctx)})
-	if err != nil {
-		d.cfg.Log.Error("audit: refusing an e2b call that cannot be recorded", "action", action, "err", err)
-		return errdefs.Unavailable("the audit log cannot be written; nothing was done")
-	}
-	err = fn()
-	switch {
-	case err != nil:
-		op.Complete("error " + strconv.Itoa(statusOf(err)))
-	case restOK[action] != 0:
-		// The REST route's own outcome ("ok 204"): the same record.
-		op.Complete("ok " + strconv.Itoa(restOK[action]))
-	default:
-		op.Complete("ok")
-	}
-	return err
+	return g.DoTranslated(ctx, access.Call{P: p, Op: op, Sandbox: sandbox, Target: target, Source: source, RequestID: requestIDOf(ctx)}, tr, fn)
 }

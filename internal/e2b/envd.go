@@ -17,6 +17,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/berth-sh/berth/internal/access"
 	"github.com/berth-sh/berth/internal/agent/wire"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/e2b/envdpb/filesystem/filesystemconnect"
@@ -27,38 +28,11 @@ import (
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
-// The rules of envd's calls: the sandbox's own lease token, with the
-// scope of what it does.
-var (
-	ruleExec  = auth.Rule{Scopes: []auth.Scope{auth.ScopeExec}, Lease: true}
-	ruleFiles = auth.Rule{Scopes: []auth.Scope{auth.ScopeFiles}, Lease: true}
-	rulePorts = auth.Rule{Scopes: []auth.Scope{auth.ScopePorts}, Lease: true}
-)
-
 // maxUpload bounds one /files upload; maxRPCMessage one Connect message.
 const (
 	maxUpload     = 1 << 30
 	maxRPCMessage = 4 << 20
 )
-
-// The REST routes whose audit records envd's writes make: a file written
-// or a process started through the E2B door is recorded exactly as the
-// same call through /v1 (the action is the REST route's pattern).
-const (
-	actWriteFile     = "PUT /v1/sandboxes/{id}/files"
-	actRemove        = "DELETE /v1/sandboxes/{id}/files"
-	actMkdir         = "POST /v1/sandboxes/{id}/files/mkdir"
-	actMove          = "POST /v1/sandboxes/{id}/files/move"
-	actStartProcess  = "POST /v1/sandboxes/{id}/processes"
-	actProcessStdin  = "POST /v1/sandboxes/{id}/processes/{pid}/stdin"
-	actSignalProcess = "POST /v1/sandboxes/{id}/processes/{pid}/signal"
-)
-
-// restOK is the status each REST route above answers on success, which
-// its audit outcome records ("ok 204").
-var restOK = map[string]int{actWriteFile: http.StatusOK, actRemove: http.StatusNoContent, actMkdir: http.StatusNoContent,
-	actMove: http.StatusNoContent, actStartProcess: http.StatusCreated, actProcessStdin: http.StatusNoContent,
-	actSignalProcess: http.StatusNoContent}
 
 type principalKey struct{}
 
@@ -75,19 +49,19 @@ func (d *Door) envdRoutes() *http.ServeMux {
 	limit := connect.WithReadMaxBytes(maxRPCMessage)
 	ppath, ph := processconnect.NewProcessHandler(&processService{d: d}, limit)
 	fpath, fh := filesystemconnect.NewFilesystemHandler(&filesystemService{d: d}, limit)
-	mux.Handle(ppath, d.envdAuth(ruleExec, true, ph))
-	mux.Handle(fpath, d.envdAuth(ruleFiles, true, fh))
-	mux.Handle("GET /files", d.envdAuth(ruleFiles, false, http.HandlerFunc(d.download)))
-	mux.Handle("POST /files", d.envdAuth(ruleFiles, false, http.HandlerFunc(d.upload)))
+	// Each service is admitted with the operation its calls share the
+	// rule of (the sandbox's own token, with exec or files); a call that
+	// writes is that operation of its own (audited).
+	mux.Handle(ppath, d.envdAuth(access.ProcessRead, true, ph))
+	mux.Handle(fpath, d.envdAuth(access.FilesRead, true, fh))
+	mux.Handle("GET /files", d.envdAuth(access.FilesRead, false, http.HandlerFunc(d.download)))
+	mux.Handle("POST /files", d.envdAuth(access.FilesWrite, false, http.HandlerFunc(d.upload)))
 	mux.Handle("GET /health", http.HandlerFunc(d.health))
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, d.cfg.Log, errdefs.NotFound("envd has no route %s %s", r.Method, r.URL.Path))
 	}))
 	return mux
 }
-
-// ruleHealth is the health check's: any live lease of the sandbox.
-var ruleHealth = auth.Rule{Scopes: []auth.Scope{auth.ScopeSandboxesRead}, Lease: true}
 
 // health is envd's health check, which the SDK's isRunning reads: 204
 // while the sandbox runs, 502 when it does not (paused, stopped, killed).
@@ -97,7 +71,7 @@ var ruleHealth = auth.Rule{Scopes: []auth.Scope{auth.ScopeSandboxesRead}, Lease:
 // sandbox is, so the route tells a stranger nothing about which ids exist.
 func (d *Door) health(w http.ResponseWriter, r *http.Request) {
 	id := targetOf(r.Context()).Sandbox
-	p, err := d.cfg.Server.Credential(r.Context(), r.Header.Get("X-Access-Token"), ruleHealth, id)
+	p, err := d.cfg.Server.Credential(r.Context(), r.Header.Get("X-Access-Token"), access.SandboxGet, access.Target{Sandbox: id})
 	if err != nil || !p.IsLease() {
 		w.WriteHeader(http.StatusBadGateway)
 		return
@@ -111,9 +85,9 @@ func (d *Door) health(w http.ResponseWriter, r *http.Request) {
 }
 
 // envdAuth admits a call only with the target sandbox's own lease token
-// (X-Access-Token) holding rule's scopes: a token of sandbox A naming
+// (X-Access-Token) that op's rule lets in: a token of sandbox A naming
 // sandbox B in its host or headers is refused.
-func (d *Door) envdAuth(rule auth.Rule, rpc bool, h http.Handler) http.Handler {
+func (d *Door) envdAuth(op access.Op, rpc bool, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t := targetOf(r.Context())
 		tok := r.Header.Get("X-Access-Token")
@@ -125,7 +99,7 @@ func (d *Door) envdAuth(rule auth.Rule, rpc bool, h http.Handler) http.Handler {
 		}
 		var p auth.Principal
 		if err == nil {
-			p, err = d.cfg.Server.Credential(r.Context(), tok, rule, t.Sandbox)
+			p, err = d.cfg.Server.Credential(r.Context(), tok, op, access.Target{Sandbox: t.Sandbox})
 		}
 		if err == nil && !p.IsLease() {
 			err = errdefs.Permission("envd takes the sandbox's access token (envdAccessToken)")
@@ -426,7 +400,7 @@ func metadataFrom(x map[string]string) map[string]string {
 func (d *Door) upload(w http.ResponseWriter, r *http.Request) {
 	ctx, p := r.Context(), principalOf(r.Context())
 	var out []writtenInfo
-	err := d.audited(ctx, r.RemoteAddr, p, actWriteFile, targetOf(ctx).Sandbox, func() (err error) {
+	err := d.audited(ctx, r.RemoteAddr, p, access.FilesWrite, targetOf(ctx).Sandbox, nil, func() (err error) {
 		out, err = d.writeUpload(w, r)
 		return err
 	})
@@ -617,7 +591,7 @@ func (d *Door) proxy(w http.ResponseWriter, r *http.Request, t Target) {
 		tok = r.Header.Get("E2b-Traffic-Access-Token")
 	}
 	if tok == "" {
-		if d.publicTraffic(r.Context(), t.Sandbox) {
+		if d.publicTraffic(r.Context(), t.Sandbox, t.Port) {
 			d.forward(w, r.WithContext(d.cfg.WithCaller(r.Context(), auth.Anonymous)), t)
 			return
 		}
@@ -627,7 +601,7 @@ func (d *Door) proxy(w http.ResponseWriter, r *http.Request, t Target) {
 		writeError(w, d.cfg.Log, errdefs.Permission("this sandbox port takes the sandbox's traffic access token (e2b-traffic-access-token)"))
 		return
 	}
-	p, err := d.cfg.Server.Credential(r.Context(), tok, rulePorts, t.Sandbox)
+	p, err := d.cfg.Server.Credential(r.Context(), tok, access.Ports, access.Target{Sandbox: t.Sandbox, Port: t.Port})
 	if err == nil && !p.IsLease() {
 		err = errdefs.Permission("a sandbox port takes the sandbox's access token")
 	}
@@ -640,16 +614,14 @@ func (d *Door) proxy(w http.ResponseWriter, r *http.Request, t Target) {
 	d.forward(w, r.WithContext(d.cfg.WithCaller(ctx, p)), t)
 }
 
-// publicTraffic reports whether sandbox id serves its ports without a
-// token: made through the door without allowPublicTraffic: false, and
-// running — or paused with auto-resume, which the request then wakes (as
-// E2B's autoResume does on traffic).
-func (d *Door) publicTraffic(ctx context.Context, id string) bool {
+// publicTraffic reports whether sandbox id serves port without a token,
+// as the access layer decides (access.PublicPort): made through the door
+// without allowPublicTraffic: false, and running — or paused with
+// auto-resume, which the request then wakes (as E2B's autoResume does on
+// traffic) — or a port the sandbox lists as public.
+func (d *Door) publicTraffic(ctx context.Context, id string, port int) bool {
 	sb, err := d.cfg.Manager.Get(d.cfg.WithCaller(ctx, auth.Anonymous), id)
-	if err != nil || !sb.Spec.AllPortsPublic {
-		return false
-	}
-	return sb.State == sandbox.StateRunning || (sb.State == sandbox.StatePaused && sb.Spec.Policy.AutoResume)
+	return err == nil && access.PublicPort(sb, port, access.DoorE2B)
 }
 
 // forward sends r, authorized, to the sandbox's port through berth's port

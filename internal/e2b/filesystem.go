@@ -12,6 +12,8 @@ import (
 	"sync"
 
 	"connectrpc.com/connect"
+
+	"github.com/berth-sh/berth/internal/access"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/berth-sh/berth/internal/e2b/envdpb/filesystem"
@@ -54,7 +56,7 @@ func (s *filesystemService) open(ctx context.Context, h interface{ Get(string) s
 // Connect's terms.
 // A call that writes names its REST route (action): it is audited as
 // that route is, the same record whichever door it came through.
-func unary[Req, Res any](ctx context.Context, s *filesystemService, req *connect.Request[Req], action string, paths []string,
+func unary[Req, Res any](ctx context.Context, s *filesystemService, req *connect.Request[Req], action access.Op, paths []string,
 	fn func(f *files.Files, p []string) (*Res, error)) (*connect.Response[Res], error) {
 	var out *Res
 	call := func() error {
@@ -68,7 +70,7 @@ func unary[Req, Res any](ctx context.Context, s *filesystemService, req *connect
 	}
 	var err error
 	if action != "" {
-		err = s.d.audited(ctx, req.Peer().Addr, principalOf(ctx), action, targetOf(ctx).Sandbox, call)
+		err = s.d.audited(ctx, req.Peer().Addr, principalOf(ctx), action, targetOf(ctx).Sandbox, nil, call)
 	} else {
 		err = call()
 	}
@@ -142,7 +144,7 @@ func (s *filesystemService) Stat(ctx context.Context, req *connect.Request[pb.St
 }
 
 func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRequest]) (*connect.Response[pb.MakeDirResponse], error) {
-	return unary(ctx, s, req, actMkdir, []string{req.Msg.GetPath()}, func(f *files.Files, p []string) (*pb.MakeDirResponse, error) {
+	return unary(ctx, s, req, access.FilesMkdir, []string{req.Msg.GetPath()}, func(f *files.Files, p []string) (*pb.MakeDirResponse, error) {
 		if _, err := f.Stat(ctx, p[0]); err == nil {
 			// The SDK's makeDir answers false for a directory already there.
 			return nil, connect.NewError(connect.CodeAlreadyExists, errors.New(p[0]+" exists"))
@@ -163,7 +165,7 @@ func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[pb
 }
 
 func (s *filesystemService) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]) (*connect.Response[pb.MoveResponse], error) {
-	return unary(ctx, s, req, actMove, []string{req.Msg.GetSource(), req.Msg.GetDestination()}, func(f *files.Files, p []string) (*pb.MoveResponse, error) {
+	return unary(ctx, s, req, access.FilesMove, []string{req.Msg.GetSource(), req.Msg.GetDestination()}, func(f *files.Files, p []string) (*pb.MoveResponse, error) {
 		if err := f.Move(ctx, p[0], p[1], false, principalOf(ctx).Actor); err != nil {
 			return nil, err
 		}
@@ -217,7 +219,7 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[pb
 }
 
 func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[pb.RemoveRequest]) (*connect.Response[pb.RemoveResponse], error) {
-	return unary(ctx, s, req, actRemove, []string{req.Msg.GetPath()}, func(f *files.Files, p []string) (*pb.RemoveResponse, error) {
+	return unary(ctx, s, req, access.FilesRemove, []string{req.Msg.GetPath()}, func(f *files.Files, p []string) (*pb.RemoveResponse, error) {
 		// envd's remove of a path that is not there succeeds.
 		if err := f.Remove(ctx, p[0], true, principalOf(ctx).Actor); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			return nil, err

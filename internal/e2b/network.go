@@ -109,9 +109,6 @@ type networkUpdate struct {
 	Rules               json.RawMessage `json:"rules"`
 }
 
-// ruleNetwork is the network update's: REST's scope for the same change.
-var ruleNetwork = auth.Rule{Scopes: []auth.Scope{auth.ScopeNetwork}}
-
 // updateNetwork serves updateNetwork: the sandbox's egress rules replaced
 // at once, on a running or paused sandbox as on a stopped one (REST's
 // POST /v1/sandboxes/{id}/network, the same engine call). A sandbox

@@ -14,6 +14,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/berth-sh/berth/internal/access"
+
 	pb "github.com/berth-sh/berth/internal/e2b/envdpb/process"
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/engine/procs"
@@ -151,49 +153,74 @@ func startEvent(pid int) *pb.ProcessEvent {
 	return &pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: uint32(pid)}}}
 }
 
+// envdStart is a process start as envd asks it: REST's request, and the
+// home its user's commands get as HOME.
+type envdStart struct {
+	procs.StartRequest
+	home string
+}
+
+// startRequest translates envd's start into REST's request.
+func (s *processService) startRequest(ctx context.Context, req *connect.Request[pb.StartRequest]) (*envdStart, error) {
+	named, err := userOf(req.Header())
+	if err != nil {
+		return nil, err
+	}
+	user := s.d.defaultUser(ctx, named)
+	cfg := req.Msg.GetProcess()
+	if cfg.GetCmd() == "" {
+		return nil, errdefs.Invalid("process cmd is required")
+	}
+	start := &envdStart{StartRequest: procs.StartRequest{ExecRequest: engine.ExecRequest{Cmd: append([]string{cfg.GetCmd()}, cfg.GetArgs()...),
+		Env: maps.Clone(cfg.GetEnvs()), User: named}, Tag: req.Msg.GetTag()}}
+	if cfg.Cwd != nil {
+		if start.Workdir, err = absPath(cfg.GetCwd(), user); err != nil {
+			return nil, err
+		}
+	}
+	if user != "" {
+		start.home = homeOf(user)
+	}
+	return start, nil
+}
+
 func (s *processService) Start(ctx context.Context, req *connect.Request[pb.StartRequest], st *connect.ServerStream[pb.StartResponse]) error {
 	sb := targetOf(ctx).Sandbox
 	p := principalOf(ctx)
 	tty := req.Msg.Pty != nil
-	var pr procs.Process
-	// The start is the REST process start: the same validation and the
-	// same audit record, whichever door it came through.
-	err := s.d.audited(ctx, req.Peer().Addr, p, actStartProcess, sb, func() error {
-		named, err := userOf(req.Header())
+	var (
+		pr    procs.Process
+		start *envdStart
+	)
+	// The start is the REST process start: the access layer's gate
+	// decides, begins its record, has it translated (an untranslatable
+	// start is recorded as REST's invalid one is), validates it with the
+	// request type's one Validate (procs.StartRequest, as REST's) and
+	// records its outcome, the same record whichever door it came through.
+	err := s.d.auditedFrom(ctx, req.Peer().Addr, p, access.ProcessStart, sb, func() (access.Validator, error) {
+		var err error
+		start, err = s.startRequest(ctx, req)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		user := s.d.defaultUser(ctx, named)
-		cfg := req.Msg.GetProcess()
-		if cfg.GetCmd() == "" {
-			return errdefs.Invalid("process cmd is required")
-		}
-		start := &procs.StartRequest{ExecRequest: engine.ExecRequest{Cmd: append([]string{cfg.GetCmd()}, cfg.GetArgs()...),
-			Env: maps.Clone(cfg.GetEnvs()), User: named}, Tag: req.Msg.GetTag()}
+		return start, nil
+	}, func() error {
 		exec := &start.ExecRequest
-		if cfg.Cwd != nil {
-			if exec.Workdir, err = absPath(cfg.GetCwd(), user); err != nil {
-				return err
-			}
-		}
-		// REST's start's one Validate, before the door adds its own
-		// HOME, so the caller's request is what is judged.
-		if err := start.Validate(); err != nil {
-			return err
-		}
-		if _, ok := exec.Env["HOME"]; !ok && user != "" {
-			// envd's commands have their user's home as HOME.
+		if _, ok := exec.Env["HOME"]; !ok && start.home != "" {
+			// envd's commands have their user's home as HOME, added
+			// after the caller's request is judged.
 			if exec.Env == nil {
 				exec.Env = map[string]string{}
 			}
-			exec.Env["HOME"] = homeOf(user)
+			exec.Env["HOME"] = start.home
 		}
 		if tty {
 			exec.TTY = true
 			sz := req.Msg.GetPty().GetSize()
 			exec.Rows, exec.Cols = clamp16(sz.GetRows()), clamp16(sz.GetCols())
 		}
-		pr, err = s.m().StartProcess(ctx, sb, start, p.Actor)
+		var err error
+		pr, err = s.m().StartProcess(ctx, sb, &start.StartRequest, p.Actor)
 		return err
 	})
 	if err != nil {
@@ -251,6 +278,18 @@ func (s *processService) resolve(ctx context.Context, sel *pb.ProcessSelector) (
 	return procs.Process{}, errdefs.Invalid("a process selector (pid or tag) is required")
 }
 
+// resolving is the translation of a call that names a process by a
+// selector (access.Translate): the process found, into *p, inside the
+// gate, so a selector that names none is recorded as REST's call of an
+// unknown process is.
+func (s *processService) resolving(ctx context.Context, sel *pb.ProcessSelector, p *procs.Process) access.Translate {
+	return func() (access.Validator, error) {
+		found, err := s.resolve(ctx, sel)
+		*p = found
+		return nil, err
+	}
+}
+
 func (s *processService) Connect(ctx context.Context, req *connect.Request[pb.ConnectRequest], st *connect.ServerStream[pb.ConnectResponse]) error {
 	p, err := s.resolve(ctx, req.Msg.GetProcess())
 	if err != nil {
@@ -293,11 +332,8 @@ func inputBytes(in *pb.ProcessInput) []byte {
 }
 
 func (s *processService) SendInput(ctx context.Context, req *connect.Request[pb.SendInputRequest]) (*connect.Response[pb.SendInputResponse], error) {
-	p, err := s.resolve(ctx, req.Msg.GetProcess())
-	if err != nil {
-		return nil, connectError(err)
-	}
-	if err := s.d.audited(ctx, req.Peer().Addr, principalOf(ctx), actProcessStdin, targetOf(ctx).Sandbox, func() error {
+	var p procs.Process
+	if err := s.d.auditedFrom(ctx, req.Peer().Addr, principalOf(ctx), access.ProcessStdin, targetOf(ctx).Sandbox, s.resolving(ctx, req.Msg.GetProcess(), &p), func() error {
 		return s.m().ProcessStdin(ctx, targetOf(ctx).Sandbox, p.ID, bytes.NewReader(inputBytes(req.Msg.GetInput())), false, principalOf(ctx).Actor)
 	}); err != nil {
 		return nil, connectError(err)
@@ -310,15 +346,13 @@ func (s *processService) StreamInput(ctx context.Context, st *connect.ClientStre
 	for st.Receive() {
 		switch ev := st.Msg().GetEvent().(type) {
 		case *pb.StreamInputRequest_Start:
-			found, err := s.resolve(ctx, ev.Start.GetProcess())
-			if err != nil {
+			// One record for the stream, as for REST's stdin stream.
+			var found procs.Process
+			if err := s.d.auditedFrom(ctx, st.Peer().Addr, principalOf(ctx), access.ProcessStdin, targetOf(ctx).Sandbox,
+				s.resolving(ctx, ev.Start.GetProcess(), &found), func() error { return nil }); err != nil {
 				return nil, connectError(err)
 			}
 			p = &found
-			// One record for the stream, as for REST's stdin stream.
-			if err := s.d.audited(ctx, st.Peer().Addr, principalOf(ctx), actProcessStdin, targetOf(ctx).Sandbox, func() error { return nil }); err != nil {
-				return nil, connectError(err)
-			}
 		case *pb.StreamInputRequest_Data:
 			if p == nil {
 				return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("data before the start event"))
@@ -335,19 +369,23 @@ func (s *processService) StreamInput(ctx context.Context, st *connect.ClientStre
 }
 
 func (s *processService) SendSignal(ctx context.Context, req *connect.Request[pb.SendSignalRequest]) (*connect.Response[pb.SendSignalResponse], error) {
-	p, err := s.resolve(ctx, req.Msg.GetProcess())
-	if err != nil {
-		return nil, connectError(err)
-	}
+	var p procs.Process
 	sig, stop := "SIGTERM", false
-	switch req.Msg.GetSignal() {
-	case pb.Signal_SIGNAL_SIGKILL:
-		sig, stop = "SIGKILL", true
-	case pb.Signal_SIGNAL_SIGTERM:
-	default:
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("signal %v is not SIGTERM or SIGKILL", req.Msg.GetSignal()))
+	resolve := s.resolving(ctx, req.Msg.GetProcess(), &p)
+	translate := func() (access.Validator, error) {
+		if _, err := resolve(); err != nil {
+			return nil, err
+		}
+		switch req.Msg.GetSignal() {
+		case pb.Signal_SIGNAL_SIGKILL:
+			sig, stop = "SIGKILL", true
+		case pb.Signal_SIGNAL_SIGTERM:
+		default:
+			return nil, errdefs.Invalid("signal %v is not SIGTERM or SIGKILL", req.Msg.GetSignal())
+		}
+		return nil, nil
 	}
-	if err := s.d.audited(ctx, req.Peer().Addr, principalOf(ctx), actSignalProcess, targetOf(ctx).Sandbox, func() error {
+	if err := s.d.auditedFrom(ctx, req.Peer().Addr, principalOf(ctx), access.ProcessSignal, targetOf(ctx).Sandbox, translate, func() error {
 		return s.m().SignalProcess(ctx, targetOf(ctx).Sandbox, p.ID, sig, stop, principalOf(ctx).Actor)
 	}); err != nil {
 		return nil, connectError(err)
@@ -356,11 +394,8 @@ func (s *processService) SendSignal(ctx context.Context, req *connect.Request[pb
 }
 
 func (s *processService) CloseStdin(ctx context.Context, req *connect.Request[pb.CloseStdinRequest]) (*connect.Response[pb.CloseStdinResponse], error) {
-	p, err := s.resolve(ctx, req.Msg.GetProcess())
-	if err != nil {
-		return nil, connectError(err)
-	}
-	if err := s.d.audited(ctx, req.Peer().Addr, principalOf(ctx), actProcessStdin, targetOf(ctx).Sandbox, func() error {
+	var p procs.Process
+	if err := s.d.auditedFrom(ctx, req.Peer().Addr, principalOf(ctx), access.ProcessStdin, targetOf(ctx).Sandbox, s.resolving(ctx, req.Msg.GetProcess(), &p), func() error {
 		return s.m().ProcessStdin(ctx, targetOf(ctx).Sandbox, p.ID, bytes.NewReader(nil), true, principalOf(ctx).Actor)
 	}); err != nil {
 		return nil, connectError(err)

@@ -46,6 +46,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berth-sh/berth/internal/access"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/engine/templates"
 	"github.com/berth-sh/berth/internal/errdefs"
@@ -85,8 +86,6 @@ const (
 	labelTag   = "sh.berth.e2b.tag"
 	labelBuild = "sh.berth.e2b.build-id"
 )
-
-var ruleTemplates = auth.Rule{Scopes: []auth.Scope{auth.ScopeTemplates}}
 
 // tplState is the door's template builds and uploads.
 type tplState struct {
@@ -585,7 +584,7 @@ func (d *Door) uploadFiles(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(uploadReadBudget))
 	ctx := d.cfg.WithCaller(r.Context(), l.p)
-	err := d.audited(ctx, r.RemoteAddr, l.p, "e2b PUT /templates/{templateID}/files/{hash}", l.templateID+"/"+l.hash, func() error {
+	err := d.audited(ctx, r.RemoteAddr, l.p, access.E2BTemplateUpload, l.templateID+"/"+l.hash, nil, func() error {
 		return s.store(r, l)
 	})
 	if err != nil {

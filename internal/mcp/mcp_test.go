@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"context"
 	"io/fs"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/berth-sh/berth/client"
 )
 
 func TestCapped(t *testing.T) {
@@ -127,24 +132,48 @@ func TestProcessToolsOnlyWithProcesses(t *testing.T) {
 	}
 }
 
-// Bad arguments are tool errors, answered before any call to the daemon
-// (the session has no client: a call would panic).
+// Bad arguments are tool errors. A call MCP cannot translate into its
+// REST operation (no command; content that is not base64, too large, a
+// bad mode) is put to REST as the operation without what is missing (no
+// command, no path), so REST decides it and records its refusal
+// ("error 400") as it does any invalid request of it: the test's REST
+// refuses every request as invalid, as the daemon's does these, and
+// counts them (test/e2e TestDoorConformance checks the decision and the
+// record against the real daemon: empty-exec, empty-process). The rest
+// are answered before any call to the daemon.
 func TestBadArguments(t *testing.T) {
-	cs := connect(t, Options{})
+	var mu sync.Mutex
+	var put []string
+	rest := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		put = append(put, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		w.Write([]byte(`{"error":{"code":"invalid_argument","message":"cmd is required"}}`))
+	}))
+	defer rest.Close()
+	rc, err := client.New(rest.URL, "berth_test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	cs := connect(t, Options{Client: rc})
 	for _, c := range []struct {
 		tool string
 		args map[string]any
 		want string
+		rest string // the REST call it is put to ("": none)
 	}{
-		{"run_command", map[string]any{"id": "x"}, "give cmd or shell"},
-		{"run_command", map[string]any{"id": "x", "cmd": []string{"ls"}, "shell": "ls"}, "not both"},
-		{"file_write", map[string]any{"id": "x", "path": "/f", "content": "!!", "encoding": "base64"}, "not base64"},
-		{"file_write", map[string]any{"id": "x", "path": "/f", "content": "a", "encoding": "rot13"}, "want utf8 or base64"},
-		{"file_write", map[string]any{"id": "x", "path": "/f", "content": "a", "mode": "rwx"}, "octal"},
-		{"file_write", map[string]any{"id": "x", "path": "/f", "content": strings.Repeat("a", MaxWriteBytes+1)}, "at most"},
-		{"file_list", map[string]any{"id": "x", "path": "/", "offset": -1}, "negative"},
-		{"expose_port", map[string]any{"id": "x", "port": 70000}, "1-65535"},
-		{"sandbox_create", map[string]any{"persistent": "yes"}, ""}, // schema: not a boolean
+		{"run_command", map[string]any{"id": "x"}, "invalid_argument: give cmd or shell", "POST /v1/sandboxes/x/exec"},
+		{"run_command", map[string]any{"id": "x", "cmd": []string{"ls"}, "shell": "ls"}, "not both", "POST /v1/sandboxes/x/exec"},
+		{"file_write", map[string]any{"id": "x", "path": "/f", "content": "!!", "encoding": "base64"}, "invalid_argument: content is not base64", "PUT /v1/sandboxes/x/files"},
+		{"file_write", map[string]any{"id": "x", "path": "/f", "content": "a", "encoding": "rot13"}, "want utf8 or base64", "PUT /v1/sandboxes/x/files"},
+		{"file_write", map[string]any{"id": "x", "path": "/f", "content": "a", "mode": "rwx"}, "octal", "PUT /v1/sandboxes/x/files"},
+		{"file_write", map[string]any{"id": "x", "path": "/f", "content": strings.Repeat("a", MaxWriteBytes+1)}, "at most", "PUT /v1/sandboxes/x/files"},
+		{"file_list", map[string]any{"id": "x", "path": "/", "offset": -1}, "negative", ""},
+		{"expose_port", map[string]any{"id": "x", "port": 70000}, "1-65535", ""},
+		{"sandbox_create", map[string]any{"persistent": "yes"}, "", ""}, // schema: not a boolean
 	} {
 		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: c.tool, Arguments: c.args})
 		if err != nil {
@@ -158,6 +187,13 @@ func TestBadArguments(t *testing.T) {
 		}
 		if !res.IsError || !strings.Contains(msg.String(), c.want) {
 			t.Errorf("%s %v: error=%v %q, want an error with %q", c.tool, c.args, res.IsError, msg.String(), c.want)
+		}
+		mu.Lock()
+		got := put
+		put = nil
+		mu.Unlock()
+		if c.rest == "" && len(got) != 0 || c.rest != "" && !slices.Equal(got, []string{c.rest}) {
+			t.Errorf("%s %v: put to REST as %v, want %q", c.tool, c.args, got, c.rest)
 		}
 	}
 }

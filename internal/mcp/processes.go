@@ -2,7 +2,6 @@ package mcp
 
 import (
 	"context"
-	"errors"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -33,14 +32,12 @@ type killIn struct {
 func (s *Session) registerProcesses(p Processes) {
 	addTool(s.server, &mcp.Tool{Name: "process_start", Description: "Start a command in a sandbox in the background and return its process id."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in bgIn) (*mcp.CallToolResult, processOut, error) {
-			cmd := in.Cmd
-			switch {
-			case len(cmd) > 0 && in.Shell != "":
-				return nil, processOut{}, errors.New("give cmd or shell, not both")
-			case in.Shell != "":
-				cmd = []string{"/bin/sh", "-c", in.Shell}
-			case len(cmd) == 0:
-				return nil, processOut{}, errors.New("give cmd or shell")
+			cmd, why := command(in.Cmd, in.Shell)
+			if why != "" {
+				// Put to REST as a start of no command, which it
+				// refuses and records as any invalid start.
+				_, err := p.StartBackground(ctx, in.ID, nil, nil, "")
+				return nil, processOut{}, untranslatable(err, why)
 			}
 			pi, err := p.StartBackground(ctx, in.ID, cmd, in.Env, in.Workdir)
 			return nil, processOut{Process: pi}, err

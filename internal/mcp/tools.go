@@ -6,7 +6,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net/http"
 	"net/url"
 	"path"
 	"strconv"
@@ -248,14 +250,12 @@ func (s *Session) delete(ctx context.Context, _ *mcp.CallToolRequest, in idIn) (
 }
 
 func (s *Session) run(ctx context.Context, _ *mcp.CallToolRequest, in runIn) (*mcp.CallToolResult, runOut, error) {
-	cmd := in.Cmd
-	switch {
-	case len(cmd) > 0 && in.Shell != "":
-		return nil, runOut{}, errors.New("give cmd or shell, not both")
-	case in.Shell != "":
-		cmd = []string{"/bin/sh", "-c", in.Shell}
-	case len(cmd) == 0:
-		return nil, runOut{}, errors.New("give cmd or shell")
+	cmd, why := command(in.Cmd, in.Shell)
+	if why != "" {
+		// Put to REST as an exec of no command, which it refuses and
+		// records as it refuses any invalid exec.
+		_, err := s.opts.Client.Exec(ctx, in.ID, api.ExecRequest{}, io.Discard, io.Discard)
+		return nil, runOut{}, untranslatable(err, why)
 	}
 	n := bound(in.MaxOutputBytes, DefaultOutputBytes, MaxOutputBytes)
 	stdout, stderr := &capped{max: n}, &capped{max: n}
@@ -275,24 +275,12 @@ func (s *Session) run(ctx context.Context, _ *mcp.CallToolRequest, in runIn) (*m
 }
 
 func (s *Session) writeFile(ctx context.Context, _ *mcp.CallToolRequest, in writeIn) (*mcp.CallToolResult, fileOut, error) {
-	var data []byte
-	switch in.Encoding {
-	case "", "utf8", "utf-8":
-		data = []byte(in.Content)
-	case "base64":
-		var err error
-		if data, err = base64.StdEncoding.DecodeString(in.Content); err != nil {
-			return nil, fileOut{}, fmt.Errorf("content is not base64: %v", err)
-		}
-	default:
-		return nil, fileOut{}, fmt.Errorf("encoding %q: want utf8 or base64", in.Encoding)
-	}
-	if len(data) > MaxWriteBytes {
-		return nil, fileOut{}, fmt.Errorf("content is %d bytes: at most %d", len(data), MaxWriteBytes)
-	}
-	mode, err := parseMode(in.Mode)
-	if err != nil {
-		return nil, fileOut{}, err
+	data, mode, why := writeArgs(in)
+	if why != nil {
+		// Put to REST as a write to no path, which it refuses and
+		// records as it refuses any invalid write.
+		_, err := s.opts.Client.WriteFile(ctx, in.ID, "", 0, bytes.NewReader(nil))
+		return nil, fileOut{}, untranslatable(err, why.Error())
 	}
 	fi, err := s.opts.Client.WriteFile(ctx, in.ID, in.Path, mode, bytes.NewReader(data))
 	if dir := path.Dir(in.Path); client.IsNotFound(err) && path.IsAbs(in.Path) && dir != "/" {
@@ -499,3 +487,71 @@ func parseMode(s string) (fs.FileMode, error) {
 	}
 	return fm, nil
 }
+
+// writeArgs translates file_write's arguments: the bytes to write and
+// their mode, or why they cannot be.
+func writeArgs(in writeIn) ([]byte, fs.FileMode, error) {
+	var data []byte
+	switch in.Encoding {
+	case "", "utf8", "utf-8":
+		data = []byte(in.Content)
+	case "base64":
+		var err error
+		if data, err = base64.StdEncoding.DecodeString(in.Content); err != nil {
+			return nil, 0, fmt.Errorf("content is not base64: %v", err)
+		}
+	default:
+		return nil, 0, fmt.Errorf("encoding %q: want utf8 or base64", in.Encoding)
+	}
+	if len(data) > MaxWriteBytes {
+		return nil, 0, fmt.Errorf("content is %d bytes: at most %d", len(data), MaxWriteBytes)
+	}
+	mode, err := parseMode(in.Mode)
+	if err != nil {
+		return nil, 0, err
+	}
+	return data, mode, nil
+}
+
+// command is the command of a tool's cmd or shell argument, or why there
+// is none ("give cmd or shell").
+func command(cmd []string, shell string) ([]string, string) {
+	switch {
+	case len(cmd) > 0 && shell != "":
+		return nil, "give cmd or shell, not both"
+	case shell != "":
+		return []string{"/bin/sh", "-c", shell}, ""
+	case len(cmd) == 0:
+		return nil, "give cmd or shell"
+	}
+	return cmd, ""
+}
+
+// untranslatable is the answer to a tool call whose arguments MCP cannot
+// translate (no command, content that is not base64): err is REST's
+// answer to the operation asked without what was missing (no command, no
+// path), which REST refuses as it refuses any invalid request of it —
+// its decision first (a caller without the right hears that), then its
+// audit record ("error 400") —, so a call MCP cannot translate leaves
+// the record the same refusal through REST leaves. The answer says why
+// (REST's invalid_argument code, the tool's own reason).
+func untranslatable(err error, why string) error {
+	var e *client.Error
+	switch {
+	case err == nil:
+		return errors.New(why) // cannot happen: REST refuses both
+	case errors.As(err, &e) && e.Status == http.StatusBadRequest:
+		return refusal{why: why, rest: err}
+	}
+	return err
+}
+
+// refusal is REST's refusal of a call MCP could not translate, told with
+// the tool's reason.
+type refusal struct {
+	why  string
+	rest error
+}
+
+func (r refusal) Error() string { return r.why }
+func (r refusal) Unwrap() error { return r.rest }

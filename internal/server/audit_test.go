@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berth-sh/berth/internal/access"
 	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
@@ -70,7 +71,7 @@ func TestEveryMutatingRouteAudited(t *testing.T) {
 		} else if !strings.Contains(rt.Pattern, "{id}") {
 			wantTarget = ""
 		}
-		if e.Result != "ok 299" || e.Actor != h.p.Actor || !strings.HasPrefix(e.Actor, "key:") && !rt.Rule.Public || e.Target != wantTarget ||
+		if e.Result != "ok 299" || e.Actor != h.p.Actor || !strings.HasPrefix(e.Actor, "key:") && !rt.Op.Rule().Public || e.Target != wantTarget ||
 			e.RequestID == "" || e.RequestID != w.Header().Get(RequestIDHeader) || e.CompletedAt.IsZero() {
 			t.Errorf("%s: entry %+v; want result ok 299, actor %s, target %q, request id %s", rt.Pattern, e, h.p.Actor, wantTarget,
 				w.Header().Get(RequestIDHeader))
@@ -93,8 +94,8 @@ func auditServer(t *testing.T, st store.Store, routes ...Route) http.Handler {
 	s.Audit = audit.New(st, testAuditKey, s.log)
 	hf := func(f http.HandlerFunc) http.Handler { return f }
 	routes = append(routes,
-		Route{Pattern: HostPortPattern, Rule: public, h: hf(func(w http.ResponseWriter, r *http.Request) {})},
-		Route{Pattern: "/", Rule: need(read), h: hf(func(w http.ResponseWriter, r *http.Request) {})})
+		Route{Pattern: HostPortPattern, Op: access.Health, h: hf(func(w http.ResponseWriter, r *http.Request) {})},
+		Route{Pattern: "/", Op: access.Read, h: hf(func(w http.ResponseWriter, r *http.Request) {})})
 	s.mount(routes)
 	return s.Handler(true)
 }
@@ -121,13 +122,13 @@ func TestAuditBeforeAndOutcome(t *testing.T) {
 	sawPending := false
 	ran := 0
 	h := auditServer(t, st,
-		Route{Pattern: "POST /v1/things/{id}", Rule: need(write), h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		Route{Pattern: "POST /v1/things/{id}", Op: access.SandboxPause, h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			ran++
 			es, _, err := st.ListAudit(ctx, store.AuditFilter{Owner: store.AnyOwner, Target: r.PathValue("id")}, store.Page{})
 			sawPending = err == nil && len(es) == 1 && es[0].Result == store.AuditPending
 			rest.Error(w, errdefs.Conflict("thing %s is busy", r.PathValue("id")))
 		})},
-		Route{Pattern: "DELETE /v1/things/{id}", Rule: need(write), h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		Route{Pattern: "DELETE /v1/things/{id}", Op: access.SandboxDelete, h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			panic("boom")
 		})},
 	)
@@ -144,7 +145,7 @@ func TestAuditBeforeAndOutcome(t *testing.T) {
 	if err != nil || len(es) != 2 {
 		t.Fatalf("entries %v, %v", es, err)
 	}
-	if es[0].Result != "error 409" || es[0].Actor != auth.Admin.Actor || es[0].Source != "192.0.2.7:4242" || es[0].Action != "POST /v1/things/{id}" {
+	if es[0].Result != "error 409" || es[0].Actor != auth.Admin.Actor || es[0].Source != "192.0.2.7:4242" || es[0].Action != access.SandboxPause.Action() {
 		t.Errorf("failed call's entry %+v", es[0])
 	}
 	if es[1].Result != "error: handler aborted" || es[1].Target != "t2" {
@@ -160,5 +161,24 @@ func TestAuditBeforeAndOutcome(t *testing.T) {
 	}
 	if ran != before {
 		t.Error("the handler of a call that could not be audited ran")
+	}
+}
+
+// TestAuditedRoutesAreMutating: the catalogue (internal/access) records
+// exactly the routes that change something — every route with a method
+// other than GET and the WebSocket exec and process attach — each under
+// its own pattern, so a row reads the same as before the catalogue held
+// the actions and names one route.
+func TestAuditedRoutesAreMutating(t *testing.T) {
+	for _, rt := range Routes() {
+		method, _, hasMethod := strings.Cut(rt.Pattern, " ")
+		want := hasMethod && (method != http.MethodGet || rt.Pattern == "GET /v1/sandboxes/{id}/exec/ws" ||
+			rt.Pattern == "GET /v1/sandboxes/{id}/processes/{pid}/ws")
+		if Audited(rt) != want {
+			t.Errorf("%s (%s): audited %v, want %v", rt.Pattern, rt.Op, Audited(rt), want)
+		}
+		if Audited(rt) && rt.Op.Action() != rt.Pattern {
+			t.Errorf("%s is recorded as %q (operation %s)", rt.Pattern, rt.Op.Action(), rt.Op)
+		}
 	}
 }

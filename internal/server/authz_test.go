@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/access"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -249,14 +250,14 @@ func TestRouteTableAuthorization(t *testing.T) {
 		t.Fatalf("only %d routes in the table", len(routes))
 	}
 	for _, rt := range routes {
-		if !rt.Rule.Valid() {
+		if !rt.Op.Rule().Valid() {
 			t.Errorf("%s: no valid rule", rt.Pattern)
 		}
 		if rt.PublicPort != slices.Contains(portRoutes, rt.Pattern) {
 			t.Errorf("%s: public-port = %v; only the port proxy may be public (portRoutes)", rt.Pattern, rt.PublicPort)
 		}
-		if rt.Rule.Lease != slices.Contains(leaseRoutes, rt.Pattern) {
-			t.Errorf("%s: lease = %v; the lease scope is fixed (leaseRoutes)", rt.Pattern, rt.Rule.Lease)
+		if rt.Op.Rule().Lease != slices.Contains(leaseRoutes, rt.Pattern) {
+			t.Errorf("%s: lease = %v; the lease scope is fixed (leaseRoutes)", rt.Pattern, rt.Op.Rule().Lease)
 		}
 		for _, cred := range []string{"none", "garbage", "forged", "lease-sb1", "lease-sb2", "lease-gone", "admin", "reader", "builder"} {
 			method, path, host := target(rt, "sb1", "9090")
@@ -272,10 +273,10 @@ func TestRouteTableAuthorization(t *testing.T) {
 			case "admin":
 				want = true
 			case "reader":
-				want = rt.Rule.Public || slices.Equal(rt.Rule.Scopes, []auth.Scope{auth.ScopeSandboxesRead})
+				want = rt.Op.Rule().Public || slices.Equal(rt.Op.Rule().Scopes, []auth.Scope{auth.ScopeSandboxesRead})
 			case "builder":
 				// Exactly the routes whose every scope the key holds.
-				want = rt.Rule.Public || !slices.ContainsFunc(rt.Rule.Scopes, func(s auth.Scope) bool {
+				want = rt.Op.Rule().Public || !slices.ContainsFunc(rt.Op.Rule().Scopes, func(s auth.Scope) bool {
 					return !slices.Contains(keyScopes["builder"], s)
 				})
 			}
@@ -375,7 +376,7 @@ func TestRoutesDocumented(t *testing.T) {
 		if op.OperationID == "" || len(op.Responses) == 0 {
 			t.Errorf("%s: no operationId or responses", rt.Pattern)
 		}
-		if strings.HasPrefix(path, "/v1/") && !rt.Rule.Public {
+		if strings.HasPrefix(path, "/v1/") && !rt.Op.Rule().Public {
 			for _, code := range []string{"400", "401", "403", "429", "default"} {
 				if _, ok := op.Responses[code]; !ok {
 					t.Errorf("%s: no %s response", rt.Pattern, code)
@@ -385,19 +386,19 @@ func TestRoutesDocumented(t *testing.T) {
 		if op.Scopes == nil {
 			op.Scopes = []auth.Scope{}
 		}
-		want := rt.Rule.Scopes
+		want := rt.Op.Rule().Scopes
 		if want == nil {
 			want = []auth.Scope{}
 		}
-		if !slices.Equal(op.Scopes, want) || op.Lease != rt.Rule.Lease || op.PublicPort != rt.PublicPort {
+		if !slices.Equal(op.Scopes, want) || op.Lease != rt.Op.Rule().Lease || op.PublicPort != rt.PublicPort {
 			t.Errorf("%s: documented scopes %v lease %v public-port %v, the table says %v %v %v", rt.Pattern,
-				op.Scopes, op.Lease, op.PublicPort, want, rt.Rule.Lease, rt.PublicPort)
+				op.Scopes, op.Lease, op.PublicPort, want, rt.Op.Rule().Lease, rt.PublicPort)
 		}
-		if op.Host != rt.Rule.Host {
-			t.Errorf("%s: documented host-only %v, the table says %v", rt.Pattern, op.Host, rt.Rule.Host)
+		if op.Host != rt.Op.Rule().Host {
+			t.Errorf("%s: documented host-only %v, the table says %v", rt.Pattern, op.Host, rt.Op.Rule().Host)
 		}
-		if rt.Rule.Public != (op.Security != nil && len(*op.Security) == 0) {
-			t.Errorf("%s: public=%v but documented security %v", rt.Pattern, rt.Rule.Public, op.Security)
+		if rt.Op.Rule().Public != (op.Security != nil && len(*op.Security) == 0) {
+			t.Errorf("%s: public=%v but documented security %v", rt.Pattern, rt.Op.Rule().Public, op.Security)
 		}
 	}
 	if len(registered) < 50 {
@@ -416,18 +417,18 @@ func TestRoutesDocumented(t *testing.T) {
 	}
 }
 
-// TestMountRefusesUnsafeRules: a route without a rule, a lease route
-// whose {id} is not a sandbox's, and a public-port route without
-// {id}/{port} stop the server from starting.
+// TestMountRefusesUnsafeRules: a route without an operation or with one
+// the catalogue does not have, a lease route whose {id} is not a
+// sandbox's, and a public-port route without {id}/{port} stop the server
+// from starting.
 func TestMountRefusesUnsafeRules(t *testing.T) {
 	ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 	for _, rt := range []Route{
 		{Pattern: "GET /v1/new", h: ok},
-		{Pattern: "GET /v1/new", Rule: auth.Rule{Public: true, Lease: true}, h: ok},
-		{Pattern: "GET /v1/new", Rule: auth.Rule{Scopes: []auth.Scope{"sandboxes:everything"}}, h: ok},
-		{Pattern: "GET /v1/snapshots/{id}/x", Rule: lease(read), h: ok},
-		{Pattern: "GET /v1/volumes/{id}", Rule: lease(read), h: ok},
-		{Pattern: "GET /v1/sandboxes/{id}/x", Rule: need(read), PublicPort: true, h: ok},
+		{Pattern: "GET /v1/new", Op: "sandbox.everything", h: ok},
+		{Pattern: "GET /v1/snapshots/{id}/x", Op: access.SandboxGet, h: ok},
+		{Pattern: "GET /v1/volumes/{id}", Op: access.SandboxGet, h: ok},
+		{Pattern: "GET /v1/sandboxes/{id}/x", Op: access.Read, PublicPort: true, h: ok},
 	} {
 		func() {
 			defer func() {
@@ -597,12 +598,12 @@ func FuzzRouteAuthorization(f *testing.F) {
 		if h.p.IsLease() {
 			t.Fatalf("%s %s as %s: ran as a lease %+v", method, target, cred, h.p)
 		}
-		for _, s := range rt.Rule.Scopes {
+		for _, s := range rt.Op.Rule().Scopes {
 			if !h.p.Has(s) {
 				t.Fatalf("%s %s as %s: %s needs %s, principal %+v", method, target, cred, rt.Pattern, s, h.p)
 			}
 		}
-		if slices.Contains(rt.Rule.Scopes, auth.ScopeAdmin) && cred != "admin" {
+		if slices.Contains(rt.Op.Rule().Scopes, auth.ScopeAdmin) && cred != "admin" {
 			t.Fatalf("%s %s as %s: admin route %s", method, target, cred, rt.Pattern)
 		}
 	})

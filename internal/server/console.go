@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/access"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/console"
 	"github.com/berth-sh/berth/internal/errdefs"
@@ -105,11 +106,11 @@ func (s *Server) consoleRoutes() []Route {
 		http.Redirect(w, r, console.Prefix, http.StatusFound)
 	})
 	return []Route{
-		{Pattern: "GET /{$}", Rule: public, Out: found, h: toConsole},
-		{Pattern: "GET /console", Rule: public, Out: found, h: toConsole},
-		{Pattern: "GET /console/{path...}", Rule: public, Out: ok(openapi.Text("text/html")), h: files},
-		{Pattern: "POST /v1/console/codes", Rule: hostOnly, Out: created(api.ConsoleCode{}), h: hf(s.consoleCode)},
-		{Pattern: "POST /v1/console/session", Rule: public, In: api.ConsoleSessionRequest{}, Out: created(api.ConsoleSession{}), h: hf(s.consoleSession)},
+		{Pattern: "GET /{$}", Op: access.ConsoleAssets, Out: found, h: toConsole},
+		{Pattern: "GET /console", Op: access.ConsoleAssets, Out: found, h: toConsole},
+		{Pattern: "GET /console/{path...}", Op: access.ConsoleAssets, Out: ok(openapi.Text("text/html")), h: files},
+		{Pattern: "POST /v1/console/codes", Op: access.HostConsoleCode, Out: created(api.ConsoleCode{}), h: hf(s.consoleCode)},
+		{Pattern: "POST /v1/console/session", Op: access.ConsoleSession, In: api.ConsoleSessionRequest{}, Out: created(api.ConsoleSession{}), h: hf(s.consoleSession)},
 	}
 }
 

@@ -6,7 +6,9 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 
+	"github.com/berth-sh/berth/internal/access"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
@@ -18,24 +20,33 @@ import (
 // from this one, so a credential, a lease and a proxied port mean the same
 // on every door.
 
-// Credential authenticates token (an API key or a lease token) for a call
-// that needs rule on sandbox id ("" for none), as the guard does: a lease
-// only while its sandbox is leasable, then the rule, then the key's rate
-// limit.
-func (s *Server) Credential(ctx context.Context, token string, rule auth.Rule, id string) (auth.Principal, error) {
+// Credential authenticates token (an API key, a lease token, or — for
+// access.Ports on a port — a port token) for op on target, as the guard
+// does: a lease or port token only while its sandbox is leasable, then
+// the access layer's decision (access.Authorize), then the key's rate
+// limit. The door names the operation; the rule is the catalogue's.
+func (s *Server) Credential(ctx context.Context, token string, op access.Op, target access.Target) (auth.Principal, error) {
 	if token == "" {
 		return auth.Principal{}, errdefs.Unauthenticated("no credential")
 	}
-	p, err := s.authn.Authenticate(ctx, token)
+	var p auth.Principal
+	var err error
+	if op == access.Ports && target.Port > 0 && strings.HasPrefix(token, auth.PortTokenPrefix) {
+		// A port token opens its port through every door that proxies
+		// one, as it does berth's own port proxy.
+		p, err = s.authn.CheckPort(ctx, token, target.Sandbox, target.Port)
+	} else {
+		p, err = s.authn.Authenticate(ctx, token)
+	}
 	if err != nil {
 		return auth.Principal{}, err
 	}
 	if p.IsLease() {
-		if sb, err := s.lookup(ctx, p.Sandbox); err != nil || !rest.Leasable(sb.State) {
+		if sb, err := s.lookup(ctx, p.Sandbox); err != nil || !rest.Leasable(sb.State) || sb.Tenant != p.Tenant {
 			return auth.Principal{}, errdefs.Unauthenticated("the lease token ended with its sandbox")
 		}
 	}
-	if err := auth.Authorize(p, rule, id); err != nil {
+	if err := access.Authorize(p, op, target.Sandbox); err != nil {
 		return auth.Principal{}, err
 	}
 	if err := s.rateLimit(ctx, p); err != nil {

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/api"
-	"github.com/berth-sh/berth/internal/auth"
+	"github.com/berth-sh/berth/internal/access"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/server/rest"
@@ -49,15 +49,15 @@ func edgeServer(t *testing.T, maxPerClient int, hs *http.Server) (string, *syncB
 		WriteTimeout: time.Minute, BodyTimeout: time.Minute}
 	hf := func(f http.HandlerFunc) http.Handler { return f }
 	s.mount([]Route{
-		{Pattern: "GET /ok", Rule: public, h: hf(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })},
-		{Pattern: "GET /fail", Rule: public, h: hf(func(w http.ResponseWriter, r *http.Request) {
+		{Pattern: "GET /ok", Op: access.Health, h: hf(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })},
+		{Pattern: "GET /fail", Op: access.Health, h: hf(func(w http.ResponseWriter, r *http.Request) {
 			rest.Error(w, errors.New("disk /var/lib/berth/secret-path exploded"))
 		})},
-		{Pattern: "GET /panic", Rule: public, h: hf(func(w http.ResponseWriter, r *http.Request) { panic("boom") })},
-		{Pattern: "GET /unavailable", Rule: public, h: hf(func(w http.ResponseWriter, r *http.Request) {
+		{Pattern: "GET /panic", Op: access.Health, h: hf(func(w http.ResponseWriter, r *http.Request) { panic("boom") })},
+		{Pattern: "GET /unavailable", Op: access.Health, h: hf(func(w http.ResponseWriter, r *http.Request) {
 			rest.Error(w, errdefs.Unavailable("the store is down"))
 		})},
-		{Pattern: "POST /echo", Rule: public, h: hf(func(w http.ResponseWriter, r *http.Request) {
+		{Pattern: "POST /echo", Op: access.Health, h: hf(func(w http.ResponseWriter, r *http.Request) {
 			var req api.CreateVolumeRequest
 			if err := input.Decode(r, &req); err != nil {
 				rest.Error(w, err)
@@ -65,8 +65,8 @@ func edgeServer(t *testing.T, maxPerClient int, hs *http.Server) (string, *syncB
 			}
 			rest.JSON(w, 200, req)
 		})},
-		{Pattern: HostPortPattern, Rule: lease(auth.ScopePorts), PublicPort: true, h: hf(func(w http.ResponseWriter, r *http.Request) {})},
-		{Pattern: "/", Rule: public, h: hf(func(w http.ResponseWriter, r *http.Request) {
+		{Pattern: HostPortPattern, Op: access.Ports, PublicPort: true, h: hf(func(w http.ResponseWriter, r *http.Request) {})},
+		{Pattern: "/", Op: access.Health, h: hf(func(w http.ResponseWriter, r *http.Request) {
 			rest.Error(w, errdefs.NotFound("no route %s %s", r.Method, r.URL.Path))
 		})},
 	})
@@ -332,7 +332,7 @@ func TestBodyDeadline(t *testing.T) {
 	s := &Server{log: slog.New(slog.NewTextHandler(logs, nil)), metrics: newMetrics(), BodyTimeout: 300 * time.Millisecond, WriteTimeout: 5 * time.Second}
 	hf := func(f http.HandlerFunc) http.Handler { return f }
 	s.mount([]Route{
-		{Pattern: "POST /slow", Rule: public, h: hf(func(w http.ResponseWriter, r *http.Request) {
+		{Pattern: "POST /slow", Op: access.Health, h: hf(func(w http.ResponseWriter, r *http.Request) {
 			var req api.PoolRequest
 			if err := input.Decode(r, &req); err != nil {
 				rest.Error(w, err)
@@ -345,7 +345,7 @@ func TestBodyDeadline(t *testing.T) {
 				t.Error("the request was cancelled after its body was read")
 			}
 		})},
-		{Pattern: HostPortPattern, Rule: lease(auth.ScopePorts), PublicPort: true, h: hf(func(w http.ResponseWriter, r *http.Request) {})},
+		{Pattern: HostPortPattern, Op: access.Ports, PublicPort: true, h: hf(func(w http.ResponseWriter, r *http.Request) {})},
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -382,9 +382,9 @@ func TestWriteDeadline(t *testing.T) {
 		io.WriteString(w, "late\n")
 	})
 	s.mount([]Route{
-		{Pattern: "GET /short", Rule: public, h: slow},
-		{Pattern: "GET /stream", Rule: public, Stream: true, h: slow},
-		{Pattern: HostPortPattern, Rule: lease(auth.ScopePorts), PublicPort: true, h: slow},
+		{Pattern: "GET /short", Op: access.Health, h: slow},
+		{Pattern: "GET /stream", Op: access.Health, Stream: true, h: slow},
+		{Pattern: HostPortPattern, Op: access.Ports, PublicPort: true, h: slow},
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -421,7 +421,7 @@ func TestUploadIdleDeadline(t *testing.T) {
 	s := &Server{log: slog.New(slog.DiscardHandler), metrics: newMetrics(), BodyTimeout: 300 * time.Millisecond, WriteTimeout: 5 * time.Second}
 	hf := func(f http.HandlerFunc) http.Handler { return f }
 	s.mount([]Route{
-		{Pattern: "PUT /up", Rule: public, Stream: true, Upload: true, h: hf(func(w http.ResponseWriter, r *http.Request) {
+		{Pattern: "PUT /up", Op: access.Health, Stream: true, Upload: true, h: hf(func(w http.ResponseWriter, r *http.Request) {
 			n, err := io.Copy(io.Discard, r.Body)
 			if err != nil {
 				rest.Error(w, err)
@@ -429,7 +429,7 @@ func TestUploadIdleDeadline(t *testing.T) {
 			}
 			rest.JSON(w, 200, map[string]int64{"bytes": n})
 		})},
-		{Pattern: HostPortPattern, Rule: lease(auth.ScopePorts), PublicPort: true, h: hf(func(w http.ResponseWriter, r *http.Request) {})},
+		{Pattern: HostPortPattern, Op: access.Ports, PublicPort: true, h: hf(func(w http.ResponseWriter, r *http.Request) {})},
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

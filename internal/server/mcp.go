@@ -21,13 +21,12 @@ import (
 // unix socket, as the local administrator), so every tool call passes the
 // same guard and authorization as the REST call it makes.
 
-// MCPScopes are what a key needs for /v1/mcp: a session, and the read
-// every tool starts from. Each tool's own right is decided where the same
-// REST call's is, by the guard its loopback call passes with the caller's
-// key: the door keeps no rule table of its own, so a viewer reads through
-// MCP what it reads through REST, and a key without exec writes files but
-// runs nothing, on both.
-var MCPScopes = []auth.Scope{auth.ScopeSandboxesRead}
+// A session needs the read every tool starts from (access.MCPCall).
+// Each tool's own right is decided where the same REST call's is, by the
+// access layer its loopback call passes with the caller's key: the door
+// keeps no rule of its own, so a viewer reads through MCP what it reads
+// through REST, and a key without exec writes files but runs nothing, on
+// both.
 
 type mcpState struct {
 	once    sync.Once

@@ -34,7 +34,8 @@ func OpenAPIOperations(table []Route) []openapi.Operation {
 			method, path = http.MethodGet, rt.Pattern
 		}
 		var scopes []string
-		for _, sc := range rt.Rule.Scopes {
+		rule := rt.Op.Rule()
+		for _, sc := range rule.Scopes {
 			scopes = append(scopes, string(sc))
 		}
 		var types map[string]any
@@ -70,7 +71,7 @@ func OpenAPIOperations(table []Route) []openapi.Operation {
 		}
 		ops = append(ops, openapi.Operation{Method: method, Path: strings.ReplaceAll(path, "...}", "}"), PathTypes: types,
 			Headers: headers, Stream: rt.Stream, Errors: errs, Params: params,
-			Scopes: scopes, Lease: rt.Rule.Lease, Host: rt.Rule.Host, Public: rt.Rule.Public,
+			Scopes: scopes, Lease: rule.Lease, Host: rule.Host, Public: rule.Public,
 			PublicPort: rt.PublicPort, Query: rt.Query, Body: rt.In, Answers: rt.Out})
 	}
 	return ops

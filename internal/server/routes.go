@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/access"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/openapi"
@@ -23,14 +24,17 @@ import (
 )
 
 // Route is one entry of the API's route table: a ServeMux pattern and
-// who may call it. Every handler is mounted through guard, which decides
-// from the route and the path values the mux matched, never from the URL.
+// the operation it is (internal/access), whose rule says who may call it.
+// Every handler is mounted through guard, which decides from the route's
+// operation and the path values the mux matched, never from the URL.
 type Route struct {
 	// Pattern is the ServeMux pattern ("GET /v1/sandboxes/{id}"; the port
 	// proxy's patterns have no method). HostPortPattern is the host-routed
 	// port proxy, dispatched before the mux.
 	Pattern string
-	Rule    auth.Rule
+	// Op is the operation the route is (internal/access): its rule,
+	// its audit action. The route keeps no rule of its own.
+	Op access.Op
 	// PublicPort marks the port proxy: when the {id} sandbox lists the
 	// {port} path value among its public ports, no credential is needed.
 	PublicPort bool
@@ -68,23 +72,6 @@ type Route struct {
 // {port}-{id}.{domain}: every request to such a host name goes to that
 // sandbox port, whatever its path.
 const HostPortPattern = "{port}-{id}.{domain}"
-
-var public = auth.Rule{Public: true}
-
-// need is a route API keys with all of scopes may call; leases may not.
-func need(scopes ...auth.Scope) auth.Rule { return auth.Rule{Scopes: scopes} }
-
-// hostOnly is a route of the host's administrator alone (auth.Rule.Host):
-// doctor, metrics, tenants (templates and pools are per tenant now).
-var hostOnly = auth.Rule{Scopes: []auth.Scope{auth.ScopeAdmin}, Host: true}
-
-// lease is need, and the sandbox's own lease token may call it too.
-func lease(scopes ...auth.Scope) auth.Rule { return auth.Rule{Scopes: scopes, Lease: true} }
-
-const (
-	read  = auth.ScopeSandboxesRead
-	write = auth.ScopeSandboxesWrite
-)
 
 // Answers of routes, as Route.Out declares them.
 var (
@@ -127,160 +114,165 @@ func webSocket(first any, messages ...any) []openapi.Answer {
 	return []openapi.Answer{{Status: http.StatusSwitchingProtocols, Body: openapi.WebSocket{First: first, Messages: messages}}}
 }
 
-// routeTable is the whole API: every route with its rule, in one place.
-// What a lease token may do is the routes marked lease: exec, files, the
-// port proxy, reading its sandbox and events, and touch.
+// routeTable is the whole API: every route with its operation, in one
+// place. What a lease token may do is the catalogue's (internal/access):
+// exec, files, processes, the port proxy, reading its sandbox and events,
+// and touch.
 func (s *Server) routeTable() []Route {
 	hf := func(f http.HandlerFunc) http.Handler { return f }
 	rt := []Route{
-		{Pattern: "GET /healthz", Rule: public, Out: ok(openapi.Text("text/plain")), h: hf(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })},
-		{Pattern: "GET /v1/version", Rule: need(read), Out: ok(api.Version{}), h: hf(s.version)},
-		{Pattern: "GET /v1/whoami", Rule: need(read), Out: ok(api.WhoAmI{}), h: hf(s.whoami)},
-		{Pattern: "GET /v1/openapi.json", Rule: need(read), Out: ok(openapi.AnyJSON{}), h: hf(func(w http.ResponseWriter, r *http.Request) {
+		{Pattern: "GET /healthz", Op: access.Health, Out: ok(openapi.Text("text/plain")), h: hf(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })},
+		{Pattern: "GET /v1/version", Op: access.Read, Out: ok(api.Version{}), h: hf(s.version)},
+		{Pattern: "GET /v1/whoami", Op: access.Read, Out: ok(api.WhoAmI{}), h: hf(s.whoami)},
+		{Pattern: "GET /v1/openapi.json", Op: access.Read, Out: ok(openapi.AnyJSON{}), h: hf(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			w.Write(api.OpenAPI)
 		})},
-		{Pattern: "GET /metrics", Rule: hostOnly, Out: ok(openapi.Text("text/plain")), h: promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})},
+		{Pattern: "GET /metrics", Op: access.HostRead, Out: ok(openapi.Text("text/plain")), h: promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})},
 
-		{Pattern: "POST /v1/sandboxes", Rule: need(write), In: api.CreateSandboxRequest{}, Out: created(api.Sandbox{}), Idem: ptr(s.idemCreate()), h: hf(s.sandboxes.Create)},
-		{Pattern: "GET /v1/sandboxes", Rule: need(read), Query: api.ListQuery{}, Out: ok([]api.Sandbox{}), h: hf(s.sandboxes.List)},
-		{Pattern: "GET /v1/sandboxes/{id}", Rule: lease(read), Out: ok(api.Sandbox{}), h: hf(s.sandboxes.Get)},
-		{Pattern: "DELETE /v1/sandboxes/{id}", Rule: need(write), Query: api.DeleteSandboxQuery{}, Out: ok(api.Sandbox{}), h: hf(s.sandboxes.Delete)},
-		{Pattern: "GET /v1/sandboxes/{id}/events", Rule: lease(read), EventStream: true, Query: api.SandboxEventsQuery{}, Out: ok([]api.Event{}, openapi.SSE{Of: api.Event{}}), h: hf(s.events.Sandbox)},
-		{Pattern: "GET /v1/events", Rule: need(read), EventStream: true, Query: api.EventsQuery{}, Out: ok([]api.Event{}, openapi.SSE{Of: api.Event{}}), h: hf(s.events.All)},
-		{Pattern: "POST /v1/run", Rule: need(write, auth.ScopeExec), Stream: true, In: api.RunRequest{}, Out: ok(openapi.NDJSON{Of: api.ExecEvent{}}), h: hf(s.exec.Run)},
+		{Pattern: "POST /v1/sandboxes", Op: access.SandboxCreate, In: api.CreateSandboxRequest{}, Out: created(api.Sandbox{}), Idem: ptr(s.idemCreate()), h: hf(s.sandboxes.Create)},
+		{Pattern: "GET /v1/sandboxes", Op: access.Read, Query: api.ListQuery{}, Out: ok([]api.Sandbox{}), h: hf(s.sandboxes.List)},
+		{Pattern: "GET /v1/sandboxes/{id}", Op: access.SandboxGet, Out: ok(api.Sandbox{}), h: hf(s.sandboxes.Get)},
+		{Pattern: "DELETE /v1/sandboxes/{id}", Op: access.SandboxDelete, Query: api.DeleteSandboxQuery{}, Out: ok(api.Sandbox{}), h: hf(s.sandboxes.Delete)},
+		{Pattern: "GET /v1/sandboxes/{id}/events", Op: access.SandboxGet, EventStream: true, Query: api.SandboxEventsQuery{}, Out: ok([]api.Event{}, openapi.SSE{Of: api.Event{}}), h: hf(s.events.Sandbox)},
+		{Pattern: "GET /v1/events", Op: access.Read, EventStream: true, Query: api.EventsQuery{}, Out: ok([]api.Event{}, openapi.SSE{Of: api.Event{}}), h: hf(s.events.All)},
+		{Pattern: "POST /v1/run", Op: access.SandboxRun, Stream: true, In: api.RunRequest{}, Out: ok(openapi.NDJSON{Of: api.ExecEvent{}}), h: hf(s.exec.Run)},
 
-		{Pattern: "POST /v1/sandboxes/{id}/exec", Rule: lease(auth.ScopeExec), Stream: true, In: api.ExecRequest{}, Out: ok(openapi.NDJSON{Of: api.ExecEvent{}}), h: hf(s.exec.Exec)},
-		{Pattern: "GET /v1/sandboxes/{id}/exec/ws", Rule: lease(auth.ScopeExec), Stream: true, Out: webSocket(api.ExecRequest{}, api.Resize{}, api.ExecExit{}, api.Error{}), h: hf(s.exec.ExecWS)},
+		{Pattern: "POST /v1/sandboxes/{id}/exec", Op: access.Exec, Stream: true, In: api.ExecRequest{}, Out: ok(openapi.NDJSON{Of: api.ExecEvent{}}), h: hf(s.exec.Exec)},
+		{Pattern: "GET /v1/sandboxes/{id}/exec/ws", Op: access.ExecPTY, Stream: true, Out: webSocket(api.ExecRequest{}, api.Resize{}, api.ExecExit{}, api.Error{}), h: hf(s.exec.ExecWS)},
 
-		{Pattern: "GET /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Stream: true, Query: api.ReadFileQuery{}, Out: ok(openapi.Bytes{"application/octet-stream", "application/x-tar"}), h: hf(s.files.Get)},
-		{Pattern: "PUT /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Stream: true, Upload: true, In: openapi.Bytes{"application/octet-stream", "application/x-tar"}, Query: api.WriteFileQuery{}, Out: answers(ok(api.FileInfo{}), noContent), h: hf(s.files.Put)},
-		{Pattern: "DELETE /v1/sandboxes/{id}/files", Rule: lease(auth.ScopeFiles), Query: api.RemoveFileQuery{}, Out: noContent, h: hf(s.files.Remove)},
-		{Pattern: "GET /v1/sandboxes/{id}/files/stat", Rule: lease(auth.ScopeFiles), Query: api.FileQuery{}, Out: ok(api.FileInfo{}), h: hf(s.files.Stat)},
-		{Pattern: "GET /v1/sandboxes/{id}/files/list", Rule: lease(auth.ScopeFiles), Query: api.FileQuery{}, Out: ok([]api.FileInfo{}), h: hf(s.files.List)},
-		{Pattern: "POST /v1/sandboxes/{id}/files/mkdir", Rule: lease(auth.ScopeFiles), Query: api.MkdirQuery{}, Out: noContent, h: hf(s.files.Mkdir)},
-		{Pattern: "POST /v1/sandboxes/{id}/export", Rule: lease(auth.ScopeFiles), Stream: true, In: api.ExportRequest{}, Out: ok(openapi.Bytes{"application/x-tar"}), h: hf(s.files.Export)},
-		{Pattern: "POST /v1/copy", Rule: need(auth.ScopeFiles), Stream: true, In: api.CopyRequest{}, Out: noContent, h: hf(s.files.Copy)},
+		{Pattern: "GET /v1/sandboxes/{id}/files", Op: access.FilesRead, Stream: true, Query: api.ReadFileQuery{}, Out: ok(openapi.Bytes{"application/octet-stream", "application/x-tar"}), h: hf(s.files.Get)},
+		{Pattern: "PUT /v1/sandboxes/{id}/files", Op: access.FilesWrite, Stream: true, Upload: true, In: openapi.Bytes{"application/octet-stream", "application/x-tar"}, Query: api.WriteFileQuery{}, Out: answers(ok(api.FileInfo{}), noContent), h: hf(s.files.Put)},
+		{Pattern: "DELETE /v1/sandboxes/{id}/files", Op: access.FilesRemove, Query: api.RemoveFileQuery{}, Out: noContent, h: hf(s.files.Remove)},
+		{Pattern: "GET /v1/sandboxes/{id}/files/stat", Op: access.FilesRead, Query: api.FileQuery{}, Out: ok(api.FileInfo{}), h: hf(s.files.Stat)},
+		{Pattern: "GET /v1/sandboxes/{id}/files/list", Op: access.FilesRead, Query: api.FileQuery{}, Out: ok([]api.FileInfo{}), h: hf(s.files.List)},
+		{Pattern: "POST /v1/sandboxes/{id}/files/mkdir", Op: access.FilesMkdir, Query: api.MkdirQuery{}, Out: noContent, h: hf(s.files.Mkdir)},
+		{Pattern: "POST /v1/sandboxes/{id}/export", Op: access.FilesExport, Stream: true, In: api.ExportRequest{}, Out: ok(openapi.Bytes{"application/x-tar"}), h: hf(s.files.Export)},
+		{Pattern: "POST /v1/copy", Op: access.FilesCopy, Stream: true, In: api.CopyRequest{}, Out: noContent, h: hf(s.files.Copy)},
 
-		{Pattern: "POST /v1/sandboxes/{id}/touch", Rule: lease(write), Out: ok(api.Sandbox{}), h: s.sandboxes.Lifecycle("touch")},
-		{Pattern: "GET /v1/sandboxes/{id}/diff", Rule: need(read), Out: ok([]api.DiffEntry{}), h: hf(s.sandboxes.Diff)},
-		{Pattern: "POST /v1/sandboxes/{id}/fork", Rule: need(write), In: api.ForkRequest{}, Out: created(api.ForkResponse{}), Idem: ptr(s.idemFork()), h: hf(s.sandboxes.Fork)},
-		{Pattern: "POST /v1/sandboxes/{id}/snapshots", Rule: need(write), In: api.CreateSnapshotRequest{}, Out: created(api.Snapshot{}), Idem: ptr(s.idemSnapshot()), h: hf(s.sandboxes.CreateSnapshot)},
-		{Pattern: "GET /v1/sandboxes/{id}/snapshots", Rule: need(read), Query: api.Page{}, Out: ok([]api.Snapshot{}), h: hf(s.sandboxes.ListSnapshots)},
-		{Pattern: "GET /v1/snapshots", Rule: need(read), Query: api.Page{}, Out: ok([]api.Snapshot{}), h: hf(s.sandboxes.ListSnapshots)},
-		{Pattern: "GET /v1/snapshots/{id}", Rule: need(read), Out: ok(api.Snapshot{}), h: hf(s.sandboxes.GetSnapshot)},
-		{Pattern: "DELETE /v1/snapshots/{id}", Rule: need(write), Out: noContent, h: hf(s.sandboxes.DeleteSnapshot)},
-		{Pattern: "POST /v1/snapshots/{id}/restore", Rule: need(write), Out: ok(api.Sandbox{}), h: hf(s.sandboxes.RestoreSnapshot)},
+		{Pattern: "POST /v1/sandboxes/{id}/touch", Op: access.SandboxTouch, Out: ok(api.Sandbox{}), h: s.sandboxes.Lifecycle("touch")},
+		{Pattern: "GET /v1/sandboxes/{id}/diff", Op: access.SandboxInspect, Out: ok([]api.DiffEntry{}), h: hf(s.sandboxes.Diff)},
+		{Pattern: "POST /v1/sandboxes/{id}/fork", Op: access.SandboxFork, In: api.ForkRequest{}, Out: created(api.ForkResponse{}), Idem: ptr(s.idemFork()), h: hf(s.sandboxes.Fork)},
+		{Pattern: "POST /v1/sandboxes/{id}/snapshots", Op: access.SnapshotCreate, In: api.CreateSnapshotRequest{}, Out: created(api.Snapshot{}), Idem: ptr(s.idemSnapshot()), h: hf(s.sandboxes.CreateSnapshot)},
+		{Pattern: "GET /v1/sandboxes/{id}/snapshots", Op: access.SandboxInspect, Query: api.Page{}, Out: ok([]api.Snapshot{}), h: hf(s.sandboxes.ListSnapshots)},
+		{Pattern: "GET /v1/snapshots", Op: access.Read, Query: api.Page{}, Out: ok([]api.Snapshot{}), h: hf(s.sandboxes.ListSnapshots)},
+		{Pattern: "GET /v1/snapshots/{id}", Op: access.Read, Out: ok(api.Snapshot{}), h: hf(s.sandboxes.GetSnapshot)},
+		{Pattern: "DELETE /v1/snapshots/{id}", Op: access.SnapshotDelete, Out: noContent, h: hf(s.sandboxes.DeleteSnapshot)},
+		{Pattern: "POST /v1/snapshots/{id}/restore", Op: access.SnapshotRestore, Out: ok(api.Sandbox{}), h: hf(s.sandboxes.RestoreSnapshot)},
 
-		{Pattern: "POST /v1/volumes", Rule: need(write), In: api.CreateVolumeRequest{}, Out: created(api.Volume{}), Idem: ptr(s.idemVolume()), h: hf(s.sandboxes.CreateVolume)},
-		{Pattern: "GET /v1/volumes", Rule: need(read), Query: api.ListQuery{}, Out: ok([]api.Volume{}), h: hf(s.sandboxes.ListVolumes)},
-		{Pattern: "GET /v1/volumes/{name}", Rule: need(read), Out: ok(api.Volume{}), h: hf(s.sandboxes.GetVolume)},
-		{Pattern: "DELETE /v1/volumes/{name}", Rule: need(write), Out: noContent, h: hf(s.sandboxes.DeleteVolume)},
+		{Pattern: "POST /v1/volumes", Op: access.VolumeCreate, In: api.CreateVolumeRequest{}, Out: created(api.Volume{}), Idem: ptr(s.idemVolume()), h: hf(s.sandboxes.CreateVolume)},
+		{Pattern: "GET /v1/volumes", Op: access.Read, Query: api.ListQuery{}, Out: ok([]api.Volume{}), h: hf(s.sandboxes.ListVolumes)},
+		{Pattern: "GET /v1/volumes/{name}", Op: access.Read, Out: ok(api.Volume{}), h: hf(s.sandboxes.GetVolume)},
+		{Pattern: "DELETE /v1/volumes/{name}", Op: access.VolumeDelete, Out: noContent, h: hf(s.sandboxes.DeleteVolume)},
 
-		{Pattern: "GET /v1/templates", Rule: need(read), Query: api.Page{}, Out: ok([]api.Template{}), h: hf(s.templates.List)},
-		{Pattern: "GET /v1/templates/{name}", Rule: need(read), Out: ok(api.Template{}), h: hf(s.templates.Get)},
-		{Pattern: "DELETE /v1/templates/{name}", Rule: need(auth.ScopeTemplates), Out: noContent, h: hf(s.templates.Delete)},
-		{Pattern: "POST /v1/templates/import", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, In: api.ImportTemplateRequest{}, Out: created(api.Template{}), h: hf(s.templates.Import)},
-		{Pattern: "PUT /v1/templates/{name}/archive", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, In: openapi.Bytes{"application/x-tar", "application/octet-stream"}, Out: created(api.Template{}), h: hf(s.templates.Upload)},
-		{Pattern: "POST /v1/templates/{name}/push", Rule: need(auth.ScopeTemplates), Stream: true, In: api.PushTemplateRequest{}, Out: ok(api.PushResult{}, openapi.NDJSON{Of: api.PushEvent{}}), h: hf(s.templates.Push)},
-		{Pattern: "POST /v1/templates/build", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, In: api.BuildTemplateRequest{}, Out: ok(openapi.NDJSON{Of: api.BuildEvent{}}), h: hf(s.templates.Build)},
-		{Pattern: "POST /v1/templates/{name}/dockerfile", Rule: need(auth.ScopeTemplates), Stream: true, Upload: true, In: openapi.Bytes{"application/x-tar"}, Query: api.DockerfileQuery{}, Out: ok(openapi.NDJSON{Of: api.BuildEvent{}}), h: hf(s.templates.BuildDockerfile)},
-		{Pattern: "PUT /v1/templates/{name}/pool", Rule: need(auth.ScopeTemplates), In: api.PoolRequest{}, Out: ok(api.Pool{}), h: hf(s.templates.SetPool)},
-		{Pattern: "GET /v1/templates/{name}/pool", Rule: need(read), Out: ok(api.Pool{}), h: hf(s.templates.GetPool)},
-		{Pattern: "GET /v1/pools", Rule: need(read), Out: ok([]api.Pool{}), h: hf(s.templates.ListPools)},
-		{Pattern: "POST /v1/apply", Rule: need(auth.ScopeTemplates), Stream: true, In: api.ApplyRequest{}, Out: ok(openapi.NDJSON{Of: api.BuildEvent{}}), h: hf(s.templates.Apply)},
-		{Pattern: "GET /v1/doctor", Rule: hostOnly, Out: ok(api.DoctorReport{}), h: hf(s.doctor)},
-		{Pattern: "POST /v1/doctor/fix", Rule: hostOnly, Out: ok(api.DoctorReport{}), h: hf(s.doctor)},
-		{Pattern: "GET /v1/webhooks", Rule: hostOnly, Out: ok([]api.Webhook{}), h: hf(s.observe.WebhookList)},
+		{Pattern: "GET /v1/templates", Op: access.Read, Query: api.Page{}, Out: ok([]api.Template{}), h: hf(s.templates.List)},
+		{Pattern: "GET /v1/templates/{name}", Op: access.Read, Out: ok(api.Template{}), h: hf(s.templates.Get)},
+		{Pattern: "DELETE /v1/templates/{name}", Op: access.TemplateDelete, Out: noContent, h: hf(s.templates.Delete)},
+		{Pattern: "POST /v1/templates/import", Op: access.TemplateImport, Stream: true, Upload: true, In: api.ImportTemplateRequest{}, Out: created(api.Template{}), h: hf(s.templates.Import)},
+		{Pattern: "PUT /v1/templates/{name}/archive", Op: access.TemplateUpload, Stream: true, Upload: true, In: openapi.Bytes{"application/x-tar", "application/octet-stream"}, Out: created(api.Template{}), h: hf(s.templates.Upload)},
+		{Pattern: "POST /v1/templates/{name}/push", Op: access.TemplatePush, Stream: true, In: api.PushTemplateRequest{}, Out: ok(api.PushResult{}, openapi.NDJSON{Of: api.PushEvent{}}), h: hf(s.templates.Push)},
+		{Pattern: "POST /v1/templates/build", Op: access.TemplateBuild, Stream: true, Upload: true, In: api.BuildTemplateRequest{}, Out: ok(openapi.NDJSON{Of: api.BuildEvent{}}), h: hf(s.templates.Build)},
+		{Pattern: "POST /v1/templates/{name}/dockerfile", Op: access.TemplateBuildDF, Stream: true, Upload: true, In: openapi.Bytes{"application/x-tar"}, Query: api.DockerfileQuery{}, Out: ok(openapi.NDJSON{Of: api.BuildEvent{}}), h: hf(s.templates.BuildDockerfile)},
+		{Pattern: "PUT /v1/templates/{name}/pool", Op: access.TemplatePool, In: api.PoolRequest{}, Out: ok(api.Pool{}), h: hf(s.templates.SetPool)},
+		{Pattern: "GET /v1/templates/{name}/pool", Op: access.Read, Out: ok(api.Pool{}), h: hf(s.templates.GetPool)},
+		{Pattern: "GET /v1/pools", Op: access.Read, Out: ok([]api.Pool{}), h: hf(s.templates.ListPools)},
+		{Pattern: "POST /v1/apply", Op: access.TemplateApply, Stream: true, In: api.ApplyRequest{}, Out: ok(openapi.NDJSON{Of: api.BuildEvent{}}), h: hf(s.templates.Apply)},
+		{Pattern: "GET /v1/doctor", Op: access.HostRead, Out: ok(api.DoctorReport{}), h: hf(s.doctor)},
+		{Pattern: "POST /v1/doctor/fix", Op: access.HostDoctorFix, Out: ok(api.DoctorReport{}), h: hf(s.doctor)},
+		{Pattern: "GET /v1/webhooks", Op: access.HostRead, Out: ok([]api.Webhook{}), h: hf(s.observe.WebhookList)},
 
-		{Pattern: "GET /v1/sandboxes/{id}/network", Rule: need(read), Out: ok(api.NetworkRules{}), h: hf(s.sandboxes.GetNetwork)},
-		{Pattern: "POST /v1/sandboxes/{id}/network", Rule: need(auth.ScopeNetwork), In: api.NetworkRulesRequest{}, Out: ok(api.NetworkRules{}), h: hf(s.sandboxes.UpdateNetwork)},
-		{Pattern: "GET /v1/sandboxes/{id}/flows", Rule: need(read), Query: api.FlowsQuery{}, Out: ok([]api.Flow{}), h: hf(s.sandboxes.Flows)},
-		{Pattern: "GET /v1/sandboxes/{id}/usage", Rule: need(read), Out: ok(api.SandboxUsage{}), h: hf(s.observe.Usage)},
-		{Pattern: "/v1/sandboxes/{id}/ports/{port}/{path...}", Rule: lease(auth.ScopePorts), PublicPort: true, Stream: true, Out: ok(),
+		{Pattern: "GET /v1/sandboxes/{id}/network", Op: access.SandboxInspect, Out: ok(api.NetworkRules{}), h: hf(s.sandboxes.GetNetwork)},
+		{Pattern: "POST /v1/sandboxes/{id}/network", Op: access.NetworkUpdate, In: api.NetworkRulesRequest{}, Out: ok(api.NetworkRules{}), h: hf(s.sandboxes.UpdateNetwork)},
+		{Pattern: "GET /v1/sandboxes/{id}/flows", Op: access.SandboxInspect, Query: api.FlowsQuery{}, Out: ok([]api.Flow{}), h: hf(s.sandboxes.Flows)},
+		{Pattern: "GET /v1/sandboxes/{id}/usage", Op: access.SandboxInspect, Out: ok(api.SandboxUsage{}), h: hf(s.observe.Usage)},
+		{Pattern: "/v1/sandboxes/{id}/ports/{port}/{path...}", Op: access.Ports, PublicPort: true, Stream: true, Out: ok(),
 			h: hf(func(w http.ResponseWriter, r *http.Request) {
 				s.proxy(w, r, r.PathValue("id"), r.PathValue("port"), "/"+r.PathValue("path"))
 			})},
-		{Pattern: "/v1/sandboxes/{id}/ports/{port}", Rule: lease(auth.ScopePorts), PublicPort: true, Stream: true, Out: redirect,
+		{Pattern: "/v1/sandboxes/{id}/ports/{port}", Op: access.Ports, PublicPort: true, Stream: true, Out: redirect,
 			h: hf(func(w http.ResponseWriter, r *http.Request) {
 				u := *r.URL
 				u.Path, u.RawPath = r.URL.Path+"/", r.URL.EscapedPath()+"/"
 				http.Redirect(w, r, u.RequestURI(), http.StatusPermanentRedirect)
 			})},
-		{Pattern: HostPortPattern, Rule: lease(auth.ScopePorts), PublicPort: true, Stream: true, Out: ok(),
+		{Pattern: HostPortPattern, Op: access.Ports, PublicPort: true, Stream: true, Out: ok(),
 			h: hf(func(w http.ResponseWriter, r *http.Request) {
 				s.proxy(w, r, r.PathValue("id"), r.PathValue("port"), r.URL.Path)
 			})},
 
 		// Tenants, API keys, minted leases and port tokens (package admin).
-		{Pattern: "POST /v1/tenants", Rule: hostOnly, In: api.CreateTenantRequest{}, Out: created(api.Tenant{}), h: hf(s.admin.CreateTenant)},
-		{Pattern: "GET /v1/tenants", Rule: hostOnly, Out: ok([]api.Tenant{}), h: hf(s.admin.ListTenants)},
-		{Pattern: "DELETE /v1/tenants/{name}", Rule: hostOnly, Out: noContent, h: hf(s.admin.DeleteTenant)},
-		{Pattern: "POST /v1/keys", Rule: need(auth.ScopeKeys), In: api.CreateAPIKeyRequest{}, Out: created(api.CreatedAPIKey{}), h: hf(s.admin.CreateKey)},
-		{Pattern: "GET /v1/keys", Rule: need(auth.ScopeKeys), Query: api.Page{}, Out: ok([]api.APIKey{}), h: hf(s.admin.ListKeys)},
-		{Pattern: "DELETE /v1/keys/{id}", Rule: need(auth.ScopeKeys), Out: ok(api.APIKey{}), h: hf(s.admin.RevokeKey)},
-		{Pattern: "POST /v1/sandboxes/{id}/leases", Rule: need(write), In: api.CreateLeaseRequest{}, Out: created(api.Lease{}), h: hf(s.admin.MintLease)},
-		{Pattern: "DELETE /v1/sandboxes/{id}/leases/{lease}", Rule: need(write), Out: noContent, h: hf(s.admin.RevokeLease)},
-		{Pattern: "POST /v1/sandboxes/{id}/ports/{port}/token", Rule: need(auth.ScopePorts), In: api.CreatePortTokenRequest{}, Out: created(api.PortToken{}), h: hf(s.admin.MintPortToken)},
-		{Pattern: "GET /v1/sandboxes/{id}/port-tokens", Rule: need(auth.ScopePorts), Out: ok([]api.PortTokenInfo{}), h: hf(s.admin.ListPortTokens)},
-		{Pattern: "DELETE /v1/sandboxes/{id}/port-tokens/{token}", Rule: need(auth.ScopePorts), Out: ok(api.PortTokenInfo{}), h: hf(s.admin.RevokePortToken)},
+		{Pattern: "POST /v1/tenants", Op: access.HostTenantCreate, In: api.CreateTenantRequest{}, Out: created(api.Tenant{}), h: hf(s.admin.CreateTenant)},
+		{Pattern: "GET /v1/tenants", Op: access.HostRead, Out: ok([]api.Tenant{}), h: hf(s.admin.ListTenants)},
+		{Pattern: "DELETE /v1/tenants/{name}", Op: access.HostTenantDelete, Out: noContent, h: hf(s.admin.DeleteTenant)},
+		{Pattern: "POST /v1/keys", Op: access.KeyCreate, In: api.CreateAPIKeyRequest{}, Out: created(api.CreatedAPIKey{}), h: hf(s.admin.CreateKey)},
+		{Pattern: "GET /v1/keys", Op: access.KeyList, Query: api.Page{}, Out: ok([]api.APIKey{}), h: hf(s.admin.ListKeys)},
+		{Pattern: "DELETE /v1/keys/{id}", Op: access.KeyRevoke, Out: ok(api.APIKey{}), h: hf(s.admin.RevokeKey)},
+		{Pattern: "POST /v1/sandboxes/{id}/leases", Op: access.LeaseCreate, In: api.CreateLeaseRequest{}, Out: created(api.Lease{}), h: hf(s.admin.MintLease)},
+		{Pattern: "DELETE /v1/sandboxes/{id}/leases/{lease}", Op: access.LeaseRevoke, Out: noContent, h: hf(s.admin.RevokeLease)},
+		{Pattern: "POST /v1/sandboxes/{id}/ports/{port}/token", Op: access.PortTokenCreate, In: api.CreatePortTokenRequest{}, Out: created(api.PortToken{}), h: hf(s.admin.MintPortToken)},
+		{Pattern: "GET /v1/sandboxes/{id}/port-tokens", Op: access.PortTokenList, Out: ok([]api.PortTokenInfo{}), h: hf(s.admin.ListPortTokens)},
+		{Pattern: "DELETE /v1/sandboxes/{id}/port-tokens/{token}", Op: access.PortTokenRevoke, Out: ok(api.PortTokenInfo{}), h: hf(s.admin.RevokePortToken)},
 		// Audit log (package admin): a tenant's admin reads its own
 		// chain (the audit scope), the host admin every chain.
-		{Pattern: "GET /v1/audit", Rule: need(auth.ScopeAudit), Query: api.AuditQuery{}, Out: ok([]api.AuditEntry{}), h: hf(s.admin.ListAudit)},
-		{Pattern: "GET /v1/audit/export", Rule: need(auth.ScopeAudit), Stream: true, Out: ok(openapi.NDJSON{Of: api.AuditRecord{}}), h: hf(s.admin.ExportAudit)},
-		{Pattern: "POST /v1/audit/verify", Rule: need(auth.ScopeAudit), In: openapi.Optional{Body: api.AuditVerifyRequest{}}, Out: ok(api.AuditVerify{}), h: hf(s.admin.VerifyAudit)},
+		{Pattern: "GET /v1/audit", Op: access.AuditRead, Query: api.AuditQuery{}, Out: ok([]api.AuditEntry{}), h: hf(s.admin.ListAudit)},
+		{Pattern: "GET /v1/audit/export", Op: access.AuditRead, Stream: true, Out: ok(openapi.NDJSON{Of: api.AuditRecord{}}), h: hf(s.admin.ExportAudit)},
+		{Pattern: "POST /v1/audit/verify", Op: access.AuditVerify, In: openapi.Optional{Body: api.AuditVerifyRequest{}}, Out: ok(api.AuditVerify{}), h: hf(s.admin.VerifyAudit)},
 		// Quotas (package admin): per-tenant limits, host admin only; a tenant
 		// reads its own through /v1/quota (the tenant is the caller's).
-		{Pattern: "GET /v1/quota", Rule: need(read), Out: ok(api.Quota{}), h: hf(s.admin.GetOwnQuota)},
-		{Pattern: "GET /v1/tenants/{tenant}/quota", Rule: hostOnly, Out: ok(api.Quota{}), h: hf(s.admin.GetQuota)},
-		{Pattern: "PUT /v1/tenants/{tenant}/quota", Rule: hostOnly, In: api.QuotaRequest{}, Out: ok(api.Quota{}), h: hf(s.admin.PutQuota)},
+		{Pattern: "GET /v1/quota", Op: access.Read, Out: ok(api.Quota{}), h: hf(s.admin.GetOwnQuota)},
+		{Pattern: "GET /v1/tenants/{tenant}/quota", Op: access.HostRead, Out: ok(api.Quota{}), h: hf(s.admin.GetQuota)},
+		{Pattern: "PUT /v1/tenants/{tenant}/quota", Op: access.HostQuotaSet, In: api.QuotaRequest{}, Out: ok(api.Quota{}), h: hf(s.admin.PutQuota)},
 		// Files beyond the basic ones: move, watch.
-		{Pattern: "POST /v1/sandboxes/{id}/files/move", Rule: lease(auth.ScopeFiles), Query: api.MoveFileQuery{}, Out: noContent, h: hf(s.files.Move)},
-		{Pattern: "GET /v1/sandboxes/{id}/files/watch", Rule: lease(auth.ScopeFiles), Stream: true, Query: api.WatchQuery{}, Out: ok(openapi.NDJSON{Of: api.WatchEvent{}}), h: hf(s.files.Watch)},
+		{Pattern: "POST /v1/sandboxes/{id}/files/move", Op: access.FilesMove, Query: api.MoveFileQuery{}, Out: noContent, h: hf(s.files.Move)},
+		{Pattern: "GET /v1/sandboxes/{id}/files/watch", Op: access.FilesRead, Stream: true, Query: api.WatchQuery{}, Out: ok(openapi.NDJSON{Of: api.WatchEvent{}}), h: hf(s.files.Watch)},
 		// Background processes (package exec): the exec scope, leases too.
-		{Pattern: "POST /v1/sandboxes/{id}/processes", Rule: lease(auth.ScopeExec), In: api.StartProcessRequest{}, Out: created(api.Process{}), h: hf(s.exec.StartProcess)},
-		{Pattern: "GET /v1/sandboxes/{id}/processes", Rule: lease(auth.ScopeExec), Out: ok(api.ProcessList{}), h: hf(s.exec.ListProcesses)},
-		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}", Rule: lease(auth.ScopeExec), Out: ok(api.Process{}), h: hf(s.exec.GetProcess)},
-		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}/logs", Rule: lease(auth.ScopeExec), Stream: true, Query: api.ProcessLogsQuery{}, Out: ok(openapi.NDJSON{Of: api.ProcessEvent{}}), h: hf(s.exec.ProcessLogs)},
-		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}/ws", Rule: lease(auth.ScopeExec), Stream: true, Out: webSocket(nil, api.Resize{}, api.ExecExit{}, api.Error{}), h: hf(s.exec.ProcessWS)},
-		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/stdin", Rule: lease(auth.ScopeExec), Stream: true, In: openapi.Optional{Body: openapi.Bytes{"application/octet-stream"}}, Query: api.ProcessStdinQuery{}, Out: noContent, h: hf(s.exec.ProcessStdin)},
-		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/signal", Rule: lease(auth.ScopeExec), In: api.SignalRequest{}, Out: noContent, h: hf(s.exec.SignalProcess)},
-		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/kill", Rule: lease(auth.ScopeExec), Out: noContent, h: hf(s.exec.KillProcess)},
-		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/wait", Rule: lease(auth.ScopeExec), Stream: true, Out: ok(api.ExecExit{}), h: hf(s.exec.WaitProcess)},
+		{Pattern: "POST /v1/sandboxes/{id}/processes", Op: access.ProcessStart, In: api.StartProcessRequest{}, Out: created(api.Process{}), h: hf(s.exec.StartProcess)},
+		{Pattern: "GET /v1/sandboxes/{id}/processes", Op: access.ProcessRead, Out: ok(api.ProcessList{}), h: hf(s.exec.ListProcesses)},
+		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}", Op: access.ProcessRead, Out: ok(api.Process{}), h: hf(s.exec.GetProcess)},
+		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}/logs", Op: access.ProcessRead, Stream: true, Query: api.ProcessLogsQuery{}, Out: ok(openapi.NDJSON{Of: api.ProcessEvent{}}), h: hf(s.exec.ProcessLogs)},
+		{Pattern: "GET /v1/sandboxes/{id}/processes/{pid}/ws", Op: access.ProcessAttach, Stream: true, Out: webSocket(nil, api.Resize{}, api.ExecExit{}, api.Error{}), h: hf(s.exec.ProcessWS)},
+		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/stdin", Op: access.ProcessStdin, Stream: true, In: openapi.Optional{Body: openapi.Bytes{"application/octet-stream"}}, Query: api.ProcessStdinQuery{}, Out: noContent, h: hf(s.exec.ProcessStdin)},
+		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/signal", Op: access.ProcessSignal, In: api.SignalRequest{}, Out: noContent, h: hf(s.exec.SignalProcess)},
+		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/kill", Op: access.ProcessKill, Out: noContent, h: hf(s.exec.KillProcess)},
+		{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/wait", Op: access.ProcessWait, Stream: true, Out: ok(api.ExecExit{}), h: hf(s.exec.WaitProcess)},
 		// Secrets (package admin): managing them is the secrets scope's; the
 		// master key's rotation is the host operator's.
-		{Pattern: "PUT /v1/secrets/{name}", Rule: need(auth.ScopeSecrets), In: api.PutSecretRequest{}, Out: answers(ok(api.Secret{}), created(api.Secret{})), h: hf(s.admin.PutSecret)},
-		{Pattern: "GET /v1/secrets", Rule: need(auth.ScopeSecrets), Query: api.Page{}, Out: ok([]api.Secret{}), h: hf(s.admin.ListSecrets)},
-		{Pattern: "DELETE /v1/secrets/{name}", Rule: need(auth.ScopeSecrets), Out: noContent, h: hf(s.admin.DeleteSecret)},
-		{Pattern: "POST /v1/secrets/rotate-key", Rule: hostOnly, In: api.RotateSecretsKeyRequest{}, Out: ok(api.RotateSecretsKeyResponse{}), h: hf(s.admin.RotateSecretsKey)},
+		{Pattern: "PUT /v1/secrets/{name}", Op: access.SecretPut, In: api.PutSecretRequest{}, Out: answers(ok(api.Secret{}), created(api.Secret{})), h: hf(s.admin.PutSecret)},
+		{Pattern: "GET /v1/secrets", Op: access.SecretList, Query: api.Page{}, Out: ok([]api.Secret{}), h: hf(s.admin.ListSecrets)},
+		{Pattern: "DELETE /v1/secrets/{name}", Op: access.SecretDelete, Out: noContent, h: hf(s.admin.DeleteSecret)},
+		{Pattern: "POST /v1/secrets/rotate-key", Op: access.HostSecretsKey, In: api.RotateSecretsKeyRequest{}, Out: ok(api.RotateSecretsKeyResponse{}), h: hf(s.admin.RotateSecretsKey)},
 		// MCP (internal/mcp, mcp.go): streamable HTTP, every tool call
 		// re-checked as the REST call it makes. Leases may not.
-		{Pattern: "POST /v1/mcp", Rule: need(MCPScopes...), Stream: true, In: openapi.AnyJSON{}, Out: answers(ok(), accepted), h: s.mcpHandler()},
-		{Pattern: "GET /v1/mcp", Rule: need(MCPScopes...), Stream: true, Out: ok(openapi.SSE{Of: openapi.AnyJSON{}}), h: s.mcpHandler()},
-		{Pattern: "DELETE /v1/mcp", Rule: need(MCPScopes...), Out: noContent, h: s.mcpHandler()},
+		{Pattern: "POST /v1/mcp", Op: access.MCPCall, Stream: true, In: openapi.AnyJSON{}, Out: answers(ok(), accepted), h: s.mcpHandler()},
+		{Pattern: "GET /v1/mcp", Op: access.MCPStream, Stream: true, Out: ok(openapi.SSE{Of: openapi.AnyJSON{}}), h: s.mcpHandler()},
+		{Pattern: "DELETE /v1/mcp", Op: access.MCPClose, Out: noContent, h: s.mcpHandler()},
 
 		// Anything else: a 404, for callers with a credential.
-		{Pattern: "/", Rule: need(read), Out: notFound, h: hf(func(w http.ResponseWriter, r *http.Request) {
+		{Pattern: "/", Op: access.Read, Out: notFound, h: hf(func(w http.ResponseWriter, r *http.Request) {
 			rest.Error(w, errdefs.NotFound("no route %s %s", r.Method, r.URL.Path))
 		})},
 	}
 	// The web console and its sign-in exchange (console.go).
 	rt = append(rt, s.consoleRoutes()...)
 
-	for _, op := range []string{"pause", "resume", "stop", "start", "reset"} {
+	lifecycle := []struct {
+		name string
+		op   access.Op
+	}{{"pause", access.SandboxPause}, {"resume", access.SandboxResume}, {"stop", access.SandboxStop},
+		{"start", access.SandboxStart}, {"reset", access.SandboxReset},
+		{"quarantine", access.SandboxQuarantine}, {"release", access.SandboxRelease}}
+	for _, lc := range lifecycle {
 		var query any
-		if op == "stop" {
+		if lc.name == "stop" {
 			query = api.StopQuery{}
 		}
-		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(write), Query: query, Out: ok(api.Sandbox{}), h: s.sandboxes.Lifecycle(op)})
+		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + lc.name, Op: lc.op, Query: query, Out: ok(api.Sandbox{}), h: s.sandboxes.Lifecycle(lc.name)})
 	}
-	// Quarantine and release are containment, like the egress rules: a
-	// sandbox's own lease must never lift them.
-	for _, op := range []string{"quarantine", "release"} {
-		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(auth.ScopeNetwork), Out: ok(api.Sandbox{}), h: s.sandboxes.Lifecycle(op)})
-	}
-	for _, op := range []string{"hibernate", "wake"} {
-		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + op, Rule: need(write), Out: ok(api.Sandbox{}), h: s.sandboxes.Hibernate(op)})
+	for _, lc := range []struct {
+		name string
+		op   access.Op
+	}{{"hibernate", access.SandboxHibernate}, {"wake", access.SandboxWake}} {
+		rt = append(rt, Route{Pattern: "POST /v1/sandboxes/{id}/" + lc.name, Op: lc.op, Out: ok(api.Sandbox{}), h: s.sandboxes.Hibernate(lc.name)})
 	}
 	for i := range rt {
 		if rt[i].Idem != nil {
@@ -317,10 +309,11 @@ func checkRoute(rt Route) error {
 	if !hasMethod {
 		path = rt.Pattern
 	}
+	rule := rt.Op.Rule()
 	switch {
-	case !rt.Rule.Valid():
-		return fmt.Errorf("server: route %q has no valid access rule", rt.Pattern)
-	case rt.Rule.Lease && rt.Pattern != HostPortPattern && !strings.HasPrefix(path, "/v1/sandboxes/{id}"):
+	case !rt.Op.Known() || !rule.Valid():
+		return fmt.Errorf("server: route %q names no operation of the catalogue with a valid rule", rt.Pattern)
+	case rule.Lease && rt.Pattern != HostPortPattern && !strings.HasPrefix(path, "/v1/sandboxes/{id}"):
 		// A lease names a sandbox: its {id} must be a sandbox's.
 		return fmt.Errorf("server: route %q lets leases in but is not under /v1/sandboxes/{id}", rt.Pattern)
 	case rt.PublicPort && (!strings.Contains(path, "{id}") || !strings.Contains(path, "{port}")):
@@ -409,14 +402,14 @@ func (s *Server) authorize(r *http.Request, rt Route) (auth.Principal, error) {
 		return auth.Admin, nil
 	}
 	id := r.PathValue("id")
-	if rt.Rule.Public || rt.PublicPort && s.publicPort(ctx, id, r.PathValue("port")) {
+	if rt.Op.Rule().Public || rt.PublicPort && s.publicPort(ctx, id, r.PathValue("port")) {
 		return auth.Anonymous, nil
 	}
 	if p, ok, err := s.portPrincipal(r, rt); ok {
 		if err != nil {
 			return auth.Principal{}, err
 		}
-		return p, auth.Authorize(p, rt.Rule, id)
+		return p, access.Authorize(p, rt.Op, id)
 	}
 	key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if key == "" && bearerRoutes[rt.Pattern] {
@@ -434,7 +427,7 @@ func (s *Server) authorize(r *http.Request, rt Route) (auth.Principal, error) {
 			return auth.Principal{}, errdefs.Unauthenticated("the lease token ended with its sandbox")
 		}
 	}
-	if err := auth.Authorize(p, rt.Rule, id); err != nil {
+	if err := access.Authorize(p, rt.Op, id); err != nil {
 		return auth.Principal{}, err
 	}
 	return p, nil
@@ -448,5 +441,5 @@ func (s *Server) publicPort(ctx context.Context, id, port string) bool {
 		return false
 	}
 	sb, err := s.lookup(ctx, id)
-	return err == nil && sb.State.Live() && slices.Contains(sb.Spec.PublicPorts, n)
+	return err == nil && access.PublicPort(sb, n, access.DoorREST)
 }

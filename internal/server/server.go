@@ -9,8 +9,9 @@
 // package rest, and the API types become the engine's and back in package
 // convert only.
 //
-// One route table (routes.go) registers every route with its auth.Rule (an
-// invalid or unsafe rule stops the server from starting) and what it is
+// One route table (routes.go) registers every route with the operation it
+// is (internal/access, whose catalogue holds its rule and audit action; an
+// unknown operation or an unsafe rule stops the server from starting) and what it is
 // (Stream, EventStream, Upload). Each handler sits behind a guard that
 // authenticates and authorizes after the ServeMux matched, from the matched
 // pattern and the decoded path values the handler reads, so authorization
@@ -22,7 +23,7 @@
 // guard, and the port proxy (proxy.go) serves both forms. Routes() exposes
 // the table (TestCrossTenantRoutes and TestEveryMutatingRouteAudited walk
 // it; the OpenAPI scopes are checked against it). door.go lends the E2B
-// door the guard's credential check (Credential, SandboxLease, ProxyPort,
+// door the guard's credential check for an operation (Credential, SandboxLease, ProxyPort,
 // WithCaller). The edge's behaviour (errors, input, TLS, connections,
 // tenancy, quotas) is described in docs/api.md.
 package server

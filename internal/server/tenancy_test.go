@@ -383,7 +383,7 @@ func TestCrossTenantRoutes(t *testing.T) {
 				code, got := e.doHost(ka, method, tg.path, tg.host, body)
 				want := 404
 				switch {
-				case rt.Rule.Host:
+				case rt.Op.Rule().Host:
 					want = 403
 				case rt.Pattern == "PUT /v1/templates/{name}/archive", rt.Pattern == "POST /v1/templates/{name}/dockerfile":
 					// An upload (an archive, a Dockerfile build's context)
@@ -471,7 +471,7 @@ func TestScopesAndRoles(t *testing.T) {
 			method, path, host := target(rt, "sb1", "9090")
 			w, h, _ := f.do(t, method, path, host, name)
 			p := auth.Principal{Tenant: "acme", Scopes: scopes}
-			want := rt.Rule.Public || !rt.Rule.Host && !slices.ContainsFunc(rt.Rule.Scopes, func(s auth.Scope) bool { return !p.Has(s) })
+			want := rt.Op.Rule().Public || !rt.Op.Rule().Host && !slices.ContainsFunc(rt.Op.Rule().Scopes, func(s auth.Scope) bool { return !p.Has(s) })
 			if (h != nil) != want {
 				t.Errorf("%s as %s: reached=%v (%d), want %v", rt.Pattern, name, h != nil, w.Code, want)
 			}

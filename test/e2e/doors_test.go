@@ -43,9 +43,24 @@ const (
 // doorOps, in the order each principal runs them on each door: kill last,
 // pause before resume (the shared sandbox ends running). bad-exec and
 // bad-process carry an ESC in an env name, which every door refuses as
-// invalid with REST's validator, once the caller may run commands.
-var doorOps = []string{"create", "get", "list", "exec", "bad-exec", "write", "bad-write", "read", "process", "bad-process",
-	"port", "pause", "resume", "kill"}
+// invalid with REST's validator, once the caller may run commands;
+// empty-exec and empty-process name no command, which a door refuses as
+// it translates (E2B's empty cmd, MCP's "give cmd or shell"); MCP's
+// base64-write's content is not base64. Every invalid call leaves REST's
+// record of its refusal ("error 400").
+var doorOps = []string{"create", "get", "list", "exec", "bad-exec", "empty-exec", "write", "bad-write", "base64-write", "read",
+	"process", "bad-process", "empty-process", "port", "pause", "resume", "kill"}
+
+// invalidOp is the operation an invalid call (bad-*, empty-*) is a call
+// of, and whether op is one.
+func invalidOp(op string) (string, bool) {
+	for _, pre := range []string{"bad-", "empty-", "base64-"} {
+		if base, ok := strings.CutPrefix(op, pre); ok {
+			return base, true
+		}
+	}
+	return op, false
+}
 
 // doorPrincipal is a caller: a key of a tenant with scopes, or a token of
 // the shared sandbox (its lease, a port token of its port 8000).
@@ -98,7 +113,7 @@ var doorPrincipals = []doorPrincipal{
 	// invalid for a bad call whatever the id (no oracle: the same answer
 	// for an id that names nothing).
 	{name: "stranger", tenant: "other", scopes: memberScopes, want: with(allBut(dNotFound, "create", "list"), dInvalid,
-		"bad-exec", "bad-process", "bad-write")},
+		"bad-exec", "bad-process", "bad-write", "empty-exec", "empty-process", "base64-write")},
 	// The shared sandbox's create-time lease: its own sandbox's data
 	// plane, nothing of the control plane.
 	{name: "lease", tenant: "acme", want: map[string]string{"create": dForbidden, "list": dForbidden,
@@ -112,23 +127,24 @@ var doorPrincipals = []doorPrincipal{
 }
 
 // doorOverrides are the decisions a door makes that differ from REST's,
-// each with why; "door/principal/op".
+// each with why; "door/principal/op". Every decision is the access
+// layer's (internal/access): what differs here is which operation a door's
+// call is, or the order its protocol forces, never a rule of the door's.
+// (A port token opens its port through the E2B door too, as through
+// berth's proxy: one port-access operation.)
 var doorOverrides = map[string]string{
-	// The E2B control API takes API keys only (its SDK never sends the
-	// envd token there): a lease reading its own sandbox is refused where
-	// REST lets it.
-	// divergence: policy (the E2B door keeps leases off its control API).
+	// E2B's get is not REST's: its answer carries an envdAccessToken
+	// derived from the caller (access.SandboxCredentials), and a lease
+	// mints no credential, so a lease reading its own sandbox there is
+	// refused where REST's plain read lets it.
+	// divergence: a different operation (one that hands out a token).
 	"e2b/lease/get": dForbidden,
-	// A sandbox port through the E2B door takes E2B's traffic token (the
-	// envd token), as the SDK sends it; berth's port tokens open berth's
-	// port proxy and the {port}-{id}.{domain} names.
-	// divergence: policy (which token the E2B door's port access takes).
-	"e2b/port-token/port": dUnauth,
 	// Another tenant's key cannot send a bad call to envd at all: the
 	// control API refuses it the sandbox (404) before any envd token,
 	// where REST validates the input first (invalid).
 	// divergence: the order of checks, not the decision (both refuse).
 	"e2b/stranger/bad-exec": dNotFound, "e2b/stranger/bad-process": dNotFound, "e2b/stranger/bad-write": dNotFound,
+	"e2b/stranger/empty-exec": dNotFound, "e2b/stranger/empty-process": dNotFound,
 }
 
 // doorNA: operations a door does not have.
@@ -139,13 +155,16 @@ func doorNA(door, principal, op string) bool {
 		// the URL).
 		return op == "pause" || op == "resume" || op == "port"
 	}
-	return false
+	// Only MCP's file_write takes base64 content.
+	return op == "base64-write"
 }
 
 // auditAction is the audit row's action of a mutating operation through a
-// door ("" for reads: no row). The E2B door's control calls are recorded
-// under its own routes; its data plane under REST's routes, and its only
-// way to run a command is a process start.
+// door ("" for reads: no row): the operation's (internal/access), REST's
+// route for every operation REST has. The E2B door's pause and resume are
+// operations of their own (a pause lifts the timeout too; a resume wakes
+// and extends it), recorded under its routes; its only way to run a
+// command is a process start.
 func auditAction(door, op string) string {
 	rest := map[string]string{
 		"create": "POST /v1/sandboxes", "exec": "POST /v1/sandboxes/{id}/exec",
@@ -155,16 +174,12 @@ func auditAction(door, op string) string {
 	}
 	if door == "e2b" {
 		switch op {
-		case "create":
-			return "e2b POST /sandboxes"
 		case "exec":
 			return rest["process"]
 		case "pause":
 			return "e2b POST /sandboxes/{sandboxID}/pause"
 		case "resume":
 			return "e2b POST /sandboxes/{sandboxID}/resume"
-		case "kill":
-			return "e2b DELETE /sandboxes/{sandboxID}"
 		}
 	}
 	return rest[op]
@@ -385,12 +400,12 @@ func (f *doorFixture) run(t *testing.T, drv doorDriver, p doorPrincipal) {
 	var own string // the sandbox this row created, which its kill removes
 	for _, op := range doorOps {
 		want := dOK
-		switch op {
-		case "bad-exec", "bad-process", "bad-write":
+		base, invalid := invalidOp(op)
+		if invalid {
 			// Input is validated after the decision: who may not run
 			// commands hears that, not what is wrong with them.
 			want = dInvalid
-			if w, ok := p.want[strings.TrimPrefix(op, "bad-")]; ok {
+			if w, ok := p.want[base]; ok {
 				want = w
 			}
 		}
@@ -422,21 +437,28 @@ func (f *doorFixture) run(t *testing.T, drv doorDriver, p doorPrincipal) {
 		}
 		// The audit: one row for an allowed mutating call, of the
 		// operation's action, the caller and its tenant; none that says
-		// ok for any other call.
+		// ok for any other call. An invalid call's row is REST's
+		// refusal's ("error 400"), whichever door it came through and
+		// whether the door refused it as it translated or as it
+		// validated.
 		rows, last := f.auditSince(t, p.tenant, seq)
 		seq = max(seq, last)
-		action := auditAction(drv.name, op)
+		action := auditAction(drv.name, base)
 		wantRows := 0
-		if r.class == dOK && action != "" {
+		if (r.class == dOK || r.class == dInvalid) && action != "" {
 			wantRows = 1
+		}
+		result := "ok"
+		if r.class == dInvalid {
+			result = "error 400"
 		}
 		var oks []api.AuditEntry
 		for _, e := range rows {
-			if strings.HasPrefix(e.Result, "ok") {
+			if strings.HasPrefix(e.Result, result) {
 				oks = append(oks, e)
 			}
 		}
-		actor := s.(actorer).auditActor(op)
+		actor := s.(actorer).auditActor(base)
 		if len(oks) != wantRows {
 			t.Errorf("%s %s %s: audit rows %+v, want %d of %q", drv.name, p.name, op, oks, wantRows, action)
 			continue
@@ -528,6 +550,12 @@ func (s *restSession) do(op, id string) callResult {
 		return restClass(err)
 	case "bad-process":
 		_, err := s.c.StartProcess(ctx, id, api.StartProcessRequest{ExecRequest: api.ExecRequest{Cmd: []string{"true"}, Env: badEnv}})
+		return restClass(err)
+	case "empty-exec":
+		_, err := s.c.Exec(ctx, id, api.ExecRequest{}, io.Discard, io.Discard)
+		return restClass(err)
+	case "empty-process":
+		_, err := s.c.StartProcess(ctx, id, api.StartProcessRequest{})
 		return restClass(err)
 	case "write":
 		_, err := s.c.WriteFile(ctx, id, "/tmp/doors.txt", 0o644, strings.NewReader("doors"))
@@ -716,12 +744,16 @@ func (s *e2bSession) do(op, id string) callResult {
 		return s.noToken
 	}
 	switch op {
-	case "exec", "process", "bad-exec", "bad-process":
+	case "exec", "process", "bad-exec", "bad-process", "empty-exec", "empty-process":
 		hdr["Content-Type"] = "application/connect+json"
 		hdr["Connect-Protocol-Version"] = "1"
 		proc := `{"process":{"cmd":"/bin/true"}}`
-		if strings.HasPrefix(op, "bad-") {
+		switch {
+		case strings.HasPrefix(op, "bad-"):
 			proc = `{"process":{"cmd":"/bin/true","envs":{"A\u001bB":"1"}}}`
+		case strings.HasPrefix(op, "empty-"):
+			// Refused as the door translates it.
+			proc = `{"process":{"cmd":""}}`
 		}
 		st, body := s.raw("POST", "/process.Process/Start", connectEnvelope(proc), hdr)
 		return connectClass(st, body)
@@ -874,6 +906,15 @@ func (s *mcpSession) do(op, id string) callResult {
 		return r
 	case "bad-process":
 		_, r := s.call("process_start", map[string]any{"id": id, "cmd": []string{"true"}, "env": badEnv})
+		return r
+	case "empty-exec":
+		_, r := s.call("run_command", map[string]any{"id": id})
+		return r
+	case "base64-write":
+		_, r := s.call("file_write", map[string]any{"id": id, "path": "/tmp/doors.txt", "content": "!!", "encoding": "base64"})
+		return r
+	case "empty-process":
+		_, r := s.call("process_start", map[string]any{"id": id})
 		return r
 	case "write":
 		_, r := s.call("file_write", map[string]any{"id": id, "path": "/tmp/doors.txt", "content": "doors"})

@@ -257,7 +257,10 @@ func TestE2BSDK(t *testing.T) {
 		t.Errorf("berth events %s: %d %s", got.ID, code, out)
 	}
 	out, _, code = d.cli("audit", "ls", "-o", "json")
-	if code != 0 || !strings.Contains(out, "e2b POST /sandboxes") || !strings.Contains(out, "e2b DELETE /sandboxes/{sandboxID}") {
+	// The create and the kill are REST's operations (internal/access),
+	// recorded as REST records them; the pause is E2B's own.
+	if code != 0 || !strings.Contains(out, `"POST /v1/sandboxes"`) || !strings.Contains(out, `"DELETE /v1/sandboxes/{id}"`) ||
+		!strings.Contains(out, "e2b POST /sandboxes/{sandboxID}/pause") {
 		t.Errorf("berth audit ls: %d %s", code, tail(out, 2000))
 	}
 	out, _, code = d.cli("doctor")

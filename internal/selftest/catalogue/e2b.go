@@ -387,6 +387,42 @@ func e2bAttacks() []*attack.Attack {
 				seen = append(seen, "revoked key's 401")
 				return attack.Contained("%s; its own 200", strings.Join(seen, ", "))
 			}),
+		x("port-token-reach", "with a port token of the sandbox's port 8000 (which opens that port through the E2B door's port access, as through berth's proxy), reach its port 8001, envd (a process start, a file read) and the control API", "401 or 403 for each: the token opens its one port only",
+			func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome {
+				pt, err := e.C.CreatePortToken(ctx, door.sandbox, 8000, api.CreatePortTokenRequest{})
+				if err != nil {
+					return attack.Escaped("minting a port token: %v", err)
+				}
+				target := func(port string) map[string]string {
+					return map[string]string{"E2b-Sandbox-Id": door.sandbox, "E2b-Sandbox-Port": port, "X-Access-Token": pt.Token}
+				}
+				start := target("49983")
+				start["Content-Type"] = "application/connect+json"
+				var bad []string
+				for _, c := range []struct {
+					what, method, path, key string
+					hdr                     map[string]string
+					body                    string
+				}{
+					{"port 8001", "GET", "/", "", target("8001"), ""},
+					{"envd process start", "POST", "/process.Process/Start", "", start, connectEnvelope(`{"process":{"cmd":"/bin/id"}}`)},
+					{"envd file read", "GET", "/files?path=/etc/hostname", "", target("49983"), ""},
+					{"control get", "GET", "/sandboxes/" + door.sandbox, pt.Token, nil, ""},
+					{"control kill", "DELETE", "/sandboxes/" + door.sandbox, pt.Token, nil, ""},
+				} {
+					st, body, err := door.do(ctx, c.method, c.path, c.key, c.hdr, c.body)
+					if err != nil {
+						return attack.Escaped("%s: %v", c.what, err)
+					}
+					if st != 401 && st != 403 && !strings.Contains(body, `"unauthenticated"`) && !strings.Contains(body, `"permission_denied"`) {
+						bad = append(bad, fmt.Sprintf("%s: %d %s", c.what, st, attack.Clip(attack.OneLine(body), 60)))
+					}
+				}
+				if len(bad) > 0 {
+					return attack.Escaped("%s", strings.Join(bad, "; "))
+				}
+				return attack.Contained("5 of 5 refused")
+			}),
 	}
 }
 

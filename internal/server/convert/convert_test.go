@@ -113,9 +113,11 @@ func TestConvertRequests(t *testing.T) {
 		// token default), MaskRequestHost (maskRequestHost), and a rules
 		// update's Replace (updateNetwork replaces; REST's adds and
 		// removes), and a template service's ReadyPort (a template build's
-		// setStartCmd with waitForPort; berth's own services have none).
+		// setStartCmd with waitForPort; berth's own services have none),
+		// and KeepCreateLease (E2B's pause without memory keeps the SDK's
+		// envd token through the stop; berth's leases end at a stop).
 		door := map[string]bool{"create.AllPortsPublic": true, "create.MaskRequestHost": true, "network rules.Replace": true,
-			"import.Service.ReadyPort": true, "build.Service.ReadyPort": true}
+			"import.Service.ReadyPort": true, "build.Service.ReadyPort": true, "create.KeepCreateLease": true}
 		if z := zeroFields(reflect.ValueOf(out), name, door); len(z) > 0 {
 			t.Errorf("%s: engine fields not converted: %v", name, z)
 		}

@@ -54,7 +54,7 @@ func (h *Handlers) ExecWS(w http.ResponseWriter, r *http.Request) {
 		sendErr(errdefs.Invalid("the first message must be the JSON exec request"))
 		return
 	}
-	if err := input.DecodeBytes(first, &req); err != nil { // validates too (input.Validate)
+	if err := input.DecodeBytes(first, &req); err != nil { // the gate validates it (access.Check)
 		sendErr(err)
 		return
 	}

@@ -1,9 +1,11 @@
 // Package input is the API edge's reading of request bodies: strict JSON
 // (a bounded body, one object — never null —, no key twice at any depth,
 // compared the way encoding/json matches fields, no unknown fields, no
-// trailing data) and the validation of every request type the edge can
-// judge alone. Pure functions of the bytes and the request; the server's
-// handlers call them before anything acts.
+// trailing data) and the rule set of every request type the edge can
+// judge alone (Validate), which the access layer's gate applies
+// (access.Check): Decode hands it every body it decodes. Pure functions
+// of the bytes and the request; the server's handlers call them before
+// anything acts.
 //
 // CheckPathValues checks the {id} and {name} path values. FuzzCheckJSON
 // lives here; FuzzDecodeRequests (decode, then the api→engine conversion
@@ -22,6 +24,7 @@ import (
 	"sync"
 	"unicode"
 
+	"github.com/berth-sh/berth/internal/access"
 	"github.com/berth-sh/berth/internal/errdefs"
 )
 
@@ -34,7 +37,9 @@ const MaxBody = 1 << 20
 
 // Decode reads a JSON body strictly: bounded size, a JSON object (not
 // null), no duplicate key at any depth, no unknown fields, no trailing
-// data; then validates it (Validate).
+// data; then hands it to the access layer's gate (access.Check), which
+// validates it with its type's one rule set (Validate, below) as it
+// validates every door's request: no handler validates a body itself.
 func Decode(r *http.Request, v any) error {
 	return decodeLimit(r, v, MaxBody)
 }
@@ -70,8 +75,16 @@ func DecodeBytes(body []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return errdefs.Invalid("bad JSON body: %v", err)
 	}
-	return Validate(v)
+	return access.Check(Request(v))
 }
+
+// Request is a decoded body as the gate validates it: its Validate is
+// the body type's one rule set (the package's Validate).
+func Request(v any) access.Validator { return request{v} }
+
+type request struct{ v any }
+
+func (r request) Validate() error { return Validate(r.v) }
 
 // checkJSON is a token-level pass over body before it is decoded into a
 // value of type t (a pointer to a request struct): body must be one JSON
