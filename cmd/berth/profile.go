@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime/pprof"
@@ -13,8 +14,13 @@ import (
 // daemons they start without knowing of it.
 const cpuProfileEnv = "BERTH_CPU_PROFILE"
 
+// A file that exists already is left alone: the profile goes to
+// FILE.<pid> instead (a bench starts more than one daemon).
 func startCPUProfile(path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_EXCL, 0o600)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		f, err = os.OpenFile(fmt.Sprintf("%s.%d", path, os.Getpid()), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cpuProfileEnv, err)
 	}
