@@ -60,7 +60,9 @@ type Warm struct {
 	retiring     map[string]bool                   // ids of members queued for removal (under mu)
 
 	refillKick, refillRunning atomic.Bool  // kickRefill's pass asked for, and running
-	lastClaim                 atomic.Int64 // when the last claim began (unix ns, the host's clock)
+	claiming                  atomic.Int32 // claims running now
+	lastClaim                 atomic.Int64 // when a claim last began (unix ns, the host's clock)
+	lastBurst                 atomic.Int64 // when a claim last began beside another (unix ns, the host's clock)
 
 	demand  demand // poolable creates of the automatic pool (auto.go)
 	autoMax int    // the automatic pool's bound
@@ -368,7 +370,12 @@ func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec
 	// Only this pool's members are read, once for a burst of claims
 	// (claimqueue.go): a claim's cost must grow neither with the node's
 	// sandboxes nor with the claims beside it.
-	m.lastClaim.Store(time.Now().UnixNano())
+	now := time.Now().UnixNano()
+	m.lastClaim.Store(now)
+	if m.claiming.Add(1) > 1 {
+		m.lastBurst.Store(now)
+	}
+	defer m.claiming.Add(-1)
 	defer m.kickRefill()
 	q := m.queue(k)
 	listed := false
@@ -674,12 +681,13 @@ func (m *Warm) kickRefill() {
 	})
 }
 
-// A refill pass waits until no claim came for claimQuiet, and at most
-// refillHold after it was asked for: a burst of claims is served before
-// the members that replace them are made, whose runtime starts and mounts
-// would take the CPU the claimants' first commands need (a burst of 100
-// on 2 cores). Measured times are the host's, not the engine's clock: a
-// pause, not a deadline.
+// A refill pass waits until no claim came for claimQuiet: the claimant's
+// first command runs before the member that replaces it is made, whose
+// runtime start and mounts would take the CPU it needs. Claims one at a
+// time (a trickle, a sequential client) hold the pass back one such pause
+// at most; a burst (claims beside each other) holds it until the burst
+// ends, at most refillHold (a burst of 100 on 2 cores). Measured times are
+// the host's, not the engine's clock: a pause, not a deadline.
 const (
 	claimQuiet = 150 * time.Millisecond
 	refillHold = time.Second
@@ -688,8 +696,12 @@ const (
 func (m *Warm) awaitClaimsQuiet(ctx context.Context) {
 	start := time.Now()
 	for {
+		hold := claimQuiet
+		if time.Since(time.Unix(0, m.lastBurst.Load())) < claimQuiet {
+			hold = refillHold
+		}
 		wait := claimQuiet - time.Since(time.Unix(0, m.lastClaim.Load()))
-		wait = min(wait, refillHold-time.Since(start))
+		wait = min(wait, hold-time.Since(start))
 		if wait <= 0 {
 			return
 		}
