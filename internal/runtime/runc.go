@@ -223,11 +223,16 @@ func (rc *Runc) List(ctx context.Context) ([]State, error) {
 		cs  []*gorunc.Container
 		err error
 	)
-	for attempt := range 5 {
-		if cs, err = rc.r.List(ctx); err == nil || ctx.Err() != nil {
+	for attempt := 1; ; attempt++ {
+		if cs, err = rc.r.List(ctx); err == nil || attempt == 5 {
 			break
 		}
-		time.Sleep(time.Duration(attempt+1) * 20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
+			continue
+		}
+		break
 	}
 	if err != nil {
 		return nil, fmt.Errorf("runc list: %w", err)
