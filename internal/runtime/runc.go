@@ -224,15 +224,13 @@ func (rc *Runc) List(ctx context.Context) ([]State, error) {
 		err error
 	)
 	for attempt := 1; ; attempt++ {
-		if cs, err = rc.r.List(ctx); err == nil || attempt == 5 {
+		if cs, err = rc.r.List(ctx); err == nil || attempt == 5 || ctx.Err() != nil {
 			break
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
-			continue
 		}
-		break
 	}
 	if err != nil {
 		return nil, fmt.Errorf("runc list: %w", err)
