@@ -60,6 +60,10 @@ func (c *stmtCache) get(ctx context.Context, db *sql.DB, q string) *sql.Stmt {
 		st.Close()
 		return prev
 	}
+	if len(c.m) >= maxCachedStmts { // others filled it meanwhile
+		st.Close()
+		return nil
+	}
 	c.m[k] = st
 	return st
 }
