@@ -19,8 +19,9 @@ help: ## list targets
 deps: ## install what is missing (runc, busybox-static, Go) — idempotent
 	@./scripts/install-deps.sh
 
-build: ## build the static berth binary and its sandbox agent (berth-agent) into bin/
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/berth
+build: ## build the static binaries into bin/: berthd (the daemon and every verb), berth (the CLI) and berth-agent (in each sandbox)
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)d ./cmd/berth
+	$(GO) build -trimpath -tags berthcli -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/berth
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)-agent ./cmd/berth-agent
 
 vet: ## go vet
@@ -30,6 +31,7 @@ lint: vet console-check ## go vet, gofmt, staticcheck, api/openapi.json as the c
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" && false)
 	$(GO) run ./internal/server/openapigen -check
 	time $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 -tags berthcli -tests=false ./cmd/berth
 
 # The web console's sources (internal/console/web: TypeScript, Preact,
 # xterm.js, pinned in its package-lock.json) are built with esbuild into

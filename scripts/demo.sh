@@ -11,7 +11,9 @@ cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
 if [ -z "${BERTH:-}" ]; then
 	ldflags="-s -w -X main.version=$(git describe --always --dirty 2>/dev/null || echo dev)"
-	CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o bin/berth ./cmd/berth
+	# berthd is the daemon (and every verb); berth, the CLI, hands it serve.
+	CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o bin/berthd ./cmd/berth
+	CGO_ENABLED=0 go build -trimpath -tags berthcli -ldflags "$ldflags" -o bin/berth ./cmd/berth
 	# The agent every sandbox runs as its PID 1, found beside berth.
 	CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o bin/berth-agent ./cmd/berth-agent
 fi

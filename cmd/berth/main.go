@@ -1,7 +1,11 @@
-// Command berth is the daemon (berth serve) and the CLI that drives it. The
-// agent that runs inside each sandbox is its own small binary,
-// cmd/berth-agent, built beside it. This file only wires; each verb lives
-// in its own file.
+// Command berth is the daemon (berth serve) and the CLI that drives it,
+// built twice: whole as berthd, and with -tags berthcli as berth, the CLI,
+// which leaves out serve, bench and selftest (daemon_cli.go hands those to
+// the berthd beside it) and with them the engine, the Kubernetes client and
+// the storage drivers, so that a `berth exec` does not pay their start-up.
+// The agent that runs inside each sandbox is its own small binary,
+// cmd/berth-agent, built beside them. This file only wires; each verb
+// lives in its own file.
 //
 // Every table goes through newTable (output.go), which escapes control
 // characters, DEL, C1 and invalid UTF-8 before the tabwriter: file names,

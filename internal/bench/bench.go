@@ -131,9 +131,13 @@ var aliases = map[string]string{"a": TTI, "b": Exec, "c": RunCLI, "d": Churn, "e
 
 // Options configures a bench run. Zero values take the defaults.
 type Options struct {
-	// Binary is the berth executable: the daemon, the CLI measured by
-	// "run" and the sandboxes' agent. Default: this executable.
+	// Binary is the full berth executable (berthd): the daemon the bench
+	// starts, with the sandboxes' agent beside it. Default: this
+	// executable.
 	Binary string
+	// CLI is the CLI measured by "run" and "exec" (bin/berth, built with
+	// -tags berthcli). Default: berth beside Binary, else Binary.
+	CLI string
 	// Runc is the runc binary the peer uses (the daemon uses the same).
 	// Default: "runc" from PATH.
 	Runc string
@@ -223,9 +227,11 @@ type Machine struct {
 	Cgroup      string `json:"cgroup"`
 	Go          string `json:"go"`
 	Berth       string `json:"berth,omitempty"`
-	// BerthBytes and AgentBytes are the sizes of the berth binary measured
-	// and of the agent binary its daemons mount into sandboxes.
+	// BerthBytes, CLIBytes and AgentBytes are the sizes of the full
+	// binary measured (the daemon), of the CLI, and of the agent binary its
+	// daemons mount into sandboxes.
 	BerthBytes int64 `json:"berth_bytes,omitempty"`
+	CLIBytes   int64 `json:"cli_bytes,omitempty"`
 	AgentBytes int64 `json:"agent_bytes,omitempty"`
 }
 
@@ -273,6 +279,14 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Binary, err = filepath.Abs(bin); err != nil {
 		return err
+	}
+	if o.CLI == "" {
+		o.CLI = o.Binary
+		if p := filepath.Join(filepath.Dir(o.Binary), "berth"); p != o.Binary {
+			if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+				o.CLI = p
+			}
+		}
 	}
 	if o.Runc == "" {
 		o.Runc = "runc"
@@ -492,6 +506,9 @@ func (b *bench) run(ctx context.Context) error {
 	}
 	if st, err := os.Stat(b.opts.Binary); err == nil {
 		b.rep.Machine.BerthBytes = st.Size()
+	}
+	if st, err := os.Stat(b.opts.CLI); err == nil {
+		b.rep.Machine.CLIBytes = st.Size()
 	}
 	if st, err := os.Stat(filepath.Join(filepath.Dir(b.opts.Binary), "berth-agent")); err == nil {
 		b.rep.Machine.AgentBytes = st.Size()

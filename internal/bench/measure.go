@@ -151,6 +151,50 @@ func (b *bench) measureExec(ctx context.Context) error {
 		Peer: "runc exec true", PeerStat: &peer, Target: "p50 ≤ 3 ms and ≤ 0.1× peer"}
 	row.Pass = harness.Pass(row.Berth.P50 <= 3 && row.Berth.P50 <= 0.1*peer.P50)
 	b.Add(row)
+	return b.measureCLIExec(ctx, sb.ID, pid)
+}
+
+// measureCLIExec times `berth exec ID -- true`, the CLI's whole process
+// (start-up, the daemon's round trip, exit), beside `runc exec` of the
+// peer's container: CLI to CLI.
+func (b *bench) measureCLIExec(ctx context.Context, id, pid string) error {
+	env := b.cliEnv()
+	run := func() (time.Duration, error) {
+		cmd := exec.CommandContext(ctx, b.opts.CLI, "exec", id, "--", "true")
+		cmd.Env = env
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		t0 := time.Now()
+		err := cmd.Run()
+		d := time.Since(t0)
+		if err != nil {
+			return d, fmt.Errorf("berth exec %s -- true: %w: %s", id, err, strings.TrimSpace(out.String()))
+		}
+		return d, nil
+	}
+	if _, err := run(); err != nil { // warm the binary's pages
+		return err
+	}
+	n := b.opts.Iterations
+	var bs, ps harness.Samples
+	for i := range n {
+		d, err := run()
+		if err != nil {
+			return err
+		}
+		bs.Add(d)
+		pd, err := b.peer.ExecTrue(ctx, pid)
+		if err != nil {
+			return err
+		}
+		ps.Add(pd)
+		b.Every(i, n, "berth exec (CLI)")
+	}
+	peer := harness.Summarize(ps.V)
+	row := Row{Measurement: Exec, Name: "  `berth exec ID -- true` (CLI wall time)", Unit: "ms", Berth: harness.Summarize(bs.V),
+		Peer: "runc exec true (CLI)", PeerStat: &peer, Target: "≤ 0.25× peer"}
+	row.Pass = harness.Pass(row.Berth.P50 <= 0.25*peer.P50)
+	b.Add(row)
 	return nil
 }
 
@@ -190,7 +234,7 @@ func (b *bench) waitNoSandboxes(ctx context.Context) error {
 func (b *bench) measureRunCLI(ctx context.Context) error {
 	env := b.cliEnv()
 	run := func() (time.Duration, error) {
-		cmd := exec.CommandContext(ctx, b.opts.Binary, "run", "--", "true")
+		cmd := exec.CommandContext(ctx, b.opts.CLI, "run", "--", "true")
 		cmd.Env = env
 		var out strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &out
@@ -243,7 +287,7 @@ func (b *bench) measureCLIStart(ctx context.Context) error {
 	}
 	var bs, ps harness.Samples
 	for i := range b.opts.Iterations + 1 {
-		bd, err := timed(b.opts.Binary, "help")
+		bd, err := timed(b.opts.CLI, "help")
 		if err != nil {
 			return err
 		}
@@ -259,7 +303,7 @@ func (b *bench) measureCLIStart(ctx context.Context) error {
 	peer := harness.Summarize(ps.V)
 	b.Add(Row{Measurement: RunCLI, Name: "  CLI start (`berth help`, no daemon)", Unit: "ms",
 		Berth: harness.Summarize(bs.V), Peer: "runc --version", PeerStat: &peer,
-		Note: fmt.Sprintf("berth %s, berth-agent %s", sizeMiB(b.rep.Machine.BerthBytes), sizeMiB(b.rep.Machine.AgentBytes))})
+		Note: fmt.Sprintf("berth (CLI) %s, berthd %s, berth-agent %s", sizeMiB(b.rep.Machine.CLIBytes), sizeMiB(b.rep.Machine.BerthBytes), sizeMiB(b.rep.Machine.AgentBytes))})
 	return nil
 }
 

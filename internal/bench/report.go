@@ -18,7 +18,7 @@ func WriteTable(w io.Writer, rep *Report) error {
 	fmt.Fprintf(w, "machine: %d CPUs (%s), %d MiB RAM, %s, cgroup %s\n", m.CPUs, orDash(m.CPUModel), m.MemTotalMiB, m.Kernel, m.Cgroup)
 	fmt.Fprintf(w, "runc %s, berth %s (%s)", orDash(m.Runc), orDash(m.Berth), m.Go)
 	if m.BerthBytes > 0 {
-		fmt.Fprintf(w, "; binaries: berth %s, berth-agent %s", sizeMiB(m.BerthBytes), sizeMiB(m.AgentBytes))
+		fmt.Fprintf(w, "; binaries: berthd %s, berth (CLI) %s, berth-agent %s", sizeMiB(m.BerthBytes), sizeMiB(m.CLIBytes), sizeMiB(m.AgentBytes))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "iterations %d, idle %d, churn %gs, concurrency %d, expiry %d", rep.Iterations, rep.Idle,

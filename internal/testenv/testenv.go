@@ -78,16 +78,24 @@ func RepoRoot() (string, error) {
 	return "", errors.New("testenv: the berth module's root (go.mod) not found")
 }
 
-// Build compiles cmd/berth of the module at root into out, static
-// (CGO_ENABLED=0) as shipped or with the race detector (cgo, dynamically
-// linked), and beside it the agent cmd/berth-agent, always static: it
+// Build compiles the module at root's binaries as shipped, into out's
+// directory: out is the CLI (cmd/berth with -tags berthcli), beside it
+// berthd (cmd/berth whole: the daemon, bench and selftest, to which the
+// CLI hands those verbs; static as shipped or with the race detector, cgo
+// and dynamically linked) and the agent cmd/berth-agent, always static: it
 // runs inside sandboxes, and the daemon finds it there.
 func Build(ctx context.Context, root, out string, race bool) error {
-	if err := goBuild(ctx, root, out, "./cmd/berth", race); err != nil {
+	if err := goBuild(ctx, root, filepath.Join(filepath.Dir(out), DaemonName), "./cmd/berth", race); err != nil {
+		return err
+	}
+	if err := goBuild(ctx, root, out, "./cmd/berth", false, "-tags", "berthcli"); err != nil {
 		return err
 	}
 	return BuildAgent(ctx, root, filepath.Join(filepath.Dir(out), AgentName))
 }
+
+// DaemonName is the full binary's file name beside the CLI's.
+const DaemonName = "berthd"
 
 // AgentName is the agent binary's file name beside berth's
 // (daemon.AgentName; testenv does not import the daemon).
@@ -99,11 +107,11 @@ func BuildAgent(ctx context.Context, root, out string) error {
 	return goBuild(ctx, root, out, "./cmd/berth-agent", false)
 }
 
-func goBuild(ctx context.Context, root, out, pkg string, race bool) error {
+func goBuild(ctx context.Context, root, out, pkg string, race bool, flags ...string) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
-	args := []string{"build", "-o", out}
+	args := append([]string{"build", "-o", out}, flags...)
 	env := append(os.Environ(), "CGO_ENABLED=0")
 	if race {
 		args = append(args, "-race")

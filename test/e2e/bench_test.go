@@ -32,7 +32,7 @@ func TestBenchTiny(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	rep, err := bench.Run(ctx, bench.Options{
-		Binary: berthBin, Iterations: 3, Burst: 4, Idle: 3, Churn: time.Second, Expiry: 3, ExpiryStop: 2, TempRoot: dir,
+		Binary: filepath.Join(filepath.Dir(berthBin), testenv.DaemonName), Iterations: 3, Burst: 4, Idle: 3, Churn: time.Second, Expiry: 3, ExpiryStop: 2, TempRoot: dir,
 		ForkSizes: []int64{1 << 20}, HibernateSizes: []int64{16 << 20}, NetBytes: 1 << 20, Images: 3, ImageBase: 1 << 20,
 	}, testWriter{t})
 	if rep != nil {
@@ -68,6 +68,9 @@ func TestBenchTiny(t *testing.T) {
 				t.Errorf("%s: peer timings %+v", r.Name, *r.PeerStat)
 			}
 		}
+	}
+	if rep.Machine.CLIBytes <= 0 || rep.Machine.CLIBytes >= rep.Machine.BerthBytes {
+		t.Errorf("the CLI (%d bytes) is not smaller than berthd (%d)", rep.Machine.CLIBytes, rep.Machine.BerthBytes)
 	}
 	for _, m := range bench.All {
 		if !seen[m] {
