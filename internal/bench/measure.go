@@ -68,12 +68,21 @@ func (b *bench) Every(i, n int, what string) {
 // (a) time to interactive.
 func (b *bench) measureTTI(ctx context.Context) error {
 	n := b.opts.Iterations
-	var tti, create, del, peer, bare harness.Samples
+	var tti, create, del, peer, bare, floor harness.Samples
+	steps0, err := b.provisionSteps(ctx)
+	if err != nil {
+		return err
+	}
 	for i := range n {
 		t, c, d, err := cycle(ctx, b.d.C)
 		if err != nil {
 			return err
 		}
+		fd, err := unshareTrue(ctx)
+		if err != nil {
+			return err
+		}
+		floor.Add(fd)
 		tti.Add(t)
 		create.Add(c)
 		del.Add(d)
@@ -96,6 +105,11 @@ func (b *bench) measureTTI(ctx context.Context) error {
 	b.Add(row)
 	b.Add(Row{Measurement: TTI, Name: "  of which: create call", Unit: "ms", Berth: harness.Summarize(create.V),
 		Peer: "runc run true", PeerStat: &ps})
+	steps1, err := b.provisionSteps(ctx)
+	if err != nil {
+		return err
+	}
+	b.addStepRows(steps0, steps1, &floor)
 	b.Add(Row{Measurement: TTI, Name: "  delete call (after the exec)", Unit: "ms", Berth: harness.Summarize(del.V),
 		Note: "runc run's own teardown is inside the peer's figure"})
 	// berth's agent installs the same profile, compiled once (see

@@ -236,6 +236,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	var backend node.Backend
 	var lb *local.Backend
+	met := metrics.New()
 	switch cfg.Backend {
 	case "", "local":
 		lb, err = local.New(local.Config{
@@ -243,7 +244,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 			Instance: local.InstanceName(cfg.DataDir), Logger: log.With("component", "node"),
 			PoolSize: cfg.PoolSize, EgressSubnet: egressSubnet, DiskDefault: diskDefault,
 			DiskLowWater: cfg.DiskLowWater, Runtimes: rts, Images: d.images,
-			EgressRoots: egressRoots, EgressUpstream: egressDNS,
+			EgressRoots: egressRoots, EgressUpstream: egressDNS, Step: met.ProvisionStep,
 		})
 		backend = lb
 		if err == nil && d.runscRetryCfg != nil {
@@ -285,7 +286,6 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		}
 	}
 	// One registry for the engine's measures and the API's (/metrics).
-	met := metrics.New()
 	mcfg.Metrics = met
 	// The local backend's node is this daemon's alone; a PostgreSQL store
 	// may be shared, so its store-wide jobs run on one daemon of them.

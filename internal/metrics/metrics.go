@@ -50,6 +50,7 @@ type Metrics struct {
 	policy        *prometheus.CounterVec
 	webhooks      *prometheus.CounterVec
 	egress        *prometheus.CounterVec
+	provision     *prometheus.HistogramVec
 
 	tplMu sync.Mutex
 	tpls  map[string]bool
@@ -115,8 +116,13 @@ func New() *Metrics {
 		Name: "berth_egress_decisions_total",
 		Help: "Egress flow-log decisions of sandboxes' connections and lookups: allow or deny.",
 	}, []string{"decision"})
+	m.provision = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "berth_provision_step_seconds",
+		Help:    "Each step of laying down and starting a sandbox on this host (mounts, userns, netns, agent-channel, runtime-start, network, agent-ready), of provisions that succeeded up to that step.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+	}, []string{"step"})
 	m.reg.MustRegister(m.tti, m.creates, m.execs, m.execSeconds, m.resume, m.cleanupLag, m.teardownFails,
-		m.orphansFound, m.orphansGone, m.policy, m.webhooks, m.egress,
+		m.orphansFound, m.orphansGone, m.policy, m.webhooks, m.egress, m.provision,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -144,6 +150,12 @@ func (m *Metrics) Template(name string) string {
 func (m *Metrics) Created(template, class, path string, d time.Duration) {
 	m.creates.WithLabelValues("ok").Inc()
 	m.tti.WithLabelValues(m.Template(template), class, path).Observe(d.Seconds())
+}
+
+// ProvisionStep records how long one step of a provision took (the local
+// backend's Config.Step; the step names are its fixed set).
+func (m *Metrics) ProvisionStep(step string, d time.Duration) {
+	m.provision.WithLabelValues(step).Observe(d.Seconds())
 }
 
 // CreateFailed records a create refused or failed with the API error code.

@@ -51,6 +51,17 @@ func TestMetricsScenario(t *testing.T) {
 	if s := sum(after, "berth_time_to_interactive_seconds"); s <= 0 {
 		t.Fatalf("time to interactive sums to %v", s)
 	}
+	// Each step of the cold create's provision is timed (a warm pool
+	// sized from the create rate may add its own): the network default is
+	// none, so netns and network are near nothing but observed.
+	for _, step := range []string{"mounts", "userns", "netns", "agent-channel", "runtime-start", "network", "agent-ready"} {
+		if n := delta(before, after, "berth_provision_step_seconds", "step", step); n < 1 {
+			t.Errorf("provision step %s observed %v times in a cold create, want at least 1", step, n)
+		}
+	}
+	if s := sum(after, "berth_provision_step_seconds"); s <= 0 {
+		t.Errorf("provision steps sum to %v", s)
+	}
 	// The state gauges are read from the store at most every 5s.
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -80,6 +80,10 @@ type Config struct {
 	// Runtimes are the runtime classes, the default first.
 	Runtimes []runtime.Runtime
 	Images   *image.Store
+	// Step, when set, is told how long each step of a Provision took
+	// (steps.go names them): the metrics' berth_provision_step_seconds,
+	// which `berth bench` reads to say where a cold create's time goes.
+	Step func(step string, d time.Duration)
 }
 
 // DefaultIDMap maps sandbox root to host uid/gid 100000000 (and 65536 ids
