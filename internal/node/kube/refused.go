@@ -16,15 +16,16 @@ func notOnKube(what, why string) error {
 }
 
 const (
-	whyFreeze     = "Kubernetes cannot freeze a pod's processes in place; pause maps to stop (the pod is deleted, its volumes and identity kept)"
+	whyFreeze     = "Kubernetes cannot freeze a pod's processes in place; only the gVisor class (runsc) with berth's node agent on its nodes (--kube-node-agent-port) can, and for other classes pause maps to stop (the pod is deleted, its volumes and identity kept)"
 	whyCheckpoint = "Kubernetes has no checkpoint and restore of a pod's processes that berth can drive (the kubelet's checkpoint API is forensic, not restorable)"
 )
 
 // Refuse says why the backend lacks a capability (node.Refuser): a pod
-// has no freezer, no checkpoint, no root layer of berth's, no egress
-// proxy on its path and no hostname that changes, so the backend
-// implements neither node.Freezer, node.Hibernator, node.RootLayer,
-// node.EgressProxy nor node.Renamer.
+// has no checkpoint, no root layer of berth's, no egress proxy on its
+// path and no hostname that changes, so the backend implements neither
+// node.Hibernator, node.RootLayer, node.EgressProxy nor node.Renamer. It
+// implements node.Freezer for the gVisor class only (freeze.go): Freeze
+// and Thaw of any other class return the freeze's refusal themselves.
 func (b *Backend) Refuse(op string) error {
 	switch op {
 	case node.OpPause, node.OpResume, node.OpQuarantine:
