@@ -3,7 +3,8 @@
 # runsc and containerd-shim-runsc-v1 (gvisor.dev/gvisor/runsc and
 # gvisor.dev/gvisor/shim, one module version: the one scripts/install-runsc.sh
 # pins, so the node's runsc is the local backend's), statically linked, from
-# the Go module proxy, the shim with one patch (below: its oom_score_adj).
+# the Go module proxy, the shim with two patches (below: its oom_score_adj,
+# and the bootstrap reply containerd 1.6 reads).
 # Cached like scripts/k8s-tools.sh, under a key of its own:
 #   $BERTH_K8S_CACHE (default /var/cache/berth/k8s)/runsc-<commit>-<hash>/bin/
 # built into a temp dir renamed in only when both linked; one build at a time
@@ -94,8 +95,34 @@ grep -qF '!os.IsPermission(err) {' "$manager" || {
 	log "patch: the substitution did not apply"
 	exit 1
 }
-(cd "$tmp/gvisor" && go build -trimpath -ldflags "-s -w" -o "$tmp/bin/containerd-shim-runsc-v1" ./shim)
-rm -rf "$tmp/gvisor"
+# The second patch. This shim is built on containerd 2's shim library,
+# whose "start" prints JSON bootstrap parameters ({"version":2,"address":
+# ...}); Debian's containerd 1.6 reads only a plain address and fails
+# ("dial unix {"version":2,...: invalid argument"). containerd 1.7 and later
+# read either (a reply that is not JSON is a ttrpc address), so the copy
+# prints the address alone: the library is replaced by a copy whose start
+# writes params.Address.
+cd_src=$(cd "$tmp/gvisor" && go list -m -f '{{.Dir}}' github.com/containerd/containerd/v2)
+[ -d "$cd_src" ] || {
+	log "cannot find github.com/containerd/containerd/v2 (the shim library) in the module cache"
+	exit 1
+}
+mkdir -p "$tmp/containerd"
+cp -r "$cd_src/." "$tmp/containerd/"
+chmod -R u+w "$tmp/containerd"
+shimgo="$tmp/containerd/pkg/shim/shim.go"
+grep -qF 'data, err := json.Marshal(&params)' "$shimgo" || {
+	log "patch: the shim library's bootstrap print is not where it was in $shimgo"
+	exit 1
+}
+sed -i 's/data, err := json.Marshal(&params)/data, err := []byte(params.Address), error(nil); _ = json.Marshal/' "$shimgo"
+grep -qF 'data, err := []byte(params.Address), error(nil)' "$shimgo" || {
+	log "patch: the substitution did not apply"
+	exit 1
+}
+(cd "$tmp/gvisor" && go mod edit -replace "github.com/containerd/containerd/v2=$tmp/containerd" &&
+	go build -trimpath -ldflags "-s -w" -o "$tmp/bin/containerd-shim-runsc-v1" ./shim)
+rm -rf "$tmp/gvisor" "$tmp/containerd"
 for b in "${bins[@]}"; do
 	if ldd "$tmp/bin/$b" >/dev/null 2>&1; then
 		log "$b is dynamically linked; refusing it"

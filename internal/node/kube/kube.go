@@ -12,9 +12,12 @@
 // instance), and writes through client-go. Network mode egress is a
 // NetworkPolicy per sandbox and berth's DNS-pinned resolver for pods
 // (egress.go, egress_resolver.go); forks and snapshots are CSI
-// VolumeSnapshots of the owned claims (snapshot.go). What a pod cannot do
-// — freeze, checkpoint, capture its files where the cluster has no CSI
-// snapshots, secrets injected at egress — is said in the classes' Caps and
+// VolumeSnapshots of the owned claims (snapshot.go); pods of the gVisor
+// class are frozen in place (pause, quarantine) by berth's node agent on
+// their node (freeze.go, package nodeagent). What a pod cannot do —
+// freeze outside that class, checkpoint, capture its files where the
+// cluster has no CSI snapshots, secrets injected at egress — is said in
+// the classes' Caps and
 // refused with errdefs.ErrNotSupported and a reason: a capability no pod
 // has is a node capability interface it does not implement, whose refusal
 // node.Need takes from Refuse (refused.go).
