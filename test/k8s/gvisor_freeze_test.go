@@ -174,7 +174,16 @@ func TestGVisorFreezeOnRealNode(t *testing.T) {
 	}
 	var pid0 string
 	var n0 int
-	waitFor(t, "the counter to count", func() bool { pid0, n0 = count(); return n0 >= 3 })
+	waitFor(t, "the counter to count", func() bool {
+		var out bytes.Buffer
+		ex, err := m.Exec(ctx, g.ID, &engine.ExecRequest{Cmd: []string{"/bin/cat", "/tmp/count"}, Timeout: 30 * time.Second},
+			engine.ExecIO{Stdout: &out}, "test")
+		if err != nil || ex.Code != 0 {
+			return false
+		}
+		pid0, n0 = count()
+		return n0 >= 3
+	})
 	sbStatus := func() node.Status {
 		t.Helper()
 		sb, err := m.Get(ctx, g.ID)
@@ -288,18 +297,24 @@ func TestGVisorFreezeOnRealNode(t *testing.T) {
 	if _, err := genuine.Do(ctx, c.NodeIP(), ns, "berth-"+r.ID, "pause"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("a runc pod: %v, want not found", err)
 	}
-	// A caller with an identity of its own: refused at the handshake.
+	// A caller with a key pair of its own (and the node agent's
+	// certificate, which is no secret): the node agent refuses it at the
+	// handshake.
 	other, err := agenttls.NewIdentity("impostor")
 	if err != nil {
 		t.Fatal(err)
 	}
-	impostorClient, err := nodeagent.NewClient(other, port)
+	caller := agenttls.Identity{agenttls.AgentCert: ident[agenttls.AgentCert],
+		agenttls.DaemonCert: other[agenttls.DaemonCert], agenttls.DaemonKey: other[agenttls.DaemonKey]}
+	impostorClient, err := nodeagent.NewClient(caller, port)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer impostorClient.Close()
 	if s, err := impostorClient.Do(ctx, c.NodeIP(), ns, gpod, "pause"); err == nil {
 		t.Fatalf("a caller without the daemon's key paused the pod: %q", s)
+	} else if errors.Is(err, nodeagent.ErrRefused) {
+		t.Fatalf("the impostor caller refused the genuine node agent (%v): the test did not reach the node agent's check", err)
 	} else {
 		t.Logf("the impostor caller: %v", err)
 	}
@@ -323,8 +338,36 @@ func TestGVisorFreezeOnRealNode(t *testing.T) {
 		_, err := toImpostor.Do(ctx, c.NodeIP(), ns, gpod, "")
 		return errors.Is(err, nodeagent.ErrRefused)
 	})
+	// A backend whose node agent port is the impostor's: its freeze is
+	// refused, counted and reported as a security event.
+	kcfg2 := kcfg
+	kcfg2.NodeAgent.Port = impPort
+	b2, err := kube.New(ctx, kcfg2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var secEvents int
+	b2.Start(node.Hooks{Event: func(ev *sandbox.Event) {
+		if ev.SandboxID == g.ID && ev.Type == "security" && ev.Outcome == "refused" {
+			secEvents++
+		}
+	}})
+	gsb, err := m.Get(ctx, g.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b2.Freeze(ctx, gsb); !errors.Is(err, nodeagent.ErrRefused) {
+		t.Fatalf("freeze through the impostor node agent: %v, want refused", err)
+	}
+	b2.Close(false)
+	if n := b2.AgentRefusals(); n != 1 || secEvents != 1 {
+		t.Errorf("the impostor node agent: %d refusals counted, %d security events; want 1 and 1", n, secEvents)
+	}
 	if s := sbStatus(); s != node.StatusRunning {
 		t.Fatalf("the impostor listener changed the pod: %s", s)
+	}
+	if n := b.AgentRefusals(); n != 0 {
+		t.Errorf("%d refusals by the genuine backend", n)
 	}
 	if log := c.ProcessLog("node-agent", 200); !strings.Contains(log, "node agent refused") {
 		t.Errorf("the node agent's log records no refusal:\n%s", log)
