@@ -28,8 +28,14 @@ const (
 // and Thaw of any other class return the freeze's refusal themselves.
 func (b *Backend) Refuse(op string) error {
 	switch op {
-	case node.OpPause, node.OpResume, node.OpQuarantine:
+	case node.OpPause, node.OpResume:
 		return notOnKube(op, whyFreeze)
+	case node.OpQuarantine:
+		// What a quarantine needs beyond the freeze (Freezer) and the
+		// cut (Egress), both served for gVisor pods: reads of its files
+		// while it is frozen, which come from the host side.
+		return notOnKube("reading a quarantined sandbox's files", "they are read from the node while its processes are frozen, "+
+			"and a pod's root layer belongs to the node's container runtime, out of the daemon's reach")
 	case node.OpHibernate, node.OpWake:
 		return notOnKube(op, whyCheckpoint)
 	case node.OpDiff:
