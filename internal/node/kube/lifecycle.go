@@ -305,7 +305,10 @@ func (b *Backend) Status(ctx context.Context, sb *sandbox.Sandbox) (node.Status,
 	if st == node.StatusRunning && b.freezable(sb) {
 		// Only the node sees a frozen gVisor pod; a node agent that
 		// does not answer leaves the pod's own view.
-		if fst, err := b.nodeStatus(ctx, sb); err == nil {
+		nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		fst, err := b.nodeStatus(nctx, sb)
+		cancel()
+		if err == nil {
 			st = fst
 		} else {
 			b.log.Warn("asking the node agent for a pod's status", "sandbox", sb.ID, "err", err)
