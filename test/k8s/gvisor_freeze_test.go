@@ -38,7 +38,8 @@ import (
 //   - a runsc sandbox runs under gVisor (its dmesg is gVisor's) and its
 //     class says freeze;
 //   - pause records paused and the node agent reports the pod's sandbox
-//     paused; resume brings the same counter process back, its count
+//     paused, and a restart (new backend and engine, same store) adopts
+//     it paused; resume brings the same counter process back, its count
 //     continuing from where it was (memory kept), not from 1;
 //   - quarantine freezes it and cuts its network: the egress policy keeps
 //     its rules in its annotations but allows nothing; release restores
@@ -113,8 +114,9 @@ func TestGVisorFreezeOnRealNode(t *testing.T) {
 			Resources: &sandbox.Resources{CPUs: 0.2, MemoryBytes: 256 << 20, Pids: 256, DiskBytes: 256 << 20}}}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := enginetest.New(engine.Config{Node: "k8s:" + ns + "/berth", ReconcileInterval: 500 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))}, st, nil, b)
+	mcfg := engine.Config{Node: "k8s:" + ns + "/berth", ReconcileInterval: 500 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	m, err := enginetest.New(mcfg, st, nil, b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,6 +211,22 @@ func TestGVisorFreezeOnRealNode(t *testing.T) {
 	}
 	if p, err := c.Client.CoreV1().Pods(ns).Get(ctx, "berth-"+g.ID, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
 		t.Fatalf("the paused sandbox's pod: %v (a pause must not stop it)", err)
+	}
+	// A restart while paused: a new backend and engine over the same
+	// store find it paused on the node and adopt it as it is.
+	m.Close()
+	b.Close(false)
+	if b, err = kube.New(ctx, kcfg); err != nil {
+		t.Fatal(err)
+	}
+	if m, err = enginetest.New(mcfg, st, nil, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s, n := state(g.ID), sbStatus(); s != sandbox.StatePaused || n != node.StatusPaused {
+		t.Fatalf("after a restart: record %s, node %s; want both paused", s, n)
 	}
 	if _, err := m.Resume(ctx, g.ID, "test"); err != nil {
 		t.Fatalf("resume: %v", err)
