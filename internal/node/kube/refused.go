@@ -17,7 +17,8 @@ func notOnKube(what, why string) error {
 
 const (
 	whyFreeze     = "Kubernetes cannot freeze a pod's processes in place; only the gVisor class (runsc) with berth's node agent on its nodes (--kube-node-agent-port) can, and for other classes pause maps to stop (the pod is deleted, its volumes and identity kept)"
-	whyCheckpoint = "Kubernetes has no checkpoint and restore of a pod's processes that berth can drive (the kubelet's checkpoint API is forensic, not restorable)"
+	whyCheckpoint = "Kubernetes has no checkpoint and restore of a pod's processes that berth can drive (the kubelet's checkpoint API is forensic, not restorable; " +
+		"for gVisor pods runsc can checkpoint, but a pod cannot be started from the image: the kubelet's CRI has no restore)"
 )
 
 // Refuse says why the backend lacks a capability (node.Refuser): a pod
