@@ -91,13 +91,14 @@ test: deps ## the whole suite: what .ci/run runs
 	@$(MAKE) --no-print-directory lint unit e2e security-test
 	@./scripts/leakcheck.sh --before $(LEAKS_BEFORE)-test
 
-k8s-tools: ## build kube-apiserver, kubelet, etcd, kwok, kube-network-policies... from the Go module proxy, cached in /var/cache/berth/k8s
-	@./scripts/k8s-tools.sh && ./scripts/k8s-netpol-tools.sh
+k8s-tools: ## build kube-apiserver, kubelet, etcd, kwok, kube-network-policies, gVisor's shim... from the Go module proxy, cached in /var/cache/berth/k8s
+	@./scripts/k8s-tools.sh && ./scripts/k8s-netpol-tools.sh && ./scripts/k8s-runsc-tools.sh
 
 test-k8s: deps check-chart ## the suite on a real Kubernetes cluster (test/k8s): builds its binaries first (cached)
 	@mkdir -p bin && ./scripts/leakcheck.sh --record $(LEAKS_BEFORE)-k8s
 	@bin=$$(./scripts/k8s-tools.sh) && netpol=$$(./scripts/k8s-netpol-tools.sh) && csibin=$$(./scripts/k8s-csi-tools.sh) && \
-		BERTH_K8S_BIN=$$bin BERTH_NETPOL_BIN=$$netpol BERTH_K8S_CSI_BIN=$$csibin $(GO) test -count=1 -timeout 30m -v $(K8S_TESTFLAGS) ./test/k8s/... && \
+		runscbin=$$(./scripts/k8s-runsc-tools.sh) && \
+		BERTH_K8S_BIN=$$bin BERTH_NETPOL_BIN=$$netpol BERTH_K8S_CSI_BIN=$$csibin BERTH_K8S_RUNSC_BIN=$$runscbin $(GO) test -count=1 -timeout 30m -v $(K8S_TESTFLAGS) ./test/k8s/... && \
 		BERTH_K8S_BIN=$$bin $(GO) test -tags k8s -count=1 -timeout 10m -run TestScaleOnKwok -v ./internal/node/kube/
 	@./scripts/leakcheck.sh --before $(LEAKS_BEFORE)-k8s
 

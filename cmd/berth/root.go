@@ -93,7 +93,7 @@ The CLI talks to the daemon over its unix socket, or over HTTP(S) with an API ke
 		c.GroupID = "admin"
 		root.AddCommand(c)
 	}
-	root.AddCommand(newInstallKeysCmd())
+	root.AddCommand(newInstallKeysCmd(), newKubeNodeAgentCmd())
 	addCompletions(root, g)
 	return root
 }

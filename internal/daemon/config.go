@@ -235,6 +235,12 @@ type KubeConfig struct {
 	// listen port.
 	ResolverListen, ResolverAddress string
 	ResolverUpstream, ResolverPeers []string
+	// NodeAgentPort is where berth's node agents listen on each node
+	// (berth kube-node-agent, a DaemonSet): with it the gVisor class
+	// (runsc) freezes (pause, quarantine). NodeAgentSecret names the
+	// Secret of their identity ("" berth-node-agent).
+	NodeAgentPort   int
+	NodeAgentSecret string
 	// AgentSandbox serves kubernetes-sigs/agent-sandbox's resources as a
 	// door (internal/agentsandbox): their CRDs installed and reconciled
 	// into sandboxes.

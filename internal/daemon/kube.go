@@ -57,7 +57,7 @@ func openKube(ctx context.Context, kc KubeConfig, log *slog.Logger) (node.Backen
 		PullPolicy: corev1.PullPolicy(kc.PullPolicy), StorageClass: kc.StorageClass, NodeName: kc.NodeName,
 		Snapshots: snaps, SnapshotClass: kc.SnapshotClass, CaptureGrace: kc.CaptureGrace,
 		NodeSelector: selector, Tolerations: tolerations, UserNamespaces: kc.UserNamespaces, Logger: log,
-		Resolver: resolver,
+		Resolver: resolver, NodeAgent: kube.NodeAgentConfig{Port: kc.NodeAgentPort, Secret: kc.NodeAgentSecret},
 	})
 }
 

@@ -20,7 +20,8 @@
 //     answers a missing capability with the backend's reason (Refuser) as
 //     errdefs.ErrNotSupported; a backend that gains one (Kubernetes
 //     freezing gVisor pods) implements the interface and nothing above it
-//     changes.
+//     changes (a backend whose classes differ refuses in the method for
+//     the classes whose Caps lack it).
 //   - Caps stay data per runtime class: one backend's classes differ
 //     (runc cannot checkpoint, runsc can), GET /v1/version lists them, and
 //     create refuses what the class lacks before anything is made
@@ -38,8 +39,9 @@
 // one (node/kube) makes a sandbox a pod reached at an address (the agent
 // client comes from the backend, so the engine never sees a socket
 // path), its workspace a PVC (volumes are ids the backend maps to its own
-// storage); it captures through CSI snapshots and applies egress rules as
-// NetworkPolicy, and lacks the rest. node/memnode is the in-memory double
+// storage); it captures through CSI snapshots, applies egress rules as
+// NetworkPolicy, freezes gVisor pods through its node agent (the Freezer
+// of its runsc class only), and lacks the rest. node/memnode is the in-memory double
 // of the engine's unit tests; node/nodetest is the conformance suite all
 // three pass.
 //

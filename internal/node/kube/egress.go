@@ -44,6 +44,10 @@ const (
 	// AnnotationPins holds the resolver's pins, a JSON list of
 	// {"n": name, "a": address, "u": unix seconds until}.
 	AnnotationPins = "berth.sh/pins"
+	// AnnotationCut ("true") marks a quarantined sandbox's policy: its
+	// rules and pins are kept in the annotations but it allows no egress
+	// at all (not even the resolver) until the release.
+	AnnotationCut = "berth.sh/cut"
 )
 
 // ResolverConfig configures network mode egress: berth's resolver and
@@ -300,6 +304,13 @@ var errNotEgress = errors.New("not an egress policy")
 // and writes the result unless change reports no change; a conflict (a
 // replica or the resolver wrote meanwhile) reads it again and retries.
 func (b *Backend) updatePolicy(ctx context.Context, id string, change func(allow *[]string, pins network.Pins, now time.Time) (bool, error)) error {
+	return b.updatePolicyCut(ctx, id, nil, change)
+}
+
+// updatePolicyCut is updatePolicy that also sets the quarantine's cut
+// (nil: leaves it as it is). A cut policy keeps its annotations up to
+// date but allows no egress.
+func (b *Backend) updatePolicyCut(ctx context.Context, id string, cut *bool, change func(allow *[]string, pins network.Pins, now time.Time) (bool, error)) error {
 	api := b.client.NetworkingV1().NetworkPolicies(b.cfg.Namespace)
 	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		cur, err := api.Get(ctx, policyName(id), metav1.GetOptions{})
@@ -315,12 +326,23 @@ func (b *Backend) updatePolicy(ctx context.Context, id string, change func(allow
 		}
 		now := time.Now()
 		changed, err := change(&allow, pins, now)
-		if err != nil || !changed {
+		if err != nil {
 			return err
+		}
+		isCut := cur.Annotations[AnnotationCut] == "true"
+		if cut != nil && *cut != isCut {
+			isCut, changed = *cut, true
+		}
+		if !changed {
+			return nil
 		}
 		want, err := b.egressPolicyFor(id, allow, pins, now)
 		if err != nil {
 			return err
+		}
+		if isCut {
+			want.Annotations[AnnotationCut] = "true"
+			want.Spec.Egress = nil
 		}
 		cur.Annotations = want.Annotations
 		cur.Spec = want.Spec
@@ -329,14 +351,15 @@ func (b *Backend) updatePolicy(ctx context.Context, id string, change func(allow
 	})
 }
 
-// writeRules rewrites sb's policy from its record's rules; pins of names
-// no rule allows any more go.
+// writeRules rewrites sb's policy from its record's rules, without a
+// quarantine's cut; pins of names no rule allows any more go.
 func (b *Backend) writeRules(ctx context.Context, sb *sandbox.Sandbox) error {
 	rules, err := egressrule.ParseAll(sb.Spec.Allow)
 	if err != nil {
 		return errdefs.Invalid("%v", err)
 	}
-	err = b.updatePolicy(ctx, sb.ID, func(allow *[]string, pins network.Pins, now time.Time) (bool, error) {
+	uncut := false
+	err = b.updatePolicyCut(ctx, sb.ID, &uncut, func(allow *[]string, pins network.Pins, now time.Time) (bool, error) {
 		*allow = slices.Clone(sb.Spec.Allow)
 		keepPins(pins, rules, now)
 		return true, nil
@@ -347,14 +370,27 @@ func (b *Backend) writeRules(ctx context.Context, sb *sandbox.Sandbox) error {
 	return nil
 }
 
-// SetRules applies sb's rules now (cut=false). A quarantine's cut needs
-// the freeze pods do not have.
+// SetRules applies sb's rules now (cut=false), or a quarantine's cut: a
+// policy that allows no egress (mode none's is one already). A cut needs
+// the freeze only the gVisor class has (freeze.go); its release restores
+// the rules, or for mode none leaves the deny-all policy as it is.
 func (b *Backend) SetRules(ctx context.Context, sb *sandbox.Sandbox, cut bool) error {
-	if cut {
+	if cut && !b.freezable(sb) {
 		return notOnKube("quarantine", whyFreeze)
 	}
 	if sb.Spec.Network != "egress" {
+		if b.freezable(sb) {
+			return b.ensurePolicy(ctx, sb.ID)
+		}
 		return errdefs.Invalid("sandbox %s has network mode %s", sb.ID, sb.Spec.Network)
+	}
+	if cut {
+		yes := true
+		err := b.updatePolicyCut(ctx, sb.ID, &yes, func(*[]string, network.Pins, time.Time) (bool, error) { return false, nil })
+		if err != nil {
+			return fmt.Errorf("network policy of %s: %w", sb.ID, err)
+		}
+		return nil
 	}
 	if !b.egressOn() {
 		return notOnKube("egress rules", whyNoResolver)

@@ -12,9 +12,12 @@
 // instance), and writes through client-go. Network mode egress is a
 // NetworkPolicy per sandbox and berth's DNS-pinned resolver for pods
 // (egress.go, egress_resolver.go); forks and snapshots are CSI
-// VolumeSnapshots of the owned claims (snapshot.go). What a pod cannot do
-// — freeze, checkpoint, capture its files where the cluster has no CSI
-// snapshots, secrets injected at egress — is said in the classes' Caps and
+// VolumeSnapshots of the owned claims (snapshot.go); pods of the gVisor
+// class are frozen in place (pause, quarantine) by berth's node agent on
+// their node (freeze.go, package nodeagent). What a pod cannot do —
+// freeze outside that class, checkpoint, capture its files where the
+// cluster has no CSI snapshots, secrets injected at egress — is said in
+// the classes' Caps and
 // refused with errdefs.ErrNotSupported and a reason: a capability no pod
 // has is a node capability interface it does not implement, whose refusal
 // node.Need takes from Refuse (refused.go).
@@ -55,6 +58,7 @@ import (
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 
 	"github.com/berth-sh/berth/internal/node"
+	"github.com/berth-sh/berth/internal/node/kube/nodeagent"
 	"github.com/berth-sh/berth/internal/sandbox"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -122,7 +126,10 @@ type Config struct {
 	// Resolver configures network mode egress (egress.go); without its
 	// Address the mode is refused.
 	Resolver ResolverConfig
-	Logger   *slog.Logger
+	// NodeAgent reaches berth's node agent on each node (freeze.go):
+	// with it, the gVisor class (GVisorClass) freezes.
+	NodeAgent NodeAgentConfig
+	Logger    *slog.Logger
 }
 
 // NewClient returns a client from kubeconfig, or from the pod's service
@@ -188,6 +195,8 @@ type Backend struct {
 
 	refused atomic.Uint64
 	hooks   node.Hooks
+
+	nodeAgent *nodeagent.Client // nil: no node agent (freeze.go)
 }
 
 // A pod can be captured (CSI VolumeSnapshots, where the cluster has a
@@ -205,7 +214,8 @@ var (
 // the daemon's side. Warm pools are running pods (no freeze), and a pod's
 // hostname is fixed when it is made (no rename). Capture is added at New
 // where the cluster can snapshot the claims (snapshot.go), Egress where
-// berth's resolver is configured.
+// berth's resolver is configured, Freeze for the gVisor class where a node
+// agent is (freeze.go).
 var podCaps = node.Caps{PortsViaAgent: true, Pool: true}
 
 // New opens the backend and fills its caches: the namespace must be
@@ -249,6 +259,12 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		agents: map[string]*agentEntry{}, cpu: map[string]*cpuSample{}, capturing: map[string]int{}, stopInf: make(chan struct{}),
 		hooks: node.Hooks{Event: func(*sandbox.Event) {}, Flow: func(node.Flow) {}}}
 	b.snap = cfg.Snapshots
+	nctx, ncancel := context.WithTimeout(ctx, cfg.ReadyTimeout)
+	err := b.initNodeAgent(nctx)
+	ncancel()
+	if err != nil {
+		return nil, err
+	}
 	dctx, dcancel := context.WithTimeout(ctx, cfg.ReadyTimeout)
 	b.snaps = b.detectSnapshots(dctx)
 	dcancel()
@@ -266,6 +282,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		b.rcOf[c.Name] = c.RuntimeClass
 		caps := caps
 		caps.Egress = b.egressOn()
+		caps.Freeze = b.freezes(c.Name)
 		b.classes = append(b.classes, node.Class{Name: c.Name, Caps: caps})
 	}
 	sel := labels.Set{LabelManagedBy: ManagedBy, LabelInstance: cfg.Instance}.String()
@@ -342,6 +359,9 @@ func (b *Backend) Close(keepNetwork bool) {
 		}
 		close(b.stopInf)
 		b.factory.Shutdown()
+		if b.nodeAgent != nil {
+			b.nodeAgent.Close()
+		}
 	})
 }
 

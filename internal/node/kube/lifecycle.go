@@ -301,7 +301,20 @@ func (b *Backend) Status(ctx context.Context, sb *sandbox.Sandbox) (node.Status,
 	if err != nil {
 		return "", err
 	}
-	return statusOf(p), nil
+	st := statusOf(p)
+	if st == node.StatusRunning && b.freezable(sb) {
+		// Only the node sees a frozen gVisor pod; a node agent that
+		// does not answer leaves the pod's own view.
+		nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		fst, err := b.nodeStatus(nctx, sb)
+		cancel()
+		if err == nil {
+			st = fst
+		} else {
+			b.log.Warn("asking the node agent for a pod's status", "sandbox", sb.ID, "err", err)
+		}
+	}
+	return st, nil
 }
 
 // statusOf maps a pod to what the engine knows: running only while its

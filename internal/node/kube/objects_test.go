@@ -235,14 +235,17 @@ func TestRefusals(t *testing.T) {
 	_, _, capErr := b.Capture(ctx, sb, "x")
 	_, _, allocErr := b.Allocate(ctx, sb.ID, func(string) bool { return false })
 	// What no pod can do is a capability the backend lacks: the engine's
-	// question (node.Need) is answered with the reason.
-	_, freezeErr := node.Need[node.Freezer](b, node.OpPause)
+	// question (node.Need) is answered with the reason. Freeze is the
+	// gVisor class's with a node agent (none here): its refusal comes
+	// from the method (freeze_test.go).
+	freezeErr := b.Freeze(ctx, sb)
+	_, qreadErr := node.Need[node.RootLayer](b, node.OpQuarantine)
 	_, cpErr := node.Need[node.Hibernator](b, node.OpHibernate)
 	_, diffErr := node.Need[node.RootLayer](b, node.OpDiff)
 	_, renameErr := node.Need[node.Renamer](b, node.OpRename)
 	for name, err := range map[string]error{
 		"freeze": freezeErr, "capture": capErr, "checkpoint": cpErr, "allocate": allocErr,
-		"diff": diffErr, "set rules": b.SetRules(ctx, sb, true), "hostname": renameErr,
+		"diff": diffErr, "set rules": b.SetRules(ctx, sb, true), "hostname": renameErr, "quarantine reads": qreadErr,
 	} {
 		if !errors.Is(err, errdefs.ErrNotSupported) || !strings.Contains(err.Error(), "kubernetes") {
 			t.Errorf("%s: %v, want not supported naming kubernetes", name, err)

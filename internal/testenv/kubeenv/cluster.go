@@ -47,6 +47,10 @@ type Options struct {
 	// Node), so a pod reaches a Service's ClusterIP (ServiceCIDR) as on
 	// any cluster; serviceproxy.go.
 	ServiceProxy bool
+	// GVisor gives the node a runsc runtime handler (gVisor's shim, built
+	// by scripts/k8s-runsc-tools.sh) and the cluster RuntimeClass
+	// GVisorRuntimeClass naming it (implies Node); gvisor.go.
+	GVisor bool
 }
 
 // ServiceCIDR is the cluster's Service range (kube-apiserver's
@@ -79,6 +83,10 @@ type Cluster struct {
 	procs []*proc
 	node  *node
 	csi   *csiStack
+	runsc RunscBinaries
+	// host are processes a test started beside the node (StartProcess),
+	// stopped first.
+	host []*proc
 }
 
 // Start starts a cluster, or fails t saying what is missing. Everything is
@@ -92,8 +100,14 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if opts.CSI {
 		opts.Node, opts.ControllerManager = true, true
 	}
-	if opts.ServiceProxy {
+	if opts.ServiceProxy || opts.GVisor {
 		opts.Node = true
+	}
+	var runsc RunscBinaries
+	if opts.GVisor {
+		if runsc, err = FindRunscBinaries(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if opts.Node && os.Geteuid() != 0 {
 		t.Fatal("kubeenv: a node (containerd, kubelet, CNI bridge) needs root")
@@ -102,7 +116,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Cluster{Dir: dir, ID: randHex(3), Bins: bins, opts: opts}
+	c := &Cluster{Dir: dir, ID: randHex(3), Bins: bins, opts: opts, runsc: runsc}
 	t.Cleanup(func() { c.cleanup(t) })
 	logs := filepath.Join(dir, "logs")
 	pki := filepath.Join(dir, "pki")
@@ -225,6 +239,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if opts.Node {
 		c.startNode(t)
 	}
+	if opts.GVisor {
+		c.createRuntimeClass(t)
+	}
 	if opts.ServiceProxy {
 		c.startServiceProxy(t)
 	}
@@ -341,6 +358,9 @@ func (c *Cluster) cleanup(t testing.TB) {
 			t.Logf("--- %s log (last 25 lines) ---\n%s", p.name, p.tail(25))
 		}
 	}
+	for i := len(c.host) - 1; i >= 0; i-- {
+		c.host[i].stop(10 * time.Second)
+	}
 	if c.node != nil {
 		c.teardownNode(t)
 	}
@@ -352,4 +372,22 @@ func (c *Cluster) cleanup(t testing.TB) {
 	if err := testenv.RemoveDir(c.Dir); err != nil {
 		t.Errorf("kubeenv: remove %s: %v", c.Dir, err)
 	}
+}
+
+// StartProcess runs bin with args on the host beside the cluster (what a
+// DaemonSet would run on the node), its output in the cluster's logs dir
+// as <name>.log; the cluster's cleanup stops it by pid, before the node.
+func (c *Cluster) StartProcess(t testing.TB, name, bin string, args ...string) {
+	t.Helper()
+	p, err := start(filepath.Join(c.Dir, "logs"), name, bin, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.host = append(c.host, p)
+}
+
+// ProcessLog is the end (n lines) of the log of a process StartProcess
+// started.
+func (c *Cluster) ProcessLog(name string, n int) string {
+	return tailFile(filepath.Join(c.Dir, "logs", name+".log"), n)
 }

@@ -131,8 +131,14 @@ func (c *Cluster) startNode(t testing.TB) {
 	if err := n.guard(); err != nil {
 		t.Fatalf("kubeenv: nft guard for the pod bridge: %v", err)
 	}
-	must(t, n.writeContainerdConfig())
-	n.containerd, err = start(filepath.Join(c.Dir, "logs"), "containerd", "containerd", "--config", filepath.Join(n.dir, "containerd", "config.toml"))
+	must(t, n.writeContainerdConfig(c.runsc))
+	var env []string
+	if c.runsc.Dir != "" {
+		// containerd finds a runtime's shim (containerd-shim-runsc-v1)
+		// on its PATH.
+		env = []string{"PATH=" + c.runsc.Dir + ":" + os.Getenv("PATH")}
+	}
+	n.containerd, err = startEnv(filepath.Join(c.Dir, "logs"), "containerd", "containerd", env, "--config", filepath.Join(n.dir, "containerd", "config.toml"))
 	must(t, err)
 	if err := waitFor(30*time.Second, "containerd", func() (bool, error) {
 		_, err := n.ctr("version")
@@ -327,8 +333,14 @@ func (n *node) unguard() error {
 // writeContainerdConfig: every path containerd and its shims write is
 // under the node's dir (root, state, runc's state, network namespaces, CNI
 // config), so two clusters and the host's own containerd never meet.
-func (n *node) writeContainerdConfig() error {
+// With gVisor (runsc's bins) a second handler, runsc, runs gVisor's shim
+// (gvisor.go).
+func (n *node) writeContainerdConfig(runsc RunscBinaries) error {
 	d := func(p string) string { return strconv.Quote(filepath.Join(n.dir, p)) }
+	gvisor, err := n.runscRuntime(runsc)
+	if err != nil {
+		return err
+	}
 	cfg := `version = 2
 root = ` + d("containerd/root") + `
 state = ` + d("containerd/state") + `
@@ -362,7 +374,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         Root = ` + d("runc") + `
         SystemdCgroup = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
+` + gvisor + `  [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = ` + strconv.Quote(CNIBinDir) + `
     conf_dir = ` + d("cni/net.d") + `
     max_conf_num = 1

@@ -72,12 +72,20 @@ type proc struct {
 // process group of its own (so a stop reaches what it forks by pid, never
 // by name).
 func start(logDir, name, bin string, args ...string) (*proc, error) {
+	return startEnv(logDir, name, bin, nil, args...)
+}
+
+// startEnv is start with env added to this process's environment.
+func startEnv(logDir, name, bin string, env []string, args ...string) (*proc, error) {
 	logPath := filepath.Join(logDir, name+".log")
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
