@@ -6,6 +6,7 @@ package main
 // bench or the attack suite: those bring the engine, the Kubernetes client
 // and the storage drivers, whose package initialisation alone costs the
 // full binary ~17 ms before main, paid by every `berth exec`. Their verbs
+// (serve, bench, selftest, and kube-node-agent of a node's DaemonSet)
 // here hand the whole command line to the full binary, berthd, installed
 // beside this one (make build, scripts/demo.sh), by exec: the process,
 // its pid, its process group and its signals stay the caller's, so
@@ -36,6 +37,12 @@ func newBenchCmd() *cobra.Command {
 
 func newSelftestCmd(*globals) *cobra.Command {
 	return delegated("selftest", "Attack the sandbox boundary from inside, on every runtime class")
+}
+
+func newKubeNodeAgentCmd() *cobra.Command {
+	c := delegated("kube-node-agent", "Freeze and thaw gVisor pods on this Kubernetes node for berth's daemon (a DaemonSet)")
+	c.Hidden = true
+	return c
 }
 
 // delegated is verb use run by berthd: its flags, help included, are

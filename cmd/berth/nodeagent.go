@@ -1,3 +1,5 @@
+//go:build !berthcli
+
 package main
 
 import (
