@@ -16,7 +16,6 @@ import (
 	"github.com/berth-sh/berth/client"
 	"github.com/berth-sh/berth/internal/bench/harness"
 	"github.com/berth-sh/berth/internal/cgroups"
-	"github.com/berth-sh/berth/internal/node/local"
 )
 
 // cycle creates a sandbox, execs true in it and deletes it. It returns the
@@ -561,13 +560,9 @@ func (b *bench) measureDensity(ctx context.Context) error {
 		pex.Add(pd)
 	}
 
-	// Each container's session keyring is a key owned by the sandboxes'
-	// root uid, whose quota (kernel.keys.maxkeys, 200 by default) is
-	// shared by every sandbox on the host.
-	if used, limit, ok := keyQuota(local.DefaultIDMap.HostUID); ok && limit-used < n {
-		b.Logf("density: warning: the kernel key quota of uid %d (the sandboxes' root) has room for %d more keys, "+
-			"one per sandbox; creates beyond that fail (raise kernel.keys.maxkeys)", local.DefaultIDMap.HostUID, limit-used)
-	}
+	// Each sandbox's root is a host uid of its own range (internal/node/
+	// local/ids.go), so the kernel's per-uid key quota (a session keyring
+	// per container) is not shared between sandboxes.
 	ids := make([]string, n)
 	b.Logf("density: creating %d sandboxes (%d concurrent)", n, workers)
 	createLat, createWall, err := parallel(ctx, n, workers, func(done int) { b.Every(done-1, n, "density: created") },
@@ -647,9 +642,8 @@ func (b *bench) measureDensity(ctx context.Context) error {
 		note := fmt.Sprintf("creates stopped after %d sandboxes: %v", n, createErr)
 		if b.d.LogContains("session keyring") || strings.Contains(createErr.Error(), "keyring") {
 			note += " (daemon log: runc could not create the container's session keyring)"
-			note += fmt.Sprintf(" — every sandbox's session keyring counts against the mapped root uid's kernel key quota "+
-				"(kernel.keys.maxkeys=%s, maxbytes=%s, shared by all berth sandboxes on the host)",
-				sysctl("kernel/keys/maxkeys"), sysctl("kernel/keys/maxbytes"))
+			note += fmt.Sprintf(" — a session keyring counts against its owner uid's kernel key quota "+
+				"(kernel.keys.maxkeys=%s, maxbytes=%s)", sysctl("kernel/keys/maxkeys"), sysctl("kernel/keys/maxbytes"))
 		}
 		b.Add(Row{Measurement: Density, Name: "density: idle sandboxes reached", Unit: "",
 			Berth: harness.Aggregate(float64(n), n), Target: fmt.Sprintf("= %d", want), Pass: harness.Pass(false), Note: note})
@@ -693,33 +687,3 @@ func sysctl(name string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// keyQuota returns the number of keys uid owns and its quota, from
-// /proc/key-users; a uid without keys reports the default quota.
-func keyQuota(uid uint32) (used, limit int, ok bool) {
-	if l, err := strconv.Atoi(sysctl("kernel/keys/maxkeys")); err == nil {
-		limit, ok = l, true
-	}
-	data, err := os.ReadFile("/proc/key-users")
-	if err != nil {
-		return 0, 0, false
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		// "100000000:     3 3/3 3/200 31/20000"
-		u, rest, found := strings.Cut(strings.TrimSpace(line), ":")
-		if !found || u != strconv.FormatUint(uint64(uid), 10) {
-			continue
-		}
-		f := strings.Fields(rest)
-		if len(f) < 3 {
-			return 0, 0, false
-		}
-		q, l, _ := strings.Cut(f[2], "/")
-		qn, err1 := strconv.Atoi(q)
-		ln, err2 := strconv.Atoi(l)
-		if err1 != nil || err2 != nil {
-			return 0, 0, false
-		}
-		return qn, ln, true
-	}
-	return 0, limit, ok
-}
