@@ -46,10 +46,16 @@ const (
 // invalid with REST's validator, once the caller may run commands;
 // empty-exec and empty-process name no command, which a door refuses as
 // it translates (E2B's empty cmd, MCP's "give cmd or shell"); MCP's
-// base64-write's content is not base64. Every invalid call leaves REST's
-// record of its refusal ("error 400").
+// base64-write's content is not base64. The control calls' bad-* carry
+// what REST's edge rules refuse (an ESC in a template, snapshot name or
+// egress rule; 65 children; a timeout past 30 days), which the E2B door
+// translates into REST's (or the engine's) request type for the gate to
+// validate; bad-connect's timeout is not positive, which the E2B door
+// refuses as it translates. timeout and connect are the E2B door's alone.
+// Every invalid call leaves REST's record of its refusal ("error 400").
 var doorOps = []string{"create", "get", "list", "exec", "bad-exec", "empty-exec", "write", "bad-write", "base64-write", "read",
-	"process", "bad-process", "empty-process", "port", "pause", "resume", "kill"}
+	"process", "bad-process", "empty-process", "port", "bad-create", "bad-fork", "bad-snapshot", "bad-network",
+	"timeout", "bad-timeout", "connect", "bad-connect", "pause", "resume", "kill"}
 
 // invalidOp is the operation an invalid call (bad-*, empty-*) is a call
 // of, and whether op is one.
@@ -113,11 +119,13 @@ var doorPrincipals = []doorPrincipal{
 	// invalid for a bad call whatever the id (no oracle: the same answer
 	// for an id that names nothing).
 	{name: "stranger", tenant: "other", scopes: memberScopes, want: with(allBut(dNotFound, "create", "list"), dInvalid,
-		"bad-exec", "bad-process", "bad-write", "empty-exec", "empty-process", "base64-write")},
+		"bad-exec", "bad-process", "bad-write", "empty-exec", "empty-process", "base64-write",
+		"bad-create", "bad-fork", "bad-snapshot", "bad-network", "bad-timeout", "bad-connect")},
 	// The shared sandbox's create-time lease: its own sandbox's data
 	// plane, nothing of the control plane.
 	{name: "lease", tenant: "acme", want: map[string]string{"create": dForbidden, "list": dForbidden,
-		"pause": dForbidden, "resume": dForbidden, "kill": dForbidden}},
+		"pause": dForbidden, "resume": dForbidden, "kill": dForbidden, "fork": dForbidden, "snapshot": dForbidden,
+		"network": dForbidden, "timeout": dForbidden, "connect": dForbidden}},
 	// The lease of another tenant's sandbox, naming acme's: no right on
 	// it.
 	{name: "other-lease", tenant: "other", want: allBut(dForbidden)},
@@ -149,11 +157,16 @@ var doorOverrides = map[string]string{
 
 // doorNA: operations a door does not have.
 func doorNA(door, principal, op string) bool {
+	base, _ := invalidOp(op)
+	if door != "e2b" && (base == "timeout" || base == "connect") {
+		// E2B's timeout and connect are no operation of REST's or MCP's.
+		return true
+	}
 	switch door {
 	case "mcp", "mcp-stdio":
-		// MCP has no pause, resume or port read (expose_port only names
-		// the URL).
-		return op == "pause" || op == "resume" || op == "port"
+		// MCP has no pause, resume, network update or port read
+		// (expose_port only names the URL).
+		return op == "pause" || op == "resume" || op == "port" || op == "bad-network"
 	}
 	// Only MCP's file_write takes base64 content.
 	return op == "base64-write"
@@ -170,7 +183,9 @@ func auditAction(door, op string) string {
 		"create": "POST /v1/sandboxes", "exec": "POST /v1/sandboxes/{id}/exec",
 		"write": "PUT /v1/sandboxes/{id}/files", "process": "POST /v1/sandboxes/{id}/processes",
 		"pause": "POST /v1/sandboxes/{id}/pause", "resume": "POST /v1/sandboxes/{id}/resume",
-		"kill": "DELETE /v1/sandboxes/{id}",
+		"kill": "DELETE /v1/sandboxes/{id}", "fork": "POST /v1/sandboxes/{id}/fork",
+		"snapshot": "POST /v1/sandboxes/{id}/snapshots", "network": "POST /v1/sandboxes/{id}/network",
+		"timeout": "e2b POST /sandboxes/{sandboxID}/timeout", "connect": "e2b POST /sandboxes/{sandboxID}/connect",
 	}
 	if door == "e2b" {
 		switch op {
@@ -578,6 +593,22 @@ func (s *restSession) do(op, id string) callResult {
 			req.Header.Set("Authorization", "Bearer "+s.f.keys[s.p.name])
 		}
 		return httpClass(req, "served")
+	case "bad-create":
+		sb, err := s.c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: badText})
+		r := restClass(err)
+		if err == nil {
+			r.created = sb.ID
+		}
+		return r
+	case "bad-fork":
+		_, err := s.c.Fork(ctx, id, api.ForkRequest{Count: 65})
+		return restClass(err)
+	case "bad-snapshot":
+		_, err := s.c.CreateSnapshot(ctx, id, api.CreateSnapshotRequest{Name: badText})
+		return restClass(err)
+	case "bad-network":
+		_, err := s.c.UpdateNetwork(ctx, id, api.NetworkRulesRequest{Allow: []string{badText}})
+		return restClass(err)
 	case "pause":
 		_, err := s.c.Pause(ctx, id)
 		return restClass(err)
@@ -592,10 +623,11 @@ func (s *restSession) do(op, id string) callResult {
 }
 
 // badEnv is an environment every door must refuse: an ESC in a name;
-// badPath a file path (a NUL in it).
+// badPath a file path (a NUL in it); badText a name or rule (an ESC).
 var (
 	badEnv  = map[string]string{"A\x1bB": "1"}
 	badPath = "/tmp/a\x00b"
+	badText = "a\x1bb"
 )
 
 // httpClass sends req and classes its answer; a 2xx must contain want.
@@ -738,6 +770,28 @@ func (s *e2bSession) do(op, id string) callResult {
 		return s.control("POST", "/sandboxes/"+id+"/resume", `{"timeout":300}`)
 	case "kill":
 		return s.control("DELETE", "/sandboxes/"+id, "")
+	case "bad-create":
+		r := s.control("POST", "/v2/sandboxes", `{"templateID":"a\u001bb","timeout":300}`)
+		var out struct{ SandboxID string }
+		if r.class == dOK && json.Unmarshal([]byte(r.detail), &out) == nil {
+			r.created = out.SandboxID
+		}
+		return r
+	case "bad-fork":
+		return s.control("POST", "/sandboxes/"+id+"/fork", `{"count":65}`)
+	case "bad-snapshot":
+		return s.control("POST", "/sandboxes/"+id+"/snapshots", `{"name":"a\u001bb"}`)
+	case "bad-network":
+		return s.control("PUT", "/sandboxes/"+id+"/network", `{"allowOut":["a\u001bb"]}`)
+	case "timeout":
+		// A day: the shared sandbox outlives the suite.
+		return s.control("POST", "/sandboxes/"+id+"/timeout", `{"timeout":86400}`)
+	case "bad-timeout":
+		return s.control("POST", "/sandboxes/"+id+"/timeout", `{"timeout":100000000}`)
+	case "connect":
+		return s.control("POST", "/sandboxes/"+id+"/connect", `{"timeout":600}`)
+	case "bad-connect":
+		return s.control("POST", "/sandboxes/"+id+"/connect", `{"timeout":-1}`)
 	}
 	hdr, ok := s.envdHdr(id, "49983")
 	if !ok {
@@ -927,6 +981,19 @@ func (s *mcpSession) do(op, id string) callResult {
 		return r
 	case "process":
 		_, r := s.call("process_start", map[string]any{"id": id, "cmd": []string{"true"}})
+		return r
+	case "bad-create":
+		out, r := s.call("sandbox_create", map[string]any{"template": badText})
+		if r.class == dOK {
+			sb, _ := out["sandbox"].(map[string]any)
+			r.created, _ = sb["id"].(string)
+		}
+		return r
+	case "bad-fork":
+		_, r := s.call("sandbox_fork", map[string]any{"id": id, "count": 65})
+		return r
+	case "bad-snapshot":
+		_, r := s.call("snapshot_create", map[string]any{"id": id, "name": badText})
 		return r
 	case "kill":
 		_, r := s.call("sandbox_delete", map[string]any{"id": id})
