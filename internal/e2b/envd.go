@@ -28,9 +28,12 @@ import (
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
-// maxUpload bounds one /files upload; maxRPCMessage one Connect message.
+// maxUpload bounds one /files upload's body: one file of the gate's
+// bound (access.MaxFileWriteBytes, which each file meets, inflated or
+// not) and its multipart framing. maxRPCMessage bounds one Connect
+// message.
 const (
-	maxUpload     = 1 << 30
+	maxUpload     = access.MaxFileWriteBytes + 1<<20
 	maxRPCMessage = 4 << 20
 )
 
@@ -444,7 +447,13 @@ func (d *Door) writeUpload(w http.ResponseWriter, r *http.Request) ([]writtenInf
 	}
 	defer f.Close()
 	var made []string // what the upload created, given to the user after
-	put := func(name string, body io.Reader) (writtenInfo, error) {
+	// put writes one file, its bytes bounded by the gate's bound of one
+	// file write (declared: its length when the body is that file alone).
+	put := func(name string, in io.Reader, declared int64) (writtenInfo, error) {
+		body, err := access.FileWriteBody(in, declared)
+		if err != nil {
+			return writtenInfo{}, err
+		}
 		path, err := absPath(name, user)
 		if err != nil {
 			return writtenInfo{}, err
@@ -466,7 +475,7 @@ func (d *Door) writeUpload(w http.ResponseWriter, r *http.Request) ([]writtenInf
 			d.giveTo(ctx, user, made)
 		}
 	}()
-	body := http.MaxBytesReader(w, r.Body, maxUpload)
+	body := &boundedReader{r: r.Body, left: maxUpload}
 	var out []writtenInfo
 	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if mt == "multipart/form-data" {
@@ -487,7 +496,7 @@ func (d *Door) writeUpload(w http.ResponseWriter, r *http.Request) ([]writtenInf
 			if name == "" {
 				name = partFileName(part)
 			}
-			wi, err := put(name, part)
+			wi, err := put(name, part, -1)
 			part.Close()
 			if err != nil {
 				return nil, err
@@ -496,6 +505,7 @@ func (d *Door) writeUpload(w http.ResponseWriter, r *http.Request) ([]writtenInf
 		}
 	} else {
 		var in io.Reader = body
+		declared := r.ContentLength
 		switch ce := r.Header.Get("Content-Encoding"); ce {
 		case "":
 		case "gzip":
@@ -507,11 +517,11 @@ func (d *Door) writeUpload(w http.ResponseWriter, r *http.Request) ([]writtenInf
 				return nil, errdefs.Invalid("gzip body: %v", err)
 			}
 			defer zr.Close()
-			in = &boundedReader{r: zr, left: maxUpload}
+			in, declared = zr, -1
 		default:
 			return nil, errdefs.Invalid("Content-Encoding %q is not supported (gzip is)", ce)
 		}
-		wi, err := put(qpath, in)
+		wi, err := put(qpath, in, declared)
 		if err != nil {
 			return nil, err
 		}
@@ -533,7 +543,7 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	b.left -= int64(n)
 	if b.left < 0 {
-		return 0, errdefs.TooLarge("the upload inflates past %d bytes", int64(maxUpload))
+		return 0, errdefs.TooLarge("an upload carries at most %d bytes", int64(maxUpload))
 	}
 	return n, err
 }

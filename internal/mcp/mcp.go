@@ -15,8 +15,9 @@
 //
 // The tools: sandbox_create, sandbox_list (paged by cursor), sandbox_get,
 // sandbox_delete, run_command (exit code and stdout/stderr capped at 64 KiB
-// each by default, 1 MiB at most, with truncated flags), file_write (8 MiB
-// at most), file_read (256 KiB by default, 4 MiB at most; base64 when not
+// each by default, 1 MiB at most, with truncated flags), file_write (as much as
+// REST's write takes: the gate's access.MaxFileWriteBytes, REST's 413 and
+// record past it), file_read (256 KiB by default, 4 MiB at most; base64 when not
 // UTF-8), file_list, expose_port (the proxy URL and whether the port is
 // public), snapshot_create, sandbox_fork, and the background-process tools
 // process_start, process_list and process_kill, written against the
@@ -58,8 +59,6 @@ const (
 	// DefaultReadBytes and MaxReadBytes bound what file_read returns.
 	DefaultReadBytes = 256 << 10
 	MaxReadBytes     = 4 << 20
-	// MaxWriteBytes bounds the content file_write takes.
-	MaxWriteBytes = 8 << 20
 	// DefaultListLimit and MaxListLimit bound one page of a list.
 	DefaultListLimit = 100
 	MaxListLimit     = 1000

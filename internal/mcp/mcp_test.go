@@ -133,14 +133,14 @@ func TestProcessToolsOnlyWithProcesses(t *testing.T) {
 }
 
 // Bad arguments are tool errors. A call MCP cannot translate into its
-// REST operation (no command; content that is not base64, too large, a
-// bad mode) is put to REST as the operation without what is missing (no
+// REST operation (no command; content that is not base64, a bad mode) is put to REST as the operation without what is missing (no
 // command, no path), so REST decides it and records its refusal
 // ("error 400") as it does any invalid request of it: the test's REST
 // refuses every request as invalid, as the daemon's does these, and
 // counts them (test/e2e TestDoorConformance checks the decision and the
 // record against the real daemon: empty-exec, empty-process). The rest
-// are answered before any call to the daemon.
+// are answered before any call to the daemon. How much file_write
+// carries is REST's bound (access.MaxFileWriteBytes), not MCP's.
 func TestBadArguments(t *testing.T) {
 	var mu sync.Mutex
 	var put []string
@@ -170,7 +170,6 @@ func TestBadArguments(t *testing.T) {
 		{"file_write", map[string]any{"id": "x", "path": "/f", "content": "!!", "encoding": "base64"}, "invalid_argument: content is not base64", "PUT /v1/sandboxes/x/files"},
 		{"file_write", map[string]any{"id": "x", "path": "/f", "content": "a", "encoding": "rot13"}, "want utf8 or base64", "PUT /v1/sandboxes/x/files"},
 		{"file_write", map[string]any{"id": "x", "path": "/f", "content": "a", "mode": "rwx"}, "octal", "PUT /v1/sandboxes/x/files"},
-		{"file_write", map[string]any{"id": "x", "path": "/f", "content": strings.Repeat("a", MaxWriteBytes+1)}, "at most", "PUT /v1/sandboxes/x/files"},
 		{"file_list", map[string]any{"id": "x", "path": "/", "offset": -1}, "negative", ""},
 		{"expose_port", map[string]any{"id": "x", "port": 70000}, "1-65535", ""},
 		{"sandbox_create", map[string]any{"persistent": "yes"}, "", ""}, // schema: not a boolean
