@@ -52,15 +52,21 @@ const (
 // translates into REST's (or the engine's) request type for the gate to
 // validate; bad-connect's timeout is not positive, which the E2B door
 // refuses as it translates. timeout and connect are the E2B door's alone.
+// schema-create, schema-exec and schema-process carry a body no decoder
+// of the door takes (a string for a boolean, a number for a string, a
+// string for a list): REST's strict decoder, the E2B door's JSON decode
+// and connect-go's refuse them, the MCP SDK's schema check refuses the
+// tool's arguments before the tool runs; the refusal is the gate's
+// (mcp.Options.Refuse, the E2B door's rpcRefusals), with its record.
 // Every invalid call leaves REST's record of its refusal ("error 400").
 var doorOps = []string{"create", "get", "list", "exec", "bad-exec", "empty-exec", "write", "bad-write", "base64-write", "read",
-	"process", "bad-process", "empty-process", "port", "bad-create", "bad-fork", "bad-snapshot", "bad-network",
+	"process", "bad-process", "empty-process", "port", "bad-create", "schema-create", "schema-exec", "schema-process", "bad-fork", "bad-snapshot", "bad-network",
 	"timeout", "bad-timeout", "connect", "bad-connect", "pause", "resume", "kill"}
 
 // invalidOp is the operation an invalid call (bad-*, empty-*) is a call
 // of, and whether op is one.
 func invalidOp(op string) (string, bool) {
-	for _, pre := range []string{"bad-", "empty-", "base64-"} {
+	for _, pre := range []string{"bad-", "empty-", "base64-", "schema-"} {
 		if base, ok := strings.CutPrefix(op, pre); ok {
 			return base, true
 		}
@@ -120,7 +126,7 @@ var doorPrincipals = []doorPrincipal{
 	// for an id that names nothing).
 	{name: "stranger", tenant: "other", scopes: memberScopes, want: with(allBut(dNotFound, "create", "list"), dInvalid,
 		"bad-exec", "bad-process", "bad-write", "empty-exec", "empty-process", "base64-write",
-		"bad-create", "bad-fork", "bad-snapshot", "bad-network", "bad-timeout", "bad-connect")},
+		"bad-create", "bad-fork", "bad-snapshot", "bad-network", "bad-timeout", "bad-connect", "schema-create", "schema-exec", "schema-process")},
 	// The shared sandbox's create-time lease: its own sandbox's data
 	// plane, nothing of the control plane.
 	{name: "lease", tenant: "acme", want: map[string]string{"create": dForbidden, "list": dForbidden,
@@ -152,7 +158,7 @@ var doorOverrides = map[string]string{
 	// where REST validates the input first (invalid).
 	// divergence: the order of checks, not the decision (both refuse).
 	"e2b/stranger/bad-exec": dNotFound, "e2b/stranger/bad-process": dNotFound, "e2b/stranger/bad-write": dNotFound,
-	"e2b/stranger/empty-exec": dNotFound, "e2b/stranger/empty-process": dNotFound,
+	"e2b/stranger/empty-exec": dNotFound, "e2b/stranger/empty-process": dNotFound, "e2b/stranger/schema-process": dNotFound,
 }
 
 // doorNA: operations a door does not have.
@@ -161,6 +167,13 @@ func doorNA(door, principal, op string) bool {
 	if door != "e2b" && (base == "timeout" || base == "connect") {
 		// E2B's timeout and connect are no operation of REST's or MCP's.
 		return true
+	}
+	if strings.HasPrefix(op, "schema-") {
+		// A refusal by the MCP SDK's schema check: the daemon's /v1/mcp
+		// puts it through the gate; `berth mcp` is a client of REST,
+		// whose refusals of what it never sends stay its own. The E2B
+		// door runs a command as a process start only.
+		return door == "mcp-stdio" || door == "e2b" && op == "schema-exec"
 	}
 	switch door {
 	case "mcp", "mcp-stdio":
@@ -600,6 +613,12 @@ func (s *restSession) do(op, id string) callResult {
 			r.created = sb.ID
 		}
 		return r
+	case "schema-create":
+		return s.raw("POST", "/v1/sandboxes", `{"persistent":"yes"}`)
+	case "schema-exec":
+		return s.raw("POST", "/v1/sandboxes/"+id+"/exec", `{"cmd":5}`)
+	case "schema-process":
+		return s.raw("POST", "/v1/sandboxes/"+id+"/processes", `{"cmd":5}`)
 	case "bad-fork":
 		_, err := s.c.Fork(ctx, id, api.ForkRequest{Count: 65})
 		return restClass(err)
@@ -620,6 +639,17 @@ func (s *restSession) do(op, id string) callResult {
 		return restClass(err)
 	}
 	panic("no operation " + op)
+}
+
+// raw sends a JSON body as it is, with the principal's credential.
+func (s *restSession) raw(method, path, body string) callResult {
+	req, err := http.NewRequest(method, "http://"+s.f.addr+path, strings.NewReader(body))
+	if err != nil {
+		s.f.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+s.f.keys[s.p.name])
+	req.Header.Set("Content-Type", "application/json")
+	return httpClass(req, "")
 }
 
 // badEnv is an environment every door must refuse: an ESC in a name;
@@ -777,6 +807,8 @@ func (s *e2bSession) do(op, id string) callResult {
 			r.created = out.SandboxID
 		}
 		return r
+	case "schema-create":
+		return s.control("POST", "/v2/sandboxes", `{"templateID":"base","timeout":"x"}`)
 	case "bad-fork":
 		return s.control("POST", "/sandboxes/"+id+"/fork", `{"count":65}`)
 	case "bad-snapshot":
@@ -798,7 +830,7 @@ func (s *e2bSession) do(op, id string) callResult {
 		return s.noToken
 	}
 	switch op {
-	case "exec", "process", "bad-exec", "bad-process", "empty-exec", "empty-process":
+	case "exec", "process", "bad-exec", "bad-process", "empty-exec", "empty-process", "schema-process":
 		hdr["Content-Type"] = "application/connect+json"
 		hdr["Connect-Protocol-Version"] = "1"
 		proc := `{"process":{"cmd":"/bin/true"}}`
@@ -808,6 +840,9 @@ func (s *e2bSession) do(op, id string) callResult {
 		case strings.HasPrefix(op, "empty-"):
 			// Refused as the door translates it.
 			proc = `{"process":{"cmd":""}}`
+		case op == "schema-process":
+			// Refused by connect-go's decoder, before the door.
+			proc = `{"process":{"cmd":5}}`
 		}
 		st, body := s.raw("POST", "/process.Process/Start", connectEnvelope(proc), hdr)
 		return connectClass(st, body)
@@ -988,6 +1023,15 @@ func (s *mcpSession) do(op, id string) callResult {
 			sb, _ := out["sandbox"].(map[string]any)
 			r.created, _ = sb["id"].(string)
 		}
+		return r
+	case "schema-create":
+		_, r := s.call("sandbox_create", map[string]any{"persistent": "yes"})
+		return r
+	case "schema-exec":
+		_, r := s.call("run_command", map[string]any{"id": id, "cmd": "true"})
+		return r
+	case "schema-process":
+		_, r := s.call("process_start", map[string]any{"id": id, "cmd": "true"})
 		return r
 	case "bad-fork":
 		_, r := s.call("sandbox_fork", map[string]any{"id": id, "count": 65})
