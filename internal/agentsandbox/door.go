@@ -872,6 +872,7 @@ func (d *Door) finalize(ctx context.Context, gvr schema.GroupVersionResource, ob
 		}
 	}
 	obj.SetFinalizers(fs)
+	delete(d.refusedSpecs, obj.GetUID())
 	_, err = d.cfg.Dynamic.Resource(gvr).Namespace(obj.GetNamespace()).Update(ctx, obj, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
