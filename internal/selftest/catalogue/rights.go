@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"time"
 
@@ -166,6 +167,53 @@ func rightsAttacks() []*attack.Attack {
 				ends := k.ExpiresAt != nil && !k.ExpiresAt.After(*short.ExpiresAt)
 				return attack.Judged(ends, "later: 403; without expiry: expires %v (maker %v)", k.ExpiresAt, short.ExpiresAt)
 			}),
+		x("mcp-session-share", "open MCP sessions at /v1/mcp with one tenant's key until refused, then one with another tenant's key", "the first tenant refused (429) at its share, below the daemon's bound; the other tenant's session opens",
+			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome {
+				ka, err := tn.key(ctx, "member")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				other, err := newTenantRun(ctx, e, "mcp-session-share-b")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				defer other.cleanup(context.WithoutCancel(ctx))
+				kb, err := other.key(ctx, "member")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				base := strings.TrimSuffix(tcpBase(e), "/")
+				var open []mcpSession
+				defer func() {
+					for _, s := range open {
+						s.close(context.WithoutCancel(ctx), base)
+					}
+				}()
+				refused := 0
+				for range 70 { // past the default bound of 64
+					s, st, err := openMCPSession(ctx, base, ka.Key)
+					if err != nil {
+						return attack.Escaped("open: %v", err)
+					}
+					if st != 200 {
+						refused = st
+						break
+					}
+					open = append(open, s)
+				}
+				if refused != 429 {
+					return attack.Escaped("one tenant opened %d sessions, then %d (want 429 at its share)", len(open), refused)
+				}
+				s, st, err := openMCPSession(ctx, base, kb.Key)
+				if err != nil {
+					return attack.Escaped("open: %v", err)
+				}
+				if st != 200 {
+					return attack.Escaped("one tenant holds %d sessions; the other tenant's was refused: %d", len(open), st)
+				}
+				open = append(open, s)
+				return attack.Contained("refused 429 after %d sessions; the other tenant's opened", len(open)-1)
+			}),
 		x("lease-revoked", "run a command with a lease token after that lease alone was revoked (its key still valid)", "401",
 			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome {
 				k, err := tn.key(ctx, "member")
@@ -271,4 +319,44 @@ func tenantAttack(id, desc, expected string, run func(ctx ctxT, e *attack.Env, t
 			defer tn.cleanup(context.WithoutCancel(ctx))
 			return run(ctx, e, tcp, tn)
 		}}
+}
+
+// mcpSession is an MCP session opened over /v1/mcp.
+type mcpSession struct{ id, key string }
+
+// openMCPSession sends MCP's initialize to base's /v1/mcp with key: the
+// session, or the status it was refused with.
+func openMCPSession(ctx ctxT, base, key string) (mcpSession, int, error) {
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"berth-selftest","version":"1"}}}`
+	req, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/mcp", strings.NewReader(body))
+	if err != nil {
+		return mcpSession{}, 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
+	if err != nil {
+		return mcpSession{}, 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	id := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode == 200 && id == "" {
+		return mcpSession{}, 0, fmt.Errorf("an initialize answered 200 without a session id")
+	}
+	return mcpSession{id: id, key: key}, resp.StatusCode, nil
+}
+
+// close ends the session (DELETE /v1/mcp).
+func (s mcpSession) close(ctx ctxT, base string) {
+	req, err := http.NewRequestWithContext(ctx, "DELETE", base+"/v1/mcp", nil)
+	if err != nil {
+		return
+	}
+	req.Header.Set("Authorization", "Bearer "+s.key)
+	req.Header.Set("Mcp-Session-Id", s.id)
+	if resp, err := (&http.Client{Timeout: time.Minute}).Do(req); err == nil {
+		resp.Body.Close()
+	}
 }
