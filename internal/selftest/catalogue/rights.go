@@ -11,6 +11,7 @@ import (
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/selftest/attack"
 )
 
@@ -166,6 +167,78 @@ func rightsAttacks() []*attack.Attack {
 				}
 				ends := k.ExpiresAt != nil && !k.ExpiresAt.After(*short.ExpiresAt)
 				return attack.Judged(ends, "later: 403; without expiry: expires %v (maker %v)", k.ExpiresAt, short.ExpiresAt)
+			}),
+		x("port-path-origin", "serve a page that sets a cookie from a sandbox port, read it through the path-routed proxy on the daemon's own origin with a port token, and hand that route the token in its query as a link would", "the cookie dropped and the page sandboxed (CSP sandbox: an opaque origin); the query token refused (401), no cookie set",
+			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome {
+				k, err := tn.key(ctx, "member")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				sb, err := tn.create(ctx, tcp, k.Key)
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				page := "import http.server as h\n" +
+					"class H(h.BaseHTTPRequestHandler):\n" +
+					"  def do_GET(s):\n" +
+					"    s.send_response(200); s.send_header('Set-Cookie', 'planted=1; Path=/'); s.send_header('Content-Type', 'text/html'); s.end_headers(); s.wfile.write(b'<script>fetch(\"/v1/whoami\")</script>')\n" +
+					"h.HTTPServer(('0.0.0.0', 8000), H).serve_forever()\n"
+				st, resp, err := tcp.Do(ctx, "POST", "/v1/sandboxes/"+sb.ID+"/processes", k.Key,
+					api.StartProcessRequest{ExecRequest: api.ExecRequest{Cmd: []string{"python3", "-c", page}}})
+				if err != nil || st != 201 {
+					return attack.Escaped("start the page's server: %d %v %s", st, err, attack.Clip(attack.OneLine(resp), 80))
+				}
+				var pt api.PortToken
+				st, resp, err = tcp.Do(ctx, "POST", "/v1/sandboxes/"+sb.ID+"/ports/8000/token", k.Key, api.CreatePortTokenRequest{TTLSeconds: 600})
+				if err != nil || st != 201 || jsonInto(resp, &pt) != nil || pt.Token == "" {
+					return attack.Escaped("mint: %d %v %s", st, err, attack.Clip(resp, 80))
+				}
+				base := strings.TrimSuffix(tcpBase(e), "/") + "/v1/sandboxes/" + sb.ID + "/ports/8000/"
+				get := func(url string, hdr map[string]string) (*http.Response, error) {
+					req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+					if err != nil {
+						return nil, err
+					}
+					for k, v := range hdr {
+						req.Header.Set(k, v)
+					}
+					hc := &http.Client{Timeout: 30 * time.Second,
+						CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+					resp, err := hc.Do(req)
+					if err == nil {
+						_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+						resp.Body.Close()
+					}
+					return resp, err
+				}
+				var r *http.Response
+				for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+					r, err = get(base, map[string]string{"X-Berth-Port-Token": pt.Token})
+					if err == nil && r.StatusCode == 200 {
+						break
+					}
+					if time.Now().After(deadline) {
+						return attack.Escaped("the page never answered through the proxy: %v %v", err, r)
+					}
+				}
+				var bad []string
+				if c := r.Header.Values("Set-Cookie"); len(c) > 0 {
+					bad = append(bad, fmt.Sprintf("the page set %q on the daemon's origin", c))
+				}
+				if csp := r.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "sandbox") {
+					bad = append(bad, fmt.Sprintf("the page is not sandboxed (CSP %q)", csp))
+				}
+				q, err := get(base+"?"+auth.PortTokenParam+"="+pt.Token, nil)
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				if q.StatusCode != 401 || len(q.Header.Values("Set-Cookie")) > 0 {
+					bad = append(bad, fmt.Sprintf("the path route took the token from its query: %d, cookies %q", q.StatusCode, q.Header.Values("Set-Cookie")))
+				}
+				if len(bad) > 0 {
+					return attack.Escaped("%s", strings.Join(bad, "; "))
+				}
+				return attack.Contained("no cookie, CSP sandbox; the query token 401")
 			}),
 		x("mcp-session-share", "open MCP sessions at /v1/mcp with one tenant's key until refused, then one with another tenant's key", "the first tenant refused (429) at its share, below the daemon's bound; the other tenant's session opens",
 			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome {
