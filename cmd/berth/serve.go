@@ -189,6 +189,7 @@ printed at start (and shown by GET /v1/version); clients pin it with
 	f.StringVar(&cfg.TokenKeyFile, "token-key-file", "", "signing key `FILE` (>= 32 bytes, mode 0600) of lease and port tokens, shared by the replicas of one PostgreSQL store so each accepts the others' tokens (default <data-dir>/lease.key, made on first use)")
 	f.StringVar(&cfg.AuditAnchorFile, "audit-anchor-file", "", "where the signed heads of the audit chains are written (default <data-dir>.audit-anchor.json, beside the data dir); check with berth audit verify --anchor")
 	f.DurationVar(&cfg.AuditAnchorInterval, "audit-anchor-interval", time.Minute, "how often the audit anchor is signed and written")
+	f.StringVar(&cfg.AuditAnchorWebhook, "audit-anchor-webhook", "", "an http(s) URL each audit anchor is also POSTed to (JSON, signed with the anchor key), for a copy off this machine")
 	f.StringVar(&cfg.AuditKeyFile, "audit-key-file", "", "audit seal key (>= 32 bytes, mode 0600) shared by the daemons of one PostgreSQL store (default <data-dir>/audit.key, made on first use)")
 	f.DurationVar(&cfg.ReadHeaderTimeout, "http-read-header-timeout", daemon.DefaultReadHeaderTimeout, "time a client has to send a request's headers (slower clients are cut off)")
 	f.DurationVar(&cfg.IdleTimeout, "http-idle-timeout", daemon.DefaultIdleTimeout, "close keep-alive API connections idle this long")

@@ -16,6 +16,7 @@ package access
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -162,20 +163,21 @@ const (
 	// several engine calls E2B's API names as one (a pause lifts the
 	// timeout too; a connect wakes and extends), recorded under the E2B
 	// route.
-	E2BPause            Op = "e2b.pause"
-	E2BResume           Op = "e2b.resume"
-	E2BConnect          Op = "e2b.connect"
-	E2BTimeout          Op = "e2b.timeout"
-	E2BTemplateRequest  Op = "e2b.template.request"
-	E2BTemplateFiles    Op = "e2b.template.files"
-	E2BTemplateUpload   Op = "e2b.template.upload"
-	E2BTemplateBuild    Op = "e2b.template.build"
-	E2BTemplateStatus   Op = "e2b.template.status"
-	E2BTemplateTag      Op = "e2b.template.tag"
-	E2BTemplateUntag    Op = "e2b.template.untag"
-	AgentSandboxCreate  Op = "agentsandbox.create"
+	E2BPause           Op = "e2b.pause"
+	E2BResume          Op = "e2b.resume"
+	E2BConnect         Op = "e2b.connect"
+	E2BTimeout         Op = "e2b.timeout"
+	E2BTemplateRequest Op = "e2b.template.request"
+	E2BTemplateFiles   Op = "e2b.template.files"
+	E2BTemplateUpload  Op = "e2b.template.upload"
+	E2BTemplateBuild   Op = "e2b.template.build"
+	E2BTemplateStatus  Op = "e2b.template.status"
+	E2BTemplateTag     Op = "e2b.template.tag"
+	E2BTemplateUntag   Op = "e2b.template.untag"
+	// The agent-sandbox door's creates and deletes are REST's
+	// (SandboxCreate, SandboxDelete); a claim's adoption of a warm
+	// member is no call of REST's.
 	AgentSandboxClaim   Op = "agentsandbox.claim"
-	AgentSandboxDelete  Op = "agentsandbox.delete"
 	AgentSandboxAccount Op = "agentsandbox.account"
 )
 
@@ -287,11 +289,11 @@ var catalogue = map[Op]entry{
 
 	// The agent-sandbox door acts for a namespace with the key its
 	// Secret holds: that key must be able to create and delete
-	// sandboxes, as REST's create is.
+	// sandboxes, as REST's create is. Its creates and deletes are
+	// REST's operations, recorded as REST's; a claim adopting a warm
+	// member is recorded under the door's name.
 	AgentSandboxAccount: {rule: need(write)},
-	AgentSandboxCreate:  {rule: need(write), action: "agent-sandbox.create"},
 	AgentSandboxClaim:   {rule: need(write), action: "agent-sandbox.claim"},
-	AgentSandboxDelete:  {rule: need(write), action: "agent-sandbox.delete"},
 }
 
 // Ops lists every operation, sorted.
@@ -343,6 +345,53 @@ func Allowed(p auth.Principal, op Op) bool { return Authorize(p, op, p.Sandbox) 
 // them no envd token.
 func DataPlane(p auth.Principal) bool {
 	return Allowed(p, Exec) || Allowed(p, FilesRead) || Allowed(p, Ports)
+}
+
+// MaxFileWriteBytes is the most one file write carries, whichever door
+// it came through (REST's PUT of a file, each file of the E2B door's
+// upload, MCP's file_write, which is REST's): past it the write is
+// refused with 413 too_large (FileWriteBody), never cut short or judged
+// by a door's own bound. It is the agent's own cap of one file too.
+const MaxFileWriteBytes = 1 << 30
+
+// FileWriteBody is the body of one file write as the gate bounds it:
+// declared (its Content-Length, -1 when unknown) past MaxFileWriteBytes
+// is refused at once; otherwise the reader fails with 413 too_large at
+// the first byte past it, so the write ends refused and the file is not
+// kept (a write is atomic: the agent renames it into place at its end).
+func FileWriteBody(r io.Reader, declared int64) (io.Reader, error) {
+	if declared > MaxFileWriteBytes {
+		return nil, errTooLarge(declared)
+	}
+	return &boundedBody{r: r, left: MaxFileWriteBytes}, nil
+}
+
+func errTooLarge(n int64) error {
+	if n < 0 {
+		return errdefs.TooLarge("a file write carries at most %d bytes", MaxFileWriteBytes)
+	}
+	return errdefs.TooLarge("a file write carries at most %d bytes, got %d", MaxFileWriteBytes, n)
+}
+
+// boundedBody reads r, failing once more than left bytes came.
+type boundedBody struct {
+	r    io.Reader
+	left int64
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if b.left < 0 {
+		return 0, errTooLarge(-1)
+	}
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	if b.left < 0 {
+		return 0, errTooLarge(-1)
+	}
+	return n, err
 }
 
 // Target is what a door's call names: a sandbox, and a port of it for

@@ -203,6 +203,32 @@ func TestGate(t *testing.T) {
 	}
 }
 
+// TestFileWriteBody: one file write's bound is the gate's, whichever door
+// it came through: a declared length past it is refused at once, a body
+// past it fails at the first byte over, both 413 too_large; a body of
+// exactly the bound is read whole.
+func TestFileWriteBody(t *testing.T) {
+	if _, err := FileWriteBody(strings.NewReader("x"), MaxFileWriteBytes+1); !errors.Is(err, errdefs.ErrTooLarge) {
+		t.Errorf("declared past the bound: %v", err)
+	}
+	r, err := FileWriteBody(io.LimitReader(zeros{}, MaxFileWriteBytes+1), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, r)
+	if code, status := errdefs.Code(err); !errors.Is(err, errdefs.ErrTooLarge) || status != 413 || n > MaxFileWriteBytes {
+		t.Errorf("a body past the bound: %d bytes read, %v (%s %d)", n, err, code, status)
+	}
+	r, _ = FileWriteBody(io.LimitReader(zeros{}, MaxFileWriteBytes), MaxFileWriteBytes)
+	if n, err := io.Copy(io.Discard, r); err != nil || n != MaxFileWriteBytes {
+		t.Errorf("a body of the bound: %d bytes, %v", n, err)
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
 // catalogueHomes may build rules and ask principals for scopes: the
 // rules' grammar (internal/auth) and this catalogue.
 var catalogueHomes = []string{"internal/auth", "internal/access"}

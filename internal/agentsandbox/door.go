@@ -94,6 +94,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -105,6 +106,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
@@ -112,6 +114,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/yaml"
 
+	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/access"
 	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/auth"
@@ -119,6 +122,8 @@ import (
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/identity"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server/convert"
+	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -201,6 +206,18 @@ type Door struct {
 	queue workqueue.TypedRateLimitingInterface[key]
 	inf   dynamicinformer.DynamicSharedInformerFactory
 	mu    sync.Mutex // one reconcile at a time: adoption is check-then-write
+	// refusedSpecs are the objects whose create the gate refused as it
+	// translated them (an invalid spec), by uid: the fingerprint of what
+	// the mapping read (the object's generation, its template's version)
+	// and the refusal. The same refusal is reported again at each resync
+	// without going through the gate again, so an object left invalid
+	// leaves one audit record, not one every resync. Under mu.
+	refusedSpecs map[types.UID]specRefusal
+}
+
+type specRefusal struct {
+	fingerprint string
+	err         error
 }
 
 type key struct {
@@ -347,6 +364,10 @@ type refusal struct {
 
 func (r *refusal) Error() string { return r.err.Error() }
 
+// Unwrap is the refusal's cause, whose category the audit record's
+// outcome names ("error 400").
+func (r *refusal) Unwrap() error { return r.err }
+
 func refused(reason string, err error) error { return &refusal{reason, err} }
 
 func (d *Door) reconcile(ctx context.Context, k key) error {
@@ -418,17 +439,17 @@ func (d *Door) principal(ctx context.Context, ns string) (context.Context, auth.
 
 // audited runs fn as op of p through the access layer's gate
 // (internal/access): decided, begun in the audit log before it acts,
-// completed with its outcome.
-func (d *Door) audited(ctx context.Context, p auth.Principal, obj *unstructured.Unstructured, op access.Op, target string, fn func() error) error {
-	g := access.Gate{Audit: d.cfg.Audit, Log: d.cfg.Log}
-	rec, err := g.Begin(ctx, access.Call{P: p, Op: op, Target: target,
-		Source: "k8s:" + obj.GetNamespace() + "/" + strings.ToLower(obj.GetKind()) + "/" + obj.GetName()}, nil)
-	if err != nil {
-		return err
+// completed with its outcome. tr (nil: none) translates the object into
+// the operation's request inside the gate, which validates it with
+// REST's rules: an object berth refuses leaves REST's record of the
+// refusal ("error 400").
+func (d *Door) audited(ctx context.Context, p auth.Principal, obj *unstructured.Unstructured, op access.Op, target string, tr access.Translate, fn func() error) error {
+	if tr == nil {
+		tr = func() (access.Validator, error) { return nil, nil }
 	}
-	err = fn()
-	rec.Complete(audit.Result(err))
-	return err
+	g := access.Gate{Audit: d.cfg.Audit, Log: d.cfg.Log}
+	return g.DoTranslated(ctx, access.Call{P: p, Op: op, Target: target,
+		Source: "k8s:" + obj.GetNamespace() + "/" + strings.ToLower(obj.GetKind()) + "/" + obj.GetName()}, tr, fn)
 }
 
 // owned lists the caller's live sandboxes holding labels.
@@ -450,16 +471,65 @@ func (d *Door) owned(ctx context.Context, labels map[string]string) ([]*sandbox.
 	return out, nil
 }
 
-func (d *Door) create(ctx context.Context, p auth.Principal, obj *unstructured.Unstructured, m *Mapping, labels map[string]string) (*sandbox.Sandbox, error) {
-	req := m.Req
-	req.Labels = labels
+// create makes a sandbox for obj as REST's create (access.SandboxCreate,
+// its rule and its record): mapping, run inside the gate, translates what
+// obj asks into REST's create request, which the gate validates with
+// REST's rules. fingerprint names what the mapping reads; a mapping
+// refused before with the same fingerprint is refused again without a
+// second record (refusedSpecs).
+func (d *Door) create(ctx context.Context, p auth.Principal, obj *unstructured.Unstructured, fingerprint string, mapping func() (*Mapping, error), labels map[string]string) (*sandbox.Sandbox, error) {
+	if r, ok := d.refusedSpecs[obj.GetUID()]; ok && r.fingerprint == fingerprint {
+		return nil, r.err
+	}
+	var req api.CreateSandboxRequest
+	translated := false
+	tr := func() (access.Validator, error) {
+		m, err := mapping()
+		if err != nil {
+			return nil, err
+		}
+		req = m.Req
+		req.Labels = labels
+		translated = true
+		return input.Request(&req), nil
+	}
 	var sb *sandbox.Sandbox
-	err := d.audited(ctx, p, obj, access.AgentSandboxCreate, obj.GetName(), func() error {
+	err := d.audited(ctx, p, obj, access.SandboxCreate, obj.GetName(), tr, func() error {
 		var err error
-		sb, err = d.cfg.Engine.Create(ctx, &req, engine.CreateOptions{Actor: p.Actor, Tenant: p.Tenant})
+		sb, err = d.cfg.Engine.Create(ctx, convert.CreateRequest(&req), engine.CreateOptions{Actor: p.Actor, Tenant: p.Tenant})
 		return err
 	})
+	var r *refusal
+	switch {
+	case err == nil:
+		delete(d.refusedSpecs, obj.GetUID())
+	case !translated && errors.As(err, &r), errors.Is(err, errdefs.ErrInvalid), errors.Is(err, errdefs.ErrLimit):
+		// Refused as translated or validated: the same object is
+		// refused the same way until it or its template changes.
+		if !errors.As(err, &r) {
+			err = refused("InvalidSpec", err)
+		}
+		if d.refusedSpecs == nil {
+			d.refusedSpecs = map[types.UID]specRefusal{}
+		}
+		d.refusedSpecs[obj.GetUID()] = specRefusal{fingerprint, err}
+	}
 	return sb, err
+}
+
+// generation is obj's part of a mapping's fingerprint.
+func generation(obj *unstructured.Unstructured) string {
+	return string(obj.GetUID()) + "@" + strconv.FormatInt(obj.GetGeneration(), 10)
+}
+
+// templateVersion is a SandboxTemplate's part of a mapping's fingerprint
+// ("" for one that is not there).
+func (d *Door) templateVersion(ns, name string) string {
+	t, err := d.get(TemplateGVR, ns, name)
+	if err != nil {
+		return ""
+	}
+	return t.GetResourceVersion()
 }
 
 func objLabels(kind string, obj *unstructured.Unstructured) map[string]string {
@@ -484,15 +554,18 @@ func (d *Door) reconcileSandbox(ctx context.Context, p auth.Principal, obj *unst
 		// the record, so it is reported, not made again.
 		return nil, refused("SandboxDeleted", fmt.Errorf("berth sandbox %s is gone", obj.GetAnnotations()[annotBerthID]))
 	}
-	var bp blueprint
-	if err := specOf(obj, &bp); err != nil {
-		return nil, refused("InvalidSpec", err)
+	mapping := func() (*Mapping, error) {
+		var bp blueprint
+		if err := specOf(obj, &bp); err != nil {
+			return nil, refused("InvalidSpec", err)
+		}
+		m, err := mapBlueprint(&bp, d.cfg.Templates, d.cfg.Now())
+		if err != nil {
+			return nil, refused("InvalidSpec", err)
+		}
+		return m, nil
 	}
-	m, err := mapBlueprint(&bp, d.cfg.Templates, d.cfg.Now())
-	if err != nil {
-		return nil, refused("InvalidSpec", err)
-	}
-	sb, err := d.create(ctx, p, obj, m, objLabels("sandbox", obj))
+	sb, err := d.create(ctx, p, obj, generation(obj), mapping, objLabels("sandbox", obj))
 	if err != nil {
 		return nil, refusalOf(err)
 	}
@@ -502,6 +575,9 @@ func (d *Door) reconcileSandbox(ctx context.Context, p auth.Principal, obj *unst
 // refusalOf makes an engine's 4xx a refusal (reported, not retried
 // blindly); other errors are retried.
 func refusalOf(err error) error {
+	if r := (*refusal)(nil); errors.As(err, &r) {
+		return err
+	}
 	switch {
 	case errors.Is(err, errdefs.ErrPermission):
 		return refused("Forbidden", err)
@@ -537,7 +613,7 @@ func (d *Door) note(ctx context.Context, gvr schema.GroupVersionResource, obj *u
 func (d *Door) templateOf(ns, name string) (*Mapping, error) {
 	t, err := d.get(TemplateGVR, ns, name)
 	if apierrors.IsNotFound(err) {
-		return nil, refused("TemplateNotFound", fmt.Errorf("SandboxTemplate %s/%s not found", ns, name))
+		return nil, refused("TemplateNotFound", errdefs.NotFound("SandboxTemplate %s/%s not found", ns, name))
 	}
 	if err != nil {
 		return nil, err
@@ -584,14 +660,16 @@ func (d *Door) reconcilePool(ctx context.Context, p auth.Principal, obj *unstruc
 		}
 	}
 	if len(members) < want {
-		m, err := d.templateOf(obj.GetNamespace(), ps.TemplateRef.Name)
-		if err != nil {
-			d.cfg.Log.Warn("agent-sandbox pool", "namespace", obj.GetNamespace(), "name", obj.GetName(), "err", err)
-			return d.poolStatus(ctx, obj, len(members), ready(members))
-		}
+		fp := generation(obj) + "/" + d.templateVersion(obj.GetNamespace(), ps.TemplateRef.Name)
+		mapping := func() (*Mapping, error) { return d.templateOf(obj.GetNamespace(), ps.TemplateRef.Name) }
 		for len(members) < want {
 			labels := map[string]string{labelPoolUID: string(obj.GetUID()), labelKind: "pool-member", labelName: obj.GetName()}
-			sb, err := d.create(ctx, p, obj, m, labels)
+			sb, err := d.create(ctx, p, obj, fp, mapping, labels)
+			var r *refusal
+			if errors.As(err, &r) {
+				d.cfg.Log.Warn("agent-sandbox pool", "namespace", obj.GetNamespace(), "name", obj.GetName(), "err", err)
+				return d.poolStatus(ctx, obj, len(members), ready(members))
+			}
 			if err != nil {
 				_ = d.poolStatus(ctx, obj, len(members), ready(members))
 				return err
@@ -662,7 +740,7 @@ func (d *Door) reconcileClaim(ctx context.Context, p auth.Principal, obj *unstru
 	}
 	for _, sb := range members {
 		if sb.State == sandbox.StateRunning {
-			err := d.audited(ctx, p, obj, access.AgentSandboxClaim, sb.ID, func() error { return d.note(ctx, ClaimGVR, obj, annotSandbox, sb.ID) })
+			err := d.audited(ctx, p, obj, access.AgentSandboxClaim, sb.ID, nil, func() error { return d.note(ctx, ClaimGVR, obj, annotSandbox, sb.ID) })
 			if err != nil {
 				return nil, err
 			}
@@ -676,17 +754,6 @@ func (d *Door) reconcileClaim(ctx context.Context, p auth.Principal, obj *unstru
 	if err := specOf(pool, &ps); err != nil {
 		return nil, refused("InvalidSpec", err)
 	}
-	m, err := d.templateOf(obj.GetNamespace(), ps.TemplateRef.Name)
-	if err != nil {
-		return nil, err
-	}
-	if cs.Lifecycle != nil && cs.Lifecycle.ShutdownTime != nil {
-		dur := cs.Lifecycle.ShutdownTime.Sub(d.cfg.Now())
-		if dur <= 0 {
-			return nil, refused("InvalidSpec", errors.New("lifecycle.shutdownTime has passed"))
-		}
-		m.Req.Timeout = dur.Round(time.Second) + time.Second
-	}
 	labels := map[string]string{labelPoolUID: string(pool.GetUID()), labelKind: "claim", labelName: obj.GetName(), labelUID: string(obj.GetUID())}
 	// A cold claim's own sandbox, made once: found again by its uid.
 	if sbs, err := d.owned(ctx, map[string]string{labelUID: string(obj.GetUID())}); err != nil {
@@ -694,7 +761,22 @@ func (d *Door) reconcileClaim(ctx context.Context, p auth.Principal, obj *unstru
 	} else if len(sbs) > 0 {
 		return sbs[0], d.note(ctx, ClaimGVR, obj, annotSandbox, sbs[0].ID)
 	}
-	sb, err := d.create(ctx, p, obj, m, labels)
+	mapping := func() (*Mapping, error) {
+		m, err := d.templateOf(obj.GetNamespace(), ps.TemplateRef.Name)
+		if err != nil {
+			return nil, err
+		}
+		if cs.Lifecycle != nil && cs.Lifecycle.ShutdownTime != nil {
+			dur := cs.Lifecycle.ShutdownTime.Sub(d.cfg.Now())
+			if dur <= 0 {
+				return nil, refused("InvalidSpec", errdefs.Invalid("lifecycle.shutdownTime has passed"))
+			}
+			m.Req.TimeoutSeconds = (dur.Round(time.Second) + time.Second).Seconds()
+		}
+		return m, nil
+	}
+	fp := generation(obj) + "/" + generation(pool) + "/" + d.templateVersion(obj.GetNamespace(), ps.TemplateRef.Name)
+	sb, err := d.create(ctx, p, obj, fp, mapping, labels)
 	if err != nil {
 		return nil, refusalOf(err)
 	}
@@ -724,7 +806,7 @@ func (d *Door) adoptedFrom(ctx context.Context, labels map[string]string, id str
 }
 
 func (d *Door) remove(ctx context.Context, p auth.Principal, obj *unstructured.Unstructured, sb *sandbox.Sandbox) error {
-	return d.audited(ctx, p, obj, access.AgentSandboxDelete, sb.ID, func() error {
+	return d.audited(ctx, p, obj, access.SandboxDelete, sb.ID, nil, func() error {
 		_, err := d.cfg.Engine.Delete(ctx, sb.ID, p.Actor, sandbox.CauseUser, "agent-sandbox "+strings.ToLower(obj.GetKind())+" "+obj.GetNamespace()+"/"+obj.GetName()+" deleted")
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return nil
@@ -790,6 +872,7 @@ func (d *Door) finalize(ctx context.Context, gvr schema.GroupVersionResource, ob
 		}
 	}
 	obj.SetFinalizers(fs)
+	delete(d.refusedSpecs, obj.GetUID())
 	_, err = d.cfg.Dynamic.Resource(gvr).Namespace(obj.GetNamespace()).Update(ctx, obj, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil

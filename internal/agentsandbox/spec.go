@@ -10,9 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/berth-sh/berth/internal/engine"
+	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/errdefs"
-	"github.com/berth-sh/berth/internal/sandbox"
 )
 
 // maxObjectBytes bounds the JSON of one object the door parses. The
@@ -78,7 +77,9 @@ func specOf(obj *unstructured.Unstructured, v any) error {
 // the fields of the object berth does not serve (said in the Ready
 // condition's message, so a user sees them).
 type Mapping struct {
-	Req       engine.CreateRequest
+	// Req is REST's create request: the gate validates it with REST's
+	// rules, the engine takes it through REST's one conversion.
+	Req       api.CreateSandboxRequest
 	NotServed []string
 }
 
@@ -97,7 +98,7 @@ func mapBlueprint(bp *blueprint, templates map[string]string, now time.Time) (*M
 	if !ok {
 		return nil, errdefs.Invalid("image %q is not one berth serves (the daemon's --image and --template-image name the images it runs)", c.Image)
 	}
-	m := &Mapping{Req: engine.CreateRequest{Template: tpl}}
+	m := &Mapping{Req: api.CreateSandboxRequest{Template: tpl}}
 	if len(c.Env) > 0 {
 		m.Req.Env = map[string]string{}
 		for _, e := range c.Env {
@@ -105,9 +106,6 @@ func mapBlueprint(bp *blueprint, templates map[string]string, now time.Time) (*M
 				return nil, errdefs.Invalid("env %s: valueFrom is not served (use berth secrets)", e.Name)
 			}
 			m.Req.Env[e.Name] = e.Value
-		}
-		if err := sandbox.CheckEnv(m.Req.Env); err != nil {
-			return nil, err
 		}
 	}
 	res := c.Resources.Limits
@@ -138,7 +136,7 @@ func mapBlueprint(bp *blueprint, templates map[string]string, now time.Time) (*M
 		if d <= 0 {
 			return nil, errdefs.Invalid("shutdownTime %s has passed", bp.ShutdownTime.Format(time.RFC3339))
 		}
-		m.Req.Timeout = d.Round(time.Second) + time.Second
+		m.Req.TimeoutSeconds = (d.Round(time.Second) + time.Second).Seconds()
 	}
 	// At shutdownTime berth deletes the sandbox; the object is kept and
 	// reports it gone (Retain, the CRD's default). Delete's removal of

@@ -9,7 +9,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/berth-sh/berth/internal/access"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/server/input"
 )
 
 var templates = map[string]string{"berth.local/base:test": "base"}
@@ -24,7 +26,12 @@ func parse(t testing.TB, spec string) (*Mapping, error) {
 	if err := specOf(&obj, &bp); err != nil {
 		return nil, err
 	}
-	return mapBlueprint(&bp, templates, time.Unix(1000, 0))
+	m, err := mapBlueprint(&bp, templates, time.Unix(1000, 0))
+	if err != nil {
+		return nil, err
+	}
+	// What the gate does with it: REST's rules.
+	return m, access.Check(input.Request(&m.Req))
 }
 
 func TestMapBlueprint(t *testing.T) {
@@ -37,7 +44,7 @@ func TestMapBlueprint(t *testing.T) {
 	}
 	r := m.Req
 	if r.Template != "base" || r.Env["K"] != "v" || r.Resources.CPUs != 0.25 || r.Resources.MemoryBytes != 128<<20 ||
-		r.Resources.DiskBytes != 256<<20 || r.Timeout != 601*time.Second {
+		r.Resources.DiskBytes != 256<<20 || r.TimeoutSeconds != 601 {
 		t.Fatalf("mapped %+v", r)
 	}
 	if len(m.NotServed) != 1 || !strings.HasPrefix(m.NotServed[0], "command/args") {
@@ -52,6 +59,8 @@ func TestMapBlueprint(t *testing.T) {
 		"foreground":       `{"podTemplate":{"spec":{"containers":[{"name":"a","image":"berth.local/base:test"}]}},"shutdownPolicy":"DeleteForeground"}`,
 		"suspended":        `{"podTemplate":{"spec":{"containers":[{"name":"a","image":"berth.local/base:test"}]}},"operatingMode":"Suspended"}`,
 		"bad env name":     `{"podTemplate":{"spec":{"containers":[{"name":"a","image":"berth.local/base:test","env":[{"name":"A=B","value":"v"}]}]}}}`,
+		"tiny cpu":         `{"podTemplate":{"spec":{"containers":[{"name":"a","image":"berth.local/base:test","resources":{"limits":{"cpu":"1m"}}}]}}}`,
+		"workdir with ESC": `{"podTemplate":{"spec":{"containers":[{"name":"a","image":"berth.local/base:test","workingDir":"/a\u001bb"}]}}}`,
 		"not an object":    `"x"`,
 	} {
 		if _, err := parse(t, spec); !errors.Is(err, errdefs.ErrInvalid) && !errors.Is(err, errdefs.ErrLimit) {
@@ -72,7 +81,7 @@ func FuzzMapBlueprint(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if m.Req.Template != "base" || m.Req.Resources.CPUs < 0 || m.Req.Resources.MemoryBytes < 0 || m.Req.Timeout < 0 {
+		if m.Req.Template != "base" || m.Req.Resources.CPUs < 0 || m.Req.Resources.MemoryBytes < 0 || m.Req.TimeoutSeconds < 0 {
 			t.Fatalf("accepted %q as %+v", spec, m.Req)
 		}
 	})

@@ -6,12 +6,16 @@ package audit
 // them; an anchor can. The daemon signs the heads of every chain at an
 // interval (Ed25519, with AnchorKeyFile, a key in the data dir that never
 // enters the database), writes the result to a file beside the data dir
-// (atomically: the old anchor or the new, never a part) and to its log.
+// (atomically: the old anchor or the new, never a part) and to its log,
+// and, when it is given one, POSTs it to a webhook (serve
+// --audit-anchor-webhook): a copy on another machine, which whoever holds
+// the database cannot rewind.
 // VerifyAnchor then checks, for every chain the anchor names, that the
 // chain still holds the anchored record, unchanged: a chain cut below it
 // or a head rewound past it fails.
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -19,7 +23,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -119,6 +126,30 @@ type Anchorer struct {
 	path string
 	log  *slog.Logger
 	now  func() time.Time
+	// hook, if set, is the URL each anchor is POSTed to, and hc the
+	// client that does it.
+	hook string
+	hc   *http.Client
+}
+
+// anchorPostTimeout bounds one POST of an anchor to its webhook.
+const anchorPostTimeout = 10 * time.Second
+
+// PostTo makes every anchor written also POSTed, as JSON, to url (an
+// http or https URL) with hc (nil: a client of its own). The anchor is
+// signed: the receiver checks it with the daemon's anchor key (`Key`,
+// checked against a copy it holds), and a lost POST is the next one's
+// (the file and the log stay the record).
+func (an *Anchorer) PostTo(url string, hc *http.Client) error {
+	u, err := neturl.Parse(url)
+	if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return fmt.Errorf("audit anchor webhook %q: want an http(s) URL", url)
+	}
+	if hc == nil {
+		hc = &http.Client{Timeout: anchorPostTimeout}
+	}
+	an.hook, an.hc = url, hc
+	return nil
 }
 
 // NewAnchorer returns an Anchorer writing to path (and, each time, a line
@@ -160,6 +191,32 @@ func (an *Anchorer) Write(ctx context.Context) error {
 		return fmt.Errorf("writing the audit anchor: %w", err)
 	}
 	an.log.Info("audit anchor", "file", an.path, "chains", len(a.Heads), "time", a.Time, "sig", a.Sig)
+	if an.hook != "" {
+		if err := an.post(ctx, b); err != nil {
+			an.log.Warn("posting the audit anchor to its webhook failed", "err", err)
+		}
+	}
+	return nil
+}
+
+// post sends one anchor to the webhook.
+func (an *Anchorer) post(ctx context.Context, body []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, anchorPostTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, an.hook, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := an.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("the webhook answered %s", resp.Status)
+	}
 	return nil
 }
 

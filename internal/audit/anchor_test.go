@@ -5,9 +5,13 @@ import (
 	"crypto/ed25519"
 	"database/sql"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/berth-sh/berth/internal/audit"
@@ -155,4 +159,74 @@ func FuzzParseAnchor(f *testing.F) {
 		}
 		_ = audit.CheckSignature(a, pub)
 	})
+}
+
+// TestAnchorWebhook: with a webhook each anchor written is POSTed to it
+// as well, signed as the file's is; a webhook that fails leaves the file
+// written; a URL that is not http(s) is refused.
+func TestAnchorWebhook(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "berth.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	l := audit.New(st, []byte("unit-test-audit-key-0123456789abcdef"), nil)
+	op, err := l.Begin(ctx, audit.Entry{Tenant: "acme", Actor: "key:k", Action: "POST /v1/sandboxes"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op.Complete("ok")
+	key, err := audit.OpenAnchorKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got [][]byte
+	status := http.StatusOK
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		if r.Method == http.MethodPost && r.Header.Get("Content-Type") == "application/json" {
+			got = append(got, b)
+		}
+		w.WriteHeader(status)
+	}))
+	defer hook.Close()
+	an := audit.NewAnchorer(st, key, filepath.Join(dir, "anchor.json"), nil)
+	if err := an.PostTo("ftp://example.invalid/x", nil); err == nil {
+		t.Error("an ftp URL was taken")
+	}
+	if err := an.PostTo(hook.URL+"/anchors", hook.Client()); err != nil {
+		t.Fatal(err)
+	}
+	if err := an.Write(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if len(got) != 1 {
+		t.Fatalf("the webhook got %d anchors, want 1", len(got))
+	}
+	a, err := audit.ParseAnchor(got[0])
+	mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := audit.CheckSignature(a, key.Public().(ed25519.PublicKey)); err != nil || a.Heads["acme"].Seq == 0 {
+		t.Fatalf("the posted anchor: %+v %v", a, err)
+	}
+	mu.Lock()
+	status = http.StatusInternalServerError
+	mu.Unlock()
+	if err := os.Remove(filepath.Join(dir, "anchor.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := an.Write(ctx); err != nil {
+		t.Fatalf("a failing webhook failed the write: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "anchor.json")); err != nil {
+		t.Fatalf("a failing webhook left no file: %v", err)
+	}
 }

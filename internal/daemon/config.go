@@ -121,6 +121,9 @@ type Config struct {
 	// <DataDir>/audit-anchor.key.
 	AuditAnchorFile     string
 	AuditAnchorInterval time.Duration
+	// AuditAnchorWebhook, if set, is an http(s) URL every anchor is
+	// POSTed to as well.
+	AuditAnchorWebhook string
 	// Retention is how long tombstones and their events, flows and
 	// webhook delivery records are kept (0: for ever).
 	Retention time.Duration

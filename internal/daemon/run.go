@@ -371,6 +371,11 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		anchorPath = audit.DefaultAnchorPath(cfg.DataDir)
 	}
 	d.anchor = audit.NewAnchorer(st, anchorKey, anchorPath, log.With("component", "audit-anchor"))
+	if cfg.AuditAnchorWebhook != "" {
+		if err := d.anchor.PostTo(cfg.AuditAnchorWebhook, nil); err != nil {
+			return nil, err
+		}
+	}
 	d.Server.Domain = strings.ToLower(strings.TrimSuffix(cfg.Domain, "."))
 	d.Server.BodyTimeout, d.Server.WriteTimeout = cfg.BodyTimeout, cfg.WriteTimeout
 	d.Server.MCPMaxSessions, d.Server.MCPIdleTimeout = cfg.MCPMaxSessions, cfg.MCPIdleTimeout

@@ -7,20 +7,23 @@ import (
 	"errors"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/access"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/engine"
-	"github.com/berth-sh/berth/internal/engine/snapshots"
 	"github.com/berth-sh/berth/internal/engine/templates"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/interp"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server/convert"
+	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -45,7 +48,9 @@ const (
 // create, list or kill.
 func (d *Door) controlRoutes() *http.ServeMux {
 	mux := http.NewServeMux()
-	h := func(op access.Op, fn func(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error) http.HandlerFunc {
+	// hr serves op with its wire request translated inside the gate; h
+	// one without a request.
+	hr := func(op access.Op, c control) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			// Control calls are short: the body has a minute to arrive
 			// and the answer ten; a trickling caller holds nothing long.
@@ -74,14 +79,16 @@ func (d *Door) controlRoutes() *http.ServeMux {
 				if target == "" {
 					target = r.PathValue("templateID")
 				}
-				err = d.audited(ctx, r.RemoteAddr, p, op, target, nil, func() error { return fn(ctx, w, r, p) })
+				tr, act := c(r)
+				err = d.auditedFrom(ctx, r.RemoteAddr, p, op, target, tr, func() error { return act(ctx, w, r, p) })
 			}
 			if err != nil {
 				writeError(w, d.cfg.Log, err)
 			}
 		}
 	}
-	create := h(access.SandboxCreate, d.create)
+	h := func(op access.Op, fn handler) http.HandlerFunc { return hr(op, plain(fn)) }
+	create := hr(access.SandboxCreate, d.create)
 	mux.Handle("POST /sandboxes", create)
 	mux.Handle("POST /v2/sandboxes", create)
 	mux.Handle("GET /sandboxes", h(access.Read, d.listV1))
@@ -89,17 +96,17 @@ func (d *Door) controlRoutes() *http.ServeMux {
 	mux.Handle("GET /sandboxes/{sandboxID}", h(access.SandboxCredentials, d.get))
 	mux.Handle("DELETE /sandboxes/{sandboxID}", h(access.SandboxDelete, d.kill))
 	mux.Handle("GET /sandboxes/{sandboxID}/metrics", h(access.SandboxInspect, d.metrics))
-	mux.Handle("POST /sandboxes/{sandboxID}/timeout", h(access.E2BTimeout, d.setTimeout))
+	mux.Handle("POST /sandboxes/{sandboxID}/timeout", hr(access.E2BTimeout, d.setTimeout))
 	mux.Handle("POST /sandboxes/{sandboxID}/pause", h(access.E2BPause, d.pause))
-	connect := h(access.E2BConnect, d.connect)
+	connect := hr(access.E2BConnect, d.connect)
 	mux.Handle("POST /sandboxes/{sandboxID}/connect", connect)
 	mux.Handle("POST /v2/sandboxes/{sandboxID}/connect", connect)
-	mux.Handle("POST /sandboxes/{sandboxID}/resume", h(access.E2BResume, d.resume))
-	mux.Handle("POST /sandboxes/{sandboxID}/fork", h(access.SandboxFork, d.fork))
-	mux.Handle("POST /sandboxes/{sandboxID}/snapshots", h(access.SnapshotCreate, d.createSnapshot))
+	mux.Handle("POST /sandboxes/{sandboxID}/resume", hr(access.E2BResume, d.resume))
+	mux.Handle("POST /sandboxes/{sandboxID}/fork", hr(access.SandboxFork, d.fork))
+	mux.Handle("POST /sandboxes/{sandboxID}/snapshots", hr(access.SnapshotCreate, d.createSnapshot))
 	mux.Handle("GET /snapshots", h(access.Read, d.listSnapshots))
 	mux.Handle("DELETE /templates/{templateID}", h(access.SnapshotDelete, d.deleteSnapshot))
-	mux.Handle("PUT /sandboxes/{sandboxID}/network", h(access.NetworkUpdate, d.updateNetwork))
+	mux.Handle("PUT /sandboxes/{sandboxID}/network", hr(access.NetworkUpdate, d.updateNetwork))
 	mux.Handle("POST /sandboxes/{sandboxID}/refreshes", h(access.SandboxTouch, d.refresh))
 	if d.cfg.Templates != nil {
 		mux.Handle("POST /v3/templates", h(access.E2BTemplateRequest, d.requestBuild))
@@ -116,6 +123,25 @@ func (d *Door) controlRoutes() *http.ServeMux {
 		return errdefs.NotFound("berth's E2B door has no route %s %s", r.Method, r.URL.Path)
 	}))
 	return mux
+}
+
+// handler acts on a control call once the gate let it through.
+type handler func(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error
+
+// control is a control call whose wire request has a type of the
+// operation's: its translation, which the gate runs after its decision
+// and its record's begin and whose result it validates with that type's
+// one rule set (REST's request types through input.Request, the
+// engine's), and the handler that acts on what it translated. A request
+// berth refuses is so refused with REST's code and REST's record
+// ("error 400"), whichever door it came through.
+type control func(r *http.Request) (access.Translate, handler)
+
+// plain is a control call without a request.
+func plain(fn handler) control {
+	return func(*http.Request) (access.Translate, handler) {
+		return func() (access.Validator, error) { return nil, nil }, fn
+	}
 }
 
 // decode reads a JSON body into v (an empty body leaves v as it is).
@@ -169,22 +195,46 @@ type networkConfig struct {
 
 func present(m json.RawMessage) bool { return len(m) > 0 && string(m) != "null" }
 
-// seconds reads an E2B timeout in seconds (nil: def).
+// seconds reads an E2B timeout in whole seconds (nil: def): positive, as
+// E2B's API has it; its bound is the rule set's of the request it goes
+// into (REST's timeout_seconds, engine.TimeoutRequest), which the gate
+// checks. A count of seconds past what a Duration holds saturates, and is
+// refused there as out of range.
 func seconds(v *int64, def time.Duration) (time.Duration, error) {
 	if v == nil {
 		return def, nil
 	}
-	if *v <= 0 || *v > int64(engine.MaxTimeout/time.Second) {
-		return 0, errdefs.Invalid("timeout must be 1..%d seconds", int64(engine.MaxTimeout/time.Second))
+	if *v <= 0 {
+		return 0, errdefs.Invalid("timeout must be a positive number of seconds")
+	}
+	if *v > int64(math.MaxInt64/time.Second) {
+		return math.MaxInt64, nil
 	}
 	return time.Duration(*v) * time.Second, nil
+}
+
+// e2bCreate is E2B's create as berth's: REST's create request, which the
+// gate validates with REST's rules (input.Request) and the engine takes
+// through REST's one conversion, and the fields only E2B's create sets.
+type e2bCreate struct {
+	rest            api.CreateSandboxRequest
+	allPortsPublic  bool
+	maskRequestHost string
+	keepCreateLease bool
+}
+
+// engine is the create as the engine takes it.
+func (c *e2bCreate) engine() *engine.CreateRequest {
+	req := convert.CreateRequest(&c.rest)
+	req.AllPortsPublic, req.MaskRequestHost, req.KeepCreateLease = c.allPortsPublic, c.maskRequestHost, c.keepCreateLease
+	return req
 }
 
 // createRequest maps E2B's create onto berth's: the template by name,
 // the timeout onto the hard timeout (or, with autoPause, onto the idle
 // policy pausing), metadata onto labels, envVars onto env, network
 // allowOut and denyOut onto egress rules (egressAllow).
-func createRequest(in *newSandbox) (*engine.CreateRequest, error) {
+func createRequest(in *newSandbox) (*e2bCreate, error) {
 	switch {
 	case present(in.VolumeMounts):
 		return nil, errdefs.Invalid("volumeMounts are not supported by berth's E2B door; use berth volumes")
@@ -207,14 +257,15 @@ func createRequest(in *newSandbox) (*engine.CreateRequest, error) {
 	if err != nil {
 		return nil, err
 	}
-	req := &engine.CreateRequest{Template: tpl, Labels: in.Metadata, Env: in.EnvVars}
+	c := &e2bCreate{rest: api.CreateSandboxRequest{Template: tpl, Labels: in.Metadata, Env: in.EnvVars}}
+	req := &c.rest
 	if in.AutoPause != nil && *in.AutoPause {
-		req.Policy = sandbox.Policy{IdleTimeout: d, OnIdle: sandbox.ActionPause}
+		req.IdleTimeoutSeconds, req.OnIdle = d.Seconds(), string(sandbox.ActionPause)
 		if in.AutoResume != nil && in.AutoResume.Enabled {
-			req.Policy.AutoResume = true
+			req.AutoResume = true
 		}
 		if in.AutoPauseMemory != nil && !*in.AutoPauseMemory {
-			if req.Policy.AutoResume {
+			if req.AutoResume {
 				return nil, errdefs.Invalid("autoResume needs autoPauseMemory (a pause without memory is resumed by connect)")
 			}
 			// E2B's pause without memory keeps the files only: berth's
@@ -223,8 +274,8 @@ func createRequest(in *newSandbox) (*engine.CreateRequest, error) {
 			req.Persistent, req.PersistRoot = true, true
 			// The SDK resumes with the token it had: the create-time
 			// lease outlives this sandbox's stops (and nothing else).
-			req.KeepCreateLease = true
-			req.Policy.OnIdle = sandbox.ActionStop
+			c.keepCreateLease = true
+			req.OnIdle = string(sandbox.ActionStop)
 		}
 	} else {
 		if in.AutoResume != nil && in.AutoResume.Enabled {
@@ -233,10 +284,10 @@ func createRequest(in *newSandbox) (*engine.CreateRequest, error) {
 		if in.AutoPauseMemory != nil {
 			return nil, errdefs.Invalid("autoPauseMemory needs autoPause")
 		}
-		req.Timeout = d
+		req.TimeoutSeconds = d.Seconds()
 	}
 	// E2B serves a sandbox's ports to anyone unless it asked otherwise.
-	req.AllPortsPublic = in.Network == nil || in.Network.AllowPublicTraffic == nil || *in.Network.AllowPublicTraffic
+	c.allPortsPublic = in.Network == nil || in.Network.AllowPublicTraffic == nil || *in.Network.AllowPublicTraffic
 	if n := in.Network; n != nil {
 		if present(n.EgressProxy) || present(n.Rules) {
 			return nil, errdefs.Invalid("network egressProxy and rules are not supported by berth's E2B door")
@@ -245,7 +296,7 @@ func createRequest(in *newSandbox) (*engine.CreateRequest, error) {
 			if err := checkMaskHost(*n.MaskRequestHost); err != nil {
 				return nil, err
 			}
-			req.MaskRequestHost = *n.MaskRequestHost
+			c.maskRequestHost = *n.MaskRequestHost
 		}
 		if n.AllowOut != nil || n.DenyOut != nil {
 			// E2B's deny list with exceptions, as berth's allow list
@@ -272,7 +323,7 @@ func createRequest(in *newSandbox) (*engine.CreateRequest, error) {
 			req.Network, req.Allow = "egress", []string{"0.0.0.0/0", "::/0"}
 		}
 	}
-	return req, nil
+	return c, nil
 }
 
 // sandboxOut is E2B's Sandbox answer (create, connect, resume).
@@ -385,57 +436,68 @@ func (d *Door) sandboxOut(ctx context.Context, sb *sandbox.Sandbox, p auth.Princ
 		EnvdVersion: EnvdVersion, EnvdAccessToken: tok, TrafficAccessToken: tok, Domain: d.domain()}, nil
 }
 
-func (d *Door) create(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+// create is E2B's create, translated into REST's (createRequest) inside
+// the gate, which validates it with REST's rules before anything is
+// looked up: a create REST refuses is refused here with the same code
+// and record.
+func (d *Door) create(r *http.Request) (access.Translate, handler) {
 	var in newSandbox
-	if err := decode(r, &in); err != nil {
-		return err
-	}
-	req, err := createRequest(&in)
-	if err != nil {
-		return err
-	}
-	if req.Template != "" {
-		// E2B creates from a snapshot by naming it as the template.
-		if sn, err := d.cfg.Manager.GetSnapshot(ctx, req.Template); err == nil {
-			req.Template, req.Snapshot = "", sn.ID
+	var c *e2bCreate
+	tr := func() (access.Validator, error) {
+		if err := decode(r, &in); err != nil {
+			return nil, err
 		}
-	}
-	if req.Snapshot == "" {
-		name := req.Template
-		if name == "" {
-			name = d.cfg.Manager.Config().DefaultTemplate
+		var err error
+		if c, err = createRequest(&in); err != nil {
+			return nil, err
 		}
-		if t, err := d.cfg.Manager.ResolveTemplate(ctx, p.Tenant, name); err == nil && t.Builtin {
-			// E2B's convention on berth's own templates (which have the
-			// account): commands run as "user" in /home/user.
-			req.User, req.Workdir = E2BUser, homeOf(E2BUser)
-			if svc := t.Config.Service; svc != nil && svc.ReadyPort == interp.Port {
-				// The code interpreter's kernels start in the user's
-				// home, as E2B's do (docs/code-interpreter.md).
-				req.Env = maps.Clone(req.Env)
-				if req.Env == nil {
-					req.Env = map[string]string{}
-				}
-				if _, ok := req.Env["BERTH_INTERP_CWD"]; !ok {
-					req.Env["BERTH_INTERP_CWD"] = homeOf(E2BUser)
+		return input.Request(&c.rest), nil
+	}
+	return tr, func(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+		req := c.engine()
+		if req.Template != "" {
+			// E2B creates from a snapshot by naming it as the template.
+			if sn, err := d.cfg.Manager.GetSnapshot(ctx, req.Template); err == nil {
+				req.Template, req.Snapshot = "", sn.ID
+			}
+		}
+		if req.Snapshot == "" {
+			name := req.Template
+			if name == "" {
+				name = d.cfg.Manager.Config().DefaultTemplate
+			}
+			if t, err := d.cfg.Manager.ResolveTemplate(ctx, p.Tenant, name); err == nil && t.Builtin {
+				// E2B's convention on berth's own templates (which have the
+				// account): commands run as "user" in /home/user.
+				req.User, req.Workdir = E2BUser, homeOf(E2BUser)
+				if svc := t.Config.Service; svc != nil && svc.ReadyPort == interp.Port {
+					// The code interpreter's kernels start in the user's
+					// home, as E2B's do (docs/code-interpreter.md).
+					req.Env = maps.Clone(req.Env)
+					if req.Env == nil {
+						req.Env = map[string]string{}
+					}
+					if _, ok := req.Env["BERTH_INTERP_CWD"]; !ok {
+						req.Env["BERTH_INTERP_CWD"] = homeOf(E2BUser)
+					}
 				}
 			}
 		}
-	}
-	sb, err := d.cfg.Manager.Create(ctx, req, engine.CreateOptions{Actor: p.Actor, Tenant: p.Tenant})
-	if err != nil {
-		if errors.Is(err, errdefs.ErrNotFound) {
-			// The SDK's answer for an unknown template.
-			return errdefs.NotFound("template %q not found", in.TemplateID)
+		sb, err := d.cfg.Manager.Create(ctx, req, engine.CreateOptions{Actor: p.Actor, Tenant: p.Tenant})
+		if err != nil {
+			if errors.Is(err, errdefs.ErrNotFound) {
+				// The SDK's answer for an unknown template.
+				return errdefs.NotFound("template %q not found", in.TemplateID)
+			}
+			return err
 		}
-		return err
+		out, err := d.sandboxOut(ctx, sb, p)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusCreated, out)
+		return nil
 	}
-	out, err := d.sandboxOut(ctx, sb, p)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusCreated, out)
-	return nil
 }
 
 // listQuery is the SDK's list query as berth's store filter: states,
@@ -594,33 +656,48 @@ func (d *Door) kill(ctx context.Context, w http.ResponseWriter, r *http.Request,
 	return nil
 }
 
-func (d *Door) setTimeout(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+// timeoutRequest translates a body's timeout (E2B's default when it
+// names none, or required) into the engine's request, which the gate
+// validates (engine.TimeoutRequest).
+func timeoutRequest(r *http.Request, in any, timeout **int64, required bool) (*engine.TimeoutRequest, error) {
+	if err := decode(r, in); err != nil {
+		return nil, err
+	}
+	if required && *timeout == nil {
+		return nil, errdefs.Invalid("timeout is required")
+	}
+	t, err := seconds(*timeout, DefaultTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return &engine.TimeoutRequest{Timeout: t}, nil
+}
+
+func (d *Door) setTimeout(r *http.Request) (access.Translate, handler) {
 	var in struct {
 		Timeout *int64 `json:"timeout"`
 	}
-	if err := decode(r, &in); err != nil {
-		return err
+	var req *engine.TimeoutRequest
+	tr := func() (access.Validator, error) {
+		var err error
+		req, err = timeoutRequest(r, &in, &in.Timeout, true)
+		return req, err
 	}
-	if in.Timeout == nil {
-		return errdefs.Invalid("timeout is required")
+	return tr, func(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+		sb, err := d.live(ctx, r.PathValue("sandboxID"))
+		if err != nil {
+			return err
+		}
+		if sb.Spec.Policy.IdleTimeout > 0 && sb.Spec.Timeout == 0 {
+			// autoPause: E2B's timeout is the idle policy's.
+			return errdefs.Conflict("sandbox %s pauses on its idle policy (autoPause); berth cannot change that policy after create", sb.ID)
+		}
+		if _, err := d.cfg.Manager.SetTimeout(ctx, sb.ID, req.Timeout, p.Actor); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
 	}
-	t, err := seconds(in.Timeout, 0)
-	if err != nil {
-		return err
-	}
-	sb, err := d.live(ctx, r.PathValue("sandboxID"))
-	if err != nil {
-		return err
-	}
-	if sb.Spec.Policy.IdleTimeout > 0 && sb.Spec.Timeout == 0 {
-		// autoPause: E2B's timeout is the idle policy's.
-		return errdefs.Conflict("sandbox %s pauses on its idle policy (autoPause); berth cannot change that policy after create", sb.ID)
-	}
-	if _, err := d.cfg.Manager.SetTimeout(ctx, sb.ID, t, p.Actor); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
 }
 
 // pause is E2B's pause: with memory (the default), berth's pause —
@@ -712,41 +789,38 @@ func (d *Door) wake(ctx context.Context, id string, t time.Duration, memory *boo
 // a conflict): the body's timeout (E2B's default when it names none) and
 // memory, the sandbox woken, its answer with a new lease (the old one
 // ended if it was stopped).
-func (d *Door) wakeCall(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal, mustBePaused bool) error {
+func (d *Door) wakeCall(r *http.Request, mustBePaused bool) (access.Translate, handler) {
 	var in struct {
 		Timeout *int64 `json:"timeout"`
 		Memory  *bool  `json:"memory"`
 	}
-	if err := decode(r, &in); err != nil {
-		return err
+	var req *engine.TimeoutRequest
+	tr := func() (access.Validator, error) {
+		var err error
+		req, err = timeoutRequest(r, &in, &in.Timeout, false)
+		return req, err
 	}
-	t, err := seconds(in.Timeout, DefaultTimeout)
-	if err != nil {
-		return err
+	return tr, func(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+		sb, paused, err := d.wake(ctx, r.PathValue("sandboxID"), req.Timeout, in.Memory, mustBePaused, p)
+		if err != nil {
+			return err
+		}
+		out, err := d.sandboxOut(ctx, sb, p)
+		if err != nil {
+			return err
+		}
+		status := http.StatusOK
+		if paused {
+			status = http.StatusCreated
+		}
+		writeJSON(w, status, out)
+		return nil
 	}
-	sb, paused, err := d.wake(ctx, r.PathValue("sandboxID"), t, in.Memory, mustBePaused, p)
-	if err != nil {
-		return err
-	}
-	out, err := d.sandboxOut(ctx, sb, p)
-	if err != nil {
-		return err
-	}
-	status := http.StatusOK
-	if paused {
-		status = http.StatusCreated
-	}
-	writeJSON(w, status, out)
-	return nil
 }
 
-func (d *Door) connect(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	return d.wakeCall(ctx, w, r, p, false)
-}
+func (d *Door) connect(r *http.Request) (access.Translate, handler) { return d.wakeCall(r, false) }
 
-func (d *Door) resume(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	return d.wakeCall(ctx, w, r, p, true)
-}
+func (d *Door) resume(r *http.Request) (access.Translate, handler) { return d.wakeCall(r, true) }
 
 // refresh is the old SDKs' keep-alive: activity, as berth's touch.
 func (d *Door) refresh(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
@@ -767,31 +841,43 @@ type forkResult struct {
 // fork makes count children of the sandbox with berth's fork (each a
 // copy-on-write view of the parent's files, its own processes), each with
 // E2B's timeout from now and the parent's metadata.
-func (d *Door) fork(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	var in struct {
-		Timeout *int64 `json:"timeout"`
-		Count   *int   `json:"count"`
+// The fork's wire request is translated into REST's (api.ForkRequest),
+// which the gate validates with REST's rules; the parent's metadata is
+// added as the engine takes it.
+func (d *Door) fork(r *http.Request) (access.Translate, handler) {
+	var req api.ForkRequest
+	tr := func() (access.Validator, error) {
+		var in struct {
+			Timeout *int64 `json:"timeout"`
+			Count   *int   `json:"count"`
+		}
+		if err := decode(r, &in); err != nil {
+			return nil, err
+		}
+		t, err := seconds(in.Timeout, DefaultTimeout)
+		if err != nil {
+			return nil, err
+		}
+		req.TimeoutSeconds, req.Count = t.Seconds(), 1
+		if in.Count != nil {
+			req.Count = *in.Count
+		}
+		return input.Request(&req), nil
 	}
-	if err := decode(r, &in); err != nil {
-		return err
+	return tr, func(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+		return d.forkOf(ctx, w, r, p, &req)
 	}
-	t, err := seconds(in.Timeout, DefaultTimeout)
-	if err != nil {
-		return err
-	}
-	count := 1
-	if in.Count != nil {
-		count = *in.Count
-	}
-	if count < 1 || count > snapshots.MaxForkCount {
-		return errdefs.Invalid("count must be 1..%d", snapshots.MaxForkCount)
-	}
+}
+
+func (d *Door) forkOf(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal, req *api.ForkRequest) error {
+	count := max(req.Count, 1) // REST's: 0 is one child
 	parent, err := d.live(ctx, r.PathValue("sandboxID"))
 	if err != nil {
 		return err
 	}
-	kids, _, err := d.cfg.Manager.Fork(ctx, parent.ID, &snapshots.ForkRequest{Count: count, Timeout: t,
-		Labels: parent.Spec.Labels}, p.Actor)
+	fr := convert.ForkRequest(req)
+	fr.Labels = parent.Spec.Labels
+	kids, _, err := d.cfg.Manager.Fork(ctx, parent.ID, fr, p.Actor)
 	if err != nil && len(kids) == 0 {
 		return err
 	}
@@ -838,23 +924,32 @@ func snapshotOf(sn *store.Snapshot) snapshotOut {
 // createSnapshot takes a berth snapshot of the sandbox (crash-consistent,
 // the sandbox frozen for the capture); a create naming it as its template
 // starts from it.
-func (d *Door) createSnapshot(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	var in struct {
-		Name string `json:"name"`
+// The snapshot's name is REST's request (api.CreateSnapshotRequest),
+// which the gate validates with REST's rules.
+func (d *Door) createSnapshot(r *http.Request) (access.Translate, handler) {
+	var req api.CreateSnapshotRequest
+	tr := func() (access.Validator, error) {
+		var in struct {
+			Name string `json:"name"`
+		}
+		if err := decode(r, &in); err != nil {
+			return nil, err
+		}
+		req.Name = in.Name
+		return input.Request(&req), nil
 	}
-	if err := decode(r, &in); err != nil {
-		return err
+	return tr, func(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+		sb, err := d.live(ctx, r.PathValue("sandboxID"))
+		if err != nil {
+			return err
+		}
+		sn, err := d.cfg.Manager.CreateSnapshot(ctx, sb.ID, convert.SnapshotRequest(&req), p.Actor)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusCreated, snapshotOf(sn))
+		return nil
 	}
-	sb, err := d.live(ctx, r.PathValue("sandboxID"))
-	if err != nil {
-		return err
-	}
-	sn, err := d.cfg.Manager.CreateSnapshot(ctx, sb.ID, &snapshots.SnapshotRequest{Name: in.Name}, p.Actor)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusCreated, snapshotOf(sn))
-	return nil
 }
 
 func (d *Door) listSnapshots(ctx context.Context, w http.ResponseWriter, r *http.Request, _ auth.Principal) error {

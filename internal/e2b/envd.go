@@ -28,9 +28,12 @@ import (
 	"github.com/berth-sh/berth/internal/sandbox"
 )
 
-// maxUpload bounds one /files upload; maxRPCMessage one Connect message.
+// maxUpload bounds one /files upload's body: one file of the gate's
+// bound (access.MaxFileWriteBytes, which each file meets, inflated or
+// not) and its multipart framing. maxRPCMessage bounds one Connect
+// message.
 const (
-	maxUpload     = 1 << 30
+	maxUpload     = access.MaxFileWriteBytes + 1<<20
 	maxRPCMessage = 4 << 20
 )
 
@@ -47,8 +50,10 @@ func (d *Door) envdRoutes() *http.ServeMux {
 	// A message is bounded (stdin chunks and paths are small; the SDK
 	// sends files over /files), so no caller makes the daemon buffer more.
 	limit := connect.WithReadMaxBytes(maxRPCMessage)
-	ppath, ph := processconnect.NewProcessHandler(&processService{d: d}, limit)
-	fpath, fh := filesystemconnect.NewFilesystemHandler(&filesystemService{d: d}, limit)
+	watch := connect.WithInterceptors(rpcWatch{})
+	ppath, ph := processconnect.NewProcessHandler(&processService{d: d}, limit, watch)
+	fpath, fh := filesystemconnect.NewFilesystemHandler(&filesystemService{d: d}, limit, watch)
+	ph, fh = d.rpcRefusals(ph), d.rpcRefusals(fh)
 	// Each service is admitted with the operation its calls share the
 	// rule of (the sandbox's own token, with exec or files); a call that
 	// writes is that operation of its own (audited).
@@ -120,6 +125,113 @@ func (d *Door) envdAuth(op access.Op, rpc bool, h http.Handler) http.Handler {
 		ctx = context.WithValue(d.cfg.WithCaller(ctx, p), principalKey{}, p)
 		h.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// rpcOps are the envd procedures that are recorded operations of their
+// own (each the operation its handler hands the gate).
+var rpcOps = map[string]access.Op{
+	processconnect.ProcessStartProcedure:         access.ProcessStart,
+	processconnect.ProcessSendInputProcedure:     access.ProcessStdin,
+	processconnect.ProcessStreamInputProcedure:   access.ProcessStdin,
+	processconnect.ProcessCloseStdinProcedure:    access.ProcessStdin,
+	processconnect.ProcessSendSignalProcedure:    access.ProcessSignal,
+	filesystemconnect.FilesystemMakeDirProcedure: access.FilesMkdir,
+	filesystemconnect.FilesystemMoveProcedure:    access.FilesMove,
+	filesystemconnect.FilesystemRemoveProcedure:  access.FilesRemove,
+}
+
+// rpcState is what rpcWatch saw of one call: whether its first message
+// was read, and the error that refused it if it was not.
+type rpcState struct {
+	decoded bool
+	refused error
+}
+
+type rpcStateKey struct{}
+
+// rpcRefusals puts an envd call that connect-go refused before the door's
+// handler ran (its message does not decode, is too large, or the call is
+// not one the protocol takes) through the gate as the procedure's
+// operation, which records REST's refusal of an invalid request of it
+// ("error 400"); connect-go has answered it (invalid_argument). The
+// caller was admitted by envdAuth with the rule every recorded procedure
+// of its service shares, so the gate's decision is the same.
+func (d *Door) rpcRefusals(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		op, ok := rpcOps[r.URL.Path]
+		if !ok {
+			h.ServeHTTP(w, r)
+			return
+		}
+		st := &rpcState{}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), rpcStateKey{}, st)))
+		if st.decoded {
+			return
+		}
+		why := errdefs.Invalid("the request message was refused before it was read")
+		if st.refused != nil {
+			why = errdefs.Invalid("the request message: %s", connect.CodeOf(st.refused).String()+": "+errMessage(st.refused))
+		}
+		ctx := r.Context()
+		_ = d.auditedFrom(ctx, r.RemoteAddr, principalOf(ctx), op, targetOf(ctx).Sandbox,
+			func() (access.Validator, error) { return nil, why }, func() error { return nil })
+	})
+}
+
+// errMessage is a Connect error's message without its code.
+func errMessage(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Message()
+	}
+	return err.Error()
+}
+
+// rpcWatch tells rpcRefusals whether a call's first message was read:
+// a unary call's interceptor runs once it was; a stream's first Receive
+// says.
+type rpcWatch struct{}
+
+func (rpcWatch) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if st, ok := ctx.Value(rpcStateKey{}).(*rpcState); ok {
+			st.decoded = true
+		}
+		return next(ctx, req)
+	}
+}
+
+func (rpcWatch) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (rpcWatch) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if st, ok := ctx.Value(rpcStateKey{}).(*rpcState); ok {
+			conn = &watchedConn{StreamingHandlerConn: conn, st: st}
+		}
+		return next(ctx, conn)
+	}
+}
+
+// watchedConn notes the outcome of a stream's first Receive.
+type watchedConn struct {
+	connect.StreamingHandlerConn
+	st    *rpcState
+	first bool
+}
+
+func (c *watchedConn) Receive(m any) error {
+	err := c.StreamingHandlerConn.Receive(m)
+	if !c.first {
+		c.first = true
+		if code := connect.CodeOf(err); err != nil && (code == connect.CodeInvalidArgument || code == connect.CodeResourceExhausted) {
+			c.st.refused = err // a message that does not decode, or is too large
+		} else {
+			c.st.decoded = true // read, none sent, or the caller went away
+		}
+	}
+	return err
 }
 
 // connectError turns an error of berth's categories into a Connect error.
@@ -444,7 +556,13 @@ func (d *Door) writeUpload(w http.ResponseWriter, r *http.Request) ([]writtenInf
 	}
 	defer f.Close()
 	var made []string // what the upload created, given to the user after
-	put := func(name string, body io.Reader) (writtenInfo, error) {
+	// put writes one file, its bytes bounded by the gate's bound of one
+	// file write (declared: its length when the body is that file alone).
+	put := func(name string, in io.Reader, declared int64) (writtenInfo, error) {
+		body, err := access.FileWriteBody(in, declared)
+		if err != nil {
+			return writtenInfo{}, err
+		}
 		path, err := absPath(name, user)
 		if err != nil {
 			return writtenInfo{}, err
@@ -466,7 +584,7 @@ func (d *Door) writeUpload(w http.ResponseWriter, r *http.Request) ([]writtenInf
 			d.giveTo(ctx, user, made)
 		}
 	}()
-	body := http.MaxBytesReader(w, r.Body, maxUpload)
+	body := &boundedReader{r: r.Body, left: maxUpload}
 	var out []writtenInfo
 	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if mt == "multipart/form-data" {
@@ -487,7 +605,7 @@ func (d *Door) writeUpload(w http.ResponseWriter, r *http.Request) ([]writtenInf
 			if name == "" {
 				name = partFileName(part)
 			}
-			wi, err := put(name, part)
+			wi, err := put(name, part, -1)
 			part.Close()
 			if err != nil {
 				return nil, err
@@ -496,6 +614,7 @@ func (d *Door) writeUpload(w http.ResponseWriter, r *http.Request) ([]writtenInf
 		}
 	} else {
 		var in io.Reader = body
+		declared := r.ContentLength
 		switch ce := r.Header.Get("Content-Encoding"); ce {
 		case "":
 		case "gzip":
@@ -507,11 +626,11 @@ func (d *Door) writeUpload(w http.ResponseWriter, r *http.Request) ([]writtenInf
 				return nil, errdefs.Invalid("gzip body: %v", err)
 			}
 			defer zr.Close()
-			in = &boundedReader{r: zr, left: maxUpload}
+			in, declared = zr, -1
 		default:
 			return nil, errdefs.Invalid("Content-Encoding %q is not supported (gzip is)", ce)
 		}
-		wi, err := put(qpath, in)
+		wi, err := put(qpath, in, declared)
 		if err != nil {
 			return nil, err
 		}
@@ -533,7 +652,7 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	b.left -= int64(n)
 	if b.left < 0 {
-		return 0, errdefs.TooLarge("the upload inflates past %d bytes", int64(maxUpload))
+		return 0, errdefs.TooLarge("an upload carries at most %d bytes", int64(maxUpload))
 	}
 	return n, err
 }

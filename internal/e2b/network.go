@@ -7,9 +7,12 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/access"
 	"github.com/berth-sh/berth/internal/auth"
-	"github.com/berth-sh/berth/internal/engine/netrules"
 	"github.com/berth-sh/berth/internal/errdefs"
+	"github.com/berth-sh/berth/internal/server/convert"
+	"github.com/berth-sh/berth/internal/server/input"
 )
 
 // E2B's egress rules are a deny list with exceptions: everything is
@@ -114,25 +117,37 @@ type networkUpdate struct {
 // POST /v1/sandboxes/{id}/network, the same engine call). A sandbox
 // without egress (network none: created with allowInternetAccess false,
 // or with berth's default of none) has no rules to update: 400.
-func (d *Door) updateNetwork(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	var in networkUpdate
-	if err := decode(r, &in); err != nil {
-		return err
+// The rules are translated into REST's request (api.NetworkRulesRequest),
+// which the gate validates with REST's rules; the engine replaces the
+// sandbox's list with them.
+func (d *Door) updateNetwork(r *http.Request) (access.Translate, handler) {
+	var req api.NetworkRulesRequest
+	tr := func() (access.Validator, error) {
+		var in networkUpdate
+		if err := decode(r, &in); err != nil {
+			return nil, err
+		}
+		if present(in.EgressProxy) || present(in.Rules) {
+			return nil, errdefs.Invalid("network egressProxy and rules are not supported by berth's E2B door")
+		}
+		deny := in.DenyOut
+		if in.AllowInternetAccess != nil && !*in.AllowInternetAccess {
+			deny = append(slices.Clone(deny), all4.String())
+		}
+		allow, err := egressAllow(in.AllowOut, deny)
+		if err != nil {
+			return nil, err
+		}
+		req.Allow = allow
+		return input.Request(&req), nil
 	}
-	if present(in.EgressProxy) || present(in.Rules) {
-		return errdefs.Invalid("network egressProxy and rules are not supported by berth's E2B door")
+	return tr, func(ctx context.Context, w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+		nr := convert.RulesRequest(&req)
+		nr.Replace = true
+		if _, err := d.cfg.Manager.UpdateNetworkRules(ctx, r.PathValue("sandboxID"), nr, p.Actor); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
 	}
-	deny := in.DenyOut
-	if in.AllowInternetAccess != nil && !*in.AllowInternetAccess {
-		deny = append(slices.Clone(deny), all4.String())
-	}
-	allow, err := egressAllow(in.AllowOut, deny)
-	if err != nil {
-		return err
-	}
-	if _, err := d.cfg.Manager.UpdateNetworkRules(ctx, r.PathValue("sandboxID"), &netrules.Request{Allow: allow, Replace: true}, p.Actor); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
 }

@@ -8,8 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berth-sh/berth/internal/access"
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/internal/server/input"
 	"github.com/berth-sh/berth/internal/store"
 )
 
@@ -110,6 +112,12 @@ func TestCreateRequest(t *testing.T) {
 		}},
 		{name: "zero timeout", in: newSandbox{Timeout: sec(0)}, bad: true},
 		{name: "huge timeout", in: newSandbox{Timeout: sec(1 << 40)}, bad: true},
+		{name: "saturated timeout", in: newSandbox{Timeout: sec(1 << 62)}, bad: true},
+		{name: "huge idle timeout", in: newSandbox{Timeout: sec(1 << 40), AutoPause: &yes}, bad: true},
+		// REST's rules: a template or env REST refuses is refused here.
+		{name: "template with ESC", in: newSandbox{TemplateID: "a\x1bb"}, bad: true},
+		{name: "env name with ESC", in: newSandbox{EnvVars: map[string]string{"A\x1bB": "1"}}, bad: true},
+		{name: "metadata with ESC", in: newSandbox{Metadata: map[string]string{"a": "x\x1by"}}, bad: true},
 		{name: "denyOut of one host", in: newSandbox{Network: &networkConfig{DenyOut: []string{"1.1.1.1"}}},
 			chk: func(t *testing.T, r *createRequestT) {
 				// Everything but 1.1.1.1: its 32 neighbour prefixes and IPv6.
@@ -143,12 +151,16 @@ func TestCreateRequest(t *testing.T) {
 		{name: "autoResume alone", in: newSandbox{AutoResume: &struct{ Enabled bool }{true}}, bad: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := createRequest(&tc.in)
+			// The door translates; the gate validates with REST's rules.
+			c, err := createRequest(&tc.in)
+			if err == nil {
+				err = access.Check(input.Request(&c.rest))
+			}
 			if (err != nil) != tc.bad {
 				t.Fatalf("err = %v, want bad %v", err, tc.bad)
 			}
 			if err == nil && tc.chk != nil {
-				tc.chk(t, got)
+				tc.chk(t, c.engine())
 			}
 		})
 	}

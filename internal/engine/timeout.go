@@ -12,13 +12,29 @@ import (
 // MaxTimeout bounds the hard lifetime a sandbox may be given from now.
 const MaxTimeout = 30 * 24 * time.Hour
 
+// TimeoutRequest is a sandbox's hard timeout set d from now (0 lifts
+// it): the one rule set of every door's call that sets it (the E2B door's
+// timeout, connect and resume, through the access layer's gate) and of
+// SetTimeout itself.
+type TimeoutRequest struct {
+	Timeout time.Duration
+}
+
+// Validate checks the timeout: 0 (none) up to MaxTimeout.
+func (r *TimeoutRequest) Validate() error {
+	if r.Timeout < 0 || r.Timeout > MaxTimeout {
+		return errdefs.Invalid("timeout must be between 0 and %s", MaxTimeout)
+	}
+	return nil
+}
+
 // SetTimeout moves the hard timeout of a running or paused sandbox to d
 // from now (its deadline counts from its start, so the stored timeout
 // becomes the time since then plus d); d == 0 removes it. The change and
 // its event are one write; the reconciler acts on the new deadline.
 func (m *Engine) SetTimeout(ctx context.Context, ref string, d time.Duration, actor string) (*sandbox.Sandbox, error) {
-	if d < 0 || d > MaxTimeout {
-		return nil, errdefs.Invalid("timeout must be between 0 and %s", MaxTimeout)
+	if err := (&TimeoutRequest{Timeout: d}).Validate(); err != nil {
+		return nil, err
 	}
 	return m.op(ctx, ref, func(ctx context.Context, sb *sandbox.Sandbox) error {
 		return m.storeOwn(ctx, sb, func(sb *sandbox.Sandbox) ([]*sandbox.Event, error) {

@@ -15,8 +15,9 @@
 //
 // The tools: sandbox_create, sandbox_list (paged by cursor), sandbox_get,
 // sandbox_delete, run_command (exit code and stdout/stderr capped at 64 KiB
-// each by default, 1 MiB at most, with truncated flags), file_write (8 MiB
-// at most), file_read (256 KiB by default, 4 MiB at most; base64 when not
+// each by default, 1 MiB at most, with truncated flags), file_write (as much as
+// REST's write takes: the gate's access.MaxFileWriteBytes, REST's 413 and
+// record past it), file_read (256 KiB by default, 4 MiB at most; base64 when not
 // UTF-8), file_list, expose_port (the proxy URL and whether the port is
 // public), snapshot_create, sandbox_fork, and the background-process tools
 // process_start, process_list and process_kill, written against the
@@ -38,15 +39,19 @@ package mcp
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/internal/access"
+	"github.com/berth-sh/berth/internal/errdefs"
 )
 
 // Output and listing bounds.
@@ -58,8 +63,6 @@ const (
 	// DefaultReadBytes and MaxReadBytes bound what file_read returns.
 	DefaultReadBytes = 256 << 10
 	MaxReadBytes     = 4 << 20
-	// MaxWriteBytes bounds the content file_write takes.
-	MaxWriteBytes = 8 << 20
 	// DefaultListLimit and MaxListLimit bound one page of a list.
 	DefaultListLimit = 100
 	MaxListLimit     = 1000
@@ -102,7 +105,32 @@ type Options struct {
 	Log       *slog.Logger
 	// Version is reported in the server's implementation info.
 	Version string
+	// Refuse, when set, is the access layer's gate for a call whose
+	// arguments the MCP SDK refused before its tool ran (not of the
+	// tool's input schema, or not decodable into its input): op is the
+	// tool's operation (ToolOp), sandbox the id its arguments name ("" if
+	// none can be read), why the SDK's reason. It answers the gate's
+	// decision (a caller without the right hears that) and leaves the
+	// record of REST's refusal of an invalid request of op ("error
+	// 400"), which it returns as an invalid_argument error. The daemon's
+	// /v1/mcp sets it; `berth mcp` is a client of REST, whose refusals of
+	// what it never sends stay the client's own.
+	Refuse func(ctx context.Context, op access.Op, sandbox, why string) error
 }
+
+// toolOps is each tool's operation (internal/access): the REST call it
+// makes, which decides and records it. Reads are named too: a refused
+// read is decided, and not recorded, as REST's.
+var toolOps = map[string]access.Op{
+	"sandbox_create": access.SandboxCreate, "sandbox_list": access.Read, "sandbox_get": access.SandboxGet,
+	"sandbox_delete": access.SandboxDelete, "run_command": access.Exec, "file_write": access.FilesWrite,
+	"file_read": access.FilesRead, "file_list": access.FilesRead, "expose_port": access.SandboxGet,
+	"snapshot_create": access.SnapshotCreate, "sandbox_fork": access.SandboxFork,
+	"process_start": access.ProcessStart, "process_list": access.ProcessRead, "process_kill": access.ProcessSignal,
+}
+
+// ToolOp is tool's operation, and false for no tool of the server's.
+func ToolOp(tool string) (access.Op, bool) { op, ok := toolOps[tool]; return op, ok }
 
 // Session is one MCP session: its server and the ephemeral sandboxes it
 // created.
@@ -129,7 +157,60 @@ func NewSession(opts Options, serverOpts *mcp.ServerOptions) *Session {
 	}
 	s.server = mcp.NewServer(&mcp.Implementation{Name: "berth", Title: "berth sandboxes", Version: v}, serverOpts)
 	s.register()
+	if opts.Refuse != nil {
+		s.server.AddReceivingMiddleware(s.gateRefusals)
+	}
 	return s
+}
+
+// reachedKey marks, in a tools/call's context, whether the tool's own
+// handler ran (addTool sets it).
+type reachedKey struct{}
+
+// gateRefusals puts a tools/call the SDK refused before its tool ran
+// through the gate (Options.Refuse): its answer is the gate's, and the
+// gate records it as REST records an invalid request of the operation.
+func (s *Session) gateRefusals(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		cr, ok := req.(*mcp.CallToolRequest)
+		if method != "tools/call" || !ok || cr.Params == nil {
+			return next(ctx, method, req)
+		}
+		reached := new(bool)
+		res, err := next(context.WithValue(ctx, reachedKey{}, reached), method, req)
+		out, ok := res.(*mcp.CallToolResult)
+		op, known := ToolOp(cr.Params.Name)
+		if err != nil || !ok || out == nil || !out.IsError || *reached || !known {
+			return res, err
+		}
+		var why strings.Builder
+		for _, c := range out.Content {
+			if tc, ok := c.(*mcp.TextContent); ok {
+				why.WriteString(tc.Text)
+			}
+		}
+		var args struct {
+			ID any `json:"id"`
+		}
+		_ = json.Unmarshal(cr.Params.Arguments, &args)
+		id, _ := args.ID.(string)
+		gerr := s.opts.Refuse(ctx, op, id, why.String())
+		if gerr == nil { // cannot happen: the gate refuses what it is handed
+			gerr = errdefs.Invalid("%s", why.String())
+		}
+		var refused mcp.CallToolResult
+		refused.SetError(errors.New(codeOf(gerr) + ": " + errdefs.Message(gerr)))
+		return &refused, nil
+	}
+}
+
+// codeOf is err's API error code ("invalid_argument").
+func codeOf(err error) string {
+	code, _ := errdefs.Code(err)
+	if code == "" {
+		return "internal"
+	}
+	return code
 }
 
 // Server is the session's MCP server.
@@ -202,6 +283,9 @@ func (s *Session) Closed() bool {
 // conformance suite) tells a missing right from a missing sandbox.
 func addTool[In, Out any](srv *mcp.Server, t *mcp.Tool, h mcp.ToolHandlerFor[In, Out]) {
 	mcp.AddTool(srv, t, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
+		if reached, ok := ctx.Value(reachedKey{}).(*bool); ok {
+			*reached = true
+		}
 		res, out, err := h(ctx, req, in)
 		var e *client.Error
 		if err != nil && errors.As(err, &e) && e.Code != "" {

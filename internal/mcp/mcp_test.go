@@ -15,6 +15,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/internal/access"
+	"github.com/berth-sh/berth/internal/errdefs"
 )
 
 func TestCapped(t *testing.T) {
@@ -133,14 +135,14 @@ func TestProcessToolsOnlyWithProcesses(t *testing.T) {
 }
 
 // Bad arguments are tool errors. A call MCP cannot translate into its
-// REST operation (no command; content that is not base64, too large, a
-// bad mode) is put to REST as the operation without what is missing (no
+// REST operation (no command; content that is not base64, a bad mode) is put to REST as the operation without what is missing (no
 // command, no path), so REST decides it and records its refusal
 // ("error 400") as it does any invalid request of it: the test's REST
 // refuses every request as invalid, as the daemon's does these, and
 // counts them (test/e2e TestDoorConformance checks the decision and the
 // record against the real daemon: empty-exec, empty-process). The rest
-// are answered before any call to the daemon.
+// are answered before any call to the daemon. How much file_write
+// carries is REST's bound (access.MaxFileWriteBytes), not MCP's.
 func TestBadArguments(t *testing.T) {
 	var mu sync.Mutex
 	var put []string
@@ -170,7 +172,6 @@ func TestBadArguments(t *testing.T) {
 		{"file_write", map[string]any{"id": "x", "path": "/f", "content": "!!", "encoding": "base64"}, "invalid_argument: content is not base64", "PUT /v1/sandboxes/x/files"},
 		{"file_write", map[string]any{"id": "x", "path": "/f", "content": "a", "encoding": "rot13"}, "want utf8 or base64", "PUT /v1/sandboxes/x/files"},
 		{"file_write", map[string]any{"id": "x", "path": "/f", "content": "a", "mode": "rwx"}, "octal", "PUT /v1/sandboxes/x/files"},
-		{"file_write", map[string]any{"id": "x", "path": "/f", "content": strings.Repeat("a", MaxWriteBytes+1)}, "at most", "PUT /v1/sandboxes/x/files"},
 		{"file_list", map[string]any{"id": "x", "path": "/", "offset": -1}, "negative", ""},
 		{"expose_port", map[string]any{"id": "x", "port": 70000}, "1-65535", ""},
 		{"sandbox_create", map[string]any{"persistent": "yes"}, "", ""}, // schema: not a boolean
@@ -194,6 +195,75 @@ func TestBadArguments(t *testing.T) {
 		mu.Unlock()
 		if c.rest == "" && len(got) != 0 || c.rest != "" && !slices.Equal(got, []string{c.rest}) {
 			t.Errorf("%s %v: put to REST as %v, want %q", c.tool, c.args, got, c.rest)
+		}
+	}
+}
+
+// TestSchemaRefusalsGoThroughGate: a call whose arguments the MCP SDK
+// refuses before the tool runs (not of the tool's schema) is put to the
+// gate (Options.Refuse) as the tool's operation on the sandbox it names,
+// and answered with the gate's code; a refusal of the tool's own is not.
+func TestSchemaRefusalsGoThroughGate(t *testing.T) {
+	type call struct {
+		op      access.Op
+		sandbox string
+	}
+	var mu sync.Mutex
+	var got []call
+	deny := false
+	refuse := func(_ context.Context, op access.Op, sandbox, why string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, call{op, sandbox})
+		if deny {
+			return errdefs.Permission("no")
+		}
+		return errdefs.Invalid("%s", why)
+	}
+	cs := connect(t, Options{Refuse: refuse, Processes: noProcesses{}})
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+		deny bool
+		want string
+		gate *call // nil: not put to the gate
+	}{
+		{"sandbox_create", map[string]any{"persistent": "yes"}, false, "invalid_argument: ", &call{access.SandboxCreate, ""}},
+		{"run_command", map[string]any{"id": "sb1", "cmd": "ls"}, false, "invalid_argument: ", &call{access.Exec, "sb1"}},
+		{"file_write", map[string]any{"id": "sb1", "path": "/f", "content": 5}, true, "permission_denied: ", &call{access.FilesWrite, "sb1"}},
+		{"process_start", map[string]any{"id": 7}, false, "invalid_argument: ", &call{access.ProcessStart, ""}},
+		{"file_list", map[string]any{"id": "x", "path": "/", "offset": -1}, false, "negative", nil},
+	} {
+		mu.Lock()
+		got, deny = nil, c.deny
+		mu.Unlock()
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: c.tool, Arguments: c.args})
+		if err != nil {
+			t.Fatalf("%s: %v", c.tool, err)
+		}
+		var msg strings.Builder
+		for _, ct := range res.Content {
+			if tc, ok := ct.(*mcp.TextContent); ok {
+				msg.WriteString(tc.Text)
+			}
+		}
+		if !res.IsError || !strings.Contains(msg.String(), c.want) {
+			t.Errorf("%s %v: error=%v %q, want %q", c.tool, c.args, res.IsError, msg.String(), c.want)
+		}
+		mu.Lock()
+		if c.gate == nil && len(got) != 0 || c.gate != nil && !slices.Equal(got, []call{*c.gate}) {
+			t.Errorf("%s %v: put to the gate as %v, want %v", c.tool, c.args, got, c.gate)
+		}
+		mu.Unlock()
+	}
+	for name := range toolOps {
+		if _, ok := ToolOp(name); !ok {
+			t.Errorf("tool %s has no operation", name)
+		}
+	}
+	for _, name := range toolNames(t, cs) {
+		if _, ok := ToolOp(name); !ok {
+			t.Errorf("tool %s has no operation: a refusal of its arguments would go unrecorded", name)
 		}
 	}
 }

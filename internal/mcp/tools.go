@@ -503,9 +503,6 @@ func writeArgs(in writeIn) ([]byte, fs.FileMode, error) {
 	default:
 		return nil, 0, fmt.Errorf("encoding %q: want utf8 or base64", in.Encoding)
 	}
-	if len(data) > MaxWriteBytes {
-		return nil, 0, fmt.Errorf("content is %d bytes: at most %d", len(data), MaxWriteBytes)
-	}
 	mode, err := parseMode(in.Mode)
 	if err != nil {
 		return nil, 0, err

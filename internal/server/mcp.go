@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/internal/access"
 	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/mcp"
@@ -106,6 +107,7 @@ func (s *Server) mcpCaller(r *http.Request) (mcp.Caller, bool) {
 		}
 		base = scheme + "://" + r.Host
 	}
+	source := r.RemoteAddr
 	hc := s.mcp.hcs[0]
 	if trusted {
 		hc = s.mcp.hcs[1]
@@ -116,7 +118,14 @@ func (s *Server) mcpCaller(r *http.Request) (mcp.Caller, bool) {
 		return s.bind(context.Background(), p)
 	}, Options: func() mcp.Options {
 		c, _ := client.New("http://berth.mcp.loopback", key, client.WithHTTPClient(hc), client.WithUserAgent("berth-mcp"))
-		return mcp.Options{Client: c, Processes: mcp.ClientProcesses{C: c}, PortBaseURL: base, PortDomain: s.Domain, Log: s.logger()}
+		return mcp.Options{Client: c, Processes: mcp.ClientProcesses{C: c}, PortBaseURL: base, PortDomain: s.Domain, Log: s.logger(),
+			Refuse: func(ctx context.Context, op access.Op, sandbox, why string) error {
+				// Arguments the SDK refused before the tool: the gate's
+				// decision, then REST's record of an invalid request.
+				g := access.Gate{Audit: s.Audit, Log: s.logger()}
+				return g.DoTranslated(ctx, access.Call{P: p, Op: op, Sandbox: sandbox, Source: source},
+					func() (access.Validator, error) { return nil, errdefs.Invalid("%s", why) }, func() error { return nil })
+			}}
 	}}, true
 }
 

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/berth-sh/berth/api"
+	"github.com/berth-sh/berth/internal/audit"
 	"github.com/berth-sh/berth/internal/store/sqlstore"
 )
 
@@ -267,4 +269,71 @@ func TestAuditPendingSurvivesCrash(t *testing.T) {
 	if code, out := auditVerify(t, d); code != 0 {
 		t.Fatalf("berth audit verify after the crash: exit %d: %s", code, out)
 	}
+}
+
+// TestAuditAnchorTruncation (#30): the daemon signs its chains' heads
+// into its anchor file beside the data dir, every --audit-anchor-interval;
+// deleting the host chain's last records and rewinding its head row in
+// the SQLite file under the running daemon passes `berth audit verify`
+// (the database alone cannot tell, as documented) and fails `berth audit
+// verify --anchor FILE` with an anchor written before the cut.
+func TestAuditAnchorTruncation(t *testing.T) {
+	parallel(t)
+	d := newDaemon(t, &daemon{extra: []string{"--audit-anchor-interval", "200ms"}})
+	for _, n := range []string{"anchor-a", "anchor-b", "anchor-c", "anchor-d"} {
+		if _, errOut, code := d.cli("tenant", "create", n); code != 0 {
+			t.Fatalf("tenant create %s: %s", n, errOut)
+		}
+	}
+	sqldb, err := sql.Open("sqlite", filepath.Join(d.dataDir, "berth.db")+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sqldb.Close()
+	var head int64
+	if err := sqldb.QueryRow("SELECT seq FROM audit_heads WHERE tenant = ''").Scan(&head); err != nil {
+		t.Fatal(err)
+	}
+	// The anchor the daemon writes once it has seen the head: kept aside,
+	// as an operator's copy off the machine would be.
+	path := audit.DefaultAnchorPath(d.dataDir)
+	var raw []byte
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		raw, err = os.ReadFile(path)
+		if err == nil {
+			var a audit.Anchor
+			if json.Unmarshal(raw, &a) == nil && a.Heads[""].Seq >= head {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no anchor of the host chain's head %d at %s: %v %s", head, path, err, raw)
+		}
+	}
+	kept := filepath.Join(t.TempDir(), "anchor.json")
+	if err := os.WriteFile(kept, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := auditVerify(t, d); code != 0 {
+		t.Fatalf("verify of an untouched log: exit %d: %s", code, out)
+	}
+	if out, errOut, code := d.cli("audit", "verify", "--anchor", kept); code != 0 {
+		t.Fatalf("verify against the anchor of an untouched log: exit %d: %s%s", code, out, errOut)
+	}
+	// The attack: the chain cut below the anchored head (the last tenant
+	// creates' records and the verifies' since), its head rewound to the
+	// record left last.
+	cut := head - 2
+	db{DB: sqldb}.exec(t, "DELETE FROM audit_log WHERE tenant = '' AND seq > ?", cut)
+	db{DB: sqldb}.exec(t, "UPDATE audit_heads SET seq = ?, hash = (SELECT hash FROM audit_log WHERE tenant = '' AND seq = ?) WHERE tenant = ''", cut, cut)
+	if code, out := auditVerify(t, d); code != 0 {
+		t.Fatalf("without the anchor the cut is not seen (as documented), but verify said: exit %d: %s", code, out)
+	}
+	// The verify just made appended to the cut chain, so the anchored
+	// head's seq may hold a record again: not the anchored one.
+	out, errOut, code := d.cli("audit", "verify", "--anchor", kept)
+	if msg := out + errOut; code == 0 || !strings.Contains(msg, "tampered") || !strings.Contains(msg, "anchor") {
+		t.Fatalf("verify against the anchor of a cut chain: exit %d: %s; want a failure naming the anchored head", code, msg)
+	}
+	t.Logf("verify --anchor: %s", strings.TrimSpace(out+errOut))
 }

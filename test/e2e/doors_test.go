@@ -46,15 +46,27 @@ const (
 // invalid with REST's validator, once the caller may run commands;
 // empty-exec and empty-process name no command, which a door refuses as
 // it translates (E2B's empty cmd, MCP's "give cmd or shell"); MCP's
-// base64-write's content is not base64. Every invalid call leaves REST's
-// record of its refusal ("error 400").
+// base64-write's content is not base64. The control calls' bad-* carry
+// what REST's edge rules refuse (an ESC in a template, snapshot name or
+// egress rule; 65 children; a timeout past 30 days), which the E2B door
+// translates into REST's (or the engine's) request type for the gate to
+// validate; bad-connect's timeout is not positive, which the E2B door
+// refuses as it translates. timeout and connect are the E2B door's alone.
+// schema-create, schema-exec and schema-process carry a body no decoder
+// of the door takes (a string for a boolean, a number for a string, a
+// string for a list): REST's strict decoder, the E2B door's JSON decode
+// and connect-go's refuse them, the MCP SDK's schema check refuses the
+// tool's arguments before the tool runs; the refusal is the gate's
+// (mcp.Options.Refuse, the E2B door's rpcRefusals), with its record.
+// Every invalid call leaves REST's record of its refusal ("error 400").
 var doorOps = []string{"create", "get", "list", "exec", "bad-exec", "empty-exec", "write", "bad-write", "base64-write", "read",
-	"process", "bad-process", "empty-process", "port", "pause", "resume", "kill"}
+	"process", "bad-process", "empty-process", "port", "bad-create", "schema-create", "schema-exec", "schema-process", "bad-fork", "bad-snapshot", "bad-network",
+	"timeout", "bad-timeout", "connect", "bad-connect", "pause", "resume", "kill"}
 
 // invalidOp is the operation an invalid call (bad-*, empty-*) is a call
 // of, and whether op is one.
 func invalidOp(op string) (string, bool) {
-	for _, pre := range []string{"bad-", "empty-", "base64-"} {
+	for _, pre := range []string{"bad-", "empty-", "base64-", "schema-"} {
 		if base, ok := strings.CutPrefix(op, pre); ok {
 			return base, true
 		}
@@ -113,11 +125,13 @@ var doorPrincipals = []doorPrincipal{
 	// invalid for a bad call whatever the id (no oracle: the same answer
 	// for an id that names nothing).
 	{name: "stranger", tenant: "other", scopes: memberScopes, want: with(allBut(dNotFound, "create", "list"), dInvalid,
-		"bad-exec", "bad-process", "bad-write", "empty-exec", "empty-process", "base64-write")},
+		"bad-exec", "bad-process", "bad-write", "empty-exec", "empty-process", "base64-write",
+		"bad-create", "bad-fork", "bad-snapshot", "bad-network", "bad-timeout", "bad-connect", "schema-create", "schema-exec", "schema-process")},
 	// The shared sandbox's create-time lease: its own sandbox's data
 	// plane, nothing of the control plane.
 	{name: "lease", tenant: "acme", want: map[string]string{"create": dForbidden, "list": dForbidden,
-		"pause": dForbidden, "resume": dForbidden, "kill": dForbidden}},
+		"pause": dForbidden, "resume": dForbidden, "kill": dForbidden, "fork": dForbidden, "snapshot": dForbidden,
+		"network": dForbidden, "timeout": dForbidden, "connect": dForbidden}},
 	// The lease of another tenant's sandbox, naming acme's: no right on
 	// it.
 	{name: "other-lease", tenant: "other", want: allBut(dForbidden)},
@@ -144,16 +158,28 @@ var doorOverrides = map[string]string{
 	// where REST validates the input first (invalid).
 	// divergence: the order of checks, not the decision (both refuse).
 	"e2b/stranger/bad-exec": dNotFound, "e2b/stranger/bad-process": dNotFound, "e2b/stranger/bad-write": dNotFound,
-	"e2b/stranger/empty-exec": dNotFound, "e2b/stranger/empty-process": dNotFound,
+	"e2b/stranger/empty-exec": dNotFound, "e2b/stranger/empty-process": dNotFound, "e2b/stranger/schema-process": dNotFound,
 }
 
 // doorNA: operations a door does not have.
 func doorNA(door, principal, op string) bool {
+	base, _ := invalidOp(op)
+	if door != "e2b" && (base == "timeout" || base == "connect") {
+		// E2B's timeout and connect are no operation of REST's or MCP's.
+		return true
+	}
+	if strings.HasPrefix(op, "schema-") {
+		// A refusal by the MCP SDK's schema check: the daemon's /v1/mcp
+		// puts it through the gate; `berth mcp` is a client of REST,
+		// whose refusals of what it never sends stay its own. The E2B
+		// door runs a command as a process start only.
+		return door == "mcp-stdio" || door == "e2b" && op == "schema-exec"
+	}
 	switch door {
 	case "mcp", "mcp-stdio":
-		// MCP has no pause, resume or port read (expose_port only names
-		// the URL).
-		return op == "pause" || op == "resume" || op == "port"
+		// MCP has no pause, resume, network update or port read
+		// (expose_port only names the URL).
+		return op == "pause" || op == "resume" || op == "port" || op == "bad-network"
 	}
 	// Only MCP's file_write takes base64 content.
 	return op == "base64-write"
@@ -170,7 +196,9 @@ func auditAction(door, op string) string {
 		"create": "POST /v1/sandboxes", "exec": "POST /v1/sandboxes/{id}/exec",
 		"write": "PUT /v1/sandboxes/{id}/files", "process": "POST /v1/sandboxes/{id}/processes",
 		"pause": "POST /v1/sandboxes/{id}/pause", "resume": "POST /v1/sandboxes/{id}/resume",
-		"kill": "DELETE /v1/sandboxes/{id}",
+		"kill": "DELETE /v1/sandboxes/{id}", "fork": "POST /v1/sandboxes/{id}/fork",
+		"snapshot": "POST /v1/sandboxes/{id}/snapshots", "network": "POST /v1/sandboxes/{id}/network",
+		"timeout": "e2b POST /sandboxes/{sandboxID}/timeout", "connect": "e2b POST /sandboxes/{sandboxID}/connect",
 	}
 	if door == "e2b" {
 		switch op {
@@ -578,6 +606,28 @@ func (s *restSession) do(op, id string) callResult {
 			req.Header.Set("Authorization", "Bearer "+s.f.keys[s.p.name])
 		}
 		return httpClass(req, "served")
+	case "bad-create":
+		sb, err := s.c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: badText})
+		r := restClass(err)
+		if err == nil {
+			r.created = sb.ID
+		}
+		return r
+	case "schema-create":
+		return s.raw("POST", "/v1/sandboxes", `{"persistent":"yes"}`)
+	case "schema-exec":
+		return s.raw("POST", "/v1/sandboxes/"+id+"/exec", `{"cmd":5}`)
+	case "schema-process":
+		return s.raw("POST", "/v1/sandboxes/"+id+"/processes", `{"cmd":5}`)
+	case "bad-fork":
+		_, err := s.c.Fork(ctx, id, api.ForkRequest{Count: 65})
+		return restClass(err)
+	case "bad-snapshot":
+		_, err := s.c.CreateSnapshot(ctx, id, api.CreateSnapshotRequest{Name: badText})
+		return restClass(err)
+	case "bad-network":
+		_, err := s.c.UpdateNetwork(ctx, id, api.NetworkRulesRequest{Allow: []string{badText}})
+		return restClass(err)
 	case "pause":
 		_, err := s.c.Pause(ctx, id)
 		return restClass(err)
@@ -591,11 +641,23 @@ func (s *restSession) do(op, id string) callResult {
 	panic("no operation " + op)
 }
 
+// raw sends a JSON body as it is, with the principal's credential.
+func (s *restSession) raw(method, path, body string) callResult {
+	req, err := http.NewRequest(method, "http://"+s.f.addr+path, strings.NewReader(body))
+	if err != nil {
+		s.f.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+s.f.keys[s.p.name])
+	req.Header.Set("Content-Type", "application/json")
+	return httpClass(req, "")
+}
+
 // badEnv is an environment every door must refuse: an ESC in a name;
-// badPath a file path (a NUL in it).
+// badPath a file path (a NUL in it); badText a name or rule (an ESC).
 var (
 	badEnv  = map[string]string{"A\x1bB": "1"}
 	badPath = "/tmp/a\x00b"
+	badText = "a\x1bb"
 )
 
 // httpClass sends req and classes its answer; a 2xx must contain want.
@@ -738,13 +800,37 @@ func (s *e2bSession) do(op, id string) callResult {
 		return s.control("POST", "/sandboxes/"+id+"/resume", `{"timeout":300}`)
 	case "kill":
 		return s.control("DELETE", "/sandboxes/"+id, "")
+	case "bad-create":
+		r := s.control("POST", "/v2/sandboxes", `{"templateID":"a\u001bb","timeout":300}`)
+		var out struct{ SandboxID string }
+		if r.class == dOK && json.Unmarshal([]byte(r.detail), &out) == nil {
+			r.created = out.SandboxID
+		}
+		return r
+	case "schema-create":
+		return s.control("POST", "/v2/sandboxes", `{"templateID":"base","timeout":"x"}`)
+	case "bad-fork":
+		return s.control("POST", "/sandboxes/"+id+"/fork", `{"count":65}`)
+	case "bad-snapshot":
+		return s.control("POST", "/sandboxes/"+id+"/snapshots", `{"name":"a\u001bb"}`)
+	case "bad-network":
+		return s.control("PUT", "/sandboxes/"+id+"/network", `{"allowOut":["a\u001bb"]}`)
+	case "timeout":
+		// A day: the shared sandbox outlives the suite.
+		return s.control("POST", "/sandboxes/"+id+"/timeout", `{"timeout":86400}`)
+	case "bad-timeout":
+		return s.control("POST", "/sandboxes/"+id+"/timeout", `{"timeout":100000000}`)
+	case "connect":
+		return s.control("POST", "/sandboxes/"+id+"/connect", `{"timeout":600}`)
+	case "bad-connect":
+		return s.control("POST", "/sandboxes/"+id+"/connect", `{"timeout":-1}`)
 	}
 	hdr, ok := s.envdHdr(id, "49983")
 	if !ok {
 		return s.noToken
 	}
 	switch op {
-	case "exec", "process", "bad-exec", "bad-process", "empty-exec", "empty-process":
+	case "exec", "process", "bad-exec", "bad-process", "empty-exec", "empty-process", "schema-process":
 		hdr["Content-Type"] = "application/connect+json"
 		hdr["Connect-Protocol-Version"] = "1"
 		proc := `{"process":{"cmd":"/bin/true"}}`
@@ -754,6 +840,9 @@ func (s *e2bSession) do(op, id string) callResult {
 		case strings.HasPrefix(op, "empty-"):
 			// Refused as the door translates it.
 			proc = `{"process":{"cmd":""}}`
+		case op == "schema-process":
+			// Refused by connect-go's decoder, before the door.
+			proc = `{"process":{"cmd":5}}`
 		}
 		st, body := s.raw("POST", "/process.Process/Start", connectEnvelope(proc), hdr)
 		return connectClass(st, body)
@@ -927,6 +1016,28 @@ func (s *mcpSession) do(op, id string) callResult {
 		return r
 	case "process":
 		_, r := s.call("process_start", map[string]any{"id": id, "cmd": []string{"true"}})
+		return r
+	case "bad-create":
+		out, r := s.call("sandbox_create", map[string]any{"template": badText})
+		if r.class == dOK {
+			sb, _ := out["sandbox"].(map[string]any)
+			r.created, _ = sb["id"].(string)
+		}
+		return r
+	case "schema-create":
+		_, r := s.call("sandbox_create", map[string]any{"persistent": "yes"})
+		return r
+	case "schema-exec":
+		_, r := s.call("run_command", map[string]any{"id": id, "cmd": "true"})
+		return r
+	case "schema-process":
+		_, r := s.call("process_start", map[string]any{"id": id, "cmd": "true"})
+		return r
+	case "bad-fork":
+		_, r := s.call("sandbox_fork", map[string]any{"id": id, "count": 65})
+		return r
+	case "bad-snapshot":
+		_, r := s.call("snapshot_create", map[string]any{"id": id, "name": badText})
 		return r
 	case "kill":
 		_, r := s.call("sandbox_delete", map[string]any{"id": id})

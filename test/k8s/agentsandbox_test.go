@@ -305,7 +305,7 @@ func TestAgentSandboxDoor(t *testing.T) {
 	}
 
 	// Audited as the key.
-	entries, _, err := auditLog.List(ctx, store.AuditFilter{Owner: store.OwnedBy("t1"), Action: "agent-sandbox.create"}, store.Page{})
+	entries, _, err := auditLog.List(ctx, store.AuditFilter{Owner: store.OwnedBy("t1"), Action: "POST /v1/sandboxes"}, store.Page{})
 	if err != nil || len(entries) < 3 || !strings.HasPrefix(entries[0].Actor, "key:") {
 		t.Fatalf("audit: %d entries, %v", len(entries), err)
 	}

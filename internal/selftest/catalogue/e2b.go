@@ -263,6 +263,37 @@ func e2bAttacks() []*attack.Attack {
 				}
 				return attack.Contained("env name, cwd: %s", strings.Join(seen, ", "))
 			}),
+		x("control-bad-input", "through the E2B control API with a member key, create from a template named with an ESC, snapshot a sandbox under a name with one, put an egress rule with one, ask for 65 children of a fork; and send envd a process start whose message does not decode", "400 (invalid_argument for envd) for each, as REST refuses them, nothing made",
+			func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome {
+				var bad []string
+				for _, c := range []struct{ method, path, body string }{
+					{"POST", "/sandboxes", `{"templateID":"a\u001bb"}`},
+					{"POST", "/sandboxes/" + door.sandbox + "/snapshots", `{"name":"a\u001bb"}`},
+					{"PUT", "/sandboxes/" + door.sandbox + "/network", `{"allowOut":["a\u001bb"]}`},
+					{"POST", "/sandboxes/" + door.sandbox + "/fork", `{"count":65}`},
+				} {
+					st, body, err := door.do(ctx, c.method, c.path, door.member, nil, c.body)
+					if err != nil {
+						return attack.Escaped("request: %v", err)
+					}
+					if st != 400 {
+						bad = append(bad, fmt.Sprintf("%s %s: %d %s", c.method, c.path, st, attack.Clip(attack.OneLine(body), 60)))
+					}
+				}
+				st, body, err := door.do(ctx, "POST", "/process.Process/Start", "", map[string]string{"E2b-Sandbox-Id": door.sandbox,
+					"E2b-Sandbox-Port": "49983", "X-Access-Token": door.token, "Content-Type": "application/connect+json"},
+					connectEnvelope(`{"process":{"cmd":5}}`))
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				if !strings.Contains(body, "invalid_argument") {
+					bad = append(bad, fmt.Sprintf("envd start: %d %s", st, attack.Clip(attack.OneLine(body), 60)))
+				}
+				if len(bad) > 0 {
+					return attack.Escaped("%s", strings.Join(bad, "; "))
+				}
+				return attack.Contained("create, snapshot, network, fork: 400; envd: invalid_argument")
+			}),
 		x("envd-long-path", "write a file through envd, and start a process there, naming a path past PATH_MAX (4097 bytes)", "400 and invalid_argument, as REST refuses it",
 			func(ctx ctxT, e *attack.Env, door *e2bDoor) attack.Outcome {
 				long := "/tmp/" + strings.Repeat("a", 4092)

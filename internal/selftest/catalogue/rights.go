@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"time"
 
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/client"
+	"github.com/berth-sh/berth/internal/auth"
 	"github.com/berth-sh/berth/internal/selftest/attack"
 )
 
@@ -166,6 +168,125 @@ func rightsAttacks() []*attack.Attack {
 				ends := k.ExpiresAt != nil && !k.ExpiresAt.After(*short.ExpiresAt)
 				return attack.Judged(ends, "later: 403; without expiry: expires %v (maker %v)", k.ExpiresAt, short.ExpiresAt)
 			}),
+		x("port-path-origin", "serve a page that sets a cookie from a sandbox port, read it through the path-routed proxy on the daemon's own origin with a port token, and hand that route the token in its query as a link would", "the cookie dropped and the page sandboxed (CSP sandbox: an opaque origin); the query token refused (401), no cookie set",
+			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome {
+				k, err := tn.key(ctx, "member")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				sb, err := tn.create(ctx, tcp, k.Key)
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				page := "import http.server as h\n" +
+					"class H(h.BaseHTTPRequestHandler):\n" +
+					"  def do_GET(s):\n" +
+					"    s.send_response(200); s.send_header('Set-Cookie', 'planted=1; Path=/'); s.send_header('Content-Type', 'text/html'); s.end_headers(); s.wfile.write(b'<script>fetch(\"/v1/whoami\")</script>')\n" +
+					"h.HTTPServer(('0.0.0.0', 8000), H).serve_forever()\n"
+				st, resp, err := tcp.Do(ctx, "POST", "/v1/sandboxes/"+sb.ID+"/processes", k.Key,
+					api.StartProcessRequest{ExecRequest: api.ExecRequest{Cmd: []string{"python3", "-c", page}}})
+				if err != nil || st != 201 {
+					return attack.Escaped("start the page's server: %d %v %s", st, err, attack.Clip(attack.OneLine(resp), 80))
+				}
+				var pt api.PortToken
+				st, resp, err = tcp.Do(ctx, "POST", "/v1/sandboxes/"+sb.ID+"/ports/8000/token", k.Key, api.CreatePortTokenRequest{TTLSeconds: 600})
+				if err != nil || st != 201 || jsonInto(resp, &pt) != nil || pt.Token == "" {
+					return attack.Escaped("mint: %d %v %s", st, err, attack.Clip(resp, 80))
+				}
+				base := strings.TrimSuffix(tcpBase(e), "/") + "/v1/sandboxes/" + sb.ID + "/ports/8000/"
+				get := func(url string, hdr map[string]string) (*http.Response, error) {
+					req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+					if err != nil {
+						return nil, err
+					}
+					for k, v := range hdr {
+						req.Header.Set(k, v)
+					}
+					hc := &http.Client{Timeout: 30 * time.Second,
+						CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+					resp, err := hc.Do(req)
+					if err == nil {
+						_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+						resp.Body.Close()
+					}
+					return resp, err
+				}
+				var r *http.Response
+				for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+					r, err = get(base, map[string]string{"X-Berth-Port-Token": pt.Token})
+					if err == nil && r.StatusCode == 200 {
+						break
+					}
+					if time.Now().After(deadline) {
+						return attack.Escaped("the page never answered through the proxy: %v %v", err, r)
+					}
+				}
+				var bad []string
+				if c := r.Header.Values("Set-Cookie"); len(c) > 0 {
+					bad = append(bad, fmt.Sprintf("the page set %q on the daemon's origin", c))
+				}
+				if csp := r.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "sandbox") {
+					bad = append(bad, fmt.Sprintf("the page is not sandboxed (CSP %q)", csp))
+				}
+				q, err := get(base+"?"+auth.PortTokenParam+"="+pt.Token, nil)
+				if err != nil {
+					return attack.Escaped("request: %v", err)
+				}
+				if q.StatusCode != 401 || len(q.Header.Values("Set-Cookie")) > 0 {
+					bad = append(bad, fmt.Sprintf("the path route took the token from its query: %d, cookies %q", q.StatusCode, q.Header.Values("Set-Cookie")))
+				}
+				if len(bad) > 0 {
+					return attack.Escaped("%s", strings.Join(bad, "; "))
+				}
+				return attack.Contained("no cookie, CSP sandbox; the query token 401")
+			}),
+		x("mcp-session-share", "open MCP sessions at /v1/mcp with one tenant's key until refused, then one with another tenant's key", "the first tenant refused (429) at its share, below the daemon's bound; the other tenant's session opens",
+			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome {
+				ka, err := tn.key(ctx, "member")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				other, err := newTenantRun(ctx, e, "mcp-session-share-b")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				defer other.cleanup(context.WithoutCancel(ctx))
+				kb, err := other.key(ctx, "member")
+				if err != nil {
+					return attack.Escaped("%v", err)
+				}
+				base := strings.TrimSuffix(tcpBase(e), "/")
+				var open []mcpSession
+				defer func() {
+					for _, s := range open {
+						s.close(context.WithoutCancel(ctx), base)
+					}
+				}()
+				refused := 0
+				for range 70 { // past the default bound of 64
+					s, st, err := openMCPSession(ctx, base, ka.Key)
+					if err != nil {
+						return attack.Escaped("open: %v", err)
+					}
+					if st != 200 {
+						refused = st
+						break
+					}
+					open = append(open, s)
+				}
+				if refused != 429 {
+					return attack.Escaped("one tenant opened %d sessions, then %d (want 429 at its share)", len(open), refused)
+				}
+				s, st, err := openMCPSession(ctx, base, kb.Key)
+				if err != nil {
+					return attack.Escaped("open: %v", err)
+				}
+				if st != 200 {
+					return attack.Escaped("one tenant holds %d sessions; the other tenant's was refused: %d", len(open), st)
+				}
+				open = append(open, s)
+				return attack.Contained("refused 429 after %d sessions; the other tenant's opened", len(open)-1)
+			}),
 		x("lease-revoked", "run a command with a lease token after that lease alone was revoked (its key still valid)", "401",
 			func(ctx ctxT, e *attack.Env, tcp *attack.RawClient, tn *tenantRun) attack.Outcome {
 				k, err := tn.key(ctx, "member")
@@ -271,4 +392,44 @@ func tenantAttack(id, desc, expected string, run func(ctx ctxT, e *attack.Env, t
 			defer tn.cleanup(context.WithoutCancel(ctx))
 			return run(ctx, e, tcp, tn)
 		}}
+}
+
+// mcpSession is an MCP session opened over /v1/mcp.
+type mcpSession struct{ id, key string }
+
+// openMCPSession sends MCP's initialize to base's /v1/mcp with key: the
+// session, or the status it was refused with.
+func openMCPSession(ctx ctxT, base, key string) (mcpSession, int, error) {
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"berth-selftest","version":"1"}}}`
+	req, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/mcp", strings.NewReader(body))
+	if err != nil {
+		return mcpSession{}, 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
+	if err != nil {
+		return mcpSession{}, 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	id := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode == 200 && id == "" {
+		return mcpSession{}, 0, fmt.Errorf("an initialize answered 200 without a session id")
+	}
+	return mcpSession{id: id, key: key}, resp.StatusCode, nil
+}
+
+// close ends the session (DELETE /v1/mcp).
+func (s mcpSession) close(ctx ctxT, base string) {
+	req, err := http.NewRequestWithContext(ctx, "DELETE", base+"/v1/mcp", nil)
+	if err != nil {
+		return
+	}
+	req.Header.Set("Authorization", "Bearer "+s.key)
+	req.Header.Set("Mcp-Session-Id", s.id)
+	if resp, err := (&http.Client{Timeout: time.Minute}).Do(req); err == nil {
+		resp.Body.Close()
+	}
 }

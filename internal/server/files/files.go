@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/berth-sh/berth/internal/access"
 	enginefiles "github.com/berth-sh/berth/internal/engine/files"
 	"github.com/berth-sh/berth/internal/engine/snapshots"
 	"github.com/berth-sh/berth/internal/errdefs"
@@ -167,7 +168,13 @@ func (h *Handlers) Put(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	fi, err := f.WriteFileAs(r.Context(), path, mode, r.Body, own, rest.Actor(r))
+	// One file's bytes: the gate's bound, as on every door's write.
+	body, err := access.FileWriteBody(r.Body, r.ContentLength)
+	if err != nil {
+		rest.Error(w, err)
+		return
+	}
+	fi, err := f.WriteFileAs(r.Context(), path, mode, body, own, rest.Actor(r))
 	if err != nil {
 		rest.Error(w, err)
 		return

@@ -9,6 +9,7 @@ import (
 	"github.com/berth-sh/berth/api"
 	"github.com/berth-sh/berth/internal/engine"
 	"github.com/berth-sh/berth/internal/engine/procs"
+	"github.com/berth-sh/berth/internal/engine/snapshots"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
@@ -44,6 +45,9 @@ func Validate(v any) error {
 		}
 		return StartRequest(req).Validate()
 	case *api.ForkRequest:
+		if req.Count < 0 || req.Count > snapshots.MaxForkCount {
+			return errdefs.Invalid("count must be between 1 and %d", snapshots.MaxForkCount)
+		}
 		if err := checkSeconds("timeout_seconds", req.TimeoutSeconds); err != nil {
 			return err
 		}
