@@ -19,7 +19,7 @@ func TestCLILinksNoDaemon(t *testing.T) {
 		"github.com/berth-sh/berth/internal/engine",
 		"github.com/berth-sh/berth/internal/daemon",
 		"github.com/berth-sh/berth/internal/node",
-		"github.com/berth-sh/berth/internal/store",
+		"github.com/berth-sh/berth/internal/store/", // the drivers; the store's types may come with internal/access
 		"github.com/berth-sh/berth/internal/testenv",
 		"github.com/berth-sh/berth/internal/bench",
 		"github.com/berth-sh/berth/internal/selftest",
