@@ -422,6 +422,9 @@ func (d *Door) create(ctx context.Context, w http.ResponseWriter, r *http.Reques
 			}
 		}
 	}
+	// E2B's templates give their user passwordless sudo: berth's sudo
+	// where the runtime class has it (internal/agent/sudo).
+	req.SudoWhereOffered = true
 	sb, err := d.cfg.Manager.Create(ctx, req, engine.CreateOptions{Actor: p.Actor, Tenant: p.Tenant})
 	if err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) {

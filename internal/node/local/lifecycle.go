@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-sh/berth/internal/agent/sudo"
 	"github.com/berth-sh/berth/internal/cgroups"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/failpoint"
@@ -119,6 +120,10 @@ func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	if sb.Spec.HostUsr {
 		mounts = append(mounts, runtime.Mount{Source: "/usr", Destination: "/usr", ReadOnly: true})
 	}
+	if sb.Spec.Sudo {
+		// The agent's binary is the sudo program too (internal/agent/sudo).
+		mounts = append(mounts, runtime.Mount{Source: b.cfg.AgentPath, Destination: sudo.Dir + "/sudo", ReadOnly: true})
+	}
 	for i, vm := range sb.Spec.Volumes {
 		src, err := b.volumeSource(sb, i)
 		if err != nil {
@@ -180,6 +185,9 @@ func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 		defer lnFile.Close()
 		extra = []*os.File{lnFile}
 	}
+	if sb.Spec.Sudo {
+		args = append(args, "--sudo-user", sudoUser(sb))
+	}
 	logw, err := b.openInitLog(sb.ID)
 	if err != nil {
 		return err
@@ -226,6 +234,14 @@ func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	err = b.WaitReady(ctx, sb)
 	b.log.Debug("provisioned", "sandbox", sb.ID, "runtime_start", tReady.Sub(tStart), "agent_ready", time.Since(tReady))
 	return err
+}
+
+// sudoUser is who besides root may use sb's sudo: its default user.
+func sudoUser(sb *sandbox.Sandbox) string {
+	if sb.Spec.User == "" {
+		return "root"
+	}
+	return sb.Spec.User
 }
 
 // WaitReady polls the agent's socket until it answers a ping.
