@@ -13,8 +13,13 @@ try {
   out.echo = (await sbx.commands.run('sudo echo hello')).stdout.trim()
   out.ids = (await sbx.commands.run('id -u; sudo id -u')).stdout.trim().split('\n')
   // E2B's js-sdk tests/sandbox/commands/envVars.test.ts, "bash command
-  // scoped env vars": bash expands $FOO before sudo runs echo.
-  out.scoped = (await sbx.commands.run('sudo echo "$FOO"', { envs: { FOO: 'bar' } })).stdout.trim()
+  // scoped env vars", as it runs: a command's envs reach it, and not the
+  // next command, run through sudo.
+  const scoped = await sbx.commands.run('echo $FOO', { envs: { FOO: 'bar' } })
+  const next = await sbx.commands.run('sudo echo "$FOO"')
+  out.scoped = [scoped.exitCode, scoped.stdout.trim(), next.exitCode, next.stdout.trim()]
+  // bash expands $FOO before sudo runs echo.
+  out.expanded = (await sbx.commands.run('sudo echo "$FOO"', { envs: { FOO: 'bar' } })).stdout.trim()
   const foo = (r) => r.stdout.split('\n').filter((l) => l.startsWith('FOO='))
   out.preserved = foo(await sbx.commands.run('sudo -E env', { envs: { FOO: 'kept' } }))
   out.reset = foo(await sbx.commands.run('sudo env', { envs: { FOO: 'kept' } }))

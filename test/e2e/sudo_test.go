@@ -57,6 +57,7 @@ func TestSudo(t *testing.T) {
 				{script: "cd /tmp && sudo pwd", want: "/tmp"},
 				{script: "sudo -i pwd", want: "/root"},
 				{script: "sudo cat", want: "from stdin", stdin: "from stdin"},
+				{script: "sudo echo closed-stdin <&-", want: "closed-stdin"},
 				{script: "sudo sh -c 'exit 7'", code: 7},
 				{script: "sudo sh -c 'kill -TERM $$'; echo $?", want: "143"},
 				{script: "sudo -g root id 2>&1", want: "sudo: option -g is not supported by berth's sudo", code: 1},

@@ -254,7 +254,7 @@ func Run(req *Request) (Exit, error) {
 	sigc := make(chan os.Signal, 16)
 	signal.Notify(sigc, forwardedSignals...)
 	defer signal.Stop(sigc)
-	if err := Send(c, body, []int{0, 1, 2}); err != nil {
+	if err := Send(c, body, stdio()); err != nil {
 		// Refused before the request was read: the reason is waiting.
 		c.SetReadDeadline(time.Now().Add(time.Second))
 		if _, rerr := readAnswer(c); errors.As(rerr, new(refusal)) {
@@ -275,6 +275,20 @@ func Run(req *Request) (Exit, error) {
 		}
 	}()
 	return readAnswer(c)
+}
+
+// stdio is this process's stdin, stdout and stderr, /dev/null in place of
+// one that is closed (`sudo cmd <&-`), as the command's would be.
+func stdio() []int {
+	fds := []int{0, 1, 2}
+	for i, fd := range fds {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == unix.EBADF {
+			if n, err := unix.Open(os.DevNull, unix.O_RDWR|unix.O_CLOEXEC, 0); err == nil {
+				fds[i] = n
+			}
+		}
+	}
+	return fds
 }
 
 // Send writes a request: the header with fds attached, then the body.
