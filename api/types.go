@@ -107,6 +107,10 @@ type CreateSandboxRequest struct {
 	PublicPorts []int `json:"public_ports,omitempty"`
 	// Secrets are the tenant's secrets every exec in it gets as env vars.
 	Secrets []SecretRef `json:"secrets,omitempty"`
+	// Sudo gives the sandbox a passwordless sudo for root and its user
+	// (as E2B's templates have): commands run as the sandbox's root, as
+	// an exec with user root would. Default off.
+	Sudo bool `json:"sudo,omitempty"`
 	Policy
 }
 
@@ -216,14 +220,16 @@ type Sandbox struct {
 	Reason         string            `json:"reason,omitempty"`
 	Error          string            `json:"error,omitempty"`
 
-	Hostname       string        `json:"hostname"`
-	PersistRoot    bool          `json:"persist_root,omitempty"`
-	Volumes        []VolumeMount `json:"volumes,omitempty"`
-	KeepVolume     bool          `json:"keep_volume,omitempty"`
-	Policy         Policy        `json:"policy"`
-	LastActivityAt *time.Time    `json:"last_activity_at,omitempty"`
-	PausedAt       *time.Time    `json:"paused_at,omitempty"`
-	StoppedAt      *time.Time    `json:"stopped_at,omitempty"`
+	Hostname    string        `json:"hostname"`
+	PersistRoot bool          `json:"persist_root,omitempty"`
+	Volumes     []VolumeMount `json:"volumes,omitempty"`
+	KeepVolume  bool          `json:"keep_volume,omitempty"`
+	// Sudo: the sandbox has sudo for root and its user.
+	Sudo           bool       `json:"sudo,omitempty"`
+	Policy         Policy     `json:"policy"`
+	LastActivityAt *time.Time `json:"last_activity_at,omitempty"`
+	PausedAt       *time.Time `json:"paused_at,omitempty"`
+	StoppedAt      *time.Time `json:"stopped_at,omitempty"`
 	// NextAction is the policy action the reconciler will take next, and when.
 	NextAction   string     `json:"next_action,omitempty"`
 	NextActionAt *time.Time `json:"next_action_at,omitempty"`
@@ -535,6 +541,8 @@ type RuntimeCaps struct {
 	// Rename: a running sandbox's host name can change (a named create
 	// can be served from a warm pool).
 	Rename bool `json:"rename"`
+	// Sudo: sandboxes can have sudo (create's sudo).
+	Sudo bool `json:"sudo"`
 }
 
 // BuildEvent is one line of the NDJSON stream POST /v1/templates/build

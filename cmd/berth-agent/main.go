@@ -13,6 +13,7 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 
 	"github.com/berth-sh/berth/internal/agent/agentd"
 )
@@ -21,6 +22,10 @@ import (
 var version = "dev"
 
 func main() {
+	// Mounted at /.berth/bin/sudo in a sandbox with sudo: the sudo program.
+	if filepath.Base(os.Args[0]) == "sudo" {
+		os.Exit(agentd.SudoMain(os.Args[1:]))
+	}
 	args := os.Args[1:]
 	// The command lines of sandboxes made before the agent had a binary of
 	// its own say "berth agent ...": the verb is accepted and dropped.
@@ -30,6 +35,9 @@ func main() {
 	// The set-up helpers the runsc class runs inside a sandbox.
 	if len(args) > 0 && args[0] == agentd.LimitTasksVerb {
 		os.Exit(agentd.LimitTasksMain(args[1:]))
+	}
+	if len(args) > 0 && args[0] == agentd.SudoHelperVerb {
+		os.Exit(agentd.SudoHelperMain(args[1:]))
 	}
 	if len(args) > 0 && args[0] == agentd.SetHostnameVerb {
 		os.Exit(agentd.SetHostnameMain(args[1:]))

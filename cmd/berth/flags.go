@@ -208,6 +208,7 @@ type sandboxFlags struct {
 	allow    []string
 	public   []int
 	secrets  []string
+	sudo     bool
 }
 
 func (f *sandboxFlags) register(fs *pflag.FlagSet, timeoutHelp string) {
@@ -224,6 +225,7 @@ func (f *sandboxFlags) register(fs *pflag.FlagSet, timeoutHelp string) {
 	fs.StringVarP(&f.user, "user", "u", "", "default user of the sandbox's commands and owner of /workspace: `uid[:gid]` or a name from its /etc/passwd (default: the template's user, else root)")
 	fs.StringArrayVar(&f.allow, "allow", nil, "egress `RULE` for --network egress: [tcp://|udp://]IP|CIDR|DOMAIN|*.DOMAIN[:PORT[,PORT]]; repeatable; all else is denied")
 	fs.IntSliceVar(&f.public, "public-port", nil, "sandbox `PORT` the port proxy serves without credentials; repeatable or comma-separated")
+	fs.BoolVar(&f.sudo, "sudo", false, "give the sandbox a passwordless sudo for root and its --user (as E2B's templates have): commands run as the sandbox's root, as exec --user root does")
 	fs.StringArrayVar(&f.secrets, "secret", nil, "give the sandbox your secret `NAME[=env:VAR|=file:/run/secrets/F|=egress:HOST]`: env var VAR (default NAME) of every exec, file F (0400, the sandbox user's) on a tmpfs written at every start, or (--network egress) a placeholder in env var NAME that the egress proxy replaces by the value in HTTPS request headers to HOST only; see 'berth secret'; repeatable")
 }
 
@@ -257,6 +259,7 @@ func (f *sandboxFlags) request() (api.CreateSandboxRequest, error) {
 		Allow:          f.allow,
 		PublicPorts:    f.public,
 		Secrets:        refs,
+		Sudo:           f.sudo,
 	}, nil
 }
 

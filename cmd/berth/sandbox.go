@@ -170,6 +170,13 @@ func printSandbox(w io.Writer, sb *api.Sandbox, now time.Time) error {
 		row("Keep volume", yesNo(sb.KeepVolume))
 	}
 	row("Hostname", sb.Hostname)
+	if sb.Sudo {
+		who := "root"
+		if sb.User != "" {
+			who += " and " + sb.User
+		}
+		row("Sudo", "yes ("+who+")")
+	}
 	row("Created", ts(&sb.CreatedAt))
 	row("Started", ts(sb.StartedAt))
 	row("Last activity", ts(sb.LastActivityAt))

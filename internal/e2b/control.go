@@ -483,6 +483,9 @@ func (d *Door) create(r *http.Request) (access.Translate, handler) {
 				}
 			}
 		}
+		// E2B's templates give their user passwordless sudo: berth's sudo
+		// where the runtime class has it (internal/agent/sudo).
+		req.SudoWhereOffered = true
 		sb, err := d.cfg.Manager.Create(ctx, req, engine.CreateOptions{Actor: p.Actor, Tenant: p.Tenant})
 		if err != nil {
 			if errors.Is(err, errdefs.ErrNotFound) {

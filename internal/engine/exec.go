@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/berth-sh/berth/internal/agent"
+	"github.com/berth-sh/berth/internal/agent/sudo"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/sandbox"
 )
@@ -212,6 +214,10 @@ func composeEnv(tplEnv []string, sb *sandbox.Sandbox, extra map[string]string) [
 	}
 	maps.Copy(env, sb.Spec.Env)
 	maps.Copy(env, extra)
+	if sb.Spec.Sudo && !slices.Contains(filepath.SplitList(env["PATH"]), sudo.Dir) {
+		// Before the image's own sudo, which cannot work in a sandbox.
+		env["PATH"] = sudo.Dir + ":" + env["PATH"]
+	}
 	env["BERTH_SANDBOX_ID"] = sb.ID
 	keys := slices.Sorted(maps.Keys(env))
 	out := make([]string, 0, len(keys))

@@ -190,6 +190,10 @@ func (m *Engine) create(ctx context.Context, req *CreateRequest, opt CreateOptio
 		spec.Runtime = m.DefaultRuntime()
 	}
 	caps, _ := node.ClassCaps(m.node, spec.Runtime)
+	if req.Sudo && !caps.Sudo {
+		return nil, errdefs.Invalid("runtime %s offers no sudo", spec.Runtime)
+	}
+	spec.Sudo = req.Sudo || req.SudoWhereOffered && caps.Sudo
 	if spec.Network == "egress" && !caps.Egress {
 		return nil, errdefs.Invalid("network mode egress is not available with runtime %s yet", spec.Runtime)
 	}

@@ -217,3 +217,53 @@ func TestPersistRootNeedsRootLayer(t *testing.T) {
 	}
 	e.Create(engine.CreateRequest{Runtime: fakeKata.Name, Persistent: true, PersistRoot: true})
 }
+
+// A create asking for sudo is refused on a class without it, and leaves
+// nothing; the E2B door's "where offered" leaves it out there and gives
+// it where the class has it; the spec records which.
+func TestSudoNeedsTheClass(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, enginetest.WithClasses(fakePod, memnode.FakeRunc))
+	before, _, err := e.Engine.List(e.Ctx, false, store.Page{})
+	enginetest.Must(t, err)
+	_, err = e.Engine.Create(e.Ctx, &engine.CreateRequest{Runtime: fakePod.Name, Sudo: true}, engine.CreateOptions{Actor: "test"})
+	enginetest.WantErr(t, err, errdefs.ErrInvalid)
+	if !strings.Contains(err.Error(), "sudo") || !strings.Contains(err.Error(), fakePod.Name) {
+		t.Fatalf("refusal %q does not name sudo and the class", err)
+	}
+	after, _, err := e.Engine.List(e.Ctx, false, store.Page{})
+	enginetest.Must(t, err)
+	if len(after) != len(before) {
+		t.Fatalf("a refused create left a record: %d sandboxes before, %d after", len(before), len(after))
+	}
+	if sb := e.Create(engine.CreateRequest{Runtime: fakePod.Name, SudoWhereOffered: true}); sb.Spec.Sudo {
+		t.Errorf("sudo where offered, on a class without it: the spec says sudo")
+	}
+	if sb := e.Create(engine.CreateRequest{Runtime: memnode.FakeRunc.Name, SudoWhereOffered: true}); !sb.Spec.Sudo {
+		t.Errorf("sudo where offered, on a class with it: the spec says no sudo")
+	}
+	if sb := e.Create(engine.CreateRequest{Runtime: memnode.FakeRunc.Name, Sudo: true}); !sb.Spec.Sudo {
+		t.Errorf("sudo asked on a class with it: the spec says no sudo")
+	}
+	if sb := e.Create(engine.CreateRequest{Runtime: memnode.FakeRunc.Name}); sb.Spec.Sudo {
+		t.Errorf("a create that did not ask has sudo")
+	}
+}
+
+// A create with sudo never gets a pool member: members are started
+// without it, and sudo is fixed at container start.
+func TestSudoCreateNeverClaimsPoolMember(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, enginetest.WithClasses(memnode.FakeRunc))
+	_, err := e.Engine.SetPool(e.Ctx, "base", 1)
+	enginetest.Must(t, err)
+	member := e.WaitPoolMember()
+	for _, req := range []engine.CreateRequest{{Sudo: true}, {SudoWhereOffered: true}} {
+		if sb := e.Create(req); sb.ID == member.ID || !sb.Spec.Sudo {
+			t.Fatalf("a create with sudo (%+v) got the pool member, or no sudo", req)
+		}
+	}
+	if sb := e.Create(engine.CreateRequest{}); sb.ID != member.ID {
+		t.Fatalf("a create without sudo did not claim the member")
+	}
+}

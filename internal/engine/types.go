@@ -74,6 +74,10 @@ type CreateRequest struct {
 	// KeepCreateLease: the create-time lease outlives a stop
 	// (sandbox.Spec.KeepCreateLease; the E2B door's pause without memory).
 	KeepCreateLease bool
+	// Sudo gives the sandbox berth's sudo (sandbox.Spec.Sudo); a runtime
+	// class without it refuses the create. SudoWhereOffered gives it
+	// where the class has it and leaves it out elsewhere (the E2B door).
+	Sudo, SudoWhereOffered bool
 	// Secrets are the tenant's secrets injected into its execs.
 	Secrets []sandbox.SecretRef
 	// Policy: zero fields take the template's or the daemon's default.

@@ -98,6 +98,9 @@ type Caps struct {
 	// layer (builds), be read while the sandbox is frozen (quarantine
 	// reads), and its disk cap is enforced by the filesystem.
 	RootLayer bool `json:"root_layer"`
+	// Sudo: sandboxes can have berth's sudo (sandbox.Spec.Sudo): the
+	// agent's binary mounted as /.berth/bin/sudo and served by the agent.
+	Sudo bool `json:"sudo"`
 }
 
 // Class is a runtime class a backend offers.

@@ -199,6 +199,10 @@ type Spec struct {
 	// failure, or its own revocation, and the guard refuses it while the
 	// sandbox is not running. Every other lease of it ends at the stop.
 	KeepCreateLease bool `json:"keep_create_lease,omitempty"`
+	// Sudo: the sandbox has berth's sudo (internal/agent/sudo) for root
+	// and User: the agent serves it and /.berth/bin/sudo is first in its
+	// commands' PATH. Fixed at container start.
+	Sudo bool `json:"sudo,omitempty"`
 	// IDs is the sandbox's host uid/gid range, given at create and
 	// released at delete; never inherited by a fork or snapshot.
 	IDs *HostIDs `json:"ids,omitempty"`

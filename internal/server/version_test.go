@@ -22,8 +22,8 @@ func TestVersionListsClassCaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []api.RuntimeClass{
-		{Name: memnode.FakeRunc.Name, Capabilities: api.RuntimeCaps{Freeze: true, Capture: true, RootLayer: true, Egress: true, Pool: true, Rename: true}},
-		{Name: memnode.FakeRunsc.Name, Capabilities: api.RuntimeCaps{Freeze: true, Checkpoint: true, Capture: true, RootLayer: true}},
+		{Name: memnode.FakeRunc.Name, Capabilities: api.RuntimeCaps{Freeze: true, Capture: true, RootLayer: true, Egress: true, Pool: true, Rename: true, Sudo: true}},
+		{Name: memnode.FakeRunsc.Name, Capabilities: api.RuntimeCaps{Freeze: true, Checkpoint: true, Capture: true, RootLayer: true, Sudo: true}},
 	}
 	if len(v.Classes) != len(want) {
 		t.Fatalf("classes %+v, want %+v", v.Classes, want)

@@ -53,7 +53,10 @@
 // recursive watches following new dirs, capped per agent and request with a
 // bounded queue that reports overflow. shutdown (shutdown.go) signals every
 // process for a graceful stop; secret_files (secretfiles.go) fills the
-// secrets tmpfs (docs/secrets.md).
+// secrets tmpfs (docs/secrets.md). With --sudo-user (a sandbox created
+// with sudo) it serves berth's sudo (sudo.go, package sudo): it accepts on
+// an abstract socket, checks the caller's uid and starts a helper process
+// per connection, reading nothing the caller sends.
 //
 // The same server serves a quarantined sandbox's files from the host
 // (internal/node/local/hostfiles), then with Config.IDs (idshift.go) shifting

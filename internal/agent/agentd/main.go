@@ -91,6 +91,7 @@ func Main(args []string) int {
 	listenTCP := fs.String("listen-tcp", "", "serve on this TCP `ADDR` under mutual TLS (with --tls-dir) instead of a unix socket: a pod reached at its IP")
 	tlsDir := fs.String("tls-dir", "", "`DIR` of agent.crt, agent.key and daemon.crt, the sandbox's pinned pairs (with --listen-tcp)")
 	install := fs.String("install", "", "copy this executable to `PATH` (mode 0555) and exit: the init container that puts the agent into a pod's shared volume")
+	sudoUser := fs.String("sudo-user", "", "serve sudo to root and this `USER` of the sandbox (package sudo)")
 	seccompFD := fs.Int("seccomp-fd", 0, "install the compiled seccomp program read from this inherited descriptor before anything else")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -155,7 +156,7 @@ func Main(args []string) int {
 	defer signal.Stop(sigc)
 
 	cfg := Config{Socket: *socket, ListenFD: *listenFD, Root: *root, Logger: log, MaxFileBytes: *maxFile, reap: *init,
-		ManageHosts: *init && *root == "/"}
+		ManageHosts: *init && *root == "/", SudoUser: *sudoUser}
 	if (*listenTCP == "") != (*tlsDir == "") {
 		fmt.Fprintln(os.Stderr, "berth agent: --listen-tcp and --tls-dir go together")
 		return 2

@@ -52,6 +52,11 @@ type Config struct {
 	// ManageHosts keeps /etc/hosts naming localhost and the hostname
 	// (hosts.go): the sandbox's PID 1 only, never a test's agent.
 	ManageHosts bool
+	// SudoUser, if set, serves sudo (sudo.go) to root and this user of
+	// the sandbox (a name or uid); SudoHelper is the argv prefix that
+	// runs the agent's binary (its helper verb is appended).
+	SudoUser   string
+	SudoHelper []string
 
 	// reap makes the server the reaper of every child of the process
 	// (wait4(-1)); set by Main for PID 1 or a subreaper only, because it
@@ -80,6 +85,8 @@ type server struct {
 
 	lnMu sync.Mutex
 	ln   *net.UnixListener
+	// sudoLn is the sudo socket's listener (sudo.go); nil without sudo.
+	sudoLn *net.UnixListener
 	// resumed is non-nil while the listener is closed for a checkpoint
 	// (hibernate.go); it is closed when the agent listens again.
 	resumed chan struct{}
@@ -132,7 +139,21 @@ func newServer(cfg Config) (*server, error) {
 		root.Close()
 		return nil, fmt.Errorf("agent: %w", err)
 	}
+	var sudoLn *net.UnixListener
+	if cfg.SudoUser != "" {
+		if len(cfg.SudoHelper) == 0 {
+			cfg.SudoHelper = sudoHelperArgv()
+		}
+		if sudoLn, err = listenSudo(); err != nil {
+			if ln != nil {
+				ln.Close()
+			}
+			root.Close()
+			return nil, fmt.Errorf("agent: %w", err)
+		}
+	}
 	return &server{
+		sudoLn: sudoLn,
 		cfg:    cfg,
 		log:    log,
 		root:   root,
@@ -206,6 +227,18 @@ func (s *server) serve(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { s.listener().Close() })
 	defer stop()
 	s.watchHibernate(ctx)
+	stopSudo := func() {}
+	if s.sudoLn != nil {
+		// Its own context: it ends with this loop, however the loop ends.
+		sctx, cancel := context.WithCancel(ctx)
+		stopSudo = cancel
+		defer cancel()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.serveSudo(sctx)
+		}()
+	}
 	for {
 		ln := s.listener()
 		c, err := ln.AcceptUnix()
@@ -224,6 +257,7 @@ func (s *server) serve(ctx context.Context) error {
 		}
 	}
 	s.listener().Close()
+	stopSudo()
 	s.finish()
 	return nil
 }

@@ -338,7 +338,8 @@ func (m *Warm) poolable(req *engine.CreateRequest, tpl *store.Template, spec *sa
 	return !req.Persistent && len(spec.Volumes) == 0 && req.Snapshot == "" &&
 		spec.Resources == def && (spec.Network == "" || spec.Network == "none") &&
 		spec.Runtime == m.e.DefaultRuntime() && caps.Pool && (req.Name == "" || caps.Rename) &&
-		spec.User == tpl.Config.User // its /workspace belongs to the template's user
+		spec.User == tpl.Config.User && // its /workspace belongs to the template's user
+		!spec.Sudo // members are started without it
 }
 
 // runtimeOf is sb's runtime class, records from before classes were

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-sh/berth/internal/agent/sudo"
 	"github.com/berth-sh/berth/internal/cgroups"
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/failpoint"
@@ -120,6 +121,10 @@ func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	if sb.Spec.HostUsr {
 		mounts = append(mounts, runtime.Mount{Source: "/usr", Destination: "/usr", ReadOnly: true})
 	}
+	if sb.Spec.Sudo {
+		// The agent's binary is the sudo program too (internal/agent/sudo).
+		mounts = append(mounts, runtime.Mount{Source: b.cfg.AgentPath, Destination: sudo.Dir + "/sudo", ReadOnly: true})
+	}
 	for i, vm := range sb.Spec.Volumes {
 		src, err := b.volumeSource(sb, i)
 		if err != nil {
@@ -184,6 +189,9 @@ func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 		defer lnFile.Close()
 		extra = []*os.File{lnFile}
 	}
+	if sb.Spec.Sudo {
+		args = append(args, "--sudo-user", sudoUser(sb))
+	}
 	logw, err := b.openInitLog(sb.ID)
 	if err != nil {
 		return err
@@ -233,6 +241,14 @@ func (b *Backend) Provision(ctx context.Context, sb *sandbox.Sandbox) error {
 	}
 	steps.mark(StepAgentReady)
 	return nil
+}
+
+// sudoUser is who besides root may use sb's sudo: its default user.
+func sudoUser(sb *sandbox.Sandbox) string {
+	if sb.Spec.User == "" {
+		return "root"
+	}
+	return sb.Spec.User
 }
 
 // WaitReady polls the agent's socket until it answers a ping.

@@ -265,6 +265,7 @@ func capsOf(rt runtime.Runtime) node.Caps {
 		PortsViaAgent: viaAgent,
 		Capture:       true,
 		RootLayer:     true,
+		Sudo:          true, // a bind mount and the agent's flag: every class
 	}
 }
 

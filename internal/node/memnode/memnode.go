@@ -63,8 +63,8 @@ import (
 // like a Kubernetes pod: warm pools, but no freeze and no rename, so its
 // pool members wait running and keep their host names.
 var (
-	FakeRunc  = node.Class{Name: "fake-runc", Caps: node.Caps{InheritFDs: true, Egress: true, Pool: true, Freeze: true, Rename: true, Capture: true, RootLayer: true}}
-	FakeRunsc = node.Class{Name: "fake-runsc", Caps: node.Caps{Checkpoint: true, PortsViaAgent: true, Freeze: true, Capture: true, RootLayer: true}}
+	FakeRunc  = node.Class{Name: "fake-runc", Caps: node.Caps{InheritFDs: true, Egress: true, Pool: true, Freeze: true, Rename: true, Capture: true, RootLayer: true, Sudo: true}}
+	FakeRunsc = node.Class{Name: "fake-runsc", Caps: node.Caps{Checkpoint: true, PortsViaAgent: true, Freeze: true, Capture: true, RootLayer: true, Sudo: true}}
 	FakePod   = node.Class{Name: "fake-pod", Caps: node.Caps{Pool: true, PortsViaAgent: true}}
 )
 

@@ -22,7 +22,7 @@ import (
 // (attack.Categories), as each category's file lists them.
 func All() []*attack.Attack {
 	var all []*attack.Attack
-	for _, part := range [][]*attack.Attack{kernelAttacks(), procAttacks(), capsAttacks(), cveAttacks(), agentAttacks(),
+	for _, part := range [][]*attack.Attack{kernelAttacks(), procAttacks(), capsAttacks(), cveAttacks(), agentAttacks(), sudoAttacks(),
 		resourceAttacks(), netAttacks(), crossAttacks(), filesAttacks(), apiAttacks(), rightsAttacks(), consoleAttacks(), storageAttacks(), e2bAttacks()} {
 		all = append(all, part...)
 	}

@@ -74,7 +74,7 @@ func CreateRequest(r *api.CreateSandboxRequest) *engine.CreateRequest {
 		Volumes: Slice(r.Volumes, func(v api.VolumeMount) engine.VolumeRequest {
 			return engine.VolumeRequest{Name: v.Name, Path: v.Path, ReadOnly: v.ReadOnly}
 		}),
-		KeepVolume: r.KeepVolume, Snapshot: r.Snapshot, Allow: r.Allow, PublicPorts: r.PublicPorts,
+		KeepVolume: r.KeepVolume, Snapshot: r.Snapshot, Allow: r.Allow, PublicPorts: r.PublicPorts, Sudo: r.Sudo,
 		Secrets: Slice(r.Secrets, func(s api.SecretRef) sandbox.SecretRef {
 			return sandbox.SecretRef{Name: s.Name, Env: s.Env, File: s.File, EgressHost: s.EgressHost}
 		}),
@@ -126,7 +126,8 @@ func ClassesToAPI(cls []node.Class) []api.RuntimeClass {
 	for _, c := range cls {
 		out = append(out, api.RuntimeClass{Name: c.Name, Capabilities: api.RuntimeCaps{
 			Freeze: c.Caps.Freeze, Checkpoint: c.Caps.Checkpoint, Capture: c.Caps.Capture,
-			RootLayer: c.Caps.RootLayer, Egress: c.Caps.Egress, Pool: c.Caps.Pool, Rename: c.Caps.Rename}})
+			RootLayer: c.Caps.RootLayer, Egress: c.Caps.Egress, Pool: c.Caps.Pool, Rename: c.Caps.Rename,
+			Sudo: c.Caps.Sudo}})
 	}
 	return out
 }

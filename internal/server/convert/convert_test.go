@@ -115,9 +115,12 @@ func TestConvertRequests(t *testing.T) {
 		// removes), and a template service's ReadyPort (a template build's
 		// setStartCmd with waitForPort; berth's own services have none),
 		// and KeepCreateLease (E2B's pause without memory keeps the SDK's
-		// envd token through the stop; berth's leases end at a stop).
+		// envd token through the stop; berth's leases end at a stop),
+		// and SudoWhereOffered (E2B's sandboxes have sudo where the class
+		// offers it; a REST create asks for it with sudo, or is refused).
 		door := map[string]bool{"create.AllPortsPublic": true, "create.MaskRequestHost": true, "network rules.Replace": true,
-			"import.Service.ReadyPort": true, "build.Service.ReadyPort": true, "create.KeepCreateLease": true}
+			"import.Service.ReadyPort": true, "build.Service.ReadyPort": true, "create.KeepCreateLease": true,
+			"create.SudoWhereOffered": true}
 		if z := zeroFields(reflect.ValueOf(out), name, door); len(z) > 0 {
 			t.Errorf("%s: engine fields not converted: %v", name, z)
 		}
@@ -199,7 +202,7 @@ func createToAPI(r *engine.CreateRequest) *api.CreateSandboxRequest {
 		Env: r.Env, Labels: r.Labels, TimeoutSeconds: r.Timeout.Seconds(),
 		Network: r.Network, Runtime: r.Runtime, Workdir: r.Workdir, User: r.User,
 		PersistRoot: r.PersistRoot, VolumeSizeBytes: r.VolumeSizeBytes, VolumeInodes: r.VolumeInodes,
-		KeepVolume: r.KeepVolume, Snapshot: r.Snapshot, Allow: r.Allow, PublicPorts: r.PublicPorts,
+		KeepVolume: r.KeepVolume, Snapshot: r.Snapshot, Allow: r.Allow, PublicPorts: r.PublicPorts, Sudo: r.Sudo,
 		Policy:       PolicyToAPI(r.Policy),
 		RegistryAuth: registryAuthToAPI(r.RegistryAuth),
 	}

@@ -130,7 +130,7 @@ func (h *Handlers) ToAPI(sb *sandbox.Sandbox) api.Sandbox {
 	for _, r := range sb.Spec.Secrets {
 		out.Secrets = append(out.Secrets, api.SecretRef{Name: r.Name, Env: r.Env, File: r.File, EgressHost: r.EgressHost})
 	}
-	out.PersistRoot, out.KeepVolume = sb.Spec.PersistRoot, sb.Spec.KeepVolume
+	out.PersistRoot, out.KeepVolume, out.Sudo = sb.Spec.PersistRoot, sb.Spec.KeepVolume, sb.Spec.Sudo
 	for _, vm := range sb.Spec.Volumes {
 		out.Volumes = append(out.Volumes, api.VolumeMount{Name: vm.Name, Path: vm.Path, ReadOnly: vm.ReadOnly})
 	}

@@ -225,6 +225,8 @@ class RuntimeCaps(Model):
     """warm pools"""
     rename: bool
     """a running sandbox's host name can change (a named create can be served from a warm pool)"""
+    sudo: bool
+    """Sandboxes can have sudo (create's sudo)."""
 
     # (attribute, JSON key, codec) of every field, for berth._wire.
     _wire = (
@@ -235,8 +237,9 @@ class RuntimeCaps(Model):
         ('egress', 'egress', ()),
         ('pool', 'pool', ()),
         ('rename', 'rename', ()),
+        ('sudo', 'sudo', ()),
     )
-    _required = ('freeze', 'checkpoint', 'capture', 'root_layer', 'egress', 'pool', 'rename',)
+    _required = ('freeze', 'checkpoint', 'capture', 'root_layer', 'egress', 'pool', 'rename', 'sudo',)
 
 
 @dataclass
@@ -335,6 +338,10 @@ class CreateSandboxRequest(Model):
     """Sandbox ports the port proxy serves without credentials."""
     secrets: Optional[List[SecretRef]] = None
     """The tenant's secrets every exec in it gets as env vars."""
+    sudo: Optional[bool] = None
+    """Gives the sandbox a passwordless sudo for root and its user (as E2B's templates have):
+    commands run as the sandbox's root, as an exec with user root would. Default off.
+    """
     idle_timeout_seconds: Optional[float] = None
     """Act (on_idle) after this long without activity: API calls (exec, files, ports), open exec
     sessions, and processes other than the agent using CPU above idle_cpu_threshold. 0 = none
@@ -382,6 +389,7 @@ class CreateSandboxRequest(Model):
         ('allow', 'allow', ('list', ())),
         ('public_ports', 'public_ports', ('list', ())),
         ('secrets', 'secrets', ('list', ('SecretRef',))),
+        ('sudo', 'sudo', ()),
         ('idle_timeout_seconds', 'idle_timeout_seconds', ()),
         ('on_idle', 'on_idle', ()),
         ('max_age_seconds', 'max_age_seconds', ()),
@@ -532,6 +540,8 @@ class Sandbox(Model):
     persist_root: Optional[bool] = None
     volumes: Optional[List[VolumeMount]] = None
     keep_volume: Optional[bool] = None
+    sudo: Optional[bool] = None
+    """The sandbox has sudo for root and its user."""
     last_activity_at: Optional[datetime] = None
     paused_at: Optional[datetime] = None
     stopped_at: Optional[datetime] = None
@@ -586,6 +596,7 @@ class Sandbox(Model):
         ('persist_root', 'persist_root', ()),
         ('volumes', 'volumes', ('list', ('VolumeMount',))),
         ('keep_volume', 'keep_volume', ()),
+        ('sudo', 'sudo', ()),
         ('last_activity_at', 'last_activity_at', ('datetime',)),
         ('paused_at', 'paused_at', ('datetime',)),
         ('stopped_at', 'stopped_at', ('datetime',)),

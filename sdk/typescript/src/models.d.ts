@@ -83,6 +83,8 @@ export interface RuntimeCaps {
   pool: boolean;
   /** a running sandbox's host name can change (a named create can be served from a warm pool) */
   rename: boolean;
+  /** Sandboxes can have sudo (create's sudo). */
+  sudo: boolean;
 }
 
 /**
@@ -174,6 +176,11 @@ export interface CreateSandboxRequest {
   public_ports?: number[];
   /** The tenant's secrets every exec in it gets as env vars. */
   secrets?: SecretRef[];
+  /**
+   * Gives the sandbox a passwordless sudo for root and its user (as E2B's templates have):
+   * commands run as the sandbox's root, as an exec with user root would. Default off.
+   */
+  sudo?: boolean;
   /**
    * Act (on_idle) after this long without activity: API calls (exec, files, ports), open exec
    * sessions, and processes other than the agent using CPU above idle_cpu_threshold. 0 = none (or
@@ -303,6 +310,8 @@ export interface Sandbox {
   persist_root?: boolean;
   volumes?: VolumeMount[];
   keep_volume?: boolean;
+  /** The sandbox has sudo for root and its user. */
+  sudo?: boolean;
   policy: Policy;
   last_activity_at?: string /* RFC 3339 */;
   paused_at?: string /* RFC 3339 */;
