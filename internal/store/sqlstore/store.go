@@ -30,9 +30,10 @@ type sqlStore struct {
 	w, r    *sql.DB
 	d       Dialect
 	close   func() error
-	written broadcast // closed at each commit that appended events
-	batch   batcher   // group commit (batch.go), with Dialect.GroupCommit
-	stmts   stmtCache // prepared statements, with Dialect.PrepareOnce
+	written broadcast  // closed at each commit that appended events
+	batch   batcher    // group commit (batch.go), with Dialect.GroupCommit
+	stmts   stmtCache  // prepared statements, with Dialect.PrepareOnce
+	heads   auditHeads // chain heads as last written, with Dialect.GroupCommit (audit.go)
 }
 
 // broadcast wakes every waiter at once: fire closes the channel wait
