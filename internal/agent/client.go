@@ -106,6 +106,13 @@ type ExecIO struct {
 	Resize <-chan Resize
 }
 
+// readBuf sizes a connection's read buffer. Most operations read a
+// few small frames (an exec of a short command: its exit), and every
+// connection's buffer is allocated and zeroed anew, so it is kept
+// small: a frame larger than what is buffered is read straight into
+// the frame reader's own buffer, not copied through this one.
+const readBuf = 8 << 10
+
 // clientConn is one operation's connection.
 type clientConn struct {
 	ctx  context.Context
@@ -140,7 +147,7 @@ func (c *Client) open(ctx context.Context, req wire.Request) (*clientConn, error
 	if c.idle > 0 && !streamOp(req.Op) {
 		conn = idleConn{Conn: conn, idle: c.idle}
 	}
-	br := bufio.NewReaderSize(conn, 64<<10)
+	br := bufio.NewReaderSize(conn, readBuf)
 	cc := &clientConn{ctx: ctx, conn: conn, br: br, fr: wire.NewFrameReader(br), fw: wire.NewFrameWriter(conn)}
 	// Cancelling ctx closes the connection, which unblocks every read and
 	// write and tells the agent to give up (and to kill an exec).

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -37,6 +38,11 @@ func ReadOnlyFS(mp string) (ReadOnlyState, error) {
 	if err := unix.Statfs(mp, &st); err != nil {
 		return Writable, err
 	}
+	return readOnlyFS(mp, &st)
+}
+
+// readOnlyFS is ReadOnlyFS of the filesystem at mp whose statfs is st.
+func readOnlyFS(mp string, st *unix.Statfs_t) (ReadOnlyState, error) {
 	if st.Flags&unix.ST_RDONLY != 0 {
 		return MountedReadOnly, nil
 	}
@@ -47,18 +53,48 @@ func ReadOnlyFS(mp string) (ReadOnlyState, error) {
 	if err := unix.Stat(mp, &s); err != nil {
 		return Writable, err
 	}
-	dev, err := filepath.EvalSymlinks(fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(s.Dev), unix.Minor(s.Dev)))
+	dev, err := blockName(s.Dev)
 	if err != nil {
 		return Writable, err
 	}
-	opts, err := os.ReadFile(filepath.Join("/proc/fs/ext4", filepath.Base(dev), "options"))
+	opts, err := os.ReadFile(filepath.Join("/proc/fs/ext4", dev, "options"))
 	if err != nil {
+		blockNames.Delete(s.Dev)
 		return Writable, err
 	}
 	if emergencyRO(string(opts)) {
 		return EmergencyReadOnly, nil
 	}
 	return Writable, nil
+}
+
+// loopMajor is the block major of loop devices, whose minors name them
+// for as long as the host runs (loopN), unlike the dynamic minors of
+// block major 259 (partitions, NVMe), which are given out again.
+const loopMajor = 7
+
+// blockNames caches the kernel's name of each loop device seen (dev →
+// loopN): the reconciler's tick asks it of every running sandbox's
+// writable layer and volumes, and a create's answer of the new sandbox's,
+// and resolving /sys/dev/block/M:m is a walk of several symlinks each
+// time. At most one entry per loop device of the host.
+var blockNames sync.Map
+
+// blockName is the kernel's name of block device dev (its directory in
+// /sys/block and /proc/fs/ext4).
+func blockName(dev uint64) (string, error) {
+	if v, ok := blockNames.Load(dev); ok {
+		return v.(string), nil
+	}
+	p, err := filepath.EvalSymlinks(fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(dev), unix.Minor(dev)))
+	if err != nil {
+		return "", err
+	}
+	name := filepath.Base(p)
+	if unix.Major(dev) == loopMajor {
+		blockNames.Store(dev, name)
+	}
+	return name, nil
 }
 
 // emergencyRO reports whether an ext4 options file (one option a line)

@@ -295,7 +295,7 @@ func (m *Manager) Usage(id string) (Usage, error) {
 		if err := unix.Statfs(m.Path(id), &st); err != nil {
 			return Usage{}, err
 		}
-		ro, err := ReadOnlyFS(m.Path(id))
+		ro, err := readOnlyFS(m.Path(id), &st)
 		if err != nil {
 			return Usage{}, err
 		}

@@ -61,8 +61,8 @@ type Warm struct {
 
 	refillKick, refillRunning atomic.Bool  // kickRefill's pass asked for, and running
 	claiming                  atomic.Int32 // claims running now
-	lastClaim                 atomic.Int64 // when a claim last began (unix ns, the host's clock)
-	lastBurst                 atomic.Int64 // when a claim last began beside another (unix ns, the host's clock)
+	lastClaim                 atomic.Int64 // when a claim last began or ended (unix ns, the host's clock)
+	lastBurst                 atomic.Int64 // when a claim last began or ended beside another (unix ns, the host's clock)
 
 	demand  demand // poolable creates of the automatic pool (auto.go)
 	autoMax int    // the automatic pool's bound
@@ -376,8 +376,20 @@ func (m *Warm) Claim(ctx context.Context, tpl *store.Template, spec sandbox.Spec
 	if m.claiming.Add(1) > 1 {
 		m.lastBurst.Store(now)
 	}
-	defer m.claiming.Add(-1)
 	defer m.kickRefill()
+	defer func() {
+		// The claim's end counts as much as its beginning: the claims of
+		// a burst all begin at once, behind their requests' first
+		// writes, and end one by one, each followed by its first
+		// command; a pass timed from the last beginning made members
+		// (runtime starts and mounts on the same cores) while half the
+		// burst still waited for its answers.
+		end := time.Now().UnixNano()
+		m.lastClaim.Store(end)
+		if m.claiming.Add(-1) > 0 {
+			m.lastBurst.Store(end)
+		}
+	}()
 	q := m.queue(k)
 	listed := false
 	list := func(ctx context.Context) ([]string, error) {
@@ -682,8 +694,8 @@ func (m *Warm) kickRefill() {
 	})
 }
 
-// A refill pass waits until no claim came for claimQuiet: the claimant's
-// first command runs before the member that replaces it is made, whose
+// A refill pass waits until no claim began or ended for claimQuiet: the
+// claimant's first command runs before the member that replaces it is made, whose
 // runtime start and mounts would take the CPU it needs. Claims one at a
 // time (a trickle, a sequential client) hold the pass back one such pause
 // at most; a burst (claims beside each other) holds it until the burst

@@ -50,6 +50,12 @@ func (b *Backend) watchReadOnly(live []*sandbox.Sandbox) {
 		if sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused {
 			continue
 		}
+		if sb.Spec.Pool != "" && sb.State == sandbox.StatePaused {
+			// A frozen warm-pool member writes nothing and is no one's
+			// yet; it is watched from its claim on (a full pool doubled
+			// the tick's work, during the burst that drained it).
+			continue
+		}
 		check := func(what string, ro bool) {
 			key := sb.ID + "/" + what
 			b.mu.Lock()

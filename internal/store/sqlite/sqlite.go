@@ -45,8 +45,9 @@ var dialect = sqlstore.Dialect{
 	// unixepoch('subsec') is the statement's time, with milliseconds.
 	NowMillis: "CAST(unixepoch('subsec') * 1000 AS INTEGER)",
 	// One writer at a time: the writes waiting for it commit together.
-	GroupCommit: true,
-	PrepareOnce: true,
+	GroupCommit:  true,
+	PrepareOnce:  true,
+	LastInsertID: true,
 }
 
 const (

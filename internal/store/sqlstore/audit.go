@@ -3,8 +3,8 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-
 	"fmt"
+	"sync"
 
 	"github.com/berth-sh/berth/internal/errdefs"
 	"github.com/berth-sh/berth/internal/store"
@@ -40,6 +40,11 @@ func (s *sqlStore) AppendAudit(ctx context.Context, r *store.AuditRecord, seal f
 	}
 	rec := *r
 	err := s.inTx(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+		if s.d.GroupCommit {
+			if done, err := s.appendAfterKnownHead(ctx, tx, &rec, seal); done || err != nil {
+				return err
+			}
+		}
 		// The tenant's head moves on by one and gives the hash it held:
 		// one statement (an upsert returning the row) where it was three.
 		if err := s.txQueryRow(ctx, tx, s.d.rebind(`INSERT INTO audit_heads (tenant, seq, hash) VALUES (?, 1, '')
@@ -47,18 +52,18 @@ func (s *sqlStore) AppendAudit(ctx context.Context, r *store.AuditRecord, seal f
 			Scan(&rec.Seq, &rec.PrevHash); err != nil {
 			return fmt.Errorf("audit head: %w", err)
 		}
-		if rec.Kind == store.AuditOutcome && (rec.Ref <= 0 || rec.Ref >= rec.Seq) {
-			return errdefs.Invalid("audit outcome refers to record %d of %d", rec.Ref, rec.Seq)
+		if err := checkAuditRef(&rec); err != nil {
+			return err
 		}
 		rec.Hash = seal(&rec)
-		if _, err := s.txExec(ctx, tx, s.d.rebind(`INSERT INTO audit_log (tenant, seq, kind, ref, at, actor, action, target,
-			request_id, source, result, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-			rec.Tenant, rec.Seq, rec.Kind, rec.Ref, micros(rec.Time), rec.Actor, rec.Action, rec.Target,
-			rec.RequestID, rec.Source, rec.Result, rec.PrevHash, rec.Hash); err != nil {
-			return fmt.Errorf("append audit record: %w", err)
+		if err := s.insertAudit(ctx, tx, &rec); err != nil {
+			return err
 		}
 		if _, err := s.txExec(ctx, tx, s.d.rebind(`UPDATE audit_heads SET hash = ? WHERE tenant = ?`), rec.Hash, rec.Tenant); err != nil {
 			return fmt.Errorf("audit head: %w", err)
+		}
+		if s.d.GroupCommit {
+			s.heads.put(rec.Tenant, auditHead{rec.Seq, rec.Hash})
 		}
 		return nil
 	})
@@ -68,6 +73,93 @@ func (s *sqlStore) AppendAudit(ctx context.Context, r *store.AuditRecord, seal f
 	rec.Time = fromMicros(micros(rec.Time))
 	*r = rec
 	return nil
+}
+
+// checkAuditRef refuses an outcome that names no earlier record.
+func checkAuditRef(rec *store.AuditRecord) error {
+	if rec.Kind == store.AuditOutcome && (rec.Ref <= 0 || rec.Ref >= rec.Seq) {
+		return errdefs.Invalid("audit outcome refers to record %d of %d", rec.Ref, rec.Seq)
+	}
+	return nil
+}
+
+func (s *sqlStore) insertAudit(ctx context.Context, tx *sql.Tx, rec *store.AuditRecord) error {
+	if _, err := s.txExec(ctx, tx, s.d.rebind(`INSERT INTO audit_log (tenant, seq, kind, ref, at, actor, action, target,
+		request_id, source, result, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		rec.Tenant, rec.Seq, rec.Kind, rec.Ref, micros(rec.Time), rec.Actor, rec.Action, rec.Target,
+		rec.RequestID, rec.Source, rec.Result, rec.PrevHash, rec.Hash); err != nil {
+		return fmt.Errorf("append audit record: %w", err)
+	}
+	return nil
+}
+
+// auditHeads remembers, on a store with one writer (Dialect.GroupCommit:
+// SQLite), each tenant's chain head as this store last wrote it, so an
+// append seals its record from it and moves the head with one
+// compare-and-swap (two statements, where reading the head first takes
+// three; an audited call appends two records). The memory is a guess,
+// never the truth: the swap names the seq and hash it expects, and a head
+// that is not that (a batch rolled back after the append, a head edited
+// by hand) fails it, and the append reads the head as it is.
+type auditHeads struct {
+	mu sync.Mutex
+	m  map[string]auditHead
+}
+
+type auditHead struct {
+	seq  int64
+	hash string
+}
+
+func (h *auditHeads) get(tenant string) (auditHead, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, ok := h.m[tenant]
+	return v, ok
+}
+
+func (h *auditHeads) put(tenant string, v auditHead) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = map[string]auditHead{}
+	}
+	h.m[tenant] = v
+}
+
+func (h *auditHeads) forget(tenant string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.m, tenant)
+}
+
+// appendAfterKnownHead appends rec after the head this store remembers
+// for its tenant; done is false (nothing written) when it remembers none
+// or the head in the database is another.
+func (s *sqlStore) appendAfterKnownHead(ctx context.Context, tx *sql.Tx, rec *store.AuditRecord, seal func(*store.AuditRecord) string) (done bool, err error) {
+	h, ok := s.heads.get(rec.Tenant)
+	if !ok {
+		return false, nil
+	}
+	rec.Seq, rec.PrevHash = h.seq+1, h.hash
+	if err := checkAuditRef(rec); err != nil {
+		return true, err
+	}
+	rec.Hash = seal(rec)
+	res, err := s.txExec(ctx, tx, s.d.rebind(`UPDATE audit_heads SET seq = ?, hash = ? WHERE tenant = ? AND seq = ? AND hash = ?`),
+		rec.Seq, rec.Hash, rec.Tenant, h.seq, h.hash)
+	if err != nil {
+		return true, fmt.Errorf("audit head: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		s.heads.forget(rec.Tenant)
+		return false, nil
+	}
+	if err := s.insertAudit(ctx, tx, rec); err != nil {
+		return true, err
+	}
+	s.heads.put(rec.Tenant, auditHead{rec.Seq, rec.Hash})
+	return true, nil
 }
 
 func (s *sqlStore) ListAudit(ctx context.Context, f store.AuditFilter, p store.Page) ([]*store.AuditEntry, string, error) {

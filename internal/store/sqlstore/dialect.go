@@ -74,6 +74,11 @@ type Dialect struct {
 	// one transaction with a savepoint each (batch.go): for a database
 	// with one writer at a time (SQLite).
 	GroupCommit bool
+	// LastInsertID: the driver's Result.LastInsertId is the identity of
+	// the row an INSERT made (SQLite), so an insert needs no RETURNING,
+	// whose result set costs a cursor in the database and in
+	// database/sql (an event append took several times as long).
+	LastInsertID bool
 }
 
 func (d Dialect) rebind(q string) string {

@@ -30,9 +30,10 @@ type sqlStore struct {
 	w, r    *sql.DB
 	d       Dialect
 	close   func() error
-	written broadcast // closed at each commit that appended events
-	batch   batcher   // group commit (batch.go), with Dialect.GroupCommit
-	stmts   stmtCache // prepared statements, with Dialect.PrepareOnce
+	written broadcast  // closed at each commit that appended events
+	batch   batcher    // group commit (batch.go), with Dialect.GroupCommit
+	stmts   stmtCache  // prepared statements, with Dialect.PrepareOnce
+	heads   auditHeads // chain heads as last written, with Dialect.GroupCommit (audit.go)
 }
 
 // broadcast wakes every waiter at once: fire closes the channel wait
@@ -510,14 +511,23 @@ func (s *sqlStore) AppendEvent(ctx context.Context, ev *sandbox.Event) error {
 // returns their ids; an event without a SandboxID is sandboxID's. The
 // caller sets the ids once tx committed (setEventIDs).
 func (s *sqlStore) insertEvents(ctx context.Context, tx *sql.Tx, sandboxID string, events []*sandbox.Event) ([]int64, error) {
-	q := s.d.rebind(`INSERT INTO events
+	const cols = `INSERT INTO events
 		(sandbox_id, at, type, from_state, to_state, actor, cause, reason, outcome, message)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	ids := make([]int64, len(events))
 	for i, ev := range events {
 		sid := cmp.Or(ev.SandboxID, sandboxID)
-		err := s.txQueryRow(ctx, tx, q, sid, micros(ev.Time), ev.Type, string(ev.From), string(ev.To), ev.Actor,
-			string(ev.Cause), ev.Reason, ev.Outcome, ev.Message).Scan(&ids[i])
+		args := []any{sid, micros(ev.Time), ev.Type, string(ev.From), string(ev.To), ev.Actor,
+			string(ev.Cause), ev.Reason, ev.Outcome, ev.Message}
+		var err error
+		if s.d.LastInsertID {
+			var res sql.Result
+			if res, err = s.txExec(ctx, tx, cols, args...); err == nil {
+				ids[i], err = res.LastInsertId()
+			}
+		} else {
+			err = s.txQueryRow(ctx, tx, s.d.rebind(cols+` RETURNING id`), args...).Scan(&ids[i])
+		}
 		if err != nil {
 			if s.d.classify(err) == ForeignKeyViolation {
 				return nil, errdefs.NotFound("event of sandbox %s: sandbox not found", sid)
