@@ -686,4 +686,3 @@ func sysctl(name string) string {
 	}
 	return strings.TrimSpace(string(b))
 }
-
