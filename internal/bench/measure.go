@@ -144,20 +144,11 @@ func (b *bench) measureExec(ctx context.Context) error {
 			return err
 		}
 	}
-	n := b.opts.Iterations
-	var bs, ps harness.Samples
-	for i := range n {
-		d, err := harness.ExecTrue(ctx, c, sb.ID)
-		if err != nil {
-			return err
-		}
-		bs.Add(d)
-		pd, err := b.peer.ExecTrue(ctx, pid)
-		if err != nil {
-			return err
-		}
-		ps.Add(pd)
-		b.Every(i, n, "exec round trip")
+	bs, ps, err := b.sideBySide("exec round trip",
+		func() (time.Duration, error) { return harness.ExecTrue(ctx, c, sb.ID) },
+		func() (time.Duration, error) { return b.peer.ExecTrue(ctx, pid) })
+	if err != nil {
+		return err
 	}
 	peer := harness.Summarize(ps.V)
 	row := Row{Measurement: Exec, Name: "exec round trip of true (SDK)", Unit: "ms", Berth: harness.Summarize(bs.V),
@@ -171,37 +162,13 @@ func (b *bench) measureExec(ctx context.Context) error {
 // (start-up, the daemon's round trip, exit), beside `runc exec` of the
 // peer's container: CLI to CLI.
 func (b *bench) measureCLIExec(ctx context.Context, id, pid string) error {
-	env := b.cliEnv()
-	run := func() (time.Duration, error) {
-		cmd := exec.CommandContext(ctx, b.opts.CLI, "exec", id, "--", "true")
-		cmd.Env = env
-		var out strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &out
-		t0 := time.Now()
-		err := cmd.Run()
-		d := time.Since(t0)
-		if err != nil {
-			return d, fmt.Errorf("berth exec %s -- true: %w: %s", id, err, strings.TrimSpace(out.String()))
-		}
-		return d, nil
-	}
+	run := func() (time.Duration, error) { return b.timeCLI(ctx, "exec", id, "--", "true") }
 	if _, err := run(); err != nil { // warm the binary's pages
 		return err
 	}
-	n := b.opts.Iterations
-	var bs, ps harness.Samples
-	for i := range n {
-		d, err := run()
-		if err != nil {
-			return err
-		}
-		bs.Add(d)
-		pd, err := b.peer.ExecTrue(ctx, pid)
-		if err != nil {
-			return err
-		}
-		ps.Add(pd)
-		b.Every(i, n, "berth exec (CLI)")
+	bs, ps, err := b.sideBySide("berth exec (CLI)", run, func() (time.Duration, error) { return b.peer.ExecTrue(ctx, pid) })
+	if err != nil {
+		return err
 	}
 	peer := harness.Summarize(ps.V)
 	row := Row{Measurement: Exec, Name: "  `berth exec ID -- true` (CLI wall time)", Unit: "ms", Berth: harness.Summarize(bs.V),
@@ -221,6 +188,42 @@ func (b *bench) cliEnv() []string {
 		}
 	}
 	return append(env, "BERTH_HOST="+b.d.Host)
+}
+
+// timeCLI runs the CLI with args against the private daemon and returns
+// its whole process's wall time.
+func (b *bench) timeCLI(ctx context.Context, args ...string) (time.Duration, error) {
+	cmd := exec.CommandContext(ctx, b.opts.CLI, args...)
+	cmd.Env = b.cliEnv()
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	t0 := time.Now()
+	err := cmd.Run()
+	d := time.Since(t0)
+	if err != nil {
+		return d, fmt.Errorf("berth %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+	}
+	return d, nil
+}
+
+// sideBySide takes Iterations samples of berth and of its peer,
+// alternating, so that both see the same moments of the host.
+func (b *bench) sideBySide(what string, berth, peer func() (time.Duration, error)) (bs, ps harness.Samples, err error) {
+	n := b.opts.Iterations
+	for i := range n {
+		d, err := berth()
+		if err != nil {
+			return bs, ps, err
+		}
+		bs.Add(d)
+		pd, err := peer()
+		if err != nil {
+			return bs, ps, err
+		}
+		ps.Add(pd)
+		b.Every(i, n, what)
+	}
+	return bs, ps, nil
 }
 
 // waitNoSandboxes waits (untimed) until the daemon has no live sandbox:
@@ -245,37 +248,19 @@ func (b *bench) waitNoSandboxes(ctx context.Context) error {
 
 // (c) one-shot `berth run -- true` from the CLI binary.
 func (b *bench) measureRunCLI(ctx context.Context) error {
-	env := b.cliEnv()
 	run := func() (time.Duration, error) {
-		cmd := exec.CommandContext(ctx, b.opts.CLI, "run", "--", "true")
-		cmd.Env = env
-		var out strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &out
-		t0 := time.Now()
-		err := cmd.Run()
-		d := time.Since(t0)
+		d, err := b.timeCLI(ctx, "run", "--", "true")
 		if err != nil {
-			return d, fmt.Errorf("berth run -- true: %w: %s", err, strings.TrimSpace(out.String()))
+			return d, err
 		}
 		return d, b.waitNoSandboxes(ctx)
 	}
 	if _, err := run(); err != nil { // warm the binary's pages
 		return err
 	}
-	n := b.opts.Iterations
-	var bs, ps harness.Samples
-	for i := range n {
-		d, err := run()
-		if err != nil {
-			return err
-		}
-		bs.Add(d)
-		pd, err := b.peer.RunTrue(ctx)
-		if err != nil {
-			return err
-		}
-		ps.Add(pd)
-		b.Every(i, n, "berth run")
+	bs, ps, err := b.sideBySide("berth run", run, func() (time.Duration, error) { return b.peer.RunTrue(ctx) })
+	if err != nil {
+		return err
 	}
 	peer := harness.Summarize(ps.V)
 	row := Row{Measurement: RunCLI, Name: "one-shot `berth run -- true` (CLI wall time)", Unit: "ms",
