@@ -42,6 +42,8 @@ type idEntry struct {
 	name    string
 	id      int
 	gid     int      // passwd: primary group
+	home    string   // passwd: home directory
+	shell   string   // passwd: login shell
 	members []string // group: member names
 }
 
@@ -70,6 +72,8 @@ func parseIDFile(data []byte, group bool) []idEntry {
 			}
 		} else if e.gid, err = parseID(f[3]); err != nil {
 			continue
+		} else {
+			e.home, e.shell = f[5], f[6]
 		}
 		out = append(out, e)
 	}
@@ -95,6 +99,21 @@ func isNumeric(s string) bool {
 		}
 	}
 	return true
+}
+
+// Account returns the name, home and shell of uid's /etc/passwd entry
+// inside the root; all empty when it has none.
+func (r *Root) Account(uid int) (name, home, shell string) {
+	data, err := r.ReadSmallFile("/etc/passwd", maxIDFileBytes)
+	if err != nil {
+		return "", "", ""
+	}
+	for _, e := range parseIDFile(data, false) {
+		if e.id == uid {
+			return e.name, e.home, e.shell
+		}
+	}
+	return "", "", ""
 }
 
 // ResolveUser turns "uid", "uid:gid", "name" or "name:group" into

@@ -352,18 +352,8 @@ func isDigits(s string) bool {
 
 // lookup reads uid's account from the sandbox's /etc/passwd.
 func lookup(root *rootfs.Root, uid int) passwdEntry {
-	data, err := root.ReadSmallFile("/etc/passwd", 4<<20)
-	if err != nil {
-		return passwdEntry{}
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Split(strings.TrimSpace(line), ":")
-		if len(f) < 7 || f[2] != strconv.Itoa(uid) {
-			continue
-		}
-		return passwdEntry{name: f[0], home: f[5], shell: f[6]}
-	}
-	return passwdEntry{}
+	name, home, shell := root.Account(uid)
+	return passwdEntry{name: name, home: home, shell: shell}
 }
 
 // keptNames are what an environment reset keeps of the caller's, as
