@@ -243,6 +243,16 @@ func supervisedScenario(t *testing.T, d *daemon, runtime string) {
 		simulateReboot(t, d, id)
 		d.start()
 		back("after a host reboot", runs)
+		// Running is not yet listening: the server binds its port a moment
+		// after it starts (on a loaded host, a moment too late for one ask).
+		waitFor(t, "the page after a host reboot", func() bool {
+			resp, err := hc.Get("http://berth/v1/sandboxes/" + id + "/ports/8000/index.html")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode != http.StatusBadGateway
+		})
 		once("after a host reboot")
 	}
 
